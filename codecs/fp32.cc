@@ -1,0 +1,55 @@
+// fp32: the identity codec. Wire: version byte, then numel little-endian fp32
+// (core/fp32_bytes.h; the host is little-endian, which that file asserts).
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "codecs/codec.h"
+#include "codecs/codec_internal.h"
+#include "core/fp32_bytes.h"
+#include "core/status.h"
+
+namespace ps::codecs {
+namespace {
+
+constexpr char kSpec[] = "fp32";
+
+class Fp32Codec final : public Codec {
+ public:
+  std::string_view spec() const override { return kSpec; }
+
+  absl::Status Encode(std::span<const float> values, std::string* out) override {
+    // Refused here too so that an honest worker learns about a NaN gradient locally
+    // instead of from the server's decode error.
+    if (const ptrdiff_t i = core::FindNonFinite(values); i >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kSpec, ": cannot encode value ", i, ": not finite (", values[i], ")"));
+    }
+    out->clear();
+    out->reserve(MaxEncodedBytes(values.size()));
+    out->push_back(static_cast<char>(kFormatVersion));
+    if (!values.empty()) core::AppendFp32(values, out);  // same null-data() caveat
+    return absl::OkStatus();
+  }
+
+  absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
+    PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, sizeof(float), out.size()));
+    // An empty slice may have a null data(); memcpy must not see it, even for 0 bytes.
+    if (!out.empty()) std::memcpy(out.data(), bytes.data() + 1, out.size_bytes());
+    if (const ptrdiff_t i = core::FindNonFinite(out); i >= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kSpec, ": value ", i, " is not finite (", out[i], ")"));
+    }
+    return absl::OkStatus();
+  }
+
+  size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }
+};
+
+}  // namespace
+
+namespace internal {
+std::unique_ptr<Codec> MakeFp32Codec() { return std::make_unique<Fp32Codec>(); }
+}  // namespace internal
+
+}  // namespace ps::codecs

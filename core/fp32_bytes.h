@@ -1,0 +1,23 @@
+// Little-endian fp32 <-> bytes, the raw value format of the wire (initial values,
+// pulls, the fp32 codec). Decoding checks the size and that every value is finite.
+#pragma once
+
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+
+namespace ps::core {
+
+// Appends values as little-endian fp32 to *out.
+void AppendFp32(std::span<const float> values, std::string* out);
+
+// Copies bytes into out; refuses a size other than 4 * out.size() and any NaN or Inf
+// (out is then unspecified). `what` names the payload in the error message.
+absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what);
+
+// Index of the first NaN or Inf, or -1.
+ptrdiff_t FindNonFinite(std::span<const float> values);
+
+}  // namespace ps::core

@@ -1,0 +1,152 @@
+#include "core/layout.h"
+
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <cstring>
+#include <numeric>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::core {
+namespace {
+
+void AppendU64(std::string& out, uint64_t v) {
+  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+
+uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_elems,
+                      uint32_t num_shards) {
+  // Canonical, length-prefixed encoding so that no two layouts share a preimage.
+  std::string buf = "ps.layout.v1";
+  AppendU64(buf, tensors.size());
+  for (const TensorSpec& t : tensors) {
+    AppendU64(buf, t.name.size());
+    buf += t.name;
+    AppendU64(buf, t.numel);
+    AppendU64(buf, static_cast<uint64_t>(static_cast<int64_t>(t.priority)));
+  }
+  AppendU64(buf, slice_elems);
+  AppendU64(buf, num_shards);
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int md_len = 0;
+  EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha256(), nullptr);
+  uint64_t h = 0;
+  for (int i = 0; i < 8; ++i) h |= static_cast<uint64_t>(md[i]) << (8 * i);
+  return h;
+}
+
+}  // namespace
+
+absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors,
+                                                uint32_t slice_elems, uint32_t num_shards) {
+  if (tensors.empty()) return absl::InvalidArgumentError("layout has no tensors");
+  if (tensors.size() > kMaxTensors) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layout has ", tensors.size(), " tensors; the limit is ", kMaxTensors));
+  }
+  if (slice_elems == 0 || slice_elems > kMaxSliceElems) {
+    return absl::InvalidArgumentError(absl::StrCat("slice_elems must be in [1, ", kMaxSliceElems,
+                                                   "], got ", slice_elems));
+  }
+  if (num_shards == 0 || num_shards > kMaxShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_shards must be in [1, ", kMaxShards, "], got ", num_shards));
+  }
+  std::unordered_set<std::string_view> names;
+  uint64_t num_slices = 0;
+  uint64_t total = 0;
+  for (const TensorSpec& t : tensors) {
+    if (t.name.empty() || t.name.size() > kMaxTensorNameBytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor names must have 1 to ", kMaxTensorNameBytes, " bytes, got '", t.name, "'"));
+    }
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", t.name, "'"));
+    }
+    if (t.numel == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has no elements"));
+    }
+    num_slices += (t.numel + slice_elems - 1) / slice_elems;
+    total += t.numel;
+    if (num_slices > kMaxSlices) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout needs more than ", kMaxSlices, " slices; raise slice_elems"));
+    }
+  }
+
+  ModelLayout l;
+  l.slice_elems_ = slice_elems;
+  l.num_shards_ = num_shards;
+  l.total_elems_ = total;
+  l.hash_ = LayoutDigest(tensors, slice_elems, num_shards);
+  l.tensors_ = std::move(tensors);
+  l.slices_.reserve(num_slices);
+  l.tensor_slice_begin_.reserve(l.tensors_.size() + 1);
+  for (uint32_t t = 0; t < l.tensors_.size(); ++t) {
+    l.tensor_slice_begin_.push_back(static_cast<uint32_t>(l.slices_.size()));
+    const TensorSpec& spec = l.tensors_[t];
+    for (uint64_t off = 0; off < spec.numel; off += slice_elems) {
+      SliceInfo s;
+      s.id = static_cast<uint32_t>(l.slices_.size());
+      s.tensor = t;
+      s.offset = off;
+      s.numel = static_cast<uint32_t>(std::min<uint64_t>(slice_elems, spec.numel - off));
+      s.priority = spec.priority;
+      l.slices_.push_back(s);
+    }
+  }
+  l.tensor_slice_begin_.push_back(static_cast<uint32_t>(l.slices_.size()));
+  l.slice_ids_.resize(l.slices_.size());
+  std::iota(l.slice_ids_.begin(), l.slice_ids_.end(), 0u);
+
+  // Longest-processing-time assignment: deterministic and within one slice of
+  // perfect balance.
+  std::vector<uint32_t> by_size = l.slice_ids_;
+  std::stable_sort(by_size.begin(), by_size.end(), [&](uint32_t a, uint32_t b) {
+    return l.slices_[a].numel > l.slices_[b].numel;
+  });
+  std::vector<uint64_t> load(num_shards, 0);
+  for (uint32_t id : by_size) {
+    uint32_t best = 0;
+    for (uint32_t s = 1; s < num_shards; ++s) {
+      if (load[s] < load[best]) best = s;
+    }
+    l.slices_[id].shard = best;
+    load[best] += l.slices_[id].numel;
+  }
+  l.shard_slices_.assign(num_shards, {});
+  for (const SliceInfo& s : l.slices_) l.shard_slices_[s.shard].push_back(s.id);
+  for (auto& ids : l.shard_slices_) {
+    std::stable_sort(ids.begin(), ids.end(), [&](uint32_t a, uint32_t b) {
+      return l.slices_[a].priority < l.slices_[b].priority;
+    });
+  }
+  return l;
+}
+
+std::span<const uint32_t> ModelLayout::SlicesOfTensor(size_t tensor) const {
+  const uint32_t begin = tensor_slice_begin_[tensor];
+  const uint32_t end = tensor_slice_begin_[tensor + 1];
+  return std::span<const uint32_t>(slice_ids_).subspan(begin, end - begin);
+}
+
+std::span<const uint32_t> ModelLayout::SlicesOfShard(uint32_t shard) const {
+  return shard_slices_[shard];
+}
+
+int ModelLayout::FindTensor(std::string_view name) const {
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    if (tensors_[i].name == name) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+std::vector<uint64_t> ModelLayout::ShardLoads() const {
+  std::vector<uint64_t> load(num_shards_, 0);
+  for (const SliceInfo& s : slices_) load[s.shard] += s.numel;
+  return load;
+}
+
+}  // namespace ps::core

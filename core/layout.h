@@ -1,0 +1,80 @@
+// Model layout: the tensors of a model, how they are cut into slices, and which
+// shard owns each slice. Every process derives the same map from the layout alone
+// (DESIGN §2), and the layout hash names it on the wire.
+//
+// A ModelLayout is immutable after Create() and safe to share between threads.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ps::core {
+
+// Defaults and hard limits. A layout outside the limits is refused by Create().
+inline constexpr uint32_t kDefaultSliceElems = 65536;
+inline constexpr uint32_t kMaxSliceElems = 1u << 22;  // 16 MiB of fp32 per slice
+inline constexpr uint32_t kMaxShards = 1024;
+inline constexpr size_t kMaxTensors = 1u << 16;
+inline constexpr size_t kMaxSlices = 1u << 24;
+inline constexpr size_t kMaxTensorNameBytes = 256;
+
+struct TensorSpec {
+  std::string name;
+  uint64_t numel = 0;
+  // Lower is more urgent: the tensor used first in the next forward pass gets 0.
+  int32_t priority = 0;
+};
+
+struct SliceInfo {
+  uint32_t id = 0;        // global index, tensor by tensor, offset order
+  uint32_t tensor = 0;    // index into tensors()
+  uint64_t offset = 0;    // first element within the tensor
+  uint32_t numel = 0;     // element count, at most slice_elems
+  uint32_t shard = 0;     // owning shard
+  int32_t priority = 0;   // the tensor's priority
+};
+
+class ModelLayout {
+ public:
+  // Validates the tensors (non-empty unique names, positive sizes) and the limits,
+  // cuts slices and assigns shards (largest slice first to the least-loaded shard).
+  static absl::StatusOr<ModelLayout> Create(std::vector<TensorSpec> tensors,
+                                            uint32_t slice_elems = kDefaultSliceElems,
+                                            uint32_t num_shards = 1);
+
+  const std::vector<TensorSpec>& tensors() const { return tensors_; }
+  const std::vector<SliceInfo>& slices() const { return slices_; }
+  uint32_t slice_elems() const { return slice_elems_; }
+  uint32_t num_shards() const { return num_shards_; }
+  uint64_t total_elems() const { return total_elems_; }
+  // 64-bit digest of tensors, slice size and shard count (SHA-256, first 8 bytes).
+  uint64_t hash() const { return hash_; }
+
+  // Slice ids of one tensor, in offset order.
+  std::span<const uint32_t> SlicesOfTensor(size_t tensor) const;
+  // Slice ids owned by one shard, most urgent first (priority, tensor, offset).
+  std::span<const uint32_t> SlicesOfShard(uint32_t shard) const;
+  // Index of the tensor with this name, or -1.
+  int FindTensor(std::string_view name) const;
+  // Element count owned by each shard.
+  std::vector<uint64_t> ShardLoads() const;
+
+ private:
+  ModelLayout() = default;
+
+  std::vector<TensorSpec> tensors_;
+  std::vector<SliceInfo> slices_;
+  std::vector<uint32_t> tensor_slice_begin_;  // size tensors + 1, into slices_
+  std::vector<uint32_t> slice_ids_;           // identity; backing for SlicesOfTensor
+  std::vector<std::vector<uint32_t>> shard_slices_;
+  uint32_t slice_elems_ = 0;
+  uint32_t num_shards_ = 0;
+  uint64_t total_elems_ = 0;
+  uint64_t hash_ = 0;
+};
+
+}  // namespace ps::core

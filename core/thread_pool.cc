@@ -1,0 +1,85 @@
+#include "core/thread_pool.h"
+
+#include <atomic>
+#include <memory>
+
+namespace ps::core {
+
+ThreadPool::ThreadPool(size_t num_threads) {
+  if (num_threads == 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  threads_.reserve(num_threads);
+  for (size_t i = 0; i < num_threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+}
+
+ThreadPool::~ThreadPool() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  for (std::thread& t : threads_) t.join();
+}
+
+void ThreadPool::Submit(std::function<void()> job) {
+  absl::MutexLock lock(&mu_);
+  queue_.push_back(std::move(job));
+}
+
+void ThreadPool::WorkerLoop() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
+            return p->stopping_ || !p->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // stopping and drained
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+void ThreadPool::ParallelFor(size_t num_tasks, const std::function<void(size_t)>& fn) {
+  if (num_tasks == 0) return;
+  if (num_tasks == 1 || threads_.empty()) {
+    for (size_t i = 0; i < num_tasks; ++i) fn(i);
+    return;
+  }
+  struct Batch {
+    std::atomic<size_t> next{0};
+    absl::Mutex mu;
+    size_t done ABSL_GUARDED_BY(mu) = 0;
+  };
+  auto batch = std::make_shared<Batch>();
+  // `fn` outlives every use: a helper only calls it after claiming an index, and
+  // the caller waits until every index has been completed.
+  auto run = [batch, &fn, num_tasks] {
+    size_t finished = 0;
+    for (size_t i; (i = batch->next.fetch_add(1)) < num_tasks;) {
+      fn(i);
+      ++finished;
+    }
+    if (finished > 0) {
+      absl::MutexLock lock(&batch->mu);
+      batch->done += finished;
+    }
+  };
+  const size_t helpers = std::min(threads_.size(), num_tasks - 1);
+  {
+    absl::MutexLock lock(&mu_);
+    for (size_t h = 0; h < helpers; ++h) queue_.push_back(run);
+  }
+  run();
+  absl::MutexLock lock(&batch->mu);
+  std::pair<Batch*, size_t> arg(batch.get(), num_tasks);
+  batch->mu.Await(absl::Condition(
+      +[](std::pair<Batch*, size_t>* a) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+        return a->first->done == a->second;
+      },
+      &arg));
+}
+
+}  // namespace ps::core

@@ -1,0 +1,45 @@
+// ThreadPool: a fixed set of threads for background jobs (Submit) and data-parallel
+// loops (ParallelFor). The pool owns its threads; the destructor finishes queued jobs
+// and joins. All methods are thread-safe. ParallelFor may be called from inside a
+// pool job: the caller runs tasks itself, so it never waits on a busy pool.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <thread>
+#include <vector>
+#include <deque>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps::core {
+
+class ThreadPool {
+ public:
+  // num_threads == 0 means std::thread::hardware_concurrency().
+  explicit ThreadPool(size_t num_threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  size_t num_threads() const { return threads_.size(); }
+
+  // Runs `job` on a pool thread, some time later.
+  void Submit(std::function<void()> job);
+
+  // Runs fn(i) for i in [0, num_tasks) on the pool and the calling thread; returns
+  // when all are done. Which thread runs which task is unspecified, so callers that
+  // need results independent of the thread count give each task fixed work.
+  void ParallelFor(size_t num_tasks, const std::function<void(size_t)>& fn);
+
+ private:
+  void WorkerLoop();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ps::core

@@ -1,0 +1,529 @@
+#include "server/flags.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <climits>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "aggregators/aggregator.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+// The build may pass the project version; the fallback keeps a plain compile working.
+#ifndef PS_SERVER_VERSION
+#define PS_SERVER_VERSION "0.1.0"
+#endif
+
+namespace ps::server {
+namespace {
+
+constexpr char kProgram[] = "ps-server";
+constexpr int kUsageExitCode = 2;
+
+// --some-name -> PS_SOME_NAME.
+std::string EnvName(const std::string& long_name) {
+  std::string env = absl::StrCat("PS_", long_name);
+  for (char& c : env) c = c == '-' ? '_' : absl::ascii_toupper(static_cast<unsigned char>(c));
+  return env;
+}
+
+// An unset and an empty variable both mean "not given" (CLI11 treats them alike).
+std::optional<std::string> GetEnv(const std::string& name) {
+  const char* value = std::getenv(name.c_str());
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+// Fields that are stored with another type than the flag parses into.
+struct RawValues {
+  int64_t round_deadline_ms = 0;
+  int64_t drain_timeout_ms = 0;
+};
+
+// CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
+// operator writing --workers=010 means ten. Only plain decimal is accepted.
+CLI::Validator DecimalInteger() {
+  return CLI::Validator(
+      [](std::string& value) -> std::string {
+        std::string_view digits = value;
+        if (!digits.empty() && (digits.front() == '-' || digits.front() == '+')) {
+          digits.remove_prefix(1);
+        }
+        const bool all_digits =
+            !digits.empty() && std::all_of(digits.begin(), digits.end(), [](char c) {
+              return std::isdigit(static_cast<unsigned char>(c)) != 0;
+            });
+        if (!all_digits) return absl::StrCat("'", value, "' is not a decimal integer");
+        if (digits.size() > 1 && digits.front() == '0') {
+          return absl::StrCat("'", value, "' has a leading zero (write a plain decimal number)");
+        }
+        return std::string();
+      },
+      /*validator_desc=*/"", /*validator_name=*/"DECIMAL");
+}
+
+// The help shows, for every option, its type, its default and its variable; CLI11's
+// stock formatter leaves out the default of flags and of empty values.
+class HelpFormatter final : public CLI::Formatter {
+ public:
+  HelpFormatter() { column_width(kNameWidth); }
+
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    std::string out;
+    if (opt->get_type_size() != 0 && !opt->get_type_name().empty()) {
+      absl::StrAppend(&out, " ", opt->get_type_name());
+    }
+    return out;
+  }
+
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    // Words of the description, then the annotations, each kept on one line.
+    std::vector<std::string> tokens;
+    std::istringstream words(opt->get_description());
+    for (std::string word; words >> word;) tokens.push_back(word);
+    if (opt->get_configurable()) {
+      std::string def = opt->get_default_str();
+      if (opt->get_type_size() == 0) {
+        def = def.empty() ? "false" : def;
+      } else if (def.empty() || def == "[]") {
+        def = "none";
+      }
+      tokens.push_back(absl::StrCat("[default: ", def, "]"));
+    }
+    if (!opt->get_envname().empty()) tokens.push_back(absl::StrCat("[env: ", opt->get_envname(), "]"));
+    return Wrap(tokens, kDescriptionWidth);
+  }
+
+ private:
+  static constexpr size_t kNameWidth = 36;
+  static constexpr size_t kDescriptionWidth = 100 - kNameWidth;
+
+  // Joins tokens with spaces, breaking lines before `width`; CLI11 indents the lines
+  // after each '\n' to the description column.
+  static std::string Wrap(const std::vector<std::string>& tokens, size_t width) {
+    std::string out;
+    size_t line = 0;
+    for (const std::string& token : tokens) {
+      if (line > 0 && line + 1 + token.size() > width) {
+        out += '\n';
+        line = 0;
+      } else if (line > 0) {
+        out += ' ';
+        ++line;
+      }
+      out += token;
+      line += token.size();
+    }
+    return out;
+  }
+};
+
+// The text of `line` before a '#' that is not inside a quoted string.
+std::string_view StripComment(std::string_view line) {
+  char quote = '\0';
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quote != '\0') {
+      if (c == quote) quote = '\0';
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else if (c == '#') {
+      return line.substr(0, i);
+    }
+  }
+  return line;
+}
+
+std::string_view Trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t\r");
+  if (begin == std::string_view::npos) return std::string_view();
+  return s.substr(begin, s.find_last_not_of(" \t\r") - begin + 1);
+}
+
+// CLI11 2.1 reads an array that spans lines only when its first element is on the
+// key's line, and keeps an empty element for a trailing comma. Rewrites every array
+// value onto one line without the trailing comma so that the usual TOML layouts
+//   peers = [
+//     "ps-0:7070",
+//     "ps-1:7070",
+//   ]
+// work. Other lines pass through unchanged.
+std::string NormalizeArrays(std::istream& input) {
+  std::string out;
+  for (std::string line; std::getline(input, line);) {
+    std::string_view code = Trim(StripComment(line));
+    const size_t eq = code.find('=');
+    const std::string_view value =
+        eq == std::string_view::npos ? std::string_view() : Trim(code.substr(eq + 1));
+    if (value.empty() || value.front() != '[') {
+      absl::StrAppend(&out, line, "\n");
+      continue;
+    }
+    std::string joined(code);
+    for (std::string next; joined.find(']') == std::string::npos && std::getline(input, next);) {
+      absl::StrAppend(&joined, " ", std::string(Trim(StripComment(next))));
+    }
+    if (const size_t close = joined.rfind(']'); close != std::string::npos) {
+      size_t before = joined.find_last_not_of(" \t", close == 0 ? 0 : close - 1);
+      if (before != std::string::npos && joined[before] == ',') joined.erase(before, 1);
+    }
+    absl::StrAppend(&out, joined, "\n");
+  }
+  return out;
+}
+
+// TOML reader that (a) makes a set PS_* variable win over the file, which CLI11 2.1
+// does not do on its own (it reads the file first and then fills only options still
+// unset from the environment), (b) accepts some_name as well as some-name, and
+// (c) refuses unknown keys, repeated keys and tables with a message naming the key.
+class ServerConfigReader final : public CLI::ConfigTOML {
+ public:
+  explicit ServerConfigReader(std::set<std::string> keys) : keys_(std::move(keys)) {}
+
+  std::vector<CLI::ConfigItem> from_config(std::istream& input) const override {
+    std::istringstream normalized(NormalizeArrays(input));
+    std::vector<CLI::ConfigItem> items = CLI::ConfigTOML::from_config(normalized);
+    std::vector<CLI::ConfigItem> kept;
+    std::set<std::string> seen;
+    for (CLI::ConfigItem& item : items) {
+      if (!item.parents.empty()) {
+        const std::string where = item.name == "++" || item.name == "--"
+                                      ? absl::StrCat("table [", absl::StrJoin(item.parents, "."), "]")
+                                      : absl::StrCat("dotted key \"", item.fullname(), "\"");
+        throw CLI::ConfigError(absl::StrCat(
+            where, " is not supported: write flat keys such as `workers = 6`"));
+      }
+      std::replace(item.name.begin(), item.name.end(), '_', '-');
+      if (keys_.count(item.name) == 0) {
+        throw CLI::ConfigError(
+            absl::StrCat("unknown key \"", item.name, "\" (keys are the long flag names, see --help)"));
+      }
+      if (!seen.insert(item.name).second) {
+        throw CLI::ConfigError(absl::StrCat("key \"", item.name, "\" is given more than once"));
+      }
+      if (GetEnv(EnvName(item.name)).has_value()) continue;  // the environment wins
+      // `peers = []`: CLI11 would demand a value; an empty list is the default anyway.
+      if (item.inputs.empty()) continue;
+      kept.push_back(std::move(item));
+    }
+    used_ = kept;
+    return kept;
+  }
+
+  // The items handed to the parser by the last from_config (to blame a bad value).
+  const std::vector<CLI::ConfigItem>& used_items() const { return used_; }
+
+ private:
+  std::set<std::string> keys_;
+  mutable std::vector<CLI::ConfigItem> used_;
+};
+
+// Declares every flag of ps-server on `app`, bound to `options` and `raw`. Returns the
+// long names of the configurable ones (= config keys; PS_ + upper snake = variables).
+// `with_env` is off for the scratch parsers that check a single value.
+std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues& raw,
+                                     bool with_env) {
+  std::vector<std::string> names;
+  auto finish = [&](CLI::Option* opt, const char* group, const std::string& name) {
+    opt->group(group);
+    if (with_env) opt->envname(EnvName(name));
+    names.push_back(name);
+    return opt;
+  };
+  auto add = [&](const char* group, const std::string& name, auto& var, const std::string& desc) {
+    CLI::Option* opt = app.add_option("--" + name, var, desc)->capture_default_str();
+    using T = std::remove_reference_t<decltype(var)>;
+    if constexpr (std::is_integral_v<T>) opt->check(DecimalInteger());
+    return finish(opt, group, name);
+  };
+  auto add_flag = [&](const char* group, const std::string& name, bool& var,
+                      const std::string& desc) {
+    CLI::Option* opt = app.add_flag("--" + name, var, desc);
+    opt->default_str(var ? "true" : "false");
+    return finish(opt, group, name);
+  };
+
+  raw.round_deadline_ms = o.round_deadline.count();
+  raw.drain_timeout_ms = o.drain_timeout.count();
+
+  add("Network", "host", o.host,
+      "Address to listen on. Anything but 127.0.0.0/8, ::1 or localhost needs "
+      "--allow-insecure-remote")
+      ->type_name("ADDRESS");
+  add("Network", "port", o.port, "TCP port; 0 picks a free one (see --port-file)")
+      ->check(CLI::Range(0, 65535).description(""));
+  add("Network", "port-file", o.port_file,
+      "Write the bound port to this file (atomically) once serving")
+      ->type_name("PATH");
+  add_flag("Network", "allow-insecure-remote", o.allow_insecure_remote,
+           "Permit a non-loopback --host without TLS (insecure; explicit opt-in)");
+  add("Network", "max-message-bytes", o.max_message_bytes,
+      "Largest gRPC message accepted or sent, in bytes, in [65536, 1073741824]");
+
+  add("Topology", "shard-id", o.shard_id,
+      "This shard's index in [0, num-shards); -1 takes it from the host name's trailing "
+      "-N (Kubernetes StatefulSet pod index; $HOSTNAME, else gethostname())");
+  add("Topology", "num-shards", o.num_shards, "Number of shards, in [1, 1024]");
+  add("Topology", "peers", o.peers,
+      "host:port of every shard, comma-separated, indexed by shard id (empty with one "
+      "shard)")
+      ->delimiter(',')
+      ->type_name("HOST:PORT,...");
+
+  add("Rounds", "workers", o.num_workers, "n: workers expected in every round");
+  add("Rounds", "byzantine", o.num_byzantine, "f: Byzantine workers tolerated (< n)");
+  add("Rounds", "quorum", o.quorum,
+      "Pushes needed to close a round at its deadline, in [1, n]; 0 means n - f");
+  add("Rounds", "round-deadline-ms", raw.round_deadline_ms,
+      "A slice's round closes this long after its first push if the quorum is there");
+
+  add("Aggregation", "aggregator", o.aggregator,
+      absl::StrCat("Robust aggregation rule: ",
+                   absl::StrJoin(aggregators::AggregatorNames(), ", ")));
+  add("Aggregation", "multi-krum-m", o.multi_krum_m,
+      "Multi-Krum: inputs averaged; 0 means inputs - f");
+  add("Aggregation", "krum-neighbours", o.krum_neighbours,
+      "Krum neighbour count: paper (n - f - 2) or byzfl (n - f - 1)")
+      ->check(CLI::IsMember({"paper", "byzfl"}));
+  add("Aggregation", "even-median", o.even_median, "Median of an even count")
+      ->check(CLI::IsMember({"midpoint", "lower", "upper"}));
+
+  add_flag("Optimizer", "aggregate-only", o.aggregate_only,
+           "Publish the aggregated gradient instead of applying SGD on the shard");
+  add("Optimizer", "lr", o.learning_rate, "SGD learning rate (finite, > 0)");
+  add("Optimizer", "momentum", o.momentum, "SGD momentum, in [0, 1)");
+  add("Optimizer", "weight-decay", o.weight_decay, "L2 weight decay (finite, >= 0)");
+
+  add("Resources", "threads", o.threads, "Aggregation threads; 0 means one per core");
+  add("Resources", "drain-timeout-ms", raw.drain_timeout_ms,
+      "On SIGTERM, how long open rounds and pulls may take to finish before exit");
+
+  add("Logging", "log-level", o.log_level, "Minimum level logged")
+      ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
+  add("Logging", "log-format", o.log_format,
+      "plain (human-readable) or json (one object per line)")
+      ->check(CLI::IsMember({"plain", "json"}));
+  return names;
+}
+
+// Parses one value for one flag on a fresh parser, to find out whether that value is
+// the one CLI11 choked on. Returns the error, or nothing when the value is fine.
+std::optional<std::string> CheckAlone(const std::string& name,
+                                      const std::vector<std::string>& values) {
+  CLI::App app(kProgram);
+  ServerOptions scratch;
+  RawValues raw;
+  DefineFlags(app, scratch, raw, /*with_env=*/false);
+  const std::string arg = absl::StrCat("--", name, "=", absl::StrJoin(values, ","));
+  const char* const argv[] = {kProgram, arg.c_str()};
+  try {
+    app.parse(2, argv);
+  } catch (const CLI::ParseError& e) {
+    return std::string(e.what());
+  }
+  return std::nullopt;
+}
+
+// After a failed parse: the first PS_* variable, then the first config key, whose
+// value does not parse alone, as a message naming the variable or key.
+std::optional<std::string> BlameSource(const std::vector<std::string>& names,
+                                       const ServerConfigReader& reader,
+                                       const std::string& config_file) {
+  for (const std::string& name : names) {
+    const std::string env = EnvName(name);
+    const std::optional<std::string> value = GetEnv(env);
+    if (!value.has_value()) continue;
+    if (auto error = CheckAlone(name, {*value})) {
+      return absl::StrCat("environment variable ", env, "=\"", *value, "\": ", *error);
+    }
+  }
+  for (const CLI::ConfigItem& item : reader.used_items()) {
+    if (auto error = CheckAlone(item.name, item.inputs)) {
+      return absl::StrCat("config file ", config_file, ", key \"", item.name, "\": ", *error);
+    }
+  }
+  return std::nullopt;
+}
+
+FlagsResult Exit(int code, std::string message) {
+  FlagsResult result;
+  result.exit_now = true;
+  result.exit_code = code;
+  result.message = std::move(message);
+  return result;
+}
+
+FlagsResult UsageError(absl::string_view what) {
+  return Exit(kUsageExitCode,
+              absl::StrCat(kProgram, ": ", what, "\nRun with --help for the list of flags.\n"));
+}
+
+std::string LocalHostname() {
+  if (std::optional<std::string> env = GetEnv("HOSTNAME")) return *env;
+  char buf[HOST_NAME_MAX + 1] = {};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return std::string();
+  return std::string(buf);
+}
+
+bool HasFlag(int argc, const char* const* argv, std::string_view flag) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (arg == flag || (arg.size() > flag.size() && arg.substr(0, flag.size()) == flag &&
+                        arg[flag.size()] == '=')) {
+      return true;
+    }
+  }
+  return false;
+}
+
+FlagsResult ParseOrExit(int argc, const char* const* argv) {
+  FlagsResult result;
+  RawValues raw;
+  CLI::App app(
+      "ps-server: one shard of a parameter server with Byzantine-robust aggregation.\n"
+      "Every flag can also be set by its PS_* environment variable or by its long name as\n"
+      "a key in the --config TOML file; precedence is flag > environment > file > default.",
+      kProgram);
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.set_version_flag("--version", ServerVersionString(), "Print the version and exit");
+  app.get_help_ptr()->description("Print this help and exit");
+
+  const std::vector<std::string> names = DefineFlags(app, result.options, raw, /*with_env=*/true);
+  auto reader = std::make_shared<ServerConfigReader>(std::set<std::string>(names.begin(), names.end()));
+  app.config_formatter(reader);
+  app.allow_config_extras(CLI::config_extras_mode::error);
+  app.set_config("--config", "",
+                 "TOML file with flag values (keys: long flag names); see docs/configuration.md")
+      ->envname("PS_CONFIG")
+      ->type_name("FILE");
+
+  // CLI11 reads the config file before it looks at the environment, so it would never
+  // see PS_CONFIG; passing it as the flag (when the flag is absent) keeps the same
+  // precedence and makes a missing file an error, as with --config.
+  std::vector<const char*> args(argv, argv + argc);
+  const std::optional<std::string> env_config = GetEnv("PS_CONFIG");
+  if (env_config.has_value() && !HasFlag(argc, argv, "--config")) {
+    args.push_back("--config");
+    args.push_back(env_config->c_str());
+  }
+
+  try {
+    app.parse(static_cast<int>(args.size()), args.data());
+  } catch (const CLI::CallForHelp&) {
+    return Exit(0, app.help());
+  } catch (const CLI::CallForAllHelp&) {
+    return Exit(0, app.help("", CLI::AppFormatMode::All));
+  } catch (const CLI::CallForVersion& e) {
+    return Exit(0, absl::StrCat(e.what(), "\n"));
+  } catch (const CLI::ExtrasError&) {
+    return UsageError(absl::StrCat("unknown flag or unexpected argument: ",
+                                   absl::StrJoin(app.remaining(), " ")));
+  } catch (const CLI::FileError& e) {
+    return UsageError(absl::StrCat("--config: ", e.what()));
+  } catch (const CLI::ParseError& e) {
+    std::string config_file;
+    if (const CLI::Option* config = app.get_config_ptr(); config != nullptr && config->count() > 0) {
+      config_file = config->as<std::string>();
+    }
+    if (dynamic_cast<const CLI::ConfigError*>(&e) != nullptr) {
+      return UsageError(absl::StrCat("config file ", config_file, ": ", e.what()));
+    }
+    if (std::optional<std::string> blamed = BlameSource(names, *reader, config_file)) {
+      return UsageError(*blamed);
+    }
+    return UsageError(e.what());
+  }
+
+  ServerOptions& o = result.options;
+  o.round_deadline = std::chrono::milliseconds(raw.round_deadline_ms);
+  o.drain_timeout = std::chrono::milliseconds(raw.drain_timeout_ms);
+
+  std::string resolved_from;
+  if (o.shard_id == -1) {
+    const std::string hostname = LocalHostname();
+    absl::StatusOr<int> id = ShardIdFromHostname(hostname);
+    if (!id.ok()) return UsageError(absl::StrCat("--shard-id=-1: ", id.status().message()));
+    o.shard_id = *id;
+    resolved_from = absl::StrCat("taken from host name \"", hostname, "\"");
+  }
+
+  if (absl::Status status = o.Validate(); !status.ok()) {
+    // Validate names the flag ("--momentum=1.5 ..."); say where the value came from,
+    // since with a ConfigMap and a Deployment's env the operator may not know.
+    const std::string message(status.message());
+    std::string source;
+    if (absl::StartsWith(message, "--")) {
+      const std::string name = message.substr(2, message.find_first_of("= ") - 2);
+      const bool from_reader = std::any_of(
+          reader->used_items().begin(), reader->used_items().end(),
+          [&](const CLI::ConfigItem& item) { return item.name == name; });
+      if (name == "shard-id" && !resolved_from.empty()) {
+        source = resolved_from;
+      } else if (HasFlag(argc, argv, "--" + name)) {
+        source = "";  // on the command line: the user just typed it
+      } else if (GetEnv(EnvName(name)).has_value()) {
+        source = absl::StrCat("from environment variable ", EnvName(name));
+      } else if (from_reader && app.get_config_ptr()->count() > 0) {
+        source = absl::StrCat("from config file ", app.get_config_ptr()->as<std::string>());
+      } else {
+        source = "the default";
+      }
+    }
+    return UsageError(absl::StrCat("invalid configuration: ", message,
+                                   source.empty() ? "" : absl::StrCat(" [", source, "]")));
+  }
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<int> ShardIdFromHostname(std::string_view hostname) {
+  // A pod's FQDN is <pod>.<service>.<namespace>...; the index is on the first label.
+  const std::string_view label = hostname.substr(0, hostname.find('.'));
+  const size_t dash = label.rfind('-');
+  const std::string_view suffix =
+      dash == std::string_view::npos ? std::string_view() : label.substr(dash + 1);
+  int id = 0;
+  const bool numeric = !suffix.empty() && suffix.size() <= 9 &&
+                       std::all_of(suffix.begin(), suffix.end(),
+                                   [](char c) { return c >= '0' && c <= '9'; }) &&
+                       absl::SimpleAtoi(absl::string_view(suffix.data(), suffix.size()), &id);
+  if (!numeric) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host name \"", std::string(hostname),
+        "\" does not end in -N (a StatefulSet pod index such as ps-server-3); pass "
+        "--shard-id explicitly"));
+  }
+  return id;
+}
+
+std::string ServerVersionString() { return absl::StrCat(kProgram, " ", PS_SERVER_VERSION); }
+
+FlagsResult ParseServerFlags(int argc, const char* const* argv) {
+  try {
+    return ParseOrExit(argc, argv);
+  } catch (const std::exception& e) {
+    // CLI11 construction errors and allocation failures: report, never propagate.
+    return UsageError(absl::StrCat("internal error while parsing flags: ", e.what()));
+  }
+}
+
+}  // namespace ps::server

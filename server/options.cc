@@ -1,0 +1,215 @@
+#include "server/options.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+
+namespace ps::server {
+namespace {
+
+constexpr uint32_t kMaxShards = 1024;
+constexpr uint32_t kMinMessageBytes = 64u << 10;
+constexpr uint32_t kMaxMessageBytes = 1u << 30;
+constexpr uint32_t kMaxThreads = 4096;
+
+// Floats print in their shortest round-trip form so that the summary is the same on
+// every shard for the same flag value ("0.1", not "0.100000001").
+std::string ShortFloat(float value) {
+  std::array<char, 64> buf{};
+  auto [end, ec] = std::to_chars(buf.data(), buf.data() + buf.size(), value);
+  if (ec != std::errc()) return "?";
+  return std::string(buf.data(), end);
+}
+
+absl::Status Invalid(absl::string_view field, absl::string_view flag, absl::string_view value,
+                     absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, "=", value, " (", field, "): ", why));
+}
+
+bool OneOf(std::string_view value, std::initializer_list<std::string_view> allowed) {
+  for (std::string_view a : allowed) {
+    if (value == a) return true;
+  }
+  return false;
+}
+
+absl::Status CheckPeer(size_t index, const std::string& peer) {
+  auto bad = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("--peers entry ", index, " \"", peer,
+                                                   "\": ", why, " (want host:port)"));
+  };
+  const size_t colon = peer.rfind(':');
+  if (colon == std::string::npos) return bad("no port");
+  std::string_view host(peer.data(), colon);
+  const std::string_view port(peer.data() + colon + 1, peer.size() - colon - 1);
+  if (!host.empty() && host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return bad("unbalanced brackets");
+    host = host.substr(1, host.size() - 2);
+  } else if (host.find(':') != std::string_view::npos) {
+    return bad("an IPv6 address must be written in brackets, e.g. [::1]:7070");
+  }
+  if (host.empty()) return bad("empty host");
+  if (port.empty()) return bad("empty port");
+  uint32_t value = 0;
+  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (ec != std::errc() || end != port.data() + port.size()) return bad("port is not a number");
+  if (value < 1 || value > 65535) return bad("port out of range [1, 65535]");
+  return absl::OkStatus();
+}
+
+// 127.0.0.0/8, ::1 (also bracketed and v4-mapped) and "localhost".
+bool IsLoopbackHost(std::string_view host) {
+  std::string bare(host);
+  if (absl::AsciiStrToLower(bare) == "localhost") return true;
+  if (bare.size() >= 2 && bare.front() == '[' && bare.back() == ']') {
+    bare = bare.substr(1, bare.size() - 2);
+  }
+  in_addr v4{};
+  if (inet_pton(AF_INET, bare.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, bare.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    // ::ffff:127.x.y.z is the IPv4 loopback seen through an IPv6 socket.
+    return IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status ServerOptions::Validate() const {
+  // --- network ---
+  if (host.empty()) return Invalid("host", "host", "\"\"", "must not be empty");
+  if (!allow_insecure_remote && !IsLoopbackHost(host)) {
+    return Invalid("host", "host", host,
+                   "binding a non-loopback address without credentials needs "
+                   "--allow-insecure-remote");
+  }
+  if (max_message_bytes < kMinMessageBytes || max_message_bytes > kMaxMessageBytes) {
+    return Invalid("max_message_bytes", "max-message-bytes", absl::StrCat(max_message_bytes),
+                   absl::StrCat("must be in [", kMinMessageBytes, ", ", kMaxMessageBytes,
+                                "] (64 KiB to 1 GiB)"));
+  }
+
+  // --- topology ---
+  if (num_shards < 1 || num_shards > kMaxShards) {
+    return Invalid("num_shards", "num-shards", absl::StrCat(num_shards),
+                   absl::StrCat("must be in [1, ", kMaxShards, "]"));
+  }
+  if (shard_id < 0 || static_cast<uint32_t>(shard_id) >= num_shards) {
+    return Invalid("shard_id", "shard-id", absl::StrCat(shard_id),
+                   absl::StrCat("must be in [0, ", num_shards, ") for --num-shards=", num_shards,
+                                shard_id == -1 ? " (-1 is resolved from the host name by the "
+                                                 "flag parser, not here)"
+                                               : ""));
+  }
+  if (peers.empty()) {
+    if (num_shards != 1) {
+      return Invalid("peers", "peers", "\"\"",
+                     absl::StrCat("--num-shards=", num_shards,
+                                  " needs one host:port per shard, indexed by shard id"));
+    }
+  } else {
+    if (peers.size() != num_shards) {
+      return Invalid("peers", "peers", absl::StrJoin(peers, ","),
+                     absl::StrCat("has ", peers.size(), " entries but --num-shards=", num_shards,
+                                  "; give one host:port per shard, indexed by shard id"));
+    }
+    for (size_t i = 0; i < peers.size(); ++i) PS_RETURN_IF_ERROR(CheckPeer(i, peers[i]));
+  }
+
+  // --- rounds ---
+  if (num_workers < 1) {
+    return Invalid("num_workers", "workers", absl::StrCat(num_workers), "must be at least 1");
+  }
+  if (num_byzantine >= num_workers) {
+    return Invalid("num_byzantine", "byzantine", absl::StrCat(num_byzantine),
+                   absl::StrCat("must be less than --workers=", num_workers));
+  }
+  const uint32_t q = EffectiveQuorum();
+  if (q < 1 || q > num_workers) {
+    return Invalid("quorum", "quorum", absl::StrCat(quorum),
+                   absl::StrCat("must be in [1, --workers=", num_workers, "]"));
+  }
+  if (round_deadline.count() <= 0) {
+    return Invalid("round_deadline", "round-deadline-ms", absl::StrCat(round_deadline.count()),
+                   "must be positive");
+  }
+
+  // --- aggregation ---
+  if (aggregator.empty()) return Invalid("aggregator", "aggregator", "\"\"", "must not be empty");
+  if (multi_krum_m > num_workers) {
+    return Invalid("multi_krum_m", "multi-krum-m", absl::StrCat(multi_krum_m),
+                   absl::StrCat("must be at most --workers=", num_workers,
+                                " (0 means inputs - f)"));
+  }
+  if (!OneOf(krum_neighbours, {"paper", "byzfl"})) {
+    return Invalid("krum_neighbours", "krum-neighbours", krum_neighbours,
+                   "must be \"paper\" (n - f - 2) or \"byzfl\" (n - f - 1)");
+  }
+  if (!OneOf(even_median, {"midpoint", "lower", "upper"})) {
+    return Invalid("even_median", "even-median", even_median,
+                   "must be \"midpoint\", \"lower\" or \"upper\"");
+  }
+
+  // --- optimizer ---
+  if (!aggregate_only && !(std::isfinite(learning_rate) && learning_rate > 0.0f)) {
+    return Invalid("learning_rate", "lr", ShortFloat(learning_rate),
+                   "must be finite and positive (unless --aggregate-only)");
+  }
+  if (!(std::isfinite(momentum) && momentum >= 0.0f && momentum < 1.0f)) {
+    return Invalid("momentum", "momentum", ShortFloat(momentum), "must be in [0, 1)");
+  }
+  if (!(std::isfinite(weight_decay) && weight_decay >= 0.0f)) {
+    return Invalid("weight_decay", "weight-decay", ShortFloat(weight_decay),
+                   "must be finite and non-negative");
+  }
+
+  // --- resources and lifecycle ---
+  if (threads > kMaxThreads) {
+    return Invalid("threads", "threads", absl::StrCat(threads),
+                   absl::StrCat("must be at most ", kMaxThreads, " (0 means one per core)"));
+  }
+  if (drain_timeout.count() < 0) {
+    return Invalid("drain_timeout", "drain-timeout-ms", absl::StrCat(drain_timeout.count()),
+                   "must not be negative");
+  }
+
+  // --- logging ---
+  if (!OneOf(log_level, {"trace", "debug", "info", "warn", "error"})) {
+    return Invalid("log_level", "log-level", log_level,
+                   "must be one of trace, debug, info, warn, error");
+  }
+  if (!OneOf(log_format, {"plain", "json"})) {
+    return Invalid("log_format", "log-format", log_format, "must be \"plain\" or \"json\"");
+  }
+  return absl::OkStatus();
+}
+
+std::string ServerOptions::ConsistencySummary() const {
+  // Field order and spelling are part of the peer check: change them only together
+  // with every shard (a mismatch makes shards refuse each other).
+  return absl::StrCat("workers=", num_workers, " f=", num_byzantine, " quorum=", EffectiveQuorum(),
+                      " aggregator=", aggregator, " multi_krum_m=", multi_krum_m,
+                      " krum_neighbours=", krum_neighbours, " even_median=", even_median,
+                      " aggregate_only=", aggregate_only ? "true" : "false",
+                      " lr=", ShortFloat(learning_rate), " momentum=", ShortFloat(momentum),
+                      " weight_decay=", ShortFloat(weight_decay), " num_shards=", num_shards);
+}
+
+}  // namespace ps::server

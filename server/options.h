@@ -1,0 +1,87 @@
+// ServerOptions: everything a ps-server shard is configured with. Filled from flags,
+// PS_* environment variables and a TOML file by ParseServerFlags() (flags.h), or
+// directly by tests and embedders. Plain data; Validate() says what is wrong.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ps::server {
+
+struct ServerOptions {
+  // --- network ---
+  // Address to listen on. Without credentials only loopback addresses are allowed
+  // unless allow_insecure_remote is set.
+  std::string host = "127.0.0.1";
+  // TCP port; 0 picks a free one (see port_file).
+  uint16_t port = 7070;
+  // When set, the bound port is written here (atomically) once serving.
+  std::string port_file;
+  // Permit a non-loopback listen address without TLS (insecure; explicit opt-in).
+  bool allow_insecure_remote = false;
+  // Largest gRPC message accepted or sent. Must hold one slice plus headers.
+  uint32_t max_message_bytes = 8u << 20;
+
+  // --- topology ---
+  // This shard's index in [0, num_shards). -1: take it from the host name's
+  // trailing "-N" (a Kubernetes StatefulSet pod index).
+  int shard_id = 0;
+  uint32_t num_shards = 1;
+  // "host:port" of every shard, indexed by shard id (this shard's own entry is
+  // ignored). Empty with one shard.
+  std::vector<std::string> peers;
+
+  // --- rounds ---
+  // n: workers expected in every round.
+  uint32_t num_workers = 1;
+  // f: Byzantine workers tolerated.
+  uint32_t num_byzantine = 0;
+  // Pushes needed to close a round at its deadline; 0 means n - f.
+  uint32_t quorum = 0;
+  // A round of a slice closes this long after its first push if the quorum is there
+  // (otherwise as soon as it is).
+  std::chrono::milliseconds round_deadline{5000};
+
+  // --- aggregation ---
+  std::string aggregator = "mean";
+  // Multi-Krum: inputs averaged; 0 means k - f.
+  uint32_t multi_krum_m = 0;
+  // Krum neighbour count: "paper" (n - f - 2) or "byzfl" (n - f - 1).
+  std::string krum_neighbours = "paper";
+  // Median of an even count: "midpoint", "lower" or "upper".
+  std::string even_median = "midpoint";
+
+  // --- optimizer ---
+  // Publish the aggregated gradient instead of applying SGD on the shard.
+  bool aggregate_only = false;
+  float learning_rate = 0.1f;
+  float momentum = 0.9f;
+  float weight_decay = 0.0f;
+
+  // --- resources and lifecycle ---
+  // Aggregation threads; 0 means one per core.
+  uint32_t threads = 0;
+  // On SIGTERM: how long to let open rounds close and pulls finish before exit.
+  std::chrono::milliseconds drain_timeout{10000};
+
+  // --- logging ---
+  std::string log_level = "info";   // trace, debug, info, warn, error
+  std::string log_format = "plain";  // plain or json
+
+  // Pushes that close a round at its deadline: quorum, or n - f when 0.
+  uint32_t EffectiveQuorum() const { return quorum != 0 ? quorum : num_workers - num_byzantine; }
+
+  // Checks ranges and consistency (not the aggregation rule's bound, which
+  // MakeAggregator checks); the message names the offending field and value.
+  absl::Status Validate() const;
+
+  // One line listing what every shard must agree on (workers, f, quorum, rule and
+  // its switches, mode, optimizer), used by the peer check.
+  std::string ConsistencySummary() const;
+};
+
+}  // namespace ps::server

@@ -1,0 +1,256 @@
+#include <memory>
+#include <set>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/service_internal.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+uint64_t Fingerprint(std::string_view text) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+namespace {
+
+grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  reactor->Finish(ToGrpc(s));
+  return reactor;
+}
+
+// Streams the requested slices of one Pull, each once it reaches the wanted version,
+// most urgent first among those ready. Watch callbacks may fire on any thread, so
+// the reactor's mutable state sits behind a mutex in a shared block that outlives
+// the reactor (grpc deletes the reactor in OnDone; late callbacks then find it gone).
+class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
+ public:
+  PullReactor(Shard* shard, const v1::PullRequest& req) : shard_(shard) {
+    state_ = std::make_shared<State>();
+    state_->reactor = this;
+    state_->remaining = static_cast<size_t>(req.slice_ids_size());
+    for (uint32_t id : req.slice_ids()) {
+      std::weak_ptr<State> weak = state_;
+      const int32_t priority = shard->SlicePriority(id);
+      shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
+        if (auto st = weak.lock()) st->OnReady(id, priority, ok);
+      });
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&state_->mu);
+    state_->write_in_flight = false;
+    if (!ok) {
+      state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull stream broken"));
+      return;
+    }
+    state_->NextLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&state_->mu);
+    state_->cancelled = true;
+    if (!state_->write_in_flight) {
+      state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
+    }
+  }
+
+  void OnDone() override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->reactor = nullptr;
+    }
+    delete this;
+  }
+
+ private:
+  struct State {
+    absl::Mutex mu;
+    PullReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    std::set<std::pair<int32_t, uint32_t>> ready ABSL_GUARDED_BY(mu);  // (priority, slice)
+    size_t remaining ABSL_GUARDED_BY(mu) = 0;  // slices not yet written
+    bool write_in_flight ABSL_GUARDED_BY(mu) = false;
+    bool finished ABSL_GUARDED_BY(mu) = false;
+    bool cancelled ABSL_GUARDED_BY(mu) = false;
+    bool shutting_down ABSL_GUARDED_BY(mu) = false;
+    v1::PullResponse response ABSL_GUARDED_BY(mu);
+
+    void OnReady(uint32_t id, int32_t priority, bool ok) {
+      absl::MutexLock lock(&mu);
+      if (reactor == nullptr || finished) return;
+      if (!ok) {
+        shutting_down = true;
+      } else {
+        ready.emplace(priority, id);
+      }
+      if (!write_in_flight) NextLocked();
+    }
+
+    // Starts the next write, or finishes when nothing is left to do.
+    void NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      if (finished || reactor == nullptr) return;
+      if (cancelled) {
+        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
+        return;
+      }
+      if (!ready.empty()) {
+        const uint32_t id = ready.begin()->second;
+        ready.erase(ready.begin());
+        SliceSnapshot snap = reactor->shard_->Snapshot(id);
+        response.set_slice_id(id);
+        response.set_version(snap.version);
+        response.set_values(*snap.values);
+        --remaining;
+        write_in_flight = true;
+        reactor->StartWrite(&response);
+        return;
+      }
+      if (remaining == 0) {
+        FinishLocked(grpc::Status::OK);
+      } else if (shutting_down) {
+        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard is shutting down"));
+      }
+    }
+
+    void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+      if (finished || reactor == nullptr) return;
+      finished = true;
+      reactor->Finish(s);
+    }
+  };
+
+  Shard* const shard_;
+  std::shared_ptr<State> state_;
+};
+
+// A reactor that refuses at once (bad session, layout or slice list).
+class RefusedPull final : public grpc::ServerWriteReactor<v1::PullResponse> {
+ public:
+  explicit RefusedPull(const absl::Status& s) { Finish(ToGrpc(s)); }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* ctx,
+                                                  const v1::JoinRequest* req,
+                                                  v1::JoinResponse* resp) {
+  absl::StatusOr<JoinResult> r = shard_->Join(req->worker_id(), req->layout_hash());
+  if (!r.ok()) return Reply(ctx, r.status());
+  const ServerOptions& o = shard_->options();
+  resp->set_session(r->session);
+  resp->set_shard_id(shard_->shard_id());
+  resp->set_num_shards(o.num_shards);
+  resp->set_num_workers(o.num_workers);
+  resp->set_layout_registered(r->layout_registered);
+  resp->set_ready(r->ready);
+  resp->set_version(r->version);
+  resp->set_aggregator(o.aggregator);
+  resp->set_aggregate_only(o.aggregate_only);
+  return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServerContext* ctx,
+                                                            const v1::RegisterLayoutRequest* req,
+                                                            v1::RegisterLayoutResponse* resp) {
+  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  if (!worker.ok()) return Reply(ctx, worker.status());
+  std::vector<core::TensorSpec> tensors;
+  tensors.reserve(static_cast<size_t>(req->layout().tensors_size()));
+  for (const v1::TensorSpec& t : req->layout().tensors()) {
+    tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority()});
+  }
+  absl::StatusOr<core::ModelLayout> layout = core::ModelLayout::Create(
+      std::move(tensors), req->layout().slice_elems(), req->layout().num_shards());
+  if (!layout.ok()) {
+    return Reply(ctx, absl::InvalidArgumentError(
+                          absl::StrCat("invalid layout: ", layout.status().message())));
+  }
+  absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(*worker, *layout);
+  resp->set_layout_hash(layout->hash());
+  if (!owned.ok()) return Reply(ctx, owned.status());
+  for (uint32_t id : *owned) resp->add_owned_slices(id);
+  return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerContext* ctx,
+                                                       const v1::InitSliceRequest* req,
+                                                       v1::InitSliceResponse* /*resp*/) {
+  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  if (!worker.ok()) return Reply(ctx, worker.status());
+  return Reply(ctx, shard_->InitSlice(*worker, req->layout_hash(), req->slice_id(), req->values()));
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* ctx,
+                                                  const v1::PushRequest* req,
+                                                  v1::PushResponse* /*resp*/) {
+  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  if (!worker.ok()) return Reply(ctx, worker.status());
+  return Reply(ctx, shard_->Push(*worker, req->layout_hash(), req->round(), req->slice_id(),
+                                 req->codec(), req->payload()));
+}
+
+grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
+    grpc::CallbackServerContext* /*ctx*/, const v1::PullRequest* req) {
+  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  if (!worker.ok()) return new RefusedPull(worker.status());
+  absl::Status valid = shard_->ValidatePull(
+      req->layout_hash(),
+      std::span<const uint32_t>(req->slice_ids().data(), static_cast<size_t>(req->slice_ids_size())));
+  if (!valid.ok()) return new RefusedPull(valid);
+  return new PullReactor(shard_, *req);
+}
+
+grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,
+                                                 const v1::PeerHelloRequest* req,
+                                                 v1::PeerHelloResponse* resp) {
+  resp->set_shard_id(self_.shard_id);
+  resp->set_num_shards(self_.num_shards);
+  resp->set_config_fingerprint(self_.config_fingerprint);
+  resp->set_config_summary(self_.config_summary);
+  resp->set_layout_hash(shard_->layout_hash());
+  if (req->config_fingerprint() != self_.config_fingerprint) {
+    spdlog::error("shard {}: peer shard {} runs another configuration: theirs [{}], ours [{}]",
+                  self_.shard_id, req->shard_id(), req->config_summary(), self_.config_summary);
+  }
+  return Reply(ctx, absl::OkStatus());
+}
+
+absl::Status CheckPeer(const PeerIdentity& self, uint64_t own_layout_hash, uint32_t expected_id,
+                       const v1::PeerHelloResponse& peer) {
+  if (peer.shard_id() != expected_id) {
+    return absl::FailedPreconditionError(absl::StrCat("the peer listed as shard ", expected_id,
+                                                      " says it is shard ", peer.shard_id()));
+  }
+  if (peer.num_shards() != self.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", expected_id, " has num_shards ",
+                                                      peer.num_shards(), ", this shard ",
+                                                      self.num_shards));
+  }
+  if (peer.config_fingerprint() != self.config_fingerprint) {
+    return absl::FailedPreconditionError(absl::StrCat("shard ", expected_id,
+                                                      " runs another configuration: theirs [",
+                                                      peer.config_summary(), "], ours [",
+                                                      self.config_summary, "]"));
+  }
+  if (peer.layout_hash() != 0 && own_layout_hash != 0 && peer.layout_hash() != own_layout_hash) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "shard ", expected_id, " holds layout ", absl::Hex(peer.layout_hash()), ", this shard ",
+        absl::Hex(own_layout_hash)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::server

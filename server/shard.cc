@@ -1,0 +1,579 @@
+#include "server/shard.h"
+
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/fp32_bytes.h"
+#include "core/status.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+namespace {
+
+constexpr size_t kSessionBytes = 16;
+constexpr size_t kMaxCodecSpecBytes = 128;
+constexpr size_t kMaxDistinctCodecs = 64;
+// Room for the fields around a slice's values in one message.
+constexpr uint32_t kMessageOverheadBytes = 4096;
+
+std::shared_ptr<const std::string> Fp32Bytes(std::span<const float> values) {
+  auto s = std::make_shared<std::string>();
+  core::AppendFp32(values, s.get());
+  return s;
+}
+
+}  // namespace
+
+std::string_view RefusalName(Refusal r) {
+  switch (r) {
+    case Refusal::kUnknownSession: return "unknown_session";
+    case Refusal::kBadWorkerId: return "bad_worker_id";
+    case Refusal::kNoLayout: return "no_layout";
+    case Refusal::kLayoutMismatch: return "layout_mismatch";
+    case Refusal::kBadLayout: return "bad_layout";
+    case Refusal::kNotReady: return "not_ready";
+    case Refusal::kUnknownSlice: return "unknown_slice";
+    case Refusal::kWrongShard: return "wrong_shard";
+    case Refusal::kUnknownCodec: return "unknown_codec";
+    case Refusal::kMalformed: return "malformed";
+    case Refusal::kDuplicate: return "duplicate";
+    case Refusal::kLate: return "late";
+    case Refusal::kFutureRound: return "future_round";
+    case Refusal::kShuttingDown: return "shutting_down";
+    case Refusal::kCount: break;
+  }
+  return "unknown";
+}
+
+using Watchers = std::vector<std::pair<uint64_t, std::function<void(bool)>>>;
+
+struct Shard::SliceState {
+  explicit SliceState(const core::SliceInfo& i) : info(i) {}
+
+  const core::SliceInfo info;
+  absl::Mutex mu;
+  // Whether version 0 (the initial value) exists; nothing is published before.
+  bool initialized ABSL_GUARDED_BY(mu) = false;
+  // Published version; round `version` is the open one.
+  uint64_t version ABSL_GUARDED_BY(mu) = 0;
+  std::shared_ptr<const std::string> published ABSL_GUARDED_BY(mu);
+  // Parameters and SGD velocity. Written only by the aggregation of a closed round
+  // (or InitSlice before any round), which nothing else touches meanwhile.
+  std::vector<float> params;
+  std::vector<float> velocity;
+  // Decoded pushes of the open round: worker w at [w * numel, (w + 1) * numel).
+  std::vector<float> inputs;
+  std::vector<uint8_t> pushed ABSL_GUARDED_BY(mu);
+  uint32_t num_pushed ABSL_GUARDED_BY(mu) = 0;
+  // Set when the round is closed and being aggregated: pushes for it are late, and
+  // inputs/params belong to the aggregation.
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  std::optional<core::SteadyTime> deadline ABSL_GUARDED_BY(mu);
+  bool deadline_passed ABSL_GUARDED_BY(mu) = false;
+  Watchers watchers ABSL_GUARDED_BY(mu);
+};
+
+namespace {
+
+// Removes and returns the watchers whose version has been reached.
+Watchers TakeDueWatchers(Shard::SliceState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
+  Watchers due;
+  auto keep = std::stable_partition(s->watchers.begin(), s->watchers.end(),
+                                    [&](const auto& w) { return w.first > s->version; });
+  for (auto it = keep; it != s->watchers.end(); ++it) due.push_back(std::move(*it));
+  s->watchers.erase(keep, s->watchers.end());
+  return due;
+}
+
+}  // namespace
+
+Shard::Shard(const ServerOptions& options, uint32_t shard_id,
+             std::unique_ptr<aggregators::Aggregator> aggregator, core::Clock* clock,
+             core::ThreadPool* pool)
+    : options_(options),
+      shard_id_(shard_id),
+      quorum_(options.EffectiveQuorum()),
+      sgd_{options.learning_rate, options.momentum, options.weight_decay},
+      aggregator_(std::move(aggregator)),
+      clock_(clock),
+      pool_(pool) {
+  session_of_worker_.resize(options_.num_workers);
+  stats_.malformed_by_worker.assign(options_.num_workers, 0);
+}
+
+Shard::~Shard() {
+  // Aggregation jobs reference this object; wait for them (the pool outlives us).
+  while (aggregations_running_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
+
+absl::Status Shard::Refuse(Refusal r, absl::Status status) const {
+  uint64_t count;
+  {
+    absl::MutexLock lock(&stats_mu_);
+    count = ++stats_.refusals[static_cast<size_t>(r)];
+  }
+  // Logarithmic logging: a worker repeating the same fault cannot flood the log.
+  if (std::has_single_bit(count)) {
+    spdlog::warn("shard {}: refused ({}, {} so far): {}", shard_id_, RefusalName(r), count,
+                 std::string(status.message()));
+  } else {
+    spdlog::debug("shard {}: refused ({}): {}", shard_id_, RefusalName(r),
+                  std::string(status.message()));
+  }
+  return status;
+}
+
+absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash) {
+  if (draining_.load()) {
+    return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
+  }
+  if (worker_id >= options_.num_workers) {
+    return Refuse(Refusal::kBadWorkerId,
+                  absl::InvalidArgumentError(absl::StrCat("worker id ", worker_id,
+                                                          " is out of range: this server expects ",
+                                                          options_.num_workers, " workers")));
+  }
+  if (layout_hash == 0) {
+    return Refuse(Refusal::kBadLayout, absl::InvalidArgumentError("join without a layout hash"));
+  }
+  JoinResult result;
+  result.session.resize(kSessionBytes);
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(result.session.data()), kSessionBytes) != 1) {
+    return absl::InternalError("no randomness for a session token");
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (layout_.has_value() && layout_->hash() != layout_hash) {
+      return Refuse(Refusal::kLayoutMismatch,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "layout mismatch: worker ", worker_id, " joins with layout ",
+                        absl::Hex(layout_hash), " but shard ", shard_id_, " holds ",
+                        absl::Hex(layout_->hash()))));
+    }
+    std::string& old = session_of_worker_[worker_id];
+    if (!old.empty()) sessions_.erase(old);
+    old = result.session;
+    sessions_[result.session] = worker_id;
+    result.layout_registered = layout_.has_value();
+    result.ready = result.layout_registered && uninitialized_ == 0;
+  }
+  result.version = MinVersion();
+  spdlog::info("shard {}: worker {} joined (layout {}registered)", shard_id_, worker_id,
+               result.layout_registered ? "" : "not ");
+  return result;
+}
+
+absl::StatusOr<uint32_t> Shard::Authenticate(std::string_view session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(core::AsAbsl(session));
+  if (it == sessions_.end()) {
+    return Refuse(Refusal::kUnknownSession,
+        absl::UnauthenticatedError("unknown session: join (again) first"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
+                                                            const core::ModelLayout& layout) {
+  std::vector<uint32_t> owned;
+  {
+    absl::MutexLock lock(&mu_);
+    if (layout_.has_value()) {
+      if (layout_->hash() == layout.hash()) {
+        return absl::AlreadyExistsError("this layout is already registered");
+      }
+      return Refuse(Refusal::kLayoutMismatch,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "layout mismatch: shard ", shard_id_, " already holds layout ",
+                        absl::Hex(layout_->hash()), "; worker ", worker_id, " offered ",
+                        absl::Hex(layout.hash()))));
+    }
+    if (layout.num_shards() != options_.num_shards) {
+      return Refuse(Refusal::kBadLayout,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "layout is cut for ", layout.num_shards(), " shards but the server has ",
+                        options_.num_shards)));
+    }
+    const uint64_t slice_bytes = uint64_t{layout.slice_elems()} * sizeof(float);
+    if (slice_bytes + kMessageOverheadBytes > options_.max_message_bytes) {
+      return Refuse(Refusal::kBadLayout,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "slice_elems ", layout.slice_elems(), " needs messages of ",
+                        slice_bytes + kMessageOverheadBytes,
+                        " bytes, above --max-message-bytes ", options_.max_message_bytes)));
+    }
+    auto span = layout.SlicesOfShard(shard_id_);
+    owned.assign(span.begin(), span.end());
+    slices_.resize(layout.slices().size());
+    for (uint32_t id : owned) {
+      // Not yet shared with any other thread: no lock needed (and taking one here
+      // would invert the slice -> shard lock order).
+      auto s = std::make_unique<SliceState>(layout.slices()[id]);
+      s->pushed.assign(options_.num_workers, 0);
+      if (options_.aggregate_only) {
+        // No parameters live here; version 0 is an all-zero "aggregate".
+        s->initialized = true;
+        s->published = std::make_shared<const std::string>(size_t{s->info.numel} * sizeof(float), '\0');
+      }
+      slices_[id] = std::move(s);
+    }
+    uninitialized_ = options_.aggregate_only ? 0 : static_cast<uint32_t>(owned.size());
+    layout_ = layout;
+    registered_.store(true, std::memory_order_release);
+  }
+  spdlog::info("shard {}: worker {} registered layout {:x}: {} tensors, {} slices, {} owned",
+               shard_id_, worker_id, layout.hash(), layout.tensors().size(),
+               layout.slices().size(), owned.size());
+  return owned;
+}
+
+absl::StatusOr<Shard::SliceState*> Shard::LookupSlice(uint64_t layout_hash, uint32_t slice_id) {
+  if (!registered_.load(std::memory_order_acquire)) {
+    return Refuse(Refusal::kNoLayout, absl::FailedPreconditionError("no layout registered yet"));
+  }
+  // After registration slices_ and the layout never change, so reading them without
+  // mu_ is safe; the hash is copied for the check.
+  const uint64_t hash = this->layout_hash();
+  if (layout_hash != hash) {
+    return Refuse(Refusal::kLayoutMismatch,
+                  absl::FailedPreconditionError(absl::StrCat("layout mismatch: request names ",
+                                                             absl::Hex(layout_hash), ", shard ",
+                                                             shard_id_, " holds ", absl::Hex(hash))));
+  }
+  if (slice_id >= slices_.size()) {
+    return Refuse(Refusal::kUnknownSlice,
+                  absl::InvalidArgumentError(absl::StrCat("unknown slice ", slice_id, ": the layout has ",
+                                                          slices_.size(), " slices")));
+  }
+  SliceState* s = slices_[slice_id].get();
+  if (s == nullptr) {
+    return Refuse(Refusal::kWrongShard,
+                  absl::InvalidArgumentError(absl::StrCat("slice ", slice_id,
+                                                          " is not owned by shard ", shard_id_)));
+  }
+  return s;
+}
+
+uint64_t Shard::layout_hash() const {
+  absl::MutexLock lock(&mu_);
+  return layout_.has_value() ? layout_->hash() : 0;
+}
+
+absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
+                              std::string_view values) {
+  PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash, slice_id));
+  Watchers wake;
+  {
+    absl::MutexLock lock(&s->mu);
+    if (s->initialized) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("slice ", slice_id, " already has its initial value"));
+    }
+    std::vector<float> params(s->info.numel);
+    if (absl::Status st = core::ParseFp32(values, params, absl::StrCat("initial value of slice ", slice_id));
+        !st.ok()) {
+      return Refuse(Refusal::kMalformed, st);
+    }
+    s->velocity.assign(params.size(), 0.0f);
+    s->published = Fp32Bytes(params);
+    s->params = std::move(params);
+    s->initialized = true;
+    wake = TakeDueWatchers(s);
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (--uninitialized_ == 0) spdlog::info("shard {}: ready (all slices initialized)", shard_id_);
+  }
+  for (auto& [min_version, fn] : wake) fn(true);  // min_version 0 <= version 0 always
+  return absl::OkStatus();
+}
+
+const codecs::Codec* Shard::DecoderFor(std::string_view spec) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = decoders_.find(spec); it != decoders_.end()) return it->second.get();
+  if (spec.size() > kMaxCodecSpecBytes || decoders_.size() >= kMaxDistinctCodecs) return nullptr;
+  auto codec = codecs::MakeCodec(spec);
+  if (!codec.ok()) return nullptr;
+  const codecs::Codec* raw = codec->get();
+  decoders_.emplace(std::string(spec), *std::move(codec));
+  return raw;
+}
+
+absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
+                         uint32_t slice_id, std::string_view codec, std::string_view payload) {
+  if (draining_.load()) {
+    return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
+  }
+  PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash, slice_id));
+  const codecs::Codec* decoder = DecoderFor(codec);
+  if (decoder == nullptr) {
+    auto made = codecs::MakeCodec(codec.substr(0, kMaxCodecSpecBytes));
+    return Refuse(Refusal::kUnknownCodec,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "push from worker ", worker_id, " for slice ", slice_id, ": ",
+                      made.ok() ? "too many distinct codecs" : made.status().message())));
+  }
+  const uint32_t numel = s->info.numel;
+  bool close = false;
+  std::optional<core::SteadyTime> new_deadline;
+  {
+    absl::MutexLock lock(&s->mu);
+    if (!s->initialized) {
+      return Refuse(Refusal::kNotReady,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "slice ", slice_id, " has no initial value yet; pull version 0 first")));
+    }
+    if (round < s->version || (round == s->version && s->closing)) {
+      return Refuse(Refusal::kLate,
+                    absl::OutOfRangeError(absl::StrCat(
+                        "late push from worker ", worker_id, ": round ", round, " of slice ",
+                        slice_id, " is closed (slice is at version ", s->version,
+                        s->closing ? ", aggregating)" : ")")));
+    }
+    if (round > s->version) {
+      return Refuse(Refusal::kFutureRound,
+                    absl::FailedPreconditionError(absl::StrCat(
+                        "push from worker ", worker_id, " for round ", round, " of slice ",
+                        slice_id, " before that round opened (slice is at version ", s->version,
+                        "); pull version ", round, " first")));
+    }
+    if (s->pushed[worker_id]) {
+      return Refuse(Refusal::kDuplicate,
+                    absl::AlreadyExistsError(absl::StrCat("duplicate push from worker ", worker_id,
+                                                          " for round ", round, " of slice ",
+                                                          slice_id)));
+    }
+    if (s->inputs.empty()) s->inputs.resize(size_t{options_.num_workers} * numel);
+    std::span<float> slot(s->inputs.data() + size_t{worker_id} * numel, numel);
+    if (absl::Status st = decoder->Decode(payload, slot); !st.ok()) {
+      {
+        absl::MutexLock stats_lock(&stats_mu_);
+        ++stats_.malformed_by_worker[worker_id];
+      }
+      return Refuse(Refusal::kMalformed,
+                    absl::InvalidArgumentError(absl::StrCat(
+                        "malformed push from worker ", worker_id, " for round ", round,
+                        " of slice ", slice_id, " (codec ", core::AsAbsl(codec.substr(0, kMaxCodecSpecBytes)), "): ", st.message())));
+    }
+    s->pushed[worker_id] = 1;
+    ++s->num_pushed;
+    if (s->num_pushed == options_.num_workers ||
+        (s->deadline_passed && s->num_pushed >= quorum_)) {
+      CloseLocked(s, /*at_deadline=*/s->deadline_passed);
+      close = true;
+    } else if (!s->deadline.has_value()) {
+      s->deadline = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.round_deadline);
+      new_deadline = s->deadline;
+    }
+  }
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.pushes_accepted;
+    stats_.push_bytes += payload.size();
+  }
+  if (new_deadline.has_value() && !close) {
+    std::function<void()> listener;
+    {
+      absl::MutexLock lock(&mu_);
+      deadlines_.emplace(*new_deadline, slice_id);
+      listener = deadline_listener_;
+    }
+    if (listener) listener();
+  }
+  return absl::OkStatus();
+}
+
+void Shard::CloseLocked(SliceState* s, bool at_deadline) {
+  s->closing = true;
+  if (s->deadline.has_value()) {
+    absl::MutexLock lock(&mu_);
+    deadlines_.erase({*s->deadline, s->info.id});
+  }
+  s->deadline.reset();
+  s->deadline_passed = false;
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    if (at_deadline) ++stats_.rounds_closed_at_deadline;
+  }
+  aggregations_running_.fetch_add(1);
+  pool_->Submit([this, s] { Aggregate(s); });
+}
+
+void Shard::Aggregate(SliceState* s) {
+  const uint32_t numel = s->info.numel;
+  std::vector<const float*> rows;
+  uint64_t round;
+  {
+    absl::MutexLock lock(&s->mu);
+    round = s->version;
+    for (uint32_t w = 0; w < options_.num_workers; ++w) {
+      if (s->pushed[w]) rows.push_back(s->inputs.data() + size_t{w} * numel);
+    }
+  }
+  std::vector<float> out(numel);
+  aggregators::AggregationContext ctx;
+  ctx.slice_id = s->info.id;
+  ctx.round = round;
+  ctx.pool = pool_;
+  absl::Status st = aggregator_->Aggregate(rows, out, ctx);
+  if (st.ok() && core::FindNonFinite(out) >= 0) {
+    st = absl::InternalError("aggregate is not finite (inputs overflowed)");
+  }
+  std::shared_ptr<const std::string> values;
+  if (!st.ok()) {
+    // Keep serving: publish the unchanged parameters (or a zero aggregate) so workers
+    // move on, and say loudly that this round was dropped.
+    spdlog::error("shard {}: round {} of slice {} dropped: {}", shard_id_, round, s->info.id,
+                  std::string(st.message()));
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.aggregation_errors;
+  }
+  if (options_.aggregate_only) {
+    if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
+    values = Fp32Bytes(out);
+  } else {
+    if (st.ok()) SgdStep(sgd_, out, s->velocity, s->params);
+    values = Fp32Bytes(s->params);
+  }
+  Watchers wake;
+  {
+    absl::MutexLock lock(&s->mu);
+    ++s->version;
+    std::fill(s->pushed.begin(), s->pushed.end(), 0);
+    s->num_pushed = 0;
+    s->closing = false;
+    s->published = std::move(values);
+    wake = TakeDueWatchers(s);
+  }
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.rounds_closed;
+  }
+  for (auto& [min_version, fn] : wake) fn(true);
+  aggregations_running_.fetch_sub(1);
+}
+
+absl::Status Shard::ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids) {
+  if (slice_ids.empty()) return absl::InvalidArgumentError("pull names no slices");
+  std::vector<uint32_t> sorted(slice_ids.begin(), slice_ids.end());
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return absl::InvalidArgumentError("pull names a slice twice");
+  }
+  for (uint32_t id : sorted) {
+    PS_RETURN_IF_ERROR(LookupSlice(layout_hash, id).status());
+  }
+  return absl::OkStatus();
+}
+
+void Shard::Watch(uint32_t slice_id, uint64_t min_version, std::function<void(bool)> ready) {
+  SliceState* s = slices_[slice_id].get();
+  bool now;
+  {
+    absl::MutexLock lock(&s->mu);
+    now = s->initialized && s->version >= min_version;
+    if (!now && !draining_.load()) {
+      s->watchers.emplace_back(min_version, std::move(ready));
+      return;
+    }
+  }
+  ready(now);
+}
+
+SliceSnapshot Shard::Snapshot(uint32_t slice_id) const {
+  SliceState* s = slices_[slice_id].get();
+  absl::MutexLock lock(&s->mu);
+  return SliceSnapshot{s->version, s->published};
+}
+
+int32_t Shard::SlicePriority(uint32_t slice_id) const { return slices_[slice_id]->info.priority; }
+
+void Shard::Tick(core::SteadyTime now) {
+  std::vector<uint32_t> expired;
+  {
+    absl::MutexLock lock(&mu_);
+    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
+      expired.push_back(deadlines_.begin()->second);
+      deadlines_.erase(deadlines_.begin());
+    }
+  }
+  for (uint32_t id : expired) {
+    SliceState* s = slices_[id].get();
+    absl::MutexLock lock(&s->mu);
+    if (s->closing || !s->deadline.has_value() || *s->deadline > now) continue;
+    s->deadline.reset();
+    if (s->num_pushed >= quorum_) {
+      spdlog::info("shard {}: round {} of slice {} closed at its deadline with {} of {} pushes",
+                   shard_id_, s->version, id, s->num_pushed, options_.num_workers);
+      CloseLocked(s, /*at_deadline=*/true);
+    } else {
+      s->deadline_passed = true;
+      spdlog::warn("shard {}: round {} of slice {} passed its deadline with {} pushes, below the "
+                   "quorum of {}; closing as soon as the quorum is reached",
+                   shard_id_, s->version, id, s->num_pushed, quorum_);
+    }
+  }
+}
+
+std::optional<core::SteadyTime> Shard::NextDeadline() const {
+  absl::MutexLock lock(&mu_);
+  if (deadlines_.empty()) return std::nullopt;
+  return deadlines_.begin()->first;
+}
+
+void Shard::SetDeadlineListener(std::function<void()> listener) {
+  absl::MutexLock lock(&mu_);
+  deadline_listener_ = std::move(listener);
+}
+
+void Shard::Drain(core::Duration timeout) {
+  draining_.store(true);
+  const core::SteadyTime until = std::chrono::steady_clock::now() + timeout;
+  while (aggregations_running_.load() > 0 && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  if (!registered_.load(std::memory_order_acquire)) return;
+  for (auto& s : slices_) {
+    if (s == nullptr) continue;
+    Watchers wake;
+    {
+      absl::MutexLock lock(&s->mu);
+      wake.swap(s->watchers);
+    }
+    for (auto& [min_version, fn] : wake) fn(false);
+  }
+}
+
+bool Shard::layout_registered() const { return registered_.load(std::memory_order_acquire); }
+
+bool Shard::ready() const {
+  absl::MutexLock lock(&mu_);
+  return layout_.has_value() && uninitialized_ == 0;
+}
+
+
+uint64_t Shard::MinVersion() const {
+  if (!registered_.load(std::memory_order_acquire)) return 0;
+  uint64_t v = UINT64_MAX;
+  bool any = false;
+  for (const auto& s : slices_) {
+    if (s == nullptr) continue;
+    absl::MutexLock lock(&s->mu);
+    v = std::min(v, s->version);
+    any = true;
+  }
+  return any ? v : 0;
+}
+
+ShardStats Shard::stats() const {
+  absl::MutexLock lock(&stats_mu_);
+  return stats_;
+}
+
+}  // namespace ps::server

@@ -1,0 +1,191 @@
+// Shard: the state of one ps-server shard, free of any transport. It holds the
+// layout, the sessions of joined workers, and for every slice it owns: the published
+// version and values, the optimizer state, and the pushes of the open round.
+//
+// Round protocol (DESIGN §3), per slice: the round `version` is open; each joined
+// worker may push once; the round closes when all n workers pushed, or once its
+// deadline (first push + round_deadline) passed with at least `quorum` pushes. The
+// closed round is aggregated on the thread pool, the optimizer runs, and version + 1
+// is published to pull watchers. Pushes are decoded and validated on arrival, so a
+// malformed push is refused at once and never reaches the aggregator.
+//
+// Thread safety: all methods may be called concurrently. Watch callbacks run on
+// whichever thread publishes (a pool thread) or inline in Watch(); they must be quick.
+// Ownership: the Shard borrows `clock` and `pool`, which must outlive it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "aggregators/aggregator.h"
+#include "codecs/codec.h"
+#include "core/clock.h"
+#include "core/layout.h"
+#include "core/thread_pool.h"
+#include "server/optimizer.h"
+#include "server/options.h"
+
+namespace ps::server {
+
+// Why a request was refused; each reason has its own counter and gRPC status code
+// (docs/protocol.md).
+enum class Refusal : int {
+  kUnknownSession = 0,   // UNAUTHENTICATED
+  kBadWorkerId,          // INVALID_ARGUMENT
+  kNoLayout,             // FAILED_PRECONDITION
+  kLayoutMismatch,       // FAILED_PRECONDITION
+  kBadLayout,            // INVALID_ARGUMENT
+  kNotReady,             // FAILED_PRECONDITION
+  kUnknownSlice,         // INVALID_ARGUMENT
+  kWrongShard,           // INVALID_ARGUMENT
+  kUnknownCodec,         // INVALID_ARGUMENT
+  kMalformed,            // INVALID_ARGUMENT (decode error, wrong size, NaN/Inf)
+  kDuplicate,            // ALREADY_EXISTS
+  kLate,                 // OUT_OF_RANGE
+  kFutureRound,          // FAILED_PRECONDITION
+  kShuttingDown,         // UNAVAILABLE
+  kCount,
+};
+std::string_view RefusalName(Refusal r);
+
+struct ShardStats {
+  uint64_t pushes_accepted = 0;
+  uint64_t push_bytes = 0;
+  uint64_t rounds_closed = 0;          // slice rounds
+  uint64_t rounds_closed_at_deadline = 0;
+  uint64_t aggregation_errors = 0;
+  std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refusals{};
+  // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
+  std::vector<uint64_t> malformed_by_worker;
+};
+
+struct JoinResult {
+  std::string session;
+  bool layout_registered = false;
+  bool ready = false;
+  uint64_t version = 0;
+};
+
+// A published slice: immutable, shared by every pull that sends it.
+struct SliceSnapshot {
+  uint64_t version = 0;
+  std::shared_ptr<const std::string> values;  // little-endian fp32
+};
+
+class Shard {
+ public:
+  // options must be valid (ServerOptions::Validate); aggregator is the rule to use.
+  Shard(const ServerOptions& options, uint32_t shard_id,
+        std::unique_ptr<aggregators::Aggregator> aggregator, core::Clock* clock,
+        core::ThreadPool* pool);
+  ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  uint32_t shard_id() const { return shard_id_; }
+  const ServerOptions& options() const { return options_; }
+
+  // A worker joins with its rank and the hash of its layout; a new session replaces
+  // any earlier one of the same rank.
+  absl::StatusOr<JoinResult> Join(uint32_t worker_id, uint64_t layout_hash);
+  // The worker id behind a session, or UNAUTHENTICATED.
+  absl::StatusOr<uint32_t> Authenticate(std::string_view session) const;
+
+  // Registers the layout (first caller wins). Returns the owned slice ids in priority
+  // order. ALREADY_EXISTS when the same layout is registered, FAILED_PRECONDITION when
+  // another one is.
+  absl::StatusOr<std::vector<uint32_t>> RegisterLayout(uint32_t worker_id,
+                                                       const core::ModelLayout& layout);
+  // Sets a slice's initial value (fp32 bytes) once; the shard is ready when all
+  // owned slices have one.
+  absl::Status InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
+                         std::string_view values);
+
+  // One encoded gradient slice from `worker_id` for `round`.
+  absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
+                    std::string_view codec, std::string_view payload);
+
+  // Checks a pull request: layout, slice ids owned by this shard, no repeats.
+  absl::Status ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids);
+  // Calls `ready(true)` once slice `slice_id` has a version >= min_version (inline if
+  // it already has), or `ready(false)` if the shard shuts down first. The slice id
+  // must have passed ValidatePull.
+  void Watch(uint32_t slice_id, uint64_t min_version, std::function<void(bool)> ready);
+  SliceSnapshot Snapshot(uint32_t slice_id) const;
+  // Priority of a slice (for ordering pull streams).
+  int32_t SlicePriority(uint32_t slice_id) const;
+
+  // Closes every round whose deadline passed and that has its quorum.
+  void Tick(core::SteadyTime now);
+  // Earliest pending deadline, if any.
+  std::optional<core::SteadyTime> NextDeadline() const;
+  // Called (without locks held) whenever a new, earlier deadline may exist.
+  void SetDeadlineListener(std::function<void()> listener);
+
+  // Refuses new pushes, lets running aggregations finish, wakes every watcher with
+  // false. Returns after `timeout` at the latest.
+  void Drain(core::Duration timeout);
+
+  bool layout_registered() const;
+  bool ready() const;
+  // Hash of the registered layout or 0.
+  uint64_t layout_hash() const;
+  // Lowest published version over the owned slices (0 before ready).
+  uint64_t MinVersion() const;
+  ShardStats stats() const;
+
+ public:
+  struct SliceState;  // defined in shard.cc
+
+ private:
+  // Counts the refusal, logs it (rate-limited), and returns `status`.
+  absl::Status Refuse(Refusal r, absl::Status status) const;
+  absl::StatusOr<SliceState*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
+  // Under s->mu: marks the round closed and schedules its aggregation.
+  void CloseLocked(SliceState* s, bool at_deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu);
+  void Aggregate(SliceState* s);
+  const codecs::Codec* DecoderFor(std::string_view spec);
+
+  const ServerOptions options_;
+  const uint32_t shard_id_;
+  const uint32_t quorum_;
+  const SgdOptions sgd_;
+  const std::unique_ptr<aggregators::Aggregator> aggregator_;
+  core::Clock* const clock_;
+  core::ThreadPool* const pool_;
+
+  mutable absl::Mutex mu_;  // layout, sessions, deadlines, codec cache
+  std::optional<core::ModelLayout> layout_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
+  std::set<std::pair<core::SteadyTime, uint32_t>> deadlines_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::unique_ptr<codecs::Codec>, std::less<>> decoders_
+      ABSL_GUARDED_BY(mu_);
+  std::function<void()> deadline_listener_ ABSL_GUARDED_BY(mu_);
+  uint32_t uninitialized_ ABSL_GUARDED_BY(mu_) = 0;
+
+  // Slices are created at registration and never removed, so pointers stay valid.
+  // Indexed by global slice id; null for slices of other shards.
+  std::vector<std::unique_ptr<SliceState>> slices_;
+  std::atomic<bool> registered_{false};
+  std::atomic<bool> draining_{false};
+  std::atomic<int> aggregations_running_{0};
+
+  mutable absl::Mutex stats_mu_;
+  mutable ShardStats stats_ ABSL_GUARDED_BY(stats_mu_);
+};
+
+}  // namespace ps::server

@@ -1,0 +1,187 @@
+// The factory, argument checks, and properties every rule shares.
+#include "aggregators/aggregator.h"
+
+#include <algorithm>
+#include <climits>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/aggregators/test_util.h"
+
+namespace ps::aggregators {
+namespace {
+
+using test::Options;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(AggregatorFactoryTest, NamesAreStableAndAllMakeable) {
+  EXPECT_THAT(AggregatorNames(),
+              ElementsAre("mean", "median", "trimmed_mean", "krum", "multi_krum"));
+  for (const std::string& name : AggregatorNames()) {
+    absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(20, 2));
+    ASSERT_TRUE(rule.ok()) << name << ": " << rule.status();
+    EXPECT_EQ((*rule)->name(), name);
+  }
+}
+
+TEST(AggregatorFactoryTest, UnknownNameListsTheKnownOnes) {
+  absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator("bulyan2", Options(10, 1));
+  ASSERT_FALSE(rule.ok());
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("bulyan2"));
+  for (const std::string& name : AggregatorNames()) {
+    EXPECT_THAT(rule.status().message(), HasSubstr(name));
+  }
+}
+
+TEST(AggregatorFactoryTest, RefusesNegativeFAndNoWorkers) {
+  absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator("mean", Options(3, -1));
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("-1"));
+  rule = MakeAggregator("median", Options(0, 0));
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("num_workers"));
+}
+
+TEST(AggregatorFactoryTest, BoundsAndTheirMessages) {
+  struct Case {
+    const char* name;
+    int f;
+    int min_inputs;
+    const char* message;
+  };
+  for (const Case& c : {
+           Case{"mean", 3, 1, ""},
+           Case{"median", 3, 1, ""},
+           Case{"trimmed_mean", 2, 5, "trimmed_mean needs n >= 2f + 1 = 5, got n = 4 (f = 2)"},
+           Case{"krum", 3, 9, "krum needs n >= 2f + 3 = 9, got n = 8 (f = 3)"},
+           Case{"multi_krum", 1, 5, "multi_krum needs n >= 2f + 3 = 5, got n = 4 (f = 1)"},
+       }) {
+    absl::StatusOr<std::unique_ptr<Aggregator>> rule =
+        MakeAggregator(c.name, Options(c.min_inputs, c.f));
+    ASSERT_TRUE(rule.ok()) << c.name << ": " << rule.status();
+    EXPECT_EQ((*rule)->MinInputs(), c.min_inputs) << c.name;
+    if (c.min_inputs > 1) {
+      rule = MakeAggregator(c.name, Options(c.min_inputs - 1, c.f));
+      EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+      EXPECT_EQ(rule.status().message(), c.message);
+    }
+  }
+}
+
+TEST(AggregatorFactoryTest, HugeFIsRefusedWithoutOverflow) {
+  // 2f + 3 would wrap around to a small int and let n = INT_MAX pass.
+  absl::StatusOr<std::unique_ptr<Aggregator>> rule =
+      MakeAggregator("krum", Options(INT_MAX, INT_MAX / 2));
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("too large"));
+  rule = MakeAggregator("krum", Options(100, INT_MAX / 4 - 1));
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("krum needs n >= 2f + 3 = "));
+}
+
+TEST(AggregatorFactoryTest, MultiKrumRefusesBadM) {
+  AggregatorOptions options = Options(7, 1);
+  options.multi_krum_m = 8;
+  absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator("multi_krum", options);
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("m (multi_krum_m) = 8 exceeds n = 7"));
+  options.multi_krum_m = -1;
+  rule = MakeAggregator("multi_krum", options);
+  EXPECT_EQ(rule.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(rule.status().message(), HasSubstr("must be >= 1"));
+  options.multi_krum_m = 7;
+  EXPECT_TRUE(MakeAggregator("multi_krum", options).ok());
+}
+
+TEST(AggregatorTest, AggregateRefusesTooFewInputsNamingRuleAndCounts) {
+  absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator("krum", Options(9, 3));
+  ASSERT_TRUE(rule.ok()) << rule.status();
+  const absl::StatusOr<std::vector<float>> out = test::Run(**rule, test::RandomVectors(8, 4, 1));
+  EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out.status().message(), "krum needs n >= 2f + 3 = 9 inputs, got 8");
+}
+
+TEST(AggregatorTest, AggregateRefusesEmptyOutputAndNullInputs) {
+  for (const std::string& name : AggregatorNames()) {
+    absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(5, 1));
+    ASSERT_TRUE(rule.ok()) << rule.status();
+    const test::Vectors inputs = test::RandomVectors(5, 3, 2);
+    std::vector<const float*> ptrs = test::Pointers(inputs);
+    absl::Status status = (*rule)->Aggregate(ptrs, std::span<float>(), {});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(status.message(), HasSubstr(name));
+    std::vector<float> out(3);
+    ptrs[2] = nullptr;
+    status = (*rule)->Aggregate(ptrs, out, {});
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << name;
+    EXPECT_THAT(status.message(), HasSubstr("input 2"));
+  }
+}
+
+// Every rule may write over one of its inputs: tiles are read before they are written.
+TEST(AggregatorTest, OutputMayBeOneOfTheInputs) {
+  const size_t d = 20000;
+  for (const std::string& name : AggregatorNames()) {
+    const test::Vectors inputs = test::RandomVectors(7, d, 5);
+    const std::vector<float> want = test::Aggregate(name, Options(7, 2), inputs);
+    for (size_t target : {0, 4}) {
+      test::Vectors scratch = inputs;
+      absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(7, 2));
+      ASSERT_TRUE(rule.ok()) << rule.status();
+      ASSERT_TRUE((*rule)->Aggregate(test::Pointers(scratch), scratch[target], {}).ok());
+      EXPECT_EQ(scratch[target], want) << name << " into input " << target;
+    }
+  }
+}
+
+class ByzantineTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+// f Byzantine inputs at 1e6 (one coordinate at -1e6) among f + 3 honest ones in [-1, 1):
+// the robust rules stay within the honest coordinate range, the mean does not.
+TEST_P(ByzantineTest, HugeInputsCannotDragTheOutputOutOfTheHonestRange) {
+  const auto& [name, f] = GetParam();
+  const size_t d = 257;
+  const int n = 2 * f + 3;
+  test::Vectors inputs = test::RandomVectors(static_cast<size_t>(n), d, 100 + f);
+  for (int b = 0; b < f; ++b) {
+    inputs[static_cast<size_t>(2 * b + 1)].assign(d, 1e6f);
+  }
+  inputs[1][0] = -1e6f;  // one coordinate pulled the other way
+  const std::vector<float> out = test::Aggregate(name, Options(n, f), inputs);
+  ASSERT_EQ(out.size(), d);
+  bool outside = false;
+  for (size_t c = 0; c < d; ++c) {
+    float lo = 1e30f;
+    float hi = -1e30f;
+    for (int i = 0; i < n; ++i) {
+      const bool byzantine = i % 2 == 1 && i < 2 * f;
+      if (byzantine) continue;
+      lo = std::min(lo, inputs[static_cast<size_t>(i)][c]);
+      hi = std::max(hi, inputs[static_cast<size_t>(i)][c]);
+    }
+    if (out[c] < lo || out[c] > hi) outside = true;
+  }
+  if (name == "mean") {
+    EXPECT_TRUE(outside);
+    EXPECT_GT(std::abs(out[1]), 1e5f);
+  } else {
+    EXPECT_FALSE(outside) << name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, ByzantineTest,
+                         ::testing::Combine(::testing::Values("mean", "median", "trimmed_mean",
+                                                              "krum", "multi_krum"),
+                                            ::testing::Values(1, 2, 3)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_f" +
+                                  std::to_string(std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace ps::aggregators

@@ -1,0 +1,97 @@
+#include "aggregators/coordinate_internal.h"
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/aggregators/test_util.h"
+
+namespace ps::aggregators::internal {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::FloatEq;
+
+std::vector<int> ApplyNetwork(size_t k, std::vector<int> v) {
+  for (const auto& [a, b] : SortingNetwork(k)) {
+    if (v[b] < v[a]) std::swap(v[a], v[b]);
+  }
+  return v;
+}
+
+// By the 0-1 principle a comparator network that sorts every 0/1 sequence sorts all.
+TEST(SortingNetworkTest, SortsEveryZeroOneSequenceUpToFourteen) {
+  for (size_t k = 1; k <= 14; ++k) {
+    for (uint32_t bits = 0; bits < (1u << k); ++bits) {
+      std::vector<int> v(k);
+      for (size_t i = 0; i < k; ++i) v[i] = static_cast<int>((bits >> i) & 1);
+      const std::vector<int> sorted = ApplyNetwork(k, v);
+      ASSERT_TRUE(std::is_sorted(sorted.begin(), sorted.end())) << "k " << k << " bits " << bits;
+    }
+  }
+}
+
+TEST(SortingNetworkTest, SortsRandomSequencesUpToTheNetworkLimit) {
+  std::mt19937 rng(3);
+  for (size_t k = 1; k <= kMaxNetworkInputs; ++k) {
+    for (int trial = 0; trial < 200; ++trial) {
+      std::vector<int> v(k);
+      for (int& x : v) x = static_cast<int>(rng() % 7);
+      std::vector<int> want = v;
+      std::sort(want.begin(), want.end());
+      ASSERT_EQ(ApplyNetwork(k, v), want) << "k " << k;
+    }
+  }
+}
+
+TEST(SortingNetworkTest, ComparatorsStayInRange) {
+  for (size_t k = 0; k <= 40; ++k) {
+    for (const auto& [a, b] : SortingNetwork(k)) {
+      ASSERT_LT(a, b);
+      ASSERT_LT(b, k);
+    }
+  }
+}
+
+TEST(MeanOfRanksTest, AveragesTheRequestedRanksOnBothPaths) {
+  for (size_t k : {size_t{5}, kMaxNetworkInputs + 3}) {
+    // Coordinate c holds a rotation of 0..k-1, so rank r is r everywhere.
+    const size_t d = 300;
+    test::Vectors inputs(k, std::vector<float>(d));
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t c = 0; c < d; ++c) inputs[i][c] = static_cast<float>((i + c) % k);
+    }
+    std::vector<float> out(d);
+    MeanOfRanks(test::Pointers(inputs), 1, 3, out, nullptr);
+    for (size_t c = 0; c < d; ++c) ASSERT_FLOAT_EQ(out[c], 2.0f) << "k " << k << " c " << c;
+    MeanOfRanks(test::Pointers(inputs), k - 1, k - 1, out, nullptr);
+    for (size_t c = 0; c < d; ++c) ASSERT_FLOAT_EQ(out[c], k - 1.0f) << "k " << k;
+  }
+}
+
+TEST(AverageInputsTest, SumsInInputOrder) {
+  // In float, (1e8 + 1) - 1e8 = 0 while 1e8 + (1 - 1e8) = 1: order is visible.
+  const test::Vectors inputs = {{1e8f}, {1.0f}, {-1e8f}};
+  std::vector<float> out(1);
+  AverageInputs(test::Pointers(inputs), out, nullptr);
+  EXPECT_THAT(out, ElementsAre(FloatEq(0.0f)));
+}
+
+TEST(ForEachCoordinateBlockTest, CoversEveryCoordinateOnceInFixedBlocks) {
+  const size_t d = 3 * kCoordinateBlock + 5;
+  core::ThreadPool pool(3);
+  for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+    std::vector<int> hits(d, 0);
+    ForEachCoordinateBlock(d, p, [&](size_t begin, size_t end) {
+      EXPECT_EQ(begin % kCoordinateBlock, 0u);
+      EXPECT_TRUE(end - begin == kCoordinateBlock || end == d);
+      for (size_t c = begin; c < end; ++c) ++hits[c];
+    });
+    EXPECT_EQ(std::count(hits.begin(), hits.end(), 1), static_cast<ptrdiff_t>(d));
+  }
+}
+
+}  // namespace
+}  // namespace ps::aggregators::internal

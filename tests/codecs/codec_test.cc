@@ -1,0 +1,205 @@
+// Behaviour every codec shares: the factory, the framing (version byte, exact
+// sizes), MaxEncodedBytes, and the decode errors that need no knowledge of the body.
+#include "codecs/codec.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps::codecs {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+std::unique_ptr<Codec> Make(std::string_view spec) {
+  auto codec = MakeCodec(spec);
+  EXPECT_TRUE(codec.ok()) << codec.status();
+  return std::move(codec).value();
+}
+
+// Values every codec represents exactly: multiples of 1/8 in [-64, 64].
+std::vector<float> ExactValues(size_t n) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i)
+    v[i] = static_cast<float>(static_cast<int>(i * 37 % 1025) - 512) / 8;
+  return v;
+}
+
+TEST(MakeCodecTest, MakesEveryListedCodecWithItsSpec) {
+  for (const std::string& name : CodecNames()) {
+    auto codec = MakeCodec(name);
+    ASSERT_TRUE(codec.ok()) << codec.status();
+    EXPECT_EQ((*codec)->spec(), name);
+  }
+}
+
+TEST(MakeCodecTest, ListsNamesInStableOrder) {
+  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16"));
+}
+
+TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
+  auto codec = MakeCodec("x");
+  ASSERT_FALSE(codec.ok());
+  EXPECT_EQ(codec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(codec.status().message(), "unknown codec 'x'; known: fp32, fp16");
+}
+
+TEST(MakeCodecTest, TrimsAndFoldsNothing) {
+  for (const char* spec : {"", " fp16", "fp16 ", "FP16", "fp32\n", "fp"}) {
+    auto codec = MakeCodec(spec);
+    ASSERT_FALSE(codec.ok()) << "'" << spec << "'";
+    EXPECT_EQ(codec.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(codec.status().message(),
+              absl::StrCat("unknown codec '", spec, "'; known: fp32, fp16"));
+  }
+}
+
+// Codec x numel: the numels cover empty, below, at and above the 8-wide vector path.
+class CodecFramingTest : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {
+ protected:
+  void SetUp() override { codec_ = Make(spec()); }
+  const std::string& spec() const { return std::get<0>(GetParam()); }
+  size_t numel() const { return std::get<1>(GetParam()); }
+
+  std::string Encoded() {
+    std::string bytes;
+    EXPECT_TRUE(codec_->Encode(ExactValues(numel()), &bytes).ok());
+    return bytes;
+  }
+
+  std::string SizeError(size_t got) const {
+    const size_t per_value = (codec_->MaxEncodedBytes(1) - 1);
+    return absl::StrCat(spec(), ": payload is ", got, " bytes, expected ",
+                        codec_->MaxEncodedBytes(numel()), " (1 + ", per_value, " * ", numel(),
+                        " values)");
+  }
+
+  std::unique_ptr<Codec> codec_;
+};
+
+TEST_P(CodecFramingTest, EncodingStartsWithVersionAndHasMaxEncodedBytes) {
+  const std::string bytes = Encoded();
+  ASSERT_FALSE(bytes.empty());
+  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), kFormatVersion);
+  EXPECT_EQ(bytes.size(), codec_->MaxEncodedBytes(numel()));
+}
+
+TEST_P(CodecFramingTest, RoundTripsExactlyRepresentableValues) {
+  const std::vector<float> values = ExactValues(numel());
+  std::string bytes;
+  ASSERT_TRUE(codec_->Encode(values, &bytes).ok());
+  std::vector<float> decoded(numel(), -1.0f);
+  ASSERT_TRUE(codec_->Decode(bytes, decoded).ok());
+  EXPECT_EQ(decoded, values);
+}
+
+TEST_P(CodecFramingTest, EncodeReplacesPreviousContent) {
+  std::string bytes = "stale content that is longer than some encodings";
+  ASSERT_TRUE(codec_->Encode(ExactValues(numel()), &bytes).ok());
+  EXPECT_EQ(bytes, Encoded());
+}
+
+TEST_P(CodecFramingTest, ReencodingADecodedPayloadGivesTheSameBytes) {
+  const std::string bytes = Encoded();
+  std::vector<float> decoded(numel());
+  ASSERT_TRUE(codec_->Decode(bytes, decoded).ok());
+  std::string again;
+  ASSERT_TRUE(codec_->Encode(decoded, &again).ok());
+  EXPECT_EQ(again, bytes);
+}
+
+TEST_P(CodecFramingTest, DecodeRefusesEmptyInput) {
+  std::vector<float> out(numel());
+  const absl::Status s = codec_->Decode("", out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            absl::StrCat(spec(), ": empty payload, expected ", codec_->MaxEncodedBytes(numel()),
+                         " bytes for ", numel(), " values"));
+}
+
+TEST_P(CodecFramingTest, DecodeRefusesUnknownVersion) {
+  std::vector<float> out(numel());
+  for (unsigned char version : {0, 2, 0x7f, 0xff}) {
+    std::string bytes = Encoded();
+    bytes[0] = static_cast<char>(version);
+    const absl::Status s = codec_->Decode(bytes, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), absl::StrCat(spec(), ": format version ", version, ", expected 1"));
+  }
+}
+
+TEST_P(CodecFramingTest, DecodeRefusesTruncatedPayload) {
+  std::vector<float> out(numel());
+  const std::string bytes = Encoded();
+  for (size_t cut = 1; cut <= std::min<size_t>(bytes.size() - 1, 5); ++cut) {
+    const absl::Status s =
+        codec_->Decode(std::string_view(bytes).substr(0, bytes.size() - cut), out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), SizeError(bytes.size() - cut));
+  }
+}
+
+TEST_P(CodecFramingTest, DecodeRefusesTrailingBytes) {
+  std::vector<float> out(numel());
+  for (size_t extra : {1, 2, 4, 100}) {
+    const std::string bytes = Encoded() + std::string(extra, '\0');
+    const absl::Status s = codec_->Decode(bytes, out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), SizeError(bytes.size()));
+  }
+}
+
+TEST_P(CodecFramingTest, DecodeRefusesPayloadOfAnotherSliceSize) {
+  std::vector<float> bigger(numel() + 1);
+  const absl::Status s = codec_->Decode(Encoded(), bigger);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr(absl::StrCat(numel() + 1, " values")));
+}
+
+TEST_P(CodecFramingTest, EncodeRefusesNonFiniteAndKeepsOutput) {
+  const float bad_values[] = {std::nanf(""), INFINITY, -INFINITY};
+  const char* names[] = {"nan", "inf", "-inf"};
+  for (int k = 0; k < 3; ++k) {
+    std::vector<float> values = ExactValues(numel() + 1);
+    const size_t at = numel() / 2;
+    values[at] = bad_values[k];
+    std::string bytes = "unchanged";
+    const absl::Status s = codec_->Encode(values, &bytes);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(),
+              absl::StrCat(spec(), ": cannot encode value ", at, ": not finite (", names[k], ")"));
+    EXPECT_EQ(bytes, "unchanged");
+  }
+}
+
+TEST_P(CodecFramingTest, DecodeNeverAcceptsRandomBytesOfWrongSize) {
+  std::mt19937 rng(static_cast<uint32_t>(numel()));
+  std::vector<float> out(numel());
+  const size_t good = codec_->MaxEncodedBytes(numel());
+  for (int trial = 0; trial < 200; ++trial) {
+    size_t len = rng() % (good + 16);
+    if (len == good) ++len;
+    std::string bytes(len, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    EXPECT_EQ(codec_->Decode(bytes, out).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllCodecs, CodecFramingTest,
+                         ::testing::Combine(::testing::ValuesIn(CodecNames()),
+                                            ::testing::Values<size_t>(0, 1, 7, 8, 9, 33, 1000)),
+                         [](const auto& info) {
+                           return absl::StrCat(std::get<0>(info.param), "_n",
+                                               std::get<1>(info.param));
+                         });
+
+}  // namespace
+}  // namespace ps::codecs

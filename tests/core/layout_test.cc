@@ -1,0 +1,108 @@
+#include "core/layout.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <set>
+
+namespace ps::core {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<TensorSpec> Mlp() {
+  return {{"fc1.weight", 784 * 128, 0}, {"fc1.bias", 128, 1}, {"fc2.weight", 1280, 2},
+          {"fc2.bias", 10, 3}};
+}
+
+TEST(ModelLayoutTest, CutsTensorsIntoSlicesInOffsetOrder) {
+  auto l = ModelLayout::Create(Mlp(), 65536, 2);
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(l->slices().size(), 5u);  // 100352 -> 2 slices, then 1 each
+  auto fc1 = l->SlicesOfTensor(0);
+  ASSERT_EQ(fc1.size(), 2u);
+  EXPECT_EQ(l->slices()[fc1[0]].offset, 0u);
+  EXPECT_EQ(l->slices()[fc1[0]].numel, 65536u);
+  EXPECT_EQ(l->slices()[fc1[1]].offset, 65536u);
+  EXPECT_EQ(l->slices()[fc1[1]].numel, 784u * 128 - 65536);
+  EXPECT_EQ(l->total_elems(), 784u * 128 + 128 + 1280 + 10);
+  for (size_t t = 0; t < l->tensors().size(); ++t) {
+    uint64_t covered = 0;
+    for (uint32_t id : l->SlicesOfTensor(t)) {
+      EXPECT_EQ(l->slices()[id].tensor, t);
+      EXPECT_EQ(l->slices()[id].offset, covered);
+      covered += l->slices()[id].numel;
+    }
+    EXPECT_EQ(covered, l->tensors()[t].numel);
+  }
+}
+
+TEST(ModelLayoutTest, EveryShardGetsSlicesAndLoadsAreBalanced) {
+  std::vector<TensorSpec> t;
+  for (int i = 0; i < 20; ++i) t.push_back({"t" + std::to_string(i), uint64_t(1000 + 37 * i), i});
+  auto l = ModelLayout::Create(t, 256, 3);
+  ASSERT_TRUE(l.ok());
+  auto loads = l->ShardLoads();
+  auto [lo, hi] = std::minmax_element(loads.begin(), loads.end());
+  EXPECT_LE(*hi - *lo, 256u);  // within one slice
+  std::set<uint32_t> seen;
+  for (uint32_t s = 0; s < 3; ++s) {
+    int32_t last_priority = INT32_MIN;
+    for (uint32_t id : l->SlicesOfShard(s)) {
+      EXPECT_EQ(l->slices()[id].shard, s);
+      EXPECT_GE(l->slices()[id].priority, last_priority) << "shard slices not in priority order";
+      last_priority = l->slices()[id].priority;
+      EXPECT_TRUE(seen.insert(id).second);
+    }
+  }
+  EXPECT_EQ(seen.size(), l->slices().size());
+}
+
+TEST(ModelLayoutTest, HashDependsOnEveryField) {
+  const uint64_t base = ModelLayout::Create(Mlp(), 65536, 2)->hash();
+  EXPECT_EQ(ModelLayout::Create(Mlp(), 65536, 2)->hash(), base);
+  EXPECT_NE(ModelLayout::Create(Mlp(), 65536, 3)->hash(), base);
+  EXPECT_NE(ModelLayout::Create(Mlp(), 4096, 2)->hash(), base);
+  auto renamed = Mlp();
+  renamed[1].name = "fc1.b";
+  EXPECT_NE(ModelLayout::Create(renamed, 65536, 2)->hash(), base);
+  auto resized = Mlp();
+  resized[3].numel = 11;
+  EXPECT_NE(ModelLayout::Create(resized, 65536, 2)->hash(), base);
+  auto reprio = Mlp();
+  reprio[0].priority = 9;
+  EXPECT_NE(ModelLayout::Create(reprio, 65536, 2)->hash(), base);
+  EXPECT_NE(base, 0u);
+}
+
+TEST(ModelLayoutTest, AssignmentIsDeterministic) {
+  auto a = ModelLayout::Create(Mlp(), 1000, 4);
+  auto b = ModelLayout::Create(Mlp(), 1000, 4);
+  ASSERT_EQ(a->slices().size(), b->slices().size());
+  for (size_t i = 0; i < a->slices().size(); ++i) EXPECT_EQ(a->slices()[i].shard, b->slices()[i].shard);
+}
+
+TEST(ModelLayoutTest, RefusesBadLayoutsWithMessages) {
+  EXPECT_THAT(ModelLayout::Create({}, 10, 1).status().message(), HasSubstr("no tensors"));
+  EXPECT_THAT(ModelLayout::Create({{"a", 0, 0}}, 10, 1).status().message(), HasSubstr("no elements"));
+  EXPECT_THAT(ModelLayout::Create({{"a", 1, 0}, {"a", 2, 0}}, 10, 1).status().message(),
+              HasSubstr("duplicate tensor name 'a'"));
+  EXPECT_THAT(ModelLayout::Create({{"", 1, 0}}, 10, 1).status().message(), HasSubstr("names"));
+  EXPECT_THAT(ModelLayout::Create({{"a", 1, 0}}, 0, 1).status().message(), HasSubstr("slice_elems"));
+  EXPECT_THAT(ModelLayout::Create({{"a", 1, 0}}, kMaxSliceElems + 1, 1).status().message(),
+              HasSubstr("slice_elems"));
+  EXPECT_THAT(ModelLayout::Create({{"a", 1, 0}}, 10, 0).status().message(), HasSubstr("num_shards"));
+  EXPECT_THAT(ModelLayout::Create({{"a", uint64_t{1} << 40, 0}}, 1, 1).status().message(),
+              HasSubstr("slices"));
+  EXPECT_EQ(ModelLayout::Create({}, 10, 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelLayoutTest, FindsTensorsByName) {
+  auto l = ModelLayout::Create(Mlp(), 65536, 1);
+  EXPECT_EQ(l->FindTensor("fc2.weight"), 2);
+  EXPECT_EQ(l->FindTensor("nope"), -1);
+}
+
+}  // namespace
+}  // namespace ps::core

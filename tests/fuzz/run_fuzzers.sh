@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets with clang in build-fuzz/ and runs each for a while.
+#
+#   tests/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]
+#
+# SECONDS_PER_TARGET defaults to 30; TARGETs (e.g. codec_decode) default to all.
+# Stops at the first target that crashes and exits 1; the crashing input is left in
+# build-fuzz/fuzz/artifacts/<target>/. New corpus entries go to
+# build-fuzz/fuzz/corpus/<target>/ (the checked-in seeds are only read).
+# Environment: CC/CXX (default clang/clang++), PS_FUZZ_BUILD_DIR (default
+# <repo>/build-fuzz), PS_FUZZ_JOBS (ninja -j, default 2), PS_FUZZ_ARGS (extra
+# libFuzzer flags, e.g. "-jobs=4 -workers=4" or "-max_len=100000").
+set -euo pipefail
+
+seconds=${1:-30}
+if [[ $# -gt 0 ]]; then shift; fi
+if ! [[ $seconds =~ ^[0-9]+$ ]]; then
+  echo "usage: $0 [SECONDS_PER_TARGET] [TARGET...]" >&2
+  exit 2
+fi
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+build=${PS_FUZZ_BUILD_DIR:-$root/build-fuzz}
+export CC=${CC:-clang}
+export CXX=${CXX:-clang++}
+
+cmake -S "$root" -B "$build" -G Ninja \
+  -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DPS_FUZZING=ON -DPS_BUILD_TESTS=OFF -DPS_BUILD_EXAMPLES=OFF \
+  -DPS_BUILD_BENCHMARKS=OFF -DPS_WITH_CUDA=OFF >/dev/null
+ninja -C "$build" -j "${PS_FUZZ_JOBS:-2}" ps_fuzz_targets
+
+list="$build/fuzz/targets.tsv"
+ran=0
+while IFS=$'\t' read -r name binary seeds; do
+  [[ -n $name ]] || continue
+  if [[ $# -gt 0 ]] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+  work="$build/fuzz/corpus/$name"
+  artifacts="$build/fuzz/artifacts/$name"
+  mkdir -p "$work" "$artifacts"
+  echo "=== $name: ${seconds}s (corpus $work, seeds $seeds)"
+  # shellcheck disable=SC2086  # PS_FUZZ_ARGS is a list of flags
+  if ! "$binary" -max_total_time="$seconds" -print_final_stats=1 \
+      -artifact_prefix="$artifacts/" ${PS_FUZZ_ARGS:-} "$work" "$seeds"; then
+    echo "=== $name: FAILED; reproduce with: $binary $artifacts/<crash-file>" >&2
+    ls -l "$artifacts" >&2 || true
+    exit 1
+  fi
+  ran=$((ran + 1))
+done <"$list"
+
+if [[ $ran -eq 0 ]]; then
+  echo "no fuzz target matched: $* (known: $(cut -f1 "$list" | tr '\n' ' '))" >&2
+  exit 2
+fi
+echo "=== $ran fuzz target(s) ran ${seconds}s each without a crash"

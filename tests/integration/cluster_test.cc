@@ -1,0 +1,283 @@
+// Real gRPC shards on loopback and several ps::Worker clients (as threads).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <thread>
+
+#include "cluster_util.h"
+#include "worker_lib/worker.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+constexpr milliseconds kPullTimeout{20000};
+
+std::vector<core::TensorSpec> Tensors() {
+  return {{"layer1.weight", 1000, 0}, {"layer1.bias", 10, 1}, {"layer2.weight", 333, 2}};
+}
+
+core::ModelLayout Layout(uint32_t shards) {
+  return *core::ModelLayout::Create(Tensors(), /*slice_elems=*/128, shards);
+}
+
+WorkerOptions ClientOptions(const testing::Cluster& c, uint32_t id) {
+  WorkerOptions o;
+  o.shard_addresses = c.addresses;
+  o.worker_id = id;
+  o.connect_timeout = milliseconds(20000);
+  return o;
+}
+
+server::ServerOptions BaseOptions(uint32_t n, uint32_t f, const std::string& rule) {
+  server::ServerOptions o;
+  o.num_workers = n;
+  o.num_byzantine = f;
+  o.aggregator = rule;
+  o.threads = 2;
+  o.round_deadline = milliseconds(20000);
+  return o;
+}
+
+// Deterministic gradient of worker w for tensor t.
+std::vector<float> Grad(uint32_t w, size_t t, size_t numel, uint64_t round) {
+  std::vector<float> g(numel);
+  for (size_t i = 0; i < numel; ++i) {
+    g[i] = std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(w) +
+                    0.1f * static_cast<float>(t) + 0.7f * static_cast<float>(round));
+  }
+  return g;
+}
+
+std::vector<std::vector<float>> Initial(const core::ModelLayout& l) {
+  std::vector<std::vector<float>> init;
+  for (const auto& t : l.tensors()) {
+    std::vector<float> v(t.numel);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = 0.01f * static_cast<float>(i % 17);
+    init.push_back(std::move(v));
+  }
+  return init;
+}
+
+std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
+  return {v.begin(), v.end()};
+}
+
+// Runs `rounds` synchronous rounds with n workers (threads); returns worker 0's final
+// parameters.
+std::vector<std::vector<float>> Train(const testing::Cluster& c, const core::ModelLayout& layout,
+                                      uint32_t n, uint64_t rounds) {
+  const auto init = Initial(layout);
+  std::vector<std::vector<std::vector<float>>> params(n);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      auto worker = Worker::Start(ClientOptions(c, w), layout, Spans(init));
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      auto& p = params[w];
+      for (const auto& t : layout.tensors()) p.emplace_back(t.numel);
+      std::vector<std::span<float>> outs(p.begin(), p.end());
+      for (uint64_t r = 0; r < rounds; ++r) {
+        auto v = (*worker)->PullAll(r, outs, kPullTimeout);
+        ASSERT_TRUE(v.ok()) << v.status();
+        ASSERT_GE(*v, r);
+        for (size_t t = 0; t < layout.tensors().size(); ++t) {
+          ASSERT_TRUE((*worker)->Push(t, r, Grad(w, t, layout.tensors()[t].numel, r)).ok());
+        }
+        ASSERT_TRUE((*worker)->WaitPushes().ok());
+      }
+      auto v = (*worker)->PullAll(rounds, outs, kPullTimeout);
+      ASSERT_TRUE(v.ok()) << v.status();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return params[0];
+}
+
+class MultiShardTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(MultiShardTest, RoundsEqualAReferenceComputedHere) {
+  const uint32_t shards = GetParam();
+  const uint32_t n = 4;
+  server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.learning_rate = 0.5f;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.01f;
+  testing::Cluster c = testing::StartCluster(shards, o);
+  ASSERT_EQ(c.shards.size(), shards);
+  const core::ModelLayout layout = Layout(shards);
+  const uint64_t rounds = 3;
+  auto got = Train(c, layout, n, rounds);
+
+  // Reference: SGD with momentum on the mean of the workers' gradients.
+  auto w = Initial(layout);
+  for (size_t t = 0; t < w.size(); ++t) {
+    std::vector<float> v(w[t].size(), 0.0f);
+    for (uint64_t r = 0; r < rounds; ++r) {
+      std::vector<float> mean(w[t].size(), 0.0f);
+      for (uint32_t k = 0; k < n; ++k) {
+        auto g = Grad(k, t, w[t].size(), r);
+        for (size_t i = 0; i < g.size(); ++i) mean[i] += g[i];
+      }
+      for (size_t i = 0; i < mean.size(); ++i) {
+        const float d = mean[i] / static_cast<float>(n) + 0.01f * w[t][i];
+        v[i] = 0.9f * v[i] + d;
+        w[t][i] -= 0.5f * v[i];
+      }
+    }
+    ASSERT_EQ(got[t].size(), w[t].size());
+    for (size_t i = 0; i < w[t].size(); ++i) {
+      ASSERT_NEAR(got[t][i], w[t][i], 1e-4) << "tensor " << t << " element " << i;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shards, MultiShardTest, ::testing::Values(1u, 2u, 3u));
+
+// n = 9 workers, f = 2 Byzantine pushing a huge negative gradient, aggregate-only so
+// the published value is the aggregate itself.
+class ByzantineTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ByzantineTest, RobustRuleStaysInHonestRangeWhileMeanIsDragged) {
+  const std::string rule = GetParam();
+  const uint32_t n = 9, f = 2;  // quorum n - f = 7 >= 2f + 3 for Krum
+  server::ServerOptions o = BaseOptions(n, f, rule);
+  o.aggregate_only = true;
+  testing::Cluster c = testing::StartCluster(2, o);
+  ASSERT_EQ(c.shards.size(), 2u);
+  const core::ModelLayout layout = Layout(2);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      auto worker = Worker::Start(ClientOptions(c, w), layout);
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      for (size_t t = 0; t < layout.tensors().size(); ++t) {
+        std::vector<float> g(layout.tensors()[t].numel);
+        std::mt19937 rng(w * 100 + t);
+        std::uniform_real_distribution<float> honest(0.9f, 1.1f);
+        for (float& x : g) x = w < f ? -1e6f : honest(rng);
+        ASSERT_TRUE((*worker)->Push(t, 0, g).ok());
+      }
+      ASSERT_TRUE((*worker)->WaitPushes().ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto reader = Worker::Start(ClientOptions(c, 0), layout);
+  ASSERT_TRUE(reader.ok());
+  for (size_t t = 0; t < layout.tensors().size(); ++t) {
+    std::vector<float> agg(layout.tensors()[t].numel);
+    ASSERT_TRUE((*reader)->Pull(t, 1, agg, kPullTimeout).ok());
+    const auto [lo, hi] = std::minmax_element(agg.begin(), agg.end());
+    if (rule == "mean") {
+      EXPECT_LT(*hi, -1e5f) << "the mean should be dragged by the attackers";
+    } else {
+      EXPECT_GE(*lo, 0.9f) << rule << " left the honest range";
+      EXPECT_LE(*hi, 1.1f) << rule << " left the honest range";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, ByzantineTest,
+                         ::testing::Values("mean", "median", "trimmed_mean", "krum", "multi_krum"));
+
+TEST(ClusterTest, LaterJoinerWithAnotherLayoutIsRefused) {
+  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+  const core::ModelLayout layout = Layout(1);
+  auto init = Initial(layout);
+  auto first = Worker::Start(ClientOptions(c, 0), layout, Spans(init));
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto other = *core::ModelLayout::Create({{"x", 5, 0}}, 128, 1);
+  auto second = Worker::Start(ClientOptions(c, 1), other);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(second.status().message(), HasSubstr("layout mismatch"));
+}
+
+TEST(ClusterTest, WorkerIdOutsideTheClusterIsRefused) {
+  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+  auto w = Worker::Start(ClientOptions(c, 5), Layout(1));
+  ASSERT_FALSE(w.ok());
+  EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(w.status().message(), HasSubstr("worker id 5 is out of range"));
+}
+
+TEST(ClusterTest, RoundClosesAtDeadlineWithQuorumAndStragglerIsLate) {
+  server::ServerOptions o = BaseOptions(3, 1, "mean");
+  o.round_deadline = milliseconds(300);
+  o.aggregate_only = true;
+  testing::Cluster c = testing::StartCluster(1, o);
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 8, 0}}, 128, 1);
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (uint32_t w = 0; w < 3; ++w) {
+    auto worker = Worker::Start(ClientOptions(c, w), layout);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(*std::move(worker));
+  }
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(workers[w]->Push(0, 0, std::vector<float>(8, float(w + 1))).ok());
+    ASSERT_TRUE(workers[w]->WaitPushes().ok());
+  }
+  std::vector<float> agg(8);
+  auto v = workers[0]->Pull(0, 1, agg, kPullTimeout);  // waits for the deadline
+  ASSERT_TRUE(v.ok()) << v.status();
+  EXPECT_FLOAT_EQ(agg[0], 1.5f);
+  ASSERT_TRUE(workers[2]->Push(0, 0, std::vector<float>(8, 100.0f)).ok());
+  absl::Status late = workers[2]->WaitPushes();
+  EXPECT_EQ(late.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(late.message(), HasSubstr("late push"));
+  EXPECT_THAT(late.message(), HasSubstr("tensor 'w'"));
+}
+
+TEST(ClusterTest, PullTimesOutWhenTheVersionNeverComes) {
+  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+  const core::ModelLayout layout = Layout(1);
+  auto init = Initial(layout);
+  auto w = Worker::Start(ClientOptions(c, 0), layout, Spans(init));
+  ASSERT_TRUE(w.ok());
+  std::vector<float> out(layout.tensors()[1].numel);
+  auto v = (*w)->Pull(1, 5, out, milliseconds(300));
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded);
+}
+
+TEST(ClusterTest, StartRefusesRuleBoundsWithTheBoundInTheMessage) {
+  auto s = server::Server::Start(BaseOptions(5, 2, "krum"));
+  ASSERT_FALSE(s.ok());
+  EXPECT_THAT(s.status().message(), HasSubstr("2f + 3"));
+  server::ServerOptions o = BaseOptions(9, 2, "krum");
+  o.quorum = 5;  // below 2f + 3 = 7
+  o.port = 0;
+  auto q = server::Server::Start(o);
+  ASSERT_FALSE(q.ok());
+  EXPECT_THAT(q.status().message(), HasSubstr("quorum 5"));
+}
+
+TEST(ClusterTest, ShardsWithDifferentConfigurationsStopServing) {
+  const std::vector<std::string> addrs = {
+      absl::StrCat("127.0.0.1:", testing::PickFreePort()),
+      absl::StrCat("127.0.0.1:", testing::PickFreePort())};
+  std::vector<std::unique_ptr<server::Server>> shards;
+  for (int i = 0; i < 2; ++i) {
+    server::ServerOptions o = BaseOptions(4, 1, i == 0 ? "median" : "trimmed_mean");
+    o.num_shards = 2;
+    o.shard_id = i;
+    o.peers = addrs;
+    o.port = static_cast<uint16_t>(std::stoi(addrs[i].substr(addrs[i].rfind(':') + 1)));
+    auto s = server::Server::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    shards.push_back(*std::move(s));
+  }
+  bool both_down = false;
+  for (int i = 0; i < 100 && !both_down; ++i) {  // bounded: 10 s
+    both_down = !shards[0]->serving() && !shards[1]->serving();
+    std::this_thread::sleep_for(milliseconds(100));
+  }
+  EXPECT_TRUE(both_down) << "shards with different rules kept serving";
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,196 @@
+// A hostile client speaking raw ps.v1 next to honest ps::Worker clients: every bad
+// push gets its specific status, and the honest round still completes.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cluster_util.h"
+#include "codecs/codec.h"
+#include "ps/v1/ps.grpc.pb.h"
+#include "worker_lib/worker.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+class ProtocolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server::ServerOptions o;
+    o.num_workers = 3;
+    o.num_byzantine = 1;  // quorum 2
+    o.aggregator = "mean";
+    o.aggregate_only = true;
+    o.round_deadline = milliseconds(500);
+    o.threads = 2;
+    cluster_ = testing::StartCluster(1, o);
+    ASSERT_EQ(cluster_.shards.size(), 1u);
+    layout_ = std::make_unique<core::ModelLayout>(*core::ModelLayout::Create({{"w", 6, 0}}, 128, 1));
+    for (uint32_t w = 0; w < 2; ++w) {
+      WorkerOptions wo;
+      wo.shard_addresses = cluster_.addresses;
+      wo.worker_id = w;
+      auto worker = Worker::Start(wo, *layout_);
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      honest_.push_back(*std::move(worker));
+    }
+    stub_ = v1::WorkerService::NewStub(
+        grpc::CreateChannel(cluster_.addresses[0], grpc::InsecureChannelCredentials()));
+    v1::JoinRequest join;
+    join.set_worker_id(2);
+    join.set_layout_hash(layout_->hash());
+    v1::JoinResponse resp;
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub_->Join(&ctx, join, &resp).ok());
+    session_ = resp.session();
+  }
+
+  v1::PushRequest Valid(std::vector<float> values) {
+    v1::PushRequest r;
+    r.set_session(session_);
+    r.set_layout_hash(layout_->hash());
+    r.set_round(0);
+    r.set_slice_id(0);
+    r.set_codec("fp16");
+    auto codec = codecs::MakeCodec("fp16");
+    EXPECT_TRUE((*codec)->Encode(values, r.mutable_payload()).ok());
+    return r;
+  }
+
+  grpc::Status Send(const v1::PushRequest& r) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::PushResponse resp;
+    return stub_->Push(&ctx, r, &resp);
+  }
+
+  testing::Cluster cluster_;
+  std::unique_ptr<core::ModelLayout> layout_;
+  std::vector<std::unique_ptr<Worker>> honest_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::string session_;
+};
+
+TEST_F(ProtocolTest, BadPushesGetPreciseStatusesAndHonestRoundCompletes) {
+  const std::vector<float> six(6, 1.0f);
+  struct Case {
+    const char* what;
+    v1::PushRequest req;
+    grpc::StatusCode code;
+    const char* message;
+  };
+  std::vector<Case> cases;
+  {
+    auto r = Valid(six);
+    r.mutable_payload()->resize(r.payload().size() - 2);
+    cases.push_back({"wrong size", r, grpc::StatusCode::INVALID_ARGUMENT, "malformed push"});
+  }
+  {
+    auto r = Valid(six);
+    (*r.mutable_payload())[0] = 99;
+    cases.push_back({"bad version byte", r, grpc::StatusCode::INVALID_ARGUMENT, "malformed push"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_payload(std::string(1000, '\xff'));
+    cases.push_back({"garbage", r, grpc::StatusCode::INVALID_ARGUMENT, "malformed push"});
+  }
+  {
+    auto r = Valid(six);
+    (*r.mutable_payload())[2] = '\x7c';  // fp16 0x7c00 = +Inf
+    (*r.mutable_payload())[1] = '\x00';
+    cases.push_back({"infinity", r, grpc::StatusCode::INVALID_ARGUMENT, "not finite"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_layout_hash(r.layout_hash() + 1);
+    cases.push_back({"wrong layout", r, grpc::StatusCode::FAILED_PRECONDITION, "layout mismatch"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_slice_id(42);
+    cases.push_back({"unknown slice", r, grpc::StatusCode::INVALID_ARGUMENT, "unknown slice 42"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_codec("lz77");
+    cases.push_back({"unknown codec", r, grpc::StatusCode::INVALID_ARGUMENT, "unknown codec"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_session("forged-session!!");
+    cases.push_back({"forged session", r, grpc::StatusCode::UNAUTHENTICATED, "unknown session"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_round(3);
+    cases.push_back({"future round", r, grpc::StatusCode::FAILED_PRECONDITION, "before that round opened"});
+  }
+  {
+    auto r = Valid(six);
+    r.set_payload(std::string(9u << 20, 'x'));  // above --max-message-bytes
+    cases.push_back({"oversize", r, grpc::StatusCode::RESOURCE_EXHAUSTED, ""});
+  }
+  for (const Case& c : cases) {
+    grpc::Status s = Send(c.req);
+    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr(c.message)) << c.what;
+  }
+
+  // One valid push from the hostile client, then a duplicate.
+  ASSERT_TRUE(Send(Valid(std::vector<float>(6, 7.0f))).ok());
+  grpc::Status dup = Send(Valid(six));
+  EXPECT_EQ(dup.error_code(), grpc::StatusCode::ALREADY_EXISTS) << dup.error_message();
+
+  // Honest workers complete the round; mean of 7, 1 and 3.
+  ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>(6, 1.0f)).ok());
+  ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>(6, 3.0f)).ok());
+  ASSERT_TRUE(honest_[0]->WaitPushes().ok());
+  ASSERT_TRUE(honest_[1]->WaitPushes().ok());
+  std::vector<float> agg(6);
+  ASSERT_TRUE(honest_[0]->Pull(0, 1, agg, milliseconds(10000)).ok());
+  EXPECT_FLOAT_EQ(agg[0], (7.0f + 1.0f + 3.0f) / 3.0f);
+
+  // Round 0 is closed now: a replay of it is late.
+  grpc::Status late = Send(Valid(six));
+  EXPECT_EQ(late.error_code(), grpc::StatusCode::OUT_OF_RANGE) << late.error_message();
+
+  server::ShardStats st = cluster_.shards[0]->shard().stats();
+  EXPECT_EQ(st.malformed_by_worker[2], 4u);
+  EXPECT_EQ(st.malformed_by_worker[0], 0u);
+}
+
+TEST_F(ProtocolTest, GarbageOnlyWorkerDoesNotBlockTheQuorum) {
+  auto r = Valid(std::vector<float>(6, 1.0f));
+  r.set_payload("\x01\x02\x03");
+  EXPECT_EQ(Send(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>(6, 2.0f)).ok());
+  ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>(6, 4.0f)).ok());
+  ASSERT_TRUE(honest_[0]->WaitPushes().ok());
+  ASSERT_TRUE(honest_[1]->WaitPushes().ok());
+  std::vector<float> agg(6);
+  ASSERT_TRUE(honest_[1]->Pull(0, 1, agg, milliseconds(10000)).ok());  // closes at the deadline
+  EXPECT_FLOAT_EQ(agg[3], 3.0f);
+}
+
+TEST_F(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
+  v1::PullRequest req;
+  req.set_session(session_);
+  req.set_layout_hash(layout_->hash());
+  req.add_slice_ids(0);
+  req.add_slice_ids(0);
+  grpc::ClientContext ctx;
+  auto reader = stub_->Pull(&ctx, req);
+  v1::PullResponse resp;
+  EXPECT_FALSE(reader->Read(&resp));
+  grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("twice"));
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,255 @@
+// Round logic of one shard, driven directly with a manual clock (no network).
+#include "server/shard.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "codecs/codec.h"
+#include "core/fp32_bytes.h"
+
+namespace ps::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint32_t kSlice = 0;
+
+class ShardTest : public ::testing::Test {
+ protected:
+  void Make(ServerOptions o, const std::string& rule = "mean") {
+    options_ = o;
+    aggregators::AggregatorOptions a;
+    a.num_workers = static_cast<int>(o.num_workers);
+    a.num_byzantine = static_cast<int>(o.num_byzantine);
+    auto agg = aggregators::MakeAggregator(rule, a);
+    ASSERT_TRUE(agg.ok()) << agg.status();
+    shard_ = std::make_unique<Shard>(o, 0, *std::move(agg), &clock_, &pool_);
+    auto layout = core::ModelLayout::Create({{"w", 4, 0}, {"b", 2, 1}}, 4, 1);
+    ASSERT_TRUE(layout.ok());
+    layout_hash_ = layout->hash();
+    ASSERT_TRUE(shard_->Join(0, layout_hash_).ok());
+    ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
+    if (!o.aggregate_only) {
+      ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 0, Bytes({1, 1, 1, 1})).ok());
+      ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 1, Bytes({0, 0})).ok());
+    }
+  }
+
+  static ServerOptions Options(uint32_t n, uint32_t f = 0) {
+    ServerOptions o;
+    o.num_workers = n;
+    o.num_byzantine = f;
+    o.learning_rate = 1.0f;
+    o.momentum = 0.0f;
+    o.round_deadline = std::chrono::milliseconds(100);
+    return o;
+  }
+
+  static std::string Bytes(std::vector<float> v) {
+    std::string s;
+    core::AppendFp32(v, &s);
+    return s;
+  }
+
+  static std::string Encode(std::vector<float> v) {
+    auto codec = codecs::MakeCodec("fp32");
+    std::string out;
+    EXPECT_TRUE((*codec)->Encode(v, &out).ok());
+    return out;
+  }
+
+  absl::Status Push(uint32_t worker, uint64_t round, std::vector<float> g, uint32_t slice = kSlice) {
+    return shard_->Push(worker, layout_hash_, round, slice, "fp32", Encode(std::move(g)));
+  }
+
+  // Waits (bounded) until the slice publishes `version`, returns its values.
+  std::vector<float> AwaitVersion(uint64_t version, uint32_t slice = kSlice) {
+    auto done = std::make_shared<absl::Notification>();
+    auto ok = std::make_shared<bool>(false);
+    shard_->Watch(slice, version, [done, ok](bool r) {
+      *ok = r;
+      done->Notify();
+    });
+    EXPECT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_TRUE(*ok);
+    SliceSnapshot snap = shard_->Snapshot(slice);
+    EXPECT_GE(snap.version, version);
+    std::vector<float> v(snap.values->size() / 4);
+    std::memcpy(v.data(), snap.values->data(), snap.values->size());
+    return v;
+  }
+
+  core::ManualClock clock_;
+  core::ThreadPool pool_{2};
+  ServerOptions options_;
+  std::unique_ptr<Shard> shard_;
+  uint64_t layout_hash_ = 0;
+};
+
+TEST_F(ShardTest, RoundClosesWhenAllWorkersPushedAndAppliesSgd) {
+  Make(Options(2));
+  ASSERT_TRUE(shard_->Join(1, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 2, 3, 4}).ok());
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 0u);
+  ASSERT_TRUE(Push(1, 0, {3, 2, 1, 0}).ok());
+  // params 1 - lr * mean = 1 - 2 = -1
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1, -1, -1, -1));
+}
+
+TEST_F(ShardTest, MomentumAndWeightDecayFollowPyTorchConvention) {
+  ServerOptions o = Options(1);
+  o.learning_rate = 0.5f;
+  o.momentum = 0.9f;
+  o.weight_decay = 0.1f;
+  Make(o);
+  // w0 = 1; g = 1: v1 = 1 + 0.1 = 1.1; w1 = 1 - 0.55 = 0.45
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  EXPECT_NEAR(AwaitVersion(1)[0], 0.45f, 1e-6);
+  // v2 = 0.9 * 1.1 + 1 + 0.045 = 2.035; w2 = 0.45 - 1.0175 = -0.5675
+  ASSERT_TRUE(Push(0, 1, {1, 1, 1, 1}).ok());
+  EXPECT_NEAR(AwaitVersion(2)[0], -0.5675f, 1e-6);
+}
+
+TEST_F(ShardTest, AggregateOnlyPublishesTheAggregate) {
+  ServerOptions o = Options(3, 1);
+  o.aggregate_only = true;
+  Make(o, "median");
+  for (uint32_t w : {1u, 2u}) ASSERT_TRUE(shard_->Join(w, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 5, 0, 0}).ok());
+  ASSERT_TRUE(Push(1, 0, {2, -100, 0, 0}).ok());
+  ASSERT_TRUE(Push(2, 0, {1e6, 4, 0, 0}).ok());
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(2, 4, 0, 0));
+}
+
+TEST_F(ShardTest, DeadlineClosesRoundWithQuorumAndLaterPushIsLate) {
+  Make(Options(3, 1));  // quorum 2
+  for (uint32_t w : {1u, 2u}) ASSERT_TRUE(shard_->Join(w, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(1, 0, {3, 3, 3, 3}).ok());
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 0u) << "closed before the deadline";
+  clock_.Advance(std::chrono::milliseconds(100));
+  shard_->Tick(clock_.Now());
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1, -1, -1, -1));
+  absl::Status late = Push(2, 0, {9, 9, 9, 9});
+  EXPECT_EQ(late.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(late.message(), HasSubstr("late push from worker 2"));
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u);
+}
+
+TEST_F(ShardTest, BelowQuorumAtDeadlineWaitsForTheQuorum) {
+  Make(Options(4, 1));  // quorum 3
+  for (uint32_t w : {1u, 2u, 3u}) ASSERT_TRUE(shard_->Join(w, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(1, 0, {1, 1, 1, 1}).ok());
+  clock_.Advance(std::chrono::seconds(1));
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 0u);
+  ASSERT_TRUE(Push(2, 0, {1, 1, 1, 1}).ok());  // quorum reached after the deadline
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(0, 0, 0, 0));
+}
+
+TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
+  Make(Options(2));
+  ASSERT_TRUE(shard_->Join(1, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  EXPECT_EQ(Push(0, 0, {1, 1, 1, 1}).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(Push(1, 1, {1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Push(1, 0, {1, 1, 1}).code(), absl::StatusCode::kInvalidArgument);  // wrong size
+  // A NaN on the wire (Encode refuses to write one, so build the payload by hand).
+  std::string nan_payload(1, static_cast<char>(codecs::kFormatVersion));
+  core::AppendFp32(std::vector<float>{1, std::nanf(""), 1, 1}, &nan_payload);
+  EXPECT_EQ(shard_->Push(1, layout_hash_, 0, kSlice, "fp32", nan_payload).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard_->Push(1, layout_hash_, 0, kSlice, "fp32", "\x07garbage").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard_->Push(1, layout_hash_, 0, kSlice, "zstd-9000", Encode({1, 1, 1, 1})).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard_->Push(1, layout_hash_ ^ 1, 0, kSlice, "fp32", Encode({1, 1, 1, 1})).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(Push(1, 0, {1, 1}, /*slice=*/7).code(), absl::StatusCode::kInvalidArgument);
+  // None of that consumed worker 1's slot: its honest push completes the round.
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 0u);
+  ASSERT_TRUE(Push(1, 0, {3, 3, 3, 3}).ok());
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1, -1, -1, -1));
+  ShardStats st = shard_->stats();
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kDuplicate)], 1u);
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kFutureRound)], 1u);
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kMalformed)], 3u);
+  EXPECT_EQ(st.malformed_by_worker[1], 3u);
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kUnknownCodec)], 1u);
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kLayoutMismatch)], 1u);
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kUnknownSlice)], 1u);
+}
+
+TEST_F(ShardTest, PushBeforeInitialValuesIsRefused) {
+  ServerOptions o = Options(1);
+  aggregators::AggregatorOptions a;
+  auto shard = std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a), &clock_, &pool_);
+  auto layout = core::ModelLayout::Create({{"w", 4, 0}}, 4, 1);
+  ASSERT_TRUE(shard->RegisterLayout(0, *layout).ok());
+  EXPECT_FALSE(shard->ready());
+  absl::Status s = shard->Push(0, layout->hash(), 0, 0, "fp32", Encode({1, 1, 1, 1}));
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(s.message(), HasSubstr("no initial value"));
+}
+
+TEST_F(ShardTest, JoinAndRegistrationChecks) {
+  Make(Options(2));
+  EXPECT_EQ(shard_->Join(2, layout_hash_).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard_->Join(1, layout_hash_ + 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  auto again = core::ModelLayout::Create({{"w", 4, 0}, {"b", 2, 1}}, 4, 1);
+  EXPECT_EQ(shard_->RegisterLayout(1, *again).status().code(), absl::StatusCode::kAlreadyExists);
+  auto other = core::ModelLayout::Create({{"w", 5, 0}}, 4, 1);
+  EXPECT_EQ(shard_->RegisterLayout(1, *other).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard_->InitSlice(0, layout_hash_, 0, Bytes({2, 2, 2, 2})).code(),
+            absl::StatusCode::kAlreadyExists);
+  // A re-join replaces the old session.
+  auto first = shard_->Join(1, layout_hash_);
+  auto second = shard_->Join(1, layout_hash_);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_EQ(shard_->Authenticate(first->session).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(*shard_->Authenticate(second->session), 1u);
+}
+
+TEST_F(ShardTest, OverflowingAggregateIsDroppedNotPublished) {
+  Make(Options(2));
+  ASSERT_TRUE(shard_->Join(1, layout_hash_).ok());
+  const float big = std::numeric_limits<float>::max();
+  ASSERT_TRUE(Push(0, 0, {big, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(1, 0, {big, 1, 1, 1}).ok());
+  // The mean overflows to Inf: the round is dropped, parameters stay finite.
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(1, 1, 1, 1));
+  EXPECT_EQ(shard_->stats().aggregation_errors, 1u);
+}
+
+TEST_F(ShardTest, WatchersWakeOnlyAtTheirVersionAndOnDrain) {
+  Make(Options(1));
+  int woke_at_2 = 0;
+  bool drained_value = true;
+  absl::Notification drained;
+  shard_->Watch(kSlice, 2, [&](bool ok) { ok ? ++woke_at_2 : 0; });
+  shard_->Watch(kSlice, 5, [&](bool ok) {
+    drained_value = ok;
+    drained.Notify();
+  });
+  ASSERT_TRUE(Push(0, 0, {0, 0, 0, 0}).ok());
+  AwaitVersion(1);
+  EXPECT_EQ(woke_at_2, 0);
+  ASSERT_TRUE(Push(0, 1, {0, 0, 0, 0}).ok());
+  AwaitVersion(2);
+  EXPECT_EQ(woke_at_2, 1);
+  shard_->Drain(std::chrono::seconds(1));
+  ASSERT_TRUE(drained.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  EXPECT_FALSE(drained_value);
+  EXPECT_EQ(Push(0, 2, {0, 0, 0, 0}).code(), absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace ps::server

@@ -1,0 +1,579 @@
+#include "worker_lib/worker.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "codecs/codec.h"
+#include "core/status.h"
+#include "ps/v1/ps.grpc.pb.h"
+#include "worker_lib/delay_queue_internal.h"
+
+namespace ps {
+namespace {
+
+using Clock = std::chrono::system_clock;  // gRPC deadlines are system_clock
+
+absl::Status FromGrpc(const grpc::Status& s, std::string_view context) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                      absl::StrCat(core::AsAbsl(context), ": ", s.error_message()));
+}
+
+bool Retriable(grpc::StatusCode code) {
+  return code == grpc::StatusCode::UNAVAILABLE || code == grpc::StatusCode::UNAUTHENTICATED ||
+         code == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+struct ShardConn {
+  uint32_t id = 0;
+  std::string address;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::WorkerService::Stub> stub;
+  absl::Mutex join_mu;  // serializes (re)joins
+  mutable absl::Mutex mu;
+  std::string session ABSL_GUARDED_BY(mu);
+  uint64_t epoch ABSL_GUARDED_BY(mu) = 0;  // bumped by every successful join
+  ShardInfo info;
+};
+
+// One slice push in flight; owned by whoever currently drives it (the callback, the
+// retry queue).
+struct PushCall {
+  uint32_t shard = 0;
+  size_t tensor = 0;
+  int attempt = 0;
+  uint64_t epoch = 0;
+  grpc::StatusCode last_code = grpc::StatusCode::OK;
+  v1::PushRequest req;
+  v1::PushResponse resp;
+  std::unique_ptr<grpc::ClientContext> ctx;
+};
+
+// Streams the requested slices of one shard and copies each into its destination.
+class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
+ public:
+  PullStream(v1::WorkerService::Stub* stub, v1::PullRequest req, Clock::time_point deadline,
+             const core::ModelLayout* layout, const absl::flat_hash_map<uint32_t, float*>* dst)
+      : req_(std::move(req)), layout_(layout), dst_(dst) {
+    ctx_.set_deadline(deadline);
+    ctx_.set_wait_for_ready(true);
+    stub->async()->Pull(&ctx_, &req_, this);
+    StartRead(&resp_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // end of stream; OnDone follows
+    const uint32_t id = resp_.slice_id();
+    auto it = dst_->find(id);
+    const bool wanted = it != dst_->end() &&
+                        std::find(req_.slice_ids().begin(), req_.slice_ids().end(), id) !=
+                            req_.slice_ids().end();
+    if (!wanted || resp_.version() < req_.min_version() ||
+        resp_.values().size() != size_t{layout_->slices()[id].numel} * sizeof(float)) {
+      absl::MutexLock lock(&mu_);
+      protocol_error_ = absl::StrCat("shard sent an unexpected or malformed slice ", id,
+                                     " (version ", resp_.version(), ", ", resp_.values().size(),
+                                     " bytes)");
+      ctx_.TryCancel();
+      return;
+    }
+    std::memcpy(it->second, resp_.values().data(), resp_.values().size());
+    {
+      absl::MutexLock lock(&mu_);
+      received_.push_back(id);
+      min_version_ = std::min(min_version_, resp_.version());
+      bytes_ += resp_.values().size();
+    }
+    StartRead(&resp_);
+  }
+
+  void OnDone(const grpc::Status& s) override {
+    absl::MutexLock lock(&mu_);
+    status_ = s;
+    done_ = true;
+  }
+
+  // Waits for the end of the stream.
+  grpc::Status Await() {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    if (!protocol_error_.empty()) return grpc::Status(grpc::StatusCode::INTERNAL, protocol_error_);
+    return status_;
+  }
+
+  // Valid after Await().
+  const std::vector<uint32_t>& received() const { return received_; }
+  uint64_t min_version() const { return min_version_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  grpc::ClientContext ctx_;
+  v1::PullRequest req_;
+  v1::PullResponse resp_;
+  const core::ModelLayout* layout_;
+  const absl::flat_hash_map<uint32_t, float*>* dst_;
+  absl::Mutex mu_;
+  bool done_ = false;
+  grpc::Status status_;
+  std::string protocol_error_;
+  std::vector<uint32_t> received_;
+  uint64_t min_version_ = UINT64_MAX;
+  uint64_t bytes_ = 0;
+};
+
+class WorkerImpl final : public Worker {
+ public:
+  WorkerImpl(WorkerOptions options, core::ModelLayout layout)
+      : options_(std::move(options)), layout_(std::move(layout)) {}
+
+  ~WorkerImpl() override {
+    {
+      absl::MutexLock lock(&mu_);
+      closing_ = true;
+      for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
+    }
+    retries_.Stop();  // runs what is queued at once; SendPush sees closing_
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](WorkerImpl* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->pending_ == 0; }, this));
+  }
+
+  absl::Status Init(std::span<const std::span<const float>> initial) {
+    if (options_.shard_addresses.size() != layout_.num_shards()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the layout is cut for ", layout_.num_shards(), " shards but ",
+          options_.shard_addresses.size(), " shard addresses were given"));
+    }
+    if (!initial.empty()) {
+      if (initial.size() != layout_.tensors().size()) {
+        return absl::InvalidArgumentError(absl::StrCat("initial values for ", initial.size(),
+                                                       " tensors; the layout has ",
+                                                       layout_.tensors().size()));
+      }
+      for (size_t t = 0; t < initial.size(); ++t) {
+        if (initial[t].size() != layout_.tensors()[t].numel) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "initial value of tensor '", layout_.tensors()[t].name, "' has ", initial[t].size(),
+              " elements; the layout says ", layout_.tensors()[t].numel));
+        }
+      }
+    }
+    for (size_t t = 0; t < layout_.tensors().size(); ++t) {
+      PS_ASSIGN_OR_RETURN(std::unique_ptr<codecs::Codec> codec, codecs::MakeCodec(options_.codec));
+      codecs_.push_back(std::make_unique<TensorCodec>());
+      codecs_.back()->codec = std::move(codec);
+    }
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(64 << 20);
+    args.SetMaxSendMessageSize(64 << 20);
+    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff.count()));
+    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff.count()));
+    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.max_backoff.count()));
+    shards_.reserve(options_.shard_addresses.size());
+    for (uint32_t i = 0; i < options_.shard_addresses.size(); ++i) {
+      auto c = std::make_unique<ShardConn>();
+      c->id = i;
+      c->address = options_.shard_addresses[i];
+      c->channel = grpc::CreateCustomChannel(c->address, grpc::InsecureChannelCredentials(), args);
+      c->stub = v1::WorkerService::NewStub(c->channel);
+      shards_.push_back(std::move(c));
+    }
+    const auto deadline = Clock::now() + options_.connect_timeout;
+    uint64_t start = UINT64_MAX;
+    for (auto& c : shards_) {
+      PS_ASSIGN_OR_RETURN(v1::JoinResponse join, JoinShard(*c, deadline));
+      if (join.num_shards() != layout_.num_shards()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            ShardName(*c), " belongs to a cluster of ", join.num_shards(),
+            " shards; this worker's layout is cut for ", layout_.num_shards()));
+      }
+      if (!join.layout_registered()) PS_RETURN_IF_ERROR(RegisterOn(*c, join, initial));
+      c->info.shard_id = join.shard_id();
+      c->info.num_workers = join.num_workers();
+      c->info.aggregator = join.aggregator();
+      c->info.aggregate_only = join.aggregate_only();
+      c->info.version = join.version();
+      infos_.push_back(c->info);
+      start = std::min(start, join.version());
+    }
+    start_version_ = start;
+    return absl::OkStatus();
+  }
+
+  const core::ModelLayout& layout() const override { return layout_; }
+  const std::vector<ShardInfo>& shards() const override { return infos_; }
+  uint64_t start_version() const override { return start_version_; }
+
+  absl::Status Push(size_t tensor, uint64_t round, std::span<const float> grad) override {
+    if (tensor >= layout_.tensors().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("no tensor ", tensor, "; the layout has ",
+                                                     layout_.tensors().size()));
+    }
+    const core::TensorSpec& spec = layout_.tensors()[tensor];
+    if (grad.size() != spec.numel) {
+      return absl::InvalidArgumentError(absl::StrCat("gradient of '", spec.name, "' has ",
+                                                     grad.size(), " elements; expected ", spec.numel));
+    }
+    std::vector<std::unique_ptr<PushCall>> calls;
+    {
+      TensorCodec& tc = *codecs_[tensor];
+      absl::MutexLock lock(&tc.mu);
+      for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
+        const core::SliceInfo& s = layout_.slices()[id];
+        auto call = std::make_unique<PushCall>();
+        call->shard = s.shard;
+        call->tensor = tensor;
+        call->req.set_layout_hash(layout_.hash());
+        call->req.set_round(round);
+        call->req.set_slice_id(id);
+        call->req.set_codec(std::string(tc.codec->spec()));
+        absl::Status st = tc.codec->Encode(grad.subspan(s.offset, s.numel), call->req.mutable_payload());
+        if (!st.ok()) {
+          return absl::Status(st.code(), absl::StrCat("encoding slice ", id, " of '", spec.name,
+                                                      "': ", st.message()));
+        }
+        calls.push_back(std::move(call));
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      pending_ += calls.size();
+    }
+    for (auto& call : calls) SendPush(std::move(call));
+    return absl::OkStatus();
+  }
+
+  absl::Status WaitPushes() override {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](WorkerImpl* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->pending_ == 0; }, this));
+    absl::Status st = std::move(first_error_);
+    first_error_ = absl::OkStatus();
+    return st;
+  }
+
+  absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
+                                std::chrono::milliseconds timeout) override {
+    if (tensor >= layout_.tensors().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("no tensor ", tensor, "; the layout has ",
+                                                     layout_.tensors().size()));
+    }
+    if (out.size() != layout_.tensors()[tensor].numel) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "buffer for '", layout_.tensors()[tensor].name, "' has ", out.size(),
+          " elements; expected ", layout_.tensors()[tensor].numel));
+    }
+    absl::flat_hash_map<uint32_t, float*> dst;
+    for (uint32_t id : layout_.SlicesOfTensor(tensor)) dst[id] = out.data() + layout_.slices()[id].offset;
+    return PullSlices(dst, min_version, timeout);
+  }
+
+  absl::StatusOr<uint64_t> PullAll(uint64_t min_version, std::span<const std::span<float>> outs,
+                                   std::chrono::milliseconds timeout) override {
+    if (outs.size() != layout_.tensors().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("PullAll needs ", layout_.tensors().size(),
+                                                     " buffers, got ", outs.size()));
+    }
+    absl::flat_hash_map<uint32_t, float*> dst;
+    for (size_t t = 0; t < outs.size(); ++t) {
+      if (outs[t].size() != layout_.tensors()[t].numel) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "buffer for '", layout_.tensors()[t].name, "' has ", outs[t].size(),
+            " elements; expected ", layout_.tensors()[t].numel));
+      }
+      for (uint32_t id : layout_.SlicesOfTensor(t)) dst[id] = outs[t].data() + layout_.slices()[id].offset;
+    }
+    return PullSlices(dst, min_version, timeout);
+  }
+
+  WorkerStats stats() const override {
+    WorkerStats s;
+    s.slices_pushed = slices_pushed_.load();
+    s.slices_refused = slices_refused_.load();
+    s.push_bytes = push_bytes_.load();
+    s.slices_pulled = slices_pulled_.load();
+    s.pull_bytes = pull_bytes_.load();
+    s.retries = retries_count_.load();
+    return s;
+  }
+
+ private:
+  struct TensorCodec {
+    absl::Mutex mu;
+    std::unique_ptr<codecs::Codec> codec ABSL_GUARDED_BY(mu);
+  };
+
+  std::string ShardName(const ShardConn& c) const {
+    return absl::StrCat("shard ", c.id, " (", c.address, ")");
+  }
+
+  std::chrono::milliseconds Backoff(int attempt) const {
+    auto d = options_.initial_backoff * (1 << std::min(attempt, 16));
+    return std::min<std::chrono::milliseconds>(d, options_.max_backoff);
+  }
+
+  // Joins (again) until `deadline`, retrying while the shard is unreachable.
+  absl::StatusOr<v1::JoinResponse> JoinShard(ShardConn& c, Clock::time_point deadline) {
+    absl::MutexLock join_lock(&c.join_mu);
+    for (int attempt = 0;; ++attempt) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::min(deadline, Clock::now() + options_.rpc_timeout));
+      ctx.set_wait_for_ready(true);
+      v1::JoinRequest req;
+      req.set_worker_id(options_.worker_id);
+      req.set_layout_hash(layout_.hash());
+      v1::JoinResponse resp;
+      grpc::Status s = c.stub->Join(&ctx, req, &resp);
+      if (s.ok()) {
+        absl::MutexLock lock(&c.mu);
+        c.session = resp.session();
+        ++c.epoch;
+        return resp;
+      }
+      const bool transient = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                             s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+      if (!transient || Clock::now() + Backoff(attempt) >= deadline) {
+        return FromGrpc(s, absl::StrCat("joining ", ShardName(c), " as worker ", options_.worker_id));
+      }
+      retries_count_.fetch_add(1);
+      std::this_thread::sleep_for(Backoff(attempt));
+    }
+  }
+
+  // Re-joins after the shard forgot our session, unless another call already did.
+  void Rejoin(ShardConn& c, uint64_t failed_epoch) {
+    {
+      absl::MutexLock lock(&c.mu);
+      if (c.epoch != failed_epoch) return;
+    }
+    auto r = JoinShard(c, Clock::now() + options_.rpc_timeout);
+    if (!r.ok()) return;  // the retried call reports what goes wrong
+    if (!r->layout_registered()) {
+      // A shard that restarted without its state cannot continue this run.
+      absl::MutexLock lock(&mu_);
+      if (first_error_.ok()) {
+        first_error_ = absl::FailedPreconditionError(
+            absl::StrCat(ShardName(c), " restarted and lost the layout and parameters"));
+      }
+    }
+  }
+
+  absl::Status RegisterOn(ShardConn& c, const v1::JoinResponse& join,
+                          std::span<const std::span<const float>> initial) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Clock::now() + options_.rpc_timeout);
+    v1::RegisterLayoutRequest req;
+    {
+      absl::MutexLock lock(&c.mu);
+      req.set_session(c.session);
+    }
+    v1::Layout* l = req.mutable_layout();
+    l->set_slice_elems(layout_.slice_elems());
+    l->set_num_shards(layout_.num_shards());
+    for (const core::TensorSpec& t : layout_.tensors()) {
+      v1::TensorSpec* ts = l->add_tensors();
+      ts->set_name(t.name);
+      ts->set_numel(t.numel);
+      ts->set_priority(t.priority);
+    }
+    v1::RegisterLayoutResponse resp;
+    grpc::Status s = c.stub->RegisterLayout(&ctx, req, &resp);
+    if (s.error_code() == grpc::StatusCode::ALREADY_EXISTS) return absl::OkStatus();  // lost the race
+    if (!s.ok()) return FromGrpc(s, absl::StrCat("registering the layout on ", ShardName(c)));
+    if (join.aggregate_only()) return absl::OkStatus();
+    if (initial.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          ShardName(c), " has no parameters yet and this worker brought no initial values"));
+    }
+    for (uint32_t id : resp.owned_slices()) {
+      if (id >= layout_.slices().size()) {
+        return absl::InternalError(absl::StrCat(ShardName(c), " claims unknown slice ", id));
+      }
+      const core::SliceInfo& si = layout_.slices()[id];
+      grpc::ClientContext ictx;
+      ictx.set_deadline(Clock::now() + options_.rpc_timeout);
+      v1::InitSliceRequest ireq;
+      ireq.set_session(req.session());
+      ireq.set_layout_hash(layout_.hash());
+      ireq.set_slice_id(id);
+      ireq.set_values(reinterpret_cast<const char*>(initial[si.tensor].data() + si.offset),
+                      size_t{si.numel} * sizeof(float));
+      v1::InitSliceResponse iresp;
+      grpc::Status is = c.stub->InitSlice(&ictx, ireq, &iresp);
+      if (!is.ok() && is.error_code() != grpc::StatusCode::ALREADY_EXISTS) {
+        return FromGrpc(is, absl::StrCat("uploading the initial value of slice ", id, " to ", ShardName(c)));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  void SendPush(std::unique_ptr<PushCall> call) {
+    ShardConn& c = *shards_[call->shard];
+    {
+      absl::MutexLock lock(&c.mu);
+      call->req.set_session(c.session);
+      call->epoch = c.epoch;
+    }
+    call->ctx = std::make_unique<grpc::ClientContext>();
+    call->ctx->set_deadline(Clock::now() + options_.rpc_timeout);
+    call->ctx->set_wait_for_ready(true);
+    {
+      absl::MutexLock lock(&mu_);
+      if (closing_) {
+        FinishPushLocked(*call, absl::CancelledError("worker is shutting down"));
+        return;
+      }
+      in_flight_.insert(call->ctx.get());
+    }
+    PushCall* raw = call.release();
+    c.stub->async()->Push(raw->ctx.get(), &raw->req, &raw->resp, [this, raw](grpc::Status s) {
+      OnPushDone(std::unique_ptr<PushCall>(raw), s);
+    });
+  }
+
+  void OnPushDone(std::unique_ptr<PushCall> call, const grpc::Status& s) {
+    {
+      absl::MutexLock lock(&mu_);
+      in_flight_.erase(call->ctx.get());
+    }
+    // A retry answered "duplicate" means an earlier attempt got through.
+    const bool accepted =
+        s.ok() || (call->attempt > 0 && s.error_code() == grpc::StatusCode::ALREADY_EXISTS &&
+                   call->last_code != grpc::StatusCode::UNAUTHENTICATED);
+    if (accepted) {
+      slices_pushed_.fetch_add(1);
+      push_bytes_.fetch_add(call->req.payload().size());
+      absl::MutexLock lock(&mu_);
+      FinishPushLocked(*call, absl::OkStatus());
+      return;
+    }
+    bool closing;
+    {
+      absl::MutexLock lock(&mu_);
+      closing = closing_;
+    }
+    if (!closing && Retriable(s.error_code()) && call->attempt + 1 < options_.max_attempts) {
+      retries_count_.fetch_add(1);
+      const auto delay = Backoff(call->attempt);
+      ++call->attempt;
+      call->last_code = s.error_code();
+      retries_.After(delay, [this, call = std::shared_ptr<PushCall>(std::move(call))]() mutable {
+        if (call->last_code == grpc::StatusCode::UNAUTHENTICATED) Rejoin(*shards_[call->shard], call->epoch);
+        SendPush(std::make_unique<PushCall>(std::move(*call)));
+      });
+      return;
+    }
+    slices_refused_.fetch_add(1);
+    const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
+    absl::Status st = FromGrpc(
+        s, absl::StrCat("push of tensor '", layout_.tensors()[si.tensor].name, "' slice ",
+                        si.id, " round ", call->req.round(), " to ", ShardName(*shards_[call->shard]),
+                        call->attempt > 0 ? absl::StrCat(" (after ", call->attempt + 1, " attempts)") : ""));
+    absl::MutexLock lock(&mu_);
+    FinishPushLocked(*call, st);
+  }
+
+  void FinishPushLocked(const PushCall& /*call*/, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!st.ok() && first_error_.ok()) first_error_ = std::move(st);
+    --pending_;
+  }
+
+  absl::StatusOr<uint64_t> PullSlices(const absl::flat_hash_map<uint32_t, float*>& dst,
+                                      uint64_t min_version, std::chrono::milliseconds timeout) {
+    const auto deadline = Clock::now() + timeout;
+    std::set<uint32_t> missing;
+    for (const auto& [id, ptr] : dst) missing.insert(id);
+    uint64_t version = UINT64_MAX;
+    for (int attempt = 0;; ++attempt) {
+      std::map<uint32_t, v1::PullRequest> requests;
+      for (uint32_t id : missing) {
+        const core::SliceInfo& si = layout_.slices()[id];
+        v1::PullRequest& r = requests[si.shard];
+        r.add_slice_ids(id);
+      }
+      std::vector<std::pair<uint32_t, std::unique_ptr<PullStream>>> streams;
+      std::map<uint32_t, uint64_t> epochs;
+      for (auto& [shard, req] : requests) {
+        ShardConn& c = *shards_[shard];
+        {
+          absl::MutexLock lock(&c.mu);
+          req.set_session(c.session);
+          epochs[shard] = c.epoch;
+        }
+        req.set_layout_hash(layout_.hash());
+        req.set_min_version(min_version);
+        streams.emplace_back(shard, std::make_unique<PullStream>(c.stub.get(), req, deadline,
+                                                                 &layout_, &dst));
+      }
+      grpc::Status worst;
+      uint32_t worst_shard = 0;
+      bool retriable = true;
+      for (auto& [shard, stream] : streams) {
+        grpc::Status s = stream->Await();
+        for (uint32_t id : stream->received()) missing.erase(id);
+        if (!stream->received().empty()) version = std::min(version, stream->min_version());
+        slices_pulled_.fetch_add(stream->received().size());
+        pull_bytes_.fetch_add(stream->bytes());
+        if (!s.ok() && (worst.ok() || !Retriable(s.error_code()))) {
+          worst = s;
+          worst_shard = shard;
+          retriable = retriable && Retriable(s.error_code());
+        }
+      }
+      if (missing.empty()) return version;
+      const std::string context = absl::StrCat(
+          "pull of ", dst.size(), " slices at version >= ", min_version, " from ",
+          ShardName(*shards_[worst_shard]), " (", missing.size(), " missing)");
+      if (worst.ok()) return absl::InternalError(absl::StrCat(context, ": stream ended early"));
+      if (!retriable || attempt + 1 >= options_.max_attempts ||
+          Clock::now() + Backoff(attempt) >= deadline) {
+        return FromGrpc(worst, context);
+      }
+      retries_count_.fetch_add(1);
+      if (worst.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+        Rejoin(*shards_[worst_shard], epochs[worst_shard]);
+      }
+      std::this_thread::sleep_for(Backoff(attempt));
+    }
+  }
+
+  const WorkerOptions options_;
+  const core::ModelLayout layout_;
+  std::vector<std::unique_ptr<ShardConn>> shards_;
+  std::vector<ShardInfo> infos_;
+  std::vector<std::unique_ptr<TensorCodec>> codecs_;
+  uint64_t start_version_ = 0;
+  internal::DelayQueue retries_;
+
+  absl::Mutex mu_;
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
+
+  std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};
+  std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, retries_count_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions options, core::ModelLayout layout,
+                                                      std::span<const std::span<const float>> initial) {
+  auto w = std::make_unique<WorkerImpl>(std::move(options), std::move(layout));
+  PS_RETURN_IF_ERROR(w->Init(initial));
+  return w;
+}
+
+}  // namespace ps

@@ -1,0 +1,120 @@
+// ps::Worker: the client side of ps-server, linked into training binaries.
+//
+// A Worker connects to every shard, joins with the model layout (registering it and
+// uploading initial values when it is the first), pushes gradients slice by slice to
+// the shards that own them, and pulls fresh parameters into the caller's buffers.
+// The header carries no gRPC or protobuf types.
+//
+// Rounds: the gradient pushed for round t was computed on parameters of version t;
+// once a shard closes round t of a slice it publishes version t + 1. A training loop
+// therefore does: Pull(version t) -> forward/backward -> Push(round t) -> t + 1.
+//
+// Thread safety: every method may be called from any thread. Push() returns at once;
+// WaitPushes() reports how the pushes went. Failures are absl::Status values whose
+// message names the tensor, slice and shard involved.
+//
+// Reconnection: gRPC channels reconnect with exponential backoff by themselves; a
+// call that fails with UNAVAILABLE, or whose session the shard no longer knows (the
+// shard restarted), is retried after re-joining, up to `max_attempts` times with
+// backoff between `initial_backoff` and `max_backoff`.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/layout.h"
+
+namespace ps {
+
+struct WorkerOptions {
+  // "host:port" of each shard, indexed by shard id.
+  std::vector<std::string> shard_addresses;
+  // This worker's rank in [0, num_workers) of the servers' configuration.
+  uint32_t worker_id = 0;
+  // Codec spec for pushes (see codecs/codec.h), for example "fp32" or "fp16".
+  std::string codec = "fp32";
+  // Deadline of one RPC attempt (a pull that waits for a version uses its own).
+  std::chrono::milliseconds rpc_timeout{30000};
+  // How long Start() keeps trying to reach every shard and see it ready.
+  std::chrono::milliseconds connect_timeout{60000};
+  // Retry backoff: first wait, doubling up to the maximum.
+  std::chrono::milliseconds initial_backoff{50};
+  std::chrono::milliseconds max_backoff{2000};
+  // Attempts per RPC before its failure is reported.
+  int max_attempts = 6;
+};
+
+// What a shard told this worker at join time.
+struct ShardInfo {
+  uint32_t shard_id = 0;
+  uint32_t num_workers = 0;
+  std::string aggregator;
+  bool aggregate_only = false;
+  uint64_t version = 0;  // lowest published version of its slices at join
+};
+
+// Counters since Start(); read with Worker::stats().
+struct WorkerStats {
+  uint64_t slices_pushed = 0;    // accepted by a shard
+  uint64_t slices_refused = 0;   // refused by a shard (late, duplicate, invalid, ...)
+  uint64_t push_bytes = 0;       // encoded payload bytes accepted
+  uint64_t slices_pulled = 0;
+  uint64_t pull_bytes = 0;
+  uint64_t retries = 0;          // RPC attempts repeated after UNAVAILABLE or re-join
+};
+
+class Worker {
+ public:
+  // Connects to every shard and joins with `layout` (whose num_shards must equal the
+  // number of addresses). A shard without a layout gets it registered, and then
+  // `initial` values, one span per tensor of the layout's sizes (leave `initial`
+  // empty for an aggregate-only server). Waits until every shard is ready, up to
+  // options.connect_timeout.
+  static absl::StatusOr<std::unique_ptr<Worker>> Start(
+      WorkerOptions options, core::ModelLayout layout,
+      std::span<const std::span<const float>> initial = {});
+
+  virtual ~Worker() = default;
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  virtual const core::ModelLayout& layout() const = 0;
+  virtual const std::vector<ShardInfo>& shards() const = 0;
+  // Lowest version published by any shard at join time: the round a (re)starting
+  // worker resumes from.
+  virtual uint64_t start_version() const = 0;
+
+  // Queues the gradient of tensor `tensor` for `round`: each slice is encoded (the
+  // data is copied before return) and sent to its shard. Returns an error at once
+  // for a bad tensor index or size; RPC outcomes are reported by WaitPushes().
+  virtual absl::Status Push(size_t tensor, uint64_t round, std::span<const float> grad) = 0;
+
+  // Waits until every push queued so far is answered. Returns OK when all were
+  // accepted, otherwise the first refusal or failure since the previous call, with
+  // its code (OUT_OF_RANGE late, ALREADY_EXISTS duplicate, INVALID_ARGUMENT malformed,
+  // ...) and a message naming tensor, slice, round and shard.
+  virtual absl::Status WaitPushes() = 0;
+
+  // Pulls tensor `tensor` once every slice reached at least `min_version` and copies
+  // it into `out` (the tensor's size). Returns the lowest version among its slices.
+  // DEADLINE_EXCEEDED after `timeout`.
+  virtual absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
+                                        std::chrono::milliseconds timeout) = 0;
+
+  // Pulls every tensor (outs[i] for tensor i) with one stream per shard.
+  virtual absl::StatusOr<uint64_t> PullAll(uint64_t min_version, std::span<const std::span<float>> outs,
+                                           std::chrono::milliseconds timeout) = 0;
+
+  virtual WorkerStats stats() const = 0;
+
+ protected:
+  Worker() = default;
+};
+
+}  // namespace ps
