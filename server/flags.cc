@@ -19,12 +19,12 @@
 #include <vector>
 
 #include "CLI/CLI.hpp"
-#include "aggregators/aggregator.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "aggregators/aggregator.h"
 
 // The build may pass the project version; the fallback keeps a plain compile working.
 #ifndef PS_SERVER_VERSION
@@ -107,7 +107,8 @@ class HelpFormatter final : public CLI::Formatter {
       }
       tokens.push_back(absl::StrCat("[default: ", def, "]"));
     }
-    if (!opt->get_envname().empty()) tokens.push_back(absl::StrCat("[env: ", opt->get_envname(), "]"));
+    if (!opt->get_envname().empty())
+      tokens.push_back(absl::StrCat("[env: ", opt->get_envname(), "]"));
     return Wrap(tokens, kDescriptionWidth);
   }
 
@@ -204,16 +205,17 @@ class ServerConfigReader final : public CLI::ConfigTOML {
     std::set<std::string> seen;
     for (CLI::ConfigItem& item : items) {
       if (!item.parents.empty()) {
-        const std::string where = item.name == "++" || item.name == "--"
-                                      ? absl::StrCat("table [", absl::StrJoin(item.parents, "."), "]")
-                                      : absl::StrCat("dotted key \"", item.fullname(), "\"");
-        throw CLI::ConfigError(absl::StrCat(
-            where, " is not supported: write flat keys such as `workers = 6`"));
+        const std::string where =
+            item.name == "++" || item.name == "--"
+                ? absl::StrCat("table [", absl::StrJoin(item.parents, "."), "]")
+                : absl::StrCat("dotted key \"", item.fullname(), "\"");
+        throw CLI::ConfigError(
+            absl::StrCat(where, " is not supported: write flat keys such as `workers = 6`"));
       }
       std::replace(item.name.begin(), item.name.end(), '_', '-');
       if (keys_.count(item.name) == 0) {
-        throw CLI::ConfigError(
-            absl::StrCat("unknown key \"", item.name, "\" (keys are the long flag names, see --help)"));
+        throw CLI::ConfigError(absl::StrCat("unknown key \"", item.name,
+                                            "\" (keys are the long flag names, see --help)"));
       }
       if (!seen.insert(item.name).second) {
         throw CLI::ConfigError(absl::StrCat("key \"", item.name, "\" is given more than once"));
@@ -317,8 +319,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
 
   add("Logging", "log-level", o.log_level, "Minimum level logged")
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
-  add("Logging", "log-format", o.log_format,
-      "plain (human-readable) or json (one object per line)")
+  add("Logging", "log-format", o.log_format, "plain (human-readable) or json (one object per line)")
       ->check(CLI::IsMember({"plain", "json"}));
   return names;
 }
@@ -407,7 +408,8 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   app.get_help_ptr()->description("Print this help and exit");
 
   const std::vector<std::string> names = DefineFlags(app, result.options, raw, /*with_env=*/true);
-  auto reader = std::make_shared<ServerConfigReader>(std::set<std::string>(names.begin(), names.end()));
+  auto reader =
+      std::make_shared<ServerConfigReader>(std::set<std::string>(names.begin(), names.end()));
   app.config_formatter(reader);
   app.allow_config_extras(CLI::config_extras_mode::error);
   app.set_config("--config", "",
@@ -418,9 +420,10 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   // CLI11 reads the config file before it looks at the environment, so it would never
   // see PS_CONFIG; passing it as the flag (when the flag is absent) keeps the same
   // precedence and makes a missing file an error, as with --config.
-  std::vector<const char*> args(argv, argv + argc);
+  std::vector<const char*> args(argv, argv + std::max(argc, 0));
+  if (args.empty()) args.push_back(kProgram);
   const std::optional<std::string> env_config = GetEnv("PS_CONFIG");
-  if (env_config.has_value() && !HasFlag(argc, argv, "--config")) {
+  if (env_config.has_value() && !HasFlag(static_cast<int>(args.size()), args.data(), "--config")) {
     args.push_back("--config");
     args.push_back(env_config->c_str());
   }
@@ -434,13 +437,14 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   } catch (const CLI::CallForVersion& e) {
     return Exit(0, absl::StrCat(e.what(), "\n"));
   } catch (const CLI::ExtrasError&) {
-    return UsageError(absl::StrCat("unknown flag or unexpected argument: ",
-                                   absl::StrJoin(app.remaining(), " ")));
+    return UsageError(
+        absl::StrCat("unknown flag or unexpected argument: ", absl::StrJoin(app.remaining(), " ")));
   } catch (const CLI::FileError& e) {
     return UsageError(absl::StrCat("--config: ", e.what()));
   } catch (const CLI::ParseError& e) {
     std::string config_file;
-    if (const CLI::Option* config = app.get_config_ptr(); config != nullptr && config->count() > 0) {
+    if (const CLI::Option* config = app.get_config_ptr();
+        config != nullptr && config->count() > 0) {
       config_file = config->as<std::string>();
     }
     if (dynamic_cast<const CLI::ConfigError*>(&e) != nullptr) {
@@ -472,9 +476,9 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
     std::string source;
     if (absl::StartsWith(message, "--")) {
       const std::string name = message.substr(2, message.find_first_of("= ") - 2);
-      const bool from_reader = std::any_of(
-          reader->used_items().begin(), reader->used_items().end(),
-          [&](const CLI::ConfigItem& item) { return item.name == name; });
+      const bool from_reader =
+          std::any_of(reader->used_items().begin(), reader->used_items().end(),
+                      [&](const CLI::ConfigItem& item) { return item.name == name; });
       if (name == "shard-id" && !resolved_from.empty()) {
         source = resolved_from;
       } else if (HasFlag(argc, argv, "--" + name)) {
@@ -502,15 +506,15 @@ absl::StatusOr<int> ShardIdFromHostname(std::string_view hostname) {
   const std::string_view suffix =
       dash == std::string_view::npos ? std::string_view() : label.substr(dash + 1);
   int id = 0;
-  const bool numeric = !suffix.empty() && suffix.size() <= 9 &&
-                       std::all_of(suffix.begin(), suffix.end(),
-                                   [](char c) { return c >= '0' && c <= '9'; }) &&
-                       absl::SimpleAtoi(absl::string_view(suffix.data(), suffix.size()), &id);
+  const bool numeric =
+      !suffix.empty() && suffix.size() <= 9 &&
+      std::all_of(suffix.begin(), suffix.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+      absl::SimpleAtoi(absl::string_view(suffix.data(), suffix.size()), &id);
   if (!numeric) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host name \"", std::string(hostname),
-        "\" does not end in -N (a StatefulSet pod index such as ps-server-3); pass "
-        "--shard-id explicitly"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("host name \"", std::string(hostname),
+                     "\" does not end in -N (a StatefulSet pod index such as ps-server-3); pass "
+                     "--shard-id explicitly"));
   }
   return id;
 }

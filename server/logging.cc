@@ -22,8 +22,8 @@ absl::StatusOr<spdlog::level::level_enum> ParseLevel(const std::string& level) {
   if (level == "info") return spdlog::level::info;
   if (level == "warn") return spdlog::level::warn;
   if (level == "error") return spdlog::level::err;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--log-level=", level, ": must be one of trace, debug, info, warn, error"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--log-level=", level, ": must be one of trace, debug, info, warn, error"));
 }
 
 // Our names rather than spdlog's ("warning" in 1.10, "warn" elsewhere) so that log

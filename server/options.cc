@@ -35,8 +35,7 @@ std::string ShortFloat(float value) {
 
 absl::Status Invalid(absl::string_view field, absl::string_view flag, absl::string_view value,
                      absl::string_view why) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("--", flag, "=", value, " (", field, "): ", why));
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, "=", value, " (", field, "): ", why));
 }
 
 bool OneOf(std::string_view value, std::initializer_list<std::string_view> allowed) {
@@ -48,8 +47,8 @@ bool OneOf(std::string_view value, std::initializer_list<std::string_view> allow
 
 absl::Status CheckPeer(size_t index, const std::string& peer) {
   auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("--peers entry ", index, " \"", peer,
-                                                   "\": ", why, " (want host:port)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--peers entry ", index, " \"", peer, "\": ", why, " (want host:port)"));
   };
   const size_t colon = peer.rfind(':');
   if (colon == std::string::npos) return bad("no port");
@@ -154,9 +153,9 @@ absl::Status ServerOptions::Validate() const {
   // --- aggregation ---
   if (aggregator.empty()) return Invalid("aggregator", "aggregator", "\"\"", "must not be empty");
   if (multi_krum_m > num_workers) {
-    return Invalid("multi_krum_m", "multi-krum-m", absl::StrCat(multi_krum_m),
-                   absl::StrCat("must be at most --workers=", num_workers,
-                                " (0 means inputs - f)"));
+    return Invalid(
+        "multi_krum_m", "multi-krum-m", absl::StrCat(multi_krum_m),
+        absl::StrCat("must be at most --workers=", num_workers, " (0 means inputs - f)"));
   }
   if (!OneOf(krum_neighbours, {"paper", "byzfl"})) {
     return Invalid("krum_neighbours", "krum-neighbours", krum_neighbours,

@@ -162,6 +162,8 @@ class Scenario {
           "--lr", FormatArg(config_.lr),
           "--momentum", FormatArg(config_.momentum),
           "--weight-decay", "0",
+          // Two shards and six trainers share a small machine: one aggregation thread.
+          "--threads", "1",
           "--log-level", "info",
       };
       if (absl::Status s = Spawn(shards_, name, config_.server_bin, std::move(args), false);

@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
@@ -28,13 +30,30 @@ using ::testing::Not;
 
 // Long names of every configurable flag; the variable is PS_ + upper snake case.
 const std::vector<std::string>& AllFlagNames() {
-  static const std::vector<std::string> kNames = {
-      "host",         "port",         "port-file",       "allow-insecure-remote",
-      "max-message-bytes", "shard-id", "num-shards",     "peers",
-      "workers",      "byzantine",    "quorum",          "round-deadline-ms",
-      "aggregator",   "multi-krum-m", "krum-neighbours", "even-median",
-      "aggregate-only", "lr",         "momentum",        "weight-decay",
-      "threads",      "drain-timeout-ms", "log-level",   "log-format"};
+  static const std::vector<std::string> kNames = {"host",
+                                                  "port",
+                                                  "port-file",
+                                                  "allow-insecure-remote",
+                                                  "max-message-bytes",
+                                                  "shard-id",
+                                                  "num-shards",
+                                                  "peers",
+                                                  "workers",
+                                                  "byzantine",
+                                                  "quorum",
+                                                  "round-deadline-ms",
+                                                  "aggregator",
+                                                  "multi-krum-m",
+                                                  "krum-neighbours",
+                                                  "even-median",
+                                                  "aggregate-only",
+                                                  "lr",
+                                                  "momentum",
+                                                  "weight-decay",
+                                                  "threads",
+                                                  "drain-timeout-ms",
+                                                  "log-level",
+                                                  "log-format"};
   return kNames;
 }
 
@@ -52,16 +71,20 @@ class FlagsTest : public ::testing::Test {
     std::vector<std::string> vars = {"PS_CONFIG", "HOSTNAME"};
     for (const std::string& name : AllFlagNames()) vars.push_back(EnvFor(name));
     for (const std::string& var : vars) {
-      if (const char* value = std::getenv(var.c_str())) saved_[var] = value;
-      else saved_[var] = std::nullopt;
+      if (const char* value = std::getenv(var.c_str()))
+        saved_[var] = value;
+      else
+        saved_[var] = std::nullopt;
       unsetenv(var.c_str());
     }
   }
 
   void TearDown() override {
     for (const auto& [var, value] : saved_) {
-      if (value.has_value()) setenv(var.c_str(), value->c_str(), 1);
-      else unsetenv(var.c_str());
+      if (value.has_value())
+        setenv(var.c_str(), value->c_str(), 1);
+      else
+        unsetenv(var.c_str());
     }
     for (const std::string& path : files_) std::remove(path.c_str());
   }
@@ -86,9 +109,8 @@ class FlagsTest : public ::testing::Test {
 
   // A real file under the test temporary directory, removed in TearDown.
   std::string WriteConfig(const std::string& contents) {
-    const std::string path = ::testing::TempDir() + "ps_flags_test_" +
-                             std::to_string(getpid()) + "_" + std::to_string(files_.size()) +
-                             ".toml";
+    const std::string path = ::testing::TempDir() + "ps_flags_test_" + std::to_string(getpid()) +
+                             "_" + std::to_string(files_.size()) + ".toml";
     std::ofstream(path) << contents;
     files_.push_back(path);
     return path;
@@ -227,9 +249,9 @@ TEST_F(FlagsTest, EveryFlagIsAConfigKey) {
 }
 
 TEST_F(FlagsTest, ConfigKeysMayUseUnderscores) {
-  const ServerOptions o = ParseOk(
-      {"--config", WriteConfig("round_deadline_ms = 1234\nkrum_neighbours = \"byzfl\"\n"
-                               "aggregate_only = true\n")});
+  const ServerOptions o =
+      ParseOk({"--config", WriteConfig("round_deadline_ms = 1234\nkrum_neighbours = \"byzfl\"\n"
+                                       "aggregate_only = true\n")});
   EXPECT_EQ(o.round_deadline, std::chrono::milliseconds(1234));
   EXPECT_EQ(o.krum_neighbours, "byzfl");
   EXPECT_TRUE(o.aggregate_only);
@@ -278,8 +300,8 @@ TEST_F(FlagsTest, PrecedenceIsFlagThenEnvironmentThenFileThenDefault) {
 }
 
 TEST_F(FlagsTest, EnvironmentBeatsFileForFlagsAndLists) {
-  const std::string config = WriteConfig(
-      "aggregate-only = true\nnum-shards = 2\npeers = [\"a:1\", \"b:2\"]\n");
+  const std::string config =
+      WriteConfig("aggregate-only = true\nnum-shards = 2\npeers = [\"a:1\", \"b:2\"]\n");
   SetEnv("PS_AGGREGATE_ONLY", "false");
   SetEnv("PS_PEERS", "c:3,d:4");
   const ServerOptions o = ParseOk({"--config", config});
@@ -451,9 +473,8 @@ TEST_F(FlagsTest, HelpListsEveryFlagWithDefaultAndVariable) {
   for (const std::string flag : {"--config", "--help", "--version"}) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
-  for (const std::string group :
-       {"Network:", "Topology:", "Rounds:", "Aggregation:", "Optimizer:", "Resources:",
-        "Logging:"}) {
+  for (const std::string group : {"Network:", "Topology:", "Rounds:", "Aggregation:", "Optimizer:",
+                                  "Resources:", "Logging:"}) {
     EXPECT_THAT(help, HasSubstr(group));
   }
   // One [default: ...] per configurable flag, with the values of ServerOptions.
@@ -528,8 +549,8 @@ TEST_F(FlagsTest, NonLoopbackHostNeedsAllowInsecureRemote) {
     EXPECT_THAT(result.message, HasSubstr("--allow-insecure-remote")) << host;
     EXPECT_EQ(ParseOk({"--host", host, "--allow-insecure-remote"}).host, host);
   }
-  for (const std::string host : {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost",
-                                 "LocalHost", "::ffff:127.0.0.1"}) {
+  for (const std::string host :
+       {"127.0.0.1", "127.1.2.3", "::1", "[::1]", "localhost", "LocalHost", "::ffff:127.0.0.1"}) {
     EXPECT_EQ(ParseOk({"--host", host}).host, host);
   }
 }
@@ -583,8 +604,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptionsCase{"MessageTooLarge",
                        [](ServerOptions& o) { o.max_message_bytes = (1u << 30) + 1; },
                        "--max-message-bytes=1073741825"},
-        BadOptionsCase{"ZeroShards", [](ServerOptions& o) { o.num_shards = 0; },
-                       "--num-shards=0"},
+        BadOptionsCase{"ZeroShards", [](ServerOptions& o) { o.num_shards = 0; }, "--num-shards=0"},
         BadOptionsCase{"TooManyShards", [](ServerOptions& o) { o.num_shards = 1025; },
                        "--num-shards=1025"},
         BadOptionsCase{"NegativeShardId", [](ServerOptions& o) { o.shard_id = -1; },
@@ -602,7 +622,10 @@ INSTANTIATE_TEST_SUITE_P(
                          o.peers.push_back("c:3");
                        },
                        "has 3 entries but --num-shards=2"},
-        BadOptionsCase{"PeersWithOneShard", [](ServerOptions& o) { o.peers = {"a:1", "b:1"}; },
+        BadOptionsCase{"PeersWithOneShard",
+                       [](ServerOptions& o) {
+                         o.peers = {"a:1", "b:1"};
+                       },
                        "--peers"},
         BadOptionsCase{"PeerWithoutPort",
                        [](ServerOptions& o) {
@@ -640,8 +663,7 @@ INSTANTIATE_TEST_SUITE_P(
                          o.peers[0] = "::1:7070";
                        },
                        "brackets"},
-        BadOptionsCase{"ZeroWorkers", [](ServerOptions& o) { o.num_workers = 0; },
-                       "--workers=0"},
+        BadOptionsCase{"ZeroWorkers", [](ServerOptions& o) { o.num_workers = 0; }, "--workers=0"},
         BadOptionsCase{"ByzantineNotBelowWorkers",
                        [](ServerOptions& o) {
                          o.num_workers = 3;
@@ -672,16 +694,14 @@ INSTANTIATE_TEST_SUITE_P(
                        "--krum-neighbours=all"},
         BadOptionsCase{"EvenMedian", [](ServerOptions& o) { o.even_median = "mean"; },
                        "--even-median=mean"},
-        BadOptionsCase{"ZeroLearningRate", [](ServerOptions& o) { o.learning_rate = 0; },
-                       "--lr=0"},
+        BadOptionsCase{"ZeroLearningRate", [](ServerOptions& o) { o.learning_rate = 0; }, "--lr=0"},
         BadOptionsCase{"NegativeLearningRate", [](ServerOptions& o) { o.learning_rate = -1; },
                        "--lr=-1"},
         BadOptionsCase{"NanLearningRate", [](ServerOptions& o) { o.learning_rate = kNaN; },
                        "--lr=nan"},
         BadOptionsCase{"InfLearningRate", [](ServerOptions& o) { o.learning_rate = kInf; },
                        "--lr=inf"},
-        BadOptionsCase{"MomentumOne", [](ServerOptions& o) { o.momentum = 1.0f; },
-                       "--momentum=1"},
+        BadOptionsCase{"MomentumOne", [](ServerOptions& o) { o.momentum = 1.0f; }, "--momentum=1"},
         BadOptionsCase{"NegativeMomentum", [](ServerOptions& o) { o.momentum = -0.1f; },
                        "--momentum=-0.1"},
         BadOptionsCase{"NanMomentum", [](ServerOptions& o) { o.momentum = kNaN; },
@@ -744,9 +764,9 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
   o.num_byzantine = 1;
   o.aggregator = "trimmed_mean";
   o.num_shards = 2;
-  o.host = "10.0.0.1";     // not part of the summary
-  o.port = 9999;           // nor this
-  o.shard_id = 1;          // nor this
+  o.host = "10.0.0.1";  // not part of the summary
+  o.port = 9999;        // nor this
+  o.shard_id = 1;       // nor this
   EXPECT_EQ(o.ConsistencySummary(),
             "workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
             "krum_neighbours=paper even_median=midpoint aggregate_only=false lr=0.1 "

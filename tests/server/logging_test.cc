@@ -80,24 +80,44 @@ class FlatJsonReader {
       if (pos_ >= text_.size()) return std::nullopt;
       const char e = text_[pos_++];
       switch (e) {
-        case '"': out += '"'; break;
-        case '\\': out += '\\'; break;
-        case '/': out += '/'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+          out += '"';
+          break;
+        case '\\':
+          out += '\\';
+          break;
+        case '/':
+          out += '/';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           if (pos_ + 4 > text_.size()) return std::nullopt;
           uint32_t cp = 0;
           for (int i = 0; i < 4; ++i) {
             const char h = text_[pos_++];
             cp <<= 4;
-            if (h >= '0' && h <= '9') cp |= static_cast<uint32_t>(h - '0');
-            else if (h >= 'a' && h <= 'f') cp |= static_cast<uint32_t>(h - 'a' + 10);
-            else if (h >= 'A' && h <= 'F') cp |= static_cast<uint32_t>(h - 'A' + 10);
-            else return std::nullopt;
+            if (h >= '0' && h <= '9')
+              cp |= static_cast<uint32_t>(h - '0');
+            else if (h >= 'a' && h <= 'f')
+              cp |= static_cast<uint32_t>(h - 'a' + 10);
+            else if (h >= 'A' && h <= 'F')
+              cp |= static_cast<uint32_t>(h - 'A' + 10);
+            else
+              return std::nullopt;
           }
           AppendUtf8(cp, out);
           break;
@@ -125,7 +145,8 @@ class LoggingTest : public ::testing::Test {
   std::shared_ptr<spdlog::logger> Make(const std::string& level, const std::string& format,
                                        const std::string& name = "shard-3") {
     auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
-    absl::StatusOr<std::shared_ptr<spdlog::logger>> logger = MakeLogger(level, format, name, {sink});
+    absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
+        MakeLogger(level, format, name, {sink});
     EXPECT_TRUE(logger.ok()) << logger.status();
     return logger.ok() ? *logger : nullptr;
   }
@@ -142,8 +163,7 @@ TEST_F(LoggingTest, JsonLinesParseAndCarryTheFields) {
   const std::vector<std::string> lines = Lines(out_.str());
   ASSERT_EQ(lines.size(), 3u) << out_.str();
   const std::vector<std::string> levels = {"info", "warn", "error"};
-  const std::vector<std::string> msgs = {"round 7 closed with 5 pushes", "slow worker",
-                                         "bad push"};
+  const std::vector<std::string> msgs = {"round 7 closed with 5 pushes", "slow worker", "bad push"};
   const std::regex ts(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
   for (size_t i = 0; i < lines.size(); ++i) {
     auto obj = FlatJsonReader::Parse(lines[i]);
@@ -159,8 +179,8 @@ TEST_F(LoggingTest, JsonLinesParseAndCarryTheFields) {
 TEST_F(LoggingTest, JsonEscapesQuotesBackslashesAndControlCharacters) {
   auto logger = Make("trace", "json", "tag \"with\" quotes");
   ASSERT_NE(logger, nullptr);
-  const std::string nasty = std::string("say \"hi\" C:\\path\\ line1\nline2\r\ttab \b\f") +
-                            '\x01' + '\x1f' + "\x7f" + " caf\xc3\xa9 \xe2\x82\xac end";
+  const std::string nasty = std::string("say \"hi\" C:\\path\\ line1\nline2\r\ttab \b\f") + '\x01' +
+                            '\x1f' + "\x7f" + " caf\xc3\xa9 \xe2\x82\xac end";
   logger->info("{}", nasty);
   logger->debug("{}", "}{\",\"level\":\"error");
   const std::vector<std::string> lines = Lines(out_.str());

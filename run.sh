@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The two Quick start commands (see README.md):
+#   bash run.sh demo   # local cluster on Fashion-MNIST with a Byzantine worker
+#   bash run.sh test   # the whole test suite
+# Each installs missing Debian packages (as root, through apt-get), configures and
+# builds in build/, then runs. Quiet unless something fails.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PACKAGES=(
+  g++ cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev libssl-dev zlib1g-dev libboost-dev
+  libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev
+  libtorch-dev dataset-fashion-mnist
+)
+BUILD_DIR=${PS_BUILD_DIR:-build}
+LOG_DIR="$BUILD_DIR/logs"
+
+die() { echo "run.sh: $*" >&2; exit 1; }
+
+# Runs a command with its output in a log file; shows the log's tail only on failure.
+quietly() {
+  local log=$1; shift
+  if ! "$@" >"$log" 2>&1; then
+    echo "run.sh: '$*' failed; last lines of $log:" >&2
+    tail -n 60 "$log" >&2
+    exit 1
+  fi
+}
+
+install_missing() {
+  local missing=()
+  for p in "${PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root or install them first"
+  echo "Installing ${#missing[@]} Debian packages: ${missing[*]}"
+  mkdir -p /tmp/ps-server-setup
+  quietly /tmp/ps-server-setup/apt-update.log apt-get update
+  quietly /tmp/ps-server-setup/apt-install.log \
+    env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
+}
+
+configure_and_build() {
+  mkdir -p "$LOG_DIR"
+  if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+    echo "Configuring in $BUILD_DIR/"
+    quietly "$LOG_DIR/configure.log" \
+      cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  fi
+  echo "Building $* (log: $LOG_DIR/build.log)"
+  quietly "$LOG_DIR/build.log" cmake --build "$BUILD_DIR" -j"$(nproc)" ${1:+--target "$@"}
+}
+
+case "${1:-}" in
+  demo)
+    shift
+    install_missing
+    configure_and_build ps-server ps-fashion-mnist ps-demo
+    exec "$BUILD_DIR/bin/ps-demo" "$@"
+    ;;
+  test)
+    shift
+    install_missing
+    configure_and_build
+    cd "$BUILD_DIR"
+    exec ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@"
+    ;;
+  *)
+    echo "usage: bash run.sh demo [ps-demo flags] | bash run.sh test [ctest flags]" >&2
+    exit 2
+    ;;
+esac
