@@ -9,6 +9,15 @@
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
+  // Block the stop signals first, before any thread exists (threads inherit the mask),
+  // and take them synchronously below, so no handler runs in the middle of gRPC and a
+  // SIGTERM during start-up is not lost.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
   ps::server::FlagsResult flags = ps::server::ParseServerFlags(argc, argv);
   if (flags.exit_now) {
     std::fputs(flags.message.c_str(), flags.exit_code == 0 ? stdout : stderr);
@@ -22,14 +31,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps-server: %s\n", std::string(st.message()).c_str());
     return 2;
   }
-
-  // Block the stop signals in every thread (threads inherit the mask) and take them
-  // synchronously below, so no handler runs in the middle of gRPC.
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGTERM);
-  sigaddset(&stop_signals, SIGINT);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   auto server = ps::server::Server::Start(flags.options);
   if (!server.ok()) {

@@ -1,10 +1,10 @@
 #include "server/logging.h"
 
+#include <cctype>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -133,6 +133,19 @@ class FlatJsonReader {
   size_t pos_ = 0;
 };
 
+// "2024-05-01T12:00:00.123Z": digits where the template has 'd'. (No std::regex: GCC 12
+// warns inside it under the sanitizers, and warnings are errors.)
+bool IsTimestamp(const std::string& s) {
+  const std::string pattern = "dddd-dd-ddTdd:dd:dd.dddZ";
+  if (s.size() != pattern.size()) return false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    const bool ok = pattern[i] == 'd' ? std::isdigit(static_cast<unsigned char>(s[i])) != 0
+                                      : s[i] == pattern[i];
+    if (!ok) return false;
+  }
+  return true;
+}
+
 std::vector<std::string> Lines(const std::string& text) {
   std::vector<std::string> lines;
   std::istringstream in(text);
@@ -164,12 +177,11 @@ TEST_F(LoggingTest, JsonLinesParseAndCarryTheFields) {
   ASSERT_EQ(lines.size(), 3u) << out_.str();
   const std::vector<std::string> levels = {"info", "warn", "error"};
   const std::vector<std::string> msgs = {"round 7 closed with 5 pushes", "slow worker", "bad push"};
-  const std::regex ts(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)");
   for (size_t i = 0; i < lines.size(); ++i) {
     auto obj = FlatJsonReader::Parse(lines[i]);
     ASSERT_TRUE(obj.has_value()) << lines[i];
     EXPECT_EQ(obj->size(), 4u);
-    EXPECT_TRUE(std::regex_match((*obj)["ts"], ts)) << (*obj)["ts"];
+    EXPECT_TRUE(IsTimestamp((*obj)["ts"])) << (*obj)["ts"];
     EXPECT_EQ((*obj)["level"], levels[i]);
     EXPECT_EQ((*obj)["logger"], "shard-3");
     EXPECT_EQ((*obj)["msg"], msgs[i]);
@@ -223,10 +235,9 @@ TEST_F(LoggingTest, PlainLineHasTimestampLevelAndShardTag) {
   logger->warn("disk {} full", "almost");
   const std::vector<std::string> lines = Lines(out_.str());
   ASSERT_EQ(lines.size(), 1u);
-  EXPECT_TRUE(std::regex_match(
-      lines[0],
-      std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z warn  \[shard-3\] disk almost full)")))
-      << lines[0];
+  ASSERT_GT(lines[0].size(), 24u);
+  EXPECT_TRUE(IsTimestamp(lines[0].substr(0, 24))) << lines[0];
+  EXPECT_EQ(lines[0].substr(24), " warn  [shard-3] disk almost full");
 }
 
 TEST_F(LoggingTest, PlainLineEscapesControlCharacters) {
