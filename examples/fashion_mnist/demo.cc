@@ -244,6 +244,7 @@ class Scenario {
         result_.final_test_accuracy = *acc;
         progress_.test_accuracy = *acc;
       }
+      result_.diverged = event->Bool("diverged").value_or(false);
     }
   }
 
@@ -404,7 +405,9 @@ std::string SummaryJson(const std::vector<ScenarioResult>& results) {
     } else {
       w.AddNull("final_test_accuracy");
     }
-    w.Add("wall_seconds", std::round(r.wall_seconds * 100) / 100).Add("ok", r.ok);
+    w.Add("wall_seconds", std::round(r.wall_seconds * 100) / 100)
+        .Add("diverged", r.diverged)
+        .Add("ok", r.ok);
     if (!r.ok) w.Add("error", r.error);
     absl::StrAppend(&out, i == 0 ? "\n  " : ",\n  ", w.str());
   }
@@ -418,7 +421,9 @@ std::string SummaryTable(const std::vector<ScenarioResult>& results) {
   for (const ScenarioResult& r : results) {
     rows.push_back({r.aggregator, r.attack, absl::StrCat(r.byzantine, " of ", r.workers),
                     absl::StrCat(r.steps), AccuracyText(r), absl::StrFormat("%.1f", r.wall_seconds),
-                    r.ok ? "ok" : absl::StrCat("FAILED: ", r.error)});
+                    !r.ok ? absl::StrCat("FAILED: ", r.error)
+                    : r.diverged ? "ok (diverged, stopped early)"
+                                 : "ok"});
   }
   std::vector<size_t> widths(rows.front().size(), 0);
   for (const auto& row : rows) {

@@ -34,13 +34,13 @@ struct DemoConfig {
   std::string attack = "signflip";
   double byzantine_scale = 10;
   // Training.
-  uint64_t steps = 1000;
+  uint64_t steps = 2000;
   uint32_t batch_size = 32;
   uint32_t hidden = 128;
-  double lr = 0.1;
+  double lr = 0.05;
   double momentum = 0.9;
   uint64_t seed = 1;
-  uint64_t eval_every = 100;
+  uint64_t eval_every = 200;
   std::string codec = "fp32";
   // Server round deadline (quorum n - f closes a round this long after its first push).
   uint32_t round_deadline_ms = 5000;
@@ -60,6 +60,8 @@ struct ScenarioResult {
   uint64_t steps = 0;  // rounds worker 0 completed
   std::optional<double> final_test_accuracy;
   double wall_seconds = 0;
+  // Training blew up (worker 0 reported "diverged") and stopped early; still a result.
+  bool diverged = false;
   bool ok = false;
   std::string error;  // why it failed, when !ok
 };
@@ -80,7 +82,8 @@ ScenarioResult RunScenario(const DemoConfig& config, const std::string& aggregat
                            const std::function<void(const ScenarioProgress&)>& on_progress);
 
 // `[{"aggregator":...,"attack":...,"byzantine":...,"steps":...,
-//    "final_test_accuracy":...,"wall_seconds":...}, ...]` plus "workers", "ok", "error".
+//    "final_test_accuracy":...,"wall_seconds":...}, ...]` plus "workers", "diverged",
+// "ok" and, for a failed scenario, "error".
 std::string SummaryJson(const std::vector<ScenarioResult>& results);
 
 // A fixed-width text table of the same columns.

@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
   ps::fashion_mnist::DemoConfig config;
   std::vector<std::string> rules = {"trimmed_mean", "mean"};
   std::string bin_dir;
-  double timeout_s = 300;
+  double timeout_s = 600;
   CLI::App app{"ps-demo: Byzantine-robust Fashion-MNIST training on loopback, robust rule vs mean"};
   app.option_defaults()->always_capture_default();
   app.add_option("--out", config.out_dir, "Output directory (logs, summary.json)");

@@ -244,6 +244,19 @@ echo "bind: address in use" >&2; exit 1
   EXPECT_THAT(r.error, HasSubstr("after a retry"));
 }
 
+TEST_F(DemoTest, DivergedTrainingIsAResultNotAFailure) {
+  SetTrainer(R"(
+echo $$ > "$DEMO_TEST_DIR/pids/trainer-$id"
+echo '{"event":"diverged","step":3}'
+echo '{"event":"done","steps":3,"final_test_accuracy":0.1,"diverged":true}'
+)");
+  const ScenarioResult r = Run();
+  EXPECT_TRUE(r.ok) << r.error;
+  EXPECT_TRUE(r.diverged);
+  EXPECT_EQ(r.steps, 3u);
+  EXPECT_EQ(r.final_test_accuracy, 0.1);
+}
+
 TEST_F(DemoTest, TrainerWithoutFinalAccuracyFails) {
   SetTrainer(R"(
 echo $$ > "$DEMO_TEST_DIR/pids/trainer-$id"
@@ -255,24 +268,27 @@ echo '{"event":"done","steps":5,"final_test_accuracy":null}'
 }
 
 TEST(Summary, JsonHasOneObjectPerScenario) {
-  ScenarioResult ok{"trimmed_mean", "signflip", 6, 1, 600, 0.8312, 61.234, true, ""};
-  ScenarioResult failed{"mean", "signflip", 6, 1, 12, std::nullopt, 3.5, false, "timed out"};
+  ScenarioResult ok{"trimmed_mean", "signflip", 6, 1, 600, 0.8312, 61.234, false, true, ""};
+  ScenarioResult failed{"mean", "signflip", 6, 1, 12, std::nullopt, 3.5, false, false,
+                        "timed out"};
   const std::string json = SummaryJson({ok, failed});
   EXPECT_EQ(json,
             "[\n"
             "  {\"aggregator\":\"trimmed_mean\",\"attack\":\"signflip\",\"byzantine\":1,"
             "\"workers\":6,\"steps\":600,\"final_test_accuracy\":0.8312,\"wall_seconds\":61.23,"
-            "\"ok\":true},\n"
+            "\"diverged\":false,\"ok\":true},\n"
             "  {\"aggregator\":\"mean\",\"attack\":\"signflip\",\"byzantine\":1,\"workers\":6,"
-            "\"steps\":12,\"final_test_accuracy\":null,\"wall_seconds\":3.5,\"ok\":false,"
-            "\"error\":\"timed out\"}\n"
+            "\"steps\":12,\"final_test_accuracy\":null,\"wall_seconds\":3.5,\"diverged\":false,"
+            "\"ok\":false,\"error\":\"timed out\"}\n"
             "]\n");
   EXPECT_EQ(SummaryJson({}), "[]\n");
 }
 
 TEST(Summary, TableHasAHeaderAndARowPerScenario) {
-  ScenarioResult ok{"trimmed_mean", "signflip", 6, 1, 600, 0.8312, 61.2, true, ""};
-  const std::string table = SummaryTable({ok});
+  ScenarioResult ok{"trimmed_mean", "signflip", 6, 1, 600, 0.8312, 61.2, false, true, ""};
+  ScenarioResult diverged{"mean", "signflip", 6, 1, 18, 0.1, 4.2, true, true, ""};
+  const std::string table = SummaryTable({ok, diverged});
+  EXPECT_THAT(table, HasSubstr("ok (diverged, stopped early)"));
   EXPECT_THAT(table, HasSubstr("aggregator"));
   EXPECT_THAT(table, HasSubstr("final test acc"));
   EXPECT_THAT(table, HasSubstr("trimmed_mean"));
