@@ -9,6 +9,7 @@
 #include <set>
 #include <thread>
 
+#include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/container/flat_hash_map.h"
@@ -60,17 +61,40 @@ struct PushCall {
   std::unique_ptr<grpc::ClientContext> ctx;
 };
 
+// What one pull stream delivered; shared between the stream (which deletes itself
+// in OnDone) and the thread waiting for it, so neither outlives what it touches.
+struct PullResult {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  grpc::Status status ABSL_GUARDED_BY(mu);
+  std::string protocol_error ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> received ABSL_GUARDED_BY(mu);
+  uint64_t min_version ABSL_GUARDED_BY(mu) = UINT64_MAX;
+  uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+
+  // Waits for the end of the stream and returns its status.
+  grpc::Status Await() {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    if (!protocol_error.empty()) return grpc::Status(grpc::StatusCode::INTERNAL, protocol_error);
+    return status;
+  }
+};
+
 // Streams the requested slices of one shard and copies each into its destination.
+// Owns itself: created with new, deleted at the end of OnDone (gRPC's last call).
 class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
  public:
-  PullStream(v1::WorkerService::Stub* stub, v1::PullRequest req, Clock::time_point deadline,
-             const core::ModelLayout* layout, const absl::flat_hash_map<uint32_t, float*>* dst)
-      : req_(std::move(req)), layout_(layout), dst_(dst) {
-    ctx_.set_deadline(deadline);
-    ctx_.set_wait_for_ready(true);
-    stub->async()->Pull(&ctx_, &req_, this);
-    StartRead(&resp_);
-    StartCall();
+  // `dst` must stay valid until `result` reports done.
+  static void Start(v1::WorkerService::Stub* stub, v1::PullRequest req, Clock::time_point deadline,
+                    const core::ModelLayout* layout, const absl::flat_hash_map<uint32_t, float*>* dst,
+                    std::shared_ptr<PullResult> result) {
+    auto* stream = new PullStream(std::move(req), layout, dst, std::move(result));
+    stream->ctx_.set_deadline(deadline);
+    stream->ctx_.set_wait_for_ready(true);
+    stub->async()->Pull(&stream->ctx_, &stream->req_, stream);
+    stream->StartRead(&stream->resp_);
+    stream->StartCall();
   }
 
   void OnReadDone(bool ok) override {
@@ -82,55 +106,42 @@ class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
                             req_.slice_ids().end();
     if (!wanted || resp_.version() < req_.min_version() ||
         resp_.values().size() != size_t{layout_->slices()[id].numel} * sizeof(float)) {
-      absl::MutexLock lock(&mu_);
-      protocol_error_ = absl::StrCat("shard sent an unexpected or malformed slice ", id,
-                                     " (version ", resp_.version(), ", ", resp_.values().size(),
-                                     " bytes)");
+      absl::MutexLock lock(&result_->mu);
+      result_->protocol_error = absl::StrCat("shard sent an unexpected or malformed slice ", id,
+                                             " (version ", resp_.version(), ", ",
+                                             resp_.values().size(), " bytes)");
       ctx_.TryCancel();
       return;
     }
     std::memcpy(it->second, resp_.values().data(), resp_.values().size());
     {
-      absl::MutexLock lock(&mu_);
-      received_.push_back(id);
-      min_version_ = std::min(min_version_, resp_.version());
-      bytes_ += resp_.values().size();
+      absl::MutexLock lock(&result_->mu);
+      result_->received.push_back(id);
+      result_->min_version = std::min(result_->min_version, resp_.version());
+      result_->bytes += resp_.values().size();
     }
     StartRead(&resp_);
   }
 
   void OnDone(const grpc::Status& s) override {
-    absl::MutexLock lock(&mu_);
-    status_ = s;
-    done_ = true;
+    std::shared_ptr<PullResult> result = std::move(result_);
+    delete this;
+    absl::MutexLock lock(&result->mu);
+    result->status = s;
+    result->done = true;
   }
-
-  // Waits for the end of the stream.
-  grpc::Status Await() {
-    absl::MutexLock lock(&mu_);
-    mu_.Await(absl::Condition(&done_));
-    if (!protocol_error_.empty()) return grpc::Status(grpc::StatusCode::INTERNAL, protocol_error_);
-    return status_;
-  }
-
-  // Valid after Await().
-  const std::vector<uint32_t>& received() const { return received_; }
-  uint64_t min_version() const { return min_version_; }
-  uint64_t bytes() const { return bytes_; }
 
  private:
+  PullStream(v1::PullRequest req, const core::ModelLayout* layout,
+             const absl::flat_hash_map<uint32_t, float*>* dst, std::shared_ptr<PullResult> result)
+      : req_(std::move(req)), layout_(layout), dst_(dst), result_(std::move(result)) {}
+
   grpc::ClientContext ctx_;
   v1::PullRequest req_;
   v1::PullResponse resp_;
   const core::ModelLayout* layout_;
   const absl::flat_hash_map<uint32_t, float*>* dst_;
-  absl::Mutex mu_;
-  bool done_ = false;
-  grpc::Status status_;
-  std::string protocol_error_;
-  std::vector<uint32_t> received_;
-  uint64_t min_version_ = UINT64_MAX;
-  uint64_t bytes_ = 0;
+  std::shared_ptr<PullResult> result_;
 };
 
 class WorkerImpl final : public Worker {
@@ -503,7 +514,7 @@ class WorkerImpl final : public Worker {
         v1::PullRequest& r = requests[si.shard];
         r.add_slice_ids(id);
       }
-      std::vector<std::pair<uint32_t, std::unique_ptr<PullStream>>> streams;
+      std::vector<std::pair<uint32_t, std::shared_ptr<PullResult>>> streams;
       std::map<uint32_t, uint64_t> epochs;
       for (auto& [shard, req] : requests) {
         ShardConn& c = *shards_[shard];
@@ -514,18 +525,20 @@ class WorkerImpl final : public Worker {
         }
         req.set_layout_hash(layout_.hash());
         req.set_min_version(min_version);
-        streams.emplace_back(shard, std::make_unique<PullStream>(c.stub.get(), req, deadline,
-                                                                 &layout_, &dst));
+        auto result = std::make_shared<PullResult>();
+        PullStream::Start(c.stub.get(), req, deadline, &layout_, &dst, result);
+        streams.emplace_back(shard, std::move(result));
       }
       grpc::Status worst;
       uint32_t worst_shard = 0;
       bool retriable = true;
-      for (auto& [shard, stream] : streams) {
-        grpc::Status s = stream->Await();
-        for (uint32_t id : stream->received()) missing.erase(id);
-        if (!stream->received().empty()) version = std::min(version, stream->min_version());
-        slices_pulled_.fetch_add(stream->received().size());
-        pull_bytes_.fetch_add(stream->bytes());
+      for (auto& [shard, result] : streams) {
+        grpc::Status s = result->Await();
+        absl::MutexLock lock(&result->mu);
+        for (uint32_t id : result->received) missing.erase(id);
+        if (!result->received.empty()) version = std::min(version, result->min_version);
+        slices_pulled_.fetch_add(result->received.size());
+        pull_bytes_.fetch_add(result->bytes);
         if (!s.ok() && (worst.ok() || !Retriable(s.error_code()))) {
           worst = s;
           worst_shard = shard;
@@ -571,6 +584,11 @@ class WorkerImpl final : public Worker {
 
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(WorkerOptions options, core::ModelLayout layout,
                                                       std::span<const std::span<const float>> initial) {
+  // Keep gRPC initialised for the life of the process: when the last channel goes
+  // away gRPC otherwise shuts its callback machinery down, which races with its own
+  // threads at exit (seen as rare aborts in grpc_cq_internal_unref; grpc#32584).
+  static const bool grpc_pinned = (grpc_init(), true);
+  (void)grpc_pinned;
   auto w = std::make_unique<WorkerImpl>(std::move(options), std::move(layout));
   PS_RETURN_IF_ERROR(w->Init(initial));
   return w;

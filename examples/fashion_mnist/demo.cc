@@ -73,6 +73,7 @@ class Scenario {
   ScenarioResult Run() {
     Execute();
     result_.wall_seconds = Seconds();
+    if (!saw_done_) result_.steps = progress_.steps_done;  // how far it got
     // Whatever is still running goes now (destructors kill and reap).
     trainers_.clear();
     shards_.clear();
@@ -80,9 +81,7 @@ class Scenario {
   }
 
  private:
-  double Seconds() const {
-    return std::chrono::duration<double>(Clock::now() - start_).count();
-  }
+  double Seconds() const { return std::chrono::duration<double>(Clock::now() - start_).count(); }
 
   void Report() {
     progress_.elapsed_seconds = Seconds();
@@ -101,8 +100,8 @@ class Scenario {
       return true;
     }
     if (Clock::now() >= deadline_) {
-      Fail(absl::StrCat("timed out after ", config_.timeout.count(), " s (", progress_.phase,
-                        ", ", progress_.steps_done, " of ", config_.steps, " steps)"));
+      Fail(absl::StrCat("timed out after ", config_.timeout.count(), " s (", progress_.phase, ", ",
+                        progress_.steps_done, " of ", config_.steps, " steps)"));
       return true;
     }
     return false;
@@ -112,9 +111,8 @@ class Scenario {
     return (std::filesystem::path(dir_) / (name + ".log")).string();
   }
 
-  absl::Status Spawn(std::vector<Named>& into, const std::string& name,
-                     const std::string& binary, std::vector<std::string> args,
-                     bool pipe_stdout) {
+  absl::Status Spawn(std::vector<Named>& into, const std::string& name, const std::string& binary,
+                     std::vector<std::string> args, bool pipe_stdout) {
     SpawnOptions options;
     options.path = binary;
     options.args = std::move(args);
@@ -147,6 +145,8 @@ class Scenario {
       port_files.push_back((std::filesystem::path(dir_) / (name + ".port")).string());
       std::error_code ignored;
       std::filesystem::remove(port_files.back(), ignored);
+      // Flag and value pairs, one pair a line.
+      // clang-format off
       std::vector<std::string> args = {
           "--host", "127.0.0.1",
           "--port", std::to_string((*ports)[i]),
@@ -166,6 +166,7 @@ class Scenario {
           "--threads", "1",
           "--log-level", "info",
       };
+      // clang-format on
       if (absl::Status s = Spawn(shards_, name, config_.server_bin, std::move(args), false);
           !s.ok()) {
         Fail(absl::StrCat("starting ", name, ": ", s.message()));
@@ -203,6 +204,8 @@ class Scenario {
   }
 
   std::vector<std::string> TrainerArgs(uint32_t worker) const {
+    // Flag and value pairs, one pair a line.
+    // clang-format off
     std::vector<std::string> args = {
         "--shards", shard_addresses_,
         "--worker-id", std::to_string(worker),
@@ -217,6 +220,7 @@ class Scenario {
         "--progress", "jsonl",
         "--log-every", "1",
     };
+    // clang-format on
     if (worker >= config_.workers - config_.byzantine) {
       args.insert(args.end(), {"--byzantine", config_.attack, "--byzantine-scale",
                                FormatArg(config_.byzantine_scale)});
@@ -337,8 +341,8 @@ class Scenario {
       const std::string first_error = result_.error;
       startup = StartShards();
       if (startup != Startup::kReady) {
-        result_.error = absl::StrCat(result_.error, " (after a retry; first attempt: ",
-                                     first_error, ")");
+        result_.error =
+            absl::StrCat(result_.error, " (after a retry; first attempt: ", first_error, ")");
       }
     }
     if (startup != Startup::kReady) return;
@@ -355,8 +359,7 @@ class Scenario {
     if (!WatchTrainers()) return;
     if (!StopShards()) return;
     if (!saw_done_ || !result_.final_test_accuracy) {
-      Fail(absl::StrCat("worker-0 ended without a final accuracy; see ", dir_,
-                        "/worker-0.jsonl"));
+      Fail(absl::StrCat("worker-0 ended without a final accuracy; see ", dir_, "/worker-0.jsonl"));
       return;
     }
     result_.ok = true;
@@ -421,7 +424,7 @@ std::string SummaryTable(const std::vector<ScenarioResult>& results) {
   for (const ScenarioResult& r : results) {
     rows.push_back({r.aggregator, r.attack, absl::StrCat(r.byzantine, " of ", r.workers),
                     absl::StrCat(r.steps), AccuracyText(r), absl::StrFormat("%.1f", r.wall_seconds),
-                    !r.ok ? absl::StrCat("FAILED: ", r.error)
+                    !r.ok        ? absl::StrCat("FAILED: ", r.error)
                     : r.diverged ? "ok (diverged, stopped early)"
                                  : "ok"});
   }

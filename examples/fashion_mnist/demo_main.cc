@@ -7,14 +7,14 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -49,7 +49,9 @@ class ProgressBar {
     }
     constexpr int kWidth = 30;
     const double fraction =
-        p.steps_total == 0 ? 0 : std::min(1.0, static_cast<double>(p.steps_done) / p.steps_total);
+        p.steps_total == 0
+            ? 0
+            : std::min(1.0, static_cast<double>(p.steps_done) / static_cast<double>(p.steps_total));
     const int filled = static_cast<int>(fraction * kWidth);
     std::string line = absl::StrFormat(
         "%-13s [%s%s] %5u/%u steps  acc %s  loss %s  %5.1f s  %s", p.aggregator,
@@ -139,11 +141,12 @@ int main(int argc, char** argv) {
   config.timeout = std::chrono::seconds(static_cast<int64_t>(timeout_s));
 
   InstallSignalHandlers();
-  std::printf("ps-demo: %u shards, %u workers (last %u: %s x%g), %llu steps, batch %u, "
-              "lr %g, momentum %g; logs in %s/<rule>/\n",
-              config.num_shards, config.workers, config.byzantine, config.attack.c_str(),
-              config.byzantine_scale, static_cast<unsigned long long>(config.steps),
-              config.batch_size, config.lr, config.momentum, config.out_dir.c_str());
+  std::printf(
+      "ps-demo: %u shards, %u workers (last %u: %s x%g), %llu steps, batch %u, "
+      "lr %g, momentum %g; logs in %s/<rule>/\n",
+      config.num_shards, config.workers, config.byzantine, config.attack.c_str(),
+      config.byzantine_scale, static_cast<unsigned long long>(config.steps), config.batch_size,
+      config.lr, config.momentum, config.out_dir.c_str());
   ProgressBar bar;
   std::vector<ps::fashion_mnist::ScenarioResult> results;
   for (const std::string& rule : rules) {
@@ -157,7 +160,8 @@ int main(int argc, char** argv) {
   }
 
   std::printf("\n%s", ps::fashion_mnist::SummaryTable(results).c_str());
-  const std::string summary_path = (std::filesystem::path(config.out_dir) / "summary.json").string();
+  const std::string summary_path =
+      (std::filesystem::path(config.out_dir) / "summary.json").string();
   std::filesystem::create_directories(config.out_dir, ignored);
   std::ofstream summary(summary_path);
   summary << ps::fashion_mnist::SummaryJson(results);

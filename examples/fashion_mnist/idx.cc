@@ -53,8 +53,8 @@ class GzReader {
         int code = Z_OK;
         const char* message = gzerror(file_, &code);
         std::string detail = code != Z_OK ? absl::StrCat(" (", message, ")") : "";
-        return absl::DataLossError(absl::StrFormat("%s: truncated: %s has %u of %u bytes%s",
-                                                   path_, what, done, size, detail));
+        return absl::DataLossError(absl::StrFormat("%s: truncated: %s has %u of %u bytes%s", path_,
+                                                   what, done, size, detail));
       }
       done += static_cast<size_t>(got);
     }
@@ -102,9 +102,9 @@ absl::StatusOr<std::vector<uint32_t>> ReadHeader(GzReader& reader, const std::st
   PS_RETURN_IF_ERROR(reader.ReadExact(word.data(), word.size(), "the magic number"));
   const uint32_t got = BigEndian32(word.data());
   if (got != magic) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: bad IDX magic 0x%08x, expected 0x%08x (unsigned bytes, %d dimensions)", path, got,
-        magic, dims));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: bad IDX magic 0x%08x, expected 0x%08x (unsigned bytes, %d dimensions)",
+                        path, got, magic, dims));
   }
   std::vector<uint32_t> out(dims);
   for (size_t i = 0; i < dims; ++i) {
@@ -117,8 +117,8 @@ absl::StatusOr<std::vector<uint32_t>> ReadHeader(GzReader& reader, const std::st
 absl::Status CheckCount(const std::string& path, uint32_t count, uint32_t max_examples) {
   if (count == 0) return absl::InvalidArgumentError(absl::StrCat(path, ": zero examples"));
   if (count > max_examples) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": ", count, " examples, more than the cap of ",
-                                                   max_examples));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": ", count, " examples, more than the cap of ", max_examples));
   }
   return absl::OkStatus();
 }
@@ -147,8 +147,7 @@ absl::StatusOr<IdxImages> ReadIdxImages(const std::string& path, uint32_t max_ex
   return images;
 }
 
-absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path,
-                                                   uint32_t max_examples) {
+absl::StatusOr<std::vector<uint8_t>> ReadIdxLabels(const std::string& path, uint32_t max_examples) {
   PS_ASSIGN_OR_RETURN(GzReader reader, GzReader::Open(path));
   PS_ASSIGN_OR_RETURN(std::vector<uint32_t> dims, ReadHeader(reader, path, kIdxLabelsMagic, 1));
   PS_RETURN_IF_ERROR(CheckCount(path, dims[0], max_examples));
@@ -186,7 +185,8 @@ absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, Split split,
   for (size_t i = 0; i < data.labels.size(); ++i) {
     if (data.labels[i] >= kNumClasses) {
       return absl::InvalidArgumentError(absl::StrCat(labels_path, ": label ", int{data.labels[i]},
-                                                     " at index ", i, " is not below ", kNumClasses));
+                                                     " at index ", i, " is not below ",
+                                                     kNumClasses));
     }
   }
   return data;

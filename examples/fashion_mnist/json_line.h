@@ -28,9 +28,7 @@ class JsonObjectWriter {
   JsonObjectWriter& Add(std::string_view key, int64_t value);
   JsonObjectWriter& Add(std::string_view key, uint64_t value);
   JsonObjectWriter& Add(std::string_view key, int value) { return Add(key, int64_t{value}); }
-  JsonObjectWriter& Add(std::string_view key, uint32_t value) {
-    return Add(key, uint64_t{value});
-  }
+  JsonObjectWriter& Add(std::string_view key, uint32_t value) { return Add(key, uint64_t{value}); }
   // Shortest text that reads back to the same double; NaN and infinities as null.
   JsonObjectWriter& Add(std::string_view key, double value);
   JsonObjectWriter& Add(std::string_view key, bool value);

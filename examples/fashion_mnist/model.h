@@ -6,11 +6,11 @@
 // torch modules are not thread-safe; one thread uses a model.
 #pragma once
 
+#include <torch/torch.h>
+
 #include <cstdint>
 #include <span>
 #include <utility>
-
-#include <torch/torch.h>
 
 #include "examples/fashion_mnist/idx.h"
 

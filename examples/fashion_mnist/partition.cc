@@ -23,8 +23,8 @@ uint64_t DeriveSeed(uint64_t seed, uint64_t stream) {
 
 uint64_t UniformBelow(std::mt19937_64& rng, uint64_t bound) {
   // Largest multiple of bound representable, so every residue is equally likely.
-  const uint64_t limit = std::numeric_limits<uint64_t>::max() -
-                         std::numeric_limits<uint64_t>::max() % bound;
+  const uint64_t limit =
+      std::numeric_limits<uint64_t>::max() - std::numeric_limits<uint64_t>::max() % bound;
   uint64_t x = rng();
   while (x >= limit) x = rng();
   return x % bound;
@@ -45,9 +45,8 @@ absl::StatusOr<std::vector<uint32_t>> IidPartition(uint64_t num_examples, uint32
         absl::StrCat("partition: worker id ", worker_id, " not below ", num_workers, " workers"));
   }
   if (num_examples < num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("partition: ", num_examples,
-                                                   " examples cannot feed ", num_workers,
-                                                   " workers"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "partition: ", num_examples, " examples cannot feed ", num_workers, " workers"));
   }
   if (num_examples > std::numeric_limits<uint32_t>::max()) {
     return absl::InvalidArgumentError(

@@ -25,9 +25,7 @@ extern char** environ;
 namespace ps::fashion_mnist {
 namespace {
 
-absl::Status Errno(absl::string_view what, int error) {
-  return absl::ErrnoToStatus(error, what);
-}
+absl::Status Errno(absl::string_view what, int error) { return absl::ErrnoToStatus(error, what); }
 
 // Closes an fd on scope exit unless released.
 class FdCloser {

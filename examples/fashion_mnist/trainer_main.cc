@@ -5,6 +5,9 @@
 // the gradient of one batch, push it (round t) tensor by tensor, wait for the pushes,
 // and go on with t + 1. The server applies the optimizer; this process only computes
 // gradients. A Byzantine worker (--byzantine signflip) pushes -scale * gradient.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,9 +16,6 @@
 #include <span>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
-#include <torch/torch.h>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -83,8 +83,8 @@ class Progress {
     } else {
       Emit(absl::StrFormat(
           "start: %s worker %u of %u, steps %u (from %u), batch %u, hidden %u, %d parameters%s",
-          f.local ? "local" : "server", f.worker_id, f.workers, f.steps, start_step,
-          f.batch_size, f.hidden, parameters,
+          f.local ? "local" : "server", f.worker_id, f.workers, f.steps, start_step, f.batch_size,
+          f.hidden, parameters,
           f.byzantine == "none" ? "" : absl::StrCat(", Byzantine: ", f.byzantine)));
     }
   }
@@ -99,7 +99,11 @@ class Progress {
 
   void Eval(uint64_t step, double accuracy) {
     if (jsonl_) {
-      Emit(JsonObjectWriter().Add("event", "eval").Add("step", step).Add("test_accuracy", accuracy).str());
+      Emit(JsonObjectWriter()
+               .Add("event", "eval")
+               .Add("step", step)
+               .Add("test_accuracy", accuracy)
+               .str());
     } else {
       Emit(absl::StrFormat("eval step %u test_accuracy %.4f", step, accuracy));
     }
@@ -107,7 +111,11 @@ class Progress {
 
   void Warning(uint64_t step, std::string_view message) {
     if (jsonl_) {
-      Emit(JsonObjectWriter().Add("event", "warning").Add("step", step).Add("message", message).str());
+      Emit(JsonObjectWriter()
+               .Add("event", "warning")
+               .Add("step", step)
+               .Add("message", message)
+               .str());
     }
     std::fprintf(stderr, "ps-fashion-mnist: step %llu: %.*s\n",
                  static_cast<unsigned long long>(step), static_cast<int>(message.size()),
@@ -188,7 +196,8 @@ absl::StatusOr<Setup> Prepare(const TrainerFlags& f) {
   }
   PS_ASSIGN_OR_RETURN(std::vector<uint32_t> part,
                       IidPartition(s.train.size(), f.workers, f.worker_id, f.seed));
-  s.sampler = std::make_unique<BatchSampler>(std::move(part), DeriveSeed(f.seed, 1000 + f.worker_id));
+  s.sampler =
+      std::make_unique<BatchSampler>(std::move(part), DeriveSeed(f.seed, 1000 + f.worker_id));
   // Same seed everywhere: every worker builds the same initial parameters.
   torch::manual_seed(f.seed);
   s.model = Mlp(kImagePixels, f.hidden, kNumClasses);
@@ -232,7 +241,8 @@ absl::Status RunLocal(const TrainerFlags& f, Progress& progress) {
   bool diverged = false;
   uint64_t step = 0;
   for (; step < f.steps; ++step) {
-    if (f.eval_every > 0 && step % f.eval_every == 0) progress.Eval(step, Accuracy(s.model, s.test));
+    if (f.eval_every > 0 && step % f.eval_every == 0)
+      progress.Eval(step, Accuracy(s.model, s.test));
     const double loss = ComputeGradients(s, f.batch_size, indices);
     if (f.byzantine != "none") {
       torch::NoGradGuard no_grad;
@@ -280,8 +290,7 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
       std::chrono::milliseconds(static_cast<int64_t>(f.connect_timeout_s * 1000));
   const auto pull_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(f.pull_timeout_s * 1000));
-  PS_ASSIGN_OR_RETURN(keep_worker,
-                      Worker::Start(std::move(options), std::move(layout), initial));
+  PS_ASSIGN_OR_RETURN(keep_worker, Worker::Start(std::move(options), std::move(layout), initial));
   Worker* worker = keep_worker.get();
 
   uint64_t t = worker->start_version();
@@ -294,8 +303,8 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
     PS_ASSIGN_OR_RETURN(const uint64_t version, worker->PullAll(t, outs, pull_timeout));
     if (version > t) {
       // The others closed rounds without us (quorum at the deadline): catch up.
-      progress.Warning(t, absl::StrCat("pulled version ", version, " while at round ", t,
-                                       "; skipping ahead"));
+      progress.Warning(
+          t, absl::StrCat("pulled version ", version, " while at round ", t, "; skipping ahead"));
       t = version;
       if (t >= f.steps) break;
     }
@@ -383,8 +392,9 @@ int main(int argc, char** argv) {
                  "Seed: same on all workers (identical initial parameters); batch sampling "
                  "uses a per-worker seed derived from it");
   app.add_option("--codec", f.codec, "Codec spec for pushes (see docs/codecs.md)");
-  app.add_option("--eval-every", f.eval_every,
-                 "Evaluate test accuracy every this many steps (worker 0 only; 0: only at the end)");
+  app.add_option(
+      "--eval-every", f.eval_every,
+      "Evaluate test accuracy every this many steps (worker 0 only; 0: only at the end)");
   app.add_option("--byzantine", f.byzantine, "Attack of this worker: none or signflip")
       ->check(CLI::IsMember({"none", "signflip"}));
   app.add_option("--byzantine-scale", f.byzantine_scale, "signflip pushes -scale * gradient");

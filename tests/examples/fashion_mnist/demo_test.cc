@@ -269,8 +269,7 @@ echo '{"event":"done","steps":5,"final_test_accuracy":null}'
 
 TEST(Summary, JsonHasOneObjectPerScenario) {
   ScenarioResult ok{"trimmed_mean", "signflip", 6, 1, 600, 0.8312, 61.234, false, true, ""};
-  ScenarioResult failed{"mean", "signflip", 6, 1, 12, std::nullopt, 3.5, false, false,
-                        "timed out"};
+  ScenarioResult failed{"mean", "signflip", 6, 1, 12, std::nullopt, 3.5, false, false, "timed out"};
   const std::string json = SummaryJson({ok, failed});
   EXPECT_EQ(json,
             "[\n"

@@ -58,7 +58,8 @@ class IdxTest : public ::testing::Test {
   std::string WriteRaw(const std::string& name, const std::vector<uint8_t>& bytes) {
     const std::string path = (dir_ / name).string();
     std::ofstream out(path, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+    out.write(reinterpret_cast<const char*>(bytes.data()),
+              static_cast<std::streamsize>(bytes.size()));
     return path;
   }
 
@@ -66,7 +67,8 @@ class IdxTest : public ::testing::Test {
   void WriteSplit(Split split, uint32_t images, uint32_t labels) {
     std::vector<uint8_t> pixels(size_t{images} * 28 * 28);
     for (uint32_t i = 0; i < images; ++i) {
-      std::fill_n(pixels.begin() + static_cast<ptrdiff_t>(size_t{i} * 784), 784, static_cast<uint8_t>(i));
+      std::fill_n(pixels.begin() + static_cast<ptrdiff_t>(size_t{i} * 784), 784,
+                  static_cast<uint8_t>(i));
     }
     std::vector<uint8_t> label_bytes(labels);
     for (uint32_t i = 0; i < labels; ++i) label_bytes[i] = static_cast<uint8_t>(i % 10);
@@ -119,8 +121,7 @@ TEST_F(IdxTest, RejectsTruncatedPayload) {
 TEST_F(IdxTest, RejectsTruncatedHeader) {
   std::vector<uint8_t> header = Header(kIdxImagesMagic, {3, 2, 2});
   header.resize(9);
-  EXPECT_EQ(ReadIdxImages(WriteGz("img.gz", header)).status().code(),
-            absl::StatusCode::kDataLoss);
+  EXPECT_EQ(ReadIdxImages(WriteGz("img.gz", header)).status().code(), absl::StatusCode::kDataLoss);
   EXPECT_EQ(ReadIdxLabels(WriteGz("empty.gz", {})).status().code(), absl::StatusCode::kDataLoss);
 }
 
@@ -148,9 +149,10 @@ TEST_F(IdxTest, RejectsZeroAndOversizedDimensions) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ReadIdxImages(WriteGz("b.gz", Header(kIdxImagesMagic, {1, 0, 28}))).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(
-      ReadIdxImages(WriteGz("c.gz", Header(kIdxImagesMagic, {1, 28, kMaxImageSide + 1}))).status().code(),
-      absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ReadIdxImages(WriteGz("c.gz", Header(kIdxImagesMagic, {1, 28, kMaxImageSide + 1})))
+                .status()
+                .code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(IdxTest, RejectsFileThatIsNotGzip) {
@@ -167,7 +169,8 @@ TEST_F(IdxTest, RejectsCutGzipStream) {
   const std::string whole = WriteGz("whole.gz", Concat(Header(kIdxLabelsMagic, {5000}), payload));
   ASSERT_TRUE(ReadIdxLabels(whole).ok());
   std::ifstream in(whole, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   bytes.resize(bytes.size() / 2);
   auto labels = ReadIdxLabels(WriteRaw("cut.gz", bytes));
   EXPECT_EQ(labels.status().code(), absl::StatusCode::kDataLoss);
@@ -176,7 +179,8 @@ TEST_F(IdxTest, RejectsCutGzipStream) {
 TEST_F(IdxTest, RejectsCorruptGzipData) {
   const std::string whole = WriteGz("whole.gz", Concat(Header(kIdxLabelsMagic, {3}), {1, 2, 3}));
   std::ifstream in(whole, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   // Damage the CRC in the trailer (the last 8 bytes are CRC-32 and length).
   bytes[bytes.size() - 8] ^= 0xff;
   EXPECT_EQ(ReadIdxLabels(WriteRaw("bad.gz", bytes)).status().code(), absl::StatusCode::kDataLoss);

@@ -28,8 +28,12 @@ TEST(JsonQuote, EscapesQuotesBackslashesAndControls) {
 
 TEST(ParseFlatJson, ReadsWhatTheWriterWrites) {
   JsonObjectWriter w;
-  w.Add("event", "done").Add("steps", uint64_t{1000}).Add("final_test_accuracy", 0.8312)
-      .Add("msg", "tab\there \"quoted\"").Add("diverged", false).AddNull("n");
+  w.Add("event", "done")
+      .Add("steps", uint64_t{1000})
+      .Add("final_test_accuracy", 0.8312)
+      .Add("msg", "tab\there \"quoted\"")
+      .Add("diverged", false)
+      .AddNull("n");
   auto parsed = ParseFlatJson(w.str());
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->String("event"), "done");
@@ -51,10 +55,10 @@ TEST(ParseFlatJson, AcceptsWhitespaceExponentsAndUnicodeEscapes) {
 }
 
 TEST(ParseFlatJson, RejectsWhatIsNotAFlatObject) {
-  for (const char* bad : {"", "[]", "{", "{\"a\":1,}", "{\"a\":{}}", "{\"a\":[1]}",
-                          "{\"a\":1} x", "{\"a\":01}", "{\"a\":1.}", "{\"a\":\"\\x\"}",
-                          "{\"a\":\"\\ud800\"}", "{\"a\":tru}", "{a:1}", "{\"a\":\"x\n\"}",
-                          "{\"a\":1e999}", "step 10 loss 0.3"}) {
+  for (const char* bad :
+       {"", "[]", "{", "{\"a\":1,}", "{\"a\":{}}", "{\"a\":[1]}", "{\"a\":1} x", "{\"a\":01}",
+        "{\"a\":1.}", "{\"a\":\"\\x\"}", "{\"a\":\"\\ud800\"}", "{\"a\":tru}", "{a:1}",
+        "{\"a\":\"x\n\"}", "{\"a\":1e999}", "step 10 loss 0.3"}) {
     EXPECT_FALSE(ParseFlatJson(bad).ok()) << bad;
   }
 }
