@@ -281,13 +281,8 @@ class WorkerImpl final : public Worker {
       return absl::InvalidArgumentError(absl::StrCat("no tensor ", tensor, "; the layout has ",
                                                      layout_.tensors().size()));
     }
-    if (out.size() != layout_.tensors()[tensor].numel) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "buffer for '", layout_.tensors()[tensor].name, "' has ", out.size(),
-          " elements; expected ", layout_.tensors()[tensor].numel));
-    }
     absl::flat_hash_map<uint32_t, float*> dst;
-    for (uint32_t id : layout_.SlicesOfTensor(tensor)) dst[id] = out.data() + layout_.slices()[id].offset;
+    PS_RETURN_IF_ERROR(AddDestinations(tensor, out, dst));
     return PullSlices(dst, min_version, timeout);
   }
 
@@ -298,14 +293,7 @@ class WorkerImpl final : public Worker {
                                                      " buffers, got ", outs.size()));
     }
     absl::flat_hash_map<uint32_t, float*> dst;
-    for (size_t t = 0; t < outs.size(); ++t) {
-      if (outs[t].size() != layout_.tensors()[t].numel) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "buffer for '", layout_.tensors()[t].name, "' has ", outs[t].size(),
-            " elements; expected ", layout_.tensors()[t].numel));
-      }
-      for (uint32_t id : layout_.SlicesOfTensor(t)) dst[id] = outs[t].data() + layout_.slices()[id].offset;
-    }
+    for (size_t t = 0; t < outs.size(); ++t) PS_RETURN_IF_ERROR(AddDestinations(t, outs[t], dst));
     return PullSlices(dst, min_version, timeout);
   }
 
@@ -325,6 +313,18 @@ class WorkerImpl final : public Worker {
     absl::Mutex mu;
     std::unique_ptr<codecs::Codec> codec ABSL_GUARDED_BY(mu);
   };
+
+  // Maps every slice of `tensor` to its place in `out`, after checking out's size.
+  absl::Status AddDestinations(size_t tensor, std::span<float> out,
+                               absl::flat_hash_map<uint32_t, float*>& dst) const {
+    const core::TensorSpec& spec = layout_.tensors()[tensor];
+    if (out.size() != spec.numel) {
+      return absl::InvalidArgumentError(absl::StrCat("buffer for '", spec.name, "' has ",
+                                                     out.size(), " elements; expected ", spec.numel));
+    }
+    for (uint32_t id : layout_.SlicesOfTensor(tensor)) dst[id] = out.data() + layout_.slices()[id].offset;
+    return absl::OkStatus();
+  }
 
   std::string ShardName(const ShardConn& c) const {
     return absl::StrCat("shard ", c.id, " (", c.address, ")");
