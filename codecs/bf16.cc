@@ -44,7 +44,8 @@ class Bf16Codec final : public Codec {
  public:
   std::string_view spec() const override { return kSpec; }
 
-  absl::Status Encode(std::span<const float> values, std::string* out) override {
+  absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
+                      std::string* out) override {
     PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
     out->resize(MaxEncodedBytes(values.size()));
     (*out)[0] = static_cast<char>(kFormatVersion);
@@ -71,7 +72,10 @@ class Bf16Codec final : public Codec {
 }  // namespace
 
 namespace internal {
-std::unique_ptr<Codec> MakeBf16Codec() { return std::make_unique<Bf16Codec>(); }
+absl::StatusOr<std::unique_ptr<Codec>> MakeBf16Codec(Stages stages, const CodecOptions& /*options*/) {
+  PS_RETURN_IF_ERROR(SingleStage(stages, {}).status());
+  return std::unique_ptr<Codec>(std::make_unique<Bf16Codec>());
+}
 }  // namespace internal
 
 }  // namespace ps::codecs

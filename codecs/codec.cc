@@ -1,45 +1,94 @@
 #include "codecs/codec.h"
 
-#include <array>
+#include <charconv>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codecs/codec_internal.h"
 #include "core/fp32_bytes.h"
+#include "core/spec.h"
+#include "core/status.h"
 
 namespace ps::codecs {
 namespace {
 
 struct Entry {
-  std::string_view spec;
-  std::unique_ptr<Codec> (*make)();
+  std::string_view name;
+  internal::CodecFactory make;
 };
 
 // The registry, in the order CodecNames() reports (stable: fuzz corpora index it).
-constexpr std::array<Entry, 3> kCodecs = {{
+constexpr Entry kCodecs[] = {
     {"fp32", &internal::MakeFp32Codec},
     {"fp16", &internal::MakeFp16Codec},
     {"bf16", &internal::MakeBf16Codec},
-}};
+};
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec) {
+absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
+                                                 const CodecOptions& options) {
+  PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages, core::ParseSpec(spec, "codec spec"));
   for (const Entry& e : kCodecs) {
-    if (e.spec == spec) return e.make();
+    if (e.name != stages.front().name) continue;
+    auto codec = e.make(stages, options);
+    if (!codec.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("codec spec '", internal::AbslView(spec),
+                                                     "': ", codec.status().message()));
+    }
+    return codec;
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown codec '", internal::AbslView(spec),
+  return absl::InvalidArgumentError(absl::StrCat("unknown codec '", stages.front().name,
                                                  "'; known: ", absl::StrJoin(CodecNames(), ", ")));
 }
 
 std::vector<std::string> CodecNames() {
   std::vector<std::string> names;
-  names.reserve(kCodecs.size());
-  for (const Entry& e : kCodecs) names.emplace_back(e.spec);
+  for (const Entry& e : kCodecs) names.emplace_back(e.name);
   return names;
 }
 
 namespace internal {
+
+absl::StatusOr<core::StageArgs> SingleStage(Stages stages, std::vector<std::string> keys) {
+  if (stages.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat(stages[0].name, " is a whole codec; '+",
+                                                   stages[1].name, "' cannot follow it"));
+  }
+  return core::StageArgs::Bind(stages[0], std::move(keys));
+}
+
+std::string StageString(std::string_view name,
+                        std::initializer_list<std::pair<std::string_view, std::string>> args) {
+  std::string out(name);
+  if (args.size() == 0) return out;
+  out += '(';
+  bool first = true;
+  for (const auto& [key, value] : args) {
+    if (!first) out += ", ";
+    first = false;
+    absl::StrAppend(&out, AbslView(key), "=", value);
+  }
+  out += ')';
+  return out;
+}
+
+std::string FormatNumber(double value) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  return ec == std::errc() ? std::string(buf, end) : absl::StrCat(value);
+}
+
+uint64_t Mix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx) {
+  return Mix64(Mix64(Mix64(seed ^ ctx.worker_id) ^ ctx.round) ^ ctx.slice_id);
+}
 
 absl::Status CheckEncodable(std::string_view spec, std::span<const float> values) {
   if (const ptrdiff_t i = core::FindNonFinite(values); i >= 0) {

@@ -1,14 +1,21 @@
 // Codec: turns a slice of fp32 values into bytes and back (DESIGN §5). The server
 // decodes bytes that a Byzantine worker wrote, so Decode() validates everything
-// (format version, sizes, finiteness) and returns an error instead of crashing; it
-// never allocates more than the slice's declared size.
+// (format version, sizes, index ranges, finiteness) and returns an error instead of
+// crashing; it never allocates more than the slice's declared size.
+//
+// A codec is named by a spec string in the grammar of core/spec.h: one stage for a
+// dense codec ("int8(bucket=512)"), up to three for a sparse one (sparsifier, index
+// codec, value codec: "topk(0.01)+bloom(p0, fpr=0.01)+fp16"). spec() is the canonical
+// form with every argument written out; pushes carry it and the server makes its
+// decoder from it, so payloads need not repeat what the spec says.
 //
 // Thread safety: Decode() is const and may run concurrently. Encode() may update
-// worker-side state (error feedback, later), so one instance encodes one tensor
-// from one thread at a time.
+// worker-side state (PowerSGD's warm start), so one instance encodes one tensor from
+// one thread at a time.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -23,6 +30,24 @@ namespace ps::codecs {
 // First byte of every encoded payload. A decoder refuses versions it does not know.
 inline constexpr unsigned char kFormatVersion = 1;
 
+// Where an encoding happens, for codecs that draw random numbers (stochastic
+// rounding, random-k masks) or need the slice's shape. Deterministic codecs ignore it.
+struct EncodeContext {
+  uint64_t round = 0;
+  uint32_t slice_id = 0;
+  uint32_t worker_id = 0;
+  // The slice as a row-major matrix of this many columns (0: not a matrix). PowerSGD
+  // factorizes matrices and sends anything else uncompressed.
+  uint32_t matrix_cols = 0;
+};
+
+// Options a codec takes from its user rather than from its spec.
+struct CodecOptions {
+  // Worker-side seed mixed with (worker, round, slice) for stochastic rounding and
+  // per-worker random-k masks. Global-seed random-k uses its spec's seed instead.
+  uint64_t seed = 0;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -32,8 +57,12 @@ class Codec {
   // The canonical spec string naming this codec ("fp16"); pushes carry it.
   virtual std::string_view spec() const = 0;
 
-  // Replaces *out with the encoding of values.
-  virtual absl::Status Encode(std::span<const float> values, std::string* out) = 0;
+  // Replaces *out with the encoding of values. On error *out is unchanged.
+  virtual absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
+                              std::string* out) = 0;
+  absl::Status Encode(std::span<const float> values, std::string* out) {
+    return Encode(values, EncodeContext{}, out);
+  }
 
   // Decodes bytes into out, whose size is the slice's declared element count.
   // Refuses a wrong version, a size that does not match out, and non-finite values.
@@ -46,11 +75,13 @@ class Codec {
   Codec() = default;
 };
 
-// Makes the codec named by `spec` (one of CodecNames()); refuses unknown specs with
-// a message that lists the known ones.
-absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec);
+// Makes the codec named by `spec`; refuses unknown names (listing the known ones),
+// unknown or out-of-range arguments and stages that do not compose.
+absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
+                                                 const CodecOptions& options = {});
 
-// Specs accepted by MakeCodec, in a stable order.
+// Names of the first stage MakeCodec accepts ("fp32", ..., "topk", ...), in a stable
+// order; each makes a codec with its default arguments.
 std::vector<std::string> CodecNames();
 
 }  // namespace ps::codecs

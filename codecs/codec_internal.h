@@ -4,13 +4,19 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
+#include "absl/status/statusor.h"
 #include "codecs/codec.h"
+#include "core/spec.h"
 
 namespace ps::codecs::internal {
 
@@ -18,9 +24,31 @@ namespace ps::codecs::internal {
 // 0), so std::string_view must be converted before it meets StrCat or Status.
 inline absl::string_view AbslView(std::string_view s) { return {s.data(), s.size()}; }
 
-std::unique_ptr<Codec> MakeFp32Codec();
-std::unique_ptr<Codec> MakeFp16Codec();
-std::unique_ptr<Codec> MakeBf16Codec();
+// A codec's factory: `stages` is the parsed spec (stages[0] names this codec), at
+// least one stage. Registered in codec.cc under stages[0].name.
+using Stages = std::span<const core::StageSpec>;
+using CodecFactory = absl::StatusOr<std::unique_ptr<Codec>> (*)(Stages stages,
+                                                                const CodecOptions& options);
+
+absl::StatusOr<std::unique_ptr<Codec>> MakeFp32Codec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeFp16Codec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeBf16Codec(Stages stages, const CodecOptions& options);
+
+// Binds the arguments of a codec that is a single stage (every dense codec), refusing
+// further stages: "fp16 is a whole codec; '+raw' cannot follow it".
+absl::StatusOr<core::StageArgs> SingleStage(Stages stages, std::vector<std::string> keys);
+
+// The canonical stage string with every argument written out, in the order given:
+// StageString("int8", {{"bucket", "512"}}) == "int8(bucket=512)".
+std::string StageString(std::string_view name,
+                        std::initializer_list<std::pair<std::string_view, std::string>> args);
+// Shortest decimal that reads back as the same double (std::to_chars): "0.01", "1e-05".
+std::string FormatNumber(double value);
+
+// A 64-bit mix (splitmix64's finalizer) for deriving per-(seed, worker, round, slice)
+// random streams: Mix(Mix(Mix(seed ^ worker) ^ round) ^ slice).
+uint64_t Mix64(uint64_t x);
+uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx);
 
 // bf16 conversions (bf16.cc): round to nearest even, saturating at +-0x1.fep127;
 // bf16 -> float is exact.

@@ -18,7 +18,8 @@ class Fp32Codec final : public Codec {
  public:
   std::string_view spec() const override { return kSpec; }
 
-  absl::Status Encode(std::span<const float> values, std::string* out) override {
+  absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
+                      std::string* out) override {
     PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
     out->clear();
     out->reserve(MaxEncodedBytes(values.size()));
@@ -44,7 +45,10 @@ class Fp32Codec final : public Codec {
 }  // namespace
 
 namespace internal {
-std::unique_ptr<Codec> MakeFp32Codec() { return std::make_unique<Fp32Codec>(); }
+absl::StatusOr<std::unique_ptr<Codec>> MakeFp32Codec(Stages stages, const CodecOptions& /*options*/) {
+  PS_RETURN_IF_ERROR(SingleStage(stages, {}).status());
+  return std::unique_ptr<Codec>(std::make_unique<Fp32Codec>());
+}
 }  // namespace internal
 
 }  // namespace ps::codecs

@@ -1,0 +1,175 @@
+// Properties every codec has, run over ExampleSpecs(): framing, bounded error,
+// determinism, refusal of non-finite input, and decoders that refuse (never crash on,
+// never accept non-finite values from) truncated, extended, resized and bit-flipped
+// payloads.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codecs/codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/codecs/example_specs.h"
+
+namespace ps::codecs {
+namespace {
+
+using testing::ExampleSpec;
+using testing::ExampleSpecs;
+
+std::vector<float> Gaussian(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+double RelL2Error(const std::vector<float>& x, const std::vector<float>& y) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    num += (double{x[i]} - y[i]) * (double{x[i]} - y[i]);
+    den += double{x[i]} * x[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+class EveryCodecTest : public ::testing::TestWithParam<std::tuple<ExampleSpec, size_t>> {
+ protected:
+  void SetUp() override {
+    auto made = MakeCodec(example().spec);
+    ASSERT_TRUE(made.ok()) << made.status();
+    codec_ = *std::move(made);
+    ctx_.round = 3;
+    ctx_.slice_id = 5;
+    ctx_.worker_id = 1;
+    values_ = Gaussian(numel(), static_cast<uint32_t>(numel()) + 17);
+    ASSERT_TRUE(codec_->Encode(values_, ctx_, &bytes_).ok());
+  }
+  const ExampleSpec& example() const { return std::get<0>(GetParam()); }
+  size_t numel() const { return std::get<1>(GetParam()); }
+
+  // Decode must refuse with INVALID_ARGUMENT and a message, or accept only finite values.
+  void ExpectSafeDecode(std::string_view bytes, size_t n, bool must_refuse) {
+    std::vector<float> out(n, std::numeric_limits<float>::quiet_NaN());
+    const absl::Status s = codec_->Decode(bytes, out);
+    if (s.ok()) {
+      EXPECT_FALSE(must_refuse) << "accepted " << bytes.size() << " bytes for " << n << " values";
+      for (float v : out) ASSERT_TRUE(std::isfinite(v));
+    } else {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+      EXPECT_FALSE(s.message().empty());
+    }
+  }
+
+  std::unique_ptr<Codec> codec_;
+  EncodeContext ctx_;
+  std::vector<float> values_;
+  std::string bytes_;
+};
+
+TEST_P(EveryCodecTest, SpecIsCanonicalAndMakesTheSameCodec) {
+  auto again = MakeCodec(codec_->spec());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->spec(), codec_->spec());
+  std::string bytes;
+  ASSERT_TRUE((*again)->Encode(values_, ctx_, &bytes).ok());
+  EXPECT_EQ(bytes, bytes_) << "same spec, input and context must give the same bytes";
+}
+
+TEST_P(EveryCodecTest, StartsWithVersionAndFitsMaxEncodedBytes) {
+  ASSERT_FALSE(bytes_.empty());
+  EXPECT_EQ(static_cast<unsigned char>(bytes_[0]), kFormatVersion);
+  EXPECT_LE(bytes_.size(), codec_->MaxEncodedBytes(numel()));
+}
+
+TEST_P(EveryCodecTest, RoundTripErrorIsBounded) {
+  std::vector<float> out(numel());
+  ASSERT_TRUE(codec_->Decode(bytes_, out).ok()) << codec_->Decode(bytes_, out);
+  for (float v : out) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LE(RelL2Error(values_, out), example().max_rel_l2_error + 1e-9);
+}
+
+TEST_P(EveryCodecTest, EncodesZerosAsZeros) {
+  const std::vector<float> zeros(numel(), 0.0f);
+  std::string bytes;
+  ASSERT_TRUE(codec_->Encode(zeros, ctx_, &bytes).ok());
+  std::vector<float> out(numel(), 1.0f);
+  ASSERT_TRUE(codec_->Decode(bytes, out).ok());
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+TEST_P(EveryCodecTest, EncodeRefusesNonFiniteAndKeepsOutput) {
+  if (numel() == 0) GTEST_SKIP() << "no value to poison";
+  for (float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    std::vector<float> values = values_;
+    values[numel() / 2] = bad;
+    std::string bytes = "unchanged";
+    const absl::Status s = codec_->Encode(values, ctx_, &bytes);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("not finite"));
+    EXPECT_EQ(bytes, "unchanged");
+  }
+}
+
+TEST_P(EveryCodecTest, DecodeRefusesEveryTruncation) {
+  const size_t step = std::max<size_t>(1, bytes_.size() / 64);
+  for (size_t len = 0; len < bytes_.size(); len += step) {
+    ExpectSafeDecode(std::string_view(bytes_).substr(0, len), numel(), /*must_refuse=*/true);
+  }
+}
+
+TEST_P(EveryCodecTest, DecodeRefusesTrailingBytes) {
+  for (size_t extra : {1, 7, 100}) {
+    ExpectSafeDecode(bytes_ + std::string(extra, '\x01'), numel(), /*must_refuse=*/true);
+  }
+}
+
+TEST_P(EveryCodecTest, DecodeRefusesAnotherSliceSize) {
+  ExpectSafeDecode(bytes_, numel() + 1, /*must_refuse=*/true);
+  if (numel() > 0) ExpectSafeDecode(bytes_, numel() - 1, /*must_refuse=*/true);
+}
+
+TEST_P(EveryCodecTest, DecodeRefusesUnknownVersion) {
+  std::string bytes = bytes_;
+  bytes[0] = 2;
+  ExpectSafeDecode(bytes, numel(), /*must_refuse=*/true);
+}
+
+TEST_P(EveryCodecTest, DecodeSurvivesBitFlipsAndRandomBytes) {
+  std::mt19937 rng(static_cast<uint32_t>(numel()) * 7 + 1);
+  for (int trial = 0; trial < 300; ++trial) {
+    std::string bytes = bytes_;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      bytes[rng() % bytes.size()] ^= static_cast<char>(1u << (rng() % 8));
+    }
+    ExpectSafeDecode(bytes, numel(), /*must_refuse=*/false);
+  }
+  for (int trial = 0; trial < 100; ++trial) {
+    std::string bytes(rng() % (bytes_.size() + 32), '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    if (!bytes.empty()) bytes[0] = static_cast<char>(kFormatVersion);
+    ExpectSafeDecode(bytes, numel(), /*must_refuse=*/false);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Examples, EveryCodecTest,
+    ::testing::Combine(::testing::ValuesIn(ExampleSpecs()),
+                       ::testing::Values<size_t>(0, 1, 7, 64, 1000, 4099)),
+    [](const auto& info) {
+      std::string name;
+      for (char c : std::get<0>(info.param).spec) {
+        name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      }
+      return absl::StrCat(name, "_n", std::get<1>(info.param));
+    });
+
+}  // namespace
+}  // namespace ps::codecs
