@@ -20,7 +20,8 @@ std::string_view Trim(std::string_view s) {
   return s;
 }
 
-bool IsWord(std::string_view s) {
+// [a-z][a-z0-9_]*, or with a leading digit too when `digit_first` ("3lc").
+bool IsWord(std::string_view s, bool digit_first = false) {
   if (s.empty()) return false;
   for (char c : s) {
     if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) ||
@@ -28,7 +29,8 @@ bool IsWord(std::string_view s) {
       return false;
     }
   }
-  return std::islower(static_cast<unsigned char>(s.front())) != 0;
+  const auto first = static_cast<unsigned char>(s.front());
+  return std::islower(first) != 0 || (digit_first && std::isdigit(first) != 0);
 }
 
 bool IsValue(std::string_view s) {
@@ -75,7 +77,7 @@ absl::StatusOr<std::vector<StageSpec>> ParseSpec(std::string_view spec, std::str
     StageSpec stage;
     const size_t open = part.find('(');
     stage.name = std::string(Trim(part.substr(0, open)));
-    if (!IsWord(stage.name)) {
+    if (!IsWord(stage.name, /*digit_first=*/true)) {
       return SpecError(kind, spec, absl::StrCat("bad stage name '", stage.name,
                                           "' (lower-case letters, digits and '_')"));
     }

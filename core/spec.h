@@ -3,8 +3,8 @@
 // "clip(2)+nnm+trimmed_mean", "topk(0.01)+bloom(p0, fpr=0.01)+fp16".
 //
 //   spec  = stage ('+' stage)*
-//   stage = name ['(' [arg (',' arg)*] ')']      name: [a-z][a-z0-9_]*
-//   arg   = [key '='] value                       value: [A-Za-z0-9_.+-]+
+//   stage = name ['(' [arg (',' arg)*] ')']      name: [a-z0-9][a-z0-9_]*
+//   arg   = [key '='] value                       key: [a-z][a-z0-9_]*, value: [A-Za-z0-9_.+-]+
 //
 // Whitespace around tokens is ignored. ParseSpec() only splits; each stage binds and
 // checks its own arguments with StageArgs.

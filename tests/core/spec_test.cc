@@ -35,6 +35,11 @@ TEST(SpecTest, ErrorsNameTheKindAndQuoteTheSpec) {
   EXPECT_THAT(ParseSpec("a+", "codec spec").status().message(), HasSubstr("empty stage"));
   EXPECT_THAT(ParseSpec("a(x=)", "codec spec").status().message(), HasSubstr("bad or empty argument"));
   EXPECT_THAT(ParseSpec("a(=1)", "codec spec").status().message(), HasSubstr("bad argument name"));
+  // Stage names may start with a digit ("3lc"); argument names may not.
+  EXPECT_TRUE(ParseSpec("3lc(s=1.5)", "codec spec").ok());
+  EXPECT_THAT(ParseSpec("3lc(1s=1.5)", "codec spec").status().message(),
+              HasSubstr("bad argument name"));
+  EXPECT_THAT(ParseSpec("_x", "codec spec").status().message(), HasSubstr("bad stage name"));
 }
 
 TEST(SpecTest, ArgumentsBindByPositionAndName) {
