@@ -15,10 +15,10 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "codecs/codec.h"
 #include "core/status.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/delay_queue_internal.h"
+#include "worker_lib/tensor_encoder_internal.h"
 
 namespace ps {
 namespace {
@@ -181,10 +181,25 @@ class WorkerImpl final : public Worker {
         }
       }
     }
-    for (size_t t = 0; t < layout_.tensors().size(); ++t) {
-      PS_ASSIGN_OR_RETURN(std::unique_ptr<codecs::Codec> codec, codecs::MakeCodec(options_.codec));
-      codecs_.push_back(std::make_unique<TensorCodec>());
-      codecs_.back()->codec = std::move(codec);
+    for (const auto& [name, push] : options_.tensor_push) {
+      bool known = false;
+      for (const core::TensorSpec& t : layout_.tensors()) known = known || t.name == name;
+      if (!known) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("push options for tensor '", name, "', which the layout does not have"));
+      }
+    }
+    for (const core::TensorSpec& t : layout_.tensors()) {
+      const auto it = options_.tensor_push.find(t.name);
+      const PushOptions& push = it != options_.tensor_push.end() ? it->second : options_.push;
+      auto encoder = internal::TensorEncoder::Make(push, options_.codec_seed, t.numel);
+      if (!encoder.ok()) {
+        return absl::Status(encoder.status().code(),
+                            absl::StrCat("push options of tensor '", t.name, "': ",
+                                         encoder.status().message()));
+      }
+      encoders_.push_back(std::make_unique<TensorSlot>());
+      encoders_.back()->encoder = *std::move(encoder);
     }
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
@@ -239,22 +254,28 @@ class WorkerImpl final : public Worker {
     }
     std::vector<std::unique_ptr<PushCall>> calls;
     {
-      TensorCodec& tc = *codecs_[tensor];
-      absl::MutexLock lock(&tc.mu);
+      TensorSlot& slot = *encoders_[tensor];
+      absl::MutexLock lock(&slot.mu);
+      std::vector<internal::SliceRange> ranges;
       for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
         const core::SliceInfo& s = layout_.slices()[id];
+        ranges.push_back({id, s.offset, s.numel});
+      }
+      std::vector<std::string> payloads;
+      absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ",
+                                                    round, ": ", st.message()));
+      }
+      for (size_t k = 0; k < ranges.size(); ++k) {
         auto call = std::make_unique<PushCall>();
-        call->shard = s.shard;
+        call->shard = layout_.slices()[ranges[k].id].shard;
         call->tensor = tensor;
         call->req.set_layout_hash(layout_.hash());
         call->req.set_round(round);
-        call->req.set_slice_id(id);
-        call->req.set_codec(std::string(tc.codec->spec()));
-        absl::Status st = tc.codec->Encode(grad.subspan(s.offset, s.numel), call->req.mutable_payload());
-        if (!st.ok()) {
-          return absl::Status(st.code(), absl::StrCat("encoding slice ", id, " of '", spec.name,
-                                                      "': ", st.message()));
-        }
+        call->req.set_slice_id(ranges[k].id);
+        call->req.set_codec(std::string(slot.encoder->spec()));
+        *call->req.mutable_payload() = std::move(payloads[k]);
         calls.push_back(std::move(call));
       }
     }
@@ -309,9 +330,9 @@ class WorkerImpl final : public Worker {
   }
 
  private:
-  struct TensorCodec {
+  struct TensorSlot {
     absl::Mutex mu;
-    std::unique_ptr<codecs::Codec> codec ABSL_GUARDED_BY(mu);
+    std::unique_ptr<internal::TensorEncoder> encoder ABSL_GUARDED_BY(mu);
   };
 
   // Maps every slice of `tensor` to its place in `out`, after checking out's size.
@@ -566,7 +587,7 @@ class WorkerImpl final : public Worker {
   const core::ModelLayout layout_;
   std::vector<std::unique_ptr<ShardConn>> shards_;
   std::vector<ShardInfo> infos_;
-  std::vector<std::unique_ptr<TensorCodec>> codecs_;
+  std::vector<std::unique_ptr<TensorSlot>> encoders_;
   uint64_t start_version_ = 0;
   internal::DelayQueue retries_;
 

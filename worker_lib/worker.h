@@ -21,6 +21,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,13 +34,34 @@
 
 namespace ps {
 
+// How one tensor's gradients are pushed (docs/codecs.md, "Worker side").
+struct PushOptions {
+  // Codec spec: "fp32", "int8", "3lc(s=1.9)", "topk(0.01)+varint+fp16", ...
+  std::string codec = "fp32";
+  // Error feedback: what the codec lost is added to the tensor's next push,
+  //   v_t = u_t + e_{t-1},  push encode(v_t),  e_t = v_t - decode(encode(v_t)).
+  // Biased codecs (sign, 3lc, topk, threshold, powersgd) need it to converge.
+  bool error_feedback = false;
+  // Worker momentum beta in [0, 1): u_t = beta * u_{t-1} + (1 - beta) * g_t is pushed
+  // instead of the gradient g_t (0: u_t = g_t).
+  double momentum = 0;
+  // The tensor as a row-major matrix with this many columns (0: not a matrix). A slice
+  // that is a whole number of rows is then encoded as a matrix (PowerSGD).
+  uint32_t matrix_cols = 0;
+};
+
 struct WorkerOptions {
   // "host:port" of each shard, indexed by shard id.
   std::vector<std::string> shard_addresses;
   // This worker's rank in [0, num_workers) of the servers' configuration.
   uint32_t worker_id = 0;
-  // Codec spec for pushes (see codecs/codec.h), for example "fp32" or "fp16".
-  std::string codec = "fp32";
+  // How every tensor is pushed, and overrides by tensor name (an unknown name is an
+  // error at Start()).
+  PushOptions push;
+  std::map<std::string, PushOptions, std::less<>> tensor_push;
+  // Seed of the codecs' worker-side randomness (stochastic rounding, per-worker random-k),
+  // mixed with the worker id, round and slice.
+  uint64_t codec_seed = 0;
   // Deadline of one RPC attempt (a pull that waits for a version uses its own).
   std::chrono::milliseconds rpc_timeout{30000};
   // How long Start() keeps trying to reach every shard and see it ready.

@@ -223,6 +223,10 @@ class Scenario {
         "--log-every", "1",
     };
     // clang-format on
+    if (config_.error_feedback) args.emplace_back("--error-feedback");
+    if (config_.worker_momentum > 0) {
+      args.insert(args.end(), {"--worker-momentum", FormatArg(config_.worker_momentum)});
+    }
     if (worker >= config_.workers - config_.byzantine) {
       args.insert(args.end(), {"--byzantine", config_.attack, "--byzantine-scale",
                                FormatArg(config_.byzantine_scale)});

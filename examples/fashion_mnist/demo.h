@@ -42,6 +42,8 @@ struct DemoConfig {
   uint64_t seed = 1;
   uint64_t eval_every = 200;
   std::string codec = "fp32";
+  bool error_feedback = false;
+  double worker_momentum = 0;
   // Server round deadline (quorum n - f closes a round this long after its first push).
   uint32_t round_deadline_ms = 5000;
   // Whole-scenario limit; everything is killed past it.

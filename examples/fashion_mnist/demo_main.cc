@@ -109,7 +109,12 @@ int main(int argc, char** argv) {
   app.add_option("--byzantine-scale", config.byzantine_scale,
                  "Sign-flip attack: Byzantine workers push -scale * gradient");
   app.add_option("--seed", config.seed, "Seed shared by all trainers");
-  app.add_option("--codec", config.codec, "Push codec of the trainers");
+  app.add_option("--codec", config.codec, "Push codec of the trainers (docs/codecs.md)");
+  app.add_flag("--error-feedback", config.error_feedback,
+               "Trainers add what the codec lost to their next push");
+  app.add_option("--worker-momentum", config.worker_momentum,
+                 "Trainers push a moving average of their gradients (beta; 0: off)")
+      ->check(CLI::Range(0.0, 0.999999));
   app.add_option("--round-deadline-ms", config.round_deadline_ms, "Server round deadline");
   app.add_option("--data-dir", config.data_dir, "Fashion-MNIST directory");
   app.add_option("--timeout-s", timeout_s, "Per-scenario time limit, seconds");

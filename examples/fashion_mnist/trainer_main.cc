@@ -46,6 +46,10 @@ struct TrainerFlags {
   uint32_t hidden = 128;
   uint64_t seed = 1;
   std::string codec = "fp32";
+  bool error_feedback = false;
+  double worker_momentum = 0;
+  std::string dump_gradients;
+  uint64_t dump_every = 50;
   uint64_t eval_every = 100;
   std::string byzantine = "none";
   double byzantine_scale = 10;
@@ -79,6 +83,8 @@ class Progress {
           .Add("parameters", int64_t{parameters})
           .Add("seed", f.seed)
           .Add("codec", f.codec)
+          .Add("error_feedback", f.error_feedback)
+          .Add("worker_momentum", f.worker_momentum)
           .Add("byzantine", f.byzantine);
       Emit(w.str());
     } else {
@@ -286,7 +292,24 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
   WorkerOptions options;
   options.shard_addresses = f.shards;
   options.worker_id = f.worker_id;
-  options.codec = f.codec;
+  options.push.codec = f.codec;
+  options.push.error_feedback = f.error_feedback;
+  options.push.momentum = f.worker_momentum;
+  options.codec_seed = f.seed;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    if (s.params[i].dim() != 2) continue;
+    PushOptions matrix = options.push;  // weights: out x in, row-major
+    matrix.matrix_cols = static_cast<uint32_t>(s.params[i].size(1));
+    options.tensor_push.emplace(s.names[i], matrix);
+  }
+  std::FILE* dump = nullptr;
+  if (!f.dump_gradients.empty()) {
+    dump = std::fopen(f.dump_gradients.c_str(), "wb");
+    if (dump == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dump-gradients: cannot open '", f.dump_gradients, "' for writing"));
+    }
+  }
   options.connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(f.connect_timeout_s * 1000));
   const auto pull_timeout =
@@ -321,6 +344,13 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
     // Last layer first, as backward produces them; the send queue orders by priority.
     for (size_t i = s.params.size(); i-- > 0;) {
       torch::Tensor grad = Contribution(f, s.params[i].grad()).contiguous();
+      if (dump != nullptr && t % f.dump_every == 0) {
+        const size_t n = static_cast<size_t>(grad.numel());
+        if (std::fwrite(grad.data_ptr<float>(), sizeof(float), n, dump) != n) {
+          return absl::InternalError(absl::StrCat("--dump-gradients: write to '",
+                                                  f.dump_gradients, "' failed"));
+        }
+      }
       PS_RETURN_IF_ERROR(worker->Push(
           i, t, std::span<const float>(grad.data_ptr<float>(), static_cast<size_t>(grad.numel()))));
     }
@@ -333,6 +363,10 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
     if (f.log_every > 0 && (t % f.log_every == 0 || t == f.steps)) progress.Step(t, f.steps, loss);
   }
 
+  if (dump != nullptr && std::fclose(dump) != 0) {
+    return absl::InternalError(absl::StrCat("--dump-gradients: closing '", f.dump_gradients,
+                                            "' failed"));
+  }
   std::optional<double> accuracy;
   if (s.evaluates) {
     // Final parameters: version `steps` once every shard closed the last round.
@@ -393,6 +427,16 @@ int main(int argc, char** argv) {
                  "Seed: same on all workers (identical initial parameters); batch sampling "
                  "uses a per-worker seed derived from it");
   app.add_option("--codec", f.codec, "Codec spec for pushes (see docs/codecs.md)");
+  app.add_flag("--error-feedback", f.error_feedback,
+               "Add what the codec lost to the next push (needed by sign, 3lc, topk, ...)");
+  app.add_option("--worker-momentum", f.worker_momentum,
+                 "Push the moving average beta * u + (1 - beta) * g instead of g (0: off)")
+      ->check(CLI::Range(0.0, 0.999999));
+  app.add_option("--dump-gradients", f.dump_gradients,
+                 "Append this worker's gradients as raw little-endian fp32 to FILE every "
+                 "--dump-every rounds (for ps-bench codecs --data real)");
+  app.add_option("--dump-every", f.dump_every, "Rounds between gradient dumps")
+      ->check(CLI::PositiveNumber);
   app.add_option(
       "--eval-every", f.eval_every,
       "Evaluate test accuracy every this many steps (worker 0 only; 0: only at the end)");

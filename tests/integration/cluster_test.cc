@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <thread>
 
 #include "aggregators/aggregator.h"
 #include "cluster_util.h"
+#include "codecs/codec.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -72,13 +74,16 @@ std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>&
 // Runs `rounds` synchronous rounds with n workers (threads); returns worker 0's final
 // parameters.
 std::vector<std::vector<float>> Train(const testing::Cluster& c, const core::ModelLayout& layout,
-                                      uint32_t n, uint64_t rounds) {
+                                      uint32_t n, uint64_t rounds,
+                                      const std::function<void(WorkerOptions&)>& adjust = {}) {
   const auto init = Initial(layout);
   std::vector<std::vector<std::vector<float>>> params(n);
   std::vector<std::thread> threads;
   for (uint32_t w = 0; w < n; ++w) {
     threads.emplace_back([&, w] {
-      auto worker = Worker::Start(ClientOptions(c, w), layout, Spans(init));
+      WorkerOptions options = ClientOptions(c, w);
+      if (adjust) adjust(options);
+      auto worker = Worker::Start(options, layout, Spans(init));
       ASSERT_TRUE(worker.ok()) << worker.status();
       auto& p = params[w];
       for (const auto& t : layout.tensors()) p.emplace_back(t.numel);
@@ -256,6 +261,61 @@ TEST_P(ByzantineTest, RobustRuleStaysInHonestRangeWhileMeanIsDragged) {
 
 INSTANTIATE_TEST_SUITE_P(Rules, ByzantineTest,
                          ::testing::Values("mean", "median", "trimmed_mean", "krum", "multi_krum"));
+
+// Each tensor pushed with its own codec; the shards decode each push by the codec it
+// names. The reference applies the same codecs' round trip to the gradients.
+TEST(ClusterTest, TensorsPushWithTheirOwnCodecs) {
+  const uint32_t n = 3;
+  server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.learning_rate = 0.5f;
+  o.momentum = 0;
+  o.weight_decay = 0;
+  testing::Cluster c = testing::StartCluster(2, o);
+  const core::ModelLayout layout = Layout(2);
+  const std::vector<std::string> codec_of = {"bf16", "fp16", "fp32"};  // default: fp32
+  auto got = Train(c, layout, n, 2, [&](WorkerOptions& w) {
+    w.tensor_push["layer1.weight"].codec = codec_of[0];
+    w.tensor_push["layer1.bias"].codec = codec_of[1];
+  });
+  auto w = Initial(layout);
+  for (size_t t = 0; t < w.size(); ++t) {
+    auto codec = codecs::MakeCodec(codec_of[t]);
+    ASSERT_TRUE(codec.ok());
+    for (uint64_t r = 0; r < 2; ++r) {
+      std::vector<double> sum(w[t].size(), 0);
+      for (uint32_t k = 0; k < n; ++k) {
+        const auto g = Grad(k, t, w[t].size(), r);
+        // Slices of 128 values, each encoded on its own (the codec is elementwise here).
+        std::string bytes;
+        ASSERT_TRUE((*codec)->Encode(g, &bytes).ok());
+        std::vector<float> d(g.size());
+        ASSERT_TRUE((*codec)->Decode(bytes, d).ok());
+        for (size_t i = 0; i < d.size(); ++i) sum[i] += d[i];
+      }
+      for (size_t i = 0; i < sum.size(); ++i) {
+        w[t][i] -= 0.5f * static_cast<float>(sum[i] / n);
+      }
+    }
+    for (size_t i = 0; i < w[t].size(); ++i) {
+      ASSERT_NEAR(got[t][i], w[t][i], 1e-5) << codec_of[t] << " element " << i;
+    }
+  }
+}
+
+TEST(ClusterTest, PushOptionsForAnUnknownTensorAreRefused) {
+  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+  WorkerOptions options = ClientOptions(c, 0);
+  options.tensor_push["layer9.weight"].codec = "fp16";
+  auto worker = Worker::Start(options, Layout(1), Spans(Initial(Layout(1))));
+  ASSERT_FALSE(worker.ok());
+  EXPECT_THAT(std::string(worker.status().message()),
+              HasSubstr("push options for tensor 'layer9.weight', which the layout does not have"));
+  options.tensor_push.clear();
+  options.push.codec = "int8(bucket=0)";
+  worker = Worker::Start(options, Layout(1), Spans(Initial(Layout(1))));
+  ASSERT_FALSE(worker.ok());
+  EXPECT_THAT(std::string(worker.status().message()), HasSubstr("push options of tensor"));
+}
 
 TEST(ClusterTest, LaterJoinerWithAnotherLayoutIsRefused) {
   testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));

@@ -1,0 +1,133 @@
+// Worker momentum and error feedback (worker_lib/tensor_encoder_internal.h).
+#include "worker_lib/tensor_encoder_internal.h"
+
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "codecs/codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> v(n);
+  for (float& x : v) x = normal(rng);
+  return v;
+}
+
+// Decodes one round's payloads back into a whole tensor.
+std::vector<float> DecodeAll(std::string_view spec, const std::vector<SliceRange>& slices,
+                             const std::vector<std::string>& payloads, size_t numel) {
+  auto codec = codecs::MakeCodec(spec);
+  EXPECT_TRUE(codec.ok());
+  std::vector<float> out(numel);
+  for (size_t k = 0; k < slices.size(); ++k) {
+    std::span<float> dst(out.data() + slices[k].offset, slices[k].numel);
+    EXPECT_TRUE((*codec)->Decode(payloads[k], dst).ok());
+  }
+  return out;
+}
+
+const std::vector<SliceRange> kSlices = {{0, 0, 40}, {1, 40, 40}, {2, 80, 20}};
+constexpr size_t kNumel = 100;
+
+TEST(TensorEncoderTest, WithoutOptionsPushesTheGradientThroughTheCodec) {
+  PushOptions options;
+  options.codec = "fp32";
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  const std::vector<float> g = Random(kNumel, 1);
+  std::vector<std::string> payloads;
+  ASSERT_TRUE((*enc)->Encode(g, 0, 0, kSlices, &payloads).ok());
+  ASSERT_EQ(payloads.size(), 3u);
+  EXPECT_EQ(DecodeAll("fp32", kSlices, payloads, kNumel), g);
+  EXPECT_TRUE((*enc)->residual().empty());
+}
+
+// Error feedback telescopes: sum of what was pushed + the last residual equals the sum
+// of the gradients, for any codec.
+TEST(TensorEncoderTest, ErrorFeedbackLosesNothingOverRounds) {
+  PushOptions options;
+  options.codec = "bf16";
+  options.error_feedback = true;
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<double> pushed(kNumel, 0), given(kNumel, 0);
+  for (uint64_t round = 0; round < 20; ++round) {
+    const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 10);
+    std::vector<std::string> payloads;
+    ASSERT_TRUE((*enc)->Encode(g, round, 0, kSlices, &payloads).ok());
+    const std::vector<float> d = DecodeAll("bf16", kSlices, payloads, kNumel);
+    for (size_t i = 0; i < kNumel; ++i) {
+      pushed[i] += d[i];
+      given[i] += g[i];
+    }
+  }
+  double worst = 0, residual_norm = 0;
+  for (size_t i = 0; i < kNumel; ++i) {
+    worst = std::max(worst, std::abs(pushed[i] + (*enc)->residual()[i] - given[i]));
+    residual_norm += std::abs((*enc)->residual()[i]);
+  }
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(residual_norm, 0) << "bf16 rounding must leave a residual";
+}
+
+TEST(TensorEncoderTest, MomentumPushesTheMovingAverage) {
+  PushOptions options;
+  options.codec = "fp32";
+  options.momentum = 0.5;
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<float> u;
+  for (uint64_t round = 0; round < 4; ++round) {
+    const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 30);
+    if (u.empty()) {
+      u = g;  // the first push is the gradient itself
+    } else {
+      for (size_t i = 0; i < kNumel; ++i) u[i] = 0.5f * u[i] + 0.5f * g[i];
+    }
+    std::vector<std::string> payloads;
+    ASSERT_TRUE((*enc)->Encode(g, round, 0, kSlices, &payloads).ok());
+    EXPECT_EQ(DecodeAll("fp32", kSlices, payloads, kNumel), u) << "round " << round;
+  }
+}
+
+TEST(TensorEncoderTest, AFailedEncodeChangesNoState) {
+  PushOptions options;
+  options.codec = "fp16";
+  options.error_feedback = true;
+  options.momentum = 0.9;
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok());
+  std::vector<std::string> payloads;
+  ASSERT_TRUE((*enc)->Encode(Random(kNumel, 5), 0, 0, kSlices, &payloads).ok());
+  const std::vector<float> residual((*enc)->residual().begin(), (*enc)->residual().end());
+  std::vector<float> bad = Random(kNumel, 6);
+  bad[90] = std::nanf("");
+  const absl::Status s = (*enc)->Encode(bad, 1, 0, kSlices, &payloads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("not finite"));
+  EXPECT_EQ(std::vector<float>((*enc)->residual().begin(), (*enc)->residual().end()), residual);
+}
+
+TEST(TensorEncoderTest, RefusesBadOptions) {
+  PushOptions options;
+  options.momentum = 1.0;
+  EXPECT_THAT(std::string(TensorEncoder::Make(options, 0, 4).status().message()),
+              HasSubstr("worker momentum must lie in [0, 1)"));
+  options.momentum = 0;
+  options.codec = "zip";
+  EXPECT_THAT(std::string(TensorEncoder::Make(options, 0, 4).status().message()),
+              HasSubstr("unknown codec 'zip'"));
+}
+
+}  // namespace
+}  // namespace ps::internal

@@ -1,0 +1,76 @@
+#include "worker_lib/tensor_encoder_internal.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace ps::internal {
+
+absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Make(const PushOptions& options,
+                                                                   uint64_t codec_seed,
+                                                                   size_t numel) {
+  if (!(options.momentum >= 0 && options.momentum < 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker momentum must lie in [0, 1), got ", options.momentum));
+  }
+  codecs::CodecOptions codec_options;
+  codec_options.seed = codec_seed;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<codecs::Codec> codec,
+                      codecs::MakeCodec(options.codec, codec_options));
+  return std::unique_ptr<TensorEncoder>(new TensorEncoder(options, std::move(codec), numel));
+}
+
+TensorEncoder::TensorEncoder(const PushOptions& options, std::unique_ptr<codecs::Codec> codec,
+                             size_t numel)
+    : options_(options), codec_(std::move(codec)) {
+  if (options_.momentum > 0) momentum_.assign(numel, 0.0f);
+  if (options_.error_feedback) residual_.assign(numel, 0.0f);
+}
+
+absl::Status TensorEncoder::Encode(std::span<const float> grad, uint64_t round, uint32_t worker_id,
+                                   std::span<const SliceRange> slices,
+                                   std::vector<std::string>* payloads) {
+  // v = u + e, where u is the gradient or its moving average.
+  std::span<const float> v = grad;
+  if (!momentum_.empty()) {
+    const float beta = static_cast<float>(options_.momentum);
+    next_momentum_.resize(grad.size());
+    for (size_t i = 0; i < grad.size(); ++i) {
+      // The first round has no history: u_0 = g_0 rather than (1 - beta) g_0, so the
+      // pushed magnitude does not start too small.
+      next_momentum_[i] = first_ ? grad[i] : beta * momentum_[i] + (1 - beta) * grad[i];
+    }
+    v = next_momentum_;
+  }
+  if (!residual_.empty()) {
+    next_residual_.resize(grad.size());
+    for (size_t i = 0; i < grad.size(); ++i) next_residual_[i] = v[i] + residual_[i];
+    v = next_residual_;  // becomes e_t below, slice by slice
+  }
+  payloads->resize(slices.size());
+  for (size_t k = 0; k < slices.size(); ++k) {
+    const SliceRange& s = slices[k];
+    codecs::EncodeContext ctx;
+    ctx.round = round;
+    ctx.slice_id = s.id;
+    ctx.worker_id = worker_id;
+    const uint32_t cols = options_.matrix_cols;
+    if (cols > 0 && s.offset % cols == 0 && s.numel % cols == 0) ctx.matrix_cols = cols;
+    const std::span<const float> values = v.subspan(s.offset, s.numel);
+    PS_RETURN_IF_ERROR(codec_->Encode(values, ctx, &(*payloads)[k]));
+    if (!residual_.empty()) {
+      decoded_.resize(s.numel);
+      PS_RETURN_IF_ERROR(codec_->Decode((*payloads)[k], decoded_));
+      float* e = next_residual_.data() + s.offset;
+      for (size_t i = 0; i < s.numel; ++i) e[i] -= decoded_[i];
+    }
+  }
+  if (!momentum_.empty()) momentum_.swap(next_momentum_);
+  if (!residual_.empty()) residual_.swap(next_residual_);
+  first_ = false;
+  return absl::OkStatus();
+}
+
+}  // namespace ps::internal

@@ -1,0 +1,55 @@
+// The worker side of one tensor's pushes: worker momentum, error feedback and the
+// tensor's codec (PushOptions in worker.h). The Worker holds one per tensor and calls
+// it under that tensor's lock; it has no gRPC in it, so it is tested on its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "codecs/codec.h"
+#include "worker_lib/worker.h"
+
+namespace ps::internal {
+
+// Where one slice lies in its tensor.
+struct SliceRange {
+  uint32_t id = 0;
+  uint64_t offset = 0;
+  uint32_t numel = 0;
+};
+
+class TensorEncoder {
+ public:
+  // Refuses a bad codec spec, momentum outside [0, 1).
+  static absl::StatusOr<std::unique_ptr<TensorEncoder>> Make(const PushOptions& options,
+                                                             uint64_t codec_seed, size_t numel);
+
+  // Encodes this round's gradient `grad` (the whole tensor) slice by slice into
+  // payloads[i] for slices[i]. Momentum and the residual are updated only when every
+  // slice encoded; on error nothing changes.
+  absl::Status Encode(std::span<const float> grad, uint64_t round, uint32_t worker_id,
+                      std::span<const SliceRange> slices, std::vector<std::string>* payloads);
+
+  std::string_view spec() const { return codec_->spec(); }
+  // The error-feedback residual e_t (empty without error feedback).
+  std::span<const float> residual() const { return residual_; }
+
+ private:
+  TensorEncoder(const PushOptions& options, std::unique_ptr<codecs::Codec> codec, size_t numel);
+
+  const PushOptions options_;
+  std::unique_ptr<codecs::Codec> codec_;
+  std::vector<float> momentum_;  // u_{t-1}; empty without momentum
+  std::vector<float> residual_;  // e_{t-1}; empty without error feedback
+  bool first_ = true;            // no u_{t-1} yet
+  std::vector<float> next_momentum_, next_residual_, decoded_;  // scratch
+};
+
+}  // namespace ps::internal
