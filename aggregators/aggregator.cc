@@ -447,6 +447,12 @@ absl::StatusOr<std::unique_ptr<Aggregator>> MakeAggregator(std::string_view spec
     return absl::InvalidArgumentError(
         absl::StrCat(last, ": n (num_workers) must be >= 1, got ", options.num_workers));
   }
+  if (last == "sign_majority" && stages.size() > 1) {
+    // The vote counts the signs workers pushed; mixed rows have no such signs.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sign_majority votes on the pushes as they are; it cannot follow pre-aggregators ('",
+        AsAbsl(spec), "')"));
+  }
   auto p = std::make_unique<internal::Pipeline>();
   std::vector<std::string> canonical;
   for (size_t i = 0; i + 1 < stages.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -62,9 +63,10 @@ SortedPlan PlanFor(const CoordinateRule& rule, size_t c) {
       }
       return {SortedPlan::Op::kNearest, (c - 1) / 2, c / 2, rule.drop};
     case CoordinateRule::Kind::kMean:
+    case CoordinateRule::Kind::kSignVote:
       break;
   }
-  return MidpointPlan(c);  // kMean never gets here
+  return MidpointPlan(c);  // kMean and kSignVote never get here
 }
 
 // The window of the c - drop values nearest `centre` in a sorted column is
@@ -382,6 +384,7 @@ size_t CoordinateRuleMinCount(const CoordinateRule& rule) {
   switch (rule.kind) {
     case CoordinateRule::Kind::kMean:
     case CoordinateRule::Kind::kMedian:
+    case CoordinateRule::Kind::kSignVote:
       return 1;
     case CoordinateRule::Kind::kTrimmedMean:
       return 2 * rule.trim + 1;
@@ -392,10 +395,64 @@ size_t CoordinateRuleMinCount(const CoordinateRule& rule) {
   return 1;
 }
 
+namespace {
+
+void SignVote(std::span<const float* const> inputs, std::span<const uint8_t* const> masks,
+              std::span<float> out, core::ThreadPool* pool) {
+  const size_t d = out.size();
+  std::vector<double> means;
+  means.reserve(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const uint8_t* mask = masks.empty() ? nullptr : masks[i];
+    double sum = 0;
+    size_t count = 0;
+    if (mask == nullptr) {
+      for (size_t c = 0; c < d; ++c) sum += std::fabs(double{inputs[i][c]});
+      count = d;
+    } else {
+      for (size_t c = 0; c < d; ++c) {
+        if (!Present(mask, c)) continue;  // mask is not null here
+        sum += std::fabs(double{inputs[i][c]});
+        ++count;
+      }
+    }
+    if (count > 0) means.push_back(sum / static_cast<double>(count));
+  }
+  double scale = 0;
+  if (!means.empty()) {
+    std::sort(means.begin(), means.end());
+    const size_t m = means.size();
+    scale = m % 2 == 1 ? means[m / 2] : (means[m / 2 - 1] + means[m / 2]) / 2;
+  }
+  const auto step = static_cast<float>(scale);
+  ForEachCoordinateBlock(d, pool, [&](size_t begin, size_t end) {
+    std::vector<int32_t> votes(end - begin, 0);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      const uint8_t* mask = masks.empty() ? nullptr : masks[i];
+      const float* x = inputs[i];
+      for (size_t c = begin; c < end; ++c) {
+        const int32_t v = (x[c] > 0) - (x[c] < 0);
+        votes[c - begin] += (mask == nullptr || Present(mask, c)) ? v : 0;
+      }
+    }
+    for (size_t c = begin; c < end; ++c) {
+      const int32_t v = votes[c - begin];
+      out[c] = v > 0 ? step : v < 0 ? -step : 0.0f;
+    }
+  });
+}
+
+}  // namespace
+
 void ApplyCoordinateRule(const CoordinateRule& rule, std::span<const float* const> inputs,
                          std::span<const uint8_t* const> masks, std::span<float> out,
                          core::ThreadPool* pool) {
   if (out.empty()) return;
+  if (rule.kind == CoordinateRule::Kind::kSignVote) {
+    // Whole call at once: the scale spans every coordinate passed in.
+    SignVote(inputs, masks, out, pool);
+    return;
+  }
   const size_t k = inputs.size();
   if (masks.empty()) {
     // The shared kernels where they are at least as fast: AverageInputs is the mean's

@@ -28,6 +28,7 @@ struct CoordinateRule {
     kMedian,        // the median; even c as `even_median` says
     kTrimmedMean,   // drop the `trim` largest and `trim` smallest, average the rest
     kNearestMean,   // average the c - `drop` values nearest a centre (see `centre`)
+    kSignVote,      // sign of (#positive - #negative) times one scale for the whole call
   };
   enum class Centre {
     kMedian,       // the median, midpoint for even c whatever `even_median`: meamed, Bulyan
@@ -63,6 +64,13 @@ size_t CoordinateRuleMinCount(const CoordinateRule& rule);
 // Averages are summed in double in ascending order of value and rounded once (kMean
 // excepted, see above; past 256 inputs the unmasked median and trimmed mean sum their
 // ranks in nth_element's order, which can differ in the last bit in rare cases).
+//
+// kSignVote (sign_majority): scale = median over inputs of the mean |x| of their present
+// coordinates (midpoint of the two middle ones for an even count, in double, then
+// rounded to float; inputs with no present coordinate do not count), and out[c] =
+// scale * sign(#{present v > 0} - #{present v < 0}), 0 on a tie. The scale is taken
+// over everything passed in one call, so callers must not split a slice into blocks.
+// codecs::SignMajorityVote computes the same on packed sign payloads.
 //
 // `out` may be one of the inputs (same pointer) but must not partially overlap one.
 // Inputs must be finite where present. Requires inputs non-empty.

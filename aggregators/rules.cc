@@ -207,7 +207,7 @@ absl::StatusOr<KrumNeighbours> Neighbours(const StageArgs& args, KrumNeighbours 
 
 std::vector<std::string> RuleStageNames() {
   return {"mean",      "median", "trimmed_mean", "meamed",           "phocas",           "krum",
-          "multi_krum", "bulyan", "geometric_median", "centered_clipping", "mda"};
+          "multi_krum", "bulyan", "geometric_median", "centered_clipping", "mda", "sign_majority"};
 }
 
 absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
@@ -229,6 +229,14 @@ absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
     rule.trim = f;
     rule.drop = f;
   };
+  if (name == "sign_majority") {
+    return coordinate({}, [&](const StageArgs&, CoordinateRule& r, size_t& min, std::string& bound) {
+      r.kind = Kind::kSignVote;
+      min = LinearBound(2, f, 1);  // the median of the scales
+      bound = "n >= 2f + 1";
+      return absl::OkStatus();
+    });
+  }
   if (name == "mean") {
     return coordinate({}, [](const StageArgs&, CoordinateRule& r, size_t&, std::string&) {
       r.kind = Kind::kMean;
