@@ -253,9 +253,66 @@ std::string_view Aggregator::Bound() const { return pipeline_->bound; }
 bool Aggregator::NeedsGram() const { return pipeline_->needs_gram; }
 size_t Aggregator::StateRows() const { return pipeline_->rule->StateRows(); }
 
+namespace {
+
+// The inputs' values on a shared support (AggregationContext::support), gathered.
+class OnSupport {
+ public:
+  // Checks the support against d: strictly increasing, every coordinate < d.
+  static absl::StatusOr<OnSupport> Gather(std::string_view spec,
+                                          std::span<const float* const> inputs, size_t d,
+                                          const AggregationContext& ctx) {
+    const std::span<const uint32_t> support = ctx.support;
+    for (size_t j = 0; j < support.size(); ++j) {
+      if (support[j] >= d || (j > 0 && support[j] <= support[j - 1])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            AsAbsl(spec), ": support coordinate ", j, " (", support[j],
+            ") is not strictly increasing below ", d));
+      }
+    }
+    OnSupport g;
+    const size_t k = support.size();
+    g.values_.resize(inputs.size() * k);
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      float* dst = g.values_.data() + i * k;
+      for (size_t j = 0; j < k; ++j) dst[j] = inputs[i][support[j]];
+      g.rows_.push_back(dst);
+    }
+    g.inner_ = ctx;
+    g.inner_.support = {};
+    return g;
+  }
+  std::span<const float* const> rows() const { return rows_; }
+  const AggregationContext& inner() const { return inner_; }
+  // out = 0 except out[support[j]] = kept[j].
+  static void Scatter(std::span<const uint32_t> support, std::span<const float> kept,
+                      std::span<float> out) {
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (size_t j = 0; j < support.size(); ++j) out[support[j]] = kept[j];
+  }
+
+ private:
+  std::vector<float> values_;
+  std::vector<const float*> rows_;
+  AggregationContext inner_;
+};
+
+bool UseSupport(const internal::Pipeline& p, const AggregationContext& ctx) {
+  return !ctx.support.empty() && ctx.masks.empty() && p.rule->ZeroPreserving();
+}
+
+}  // namespace
+
 absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::span<float> out,
                                    const AggregationContext& ctx) const {
   PS_RETURN_IF_ERROR(CheckCall(*pipeline_, inputs, out.size(), ctx));
+  if (UseSupport(*pipeline_, ctx)) {
+    PS_ASSIGN_OR_RETURN(OnSupport g, OnSupport::Gather(name(), inputs, out.size(), ctx));
+    std::vector<float> kept(ctx.support.size());
+    PS_RETURN_IF_ERROR(Aggregate(g.rows(), kept, g.inner()));
+    OnSupport::Scatter(ctx.support, kept, out);
+    return absl::OkStatus();
+  }
   if (!NeedsGram()) {
     PS_ASSIGN_OR_RETURN(RoundPlan plan, Plan(inputs.size(), {}, ctx.round));
     return Apply(plan, inputs, out, ctx);
@@ -276,6 +333,10 @@ absl::Status Aggregator::AccumulateGram(std::span<const float* const> inputs, si
                                         const AggregationContext& ctx,
                                         std::span<double> gram) const {
   PS_RETURN_IF_ERROR(CheckCall(*pipeline_, inputs, d, ctx));
+  if (UseSupport(*pipeline_, ctx)) {
+    PS_ASSIGN_OR_RETURN(OnSupport g, OnSupport::Gather(name(), inputs, d, ctx));
+    return AccumulateGram(g.rows(), ctx.support.size(), g.inner(), gram);
+  }
   const size_t s = StateRows();
   const size_t n = inputs.size() + s;
   if (gram.size() != n * n) {
@@ -358,6 +419,13 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
   const internal::Pipeline& p = *pipeline_;
   const PlanData& data = internal::Pipeline::Data(plan);
   PS_RETURN_IF_ERROR(CheckCall(p, inputs, out.size(), ctx));
+  if (UseSupport(p, ctx)) {
+    PS_ASSIGN_OR_RETURN(OnSupport g, OnSupport::Gather(name(), inputs, out.size(), ctx));
+    std::vector<float> kept(ctx.support.size());
+    PS_RETURN_IF_ERROR(Apply(plan, g.rows(), kept, g.inner()));
+    OnSupport::Scatter(ctx.support, kept, out);
+    return absl::OkStatus();
+  }
   if (data.k != inputs.size() || data.state_rows != StateRows()) {
     return absl::InvalidArgumentError(absl::StrCat(p.spec, ": plan made for ", data.k,
                                                    " inputs, applied to ", inputs.size()));

@@ -92,6 +92,13 @@ struct AggregationContext {
   // here). Empty when StateRows() is 0; may be empty for a stateful rule, which then
   // starts from zero every call.
   std::span<float> state;
+  // A shared support (compressed-domain aggregation, docs/codecs.md): strictly
+  // increasing coordinates outside which every input is zero, as when every worker
+  // pushed random-k with the same global seed. Aggregate, AccumulateGram and Apply then
+  // read and compute on these coordinates only and write zeros elsewhere. Ignored
+  // (the full coordinates are used) with masks, for stateful rules and for
+  // sign_majority, whose results depend on the zeros. Empty: no support.
+  std::span<const uint32_t> support;
 };
 
 // The weights a round's aggregate is made from, derived from the Gram matrix: the same

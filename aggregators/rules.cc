@@ -33,6 +33,8 @@ class CoordinateStage final : public RuleStage {
       : spec_(std::move(spec)), rule_(rule), min_(min_inputs), bound_(std::move(bound)) {}
   const std::string& spec() const override { return spec_; }
   bool NeedsGram() const override { return false; }
+  // The sign vote's scale is a mean over all coordinates, zeros included.
+  bool ZeroPreserving() const override { return rule_.kind != CoordinateRule::Kind::kSignVote; }
   size_t MinInputs() const override { return min_; }
   std::string Bound() const override { return bound_; }
   absl::StatusOr<Tail> Finish(size_t, const SquareMatrix*, uint64_t) const override {

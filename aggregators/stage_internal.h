@@ -64,6 +64,10 @@ class RuleStage {
   virtual const std::string& spec() const = 0;
   virtual bool NeedsGram() const = 0;
   virtual size_t StateRows() const { return 0; }
+  // Whether coordinates that are zero in every input come out zero and the rest do not
+  // depend on them, so the rule may run on a shared support only
+  // (AggregationContext::support). Stateful rules are not.
+  virtual bool ZeroPreserving() const { return StateRows() == 0; }
   virtual size_t MinInputs() const = 0;
   virtual std::string Bound() const = 0;  // "n >= 2f + 3"
   // gram is the (m + s) x (m + s) Gram matrix of the rows and the state rows (last)
