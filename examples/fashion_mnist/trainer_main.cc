@@ -237,8 +237,48 @@ int64_t CountParameters(const Setup& s) {
   return n;
 }
 
+// --dump-gradients: the gradients as raw little-endian fp32, appended tensor by tensor
+// (real data for `ps-bench codecs --data real --gradients FILE`).
+class GradientDump {
+ public:
+  static absl::StatusOr<GradientDump> Open(const TrainerFlags& f) {
+    GradientDump d;
+    d.path_ = f.dump_gradients;
+    if (d.path_.empty()) return d;
+    d.file_.reset(std::fopen(d.path_.c_str(), "wb"));
+    if (d.file_ == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dump-gradients: cannot open '", d.path_, "' for writing"));
+    }
+    return d;
+  }
+  absl::Status Write(const torch::Tensor& grad) {
+    if (file_ == nullptr) return absl::OkStatus();
+    const torch::Tensor c = grad.contiguous();
+    const size_t n = static_cast<size_t>(c.numel());
+    if (std::fwrite(c.data_ptr<float>(), sizeof(float), n, file_.get()) != n) {
+      return absl::InternalError(absl::StrCat("--dump-gradients: write to '", path_, "' failed"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close() {
+    if (file_ != nullptr && std::fclose(file_.release()) != 0) {
+      return absl::InternalError(absl::StrCat("--dump-gradients: closing '", path_, "' failed"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::string path_;
+  std::unique_ptr<std::FILE, Closer> file_;
+};
+
 absl::Status RunLocal(const TrainerFlags& f, Progress& progress) {
   PS_ASSIGN_OR_RETURN(Setup s, Prepare(f));
+  PS_ASSIGN_OR_RETURN(GradientDump dump, GradientDump::Open(f));
   torch::optim::SGD optimizer(
       s.model->parameters(),
       torch::optim::SGDOptions(f.lr).momentum(f.momentum).weight_decay(f.weight_decay));
@@ -251,6 +291,9 @@ absl::Status RunLocal(const TrainerFlags& f, Progress& progress) {
     if (f.eval_every > 0 && step % f.eval_every == 0)
       progress.Eval(step, Accuracy(s.model, s.test));
     const double loss = ComputeGradients(s, f.batch_size, indices);
+    if (step % f.dump_every == 0) {
+      for (const auto& p : s.params) PS_RETURN_IF_ERROR(dump.Write(p.grad()));
+    }
     if (f.byzantine != "none") {
       torch::NoGradGuard no_grad;
       for (auto& p : s.params) p.mutable_grad().copy_(Contribution(f, p.grad()));
@@ -266,6 +309,7 @@ absl::Status RunLocal(const TrainerFlags& f, Progress& progress) {
       break;
     }
   }
+  PS_RETURN_IF_ERROR(dump.Close());
   const double accuracy = Accuracy(s.model, s.test);
   progress.Eval(step, accuracy);
   progress.Done(step, accuracy, SecondsSince(start), diverged, 0);
@@ -302,14 +346,7 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
     matrix.matrix_cols = static_cast<uint32_t>(s.params[i].size(1));
     options.tensor_push.emplace(s.names[i], matrix);
   }
-  std::FILE* dump = nullptr;
-  if (!f.dump_gradients.empty()) {
-    dump = std::fopen(f.dump_gradients.c_str(), "wb");
-    if (dump == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--dump-gradients: cannot open '", f.dump_gradients, "' for writing"));
-    }
-  }
+  PS_ASSIGN_OR_RETURN(GradientDump dump, GradientDump::Open(f));
   options.connect_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(f.connect_timeout_s * 1000));
   const auto pull_timeout =
@@ -344,13 +381,7 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
     // Last layer first, as backward produces them; the send queue orders by priority.
     for (size_t i = s.params.size(); i-- > 0;) {
       torch::Tensor grad = Contribution(f, s.params[i].grad()).contiguous();
-      if (dump != nullptr && t % f.dump_every == 0) {
-        const size_t n = static_cast<size_t>(grad.numel());
-        if (std::fwrite(grad.data_ptr<float>(), sizeof(float), n, dump) != n) {
-          return absl::InternalError(absl::StrCat("--dump-gradients: write to '",
-                                                  f.dump_gradients, "' failed"));
-        }
-      }
+      if (t % f.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(grad));
       PS_RETURN_IF_ERROR(worker->Push(
           i, t, std::span<const float>(grad.data_ptr<float>(), static_cast<size_t>(grad.numel()))));
     }
@@ -363,10 +394,7 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
     if (f.log_every > 0 && (t % f.log_every == 0 || t == f.steps)) progress.Step(t, f.steps, loss);
   }
 
-  if (dump != nullptr && std::fclose(dump) != 0) {
-    return absl::InternalError(absl::StrCat("--dump-gradients: closing '", f.dump_gradients,
-                                            "' failed"));
-  }
+  PS_RETURN_IF_ERROR(dump.Close());
   std::optional<double> accuracy;
   if (s.evaluates) {
     // Final parameters: version `steps` once every shard closed the last round.
