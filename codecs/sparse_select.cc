@@ -17,29 +17,27 @@ namespace {
 
 inline uint32_t AbsBits(float v) { return std::bit_cast<uint32_t>(v) & 0x7fffffffu; }
 
-// Sorted indices of every element whose key is >= t (all of them when `all_ties`),
-// or whose key is > t plus the first `ties` elements equal to t.
-std::vector<uint32_t> CollectAbove(std::span<const float> x, uint32_t t, size_t k,
-                                   size_t ties, bool all_ties) {
-  std::vector<uint32_t> out(k + 1);
-  size_t n = 0;
-  if (all_ties) {
-    // Exactly k elements have key >= t: a branch-free compaction into k + 1 slots.
-    for (size_t i = 0; i < x.size(); ++i) {
-      out[n] = static_cast<uint32_t>(i);
-      n += AbsBits(x[i]) >= t;
+// Appends to *out (in order) every i with |x_i| >= the magnitude whose bits are t;
+// returns false, leaving *out partial, once it holds more than `limit`. Blocks of 16
+// are tested with a branch-free OR that the compiler vectorizes, so a sparse
+// selection costs little more than reading x.
+bool CollectAtLeast(std::span<const float> x, uint32_t t, size_t limit, std::vector<uint32_t>* out) {
+  constexpr size_t kBlock = 16;
+  const size_t n = x.size();
+  size_t i = 0;
+  for (; i + kBlock <= n; i += kBlock) {
+    uint32_t any = 0;
+    for (size_t l = 0; l < kBlock; ++l) any |= static_cast<uint32_t>(AbsBits(x[i + l]) >= t);
+    if (any == 0) continue;
+    for (size_t l = 0; l < kBlock; ++l) {
+      if (AbsBits(x[i + l]) >= t) out->push_back(static_cast<uint32_t>(i + l));
     }
-  } else {
-    for (size_t i = 0; i < x.size(); ++i) {
-      const uint32_t a = AbsBits(x[i]);
-      if (a > t || (a == t && ties > 0)) {
-        ties -= a == t;
-        out[n++] = static_cast<uint32_t>(i);
-      }
-    }
+    if (out->size() > limit) return false;
   }
-  out.resize(n);
-  return out;
+  for (; i < n; ++i) {
+    if (AbsBits(x[i]) >= t) out->push_back(static_cast<uint32_t>(i));
+  }
+  return out->size() <= limit;
 }
 
 }  // namespace
@@ -52,6 +50,60 @@ size_t KeepCount(double ratio, size_t numel) {
   return static_cast<size_t>(k);
 }
 
+namespace {
+
+// The `k` best of `cand` (sorted coordinates) by magnitude, ties to the lower index,
+// in increasing order. Keys are unique (the index is in the low bits), so exactly k
+// keys are >= the k-th largest.
+std::vector<uint32_t> BestOf(std::span<const float> x, std::span<const uint32_t> cand, size_t k) {
+  std::vector<uint64_t> keys(cand.size());
+  for (size_t j = 0; j < cand.size(); ++j) {
+    keys[j] = (uint64_t{AbsBits(x[cand[j]])} << 32) | (0xffffffffu - cand[j]);
+  }
+  // The k-th largest key; filtering in candidate order keeps the output sorted.
+  std::vector<uint64_t> order = keys;
+  std::nth_element(order.begin(), order.begin() + static_cast<ptrdiff_t>(k - 1), order.end(),
+                   std::greater<uint64_t>());
+  const uint64_t kth = order[k - 1];
+  std::vector<uint32_t> out(k + 1);
+  size_t n = 0;
+  for (size_t j = 0; j < cand.size(); ++j) {
+    out[n] = cand[j];
+    n += keys[j] >= kth;
+  }
+  out.resize(k);
+  return out;
+}
+
+// Exact top-k in one pass when a sample predicts the k-th magnitude well: a
+// threshold a little below it (from a fixed-seed sample) keeps about 1.3k candidates,
+// and the exact top k are chosen among them. Returns false (and nothing) when the
+// candidates are fewer than k or far more (ties, odd distributions); the caller then
+// runs the histogram select. Either way the result is the exact top k.
+bool TopkByPrefilter(std::span<const float> x, size_t k, std::vector<uint32_t>* out) {
+  const size_t n = x.size();
+  const double p = static_cast<double>(k) / static_cast<double>(n);
+  const auto samples = static_cast<size_t>(std::ceil(256 / p));
+  if (samples > n / 8) return false;
+  std::vector<uint32_t> keys(samples);
+  const uint64_t seed = Mix64(n ^ 0x70706b);
+  for (size_t j = 0; j < samples; ++j) keys[j] = AbsBits(x[BoundedRandom(Mix64(seed + j), n)]);
+  // 256 sampled keys are expected above the k-th largest; 4 standard deviations more
+  // (64) make missing it unlikely.
+  const size_t rank = 256 + 64;
+  std::nth_element(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(rank - 1), keys.end(),
+                   std::greater<uint32_t>());
+  const uint32_t t = keys[rank - 1];
+  const size_t limit = 2 * k + 64;
+  std::vector<uint32_t> cand;
+  cand.reserve(k + k / 2 + 64);
+  if (!CollectAtLeast(x, t, limit, &cand) || cand.size() < k) return false;
+  *out = BestOf(x, cand, k);
+  return true;
+}
+
+}  // namespace
+
 std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k) {
   const size_t n = x.size();
   if (k >= n) {
@@ -60,6 +112,7 @@ std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k) {
     return all;
   }
   if (k == 0) return {};
+  if (std::vector<uint32_t> best; TopkByPrefilter(x, k, &best)) return best;
   // Pass 1: histogram of the top 11 of the 31 magnitude bits. Four interleaved
   // histograms keep repeated increments of one bin from serializing.
   constexpr int kShift = 20;
@@ -75,37 +128,33 @@ std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k) {
   for (; i < n; ++i) ++hist[AbsBits(x[i]) >> kShift];
   // The bin holding the k-th largest key, and how many keys lie above it.
   size_t above = 0;
+  size_t in_bin = 0;
   uint32_t bin = kBins - 1;
   for (;; --bin) {
-    const size_t c = size_t{hist[bin]} + hist[kBins + bin] + hist[2 * kBins + bin] +
-                     hist[3 * kBins + bin];
-    if (above + c >= k) break;
-    above += c;
+    in_bin = size_t{hist[bin]} + hist[kBins + bin] + hist[2 * kBins + bin] + hist[3 * kBins + bin];
+    if (above + in_bin >= k) break;
+    above += in_bin;
   }
-  // Pass 2: the keys of that bin (branch-free compaction), then the exact threshold
-  // among them.
-  const size_t in_bin = size_t{hist[bin]} + hist[kBins + bin] + hist[2 * kBins + bin] +
-                        hist[3 * kBins + bin];
+  // Pass 2: the coordinates above that bin (all kept) and those inside it
+  // (candidates), both by branch-free compaction into arrays one slot larger than
+  // their known counts.
+  std::vector<uint32_t> kept(above + 1);
   std::vector<uint32_t> cand(in_bin + 1);
-  size_t c = 0;
+  size_t na = 0, nc = 0;
   for (size_t j = 0; j < n; ++j) {
-    const uint32_t a = AbsBits(x[j]);
-    cand[c] = a;
-    c += (a >> kShift) == bin;
+    const uint32_t hi = AbsBits(x[j]) >> kShift;
+    kept[na] = static_cast<uint32_t>(j);
+    na += hi > bin;
+    cand[nc] = static_cast<uint32_t>(j);
+    nc += hi == bin;
   }
+  kept.resize(above);
   cand.resize(in_bin);
-  const size_t need = k - above;  // 1..in_bin
-  std::nth_element(cand.begin(), cand.begin() + static_cast<ptrdiff_t>(need - 1), cand.end(),
-                   std::greater<uint32_t>());
-  const uint32_t t = cand[need - 1];
-  size_t greater = above;
-  size_t equal = 0;
-  for (uint32_t a : cand) {
-    greater += a > t;
-    equal += a == t;
-  }
-  const size_t ties = k - greater;
-  return CollectAbove(x, t, k, ties, ties == equal);
+  const std::vector<uint32_t> best = BestOf(x, cand, k - above);
+  const size_t from = kept.size();
+  kept.insert(kept.end(), best.begin(), best.end());
+  std::inplace_merge(kept.begin(), kept.begin() + static_cast<ptrdiff_t>(from), kept.end());
+  return kept;
 }
 
 std::vector<uint32_t> TopkSampled(std::span<const float> x, size_t k, uint64_t seed) {
@@ -126,25 +175,15 @@ std::vector<uint32_t> TopkSampled(std::span<const float> x, size_t k, uint64_t s
   const uint32_t t = keys[rank - 1];
   std::vector<uint32_t> kept;
   kept.reserve(k + k / 4 + 16);
-  for (size_t i = 0; i < n; ++i) {
-    if (AbsBits(x[i]) >= t) kept.push_back(static_cast<uint32_t>(i));
-  }
-  if (kept.size() <= 2 * k) return kept;
+  if (CollectAtLeast(x, t, x.size(), &kept) && kept.size() <= 2 * k) return kept;
   // Far too many (a sample that missed the tail, or many equal magnitudes): the exact
   // top k of the kept ones.
-  std::vector<float> vals(kept.size());
-  for (size_t j = 0; j < kept.size(); ++j) vals[j] = x[kept[j]];
-  std::vector<uint32_t> best = TopkExact(vals, k);
-  for (uint32_t& b : best) b = kept[b];
-  return best;
+  return BestOf(x, kept, k);
 }
 
 std::vector<uint32_t> ThresholdSelect(std::span<const float> x, float tau) {
-  const uint32_t t = AbsBits(tau);
   std::vector<uint32_t> kept;
-  for (size_t i = 0; i < x.size(); ++i) {
-    if (AbsBits(x[i]) >= t) kept.push_back(static_cast<uint32_t>(i));
-  }
+  CollectAtLeast(x, AbsBits(tau), x.size(), &kept);
   return kept;
 }
 
