@@ -22,6 +22,9 @@ constexpr Entry kCodecs[] = {
     {"fp32", &internal::MakeFp32Codec},
     {"fp16", &internal::MakeFp16Codec},
     {"bf16", &internal::MakeBf16Codec},
+    {"topk", &internal::MakeTopkCodec},
+    {"threshold", &internal::MakeThresholdCodec},
+    {"randk", &internal::MakeRandkCodec},
 };
 
 }  // namespace

@@ -33,6 +33,10 @@ using CodecFactory = absl::StatusOr<std::unique_ptr<Codec>> (*)(Stages stages,
 absl::StatusOr<std::unique_ptr<Codec>> MakeFp32Codec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeFp16Codec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeBf16Codec(Stages stages, const CodecOptions& options);
+// Sparse compositions (sparse.cc): sparsifier + index stage + value stage.
+absl::StatusOr<std::unique_ptr<Codec>> MakeTopkCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeThresholdCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeRandkCodec(Stages stages, const CodecOptions& options);
 
 // Binds the arguments of a codec that is a single stage (every dense codec), refusing
 // further stages: "fp16 is a whole codec; '+raw' cannot follow it".

@@ -21,6 +21,21 @@ inline const std::vector<ExampleSpec>& ExampleSpecs() {
       {"fp32", 0.0},
       {"fp16", 1e-3},
       {"bf16", 8e-3},
+      // Sparse: every sparsifier, index stage and value stage at least once. Top-k's
+      // error on N(0, 1) is sqrt(1 - kept energy), 0.47 at ratio 0.3; random-k and
+      // threshold can drop (nearly) everything on a tiny slice.
+      {"topk(0.3)", 0.48},
+      {"topk(0.01)+bloom(p0, fpr=0.01)+fp16", 0.96},
+      {"topk(0.3, method=sampled)+varint+fp16", 0.48},
+      {"threshold(0.5)+varint+raw", 0.18},
+      {"threshold(1)+bitmap+deflate", 1.0},
+      {"randk(0.3, seed=7)+fp16", 1.0},
+      {"randk(0.3)+deflate(level=1)", 0.85},
+      {"topk(0.3)+rle+polyfit", 0.48},
+      {"topk(0.3)+bloom(p0)+raw", 0.48},
+      {"topk(0.3)+bloom(p1, fpr=0.05)+fp16", 0.57},
+      {"topk(0.3)+bloom(p2)+polyfit(degree=3)", 0.49},
+      {"randk(0.5, seed=3)+polyfit", 1.0},
   };
   return specs;
 }

@@ -1,0 +1,133 @@
+// The pieces of the sparse codecs (docs/codecs.md "Sparse codecs"): a sparsifier picks
+// coordinates (top-k, threshold, random-k), an index stage writes which ones (raw,
+// varint, bitmap, rle, bloom), a value stage writes their values (raw, fp16, deflate,
+// polyfit). sparse.cc composes them into one Codec; this header exposes the stages to
+// each other and to tests.
+//
+// Conventions: index lists are sorted, strictly increasing and < numel; values travel
+// in the order of their indices. Decoders take the codec's spec for error messages
+// ("topk(...)+varint+raw: ...") and validate every byte of their section.
+//
+// Thread safety: every function here is pure and may run concurrently.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace ps::codecs::internal {
+
+// ---- sparsifiers (sparse_select.cc) ----
+
+// The k coordinates of largest |x| in increasing order; among equal magnitudes the
+// lower indices win. A radix select on the magnitude bits (a 2048-bin histogram of
+// the top 11 bits, then a selection inside the one bin that holds the k-th largest),
+// two passes over x. k >= x.size() keeps everything.
+std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k);
+
+// DGC-style top-k: the threshold is the matching quantile of |x| over a sample of
+// positions drawn from `seed`, then one pass keeps every |x| >= threshold (about k
+// coordinates, possibly a few more or fewer; more than 2k are cut to the exact top k
+// of the kept ones). Small slices (sample >= half the slice) use TopkExact.
+std::vector<uint32_t> TopkSampled(std::span<const float> x, size_t k, uint64_t seed);
+
+// Every coordinate with |x| >= tau (tau > 0).
+std::vector<uint32_t> ThresholdSelect(std::span<const float> x, float tau);
+
+// k distinct indices from [0, n), sorted, as a function of `seed` only (Floyd's
+// algorithm with an open-addressing set of 2k..4k slots: O(k) memory, O(k log k)
+// time). Random-k masks and Bloom policy P1 use it. Requires k <= n < 2^32.
+std::vector<uint32_t> SampleSortedIndices(uint64_t seed, size_t k, uint64_t n);
+
+// The uniform integer in [0, bound) for 64 random bits (multiply-high; bias at most
+// bound / 2^64).
+inline uint64_t BoundedRandom(uint64_t random, uint64_t bound) {
+  __extension__ using U128 = unsigned __int128;
+  return static_cast<uint64_t>((static_cast<U128>(random) * bound) >> 64);
+}
+
+// The number of coordinates a ratio keeps: max(1, round(ratio * numel)), at most
+// numel (0 for an empty slice).
+size_t KeepCount(double ratio, size_t numel);
+
+// ---- index stages (sparse_stages.cc) ----
+
+// Wire ids (header byte 1). kSeed is random-k's: the section is the 64-bit mask seed.
+enum class IndexKind : uint8_t { kSeed = 0, kRaw = 1, kVarint = 2, kBitmap = 3, kRle = 4, kBloom = 5 };
+enum class BloomPolicy : uint8_t { kP0 = 0, kP1 = 1, kP2 = 2 };
+
+struct IndexStage {
+  IndexKind kind = IndexKind::kRaw;
+  BloomPolicy policy = BloomPolicy::kP0;  // bloom only
+  double fpr = 0.01;                      // bloom only: target false-positive rate
+};
+
+// Name of an index kind ("varint"), for specs and messages.
+std::string_view IndexKindName(IndexKind kind);
+
+// Appends the index section for the sorted coordinates `kept` of a slice of `numel`
+// values and sets *sent to the coordinates whose values must follow: `kept` itself,
+// except for a Bloom filter, which sends the values of its positives (P0) or of the
+// positives its policy selects (P1, P2). `seed` seeds the Bloom hashes.
+void EncodeIndices(const IndexStage& stage, std::span<const uint32_t> kept, size_t numel,
+                   uint64_t seed, std::string* out, std::vector<uint32_t>* sent);
+
+// Decodes an index section holding `count` coordinates of a slice of `numel` values
+// (count <= numel, checked by the caller) into *indices (sorted, < numel). Refuses
+// out-of-range, non-increasing, overrunning, padded or trailing data.
+absl::Status DecodeIndices(std::string_view codec, const IndexStage& stage,
+                           std::string_view section, size_t numel, size_t count,
+                           std::vector<uint32_t>* indices);
+
+// Largest index section for `count` coordinates of `numel` (Bloom P0: count is the
+// number of positives, at most numel).
+size_t MaxIndexBytes(const IndexStage& stage, size_t numel, size_t count);
+
+// Bloom filter parameters for `kept` true coordinates of `numel` at a false-positive
+// rate fpr: hashes = clamp(round(log2(1/fpr)), 1, 16), bytes = ceil(kept * log2(1/fpr)
+// / ln 2 / 8), at least 1 and at most numel + 8 (the bound the decoder enforces).
+struct BloomShape {
+  int hashes = 1;
+  size_t bytes = 1;
+};
+BloomShape BloomShapeFor(size_t kept, size_t numel, double fpr);
+inline constexpr int kBloomMaxHashes = 16;
+
+// ---- value stages (sparse_stages.cc) ----
+
+enum class ValueKind : uint8_t { kRaw = 1, kFp16 = 2, kDeflate = 3, kPolyfit = 4 };
+
+struct ValueStage {
+  ValueKind kind = ValueKind::kRaw;
+  int deflate_level = 6;  // deflate only, 0..9
+  int poly_degree = 5;    // polyfit only, 0..kPolyMaxDegree
+};
+inline constexpr int kPolyMaxDegree = 7;
+// The most segments a polyfit section may have.
+inline constexpr size_t kPolyMaxSegments = 128;
+
+std::string_view ValueKindName(ValueKind kind);
+
+// Appends the value section for `values` (finite, in index order).
+void EncodeValues(const ValueStage& stage, std::span<const float> values, std::string* out);
+
+// Decodes a value section into values.size() finite values.
+absl::Status DecodeValues(std::string_view codec, const ValueStage& stage,
+                          std::string_view section, std::span<float> values);
+
+size_t MaxValueBytes(const ValueStage& stage, size_t count);
+
+// Polyfit's segmentation of `count` values sorted in decreasing order whose first
+// `positives` are > 0 and last `negatives` are < 0: each sign part is cut into
+// segments that halve from the part's middle (near zero) toward its extreme end, the
+// smallest at the extreme, none shorter than min_len unless the part is; zeros form
+// one segment. Returns the segment lengths in order (sum = count).
+std::vector<size_t> PolySegments(size_t count, size_t positives, size_t negatives,
+                                 size_t min_len);
+
+}  // namespace ps::codecs::internal
