@@ -22,6 +22,7 @@ constexpr Entry kCodecs[] = {
     {"fp32", &internal::MakeFp32Codec},
     {"fp16", &internal::MakeFp16Codec},
     {"bf16", &internal::MakeBf16Codec},
+    {"sign", &internal::MakeSignCodec},
     {"topk", &internal::MakeTopkCodec},
     {"threshold", &internal::MakeThresholdCodec},
     {"randk", &internal::MakeRandkCodec},

@@ -33,6 +33,7 @@ using CodecFactory = absl::StatusOr<std::unique_ptr<Codec>> (*)(Stages stages,
 absl::StatusOr<std::unique_ptr<Codec>> MakeFp32Codec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeFp16Codec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeBf16Codec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeSignCodec(Stages stages, const CodecOptions& options);
 // Sparse compositions (sparse.cc): sparsifier + index stage + value stage.
 absl::StatusOr<std::unique_ptr<Codec>> MakeTopkCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeThresholdCodec(Stages stages, const CodecOptions& options);

@@ -48,7 +48,7 @@ TEST(MakeCodecTest, MakesEveryListedCodecWithItsSpec) {
 }
 
 TEST(MakeCodecTest, ListsNamesInStableOrder) {
-  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16", "bf16", "topk", "threshold", "randk"));
+  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16", "bf16", "sign", "topk", "threshold", "randk"));
 }
 
 TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
@@ -56,7 +56,7 @@ TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
   ASSERT_FALSE(codec.ok());
   EXPECT_EQ(codec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(codec.status().message(),
-            "unknown codec 'x'; known: fp32, fp16, bf16, topk, threshold, randk");
+            "unknown codec 'x'; known: fp32, fp16, bf16, sign, topk, threshold, randk");
 }
 
 TEST(MakeCodecTest, IgnoresSpacesButFoldsNoCase) {
