@@ -31,12 +31,7 @@ namespace {
 // settings, the ones the targets name. A spec that this build's MakeCodec
 // refuses (a codec not there yet, or other argument names) is skipped with a note.
 constexpr const char* kAggressiveSpecs[] = {
-    "3lc(s=1.9)",
-    "topk(0.01)+varint+fp16",
-    "topk(0.001)+varint+fp16",
-    "sign",
-    "terngrad",
-    "int8",
+    "3lc(s=1.9)", "topk(0.01)+varint+fp16", "topk(0.001)+varint+fp16", "sign", "terngrad", "int8",
 };
 
 struct CodecsFlags {
@@ -110,9 +105,9 @@ absl::StatusOr<std::vector<float>> ReadGradients(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat("gradients file '", path, "' is empty"));
   }
   if (size % 4 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gradients file '", path, "' has ", size,
-        " bytes, not a multiple of 4: expected raw little-endian float32 values"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gradients file '", path, "' has ", size,
+                     " bytes, not a multiple of 4: expected raw little-endian float32 values"));
   }
   std::vector<float> values(static_cast<size_t>(size / 4));
   file.seekg(0);
@@ -121,9 +116,9 @@ absl::StatusOr<std::vector<float>> ReadGradients(const std::string& path) {
   static_assert(std::endian::native == std::endian::little, "the file is little-endian");
   for (size_t i = 0; i < values.size(); ++i) {
     if (!std::isfinite(values[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gradients file '", path, "': value ", i, " (byte offset ", 4 * i,
-                       ") is not finite (", values[i], ")"));
+      return absl::InvalidArgumentError(absl::StrCat("gradients file '", path, "': value ", i,
+                                                     " (byte offset ", 4 * i, ") is not finite (",
+                                                     values[i], ")"));
     }
   }
   return values;
@@ -202,8 +197,8 @@ absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, si
     const size_t numel = sliced.Slice(data.values, s).size();
     if (encoded[s].size() > sliced.codec().MaxEncodedBytes(numel)) {
       return absl::InternalError(absl::StrCat("slice ", s, ": ", encoded[s].size(),
-                                              " bytes exceed MaxEncodedBytes(", numel, ") = ",
-                                              sliced.codec().MaxEncodedBytes(numel)));
+                                              " bytes exceed MaxEncodedBytes(", numel,
+                                              ") = ", sliced.codec().MaxEncodedBytes(numel)));
     }
     encoded_bytes += encoded[s].size();
   }
@@ -433,8 +428,7 @@ Command AddCodecsCommand(CLI::App& app) {
                              ->capture_default_str();
   sub->add_option("--json", flags->json, "Also write the rows as a JSON array to FILE")
       ->option_text("FILE");
-  sub->add_option("--seed", flags->seed,
-                  "Seed of the Gaussian generator and CodecOptions::seed")
+  sub->add_option("--seed", flags->seed, "Seed of the Gaussian generator and CodecOptions::seed")
       ->capture_default_str();
   sub->add_flag("--quick", flags->quick,
                 "Small run for smoke tests: 2^16 values in slices of 2^14, 1 repeat, no "

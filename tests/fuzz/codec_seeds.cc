@@ -2,9 +2,13 @@
 // ExampleSpecs(), valid payloads of small Gaussian, edge-value, all-zero and empty
 // inputs, and a few corrupted variants of one of them (docs/fuzzing.md).
 //
-//   codec_seeds --out DIR     replaces DIR's files with the current seeds
+//   codec_seeds --out DIR     writes the current seeds into DIR and removes stale ones
 //   codec_seeds --check DIR   exit 1 (listing the differences) unless DIR holds exactly
 //                             the current seeds; ctest fuzz_codec_seeds_current
+//
+// Only generated files (names starting with three digits and '_') are managed: other
+// files in DIR (crash reproducers, inputs merged from a libFuzzer corpus, which are
+// named by their SHA-1) are left alone and not checked.
 //
 // File layout (codec_decode_fuzz.cc): byte 0 = index of the spec in ExampleSpecs(),
 // bytes 1-2 = element count (little-endian), then the payload. File names are
@@ -96,8 +100,7 @@ std::string Encode(const std::string& spec, const Case& c) {
 }
 
 Corpus MakeCorpus() {
-  const std::vector<ps::codecs::testing::ExampleSpec>& specs =
-      ps::codecs::testing::ExampleSpecs();
+  const std::vector<ps::codecs::testing::ExampleSpec>& specs = ps::codecs::testing::ExampleSpecs();
   if (specs.size() > 256) {
     std::fprintf(stderr, "codec_seeds: more than 256 example specs; byte 0 cannot index them\n");
     std::exit(2);
@@ -152,6 +155,12 @@ Corpus MakeCorpus() {
   return corpus;
 }
 
+// Whether `name` is one of the files this tool writes ("001_fp16_gauss_5").
+bool IsGenerated(std::string_view name) {
+  return name.size() > 4 && name[0] >= '0' && name[0] <= '9' && name[1] >= '0' && name[1] <= '9' &&
+         name[2] >= '0' && name[2] <= '9' && name[3] == '_';
+}
+
 bool ReadFile(const fs::path& path, std::string* out) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return false;
@@ -163,7 +172,8 @@ int Write(const fs::path& dir, const Corpus& corpus) {
   fs::create_directories(dir);
   int removed = 0;
   for (const auto& entry : fs::directory_iterator(dir)) {
-    if (entry.is_regular_file() && !corpus.contains(entry.path().filename().string())) {
+    const std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && IsGenerated(name) && !corpus.contains(name)) {
       fs::remove(entry.path());
       ++removed;
     }
@@ -176,7 +186,7 @@ int Write(const fs::path& dir, const Corpus& corpus) {
       return 2;
     }
   }
-  std::printf("codec_seeds: wrote %zu files to %s (removed %d others) for %zu specs\n",
+  std::printf("codec_seeds: wrote %zu files to %s (removed %d stale ones) for %zu specs\n",
               corpus.size(), dir.c_str(), removed, ps::codecs::testing::ExampleSpecs().size());
   return 0;
 }
@@ -188,6 +198,7 @@ int Check(const fs::path& dir, const Corpus& corpus) {
     for (const auto& entry : fs::directory_iterator(dir)) {
       if (!entry.is_regular_file()) continue;
       const std::string name = entry.path().filename().string();
+      if (!IsGenerated(name)) continue;
       const auto it = corpus.find(name);
       if (it == corpus.end()) {
         problems.push_back("not a current seed: " + name);
@@ -220,7 +231,8 @@ int Check(const fs::path& dir, const Corpus& corpus) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3 || (std::string_view(argv[1]) != "--out" && std::string_view(argv[1]) != "--check")) {
+  if (argc != 3 ||
+      (std::string_view(argv[1]) != "--out" && std::string_view(argv[1]) != "--check")) {
     std::fprintf(stderr, "usage: %s --out DIR | --check DIR\n", argv[0]);
     return 2;
   }
