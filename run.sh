@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
 # The two Quick start commands (see README.md):
 #   bash run.sh demo   # local cluster on Fashion-MNIST with a Byzantine worker
-#   bash run.sh test   # the whole test suite
+#   bash run.sh test   # the whole test suite, then every libFuzzer target briefly
 # and for benchmarks (docs/bench.md):
 #   bash run.sh bench aggregators [flags]   # ps-bench; also installs python3-torch
 #                                           # for bench/compare_torch.py
 # Each installs missing Debian packages (as root, through apt-get), configures and
 # builds in build/, then runs. Quiet unless something fails.
+#
+# After ctest, `test` builds the fuzz targets with clang (ASan + UBSan + libFuzzer) in
+# build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 4 targets, so
+# about 40 s plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
+# docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step and the clang packages.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -66,10 +71,18 @@ case "${1:-}" in
     ;;
   test)
     shift
+    fuzz_seconds=${PS_FUZZ_SECONDS:-10}
+    [[ $fuzz_seconds =~ ^[0-9]+$ ]] || die "PS_FUZZ_SECONDS must be a number of seconds, got '$fuzz_seconds'"
+    if [ "$fuzz_seconds" -gt 0 ]; then PACKAGES+=(clang libclang-rt-14-dev); fi
     install_missing
     configure_and_build
-    cd "$BUILD_DIR"
-    exec ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@"
+    (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@")
+    if [ "$fuzz_seconds" -gt 0 ]; then
+      echo "Fuzzing every target for ${fuzz_seconds}s (clang build in build-fuzz/; log: $LOG_DIR/fuzz.log; PS_FUZZ_SECONDS=0 skips)"
+      mkdir -p "$LOG_DIR"
+      quietly "$LOG_DIR/fuzz.log" env PS_FUZZ_JOBS="$(nproc)" tests/fuzz/run_fuzzers.sh "$fuzz_seconds"
+      grep -a '^===' "$LOG_DIR/fuzz.log" | tail -n 1
+    fi
     ;;
   bench)
     shift

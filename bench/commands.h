@@ -15,5 +15,7 @@ struct Command {
 
 // `ps-bench aggregators` (aggregators_bench.cc).
 Command AddAggregatorsCommand(CLI::App& app);
+// `ps-bench codecs` (codecs_bench.cc).
+Command AddCodecsCommand(CLI::App& app);
 
 }  // namespace ps::bench

@@ -2,6 +2,8 @@
 // against a baseline measured in the same run (DESIGN §13, docs/bench.md).
 //
 //   ps-bench aggregators [--quick] [--n 8,16] [--d 2^20] [--threads 1,all] [--json FILE]
+//   ps-bench codecs [--quick] [--codecs 'fp16;3lc(s=1.9)'] [--data gaussian|real|both]
+//                   [--gradients FILE] [--json FILE]
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -12,6 +14,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   std::vector<ps::bench::Command> commands;
   commands.push_back(ps::bench::AddAggregatorsCommand(app));
+  commands.push_back(ps::bench::AddCodecsCommand(app));
   CLI11_PARSE(app, argc, argv);
   for (const ps::bench::Command& command : commands) {
     if (command.app->parsed()) return command.run();

@@ -2,57 +2,21 @@
 """Writes the seed corpora of the fuzz targets (tests/fuzz/corpus/<target>/).
 
 The files are checked in; rerun this after changing an input layout:
-    python3 tests/fuzz/make_corpus.py
-codec_decode input: byte 0 = codec index in CodecNames() (0 fp32, 1 fp16, 2 bf16),
-bytes 1-2 = declared element count (little-endian), then the payload.
+    python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
 peer_share and aggregator_spec: see share() and AGGREGATOR_SPEC below.
+codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
+tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
+finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
+    ninja -C build codec_seeds && build/fuzz/codec_seeds --out tests/fuzz/corpus/codec_decode
+ctest fuzz_codec_seeds_current fails while that corpus is stale.
 """
+import argparse
 import pathlib
 import struct
+import subprocess
 
 HERE = pathlib.Path(__file__).resolve().parent
-FP32, FP16, BF16 = 0, 1, 2
-VERSION = 1
-
-
-def codec_input(codec, numel, payload):
-    return bytes([codec]) + struct.pack("<H", numel) + payload
-
-
-def fp32(*values):
-    return bytes([VERSION]) + struct.pack(f"<{len(values)}f", *values)
-
-
-def fp32_bits(*bits):
-    return bytes([VERSION]) + struct.pack(f"<{len(bits)}I", *bits)
-
-
-def fp16_bits(*halves):
-    return bytes([VERSION]) + struct.pack(f"<{len(halves)}H", *halves)
-
-
-bf16_bits = fp16_bits  # 16-bit little-endian words after the version byte
-
-CODEC_DECODE = {
-    "fp32_valid_0": codec_input(FP32, 0, bytes([VERSION])),
-    "fp32_valid_2": codec_input(FP32, 2, fp32(1.0, -2.5)),
-    "fp32_valid_9": codec_input(FP32, 9, fp32(0.0, -0.0, 1e-40, 3.0e38, -1.5, 0.1, 7, 8, 9)),
-    "fp32_nan": codec_input(FP32, 2, fp32_bits(0x3F800000, 0x7FC00000)),
-    "fp32_inf": codec_input(FP32, 1, fp32_bits(0xFF800000)),
-    "fp32_truncated": codec_input(FP32, 2, fp32(1.0, 2.0)[:-1]),
-    "fp16_valid_4": codec_input(FP16, 4, fp16_bits(0x3C00, 0x7BFF, 0x0001, 0x8000)),
-    "fp16_valid_9": codec_input(FP16, 9, fp16_bits(*range(0x3C00, 0x3C09))),
-    "fp16_inf": codec_input(FP16, 2, fp16_bits(0x3C00, 0x7C00)),
-    "fp16_nan": codec_input(FP16, 9, fp16_bits(*([0] * 8 + [0xFE01]))),
-    "fp16_bad_version": codec_input(FP16, 1, bytes([2]) + struct.pack("<H", 0x3C00)),
-    "fp16_empty_payload": codec_input(FP16, 1, b""),
-    "fp16_too_long": codec_input(FP16, 1, fp16_bits(0x3C00) + b"\x00"),
-    "bf16_valid_3": codec_input(BF16, 3, bf16_bits(0x3F80, 0xC000, 0x7F7F)),
-    "bf16_subnormal": codec_input(BF16, 2, bf16_bits(0x0001, 0x8000)),
-    "bf16_inf": codec_input(BF16, 2, bf16_bits(0x3F80, 0x7F80)),
-    "bf16_nan": codec_input(BF16, 1, bf16_bits(0xFFC1)),
-    "bf16_truncated": codec_input(BF16, 2, bf16_bits(0x3F80, 0x3F80)[:-1]),
-}
+ROOT = HERE.parent.parent
 
 
 def varint(v):
@@ -114,18 +78,30 @@ AGGREGATOR_SPEC = {
 }
 
 
-# Target name (tests/fuzz/CMakeLists.txt) -> {file name: input}.
-CORPORA = {"codec_decode": CODEC_DECODE, "peer_share": PEER_SHARE,
-           "aggregator_spec": AGGREGATOR_SPEC}
+# Target name (tests/fuzz/CMakeLists.txt) -> {file name: input}. codec_decode: codec_seeds.
+CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC}
 
 
 def main():
+    parser = argparse.ArgumentParser(description="Writes the fuzz seed corpora.")
+    parser.add_argument("--codec-seeds", type=pathlib.Path,
+                        help="the codec_seeds binary (default: the newest build*/fuzz/codec_seeds)")
+    args = parser.parse_args()
     for target, inputs in CORPORA.items():
         out = HERE / "corpus" / target
         out.mkdir(parents=True, exist_ok=True)
         for name, data in inputs.items():
             (out / name).write_bytes(data)
         print(f"wrote {len(inputs)} files to {out}")
+    tool = args.codec_seeds
+    if tool is None:
+        found = sorted(ROOT.glob("build*/fuzz/codec_seeds"), key=lambda p: p.stat().st_mtime)
+        tool = found[-1] if found else None
+    if tool is None:
+        print("codec_decode: no codec_seeds binary; build it (ninja -C build codec_seeds) and "
+              "run build/fuzz/codec_seeds --out tests/fuzz/corpus/codec_decode")
+        return
+    subprocess.run([str(tool), "--out", str(HERE / "corpus" / "codec_decode")], check=True)
 
 
 if __name__ == "__main__":

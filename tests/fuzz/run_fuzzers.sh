@@ -9,7 +9,10 @@
 # build-fuzz/fuzz/corpus/<target>/ (the checked-in seeds are only read).
 # Environment: CC/CXX (default clang/clang++), PS_FUZZ_BUILD_DIR (default
 # <repo>/build-fuzz), PS_FUZZ_JOBS (ninja -j, default 2), PS_FUZZ_ARGS (extra
-# libFuzzer flags, e.g. "-jobs=4 -workers=4" or "-max_len=100000").
+# libFuzzer flags, e.g. "-jobs=4 -workers=4" or "-max_len=100000"; they come after
+# the defaults, so "-timeout=600" overrides the per-input limit of 60 s: one input
+# running longer counts as a failure, a hang instead of a bounded run).
+# `bash run.sh test` runs this with PS_FUZZ_SECONDS (default 10) after ctest.
 set -euo pipefail
 
 seconds=${1:-30}
@@ -41,7 +44,7 @@ while IFS=$'\t' read -r name binary seeds; do
   mkdir -p "$work" "$artifacts"
   echo "=== $name: ${seconds}s (corpus $work, seeds $seeds)"
   # shellcheck disable=SC2086  # PS_FUZZ_ARGS is a list of flags
-  if ! "$binary" -max_total_time="$seconds" -print_final_stats=1 \
+  if ! "$binary" -max_total_time="$seconds" -timeout=60 -print_final_stats=1 \
       -artifact_prefix="$artifacts/" ${PS_FUZZ_ARGS:-} "$work" "$seeds"; then
     echo "=== $name: FAILED; reproduce with: $binary $artifacts/<crash-file>" >&2
     ls -l "$artifacts" >&2 || true
