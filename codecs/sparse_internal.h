@@ -25,9 +25,11 @@ namespace ps::codecs::internal {
 // ---- sparsifiers (sparse_select.cc) ----
 
 // The k coordinates of largest |x| in increasing order; among equal magnitudes the
-// lower indices win. A radix select on the magnitude bits (a 2048-bin histogram of
-// the top 11 bits, then a selection inside the one bin that holds the k-th largest),
-// two passes over x. k >= x.size() keeps everything.
+// lower indices win. One pass when a fixed-seed sample predicts the k-th magnitude
+// (candidates above a slightly lower threshold, then nth_element among them);
+// otherwise a radix select on the magnitude bits (a 2048-bin histogram of the top 11
+// bits, then a selection inside the bin that holds the k-th largest), two passes.
+// The result is exact either way. k >= x.size() keeps everything.
 std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k);
 
 // DGC-style top-k: the threshold is the matching quantile of |x| over a sample of

@@ -304,20 +304,27 @@ absl::Status DecodeDeflate(std::string_view codec, std::string_view section,
   zs.next_out = reinterpret_cast<Bytef*>(planes.data());
   zs.avail_out = static_cast<uInt>(expected);
   // The output buffer is exactly the expected size: a stream that would inflate
-  // further stops here instead of growing anything (no zip bombs).
-  const int ret = inflate(&zs, Z_FINISH);
+  // further stops here instead of growing anything (no zip bombs). When the buffer
+  // is full before the stream ends, one more byte tells a longer stream from a
+  // truncated one.
+  int ret = inflate(&zs, Z_FINISH);
+  bool beyond = false;
+  if (ret != Z_STREAM_END && zs.avail_out == 0) {
+    unsigned char extra = 0;
+    zs.next_out = &extra;
+    zs.avail_out = 1;
+    ret = inflate(&zs, Z_FINISH);
+    beyond = zs.avail_out == 0;
+  }
   const size_t produced = zs.total_out;
   const size_t left_in = zs.avail_in;
   const std::string message = zs.msg != nullptr ? zs.msg : "";
   inflateEnd(&zs);
-  if (ret != Z_STREAM_END) {
-    if (ret == Z_BUF_ERROR && produced == expected) {
-      return Invalid(codec, "deflate values inflate beyond ", expected, " bytes (", n,
-                     " values)");
-    }
-    if (ret == Z_BUF_ERROR) return Invalid(codec, "deflate stream is truncated");
-    return Invalid(codec, "corrupt deflate stream (", message, ")");
+  if (beyond) {
+    return Invalid(codec, "deflate values inflate beyond ", expected, " bytes (", n, " values)");
   }
+  if (ret == Z_BUF_ERROR) return Invalid(codec, "deflate stream is truncated");
+  if (ret != Z_STREAM_END) return Invalid(codec, "corrupt deflate stream (", message, ")");
   if (produced != expected) {
     return Invalid(codec, "deflate values inflate to ", produced, " bytes, expected ", expected);
   }
