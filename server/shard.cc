@@ -73,6 +73,11 @@ struct Shard::SliceState {
   std::vector<float> rule_state;
   // Decoded pushes of the open round: worker w at [w * numel, (w + 1) * numel).
   std::vector<float> inputs;
+  // Compressed-domain aggregation (docs/codecs.md): per worker of the open round, the
+  // seeded support of a random-k push, and the bytes of a sign push when the rule is
+  // sign_majority. Written by Push under mu, read by the aggregation of a closed round.
+  std::vector<std::optional<codecs::SeededSupport>> supports;
+  std::vector<std::string> sign_payloads;
   std::vector<uint8_t> pushed ABSL_GUARDED_BY(mu);
   uint32_t num_pushed ABSL_GUARDED_BY(mu) = 0;
   // Set when the round is closed and being aggregated: pushes for it are late, and
@@ -111,6 +116,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       sgd_{options.learning_rate, options.momentum, options.weight_decay},
       aggregator_(std::move(aggregator)),
       model_scope_(aggregator_->NeedsGram() && options.aggregation_scope == "model"),
+      sign_vote_(aggregator_->name() == "sign_majority"),
       clock_(clock),
       pool_(pool) {
   session_of_worker_.resize(options_.num_workers);
@@ -226,6 +232,8 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
       // would invert the slice -> shard lock order).
       auto s = std::make_unique<SliceState>(layout.slices()[id]);
       s->pushed.assign(options_.num_workers, 0);
+      s->supports.assign(options_.num_workers, std::nullopt);
+      if (sign_vote_) s->sign_payloads.assign(options_.num_workers, std::string());
       s->rule_state.assign(aggregator_->StateRows() * s->info.numel, 0.0f);
       if (options_.aggregate_only) {
         // No parameters live here; version 0 is an all-zero "aggregate".
@@ -376,6 +384,15 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     }
     s->pushed[worker_id] = 1;
     ++s->num_pushed;
+    const std::string_view name = codec.substr(0, codec.find('('));
+    s->supports[worker_id] = name == "randk" ? codecs::SeededSupportOf(payload) : std::nullopt;
+    if (sign_vote_) {
+      if (name == "sign") {
+        s->sign_payloads[worker_id].assign(payload);
+      } else {
+        s->sign_payloads[worker_id].clear();
+      }
+    }
     if (s->num_pushed == options_.num_workers ||
         (s->deadline_passed && s->num_pushed >= quorum_)) {
       CloseLocked(s, /*at_deadline=*/s->deadline_passed);
@@ -433,24 +450,57 @@ void Shard::CloseLocked(SliceState* s, bool at_deadline) {
   pool_->Submit([this, s] { Aggregate(s); });
 }
 
+std::vector<uint32_t> Shard::SharedSupport(const SliceState& s,
+                                           std::span<const uint32_t> workers) {
+  if (workers.empty()) return {};
+  const std::optional<codecs::SeededSupport>& first = s.supports[workers[0]];
+  if (!first.has_value()) return {};
+  for (uint32_t w : workers) {
+    if (s.supports[w] != first) return {};
+  }
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.aggregations_on_support;
+  }
+  return codecs::SupportIndices(*first, s.info.numel);
+}
+
 void Shard::Aggregate(SliceState* s) {
   const uint32_t numel = s->info.numel;
-  std::vector<const float*> rows;
+  std::vector<uint32_t> workers;
   uint64_t round;
   {
     absl::MutexLock lock(&s->mu);
     round = s->version;
     for (uint32_t w = 0; w < options_.num_workers; ++w) {
-      if (s->pushed[w]) rows.push_back(s->inputs.data() + size_t{w} * numel);
+      if (s->pushed[w]) workers.push_back(w);
     }
   }
   std::vector<float> out(numel);
-  aggregators::AggregationContext ctx;
-  ctx.slice_id = s->info.id;
-  ctx.round = round;
-  ctx.pool = pool_;
-  ctx.state = s->rule_state;
-  absl::Status st = aggregator_->Aggregate(rows, out, ctx);
+  absl::Status st;
+  std::vector<std::string_view> signs;
+  if (sign_vote_) {
+    for (uint32_t w : workers) {
+      if (!s->sign_payloads[w].empty()) signs.push_back(s->sign_payloads[w]);
+    }
+  }
+  if (!signs.empty() && signs.size() == workers.size()) {
+    // Every push is sign-compressed: vote on the packed bits (same result as the rule).
+    st = codecs::SignMajorityVote(signs, out);
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.sign_votes;
+  } else {
+    std::vector<const float*> rows;
+    for (uint32_t w : workers) rows.push_back(s->inputs.data() + size_t{w} * numel);
+    const std::vector<uint32_t> support = SharedSupport(*s, workers);
+    aggregators::AggregationContext ctx;
+    ctx.slice_id = s->info.id;
+    ctx.round = round;
+    ctx.pool = pool_;
+    ctx.state = s->rule_state;
+    ctx.support = support;
+    st = aggregator_->Aggregate(rows, out, ctx);
+  }
   Publish(s, round, out, st);
   aggregations_running_.fetch_sub(1);
 }
@@ -480,6 +530,7 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     absl::MutexLock lock(&s->mu);
     ++s->version;
     std::fill(s->pushed.begin(), s->pushed.end(), 0);
+    std::fill(s->supports.begin(), s->supports.end(), std::nullopt);
     s->num_pushed = 0;
     s->closing = false;
     s->published = std::move(values);
@@ -528,11 +579,13 @@ void Shard::StartModelRound(uint64_t round) {
       SliceState* s = slices_[id].get();
       std::vector<const float*> inputs;
       for (uint32_t w : share->participants) inputs.push_back(s->inputs.data() + size_t{w} * s->info.numel);
+      const std::vector<uint32_t> support = SharedSupport(*s, share->participants);
       aggregators::AggregationContext ctx;
       ctx.slice_id = id;
       ctx.round = round;
       ctx.pool = pool_;
       ctx.state = s->rule_state;
+      ctx.support = support;
       st.Update(aggregator_->AccumulateGram(inputs, s->info.numel, ctx, share->gram));
     }
   }
@@ -722,11 +775,13 @@ void Shard::PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::
     if (plan.ok()) {
       std::vector<const float*> inputs;
       for (uint32_t w : agreed) inputs.push_back(s->inputs.data() + size_t{w} * s->info.numel);
+      const std::vector<uint32_t> support = SharedSupport(*s, agreed);
       aggregators::AggregationContext ctx;
       ctx.slice_id = id;
       ctx.round = round;
       ctx.pool = pool_;
       ctx.state = s->rule_state;
+      ctx.support = support;
       st = aggregator_->Apply(*plan, inputs, out, ctx);
     }
     Publish(s, round, out, st);

@@ -32,6 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "aggregators/aggregator.h"
 #include "codecs/codec.h"
+#include "codecs/compressed.h"
 #include "core/clock.h"
 #include "core/layout.h"
 #include "core/thread_pool.h"
@@ -72,6 +73,10 @@ struct ShardStats {
   uint64_t model_rounds = 0;
   uint64_t model_rounds_dropped = 0;
   uint64_t shares_refused = 0;
+  // Compressed-domain aggregation (docs/codecs.md): slice aggregations (or Gram and
+  // apply steps) run on a shared random-k support, and sign votes on packed bits.
+  uint64_t aggregations_on_support = 0;
+  uint64_t sign_votes = 0;
   std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refusals{};
   // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
   std::vector<uint64_t> malformed_by_worker;
@@ -210,6 +215,9 @@ class Shard {
   std::optional<std::vector<std::shared_ptr<const RoundShare>>> ClaimCompleteRoundLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   const codecs::Codec* DecoderFor(std::string_view spec);
+  // The sorted kept coordinates when every one of `workers` pushed random-k with the same
+  // seeded support this round, else empty.
+  std::vector<uint32_t> SharedSupport(const SliceState& s, std::span<const uint32_t> workers);
 
   const ServerOptions options_;
   const uint32_t shard_id_;
@@ -217,6 +225,8 @@ class Shard {
   const SgdOptions sgd_;
   const std::unique_ptr<aggregators::Aggregator> aggregator_;
   const bool model_scope_;
+  // The rule is sign_majority: sign pushes are kept packed for the vote.
+  const bool sign_vote_;
   core::Clock* const clock_;
   core::ThreadPool* const pool_;
 
