@@ -22,6 +22,8 @@ constexpr Entry kCodecs[] = {
     {"fp32", &internal::MakeFp32Codec},
     {"fp16", &internal::MakeFp16Codec},
     {"bf16", &internal::MakeBf16Codec},
+    {"3lc", &internal::Make3lcCodec},
+    {"powersgd", &internal::MakePowerSgdCodec},
 };
 
 }  // namespace

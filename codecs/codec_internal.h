@@ -33,6 +33,8 @@ using CodecFactory = absl::StatusOr<std::unique_ptr<Codec>> (*)(Stages stages,
 absl::StatusOr<std::unique_ptr<Codec>> MakeFp32Codec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeFp16Codec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeBf16Codec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> Make3lcCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakePowerSgdCodec(Stages stages, const CodecOptions& options);
 
 // Binds the arguments of a codec that is a single stage (every dense codec), refusing
 // further stages: "fp16 is a whole codec; '+raw' cannot follow it".
