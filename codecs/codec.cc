@@ -23,9 +23,11 @@ constexpr Entry kCodecs[] = {
     {"fp16", &internal::MakeFp16Codec},
     {"bf16", &internal::MakeBf16Codec},
     {"sign", &internal::MakeSignCodec},
+    {"3lc", &internal::Make3lcCodec},
     {"topk", &internal::MakeTopkCodec},
     {"threshold", &internal::MakeThresholdCodec},
     {"randk", &internal::MakeRandkCodec},
+    {"powersgd", &internal::MakePowerSgdCodec},
 };
 
 }  // namespace

@@ -38,6 +38,8 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeSignCodec(Stages stages, const CodecO
 absl::StatusOr<std::unique_ptr<Codec>> MakeTopkCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeThresholdCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeRandkCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> Make3lcCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakePowerSgdCodec(Stages stages, const CodecOptions& options);
 
 // Binds the arguments of a codec that is a single stage (every dense codec), refusing
 // further stages: "fp16 is a whole codec; '+raw' cannot follow it".

@@ -39,7 +39,7 @@ TEST(MakeCodecTest, MakesEveryListedCodecWithItsSpec) {
   for (const std::string& name : CodecNames()) {
     auto codec = MakeCodec(name);
     ASSERT_TRUE(codec.ok()) << codec.status();
-    // The canonical spec writes every argument out: "topk" -> "topk(ratio=0.01, ...".
+    // The canonical spec writes every argument out: "3lc" -> "3lc(s=1)".
     EXPECT_TRUE((*codec)->spec().starts_with(name)) << (*codec)->spec();
     auto again = MakeCodec((*codec)->spec());
     ASSERT_TRUE(again.ok()) << again.status();
@@ -48,7 +48,7 @@ TEST(MakeCodecTest, MakesEveryListedCodecWithItsSpec) {
 }
 
 TEST(MakeCodecTest, ListsNamesInStableOrder) {
-  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16", "bf16", "sign", "topk", "threshold", "randk"));
+  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16", "bf16", "sign", "3lc", "topk", "threshold", "randk", "powersgd"));
 }
 
 TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
@@ -56,7 +56,7 @@ TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
   ASSERT_FALSE(codec.ok());
   EXPECT_EQ(codec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(codec.status().message(),
-            "unknown codec 'x'; known: fp32, fp16, bf16, sign, topk, threshold, randk");
+            "unknown codec 'x'; known: fp32, fp16, bf16, sign, 3lc, topk, threshold, randk, powersgd");
 }
 
 TEST(MakeCodecTest, IgnoresSpacesButFoldsNoCase) {

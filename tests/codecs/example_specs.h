@@ -37,6 +37,14 @@ inline const std::vector<ExampleSpec>& ExampleSpecs() {
       {"topk(0.3)+bloom(p1, fpr=0.05)+fp16", 0.57},
       {"topk(0.3)+bloom(p2)+polyfit(degree=3)", 0.49},
       {"randk(0.5, seed=3)+polyfit", 1.0},
+      // Ternary at scale max|x| * s: on Gaussian data most values fall below M / 2 and
+      // become 0; the error is below 1 for every s < 2 (docs/codecs.md).
+      {"3lc", 0.96},
+      {"3lc(s=1.5)", 1.0},
+      {"3lc(s=1.9)", 1.0},
+      // Without a matrix shape (matrix_cols = 0 here) powersgd sends raw fp32.
+      {"powersgd", 0.0},
+      {"powersgd(rank=1)", 0.0},
   };
   return specs;
 }

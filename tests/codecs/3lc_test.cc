@@ -1,0 +1,362 @@
+// 3lc: wire format on hand-computed examples, the quantization rule, zero-run tokens
+// against a plain reference encoder, both kernel paths, every decode refusal, args.
+#include <cfloat>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codecs/3lc_internal.h"
+#include "codecs/codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps::codecs {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::unique_ptr<Codec> Make(std::string_view spec) {
+  auto codec = MakeCodec(spec);
+  EXPECT_TRUE(codec.ok()) << codec.status();
+  return std::move(codec).value();
+}
+
+std::string Encode(Codec& codec, const std::vector<float>& values) {
+  std::string bytes;
+  const absl::Status s = codec.Encode(values, &bytes);
+  EXPECT_TRUE(s.ok()) << s;
+  return bytes;
+}
+
+std::string Hex(std::string_view bytes) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (char c : bytes) {
+    if (!out.empty()) out += ' ';
+    out += kDigits[static_cast<unsigned char>(c) >> 4];
+    out += kDigits[static_cast<unsigned char>(c) & 15];
+  }
+  return out;
+}
+
+std::string Bytes(std::initializer_list<int> bytes) {
+  std::string out;
+  for (int b : bytes) out.push_back(static_cast<char>(b));
+  return out;
+}
+
+// The format from its definition: digits t + 1, value 5g + j at weight 3^j, greedy runs.
+std::string ReferenceBody(const std::vector<float>& x, float half) {
+  std::vector<int> groups;
+  for (size_t g = 0; g * 5 < x.size(); ++g) {
+    int b = 0, w = 1;
+    for (size_t j = 0; j < 5; ++j, w *= 3) {
+      int t = 0;
+      if (5 * g + j < x.size()) t = x[5 * g + j] >= half ? 1 : (x[5 * g + j] <= -half ? -1 : 0);
+      b += (t + 1) * w;
+    }
+    groups.push_back(b);
+  }
+  std::string out;
+  for (size_t g = 0; g < groups.size();) {
+    size_t r = 0;
+    while (g + r < groups.size() && groups[g + r] == 121) ++r;
+    if (r == 0) {
+      out.push_back(static_cast<char>(groups[g++]));
+      continue;
+    }
+    g += r;
+    for (; r >= 14; r -= 14) out.push_back(static_cast<char>(255));
+    if (r == 1) out.push_back(static_cast<char>(121));
+    if (r >= 2) out.push_back(static_cast<char>(243 + r - 2));
+  }
+  return out;
+}
+
+absl::Status Decode(const Codec& codec, std::string_view bytes, size_t n) {
+  std::vector<float> out(n);
+  return codec.Decode(bytes, out);
+}
+
+TEST(ThreeLcTest, WireFormatOfASmallExample) {
+  auto codec = Make("3lc");
+  // M = 1, M / 2 = 0.5: t = 1, -1, 0, 0, -1 | 1, 0 (+ three padding zeros).
+  // Group 0: 2 + 0*3 + 1*9 + 1*27 + 0*81 = 38; group 1: 2 + 1*3 + 9 + 27 + 81 = 122.
+  const std::vector<float> values = {1.0f, -0.5f, 0.25f, 0.0f, -1.0f, 0.6f, 0.0f};
+  const std::string bytes = Encode(*codec, values);
+  EXPECT_EQ(Hex(bytes), "01 07 00 00 80 3f 26 7a");
+  std::vector<float> out(values.size());
+  ASSERT_TRUE(codec->Decode(bytes, out).ok());
+  EXPECT_EQ(out, (std::vector<float>{1, -1, 0, 0, -1, 1, 0}));
+}
+
+TEST(ThreeLcTest, WireFormatWithZeroRuns) {
+  auto codec = Make("3lc");
+  // 20 groups: (2,1,1,1,1) = 122, 18 zero groups = 255 (14) + 245 (4), (1,1,1,1,0) = 40.
+  std::vector<float> values(100, 0.0f);
+  values[0] = 2.0f;
+  values[99] = -2.0f;
+  EXPECT_EQ(Hex(Encode(*codec, values)), "01 64 00 00 00 40 7a ff f5 28");
+}
+
+TEST(ThreeLcTest, RunsAreGreedyFourteensThenTheRest) {
+  auto codec = Make("3lc");
+  const std::pair<size_t, std::string> cases[] = {
+      {1, "79"},       {2, "f3"},       {13, "fe"},    {14, "ff"},       {15, "ff 79"},
+      {16, "ff f3"},   {27, "ff fe"},   {28, "ff ff"}, {29, "ff ff 79"}, {43, "ff ff ff 79"},
+  };
+  for (const auto& [run, tokens] : cases) {
+    // A non-zero group, `run` zero groups, a non-zero group.
+    std::vector<float> values(5 * (run + 2), 0.0f);
+    values[0] = 1.0f;
+    values.back() = 1.0f;
+    const std::string bytes = Encode(*codec, values);
+    EXPECT_EQ(Hex(bytes.substr(bytes.size() - (tokens.size() + 1) / 3 - 2)),
+              absl::StrCat("7a ", tokens, " ca"))
+        << run;
+    std::vector<float> out(values.size(), -1.0f);
+    ASSERT_TRUE(codec->Decode(bytes, out).ok()) << run;
+    EXPECT_EQ(out, values) << run;
+  }
+}
+
+TEST(ThreeLcTest, QuantizesToScaledTernaryWithTiesAwayFromZero) {
+  auto codec = Make("3lc(s=1.5)");
+  // M = 1.5, M / 2 = 0.75: 0.75 and -0.75 are ties and go to +-1.
+  const std::vector<float> values = {1.0f, 0.74f, 0.75f, -0.75f, -0.7499f, 0.0f};
+  std::vector<float> out(values.size());
+  ASSERT_TRUE(codec->Decode(Encode(*codec, values), out).ok());
+  EXPECT_EQ(out, (std::vector<float>{1.5f, 0, 1.5f, -1.5f, 0, 0}));
+}
+
+TEST(ThreeLcTest, LargestValueSurvivesEvenAtTheMostAggressiveS) {
+  auto codec = Make("3lc(s=1.999)");
+  for (float v : {1.0f, -3.0f, 1e-30f, FLT_TRUE_MIN, FLT_MAX, -FLT_MAX}) {
+    const std::vector<float> values = {0.0f, v, v / 4};
+    std::vector<float> out(values.size());
+    ASSERT_TRUE(codec->Decode(Encode(*codec, values), out).ok()) << v;
+    EXPECT_EQ(out[0], 0.0f);
+    EXPECT_NE(out[1], 0.0f) << v;
+    EXPECT_EQ(std::signbit(out[1]), std::signbit(v));
+    EXPECT_TRUE(std::isfinite(out[1])) << v;  // M = max * s is clamped to FLT_MAX
+    EXPECT_EQ(out[2], 0.0f) << v;
+  }
+}
+
+TEST(ThreeLcTest, ErrorIsAtMostHalfTheScalePerValue) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(10007);
+  for (float& v : values) v = normal(rng) * (normal(rng) > 1 ? 10.0f : 1.0f);
+  float max_abs = 0;
+  for (float v : values) max_abs = std::max(max_abs, std::fabs(v));
+  for (const char* spec : {"3lc", "3lc(s=1.3)", "3lc(s=1.9)"}) {
+    auto codec = Make(spec);
+    const std::string bytes = Encode(*codec, values);
+    float scale;
+    std::memcpy(&scale, bytes.data() + 1 + 2, 4);  // numel 10007 is a 2-byte varint
+    std::vector<float> out(values.size());
+    ASSERT_TRUE(codec->Decode(bytes, out).ok());
+    double num = 0, den = 0;
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_TRUE(out[i] == 0 || std::fabs(out[i]) == scale) << i;
+      ASSERT_LE(std::fabs(values[i] - out[i]), scale / 2) << spec << " " << i;
+      num += (values[i] - out[i]) * double{values[i] - out[i]};
+      den += values[i] * double{values[i]};
+    }
+    EXPECT_LE(num, den) << spec;  // relative L2 error <= 1 for every s < 2
+  }
+}
+
+// Random data of every mix of zero and non-zero groups, every size mod 5 and 40,
+// against the reference encoder, on both kernel paths.
+TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto codec = Make("3lc");
+  for (bool portable : {false, true}) {
+    const bool have_avx2 = internal::Set3lcPortableKernelsForTesting(portable);
+    if (!portable && !have_avx2) continue;
+    for (size_t n : {1, 4, 5, 6, 39, 40, 41, 79, 200, 2559, 2560, 2561, 6000, 20011}) {
+      for (float density : {0.0f, 0.02f, 0.1f, 0.3f, 0.6f, 1.0f}) {
+        std::vector<float> values(n);
+        for (float& v : values) v = std::fabs(uniform(rng)) < density ? uniform(rng) : 0.0f;
+        values[rng() % n] = 1.0f;  // M = 1 (or 0 when the others are zero: still 1 here)
+        const std::string bytes = Encode(*codec, values);
+        const size_t header = 1 + (n < 128 ? 1 : n < 16384 ? 2 : 3) + 4;
+        ASSERT_EQ(Hex(bytes.substr(header)), Hex(ReferenceBody(values, 0.5f)))
+            << "n=" << n << " density=" << density << " portable=" << portable;
+        std::vector<float> out(n);
+        ASSERT_TRUE(codec->Decode(bytes, out).ok());
+      }
+    }
+  }
+  internal::Set3lcPortableKernelsForTesting(false);
+}
+
+TEST(ThreeLcTest, KernelPathsGiveIdenticalDigits) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(1000);
+  for (float& v : x) v = normal(rng);
+  x[10] = 0.5f;
+  x[11] = -0.5f;
+  x[12] = -0.0f;
+  std::vector<uint8_t> a(x.size()), b(x.size());
+  if (!internal::Set3lcPortableKernelsForTesting(false)) GTEST_SKIP() << "no AVX2 on this CPU";
+  internal::TernaryDigits3lc(x.data(), x.size(), 0.5f, a.data());
+  const uint32_t max_a = internal::MaxAbsBits3lc(x.data(), x.size());
+  internal::Set3lcPortableKernelsForTesting(true);
+  internal::TernaryDigits3lc(x.data(), x.size(), 0.5f, b.data());
+  const uint32_t max_b = internal::MaxAbsBits3lc(x.data(), x.size());
+  internal::Set3lcPortableKernelsForTesting(false);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(max_a, max_b);
+  EXPECT_EQ(a[10], 2);
+  EXPECT_EQ(a[11], 0);
+  EXPECT_EQ(a[12], 1);
+}
+
+TEST(ThreeLcTest, PackingMatchesBaseThree) {
+  for (int b = 0; b < 243; ++b) {
+    uint8_t d[8] = {};
+    for (int j = 0, w = 1; j < 5; ++j, w *= 3) d[j] = static_cast<uint8_t>(b / w % 3);
+    d[5] = d[6] = d[7] = 0xff;  // ignored
+    EXPECT_EQ(internal::Pack3lcGroup(d), b);
+  }
+}
+
+TEST(ThreeLcTest, CompressesGaussianData) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> values(1 << 18);
+  for (float& v : values) v = normal(rng);
+  // The scale is the maximum (about 4.5 sigma here), so few values reach M / 2.
+  EXPECT_GT(4.0 * values.size() / Encode(*Make("3lc"), values).size(), 80);
+  EXPECT_GT(4.0 * values.size() / Encode(*Make("3lc(s=1.9)"), values).size(), 250);
+}
+
+// ---- decode refusals ----
+
+// Header for `numel` < 128 values and scale 1.
+std::string Header(int numel, float scale = 1.0f) {
+  std::string h = Bytes({1, numel});
+  h.append(reinterpret_cast<const char*>(&scale), 4);
+  return h;
+}
+
+void ExpectRefused(const Codec& codec, const std::string& bytes, size_t n, std::string_view msg) {
+  const absl::Status s = Decode(codec, bytes, n);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << Hex(bytes);
+  EXPECT_EQ(std::string(s.message()), msg) << Hex(bytes);
+}
+
+TEST(ThreeLcDecodeTest, RefusesBadHeaders) {
+  auto codec = Make("3lc");
+  ExpectRefused(*codec, "", 5, "3lc: empty payload");
+  ExpectRefused(*codec, Bytes({2}), 5, "3lc: format version 2, expected 1");
+  ExpectRefused(*codec, Header(6) + Bytes({122, 122}), 5,
+                "3lc: payload is for 6 values, the slice has 5");
+  ExpectRefused(*codec, Bytes({1, 5, 0, 0}), 5,
+                "3lc: payload ends inside scale at byte 2 (needs 4, has 2)");
+  ExpectRefused(*codec, Header(5, INFINITY) + Bytes({122}), 5, "3lc: scale inf is not finite");
+  ExpectRefused(*codec, Header(5, NAN) + Bytes({122}), 5, "3lc: scale nan is not finite");
+  ExpectRefused(*codec, Header(5, -1.0f) + Bytes({122}), 5, "3lc: scale -1 is negative");
+  ExpectRefused(*codec, Header(5, -0.0f) + Bytes({121}), 5, "3lc: scale -0 is negative");
+}
+
+TEST(ThreeLcDecodeTest, RefusesGroupsThatDoNotMatchTheSliceSize) {
+  auto codec = Make("3lc");
+  ExpectRefused(*codec, Header(10) + Bytes({122}), 10, "3lc: payload ends after 1 of 2 groups (10 values)");
+  ExpectRefused(*codec, Header(10) + Bytes({122, 122, 122}), 10,
+                "3lc: 1 trailing bytes after the last of 2 groups (10 values)");
+  ExpectRefused(*codec, Header(10) + Bytes({122, 122, 0, 0}), 10,
+                "3lc: 2 trailing bytes after the last of 2 groups (10 values)");
+  // A run of 3 from group 1 of 3.
+  ExpectRefused(*codec, Header(15) + Bytes({122, 244}), 15,
+                "3lc: byte 7 is a run of 3 zero groups from group 1, past the 3 groups of 15 values");
+  ExpectRefused(*codec, Header(0, 0.0f) + Bytes({243}), 0,
+                "3lc: 1 trailing bytes after the last of 0 groups (0 values)");
+  // A run may end exactly at the last (partial) group.
+  std::vector<float> out(12);
+  EXPECT_TRUE(codec->Decode(Header(12) + Bytes({122, 243}), out).ok());
+}
+
+TEST(ThreeLcDecodeTest, RefusesNonZeroPaddingDigits) {
+  auto codec = Make("3lc");
+  // 7 values: the last group holds 2 values, digits 2..4 are padding (must be 1).
+  // 122 = (2,1,1,1,1) is fine; 2 + 3 + 9 + 27 + 0 = 41 has digit 4 = 0 (t = -1).
+  EXPECT_TRUE(Decode(*codec, Header(7) + Bytes({122, 122}), 7).ok());
+  ExpectRefused(*codec, Header(7) + Bytes({122, 41}), 7,
+                "3lc: byte 7 (41) of the last group has non-zero padding digits (2 values in the group)");
+  ExpectRefused(*codec, Header(7) + Bytes({122, 242}), 7,
+                "3lc: byte 7 (242) of the last group has non-zero padding digits (2 values in the group)");
+  ExpectRefused(*codec, Header(1) + Bytes({0}), 1,
+                "3lc: byte 6 (0) of the last group has non-zero padding digits (1 values in the group)");
+}
+
+TEST(ThreeLcDecodeTest, RefusesRunsTheGreedyEncoderWouldHaveMerged) {
+  auto codec = Make("3lc");
+  const std::string h = Header(50);  // 10 groups
+  for (const auto& body : {Bytes({122, 121, 121, 243, 243, 243, 243}),
+                           Bytes({122, 121, 243, 243, 243, 243, 121}),
+                           Bytes({122, 244, 121, 243, 243, 243, 243}),
+                           Bytes({122, 243, 243, 245, 121, 243})}) {
+    const absl::Status s = Decode(*codec, h + body, 50);
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("continues a zero run the encoder would have written as one byte"))
+        << Hex(body);
+  }
+  ExpectRefused(*codec, h + Bytes({122, 121, 121, 0, 0, 0, 0, 0, 0, 0}), 50,
+                "3lc: byte 8 (121) continues a zero run the encoder would have written as one byte");
+  // After a full run of 14, another token is canonical.
+  std::vector<float> out(75);
+  EXPECT_TRUE(codec->Decode(Header(75, 0.0f) + Bytes({255, 121}), out).ok());
+}
+
+TEST(ThreeLcDecodeTest, RefusesAScaleThatDisagreesWithTheDigits) {
+  auto codec = Make("3lc");
+  ExpectRefused(*codec, Header(5, 0.0f) + Bytes({122}), 5, "3lc: scale 0 with non-zero digits");
+  ExpectRefused(*codec, Header(5, 2.0f) + Bytes({121}), 5,
+                "3lc: scale 2 with every digit zero (the encoder writes 0)");
+  EXPECT_TRUE(Decode(*codec, Header(5, 0.0f) + Bytes({121}), 5).ok());
+}
+
+TEST(ThreeLcDecodeTest, DecodesHugeScalesFinitely) {
+  auto codec = Make("3lc");
+  std::vector<float> out(5);
+  ASSERT_TRUE(codec->Decode(Header(5, FLT_MAX) + Bytes({0}), out).ok());
+  for (float v : out) EXPECT_EQ(v, -FLT_MAX);
+}
+
+// ---- arguments ----
+
+TEST(ThreeLcArgsTest, CanonicalSpec) {
+  EXPECT_EQ(Make("3lc")->spec(), "3lc(s=1)");
+  EXPECT_EQ(Make("3lc(1.5)")->spec(), "3lc(s=1.5)");
+  EXPECT_EQ(Make("3lc(s=1.9)")->spec(), "3lc(s=1.9)");
+  EXPECT_EQ(Make("3lc(s=1.0)")->spec(), "3lc(s=1)");
+}
+
+TEST(ThreeLcArgsTest, RefusesSOutsideOneToTwo) {
+  EXPECT_EQ(MakeCodec("3lc(s=2)").status().message(),
+            "codec spec '3lc(s=2)': 3lc: s must lie in [1, 2), got 2");
+  EXPECT_EQ(MakeCodec("3lc(s=0.99)").status().message(),
+            "codec spec '3lc(s=0.99)': 3lc: s must lie in [1, 2), got 0.99");
+  EXPECT_EQ(MakeCodec("3lc(s=-1)").status().message(),
+            "codec spec '3lc(s=-1)': 3lc: s must lie in [1, 2), got -1");
+  EXPECT_THAT(std::string(MakeCodec("3lc(s=x)").status().message()),
+              HasSubstr("s = 'x' is not a finite number"));
+  EXPECT_THAT(std::string(MakeCodec("3lc(s=inf)").status().message()),
+              HasSubstr("is not a finite number"));
+  EXPECT_FALSE(MakeCodec("3lc(k=1)").ok());
+  EXPECT_THAT(std::string(MakeCodec("3lc+raw").status().message()),
+              HasSubstr("3lc is a whole codec; '+raw' cannot follow it"));
+}
+
+}  // namespace
+}  // namespace ps::codecs
