@@ -167,9 +167,7 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
     }
   }
 
-  const double memread_start = MeasureMemReadGBps(*memread_bytes, 5);
-  std::fprintf(stderr, "memory read baseline (1 thread, %s bytes): %.2f GB/s\n",
-               FormatSize(*memread_bytes).c_str(), memread_start);
+  MemreadBaseline baseline(*memread_bytes);
 
   auto inputs = std::make_unique_for_overwrite<float[]>(std::max<uint64_t>(buffer_floats, 1));
   std::vector<float> out(max_d);
@@ -258,8 +256,7 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
   inputs.reset();
   pools.clear();
 
-  const double memread_end = MeasureMemReadGBps(*memread_bytes, 5);
-  const double memread = std::max(memread_start, memread_end);
+  const double memread = baseline.Finish();
 
   Table table({"rule", "n", "f", "d", "threads", "seconds", "input GB/s", "ratio vs memread"});
   std::vector<core::JsonObjectWriter> json_rows;
@@ -286,22 +283,10 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
     json_rows.push_back(std::move(json));
   }
 
-  std::printf(
-      "memory read baseline, 1 thread, %s bytes: %.2f GB/s at start, %.2f GB/s at end; "
-      "ratios use the higher, %.2f GB/s\n",
-      FormatSize(*memread_bytes).c_str(), memread_start, memread_end, memread);
+  std::printf("%s\n", baseline.Describe().c_str());
   std::printf("seconds: per call, best of %d repeat(s); input GB/s = n * d * 4 bytes / seconds\n\n",
               std::max(flags.repeats, 1));
-  table.Print(stdout);
-  if (!skipped.empty()) {
-    std::printf("\nskipped:\n");
-    for (const std::string& s : skipped) std::printf("  %s\n", s.c_str());
-  }
-  std::fflush(stdout);
-  if (!flags.json.empty()) {
-    if (absl::Status st = WriteJsonArray(flags.json, json_rows); !st.ok()) return fail(st);
-  }
-  return errors > 0 ? 1 : 0;
+  return FinishReport("aggregators", table, "skipped", skipped, flags.json, json_rows, errors);
 }
 
 }  // namespace

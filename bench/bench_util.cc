@@ -74,6 +74,24 @@ double MeasureMemReadGBps(size_t bytes, int repeats) {
   return static_cast<double>(count * sizeof(uint64_t)) / best / 1e9;
 }
 
+MemreadBaseline::MemreadBaseline(uint64_t bytes)
+    : bytes_(bytes), start_(MeasureMemReadGBps(bytes, 5)) {
+  std::fprintf(stderr, "memory read baseline (1 thread, %s bytes): %.2f GB/s\n",
+               FormatSize(bytes).c_str(), start_);
+}
+
+double MemreadBaseline::Finish() {
+  end_ = MeasureMemReadGBps(bytes_, 5);
+  return std::max(start_, end_);
+}
+
+std::string MemreadBaseline::Describe() const {
+  return absl::StrFormat(
+      "memory read baseline, 1 thread, %s bytes: %.2f GB/s at start, %.2f GB/s at end; "
+      "ratios use the higher, %.2f GB/s",
+      FormatSize(bytes_), start_, end_, std::max(start_, end_));
+}
+
 absl::StatusOr<Timing> TimeCalls(const std::function<absl::Status()>& fn,
                                  const TimingOptions& options) {
   const double w0 = NowSeconds();
@@ -304,6 +322,25 @@ absl::Status WriteJsonArray(const std::string& path,
   file.close();
   if (!file) return absl::UnavailableError(absl::StrCat("cannot write '", path, "'"));
   return absl::OkStatus();
+}
+
+int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
+                 const std::vector<std::string>& skipped, const std::string& json_path,
+                 const std::vector<core::JsonObjectWriter>& json_rows, int errors) {
+  table.Print(stdout);
+  if (!skipped.empty()) {
+    std::printf("\n%.*s:\n", static_cast<int>(skipped_heading.size()), skipped_heading.data());
+    for (const std::string& s : skipped) std::printf("  %s\n", s.c_str());
+  }
+  std::fflush(stdout);
+  if (!json_path.empty()) {
+    if (absl::Status st = WriteJsonArray(json_path, json_rows); !st.ok()) {
+      std::fprintf(stderr, "ps-bench %.*s: %s\n", static_cast<int>(command.size()),
+                   command.data(), std::string(st.message()).c_str());
+      return 2;
+    }
+  }
+  return errors > 0 ? 1 : 0;
 }
 
 std::string FormatG(double value, int digits) { return absl::StrFormat("%.*g", digits, value); }

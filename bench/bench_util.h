@@ -31,6 +31,21 @@ namespace ps::bench {
 // cannot drop the loop.
 double MeasureMemReadGBps(size_t bytes, int repeats);
 
+// The baseline as every subcommand takes it: measured at the start (reported on
+// stderr) and again at the end of the run; the higher of the two counts.
+class MemreadBaseline {
+ public:
+  explicit MemreadBaseline(uint64_t bytes);
+  // Measures the end; returns the baseline the ratios use.
+  double Finish();
+  // "memory read baseline, 1 thread, 2^30 bytes: 2.90 GB/s at start, ..." (after Finish).
+  std::string Describe() const;
+
+ private:
+  uint64_t bytes_;
+  double start_ = 0, end_ = 0;
+};
+
 // ---- Timing ---------------------------------------------------------------------
 
 struct TimingOptions {
@@ -101,6 +116,14 @@ class Table {
 // Writes `rows` as a JSON array, one object per line.
 absl::Status WriteJsonArray(const std::string& path,
                             const std::vector<core::JsonObjectWriter>& rows);
+
+// The end of every subcommand: prints the table and, when any, `skipped` under
+// `skipped_heading`; writes `json_rows` to `json_path` when it is not empty. Returns
+// the exit status: 2 when the JSON file cannot be written (reported on stderr with
+// `command`), 1 when `errors` > 0, else 0.
+int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
+                 const std::vector<std::string>& skipped, const std::string& json_path,
+                 const std::vector<core::JsonObjectWriter>& json_rows, int errors);
 
 // Formats like printf's %.*g.
 std::string FormatG(double value, int digits);

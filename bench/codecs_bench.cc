@@ -309,9 +309,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
     data_sets.push_back(DataSet{.name = "real", .values = *std::move(values)});
   }
 
-  const double memread_start = MeasureMemReadGBps(*memread_bytes, 5);
-  std::fprintf(stderr, "memory read baseline (1 thread, %s bytes): %.2f GB/s\n",
-               FormatSize(*memread_bytes).c_str(), memread_start);
+  MemreadBaseline baseline(*memread_bytes);
 
   const TimingOptions timing_options{.repeats = flags.repeats, .min_seconds = flags.min_seconds};
   std::vector<Row> rows;
@@ -334,8 +332,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
     }
   }
 
-  const double memread_end = MeasureMemReadGBps(*memread_bytes, 5);
-  const double memread = std::max(memread_start, memread_end);
+  const double memread = baseline.Finish();
 
   Table table({"codec", "data", "ratio", "rel L2 error", "encode GB/s", "enc/memread",
                "decode GB/s", "dec/memread", "enc median", "dec median"});
@@ -360,10 +357,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
     json_rows.push_back(std::move(json));
   }
 
-  std::printf(
-      "memory read baseline, 1 thread, %s bytes: %.2f GB/s at start, %.2f GB/s at end; "
-      "ratios use the higher, %.2f GB/s\n",
-      FormatSize(*memread_bytes).c_str(), memread_start, memread_end, memread);
+  std::printf("%s\n", baseline.Describe().c_str());
   for (const DataSet& data : data_sets) {
     std::printf("%s: %s values in slices of %s\n", data.name.c_str(),
                 FormatSize(data.values.size()).c_str(), FormatSize(*slice_elems).c_str());
@@ -372,16 +366,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
       "GB/s: fp32 input bytes (4 * values) per second, 1 thread, best of %d repeat(s) (median "
       "in the last columns); ratio = input bytes / encoded bytes\n\n",
       std::max(flags.repeats, 1));
-  table.Print(stdout);
-  if (!skipped.empty()) {
-    std::printf("\nskipped (default specs this build does not make):\n");
-    for (const std::string& s : skipped) std::printf("  %s\n", s.c_str());
-  }
-  std::fflush(stdout);
-  if (!flags.json.empty()) {
-    if (absl::Status st = WriteJsonArray(flags.json, json_rows); !st.ok()) return fail(st);
-  }
-  return errors > 0 ? 1 : 0;
+  return FinishReport("codecs", table, "skipped (default specs this build does not make)", skipped, flags.json, json_rows, errors);
 }
 
 }  // namespace
