@@ -328,11 +328,7 @@ class ThreeLcCodec final : public Codec {
     const size_t n = out.size();
     internal::WireReader r(kName, bytes);
     PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
-    uint64_t numel = 0;
-    PS_RETURN_IF_ERROR(r.Varint(&numel, "numel"));
-    if (numel != n) {
-      return r.Error(absl::StrCat("payload is for ", numel, " values, the slice has ", n));
-    }
+    PS_RETURN_IF_ERROR(r.Numel(n));
     float scale = 0;
     PS_RETURN_IF_ERROR(r.F32(&scale, "scale"));
     if (!std::isfinite(scale)) return r.Error(absl::StrCat("scale ", scale, " is not finite"));

@@ -115,11 +115,7 @@ class PowerSgdCodec final : public Codec {
     if (mode != kRaw && mode != kFactors) {
       return r.Error(absl::StrCat("unknown mode ", mode, " (0: raw, 1: factors)"));
     }
-    uint64_t numel = 0;
-    PS_RETURN_IF_ERROR(r.Varint(&numel, "numel"));
-    if (numel != n) {
-      return r.Error(absl::StrCat("payload is for ", numel, " values, the slice has ", n));
-    }
+    PS_RETURN_IF_ERROR(r.Numel(n));
     if (mode == kRaw) {
       std::string_view body;
       PS_RETURN_IF_ERROR(r.Bytes(sizeof(float) * n, &body, "raw values"));

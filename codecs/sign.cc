@@ -31,11 +31,7 @@ struct SignView {
 absl::Status ParseSign(std::string_view bytes, size_t numel, SignView* view) {
   internal::WireReader r(kSpec, bytes);
   PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
-  uint64_t n = 0;
-  PS_RETURN_IF_ERROR(r.Varint(&n, "the value count"));
-  if (n != numel) {
-    return r.Error(absl::StrCat("payload is for ", n, " values, the slice has ", numel));
-  }
+  PS_RETURN_IF_ERROR(r.Numel(numel));
   PS_RETURN_IF_ERROR(r.F32(&view->scale, "the scale"));
   if (!std::isfinite(view->scale) || view->scale < 0 || std::signbit(view->scale)) {
     return r.Error(absl::StrCat("scale ", view->scale, " is not a finite non-negative number"));

@@ -142,11 +142,9 @@ class SparseCodec final : public Codec {
       return r.Error(absl::StrCat("payload has value stage ", StageName(value_id, false),
                                   ", expected ", internal::AbslView(internal::ValueKindName(config_.value.kind))));
     }
-    uint64_t numel = 0, count = 0, index_len = 0, value_len = 0;
-    PS_RETURN_IF_ERROR(r.Varint(&numel, "numel"));
-    if (numel != out.size()) {
-      return r.Error(absl::StrCat("payload is for ", numel, " values, the slice has ", out.size()));
-    }
+    PS_RETURN_IF_ERROR(r.Numel(out.size()));
+    const uint64_t numel = out.size();
+    uint64_t count = 0, index_len = 0, value_len = 0;
     PS_RETURN_IF_ERROR(r.Varint(&count, "the value count"));
     if (count > numel) {
       return r.Error(absl::StrCat("value count ", count, " exceeds the ", numel, " values"));

@@ -116,6 +116,15 @@ absl::Status WireReader::Version(uint8_t expected) {
   return absl::OkStatus();
 }
 
+absl::Status WireReader::Numel(size_t expected) {
+  uint64_t numel = 0;
+  if (absl::Status s = Varint(&numel, "numel"); !s.ok()) return s;
+  if (numel != expected) {
+    return Error(absl::StrCat("payload is for ", numel, " values, the slice has ", expected));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status WireReader::Finish(std::string_view what) const {
   if (remaining() == 0) return absl::OkStatus();
   return Error(absl::StrCat(remaining(), " trailing bytes after ", AbslView(what)));

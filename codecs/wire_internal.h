@@ -81,6 +81,10 @@ class WireReader {
   absl::Status Varint(uint64_t* v, std::string_view what);
   // The next `n` bytes as a view into the payload.
   absl::Status Bytes(size_t n, std::string_view* v, std::string_view what);
+  // The value count (varint "numel") every self-describing payload carries after its
+  // version: refuses a count other than the slice's, "payload is for 9 values, the
+  // slice has 10".
+  absl::Status Numel(size_t expected);
   // The version byte: refuses anything but `expected`.
   absl::Status Version(uint8_t expected);
   // OK when every byte was consumed, else "<codec>: N trailing bytes after <what>".
