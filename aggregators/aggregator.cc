@@ -13,7 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "aggregators/coordinate_internal.h"
-#include "aggregators/simd_internal.h"
+#include "core/simd.h"
 #include "aggregators/stage_internal.h"
 #include "core/status.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <utility>
 
-#include "aggregators/simd_internal.h"
+#include "core/simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
     !defined(PS_NO_VECTOR_CLONES)

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "aggregators/coordinate_internal.h"
-#include "aggregators/simd_internal.h"
+#include "core/simd.h"
 
 namespace ps::aggregators::internal {
 namespace {

@@ -9,7 +9,6 @@
 // worker library's job.
 #include <algorithm>
 #include <array>
-#include <atomic>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -22,116 +21,11 @@
 #include "codecs/3lc_internal.h"
 #include "codecs/codec.h"
 #include "codecs/codec_internal.h"
+#include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
 #include "core/status.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <immintrin.h>
-#define PS_CODECS_HAVE_3LC_AVX2 1
-#endif
-
 namespace ps::codecs {
-namespace internal {
-namespace {
-
-std::atomic<bool> force_portable{false};
-
-void TernaryDigitsPortable(const float* x, size_t n, float half, uint8_t* digits) {
-  for (size_t i = 0; i < n; ++i) {
-    digits[i] = static_cast<uint8_t>(static_cast<int>(x[i] >= half) + static_cast<int>(x[i] > -half));
-  }
-}
-
-uint32_t MaxAbsBitsPortable(const float* x, size_t n) {
-  uint32_t m = 0;
-  for (size_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(x[i]) & 0x7fffffffu);
-  return m;
-}
-
-#ifdef PS_CODECS_HAVE_3LC_AVX2
-
-bool CpuHasAvx2() {
-  static const bool have = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") != 0;
-  }();
-  return have;
-}
-
-// 32 values per step: two compares give masks of -1, their negated sum is the digit;
-// packing to bytes interleaves 128-bit lanes, which the final permute undoes.
-__attribute__((target("avx2"))) void TernaryDigitsAvx2(const float* x, size_t n, float half,
-                                                      uint8_t* digits) {
-  const __m256 hi = _mm256_set1_ps(half);
-  const __m256 lo = _mm256_set1_ps(-half);
-  const __m256i zero = _mm256_setzero_si256();
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  size_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    __m256i q[4];
-    for (int k = 0; k < 4; ++k) {
-      const __m256 v = _mm256_loadu_ps(x + i + 8 * k);
-      const __m256i ge = _mm256_castps_si256(_mm256_cmp_ps(v, hi, _CMP_GE_OQ));
-      const __m256i gt = _mm256_castps_si256(_mm256_cmp_ps(v, lo, _CMP_GT_OQ));
-      q[k] = _mm256_sub_epi32(zero, _mm256_add_epi32(ge, gt));
-    }
-    const __m256i bytes =
-        _mm256_packus_epi16(_mm256_packs_epi32(q[0], q[1]), _mm256_packs_epi32(q[2], q[3]));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(digits + i),
-                        _mm256_permutevar8x32_epi32(bytes, order));
-  }
-  TernaryDigitsPortable(x + i, n - i, half, digits + i);
-}
-
-__attribute__((target("avx2"))) uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
-  const __m256i mask = _mm256_set1_epi32(0x7fffffff);
-  __m256i m0 = _mm256_setzero_si256();
-  __m256i m1 = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    m0 = _mm256_max_epu32(
-        m0, _mm256_and_si256(mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i))));
-    m1 = _mm256_max_epu32(
-        m1, _mm256_and_si256(mask, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i + 8))));
-  }
-  alignas(32) uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(m0, m1));
-  uint32_t m = MaxAbsBitsPortable(x + i, n - i);
-  for (uint32_t lane : lanes) m = std::max(m, lane);
-  return m;
-}
-
-bool UseAvx2() { return CpuHasAvx2() && !force_portable.load(std::memory_order_relaxed); }
-
-#else
-
-bool CpuHasAvx2() { return false; }
-bool UseAvx2() { return false; }
-
-#endif
-
-}  // namespace
-
-void TernaryDigits3lc(const float* x, size_t n, float half, uint8_t* digits) {
-#ifdef PS_CODECS_HAVE_3LC_AVX2
-  if (UseAvx2()) return TernaryDigitsAvx2(x, n, half, digits);
-#endif
-  TernaryDigitsPortable(x, n, half, digits);
-}
-
-uint32_t MaxAbsBits3lc(const float* x, size_t n) {
-#ifdef PS_CODECS_HAVE_3LC_AVX2
-  if (UseAvx2()) return MaxAbsBitsAvx2(x, n);
-#endif
-  return MaxAbsBitsPortable(x, n);
-}
-
-bool Set3lcPortableKernelsForTesting(bool portable) {
-  force_portable.store(portable, std::memory_order_relaxed);
-  return CpuHasAvx2();
-}
-
-}  // namespace internal
 
 namespace {
 
@@ -286,7 +180,7 @@ class ThreeLcCodec final : public Codec {
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
     const size_t n = values.size();
-    const uint32_t max_bits = internal::MaxAbsBits3lc(values.data(), n);
+    const uint32_t max_bits = internal::MaxAbsBits(values.data(), n);
     if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec_, values);
     // M = max|x| * s, rounded once to fp32; s < 2 keeps M / 2 <= max|x|, so the
     // largest value always becomes +-1. Clamped so a value near FLT_MAX keeps M finite.
@@ -307,7 +201,7 @@ class ThreeLcCodec final : public Codec {
     size_t run = 0;
     for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
       const size_t len = std::min(kBlockGroups * kGroup, n - start);
-      internal::TernaryDigits3lc(values.data() + start, len, half, digits);
+      internal::TernaryDigits(values.data() + start, len, half, digits);
       const size_t groups = (len + kGroup - 1) / kGroup;
       // Padding digits of the last group are zeros (digit 1).
       std::memset(digits + len, 1, groups * kGroup + 8 - len);

@@ -1,9 +1,8 @@
 // Pieces of the 3lc codec (3lc.cc, docs/codecs.md "3lc") that tests reach directly: the
-// byte constants of the format, the digit packing, and the switch between the AVX2
-// kernels and their portable twins (which give identical bytes).
+// byte constants of the format and the digit packing. Its digit kernel is
+// TernaryDigits in kernels_internal.h.
 //
-// Thread safety: everything here is pure, except Set3lcPortableKernelsForTesting,
-// which tests call before encoding.
+// Thread safety: everything here is pure.
 #pragma once
 
 #include <cstddef>
@@ -31,17 +30,5 @@ inline uint8_t Pack3lcGroup(const uint8_t* d) {
   constexpr uint64_t kWeights = (1ull << 32) | (3ull << 24) | (9ull << 16) | (27ull << 8) | 81ull;
   return static_cast<uint8_t>((v * kWeights) >> 32);
 }
-
-// The base-3 digit (t + 1) of each value: 2 when x >= half, 0 when x <= -half, else
-// 1. Requires finite values and half > 0.
-void TernaryDigits3lc(const float* x, size_t n, float half, uint8_t* digits);
-
-// Bits of the largest |x| (for finite values the integer order of the bits is the
-// order of the values; a result >= 0x7f800000 means some value is Inf or NaN).
-uint32_t MaxAbsBits3lc(const float* x, size_t n);
-
-// Forces the portable kernels (tests compare both paths); false restores AVX2 where
-// the CPU has it. Returns whether the AVX2 path exists on this CPU.
-bool Set3lcPortableKernelsForTesting(bool portable);
 
 }  // namespace ps::codecs::internal

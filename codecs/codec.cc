@@ -28,6 +28,9 @@ constexpr Entry kCodecs[] = {
     {"threshold", &internal::MakeThresholdCodec},
     {"randk", &internal::MakeRandkCodec},
     {"powersgd", &internal::MakePowerSgdCodec},
+    {"int8", &internal::MakeInt8Codec},
+    {"qsgd", &internal::MakeQsgdCodec},
+    {"terngrad", &internal::MakeTerngradCodec},
 };
 
 }  // namespace
@@ -62,6 +65,11 @@ absl::StatusOr<core::StageArgs> SingleStage(Stages stages, std::vector<std::stri
                                                    stages[1].name, "' cannot follow it"));
   }
   return core::StageArgs::Bind(stages[0], std::move(keys));
+}
+
+absl::StatusOr<size_t> BucketArg(const core::StageArgs& args) {
+  PS_ASSIGN_OR_RETURN(const int64_t bucket, args.Int("bucket", kDefaultBucket, 1, kMaxBucket));
+  return static_cast<size_t>(bucket);
 }
 
 std::string StageString(std::string_view name,

@@ -38,12 +38,22 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeSignCodec(Stages stages, const CodecO
 absl::StatusOr<std::unique_ptr<Codec>> MakeTopkCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeThresholdCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakeRandkCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeInt8Codec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeQsgdCodec(Stages stages, const CodecOptions& options);
+absl::StatusOr<std::unique_ptr<Codec>> MakeTerngradCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> Make3lcCodec(Stages stages, const CodecOptions& options);
 absl::StatusOr<std::unique_ptr<Codec>> MakePowerSgdCodec(Stages stages, const CodecOptions& options);
 
 // Binds the arguments of a codec that is a single stage (every dense codec), refusing
 // further stages: "fp16 is a whole codec; '+raw' cannot follow it".
 absl::StatusOr<core::StageArgs> SingleStage(Stages stages, std::vector<std::string> keys);
+
+// The quantizers' bucket size (int8, qsgd, terngrad): argument "bucket", values per
+// scale, in [1, kMaxBucket] (default 512).
+inline constexpr int64_t kDefaultBucket = 512;
+inline constexpr int64_t kMaxBucket = int64_t{1} << 24;
+absl::StatusOr<size_t> BucketArg(const core::StageArgs& args);
+inline size_t BucketCount(size_t numel, size_t bucket) { return (numel + bucket - 1) / bucket; }
 
 // The canonical stage string with every argument written out, in the order given:
 // StageString("int8", {{"bucket", "512"}}) == "int8(bucket=512)".
@@ -56,6 +66,10 @@ std::string FormatNumber(double value);
 // random streams: Mix(Mix(Mix(seed ^ worker) ^ round) ^ slice).
 uint64_t Mix64(uint64_t x);
 uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx);
+// The 32-bit stream seed of stochastic rounding for one encoding (kernels_internal.h).
+inline uint32_t RoundingSeed(uint64_t seed, const EncodeContext& ctx) {
+  return static_cast<uint32_t>(StreamSeed(seed, ctx) >> 32);
+}
 
 // bf16 conversions (bf16.cc): round to nearest even, saturating at +-0x1.fep127;
 // bf16 -> float is exact.

@@ -14,6 +14,7 @@
 #include "codecs/codec.h"
 #include "codecs/codec_internal.h"
 #include "codecs/compressed.h"
+#include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
 #include "core/status.h"
 
@@ -61,8 +62,7 @@ class SignCodec final : public Codec {
                       std::string* out) override {
     PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
     const size_t n = values.size();
-    double sum = 0;
-    for (float v : values) sum += std::fabs(double{v});
+    const double sum = internal::SumAbs(values.data(), n);
     const float scale = n == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(n));
     std::string bytes;
     bytes.reserve(MaxEncodedBytes(n));
@@ -71,18 +71,7 @@ class SignCodec final : public Codec {
     internal::PutF32(&bytes, scale);
     const size_t header = bytes.size();
     bytes.resize(header + (n + 7) / 8);
-    auto* dst = reinterpret_cast<unsigned char*>(bytes.data() + header);
-    size_t i = 0;
-    for (; i + 8 <= n; i += 8) {
-      unsigned byte = 0;
-      for (size_t b = 0; b < 8; ++b) byte |= static_cast<unsigned>(values[i + b] < 0) << b;
-      dst[i / 8] = static_cast<unsigned char>(byte);
-    }
-    if (i < n) {
-      unsigned byte = 0;
-      for (size_t b = 0; i + b < n; ++b) byte |= static_cast<unsigned>(values[i + b] < 0) << b;
-      dst[i / 8] = static_cast<unsigned char>(byte);
-    }
+    internal::PackSignBits(values.data(), n, reinterpret_cast<unsigned char*>(bytes.data() + header));
     *out = std::move(bytes);
     return absl::OkStatus();
   }
@@ -90,10 +79,8 @@ class SignCodec final : public Codec {
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     SignView view;
     PS_RETURN_IF_ERROR(ParseSign(bytes, out.size(), &view));
-    const auto* bits = reinterpret_cast<const unsigned char*>(view.bits.data());
-    const float pos = view.scale;
-    const float neg = -view.scale;
-    for (size_t i = 0; i < out.size(); ++i) out[i] = ((bits[i / 8] >> (i % 8)) & 1) ? neg : pos;
+    internal::UnpackSignBits(reinterpret_cast<const unsigned char*>(view.bits.data()), out.size(),
+                             view.scale, -view.scale, out.data());
     return absl::OkStatus();
   }
 

@@ -1,4 +1,5 @@
 #include <bit>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "codecs/codec_internal.h"
@@ -128,6 +129,23 @@ absl::Status WireReader::Numel(size_t expected) {
 absl::Status WireReader::Finish(std::string_view what) const {
   if (remaining() == 0) return absl::OkStatus();
   return Error(absl::StrCat(remaining(), " trailing bytes after ", AbslView(what)));
+}
+
+absl::Status ReadScales(WireReader* r, size_t count, float max_scale, std::string_view what,
+                        std::string_view* scales) {
+  const absl::string_view name = AbslView(what);
+  // count <= numel, the size of an existing buffer, so 4 * count cannot overflow.
+  if (absl::Status s = r->Bytes(4 * count, scales, what); !s.ok()) return s;
+  for (size_t i = 0; i < count; ++i) {
+    const float v = ScaleAt(*scales, i);
+    if (!std::isfinite(v)) return r->Error(absl::StrCat(name, " ", i, " is not finite (", v, ")"));
+    if (std::signbit(v)) return r->Error(absl::StrCat(name, " ", i, " is negative (", v, ")"));
+    if (v > max_scale) {
+      return r->Error(absl::StrCat(name, " ", i, " is ", v, ", above ", max_scale,
+                                   " (decoded values would overflow)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps::codecs::internal

@@ -104,6 +104,18 @@ class WireReader {
   size_t pos_ = 0;
 };
 
+// Reads `count` fp32 scales (one per bucket of a quantizing codec) as a view: each
+// finite, not negative (-0 included) and at most max_scale, so that decoded values
+// stay finite. "<codec>: <what> 3 is negative (-1)".
+absl::Status ReadScales(WireReader* r, size_t count, float max_scale, std::string_view what,
+                        std::string_view* scales);
+// Scale i of a view from ReadScales.
+inline float ScaleAt(std::string_view scales, size_t i) {
+  float v;
+  std::memcpy(&v, scales.data() + 4 * i, sizeof(v));  // little-endian host
+  return v;
+}
+
 // Reads bits LSB first from a byte range; reading past the end yields an error (the
 // caller checks ok() after a batch of reads: reads past the end return 0 bits).
 class BitReader {

@@ -10,12 +10,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "codecs/3lc_internal.h"
+#include "codecs/kernels_internal.h"
 #include "codecs/codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/codec_test_util.h"
 
 namespace ps::codecs {
 namespace {
+
+using ::ps::codecs::testing::Hex;
 
 using ::testing::HasSubstr;
 
@@ -30,17 +34,6 @@ std::string Encode(Codec& codec, const std::vector<float>& values) {
   const absl::Status s = codec.Encode(values, &bytes);
   EXPECT_TRUE(s.ok()) << s;
   return bytes;
-}
-
-std::string Hex(std::string_view bytes) {
-  static const char kDigits[] = "0123456789abcdef";
-  std::string out;
-  for (char c : bytes) {
-    if (!out.empty()) out += ' ';
-    out += kDigits[static_cast<unsigned char>(c) >> 4];
-    out += kDigits[static_cast<unsigned char>(c) & 15];
-  }
-  return out;
 }
 
 std::string Bytes(std::initializer_list<int> bytes) {
@@ -179,7 +172,7 @@ TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   auto codec = Make("3lc");
   for (bool portable : {false, true}) {
-    const bool have_avx2 = internal::Set3lcPortableKernelsForTesting(portable);
+    const bool have_avx2 = internal::SetPortableKernelsForTesting(portable);
     if (!portable && !have_avx2) continue;
     for (size_t n : {1, 4, 5, 6, 39, 40, 41, 79, 200, 2559, 2560, 2561, 6000, 20011}) {
       for (float density : {0.0f, 0.02f, 0.1f, 0.3f, 0.6f, 1.0f}) {
@@ -195,7 +188,7 @@ TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
       }
     }
   }
-  internal::Set3lcPortableKernelsForTesting(false);
+  internal::SetPortableKernelsForTesting(false);
 }
 
 TEST(ThreeLcTest, KernelPathsGiveIdenticalDigits) {
@@ -207,13 +200,13 @@ TEST(ThreeLcTest, KernelPathsGiveIdenticalDigits) {
   x[11] = -0.5f;
   x[12] = -0.0f;
   std::vector<uint8_t> a(x.size()), b(x.size());
-  if (!internal::Set3lcPortableKernelsForTesting(false)) GTEST_SKIP() << "no AVX2 on this CPU";
-  internal::TernaryDigits3lc(x.data(), x.size(), 0.5f, a.data());
-  const uint32_t max_a = internal::MaxAbsBits3lc(x.data(), x.size());
-  internal::Set3lcPortableKernelsForTesting(true);
-  internal::TernaryDigits3lc(x.data(), x.size(), 0.5f, b.data());
-  const uint32_t max_b = internal::MaxAbsBits3lc(x.data(), x.size());
-  internal::Set3lcPortableKernelsForTesting(false);
+  if (!internal::SetPortableKernelsForTesting(false)) GTEST_SKIP() << "no AVX2 on this CPU";
+  internal::TernaryDigits(x.data(), x.size(), 0.5f, a.data());
+  const uint32_t max_a = internal::MaxAbsBits(x.data(), x.size());
+  internal::SetPortableKernelsForTesting(true);
+  internal::TernaryDigits(x.data(), x.size(), 0.5f, b.data());
+  const uint32_t max_b = internal::MaxAbsBits(x.data(), x.size());
+  internal::SetPortableKernelsForTesting(false);
   EXPECT_EQ(a, b);
   EXPECT_EQ(max_a, max_b);
   EXPECT_EQ(a[10], 2);

@@ -48,7 +48,8 @@ TEST(MakeCodecTest, MakesEveryListedCodecWithItsSpec) {
 }
 
 TEST(MakeCodecTest, ListsNamesInStableOrder) {
-  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16", "bf16", "sign", "3lc", "topk", "threshold", "randk", "powersgd"));
+  EXPECT_THAT(CodecNames(), ElementsAre("fp32", "fp16", "bf16", "sign", "3lc", "topk", "threshold",
+                                       "randk", "powersgd", "int8", "qsgd", "terngrad"));
 }
 
 TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
@@ -56,7 +57,8 @@ TEST(MakeCodecTest, RefusesUnknownSpecListingKnownOnes) {
   ASSERT_FALSE(codec.ok());
   EXPECT_EQ(codec.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(codec.status().message(),
-            "unknown codec 'x'; known: fp32, fp16, bf16, sign, 3lc, topk, threshold, randk, powersgd");
+            "unknown codec 'x'; known: fp32, fp16, bf16, sign, 3lc, topk, threshold, randk, "
+            "powersgd, int8, qsgd, terngrad");
 }
 
 TEST(MakeCodecTest, IgnoresSpacesButFoldsNoCase) {

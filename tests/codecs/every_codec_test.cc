@@ -15,20 +15,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/codecs/example_specs.h"
+#include "tests/codecs/codec_test_util.h"
 
 namespace ps::codecs {
 namespace {
 
+using ::ps::codecs::testing::Gaussian;
+
 using testing::ExampleSpec;
 using testing::ExampleSpecs;
-
-std::vector<float> Gaussian(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
-}
 
 double RelL2Error(const std::vector<float>& x, const std::vector<float>& y) {
   double num = 0, den = 0;

@@ -45,6 +45,17 @@ inline const std::vector<ExampleSpec>& ExampleSpecs() {
       // Without a matrix shape (matrix_cols = 0 here) powersgd sends raw fp32.
       {"powersgd", 0.0},
       {"powersgd(rank=1)", 0.0},
+      // Stochastic rounding: unbiased, with variance set by the bucket's scale. int8's
+      // step is max|x| / 127 (about 0.01 relative on N(0, 1)); terngrad's relative
+      // variance is E|x| max|x| / E x^2 - 1 (about 1.5 at 512 values per bucket);
+      // qsgd's is at most min(d / s^2, sqrt(d) / s) for buckets of d (QSGD, Lemma 3.1).
+      {"int8", 0.02},
+      {"int8(bucket=7)", 0.02},
+      {"terngrad", 1.6},
+      {"terngrad(bucket=7)", 1.0},
+      {"qsgd", 0.8},
+      {"qsgd(s=1, bucket=64)", 3.0},
+      {"qsgd(s=65536, bucket=100)", 1e-4},
   };
   return specs;
 }

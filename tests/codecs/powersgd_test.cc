@@ -12,9 +12,12 @@
 #include "codecs/wire_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/codec_test_util.h"
 
 namespace ps::codecs {
 namespace {
+
+using ::ps::codecs::testing::Gaussian;
 
 using ::testing::HasSubstr;
 
@@ -89,14 +92,6 @@ std::vector<float> SpectralMatrix(size_t rows, size_t cols, const std::vector<do
     }
   }
   return m;
-}
-
-std::vector<float> Gaussian(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
 }
 
 float F32At(const std::string& bytes, size_t offset) {

@@ -21,9 +21,13 @@
 #include "codecs/wire_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/codec_test_util.h"
 
 namespace ps::codecs {
 namespace {
+
+using ::ps::codecs::testing::Hex;
+using ::ps::codecs::testing::Gaussian;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
@@ -61,17 +65,6 @@ std::string DecodeError(const Codec& codec, std::string_view bytes, size_t n) {
   return std::string(s.message());
 }
 
-std::string Hex(std::string_view bytes) {
-  std::string s;
-  for (unsigned char c : bytes) {
-    static const char* kDigits = "0123456789abcdef";
-    if (!s.empty()) s += ' ';
-    s += kDigits[c >> 4];
-    s += kDigits[c & 15];
-  }
-  return s;
-}
-
 // A payload from its parts, for hostile inputs.
 std::string Payload(uint8_t index_id, uint8_t value_id, uint64_t numel, uint64_t count,
                     std::string_view index, std::string_view value) {
@@ -92,14 +85,6 @@ std::string U32s(std::initializer_list<uint32_t> v) {
   std::string s;
   for (uint32_t x : v) internal::PutU32(&s, x);
   return s;
-}
-
-std::vector<float> Gaussian(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = normal(rng);
-  return v;
 }
 
 // Top k by sorting: |x| descending, lower index first on ties; in index order

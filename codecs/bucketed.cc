@@ -1,0 +1,30 @@
+#include "codecs/bucketed_internal.h"
+
+#include <cstring>
+
+#include "core/status.h"
+
+namespace ps::codecs::internal {
+
+size_t BucketedCodec::StartPayload(size_t numel, size_t body_bytes, std::string* bytes) const {
+  bytes->clear();
+  bytes->reserve(MaxEncodedBytes(numel));
+  PutU8(bytes, kFormatVersion);
+  PutVarint(bytes, numel);
+  const size_t scales_at = bytes->size();
+  bytes->resize(scales_at + 4 * Buckets(numel) + body_bytes);
+  return scales_at;
+}
+
+void BucketedCodec::SetScale(std::string* bytes, size_t scales_at, size_t b, float scale) {
+  std::memcpy(bytes->data() + scales_at + 4 * b, &scale, 4);  // little-endian host
+}
+
+absl::Status BucketedCodec::ReadHeader(WireReader* r, size_t numel, float max_scale,
+                                       std::string_view what, std::string_view* scales) const {
+  PS_RETURN_IF_ERROR(r->Version(kFormatVersion));
+  PS_RETURN_IF_ERROR(r->Numel(numel));
+  return ReadScales(r, Buckets(numel), max_scale, what, scales);
+}
+
+}  // namespace ps::codecs::internal

@@ -1,0 +1,98 @@
+// int8: 8-bit quantization with one max-norm scale per bucket and stochastic rounding
+// (the max-norm variant of QSGD used for all-reduce-compatible compression;
+// docs/codecs.md "int8").
+//
+// Wire: version, numel (varint), one fp32 scale per bucket of `bucket` values (the last
+// bucket may be shorter), then numel int8 values in two's complement, each in
+// [-127, 127]. Decode: x = q * scale of its bucket.
+// Encode: scale = max|x| / 127 over the bucket, q = floor(x / scale + u) with u uniform
+// in [0, 1) per value (unbiased: E[q * scale] = x), clamped to [-127, 127]. A bucket
+// whose scale would be below FLT_MIN (max|x| < 127 * 2^-126) is sent as scale 0.
+#include <algorithm>
+#include <bit>
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "codecs/bucketed_internal.h"
+#include "codecs/codec.h"
+#include "codecs/codec_internal.h"
+#include "codecs/kernels_internal.h"
+#include "codecs/wire_internal.h"
+#include "core/status.h"
+
+namespace ps::codecs {
+namespace {
+
+constexpr char kName[] = "int8";
+// The largest scale whose 127 multiple is finite.
+const float kMaxScale = std::nextafter(FLT_MAX / 127.0f, 0.0f);
+
+class Int8Codec final : public internal::BucketedCodec {
+ public:
+  Int8Codec(size_t bucket, uint64_t seed)
+      : BucketedCodec(internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
+                      seed) {}
+
+  absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
+                      std::string* out) override {
+    PS_RETURN_IF_ERROR(internal::CheckEncodable(spec(), values));
+    const size_t n = values.size();
+    std::string bytes;
+    const size_t scales_at = StartPayload(n, n, &bytes);
+    auto* q = reinterpret_cast<int8_t*>(bytes.data() + scales_at + 4 * Buckets(n));
+    const uint32_t seed = RoundingSeedFor(ctx);
+    for (size_t b = 0; b < Buckets(n); ++b) {
+      const size_t begin = Begin(b);
+      const size_t len = End(b, n) - begin;
+      const float max = std::bit_cast<float>(internal::MaxAbsBits(values.data() + begin, len));
+      float scale = std::min(max / 127.0f, kMaxScale);
+      if (scale < FLT_MIN) {
+        scale = 0;
+        std::fill(q + begin, q + begin + len, int8_t{0});
+      } else {
+        internal::QuantizeInt8(values.data() + begin, len, 1.0f / scale, seed,
+                               static_cast<uint32_t>(begin), q + begin);
+      }
+      SetScale(&bytes, scales_at, b, scale);
+    }
+    *out = std::move(bytes);
+    return absl::OkStatus();
+  }
+
+  absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
+    const size_t n = out.size();
+    internal::WireReader r(spec(), bytes);
+    std::string_view scales;
+    PS_RETURN_IF_ERROR(ReadHeader(&r, n, kMaxScale, "scale", &scales));
+    std::string_view values;
+    PS_RETURN_IF_ERROR(r.Bytes(n, &values, "the values"));
+    PS_RETURN_IF_ERROR(r.Finish("the values"));
+    const auto* q = reinterpret_cast<const int8_t*>(values.data());
+    if (internal::HasInt8Minimum(q, n)) {
+      const size_t i = static_cast<size_t>(std::find(q, q + n, int8_t{-128}) - q);
+      return r.Error(absl::StrCat("value ", i, " is -128, outside [-127, 127]"));
+    }
+    for (size_t b = 0; b < Buckets(n); ++b) {
+      internal::DequantizeInt8(q + Begin(b), End(b, n) - Begin(b), internal::ScaleAt(scales, b),
+                               out.data() + Begin(b));
+    }
+    return absl::OkStatus();
+  }
+
+  size_t MaxEncodedBytes(size_t numel) const override { return HeaderBytes(numel) + numel; }
+};
+
+}  // namespace
+
+namespace internal {
+absl::StatusOr<std::unique_ptr<Codec>> MakeInt8Codec(Stages stages, const CodecOptions& options) {
+  PS_ASSIGN_OR_RETURN(core::StageArgs args, SingleStage(stages, {"bucket"}));
+  PS_ASSIGN_OR_RETURN(const size_t bucket, BucketArg(args));
+  return std::unique_ptr<Codec>(std::make_unique<Int8Codec>(bucket, options.seed));
+}
+}  // namespace internal
+
+}  // namespace ps::codecs
