@@ -170,6 +170,9 @@ unsigned char* FlushRun(unsigned char* w, size_t run) {
   return w;
 }
 
+// Slices at least this long decode through a per-call table of scaled groups.
+constexpr size_t kFastDecodeMin = 4096;
+
 class ThreeLcCodec final : public Codec {
  public:
   explicit ThreeLcCodec(double s)
@@ -241,7 +244,9 @@ class ThreeLcCodec final : public Codec {
     // never follows it with another zero token.
     bool short_zero = false;
     bool nonzero = false;
-    for (size_t i = 0; i < body.size(); ++i) {
+    size_t i = 0;
+    if (n >= kFastDecodeMin) FastDecode(p, body.size(), scale, n, o, &i, &g, &short_zero, &nonzero);
+    for (; i < body.size(); ++i) {
       const unsigned char b = p[i];
       if (g == groups) {
         return r.Error(absl::StrCat(body.size() - i, " trailing bytes after the last of ",
@@ -299,6 +304,45 @@ class ThreeLcCodec final : public Codec {
   }
 
  private:
+  // Decodes the tokens of a long slice without data-dependent branches (group and run
+  // tokens alternate unpredictably): out is zeroed first, each group token stores its
+  // row of a per-call table of the 243 groups times the scale (the same products as
+  // the general loop) as 8 floats, the last 3 zero, and run tokens store a zero row and
+  // advance g by the run. It stops 14 groups before the end and leaves *i, *g and the
+  // flags for the general loop, which finishes the slice; on a non-canonical token it
+  // undoes nothing and leaves *i = 0, so the general loop reports the exact error.
+  static void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* o,
+                         size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out) {
+    alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
+    for (size_t b = 0; b < 243; ++b) {
+      for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
+    }
+    std::memset(o, 0, n * sizeof(float));
+    size_t i = 0;
+    size_t g = 0;
+    size_t short_zero = *short_zero_out;
+    size_t nonzero = 0;
+    size_t bad = 0;
+    // A run covers at most 14 groups; 8 floats from group g fit while 5 g + 8 <= n.
+    const size_t stop = n >= kGroup * k3lcMaxRun + 8 ? (n - 8) / kGroup - k3lcMaxRun : 0;
+    for (; i < size && g <= stop; ++i) {
+      const size_t b = p[i];
+      const size_t is_run = b >= k3lcRunBase;
+      const size_t is_zero_group = b == k3lcZeroGroup;
+      const size_t run = is_run * (b - k3lcRunBase + k3lcMinRun);
+      bad |= (is_run | is_zero_group) & short_zero;
+      short_zero = is_zero_group | (is_run & (run < static_cast<size_t>(k3lcMaxRun)));
+      nonzero |= (is_run | is_zero_group) ^ 1;
+      std::memcpy(o + kGroup * g, scaled[b], 8 * sizeof(float));
+      g += run + (is_run ^ 1);
+    }
+    if (bad) return;  // the general loop starts over and names the token
+    *i_out = i;
+    *g_out = g;
+    *short_zero_out = short_zero != 0;
+    *nonzero_out = nonzero != 0;
+  }
+
   static absl::Status NonCanonical(size_t offset, unsigned char b) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": byte ", offset, " (", b,

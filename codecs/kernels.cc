@@ -148,11 +148,16 @@ PS_AVX2 void UnpackSignBitsAvx2(const unsigned char* bits, size_t n, float pos, 
   UnpackSignBitsTail(bits, i, n, pos, neg, out);
 }
 
-// Eight RoundingUniform() values for indices first .. first + 7.
+// Eight RoundingUniform() values for indices first .. first + 7: the first multiply
+// of the hash is folded into a scalar start plus constant lane offsets (mod 2^32).
 PS_AVX2 inline __m256 UniformAvx2(__m256i seed, uint32_t first) {
-  const __m256i iota = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256i index = _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first)), iota);
-  __m256i h = _mm256_add_epi32(_mm256_mullo_epi32(index, _mm256_set1_epi32(static_cast<int>(0x9e3779b9u))), seed);
+  constexpr uint32_t kGolden = 0x9e3779b9u;
+  const __m256i lanes = _mm256_setr_epi32(0, static_cast<int>(kGolden), static_cast<int>(2 * kGolden),
+                                          static_cast<int>(3 * kGolden), static_cast<int>(4 * kGolden),
+                                          static_cast<int>(5 * kGolden), static_cast<int>(6 * kGolden),
+                                          static_cast<int>(7 * kGolden));
+  __m256i h = _mm256_add_epi32(
+      _mm256_add_epi32(_mm256_set1_epi32(static_cast<int>(first * kGolden)), lanes), seed);
   h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 16));
   h = _mm256_mullo_epi32(h, _mm256_set1_epi32(0x7feb352d));
   h = _mm256_xor_si256(h, _mm256_srli_epi32(h, 15));

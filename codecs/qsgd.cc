@@ -41,7 +41,6 @@ class QsgdCodec final : public internal::BucketedCodec {
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(internal::CheckEncodable(spec(), values));
     const size_t n = values.size();
     std::string bytes;
     const size_t scales_at = StartPayload(n, 0, &bytes);
@@ -50,6 +49,8 @@ class QsgdCodec final : public internal::BucketedCodec {
     for (size_t b = 0; b < Buckets(n); ++b) {
       double squares = 0;
       for (size_t i = Begin(b); i < End(b, n); ++i) squares += double{values[i]} * values[i];
+      // Finite floats' squares sum to a finite double: only Inf or NaN makes it otherwise.
+      if (!std::isfinite(squares)) return internal::CheckEncodable(spec(), values);
       // Clamped so that huge values keep a finite norm; levels are clamped to s below.
       const auto norm = static_cast<float>(std::min(std::sqrt(squares), double{FLT_MAX}));
       SetScale(&bytes, scales_at, b, norm);

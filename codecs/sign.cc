@@ -60,9 +60,11 @@ class SignCodec final : public Codec {
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
     const size_t n = values.size();
     const double sum = internal::SumAbs(values.data(), n);
+    // A sum of finite floats' magnitudes is finite in double: only Inf or NaN makes
+    // it otherwise (one pass instead of a separate check).
+    if (!std::isfinite(sum)) return internal::CheckEncodable(kSpec, values);
     const float scale = n == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(n));
     std::string bytes;
     bytes.reserve(MaxEncodedBytes(n));

@@ -76,21 +76,25 @@ std::vector<uint32_t> BestOf(std::span<const float> x, std::span<const uint32_t>
 }
 
 // Exact top-k in one pass when a sample predicts the k-th magnitude well: a
-// threshold a little below it (from a fixed-seed sample) keeps about 1.3k candidates,
-// and the exact top k are chosen among them. Returns false (and nothing) when the
-// candidates are fewer than k or far more (ties, odd distributions); the caller then
-// runs the histogram select. Either way the result is the exact top k.
+// threshold a little below it (from a fixed-seed sample) keeps about 1.3-1.7k
+// candidates, and the exact top k are chosen among them. Returns false (and nothing)
+// when the candidates are fewer than k or far more (ties, odd distributions); the
+// caller then runs the histogram select. Either way the result is the exact top k.
 bool TopkByPrefilter(std::span<const float> x, size_t k, std::vector<uint32_t>* out) {
   const size_t n = x.size();
   const double p = static_cast<double>(k) / static_cast<double>(n);
-  const auto samples = static_cast<size_t>(std::ceil(256 / p));
-  if (samples > n / 8) return false;
+  // m sampled keys are expected above the k-th largest; the sample stays within n / 16
+  // (m = 256 on large slices, down to 32 on small ones such as 2^16 values at 1%), so
+  // that sampling and selecting in it cost a fraction of the pass over x.
+  size_t m = 256;
+  while (m > 32 && std::ceil(static_cast<double>(m) / p) > static_cast<double>(n / 16)) m /= 2;
+  const auto samples = static_cast<size_t>(std::ceil(static_cast<double>(m) / p));
+  if (samples > n / 16) return false;
   std::vector<uint32_t> keys(samples);
   const uint64_t seed = Mix64(n ^ 0x70706b);
   for (size_t j = 0; j < samples; ++j) keys[j] = AbsBits(x[BoundedRandom(Mix64(seed + j), n)]);
-  // 256 sampled keys are expected above the k-th largest; 4 standard deviations more
-  // (64) make missing it unlikely.
-  const size_t rank = 256 + 64;
+  // Four standard deviations (4 sqrt(m)) more make missing the k-th largest unlikely.
+  const size_t rank = m + 4 * static_cast<size_t>(std::sqrt(static_cast<double>(m)));
   std::nth_element(keys.begin(), keys.begin() + static_cast<ptrdiff_t>(rank - 1), keys.end(),
                    std::greater<uint32_t>());
   const uint32_t t = keys[rank - 1];

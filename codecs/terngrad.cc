@@ -35,7 +35,6 @@ class TerngradCodec final : public internal::BucketedCodec {
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(internal::CheckEncodable(spec(), values));
     const size_t n = values.size();
     std::string bytes;
     const size_t scales_at = StartPayload(n, (n + 3) / 4, &bytes);
@@ -45,7 +44,9 @@ class TerngradCodec final : public internal::BucketedCodec {
     for (size_t b = 0; b < Buckets(n); ++b) {
       const size_t begin = Begin(b);
       const size_t len = End(b, n) - begin;
-      float scale = std::bit_cast<float>(internal::MaxAbsBits(values.data() + begin, len));
+      const uint32_t max_bits = internal::MaxAbsBits(values.data() + begin, len);
+      if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec(), values);  // Inf or NaN
+      float scale = std::bit_cast<float>(max_bits);
       if (scale < FLT_MIN) {
         scale = 0;  // codes stay 0
       } else {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "core/simd.h"
 
 namespace ps::core {
 
@@ -18,23 +19,36 @@ void AppendFp32(std::span<const float> values, std::string* out) {
   std::memcpy(out->data() + old, values.data(), values.size_bytes());
 }
 
-ptrdiff_t FindNonFinite(std::span<const float> values) {
-  // Branch-free scan over blocks so the common all-finite case vectorizes.
-  constexpr size_t kBlock = 1024;
-  for (size_t b = 0; b < values.size(); b += kBlock) {
-    const size_t e = std::min(values.size(), b + kBlock);
-    uint32_t bad = 0;
-    for (size_t i = b; i < e; ++i) {
-      const uint32_t bits = std::bit_cast<uint32_t>(values[i]);
-      bad |= static_cast<uint32_t>((bits & 0x7f800000u) == 0x7f800000u);
-    }
-    if (bad) {
-      for (size_t i = b; i < e; ++i) {
-        if (!std::isfinite(values[i])) return static_cast<ptrdiff_t>(i);
-      }
-    }
+namespace {
+
+constexpr size_t kFiniteBlock = 1024;
+
+// Whether any of the kFiniteBlock values at x is Inf or NaN: a branch-free OR over a
+// fixed count, which GCC vectorizes even at -O2 (no epilogue), in an AVX2 clone too.
+PS_VECTOR_CLONES bool BlockHasNonFinite(const float* x) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < kFiniteBlock; ++i) {
+    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0x7f800000u);
+  }
+  return bad != 0;
+}
+
+ptrdiff_t FirstNonFinite(std::span<const float> values, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    if (!std::isfinite(values[i])) return static_cast<ptrdiff_t>(i);
   }
   return -1;
+}
+
+}  // namespace
+
+ptrdiff_t FindNonFinite(std::span<const float> values) {
+  const size_t n = values.size();
+  size_t b = 0;
+  for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
+    if (BlockHasNonFinite(values.data() + b)) return FirstNonFinite(values, b, b + kFiniteBlock);
+  }
+  return FirstNonFinite(values, b, n);
 }
 
 absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what) {

@@ -191,6 +191,27 @@ TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
   internal::SetPortableKernelsForTesting(false);
 }
 
+// Long slices decode through the branch-free fast path; every value must be t * M
+// with t from the encoder's rule, on every mix of groups and runs.
+TEST(ThreeLcTest, LongSlicesDecodeToScaledTernaryValues) {
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  auto codec = Make("3lc");
+  for (size_t n : {4096, 4097, 4163, 6000, 20011}) {
+    for (float density : {0.0f, 0.01f, 0.05f, 0.3f, 1.0f}) {
+      std::vector<float> values(n);
+      for (float& v : values) v = std::fabs(uniform(rng)) < density ? uniform(rng) : 0.0f;
+      values[rng() % n] = 1.0f;  // M = 1
+      std::vector<float> out(n, 7.0f);
+      ASSERT_TRUE(codec->Decode(Encode(*codec, values), out).ok());
+      for (size_t i = 0; i < n; ++i) {
+        const float t = values[i] >= 0.5f ? 1.0f : values[i] <= -0.5f ? -1.0f : 0.0f;
+        ASSERT_EQ(out[i], t) << "n=" << n << " density=" << density << " i=" << i;
+      }
+    }
+  }
+}
+
 TEST(ThreeLcTest, KernelPathsGiveIdenticalDigits) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
@@ -309,6 +330,28 @@ TEST(ThreeLcDecodeTest, RefusesRunsTheGreedyEncoderWouldHaveMerged) {
   // After a full run of 14, another token is canonical.
   std::vector<float> out(75);
   EXPECT_TRUE(codec->Decode(Header(75, 0.0f) + Bytes({255, 121}), out).ok());
+}
+
+// The same refusals deep inside a long slice, where the fast path runs first.
+TEST(ThreeLcDecodeTest, RefusesNonCanonicalRunsInLongSlices) {
+  auto codec = Make("3lc");
+  const size_t n = 10000;  // 2000 groups: 1000 x (122, then a run of 2 = 243) + ...
+  std::string h = Bytes({1, 0x90, 0x4e});  // numel 10000
+  const float one = 1.0f;
+  h.append(reinterpret_cast<const char*>(&one), 4);
+  std::string body;
+  for (int i = 0; i < 666; ++i) body += Bytes({122, 243});  // 1998 groups
+  body += Bytes({122, 122});
+  std::vector<float> out(n);
+  ASSERT_TRUE(codec->Decode(h + body, out).ok());
+  EXPECT_EQ(out[5], 0.0f);
+  EXPECT_EQ(out[0], 1.0f);
+  std::string bad = body;
+  bad[601] = static_cast<char>(121);  // group 122, then 121, 243: a run split in two
+  bad.insert(602, Bytes({243}));
+  bad.erase(bad.size() - 2, 1);
+  ExpectRefused(*codec, h + bad, n,
+                "3lc: byte 609 (243) continues a zero run the encoder would have written as one byte");
 }
 
 TEST(ThreeLcDecodeTest, RefusesAScaleThatDisagreesWithTheDigits) {
