@@ -60,28 +60,6 @@ constexpr auto kRunToken = [] {
   return token;
 }();
 
-// Writes the tokens of one group byte `b` after `*run` pending zero groups, without
-// branches (zero and non-zero groups alternate unpredictably in gradients). Emitting a
-// 255 whenever 14 zero groups are pending, and the remainder before the next non-zero
-// group, is the greedy encoding: runs of 14 first, then one byte for 2..13 or a 121
-// for a single zero group. Always stores two bytes at w (the caller leaves a byte of
-// slack) and returns how far w advances.
-inline size_t PutGroup(uint8_t b, size_t* run, unsigned char* w) {
-  // Masks and arithmetic rather than conditionals, which GCC turns into branches.
-  const size_t prev = *run;  // 0..13; kRunToken[0] is 0
-  const size_t zero = size_t{b == k3lcZeroGroup};
-  const size_t pending = prev + zero;
-  const size_t full = size_t{pending == static_cast<size_t>(k3lcMaxRun)};
-  const size_t had_run = size_t{prev != 0};
-  // Zero group: 255 (kept only when the run is full). Otherwise the pending run's
-  // token, or b itself when nothing is pending.
-  const size_t first = kRunToken[prev] | (b & (had_run - 1)) | (0xff & (0 - zero));
-  w[0] = static_cast<unsigned char>(first);
-  w[1] = b;
-  *run = pending & (0 - (zero & (full ^ 1)));
-  return (zero & full) + (zero ^ 1) * (1 + had_run);
-}
-
 inline uint64_t Load64(const uint8_t* p) {
   uint64_t v;
   std::memcpy(&v, p, sizeof(v));
@@ -90,85 +68,84 @@ inline uint64_t Load64(const uint8_t* p) {
 
 constexpr uint64_t kOnes = 0x0101'0101'0101'0101ull;
 
-// Whether some byte of v is `b` (the exact SWAR zero-byte test on v ^ b...b).
-inline bool HasByte(uint64_t v, uint8_t b) {
-  const uint64_t x = v ^ (kOnes * b);
-  return ((x - kOnes) & ~x & (kOnes << 7)) != 0;
-}
-
-// The tokens of eight group bytes (little-endian in `bytes`) after `*run` (< 14)
-// pending zero groups. Each non-zero group l is preceded by the zero groups since the
-// previous non-zero one: `gap` is found from the position of that group's bit rather
-// than by counting, so the groups do not wait on each other; only w's advance is a
-// chain. The pending run enters as a marker bit below the chunk's bits (position
-// 15 - run), so a group with no non-zero group before it sees a gap of l + run.
-inline unsigned char* PutChunk(uint64_t bytes, size_t* run, unsigned char* w) {
-  // Bit l of `nonzero`: byte l is not 121 (SWAR: high bit of each byte of x != 0).
+// Bit l set when byte l of the eight group bytes in `bytes` is not a zero group (121):
+// SWAR, the high bit of each byte of x = bytes ^ 121...121 that is not zero, gathered
+// by one multiply.
+inline uint32_t NonZeroGroups(uint64_t bytes) {
   const uint64_t x = bytes ^ (kOnes * k3lcZeroGroup);
   const uint64_t high = (((x & (kOnes * 0x7f)) + kOnes * 0x7f) | x) & (kOnes << 7);
-  const auto nonzero = static_cast<uint32_t>((high * 0x0002'0408'1020'4081ull) >> 56);
-  const uint32_t marks = (nonzero << 16) | (1u << (15 - *run));
-  for (uint32_t l = 0; l < 8; ++l) {
-    const uint32_t nz = (nonzero >> l) & 1;
-    const uint32_t below = marks & ((1u << (16 + l)) - 1);  // never 0: the marker
-    const uint32_t gap = 16 + l - (32 - static_cast<uint32_t>(std::countl_zero(below)));
-    const uint32_t full = gap >= static_cast<uint32_t>(k3lcMaxRun);
-    const uint32_t rem = gap - k3lcMaxRun * full;  // < 14 (gap <= 13 + 7)
-    *w = k3lcRunBase + k3lcMaxRun - k3lcMinRun;
-    w += nz & full;
-    *w = kRunToken[rem];
-    w += nz & (rem != 0);
-    *w = static_cast<unsigned char>(bytes >> (8 * l));
-    w += nz;
+  return static_cast<uint32_t>((high * 0x0002'0408'1020'4081ull) >> 56);
+}
+
+// Writes the greedy tokens of `pending` zero groups that end before a non-zero group:
+// a 255 for each 14, then 121 for one more or 243 + r - 2 for r = 2..13. Stores one
+// byte more than it advances when the remainder is 0 (the caller keeps a byte of slack).
+inline unsigned char* PutZeroRun(size_t pending, unsigned char* w) {
+  if (pending >= static_cast<size_t>(k3lcMaxRun)) {
+    const size_t full = pending / k3lcMaxRun;
+    std::memset(w, k3lcRunBase + k3lcMaxRun - k3lcMinRun, full);
+    w += full;
+    pending -= full * k3lcMaxRun;
   }
-  // Zero groups after the last non-zero one (run + 8 when there is none).
-  const uint32_t pending = 23 - (31 - static_cast<uint32_t>(std::countl_zero(marks)));
-  const uint32_t full = pending >= static_cast<uint32_t>(k3lcMaxRun);
-  *w = k3lcRunBase + k3lcMaxRun - k3lcMinRun;
-  w += full;
-  *run = pending - k3lcMaxRun * full;
-  return w;
+  *w = kRunToken[pending];
+  return w + (pending != 0);
 }
 
 // Appends the tokens of `groups` groups whose digits are at d (with 8 readable bytes
-// after the last group), eight groups at a time. Two shortcuts keep sparse and dense
-// stretches cheaper still: eight all-zero groups (40 digits 1) only extend the run,
-// and eight non-zero groups with no run pending are copied as they are.
+// after the last group), eight groups at a time, after `*run` pending zero groups;
+// leaves the zero groups after the last non-zero one in *run (any count: FlushRun
+// writes them). Eight all-zero groups (40 digits 1) only extend the run, eight
+// non-zero groups with no run pending are copied, and a mixed chunk writes each
+// non-zero group after the run before it, found from its bit in NonZeroGroups: the
+// work follows the non-zero groups, not the zero ones.
 unsigned char* PutGroups(const uint8_t* d, size_t groups, size_t* run, unsigned char* w) {
+  size_t pending = *run;
   size_t g = 0;
   for (; g + 8 <= groups; g += 8, d += 8 * kGroup) {
     const uint64_t diff = (Load64(d) ^ kOnes) | (Load64(d + 8) ^ kOnes) |
                           (Load64(d + 16) ^ kOnes) | (Load64(d + 24) ^ kOnes) |
                           (Load64(d + 32) ^ kOnes);
     if (diff == 0) {
-      // At most 13 + 8 pending: one 255 when 14 or more.
-      const size_t pending = *run + 8;
-      const size_t full = size_t{pending >= static_cast<size_t>(k3lcMaxRun)};
-      *w = static_cast<unsigned char>(k3lcRunBase + k3lcMaxRun - k3lcMinRun);
-      w += full;
-      *run = pending - k3lcMaxRun * full;
+      pending += 8;
       continue;
     }
     uint64_t bytes = 0;
     for (size_t l = 0; l < 8; ++l) {
       bytes |= uint64_t{internal::Pack3lcGroup(d + kGroup * l)} << (8 * l);
     }
-    if (*run == 0 && !HasByte(bytes, k3lcZeroGroup)) {
+    uint32_t nonzero = NonZeroGroups(bytes);
+    if (nonzero == 0xff && pending == 0) {
       std::memcpy(w, &bytes, sizeof(bytes));
       w += sizeof(bytes);
       continue;
     }
-    w = PutChunk(bytes, run, w);
+    uint32_t next = 0;  // the first group of the chunk not yet accounted for
+    while (nonzero != 0) {
+      const auto l = static_cast<uint32_t>(std::countr_zero(nonzero));
+      nonzero &= nonzero - 1;
+      w = PutZeroRun(pending + (l - next), w);
+      *w++ = static_cast<unsigned char>(bytes >> (8 * l));
+      pending = 0;
+      next = l + 1;
+    }
+    pending += 8 - next;
   }
-  for (; g < groups; ++g, d += kGroup) w += PutGroup(internal::Pack3lcGroup(d), run, w);
+  for (; g < groups; ++g, d += kGroup) {
+    const uint8_t b = internal::Pack3lcGroup(d);
+    if (b == k3lcZeroGroup) {
+      ++pending;
+      continue;
+    }
+    w = PutZeroRun(pending, w);
+    *w++ = b;
+    pending = 0;
+  }
+  *run = pending;
   return w;
 }
 
-// Ends the encoding: the token of the zero groups still pending (fewer than 14).
-unsigned char* FlushRun(unsigned char* w, size_t run) {
-  if (run > 0) *w++ = kRunToken[run];
-  return w;
-}
+// Ends the encoding: the tokens of the zero groups still pending.
+unsigned char* FlushRun(unsigned char* w, size_t run) { return PutZeroRun(run, w); }
 
 // Slices at least this long decode through a per-call table of scaled groups.
 constexpr size_t kFastDecodeMin = 4096;
