@@ -2,6 +2,7 @@
 // docs/codecs.md "Sparse codecs").
 #include <algorithm>
 #include <bit>
+#include <cfloat>
 #include <climits>
 #include <cmath>
 #include <cstring>
@@ -410,10 +411,28 @@ void EncodePolyfit(int degree, std::span<const float> values, std::string* out) 
   for (size_t len : segs) PutVarint(out, len);
   size_t start = 0;
   std::vector<double> y;
+  std::vector<float> coef(static_cast<size_t>(degree) + 1);
   for (size_t len : segs) {
     y.resize(len);
     for (size_t j = 0; j < len; ++j) y[j] = values[order[start + j]];
-    for (double c : FitPolynomial(y, degree)) PutF32(out, static_cast<float>(c));
+    const std::vector<double> fit = FitPolynomial(y, degree);
+    bool finite = true;
+    for (size_t i = 0; i < coef.size(); ++i) {
+      coef[i] = static_cast<float>(fit[i]);
+      finite &= std::isfinite(coef[i]);
+    }
+    // The decoder refuses a segment whose fp32 coefficients or values overflow (values
+    // near FLT_MAX can fit to such a curve): send the segment's mean as a constant then.
+    for (size_t j = 0; j < len && finite; ++j) {
+      finite = std::isfinite(static_cast<float>(EvalSegment(coef.data(), degree, j, len)));
+    }
+    if (!finite) {
+      double mean = 0;
+      for (double v : y) mean += v / static_cast<double>(len);
+      std::fill(coef.begin(), coef.end(), 0.0f);
+      coef[0] = static_cast<float>(std::clamp(mean, -double{FLT_MAX}, double{FLT_MAX}));
+    }
+    for (float c : coef) PutF32(out, c);
     start += len;
   }
   std::vector<uint32_t> rank(n);

@@ -4,6 +4,9 @@
 #include <numeric>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
 namespace ps::fashion_mnist {
 namespace {
 
@@ -13,11 +16,32 @@ constexpr float kPixelStd = 0.3530f;
 
 }  // namespace
 
-MlpImpl::MlpImpl(int64_t inputs, int64_t hidden, int64_t classes)
+Mlp::Mlp(int64_t inputs, int64_t hidden, int64_t classes)
     : fc1_(register_module("fc1", torch::nn::Linear(inputs, hidden))),
       fc2_(register_module("fc2", torch::nn::Linear(hidden, classes))) {}
 
-torch::Tensor MlpImpl::forward(torch::Tensor x) { return fc2_(torch::relu(fc1_(x))); }
+torch::Tensor Mlp::forward(torch::Tensor x) { return fc2_(torch::relu(fc1_(x))); }
+
+Cnn::Cnn(int64_t classes)
+    : conv1_(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 5)))),
+      conv2_(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(8, 16, 5)))),
+      fc_(register_module("fc", torch::nn::Linear(16 * 4 * 4, classes))) {}
+
+torch::Tensor Cnn::forward(torch::Tensor x) {
+  x = x.view({-1, 1, 28, 28});
+  x = torch::max_pool2d(torch::relu(conv1_(x)), 2);  // 8 x 12 x 12
+  x = torch::max_pool2d(torch::relu(conv2_(x)), 2);  // 16 x 4 x 4
+  return fc_(x.flatten(1));
+}
+
+absl::StatusOr<std::shared_ptr<Classifier>> MakeClassifier(std::string_view kind, int64_t hidden) {
+  if (kind == "mlp") {
+    if (hidden <= 0) return absl::InvalidArgumentError("mlp: hidden width must be positive");
+    return std::shared_ptr<Classifier>(std::make_shared<Mlp>(kImagePixels, hidden, kNumClasses));
+  }
+  if (kind == "cnn") return std::shared_ptr<Classifier>(std::make_shared<Cnn>(kNumClasses));
+  return absl::InvalidArgumentError(absl::StrCat("unknown model '", core::AsAbsl(kind), "'; known: mlp, cnn"));
+}
 
 std::pair<torch::Tensor, torch::Tensor> MakeBatch(const Dataset& data,
                                                   std::span<const uint32_t> indices) {
@@ -39,10 +63,10 @@ std::pair<torch::Tensor, torch::Tensor> MakeBatch(const Dataset& data,
   return {x, y};
 }
 
-double Accuracy(Mlp& model, const Dataset& data, size_t chunk) {
+double Accuracy(Classifier& model, const Dataset& data, size_t chunk) {
   torch::NoGradGuard no_grad;
-  const bool was_training = model->is_training();
-  model->eval();
+  const bool was_training = model.is_training();
+  model.eval();
   int64_t correct = 0;
   std::vector<uint32_t> indices;
   for (size_t begin = 0; begin < data.size(); begin += chunk) {
@@ -50,9 +74,9 @@ double Accuracy(Mlp& model, const Dataset& data, size_t chunk) {
     indices.resize(end - begin);
     std::iota(indices.begin(), indices.end(), static_cast<uint32_t>(begin));
     auto [x, y] = MakeBatch(data, indices);
-    correct += model->forward(x).argmax(1).eq(y).sum().item<int64_t>();
+    correct += model.forward(x).argmax(1).eq(y).sum().item<int64_t>();
   }
-  model->train(was_training);
+  model.train(was_training);
   return data.size() == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(data.size());
 }
 

@@ -1,16 +1,21 @@
-// The Fashion-MNIST model and the torch side of the data: a 784-hidden-10 MLP with
-// ReLU, batches built from the raw IDX bytes, and test-set accuracy.
+// The Fashion-MNIST models and the torch side of the data: a 784-hidden-10 MLP with
+// ReLU and a small CNN (two 5x5 convolutions with max pooling, then a linear layer),
+// batches built from the raw IDX bytes, and test-set accuracy.
 //
 // Parameters are registered in forward order (fc1.weight, fc1.bias, fc2.weight,
-// fc2.bias), which is the order the parameter server's layout and priorities use.
-// torch modules are not thread-safe; one thread uses a model.
+// fc2.bias for the MLP), which is the order the parameter server's layout and
+// priorities use. torch modules are not thread-safe; one thread uses a model.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <string_view>
 #include <utility>
+
+#include "absl/status/statusor.h"
 
 #include "examples/fashion_mnist/idx.h"
 
@@ -18,23 +23,44 @@ namespace ps::fashion_mnist {
 
 inline constexpr int64_t kImagePixels = 28 * 28;
 
-class MlpImpl : public torch::nn::Module {
+// A classifier of flattened 28 x 28 images: x [batch, 784] float -> logits [batch, 10].
+class Classifier : public torch::nn::Module {
  public:
-  MlpImpl(int64_t inputs, int64_t hidden, int64_t classes);
-  // x: [batch, inputs] float; returns logits [batch, classes].
-  torch::Tensor forward(torch::Tensor x);
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+class Mlp final : public Classifier {
+ public:
+  Mlp(int64_t inputs, int64_t hidden, int64_t classes);
+  torch::Tensor forward(torch::Tensor x) override;
 
  private:
   torch::nn::Linear fc1_{nullptr};
   torch::nn::Linear fc2_{nullptr};
 };
-TORCH_MODULE(Mlp);
+
+// conv1 (1 -> 8, 5x5) relu maxpool2, conv2 (8 -> 16, 5x5) relu maxpool2, fc (256 -> 10):
+// 6,882 parameters.
+class Cnn final : public Classifier {
+ public:
+  explicit Cnn(int64_t classes);
+  torch::Tensor forward(torch::Tensor x) override;
+
+ private:
+  torch::nn::Conv2d conv1_{nullptr};
+  torch::nn::Conv2d conv2_{nullptr};
+  torch::nn::Linear fc_{nullptr};
+};
+
+// "mlp" (with `hidden` units) or "cnn"; its parameters come from torch's generator
+// (torch::manual_seed first for identical models everywhere).
+absl::StatusOr<std::shared_ptr<Classifier>> MakeClassifier(std::string_view kind, int64_t hidden);
 
 // Images `indices` of `data` as normalized floats [batch, 784] and labels int64 [batch].
 std::pair<torch::Tensor, torch::Tensor> MakeBatch(const Dataset& data,
                                                   std::span<const uint32_t> indices);
 
 // Fraction of `data` the model classifies correctly (evaluated in chunks, no grad).
-double Accuracy(Mlp& model, const Dataset& data, size_t chunk = 1000);
+double Accuracy(Classifier& model, const Dataset& data, size_t chunk = 1000);
 
 }  // namespace ps::fashion_mnist

@@ -2,6 +2,7 @@
 // random-k supports, Bloom policies, polyfit and deflate, spec parsing, and the
 // refusal of every malformed section.
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
@@ -411,6 +412,25 @@ std::string PolySection(uint8_t degree, std::vector<uint64_t> lens, std::vector<
   for (uint64_t l : lens) internal::PutVarint(&s, l);
   for (float c : coef) internal::PutF32(&s, c);
   return s + ranks;
+}
+
+// Found by the codec_decode fuzzer: values near -FLT_MAX fit to a cubic whose fp32
+// coefficients evaluate past FLT_MAX, so the decoder refused what the encoder wrote.
+TEST(PolyfitTest, HugeValuesStayDecodable) {
+  for (const char* spec : {"topk(0.3)+bloom(p2)+polyfit(degree=3)", "topk(1)+raw+polyfit(degree=7)"}) {
+    auto codec = Make(spec);
+    std::vector<float> x(64, 0.0f);
+    for (size_t i = 0; i <= 18; ++i) {
+      const double t = (static_cast<double>(i) - 9.0) / 9.0;
+      x[i] = static_cast<float>(-FLT_MAX * t * t);
+    }
+    std::string bytes;
+    ASSERT_TRUE(codec->Encode(x, &bytes).ok());
+    std::vector<float> out(x.size());
+    const absl::Status s = codec->Decode(bytes, out);
+    ASSERT_TRUE(s.ok()) << spec << ": " << s;
+    for (float v : out) EXPECT_TRUE(std::isfinite(v));
+  }
 }
 
 TEST(PolyfitTest, DecodeRefusesBadSections) {
