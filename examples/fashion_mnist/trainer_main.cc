@@ -44,6 +44,8 @@ struct TrainerFlags {
   uint64_t steps = 1000;
   uint32_t batch_size = 32;
   uint32_t hidden = 128;
+  std::string model = "mlp";
+  std::string split = "iid";
   uint64_t seed = 1;
   std::string codec = "fp32";
   bool error_feedback = false;
@@ -187,7 +189,7 @@ bool Diverged(const std::vector<torch::Tensor>& tensors, double limit) {
 struct Setup {
   Dataset train;
   Dataset test;  // loaded only where it is evaluated
-  Mlp model{nullptr};
+  std::shared_ptr<Classifier> model;
   std::vector<torch::Tensor> params;  // forward order
   std::vector<std::string> names;
   std::unique_ptr<BatchSampler> sampler;
@@ -201,13 +203,14 @@ absl::StatusOr<Setup> Prepare(const TrainerFlags& f) {
   if (s.evaluates) {
     PS_ASSIGN_OR_RETURN(s.test, LoadFashionMnist(f.data_dir, Split::kTest));
   }
+  PS_ASSIGN_OR_RETURN(const SplitSpec split, ParseSplit(f.split));
   PS_ASSIGN_OR_RETURN(std::vector<uint32_t> part,
-                      IidPartition(s.train.size(), f.workers, f.worker_id, f.seed));
+                      Partition(split, s.train.labels, kNumClasses, f.workers, f.worker_id, f.seed));
   s.sampler =
       std::make_unique<BatchSampler>(std::move(part), DeriveSeed(f.seed, 1000 + f.worker_id));
   // Same seed everywhere: every worker builds the same initial parameters.
   torch::manual_seed(f.seed);
-  s.model = Mlp(kImagePixels, f.hidden, kNumClasses);
+  PS_ASSIGN_OR_RETURN(s.model, MakeClassifier(f.model, f.hidden));
   for (const auto& item : s.model->named_parameters()) {
     s.names.push_back(item.key());
     s.params.push_back(item.value());
@@ -289,7 +292,7 @@ absl::Status RunLocal(const TrainerFlags& f, Progress& progress) {
   uint64_t step = 0;
   for (; step < f.steps; ++step) {
     if (f.eval_every > 0 && step % f.eval_every == 0)
-      progress.Eval(step, Accuracy(s.model, s.test));
+      progress.Eval(step, Accuracy(*s.model, s.test));
     const double loss = ComputeGradients(s, f.batch_size, indices);
     if (step % f.dump_every == 0) {
       for (const auto& p : s.params) PS_RETURN_IF_ERROR(dump.Write(p.grad()));
@@ -310,7 +313,7 @@ absl::Status RunLocal(const TrainerFlags& f, Progress& progress) {
     }
   }
   PS_RETURN_IF_ERROR(dump.Close());
-  const double accuracy = Accuracy(s.model, s.test);
+  const double accuracy = Accuracy(*s.model, s.test);
   progress.Eval(step, accuracy);
   progress.Done(step, accuracy, SecondsSince(start), diverged, 0);
   return absl::OkStatus();
@@ -375,7 +378,7 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
       break;
     }
     if (s.evaluates && f.eval_every > 0 && t % f.eval_every == 0) {
-      progress.Eval(t, Accuracy(s.model, s.test));
+      progress.Eval(t, Accuracy(*s.model, s.test));
     }
     const double loss = ComputeGradients(s, f.batch_size, indices);
     // Last layer first, as backward produces them; the send queue orders by priority.
@@ -402,7 +405,7 @@ absl::Status RunWithServer(const TrainerFlags& f, Progress& progress,
       PS_ASSIGN_OR_RETURN(const uint64_t version, worker->PullAll(t, outs, pull_timeout));
       (void)version;
     }
-    accuracy = Accuracy(s.model, s.test);
+    accuracy = Accuracy(*s.model, s.test);
     progress.Eval(t, *accuracy);
   }
   progress.Done(t, accuracy, SecondsSince(start), diverged, late_pushes);
@@ -451,6 +454,11 @@ int main(int argc, char** argv) {
   app.add_option("--steps", f.steps, "Training rounds (steps) in total");
   app.add_option("--batch-size", f.batch_size, "Examples per step and worker");
   app.add_option("--hidden", f.hidden, "Hidden width of the 784-hidden-10 MLP");
+  app.add_option("--model", f.model, "Model: mlp (784-hidden-10) or cnn (two 5x5 convolutions)")
+      ->check(CLI::IsMember({"mlp", "cnn"}));
+  app.add_option("--split", f.split,
+                 "How the training set is split among workers: iid, dirichlet(alpha=A) or "
+                 "gamma(G) (a G fraction IID, the rest sorted by label; docs/evaluation.md)");
   app.add_option("--seed", f.seed,
                  "Seed: same on all workers (identical initial parameters); batch sampling "
                  "uses a per-worker seed derived from it");
