@@ -224,12 +224,21 @@ class Scenario {
     };
     // clang-format on
     if (config_.error_feedback) args.emplace_back("--error-feedback");
+    if (worker == 0) {
+      args.insert(args.end(), {"--save-parameters", (std::filesystem::path(dir_) / "parameters.f32").string()});
+    }
     if (config_.worker_momentum > 0) {
       args.insert(args.end(), {"--worker-momentum", FormatArg(config_.worker_momentum)});
     }
+    if (config_.byzantine > 0) {
+      args.insert(args.end(), {"--byzantine", std::to_string(config_.byzantine), "--rule",
+                               result_.aggregator});
+    }
     if (worker >= config_.workers - config_.byzantine) {
-      args.insert(args.end(), {"--byzantine", config_.attack, "--byzantine-scale",
-                               FormatArg(config_.byzantine_scale)});
+      const std::string attack = config_.attack == "signflip"
+                                     ? absl::StrCat("signflip(scale=", FormatArg(config_.byzantine_scale), ")")
+                                     : config_.attack;
+      args.insert(args.end(), {"--attack", attack});
     }
     return args;
   }

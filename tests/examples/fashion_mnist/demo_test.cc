@@ -26,7 +26,7 @@ namespace {
 using ::testing::HasSubstr;
 using namespace std::chrono_literals;
 
-// Shared argument parsing: sets $port, $pf, $id, $steps, $byz; records $$ in pids/.
+// Shared argument parsing: sets $port, $pf, $id, $steps, $byz (the --attack); records $$ in pids/.
 constexpr char kPrologue[] = R"(#!/bin/sh
 port=; pf=; id=; steps=; byz=none
 while [ $# -gt 0 ]; do
@@ -35,7 +35,7 @@ while [ $# -gt 0 ]; do
     --port-file) pf=$2; shift;;
     --worker-id) id=$2; shift;;
     --steps) steps=$2; shift;;
-    --byzantine) byz=$2; shift;;
+    --attack) byz=$2; shift;;
   esac
   shift
 done
@@ -156,7 +156,7 @@ TEST_F(DemoTest, OnlyTheLastFWorkersAttack) {
   config_.byzantine = 2;
   ASSERT_TRUE(Run().ok);
   for (int w = 0; w < 4; ++w) {
-    EXPECT_EQ(ReadFile(dir_ / ("byzantine-" + std::to_string(w))), w >= 2 ? "signflip\n" : "none\n")
+    EXPECT_EQ(ReadFile(dir_ / ("byzantine-" + std::to_string(w))), w >= 2 ? "signflip(scale=10)\n" : "none\n")
         << "worker " << w;
   }
 }

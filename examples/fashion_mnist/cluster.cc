@@ -1,0 +1,177 @@
+#include "examples/fashion_mnist/cluster.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "server/logging.h"
+#include "server/server.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A free TCP port on 127.0.0.1 (bound, read and released).
+absl::StatusOr<uint16_t> FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return absl::UnavailableError("socket() failed");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  ::close(fd);
+  if (!ok) return absl::UnavailableError("cannot bind a loopback port");
+  return ntohs(addr.sin_port);
+}
+
+// Worker 0's events: kept for the result and passed on to the caller's observer.
+class Recorder final : public TrainerEvents {
+ public:
+  Recorder(ClusterResult* result, TrainerEvents* next) : result_(result), next_(next) {}
+  void Start(const TrainerConfig& c, bool local, uint64_t start_step, int64_t parameters) override {
+    if (next_) next_->Start(c, local, start_step, parameters);
+  }
+  void Step(uint64_t step, double loss) override {
+    result_->losses.emplace_back(step, loss);
+    if (next_) next_->Step(step, loss);
+  }
+  void Eval(uint64_t step, double accuracy) override {
+    result_->evals.emplace_back(step, accuracy);
+    if (next_) next_->Eval(step, accuracy);
+  }
+  void Warning(uint64_t step, std::string_view message) override {
+    if (next_) next_->Warning(step, message);
+  }
+  void Diverged(uint64_t step) override {
+    result_->diverged = true;
+    if (next_) next_->Diverged(step);
+  }
+  void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds, bool diverged,
+            uint64_t late_pushes) override {
+    result_->final_accuracy = accuracy;
+    if (next_) next_->Done(steps, accuracy, wall_seconds, diverged, late_pushes);
+  }
+
+ private:
+  ClusterResult* result_;
+  TrainerEvents* next_;
+};
+
+// Counts refused pushes of the other workers; nothing else is reported.
+class RefusalCounter final : public TrainerEvents {
+ public:
+  void Warning(uint64_t, std::string_view) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++count_;
+  }
+  uint64_t count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return count_;
+  }
+
+ private:
+  std::mutex mu_;
+  uint64_t count_ = 0;
+};
+
+}  // namespace
+
+absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const TrainingData& data,
+                                         TrainerEvents* events) {
+  const uint32_t n = config.trainer.workers;
+  if (config.byzantine >= n) {
+    return absl::InvalidArgumentError(absl::StrCat("f = ", config.byzantine, " must be below n = ", n));
+  }
+  if (config.num_shards == 0) return absl::InvalidArgumentError("at least one shard");
+  // One intra-op thread: the workers run in parallel threads, and a run repeats exactly.
+  torch::set_num_threads(1);
+  // The shards' info lines would drown the caller's progress output.
+  PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
+
+  std::vector<std::string> addresses;
+  for (uint32_t s = 0; s < config.num_shards; ++s) {
+    PS_ASSIGN_OR_RETURN(const uint16_t port, FreeLoopbackPort());
+    addresses.push_back(absl::StrCat("127.0.0.1:", port));
+  }
+  std::vector<std::unique_ptr<server::Server>> shards;
+  for (uint32_t s = 0; s < config.num_shards; ++s) {
+    server::ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = static_cast<uint16_t>(std::stoi(addresses[s].substr(addresses[s].rfind(':') + 1)));
+    o.shard_id = static_cast<int>(s);
+    o.num_shards = config.num_shards;
+    if (config.num_shards > 1) o.peers = addresses;
+    o.num_workers = n;
+    o.num_byzantine = config.byzantine;
+    o.aggregator = config.aggregator;
+    o.aggregation_scope = config.aggregation_scope;
+    o.learning_rate = static_cast<float>(config.lr);
+    o.momentum = static_cast<float>(config.momentum);
+    o.weight_decay = static_cast<float>(config.weight_decay);
+    o.round_deadline = config.round_deadline;
+    o.threads = 1;
+    o.log_level = "warn";
+    auto started = server::Server::Start(o);
+    if (!started.ok()) {
+      return absl::Status(started.status().code(),
+                          absl::StrCat("shard ", s, ": ", started.status().message()));
+    }
+    shards.push_back(*std::move(started));
+  }
+
+  ClusterResult result;
+  Recorder recorder(&result, events);
+  RefusalCounter others;
+  SharedGradientBoard board(n - config.byzantine);
+  std::vector<absl::Status> statuses(n);
+  std::vector<std::unique_ptr<Worker>> workers(n);
+  const auto start = Clock::now();
+  {
+    std::vector<std::thread> threads;
+    for (uint32_t w = 0; w < n; ++w) {
+      threads.emplace_back([&, w] {
+        TrainerConfig c = config.trainer;
+        c.worker_id = w;
+        c.shards = addresses;
+        c.byzantine = config.byzantine;
+        c.rule = config.aggregator;
+        c.attack = w >= n - config.byzantine ? config.attack : "none";
+        if (c.attack == "none") c.dump_gradients.clear();
+        if (w != 0) c.save_parameters.clear();
+        try {
+          statuses[w] = TrainWithServer(c, data, config.byzantine > 0 ? &board : nullptr,
+                                        w == 0 ? static_cast<TrainerEvents&>(recorder) : others,
+                                        &workers[w]);
+        } catch (const std::exception& e) {
+          statuses[w] = absl::InternalError(absl::StrCat("worker ", w, ": torch: ", e.what()));
+        }
+      });
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  result.refused_pushes = others.count();
+  workers.clear();
+  for (auto& s : shards) s->Shutdown();
+  shards.clear();
+  for (uint32_t w = 0; w < n; ++w) {
+    // A Byzantine worker may fail (its attack refused by its own library); the run
+    // stands as long as the honest ones finished.
+    if (!statuses[w].ok() && w < n - config.byzantine) {
+      return absl::Status(statuses[w].code(), absl::StrCat("worker ", w, ": ", statuses[w].message()));
+    }
+  }
+  return result;
+}
+
+}  // namespace ps::fashion_mnist

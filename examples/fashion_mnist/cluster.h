@@ -1,0 +1,55 @@
+// An in-process cluster (docs/evaluation.md): real ps-server shards (server::Server,
+// gRPC on loopback ports) and n workers as threads, each running TrainWithServer with
+// its own ps::Worker and model; the last f workers attack. Omniscient attacks see the
+// honest gradients of each round through a SharedGradientBoard. Used by the
+// experiment runner and by tests; the multi-process path (ps-demo, one process per
+// worker and shard) gives the same parameters for the same seed and no attack.
+//
+// Thread safety: RunCluster() may not run concurrently with itself (it sets torch's
+// thread count and starts servers on free ports); it blocks until the run ends.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "examples/fashion_mnist/training.h"
+
+namespace ps::fashion_mnist {
+
+struct ClusterConfig {
+  // Every worker's settings; RunCluster fills in worker_id, shards, attack, byzantine
+  // and rule per worker. trainer.workers is n.
+  TrainerConfig trainer;
+  uint32_t num_shards = 2;
+  // The servers' rule and optimizer.
+  std::string aggregator = "mean";
+  std::string aggregation_scope = "model";
+  double lr = 0.05;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  std::chrono::milliseconds round_deadline{5000};
+  // f workers (the last ones) push `attack` (an attacks::MakeAttack spec).
+  uint32_t byzantine = 0;
+  std::string attack = "none";
+};
+
+struct ClusterResult {
+  std::vector<std::pair<uint64_t, double>> evals;  // worker 0's (step, test accuracy)
+  std::vector<std::pair<uint64_t, double>> losses;  // worker 0's (step, training loss)
+  std::optional<double> final_accuracy;
+  bool diverged = false;
+  double wall_seconds = 0;
+  uint64_t refused_pushes = 0;  // pushes the workers saw refused (Byzantine ones mostly)
+};
+
+// Runs one cluster to the end. `events`, if given, also receives worker 0's events
+// (progress display). Fails when a shard does not start or an honest worker fails.
+absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const TrainingData& data,
+                                         TrainerEvents* events = nullptr);
+
+}  // namespace ps::fashion_mnist

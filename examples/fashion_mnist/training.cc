@@ -1,0 +1,471 @@
+#include "examples/fashion_mnist/training.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <span>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "aggregators/aggregator.h"
+#include "core/layout.h"
+#include "core/status.h"
+#include "examples/fashion_mnist/model.h"
+#include "examples/fashion_mnist/partition.h"
+#include "worker_lib/attacks/attack.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// True when training has blown up: a parameter is not finite or its magnitude exceeds
+// `limit` (0: no magnitude limit). Every worker checks the same pulled version, so all
+// of them stop at the same round; checking before gradients overflow keeps every push
+// finite (a shard refuses non-finite pushes).
+bool Diverged(const std::vector<torch::Tensor>& tensors, double limit) {
+  torch::NoGradGuard no_grad;
+  for (const torch::Tensor& t : tensors) {
+    const double largest = t.abs().max().item<double>();  // NaN propagates
+    if (!std::isfinite(largest) || (limit > 0 && largest > limit)) return true;
+  }
+  return false;
+}
+
+// Everything both modes share: model, sampler, attack.
+struct Setup {
+  std::shared_ptr<Classifier> model;
+  std::vector<torch::Tensor> params;  // forward order
+  std::vector<std::string> names;
+  std::unique_ptr<BatchSampler> sampler;
+  std::unique_ptr<attacks::Attack> attack;  // null: honest
+  bool evaluates = false;
+};
+
+absl::StatusOr<Setup> Prepare(const TrainerConfig& c, const TrainingData& data, bool local) {
+  Setup s;
+  s.evaluates = local || c.worker_id == 0;
+  if (s.evaluates && data.test.size() == 0) {
+    return absl::FailedPreconditionError("this worker evaluates but the test set is not loaded");
+  }
+  PS_ASSIGN_OR_RETURN(const SplitSpec split, ParseSplit(c.split));
+  PS_ASSIGN_OR_RETURN(std::vector<uint32_t> part, Partition(split, data.train.labels, kNumClasses,
+                                                             c.workers, c.worker_id, c.seed));
+  s.sampler = std::make_unique<BatchSampler>(std::move(part), DeriveSeed(c.seed, 1000 + c.worker_id));
+  if (c.attack != "none") {
+    PS_ASSIGN_OR_RETURN(s.attack, attacks::MakeAttack(c.attack));
+  }
+  {
+    // torch's generator is process-wide: seed and build under one lock, so that every
+    // worker (thread or process) starts from the same parameters.
+    static std::mutex init_mu;
+    std::lock_guard<std::mutex> lock(init_mu);
+    torch::manual_seed(c.seed);
+    PS_ASSIGN_OR_RETURN(s.model, MakeClassifier(c.model, c.hidden));
+  }
+  for (const auto& item : s.model->named_parameters()) {
+    s.names.push_back(item.key());
+    s.params.push_back(item.value());
+  }
+  return s;
+}
+
+// One batch: forward, backward; returns the loss. Gradients land in param.grad(). A
+// label-flipping attacker trains on label 9 - y.
+double ComputeGradients(Setup& s, const Dataset& train, uint32_t batch_size,
+                        std::vector<uint32_t>& indices) {
+  s.sampler->Next(batch_size, indices);
+  auto [x, y] = MakeBatch(train, indices);
+  if (s.attack != nullptr && s.attack->flips_labels()) y = (kNumClasses - 1) - y;
+  s.model->zero_grad();
+  torch::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(x), y);
+  loss.backward();
+  return loss.item<double>();
+}
+
+int64_t CountParameters(const Setup& s) {
+  int64_t n = 0;
+  for (const auto& p : s.params) n += p.numel();
+  return n;
+}
+
+// The gradient of every parameter, concatenated in parameter order.
+std::vector<float> FlatGradient(const Setup& s) {
+  std::vector<float> flat;
+  flat.reserve(static_cast<size_t>(CountParameters(s)));
+  for (const auto& p : s.params) {
+    const torch::Tensor g = p.grad().contiguous();
+    flat.insert(flat.end(), g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
+  }
+  return flat;
+}
+
+// --dump-gradients: the gradients as raw little-endian fp32, appended tensor by tensor
+// (real data for `ps-bench codecs --data real --gradients FILE`).
+class GradientDump {
+ public:
+  static absl::StatusOr<GradientDump> Open(const std::string& path) {
+    GradientDump d;
+    d.path_ = path;
+    if (path.empty()) return d;
+    d.file_.reset(std::fopen(path.c_str(), "wb"));
+    if (d.file_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("--dump-gradients: cannot open '", path, "' for writing"));
+    }
+    return d;
+  }
+  absl::Status Write(std::span<const float> values) {
+    if (file_ == nullptr) return absl::OkStatus();
+    if (std::fwrite(values.data(), sizeof(float), values.size(), file_.get()) != values.size()) {
+      return absl::InternalError(absl::StrCat("--dump-gradients: write to '", path_, "' failed"));
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Close() {
+    if (file_ != nullptr && std::fclose(file_.release()) != 0) {
+      return absl::InternalError(absl::StrCat("--dump-gradients: closing '", path_, "' failed"));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct Closer {
+    void operator()(std::FILE* f) const { std::fclose(f); }
+  };
+  std::string path_;
+  std::unique_ptr<std::FILE, Closer> file_;
+};
+
+// Writes the parameters, concatenated in parameter order, as raw fp32 to `path`.
+absl::Status SaveParameters(const Setup& s, const std::string& path) {
+  if (path.empty()) return absl::OkStatus();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  for (const auto& p : s.params) {
+    const torch::Tensor c = p.detach().contiguous();
+    out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * 4));
+  }
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write the parameters to ", path));
+  return absl::OkStatus();
+}
+
+// What this worker contributes this round, flattened: its gradient, or its attack's
+// vector computed from it (and from the board's gradients for omniscient attacks).
+absl::StatusOr<std::vector<float>> Contribution(const TrainerConfig& c, const Setup& s,
+                                                GradientBoard* board,
+                                                const aggregators::Aggregator* rule, uint64_t round,
+                                                std::vector<float> own) {
+  const bool byzantine = s.attack != nullptr;
+  if (board != nullptr && board->Publishes(byzantine)) {
+    PS_RETURN_IF_ERROR(board->Publish(round, c.worker_id, own));
+  }
+  if (!byzantine) return own;
+  std::vector<std::vector<float>> seen;
+  if (board != nullptr && s.attack->omniscient()) {
+    PS_ASSIGN_OR_RETURN(seen, board->Collect(round, c.pull_timeout));
+  }
+  std::vector<std::span<const float>> honest(seen.begin(), seen.end());
+  attacks::AttackContext ctx;
+  ctx.own = own;
+  ctx.honest = honest;
+  ctx.num_workers = static_cast<int>(c.workers);
+  ctx.num_byzantine = static_cast<int>(c.byzantine);
+  ctx.rule = rule;
+  ctx.seed = c.seed;
+  ctx.worker_id = c.worker_id;
+  ctx.round = round;
+  std::vector<float> out(own.size());
+  PS_RETURN_IF_ERROR(s.attack->Apply(ctx, out));
+  return out;
+}
+
+// Copies flat (parameter order) into the parameters' gradients.
+void SetGradients(Setup& s, const std::vector<float>& flat) {
+  torch::NoGradGuard no_grad;
+  size_t at = 0;
+  for (auto& p : s.params) {
+    torch::Tensor g = p.mutable_grad();
+    std::memcpy(g.data_ptr<float>(), flat.data() + at, static_cast<size_t>(g.numel()) * sizeof(float));
+    at += static_cast<size_t>(g.numel());
+  }
+}
+
+// The rule the optimized attacks search against (null when the attack needs none).
+absl::StatusOr<std::unique_ptr<aggregators::Aggregator>> AttackRule(const TrainerConfig& c,
+                                                                    const Setup& s) {
+  if (s.attack == nullptr || !s.attack->needs_rule()) return nullptr;
+  aggregators::AggregatorOptions options;
+  options.num_workers = static_cast<int>(c.workers);
+  options.num_byzantine = static_cast<int>(c.byzantine);
+  return aggregators::MakeAggregator(c.rule, options);
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
+  if (c.workers == 0 || c.worker_id >= c.workers) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker id ", c.worker_id, " must be below the worker count ", c.workers));
+  }
+  if (c.batch_size == 0 || c.hidden == 0) {
+    return absl::InvalidArgumentError("batch size and hidden width must be positive");
+  }
+  if (!local && c.shards.empty()) return absl::InvalidArgumentError("shard addresses are required unless local");
+  if (c.byzantine >= c.workers) {
+    return absl::InvalidArgumentError(absl::StrCat("f = ", c.byzantine, " must be below n = ", c.workers));
+  }
+  if (c.attack != "none") PS_RETURN_IF_ERROR(attacks::MakeAttack(c.attack).status());
+  PS_RETURN_IF_ERROR(ParseSplit(c.split).status());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingData> LoadTrainingData(const std::string& dir, bool with_test) {
+  TrainingData data;
+  PS_ASSIGN_OR_RETURN(data.train, LoadFashionMnist(dir, Split::kTrain));
+  if (with_test) {
+    PS_ASSIGN_OR_RETURN(data.test, LoadFashionMnist(dir, Split::kTest));
+  }
+  return data;
+}
+
+// ---- boards ----
+
+absl::Status SharedGradientBoard::Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    rounds_[round][worker_id] = std::move(gradient);
+    while (!rounds_.empty() && rounds_.begin()->first + 3 < round) rounds_.erase(rounds_.begin());
+  }
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> SharedGradientBoard::Collect(
+    uint64_t round, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const bool complete = changed_.wait_for(lock, timeout, [&] {
+    auto it = rounds_.find(round);
+    return it != rounds_.end() && it->second.size() >= expected_;
+  });
+  if (!complete) {
+    return absl::DeadlineExceededError(absl::StrCat("round ", round, ": the honest gradients did not all arrive"));
+  }
+  std::vector<std::vector<float>> out;
+  for (const auto& [worker, g] : rounds_[round]) out.push_back(g);  // copies: others read too
+  return out;
+}
+
+std::string DirectoryGradientBoard::Path(uint64_t round, uint32_t worker_id) const {
+  return absl::StrCat(dir_, "/round-", round, "-worker-", worker_id, ".f32");
+}
+
+absl::Status DirectoryGradientBoard::Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) {
+  const std::string path = Path(round, worker_id);
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(gradient.data()),
+              static_cast<std::streamsize>(gradient.size() * sizeof(float)));
+    if (!out) return absl::UnavailableError(absl::StrCat("side channel: cannot write ", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("side channel: cannot rename to ", path, ": ", ec.message()));
+  written_.emplace_back(round, worker_id);
+  while (!written_.empty() && written_.front().first + 2 < round) {
+    std::filesystem::remove(Path(written_.front().first, written_.front().second), ec);
+    written_.erase(written_.begin());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::vector<float>>> DirectoryGradientBoard::Collect(
+    uint64_t round, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  const std::string prefix = absl::StrCat("round-", round, "-worker-");
+  while (true) {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
+      const std::string name = entry.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".f32") {
+        files.push_back(entry.path().string());
+      }
+    }
+    if (ec) return absl::UnavailableError(absl::StrCat("side channel: cannot list ", dir_, ": ", ec.message()));
+    if (files.size() >= expected_) {
+      std::sort(files.begin(), files.end());
+      std::vector<std::vector<float>> out;
+      for (const std::string& f : files) {
+        std::ifstream in(f, std::ios::binary);
+        std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
+        std::vector<float> g(bytes.size() / sizeof(float));
+        std::memcpy(g.data(), bytes.data(), g.size() * sizeof(float));
+        out.push_back(std::move(g));
+      }
+      return out;
+    }
+    if (Clock::now() > deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("side channel: round ", round, " has ", files.size(),
+                                                      " of ", expected_, " gradients in ", dir_));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+// ---- the loops ----
+
+absl::Status TrainLocal(const TrainerConfig& c, const TrainingData& data, TrainerEvents& events) {
+  PS_RETURN_IF_ERROR(ValidateConfig(c, /*local=*/true));
+  PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/true));
+  PS_ASSIGN_OR_RETURN(GradientDump dump, GradientDump::Open(c.dump_gradients));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, AttackRule(c, s));
+  torch::optim::SGD optimizer(
+      s.model->parameters(),
+      torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  events.Start(c, /*local=*/true, 0, CountParameters(s));
+  const auto start = Clock::now();
+  std::vector<uint32_t> indices;
+  bool diverged = false;
+  uint64_t step = 0;
+  for (; step < c.steps; ++step) {
+    if (c.eval_every > 0 && step % c.eval_every == 0) events.Eval(step, Accuracy(*s.model, data.test));
+    const double loss = ComputeGradients(s, data.train, c.batch_size, indices);
+    std::vector<float> own = FlatGradient(s);
+    if (step % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(own));
+    if (s.attack != nullptr) {
+      PS_ASSIGN_OR_RETURN(std::vector<float> pushed,
+                          Contribution(c, s, nullptr, rule.get(), step, std::move(own)));
+      SetGradients(s, pushed);
+    }
+    optimizer.step();
+    if (c.log_every > 0 && ((step + 1) % c.log_every == 0 || step + 1 == c.steps)) {
+      events.Step(step + 1, loss);
+    }
+    if (Diverged(s.params, c.divergence_limit)) {
+      diverged = true;
+      events.Diverged(step + 1);
+      ++step;
+      break;
+    }
+  }
+  PS_RETURN_IF_ERROR(dump.Close());
+  PS_RETURN_IF_ERROR(SaveParameters(s, c.save_parameters));
+  const double accuracy = Accuracy(*s.model, data.test);
+  events.Eval(step, accuracy);
+  events.Done(step, accuracy, SecondsSince(start), diverged, 0);
+  return absl::OkStatus();
+}
+
+absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, GradientBoard* board,
+                             TrainerEvents& events, std::unique_ptr<Worker>* keep_worker) {
+  PS_RETURN_IF_ERROR(ValidateConfig(c, /*local=*/false));
+  PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/false));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, AttackRule(c, s));
+
+  std::vector<core::TensorSpec> specs;
+  std::vector<std::span<const float>> initial;
+  std::vector<std::span<float>> outs;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    torch::Tensor& p = s.params[i];
+    specs.push_back({s.names[i], static_cast<uint64_t>(p.numel()), static_cast<int32_t>(i)});
+    initial.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
+    outs.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
+  }
+  PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
+                      core::ModelLayout::Create(std::move(specs), core::kDefaultSliceElems,
+                                                static_cast<uint32_t>(c.shards.size())));
+  WorkerOptions options;
+  options.shard_addresses = c.shards;
+  options.worker_id = c.worker_id;
+  options.push.codec = c.codec;
+  options.push.error_feedback = c.error_feedback;
+  options.push.momentum = c.worker_momentum;
+  options.codec_seed = c.seed;
+  for (size_t i = 0; i < s.params.size(); ++i) {
+    if (s.params[i].dim() != 2) continue;
+    PushOptions matrix = options.push;  // weights: out x in, row-major
+    matrix.matrix_cols = static_cast<uint32_t>(s.params[i].size(1));
+    options.tensor_push.emplace(s.names[i], matrix);
+  }
+  PS_ASSIGN_OR_RETURN(GradientDump dump, GradientDump::Open(c.dump_gradients));
+  options.connect_timeout = c.connect_timeout;
+  std::unique_ptr<Worker> owned;
+  std::unique_ptr<Worker>& holder = keep_worker != nullptr ? *keep_worker : owned;
+  PS_ASSIGN_OR_RETURN(holder, Worker::Start(std::move(options), std::move(layout), initial));
+  Worker* worker = holder.get();
+
+  uint64_t t = worker->start_version();
+  events.Start(c, /*local=*/false, t, CountParameters(s));
+  const auto start = Clock::now();
+  std::vector<uint32_t> indices;
+  uint64_t late_pushes = 0;
+  bool diverged = false;
+  while (t < c.steps) {
+    PS_ASSIGN_OR_RETURN(const uint64_t version, worker->PullAll(t, outs, c.pull_timeout));
+    if (version > t) {
+      // The others closed rounds without us (quorum at the deadline): catch up.
+      events.Warning(t, absl::StrCat("pulled version ", version, " while at round ", t, "; skipping ahead"));
+      t = version;
+      if (t >= c.steps) break;
+    }
+    if (Diverged(s.params, c.divergence_limit)) {
+      diverged = true;
+      events.Diverged(t);
+      break;
+    }
+    if (s.evaluates && c.eval_every > 0 && t % c.eval_every == 0) {
+      events.Eval(t, Accuracy(*s.model, data.test));
+    }
+    const double loss = ComputeGradients(s, data.train, c.batch_size, indices);
+    PS_ASSIGN_OR_RETURN(std::vector<float> pushed,
+                        Contribution(c, s, board, rule.get(), t, FlatGradient(s)));
+    if (t % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(pushed));
+    // Last layer first, as backward produces them; the send queue orders by priority.
+    size_t end = pushed.size();
+    for (size_t i = s.params.size(); i-- > 0;) {
+      const auto numel = static_cast<size_t>(s.params[i].numel());
+      end -= numel;
+      absl::Status status = worker->Push(i, t, std::span<const float>(pushed.data() + end, numel));
+      if (status.ok()) continue;
+      // The worker library refuses to encode Inf/NaN: a nan or inf attacker sends nothing.
+      if (s.attack == nullptr) return status;
+      events.Warning(t, absl::StrCat("push not sent: ", status.message()));
+      break;
+    }
+    if (absl::Status status = worker->WaitPushes(); !status.ok()) {
+      // A Byzantine vector the shards refuse (nan, inf) is the attack working as meant.
+      if (status.code() != absl::StatusCode::kOutOfRange && s.attack == nullptr) return status;
+      ++late_pushes;
+      events.Warning(t, absl::StrCat("push refused: ", status.message()));
+    }
+    ++t;
+    if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps)) events.Step(t, loss);
+  }
+
+  PS_RETURN_IF_ERROR(dump.Close());
+  std::optional<double> accuracy;
+  if (s.evaluates) {
+    // Final parameters: version `steps` once every shard closed the last round.
+    if (!diverged) {
+      PS_ASSIGN_OR_RETURN(const uint64_t version, worker->PullAll(t, outs, c.pull_timeout));
+      (void)version;
+    }
+    PS_RETURN_IF_ERROR(SaveParameters(s, c.save_parameters));
+    accuracy = Accuracy(*s.model, data.test);
+    events.Eval(t, *accuracy);
+  }
+  events.Done(t, accuracy, SecondsSince(start), diverged, late_pushes);
+  return absl::OkStatus();
+}
+
+}  // namespace ps::fashion_mnist

@@ -1,0 +1,164 @@
+// One Fashion-MNIST worker's training loop, alone (TrainLocal, plain SGD as a baseline)
+// or against ps-server shards (TrainWithServer: pull version t, compute one batch's
+// gradient, push it for round t), honest or Byzantine (docs/examples.md,
+// docs/evaluation.md). Used by the ps-fashion-mnist binary (one worker per process)
+// and by the in-process cluster (one worker per thread, cluster.h).
+//
+// A Byzantine worker pushes what its attack (worker_lib/attacks) makes of its own
+// gradient and, for omniscient attacks, of the gradients on a GradientBoard: in one
+// process the honest workers publish theirs there; across processes the Byzantine
+// workers share their own through a directory (the side channel of docs/evaluation.md).
+//
+// Thread safety: the functions may run concurrently on different configurations (one
+// thread per worker) sharing one TrainingData, which is only read. Models are built
+// under a process-wide lock, so that torch's seeded generator gives every worker the
+// same initial parameters. Callers set torch::set_num_threads(1) for reproducible runs.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "examples/fashion_mnist/idx.h"
+#include "worker_lib/worker.h"
+
+namespace ps::fashion_mnist {
+
+struct TrainerConfig {
+  // Shard addresses host:port by shard id (TrainWithServer).
+  std::vector<std::string> shards;
+  uint32_t worker_id = 0;
+  uint32_t workers = 1;
+  uint64_t steps = 1000;
+  uint32_t batch_size = 32;
+  std::string model = "mlp";  // mlp or cnn
+  uint32_t hidden = 128;      // the MLP's hidden width
+  std::string split = "iid";  // partition.h: iid, dirichlet(alpha=A), gamma(G)
+  // Same on all workers: identical initial parameters, the same split; batches use a
+  // per-worker seed derived from it.
+  uint64_t seed = 1;
+  std::string codec = "fp32";
+  bool error_feedback = false;
+  double worker_momentum = 0;
+  // Worker 0 (and a local run) evaluates test accuracy every this many steps (0: only
+  // at the end).
+  uint64_t eval_every = 100;
+  uint64_t log_every = 10;  // a Step event every this many steps (0: never)
+  // This worker's attack (an attacks::MakeAttack spec) or "none".
+  std::string attack = "none";
+  // f, and the servers' aggregator spec: the attacks' context (z of ALIE, the rule the
+  // optimized variants search against).
+  uint32_t byzantine = 0;
+  std::string rule = "mean";
+  // --local only: the optimizer the server would run.
+  double lr = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 0;
+  std::chrono::milliseconds pull_timeout{120'000};
+  std::chrono::milliseconds connect_timeout{60'000};
+  // Stop ("diverged") once a parameter's magnitude exceeds this or is not finite.
+  double divergence_limit = 1e6;
+  // Gradients appended as raw fp32 every dump_every rounds (empty: none).
+  std::string dump_gradients;
+  uint64_t dump_every = 50;
+  // The final parameters as raw little-endian fp32 in parameter order, written by a
+  // local run and by worker 0 after the last round (empty: not saved).
+  std::string save_parameters;
+};
+
+// Refuses inconsistent settings with a message naming the field.
+absl::Status ValidateConfig(const TrainerConfig& config, bool local);
+
+// What a run reports. Every method has an empty default.
+class TrainerEvents {
+ public:
+  virtual ~TrainerEvents() = default;
+  virtual void Start(const TrainerConfig& config, bool local, uint64_t start_step,
+                     int64_t parameters) {}
+  virtual void Step(uint64_t step, double loss) {}
+  virtual void Eval(uint64_t step, double accuracy) {}
+  virtual void Warning(uint64_t step, std::string_view message) {}
+  virtual void Diverged(uint64_t step) {}
+  virtual void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds,
+                    bool diverged, uint64_t late_pushes) {}
+};
+
+// The data sets, loaded once and shared (read-only) by the workers of a process.
+struct TrainingData {
+  Dataset train;
+  Dataset test;  // empty where nobody evaluates
+};
+absl::StatusOr<TrainingData> LoadTrainingData(const std::string& dir, bool with_test);
+
+// Where omniscient attackers find the vectors they compute from, per round: the
+// gradients (flattened in parameter order) of the workers that publish.
+class GradientBoard {
+ public:
+  virtual ~GradientBoard() = default;
+  // Whether a worker that is (not) Byzantine publishes its own gradient here.
+  virtual bool Publishes(bool byzantine) const = 0;
+  virtual absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) = 0;
+  // The published gradients of `round` (by worker id) once all expected ones are in;
+  // DEADLINE_EXCEEDED after `timeout`.
+  virtual absl::StatusOr<std::vector<std::vector<float>>> Collect(uint64_t round,
+                                                                  std::chrono::milliseconds timeout) = 0;
+};
+
+// In one process: the honest workers publish, `expected` of them per round. Rounds
+// older than the newest collected one minus 2 are dropped.
+class SharedGradientBoard final : public GradientBoard {
+ public:
+  explicit SharedGradientBoard(uint32_t expected) : expected_(expected) {}
+  bool Publishes(bool byzantine) const override { return !byzantine; }
+  absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) override;
+  absl::StatusOr<std::vector<std::vector<float>>> Collect(uint64_t round,
+                                                          std::chrono::milliseconds timeout) override;
+
+ private:
+  const uint32_t expected_;
+  std::mutex mu_;
+  std::condition_variable changed_;
+  std::map<uint64_t, std::map<uint32_t, std::vector<float>>> rounds_;  // guarded by mu_
+};
+
+// Across processes: the `expected` Byzantine workers publish their own gradients as
+// files `<dir>/round-<t>-worker-<w>.f32` (raw little-endian fp32, written to a
+// temporary name and renamed) and read each other's; files of rounds before t - 2 are
+// removed by the worker that wrote them. The attack then computes from the attackers'
+// own gradients, the only honest-looking data they have.
+class DirectoryGradientBoard final : public GradientBoard {
+ public:
+  DirectoryGradientBoard(std::string dir, uint32_t expected) : dir_(std::move(dir)), expected_(expected) {}
+  bool Publishes(bool byzantine) const override { return byzantine; }
+  absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) override;
+  absl::StatusOr<std::vector<std::vector<float>>> Collect(uint64_t round,
+                                                          std::chrono::milliseconds timeout) override;
+
+ private:
+  std::string Path(uint64_t round, uint32_t worker_id) const;
+  const std::string dir_;
+  const uint32_t expected_;
+  std::vector<std::pair<uint64_t, uint32_t>> written_;  // (round, worker) files of this process
+};
+
+// Plain SGD in this process (the baseline). `data.test` must be loaded.
+absl::Status TrainLocal(const TrainerConfig& config, const TrainingData& data,
+                        TrainerEvents& events);
+
+// One worker of a ps-server cluster. `board` may be null (no omniscient attack sees
+// anything but the attacker's own gradient). `keep_worker` receives the Worker so that
+// the caller decides when it is destroyed (see ps-fashion-mnist's main).
+absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& data,
+                             GradientBoard* board, TrainerEvents& events,
+                             std::unique_ptr<Worker>* keep_worker);
+
+}  // namespace ps::fashion_mnist
