@@ -2,9 +2,11 @@
 # The two Quick start commands (see README.md):
 #   bash run.sh demo   # local cluster on Fashion-MNIST with a Byzantine worker
 #   bash run.sh test   # the whole test suite, then every libFuzzer target briefly
-# and for benchmarks (docs/bench.md):
+# and for benchmarks (docs/bench.md) and experiments (docs/evaluation.md):
 #   bash run.sh bench aggregators [flags]   # ps-bench; also installs python3-torch
 #                                           # for bench/compare_torch.py
+#   bash run.sh experiment [flags]          # ps-experiment on the default grid (or
+#                                           # --config FILE); installs python3-matplotlib
 # Each installs missing Debian packages (as root, through apt-get), configures and
 # builds in build/, then runs. Quiet unless something fails.
 #
@@ -84,6 +86,15 @@ case "${1:-}" in
       grep -a '^===' "$LOG_DIR/fuzz.log" | tail -n 1
     fi
     ;;
+  experiment)
+    shift
+    PACKAGES+=(python3-matplotlib)
+    install_missing
+    configure_and_build ps-experiment
+    config=()
+    case " $* " in *" --config "*) ;; *) config=(--config examples/fashion_mnist/experiments/default.toml) ;; esac
+    exec "$BUILD_DIR/bin/ps-experiment" "${config[@]}" "$@"
+    ;;
   bench)
     shift
     PACKAGES+=(python3-torch)
@@ -93,7 +104,7 @@ case "${1:-}" in
     ;;
   *)
     echo "usage: bash run.sh demo [ps-demo flags] | bash run.sh test [ctest flags]" \
-      "| bash run.sh bench SUBCOMMAND [ps-bench flags]" >&2
+      "| bash run.sh bench SUBCOMMAND [ps-bench flags] | bash run.sh experiment [ps-experiment flags]" >&2
     exit 2
     ;;
 esac

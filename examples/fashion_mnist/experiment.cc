@@ -1,0 +1,325 @@
+#include "examples/fashion_mnist/experiment.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <set>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+// Splits a value into tokens: a one-line array "[a, "b, c"]" or a single value. Quotes
+// are removed; commas inside quotes stay.
+absl::StatusOr<std::vector<std::string>> Tokens(std::string_view value) {
+  value = Trim(value);
+  const bool array = !value.empty() && value.front() == '[';
+  if (array) {
+    if (value.back() != ']') return absl::InvalidArgumentError("array without a closing ']'");
+    value = value.substr(1, value.size() - 2);
+  }
+  std::vector<std::string> out;
+  std::string current;
+  bool quoted = false, was_quoted = false;
+  auto finish = [&]() -> absl::Status {
+    const std::string_view t = was_quoted ? std::string_view(current) : Trim(current);
+    if (t.empty() && !was_quoted) return absl::InvalidArgumentError("empty value");
+    out.emplace_back(t);
+    current.clear();
+    was_quoted = false;
+    return absl::OkStatus();
+  };
+  for (char c : value) {
+    if (c == '"') {
+      if (!quoted && !Trim(current).empty()) return absl::InvalidArgumentError("a quote inside a bare value");
+      if (!quoted) current.clear();
+      quoted = !quoted;
+      was_quoted = true;
+      continue;
+    }
+    if (c == ',' && !quoted && array) {
+      PS_RETURN_IF_ERROR(finish());
+      continue;
+    }
+    if (!quoted && was_quoted && c != ' ' && c != '\t') {
+      return absl::InvalidArgumentError("text after a closing quote");
+    }
+    if (quoted || !was_quoted) current += c;
+  }
+  if (quoted) return absl::InvalidArgumentError("unterminated string");
+  if (!(array && Trim(value).empty())) PS_RETURN_IF_ERROR(finish());
+  if (out.empty()) return absl::InvalidArgumentError("empty list");
+  if (!array && out.size() != 1) return absl::InvalidArgumentError("one value expected");
+  return out;
+}
+
+template <typename T>
+absl::StatusOr<T> ParseNumber(const std::string& token, std::string_view kind) {
+  T v{};
+  const auto [ptr, ec] = std::from_chars(token.data(), token.data() + token.size(), v);
+  if (ec != std::errc() || ptr != token.data() + token.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("'", token, "' is not ", core::AsAbsl(kind)));
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (!std::isfinite(v)) return absl::InvalidArgumentError(absl::StrCat("'", token, "' is not finite"));
+  }
+  return v;
+}
+
+using Setter = std::function<absl::Status(const std::vector<std::string>&)>;
+
+template <typename T>
+Setter List(std::vector<T>* field, std::string_view kind) {
+  return [field, kind](const std::vector<std::string>& tokens) -> absl::Status {
+    std::vector<T> values;
+    for (const std::string& t : tokens) {
+      if constexpr (std::is_same_v<T, std::string>) {
+        values.push_back(t);
+      } else {
+        PS_ASSIGN_OR_RETURN(T v, ParseNumber<T>(t, kind));
+        values.push_back(v);
+      }
+    }
+    *field = std::move(values);
+    return absl::OkStatus();
+  };
+}
+
+template <typename T>
+Setter Scalar(T* field, std::string_view kind) {
+  return [field, kind](const std::vector<std::string>& tokens) -> absl::Status {
+    if (tokens.size() != 1) return absl::InvalidArgumentError("one value expected, not a list");
+    if constexpr (std::is_same_v<T, std::string>) {
+      *field = tokens[0];
+    } else if constexpr (std::is_same_v<T, bool>) {
+      if (tokens[0] != "true" && tokens[0] != "false") {
+        return absl::InvalidArgumentError(absl::StrCat("'", tokens[0], "' is not true or false"));
+      }
+      *field = tokens[0] == "true";
+    } else {
+      PS_ASSIGN_OR_RETURN(*field, ParseNumber<T>(tokens[0], kind));
+    }
+    return absl::OkStatus();
+  };
+}
+
+std::string Num(double v) { return absl::StrFormat("%g", v); }
+
+// A CSV field: quoted when it holds a comma, quote or newline.
+std::string Csv(std::string_view s) {
+  if (s.find_first_of(",\"\n") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string CellColumns(const Cell& c) {
+  return absl::StrCat(Csv(c.rule), ",", Csv(c.attack), ",", c.byzantine, ",", Csv(c.split), ",",
+                      Csv(c.codec), ",", Num(c.worker_momentum), ",", c.seed);
+}
+
+constexpr char kCellHeader[] = "rule,attack,byzantine,split,codec,worker_momentum,seed";
+
+}  // namespace
+
+absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
+  ExperimentConfig c;
+  const std::map<std::string, Setter, std::less<>> setters = {
+      {"rules", List(&c.rules, "")},
+      {"attacks", List(&c.attacks, "")},
+      {"byzantine", List(&c.byzantine, "an unsigned integer")},
+      {"splits", List(&c.splits, "")},
+      {"codecs", List(&c.codecs, "")},
+      {"worker_momentum", List(&c.worker_momentum, "a number")},
+      {"seeds", List(&c.seeds, "an unsigned integer")},
+      {"workers", Scalar(&c.workers, "an unsigned integer")},
+      {"shards", Scalar(&c.shards, "an unsigned integer")},
+      {"steps", Scalar(&c.steps, "an unsigned integer")},
+      {"batch_size", Scalar(&c.batch_size, "an unsigned integer")},
+      {"model", Scalar(&c.model, "")},
+      {"hidden", Scalar(&c.hidden, "an unsigned integer")},
+      {"lr", Scalar(&c.lr, "a number")},
+      {"momentum", Scalar(&c.momentum, "a number")},
+      {"eval_every", Scalar(&c.eval_every, "an unsigned integer")},
+      {"error_feedback", Scalar(&c.error_feedback, "")},
+      {"round_deadline_ms", Scalar(&c.round_deadline_ms, "an unsigned integer")},
+      {"data_dir", Scalar(&c.data_dir, "")},
+  };
+  std::set<std::string> seen;
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    // A '#' outside quotes starts a comment.
+    bool quoted = false;
+    for (size_t i = 0; i < line.size(); ++i) {
+      if (line[i] == '"') quoted = !quoted;
+      if (line[i] == '#' && !quoted) {
+        line = line.substr(0, i);
+        break;
+      }
+    }
+    line = Trim(line);
+    if (line.empty()) continue;
+    const auto where = [&](std::string_view key, absl::string_view message) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "config line ", line_no, ": ", key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
+    };
+    const size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return where("", absl::StrCat("expected 'key = value', got '", core::AsAbsl(line), "'"));
+    const std::string key(Trim(line.substr(0, eq)));
+    const auto setter = setters.find(key);
+    if (setter == setters.end()) {
+      std::vector<std::string> known;
+      for (const auto& [k, unused] : setters) known.push_back(k);
+      return where("", absl::StrCat("unknown key '", key, "'; known: ", absl::StrJoin(known, ", ")));
+    }
+    if (!seen.insert(key).second) return where(key, "given twice");
+    auto tokens = Tokens(line.substr(eq + 1));
+    if (!tokens.ok()) return where(key, tokens.status().message());
+    if (absl::Status s = setter->second(*tokens); !s.ok()) return where(key, s.message());
+  }
+  if (c.workers == 0 || c.shards == 0 || c.steps == 0 || c.batch_size == 0) {
+    return absl::InvalidArgumentError("config: workers, shards, steps and batch_size must be positive");
+  }
+  for (uint32_t f : c.byzantine) {
+    if (f >= c.workers) {
+      return absl::InvalidArgumentError(absl::StrCat("config: byzantine ", f, " must be below workers ", c.workers));
+    }
+  }
+  for (double wm : c.worker_momentum) {
+    if (wm < 0 || wm >= 1) return absl::InvalidArgumentError(absl::StrCat("config: worker_momentum ", wm, " is not in [0, 1)"));
+  }
+  return c;
+}
+
+std::string Cell::Label() const {
+  return absl::StrCat(rule, " | ", attack, " | f=", byzantine, " | ", split, " | ", codec, " | wm=",
+                      Num(worker_momentum), " | seed ", seed);
+}
+
+std::vector<Cell> ExpandGrid(const ExperimentConfig& c) {
+  std::vector<Cell> cells;
+  for (const std::string& rule : c.rules) {
+    for (double wm : c.worker_momentum) {
+      for (const std::string& split : c.splits) {
+        for (const std::string& codec : c.codecs) {
+          for (uint32_t f : c.byzantine) {
+            const std::vector<std::string> attacks =
+                f == 0 ? std::vector<std::string>{"none"} : c.attacks;
+            for (const std::string& attack : attacks) {
+              for (uint64_t seed : c.seeds) {
+                cells.push_back({rule, attack, f, split, codec, wm, seed});
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return cells;
+}
+
+std::string ResultsCsv(const std::vector<CellResult>& results) {
+  std::string out = absl::StrCat(kCellHeader, ",step,test_accuracy\n");
+  for (const CellResult& r : results) {
+    for (const auto& [step, accuracy] : r.evals) {
+      absl::StrAppend(&out, CellColumns(r.cell), ",", step, ",", absl::StrFormat("%.4f", accuracy), "\n");
+    }
+  }
+  return out;
+}
+
+std::string SummaryCsv(const std::vector<CellResult>& results) {
+  std::string out = absl::StrCat(kCellHeader, ",final_accuracy,diverged,wall_seconds,error\n");
+  for (const CellResult& r : results) {
+    absl::StrAppend(&out, CellColumns(r.cell), ",",
+                    r.final_accuracy ? absl::StrFormat("%.4f", *r.final_accuracy) : "", ",",
+                    r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds), ",",
+                    Csv(r.error), "\n");
+  }
+  return out;
+}
+
+std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results) {
+  // Mean final accuracy over seeds per (rule, wm, split, codec, f, attack); a diverged
+  // or failed run counts as its accuracy (diverged runs evaluate what they have) or 0.
+  using Row = std::tuple<std::string, double, std::string, std::string>;
+  std::map<std::tuple<Row, uint32_t, std::string>, std::pair<double, int>> sums;
+  std::vector<Row> rows;
+  std::vector<uint32_t> fs;
+  for (const CellResult& r : results) {
+    const Row row{r.cell.rule, r.cell.worker_momentum, r.cell.split, r.cell.codec};
+    if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
+    if (r.cell.byzantine > 0 && std::find(fs.begin(), fs.end(), r.cell.byzantine) == fs.end()) {
+      fs.push_back(r.cell.byzantine);
+    }
+    auto& [sum, count] = sums[{row, r.cell.byzantine, r.cell.attack}];
+    sum += r.final_accuracy.value_or(0.0);
+    ++count;
+  }
+  auto mean = [&](const Row& row, uint32_t f, const std::string& attack) -> std::optional<double> {
+    auto it = sums.find({row, f, attack});
+    if (it == sums.end()) return std::nullopt;
+    return it->second.first / it->second.second;
+  };
+  auto cell = [](std::optional<double> v) { return v ? absl::StrFormat("%.4f", *v) : std::string("-"); };
+  std::vector<std::string> attacks;  // the attack columns: every listed one but "none"
+  for (const std::string& a : config.attacks) {
+    if (a != "none") attacks.push_back(a);
+  }
+  std::string out;
+  for (uint32_t f : fs) {
+    absl::StrAppend(&out, "Final test accuracy with f = ", f, " of n = ", config.workers,
+                    " Byzantine workers (mean over ", config.seeds.size(), " seed(s)); no attack = the ",
+                    "same rule and f with every worker honest (or f = 0 when the grid has no 'none' ",
+                    "attack); worst = the lowest over the attacks; drop = no attack - worst, in points.\n\n");
+    absl::StrAppend(&out, "| rule | worker momentum | split | codec | no attack | ",
+                    absl::StrJoin(attacks, " | "), " | worst | drop |\n|---|---|---|---|---|");
+    for (size_t i = 0; i < attacks.size() + 2; ++i) out += "---|";
+    out += "\n";
+    for (const Row& row : rows) {
+      const auto& [rule, wm, split, codec] = row;
+      // The baseline: the same f with every worker honest when the grid has it, else f = 0.
+      std::optional<double> base = mean(row, f, "none");
+      if (!base) base = mean(row, 0, "none");
+      std::optional<double> worst;
+      std::vector<std::string> columns;
+      for (const std::string& attack : attacks) {
+        const std::optional<double> v = mean(row, f, attack);
+        columns.push_back(cell(v));
+        if (v && (!worst || *v < *worst)) worst = v;
+      }
+      const std::string drop = base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
+      absl::StrAppend(&out, "| `", rule, "` | ", Num(wm), " | ", split, " | ", codec, " | ", cell(base),
+                      " | ", absl::StrJoin(columns, " | "), " | ", cell(worst), " | ", drop, " |\n");
+    }
+    out += "\n";
+  }
+  absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ", config.steps,
+                  " steps, batch ", config.batch_size, ", model ", config.model,
+                  config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "", ", server lr ",
+                  Num(config.lr), " momentum ", Num(config.momentum), ".\n");
+  return out;
+}
+
+}  // namespace ps::fashion_mnist

@@ -1,0 +1,95 @@
+// The experiment grid of ps-experiment (docs/evaluation.md): a config file names lists
+// of rules, attacks, f, splits, codecs, worker momenta and seeds plus scalar settings;
+// every combination is one cell, run on the in-process cluster. This file holds the
+// torch-free parts: the config format, the grid, and the reports (CSV, Markdown).
+//
+// Config format, a subset of TOML: `key = value` lines, `#` comments; a value is a
+// quoted string, a number, true/false, or a one-line array of those:
+//
+//   rules = ["mean", "clip(2)+nnm+trimmed_mean"]
+//   attacks = ["signflip", "ipm", "alie"]
+//   byzantine = [2]
+//   workers = 12
+//   steps = 1000
+//
+// Thread safety: plain functions and values.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ps::fashion_mnist {
+
+struct ExperimentConfig {
+  // Grid dimensions.
+  std::vector<std::string> rules = {"mean"};
+  std::vector<std::string> attacks = {"signflip"};
+  std::vector<uint32_t> byzantine = {0};
+  std::vector<std::string> splits = {"iid"};
+  std::vector<std::string> codecs = {"fp32"};
+  std::vector<double> worker_momentum = {0};
+  std::vector<uint64_t> seeds = {1};
+  // Every cell.
+  uint32_t workers = 12;
+  uint32_t shards = 2;
+  uint64_t steps = 1000;
+  uint32_t batch_size = 32;
+  std::string model = "mlp";
+  uint32_t hidden = 128;
+  double lr = 0.05;
+  double momentum = 0.9;
+  uint64_t eval_every = 100;
+  bool error_feedback = false;
+  uint32_t round_deadline_ms = 5000;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+};
+
+// Parses the config text; unknown keys, bad values and empty lists are refused with
+// the line number: "config line 3: byzantine: '-1' is not an unsigned integer".
+absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text);
+
+// One combination of the grid. With f = 0 the attack is "none" (one baseline per
+// combination of the other dimensions, however many attacks are listed); the attack
+// "none" with f > 0 runs the rule configured for f with every worker honest.
+struct Cell {
+  std::string rule;
+  std::string attack;
+  uint32_t byzantine = 0;
+  std::string split;
+  std::string codec;
+  double worker_momentum = 0;
+  uint64_t seed = 1;
+  // "rule | attack | f | split | codec | wm | seed", for progress lines.
+  std::string Label() const;
+};
+std::vector<Cell> ExpandGrid(const ExperimentConfig& config);
+
+// What a cell's run produced.
+struct CellResult {
+  Cell cell;
+  std::vector<std::pair<uint64_t, double>> evals;  // (step, test accuracy)
+  std::optional<double> final_accuracy;
+  bool diverged = false;
+  double wall_seconds = 0;
+  std::string error;  // non-empty when the run failed
+};
+
+// results.csv: one row per evaluation, with the cell's columns:
+// rule,attack,byzantine,split,codec,worker_momentum,seed,step,test_accuracy
+std::string ResultsCsv(const std::vector<CellResult>& results);
+// summary.csv: one row per cell: ...,final_accuracy,diverged,wall_seconds,error
+std::string SummaryCsv(const std::vector<CellResult>& results);
+// table.md: per (rule, worker momentum, split, codec) and f > 0, the final accuracy
+// under each attack (mean over seeds), the worst case over attacks, the no-attack
+// baseline (attack "none" at the same f, else f = 0) and the drop from it; then the
+// run's settings.
+std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results);
+
+}  // namespace ps::fashion_mnist

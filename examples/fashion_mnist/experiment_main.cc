@@ -1,0 +1,184 @@
+// ps-experiment: runs a grid of robust-training experiments (rules x attacks x f x
+// split x codec x worker momentum x seed) on the in-process cluster and writes
+// results.csv, summary.csv, table.md and, with python3-matplotlib, PNG plots
+// (docs/evaluation.md). Progress is shown while it runs.
+#include <torch/torch.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "core/status.h"
+#include "examples/fashion_mnist/cluster.h"
+#include "examples/fashion_mnist/experiment.h"
+#include "examples/fashion_mnist/training.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Flags {
+  std::string config;
+  std::string out = "out/experiment";
+  bool plots = true;
+  std::string plot_script;
+};
+
+// One status line per cell, rewritten in place on a terminal.
+class CellProgress final : public TrainerEvents {
+ public:
+  CellProgress(size_t index, size_t total, std::string label, uint64_t steps, Clock::time_point grid_start)
+      : index_(index), total_(total), label_(std::move(label)), steps_(steps), grid_start_(grid_start),
+        tty_(isatty(fileno(stdout)) != 0) {}
+  void Step(uint64_t step, double loss) override {
+    step_ = step;
+    Show(false);
+  }
+  void Eval(uint64_t step, double accuracy) override {
+    accuracy_ = accuracy;
+    step_ = step;
+    Show(false);
+  }
+  void Finish(const CellResult& r) {
+    accuracy_ = r.final_accuracy.value_or(-1);
+    step_ = steps_;
+    Show(true);
+    if (!r.error.empty()) std::printf("    failed: %s\n", r.error.c_str());
+    if (r.diverged) std::printf("    diverged\n");
+  }
+
+ private:
+  void Show(bool final) {
+    const int filled = static_cast<int>(20 * step_ / std::max<uint64_t>(1, steps_));
+    const double elapsed = std::chrono::duration<double>(Clock::now() - grid_start_).count();
+    const std::string line = absl::StrFormat(
+        "[%zu/%zu] %-60s [%s%s] %5u/%u acc %s  %4.0f s", index_ + 1, total_, label_.substr(0, 60),
+        std::string(filled, '#'), std::string(20 - filled, '.'), step_, steps_,
+        accuracy_ < 0 ? "  -   " : absl::StrFormat("%.4f", accuracy_), elapsed);
+    if (tty_) {
+      std::printf("\r%s%s", line.c_str(), final ? "\n" : "");
+    } else if (const uint64_t quarter = 4 * step_ / std::max<uint64_t>(1, steps_);
+               final || (quarter > printed_quarter_ && step_ < steps_)) {
+      // Logs and pipes: a line at each quarter and at the end.
+      printed_quarter_ = quarter;
+      std::printf("%s\n", line.c_str());
+    }
+    std::fflush(stdout);
+  }
+
+  size_t index_, total_;
+  std::string label_;
+  uint64_t steps_;
+  Clock::time_point grid_start_;
+  bool tty_;
+  uint64_t step_ = 0;
+  double accuracy_ = -1;
+  uint64_t printed_quarter_ = 0;
+};
+
+absl::Status WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::trunc);
+  out << text;
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path.string()));
+  return absl::OkStatus();
+}
+
+absl::Status Run(const Flags& flags) {
+  std::ifstream in(flags.config);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the config file '", flags.config, "'"));
+  std::stringstream text;
+  text << in.rdbuf();
+  PS_ASSIGN_OR_RETURN(const ExperimentConfig config, ParseExperimentConfig(text.str()));
+  const std::vector<Cell> cells = ExpandGrid(config);
+  const std::filesystem::path out = flags.out;
+  std::filesystem::create_directories(out);
+  std::printf("ps-experiment: %zu cells (n = %u, %lu steps each) from %s; results in %s\n", cells.size(),
+              config.workers, static_cast<unsigned long>(config.steps), flags.config.c_str(), out.c_str());
+  PS_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(config.data_dir, /*with_test=*/true));
+
+  std::vector<CellResult> results;
+  const auto grid_start = Clock::now();
+  for (size_t i = 0; i < cells.size(); ++i) {
+    const Cell& cell = cells[i];
+    ClusterConfig cc;
+    cc.trainer.workers = config.workers;
+    cc.trainer.steps = config.steps;
+    cc.trainer.batch_size = config.batch_size;
+    cc.trainer.model = config.model;
+    cc.trainer.hidden = config.hidden;
+    cc.trainer.split = cell.split;
+    cc.trainer.seed = cell.seed;
+    cc.trainer.codec = cell.codec;
+    cc.trainer.error_feedback = config.error_feedback;
+    cc.trainer.worker_momentum = cell.worker_momentum;
+    cc.trainer.eval_every = config.eval_every;
+    cc.trainer.log_every = std::max<uint64_t>(1, config.steps / 100);
+    cc.num_shards = config.shards;
+    cc.aggregator = cell.rule;
+    cc.lr = config.lr;
+    cc.momentum = config.momentum;
+    cc.round_deadline = std::chrono::milliseconds(config.round_deadline_ms);
+    cc.byzantine = cell.byzantine;
+    cc.attack = cell.attack;
+    CellProgress progress(i, cells.size(), cell.Label(), config.steps, grid_start);
+    CellResult r;
+    r.cell = cell;
+    auto ran = RunCluster(cc, data, &progress);
+    if (ran.ok()) {
+      r.evals = ran->evals;
+      r.final_accuracy = ran->final_accuracy;
+      r.diverged = ran->diverged;
+      r.wall_seconds = ran->wall_seconds;
+    } else {
+      r.error = std::string(ran.status().message());
+    }
+    progress.Finish(r);
+    results.push_back(std::move(r));
+    // Written after every cell, so an interrupted grid keeps what it ran.
+    PS_RETURN_IF_ERROR(WriteFile(out / "results.csv", ResultsCsv(results)));
+    PS_RETURN_IF_ERROR(WriteFile(out / "summary.csv", SummaryCsv(results)));
+    PS_RETURN_IF_ERROR(WriteFile(out / "table.md", MarkdownTable(config, results)));
+  }
+  std::printf("\n%s", MarkdownTable(config, results).c_str());
+  if (flags.plots) {
+    const std::string command =
+        absl::StrCat("python3 '", flags.plot_script, "' '", out.string(), "'");
+    if (std::system(command.c_str()) != 0) {
+      std::fprintf(stderr, "ps-experiment: plotting failed (%s); the CSV files and table.md are written\n",
+                   command.c_str());
+    }
+  }
+  std::printf("wrote %s/{results.csv,summary.csv,table.md%s} in %.0f s\n", out.c_str(),
+              flags.plots ? ",accuracy-*.png,worst-case.png" : "",
+              std::chrono::duration<double>(Clock::now() - grid_start).count());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ps::fashion_mnist
+
+int main(int argc, char** argv) {
+  ps::fashion_mnist::Flags f;
+  CLI::App app{"ps-experiment: robust-training experiments on an in-process ps-server cluster"};
+  app.option_defaults()->always_capture_default();
+  app.add_option("--config", f.config, "Grid config file (docs/evaluation.md)")->required();
+  app.add_option("--out", f.out, "Output directory");
+  app.add_option("--plots", f.plots, "Draw PNG plots with python3-matplotlib");
+  app.add_option("--plot-script", f.plot_script, "The plotting script")->default_val(PS_PLOT_SCRIPT);
+  CLI11_PARSE(app, argc, argv);
+  const absl::Status status = ps::fashion_mnist::Run(f);
+  if (!status.ok()) std::fprintf(stderr, "ps-experiment: %s\n", status.ToString().c_str());
+  std::fflush(stdout);
+  std::fflush(stderr);
+  // As ps-fashion-mnist: no destructors after the runs (gRPC teardown race, see there).
+  std::_Exit(status.ok() ? 0 : 1);
+}

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Plots of a ps-experiment run (docs/evaluation.md).
+
+Usage: plot_experiment.py OUT_DIR
+
+Reads OUT_DIR/results.csv and OUT_DIR/summary.csv and writes
+- accuracy-f<F>-<split>-<codec>.png: test accuracy per step, one panel per rule (and
+  worker momentum), one line per attack plus the no-attack baseline (mean over seeds);
+- worst-case.png: a heatmap of the worst final accuracy over the attacks, per rule
+  (rows) and f (columns).
+"""
+import csv
+import os
+import sys
+from collections import defaultdict
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+
+def read(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def safe(text):
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
+
+
+def main(out):
+    results = read(os.path.join(out, "results.csv"))
+    summary = read(os.path.join(out, "summary.csv"))
+
+    # (rule, wm, split, codec, f, attack) -> step -> [accuracy over seeds]
+    curves = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        key = (r["rule"], r["worker_momentum"], r["split"], r["codec"], int(r["byzantine"]), r["attack"])
+        curves[key][int(r["step"])].append(float(r["test_accuracy"]))
+    rows = sorted({(k[0], k[1]) for k in curves})
+    groups = sorted({(k[4], k[2], k[3]) for k in curves if k[4] > 0})
+    for f, split, codec in groups:
+        fig, axes = plt.subplots(1, len(rows), figsize=(4.2 * len(rows), 3.6), squeeze=False, sharey=True)
+        for ax, (rule, wm) in zip(axes[0], rows):
+            for key, points in sorted(curves.items()):
+                if (key[0], key[1], key[2], key[3]) != (rule, wm, split, codec):
+                    continue
+                if key[4] != f and key[5] != "none":
+                    continue
+                steps = sorted(points)
+                acc = [sum(points[s]) / len(points[s]) for s in steps]
+                style = "k--" if key[5] == "none" else "-"
+                ax.plot(steps, acc, style, label="no attack" if key[5] == "none" else key[5])
+            ax.set_title(f"{rule}" + (f" (wm {wm})" if float(wm) > 0 else ""), fontsize=8)
+            ax.set_xlabel("step")
+            ax.set_ylim(0, 1)
+            ax.grid(alpha=0.3)
+        axes[0][0].set_ylabel("test accuracy")
+        axes[0][-1].legend(fontsize=7, loc="lower right")
+        fig.suptitle(f"f = {f}, split {split}, codec {codec}", fontsize=9)
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"accuracy-f{f}-{safe(split)}-{safe(codec)}.png"), dpi=110)
+        plt.close(fig)
+
+    # Worst final accuracy over attacks per (rule, wm) and f (mean over seeds first).
+    finals = defaultdict(list)
+    for r in summary:
+        acc = float(r["final_accuracy"]) if r["final_accuracy"] else 0.0
+        finals[(r["rule"], r["worker_momentum"], int(r["byzantine"]), r["attack"])].append(acc)
+    fs = sorted({k[2] for k in finals})
+    labels = sorted({(k[0], k[1]) for k in finals})
+    grid = []
+    for rule, wm in labels:
+        row = []
+        for f in fs:
+            values = [sum(v) / len(v) for k, v in finals.items() if (k[0], k[1], k[2]) == (rule, wm, f)]
+            row.append(min(values) if values else float("nan"))
+        grid.append(row)
+    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(fs), 0.9 + 0.45 * len(labels)))
+    image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(fs)), [f"f = {f}" for f in fs])
+    ax.set_yticks(range(len(labels)), [r + (f" (wm {wm})" if float(wm) > 0 else "") for r, wm in labels], fontsize=7)
+    for i, row in enumerate(grid):
+        for j, v in enumerate(row):
+            ax.text(j, i, f"{v:.3f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=7)
+    fig.colorbar(image, ax=ax, label="worst-case test accuracy")
+    ax.set_title("worst case over attacks (f = 0: no attack)", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(os.path.join(out, "worst-case.png"), dpi=110)
+    plt.close(fig)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit(__doc__)
+    main(sys.argv[1])

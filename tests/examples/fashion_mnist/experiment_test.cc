@@ -1,0 +1,102 @@
+// The experiment grid: config parsing and its refusals, grid expansion, and the CSV
+// and Markdown reports on fixed results.
+#include "examples/fashion_mnist/experiment.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(ExperimentConfigTest, ParsesListsScalarsQuotesAndComments) {
+  auto c = ParseExperimentConfig(R"cfg(
+# a comment
+rules = ["mean", "bucketing(s=2)+centered_clipping(tau=10, iterations=3)"]  # commas in quotes
+attacks = [signflip, "ipm(eps=0.5)"]
+byzantine = [0, 2]
+worker_momentum = [0, 0.9]
+seeds = [1, 2]
+workers = 12
+lr = 0.5
+model = "cnn"
+error_feedback = true
+)cfg");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->rules, ElementsAre("mean", "bucketing(s=2)+centered_clipping(tau=10, iterations=3)"));
+  EXPECT_THAT(c->attacks, ElementsAre("signflip", "ipm(eps=0.5)"));
+  EXPECT_THAT(c->byzantine, ElementsAre(0u, 2u));
+  EXPECT_THAT(c->worker_momentum, ElementsAre(0.0, 0.9));
+  EXPECT_EQ(c->workers, 12u);
+  EXPECT_EQ(c->lr, 0.5);
+  EXPECT_EQ(c->model, "cnn");
+  EXPECT_TRUE(c->error_feedback);
+  EXPECT_EQ(c->steps, 1000u);  // default kept
+}
+
+TEST(ExperimentConfigTest, RefusesWithTheLineNumber) {
+  auto err = [](const char* text) { return std::string(ParseExperimentConfig(text).status().message()); };
+  EXPECT_EQ(err("workers = 12\nbyzantine = [-1]"), "config line 2: byzantine: '-1' is not an unsigned integer");
+  EXPECT_THAT(err("rulez = [mean]"), HasSubstr("config line 1: unknown key 'rulez'; known: attacks"));
+  EXPECT_EQ(err("steps = 5\nsteps = 6"), "config line 2: steps: given twice");
+  EXPECT_EQ(err("rules = [\"mean\""), "config line 1: rules: array without a closing ']'");
+  EXPECT_EQ(err("rules = []"), "config line 1: rules: empty list");
+  EXPECT_EQ(err("workers = [1, 2]"), "config line 1: workers: one value expected, not a list");
+  EXPECT_EQ(err("lr"), "config line 1: expected 'key = value', got 'lr'");
+  EXPECT_EQ(err("error_feedback = yes"), "config line 1: error_feedback: 'yes' is not true or false");
+  EXPECT_EQ(err("rules = [\"mean]"), "config line 1: rules: unterminated string");
+  EXPECT_THAT(err("workers = 4\nbyzantine = [4]"), HasSubstr("byzantine 4 must be below workers 4"));
+  EXPECT_THAT(err("worker_momentum = [1]"), HasSubstr("not in [0, 1)"));
+}
+
+TEST(ExperimentGridTest, ExpandsEveryCombinationWithOneBaselinePerF0) {
+  ExperimentConfig c;
+  c.rules = {"mean", "median"};
+  c.attacks = {"signflip", "alie"};
+  c.byzantine = {0, 2};
+  c.seeds = {1, 2};
+  const std::vector<Cell> cells = ExpandGrid(c);
+  // Per rule: f = 0 once (attack none) and f = 2 per attack, each for 2 seeds.
+  ASSERT_EQ(cells.size(), 2u * (1 + 2) * 2);
+  EXPECT_EQ(cells[0].attack, "none");
+  EXPECT_EQ(cells[0].byzantine, 0u);
+  EXPECT_EQ(cells[2].attack, "signflip");
+  EXPECT_EQ(cells[2].byzantine, 2u);
+  EXPECT_EQ(cells[5].Label(), "mean | alie | f=2 | iid | fp32 | wm=0 | seed 2");
+}
+
+TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
+  ExperimentConfig c;
+  c.rules = {"mean", "clip(2)+nnm+trimmed_mean"};
+  c.attacks = {"none", "signflip", "alie"};
+  c.byzantine = {2};
+  std::vector<CellResult> results;
+  const double acc[2][3] = {{0.85, 0.10, 0.80}, {0.84, 0.83, 0.82}};
+  for (int r = 0; r < 2; ++r) {
+    for (int a = 0; a < 3; ++a) {
+      CellResult x;
+      x.cell = {c.rules[r], c.attacks[a], 2, "iid", "fp32", 0.0, 1};
+      x.evals = {{0, 0.1}, {100, acc[r][a]}};
+      x.final_accuracy = acc[r][a];
+      x.wall_seconds = 3;
+      results.push_back(x);
+    }
+  }
+  results[1].error = "worker 3: boom, \"quoted\"";
+  const std::string csv = ResultsCsv(results);
+  EXPECT_THAT(csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,seed,step,test_accuracy\n"));
+  EXPECT_THAT(csv, HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,1,100,0.8200\n"));
+  EXPECT_THAT(SummaryCsv(results), HasSubstr("mean,signflip,2,iid,fp32,0,1,0.1000,false,3.0,\"worker 3: boom, \"\"quoted\"\"\"\n"));
+  const std::string md = MarkdownTable(c, results);
+  EXPECT_THAT(md, HasSubstr("| rule | worker momentum | split | codec | no attack | signflip | alie | worst | drop |"));
+  EXPECT_THAT(md, HasSubstr("| `mean` | 0 | iid | fp32 | 0.8500 | 0.1000 | 0.8000 | 0.1000 | 75.00 |"));
+  EXPECT_THAT(md, HasSubstr("| `clip(2)+nnm+trimmed_mean` | 0 | iid | fp32 | 0.8400 | 0.8300 | 0.8200 | 0.8200 | 2.00 |"));
+}
+
+}  // namespace
+}  // namespace ps::fashion_mnist
