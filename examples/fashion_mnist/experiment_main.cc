@@ -150,8 +150,11 @@ absl::Status Run(const Flags& flags) {
   }
   std::printf("\n%s", MarkdownTable(config, results).c_str());
   if (flags.plots) {
+    // Debian's interpreter, where python3-matplotlib installs, before any other python3
+    // on the PATH (a pyenv shim, a virtual environment).
+    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
     const std::string command =
-        absl::StrCat("python3 '", flags.plot_script, "' '", out.string(), "'");
+        absl::StrCat(python, " '", flags.plot_script, "' '", out.string(), "'");
     if (std::system(command.c_str()) != 0) {
       std::fprintf(stderr, "ps-experiment: plotting failed (%s); the CSV files and table.md are written\n",
                    command.c_str());

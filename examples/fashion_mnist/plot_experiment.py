@@ -6,8 +6,8 @@ Usage: plot_experiment.py OUT_DIR
 Reads OUT_DIR/results.csv and OUT_DIR/summary.csv and writes
 - accuracy-f<F>-<split>-<codec>.png: test accuracy per step, one panel per rule (and
   worker momentum), one line per attack plus the no-attack baseline (mean over seeds);
-- worst-case.png: a heatmap of the worst final accuracy over the attacks, per rule
-  (rows) and f (columns).
+- worst-case.png: a heatmap of the final accuracy without attack and of the worst final
+  accuracy over the attacks, per rule (rows) and f (columns).
 """
 import csv
 import os
@@ -63,29 +63,35 @@ def main(out):
         fig.savefig(os.path.join(out, f"accuracy-f{f}-{safe(split)}-{safe(codec)}.png"), dpi=110)
         plt.close(fig)
 
-    # Worst final accuracy over attacks per (rule, wm) and f (mean over seeds first).
+    # Worst final accuracy over the attacks per (rule, wm) and f > 0 (mean over seeds
+    # first), after a "no attack" column (attack none at any f; f = 0 when listed).
     finals = defaultdict(list)
     for r in summary:
         acc = float(r["final_accuracy"]) if r["final_accuracy"] else 0.0
         finals[(r["rule"], r["worker_momentum"], int(r["byzantine"]), r["attack"])].append(acc)
-    fs = sorted({k[2] for k in finals})
-    labels = sorted({(k[0], k[1]) for k in finals})
+    means = {k: sum(v) / len(v) for k, v in finals.items()}
+    fs = sorted({k[2] for k in means if k[2] > 0})
+    labels = sorted({(k[0], k[1]) for k in means})
     grid = []
     for rule, wm in labels:
-        row = []
+        base = [v for k, v in means.items() if (k[0], k[1]) == (rule, wm) and k[3] == "none"]
+        row = [min(base) if base else float("nan")]
         for f in fs:
-            values = [sum(v) / len(v) for k, v in finals.items() if (k[0], k[1], k[2]) == (rule, wm, f)]
-            row.append(min(values) if values else float("nan"))
+            attacked = [v for k, v in means.items() if (k[0], k[1], k[2]) == (rule, wm, f) and k[3] != "none"]
+            row.append(min(attacked) if attacked else float("nan"))
         grid.append(row)
-    fig, ax = plt.subplots(figsize=(1.6 + 1.1 * len(fs), 0.9 + 0.45 * len(labels)))
+    columns = ["no attack"] + [f"worst, f = {f}" for f in fs]
+    names = [r + (f" (wm {wm})" if float(wm) > 0 else "") for r, wm in labels]
+    fig, ax = plt.subplots(figsize=(3.5 + 0.07 * max(len(n) for n in names) + 1.3 * len(columns),
+                                    1.2 + 0.45 * len(labels)))
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
-    ax.set_xticks(range(len(fs)), [f"f = {f}" for f in fs])
-    ax.set_yticks(range(len(labels)), [r + (f" (wm {wm})" if float(wm) > 0 else "") for r, wm in labels], fontsize=7)
+    ax.set_xticks(range(len(columns)), columns, fontsize=8)
+    ax.set_yticks(range(len(labels)), names, fontsize=8)
     for i, row in enumerate(grid):
         for j, v in enumerate(row):
-            ax.text(j, i, f"{v:.3f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=7)
-    fig.colorbar(image, ax=ax, label="worst-case test accuracy")
-    ax.set_title("worst case over attacks (f = 0: no attack)", fontsize=9)
+            ax.text(j, i, f"{v:.3f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=8)
+    fig.colorbar(image, ax=ax, label="final test accuracy")
+    ax.set_title("worst-case accuracy over the attacks", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "worst-case.png"), dpi=110)
     plt.close(fig)
