@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -53,5 +54,16 @@ class BucketedCodec : public Codec {
   size_t bucket_;
   uint64_t seed_;
 };
+
+// The factory of a bucketed codec whose only argument is the bucket ("int8(bucket=64)"):
+// T(bucket, CodecOptions::seed).
+template <typename T>
+absl::StatusOr<std::unique_ptr<Codec>> MakeBucketOnly(Stages stages, const CodecOptions& options) {
+  absl::StatusOr<core::StageArgs> args = SingleStage(stages, {"bucket"});
+  if (!args.ok()) return args.status();
+  absl::StatusOr<size_t> bucket = BucketArg(*args);
+  if (!bucket.ok()) return bucket.status();
+  return std::unique_ptr<Codec>(std::make_unique<T>(*bucket, options.seed));
+}
 
 }  // namespace ps::codecs::internal

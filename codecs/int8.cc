@@ -90,9 +90,7 @@ class Int8Codec final : public internal::BucketedCodec {
 
 namespace internal {
 absl::StatusOr<std::unique_ptr<Codec>> MakeInt8Codec(Stages stages, const CodecOptions& options) {
-  PS_ASSIGN_OR_RETURN(core::StageArgs args, SingleStage(stages, {"bucket"}));
-  PS_ASSIGN_OR_RETURN(const size_t bucket, BucketArg(args));
-  return std::unique_ptr<Codec>(std::make_unique<Int8Codec>(bucket, options.seed));
+  return MakeBucketOnly<Int8Codec>(stages, options);
 }
 }  // namespace internal
 

@@ -92,9 +92,7 @@ class TerngradCodec final : public internal::BucketedCodec {
 
 namespace internal {
 absl::StatusOr<std::unique_ptr<Codec>> MakeTerngradCodec(Stages stages, const CodecOptions& options) {
-  PS_ASSIGN_OR_RETURN(core::StageArgs args, SingleStage(stages, {"bucket"}));
-  PS_ASSIGN_OR_RETURN(const size_t bucket, BucketArg(args));
-  return std::unique_ptr<Codec>(std::make_unique<TerngradCodec>(bucket, options.seed));
+  return MakeBucketOnly<TerngradCodec>(stages, options);
 }
 }  // namespace internal
 
