@@ -238,7 +238,8 @@ class Scenario {
       const std::string attack = config_.attack == "signflip"
                                      ? absl::StrCat("signflip(scale=", FormatArg(config_.byzantine_scale), ")")
                                      : config_.attack;
-      args.insert(args.end(), {"--attack", attack});
+      args.insert(args.end(), {"--attack", attack, "--collude-dir",
+                               (std::filesystem::path(dir_) / "collude").string()});
     }
     return args;
   }
@@ -345,7 +346,9 @@ class Scenario {
 
   void Execute() {
     std::error_code error;
-    std::filesystem::create_directories(dir_, error);
+    // The Byzantine trainers' side channel (--collude-dir), emptied per scenario.
+    std::filesystem::remove_all(std::filesystem::path(dir_) / "collude", error);
+    std::filesystem::create_directories(std::filesystem::path(dir_) / "collude", error);
     if (error) {
       Fail(absl::StrCat("cannot create ", dir_, ": ", error.message()));
       return;

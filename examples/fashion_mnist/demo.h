@@ -28,7 +28,9 @@ struct DemoConfig {
   // Passed to the trainers.
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   uint32_t num_shards = 2;
-  // n workers, the last f of them attack with `attack` (signflip) at `byzantine_scale`.
+  // n workers, the last f of them attack with `attack` (a worker_lib/attacks spec;
+  // plain "signflip" takes `byzantine_scale`). They share gradients through
+  // <out>/<aggregator>/collude (ps-fashion-mnist --collude-dir).
   uint32_t workers = 6;
   uint32_t byzantine = 1;
   std::string attack = "signflip";

@@ -106,6 +106,9 @@ int main(int argc, char** argv) {
   app.add_option("--eval-every", config.eval_every, "Worker 0 evaluates every this many steps");
   app.add_option("--workers", config.workers, "Workers n");
   app.add_option("--byzantine", config.byzantine, "Byzantine workers f (the last f workers)");
+  app.add_option("--attack", config.attack,
+                 "Attack of the Byzantine workers (docs/evaluation.md); signflip uses --byzantine-scale; "
+                 "omniscient attacks collude through a directory under --out");
   app.add_option("--byzantine-scale", config.byzantine_scale,
                  "Sign-flip attack: Byzantine workers push -scale * gradient");
   app.add_option("--seed", config.seed, "Seed shared by all trainers");

@@ -84,5 +84,24 @@ TEST(ClusterTest, OmniscientAttackersSeeTheHonestGradientsAndTheRuleHolds) {
   }
 }
 
+// Separate processes: two ALIE attackers collude through ps-demo's directory (each
+// waits for the other's gradient file every round, so a broken channel fails the
+// scenario at the pull timeout) and the files of the last rounds are there.
+TEST(ClusterTest, MultiProcessAttackersColludeThroughTheDirectory) {
+  const std::string out = ::testing::TempDir() + "ps_collude_demo";
+  std::filesystem::remove_all(out);
+  const std::string command = absl::StrCat(
+      PS_DEMO_BINARY, " --rules median --workers 5 --byzantine 2 --attack alie --steps 8",
+      " --hidden 16 --eval-every 0 --timeout-s 240 --out ", out, " > ", out, ".log 2>&1");
+  ASSERT_EQ(std::system(command.c_str()), 0) << "see " << out << ".log";
+  std::ifstream summary(out + "/summary.json");
+  const std::string text{std::istreambuf_iterator<char>(summary), {}};
+  EXPECT_NE(text.find("\"attack\":\"alie\""), std::string::npos) << text;
+  EXPECT_NE(text.find("\"ok\":true"), std::string::npos) << text;
+  // The last rounds' files of both attackers (workers 3 and 4) are left.
+  EXPECT_TRUE(std::filesystem::exists(out + "/median/collude/round-7-worker-3.f32"));
+  EXPECT_TRUE(std::filesystem::exists(out + "/median/collude/round-7-worker-4.f32"));
+}
+
 }  // namespace
 }  // namespace ps::fashion_mnist

@@ -1,0 +1,68 @@
+// The gradient boards omniscient attackers read: the in-process one (honest workers
+// publish) and the side channel across processes (a directory the Byzantine workers
+// share), each with threads standing in for workers.
+#include "examples/fashion_mnist/training.h"
+
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(SharedGradientBoardTest, CollectWaitsForEveryHonestWorkerOfTheRound) {
+  SharedGradientBoard board(3);
+  EXPECT_TRUE(board.Publishes(false));
+  EXPECT_FALSE(board.Publishes(true));
+  std::vector<std::thread> honest;
+  for (uint32_t w = 0; w < 3; ++w) {
+    honest.emplace_back([&, w] {
+      std::this_thread::sleep_for(milliseconds(20 * w));
+      ASSERT_TRUE(board.Publish(7, w, std::vector<float>{float(w), float(10 * w)}).ok());
+    });
+  }
+  auto seen = board.Collect(7, milliseconds(10000));
+  for (auto& t : honest) t.join();
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  EXPECT_THAT(*seen, ElementsAre(ElementsAre(0, 0), ElementsAre(1, 10), ElementsAre(2, 20)));
+  // A round nobody completes times out with a message.
+  ASSERT_TRUE(board.Publish(8, 0, {1.0f}).ok());
+  auto late = board.Collect(8, milliseconds(50));
+  EXPECT_EQ(late.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(late.status().message()), HasSubstr("round 8"));
+}
+
+TEST(DirectoryGradientBoardTest, ByzantineProcessesShareTheirGradientsThroughFiles) {
+  const std::string dir = ::testing::TempDir() + "ps_collude_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Two attackers, each with its own board object as in separate processes.
+  DirectoryGradientBoard a(dir, 2), b(dir, 2);
+  EXPECT_TRUE(a.Publishes(true));
+  EXPECT_FALSE(a.Publishes(false));
+  for (uint64_t round = 0; round < 5; ++round) {
+    std::thread other([&] { ASSERT_TRUE(b.Publish(round, 11, {float(round), 2.0f}).ok()); });
+    ASSERT_TRUE(a.Publish(round, 10, {float(round), 1.0f}).ok());
+    other.join();
+    auto seen = a.Collect(round, milliseconds(10000));
+    ASSERT_TRUE(seen.ok()) << seen.status();
+    EXPECT_THAT(*seen, ElementsAre(ElementsAre(float(round), 1.0f), ElementsAre(float(round), 2.0f)));
+  }
+  // Old rounds are removed by their writers: rounds 0 and 1 are gone, 2..4 are there.
+  EXPECT_FALSE(std::filesystem::exists(dir + "/round-1-worker-10.f32"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/round-4-worker-11.f32"));
+  auto missing = a.Collect(9, milliseconds(30));
+  EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(missing.status().message()), HasSubstr("round 9 has 0 of 2 gradients"));
+}
+
+}  // namespace
+}  // namespace ps::fashion_mnist
