@@ -48,6 +48,15 @@ struct CodecOptions {
   uint64_t seed = 0;
 };
 
+// Structure every payload of a codec shares with the other workers' payloads of the
+// same spec, which lets a shard aggregate them without treating them as dense vectors
+// (codecs/compressed.h, docs/codecs.md "Compressed-domain aggregation").
+enum class SharedStructure {
+  kNone,
+  kSeededSupport,  // random-k: the kept coordinates are a function of a seed (SeededSupportOf)
+  kSignBits,       // sign: packed sign bits and one scale (SignMajorityVote)
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -70,6 +79,9 @@ class Codec {
 
   // Largest encoding of numel values, for message-size limits.
   virtual size_t MaxEncodedBytes(size_t numel) const = 0;
+
+  // What a shard may exploit across the pushes of this codec (kNone: decode each).
+  virtual SharedStructure shared_structure() const { return SharedStructure::kNone; }
 
  protected:
   Codec() = default;

@@ -89,6 +89,8 @@ class SignCodec final : public Codec {
   size_t MaxEncodedBytes(size_t numel) const override {
     return 1 + internal::VarintSize(numel) + 4 + (numel + 7) / 8;
   }
+
+  SharedStructure shared_structure() const override { return SharedStructure::kSignBits; }
 };
 
 }  // namespace

@@ -190,6 +190,11 @@ class SparseCodec final : public Codec {
            internal::MaxValueBytes(config_.value, count);
   }
 
+  SharedStructure shared_structure() const override {
+    return config_.sparsifier == Sparsifier::kRandk ? SharedStructure::kSeededSupport
+                                                    : SharedStructure::kNone;
+  }
+
  private:
   static std::string StageName(uint8_t id, bool index) {
     if (index && id <= static_cast<uint8_t>(IndexKind::kBloom)) {

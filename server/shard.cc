@@ -384,10 +384,12 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     }
     s->pushed[worker_id] = 1;
     ++s->num_pushed;
-    const std::string_view name = codec.substr(0, codec.find('('));
-    s->supports[worker_id] = name == "randk" ? codecs::SeededSupportOf(payload) : std::nullopt;
+    const codecs::SharedStructure shared = decoder->shared_structure();
+    s->supports[worker_id] = shared == codecs::SharedStructure::kSeededSupport
+                                 ? codecs::SeededSupportOf(payload)
+                                 : std::nullopt;
     if (sign_vote_) {
-      if (name == "sign") {
+      if (shared == codecs::SharedStructure::kSignBits) {
         s->sign_payloads[worker_id].assign(payload);
       } else {
         s->sign_payloads[worker_id].clear();
