@@ -1,0 +1,76 @@
+// Protocol attacks against a real shard on loopback: each gets its own refusal while
+// two honest workers complete their rounds, and only the attacker is counted malformed.
+#include "worker_lib/attacks/protocol_attack.h"
+
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/cluster_util.h"
+#include "worker_lib/worker.h"
+
+namespace ps::attacks {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::HasSubstr;
+
+TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
+  server::ServerOptions o;
+  o.num_workers = 3;
+  o.num_byzantine = 1;
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  o.round_deadline = milliseconds(2000);
+  testing::Cluster cluster = testing::StartCluster(1, o);
+  ASSERT_EQ(cluster.shards.size(), 1u);
+  auto layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
+  std::vector<std::unique_ptr<Worker>> honest;
+  for (uint32_t w = 0; w < 2; ++w) {
+    WorkerOptions wo;
+    wo.shard_addresses = cluster.addresses;
+    wo.worker_id = w;
+    auto worker = Worker::Start(wo, layout);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    honest.push_back(*std::move(worker));
+  }
+  auto attacker = ProtocolAttacker::Join(cluster.addresses[0], 2, layout, milliseconds(10000));
+  ASSERT_TRUE(attacker.ok()) << attacker.status();
+  ProtocolAttacker& a = **attacker;
+
+  EXPECT_EQ(a.Send(ProtocolAttack::kDuplicate, 0, 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.Send(ProtocolAttack::kGarbage, 0, 0).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(a.Send(ProtocolAttack::kOversize, 0, 0).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(a.Send(ProtocolAttack::kFutureRound, 0, 0).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(a.PushValid(0, 0, std::vector<float>(6, 7.0f)).ok());
+  const absl::Status dup = a.Send(ProtocolAttack::kDuplicate, 0, 0);
+  EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists) << dup;
+  const absl::Status forged = a.Send(ProtocolAttack::kImpersonate, 0, 0);
+  EXPECT_EQ(forged.code(), absl::StatusCode::kUnauthenticated) << forged;
+  EXPECT_THAT(std::string(forged.message()), HasSubstr("unknown session"));
+
+  // The honest workers close round 0: mean of 7, 1 and 3.
+  ASSERT_TRUE(honest[0]->Push(0, 0, std::vector<float>(6, 1.0f)).ok());
+  ASSERT_TRUE(honest[1]->Push(0, 0, std::vector<float>(6, 3.0f)).ok());
+  ASSERT_TRUE(honest[0]->WaitPushes().ok());
+  ASSERT_TRUE(honest[1]->WaitPushes().ok());
+  std::vector<float> agg(6);
+  ASSERT_TRUE(honest[0]->Pull(0, 1, agg, milliseconds(10000)).ok());
+  EXPECT_FLOAT_EQ(agg[0], 11.0f / 3.0f);
+
+  // Round 0 is closed: resending it, or pushing it as an old round, is late.
+  EXPECT_EQ(a.Send(ProtocolAttack::kReplay, 0, 0).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(a.Send(ProtocolAttack::kOldRound, 1, 0).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(cluster.shards[0]->shard().stats().malformed_by_worker[2], 1u);  // the garbage
+  EXPECT_EQ(cluster.shards[0]->shard().stats().malformed_by_worker[0], 0u);
+}
+
+TEST(ProtocolAttackTest, NamesParse) {
+  EXPECT_EQ(*ParseProtocolAttack("old_round"), ProtocolAttack::kOldRound);
+  EXPECT_THAT(std::string(ParseProtocolAttack("flood").status().message()),
+              HasSubstr("unknown protocol attack 'flood'; known: garbage, impersonate"));
+  EXPECT_EQ(ProtocolAttackNames().size(), 7u);
+}
+
+}  // namespace
+}  // namespace ps::attacks
