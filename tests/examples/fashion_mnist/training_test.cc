@@ -4,6 +4,7 @@
 #include "examples/fashion_mnist/training.h"
 
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -62,6 +63,37 @@ TEST(DirectoryGradientBoardTest, ByzantineProcessesShareTheirGradientsThroughFil
   auto missing = a.Collect(9, milliseconds(30));
   EXPECT_EQ(missing.status().code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(std::string(missing.status().message()), HasSubstr("round 9 has 0 of 2 gradients"));
+}
+
+// Both models train locally past chance in a few steps and report through the events.
+class Recorder final : public TrainerEvents {
+ public:
+  void Eval(uint64_t step, double accuracy) override { last = accuracy; }
+  void Done(uint64_t steps, std::optional<double> accuracy, double, bool diverged, uint64_t) override {
+    done_steps = steps;
+    this->diverged = diverged;
+  }
+  double last = 0;
+  uint64_t done_steps = 0;
+  bool diverged = false;
+};
+
+TEST(TrainLocalTest, MlpAndCnnLearn) {
+  auto data = LoadTrainingData("/usr/share/datasets/fashion-mnist", /*with_test=*/true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  for (const char* model : {"mlp", "cnn"}) {
+    TrainerConfig c;
+    c.model = model;
+    c.steps = 60;
+    c.eval_every = 0;
+    c.log_every = 0;
+    c.lr = 0.02;
+    Recorder events;
+    ASSERT_TRUE(TrainLocal(c, *data, events).ok()) << model;
+    EXPECT_EQ(events.done_steps, 60u) << model;
+    EXPECT_FALSE(events.diverged) << model;
+    EXPECT_GT(events.last, 0.5) << model;  // 10 classes: chance is 0.1
+  }
 }
 
 }  // namespace
