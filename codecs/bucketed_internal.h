@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -48,6 +49,10 @@ class BucketedCodec : public Codec {
   size_t HeaderBytes(size_t numel) const { return 1 + VarintSize(numel) + 4 * Buckets(numel); }
 
   uint32_t RoundingSeedFor(const EncodeContext& ctx) const { return RoundingSeed(seed_, ctx); }
+
+  // max|x| over bucket b of values; an Inf or NaN there refuses the whole encoding
+  // with CheckEncodable's message (the bucket pass doubles as the finiteness check).
+  absl::StatusOr<float> BucketMaxAbs(std::span<const float> values, size_t b) const;
 
  private:
   std::string spec_;

@@ -46,9 +46,7 @@ class Int8Codec final : public internal::BucketedCodec {
     for (size_t b = 0; b < Buckets(n); ++b) {
       const size_t begin = Begin(b);
       const size_t len = End(b, n) - begin;
-      const uint32_t max_bits = internal::MaxAbsBits(values.data() + begin, len);
-      if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec(), values);  // Inf or NaN
-      const float max = std::bit_cast<float>(max_bits);
+      PS_ASSIGN_OR_RETURN(const float max, BucketMaxAbs(values, b));
       float scale = std::min(max / 127.0f, kMaxScale);
       if (scale < FLT_MIN) {
         scale = 0;

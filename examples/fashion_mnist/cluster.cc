@@ -1,9 +1,6 @@
 #include "examples/fashion_mnist/cluster.h"
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <memory>
 #include <mutex>
@@ -11,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "examples/fashion_mnist/process.h"
 #include "server/logging.h"
 #include "server/server.h"
 
@@ -18,21 +16,6 @@ namespace ps::fashion_mnist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// A free TCP port on 127.0.0.1 (bound, read and released).
-absl::StatusOr<uint16_t> FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return absl::UnavailableError("socket() failed");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-                  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
-  ::close(fd);
-  if (!ok) return absl::UnavailableError("cannot bind a loopback port");
-  return ntohs(addr.sin_port);
-}
 
 // Worker 0's events: kept for the result and passed on to the caller's observer.
 class Recorder final : public TrainerEvents {
@@ -98,16 +81,14 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   // The shards' info lines would drown the caller's progress output.
   PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
 
+  PS_ASSIGN_OR_RETURN(const std::vector<uint16_t> ports, PickFreePorts(config.num_shards));
   std::vector<std::string> addresses;
-  for (uint32_t s = 0; s < config.num_shards; ++s) {
-    PS_ASSIGN_OR_RETURN(const uint16_t port, FreeLoopbackPort());
-    addresses.push_back(absl::StrCat("127.0.0.1:", port));
-  }
+  for (uint16_t port : ports) addresses.push_back(absl::StrCat("127.0.0.1:", port));
   std::vector<std::unique_ptr<server::Server>> shards;
   for (uint32_t s = 0; s < config.num_shards; ++s) {
     server::ServerOptions o;
     o.host = "127.0.0.1";
-    o.port = static_cast<uint16_t>(std::stoi(addresses[s].substr(addresses[s].rfind(':') + 1)));
+    o.port = ports[s];
     o.shard_id = static_cast<int>(s);
     o.num_shards = config.num_shards;
     if (config.num_shards > 1) o.peers = addresses;

@@ -41,8 +41,10 @@ void SeededShuffle(std::span<uint32_t> values, std::mt19937_64& rng) {
   }
 }
 
-absl::StatusOr<std::vector<uint32_t>> IidPartition(uint64_t num_examples, uint32_t num_workers,
-                                                   uint32_t worker_id, uint64_t seed) {
+namespace {
+
+// The arguments every split needs: workers to feed, a worker among them, 32-bit indices.
+absl::Status CheckPartitionArgs(uint64_t num_examples, uint32_t num_workers, uint32_t worker_id) {
   if (num_workers == 0) return absl::InvalidArgumentError("partition: zero workers");
   if (worker_id >= num_workers) {
     return absl::InvalidArgumentError(
@@ -56,6 +58,14 @@ absl::StatusOr<std::vector<uint32_t>> IidPartition(uint64_t num_examples, uint32
     return absl::InvalidArgumentError(
         absl::StrCat("partition: ", num_examples, " examples exceed 32-bit indices"));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint32_t>> IidPartition(uint64_t num_examples, uint32_t num_workers,
+                                                   uint32_t worker_id, uint64_t seed) {
+  PS_RETURN_IF_ERROR(CheckPartitionArgs(num_examples, num_workers, worker_id));
   std::vector<uint32_t> all(num_examples);
   std::iota(all.begin(), all.end(), 0u);
   std::mt19937_64 rng(DeriveSeed(seed, 0x70617274));  // "part": shared by all workers
@@ -143,16 +153,8 @@ absl::StatusOr<std::vector<uint32_t>> Partition(const SplitSpec& split,
   if (split.kind == SplitSpec::Kind::kIid) {
     return IidPartition(labels.size(), num_workers, worker_id, seed);
   }
-  // The same checks (counts, worker id) as the IID split.
-  PS_RETURN_IF_ERROR(IidPartition(num_workers, num_workers, worker_id, seed).status());
+  PS_RETURN_IF_ERROR(CheckPartitionArgs(labels.size(), num_workers, worker_id));
   const size_t n = labels.size();
-  if (n < num_workers) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("partition: ", n, " examples cannot feed ", num_workers, " workers"));
-  }
-  if (n > std::numeric_limits<uint32_t>::max()) {
-    return absl::InvalidArgumentError(absl::StrCat("partition: ", n, " examples exceed 32-bit indices"));
-  }
   for (size_t i = 0; i < n; ++i) {
     if (labels[i] >= num_classes) {
       return absl::InvalidArgumentError(
