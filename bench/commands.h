@@ -17,5 +17,9 @@ struct Command {
 Command AddAggregatorsCommand(CLI::App& app);
 // `ps-bench codecs` (codecs_bench.cc).
 Command AddCodecsCommand(CLI::App& app);
+// `ps-bench p3` (p3_bench.cc).
+Command AddP3Command(CLI::App& app);
+// `ps-bench udp` (udp_bench.cc).
+Command AddUdpCommand(CLI::App& app);
 
 }  // namespace ps::bench

@@ -4,6 +4,8 @@
 //   ps-bench aggregators [--quick] [--n 8,16] [--d 2^20] [--threads 1,all] [--json FILE]
 //   ps-bench codecs [--quick] [--codecs 'fp16;3lc(s=1.9)'] [--data gaussian|real|both]
 //                   [--gradients FILE] [--json FILE]
+//   ps-bench p3 [--quick] [--bandwidth 100,400] [--workers 2] [--json FILE]
+//   ps-bench udp [--quick] [--loss 0,0.01,0.05,0.1] [--json FILE]
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -15,6 +17,8 @@ int main(int argc, char** argv) {
   std::vector<ps::bench::Command> commands;
   commands.push_back(ps::bench::AddAggregatorsCommand(app));
   commands.push_back(ps::bench::AddCodecsCommand(app));
+  commands.push_back(ps::bench::AddP3Command(app));
+  commands.push_back(ps::bench::AddUdpCommand(app));
   CLI11_PARSE(app, argc, argv);
   for (const ps::bench::Command& command : commands) {
     if (command.app->parsed()) return command.run();

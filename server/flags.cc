@@ -280,6 +280,15 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
            "Permit a non-loopback --host without TLS (insecure; explicit opt-in)");
   add("Network", "max-message-bytes", o.max_message_bytes,
       "Largest gRPC message accepted or sent, in bytes, in [65536, 1073741824]");
+  add("Network", "udp-port", o.udp_port,
+      "UDP port of the lossy gradient path on --host: -1 off, 0 a free one "
+      "(docs/transport.md)");
+  add("Network", "udp-receive-buffer", o.udp_receive_buffer,
+      "Kernel receive buffer asked for on the UDP socket, in bytes (>= 65536)");
+  add("Network", "schedule", o.schedule,
+      "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
+      "fifo (in the order slices become ready)")
+      ->check(CLI::IsMember({"priority", "fifo"}));
 
   add("Topology", "shard-id", o.shard_id,
       "This shard's index in [0, num-shards); -1 takes it from the host name's trailing "

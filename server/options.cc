@@ -169,6 +169,17 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("aggregation_scope", "aggregation-scope", aggregation_scope,
                    "must be \"model\" or \"slice\"");
   }
+  if (!OneOf(schedule, {"priority", "fifo"})) {
+    return Invalid("schedule", "schedule", schedule, "must be \"priority\" or \"fifo\"");
+  }
+  if (udp_port < -1 || udp_port > 65535) {
+    return Invalid("udp_port", "udp-port", absl::StrCat(udp_port),
+                   "must be -1 (off), 0 (a free port) or a port in [1, 65535]");
+  }
+  if (udp_receive_buffer < 65536) {
+    return Invalid("udp_receive_buffer", "udp-receive-buffer", absl::StrCat(udp_receive_buffer),
+                   "must be at least 65536 bytes");
+  }
   if (peer_timeout.count() <= 0) {
     return Invalid("peer_timeout", "peer-timeout-ms", absl::StrCat(peer_timeout.count()),
                    "must be positive");

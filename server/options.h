@@ -25,6 +25,15 @@ struct ServerOptions {
   bool allow_insecure_remote = false;
   // Largest gRPC message accepted or sent. Must hold one slice plus headers.
   uint32_t max_message_bytes = 8u << 20;
+  // UDP port of the lossy gradient path (docs/transport.md) on `host`: -1 off, 0 a free
+  // one (JoinResponse tells workers which).
+  int32_t udp_port = -1;
+  // Kernel receive buffer asked for on the UDP socket, in bytes.
+  uint32_t udp_receive_buffer = 8u << 20;
+  // Order in which closed slices are aggregated and ready slices are streamed to
+  // pulls: "priority" (most urgent first, P3) or "fifo" (in the order they became
+  // ready; the baseline).
+  std::string schedule = "priority";
 
   // --- topology ---
   // This shard's index in [0, num_shards). -1: take it from the host name's

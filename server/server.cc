@@ -14,6 +14,7 @@
 #include "core/status.h"
 #include "server/service_internal.h"
 #include "server/share_sender.h"
+#include "server/udp_receiver.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -70,6 +71,11 @@ class ServerImpl final : public Server {
   ~ServerImpl() override { Shutdown(); }
 
   absl::Status Listen() {
+    if (options_.udp_port >= 0) {
+      PS_ASSIGN_OR_RETURN(udp_, UdpReceiver::Start(options_.host, static_cast<uint16_t>(options_.udp_port),
+                                                   options_.udp_receive_buffer, &shard_));
+      worker_service_.set_udp_port(udp_->port());
+    }
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int bound = 0;
@@ -106,10 +112,19 @@ class ServerImpl final : public Server {
                  options_.num_workers, options_.num_byzantine, shard_.quorum(),
                  options_.aggregator, shard_.model_scope() ? "model" : "slice",
                  options_.aggregate_only ? " (aggregate-only)" : "");
+    if (udp_ != nullptr) {
+      spdlog::info("shard {}: UDP gradient path on {}", options_.shard_id,
+                   HostPort(options_.host, udp_->port()));
+    }
     return absl::OkStatus();
   }
 
   uint16_t port() const override { return port_; }
+  uint16_t udp_port() const override { return udp_ != nullptr ? udp_->port() : 0; }
+  std::optional<UdpStats> udp_stats() const override {
+    if (udp_ == nullptr) return std::nullopt;
+    return udp_->stats();
+  }
   Shard& shard() override { return shard_; }
   bool serving() const override {
     absl::MutexLock lock(&mu_);
@@ -132,6 +147,13 @@ class ServerImpl final : public Server {
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
     if (sender_ != nullptr) sender_->Stop();
+    if (udp_ != nullptr) {
+      const UdpStats u = udp_->stats();
+      spdlog::info("shard {}: UDP: {} chunks taken, {} lost, {} malformed, {} unknown session, "
+                   "{} forged, {} replayed, {} stale, {} refused",
+                   options_.shard_id, u.received, shard_.stats().udp_chunks_lost, u.malformed,
+                   u.unknown_session, u.forged, u.replayed, u.stale, u.refused);
+    }
     const ShardStats st = shard_.stats();
     uint64_t refused = 0;
     for (uint64_t r : st.refusals) refused += r;
@@ -258,6 +280,8 @@ class ServerImpl final : public Server {
   // Declared before shard_ so that it outlives the shard's last aggregation job,
   // which may still hand it a share during shutdown.
   std::unique_ptr<ShareSender> sender_;
+  // Declared after shard_, so destroyed (its thread stopped) before it.
+  std::unique_ptr<UdpReceiver> udp_;
   Shard shard_;
   WorkerServiceImpl worker_service_;
   PeerServiceImpl peer_service_;

@@ -10,10 +10,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 
 #include "absl/status/statusor.h"
 #include "server/options.h"
 #include "server/shard.h"
+#include "server/udp_receiver.h"
 
 namespace ps::server {
 
@@ -28,6 +30,9 @@ class Server {
 
   // The bound TCP port (useful with port 0).
   virtual uint16_t port() const = 0;
+  // The bound UDP port of the lossy gradient path, 0 without one (--udp-port -1).
+  virtual uint16_t udp_port() const = 0;
+  virtual std::optional<UdpStats> udp_stats() const = 0;
   virtual Shard& shard() = 0;
   // True while the health service reports SERVING (peers agree, not draining).
   virtual bool serving() const = 0;

@@ -42,7 +42,8 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
     state_->remaining = static_cast<size_t>(req.slice_ids_size());
     for (uint32_t id : req.slice_ids()) {
       std::weak_ptr<State> weak = state_;
-      const int32_t priority = shard->SlicePriority(id);
+      const int32_t priority =
+          shard->options().schedule == "fifo" ? 0 : shard->SlicePriority(id);
       shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
         if (auto st = weak.lock()) st->OnReady(id, priority, ok);
       });
@@ -79,7 +80,9 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
   struct State {
     absl::Mutex mu;
     PullReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
-    std::set<std::pair<int32_t, uint32_t>> ready ABSL_GUARDED_BY(mu);  // (priority, slice)
+    // (priority, arrival, slice); the priority is 0 for everything under --schedule=fifo.
+    std::set<std::tuple<int32_t, uint64_t, uint32_t>> ready ABSL_GUARDED_BY(mu);
+    uint64_t arrivals ABSL_GUARDED_BY(mu) = 0;
     size_t remaining ABSL_GUARDED_BY(mu) = 0;  // slices not yet written
     bool write_in_flight ABSL_GUARDED_BY(mu) = false;
     bool finished ABSL_GUARDED_BY(mu) = false;
@@ -93,7 +96,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
       if (!ok) {
         shutting_down = true;
       } else {
-        ready.emplace(priority, id);
+        ready.emplace(priority, arrivals++, id);
       }
       if (!write_in_flight) NextLocked();
     }
@@ -106,7 +109,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
         return;
       }
       if (!ready.empty()) {
-        const uint32_t id = ready.begin()->second;
+        const uint32_t id = std::get<2>(*ready.begin());
         ready.erase(ready.begin());
         SliceSnapshot snap = reactor->shard_->Snapshot(id);
         response.set_slice_id(id);
@@ -159,6 +162,11 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
   resp->set_version(r->version);
   resp->set_aggregator(o.aggregator);
   resp->set_aggregate_only(o.aggregate_only);
+  if (udp_port_ != 0) {
+    resp->set_udp_port(udp_port_);
+    resp->set_udp_session(r->udp_session);
+    resp->set_udp_key(r->udp_key);
+  }
   return Reply(ctx, absl::OkStatus());
 }
 

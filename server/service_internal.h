@@ -20,6 +20,9 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
  public:
   explicit WorkerServiceImpl(Shard* shard) : shard_(shard) {}
 
+  // The UDP port Join tells workers about (0: none); set before serving.
+  void set_udp_port(uint16_t port) { udp_port_ = port; }
+
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
   grpc::ServerUnaryReactor* RegisterLayout(grpc::CallbackServerContext* ctx,
@@ -35,6 +38,7 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
 
  private:
   Shard* const shard_;
+  uint16_t udp_port_ = 0;
 };
 
 // What this shard tells its peers about itself.

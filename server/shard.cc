@@ -78,8 +78,21 @@ struct Shard::SliceState {
   // sign_majority. Written by Push under mu, read by the aggregation of a closed round.
   std::vector<std::optional<codecs::SeededSupport>> supports;
   std::vector<std::string> sign_payloads;
+  // UDP pushes of the open round, per worker (docs/transport.md): the chunk size its
+  // first chunk fixed, and which chunks came. chunk_count 0: no UDP push. Written by
+  // PushChunk under mu, read by the aggregation of a closed round.
+  struct ChunkedPush {
+    uint32_t chunk_elems = 0;
+    uint32_t chunk_count = 0;
+    uint32_t received = 0;
+    std::vector<uint8_t> seen;
+  };
+  std::vector<ChunkedPush> chunked;
+  // pushed[w]: worker w sent something this round (a push or a chunk); num_pushed
+  // counts them, num_complete those whose push is whole.
   std::vector<uint8_t> pushed ABSL_GUARDED_BY(mu);
   uint32_t num_pushed ABSL_GUARDED_BY(mu) = 0;
+  uint32_t num_complete ABSL_GUARDED_BY(mu) = 0;
   // Set when the round is closed and being aggregated: pushes for it are late, and
   // inputs/params belong to the aggregation.
   bool closing ABSL_GUARDED_BY(mu) = false;
@@ -100,6 +113,34 @@ Watchers TakeDueWatchers(Shard::SliceState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->
   return due;
 }
 
+// ctx.masks for the inputs of `workers`: null for a whole push, else a bitmap of the
+// coordinates whose chunks came. Read by the aggregation of a closed round.
+struct InputMasks {
+  std::vector<std::vector<uint8_t>> bits;
+  std::vector<const uint8_t*> ptrs;  // empty when every push is whole
+};
+
+InputMasks MasksOf(const Shard::SliceState& s, std::span<const uint32_t> workers) {
+  InputMasks m;
+  const uint32_t numel = s.info.numel;
+  std::vector<size_t> partial;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const auto& push = s.chunked[workers[i]];
+    if (push.chunk_count == 0 || push.received == push.chunk_count) continue;
+    partial.push_back(i);
+    std::vector<uint8_t>& bits = m.bits.emplace_back((numel + 7) / 8, 0);
+    for (uint32_t c = 0; c < push.chunk_count; ++c) {
+      if (!push.seen[c]) continue;
+      const core::ChunkRange r = core::ChunkRangeOf(numel, push.chunk_elems, c);
+      for (uint32_t j = r.first; j < r.first + r.count; ++j) bits[j >> 3] |= uint8_t(1u << (j & 7));
+    }
+  }
+  if (partial.empty()) return m;
+  m.ptrs.assign(workers.size(), nullptr);
+  for (size_t k = 0; k < partial.size(); ++k) m.ptrs[partial[k]] = m.bits[k].data();
+  return m;
+}
+
 }  // namespace
 
 Shard::Shard(const ServerOptions& options, uint32_t shard_id,
@@ -117,9 +158,11 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       aggregator_(std::move(aggregator)),
       model_scope_(aggregator_->NeedsGram() && options.aggregation_scope == "model"),
       sign_vote_(aggregator_->name() == "sign_majority"),
+      priority_schedule_(options.schedule != "fifo"),
       clock_(clock),
       pool_(pool) {
   session_of_worker_.resize(options_.num_workers);
+  udp_session_of_worker_.resize(options_.num_workers, 0);
   stats_.malformed_by_worker.assign(options_.num_workers, 0);
 }
 
@@ -160,9 +203,13 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   }
   JoinResult result;
   result.session.resize(kSessionBytes);
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(result.session.data()), kSessionBytes) != 1) {
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(result.session.data()), kSessionBytes) != 1 ||
+      RAND_bytes(reinterpret_cast<unsigned char*>(&result.udp_session), sizeof(result.udp_session)) != 1) {
     return absl::InternalError("no randomness for a session token");
   }
+  PS_ASSIGN_OR_RETURN(core::DatagramKey udp_key, core::DatagramKey::Random());
+  result.udp_key = std::string(udp_key.bytes());
+  auto udp_peer = std::make_shared<const UdpPeer>(UdpPeer{worker_id, std::move(udp_key)});
   {
     absl::MutexLock lock(&mu_);
     if (layout_.has_value() && layout_->hash() != layout_hash) {
@@ -176,6 +223,10 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
     if (!old.empty()) sessions_.erase(old);
     old = result.session;
     sessions_[result.session] = worker_id;
+    // The UDP session follows the gRPC one: datagrams under the old id are refused.
+    udp_sessions_.erase(udp_session_of_worker_[worker_id]);
+    udp_session_of_worker_[worker_id] = result.udp_session;
+    udp_sessions_[result.udp_session] = std::move(udp_peer);
     result.layout_registered = layout_.has_value();
     result.ready = result.layout_registered && uninitialized_ == 0;
   }
@@ -191,6 +242,16 @@ absl::StatusOr<uint32_t> Shard::Authenticate(std::string_view session) const {
   if (it == sessions_.end()) {
     return Refuse(Refusal::kUnknownSession,
         absl::UnauthenticatedError("unknown session: join (again) first"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::shared_ptr<const UdpPeer>> Shard::UdpSession(uint64_t udp_session) const {
+  absl::MutexLock lock(&mu_);
+  auto it = udp_sessions_.find(udp_session);
+  if (it == udp_sessions_.end()) {
+    return Refuse(Refusal::kUnknownSession,
+                  absl::UnauthenticatedError("datagram under an unknown UDP session"));
   }
   return it->second;
 }
@@ -232,6 +293,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
       // would invert the slice -> shard lock order).
       auto s = std::make_unique<SliceState>(layout.slices()[id]);
       s->pushed.assign(options_.num_workers, 0);
+      s->chunked.assign(options_.num_workers, SliceState::ChunkedPush{});
       s->supports.assign(options_.num_workers, std::nullopt);
       if (sign_vote_) s->sign_payloads.assign(options_.num_workers, std::string());
       s->rule_state.assign(aggregator_->StateRows() * s->info.numel, 0.0f);
@@ -245,6 +307,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
     uninitialized_ = options_.aggregate_only ? 0 : static_cast<uint32_t>(owned.size());
     owned_ids_ = owned;
     std::sort(owned_ids_.begin(), owned_ids_.end());
+    publish_order_ = priority_schedule_ ? owned : owned_ids_;
     layout_ = layout;
     registered_.store(true, std::memory_order_release);
   }
@@ -326,44 +389,80 @@ const codecs::Codec* Shard::DecoderFor(std::string_view spec) {
   return raw;
 }
 
+const codecs::Codec* Shard::CheckedDecoder(uint32_t worker_id, uint32_t slice_id,
+                                           std::string_view codec, absl::Status* refusal) {
+  const codecs::Codec* decoder = DecoderFor(codec);
+  if (decoder == nullptr) {
+    auto made = codecs::MakeCodec(codec.substr(0, kMaxCodecSpecBytes));
+    *refusal = Refuse(Refusal::kUnknownCodec,
+                      absl::InvalidArgumentError(absl::StrCat(
+                          "push from worker ", worker_id, " for slice ", slice_id, ": ",
+                          made.ok() ? "too many distinct codecs" : made.status().message())));
+  }
+  return decoder;
+}
+
+absl::Status Shard::CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint64_t round) {
+  const uint32_t slice_id = s->info.id;
+  if (!s->initialized) {
+    return Refuse(Refusal::kNotReady,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "slice ", slice_id, " has no initial value yet; pull version 0 first")));
+  }
+  if (round < s->version || (round == s->version && s->closing)) {
+    return Refuse(Refusal::kLate,
+                  absl::OutOfRangeError(absl::StrCat(
+                      "late push from worker ", worker_id, ": round ", round, " of slice ",
+                      slice_id, " is closed (slice is at version ", s->version,
+                      s->closing ? ", aggregating)" : ")")));
+  }
+  if (round > s->version) {
+    return Refuse(Refusal::kFutureRound,
+                  absl::FailedPreconditionError(absl::StrCat(
+                      "push from worker ", worker_id, " for round ", round, " of slice ",
+                      slice_id, " before that round opened (slice is at version ", s->version,
+                      "); pull version ", round, " first")));
+  }
+  return absl::OkStatus();
+}
+
+bool Shard::AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline) {
+  if (s->num_complete == options_.num_workers || (s->deadline_passed && s->num_pushed >= quorum_)) {
+    CloseLocked(s, /*at_deadline=*/s->deadline_passed);
+    return true;
+  }
+  if (!s->deadline.has_value()) {
+    s->deadline = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.round_deadline);
+    *new_deadline = s->deadline;
+  }
+  return false;
+}
+
+void Shard::RegisterDeadline(uint32_t slice_id, core::SteadyTime deadline) {
+  std::function<void()> listener;
+  {
+    absl::MutexLock lock(&mu_);
+    deadlines_.emplace(deadline, slice_id);
+    listener = deadline_listener_;
+  }
+  if (listener) listener();
+}
+
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
                          uint32_t slice_id, std::string_view codec, std::string_view payload) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
   }
   PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash, slice_id));
-  const codecs::Codec* decoder = DecoderFor(codec);
-  if (decoder == nullptr) {
-    auto made = codecs::MakeCodec(codec.substr(0, kMaxCodecSpecBytes));
-    return Refuse(Refusal::kUnknownCodec,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "push from worker ", worker_id, " for slice ", slice_id, ": ",
-                      made.ok() ? "too many distinct codecs" : made.status().message())));
-  }
+  absl::Status refusal;
+  const codecs::Codec* decoder = CheckedDecoder(worker_id, slice_id, codec, &refusal);
+  if (decoder == nullptr) return refusal;
   const uint32_t numel = s->info.numel;
   bool close = false;
   std::optional<core::SteadyTime> new_deadline;
   {
     absl::MutexLock lock(&s->mu);
-    if (!s->initialized) {
-      return Refuse(Refusal::kNotReady,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "slice ", slice_id, " has no initial value yet; pull version 0 first")));
-    }
-    if (round < s->version || (round == s->version && s->closing)) {
-      return Refuse(Refusal::kLate,
-                    absl::OutOfRangeError(absl::StrCat(
-                        "late push from worker ", worker_id, ": round ", round, " of slice ",
-                        slice_id, " is closed (slice is at version ", s->version,
-                        s->closing ? ", aggregating)" : ")")));
-    }
-    if (round > s->version) {
-      return Refuse(Refusal::kFutureRound,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "push from worker ", worker_id, " for round ", round, " of slice ",
-                        slice_id, " before that round opened (slice is at version ", s->version,
-                        "); pull version ", round, " first")));
-    }
+    PS_RETURN_IF_ERROR(CheckOpenRoundLocked(s, worker_id, round));
     if (s->pushed[worker_id]) {
       return Refuse(Refusal::kDuplicate,
                     absl::AlreadyExistsError(absl::StrCat("duplicate push from worker ", worker_id,
@@ -384,6 +483,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     }
     s->pushed[worker_id] = 1;
     ++s->num_pushed;
+    ++s->num_complete;
     const codecs::SharedStructure shared = decoder->shared_structure();
     s->supports[worker_id] = shared == codecs::SharedStructure::kSeededSupport
                                  ? codecs::SeededSupportOf(payload)
@@ -395,29 +495,96 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
         s->sign_payloads[worker_id].clear();
       }
     }
-    if (s->num_pushed == options_.num_workers ||
-        (s->deadline_passed && s->num_pushed >= quorum_)) {
-      CloseLocked(s, /*at_deadline=*/s->deadline_passed);
-      close = true;
-    } else if (!s->deadline.has_value()) {
-      s->deadline = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.round_deadline);
-      new_deadline = s->deadline;
-    }
+    close = AfterPushLocked(s, &new_deadline);
   }
   {
     absl::MutexLock stats_lock(&stats_mu_);
     ++stats_.pushes_accepted;
     stats_.push_bytes += payload.size();
   }
-  if (new_deadline.has_value() && !close) {
-    std::function<void()> listener;
-    {
-      absl::MutexLock lock(&mu_);
-      deadlines_.emplace(*new_deadline, slice_id);
-      listener = deadline_listener_;
-    }
-    if (listener) listener();
+  if (new_deadline.has_value() && !close) RegisterDeadline(slice_id, *new_deadline);
+  return absl::OkStatus();
+}
+
+absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view codec,
+                              std::string_view payload) {
+  if (draining_.load()) {
+    return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
   }
+  const uint32_t worker_id = h.worker_id;
+  if (worker_id >= options_.num_workers) {
+    return Refuse(Refusal::kBadWorkerId,
+                  absl::InvalidArgumentError(absl::StrCat("datagram from worker ", worker_id,
+                                                          " of ", options_.num_workers)));
+  }
+  PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash(), h.slice_id));
+  const uint32_t numel = s->info.numel;
+  auto malformed = [&](absl::string_view why) {
+    {
+      absl::MutexLock stats_lock(&stats_mu_);
+      ++stats_.malformed_by_worker[worker_id];
+    }
+    return Refuse(Refusal::kMalformed,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "malformed chunk ", h.chunk_index, " of ", h.chunk_count, " from worker ",
+                      worker_id, " for round ", h.round, " of slice ", h.slice_id, ": ", why)));
+  };
+  if (absl::Status geometry = core::CheckChunkGeometry(h, numel); !geometry.ok()) {
+    return malformed(geometry.message());
+  }
+  absl::Status refusal;
+  const codecs::Codec* decoder = CheckedDecoder(worker_id, h.slice_id, codec, &refusal);
+  if (decoder == nullptr) return refusal;
+  const core::ChunkRange range = core::ChunkRangeOf(numel, h.chunk_elems, h.chunk_index);
+  bool close = false;
+  std::optional<core::SteadyTime> new_deadline;
+  {
+    absl::MutexLock lock(&s->mu);
+    PS_RETURN_IF_ERROR(CheckOpenRoundLocked(s, worker_id, h.round));
+    SliceState::ChunkedPush& push = s->chunked[worker_id];
+    if (push.chunk_count == 0 && s->pushed[worker_id]) {
+      return Refuse(Refusal::kDuplicate,
+                    absl::AlreadyExistsError(absl::StrCat(
+                        "chunk from worker ", worker_id, " for round ", h.round, " of slice ",
+                        h.slice_id, ", which it already pushed over gRPC")));
+    }
+    if (push.chunk_count != 0 && push.chunk_elems != h.chunk_elems) {
+      return malformed(absl::StrCat("chunk size ", h.chunk_elems, " after chunks of ",
+                                    push.chunk_elems, " in the same push"));
+    }
+    if (push.chunk_count != 0 && push.seen[h.chunk_index]) {
+      return Refuse(Refusal::kDuplicate,
+                    absl::AlreadyExistsError(absl::StrCat(
+                        "replayed chunk ", h.chunk_index, " from worker ", worker_id,
+                        " for round ", h.round, " of slice ", h.slice_id)));
+    }
+    if (s->inputs.empty()) s->inputs.resize(size_t{options_.num_workers} * numel);
+    std::span<float> slot(s->inputs.data() + size_t{worker_id} * numel + range.first, range.count);
+    if (absl::Status st = decoder->Decode(payload, slot); !st.ok()) {
+      return malformed(absl::StrCat("codec ", core::AsAbsl(codec.substr(0, kMaxCodecSpecBytes)),
+                                    ": ", st.message()));
+    }
+    if (push.chunk_count == 0) {
+      push.chunk_elems = h.chunk_elems;
+      push.chunk_count = h.chunk_count;
+      push.received = 0;
+      push.seen.assign(h.chunk_count, 0);
+      s->pushed[worker_id] = 1;
+      ++s->num_pushed;
+      // Chunks never share a support or carry a whole sign payload: aggregate decoded.
+      s->supports[worker_id] = std::nullopt;
+      if (sign_vote_) s->sign_payloads[worker_id].clear();
+    }
+    push.seen[h.chunk_index] = 1;
+    if (++push.received == push.chunk_count) ++s->num_complete;
+    close = AfterPushLocked(s, &new_deadline);
+  }
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.udp_chunks_accepted;
+    stats_.push_bytes += payload.size();
+  }
+  if (new_deadline.has_value() && !close) RegisterDeadline(h.slice_id, *new_deadline);
   return absl::OkStatus();
 }
 
@@ -429,9 +596,12 @@ void Shard::CloseLocked(SliceState* s, bool at_deadline) {
   }
   s->deadline.reset();
   s->deadline_passed = false;
+  uint64_t lost = 0;
+  for (const SliceState::ChunkedPush& push : s->chunked) lost += push.chunk_count - push.received;
   {
     absl::MutexLock stats_lock(&stats_mu_);
     if (at_deadline) ++stats_.rounds_closed_at_deadline;
+    stats_.udp_chunks_lost += lost;
   }
   if (model_scope_) {
     // The round is aggregated once every owned slice has closed (StartModelRound).
@@ -449,7 +619,22 @@ void Shard::CloseLocked(SliceState* s, bool at_deadline) {
     return;
   }
   aggregations_running_.fetch_add(1);
-  pool_->Submit([this, s] { Aggregate(s); });
+  {
+    absl::MutexLock lock(&aggregation_mu_);
+    const int64_t rank = priority_schedule_ ? s->info.priority : 0;
+    aggregation_queue_.emplace(rank, aggregation_seq_++, s->info.id);
+  }
+  // Each job aggregates the most urgent closed slice at the time it runs (P3), not
+  // necessarily the one that scheduled it.
+  pool_->Submit([this] {
+    SliceState* next;
+    {
+      absl::MutexLock lock(&aggregation_mu_);
+      next = slices_[std::get<2>(*aggregation_queue_.begin())].get();
+      aggregation_queue_.erase(aggregation_queue_.begin());
+    }
+    Aggregate(next);
+  });
 }
 
 std::vector<uint32_t> Shard::SharedSupport(const SliceState& s,
@@ -486,6 +671,11 @@ void Shard::Aggregate(SliceState* s) {
       if (!s->sign_payloads[w].empty()) signs.push_back(s->sign_payloads[w]);
     }
   }
+  const InputMasks masks = MasksOf(*s, workers);
+  if (!masks.ptrs.empty()) {
+    absl::MutexLock stats_lock(&stats_mu_);
+    ++stats_.masked_aggregations;
+  }
   if (!signs.empty() && signs.size() == workers.size()) {
     // Every push is sign-compressed: vote on the packed bits (same result as the rule).
     st = codecs::SignMajorityVote(signs, out);
@@ -499,6 +689,7 @@ void Shard::Aggregate(SliceState* s) {
     ctx.slice_id = s->info.id;
     ctx.round = round;
     ctx.pool = pool_;
+    ctx.masks = masks.ptrs;
     ctx.state = s->rule_state;
     ctx.support = support;
     st = aggregator_->Aggregate(rows, out, ctx);
@@ -533,7 +724,9 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     ++s->version;
     std::fill(s->pushed.begin(), s->pushed.end(), 0);
     std::fill(s->supports.begin(), s->supports.end(), std::nullopt);
+    for (SliceState::ChunkedPush& push : s->chunked) push.chunk_count = push.received = 0;
     s->num_pushed = 0;
+    s->num_complete = 0;
     s->closing = false;
     s->published = std::move(values);
     wake = TakeDueWatchers(s);
@@ -582,10 +775,12 @@ void Shard::StartModelRound(uint64_t round) {
       std::vector<const float*> inputs;
       for (uint32_t w : share->participants) inputs.push_back(s->inputs.data() + size_t{w} * s->info.numel);
       const std::vector<uint32_t> support = SharedSupport(*s, share->participants);
+      const InputMasks masks = MasksOf(*s, share->participants);
       aggregators::AggregationContext ctx;
       ctx.slice_id = id;
       ctx.round = round;
       ctx.pool = pool_;
+      ctx.masks = masks.ptrs;
       ctx.state = s->rule_state;
       ctx.support = support;
       st.Update(aggregator_->AccumulateGram(inputs, s->info.numel, ctx, share->gram));
@@ -768,7 +963,7 @@ void Shard::PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::
   std::vector<uint32_t> ids;
   {
     absl::MutexLock lock(&mu_);
-    ids = owned_ids_;
+    ids = publish_order_;
   }
   for (uint32_t id : ids) {
     SliceState* s = slices_[id].get();
@@ -778,10 +973,12 @@ void Shard::PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::
       std::vector<const float*> inputs;
       for (uint32_t w : agreed) inputs.push_back(s->inputs.data() + size_t{w} * s->info.numel);
       const std::vector<uint32_t> support = SharedSupport(*s, agreed);
+      const InputMasks masks = MasksOf(*s, agreed);
       aggregators::AggregationContext ctx;
       ctx.slice_id = id;
       ctx.round = round;
       ctx.pool = pool_;
+      ctx.masks = masks.ptrs;
       ctx.state = s->rule_state;
       ctx.support = support;
       st = aggregator_->Apply(*plan, inputs, out, ctx);
@@ -880,8 +1077,9 @@ void Shard::Tick(core::SteadyTime now) {
     if (s->closing || !s->deadline.has_value() || *s->deadline > now) continue;
     s->deadline.reset();
     if (s->num_pushed >= quorum_) {
-      spdlog::info("shard {}: round {} of slice {} closed at its deadline with {} of {} pushes",
-                   shard_id_, s->version, id, s->num_pushed, options_.num_workers);
+      spdlog::info("shard {}: round {} of slice {} closed at its deadline with {} of {} pushes "
+                   "({} whole)",
+                   shard_id_, s->version, id, s->num_pushed, options_.num_workers, s->num_complete);
       CloseLocked(s, /*at_deadline=*/true);
     } else {
       s->deadline_passed = true;

@@ -24,6 +24,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -36,6 +37,7 @@
 #include "core/clock.h"
 #include "core/layout.h"
 #include "core/thread_pool.h"
+#include "core/udp_frame.h"
 #include "server/optimizer.h"
 #include "server/options.h"
 
@@ -77,6 +79,12 @@ struct ShardStats {
   // apply steps) run on a shared random-k support, and sign votes on packed bits.
   uint64_t aggregations_on_support = 0;
   uint64_t sign_votes = 0;
+  // UDP path (docs/transport.md): chunks accepted, and chunks missing when their round
+  // closed (from workers that sent at least one chunk of that slice), which went into
+  // the aggregation as masked coordinates.
+  uint64_t udp_chunks_accepted = 0;
+  uint64_t udp_chunks_lost = 0;
+  uint64_t masked_aggregations = 0;
   std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refusals{};
   // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
   std::vector<uint64_t> malformed_by_worker;
@@ -87,6 +95,16 @@ struct JoinResult {
   bool layout_registered = false;
   bool ready = false;
   uint64_t version = 0;
+  // The session's UDP identity: a public id carried in every datagram and the secret
+  // MAC key, handed to the worker over the (authenticated) gRPC channel.
+  uint64_t udp_session = 0;
+  std::string udp_key;
+};
+
+// Who may send datagrams under a UDP session id.
+struct UdpPeer {
+  uint32_t worker_id = 0;
+  core::DatagramKey key;
 };
 
 // One shard's part of a model-scope round (DESIGN §4): the workers that pushed to every
@@ -142,6 +160,18 @@ class Shard {
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
                     std::string_view codec, std::string_view payload);
 
+  // The worker and key behind a UDP session id, or UNAUTHENTICATED.
+  absl::StatusOr<std::shared_ptr<const UdpPeer>> UdpSession(uint64_t udp_session) const;
+  // One authenticated datagram's chunk: coordinates ChunkRangeOf(numel, chunk_elems,
+  // chunk_index) of the slice, encoded on their own. The first chunk of a worker counts
+  // it in the round and fixes the chunk size; the round closes when every worker's push
+  // is complete, or at its deadline with the quorum, the missing chunks masked.
+  // ALREADY_EXISTS for a chunk seen before (replay) or a slice already pushed over
+  // gRPC, OUT_OF_RANGE for a closed round (stale), INVALID_ARGUMENT for bad geometry or
+  // a payload that does not decode.
+  absl::Status PushChunk(const core::DatagramHeader& header, std::string_view codec,
+                         std::string_view payload);
+
   // Checks a pull request: layout, slice ids owned by this shard, no repeats.
   absl::Status ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids);
   // Calls `ready(true)` once slice `slice_id` has a version >= min_version (inline if
@@ -189,6 +219,15 @@ class Shard {
  private:
   // Counts the refusal, logs it (rate-limited), and returns `status`.
   absl::Status Refuse(Refusal r, absl::Status status) const;
+  // Under s->mu: refuses a push for `round` unless it is s's open round.
+  absl::Status CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint64_t round);
+  // Under s->mu, after a push or chunk was taken: closes the round when every push is
+  // complete (or the deadline passed with the quorum), else starts its deadline.
+  // Returns whether it closed, and the new deadline to register, if any.
+  bool AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline);
+  void RegisterDeadline(uint32_t slice_id, core::SteadyTime deadline);
+  const codecs::Codec* CheckedDecoder(uint32_t worker_id, uint32_t slice_id, std::string_view codec,
+                                      absl::Status* refusal);
   absl::StatusOr<SliceState*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
   // Under s->mu: marks the round closed and schedules its aggregation. (Not annotated
   // ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu): clang refuses member access into the
@@ -227,6 +266,9 @@ class Shard {
   const bool model_scope_;
   // The rule is sign_majority: sign pushes are kept packed for the vote.
   const bool sign_vote_;
+  // --schedule=priority: closed slices are aggregated, and model rounds published, most
+  // urgent first; otherwise in the order they closed (slice id order in model scope).
+  const bool priority_schedule_;
   core::Clock* const clock_;
   core::ThreadPool* const pool_;
 
@@ -234,13 +276,17 @@ class Shard {
   std::optional<core::ModelLayout> layout_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const UdpPeer>> udp_sessions_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> udp_session_of_worker_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<core::SteadyTime, uint32_t>> deadlines_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<codecs::Codec>, std::less<>> decoders_
       ABSL_GUARDED_BY(mu_);
   std::function<void()> deadline_listener_ ABSL_GUARDED_BY(mu_);
   uint32_t uninitialized_ ABSL_GUARDED_BY(mu_) = 0;
-  // Owned slice ids in increasing order (set at registration).
+  // Owned slice ids in increasing order, and in the order model rounds publish them
+  // (set at registration).
   std::vector<uint32_t> owned_ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> publish_order_ ABSL_GUARDED_BY(mu_);
   // Model scope: the round being gathered, owned slices closed for it, shares by round
   // (this one and the next) and shard, whether it is being finished, and when the
   // peers' shares are due.
@@ -257,6 +303,10 @@ class Shard {
   std::atomic<bool> registered_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> aggregations_running_{0};
+  // Closed slices waiting for a pool thread: (priority or 0 for FIFO, sequence, slice).
+  absl::Mutex aggregation_mu_;
+  std::set<std::tuple<int64_t, uint64_t, uint32_t>> aggregation_queue_ ABSL_GUARDED_BY(aggregation_mu_);
+  uint64_t aggregation_seq_ ABSL_GUARDED_BY(aggregation_mu_) = 0;
 
   mutable absl::Mutex stats_mu_;
   mutable ShardStats stats_ ABSL_GUARDED_BY(stats_mu_);

@@ -8,6 +8,7 @@
 #include <mutex>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include <grpc/grpc.h>
 #include <grpcpp/grpcpp.h>
@@ -15,10 +16,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/shaper.h"
 #include "core/status.h"
+#include "core/udp_frame.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/delay_queue_internal.h"
+#include "worker_lib/send_queue_internal.h"
 #include "worker_lib/tensor_encoder_internal.h"
+#include "worker_lib/udp_sender_internal.h"
 
 namespace ps {
 namespace {
@@ -36,29 +41,43 @@ bool Retriable(grpc::StatusCode code) {
          code == grpc::StatusCode::DEADLINE_EXCEEDED;
 }
 
+// One slice push in flight; owned by whoever currently drives it (the send queue, the
+// callback, the retry queue).
+struct PushCall {
+  uint32_t shard = 0;
+  size_t tensor = 0;
+  int attempt = 0;
+  uint64_t epoch = 0;
+  // Bytes this call holds of its shard's in-flight window, from dispatch to its end.
+  uint64_t credit = 0;
+  grpc::StatusCode last_code = grpc::StatusCode::OK;
+  v1::PushRequest req;
+  v1::PushResponse resp;
+  std::unique_ptr<grpc::ClientContext> ctx;
+};
+
 struct ShardConn {
   uint32_t id = 0;
   std::string address;
+  // The shaping relay this shard's channel goes through, if the link is shaped.
+  std::unique_ptr<core::ShapingRelay> relay;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::WorkerService::Stub> stub;
   absl::Mutex join_mu;  // serializes (re)joins
   mutable absl::Mutex mu;
   std::string session ABSL_GUARDED_BY(mu);
   uint64_t epoch ABSL_GUARDED_BY(mu) = 0;  // bumped by every successful join
+  // The UDP path as of the last join: port (0: none), session id and MAC key.
+  uint16_t udp_port ABSL_GUARDED_BY(mu) = 0;
+  uint64_t udp_session ABSL_GUARDED_BY(mu) = 0;
+  std::shared_ptr<const core::DatagramKey> udp_key ABSL_GUARDED_BY(mu);
+  boost::asio::ip::udp::endpoint udp_endpoint;  // resolved at Start()
   ShardInfo info;
-};
-
-// One slice push in flight; owned by whoever currently drives it (the callback, the
-// retry queue).
-struct PushCall {
-  uint32_t shard = 0;
-  size_t tensor = 0;
-  int attempt = 0;
-  uint64_t epoch = 0;
-  grpc::StatusCode last_code = grpc::StatusCode::OK;
-  v1::PushRequest req;
-  v1::PushResponse resp;
-  std::unique_ptr<grpc::ClientContext> ctx;
+  // P3 send queue of gRPC pushes to this shard (made at Start()).
+  absl::Mutex send_mu;
+  std::unique_ptr<internal::SendQueue<std::unique_ptr<PushCall>>> queue ABSL_GUARDED_BY(send_mu);
+  // Orders this shard's datagrams in the UDP sender's queue.
+  uint64_t next_udp_seq ABSL_GUARDED_BY(send_mu) = 0;
 };
 
 // What one pull stream delivered; shared between the stream (which deletes itself
@@ -81,15 +100,18 @@ struct PullResult {
   }
 };
 
+// Called with each slice id once its values are in place (on a gRPC thread).
+using SliceArrived = std::function<void(uint32_t)>;
+
 // Streams the requested slices of one shard and copies each into its destination.
 // Owns itself: created with new, deleted at the end of OnDone (gRPC's last call).
 class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
  public:
-  // `dst` must stay valid until `result` reports done.
+  // `dst` and `on_slice` must stay valid until `result` reports done.
   static void Start(v1::WorkerService::Stub* stub, v1::PullRequest req, Clock::time_point deadline,
                     const core::ModelLayout* layout, const absl::flat_hash_map<uint32_t, float*>* dst,
-                    std::shared_ptr<PullResult> result) {
-    auto* stream = new PullStream(std::move(req), layout, dst, std::move(result));
+                    const SliceArrived* on_slice, std::shared_ptr<PullResult> result) {
+    auto* stream = new PullStream(std::move(req), layout, dst, on_slice, std::move(result));
     stream->ctx_.set_deadline(deadline);
     stream->ctx_.set_wait_for_ready(true);
     stub->async()->Pull(&stream->ctx_, &stream->req_, stream);
@@ -120,6 +142,7 @@ class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
       result_->min_version = std::min(result_->min_version, resp_.version());
       result_->bytes += resp_.values().size();
     }
+    if (*on_slice_) (*on_slice_)(id);
     StartRead(&resp_);
   }
 
@@ -133,15 +156,91 @@ class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
 
  private:
   PullStream(v1::PullRequest req, const core::ModelLayout* layout,
-             const absl::flat_hash_map<uint32_t, float*>* dst, std::shared_ptr<PullResult> result)
-      : req_(std::move(req)), layout_(layout), dst_(dst), result_(std::move(result)) {}
+             const absl::flat_hash_map<uint32_t, float*>* dst, const SliceArrived* on_slice,
+             std::shared_ptr<PullResult> result)
+      : req_(std::move(req)), layout_(layout), dst_(dst), on_slice_(on_slice), result_(std::move(result)) {}
 
   grpc::ClientContext ctx_;
   v1::PullRequest req_;
   v1::PullResponse resp_;
   const core::ModelLayout* layout_;
   const absl::flat_hash_map<uint32_t, float*>* dst_;
+  const SliceArrived* on_slice_;
   std::shared_ptr<PullResult> result_;
+};
+
+// A pull running on its own thread, counting per tensor the slices still to come.
+class PullTicketImpl final : public PullTicket {
+ public:
+  using PullFn = std::function<absl::StatusOr<uint64_t>(const SliceArrived&)>;
+
+  PullTicketImpl(const core::ModelLayout& layout, absl::flat_hash_map<uint32_t, float*> dst)
+      : layout_(layout), dst_(std::move(dst)), arrived_(layout.slices().size(), 0) {
+    for (size_t t = 0; t < layout.tensors().size(); ++t) {
+      remaining_.push_back(layout.SlicesOfTensor(t).size());
+    }
+    on_slice_ = [this](uint32_t id) {
+      absl::MutexLock lock(&mu_);
+      if (arrived_[id]) return;
+      arrived_[id] = 1;
+      --remaining_[layout_.slices()[id].tensor];
+    };
+  }
+
+  ~PullTicketImpl() override { Join(); }
+
+  const absl::flat_hash_map<uint32_t, float*>& dst() const { return dst_; }
+
+  void Run(PullFn pull) {
+    thread_ = std::thread([this, pull = std::move(pull)] {
+      absl::StatusOr<uint64_t> r = pull(on_slice_);
+      absl::MutexLock lock(&mu_);
+      result_ = std::move(r);
+      done_ = true;
+    });
+  }
+
+  absl::Status WaitTensor(size_t tensor) override {
+    if (tensor >= remaining_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat("no tensor ", tensor, "; the layout has ",
+                                                     remaining_.size()));
+    }
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return remaining_[tensor] == 0 || done_; };
+    mu_.Await(absl::Condition(&ready));
+    if (remaining_[tensor] == 0) return absl::OkStatus();
+    if (!result_.ok()) return result_.status();
+    return absl::InternalError(absl::StrCat("pull ended without tensor '",
+                                            layout_.tensors()[tensor].name, "'"));
+  }
+
+  bool TensorReady(size_t tensor) const override {
+    absl::MutexLock lock(&mu_);
+    return tensor < remaining_.size() && remaining_[tensor] == 0;
+  }
+
+  absl::StatusOr<uint64_t> Wait() override {
+    Join();
+    absl::MutexLock lock(&mu_);
+    return result_;
+  }
+
+ private:
+  void Join() {
+    absl::MutexLock lock(&join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  const core::ModelLayout& layout_;
+  const absl::flat_hash_map<uint32_t, float*> dst_;
+  SliceArrived on_slice_;
+  absl::Mutex join_mu_;
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);
+  mutable absl::Mutex mu_;
+  std::vector<uint8_t> arrived_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> remaining_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::StatusOr<uint64_t> result_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("pull still running");
 };
 
 class WorkerImpl final : public Worker {
@@ -156,6 +255,15 @@ class WorkerImpl final : public Worker {
       for (grpc::ClientContext* ctx : in_flight_) ctx->TryCancel();
     }
     retries_.Stop();  // runs what is queued at once; SendPush sees closing_
+    for (auto& c : shards_) {
+      std::vector<std::unique_ptr<PushCall>> queued;
+      {
+        absl::MutexLock lock(&c->send_mu);
+        if (c->queue != nullptr) queued = c->queue->TakeAll();
+      }
+      absl::MutexLock lock(&mu_);
+      for (auto& call : queued) FinishPushLocked(*call, absl::CancelledError("worker is shutting down"));
+    }
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](WorkerImpl* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->pending_ == 0; }, this));
@@ -200,6 +308,10 @@ class WorkerImpl final : public Worker {
       }
       encoders_.push_back(std::make_unique<TensorSlot>());
       encoders_.back()->encoder = *std::move(encoder);
+      encoders_.back()->udp = push.udp;
+      if (push.udp && udp_sender_ == nullptr) {
+        PS_ASSIGN_OR_RETURN(udp_sender_, internal::UdpSender::Start(options_.udp));
+      }
     }
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(64 << 20);
@@ -207,12 +319,31 @@ class WorkerImpl final : public Worker {
     args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff.count()));
     args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, static_cast<int>(options_.initial_backoff.count()));
     args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, static_cast<int>(options_.max_backoff.count()));
+    if (options_.receive_window_bytes > 0) {
+      args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+      args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(options_.receive_window_bytes));
+    }
     shards_.reserve(options_.shard_addresses.size());
     for (uint32_t i = 0; i < options_.shard_addresses.size(); ++i) {
       auto c = std::make_unique<ShardConn>();
       c->id = i;
       c->address = options_.shard_addresses[i];
-      c->channel = grpc::CreateCustomChannel(c->address, grpc::InsecureChannelCredentials(), args);
+      std::string target = c->address;
+      if (options_.shaping.enabled()) {
+        auto relay = core::ShapingRelay::Start(c->address, options_.shaping);
+        if (!relay.ok()) {
+          return absl::Status(relay.status().code(), absl::StrCat("shaping the link to ", ShardName(*c),
+                                                                  ": ", relay.status().message()));
+        }
+        c->relay = *std::move(relay);
+        target = c->relay->address();
+      }
+      c->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+      {
+        absl::MutexLock lock(&c->send_mu);
+        c->queue = std::make_unique<internal::SendQueue<std::unique_ptr<PushCall>>>(
+            options_.priority_order, options_.max_inflight_bytes);
+      }
       c->stub = v1::WorkerService::NewStub(c->channel);
       shards_.push_back(std::move(c));
     }
@@ -231,6 +362,15 @@ class WorkerImpl final : public Worker {
       c->info.aggregator = join.aggregator();
       c->info.aggregate_only = join.aggregate_only();
       c->info.version = join.version();
+      if (udp_sender_ != nullptr) {
+        if (join.udp_port() == 0) {
+          return absl::FailedPreconditionError(absl::StrCat(
+              "tensors are pushed over UDP but ", ShardName(*c),
+              " runs without the UDP path (start it with --udp-port)"));
+        }
+        PS_ASSIGN_OR_RETURN(c->udp_endpoint,
+                            internal::ResolveUdp(c->address, static_cast<uint16_t>(join.udp_port())));
+      }
       infos_.push_back(c->info);
       start = std::min(start, join.version());
     }
@@ -252,6 +392,7 @@ class WorkerImpl final : public Worker {
       return absl::InvalidArgumentError(absl::StrCat("gradient of '", spec.name, "' has ",
                                                      grad.size(), " elements; expected ", spec.numel));
     }
+    if (encoders_[tensor]->udp) return PushUdp(tensor, round, grad);
     std::vector<std::unique_ptr<PushCall>> calls;
     {
       TensorSlot& slot = *encoders_[tensor];
@@ -283,17 +424,27 @@ class WorkerImpl final : public Worker {
       absl::MutexLock lock(&mu_);
       pending_ += calls.size();
     }
-    for (auto& call : calls) SendPush(std::move(call));
+    std::set<uint32_t> touched;
+    for (auto& call : calls) {
+      ShardConn& c = *shards_[call->shard];
+      touched.insert(c.id);
+      const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
+      const uint64_t bytes = call->req.payload().size();
+      absl::MutexLock lock(&c.send_mu);
+      c.queue->Push(si.priority, round, bytes, std::move(call));
+    }
+    for (uint32_t shard : touched) Dispatch(*shards_[shard]);
     return absl::OkStatus();
   }
 
   absl::Status WaitPushes() override {
+    absl::Status udp = udp_sender_ != nullptr ? udp_sender_->WaitIdle() : absl::OkStatus();
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
         +[](WorkerImpl* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->pending_ == 0; }, this));
     absl::Status st = std::move(first_error_);
     first_error_ = absl::OkStatus();
-    return st;
+    return st.ok() ? udp : st;
   }
 
   absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
@@ -309,14 +460,14 @@ class WorkerImpl final : public Worker {
 
   absl::StatusOr<uint64_t> PullAll(uint64_t min_version, std::span<const std::span<float>> outs,
                                    std::chrono::milliseconds timeout) override {
-    if (outs.size() != layout_.tensors().size()) {
-      return absl::InvalidArgumentError(absl::StrCat("PullAll needs ", layout_.tensors().size(),
-                                                     " buffers, got ", outs.size()));
-    }
     absl::flat_hash_map<uint32_t, float*> dst;
-    for (size_t t = 0; t < outs.size(); ++t) PS_RETURN_IF_ERROR(AddDestinations(t, outs[t], dst));
+    PS_RETURN_IF_ERROR(AllDestinations(outs, dst));
     return PullSlices(dst, min_version, timeout);
   }
+
+  absl::StatusOr<std::unique_ptr<PullTicket>> StartPullAll(uint64_t min_version,
+                                                           std::span<const std::span<float>> outs,
+                                                           std::chrono::milliseconds timeout) override;
 
   WorkerStats stats() const override {
     WorkerStats s;
@@ -326,6 +477,11 @@ class WorkerImpl final : public Worker {
     s.slices_pulled = slices_pulled_.load();
     s.pull_bytes = pull_bytes_.load();
     s.retries = retries_count_.load();
+    if (udp_sender_ != nullptr) {
+      s.udp_datagrams_sent = udp_sender_->datagrams_sent();
+      s.udp_datagrams_dropped = udp_sender_->datagrams_dropped();
+      s.udp_bytes = udp_sender_->bytes_sent();
+    }
     return s;
   }
 
@@ -333,7 +489,96 @@ class WorkerImpl final : public Worker {
   struct TensorSlot {
     absl::Mutex mu;
     std::unique_ptr<internal::TensorEncoder> encoder ABSL_GUARDED_BY(mu);
+    bool udp = false;  // pushed as datagrams (PushOptions::udp)
   };
+
+  // Encodes every chunk of every slice of `tensor` on its own, signs each with its
+  // shard's session key and queues the datagrams (docs/transport.md, "UDP").
+  absl::Status PushUdp(size_t tensor, uint64_t round, std::span<const float> grad) {
+    const core::TensorSpec& spec = layout_.tensors()[tensor];
+    const uint32_t chunk_elems = options_.udp.chunk_elems;
+    std::vector<internal::SliceRange> ranges;
+    struct Chunk {
+      uint32_t slice = 0;
+      uint16_t index = 0;
+      uint16_t count = 0;
+    };
+    std::vector<Chunk> chunks;
+    for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
+      const core::SliceInfo& s = layout_.slices()[id];
+      const uint32_t count = core::ChunkCount(s.numel, chunk_elems);
+      if (count > UINT16_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "slice ", id, " of '", spec.name, "' needs ", count, " UDP chunks of ", chunk_elems,
+            " values; at most 65535 (raise udp.chunk_elems)"));
+      }
+      for (uint32_t i = 0; i < count; ++i) {
+        const core::ChunkRange r = core::ChunkRangeOf(s.numel, chunk_elems, i);
+        ranges.push_back({id, s.offset + r.first, r.count});
+        chunks.push_back({id, static_cast<uint16_t>(i), static_cast<uint16_t>(count)});
+      }
+    }
+    TensorSlot& slot = *encoders_[tensor];
+    absl::MutexLock lock(&slot.mu);
+    std::vector<std::string> payloads;
+    absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
+                                                  " (UDP chunks): ", st.message()));
+    }
+    std::vector<std::tuple<internal::UdpSender::Key, boost::asio::ip::udp::endpoint, std::string, bool>> out;
+    for (size_t k = 0; k < chunks.size(); ++k) {
+      const core::SliceInfo& si = layout_.slices()[chunks[k].slice];
+      ShardConn& c = *shards_[si.shard];
+      core::DatagramHeader h;
+      std::shared_ptr<const core::DatagramKey> key;
+      {
+        absl::MutexLock conn_lock(&c.mu);
+        h.session_id = c.udp_session;
+        key = c.udp_key;
+      }
+      h.worker_id = options_.worker_id;
+      h.slice_id = chunks[k].slice;
+      h.round = round;
+      h.chunk_elems = chunk_elems;
+      h.chunk_index = chunks[k].index;
+      h.chunk_count = chunks[k].count;
+      std::string datagram;
+      if (key == nullptr) {
+        return absl::FailedPreconditionError(absl::StrCat(ShardName(c), " gave no UDP key"));
+      }
+      st = core::EncodeDatagram(h, slot.encoder->spec(), payloads[k], *key, &datagram);
+      if (!st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ", h.slice_id,
+                                                    " of '", spec.name, "': ", st.message(),
+                                                    " (lower udp.chunk_elems)"));
+      }
+      uint64_t seq = 0;
+      {
+        absl::MutexLock send_lock(&c.send_mu);
+        seq = c.next_udp_seq++;
+      }
+      const internal::UdpSender::Key order =
+          options_.priority_order ? internal::UdpSender::Key{si.priority, round, seq}
+                                  : internal::UdpSender::Key{0, 0, seq};
+      out.emplace_back(order, c.udp_endpoint, std::move(datagram),
+                       internal::InjectedLoss(options_.udp, options_.worker_id, round, h.slice_id,
+                                              h.chunk_index));
+    }
+    for (auto& [order, to, datagram, lost] : out) udp_sender_->Enqueue(order, to, std::move(datagram), lost);
+    return absl::OkStatus();
+  }
+
+  absl::Status AllDestinations(std::span<const std::span<float>> outs,
+                                absl::flat_hash_map<uint32_t, float*>& dst) const {
+    if (outs.size() != layout_.tensors().size()) {
+      return absl::InvalidArgumentError(absl::StrCat("pulling every tensor needs ",
+                                                     layout_.tensors().size(), " buffers, got ",
+                                                     outs.size()));
+    }
+    for (size_t t = 0; t < outs.size(); ++t) PS_RETURN_IF_ERROR(AddDestinations(t, outs[t], dst));
+    return absl::OkStatus();
+  }
 
   // Maps every slice of `tensor` to its place in `out`, after checking out's size.
   absl::Status AddDestinations(size_t tensor, std::span<float> out,
@@ -369,8 +614,20 @@ class WorkerImpl final : public Worker {
       v1::JoinResponse resp;
       grpc::Status s = c.stub->Join(&ctx, req, &resp);
       if (s.ok()) {
+        std::shared_ptr<const core::DatagramKey> udp_key;
+        if (resp.udp_port() != 0) {
+          auto key = core::DatagramKey::FromBytes(resp.udp_key());
+          if (!key.ok()) {
+            return absl::InternalError(absl::StrCat(ShardName(c), " handed out a bad UDP key: ",
+                                                    key.status().message()));
+          }
+          udp_key = std::make_shared<const core::DatagramKey>(*std::move(key));
+        }
         absl::MutexLock lock(&c.mu);
         c.session = resp.session();
+        c.udp_port = static_cast<uint16_t>(resp.udp_port());
+        c.udp_session = resp.udp_session();
+        c.udp_key = std::move(udp_key);
         ++c.epoch;
         return resp;
       }
@@ -451,6 +708,31 @@ class WorkerImpl final : public Worker {
     return absl::OkStatus();
   }
 
+  // Sends queued pushes to `c`, most urgent first, while the in-flight window allows.
+  void Dispatch(ShardConn& c) {
+    std::vector<std::pair<uint64_t, std::unique_ptr<PushCall>>> go;
+    {
+      absl::MutexLock lock(&c.send_mu);
+      go = c.queue->TakeSendable();
+    }
+    for (auto& [bytes, call] : go) {
+      call->credit = bytes;
+      SendPush(std::move(call));
+    }
+  }
+
+  // A push is over (accepted, refused or failed): its bytes leave the window, which
+  // lets queued pushes go.
+  void ReleaseCredit(const PushCall& call) {
+    if (call.credit == 0) return;
+    ShardConn& c = *shards_[call.shard];
+    {
+      absl::MutexLock lock(&c.send_mu);
+      c.queue->Release(call.credit);
+    }
+    Dispatch(c);
+  }
+
   void SendPush(std::unique_ptr<PushCall> call) {
     ShardConn& c = *shards_[call->shard];
     {
@@ -487,6 +769,7 @@ class WorkerImpl final : public Worker {
     if (accepted) {
       slices_pushed_.fetch_add(1);
       push_bytes_.fetch_add(call->req.payload().size());
+      ReleaseCredit(*call);
       absl::MutexLock lock(&mu_);
       FinishPushLocked(*call, absl::OkStatus());
       return;
@@ -508,6 +791,7 @@ class WorkerImpl final : public Worker {
       return;
     }
     slices_refused_.fetch_add(1);
+    ReleaseCredit(*call);
     const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
     absl::Status st = FromGrpc(
         s, absl::StrCat("push of tensor '", layout_.tensors()[si.tensor].name, "' slice ",
@@ -523,7 +807,8 @@ class WorkerImpl final : public Worker {
   }
 
   absl::StatusOr<uint64_t> PullSlices(const absl::flat_hash_map<uint32_t, float*>& dst,
-                                      uint64_t min_version, std::chrono::milliseconds timeout) {
+                                      uint64_t min_version, std::chrono::milliseconds timeout,
+                                      const SliceArrived& on_slice = {}) {
     const auto deadline = Clock::now() + timeout;
     std::set<uint32_t> missing;
     for (const auto& [id, ptr] : dst) missing.insert(id);
@@ -547,7 +832,7 @@ class WorkerImpl final : public Worker {
         req.set_layout_hash(layout_.hash());
         req.set_min_version(min_version);
         auto result = std::make_shared<PullResult>();
-        PullStream::Start(c.stub.get(), req, deadline, &layout_, &dst, result);
+        PullStream::Start(c.stub.get(), req, deadline, &layout_, &dst, &on_slice, result);
         streams.emplace_back(shard, std::move(result));
       }
       grpc::Status worst;
@@ -590,6 +875,7 @@ class WorkerImpl final : public Worker {
   std::vector<std::unique_ptr<TensorSlot>> encoders_;
   uint64_t start_version_ = 0;
   internal::DelayQueue retries_;
+  std::unique_ptr<internal::UdpSender> udp_sender_;  // when some tensor goes over UDP
 
   absl::Mutex mu_;
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
@@ -600,6 +886,18 @@ class WorkerImpl final : public Worker {
   std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};
   std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, retries_count_{0};
 };
+
+absl::StatusOr<std::unique_ptr<PullTicket>> WorkerImpl::StartPullAll(
+    uint64_t min_version, std::span<const std::span<float>> outs, std::chrono::milliseconds timeout) {
+  absl::flat_hash_map<uint32_t, float*> dst;
+  PS_RETURN_IF_ERROR(AllDestinations(outs, dst));
+  auto ticket = std::make_unique<PullTicketImpl>(layout_, std::move(dst));
+  PullTicketImpl* raw = ticket.get();
+  raw->Run([this, raw, min_version, timeout](const SliceArrived& on_slice) {
+    return PullSlices(raw->dst(), min_version, timeout, on_slice);
+  });
+  return ticket;
+}
 
 }  // namespace
 

@@ -13,6 +13,12 @@
 // WaitPushes() reports how the pushes went. Failures are absl::Status values whose
 // message names the tensor, slice and shard involved.
 //
+// Priorities (P3, docs/transport.md): every slice waits in its shard's send queue, most
+// urgent first (the tensor the next forward pass uses first), and at most
+// `max_inflight_bytes` of pushes per shard are on the wire, so an urgent slice pushed
+// late overtakes queued ones at slice boundaries. StartPullAll() tells per tensor when
+// its fresh parameters have arrived, so a forward pass can start on the first layers.
+//
 // Reconnection: gRPC channels reconnect with exponential backoff by themselves; a
 // call that fails with UNAVAILABLE, or whose session the shard no longer knows (the
 // shard restarted), is retried after re-joining, up to `max_attempts` times with
@@ -31,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/layout.h"
+#include "core/shaper.h"
 
 namespace ps {
 
@@ -48,6 +55,25 @@ struct PushOptions {
   // The tensor as a row-major matrix with this many columns (0: not a matrix). A slice
   // that is a whole number of rows is then encoded as a matrix (PowerSGD).
   uint32_t matrix_cols = 0;
+  // Send this tensor's gradients as datagrams on the shard's lossy UDP path instead of
+  // gRPC (docs/transport.md, "UDP"); the shard must run with --udp-port. Lost datagrams
+  // lose their coordinate range for that round; nothing is retransmitted.
+  bool udp = false;
+};
+
+// The worker side of the UDP path.
+struct UdpOptions {
+  // Coordinates per datagram: chunk i of a slice covers [i * chunk_elems, (i + 1) *
+  // chunk_elems). Each chunk is encoded on its own with the tensor's codec, so the
+  // encoded chunk (plus about 120 bytes) must fit in one datagram (65507 bytes).
+  uint32_t chunk_elems = 8192;
+  // Pacing: the sender's rate in megabits per second (token bucket); 0 = unpaced.
+  double rate_mbps = 0;
+  // Seeded loss injection for tests and benchmarks: each datagram is dropped before
+  // sending with this probability, decided by a hash of (seed, worker, round, slice,
+  // chunk), so a run loses the same datagrams every time.
+  double loss = 0;
+  uint64_t loss_seed = 1;
 };
 
 struct WorkerOptions {
@@ -71,6 +97,24 @@ struct WorkerOptions {
   std::chrono::milliseconds max_backoff{2000};
   // Attempts per RPC before its failure is reported.
   int max_attempts = 6;
+  // Send order (P3): true sends queued slices most urgent first (layout priority, then
+  // round, then slice id), false in the order they were pushed (FIFO).
+  bool priority_order = true;
+  // Bytes of pushes sent to one shard and not yet answered; a slice that would exceed
+  // it waits in the queue (one push is always let through). Small values let urgent
+  // slices overtake sooner; the link needs about bandwidth x round-trip to stay busy.
+  uint64_t max_inflight_bytes = 1u << 20;
+  // HTTP/2 receive window of this worker's channels in bytes; 0 leaves gRPC's default,
+  // which grows the window with the bandwidth-delay product. A shard streams a pull's
+  // slices most urgent first, but what it wrote into a large window is delivered in
+  // the order written: on a slow link a window of about bandwidth x round-trip keeps
+  // an urgent slice from waiting behind megabytes already sent (docs/transport.md).
+  uint32_t receive_window_bytes = 0;
+  // Bandwidth shaping of this worker's link to every shard (docs/transport.md): a
+  // local relay per shard with a token bucket on each direction and added latency.
+  // Disabled by default.
+  core::LinkShaping shaping;
+  UdpOptions udp;
 };
 
 // What a shard told this worker at join time.
@@ -90,6 +134,25 @@ struct WorkerStats {
   uint64_t slices_pulled = 0;
   uint64_t pull_bytes = 0;
   uint64_t retries = 0;          // RPC attempts repeated after UNAVAILABLE or re-join
+  uint64_t udp_datagrams_sent = 0;
+  uint64_t udp_datagrams_dropped = 0;  // by loss injection
+  uint64_t udp_bytes = 0;              // datagram bytes sent
+};
+
+// A pull in progress (Worker::StartPullAll). The buffers it writes into must stay
+// valid, and the Worker alive, until Wait() returned or the ticket is destroyed
+// (the destructor waits). Thread-safe.
+class PullTicket {
+ public:
+  virtual ~PullTicket() = default;
+  // Blocks until every slice of tensor `tensor` is in its buffer (OK), or the pull
+  // failed before that (its error). Tensors complete in the order the shards send
+  // them: most urgent first.
+  virtual absl::Status WaitTensor(size_t tensor) = 0;
+  // Whether tensor `tensor` has fully arrived (never blocks).
+  virtual bool TensorReady(size_t tensor) const = 0;
+  // Waits for the whole pull; returns the lowest version received, as PullAll().
+  virtual absl::StatusOr<uint64_t> Wait() = 0;
 };
 
 class Worker {
@@ -133,6 +196,12 @@ class Worker {
   // Pulls every tensor (outs[i] for tensor i) with one stream per shard.
   virtual absl::StatusOr<uint64_t> PullAll(uint64_t min_version, std::span<const std::span<float>> outs,
                                            std::chrono::milliseconds timeout) = 0;
+
+  // Starts pulling every tensor (outs[i] for tensor i) and returns at once; the ticket
+  // says per tensor when it has arrived.
+  virtual absl::StatusOr<std::unique_ptr<PullTicket>> StartPullAll(
+      uint64_t min_version, std::span<const std::span<float>> outs,
+      std::chrono::milliseconds timeout) = 0;
 
   virtual WorkerStats stats() const = 0;
 

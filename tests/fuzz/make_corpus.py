@@ -3,7 +3,8 @@
 
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
-peer_share and aggregator_spec: see share() and AGGREGATOR_SPEC below.
+peer_share, aggregator_spec, udp_datagram: see share(), AGGREGATOR_SPEC and
+datagram() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -11,6 +12,8 @@ finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
 ctest fuzz_codec_seeds_current fails while that corpus is stale.
 """
 import argparse
+import hashlib
+import hmac
 import pathlib
 import struct
 import subprocess
@@ -78,8 +81,78 @@ AGGREGATOR_SPEC = {
 }
 
 
+UDP_KEY = b"ps-server udp_datagram fuzz key!"  # kKey in udp_datagram_fuzz.cc
+
+
+def datagram(chunk_elems=256, chunk_index=0, chunk_count=4, payload=b"", codec=b"fp32",
+             key=UDP_KEY, session=0x0123456789ABCDEF, worker=3, slice_=17, round_=42,
+             magic=b"PSU1", version=1, codec_len=None, reserved=0, payload_len=None):
+    """udp_datagram input: one datagram (core/udp_frame.h), HMAC-SHA256 of everything
+    before the MAC with `key`, truncated to 16 bytes."""
+    head = magic + struct.pack(
+        "<BBHQIIQIHHI", version, len(codec) if codec_len is None else codec_len, reserved,
+        session, worker, slice_, round_, chunk_elems, chunk_index, chunk_count,
+        len(payload) if payload_len is None else payload_len)
+    signed = head + codec + payload
+    return signed + hmac.new(key, signed, hashlib.sha256).digest()[:16]
+
+
+def fp32(values):
+    """The fp32 codec's payload: version byte 1, then little-endian floats."""
+    return b"\x01" + struct.pack(f"<{len(values)}f", *values)
+
+
+def fp16(values):
+    return b"\x01" + struct.pack(f"<{len(values)}e", *values)
+
+
+def flip(data, index, mask=0x01):
+    b = bytearray(data)
+    b[index] ^= mask
+    return bytes(b)
+
+
+# The fuzz target checks chunk geometry against a slice of 1000 coordinates:
+# chunks of 256 -> 4 chunks, the last one of 232.
+_V = datagram(payload=fp32([0.25 * i - 3.0 for i in range(8)]))
+UDP_DATAGRAM = {
+    "valid_fp32_chunk0": datagram(payload=fp32([0.01 * i for i in range(256)])),
+    "valid_fp32_last_partial": datagram(chunk_index=3, payload=fp32([-0.5] * 232)),
+    "valid_fp16_single_chunk": datagram(chunk_elems=1000, chunk_count=1, codec=b"fp16",
+                                        payload=fp16([0.125 * (i % 9) for i in range(40)])),
+    "valid_topk_codec": datagram(chunk_index=1, codec=b"topk(0.01)+bloom(p0, fpr=0.01)+fp16",
+                                 payload=bytes(range(1, 60))),
+    "valid_codec_64": datagram(chunk_index=2, codec=b"qsgd(s=16)+" + b"x" * 53,
+                               payload=b"\x01\x02\x03"),
+    "valid_empty_payload": datagram(chunk_index=1),
+    "valid_fp32_8": _V,
+    "valid_geometry_mismatch": datagram(chunk_elems=100, chunk_count=3, chunk_index=2,
+                                        payload=fp32([1.0] * 4)),
+    "valid_max_fields": datagram(chunk_elems=0xFFFFFFFF, chunk_index=0xFFFE, chunk_count=0xFFFF,
+                                 session=2**64 - 1, worker=2**32 - 1, slice_=2**32 - 1,
+                                 round_=2**64 - 1, payload=b"\xff" * 5),
+    "wrong_key": datagram(payload=fp32([1.0] * 8), key=bytes(32)),
+    "mac_flipped": flip(_V, len(_V) - 1),
+    "signed_byte_flipped": flip(_V, 30),
+    "truncated_mac": _V[:-1],
+    "too_short": _V[:60],
+    "bad_magic": datagram(magic=b"PSU2"),
+    "bad_version": datagram(version=2, payload=b"\x01"),
+    "codec_len_0": datagram(codec_len=0, payload=b"\x01"),
+    "codec_len_65": datagram(codec_len=65, payload=b"\x01" * 70),
+    "reserved_set": datagram(reserved=0x100, payload=b"\x01"),
+    "payload_len_short": datagram(payload=b"\x01\x02", payload_len=1),
+    "payload_len_huge": datagram(payload=b"\x01\x02", payload_len=0xFFFFFFFF),
+    "codec_bad_char": datagram(codec=b"fp32;", payload=b"\x01"),
+    "chunk_count_0": datagram(chunk_index=0, chunk_count=0),
+    "chunk_index_eq_count": datagram(chunk_index=4, chunk_count=4),
+    "chunk_elems_0": datagram(chunk_elems=0),
+}
+
+
 # Target name (tests/fuzz/CMakeLists.txt) -> {file name: input}. codec_decode: codec_seeds.
-CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC}
+CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
+           "udp_datagram": UDP_DATAGRAM}
 
 
 def main():

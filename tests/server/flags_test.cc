@@ -35,6 +35,9 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "port-file",
                                                   "allow-insecure-remote",
                                                   "max-message-bytes",
+                                                  "udp-port",
+                                                  "udp-receive-buffer",
+                                                  "schedule",
                                                   "shard-id",
                                                   "num-shards",
                                                   "peers",
@@ -133,6 +136,9 @@ TEST_F(FlagsTest, NoArgumentsGiveTheDocumentedDefaults) {
   EXPECT_EQ(o.port_file, "");
   EXPECT_FALSE(o.allow_insecure_remote);
   EXPECT_EQ(o.max_message_bytes, 8u << 20);
+  EXPECT_EQ(o.udp_port, -1);
+  EXPECT_EQ(o.udp_receive_buffer, 8u << 20);
+  EXPECT_EQ(o.schedule, "priority");
   EXPECT_EQ(o.shard_id, 0);
   EXPECT_EQ(o.num_shards, 1u);
   EXPECT_THAT(o.peers, IsEmpty());
@@ -162,6 +168,9 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"port-file", "/tmp/port"},
           {"allow-insecure-remote", "true"},
           {"max-message-bytes", "1048576"},
+          {"udp-port", "0"},
+          {"udp-receive-buffer", "65536"},
+          {"schedule", "fifo"},
           {"shard-id", "1"},
           {"num-shards", "2"},
           {"peers", "ps-0:7070,ps-1:7071"},
@@ -189,6 +198,9 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.port_file, "/tmp/port");
   EXPECT_TRUE(o.allow_insecure_remote);
   EXPECT_EQ(o.max_message_bytes, 1048576u);
+  EXPECT_EQ(o.udp_port, 0);
+  EXPECT_EQ(o.udp_receive_buffer, 65536u);
+  EXPECT_EQ(o.schedule, "fifo");
   EXPECT_EQ(o.shard_id, 1);
   EXPECT_EQ(o.num_shards, 2u);
   EXPECT_THAT(o.peers, ElementsAre("ps-0:7070", "ps-1:7071"));
@@ -443,6 +455,20 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("--momentum=1.5"));
+  unsetenv("PS_MOMENTUM");
+
+  result = Parse({"--udp-port=-2"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("--udp-port=-2"));
+  result = Parse({"--udp-port=70000"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("--udp-port=70000"));
+  result = Parse({"--udp-receive-buffer=1000"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("at least 65536"));
+  result = Parse({"--schedule=lifo"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("lifo"));
 }
 
 TEST_F(FlagsTest, ValidationErrorSaysWhereTheValueCameFrom) {

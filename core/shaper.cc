@@ -1,0 +1,703 @@
+#include "core/shaper.h"
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <charconv>
+#include <cmath>
+#include <deque>
+#include <optional>
+#include <set>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+// GCC 12 warns (-Wtsan) that TSan cannot model the atomic_thread_fence inside Asio's
+// handler invocation, and -Werror makes that fatal in PS_SANITIZE=thread builds. Asio
+// also hands operations between threads under mutexes, which TSan does see.
+#if defined(__SANITIZE_THREAD__)
+#pragma GCC diagnostic ignored "-Wtsan"
+#endif
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+
+namespace ps::core {
+namespace {
+
+constexpr uint64_t kDefaultBurstBytes = ShapingOptions{}.burst_bytes;
+constexpr double kMinMbps = 1e-3;              // 1 kbit/s: below that waits overflow clocks
+constexpr double kMaxMbps = 1e7;               // 10000 gbit/s
+constexpr int64_t kMaxLatencyUs = 60'000'000;  // 60 s
+constexpr uint64_t kMaxBurstBytes = uint64_t{1} << 30;
+
+// ---------------------------------------------------------------------------------------
+// Parsing and describing.
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.front()))) {
+    s.remove_prefix(1);
+  }
+  while (!s.empty() && absl::ascii_isspace(static_cast<unsigned char>(s.back()))) {
+    s.remove_suffix(1);
+  }
+  return s;
+}
+
+absl::Status ShapingError(std::string_view spec, std::string_view what) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("link shaping '", AsAbsl(spec), "': ", AsAbsl(what)));
+}
+
+// "<key> '<value>': <why>", the fragment every value error starts with.
+absl::Status ValueError(std::string_view key, std::string_view value, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(AsAbsl(key), " '", AsAbsl(value), "': ", AsAbsl(why)));
+}
+
+// Splits "1.5gbps" into 1.5 and "gbps" (lower-cased). from_chars takes the longest
+// number, so exponents work ("1e3mbps") and "inf"/"nan" are caught as non-finite.
+absl::StatusOr<std::pair<double, std::string>> NumberWithUnit(std::string_view key,
+                                                              std::string_view value,
+                                                              std::string_view units) {
+  double number = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (ec == std::errc::result_out_of_range) return ValueError(key, value, "number out of range");
+  if (ec != std::errc()) {
+    return ValueError(key, value, absl::StrCat("not a number with a unit (", AsAbsl(units), ")"));
+  }
+  if (!std::isfinite(number)) return ValueError(key, value, "not a finite number");
+  std::string unit =
+      absl::AsciiStrToLower(AsAbsl(value.substr(static_cast<size_t>(end - value.data()))));
+  if (unit.empty()) {
+    return ValueError(key, value, absl::StrCat("missing unit (", AsAbsl(units), ")"));
+  }
+  return std::make_pair(number, std::move(unit));
+}
+
+absl::StatusOr<double> ParseRateMbps(std::string_view key, std::string_view value) {
+  PS_ASSIGN_OR_RETURN(auto number_unit, NumberWithUnit(key, value, "kbps, mbps or gbps"));
+  auto [number, unit] = std::move(number_unit);
+  double mbps = 0;
+  // Divide for kbps (1e-3 is not exact) so that Describe's kbps form round-trips.
+  if (unit == "kbps") {
+    mbps = number / 1e3;
+  } else if (unit == "mbps") {
+    mbps = number;
+  } else if (unit == "gbps") {
+    mbps = number * 1e3;
+  } else {
+    return ValueError(key, value, absl::StrCat("unknown unit '", unit, "' (kbps, mbps or gbps)"));
+  }
+  if (!(mbps > 0)) return ValueError(key, value, "rate must be positive");
+  if (mbps < kMinMbps) return ValueError(key, value, "rate must be at least 1kbps");
+  if (mbps > kMaxMbps) return ValueError(key, value, "rate must be at most 10000gbps");
+  return mbps;
+}
+
+absl::StatusOr<std::chrono::microseconds> ParseLatency(std::string_view key,
+                                                       std::string_view value) {
+  PS_ASSIGN_OR_RETURN(auto number_unit, NumberWithUnit(key, value, "us, ms or s"));
+  auto [number, unit] = std::move(number_unit);
+  double us = 0;
+  if (unit == "us") {
+    us = number;
+  } else if (unit == "ms") {
+    us = number * 1e3;
+  } else if (unit == "s") {
+    us = number * 1e6;
+  } else {
+    return ValueError(key, value, absl::StrCat("unknown unit '", unit, "' (us, ms or s)"));
+  }
+  if (us < 0 || std::signbit(us)) return ValueError(key, value, "latency must not be negative");
+  if (us > static_cast<double>(kMaxLatencyUs)) {
+    return ValueError(key, value, "latency must be at most 60s");
+  }
+  return std::chrono::microseconds(std::llround(us));
+}
+
+absl::StatusOr<uint64_t> ParseBytes(std::string_view key, std::string_view value) {
+  if (value.front() == '-') return ValueError(key, value, "burst must be positive");
+  uint64_t number = 0;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), number);
+  if (ec == std::errc::result_out_of_range) {
+    return ValueError(key, value, "burst must be at most 1024m");
+  }
+  if (ec != std::errc()) {
+    return ValueError(key, value, "not an integer number of bytes with an optional k or m suffix");
+  }
+  const std::string suffix =
+      absl::AsciiStrToLower(AsAbsl(value.substr(static_cast<size_t>(end - value.data()))));
+  uint64_t scale = 1;
+  if (suffix == "k") {
+    scale = 1024;
+  } else if (suffix == "m") {
+    scale = 1024 * 1024;
+  } else if (!suffix.empty()) {
+    return ValueError(key, value, absl::StrCat("unknown suffix '", suffix, "' (k or m)"));
+  }
+  if (number == 0) return ValueError(key, value, "burst must be positive");
+  if (number > kMaxBurstBytes / scale) return ValueError(key, value, "burst must be at most 1024m");
+  return number * scale;
+}
+
+// Shortest text that reads back as the same double.
+std::string FormatNumber(double v) {
+  std::array<char, 64> buf;
+  const auto result = std::to_chars(buf.data(), buf.data() + buf.size(), v);
+  return std::string(buf.data(), result.ptr);
+}
+
+std::string FormatRate(double mbps) {
+  if (mbps >= 1e3 && (mbps / 1e3) * 1e3 == mbps) return FormatNumber(mbps / 1e3) + "gbps";
+  if (mbps < 1 && (mbps * 1e3) / 1e3 == mbps) return FormatNumber(mbps * 1e3) + "kbps";
+  return FormatNumber(mbps) + "mbps";
+}
+
+std::string FormatLatency(std::chrono::microseconds latency) {
+  const int64_t us = latency.count();
+  if (us != 0 && us % 1'000'000 == 0) return absl::StrCat(us / 1'000'000, "s");
+  if (us != 0 && us % 1'000 == 0) return absl::StrCat(us / 1'000, "ms");
+  return absl::StrCat(us, "us");
+}
+
+std::string FormatBytes(uint64_t bytes) {
+  if (bytes != 0 && bytes % (1024 * 1024) == 0) return absl::StrCat(bytes / (1024 * 1024), "m");
+  if (bytes != 0 && bytes % 1024 == 0) return absl::StrCat(bytes / 1024, "k");
+  return absl::StrCat(bytes);
+}
+
+}  // namespace
+
+absl::StatusOr<LinkShaping> ParseLinkShaping(std::string_view spec) {
+  const std::string_view body = Trim(spec);
+  if (body.empty() || body == "off") return LinkShaping{};
+
+  std::optional<double> rate, up, down;
+  std::optional<std::chrono::microseconds> latency;
+  std::optional<uint64_t> burst;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = body.find(',', start);
+    const std::string_view item =
+        Trim(body.substr(start, comma == std::string_view::npos ? comma : comma - start));
+    if (item.empty()) return ShapingError(spec, "empty item (two ',' in a row, or one at an end)");
+    const size_t eq = item.find('=');
+    if (eq == std::string_view::npos) {
+      return ShapingError(spec, absl::StrCat("'", AsAbsl(item), "' is not key=value"));
+    }
+    const std::string_view key = Trim(item.substr(0, eq));
+    const std::string_view value = Trim(item.substr(eq + 1));
+    const bool known =
+        key == "rate" || key == "up" || key == "down" || key == "latency" || key == "burst";
+    if (!known) {
+      return ShapingError(
+          spec, absl::StrCat("unknown key '", AsAbsl(key), "' (rate, up, down, latency or burst)"));
+    }
+    const bool seen = (key == "rate" && rate) || (key == "up" && up) || (key == "down" && down) ||
+                      (key == "latency" && latency) || (key == "burst" && burst);
+    if (seen) return ShapingError(spec, absl::StrCat("duplicate key '", AsAbsl(key), "'"));
+    if (value.empty()) return ShapingError(spec, absl::StrCat(AsAbsl(key), " has no value"));
+
+    absl::Status status;
+    if (key == "latency") {
+      auto parsed = ParseLatency(key, value);
+      if (parsed.ok()) latency = *parsed;
+      status = parsed.status();
+    } else if (key == "burst") {
+      auto parsed = ParseBytes(key, value);
+      if (parsed.ok()) burst = *parsed;
+      status = parsed.status();
+    } else {
+      auto parsed = ParseRateMbps(key, value);
+      if (parsed.ok()) (key == "rate" ? rate : key == "up" ? up : down) = *parsed;
+      status = parsed.status();
+    }
+    if (!status.ok()) {
+      return ShapingError(spec, std::string_view(status.message().data(), status.message().size()));
+    }
+
+    if (comma == std::string_view::npos) break;
+    start = comma + 1;
+  }
+
+  LinkShaping shaping;
+  shaping.up.mbps = up.value_or(rate.value_or(0));
+  shaping.down.mbps = down.value_or(rate.value_or(0));
+  shaping.up.latency = shaping.down.latency = latency.value_or(std::chrono::microseconds(0));
+  shaping.up.burst_bytes = shaping.down.burst_bytes = burst.value_or(kDefaultBurstBytes);
+  // A depth without a rate would be silently ignored; say so instead.
+  if (burst && shaping.up.mbps == 0 && shaping.down.mbps == 0) {
+    return ShapingError(spec, "burst needs a rate (rate, up or down)");
+  }
+  return shaping;
+}
+
+std::string DescribeLinkShaping(const LinkShaping& shaping) {
+  if (!shaping.enabled()) return "off";
+  const ShapingOptions& up = shaping.up;
+  const ShapingOptions& down = shaping.down;
+  std::vector<std::string> parts;
+  if (up.mbps > 0) parts.push_back("up=" + FormatRate(up.mbps));
+  if (down.mbps > 0) parts.push_back("down=" + FormatRate(down.mbps));
+  if (up.latency == down.latency) {
+    if (up.latency.count() > 0) parts.push_back("latency=" + FormatLatency(up.latency));
+  } else {
+    parts.push_back("up_latency=" + FormatLatency(up.latency));
+    parts.push_back("down_latency=" + FormatLatency(down.latency));
+  }
+  // Only a limited direction's depth means anything.
+  const bool up_limited = up.mbps > 0;
+  const bool down_limited = down.mbps > 0;
+  if (up_limited && down_limited && up.burst_bytes != down.burst_bytes) {
+    parts.push_back("up_burst=" + FormatBytes(up.burst_bytes));
+    parts.push_back("down_burst=" + FormatBytes(down.burst_bytes));
+  } else if (up_limited || down_limited) {
+    const uint64_t burst = up_limited ? up.burst_bytes : down.burst_bytes;
+    if (burst != kDefaultBurstBytes) parts.push_back("burst=" + FormatBytes(burst));
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+// ---------------------------------------------------------------------------------------
+// TokenBucket.
+
+TokenBucket::TokenBucket(double bytes_per_second, uint64_t burst_bytes, Clock* clock)
+    : bytes_per_second_(bytes_per_second),
+      burst_bytes_(static_cast<double>(burst_bytes)),
+      clock_(clock != nullptr ? clock : Clock::Real()),
+      tokens_(static_cast<double>(burst_bytes)),
+      last_refill_(clock_->Now()) {}
+
+SteadyTime TokenBucket::Reserve(uint64_t bytes) {
+  // A day: keeps `now + wait` far from overflowing whatever the rate.
+  constexpr double kMaxWaitNs = 86400e9;
+  absl::MutexLock lock(&mu_);
+  const SteadyTime now = clock_->Now();
+  if (bytes_per_second_ <= 0) return now;
+  if (now > last_refill_) {
+    // ns * rate first, then / 1e9: exact for whole-byte rates, so hand-computed times
+    // in tests match to the nanosecond.
+    const auto elapsed_ns =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_refill_);
+    tokens_ = std::min(burst_bytes_,
+                       tokens_ + static_cast<double>(elapsed_ns.count()) * bytes_per_second_ / 1e9);
+    last_refill_ = now;
+  }
+  tokens_ -= static_cast<double>(bytes);
+  if (tokens_ >= 0) return now;
+  const double wait_ns = std::min(std::ceil(-tokens_ * 1e9 / bytes_per_second_), kMaxWaitNs);
+  return now + std::chrono::duration_cast<Duration>(
+                   std::chrono::nanoseconds(static_cast<int64_t>(wait_ns)));
+}
+
+// ---------------------------------------------------------------------------------------
+// ShapingRelay.
+
+namespace {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using boost::system::error_code;
+
+constexpr size_t kChunkBytes = 16 * 1024;
+constexpr int kSocketBufferBytes = 64 * 1024;
+constexpr uint64_t kHoldSlackBytes = 64 * 1024;
+constexpr uint64_t kUnlimitedRateHoldBytes = uint64_t{16} << 20;
+constexpr uint64_t kMaxHoldBytes = uint64_t{64} << 20;
+
+// How much one direction of one connection may hold: what is in flight on the modelled
+// wire (rate * latency) plus a little, or two buckets' worth, whichever is more. Less
+// would cap throughput below the rate; more would hide queues from the sender.
+uint64_t HoldLimit(const ShapingOptions& options) {
+  const double latency_s = std::chrono::duration<double>(options.latency).count();
+  if (options.mbps <= 0) {
+    return options.latency.count() > 0 ? kUnlimitedRateHoldBytes : kHoldSlackBytes;
+  }
+  const double bytes_per_second = options.mbps * 1e6 / 8;
+  const double limit = std::max(2.0 * static_cast<double>(options.burst_bytes),
+                                bytes_per_second * latency_s + kHoldSlackBytes);
+  return static_cast<uint64_t>(std::min(limit, static_cast<double>(kMaxHoldBytes)));
+}
+
+// Small kernel buffers keep the queue in the sender's application; no Nagle, so the
+// relay's chunking adds no delay of its own. Failures only weaken the model: ignored.
+void TuneSocket(tcp::socket& socket) {
+  error_code ignored;
+  socket.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
+  socket.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
+  socket.set_option(tcp::no_delay(true), ignored);
+}
+
+// What one direction of a relay shares across its connections.
+struct DirectionShared {
+  std::chrono::microseconds latency{0};
+  uint64_t hold_limit = 0;
+  std::unique_ptr<TokenBucket> bucket;  // null: unlimited
+  std::atomic<uint64_t> bytes{0};
+};
+
+class Connection;
+
+// State shared by the relay's connections. Everything but the byte counters (and the
+// buckets, which lock) is touched only by the io thread, or after it has been joined.
+struct RelayState {
+  asio::io_context io;  // first member: destroyed last, after all sockets and timers
+  DirectionShared up;
+  DirectionShared down;
+  std::vector<tcp::endpoint> upstream;  // tried in order
+  std::set<std::shared_ptr<Connection>> connections;
+};
+
+// One client connection and its upstream twin. Lives as long as a pending handler or
+// RelayState::connections holds it; all methods run on the io thread.
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(RelayState* state, tcp::socket client)
+      : state_(state),
+        client_(std::move(client)),
+        upstream_(state->io),
+        up_(state->io, client_, upstream_, state->up),
+        down_(state->io, upstream_, client_, state->down) {}
+
+  void Start() { ConnectTo(0); }
+
+  // `reset`: abort both sides (RST) rather than close them in order.
+  void Close(bool reset) {
+    if (closed_) return;
+    closed_ = true;
+    error_code ignored;
+    for (tcp::socket* socket : {&client_, &upstream_}) {
+      if (reset && socket->is_open()) {
+        socket->set_option(asio::socket_base::linger(true, 0), ignored);
+      }
+      socket->close(ignored);
+    }
+    for (Direction* d : {&up_, &down_}) {
+      d->token_timer.cancel();
+      d->hold_timer.cancel();
+    }
+    state_->connections.erase(shared_from_this());
+  }
+
+ private:
+  struct Chunk {
+    std::vector<char> data;
+    SteadyTime deliver_at;
+  };
+
+  // Copies src -> dst. `reading` covers the read and the wait for tokens after it;
+  // `writing` covers the hold until delivery and the write.
+  struct Direction {
+    Direction(asio::io_context& io, tcp::socket& src_socket, tcp::socket& dst_socket,
+              DirectionShared& shared_state)
+        : src(src_socket), dst(dst_socket), shared(shared_state), token_timer(io), hold_timer(io) {}
+    tcp::socket& src;
+    tcp::socket& dst;
+    DirectionShared& shared;
+    std::array<char, kChunkBytes> buffer;
+    std::deque<Chunk> queue;
+    uint64_t queued_bytes = 0;
+    bool reading = false;
+    bool writing = false;
+    bool eof = false;   // src said EOF
+    bool done = false;  // ... and everything before it was written, dst shut down
+    asio::steady_timer token_timer;
+    asio::steady_timer hold_timer;
+  };
+
+  void ConnectTo(size_t index) {
+    if (closed_) return;
+    if (index >= state_->upstream.size()) {
+      Close(/*reset=*/true);  // the client sees a refused upstream as a reset
+      return;
+    }
+    const tcp::endpoint& endpoint = state_->upstream[index];
+    error_code ec;
+    upstream_.close(ec);
+    upstream_.open(endpoint.protocol(), ec);
+    if (ec) {
+      ConnectTo(index + 1);
+      return;
+    }
+    TuneSocket(upstream_);  // before connecting, so the window scale matches the buffer
+    upstream_.async_connect(endpoint, [self = shared_from_this(), index](const error_code& ec) {
+      if (self->closed_) return;
+      if (ec) {
+        self->ConnectTo(index + 1);
+        return;
+      }
+      self->StartRead(self->up_);
+      self->StartRead(self->down_);
+    });
+  }
+
+  void StartRead(Direction& d) {
+    if (closed_ || d.reading || d.eof || d.queued_bytes >= d.shared.hold_limit) return;
+    d.reading = true;
+    d.src.async_read_some(asio::buffer(d.buffer),
+                          [self = shared_from_this(), &d](const error_code& ec, size_t n) {
+                            self->OnRead(d, ec, n);
+                          });
+  }
+
+  void OnRead(Direction& d, const error_code& ec, size_t n) {
+    if (closed_) return;
+    if (ec) {
+      d.reading = false;
+      if (ec == asio::error::eof) {
+        d.eof = true;
+        Pump(d);  // shuts dst down once the queue has drained
+      } else {
+        Close(/*reset=*/true);
+      }
+      return;
+    }
+    std::vector<char> data(d.buffer.begin(), d.buffer.begin() + static_cast<ptrdiff_t>(n));
+    const SteadyTime sent_at = d.shared.bucket ? d.shared.bucket->Reserve(n) : SteadyTime::min();
+    if (sent_at <= std::chrono::steady_clock::now()) {
+      Enqueue(d, std::move(data), std::chrono::steady_clock::now());
+      return;
+    }
+    // Not reading while waiting: the next bytes stay with the sender until these leave.
+    d.token_timer.expires_at(sent_at);
+    d.token_timer.async_wait([self = shared_from_this(), &d, data = std::move(data),
+                              sent_at](const error_code&) mutable {
+      if (self->closed_) return;
+      self->Enqueue(d, std::move(data), sent_at);
+    });
+  }
+
+  // The chunk left the modelled NIC at `sent_at`; it arrives one latency later.
+  void Enqueue(Direction& d, std::vector<char> data, SteadyTime sent_at) {
+    d.reading = false;
+    d.queued_bytes += data.size();
+    d.queue.push_back(Chunk{std::move(data), sent_at + d.shared.latency});
+    StartRead(d);
+    Pump(d);
+  }
+
+  void Pump(Direction& d) {
+    if (closed_ || d.writing) return;
+    if (d.queue.empty()) {
+      if (d.eof && !d.done) {
+        d.done = true;
+        error_code ignored;
+        d.dst.shutdown(tcp::socket::shutdown_send, ignored);
+        if (up_.done && down_.done) Close(/*reset=*/false);
+      }
+      return;
+    }
+    const Chunk& chunk = d.queue.front();
+    d.writing = true;
+    if (chunk.deliver_at > std::chrono::steady_clock::now()) {
+      d.hold_timer.expires_at(chunk.deliver_at);
+      d.hold_timer.async_wait([self = shared_from_this(), &d](const error_code&) {
+        if (self->closed_) return;
+        d.writing = false;
+        self->Pump(d);
+      });
+      return;
+    }
+    // Counted before the write, so a peer that has read N bytes sees a count >= N.
+    d.shared.bytes.fetch_add(chunk.data.size(), std::memory_order_relaxed);
+    asio::async_write(d.dst, asio::buffer(chunk.data),
+                      [self = shared_from_this(), &d](const error_code& ec, size_t n) {
+                        const size_t size = d.queue.front().data.size();
+                        if (ec) d.shared.bytes.fetch_sub(size - n, std::memory_order_relaxed);
+                        if (self->closed_) return;
+                        if (ec) {
+                          self->Close(/*reset=*/true);
+                          return;
+                        }
+                        d.writing = false;
+                        d.queued_bytes -= size;
+                        d.queue.pop_front();
+                        self->StartRead(d);
+                        self->Pump(d);
+                      });
+  }
+
+  RelayState* const state_;  // owns this connection's io_context; outlives it
+  tcp::socket client_;
+  tcp::socket upstream_;
+  Direction up_;    // client_ -> upstream_
+  Direction down_;  // upstream_ -> client_
+  bool closed_ = false;
+};
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// "host:port" or "[v6]:port".
+absl::StatusOr<HostPort> SplitHostPort(std::string_view address) {
+  const auto fail = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("upstream address '", AsAbsl(address), "': ", AsAbsl(why)));
+  };
+  std::string_view host;
+  std::string_view port;
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return fail("expected [v6-address]:port");
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return fail("expected host:port");
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      return fail("write IPv6 addresses as [addr]:port");
+    }
+  }
+  if (host.empty()) return fail("empty host");
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 ||
+      value > 65535) {
+    return fail("port must be a number in [1, 65535]");
+  }
+  return HostPort{std::string(host), static_cast<uint16_t>(value)};
+}
+
+void ConfigureDirection(const ShapingOptions& options, DirectionShared& shared) {
+  shared.latency = options.latency;
+  shared.hold_limit = HoldLimit(options);
+  if (options.mbps > 0) {
+    shared.bucket = std::make_unique<TokenBucket>(options.mbps * 1e6 / 8, options.burst_bytes);
+  }
+}
+
+}  // namespace
+
+class ShapingRelay::Impl {
+ public:
+  Impl() : acceptor_(state_.io), retry_timer_(state_.io), work_(state_.io.get_executor()) {}
+
+  ~Impl() {
+    state_.io.stop();
+    if (thread_.joinable()) thread_.join();
+    // The io thread is gone: nothing else touches the sockets now. Handlers still
+    // pending hold connections; io_context's destructor releases them.
+    error_code ignored;
+    acceptor_.close(ignored);
+    retry_timer_.cancel();
+    const auto connections = std::move(state_.connections);
+    state_.connections.clear();
+    for (const auto& connection : connections) connection->Close(/*reset=*/false);
+    // Run the handlers the closes aborted (each sees its connection closed and returns),
+    // so connections die here rather than inside io_context's destructor.
+    work_.reset();
+    state_.io.restart();
+    state_.io.poll();
+  }
+
+  absl::Status Init(const std::string& upstream, const LinkShaping& shaping) {
+    PS_ASSIGN_OR_RETURN(HostPort target, SplitHostPort(upstream));
+    error_code ec;
+    const auto literal = asio::ip::make_address(target.host, ec);
+    if (!ec) {
+      state_.upstream.emplace_back(literal, target.port);
+    } else {
+      tcp::resolver resolver(state_.io);
+      // No address_configured flag: a machine with only loopback still has ::1.
+      const auto results = resolver.resolve(target.host, std::to_string(target.port),
+                                            tcp::resolver::numeric_service, ec);
+      if (ec) {
+        return absl::UnavailableError(
+            absl::StrCat("cannot resolve upstream '", upstream, "': ", ec.message()));
+      }
+      for (const auto& entry : results) state_.upstream.push_back(entry.endpoint());
+      if (state_.upstream.empty()) {
+        return absl::UnavailableError(absl::StrCat("upstream '", upstream, "' has no address"));
+      }
+    }
+    ConfigureDirection(shaping.up, state_.up);
+    ConfigureDirection(shaping.down, state_.down);
+
+    const auto fail = [&](std::string_view step) {
+      return absl::UnavailableError(absl::StrCat("shaping relay for '", upstream, "': cannot ",
+                                                 AsAbsl(step), " 127.0.0.1:0: ", ec.message()));
+    };
+    acceptor_.open(tcp::v4(), ec);
+    if (ec) return fail("open a socket for");
+    // Accepted sockets inherit these; they must be set before listen() to shape the
+    // window the kernel advertises.
+    error_code ignored;
+    acceptor_.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
+    acceptor_.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
+    acceptor_.bind(tcp::endpoint(asio::ip::address_v4::loopback(), 0), ec);
+    if (ec) return fail("bind");
+    acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) return fail("listen on");
+    const tcp::endpoint local = acceptor_.local_endpoint(ec);
+    if (ec) return fail("read the port of");
+    address_ = absl::StrCat("127.0.0.1:", local.port());
+
+    Accept();
+    thread_ = std::thread([this] { state_.io.run(); });
+    return absl::OkStatus();
+  }
+
+  const std::string& address() const { return address_; }
+  uint64_t bytes_up() const { return state_.up.bytes.load(std::memory_order_relaxed); }
+  uint64_t bytes_down() const { return state_.down.bytes.load(std::memory_order_relaxed); }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept([this](const error_code& ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted) return;
+      if (ec) {
+        // Out of descriptors and the like: retry later rather than spin.
+        retry_timer_.expires_after(std::chrono::milliseconds(10));
+        retry_timer_.async_wait([this](const error_code& wait_ec) {
+          if (!wait_ec) Accept();
+        });
+        return;
+      }
+      TuneSocket(socket);
+      auto connection = std::make_shared<Connection>(&state_, std::move(socket));
+      state_.connections.insert(connection);
+      connection->Start();
+      Accept();
+    });
+  }
+
+  RelayState state_;  // first: its io_context must outlive the members below
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_timer_;
+  asio::executor_work_guard<asio::io_context::executor_type> work_;
+  std::string address_;
+  std::thread thread_;
+};
+
+absl::StatusOr<std::unique_ptr<ShapingRelay>> ShapingRelay::Start(std::string upstream,
+                                                                  LinkShaping shaping) {
+  auto impl = std::make_unique<Impl>();
+  PS_RETURN_IF_ERROR(impl->Init(upstream, shaping));
+  return std::unique_ptr<ShapingRelay>(new ShapingRelay(std::move(impl)));
+}
+
+ShapingRelay::ShapingRelay(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+ShapingRelay::~ShapingRelay() = default;
+
+std::string ShapingRelay::address() const { return impl_->address(); }
+uint64_t ShapingRelay::bytes_up() const { return impl_->bytes_up(); }
+uint64_t ShapingRelay::bytes_down() const { return impl_->bytes_down(); }
+
+}  // namespace ps::core

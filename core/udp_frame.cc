@@ -1,0 +1,306 @@
+#include "core/udp_frame.h"
+
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/rand.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace ps::core {
+namespace {
+
+constexpr char kMagic[4] = {'P', 'S', 'U', '1'};
+constexpr size_t kSha256Bytes = 32;
+constexpr size_t kSha256BlockBytes = 64;
+constexpr uint32_t kMaxChunkCount = 0xffff;
+
+static_assert(
+    kDatagramKeyBytes <= kSha256BlockBytes,
+    "HMAC hashes a key longer than a block first; the precomputation assumes it does not");
+static_assert(kDatagramMacBytes <= kSha256Bytes);
+static_assert(kMaxDatagramCodecBytes <= 0xff, "codec_len is one byte");
+static_assert(kMaxDatagramBytes <= 0xffffffffu, "payload_len is four bytes");
+
+struct EvpMdCtxDeleter {
+  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
+};
+using EvpMdCtxPtr = std::unique_ptr<EVP_MD_CTX, EvpMdCtxDeleter>;
+
+// Byte-wise so that the format does not depend on the host's byte order.
+void StoreLe(uint64_t v, size_t bytes, char* out) {
+  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+}
+
+uint64_t LoadLe(const char* in, size_t bytes) {
+  uint64_t v = 0;
+  for (size_t i = 0; i < bytes; ++i) {
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  }
+  return v;
+}
+
+bool IsCodecChar(char c) {
+  return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+         std::strchr("_.,=()+ -", c) != nullptr;
+}
+
+// The checks EncodeDatagram and ParseDatagram share, with the same messages.
+absl::Status CheckCodec(std::string_view codec) {
+  if (codec.empty() || codec.size() > kMaxDatagramCodecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "udp datagram: codec_len ", codec.size(), " is outside [1, ", kMaxDatagramCodecBytes, "]"));
+  }
+  for (size_t i = 0; i < codec.size(); ++i) {
+    // '\0' would make strchr match the terminator.
+    if (codec[i] == '\0' || !IsCodecChar(codec[i])) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("udp datagram: codec byte ", i, " (0x",
+                       absl::Hex(static_cast<uint8_t>(codec[i]), absl::kZeroPad2),
+                       ") is not in [A-Za-z0-9_.,=()+ -]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckChunkFields(const DatagramHeader& header) {
+  if (header.chunk_count == 0) return absl::InvalidArgumentError("udp datagram: chunk_count is 0");
+  if (header.chunk_index >= header.chunk_count) {
+    return absl::InvalidArgumentError(absl::StrCat("udp datagram: chunk_index ", header.chunk_index,
+                                                   " is not below chunk_count ",
+                                                   header.chunk_count));
+  }
+  if (header.chunk_elems == 0) return absl::InvalidArgumentError("udp datagram: chunk_elems is 0");
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+size_t DatagramOverhead(size_t codec_bytes) {
+  return kDatagramHeaderBytes + codec_bytes + kDatagramMacBytes;
+}
+
+// HMAC(K, m) = H((K ^ opad) || H((K ^ ipad) || m)) with K zero-padded to a block: the two
+// states after the first block depend on the key only, so they are hashed once here and
+// copied per message.
+struct DatagramKey::State {
+  std::array<uint8_t, kDatagramKeyBytes> key{};
+  EvpMdCtxPtr inner;  // SHA-256 that has absorbed K ^ ipad
+  EvpMdCtxPtr outer;  // SHA-256 that has absorbed K ^ opad
+
+  ~State() { OPENSSL_cleanse(key.data(), key.size()); }
+};
+
+DatagramKey::DatagramKey(std::shared_ptr<const State> state) : state_(std::move(state)) {}
+
+absl::StatusOr<DatagramKey> DatagramKey::FromBytes(std::string_view key) {
+  if (key.size() != kDatagramKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("udp datagram key must have ", kDatagramKeyBytes, " bytes, got ", key.size()));
+  }
+  auto state = std::make_shared<State>();
+  std::memcpy(state->key.data(), key.data(), key.size());
+  std::array<uint8_t, kSha256BlockBytes> ipad;
+  std::array<uint8_t, kSha256BlockBytes> opad;
+  ipad.fill(0x36);
+  opad.fill(0x5c);
+  for (size_t i = 0; i < kDatagramKeyBytes; ++i) {
+    ipad[i] ^= state->key[i];
+    opad[i] ^= state->key[i];
+  }
+  state->inner.reset(EVP_MD_CTX_new());
+  state->outer.reset(EVP_MD_CTX_new());
+  const bool ok = state->inner != nullptr && state->outer != nullptr &&
+                  EVP_DigestInit_ex(state->inner.get(), EVP_sha256(), nullptr) == 1 &&
+                  EVP_DigestUpdate(state->inner.get(), ipad.data(), ipad.size()) == 1 &&
+                  EVP_DigestInit_ex(state->outer.get(), EVP_sha256(), nullptr) == 1 &&
+                  EVP_DigestUpdate(state->outer.get(), opad.data(), opad.size()) == 1;
+  OPENSSL_cleanse(ipad.data(), ipad.size());
+  OPENSSL_cleanse(opad.data(), opad.size());
+  if (!ok) return absl::InternalError("udp datagram key: OpenSSL could not set up SHA-256");
+  return DatagramKey(std::move(state));
+}
+
+absl::StatusOr<DatagramKey> DatagramKey::Random() {
+  std::array<uint8_t, kDatagramKeyBytes> key;
+  if (RAND_bytes(key.data(), static_cast<int>(key.size())) != 1) {
+    return absl::InternalError("udp datagram key: RAND_bytes failed");
+  }
+  absl::StatusOr<DatagramKey> made =
+      FromBytes(std::string_view(reinterpret_cast<const char*>(key.data()), key.size()));
+  OPENSSL_cleanse(key.data(), key.size());
+  return made;
+}
+
+std::string_view DatagramKey::bytes() const {
+  return std::string_view(reinterpret_cast<const char*>(state_->key.data()), state_->key.size());
+}
+
+bool DatagramKey::ComputeMac(std::string_view data,
+                             std::array<uint8_t, kDatagramMacBytes>* out) const {
+  // One scratch context per thread: copying into it reuses its allocation, and the shared
+  // precomputed states are only read, so concurrent MACs need no lock.
+  thread_local EvpMdCtxPtr work(EVP_MD_CTX_new());
+  if (work == nullptr) return false;
+  unsigned char inner[kSha256Bytes];
+  unsigned char full[kSha256Bytes];
+  unsigned int len = 0;
+  if (EVP_MD_CTX_copy_ex(work.get(), state_->inner.get()) != 1 ||
+      EVP_DigestUpdate(work.get(), data.data(), data.size()) != 1 ||
+      EVP_DigestFinal_ex(work.get(), inner, &len) != 1 || len != kSha256Bytes ||
+      EVP_MD_CTX_copy_ex(work.get(), state_->outer.get()) != 1 ||
+      EVP_DigestUpdate(work.get(), inner, sizeof(inner)) != 1 ||
+      EVP_DigestFinal_ex(work.get(), full, &len) != 1 || len != kSha256Bytes) {
+    return false;
+  }
+  std::memcpy(out->data(), full, out->size());
+  return true;
+}
+
+std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(std::string_view data) const {
+  std::array<uint8_t, kDatagramMacBytes> mac;
+  if (!ComputeMac(data, &mac)) {
+    std::fprintf(stderr, "udp datagram: OpenSSL failed to compute HMAC-SHA256\n");
+    std::abort();
+  }
+  return mac;
+}
+
+bool DatagramKey::Verify(std::string_view data, std::string_view mac) const {
+  if (mac.size() != kDatagramMacBytes) return false;
+  std::array<uint8_t, kDatagramMacBytes> expected;
+  if (!ComputeMac(data, &expected)) return false;
+  return CRYPTO_memcmp(expected.data(), mac.data(), expected.size()) == 0;
+}
+
+absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec,
+                            std::string_view payload, const DatagramKey& key, std::string* out) {
+  PS_RETURN_IF_ERROR(CheckCodec(codec));
+  PS_RETURN_IF_ERROR(CheckChunkFields(header));
+  const size_t overhead = DatagramOverhead(codec.size());
+  if (payload.size() > kMaxDatagramBytes - overhead) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("udp datagram: ", payload.size(), " payload bytes with ", overhead,
+                     " bytes of header, codec and MAC exceed ", kMaxDatagramBytes, " bytes"));
+  }
+  const size_t signed_size = kDatagramHeaderBytes + codec.size() + payload.size();
+  out->resize(signed_size + kDatagramMacBytes);
+  char* p = out->data();
+  std::memcpy(p, kMagic, sizeof(kMagic));
+  StoreLe(kDatagramVersion, 1, p + 4);
+  StoreLe(codec.size(), 1, p + 5);
+  StoreLe(0, 2, p + 6);
+  StoreLe(header.session_id, 8, p + 8);
+  StoreLe(header.worker_id, 4, p + 16);
+  StoreLe(header.slice_id, 4, p + 20);
+  StoreLe(header.round, 8, p + 24);
+  StoreLe(header.chunk_elems, 4, p + 32);
+  StoreLe(header.chunk_index, 2, p + 36);
+  StoreLe(header.chunk_count, 2, p + 38);
+  StoreLe(payload.size(), 4, p + 40);
+  std::memcpy(p + kDatagramHeaderBytes, codec.data(), codec.size());
+  // An empty payload may have a null data(); memcpy must not see it, even for 0 bytes.
+  if (!payload.empty()) {
+    std::memcpy(p + kDatagramHeaderBytes + codec.size(), payload.data(), payload.size());
+  }
+  const std::array<uint8_t, kDatagramMacBytes> mac = key.Mac(std::string_view(p, signed_size));
+  std::memcpy(p + signed_size, mac.data(), mac.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
+  const size_t min_size = DatagramOverhead(1);
+  if (bytes.size() < min_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "udp datagram: ", bytes.size(), " bytes is too short (at least ", min_size, ")"));
+  }
+  if (bytes.size() > kMaxDatagramBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "udp datagram: ", bytes.size(), " bytes is too long (at most ", kMaxDatagramBytes, ")"));
+  }
+  const char* p = bytes.data();
+  if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
+    return absl::InvalidArgumentError("udp datagram: bad magic (not PSU1)");
+  }
+  if (const uint64_t version = LoadLe(p + 4, 1); version != kDatagramVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("udp datagram: unknown version ", version,
+                                                   " (this build reads ", kDatagramVersion, ")"));
+  }
+  const size_t codec_len = LoadLe(p + 5, 1);
+  if (codec_len == 0 || codec_len > kMaxDatagramCodecBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "udp datagram: codec_len ", codec_len, " is outside [1, ", kMaxDatagramCodecBytes, "]"));
+  }
+  if (const uint64_t reserved = LoadLe(p + 6, 2); reserved != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("udp datagram: reserved is ", reserved, ", must be 0"));
+  }
+  // Compared in 64 bits: a hostile payload_len near 2^32 must not wrap a sum.
+  const uint64_t payload_len = LoadLe(p + 40, 4);
+  if (DatagramOverhead(codec_len) + payload_len != bytes.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "udp datagram: payload_len ", payload_len, " does not match the size: ", bytes.size(),
+        " bytes with codec_len ", codec_len, " leave ",
+        static_cast<int64_t>(bytes.size()) - static_cast<int64_t>(DatagramOverhead(codec_len)),
+        " for the payload"));
+  }
+  DatagramView view;
+  view.codec = bytes.substr(kDatagramHeaderBytes, codec_len);
+  PS_RETURN_IF_ERROR(CheckCodec(view.codec));
+  DatagramHeader& h = view.header;
+  h.session_id = LoadLe(p + 8, 8);
+  h.worker_id = static_cast<uint32_t>(LoadLe(p + 16, 4));
+  h.slice_id = static_cast<uint32_t>(LoadLe(p + 20, 4));
+  h.round = LoadLe(p + 24, 8);
+  h.chunk_elems = static_cast<uint32_t>(LoadLe(p + 32, 4));
+  h.chunk_index = static_cast<uint16_t>(LoadLe(p + 36, 2));
+  h.chunk_count = static_cast<uint16_t>(LoadLe(p + 38, 2));
+  PS_RETURN_IF_ERROR(CheckChunkFields(h));
+  const size_t signed_size = bytes.size() - kDatagramMacBytes;
+  view.payload = bytes.substr(kDatagramHeaderBytes + codec_len, payload_len);
+  view.signed_bytes = bytes.substr(0, signed_size);
+  view.mac = bytes.substr(signed_size);
+  return view;
+}
+
+uint32_t ChunkCount(uint32_t numel, uint32_t chunk_elems) {
+  if (chunk_elems == 0) return 0;
+  return numel / chunk_elems + (numel % chunk_elems != 0 ? 1 : 0);
+}
+
+absl::Status CheckChunkGeometry(const DatagramHeader& header, uint32_t numel) {
+  if (header.chunk_elems == 0) return absl::InvalidArgumentError("udp datagram: chunk_elems is 0");
+  const uint32_t count = ChunkCount(numel, header.chunk_elems);
+  if (count > kMaxChunkCount) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "udp datagram: a slice of ", numel, " coordinates in chunks of ", header.chunk_elems,
+        " needs ", count, " chunks; at most ", kMaxChunkCount, " fit in chunk_count"));
+  }
+  if (header.chunk_count != count) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("udp datagram: chunk_count ", header.chunk_count, ", but a slice of ", numel,
+                     " coordinates in chunks of ", header.chunk_elems, " has ", count));
+  }
+  if (header.chunk_index >= header.chunk_count) {
+    return absl::InvalidArgumentError(absl::StrCat("udp datagram: chunk_index ", header.chunk_index,
+                                                   " is not below chunk_count ",
+                                                   header.chunk_count));
+  }
+  return absl::OkStatus();
+}
+
+ChunkRange ChunkRangeOf(uint32_t numel, uint32_t chunk_elems, uint32_t index) {
+  if (chunk_elems == 0) return {};
+  const uint64_t first = static_cast<uint64_t>(index) * chunk_elems;
+  if (first >= numel) return {numel, 0};
+  return {static_cast<uint32_t>(first),
+          static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, numel - first))};
+}
+
+}  // namespace ps::core

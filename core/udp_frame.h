@@ -1,0 +1,150 @@
+// The datagram of the lossy UDP gradient path (DESIGN §7): one chunk of one slice's
+// gradient, encoded on its own with a codec, signed with the worker's per-session key.
+// A datagram that fails any check here is dropped (and counted) by the receiver; nothing
+// is ever retransmitted, so a chunk must make sense without its neighbours.
+//
+// Wire layout, all integers little-endian; header (44 bytes), codec, payload, MAC:
+//
+//   off size field
+//   0   4   magic "PSU1"
+//   4   1   version (kDatagramVersion)
+//   5   1   codec_len, 1..kMaxDatagramCodecBytes
+//   6   2   reserved, 0
+//   8   8   session_id   public id of the worker's session on the shard; selects the key
+//   16  4   worker_id
+//   20  4   slice_id
+//   24  8   round
+//   32  4   chunk_elems  E >= 1: chunk i covers [i*E, min((i+1)*E, numel)) of the slice
+//   36  2   chunk_index  < chunk_count
+//   38  2   chunk_count  >= 1
+//   40  4   payload_len  exactly the bytes between codec and MAC
+//   44  codec_len bytes of codec spec, chars in [A-Za-z0-9_.,=()+ -]
+//   ..  payload_len bytes: the chunk's values encoded with that codec
+//   end-16: MAC = first 16 bytes of HMAC-SHA256(key, every byte before the MAC)
+//
+// Every field is fixed by the header struct, codec and payload, so an encoding is unique:
+// re-encoding a parsed datagram gives back its bytes (the fuzz target checks this).
+//
+// Ownership: DatagramView borrows the parsed buffer. Thread safety: the functions are
+// pure; a DatagramKey is immutable after construction and may be used from any number of
+// threads at once.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ps::core {
+
+inline constexpr uint8_t kDatagramVersion = 1;
+inline constexpr size_t kDatagramHeaderBytes = 44;
+inline constexpr size_t kDatagramMacBytes = 16;
+inline constexpr size_t kMaxDatagramBytes = 65507;  // largest IPv4 UDP payload
+inline constexpr size_t kMaxDatagramCodecBytes = 64;
+inline constexpr size_t kDatagramKeyBytes = 32;
+
+// Bytes around a payload: header + codec + MAC.
+size_t DatagramOverhead(size_t codec_bytes);
+
+struct DatagramHeader {
+  uint64_t session_id = 0;
+  uint32_t worker_id = 0;
+  uint32_t slice_id = 0;
+  uint64_t round = 0;
+  uint32_t chunk_elems = 0;
+  uint16_t chunk_index = 0;
+  uint16_t chunk_count = 0;
+  bool operator==(const DatagramHeader&) const = default;
+};
+
+// A parsed datagram; the views point into the parsed buffer, which must outlive it.
+struct DatagramView {
+  DatagramHeader header;
+  std::string_view codec;
+  std::string_view payload;
+  std::string_view signed_bytes;  // everything the MAC covers: the datagram minus the MAC
+  std::string_view mac;           // kDatagramMacBytes
+};
+
+// A session's MAC key: kDatagramKeyBytes random bytes handed out at join over the
+// authenticated channel. The HMAC-SHA256 inner and outer states are hashed once here, so
+// a MAC costs the message's SHA-256 blocks plus one block, without re-keying.
+//
+// Copies share the immutable precomputed state. There is no move distinct from the copy,
+// so a key is never empty, not even a moved-from one.
+class DatagramKey {
+ public:
+  // A fresh key from OpenSSL's CSPRNG (RAND_bytes); INTERNAL when that fails.
+  static absl::StatusOr<DatagramKey> Random();
+  // INVALID_ARGUMENT unless `key` has exactly kDatagramKeyBytes bytes.
+  static absl::StatusOr<DatagramKey> FromBytes(std::string_view key);
+
+  DatagramKey(const DatagramKey&) = default;
+  DatagramKey& operator=(const DatagramKey&) = default;
+
+  // The raw key, to hand to the worker.
+  std::string_view bytes() const;
+
+  // The first kDatagramMacBytes of HMAC-SHA256(key, data). OpenSSL failing to hash (it
+  // can only run out of memory) aborts, as operator new would.
+  std::array<uint8_t, kDatagramMacBytes> Mac(std::string_view data) const;
+
+  // Whether `mac` is Mac(data); compares in constant time, so a forger learns nothing
+  // from timing. A `mac` of the wrong size is false.
+  bool Verify(std::string_view data, std::string_view mac) const;
+
+ private:
+  struct State;
+  explicit DatagramKey(std::shared_ptr<const State> state);
+  // Like Mac(); false when OpenSSL fails.
+  bool ComputeMac(std::string_view data, std::array<uint8_t, kDatagramMacBytes>* out) const;
+
+  std::shared_ptr<const State> state_;  // never null
+};
+
+// Writes one signed datagram into *out, replacing its contents. INVALID_ARGUMENT when the
+// codec is empty, longer than kMaxDatagramCodecBytes or has a character outside
+// [A-Za-z0-9_.,=()+ -], when chunk_elems == 0, chunk_count == 0 or chunk_index >=
+// chunk_count, or when the datagram would exceed kMaxDatagramBytes. The payload may be
+// empty; what it must hold is the codec's business. codec and payload must not point into
+// *out, which is resized before they are copied.
+absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec,
+                            std::string_view payload, const DatagramKey& key, std::string* out);
+
+// Structural parse without the MAC check (the caller looks the key up by session_id).
+// INVALID_ARGUMENT, the message naming the failed check, for: a size below header + 1 +
+// MAC or above kMaxDatagramBytes, bad magic, another version, codec_len 0 or above
+// kMaxDatagramCodecBytes, reserved != 0, payload_len not matching the size exactly, a
+// codec character outside the set above, chunk_count == 0, chunk_index >= chunk_count,
+// chunk_elems == 0.
+absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes);
+
+// Chunk geometry shared by sender and receiver.
+
+// ceil(numel / chunk_elems); 0 when chunk_elems == 0 (which no valid datagram has).
+uint32_t ChunkCount(uint32_t numel, uint32_t chunk_elems);
+
+// OK when the header's chunk geometry fits a slice of `numel` coordinates: chunk_elems >=
+// 1, chunk_count == ChunkCount(numel, chunk_elems), which must fit in 16 bits, and
+// chunk_index < chunk_count. INVALID_ARGUMENT otherwise, saying which.
+absl::Status CheckChunkGeometry(const DatagramHeader& header, uint32_t numel);
+
+// The coordinates [first, first + count) of one chunk.
+struct ChunkRange {
+  uint32_t first = 0;
+  uint32_t count = 0;
+  bool operator==(const ChunkRange&) const = default;
+};
+
+// The range of chunk `index`; {numel, 0} for an index past the last chunk and {0, 0}
+// when chunk_elems == 0, so that a caller skipping CheckChunkGeometry still stays inside
+// the slice.
+ChunkRange ChunkRangeOf(uint32_t numel, uint32_t chunk_elems, uint32_t index);
+
+}  // namespace ps::core

@@ -1,0 +1,56 @@
+// UdpReceiver: the shard's end of the lossy UDP gradient path (DESIGN §7,
+// docs/transport.md). It binds a UDP socket, and for every datagram: parses it
+// (core::ParseDatagram), looks up the session's key (Shard::UdpSession), checks the MAC
+// and that the sender is the session's worker, and hands the chunk to
+// Shard::PushChunk. Nothing is answered and nothing is retransmitted: a datagram that
+// fails any step is dropped and counted by why.
+//
+// Thread safety: one thread (owned) receives and handles datagrams; Handle() and
+// stats() may be called from any thread. The Shard is borrowed and must outlive the
+// receiver.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "server/shard.h"
+
+namespace ps::server {
+
+struct UdpStats {
+  uint64_t received = 0;         // chunks taken by the shard
+  uint64_t bytes = 0;            // datagram bytes received (all of them)
+  uint64_t malformed = 0;        // does not parse, bad geometry, or does not decode
+  uint64_t unknown_session = 0;  // no such UDP session (never was, or replaced by a re-join)
+  uint64_t forged = 0;           // MAC does not verify, or a worker id not the session's
+  uint64_t replayed = 0;         // a chunk already taken this round
+  uint64_t stale = 0;            // for a round already closed
+  uint64_t refused = 0;          // other refusals (future round, no layout, shutting down)
+};
+
+class UdpReceiver {
+ public:
+  // Binds `host`:`port` (0: a free port) with a receive buffer of `receive_buffer`
+  // bytes (the kernel may grant less) and starts the receiving thread.
+  static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(const std::string& host, uint16_t port,
+                                                            uint32_t receive_buffer, Shard* shard);
+  ~UdpReceiver();
+  UdpReceiver(const UdpReceiver&) = delete;
+  UdpReceiver& operator=(const UdpReceiver&) = delete;
+
+  uint16_t port() const;
+  UdpStats stats() const;
+  // What the receiving thread does with one datagram (also used by tests and the fuzz
+  // target). Returns why it was dropped, or OK when the shard took the chunk.
+  absl::Status Handle(std::string_view datagram);
+
+ private:
+  class Impl;
+  explicit UdpReceiver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps::server

@@ -1,0 +1,494 @@
+#include "core/udp_frame.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ps::core {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Bytes(std::initializer_list<uint8_t> b) { return std::string(b.begin(), b.end()); }
+
+std::string KeyBytes() {
+  std::string k(kDatagramKeyBytes, '\0');
+  for (size_t i = 0; i < k.size(); ++i) k[i] = static_cast<char>(i);
+  return k;
+}
+
+DatagramKey TestKey() {
+  auto key = DatagramKey::FromBytes(KeyBytes());
+  EXPECT_TRUE(key.ok()) << key.status();
+  return *key;
+}
+
+// HMAC-SHA256 truncated to the MAC size, from OpenSSL's one-shot HMAC(): an implementation
+// independent of the precomputed states DatagramKey copies.
+std::string ReferenceMac(std::string_view key, std::string_view data) {
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len);
+  EXPECT_EQ(len, 32u);
+  return std::string(reinterpret_cast<const char*>(md), kDatagramMacBytes);
+}
+
+std::string AsString(const std::array<uint8_t, kDatagramMacBytes>& mac) {
+  return std::string(mac.begin(), mac.end());
+}
+
+DatagramHeader GoldenHeader() {
+  DatagramHeader h;
+  h.session_id = 0x1122334455667788ull;
+  h.worker_id = 7;
+  h.slice_id = 42;
+  h.round = 1000;
+  h.chunk_elems = 2;
+  h.chunk_index = 1;
+  h.chunk_count = 3;
+  return h;
+}
+
+// The fp32 codec's encoding of {1.0f, -2.0f}: version byte, then little-endian floats.
+const std::string kGoldenPayload = Bytes({0x01, 0x00, 0x00, 0x80, 0x3f, 0x00, 0x00, 0x00, 0xc0});
+
+std::string Encode(const DatagramHeader& h, std::string_view codec, std::string_view payload) {
+  std::string out;
+  absl::Status s = EncodeDatagram(h, codec, payload, TestKey(), &out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
+
+std::string Golden() { return Encode(GoldenHeader(), "fp32", kGoldenPayload); }
+
+TEST(UdpFrameTest, EncodesTheGoldenDatagramByteForByte) {
+  const std::string signed_part =
+      Bytes({'P',  'S',  'U',  '1',                           // magic
+             0x01,                                            // version
+             0x04,                                            // codec_len
+             0x00, 0x00,                                      // reserved
+             0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // session_id
+             0x07, 0x00, 0x00, 0x00,                          // worker_id
+             0x2a, 0x00, 0x00, 0x00,                          // slice_id 42
+             0xe8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // round 1000
+             0x02, 0x00, 0x00, 0x00,                          // chunk_elems
+             0x01, 0x00,                                      // chunk_index
+             0x03, 0x00,                                      // chunk_count
+             0x09, 0x00, 0x00, 0x00,                          // payload_len
+             'f',  'p',  '3',  '2'}) +
+      kGoldenPayload;
+  ASSERT_EQ(signed_part.size(), kDatagramHeaderBytes + 4 + 9);
+  // Python: hmac.new(bytes(range(32)), signed_part, hashlib.sha256).digest()[:16]
+  const std::string mac = Bytes({0x8c, 0x30, 0x62, 0x6e, 0xdb, 0x85, 0xe5, 0x45, 0xa9, 0x8a, 0x20,
+                                 0x9c, 0x14, 0xba, 0xcb, 0x4f});
+  EXPECT_EQ(ReferenceMac(KeyBytes(), signed_part), mac);
+
+  const std::string datagram = Golden();
+  EXPECT_EQ(datagram, signed_part + mac);
+  EXPECT_EQ(datagram.size(), DatagramOverhead(4) + kGoldenPayload.size());
+  EXPECT_EQ(AsString(TestKey().Mac(signed_part)), mac);
+}
+
+TEST(UdpFrameTest, MacMatchesOneShotHmacForManySizes) {
+  const DatagramKey key = TestKey();
+  std::string data;
+  // Around the SHA-256 block (64) and padding (55/56) boundaries, and a large input.
+  for (size_t n : {0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1400, 32768, 65491}) {
+    data.resize(n);
+    for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>((i * 131 + n) & 0xff);
+    EXPECT_EQ(AsString(key.Mac(data)), ReferenceMac(KeyBytes(), data)) << n;
+    EXPECT_TRUE(key.Verify(data, ReferenceMac(KeyBytes(), data))) << n;
+  }
+}
+
+TEST(UdpFrameTest, ParsesEveryFieldBack) {
+  DatagramHeader h;
+  h.session_id = 0xfedcba9876543210ull;
+  h.worker_id = 0xffffffffu;
+  h.slice_id = 0x80000001u;
+  h.round = 0xffffffffffffffffull;
+  h.chunk_elems = 0xffffffffu;
+  h.chunk_index = 0xfffe;
+  h.chunk_count = 0xffff;
+  const std::string codec = "topk(0.01, m=2)+bloom(p0,fpr=1e-3)+fp16-x_A9";
+  const std::string payload(1000, '\xab');
+  const std::string datagram = Encode(h, codec, payload);
+  auto view = ParseDatagram(datagram);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->header, h);
+  EXPECT_EQ(view->codec, codec);
+  EXPECT_EQ(view->payload, payload);
+  EXPECT_EQ(view->signed_bytes, std::string_view(datagram).substr(0, datagram.size() - 16));
+  EXPECT_EQ(view->mac, std::string_view(datagram).substr(datagram.size() - 16));
+  // The views point into the buffer, not into copies.
+  EXPECT_EQ(view->signed_bytes.data(), datagram.data());
+  EXPECT_EQ(view->codec.data(), datagram.data() + kDatagramHeaderBytes);
+  EXPECT_TRUE(TestKey().Verify(view->signed_bytes, view->mac));
+}
+
+TEST(UdpFrameTest, RoundTripsAnEmptyPayloadAndTheLargestDatagram) {
+  const std::string empty = Encode(GoldenHeader(), "fp32", "");
+  auto view = ParseDatagram(empty);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_TRUE(view->payload.empty());
+
+  const std::string codec = "fp16";
+  const std::string payload(kMaxDatagramBytes - DatagramOverhead(codec.size()), 'z');
+  const std::string largest = Encode(GoldenHeader(), codec, payload);
+  EXPECT_EQ(largest.size(), kMaxDatagramBytes);
+  view = ParseDatagram(largest);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->payload, payload);
+  EXPECT_TRUE(TestKey().Verify(view->signed_bytes, view->mac));
+}
+
+TEST(UdpFrameTest, EncodeReplacesTheOutputAndAcceptsEveryCodecChar) {
+  std::string out = "previous contents";
+  const std::string codec = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.";
+  ASSERT_EQ(codec.size(), kMaxDatagramCodecBytes);
+  ASSERT_TRUE(EncodeDatagram(GoldenHeader(), codec, "p", TestKey(), &out).ok());
+  EXPECT_EQ(out.substr(0, 4), "PSU1");
+  ASSERT_TRUE(ParseDatagram(out).ok());
+  ASSERT_TRUE(EncodeDatagram(GoldenHeader(), ",=()+ -", "p", TestKey(), &out).ok());
+  ASSERT_TRUE(ParseDatagram(out).ok());
+}
+
+TEST(UdpFrameTest, ParseRefusesBadSizes) {
+  const struct {
+    size_t size;
+    const char* message;
+  } cases[] = {
+      {0, "0 bytes is too short (at least 61)"},
+      {60, "60 bytes is too short"},  // header and MAC, no codec
+      {kMaxDatagramBytes + 1, "65508 bytes is too long (at most 65507)"},
+  };
+  for (const auto& c : cases) {
+    std::string d = Golden();
+    d.resize(c.size);
+    auto view = ParseDatagram(d);
+    ASSERT_FALSE(view.ok()) << c.size;
+    EXPECT_EQ(view.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(view.status().message(), HasSubstr(c.message));
+  }
+}
+
+TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
+  // Each case overwrites bytes of the golden datagram (73 bytes, codec "fp32", payload 9
+  // bytes) at `offset`; `resize` then changes its size by that many bytes.
+  const struct {
+    const char* name;
+    size_t offset;
+    std::vector<uint8_t> bytes;
+    int resize;
+    const char* message;
+  } cases[] = {
+      {"magic", 3, {'2'}, 0, "bad magic"},
+      {"version", 4, {2}, 0, "unknown version 2"},
+      {"version 0", 4, {0}, 0, "unknown version 0"},
+      {"codec_len 0", 5, {0}, 0, "codec_len 0 is outside [1, 64]"},
+      {"codec_len 65", 5, {65}, 0, "codec_len 65 is outside"},
+      {"codec_len 255", 5, {255}, 0, "codec_len 255 is outside"},
+      {"reserved low", 6, {1}, 0, "reserved is 1, must be 0"},
+      {"reserved high", 7, {0x80}, 0, "reserved is 32768"},
+      {"payload_len short",
+       40,
+       {8},
+       0,
+       "payload_len 8 does not match the size: 73 bytes with codec_len 4 leave 9"},
+      {"payload_len long", 40, {10}, 0, "payload_len 10 does not"},
+      {"payload_len huge", 40, {0xf7, 0xff, 0xff, 0xff}, 0, "payload_len 4294967287 does not"},
+      {"one byte more", 0, {}, 1, "payload_len 9 does not match the size: 74 bytes"},
+      {"one byte less", 0, {}, -1, "payload_len 9 does not match the size: 72 bytes"},
+      {"codec_len eats the payload",
+       5,
+       {5},
+       0,
+       "payload_len 9 does not match the size: 73 bytes with codec_len 5 leave 8"},
+      {"codec_len beyond the datagram", 5, {64}, 0, "codec_len 64 leave -51"},
+      {"codec char", 46, {'/'}, 0, "codec byte 2 (0x2f) is not in [A-Za-z0-9_.,=()+ -]"},
+      {"codec nul", 47, {0}, 0, "codec byte 3 (0x00)"},
+      {"codec high bit", 44, {0xe6}, 0, "codec byte 0 (0xe6)"},
+      {"chunk_count 0", 38, {0, 0}, 0, "chunk_count is 0"},
+      {"chunk_index = count", 36, {3, 0}, 0, "chunk_index 3 is not below chunk_count 3"},
+      {"chunk_index > count", 36, {0xff, 0xff}, 0, "chunk_index 65535 is not below chunk_count 3"},
+      {"chunk_elems 0", 32, {0, 0, 0, 0}, 0, "chunk_elems is 0"},
+  };
+  for (const auto& c : cases) {
+    std::string d = Golden();
+    ASSERT_EQ(d.size(), 73u);
+    for (size_t i = 0; i < c.bytes.size(); ++i) d[c.offset + i] = static_cast<char>(c.bytes[i]);
+    d.resize(static_cast<size_t>(static_cast<int>(d.size()) + c.resize));
+    auto view = ParseDatagram(d);
+    ASSERT_FALSE(view.ok()) << c.name;
+    EXPECT_EQ(view.status().code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(view.status().message(), HasSubstr(c.message)) << c.name;
+  }
+}
+
+TEST(UdpFrameTest, ParseDoesNotCheckTheMac) {
+  std::string d = Golden();
+  d.back() ^= 1;
+  auto view = ParseDatagram(d);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_FALSE(TestKey().Verify(view->signed_bytes, view->mac));
+}
+
+TEST(UdpFrameTest, VerifyFailsForAnotherKey) {
+  const std::string d = Golden();
+  auto view = ParseDatagram(d);
+  ASSERT_TRUE(view.ok());
+  std::string other = KeyBytes();
+  other[31] ^= 0x01;  // the last key byte only
+  auto key = DatagramKey::FromBytes(other);
+  ASSERT_TRUE(key.ok());
+  EXPECT_FALSE(key->Verify(view->signed_bytes, view->mac));
+  auto random = DatagramKey::Random();
+  ASSERT_TRUE(random.ok()) << random.status();
+  EXPECT_FALSE(random->Verify(view->signed_bytes, view->mac));
+}
+
+TEST(UdpFrameTest, VerifyFailsForEveryFlippedBit) {
+  const std::string d = Golden();
+  const DatagramKey key = TestKey();
+  const size_t signed_size = d.size() - kDatagramMacBytes;
+  ASSERT_TRUE(key.Verify(std::string_view(d).substr(0, signed_size),
+                         std::string_view(d).substr(signed_size)));
+  for (size_t bit = 0; bit < d.size() * 8; ++bit) {
+    std::string bad = d;
+    bad[bit / 8] ^= static_cast<char>(1u << (bit % 8));
+    EXPECT_FALSE(key.Verify(std::string_view(bad).substr(0, signed_size),
+                            std::string_view(bad).substr(signed_size)))
+        << "bit " << bit;
+  }
+}
+
+TEST(UdpFrameTest, VerifyFailsForATruncatedOrLongerMac) {
+  const std::string d = Golden();
+  const DatagramKey key = TestKey();
+  const std::string_view signed_bytes = std::string_view(d).substr(0, d.size() - 16);
+  const std::string mac = d.substr(d.size() - 16);
+  for (size_t n = 0; n < mac.size(); ++n) EXPECT_FALSE(key.Verify(signed_bytes, mac.substr(0, n)));
+  const std::string full = ReferenceMac(KeyBytes(), signed_bytes);  // 16 bytes
+  EXPECT_TRUE(key.Verify(signed_bytes, full));
+  EXPECT_FALSE(key.Verify(signed_bytes, mac + '\0'));
+  EXPECT_FALSE(key.Verify(signed_bytes.substr(1), mac));
+  EXPECT_FALSE(key.Verify(std::string(signed_bytes) + '\0', mac));
+}
+
+TEST(UdpFrameTest, KeyRefusesWrongSizesAndRandomKeysDiffer) {
+  for (size_t n : {0, 16, 31, 33, 64}) {
+    auto key = DatagramKey::FromBytes(std::string(n, 'k'));
+    ASSERT_FALSE(key.ok()) << n;
+    EXPECT_EQ(key.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(key.status().message(), HasSubstr("must have 32 bytes, got"));
+  }
+  auto a = DatagramKey::Random();
+  auto b = DatagramKey::Random();
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->bytes().size(), kDatagramKeyBytes);
+  EXPECT_NE(a->bytes(), b->bytes());
+  // bytes() hands out the key that makes the same MACs on the other side.
+  auto copy = DatagramKey::FromBytes(a->bytes());
+  ASSERT_TRUE(copy.ok());
+  EXPECT_EQ(copy->Mac("x"), a->Mac("x"));
+  EXPECT_EQ(AsString(a->Mac("x")), ReferenceMac(a->bytes(), "x"));
+}
+
+TEST(UdpFrameTest, KeyCopiesAndMovesStayUsable) {
+  DatagramKey key = TestKey();
+  DatagramKey copy = key;
+  DatagramKey moved = std::move(key);
+  EXPECT_EQ(copy.bytes(), KeyBytes());
+  EXPECT_EQ(moved.bytes(), KeyBytes());
+  // A moved-from key is a copy, not an empty shell (the class has no separate move).
+  EXPECT_EQ(key.bytes(), KeyBytes());  // NOLINT(bugprone-use-after-move)
+  EXPECT_EQ(AsString(key.Mac("abc")), ReferenceMac(KeyBytes(), "abc"));
+  auto other = DatagramKey::Random();
+  ASSERT_TRUE(other.ok());
+  copy = *other;
+  EXPECT_EQ(copy.bytes(), other->bytes());
+}
+
+TEST(UdpFrameTest, MacIsThreadSafe) {
+  const DatagramKey key = TestKey();
+  std::vector<std::string> inputs;
+  std::vector<std::string> expected;
+  for (size_t i = 0; i < 16; ++i) {
+    inputs.push_back(std::string(100 + 97 * i, static_cast<char>(i)));
+    expected.push_back(ReferenceMac(KeyBytes(), inputs.back()));
+  }
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int rep = 0; rep < 200; ++rep) {
+        const size_t i = static_cast<size_t>(rep + t) % inputs.size();
+        if (!key.Verify(inputs[i], expected[i])) ++failures[t];
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int f : failures) EXPECT_EQ(f, 0);
+}
+
+TEST(UdpFrameTest, EncodeRefusesBadInput) {
+  const DatagramKey key = TestKey();
+  std::string out;
+  struct Case {
+    const char* name;
+    DatagramHeader header;
+    std::string codec;
+    size_t payload_bytes;
+    const char* message;
+  };
+  DatagramHeader zero_count = GoldenHeader();
+  zero_count.chunk_count = 0;
+  zero_count.chunk_index = 0;
+  DatagramHeader index_at_count = GoldenHeader();
+  index_at_count.chunk_index = 3;
+  DatagramHeader zero_elems = GoldenHeader();
+  zero_elems.chunk_elems = 0;
+  const size_t fits = kMaxDatagramBytes - DatagramOverhead(4);
+  const Case cases[] = {
+      {"empty codec", GoldenHeader(), "", 4, "codec_len 0 is outside [1, 64]"},
+      {"long codec", GoldenHeader(), std::string(65, 'a'), 4, "codec_len 65 is outside"},
+      {"codec char", GoldenHeader(), "fp32;", 4, "codec byte 4 (0x3b)"},
+      {"codec nul", GoldenHeader(), std::string("fp\0", 3), 4, "codec byte 2 (0x00)"},
+      {"chunk_count 0", zero_count, "fp32", 4, "chunk_count is 0"},
+      {"chunk_index", index_at_count, "fp32", 4, "chunk_index 3 is not below chunk_count 3"},
+      {"chunk_elems 0", zero_elems, "fp32", 4, "chunk_elems is 0"},
+      {"too large", GoldenHeader(), "fp32", fits + 1,
+       "65444 payload bytes with 64 bytes of header, codec and MAC exceed 65507 bytes"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s =
+        EncodeDatagram(c.header, c.codec, std::string(c.payload_bytes, 'p'), key, &out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.name;
+  }
+  EXPECT_TRUE(EncodeDatagram(GoldenHeader(), "fp32", std::string(fits, 'p'), key, &out).ok());
+}
+
+TEST(UdpFrameTest, ChunkCountRoundsUp) {
+  EXPECT_EQ(ChunkCount(0, 5), 0u);
+  EXPECT_EQ(ChunkCount(1, 5), 1u);
+  EXPECT_EQ(ChunkCount(10, 5), 2u);
+  EXPECT_EQ(ChunkCount(11, 5), 3u);
+  EXPECT_EQ(ChunkCount(10, 1), 10u);
+  EXPECT_EQ(ChunkCount(0xffffffffu, 1), 0xffffffffu);  // no overflow in numel + E - 1
+  EXPECT_EQ(ChunkCount(0xffffffffu, 0x80000000u), 2u);
+  EXPECT_EQ(ChunkCount(7, 0), 0u);
+}
+
+TEST(UdpFrameTest, ChunkRangesTileTheSliceWithAPartialLastChunk) {
+  EXPECT_EQ(ChunkRangeOf(11, 5, 0), (ChunkRange{0, 5}));
+  EXPECT_EQ(ChunkRangeOf(11, 5, 1), (ChunkRange{5, 5}));
+  EXPECT_EQ(ChunkRangeOf(11, 5, 2), (ChunkRange{10, 1}));
+  EXPECT_EQ(ChunkRangeOf(11, 5, 3), (ChunkRange{11, 0}));
+  EXPECT_EQ(ChunkRangeOf(10, 5, 1), (ChunkRange{5, 5}));  // exactly divisible: full last chunk
+  EXPECT_EQ(ChunkRangeOf(10, 5, 2), (ChunkRange{10, 0}));
+  EXPECT_EQ(ChunkRangeOf(3, 100, 0), (ChunkRange{0, 3}));
+  EXPECT_EQ(ChunkRangeOf(7, 0, 0), (ChunkRange{0, 0}));
+  // index * E beyond 32 bits must not wrap back into the slice.
+  EXPECT_EQ(ChunkRangeOf(100, 0x10000, 0x10000), (ChunkRange{100, 0}));
+  EXPECT_EQ(ChunkRangeOf(0xffffffffu, 0x80000000u, 1), (ChunkRange{0x80000000u, 0x7fffffffu}));
+
+  for (uint32_t numel : {1u, 2u, 63u, 64u, 65u, 1000u, 65536u}) {
+    for (uint32_t elems : {1u, 3u, 64u, 256u, 70000u}) {
+      const uint32_t count = ChunkCount(numel, elems);
+      uint32_t next = 0;
+      for (uint32_t i = 0; i < count; ++i) {
+        const ChunkRange r = ChunkRangeOf(numel, elems, i);
+        EXPECT_EQ(r.first, next);
+        EXPECT_GE(r.count, 1u);
+        EXPECT_LE(r.count, elems);
+        next = r.first + r.count;
+      }
+      EXPECT_EQ(next, numel) << numel << " " << elems;
+    }
+  }
+}
+
+TEST(UdpFrameTest, CheckChunkGeometryAcceptsEveryChunkOfTheSlice) {
+  DatagramHeader h;
+  h.chunk_elems = 256;
+  h.chunk_count = 4;  // 1000 = 3 * 256 + 232
+  for (uint16_t i = 0; i < 4; ++i) {
+    h.chunk_index = i;
+    EXPECT_TRUE(CheckChunkGeometry(h, 1000).ok()) << i;
+  }
+  h.chunk_count = 4;
+  h.chunk_index = 3;
+  EXPECT_TRUE(CheckChunkGeometry(h, 1024).ok());  // exactly divisible
+  h.chunk_elems = 1;
+  h.chunk_count = 0xffff;
+  h.chunk_index = 0xfffe;
+  EXPECT_TRUE(CheckChunkGeometry(h, 0xffff).ok());  // the most chunks that fit
+}
+
+TEST(UdpFrameTest, CheckChunkGeometryRefusesMismatches) {
+  struct Case {
+    const char* name;
+    uint32_t elems;
+    uint16_t index;
+    uint16_t count;
+    uint32_t numel;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"elems 0", 0, 0, 1, 10, "chunk_elems is 0"},
+      {"count low", 256, 0, 3, 1000,
+       "chunk_count 3, but a slice of 1000 coordinates in chunks of 256 has 4"},
+      {"count high", 256, 0, 5, 1024, "chunk_count 5, but a slice of 1024"},
+      {"empty slice", 1, 0, 1, 0, "chunk_count 1, but a slice of 0 coordinates"},
+      {"index", 256, 4, 4, 1000, "chunk_index 4 is not below chunk_count 4"},
+      {"count overflows 16 bits", 1, 0, 0xffff, 0x10000,
+       "a slice of 65536 coordinates in chunks of 1 needs 65536 chunks; at most 65535"},
+      {"count wraps to a match", 1, 0, 0, 0x10000, "needs 65536 chunks"},
+  };
+  for (const Case& c : cases) {
+    DatagramHeader h;
+    h.chunk_elems = c.elems;
+    h.chunk_index = c.index;
+    h.chunk_count = c.count;
+    absl::Status s = CheckChunkGeometry(h, c.numel);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.name;
+    EXPECT_THAT(s.message(), HasSubstr(c.message)) << c.name;
+  }
+}
+
+// Not a benchmark (there is no bench target for core); prints the MAC rate next to memcpy
+// so a regression to a slow path (re-keying per message) shows in the test log.
+TEST(UdpFrameTest, ReportsMacThroughput) {
+  const DatagramKey key = TestKey();
+  const std::string data(32 * 1024, 'g');
+  std::string sink(data.size(), '\0');
+  using Clock = std::chrono::steady_clock;
+  auto rate = [&](auto&& f) {
+    const int iters = 200;
+    const auto start = Clock::now();
+    for (int i = 0; i < iters; ++i) f();
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    return static_cast<double>(data.size()) * iters / s / 1e6;
+  };
+  uint8_t x = 0;
+  const double mac_mbs = rate([&] { x ^= key.Mac(data)[0]; });
+  const double copy_mbs = rate([&] {
+    std::memcpy(sink.data(), data.data(), data.size());
+    x ^= static_cast<uint8_t>(sink[x % sink.size()]);
+  });
+  std::printf("Mac() on 32 KiB: %.0f MB/s; memcpy: %.0f MB/s (%u)\n", mac_mbs, copy_mbs, x);
+  EXPECT_GT(mac_mbs, 0.0);
+}
+
+}  // namespace
+}  // namespace ps::core

@@ -1,0 +1,108 @@
+// Fuzz target for ParseDatagram, the parser of UDP gradient datagrams (core/udp_frame.h):
+// the input is one datagram, exactly as it would arrive from the socket.
+//
+// ParseDatagram must not crash and must refuse with INVALID_ARGUMENT and a message. When
+// it accepts: the views lie inside the input and cover it (header, codec, payload, MAC),
+// the structural invariants hold, Verify with the target's fixed key agrees with Mac(),
+// CheckChunkGeometry against a slice of kNumel coordinates either refuses cleanly or
+// gives a non-empty range inside the slice, and EncodeDatagram of the parsed fields
+// re-parses to the same fields and reproduces every signed byte of the input (the format
+// has one encoding per datagram), plus the MAC exactly when the input's MAC verified.
+// Seeds: tests/fuzz/corpus/udp_datagram/, datagrams signed with kKey (docs/fuzzing.md).
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "core/udp_frame.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+// The valid seeds are signed with this key (docs/fuzzing.md, "Seeds of udp_datagram").
+constexpr std::string_view kKey = "ps-server udp_datagram fuzz key!";
+// The slice the seeds' chunk geometry describes: 4 chunks of 256, the last one of 232.
+constexpr uint32_t kNumel = 1000;
+
+const ps::core::DatagramKey& Key() {
+  static const ps::core::DatagramKey key = [] {
+    auto made = ps::core::DatagramKey::FromBytes(kKey);
+    PS_FUZZ_CHECK(made.ok(), "DatagramKey::FromBytes refused the fixed key");
+    return *made;
+  }();
+  return key;
+}
+
+bool Inside(std::string_view part, std::string_view whole) {
+  return part.data() >= whole.data() && part.data() + part.size() <= whole.data() + whole.size();
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  const ps::core::DatagramKey& key = Key();
+  const std::string_view input(reinterpret_cast<const char*>(data), size);
+  auto parsed = ps::core::ParseDatagram(input);
+  if (!parsed.ok()) {
+    PS_FUZZ_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument,
+                  "ParseDatagram failed with a code other than INVALID_ARGUMENT");
+    PS_FUZZ_CHECK(!parsed.status().message().empty(), "ParseDatagram refused without a message");
+    return 0;
+  }
+  const ps::core::DatagramView& view = *parsed;
+  const ps::core::DatagramHeader& h = view.header;
+
+  PS_FUZZ_CHECK(size <= ps::core::kMaxDatagramBytes, "accepted an oversized datagram");
+  PS_FUZZ_CHECK(!view.codec.empty() && view.codec.size() <= ps::core::kMaxDatagramCodecBytes,
+                "accepted a codec of a bad length");
+  PS_FUZZ_CHECK(h.chunk_elems >= 1 && h.chunk_count >= 1 && h.chunk_index < h.chunk_count,
+                "accepted bad chunk fields");
+  PS_FUZZ_CHECK(Inside(view.codec, input) && Inside(view.payload, input) &&
+                    Inside(view.signed_bytes, input) && Inside(view.mac, input),
+                "a view points outside the input");
+  PS_FUZZ_CHECK(view.signed_bytes.data() == input.data() &&
+                    view.signed_bytes.size() + ps::core::kDatagramMacBytes == size &&
+                    view.mac.data() == input.data() + view.signed_bytes.size() &&
+                    view.mac.size() == ps::core::kDatagramMacBytes,
+                "signed bytes and MAC do not split the input");
+  PS_FUZZ_CHECK(view.codec.data() == input.data() + ps::core::kDatagramHeaderBytes &&
+                    view.payload.data() == view.codec.data() + view.codec.size() &&
+                    ps::core::DatagramOverhead(view.codec.size()) + view.payload.size() == size,
+                "codec and payload do not tile the datagram");
+
+  const bool verified = key.Verify(view.signed_bytes, view.mac);
+  const auto mac = key.Mac(view.signed_bytes);
+  PS_FUZZ_CHECK(verified == (std::memcmp(mac.data(), view.mac.data(), mac.size()) == 0),
+                "Verify disagrees with Mac");
+
+  const absl::Status geometry = ps::core::CheckChunkGeometry(h, kNumel);
+  if (geometry.ok()) {
+    const ps::core::ChunkRange range = ps::core::ChunkRangeOf(kNumel, h.chunk_elems, h.chunk_index);
+    PS_FUZZ_CHECK(
+        range.count >= 1 && range.count <= h.chunk_elems && range.first + range.count <= kNumel,
+        "an accepted chunk has an empty or out-of-slice range");
+    PS_FUZZ_CHECK(h.chunk_count == ps::core::ChunkCount(kNumel, h.chunk_elems),
+                  "accepted a chunk_count other than ChunkCount");
+  } else {
+    PS_FUZZ_CHECK(
+        geometry.code() == absl::StatusCode::kInvalidArgument && !geometry.message().empty(),
+        "CheckChunkGeometry refused without INVALID_ARGUMENT and a message");
+  }
+
+  std::string again;
+  const absl::Status encoded = ps::core::EncodeDatagram(h, view.codec, view.payload, key, &again);
+  PS_FUZZ_CHECK(encoded.ok(), "EncodeDatagram refused the fields of a parsed datagram");
+  auto reparsed = ps::core::ParseDatagram(again);
+  PS_FUZZ_CHECK(reparsed.ok(), "ParseDatagram refused what EncodeDatagram wrote");
+  PS_FUZZ_CHECK(
+      reparsed->header == h && reparsed->codec == view.codec && reparsed->payload == view.payload,
+      "re-encoding changed a field");
+  PS_FUZZ_CHECK(key.Verify(reparsed->signed_bytes, reparsed->mac),
+                "EncodeDatagram wrote a MAC that does not verify");
+  PS_FUZZ_CHECK(reparsed->signed_bytes == view.signed_bytes,
+                "re-encoding changed a signed byte: the encoding is not unique");
+  PS_FUZZ_CHECK((again == input) == verified,
+                "the re-encoded datagram equals the input exactly when the input's MAC verified");
+  return 0;
+}

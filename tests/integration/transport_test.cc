@@ -1,0 +1,198 @@
+// The transport features end to end on loopback (docs/transport.md): P3 send order over
+// a shaped link, per-tensor readiness of a pull, and the UDP path with injected loss,
+// whose round closes at its deadline with the lost ranges masked.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "cluster_util.h"
+#include "core/udp_frame.h"
+#include "worker_lib/udp_sender_internal.h"
+#include "worker_lib/worker.h"
+
+namespace ps {
+namespace {
+
+using std::chrono::milliseconds;
+
+server::ServerOptions Options(uint32_t n) {
+  server::ServerOptions o;
+  o.num_workers = n;
+  o.learning_rate = 1.0f;
+  o.momentum = 0.0f;
+  o.threads = 1;
+  o.round_deadline = milliseconds(20000);
+  return o;
+}
+
+WorkerOptions ClientOptions(const testing::Cluster& c, uint32_t id) {
+  WorkerOptions o;
+  o.shard_addresses = c.addresses;
+  o.worker_id = id;
+  o.connect_timeout = milliseconds(20000);
+  return o;
+}
+
+std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
+  return {v.begin(), v.end()};
+}
+
+// Where the urgent tensor's slice lands in the shard's publish order when one worker
+// pushes 8 slices of a late layer and then the first layer's slice, over a link of
+// 20 Mbit/s (26 ms per slice) with one push in flight.
+size_t UrgentPosition(const std::string& schedule, bool priority_order) {
+  server::ServerOptions so = Options(1);
+  so.schedule = schedule;
+  testing::Cluster c = testing::StartCluster(1, so);
+  if (c.shards.empty()) return 0;
+  auto layout = core::ModelLayout::Create({{"conv1", 16384, 0}, {"fc", 8 * 16384, 1}}, 16384, 1);
+  EXPECT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(16384, 0.0f),
+                                                std::vector<float>(8 * 16384, 0.0f)};
+  WorkerOptions o = ClientOptions(c, 0);
+  o.priority_order = priority_order;
+  o.max_inflight_bytes = 1;
+  auto shaping = core::ParseLinkShaping("rate=20mbps");
+  EXPECT_TRUE(shaping.ok());
+  o.shaping = *shaping;
+  auto worker = Worker::Start(o, *layout, Spans(init));
+  EXPECT_TRUE(worker.ok()) << worker.status();
+  if (!worker.ok()) return 0;
+  absl::Mutex mu;
+  std::vector<uint32_t> published;
+  for (uint32_t id = 0; id < layout->slices().size(); ++id) {
+    c.shards[0]->shard().Watch(id, 1, [&mu, &published, id](bool) {
+      absl::MutexLock lock(&mu);
+      published.push_back(id);
+    });
+  }
+  // Backward order: the last layer's gradient first.
+  EXPECT_TRUE((*worker)->Push(1, 0, init[1]).ok());
+  EXPECT_TRUE((*worker)->Push(0, 0, init[0]).ok());
+  EXPECT_TRUE((*worker)->WaitPushes().ok());
+  std::vector<float> out0(16384), out1(8 * 16384);
+  const std::vector<std::span<float>> outs = {out0, out1};
+  EXPECT_TRUE((*worker)->PullAll(1, outs, milliseconds(20000)).ok());
+  absl::MutexLock lock(&mu);
+  EXPECT_EQ(published.size(), 9u);
+  const uint32_t urgent = layout->SlicesOfTensor(0)[0];
+  return static_cast<size_t>(std::find(published.begin(), published.end(), urgent) - published.begin());
+}
+
+TEST(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
+  // With priorities it goes right after the slice already on the wire (1), at worst
+  // one later if the queue got a second slice out before it was pushed.
+  EXPECT_LE(UrgentPosition("priority", true), 2u);
+  EXPECT_EQ(UrgentPosition("fifo", false), 8u);
+}
+
+TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
+  testing::Cluster c = testing::StartCluster(1, Options(1));
+  ASSERT_EQ(c.shards.size(), 1u);
+  auto layout = core::ModelLayout::Create({{"a", 300, 0}, {"b", 500, 1}}, 128, 1);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(300, 1.0f),
+                                                std::vector<float>(500, 2.0f)};
+  auto worker = Worker::Start(ClientOptions(c, 0), *layout, Spans(init));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::vector<float> a(300), b(500);
+  const std::vector<std::span<float>> outs = {a, b};
+  {
+    // Version 1 does not exist yet: nothing is ready, and the pull times out.
+    auto ticket = (*worker)->StartPullAll(1, outs, milliseconds(300));
+    ASSERT_TRUE(ticket.ok());
+    EXPECT_FALSE((*ticket)->TensorReady(0));
+    EXPECT_EQ((*ticket)->WaitTensor(0).code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ((*ticket)->Wait().status().code(), absl::StatusCode::kDeadlineExceeded);
+    EXPECT_EQ((*ticket)->WaitTensor(7).code(), absl::StatusCode::kInvalidArgument);
+  }
+  auto ticket = (*worker)->StartPullAll(1, outs, milliseconds(20000));
+  ASSERT_TRUE(ticket.ok());
+  ASSERT_TRUE((*worker)->Push(0, 0, std::vector<float>(300, 0.5f)).ok());
+  ASSERT_TRUE((*ticket)->WaitTensor(0).ok());
+  EXPECT_TRUE((*ticket)->TensorReady(0));
+  EXPECT_THAT(a, ::testing::Each(0.5f));
+  ASSERT_TRUE((*worker)->Push(1, 0, std::vector<float>(500, 1.0f)).ok());
+  ASSERT_TRUE((*ticket)->WaitTensor(1).ok());
+  EXPECT_THAT(b, ::testing::Each(1.0f));
+  auto version = (*ticket)->Wait();
+  ASSERT_TRUE(version.ok()) << version.status();
+  EXPECT_EQ(*version, 1u);
+  EXPECT_EQ((*ticket)->WaitTensor(1), absl::OkStatus());
+  const std::vector<std::span<float>> too_few = {a};
+  EXPECT_EQ((*worker)->StartPullAll(1, too_few, milliseconds(100)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
+  server::ServerOptions so = Options(2);
+  so.udp_port = 0;
+  so.round_deadline = milliseconds(300);
+  testing::Cluster c = testing::StartCluster(1, so);
+  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_NE(c.shards[0]->udp_port(), 0);
+  constexpr uint32_t kNumel = 4096, kChunk = 256;
+  auto layout = core::ModelLayout::Create({{"w", kNumel, 0}}, 65536, 1);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(kNumel, 0.0f)};
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (uint32_t w = 0; w < 2; ++w) {
+    WorkerOptions o = ClientOptions(c, w);
+    o.push.udp = true;
+    o.udp.chunk_elems = kChunk;
+    o.udp.loss = 0.1;
+    o.udp.loss_seed = 3;
+    auto worker = Worker::Start(o, *layout, Spans(init));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(*std::move(worker));
+  }
+  // Worker 0 pushes 1 everywhere, worker 1 pushes 3.
+  for (uint32_t w = 0; w < 2; ++w) {
+    ASSERT_TRUE(workers[w]->Push(0, 0, std::vector<float>(kNumel, 1.0f + 2.0f * w)).ok());
+    ASSERT_TRUE(workers[w]->WaitPushes().ok());
+  }
+  std::vector<float> out(kNumel);
+  const std::vector<std::span<float>> outs = {out};
+  auto version = workers[0]->PullAll(1, outs, milliseconds(20000));
+  ASSERT_TRUE(version.ok()) << version.status();
+  // What each worker lost is known from the seed.
+  UdpOptions u;
+  u.loss = 0.1;
+  u.loss_seed = 3;
+  uint64_t expected_lost = 0;
+  for (uint32_t chunk = 0; chunk < kNumel / kChunk; ++chunk) {
+    const bool lost0 = internal::InjectedLoss(u, 0, 0, 0, chunk);
+    const bool lost1 = internal::InjectedLoss(u, 1, 0, 0, chunk);
+    expected_lost += lost0 + lost1;
+    // lr 1, from 0: minus the mean of the values present, 0 where none came.
+    const float want = lost0 && lost1 ? 0.0f : lost0 ? -3.0f : lost1 ? -1.0f : -2.0f;
+    for (uint32_t i = chunk * kChunk; i < (chunk + 1) * kChunk; ++i) {
+      ASSERT_EQ(out[i], want) << "coordinate " << i << " of chunk " << chunk;
+    }
+  }
+  ASSERT_GT(expected_lost, 0u) << "pick a seed that loses something";
+  const server::ShardStats st = c.shards[0]->shard().stats();
+  EXPECT_EQ(st.udp_chunks_lost, expected_lost);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 1u);
+  EXPECT_EQ(st.masked_aggregations, 1u);
+  EXPECT_EQ(c.shards[0]->udp_stats()->received, 2 * kNumel / kChunk - expected_lost);
+  EXPECT_EQ(workers[0]->stats().udp_datagrams_dropped + workers[1]->stats().udp_datagrams_dropped,
+            expected_lost);
+}
+
+TEST(UdpTest, AWorkerPushingOverUdpNeedsAShardWithTheUdpPath) {
+  testing::Cluster c = testing::StartCluster(1, Options(1));
+  ASSERT_EQ(c.shards.size(), 1u);
+  auto layout = core::ModelLayout::Create({{"w", 10, 0}}, 65536, 1);
+  WorkerOptions o = ClientOptions(c, 0);
+  o.push.udp = true;
+  auto worker = Worker::Start(o, *layout, Spans({std::vector<float>(10, 0.0f)}));
+  ASSERT_FALSE(worker.ok());
+  EXPECT_THAT(std::string(worker.status().message()), ::testing::HasSubstr("--udp-port"));
+}
+
+}  // namespace
+}  // namespace ps

@@ -1,0 +1,241 @@
+// The shard's UDP path, datagram by datagram (UdpReceiver::Handle) and once through a
+// real loopback socket: whole pushes close a round, hostile datagrams are dropped and
+// counted by why while the honest round completes, and a lost chunk is masked out of
+// the aggregate when the round closes at its deadline.
+#include "server/udp_receiver.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <thread>
+#include <utility>
+
+#include <boost/asio.hpp>
+
+#include "absl/synchronization/notification.h"
+#include "codecs/codec.h"
+#include "core/fp32_bytes.h"
+#include "core/udp_frame.h"
+
+namespace ps::server {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr uint32_t kNumel = 10;      // one slice of 10 values
+constexpr uint32_t kChunkElems = 4;  // chunks of 4, 4 and 2 values
+
+class UdpReceiverTest : public ::testing::Test {
+ protected:
+  void Make(uint32_t n, const std::string& rule = "mean") {
+    ServerOptions o;
+    o.num_workers = n;
+    o.learning_rate = 1.0f;
+    o.momentum = 0.0f;
+    o.round_deadline = std::chrono::milliseconds(100);
+    aggregators::AggregatorOptions a;
+    a.num_workers = static_cast<int>(n);
+    auto agg = aggregators::MakeAggregator(rule, a);
+    ASSERT_TRUE(agg.ok()) << agg.status();
+    shard_ = std::make_unique<Shard>(o, 0, *std::move(agg), &clock_, &pool_);
+    auto layout = core::ModelLayout::Create({{"w", kNumel, 0}}, 16, 1);
+    ASSERT_TRUE(layout.ok());
+    layout_hash_ = layout->hash();
+    for (uint32_t w = 0; w < n; ++w) Join(w);
+    ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
+    std::string zeros;
+    core::AppendFp32(std::vector<float>(kNumel, 0.0f), &zeros);
+    ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 0, zeros).ok());
+    auto receiver = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, shard_.get());
+    ASSERT_TRUE(receiver.ok()) << receiver.status();
+    receiver_ = *std::move(receiver);
+  }
+
+  void Join(uint32_t w) {
+    auto j = shard_->Join(w, layout_hash_);
+    ASSERT_TRUE(j.ok()) << j.status();
+    auto key = core::DatagramKey::FromBytes(j->udp_key);
+    ASSERT_TRUE(key.ok());
+    sessions_.resize(std::max<size_t>(sessions_.size(), w + 1), 0);
+    keys_.resize(std::max<size_t>(keys_.size(), w + 1));
+    sessions_[w] = j->udp_session;
+    keys_[w] = std::make_shared<core::DatagramKey>(*key);
+  }
+
+  // Worker w's chunk `index` of round `round`, holding `value` at every coordinate.
+  std::string Chunk(uint32_t w, uint16_t index, float value, uint64_t round = 0) {
+    const core::ChunkRange r = core::ChunkRangeOf(kNumel, kChunkElems, index);
+    std::string payload;
+    auto codec = codecs::MakeCodec("fp32");
+    EXPECT_TRUE((*codec)->Encode(std::vector<float>(r.count, value), &payload).ok());
+    core::DatagramHeader h;
+    h.session_id = sessions_[w];
+    h.worker_id = w;
+    h.slice_id = 0;
+    h.round = round;
+    h.chunk_elems = kChunkElems;
+    h.chunk_index = index;
+    h.chunk_count = static_cast<uint16_t>(core::ChunkCount(kNumel, kChunkElems));
+    std::string d;
+    EXPECT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[w], &d).ok());
+    return d;
+  }
+
+  void SendAll(uint32_t w, float value, uint64_t round = 0) {
+    for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(receiver_->Handle(Chunk(w, i, value, round)).ok());
+  }
+
+  std::vector<float> AwaitVersion(uint64_t version) {
+    auto done = std::make_shared<absl::Notification>();
+    shard_->Watch(0, version, [done](bool) { done->Notify(); });
+    EXPECT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(10)));
+    SliceSnapshot snap = shard_->Snapshot(0);
+    std::vector<float> v(snap.values->size() / 4);
+    std::memcpy(v.data(), snap.values->data(), snap.values->size());
+    return v;
+  }
+
+  core::ManualClock clock_;
+  core::ThreadPool pool_{2};
+  std::unique_ptr<Shard> shard_;
+  std::unique_ptr<UdpReceiver> receiver_;
+  uint64_t layout_hash_ = 0;
+  std::vector<uint64_t> sessions_;
+  std::vector<std::shared_ptr<core::DatagramKey>> keys_;
+};
+
+TEST_F(UdpReceiverTest, WholeChunkedPushesCloseTheRound) {
+  Make(2);
+  SendAll(0, 1.0f);
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  SendAll(1, 3.0f);
+  // params 0 - lr * mean(1, 3)
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  EXPECT_EQ(receiver_->stats().received, 6u);
+  EXPECT_EQ(shard_->stats().udp_chunks_accepted, 6u);
+  EXPECT_EQ(shard_->stats().udp_chunks_lost, 0u);
+  EXPECT_EQ(shard_->stats().masked_aggregations, 0u);
+}
+
+TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundCompletes) {
+  Make(2);
+  const std::string good = Chunk(0, 0, 1.0f);
+  // Truncated, and one byte short of its MAC: do not parse.
+  EXPECT_EQ(receiver_->Handle(good.substr(0, 30)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(receiver_->Handle(good.substr(0, good.size() - 1)).code(),
+            absl::StatusCode::kInvalidArgument);
+  // A flipped payload bit: the MAC fails.
+  std::string flipped = good;
+  flipped[core::kDatagramHeaderBytes + 6] ^= 0x01;
+  EXPECT_EQ(receiver_->Handle(flipped).code(), absl::StatusCode::kUnauthenticated);
+  // Worker 1 signs a datagram under worker 0's session with its own key.
+  {
+    core::DatagramHeader h;
+    h.session_id = sessions_[0];
+    h.worker_id = 0;
+    h.chunk_elems = kChunkElems;
+    h.chunk_count = 3;
+    std::string payload;
+    ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(4, 100.0f), &payload).ok());
+    std::string d;
+    ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[1], &d).ok());
+    EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kUnauthenticated);
+    // Worker 0 names worker 1 in a datagram signed under its own session.
+    h.worker_id = 1;
+    ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+    EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kPermissionDenied);
+    // An unknown session.
+    h.session_id = sessions_[0] ^ 1;
+    h.worker_id = 0;
+    ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+    EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kUnauthenticated);
+  }
+  // The good chunk, then its replay.
+  ASSERT_TRUE(receiver_->Handle(good).ok());
+  absl::Status replay = receiver_->Handle(good);
+  EXPECT_EQ(replay.code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(std::string(replay.message()), HasSubstr("replayed chunk 0"));
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 1, 1.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 2, 1.0f)).ok());
+  SendAll(1, 3.0f);
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  // Round 0 is closed: its datagrams are stale now.
+  EXPECT_EQ(receiver_->Handle(good).code(), absl::StatusCode::kOutOfRange);
+  // A re-join replaces worker 0's UDP session: the old one is unknown.
+  const std::string old_session = Chunk(0, 0, 1.0f, 1);
+  Join(0);
+  EXPECT_EQ(receiver_->Handle(old_session).code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f, 1)).ok());
+
+  const UdpStats st = receiver_->stats();
+  EXPECT_EQ(st.malformed, 2u);
+  EXPECT_EQ(st.forged, 3u);
+  EXPECT_EQ(st.unknown_session, 2u);
+  EXPECT_EQ(st.replayed, 1u);
+  EXPECT_EQ(st.stale, 1u);
+  EXPECT_EQ(st.received, 7u);
+}
+
+TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
+  Make(2);
+  // A chunk count that does not fit the slice.
+  core::DatagramHeader h;
+  h.session_id = sessions_[0];
+  h.worker_id = 0;
+  h.chunk_elems = 5;
+  h.chunk_index = 0;
+  h.chunk_count = 3;  // 10 / 5 = 2
+  std::string payload;
+  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(5, 1.0f), &payload).ok());
+  std::string d;
+  ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+  absl::Status st = receiver_->Handle(d);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  // A payload that holds the wrong number of values for its chunk.
+  h.chunk_count = 2;
+  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(4, 1.0f), &payload).ok());
+  ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+  EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
+  // Worker 1 pushed the slice over gRPC: its chunks are duplicates.
+  std::string whole;
+  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(kNumel, 3.0f), &whole).ok());
+  ASSERT_TRUE(shard_->Push(1, layout_hash_, 0, 0, "fp32", whole).ok());
+  EXPECT_EQ(receiver_->Handle(Chunk(1, 0, 3.0f)).code(), absl::StatusCode::kAlreadyExists);
+  // A chunk size that changes within one push.
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f)).ok());
+  EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(shard_->stats().malformed_by_worker[0], 3u);
+}
+
+TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
+  Make(3);
+  SendAll(0, 1.0f);
+  SendAll(1, 3.0f);
+  // Worker 2's last chunk (coordinates 8 and 9) is lost.
+  ASSERT_TRUE(receiver_->Handle(Chunk(2, 0, 5.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(Chunk(2, 1, 5.0f)).ok());
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  clock_.Advance(std::chrono::milliseconds(150));
+  shard_->Tick(clock_.Now());
+  // Coordinates 0-7: mean(1, 3, 5) = 3; 8-9: mean(1, 3) = 2, worker 2's stale bytes unused.
+  EXPECT_THAT(AwaitVersion(1), ElementsAre(-3, -3, -3, -3, -3, -3, -3, -3, -2, -2));
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.udp_chunks_lost, 1u);
+  EXPECT_EQ(st.masked_aggregations, 1u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 1u);
+}
+
+TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {
+  Make(1);
+  boost::asio::io_context io;
+  boost::asio::ip::udp::socket socket(io, boost::asio::ip::udp::v4());
+  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"), receiver_->port());
+  for (uint16_t i = 0; i < 3; ++i) socket.send_to(boost::asio::buffer(Chunk(0, i, 2.0f)), to);
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  EXPECT_EQ(receiver_->stats().received, 3u);
+}
+
+}  // namespace
+}  // namespace ps::server

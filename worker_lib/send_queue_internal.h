@@ -1,0 +1,75 @@
+// SendQueue: the P3 send queue of one shard (DESIGN §6, docs/transport.md). Items wait
+// ordered by (priority, round, arrival) — or by arrival alone in FIFO mode — and leave
+// only while the bytes in flight stay within a window, so an urgent item queued late
+// overtakes the ones still waiting, at item (slice) boundaries.
+//
+// Not thread-safe: the owner serializes calls (the Worker holds its shard's send lock).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+namespace ps::internal {
+
+template <typename T>
+class SendQueue {
+ public:
+  // priority_order: false for FIFO. max_inflight_bytes: the window; an item larger than
+  // the window still goes when nothing else is in flight.
+  SendQueue(bool priority_order, uint64_t max_inflight_bytes)
+      : priority_order_(priority_order), max_inflight_bytes_(max_inflight_bytes) {}
+
+  void Push(int32_t priority, uint64_t round, uint64_t bytes, T item) {
+    const uint64_t seq = next_seq_++;
+    const Key key = priority_order_ ? Key{priority, round, seq} : Key{0, 0, seq};
+    queue_.emplace(key, Entry{bytes, std::move(item)});
+  }
+
+  // Removes and returns, most urgent first, the items the window lets go now, and
+  // counts their bytes as in flight.
+  std::vector<std::pair<uint64_t, T>> TakeSendable() {
+    std::vector<std::pair<uint64_t, T>> out;
+    while (!queue_.empty()) {
+      auto it = queue_.begin();
+      const uint64_t bytes = it->second.bytes;
+      if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > max_inflight_bytes_) break;
+      inflight_bytes_ += bytes;
+      out.emplace_back(bytes, std::move(it->second.item));
+      queue_.erase(it);
+    }
+    return out;
+  }
+
+  // An item taken earlier is done: its bytes leave the window.
+  void Release(uint64_t bytes) { inflight_bytes_ -= bytes; }
+
+  // Empties the queue (shutdown); in-flight bytes are left as they are.
+  std::vector<T> TakeAll() {
+    std::vector<T> out;
+    for (auto& [key, entry] : queue_) out.push_back(std::move(entry.item));
+    queue_.clear();
+    return out;
+  }
+
+  uint64_t inflight_bytes() const { return inflight_bytes_; }
+  size_t size() const { return queue_.size(); }
+
+ private:
+  using Key = std::tuple<int64_t, uint64_t, uint64_t>;
+  struct Entry {
+    uint64_t bytes = 0;
+    T item;
+  };
+
+  const bool priority_order_;
+  const uint64_t max_inflight_bytes_;
+  std::map<Key, Entry> queue_;
+  uint64_t inflight_bytes_ = 0;
+  uint64_t next_seq_ = 0;
+};
+
+}  // namespace ps::internal

@@ -1,0 +1,82 @@
+// UdpSender: the worker's end of the lossy UDP gradient path (docs/transport.md). It
+// owns one UDP socket and one thread that sends queued datagrams most urgent first
+// (the same order as the gRPC send queue), paced by a token bucket, dropping the ones
+// the seeded loss injection picks. Datagrams arrive here already signed.
+//
+// Thread safety: all methods may be called from any thread. The destructor drops what
+// is still queued and joins the thread.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <tuple>
+
+#include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
+
+#include <boost/asio.hpp>
+
+#include "absl/status/statusor.h"
+#include "core/shaper.h"
+#include "worker_lib/worker.h"
+
+namespace ps::internal {
+
+// Whether loss injection drops this datagram: a counter-based hash of the identifiers,
+// uniform in [0, 1), compared with `loss`. The same inputs drop the same datagrams in
+// every run.
+bool InjectedLoss(const UdpOptions& options, uint32_t worker, uint64_t round, uint32_t slice,
+                  uint32_t chunk);
+
+// "host:port" or "[v6]:port" -> the UDP endpoint of `host` at `port`, resolved now.
+absl::StatusOr<boost::asio::ip::udp::endpoint> ResolveUdp(const std::string& address, uint16_t port);
+
+class UdpSender {
+ public:
+  // Send order: (priority or 0, round or 0, sequence), as the gRPC queue.
+  using Key = std::tuple<int64_t, uint64_t, uint64_t>;
+
+  static absl::StatusOr<std::unique_ptr<UdpSender>> Start(const UdpOptions& options);
+  ~UdpSender();
+  UdpSender(const UdpSender&) = delete;
+  UdpSender& operator=(const UdpSender&) = delete;
+
+  // Queues one signed datagram for `to`; `lost` says the loss injection drops it.
+  void Enqueue(Key key, boost::asio::ip::udp::endpoint to, std::string datagram, bool lost);
+  // Waits until everything queued so far has been sent (or dropped); returns the first
+  // send error since the previous call.
+  absl::Status WaitIdle();
+
+  uint64_t datagrams_sent() const;
+  uint64_t datagrams_dropped() const;
+  uint64_t bytes_sent() const;
+
+ private:
+  struct Item {
+    boost::asio::ip::udp::endpoint to;
+    std::string bytes;
+    bool lost = false;
+  };
+  explicit UdpSender(const UdpOptions& options);
+  void Loop();
+
+  const UdpOptions options_;
+  boost::asio::io_context io_;
+  boost::asio::ip::udp::socket socket_;
+  std::unique_ptr<core::TokenBucket> pacer_;  // null when unpaced
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<Key, Item> queue_;
+  bool busy_ = false;  // the thread holds an item
+  bool stopping_ = false;
+  std::string error_;
+  uint64_t sent_ = 0, dropped_ = 0, bytes_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace ps::internal
