@@ -100,6 +100,8 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
     o.momentum = static_cast<float>(config.momentum);
     o.weight_decay = static_cast<float>(config.weight_decay);
     o.round_deadline = config.round_deadline;
+    if (config.trainer.udp) o.udp_port = 0;
+    if (config.trainer.fifo) o.schedule = "fifo";
     o.threads = 1;
     o.log_level = "warn";
     auto started = server::Server::Start(o);

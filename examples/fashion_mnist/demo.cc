@@ -169,6 +169,7 @@ class Scenario {
           "--log-level", "info",
       };
       // clang-format on
+      if (config_.udp_loss >= 0) args.insert(args.end(), {"--udp-port", "0"});
       if (absl::Status s = Spawn(shards_, name, config_.server_bin, std::move(args), false);
           !s.ok()) {
         Fail(absl::StrCat("starting ", name, ": ", s.message()));
@@ -224,6 +225,7 @@ class Scenario {
     };
     // clang-format on
     if (config_.error_feedback) args.emplace_back("--error-feedback");
+    if (config_.udp_loss >= 0) args.insert(args.end(), {"--udp", "--udp-loss", FormatArg(config_.udp_loss)});
     if (worker == 0) {
       args.insert(args.end(), {"--save-parameters", (std::filesystem::path(dir_) / "parameters.f32").string()});
     }

@@ -44,6 +44,8 @@ struct DemoConfig {
   uint64_t seed = 1;
   uint64_t eval_every = 200;
   std::string codec = "fp32";
+  // Trainers push over the shards' UDP path with this injected loss (< 0: gRPC).
+  double udp_loss = -1;
   bool error_feedback = false;
   double worker_momentum = 0;
   // Server round deadline (quorum n - f closes a round this long after its first push).

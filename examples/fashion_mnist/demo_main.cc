@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
                  "Sign-flip attack: Byzantine workers push -scale * gradient");
   app.add_option("--seed", config.seed, "Seed shared by all trainers");
   app.add_option("--codec", config.codec, "Push codec of the trainers (docs/codecs.md)");
+  app.add_option("--udp-loss", config.udp_loss,
+                 "Trainers push over the shards' UDP path with this injected datagram loss in "
+                 "[0, 1) (default: gRPC)");
   app.add_flag("--error-feedback", config.error_feedback,
                "Trainers add what the codec lost to their next push");
   app.add_option("--worker-momentum", config.worker_momentum,

@@ -185,6 +185,12 @@ int main(int argc, char** argv) {
                  "Seed: same on all workers (identical initial parameters); batch sampling "
                  "uses a per-worker seed derived from it");
   app.add_option("--codec", c.codec, "Codec spec for pushes (see docs/codecs.md)");
+  app.add_flag("--udp", c.udp, "Push gradients as datagrams on the shards' UDP path (docs/transport.md)");
+  app.add_option("--udp-loss", c.udp_loss, "Injected datagram loss in [0, 1) (seeded; with --udp)");
+  app.add_option("--udp-chunk-elems", c.udp_chunk_elems, "Values per datagram (with --udp)");
+  app.add_option("--shape", c.shaping,
+                 "Shape this worker's link, e.g. rate=100mbps,latency=1ms (docs/transport.md)");
+  app.add_flag("--fifo", c.fifo, "Send in push order instead of by priority (P3 off)");
   app.add_flag("--error-feedback", c.error_feedback,
                "Add what the codec lost to the next push (needed by sign, 3lc, topk, ...)");
   app.add_option("--worker-momentum", c.worker_momentum,

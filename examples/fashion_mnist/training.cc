@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "aggregators/aggregator.h"
 #include "core/layout.h"
+#include "core/shaper.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
@@ -225,6 +226,12 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
   }
   if (c.attack != "none") PS_RETURN_IF_ERROR(attacks::MakeAttack(c.attack).status());
   PS_RETURN_IF_ERROR(ParseSplit(c.split).status());
+  PS_RETURN_IF_ERROR(core::ParseLinkShaping(c.shaping).status());
+  if (!(c.udp_loss >= 0 && c.udp_loss < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("UDP loss ", c.udp_loss, " is not in [0, 1)"));
+  }
+  if (c.udp_loss > 0 && !c.udp) return absl::InvalidArgumentError("a UDP loss needs --udp");
+  if (c.udp_chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk size must be positive");
   return absl::OkStatus();
 }
 
@@ -391,6 +398,12 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   options.push.error_feedback = c.error_feedback;
   options.push.momentum = c.worker_momentum;
   options.codec_seed = c.seed;
+  options.push.udp = c.udp;
+  options.udp.loss = c.udp_loss;
+  options.udp.loss_seed = c.seed * 1000003 + c.worker_id;
+  options.udp.chunk_elems = c.udp_chunk_elems;
+  options.priority_order = !c.fifo;
+  PS_ASSIGN_OR_RETURN(options.shaping, core::ParseLinkShaping(c.shaping));
   for (size_t i = 0; i < s.params.size(); ++i) {
     if (s.params[i].dim() != 2) continue;
     PushOptions matrix = options.push;  // weights: out x in, row-major

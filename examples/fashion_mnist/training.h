@@ -47,6 +47,14 @@ struct TrainerConfig {
   // per-worker seed derived from it.
   uint64_t seed = 1;
   std::string codec = "fp32";
+  // Transport (docs/transport.md): pushes as datagrams on the shards' UDP path, with
+  // this injected loss and chunk size; the worker's link shaped by this spec
+  // (core::ParseLinkShaping, "" = none); FIFO instead of priority send order.
+  bool udp = false;
+  double udp_loss = 0;
+  uint32_t udp_chunk_elems = 8192;
+  std::string shaping;
+  bool fifo = false;
   bool error_feedback = false;
   double worker_momentum = 0;
   // Worker 0 (and a local run) evaluates test accuracy every this many steps (0: only
