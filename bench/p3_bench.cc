@@ -4,9 +4,10 @@
 // FLOPs) over shaped links (a token bucket per direction and worker, docs/transport.md).
 // Each iteration pulls with per-tensor readiness and runs forward layer by layer as its
 // parameters arrive, then backward from the last layer, pushing each layer's gradient as
-// it is produced. FIFO sends, aggregates and streams slices in the order they become
+// it is produced; the next version's pull starts with backward. FIFO sends, aggregates and streams slices in the order they become
 // ready; P3 most urgent (first layer) first. Reported: the mean iteration time after a
-// warm-up iteration, and the time until the first layer's parameters arrive.
+// warm-up iteration, and the time from the end of backward until the first layer's
+// parameters arrive.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -127,8 +128,8 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
       };
       double iter_sum = 0, first_sum = 0;
       double start = NowSeconds();
+      auto ticket = worker.StartPullAll(0, outs, std::chrono::seconds(120));
       for (int it = 0; it < f.iterations + 1; ++it) {
-        auto ticket = worker.StartPullAll(uint64_t(it), outs, std::chrono::seconds(120));
         if (!ticket.ok()) { errors[w] = ticket.status(); return; }
         for (size_t l = 0; l < layers.size(); ++l) {
           for (size_t t : {2 * l, 2 * l + 1}) {
@@ -138,6 +139,10 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
           sleep_ms(fwd_ms[l]);
         }
         if (auto v = (*ticket)->Wait(); !v.ok()) { errors[w] = v.status(); return; }
+        // The next version is asked for before backward: a slice of it can only come
+        // once this worker pushed that slice, so it never overwrites a parameter that
+        // backward still needs, and it streams back while backward goes on.
+        ticket = worker.StartPullAll(uint64_t(it) + 1, outs, std::chrono::seconds(120));
         for (size_t l = layers.size(); l-- > 0;) {
           sleep_ms(2 * fwd_ms[l]);
           for (size_t t : {2 * l + 1, 2 * l}) {
@@ -147,6 +152,9 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
         const double now = NowSeconds();
         if (it > 0) iter_sum += now - start;  // iteration 0 warms up
         start = now;
+      }
+      if (ticket.ok()) {
+        if (auto v = (*ticket)->Wait(); !v.ok()) errors[w] = v.status();
       }
       if (absl::Status st = worker.WaitPushes(); !st.ok()) errors[w] = st;
       results[w] = {iter_sum / f.iterations, first_sum / f.iterations};

@@ -52,9 +52,11 @@ absl::StatusOr<udp::endpoint> ResolveUdp(const std::string& address, uint16_t po
   return results.begin()->endpoint();
 }
 
-UdpSender::UdpSender(const UdpOptions& options) : options_(options), socket_(io_) {}
+UdpSender::UdpSender(const UdpOptions& options, bool priority_order)
+    : options_(options), priority_order_(priority_order), socket_(io_) {}
 
-absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Start(const UdpOptions& options) {
+absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Start(const UdpOptions& options,
+                                                           bool priority_order) {
   if (!(options.loss >= 0 && options.loss < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("UDP loss must lie in [0, 1), got ", options.loss));
   }
@@ -62,7 +64,7 @@ absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Start(const UdpOptions& op
     return absl::InvalidArgumentError(absl::StrCat("UDP rate must be >= 0 Mbit/s, got ", options.rate_mbps));
   }
   if (options.chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk_elems must be positive");
-  std::unique_ptr<UdpSender> s(new UdpSender(options));
+  std::unique_ptr<UdpSender> s(new UdpSender(options, priority_order));
   if (options.rate_mbps > 0) {
     s->pacer_ = std::make_unique<core::TokenBucket>(options.rate_mbps * 1e6 / 8, 64 * 1024);
   }
@@ -80,9 +82,12 @@ UdpSender::~UdpSender() {
   if (thread_.joinable()) thread_.join();
 }
 
-void UdpSender::Enqueue(Key key, udp::endpoint to, std::string datagram, bool lost) {
+void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to, std::string datagram,
+                        bool lost) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t seq = next_seq_++;
+    const Key key = priority_order_ ? Key{priority, round, seq} : Key{0, 0, seq};
     queue_.emplace(key, Item{to, std::move(datagram), lost});
   }
   cv_.notify_all();

@@ -37,16 +37,18 @@ absl::StatusOr<boost::asio::ip::udp::endpoint> ResolveUdp(const std::string& add
 
 class UdpSender {
  public:
-  // Send order: (priority or 0, round or 0, sequence), as the gRPC queue.
-  using Key = std::tuple<int64_t, uint64_t, uint64_t>;
-
-  static absl::StatusOr<std::unique_ptr<UdpSender>> Start(const UdpOptions& options);
+  // priority_order: datagrams leave by (priority, round, arrival), as the gRPC send
+  // queue; false: by arrival (FIFO).
+  static absl::StatusOr<std::unique_ptr<UdpSender>> Start(const UdpOptions& options,
+                                                         bool priority_order = true);
   ~UdpSender();
   UdpSender(const UdpSender&) = delete;
   UdpSender& operator=(const UdpSender&) = delete;
 
-  // Queues one signed datagram for `to`; `lost` says the loss injection drops it.
-  void Enqueue(Key key, boost::asio::ip::udp::endpoint to, std::string datagram, bool lost);
+  // Queues one signed datagram of a slice with `priority` for `to`; `lost` says the
+  // loss injection drops it.
+  void Enqueue(int32_t priority, uint64_t round, boost::asio::ip::udp::endpoint to,
+               std::string datagram, bool lost);
   // Waits until everything queued so far has been sent (or dropped); returns the first
   // send error since the previous call.
   absl::Status WaitIdle();
@@ -61,10 +63,12 @@ class UdpSender {
     std::string bytes;
     bool lost = false;
   };
-  explicit UdpSender(const UdpOptions& options);
+  using Key = std::tuple<int64_t, uint64_t, uint64_t>;
+  UdpSender(const UdpOptions& options, bool priority_order);
   void Loop();
 
   const UdpOptions options_;
+  const bool priority_order_;
   boost::asio::io_context io_;
   boost::asio::ip::udp::socket socket_;
   std::unique_ptr<core::TokenBucket> pacer_;  // null when unpaced
@@ -72,6 +76,7 @@ class UdpSender {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::map<Key, Item> queue_;
+  uint64_t next_seq_ = 0;  // makes every key unique
   bool busy_ = false;  // the thread holds an item
   bool stopping_ = false;
   std::string error_;

@@ -76,8 +76,6 @@ struct ShardConn {
   // P3 send queue of gRPC pushes to this shard (made at Start()).
   absl::Mutex send_mu;
   std::unique_ptr<internal::SendQueue<std::unique_ptr<PushCall>>> queue ABSL_GUARDED_BY(send_mu);
-  // Orders this shard's datagrams in the UDP sender's queue.
-  uint64_t next_udp_seq ABSL_GUARDED_BY(send_mu) = 0;
 };
 
 // What one pull stream delivered; shared between the stream (which deletes itself
@@ -310,7 +308,7 @@ class WorkerImpl final : public Worker {
       encoders_.back()->encoder = *std::move(encoder);
       encoders_.back()->udp = push.udp;
       if (push.udp && udp_sender_ == nullptr) {
-        PS_ASSIGN_OR_RETURN(udp_sender_, internal::UdpSender::Start(options_.udp));
+        PS_ASSIGN_OR_RETURN(udp_sender_, internal::UdpSender::Start(options_.udp, options_.priority_order));
       }
     }
     grpc::ChannelArguments args;
@@ -526,7 +524,7 @@ class WorkerImpl final : public Worker {
       return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
                                                   " (UDP chunks): ", st.message()));
     }
-    std::vector<std::tuple<internal::UdpSender::Key, boost::asio::ip::udp::endpoint, std::string, bool>> out;
+    std::vector<std::tuple<int32_t, boost::asio::ip::udp::endpoint, std::string, bool>> out;
     for (size_t k = 0; k < chunks.size(); ++k) {
       const core::SliceInfo& si = layout_.slices()[chunks[k].slice];
       ShardConn& c = *shards_[si.shard];
@@ -553,19 +551,13 @@ class WorkerImpl final : public Worker {
                                                     " of '", spec.name, "': ", st.message(),
                                                     " (lower udp.chunk_elems)"));
       }
-      uint64_t seq = 0;
-      {
-        absl::MutexLock send_lock(&c.send_mu);
-        seq = c.next_udp_seq++;
-      }
-      const internal::UdpSender::Key order =
-          options_.priority_order ? internal::UdpSender::Key{si.priority, round, seq}
-                                  : internal::UdpSender::Key{0, 0, seq};
-      out.emplace_back(order, c.udp_endpoint, std::move(datagram),
+      out.emplace_back(si.priority, c.udp_endpoint, std::move(datagram),
                        internal::InjectedLoss(options_.udp, options_.worker_id, round, h.slice_id,
                                               h.chunk_index));
     }
-    for (auto& [order, to, datagram, lost] : out) udp_sender_->Enqueue(order, to, std::move(datagram), lost);
+    for (auto& [priority, to, datagram, lost] : out) {
+      udp_sender_->Enqueue(priority, round, to, std::move(datagram), lost);
+    }
     return absl::OkStatus();
   }
 

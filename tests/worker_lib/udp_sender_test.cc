@@ -58,19 +58,21 @@ TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
   ASSERT_TRUE(sender.ok());
   // Queued while the sender may still be asleep; whatever order they leave in, the
   // dropped one never arrives.
-  (*sender)->Enqueue({2, 0, 0}, *to, "late layer", false);
-  (*sender)->Enqueue({0, 0, 1}, *to, "first layer", false);
-  (*sender)->Enqueue({1, 0, 2}, *to, "lost", true);
+  // Datagrams of the same priority and round (two slices, two shards) are all kept.
+  (*sender)->Enqueue(2, 0, *to, "late layer", false);
+  (*sender)->Enqueue(0, 0, *to, "first layer", false);
+  (*sender)->Enqueue(0, 0, *to, "first layer, other shard", false);
+  (*sender)->Enqueue(1, 0, *to, "lost", true);
   ASSERT_TRUE((*sender)->WaitIdle().ok());
-  EXPECT_EQ((*sender)->datagrams_sent(), 2u);
+  EXPECT_EQ((*sender)->datagrams_sent(), 3u);
   EXPECT_EQ((*sender)->datagrams_dropped(), 1u);
   std::set<std::string> got;
   char buf[64];
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     const size_t n = sink.receive(boost::asio::buffer(buf));
     got.insert(std::string(buf, n));
   }
-  EXPECT_EQ(got, (std::set<std::string>{"late layer", "first layer"}));
+  EXPECT_EQ(got, (std::set<std::string>{"late layer", "first layer", "first layer, other shard"}));
   EXPECT_EQ(sink.available(), 0u);
 }
 
