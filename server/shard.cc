@@ -157,6 +157,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       sgd_{options.learning_rate, options.momentum, options.weight_decay},
       aggregator_(std::move(aggregator)),
       model_scope_(aggregator_->NeedsGram() && options.aggregation_scope == "model"),
+      udp_quorum_(static_cast<uint32_t>(std::max(1, aggregator_->MinInputs()))),
       sign_vote_(aggregator_->name() == "sign_majority"),
       priority_schedule_(options.schedule != "fifo"),
       clock_(clock),
@@ -426,8 +427,19 @@ absl::Status Shard::CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint
   return absl::OkStatus();
 }
 
+uint32_t Shard::QuorumLocked(const SliceState& s) const {
+  // A worker whose datagrams of this slice were all lost is indistinguishable from an
+  // absent one, and nothing is retransmitted: once UDP chunks came in this round, the
+  // round closes at its deadline with the rule's least input count (docs/transport.md).
+  for (const SliceState::ChunkedPush& push : s.chunked) {
+    if (push.chunk_count != 0) return std::min(quorum_, udp_quorum_);
+  }
+  return quorum_;
+}
+
 bool Shard::AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline) {
-  if (s->num_complete == options_.num_workers || (s->deadline_passed && s->num_pushed >= quorum_)) {
+  if (s->num_complete == options_.num_workers ||
+      (s->deadline_passed && s->num_pushed >= QuorumLocked(*s))) {
     CloseLocked(s, /*at_deadline=*/s->deadline_passed);
     return true;
   }
@@ -1076,7 +1088,7 @@ void Shard::Tick(core::SteadyTime now) {
     absl::MutexLock lock(&s->mu);
     if (s->closing || !s->deadline.has_value() || *s->deadline > now) continue;
     s->deadline.reset();
-    if (s->num_pushed >= quorum_) {
+    if (s->num_pushed >= QuorumLocked(*s)) {
       spdlog::info("shard {}: round {} of slice {} closed at its deadline with {} of {} pushes "
                    "({} whole)",
                    shard_id_, s->version, id, s->num_pushed, options_.num_workers, s->num_complete);
@@ -1085,7 +1097,7 @@ void Shard::Tick(core::SteadyTime now) {
       s->deadline_passed = true;
       spdlog::warn("shard {}: round {} of slice {} passed its deadline with {} pushes, below the "
                    "quorum of {}; closing as soon as the quorum is reached",
-                   shard_id_, s->version, id, s->num_pushed, quorum_);
+                   shard_id_, s->version, id, s->num_pushed, QuorumLocked(*s));
     }
   }
 }

@@ -226,6 +226,9 @@ class Shard {
   // Returns whether it closed, and the new deadline to register, if any.
   bool AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline);
   void RegisterDeadline(uint32_t slice_id, core::SteadyTime deadline);
+  // Under s.mu: pushes that close s's round at its deadline (quorum_, or the lower UDP
+  // quorum once chunks came this round).
+  uint32_t QuorumLocked(const SliceState& s) const;
   const codecs::Codec* CheckedDecoder(uint32_t worker_id, uint32_t slice_id, std::string_view codec,
                                       absl::Status* refusal);
   absl::StatusOr<SliceState*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
@@ -264,6 +267,8 @@ class Shard {
   const SgdOptions sgd_;
   const std::unique_ptr<aggregators::Aggregator> aggregator_;
   const bool model_scope_;
+  // The quorum of a round that received UDP chunks: the rule's least input count.
+  const uint32_t udp_quorum_;
   // The rule is sign_majority: sign pushes are kept packed for the vote.
   const bool sign_vote_;
   // --schedule=priority: closed slices are aggregated, and model rounds published, most

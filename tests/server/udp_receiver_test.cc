@@ -227,6 +227,17 @@ TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
   EXPECT_EQ(st.rounds_closed_at_deadline, 1u);
 }
 
+TEST_F(UdpReceiverTest, AWorkerWhoseDatagramsWereAllLostIsAbsentAtTheDeadline) {
+  Make(3);  // mean, f = 0: the gRPC quorum would be 3
+  SendAll(0, 1.0f);
+  SendAll(1, 3.0f);
+  clock_.Advance(std::chrono::milliseconds(150));
+  shard_->Tick(clock_.Now());
+  // Worker 2 sent nothing that arrived: the round closes with the two that did.
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u);
+}
+
 TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {
   Make(1);
   boost::asio::io_context io;

@@ -1,0 +1,146 @@
+// ps::worker_torch::TorchWorker: the libtorch adapter of ps::Worker (DESIGN §6, P3).
+//
+// It drives a ps::Worker from a torch::nn::Module's own parameters: one layout tensor
+// per parameter (named as in named_parameters(), in that order), a pull that writes
+// straight into the parameters' storage, and a gradient hook on every parameter that
+// pushes its gradient as soon as autograd produces it (the last layer's first), so
+// the shards aggregate while backward still runs on the first layers. The next
+// forward pass waits module by module: a layer starts as soon as its own parameters
+// arrived, while later layers' are still in flight.
+//
+// One step of round t (the Worker's rounds: gradients of version t are pushed for
+// round t, and the shards then publish version t + 1):
+//
+//   PS_RETURN_IF_ERROR(tw->StartPull(t, timeout));       // returns at once
+//   model.set_before_forward([&](torch::nn::Module& m) {  // the model's own pre-hook
+//     (void)tw->AwaitModule(m);                           // (a failed pull: AwaitAll)
+//   });
+//   torch::Tensor loss = Loss(model.forward(x), y);       // layer k waits for layer k
+//   PS_ASSIGN_OR_RETURN(uint64_t version, tw->AwaitAll());  // > t: rounds were skipped
+//   PS_RETURN_IF_ERROR(tw->BeginStep(t));
+//   loss.backward();                                      // hooks push each gradient
+//   PS_RETURN_IF_ERROR(tw->FinishStep());                 // the shards' answers
+//
+// torch::nn::Module has no forward pre-hooks in C++: the model calls AwaitModule (or a
+// hook of its own, as examples/fashion_mnist's Classifier::set_before_forward) before
+// each submodule's forward. A module whose parameters were not awaited must not be
+// run: the pull may still be writing them.
+//
+// What is pushed: the gradient autograd hands the parameter's AccumulateGrad, i.e.
+// exactly what a zeroed .grad accumulates (-0.0 is pushed as +0.0, as 0 + g gives),
+// copied before the hook returns; .grad itself is filled as usual. A parameter that
+// got no gradient in a step (unused in forward, or requires_grad false) is pushed as
+// zeros by FinishStep(): the shards need every slice to close the round. Backward
+// outside a step (no BeginStep) pushes nothing; under torch::NoGradGuard (evaluation)
+// no hook runs at all.
+//
+// Requirements: every parameter is a defined, contiguous fp32 CPU tensor (Start and
+// Attach refuse others, naming the parameter); the parameters keep their storage for
+// the adapter's lifetime (no reassigning a parameter, no resize); one backward per
+// step (a second gradient of one parameter in a round is an error).
+//
+// Ownership: the adapter keeps handles to the parameters (their storage stays alive)
+// but not to the module. Start() owns the Worker it starts; Attach() borrows one that
+// must outlive the adapter. The destructor removes the hooks and waits for a pull in
+// progress.
+//
+// Thread safety: the step methods (StartPull, AwaitModule, AwaitAll, BeginStep,
+// FinishStep) are safe to call from any thread but meant for the one training thread,
+// in the order above; they serialize, and a wait blocks the other step methods. The
+// gradient hooks may run on autograd's threads; FinishStep waits for hooks still
+// running. Errors inside a hook are recorded, never thrown through autograd, and come
+// out of FinishStep(). worker() is as thread-safe as ps::Worker.
+//
+// The header carries no gRPC types.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/layout.h"
+#include "worker_lib/worker.h"
+
+namespace ps::worker_torch {
+
+struct TorchWorkerOptions {
+  // Elements per slice of the layout (core::ModelLayout::Create).
+  uint32_t slice_elems = core::kDefaultSliceElems;
+  // Send priority by parameter name, lower = more urgent (P3). A parameter not named
+  // here gets its index in named_parameters(): registration order, which is forward
+  // order for models that register layers as they use them. An unknown name is an
+  // error.
+  std::map<std::string, int32_t, std::less<>> priority;
+};
+
+// The layout of `model`'s parameters for `num_shards` shards: one tensor per
+// parameter of named_parameters() (recursive), in that order. Refuses a parameter that
+// is undefined, not fp32, not on the CPU or not contiguous, with its name.
+absl::StatusOr<core::ModelLayout> MakeLayout(const torch::nn::Module& model, uint32_t num_shards,
+                                             const TorchWorkerOptions& options = {});
+
+class TorchWorker {
+ public:
+  // Builds the layout of `model` (MakeLayout, with options.shard_addresses.size()
+  // shards), starts a Worker with the parameters' current values as initial values
+  // (used when this worker registers the model) and attaches to it.
+  static absl::StatusOr<std::unique_ptr<TorchWorker>> Start(WorkerOptions options,
+                                                            torch::nn::Module& model,
+                                                            const TorchWorkerOptions& torch_options = {});
+
+  // Attaches to a started Worker (borrowed: it must outlive the adapter) whose layout
+  // has `model`'s parameters in named_parameters() order with their names and sizes,
+  // as MakeLayout() gives. For callers that decide the Worker's lifetime themselves.
+  static absl::StatusOr<std::unique_ptr<TorchWorker>> Attach(Worker& worker, torch::nn::Module& model);
+
+  // Removes the hooks and waits for a pull in progress.
+  virtual ~TorchWorker() = default;
+  TorchWorker(const TorchWorker&) = delete;
+  TorchWorker& operator=(const TorchWorker&) = delete;
+
+  virtual Worker& worker() = 0;
+
+  // Starts pulling every parameter at version >= min_version into its own storage
+  // (Worker::StartPullAll) and returns at once. A pull not yet waited for is waited
+  // for first (its outcome dropped). FAILED_PRECONDITION while a step is open: the
+  // pull would overwrite parameters that backward reads.
+  virtual absl::Status StartPull(uint64_t min_version, std::chrono::milliseconds timeout) = 0;
+
+  // Blocks until the parameters that belong directly to `module`
+  // (module.parameters(/*recurse=*/false)), or with `recurse` all of its parameters,
+  // hold the pulled values. OK at once without a pull or for a module without
+  // parameters. On a failed pull it waits until nothing writes into the parameters
+  // any more and returns the pull's error. INVALID_ARGUMENT for a parameter that is
+  // not one of the model's.
+  virtual absl::Status AwaitModule(const torch::nn::Module& module, bool recurse = false) = 0;
+
+  // Blocks until the whole pull has arrived; returns the lowest version received
+  // (above the requested one when the shards closed rounds without this worker) or
+  // the pull's error, the same on every call until the next StartPull().
+  // FAILED_PRECONDITION when no pull was started.
+  virtual absl::StatusOr<uint64_t> AwaitAll() = 0;
+
+  // Opens the step of `round`: from now on each parameter's gradient hook pushes for
+  // it. FAILED_PRECONDITION when a step is already open.
+  virtual absl::Status BeginStep(uint64_t round) = 0;
+
+  // Closes the step: waits for hooks still running, pushes zeros for the parameters
+  // that got no gradient, and waits until every push is answered
+  // (Worker::WaitPushes). Returns OK, or the first error of a hook (an invalid
+  // gradient, a push the Worker refused, a second gradient in the round), else the
+  // first refusal of a shard (OUT_OF_RANGE: the round closed without this worker).
+  // FAILED_PRECONDITION when no step is open.
+  virtual absl::Status FinishStep() = 0;
+
+ protected:
+  TorchWorker() = default;
+};
+
+}  // namespace ps::worker_torch
