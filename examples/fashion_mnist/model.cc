@@ -20,7 +20,12 @@ Mlp::Mlp(int64_t inputs, int64_t hidden, int64_t classes)
     : fc1_(register_module("fc1", torch::nn::Linear(inputs, hidden))),
       fc2_(register_module("fc2", torch::nn::Linear(hidden, classes))) {}
 
-torch::Tensor Mlp::forward(torch::Tensor x) { return fc2_(torch::relu(fc1_(x))); }
+torch::Tensor Mlp::forward(torch::Tensor x) {
+  BeforeForward(*fc1_);
+  x = torch::relu(fc1_(x));
+  BeforeForward(*fc2_);
+  return fc2_(x);
+}
 
 Cnn::Cnn(int64_t classes)
     : conv1_(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 8, 5)))),
@@ -29,8 +34,11 @@ Cnn::Cnn(int64_t classes)
 
 torch::Tensor Cnn::forward(torch::Tensor x) {
   x = x.view({-1, 1, 28, 28});
+  BeforeForward(*conv1_);
   x = torch::max_pool2d(torch::relu(conv1_(x)), 2);  // 8 x 12 x 12
+  BeforeForward(*conv2_);
   x = torch::max_pool2d(torch::relu(conv2_(x)), 2);  // 16 x 4 x 4
+  BeforeForward(*fc_);
   return fc_(x.flatten(1));
 }
 

@@ -4,12 +4,17 @@
 //
 // Parameters are registered in forward order (fc1.weight, fc1.bias, fc2.weight,
 // fc2.bias for the MLP), which is the order the parameter server's layout and
-// priorities use. torch modules are not thread-safe; one thread uses a model.
+// priorities use. torch::nn has no forward pre-hooks in C++, so a Classifier calls its
+// own (set_before_forward) with each layer right before that layer runs: the libtorch
+// adapter waits there for the layer's freshly pulled parameters
+// (worker_lib/torch/torch_worker.h). torch modules are not thread-safe; one thread
+// uses a model.
 #pragma once
 
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string_view>
@@ -27,6 +32,21 @@ inline constexpr int64_t kImagePixels = 28 * 28;
 class Classifier : public torch::nn::Module {
  public:
   virtual torch::Tensor forward(torch::Tensor x) = 0;
+
+  // Called in forward() with each layer (Mlp: fc1, fc2; Cnn: conv1, conv2, fc) right
+  // before that layer's forward, on the calling thread; empty (the default): nothing.
+  void set_before_forward(std::function<void(torch::nn::Module&)> hook) {
+    before_forward_ = std::move(hook);
+  }
+
+ protected:
+  // Runs the before-forward hook on `layer`.
+  void BeforeForward(torch::nn::Module& layer) {
+    if (before_forward_) before_forward_(layer);
+  }
+
+ private:
+  std::function<void(torch::nn::Module&)> before_forward_;
 };
 
 class Mlp final : public Classifier {
@@ -40,7 +60,7 @@ class Mlp final : public Classifier {
 };
 
 // conv1 (1 -> 8, 5x5) relu maxpool2, conv2 (8 -> 16, 5x5) relu maxpool2, fc (256 -> 10):
-// 6,882 parameters.
+// 5,994 parameters.
 class Cnn final : public Classifier {
  public:
   explicit Cnn(int64_t classes);

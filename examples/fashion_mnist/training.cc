@@ -20,6 +20,7 @@
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
 #include "worker_lib/attacks/attack.h"
+#include "worker_lib/torch/torch_worker.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -81,15 +82,21 @@ absl::StatusOr<Setup> Prepare(const TrainerConfig& c, const TrainingData& data, 
   return s;
 }
 
-// One batch: forward, backward; returns the loss. Gradients land in param.grad(). A
+// The next batch's forward pass, with zeroed gradients; returns the loss. A
 // label-flipping attacker trains on label 9 - y.
-double ComputeGradients(Setup& s, const Dataset& train, uint32_t batch_size,
-                        std::vector<uint32_t>& indices) {
+torch::Tensor Forward(Setup& s, const Dataset& train, uint32_t batch_size,
+                      std::vector<uint32_t>& indices) {
   s.sampler->Next(batch_size, indices);
   auto [x, y] = MakeBatch(train, indices);
   if (s.attack != nullptr && s.attack->flips_labels()) y = (kNumClasses - 1) - y;
   s.model->zero_grad();
-  torch::Tensor loss = torch::nn::functional::cross_entropy(s.model->forward(x), y);
+  return torch::nn::functional::cross_entropy(s.model->forward(x), y);
+}
+
+// One batch: forward, backward; returns the loss. Gradients land in param.grad().
+double ComputeGradients(Setup& s, const Dataset& train, uint32_t batch_size,
+                        std::vector<uint32_t>& indices) {
+  torch::Tensor loss = Forward(s, train, batch_size, indices);
   loss.backward();
   return loss.item<double>();
 }
@@ -125,6 +132,7 @@ class GradientDump {
     }
     return d;
   }
+  bool enabled() const { return file_ != nullptr; }
   absl::Status Write(std::span<const float> values) {
     if (file_ == nullptr) return absl::OkStatus();
     if (std::fwrite(values.data(), sizeof(float), values.size(), file_.get()) != values.size()) {
@@ -379,18 +387,15 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/false));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, AttackRule(c, s));
 
-  std::vector<core::TensorSpec> specs;
+  // One tensor per parameter, in forward order, which is also the priority order.
+  PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
+                      worker_torch::MakeLayout(*s.model, static_cast<uint32_t>(c.shards.size())));
   std::vector<std::span<const float>> initial;
   std::vector<std::span<float>> outs;
-  for (size_t i = 0; i < s.params.size(); ++i) {
-    torch::Tensor& p = s.params[i];
-    specs.push_back({s.names[i], static_cast<uint64_t>(p.numel()), static_cast<int32_t>(i)});
+  for (torch::Tensor& p : s.params) {
     initial.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
     outs.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
   }
-  PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
-                      core::ModelLayout::Create(std::move(specs), core::kDefaultSliceElems,
-                                                static_cast<uint32_t>(c.shards.size())));
   WorkerOptions options;
   options.shard_addresses = c.shards;
   options.worker_id = c.worker_id;
@@ -417,6 +422,19 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   PS_ASSIGN_OR_RETURN(holder, Worker::Start(std::move(options), std::move(layout), initial));
   Worker* worker = holder.get();
 
+  // An honest worker goes through the libtorch adapter (P3): the pull writes into the
+  // parameters while the forward pass waits layer by layer for its own, and backward
+  // pushes each gradient from its hook as soon as autograd produces it. A Byzantine
+  // worker needs its whole gradient to craft the attack: it pulls everything, then
+  // pushes the flattened result.
+  std::unique_ptr<worker_torch::TorchWorker> adapter;
+  if (s.attack == nullptr) {
+    PS_ASSIGN_OR_RETURN(adapter, worker_torch::TorchWorker::Attach(*worker, *s.model));
+    // A failed pull comes out of AwaitAll() after the forward pass.
+    s.model->set_before_forward(
+        [tw = adapter.get()](torch::nn::Module& layer) { tw->AwaitModule(layer).IgnoreError(); });
+  }
+
   uint64_t t = worker->start_version();
   events.Start(c, /*local=*/false, t, CountParameters(s));
   const auto start = Clock::now();
@@ -424,9 +442,18 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   uint64_t late_pushes = 0;
   bool diverged = false;
   while (t < c.steps) {
-    PS_ASSIGN_OR_RETURN(const uint64_t version, worker->PullAll(t, outs, c.pull_timeout));
+    torch::Tensor loss;
+    uint64_t version = t;
+    if (adapter != nullptr) {
+      PS_RETURN_IF_ERROR(adapter->StartPull(t, c.pull_timeout));
+      loss = Forward(s, data.train, c.batch_size, indices);
+      PS_ASSIGN_OR_RETURN(version, adapter->AwaitAll());
+    } else {
+      PS_ASSIGN_OR_RETURN(version, worker->PullAll(t, outs, c.pull_timeout));
+    }
     if (version > t) {
-      // The others closed rounds without us (quorum at the deadline): catch up.
+      // The others closed rounds without us (quorum at the deadline): catch up. The
+      // adapter's forward pass above already ran on version `version`.
       events.Warning(t, absl::StrCat("pulled version ", version, " while at round ", t, "; skipping ahead"));
       t = version;
       if (t >= c.steps) break;
@@ -439,30 +466,42 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
     if (s.evaluates && c.eval_every > 0 && t % c.eval_every == 0) {
       events.Eval(t, Accuracy(*s.model, data.test));
     }
-    const double loss = ComputeGradients(s, data.train, c.batch_size, indices);
-    PS_ASSIGN_OR_RETURN(std::vector<float> pushed,
-                        Contribution(c, s, board, rule.get(), t, FlatGradient(s)));
-    if (t % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(pushed));
-    // Last layer first, as backward produces them; the send queue orders by priority.
-    size_t end = pushed.size();
-    for (size_t i = s.params.size(); i-- > 0;) {
-      const auto numel = static_cast<size_t>(s.params[i].numel());
-      end -= numel;
-      absl::Status status = worker->Push(i, t, std::span<const float>(pushed.data() + end, numel));
-      if (status.ok()) continue;
-      // The worker library refuses to encode Inf/NaN: a nan or inf attacker sends nothing.
-      if (s.attack == nullptr) return status;
-      events.Warning(t, absl::StrCat("push not sent: ", status.message()));
-      break;
+    absl::Status answered;
+    if (adapter != nullptr) {
+      PS_RETURN_IF_ERROR(adapter->BeginStep(t));
+      loss.backward();  // pushes each gradient, last layer first
+      if (board != nullptr && board->Publishes(/*byzantine=*/false)) {
+        PS_RETURN_IF_ERROR(board->Publish(t, c.worker_id, FlatGradient(s)));
+      }
+      if (dump.enabled() && t % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(FlatGradient(s)));
+      answered = adapter->FinishStep();
+    } else {
+      loss = Forward(s, data.train, c.batch_size, indices);
+      loss.backward();
+      PS_ASSIGN_OR_RETURN(std::vector<float> pushed,
+                          Contribution(c, s, board, rule.get(), t, FlatGradient(s)));
+      if (t % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(pushed));
+      // Last layer first, as backward produces them; the send queue orders by priority.
+      size_t end = pushed.size();
+      for (size_t i = s.params.size(); i-- > 0;) {
+        const auto numel = static_cast<size_t>(s.params[i].numel());
+        end -= numel;
+        absl::Status status = worker->Push(i, t, std::span<const float>(pushed.data() + end, numel));
+        if (status.ok()) continue;
+        // The worker library refuses to encode Inf/NaN: a nan or inf attacker sends nothing.
+        events.Warning(t, absl::StrCat("push not sent: ", status.message()));
+        break;
+      }
+      answered = worker->WaitPushes();
     }
-    if (absl::Status status = worker->WaitPushes(); !status.ok()) {
+    if (!answered.ok()) {
       // A Byzantine vector the shards refuse (nan, inf) is the attack working as meant.
-      if (status.code() != absl::StatusCode::kOutOfRange && s.attack == nullptr) return status;
+      if (answered.code() != absl::StatusCode::kOutOfRange && s.attack == nullptr) return answered;
       ++late_pushes;
-      events.Warning(t, absl::StrCat("push refused: ", status.message()));
+      events.Warning(t, absl::StrCat("push refused: ", answered.message()));
     }
     ++t;
-    if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps)) events.Step(t, loss);
+    if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps)) events.Step(t, loss.item<double>());
   }
 
   PS_RETURN_IF_ERROR(dump.Close());
@@ -470,8 +509,12 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   if (s.evaluates) {
     // Final parameters: version `steps` once every shard closed the last round.
     if (!diverged) {
-      PS_ASSIGN_OR_RETURN(const uint64_t version, worker->PullAll(t, outs, c.pull_timeout));
-      (void)version;
+      if (adapter != nullptr) {
+        PS_RETURN_IF_ERROR(adapter->StartPull(t, c.pull_timeout));
+        PS_RETURN_IF_ERROR(adapter->AwaitAll().status());
+      } else {
+        PS_RETURN_IF_ERROR(worker->PullAll(t, outs, c.pull_timeout).status());
+      }
     }
     PS_RETURN_IF_ERROR(SaveParameters(s, c.save_parameters));
     accuracy = Accuracy(*s.model, data.test);

@@ -1,7 +1,9 @@
 // One Fashion-MNIST worker's training loop, alone (TrainLocal, plain SGD as a baseline)
 // or against ps-server shards (TrainWithServer: pull version t, compute one batch's
 // gradient, push it for round t), honest or Byzantine (docs/examples.md,
-// docs/evaluation.md). Used by the ps-fashion-mnist binary (one worker per process)
+// docs/evaluation.md). An honest worker goes through the libtorch adapter
+// (worker_lib/torch/torch_worker.h): each layer's forward waits only for its own
+// freshly pulled parameters, and backward pushes each gradient as autograd produces it. Used by the ps-fashion-mnist binary (one worker per process)
 // and by the in-process cluster (one worker per thread, cluster.h).
 //
 // A Byzantine worker pushes what its attack (worker_lib/attacks) makes of its own

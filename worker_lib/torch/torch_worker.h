@@ -8,23 +8,27 @@
 // forward pass waits module by module: a layer starts as soon as its own parameters
 // arrived, while later layers' are still in flight.
 //
-// One step of round t (the Worker's rounds: gradients of version t are pushed for
-// round t, and the shards then publish version t + 1):
+// Once, the forward pre-hook (torch::nn::Module has none in C++: the model calls one
+// of its own before each layer, as examples/fashion_mnist's
+// Classifier::set_before_forward does):
 //
-//   PS_RETURN_IF_ERROR(tw->StartPull(t, timeout));       // returns at once
-//   model.set_before_forward([&](torch::nn::Module& m) {  // the model's own pre-hook
-//     (void)tw->AwaitModule(m);                           // (a failed pull: AwaitAll)
+//   model.set_before_forward([tw](torch::nn::Module& layer) {
+//     tw->AwaitModule(layer).IgnoreError();  // a failed pull comes out of AwaitAll()
 //   });
-//   torch::Tensor loss = Loss(model.forward(x), y);       // layer k waits for layer k
-//   PS_ASSIGN_OR_RETURN(uint64_t version, tw->AwaitAll());  // > t: rounds were skipped
-//   PS_RETURN_IF_ERROR(tw->BeginStep(t));
-//   loss.backward();                                      // hooks push each gradient
-//   PS_RETURN_IF_ERROR(tw->FinishStep());                 // the shards' answers
 //
-// torch::nn::Module has no forward pre-hooks in C++: the model calls AwaitModule (or a
-// hook of its own, as examples/fashion_mnist's Classifier::set_before_forward) before
-// each submodule's forward. A module whose parameters were not awaited must not be
-// run: the pull may still be writing them.
+// then every step of round t (the Worker's rounds: gradients computed on version t
+// are pushed for round t, and the shards then publish version t + 1):
+//
+//   PS_RETURN_IF_ERROR(tw->StartPull(t, timeout));          // returns at once
+//   torch::Tensor loss = Loss(model.forward(x), y);          // each layer waits for its own
+//   PS_ASSIGN_OR_RETURN(uint64_t version, tw->AwaitAll());   // > t: rounds were skipped
+//   PS_RETURN_IF_ERROR(tw->BeginStep(t));
+//   loss.backward();                                         // the hooks push
+//   PS_RETURN_IF_ERROR(tw->FinishStep());                    // the shards' answers
+//
+// A layer whose parameters were not awaited must not run: the pull may still be
+// writing them. Backward reads the parameters forward used; AwaitAll() before
+// backward also covers parameters no awaited layer owns.
 //
 // What is pushed: the gradient autograd hands the parameter's AccumulateGrad, i.e.
 // exactly what a zeroed .grad accumulates (-0.0 is pushed as +0.0, as 0 + g gives),
@@ -44,12 +48,13 @@
 // must outlive the adapter. The destructor removes the hooks and waits for a pull in
 // progress.
 //
-// Thread safety: the step methods (StartPull, AwaitModule, AwaitAll, BeginStep,
-// FinishStep) are safe to call from any thread but meant for the one training thread,
-// in the order above; they serialize, and a wait blocks the other step methods. The
-// gradient hooks may run on autograd's threads; FinishStep waits for hooks still
-// running. Errors inside a hook are recorded, never thrown through autograd, and come
-// out of FinishStep(). worker() is as thread-safe as ps::Worker.
+// Thread safety: every method may be called from any thread, but the step methods
+// are meant for the one training thread, in the order above (as the model itself,
+// which torch does not make thread-safe). The pull methods serialize: a wait blocks
+// StartPull and the other waits. The gradient hooks may run on autograd's threads;
+// FinishStep waits for hooks still running. Errors inside a hook are recorded, never
+// thrown through autograd, and come out of FinishStep(). worker() is as thread-safe
+// as ps::Worker.
 //
 // The header carries no gRPC types.
 #pragma once
@@ -74,9 +79,10 @@ struct TorchWorkerOptions {
   // Elements per slice of the layout (core::ModelLayout::Create).
   uint32_t slice_elems = core::kDefaultSliceElems;
   // Send priority by parameter name, lower = more urgent (P3). A parameter not named
-  // here gets its index in named_parameters(): registration order, which is forward
-  // order for models that register layers as they use them. An unknown name is an
-  // error.
+  // here gets its index in named_parameters(): a module's own parameters, then each
+  // child's in registration order, recursively; that is forward order for a model
+  // that registers its layers as children in the order it runs them. An unknown name
+  // is an error.
   std::map<std::string, int32_t, std::less<>> priority;
 };
 
