@@ -37,9 +37,11 @@ struct P3Flags {
   double scale = 1.0 / 128;
   int workers = 2;
   int iterations = 5;
-  double compute_ms = 400;  // forward + backward per iteration (1 : 2)
-  uint64_t inflight = 256 * 1024;
-  uint32_t window = 256 * 1024;
+  // Forward + backward per iteration (1 : 2): about what 100 Mbit/s needs to move the
+  // default model one way, so compute and communication can overlap fully.
+  double compute_ms = 360;
+  uint64_t inflight = 512 * 1024;
+  uint32_t window = 0;
   uint32_t slice_elems = core::kDefaultSliceElems;
   std::string json;
   bool quick = false;
@@ -75,6 +77,9 @@ std::vector<Layer> Vgg19() {
 struct Result {
   double iteration_seconds = 0;
   double first_layer_seconds = 0;
+  // Per iteration: forward's waits for later layers, and backward (compute and pushes).
+  double stall_seconds = 0;
+  double backward_seconds = 0;
 };
 
 absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
@@ -126,16 +131,18 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
       const auto sleep_ms = [](double ms) {
         std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
       };
-      double iter_sum = 0, first_sum = 0;
+      double iter_sum = 0, first_sum = 0, stall_sum = 0, backward_sum = 0;
       double start = NowSeconds();
       auto ticket = worker.StartPullAll(0, outs, std::chrono::seconds(120));
       for (int it = 0; it < f.iterations + 1; ++it) {
         if (!ticket.ok()) { errors[w] = ticket.status(); return; }
         for (size_t l = 0; l < layers.size(); ++l) {
+          const double wait_from = NowSeconds();
           for (size_t t : {2 * l, 2 * l + 1}) {
             if (absl::Status st = (*ticket)->WaitTensor(t); !st.ok()) { errors[w] = st; return; }
           }
           if (l == 0 && it > 0) first_sum += NowSeconds() - start;
+          if (l > 0 && it > 0) stall_sum += NowSeconds() - wait_from;
           sleep_ms(fwd_ms[l]);
         }
         if (auto v = (*ticket)->Wait(); !v.ok()) { errors[w] = v.status(); return; }
@@ -143,6 +150,7 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
         // once this worker pushed that slice, so it never overwrites a parameter that
         // backward still needs, and it streams back while backward goes on.
         ticket = worker.StartPullAll(uint64_t(it) + 1, outs, std::chrono::seconds(120));
+        const double backward_from = NowSeconds();
         for (size_t l = layers.size(); l-- > 0;) {
           sleep_ms(2 * fwd_ms[l]);
           for (size_t t : {2 * l + 1, 2 * l}) {
@@ -150,14 +158,18 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
           }
         }
         const double now = NowSeconds();
-        if (it > 0) iter_sum += now - start;  // iteration 0 warms up
+        if (it > 0) {  // iteration 0 warms up
+          iter_sum += now - start;
+          backward_sum += now - backward_from;
+        }
         start = now;
       }
       if (ticket.ok()) {
         if (auto v = (*ticket)->Wait(); !v.ok()) errors[w] = v.status();
       }
       if (absl::Status st = worker.WaitPushes(); !st.ok()) errors[w] = st;
-      results[w] = {iter_sum / f.iterations, first_sum / f.iterations};
+      results[w] = {iter_sum / f.iterations, first_sum / f.iterations, stall_sum / f.iterations,
+                    backward_sum / f.iterations};
     });
   }
   for (std::thread& t : threads) t.join();
@@ -166,6 +178,8 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
   for (const Result& r : results) {
     mean.iteration_seconds += r.iteration_seconds / double(results.size());
     mean.first_layer_seconds += r.first_layer_seconds / double(results.size());
+    mean.stall_seconds += r.stall_seconds / double(results.size());
+    mean.backward_seconds += r.backward_seconds / double(results.size());
   }
   workers.clear();
   server->Shutdown();
@@ -214,6 +228,8 @@ int RunP3(P3Flags f) {
                          .Add("bandwidth_mbps", mbps)
                          .Add("iteration_seconds", r[p3].iteration_seconds)
                          .Add("first_layer_seconds", r[p3].first_layer_seconds)
+                         .Add("forward_stall_seconds", r[p3].stall_seconds)
+                         .Add("backward_seconds", r[p3].backward_seconds)
                          .Add("workers", f.workers)
                          .Add("parameters", total)
                          .Add("compute_ms", f.compute_ms));

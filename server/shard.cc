@@ -157,7 +157,6 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       sgd_{options.learning_rate, options.momentum, options.weight_decay},
       aggregator_(std::move(aggregator)),
       model_scope_(aggregator_->NeedsGram() && options.aggregation_scope == "model"),
-      udp_quorum_(static_cast<uint32_t>(std::max(1, aggregator_->MinInputs()))),
       sign_vote_(aggregator_->name() == "sign_majority"),
       priority_schedule_(options.schedule != "fifo"),
       clock_(clock),
@@ -428,13 +427,40 @@ absl::Status Shard::CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint
 }
 
 uint32_t Shard::QuorumLocked(const SliceState& s) const {
-  // A worker whose datagrams of this slice were all lost is indistinguishable from an
-  // absent one, and nothing is retransmitted: once UDP chunks came in this round, the
-  // round closes at its deadline with the rule's least input count (docs/transport.md).
-  for (const SliceState::ChunkedPush& push : s.chunked) {
-    if (push.chunk_count != 0) return std::min(quorum_, udp_quorum_);
-  }
+  // A worker whose datagrams of a slice were all lost cannot be told from an absent one,
+  // and nothing is retransmitted: in a round that carried UDP chunks on this shard, every
+  // slice closes at its deadline with what came. The aggregation refuses fewer inputs
+  // than the rule needs, which drops the round (parameters unchanged) instead of
+  // stalling it (docs/transport.md, "Closing a round").
+  const int64_t udp_round = udp_round_.load();
+  if (udp_round >= 0 && static_cast<uint64_t>(udp_round) >= s.version) return 0;
   return quorum_;
+}
+
+void Shard::StartUdpRound(uint64_t round) {
+  int64_t seen = udp_round_.load();
+  while (seen < static_cast<int64_t>(round) &&
+         !udp_round_.compare_exchange_weak(seen, static_cast<int64_t>(round))) {
+  }
+  if (seen >= static_cast<int64_t>(round)) return;
+  // The first chunk of this round on this shard: every slice at this round gets its
+  // deadline now, so one whose datagrams were all lost still closes.
+  std::vector<uint32_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    ids = owned_ids_;
+  }
+  for (uint32_t id : ids) {
+    SliceState* s = slices_[id].get();
+    std::optional<core::SteadyTime> deadline;
+    {
+      absl::MutexLock lock(&s->mu);
+      if (s->version != round || s->closing || s->deadline.has_value()) continue;
+      s->deadline = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.round_deadline);
+      deadline = s->deadline;
+    }
+    RegisterDeadline(id, *deadline);
+  }
 }
 
 bool Shard::AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline) {
@@ -597,6 +623,7 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
     stats_.push_bytes += payload.size();
   }
   if (new_deadline.has_value() && !close) RegisterDeadline(h.slice_id, *new_deadline);
+  StartUdpRound(h.round);
   return absl::OkStatus();
 }
 
@@ -718,10 +745,15 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
   if (!st.ok()) {
     // Keep serving: publish the unchanged parameters (or a zero aggregate) so workers
     // move on, and say loudly that this round was dropped.
-    spdlog::error("shard {}: round {} of slice {} dropped: {}", shard_id_, round, s->info.id,
-                  std::string(st.message()));
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.aggregation_errors;
+    uint64_t dropped;
+    {
+      absl::MutexLock stats_lock(&stats_mu_);
+      dropped = ++stats_.aggregation_errors;
+    }
+    // The 1st, 2nd, 4th, 8th, ... loudly (a lossy UDP path can drop many), the rest at debug.
+    spdlog::log(std::has_single_bit(dropped) ? spdlog::level::err : spdlog::level::debug,
+                "shard {}: round {} of slice {} dropped ({} so far): {}", shard_id_, round,
+                s->info.id, dropped, std::string(st.message()));
   }
   if (options_.aggregate_only) {
     if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
@@ -731,6 +763,7 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     values = Fp32Bytes(s->params);
   }
   Watchers wake;
+  std::optional<core::SteadyTime> udp_deadline;
   {
     absl::MutexLock lock(&s->mu);
     ++s->version;
@@ -741,8 +774,15 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     s->num_complete = 0;
     s->closing = false;
     s->published = std::move(values);
+    // The new round already carries UDP chunks on this shard: its deadline runs now.
+    const int64_t udp_round = udp_round_.load();
+    if (udp_round >= 0 && static_cast<uint64_t>(udp_round) >= s->version) {
+      s->deadline = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.round_deadline);
+      udp_deadline = s->deadline;
+    }
     wake = TakeDueWatchers(s);
   }
+  if (udp_deadline.has_value()) RegisterDeadline(s->info.id, *udp_deadline);
   {
     absl::MutexLock stats_lock(&stats_mu_);
     ++stats_.rounds_closed;
@@ -1089,10 +1129,18 @@ void Shard::Tick(core::SteadyTime now) {
     if (s->closing || !s->deadline.has_value() || *s->deadline > now) continue;
     s->deadline.reset();
     if (s->num_pushed >= QuorumLocked(*s)) {
-      spdlog::info("shard {}: round {} of slice {} closed at its deadline with {} of {} pushes "
-                   "({} whole)",
-                   shard_id_, s->version, id, s->num_pushed, options_.num_workers, s->num_complete);
       CloseLocked(s, /*at_deadline=*/true);
+      uint64_t closed;
+      {
+        absl::MutexLock stats_lock(&stats_mu_);
+        closed = stats_.rounds_closed_at_deadline;
+      }
+      // On a lossy UDP path most rounds close here: log the 1st, 2nd, 4th, 8th, ...
+      spdlog::log(std::has_single_bit(closed) ? spdlog::level::info : spdlog::level::debug,
+                  "shard {}: round {} of slice {} closed at its deadline with {} of {} pushes "
+                  "({} whole; {} rounds closed at a deadline so far)",
+                  shard_id_, s->version, id, s->num_pushed, options_.num_workers,
+                  s->num_complete, closed);
     } else {
       s->deadline_passed = true;
       spdlog::warn("shard {}: round {} of slice {} passed its deadline with {} pushes, below the "

@@ -229,6 +229,9 @@ class Shard {
   // Under s.mu: pushes that close s's round at its deadline (quorum_, or the lower UDP
   // quorum once chunks came this round).
   uint32_t QuorumLocked(const SliceState& s) const;
+  // After a chunk of `round` was taken: the first time for that round, starts the
+  // deadline of every owned slice at that round.
+  void StartUdpRound(uint64_t round);
   const codecs::Codec* CheckedDecoder(uint32_t worker_id, uint32_t slice_id, std::string_view codec,
                                       absl::Status* refusal);
   absl::StatusOr<SliceState*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
@@ -267,8 +270,6 @@ class Shard {
   const SgdOptions sgd_;
   const std::unique_ptr<aggregators::Aggregator> aggregator_;
   const bool model_scope_;
-  // The quorum of a round that received UDP chunks: the rule's least input count.
-  const uint32_t udp_quorum_;
   // The rule is sign_majority: sign pushes are kept packed for the vote.
   const bool sign_vote_;
   // --schedule=priority: closed slices are aggregated, and model rounds published, most
@@ -308,6 +309,8 @@ class Shard {
   std::atomic<bool> registered_{false};
   std::atomic<bool> draining_{false};
   std::atomic<int> aggregations_running_{0};
+  // Highest round that carried a UDP chunk to this shard (-1: none yet).
+  std::atomic<int64_t> udp_round_{-1};
   // Closed slices waiting for a pool thread: (priority or 0 for FIFO, sequence, slice).
   absl::Mutex aggregation_mu_;
   std::set<std::tuple<int64_t, uint64_t, uint32_t>> aggregation_queue_ ABSL_GUARDED_BY(aggregation_mu_);

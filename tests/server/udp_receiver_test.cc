@@ -40,7 +40,8 @@ class UdpReceiverTest : public ::testing::Test {
     auto agg = aggregators::MakeAggregator(rule, a);
     ASSERT_TRUE(agg.ok()) << agg.status();
     shard_ = std::make_unique<Shard>(o, 0, *std::move(agg), &clock_, &pool_);
-    auto layout = core::ModelLayout::Create({{"w", kNumel, 0}}, 16, 1);
+    // Slice 0: "w" (10 values, three chunks); slice 1: "b" (4 values).
+    auto layout = core::ModelLayout::Create({{"w", kNumel, 0}, {"b", 4, 1}}, 16, 1);
     ASSERT_TRUE(layout.ok());
     layout_hash_ = layout->hash();
     for (uint32_t w = 0; w < n; ++w) Join(w);
@@ -48,6 +49,7 @@ class UdpReceiverTest : public ::testing::Test {
     std::string zeros;
     core::AppendFp32(std::vector<float>(kNumel, 0.0f), &zeros);
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 0, zeros).ok());
+    ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 1, zeros.substr(0, 16)).ok());
     auto receiver = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, shard_.get());
     ASSERT_TRUE(receiver.ok()) << receiver.status();
     receiver_ = *std::move(receiver);
@@ -87,11 +89,11 @@ class UdpReceiverTest : public ::testing::Test {
     for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(receiver_->Handle(Chunk(w, i, value, round)).ok());
   }
 
-  std::vector<float> AwaitVersion(uint64_t version) {
+  std::vector<float> AwaitVersion(uint64_t version, uint32_t slice = 0) {
     auto done = std::make_shared<absl::Notification>();
-    shard_->Watch(0, version, [done](bool) { done->Notify(); });
+    shard_->Watch(slice, version, [done](bool) { done->Notify(); });
     EXPECT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(10)));
-    SliceSnapshot snap = shard_->Snapshot(0);
+    SliceSnapshot snap = shard_->Snapshot(slice);
     std::vector<float> v(snap.values->size() / 4);
     std::memcpy(v.data(), snap.values->data(), snap.values->size());
     return v;
@@ -224,7 +226,29 @@ TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
   const ShardStats st = shard_->stats();
   EXPECT_EQ(st.udp_chunks_lost, 1u);
   EXPECT_EQ(st.masked_aggregations, 1u);
-  EXPECT_EQ(st.rounds_closed_at_deadline, 1u);
+  // Slice 0, and slice 1, which got no datagram at all (below).
+  EXPECT_EQ(st.rounds_closed_at_deadline, 2u);
+}
+
+TEST_F(UdpReceiverTest, ASliceWhoseDatagramsWereAllLostClosesAtTheDeadlineUnchanged) {
+  Make(2);
+  SendAll(0, 1.0f);
+  SendAll(1, 3.0f);
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  // Nothing of slice 1 arrived from anyone; its deadline started with the round's
+  // first chunk on this shard, and at the deadline the round is dropped, not stalled.
+  EXPECT_EQ(shard_->Snapshot(1).version, 0u);
+  clock_.Advance(std::chrono::milliseconds(150));
+  shard_->Tick(clock_.Now());
+  EXPECT_THAT(AwaitVersion(1, 1), ::testing::Each(0.0f));
+  EXPECT_EQ(shard_->stats().aggregation_errors, 1u);
+  // Slice 1 opened round 1 before any chunk of round 1 came; the first one (for slice
+  // 0) starts its deadline too.
+  SendAll(0, 1.0f, 1);
+  clock_.Advance(std::chrono::milliseconds(150));
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(AwaitVersion(2, 1).size(), 4u);
+  EXPECT_EQ(shard_->Snapshot(1).version, 2u);
 }
 
 TEST_F(UdpReceiverTest, AWorkerWhoseDatagramsWereAllLostIsAbsentAtTheDeadline) {
@@ -235,7 +259,7 @@ TEST_F(UdpReceiverTest, AWorkerWhoseDatagramsWereAllLostIsAbsentAtTheDeadline) {
   shard_->Tick(clock_.Now());
   // Worker 2 sent nothing that arrived: the round closes with the two that did.
   EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
-  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u);
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 2u);  // slices 0 and 1
 }
 
 TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {

@@ -1,0 +1,66 @@
+#!/usr/bin/env python3
+"""ctest bench_transport_smoke: `ps-bench p3 --quick` and `ps-bench udp --quick` run, and
+their JSON rows carry the documented keys with sane values (a fifo and a p3 row per
+bandwidth; a grpc row and a udp row per loss). Speed is not asserted here.
+
+    smoke_transport.py PS_BENCH WORK_DIR
+"""
+import json
+import math
+import os
+import subprocess
+import sys
+
+
+def run(args):
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout}{proc.stderr}")
+
+
+def rows(path, keys):
+    with open(path) as f:
+        data = json.load(f)
+    if not data:
+        sys.exit(f"{path}: no rows")
+    for row in data:
+        for key in keys:
+            if key not in row:
+                sys.exit(f"{path}: row {row} lacks '{key}'")
+    return data
+
+
+def positive(row, key):
+    value = row[key]
+    if not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        sys.exit(f"{key} must be a positive number in {row}")
+
+
+def main(bench, work):
+    os.makedirs(work, exist_ok=True)
+    p3 = os.path.join(work, "p3.json")
+    run([bench, "p3", "--quick", "--json", p3])
+    data = rows(p3, ["mode", "bandwidth_mbps", "iteration_seconds", "first_layer_seconds"])
+    if sorted(r["mode"] for r in data) != ["fifo", "p3"]:
+        sys.exit(f"{p3}: want one fifo and one p3 row, got {data}")
+    for r in data:
+        positive(r, "iteration_seconds")
+        positive(r, "first_layer_seconds")
+    udp = os.path.join(work, "udp.json")
+    run([bench, "udp", "--quick", "--json", udp])
+    data = rows(udp, ["transport", "loss", "goodput_gbps", "ratio_to_grpc", "delivered_fraction"])
+    if [(r["transport"], r["loss"]) for r in data] != [("grpc", 0), ("udp", 0), ("udp", 0.1)]:
+        sys.exit(f"{udp}: unexpected rows {data}")
+    for r in data:
+        positive(r, "goodput_gbps")
+        if not 0 < r["delivered_fraction"] <= 1:
+            sys.exit(f"delivered_fraction out of (0, 1] in {r}")
+    # Without injected loss only a full kernel receive buffer loses datagrams.
+    if data[1]["delivered_fraction"] < 0.9:
+        sys.exit(f"too much lost without injected loss on loopback: {data[1]}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    main(sys.argv[1], sys.argv[2])
