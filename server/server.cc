@@ -280,9 +280,9 @@ class ServerImpl final : public Server {
   // Declared before shard_ so that it outlives the shard's last aggregation job,
   // which may still hand it a share during shutdown.
   std::unique_ptr<ShareSender> sender_;
+  Shard shard_;
   // Declared after shard_, so destroyed (its thread stopped) before it.
   std::unique_ptr<UdpReceiver> udp_;
-  Shard shard_;
   WorkerServiceImpl worker_service_;
   PeerServiceImpl peer_service_;
   std::unique_ptr<grpc::Server> server_;
