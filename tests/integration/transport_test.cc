@@ -177,10 +177,17 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
     }
   }
   ASSERT_GT(expected_lost, 0u) << "pick a seed that loses something";
+  // Chunks are counted by the receiving thread after the shard took them, possibly
+  // after the round was published: wait (bounded) for the counts to settle.
   uint64_t lost = 0, received = 0;
-  for (const auto& shard : c.shards) {
-    lost += shard->shard().stats().udp_chunks_lost;
-    received += shard->udp_stats()->received;
+  for (int i = 0; i < 1000; ++i) {
+    lost = received = 0;
+    for (const auto& shard : c.shards) {
+      lost += shard->shard().stats().udp_chunks_lost;
+      received += shard->udp_stats()->received;
+    }
+    if (received >= 2 * kNumel / kChunk - expected_lost) break;
+    std::this_thread::sleep_for(milliseconds(10));
   }
   EXPECT_EQ(lost, expected_lost);
   EXPECT_EQ(received, 2 * kNumel / kChunk - expected_lost);

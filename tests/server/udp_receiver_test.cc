@@ -269,6 +269,11 @@ TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {
   const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"), receiver_->port());
   for (uint16_t i = 0; i < 3; ++i) socket.send_to(boost::asio::buffer(Chunk(0, i, 2.0f)), to);
   EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  // The receiving thread counts a chunk after the shard took it, which may be after the
+  // round it completed was published: wait (bounded) for the count.
+  for (int i = 0; i < 1000 && receiver_->stats().received < 3; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   EXPECT_EQ(receiver_->stats().received, 3u);
 }
 
