@@ -103,8 +103,9 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, bool udp, double loss) 
     }
     if (r > 0) {
       // The fraction of chunks taken (chunks are equal but the last of each slice).
-      const uint64_t offered = taken + (worker->stats().udp_datagrams_dropped - dropped_before) +
-                               (udp ? worker->stats().udp_datagrams_sent - sent_before - taken : 0);
+      // Offered: what was sent (taken or lost in the kernel) plus what injection dropped.
+      const uint64_t offered = (worker->stats().udp_datagrams_sent - sent_before) +
+                               (worker->stats().udp_datagrams_dropped - dropped_before);
       m.delivered += udp ? double(taken) / double(std::max<uint64_t>(1, offered)) : 1.0;
     }
   }

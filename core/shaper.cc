@@ -535,46 +535,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool closed_ = false;
 };
 
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-
-// "host:port" or "[v6]:port".
-absl::StatusOr<HostPort> SplitHostPort(std::string_view address) {
-  const auto fail = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("upstream address '", AsAbsl(address), "': ", AsAbsl(why)));
-  };
-  std::string_view host;
-  std::string_view port;
-  if (!address.empty() && address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return fail("expected [v6-address]:port");
-    }
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return fail("expected host:port");
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      return fail("write IPv6 addresses as [addr]:port");
-    }
-  }
-  if (host.empty()) return fail("empty host");
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 ||
-      value > 65535) {
-    return fail("port must be a number in [1, 65535]");
-  }
-  return HostPort{std::string(host), static_cast<uint16_t>(value)};
-}
-
 void ConfigureDirection(const ShapingOptions& options, DirectionShared& shared) {
   shared.latency = options.latency;
   shared.hold_limit = HoldLimit(options);
@@ -608,7 +568,7 @@ class ShapingRelay::Impl {
   }
 
   absl::Status Init(const std::string& upstream, const LinkShaping& shaping) {
-    PS_ASSIGN_OR_RETURN(HostPort target, SplitHostPort(upstream));
+    PS_ASSIGN_OR_RETURN(HostPort target, SplitHostPort(upstream, "upstream address"));
     error_code ec;
     const auto literal = asio::ip::make_address(target.host, ec);
     if (!ec) {
@@ -699,5 +659,39 @@ ShapingRelay::~ShapingRelay() = default;
 std::string ShapingRelay::address() const { return impl_->address(); }
 uint64_t ShapingRelay::bytes_up() const { return impl_->bytes_up(); }
 uint64_t ShapingRelay::bytes_down() const { return impl_->bytes_down(); }
+
+absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what) {
+  const auto fail = [&](std::string_view why) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(AsAbsl(what), " '", AsAbsl(address), "': ", AsAbsl(why)));
+  };
+  std::string_view host;
+  std::string_view port;
+  if (!address.empty() && address.front() == '[') {
+    const size_t close = address.find(']');
+    if (close == std::string_view::npos || close + 1 >= address.size() ||
+        address[close + 1] != ':') {
+      return fail("expected [v6-address]:port");
+    }
+    host = address.substr(1, close - 1);
+    port = address.substr(close + 2);
+  } else {
+    const size_t colon = address.rfind(':');
+    if (colon == std::string_view::npos) return fail("expected host:port");
+    host = address.substr(0, colon);
+    port = address.substr(colon + 1);
+    if (host.find(':') != std::string_view::npos) {
+      return fail("write IPv6 addresses as [addr]:port");
+    }
+  }
+  if (host.empty()) return fail("empty host");
+  unsigned value = 0;
+  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
+  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 ||
+      value > 65535) {
+    return fail("port must be a number in [1, 65535]");
+  }
+  return HostPort{std::string(host), static_cast<uint16_t>(value)};
+}
 
 }  // namespace ps::core

@@ -107,6 +107,16 @@ class TokenBucket {
 // about 5 Gbit/s on a loaded 2-core machine. The bucket forgets tokens beyond its depth,
 // so when the relay's thread is descheduled longer than burst / rate, the link runs a
 // little below its rate: give rates of Gbit/s a deeper burst (256k or more).
+// An address split into host and port.
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+
+// Splits "host:port" or "[v6-address]:port" (port in [1, 65535]). INVALID_ARGUMENT
+// names `what` and the address: "upstream address 'x': expected host:port".
+absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what);
+
 class ShapingRelay {
  public:
   // `upstream`: "host:port" or "[v6-address]:port", resolved once here; "localhost" tries

@@ -4,6 +4,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 
 namespace ps::internal {
 
@@ -33,10 +34,8 @@ bool InjectedLoss(const UdpOptions& options, uint32_t worker, uint64_t round, ui
 }
 
 absl::StatusOr<udp::endpoint> ResolveUdp(const std::string& address, uint16_t port) {
-  std::string host = address;
-  const size_t colon = address.rfind(':');
-  if (colon != std::string::npos) host = address.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  PS_ASSIGN_OR_RETURN(const core::HostPort split, core::SplitHostPort(address, "shard address"));
+  const std::string& host = split.host;
   asio::io_context io;
   udp::resolver resolver(io);
   boost::system::error_code ec;
