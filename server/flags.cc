@@ -56,6 +56,7 @@ struct RawValues {
   int64_t round_deadline_ms = 0;
   int64_t drain_timeout_ms = 0;
   int64_t peer_timeout_ms = 0;
+  int64_t checkpoint_interval_s = 0;
 };
 
 // CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
@@ -266,6 +267,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.round_deadline_ms = o.round_deadline.count();
   raw.drain_timeout_ms = o.drain_timeout.count();
   raw.peer_timeout_ms = o.peer_timeout.count();
+  raw.checkpoint_interval_s = o.checkpoint_interval.count();
 
   add("Network", "host", o.host,
       "Address to listen on. Anything but 127.0.0.0/8, ::1 or localhost needs "
@@ -289,6 +291,36 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
       "fifo (in the order slices become ready)")
       ->check(CLI::IsMember({"priority", "fifo"}));
+
+  add("Security", "tls-cert", o.tls_cert,
+      "Server certificate (PEM): serve TLS; also this shard's client certificate toward "
+      "its peers. Needs --tls-key")
+      ->type_name("PATH");
+  add("Security", "tls-key", o.tls_key, "Private key of --tls-cert (PEM)")->type_name("PATH");
+  add("Security", "tls-ca", o.tls_ca,
+      "CA bundle (PEM): clients must present a certificate it signed (mTLS); the common "
+      "name is the identity (worker-N, shard-N, admin)")
+      ->type_name("PATH");
+  add("Security", "tokens", o.tokens_file,
+      "Token file: one 'IDENTITY TOKEN' line per client (worker-N, shard-N, admin); clients "
+      "send 'authorization: Bearer TOKEN'")
+      ->type_name("PATH");
+  add("Security", "rate-limit", o.rate_limit,
+      "Requests per second allowed per client identity (per address without credentials); "
+      "0: no limit");
+  add("Security", "rate-burst", o.rate_burst,
+      "Requests a client may send at once above --rate-limit; 0 means one second's worth");
+
+  add("Durability", "checkpoint-dir", o.checkpoint_dir,
+      "Directory for this shard's checkpoints (in its subdirectory shard-<id>); restored at "
+      "start. Empty: no checkpoints")
+      ->type_name("PATH");
+  add("Durability", "checkpoint-interval-s", raw.checkpoint_interval_s,
+      "Seconds between checkpoints (0: only every --checkpoint-every-rounds, on demand and "
+      "on SIGTERM)");
+  add("Durability", "checkpoint-every-rounds", o.checkpoint_every_rounds,
+      "Also write one whenever the model advanced this many rounds (0: off)");
+  add("Durability", "checkpoint-keep", o.checkpoint_keep, "Checkpoints kept (>= 1)");
 
   add("Topology", "shard-id", o.shard_id,
       "This shard's index in [0, num-shards); -1 takes it from the host name's trailing "
@@ -483,6 +515,7 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.round_deadline = std::chrono::milliseconds(raw.round_deadline_ms);
   o.drain_timeout = std::chrono::milliseconds(raw.drain_timeout_ms);
   o.peer_timeout = std::chrono::milliseconds(raw.peer_timeout_ms);
+  o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
 
   std::string resolved_from;
   if (o.shard_id == -1) {

@@ -94,10 +94,33 @@ bool IsLoopbackHost(std::string_view host) {
 absl::Status ServerOptions::Validate() const {
   // --- network ---
   if (host.empty()) return Invalid("host", "host", "\"\"", "must not be empty");
-  if (!allow_insecure_remote && !IsLoopbackHost(host)) {
+  if (tls_cert.empty() != tls_key.empty()) {
+    return Invalid(tls_cert.empty() ? "tls_cert" : "tls_key",
+                   tls_cert.empty() ? "tls-cert" : "tls-key", "\"\"",
+                   "--tls-cert and --tls-key go together");
+  }
+  if (!tls_ca.empty() && tls_cert.empty()) {
+    return Invalid("tls_ca", "tls-ca", tls_ca,
+                   "client certificates (mTLS) need TLS: give --tls-cert and --tls-key too");
+  }
+  if (!allow_insecure_remote && !IsLoopbackHost(host) &&
+      (tls_cert.empty() || !ClientAuthRequired())) {
     return Invalid("host", "host", host,
-                   "binding a non-loopback address without credentials needs "
-                   "--allow-insecure-remote");
+                   tls_cert.empty()
+                       ? "binding a non-loopback address without TLS needs --tls-cert and "
+                         "--tls-key with --tls-ca or --tokens (or the explicit "
+                         "--allow-insecure-remote)"
+                       : "binding a non-loopback address needs client authentication: "
+                         "--tls-ca (mTLS) or --tokens (or the explicit --allow-insecure-remote)");
+  }
+  if (!tls_cert.empty() && tls_ca.empty() && num_shards > 1) {
+    return Invalid("tls_ca", "tls-ca", "\"\"",
+                   "shards verify each other's certificates against --tls-ca; give the CA "
+                   "that signed them");
+  }
+  if (!(std::isfinite(rate_limit) && rate_limit >= 0)) {
+    return Invalid("rate_limit", "rate-limit", absl::StrCat(rate_limit),
+                   "must be a finite number of requests per second >= 0 (0: no limit)");
   }
   if (max_message_bytes < kMinMessageBytes || max_message_bytes > kMaxMessageBytes) {
     return Invalid("max_message_bytes", "max-message-bytes", absl::StrCat(max_message_bytes),
@@ -206,6 +229,16 @@ absl::Status ServerOptions::Validate() const {
   if (drain_timeout.count() < 0) {
     return Invalid("drain_timeout", "drain-timeout-ms", absl::StrCat(drain_timeout.count()),
                    "must not be negative");
+  }
+
+  // --- durability ---
+  if (checkpoint_interval.count() < 0) {
+    return Invalid("checkpoint_interval", "checkpoint-interval-s",
+                   absl::StrCat(checkpoint_interval.count()), "must not be negative");
+  }
+  if (checkpoint_keep < 1) {
+    return Invalid("checkpoint_keep", "checkpoint-keep", absl::StrCat(checkpoint_keep),
+                   "must be at least 1");
   }
 
   // --- logging ---

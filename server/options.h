@@ -35,6 +35,33 @@ struct ServerOptions {
   // ready; the baseline).
   std::string schedule = "priority";
 
+  // --- security (docs/operations.md, "Securing") ---
+  // Server certificate and key (PEM files): serve TLS. Also this shard's client
+  // certificate toward its peers.
+  std::string tls_cert;
+  std::string tls_key;
+  // CA bundle (PEM file). Set: every client must present a certificate it signed
+  // (mTLS), and peers' certificates are verified against it.
+  std::string tls_ca;
+  // Token file: one "IDENTITY TOKEN" line per client (identities worker-N, shard-N,
+  // admin; '#' starts a comment). Clients send "authorization: Bearer TOKEN".
+  std::string tokens_file;
+  // Requests per second allowed per client identity (or per address without
+  // credentials), with bursts of rate_burst; 0 = no limit.
+  double rate_limit = 0;
+  uint32_t rate_burst = 0;
+
+  // --- durability (docs/operations.md, "Backing up and restoring") ---
+  // Directory of this shard's checkpoints (a subdirectory shard-<id> is used); empty:
+  // no checkpoints.
+  std::string checkpoint_dir;
+  // Write one this often (0: only on SIGTERM, on demand and every N rounds).
+  std::chrono::seconds checkpoint_interval{300};
+  // Write one whenever the model round advanced this many rounds (0: off).
+  uint32_t checkpoint_every_rounds = 0;
+  // Checkpoints kept (older ones are deleted after a new one is safely written).
+  uint32_t checkpoint_keep = 3;
+
   // --- topology ---
   // This shard's index in [0, num_shards). -1: take it from the host name's
   // trailing "-N" (a Kubernetes StatefulSet pod index).
@@ -88,6 +115,10 @@ struct ServerOptions {
   // --- logging ---
   std::string log_level = "info";   // trace, debug, info, warn, error
   std::string log_format = "plain";  // plain or json
+
+  // Whether clients must authenticate (mTLS or tokens); without it the worker id is
+  // taken from the request.
+  bool ClientAuthRequired() const { return !tls_ca.empty() || !tokens_file.empty(); }
 
   // Pushes that close a round at its deadline: quorum, or n - f when 0.
   uint32_t EffectiveQuorum() const { return quorum != 0 ? quorum : num_workers - num_byzantine; }

@@ -12,6 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "core/credentials_internal.h"
+#include "server/auth_internal.h"
+#include "server/checkpoint.h"
 #include "server/service_internal.h"
 #include "server/share_sender.h"
 #include "server/udp_receiver.h"
@@ -60,13 +63,50 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
 class ServerImpl final : public Server {
  public:
   ServerImpl(const ServerOptions& options, core::Clock* clock,
-             std::unique_ptr<aggregators::Aggregator> rule)
+             std::unique_ptr<aggregators::Aggregator> rule, std::unique_ptr<Authenticator> auth)
       : options_(options),
         clock_(clock),
+        auth_(std::move(auth)),
+        limiter_(options.rate_limit, options.rate_burst, clock),
         pool_(options.threads),
         shard_(options, static_cast<uint32_t>(options.shard_id), std::move(rule), clock, &pool_),
-        worker_service_(&shard_),
-        peer_service_(Identity(options), &shard_) {}
+        worker_service_(Gate()),
+        peer_service_(Identity(options), Gate()),
+        admin_service_(Gate(), AdminHooks()) {
+    if (!options_.checkpoint_dir.empty()) {
+      store_.emplace(options_.checkpoint_dir, static_cast<uint32_t>(options_.shard_id),
+                     options_.checkpoint_keep);
+    }
+  }
+
+  // Restores the newest usable checkpoint, if any. Before Listen().
+  absl::Status RestoreCheckpoint() {
+    if (!store_.has_value()) return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(std::optional<CheckpointStore::Loaded> loaded, store_->LoadLatest());
+    if (!loaded.has_value()) {
+      spdlog::info("shard {}: no checkpoint in {}; starting fresh", options_.shard_id,
+                   store_->directory());
+      return absl::OkStatus();
+    }
+    if (absl::Status st = shard_.Restore(loaded->checkpoint); !st.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint ", loaded->path, ": ", st.message()));
+    }
+    if (loaded->checkpoint.config_summary != options_.ConsistencySummary()) {
+      spdlog::warn("shard {}: checkpoint {} was written with another configuration [{}]; "
+                   "continuing with [{}]",
+                   options_.shard_id, loaded->path, loaded->checkpoint.config_summary,
+                   options_.ConsistencySummary());
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      restored_from_ = loaded->path;
+      last_checkpoint_version_ = loaded->checkpoint.MaxVersion();
+    }
+    // With peers, round numbers must agree with theirs before workers come back.
+    if (options_.num_shards > 1) admitting_.store(false);
+    return absl::OkStatus();
+  }
 
   ~ServerImpl() override { Shutdown(); }
 
@@ -80,11 +120,12 @@ class ServerImpl final : public Server {
     grpc::ServerBuilder builder;
     int bound = 0;
     const std::string addr = HostPort(options_.host, options_.port);
-    builder.AddListeningPort(addr, grpc::InsecureServerCredentials(), &bound);
+    builder.AddListeningPort(addr, auth_->ServerCredentials(), &bound);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.RegisterService(&worker_service_);
     builder.RegisterService(&peer_service_);
+    builder.RegisterService(&admin_service_);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr || bound == 0) {
       return absl::UnavailableError(absl::StrCat("cannot listen on ", addr,
@@ -98,19 +139,26 @@ class ServerImpl final : public Server {
       absl::MutexLock lock(&mu_);
       wake_ticker_ = true;
     });
+    for (uint32_t i = 0; i < options_.num_shards && options_.num_shards > 1; ++i) {
+      peer_channels_.emplace_back();
+      if (static_cast<int>(i) == options_.shard_id) continue;
+      PS_ASSIGN_OR_RETURN(peer_channels_.back(),
+                          PeerChannel(options_.peers[i], PeerCredentials(), options_));
+    }
     if (options_.num_shards > 1 && shard_.model_scope()) {
-      sender_ = std::make_unique<ShareSender>(options_);
+      sender_ = std::make_unique<ShareSender>(options_, peer_channels_, PeerCredentials());
       shard_.SetShareSender([this](std::shared_ptr<const RoundShare> share) {
         sender_->Send(std::move(share));
       });
     }
     ticker_ = std::thread([this] { TickerLoop(); });
     if (options_.num_shards > 1) peer_checker_ = std::thread([this] { PeerLoop(); });
-    spdlog::info("shard {}/{} serving on {}: {} workers, f = {}, quorum {}, aggregator {} ({} "
-                 "scope){}",
+    if (store_.has_value()) checkpointer_ = std::thread([this] { CheckpointLoop(); });
+    spdlog::info("shard {}/{} serving on {} ({}): {} workers, f = {}, quorum {}, aggregator {} "
+                 "({} scope){}",
                  options_.shard_id, options_.num_shards, HostPort(options_.host, port_),
-                 options_.num_workers, options_.num_byzantine, shard_.quorum(),
-                 options_.aggregator, shard_.model_scope() ? "model" : "slice",
+                 SecuritySummary(), options_.num_workers, options_.num_byzantine,
+                 shard_.quorum(), options_.aggregator, shard_.model_scope() ? "model" : "slice",
                  options_.aggregate_only ? " (aggregate-only)" : "");
     if (udp_ != nullptr) {
       spdlog::info("shard {}: UDP gradient path on {}", options_.shard_id,
@@ -143,6 +191,15 @@ class ServerImpl final : public Server {
     SetServing(false);
     const auto until = std::chrono::system_clock::now() + options_.drain_timeout;
     shard_.Drain(std::chrono::duration_cast<core::Duration>(options_.drain_timeout));
+    if (checkpointer_.joinable()) checkpointer_.join();
+    if (store_.has_value() && shard_.ready()) {
+      // The final checkpoint: aggregations have finished, nothing changes any more.
+      absl::StatusOr<std::pair<std::string, uint64_t>> written = WriteCheckpoint("final");
+      if (!written.ok()) {
+        spdlog::error("shard {}: final checkpoint failed: {}", options_.shard_id,
+                      std::string(written.status().message()));
+      }
+    }
     server_->Shutdown(until);
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
@@ -169,6 +226,108 @@ class ServerImpl final : public Server {
   }
 
  private:
+  CallGate Gate() { return CallGate{&shard_, auth_.get(), &limiter_, &admitting_}; }
+
+  core::ClientCredentials PeerCredentials() const {
+    return auth_->PeerCredentials(static_cast<uint32_t>(options_.shard_id));
+  }
+
+  std::string SecuritySummary() const {
+    if (options_.tls_cert.empty() && options_.tokens_file.empty()) {
+      return "no credentials: anyone who reaches the port may act as any worker";
+    }
+    return absl::StrCat(options_.tls_cert.empty() ? "plaintext" : "TLS",
+                        !options_.tls_ca.empty() ? ", client certificates required" : "",
+                        !options_.tokens_file.empty() ? ", tokens accepted" : "");
+  }
+
+  AdminServiceImpl::Hooks AdminHooks() {
+    AdminServiceImpl::Hooks hooks;
+    hooks.checkpoint = [this] { return WriteCheckpoint("on demand"); };
+    hooks.status = [this] {
+      v1::StatusResponse r;
+      r.set_shard_id(static_cast<uint32_t>(options_.shard_id));
+      r.set_num_shards(options_.num_shards);
+      r.set_serving(serving());
+      r.set_ready(shard_.ready());
+      r.set_layout_hash(shard_.layout_hash());
+      r.set_min_version(shard_.MinVersion());
+      r.set_max_version(shard_.MaxVersion());
+      const ShardStats st = shard_.stats();
+      r.set_rounds_closed(st.rounds_closed);
+      r.set_pushes_accepted(st.pushes_accepted);
+      uint64_t refused = 0;
+      for (uint64_t n : st.refusals) refused += n;
+      r.set_refusals(refused);
+      absl::MutexLock lock(&mu_);
+      r.set_last_checkpoint(last_checkpoint_);
+      r.set_last_checkpoint_unix_s(last_checkpoint_unix_s_);
+      r.set_restored_from(restored_from_);
+      return r;
+    };
+    return hooks;
+  }
+
+  // Captures and writes a checkpoint; `why` goes into the log line.
+  absl::StatusOr<std::pair<std::string, uint64_t>> WriteCheckpoint(std::string_view why) {
+    if (!store_.has_value()) {
+      return absl::FailedPreconditionError("this shard runs without --checkpoint-dir");
+    }
+    absl::MutexLock write_lock(&checkpoint_mu_);
+    PS_ASSIGN_OR_RETURN(ShardCheckpoint c, shard_.Capture());
+    const auto start = std::chrono::steady_clock::now();
+    PS_ASSIGN_OR_RETURN(std::string path, store_->Write(c));
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    spdlog::info("shard {}: checkpoint ({}) of version {} written to {} in {:.1f} ms",
+                 options_.shard_id, why, c.MaxVersion(), path, ms);
+    absl::MutexLock lock(&mu_);
+    last_checkpoint_ = path;
+    last_checkpoint_unix_s_ = c.written_unix_s;
+    last_checkpoint_version_ = c.MaxVersion();
+    last_checkpoint_time_ = clock_->Now();
+    return std::make_pair(path, c.MaxVersion());
+  }
+
+  // Writes a checkpoint every --checkpoint-interval-s, and whenever the model advanced
+  // --checkpoint-every-rounds versions, if anything changed since the last one.
+  void CheckpointLoop() {
+    {
+      absl::MutexLock lock(&mu_);
+      last_checkpoint_time_ = clock_->Now();
+    }
+    for (;;) {
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+        if (stopping_) return;
+      }
+      if (!shard_.ready()) continue;
+      const uint64_t version = shard_.MaxVersion();
+      bool due = false;
+      {
+        absl::MutexLock lock(&mu_);
+        const bool changed = version != last_checkpoint_version_ || last_checkpoint_.empty();
+        if (changed && options_.checkpoint_interval.count() > 0 &&
+            clock_->Now() - last_checkpoint_time_ >= options_.checkpoint_interval) {
+          due = true;
+        }
+        if (options_.checkpoint_every_rounds > 0 &&
+            version >= last_checkpoint_version_ + options_.checkpoint_every_rounds) {
+          due = true;
+        }
+      }
+      if (!due) continue;
+      absl::StatusOr<std::pair<std::string, uint64_t>> written = WriteCheckpoint("periodic");
+      if (!written.ok()) {
+        spdlog::error("shard {}: checkpoint failed: {}", options_.shard_id,
+                      std::string(written.status().message()));
+        absl::MutexLock lock(&mu_);
+        last_checkpoint_time_ = clock_->Now();  // retry at the next interval, not at once
+      }
+    }
+  }
+
   static PeerIdentity Identity(const ServerOptions& o) {
     PeerIdentity id;
     id.shard_id = static_cast<uint32_t>(o.shard_id);
@@ -178,16 +337,23 @@ class ServerImpl final : public Server {
     return id;
   }
 
-  void SetServing(bool serving) {
+  // Health (docs/operations.md): "" while started and not draining; WorkerService
+  // while peers agree, the shard admits workers and is not draining; "ps.v1.Model"
+  // once the model is registered and initialized.
+  void SetServing(bool peers_agree) {
+    bool alive, serving;
     {
       absl::MutexLock lock(&mu_);
-      serving_ = serving && !stopping_;
+      peers_agree_ = peers_agree;
+      alive = !stopping_;
+      serving_ = peers_agree && admitting_.load() && !stopping_;
       serving = serving_;
     }
     grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
     if (health != nullptr) {
-      health->SetServingStatus(serving);
+      health->SetServingStatus(alive);
       health->SetServingStatus(v1::WorkerService::service_full_name(), serving);
+      health->SetServingStatus("ps.v1.Model", alive && shard_.ready());
     }
   }
 
@@ -216,6 +382,16 @@ class ServerImpl final : public Server {
         if (stopping_) return;
       }
       shard_.Tick(clock_->Now());
+      const bool ready = shard_.ready();
+      if (ready != model_ready_) {
+        model_ready_ = ready;
+        bool agree;
+        {
+          absl::MutexLock lock(&mu_);
+          agree = peers_agree_;
+        }
+        SetServing(agree);
+      }
     }
   }
 
@@ -226,17 +402,21 @@ class ServerImpl final : public Server {
     std::vector<std::unique_ptr<v1::PeerService::Stub>> stubs(options_.num_shards);
     for (uint32_t i = 0; i < options_.num_shards; ++i) {
       if (i == self.shard_id) continue;
-      grpc::ChannelArguments args;
-      args.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
-      stubs[i] = v1::PeerService::NewStub(grpc::CreateCustomChannel(
-          options_.peers[i], grpc::InsecureChannelCredentials(), args));
+      stubs[i] = v1::PeerService::NewStub(peer_channels_[i]);
     }
+    const core::ClientCredentials creds = PeerCredentials();
+    // After a restore: the peers that answered, and the highest version among them.
+    std::vector<bool> heard(options_.num_shards, false);
+    uint64_t peers_version = 0;
+    const auto catch_up_until = clock_->Now() + std::chrono::duration_cast<core::Duration>(
+                                                    options_.peer_timeout);
     std::string last_problem = "unchecked";
     for (int iteration = 0;; ++iteration) {
       std::string problem;
       for (uint32_t i = 0; i < options_.num_shards && problem.empty(); ++i) {
         if (stubs[i] == nullptr) continue;
         grpc::ClientContext ctx;
+        core::AttachCredentials(creds, &ctx);
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
         v1::PeerHelloRequest req;
         req.set_shard_id(self.shard_id);
@@ -257,7 +437,10 @@ class ServerImpl final : public Server {
         }
         absl::Status c = CheckPeer(self, shard_.layout_hash(), i, resp);
         if (!c.ok()) problem = std::string(c.message());
+        heard[i] = true;
+        if (resp.ready()) peers_version = std::max(peers_version, resp.max_version());
       }
+      if (!admitting_.load()) CatchUpWithPeers(heard, peers_version, catch_up_until);
       if (problem != last_problem) {
         if (problem.empty()) {
           spdlog::info("shard {}: peers agree on the configuration", self.shard_id);
@@ -274,8 +457,39 @@ class ServerImpl final : public Server {
     }
   }
 
+  // A restored shard admits workers once every peer answered (or --peer-timeout-ms
+  // passed), after moving up to the highest version among them: the workers are at
+  // that round, and pushes of the rounds in between were lost with the old process.
+  void CatchUpWithPeers(const std::vector<bool>& heard, uint64_t peers_version,
+                        core::SteadyTime until) {
+    uint32_t answered = 0;
+    for (uint32_t i = 0; i < heard.size(); ++i) answered += heard[i] ? 1 : 0;
+    const bool all = answered + 1 >= options_.num_shards;
+    if (!all && clock_->Now() < until) return;
+    const uint64_t own = shard_.MaxVersion();
+    const uint32_t moved = shard_.FastForward(peers_version);
+    if (peers_version > own) {
+      spdlog::warn("shard {}: restored at version {}, peers are at {}: moved {} slices up; the "
+                   "updates of versions {} to {} are lost on this shard",
+                   options_.shard_id, own, peers_version, moved, own + 1, peers_version);
+    }
+    spdlog::info("shard {}: caught up with {} of {} peers at version {}; admitting workers",
+                 options_.shard_id, answered, options_.num_shards - 1,
+                 std::max(own, peers_version));
+    admitting_.store(true);
+    bool agree;
+    {
+      absl::MutexLock lock(&mu_);
+      agree = peers_agree_;
+    }
+    SetServing(agree);
+  }
+
   const ServerOptions options_;
   core::Clock* const clock_;
+  const std::unique_ptr<Authenticator> auth_;
+  RateLimiter limiter_;
+  std::atomic<bool> admitting_{true};
   core::ThreadPool pool_;
   // Declared before shard_ so that it outlives the shard's last aggregation job,
   // which may still hand it a share during shutdown.
@@ -285,6 +499,10 @@ class ServerImpl final : public Server {
   std::unique_ptr<UdpReceiver> udp_;
   WorkerServiceImpl worker_service_;
   PeerServiceImpl peer_service_;
+  AdminServiceImpl admin_service_;
+  std::vector<std::shared_ptr<grpc::Channel>> peer_channels_;
+  std::optional<CheckpointStore> store_;
+  absl::Mutex checkpoint_mu_;  // one checkpoint write at a time
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
 
@@ -292,8 +510,16 @@ class ServerImpl final : public Server {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool serving_ ABSL_GUARDED_BY(mu_) = false;
   bool wake_ticker_ ABSL_GUARDED_BY(mu_) = false;
+  bool peers_agree_ ABSL_GUARDED_BY(mu_) = true;
+  bool model_ready_ = false;  // ticker thread only
+  std::string restored_from_ ABSL_GUARDED_BY(mu_);
+  std::string last_checkpoint_ ABSL_GUARDED_BY(mu_);
+  int64_t last_checkpoint_unix_s_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t last_checkpoint_version_ ABSL_GUARDED_BY(mu_) = 0;
+  core::SteadyTime last_checkpoint_time_ ABSL_GUARDED_BY(mu_){};
   std::thread ticker_;
   std::thread peer_checker_;
+  std::thread checkpointer_;
 };
 
 }  // namespace
@@ -314,8 +540,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
         "): a round closed at its deadline could not be aggregated; raise --quorum or lower "
         "--byzantine"));
   }
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Authenticator> auth, Authenticator::Create(options));
   auto server = std::make_unique<ServerImpl>(options, clock != nullptr ? clock : core::Clock::Real(),
-                                             std::move(rule));
+                                             std::move(rule), std::move(auth));
+  PS_RETURN_IF_ERROR(server->RestoreCheckpoint());
   PS_RETURN_IF_ERROR(server->Listen());
   return server;
 }

@@ -3,6 +3,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/credentials_internal.h"
+#include "core/status.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
 
@@ -20,6 +22,36 @@ uint64_t Fingerprint(std::string_view text) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+absl::StatusOr<Caller> CallGate::Admit(const grpc::ServerContextBase& ctx) const {
+  absl::StatusOr<Caller> caller = auth->Identify(ctx);
+  if (!caller.ok()) {
+    return shard->Refuse(Refusal::kUnauthenticated,
+                         absl::UnauthenticatedError(absl::StrCat(
+                             caller.status().message(), " (from ", ctx.peer(), ")")));
+  }
+  if (!limiter->Allow(caller->Name())) {
+    return shard->Refuse(Refusal::kRateLimited,
+                         absl::ResourceExhaustedError(absl::StrCat(
+                             caller->Name(), " is over the rate limit (",
+                             shard->options().rate_limit, " requests/s); slow down")));
+  }
+  return caller;
+}
+
+absl::StatusOr<uint32_t> CallGate::AdmitWorker(const grpc::ServerContextBase& ctx,
+                                               std::string_view session) const {
+  PS_ASSIGN_OR_RETURN(Caller caller, Admit(ctx));
+  PS_ASSIGN_OR_RETURN(uint32_t worker, shard->Authenticate(session));
+  const core::Identity owner{core::Identity::Kind::kWorker, worker};
+  if (caller.identity.has_value() && !(*caller.identity == owner)) {
+    return shard->Refuse(Refusal::kPermissionDenied,
+                         absl::PermissionDeniedError(absl::StrCat(
+                             "this session belongs to ", owner.Name(), ", not to ",
+                             caller.identity->Name(), " (a session is not a credential)")));
+  }
+  return worker;
 }
 
 namespace {
@@ -150,6 +182,21 @@ class RefusedPull final : public grpc::ServerWriteReactor<v1::PullResponse> {
 grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* ctx,
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
+  absl::StatusOr<Caller> caller = gate_.Admit(*ctx);
+  if (!caller.ok()) return Reply(ctx, caller.status());
+  if (gate_.admitting != nullptr && !gate_.admitting->load()) {
+    return Reply(ctx, absl::UnavailableError(
+                          "this shard was restored from a checkpoint and is catching up with its "
+                          "peers; retry shortly"));
+  }
+  if (caller->identity.has_value() &&
+      !(*caller->identity == core::Identity{core::Identity::Kind::kWorker, req->worker_id()})) {
+    return Reply(ctx, shard_->Refuse(Refusal::kPermissionDenied,
+                                     absl::PermissionDeniedError(absl::StrCat(
+                                         caller->identity->Name(), " may not join as worker ",
+                                         req->worker_id(), ": the worker id comes from the "
+                                         "credentials"))));
+  }
   absl::StatusOr<JoinResult> r = shard_->Join(req->worker_id(), req->layout_hash());
   if (!r.ok()) return Reply(ctx, r.status());
   const ServerOptions& o = shard_->options();
@@ -173,7 +220,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServerContext* ctx,
                                                             const v1::RegisterLayoutRequest* req,
                                                             v1::RegisterLayoutResponse* resp) {
-  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
   if (!worker.ok()) return Reply(ctx, worker.status());
   std::vector<core::TensorSpec> tensors;
   tensors.reserve(static_cast<size_t>(req->layout().tensors_size()));
@@ -196,7 +243,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
 grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerContext* ctx,
                                                        const v1::InitSliceRequest* req,
                                                        v1::InitSliceResponse* /*resp*/) {
-  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
   if (!worker.ok()) return Reply(ctx, worker.status());
   return Reply(ctx, shard_->InitSlice(*worker, req->layout_hash(), req->slice_id(), req->values()));
 }
@@ -204,15 +251,15 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                                   const v1::PushRequest* req,
                                                   v1::PushResponse* /*resp*/) {
-  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
   if (!worker.ok()) return Reply(ctx, worker.status());
   return Reply(ctx, shard_->Push(*worker, req->layout_hash(), req->round(), req->slice_id(),
                                  req->codec(), req->payload()));
 }
 
 grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
-    grpc::CallbackServerContext* /*ctx*/, const v1::PullRequest* req) {
-  absl::StatusOr<uint32_t> worker = shard_->Authenticate(req->session());
+    grpc::CallbackServerContext* ctx, const v1::PullRequest* req) {
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
   if (!worker.ok()) return new RefusedPull(worker.status());
   absl::Status valid = shard_->ValidatePull(
       req->layout_hash(),
@@ -224,11 +271,14 @@ grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
 grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,
                                                  const v1::PeerHelloRequest* req,
                                                  v1::PeerHelloResponse* resp) {
+  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok()) return Reply(ctx, st);
   resp->set_shard_id(self_.shard_id);
   resp->set_num_shards(self_.num_shards);
   resp->set_config_fingerprint(self_.config_fingerprint);
   resp->set_config_summary(self_.config_summary);
   resp->set_layout_hash(shard_->layout_hash());
+  resp->set_ready(shard_->ready());
+  resp->set_max_version(shard_->MaxVersion());
   if (req->config_fingerprint() != self_.config_fingerprint) {
     spdlog::error("shard {}: peer shard {} runs another configuration: theirs [{}], ours [{}]",
                   self_.shard_id, req->shard_id(), req->config_summary(), self_.config_summary);
@@ -238,8 +288,68 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ct
 
 grpc::ServerUnaryReactor* PeerServiceImpl::ShareRound(grpc::CallbackServerContext* ctx,
                                                       const v1::RoundShareRequest* req,
-                                                      v1::RoundShareResponse* resp) {
+                                                      v1::RoundShareResponse* /*resp*/) {
+  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok()) return Reply(ctx, st);
   return Reply(ctx, shard_->AcceptShare(FromProto(*req)));
+}
+
+absl::Status AdminServiceImpl::AdmitAdmin(const grpc::ServerContextBase& ctx) const {
+  PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(ctx));
+  if (caller.identity.has_value() ? caller.identity->kind == core::Identity::Kind::kAdmin
+                                  : caller.loopback()) {
+    return absl::OkStatus();
+  }
+  return gate_.shard->Refuse(
+      Refusal::kPermissionDenied,
+      absl::PermissionDeniedError(absl::StrCat(
+          "administrative calls need the admin identity; the caller is ", caller.Name())));
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Checkpoint(grpc::CallbackServerContext* ctx,
+                                                       const v1::CheckpointRequest* /*req*/,
+                                                       v1::CheckpointResponse* resp) {
+  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(ctx, st);
+  absl::StatusOr<std::pair<std::string, uint64_t>> written = hooks_.checkpoint();
+  if (!written.ok()) return Reply(ctx, written.status());
+  resp->set_path(written->first);
+  resp->set_version(written->second);
+  return Reply(ctx, absl::OkStatus());
+}
+
+grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* ctx,
+                                                   const v1::StatusRequest* /*req*/,
+                                                   v1::StatusResponse* resp) {
+  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(ctx, st);
+  *resp = hooks_.status();
+  return Reply(ctx, absl::OkStatus());
+}
+
+absl::Status PeerServiceImpl::AdmitPeer(const grpc::ServerContextBase& ctx,
+                                        uint32_t claimed) const {
+  PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(ctx));
+  if (!caller.identity.has_value()) return absl::OkStatus();
+  const core::Identity& id = *caller.identity;
+  if (id.kind != core::Identity::Kind::kShard || id.index == self_.shard_id ||
+      id.index >= self_.num_shards || id.index != claimed) {
+    return shard_->Refuse(
+        Refusal::kPermissionDenied,
+        absl::PermissionDeniedError(absl::StrCat(
+            id.Name(), " may not call the peer service",
+            id.kind == core::Identity::Kind::kShard ? absl::StrCat(" as shard ", claimed) : "")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::string& address,
+                                                           const core::ClientCredentials& creds,
+                                                           const ServerOptions& options) {
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> channel_creds,
+                      core::MakeChannelCredentials(creds));
+  grpc::ChannelArguments args;
+  args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  core::ApplyChannelArguments(creds, &args);
+  return grpc::CreateCustomChannel(address, channel_creds, args);
 }
 
 v1::RoundShareRequest ToProto(const RoundShare& share) {

@@ -5,20 +5,40 @@
 // Ownership: both services borrow the Shard, which must outlive the grpc::Server.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
 
 #include "ps/v1/ps.grpc.pb.h"
+#include "server/auth_internal.h"
 #include "server/shard.h"
 
 namespace ps::server {
 
 grpc::Status ToGrpc(const absl::Status& s);
 
+// The checks every call passes first: who is calling (UNAUTHENTICATED) and whether
+// they are within the rate limit (RESOURCE_EXHAUSTED). Refusals are counted on the
+// shard. Borrowed pointers; all must outlive the services.
+struct CallGate {
+  Shard* shard = nullptr;
+  const Authenticator* auth = nullptr;
+  RateLimiter* limiter = nullptr;
+  // While false, Join is refused with UNAVAILABLE (a restored shard catching up with
+  // its peers); null = always admitting.
+  const std::atomic<bool>* admitting = nullptr;
+
+  absl::StatusOr<Caller> Admit(const grpc::ServerContextBase& ctx) const;
+  // Admit, then the worker behind `session`, which must be the caller's identity
+  // (PERMISSION_DENIED: a stolen or replayed session).
+  absl::StatusOr<uint32_t> AdmitWorker(const grpc::ServerContextBase& ctx,
+                                       std::string_view session) const;
+};
+
 class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
  public:
-  explicit WorkerServiceImpl(Shard* shard) : shard_(shard) {}
+  explicit WorkerServiceImpl(CallGate gate) : shard_(gate.shard), gate_(gate) {}
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
@@ -38,7 +58,32 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
 
  private:
   Shard* const shard_;
+  const CallGate gate_;
   uint16_t udp_port_ = 0;
+};
+
+// ps.v1.AdminService: operator calls, for the admin identity only (or, when the server
+// takes no credentials, for callers on loopback).
+class AdminServiceImpl final : public ps::v1::AdminService::CallbackService {
+ public:
+  struct Hooks {
+    // Writes a checkpoint now: the path and its version.
+    std::function<absl::StatusOr<std::pair<std::string, uint64_t>>()> checkpoint;
+    std::function<v1::StatusResponse()> status;
+  };
+  AdminServiceImpl(CallGate gate, Hooks hooks) : gate_(gate), hooks_(std::move(hooks)) {}
+
+  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
+                                       const v1::CheckpointRequest* req,
+                                       v1::CheckpointResponse* resp) override;
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
+                                   v1::StatusResponse* resp) override;
+
+ private:
+  absl::Status AdmitAdmin(const grpc::ServerContextBase& ctx) const;
+
+  const CallGate gate_;
+  const Hooks hooks_;
 };
 
 // What this shard tells its peers about itself.
@@ -51,7 +96,8 @@ struct PeerIdentity {
 
 class PeerServiceImpl final : public ps::v1::PeerService::CallbackService {
  public:
-  PeerServiceImpl(PeerIdentity self, Shard* shard) : self_(std::move(self)), shard_(shard) {}
+  PeerServiceImpl(PeerIdentity self, CallGate gate)
+      : self_(std::move(self)), shard_(gate.shard), gate_(gate) {}
 
   grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx,
                                   const v1::PeerHelloRequest* req,
@@ -61,14 +107,26 @@ class PeerServiceImpl final : public ps::v1::PeerService::CallbackService {
                                        v1::RoundShareResponse* resp) override;
 
  private:
+  // Admit, then a peer shard's identity (when identities are required); `claimed` is the
+  // shard id the request names, which must be the caller's.
+  absl::Status AdmitPeer(const grpc::ServerContextBase& ctx, uint32_t claimed) const;
+
   const PeerIdentity self_;
   Shard* const shard_;
+  const CallGate gate_;
 };
 
 // Compares a peer's answer with this shard's identity; the error names the
 // difference.
 absl::Status CheckPeer(const PeerIdentity& self, uint64_t own_layout_hash, uint32_t expected_id,
                        const v1::PeerHelloResponse& peer);
+
+// A channel to peer shard `address`, authenticating with `creds` (the server's
+// Authenticator::PeerCredentials; the token, if any, goes on each call through
+// core::AttachCredentials). Errors name an unreadable certificate file.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::string& address,
+                                                           const core::ClientCredentials& creds,
+                                                           const ServerOptions& options);
 
 // The wire form of a share and back.
 v1::RoundShareRequest ToProto(const RoundShare& share);

@@ -6,6 +6,7 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <iterator>
 #include <thread>
 
@@ -47,6 +48,9 @@ std::string_view RefusalName(Refusal r) {
     case Refusal::kLate: return "late";
     case Refusal::kFutureRound: return "future_round";
     case Refusal::kShuttingDown: return "shutting_down";
+    case Refusal::kUnauthenticated: return "unauthenticated";
+    case Refusal::kPermissionDenied: return "permission_denied";
+    case Refusal::kRateLimited: return "rate_limited";
     case Refusal::kCount: break;
   }
   return "unknown";
@@ -64,6 +68,10 @@ struct Shard::SliceState {
   // Published version; round `version` is the open one.
   uint64_t version ABSL_GUARDED_BY(mu) = 0;
   std::shared_ptr<const std::string> published ABSL_GUARDED_BY(mu);
+  // With checkpoints on: the velocity and rule state that go with `published`, copied
+  // at publication so that a checkpoint never reads them mid-aggregation.
+  std::shared_ptr<const std::vector<float>> published_velocity ABSL_GUARDED_BY(mu);
+  std::shared_ptr<const std::vector<float>> published_rule_state ABSL_GUARDED_BY(mu);
   // Parameters and SGD velocity. Written only by the aggregation of a closed round
   // (or InitSlice before any round), which nothing else touches meanwhile.
   std::vector<float> params;
@@ -159,6 +167,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       model_scope_(aggregator_->NeedsGram() && options.aggregation_scope == "model"),
       sign_vote_(aggregator_->name() == "sign_majority"),
       priority_schedule_(options.schedule != "fifo"),
+      checkpoints_(!options.checkpoint_dir.empty()),
       clock_(clock),
       pool_(pool) {
   session_of_worker_.resize(options_.num_workers);
@@ -256,6 +265,36 @@ absl::StatusOr<std::shared_ptr<const UdpPeer>> Shard::UdpSession(uint64_t udp_se
   return it->second;
 }
 
+std::vector<uint32_t> Shard::InstallLayoutLocked(const core::ModelLayout& layout) {
+  std::vector<uint32_t> owned;
+  auto span = layout.SlicesOfShard(shard_id_);
+  owned.assign(span.begin(), span.end());
+  slices_.resize(layout.slices().size());
+  for (uint32_t id : owned) {
+    // Not yet shared with any other thread: no lock needed (and taking one here
+    // would invert the slice -> shard lock order).
+    auto s = std::make_unique<SliceState>(layout.slices()[id]);
+    s->pushed.assign(options_.num_workers, 0);
+    s->chunked.assign(options_.num_workers, SliceState::ChunkedPush{});
+    s->supports.assign(options_.num_workers, std::nullopt);
+    if (sign_vote_) s->sign_payloads.assign(options_.num_workers, std::string());
+    s->rule_state.assign(aggregator_->StateRows() * s->info.numel, 0.0f);
+    if (options_.aggregate_only) {
+      // No parameters live here; version 0 is an all-zero "aggregate".
+      s->initialized = true;
+      s->published = std::make_shared<const std::string>(size_t{s->info.numel} * sizeof(float), '\0');
+    }
+    slices_[id] = std::move(s);
+  }
+  uninitialized_ = options_.aggregate_only ? 0 : static_cast<uint32_t>(owned.size());
+  owned_ids_ = owned;
+  std::sort(owned_ids_.begin(), owned_ids_.end());
+  publish_order_ = priority_schedule_ ? owned : owned_ids_;
+  layout_ = layout;
+  registered_.store(true, std::memory_order_release);
+  return owned;
+}
+
 absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
                                                             const core::ModelLayout& layout) {
   std::vector<uint32_t> owned;
@@ -285,31 +324,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
                         slice_bytes + kMessageOverheadBytes,
                         " bytes, above --max-message-bytes ", options_.max_message_bytes)));
     }
-    auto span = layout.SlicesOfShard(shard_id_);
-    owned.assign(span.begin(), span.end());
-    slices_.resize(layout.slices().size());
-    for (uint32_t id : owned) {
-      // Not yet shared with any other thread: no lock needed (and taking one here
-      // would invert the slice -> shard lock order).
-      auto s = std::make_unique<SliceState>(layout.slices()[id]);
-      s->pushed.assign(options_.num_workers, 0);
-      s->chunked.assign(options_.num_workers, SliceState::ChunkedPush{});
-      s->supports.assign(options_.num_workers, std::nullopt);
-      if (sign_vote_) s->sign_payloads.assign(options_.num_workers, std::string());
-      s->rule_state.assign(aggregator_->StateRows() * s->info.numel, 0.0f);
-      if (options_.aggregate_only) {
-        // No parameters live here; version 0 is an all-zero "aggregate".
-        s->initialized = true;
-        s->published = std::make_shared<const std::string>(size_t{s->info.numel} * sizeof(float), '\0');
-      }
-      slices_[id] = std::move(s);
-    }
-    uninitialized_ = options_.aggregate_only ? 0 : static_cast<uint32_t>(owned.size());
-    owned_ids_ = owned;
-    std::sort(owned_ids_.begin(), owned_ids_.end());
-    publish_order_ = priority_schedule_ ? owned : owned_ids_;
-    layout_ = layout;
-    registered_.store(true, std::memory_order_release);
+    owned = InstallLayoutLocked(layout);
   }
   spdlog::info("shard {}: worker {} registered layout {:x}: {} tensors, {} slices, {} owned",
                shard_id_, worker_id, layout.hash(), layout.tensors().size(),
@@ -366,6 +381,10 @@ absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t
     }
     s->velocity.assign(params.size(), 0.0f);
     s->published = Fp32Bytes(params);
+    if (checkpoints_) {
+      s->published_velocity = std::make_shared<const std::vector<float>>(s->velocity);
+      s->published_rule_state = std::make_shared<const std::vector<float>>(s->rule_state);
+    }
     s->params = std::move(params);
     s->initialized = true;
     wake = TakeDueWatchers(s);
@@ -762,6 +781,11 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     if (st.ok()) SgdStep(sgd_, out, s->velocity, s->params);
     values = Fp32Bytes(s->params);
   }
+  std::shared_ptr<const std::vector<float>> velocity, rule_state;
+  if (checkpoints_) {
+    velocity = std::make_shared<const std::vector<float>>(s->velocity);
+    rule_state = std::make_shared<const std::vector<float>>(s->rule_state);
+  }
   Watchers wake;
   std::optional<core::SteadyTime> udp_deadline;
   {
@@ -774,6 +798,8 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     s->num_complete = 0;
     s->closing = false;
     s->published = std::move(values);
+    s->published_velocity = std::move(velocity);
+    s->published_rule_state = std::move(rule_state);
     // The new round already carries UDP chunks on this shard: its deadline runs now.
     const int64_t udp_round = udp_round_.load();
     if (udp_round >= 0 && static_cast<uint64_t>(udp_round) >= s->version) {
@@ -1189,6 +1215,151 @@ bool Shard::ready() const {
   return layout_.has_value() && uninitialized_ == 0;
 }
 
+
+uint64_t Shard::MaxVersion() const {
+  if (!registered_.load(std::memory_order_acquire)) return 0;
+  uint64_t v = 0;
+  for (const auto& s : slices_) {
+    if (s == nullptr) continue;
+    absl::MutexLock lock(&s->mu);
+    v = std::max(v, s->version);
+  }
+  return v;
+}
+
+absl::StatusOr<ShardCheckpoint> Shard::Capture() const {
+  ShardCheckpoint c;
+  c.shard_id = shard_id_;
+  c.num_shards = options_.num_shards;
+  c.config_summary = options_.ConsistencySummary();
+  c.written_unix_s =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count();
+  std::vector<uint32_t> ids;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!layout_.has_value() || uninitialized_ != 0) {
+      return absl::FailedPreconditionError(
+          "nothing to checkpoint yet: the layout is not registered or not every slice has its "
+          "initial value");
+    }
+    c.layout = *layout_;
+    ids = owned_ids_;
+  }
+  // Slices publish one after the other; between two rounds they all stand at the same
+  // version. Try for a while to catch such a moment (a restore moves slices that are a
+  // version behind up, losing that version's update on them).
+  constexpr int kAttempts = 200;
+  for (int attempt = 0;; ++attempt) {
+    c.slices.clear();
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (uint32_t id : ids) {
+      SliceState* s = slices_[id].get();
+      absl::MutexLock lock(&s->mu);
+      SliceCheckpoint& out = c.slices.emplace_back();
+      out.slice_id = id;
+      out.version = s->version;
+      out.values = *s->published;
+      if (s->published_velocity != nullptr && !options_.aggregate_only) {
+        out.velocity = *s->published_velocity;
+      }
+      if (s->published_rule_state != nullptr) out.rule_state = *s->published_rule_state;
+      lo = std::min(lo, s->version);
+      hi = std::max(hi, s->version);
+    }
+    if (lo == hi || attempt + 1 >= kAttempts) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return c;
+}
+
+absl::Status Shard::Restore(const ShardCheckpoint& c) {
+  if (c.shard_id != shard_id_ || c.num_shards != options_.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint belongs to shard ", c.shard_id, " of ", c.num_shards,
+        "; this is shard ", shard_id_, " of ", options_.num_shards,
+        ": refusing to restore it (point --checkpoint-dir elsewhere, or move the directory away "
+        "to start from scratch)"));
+  }
+  if (!c.layout.has_value()) return absl::OkStatus();
+  if (c.layout->num_shards() != options_.num_shards) {
+    return absl::FailedPreconditionError(absl::StrCat("the checkpoint's layout is cut for ",
+                                                      c.layout->num_shards(), " shards, not ",
+                                                      options_.num_shards));
+  }
+  uint64_t newest = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (layout_.has_value()) {
+      return absl::FailedPreconditionError("a layout is registered already: restore comes first");
+    }
+    InstallLayoutLocked(*c.layout);
+    for (const SliceCheckpoint& sc : c.slices) {
+      SliceState* s = slices_[sc.slice_id].get();
+      if (s == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint slice ", sc.slice_id, " is not owned by this shard"));
+      }
+      // Not yet shared with any other thread (no worker admitted yet).
+      s->params.resize(s->info.numel);
+      std::memcpy(s->params.data(), sc.values.data(), sc.values.size());
+      s->velocity = sc.velocity.empty() ? std::vector<float>(s->info.numel, 0.0f) : sc.velocity;
+      if (sc.rule_state.size() == s->rule_state.size()) s->rule_state = sc.rule_state;
+      absl::MutexLock slice_lock(&s->mu);
+      s->version = sc.version;
+      s->initialized = true;
+      s->published = std::make_shared<const std::string>(sc.values);
+      if (checkpoints_) {
+        s->published_velocity = std::make_shared<const std::vector<float>>(s->velocity);
+        s->published_rule_state = std::make_shared<const std::vector<float>>(s->rule_state);
+      }
+      newest = std::max(newest, sc.version);
+    }
+    uninitialized_ = 0;
+    model_round_ = newest;
+  }
+  const uint32_t moved = FastForward(newest);
+  spdlog::info("shard {}: restored layout {:x} and {} slices at version {}{}", shard_id_,
+               c.layout->hash(), c.slices.size(), newest,
+               moved > 0 ? absl::StrCat(" (", moved, " slices were a version behind and moved up)")
+                         : std::string());
+  return absl::OkStatus();
+}
+
+uint32_t Shard::FastForward(uint64_t version) {
+  if (!registered_.load(std::memory_order_acquire)) return 0;
+  uint32_t moved = 0;
+  std::vector<Watchers> wake;
+  for (const auto& sp : slices_) {
+    SliceState* s = sp.get();
+    if (s == nullptr) continue;
+    absl::MutexLock lock(&s->mu);
+    if (s->version >= version || s->closing || !s->initialized) continue;
+    s->version = version;
+    std::fill(s->pushed.begin(), s->pushed.end(), 0);
+    std::fill(s->supports.begin(), s->supports.end(), std::nullopt);
+    for (SliceState::ChunkedPush& push : s->chunked) push.chunk_count = push.received = 0;
+    s->num_pushed = 0;
+    s->num_complete = 0;
+    s->deadline.reset();
+    s->deadline_passed = false;
+    wake.push_back(TakeDueWatchers(s));
+    ++moved;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (model_round_ < version) {
+      model_round_ = version;
+      model_closed_ = 0;
+      shares_.erase(shares_.begin(), shares_.lower_bound(version));
+      shares_due_.reset();
+    }
+  }
+  for (Watchers& w : wake) {
+    for (auto& [min_version, fn] : w) fn(true);
+  }
+  return moved;
+}
 
 uint64_t Shard::MinVersion() const {
   if (!registered_.load(std::memory_order_acquire)) return 0;

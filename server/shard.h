@@ -38,6 +38,7 @@
 #include "core/layout.h"
 #include "core/thread_pool.h"
 #include "core/udp_frame.h"
+#include "server/checkpoint.h"
 #include "server/optimizer.h"
 #include "server/options.h"
 
@@ -60,6 +61,9 @@ enum class Refusal : int {
   kLate,                 // OUT_OF_RANGE
   kFutureRound,          // FAILED_PRECONDITION
   kShuttingDown,         // UNAVAILABLE
+  kUnauthenticated,      // UNAUTHENTICATED (no, unknown or contradictory credentials)
+  kPermissionDenied,     // PERMISSION_DENIED (an identity calling beyond its rights)
+  kRateLimited,          // RESOURCE_EXHAUSTED
   kCount,
 };
 std::string_view RefusalName(Refusal r);
@@ -205,6 +209,23 @@ class Shard {
   // false. Returns after `timeout` at the latest.
   void Drain(core::Duration timeout);
 
+  // --- durability (server/checkpoint.h) ---
+  // The published state of every owned slice. FAILED_PRECONDITION before the layout is
+  // registered and every slice initialized. Tries (briefly) to catch every slice at the
+  // same version, so that a restore loses no update on any of them.
+  absl::StatusOr<ShardCheckpoint> Capture() const;
+  // Before any worker is admitted: installs the checkpoint's layout and slice states.
+  // Slices behind the newest one move up to its version (see FastForward). Refuses a
+  // checkpoint of another shard id or shard count, or when a layout is registered.
+  absl::Status Restore(const ShardCheckpoint& checkpoint);
+  // Moves every owned slice below `version` up to it, parameters unchanged: the
+  // updates of the rounds in between are lost. Used after a restore when peer shards
+  // are further on, so that round numbers agree again (docs/operations.md). Open
+  // rounds below `version` are discarded. Returns how many slices moved.
+  uint32_t FastForward(uint64_t version);
+  // Highest published version over the owned slices (0 before ready).
+  uint64_t MaxVersion() const;
+
   bool layout_registered() const;
   bool ready() const;
   // Hash of the registered layout or 0.
@@ -216,9 +237,12 @@ class Shard {
  public:
   struct SliceState;  // defined in shard.cc
 
- private:
-  // Counts the refusal, logs it (rate-limited), and returns `status`.
+ public:
+  // Counts the refusal, logs it (rate-limited: the 1st, 2nd, 4th, ... of each reason),
+  // and returns `status`. The gRPC services refuse through it too.
   absl::Status Refuse(Refusal r, absl::Status status) const;
+
+ private:
   // Under s->mu: refuses a push for `round` unless it is s's open round.
   absl::Status CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint64_t round);
   // Under s->mu, after a push or chunk was taken: closes the round when every push is
@@ -234,6 +258,10 @@ class Shard {
   void StartUdpRound(uint64_t round);
   const codecs::Codec* CheckedDecoder(uint32_t worker_id, uint32_t slice_id, std::string_view codec,
                                       absl::Status* refusal);
+  // Under mu_: creates the slice states of `layout` and registers it; returns the owned
+  // slice ids in priority order.
+  std::vector<uint32_t> InstallLayoutLocked(const core::ModelLayout& layout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<SliceState*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
   // Under s->mu: marks the round closed and schedules its aggregation. (Not annotated
   // ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu): clang refuses member access into the
@@ -275,6 +303,8 @@ class Shard {
   // --schedule=priority: closed slices are aggregated, and model rounds published, most
   // urgent first; otherwise in the order they closed (slice id order in model scope).
   const bool priority_schedule_;
+  // --checkpoint-dir is set: publication keeps copies of the optimizer state.
+  const bool checkpoints_;
   core::Clock* const clock_;
   core::ThreadPool* const pool_;
 

@@ -5,6 +5,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include "core/credentials_internal.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
@@ -21,16 +22,16 @@ struct ShareSender::Peer {
   std::thread thread;
 };
 
-ShareSender::ShareSender(const ServerOptions& options) : options_(options) {
+ShareSender::ShareSender(const ServerOptions& options,
+                         std::vector<std::shared_ptr<grpc::Channel>> channels,
+                         core::ClientCredentials creds)
+    : options_(options), creds_(std::move(creds)) {
   for (uint32_t i = 0; i < options_.num_shards; ++i) {
-    if (static_cast<int>(i) == options_.shard_id) continue;
+    if (static_cast<int>(i) == options_.shard_id || channels[i] == nullptr) continue;
     auto peer = std::make_unique<Peer>();
     peer->id = i;
     peer->address = options_.peers[i];
-    grpc::ChannelArguments args;
-    args.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
-    peer->stub = v1::PeerService::NewStub(
-        grpc::CreateCustomChannel(peer->address, grpc::InsecureChannelCredentials(), args));
+    peer->stub = v1::PeerService::NewStub(channels[i]);
     peers_.push_back(std::move(peer));
   }
   for (auto& peer : peers_) {
@@ -86,6 +87,7 @@ void ShareSender::Loop(Peer* peer) {
     const v1::RoundShareRequest req = ToProto(*share);
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
+      core::AttachCredentials(creds_, &ctx);
       const auto now = std::chrono::steady_clock::now();
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::seconds(2)));

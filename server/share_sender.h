@@ -14,7 +14,10 @@
 #include <thread>
 #include <vector>
 
+#include <grpcpp/grpcpp.h>
+
 #include "absl/synchronization/mutex.h"
+#include "core/credentials.h"
 #include "server/options.h"
 #include "server/shard.h"
 
@@ -22,7 +25,10 @@ namespace ps::server {
 
 class ShareSender {
  public:
-  explicit ShareSender(const ServerOptions& options);
+  // `peers` are the channels to every shard by id (null for this one); `creds` adds the
+  // peer token to each call.
+  ShareSender(const ServerOptions& options, std::vector<std::shared_ptr<grpc::Channel>> peers,
+              core::ClientCredentials creds);
   ~ShareSender();
   ShareSender(const ShareSender&) = delete;
   ShareSender& operator=(const ShareSender&) = delete;
@@ -35,6 +41,7 @@ class ShareSender {
   void Loop(Peer* peer);
 
   const ServerOptions options_;
+  const core::ClientCredentials creds_;
   std::vector<std::unique_ptr<Peer>> peers_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

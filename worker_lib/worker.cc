@@ -16,6 +16,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/credentials_internal.h"
 #include "core/shaper.h"
 #include "core/status.h"
 #include "core/udp_frame.h"
@@ -106,10 +107,12 @@ using SliceArrived = std::function<void(uint32_t)>;
 class PullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
  public:
   // `dst` and `on_slice` must stay valid until `result` reports done.
-  static void Start(v1::WorkerService::Stub* stub, v1::PullRequest req, Clock::time_point deadline,
+  static void Start(v1::WorkerService::Stub* stub, const core::ClientCredentials& creds,
+                    v1::PullRequest req, Clock::time_point deadline,
                     const core::ModelLayout* layout, const absl::flat_hash_map<uint32_t, float*>* dst,
                     const SliceArrived* on_slice, std::shared_ptr<PullResult> result) {
     auto* stream = new PullStream(std::move(req), layout, dst, on_slice, std::move(result));
+    core::AttachCredentials(creds, &stream->ctx_);
     stream->ctx_.set_deadline(deadline);
     stream->ctx_.set_wait_for_ready(true);
     stub->async()->Pull(&stream->ctx_, &stream->req_, stream);
@@ -321,6 +324,14 @@ class WorkerImpl final : public Worker {
       args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
       args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, static_cast<int>(options_.receive_window_bytes));
     }
+    core::ApplyChannelArguments(options_.credentials, &args);
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds_or =
+        core::MakeChannelCredentials(options_.credentials);
+    if (!creds_or.ok()) {
+      return absl::Status(creds_or.status().code(),
+                          absl::StrCat("worker credentials: ", creds_or.status().message()));
+    }
+    const std::shared_ptr<grpc::ChannelCredentials> channel_creds = *std::move(creds_or);
     shards_.reserve(options_.shard_addresses.size());
     for (uint32_t i = 0; i < options_.shard_addresses.size(); ++i) {
       auto c = std::make_unique<ShardConn>();
@@ -336,7 +347,7 @@ class WorkerImpl final : public Worker {
         c->relay = *std::move(relay);
         target = c->relay->address();
       }
-      c->channel = grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+      c->channel = grpc::CreateCustomChannel(target, channel_creds, args);
       {
         absl::MutexLock lock(&c->send_mu);
         c->queue = std::make_unique<internal::SendQueue<std::unique_ptr<PushCall>>>(
@@ -598,6 +609,7 @@ class WorkerImpl final : public Worker {
     absl::MutexLock join_lock(&c.join_mu);
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
+      core::AttachCredentials(options_.credentials, &ctx);
       ctx.set_deadline(std::min(deadline, Clock::now() + options_.rpc_timeout));
       ctx.set_wait_for_ready(true);
       v1::JoinRequest req;
@@ -654,6 +666,7 @@ class WorkerImpl final : public Worker {
   absl::Status RegisterOn(ShardConn& c, const v1::JoinResponse& join,
                           std::span<const std::span<const float>> initial) {
     grpc::ClientContext ctx;
+    core::AttachCredentials(options_.credentials, &ctx);
     ctx.set_deadline(Clock::now() + options_.rpc_timeout);
     v1::RegisterLayoutRequest req;
     {
@@ -684,6 +697,7 @@ class WorkerImpl final : public Worker {
       }
       const core::SliceInfo& si = layout_.slices()[id];
       grpc::ClientContext ictx;
+      core::AttachCredentials(options_.credentials, &ictx);
       ictx.set_deadline(Clock::now() + options_.rpc_timeout);
       v1::InitSliceRequest ireq;
       ireq.set_session(req.session());
@@ -733,6 +747,7 @@ class WorkerImpl final : public Worker {
       call->epoch = c.epoch;
     }
     call->ctx = std::make_unique<grpc::ClientContext>();
+    core::AttachCredentials(options_.credentials, call->ctx.get());
     call->ctx->set_deadline(Clock::now() + options_.rpc_timeout);
     call->ctx->set_wait_for_ready(true);
     {
@@ -824,7 +839,7 @@ class WorkerImpl final : public Worker {
         req.set_layout_hash(layout_.hash());
         req.set_min_version(min_version);
         auto result = std::make_shared<PullResult>();
-        PullStream::Start(c.stub.get(), req, deadline, &layout_, &dst, &on_slice, result);
+        PullStream::Start(c.stub.get(), options_.credentials, req, deadline, &layout_, &dst, &on_slice, result);
         streams.emplace_back(shard, std::move(result));
       }
       grpc::Status worst;

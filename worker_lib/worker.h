@@ -36,6 +36,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/credentials.h"
 #include "core/layout.h"
 #include "core/shaper.h"
 
@@ -79,8 +80,12 @@ struct UdpOptions {
 struct WorkerOptions {
   // "host:port" of each shard, indexed by shard id.
   std::vector<std::string> shard_addresses;
-  // This worker's rank in [0, num_workers) of the servers' configuration.
+  // This worker's rank in [0, num_workers) of the servers' configuration. Shards that
+  // take credentials check it against the identity (worker-N) of `credentials`.
   uint32_t worker_id = 0;
+  // TLS, client certificate and bearer token toward the shards (docs/operations.md,
+  // "Securing"); empty: plaintext without credentials.
+  core::ClientCredentials credentials;
   // How every tensor is pushed, and overrides by tensor name (an unknown name is an
   // error at Start()).
   PushOptions push;

@@ -39,6 +39,7 @@ struct TrainerFlags {
   double pull_timeout_s = 120;
   double connect_timeout_s = 60;
   std::string collude_dir;
+  std::string token_file;
 };
 
 // Writes start/step/eval/done events as text or one JSON object per line (stdout).
@@ -142,6 +143,10 @@ absl::Status Run(TrainerFlags& f, std::unique_ptr<Worker>& keep_worker) {
   TrainerConfig& c = f.config;
   c.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.pull_timeout_s * 1000));
   c.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.connect_timeout_s * 1000));
+  if (!f.token_file.empty()) {
+    PS_ASSIGN_OR_RETURN(c.credentials.token, core::ReadTokenFile(f.token_file));
+  }
+  PS_RETURN_IF_ERROR(c.credentials.Validate());
   PS_RETURN_IF_ERROR(ValidateConfig(c, f.local));
   Progress progress(f.progress == "jsonl");
   try {
@@ -171,6 +176,14 @@ int main(int argc, char** argv) {
   app.add_option("--shards", c.shards, "Shard addresses host:port, by shard id (comma-separated)")
       ->delimiter(',');
   app.add_option("--worker-id", c.worker_id, "This worker's rank in [0, --workers)");
+  app.add_option("--tls-ca", c.credentials.tls_ca,
+                 "CA bundle that signed the shards' certificates: connect with TLS");
+  app.add_option("--tls-cert", c.credentials.tls_cert,
+                 "Client certificate (common name worker-N) for shards that require mTLS");
+  app.add_option("--tls-key", c.credentials.tls_key, "Key of --tls-cert");
+  app.add_option("--tls-server-name", c.credentials.tls_server_name,
+                 "Name to check in the shards' certificates instead of the address's host");
+  app.add_option("--token-file", f.token_file, "File holding this worker's bearer token");
   app.add_option("--workers", c.workers, "Number of workers n (for the data partition)");
   app.add_option("--data-dir", f.data_dir, "Directory with the Fashion-MNIST IDX .gz files");
   app.add_option("--steps", c.steps, "Training rounds (steps) in total");

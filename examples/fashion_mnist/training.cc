@@ -399,6 +399,7 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   WorkerOptions options;
   options.shard_addresses = c.shards;
   options.worker_id = c.worker_id;
+  options.credentials = c.credentials;
   options.push.codec = c.codec;
   options.push.error_feedback = c.error_feedback;
   options.push.momentum = c.worker_momentum;

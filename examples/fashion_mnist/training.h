@@ -28,6 +28,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/credentials.h"
+
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "examples/fashion_mnist/idx.h"
@@ -39,6 +41,8 @@ struct TrainerConfig {
   // Shard addresses host:port by shard id (TrainWithServer).
   std::vector<std::string> shards;
   uint32_t worker_id = 0;
+  // TLS, client certificate and token toward the shards (docs/operations.md).
+  core::ClientCredentials credentials;
   uint32_t workers = 1;
   uint64_t steps = 1000;
   uint32_t batch_size = 32;

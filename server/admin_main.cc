@@ -1,0 +1,90 @@
+// ps-admin: the operator's client for a shard's AdminService (docs/operations.md).
+//   ps-admin --address HOST:PORT [credentials] status
+//   ps-admin --address HOST:PORT [credentials] checkpoint
+// Credentials: --tls-ca (with --tls-cert/--tls-key for mTLS) and/or --token-file with
+// the admin identity's token. Prints one JSON object; exit 0 on success, 1 when the
+// shard refused or could not be reached, 2 on bad usage.
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include <grpcpp/grpcpp.h>
+
+#include "CLI/CLI.hpp"
+#include "core/credentials_internal.h"
+#include "core/json_line.h"
+#include "ps/v1/ps.grpc.pb.h"
+
+int main(int argc, char** argv) {
+  CLI::App app("ps-admin: administrative calls to a ps-server shard", "ps-admin");
+  std::string address = "127.0.0.1:7070";
+  std::string token_file;
+  double timeout_s = 30;
+  ps::core::ClientCredentials creds;
+  app.add_option("--address", address, "Shard address host:port")->capture_default_str();
+  app.add_option("--tls-ca", creds.tls_ca, "CA bundle that signed the shard's certificate (TLS)");
+  app.add_option("--tls-cert", creds.tls_cert, "Client certificate (common name admin) for mTLS");
+  app.add_option("--tls-key", creds.tls_key, "Key of --tls-cert");
+  app.add_option("--tls-server-name", creds.tls_server_name,
+                 "Name to check in the shard's certificate instead of the address's host");
+  app.add_option("--token-file", token_file, "File holding the admin token");
+  app.add_option("--timeout-s", timeout_s, "Deadline of the call in seconds")->capture_default_str();
+  app.require_subcommand(1, 1);
+  CLI::App* status = app.add_subcommand("status", "Print the shard's state");
+  CLI::App* checkpoint = app.add_subcommand("checkpoint", "Write a checkpoint now");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!token_file.empty()) {
+    absl::StatusOr<std::string> token = ps::core::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "ps-admin: %s\n", std::string(token.status().message()).c_str());
+      return 2;
+    }
+    creds.token = *token;
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_creds =
+      ps::core::MakeChannelCredentials(creds);
+  if (!channel_creds.ok()) {
+    std::fprintf(stderr, "ps-admin: %s\n", std::string(channel_creds.status().message()).c_str());
+    return 2;
+  }
+  grpc::ChannelArguments args;
+  ps::core::ApplyChannelArguments(creds, &args);
+  auto stub = ps::v1::AdminService::NewStub(grpc::CreateCustomChannel(address, *channel_creds, args));
+  grpc::ClientContext ctx;
+  ps::core::AttachCredentials(creds, &ctx);
+  ctx.set_deadline(std::chrono::system_clock::now() +
+                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+
+  ps::core::JsonObjectWriter out;
+  grpc::Status s;
+  if (*status) {
+    ps::v1::StatusResponse r;
+    s = stub->Status(&ctx, ps::v1::StatusRequest(), &r);
+    if (s.ok()) {
+      out.Add("shard_id", r.shard_id())
+          .Add("num_shards", r.num_shards())
+          .Add("serving", r.serving())
+          .Add("ready", r.ready())
+          .Add("layout_hash", static_cast<uint64_t>(r.layout_hash()))
+          .Add("min_version", r.min_version())
+          .Add("max_version", r.max_version())
+          .Add("rounds_closed", r.rounds_closed())
+          .Add("pushes_accepted", r.pushes_accepted())
+          .Add("refusals", r.refusals())
+          .Add("last_checkpoint", r.last_checkpoint())
+          .Add("last_checkpoint_unix_s", static_cast<int64_t>(r.last_checkpoint_unix_s()))
+          .Add("restored_from", r.restored_from());
+    }
+  } else if (*checkpoint) {
+    ps::v1::CheckpointResponse r;
+    s = stub->Checkpoint(&ctx, ps::v1::CheckpointRequest(), &r);
+    if (s.ok()) out.Add("path", r.path()).Add("version", r.version());
+  }
+  if (!s.ok()) {
+    std::fprintf(stderr, "ps-admin: %s: %s\n", address.c_str(), s.error_message().c_str());
+    return 1;
+  }
+  std::printf("%s\n", out.str().c_str());
+  return 0;
+}

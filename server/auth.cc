@@ -1,0 +1,216 @@
+#include <openssl/sha.h>
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "core/status.h"
+#include "server/auth_internal.h"
+
+namespace ps::server {
+namespace {
+
+std::string Digest(std::string_view token) {
+  unsigned char md[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(token.data()), token.size(), md);
+  return std::string(reinterpret_cast<const char*>(md), sizeof(md));
+}
+
+std::string_view View(const grpc::string_ref& s) { return std::string_view(s.data(), s.size()); }
+
+// "ipv4:127.0.0.1:5123" -> "ipv4:127.0.0.1"; "ipv6:[::1]:5123" -> "ipv6:[::1]".
+std::string WithoutPort(std::string_view peer) {
+  const size_t colon = peer.rfind(':');
+  const size_t bracket = peer.rfind(']');
+  if (colon == std::string_view::npos || colon < 5 ||
+      (bracket != std::string_view::npos && colon < bracket)) {
+    return std::string(peer);
+  }
+  return std::string(peer.substr(0, colon));
+}
+
+}  // namespace
+
+absl::StatusOr<TokenTable> TokenTable::Parse(std::string_view text, std::string_view source) {
+  TokenTable table;
+  int line_no = 0;
+  for (absl::string_view line : absl::StrSplit(core::AsAbsl(text), '\n')) {
+    ++line_no;
+    const size_t hash = line.find('#');
+    if (hash != absl::string_view::npos) line = line.substr(0, hash);
+    std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t\r"), absl::SkipEmpty());
+    if (fields.empty()) continue;
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(core::AsAbsl(source), " line ", line_no, ": ", why));
+    };
+    if (fields.size() != 2) return bad("want 'IDENTITY TOKEN'");
+    const std::string_view name(fields[0].data(), fields[0].size());
+    const std::string_view token(fields[1].data(), fields[1].size());
+    absl::StatusOr<core::Identity> id = core::ParseIdentity(name);
+    if (!id.ok()) return bad(id.status().message());
+    if (absl::Status st = core::CheckToken(token); !st.ok()) return bad(st.message());
+    if (!table.by_digest_.emplace(Digest(token), *id).second) {
+      return bad("this token is listed twice");
+    }
+    if (!table.by_name_.emplace(id->Name(), std::string(token)).second) {
+      return bad(absl::StrCat(id->Name(), " has a token already"));
+    }
+  }
+  return table;
+}
+
+std::optional<core::Identity> TokenTable::Find(std::string_view token) const {
+  auto it = by_digest_.find(Digest(token));
+  if (it == by_digest_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::string> TokenTable::TokenOf(const core::Identity& identity) const {
+  auto it = by_name_.find(identity.Name());
+  if (it == by_name_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Caller::Name() const {
+  return identity.has_value() ? identity->Name() : WithoutPort(address);
+}
+
+bool Caller::loopback() const {
+  return address.starts_with("ipv4:127.") || address.starts_with("ipv6:[::1]") ||
+         address.starts_with("ipv6:[::ffff:127.") || address.starts_with("unix:");
+}
+
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const ServerOptions& o) {
+  std::unique_ptr<Authenticator> a(new Authenticator());
+  a->required_ = o.ClientAuthRequired();
+  a->cert_path_ = o.tls_cert;
+  a->key_path_ = o.tls_key;
+  a->ca_path_ = o.tls_ca;
+  if (!o.tls_cert.empty()) {
+    PS_ASSIGN_OR_RETURN(a->cert_pem_, core::ReadSmallFile(o.tls_cert, "--tls-cert"));
+    PS_ASSIGN_OR_RETURN(a->key_pem_, core::ReadSmallFile(o.tls_key, "--tls-key"));
+  }
+  if (!o.tls_ca.empty()) {
+    PS_ASSIGN_OR_RETURN(a->ca_pem_, core::ReadSmallFile(o.tls_ca, "--tls-ca"));
+  }
+  if (!o.tokens_file.empty()) {
+    PS_ASSIGN_OR_RETURN(std::string text, core::ReadSmallFile(o.tokens_file, "--tokens"));
+    PS_ASSIGN_OR_RETURN(TokenTable table,
+                        TokenTable::Parse(text, absl::StrCat("--tokens ", o.tokens_file)));
+    if (table.size() == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tokens ", o.tokens_file, " lists no identity"));
+    }
+    a->tokens_ = std::move(table);
+  }
+  return a;
+}
+
+std::shared_ptr<grpc::ServerCredentials> Authenticator::ServerCredentials() const {
+  if (cert_pem_.empty()) return grpc::InsecureServerCredentials();
+  grpc::SslServerCredentialsOptions ssl(
+      ca_pem_.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
+                      : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
+  ssl.pem_root_certs = ca_pem_;
+  ssl.pem_key_cert_pairs.push_back({key_pem_, cert_pem_});
+  return grpc::SslServerCredentials(ssl);
+}
+
+absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ctx) const {
+  Caller caller;
+  caller.address = ctx.peer();
+  if (!required_) return caller;
+
+  std::optional<core::Identity> from_cert;
+  if (!ca_pem_.empty()) {
+    std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+    if (auth != nullptr && auth->IsPeerAuthenticated()) {
+      std::vector<grpc::string_ref> cn = auth->FindPropertyValues("x509_common_name");
+      if (cn.size() == 1) {
+        absl::StatusOr<core::Identity> id = core::ParseIdentity(View(cn[0]));
+        if (!id.ok()) {
+          return absl::UnauthenticatedError(absl::StrCat(
+              "client certificate of ", caller.address, ": ", id.status().message()));
+        }
+        from_cert = *id;
+      }
+    }
+  }
+  std::optional<core::Identity> from_token;
+  const auto& metadata = ctx.client_metadata();
+  auto it = metadata.find("authorization");
+  if (it != metadata.end()) {
+    std::string_view value = View(it->second);
+    if (!value.starts_with("Bearer ") || !tokens_.has_value()) {
+      return absl::UnauthenticatedError(
+          tokens_.has_value() ? "the authorization metadata must be 'Bearer TOKEN'"
+                              : "this shard takes no tokens (it was started without --tokens)");
+    }
+    from_token = tokens_->Find(value.substr(7));
+    if (!from_token.has_value()) return absl::UnauthenticatedError("unknown token");
+  }
+  if (from_cert.has_value() && from_token.has_value() && !(*from_cert == *from_token)) {
+    return absl::UnauthenticatedError(absl::StrCat("the client certificate says ",
+                                                   from_cert->Name(), " but the token is ",
+                                                   from_token->Name(), "'s"));
+  }
+  caller.identity = from_cert.has_value() ? from_cert : from_token;
+  if (!caller.identity.has_value()) {
+    return absl::UnauthenticatedError(
+        !ca_pem_.empty() && tokens_.has_value()
+            ? "credentials required: a client certificate or a bearer token"
+            : !ca_pem_.empty() ? "credentials required: a client certificate signed by --tls-ca"
+                               : "credentials required: 'authorization: Bearer TOKEN' metadata");
+  }
+  return caller;
+}
+
+core::ClientCredentials Authenticator::PeerCredentials(uint32_t shard_id) const {
+  core::ClientCredentials c;
+  if (!cert_pem_.empty()) {
+    // Without --tls-ca the peers' certificates cannot be verified against anything but
+    // the system roots; give the CA so that shards verify each other.
+    c.tls_ca = ca_path_;
+    c.tls_cert = ca_path_.empty() ? std::string() : cert_path_;
+    c.tls_key = ca_path_.empty() ? std::string() : key_path_;
+  }
+  if (tokens_.has_value()) {
+    c.token = tokens_->TokenOf(core::Identity{core::Identity::Kind::kShard, shard_id}).value_or("");
+  }
+  return c;
+}
+
+RateLimiter::RateLimiter(double per_second, uint32_t burst, core::Clock* clock)
+    : per_second_(per_second),
+      burst_(burst != 0 ? static_cast<double>(burst) : std::max(1.0, per_second)),
+      clock_(clock) {}
+
+bool RateLimiter::Allow(const std::string& key) {
+  if (per_second_ <= 0) return true;
+  const core::SteadyTime now = clock_->Now();
+  absl::MutexLock lock(&mu_);
+  if (buckets_.size() > 4096) {
+    // Forget clients whose bucket has refilled: a new bucket starts full anyway.
+    absl::erase_if(buckets_, [&](const auto& kv) {
+      return kv.second.tokens + per_second_ * std::chrono::duration<double>(now - kv.second.last).count() >=
+             burst_;
+    });
+  }
+  auto [it, fresh] = buckets_.try_emplace(key);
+  Bucket& b = it->second;
+  if (fresh) {
+    b.tokens = burst_;
+  } else {
+    b.tokens = std::min(burst_, b.tokens + per_second_ *
+                                               std::chrono::duration<double>(now - b.last).count());
+  }
+  b.last = now;
+  if (b.tokens < 1.0) return false;
+  b.tokens -= 1.0;
+  return true;
+}
+
+}  // namespace ps::server

@@ -1,0 +1,79 @@
+// Checkpoints of one shard (DESIGN §9, docs/operations.md "Backing up and restoring").
+//
+// A checkpoint holds the layout and, per owned slice, the published version and
+// parameters, the SGD velocity and the rule's state. Its file is written to a
+// temporary name, fsynced, renamed into place and the directory fsynced, so a crash
+// leaves either the old set of files or the new one; it ends with a SHA-256 of
+// everything before it, so a torn or bit-flipped file is detected on load and the
+// previous checkpoint is used instead. The newest `keep` files are kept.
+//
+// File names: <dir>/shard-<id>/checkpoint-<version, 20 digits>.pscp, where version is
+// the highest published version in it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/layout.h"
+
+namespace ps::server {
+
+struct SliceCheckpoint {
+  uint32_t slice_id = 0;
+  uint64_t version = 0;
+  std::string values;  // little-endian fp32, numel values
+  std::vector<float> velocity;    // numel values, or empty with --aggregate-only
+  std::vector<float> rule_state;  // a multiple of numel values
+};
+
+struct ShardCheckpoint {
+  uint32_t shard_id = 0;
+  uint32_t num_shards = 1;
+  std::optional<core::ModelLayout> layout;
+  std::string config_summary;
+  int64_t written_unix_s = 0;
+  std::vector<SliceCheckpoint> slices;
+
+  uint64_t MaxVersion() const;
+};
+
+// The file's bytes.
+std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint);
+// Parses and checks a file: magic, length, checksum (DATA_LOSS on any mismatch), then
+// the contents (INVALID_ARGUMENT): a valid layout whose hash matches, shard id in
+// range, every slice owned by that shard once, sizes matching the layout, finite
+// values. Safe on arbitrary bytes.
+absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file);
+
+class CheckpointStore {
+ public:
+  // Checkpoints of shard `shard_id` under `dir`; `keep` >= 1.
+  CheckpointStore(std::string dir, uint32_t shard_id, uint32_t keep);
+
+  const std::string& directory() const { return shard_dir_; }
+  // Writes `checkpoint` atomically (see above) and deletes all but the newest `keep`.
+  // Returns the path written.
+  absl::StatusOr<std::string> Write(const ShardCheckpoint& checkpoint);
+
+  struct Loaded {
+    ShardCheckpoint checkpoint;
+    std::string path;
+    // Newer files that failed to load, with the reason (already logged).
+    std::vector<std::string> skipped;
+  };
+  // The newest checkpoint that loads, or nullopt when there is none (or only broken
+  // ones, which are listed in the log). Errors only when the directory cannot be read.
+  absl::StatusOr<std::optional<Loaded>> LoadLatest() const;
+  // Checkpoint files, oldest first.
+  absl::StatusOr<std::vector<std::string>> List() const;
+
+ private:
+  const std::string shard_dir_;
+  const uint32_t keep_;
+};
+
+}  // namespace ps::server
