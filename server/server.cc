@@ -299,7 +299,10 @@ class ServerImpl final : public Server {
     for (;;) {
       {
         absl::MutexLock lock(&mu_);
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::Milliseconds(100));
+        // Every N rounds: look often (checkpoints trail the rounds by up to this much).
+        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
+                             options_.checkpoint_every_rounds > 0 ? absl::Milliseconds(10)
+                                                                  : absl::Milliseconds(100));
         if (stopping_) return;
       }
       if (!shard_.ready()) continue;

@@ -1294,6 +1294,10 @@ absl::Status Shard::Restore(const ShardCheckpoint& c) {
       return absl::FailedPreconditionError("a layout is registered already: restore comes first");
     }
     InstallLayoutLocked(*c.layout);
+    uninitialized_ = 0;
+  }
+  // Slice locks are taken without mu_ held (the lock order is slice -> shard).
+  {
     for (const SliceCheckpoint& sc : c.slices) {
       SliceState* s = slices_[sc.slice_id].get();
       if (s == nullptr) {
@@ -1315,7 +1319,9 @@ absl::Status Shard::Restore(const ShardCheckpoint& c) {
       }
       newest = std::max(newest, sc.version);
     }
-    uninitialized_ = 0;
+  }
+  {
+    absl::MutexLock lock(&mu_);
     model_round_ = newest;
   }
   const uint32_t moved = FastForward(newest);

@@ -1,0 +1,87 @@
+// Child processes for integration tests: the real ps-server binary and friends.
+#pragma once
+
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+extern char** environ;
+
+namespace ps::testing {
+
+using std::chrono::milliseconds;
+
+// A child process whose stderr goes to a file; killed if still running at the end.
+class Process {
+ public:
+  explicit Process(std::vector<std::string> args) {
+    log_ = std::filesystem::temp_directory_path() /
+           ("ps_integration_process_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".log");
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 2, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+  }
+  ~Process() {
+    if (pid_ > 0 && !exited_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    std::filesystem::remove(log_);
+  }
+
+  // Waits up to `timeout` for exit; returns the exit status or -1 on timeout.
+  int Wait(milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        exited_ = true;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(milliseconds(20));
+    }
+    return -1;
+  }
+
+  void Signal(int sig) { ::kill(pid_, sig); }
+  std::string Log() const {
+    std::ifstream in(log_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+ private:
+  static inline int counter_ = 0;
+  pid_t pid_ = -1;
+  bool exited_ = false;
+  std::filesystem::path log_;
+};
+
+inline std::string ReadPortFile(const std::string& path, milliseconds timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream in(path);
+    std::string port;
+    if (in >> port) return port;
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  return "";
+}
+
+}  // namespace ps::testing
