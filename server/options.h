@@ -89,6 +89,11 @@ struct ServerOptions {
   std::string log_level = "info";   // trace, debug, info, warn, error
   std::string log_format = "plain";  // plain or json
 
+  // --- observability ---
+  // Port of the Prometheus metrics endpoint, http://host:port/metrics (docs/metrics.md):
+  // -1 off, 0 a free one (Server::metrics_port() says which).
+  int32_t metrics_port = -1;
+
   // Pushes that close a round at its deadline: quorum, or n - f when 0.
   uint32_t EffectiveQuorum() const { return quorum != 0 ? quorum : num_workers - num_byzantine; }
 

@@ -76,6 +76,13 @@ class ServerImpl final : public Server {
                                                    options_.udp_receive_buffer, &shard_));
       worker_service_.set_udp_port(udp_->port());
     }
+    if (options_.metrics_port >= 0) {
+      metrics_ = std::make_unique<Metrics>(&shard_, udp_.get());
+      worker_service_.set_metrics(metrics_.get());
+      shard_.SetAggregationObserver([m = metrics_.get()](AggregationStage stage, core::Duration d) {
+        m->ObserveAggregation(stage, d);
+      });
+    }
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
     int bound = 0;
@@ -91,6 +98,9 @@ class ServerImpl final : public Server {
                                                  " (address in use or not local?)"));
     }
     port_ = static_cast<uint16_t>(bound);
+    if (metrics_ != nullptr) {
+      PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
+    }
     SetServing(true);
     if (!options_.port_file.empty()) PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, port_));
 
@@ -116,6 +126,10 @@ class ServerImpl final : public Server {
       spdlog::info("shard {}: UDP gradient path on {}", options_.shard_id,
                    HostPort(options_.host, udp_->port()));
     }
+    if (metrics_ != nullptr) {
+      spdlog::info("shard {}: metrics on http://{}/metrics", options_.shard_id,
+                   HostPort(options_.host, metrics_->port()));
+    }
     return absl::OkStatus();
   }
 
@@ -125,6 +139,8 @@ class ServerImpl final : public Server {
     if (udp_ == nullptr) return std::nullopt;
     return udp_->stats();
   }
+  uint16_t metrics_port() const override { return metrics_ != nullptr ? metrics_->port() : 0; }
+  Metrics* metrics() override { return metrics_.get(); }
   Shard& shard() override { return shard_; }
   bool serving() const override {
     absl::MutexLock lock(&mu_);
@@ -147,6 +163,8 @@ class ServerImpl final : public Server {
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
     if (sender_ != nullptr) sender_->Stop();
+    // Scrapes read the shard and the UDP receiver: end them before either goes.
+    if (metrics_ != nullptr) metrics_->Stop();
     if (udp_ != nullptr) {
       const UdpStats u = udp_->stats();
       spdlog::info("shard {}: UDP: {} chunks taken, {} lost, {} malformed, {} unknown session, "
@@ -280,6 +298,9 @@ class ServerImpl final : public Server {
   // Declared before shard_ so that it outlives the shard's last aggregation job,
   // which may still hand it a share during shutdown.
   std::unique_ptr<ShareSender> sender_;
+  // Declared before shard_ so that it outlives the shard's aggregation jobs, which
+  // report their times to it; serving stops in Shutdown().
+  std::unique_ptr<Metrics> metrics_;
   Shard shard_;
   // Declared after shard_, so destroyed (its thread stopped) before it.
   std::unique_ptr<UdpReceiver> udp_;

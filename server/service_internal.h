@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ps/v1/ps.grpc.pb.h"
+#include "server/metrics.h"
 #include "server/shard.h"
 
 namespace ps::server {
@@ -22,6 +23,9 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
+  // Where push and pull latencies and bytes go (null: nowhere); set before serving.
+  // Borrowed: must outlive the grpc::Server.
+  void set_metrics(Metrics* metrics) { metrics_ = metrics; }
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
@@ -39,6 +43,7 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
  private:
   Shard* const shard_;
   uint16_t udp_port_ = 0;
+  Metrics* metrics_ = nullptr;
 };
 
 // What this shard tells its peers about itself.
