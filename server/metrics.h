@@ -37,7 +37,8 @@ class Metrics {
   absl::Status Serve(const std::string& host, uint16_t port);
   // The bound port, 0 when not serving.
   uint16_t port() const;
-  // Stops the HTTP server (waits for a scrape in progress). Idempotent.
+  // Stops the HTTP server (waits for a scrape in progress; after any scrape this takes up
+  // to about 2 s, civetweb's poll period). Idempotent.
   void Stop();
 
   // Every metric in the Prometheus text format, as a scrape returns it.

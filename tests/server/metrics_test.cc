@@ -134,6 +134,59 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
             1);
 }
 
+TEST(MetricsModelScopeTest, TimesTheGramShareAndEveryApply) {
+  ServerOptions o;
+  o.num_workers = 3;
+  o.aggregator = "krum";
+  o.learning_rate = 1.0f;
+  o.momentum = 0.0f;
+  aggregators::AggregatorOptions a;
+  a.num_workers = 3;
+  auto agg = aggregators::MakeAggregator("krum", a);
+  ASSERT_TRUE(agg.ok()) << agg.status();
+  core::ManualClock clock;
+  core::ThreadPool pool(2);
+  Shard shard(o, 0, *std::move(agg), &clock, &pool);
+  ASSERT_TRUE(shard.model_scope());
+  Metrics metrics(&shard);
+  shard.SetAggregationObserver([&metrics](AggregationStage stage, core::Duration d) {
+    metrics.ObserveAggregation(stage, d);
+  });
+  // Two slices of 4.
+  auto layout = core::ModelLayout::Create({{"w", 8, 0}}, 4, 1);
+  ASSERT_TRUE(layout.ok());
+  for (uint32_t w = 0; w < 3; ++w) ASSERT_TRUE(shard.Join(w, layout->hash()).ok());
+  ASSERT_TRUE(shard.RegisterLayout(0, *layout).ok());
+  std::string init;
+  core::AppendFp32(std::vector<float>{0, 0, 0, 0}, &init);
+  for (uint32_t slice = 0; slice < 2; ++slice) {
+    ASSERT_TRUE(shard.InitSlice(0, layout->hash(), slice, init).ok());
+  }
+  auto codec = codecs::MakeCodec("fp32");
+  for (uint32_t w = 0; w < 3; ++w) {
+    std::string payload;
+    ASSERT_TRUE((*codec)->Encode(std::vector<float>(4, static_cast<float>(w)), &payload).ok());
+    for (uint32_t slice = 0; slice < 2; ++slice) {
+      ASSERT_TRUE(shard.Push(w, layout->hash(), 0, slice, "fp32", payload).ok());
+    }
+  }
+  for (uint32_t slice = 0; slice < 2; ++slice) {
+    auto done = std::make_shared<absl::Notification>();
+    shard.Watch(slice, 1, [done](bool) { done->Notify(); });
+    ASSERT_TRUE(done->WaitForNotificationWithTimeout(absl::Seconds(10)));
+  }
+  const std::string text = metrics.Render();
+  EXPECT_THAT(text, HasSubstr("scope=\"model\""));
+  const auto m = ParseMetrics(text);
+  EXPECT_EQ(MetricValue(m, "ps_model_rounds_total"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_model_rounds_dropped_total"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_rounds_closed_total"), 2);
+  EXPECT_EQ(MetricValue(m, "ps_aggregation_duration_seconds_count{stage=\"slice\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_aggregation_duration_seconds_count{stage=\"model_gram\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_aggregation_duration_seconds_count{stage=\"model_apply\"}"), 2);
+  shard.SetAggregationObserver(nullptr);  // metrics goes first
+}
+
 TEST_F(MetricsTest, HistogramsCountObservationsIntoBuckets) {
   metrics_->ObservePush(std::chrono::microseconds(50), 100);     // le 0.0001
   metrics_->ObservePush(std::chrono::microseconds(700), 200);    // le 0.001
