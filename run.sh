@@ -23,6 +23,7 @@ PACKAGES=(
   libabsl-dev libssl-dev zlib1g-dev libboost-dev
   libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev
   libtorch-dev dataset-fashion-mnist python3
+  prometheus-cpp-dev prometheus
 )
 BUILD_DIR=${PS_BUILD_DIR:-build}
 LOG_DIR="$BUILD_DIR/logs"

@@ -376,6 +376,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->check(CLI::IsMember({"trace", "debug", "info", "warn", "error"}));
   add("Logging", "log-format", o.log_format, "plain (human-readable) or json (one object per line)")
       ->check(CLI::IsMember({"plain", "json"}));
+
+  add("Observability", "metrics-port", o.metrics_port,
+      "Port of the Prometheus metrics endpoint http://HOST:PORT/metrics on --host: -1 off, "
+      "0 a free one (docs/metrics.md)");
   return names;
 }
 

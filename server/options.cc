@@ -249,6 +249,16 @@ absl::Status ServerOptions::Validate() const {
   if (!OneOf(log_format, {"plain", "json"})) {
     return Invalid("log_format", "log-format", log_format, "must be \"plain\" or \"json\"");
   }
+
+  // --- observability ---
+  if (metrics_port < -1 || metrics_port > 65535) {
+    return Invalid("metrics_port", "metrics-port", absl::StrCat(metrics_port),
+                   "must be -1 (off), 0 (a free port) or a port in [1, 65535]");
+  }
+  if (metrics_port > 0 && metrics_port == port) {
+    return Invalid("metrics_port", "metrics-port", absl::StrCat(metrics_port),
+                   "must differ from --port");
+  }
   return absl::OkStatus();
 }
 

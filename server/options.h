@@ -116,6 +116,11 @@ struct ServerOptions {
   std::string log_level = "info";   // trace, debug, info, warn, error
   std::string log_format = "plain";  // plain or json
 
+  // --- observability ---
+  // Port of the Prometheus metrics endpoint, http://host:port/metrics (docs/metrics.md):
+  // -1 off, 0 a free one (Server::metrics_port() says which).
+  int32_t metrics_port = -1;
+
   // Whether clients must authenticate (mTLS or tokens); without it the worker id is
   // taken from the request.
   bool ClientAuthRequired() const { return !tls_ca.empty() || !tokens_file.empty(); }

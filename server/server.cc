@@ -101,6 +101,7 @@ class ServerImpl final : public Server {
     {
       absl::MutexLock lock(&mu_);
       restored_from_ = loaded->path;
+      restored_unix_s_ = loaded->checkpoint.written_unix_s;
       last_checkpoint_version_ = loaded->checkpoint.MaxVersion();
     }
     // With peers, round numbers must agree with theirs before workers come back.
@@ -115,6 +116,17 @@ class ServerImpl final : public Server {
       PS_ASSIGN_OR_RETURN(udp_, UdpReceiver::Start(options_.host, static_cast<uint16_t>(options_.udp_port),
                                                    options_.udp_receive_buffer, &shard_));
       worker_service_.set_udp_port(udp_->port());
+    }
+    if (options_.metrics_port >= 0) {
+      metrics_ = std::make_unique<Metrics>(&shard_, udp_.get());
+      worker_service_.set_metrics(metrics_.get());
+      if (restored_unix_s_ != 0) {
+        metrics_->SetCheckpointTime(
+            std::chrono::system_clock::time_point(std::chrono::seconds(restored_unix_s_)));
+      }
+      shard_.SetAggregationObserver([m = metrics_.get()](AggregationStage stage, core::Duration d) {
+        m->ObserveAggregation(stage, d);
+      });
     }
     grpc::EnableDefaultHealthCheckService(true);
     grpc::ServerBuilder builder;
@@ -132,6 +144,9 @@ class ServerImpl final : public Server {
                                                  " (address in use or not local?)"));
     }
     port_ = static_cast<uint16_t>(bound);
+    if (metrics_ != nullptr) {
+      PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
+    }
     SetServing(true);
     if (!options_.port_file.empty()) PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, port_));
 
@@ -164,6 +179,10 @@ class ServerImpl final : public Server {
       spdlog::info("shard {}: UDP gradient path on {}", options_.shard_id,
                    HostPort(options_.host, udp_->port()));
     }
+    if (metrics_ != nullptr) {
+      spdlog::info("shard {}: metrics on http://{}/metrics", options_.shard_id,
+                   HostPort(options_.host, metrics_->port()));
+    }
     return absl::OkStatus();
   }
 
@@ -173,6 +192,8 @@ class ServerImpl final : public Server {
     if (udp_ == nullptr) return std::nullopt;
     return udp_->stats();
   }
+  uint16_t metrics_port() const override { return metrics_ != nullptr ? metrics_->port() : 0; }
+  Metrics* metrics() override { return metrics_.get(); }
   Shard& shard() override { return shard_; }
   bool serving() const override {
     absl::MutexLock lock(&mu_);
@@ -204,6 +225,8 @@ class ServerImpl final : public Server {
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
     if (sender_ != nullptr) sender_->Stop();
+    // Scrapes read the shard and the UDP receiver: end them before either goes.
+    if (metrics_ != nullptr) metrics_->Stop();
     if (udp_ != nullptr) {
       const UdpStats u = udp_->stats();
       spdlog::info("shard {}: UDP: {} chunks taken, {} lost, {} malformed, {} unknown session, "
@@ -281,6 +304,10 @@ class ServerImpl final : public Server {
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     spdlog::info("shard {}: checkpoint ({}) of version {} written to {} in {:.1f} ms",
                  options_.shard_id, why, c.MaxVersion(), path, ms);
+    if (metrics_ != nullptr) {
+      metrics_->SetCheckpointTime(std::chrono::system_clock::time_point(
+          std::chrono::seconds(c.written_unix_s)));
+    }
     absl::MutexLock lock(&mu_);
     last_checkpoint_ = path;
     last_checkpoint_unix_s_ = c.written_unix_s;
@@ -497,6 +524,9 @@ class ServerImpl final : public Server {
   // Declared before shard_ so that it outlives the shard's last aggregation job,
   // which may still hand it a share during shutdown.
   std::unique_ptr<ShareSender> sender_;
+  // Declared before shard_ so that it outlives the shard's aggregation jobs, which
+  // report their times to it; serving stops in Shutdown().
+  std::unique_ptr<Metrics> metrics_;
   Shard shard_;
   // Declared after shard_, so destroyed (its thread stopped) before it.
   std::unique_ptr<UdpReceiver> udp_;
@@ -516,6 +546,7 @@ class ServerImpl final : public Server {
   bool peers_agree_ ABSL_GUARDED_BY(mu_) = true;
   bool model_ready_ = false;  // ticker thread only
   std::string restored_from_ ABSL_GUARDED_BY(mu_);
+  int64_t restored_unix_s_ = 0;  // written before Listen()
   std::string last_checkpoint_ ABSL_GUARDED_BY(mu_);
   int64_t last_checkpoint_unix_s_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t last_checkpoint_version_ ABSL_GUARDED_BY(mu_) = 0;

@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "server/metrics.h"
 #include "server/options.h"
 #include "server/shard.h"
 #include "server/udp_receiver.h"
@@ -33,6 +34,10 @@ class Server {
   // The bound UDP port of the lossy gradient path, 0 without one (--udp-port -1).
   virtual uint16_t udp_port() const = 0;
   virtual std::optional<UdpStats> udp_stats() const = 0;
+  // The bound port of the metrics endpoint (/metrics), 0 without one (--metrics-port -1).
+  virtual uint16_t metrics_port() const = 0;
+  // The shard's metrics, null without --metrics-port; lives as long as the Server.
+  virtual Metrics* metrics() = 0;
   virtual Shard& shard() = 0;
   // True while the health service reports SERVING (peers agree, not draining).
   virtual bool serving() const = 0;

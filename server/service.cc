@@ -1,3 +1,4 @@
+#include <chrono>
 #include <memory>
 #include <set>
 #include <utility>
@@ -68,9 +69,10 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const absl::St
 // the reactor (grpc deletes the reactor in OnDone; late callbacks then find it gone).
 class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
  public:
-  PullReactor(Shard* shard, const v1::PullRequest& req) : shard_(shard) {
+  PullReactor(Shard* shard, const v1::PullRequest& req, Metrics* metrics) : shard_(shard) {
     state_ = std::make_shared<State>();
     state_->reactor = this;
+    state_->metrics = metrics;
     state_->remaining = static_cast<size_t>(req.slice_ids_size());
     for (uint32_t id : req.slice_ids()) {
       std::weak_ptr<State> weak = state_;
@@ -121,6 +123,8 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     bool shutting_down ABSL_GUARDED_BY(mu) = false;
     v1::PullResponse response ABSL_GUARDED_BY(mu);
+    Metrics* metrics = nullptr;  // may be null
+    const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
     void OnReady(uint32_t id, int32_t priority, bool ok) {
       absl::MutexLock lock(&mu);
@@ -148,6 +152,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
         response.set_version(snap.version);
         response.set_values(*snap.values);
         --remaining;
+        if (metrics != nullptr) metrics->ObservePullBytes(snap.values->size());
         write_in_flight = true;
         reactor->StartWrite(&response);
         return;
@@ -162,6 +167,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
     void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       if (finished || reactor == nullptr) return;
       finished = true;
+      if (metrics != nullptr) metrics->ObservePull(std::chrono::steady_clock::now() - start);
       reactor->Finish(s);
     }
   };
@@ -251,10 +257,16 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* ctx,
                                                   const v1::PushRequest* req,
                                                   v1::PushResponse* /*resp*/) {
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return Reply(ctx, worker.status());
-  return Reply(ctx, shard_->Push(*worker, req->layout_hash(), req->round(), req->slice_id(),
-                                 req->codec(), req->payload()));
+  const absl::Status s =
+      worker.ok() ? shard_->Push(*worker, req->layout_hash(), req->round(), req->slice_id(),
+                                 req->codec(), req->payload())
+                  : worker.status();
+  if (metrics_ != nullptr) {
+    metrics_->ObservePush(std::chrono::steady_clock::now() - start, req->payload().size());
+  }
+  return Reply(ctx, s);
 }
 
 grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
@@ -265,7 +277,7 @@ grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
       req->layout_hash(),
       std::span<const uint32_t>(req->slice_ids().data(), static_cast<size_t>(req->slice_ids_size())));
   if (!valid.ok()) return new RefusedPull(valid);
-  return new PullReactor(shard_, *req);
+  return new PullReactor(shard_, *req, metrics_);
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,

@@ -12,6 +12,7 @@
 
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
+#include "server/metrics.h"
 #include "server/shard.h"
 
 namespace ps::server {
@@ -42,6 +43,9 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
+  // Where push and pull latencies and bytes go (null: nowhere); set before serving.
+  // Borrowed: must outlive the grpc::Server.
+  void set_metrics(Metrics* metrics) { metrics_ = metrics; }
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
@@ -60,6 +64,7 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
   Shard* const shard_;
   const CallGate gate_;
   uint16_t udp_port_ = 0;
+  Metrics* metrics_ = nullptr;
 };
 
 // ps.v1.AdminService: operator calls, for the admin identity only (or, when the server

@@ -56,6 +56,16 @@ std::string_view RefusalName(Refusal r) {
   return "unknown";
 }
 
+std::string_view AggregationStageName(AggregationStage stage) {
+  switch (stage) {
+    case AggregationStage::kSlice: return "slice";
+    case AggregationStage::kModelGram: return "model_gram";
+    case AggregationStage::kModelApply: return "model_apply";
+    case AggregationStage::kCount: break;
+  }
+  return "unknown";
+}
+
 using Watchers = std::vector<std::pair<uint64_t, std::function<void(bool)>>>;
 
 struct Shard::SliceState {
@@ -195,6 +205,32 @@ absl::Status Shard::Refuse(Refusal r, absl::Status status) const {
                   std::string(status.message()));
   }
   return status;
+}
+
+void Shard::CountMalformed(uint32_t worker_id) {
+  uint64_t count;
+  {
+    absl::MutexLock stats_lock(&stats_mu_);
+    count = ++stats_.malformed_by_worker[worker_id];
+  }
+  // Per worker, since the refusal log above is rate-limited over all workers together.
+  if (std::has_single_bit(count)) {
+    spdlog::warn("shard {}: worker {} sent {} malformed pushes or chunks so far (faulty or "
+                 "hostile?)",
+                 shard_id_, worker_id, count);
+  }
+}
+
+void Shard::SetAggregationObserver(
+    std::function<void(AggregationStage, core::Duration)> observer) {
+  absl::MutexLock lock(&observer_mu_);
+  aggregation_observer_ = std::move(observer);
+}
+
+void Shard::ObserveAggregation(AggregationStage stage,
+                               std::chrono::steady_clock::time_point start) {
+  absl::ReaderMutexLock lock(&observer_mu_);
+  if (aggregation_observer_) aggregation_observer_(stage, std::chrono::steady_clock::now() - start);
 }
 
 absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash) {
@@ -529,10 +565,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     if (s->inputs.empty()) s->inputs.resize(size_t{options_.num_workers} * numel);
     std::span<float> slot(s->inputs.data() + size_t{worker_id} * numel, numel);
     if (absl::Status st = decoder->Decode(payload, slot); !st.ok()) {
-      {
-        absl::MutexLock stats_lock(&stats_mu_);
-        ++stats_.malformed_by_worker[worker_id];
-      }
+      CountMalformed(worker_id);
       return Refuse(Refusal::kMalformed,
                     absl::InvalidArgumentError(absl::StrCat(
                         "malformed push from worker ", worker_id, " for round ", round,
@@ -558,6 +591,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     absl::MutexLock stats_lock(&stats_mu_);
     ++stats_.pushes_accepted;
     stats_.push_bytes += payload.size();
+    stats_.push_decoded_bytes += uint64_t{numel} * sizeof(float);
   }
   if (new_deadline.has_value() && !close) RegisterDeadline(slice_id, *new_deadline);
   return absl::OkStatus();
@@ -577,10 +611,7 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
   PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash(), h.slice_id));
   const uint32_t numel = s->info.numel;
   auto malformed = [&](absl::string_view why) {
-    {
-      absl::MutexLock stats_lock(&stats_mu_);
-      ++stats_.malformed_by_worker[worker_id];
-    }
+    CountMalformed(worker_id);
     return Refuse(Refusal::kMalformed,
                   absl::InvalidArgumentError(absl::StrCat(
                       "malformed chunk ", h.chunk_index, " of ", h.chunk_count, " from worker ",
@@ -640,6 +671,7 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
     absl::MutexLock stats_lock(&stats_mu_);
     ++stats_.udp_chunks_accepted;
     stats_.push_bytes += payload.size();
+    stats_.push_decoded_bytes += uint64_t{range.count} * sizeof(float);
   }
   if (new_deadline.has_value() && !close) RegisterDeadline(h.slice_id, *new_deadline);
   StartUdpRound(h.round);
@@ -711,6 +743,7 @@ std::vector<uint32_t> Shard::SharedSupport(const SliceState& s,
 }
 
 void Shard::Aggregate(SliceState* s) {
+  const auto start = std::chrono::steady_clock::now();
   const uint32_t numel = s->info.numel;
   std::vector<uint32_t> workers;
   uint64_t round;
@@ -752,6 +785,7 @@ void Shard::Aggregate(SliceState* s) {
     ctx.support = support;
     st = aggregator_->Aggregate(rows, out, ctx);
   }
+  ObserveAggregation(AggregationStage::kSlice, start);
   Publish(s, round, out, st);
   aggregations_running_.fetch_sub(1);
 }
@@ -848,6 +882,7 @@ void Shard::StartModelRound(uint64_t round) {
   share->gram.assign(rows * rows, 0.0);
   absl::Status st = absl::OkStatus();
   if (!share->participants.empty()) {
+    const auto start = std::chrono::steady_clock::now();
     for (uint32_t id : ids) {
       SliceState* s = slices_[id].get();
       std::vector<const float*> inputs;
@@ -863,6 +898,7 @@ void Shard::StartModelRound(uint64_t round) {
       ctx.support = support;
       st.Update(aggregator_->AccumulateGram(inputs, s->info.numel, ctx, share->gram));
     }
+    ObserveAggregation(AggregationStage::kModelGram, start);
   }
   if (!st.ok()) {
     // Only a programming error gets here (sizes are ours); keep the shards in step by
@@ -1048,6 +1084,7 @@ void Shard::PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::
     std::vector<float> out(s->info.numel);
     absl::Status st = plan.status();
     if (plan.ok()) {
+      const auto start = std::chrono::steady_clock::now();
       std::vector<const float*> inputs;
       for (uint32_t w : agreed) inputs.push_back(s->inputs.data() + size_t{w} * s->info.numel);
       const std::vector<uint32_t> support = SharedSupport(*s, agreed);
@@ -1060,6 +1097,7 @@ void Shard::PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::
       ctx.state = s->rule_state;
       ctx.support = support;
       st = aggregator_->Apply(*plan, inputs, out, ctx);
+      ObserveAggregation(AggregationStage::kModelApply, start);
     }
     Publish(s, round, out, st);
   }
@@ -1213,6 +1251,12 @@ bool Shard::layout_registered() const { return registered_.load(std::memory_orde
 bool Shard::ready() const {
   absl::MutexLock lock(&mu_);
   return layout_.has_value() && uninitialized_ == 0;
+}
+
+uint32_t Shard::workers_joined() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<uint32_t>(std::count_if(session_of_worker_.begin(), session_of_worker_.end(),
+                                             [](const std::string& s) { return !s.empty(); }));
 }
 
 

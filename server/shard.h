@@ -16,6 +16,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -70,7 +71,10 @@ std::string_view RefusalName(Refusal r);
 
 struct ShardStats {
   uint64_t pushes_accepted = 0;
+  // Payload bytes of accepted pushes and UDP chunks as they came on the wire, and the
+  // fp32 bytes they decoded to (their ratio is the compression ratio).
   uint64_t push_bytes = 0;
+  uint64_t push_decoded_bytes = 0;
   uint64_t rounds_closed = 0;          // slice rounds
   uint64_t rounds_closed_at_deadline = 0;
   uint64_t aggregation_errors = 0;
@@ -93,6 +97,15 @@ struct ShardStats {
   // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
   std::vector<uint64_t> malformed_by_worker;
 };
+
+// What an aggregation observer (Shard::SetAggregationObserver) is timing.
+enum class AggregationStage : int {
+  kSlice = 0,   // one slice's round aggregated on its own (slice scope)
+  kModelGram,   // model scope: this shard's Gram share of a round, over its owned slices
+  kModelApply,  // model scope: the agreed plan applied to one slice
+  kCount,
+};
+std::string_view AggregationStageName(AggregationStage stage);
 
 struct JoinResult {
   std::string session;
@@ -205,6 +218,10 @@ class Shard {
   // Called (without locks held) whenever a new, earlier deadline may exist.
   void SetDeadlineListener(std::function<void()> listener);
 
+  // Called on the aggregating (pool) thread with the time each aggregation step took
+  // (metrics); must be quick and thread-safe. Null turns it off.
+  void SetAggregationObserver(std::function<void(AggregationStage, core::Duration)> observer);
+
   // Refuses new pushes, lets running aggregations finish, wakes every watcher with
   // false. Returns after `timeout` at the latest.
   void Drain(core::Duration timeout);
@@ -228,6 +245,8 @@ class Shard {
 
   bool layout_registered() const;
   bool ready() const;
+  // Workers with a session (joined at least once).
+  uint32_t workers_joined() const;
   // Hash of the registered layout or 0.
   uint64_t layout_hash() const;
   // Lowest published version over the owned slices (0 before ready).
@@ -243,6 +262,11 @@ class Shard {
   absl::Status Refuse(Refusal r, absl::Status status) const;
 
  private:
+  // Counts a malformed push or chunk of `worker_id` and, at its 1st, 2nd, 4th, ...,
+  // names the worker in a warning (a suspect is a log line, not a metric label).
+  void CountMalformed(uint32_t worker_id);
+  // Hands the time since `start` to the aggregation observer, if any.
+  void ObserveAggregation(AggregationStage stage, std::chrono::steady_clock::time_point start);
   // Under s->mu: refuses a push for `round` unless it is s's open round.
   absl::Status CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint64_t round);
   // Under s->mu, after a push or chunk was taken: closes the round when every push is
@@ -345,6 +369,10 @@ class Shard {
   absl::Mutex aggregation_mu_;
   std::set<std::tuple<int64_t, uint64_t, uint32_t>> aggregation_queue_ ABSL_GUARDED_BY(aggregation_mu_);
   uint64_t aggregation_seq_ ABSL_GUARDED_BY(aggregation_mu_) = 0;
+
+  absl::Mutex observer_mu_;
+  std::function<void(AggregationStage, core::Duration)> aggregation_observer_
+      ABSL_GUARDED_BY(observer_mu_);
 
   mutable absl::Mutex stats_mu_;
   mutable ShardStats stats_ ABSL_GUARDED_BY(stats_mu_);

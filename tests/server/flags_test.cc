@@ -58,7 +58,8 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "threads",
                                                   "drain-timeout-ms",
                                                   "log-level",
-                                                  "log-format"};
+                                                  "log-format",
+                                                  "metrics-port"};
   return kNames;
 }
 
@@ -158,6 +159,7 @@ TEST_F(FlagsTest, NoArgumentsGiveTheDocumentedDefaults) {
   EXPECT_EQ(o.drain_timeout, std::chrono::milliseconds(10000));
   EXPECT_EQ(o.log_level, "info");
   EXPECT_EQ(o.log_format, "plain");
+  EXPECT_EQ(o.metrics_port, -1);
   EXPECT_EQ(o.ConsistencySummary(), d.ConsistencySummary());
 }
 
@@ -189,7 +191,8 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"threads", "3"},
           {"drain-timeout-ms", "1500"},
           {"log-level", "debug"},
-          {"log-format", "json"}};
+          {"log-format", "json"},
+          {"metrics-port", "9464"}};
 }
 
 void ExpectNonDefaultValues(const ServerOptions& o) {
@@ -220,6 +223,7 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.drain_timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(o.log_level, "debug");
   EXPECT_EQ(o.log_format, "json");
+  EXPECT_EQ(o.metrics_port, 9464);
 }
 
 TEST_F(FlagsTest, EveryFlagIsParsed) {
@@ -463,6 +467,15 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--udp-port=70000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("--udp-port=70000"));
+  result = Parse({"--metrics-port=-2"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("--metrics-port=-2"));
+  result = Parse({"--metrics-port=70000"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("--metrics-port=70000"));
+  result = Parse({"--port=9464", "--metrics-port=9464"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
   result = Parse({"--udp-receive-buffer=1000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("at least 65536"));
@@ -502,7 +515,7 @@ TEST_F(FlagsTest, HelpListsEveryFlagWithDefaultAndVariable) {
     EXPECT_THAT(help, HasSubstr(flag));
   }
   for (const std::string group : {"Network:", "Topology:", "Rounds:", "Aggregation:", "Optimizer:",
-                                  "Resources:", "Logging:"}) {
+                                  "Resources:", "Logging:", "Observability:"}) {
     EXPECT_THAT(help, HasSubstr(group));
   }
   // One [default: ...] per configurable flag, with the values of ServerOptions.

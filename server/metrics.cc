@@ -1,0 +1,375 @@
+#include "server/metrics.h"
+
+#include <prometheus/client_metric.h>
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
+
+#include <array>
+#include <atomic>
+#include <exception>
+#include <limits>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace ps::server {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Handler time of a Push: decode and validation, well below a millisecond for a slice.
+const prometheus::Histogram::BucketBoundaries& PushBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1};
+  return *b;
+}
+
+// A Pull waits for its round to close: up to the round deadline (5 s by default).
+const prometheus::Histogram::BucketBoundaries& PullBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
+  return *b;
+}
+
+// One rule over one slice (or a Gram share over a shard's slices): microseconds for a
+// mean, seconds for Krum or a geometric median over large slices.
+const prometheus::Histogram::BucketBoundaries& AggregationBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+      0.025,   0.05,   0.1,     0.25,   0.5,   1,      2.5,    5,    10};
+  return *b;
+}
+
+double Seconds(core::Duration d) { return std::chrono::duration<double>(d).count(); }
+
+MetricFamily Family(std::string name, std::string help, MetricType type) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = type;
+  return f;
+}
+
+ClientMetric Labelled(std::vector<ClientMetric::Label> labels) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  return m;
+}
+
+void AddCounter(MetricFamily* f, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m = Labelled(std::move(labels));
+  m.counter.value = value;
+  f->metric.push_back(std::move(m));
+}
+
+void AddGauge(MetricFamily* f, double value, std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m = Labelled(std::move(labels));
+  m.gauge.value = value;
+  f->metric.push_back(std::move(m));
+}
+
+MetricFamily Counter(std::string name, std::string help, double value) {
+  MetricFamily f = Family(std::move(name), std::move(help), MetricType::Counter);
+  AddCounter(&f, value);
+  return f;
+}
+
+MetricFamily Gauge(std::string name, std::string help, double value) {
+  MetricFamily f = Family(std::move(name), std::move(help), MetricType::Gauge);
+  AddGauge(&f, value);
+  return f;
+}
+
+void AddHistogram(MetricFamily* f, const prometheus::Histogram& h,
+                  std::vector<ClientMetric::Label> labels = {}) {
+  ClientMetric m = h.Collect();
+  m.label = std::move(labels);
+  f->metric.push_back(std::move(m));
+}
+
+// Everything a scrape returns, built at scrape time. Shared with the Exposer (which
+// holds it weakly), so it lives in its own object.
+class Collector final : public prometheus::Collectable {
+ public:
+  Collector(const Shard* shard, const UdpReceiver* udp)
+      : shard_(shard),
+        udp_(udp),
+        push_seconds_(PushBuckets()),
+        pull_seconds_(PullBuckets()) {
+    for (auto& h : aggregation_seconds_) {
+      h = std::make_unique<prometheus::Histogram>(AggregationBuckets());
+    }
+  }
+
+  std::vector<MetricFamily> Collect() const override;
+
+  void ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
+    push_seconds_.Observe(Seconds(elapsed));
+    grpc_received_bytes_.fetch_add(payload_bytes, std::memory_order_relaxed);
+  }
+  void ObservePullBytes(uint64_t bytes) {
+    grpc_sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  }
+  void ObservePull(core::Duration elapsed) { pull_seconds_.Observe(Seconds(elapsed)); }
+  void ObserveAggregation(AggregationStage stage, core::Duration elapsed) {
+    const auto i = static_cast<size_t>(stage);
+    if (i < aggregation_seconds_.size()) aggregation_seconds_[i]->Observe(Seconds(elapsed));
+  }
+  void SetCheckpointTime(std::chrono::system_clock::time_point when) {
+    checkpoint_ns_.store(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(when.time_since_epoch()).count(),
+        std::memory_order_relaxed);
+  }
+
+ private:
+  static constexpr int64_t kNoCheckpoint = std::numeric_limits<int64_t>::min();
+
+  const Shard* const shard_;
+  const UdpReceiver* const udp_;
+  prometheus::Histogram push_seconds_;
+  prometheus::Histogram pull_seconds_;
+  std::array<std::unique_ptr<prometheus::Histogram>, static_cast<size_t>(AggregationStage::kCount)>
+      aggregation_seconds_;
+  std::atomic<uint64_t> grpc_received_bytes_{0};
+  std::atomic<uint64_t> grpc_sent_bytes_{0};
+  std::atomic<int64_t> checkpoint_ns_{kNoCheckpoint};
+};
+
+std::vector<MetricFamily> Collector::Collect() const {
+  const ShardStats st = shard_->stats();
+  const bool has_udp = udp_ != nullptr;
+  const UdpStats udp = has_udp ? udp_->stats() : UdpStats{};
+  const ServerOptions& o = shard_->options();
+  std::vector<MetricFamily> out;
+
+  // --- identity and state ---
+  MetricFamily info = Family("ps_shard_info",
+                             "This shard's id and configuration (the value is always 1)",
+                             MetricType::Gauge);
+  AddGauge(&info, 1,
+           {{"shard", absl::StrCat(shard_->shard_id())},
+            {"num_shards", absl::StrCat(o.num_shards)},
+            {"aggregator", o.aggregator},
+            {"scope", shard_->model_scope() ? "model" : "slice"}});
+  out.push_back(std::move(info));
+  out.push_back(Gauge("ps_ready",
+                      "1 once a layout is registered and every owned slice has its initial value",
+                      shard_->ready() ? 1 : 0));
+  out.push_back(Gauge("ps_workers_expected", "n: workers expected in every round (--workers)",
+                      o.num_workers));
+  out.push_back(Gauge("ps_workers_joined", "Workers that joined this shard (have a session)",
+                      shard_->workers_joined()));
+  out.push_back(Gauge("ps_published_version",
+                      "Lowest published version over the owned slices (0 before ready)",
+                      static_cast<double>(shard_->MinVersion())));
+
+  // --- latency ---
+  MetricFamily push = Family("ps_push_duration_seconds",
+                             "Time the gRPC Push handler took (decode and checks), refused "
+                             "pushes included",
+                             MetricType::Histogram);
+  AddHistogram(&push, push_seconds_);
+  out.push_back(std::move(push));
+  MetricFamily pull = Family("ps_pull_duration_seconds",
+                             "Time from a Pull request to the end of its stream, waiting for "
+                             "the round included",
+                             MetricType::Histogram);
+  AddHistogram(&pull, pull_seconds_);
+  out.push_back(std::move(pull));
+  MetricFamily aggregation =
+      Family("ps_aggregation_duration_seconds",
+             "Time of one aggregation step: a slice's rule (slice), a model-scope Gram share "
+             "(model_gram), a model-scope plan applied to a slice (model_apply)",
+             MetricType::Histogram);
+  for (size_t i = 0; i < aggregation_seconds_.size(); ++i) {
+    AddHistogram(&aggregation, *aggregation_seconds_[i],
+                 {{"stage", std::string(AggregationStageName(static_cast<AggregationStage>(i)))}});
+  }
+  out.push_back(std::move(aggregation));
+
+  // --- bytes ---
+  MetricFamily received = Family("ps_received_bytes_total",
+                                 "Gradient bytes received: gRPC push payloads (refused ones "
+                                 "included) and whole UDP datagrams",
+                                 MetricType::Counter);
+  AddCounter(&received, static_cast<double>(grpc_received_bytes_.load(std::memory_order_relaxed)),
+             {{"transport", "grpc"}});
+  if (has_udp) {
+    AddCounter(&received, static_cast<double>(udp.bytes), {{"transport", "udp"}});
+  }
+  out.push_back(std::move(received));
+  MetricFamily sent = Family("ps_sent_bytes_total", "Parameter bytes written to Pull streams",
+                             MetricType::Counter);
+  AddCounter(&sent, static_cast<double>(grpc_sent_bytes_.load(std::memory_order_relaxed)),
+             {{"transport", "grpc"}});
+  out.push_back(std::move(sent));
+  out.push_back(Counter("ps_push_wire_bytes_total",
+                        "Encoded payload bytes of accepted pushes and UDP chunks",
+                        static_cast<double>(st.push_bytes)));
+  out.push_back(Counter("ps_push_decoded_bytes_total",
+                        "fp32 bytes the accepted pushes and UDP chunks decoded to "
+                        "(compression ratio: rate of this over rate of ps_push_wire_bytes_total)",
+                        static_cast<double>(st.push_decoded_bytes)));
+
+  // --- pushes and rounds ---
+  out.push_back(Counter("ps_pushes_accepted_total", "Gradient slices accepted over gRPC",
+                        static_cast<double>(st.pushes_accepted)));
+  out.push_back(Counter("ps_rounds_closed_total", "Slice rounds aggregated and published",
+                        static_cast<double>(st.rounds_closed)));
+  out.push_back(Counter("ps_rounds_closed_at_deadline_total",
+                        "Slice rounds closed at their deadline with the quorum, not all n",
+                        static_cast<double>(st.rounds_closed_at_deadline)));
+  out.push_back(Counter("ps_aggregation_errors_total",
+                        "Slice rounds whose aggregation failed (parameters published unchanged)",
+                        static_cast<double>(st.aggregation_errors)));
+  out.push_back(Counter("ps_model_rounds_total",
+                        "Model-scope rounds aggregated from every shard's share",
+                        static_cast<double>(st.model_rounds)));
+  out.push_back(Counter("ps_model_rounds_dropped_total",
+                        "Model-scope rounds dropped (a peer's share late, or no plan); "
+                        "parameters published unchanged",
+                        static_cast<double>(st.model_rounds_dropped)));
+  out.push_back(Counter("ps_shares_refused_total", "Model-scope shares from peers refused",
+                        static_cast<double>(st.shares_refused)));
+
+  MetricFamily refusals = Family("ps_refusals_total", "Requests refused, by reason",
+                                 MetricType::Counter);
+  for (size_t i = 0; i < st.refusals.size(); ++i) {
+    AddCounter(&refusals, static_cast<double>(st.refusals[i]),
+               {{"reason", std::string(RefusalName(static_cast<Refusal>(i)))}});
+  }
+  out.push_back(std::move(refusals));
+
+  // --- UDP path ---
+  if (has_udp) {
+    out.push_back(Counter("ps_udp_chunks_accepted_total", "UDP chunks taken by the shard",
+                          static_cast<double>(st.udp_chunks_accepted)));
+    out.push_back(Counter("ps_udp_chunks_lost_total",
+                          "UDP chunks missing when their round closed (masked in the aggregate)",
+                          static_cast<double>(st.udp_chunks_lost)));
+    MetricFamily dropped = Family("ps_udp_datagrams_dropped_total",
+                                  "UDP datagrams dropped, by reason", MetricType::Counter);
+    const std::pair<const char*, uint64_t> reasons[] = {
+        {"malformed", udp.malformed}, {"unknown_session", udp.unknown_session},
+        {"forged", udp.forged},       {"replayed", udp.replayed},
+        {"stale", udp.stale},         {"refused", udp.refused}};
+    for (const auto& [reason, count] : reasons) {
+      AddCounter(&dropped, static_cast<double>(count), {{"reason", reason}});
+    }
+    out.push_back(std::move(dropped));
+  }
+
+  // --- durability ---
+  const int64_t checkpoint_ns = checkpoint_ns_.load(std::memory_order_relaxed);
+  if (checkpoint_ns != kNoCheckpoint) {
+    const auto when = std::chrono::system_clock::time_point(
+        std::chrono::duration_cast<std::chrono::system_clock::duration>(
+            std::chrono::nanoseconds(checkpoint_ns)));
+    const double age =
+        std::chrono::duration<double>(std::chrono::system_clock::now() - when).count();
+    out.push_back(Gauge("ps_checkpoint_age_seconds",
+                        "Seconds since the last successful checkpoint (absent before the first)",
+                        std::max(age, 0.0)));
+  }
+  return out;
+}
+
+// civetweb's listening_ports syntax: an IPv6 address goes in brackets.
+std::string BindAddress(const std::string& host, uint16_t port) {
+  if (host.find(':') != std::string::npos && host.front() != '[') {
+    return absl::StrCat("[", host, "]:", port);
+  }
+  return absl::StrCat(host, ":", port);
+}
+
+}  // namespace
+
+class Metrics::Impl {
+ public:
+  Impl(const Shard* shard, const UdpReceiver* udp)
+      : collector(std::make_shared<Collector>(shard, udp)) {}
+
+  const std::shared_ptr<Collector> collector;
+  mutable absl::Mutex mu;
+  // Destroyed (threads joined) in Stop(), before the collector it scrapes.
+  std::unique_ptr<prometheus::Exposer> exposer ABSL_GUARDED_BY(mu);
+  uint16_t port ABSL_GUARDED_BY(mu) = 0;
+};
+
+Metrics::Metrics(const Shard* shard, const UdpReceiver* udp)
+    : impl_(std::make_unique<Impl>(shard, udp)) {}
+
+Metrics::~Metrics() { Stop(); }
+
+absl::Status Metrics::Serve(const std::string& host, uint16_t port) {
+  absl::MutexLock lock(&impl_->mu);
+  if (impl_->exposer != nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("metrics already served on port ", impl_->port));
+  }
+  const std::string address = BindAddress(host, port);
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {
+    // Two threads: a scrape and a second, concurrent one (a person with curl).
+    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+    exposer->RegisterCollectable(impl_->collector);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ",
+                                               e.what(), " (address in use or not local?)"));
+  }
+  const std::vector<int> ports = exposer->GetListeningPorts();
+  if (ports.empty() || ports[0] <= 0 || ports[0] > 65535) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address,
+                                               ": no listening port"));
+  }
+  impl_->port = static_cast<uint16_t>(ports[0]);
+  impl_->exposer = std::move(exposer);
+  return absl::OkStatus();
+}
+
+uint16_t Metrics::port() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->port;
+}
+
+void Metrics::Stop() {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  {
+    absl::MutexLock lock(&impl_->mu);
+    exposer = std::move(impl_->exposer);
+    impl_->port = 0;
+  }
+  exposer.reset();  // outside the lock: it waits for a scrape in progress
+}
+
+std::string Metrics::Render() const {
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, impl_->collector->Collect());
+  return out.str();
+}
+
+void Metrics::ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
+  impl_->collector->ObservePush(elapsed, payload_bytes);
+}
+
+void Metrics::ObservePullBytes(uint64_t bytes) { impl_->collector->ObservePullBytes(bytes); }
+
+void Metrics::ObservePull(core::Duration elapsed) { impl_->collector->ObservePull(elapsed); }
+
+void Metrics::ObserveAggregation(AggregationStage stage, core::Duration elapsed) {
+  impl_->collector->ObserveAggregation(stage, elapsed);
+}
+
+void Metrics::SetCheckpointTime(std::chrono::system_clock::time_point when) {
+  impl_->collector->SetCheckpointTime(when);
+}
+
+}  // namespace ps::server

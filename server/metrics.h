@@ -1,0 +1,64 @@
+// Metrics: a shard's Prometheus metrics (docs/metrics.md), rendered in the text
+// exposition format and, once Serve() is called, served at http://HOST:PORT/metrics by
+// an embedded HTTP server (prometheus-cpp's Exposer on civetweb).
+//
+// What the Shard and the UdpReceiver already count (ShardStats, UdpStats) is read when
+// scraped, never counted a second time; only what the gRPC service alone sees (push
+// and pull latency, bytes in and out) and aggregation times are observed at the event,
+// through the Observe* methods.
+//
+// Ownership: borrows the Shard and the UdpReceiver (may be null); both must outlive the
+// Metrics, or at least every Render() and scrape (Stop() ends the scrapes).
+// Thread safety: every method may be called concurrently from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "core/clock.h"
+#include "server/shard.h"
+#include "server/udp_receiver.h"
+
+namespace ps::server {
+
+class Metrics {
+ public:
+  explicit Metrics(const Shard* shard, const UdpReceiver* udp = nullptr);
+  // Stops serving first.
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // Serves /metrics on `host`:`port` (0: a free port) until Stop(). UNAVAILABLE when the
+  // address cannot be bound; FAILED_PRECONDITION when already serving.
+  absl::Status Serve(const std::string& host, uint16_t port);
+  // The bound port, 0 when not serving.
+  uint16_t port() const;
+  // Stops the HTTP server (waits for a scrape in progress; after any scrape this takes up
+  // to about 2 s, civetweb's poll period). Idempotent.
+  void Stop();
+
+  // Every metric in the Prometheus text format, as a scrape returns it.
+  std::string Render() const;
+
+  // One gRPC Push handled (accepted or refused): its handler time and payload size.
+  void ObservePush(core::Duration elapsed, uint64_t payload_bytes);
+  // Slice values written to a Pull stream.
+  void ObservePullBytes(uint64_t bytes);
+  // A Pull stream finished (any status), `elapsed` after its request arrived.
+  void ObservePull(core::Duration elapsed);
+  // One aggregation step (Shard::SetAggregationObserver).
+  void ObserveAggregation(AggregationStage stage, core::Duration elapsed);
+  // When the last checkpoint was written; ps_checkpoint_age_seconds is absent until the
+  // first call.
+  void SetCheckpointTime(std::chrono::system_clock::time_point when);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps::server

@@ -1,0 +1,185 @@
+// A real Server with --metrics-port 0 on loopback, one real round with a real
+// ps::Worker, then /metrics scraped over HTTP: values, and `promtool check metrics` on
+// the body when promtool is installed (Debian package prometheus; run.sh installs it).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "metrics_text.h"
+#include "server/server.h"
+#include "worker_lib/worker.h"
+
+namespace ps::server {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MetricValue;
+using testing::ParseMetrics;
+using std::chrono::milliseconds;
+
+constexpr char kPromtool[] = "/usr/bin/promtool";
+
+ServerOptions Options() {
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.udp_port = 0;
+  o.metrics_port = 0;
+  o.num_workers = 1;
+  o.threads = 2;
+  o.round_deadline = milliseconds(20000);
+  o.drain_timeout = milliseconds(2000);
+  return o;
+}
+
+// Runs `promtool check metrics` on `text`; returns its exit status and output.
+std::pair<int, std::string> Promtool(const std::string& text) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path();
+  const std::string stem = absl::StrCat("ps-metrics-", ::getpid());
+  const std::filesystem::path in = dir / (stem + ".prom");
+  const std::filesystem::path out = dir / (stem + ".out");
+  std::ofstream(in) << text;
+  const std::string cmd = absl::StrCat("timeout 60 ", kPromtool, " check metrics < ", in.string(),
+                                       " > ", out.string(), " 2>&1");
+  const int rc = std::system(cmd.c_str());
+  std::ifstream read(out);
+  std::string output((std::istreambuf_iterator<char>(read)), std::istreambuf_iterator<char>());
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, output};
+}
+
+class MetricsScrapeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto server = Server::Start(Options());
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+    ASSERT_NE(server_->metrics_port(), 0);
+    ASSERT_NE(server_->metrics_port(), server_->port());
+    ASSERT_NE(server_->metrics(), nullptr);
+  }
+
+  std::string Scrape() {
+    absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(server_->metrics_port(), "/metrics");
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return "";
+    EXPECT_EQ(r->status, 200);
+    return r->body;
+  }
+
+  std::unique_ptr<Server> server_;
+};
+
+TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
+  const core::ModelLayout layout =
+      *core::ModelLayout::Create({{"w", 300, 0}, {"b", 10, 1}}, /*slice_elems=*/128, 1);
+  std::vector<std::vector<float>> init = {std::vector<float>(300, 0.5f),
+                                          std::vector<float>(10, 0.0f)};
+  WorkerOptions wo;
+  wo.shard_addresses = {absl::StrCat("127.0.0.1:", server_->port())};
+  wo.connect_timeout = milliseconds(20000);
+  const std::vector<std::span<const float>> initial(init.begin(), init.end());
+  auto worker = Worker::Start(wo, layout, initial);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+
+  std::vector<std::vector<float>> params = {std::vector<float>(300), std::vector<float>(10)};
+  std::vector<std::span<float>> outs(params.begin(), params.end());
+  ASSERT_TRUE((*worker)->PullAll(0, outs, milliseconds(20000)).ok());
+  for (size_t t = 0; t < 2; ++t) {
+    ASSERT_TRUE((*worker)->Push(t, 0, std::vector<float>(layout.tensors()[t].numel, 1.0f)).ok());
+  }
+  ASSERT_TRUE((*worker)->WaitPushes().ok());
+  auto v = (*worker)->PullAll(1, outs, milliseconds(20000));
+  ASSERT_TRUE(v.ok()) << v.status();
+  ASSERT_EQ(*v, 1u);
+
+  // The worker has every slice once the last write is out; the server ends the stream
+  // (and times it) just after: wait (bounded) for both pulls to be counted.
+  std::string body = Scrape();
+  for (int i = 0; i < 500 && ParseMetrics(body)["ps_pull_duration_seconds_count"] < 2; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    body = Scrape();
+  }
+  const auto m = ParseMetrics(body);
+  const double slices = static_cast<double>(layout.slices().size());
+  const double values = 310;
+  EXPECT_EQ(MetricValue(m, "ps_ready"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_workers_joined"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_published_version"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_pushes_accepted_total"), slices);
+  EXPECT_EQ(MetricValue(m, "ps_rounds_closed_total"), slices);
+  EXPECT_EQ(MetricValue(m, "ps_push_duration_seconds_count"), slices);
+  EXPECT_EQ(MetricValue(m, "ps_aggregation_duration_seconds_count{stage=\"slice\"}"), slices);
+  EXPECT_EQ(MetricValue(m, "ps_push_decoded_bytes_total"), values * 4);
+  // Nothing refused: every gRPC push byte received was accepted.
+  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"grpc\"}"),
+            MetricValue(m, "ps_push_wire_bytes_total"));
+  EXPECT_GE(MetricValue(m, "ps_push_wire_bytes_total"), values * 4);
+  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"udp\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_udp_datagrams_dropped_total{reason=\"forged\"}"), 0);
+  for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
+    EXPECT_EQ(MetricValue(m, absl::StrCat("ps_refusals_total{reason=\"",
+                                          std::string(RefusalName(static_cast<Refusal>(r))), "\"}")),
+              0);
+  }
+  // Two PullAll calls, each streaming every slice (a stream ends when its last slice
+  // is written, so both are counted by now).
+  EXPECT_GE(MetricValue(m, "ps_pull_duration_seconds_count"), 2);
+  EXPECT_GE(MetricValue(m, "ps_sent_bytes_total{transport=\"grpc\"}"), 2 * values * 4);
+  EXPECT_THAT(body, HasSubstr("ps_shard_info{"));
+
+  server_->metrics()->SetCheckpointTime(std::chrono::system_clock::now());
+  const std::string with_checkpoint = Scrape();
+  EXPECT_GE(MetricValue(ParseMetrics(with_checkpoint), "ps_checkpoint_age_seconds"), 0);
+
+  if (!std::filesystem::exists(kPromtool)) {
+    GTEST_SKIP() << kPromtool << " not found (Debian package prometheus; `bash run.sh test` "
+                 << "installs it): the exposition format was not linted";
+  }
+  for (const std::string& text : {body, with_checkpoint}) {
+    const auto [rc, output] = Promtool(text);
+    EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output << "\non:\n" << text;
+  }
+}
+
+TEST_F(MetricsScrapeTest, OtherPathsAreNotFoundAndShutdownStopsServing) {
+  absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(server_->metrics_port(), "/nope");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->status, 404);
+  const uint16_t port = server_->metrics_port();
+  server_->Shutdown();
+  EXPECT_EQ(server_->metrics_port(), 0);
+  EXPECT_FALSE(testing::HttpGet(port, "/metrics").ok());
+}
+
+TEST(MetricsServerTest, NoEndpointByDefault) {
+  ServerOptions o = Options();
+  o.metrics_port = -1;
+  auto server = Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  EXPECT_EQ((*server)->metrics_port(), 0);
+  EXPECT_EQ((*server)->metrics(), nullptr);
+}
+
+TEST(MetricsServerTest, StartFailsWhenTheMetricsPortIsTaken) {
+  testing::ListeningSocket taken;
+  ASSERT_NE(taken.port(), 0);
+  ServerOptions o = Options();
+  o.metrics_port = taken.port();
+  auto server = Server::Start(o);
+  ASSERT_FALSE(server.ok());
+  EXPECT_EQ(server.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(server.status().message()), HasSubstr("metrics"));
+}
+
+}  // namespace
+}  // namespace ps::server
