@@ -89,7 +89,8 @@ done
 validate_k8s "$RENDER"/base.yaml "$RENDER"/worker-job.yaml >/dev/null
 ok "base and worker-job render and match the Kubernetes OpenAPI models"
 validate_k8s --ps-consistency "${overlays[@]}" >/dev/null
-ok "overlays ($(cd "$RENDER" && ls overlays-*.yaml | sed 's/^overlays-//; s/\.yaml$//' | tr '\n' ' ' | sed 's/ $//')) render, match the models, and agree on the topology"
+names=("${overlays[@]##*/overlays-}")
+ok "overlays (${names[*]%.yaml}) render, match the models, and agree on the topology"
 
 # --- 3: negative tests ---------------------------------------------------------------
 # Each mutation of a rendered overlay must be refused with a message naming the field.

@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by up.sh and down.sh (sourced): stops the processes of a run with SIGTERM.
 # Exit statuses are known only in the shell that started the processes (up.sh); from
 # another shell (down.sh) a process that exited on time is reported as "stopped".

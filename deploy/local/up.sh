@@ -59,7 +59,7 @@ trainer_help=$([ "$WORKERS" -eq 0 ] || "$TRAINER" --help)
 need_flag() {  # need_flag FEATURE HELP FLAG...
   local feature=$1 help=$2; shift 2
   for f in "$@"; do
-    grep -q -- "$f[ =]" <<<"$help" || die "$feature needs $f, which this build ($BIN) lacks"
+    grep -q -- "${f}[ =]" <<<"$help" || die "$feature needs $f, which this build ($BIN) lacks"
   done
 }
 [ "${PS_LOCAL_TLS:-0}" = 1 ] && need_flag PS_LOCAL_TLS=1 "$server_help" --tls-cert --tls-key --tls-ca
