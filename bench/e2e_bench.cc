@@ -61,6 +61,7 @@ struct E2eFlags {
   uint64_t inflight = 0;  // 0: WorkerOptions' default
   uint32_t server_threads = 0;
   bool aggregate_only = false;
+  bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
   bool soak = false;
   double soak_interval = 60;
   std::string json;
@@ -438,7 +439,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         // The cluster first when --seconds decides the round count, the baseline
         // moving the same rounds before (with --rounds) and after.
         absl::StatusOr<RawResult> raw_before =
-            f.seconds > 0 ? absl::StatusOr<RawResult>(RawResult{}) : raw_once(f.rounds);
+            f.seconds > 0 || f.no_raw ? absl::StatusOr<RawResult>(RawResult{}) : raw_once(f.rounds);
         absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
           PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
           absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.rounds, f.seconds, grad, {});
@@ -452,7 +453,8 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
           ++errors;
           continue;
         }
-        absl::StatusOr<RawResult> raw_after = raw_once(e2e->rounds);
+        absl::StatusOr<RawResult> raw_after =
+            f.no_raw ? absl::StatusOr<RawResult>(RawResult{.seconds = 1, .cpu_seconds = 1}) : raw_once(e2e->rounds);
         if (!raw_after.ok()) {
           std::fprintf(stderr, "ps-bench e2e: %s: raw TCP: %s\n", cell.c_str(),
                        std::string(raw_after.status().message()).c_str());
@@ -629,6 +631,8 @@ Command AddE2eCommand(CLI::App& app) {
   sub->add_option("--server-threads", f->server_threads, "ServerOptions::threads (0: one per core)")
       ->capture_default_str();
   sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the mean gradient instead of SGD");
+  sub->add_flag("--no-raw", f->no_raw,
+                "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");
   sub->add_flag("--soak", f->soak, "Memory over a long run (one configuration)");
   sub->add_option("--soak-interval", f->soak_interval, "Seconds between memory samples")->capture_default_str();
   sub->add_option("--json", f->json, "Also write the rows as a JSON array to FILE")->option_text("FILE");
