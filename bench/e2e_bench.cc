@@ -328,7 +328,8 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
           return false;
         }
         const double b = NowSeconds();
-        if (w == 0 && seconds > 0 && last_round.load() == kNoLast && b - t0.load() >= seconds) {
+        if (w == 0 && time_it && seconds > 0 && last_round.load() == kNoLast &&
+            b - t0.load() >= seconds) {
           last_round.store(r);
         }
         if (r > last_round.load()) return false;
