@@ -14,6 +14,9 @@
 # build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 4 targets, so
 # about 40 s plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
 # docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step and the clang packages.
+# Then it builds the integration tests with ASan + UBSan (build-asan/) and with TSan
+# (build-tsan/) and runs them (tests/sanitizers/run_sanitizers.sh, docs/sanitizers.md;
+# about MINUTES on 2 cores). PS_SANITIZERS=0 skips that step.
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -85,6 +88,12 @@ case "${1:-}" in
       mkdir -p "$LOG_DIR"
       quietly "$LOG_DIR/fuzz.log" env PS_FUZZ_JOBS="$(nproc)" tests/fuzz/run_fuzzers.sh "$fuzz_seconds"
       grep -a '^===' "$LOG_DIR/fuzz.log" | tail -n 1
+    fi
+    if [ "${PS_SANITIZERS:-1}" != 0 ]; then
+      echo "Integration tests under ASan + UBSan and TSan (build-asan/, build-tsan/; log: $LOG_DIR/sanitizers.log; PS_SANITIZERS=0 skips)"
+      mkdir -p "$LOG_DIR"
+      quietly "$LOG_DIR/sanitizers.log" env PS_SANITIZE_JOBS="$(nproc)" tests/sanitizers/run_sanitizers.sh
+      grep -a '^===' "$LOG_DIR/sanitizers.log" | tail -n 1
     fi
     ;;
   experiment)

@@ -21,5 +21,7 @@ Command AddCodecsCommand(CLI::App& app);
 Command AddP3Command(CLI::App& app);
 // `ps-bench udp` (udp_bench.cc).
 Command AddUdpCommand(CLI::App& app);
+// `ps-bench e2e` (e2e_bench.cc).
+Command AddE2eCommand(CLI::App& app);
 
 }  // namespace ps::bench

@@ -6,6 +6,8 @@
 //                   [--gradients FILE] [--json FILE]
 //   ps-bench p3 [--quick] [--bandwidth 100,400] [--workers 2] [--json FILE]
 //   ps-bench udp [--quick] [--loss 0,0.01,0.05,0.1] [--json FILE]
+//   ps-bench e2e [--quick] [--workers 4] [--shards 2] [--params 2^22] [--codec fp32] [--json FILE]
+//   ps-bench e2e --soak --workers 32 --seconds 300 [--json FILE]
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -19,6 +21,7 @@ int main(int argc, char** argv) {
   commands.push_back(ps::bench::AddCodecsCommand(app));
   commands.push_back(ps::bench::AddP3Command(app));
   commands.push_back(ps::bench::AddUdpCommand(app));
+  commands.push_back(ps::bench::AddE2eCommand(app));
   CLI11_PARSE(app, argc, argv);
   for (const ps::bench::Command& command : commands) {
     if (command.app->parsed()) return command.run();

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""ctest bench_transport_smoke: `ps-bench p3 --quick` and `ps-bench udp --quick` run, and
-their JSON rows carry the documented keys with sane values (a fifo and a p3 row per
-bandwidth; a grpc row and a udp row per loss). Speed is not asserted here.
+"""ctest bench_transport_smoke: `ps-bench p3 --quick`, `ps-bench udp --quick` and
+`ps-bench e2e --quick` run, and their JSON rows carry the documented keys with sane
+values (a fifo and a p3 row per bandwidth; a grpc row and a udp row per loss; e2e rows
+starting with exactly the documented keys, ratio = goodput / raw). Speed is not
+asserted here.
 
     smoke_transport.py PS_BENCH WORK_DIR
 """
@@ -10,6 +12,9 @@ import math
 import os
 import subprocess
 import sys
+
+E2E_KEYS = ["workers", "shards", "model_params", "codec", "goodput_gbps", "raw_tcp_gbps",
+            "ratio"]
 
 
 def run(args):
@@ -58,6 +63,18 @@ def main(bench, work):
     # Without injected loss only a full kernel receive buffer loses datagrams.
     if data[1]["delivered_fraction"] < 0.9:
         sys.exit(f"too much lost without injected loss on loopback: {data[1]}")
+    e2e = os.path.join(work, "e2e.json")
+    run([bench, "e2e", "--quick", "--codec", "fp32,int8", "--json", e2e])
+    data = rows(e2e, E2E_KEYS)
+    if [(r["workers"], r["shards"], r["codec"]) for r in data] != [(2, 2, "fp32"), (2, 2, "int8")]:
+        sys.exit(f"{e2e}: unexpected rows {data}")
+    for r in data:
+        if list(r)[:len(E2E_KEYS)] != E2E_KEYS:
+            sys.exit(f"{e2e}: keys must start with {E2E_KEYS}: {r}")
+        for key in ("goodput_gbps", "raw_tcp_gbps", "ratio", "model_params"):
+            positive(r, key)
+        if abs(r["ratio"] - r["goodput_gbps"] / r["raw_tcp_gbps"]) > 1e-6 * r["ratio"]:
+            sys.exit(f"ratio is not goodput / raw TCP: {r}")
 
 
 if __name__ == "__main__":

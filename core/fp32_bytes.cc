@@ -14,9 +14,9 @@ static_assert(std::endian::native == std::endian::little,
 
 void AppendFp32(std::span<const float> values, std::string* out) {
   if (values.empty()) return;  // memcpy from a null data() is undefined even for 0 bytes
-  const size_t old = out->size();
-  out->resize(old + values.size_bytes());
-  std::memcpy(out->data() + old, values.data(), values.size_bytes());
+  // append, not resize + memcpy: resize would zero-fill the bytes first, a whole extra
+  // pass over every fp32 payload (ps-bench e2e, docs/bench.md).
+  out->append(reinterpret_cast<const char*>(values.data()), values.size_bytes());
 }
 
 namespace {

@@ -12,8 +12,18 @@
 // Thread safety: CpuHasAvx2() is safe from any thread (a function-local static).
 #pragma once
 
+// Clones are dispatched by an ifunc resolver, which the dynamic loader runs before the
+// ThreadSanitizer runtime is initialised (it crashes there), so TSan builds use the
+// default clone only; results do not depend on the clone (above).
+#if defined(__SANITIZE_THREAD__)  // GCC
+#define PS_THREAD_SANITIZER 1
+#elif defined(__has_feature)  // Clang
+#if __has_feature(thread_sanitizer)
+#define PS_THREAD_SANITIZER 1
+#endif
+#endif
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && \
-    !defined(PS_NO_VECTOR_CLONES)
+    !defined(PS_NO_VECTOR_CLONES) && !defined(PS_THREAD_SANITIZER)
 #define PS_VECTOR_CLONES __attribute__((target_clones("avx2", "default")))
 #else
 #define PS_VECTOR_CLONES

@@ -1,0 +1,644 @@
+// `ps-bench e2e`: end-to-end goodput of push plus pull with n workers and S shards on
+// loopback, against raw loopback TCP measured in the same run (DESIGN §13,
+// docs/bench.md). The shards are in-process ps::server::Server instances (SGD mean, or
+// aggregate-only), the workers ps::Worker clients, one thread each. Every round, each
+// worker pulls the whole model (version r), then pushes a gradient of the whole model
+// (round r) and waits for the answers; the next pull can only complete once every
+// worker's push of round r was aggregated. Goodput counts, per worker and timed round,
+// the fp32 gradient bytes pushed (4 x params, whatever the codec) plus the fp32
+// parameter bytes pulled (4 x params).
+//
+// The baseline opens the same number of loopback TCP connections (one per worker and
+// shard) and moves the same bytes per round with plain send/recv: the worker side
+// sends its share of the gradient, the shard side receives all of it and sends the
+// same number of bytes back. It runs before and after the cluster; the faster counts.
+//
+// `--soak` runs one configuration for --seconds and reports the resident memory of the
+// process (servers and workers together) at start, every --soak-interval seconds and
+// at the end, as JSON rows.
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <latch>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
+#include "bench/commands.h"
+#include "core/layout.h"
+#include "core/status.h"
+#include "server/server.h"
+#include "spdlog/spdlog.h"
+#include "worker_lib/worker.h"
+
+namespace ps::bench {
+namespace {
+
+struct E2eFlags {
+  std::vector<std::string> workers = {"1", "4"};
+  std::vector<std::string> shards = {"1", "2"};
+  std::string params = "2^22";
+  std::vector<std::string> codecs = {"fp32"};
+  int rounds = 10;
+  double seconds = 0;  // > 0: run rounds until this long instead of --rounds
+  uint32_t slice_elems = core::kDefaultSliceElems;
+  uint64_t inflight = 0;  // 0: WorkerOptions' default
+  uint32_t server_threads = 0;
+  bool aggregate_only = false;
+  bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
+  bool soak = false;
+  double soak_interval = 60;
+  std::string json;
+  bool quick = false;
+};
+
+// ---- Process figures ---------------------------------------------------------------
+
+// VmRSS and VmHWM of this process in KiB (/proc/self/status), 0 when unreadable.
+struct Memory {
+  uint64_t rss_kib = 0, hwm_kib = 0;
+};
+
+Memory ReadMemory() {
+  Memory m;
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto value = [&] { return std::strtoull(line.c_str() + line.find(':') + 1, nullptr, 10); };
+    if (line.rfind("VmRSS:", 0) == 0) m.rss_kib = value();
+    if (line.rfind("VmHWM:", 0) == 0) m.hwm_kib = value();
+  }
+  return m;
+}
+
+// User + system CPU seconds of every thread of this process so far.
+double CpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
+
+// ---- Raw TCP baseline -------------------------------------------------------------
+
+struct Fd {
+  int fd = -1;
+  Fd() = default;
+  explicit Fd(int f) : fd(f) {}
+  Fd(Fd&& o) noexcept : fd(std::exchange(o.fd, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    std::swap(fd, o.fd);
+    return *this;
+  }
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+absl::Status Errno(std::string_view what) {
+  return absl::InternalError(absl::StrCat(core::AsAbsl(what), ": ", std::strerror(errno)));
+}
+
+absl::Status SendAll(int fd, const char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::send(fd, p, std::min<size_t>(n, 1u << 20), MSG_NOSIGNAL);
+    if (k < 0 && errno == EINTR) continue;
+    if (k <= 0) return Errno("send");
+    p += k;
+    n -= size_t(k);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status RecvAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    const ssize_t k = ::recv(fd, p, n, 0);
+    if (k < 0 && errno == EINTR) continue;
+    if (k == 0) return absl::InternalError("recv: connection closed early");
+    if (k < 0) return Errno("recv");
+    p += k;
+    n -= size_t(k);
+  }
+  return absl::OkStatus();
+}
+
+struct RawResult {
+  double seconds = 0;
+  double cpu_seconds = 0;
+};
+
+// `workers` x `shard_bytes.size()` connections; per round, connection (w, s) sends
+// shard_bytes[s] bytes of `source` one way and the same number back.
+absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& shard_bytes,
+                                    int rounds, const std::vector<char>& source) {
+  Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
+  if (listener.fd < 0) return Errno("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(listener.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
+  socklen_t len = sizeof(addr);
+  if (::getsockname(listener.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return Errno("getsockname");
+  if (::listen(listener.fd, 1024) != 0) return Errno("listen");
+  const size_t shards = shard_bytes.size();
+  const size_t n = size_t(workers) * shards;
+  std::vector<Fd> clients, servers;
+  for (size_t c = 0; c < n; ++c) {
+    Fd client(::socket(AF_INET, SOCK_STREAM, 0));
+    if (client.fd < 0) return Errno("socket");
+    if (::connect(client.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("connect");
+    Fd server(::accept(listener.fd, nullptr, nullptr));
+    if (server.fd < 0) return Errno("accept");
+    const int one = 1;  // as gRPC does
+    ::setsockopt(client.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    ::setsockopt(server.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    clients.push_back(std::move(client));
+    servers.push_back(std::move(server));
+  }
+  // Where each shard's share starts in the worker's buffer.
+  std::vector<uint64_t> offset(shards + 1, 0);
+  for (size_t s = 0; s < shards; ++s) offset[s + 1] = offset[s] + shard_bytes[s];
+  std::vector<std::vector<char>> pulled(static_cast<size_t>(workers));
+  for (std::vector<char>& p : pulled) p.resize(offset[shards]);
+  std::vector<std::vector<char>> received(n);
+  for (size_t c = 0; c < n; ++c) received[c].resize(shard_bytes[c % shards]);
+  std::vector<absl::Status> errors(2 * n);
+  std::latch go(1);
+  std::vector<std::thread> threads;
+  for (size_t c = 0; c < n; ++c) {
+    const size_t w = c / shards, s = c % shards;
+    threads.emplace_back([&, c, w, s] {  // the worker side
+      go.wait();
+      for (int r = 0; r < rounds && errors[c].ok(); ++r) {
+        errors[c] = SendAll(clients[c].fd, source.data() + offset[s], shard_bytes[s]);
+        if (errors[c].ok()) errors[c] = RecvAll(clients[c].fd, pulled[w].data() + offset[s], shard_bytes[s]);
+      }
+      if (!errors[c].ok()) ::shutdown(clients[c].fd, SHUT_RDWR);
+    });
+    threads.emplace_back([&, c] {  // the shard side
+      go.wait();
+      for (int r = 0; r < rounds && errors[n + c].ok(); ++r) {
+        errors[n + c] = RecvAll(servers[c].fd, received[c].data(), received[c].size());
+        if (errors[n + c].ok()) errors[n + c] = SendAll(servers[c].fd, received[c].data(), received[c].size());
+      }
+      if (!errors[n + c].ok()) ::shutdown(servers[c].fd, SHUT_RDWR);
+    });
+  }
+  const double cpu0 = CpuSeconds(), t0 = NowSeconds();
+  go.count_down();
+  for (std::thread& t : threads) t.join();
+  RawResult result{NowSeconds() - t0, CpuSeconds() - cpu0};
+  for (const absl::Status& st : errors) PS_RETURN_IF_ERROR(st);
+  return result;
+}
+
+// ---- The cluster ------------------------------------------------------------------
+
+// The free TCP port the kernel hands out for 127.0.0.1 at this moment.
+absl::StatusOr<uint16_t> PickFreePort() {
+  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
+  if (fd.fd < 0) return Errno("socket");
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
+  socklen_t len = sizeof(addr);
+  if (::getsockname(fd.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return Errno("getsockname");
+  return ntohs(addr.sin_port);
+}
+
+struct Cluster {
+  std::vector<std::unique_ptr<server::Server>> shards;
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<Worker>> workers;
+};
+
+absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
+                                     const std::string& codec, const core::ModelLayout& layout,
+                                     std::span<const std::span<const float>> init) {
+  Cluster c;
+  server::ServerOptions so;
+  so.host = "127.0.0.1";
+  so.num_workers = uint32_t(workers);
+  so.num_shards = shards;
+  so.aggregate_only = f.aggregate_only;
+  so.learning_rate = 1e-6f;
+  so.momentum = 0;
+  so.threads = f.server_threads;
+  so.log_level = "warn";
+  // A round only closes early when every worker pushed; the deadline is a backstop
+  // against a stalled worker, not part of the measurement.
+  so.round_deadline = std::chrono::milliseconds(60000);
+  // One shard takes any free port; several must know each other's before they start.
+  std::vector<uint16_t> ports(shards, 0);
+  for (uint32_t s = 0; s < shards; ++s) {
+    if (shards > 1) {
+      PS_ASSIGN_OR_RETURN(ports[s], PickFreePort());
+    }
+    c.addresses.push_back(absl::StrCat("127.0.0.1:", ports[s]));
+  }
+  for (uint32_t s = 0; s < shards; ++s) {
+    server::ServerOptions o = so;
+    o.shard_id = int(s);
+    o.port = ports[s];
+    if (shards > 1) o.peers = c.addresses;
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(o));
+    c.addresses[s] = absl::StrCat("127.0.0.1:", server->port());
+    c.shards.push_back(std::move(server));
+  }
+  WorkerOptions wo;
+  wo.shard_addresses = c.addresses;
+  wo.push.codec = codec;
+  if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
+  wo.rpc_timeout = std::chrono::milliseconds(120000);
+  for (int w = 0; w < workers; ++w) {
+    wo.worker_id = uint32_t(w);
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
+                        Worker::Start(wo, layout, f.aggregate_only ? decltype(init){} : init));
+    c.workers.push_back(std::move(worker));
+  }
+  return c;
+}
+
+struct E2eResult {
+  int rounds = 0;          // timed rounds
+  double seconds = 0;      // from the start of the first timed round to the last push answered
+  double cpu_seconds = 0;  // process CPU time over the same span
+  double pull_seconds = 0;  // per round, mean over workers: waiting in PullAll
+  double push_seconds = 0;  // per round, mean over workers: Push calls and WaitPushes
+};
+
+// Runs one warm-up round and then `rounds` timed rounds, or timed rounds until
+// `seconds` passed when that is positive. `on_round` (may be empty) is called by worker
+// 0 after each round with the number of timed rounds done.
+absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout, int rounds,
+                                    double seconds, const std::vector<float>& grad,
+                                    const std::function<void(int)>& on_round) {
+  const size_t workers = c.workers.size();
+  std::vector<absl::Status> errors(workers);
+  std::vector<double> pull_time(workers, 0), push_time(workers, 0), end_time(workers, 0);
+  std::vector<int> timed(workers, 0);
+  // Round r is the last one once last_round <= r. Worker 0 sets it after its pull of
+  // version r and before it pushes round r; every other worker reads it after its pull
+  // of version r + 1, which needs that push, so all agree on the last round.
+  constexpr uint64_t kNoLast = std::numeric_limits<uint64_t>::max();
+  std::atomic<uint64_t> last_round{seconds > 0 ? kNoLast : uint64_t(rounds)};
+  std::latch warm(std::ptrdiff_t(workers) + 1);
+  std::atomic<double> t0{0};
+  std::latch started(1);
+  std::vector<std::thread> threads;
+  for (size_t w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      Worker& worker = *c.workers[w];
+      const size_t tensors = layout.tensors().size();
+      std::vector<std::vector<float>> params;
+      for (const core::TensorSpec& t : layout.tensors()) params.emplace_back(t.numel);
+      std::vector<std::span<float>> outs(params.begin(), params.end());
+      std::vector<std::span<const float>> grads;
+      uint64_t at = 0;
+      for (const core::TensorSpec& t : layout.tensors()) {
+        grads.push_back(std::span<const float>(grad).subspan(at, t.numel));
+        at += t.numel;
+      }
+      const auto fail = [&](absl::Status st) {
+        errors[w] = std::move(st);
+        // Unblock the others: they would wait for this worker's pushes until timeout.
+        last_round.store(0);
+      };
+      const auto round = [&](uint64_t r, bool time_it) -> bool {
+        const double a = NowSeconds();
+        if (absl::StatusOr<uint64_t> v = worker.PullAll(r, outs, std::chrono::seconds(120)); !v.ok()) {
+          fail(v.status());
+          return false;
+        }
+        const double b = NowSeconds();
+        if (w == 0 && time_it && seconds > 0 && last_round.load() == kNoLast &&
+            b - t0.load() >= seconds) {
+          last_round.store(r);
+        }
+        if (r > last_round.load()) return false;
+        for (size_t t = 0; t < tensors; ++t) {
+          if (absl::Status st = worker.Push(t, r, grads[t]); !st.ok()) {
+            fail(st);
+            return false;
+          }
+        }
+        if (absl::Status st = worker.WaitPushes(); !st.ok()) {
+          fail(st);
+          return false;
+        }
+        if (time_it) {
+          const double e = NowSeconds();
+          pull_time[w] += b - a;
+          push_time[w] += e - b;
+          end_time[w] = e;
+          ++timed[w];
+        }
+        return true;
+      };
+      const bool ok = round(0, false);
+      warm.count_down();
+      if (!ok) return;
+      started.wait();
+      for (uint64_t r = 1; round(r, true); ++r) {
+        if (w == 0 && on_round) on_round(timed[0]);
+      }
+    });
+  }
+  warm.arrive_and_wait();
+  const double cpu0 = CpuSeconds();
+  t0.store(NowSeconds());
+  started.count_down();
+  for (std::thread& t : threads) t.join();
+  const double cpu1 = CpuSeconds();
+  for (const absl::Status& st : errors) PS_RETURN_IF_ERROR(st);
+  E2eResult r;
+  r.rounds = timed[0];
+  for (size_t w = 0; w < workers; ++w) {
+    if (timed[w] != r.rounds) {
+      return absl::InternalError(absl::StrCat("worker ", w, " ran ", timed[w], " rounds, worker 0 ", r.rounds));
+    }
+    r.seconds = std::max(r.seconds, end_time[w] - t0.load());
+    r.pull_seconds += pull_time[w] / double(workers) / std::max(1, r.rounds);
+    r.push_seconds += push_time[w] / double(workers) / std::max(1, r.rounds);
+  }
+  r.cpu_seconds = cpu1 - cpu0;
+  if (r.rounds == 0) return absl::InternalError("no timed round ran");
+  return r;
+}
+
+absl::StatusOr<core::ModelLayout> MakeLayout(uint64_t params, uint32_t slice_elems, uint32_t shards) {
+  return core::ModelLayout::Create({{"w", params, 0}}, slice_elems, shards);
+}
+
+std::vector<float> MakeGradient(uint64_t params) {
+  std::vector<float> grad(params);
+  for (size_t i = 0; i < grad.size(); ++i) grad[i] = GaussianAt(1, 0, i);
+  return grad;
+}
+
+absl::StatusOr<std::vector<int>> ParseInts(const std::vector<std::string>& texts, int lo, int hi,
+                                           std::string_view what) {
+  std::vector<int> out;
+  for (const std::string& text : texts) {
+    for (const std::string& item : SplitList(text)) {
+      int v = 0;
+      if (!absl::SimpleAtoi(item, &v) || v < lo || v > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("bad ", core::AsAbsl(what), " '", item, "' (want ", lo, "..", hi, ")"));
+      }
+      out.push_back(v);
+    }
+  }
+  return out;
+}
+
+// ---- The comparison ---------------------------------------------------------------
+
+int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& worker_counts,
+                  const std::vector<int>& shard_counts, const std::vector<std::string>& codecs) {
+  const std::vector<float> grad = MakeGradient(params);
+  std::vector<char> source(params * 4);
+  std::memcpy(source.data(), grad.data(), source.size());
+  const std::vector<float> init_values(params, 0.01f);
+  const std::vector<std::span<const float>> init = {init_values};
+  Table table({"workers", "shards", "codec", "rounds", "goodput Gbit/s", "raw TCP Gbit/s", "ratio",
+               "pull s/round", "push s/round", "e2e GB/cpu-s", "raw GB/cpu-s"});
+  std::vector<core::JsonObjectWriter> rows;
+  int errors = 0;
+  for (int workers : worker_counts) {
+    for (int shards : shard_counts) {
+      absl::StatusOr<core::ModelLayout> layout = MakeLayout(params, f.slice_elems, uint32_t(shards));
+      if (!layout.ok()) {
+        std::fprintf(stderr, "ps-bench e2e: layout: %s\n", std::string(layout.status().message()).c_str());
+        return 2;
+      }
+      std::vector<uint64_t> shard_bytes;
+      for (uint64_t load : layout->ShardLoads()) shard_bytes.push_back(load * 4);
+      const double bytes_per_round = double(workers) * double(params) * 4 * 2;
+      for (const std::string& codec : codecs) {
+        const std::string cell = absl::StrCat(workers, " workers x ", shards, " shards, ", codec);
+        const auto raw_once = [&](int rounds) -> absl::StatusOr<RawResult> {
+          return RunRawTcp(workers, shard_bytes, rounds, source);
+        };
+        // The cluster first when --seconds decides the round count, the baseline
+        // moving the same rounds before (with --rounds) and after.
+        absl::StatusOr<RawResult> raw_before =
+            f.seconds > 0 || f.no_raw ? absl::StatusOr<RawResult>(RawResult{}) : raw_once(f.rounds);
+        absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
+          PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
+          absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.rounds, f.seconds, grad, {});
+          c.workers.clear();
+          for (auto& s : c.shards) s->Shutdown();
+          return r;
+        }();
+        if (!e2e.ok() || !raw_before.ok()) {
+          std::fprintf(stderr, "ps-bench e2e: %s: %s\n", cell.c_str(),
+                       std::string((e2e.ok() ? raw_before.status() : e2e.status()).message()).c_str());
+          ++errors;
+          continue;
+        }
+        absl::StatusOr<RawResult> raw_after =
+            f.no_raw ? absl::StatusOr<RawResult>(RawResult{.seconds = 1, .cpu_seconds = 1}) : raw_once(e2e->rounds);
+        if (!raw_after.ok()) {
+          std::fprintf(stderr, "ps-bench e2e: %s: raw TCP: %s\n", cell.c_str(),
+                       std::string(raw_after.status().message()).c_str());
+          ++errors;
+          continue;
+        }
+        const RawResult raw = raw_before->seconds > 0 && raw_before->seconds < raw_after->seconds
+                                  ? *raw_before
+                                  : *raw_after;
+        const double bytes = bytes_per_round * e2e->rounds;
+        const double goodput = bytes * 8 / 1e9 / e2e->seconds;
+        const double raw_gbps = bytes * 8 / 1e9 / raw.seconds;
+        const double e2e_per_cpu = bytes / 1e9 / e2e->cpu_seconds;
+        const double raw_per_cpu = bytes / 1e9 / raw.cpu_seconds;
+        table.AddRow({absl::StrCat(workers), absl::StrCat(shards), codec, absl::StrCat(e2e->rounds),
+                      FormatG(goodput, 4), FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
+                      FormatG(e2e->pull_seconds, 3), FormatG(e2e->push_seconds, 3),
+                      FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3)});
+        rows.push_back(core::JsonObjectWriter()
+                           .Add("workers", workers)
+                           .Add("shards", shards)
+                           .Add("model_params", params)
+                           .Add("codec", codec)
+                           .Add("goodput_gbps", goodput)
+                           .Add("raw_tcp_gbps", raw_gbps)
+                           .Add("ratio", goodput / raw_gbps)
+                           .Add("rounds", e2e->rounds)
+                           .Add("seconds", e2e->seconds)
+                           .Add("raw_tcp_seconds", raw.seconds)
+                           .Add("pull_seconds_per_round", e2e->pull_seconds)
+                           .Add("push_seconds_per_round", e2e->push_seconds)
+                           .Add("cpu_seconds", e2e->cpu_seconds)
+                           .Add("raw_tcp_cpu_seconds", raw.cpu_seconds)
+                           .Add("aggregate_only", f.aggregate_only));
+      }
+    }
+  }
+  return FinishReport("e2e", table, "", {}, f.json, rows, errors);
+}
+
+// ---- Soak -------------------------------------------------------------------------
+
+int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const std::string& codec) {
+  std::vector<core::JsonObjectWriter> rows;
+  Table table({"phase", "elapsed s", "rounds", "VmRSS KiB", "VmHWM KiB"});
+  std::mutex mu;  // rows and table, from worker 0's thread and this one
+  const double t_begin = NowSeconds();
+  const auto sample = [&](std::string_view phase, int rounds) {
+    const Memory m = ReadMemory();
+    std::fprintf(stderr, "ps-bench e2e --soak: %-8s t=%7.1f s rounds=%6d VmRSS=%8llu KiB VmHWM=%8llu KiB\n",
+                 std::string(phase).c_str(), NowSeconds() - t_begin, rounds,
+                 (unsigned long long)m.rss_kib, (unsigned long long)m.hwm_kib);
+    std::lock_guard lock(mu);
+    table.AddRow({std::string(phase), FormatG(NowSeconds() - t_begin, 4), absl::StrCat(rounds),
+                  absl::StrCat(m.rss_kib), absl::StrCat(m.hwm_kib)});
+    rows.push_back(core::JsonObjectWriter()
+                       .Add("phase", phase)
+                       .Add("elapsed_seconds", NowSeconds() - t_begin)
+                       .Add("rounds", rounds)
+                       .Add("vm_rss_kib", m.rss_kib)
+                       .Add("vm_hwm_kib", m.hwm_kib)
+                       .Add("workers", workers)
+                       .Add("shards", shards)
+                       .Add("model_params", params)
+                       .Add("codec", codec));
+  };
+  sample("start", 0);
+  const std::vector<float> grad = MakeGradient(params);
+  const std::vector<float> init_values(params, 0.01f);
+  const std::vector<std::span<const float>> init = {init_values};
+  absl::StatusOr<core::ModelLayout> layout = MakeLayout(params, f.slice_elems, uint32_t(shards));
+  if (!layout.ok()) {
+    std::fprintf(stderr, "ps-bench e2e: layout: %s\n", std::string(layout.status().message()).c_str());
+    return 2;
+  }
+  absl::StatusOr<Cluster> c = StartCluster(f, workers, uint32_t(shards), codec, *layout, init);
+  if (!c.ok()) {
+    std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(c.status().message()).c_str());
+    return 1;
+  }
+  sample("ready", 0);
+  double next = NowSeconds() + f.soak_interval;
+  int done = 0;
+  absl::StatusOr<E2eResult> r = RunRounds(*c, *layout, f.rounds, f.seconds, grad, [&](int rounds) {
+    done = rounds;
+    if (NowSeconds() >= next) {
+      next += f.soak_interval;
+      sample("sample", rounds);
+    }
+  });
+  sample("end", done);
+  c->workers.clear();
+  for (auto& s : c->shards) s->Shutdown();
+  c->shards.clear();
+  sample("stopped", done);
+  if (!r.ok()) {
+    std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(r.status().message()).c_str());
+    return 1;
+  }
+  const double bytes = double(workers) * double(params) * 8 * r->rounds;
+  std::fprintf(stderr, "ps-bench e2e --soak: %d rounds in %.1f s, goodput %.3f Gbit/s\n", r->rounds,
+               r->seconds, bytes * 8 / 1e9 / r->seconds);
+  return FinishReport("e2e", table, "", {}, f.json, rows, 0);
+}
+
+int RunE2e(E2eFlags f) {
+  spdlog::set_level(spdlog::level::warn);
+  if (f.quick) {
+    f.workers = {"2"};
+    f.shards = {"2"};
+    f.params = "2^16";
+    f.slice_elems = 4096;
+    f.rounds = 3;
+  }
+  absl::StatusOr<uint64_t> params = ParseSize(f.params);
+  absl::StatusOr<std::vector<int>> workers = ParseInts(f.workers, 1, 256, "worker count");
+  absl::StatusOr<std::vector<int>> shards = ParseInts(f.shards, 1, 64, "shard count");
+  for (const absl::Status& st : {params.status(), workers.status(), shards.status()}) {
+    if (!st.ok()) {
+      std::fprintf(stderr, "ps-bench e2e: %s\n", std::string(st.message()).c_str());
+      return 2;
+    }
+  }
+  std::vector<std::string> codecs;
+  for (const std::string& text : f.codecs) {
+    for (std::string& c : SplitList(text)) codecs.push_back(std::move(c));
+  }
+  if (*params == 0 || codecs.empty() || workers->empty() || shards->empty()) {
+    std::fprintf(stderr, "ps-bench e2e: need --params > 0, a codec, a worker and a shard count\n");
+    return 2;
+  }
+  if (f.soak) {
+    if (workers->size() != 1 || shards->size() != 1 || codecs.size() != 1) {
+      std::fprintf(stderr, "ps-bench e2e --soak: give one --workers, --shards and --codec\n");
+      return 2;
+    }
+    if (f.seconds <= 0) f.seconds = 300;
+    std::fprintf(stderr,
+                 "ps-bench e2e --soak: %d workers x %d shards, %llu parameters, %s, %.0f s, "
+                 "memory every %.0f s\n",
+                 workers->front(), shards->front(), (unsigned long long)*params, codecs.front().c_str(),
+                 f.seconds, f.soak_interval);
+    return RunSoak(f, *params, workers->front(), shards->front(), codecs.front());
+  }
+  std::fprintf(stderr,
+               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %u, %s, %s; goodput = "
+               "workers x (4 B pushed + 4 B pulled) x params x rounds / seconds\n",
+               (unsigned long long)*params, double(*params) * 4 / 1e6, f.slice_elems,
+               f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
+                             : absl::StrCat(f.rounds, " timed rounds after 1 warm-up").c_str(),
+               f.aggregate_only ? "aggregate-only shards" : "SGD shards (mean)");
+  return RunComparison(f, *params, *workers, *shards, codecs);
+}
+
+}  // namespace
+
+Command AddE2eCommand(CLI::App& app) {
+  auto f = std::make_shared<E2eFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "e2e", "End-to-end push + pull goodput of n workers and S in-process shards on loopback, "
+             "against raw loopback TCP in the same run; --soak: resident memory over minutes");
+  sub->add_option("--workers", f->workers, "Worker counts (list)")->delimiter(',')->capture_default_str();
+  sub->add_option("--shards", f->shards, "Shard counts (list)")->delimiter(',')->capture_default_str();
+  sub->add_option("--params", f->params, "Model parameters (2^22, 4M, ...)")->capture_default_str();
+  sub->add_option("--codec,--codecs", f->codecs, "Gradient codec specs (list)")->capture_default_str();
+  sub->add_option("--rounds", f->rounds, "Timed rounds after one warm-up round")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  sub->add_option("--seconds", f->seconds,
+                  "Run timed rounds for this long instead of --rounds (--soak: default 300)");
+  sub->add_option("--slice-elems", f->slice_elems, "Layout slice size")->capture_default_str();
+  sub->add_option("--inflight", f->inflight, "WorkerOptions::max_inflight_bytes (0: its default)")
+      ->capture_default_str();
+  sub->add_option("--server-threads", f->server_threads, "ServerOptions::threads (0: one per core)")
+      ->capture_default_str();
+  sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the mean gradient instead of SGD");
+  sub->add_flag("--no-raw", f->no_raw,
+                "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");
+  sub->add_flag("--soak", f->soak, "Memory over a long run (one configuration)");
+  sub->add_option("--soak-interval", f->soak_interval, "Seconds between memory samples")->capture_default_str();
+  sub->add_option("--json", f->json, "Also write the rows as a JSON array to FILE")->option_text("FILE");
+  sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
+  return Command{.app = sub, .run = [f] { return RunE2e(*f); }};
+}
+
+}  // namespace ps::bench
