@@ -3,8 +3,8 @@
 
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
-peer_share, aggregator_spec, udp_datagram: see share(), AGGREGATOR_SPEC and
-datagram() below.
+peer_share, aggregator_spec, udp_datagram, checkpoint: see share(), AGGREGATOR_SPEC,
+datagram() and checkpoint_body() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -150,9 +150,80 @@ UDP_DATAGRAM = {
 }
 
 
+def pb_bytes(field, data):
+    return varint(field << 3 | 2) + varint(len(data)) + data
+
+
+def pb_uint(field, v):
+    return varint(field << 3) + varint(v)
+
+
+def layout_hash(tensors, slice_elems, num_shards):
+    """core/layout.cc LayoutDigest: SHA-256 of a length-prefixed encoding, first 8 bytes."""
+    buf = b"ps.layout.v1" + struct.pack("<Q", len(tensors))
+    for name, numel, priority in tensors:
+        buf += struct.pack("<Q", len(name)) + name.encode() + struct.pack("<Qq", numel, priority)
+    buf += struct.pack("<QQ", slice_elems, num_shards)
+    return struct.unpack("<Q", hashlib.sha256(buf).digest()[:8])[0]
+
+
+def checkpoint_body(tensors=(("w", 10, 0),), slice_elems=4, slices=None, shard_id=0,
+                    num_shards=1, velocity=True, rule_rows=0, version=7, hash_=None,
+                    with_layout=True):
+    """A ps.v1.ShardCheckpoint (proto/ps/v1/checkpoint.proto). With one shard, shard 0
+    owns every slice; slices are cut per tensor in slice_elems pieces."""
+    msg = pb_uint(1, shard_id) + pb_uint(2, num_shards)
+    if with_layout:
+        h = layout_hash(tensors, slice_elems, num_shards) if hash_ is None else hash_
+        msg += varint(3 << 3 | 1) + struct.pack("<Q", h)
+        layout = b"".join(
+            pb_bytes(1, pb_bytes(1, n.encode()) + pb_uint(2, numel) + pb_uint(3, prio))
+            for n, numel, prio in tensors)
+        layout += pb_uint(2, slice_elems) + pb_uint(3, num_shards)
+        msg += pb_bytes(4, layout)
+    msg += pb_bytes(5, b"shards=1 workers=3 rule=median") + pb_uint(6, 1795000000)
+    if slices is None:
+        slices = [min(slice_elems, numel - off) for _, numel, _ in tensors
+                  for off in range(0, numel, slice_elems)] if with_layout else []
+    for i, numel in enumerate(slices):
+        values = struct.pack(f"<{numel}f", *[0.5 * i - 0.25 * j for j in range(numel)])
+        s = pb_uint(1, i) + pb_uint(2, version) + pb_bytes(3, values)
+        if velocity:
+            s += pb_bytes(4, struct.pack(f"<{numel}f", *[0.01 * j for j in range(numel)]))
+        if rule_rows:
+            s += pb_bytes(5, struct.pack(f"<{numel * rule_rows}f", *[1.0] * (numel * rule_rows)))
+        msg += pb_bytes(7, s)
+    return msg
+
+
+def checkpoint_file(body):
+    """server/checkpoint.cc: magic, body length (u64 LE), body, SHA-256 of all before."""
+    head = b"PSCKPT\0\1" + struct.pack("<Q", len(body))
+    return head + body + hashlib.sha256(head + body).digest()
+
+
+_CK = checkpoint_body()
+CHECKPOINT = {
+    # Byte 0 bit 0: the harness frames the rest (correct checksum); else the whole file.
+    "framed_one_tensor": b"\x01" + _CK,
+    "framed_two_tensors": b"\x01" + checkpoint_body(
+        tensors=(("w", 9, 0), ("b", 3, 1)), slice_elems=4, rule_rows=1),
+    "framed_aggregate_only": b"\x01" + checkpoint_body(velocity=False, version=0),
+    "framed_no_layout": b"\x01" + checkpoint_body(with_layout=False),
+    "framed_wrong_hash": b"\x01" + checkpoint_body(hash_=12345),
+    "framed_missing_slice": b"\x01" + checkpoint_body(slices=[4, 4]),
+    "framed_nan": b"\x01" + _CK.replace(struct.pack("<f", 0.5), struct.pack("<f", float("nan")), 1),
+    "framed_shard_out_of_range": b"\x01" + checkpoint_body(shard_id=2, num_shards=2),
+    "file_valid": b"\x00" + checkpoint_file(_CK),
+    "file_bit_flip": b"\x00" + flip(checkpoint_file(_CK), 40),
+    "file_truncated": b"\x00" + checkpoint_file(_CK)[:-5],
+    "file_bad_magic": b"\x00" + b"PSCKPT\0\2" + checkpoint_file(_CK)[8:],
+}
+
+
 # Target name (tests/fuzz/CMakeLists.txt) -> {file name: input}. codec_decode: codec_seeds.
 CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
-           "udp_datagram": UDP_DATAGRAM}
+           "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT}
 
 
 def main():
