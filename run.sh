@@ -10,9 +10,10 @@
 # Each installs missing Debian packages (as root, through apt-get), configures and
 # builds in build/, then runs. Quiet unless something fails.
 #
-# After ctest, `test` builds the fuzz targets with clang (ASan + UBSan + libFuzzer) in
-# build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 4 targets, so
-# about 40 s plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
+# After ctest, `test` validates deploy/ offline (deploy/validate.sh, when kubectl is
+# installed; PS_DEPLOY_CHECK=0 skips), then builds the fuzz targets with clang (ASan + UBSan + libFuzzer) in
+# build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 6 targets, so
+# about a minute plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
 # docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step and the clang packages.
 # Then it builds the integration tests with ASan + UBSan (build-asan/) and with TSan
 # (build-tsan/) and runs them (tests/sanitizers/run_sanitizers.sh, docs/sanitizers.md;
@@ -26,7 +27,7 @@ PACKAGES=(
   libabsl-dev libssl-dev zlib1g-dev libboost-dev
   libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev
   libtorch-dev dataset-fashion-mnist python3
-  prometheus-cpp-dev prometheus
+  prometheus-cpp-dev
 )
 BUILD_DIR=${PS_BUILD_DIR:-build}
 LOG_DIR="$BUILD_DIR/logs"
@@ -80,9 +81,22 @@ case "${1:-}" in
     fuzz_seconds=${PS_FUZZ_SECONDS:-10}
     [[ $fuzz_seconds =~ ^[0-9]+$ ]] || die "PS_FUZZ_SECONDS must be a number of seconds, got '$fuzz_seconds'"
     if [ "$fuzz_seconds" -gt 0 ]; then PACKAGES+=(clang libclang-rt-14-dev); fi
+    # promtool (package prometheus) lints the metrics exposition in ps_metrics_scrape_test;
+    # node and npm run deploy/validate.sh.
+    PACKAGES+=(prometheus)
+    if [ "${PS_DEPLOY_CHECK:-1}" != 0 ]; then PACKAGES+=(nodejs npm); fi
     install_missing
     configure_and_build
     (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@")
+    if [ "${PS_DEPLOY_CHECK:-1}" != 0 ]; then
+      if command -v kubectl >/dev/null; then
+        echo "Validating deploy/ offline (kustomize render, Kubernetes schemas, Dockerfile, ConfigMap; log: $LOG_DIR/deploy.log; PS_DEPLOY_CHECK=0 skips)"
+        quietly "$LOG_DIR/deploy.log" bash deploy/validate.sh --ps-server "$BUILD_DIR/bin/ps-server"
+        grep -c '  ok: ' "$LOG_DIR/deploy.log" | sed 's/$/ deploy checks passed/'
+      else
+        echo "Skipping deploy/validate.sh: no kubectl (>= 1.27; Debian bookworm's own is too old; see docs/deploy.md)"
+      fi
+    fi
     if [ "$fuzz_seconds" -gt 0 ]; then
       echo "Fuzzing every target for ${fuzz_seconds}s (clang build in build-fuzz/; log: $LOG_DIR/fuzz.log; PS_FUZZ_SECONDS=0 skips)"
       mkdir -p "$LOG_DIR"

@@ -108,6 +108,7 @@ $out"
 expect_refused "misspelled replicas" 's/^  replicas:/  replicsa:/' 'unknown field "replicsa"'
 expect_refused "misspelled containerPort" '0,/containerPort:/s/containerPort:/contianerPort:/' 'unknown field "contianerPort"'
 expect_refused "misspelled probe field" '0,/periodSeconds:/s/periodSeconds:/periodSecond:/' 'unknown field "periodSecond"'
+expect_refused "probe on the TLS port" '0,/ port: 7071/s/ port: 7071/ port: 7070/' 'plaintext health is on'
 expect_refused "replicas != num-shards" 's/^  replicas: \([0-9]*\)/  replicas: 1\1/' '!= num-shards'
 
 # --- 4: Dockerfile, statically -------------------------------------------------------

@@ -1,9 +1,12 @@
 // ps-admin: the operator's client for a shard's AdminService (docs/operations.md).
 //   ps-admin --address HOST:PORT [credentials] status
 //   ps-admin --address HOST:PORT [credentials] checkpoint
+//   ps-admin --address HOST:PORT [credentials] health [--service NAME]
 // Credentials: --tls-ca (with --tls-cert/--tls-key for mTLS) and/or --token-file with
-// the admin identity's token. Prints one JSON object; exit 0 on success, 1 when the
-// shard refused or could not be reached, 2 on bad usage.
+// the admin identity's token (health needs neither on the plaintext --health-port, and
+// no admin identity anywhere). Prints one JSON object; exit 0 on success (health:
+// SERVING), 1 when the shard refused, could not be reached or is not serving, 2 on bad
+// usage.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -13,6 +16,7 @@
 #include "CLI/CLI.hpp"
 #include "core/credentials_internal.h"
 #include "core/json_line.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
 
 int main(int argc, char** argv) {
@@ -32,6 +36,11 @@ int main(int argc, char** argv) {
   app.require_subcommand(1, 1);
   CLI::App* status = app.add_subcommand("status", "Print the shard's state");
   CLI::App* checkpoint = app.add_subcommand("checkpoint", "Write a checkpoint now");
+  CLI::App* health = app.add_subcommand(
+      "health", "grpc.health.v1 Check of one service: \"\" (alive), ps.v1.WorkerService "
+                "(admitting workers) or ps.v1.Model (model registered)");
+  std::string service;
+  health->add_option("--service", service, "Service to check")->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (!token_file.empty()) {
@@ -50,7 +59,8 @@ int main(int argc, char** argv) {
   }
   grpc::ChannelArguments args;
   ps::core::ApplyChannelArguments(creds, &args);
-  auto stub = ps::v1::AdminService::NewStub(grpc::CreateCustomChannel(address, *channel_creds, args));
+  const auto channel = grpc::CreateCustomChannel(address, *channel_creds, args);
+  auto stub = ps::v1::AdminService::NewStub(channel);
   grpc::ClientContext ctx;
   ps::core::AttachCredentials(creds, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() +
@@ -75,6 +85,16 @@ int main(int argc, char** argv) {
           .Add("last_checkpoint", r.last_checkpoint())
           .Add("last_checkpoint_unix_s", static_cast<int64_t>(r.last_checkpoint_unix_s()))
           .Add("restored_from", r.restored_from());
+    }
+  } else if (*health) {
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse r;
+    s = grpc::health::v1::Health::NewStub(channel)->Check(&ctx, req, &r);
+    if (s.ok()) {
+      const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(r.status());
+      std::printf("%s\n", out.Add("service", service).Add("status", name).str().c_str());
+      return r.status() == grpc::health::v1::HealthCheckResponse::SERVING ? 0 : 1;
     }
   } else if (*checkpoint) {
     ps::v1::CheckpointResponse r;

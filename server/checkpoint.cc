@@ -162,7 +162,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
   c.num_shards = msg.num_shards();
   c.config_summary = msg.config_summary();
   c.written_unix_s = msg.written_unix_s();
-  if (c.num_shards == 0 || c.shard_id >= c.num_shards) {
+  if (c.num_shards == 0 || c.num_shards > core::kMaxShards || c.shard_id >= c.num_shards) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint names shard ", c.shard_id, " of ", c.num_shards));
   }

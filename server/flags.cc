@@ -380,6 +380,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Observability", "metrics-port", o.metrics_port,
       "Port of the Prometheus metrics endpoint http://HOST:PORT/metrics on --host: -1 off, "
       "0 a free one (docs/metrics.md)");
+  add("Observability", "health-port", o.health_port,
+      "Port of a plaintext listener on --host serving only grpc.health.v1, for probes that "
+      "cannot use TLS: -1 off, 0 a free one (docs/operations.md)");
   return names;
 }
 

@@ -259,6 +259,14 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("metrics_port", "metrics-port", absl::StrCat(metrics_port),
                    "must differ from --port");
   }
+  if (health_port < -1 || health_port > 65535) {
+    return Invalid("health_port", "health-port", absl::StrCat(health_port),
+                   "must be -1 (off), 0 (a free port) or a port in [1, 65535]");
+  }
+  if (health_port > 0 && (health_port == port || health_port == metrics_port)) {
+    return Invalid("health_port", "health-port", absl::StrCat(health_port),
+                   "must differ from --port and --metrics-port");
+  }
   return absl::OkStatus();
 }
 

@@ -120,6 +120,10 @@ struct ServerOptions {
   // Port of the Prometheus metrics endpoint, http://host:port/metrics (docs/metrics.md):
   // -1 off, 0 a free one (Server::metrics_port() says which).
   int32_t metrics_port = -1;
+  // Port of a plaintext listener that serves only grpc.health.v1 (the same statuses as
+  // the main port), for probes that cannot speak TLS (Kubernetes' kubelet): -1 off, 0 a
+  // free one (Server::health_port() says which).
+  int32_t health_port = -1;
 
   // Whether clients must authenticate (mTLS or tokens); without it the worker id is
   // taken from the request.

@@ -144,6 +144,25 @@ class ServerImpl final : public Server {
                                                  " (address in use or not local?)"));
     }
     port_ = static_cast<uint16_t>(bound);
+    if (options_.health_port >= 0) {
+      // gRPC's default health service (EnableDefaultHealthCheckService gives every server
+      // its own, Check and Watch) is all this server answers; SetServing keeps both
+      // servers' statuses equal. The builder refuses a server without any method of its
+      // own, so an AdminService with no method implemented anchors it: every admin call
+      // here is UNIMPLEMENTED.
+      grpc::ServerBuilder health_builder;
+      health_builder.RegisterService(&health_anchor_);
+      int health_bound = 0;
+      const std::string health_addr = HostPort(options_.host, options_.health_port);
+      health_builder.AddListeningPort(health_addr, grpc::InsecureServerCredentials(), &health_bound);
+      health_builder.SetMaxReceiveMessageSize(4096);
+      health_server_ = health_builder.BuildAndStart();
+      if (health_server_ == nullptr || health_bound == 0) {
+        return absl::UnavailableError(absl::StrCat("--health-port: cannot listen on ", health_addr,
+                                                   " (address in use or not local?)"));
+      }
+      health_port_ = static_cast<uint16_t>(health_bound);
+    }
     if (metrics_ != nullptr) {
       PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
     }
@@ -193,6 +212,7 @@ class ServerImpl final : public Server {
     return udp_->stats();
   }
   uint16_t metrics_port() const override { return metrics_ != nullptr ? metrics_->port() : 0; }
+  uint16_t health_port() const override { return health_port_; }
   Metrics* metrics() override { return metrics_.get(); }
   Shard& shard() override { return shard_; }
   bool serving() const override {
@@ -222,6 +242,7 @@ class ServerImpl final : public Server {
       }
     }
     server_->Shutdown(until);
+    if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
     if (sender_ != nullptr) sender_->Stop();
@@ -379,8 +400,10 @@ class ServerImpl final : public Server {
       serving_ = peers_agree && admitting_.load() && !stopping_;
       serving = serving_;
     }
-    grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
-    if (health != nullptr) {
+    for (grpc::Server* server : {server_.get(), health_server_.get()}) {
+      grpc::HealthCheckServiceInterface* health =
+          server != nullptr ? server->GetHealthCheckService() : nullptr;
+      if (health == nullptr) continue;
       health->SetServingStatus(alive);
       health->SetServingStatus(v1::WorkerService::service_full_name(), serving);
       health->SetServingStatus("ps.v1.Model", alive && shard_.ready());
@@ -538,6 +561,9 @@ class ServerImpl final : public Server {
   absl::Mutex checkpoint_mu_;  // one checkpoint write at a time
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
+  v1::AdminService::CallbackService health_anchor_;
+  std::unique_ptr<grpc::Server> health_server_;  // --health-port
+  uint16_t health_port_ = 0;
 
   mutable absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

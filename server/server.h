@@ -36,6 +36,8 @@ class Server {
   virtual std::optional<UdpStats> udp_stats() const = 0;
   // The bound port of the metrics endpoint (/metrics), 0 without one (--metrics-port -1).
   virtual uint16_t metrics_port() const = 0;
+  // The bound port of the plaintext health-only listener, 0 without one (--health-port -1).
+  virtual uint16_t health_port() const = 0;
   // The shard's metrics, null without --metrics-port; lives as long as the Server.
   virtual Metrics* metrics() = 0;
   virtual Shard& shard() = 0;

@@ -187,9 +187,15 @@ function consistencyCheck(objects, source) {
     report(where, `peers in ps-server.toml [${peers}] != [${expectedPeers}]`);
   }
   const container = sts.spec.template.spec.containers[0];
+  // Kubelet gRPC probes are plaintext: with TLS on the main port they must use the
+  // health-only listener (health-port); without TLS either port answers.
+  const healthPort = toml.has('health-port') ? Number(toml.get('health-port')) : -1;
+  const tls = toml.has('tls-cert') || toml.has('tls-ca') || argValue(container.args, '--tls-cert') !== undefined;
+  const probePorts = healthPort > 0 ? (tls ? [healthPort] : [healthPort, port]) : (tls ? [] : [port]);
   for (const probe of ['startupProbe', 'livenessProbe', 'readinessProbe']) {
-    if (container[probe]?.grpc && container[probe].grpc.port !== port) {
-      report(where, `${probe} probes port ${container[probe].grpc.port}, ps-server listens on ${port}`);
+    if (container[probe]?.grpc && !probePorts.includes(container[probe].grpc.port)) {
+      report(where, `${probe} probes port ${container[probe].grpc.port}; plaintext health is on ` +
+        `[${probePorts}] (port ${port}${tls ? ' has TLS' : ''}, health-port ${healthPort})`);
     }
   }
   const drainMs = Number(toml.get('drain-timeout-ms') ?? 10000);

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,7 @@
 #include "cluster_util.h"
 #include "codecs/codec.h"
 #include "core/credentials.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/worker.h"
 
@@ -249,6 +251,81 @@ TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
   auto ctx = Context("");
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   EXPECT_FALSE(plain->Join(ctx.get(), req, &resp).ok());
+}
+
+// Runs ps-admin with `args`; returns its exit status and stdout.
+std::pair<int, std::string> Admin(const std::string& args) {
+  const std::string cmd = std::string(PS_ADMIN_BINARY) + " " + args + " 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (p == nullptr) return {-1, ""};
+  std::string out;
+  char buf[512];
+  while (size_t n = std::fread(buf, 1, sizeof(buf), p)) out.append(buf, n);
+  const int rc = ::pclose(p);
+  return {WIFEXITED(rc) ? WEXITSTATUS(rc) : -1, out};
+}
+
+// Kubelet gRPC probes speak plaintext: --health-port serves the TLS shard's health
+// statuses without TLS, and nothing else.
+TEST(HealthPortTest, PlaintextProbesSeeTheTlsShardsStatusAndNothingElse) {
+  server::ServerOptions o;
+  o.num_workers = 1;
+  o.aggregate_only = true;
+  o.tls_cert = Path("shard-0.pem");
+  o.tls_key = Path("shard-0.key");
+  o.tls_ca = Path("ca.pem");
+  o.health_port = 0;
+  testing::Cluster c = testing::StartCluster(1, o);
+  ASSERT_EQ(c.shards.size(), 1u);
+  const uint16_t port = c.shards[0]->health_port();
+  ASSERT_NE(port, 0);
+  ASSERT_NE(port, c.shards[0]->port());
+  const std::string health_addr = "127.0.0.1:" + std::to_string(port);
+  auto channel = grpc::CreateChannel(health_addr, grpc::InsecureChannelCredentials());
+
+  auto check = [&](const std::string& service) {
+    grpc::health::v1::HealthCheckRequest req;
+    req.set_service(service);
+    grpc::health::v1::HealthCheckResponse resp;
+    grpc::Status s = grpc::health::v1::Health::NewStub(channel)->Check(Context("").get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << service << ": " << s.error_message();
+    return resp.status();
+  };
+  using Status = grpc::health::v1::HealthCheckResponse;
+  EXPECT_EQ(check(""), Status::SERVING);
+  EXPECT_EQ(check("ps.v1.WorkerService"), Status::SERVING);
+  EXPECT_EQ(check("ps.v1.Model"), Status::NOT_SERVING);  // no layout registered yet
+
+  // Workers' and admin calls are not served there.
+  auto plain = v1::WorkerService::NewStub(channel);
+  v1::JoinRequest req;
+  v1::JoinResponse resp;
+  EXPECT_EQ(plain->Join(Context("").get(), req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+
+  // ps-admin: health over plaintext, status only with the admin certificate over mTLS.
+  auto [rc, out] = Admin("--address " + health_addr + " health --service ps.v1.WorkerService");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("\"status\":\"SERVING\""));
+  std::tie(rc, out) = Admin("--address " + health_addr + " health --service ps.v1.Model");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("NOT_SERVING"));
+  std::tie(rc, out) = Admin("--address " + health_addr + " status");
+  EXPECT_EQ(rc, 1) << out;
+  const std::string tls = " --tls-ca " + Path("ca.pem") + " --tls-cert " + Path("admin.pem") +
+                          " --tls-key " + Path("admin.key");
+  std::tie(rc, out) = Admin("--address " + c.addresses[0] + tls + " status");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("\"serving\":true"));
+  const std::string worker_tls = " --tls-ca " + Path("ca.pem") + " --tls-cert " + Path("worker-0.pem") +
+                                 " --tls-key " + Path("worker-0.key");
+  std::tie(rc, out) = Admin("--address " + c.addresses[0] + worker_tls + " status");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_THAT(out, HasSubstr("admin"));
+
+  // Draining turns the plaintext port's statuses too.
+  c.shards[0]->Shutdown();
+  std::tie(rc, out) = Admin("--address " + health_addr + " health --timeout-s 2");
+  EXPECT_NE(rc, 0) << out;
 }
 
 }  // namespace

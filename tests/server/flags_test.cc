@@ -69,7 +69,8 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "drain-timeout-ms",
                                                   "log-level",
                                                   "log-format",
-                                                  "metrics-port"};
+                                                  "metrics-port",
+                                                  "health-port"};
   return kNames;
 }
 
@@ -483,6 +484,13 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--metrics-port=70000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("--metrics-port=70000"));
+  result = Parse({"--health-port=-3"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("--health-port=-3"));
+  result = Parse({"--metrics-port=9464", "--health-port=9464"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must differ from --port and --metrics-port"));
+  EXPECT_EQ(ParseOk({"--health-port=7071"}).health_port, 7071);
   result = Parse({"--port=9464", "--metrics-port=9464"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
