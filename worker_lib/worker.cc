@@ -52,6 +52,9 @@ struct PushCall {
   // Bytes this call holds of its shard's in-flight window, from dispatch to its end.
   uint64_t credit = 0;
   grpc::StatusCode last_code = grpc::StatusCode::OK;
+  // A resend after the shard restarted (ReplayPushes): not counted in pending_, and its
+  // refusal (late, duplicate) is no error of the caller's.
+  bool replay = false;
   v1::PushRequest req;
   v1::PushResponse resp;
   std::unique_ptr<grpc::ClientContext> ctx;
@@ -267,7 +270,8 @@ class WorkerImpl final : public Worker {
     }
     absl::MutexLock lock(&mu_);
     mu_.Await(absl::Condition(
-        +[](WorkerImpl* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->pending_ == 0; }, this));
+        +[](WorkerImpl* w) ABSL_NO_THREAD_SAFETY_ANALYSIS { return w->pending_ == 0 && w->replays_ == 0; },
+        this));
   }
 
   absl::Status Init(std::span<const std::span<const float>> initial) {
@@ -486,6 +490,7 @@ class WorkerImpl final : public Worker {
     s.slices_pulled = slices_pulled_.load();
     s.pull_bytes = pull_bytes_.load();
     s.retries = retries_count_.load();
+    s.pushes_replayed = pushes_replayed_.load();
     if (udp_sender_ != nullptr) {
       s.udp_datagrams_sent = udp_sender_->datagrams_sent();
       s.udp_datagrams_dropped = udp_sender_->datagrams_dropped();
@@ -660,7 +665,37 @@ class WorkerImpl final : public Worker {
         first_error_ = absl::FailedPreconditionError(
             absl::StrCat(ShardName(c), " restarted and lost the layout and parameters"));
       }
+      return;
     }
+    ReplayPushes(c, r->version());
+  }
+
+  // A shard restored from a checkpoint forgot the pushes it accepted after that
+  // checkpoint. The rounds it still has open (from `version`, its lowest published
+  // version, on) wait for them, and this worker, which had them acknowledged, may
+  // already be pulling the next version: resend its last accepted push of every slice
+  // of that shard whose round is still open there. A resend the shard already has (or
+  // whose round it closed meanwhile) is refused as duplicate or late and ignored.
+  void ReplayPushes(ShardConn& c, uint64_t version) {
+    std::vector<std::unique_ptr<PushCall>> calls;
+    {
+      absl::MutexLock lock(&replay_mu_);
+      for (const auto& [slice, req] : last_accepted_) {
+        if (layout_.slices()[slice].shard != c.id || req.round() < version) continue;
+        auto call = std::make_unique<PushCall>();
+        call->shard = c.id;
+        call->tensor = layout_.slices()[slice].tensor;
+        call->replay = true;
+        call->req = req;
+        calls.push_back(std::move(call));
+      }
+    }
+    pushes_replayed_.fetch_add(calls.size());
+    {
+      absl::MutexLock lock(&mu_);
+      replays_ += calls.size();
+    }
+    for (auto& call : calls) SendPush(std::move(call));
   }
 
   absl::Status RegisterOn(ShardConn& c, const v1::JoinResponse& join,
@@ -776,6 +811,13 @@ class WorkerImpl final : public Worker {
     if (accepted) {
       slices_pushed_.fetch_add(1);
       push_bytes_.fetch_add(call->req.payload().size());
+      if (!call->replay) {
+        // Kept for ReplayPushes: the newest accepted push of each slice. (Before the
+        // push is finished: once pending_ drops, the worker may be destroyed.)
+        absl::MutexLock lock(&replay_mu_);
+        v1::PushRequest& kept = last_accepted_[call->req.slice_id()];
+        if (kept.payload().empty() || kept.round() <= call->req.round()) kept = std::move(call->req);
+      }
       ReleaseCredit(*call);
       absl::MutexLock lock(&mu_);
       FinishPushLocked(*call, absl::OkStatus());
@@ -797,7 +839,7 @@ class WorkerImpl final : public Worker {
       });
       return;
     }
-    slices_refused_.fetch_add(1);
+    if (!call->replay) slices_refused_.fetch_add(1);
     ReleaseCredit(*call);
     const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
     absl::Status st = FromGrpc(
@@ -808,7 +850,11 @@ class WorkerImpl final : public Worker {
     FinishPushLocked(*call, st);
   }
 
-  void FinishPushLocked(const PushCall& /*call*/, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  void FinishPushLocked(const PushCall& call, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (call.replay) {  // not the caller's push: neither pending nor its error
+      --replays_;
+      return;
+    }
     if (!st.ok() && first_error_.ok()) first_error_ = std::move(st);
     --pending_;
   }
@@ -886,12 +932,18 @@ class WorkerImpl final : public Worker {
 
   absl::Mutex mu_;
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t replays_ ABSL_GUARDED_BY(mu_) = 0;  // replayed pushes not finished (the destructor waits)
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::set<grpc::ClientContext*> in_flight_ ABSL_GUARDED_BY(mu_);
 
   std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};
   std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, retries_count_{0};
+  std::atomic<uint64_t> pushes_replayed_{0};
+
+  absl::Mutex replay_mu_;
+  // Per slice id, the newest push a shard accepted (ReplayPushes).
+  absl::flat_hash_map<uint32_t, v1::PushRequest> last_accepted_ ABSL_GUARDED_BY(replay_mu_);
 };
 
 absl::StatusOr<std::unique_ptr<PullTicket>> WorkerImpl::StartPullAll(

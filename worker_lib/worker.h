@@ -142,6 +142,9 @@ struct WorkerStats {
   uint64_t slices_pulled = 0;
   uint64_t pull_bytes = 0;
   uint64_t retries = 0;          // RPC attempts repeated after UNAVAILABLE or re-join
+  // Accepted pushes sent again to a shard that restarted from a checkpoint and still
+  // had their rounds open (they were lost with the process).
+  uint64_t pushes_replayed = 0;
   uint64_t udp_datagrams_sent = 0;
   uint64_t udp_datagrams_dropped = 0;  // by loss injection
   uint64_t udp_bytes = 0;              // datagram bytes sent
