@@ -81,10 +81,10 @@ case "${1:-}" in
     fuzz_seconds=${PS_FUZZ_SECONDS:-10}
     [[ $fuzz_seconds =~ ^[0-9]+$ ]] || die "PS_FUZZ_SECONDS must be a number of seconds, got '$fuzz_seconds'"
     if [ "$fuzz_seconds" -gt 0 ]; then PACKAGES+=(clang libclang-rt-14-dev); fi
-    # promtool (package prometheus) lints the metrics exposition in ps_metrics_scrape_test;
-    # node and npm run deploy/validate.sh.
+    # promtool (package prometheus) lints the metrics exposition in ps_metrics_scrape_test.
+    # (deploy/validate.sh installs node and npm itself when they are missing: a node
+    # from elsewhere brings its own npm, which Debian's npm package conflicts with.)
     PACKAGES+=(prometheus)
-    if [ "${PS_DEPLOY_CHECK:-1}" != 0 ]; then PACKAGES+=(nodejs npm); fi
     install_missing
     configure_and_build
     (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@")
