@@ -186,6 +186,7 @@ else
   fi
   [[ $flags == *" checkpoint-dir "* ]] && overrides+=(--checkpoint-dir="$work/checkpoints")
   [[ $flags == *" metrics-port "* ]] && overrides+=(--metrics-port=0)
+  [[ $flags == *" health-port "* ]] && overrides+=(--health-port=0)
   env -u PS_CONFIG "$PS_SERVER" --config "$TOML" "${overrides[@]}" >"$work/log" 2>&1 &
   pid=$!
   for _ in $(seq 100); do
