@@ -18,6 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "ps/v1/checkpoint.pb.h"
+#include "server/layout_proto.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -106,15 +107,7 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
   msg.set_written_unix_s(c.written_unix_s);
   if (c.layout.has_value()) {
     msg.set_layout_hash(c.layout->hash());
-    v1::Layout* l = msg.mutable_layout();
-    l->set_slice_elems(c.layout->slice_elems());
-    l->set_num_shards(c.layout->num_shards());
-    for (const core::TensorSpec& t : c.layout->tensors()) {
-      v1::TensorSpec* spec = l->add_tensors();
-      spec->set_name(t.name);
-      spec->set_numel(t.numel);
-      spec->set_priority(t.priority);
-    }
+    LayoutToProto(*c.layout, msg.mutable_layout());
   }
   for (const SliceCheckpoint& s : c.slices) {
     v1::SliceCheckpoint* out = msg.add_slices();
@@ -124,11 +117,14 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
     out->set_velocity(Floats(s.velocity));
     out->set_rule_state(Floats(s.rule_state));
   }
-  const std::string body = msg.SerializeAsString();
+  return FrameCheckpoint(msg.SerializeAsString());
+}
+
+std::string FrameCheckpoint(std::string_view body) {
   std::string file(kMagic, sizeof(kMagic));
   const uint64_t n = body.size();
   for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  file += body;
+  file.append(body.data(), body.size());
   unsigned char md[kDigestBytes];
   SHA256(reinterpret_cast<const unsigned char*>(file.data()), file.size(), md);
   file.append(reinterpret_cast<const char*>(md), kDigestBytes);
@@ -170,12 +166,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
     if (msg.slices_size() != 0) return absl::InvalidArgumentError("checkpoint has slices but no layout");
     return c;
   }
-  std::vector<core::TensorSpec> tensors;
-  for (const v1::TensorSpec& t : msg.layout().tensors()) {
-    tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority()});
-  }
-  absl::StatusOr<core::ModelLayout> layout = core::ModelLayout::Create(
-      std::move(tensors), msg.layout().slice_elems(), msg.layout().num_shards());
+  absl::StatusOr<core::ModelLayout> layout = LayoutFromProto(msg.layout());
   if (!layout.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint layout is invalid: ", layout.status().message()));

@@ -43,6 +43,9 @@ struct ShardCheckpoint {
 
 // The file's bytes.
 std::string EncodeCheckpoint(const ShardCheckpoint& checkpoint);
+// The file around a serialized ps.v1.ShardCheckpoint `body`: magic, length, body,
+// SHA-256 (EncodeCheckpoint uses it; the fuzz target frames arbitrary bodies with it).
+std::string FrameCheckpoint(std::string_view body);
 // Parses and checks a file: magic, length, checksum (DATA_LOSS on any mismatch), then
 // the contents (INVALID_ARGUMENT): a valid layout whose hash matches, shard id in
 // range, every slice owned by that shard once, sizes matching the layout, finite

@@ -400,13 +400,14 @@ class ServerImpl final : public Server {
       serving_ = peers_agree && admitting_.load() && !stopping_;
       serving = serving_;
     }
+    const bool model = alive && shard_.ready();
     for (grpc::Server* server : {server_.get(), health_server_.get()}) {
       grpc::HealthCheckServiceInterface* health =
           server != nullptr ? server->GetHealthCheckService() : nullptr;
       if (health == nullptr) continue;
       health->SetServingStatus(alive);
       health->SetServingStatus(v1::WorkerService::service_full_name(), serving);
-      health->SetServingStatus("ps.v1.Model", alive && shard_.ready());
+      health->SetServingStatus("ps.v1.Model", model);
     }
   }
 

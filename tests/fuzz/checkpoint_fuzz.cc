@@ -9,8 +9,6 @@
 // exercises the header, length and checksum checks. A decoded checkpoint must be
 // restorable by the shard it names (or refused with a status), must hold only finite
 // values, and must survive Encode -> Decode unchanged in its versions and values.
-#include <openssl/sha.h>
-
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,17 +25,6 @@
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
-
-std::string Frame(std::string_view body) {
-  std::string file("PSCKPT\0\1", 8);
-  const uint64_t n = body.size();
-  for (int i = 0; i < 8; ++i) file.push_back(static_cast<char>((n >> (8 * i)) & 0xff));
-  file.append(body.data(), body.size());
-  unsigned char md[SHA256_DIGEST_LENGTH];
-  SHA256(reinterpret_cast<const unsigned char*>(file.data()), file.size(), md);
-  file.append(reinterpret_cast<const char*>(md), sizeof(md));
-  return file;
-}
 
 void CheckFinite(const ps::server::ShardCheckpoint& c) {
   for (const ps::server::SliceCheckpoint& s : c.slices) {
@@ -89,7 +76,7 @@ void Restore(const ps::server::ShardCheckpoint& c) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string_view rest(reinterpret_cast<const char*>(data) + 1, size - 1);
-  const std::string file = (data[0] & 1) != 0 ? Frame(rest) : std::string(rest);
+  const std::string file = (data[0] & 1) != 0 ? ps::server::FrameCheckpoint(rest) : std::string(rest);
   absl::StatusOr<ps::server::ShardCheckpoint> c = ps::server::DecodeCheckpoint(file);
   if (!c.ok()) {
     PS_FUZZ_CHECK(c.status().code() == absl::StatusCode::kDataLoss ||

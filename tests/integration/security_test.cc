@@ -9,11 +9,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 
 #include "cluster_util.h"
 #include "codecs/codec.h"
 #include "core/credentials.h"
+#include "core/credentials_internal.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/worker.h"
@@ -200,13 +200,19 @@ TEST(RateLimitTest, AClientOverItsRateIsRefusedOthersAreNot) {
             static_cast<uint64_t>(exhausted));
 }
 
-TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
+// One aggregate-only shard for one worker, serving mTLS with the test certificates.
+server::ServerOptions MutualTlsShard() {
   server::ServerOptions o;
   o.num_workers = 1;
   o.aggregate_only = true;
   o.tls_cert = Path("shard-0.pem");
   o.tls_key = Path("shard-0.key");
   o.tls_ca = Path("ca.pem");
+  return o;
+}
+
+TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
+  server::ServerOptions o = MutualTlsShard();
   testing::Cluster c = testing::StartCluster(1, o);
   ASSERT_EQ(c.shards.size(), 1u);
   auto layout = *core::ModelLayout::Create({{"w", 3, 0}}, 128, 1);
@@ -231,12 +237,9 @@ TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
   other.tls_ca = Path("ca.pem");
   other.tls_cert = Path("worker-1.pem");
   other.tls_key = Path("worker-1.key");
-  grpc::SslCredentialsOptions ssl;
-  std::ifstream ca(Path("ca.pem")), cert(Path("worker-1.pem")), key(Path("worker-1.key"));
-  ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(ca), {});
-  ssl.pem_cert_chain.assign(std::istreambuf_iterator<char>(cert), {});
-  ssl.pem_private_key.assign(std::istreambuf_iterator<char>(key), {});
-  auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(c.addresses[0], grpc::SslCredentials(ssl)));
+  auto other_creds = core::MakeChannelCredentials(other);
+  ASSERT_TRUE(other_creds.ok()) << other_creds.status();
+  auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(c.addresses[0], *other_creds));
   v1::JoinRequest req;
   req.set_worker_id(0);
   req.set_layout_hash(layout.hash());
@@ -268,12 +271,7 @@ std::pair<int, std::string> Admin(const std::string& args) {
 // Kubelet gRPC probes speak plaintext: --health-port serves the TLS shard's health
 // statuses without TLS, and nothing else.
 TEST(HealthPortTest, PlaintextProbesSeeTheTlsShardsStatusAndNothingElse) {
-  server::ServerOptions o;
-  o.num_workers = 1;
-  o.aggregate_only = true;
-  o.tls_cert = Path("shard-0.pem");
-  o.tls_key = Path("shard-0.key");
-  o.tls_ca = Path("ca.pem");
+  server::ServerOptions o = MutualTlsShard();
   o.health_port = 0;
   testing::Cluster c = testing::StartCluster(1, o);
   ASSERT_EQ(c.shards.size(), 1u);

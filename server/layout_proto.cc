@@ -1,0 +1,28 @@
+#include "server/layout_proto.h"
+
+#include <utility>
+#include <vector>
+
+namespace ps::server {
+
+void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out) {
+  out->set_slice_elems(layout.slice_elems());
+  out->set_num_shards(layout.num_shards());
+  for (const core::TensorSpec& t : layout.tensors()) {
+    v1::TensorSpec* spec = out->add_tensors();
+    spec->set_name(t.name);
+    spec->set_numel(t.numel);
+    spec->set_priority(t.priority);
+  }
+}
+
+absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout) {
+  std::vector<core::TensorSpec> tensors;
+  tensors.reserve(static_cast<size_t>(layout.tensors_size()));
+  for (const v1::TensorSpec& t : layout.tensors()) {
+    tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority()});
+  }
+  return core::ModelLayout::Create(std::move(tensors), layout.slice_elems(), layout.num_shards());
+}
+
+}  // namespace ps::server
