@@ -1,0 +1,72 @@
+// Host-side helpers for the CUDA libraries (aggregators/cuda, codecs/cuda): runtime
+// errors as absl::Status and device memory that grows on demand. Included only from
+// their .cc files, which are compiled when the build has CUDA (docs/gpu.md); kernels
+// (.cu) include no abseil.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <string_view>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+
+namespace ps::core::cuda {
+
+// OK, or INTERNAL naming the call and CUDA's message ("cudaMalloc(4294967296 bytes):
+// out of memory"); out-of-memory is RESOURCE_EXHAUSTED.
+inline absl::Status CudaStatus(cudaError_t e, std::string_view what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  const std::string message = absl::StrCat(AsAbsl(what), ": ", cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(message)
+                                        : absl::InternalError(message);
+}
+
+// Device memory owned by the holder; Reserve() grows it (contents are not kept).
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+  ~DeviceBuffer() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+
+  absl::Status Reserve(size_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = nullptr;
+    bytes_ = 0;
+    PS_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&data_, bytes),
+                                  absl::StrCat("cudaMalloc(", bytes, " bytes)")));
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* data_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Whether `p` points into device memory (cudaMalloc'ed or managed), as opposed to host
+// memory; false on any error.
+inline bool IsDevicePointer(const void* p) {
+  cudaPointerAttributes attr{};
+  if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky-free error of older runtimes
+    return false;
+  }
+  return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged;
+}
+
+}  // namespace ps::core::cuda
