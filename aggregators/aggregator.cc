@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "aggregators/coordinate_internal.h"
+#include "aggregators/device_internal.h"
 #include "core/simd.h"
 #include "aggregators/stage_internal.h"
 #include "core/status.h"
@@ -206,7 +207,31 @@ absl::Status CheckCall(const internal::Pipeline& p, std::span<const float* const
     return absl::InvalidArgumentError(absl::StrCat(p.spec, ": state holds ", ctx.state.size(),
                                                    " floats, expected ", s, " x ", d));
   }
+  if (ctx.device_memory) {
+    if (p.device == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          p.spec, ": inputs in device memory, but the rule runs on the CPU",
+          p.device_note.empty() ? "" : absl::StrCat(" (", p.device_note, ")")));
+    }
+    if (!ctx.masks.empty() || !ctx.support.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.spec, ": masks and supports are CPU-only; pass host memory"));
+    }
+    if (s > 0 && ctx.state.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(p.spec, ": a stateful rule on device memory needs ctx.state"));
+    }
+  }
   return absl::OkStatus();
+}
+
+// Whether this call runs on the pipeline's device: dense inputs, no support.
+bool OnDevice(const internal::Pipeline& p, const AggregationContext& ctx) {
+  return p.device != nullptr && ctx.masks.empty() && ctx.support.empty();
+}
+
+internal::Memory MemoryOf(const AggregationContext& ctx) {
+  return ctx.device_memory ? internal::Memory::kDevice : internal::Memory::kHost;
 }
 
 // The input rows followed by the state rows (zeros when the caller keeps none).
@@ -251,6 +276,10 @@ std::string_view Aggregator::name() const { return pipeline_->spec; }
 int Aggregator::MinInputs() const { return static_cast<int>(pipeline_->min_inputs); }
 std::string_view Aggregator::Bound() const { return pipeline_->bound; }
 bool Aggregator::NeedsGram() const { return pipeline_->needs_gram; }
+std::string_view Aggregator::device() const {
+  return pipeline_->device != nullptr ? std::string_view(pipeline_->device->description()) : "cpu";
+}
+std::string_view Aggregator::device_note() const { return pipeline_->device_note; }
 size_t Aggregator::StateRows() const { return pipeline_->rule->StateRows(); }
 
 namespace {
@@ -313,6 +342,15 @@ absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::sp
     OnSupport::Scatter(ctx.support, kept, out);
     return absl::OkStatus();
   }
+  if (OnDevice(*pipeline_, ctx)) {
+    // One upload for the Gram matrix and the pass over the coordinates.
+    std::vector<float> zeros;
+    const std::vector<const float*> rows =
+        WithStateRows(inputs, StateRows(), out.size(), ctx, &zeros);
+    return pipeline_->device->Aggregate(
+        rows, out, MemoryOf(ctx), ctx.state.empty() ? nullptr : ctx.state.data(), NeedsGram(),
+        [&](std::span<const double> gram) { return Plan(inputs.size(), gram, ctx.round); });
+  }
   if (!NeedsGram()) {
     PS_ASSIGN_OR_RETURN(RoundPlan plan, Plan(inputs.size(), {}, ctx.round));
     return Apply(plan, inputs, out, ctx);
@@ -342,6 +380,11 @@ absl::Status Aggregator::AccumulateGram(std::span<const float* const> inputs, si
   if (gram.size() != n * n) {
     return absl::InvalidArgumentError(absl::StrCat(pipeline_->spec, ": Gram buffer holds ",
                                                    gram.size(), " values, expected ", n, " x ", n));
+  }
+  if (OnDevice(*pipeline_, ctx)) {
+    std::vector<float> zeros;
+    const std::vector<const float*> rows = WithStateRows(inputs, s, d, ctx, &zeros);
+    return pipeline_->device->AccumulateGram(rows, d, MemoryOf(ctx), gram);
   }
   FilledInputs filled(inputs, ctx.masks, d, EvenMedian::kMidpoint, ctx.pool);
   std::vector<float> zeros;
@@ -432,6 +475,12 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
   }
   const size_t d = out.size();
   const size_t s = data.state_rows;
+  if (OnDevice(p, ctx)) {
+    std::vector<float> zeros;
+    const std::vector<const float*> rows = WithStateRows(inputs, s, d, ctx, &zeros);
+    return p.device->Apply(data, rows, out, MemoryOf(ctx),
+                           s > 0 && !ctx.state.empty() ? ctx.state.data() : nullptr);
+  }
   // Native masks only where the coordinate rule reads the inputs as they are.
   const bool native_masks = data.mixing.rows == 0 && data.coordinate.has_value();
   std::span<const uint8_t* const> no_masks;
@@ -574,6 +623,16 @@ absl::StatusOr<std::unique_ptr<Aggregator>> MakeAggregator(std::string_view spec
   }
   p->min_inputs = need;
   p->bound = bound;
+  if (options.device == core::Device::kCuda) {
+    absl::StatusOr<std::shared_ptr<const internal::DeviceBackend>> device =
+        internal::MakeCudaBackend();
+    if (device.ok()) {
+      p->device = *std::move(device);
+    } else {
+      p->device_note = absl::StrCat("device=cuda requested but unavailable (",
+                                    device.status().message(), "); aggregating on the CPU");
+    }
+  }
   if (static_cast<size_t>(options.num_workers) < p->min_inputs) {
     return absl::InvalidArgumentError(absl::StrCat(p->spec, " needs ", p->bound, " = ",
                                                    p->min_inputs, ", got n = ", options.num_workers,

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "core/device.h"
 #include "core/thread_pool.h"
 
 namespace ps::aggregators {
@@ -72,6 +73,10 @@ struct AggregatorOptions {
   uint64_t mda_max_subsets = 1'000'000;
   // bucketing: the seed mixed with the round number for each round's shuffle.
   uint64_t seed = 0;
+  // Where the rule computes (docs/gpu.md). kCuda runs the Gram matrix and the pass over
+  // the coordinates on the CUDA device when there is one, and on the CPU otherwise
+  // (device_note() then says why). Masked inputs and supports run on the CPU.
+  core::Device device = core::Device::kCpu;
 };
 
 // What a call aggregates beyond the vectors themselves.
@@ -99,6 +104,10 @@ struct AggregationContext {
   // (the full coordinates are used) with masks, for stateful rules and for
   // sign_majority, whose results depend on the zeros. Empty: no support.
   std::span<const uint32_t> support;
+  // The inputs, out and state are CUDA device pointers (an aggregator made with
+  // device = kCuda that got its device; docs/gpu.md). Refused with masks or a support,
+  // and on the CPU; a stateful rule then needs ctx.state.
+  bool device_memory = false;
 };
 
 // The weights a round's aggregate is made from, derived from the Gram matrix: the same
@@ -141,6 +150,12 @@ class Aggregator {
   bool NeedsGram() const;
   // Rows of state kept per coordinate range between rounds (centered clipping: 1).
   size_t StateRows() const;
+  // Where the rule computes: "cpu", or the CUDA device ("cuda:0 NVIDIA H100 80GB HBM3
+  // (sm_90, 79.1 GiB)").
+  std::string_view device() const;
+  // Empty, or why device = kCuda was asked for and the CPU computes instead: "device=cuda
+  // requested but unavailable (no CUDA device: ...); aggregating on the CPU". Callers log it.
+  std::string_view device_note() const;
 
   // Slice scope: combines inputs (each pointing at out.size() floats) into out. Refuses
   // fewer than MinInputs() inputs. Inputs must be finite where present.

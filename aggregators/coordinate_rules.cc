@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aggregators/coordinate_internal.h"
+#include "aggregators/sorted_plan_internal.h"
 #include "core/simd.h"
 
 namespace ps::aggregators::internal {
@@ -23,89 +24,6 @@ using Network = std::vector<std::pair<uint32_t, uint32_t>>;
 // (MeanOfRanks, which serves the unmasked median and trimmed mean, switches to
 // nth_element above kMaxNetworkInputs = 64.)
 constexpr size_t kMaxRuleNetworkInputs = 256;
-
-// Every rule but the mean, for one present count c, as an operation on the c values
-// sorted ascending, v_(0) <= ... <= v_(c-1).
-struct SortedPlan {
-  enum class Op {
-    kZero,     // nothing present: 0
-    kRanks,    // the mean of ranks lo..hi
-    kNearest,  // centre = the mean of ranks lo..hi; the mean of the c - drop nearest
-  };
-  Op op = Op::kZero;
-  size_t lo = 0;
-  size_t hi = 0;
-  size_t drop = 0;
-};
-
-SortedPlan MidpointPlan(size_t c) { return {SortedPlan::Op::kRanks, (c - 1) / 2, c / 2, 0}; }
-
-// The plan of `rule` (not kMean) for c present values, fallbacks included.
-SortedPlan PlanFor(const CoordinateRule& rule, size_t c) {
-  if (c == 0) return {};
-  if (c < CoordinateRuleMinCount(rule)) return MidpointPlan(c);
-  switch (rule.kind) {
-    case CoordinateRule::Kind::kMedian:
-      switch (rule.even_median) {
-        case EvenMedian::kLower:
-          return {SortedPlan::Op::kRanks, (c - 1) / 2, (c - 1) / 2, 0};
-        case EvenMedian::kUpper:
-          return {SortedPlan::Op::kRanks, c / 2, c / 2, 0};
-        case EvenMedian::kMidpoint:
-          break;
-      }
-      return MidpointPlan(c);
-    case CoordinateRule::Kind::kTrimmedMean:
-      return {SortedPlan::Op::kRanks, rule.trim, c - rule.trim - 1, 0};
-    case CoordinateRule::Kind::kNearestMean:
-      if (rule.centre == CoordinateRule::Centre::kTrimmedMean) {
-        return {SortedPlan::Op::kNearest, rule.trim, c - rule.trim - 1, rule.drop};
-      }
-      return {SortedPlan::Op::kNearest, (c - 1) / 2, c / 2, rule.drop};
-    case CoordinateRule::Kind::kMean:
-    case CoordinateRule::Kind::kSignVote:
-      break;
-  }
-  return MidpointPlan(c);  // kMean and kSignVote never get here
-}
-
-// The window of the c - drop values nearest `centre` in a sorted column is
-// [first, first + keep). Going from window l to l + 1 trades v_(l) for v_(l+keep); v_(l)
-// stays when it is no farther, |v_(l) - centre| <= |v_(l+keep) - centre|, which for
-// v_(l) <= v_(l+keep) reads v_(l) + v_(l+keep) >= 2 centre (equal values aside, where
-// either choice sums the same). That test only turns from false to true as l grows, so
-// first = the number of l in [0, drop) that fail it, and an exact tie keeps the smaller
-// value. Sums and the centre are in double; 2 centre is exact.
-//
-// The scalar version, for one sorted column of c values v[0], v[stride], ... Sums run
-// in ascending order, as the tile version's do, so both give the same bits.
-float ApplySorted(const SortedPlan& plan, const float* v, size_t c, size_t stride) {
-  auto at = [v, stride](size_t r) { return static_cast<double>(v[r * stride]); };
-  auto sum_ranks = [&at](size_t lo, size_t hi) {
-    double sum = 0.0;
-    for (size_t r = lo; r <= hi; ++r) sum += at(r);
-    return sum;
-  };
-  switch (plan.op) {
-    case SortedPlan::Op::kZero:
-      return 0.0f;
-    case SortedPlan::Op::kRanks:
-      return static_cast<float>(sum_ranks(plan.lo, plan.hi) /
-                                static_cast<double>(plan.hi - plan.lo + 1));
-    case SortedPlan::Op::kNearest: {
-      const double centre =
-          sum_ranks(plan.lo, plan.hi) / static_cast<double>(plan.hi - plan.lo + 1);
-      const double twice = 2.0 * centre;
-      const size_t keep = c - plan.drop;
-      size_t first = 0;
-      for (size_t l = 0; l < plan.drop; ++l) {
-        first += at(l) + at(l + keep) < twice ? 1 : 0;
-      }
-      return static_cast<float>(sum_ranks(first, first + keep - 1) / static_cast<double>(keep));
-    }
-  }
-  return 0.0f;
-}
 
 // x / count, computed as x * (1 / count) when count is a power of two: both are then the
 // correctly rounded value of the same real number (the same bits), and a vector product
@@ -380,20 +298,6 @@ class RuleBlock {
 
 }  // namespace
 
-size_t CoordinateRuleMinCount(const CoordinateRule& rule) {
-  switch (rule.kind) {
-    case CoordinateRule::Kind::kMean:
-    case CoordinateRule::Kind::kMedian:
-    case CoordinateRule::Kind::kSignVote:
-      return 1;
-    case CoordinateRule::Kind::kTrimmedMean:
-      return 2 * rule.trim + 1;
-    case CoordinateRule::Kind::kNearestMean:
-      return std::max(rule.drop + 1,
-                      rule.centre == CoordinateRule::Centre::kTrimmedMean ? 2 * rule.trim + 1 : 1);
-  }
-  return 1;
-}
 
 namespace {
 

@@ -12,11 +12,13 @@
 // several times faster than MeanOfRanks' nth_element.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 
 #include "aggregators/aggregator.h"
+#include "aggregators/sorted_plan_internal.h"
 #include "core/thread_pool.h"
 
 namespace ps::aggregators::internal {
@@ -45,7 +47,53 @@ struct CoordinateRule {
 // median, 2 trim + 1 for the trimmed mean; for kNearestMean drop + 1 with the median
 // centre and max(drop + 1, 2 trim + 1) with the trimmed-mean centre (`trim` is ignored
 // with the median centre).
-size_t CoordinateRuleMinCount(const CoordinateRule& rule);
+inline size_t CoordinateRuleMinCount(const CoordinateRule& rule) {
+  switch (rule.kind) {
+    case CoordinateRule::Kind::kMean:
+    case CoordinateRule::Kind::kMedian:
+    case CoordinateRule::Kind::kSignVote:
+      return 1;
+    case CoordinateRule::Kind::kTrimmedMean:
+      return 2 * rule.trim + 1;
+    case CoordinateRule::Kind::kNearestMean:
+      return std::max(rule.drop + 1,
+                      rule.centre == CoordinateRule::Centre::kTrimmedMean ? 2 * rule.trim + 1 : 1);
+  }
+  return 1;
+}
+
+// The median of c values (midpoint for even c) as a SortedPlan.
+inline SortedPlan MidpointPlan(size_t c) { return {SortedPlan::Op::kRanks, (c - 1) / 2, c / 2, 0}; }
+
+// The SortedPlan of `rule` (not kMean or kSignVote) for c present values, the
+// fallbacks below included. Shared by the CPU kernels and the CUDA backend.
+inline SortedPlan PlanFor(const CoordinateRule& rule, size_t c) {
+  if (c == 0) return {};
+  if (c < CoordinateRuleMinCount(rule)) return MidpointPlan(c);
+  switch (rule.kind) {
+    case CoordinateRule::Kind::kMedian:
+      switch (rule.even_median) {
+        case EvenMedian::kLower:
+          return {SortedPlan::Op::kRanks, (c - 1) / 2, (c - 1) / 2, 0};
+        case EvenMedian::kUpper:
+          return {SortedPlan::Op::kRanks, c / 2, c / 2, 0};
+        case EvenMedian::kMidpoint:
+          break;
+      }
+      return MidpointPlan(c);
+    case CoordinateRule::Kind::kTrimmedMean:
+      return {SortedPlan::Op::kRanks, rule.trim, c - rule.trim - 1, 0};
+    case CoordinateRule::Kind::kNearestMean:
+      if (rule.centre == CoordinateRule::Centre::kTrimmedMean) {
+        return {SortedPlan::Op::kNearest, rule.trim, c - rule.trim - 1, rule.drop};
+      }
+      return {SortedPlan::Op::kNearest, (c - 1) / 2, c / 2, rule.drop};
+    case CoordinateRule::Kind::kMean:
+    case CoordinateRule::Kind::kSignVote:
+      break;
+  }
+  return MidpointPlan(c);  // kMean and kSignVote never get here
+}
 
 // out[c] = rule applied to {inputs[i][c] : i present at c}.
 //

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -32,13 +33,15 @@ class DeviceBackend {
   virtual absl::Status AccumulateGram(std::span<const float* const> rows, size_t d, Memory where,
                                       std::span<double> gram) const = 0;
   // out = the plan applied to rows (its k inputs, then its state rows), as
-  // Aggregator::Apply computes it on the CPU.
+  // Aggregator::Apply computes it on the CPU; then, when `state` is not null, state =
+  // out (the rule's memory, out.size() floats, in the same memory as out).
   virtual absl::Status Apply(const PlanData& plan, std::span<const float* const> rows,
-                             std::span<float> out, Memory where) const = 0;
+                             std::span<float> out, Memory where, float* state) const = 0;
   // Gram matrix, plan (by `make_plan`, on the host) and Apply with the rows copied to
   // the device once. Without `needs_gram` the plan gets an empty matrix.
   virtual absl::Status Aggregate(
-      std::span<const float* const> rows, std::span<float> out, Memory where, bool needs_gram,
+      std::span<const float* const> rows, std::span<float> out, Memory where, float* state,
+      bool needs_gram,
       const std::function<absl::StatusOr<RoundPlan>(std::span<const double>)>& make_plan) const = 0;
 };
 

@@ -92,6 +92,8 @@ struct PlanData {
 };
 
 // The Aggregator's implementation.
+class DeviceBackend;
+
 struct Pipeline {
   std::string spec;
   std::vector<std::unique_ptr<PreStage>> pre;
@@ -99,6 +101,9 @@ struct Pipeline {
   size_t min_inputs = 1;
   std::string bound;
   bool needs_gram = false;
+  // The device the rule runs on (aggregators/device_internal.h); null: the CPU.
+  std::shared_ptr<const DeviceBackend> device;
+  std::string device_note;  // Aggregator::device_note()
 
   static std::unique_ptr<Aggregator> Wrap(std::unique_ptr<Pipeline> p);
   static RoundPlan MakePlan(std::shared_ptr<const PlanData> data);

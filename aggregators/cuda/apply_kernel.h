@@ -1,0 +1,269 @@
+// What one thread of the CUDA Apply kernels computes for one coordinate (docs/gpu.md,
+// "Aggregation on the device"): PS_HD functions, so the CPU tests run the very code the
+// GPU runs (tests/aggregators/cuda_kernels_test.cc compares it bit for bit with
+// Aggregator::Apply) and the kernels in apply.cu are thin loops around it.
+//
+// Every float and double operation below is one the CPU does, in the CPU's order, with
+// fused multiply-adds ruled out on the device (MulF/AddF; AddExact): the results are
+// the CPU's bits. No abseil and no CUDA runtime here.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "aggregators/sorted_plan_internal.h"
+#include "core/hd.h"
+
+namespace ps::aggregators::cuda {
+
+using internal::AddExact;
+using internal::SortedPlan;
+
+PS_HD inline float MulF(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+PS_HD inline float AddF(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// How one row the rule reads is formed from the inputs (Aggregator::Apply's cases).
+struct RowSpec {
+  enum class Kind : uint32_t {
+    kUnit,      // input terms[first].input as it is (a weight of exactly 1)
+    kAverage,   // the float sum of the `count` inputs in order, divided by count
+    kWeighted,  // sum of weight x input in float, four terms per group (MixBlock)
+  };
+  Kind kind = Kind::kUnit;
+  uint32_t first = 0;  // into the term list
+  uint32_t count = 0;
+};
+struct RowTerm {
+  uint32_t input = 0;
+  float weight = 0.0f;
+};
+
+// What becomes of the rows at each coordinate.
+enum class CoordinateOp : uint32_t {
+  kRow0,    // no coordinate rule: row 0 is the output
+  kMean,    // the rows' float sum in order divided by their count (AverageInputs)
+  kSorted,  // `plan` on the rows sorted ascending
+};
+
+struct ApplyArgs {
+  const float* const* inputs = nullptr;  // the plan's k inputs, then its state rows
+  // When every row is a unit row: row r is unit_rows[r] (the kernels then load the rows
+  // straight into registers); else null.
+  const float* const* unit_rows = nullptr;
+  const RowSpec* rows = nullptr;
+  const RowTerm* terms = nullptr;
+  uint32_t num_rows = 0;
+  CoordinateOp op = CoordinateOp::kRow0;
+  SortedPlan plan;  // for kSorted
+  float* out = nullptr;
+  size_t d = 0;
+};
+
+// Row `r`'s value at coordinate c.
+PS_HD inline float RowValue(const ApplyArgs& a, uint32_t r, size_t c) {
+  const RowSpec row = a.rows[r];
+  const RowTerm* t = a.terms + row.first;
+  switch (row.kind) {
+    case RowSpec::Kind::kUnit:
+      return a.inputs[t[0].input][c];
+    case RowSpec::Kind::kAverage: {
+      float acc = a.inputs[t[0].input][c];
+      for (uint32_t j = 1; j < row.count; ++j) acc = AddF(acc, a.inputs[t[j].input][c]);
+      return acc / static_cast<float>(row.count);
+    }
+    case RowSpec::Kind::kWeighted:
+      break;
+  }
+  float acc = 0.0f;
+  uint32_t j = 0;
+  for (; j + 4 <= row.count; j += 4) {
+    const float p0 = MulF(t[j].weight, a.inputs[t[j].input][c]);
+    const float p1 = MulF(t[j + 1].weight, a.inputs[t[j + 1].input][c]);
+    const float p2 = MulF(t[j + 2].weight, a.inputs[t[j + 2].input][c]);
+    const float p3 = MulF(t[j + 3].weight, a.inputs[t[j + 3].input][c]);
+    acc = AddF(acc, AddF(AddF(p0, p1), AddF(p2, p3)));
+  }
+  for (; j < row.count; ++j) acc = AddF(acc, MulF(t[j].weight, a.inputs[t[j].input][c]));
+  return acc;
+}
+
+// kRow0 and kMean at coordinate c.
+PS_HD inline float LinearAt(const ApplyArgs& a, size_t c) {
+  if (a.op == CoordinateOp::kRow0) return RowValue(a, 0, c);
+  float acc = RowValue(a, 0, c);
+  for (uint32_t r = 1; r < a.num_rows; ++r) acc = AddF(acc, RowValue(a, r, c));
+  return acc / static_cast<float>(a.num_rows);
+}
+
+// std::min / std::max as the CPU's networks apply them (the same ternaries).
+PS_HD inline void CompareExchange(float& a, float& b) {
+  const float x = a;
+  const float y = b;
+  a = (y < x) ? y : x;
+  b = (x < y) ? y : x;
+}
+
+// Sorts K values (a power of two) ascending with a bitonic network. Every loop has a
+// trip count fixed at compile time, so nvcc unrolls them all and v stays in registers.
+// The sorted values are those of any other sort (inputs are never NaN).
+template <int K>
+PS_HD inline void SortRegisters(float (&v)[K]) {
+  static_assert(K >= 2 && (K & (K - 1)) == 0, "K must be a power of two");
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int size = 2; size <= K; size <<= 1) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+    for (int stride = size / 2; stride > 0; stride >>= 1) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int i = 0; i < K; ++i) {
+        const int partner = i ^ stride;
+        if (partner > i) {
+          if ((i & size) == 0) {
+            CompareExchange(v[i], v[partner]);
+          } else {
+            CompareExchange(v[partner], v[i]);
+          }
+        }
+      }
+    }
+  }
+}
+
+// ApplySorted (sorted_plan_internal.h) on the c smallest of K sorted registers, with
+// only compile-time indices (a runtime index would move v to local memory): ranks are
+// summed under a predicate, and v_(l + keep) comes from a copy of v shifted by keep in
+// log2(K) fixed steps. The same operations in the same order as ApplySorted.
+template <int K>
+PS_HD inline float ApplySortedRegisters(const SortedPlan& plan, const float (&v)[K], size_t c) {
+  const size_t lo = plan.lo;
+  const size_t hi = plan.hi;
+  double sum = 0.0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int r = 0; r < K; ++r) {
+    if (static_cast<size_t>(r) >= lo && static_cast<size_t>(r) <= hi) {
+      sum = AddExact(sum, static_cast<double>(v[r]));
+    }
+  }
+  const double mean = sum / static_cast<double>(hi - lo + 1);
+  if (plan.op != SortedPlan::Op::kNearest) {
+    return plan.op == SortedPlan::Op::kRanks ? static_cast<float>(mean) : 0.0f;
+  }
+  const double twice = 2.0 * mean;
+  const size_t keep = c - plan.drop;
+  float shifted[K];  // shifted[l] = v[l + keep] for l + keep < K
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int i = 0; i < K; ++i) shifted[i] = v[i];
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int bit = 1; bit < K; bit <<= 1) {
+    if ((keep & static_cast<size_t>(bit)) != 0) {
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+      for (int i = 0; i + bit < K; ++i) shifted[i] = shifted[i + bit];  // ascending: reads old values
+    }
+  }
+  size_t first = 0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int l = 0; l < K; ++l) {
+    if (static_cast<size_t>(l) < plan.drop) {
+      first += AddExact(static_cast<double>(v[l]), static_cast<double>(shifted[l])) < twice ? 1 : 0;
+    }
+  }
+  double acc = 0.0;
+#if defined(__CUDA_ARCH__)
+#pragma unroll
+#endif
+  for (int r = 0; r < K; ++r) {
+    if (static_cast<size_t>(r) >= first && static_cast<size_t>(r) < first + keep) {
+      acc = AddExact(acc, static_cast<double>(v[r]));
+    }
+  }
+  return static_cast<float>(acc / static_cast<double>(keep));
+}
+
+// The padding of the register arrays: sorts after every finite value.
+inline constexpr float kPadding = __builtin_huge_valf();
+
+// kSorted on num_rows <= K row values in registers (padded with kPadding).
+template <int K>
+PS_HD inline float SortAndApply(const SortedPlan& plan, float (&v)[K], uint32_t num_rows) {
+  SortRegisters<K>(v);
+  return ApplySortedRegisters<K>(plan, v, num_rows);
+}
+
+// kSorted at coordinate c for num_rows <= K: the reference form of what the kernel
+// computes (the CPU tests call it). The kernel fills v without runtime indices, which
+// would move v to local memory: straight loads when every row is a unit row, else
+// through shared memory (apply.cu).
+template <int K>
+PS_HD inline float SortedAt(const ApplyArgs& a, size_t c) {
+  float v[K];
+  for (int r = 0; r < K; ++r) {
+    v[r] = static_cast<uint32_t>(r) < a.num_rows ? RowValue(a, static_cast<uint32_t>(r), c) : kPadding;
+  }
+  return SortAndApply<K>(a.plan, v, a.num_rows);
+}
+
+// The general path (more than 64 rows), over a chunk of coordinates [begin, begin + w):
+// the rows formed into scratch (row r of the chunk at rows + r * w) ...
+PS_HD inline void FormRowsAt(const ApplyArgs& a, size_t begin, size_t w, size_t j, float* rows) {
+  for (uint32_t r = 0; r < a.num_rows; ++r) rows[r * w + j] = RowValue(a, r, begin + j);
+}
+
+// ... each value placed at its rank (the number of smaller values, ties by row index),
+// which sorts the column into `sorted` (same layout) ...
+PS_HD inline void PlaceByRankAt(const float* rows, uint32_t num_rows, size_t w, size_t j,
+                                float* sorted) {
+  for (uint32_t i = 0; i < num_rows; ++i) {
+    const float x = rows[i * w + j];
+    uint32_t rank = 0;
+    for (uint32_t q = 0; q < num_rows; ++q) {
+      const float y = rows[q * w + j];
+      rank += (y < x || (y == x && q < i)) ? 1u : 0u;
+    }
+    sorted[rank * w + j] = x;
+  }
+}
+
+// ... and the plan read off the sorted column.
+PS_HD inline float SortedColumnAt(const SortedPlan& plan, const float* sorted, uint32_t num_rows,
+                                  size_t w, size_t j) {
+  return internal::ApplySorted(plan, sorted + j, num_rows, w);
+}
+
+// sign_majority at coordinate c: the scale times the sign of the vote.
+PS_HD inline float SignVoteAt(const float* const* inputs, uint32_t k, float step, size_t c) {
+  int32_t votes = 0;
+  for (uint32_t i = 0; i < k; ++i) {
+    const float x = inputs[i][c];
+    votes += static_cast<int32_t>(x > 0) - static_cast<int32_t>(x < 0);
+  }
+  return votes > 0 ? step : votes < 0 ? -step : 0.0f;
+}
+
+}  // namespace ps::aggregators::cuda

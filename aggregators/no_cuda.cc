@@ -1,0 +1,11 @@
+// The device backend of builds without CUDA: always unavailable, with the reason.
+#include "aggregators/device_internal.h"
+#include "core/device.h"
+
+namespace ps::aggregators::internal {
+
+absl::StatusOr<std::shared_ptr<const DeviceBackend>> MakeCudaBackend() {
+  return core::CudaDevice().status();
+}
+
+}  // namespace ps::aggregators::internal

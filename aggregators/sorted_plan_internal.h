@@ -1,0 +1,76 @@
+// A coordinate rule read off one coordinate's values sorted ascending: shared by the
+// CPU rules (coordinate_rules.cc) and the CUDA kernels (aggregators/cuda/), so both
+// compute with one definition (PS_HD; docs/gpu.md). No abseil here: nvcc compiles it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/hd.h"
+
+namespace ps::aggregators::internal {
+
+// Every rule but the mean and the sign vote, for c present values, as an operation on
+// the c values sorted ascending, v_(0) <= ... <= v_(c-1).
+struct SortedPlan {
+  enum class Op : uint32_t {
+    kZero,     // nothing present: 0
+    kRanks,    // the mean of ranks lo..hi
+    kNearest,  // centre = the mean of ranks lo..hi; the mean of the c - drop nearest
+  };
+  Op op = Op::kZero;
+  size_t lo = 0;
+  size_t hi = 0;
+  size_t drop = 0;
+};
+
+// Double additions that nvcc may not contract into fused multiply-adds with a
+// neighbouring product, so device sums are the CPU's bit for bit (g++ does not contract
+// under -std=c++20).
+PS_HD inline double AddExact(double a, double b) {
+#if defined(__CUDA_ARCH__)
+  return __dadd_rn(a, b);
+#else
+  return a + b;
+#endif
+}
+
+// The window of the c - drop values nearest `centre` in a sorted column is
+// [first, first + keep). Going from window l to l + 1 trades v_(l) for v_(l+keep); v_(l)
+// stays when it is no farther, |v_(l) - centre| <= |v_(l+keep) - centre|, which for
+// v_(l) <= v_(l+keep) reads v_(l) + v_(l+keep) >= 2 centre (equal values aside, where
+// either choice sums the same). That test only turns from false to true as l grows, so
+// first = the number of l in [0, drop) that fail it, and an exact tie keeps the smaller
+// value. Sums and the centre are in double; 2 centre is exact.
+//
+// One sorted column of c values v[0], v[stride], ...: sums run in ascending order, as
+// the CPU's tile version and the GPU's register version do, so all give the same bits.
+PS_HD inline float ApplySorted(const SortedPlan& plan, const float* v, size_t c, size_t stride) {
+  auto at = [v, stride](size_t r) { return static_cast<double>(v[r * stride]); };
+  auto sum_ranks = [&at](size_t lo, size_t hi) {
+    double sum = 0.0;
+    for (size_t r = lo; r <= hi; ++r) sum = AddExact(sum, at(r));
+    return sum;
+  };
+  switch (plan.op) {
+    case SortedPlan::Op::kZero:
+      return 0.0f;
+    case SortedPlan::Op::kRanks:
+      return static_cast<float>(sum_ranks(plan.lo, plan.hi) /
+                                static_cast<double>(plan.hi - plan.lo + 1));
+    case SortedPlan::Op::kNearest: {
+      const double centre =
+          sum_ranks(plan.lo, plan.hi) / static_cast<double>(plan.hi - plan.lo + 1);
+      const double twice = 2.0 * centre;
+      const size_t keep = c - plan.drop;
+      size_t first = 0;
+      for (size_t l = 0; l < plan.drop; ++l) {
+        first += AddExact(at(l), at(l + keep)) < twice ? 1 : 0;
+      }
+      return static_cast<float>(sum_ranks(first, first + keep - 1) / static_cast<double>(keep));
+    }
+  }
+  return 0.0f;
+}
+
+}  // namespace ps::aggregators::internal

@@ -1,0 +1,206 @@
+// The CUDA Apply kernels' per-coordinate code (aggregators/cuda/apply_kernel.h, PS_HD)
+// run on the CPU: for every rule and pre-aggregator chain, the plan turned into kernel
+// arguments by PlanRows and evaluated coordinate by coordinate, by the register path
+// and by the general path, must give Aggregator::Apply's result bit for bit. This is
+// what the GPU computes, checked on machines without one (docs/gpu.md).
+#include <bit>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "aggregators/aggregator.h"
+#include "aggregators/cuda/apply_kernel.h"
+#include "aggregators/cuda/plan_rows.h"
+#include "aggregators/stage_internal.h"
+#include "gtest/gtest.h"
+#include "tests/aggregators/test_util.h"
+
+namespace ps::aggregators::cuda {
+namespace {
+
+using test::Pointers;
+using test::Vectors;
+
+// k inputs of d values: honest ones near a common centre, the last f far away, and a
+// few exact ties (equal values) to exercise the ordering.
+Vectors Inputs(size_t k, size_t f, size_t d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  std::vector<float> centre(d);
+  for (float& x : centre) x = noise(rng);
+  Vectors v(k, std::vector<float>(d));
+  for (size_t i = 0; i < k; ++i) {
+    for (size_t c = 0; c < d; ++c) {
+      v[i][c] = i + f >= k ? 50.0f + 10.0f * noise(rng) : centre[c] + 0.3f * noise(rng);
+      if (c % 7 == 3 && i % 3 == 1) v[i][c] = centre[c];  // ties across inputs
+    }
+  }
+  return v;
+}
+
+// The plan on the CPU (Gram matrix, Plan), as the backend gets it.
+RoundPlan PlanOf(const Aggregator& rule, const std::vector<const float*>& rows, size_t d) {
+  const size_t n = rows.size() + rule.StateRows();
+  std::vector<double> gram(n * n, 0.0);
+  std::vector<float> state(rule.StateRows() * d, 0.0f);
+  AggregationContext ctx;
+  ctx.state = state;
+  if (rule.NeedsGram()) {
+    EXPECT_TRUE(rule.AccumulateGram(rows, d, ctx, gram).ok());
+  }
+  absl::StatusOr<RoundPlan> plan = rule.Plan(rows.size(), rule.NeedsGram() ? gram : std::vector<double>{}, 7);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  return *plan;
+}
+
+// What the kernels compute at every coordinate, on the host. `general` forces the path
+// used beyond 64 rows.
+std::vector<float> KernelResult(const RowPlan& rp, const std::vector<const float*>& rows, size_t d,
+                                bool general) {
+  ApplyArgs a;
+  a.inputs = rows.data();
+  a.rows = rp.rows.data();
+  a.terms = rp.terms.data();
+  a.num_rows = static_cast<uint32_t>(rp.rows.size());
+  a.op = rp.op;
+  a.plan = rp.sorted;
+  std::vector<float> out(d);
+  a.out = out.data();
+  a.d = d;
+  if (rp.op != CoordinateOp::kSorted) {
+    for (size_t c = 0; c < d; ++c) out[c] = LinearAt(a, c);
+    return out;
+  }
+  if (general) {
+    // One chunk of all coordinates, as LaunchSortedGeneral's three kernels.
+    std::vector<float> formed(a.num_rows * d), sorted(a.num_rows * d);
+    for (size_t j = 0; j < d; ++j) FormRowsAt(a, 0, d, j, formed.data());
+    for (size_t j = 0; j < d; ++j) PlaceByRankAt(formed.data(), a.num_rows, d, j, sorted.data());
+    for (size_t j = 0; j < d; ++j) out[j] = SortedColumnAt(a.plan, sorted.data(), a.num_rows, d, j);
+    return out;
+  }
+  for (size_t c = 0; c < d; ++c) {
+    if (a.num_rows <= 8) {
+      out[c] = SortedAt<8>(a, c);
+    } else if (a.num_rows <= 16) {
+      out[c] = SortedAt<16>(a, c);
+    } else if (a.num_rows <= 32) {
+      out[c] = SortedAt<32>(a, c);
+    } else {
+      out[c] = SortedAt<64>(a, c);
+    }
+  }
+  return out;
+}
+
+void ExpectBits(const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  size_t mismatches = 0;
+  for (size_t c = 0; c < got.size(); ++c) {
+    if (std::bit_cast<uint32_t>(got[c]) != std::bit_cast<uint32_t>(want[c])) {
+      if (++mismatches <= 3) {
+        ADD_FAILURE() << what << ": coordinate " << c << " kernel " << got[c] << " cpu " << want[c];
+      }
+    }
+  }
+  EXPECT_EQ(mismatches, 0u) << what;
+}
+
+struct Case {
+  std::string spec;
+  int n;
+  int f;
+};
+
+class KernelsMatchCpu : public ::testing::TestWithParam<Case> {};
+
+TEST_P(KernelsMatchCpu, BitForBit) {
+  const Case& tc = GetParam();
+  AggregatorOptions options = test::Options(tc.n, tc.f);
+  options.clipping_tau = 2.0;
+  absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(tc.spec, options);
+  ASSERT_TRUE(rule.ok()) << rule.status();
+  constexpr size_t d = 333;  // not a multiple of any tile
+  for (uint32_t seed : {1u, 2u}) {
+    const Vectors inputs = Inputs(static_cast<size_t>(tc.n), static_cast<size_t>(tc.f), d, seed);
+    std::vector<const float*> rows = Pointers(inputs);
+    const RoundPlan plan = PlanOf(**rule, rows, d);
+    std::vector<float> want(d);
+    std::vector<float> state((*rule)->StateRows() * d, 0.0f);
+    AggregationContext ctx;
+    ctx.state = state;
+    ASSERT_TRUE((*rule)->Apply(plan, rows, want, ctx).ok());
+
+    const RowPlan rp = PlanRows(internal::Pipeline::Data(plan));
+    ASSERT_FALSE(rp.sign_vote);
+    std::vector<float> zeros((*rule)->StateRows() * d, 0.0f);
+    for (size_t s = 0; s < (*rule)->StateRows(); ++s) rows.push_back(zeros.data() + s * d);
+    const std::string what = tc.spec + " n=" + std::to_string(tc.n) + " seed " + std::to_string(seed);
+    ExpectBits(KernelResult(rp, rows, d, /*general=*/false), want, what + " (registers)");
+    if (rp.op == CoordinateOp::kSorted) {
+      ExpectBits(KernelResult(rp, rows, d, /*general=*/true), want, what + " (general)");
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Rules, KernelsMatchCpu,
+    ::testing::Values(Case{"mean", 5, 0}, Case{"median", 16, 3}, Case{"median", 7, 2},
+                      Case{"median(even=lower)", 10, 2}, Case{"trimmed_mean", 16, 3},
+                      Case{"trimmed_mean", 33, 8}, Case{"trimmed_mean", 64, 10},
+                      Case{"meamed", 16, 3}, Case{"meamed", 31, 7}, Case{"phocas", 16, 3},
+                      Case{"phocas", 12, 2}, Case{"krum", 16, 3}, Case{"multi_krum", 16, 3},
+                      Case{"bulyan", 15, 3}, Case{"bulyan", 64, 15},
+                      Case{"geometric_median", 9, 2}, Case{"centered_clipping", 9, 2},
+                      Case{"mda", 8, 2}, Case{"nnm+trimmed_mean", 12, 2},
+                      Case{"nnm+median", 40, 5}, Case{"bucketing(s=2)+krum", 20, 2},
+                      Case{"clip(3)+mean", 6, 1}, Case{"arc+meamed", 11, 2},
+                      Case{"nnm+krum", 11, 2}),
+    [](const ::testing::TestParamInfo<Case>& info) {
+      std::string name = info.param.spec + "_n" + std::to_string(info.param.n);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
+
+// The register sort and the register read-off against the scalar definitions, for
+// every size up to 64 and every plan shape.
+TEST(SortRegisters, SortsEverySizeWithPadding) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-3, 3);  // many ties
+  for (uint32_t c = 1; c <= 64; ++c) {
+    float v[64];
+    std::vector<float> want(c);
+    for (uint32_t i = 0; i < 64; ++i) v[i] = i < c ? static_cast<float>(small(rng)) : kPadding;
+    for (uint32_t i = 0; i < c; ++i) want[i] = v[i];
+    std::sort(want.begin(), want.end());
+    SortRegisters<64>(v);
+    for (uint32_t i = 0; i < c; ++i) ASSERT_EQ(v[i], want[i]) << "c=" << c << " i=" << i;
+  }
+}
+
+TEST(ApplySortedRegisters, MatchesTheScalarReadOffForEveryWindow) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> noise(0.0f, 1.0f);
+  for (uint32_t c = 1; c <= 32; ++c) {
+    float v[32];
+    for (uint32_t i = 0; i < 32; ++i) v[i] = i < c ? noise(rng) : kPadding;
+    SortRegisters<32>(v);
+    for (size_t lo = 0; lo < c; ++lo) {
+      for (size_t hi = lo; hi < c; ++hi) {
+        for (size_t drop = 0; drop < c; ++drop) {
+          const SortedPlan plan{drop == 0 ? SortedPlan::Op::kRanks : SortedPlan::Op::kNearest, lo, hi, drop};
+          const float got = ApplySortedRegisters<32>(plan, v, c);
+          const float want = internal::ApplySorted(plan, v, c, 1);
+          ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want))
+              << "c=" << c << " lo=" << lo << " hi=" << hi << " drop=" << drop;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ps::aggregators::cuda
