@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "aggregators/aggregator.h"
+#include "bench/aggregators_cuda_bench.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
 
@@ -41,6 +42,7 @@ struct AggregatorsFlags {
   uint64_t seed = 1;
   bool quick = false;
   bool list = false;
+  std::string device = "cpu";
 };
 
 // Options whose count() tells whether the user gave them (--quick fills the rest).
@@ -152,6 +154,16 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
     for (std::string& spec : SplitList(text)) rules.push_back(std::move(spec));
   }
   if (rules.empty()) rules = known;
+  if (flags.device == "cuda") {
+    return RunAggregatorsCuda(CudaAggregatorsGrid{
+        .ns = *ns,
+        .ds = *ds,
+        .rules = rules,
+        .f = flags.f,
+        .seed = flags.seed,
+        .timing = TimingOptions{.repeats = flags.repeats, .min_seconds = flags.min_seconds},
+        .json = flags.json});
+  }
 
   // One input buffer for the whole grid, sized for the largest (n, d) that fits in
   // three quarters of physical memory; larger cells are skipped.
@@ -332,6 +344,11 @@ Command AddAggregatorsCommand(CLI::App& app) {
                 "Small grid for smoke tests: n=8, d=2^18, 1 repeat, no minimum time "
                 "(flags given explicitly still win)");
   sub->add_flag("--list", flags->list, "Print the rule names and exit");
+  sub->add_option("--device", flags->device,
+                  "cpu, or cuda: inputs in device memory, ratio against a device-to-device copy "
+                  "(docs/gpu.md; --threads is ignored)")
+      ->check(CLI::IsMember({"cpu", "cuda"}))
+      ->capture_default_str();
   return Command{.app = sub, .run = [flags, given] { return RunAggregators(*flags, *given); }};
 }
 

@@ -354,6 +354,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->check(CLI::IsMember({"paper", "byzfl"}));
   add("Aggregation", "even-median", o.even_median, "Median of an even count")
       ->check(CLI::IsMember({"midpoint", "lower", "upper"}));
+  add("Aggregation", "device", o.device,
+      "Where the rule computes: cpu, or cuda (falls back to the CPU, saying why, where no "
+      "CUDA device is usable; docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   add("Aggregation", "aggregation-scope", o.aggregation_scope,
       "Where distance-based rules measure distances: model (whole gradients, exact "
       "across shards) or slice (each slice on its own)")

@@ -188,6 +188,9 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("even_median", "even-median", even_median,
                    "must be \"midpoint\", \"lower\" or \"upper\"");
   }
+  if (!OneOf(device, {"cpu", "cuda"})) {
+    return Invalid("device", "device", device, "must be \"cpu\" or \"cuda\"");
+  }
   if (!OneOf(aggregation_scope, {"model", "slice"})) {
     return Invalid("aggregation_scope", "aggregation-scope", aggregation_scope,
                    "must be \"model\" or \"slice\"");

@@ -95,6 +95,9 @@ struct ServerOptions {
   // (whole gradients, exact on a sharded model: shards exchange Gram matrices every
   // round) or "slice" (each slice on its own: cheaper, weaker).
   std::string aggregation_scope = "model";
+  // Where the aggregation rule computes: "cpu" or "cuda" (docs/gpu.md). Without a usable
+  // CUDA device the shard aggregates on the CPU and logs why once at start.
+  std::string device = "cpu";
   // Model scope: how long a shard waits for its peers' shares of a round before it
   // drops the round (publishing unchanged parameters).
   std::chrono::milliseconds peer_timeout{10000};

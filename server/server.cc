@@ -57,6 +57,7 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
   } else {
     a.even_median = aggregators::EvenMedian::kMidpoint;
   }
+  a.device = o.device == "cuda" ? core::Device::kCuda : core::Device::kCpu;
   return a;
 }
 
@@ -591,6 +592,11 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
   PS_ASSIGN_OR_RETURN(aggregators::AggregatorOptions rule_options, RuleOptions(options));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule,
                       aggregators::MakeAggregator(options.aggregator, rule_options));
+  if (!rule->device_note().empty()) {
+    spdlog::warn("shard {}: aggregator: {}", options.shard_id, rule->device_note());
+  } else if (options.device == "cuda") {
+    spdlog::info("shard {}: aggregating on {}", options.shard_id, rule->device());
+  }
   // An explicit quorum must meet the rule's bound; the default is raised to it (Shard).
   const uint32_t quorum = options.quorum;
   if (quorum != 0 && static_cast<int>(quorum) < rule->MinInputs()) {

@@ -59,6 +59,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "multi-krum-m",
                                                   "krum-neighbours",
                                                   "even-median",
+                                                  "device",
                                                   "aggregation-scope",
                                                   "peer-timeout-ms",
                                                   "aggregate-only",
@@ -162,6 +163,7 @@ TEST_F(FlagsTest, NoArgumentsGiveTheDocumentedDefaults) {
   EXPECT_EQ(o.multi_krum_m, 0u);
   EXPECT_EQ(o.krum_neighbours, "paper");
   EXPECT_EQ(o.even_median, "midpoint");
+  EXPECT_EQ(o.device, "cpu");
   EXPECT_FALSE(o.aggregate_only);
   EXPECT_FLOAT_EQ(o.learning_rate, 0.1f);
   EXPECT_FLOAT_EQ(o.momentum, 0.9f);
@@ -195,6 +197,7 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"multi-krum-m", "3"},
           {"krum-neighbours", "byzfl"},
           {"even-median", "lower"},
+          {"device", "cuda"},
           {"aggregate-only", "true"},
           {"lr", "0.05"},
           {"momentum", "0.5"},
@@ -226,6 +229,7 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.multi_krum_m, 3u);
   EXPECT_EQ(o.krum_neighbours, "byzfl");
   EXPECT_EQ(o.even_median, "lower");
+  EXPECT_EQ(o.device, "cuda");
   EXPECT_TRUE(o.aggregate_only);
   EXPECT_FLOAT_EQ(o.learning_rate, 0.05f);
   EXPECT_FLOAT_EQ(o.momentum, 0.5f);
@@ -753,6 +757,7 @@ INSTANTIATE_TEST_SUITE_P(
                        "--krum-neighbours=all"},
         BadOptionsCase{"EvenMedian", [](ServerOptions& o) { o.even_median = "mean"; },
                        "--even-median=mean"},
+        BadOptionsCase{"Device", [](ServerOptions& o) { o.device = "gpu"; }, "--device=gpu"},
         BadOptionsCase{"ZeroLearningRate", [](ServerOptions& o) { o.learning_rate = 0; }, "--lr=0"},
         BadOptionsCase{"NegativeLearningRate", [](ServerOptions& o) { o.learning_rate = -1; },
                        "--lr=-1"},
