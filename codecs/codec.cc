@@ -93,13 +93,6 @@ std::string FormatNumber(double value) {
   return ec == std::errc() ? std::string(buf, end) : absl::StrCat(value);
 }
 
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx) {
   return Mix64(Mix64(Mix64(seed ^ ctx.worker_id) ^ ctx.round) ^ ctx.slice_id);
 }

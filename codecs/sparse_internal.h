@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "codecs/hd_internal.h"
 
 namespace ps::codecs::internal {
 
@@ -45,13 +46,6 @@ std::vector<uint32_t> ThresholdSelect(std::span<const float> x, float tau);
 // algorithm with an open-addressing set of 2k..4k slots: O(k) memory, O(k log k)
 // time). Random-k masks and Bloom policy P1 use it. Requires k <= n < 2^32.
 std::vector<uint32_t> SampleSortedIndices(uint64_t seed, size_t k, uint64_t n);
-
-// The uniform integer in [0, bound) for 64 random bits (multiply-high; bias at most
-// bound / 2^64).
-inline uint64_t BoundedRandom(uint64_t random, uint64_t bound) {
-  __extension__ using U128 = unsigned __int128;
-  return static_cast<uint64_t>((static_cast<U128>(random) * bound) >> 64);
-}
 
 // The number of coordinates a ratio keeps: max(1, round(ratio * numel)), at most
 // numel (0 for an empty slice).
