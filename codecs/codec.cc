@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codecs/codec_internal.h"
+#include "codecs/device_internal.h"
 #include "core/fp32_bytes.h"
 #include "core/spec.h"
 #include "core/status.h"
@@ -45,6 +46,7 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
       return absl::InvalidArgumentError(absl::StrCat("codec spec '", internal::AbslView(spec),
                                                      "': ", codec.status().message()));
     }
+    if (options.device == core::Device::kCuda) return internal::OnCuda(*std::move(codec), options);
     return codec;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec '", stages.front().name,
