@@ -52,11 +52,11 @@ constexpr auto kDigitTable = [] {
 // Groups packed per block: the digits of one block stay in L1.
 constexpr size_t kBlockGroups = 512;
 
-// The byte that ends a run of 1..13 zero groups: 121 for one, 243 + r - 2 above.
+// The byte that ends a run of 1..13 zero groups (ZeroRunToken): 121 for one, 243 + r - 2
+// above.
 constexpr auto kRunToken = [] {
   std::array<uint8_t, k3lcMaxRun> token{};  // token[0] = 0: no run
-  token[1] = k3lcZeroGroup;
-  for (int r = k3lcMinRun; r < k3lcMaxRun; ++r) token[r] = static_cast<uint8_t>(k3lcRunBase + r - k3lcMinRun);
+  for (int r = 1; r < k3lcMaxRun; ++r) token[r] = internal::ZeroRunToken(r);
   return token;
 }();
 
@@ -83,7 +83,7 @@ inline uint32_t NonZeroGroups(uint64_t bytes) {
 inline unsigned char* PutZeroRun(size_t pending, unsigned char* w) {
   if (pending >= static_cast<size_t>(k3lcMaxRun)) {
     const size_t full = pending / k3lcMaxRun;
-    std::memset(w, k3lcRunBase + k3lcMaxRun - k3lcMinRun, full);
+    std::memset(w, internal::ZeroRunToken(k3lcMaxRun), full);
     w += full;
     pending -= full * k3lcMaxRun;
   }

@@ -1,10 +1,9 @@
 // bf16: bfloat16 cast (the upper 16 bits of an fp32). Wire: version byte, then numel
 // little-endian bf16 values. Encoding rounds to nearest even; a finite value that
 // would round up to Inf (above 0x1.fefffep127) saturates to the largest finite bf16,
-// +-0x1.fep127. bf16 keeps fp32's exponent range, so no gradient underflows or
+// +-0x1.fep127 (FloatToBf16 in hd_internal.h). bf16 keeps fp32's exponent range, so no gradient underflows or
 // overflows the way fp16's can; it keeps 8 significant bits instead of 11.
 #include <cstdint>
-#include <cstring>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -14,28 +13,6 @@
 #include "core/status.h"
 
 namespace ps::codecs {
-namespace internal {
-
-uint16_t FloatToBf16(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  // Round to nearest even on the 16 bits dropped; cannot carry out of the sign bit for
-  // finite input (the largest finite fp32 rounds to 0x7f80'0000, Inf, caught below).
-  const uint32_t rounded = bits + 0x7fffu + ((bits >> 16) & 1u);
-  uint16_t out = static_cast<uint16_t>(rounded >> 16);
-  if ((out & 0x7fffu) == 0x7f80u) out = static_cast<uint16_t>((out & 0x8000u) | 0x7f7fu);
-  return out;
-}
-
-float Bf16ToFloat(uint16_t value) {
-  const uint32_t bits = uint32_t{value} << 16;
-  float out;
-  std::memcpy(&out, &bits, sizeof(out));
-  return out;
-}
-
-}  // namespace internal
-
 namespace {
 
 constexpr char kSpec[] = "bf16";

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codecs/codec_internal.h"
+#include "codecs/device_internal.h"
 #include "core/fp32_bytes.h"
 #include "core/spec.h"
 #include "core/status.h"
@@ -45,6 +46,7 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
       return absl::InvalidArgumentError(absl::StrCat("codec spec '", internal::AbslView(spec),
                                                      "': ", codec.status().message()));
     }
+    if (options.device == core::Device::kCuda) return internal::OnCuda(*std::move(codec), options);
     return codec;
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec '", stages.front().name,
@@ -91,13 +93,6 @@ std::string FormatNumber(double value) {
   char buf[32];
   const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
   return ec == std::errc() ? std::string(buf, end) : absl::StrCat(value);
-}
-
-uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
 }
 
 uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx) {

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/device.h"
 
 namespace ps::codecs {
 
@@ -46,6 +47,11 @@ struct CodecOptions {
   // Worker-side seed mixed with (worker, round, slice) for stochastic rounding and
   // per-worker random-k masks. Global-seed random-k uses its spec's seed instead.
   uint64_t seed = 0;
+  // Where Encode() runs. kCuda encodes on the CUDA device (docs/gpu.md, "Encoding on the
+  // device") into the same bytes as the CPU, for the codecs that have a GPU encoder,
+  // when this build has CUDA and the machine a device; otherwise the codec encodes on
+  // the CPU and device_note() says why. Decode() always runs on the CPU.
+  core::Device device = core::Device::kCpu;
 };
 
 // Structure every payload of a codec shares with the other workers' payloads of the
@@ -82,6 +88,11 @@ class Codec {
 
   // What a shard may exploit across the pushes of this codec (kNone: decode each).
   virtual SharedStructure shared_structure() const { return SharedStructure::kNone; }
+
+  // Empty when Encode() runs where CodecOptions::device asked; otherwise one line for
+  // the owner's log saying where it runs and why: "device=cuda requested but
+  // unavailable (no CUDA device: ...); encoding on the CPU".
+  virtual std::string_view device_note() const { return {}; }
 
  protected:
   Codec() = default;

@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
 #include "codecs/codec.h"
+#include "codecs/hd_internal.h"
 #include "core/spec.h"
 
 namespace ps::codecs::internal {
@@ -62,19 +63,13 @@ std::string StageString(std::string_view name,
 // Shortest decimal that reads back as the same double (std::to_chars): "0.01", "1e-05".
 std::string FormatNumber(double value);
 
-// A 64-bit mix (splitmix64's finalizer) for deriving per-(seed, worker, round, slice)
-// random streams: Mix(Mix(Mix(seed ^ worker) ^ round) ^ slice).
-uint64_t Mix64(uint64_t x);
+// The random stream of one encoding: Mix64(Mix64(Mix64(seed ^ worker) ^ round) ^ slice)
+// (Mix64 in hd_internal.h).
 uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx);
 // The 32-bit stream seed of stochastic rounding for one encoding (kernels_internal.h).
 inline uint32_t RoundingSeed(uint64_t seed, const EncodeContext& ctx) {
   return static_cast<uint32_t>(StreamSeed(seed, ctx) >> 32);
 }
-
-// bf16 conversions (bf16.cc): round to nearest even, saturating at +-0x1.fep127;
-// bf16 -> float is exact.
-uint16_t FloatToBf16(float value);
-float Bf16ToFloat(uint16_t value);
 
 // What every Encode() checks first: no Inf or NaN among the values (refused on the
 // worker too, so an honest worker learns about a NaN gradient locally instead of from

@@ -36,7 +36,7 @@ double SumAbsTail(const float* x, size_t begin, size_t n, double acc[8]) {
 
 void TernaryDigitsPortable(const float* x, size_t n, float half, uint8_t* digits) {
   for (size_t i = 0; i < n; ++i) {
-    digits[i] = static_cast<uint8_t>(static_cast<int>(x[i] >= half) + static_cast<int>(x[i] > -half));
+    digits[i] = TernaryDigit(x[i], half);
   }
 }
 
@@ -44,7 +44,7 @@ void PackSignBitsTail(const float* x, size_t begin, size_t n, unsigned char* bit
   // begin is a multiple of 8.
   for (size_t i = begin; i < n; i += 8) {
     unsigned byte = 0;
-    for (size_t b = 0; b < 8 && i + b < n; ++b) byte |= static_cast<unsigned>(x[i + b] < 0) << b;
+    for (size_t b = 0; b < 8 && i + b < n; ++b) byte |= NegativeBit(x[i + b]) << b;
     bits[i / 8] = static_cast<unsigned char>(byte);
   }
 }
@@ -58,12 +58,6 @@ int8_t QuantizeOne(float x, float inv, uint32_t seed, uint32_t index) {
   const float y = x * inv;
   const float z = std::floor(y + RoundingUniform(seed, index));
   return static_cast<int8_t>(std::clamp(z, -127.0f, 127.0f));
-}
-
-uint8_t TernarizeOne(float x, float inv, uint32_t seed, uint32_t index) {
-  const float a = std::fabs(x) * inv;
-  if (!(RoundingUniform(seed, index) < a)) return 0;
-  return x < 0 ? 2 : 1;
 }
 
 // The 2-bit code table: kUnitTernary[byte][j] = {0, 1, -1, 0}[code j of byte].
@@ -262,7 +256,7 @@ PS_AVX2 void TernarizeStochasticAvx2(const float* x, size_t n, float inv, uint32
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(code + i), PackBytes(v[0], v[1], v[2], v[3], false));
   }
-  for (; i < n; ++i) code[i] = TernarizeOne(x[i], inv, seed, first + static_cast<uint32_t>(i));
+  for (; i < n; ++i) code[i] = TernaryCode(x[i], inv, seed, first + static_cast<uint32_t>(i));
 }
 
 PS_AVX2 void UnpackTernary2Avx2(const unsigned char* packed, size_t begin, size_t end, float scale,
@@ -343,16 +337,14 @@ bool HasInt8Minimum(const int8_t* q, size_t n) {
 void TernarizeStochastic(const float* x, size_t n, float inv, uint32_t seed, uint32_t first,
                          uint8_t* code) {
   PS_DISPATCH_AVX2(TernarizeStochasticAvx2(x, n, inv, seed, first, code));
-  for (size_t i = 0; i < n; ++i) code[i] = TernarizeOne(x[i], inv, seed, first + static_cast<uint32_t>(i));
+  for (size_t i = 0; i < n; ++i) code[i] = TernaryCode(x[i], inv, seed, first + static_cast<uint32_t>(i));
 }
 
 void PackCodes2(const uint8_t* codes, size_t n, unsigned char* packed) {
-  // Four codes c0..c3 (bytes of w, each < 4) times 0x01041040 put c_j at bit 24 + 2j;
-  // the other products land below bit 24 without carrying into it, or above bit 31.
   for (size_t g = 0; 4 * g < n; ++g) {
     uint32_t w;
     std::memcpy(&w, codes + 4 * g, 4);  // little-endian host
-    packed[g] = static_cast<unsigned char>((w * 0x01041040u) >> 24);
+    packed[g] = PackCodes4(w);
   }
 }
 

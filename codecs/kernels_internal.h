@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "codecs/hd_internal.h"
+
 namespace ps::codecs::internal {
 
 // Forces the portable kernels (tests compare both paths); false restores AVX2 where
@@ -46,17 +48,8 @@ void UnpackSignBits(const unsigned char* bits, size_t n, float pos, float neg, f
 
 // ---- stochastic rounding ----
 
-// A uniform number in [0, 1) with 24 random bits for value `index` of the stream
-// `seed` (a 32-bit mix of StreamSeed()): lowbias32 (Wellons) of index * golden + seed.
-inline float RoundingUniform(uint32_t seed, uint32_t index) {
-  uint32_t h = index * 0x9e3779b9u + seed;
-  h ^= h >> 16;
-  h *= 0x7feb352du;
-  h ^= h >> 15;
-  h *= 0x846ca68bu;
-  h ^= h >> 16;
-  return static_cast<float>(h >> 8) * 0x1p-24f;
-}
+// RoundingUniform(seed, index), the uniform number of value `index`, is in
+// hd_internal.h (the CUDA encoders share it).
 
 // int8: q[i] = clamp(floor(x[i] * inv + u_i), -127, 127), u_i =
 // RoundingUniform(seed, first + i). inv = 127 / max|x| over the bucket.

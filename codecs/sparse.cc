@@ -31,25 +31,30 @@ namespace {
 
 using internal::IndexKind;
 using internal::IndexStage;
+using internal::SparseConfig;
+using internal::Sparsifier;
 using internal::ValueKind;
 using internal::ValueStage;
 
-enum class Sparsifier { kTopk, kThreshold, kRandk };
-
-struct SparseConfig {
-  Sparsifier sparsifier = Sparsifier::kTopk;
-  double ratio = 0.01;     // topk, randk
-  bool sampled = false;    // topk(method=sampled)
-  double tau = 0.01;       // threshold
-  std::optional<uint64_t> seed;  // randk: global mask seed
-  bool unbiased = false;   // randk(scale=unbiased)
-  IndexStage index;
-  ValueStage value;
-  std::string spec;
-};
-
 // Salt for the Bloom hash seed, so it differs from the stream's other uses.
 constexpr uint64_t kBloomSeedSalt = 0xb100'3f11'7e25'eed5ull;
+
+// The header and both sections (the layout at the top of this file).
+std::string AssemblePayload(const SparseConfig& config, size_t numel, size_t count,
+                            const std::string& index_section, const std::string& value_section) {
+  std::string bytes;
+  bytes.reserve(3 + 4 * 10 + index_section.size() + value_section.size());
+  internal::PutU8(&bytes, kFormatVersion);
+  internal::PutU8(&bytes, static_cast<uint8_t>(config.index.kind));
+  internal::PutU8(&bytes, static_cast<uint8_t>(config.value.kind));
+  internal::PutVarint(&bytes, numel);
+  internal::PutVarint(&bytes, count);
+  internal::PutVarint(&bytes, index_section.size());
+  bytes += index_section;
+  internal::PutVarint(&bytes, value_section.size());
+  bytes += value_section;
+  return bytes;
+}
 
 class SparseCodec final : public Codec {
  public:
@@ -68,7 +73,6 @@ class SparseCodec final : public Codec {
     }
     const uint64_t stream = internal::StreamSeed(options_.seed, ctx);
     std::vector<uint32_t> kept;
-    uint64_t mask_seed = 0;
     switch (config_.sparsifier) {
       case Sparsifier::kTopk: {
         const size_t k = internal::KeepCount(config_.ratio, n);
@@ -79,53 +83,14 @@ class SparseCodec final : public Codec {
       case Sparsifier::kThreshold:
         kept = internal::ThresholdSelect(values, static_cast<float>(config_.tau));
         break;
-      case Sparsifier::kRandk: {
-        // A global mask depends on (seed, round, slice) only: every worker draws it alike.
-        EncodeContext global = ctx;
-        global.worker_id = 0;
-        mask_seed = config_.seed.has_value() ? internal::StreamSeed(*config_.seed, global) : stream;
-        kept = SupportIndices({mask_seed, static_cast<uint32_t>(internal::KeepCount(config_.ratio, n))}, n);
-        break;
-      }
+      case Sparsifier::kRandk:
+        return EncodeRandk(values, ctx, stream, out);
     }
-    std::string index_section;
-    std::vector<uint32_t> sent;
-    if (config_.sparsifier == Sparsifier::kRandk) {
-      internal::PutU64(&index_section, mask_seed);
-      sent = std::move(kept);
-    } else {
-      internal::EncodeIndices(config_.index, kept, n, internal::Mix64(stream ^ kBloomSeedSalt),
-                              &index_section, &sent);
-    }
-    std::vector<float> sent_values(sent.size());
-    const float scale = config_.unbiased && !sent.empty()
-                            ? static_cast<float>(static_cast<double>(n) / static_cast<double>(sent.size()))
-                            : 1.0f;
-    for (size_t j = 0; j < sent.size(); ++j) sent_values[j] = values[sent[j]] * scale;
-    if (scale != 1.0f) {
-      for (size_t j = 0; j < sent.size(); ++j) {
-        if (!std::isfinite(sent_values[j])) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              config_.spec, ": cannot encode value ", sent[j], ": not finite once scaled by ", scale));
-        }
-      }
-    }
-    std::string value_section;
-    internal::EncodeValues(config_.value, sent_values, &value_section);
-
-    std::string bytes;
-    bytes.reserve(3 + 4 * 10 + index_section.size() + value_section.size());
-    internal::PutU8(&bytes, kFormatVersion);
-    internal::PutU8(&bytes, static_cast<uint8_t>(config_.index.kind));
-    internal::PutU8(&bytes, static_cast<uint8_t>(config_.value.kind));
-    internal::PutVarint(&bytes, n);
-    internal::PutVarint(&bytes, sent.size());
-    internal::PutVarint(&bytes, index_section.size());
-    bytes += index_section;
-    internal::PutVarint(&bytes, value_section.size());
-    bytes += value_section;
-    *out = std::move(bytes);
-    return absl::OkStatus();
+    const auto gather = [values](std::span<const uint32_t> sent, std::span<float> sent_values) {
+      for (size_t j = 0; j < sent.size(); ++j) sent_values[j] = values[sent[j]];
+      return absl::OkStatus();
+    };
+    return internal::EncodeSelected(config_, kept, n, stream, gather, out, nullptr, nullptr);
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
@@ -206,6 +171,37 @@ class SparseCodec final : public Codec {
     return absl::StrCat("id ", id);
   }
 
+  absl::Status EncodeRandk(std::span<const float> values, const EncodeContext& ctx, uint64_t stream,
+                           std::string* out) const {
+    const size_t n = values.size();
+    // A global mask depends on (seed, round, slice) only: every worker draws it alike.
+    EncodeContext global = ctx;
+    global.worker_id = 0;
+    const uint64_t mask_seed =
+        config_.seed.has_value() ? internal::StreamSeed(*config_.seed, global) : stream;
+    const std::vector<uint32_t> sent = SupportIndices(
+        {mask_seed, static_cast<uint32_t>(internal::KeepCount(config_.ratio, n))}, n);
+    std::string index_section;
+    internal::PutU64(&index_section, mask_seed);
+    std::vector<float> sent_values(sent.size());
+    const float scale = config_.unbiased && !sent.empty()
+                            ? static_cast<float>(static_cast<double>(n) / static_cast<double>(sent.size()))
+                            : 1.0f;
+    for (size_t j = 0; j < sent.size(); ++j) sent_values[j] = values[sent[j]] * scale;
+    if (scale != 1.0f) {
+      for (size_t j = 0; j < sent.size(); ++j) {
+        if (!std::isfinite(sent_values[j])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              config_.spec, ": cannot encode value ", sent[j], ": not finite once scaled by ", scale));
+        }
+      }
+    }
+    std::string value_section;
+    internal::EncodeValues(config_.value, sent_values, &value_section);
+    *out = AssemblePayload(config_, n, sent.size(), index_section, value_section);
+    return absl::OkStatus();
+  }
+
   const SparseConfig config_;
   const CodecOptions options_;
 };
@@ -274,8 +270,7 @@ absl::StatusOr<double> Ratio(const core::StageArgs& args, std::string_view name)
   return ratio;
 }
 
-absl::StatusOr<std::unique_ptr<Codec>> MakeSparse(Sparsifier sparsifier, internal::Stages stages,
-                                                  const CodecOptions& options) {
+absl::StatusOr<SparseConfig> ParseSparse(Sparsifier sparsifier, internal::Stages stages) {
   SparseConfig c;
   c.sparsifier = sparsifier;
   const core::StageSpec& first = stages[0];
@@ -332,7 +327,7 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeSparse(Sparsifier sparsifier, interna
       PS_ASSIGN_OR_RETURN(value_spec, ParseValue(stages[1], &c.value));
     }
     c.spec = absl::StrCat(head, "+", value_spec);
-    return std::unique_ptr<Codec>(std::make_unique<SparseCodec>(std::move(c), options));
+    return c;
   }
   if (stages.size() > 3) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -364,7 +359,13 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeSparse(Sparsifier sparsifier, interna
     PS_ASSIGN_OR_RETURN(value_spec, ParseValue(stages[2], &c.value));
   }
   c.spec = absl::StrCat(head, "+", index_spec, "+", value_spec);
-  return std::unique_ptr<Codec>(std::make_unique<SparseCodec>(std::move(c), options));
+  return c;
+}
+
+absl::StatusOr<std::unique_ptr<Codec>> MakeSparse(Sparsifier sparsifier, internal::Stages stages,
+                                                  const CodecOptions& options) {
+  PS_ASSIGN_OR_RETURN(SparseConfig config, ParseSparse(sparsifier, stages));
+  return std::unique_ptr<Codec>(std::make_unique<SparseCodec>(std::move(config), options));
 }
 
 }  // namespace
@@ -388,6 +389,35 @@ std::vector<uint32_t> SupportIndices(const SeededSupport& support, size_t numel)
 }
 
 namespace internal {
+
+absl::StatusOr<SparseConfig> ParseSparseSpec(std::string_view spec) {
+  PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages, core::ParseSpec(spec, "codec spec"));
+  const std::string& name = stages.front().name;
+  if (name == "topk") return ParseSparse(Sparsifier::kTopk, stages);
+  if (name == "threshold") return ParseSparse(Sparsifier::kThreshold, stages);
+  if (name == "randk") return ParseSparse(Sparsifier::kRandk, stages);
+  return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a sparse codec"));
+}
+
+absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t> kept, size_t numel,
+                            uint64_t stream, const GatherValues& gather, std::string* out,
+                            std::vector<uint32_t>* sent_out, std::vector<float>* decoded) {
+  std::string index_section;
+  std::vector<uint32_t> sent;
+  EncodeIndices(config.index, kept, numel, Mix64(stream ^ kBloomSeedSalt), &index_section, &sent);
+  std::vector<float> sent_values(sent.size());
+  PS_RETURN_IF_ERROR(gather(sent, sent_values));
+  std::string value_section;
+  EncodeValues(config.value, sent_values, &value_section);
+  if (decoded != nullptr) {
+    decoded->resize(sent.size());
+    PS_RETURN_IF_ERROR(DecodeValues(config.spec, config.value, value_section, *decoded));
+  }
+  *out = AssemblePayload(config, numel, sent.size(), index_section, value_section);
+  if (sent_out != nullptr) *sent_out = std::move(sent);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Codec>> MakeTopkCodec(Stages stages, const CodecOptions& options) {
   return MakeSparse(Sparsifier::kTopk, stages, options);
 }

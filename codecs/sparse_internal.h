@@ -13,12 +13,15 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "codecs/hd_internal.h"
 
 namespace ps::codecs::internal {
 
@@ -45,13 +48,6 @@ std::vector<uint32_t> ThresholdSelect(std::span<const float> x, float tau);
 // algorithm with an open-addressing set of 2k..4k slots: O(k) memory, O(k log k)
 // time). Random-k masks and Bloom policy P1 use it. Requires k <= n < 2^32.
 std::vector<uint32_t> SampleSortedIndices(uint64_t seed, size_t k, uint64_t n);
-
-// The uniform integer in [0, bound) for 64 random bits (multiply-high; bias at most
-// bound / 2^64).
-inline uint64_t BoundedRandom(uint64_t random, uint64_t bound) {
-  __extension__ using U128 = unsigned __int128;
-  return static_cast<uint64_t>((static_cast<U128>(random) * bound) >> 64);
-}
 
 // The number of coordinates a ratio keeps: max(1, round(ratio * numel)), at most
 // numel (0 for an empty slice).
@@ -131,5 +127,40 @@ size_t MaxValueBytes(const ValueStage& stage, size_t count);
 // one segment. Returns the segment lengths in order (sum = count).
 std::vector<size_t> PolySegments(size_t count, size_t positives, size_t negatives,
                                  size_t min_len);
+
+// ---- the composed codec (sparse.cc) ----
+
+enum class Sparsifier { kTopk, kThreshold, kRandk };
+
+// What a sparse spec says, every argument bound.
+struct SparseConfig {
+  Sparsifier sparsifier = Sparsifier::kTopk;
+  double ratio = 0.01;           // topk, randk
+  bool sampled = false;          // topk(method=sampled)
+  double tau = 0.01;             // threshold
+  std::optional<uint64_t> seed;  // randk: global mask seed
+  bool unbiased = false;         // randk(scale=unbiased)
+  IndexStage index;
+  ValueStage value;
+  std::string spec;              // canonical
+};
+
+// The configuration of a topk, threshold or randk spec, as MakeCodec binds it.
+absl::StatusOr<SparseConfig> ParseSparseSpec(std::string_view spec);
+
+// Fills values[j] with the value of coordinate sent[j].
+using GatherValues =
+    std::function<absl::Status(std::span<const uint32_t> sent, std::span<float> values)>;
+
+// The payload of a top-k or threshold codec whose sparsifier kept the sorted
+// coordinates `kept` of numel values: the index section, the values of the coordinates
+// it sends (through `gather`), the value section and the header, exactly as the CPU
+// codec writes them; SparseCodec::Encode and the GPU encoder (codecs/cuda, which
+// selects on the device) both end here. `stream` is StreamSeed(CodecOptions::seed,
+// ctx). When not null, *sent receives the coordinates sent (kept, or a Bloom filter's
+// positives) and *decoded the values a decoder reads for them (for error feedback).
+absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t> kept, size_t numel,
+                            uint64_t stream, const GatherValues& gather, std::string* out,
+                            std::vector<uint32_t>* sent, std::vector<float>* decoded);
 
 }  // namespace ps::codecs::internal

@@ -15,8 +15,6 @@
 namespace ps::codecs::internal {
 namespace {
 
-inline uint32_t AbsBits(float v) { return std::bit_cast<uint32_t>(v) & 0x7fffffffu; }
-
 // Appends to *out (in order) every i with |x_i| >= the magnitude whose bits are t;
 // returns false, leaving *out partial, once it holds more than `limit`. Blocks of 16
 // are tested with a branch-free OR that the compiler vectorizes, so a sparse
@@ -131,14 +129,10 @@ std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k) {
   }
   for (; i < n; ++i) ++hist[AbsBits(x[i]) >> kShift];
   // The bin holding the k-th largest key, and how many keys lie above it.
-  size_t above = 0;
-  size_t in_bin = 0;
-  uint32_t bin = kBins - 1;
-  for (;; --bin) {
-    in_bin = size_t{hist[bin]} + hist[kBins + bin] + hist[2 * kBins + bin] + hist[3 * kBins + bin];
-    if (above + in_bin >= k) break;
-    above += in_bin;
-  }
+  for (size_t b = 0; b < kBins; ++b) hist[b] += hist[kBins + b] + hist[2 * kBins + b] + hist[3 * kBins + b];
+  uint64_t above = 0;
+  const uint32_t bin = SelectBin(hist.data(), kBins, k, &above);
+  const size_t in_bin = hist[bin];
   // Pass 2: the coordinates above that bin (all kept) and those inside it
   // (candidates), both by branch-free compaction into arrays one slot larger than
   // their known counts.
