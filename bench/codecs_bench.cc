@@ -21,8 +21,13 @@
 #include "bench/bench_util.h"
 #include "bench/commands.h"
 #include "codecs/codec.h"
+#include "core/device.h"
 #include "core/layout.h"
 #include "tests/codecs/example_specs.h"
+
+#if PS_HAVE_CUDA
+#include "codecs/cuda/device_encoder.h"
+#endif
 
 namespace ps::bench {
 namespace {
@@ -48,6 +53,7 @@ struct CodecsFlags {
   uint64_t seed = 1;
   bool quick = false;
   bool list = false;
+  std::string device = "cpu";
 };
 
 struct GivenOptions {
@@ -230,6 +236,62 @@ absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, si
   return row;
 }
 
+// `--device cuda`: per spec with a GPU encoder, Encode of device-resident Gaussian
+// values (the payload ends in host memory) against a device-to-device copy of the same
+// bytes, whose bandwidth counts read + write (2 x bytes / time).
+int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
+  const absl::StatusOr<std::string> device = core::CudaDevice();
+  if (!device.ok()) {
+    std::fprintf(stderr, "ps-bench codecs --device cuda: no CUDA device to measure: %s\n",
+                 std::string(device.status().message()).c_str());
+    return 2;
+  }
+#if PS_HAVE_CUDA
+  std::vector<std::string> specs = flags.codecs.empty()
+                                       ? std::vector<std::string>{"fp16", "bf16", "sign", "terngrad",
+                                                                  "3lc(s=1.9)", "topk(0.01)",
+                                                                  "topk(0.01)+varint+fp16",
+                                                                  "topk(0.001, method=sampled)"}
+                                       : SplitSpecs(flags.codecs);
+  std::vector<float> values(numel);
+  for (uint64_t j = 0; j < numel; ++j) values[j] = GaussianAt(flags.seed, 0, j);
+  Table table({"codec", "ratio", "encode GB/s", "copy GB/s (2x)", "enc/copy"});
+  std::vector<core::JsonObjectWriter> json_rows;
+  int errors = 0;
+  for (const std::string& spec : specs) {
+    absl::StatusOr<codecs::cuda::EncodeTiming> t = codecs::cuda::TimeDeviceEncode(
+        spec, codecs::CodecOptions{.seed = flags.seed}, values, std::max(flags.repeats, 1));
+    if (!t.ok()) {
+      std::fprintf(stderr, "error %s: %s\n", spec.c_str(), std::string(t.status().message()).c_str());
+      ++errors;
+      continue;
+    }
+    const double bytes = 4.0 * static_cast<double>(numel);
+    const double enc = bytes / t->encode_seconds / 1e9;
+    const double copy = 2 * bytes / t->copy_seconds / 1e9;
+    const double ratio = bytes / static_cast<double>(std::max<size_t>(t->payload_bytes, 1));
+    table.AddRow({spec, FormatG(ratio, 4), absl::StrFormat("%.1f", enc), absl::StrFormat("%.1f", copy),
+                  absl::StrFormat("%.3f", enc / copy)});
+    core::JsonObjectWriter json;
+    json.Add("codec", spec)
+        .Add("device", *device)
+        .Add("encode_gbps", enc)
+        .Add("copy_gbps", copy)
+        .Add("ratio", ratio);
+    json_rows.push_back(std::move(json));
+  }
+  std::printf("%s; %s Gaussian values on the device\n", device->c_str(), FormatSize(numel).c_str());
+  std::printf(
+      "encode GB/s: fp32 input bytes per second of a whole Encode (kernels, payload copied to "
+      "host memory and framed), best of %d; copy GB/s: cudaMemcpyAsync device-to-device of the "
+      "same bytes, counted as read + write (2 x bytes / time)\n\n",
+      std::max(flags.repeats, 1));
+  return FinishReport("codecs", table, "", {}, flags.json, json_rows, errors);
+#else
+  return 2;  // CudaDevice() is never OK in a build without CUDA
+#endif
+}
+
 int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
   if (flags.list) {
     for (const std::string& spec : DefaultSpecs()) std::printf("%s\n", spec.c_str());
@@ -259,6 +321,9 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
     return fail(absl::InvalidArgumentError(
         absl::StrCat("--slice-elems must be in [1, ", core::kMaxSliceElems, "]")));
   }
+  absl::StatusOr<core::Device> device = core::ParseDevice(flags.device);
+  if (!device.ok()) return fail(device.status());
+  if (*device == core::Device::kCuda) return RunCodecsOnDevice(flags, *numel);
 
   bool want_gaussian = true, want_real = !flags.gradients.empty();
   if (!flags.data.empty()) {
@@ -419,6 +484,10 @@ Command AddCodecsCommand(CLI::App& app) {
                 "Small run for smoke tests: 2^16 values in slices of 2^14, 1 repeat, no "
                 "minimum time, a 64 MiB baseline (flags given explicitly still win)");
   sub->add_flag("--list", flags->list, "Print the default codec specs and exit");
+  sub->add_option("--device", flags->device,
+                  "cpu, or cuda: encode throughput of the GPU encoders on device-resident "
+                  "values against a device-to-device copy (exits non-zero without a device)")
+      ->capture_default_str();
   return Command{.app = sub, .run = [flags, given] { return RunCodecs(*flags, *given); }};
 }
 

@@ -17,6 +17,7 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Make(const PushOpt
   }
   codecs::CodecOptions codec_options;
   codec_options.seed = codec_seed;
+  codec_options.device = options.device;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<codecs::Codec> codec,
                       codecs::MakeCodec(options.codec, codec_options));
   return std::unique_ptr<TensorEncoder>(new TensorEncoder(options, std::move(codec), numel));

@@ -38,6 +38,9 @@ class TensorEncoder {
                       std::span<const SliceRange> slices, std::vector<std::string>* payloads);
 
   std::string_view spec() const { return codec_->spec(); }
+  // Empty when the codec encodes where PushOptions::device asked; otherwise the one
+  // line to log saying why it encodes on the CPU (Codec::device_note()).
+  std::string_view device_note() const { return codec_->device_note(); }
   // The error-feedback residual e_t (empty without error feedback).
   std::span<const float> residual() const { return residual_; }
 

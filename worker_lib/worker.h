@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/credentials.h"
+#include "core/device.h"
 #include "core/layout.h"
 #include "core/shaper.h"
 
@@ -60,6 +61,11 @@ struct PushOptions {
   // gRPC (docs/transport.md, "UDP"); the shard must run with --udp-port. Lost datagrams
   // lose their coordinate range for that round; nothing is retransmitted.
   bool udp = false;
+  // Where the codec encodes (CodecOptions::device): kCuda encodes on the CUDA device
+  // into the same bytes (docs/gpu.md, "Encoding on the device"), or on the CPU when the
+  // build, the machine or the codec has no GPU encoder; TensorEncoder::device_note()
+  // then says why.
+  core::Device device = core::Device::kCpu;
 };
 
 // The worker side of the UDP path.

@@ -1,12 +1,14 @@
 // Worker momentum and error feedback (worker_lib/tensor_encoder_internal.h).
 #include "worker_lib/tensor_encoder_internal.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "codecs/codec.h"
+#include "core/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -50,6 +52,33 @@ TEST(TensorEncoderTest, WithoutOptionsPushesTheGradientThroughTheCodec) {
   ASSERT_EQ(payloads.size(), 3u);
   EXPECT_EQ(DecodeAll("fp32", kSlices, payloads, kNumel), g);
   EXPECT_TRUE((*enc)->residual().empty());
+}
+
+// PushOptions::device reaches the codec: the same payloads and residual as on the CPU,
+// and a note for the log where no device encodes.
+TEST(TensorEncoderTest, DeviceCudaEncodesTheCpuBytesAndSaysWhereItRuns) {
+  PushOptions options;
+  options.codec = "3lc(s=1.5)";
+  options.error_feedback = true;
+  auto cpu = TensorEncoder::Make(options, 7, kNumel);
+  options.device = core::Device::kCuda;
+  auto cuda = TensorEncoder::Make(options, 7, kNumel);
+  ASSERT_TRUE(cpu.ok() && cuda.ok());
+  for (uint64_t round = 0; round < 3; ++round) {
+    const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round));
+    std::vector<std::string> a, b;
+    ASSERT_TRUE((*cpu)->Encode(g, round, 0, kSlices, &a).ok());
+    ASSERT_TRUE((*cuda)->Encode(g, round, 0, kSlices, &b).ok());
+    EXPECT_EQ(a, b);
+  }
+  EXPECT_TRUE(std::equal((*cpu)->residual().begin(), (*cpu)->residual().end(),
+                         (*cuda)->residual().begin(), (*cuda)->residual().end()));
+  EXPECT_TRUE((*cpu)->device_note().empty());
+  if (core::CudaDevice().ok()) {
+    EXPECT_TRUE((*cuda)->device_note().empty()) << (*cuda)->device_note();
+  } else {
+    EXPECT_THAT(std::string((*cuda)->device_note()), HasSubstr("device=cuda requested but unavailable"));
+  }
 }
 
 // Error feedback telescopes: sum of what was pushed + the last residual equals the sum
