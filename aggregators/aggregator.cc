@@ -22,6 +22,7 @@ namespace ps::aggregators {
 namespace {
 
 using core::AsAbsl;
+using internal::IsUnitRow;
 using internal::Mixing;
 using internal::PlanData;
 using internal::SquareMatrix;
@@ -110,20 +111,6 @@ class FilledInputs {
   std::vector<const float*> rows_;
   std::vector<std::vector<float>> copies_;
 };
-
-// True when row r of m has a single non-zero entry equal to 1; sets `index` to it.
-bool IsUnitRow(const Mixing& m, size_t r, size_t* index) {
-  size_t found = m.cols;
-  for (size_t c = 0; c < m.cols; ++c) {
-    const double w = m.at(r, c);
-    if (w == 0.0) continue;
-    if (w != 1.0 || found != m.cols) return false;
-    found = c;
-  }
-  if (found == m.cols) return false;
-  *index = found;
-  return true;
-}
 
 // out[begin, end) = sum_j w[j] rows[j][c], in float: four rows per pass over a tile
 // (fixed grouping, so the same bits on every clone and thread count; no contraction

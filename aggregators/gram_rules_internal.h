@@ -34,6 +34,21 @@ struct Mixing {
   double at(size_t r, size_t c) const { return values[r * cols + c]; }
 };
 
+// True when row r of m has a single non-zero entry equal to 1 (the row is that input as
+// it is); sets `index` to it.
+inline bool IsUnitRow(const Mixing& m, size_t r, size_t* index) {
+  size_t found = m.cols;
+  for (size_t c = 0; c < m.cols; ++c) {
+    const double w = m.at(r, c);
+    if (w == 0.0) continue;
+    if (w != 1.0 || found != m.cols) return false;
+    found = c;
+  }
+  if (found == m.cols) return false;
+  *index = found;
+  return true;
+}
+
 // Bulyan's selection (El Mhamdi et al., 2018): theta = k - 2f rows picked by repeated
 // Krum. Each step scores the r rows still in play against each other with
 // KrumNeighbourCount(r, f, variant) neighbours, picks the lowest score (lowest index on

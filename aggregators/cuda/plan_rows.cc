@@ -4,24 +4,6 @@
 #include <cstddef>
 
 namespace ps::aggregators::cuda {
-namespace {
-
-// True when row r of m has a single non-zero entry equal to 1; sets `index` to it (as
-// aggregator.cc's IsUnitRow).
-bool IsUnitRow(const internal::Mixing& m, size_t r, uint32_t* index) {
-  size_t found = m.cols;
-  for (size_t c = 0; c < m.cols; ++c) {
-    const double w = m.at(r, c);
-    if (w == 0.0) continue;
-    if (w != 1.0 || found != m.cols) return false;
-    found = c;
-  }
-  if (found == m.cols) return false;
-  *index = static_cast<uint32_t>(found);
-  return true;
-}
-
-}  // namespace
 
 RowPlan PlanRows(const internal::PlanData& plan) {
   RowPlan out;
@@ -35,9 +17,9 @@ RowPlan PlanRows(const internal::PlanData& plan) {
   } else {
     const size_t used_rows = plan.coordinate.has_value() ? plan.mixing.rows : 1;
     for (size_t r = 0; r < used_rows; ++r) {
-      uint32_t unit = 0;
-      if (IsUnitRow(plan.mixing, r, &unit)) {
-        add_row(RowSpec::Kind::kUnit, {{unit, 1.0f}});
+      size_t unit = 0;
+      if (internal::IsUnitRow(plan.mixing, r, &unit)) {
+        add_row(RowSpec::Kind::kUnit, {{static_cast<uint32_t>(unit), 1.0f}});
         continue;
       }
       std::vector<RowTerm> terms;
