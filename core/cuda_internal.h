@@ -25,25 +25,27 @@ inline absl::Status CudaStatus(cudaError_t e, std::string_view what) {
                                         : absl::InternalError(message);
 }
 
-// Device memory owned by the holder; Reserve() grows it (contents are not kept).
-class DeviceBuffer {
+// CUDA memory owned by the holder, from `alloc` and released with `release`; Reserve()
+// grows it (contents are not kept). DeviceBuffer and PinnedBuffer below.
+template <cudaError_t (*alloc)(void**, size_t), cudaError_t (*release)(void*)>
+class CudaMemory {
  public:
-  DeviceBuffer() = default;
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-  DeviceBuffer(DeviceBuffer&& other) noexcept
+  CudaMemory() = default;
+  CudaMemory(const CudaMemory&) = delete;
+  CudaMemory& operator=(const CudaMemory&) = delete;
+  CudaMemory(CudaMemory&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
-  ~DeviceBuffer() {
-    if (data_ != nullptr) cudaFree(data_);
+  ~CudaMemory() {
+    if (data_ != nullptr) release(data_);
   }
 
   absl::Status Reserve(size_t bytes) {
     if (bytes <= bytes_) return absl::OkStatus();
-    if (data_ != nullptr) cudaFree(data_);
+    if (data_ != nullptr) release(data_);
     data_ = nullptr;
     bytes_ = 0;
-    PS_RETURN_IF_ERROR(CudaStatus(cudaMalloc(&data_, bytes),
-                                  absl::StrCat("cudaMalloc(", bytes, " bytes)")));
+    PS_RETURN_IF_ERROR(CudaStatus(alloc(&data_, bytes), absl::StrCat("allocating ", bytes,
+                                                                     " bytes of CUDA memory")));
     bytes_ = bytes;
     return absl::OkStatus();
   }
@@ -57,6 +59,13 @@ class DeviceBuffer {
   void* data_ = nullptr;
   size_t bytes_ = 0;
 };
+
+inline cudaError_t AllocDevice(void** p, size_t bytes) { return cudaMalloc(p, bytes); }
+inline cudaError_t AllocPinned(void** p, size_t bytes) { return cudaMallocHost(p, bytes); }
+// Device memory (cudaMalloc).
+using DeviceBuffer = CudaMemory<&AllocDevice, &cudaFree>;
+// Page-locked host memory (cudaMallocHost), for asynchronous copies.
+using PinnedBuffer = CudaMemory<&AllocPinned, &cudaFreeHost>;
 
 // Whether `p` points into device memory (cudaMalloc'ed or managed), as opposed to host
 // memory; false on any error.

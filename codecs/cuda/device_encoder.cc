@@ -33,36 +33,7 @@ namespace {
 
 using core::cuda::CudaStatus;
 using core::cuda::DeviceBuffer;
-
-// Page-locked host memory, so device-to-host copies run at full speed; grows on demand
-// (contents are not kept).
-class PinnedBuffer {
- public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
-    if (data_ != nullptr) cudaFreeHost(data_);
-  }
-  absl::Status Reserve(size_t bytes) {
-    if (bytes <= bytes_) return absl::OkStatus();
-    if (data_ != nullptr) cudaFreeHost(data_);
-    data_ = nullptr;
-    bytes_ = 0;
-    PS_RETURN_IF_ERROR(CudaStatus(cudaMallocHost(&data_, bytes),
-                                  absl::StrCat("cudaMallocHost(", bytes, " bytes)")));
-    bytes_ = bytes;
-    return absl::OkStatus();
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(data_);
-  }
-
- private:
-  void* data_ = nullptr;
-  size_t bytes_ = 0;
-};
+using core::cuda::PinnedBuffer;
 
 // What every engine works with: the stream, the CPU codec and a pinned staging area.
 struct Context {
