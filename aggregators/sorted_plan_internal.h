@@ -24,17 +24,6 @@ struct SortedPlan {
   size_t drop = 0;
 };
 
-// Double additions that nvcc may not contract into fused multiply-adds with a
-// neighbouring product, so device sums are the CPU's bit for bit (g++ does not contract
-// under -std=c++20).
-PS_HD inline double AddExact(double a, double b) {
-#if defined(__CUDA_ARCH__)
-  return __dadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
-
 // The window of the c - drop values nearest `centre` in a sorted column is
 // [first, first + keep). Going from window l to l + 1 trades v_(l) for v_(l+keep); v_(l)
 // stays when it is no farther, |v_(l) - centre| <= |v_(l+keep) - centre|, which for
@@ -49,7 +38,7 @@ PS_HD inline float ApplySorted(const SortedPlan& plan, const float* v, size_t c,
   auto at = [v, stride](size_t r) { return static_cast<double>(v[r * stride]); };
   auto sum_ranks = [&at](size_t lo, size_t hi) {
     double sum = 0.0;
-    for (size_t r = lo; r <= hi; ++r) sum = AddExact(sum, at(r));
+    for (size_t r = lo; r <= hi; ++r) sum = core::AddRn(sum, at(r));
     return sum;
   };
   switch (plan.op) {
@@ -65,7 +54,7 @@ PS_HD inline float ApplySorted(const SortedPlan& plan, const float* v, size_t c,
       const size_t keep = c - plan.drop;
       size_t first = 0;
       for (size_t l = 0; l < plan.drop; ++l) {
-        first += AddExact(at(l), at(l + keep)) < twice ? 1 : 0;
+        first += core::AddRn(at(l), at(l + keep)) < twice ? 1 : 0;
       }
       return static_cast<float>(sum_ranks(first, first + keep - 1) / static_cast<double>(keep));
     }

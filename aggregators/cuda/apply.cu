@@ -21,9 +21,8 @@ __global__ void LinearKernel(ApplyArgs a) {
   if (c < a.d) a.out[c] = LinearAt(a, c);
 }
 
-// Threads per block of SortedKernel<K>: 64 sorted registers (and 64 shifted ones for the
-// nearest window) need more registers than 256 threads per block leave. (Not as
-// __launch_bounds__: with it nvcc 13 moved the register array to local memory.)
+// Threads per block of SortedKernel<K>: at K = 64 a thread holds 64 sorted values and
+// 64 shifted ones (ptxas: 150 registers), so blocks are smaller.
 template <int K>
 constexpr int SortedThreads() {
   return K >= 64 ? 128 : kThreads;
@@ -31,10 +30,9 @@ constexpr int SortedThreads() {
 
 // SortedAt<K> (apply_kernel.h), with v filled by compile-time indices only: unit rows
 // are loaded straight into registers; formed rows are computed into this thread's
-// column of shared memory (K x blockDim floats) and loaded from there.
-// Two instantiations (kUnitRows or not) so that the formed-rows path, where nvcc keeps v
-// in local memory, does not cost the unit-rows path (median, trimmed mean, meamed and
-// phocas on the inputs as they are) its registers.
+// column of shared memory (K x blockDim floats) and loaded from there. Two
+// instantiations (kUnitRows or not) so that the unit-rows path (median, trimmed mean,
+// meamed and phocas on the inputs as they are) carries none of the row-forming code.
 template <int K, bool kUnitRows>
 __global__ void SortedKernel(ApplyArgs a) {
   extern __shared__ float staged[];

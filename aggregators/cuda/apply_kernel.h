@@ -4,35 +4,22 @@
 // Aggregator::Apply) and the kernels in apply.cu are thin loops around it.
 //
 // Every float and double operation below is one the CPU does, in the CPU's order, with
-// fused multiply-adds ruled out on the device (MulF/AddF; AddExact): the results are
+// fused multiply-adds ruled out on the device (core::MulRn/AddRn): the results are
 // the CPU's bits. No abseil and no CUDA runtime here.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
 
 #include "aggregators/sorted_plan_internal.h"
 #include "core/hd.h"
 
 namespace ps::aggregators::cuda {
 
-using internal::AddExact;
+using core::AddRn;
+using core::MulRn;
 using internal::SortedPlan;
-
-PS_HD inline float MulF(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
-PS_HD inline float AddF(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fadd_rn(a, b);
-#else
-  return a + b;
-#endif
-}
 
 // How one row the rule reads is formed from the inputs (Aggregator::Apply's cases).
 struct RowSpec {
@@ -80,7 +67,7 @@ PS_HD inline float RowValue(const ApplyArgs& a, uint32_t r, size_t c) {
       return a.inputs[t[0].input][c];
     case RowSpec::Kind::kAverage: {
       float acc = a.inputs[t[0].input][c];
-      for (uint32_t j = 1; j < row.count; ++j) acc = AddF(acc, a.inputs[t[j].input][c]);
+      for (uint32_t j = 1; j < row.count; ++j) acc = AddRn(acc, a.inputs[t[j].input][c]);
       return acc / static_cast<float>(row.count);
     }
     case RowSpec::Kind::kWeighted:
@@ -89,13 +76,13 @@ PS_HD inline float RowValue(const ApplyArgs& a, uint32_t r, size_t c) {
   float acc = 0.0f;
   uint32_t j = 0;
   for (; j + 4 <= row.count; j += 4) {
-    const float p0 = MulF(t[j].weight, a.inputs[t[j].input][c]);
-    const float p1 = MulF(t[j + 1].weight, a.inputs[t[j + 1].input][c]);
-    const float p2 = MulF(t[j + 2].weight, a.inputs[t[j + 2].input][c]);
-    const float p3 = MulF(t[j + 3].weight, a.inputs[t[j + 3].input][c]);
-    acc = AddF(acc, AddF(AddF(p0, p1), AddF(p2, p3)));
+    const float p0 = MulRn(t[j].weight, a.inputs[t[j].input][c]);
+    const float p1 = MulRn(t[j + 1].weight, a.inputs[t[j + 1].input][c]);
+    const float p2 = MulRn(t[j + 2].weight, a.inputs[t[j + 2].input][c]);
+    const float p3 = MulRn(t[j + 3].weight, a.inputs[t[j + 3].input][c]);
+    acc = AddRn(acc, AddRn(AddRn(p0, p1), AddRn(p2, p3)));
   }
-  for (; j < row.count; ++j) acc = AddF(acc, MulF(t[j].weight, a.inputs[t[j].input][c]));
+  for (; j < row.count; ++j) acc = AddRn(acc, MulRn(t[j].weight, a.inputs[t[j].input][c]));
   return acc;
 }
 
@@ -103,7 +90,7 @@ PS_HD inline float RowValue(const ApplyArgs& a, uint32_t r, size_t c) {
 PS_HD inline float LinearAt(const ApplyArgs& a, size_t c) {
   if (a.op == CoordinateOp::kRow0) return RowValue(a, 0, c);
   float acc = RowValue(a, 0, c);
-  for (uint32_t r = 1; r < a.num_rows; ++r) acc = AddF(acc, RowValue(a, r, c));
+  for (uint32_t r = 1; r < a.num_rows; ++r) acc = AddRn(acc, RowValue(a, r, c));
   return acc / static_cast<float>(a.num_rows);
 }
 
@@ -116,22 +103,17 @@ PS_HD inline void CompareExchange(float& a, float& b) {
 }
 
 // Sorts K values (a power of two) ascending with a bitonic network. Every loop has a
-// trip count fixed at compile time, so nvcc unrolls them all and v stays in registers.
-// The sorted values are those of any other sort (inputs are never NaN).
+// trip count fixed at compile time, so nvcc unrolls them all and v stays in registers
+// (ptxas: no stack up to K = 64). The sorted values are those of any other sort (inputs
+// are never NaN).
 template <int K>
 PS_HD inline void SortRegisters(float (&v)[K]) {
   static_assert(K >= 2 && (K & (K - 1)) == 0, "K must be a power of two");
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+  PS_UNROLL
   for (int size = 2; size <= K; size <<= 1) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+    PS_UNROLL
     for (int stride = size / 2; stride > 0; stride >>= 1) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
+      PS_UNROLL
       for (int i = 0; i < K; ++i) {
         const int partner = i ^ stride;
         if (partner > i) {
@@ -146,64 +128,64 @@ PS_HD inline void SortRegisters(float (&v)[K]) {
   }
 }
 
+// f(std::integral_constant<int, I>()) for I = 0 .. N-1 in order: a loop whose index is
+// a compile-time constant in every step, whatever nvcc's unroller decides. (The
+// read-off below written as `#pragma unroll` loops kept v in local memory at K = 32
+// and 64, and for formed rows at 16: ptxas showed 128/256/64 bytes of stack.)
+template <typename F, int... I>
+PS_HD inline void StaticForEach(F&& f, std::integer_sequence<int, I...> /*indices*/) {
+  (f(std::integral_constant<int, I>()), ...);
+}
+template <int N, typename F>
+PS_HD inline void StaticFor(F&& f) {
+  StaticForEach(f, std::make_integer_sequence<int, N>());
+}
+
+// s[l] = s[l + keep] for every l + keep < K, in log2(K) steps of fixed shifts (the bits
+// of keep), so no register is indexed at run time.
+template <int K, int Bit = 1>
+PS_HD inline void ShiftDown(float (&s)[K], size_t keep) {
+  if constexpr (Bit < K) {
+    if ((keep & static_cast<size_t>(Bit)) != 0) {
+      StaticFor<K - Bit>([&](auto l) { s[l.value] = s[l.value + Bit]; });  // ascending
+    }
+    ShiftDown<K, Bit * 2>(s, keep);
+  }
+}
+
+// lo <= x <= hi (a function, so that x = 0 is no "pointless comparison").
+PS_HD inline bool Within(size_t x, size_t lo, size_t hi) { return x >= lo && x <= hi; }
+
 // ApplySorted (sorted_plan_internal.h) on the c smallest of K sorted registers, with
 // only compile-time indices (a runtime index would move v to local memory): ranks are
-// summed under a predicate, and v_(l + keep) comes from a copy of v shifted by keep in
-// log2(K) fixed steps. The same operations in the same order as ApplySorted.
+// summed under a predicate, and v_(l + keep) comes from a copy of v shifted by keep.
+// The same operations in the same order as ApplySorted.
 template <int K>
 PS_HD inline float ApplySortedRegisters(const SortedPlan& plan, const float (&v)[K], size_t c) {
-  const size_t lo = plan.lo;
-  const size_t hi = plan.hi;
-  double sum = 0.0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int r = 0; r < K; ++r) {
-    if (static_cast<size_t>(r) >= lo && static_cast<size_t>(r) <= hi) {
-      sum = AddExact(sum, static_cast<double>(v[r]));
-    }
-  }
-  const double mean = sum / static_cast<double>(hi - lo + 1);
+  // The sum of v_(r) for r in [lo, hi] (empty above K), in rank order.
+  auto sum_ranks = [&v](size_t lo, size_t hi) {
+    double sum = 0.0;
+    StaticFor<K>([&](auto r) {
+      if (Within(r.value, lo, hi)) sum = AddRn(sum, static_cast<double>(v[r.value]));
+    });
+    return sum;
+  };
+  const double mean = sum_ranks(plan.lo, plan.hi) / static_cast<double>(plan.hi - plan.lo + 1);
   if (plan.op != SortedPlan::Op::kNearest) {
     return plan.op == SortedPlan::Op::kRanks ? static_cast<float>(mean) : 0.0f;
   }
   const double twice = 2.0 * mean;
   const size_t keep = c - plan.drop;
-  float shifted[K];  // shifted[l] = v[l + keep] for l + keep < K
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int i = 0; i < K; ++i) shifted[i] = v[i];
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int bit = 1; bit < K; bit <<= 1) {
-    if ((keep & static_cast<size_t>(bit)) != 0) {
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-      for (int i = 0; i + bit < K; ++i) shifted[i] = shifted[i + bit];  // ascending: reads old values
-    }
-  }
+  float shifted[K];
+  StaticFor<K>([&](auto i) { shifted[i.value] = v[i.value]; });
+  ShiftDown<K>(shifted, keep);  // shifted[l] = v[l + keep] for l + keep < K
   size_t first = 0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int l = 0; l < K; ++l) {
-    if (static_cast<size_t>(l) < plan.drop) {
-      first += AddExact(static_cast<double>(v[l]), static_cast<double>(shifted[l])) < twice ? 1 : 0;
+  StaticFor<K>([&](auto l) {
+    if (static_cast<size_t>(l.value) < plan.drop) {
+      first += AddRn(static_cast<double>(v[l.value]), static_cast<double>(shifted[l.value])) < twice ? 1 : 0;
     }
-  }
-  double acc = 0.0;
-#if defined(__CUDA_ARCH__)
-#pragma unroll
-#endif
-  for (int r = 0; r < K; ++r) {
-    if (static_cast<size_t>(r) >= first && static_cast<size_t>(r) < first + keep) {
-      acc = AddExact(acc, static_cast<double>(v[r]));
-    }
-  }
-  return static_cast<float>(acc / static_cast<double>(keep));
+  });
+  return static_cast<float>(sum_ranks(first, first + keep - 1) / static_cast<double>(keep));
 }
 
 // The padding of the register arrays: sorts after every finite value.
