@@ -202,7 +202,7 @@ absl::Status CheckCall(const internal::Pipeline& p, std::span<const float* const
     }
     if (!ctx.masks.empty() || !ctx.support.empty()) {
       return absl::InvalidArgumentError(
-          absl::StrCat(p.spec, ": masks and supports are CPU-only; pass host memory"));
+          absl::StrCat(p.spec, ": masks and supports need inputs in host memory"));
     }
     if (s > 0 && ctx.state.empty()) {
       return absl::InvalidArgumentError(
@@ -212,10 +212,9 @@ absl::Status CheckCall(const internal::Pipeline& p, std::span<const float* const
   return absl::OkStatus();
 }
 
-// Whether this call runs on the pipeline's device: dense inputs, no support.
-bool OnDevice(const internal::Pipeline& p, const AggregationContext& ctx) {
-  return p.device != nullptr && ctx.masks.empty() && ctx.support.empty();
-}
+// Whether this call runs on the pipeline's device. Asked after UseSupport: a support
+// in use is gathered on the CPU first, and the gathered rows come back here without one.
+bool OnDevice(const internal::Pipeline& p) { return p.device != nullptr; }
 
 internal::Memory MemoryOf(const AggregationContext& ctx) {
   return ctx.device_memory ? internal::Memory::kDevice : internal::Memory::kHost;
@@ -329,13 +328,14 @@ absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::sp
     OnSupport::Scatter(ctx.support, kept, out);
     return absl::OkStatus();
   }
-  if (OnDevice(*pipeline_, ctx)) {
+  if (OnDevice(*pipeline_)) {
     // One upload for the Gram matrix and the pass over the coordinates.
     std::vector<float> zeros;
     const std::vector<const float*> rows =
         WithStateRows(inputs, StateRows(), out.size(), ctx, &zeros);
     return pipeline_->device->Aggregate(
-        rows, out, MemoryOf(ctx), ctx.state.empty() ? nullptr : ctx.state.data(), NeedsGram(),
+        rows, out, MemoryOf(ctx), ctx.masks, ctx.state.empty() ? nullptr : ctx.state.data(),
+        NeedsGram(),
         [&](std::span<const double> gram) { return Plan(inputs.size(), gram, ctx.round); });
   }
   if (!NeedsGram()) {
@@ -368,10 +368,10 @@ absl::Status Aggregator::AccumulateGram(std::span<const float* const> inputs, si
     return absl::InvalidArgumentError(absl::StrCat(pipeline_->spec, ": Gram buffer holds ",
                                                    gram.size(), " values, expected ", n, " x ", n));
   }
-  if (OnDevice(*pipeline_, ctx)) {
+  if (OnDevice(*pipeline_)) {
     std::vector<float> zeros;
     const std::vector<const float*> rows = WithStateRows(inputs, s, d, ctx, &zeros);
-    return pipeline_->device->AccumulateGram(rows, d, MemoryOf(ctx), gram);
+    return pipeline_->device->AccumulateGram(rows, d, MemoryOf(ctx), ctx.masks, gram);
   }
   FilledInputs filled(inputs, ctx.masks, d, EvenMedian::kMidpoint, ctx.pool);
   std::vector<float> zeros;
@@ -462,10 +462,10 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
   }
   const size_t d = out.size();
   const size_t s = data.state_rows;
-  if (OnDevice(p, ctx)) {
+  if (OnDevice(p)) {
     std::vector<float> zeros;
     const std::vector<const float*> rows = WithStateRows(inputs, s, d, ctx, &zeros);
-    return p.device->Apply(data, rows, out, MemoryOf(ctx),
+    return p.device->Apply(data, rows, out, MemoryOf(ctx), ctx.masks,
                            s > 0 && !ctx.state.empty() ? ctx.state.data() : nullptr);
   }
   // Native masks only where the coordinate rule reads the inputs as they are.

@@ -75,7 +75,8 @@ struct AggregatorOptions {
   uint64_t seed = 0;
   // Where the rule computes (docs/gpu.md). kCuda runs the Gram matrix and the pass over
   // the coordinates on the CUDA device when there is one, and on the CPU otherwise
-  // (device_note() then says why). Masked inputs and supports run on the CPU.
+  // (device_note() then says why). Masked inputs run there too; a support in use is
+  // gathered on the CPU and the gathered rows aggregated on the device.
   core::Device device = core::Device::kCpu;
 };
 
@@ -105,8 +106,8 @@ struct AggregationContext {
   // sign_majority, whose results depend on the zeros. Empty: no support.
   std::span<const uint32_t> support;
   // The inputs, out and state are CUDA device pointers (an aggregator made with
-  // device = kCuda that got its device; docs/gpu.md). Refused with masks or a support,
-  // and on the CPU; a stateful rule then needs ctx.state.
+  // device = kCuda that got its device; docs/gpu.md). Refused with masks or a support
+  // (pass those in host memory), and on the CPU; a stateful rule then needs ctx.state.
   bool device_memory = false;
 };
 

@@ -29,20 +29,24 @@ constexpr int SortedThreads() {
 }
 
 // SortedAt<K> (apply_kernel.h), with v filled by compile-time indices only: unit rows
-// are loaded straight into registers; formed rows are computed into this thread's
-// column of shared memory (K x blockDim floats) and loaded from there. Two
-// instantiations (kUnitRows or not) so that the unit-rows path (median, trimmed mean,
-// meamed and phocas on the inputs as they are) carries none of the row-forming code.
+// are loaded straight into registers (kPadding where a mask says missing); formed rows
+// are computed into this thread's column of shared memory (K x blockDim floats) and
+// loaded from there. Two instantiations (kUnitRows or not) so that the unit-rows path
+// (median, trimmed mean, meamed and phocas on the inputs as they are) carries none of
+// the row-forming code. Masks come with unit rows only.
 template <int K, bool kUnitRows>
 __global__ void SortedKernel(ApplyArgs a) {
   extern __shared__ float staged[];
   const size_t c = ThreadIndex();
   if (c >= a.d) return;
   float v[K];
+  uint32_t count = 0;
   if constexpr (kUnitRows) {
 #pragma unroll
     for (int r = 0; r < K; ++r) {
-      v[r] = static_cast<uint32_t>(r) < a.num_rows ? a.unit_rows[r][c] : kPadding;
+      const bool present = static_cast<uint32_t>(r) < a.num_rows && RowPresent(a, static_cast<uint32_t>(r), c);
+      v[r] = present ? a.unit_rows[r][c] : kPadding;
+      count += present ? 1u : 0u;
     }
   } else {
     float* column = staged + threadIdx.x;
@@ -51,8 +55,9 @@ __global__ void SortedKernel(ApplyArgs a) {
     for (int r = 0; r < K; ++r) {
       v[r] = static_cast<uint32_t>(r) < a.num_rows ? column[r * blockDim.x] : kPadding;
     }
+    count = a.num_rows;
   }
-  a.out[c] = SortAndApply<K>(a.plan, v, a.num_rows);
+  a.out[c] = SortAndApply<K>(PlanAt(a, count), v, count);
 }
 
 template <int K>
@@ -76,34 +81,52 @@ __global__ void PlaceByRankKernel(const float* rows, uint32_t num_rows, size_t w
   if (j < w) PlaceByRankAt(rows, num_rows, w, j, sorted);
 }
 
-__global__ void SortedColumnKernel(SortedPlan plan, const float* sorted, uint32_t num_rows,
-                                   size_t w, float* out) {
+__global__ void SortedColumnKernel(ApplyArgs a, const float* sorted, size_t begin, size_t w) {
   const size_t j = ThreadIndex();
-  if (j < w) out[j] = SortedColumnAt(plan, sorted, num_rows, w, j);
+  if (j < w) a.out[begin + j] = SortedColumnAt(a, sorted, begin, w, j);
 }
 
-// One block per (input, stretch of coordinates): a block-wide double sum of |x|, added
-// to sums[i] with one atomic per block.
-__global__ void AbsSumKernel(const float* const* inputs, size_t d, double* sums) {
+// One block per (input, stretch of coordinates): block-wide sums of |x| (double) and of
+// the present count over the coordinates present, added to sums[i] and counts[i] with
+// one atomic each per block.
+__global__ void AbsSumKernel(const float* const* inputs, const uint8_t* const* masks, size_t d,
+                             double* sums, unsigned long long* counts) {
   __shared__ double partial[kThreads];
+  __shared__ unsigned long long present[kThreads];
   const float* x = inputs[blockIdx.y];
+  const uint8_t* mask = masks == nullptr ? nullptr : masks[blockIdx.y];
   double s = 0.0;
+  unsigned long long n = 0;
   for (size_t c = ThreadIndex(); c < d; c += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    if (!PresentIn(mask, c)) continue;
     s += fabs(static_cast<double>(x[c]));
+    ++n;
   }
   partial[threadIdx.x] = s;
+  present[threadIdx.x] = n;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half >>= 1) {
-    if (static_cast<int>(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
+    if (static_cast<int>(threadIdx.x) < half) {
+      partial[threadIdx.x] += partial[threadIdx.x + half];
+      present[threadIdx.x] += present[threadIdx.x + half];
+    }
     __syncthreads();
   }
-  if (threadIdx.x == 0) atomicAdd(&sums[blockIdx.y], partial[0]);
+  if (threadIdx.x == 0) {
+    atomicAdd(&sums[blockIdx.y], partial[0]);
+    atomicAdd(&counts[blockIdx.y], present[0]);
+  }
 }
 
-__global__ void SignVoteKernel(const float* const* inputs, uint32_t k, size_t d, float step,
-                               float* out) {
+__global__ void SignVoteKernel(const float* const* inputs, const uint8_t* const* masks, uint32_t k,
+                               size_t d, float step, float* out) {
   const size_t c = ThreadIndex();
-  if (c < d) out[c] = SignVoteAt(inputs, k, step, c);
+  if (c < d) out[c] = SignVoteAt(inputs, masks, k, step, c);
+}
+
+__global__ void FillKernel(float* row, const uint8_t* mask, const float* median, size_t d) {
+  const size_t c = ThreadIndex();
+  if (c < d) FillAt(row, mask, median, c);
 }
 
 }  // namespace
@@ -126,21 +149,27 @@ cudaError_t LaunchSortedGeneral(const ApplyArgs& a, size_t begin, size_t w, floa
   const unsigned blocks = BlocksFor(w, kThreads);
   FormRowsKernel<<<blocks, kThreads, 0, stream>>>(a, begin, w, rows);
   PlaceByRankKernel<<<blocks, kThreads, 0, stream>>>(rows, a.num_rows, w, sorted);
-  SortedColumnKernel<<<blocks, kThreads, 0, stream>>>(a.plan, sorted, a.num_rows, w, a.out + begin);
+  SortedColumnKernel<<<blocks, kThreads, 0, stream>>>(a, sorted, begin, w);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchAbsSums(const float* const* inputs, uint32_t k, size_t d, double* sums,
-                          cudaStream_t stream) {
+cudaError_t LaunchAbsSums(const float* const* inputs, const uint8_t* const* masks, uint32_t k,
+                          size_t d, double* sums, unsigned long long* counts, cudaStream_t stream) {
   // Enough blocks per input to fill the device, few enough that the atomics are rare.
   const unsigned per_input = BlocksFor(d, kThreads) < 256 ? BlocksFor(d, kThreads) : 256;
-  AbsSumKernel<<<dim3(per_input, k), kThreads, 0, stream>>>(inputs, d, sums);
+  AbsSumKernel<<<dim3(per_input, k), kThreads, 0, stream>>>(inputs, masks, d, sums, counts);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSignVote(const float* const* inputs, uint32_t k, size_t d, float step,
-                           float* out, cudaStream_t stream) {
-  SignVoteKernel<<<BlocksFor(d, kThreads), kThreads, 0, stream>>>(inputs, k, d, step, out);
+cudaError_t LaunchSignVote(const float* const* inputs, const uint8_t* const* masks, uint32_t k,
+                           size_t d, float step, float* out, cudaStream_t stream) {
+  SignVoteKernel<<<BlocksFor(d, kThreads), kThreads, 0, stream>>>(inputs, masks, k, d, step, out);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchFill(float* row, const uint8_t* mask, const float* median, size_t d,
+                       cudaStream_t stream) {
+  FillKernel<<<BlocksFor(d, kThreads), kThreads, 0, stream>>>(row, mask, median, d);
   return cudaGetLastError();
 }
 

@@ -56,7 +56,29 @@ struct ApplyArgs {
   SortedPlan plan;  // for kSorted
   float* out = nullptr;
   size_t d = 0;
+  // Native masks (docs/aggregators.md, "Masks"): when every row is an input as it is
+  // (unit rows) and some inputs miss coordinates, masks[r] is row r's bitmap (bit c =
+  // byte c / 8, bit c % 8; null for a complete row) and plans[c] the rule's plan for c
+  // present values, c = 0 .. num_rows. Null otherwise: every value is present and kSorted
+  // reads `plan`.
+  const uint8_t* const* masks = nullptr;
+  const SortedPlan* plans = nullptr;
 };
+
+// Whether coordinate c is present in a row with bitmap `mask` (null: complete).
+PS_HD inline bool PresentIn(const uint8_t* mask, size_t c) {
+  return mask == nullptr || ((mask[c / 8] >> (c % 8)) & 1u) != 0;
+}
+
+// Whether row r has a value at coordinate c.
+PS_HD inline bool RowPresent(const ApplyArgs& a, uint32_t r, size_t c) {
+  return a.masks == nullptr || PresentIn(a.masks[r], c);
+}
+
+// The plan for `count` values present at a coordinate (count = num_rows without masks).
+PS_HD inline SortedPlan PlanAt(const ApplyArgs& a, uint32_t count) {
+  return a.masks == nullptr ? a.plan : a.plans[count];
+}
 
 // Row `r`'s value at coordinate c.
 PS_HD inline float RowValue(const ApplyArgs& a, uint32_t r, size_t c) {
@@ -86,9 +108,21 @@ PS_HD inline float RowValue(const ApplyArgs& a, uint32_t r, size_t c) {
   return acc;
 }
 
-// kRow0 and kMean at coordinate c.
+// kRow0 and kMean at coordinate c. With masks, the mean of the values present (their
+// float sum in row order, starting from the first, over their count), 0 where none is.
 PS_HD inline float LinearAt(const ApplyArgs& a, size_t c) {
   if (a.op == CoordinateOp::kRow0) return RowValue(a, 0, c);
+  if (a.masks != nullptr) {
+    float acc = 0.0f;
+    uint32_t count = 0;
+    for (uint32_t r = 0; r < a.num_rows; ++r) {
+      if (!RowPresent(a, r, c)) continue;
+      const float x = RowValue(a, r, c);
+      acc = count == 0 ? x : AddRn(acc, x);
+      ++count;
+    }
+    return count == 0 ? 0.0f : acc / static_cast<float>(count);
+  }
   float acc = RowValue(a, 0, c);
   for (uint32_t r = 1; r < a.num_rows; ++r) acc = AddRn(acc, RowValue(a, r, c));
   return acc / static_cast<float>(a.num_rows);
@@ -188,14 +222,15 @@ PS_HD inline float ApplySortedRegisters(const SortedPlan& plan, const float (&v)
   return static_cast<float>(sum_ranks(first, first + keep - 1) / static_cast<double>(keep));
 }
 
-// The padding of the register arrays: sorts after every finite value.
+// The padding of the register arrays, and the value of a missing coordinate: sorts
+// after every finite value.
 inline constexpr float kPadding = __builtin_huge_valf();
 
-// kSorted on num_rows <= K row values in registers (padded with kPadding).
+// kSorted on the `count` values present among K registers (the rest kPadding).
 template <int K>
-PS_HD inline float SortAndApply(const SortedPlan& plan, float (&v)[K], uint32_t num_rows) {
+PS_HD inline float SortAndApply(const SortedPlan& plan, float (&v)[K], uint32_t count) {
   SortRegisters<K>(v);
-  return ApplySortedRegisters<K>(plan, v, num_rows);
+  return ApplySortedRegisters<K>(plan, v, count);
 }
 
 // kSorted at coordinate c for num_rows <= K: the reference form of what the kernel
@@ -205,16 +240,24 @@ PS_HD inline float SortAndApply(const SortedPlan& plan, float (&v)[K], uint32_t 
 template <int K>
 PS_HD inline float SortedAt(const ApplyArgs& a, size_t c) {
   float v[K];
+  uint32_t count = 0;
   for (int r = 0; r < K; ++r) {
-    v[r] = static_cast<uint32_t>(r) < a.num_rows ? RowValue(a, static_cast<uint32_t>(r), c) : kPadding;
+    const auto row = static_cast<uint32_t>(r);
+    const bool present = row < a.num_rows && RowPresent(a, row, c);
+    v[r] = present ? RowValue(a, row, c) : kPadding;
+    count += present ? 1u : 0u;
   }
-  return SortAndApply<K>(a.plan, v, a.num_rows);
+  return SortAndApply<K>(PlanAt(a, count), v, count);
 }
 
 // The general path (more than 64 rows), over a chunk of coordinates [begin, begin + w):
-// the rows formed into scratch (row r of the chunk at rows + r * w) ...
+// the rows formed into scratch (row r of the chunk at rows + r * w; kPadding where a
+// value is missing) ...
 PS_HD inline void FormRowsAt(const ApplyArgs& a, size_t begin, size_t w, size_t j, float* rows) {
-  for (uint32_t r = 0; r < a.num_rows; ++r) rows[r * w + j] = RowValue(a, r, begin + j);
+  const size_t c = begin + j;
+  for (uint32_t r = 0; r < a.num_rows; ++r) {
+    rows[r * w + j] = RowPresent(a, r, c) ? RowValue(a, r, c) : kPadding;
+  }
 }
 
 // ... each value placed at its rank (the number of smaller values, ties by row index),
@@ -232,20 +275,31 @@ PS_HD inline void PlaceByRankAt(const float* rows, uint32_t num_rows, size_t w, 
   }
 }
 
-// ... and the plan read off the sorted column.
-PS_HD inline float SortedColumnAt(const SortedPlan& plan, const float* sorted, uint32_t num_rows,
-                                  size_t w, size_t j) {
-  return internal::ApplySorted(plan, sorted + j, num_rows, w);
+// ... and the plan for the values present read off the sorted column (they come first).
+PS_HD inline float SortedColumnAt(const ApplyArgs& a, const float* sorted, size_t begin, size_t w,
+                                  size_t j) {
+  uint32_t count = 0;
+  for (uint32_t r = 0; r < a.num_rows; ++r) count += RowPresent(a, r, begin + j) ? 1u : 0u;
+  return internal::ApplySorted(PlanAt(a, count), sorted + j, count, w);
 }
 
-// sign_majority at coordinate c: the scale times the sign of the vote.
-PS_HD inline float SignVoteAt(const float* const* inputs, uint32_t k, float step, size_t c) {
+// sign_majority at coordinate c: the scale times the sign of the vote of the values
+// present (masks: null, or one bitmap per input as ApplyArgs::masks).
+PS_HD inline float SignVoteAt(const float* const* inputs, const uint8_t* const* masks, uint32_t k,
+                              float step, size_t c) {
   int32_t votes = 0;
   for (uint32_t i = 0; i < k; ++i) {
+    if (masks != nullptr && !PresentIn(masks[i], c)) continue;
     const float x = inputs[i][c];
     votes += static_cast<int32_t>(x > 0) - static_cast<int32_t>(x < 0);
   }
   return votes > 0 ? step : votes < 0 ? -step : 0.0f;
+}
+
+// Filling for the rules that measure distances (docs/aggregators.md, "Masks"): a
+// missing coordinate of a row takes the median of the values present there.
+PS_HD inline void FillAt(float* row, const uint8_t* mask, const float* median, size_t c) {
+  if (!PresentIn(mask, c)) row[c] = median[c];
 }
 
 }  // namespace ps::aggregators::cuda

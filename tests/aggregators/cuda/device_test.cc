@@ -7,6 +7,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -166,6 +167,43 @@ TEST_F(OnCuda, DeviceMemoryGivesTheHostResult) {
       cudaFree(block);
       for (float* p : owned) cudaFree(p);
     }
+  }
+}
+
+// Masked rounds (lossy UDP): the coordinate rules read the masks natively and give the
+// CPU's bits; distance-based rules fill the missing coordinates with the median first
+// and pick what the CPU picks on these separated inputs.
+TEST_F(OnCuda, MaskedRoundsGiveTheCpuResult) {
+  const size_t d = 100003;
+  for (const char* spec : {"median", "trimmed_mean", "meamed", "mean", "krum", "nnm+median",
+                           "bulyan"}) {
+    const int n = std::string(spec) == "bulyan" ? 19 : 16;
+    const Vectors inputs = Separated(static_cast<size_t>(n), 3, d, 31);
+    std::vector<std::vector<uint8_t>> bits(static_cast<size_t>(n));
+    std::vector<const uint8_t*> masks;
+    std::mt19937 rng(7);
+    std::bernoulli_distribution present(0.8);
+    for (size_t i = 0; i < bits.size(); ++i) {
+      if (i % 4 == 0) {
+        masks.push_back(nullptr);
+        continue;
+      }
+      bits[i].assign((d + 7) / 8, 0);
+      for (size_t c = 0; c < d; ++c) {
+        if (present(rng)) bits[i][c / 8] |= static_cast<uint8_t>(1u << (c % 8));
+      }
+      masks.push_back(bits[i].data());
+    }
+    auto cpu = Make(spec, n, 3, core::Device::kCpu);
+    auto gpu = Make(spec, n, 3, core::Device::kCuda);
+    ASSERT_TRUE(cpu && gpu);
+    const std::vector<const float*> ptrs = test::Pointers(inputs);
+    AggregationContext ctx;
+    ctx.masks = masks;
+    std::vector<float> want(d), got(d);
+    ASSERT_TRUE(cpu->Aggregate(ptrs, want, ctx).ok());
+    ASSERT_TRUE(gpu->Aggregate(ptrs, got, ctx).ok());
+    EXPECT_EQ(BitMismatches(got, want), 0u) << spec << " with masks";
   }
 }
 
