@@ -482,6 +482,13 @@ class WorkerImpl final : public Worker {
                                                            std::span<const std::span<float>> outs,
                                                            std::chrono::milliseconds timeout) override;
 
+  std::string device_note(size_t tensor) const override {
+    if (tensor >= encoders_.size()) return "";
+    TensorSlot& slot = *encoders_[tensor];
+    absl::MutexLock lock(&slot.mu);
+    return std::string(slot.encoder->device_note());
+  }
+
   WorkerStats stats() const override {
     WorkerStats s;
     s.slices_pushed = slices_pushed_.load();

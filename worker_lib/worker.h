@@ -63,8 +63,8 @@ struct PushOptions {
   bool udp = false;
   // Where the codec encodes (CodecOptions::device): kCuda encodes on the CUDA device
   // into the same bytes (docs/gpu.md, "Encoding on the device"), or on the CPU when the
-  // build, the machine or the codec has no GPU encoder; TensorEncoder::device_note()
-  // then says why.
+  // build, the machine or the codec has no GPU encoder; Worker::device_note() then says
+  // why.
   core::Device device = core::Device::kCpu;
 };
 
@@ -221,6 +221,12 @@ class Worker {
       std::chrono::milliseconds timeout) = 0;
 
   virtual WorkerStats stats() const = 0;
+
+  // Why tensor `tensor`'s pushes encode on the CPU although its PushOptions::device
+  // asked for CUDA, as a line to log, e.g. "device=cuda requested but unavailable (no
+  // CUDA device: ...); encoding on the CPU". Empty when they encode where asked (and
+  // for an index outside the layout).
+  virtual std::string device_note(size_t tensor) const = 0;
 
  protected:
   Worker() = default;

@@ -198,6 +198,10 @@ int main(int argc, char** argv) {
                  "Seed: same on all workers (identical initial parameters); batch sampling "
                  "uses a per-worker seed derived from it");
   app.add_option("--codec", c.codec, "Codec spec for pushes (see docs/codecs.md)");
+  app.add_option("--push-device", c.push_device,
+                 "Where the push codec encodes: cpu, or cuda (the CPU, with a warning saying "
+                 "why, where no CUDA device can; docs/gpu.md)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--udp", c.udp, "Push gradients as datagrams on the shards' UDP path (docs/transport.md)");
   app.add_option("--udp-loss", c.udp_loss, "Injected datagram loss in [0, 1) (seeded; with --udp)");
   app.add_option("--udp-chunk-elems", c.udp_chunk_elems, "Values per datagram (with --udp)");

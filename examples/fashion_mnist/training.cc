@@ -9,11 +9,14 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <span>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "aggregators/aggregator.h"
+#include "core/device.h"
 #include "core/layout.h"
 #include "core/shaper.h"
 #include "core/status.h"
@@ -401,6 +404,7 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   options.worker_id = c.worker_id;
   options.credentials = c.credentials;
   options.push.codec = c.codec;
+  PS_ASSIGN_OR_RETURN(options.push.device, core::ParseDevice(c.push_device));
   options.push.error_feedback = c.error_feedback;
   options.push.momentum = c.worker_momentum;
   options.codec_seed = c.seed;
@@ -438,6 +442,16 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
 
   uint64_t t = worker->start_version();
   events.Start(c, /*local=*/false, t, CountParameters(s));
+  // Tensors whose pushes encode on the CPU although --push-device asked for CUDA: one
+  // warning per reason.
+  std::map<std::string, std::vector<std::string>> on_cpu;
+  for (size_t i = 0; i < worker->layout().tensors().size(); ++i) {
+    std::string note = worker->device_note(i);
+    if (!note.empty()) on_cpu[std::move(note)].push_back(worker->layout().tensors()[i].name);
+  }
+  for (const auto& [note, names] : on_cpu) {
+    events.Warning(t, absl::StrCat("push encoder: ", note, " (", absl::StrJoin(names, ", "), ")"));
+  }
   const auto start = Clock::now();
   std::vector<uint32_t> indices;
   uint64_t late_pushes = 0;

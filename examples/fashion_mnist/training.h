@@ -53,6 +53,9 @@ struct TrainerConfig {
   // per-worker seed derived from it.
   uint64_t seed = 1;
   std::string codec = "fp32";
+  // Where the push codec encodes: "cpu", or "cuda" (the CPU, with a warning saying why,
+  // where no CUDA device can; docs/gpu.md).
+  std::string push_device = "cpu";
   // Transport (docs/transport.md): pushes as datagrams on the shards' UDP path, with
   // this injected loss and chunk size; the worker's link shaped by this spec
   // (core::ParseLinkShaping, "" = none); FIFO instead of priority send order.

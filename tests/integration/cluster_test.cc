@@ -11,6 +11,7 @@
 #include "aggregators/aggregator.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
+#include "core/device.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -315,6 +316,36 @@ TEST(ClusterTest, PushOptionsForAnUnknownTensorAreRefused) {
   worker = Worker::Start(options, Layout(1), Spans(Initial(Layout(1))));
   ASSERT_FALSE(worker.ok());
   EXPECT_THAT(std::string(worker.status().message()), HasSubstr("push options of tensor"));
+}
+
+// PushOptions::device = kCuda where no device (or no CUDA build) can encode: the pushes
+// encode on the CPU into the same bytes, and device_note() says why, per tensor.
+TEST(ClusterTest, DeviceNoteSaysWhyATensorEncodesOnTheCpu) {
+  testing::Cluster c = testing::StartCluster(1, BaseOptions(1, 0, "mean"));
+  WorkerOptions options = ClientOptions(c, 0);
+  options.tensor_push["layer1.weight"].codec = "fp16";
+  options.tensor_push["layer1.weight"].device = core::Device::kCuda;
+  options.tensor_push["layer1.bias"].codec = "int8";  // no GPU encoder
+  options.tensor_push["layer1.bias"].device = core::Device::kCuda;
+  auto worker = Worker::Start(options, Layout(1), Spans(Initial(Layout(1))));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  ASSERT_EQ((*worker)->layout().tensors()[0].name, "layer1.weight");
+  const std::string weight = (*worker)->device_note(0);
+  const std::string bias = (*worker)->device_note(1);
+  EXPECT_TRUE((*worker)->device_note(2).empty()) << "fp32 on the CPU, as asked";
+  EXPECT_TRUE((*worker)->device_note(99).empty());
+  EXPECT_THAT(bias, HasSubstr("encoding on the CPU"));
+  if (core::CudaDevice().ok()) {
+    EXPECT_TRUE(weight.empty()) << weight;
+    EXPECT_THAT(bias, HasSubstr("no GPU encoder for 'int8"));
+  } else {
+    EXPECT_THAT(weight, HasSubstr("device=cuda requested but unavailable"));
+    EXPECT_THAT(weight, HasSubstr("encoding on the CPU"));
+  }
+  // The pushes go through either way.
+  const std::vector<float> grad((*worker)->layout().tensors()[0].numel, 0.5f);
+  ASSERT_TRUE((*worker)->Push(0, (*worker)->start_version(), grad).ok());
+  EXPECT_TRUE((*worker)->WaitPushes().ok());
 }
 
 TEST(ClusterTest, LaterJoinerWithAnotherLayoutIsRefused) {
