@@ -21,13 +21,10 @@
 #include "bench/bench_util.h"
 #include "bench/commands.h"
 #include "codecs/codec.h"
+#include "codecs/device_encoder.h"
 #include "core/device.h"
 #include "core/layout.h"
 #include "tests/codecs/example_specs.h"
-
-#if PS_HAVE_CUDA
-#include "codecs/cuda/device_encoder.h"
-#endif
 
 namespace ps::bench {
 namespace {
@@ -246,7 +243,6 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
                  std::string(device.status().message()).c_str());
     return 2;
   }
-#if PS_HAVE_CUDA
   std::vector<std::string> specs = flags.codecs.empty()
                                        ? std::vector<std::string>{"fp16", "bf16", "sign", "terngrad",
                                                                   "3lc(s=1.9)", "topk(0.01)",
@@ -259,7 +255,7 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
   std::vector<core::JsonObjectWriter> json_rows;
   int errors = 0;
   for (const std::string& spec : specs) {
-    absl::StatusOr<codecs::cuda::EncodeTiming> t = codecs::cuda::TimeDeviceEncode(
+    absl::StatusOr<codecs::EncodeTiming> t = codecs::TimeDeviceEncode(
         spec, codecs::CodecOptions{.seed = flags.seed}, values, std::max(flags.repeats, 1));
     if (!t.ok()) {
       std::fprintf(stderr, "error %s: %s\n", spec.c_str(), std::string(t.status().message()).c_str());
@@ -287,9 +283,6 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
       "same bytes, counted as read + write (2 x bytes / time)\n\n",
       std::max(flags.repeats, 1));
   return FinishReport("codecs", table, "", {}, flags.json, json_rows, errors);
-#else
-  return 2;  // CudaDevice() is never OK in a build without CUDA
-#endif
 }
 
 int RunCodecs(CodecsFlags flags, const GivenOptions& given) {

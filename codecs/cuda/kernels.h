@@ -1,8 +1,8 @@
 // Launchers of the CUDA encoders' kernels (dense.cu, topk.cu). Each kernel is a thin
 // loop around the PS_HD functions of codecs/hd_internal.h, which the CPU codecs call
 // and the CPU tests check. Every pointer is device memory; every launch is
-// asynchronous on `stream` and returns the launch's error. n > 0 throughout. Internal
-// to ps_codecs_cuda; no abseil (nvcc compiles the .cu files).
+// asynchronous on `stream` and returns the launch's error. n > 0 throughout. Between
+// ps_codecs_cuda (nvcc, no abseil) and ps_codecs' device_encoder.cc.
 //
 // `residual`, where a launcher takes one, may be null (no error feedback) and may alias
 // x: it receives x - decode(payload) per value, the same fp32 operations as the CPU's

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "codecs/codec.h"
 #include "codecs/codec_internal.h"
+#include "codecs/device_encoder.h"
 #include "codecs/hd_internal.h"
 #include "codecs/kernels_internal.h"
 #include "codecs/sparse_internal.h"
@@ -403,6 +404,17 @@ TEST(CudaRequestedTest, RefusesWhatTheCpuCodecRefuses) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("value 7"));
   EXPECT_EQ(out, "unchanged");
+}
+
+// DeviceEncoder is in every build; without a device (or without CUDA in the build) it
+// says why, with core::CudaDevice()'s status, and so does the bench's timing.
+TEST(DeviceEncoderTest, SaysWhyWithoutADevice) {
+  if (core::CudaDevice().ok()) GTEST_SKIP() << "a CUDA device exists";
+  auto encoder = DeviceEncoder::Make("fp16", {}, 10, false);
+  EXPECT_EQ(encoder.status(), core::CudaDevice().status());
+  EXPECT_EQ(encoder.status().code(), absl::StatusCode::kUnavailable);
+  const std::vector<float> values(10, 1.0f);
+  EXPECT_EQ(TimeDeviceEncode("fp16", {}, values, 1).status(), core::CudaDevice().status());
 }
 
 }  // namespace

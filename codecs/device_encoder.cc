@@ -1,9 +1,9 @@
 // The host side of the GPU encoders (device_encoder.h): one engine per codec family
-// launches the kernels of kernels.h on the encoder's stream, copies the payload's parts
+// launches the kernels of cuda/kernels.h on the encoder's stream, copies the payload's parts
 // back through pinned memory and frames them as the CPU codec does. Rare cases (no
 // values, a value that is not finite, slices too long for 32-bit positions) encode on
 // the CPU from a host copy, so their bytes and messages are the CPU codec's own.
-#include "codecs/cuda/device_encoder.h"
+#include "codecs/device_encoder.h"
 
 #include <cuda_runtime_api.h>
 
@@ -28,7 +28,7 @@
 #include "core/spec.h"
 #include "core/status.h"
 
-namespace ps::codecs::cuda {
+namespace ps::codecs {
 namespace {
 
 using core::cuda::CudaStatus;
@@ -102,7 +102,7 @@ class HalvesEngine final : public Engine {
     PS_RETURN_IF_ERROR(c_.staging.Reserve(4 + 2 * n));
     auto* flag = buffer_.as<uint32_t>();
     PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(flag, 0, 4, c_.stream), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(LaunchHalves(x, n, bf16_, buffer_.as<unsigned char>() + 4, flag,
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchHalves(x, n, bf16_, buffer_.as<unsigned char>() + 4, flag,
                                              residual, c_.stream),
                                 "fp16/bf16 kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, buffer_.as<void>(), 4 + 2 * n));
@@ -129,15 +129,15 @@ class SignEngine final : public Engine {
     const size_t words = (n + 31) / 32;
     const size_t bytes = 16 + 4 * words;
     PS_RETURN_IF_ERROR(buffer_.Reserve(bytes));
-    PS_RETURN_IF_ERROR(partials_.Reserve(kSumAbsBlocks * sizeof(double)));
+    PS_RETURN_IF_ERROR(partials_.Reserve(cuda::kSumAbsBlocks * sizeof(double)));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(bytes));
     auto* base = buffer_.as<unsigned char>();
     auto* sum = reinterpret_cast<double*>(base);
     auto* scale = reinterpret_cast<float*>(base + 8);
     PS_RETURN_IF_ERROR(
-        Launched(LaunchSumAbs(x, n, partials_.as<double>(), sum, scale, c_.stream), "sign sum kernel"));
+        Launched(cuda::LaunchSumAbs(x, n, partials_.as<double>(), sum, scale, c_.stream), "sign sum kernel"));
     PS_RETURN_IF_ERROR(Launched(
-        LaunchSignBits(x, n, scale, reinterpret_cast<uint32_t*>(base + 16), residual, c_.stream),
+        cuda::LaunchSignBits(x, n, scale, reinterpret_cast<uint32_t*>(base + 16), residual, c_.stream),
         "sign bits kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, base, bytes));
     PS_RETURN_IF_ERROR(c_.Sync());
@@ -174,12 +174,13 @@ class TernGradEngine final : public Engine {
     PS_RETURN_IF_ERROR(max_.Reserve(4 * buckets));
     PS_RETURN_IF_ERROR(buffer_.Reserve(body));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(body));
-    PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(max_.as<void>(), 0, 4 * buckets, c_.stream), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(LaunchBucketMaxAbs(x, n, bucket_, max_.as<uint32_t>(), c_.stream),
+    PS_RETURN_IF_ERROR(
+        Launched(cudaMemsetAsync(max_.as<void>(), 0, 4 * buckets, c_.stream), "cudaMemsetAsync"));
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchBucketMaxAbs(x, n, bucket_, max_.as<uint32_t>(), c_.stream),
                                 "bucket max kernel"));
     auto* scales = buffer_.as<float>();
     PS_RETURN_IF_ERROR(Launched(
-        LaunchTernGrad(x, n, bucket_, max_.as<uint32_t>(), internal::RoundingSeed(seed_, ctx),
+        cuda::LaunchTernGrad(x, n, bucket_, max_.as<uint32_t>(), internal::RoundingSeed(seed_, ctx),
                        scales, buffer_.as<unsigned char>() + 4 * buckets, residual, c_.stream),
         "terngrad kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, scales, body));
@@ -220,7 +221,7 @@ class ThreeLcEngine final : public Engine {
     PS_RETURN_IF_ERROR(last_.Reserve(4 * groups));
     PS_RETURN_IF_ERROR(sizes_.Reserve(4 * groups));
     PS_RETURN_IF_ERROR(offsets_.Reserve(4 * groups));
-    const size_t scratch_bytes = ScanScratchBytes(groups);
+    const size_t scratch_bytes = cuda::ScanScratchBytes(groups);
     PS_RETURN_IF_ERROR(scratch_.Reserve(scratch_bytes));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(16 + groups));
     auto* meta = meta_.as<unsigned char>();
@@ -231,19 +232,21 @@ class ThreeLcEngine final : public Engine {
     unsigned char* tokens = bytes + groups;
     const cudaStream_t s = c_.stream;
     PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(max_bits, 0, 4, s), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(LaunchBucketMaxAbs(x, n, n, max_bits, s), "3lc max kernel"));
-    PS_RETURN_IF_ERROR(Launched(Launch3lcScale(max_bits, s_, scale_half, s), "3lc scale kernel"));
-    PS_RETURN_IF_ERROR(Launched(
-        Launch3lcGroups(x, n, scale_half, bytes, keys_.as<int32_t>(), residual, s), "3lc group kernel"));
-    PS_RETURN_IF_ERROR(Launched(InclusiveMaxScan(keys_.as<int32_t>(), last_.as<int32_t>(), groups,
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchBucketMaxAbs(x, n, n, max_bits, s), "3lc max kernel"));
+    PS_RETURN_IF_ERROR(Launched(cuda::Launch3lcScale(max_bits, s_, scale_half, s), "3lc scale kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::Launch3lcGroups(x, n, scale_half, bytes, keys_.as<int32_t>(), residual, s),
+                 "3lc group kernel"));
+    PS_RETURN_IF_ERROR(Launched(cuda::InclusiveMaxScan(keys_.as<int32_t>(), last_.as<int32_t>(), groups,
                                                  scratch_.as<void>(), scratch_bytes, s),
                                 "3lc scan"));
-    PS_RETURN_IF_ERROR(Launched(
-        Launch3lcSizes(bytes, last_.as<int32_t>(), groups, sizes_.as<uint32_t>(), s), "3lc size kernel"));
-    PS_RETURN_IF_ERROR(Launched(ExclusiveSum(sizes_.as<uint32_t>(), offsets_.as<uint32_t>(), groups,
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::Launch3lcSizes(bytes, last_.as<int32_t>(), groups, sizes_.as<uint32_t>(), s),
+                 "3lc size kernel"));
+    PS_RETURN_IF_ERROR(Launched(cuda::ExclusiveSum(sizes_.as<uint32_t>(), offsets_.as<uint32_t>(), groups,
                                              scratch_.as<void>(), scratch_bytes, s),
                                 "3lc offsets scan"));
-    PS_RETURN_IF_ERROR(Launched(Launch3lcTokens(bytes, last_.as<int32_t>(), sizes_.as<uint32_t>(),
+    PS_RETURN_IF_ERROR(Launched(cuda::Launch3lcTokens(bytes, last_.as<int32_t>(), sizes_.as<uint32_t>(),
                                                 offsets_.as<uint32_t>(), groups, tokens, total, s),
                                 "3lc token kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, meta, 16));
@@ -285,7 +288,7 @@ class SparseEngine final : public Engine {
     // Inf and NaN first, as the CPU codec checks them first.
     PS_RETURN_IF_ERROR(Reserve(n));
     PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(max_.as<void>(), 0, 4, s), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(LaunchBucketMaxAbs(x, n, n, max_.as<uint32_t>(), s), "max kernel"));
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchBucketMaxAbs(x, n, n, max_.as<uint32_t>(), s), "max kernel"));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(16));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, max_.as<void>(), 4));
     PS_RETURN_IF_ERROR(c_.Sync());
@@ -335,19 +338,19 @@ class SparseEngine final : public Engine {
 
  private:
   absl::Status Reserve(size_t n) {
-    const size_t tiles = (n + kTopkTile - 1) / kTopkTile;
+    const size_t tiles = (n + cuda::kTopkTile - 1) / cuda::kTopkTile;
     PS_RETURN_IF_ERROR(max_.Reserve(4));
-    PS_RETURN_IF_ERROR(state_.Reserve(sizeof(SelectState)));
-    PS_RETURN_IF_ERROR(hist_.Reserve(4 * kMaxBins));
+    PS_RETURN_IF_ERROR(state_.Reserve(sizeof(cuda::SelectState)));
+    PS_RETURN_IF_ERROR(hist_.Reserve(4 * cuda::kMaxBins));
     PS_RETURN_IF_ERROR(tile_counts_.Reserve(8 * tiles));
     PS_RETURN_IF_ERROR(tile_offsets_.Reserve(8 * tiles));
-    scratch_bytes_ = ScanScratchBytes(tiles);
+    scratch_bytes_ = cuda::ScanScratchBytes(tiles);
     return scratch_.Reserve(scratch_bytes_);
   }
 
   // Sets the selection state (from the host).
   absl::Status SetState(uint32_t prefix, uint64_t k) {
-    const SelectState state{prefix, 0, k, 0};
+    const cuda::SelectState state{prefix, 0, k, 0};
     PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(state_.as<void>(), &state, sizeof(state),
                                                 cudaMemcpyHostToDevice, c_.stream),
                                 "cudaMemcpyAsync (selection state)"));
@@ -357,11 +360,11 @@ class SparseEngine final : public Engine {
 
   // Counts per tile and their exclusive sum for the state's threshold.
   absl::Status CountTiles(const float* x, size_t n) {
-    const size_t tiles = (n + kTopkTile - 1) / kTopkTile;
-    PS_RETURN_IF_ERROR(Launched(
-        LaunchTopkTileCounts(x, n, state_.as<SelectState>(), tile_counts_.as<uint64_t>(), c_.stream),
-        "top-k tile count kernel"));
-    return Launched(ExclusiveSum(tile_counts_.as<uint64_t>(), tile_offsets_.as<uint64_t>(), tiles,
+    const size_t tiles = (n + cuda::kTopkTile - 1) / cuda::kTopkTile;
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchTopkTileCounts(x, n, state_.as<cuda::SelectState>(),
+                                                           tile_counts_.as<uint64_t>(), c_.stream),
+                                "top-k tile count kernel"));
+    return Launched(cuda::ExclusiveSum(tile_counts_.as<uint64_t>(), tile_offsets_.as<uint64_t>(), tiles,
                                  scratch_.as<void>(), scratch_bytes_, c_.stream),
                     "top-k tile scan");
   }
@@ -369,14 +372,14 @@ class SparseEngine final : public Engine {
   absl::Status Write(const float* x, size_t n, size_t count) {
     PS_RETURN_IF_ERROR(indices_.Reserve(4 * count));
     PS_RETURN_IF_ERROR(values_.Reserve(4 * count));
-    return Launched(LaunchTopkWrite(x, n, state_.as<SelectState>(), tile_offsets_.as<uint64_t>(),
+    return Launched(cuda::LaunchTopkWrite(x, n, state_.as<cuda::SelectState>(), tile_offsets_.as<uint64_t>(),
                                     indices_.as<uint32_t>(), values_.as<float>(), c_.stream),
                     "top-k write kernel");
   }
 
   // The keys > prefix and == prefix over all tiles (one synchronisation).
   absl::StatusOr<std::pair<uint64_t, uint64_t>> Totals(size_t n) {
-    const size_t last = (n + kTopkTile - 1) / kTopkTile - 1;
+    const size_t last = (n + cuda::kTopkTile - 1) / cuda::kTopkTile - 1;
     PS_RETURN_IF_ERROR(c_.ToStaging(0, tile_offsets_.as<uint64_t>() + last, 8));
     PS_RETURN_IF_ERROR(c_.ToStaging(8, tile_counts_.as<uint64_t>() + last, 8));
     PS_RETURN_IF_ERROR(c_.Sync());
@@ -399,16 +402,17 @@ class SparseEngine final : public Engine {
   // trip), then the compaction of the k kept coordinates.
   absl::Status Exact(const float* x, size_t n, size_t k) {
     PS_RETURN_IF_ERROR(SetState(0, k));
-    for (int d = 0; d < kSelectDigits; ++d) {
+    for (int d = 0; d < cuda::kSelectDigits; ++d) {
+      PS_RETURN_IF_ERROR(
+          Launched(cudaMemsetAsync(hist_.as<void>(), 0, 4 * (size_t{1} << cuda::kDigitBits[d]), c_.stream),
+                   "cudaMemsetAsync"));
       PS_RETURN_IF_ERROR(Launched(
-          cudaMemsetAsync(hist_.as<void>(), 0, 4 * (size_t{1} << kDigitBits[d]), c_.stream), "cudaMemsetAsync"));
-      PS_RETURN_IF_ERROR(Launched(LaunchRadixHistogram(x, n, kDigitShift[d], kDigitBits[d],
-                                                       state_.as<SelectState>(), hist_.as<uint32_t>(),
-                                                       c_.stream),
-                                  "radix histogram kernel"));
-      PS_RETURN_IF_ERROR(Launched(
-          LaunchSelectStep(hist_.as<uint32_t>(), kDigitBits[d], state_.as<SelectState>(), c_.stream),
-          "radix select kernel"));
+          cuda::LaunchRadixHistogram(x, n, cuda::kDigitShift[d], cuda::kDigitBits[d],
+                                     state_.as<cuda::SelectState>(), hist_.as<uint32_t>(), c_.stream),
+          "radix histogram kernel"));
+      PS_RETURN_IF_ERROR(Launched(cuda::LaunchSelectStep(hist_.as<uint32_t>(), cuda::kDigitBits[d],
+                                                         state_.as<cuda::SelectState>(), c_.stream),
+                                  "radix select kernel"));
     }
     PS_RETURN_IF_ERROR(CountTiles(x, n));
     return Write(x, n, k);
@@ -426,8 +430,8 @@ class SparseEngine final : public Engine {
     }
     PS_RETURN_IF_ERROR(samples_.Reserve(4 * samples));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(4 * samples));
-    PS_RETURN_IF_ERROR(Launched(LaunchSampleKeys(x, n, seed, samples, samples_.as<uint32_t>(), c_.stream),
-                                "sample kernel"));
+    PS_RETURN_IF_ERROR(Launched(
+        cuda::LaunchSampleKeys(x, n, seed, samples, samples_.as<uint32_t>(), c_.stream), "sample kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, samples_.as<void>(), 4 * samples));
     PS_RETURN_IF_ERROR(c_.Sync());
     std::vector<uint32_t> keys(c_.staging.as<uint32_t>(), c_.staging.as<uint32_t>() + samples);
@@ -455,7 +459,7 @@ class SparseEngine final : public Engine {
     PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_indices_.as<void>(), sent.data(), 4 * sent.size(),
                                                 cudaMemcpyHostToDevice, c_.stream),
                                 "cudaMemcpyAsync (Bloom positives)"));
-    PS_RETURN_IF_ERROR(Launched(LaunchGather(x, gather_indices_.as<uint32_t>(), sent.size(),
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchGather(x, gather_indices_.as<uint32_t>(), sent.size(),
                                              gather_values_.as<float>(), c_.stream),
                                 "gather kernel"));
     PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(values.data(), gather_values_.as<void>(), 4 * sent.size(),
@@ -468,8 +472,8 @@ class SparseEngine final : public Engine {
   absl::Status Residual(const float* x, size_t n, std::span<const uint32_t> sent,
                         std::span<const float> decoded, float* residual) {
     if (residual != x) {
-      PS_RETURN_IF_ERROR(Launched(
-          cudaMemcpyAsync(residual, x, 4 * n, cudaMemcpyDeviceToDevice, c_.stream), "cudaMemcpyAsync (residual)"));
+      PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(residual, x, 4 * n, cudaMemcpyDeviceToDevice, c_.stream),
+                                  "cudaMemcpyAsync (residual)"));
     }
     if (sent.empty()) return c_.Sync();
     PS_RETURN_IF_ERROR(gather_indices_.Reserve(4 * sent.size()));
@@ -480,7 +484,7 @@ class SparseEngine final : public Engine {
     PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_values_.as<void>(), decoded.data(), 4 * sent.size(),
                                                 cudaMemcpyHostToDevice, c_.stream),
                                 "cudaMemcpyAsync (decoded values)"));
-    PS_RETURN_IF_ERROR(Launched(LaunchScatterResidual(x, gather_indices_.as<uint32_t>(),
+    PS_RETURN_IF_ERROR(Launched(cuda::LaunchScatterResidual(x, gather_indices_.as<uint32_t>(),
                                                       gather_values_.as<float>(), sent.size(), residual,
                                                       c_.stream),
                                 "residual kernel"));
@@ -566,8 +570,9 @@ class DeviceEncoder::Impl {
     // v = g + e into the other buffer; the engine turns it into v - decode(payload) in
     // place, which becomes e once the encoding succeeded.
     float* v = residuals_[1 - current_].as<float>();
-    PS_RETURN_IF_ERROR(CudaStatus(
-        LaunchAdd(values, residuals_[current_].as<float>(), n, v, context_.stream), "error feedback kernel"));
+    PS_RETURN_IF_ERROR(
+        CudaStatus(cuda::LaunchAdd(values, residuals_[current_].as<float>(), n, v, context_.stream),
+                   "error feedback kernel"));
     PS_RETURN_IF_ERROR(engine_->Encode(v, n, ctx, out, v));
     PS_RETURN_IF_ERROR(context_.Sync());
     current_ = 1 - current_;
@@ -678,15 +683,15 @@ absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const Codec
   return timing;
 }
 
-}  // namespace ps::codecs::cuda
+}  // namespace ps::codecs
 
 namespace ps::codecs::internal {
 
 absl::StatusOr<std::unique_ptr<DeviceEncode>> MakeCudaEncode(const Codec& cpu,
                                                              const CodecOptions& options) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<cuda::DeviceEncoder> encoder,
-                      cuda::DeviceEncoder::Make(cpu.spec(), options, 0, false));
-  return std::unique_ptr<DeviceEncode>(std::make_unique<cuda::HostInputEncode>(std::move(encoder)));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncoder> encoder,
+                      DeviceEncoder::Make(cpu.spec(), options, 0, false));
+  return std::unique_ptr<DeviceEncode>(std::make_unique<HostInputEncode>(std::move(encoder)));
 }
 
 }  // namespace ps::codecs::internal

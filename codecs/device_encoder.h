@@ -7,10 +7,11 @@
 // TensorEncoder keeps it on the host:
 //   v = g + e,  payload = encode(v),  e = v - decode(payload).
 //
-// The header has no CUDA types: device memory is plain float pointers. Built only when
-// the build has CUDA (target ps_codecs_cuda); codecs::MakeCodec with
-// CodecOptions::device = kCuda is the way to reach it from code that must also build
-// without.
+// The header has no CUDA types: device memory is plain float pointers. Part of ps_codecs
+// in every build: the kernels are in codecs/cuda (ps_codecs_cuda) when the build has
+// CUDA; without, Make and TimeDeviceEncode return UNAVAILABLE (no_cuda.cc), so code
+// that uses this header builds either way. codecs::MakeCodec with CodecOptions::device =
+// kCuda reaches the same encoders for host values.
 //
 // Thread safety: one DeviceEncoder encodes from one thread at a time; each has its own
 // CUDA stream, so different encoders may run concurrently.
@@ -27,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "codecs/codec.h"
 
-namespace ps::codecs::cuda {
+namespace ps::codecs {
 
 class DeviceEncoder {
  public:
@@ -73,4 +74,4 @@ struct EncodeTiming {
 absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const CodecOptions& options,
                                               std::span<const float> values, int repeats);
 
-}  // namespace ps::codecs::cuda
+}  // namespace ps::codecs
