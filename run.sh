@@ -7,6 +7,8 @@
 #                                           # for bench/compare_torch.py
 #   bash run.sh experiment [flags]          # ps-experiment on the default grid (or
 #                                           # --config FILE); installs python3-matplotlib
+#   bash run.sh gpu-check [OUT_DIR]         # on a machine with a CUDA device: the GPU
+#                                           # tests and benches (bench/gpu_check.sh)
 # Each installs missing Debian packages (as root, through apt-get), configures and
 # builds in build/, then runs. Quiet unless something fails.
 #
@@ -126,9 +128,19 @@ case "${1:-}" in
     configure_and_build ps-bench
     exec "$BUILD_DIR/bin/ps-bench" "$@"
     ;;
+  gpu-check)
+    shift
+    install_missing
+    configure_and_build ps-bench
+    ninja -C "$BUILD_DIR" -t targets all | grep -q '^ps_aggregators_cuda_test:' ||
+      die "gpu-check needs a build with CUDA, and $BUILD_DIR/ was configured without a CUDA toolkit (docs/gpu.md)"
+    configure_and_build ps_aggregators_cuda_test ps_codecs_cuda_device_test
+    exec bench/gpu_check.sh "$BUILD_DIR" "$@"
+    ;;
   *)
     echo "usage: bash run.sh demo [ps-demo flags] | bash run.sh test [ctest flags]" \
-      "| bash run.sh bench SUBCOMMAND [ps-bench flags] | bash run.sh experiment [ps-experiment flags]" >&2
+      "| bash run.sh bench SUBCOMMAND [ps-bench flags] | bash run.sh experiment [ps-experiment flags]" \
+      "| bash run.sh gpu-check [OUT_DIR]" >&2
     exit 2
     ;;
 esac
