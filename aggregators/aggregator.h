@@ -108,6 +108,10 @@ struct AggregationContext {
   // The inputs, out and state are CUDA device pointers (an aggregator made with
   // device = kCuda that got its device; docs/gpu.md). Refused with masks or a support
   // (pass those in host memory), and on the CPU; a stateful rule then needs ctx.state.
+  // The memory must be written by the time of the call: by work on the legacy default
+  // stream (plain cudaMemcpy included; the aggregator's stream waits for it) or on a
+  // stream the caller has synchronized. The call returns once out and state are
+  // written, and on an error once nothing queued still touches them.
   bool device_memory = false;
 };
 

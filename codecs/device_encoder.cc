@@ -40,9 +40,15 @@ struct Context {
   cudaStream_t stream = nullptr;
   Codec* cpu = nullptr;  // owned by the Impl, outlives the engine
   PinnedBuffer staging;
+  // With error feedback the engines' kernels write the residual over their input v =
+  // g + e; this rewrites v from g and e (which stay intact until the encoding
+  // succeeded), so that a fallback to the CPU (a value not finite) reads v itself and
+  // refuses it with the CPU codec's message. Null without error feedback.
+  std::function<absl::Status()> rebuild_input;
 
   // Copies `bytes` from device memory into staging at `offset` (asynchronously).
   absl::Status ToStaging(size_t offset, const void* device, size_t bytes) {
+    if (bytes == 0) return absl::OkStatus();  // a buffer never allocated
     return CudaStatus(cudaMemcpyAsync(staging.as<unsigned char>() + offset, device, bytes,
                                       cudaMemcpyDeviceToHost, stream),
                       "cudaMemcpyAsync (payload to the host)");
@@ -53,6 +59,7 @@ struct Context {
   // (device memory, may alias x) when not null.
   absl::Status EncodeOnHost(const float* x, size_t n, const EncodeContext& ctx, std::string* out,
                             float* residual) {
+    if (rebuild_input) PS_RETURN_IF_ERROR(rebuild_input());
     std::vector<float> host(n);
     if (n > 0) {
       PS_RETURN_IF_ERROR(CudaStatus(
@@ -536,14 +543,19 @@ class DeviceEncoder::Impl {
     options.device = core::Device::kCpu;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> cpu, MakeCodec(spec, options));
     auto impl = std::unique_ptr<Impl>(new Impl(std::move(cpu)));
-    PS_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&impl->context_.stream, cudaStreamNonBlocking),
+    // A blocking stream: it waits for work queued before on the legacy default stream,
+    // so values the caller wrote with plain cudaMemcpy (whose DMA may still be running
+    // when it returns) are complete before a kernel reads them.
+    PS_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&impl->context_.stream, cudaStreamDefault),
                                   "cudaStreamCreateWithFlags"));
     PS_ASSIGN_OR_RETURN(impl->engine_, MakeEngine(*impl->cpu_, options, &impl->context_));
     if (error_feedback) {
       impl->numel_ = numel;
       for (DeviceBuffer& b : impl->residuals_) PS_RETURN_IF_ERROR(b.Reserve(4 * numel));
-      PS_RETURN_IF_ERROR(CudaStatus(cudaMemset(impl->residuals_[0].as<void>(), 0, 4 * numel),
-                                    "cudaMemset (residual)"));
+      PS_RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(impl->residuals_[0].as<void>(), 0, 4 * numel, impl->context_.stream),
+          "cudaMemsetAsync (residual)"));
+      PS_RETURN_IF_ERROR(impl->context_.Sync());
       impl->error_feedback_ = true;
     }
     return impl;
@@ -557,7 +569,32 @@ class DeviceEncoder::Impl {
     }
   }
 
+  // An error returns once the stream has drained, so no queued work still reads
+  // `values` afterwards.
   absl::Status Encode(const float* values, size_t n, const EncodeContext& ctx, std::string* out) {
+    absl::Status status = EncodeQueued(values, n, ctx, out);
+    if (!status.ok()) (void)cudaStreamSynchronize(context_.stream);
+    return status;
+  }
+
+  // Encode of host values: copied to the device on this encoder's stream first.
+  absl::Status EncodeHost(std::span<const float> values, const EncodeContext& ctx, std::string* out) {
+    PS_RETURN_IF_ERROR(input_.Reserve(4 * values.size()));
+    if (!values.empty()) {
+      PS_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(input_.as<void>(), values.data(), 4 * values.size(),
+                                                    cudaMemcpyHostToDevice, context_.stream),
+                                    "cudaMemcpyAsync (values to the device)"));
+    }
+    return Encode(input_.as<float>(), values.size(), ctx, out);
+  }
+
+  const Codec& codec() const { return *cpu_; }
+  const float* residual() const { return error_feedback_ ? residuals_[current_].as<float>() : nullptr; }
+
+ private:
+  explicit Impl(std::unique_ptr<Codec> cpu) : cpu_(std::move(cpu)) { context_.cpu = cpu_.get(); }
+
+  absl::Status EncodeQueued(const float* values, size_t n, const EncodeContext& ctx, std::string* out) {
     if (!error_feedback_) {
       if (n == 0) return context_.EncodeOnHost(values, 0, ctx, out, nullptr);
       return engine_->Encode(values, n, ctx, out, nullptr);
@@ -570,20 +607,18 @@ class DeviceEncoder::Impl {
     // v = g + e into the other buffer; the engine turns it into v - decode(payload) in
     // place, which becomes e once the encoding succeeded.
     float* v = residuals_[1 - current_].as<float>();
-    PS_RETURN_IF_ERROR(
-        CudaStatus(cuda::LaunchAdd(values, residuals_[current_].as<float>(), n, v, context_.stream),
-                   "error feedback kernel"));
-    PS_RETURN_IF_ERROR(engine_->Encode(v, n, ctx, out, v));
+    const float* e = residuals_[current_].as<float>();
+    context_.rebuild_input = [&] {
+      return CudaStatus(cuda::LaunchAdd(values, e, n, v, context_.stream), "error feedback kernel");
+    };
+    absl::Status status = context_.rebuild_input();
+    if (status.ok()) status = engine_->Encode(v, n, ctx, out, v);
+    context_.rebuild_input = nullptr;
+    PS_RETURN_IF_ERROR(status);
     PS_RETURN_IF_ERROR(context_.Sync());
     current_ = 1 - current_;
     return absl::OkStatus();
   }
-
-  const Codec& codec() const { return *cpu_; }
-  const float* residual() const { return error_feedback_ ? residuals_[current_].as<float>() : nullptr; }
-
- private:
-  explicit Impl(std::unique_ptr<Codec> cpu) : cpu_(std::move(cpu)) { context_.cpu = cpu_.get(); }
 
   std::unique_ptr<Codec> cpu_;
   Context context_;
@@ -592,6 +627,7 @@ class DeviceEncoder::Impl {
   size_t numel_ = 0;
   DeviceBuffer residuals_[2];  // e, and the next round's v then e
   int current_ = 0;
+  DeviceBuffer input_;  // EncodeHost's copy of the values
 };
 
 DeviceEncoder::DeviceEncoder(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -614,26 +650,20 @@ const float* DeviceEncoder::residual() const { return impl_->residual(); }
 
 namespace {
 
-// internal::DeviceEncode for MakeCodec: host values copied to the device, then a
-// DeviceEncoder without error feedback (the worker keeps its residual on the host).
+// internal::DeviceEncode for MakeCodec: host values copied to the device on the
+// encoder's stream, then encoded without error feedback (the worker keeps its residual
+// on the host).
 class HostInputEncode final : public internal::DeviceEncode {
  public:
-  explicit HostInputEncode(std::unique_ptr<DeviceEncoder> encoder) : encoder_(std::move(encoder)) {}
+  explicit HostInputEncode(std::unique_ptr<DeviceEncoder::Impl> encoder) : encoder_(std::move(encoder)) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(input_.Reserve(4 * values.size()));
-    if (!values.empty()) {
-      PS_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(input_.as<void>(), values.data(), 4 * values.size(),
-                                               cudaMemcpyHostToDevice),
-                                    "cudaMemcpy (values to the device)"));
-    }
-    return encoder_->Encode(input_.as<float>(), values.size(), ctx, out);
+    return encoder_->EncodeHost(values, ctx, out);
   }
 
  private:
-  std::unique_ptr<DeviceEncoder> encoder_;
-  DeviceBuffer input_;
+  std::unique_ptr<DeviceEncoder::Impl> encoder_;
 };
 
 }  // namespace
@@ -689,8 +719,8 @@ namespace ps::codecs::internal {
 
 absl::StatusOr<std::unique_ptr<DeviceEncode>> MakeCudaEncode(const Codec& cpu,
                                                              const CodecOptions& options) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncoder> encoder,
-                      DeviceEncoder::Make(cpu.spec(), options, 0, false));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncoder::Impl> encoder,
+                      DeviceEncoder::Impl::Make(cpu.spec(), options, 0, false));
   return std::unique_ptr<DeviceEncode>(std::make_unique<HostInputEncode>(std::move(encoder)));
 }
 

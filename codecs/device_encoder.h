@@ -46,7 +46,10 @@ class DeviceEncoder {
   // Replaces *out with the payload of the n values at device_values (device memory,
   // unchanged). With error feedback n must be numel, and the residual is updated only
   // when the encoding succeeds. Refuses Inf and NaN with the CPU codec's message; on
-  // error *out is unchanged. Returns once the payload is in *out.
+  // error *out is unchanged. Returns once the payload is in *out (on an error, once
+  // nothing queued still reads the values). The values must be written by the time of
+  // the call: by work on the legacy default stream (plain cudaMemcpy included; the
+  // encoder's stream waits for it) or on a stream the caller has synchronized.
   absl::Status Encode(const float* device_values, size_t n, const EncodeContext& ctx,
                       std::string* out);
 

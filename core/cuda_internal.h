@@ -17,9 +17,14 @@
 namespace ps::core::cuda {
 
 // OK, or INTERNAL naming the call and CUDA's message ("cudaMalloc(4294967296 bytes):
-// out of memory"); out-of-memory is RESOURCE_EXHAUSTED.
+// out of memory"); out-of-memory is RESOURCE_EXHAUSTED. An error also clears the
+// thread's last-error slot, which every runtime call sets: otherwise a handled
+// failure (an allocation the caller may retry smaller) would come out again of the next
+// kernel launch's cudaGetLastError() though that launch succeeded. (Sticky errors, which
+// spoil the context, stay.)
 inline absl::Status CudaStatus(cudaError_t e, std::string_view what) {
   if (e == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();
   const std::string message = absl::StrCat(AsAbsl(what), ": ", cudaGetErrorString(e));
   return e == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(message)
                                         : absl::InternalError(message);

@@ -105,21 +105,20 @@ class CudaBackend final : public DeviceBackend {
 
   const std::string& description() const override { return description_; }
 
+  // Each entry point returns an error only once the stream has drained (Settled), so
+  // no work queued before the error still touches the caller's memory afterwards.
   absl::Status AccumulateGram(std::span<const float* const> rows, size_t d, Memory where,
                               std::span<const uint8_t* const> masks,
                               std::span<double> gram) const override {
     absl::MutexLock lock(&mu_);
-    PS_ASSIGN_OR_RETURN(Staged staged, Stage(rows, d, where, /*need_matrix=*/true, masks));
-    PS_RETURN_IF_ERROR(FillLocked(staged, d));
-    return GramLocked(staged, rows.size(), d, gram);
+    return Settled(AccumulateGramLocked(rows, d, where, masks, gram));
   }
 
   absl::Status Apply(const PlanData& plan, std::span<const float* const> rows,
                      std::span<float> out, Memory where, std::span<const uint8_t* const> masks,
                      float* state) const override {
     absl::MutexLock lock(&mu_);
-    PS_ASSIGN_OR_RETURN(Staged staged, Stage(rows, out.size(), where, /*need_matrix=*/false, masks));
-    return PassLocked(plan, staged, out, where, state);
+    return Settled(ApplyLocked(plan, rows, out, where, masks, state));
   }
 
   absl::Status Aggregate(
@@ -128,17 +127,7 @@ class CudaBackend final : public DeviceBackend {
       const std::function<absl::StatusOr<RoundPlan>(std::span<const double>)>& make_plan)
       const override {
     absl::MutexLock lock(&mu_);
-    const size_t d = out.size();
-    PS_ASSIGN_OR_RETURN(Staged staged, Stage(rows, d, where, needs_gram, masks));
-    std::vector<double> gram;
-    if (needs_gram) {
-      // As on the CPU: filled once, and every later step runs on the filled rows.
-      PS_RETURN_IF_ERROR(FillLocked(staged, d));
-      gram.assign(rows.size() * rows.size(), 0.0);
-      PS_RETURN_IF_ERROR(GramLocked(staged, rows.size(), d, gram));
-    }
-    PS_ASSIGN_OR_RETURN(RoundPlan plan, make_plan(gram));
-    return PassLocked(Pipeline::Data(plan), staged, out, where, state);
+    return Settled(AggregateLocked(rows, out, where, masks, state, needs_gram, make_plan));
   }
 
  private:
@@ -156,8 +145,49 @@ class CudaBackend final : public DeviceBackend {
   CudaBackend(std::string description, Cublas cublas)
       : description_(std::move(description)), cublas_(cublas) {}
 
+  absl::Status Settled(absl::Status status) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (!status.ok()) (void)cudaStreamSynchronize(stream_);
+    return status;
+  }
+
+  absl::Status AccumulateGramLocked(std::span<const float* const> rows, size_t d, Memory where,
+                                    std::span<const uint8_t* const> masks, std::span<double> gram) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    PS_ASSIGN_OR_RETURN(Staged staged, Stage(rows, d, where, /*need_matrix=*/true, masks));
+    PS_RETURN_IF_ERROR(FillLocked(staged, d));
+    return GramLocked(staged, rows.size(), d, gram);
+  }
+
+  absl::Status ApplyLocked(const PlanData& plan, std::span<const float* const> rows,
+                           std::span<float> out, Memory where, std::span<const uint8_t* const> masks,
+                           float* state) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    PS_ASSIGN_OR_RETURN(Staged staged, Stage(rows, out.size(), where, /*need_matrix=*/false, masks));
+    return PassLocked(plan, staged, out, where, state);
+  }
+
+  absl::Status AggregateLocked(
+      std::span<const float* const> rows, std::span<float> out, Memory where,
+      std::span<const uint8_t* const> masks, float* state, bool needs_gram,
+      const std::function<absl::StatusOr<RoundPlan>(std::span<const double>)>& make_plan) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    const size_t d = out.size();
+    PS_ASSIGN_OR_RETURN(Staged staged, Stage(rows, d, where, needs_gram, masks));
+    std::vector<double> gram;
+    if (needs_gram) {
+      // As on the CPU: filled once, and every later step runs on the filled rows.
+      PS_RETURN_IF_ERROR(FillLocked(staged, d));
+      gram.assign(rows.size() * rows.size(), 0.0);
+      PS_RETURN_IF_ERROR(GramLocked(staged, rows.size(), d, gram));
+    }
+    PS_ASSIGN_OR_RETURN(RoundPlan plan, make_plan(gram));
+    return PassLocked(Pipeline::Data(plan), staged, out, where, state);
+  }
+
   absl::Status Init() {
-    PS_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+    // A blocking stream: it waits for work queued before on the legacy default stream,
+    // so device rows that the caller filled with plain cudaMemcpy (whose DMA may still
+    // be running when it returns) are complete before a kernel reads them.
+    PS_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault),
                                   "cudaStreamCreate"));
     PS_RETURN_IF_ERROR(CublasStatus(cublas_.create(&handle_), "cublasCreate"));
     PS_RETURN_IF_ERROR(CublasStatus(cublas_.set_stream(handle_, stream_), "cublasSetStream"));

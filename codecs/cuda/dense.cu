@@ -74,7 +74,10 @@ __global__ void SumAbsPartialsKernel(const float* x, size_t n, double* partials)
   if (threadIdx.x == 0) partials[blockIdx.x] = block;
 }
 
-__global__ void SumAbsFinalKernel(const double* partials, size_t n, double* sum, float* scale) {
+// One block of kSumAbsBlocks (1024) threads: the bound keeps ptxas within the 64
+// registers a thread such a block may have.
+__global__ void __launch_bounds__(kSumAbsBlocks)
+    SumAbsFinalKernel(const double* partials, size_t n, double* sum, float* scale) {
   using Reduce = cub::BlockReduce<double, kSumAbsBlocks>;
   __shared__ typename Reduce::TempStorage temp;
   const double total = Reduce(temp).Sum(partials[threadIdx.x]);

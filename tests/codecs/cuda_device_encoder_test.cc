@@ -119,19 +119,35 @@ TEST(DeviceEncoderTest, WritesTheCpuBytes) {
   }
 }
 
+// With and without error feedback: the CPU codec's own status (the position and the
+// value), *out unchanged, and with error feedback the residual kept (the kernels write
+// it over v = g + e, which the refusal must rebuild before it reads v).
 TEST(DeviceEncoderTest, RefusesNonFiniteValuesAsTheCpuDoes) {
   PS_SKIP_WITHOUT_DEVICE();
-  for (const char* spec : kSpecs) {
-    std::vector<float> v = Values(1000, 3);
-    v[617] = std::numeric_limits<float>::infinity();
-    const DeviceValues x(v);
-    auto encoder = DeviceEncoder::Make(spec, {}, v.size(), false);
-    ASSERT_TRUE(encoder.ok());
-    std::string out = "unchanged";
-    const absl::Status s = (*encoder)->Encode(x.get(), v.size(), {}, &out);
-    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << spec;
-    EXPECT_THAT(s.message(), HasSubstr("value 617")) << spec;
-    EXPECT_EQ(out, "unchanged");
+  for (const bool error_feedback : {false, true}) {
+    for (const char* spec : kSpecs) {
+      for (const float bad : {std::numeric_limits<float>::infinity(), std::nanf("")}) {
+        std::vector<float> v = Values(1000, 3);
+        v[617] = bad;
+        const DeviceValues x(v);
+        auto encoder = DeviceEncoder::Make(spec, {}, v.size(), error_feedback);
+        ASSERT_TRUE(encoder.ok()) << encoder.status();
+        auto cpu = MakeCodec(spec, {});
+        ASSERT_TRUE(cpu.ok());
+        std::string cpu_out;
+        const absl::Status expected = (*cpu)->Encode(v, {}, &cpu_out);
+        ASSERT_EQ(expected.code(), absl::StatusCode::kInvalidArgument) << spec;
+        std::string out = "unchanged";
+        const absl::Status s = (*encoder)->Encode(x.get(), v.size(), {}, &out);
+        EXPECT_EQ(s, expected) << spec << " error_feedback=" << error_feedback;
+        EXPECT_THAT(s.message(), HasSubstr("value 617")) << spec;
+        EXPECT_EQ(out, "unchanged");
+        if (error_feedback) {
+          EXPECT_EQ(ToHost((*encoder)->residual(), v.size()), std::vector<float>(v.size(), 0.0f))
+              << spec << ": the residual changed";
+        }
+      }
+    }
   }
 }
 
