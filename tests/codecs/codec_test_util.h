@@ -2,7 +2,10 @@
 // dumps of payloads and Gaussian test data.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -59,6 +62,20 @@ inline std::string DecodeError(const Codec& codec, std::string_view bytes, size_
   const absl::Status s = codec.Decode(bytes, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   return std::string(s.message());
+}
+
+// A sign payload encoded on the device against the CPU's (docs/gpu.md): the scale comes
+// from a double sum in another order, so equal or one float ulp apart; the rest equal.
+inline void ExpectSameSignPayload(const std::string& device, const std::string& cpu, size_t n) {
+  ASSERT_EQ(device.size(), cpu.size());
+  const size_t scale_at = 1 + (cpu.size() - 1 - 4 - (n + 7) / 8);
+  EXPECT_EQ(device.substr(0, scale_at), cpu.substr(0, scale_at));
+  EXPECT_EQ(device.substr(scale_at + 4), cpu.substr(scale_at + 4)) << "sign bits differ";
+  float a = 0, b = 0;
+  std::memcpy(&a, device.data() + scale_at, 4);
+  std::memcpy(&b, cpu.data() + scale_at, 4);
+  EXPECT_LE(std::abs(static_cast<int64_t>(std::bit_cast<uint32_t>(a)) - std::bit_cast<uint32_t>(b)), 1)
+      << a << " vs " << b;
 }
 
 }  // namespace ps::codecs::testing

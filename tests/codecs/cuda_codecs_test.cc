@@ -32,6 +32,7 @@ namespace ps::codecs {
 namespace {
 
 using ::ps::codecs::testing::EncodeOk;
+using ::ps::codecs::testing::ExpectSameSignPayload;
 using ::ps::codecs::testing::Gaussian;
 using ::ps::codecs::testing::Hex;
 using ::ps::codecs::testing::MakeOk;
@@ -380,7 +381,12 @@ TEST(CudaRequestedTest, EncodesTheCpuBytesAndSaysWhereItRan) {
     EXPECT_EQ((*requested)->spec(), cpu->spec());
     EXPECT_THAT(cpu->device_note(), IsEmpty());
     for (uint64_t round : {0, 1}) {
-      EXPECT_EQ(Hex(EncodeOk(**requested, v, round)), Hex(EncodeOk(*cpu, v, round))) << spec;
+      const std::string got = EncodeOk(**requested, v, round), want = EncodeOk(*cpu, v, round);
+      if (device.ok() && std::string_view(spec) == "sign") {
+        ExpectSameSignPayload(got, want, v.size());  // the scale: within one ulp on a device
+      } else {
+        EXPECT_EQ(Hex(got), Hex(want)) << spec;
+      }
     }
     const std::string note((*requested)->device_note());
     if (!device.ok()) {

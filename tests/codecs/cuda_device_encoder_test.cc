@@ -24,6 +24,7 @@
 namespace ps::codecs {
 namespace {
 
+using ::ps::codecs::testing::ExpectSameSignPayload;
 using ::ps::codecs::testing::Gaussian;
 using ::ps::codecs::testing::Hex;
 using ::testing::HasSubstr;
@@ -76,19 +77,6 @@ std::vector<float> Values(size_t n, uint32_t seed) {
     if (rng() % 5 == 0) x = std::round(x * 4) / 4;  // ties
   }
   return v;
-}
-
-// sign's scale comes from a double sum in another order: equal, or one ulp apart.
-void ExpectSameSignPayload(const std::string& device, const std::string& cpu, size_t n) {
-  ASSERT_EQ(device.size(), cpu.size());
-  const size_t scale_at = 1 + (cpu.size() - 1 - 4 - (n + 7) / 8);
-  EXPECT_EQ(device.substr(0, scale_at), cpu.substr(0, scale_at));
-  EXPECT_EQ(device.substr(scale_at + 4), cpu.substr(scale_at + 4)) << "sign bits differ";
-  float a = 0, b = 0;
-  std::memcpy(&a, device.data() + scale_at, 4);
-  std::memcpy(&b, cpu.data() + scale_at, 4);
-  EXPECT_LE(std::abs(static_cast<int64_t>(std::bit_cast<uint32_t>(a)) - std::bit_cast<uint32_t>(b)), 1)
-      << a << " vs " << b;
 }
 
 TEST(DeviceEncoderTest, WritesTheCpuBytes) {

@@ -40,6 +40,12 @@ class OnCuda : public ::testing::Test {
   }
 };
 
+// The aggregator made for kCuda runs on the device: a fallback to the CPU (cuBLAS not
+// found, say) would otherwise compare the CPU with itself and pass.
+#define PS_ASSERT_ON_DEVICE(gpu)  \
+  ASSERT_TRUE((gpu) != nullptr);  \
+  ASSERT_NE((gpu)->device(), "cpu") << (gpu)->device_note()
+
 // Honest inputs near a centre and f far ones: every distance-based choice is clear.
 Vectors Separated(size_t n, size_t f, size_t d, uint32_t seed) {
   Vectors v = test::RandomVectors(n, d, seed);
@@ -71,8 +77,8 @@ TEST_F(OnCuda, RulesMatchTheCpuBitForBit) {
     const Vectors inputs = Separated(static_cast<size_t>(c.n), static_cast<size_t>(c.f), 100003, 11);
     auto cpu = Make(c.spec, c.n, c.f, core::Device::kCpu);
     auto gpu = Make(c.spec, c.n, c.f, core::Device::kCuda);
-    ASSERT_TRUE(cpu && gpu);
-    ASSERT_NE(gpu->device(), "cpu") << gpu->device_note();
+    ASSERT_TRUE(cpu != nullptr);
+    PS_ASSERT_ON_DEVICE(gpu);
     const absl::StatusOr<std::vector<float>> want = test::Run(*cpu, inputs);
     const absl::StatusOr<std::vector<float>> got = test::Run(*gpu, inputs);
     ASSERT_TRUE(want.ok() && got.ok()) << c.spec;
@@ -86,6 +92,8 @@ TEST_F(OnCuda, GramMatrixWithinTheDocumentedTolerance) {
   const Vectors inputs = test::RandomVectors(n, d, 5);
   auto cpu = Make("krum", static_cast<int>(n), 3, core::Device::kCpu);
   auto gpu = Make("krum", static_cast<int>(n), 3, core::Device::kCuda);
+  ASSERT_TRUE(cpu != nullptr);
+  PS_ASSERT_ON_DEVICE(gpu);
   const std::vector<const float*> ptrs = test::Pointers(inputs);
   std::vector<double> want(n * n, 0.0), got(n * n, 0.0);
   ASSERT_TRUE(cpu->AccumulateGram(ptrs, d, {}, want).ok());
@@ -103,6 +111,8 @@ TEST_F(OnCuda, ContinuousRulesWithinTolerance) {
     const Vectors inputs = Separated(9, 2, 50000, 3);
     auto cpu = Make(spec, 9, 2, core::Device::kCpu);
     auto gpu = Make(spec, 9, 2, core::Device::kCuda);
+    ASSERT_TRUE(cpu != nullptr);
+    PS_ASSERT_ON_DEVICE(gpu);
     const absl::StatusOr<std::vector<float>> want = test::Run(*cpu, inputs);
     const absl::StatusOr<std::vector<float>> got = test::Run(*gpu, inputs);
     ASSERT_TRUE(want.ok() && got.ok());
@@ -116,6 +126,8 @@ TEST_F(OnCuda, SignMajorityWithinOneUlpOfTheScale) {
   const Vectors inputs = test::RandomVectors(7, 70001, 8);
   auto cpu = Make("sign_majority", 7, 1, core::Device::kCpu);
   auto gpu = Make("sign_majority", 7, 1, core::Device::kCuda);
+  ASSERT_TRUE(cpu != nullptr);
+  PS_ASSERT_ON_DEVICE(gpu);
   const absl::StatusOr<std::vector<float>> want = test::Run(*cpu, inputs);
   const absl::StatusOr<std::vector<float>> got = test::Run(*gpu, inputs);
   ASSERT_TRUE(want.ok() && got.ok());
@@ -133,6 +145,7 @@ TEST_F(OnCuda, DeviceMemoryGivesTheHostResult) {
   const Vectors inputs = Separated(n, 3, d, 21);
   for (const char* spec : {"krum", "trimmed_mean"}) {
     auto gpu = Make(spec, static_cast<int>(n), 3, core::Device::kCuda);
+    PS_ASSERT_ON_DEVICE(gpu);
     const absl::StatusOr<std::vector<float>> want = test::Run(*gpu, inputs);
     ASSERT_TRUE(want.ok());
     for (bool one_allocation : {true, false}) {
@@ -196,7 +209,8 @@ TEST_F(OnCuda, MaskedRoundsGiveTheCpuResult) {
     }
     auto cpu = Make(spec, n, 3, core::Device::kCpu);
     auto gpu = Make(spec, n, 3, core::Device::kCuda);
-    ASSERT_TRUE(cpu && gpu);
+    ASSERT_TRUE(cpu != nullptr);
+    PS_ASSERT_ON_DEVICE(gpu);
     const std::vector<const float*> ptrs = test::Pointers(inputs);
     AggregationContext ctx;
     ctx.masks = masks;
