@@ -60,13 +60,17 @@ install_missing() {
     env DEBIAN_FRONTEND=noninteractive apt-get install -y "${missing[@]}"
 }
 
-configure_and_build() {
+configure() {
   mkdir -p "$LOG_DIR"
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     echo "Configuring in $BUILD_DIR/"
     quietly "$LOG_DIR/configure.log" \
       cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
   fi
+}
+
+configure_and_build() {
+  configure
   echo "Building $* (log: $LOG_DIR/build.log)"
   quietly "$LOG_DIR/build.log" cmake --build "$BUILD_DIR" -j"$(nproc)" ${1:+--target "$@"}
 }
@@ -131,10 +135,10 @@ case "${1:-}" in
   gpu-check)
     shift
     install_missing
-    configure_and_build ps-bench
+    configure
     ninja -C "$BUILD_DIR" -t targets all | grep -q '^ps_aggregators_cuda_test:' ||
       die "gpu-check needs a build with CUDA, and $BUILD_DIR/ was configured without a CUDA toolkit (docs/gpu.md)"
-    configure_and_build ps_aggregators_cuda_test ps_codecs_cuda_device_test
+    configure_and_build ps-bench ps_aggregators_cuda_test ps_codecs_cuda_device_test
     exec bench/gpu_check.sh "$BUILD_DIR" "$@"
     ;;
   *)

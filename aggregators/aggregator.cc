@@ -14,8 +14,9 @@
 #include "absl/strings/str_replace.h"
 #include "aggregators/coordinate_internal.h"
 #include "aggregators/device_internal.h"
-#include "core/simd.h"
+#include "aggregators/mask_internal.h"
 #include "aggregators/stage_internal.h"
+#include "core/simd.h"
 #include "core/status.h"
 
 namespace ps::aggregators {
@@ -100,7 +101,7 @@ class FilledInputs {
       if (masks[i] == nullptr) continue;
       std::vector<float>& copy = copies_.emplace_back(inputs[i], inputs[i] + d);
       for (size_t c = 0; c < d; ++c) {
-        if (((masks[i][c / 8] >> (c % 8)) & 1u) == 0) copy[c] = median[c];
+        if (!internal::Present(masks[i], c)) copy[c] = median[c];
       }
       rows_[i] = copy.data();
     }

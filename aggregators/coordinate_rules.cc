@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "aggregators/coordinate_internal.h"
+#include "aggregators/mask_internal.h"
 #include "aggregators/sorted_plan_internal.h"
 #include "core/simd.h"
 
@@ -148,8 +149,6 @@ Presence TilePresence(const uint8_t* mask, size_t base, size_t w) {
   }
   return all ? Presence::kFull : none ? Presence::kEmpty : Presence::kPartial;
 }
-
-bool Present(const uint8_t* mask, size_t c) { return ((mask[c / 8] >> (c % 8)) & 1) != 0; }
 
 // Sorting networks for up to k inputs, each made on first use; one cache per task,
 // never shared.
@@ -322,13 +321,7 @@ void SignVote(std::span<const float* const> inputs, std::span<const uint8_t* con
     }
     if (count > 0) means.push_back(sum / static_cast<double>(count));
   }
-  double scale = 0;
-  if (!means.empty()) {
-    std::sort(means.begin(), means.end());
-    const size_t m = means.size();
-    scale = m % 2 == 1 ? means[m / 2] : (means[m / 2 - 1] + means[m / 2]) / 2;
-  }
-  const auto step = static_cast<float>(scale);
+  const auto step = static_cast<float>(SignVoteScale(std::move(means)));
   ForEachCoordinateBlock(d, pool, [&](size_t begin, size_t end) {
     std::vector<int32_t> votes(end - begin, 0);
     for (size_t i = 0; i < inputs.size(); ++i) {

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "aggregators/aggregator.h"
 #include "aggregators/sorted_plan_internal.h"
@@ -93,6 +94,16 @@ inline SortedPlan PlanFor(const CoordinateRule& rule, size_t c) {
       break;
   }
   return MidpointPlan(c);  // kMean and kSignVote never get here
+}
+
+// sign_majority's scale from the per-input means of |x| over their present coordinates
+// (inputs with none left out): their median, the midpoint of the two middle ones for an
+// even count, 0 when there are none. Shared by the CPU rule and the CUDA backend.
+inline double SignVoteScale(std::vector<double> means) {
+  if (means.empty()) return 0.0;
+  std::sort(means.begin(), means.end());
+  const size_t m = means.size();
+  return m % 2 == 1 ? means[m / 2] : (means[m / 2 - 1] + means[m / 2]) / 2;
 }
 
 // out[c] = rule applied to {inputs[i][c] : i present at c}.

@@ -8,8 +8,9 @@
 // `masks` is empty or AggregationContext::masks for the first rows (the inputs), in host
 // memory, and only with host rows: a missing coordinate is filled with the median of the
 // values present there before a Gram matrix or a non-native pass, and read natively by a
-// coordinate rule on the inputs as they are, as on the CPU (docs/aggregators.md, "Masks"). Thread safety: every method may be called concurrently (calls
-// are serialised on the backend's stream).
+// coordinate rule on the inputs as they are, as on the CPU (docs/aggregators.md,
+// "Masks"). Thread safety: every method may be called concurrently (calls are
+// serialised on the backend's stream).
 #pragma once
 
 #include <cstddef>

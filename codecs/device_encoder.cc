@@ -34,6 +34,7 @@ namespace {
 using core::cuda::CudaStatus;
 using core::cuda::DeviceBuffer;
 using core::cuda::PinnedBuffer;
+using core::cuda::Settled;
 
 // What every engine works with: the stream, the CPU codec and a pinned staging area.
 struct Context {
@@ -572,9 +573,7 @@ class DeviceEncoder::Impl {
   // An error returns once the stream has drained, so no queued work still reads
   // `values` afterwards.
   absl::Status Encode(const float* values, size_t n, const EncodeContext& ctx, std::string* out) {
-    absl::Status status = EncodeQueued(values, n, ctx, out);
-    if (!status.ok()) (void)cudaStreamSynchronize(context_.stream);
-    return status;
+    return Settled(context_.stream, EncodeQueued(values, n, ctx, out));
   }
 
   // Encode of host values: copied to the device on this encoder's stream first.

@@ -30,6 +30,14 @@ inline absl::Status CudaStatus(cudaError_t e, std::string_view what) {
                                         : absl::InternalError(message);
 }
 
+// `status`, returned by an entry point of a CUDA library once `stream` has drained when
+// it is an error: no work queued before the error still reads or writes the caller's
+// memory after the return.
+inline absl::Status Settled(cudaStream_t stream, absl::Status status) {
+  if (!status.ok()) (void)cudaStreamSynchronize(stream);
+  return status;
+}
+
 // CUDA memory owned by the holder, from `alloc` and released with `release`; Reserve()
 // grows it (contents are not kept). DeviceBuffer and PinnedBuffer below.
 template <cudaError_t (*alloc)(void**, size_t), cudaError_t (*release)(void*)>

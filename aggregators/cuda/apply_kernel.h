@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <utility>
 
+#include "aggregators/mask_internal.h"
 #include "aggregators/sorted_plan_internal.h"
 #include "core/hd.h"
 
@@ -67,7 +68,7 @@ struct ApplyArgs {
 
 // Whether coordinate c is present in a row with bitmap `mask` (null: complete).
 PS_HD inline bool PresentIn(const uint8_t* mask, size_t c) {
-  return mask == nullptr || ((mask[c / 8] >> (c % 8)) & 1u) != 0;
+  return mask == nullptr || internal::Present(mask, c);
 }
 
 // Whether row r has a value at coordinate c.

@@ -31,6 +31,7 @@ namespace {
 
 using core::cuda::CudaStatus;
 using core::cuda::DeviceBuffer;
+using core::cuda::Settled;
 namespace kernels = ::ps::aggregators::cuda;
 using kernels::PlanRows;
 using kernels::RowPlan;
@@ -111,14 +112,14 @@ class CudaBackend final : public DeviceBackend {
                               std::span<const uint8_t* const> masks,
                               std::span<double> gram) const override {
     absl::MutexLock lock(&mu_);
-    return Settled(AccumulateGramLocked(rows, d, where, masks, gram));
+    return Settled(stream_, AccumulateGramLocked(rows, d, where, masks, gram));
   }
 
   absl::Status Apply(const PlanData& plan, std::span<const float* const> rows,
                      std::span<float> out, Memory where, std::span<const uint8_t* const> masks,
                      float* state) const override {
     absl::MutexLock lock(&mu_);
-    return Settled(ApplyLocked(plan, rows, out, where, masks, state));
+    return Settled(stream_, ApplyLocked(plan, rows, out, where, masks, state));
   }
 
   absl::Status Aggregate(
@@ -127,7 +128,7 @@ class CudaBackend final : public DeviceBackend {
       const std::function<absl::StatusOr<RoundPlan>(std::span<const double>)>& make_plan)
       const override {
     absl::MutexLock lock(&mu_);
-    return Settled(AggregateLocked(rows, out, where, masks, state, needs_gram, make_plan));
+    return Settled(stream_, AggregateLocked(rows, out, where, masks, state, needs_gram, make_plan));
   }
 
  private:
@@ -144,11 +145,6 @@ class CudaBackend final : public DeviceBackend {
 
   CudaBackend(std::string description, Cublas cublas)
       : description_(std::move(description)), cublas_(cublas) {}
-
-  absl::Status Settled(absl::Status status) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    if (!status.ok()) (void)cudaStreamSynchronize(stream_);
-    return status;
-  }
 
   absl::Status AccumulateGramLocked(std::span<const float* const> rows, size_t d, Memory where,
                                     std::span<const uint8_t* const> masks, std::span<double> gram) const
@@ -476,13 +472,8 @@ class CudaBackend final : public DeviceBackend {
     for (uint32_t i = 0; i < k; ++i) {
       if (host_counts[i] > 0) means.push_back(host_sums[i] / static_cast<double>(host_counts[i]));
     }
-    double scale = 0.0;
-    if (!means.empty()) {
-      std::sort(means.begin(), means.end());
-      const size_t m = means.size();
-      scale = m % 2 == 1 ? means[m / 2] : (means[m / 2 - 1] + means[m / 2]) / 2;
-    }
-    return CudaStatus(kernels::LaunchSignVote(inputs, masks, k, d, static_cast<float>(scale), out, stream_),
+    const auto scale = static_cast<float>(internal::SignVoteScale(std::move(means)));
+    return CudaStatus(kernels::LaunchSignVote(inputs, masks, k, d, scale, out, stream_),
                       "sign vote kernel");
   }
 
