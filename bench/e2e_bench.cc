@@ -234,6 +234,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
                                      std::span<const std::span<const float>> init) {
   Cluster c;
   server::ServerOptions so;
+  so.insecure = true;  // the data path alone; docs/bench.md
   so.host = "127.0.0.1";
   so.num_workers = uint32_t(workers);
   so.num_shards = shards;

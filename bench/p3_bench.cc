@@ -92,6 +92,7 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
   }
   PS_ASSIGN_OR_RETURN(core::ModelLayout layout, core::ModelLayout::Create(tensors, f.slice_elems, 1));
   server::ServerOptions so;
+  so.insecure = true;  // the data path alone; docs/bench.md
   so.port = 0;
   so.num_workers = uint32_t(f.workers);
   so.schedule = p3 ? "priority" : "fifo";

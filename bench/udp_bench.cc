@@ -48,6 +48,7 @@ struct Measured {
 // One transport: `udp` false is gRPC. Returns the totals over the timed rounds.
 absl::StatusOr<Measured> RunTransport(const UdpFlags& f, bool udp, double loss) {
   server::ServerOptions so;
+  so.insecure = true;  // the data path alone; docs/bench.md
   so.port = 0;
   so.udp_port = udp ? 0 : -1;
   so.num_workers = 1;

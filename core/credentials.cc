@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/client_text.h"
 #include "core/status.h"
 
 namespace ps::core {
@@ -23,7 +24,7 @@ absl::StatusOr<Identity> ParseIdentity(std::string_view name) {
   if (name == "admin") return Identity{Identity::Kind::kAdmin, 0};
   auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        "identity \"", AsAbsl(name), "\" is not worker-N, shard-N or admin"));
+        "identity \"", ClientText(name), "\" is not worker-N, shard-N or admin"));
   };
   Identity id;
   std::string_view digits;

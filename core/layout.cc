@@ -8,6 +8,8 @@
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
+#include "core/client_text.h"
+#include "core/status.h"
 
 namespace ps::core {
 namespace {
@@ -39,8 +41,8 @@ uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_ele
 
 }  // namespace
 
-absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors,
-                                                uint32_t slice_elems, uint32_t num_shards) {
+absl::StatusOr<LayoutSummary> ModelLayout::Check(const std::vector<TensorSpec>& tensors,
+                                                 uint32_t slice_elems, uint32_t num_shards) {
   if (tensors.empty()) return absl::InvalidArgumentError("layout has no tensors");
   if (tensors.size() > kMaxTensors) {
     return absl::InvalidArgumentError(
@@ -55,26 +57,57 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors,
         absl::StrCat("num_shards must be in [1, ", kMaxShards, "], got ", num_shards));
   }
   std::unordered_set<std::string_view> names;
-  uint64_t num_slices = 0;
-  uint64_t total = 0;
+  names.reserve(tensors.size());
+  LayoutSummary sum;
   for (const TensorSpec& t : tensors) {
     if (t.name.empty() || t.name.size() > kMaxTensorNameBytes) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor names must have 1 to ", kMaxTensorNameBytes, " bytes, got '", t.name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("tensor names must have 1 to ",
+                                                     kMaxTensorNameBytes, " bytes, got '",
+                                                     ClientText(t.name), "'"));
     }
     if (!names.insert(t.name).second) {
-      return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", t.name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("duplicate tensor name '", ClientText(t.name), "'"));
     }
     if (t.numel == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "' has no elements"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", ClientText(t.name), "' has no elements"));
     }
-    num_slices += (t.numel + slice_elems - 1) / slice_elems;
-    total += t.numel;
-    if (num_slices > kMaxSlices) {
+    // Neither the sum nor the slice count may wrap: compare against what is left.
+    if (t.numel > kMaxModelElems - sum.total_elems) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "layout has more than ", kMaxModelElems, " elements (tensor '", ClientText(t.name),
+          "' has ", t.numel, ")"));
+    }
+    sum.total_elems += t.numel;
+    const uint64_t full = t.numel / slice_elems;
+    const uint64_t partial = t.numel % slice_elems != 0 ? 1 : 0;
+    sum.num_slices += full + partial;
+    sum.partial_slices += partial;
+    if (sum.num_slices > kMaxSlices) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layout needs more than ", kMaxSlices, " slices; raise slice_elems"));
     }
   }
+  // Create() hands slices out largest first to the least-loaded shard: the full slices
+  // go round-robin, then the shorter ones may all land on one shard. Loads end within
+  // one slice of each other.
+  const uint64_t full_slices = sum.num_slices - sum.partial_slices;
+  sum.max_owned_slices = (full_slices + num_shards - 1) / num_shards + sum.partial_slices;
+  sum.max_owned_elems = sum.total_elems / num_shards + slice_elems;
+  return sum;
+}
+
+uint64_t ModelLayout::Hash(const std::vector<TensorSpec>& tensors, uint32_t slice_elems,
+                           uint32_t num_shards) {
+  return LayoutDigest(tensors, slice_elems, num_shards);
+}
+
+absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors,
+                                                uint32_t slice_elems, uint32_t num_shards) {
+  PS_ASSIGN_OR_RETURN(const LayoutSummary sum, Check(tensors, slice_elems, num_shards));
+  const uint64_t num_slices = sum.num_slices;
+  const uint64_t total = sum.total_elems;
 
   ModelLayout l;
   l.slice_elems_ = slice_elems;

@@ -19,8 +19,14 @@ inline constexpr uint32_t kDefaultSliceElems = 65536;
 inline constexpr uint32_t kMaxSliceElems = 1u << 22;  // 16 MiB of fp32 per slice
 inline constexpr uint32_t kMaxShards = 1024;
 inline constexpr size_t kMaxTensors = 1u << 16;
-inline constexpr size_t kMaxSlices = 1u << 24;
+// A layout's own tables cost about 50 bytes per slice on every process that holds it,
+// so the slice count is capped well below what a 32-bit slice id could name: 2^20
+// slices of the default 65,536 elements are 2^36 parameters.
+inline constexpr size_t kMaxSlices = 1u << 20;
 inline constexpr size_t kMaxTensorNameBytes = 256;
+// Total elements of a model (2^40 fp32 = 4 TiB): keeps every size computation far from
+// 64-bit overflow. Servers set tighter limits of their own (--max-shard-bytes).
+inline constexpr uint64_t kMaxModelElems = uint64_t{1} << 40;
 
 struct TensorSpec {
   std::string name;
@@ -38,10 +44,30 @@ struct SliceInfo {
   int32_t priority = 0;   // the tensor's priority
 };
 
+// What a layout amounts to, computed from its tensor list alone (no slice is cut).
+struct LayoutSummary {
+  uint64_t num_slices = 0;
+  uint64_t total_elems = 0;
+  // Slices shorter than slice_elems (at most one per tensor, its last).
+  uint64_t partial_slices = 0;
+  // Upper bounds on what any one shard owns under the assignment Create() makes.
+  uint64_t max_owned_slices = 0;
+  uint64_t max_owned_elems = 0;
+};
+
 class ModelLayout {
  public:
-  // Validates the tensors (non-empty unique names, positive sizes) and the limits,
-  // cuts slices and assigns shards (largest slice first to the least-loaded shard).
+  // Validates the tensors (non-empty unique names, positive sizes) and the limits
+  // without building anything: its cost is linear in the tensor list, so a request
+  // naming a huge model is refused at the price of its own size. Overflow-safe for
+  // any numel.
+  static absl::StatusOr<LayoutSummary> Check(const std::vector<TensorSpec>& tensors,
+                                             uint32_t slice_elems, uint32_t num_shards);
+  // The layout hash (see hash()) of a tensor list, without building the layout.
+  static uint64_t Hash(const std::vector<TensorSpec>& tensors, uint32_t slice_elems,
+                       uint32_t num_shards);
+
+  // Check(), then cuts slices and assigns shards (largest slice first to the least-loaded shard).
   static absl::StatusOr<ModelLayout> Create(std::vector<TensorSpec> tensors,
                                             uint32_t slice_elems = kDefaultSliceElems,
                                             uint32_t num_shards = 1);

@@ -2,11 +2,13 @@
 //   ps-admin --address HOST:PORT [credentials] status
 //   ps-admin --address HOST:PORT [credentials] checkpoint
 //   ps-admin --address HOST:PORT [credentials] health [--service NAME]
+//   ps-admin secret > FILE                                  (a new cluster secret)
+//   ps-admin token --secret-file FILE IDENTITY              (IDENTITY's token under it)
 // Credentials: --tls-ca (with --tls-cert/--tls-key for mTLS) and/or --token-file with
-// the admin identity's token (health needs neither on the plaintext --health-port, and
-// no admin identity anywhere). Prints one JSON object; exit 0 on success (health:
-// SERVING), 1 when the shard refused, could not be reached or is not serving, 2 on bad
-// usage.
+// the admin identity's token, or --run-dir of a local shard (its token-admin file)
+// (health needs none on the plaintext --health-port, and no admin identity anywhere).
+// Prints one JSON object; exit 0 on success (health: SERVING), 1 when the shard refused,
+// could not be reached or is not serving, 2 on bad usage.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -14,6 +16,8 @@
 #include <grpcpp/grpcpp.h>
 
 #include "CLI/CLI.hpp"
+#include "absl/strings/escaping.h"
+#include "core/cluster_secret.h"
 #include "core/credentials_internal.h"
 #include "core/json_line.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -32,6 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", creds.tls_server_name,
                  "Name to check in the shard's certificate instead of the address's host");
   app.add_option("--token-file", token_file, "File holding the admin token");
+  std::string run_dir;
+  app.add_option("--run-dir", run_dir,
+                 "Run directory of a local shard: use its token-admin file");
   app.add_option("--timeout-s", timeout_s, "Deadline of the call in seconds")->capture_default_str();
   app.require_subcommand(1, 1);
   CLI::App* status = app.add_subcommand("status", "Print the shard's state");
@@ -41,7 +48,36 @@ int main(int argc, char** argv) {
                 "(admitting workers) or ps.v1.Model (model registered)");
   std::string service;
   health->add_option("--service", service, "Service to check")->capture_default_str();
+  CLI::App* secret = app.add_subcommand(
+      "secret", "Print a new random cluster secret (for ps-server --secret-file; keep it 0600)");
+  CLI::App* token = app.add_subcommand(
+      "token", "Print the token of an identity (worker-N, shard-N, admin) under a cluster secret");
+  std::string secret_file, identity;
+  token->add_option("--secret-file", secret_file, "The cluster secret")->required();
+  token->add_option("identity", identity, "worker-N, shard-N or admin")->required();
   CLI11_PARSE(app, argc, argv);
+
+  auto fail = [](const absl::Status& st, int code) {
+    std::fprintf(stderr, "ps-admin: %s\n", std::string(st.message()).c_str());
+    return code;
+  };
+  if (*secret) {
+    absl::StatusOr<std::string> bytes = ps::core::NewSecret();
+    if (!bytes.ok()) return fail(bytes.status(), 1);
+    std::printf("%s\n", absl::BytesToHexString(*bytes).c_str());
+    return 0;
+  }
+  if (*token) {
+    absl::StatusOr<std::string> bytes = ps::core::ReadSecretFile(secret_file);
+    if (!bytes.ok()) return fail(bytes.status(), 2);
+    absl::StatusOr<ps::core::Identity> id = ps::core::ParseIdentity(identity);
+    if (!id.ok()) return fail(id.status(), 2);
+    std::printf("%s\n", ps::core::DeriveToken(*bytes, *id).c_str());
+    return 0;
+  }
+  if (token_file.empty() && !run_dir.empty()) {
+    token_file = ps::core::TokenFilePath(run_dir, ps::core::Identity{ps::core::Identity::Kind::kAdmin, 0});
+  }
 
   if (!token_file.empty()) {
     absl::StatusOr<std::string> token = ps::core::ReadTokenFile(token_file);

@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/cluster_secret.h"
 #include "core/status.h"
 #include "server/auth_internal.h"
 
@@ -96,6 +97,25 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
   if (!o.tls_ca.empty()) {
     PS_ASSIGN_OR_RETURN(a->ca_pem_, core::ReadSmallFile(o.tls_ca, "--tls-ca"));
   }
+  if (!o.secret_file.empty()) {
+    PS_ASSIGN_OR_RETURN(a->secret_, core::ReadSecretFile(o.secret_file));
+  } else if (!o.run_dir.empty()) {
+    PS_ASSIGN_OR_RETURN(a->secret_, core::LoadOrCreateSecret(o.run_dir));
+  }
+  if (!a->secret_.empty() && !o.run_dir.empty()) {
+    // What local launchers hand out: each worker gets its own file, the operator's tools
+    // the admin's. Derived, so every shard of the run directory writes the same bytes.
+    PS_RETURN_IF_ERROR(core::EnsurePrivateDirectory(o.run_dir));
+    std::vector<core::Identity> clients;
+    for (uint32_t w = 0; w < o.num_workers; ++w) {
+      clients.push_back(core::Identity{core::Identity::Kind::kWorker, w});
+    }
+    clients.push_back(core::Identity{core::Identity::Kind::kAdmin, 0});
+    for (const core::Identity& id : clients) {
+      PS_RETURN_IF_ERROR(
+          core::WriteTokenFile(o.run_dir, id, core::DeriveToken(a->secret_, id)).status());
+    }
+  }
   if (!o.tokens_file.empty()) {
     PS_ASSIGN_OR_RETURN(std::string text, core::ReadSmallFile(o.tokens_file, "--tokens"));
     PS_ASSIGN_OR_RETURN(TokenTable table,
@@ -144,12 +164,18 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
   auto it = metadata.find("authorization");
   if (it != metadata.end()) {
     std::string_view value = View(it->second);
-    if (!value.starts_with("Bearer ") || !tokens_.has_value()) {
+    const bool takes_tokens = tokens_.has_value() || !secret_.empty();
+    if (!value.starts_with("Bearer ") || !takes_tokens) {
       return absl::UnauthenticatedError(
-          tokens_.has_value() ? "the authorization metadata must be 'Bearer TOKEN'"
-                              : "this shard takes no tokens (it was started without --tokens)");
+          takes_tokens ? "the authorization metadata must be 'Bearer TOKEN'"
+                       : "this shard takes no tokens (it was started with client certificates "
+                         "only)");
     }
-    from_token = tokens_->Find(value.substr(7));
+    const std::string_view token = value.substr(7);
+    if (tokens_.has_value()) from_token = tokens_->Find(token);
+    if (!from_token.has_value() && !secret_.empty()) {
+      from_token = core::VerifyDerivedToken(secret_, token);
+    }
     if (!from_token.has_value()) return absl::UnauthenticatedError("unknown token");
   }
   if (from_cert.has_value() && from_token.has_value() && !(*from_cert == *from_token)) {
@@ -162,8 +188,10 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
     return absl::UnauthenticatedError(
         !ca_pem_.empty() && tokens_.has_value()
             ? "credentials required: a client certificate or a bearer token"
-            : !ca_pem_.empty() ? "credentials required: a client certificate signed by --tls-ca"
-                               : "credentials required: 'authorization: Bearer TOKEN' metadata");
+            : !ca_pem_.empty()
+                ? "credentials required: a client certificate signed by --tls-ca"
+                : "credentials required: 'authorization: Bearer TOKEN' metadata (a worker's "
+                  "token is in the shard's run directory, token-worker-N)");
   }
   return caller;
 }
@@ -177,9 +205,9 @@ core::ClientCredentials Authenticator::PeerCredentials(uint32_t shard_id) const 
     c.tls_cert = ca_path_.empty() ? std::string() : cert_path_;
     c.tls_key = ca_path_.empty() ? std::string() : key_path_;
   }
-  if (tokens_.has_value()) {
-    c.token = tokens_->TokenOf(core::Identity{core::Identity::Kind::kShard, shard_id}).value_or("");
-  }
+  const core::Identity self{core::Identity::Kind::kShard, shard_id};
+  if (tokens_.has_value()) c.token = tokens_->TokenOf(self).value_or("");
+  if (c.token.empty() && !secret_.empty()) c.token = core::DeriveToken(secret_, self);
   return c;
 }
 

@@ -2,10 +2,12 @@
 // "Securing").
 //
 // An Authenticator is made from the server options once at start. With --tls-ca
-// (mTLS) or --tokens, every call must carry an identity: the common name of a client
-// certificate signed by the CA, or a bearer token from the token file. Without either,
-// calls are anonymous and the worker id is taken from the request (the server is then
-// bound to loopback unless --allow-insecure-remote).
+// (mTLS), --tokens or a cluster secret (--secret-file, --run-dir: the default), every
+// call must carry an identity: the common name of a client certificate signed by the
+// CA, a bearer token from the token file, or a token derived from the secret
+// (core/cluster_secret.h). With --insecure, calls are anonymous and the worker id is
+// taken from the request (the server is then bound to loopback unless
+// --allow-insecure-remote).
 //
 // A RateLimiter gives each client (identity, or address when anonymous) a token
 // bucket of requests.
@@ -55,7 +57,9 @@ struct Caller {
 
 class Authenticator {
  public:
-  // Reads the certificate, key, CA and token files named in `options`.
+  // Reads the certificate, key, CA, token and secret files named in `options`; with a
+  // run directory, makes its secret if missing and writes the workers' and the admin's
+  // token files there.
   static absl::StatusOr<std::unique_ptr<Authenticator>> Create(const ServerOptions& options);
 
   // Whether calls must carry an identity (mTLS or tokens configured).
@@ -78,6 +82,7 @@ class Authenticator {
   std::string cert_pem_, key_pem_, ca_pem_;
   std::string cert_path_, key_path_, ca_path_;
   std::optional<TokenTable> tokens_;
+  std::string secret_;  // the cluster secret (raw bytes); empty: none
 };
 
 class RateLimiter {

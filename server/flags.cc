@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "aggregators/aggregator.h"
+#include "core/cluster_secret.h"
 
 // The build may pass the project version; the fallback keeps a plain compile working.
 #ifndef PS_SERVER_VERSION
@@ -57,6 +58,7 @@ struct RawValues {
   int64_t drain_timeout_ms = 0;
   int64_t peer_timeout_ms = 0;
   int64_t checkpoint_interval_s = 0;
+  int64_t max_connection_idle_ms = 0;
 };
 
 // CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
@@ -268,6 +270,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.drain_timeout_ms = o.drain_timeout.count();
   raw.peer_timeout_ms = o.peer_timeout.count();
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
+  raw.max_connection_idle_ms = o.max_connection_idle.count();
 
   add("Network", "host", o.host,
       "Address to listen on. Anything but 127.0.0.0/8, ::1 or localhost needs "
@@ -292,6 +295,18 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "fifo (in the order slices become ready)")
       ->check(CLI::IsMember({"priority", "fifo"}));
 
+  add("Security", "run-dir", o.run_dir,
+      "Private directory (0700) of the cluster secret, made on first start, and of the "
+      "clients' token files (token-worker-N, token-admin). The default when no other "
+      "authentication is given: $XDG_RUNTIME_DIR/ps-server, else $HOME/.ps-server")
+      ->type_name("DIR");
+  add("Security", "secret-file", o.secret_file,
+      "Cluster secret (64 hex digits, `ps-admin secret`): clients authenticate with tokens "
+      "derived from it (`ps-admin token`); shards sharing it accept each other")
+      ->type_name("PATH");
+  add_flag("Security", "insecure", o.insecure,
+           "Run without client authentication: anybody who reaches the port may act as any "
+           "worker or shard (loopback only unless --allow-insecure-remote)");
   add("Security", "tls-cert", o.tls_cert,
       "Server certificate (PEM): serve TLS; also this shard's client certificate toward "
       "its peers. Needs --tls-key")
@@ -373,6 +388,15 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Optimizer", "weight-decay", o.weight_decay, "L2 weight decay (finite, >= 0)");
 
   add("Resources", "threads", o.threads, "Aggregation threads; 0 means one per core");
+  add("Resources", "max-shard-bytes", o.max_shard_bytes,
+      "Estimated memory the model state of this shard may take (parameters, optimizer state, "
+      "every worker's pushes); a layout needing more is refused. 0: half the physical memory");
+  add("Resources", "max-pulls-per-worker", o.max_pulls_per_worker,
+      "Pull streams one worker may have open on this shard at once (>= 1)");
+  add("Resources", "max-cached-decoders", o.max_cached_decoders,
+      "Codec specs whose decoders are kept (least recently used dropped first; >= 1)");
+  add("Resources", "max-connection-idle-ms", raw.max_connection_idle_ms,
+      "Close a client connection after this long without a call (>= 1000)");
   add("Resources", "drain-timeout-ms", raw.drain_timeout_ms,
       "On SIGTERM, how long open rounds and pulls may take to finish before exit");
 
@@ -527,6 +551,15 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.drain_timeout = std::chrono::milliseconds(raw.drain_timeout_ms);
   o.peer_timeout = std::chrono::milliseconds(raw.peer_timeout_ms);
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
+  o.max_connection_idle = std::chrono::milliseconds(raw.max_connection_idle_ms);
+
+  // Secure by default: without any way of telling clients apart, and unless told to run
+  // insecure, the shard uses (and on first start makes) the secret of its run directory.
+  if (!o.insecure && !o.ClientAuthRequired()) {
+    absl::StatusOr<std::string> dir = core::DefaultRunDirectory();
+    if (!dir.ok()) return UsageError(dir.status().message());
+    o.run_dir = *dir;
+  }
 
   std::string resolved_from;
   if (o.shard_id == -1) {

@@ -16,13 +16,18 @@ void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out) {
   }
 }
 
-absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout) {
+std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout) {
   std::vector<core::TensorSpec> tensors;
   tensors.reserve(static_cast<size_t>(layout.tensors_size()));
   for (const v1::TensorSpec& t : layout.tensors()) {
     tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority()});
   }
-  return core::ModelLayout::Create(std::move(tensors), layout.slice_elems(), layout.num_shards());
+  return tensors;
+}
+
+absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout) {
+  return core::ModelLayout::Create(TensorsFromProto(layout), layout.slice_elems(),
+                                   layout.num_shards());
 }
 
 }  // namespace ps::server

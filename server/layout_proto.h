@@ -2,6 +2,8 @@
 // files. (worker_lib writes the same message on its side; it does not link ps_server.)
 #pragma once
 
+#include <vector>
+
 #include "absl/status/statusor.h"
 #include "core/layout.h"
 #include "ps/v1/ps.pb.h"
@@ -9,6 +11,8 @@
 namespace ps::server {
 
 void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out);
+// The message's tensors, unchecked (a copy linear in the message's size).
+std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout);
 // ModelLayout::Create on the message's fields: its error when they are invalid.
 absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout);
 

@@ -2,6 +2,8 @@
 
 #include <time.h>
 
+#include <atomic>
+#include <bit>
 #include <chrono>
 #include <cstdint>
 #include <ctime>
@@ -10,6 +12,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "google/protobuf/stubs/logging.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
 
@@ -250,12 +253,29 @@ absl::StatusOr<std::shared_ptr<spdlog::logger>> MakeLogger(const std::string& le
   return logger;
 }
 
+void RouteProtobufLogs() {
+  // libprotobuf writes to stderr on its own, e.g. one line for every request body with
+  // invalid UTF-8 in a string field: a client could fill the log with them. Its lines go
+  // through spdlog instead, the 1st, 2nd, 4th, ... of them at warn, the others at debug.
+  google::protobuf::SetLogHandler(
+      [](google::protobuf::LogLevel level, const char* filename, int line,
+         const std::string& message) {
+        static std::atomic<uint64_t> count{0};
+        const uint64_t n = count.fetch_add(1) + 1;
+        const bool loud = std::has_single_bit(n) || level >= google::protobuf::LOGLEVEL_FATAL;
+        spdlog::log(loud ? spdlog::level::warn : spdlog::level::debug,
+                    "libprotobuf ({} lines so far) {}:{}: {}", n, filename, line,
+                    message.substr(0, 512));
+      });
+}
+
 absl::Status ConfigureLogging(const std::string& level, const std::string& format,
                               const std::string& logger_name) {
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
       MakeLogger(level, format, logger_name, {std::make_shared<spdlog::sinks::stderr_sink_mt>()});
   if (!logger.ok()) return logger.status();
   spdlog::set_default_logger(*std::move(logger));
+  RouteProtobufLogs();
   return absl::OkStatus();
 }
 

@@ -28,6 +28,10 @@ namespace ps::server {
 absl::Status ConfigureLogging(const std::string& level, const std::string& format,
                               const std::string& logger_name = "ps-server");
 
+// Sends libprotobuf's own log lines through spdlog, rate-limited (ConfigureLogging does
+// this; a line per malformed request body must not reach stderr unthrottled).
+void RouteProtobufLogs();
+
 // The same, from the options; the logger is named "shard-<shard_id>".
 absl::Status ConfigureLogging(const ServerOptions& options);
 

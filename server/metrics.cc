@@ -1,22 +1,19 @@
 #include "server/metrics.h"
 
 #include <prometheus/client_metric.h>
-#include <prometheus/collectable.h>
-#include <prometheus/exposer.h>
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
 #include <array>
 #include <atomic>
-#include <exception>
 #include <limits>
 #include <sstream>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "server/http_endpoint.h"
 
 namespace ps::server {
 namespace {
@@ -95,9 +92,8 @@ void AddHistogram(MetricFamily* f, const prometheus::Histogram& h,
   f->metric.push_back(std::move(m));
 }
 
-// Everything a scrape returns, built at scrape time. Shared with the Exposer (which
-// holds it weakly), so it lives in its own object.
-class Collector final : public prometheus::Collectable {
+// Everything a scrape returns about the shard, built at scrape time.
+class Collector final {
  public:
   Collector(const Shard* shard, const UdpReceiver* udp)
       : shard_(shard),
@@ -109,7 +105,7 @@ class Collector final : public prometheus::Collectable {
     }
   }
 
-  std::vector<MetricFamily> Collect() const override;
+  std::vector<MetricFamily> Collect() const;
 
   void ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
     push_seconds_.Observe(Seconds(elapsed));
@@ -282,12 +278,28 @@ std::vector<MetricFamily> Collector::Collect() const {
   return out;
 }
 
-// civetweb's listening_ports syntax: an IPv6 address goes in brackets.
-std::string BindAddress(const std::string& host, uint16_t port) {
-  if (host.find(':') != std::string::npos && host.front() != '[') {
-    return absl::StrCat("[", host, "]:", port);
-  }
-  return absl::StrCat(host, ":", port);
+// The metrics endpoint's own counters (docs/metrics.md, "The HTTP endpoint").
+void AddEndpointFamilies(const HttpEndpointStats& s, std::vector<MetricFamily>* out) {
+  out->push_back(Counter("ps_metrics_http_connections_total",
+                         "Connections accepted by the metrics endpoint",
+                         static_cast<double>(s.accepted)));
+  MetricFamily closed = Family("ps_metrics_http_connections_closed_total",
+                               "Metrics endpoint connections closed by the server: evicted "
+                               "(connection cap reached) or timed_out (no whole request and "
+                               "response within the deadline)",
+                               MetricType::Counter);
+  AddCounter(&closed, static_cast<double>(s.evicted), {{"reason", "evicted"}});
+  AddCounter(&closed, static_cast<double>(s.timed_out), {{"reason", "timed_out"}});
+  out->push_back(std::move(closed));
+  MetricFamily requests = Family("ps_metrics_http_requests_total",
+                                 "Requests answered by the metrics endpoint: served (200) or "
+                                 "refused (an error status)",
+                                 MetricType::Counter);
+  AddCounter(&requests, static_cast<double>(s.served), {{"result", "served"}});
+  AddCounter(&requests, static_cast<double>(s.refused), {{"result", "refused"}});
+  out->push_back(std::move(requests));
+  out->push_back(Gauge("ps_metrics_http_open_connections",
+                       "Connections open on the metrics endpoint", static_cast<double>(s.open)));
 }
 
 }  // namespace
@@ -295,13 +307,19 @@ std::string BindAddress(const std::string& host, uint16_t port) {
 class Metrics::Impl {
  public:
   Impl(const Shard* shard, const UdpReceiver* udp)
-      : collector(std::make_shared<Collector>(shard, udp)) {}
+      : collector(shard, udp), endpoint([this] { return Render(); }) {}
 
-  const std::shared_ptr<Collector> collector;
-  mutable absl::Mutex mu;
-  // Destroyed (threads joined) in Stop(), before the collector it scrapes.
-  std::unique_ptr<prometheus::Exposer> exposer ABSL_GUARDED_BY(mu);
-  uint16_t port ABSL_GUARDED_BY(mu) = 0;
+  std::string Render() const {
+    std::vector<MetricFamily> families = collector.Collect();
+    AddEndpointFamilies(endpoint.stats(), &families);
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, families);
+    return out.str();
+  }
+
+  Collector collector;
+  // After the collector: destroyed (its thread joined) before what it renders.
+  HttpEndpoint endpoint;
 };
 
 Metrics::Metrics(const Shard* shard, const UdpReceiver* udp)
@@ -310,66 +328,36 @@ Metrics::Metrics(const Shard* shard, const UdpReceiver* udp)
 Metrics::~Metrics() { Stop(); }
 
 absl::Status Metrics::Serve(const std::string& host, uint16_t port) {
-  absl::MutexLock lock(&impl_->mu);
-  if (impl_->exposer != nullptr) {
+  absl::StatusOr<uint16_t> bound = impl_->endpoint.Start(host, port);
+  if (bound.ok()) return absl::OkStatus();
+  if (bound.status().code() == absl::StatusCode::kFailedPrecondition) {
     return absl::FailedPreconditionError(
-        absl::StrCat("metrics already served on port ", impl_->port));
+        absl::StrCat("metrics already served on port ", impl_->endpoint.port()));
   }
-  const std::string address = BindAddress(host, port);
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {
-    // Two threads: a scrape and a second, concurrent one (a person with curl).
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
-    exposer->RegisterCollectable(impl_->collector);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ",
-                                               e.what(), " (address in use or not local?)"));
-  }
-  const std::vector<int> ports = exposer->GetListeningPorts();
-  if (ports.empty() || ports[0] <= 0 || ports[0] > 65535) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address,
-                                               ": no listening port"));
-  }
-  impl_->port = static_cast<uint16_t>(ports[0]);
-  impl_->exposer = std::move(exposer);
-  return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("cannot serve metrics: ", bound.status().message()));
 }
 
-uint16_t Metrics::port() const {
-  absl::MutexLock lock(&impl_->mu);
-  return impl_->port;
-}
+uint16_t Metrics::port() const { return impl_->endpoint.port(); }
 
-void Metrics::Stop() {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  {
-    absl::MutexLock lock(&impl_->mu);
-    exposer = std::move(impl_->exposer);
-    impl_->port = 0;
-  }
-  exposer.reset();  // outside the lock: it waits for a scrape in progress
-}
+void Metrics::Stop() { impl_->endpoint.Stop(); }
 
-std::string Metrics::Render() const {
-  std::ostringstream out;
-  prometheus::TextSerializer().Serialize(out, impl_->collector->Collect());
-  return out.str();
-}
+std::string Metrics::Render() const { return impl_->Render(); }
 
 void Metrics::ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
-  impl_->collector->ObservePush(elapsed, payload_bytes);
+  impl_->collector.ObservePush(elapsed, payload_bytes);
 }
 
-void Metrics::ObservePullBytes(uint64_t bytes) { impl_->collector->ObservePullBytes(bytes); }
+void Metrics::ObservePullBytes(uint64_t bytes) { impl_->collector.ObservePullBytes(bytes); }
 
-void Metrics::ObservePull(core::Duration elapsed) { impl_->collector->ObservePull(elapsed); }
+void Metrics::ObservePull(core::Duration elapsed) { impl_->collector.ObservePull(elapsed); }
 
 void Metrics::ObserveAggregation(AggregationStage stage, core::Duration elapsed) {
-  impl_->collector->ObserveAggregation(stage, elapsed);
+  impl_->collector.ObserveAggregation(stage, elapsed);
 }
 
 void Metrics::SetCheckpointTime(std::chrono::system_clock::time_point when) {
-  impl_->collector->SetCheckpointTime(when);
+  impl_->collector.SetCheckpointTime(when);
 }
 
 }  // namespace ps::server

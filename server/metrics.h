@@ -1,6 +1,7 @@
 // Metrics: a shard's Prometheus metrics (docs/metrics.md), rendered in the text
 // exposition format and, once Serve() is called, served at http://HOST:PORT/metrics by
-// an embedded HTTP server (prometheus-cpp's Exposer on civetweb).
+// an embedded HTTP server (HttpEndpoint, server/http_endpoint.h: one Asio thread, a
+// deadline per connection, a cap on open connections).
 //
 // What the Shard and the UdpReceiver already count (ShardStats, UdpStats) is read when
 // scraped, never counted a second time; only what the gRPC service alone sees (push
@@ -37,8 +38,8 @@ class Metrics {
   absl::Status Serve(const std::string& host, uint16_t port);
   // The bound port, 0 when not serving.
   uint16_t port() const;
-  // Stops the HTTP server (waits for a scrape in progress; after any scrape this takes up
-  // to about 2 s, civetweb's poll period). Idempotent.
+  // Stops the HTTP server: closes every connection, waits for a Render() in progress.
+  // Idempotent; Serve() may follow.
   void Stop();
 
   // Every metric in the Prometheus text format, as a scrape returns it.

@@ -103,6 +103,11 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("tls_ca", "tls-ca", tls_ca,
                    "client certificates (mTLS) need TLS: give --tls-cert and --tls-key too");
   }
+  if (insecure && ClientAuthRequired()) {
+    return Invalid("insecure", "insecure", "true",
+                   "contradicts the client authentication also given (--tls-ca, --tokens, "
+                   "--secret-file or --run-dir): drop one");
+  }
   if (!allow_insecure_remote && !IsLoopbackHost(host) &&
       (tls_cert.empty() || !ClientAuthRequired())) {
     return Invalid("host", "host", host,
@@ -111,7 +116,8 @@ absl::Status ServerOptions::Validate() const {
                          "--tls-key with --tls-ca or --tokens (or the explicit "
                          "--allow-insecure-remote)"
                        : "binding a non-loopback address needs client authentication: "
-                         "--tls-ca (mTLS) or --tokens (or the explicit --allow-insecure-remote)");
+                         "--tls-ca (mTLS), --tokens or the cluster secret (or the explicit "
+                         "--allow-insecure-remote)");
   }
   if (!tls_cert.empty() && tls_ca.empty() && num_shards > 1) {
     return Invalid("tls_ca", "tls-ca", "\"\"",
@@ -229,6 +235,18 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("threads", "threads", absl::StrCat(threads),
                    absl::StrCat("must be at most ", kMaxThreads, " (0 means one per core)"));
   }
+  if (max_pulls_per_worker < 1) {
+    return Invalid("max_pulls_per_worker", "max-pulls-per-worker",
+                   absl::StrCat(max_pulls_per_worker), "must be at least 1");
+  }
+  if (max_cached_decoders < 1) {
+    return Invalid("max_cached_decoders", "max-cached-decoders",
+                   absl::StrCat(max_cached_decoders), "must be at least 1");
+  }
+  if (max_connection_idle.count() < 1000) {
+    return Invalid("max_connection_idle", "max-connection-idle-ms",
+                   absl::StrCat(max_connection_idle.count()), "must be at least 1000");
+  }
   if (drain_timeout.count() < 0) {
     return Invalid("drain_timeout", "drain-timeout-ms", absl::StrCat(drain_timeout.count()),
                    "must not be negative");
@@ -269,6 +287,13 @@ absl::Status ServerOptions::Validate() const {
   if (health_port > 0 && (health_port == port || health_port == metrics_port)) {
     return Invalid("health_port", "health-port", absl::StrCat(health_port),
                    "must differ from --port and --metrics-port");
+  }
+  // Last, so that every other mistake is named first.
+  if (!insecure && !ClientAuthRequired()) {
+    return Invalid("insecure", "insecure", "false",
+                   "no client authentication is configured: give --run-dir or --secret-file "
+                   "(the cluster secret), --tokens or --tls-ca, or run without any with the "
+                   "explicit --insecure");
   }
   return absl::OkStatus();
 }

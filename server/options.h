@@ -36,6 +36,24 @@ struct ServerOptions {
   std::string schedule = "priority";
 
   // --- security (docs/operations.md, "Securing") ---
+  // Who may call is decided by one of: a cluster secret (secret_file, or the one in
+  // run_dir), a token file (tokens_file), client certificates (tls_ca), or nothing at
+  // all (insecure). Validate() refuses options that choose none: ps-server's flag
+  // parser picks the run directory then, so that a shard is authenticated out of the
+  // box.
+  //
+  // Run without client authentication: every caller is anonymous, anybody who reaches
+  // the port may join as any worker or call as any shard. Only on loopback unless
+  // allow_insecure_remote.
+  bool insecure = false;
+  // Cluster secret file (64 hex digits; `ps-admin secret` makes one): every identity's
+  // token is derived from it (core/cluster_secret.h), so shards sharing the file accept
+  // each other, and each client needs only its own token (`ps-admin token`).
+  std::string secret_file;
+  // Private run directory (0700): unless secret_file is set, the secret is RUN/secret,
+  // made on first start. The shard writes the token of every worker and of the admin
+  // there (RUN/token-worker-N, RUN/token-admin) for local launchers to hand out.
+  std::string run_dir;
   // Server certificate and key (PEM files): serve TLS. Also this shard's client
   // certificate toward its peers.
   std::string tls_cert;
@@ -112,6 +130,20 @@ struct ServerOptions {
   // --- resources and lifecycle ---
   // Aggregation threads; 0 means one per core.
   uint32_t threads = 0;
+  // Per-client and total bounds (docs/operations.md, "Threat model and limits").
+  // Estimated memory of the model state this shard may hold (parameters, optimizer
+  // state, the pushes of every worker, published copies, the layout's tables); a layout
+  // needing more is refused. 0: half of the machine's physical memory.
+  uint64_t max_shard_bytes = 0;
+  // Pull streams one worker may have open on this shard at once (more are
+  // RESOURCE_EXHAUSTED); so at most workers x this many in all.
+  uint32_t max_pulls_per_worker = 16;
+  // Codec specs whose decoders are kept; the least recently used one is dropped for a
+  // new one (a client cannot fill the cache and lock others out).
+  uint32_t max_cached_decoders = 64;
+  // A client connection without any call for this long is closed (gRPC GOAWAY); it
+  // reconnects on its next call. Keepalive pings every 60 s also close dead ones.
+  std::chrono::milliseconds max_connection_idle{300000};
   // On SIGTERM: how long to let open rounds close and pulls finish before exit.
   std::chrono::milliseconds drain_timeout{10000};
 
@@ -128,9 +160,11 @@ struct ServerOptions {
   // free one (Server::health_port() says which).
   int32_t health_port = -1;
 
-  // Whether clients must authenticate (mTLS or tokens); without it the worker id is
-  // taken from the request.
-  bool ClientAuthRequired() const { return !tls_ca.empty() || !tokens_file.empty(); }
+  // Whether clients must authenticate (mTLS, a token file or the cluster secret); without
+  // it (insecure) the worker id is taken from the request.
+  bool ClientAuthRequired() const {
+    return !tls_ca.empty() || !tokens_file.empty() || !secret_file.empty() || !run_dir.empty();
+  }
 
   // Pushes that close a round at its deadline: quorum, or n - f when 0.
   uint32_t EffectiveQuorum() const { return quorum != 0 ? quorum : num_workers - num_byzantine; }

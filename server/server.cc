@@ -136,6 +136,13 @@ class ServerImpl final : public Server {
     builder.AddListeningPort(addr, auth_->ServerCredentials(), &bound);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+    // Idle and dead connections go away (each holds buffers and a slot): a connection
+    // without calls for --max-connection-idle-ms is closed, and keepalive pings find
+    // peers that vanished without closing theirs.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               static_cast<int>(options_.max_connection_idle.count()));
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
     builder.RegisterService(&worker_service_);
     builder.RegisterService(&peer_service_);
     builder.RegisterService(&admin_service_);
@@ -278,12 +285,21 @@ class ServerImpl final : public Server {
   }
 
   std::string SecuritySummary() const {
-    if (options_.tls_cert.empty() && options_.tokens_file.empty()) {
-      return "no credentials: anyone who reaches the port may act as any worker";
+    if (options_.insecure) {
+      return "--insecure: no client authentication, anyone who reaches the port may act as any "
+             "worker or shard";
     }
-    return absl::StrCat(options_.tls_cert.empty() ? "plaintext" : "TLS",
-                        !options_.tls_ca.empty() ? ", client certificates required" : "",
-                        !options_.tokens_file.empty() ? ", tokens accepted" : "");
+    std::vector<std::string> parts;
+    parts.push_back(options_.tls_cert.empty() ? "plaintext" : "TLS");
+    if (!options_.tls_ca.empty()) parts.push_back("client certificates accepted");
+    if (!options_.tokens_file.empty()) parts.push_back("tokens of --tokens accepted");
+    if (!options_.secret_file.empty()) {
+      parts.push_back(absl::StrCat("tokens derived from the secret ", options_.secret_file));
+    } else if (!options_.run_dir.empty()) {
+      parts.push_back(absl::StrCat("tokens derived from the secret in ", options_.run_dir,
+                                   " (clients' token files there: token-worker-N, token-admin)"));
+    }
+    return absl::StrJoin(parts, ", ");
   }
 
   AdminServiceImpl::Hooks AdminHooks() {

@@ -1,9 +1,11 @@
+#include <bit>
 #include <chrono>
 #include <memory>
 #include <set>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/client_text.h"
 #include "core/credentials_internal.h"
 #include "core/status.h"
 #include "server/layout_proto.h"
@@ -56,6 +58,33 @@ absl::StatusOr<uint32_t> CallGate::AdmitWorker(const grpc::ServerContextBase& ct
   return worker;
 }
 
+PullSlots::PullSlots(uint32_t num_workers, uint32_t per_worker)
+    : per_worker_(per_worker), open_(num_workers, 0) {}
+
+absl::StatusOr<PullSlots::Slot> PullSlots::Take(uint32_t worker) {
+  absl::MutexLock lock(&mu_);
+  if (open_[worker] >= per_worker_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "worker ", worker, " has ", open_[worker], " pull streams open on this shard, the most "
+        "--max-pulls-per-worker allows; wait for one to end"));
+  }
+  ++open_[worker];
+  return Slot(new std::pair<PullSlots*, uint32_t>(this, worker));
+}
+
+void PullSlots::Release::operator()(std::pair<PullSlots*, uint32_t>* slot) const {
+  {
+    absl::MutexLock lock(&slot->first->mu_);
+    --slot->first->open_[slot->second];
+  }
+  delete slot;
+}
+
+uint32_t PullSlots::open(uint32_t worker) const {
+  absl::MutexLock lock(&mu_);
+  return open_[worker];
+}
+
 namespace {
 
 grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const absl::Status& s) {
@@ -70,24 +99,29 @@ grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const absl::St
 // the reactor (grpc deletes the reactor in OnDone; late callbacks then find it gone).
 class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
  public:
-  PullReactor(Shard* shard, const v1::PullRequest& req, Metrics* metrics) : shard_(shard) {
+  // `slot` is the worker's open-stream slot, given back when the stream is done.
+  PullReactor(Shard* shard, const v1::PullRequest& req, Metrics* metrics, PullSlots::Slot slot)
+      : shard_(shard), slot_(std::move(slot)) {
     state_ = std::make_shared<State>();
     state_->reactor = this;
     state_->metrics = metrics;
     state_->remaining = static_cast<size_t>(req.slice_ids_size());
+    watches_.reserve(static_cast<size_t>(req.slice_ids_size()));
     for (uint32_t id : req.slice_ids()) {
       std::weak_ptr<State> weak = state_;
       const int32_t priority =
           shard->options().schedule == "fifo" ? 0 : shard->SlicePriority(id);
-      shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
+      const uint64_t watch = shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
         if (auto st = weak.lock()) st->OnReady(id, priority, ok);
       });
+      if (watch != 0) watches_.emplace_back(id, watch);
     }
   }
 
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&state_->mu);
     state_->write_in_flight = false;
+    state_->response.clear_values();  // gRPC has its own copy now
     if (!ok) {
       state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull stream broken"));
       return;
@@ -108,6 +142,9 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
       absl::MutexLock lock(&state_->mu);
       state_->reactor = nullptr;
     }
+    // A cancelled or timed-out pull leaves watches that never fired: drop them, or every
+    // abandoned pull would stay on the shard until its version came (if ever).
+    for (const auto& [slice, watch] : watches_) shard_->Unwatch(slice, watch);
     delete this;
   }
 
@@ -174,6 +211,8 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
   };
 
   Shard* const shard_;
+  const PullSlots::Slot slot_;
+  std::vector<std::pair<uint32_t, uint64_t>> watches_;  // (slice, watch id) not fired at start
   std::shared_ptr<State> state_;
 };
 
@@ -229,13 +268,13 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
                                                             v1::RegisterLayoutResponse* resp) {
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
   if (!worker.ok()) return Reply(ctx, worker.status());
-  absl::StatusOr<core::ModelLayout> layout = LayoutFromProto(req->layout());
-  if (!layout.ok()) {
-    return Reply(ctx, absl::InvalidArgumentError(
-                          absl::StrCat("invalid layout: ", layout.status().message())));
-  }
-  absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(*worker, *layout);
-  resp->set_layout_hash(layout->hash());
+  // Nothing is built from the request before the shard looked at its size.
+  std::vector<core::TensorSpec> tensors = TensorsFromProto(req->layout());
+  const uint32_t slice_elems = req->layout().slice_elems();
+  const uint32_t num_shards = req->layout().num_shards();
+  resp->set_layout_hash(core::ModelLayout::Hash(tensors, slice_elems, num_shards));
+  absl::StatusOr<std::vector<uint32_t>> owned =
+      shard_->RegisterLayout(*worker, std::move(tensors), slice_elems, num_shards);
   if (!owned.ok()) return Reply(ctx, owned.status());
   for (uint32_t id : *owned) resp->add_owned_slices(id);
   return Reply(ctx, absl::OkStatus());
@@ -274,7 +313,9 @@ grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
       req->layout_hash(),
       std::span<const uint32_t>(req->slice_ids().data(), static_cast<size_t>(req->slice_ids_size())));
   if (!valid.ok()) return new RefusedPull(valid);
-  return new PullReactor(shard_, *req, metrics_);
+  absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
+  if (!slot.ok()) return new RefusedPull(shard_->Refuse(Refusal::kOverLimit, slot.status()));
+  return new PullReactor(shard_, *req, metrics_, *std::move(slot));
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,
@@ -289,8 +330,14 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ct
   resp->set_ready(shard_->ready());
   resp->set_max_version(shard_->MaxVersion());
   if (req->config_fingerprint() != self_.config_fingerprint) {
-    spdlog::error("shard {}: peer shard {} runs another configuration: theirs [{}], ours [{}]",
-                  self_.shard_id, req->shard_id(), req->config_summary(), self_.config_summary);
+    // The peer's own checker says so too; here at the 1st, 2nd, 4th, ... time, quoting
+    // a bounded, printable part of what the caller sent.
+    const uint64_t n = mismatches_.fetch_add(1) + 1;
+    spdlog::log(std::has_single_bit(n) ? spdlog::level::err : spdlog::level::debug,
+                "shard {}: peer shard {} runs another configuration ({} so far): theirs [{}], "
+                "ours [{}]",
+                self_.shard_id, req->shard_id(), n, core::ClientText(req->config_summary(), 512),
+                self_.config_summary);
   }
   return Reply(ctx, absl::OkStatus());
 }
@@ -336,6 +383,12 @@ grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* 
 absl::Status PeerServiceImpl::AdmitPeer(const grpc::ServerContextBase& ctx,
                                         uint32_t claimed) const {
   PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(ctx));
+  if (claimed == self_.shard_id || claimed >= self_.num_shards) {
+    return shard_->Refuse(Refusal::kPermissionDenied,
+                          absl::PermissionDeniedError(absl::StrCat(
+                              "a peer call as shard ", claimed, ", but this is shard ",
+                              self_.shard_id, " of ", self_.num_shards)));
+  }
   if (!caller.identity.has_value()) return absl::OkStatus();
   const core::Identity& id = *caller.identity;
   if (id.kind != core::Identity::Kind::kShard || id.index == self_.shard_id ||

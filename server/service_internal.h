@@ -8,7 +8,10 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
@@ -37,9 +40,33 @@ struct CallGate {
                                        std::string_view session) const;
 };
 
+// The pull streams each worker has open, bounded by --max-pulls-per-worker. A Slot is
+// held by a stream and given back when it is destroyed.
+class PullSlots {
+ public:
+  struct Release {
+    void operator()(std::pair<PullSlots*, uint32_t>* slot) const;
+  };
+  using Slot = std::unique_ptr<std::pair<PullSlots*, uint32_t>, Release>;
+
+  PullSlots(uint32_t num_workers, uint32_t per_worker);
+  // A slot of `worker` (< num_workers), or RESOURCE_EXHAUSTED when all are taken.
+  absl::StatusOr<Slot> Take(uint32_t worker);
+  uint32_t open(uint32_t worker) const;
+
+ private:
+  const uint32_t per_worker_;
+  mutable absl::Mutex mu_;
+  std::vector<uint32_t> open_ ABSL_GUARDED_BY(mu_);
+};
+
 class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
  public:
-  explicit WorkerServiceImpl(CallGate gate) : shard_(gate.shard), gate_(gate) {}
+  explicit WorkerServiceImpl(CallGate gate)
+      : shard_(gate.shard),
+        gate_(gate),
+        pull_slots_(gate.shard->options().num_workers,
+                    gate.shard->options().max_pulls_per_worker) {}
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
@@ -65,6 +92,7 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
   const CallGate gate_;
   uint16_t udp_port_ = 0;
   Metrics* metrics_ = nullptr;
+  PullSlots pull_slots_;
 };
 
 // ps.v1.AdminService: operator calls, for the admin identity only (or, when the server
@@ -119,6 +147,7 @@ class PeerServiceImpl final : public ps::v1::PeerService::CallbackService {
   const PeerIdentity self_;
   Shard* const shard_;
   const CallGate gate_;
+  std::atomic<uint64_t> mismatches_{0};  // Hello calls from a differently configured peer
 };
 
 // Compares a peer's answer with this shard's identity; the error names the

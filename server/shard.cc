@@ -1,6 +1,7 @@
 #include "server/shard.h"
 
 #include <openssl/rand.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -11,6 +12,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/client_text.h"
 #include "core/fp32_bytes.h"
 #include "core/status.h"
 #include "spdlog/spdlog.h"
@@ -19,8 +21,6 @@ namespace ps::server {
 namespace {
 
 constexpr size_t kSessionBytes = 16;
-constexpr size_t kMaxCodecSpecBytes = 128;
-constexpr size_t kMaxDistinctCodecs = 64;
 // Room for the fields around a slice's values in one message.
 constexpr uint32_t kMessageOverheadBytes = 4096;
 
@@ -51,6 +51,7 @@ std::string_view RefusalName(Refusal r) {
     case Refusal::kUnauthenticated: return "unauthenticated";
     case Refusal::kPermissionDenied: return "permission_denied";
     case Refusal::kRateLimited: return "rate_limited";
+    case Refusal::kOverLimit: return "over_limit";
     case Refusal::kCount: break;
   }
   return "unknown";
@@ -66,7 +67,41 @@ std::string_view AggregationStageName(AggregationStage stage) {
   return "unknown";
 }
 
+uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
+                            size_t rule_state_rows, bool checkpoints) {
+  // Per element: parameters, velocity, the published bytes, the aggregate being made,
+  // one row per worker for the open round's pushes, and the rule's state; checkpoints
+  // keep a copy of velocity and state. Per owned slice: its state object and, per
+  // worker, the round's bookkeeping. Per slice of the whole layout: its tables here.
+  // Counts are at most 2^20 slices, 2^40 elements and 2^32 workers: no overflow in
+  // 64 bits except in the element term, which saturates.
+  constexpr uint64_t kLayoutBytesPerSlice = 64;
+  constexpr uint64_t kSliceStateBytes = 1024;
+  constexpr uint64_t kPerWorkerSliceBytes = 128;
+  const uint64_t copies = 4 + uint64_t{num_workers} + 2 * rule_state_rows + (checkpoints ? 2 : 0);
+  const uint64_t elem_bytes = layout.max_owned_elems * sizeof(float);
+  const uint64_t element_term =
+      elem_bytes > UINT64_MAX / copies ? UINT64_MAX / 2 : elem_bytes * copies;
+  const uint64_t slice_term =
+      layout.max_owned_slices * (kSliceStateBytes + uint64_t{num_workers} * kPerWorkerSliceBytes) +
+      layout.num_slices * kLayoutBytesPerSlice;
+  return element_term > UINT64_MAX / 2 - slice_term ? UINT64_MAX / 2 : element_term + slice_term;
+}
+
+uint64_t EffectiveMaxShardBytes(const ServerOptions& options) {
+  if (options.max_shard_bytes != 0) return options.max_shard_bytes;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{4} << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2;
+}
+
 using Watchers = std::vector<std::pair<uint64_t, std::function<void(bool)>>>;
+// A waiting watch: the version it waits for and what to call.
+struct PendingWatch {
+  uint64_t min_version = 0;
+  std::function<void(bool)> ready;
+};
 
 struct Shard::SliceState {
   explicit SliceState(const core::SliceInfo& i) : info(i) {}
@@ -116,7 +151,8 @@ struct Shard::SliceState {
   bool closing ABSL_GUARDED_BY(mu) = false;
   std::optional<core::SteadyTime> deadline ABSL_GUARDED_BY(mu);
   bool deadline_passed ABSL_GUARDED_BY(mu) = false;
-  Watchers watchers ABSL_GUARDED_BY(mu);
+  // Waiting watches by id (Shard::Watch); removed when they fire or their pull ends.
+  absl::flat_hash_map<uint64_t, PendingWatch> watchers ABSL_GUARDED_BY(mu);
 };
 
 namespace {
@@ -124,10 +160,14 @@ namespace {
 // Removes and returns the watchers whose version has been reached.
 Watchers TakeDueWatchers(Shard::SliceState* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu) {
   Watchers due;
-  auto keep = std::stable_partition(s->watchers.begin(), s->watchers.end(),
-                                    [&](const auto& w) { return w.first > s->version; });
-  for (auto it = keep; it != s->watchers.end(); ++it) due.push_back(std::move(*it));
-  s->watchers.erase(keep, s->watchers.end());
+  for (auto it = s->watchers.begin(); it != s->watchers.end();) {
+    if (it->second.min_version <= s->version) {
+      due.emplace_back(it->second.min_version, std::move(it->second.ready));
+      s->watchers.erase(it++);
+    } else {
+      ++it;
+    }
+  }
   return due;
 }
 
@@ -179,8 +219,11 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       priority_schedule_(options.schedule != "fifo"),
       checkpoints_(!options.checkpoint_dir.empty()),
       clock_(clock),
-      pool_(pool) {
+      pool_(pool),
+      max_shard_bytes_(EffectiveMaxShardBytes(options)),
+      decoders_(options.max_cached_decoders) {
   session_of_worker_.resize(options_.num_workers);
+  joins_.resize(options_.num_workers, 0);
   udp_session_of_worker_.resize(options_.num_workers, 0);
   stats_.malformed_by_worker.assign(options_.num_workers, 0);
 }
@@ -255,6 +298,7 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   PS_ASSIGN_OR_RETURN(core::DatagramKey udp_key, core::DatagramKey::Random());
   result.udp_key = std::string(udp_key.bytes());
   auto udp_peer = std::make_shared<const UdpPeer>(UdpPeer{worker_id, std::move(udp_key)});
+  uint64_t joins = 0;
   {
     absl::MutexLock lock(&mu_);
     if (layout_.has_value() && layout_->hash() != layout_hash) {
@@ -274,10 +318,13 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
     udp_sessions_[result.udp_session] = std::move(udp_peer);
     result.layout_registered = layout_.has_value();
     result.ready = result.layout_registered && uninitialized_ == 0;
+    joins = ++joins_[worker_id];
   }
   result.version = MinVersion();
-  spdlog::info("shard {}: worker {} joined (layout {}registered)", shard_id_, worker_id,
-               result.layout_registered ? "" : "not ");
+  // A client may join in a loop: the 1st, 2nd, 4th, ... join of each worker at info.
+  spdlog::log(std::has_single_bit(joins) ? spdlog::level::info : spdlog::level::debug,
+              "shard {}: worker {} joined (layout {}registered; join {} of this worker)",
+              shard_id_, worker_id, result.layout_registered ? "" : "not ", joins);
   return result;
 }
 
@@ -331,35 +378,86 @@ std::vector<uint32_t> Shard::InstallLayoutLocked(const core::ModelLayout& layout
   return owned;
 }
 
+absl::Status Shard::AnswerRegisteredLocked(uint32_t worker_id, uint64_t hash) const {
+  if (layout_->hash() == hash) return absl::AlreadyExistsError("this layout is already registered");
+  return Refuse(Refusal::kLayoutMismatch,
+                absl::FailedPreconditionError(absl::StrCat(
+                    "layout mismatch: shard ", shard_id_, " already holds layout ",
+                    absl::Hex(layout_->hash()), "; worker ", worker_id, " offered ",
+                    absl::Hex(hash))));
+}
+
+absl::Status Shard::CheckLayoutFits(const core::LayoutSummary& sum, uint32_t slice_elems,
+                                    uint32_t num_shards) const {
+  if (num_shards != options_.num_shards) {
+    return Refuse(Refusal::kBadLayout,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "layout is cut for ", num_shards, " shards but the server has ",
+                      options_.num_shards)));
+  }
+  const uint64_t slice_bytes = uint64_t{slice_elems} * sizeof(float);
+  if (slice_bytes + kMessageOverheadBytes > options_.max_message_bytes) {
+    return Refuse(Refusal::kBadLayout,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "slice_elems ", slice_elems, " needs messages of ",
+                      slice_bytes + kMessageOverheadBytes, " bytes, above --max-message-bytes ",
+                      options_.max_message_bytes)));
+  }
+  const uint64_t need =
+      EstimateShardBytes(sum, options_.num_workers, aggregator_->StateRows(), checkpoints_);
+  if (need > max_shard_bytes_) {
+    return Refuse(Refusal::kOverLimit,
+                  absl::ResourceExhaustedError(absl::StrCat(
+                      "layout of ", sum.total_elems, " elements in ", sum.num_slices,
+                      " slices needs about ", need >> 20, " MiB on shard ", shard_id_,
+                      " with ", options_.num_workers, " workers, above --max-shard-bytes ",
+                      max_shard_bytes_ >> 20, " MiB")));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
+                                                            std::vector<core::TensorSpec> tensors,
+                                                            uint32_t slice_elems,
+                                                            uint32_t num_shards) {
+  // The common case first and at the price of the request: a shard that has its layout
+  // answers from the hash, whatever the request names.
+  const uint64_t hash = core::ModelLayout::Hash(tensors, slice_elems, num_shards);
+  {
+    absl::MutexLock lock(&mu_);
+    if (layout_.has_value()) return AnswerRegisteredLocked(worker_id, hash);
+  }
+  absl::StatusOr<core::LayoutSummary> sum = core::ModelLayout::Check(tensors, slice_elems, num_shards);
+  if (!sum.ok()) {
+    return Refuse(Refusal::kBadLayout, absl::InvalidArgumentError(absl::StrCat(
+                                           "invalid layout: ", sum.status().message())));
+  }
+  PS_RETURN_IF_ERROR(CheckLayoutFits(*sum, slice_elems, num_shards));
+  // Only a layout within the limits is built, one at a time.
+  absl::MutexLock one_at_a_time(&register_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (layout_.has_value()) return AnswerRegisteredLocked(worker_id, hash);
+  }
+  absl::StatusOr<core::ModelLayout> layout =
+      core::ModelLayout::Create(std::move(tensors), slice_elems, num_shards);
+  if (!layout.ok()) {
+    return Refuse(Refusal::kBadLayout, absl::InvalidArgumentError(absl::StrCat(
+                                           "invalid layout: ", layout.status().message())));
+  }
+  return RegisterLayout(worker_id, *layout);
+}
+
 absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
                                                             const core::ModelLayout& layout) {
   std::vector<uint32_t> owned;
   {
     absl::MutexLock lock(&mu_);
-    if (layout_.has_value()) {
-      if (layout_->hash() == layout.hash()) {
-        return absl::AlreadyExistsError("this layout is already registered");
-      }
-      return Refuse(Refusal::kLayoutMismatch,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "layout mismatch: shard ", shard_id_, " already holds layout ",
-                        absl::Hex(layout_->hash()), "; worker ", worker_id, " offered ",
-                        absl::Hex(layout.hash()))));
-    }
-    if (layout.num_shards() != options_.num_shards) {
-      return Refuse(Refusal::kBadLayout,
-                    absl::InvalidArgumentError(absl::StrCat(
-                        "layout is cut for ", layout.num_shards(), " shards but the server has ",
-                        options_.num_shards)));
-    }
-    const uint64_t slice_bytes = uint64_t{layout.slice_elems()} * sizeof(float);
-    if (slice_bytes + kMessageOverheadBytes > options_.max_message_bytes) {
-      return Refuse(Refusal::kBadLayout,
-                    absl::InvalidArgumentError(absl::StrCat(
-                        "slice_elems ", layout.slice_elems(), " needs messages of ",
-                        slice_bytes + kMessageOverheadBytes,
-                        " bytes, above --max-message-bytes ", options_.max_message_bytes)));
-    }
+    if (layout_.has_value()) return AnswerRegisteredLocked(worker_id, layout.hash());
+    PS_ASSIGN_OR_RETURN(const core::LayoutSummary sum,
+                        core::ModelLayout::Check(layout.tensors(), layout.slice_elems(),
+                                                 layout.num_shards()));
+    PS_RETURN_IF_ERROR(CheckLayoutFits(sum, layout.slice_elems(), layout.num_shards()));
     owned = InstallLayoutLocked(layout);
   }
   spdlog::info("shard {}: worker {} registered layout {:x}: {} tensors, {} slices, {} owned",
@@ -433,26 +531,14 @@ absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t
   return absl::OkStatus();
 }
 
-const codecs::Codec* Shard::DecoderFor(std::string_view spec) {
-  absl::MutexLock lock(&mu_);
-  if (auto it = decoders_.find(spec); it != decoders_.end()) return it->second.get();
-  if (spec.size() > kMaxCodecSpecBytes || decoders_.size() >= kMaxDistinctCodecs) return nullptr;
-  auto codec = codecs::MakeCodec(spec);
-  if (!codec.ok()) return nullptr;
-  const codecs::Codec* raw = codec->get();
-  decoders_.emplace(std::string(spec), *std::move(codec));
-  return raw;
-}
-
-const codecs::Codec* Shard::CheckedDecoder(uint32_t worker_id, uint32_t slice_id,
-                                           std::string_view codec, absl::Status* refusal) {
-  const codecs::Codec* decoder = DecoderFor(codec);
-  if (decoder == nullptr) {
-    auto made = codecs::MakeCodec(codec.substr(0, kMaxCodecSpecBytes));
-    *refusal = Refuse(Refusal::kUnknownCodec,
-                      absl::InvalidArgumentError(absl::StrCat(
-                          "push from worker ", worker_id, " for slice ", slice_id, ": ",
-                          made.ok() ? "too many distinct codecs" : made.status().message())));
+absl::StatusOr<std::shared_ptr<const codecs::Codec>> Shard::CheckedDecoder(
+    uint32_t worker_id, uint32_t slice_id, std::string_view codec) {
+  absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoder = decoders_.Get(codec);
+  if (!decoder.ok()) {
+    return Refuse(Refusal::kUnknownCodec,
+                  absl::InvalidArgumentError(absl::StrCat("push from worker ", worker_id,
+                                                          " for slice ", slice_id, ": ",
+                                                          decoder.status().message())));
   }
   return decoder;
 }
@@ -547,14 +633,13 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
   }
   PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash, slice_id));
-  absl::Status refusal;
-  const codecs::Codec* decoder = CheckedDecoder(worker_id, slice_id, codec, &refusal);
-  if (decoder == nullptr) return refusal;
   const uint32_t numel = s->info.numel;
   bool close = false;
   std::optional<core::SteadyTime> new_deadline;
   {
     absl::MutexLock lock(&s->mu);
+    // The round's state first: a late or duplicate push is refused before its codec is
+    // looked at.
     PS_RETURN_IF_ERROR(CheckOpenRoundLocked(s, worker_id, round));
     if (s->pushed[worker_id]) {
       return Refuse(Refusal::kDuplicate,
@@ -562,6 +647,8 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
                                                           " for round ", round, " of slice ",
                                                           slice_id)));
     }
+    PS_ASSIGN_OR_RETURN(const std::shared_ptr<const codecs::Codec> decoder,
+                        CheckedDecoder(worker_id, slice_id, codec));
     if (s->inputs.empty()) s->inputs.resize(size_t{options_.num_workers} * numel);
     std::span<float> slot(s->inputs.data() + size_t{worker_id} * numel, numel);
     if (absl::Status st = decoder->Decode(payload, slot); !st.ok()) {
@@ -569,7 +656,8 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
       return Refuse(Refusal::kMalformed,
                     absl::InvalidArgumentError(absl::StrCat(
                         "malformed push from worker ", worker_id, " for round ", round,
-                        " of slice ", slice_id, " (codec ", core::AsAbsl(codec.substr(0, kMaxCodecSpecBytes)), "): ", st.message())));
+                        " of slice ", slice_id, " (codec ", core::ClientText(codec), "): ",
+                        st.message())));
     }
     s->pushed[worker_id] = 1;
     ++s->num_pushed;
@@ -620,9 +708,6 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
   if (absl::Status geometry = core::CheckChunkGeometry(h, numel); !geometry.ok()) {
     return malformed(geometry.message());
   }
-  absl::Status refusal;
-  const codecs::Codec* decoder = CheckedDecoder(worker_id, h.slice_id, codec, &refusal);
-  if (decoder == nullptr) return refusal;
   const core::ChunkRange range = core::ChunkRangeOf(numel, h.chunk_elems, h.chunk_index);
   bool close = false;
   std::optional<core::SteadyTime> new_deadline;
@@ -646,11 +731,12 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
                         "replayed chunk ", h.chunk_index, " from worker ", worker_id,
                         " for round ", h.round, " of slice ", h.slice_id)));
     }
+    PS_ASSIGN_OR_RETURN(const std::shared_ptr<const codecs::Codec> decoder,
+                        CheckedDecoder(worker_id, h.slice_id, codec));
     if (s->inputs.empty()) s->inputs.resize(size_t{options_.num_workers} * numel);
     std::span<float> slot(s->inputs.data() + size_t{worker_id} * numel + range.first, range.count);
     if (absl::Status st = decoder->Decode(payload, slot); !st.ok()) {
-      return malformed(absl::StrCat("codec ", core::AsAbsl(codec.substr(0, kMaxCodecSpecBytes)),
-                                    ": ", st.message()));
+      return malformed(absl::StrCat("codec ", core::ClientText(codec), ": ", st.message()));
     }
     if (push.chunk_count == 0) {
       push.chunk_elems = h.chunk_elems;
@@ -1142,18 +1228,45 @@ absl::Status Shard::ValidatePull(uint64_t layout_hash, std::span<const uint32_t>
   return absl::OkStatus();
 }
 
-void Shard::Watch(uint32_t slice_id, uint64_t min_version, std::function<void(bool)> ready) {
+uint64_t Shard::Watch(uint32_t slice_id, uint64_t min_version, std::function<void(bool)> ready) {
   SliceState* s = slices_[slice_id].get();
   bool now;
   {
     absl::MutexLock lock(&s->mu);
     now = s->initialized && s->version >= min_version;
     if (!now && !draining_.load()) {
-      s->watchers.emplace_back(min_version, std::move(ready));
-      return;
+      const uint64_t id = next_watch_id_.fetch_add(1);
+      s->watchers.emplace(id, PendingWatch{min_version, std::move(ready)});
+      return id;
     }
   }
   ready(now);
+  return 0;
+}
+
+void Shard::Unwatch(uint32_t slice_id, uint64_t watch_id) {
+  if (watch_id == 0) return;
+  SliceState* s = slices_[slice_id].get();
+  std::function<void(bool)> dropped;
+  {
+    absl::MutexLock lock(&s->mu);
+    auto it = s->watchers.find(watch_id);
+    if (it == s->watchers.end()) return;
+    dropped = std::move(it->second.ready);
+    s->watchers.erase(it);
+  }
+  // `dropped` (and what it holds) is destroyed here, outside the slice's lock.
+}
+
+uint64_t Shard::WatcherCount() const {
+  if (!registered_.load(std::memory_order_acquire)) return 0;
+  uint64_t n = 0;
+  for (const auto& s : slices_) {
+    if (s == nullptr) continue;
+    absl::MutexLock lock(&s->mu);
+    n += s->watchers.size();
+  }
+  return n;
 }
 
 SliceSnapshot Shard::Snapshot(uint32_t slice_id) const {
@@ -1237,12 +1350,12 @@ void Shard::Drain(core::Duration timeout) {
   if (!registered_.load(std::memory_order_acquire)) return;
   for (auto& s : slices_) {
     if (s == nullptr) continue;
-    Watchers wake;
+    absl::flat_hash_map<uint64_t, PendingWatch> wake;
     {
       absl::MutexLock lock(&s->mu);
       wake.swap(s->watchers);
     }
-    for (auto& [min_version, fn] : wake) fn(false);
+    for (auto& [id, watch] : wake) watch.ready(false);
   }
 }
 

@@ -40,6 +40,7 @@
 #include "core/thread_pool.h"
 #include "core/udp_frame.h"
 #include "server/checkpoint.h"
+#include "server/decoder_cache.h"
 #include "server/optimizer.h"
 #include "server/options.h"
 
@@ -65,6 +66,7 @@ enum class Refusal : int {
   kUnauthenticated,      // UNAUTHENTICATED (no, unknown or contradictory credentials)
   kPermissionDenied,     // PERMISSION_DENIED (an identity calling beyond its rights)
   kRateLimited,          // RESOURCE_EXHAUSTED
+  kOverLimit,            // RESOURCE_EXHAUSTED (a resource bound: pull streams, model size)
   kCount,
 };
 std::string_view RefusalName(Refusal r);
@@ -135,6 +137,15 @@ struct RoundShare {
   std::vector<double> gram;            // (participants + state rows)^2, row-major
 };
 
+// Estimated bytes a shard holds for a layout (parameters, velocity, published copies,
+// the open round's pushes of every worker, per-slice bookkeeping, the layout's own
+// tables), from the layout's summary alone; compared with --max-shard-bytes before a
+// layout is built. docs/operations.md has the formula.
+uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
+                            size_t rule_state_rows, bool checkpoints);
+// --max-shard-bytes with 0 resolved to half the physical memory.
+uint64_t EffectiveMaxShardBytes(const ServerOptions& options);
+
 // A published slice: immutable, shared by every pull that sends it.
 struct SliceSnapshot {
   uint64_t version = 0;
@@ -165,9 +176,16 @@ class Shard {
 
   // Registers the layout (first caller wins). Returns the owned slice ids in priority
   // order. ALREADY_EXISTS when the same layout is registered, FAILED_PRECONDITION when
-  // another one is.
+  // another one is, RESOURCE_EXHAUSTED when it needs more than --max-shard-bytes.
   absl::StatusOr<std::vector<uint32_t>> RegisterLayout(uint32_t worker_id,
                                                        const core::ModelLayout& layout);
+  // The same from a layout's parts, as a request carries them: answers a shard that
+  // already has a layout, and refuses one over the limits, at a cost linear in the
+  // tensor list (nothing is cut into slices before it passed). INVALID_ARGUMENT for an
+  // invalid layout.
+  absl::StatusOr<std::vector<uint32_t>> RegisterLayout(uint32_t worker_id,
+                                                       std::vector<core::TensorSpec> tensors,
+                                                       uint32_t slice_elems, uint32_t num_shards);
   // Sets a slice's initial value (fp32 bytes) once; the shard is ready when all
   // owned slices have one.
   absl::Status InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
@@ -193,8 +211,13 @@ class Shard {
   absl::Status ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids);
   // Calls `ready(true)` once slice `slice_id` has a version >= min_version (inline if
   // it already has), or `ready(false)` if the shard shuts down first. The slice id
-  // must have passed ValidatePull.
-  void Watch(uint32_t slice_id, uint64_t min_version, std::function<void(bool)> ready);
+  // must have passed ValidatePull. Returns an id for Unwatch (0 when `ready` already ran).
+  uint64_t Watch(uint32_t slice_id, uint64_t min_version, std::function<void(bool)> ready);
+  // Forgets a watch that has not fired (a pull that was cancelled or timed out); a no-op
+  // for one that fired. `ready` is not called.
+  void Unwatch(uint32_t slice_id, uint64_t watch_id);
+  // Watches waiting over all slices (tests, docs: every one belongs to an open pull).
+  uint64_t WatcherCount() const;
   SliceSnapshot Snapshot(uint32_t slice_id) const;
   // Priority of a slice (for ordering pull streams).
   int32_t SlicePriority(uint32_t slice_id) const;
@@ -280,8 +303,18 @@ class Shard {
   // After a chunk of `round` was taken: the first time for that round, starts the
   // deadline of every owned slice at that round.
   void StartUdpRound(uint64_t round);
-  const codecs::Codec* CheckedDecoder(uint32_t worker_id, uint32_t slice_id, std::string_view codec,
-                                      absl::Status* refusal);
+  // The decoder of `codec` for a push or chunk of `worker_id`, or the refusal.
+  absl::StatusOr<std::shared_ptr<const codecs::Codec>> CheckedDecoder(uint32_t worker_id,
+                                                                     uint32_t slice_id,
+                                                                     std::string_view codec);
+  // Under mu_, with a layout registered: ALREADY_EXISTS for the same hash, else the
+  // mismatch refusal.
+  absl::Status AnswerRegisteredLocked(uint32_t worker_id, uint64_t hash) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Refuses a layout cut for another shard count, with slices beyond the message size,
+  // or needing more than --max-shard-bytes here.
+  absl::Status CheckLayoutFits(const core::LayoutSummary& sum, uint32_t slice_elems,
+                               uint32_t num_shards) const;
   // Under mu_: creates the slice states of `layout` and registers it; returns the owned
   // slice ids in priority order.
   std::vector<uint32_t> InstallLayoutLocked(const core::ModelLayout& layout)
@@ -311,7 +344,6 @@ class Shard {
   // it and returns the shares.
   std::optional<std::vector<std::shared_ptr<const RoundShare>>> ClaimCompleteRoundLocked()
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  const codecs::Codec* DecoderFor(std::string_view spec);
   // The sorted kept coordinates when every one of `workers` pushed random-k with the same
   // seeded support this round, else empty.
   std::vector<uint32_t> SharedSupport(const SliceState& s, std::span<const uint32_t> workers);
@@ -331,16 +363,22 @@ class Shard {
   const bool checkpoints_;
   core::Clock* const clock_;
   core::ThreadPool* const pool_;
+  const uint64_t max_shard_bytes_;
 
-  mutable absl::Mutex mu_;  // layout, sessions, deadlines, codec cache
+  DecoderCache decoders_;
+  // One layout registration at a time: a second waits and then finds the first's.
+  absl::Mutex register_mu_;
+  std::atomic<uint64_t> next_watch_id_{1};
+
+  mutable absl::Mutex mu_;  // layout, sessions, deadlines
   std::optional<core::ModelLayout> layout_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<const UdpPeer>> udp_sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> udp_session_of_worker_ ABSL_GUARDED_BY(mu_);
   std::set<std::pair<core::SteadyTime, uint32_t>> deadlines_ ABSL_GUARDED_BY(mu_);
-  std::map<std::string, std::unique_ptr<codecs::Codec>, std::less<>> decoders_
-      ABSL_GUARDED_BY(mu_);
+  // Joins per worker, for logging re-joins at the 1st, 2nd, 4th, ...
+  std::vector<uint64_t> joins_ ABSL_GUARDED_BY(mu_);
   std::function<void()> deadline_listener_ ABSL_GUARDED_BY(mu_);
   uint32_t uninitialized_ ABSL_GUARDED_BY(mu_) = 0;
   // Owned slice ids in increasing order, and in the order model rounds publish them

@@ -96,6 +96,14 @@ if [ "${PS_LOCAL_TLS:-0}" = 1 ]; then
   tls_server=(--tls-ca "$certs/ca.pem")
   tls_worker=(--tls-ca "$certs/ca.pem")
 fi
+# Without mTLS the shards authenticate clients with tokens derived from a secret in a
+# private run directory (made by the first shard); each worker reads its own token.
+auth_server=() auth_worker=()
+if [ ${#tls_server[@]} -eq 0 ]; then
+  need_flag "authentication" "$server_help" --run-dir
+  auth_server=(--run-dir "$STATE/run")
+  auth_worker=(--run-dir "$STATE/run")
+fi
 
 # shellcheck source=deploy/local/lib.sh
 source "$ROOT/deploy/local/lib.sh"
@@ -118,6 +126,7 @@ for ((i = 0; i < SHARDS; i++)); do
         --threads 1 --log-format plain)
   [ "$SHARDS" -gt 1 ] && args+=(--peers "$PEERS")
   [ ${#tls_server[@]} -gt 0 ] && args+=("${tls_server[@]}" --tls-cert "$certs/shard-$i.pem" --tls-key "$certs/shard-$i.key")
+  [ ${#auth_server[@]} -gt 0 ] && args+=("${auth_server[@]}")
   [ "${PS_LOCAL_CHECKPOINTS:-0}" = 1 ] && args+=(--checkpoint-dir "$STATE/checkpoints"
     --checkpoint-interval-s "${PS_LOCAL_CHECKPOINT_INTERVAL_S:-30}")
   [ "${PS_LOCAL_METRICS:-0}" = 1 ] && args+=(--metrics-port "$((BASE_PORT + 100 + i))")
@@ -154,6 +163,7 @@ for ((i = 0; i < WORKERS; i++)); do
   args=(--shards "$PEERS" --worker-id "$i" --workers "$WORKERS" --steps "$STEPS"
         --batch-size "$BATCH" --seed 1 --progress jsonl --log-every 10)
   [ ${#tls_worker[@]} -gt 0 ] && args+=("${tls_worker[@]}" --tls-cert "$certs/worker-$i.pem" --tls-key "$certs/worker-$i.key")
+  [ ${#auth_worker[@]} -gt 0 ] && args+=("${auth_worker[@]}")
   "$TRAINER" "${args[@]}" "${worker_extra[@]}" >"$RUN/worker-$i.jsonl" 2>"$RUN/worker-$i.log" &
   echo "worker-$i $!" >>"$PIDS"
 done

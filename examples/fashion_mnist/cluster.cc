@@ -2,11 +2,15 @@
 
 #include <torch/torch.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "core/cluster_secret.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/process.h"
 #include "server/logging.h"
@@ -82,6 +86,19 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
 
   PS_ASSIGN_OR_RETURN(const std::vector<uint16_t> ports, PickFreePorts(config.num_shards));
+  // Authenticated as ps-server is by default: the shards share a secret in a private
+  // run directory (made by mkdtemp, mode 0700) and each worker uses its own token.
+  std::string run_dir = (std::filesystem::temp_directory_path() / "ps-cluster-XXXXXX").string();
+  if (mkdtemp(run_dir.data()) == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot make a run directory like ", run_dir));
+  }
+  struct RemoveDir {
+    std::string path;
+    ~RemoveDir() {
+      std::error_code ignored;
+      std::filesystem::remove_all(path, ignored);
+    }
+  } remove_run_dir{run_dir};
   std::vector<std::string> addresses;
   for (uint16_t port : ports) addresses.push_back(absl::StrCat("127.0.0.1:", port));
   std::vector<std::unique_ptr<server::Server>> shards;
@@ -104,6 +121,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
     if (config.trainer.fifo) o.schedule = "fifo";
     o.threads = 1;
     o.log_level = "warn";
+    o.run_dir = run_dir;
     auto started = server::Server::Start(o);
     if (!started.ok()) {
       return absl::Status(started.status().code(),
@@ -125,6 +143,13 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
       threads.emplace_back([&, w] {
         TrainerConfig c = config.trainer;
         c.worker_id = w;
+        absl::StatusOr<std::string> token = core::ReadTokenFile(
+            core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, w}));
+        if (!token.ok()) {
+          statuses[w] = token.status();
+          return;
+        }
+        c.credentials.token = *token;
         c.shards = addresses;
         c.byzantine = config.byzantine;
         c.rule = config.aggregator;

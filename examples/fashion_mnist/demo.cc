@@ -109,6 +109,9 @@ class Scenario {
     return false;
   }
 
+  // The shards' private run directory (secret and token files).
+  std::string RunDir() const { return (std::filesystem::path(dir_) / "run").string(); }
+
   std::string LogPath(const std::string& name) const {
     return (std::filesystem::path(dir_) / (name + ".log")).string();
   }
@@ -166,6 +169,9 @@ class Scenario {
           "--weight-decay", "0",
           // Two shards and six trainers share a small machine: one aggregation thread.
           "--threads", "1",
+          // Authenticated, as by default: the shards make a secret and a token file per
+          // worker in the scenario's run directory; each trainer reads its own.
+          "--run-dir", RunDir(),
           "--log-level", "info",
       };
       // clang-format on
@@ -222,6 +228,7 @@ class Scenario {
         "--eval-every", std::to_string(config_.eval_every),
         "--progress", "jsonl",
         "--log-every", "1",
+        "--run-dir", RunDir(),
     };
     // clang-format on
     if (config_.error_feedback) args.emplace_back("--error-feedback");

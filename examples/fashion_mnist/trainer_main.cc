@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/cluster_secret.h"
 #include "core/json_line.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/training.h"
@@ -40,6 +41,7 @@ struct TrainerFlags {
   double connect_timeout_s = 60;
   std::string collude_dir;
   std::string token_file;
+  std::string run_dir;
 };
 
 // Writes start/step/eval/done events as text or one JSON object per line (stdout).
@@ -143,6 +145,10 @@ absl::Status Run(TrainerFlags& f, std::unique_ptr<Worker>& keep_worker) {
   TrainerConfig& c = f.config;
   c.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.pull_timeout_s * 1000));
   c.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.connect_timeout_s * 1000));
+  if (f.token_file.empty() && !f.run_dir.empty()) {
+    f.token_file = core::TokenFilePath(
+        f.run_dir, core::Identity{core::Identity::Kind::kWorker, c.worker_id});
+  }
   if (!f.token_file.empty()) {
     PS_ASSIGN_OR_RETURN(c.credentials.token, core::ReadTokenFile(f.token_file));
   }
@@ -184,6 +190,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", c.credentials.tls_server_name,
                  "Name to check in the shards' certificates instead of the address's host");
   app.add_option("--token-file", f.token_file, "File holding this worker's bearer token");
+  app.add_option("--run-dir", f.run_dir,
+                 "Run directory of local shards (ps-server --run-dir): use its "
+                 "token-worker-<worker-id> file");
   app.add_option("--workers", c.workers, "Number of workers n (for the data partition)");
   app.add_option("--data-dir", f.data_dir, "Directory with the Fashion-MNIST IDX .gz files");
   app.add_option("--steps", c.steps, "Training rounds (steps) in total");

@@ -106,3 +106,51 @@ TEST(ModelLayoutTest, FindsTensorsByName) {
 
 }  // namespace
 }  // namespace ps::core
+
+namespace ps::core {
+namespace {
+
+// numel 2^64 - 1 with slice_elems 2^22 made the slice count wrap below the limit, and
+// the layout was then cut slice by slice until memory ran out.
+TEST(ModelLayoutCheckTest, SizesNearTwoToTheSixtyFourAreRefusedWithoutWrapping) {
+  for (uint32_t slice_elems : {1u << 22, 1u, 65536u}) {
+    absl::StatusOr<LayoutSummary> sum = ModelLayout::Check({{"w", ~0ull, 0}}, slice_elems, 1);
+    ASSERT_FALSE(sum.ok());
+    EXPECT_EQ(sum.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(sum.status().message(), HasSubstr("elements"));
+  }
+  // Two tensors whose sum wraps.
+  EXPECT_FALSE(ModelLayout::Check({{"a", kMaxModelElems, 0}, {"b", ~0ull - 5, 0}}, 1u << 22, 1).ok());
+  EXPECT_FALSE(ModelLayout::Create({{"w", ~0ull, 0}}, 1u << 22, 1).ok());
+}
+
+TEST(ModelLayoutCheckTest, SummaryBoundsWhatEachShardOwns) {
+  std::vector<TensorSpec> t;
+  for (int i = 0; i < 30; ++i) t.push_back({"t" + std::to_string(i), uint64_t(700 + 131 * i), i});
+  for (uint32_t shards : {1u, 2u, 3u, 7u}) {
+    absl::StatusOr<LayoutSummary> sum = ModelLayout::Check(t, 256, shards);
+    ASSERT_TRUE(sum.ok()) << sum.status();
+    absl::StatusOr<ModelLayout> l = ModelLayout::Create(t, 256, shards);
+    ASSERT_TRUE(l.ok());
+    EXPECT_EQ(sum->num_slices, l->slices().size());
+    EXPECT_EQ(sum->total_elems, l->total_elems());
+    for (uint32_t s = 0; s < shards; ++s) {
+      EXPECT_LE(l->SlicesOfShard(s).size(), sum->max_owned_slices) << shards;
+      EXPECT_LE(l->ShardLoads()[s], sum->max_owned_elems) << shards;
+    }
+  }
+}
+
+TEST(ModelLayoutCheckTest, HashEqualsTheBuiltLayoutsAndMessagesQuoteBoundedNames) {
+  const std::vector<TensorSpec> t = {{"a", 100, 0}, {"b", 7, 1}};
+  EXPECT_EQ(ModelLayout::Hash(t, 16, 2), ModelLayout::Create(t, 16, 2)->hash());
+  EXPECT_NE(ModelLayout::Hash(t, 16, 2), ModelLayout::Hash(t, 16, 1));
+  const std::string huge(1 << 20, '\n');
+  absl::StatusOr<LayoutSummary> sum = ModelLayout::Check({{huge, 1, 0}}, 16, 1);
+  ASSERT_FALSE(sum.ok());
+  EXPECT_LT(sum.status().message().size(), 256u);
+  EXPECT_EQ(sum.status().message().find('\n'), absl::string_view::npos);
+}
+
+}  // namespace
+}  // namespace ps::core

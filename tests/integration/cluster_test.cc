@@ -32,6 +32,7 @@ core::ModelLayout Layout(uint32_t shards) {
 
 WorkerOptions ClientOptions(const testing::Cluster& c, uint32_t id) {
   WorkerOptions o;
+  o.credentials.token = c.WorkerToken(id);
   o.shard_addresses = c.addresses;
   o.worker_id = id;
   o.connect_timeout = milliseconds(20000);
@@ -362,7 +363,11 @@ TEST(ClusterTest, LaterJoinerWithAnotherLayoutIsRefused) {
 }
 
 TEST(ClusterTest, WorkerIdOutsideTheClusterIsRefused) {
-  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+  // Authenticated, worker 5 of 2 has no token at all; the rank check itself shows
+  // without authentication.
+  server::ServerOptions o = BaseOptions(2, 0, "mean");
+  o.insecure = true;
+  testing::Cluster c = testing::StartCluster(1, o);
   auto w = Worker::Start(ClientOptions(c, 5), Layout(1));
   ASSERT_FALSE(w.ok());
   EXPECT_EQ(w.status().code(), absl::StatusCode::kInvalidArgument);
@@ -408,12 +413,15 @@ TEST(ClusterTest, PullTimesOutWhenTheVersionNeverComes) {
 }
 
 TEST(ClusterTest, StartRefusesRuleBoundsWithTheBoundInTheMessage) {
-  auto s = server::Server::Start(BaseOptions(5, 2, "krum"));
+  server::ServerOptions five = BaseOptions(5, 2, "krum");
+  five.insecure = true;  // the rule's bound is the refusal looked at here
+  auto s = server::Server::Start(five);
   ASSERT_FALSE(s.ok());
   EXPECT_THAT(s.status().message(), HasSubstr("2f + 3"));
   server::ServerOptions o = BaseOptions(9, 2, "krum");
   o.quorum = 5;  // below 2f + 3 = 7
   o.port = 0;
+  o.insecure = true;
   auto q = server::Server::Start(o);
   ASSERT_FALSE(q.ok());
   EXPECT_THAT(q.status().message(), HasSubstr("quorum 5"));
@@ -430,6 +438,7 @@ TEST(ClusterTest, ShardsWithDifferentConfigurationsStopServing) {
     o.shard_id = i;
     o.peers = addrs;
     o.port = static_cast<uint16_t>(std::stoi(addrs[i].substr(addrs[i].rfind(':') + 1)));
+    o.insecure = true;
     auto s = server::Server::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     shards.push_back(*std::move(s));

@@ -5,6 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <stdlib.h>
+
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "core/cluster_secret.h"
+#include "core/credentials.h"
 #include "server/server.h"
 
 namespace ps::testing {
@@ -34,12 +39,42 @@ inline uint16_t PickFreePort() {
 struct Cluster {
   std::vector<std::unique_ptr<server::Server>> shards;
   std::vector<std::string> addresses;
+  // The shards' run directory when they authenticate the default way (a temporary one,
+  // removed with the Cluster); empty otherwise.
+  std::string run_dir;
+
+  Cluster() = default;
+  Cluster(Cluster&&) = default;
+  Cluster& operator=(Cluster&&) = default;
+  ~Cluster() {
+    shards.clear();
+    if (!run_dir.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(run_dir, ignored);
+    }
+  }
+
+  // The token of worker `id` from the run directory ("" without one).
+  std::string WorkerToken(uint32_t id) const {
+    if (run_dir.empty()) return "";
+    absl::StatusOr<std::string> token = core::ReadTokenFile(
+        core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, id}));
+    EXPECT_TRUE(token.ok()) << token.status();
+    return token.value_or("");
+  }
 };
 
 // Starts `num_shards` shards on loopback, all with `base` options (shard id, ports
-// and peers filled in).
+// and peers filled in). Unless `base` says how to authenticate (or is insecure), the
+// shards use a fresh run directory, as ps-server does by default: clients then need
+// Cluster::WorkerToken.
 inline Cluster StartCluster(uint32_t num_shards, server::ServerOptions base) {
   Cluster c;
+  if (!base.insecure && !base.ClientAuthRequired()) {
+    c.run_dir = (std::filesystem::temp_directory_path() / "ps-test-run-XXXXXX").string();
+    EXPECT_NE(mkdtemp(c.run_dir.data()), nullptr);
+    base.run_dir = c.run_dir;
+  }
   std::vector<uint16_t> ports;
   for (uint32_t i = 0; i < num_shards; ++i) {
     ports.push_back(PickFreePort());

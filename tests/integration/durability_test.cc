@@ -49,7 +49,9 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
         "--port", std::to_string(id == 0 ? p0 : p1), "--workers", "2", "--aggregator", "mean",
         "--lr", "0.05", "--momentum", "0.9", "--round-deadline-ms", "60000",
         "--checkpoint-dir", dir.string(), "--checkpoint-every-rounds", "1",
-        "--checkpoint-interval-s", "0", "--peer-timeout-ms", "5000"};
+        "--checkpoint-interval-s", "0", "--peer-timeout-ms", "5000",
+        // Both shards share one run directory: the first makes the secret.
+        "--run-dir", (dir / "run").string()};
   };
   auto shard0 = std::make_unique<testing::Process>(shard_args(0));
   auto shard1 = std::make_unique<testing::Process>(shard_args(1));
@@ -67,6 +69,18 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
     WorkerOptions wo;
     wo.shard_addresses = {absl::StrCat("127.0.0.1:", p0), absl::StrCat("127.0.0.1:", p1)};
     wo.worker_id = w;
+    // The token file appears once a shard started: wait for it (bounded).
+    const std::string token_file = core::TokenFilePath(
+        (dir / "run").string(), core::Identity{core::Identity::Kind::kWorker, w});
+    for (int i = 0; i < 1500 && !std::filesystem::exists(token_file); ++i) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    absl::StatusOr<std::string> token = core::ReadTokenFile(token_file);
+    if (!token.ok()) {
+      results[w] = token.status();
+      return;
+    }
+    wo.credentials.token = *token;
     wo.max_attempts = 40;
     wo.max_backoff = milliseconds(250);
     const std::span<const float> inits[2] = {init, init};
@@ -159,6 +173,7 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
 TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
   const auto dir = TempDir("ps_corrupt");
   server::ServerOptions o;
+  o.insecure = true;  // durability, not authentication
   o.num_workers = 1;
   o.learning_rate = 0.5f;
   o.momentum = 0.0f;
@@ -221,6 +236,7 @@ TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
 TEST(DurabilityTest, ACheckpointOfAnotherShardCountIsRefusedAtStart) {
   const auto dir = TempDir("ps_other_count");
   server::ServerOptions o;
+  o.insecure = true;  // durability, not authentication
   o.num_workers = 1;
   o.checkpoint_dir = dir.string();
   o.checkpoint_interval = std::chrono::seconds(0);
@@ -247,6 +263,7 @@ TEST(DurabilityTest, ACheckpointOfAnotherShardCountIsRefusedAtStart) {
 
 TEST(DurabilityTest, ADeadWorkersRoundsCloseAtTheDeadlineWithTheQuorum) {
   server::ServerOptions o;
+  o.insecure = true;  // durability, not authentication
   o.num_workers = 3;
   o.num_byzantine = 1;  // quorum 2
   o.aggregator = "mean";

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <thread>
 
+#include "core/cluster_secret.h"
 #include "tests/integration/process_util.h"
 #include "worker_lib/worker.h"
 
@@ -41,15 +42,22 @@ TEST(ProcessTest, ServesAWorkerAndDrainsOnSigterm) {
   const std::string port_file = (std::filesystem::temp_directory_path() /
                                  ("ps_port_" + std::to_string(::getpid()))).string();
   std::filesystem::remove(port_file);
+  const std::string run_dir = port_file + ".run";
+  std::filesystem::remove_all(run_dir);
   Process server({PS_SERVER_BINARY, "--port", "0", "--port-file", port_file, "--workers", "1",
-                  "--lr", "1", "--momentum", "0", "--drain-timeout-ms", "3000"});
+                  "--lr", "1", "--momentum", "0", "--drain-timeout-ms", "3000", "--run-dir",
+                  run_dir});
   const std::string port = ReadPortFile(port_file, milliseconds(15000));
   ASSERT_FALSE(port.empty()) << server.Log();
   std::filesystem::remove(port_file);
+  absl::StatusOr<std::string> token = core::ReadTokenFile(
+      core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, 0}));
+  ASSERT_TRUE(token.ok()) << token.status();
 
   auto layout = *core::ModelLayout::Create({{"w", 3, 0}}, 128, 1);
   WorkerOptions wo;
   wo.shard_addresses = {"127.0.0.1:" + port};
+  wo.credentials.token = *token;
   wo.max_attempts = 1;
   std::vector<float> init = {1, 2, 3};
   std::vector<std::span<const float>> spans = {init};

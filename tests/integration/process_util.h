@@ -61,6 +61,7 @@ class Process {
   }
 
   void Signal(int sig) { ::kill(pid_, sig); }
+  pid_t pid() const { return pid_; }
   std::string Log() const {
     std::ifstream in(log_);
     return std::string(std::istreambuf_iterator<char>(in), {});

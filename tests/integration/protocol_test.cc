@@ -21,6 +21,7 @@ class ProtocolTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server::ServerOptions o;
+    o.insecure = true;  // raw stubs below call without credentials
     o.num_workers = 3;
     o.num_byzantine = 1;  // quorum 2
     o.aggregator = "mean";

@@ -30,6 +30,7 @@ server::ServerOptions Options(uint32_t n) {
 
 WorkerOptions ClientOptions(const testing::Cluster& c, uint32_t id) {
   WorkerOptions o;
+  o.credentials.token = c.WorkerToken(id);
   o.shard_addresses = c.addresses;
   o.worker_id = id;
   o.connect_timeout = milliseconds(20000);

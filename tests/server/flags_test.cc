@@ -1,5 +1,7 @@
 #include "server/flags.h"
 
+#include "core/cluster_secret.h"
+
 #include <unistd.h>
 
 #include <cctype>
@@ -42,6 +44,9 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "tls-key",
                                                   "tls-ca",
                                                   "tokens",
+                                                  "run-dir",
+                                                  "secret-file",
+                                                  "insecure",
                                                   "rate-limit",
                                                   "rate-burst",
                                                   "checkpoint-dir",
@@ -67,6 +72,10 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "momentum",
                                                   "weight-decay",
                                                   "threads",
+                                                  "max-shard-bytes",
+                                                  "max-pulls-per-worker",
+                                                  "max-cached-decoders",
+                                                  "max-connection-idle-ms",
                                                   "drain-timeout-ms",
                                                   "log-level",
                                                   "log-format",
@@ -138,6 +147,34 @@ class FlagsTest : public ::testing::Test {
   std::map<std::string, std::optional<std::string>> saved_;
   std::vector<std::string> files_;
 };
+
+// Secure by default: with no way of telling clients apart, the shard uses its run
+// directory's secret; only --insecure runs without authentication.
+TEST_F(FlagsTest, WithoutAuthenticationFlagsTheRunDirectorySecretIsUsed) {
+  const FlagsResult plain = Parse({});
+  ASSERT_FALSE(plain.exit_now) << plain.message;
+  EXPECT_EQ(plain.options.run_dir, *core::DefaultRunDirectory());
+  EXPECT_TRUE(plain.options.ClientAuthRequired());
+  EXPECT_FALSE(plain.options.insecure);
+
+  const FlagsResult insecure = Parse({"--insecure"});
+  ASSERT_FALSE(insecure.exit_now) << insecure.message;
+  EXPECT_TRUE(insecure.options.insecure);
+  EXPECT_EQ(insecure.options.run_dir, "");
+  EXPECT_FALSE(insecure.options.ClientAuthRequired());
+
+  const FlagsResult secret = Parse({"--secret-file", "/some/secret"});
+  ASSERT_FALSE(secret.exit_now) << secret.message;
+  EXPECT_EQ(secret.options.run_dir, "");
+
+  const FlagsResult both = Parse({"--insecure", "--run-dir", "/tmp/x"});
+  EXPECT_TRUE(both.exit_now);
+  EXPECT_EQ(both.exit_code, 2);
+  EXPECT_THAT(both.message, HasSubstr("contradicts"));
+
+  ServerOptions none;
+  EXPECT_THAT(std::string(none.Validate().message()), HasSubstr("--insecure"));
+}
 
 TEST_F(FlagsTest, NoArgumentsGiveTheDocumentedDefaults) {
   const FlagsResult result = Parse({});
@@ -636,6 +673,7 @@ class ValidateTest : public ::testing::TestWithParam<BadOptionsCase> {};
 
 TEST_P(ValidateTest, RefusesWithMessageNamingTheFlag) {
   ServerOptions o;
+  o.insecure = true;  // authentication is its own test
   ASSERT_TRUE(o.Validate().ok());
   GetParam().mutate(o);
   const absl::Status status = o.Validate();
@@ -787,6 +825,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(ValidateOkTest, AcceptsBoundaryValues) {
   ServerOptions o;
+  o.insecure = true;  // authentication is its own test
   o.num_shards = 1024;
   o.shard_id = 1023;
   for (int i = 0; i < 1024; ++i) o.peers.push_back("ps-" + std::to_string(i) + ":65535");
@@ -807,6 +846,7 @@ TEST(ValidateOkTest, AcceptsBoundaryValues) {
 
 TEST(ValidateOkTest, AggregateOnlyIgnoresLearningRate) {
   ServerOptions o;
+  o.insecure = true;  // authentication is its own test
   o.aggregate_only = true;
   o.learning_rate = 0.0f;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
@@ -816,6 +856,7 @@ TEST(ValidateOkTest, AggregateOnlyIgnoresLearningRate) {
 
 TEST(ValidateOkTest, QuorumBelowNMinusFIsAllowed) {
   ServerOptions o;
+  o.insecure = true;  // authentication is its own test
   o.num_workers = 6;
   o.num_byzantine = 1;
   o.quorum = 1;

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -29,6 +30,7 @@ constexpr char kPromtool[] = "/usr/bin/promtool";
 
 ServerOptions Options() {
   ServerOptions o;
+  o.insecure = true;
   o.host = "127.0.0.1";
   o.port = 0;
   o.udp_port = 0;
@@ -159,6 +161,40 @@ TEST_F(MetricsScrapeTest, OtherPathsAreNotFoundAndShutdownStopsServing) {
   server_->Shutdown();
   EXPECT_EQ(server_->metrics_port(), 0);
   EXPECT_FALSE(testing::HttpGet(port, "/metrics").ok());
+}
+
+// The security finding fixed by HttpEndpoint: with prometheus-cpp's Exposer (civetweb,
+// two threads) two clients that sent half a request blocked every scrape for about 30 s.
+TEST_F(MetricsScrapeTest, HalfSentRequestsDoNotBlockTheScrape) {
+  std::vector<int> idle;
+  for (int i = 0; i < 20; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(server_->metrics_port());
+    ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    const std::string half = "GET /metrics HTTP/1.1\r\n";
+    ASSERT_EQ(::send(fd, half.data(), half.size(), MSG_NOSIGNAL),
+              static_cast<ssize_t>(half.size()));
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string body = Scrape();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(1000));
+  const auto m = ParseMetrics(body);
+  EXPECT_EQ(MetricValue(m, "ps_ready"), 0);
+  // The 20 idle connections and the scrape's own (the idle ones may still be in the
+  // accept queue: at least the scrape's).
+  EXPECT_GE(MetricValue(m, "ps_metrics_http_open_connections"), 1);
+  EXPECT_LE(MetricValue(m, "ps_metrics_http_open_connections"), 21);
+  EXPECT_GE(MetricValue(m, "ps_metrics_http_connections_total"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_metrics_http_connections_closed_total{reason=\"evicted\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_metrics_http_connections_closed_total{reason=\"timed_out\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_metrics_http_requests_total{result=\"served\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_metrics_http_requests_total{result=\"refused\"}"), 0);
+  for (const int fd : idle) ::close(fd);
 }
 
 TEST(MetricsServerTest, NoEndpointByDefault) {

@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
+
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -231,20 +233,24 @@ TEST_F(ShardTest, OverflowingAggregateIsDroppedNotPublished) {
 
 TEST_F(ShardTest, WatchersWakeOnlyAtTheirVersionAndOnDrain) {
   Make(Options(1));
-  int woke_at_2 = 0;
+  std::atomic<int> woke_at_2{0};
   bool drained_value = true;
   absl::Notification drained;
-  shard_->Watch(kSlice, 2, [&](bool ok) { ok ? ++woke_at_2 : 0; });
+  shard_->Watch(kSlice, 2, [&](bool ok) {
+    if (ok) woke_at_2.fetch_add(1);
+  });
   shard_->Watch(kSlice, 5, [&](bool ok) {
     drained_value = ok;
     drained.Notify();
   });
   ASSERT_TRUE(Push(0, 0, {0, 0, 0, 0}).ok());
   AwaitVersion(1);
-  EXPECT_EQ(woke_at_2, 0);
+  EXPECT_EQ(woke_at_2.load(), 0);
   ASSERT_TRUE(Push(0, 1, {0, 0, 0, 0}).ok());
   AwaitVersion(2);
-  EXPECT_EQ(woke_at_2, 1);
+  // Watchers are called just after the version is published, outside the slice's lock.
+  for (int i = 0; i < 500 && woke_at_2.load() == 0; ++i) absl::SleepFor(absl::Milliseconds(2));
+  EXPECT_EQ(woke_at_2.load(), 1);
   shard_->Drain(std::chrono::seconds(1));
   ASSERT_TRUE(drained.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_FALSE(drained_value);

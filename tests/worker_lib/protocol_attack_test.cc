@@ -17,6 +17,7 @@ using ::testing::HasSubstr;
 
 TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   server::ServerOptions o;
+  o.insecure = true;
   o.num_workers = 3;
   o.num_byzantine = 1;
   o.aggregator = "mean";

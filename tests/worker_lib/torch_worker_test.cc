@@ -60,6 +60,7 @@ class TorchWorkerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server::ServerOptions o;
+    o.insecure = true;
     o.host = "127.0.0.1";
     o.port = 0;
     o.num_workers = 1;

@@ -1,0 +1,554 @@
+// The hostile-client suite (docs/operations.md, "Threat model and limits"): a client
+// that holds a worker's token, or none, tries what took shards down or stopped training
+// before: layouts whose size wraps or that are huge, codec specs that fill the decoder
+// cache, pulls that are abandoned, impersonation of workers and peers, log floods, idle
+// connections. Every case runs against a real shard (the ps-server binary where its
+// memory or log is measured), is bounded in time and count, and checks that the request
+// is refused precisely, that the shard's resident memory stays under its bound and that
+// honest rounds keep going.
+//
+// The rates of honest rounds with and without each attack are measured by
+// `ps-bench hostile` (docs/bench.md), not here: tests assert no timing.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/strings/str_cat.h"
+#include "cluster_util.h"
+#include "core/cluster_secret.h"
+#include "core/credentials_internal.h"
+#include "process_util.h"
+#include "ps/v1/ps.grpc.pb.h"
+#include "server/logging.h"
+#include "worker_lib/worker.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+// The bound asserted on a shard's resident memory: --max-shard-bytes (what its model
+// state may take) plus what a shard needs beyond it (code, gRPC's buffers, threads).
+constexpr uint64_t kMaxShardBytes = 256ull << 20;
+constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (128ull << 20);
+
+std::string TempRunDir(const std::string& name) {
+  std::string dir = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
+  EXPECT_NE(mkdtemp(dir.data()), nullptr);
+  return dir;
+}
+
+uint64_t ResidentBytes(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+std::unique_ptr<grpc::ClientContext> Context(const std::string& token,
+                                             milliseconds deadline = milliseconds(10000)) {
+  auto ctx = std::make_unique<grpc::ClientContext>();
+  core::ClientCredentials creds;
+  creds.token = token;
+  core::AttachCredentials(creds, ctx.get());
+  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
+  return ctx;
+}
+
+// A ps-server process on loopback, authenticated the default way (its run directory),
+// with its stderr in a file.
+class ShardProcess {
+ public:
+  explicit ShardProcess(std::vector<std::string> extra, bool auth = true)
+      : run_dir_(TempRunDir("ps-hostile-run")) {
+    const std::string port_file = run_dir_ + ".port";
+    std::vector<std::string> args = {PS_SERVER_BINARY, "--port", "0", "--port-file", port_file,
+                                     "--max-shard-bytes", std::to_string(kMaxShardBytes),
+                                     "--threads", "2"};
+    if (auth) {
+      args.insert(args.end(), {"--run-dir", run_dir_});
+    } else {
+      args.push_back("--insecure");
+    }
+    args.insert(args.end(), extra.begin(), extra.end());
+    process_ = std::make_unique<testing::Process>(args);
+    port_ = testing::ReadPortFile(port_file, milliseconds(15000));
+    std::filesystem::remove(port_file);
+    EXPECT_FALSE(port_.empty()) << process_->Log();
+    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
+    workers_ = v1::WorkerService::NewStub(channel_);
+    peers_ = v1::PeerService::NewStub(channel_);
+  }
+  ~ShardProcess() {
+    process_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(run_dir_, ignored);
+  }
+
+  std::string address() const { return "127.0.0.1:" + port_; }
+  std::string Token(uint32_t worker) const {
+    absl::StatusOr<std::string> t = core::ReadTokenFile(
+        core::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, worker}));
+    EXPECT_TRUE(t.ok()) << t.status();
+    return t.value_or("");
+  }
+  uint64_t Resident() const { return ResidentBytes(process_->pid()); }
+  bool Alive() { return process_->Wait(milliseconds(0)) == -1; }
+  std::string Log() const { return process_->Log(); }
+  v1::WorkerService::Stub& workers() { return *workers_; }
+  v1::PeerService::Stub& peers() { return *peers_; }
+
+  grpc::Status Join(const std::string& token, uint32_t worker, uint64_t layout_hash,
+                    std::string* session) {
+    v1::JoinRequest req;
+    req.set_worker_id(worker);
+    req.set_layout_hash(layout_hash);
+    v1::JoinResponse resp;
+    grpc::Status s = workers_->Join(Context(token).get(), req, &resp);
+    if (session != nullptr) *session = resp.session();
+    return s;
+  }
+
+  grpc::Status RegisterLayout(const std::string& token, const std::string& session,
+                              const v1::Layout& layout) {
+    v1::RegisterLayoutRequest req;
+    req.set_session(session);
+    *req.mutable_layout() = layout;
+    v1::RegisterLayoutResponse resp;
+    return workers_->RegisterLayout(Context(token).get(), req, &resp);
+  }
+
+ private:
+  std::string run_dir_;
+  std::unique_ptr<testing::Process> process_;
+  std::string port_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> workers_;
+  std::unique_ptr<v1::PeerService::Stub> peers_;
+};
+
+v1::Layout OneTensor(uint64_t numel, uint32_t slice_elems, std::string name = "w") {
+  v1::Layout l;
+  l.set_slice_elems(slice_elems);
+  l.set_num_shards(1);
+  v1::TensorSpec* t = l.add_tensors();
+  t->set_name(std::move(name));
+  t->set_numel(numel);
+  return l;
+}
+
+const core::ModelLayout& HonestLayout() {
+  static const core::ModelLayout layout =
+      *core::ModelLayout::Create({{"a", 32768, 0}, {"b", 1024, 1}}, 8192, 1);
+  return layout;
+}
+
+// Workers 0..n-1 training on `shard` until stopped: pull t, push, wait, t + 1.
+class HonestTraining {
+ public:
+  HonestTraining(ShardProcess& shard, uint32_t n) {
+    for (uint32_t w = 0; w < n; ++w) {
+      WorkerOptions wo;
+      wo.shard_addresses = {shard.address()};
+      wo.worker_id = w;
+      wo.credentials.token = shard.Token(w);
+      const std::vector<float> a(32768, 0.0f), b(1024, 0.0f);
+      const std::span<const float> inits[2] = {a, b};
+      auto worker = Worker::Start(wo, HonestLayout(), inits);
+      EXPECT_TRUE(worker.ok()) << worker.status();
+      if (!worker.ok()) return;
+      workers_.push_back(*std::move(worker));
+    }
+    for (size_t w = 0; w < workers_.size(); ++w) {
+      threads_.emplace_back([this, w] {
+        Worker& worker = *workers_[w];
+        std::vector<float> a(32768), b(1024);
+        const std::span<float> outs[2] = {a, b};
+        const std::vector<float> ga(32768, 0.01f), gb(1024, 0.01f);
+        for (uint64_t t = worker.start_version(); !stop_.load() && t < 100000; ++t) {
+          if (!worker.PullAll(t, outs, milliseconds(10000)).ok()) continue;
+          (void)worker.Push(0, t, ga);
+          (void)worker.Push(1, t, gb);
+          (void)worker.WaitPushes();
+          if (w == 0) rounds_.fetch_add(1);
+        }
+      });
+    }
+  }
+  ~HonestTraining() {
+    stop_.store(true);
+    for (auto& t : threads_) t.join();
+  }
+  uint64_t rounds() const { return rounds_.load(); }
+  // Waits (bounded) until `more` rounds past now completed; false if they did not.
+  bool AdvancesBy(uint64_t more, milliseconds within = milliseconds(20000)) {
+    const uint64_t goal = rounds() + more;
+    const auto until = std::chrono::steady_clock::now() + within;
+    while (rounds() < goal && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    return rounds() >= goal;
+  }
+
+ private:
+  std::vector<std::unique_ptr<Worker>> workers_;
+  std::vector<std::thread> threads_;
+  std::atomic<bool> stop_{false};
+  std::atomic<uint64_t> rounds_{0};
+};
+
+// 4 workers, f = 1: three honest ones train, worker 3's token is the attacker's.
+std::vector<std::string> FourWorkers() {
+  return {"--workers", "4", "--byzantine", "1", "--aggregator", "trimmed_mean",
+          "--round-deadline-ms", "300"};
+}
+
+// Finding 1: numel 2^64 - 1 with slice_elems 2^22 wrapped the slice count past the
+// limit; the shard then cut slices until the kernel killed it.
+TEST(HostileTest, LayoutWhoseSliceCountWrapsIsRefusedAndTrainingGoesOn) {
+  {
+    ShardProcess fresh({"--workers", "1"});
+    std::string session;
+    ASSERT_TRUE(fresh.Join(fresh.Token(0), 0, 1, &session).ok());
+    grpc::Status s = fresh.RegisterLayout(fresh.Token(0), session, OneTensor(~0ull, 1u << 22));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("elements"));
+    EXPECT_TRUE(fresh.Alive());
+    EXPECT_LT(fresh.Resident(), kRssBoundBytes);
+  }
+  ShardProcess shard(FourWorkers());
+  HonestTraining honest(shard, 3);
+  std::string session;
+  ASSERT_TRUE(shard.Join(shard.Token(3), 3, HonestLayout().hash(), &session).ok());
+  for (int i = 0; i < 20; ++i) {
+    grpc::Status s = shard.RegisterLayout(shard.Token(3), session, OneTensor(~0ull, 1u << 22));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  }
+  EXPECT_TRUE(honest.AdvancesBy(3));
+  EXPECT_TRUE(shard.Alive());
+  EXPECT_LT(shard.Resident(), kRssBoundBytes);
+}
+
+// Finding 2: a 21-byte layout of 2^24 slices cost seconds of CPU and 760 MB even when it
+// was refused, and a fresh shard accepted it and ran out of memory.
+TEST(HostileTest, HugeLayoutsAreRefusedAtThePriceOfTheirSize) {
+  {
+    ShardProcess fresh({"--workers", "4"});
+    std::string session;
+    ASSERT_TRUE(fresh.Join(fresh.Token(0), 0, 1, &session).ok());
+    grpc::Status s = fresh.RegisterLayout(fresh.Token(0), session, OneTensor(1ull << 24, 1));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("slices"));
+    // Within the slice limit but over --max-shard-bytes with 4 workers.
+    s = fresh.RegisterLayout(fresh.Token(0), session, OneTensor(1ull << 20, 1));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("--max-shard-bytes"));
+    s = fresh.RegisterLayout(fresh.Token(0), session, OneTensor(uint64_t{1} << 36, 1u << 16));
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_LT(fresh.Resident(), kRssBoundBytes);
+    // The shard is still free for a layout that fits.
+    s = fresh.RegisterLayout(fresh.Token(0), session, OneTensor(1000, 128));
+    EXPECT_TRUE(s.ok()) << s.error_message();
+  }
+  ShardProcess shard(FourWorkers());
+  HonestTraining honest(shard, 3);
+  std::string session;
+  ASSERT_TRUE(shard.Join(shard.Token(3), 3, HonestLayout().hash(), &session).ok());
+  std::vector<std::thread> attackers;
+  for (int a = 0; a < 2; ++a) {
+    attackers.emplace_back([&] {
+      for (int i = 0; i < 50; ++i) {
+        grpc::Status s = shard.RegisterLayout(shard.Token(3), session, OneTensor(1ull << 24, 1));
+        EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+      }
+    });
+  }
+  EXPECT_TRUE(honest.AdvancesBy(3));
+  for (auto& t : attackers) t.join();
+  EXPECT_LT(shard.Resident(), kRssBoundBytes);
+}
+
+// Finding 3: 64 refused pushes with distinct codec specs filled the decoder cache, and
+// every later push with a codec not cached, fp32 included, was refused.
+TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
+  ShardProcess shard({"--workers", "2", "--aggregator", "mean", "--max-cached-decoders", "16"});
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 64, 0}}, 64, 1);
+  WorkerOptions wo;
+  wo.shard_addresses = {shard.address()};
+  wo.worker_id = 0;
+  wo.credentials.token = shard.Token(0);
+  const std::vector<float> init(64, 0.0f);
+  const std::span<const float> inits[1] = {init};
+  auto registrant = Worker::Start(wo, layout, inits);
+  ASSERT_TRUE(registrant.ok()) << registrant.status();
+
+  std::string session;
+  ASSERT_TRUE(shard.Join(shard.Token(1), 1, layout.hash(), &session).ok());
+  auto push = [&](const std::string& codec, const std::string& payload) {
+    v1::PushRequest req;
+    req.set_session(session);
+    req.set_layout_hash(layout.hash());
+    req.set_round(0);
+    req.set_slice_id(0);
+    req.set_codec(codec);
+    req.set_payload(payload);
+    v1::PushResponse resp;
+    return shard.workers().Push(Context(shard.Token(1)).get(), req, &resp);
+  };
+  for (int k = 1; k <= 100; ++k) {
+    grpc::Status s = push(absl::StrCat("qsgd(s=", k, ")"), "garbage");
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("malformed"));
+  }
+  // A codec nobody used yet still decodes.
+  std::string payload;
+  ASSERT_TRUE((*codecs::MakeCodec("int8"))->Encode(std::vector<float>(64, 0.5f), &payload).ok());
+  grpc::Status s = push("int8", payload);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  // A second push of the round is refused as a duplicate before its codec is looked at,
+  // whatever the spec.
+  s = push(std::string(1 << 20, 'x'), "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+}
+
+// Finding 4: watchers of cancelled or timed-out pulls were never removed, and nothing
+// bounded the Pull streams one worker could hold open.
+TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
+  server::ServerOptions o;
+  o.num_workers = 2;
+  o.max_pulls_per_worker = 4;
+  testing::Cluster c = testing::StartCluster(1, o);
+  ASSERT_EQ(c.shards.size(), 1u);
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 1024, 0}}, 64, 1);  // 16 slices
+  WorkerOptions wo;
+  wo.shard_addresses = c.addresses;
+  wo.credentials.token = c.WorkerToken(0);
+  const std::vector<float> init(1024, 0.0f);
+  const std::span<const float> inits[1] = {init};
+  auto registrant = Worker::Start(wo, layout, inits);
+  ASSERT_TRUE(registrant.ok()) << registrant.status();
+
+  auto stub = v1::WorkerService::NewStub(
+      grpc::CreateChannel(c.addresses[0], grpc::InsecureChannelCredentials()));
+  const std::string token = c.WorkerToken(1);
+  v1::JoinRequest join;
+  join.set_worker_id(1);
+  join.set_layout_hash(layout.hash());
+  v1::JoinResponse joined;
+  ASSERT_TRUE(stub->Join(Context(token).get(), join, &joined).ok());
+  v1::PullRequest pull;
+  pull.set_session(joined.session());
+  pull.set_layout_hash(layout.hash());
+  pull.set_min_version(1000000);  // never comes
+  for (uint32_t id = 0; id < 16; ++id) pull.add_slice_ids(id);
+
+  // 200 pulls that time out after 50 ms, four at a time (the limit).
+  std::atomic<int> exhausted{0}, expired{0};
+  for (int wave = 0; wave < 50; ++wave) {
+    std::vector<std::thread> pulls;
+    for (int i = 0; i < 4; ++i) {
+      pulls.emplace_back([&] {
+        auto ctx = Context(token, milliseconds(50));
+        auto reader = stub->Pull(ctx.get(), pull);
+        v1::PullResponse r;
+        while (reader->Read(&r)) {
+        }
+        grpc::Status s = reader->Finish();
+        if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) expired.fetch_add(1);
+        if (s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED) exhausted.fetch_add(1);
+      });
+    }
+    for (auto& t : pulls) t.join();
+  }
+  EXPECT_GT(expired.load(), 100);
+  // Every abandoned pull's watchers are gone once gRPC is done with the stream.
+  server::Shard& shard = c.shards[0]->shard();
+  for (int i = 0; i < 200 && shard.WatcherCount() > 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(shard.WatcherCount(), 0u);
+
+  // Four streams that never read hold every slot: a fifth is refused until one ends.
+  std::vector<std::unique_ptr<grpc::ClientContext>> held;
+  std::vector<std::unique_ptr<grpc::ClientReader<v1::PullResponse>>> readers;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(Context(token, milliseconds(20000)));
+    readers.push_back(stub->Pull(held.back().get(), pull));
+  }
+  for (int i = 0; i < 200 && shard.WatcherCount() < 4 * 16; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(shard.WatcherCount(), 4u * 16);
+  {
+    auto ctx = Context(token, milliseconds(5000));
+    auto reader = stub->Pull(ctx.get(), pull);
+    v1::PullResponse r;
+    EXPECT_FALSE(reader->Read(&r));
+    grpc::Status s = reader->Finish();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << s.error_message();
+    EXPECT_THAT(s.error_message(), HasSubstr("--max-pulls-per-worker"));
+  }
+  // Another worker's pulls have slots of their own.
+  std::vector<float> out(1024);
+  EXPECT_TRUE((*registrant)->Pull(0, 0, out, milliseconds(5000)).ok());
+  for (auto& ctx : held) ctx->TryCancel();
+  for (auto& reader : readers) (void)reader->Finish();
+  for (int i = 0; i < 200 && shard.WatcherCount() > 0; ++i) std::this_thread::sleep_for(milliseconds(10));
+  EXPECT_EQ(shard.WatcherCount(), 0u);
+  EXPECT_GT(shard.stats().refusals[static_cast<size_t>(server::Refusal::kOverLimit)], 0u);
+}
+
+// Finding 5: without credentials any local process re-joined as worker 0 and evicted
+// the honest session, and a forged ShareRound as "shard 1" made shard 0 drop rounds. By
+// default a shard now authenticates every client.
+TEST(HostileTest, ByDefaultNoClientCanActAsAnotherWorkerOrShard) {
+  // The binary with no authentication flag at all: its run directory under $HOME.
+  const std::string home = TempRunDir("ps-hostile-home");
+  const char* old_home = std::getenv("HOME");
+  const std::string saved = old_home != nullptr ? old_home : "";
+  const char* old_xdg = std::getenv("XDG_RUNTIME_DIR");
+  const std::string saved_xdg = old_xdg != nullptr ? old_xdg : "";
+  setenv("HOME", home.c_str(), 1);
+  unsetenv("XDG_RUNTIME_DIR");
+  const std::string port_file = home + "/port";
+  testing::Process server({PS_SERVER_BINARY, "--port", "0", "--port-file", port_file, "--workers",
+                           "3", "--num-shards", "2", "--shard-id", "0", "--peers",
+                           "127.0.0.1:1,127.0.0.1:2", "--aggregator", "krum",
+                           "--byzantine", "0"});
+  if (old_home != nullptr) setenv("HOME", saved.c_str(), 1);
+  if (old_xdg != nullptr) setenv("XDG_RUNTIME_DIR", saved_xdg.c_str(), 1);
+  const std::string port = testing::ReadPortFile(port_file, milliseconds(15000));
+  ASSERT_FALSE(port.empty()) << server.Log();
+  const std::string run_dir = home + "/.ps-server";
+  EXPECT_TRUE(std::filesystem::exists(run_dir + "/secret"));
+  EXPECT_EQ(std::filesystem::status(run_dir).permissions() & std::filesystem::perms::others_all,
+            std::filesystem::perms::none);
+  absl::StatusOr<std::string> token1 = core::ReadTokenFile(
+      core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, 1}));
+  ASSERT_TRUE(token1.ok()) << token1.status();
+
+  auto channel = grpc::CreateChannel("127.0.0.1:" + port, grpc::InsecureChannelCredentials());
+  auto workers = v1::WorkerService::NewStub(channel);
+  auto peers = v1::PeerService::NewStub(channel);
+  v1::JoinRequest join;
+  join.set_worker_id(0);
+  join.set_layout_hash(1);
+  v1::JoinResponse joined;
+  grpc::Status s = workers->Join(Context("").get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  s = workers->Join(Context(*token1).get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  // A token made up in the derived format, without the secret.
+  s = workers->Join(Context("worker-0." + std::string(64, 'a')).get(), join, &joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+
+  v1::RoundShareRequest share;  // the forged empty share of the finding
+  share.set_shard_id(1);
+  share.set_round(0);
+  v1::RoundShareResponse shared;
+  s = peers->ShareRound(Context("").get(), share, &shared);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  s = peers->ShareRound(Context(*token1).get(), share, &shared);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  v1::PeerHelloRequest hello;
+  hello.set_shard_id(1);
+  v1::PeerHelloResponse answer;
+  s = peers->Hello(Context("").get(), hello, &answer);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.Wait(milliseconds(15000)), 0) << server.Log();
+  std::filesystem::remove_all(home);
+}
+
+// Finding 6: Hello claiming the shard's own id was accepted (without credentials, where
+// peers cannot be told apart, the claim is all there is to check).
+TEST(HostileTest, HelloClaimingTheShardsOwnIdIsRefused) {
+  ShardProcess shard({"--workers", "1", "--num-shards", "2", "--shard-id", "0", "--peers",
+                      "127.0.0.1:1,127.0.0.1:2"},
+                     /*auth=*/false);
+  for (uint32_t claimed : {0u, 2u, 7u}) {
+    v1::PeerHelloRequest hello;
+    hello.set_shard_id(claimed);
+    v1::PeerHelloResponse answer;
+    grpc::Status s = shard.peers().Hello(Context("").get(), hello, &answer);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << claimed;
+  }
+}
+
+// Finding 6: Hello logged one error per call echoing the caller's text (50 calls of 1 MB
+// made 50 MB of log), Join a line per call, libprotobuf a line per malformed body.
+TEST(HostileTest, ClientsCannotFloodTheLog) {
+  ShardProcess shard({"--workers", "2", "--num-shards", "2", "--shard-id", "0", "--peers",
+                      "127.0.0.1:1,127.0.0.1:2"},
+                     /*auth=*/false);
+  // This client's own libprotobuf complains about serializing the bad names below: keep
+  // those lines out of the test's output too.
+  server::RouteProtobufLogs();
+  const size_t before = shard.Log().size();
+  v1::PeerHelloRequest hello;
+  hello.set_shard_id(1);
+  hello.set_config_fingerprint(12345);
+  hello.set_config_summary(std::string(1 << 20, 'A') + "\n2026-01-01 info [shard-0] forged line");
+  for (int i = 0; i < 50; ++i) {
+    v1::PeerHelloResponse answer;
+    EXPECT_TRUE(shard.peers().Hello(Context("").get(), hello, &answer).ok());
+  }
+  for (int i = 0; i < 1000; ++i) {
+    std::string session;
+    EXPECT_TRUE(shard.Join("", 1, 77, &session).ok());
+  }
+  // Invalid UTF-8 in a string field: libprotobuf complains about each such body.
+  for (int i = 0; i < 200; ++i) {
+    std::string session;
+    (void)shard.RegisterLayout("", "", OneTensor(4, 4, "\xff\xfe bad"));
+  }
+  const std::string log = shard.Log().substr(before);
+  EXPECT_LT(log.size(), 64u << 10) << log.substr(0, 4096);
+  EXPECT_THAT(log, ::testing::Not(HasSubstr("\n2026-01-01 info [shard-0] forged line")));
+  EXPECT_TRUE(shard.Alive());
+}
+
+// A layout request's messages quote a bounded part of the client's text.
+TEST(HostileTest, RefusalsDoNotEchoHugeClientText) {
+  ShardProcess shard({"--workers", "1"});
+  std::string session;
+  ASSERT_TRUE(shard.Join(shard.Token(0), 0, 1, &session).ok());
+  v1::Layout bad = OneTensor(0, 128, std::string(1 << 20, 'n'));
+  grpc::Status s = shard.RegisterLayout(shard.Token(0), session, bad);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_LT(s.error_message().size(), 1024u);
+  EXPECT_THAT(s.error_message(), HasSubstr("bytes"));
+}
+
+// Finding 6: idle HTTP/2 connections were kept forever.
+TEST(HostileTest, IdleConnectionsAreClosed) {
+  server::ServerOptions o;
+  o.num_workers = 1;
+  o.max_connection_idle = milliseconds(1000);
+  testing::Cluster c = testing::StartCluster(1, o);
+  ASSERT_EQ(c.shards.size(), 1u);
+  auto channel = grpc::CreateChannel(c.addresses[0], grpc::InsecureChannelCredentials());
+  auto stub = v1::WorkerService::NewStub(channel);
+  v1::JoinRequest join;
+  join.set_worker_id(0);
+  join.set_layout_hash(1);
+  v1::JoinResponse joined;
+  ASSERT_TRUE(stub->Join(Context(c.WorkerToken(0)).get(), join, &joined).ok());
+  ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
+  // The shard sends GOAWAY after a second without calls: the channel leaves READY.
+  const auto until = std::chrono::steady_clock::now() + milliseconds(10000);
+  while (channel->GetState(false) == GRPC_CHANNEL_READY && std::chrono::steady_clock::now() < until) {
+    std::this_thread::sleep_for(milliseconds(50));
+  }
+  EXPECT_NE(channel->GetState(false), GRPC_CHANNEL_READY);
+}
+
+}  // namespace
+}  // namespace ps
