@@ -23,5 +23,7 @@ Command AddP3Command(CLI::App& app);
 Command AddUdpCommand(CLI::App& app);
 // `ps-bench e2e` (e2e_bench.cc).
 Command AddE2eCommand(CLI::App& app);
+// `ps-bench hostile` (hostile_bench.cc).
+Command AddHostileCommand(CLI::App& app);
 
 }  // namespace ps::bench

@@ -150,8 +150,9 @@ size_t FindHttpHeadEnd(std::string_view bytes, size_t from) {
 }
 
 absl::StatusOr<HttpRequestHead> ParseHttpRequestHead(std::string_view bytes) {
-  // RFC 9112 2.2: a server should ignore empty lines before the request line.
-  while (bytes.starts_with("\r\n")) bytes.remove_prefix(2);
+  // RFC 9112 2.2: a server should ignore at least one empty line before the request
+  // line. One only: a second would end the head for FindHttpHeadEnd.
+  if (bytes.starts_with("\r\n")) bytes.remove_prefix(2);
   if (bytes.empty()) return Invalid("no request line");
   if (!bytes.ends_with("\r\n\r\n")) return Invalid("does not end with CRLF CRLF");
   // Every line of `lines` ends in CRLF; the final empty line is dropped.

@@ -61,7 +61,7 @@ size_t FindHttpHeadEnd(std::string_view bytes, size_t from = 0);
 
 // Parses one complete request head: `bytes` up to and including the empty line that
 // ends it (what FindHttpHeadEnd delimits; anything after that empty line is refused).
-// Lines end in CRLF; empty lines before the request line are skipped (RFC 9112 2.2).
+// Lines end in CRLF; one empty line before the request line is skipped (RFC 9112 2.2).
 // INVALID_ARGUMENT, with a message that quotes no input bytes, for anything else: a
 // bad method token, a target that is not origin-form or absolute-form http(s), a
 // version other than HTTP/D.D, a bare CR or LF, control characters, obs-fold, a field

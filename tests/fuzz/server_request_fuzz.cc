@@ -96,6 +96,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (e > 0) slices += t.numel() / e + (t.numel() % e != 0 ? 1 : 0);
       slices = std::min<uint64_t>(slices, uint64_t{1} << 40);
     }
+    // The request path: a shard with a layout answers from the request's hash, whatever
+    // its size (it must never build it).
+    auto answered = h->shard->RegisterLayout(worker, tensors, msg.slice_elems(), msg.num_shards());
+    PS_FUZZ_CHECK(!answered.ok(), "a second layout was accepted from a request");
     if (slices > kMaxFuzzSlices && slices <= ps::core::kMaxSlices) return 0;
     auto layout = ps::core::ModelLayout::Create(std::move(tensors), msg.slice_elems(), msg.num_shards());
     if (layout.ok()) {

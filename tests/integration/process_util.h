@@ -25,7 +25,9 @@ using std::chrono::milliseconds;
 // A child process whose stderr goes to a file; killed if still running at the end.
 class Process {
  public:
-  explicit Process(std::vector<std::string> args) {
+  // `env`: NAME=VALUE entries replacing (or, with an empty value after '=', clearing)
+  // those of this process's environment for the child.
+  explicit Process(std::vector<std::string> args, std::vector<std::string> env = {}) {
     log_ = std::filesystem::temp_directory_path() /
            ("ps_integration_process_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".log");
     posix_spawn_file_actions_t fa;
@@ -35,7 +37,21 @@ class Process {
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), environ), 0);
+    std::vector<std::string> vars;
+    for (char** e = environ; *e != nullptr; ++e) {
+      const std::string var = *e;
+      const std::string name = var.substr(0, var.find('='));
+      bool replaced = false;
+      for (const std::string& o : env) replaced |= o.substr(0, o.find('=')) == name;
+      if (!replaced) vars.push_back(var);
+    }
+    for (const std::string& o : env) {
+      if (o.back() != '=') vars.push_back(o);
+    }
+    std::vector<char*> envp;
+    for (auto& v : vars) envp.push_back(v.data());
+    envp.push_back(nullptr);
+    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
     posix_spawn_file_actions_destroy(&fa);
   }
   ~Process() {
