@@ -81,9 +81,9 @@ struct HttpEndpointOptions {
   std::chrono::milliseconds deadline{5000};
   // The largest request head (request line, fields, empty line); a longer one gets 431.
   size_t max_head_bytes = 8192;
-  // Connections open at once at most; accepting one more first closes the oldest
-  // (preferring one whose response is already written, then one still sending its
-  // request, over one whose response is being written).
+  // Connections open at once at most (0 counts as 1); accepting one more first closes
+  // the oldest (preferring one whose response is already written, then one still
+  // sending its request, over one whose response is being written).
   size_t max_connections = 64;
 };
 

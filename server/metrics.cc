@@ -278,7 +278,7 @@ std::vector<MetricFamily> Collector::Collect() const {
   return out;
 }
 
-// The metrics endpoint's own counters (docs/metrics.md, "The HTTP endpoint").
+// The metrics endpoint's own counters (docs/metrics.md, "The metrics endpoint itself").
 void AddEndpointFamilies(const HttpEndpointStats& s, std::vector<MetricFamily>* out) {
   out->push_back(Counter("ps_metrics_http_connections_total",
                          "Connections accepted by the metrics endpoint",

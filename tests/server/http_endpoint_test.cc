@@ -342,7 +342,8 @@ TEST_F(HttpEndpointTest, AnOversizedHeadGets431) {
   ASSERT_TRUE(raw.has_value());
   EXPECT_EQ(ParseResponse(*raw).status, 431);
   // A complete head, but longer than 8 KiB.
-  Response r = Exchange(port_, "GET /metrics HTTP/1.0\r\nX: " + std::string(8200, 'a') + "\r\n\r\n");
+  Response r =
+      Exchange(port_, "GET /metrics HTTP/1.0\r\nX: " + std::string(8200, 'a') + "\r\n\r\n");
   EXPECT_EQ(r.status, 431);
   // Just under the cap is fine.
   const std::string fits = "GET /metrics HTTP/1.0\r\nX: ";
