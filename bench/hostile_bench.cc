@@ -44,6 +44,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <latch>
 #include <limits>
 #include <map>
 #include <memory>
@@ -679,6 +680,10 @@ class Cover {
   void SetPoison(Tally* tally) { poison_.store(tally); }
   uint64_t pushed() const { return pushed_.load(); }
   uint64_t refused() const { return refused_.load(); }
+  std::string last_refusal() const {
+    absl::MutexLock lock(&mu_);
+    return last_refusal_;
+  }
 
  private:
   // One slice's pushes of a poisoned round, made before the round opens so that the
@@ -706,6 +711,39 @@ class Cover {
     return out;
   }
 
+  // One push in flight.
+  struct PushCall {
+    grpc::ClientContext ctx;
+    v1::PushRequest req;
+    v1::PushResponse resp;
+    grpc::Status status;
+  };
+
+  std::unique_ptr<PushCall> MakePush(uint64_t round, uint32_t slice, const std::string& codec,
+                                     const std::string& payload) const {
+    auto c = std::make_unique<PushCall>();
+    c->req.set_session(attacker_.session());
+    c->req.set_layout_hash(attacker_.layout_hash());
+    c->req.set_round(round);
+    c->req.set_slice_id(slice);
+    c->req.set_codec(codec);
+    c->req.set_payload(payload);
+    Prepare(c->ctx, attacker_.token());
+    return c;
+  }
+
+  // Sends every call at once, in order, and waits for all the answers.
+  static void SendAll(v1::WorkerService::Stub& stub, const std::vector<std::unique_ptr<PushCall>>& calls) {
+    std::latch done(std::ptrdiff_t(calls.size()));
+    for (const std::unique_ptr<PushCall>& c : calls) {
+      stub.async()->Push(&c->ctx, &c->req, &c->resp, [&done, p = c.get()](grpc::Status s) {
+        p->status = std::move(s);
+        done.count_down();
+      });
+    }
+    done.wait();
+  }
+
   void Loop() {
     std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(attacker_.address()));
     std::mt19937_64 rng(7);
@@ -717,22 +755,44 @@ class Cover {
       const uint64_t round = std::max(next, training_.open_version());
       Tally* poison = poison_.load();
       if (poison != nullptr && poisoned.empty()) poisoned = PreparePoison(round, rng);
+      // Every slice at once; under poison each valid push right behind its garbage one.
+      std::vector<std::unique_ptr<PushCall>> calls, garbage;
       for (const core::SliceInfo& s : layout_.slices()) {
-        const std::string* codec = &kFp32;
-        const std::string* payload = &payloads_[s.id];
         if (poison != nullptr) {
-          poison->Count(Push(*stub, round, s.id, poisoned[s.id].garbage_spec, poisoned[s.id].garbage));
-          codec = &poisoned[s.id].spec;
-          payload = &poisoned[s.id].encoded;
+          garbage.push_back(MakePush(round, s.id, poisoned[s.id].garbage_spec, poisoned[s.id].garbage));
+          calls.push_back(MakePush(round, s.id, poisoned[s.id].spec, poisoned[s.id].encoded));
+        } else {
+          calls.push_back(MakePush(round, s.id, kFp32, payloads_[s.id]));
         }
-        // A join by an attack may have replaced the session meanwhile: retry with the new one.
-        grpc::Status st;
-        for (int attempt = 0; attempt < 20; ++attempt) {
-          const std::string session = attacker_.session();
-          st = Push(*stub, round, s.id, *codec, *payload, session);
-          if (st.error_code() != grpc::StatusCode::UNAUTHENTICATED || attacker_.session() == session) break;
+      }
+      std::vector<std::unique_ptr<PushCall>> all;
+      for (size_t i = 0; i < calls.size(); ++i) {
+        if (!garbage.empty()) all.push_back(std::move(garbage[i]));
+        all.push_back(std::move(calls[i]));
+      }
+      SendAll(*stub, all);
+      for (size_t i = 0; i < all.size(); ++i) {
+        PushCall& c = *all[i];
+        if (poison != nullptr && i % 2 == 0) {  // a garbage push
+          poison->Count(c.status);
+          continue;
+        }
+        // A join by an attack may have replaced the session meanwhile (the shard may know
+        // the new one before the joining thread does): retry with the newest one.
+        grpc::Status st = c.status;
+        for (int attempt = 0; attempt < 50 && st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
+                              !stop_.load();
+             ++attempt) {
+          if (attacker_.session() == c.req.session()) std::this_thread::sleep_for(std::chrono::microseconds(200));
+          std::unique_ptr<PushCall> again = MakePush(round, c.req.slice_id(), c.req.codec(), c.req.payload());
+          st = stub->Push(&again->ctx, again->req, &again->resp);
+          c.req.set_session(again->req.session());
         }
         (st.ok() ? pushed_ : refused_).fetch_add(1);
+        if (!st.ok()) {
+          absl::MutexLock lock(&mu_);
+          last_refusal_ = absl::StrCat(CodeName(int(st.error_code())), ": ", st.error_message());
+        }
       }
       if (poison != nullptr) poisoned.clear();
       next = round + 1;
@@ -740,21 +800,6 @@ class Cover {
   }
 
   static inline const std::string kFp32 = "fp32";
-
-  grpc::Status Push(v1::WorkerService::Stub& stub, uint64_t round, uint32_t slice, const std::string& codec,
-                    const std::string& payload, std::string session = {}) {
-    v1::PushRequest req;
-    req.set_session(session.empty() ? attacker_.session() : session);
-    req.set_layout_hash(attacker_.layout_hash());
-    req.set_round(round);
-    req.set_slice_id(slice);
-    req.set_codec(codec);
-    req.set_payload(payload);
-    grpc::ClientContext ctx;
-    Prepare(ctx, attacker_.token());
-    v1::PushResponse resp;
-    return stub.Push(&ctx, req, &resp);
-  }
 
   Attacker& attacker_;
   const Training& training_;
@@ -764,6 +809,8 @@ class Cover {
   std::atomic<Tally*> poison_{nullptr};
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> pushed_{0}, refused_{0};
+  mutable absl::Mutex mu_;
+  std::string last_refusal_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 
@@ -1458,6 +1505,7 @@ class Runner {
     if (cover != nullptr) {
       row.cover_pushed = cover->pushed();
       row.cover_refused = cover->refused();
+      if (row.cover_refused > 0) row.notes.push_back(absl::StrCat("worker 3's last refused push: ", cover->last_refusal()));
     }
     cover.reset();
     (*training)->Stop();
