@@ -18,11 +18,18 @@
 // Phases alternate: baseline (no attack) for --seconds, attack for --seconds, repeated
 // --alternations times. Reported per attack: honest rounds per second in both kinds of
 // phase and the median over alternations of their ratio; the server's peak VmRSS
-// (/proc/PID/status every 50 ms) during the attack against --max-shard-bytes; the
-// attack's requests and the status codes it got; how much the server's log (its stderr,
-// a file) grew. Attacks on the layout also run before the honest workers register
-// theirs, the only time a shard builds a layout from a request.
+// (/proc/PID/status every 50 ms, and VmHWM restarted at every phase) during the attack
+// against --max-shard-bytes; the attack's requests and the status codes it got; how much
+// the server's log (its stderr, a file) grew; the server's and this process's CPU time.
+// Attacks on the layout also run before the honest workers register theirs, the only
+// time a shard builds a layout from a request.
+//
+// The server, the honest workers and the attacker share one machine: an attack that
+// burns client CPU slows honest training even where the server does no extra work. The
+// CPU columns tell the two apart.
 #include <fcntl.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -58,9 +65,6 @@
 #include <utility>
 #include <vector>
 
-#include <grpcpp/generic/generic_stub.h>
-#include <grpcpp/grpcpp.h>
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -86,7 +90,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-// The cluster every attack runs against (the server flags in StartServer).
+// The cluster every attack runs against (the server's flags are in Runner::RunIn).
 constexpr uint32_t kWorkers = 4;     // n
 constexpr uint32_t kHonest = 3;      // workers 0..2
 constexpr uint32_t kAttackerId = 3;  // the Byzantine worker's rank
@@ -102,6 +106,7 @@ struct HostileFlags {
   bool quick = false;
   std::string server_bin;
   std::string max_shard_bytes = "512M";
+  uint32_t inflight = 4;
   uint32_t round_deadline_ms = 500;
   bool no_cover = false;
   bool keep_dirs = false;
@@ -113,6 +118,7 @@ struct HostileFlags {
 struct GivenOptions {
   CLI::Option* seconds = nullptr;
   CLI::Option* alternations = nullptr;
+  CLI::Option* inflight = nullptr;
 };
 
 // How much each attack may do; --quick shrinks it.
@@ -125,6 +131,7 @@ struct Limits {
   uint32_t raw_connections = 256;   // conn_flood: TCP connections that never speak
   double prelude_seconds = 1;       // layout attacks before the honest layout exists
   double warmup_seconds = 0.5;
+  uint32_t inflight = 4;  // layout_tensors, big_messages: 7 MB requests in flight at once
 };
 
 absl::Status Errno(std::string_view what) {
@@ -196,7 +203,8 @@ class ServerProcess {
     if (!Exited()) return "running";
     if (WIFEXITED(*status_)) return absl::StrCat("exit ", WEXITSTATUS(*status_));
     if (WIFSIGNALED(*status_)) {
-      return absl::StrCat("killed by signal ", WTERMSIG(*status_), " (", strsignal(WTERMSIG(*status_)), ")");
+      return absl::StrCat("killed by signal ", WTERMSIG(*status_), " (",
+                          strsignal(WTERMSIG(*status_)), ")");
     }
     return "ended";
   }
@@ -220,13 +228,13 @@ class ServerProcess {
       unsigned port = 0;
       if (in >> port && port > 0 && port < 65536) return uint16_t(port);
       if (Exited()) {
-        return absl::UnavailableError(absl::StrCat("ps-server ", Describe(), " before serving:\n",
-                                                   LogTail(2000)));
+        return absl::UnavailableError(
+            absl::StrCat("ps-server ", Describe(), " before serving:\n", LogTail(2000)));
       }
       std::this_thread::sleep_for(milliseconds(20));
     }
-    return absl::DeadlineExceededError(absl::StrCat("ps-server wrote no port file in ",
-                                                    timeout.count(), " ms:\n", LogTail(2000)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("ps-server wrote no port file in ", timeout.count(), " ms:\n", LogTail(2000)));
   }
 
   // SIGTERM, then SIGKILL after `timeout`; returns how it ended.
@@ -265,13 +273,29 @@ class ServerProcess {
 
 // ---- Process figures ---------------------------------------------------------------
 
-uint64_t VmRssKib(pid_t pid) {
+// VmRSS and VmHWM (the peak since the last ResetHwm) of `pid` in KiB, 0 when unreadable.
+struct Rss {
+  uint64_t rss_kib = 0, hwm_kib = 0;
+};
+
+Rss ReadRss(pid_t pid) {
+  Rss r;
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10);
+    if (line.rfind("VmRSS:", 0) == 0) r.rss_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
+    if (line.rfind("VmHWM:", 0) == 0) r.hwm_kib = std::strtoull(line.c_str() + 6, nullptr, 10);
   }
-  return 0;
+  return r;
+}
+
+// Restarts the kernel's peak-RSS count (VmHWM) of `pid` at its current RSS; "5" touches
+// nothing else (proc(5), /proc/pid/clear_refs). False where that is not allowed.
+bool ResetHwm(pid_t pid) {
+  std::ofstream out(absl::StrCat("/proc/", pid, "/clear_refs"));
+  out << "5";
+  out.close();
+  return bool(out);
 }
 
 uint64_t OpenFds(pid_t pid) {
@@ -304,7 +328,9 @@ double CpuSecondsOf(pid_t pid) {
 }
 
 // Samples the server's VmRSS and open file descriptors every 50 ms on a thread of its
-// own and keeps the peaks since the last Reset(). Thread-safe.
+// own and keeps the peaks since the last Reset(). The kernel's own peak (VmHWM, restarted
+// by Reset() where allowed) also counts, so a spike between samples is not missed.
+// Thread-safe.
 class Sampler {
  public:
   explicit Sampler(pid_t pid) : pid_(pid) {
@@ -322,7 +348,10 @@ class Sampler {
 
   // Starts a new peak at the current values.
   void Reset() {
-    peak_rss_kib_.store(VmRssKib(pid_));
+    const bool hwm = ResetHwm(pid_);
+    const Rss r = ReadRss(pid_);
+    hwm_valid_.store(hwm);
+    peak_rss_kib_.store(hwm ? std::max(r.rss_kib, r.hwm_kib) : r.rss_kib);
     peak_fds_.store(OpenFds(pid_));
   }
   double peak_rss_mib() {
@@ -336,7 +365,9 @@ class Sampler {
 
  private:
   void Sample() {
-    const uint64_t rss = VmRssKib(pid_), fds = OpenFds(pid_);
+    const Rss r = ReadRss(pid_);
+    const uint64_t rss = hwm_valid_.load() ? std::max(r.rss_kib, r.hwm_kib) : r.rss_kib;
+    const uint64_t fds = OpenFds(pid_);
     uint64_t seen = peak_rss_kib_.load();
     while (rss > seen && !peak_rss_kib_.compare_exchange_weak(seen, rss)) {
     }
@@ -347,6 +378,7 @@ class Sampler {
 
   const pid_t pid_;
   std::atomic<uint64_t> peak_rss_kib_{0}, peak_fds_{0};
+  std::atomic<bool> hwm_valid_{false};  // VmHWM counts from the last Reset()
   absl::Notification done_;
   std::thread thread_;
 };
@@ -354,7 +386,8 @@ class Sampler {
 // ---- Calls ---------------------------------------------------------------------------
 
 // Sets the deadline and, unless `token` is empty, the bearer token of one call.
-void Prepare(grpc::ClientContext& ctx, std::string_view token, milliseconds deadline = kCallDeadline) {
+void Prepare(grpc::ClientContext& ctx, std::string_view token,
+             milliseconds deadline = kCallDeadline) {
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   core::ClientCredentials credentials;
   credentials.token = std::string(token);
@@ -371,8 +404,8 @@ std::shared_ptr<grpc::Channel> OwnChannel(const std::string& address) {
   args.SetMaxSendMessageSize(-1);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
       core::MakeChannelCredentials(core::ClientCredentials{});
-  return grpc::CreateCustomChannel(address, creds.ok() ? *creds : grpc::InsecureChannelCredentials(),
-                                   args);
+  return grpc::CreateCustomChannel(address,
+                                   creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
 }
 
 // One unary call with a request given as raw bytes (to send what the protobuf
@@ -456,7 +489,10 @@ class Tally {
 class Attacker {
  public:
   Attacker(std::string address, uint16_t port, std::string token, uint64_t layout_hash)
-      : address_(std::move(address)), port_(port), token_(std::move(token)), layout_hash_(layout_hash) {}
+      : address_(std::move(address)),
+        port_(port),
+        token_(std::move(token)),
+        layout_hash_(layout_hash) {}
 
   const std::string& address() const { return address_; }
   uint16_t port() const { return port_; }
@@ -518,8 +554,11 @@ class SpecSource {
 // version so that decoders look past the first byte.
 std::string Garbage(std::mt19937_64& rng, size_t max_bytes) {
   std::string out(1 + rng() % std::max<size_t>(max_bytes, 1), '\0');
+  for (size_t i = 1; i < out.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(out.data() + i, &r, std::min<size_t>(8, out.size() - i));
+  }
   out[0] = '\x01';
-  for (size_t i = 1; i < out.size(); ++i) out[i] = char(rng());
   return out;
 }
 
@@ -550,8 +589,9 @@ class Training {
       wo.max_attempts = 3;
       absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Start(wo, layout, init_spans);
       if (!worker.ok()) {
-        return absl::Status(worker.status().code(), absl::StrCat("honest worker ", w, " could not start: ",
-                                                                 worker.status().message()));
+        return absl::Status(
+            worker.status().code(),
+            absl::StrCat("honest worker ", w, " could not start: ", worker.status().message()));
       }
       t->workers_.push_back(*std::move(worker));
     }
@@ -702,7 +742,8 @@ class Cover {
       p.spec = specs_.Next();
       absl::StatusOr<std::unique_ptr<codecs::Codec>> c = codecs::MakeCodec(p.spec);
       const std::vector<float> values(s.numel, 2e-4f);
-      if (!c.ok() || !(*c)->Encode(values, codecs::EncodeContext{round, s.id, kAttackerId}, &p.encoded).ok()) {
+      if (!c.ok() ||
+          !(*c)->Encode(values, codecs::EncodeContext{round, s.id, kAttackerId}, &p.encoded).ok()) {
         p.spec = "fp32";
         p.encoded = payloads_[s.id];
       }
@@ -733,7 +774,8 @@ class Cover {
   }
 
   // Sends every call at once, in order, and waits for all the answers.
-  static void SendAll(v1::WorkerService::Stub& stub, const std::vector<std::unique_ptr<PushCall>>& calls) {
+  static void SendAll(v1::WorkerService::Stub& stub,
+                      const std::vector<std::unique_ptr<PushCall>>& calls) {
     std::latch done(std::ptrdiff_t(calls.size()));
     for (const std::unique_ptr<PushCall>& c : calls) {
       stub.async()->Push(&c->ctx, &c->req, &c->resp, [&done, p = c.get()](grpc::Status s) {
@@ -745,7 +787,8 @@ class Cover {
   }
 
   void Loop() {
-    std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(attacker_.address()));
+    std::unique_ptr<v1::WorkerService::Stub> stub =
+        v1::WorkerService::NewStub(OwnChannel(attacker_.address()));
     std::mt19937_64 rng(7);
     std::vector<Poisoned> poisoned;
     uint64_t next = 0;
@@ -759,7 +802,8 @@ class Cover {
       std::vector<std::unique_ptr<PushCall>> calls, garbage;
       for (const core::SliceInfo& s : layout_.slices()) {
         if (poison != nullptr) {
-          garbage.push_back(MakePush(round, s.id, poisoned[s.id].garbage_spec, poisoned[s.id].garbage));
+          garbage.push_back(
+              MakePush(round, s.id, poisoned[s.id].garbage_spec, poisoned[s.id].garbage));
           calls.push_back(MakePush(round, s.id, poisoned[s.id].spec, poisoned[s.id].encoded));
         } else {
           calls.push_back(MakePush(round, s.id, kFp32, payloads_[s.id]));
@@ -780,11 +824,13 @@ class Cover {
         // A join by an attack may have replaced the session meanwhile (the shard may know
         // the new one before the joining thread does): retry with the newest one.
         grpc::Status st = c.status;
-        for (int attempt = 0; attempt < 50 && st.error_code() == grpc::StatusCode::UNAUTHENTICATED &&
-                              !stop_.load();
+        for (int attempt = 0;
+             attempt < 50 && st.error_code() == grpc::StatusCode::UNAUTHENTICATED && !stop_.load();
              ++attempt) {
-          if (attacker_.session() == c.req.session()) std::this_thread::sleep_for(std::chrono::microseconds(200));
-          std::unique_ptr<PushCall> again = MakePush(round, c.req.slice_id(), c.req.codec(), c.req.payload());
+          if (attacker_.session() == c.req.session())
+            std::this_thread::sleep_for(std::chrono::microseconds(200));
+          std::unique_ptr<PushCall> again =
+              MakePush(round, c.req.slice_id(), c.req.codec(), c.req.payload());
           st = stub->Push(&again->ctx, again->req, &again->resp);
           c.req.set_session(again->req.session());
         }
@@ -862,7 +908,8 @@ v1::RegisterLayoutRequest LayoutRequest(uint64_t numel, uint32_t slice_elems) {
 // the shard checks each; afterwards it answers from the layout hash.
 void RegisterLayouts(AttackEnv& env, std::vector<v1::RegisterLayoutRequest> requests,
                      std::vector<std::string> names) {
-  std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
+  std::unique_ptr<v1::WorkerService::Stub> stub =
+      v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
   for (size_t i = 0; env.more(); ++i) {
     v1::RegisterLayoutRequest& req = requests[i % requests.size()];
     req.set_session(env.attacker->session());
@@ -871,7 +918,9 @@ void RegisterLayouts(AttackEnv& env, std::vector<v1::RegisterLayoutRequest> requ
     v1::RegisterLayoutResponse resp;
     const grpc::Status s = stub->RegisterLayout(&ctx, req, &resp);
     env.tally->Count(s);
-    if (s.ok()) env.tally->Accepted(absl::StrCat("RegisterLayout of ", names[i % names.size()], " was accepted"));
+    if (s.ok())
+      env.tally->Accepted(
+          absl::StrCat("RegisterLayout of ", names[i % names.size()], " was accepted"));
   }
 }
 
@@ -888,7 +937,8 @@ void LayoutHuge(AttackEnv& env, int) {
 // Pushes for the open round with a new codec spec and garbage every time (the cover adds
 // one of each per slice and round, and its valid pushes use new specs too).
 void CodecPoison(AttackEnv& env, int thread) {
-  std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
+  std::unique_ptr<v1::WorkerService::Stub> stub =
+      v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
   std::mt19937_64 rng(100 + uint64_t(thread));
   const std::vector<core::SliceInfo>& slices = env.layout->slices();
   for (size_t i = size_t(thread); env.more(); ++i) {
@@ -910,8 +960,9 @@ void CodecPoison(AttackEnv& env, int thread) {
 // Opens `n` Pull streams of `req` at once, none of which is ever read, and waits for
 // their status (each ends at `deadline` at the latest; all are cancelled when told to
 // stop). Returns the statuses.
-std::vector<grpc::Status> OpenUnreadPulls(AttackEnv& env, v1::WorkerService::Stub& stub, const v1::PullRequest& req,
-                                          uint32_t n, milliseconds deadline) {
+std::vector<grpc::Status> OpenUnreadPulls(AttackEnv& env, v1::WorkerService::Stub& stub,
+                                          const v1::PullRequest& req, uint32_t n,
+                                          milliseconds deadline) {
   struct Call {
     grpc::ClientContext ctx;
     grpc::Status status;
@@ -966,11 +1017,12 @@ v1::PullRequest AllSlices(const AttackEnv& env, uint64_t min_version) {
 // --max-pulls-per-worker at once. Thread 1: pulls of version 0 that never read what the
 // shard sends, each held until its deadline.
 void PullLeak(AttackEnv& env, int thread) {
-  std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
+  std::unique_ptr<v1::WorkerService::Stub> stub =
+      v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
   while (env.more()) {
     const std::vector<grpc::Status> statuses =
-        thread == 0 ? OpenUnreadPulls(env, *stub, AllSlices(env, uint64_t{1} << 62), env.limits->pull_batch,
-                                      milliseconds(50))
+        thread == 0 ? OpenUnreadPulls(env, *stub, AllSlices(env, uint64_t{1} << 62),
+                                      env.limits->pull_batch, milliseconds(50))
                     : OpenUnreadPulls(env, *stub, AllSlices(env, 0), env.limits->idle_streams,
                                       env.limits->idle_deadline);
     for (const grpc::Status& s : statuses) env.tally->Count(s);
@@ -980,13 +1032,17 @@ void PullLeak(AttackEnv& env, int thread) {
 // After the attack: every one of worker 3's pull slots must be free again.
 AttackCheck PullSlotsFree(AttackEnv& env, pid_t) {
   std::this_thread::sleep_for(milliseconds(300));
-  std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
-  const std::vector<grpc::Status> statuses =
-      OpenUnreadPulls(env, *stub, AllSlices(env, uint64_t{1} << 62), kMaxPullsPerWorker, milliseconds(300));
-  const auto busy = size_t(std::count_if(statuses.begin(), statuses.end(), [](const grpc::Status& s) {
-    return s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
-  }));
-  return {absl::StrCat("pull slots free afterwards: ", statuses.size() - busy, "/", statuses.size()), busy == 0};
+  std::unique_ptr<v1::WorkerService::Stub> stub =
+      v1::WorkerService::NewStub(OwnChannel(env.attacker->address()));
+  const std::vector<grpc::Status> statuses = OpenUnreadPulls(
+      env, *stub, AllSlices(env, uint64_t{1} << 62), kMaxPullsPerWorker, milliseconds(300));
+  const auto busy =
+      size_t(std::count_if(statuses.begin(), statuses.end(), [](const grpc::Status& s) {
+        return s.error_code() == grpc::StatusCode::RESOURCE_EXHAUSTED;
+      }));
+  return {
+      absl::StrCat("pull slots free afterwards: ", statuses.size() - busy, "/", statuses.size()),
+      busy == 0};
 }
 
 // Calls in the name of others, each of which must be refused as unauthenticated or not
@@ -1029,7 +1085,8 @@ void Impersonation(AttackEnv& env, int thread) {
   const auto pull = [&](const std::string& token) {
     grpc::ClientContext ctx;
     Prepare(ctx, token);
-    const std::unique_ptr<grpc::ClientReader<v1::PullResponse>> reader = worker->Pull(&ctx, AllSlices(env, 0));
+    const std::unique_ptr<grpc::ClientReader<v1::PullResponse>> reader =
+        worker->Pull(&ctx, AllSlices(env, 0));
     v1::PullResponse r;
     while (reader->Read(&r)) {
     }
@@ -1072,23 +1129,29 @@ void Impersonation(AttackEnv& env, int thread) {
       {"Join as worker 0 without a token", [&] { return join(0, ""); }},
       {"Join as worker 0 with worker 3's token", [&] { return join(0, own); }},
       {"Join as worker 0 with a forged token", [&] { return join(0, forged); }},
-      {"Join as worker 0 with its token under another secret", [&] { return join(0, other_worker0); }},
+      {"Join as worker 0 with its token under another secret",
+       [&] { return join(0, other_worker0); }},
       {"Join as worker 3 without a token", [&] { return join(kAttackerId, ""); }},
-      {"Push with worker 3's session and no token", [&] { return push(env.attacker->session(), ""); }},
+      {"Push with worker 3's session and no token",
+       [&] { return push(env.attacker->session(), ""); }},
       {"Push with worker 3's session and worker 0's token under another secret",
        [&] { return push(env.attacker->session(), other_worker0); }},
-      {"Push with a made-up session and worker 3's token", [&] { return push(std::string(16, 'x'), own); }},
+      {"Push with a made-up session and worker 3's token",
+       [&] { return push(std::string(16, 'x'), own); }},
       {"Pull with worker 3's session and no token", [&] { return pull(""); }},
       {"Hello as shard 1 with worker 3's token", [&] { return hello(1, own); }},
       {"Hello as shard 0 with worker 3's token", [&] { return hello(0, own); }},
       {"Hello as shard 1 without a token", [&] { return hello(1, ""); }},
-      {"Hello as shard 1 with its token under another secret", [&] { return hello(1, other_shard1); }},
+      {"Hello as shard 1 with its token under another secret",
+       [&] { return hello(1, other_shard1); }},
       {"ShareRound as shard 1 with worker 3's token", [&] { return share(1, own); }},
       {"ShareRound as shard 0 without a token", [&] { return share(0, ""); }},
-      {"ShareRound as shard 1 with its token under another secret", [&] { return share(1, other_shard1); }},
+      {"ShareRound as shard 1 with its token under another secret",
+       [&] { return share(1, other_shard1); }},
       {"Admin Status with worker 3's token", [&] { return status(own); }},
       {"Admin Status without a token", [&] { return status(""); }},
-      {"Admin Status with the admin token under another secret", [&] { return status(other_admin); }},
+      {"Admin Status with the admin token under another secret",
+       [&] { return status(other_admin); }},
       {"Admin Checkpoint with worker 3's token", [&] { return checkpoint(own); }},
   };
   for (size_t i = size_t(thread); env.more(); ++i) {
@@ -1097,7 +1160,8 @@ void Impersonation(AttackEnv& env, int thread) {
     env.tally->Count(s);
     if (s.error_code() != grpc::StatusCode::UNAUTHENTICATED &&
         s.error_code() != grpc::StatusCode::PERMISSION_DENIED) {
-      env.tally->Accepted(absl::StrCat(name, ": ", CodeName(int(s.error_code())), " ", s.error_message()));
+      env.tally->Accepted(
+          absl::StrCat(name, ": ", CodeName(int(s.error_code())), " ", s.error_message()));
     }
   }
 }
@@ -1118,8 +1182,8 @@ void LogFlood(AttackEnv& env, int thread) {
         v1::RegisterLayoutRequest req = LayoutRequest(1024, 1024);
         req.set_session(env.attacker->session());
         req.mutable_layout()->mutable_tensors(0)->set_name(marker);
-        env.tally->Count(CallRaw(generic, "/ps.v1.WorkerService/RegisterLayout", WithInvalidUtf8(req),
-                                 env.attacker->token()));
+        env.tally->Count(CallRaw(generic, "/ps.v1.WorkerService/RegisterLayout",
+                                 WithInvalidUtf8(req), env.attacker->token()));
         break;
       }
       case 2: {
@@ -1129,7 +1193,8 @@ void LogFlood(AttackEnv& env, int thread) {
         req.set_round(env.open_round());
         req.set_codec(marker);
         req.set_payload("\x01");
-        env.tally->Count(CallRaw(generic, "/ps.v1.WorkerService/Push", WithInvalidUtf8(req), env.attacker->token()));
+        env.tally->Count(CallRaw(generic, "/ps.v1.WorkerService/Push", WithInvalidUtf8(req),
+                                 env.attacker->token()));
         break;
       }
       case 3: {
@@ -1154,10 +1219,59 @@ void LogFlood(AttackEnv& env, int thread) {
   }
 }
 
+// Keeps `limits->inflight` copies of one request, given as raw bytes, in flight on up to
+// 8 connections until told to stop (a cheap client: the bytes are serialized once and
+// shared by every call), with `token` (empty: none). Counts the answers.
+void FloodRaw(AttackEnv& env, const std::string& method, const std::string& bytes,
+              const std::string& token) {
+  const uint32_t inflight = std::max<uint32_t>(env.limits->inflight, 1);
+  std::vector<std::unique_ptr<grpc::GenericStub>> stubs;
+  for (uint32_t i = 0; i < std::min<uint32_t>(inflight, 8); ++i) {
+    stubs.push_back(std::make_unique<grpc::GenericStub>(OwnChannel(env.attacker->address())));
+  }
+  grpc::Slice slice(bytes);
+  const grpc::ByteBuffer request(&slice, 1);
+  struct Call {
+    grpc::ClientContext ctx;
+    grpc::ByteBuffer response;
+    bool done = false;  // guarded by mu
+  };
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::unique_ptr<Call>> calls;  // guarded by mu; reaped by this thread
+  uint32_t open = 0;                         // guarded by mu
+  for (uint64_t i = 0;; ++i) {
+    std::unique_lock lock(mu);
+    cv.wait_for(lock, milliseconds(50), [&] { return open < inflight; });
+    std::erase_if(calls, [](const std::unique_ptr<Call>& c) { return c->done; });
+    if (!env.more()) break;
+    if (open >= inflight) continue;
+    calls.push_back(std::make_unique<Call>());
+    Call* call = calls.back().get();
+    ++open;
+    lock.unlock();
+    Prepare(call->ctx, token, milliseconds(10000));
+    stubs[i % stubs.size()]->UnaryCall(&call->ctx, method, grpc::StubOptions(), &request,
+                                       &call->response, [&, call](grpc::Status s) {
+                                         env.tally->Count(s);
+                                         std::lock_guard done_lock(mu);
+                                         call->done = true;
+                                         --open;
+                                         cv.notify_all();
+                                       });
+  }
+  std::unique_lock lock(mu);
+  for (const std::unique_ptr<Call>& c : calls) {
+    if (!c->done) c->ctx.TryCancel();
+  }
+  cv.wait(lock, [&] { return open == 0; });
+}
+
 // RegisterLayout of 2^16 tensors (the most a layout may have) with 100-byte names, a 7 MB
-// message, in a loop: the shard answers from the hash of the tensor list.
+// message, after the layout exists (the shard answers from the hash of the tensor list).
 void LayoutTensors(AttackEnv& env, int) {
   v1::RegisterLayoutRequest req;
+  req.set_session(env.attacker->session());
   for (uint32_t i = 0; i < core::kMaxTensors; ++i) {
     v1::TensorSpec* t = req.mutable_layout()->add_tensors();
     std::string name = absl::StrCat("t", i, "-");
@@ -1167,8 +1281,28 @@ void LayoutTensors(AttackEnv& env, int) {
   }
   req.mutable_layout()->set_slice_elems(1);
   req.mutable_layout()->set_num_shards(1);
-  RegisterLayouts(env, {std::move(req)}, {"2^16 tensors"});
+  FloodRaw(env, "/ps.v1.WorkerService/RegisterLayout", req.SerializeAsString(),
+           env.attacker->token());
 }
+
+// The same bytes per request as layout_tensors, but in one `bytes` field, which costs the
+// shard one copy to parse: pushes of 7 MiB payloads for round 0 (long closed: refused as
+// late), to tell the cost of the bytes from that of the tensors. `token`: whose.
+void BigPushes(AttackEnv& env, const std::string& token) {
+  v1::PushRequest req;
+  req.set_session(env.attacker->session());
+  req.set_layout_hash(env.attacker->layout_hash());
+  req.set_round(0);
+  req.set_slice_id(0);
+  req.set_codec("fp32");
+  req.set_payload(std::string(7 << 20, '\x01'));
+  FloodRaw(env, "/ps.v1.WorkerService/Push", req.SerializeAsString(), token);
+}
+
+void BigMessages(AttackEnv& env, int) { BigPushes(env, env.attacker->token()); }
+
+// The same without any token: refused as unauthenticated, once the whole message arrived.
+void AnonMessages(AttackEnv& env, int) { BigPushes(env, ""); }
 
 // Requests that are wrong in every other way a client can make them wrong.
 void JunkRequests(AttackEnv& env, int thread) {
@@ -1306,36 +1440,54 @@ void ConnFlood(AttackEnv& env, int thread) {
 
 std::vector<Attack> AllAttacks() {
   std::vector<Attack> attacks;
-  attacks.push_back({"layout_wrap", "RegisterLayout of one tensor of 2^64-1 elements in slices of 2^22, in a loop",
+  attacks.push_back({"layout_wrap",
+                     "RegisterLayout of one tensor of 2^64-1 elements in slices of 2^22, in a loop",
                      2, LayoutWrap, /*before_layout=*/true});
-  attacks.push_back({"layout_huge", "RegisterLayout of 2^24 and of 2^20 slices of one element, in a loop", 2,
+  attacks.push_back({"layout_huge",
+                     "RegisterLayout of 2^24 and of 2^20 slices of one element, in a loop", 2,
                      LayoutHuge, /*before_layout=*/true});
-  attacks.push_back({"layout_tensors",
-                     "RegisterLayout of 2^16 tensors with 100-byte names (7 MB) after the layout exists, in a "
-                     "loop",
-                     1, LayoutTensors});
-  attacks.push_back({"codec_poison",
-                     "pushes for the open round under ever new codec specs with garbage payloads; worker 3's "
-                     "own valid pushes use new specs too",
-                     2, CodecPoison, false, /*poison_cover=*/true});
-  attacks.push_back({"pull_leak",
-                     "batches of 64 far-future pulls with a 50 ms deadline, and pulls that never read, held "
-                     "to their deadline",
-                     2, PullLeak, false, false, PullSlotsFree});
-  attacks.push_back({"impersonation",
-                     "Join, Push, Pull, PeerService and AdminService calls as others: no token, worker 3's, "
-                     "forged ones, ones derived from another secret",
-                     2, Impersonation});
-  attacks.push_back({"log_flood",
-                     "Join in a loop with worker 3's token, joins as workers out of range, invalid UTF-8 in "
-                     "string fields",
-                     2, LogFlood});
-  attacks.push_back({"junk_requests",
-                     "InitSlice of wrong sizes, Pull of 100,000 slice ids, a 1 MiB codec spec, round 2^64-1, "
-                     "worker 2^32-1, 9 MiB messages",
-                     1, JunkRequests});
-  attacks.push_back({"conn_flood", "connections that make one call and stay open, and TCP connections that never speak",
-                     2, ConnFlood});
+  attacks.push_back(
+      {"layout_tensors",
+       "RegisterLayout of 2^16 tensors with 100-byte names (7 MB) after the layout exists, "
+       "--inflight at once",
+       1, LayoutTensors});
+  attacks.push_back(
+      {"big_messages",
+       "pushes with 7 MiB payloads, --inflight at once (the bytes of layout_tensors without the "
+       "tensors)",
+       1, BigMessages});
+  attacks.push_back({"anon_messages",
+                     "big_messages without a token: a client that cannot authenticate at all", 1,
+                     AnonMessages});
+  attacks.push_back(
+      {"codec_poison",
+       "pushes for the open round under ever new codec specs with garbage payloads; worker 3's "
+       "own valid pushes use new specs too",
+       2, CodecPoison, false, /*poison_cover=*/true});
+  attacks.push_back(
+      {"pull_leak",
+       "batches of 64 far-future pulls with a 50 ms deadline, and pulls that never read, held "
+       "to their deadline",
+       2, PullLeak, false, false, PullSlotsFree});
+  attacks.push_back(
+      {"impersonation",
+       "Join, Push, Pull, PeerService and AdminService calls as others: no token, worker 3's, "
+       "forged ones, ones derived from another secret",
+       2, Impersonation});
+  attacks.push_back(
+      {"log_flood",
+       "Join in a loop with worker 3's token, joins as workers out of range, invalid UTF-8 in "
+       "string fields",
+       2, LogFlood});
+  attacks.push_back(
+      {"junk_requests",
+       "InitSlice of wrong sizes, Pull of 100,000 slice ids, a 1 MiB codec spec, round 2^64-1, "
+       "worker 2^32-1, 9 MiB messages",
+       1, JunkRequests});
+  attacks.push_back(
+      {"conn_flood",
+       "connections that make one call and stay open, and TCP connections that never speak", 2,
+       ConnFlood});
   return attacks;
 }
 
@@ -1373,10 +1525,16 @@ struct Row {
     for (const Phase& p : phases) sum += p.rounds_per_s;
     return phases.empty() ? 0 : sum / double(phases.size());
   }
+  double MeanCpu(const std::vector<Phase>& phases) const {
+    double sum = 0;
+    for (const Phase& p : phases) sum += p.server_cpu;
+    return phases.empty() ? 0 : sum / double(phases.size());
+  }
   std::vector<double> Ratios() const {
     std::vector<double> r;
     for (size_t i = 0; i < std::min(base.size(), attack_phases.size()); ++i) {
-      r.push_back(base[i].rounds_per_s > 0 ? attack_phases[i].rounds_per_s / base[i].rounds_per_s : 0);
+      r.push_back(base[i].rounds_per_s > 0 ? attack_phases[i].rounds_per_s / base[i].rounds_per_s
+                                           : 0);
     }
     return r;
   }
@@ -1393,7 +1551,9 @@ struct Row {
     if (with_prelude && ran_prelude) m = std::max(m, field(prelude));
     return m;
   }
-  double PeakRss() const { return Max([](const Phase& p) { return p.peak_rss_mib; }, true); }
+  double PeakRss() const {
+    return Max([](const Phase& p) { return p.peak_rss_mib; }, true);
+  }
   double BasePeakRss() const {
     double m = 0;
     for (const Phase& p : base) m = std::max(m, p.peak_rss_mib);
@@ -1427,10 +1587,11 @@ class Runner {
       return row;
     }
     const std::string run_dir = dir;
-    if (absl::Status st = RunIn(attack, run_dir, row); !st.ok()) row.error = std::string(st.message());
+    if (absl::Status st = RunIn(attack, run_dir, row); !st.ok())
+      row.error = std::string(st.message());
     if (f_.keep_dirs) {
-      std::fprintf(stderr, "ps-bench hostile: %s: run directory and server log kept in %s\n", attack.name.c_str(),
-                   run_dir.c_str());
+      std::fprintf(stderr, "ps-bench hostile: %s: run directory and server log kept in %s\n",
+                   attack.name.c_str(), run_dir.c_str());
     } else {
       std::error_code ec;
       std::filesystem::remove_all(run_dir, ec);
@@ -1441,19 +1602,38 @@ class Runner {
  private:
   absl::Status RunIn(const Attack& attack, const std::string& run_dir, Row& row) {
     const std::string port_file = run_dir + "/port", log_file = run_dir + "/server.log";
-    const std::vector<std::string> args = {
-        "--host", "127.0.0.1", "--port", "0", "--port-file", port_file, "--run-dir", run_dir,
-        "--workers", absl::StrCat(kWorkers), "--byzantine", "1", "--aggregator", "trimmed_mean",
-        "--round-deadline-ms", absl::StrCat(f_.round_deadline_ms), "--threads", "2",
-        "--max-shard-bytes", absl::StrCat(max_shard_bytes_), "--max-pulls-per-worker",
-        absl::StrCat(kMaxPullsPerWorker), "--drain-timeout-ms", "1000"};
+    const std::vector<std::string> args = {"--host",
+                                           "127.0.0.1",
+                                           "--port",
+                                           "0",
+                                           "--port-file",
+                                           port_file,
+                                           "--run-dir",
+                                           run_dir,
+                                           "--workers",
+                                           absl::StrCat(kWorkers),
+                                           "--byzantine",
+                                           "1",
+                                           "--aggregator",
+                                           "trimmed_mean",
+                                           "--round-deadline-ms",
+                                           absl::StrCat(f_.round_deadline_ms),
+                                           "--threads",
+                                           "2",
+                                           "--max-shard-bytes",
+                                           absl::StrCat(max_shard_bytes_),
+                                           "--max-pulls-per-worker",
+                                           absl::StrCat(kMaxPullsPerWorker),
+                                           "--drain-timeout-ms",
+                                           "1000"};
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerProcess> server,
                         ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));
     const std::string address = absl::StrCat("127.0.0.1:", port);
     std::vector<std::string> tokens;
     for (uint32_t w = 0; w < kWorkers; ++w) {
-      const std::string path = core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, w});
+      const std::string path =
+          core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, w});
       absl::StatusOr<std::string> token = core::ReadTokenFile(path);
       for (int i = 0; i < 100 && !token.ok(); ++i) {
         std::this_thread::sleep_for(milliseconds(50));
@@ -1466,7 +1646,8 @@ class Runner {
     Sampler sampler(server->pid());
     Attacker attacker(address, port, tokens[kAttackerId], layout.hash());
     {
-      std::unique_ptr<v1::WorkerService::Stub> stub = v1::WorkerService::NewStub(OwnChannel(address));
+      std::unique_ptr<v1::WorkerService::Stub> stub =
+          v1::WorkerService::NewStub(OwnChannel(address));
       if (grpc::Status s = attacker.Join(*stub); !s.ok()) {
         return absl::InternalError(absl::StrCat("worker 3 could not join: ", s.error_message()));
       }
@@ -1480,7 +1661,9 @@ class Runner {
       for (int c = 1; c < kStatusCodes; ++c) {
         if (tally.code(c) > 0) row.refusals[CodeName(c)] = tally.code(c);
       }
-      if (tally.code(0) > 0 && attack.name != "impersonation") row.notes.push_back(absl::StrCat(tally.code(0), " OK"));
+      if (tally.code(0) > 0 && attack.name != "impersonation") {
+        row.notes.push_back(absl::StrCat(tally.code(0), " requests answered OK"));
+      }
       for (std::string& n : tally.notes()) row.notes.push_back(std::move(n));
       row.server_end = server->Stop(milliseconds(5000));
       return st;
@@ -1497,15 +1680,18 @@ class Runner {
     if (!f_.no_cover) cover = std::make_unique<Cover>(attacker, **training, layout, specs);
     std::this_thread::sleep_for(std::chrono::duration<double>(limits_.warmup_seconds));
     for (int a = 0; a < f_.alternations && !server->Exited(); ++a) {
-      row.base.push_back(RunPhase(attack, env, *server, sampler, training->get(), f_.seconds, false));
+      row.base.push_back(
+          RunPhase(attack, env, *server, sampler, training->get(), f_.seconds, false));
       if (cover != nullptr && attack.poison_cover) cover->SetPoison(&tally);
-      row.attack_phases.push_back(RunPhase(attack, env, *server, sampler, training->get(), f_.seconds, true));
+      row.attack_phases.push_back(
+          RunPhase(attack, env, *server, sampler, training->get(), f_.seconds, true));
       if (cover != nullptr) cover->SetPoison(nullptr);
     }
     if (cover != nullptr) {
       row.cover_pushed = cover->pushed();
       row.cover_refused = cover->refused();
-      if (row.cover_refused > 0) row.notes.push_back(absl::StrCat("worker 3's last refused push: ", cover->last_refusal()));
+      if (row.cover_refused > 0)
+        row.notes.push_back(absl::StrCat("worker 3's last refused push: ", cover->last_refusal()));
     }
     cover.reset();
     (*training)->Stop();
@@ -1517,8 +1703,8 @@ class Runner {
       row.has_check = true;
     }
     if (server->Exited()) {
-      return finish(absl::InternalError(absl::StrCat("ps-server ", server->Describe(), " during the attack:\n",
-                                                     server->LogTail(2000))));
+      return finish(absl::InternalError(absl::StrCat(
+          "ps-server ", server->Describe(), " during the attack:\n", server->LogTail(2000))));
     }
     return finish(absl::OkStatus());
   }
@@ -1538,9 +1724,11 @@ class Runner {
     const double t0 = NowSeconds();
     std::vector<std::thread> threads;
     if (attacking) {
-      for (int i = 0; i < attack.threads; ++i) threads.emplace_back([&env, &attack, i] { attack.run(env, i); });
+      for (int i = 0; i < attack.threads; ++i)
+        threads.emplace_back([&env, &attack, i] { attack.run(env, i); });
     }
-    while (NowSeconds() - t0 < seconds && !server.Exited()) std::this_thread::sleep_for(milliseconds(20));
+    while (NowSeconds() - t0 < seconds && !server.Exited())
+      std::this_thread::sleep_for(milliseconds(20));
     p.seconds = NowSeconds() - t0;
     if (training != nullptr) {
       p.rounds_per_s = double(training->rounds() - rounds0) / kHonest / p.seconds;
@@ -1590,38 +1778,35 @@ std::string RowJson(const Row& r, double bound_mib) {
       .Add("rss_bound_mib", bound_mib)
       .Add("requests", r.requests);
   for (const auto& [code, n] : r.refusals) codes.Add(code, n);
-  tail.Add("log_bytes", r.LogBytes())
-      .Add("accepted", r.accepted)
+  tail.Add("accepted", r.accepted)
       .Add("baseline_log_bytes", Row::Sum(r.base, [](const Phase& p) { return p.log_bytes; }))
       .Add("baseline_peak_rss_mib", r.BasePeakRss())
       .Add("peak_fds", r.Max([](const Phase& p) { return p.peak_fds; }, true))
-      .Add("baseline_peak_fds", [&] {
-        uint64_t m = 0;
-        for (const Phase& p : r.base) m = std::max(m, p.peak_fds);
-        return m;
-      }())
-      .Add("server_cpu_baseline", [&] {
-        double s = 0;
-        for (const Phase& p : r.base) s += p.server_cpu / double(r.base.size());
-        return s;
-      }())
-      .Add("server_cpu_attack", [&] {
-        double s = 0;
-        for (const Phase& p : r.attack_phases) s += p.server_cpu / double(r.attack_phases.size());
-        return s;
-      }())
-      .Add("bench_cpu_baseline", [&] {
-        double s = 0;
-        for (const Phase& p : r.base) s += p.bench_cpu / double(r.base.size());
-        return s;
-      }())
-      .Add("bench_cpu_attack", [&] {
-        double s = 0;
-        for (const Phase& p : r.attack_phases) s += p.bench_cpu / double(r.attack_phases.size());
-        return s;
-      }())
-      .Add("honest_errors_baseline", Row::Sum(r.base, [](const Phase& p) { return p.honest_errors; }))
-      .Add("honest_errors_attack", Row::Sum(r.attack_phases, [](const Phase& p) { return p.honest_errors; }))
+      .Add("baseline_peak_fds",
+           [&] {
+             uint64_t m = 0;
+             for (const Phase& p : r.base) m = std::max(m, p.peak_fds);
+             return m;
+           }())
+      .Add("server_cpu_baseline", r.MeanCpu(r.base))
+      .Add("server_cpu_attack", r.MeanCpu(r.attack_phases))
+      .Add("bench_cpu_baseline",
+           [&] {
+             double s = 0;
+             for (const Phase& p : r.base) s += p.bench_cpu / double(r.base.size());
+             return s;
+           }())
+      .Add("bench_cpu_attack",
+           [&] {
+             double s = 0;
+             for (const Phase& p : r.attack_phases)
+               s += p.bench_cpu / double(r.attack_phases.size());
+             return s;
+           }())
+      .Add("honest_errors_baseline",
+           Row::Sum(r.base, [](const Phase& p) { return p.honest_errors; }))
+      .Add("honest_errors_attack",
+           Row::Sum(r.attack_phases, [](const Phase& p) { return p.honest_errors; }))
       .Add("prelayout_requests", r.ran_prelude ? r.prelude.requests : uint64_t{0})
       .Add("prelayout_peak_rss_mib", r.ran_prelude ? r.prelude.peak_rss_mib : 0.0)
       .Add("cover_pushes", r.cover_pushed)
@@ -1631,8 +1816,11 @@ std::string RowJson(const Row& r, double bound_mib) {
       .Add("notes", absl::StrJoin(r.notes, "; "))
       .Add("server_end", r.server_end)
       .Add("error", r.error);
-  std::string json = MergeObjects(head.str(), absl::StrCat("{\"refusals_by_code\":", codes.str(), "}"));
-  json = MergeObjects(json, absl::StrCat("{\"ratio_per_alternation\":", JsonArray(r.Ratios()), "}"));
+  std::string json =
+      MergeObjects(head.str(), absl::StrCat("{\"refusals_by_code\":", codes.str(), "}"));
+  json = MergeObjects(json, core::JsonObjectWriter().Add("log_bytes", r.LogBytes()).str());
+  json =
+      MergeObjects(json, absl::StrCat("{\"ratio_per_alternation\":", JsonArray(r.Ratios()), "}"));
   return MergeObjects(json, tail.str());
 }
 
@@ -1653,11 +1841,13 @@ std::vector<std::string> Findings(const Row& r, double bound_mib) {
     if (p.rounds_per_s <= 0) out.push_back("honest training made no round in an attack phase");
   }
   if (r.PeakRss() > bound_mib) {
-    out.push_back(absl::StrCat("peak VmRSS ", FormatG(r.PeakRss(), 4), " MiB above the bound ", bound_mib, " MiB"));
+    out.push_back(absl::StrCat("peak VmRSS ", FormatG(r.PeakRss(), 4), " MiB above the bound ",
+                               bound_mib, " MiB"));
   }
   if (r.accepted > 0) out.push_back(absl::StrCat(r.accepted, " requests not refused"));
   if (r.has_check && !r.check.ok) out.push_back(r.check.text);
-  if (!r.server_end.empty() && r.server_end != "exit 0") out.push_back(absl::StrCat("server end: ", r.server_end));
+  if (!r.server_end.empty() && r.server_end != "exit 0")
+    out.push_back(absl::StrCat("server end: ", r.server_end));
   return out;
 }
 
@@ -1679,14 +1869,17 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
     limits.raw_connections = 64;
     limits.prelude_seconds = 0.3;
     limits.warmup_seconds = 0.3;
+    if (given.inflight->count() == 0) f.inflight = 2;
   }
+  limits.inflight = f.inflight;
   if (f.seconds <= 0 || f.alternations < 1) {
     std::fprintf(stderr, "ps-bench hostile: need --seconds > 0 and --alternations >= 1\n");
     return 2;
   }
   absl::StatusOr<uint64_t> max_shard_bytes = ParseSize(f.max_shard_bytes);
   if (!max_shard_bytes.ok() || *max_shard_bytes == 0) {
-    std::fprintf(stderr, "ps-bench hostile: bad --max-shard-bytes '%s'\n", f.max_shard_bytes.c_str());
+    std::fprintf(stderr, "ps-bench hostile: bad --max-shard-bytes '%s'\n",
+                 f.max_shard_bytes.c_str());
     return 2;
   }
   if (f.server_bin.empty()) {
@@ -1700,7 +1893,8 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
   } else {
     for (const std::string& text : f.attacks) {
       for (const std::string& name : SplitList(text)) {
-        auto it = std::find_if(all.begin(), all.end(), [&](const Attack& a) { return a.name == name; });
+        auto it =
+            std::find_if(all.begin(), all.end(), [&](const Attack& a) { return a.name == name; });
         if (it == all.end()) {
           std::vector<std::string> names;
           for (const Attack& a : all) names.push_back(a.name);
@@ -1713,26 +1907,32 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
     }
   }
   const double bound_mib = double(*max_shard_bytes) / double(1 << 20);
-  std::fprintf(stderr,
-               "ps-bench hostile: %s; a fresh server per attack (n = %u, f = 1, trimmed_mean, deadline %u ms, "
-               "--max-shard-bytes %s); %d x (baseline %.3g s, attack %.3g s); worker 3 %s\n",
-               f.server_bin.c_str(), kWorkers, f.round_deadline_ms, FormatSize(*max_shard_bytes).c_str(),
-               f.alternations, f.seconds, f.seconds,
-               f.no_cover ? "never pushes (rounds wait for the deadline)" : "pushes every round (cover)");
+  std::fprintf(
+      stderr,
+      "ps-bench hostile: %s; a fresh server per attack (n = %u, f = 1, trimmed_mean, deadline %u "
+      "ms, "
+      "--max-shard-bytes %s); %d x (baseline %.3g s, attack %.3g s); worker 3 %s\n",
+      f.server_bin.c_str(), kWorkers, f.round_deadline_ms, FormatSize(*max_shard_bytes).c_str(),
+      f.alternations, f.seconds, f.seconds,
+      f.no_cover ? "never pushes (rounds wait for the deadline)" : "pushes every round (cover)");
   Runner runner(f, limits, *max_shard_bytes);
-  Table table({"attack", "base rounds/s", "attack rounds/s", "ratio", "peak RSS MiB", "bound MiB", "requests",
-               "log bytes", "status codes", "check"});
+  Table table({"attack", "base rounds/s", "attack rounds/s", "ratio", "server CPU", "peak RSS MiB",
+               "bound MiB", "requests", "log bytes", "status codes", "check"});
   std::vector<std::string> json_rows;
   int failures = 0;
   for (const Attack* attack : chosen) {
     std::fprintf(stderr, "ps-bench hostile: %s ...\n", attack->name.c_str());
     const Row r = runner.Run(*attack);
-    table.AddRow({r.attack, FormatG(r.Mean(r.base), 4), FormatG(r.Mean(r.attack_phases), 4), FormatG(r.Ratio(), 3),
-                  FormatG(r.PeakRss(), 4), FormatG(bound_mib, 4), absl::StrCat(r.requests), absl::StrCat(r.LogBytes()),
-                  CodesText(r), r.has_check ? r.check.text : "-"});
+    table.AddRow({r.attack, FormatG(r.Mean(r.base), 4), FormatG(r.Mean(r.attack_phases), 4),
+                  FormatG(r.Ratio(), 3),
+                  absl::StrCat(FormatG(r.MeanCpu(r.base), 2), " -> ",
+                               FormatG(r.MeanCpu(r.attack_phases), 2)),
+                  FormatG(r.PeakRss(), 4), FormatG(bound_mib, 4), absl::StrCat(r.requests),
+                  absl::StrCat(r.LogBytes()), CodesText(r), r.has_check ? r.check.text : "-"});
     json_rows.push_back(RowJson(r, bound_mib));
     for (const std::string& finding : Findings(r, bound_mib)) {
-      std::fprintf(stderr, "ps-bench hostile: %s: FINDING: %s\n", r.attack.c_str(), finding.c_str());
+      std::fprintf(stderr, "ps-bench hostile: %s: FINDING: %s\n", r.attack.c_str(),
+                   finding.c_str());
       ++failures;
     }
     for (const std::string& note : r.notes) {
@@ -1748,7 +1948,8 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
   if (!f.json.empty()) {
     std::ofstream out(f.json, std::ios::trunc);
     out << "[\n";
-    for (size_t i = 0; i < json_rows.size(); ++i) out << json_rows[i] << (i + 1 < json_rows.size() ? ",\n" : "\n");
+    for (size_t i = 0; i < json_rows.size(); ++i)
+      out << json_rows[i] << (i + 1 < json_rows.size() ? ",\n" : "\n");
     out << "]\n";
     out.close();
     if (!out) {
@@ -1765,25 +1966,38 @@ Command AddHostileCommand(CLI::App& app) {
   auto f = std::make_shared<HostileFlags>();
   auto given = std::make_shared<GivenOptions>();
   CLI::App* sub = app.add_subcommand(
-      "hostile", "Honest rounds per second of a real ps-server while a hostile client attacks it, against "
-                 "the same without the attack, alternately in the same run; peak RSS, refusals, log growth");
-  given->seconds = sub->add_option("--seconds", f->seconds, "Seconds per phase")->capture_default_str();
+      "hostile",
+      "Honest rounds per second of a real ps-server while a hostile client attacks it, against "
+      "the same without the attack, alternately in the same run; peak RSS, refusals, log growth");
+  given->seconds =
+      sub->add_option("--seconds", f->seconds, "Seconds per phase")->capture_default_str();
   given->alternations =
-      sub->add_option("--alternations", f->alternations, "Baseline + attack pairs per attack")->capture_default_str();
-  sub->add_option("--attacks", f->attacks, "Attacks to run, comma-separated (default: all; see --list)");
-  sub->add_option("--server-bin", f->server_bin, "The ps-server binary (default: ps-server beside ps-bench)")
+      sub->add_option("--alternations", f->alternations, "Baseline + attack pairs per attack")
+          ->capture_default_str();
+  sub->add_option("--attacks", f->attacks,
+                  "Attacks to run, comma-separated (default: all; see --list)");
+  sub->add_option("--server-bin", f->server_bin,
+                  "The ps-server binary (default: ps-server beside ps-bench)")
       ->option_text("PATH");
   sub->add_option("--max-shard-bytes", f->max_shard_bytes,
                   "The server's --max-shard-bytes, also the bound its peak RSS is checked against")
       ->capture_default_str();
   sub->add_option("--round-deadline-ms", f->round_deadline_ms, "The server's --round-deadline-ms")
       ->capture_default_str();
+  given->inflight =
+      sub->add_option("--inflight", f->inflight,
+                      "layout_tensors and big_messages: 7 MB requests in flight at once")
+          ->check(CLI::Range(1, 1024))
+          ->capture_default_str();
   sub->add_flag("--no-cover", f->no_cover,
                 "Worker 3 never pushes a valid gradient: every round waits for the round deadline");
-  sub->add_flag("--keep-dirs", f->keep_dirs, "Keep each server's run directory and log (path on stderr)");
-  sub->add_option("--json", f->json, "Also write one row per attack as a JSON array to FILE")->option_text("FILE");
-  sub->add_flag("--quick", f->quick,
-                "Smoke test: 1 s phases, one alternation, small counts (flags given explicitly still win)");
+  sub->add_flag("--keep-dirs", f->keep_dirs,
+                "Keep each server's run directory and log (path on stderr)");
+  sub->add_option("--json", f->json, "Also write one row per attack as a JSON array to FILE")
+      ->option_text("FILE");
+  sub->add_flag(
+      "--quick", f->quick,
+      "Smoke test: 1 s phases, one alternation, small counts (flags given explicitly still win)");
   sub->add_flag("--list", f->list, "Print the attacks and exit");
   return Command{.app = sub, .run = [f, given] { return RunHostile(*f, *given); }};
 }
