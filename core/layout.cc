@@ -15,13 +15,18 @@ namespace ps::core {
 namespace {
 
 void AppendU64(std::string& out, uint64_t v) {
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  char bytes[8];
+  for (int i = 0; i < 8; ++i) bytes[i] = static_cast<char>((v >> (8 * i)) & 0xff);
+  out.append(bytes, sizeof(bytes));
 }
 
 uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_elems,
                       uint32_t num_shards) {
   // Canonical, length-prefixed encoding so that no two layouts share a preimage.
   std::string buf = "ps.layout.v1";
+  size_t size = buf.size() + 24;
+  for (const TensorSpec& t : tensors) size += 24 + t.name.size();
+  buf.reserve(size);
   AppendU64(buf, tensors.size());
   for (const TensorSpec& t : tensors) {
     AppendU64(buf, t.name.size());

@@ -391,6 +391,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Resources", "max-shard-bytes", o.max_shard_bytes,
       "Estimated memory the model state of this shard may take (parameters, optimizer state, "
       "every worker's pushes); a layout needing more is refused. 0: half the physical memory");
+  add("Resources", "max-request-memory-bytes", o.max_request_memory_bytes,
+      "Memory gRPC may take for requests and answers in flight, over all clients (a resource "
+      "quota; >= 2 x --max-message-bytes)");
   add("Resources", "max-pulls-per-worker", o.max_pulls_per_worker,
       "Pull streams one worker may have open on this shard at once (>= 1)");
   add("Resources", "max-cached-decoders", o.max_cached_decoders,

@@ -25,6 +25,21 @@ std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout) {
   return tensors;
 }
 
+bool SameLayout(const core::ModelLayout& layout, const v1::Layout& msg) {
+  if (msg.slice_elems() != layout.slice_elems() || msg.num_shards() != layout.num_shards() ||
+      static_cast<size_t>(msg.tensors_size()) != layout.tensors().size()) {
+    return false;
+  }
+  for (int i = 0; i < msg.tensors_size(); ++i) {
+    const v1::TensorSpec& t = msg.tensors(i);
+    const core::TensorSpec& have = layout.tensors()[static_cast<size_t>(i)];
+    if (t.numel() != have.numel || t.priority() != have.priority || t.name() != have.name) {
+      return false;
+    }
+  }
+  return true;
+}
+
 absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout) {
   return core::ModelLayout::Create(TensorsFromProto(layout), layout.slice_elems(),
                                    layout.num_shards());

@@ -235,6 +235,12 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("threads", "threads", absl::StrCat(threads),
                    absl::StrCat("must be at most ", kMaxThreads, " (0 means one per core)"));
   }
+  if (max_request_memory_bytes < 2 * uint64_t{max_message_bytes}) {
+    return Invalid("max_request_memory_bytes", "max-request-memory-bytes",
+                   absl::StrCat(max_request_memory_bytes),
+                   absl::StrCat("must be at least twice --max-message-bytes (",
+                                2 * uint64_t{max_message_bytes}, ")"));
+  }
   if (max_pulls_per_worker < 1) {
     return Invalid("max_pulls_per_worker", "max-pulls-per-worker",
                    absl::StrCat(max_pulls_per_worker), "must be at least 1");

@@ -135,6 +135,12 @@ struct ServerOptions {
   // state, the pushes of every worker, published copies, the layout's tables); a layout
   // needing more is refused. 0: half of the machine's physical memory.
   uint64_t max_shard_bytes = 0;
+  // Memory gRPC may take for the requests it is receiving and the answers it is sending,
+  // over all clients (a gRPC resource quota): messages in flight are outside
+  // max_shard_bytes, and a flood of large ones (even unauthenticated: the message is read
+  // before its credentials are checked) would grow without it. Near the quota gRPC reads
+  // more slowly and refuses new calls. At least twice max_message_bytes.
+  uint64_t max_request_memory_bytes = 256ull << 20;
   // Pull streams one worker may have open on this shard at once (more are
   // RESOURCE_EXHAUSTED); so at most workers x this many in all.
   uint32_t max_pulls_per_worker = 16;

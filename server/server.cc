@@ -8,6 +8,7 @@
 
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/resource_quota.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -143,6 +144,10 @@ class ServerImpl final : public Server {
                                static_cast<int>(options_.max_connection_idle.count()));
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
     builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
+    // Messages in flight (read before any credential is checked) are bounded in memory.
+    grpc::ResourceQuota quota("ps-server");
+    quota.Resize(static_cast<size_t>(options_.max_request_memory_bytes));
+    builder.SetResourceQuota(quota);
     builder.RegisterService(&worker_service_);
     builder.RegisterService(&peer_service_);
     builder.RegisterService(&admin_service_);

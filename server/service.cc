@@ -268,14 +268,28 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
                                                             v1::RegisterLayoutResponse* resp) {
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
   if (!worker.ok()) return Reply(ctx, worker.status());
+  const v1::Layout& msg = req->layout();
+  if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
+    // The common case, answered by comparing the request with the registered layout
+    // (first difference ends it): no copy, no hash, whatever the request's size.
+    if (SameLayout(*have, msg)) {
+      resp->set_layout_hash(have->hash());
+      return Reply(ctx, absl::AlreadyExistsError("this layout is already registered"));
+    }
+    return Reply(ctx, shard_->Refuse(Refusal::kLayoutMismatch,
+                                     absl::FailedPreconditionError(absl::StrCat(
+                                         "layout mismatch: shard ", shard_->shard_id(),
+                                         " already holds layout ", absl::Hex(have->hash()),
+                                         "; worker ", *worker, " offered another (",
+                                         msg.tensors_size(), " tensors, slice_elems ",
+                                         msg.slice_elems(), ", num_shards ", msg.num_shards(),
+                                         ")"))));
+  }
   // Nothing is built from the request before the shard looked at its size.
-  std::vector<core::TensorSpec> tensors = TensorsFromProto(req->layout());
-  const uint32_t slice_elems = req->layout().slice_elems();
-  const uint32_t num_shards = req->layout().num_shards();
-  resp->set_layout_hash(core::ModelLayout::Hash(tensors, slice_elems, num_shards));
-  absl::StatusOr<std::vector<uint32_t>> owned =
-      shard_->RegisterLayout(*worker, std::move(tensors), slice_elems, num_shards);
+  absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(
+      *worker, TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
   if (!owned.ok()) return Reply(ctx, owned.status());
+  resp->set_layout_hash(shard_->layout_hash());
   for (uint32_t id : *owned) resp->add_owned_slices(id);
   return Reply(ctx, absl::OkStatus());
 }

@@ -493,6 +493,11 @@ absl::StatusOr<Shard::SliceState*> Shard::LookupSlice(uint64_t layout_hash, uint
   return s;
 }
 
+const core::ModelLayout* Shard::registered_layout() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  // layout_ is written once, before registered_ is released.
+  return registered_.load(std::memory_order_acquire) ? &*layout_ : nullptr;
+}
+
 uint64_t Shard::layout_hash() const {
   absl::MutexLock lock(&mu_);
   return layout_.has_value() ? layout_->hash() : 0;

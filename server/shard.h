@@ -272,6 +272,9 @@ class Shard {
   uint32_t workers_joined() const;
   // Hash of the registered layout or 0.
   uint64_t layout_hash() const;
+  // The registered layout, or null before registration. It never changes once
+  // registered, so the pointer stays valid for the shard's lifetime.
+  const core::ModelLayout* registered_layout() const;
   // Lowest published version over the owned slices (0 before ready).
   uint64_t MinVersion() const;
   ShardStats stats() const;

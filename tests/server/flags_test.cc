@@ -73,6 +73,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "weight-decay",
                                                   "threads",
                                                   "max-shard-bytes",
+                                                  "max-request-memory-bytes",
                                                   "max-pulls-per-worker",
                                                   "max-cached-decoders",
                                                   "max-connection-idle-ms",
@@ -820,7 +821,17 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptionsCase{"LogLevel", [](ServerOptions& o) { o.log_level = "verbose"; },
                        "--log-level=verbose"},
         BadOptionsCase{"LogFormat", [](ServerOptions& o) { o.log_format = "xml"; },
-                       "--log-format=xml"}),
+                       "--log-format=xml"},
+        BadOptionsCase{"RequestMemoryBelowTwoMessages",
+                       [](ServerOptions& o) { o.max_request_memory_bytes = 8u << 20; },
+                       "--max-request-memory-bytes=8388608"},
+        BadOptionsCase{"NoPullStreams", [](ServerOptions& o) { o.max_pulls_per_worker = 0; },
+                       "--max-pulls-per-worker=0"},
+        BadOptionsCase{"NoDecoders", [](ServerOptions& o) { o.max_cached_decoders = 0; },
+                       "--max-cached-decoders=0"},
+        BadOptionsCase{"IdleTooShort",
+                       [](ServerOptions& o) { o.max_connection_idle = std::chrono::milliseconds(10); },
+                       "--max-connection-idle-ms=10"}),
     [](const ::testing::TestParamInfo<BadOptionsCase>& info) { return info.param.name; });
 
 TEST(ValidateOkTest, AcceptsBoundaryValues) {
@@ -840,6 +851,7 @@ TEST(ValidateOkTest, AcceptsBoundaryValues) {
   o.round_deadline = std::chrono::milliseconds(1);
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
   o.max_message_bytes = 1u << 30;
+  o.max_request_memory_bytes = 2ull << 30;
   o.quorum = 1;
   EXPECT_TRUE(o.Validate().ok()) << o.Validate();
 }
