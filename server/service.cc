@@ -272,18 +272,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
   if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
     // The common case, answered by comparing the request with the registered layout
     // (first difference ends it): no copy, no hash, whatever the request's size.
-    if (SameLayout(*have, msg)) {
-      resp->set_layout_hash(have->hash());
-      return Reply(ctx, absl::AlreadyExistsError("this layout is already registered"));
-    }
-    return Reply(ctx, shard_->Refuse(Refusal::kLayoutMismatch,
-                                     absl::FailedPreconditionError(absl::StrCat(
-                                         "layout mismatch: shard ", shard_->shard_id(),
-                                         " already holds layout ", absl::Hex(have->hash()),
-                                         "; worker ", *worker, " offered another (",
-                                         msg.tensors_size(), " tensors, slice_elems ",
-                                         msg.slice_elems(), ", num_shards ", msg.num_shards(),
-                                         ")"))));
+    const bool same = SameLayout(*have, msg);
+    if (same) resp->set_layout_hash(have->hash());
+    return Reply(ctx, shard_->AnswerRegistered(
+                          *have, *worker, same,
+                          absl::StrCat("another (", msg.tensors_size(), " tensors, slice_elems ",
+                                       msg.slice_elems(), ", num_shards ", msg.num_shards(), ")")));
   }
   // Nothing is built from the request before the shard looked at its size.
   absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(

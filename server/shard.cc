@@ -1,7 +1,6 @@
 #include "server/shard.h"
 
 #include <openssl/rand.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -65,35 +64,6 @@ std::string_view AggregationStageName(AggregationStage stage) {
     case AggregationStage::kCount: break;
   }
   return "unknown";
-}
-
-uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
-                            size_t rule_state_rows, bool checkpoints) {
-  // Per element: parameters, velocity, the published bytes, the aggregate being made,
-  // one row per worker for the open round's pushes, and the rule's state; checkpoints
-  // keep a copy of velocity and state. Per owned slice: its state object and, per
-  // worker, the round's bookkeeping. Per slice of the whole layout: its tables here.
-  // Counts are at most 2^20 slices, 2^40 elements and 2^32 workers: no overflow in
-  // 64 bits except in the element term, which saturates.
-  constexpr uint64_t kLayoutBytesPerSlice = 64;
-  constexpr uint64_t kSliceStateBytes = 1024;
-  constexpr uint64_t kPerWorkerSliceBytes = 128;
-  const uint64_t copies = 4 + uint64_t{num_workers} + 2 * rule_state_rows + (checkpoints ? 2 : 0);
-  const uint64_t elem_bytes = layout.max_owned_elems * sizeof(float);
-  const uint64_t element_term =
-      elem_bytes > UINT64_MAX / copies ? UINT64_MAX / 2 : elem_bytes * copies;
-  const uint64_t slice_term =
-      layout.max_owned_slices * (kSliceStateBytes + uint64_t{num_workers} * kPerWorkerSliceBytes) +
-      layout.num_slices * kLayoutBytesPerSlice;
-  return element_term > UINT64_MAX / 2 - slice_term ? UINT64_MAX / 2 : element_term + slice_term;
-}
-
-uint64_t EffectiveMaxShardBytes(const ServerOptions& options) {
-  if (options.max_shard_bytes != 0) return options.max_shard_bytes;
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return uint64_t{4} << 30;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2;
 }
 
 using Watchers = std::vector<std::pair<uint64_t, std::function<void(bool)>>>;
@@ -379,12 +349,16 @@ std::vector<uint32_t> Shard::InstallLayoutLocked(const core::ModelLayout& layout
 }
 
 absl::Status Shard::AnswerRegisteredLocked(uint32_t worker_id, uint64_t hash) const {
-  if (layout_->hash() == hash) return absl::AlreadyExistsError("this layout is already registered");
+  return AnswerRegistered(*layout_, worker_id, layout_->hash() == hash, absl::Hex(hash));
+}
+
+absl::Status Shard::AnswerRegistered(const core::ModelLayout& have, uint32_t worker_id, bool same,
+                                     const absl::AlphaNum& offered) const {
+  if (same) return absl::AlreadyExistsError("this layout is already registered");
   return Refuse(Refusal::kLayoutMismatch,
                 absl::FailedPreconditionError(absl::StrCat(
                     "layout mismatch: shard ", shard_id_, " already holds layout ",
-                    absl::Hex(layout_->hash()), "; worker ", worker_id, " offered ",
-                    absl::Hex(hash))));
+                    absl::Hex(have.hash()), "; worker ", worker_id, " offered ", offered)));
 }
 
 absl::Status Shard::CheckLayoutFits(const core::LayoutSummary& sum, uint32_t slice_elems,
@@ -1263,14 +1237,18 @@ void Shard::Unwatch(uint32_t slice_id, uint64_t watch_id) {
   // `dropped` (and what it holds) is destroyed here, outside the slice's lock.
 }
 
-uint64_t Shard::WatcherCount() const {
-  if (!registered_.load(std::memory_order_acquire)) return 0;
-  uint64_t n = 0;
+void Shard::ForEachOwnedSlice(const std::function<void(const SliceState&)>& fn) const {
+  if (!registered_.load(std::memory_order_acquire)) return;
   for (const auto& s : slices_) {
     if (s == nullptr) continue;
     absl::MutexLock lock(&s->mu);
-    n += s->watchers.size();
+    fn(*s);
   }
+}
+
+uint64_t Shard::WatcherCount() const {
+  uint64_t n = 0;
+  ForEachOwnedSlice([&](const SliceState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS { n += s.watchers.size(); });
   return n;
 }
 
@@ -1379,13 +1357,8 @@ uint32_t Shard::workers_joined() const {
 
 
 uint64_t Shard::MaxVersion() const {
-  if (!registered_.load(std::memory_order_acquire)) return 0;
   uint64_t v = 0;
-  for (const auto& s : slices_) {
-    if (s == nullptr) continue;
-    absl::MutexLock lock(&s->mu);
-    v = std::max(v, s->version);
-  }
+  ForEachOwnedSlice([&](const SliceState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS { v = std::max(v, s.version); });
   return v;
 }
 
@@ -1530,15 +1503,12 @@ uint32_t Shard::FastForward(uint64_t version) {
 }
 
 uint64_t Shard::MinVersion() const {
-  if (!registered_.load(std::memory_order_acquire)) return 0;
   uint64_t v = UINT64_MAX;
   bool any = false;
-  for (const auto& s : slices_) {
-    if (s == nullptr) continue;
-    absl::MutexLock lock(&s->mu);
-    v = std::min(v, s->version);
+  ForEachOwnedSlice([&](const SliceState& s) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    v = std::min(v, s.version);
     any = true;
-  }
+  });
   return any ? v : 0;
 }
 

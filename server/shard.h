@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "aggregators/aggregator.h"
 #include "codecs/codec.h"
@@ -41,6 +42,7 @@
 #include "core/udp_frame.h"
 #include "server/checkpoint.h"
 #include "server/decoder_cache.h"
+#include "server/memory_estimate.h"
 #include "server/optimizer.h"
 #include "server/options.h"
 
@@ -137,15 +139,6 @@ struct RoundShare {
   std::vector<double> gram;            // (participants + state rows)^2, row-major
 };
 
-// Estimated bytes a shard holds for a layout (parameters, velocity, published copies,
-// the open round's pushes of every worker, per-slice bookkeeping, the layout's own
-// tables), from the layout's summary alone; compared with --max-shard-bytes before a
-// layout is built. docs/operations.md has the formula.
-uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
-                            size_t rule_state_rows, bool checkpoints);
-// --max-shard-bytes with 0 resolved to half the physical memory.
-uint64_t EffectiveMaxShardBytes(const ServerOptions& options);
-
 // A published slice: immutable, shared by every pull that sends it.
 struct SliceSnapshot {
   uint64_t version = 0;
@@ -186,6 +179,10 @@ class Shard {
   absl::StatusOr<std::vector<uint32_t>> RegisterLayout(uint32_t worker_id,
                                                        std::vector<core::TensorSpec> tensors,
                                                        uint32_t slice_elems, uint32_t num_shards);
+  // ALREADY_EXISTS when `same`, else the mismatch refusal naming `offered` (what the
+  // request was: its hash, or its size). `have` is the registered layout.
+  absl::Status AnswerRegistered(const core::ModelLayout& have, uint32_t worker_id, bool same,
+                                const absl::AlphaNum& offered) const;
   // Sets a slice's initial value (fp32 bytes) once; the shard is ready when all
   // owned slices have one.
   absl::Status InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
@@ -291,6 +288,8 @@ class Shard {
   // Counts a malformed push or chunk of `worker_id` and, at its 1st, 2nd, 4th, ...,
   // names the worker in a warning (a suspect is a log line, not a metric label).
   void CountMalformed(uint32_t worker_id);
+  // Calls `fn` on every owned slice under its lock (nothing before registration).
+  void ForEachOwnedSlice(const std::function<void(const SliceState&)>& fn) const;
   // Hands the time since `start` to the aggregation observer, if any.
   void ObserveAggregation(AggregationStage stage, std::chrono::steady_clock::time_point start);
   // Under s->mu: refuses a push for `round` unless it is s's open round.

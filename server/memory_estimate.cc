@@ -1,0 +1,36 @@
+#include "server/memory_estimate.h"
+
+#include <unistd.h>
+
+namespace ps::server {
+
+uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
+                            size_t rule_state_rows, bool checkpoints) {
+  // Per element: parameters, velocity, the published bytes, the aggregate being made,
+  // one row per worker for the open round's pushes, and the rule's state; checkpoints
+  // keep a copy of velocity and state. Per owned slice: its state object and, per
+  // worker, the round's bookkeeping. Per slice of the whole layout: its tables here.
+  // Counts are at most 2^20 slices, 2^40 elements and 2^32 workers: no overflow in
+  // 64 bits except in the element term, which saturates.
+  constexpr uint64_t kLayoutBytesPerSlice = 64;
+  constexpr uint64_t kSliceStateBytes = 1024;
+  constexpr uint64_t kPerWorkerSliceBytes = 128;
+  const uint64_t copies = 4 + uint64_t{num_workers} + 2 * rule_state_rows + (checkpoints ? 2 : 0);
+  const uint64_t elem_bytes = layout.max_owned_elems * sizeof(float);
+  const uint64_t element_term =
+      elem_bytes > UINT64_MAX / copies ? UINT64_MAX / 2 : elem_bytes * copies;
+  const uint64_t slice_term =
+      layout.max_owned_slices * (kSliceStateBytes + uint64_t{num_workers} * kPerWorkerSliceBytes) +
+      layout.num_slices * kLayoutBytesPerSlice;
+  return element_term > UINT64_MAX / 2 - slice_term ? UINT64_MAX / 2 : element_term + slice_term;
+}
+
+uint64_t EffectiveMaxShardBytes(const ServerOptions& options) {
+  if (options.max_shard_bytes != 0) return options.max_shard_bytes;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{4} << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2;
+}
+
+}  // namespace ps::server
