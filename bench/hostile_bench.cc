@@ -694,7 +694,9 @@ class Training {
 // the cover pushes a valid fp32 gradient for every slice of it. While `poison` is set
 // (codec_poison), every slice first gets a garbage push under a codec spec never seen
 // before (counted for the attack), and the valid gradient goes under another new spec:
-// each makes the shard build (and its cache drop) a decoder.
+// each makes the shard build (and its cache drop) a decoder. The cover waits for the
+// answers to its valid pushes only: a Byzantine worker that wants to stay in the rounds
+// does not wait for its garbage (whose answers the shard's tarpit may hold).
 class Cover {
  public:
   Cover(Attacker& attacker, const Training& training, const core::ModelLayout& layout,
@@ -712,12 +714,18 @@ class Cover {
   ~Cover() {
     stop_.store(true);
     thread_.join();
+    SetPoison(nullptr);  // the garbage pushes' callbacks use this object
   }
   Cover(const Cover&) = delete;
   Cover& operator=(const Cover&) = delete;
 
-  // `tally` (borrowed until the next call) counts the garbage pushes; nullptr: plain.
-  void SetPoison(Tally* tally) { poison_.store(tally); }
+  // `tally` (borrowed until the next call) counts the garbage pushes; nullptr: plain,
+  // once every garbage push sent has its answer.
+  void SetPoison(Tally* tally) {
+    std::unique_lock lock(garbage_mu_);
+    poison_ = tally;
+    garbage_done_.wait(lock, [&] { return poison_ != nullptr || garbage_open_ == 0; });
+  }
   uint64_t pushed() const { return pushed_.load(); }
   uint64_t refused() const { return refused_.load(); }
   std::string last_refusal() const {
@@ -773,6 +781,23 @@ class Cover {
     return c;
   }
 
+  Tally* Poison() {
+    std::lock_guard lock(garbage_mu_);
+    return poison_;
+  }
+
+  // Sends a garbage push without waiting: its answer is counted on `tally` when it comes.
+  void SendGarbage(v1::WorkerService::Stub& stub, std::unique_ptr<PushCall> call, Tally* tally) {
+    PushCall* c = call.release();
+    stub.async()->Push(&c->ctx, &c->req, &c->resp, [this, c, tally](grpc::Status s) {
+      tally->Count(s);
+      delete c;
+      std::lock_guard lock(garbage_mu_);
+      --garbage_open_;
+      garbage_done_.notify_all();
+    });
+  }
+
   // Sends every call at once, in order, and waits for all the answers.
   static void SendAll(v1::WorkerService::Stub& stub,
                       const std::vector<std::unique_ptr<PushCall>>& calls) {
@@ -793,34 +818,33 @@ class Cover {
     std::vector<Poisoned> poisoned;
     uint64_t next = 0;
     while (!stop_.load()) {
-      if (poison_.load() != nullptr && poisoned.empty()) poisoned = PreparePoison(next, rng);
+      if (Poison() != nullptr && poisoned.empty()) poisoned = PreparePoison(next, rng);
       if (!training_.WaitOpen(next, milliseconds(100))) continue;
       const uint64_t round = std::max(next, training_.open_version());
-      Tally* poison = poison_.load();
+      std::vector<std::unique_ptr<PushCall>> calls;
+      Tally* poison = nullptr;
+      {
+        // Read with the garbage counted in flight under one lock: SetPoison(nullptr)
+        // then waits for every push that counts on the tally.
+        std::lock_guard lock(garbage_mu_);
+        poison = poison_;
+        if (poison != nullptr) garbage_open_ += static_cast<uint32_t>(layout_.slices().size());
+      }
       if (poison != nullptr && poisoned.empty()) poisoned = PreparePoison(round, rng);
       // Every slice at once; under poison each valid push right behind its garbage one.
-      std::vector<std::unique_ptr<PushCall>> calls, garbage;
       for (const core::SliceInfo& s : layout_.slices()) {
         if (poison != nullptr) {
-          garbage.push_back(
-              MakePush(round, s.id, poisoned[s.id].garbage_spec, poisoned[s.id].garbage));
+          SendGarbage(*stub, MakePush(round, s.id, poisoned[s.id].garbage_spec,
+                                      poisoned[s.id].garbage),
+                      poison);
           calls.push_back(MakePush(round, s.id, poisoned[s.id].spec, poisoned[s.id].encoded));
         } else {
           calls.push_back(MakePush(round, s.id, kFp32, payloads_[s.id]));
         }
       }
-      std::vector<std::unique_ptr<PushCall>> all;
-      for (size_t i = 0; i < calls.size(); ++i) {
-        if (!garbage.empty()) all.push_back(std::move(garbage[i]));
-        all.push_back(std::move(calls[i]));
-      }
-      SendAll(*stub, all);
-      for (size_t i = 0; i < all.size(); ++i) {
-        PushCall& c = *all[i];
-        if (poison != nullptr && i % 2 == 0) {  // a garbage push
-          poison->Count(c.status);
-          continue;
-        }
+      SendAll(*stub, calls);
+      for (const std::unique_ptr<PushCall>& call : calls) {
+        PushCall& c = *call;
         // A join by an attack may have replaced the session meanwhile (the shard may know
         // the new one before the joining thread does): retry with the newest one.
         grpc::Status st = c.status;
@@ -852,7 +876,11 @@ class Cover {
   const core::ModelLayout& layout_;
   SpecSource& specs_;
   std::vector<std::string> payloads_;  // fp32 payload per slice id
-  std::atomic<Tally*> poison_{nullptr};
+  // The poison tally, and the garbage pushes counted on it still in flight.
+  std::mutex garbage_mu_;
+  std::condition_variable garbage_done_;
+  Tally* poison_ = nullptr;   // guarded by garbage_mu_
+  uint32_t garbage_open_ = 0;  // guarded by garbage_mu_
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> pushed_{0}, refused_{0};
   mutable absl::Mutex mu_;

@@ -129,41 +129,19 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
   return a;
 }
 
-std::shared_ptr<grpc::ServerCredentials> Authenticator::ServerCredentials() const {
-  if (cert_pem_.empty()) return grpc::InsecureServerCredentials();
-  grpc::SslServerCredentialsOptions ssl(
-      ca_pem_.empty() ? GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE
-                      : GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY);
-  ssl.pem_root_certs = ca_pem_;
-  ssl.pem_key_cert_pairs.push_back({key_pem_, cert_pem_});
-  return grpc::SslServerCredentials(ssl);
-}
-
-absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ctx) const {
-  Caller caller;
-  caller.address = ctx.peer();
-  if (!required_) return caller;
-
+absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented) const {
   std::optional<core::Identity> from_cert;
-  if (!ca_pem_.empty()) {
-    std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
-    if (auth != nullptr && auth->IsPeerAuthenticated()) {
-      std::vector<grpc::string_ref> cn = auth->FindPropertyValues("x509_common_name");
-      if (cn.size() == 1) {
-        absl::StatusOr<core::Identity> id = core::ParseIdentity(View(cn[0]));
-        if (!id.ok()) {
-          return absl::UnauthenticatedError(absl::StrCat(
-              "client certificate of ", caller.address, ": ", id.status().message()));
-        }
-        from_cert = *id;
-      }
+  if (!ca_pem_.empty() && presented.common_name.has_value()) {
+    absl::StatusOr<core::Identity> id = core::ParseIdentity(*presented.common_name);
+    if (!id.ok()) {
+      return absl::UnauthenticatedError(
+          absl::StrCat("client certificate: ", id.status().message()));
     }
+    from_cert = *id;
   }
   std::optional<core::Identity> from_token;
-  const auto& metadata = ctx.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it != metadata.end()) {
-    std::string_view value = View(it->second);
+  if (presented.authorization.has_value()) {
+    const std::string_view value = *presented.authorization;
     const bool takes_tokens = tokens_.has_value() || !secret_.empty();
     if (!value.starts_with("Bearer ") || !takes_tokens) {
       return absl::UnauthenticatedError(
@@ -183,16 +161,35 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
                                                    from_cert->Name(), " but the token is ",
                                                    from_token->Name(), "'s"));
   }
-  caller.identity = from_cert.has_value() ? from_cert : from_token;
-  if (!caller.identity.has_value()) {
-    return absl::UnauthenticatedError(
-        !ca_pem_.empty() && tokens_.has_value()
-            ? "credentials required: a client certificate or a bearer token"
-            : !ca_pem_.empty()
-                ? "credentials required: a client certificate signed by --tls-ca"
-                : "credentials required: 'authorization: Bearer TOKEN' metadata (a worker's "
-                  "token is in the shard's run directory, token-worker-N)");
+  if (from_cert.has_value()) return *from_cert;
+  if (from_token.has_value()) return *from_token;
+  return absl::UnauthenticatedError(
+      !ca_pem_.empty() && tokens_.has_value()
+          ? "credentials required: a client certificate or a bearer token"
+      : !ca_pem_.empty()
+          ? "credentials required: a client certificate signed by --tls-ca"
+          : "credentials required: 'authorization: Bearer TOKEN' metadata (a worker's token is "
+            "in the shard's run directory, token-worker-N)");
+}
+
+absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ctx) const {
+  Caller caller;
+  caller.address = ctx.peer();
+  if (!required_) return caller;
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  Presented presented;
+  std::vector<grpc::string_ref> cn;
+  if (auth != nullptr && auth->IsPeerAuthenticated()) {
+    cn = auth->FindPropertyValues("x509_common_name");
+    if (cn.size() == 1) presented.common_name = View(cn[0]);
   }
+  const auto& metadata = ctx.client_metadata();
+  if (auto it = metadata.find("authorization"); it != metadata.end()) {
+    presented.authorization = View(it->second);
+  }
+  absl::StatusOr<core::Identity> id = Verify(presented);
+  if (!id.ok()) return id.status();
+  caller.identity = *id;
   return caller;
 }
 

@@ -9,6 +9,9 @@
 // taken from the request (the server is then bound to loopback unless
 // --allow-insecure-remote).
 //
+// The listening port's credentials (server/metadata_auth.h) check the same identities
+// from each call's metadata before gRPC reads its body.
+//
 // A RateLimiter gives each client (identity, or address when anonymous) a token
 // bucket of requests.
 #pragma once
@@ -64,13 +67,23 @@ class Authenticator {
 
   // Whether calls must carry an identity (mTLS or tokens configured).
   bool required() const { return required_; }
-  // Credentials of the listening port: TLS (with or without client certificates) or
-  // insecure.
-  std::shared_ptr<grpc::ServerCredentials> ServerCredentials() const;
-  // The caller of one call: the verified certificate's common name, else the bearer
-  // token's identity. UNAUTHENTICATED when an identity is required and missing or
-  // unknown, or when certificate and token disagree.
+  // What a call presents: the common name of its verified client certificate, and its
+  // "authorization" metadata.
+  struct Presented {
+    std::optional<std::string_view> common_name;
+    std::optional<std::string_view> authorization;
+  };
+  // The identity behind what a call presents: the certificate's common name, else the
+  // bearer token's. UNAUTHENTICATED when it is missing or unknown, or when certificate
+  // and token disagree. Only when required().
+  absl::StatusOr<core::Identity> Verify(const Presented& presented) const;
+  // The caller of one call: Verify of what it presents.
   absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& ctx) const;
+
+  // The listening port's TLS material (PEM text; all empty: plaintext).
+  const std::string& cert_pem() const { return cert_pem_; }
+  const std::string& key_pem() const { return key_pem_; }
+  const std::string& ca_pem() const { return ca_pem_; }
   // How this shard authenticates to its peers: TLS against the same CA with its own
   // certificate, and its own shard-N token if the token file lists one.
   core::ClientCredentials PeerCredentials(uint32_t shard_id) const;

@@ -59,6 +59,7 @@ struct RawValues {
   int64_t peer_timeout_ms = 0;
   int64_t checkpoint_interval_s = 0;
   int64_t max_connection_idle_ms = 0;
+  int64_t refusal_hold_ms = 0;
 };
 
 // CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
@@ -271,6 +272,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.peer_timeout_ms = o.peer_timeout.count();
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
   raw.max_connection_idle_ms = o.max_connection_idle.count();
+  raw.refusal_hold_ms = o.refusal_hold.count();
 
   add("Network", "host", o.host,
       "Address to listen on. Anything but 127.0.0.0/8, ::1 or localhost needs "
@@ -325,6 +327,13 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "0: no limit");
   add("Security", "rate-burst", o.rate_burst,
       "Requests a client may send at once above --rate-limit; 0 means one second's worth");
+  add("Security", "refusal-rate", o.refusal_rate,
+      "Refused work per second a client may cause before the answers to its refusals are "
+      "held (units: a request plus one per 64 KiB); 0: never hold");
+  add("Security", "refusal-burst", o.refusal_burst,
+      "Refused work a client may cause at once before --refusal-rate applies (units, >= 1)");
+  add("Security", "refusal-hold-ms", raw.refusal_hold_ms,
+      "How long an answer to a refusal over the client's budget is held (0 to 60000)");
 
   add("Durability", "checkpoint-dir", o.checkpoint_dir,
       "Directory for this shard's checkpoints (in its subdirectory shard-<id>); restored at "
@@ -555,6 +564,7 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.peer_timeout = std::chrono::milliseconds(raw.peer_timeout_ms);
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
   o.max_connection_idle = std::chrono::milliseconds(raw.max_connection_idle_ms);
+  o.refusal_hold = std::chrono::milliseconds(raw.refusal_hold_ms);
 
   // Secure by default: without any way of telling clients apart, and unless told to run
   // insecure, the shard uses (and on first start makes) the secret of its run directory.

@@ -95,9 +95,10 @@ void AddHistogram(MetricFamily* f, const prometheus::Histogram& h,
 // Everything a scrape returns about the shard, built at scrape time.
 class Collector final {
  public:
-  Collector(const Shard* shard, const UdpReceiver* udp)
+  Collector(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)
       : shard_(shard),
         udp_(udp),
+        tarpit_(tarpit),
         push_seconds_(PushBuckets()),
         pull_seconds_(PullBuckets()) {
     for (auto& h : aggregation_seconds_) {
@@ -130,6 +131,7 @@ class Collector final {
 
   const Shard* const shard_;
   const UdpReceiver* const udp_;
+  const Tarpit* const tarpit_;
   prometheus::Histogram push_seconds_;
   prometheus::Histogram pull_seconds_;
   std::array<std::unique_ptr<prometheus::Histogram>, static_cast<size_t>(AggregationStage::kCount)>
@@ -243,6 +245,14 @@ std::vector<MetricFamily> Collector::Collect() const {
                {{"reason", std::string(RefusalName(static_cast<Refusal>(i)))}});
   }
   out.push_back(std::move(refusals));
+  if (tarpit_ != nullptr) {
+    const Tarpit::Stats held = tarpit_->stats();
+    out.push_back(Counter("ps_refusals_held_total",
+                          "Refusal answers the tarpit held (the client was over its budget)",
+                          static_cast<double>(held.held_total)));
+    out.push_back(Gauge("ps_refusals_held", "Refusal answers held now",
+                        static_cast<double>(held.held_now)));
+  }
 
   // --- UDP path ---
   if (has_udp) {
@@ -306,8 +316,8 @@ void AddEndpointFamilies(const HttpEndpointStats& s, std::vector<MetricFamily>* 
 
 class Metrics::Impl {
  public:
-  Impl(const Shard* shard, const UdpReceiver* udp)
-      : collector(shard, udp), endpoint([this] { return Render(); }) {}
+  Impl(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)
+      : collector(shard, udp, tarpit), endpoint([this] { return Render(); }) {}
 
   std::string Render() const {
     std::vector<MetricFamily> families = collector.Collect();
@@ -322,8 +332,8 @@ class Metrics::Impl {
   HttpEndpoint endpoint;
 };
 
-Metrics::Metrics(const Shard* shard, const UdpReceiver* udp)
-    : impl_(std::make_unique<Impl>(shard, udp)) {}
+Metrics::Metrics(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)
+    : impl_(std::make_unique<Impl>(shard, udp, tarpit)) {}
 
 Metrics::~Metrics() { Stop(); }
 

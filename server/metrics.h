@@ -8,8 +8,9 @@
 // and pull latency, bytes in and out) and aggregation times are observed at the event,
 // through the Observe* methods.
 //
-// Ownership: borrows the Shard and the UdpReceiver (may be null); both must outlive the
-// Metrics, or at least every Render() and scrape (Stop() ends the scrapes).
+// Ownership: borrows the Shard, the UdpReceiver and the Tarpit (both may be null); all
+// must outlive the Metrics, or at least every Render() and scrape (Stop() ends the
+// scrapes).
 // Thread safety: every method may be called concurrently from any thread.
 #pragma once
 
@@ -21,13 +22,15 @@
 #include "absl/status/status.h"
 #include "core/clock.h"
 #include "server/shard.h"
+#include "server/tarpit.h"
 #include "server/udp_receiver.h"
 
 namespace ps::server {
 
 class Metrics {
  public:
-  explicit Metrics(const Shard* shard, const UdpReceiver* udp = nullptr);
+  explicit Metrics(const Shard* shard, const UdpReceiver* udp = nullptr,
+                   const Tarpit* tarpit = nullptr);
   // Stops serving first.
   ~Metrics();
   Metrics(const Metrics&) = delete;

@@ -128,6 +128,18 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("rate_limit", "rate-limit", absl::StrCat(rate_limit),
                    "must be a finite number of requests per second >= 0 (0: no limit)");
   }
+  if (!(std::isfinite(refusal_rate) && refusal_rate >= 0)) {
+    return Invalid("refusal_rate", "refusal-rate", absl::StrCat(refusal_rate),
+                   "must be a finite number of units per second >= 0 (0: never hold)");
+  }
+  if (!(std::isfinite(refusal_burst) && refusal_burst >= 1)) {
+    return Invalid("refusal_burst", "refusal-burst", absl::StrCat(refusal_burst),
+                   "must be a finite number of units >= 1");
+  }
+  if (refusal_hold.count() < 0 || refusal_hold.count() > 60000) {
+    return Invalid("refusal_hold", "refusal-hold-ms", absl::StrCat(refusal_hold.count()),
+                   "must be in [0, 60000]");
+  }
   if (max_message_bytes < kMinMessageBytes || max_message_bytes > kMaxMessageBytes) {
     return Invalid("max_message_bytes", "max-message-bytes", absl::StrCat(max_message_bytes),
                    absl::StrCat("must be in [", kMinMessageBytes, ", ", kMaxMessageBytes,

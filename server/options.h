@@ -68,6 +68,13 @@ struct ServerOptions {
   // credentials), with bursts of rate_burst; 0 = no limit.
   double rate_limit = 0;
   uint32_t rate_burst = 0;
+  // The tarpit (server/tarpit.h): each client (identity, or "anonymous") may have refused
+  // work of refusal_burst units, refilled at refusal_rate units per second (a refused
+  // request is 1 unit plus 1 per 64 KiB); answers to refusals beyond it are held for
+  // refusal_hold. refusal_rate 0: never held.
+  double refusal_rate = 64;
+  double refusal_burst = 256;
+  std::chrono::milliseconds refusal_hold{1000};
 
   // --- durability (docs/operations.md, "Backing up and restoring") ---
   // Directory of this shard's checkpoints (a subdirectory shard-<id> is used); empty:
@@ -140,6 +147,8 @@ struct ServerOptions {
   // max_shard_bytes, and a flood of large ones (even unauthenticated: the message is read
   // before its credentials are checked) would grow without it. Near the quota gRPC reads
   // more slowly and refuses new calls. At least twice max_message_bytes.
+  // Refusal answers held by the tarpit keep their requests alive too: at most
+  // max_request_memory_bytes / max_message_bytes of them in all, 8 per client.
   uint64_t max_request_memory_bytes = 256ull << 20;
   // Pull streams one worker may have open on this shard at once (more are
   // RESOURCE_EXHAUSTED); so at most workers x this many in all.

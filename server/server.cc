@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <thread>
@@ -16,6 +17,8 @@
 #include "core/credentials_internal.h"
 #include "server/auth_internal.h"
 #include "server/checkpoint.h"
+#include "server/metadata_auth.h"
+#include "server/metrics.h"
 #include "server/service_internal.h"
 #include "server/share_sender.h"
 #include "server/udp_receiver.h"
@@ -62,6 +65,19 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
   return a;
 }
 
+TarpitOptions TarpitSettings(const ServerOptions& o) {
+  TarpitOptions t;
+  t.rate = o.refusal_rate;
+  t.burst = o.refusal_burst;
+  t.hold = o.refusal_hold;
+  // A held answer keeps its request alive: in all at most the request memory quota's
+  // worth of the largest messages.
+  t.max_held = static_cast<uint32_t>(
+      std::clamp<uint64_t>(o.max_request_memory_bytes / o.max_message_bytes, 8, 4096));
+  t.max_held_per_client = std::min<uint32_t>(8, t.max_held);
+  return t;
+}
+
 class ServerImpl final : public Server {
  public:
   ServerImpl(const ServerOptions& options, core::Clock* clock,
@@ -70,6 +86,7 @@ class ServerImpl final : public Server {
         clock_(clock),
         auth_(std::move(auth)),
         limiter_(options.rate_limit, options.rate_burst, clock),
+        tarpit_(TarpitSettings(options), clock),
         pool_(options.threads),
         shard_(options, static_cast<uint32_t>(options.shard_id), std::move(rule), clock, &pool_),
         worker_service_(Gate()),
@@ -120,7 +137,7 @@ class ServerImpl final : public Server {
       worker_service_.set_udp_port(udp_->port());
     }
     if (options_.metrics_port >= 0) {
-      metrics_ = std::make_unique<Metrics>(&shard_, udp_.get());
+      metrics_ = std::make_unique<Metrics>(&shard_, udp_.get(), &tarpit_);
       worker_service_.set_metrics(metrics_.get());
       if (restored_unix_s_ != 0) {
         metrics_->SetCheckpointTime(
@@ -134,7 +151,13 @@ class ServerImpl final : public Server {
     grpc::ServerBuilder builder;
     int bound = 0;
     const std::string addr = HostPort(options_.host, options_.port);
-    builder.AddListeningPort(addr, auth_->ServerCredentials(), &bound);
+    builder.AddListeningPort(
+        addr,
+        ListeningCredentials(*auth_, &tarpit_,
+                             [this](const absl::Status& refused) {
+                               (void)shard_.Refuse(Refusal::kUnauthenticated, refused);
+                             }),
+        &bound);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     // Idle and dead connections go away (each holds buffers and a slot): a connection
@@ -254,6 +277,8 @@ class ServerImpl final : public Server {
                       std::string(written.status().message()));
       }
     }
+    // Held refusals go out now: the server waits for their calls.
+    tarpit_.Stop();
     server_->Shutdown(until);
     if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
     if (ticker_.joinable()) ticker_.join();
@@ -283,7 +308,7 @@ class ServerImpl final : public Server {
   }
 
  private:
-  CallGate Gate() { return CallGate{&shard_, auth_.get(), &limiter_, &admitting_}; }
+  CallGate Gate() { return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_}; }
 
   core::ClientCredentials PeerCredentials() const {
     return auth_->PeerCredentials(static_cast<uint32_t>(options_.shard_id));
@@ -565,6 +590,8 @@ class ServerImpl final : public Server {
   core::Clock* const clock_;
   const std::unique_ptr<Authenticator> auth_;
   RateLimiter limiter_;
+  // Before the services and the gRPC server, which hand it answers until they are gone.
+  Tarpit tarpit_;
   std::atomic<bool> admitting_{true};
   core::ThreadPool pool_;
   // Declared before shard_ so that it outlives the shard's last aggregation job,

@@ -9,6 +9,7 @@
 #include "core/credentials_internal.h"
 #include "core/status.h"
 #include "server/layout_proto.h"
+#include "server/metadata_auth.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
 
@@ -42,6 +43,30 @@ absl::StatusOr<Caller> CallGate::Admit(const grpc::ServerContextBase& ctx) const
                              shard->options().rate_limit, " requests/s); slow down")));
   }
   return caller;
+}
+
+std::string CallGate::ClientOf(const grpc::ServerContextBase& ctx) const {
+  absl::StatusOr<Caller> caller = auth->Identify(ctx);
+  return caller.ok() ? caller->Name() : std::string(kAnonymousClient);
+}
+
+void CallGate::Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
+                      const google::protobuf::MessageLite& request,
+                      absl::AnyInvocable<void(grpc::Status) &&> finish) const {
+  std::string client;
+  if (!status.ok() && tarpit != nullptr && Tarpit::Charges(status.code())) {
+    client = ClientOf(ctx);
+  }
+  // Peer shards are part of the service, not its clients: a refused share is lag (a
+  // late round), and holding its answer would only slow the model rounds.
+  if (client.empty() || client.starts_with("shard-")) {
+    std::move(finish)(ToGrpc(status));
+    return;
+  }
+  tarpit->Refuse(client, request.ByteSizeLong(),
+                 [finish = std::move(finish), answer = ToGrpc(status)]() mutable {
+                   std::move(finish)(std::move(answer));
+                 });
 }
 
 absl::StatusOr<uint32_t> CallGate::AdmitWorker(const grpc::ServerContextBase& ctx,
@@ -87,9 +112,11 @@ uint32_t PullSlots::open(uint32_t worker) const {
 
 namespace {
 
-grpc::ServerUnaryReactor* Reply(grpc::CallbackServerContext* ctx, const absl::Status& s) {
+// Answers a unary call with `s` (through the tarpit when it is a refusal).
+grpc::ServerUnaryReactor* Reply(const CallGate& gate, grpc::CallbackServerContext* ctx,
+                                const google::protobuf::MessageLite& req, const absl::Status& s) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  reactor->Finish(ToGrpc(s));
+  gate.Answer(*ctx, s, req, [reactor](grpc::Status answer) { reactor->Finish(answer); });
   return reactor;
 }
 
@@ -216,10 +243,14 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
   std::shared_ptr<State> state_;
 };
 
-// A reactor that refuses at once (bad session, layout or slice list).
+// A reactor that refuses (bad session, layout or slice list): at once, or when the
+// tarpit lets it.
 class RefusedPull final : public grpc::ServerWriteReactor<v1::PullResponse> {
  public:
-  explicit RefusedPull(const absl::Status& s) { Finish(ToGrpc(s)); }
+  RefusedPull(const CallGate& gate, grpc::CallbackServerContext* ctx, const absl::Status& s,
+              const v1::PullRequest& req) {
+    gate.Answer(*ctx, s, req, [this](grpc::Status answer) { Finish(answer); });
+  }
   void OnDone() override { delete this; }
 };
 
@@ -229,22 +260,22 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
                                                   const v1::JoinRequest* req,
                                                   v1::JoinResponse* resp) {
   absl::StatusOr<Caller> caller = gate_.Admit(*ctx);
-  if (!caller.ok()) return Reply(ctx, caller.status());
+  if (!caller.ok()) return Reply(gate_, ctx, *req, caller.status());
   if (gate_.admitting != nullptr && !gate_.admitting->load()) {
-    return Reply(ctx, absl::UnavailableError(
+    return Reply(gate_, ctx, *req, absl::UnavailableError(
                           "this shard was restored from a checkpoint and is catching up with its "
                           "peers; retry shortly"));
   }
   if (caller->identity.has_value() &&
       !(*caller->identity == core::Identity{core::Identity::Kind::kWorker, req->worker_id()})) {
-    return Reply(ctx, shard_->Refuse(Refusal::kPermissionDenied,
+    return Reply(gate_, ctx, *req, shard_->Refuse(Refusal::kPermissionDenied,
                                      absl::PermissionDeniedError(absl::StrCat(
                                          caller->identity->Name(), " may not join as worker ",
                                          req->worker_id(), ": the worker id comes from the "
                                          "credentials"))));
   }
   absl::StatusOr<JoinResult> r = shard_->Join(req->worker_id(), req->layout_hash());
-  if (!r.ok()) return Reply(ctx, r.status());
+  if (!r.ok()) return Reply(gate_, ctx, *req, r.status());
   const ServerOptions& o = shard_->options();
   resp->set_session(r->session);
   resp->set_shard_id(shard_->shard_id());
@@ -260,21 +291,21 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
     resp->set_udp_session(r->udp_session);
     resp->set_udp_key(r->udp_key);
   }
-  return Reply(ctx, absl::OkStatus());
+  return Reply(gate_, ctx, *req, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServerContext* ctx,
                                                             const v1::RegisterLayoutRequest* req,
                                                             v1::RegisterLayoutResponse* resp) {
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return Reply(ctx, worker.status());
+  if (!worker.ok()) return Reply(gate_, ctx, *req, worker.status());
   const v1::Layout& msg = req->layout();
   if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
     // The common case, answered by comparing the request with the registered layout
     // (first difference ends it): no copy, no hash, whatever the request's size.
     const bool same = SameLayout(*have, msg);
     if (same) resp->set_layout_hash(have->hash());
-    return Reply(ctx, shard_->AnswerRegistered(
+    return Reply(gate_, ctx, *req, shard_->AnswerRegistered(
                           *have, *worker, same,
                           absl::StrCat("another (", msg.tensors_size(), " tensors, slice_elems ",
                                        msg.slice_elems(), ", num_shards ", msg.num_shards(), ")")));
@@ -282,18 +313,19 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
   // Nothing is built from the request before the shard looked at its size.
   absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(
       *worker, TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
-  if (!owned.ok()) return Reply(ctx, owned.status());
+  if (!owned.ok()) return Reply(gate_, ctx, *req, owned.status());
   resp->set_layout_hash(shard_->layout_hash());
   for (uint32_t id : *owned) resp->add_owned_slices(id);
-  return Reply(ctx, absl::OkStatus());
+  return Reply(gate_, ctx, *req, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerContext* ctx,
                                                        const v1::InitSliceRequest* req,
                                                        v1::InitSliceResponse* /*resp*/) {
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return Reply(ctx, worker.status());
-  return Reply(ctx, shard_->InitSlice(*worker, req->layout_hash(), req->slice_id(), req->values()));
+  if (!worker.ok()) return Reply(gate_, ctx, *req, worker.status());
+  return Reply(gate_, ctx, *req,
+               shard_->InitSlice(*worker, req->layout_hash(), req->slice_id(), req->values()));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* ctx,
@@ -303,33 +335,34 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* c
   const auto start = metrics_ != nullptr ? std::chrono::steady_clock::now()
                                          : std::chrono::steady_clock::time_point{};
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  const absl::Status s =
-      worker.ok() ? shard_->Push(*worker, req->layout_hash(), req->round(), req->slice_id(),
-                                 req->codec(), req->payload())
-                  : worker.status();
+  const absl::Status s = worker.ok() ? shard_->Push(*worker, req->layout_hash(), req->round(),
+                                                    req->slice_id(), req->codec(), req->payload())
+                                     : worker.status();
   if (metrics_ != nullptr) {
     metrics_->ObservePush(std::chrono::steady_clock::now() - start, req->payload().size());
   }
-  return Reply(ctx, s);
+  return Reply(gate_, ctx, *req, s);
 }
 
 grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const v1::PullRequest* req) {
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return new RefusedPull(worker.status());
+  if (!worker.ok()) return new RefusedPull(gate_, ctx, worker.status(), *req);
   absl::Status valid = shard_->ValidatePull(
-      req->layout_hash(),
-      std::span<const uint32_t>(req->slice_ids().data(), static_cast<size_t>(req->slice_ids_size())));
-  if (!valid.ok()) return new RefusedPull(valid);
+      req->layout_hash(), std::span<const uint32_t>(req->slice_ids().data(),
+                                                    static_cast<size_t>(req->slice_ids_size())));
+  if (!valid.ok()) return new RefusedPull(gate_, ctx, valid, *req);
   absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
-  if (!slot.ok()) return new RefusedPull(shard_->Refuse(Refusal::kOverLimit, slot.status()));
+  if (!slot.ok())
+    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kOverLimit, slot.status()), *req);
   return new PullReactor(shard_, *req, metrics_, *std::move(slot));
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,
                                                  const v1::PeerHelloRequest* req,
                                                  v1::PeerHelloResponse* resp) {
-  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok()) return Reply(ctx, st);
+  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok())
+    return Reply(gate_, ctx, *req, st);
   resp->set_shard_id(self_.shard_id);
   resp->set_num_shards(self_.num_shards);
   resp->set_config_fingerprint(self_.config_fingerprint);
@@ -347,14 +380,15 @@ grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ct
                 self_.shard_id, req->shard_id(), n, core::ClientText(req->config_summary(), 512),
                 self_.config_summary);
   }
-  return Reply(ctx, absl::OkStatus());
+  return Reply(gate_, ctx, *req, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::ShareRound(grpc::CallbackServerContext* ctx,
                                                       const v1::RoundShareRequest* req,
                                                       v1::RoundShareResponse* /*resp*/) {
-  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok()) return Reply(ctx, st);
-  return Reply(ctx, shard_->AcceptShare(FromProto(*req)));
+  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok())
+    return Reply(gate_, ctx, *req, st);
+  return Reply(gate_, ctx, *req, shard_->AcceptShare(FromProto(*req)));
 }
 
 absl::Status AdminServiceImpl::AdmitAdmin(const grpc::ServerContextBase& ctx) const {
@@ -370,22 +404,22 @@ absl::Status AdminServiceImpl::AdmitAdmin(const grpc::ServerContextBase& ctx) co
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Checkpoint(grpc::CallbackServerContext* ctx,
-                                                       const v1::CheckpointRequest* /*req*/,
+                                                       const v1::CheckpointRequest* req,
                                                        v1::CheckpointResponse* resp) {
-  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(ctx, st);
+  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(gate_, ctx, *req, st);
   absl::StatusOr<std::pair<std::string, uint64_t>> written = hooks_.checkpoint();
-  if (!written.ok()) return Reply(ctx, written.status());
+  if (!written.ok()) return Reply(gate_, ctx, *req, written.status());
   resp->set_path(written->first);
   resp->set_version(written->second);
-  return Reply(ctx, absl::OkStatus());
+  return Reply(gate_, ctx, *req, absl::OkStatus());
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* ctx,
-                                                   const v1::StatusRequest* /*req*/,
+                                                   const v1::StatusRequest* req,
                                                    v1::StatusResponse* resp) {
-  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(ctx, st);
+  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(gate_, ctx, *req, st);
   *resp = hooks_.status();
-  return Reply(ctx, absl::OkStatus());
+  return Reply(gate_, ctx, *req, absl::OkStatus());
 }
 
 absl::Status PeerServiceImpl::AdmitPeer(const grpc::ServerContextBase& ctx,

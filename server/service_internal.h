@@ -13,10 +13,13 @@
 #include <utility>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
+
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
 #include "server/metrics.h"
 #include "server/shard.h"
+#include "server/tarpit.h"
 
 namespace ps::server {
 
@@ -24,16 +27,26 @@ grpc::Status ToGrpc(const absl::Status& s);
 
 // The checks every call passes first: who is calling (UNAUTHENTICATED) and whether
 // they are within the rate limit (RESOURCE_EXHAUSTED). Refusals are counted on the
-// shard. Borrowed pointers; all must outlive the services.
+// shard, and answered through the tarpit. Borrowed pointers; all must outlive the
+// services.
 struct CallGate {
   Shard* shard = nullptr;
   const Authenticator* auth = nullptr;
   RateLimiter* limiter = nullptr;
+  Tarpit* tarpit = nullptr;  // null: every refusal is answered at once
   // While false, Join is refused with UNAVAILABLE (a restored shard catching up with
   // its peers); null = always admitting.
   const std::atomic<bool>* admitting = nullptr;
 
   absl::StatusOr<Caller> Admit(const grpc::ServerContextBase& ctx) const;
+  // The tarpit's name for the caller: its identity; without credentials configured its
+  // address without the port; "anonymous" when it has none it may use.
+  std::string ClientOf(const grpc::ServerContextBase& ctx) const;
+  // Answers `status` on `finish`: at once, or held by the tarpit when it is a refusal
+  // charged to a client over its budget. `request` sizes the refusal.
+  void Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
+              const google::protobuf::MessageLite& request,
+              absl::AnyInvocable<void(grpc::Status) &&> finish) const;
   // Admit, then the worker behind `session`, which must be the caller's identity
   // (PERMISSION_DENIED: a stolen or replayed session).
   absl::StatusOr<uint32_t> AdmitWorker(const grpc::ServerContextBase& ctx,

@@ -526,6 +526,45 @@ TEST(HostileTest, RefusalsDoNotEchoHugeClientText) {
   EXPECT_THAT(s.error_message(), HasSubstr("bytes"));
 }
 
+// A client refused again and again (here: pushes of an unknown slice) gets its answers
+// held once over its budget, while the honest workers' rounds go on; a call without
+// credentials is refused from its metadata, its 7 MB body unread.
+TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
+  std::vector<std::string> flags = FourWorkers();
+  flags.insert(flags.end(),
+               {"--refusal-burst", "4", "--refusal-rate", "0.5", "--refusal-hold-ms", "400"});
+  ShardProcess shard(flags);
+  HonestTraining honest(shard, 3);
+  ASSERT_TRUE(honest.AdvancesBy(2));
+  std::string session;
+  ASSERT_TRUE(shard.Join(shard.Token(3), 3, HonestLayout().hash(), &session).ok());
+
+  v1::PushRequest push;
+  push.set_session(session);
+  push.set_layout_hash(HonestLayout().hash());
+  push.set_slice_id(99);
+  push.set_codec("fp32");
+  push.set_payload(std::string(64, '\1'));
+  int held = 0;
+  for (int i = 0; i < 14; ++i) {
+    v1::PushResponse resp;
+    const auto start = std::chrono::steady_clock::now();
+    grpc::Status s = shard.workers().Push(Context(shard.Token(3)).get(), push, &resp);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    if (std::chrono::steady_clock::now() - start >= milliseconds(400)) ++held;
+  }
+  // 4 at once from the burst, about one more from the refill: the rest were held.
+  EXPECT_GE(held, 8);
+  EXPECT_TRUE(honest.AdvancesBy(2));
+
+  push.set_payload(std::string(7 << 20, '\1'));
+  v1::PushResponse resp;
+  grpc::Status s = shard.workers().Push(Context("").get(), push, &resp);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("its body unread"));
+  EXPECT_TRUE(shard.Alive());
+}
+
 // Finding 6: idle HTTP/2 connections were kept forever.
 TEST(HostileTest, IdleConnectionsAreClosed) {
   server::ServerOptions o;

@@ -124,6 +124,31 @@ TEST_F(AuthenticatorTest, ATokenFileRequiresIdentitiesAndGivesPeersTheirToken) {
   EXPECT_TRUE((*a)->PeerCredentials(0).token.empty());
 }
 
+TEST_F(AuthenticatorTest, VerifyNamesWhatIsMissingOrWrong) {
+  ServerOptions o;
+  o.tokens_file = WriteFile("tokens", std::string("worker-0 ") + kTokenA + "\n");
+  auto a = Authenticator::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string bearer = std::string("Bearer ") + kTokenA;
+  absl::StatusOr<core::Identity> id = (*a)->Verify({std::nullopt, bearer});
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->Name(), "worker-0");
+
+  const auto refused = [&](Authenticator::Presented p) {
+    absl::StatusOr<core::Identity> r = (*a)->Verify(p);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated) << r.status();
+    return std::string(r.status().message());
+  };
+  EXPECT_THAT(refused({}), HasSubstr("credentials required"));
+  EXPECT_THAT(refused({std::nullopt, std::string_view(kTokenA)}), HasSubstr("'Bearer TOKEN'"));
+  EXPECT_THAT(refused({std::nullopt, std::string_view("Bearer ") }), HasSubstr("unknown token"));
+  const std::string other = std::string("Bearer ") + kTokenB;
+  EXPECT_THAT(refused({std::nullopt, other}), HasSubstr("unknown token"));
+  // Without --tls-ca a certificate's name is not looked at.
+  EXPECT_THAT(refused({std::string_view("worker-1"), std::nullopt}),
+              HasSubstr("credentials required"));
+}
+
 TEST_F(AuthenticatorTest, BadFilesAreRefusedNamingTheFlag) {
   ServerOptions empty;
   empty.tokens_file = WriteFile("empty-tokens", "# nobody\n");

@@ -49,6 +49,9 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "insecure",
                                                   "rate-limit",
                                                   "rate-burst",
+                                                  "refusal-rate",
+                                                  "refusal-burst",
+                                                  "refusal-hold-ms",
                                                   "checkpoint-dir",
                                                   "checkpoint-interval-s",
                                                   "checkpoint-every-rounds",
@@ -831,7 +834,16 @@ INSTANTIATE_TEST_SUITE_P(
                        "--max-cached-decoders=0"},
         BadOptionsCase{"IdleTooShort",
                        [](ServerOptions& o) { o.max_connection_idle = std::chrono::milliseconds(10); },
-                       "--max-connection-idle-ms=10"}),
+                       "--max-connection-idle-ms=10"},
+        BadOptionsCase{"NegativeRefusalRate", [](ServerOptions& o) { o.refusal_rate = -1; },
+                       "--refusal-rate=-1"},
+        BadOptionsCase{"NanRefusalRate", [](ServerOptions& o) { o.refusal_rate = NAN; },
+                       "--refusal-rate=nan"},
+        BadOptionsCase{"NoRefusalBurst", [](ServerOptions& o) { o.refusal_burst = 0.5; },
+                       "--refusal-burst=0.5"},
+        BadOptionsCase{"HoldTooLong",
+                       [](ServerOptions& o) { o.refusal_hold = std::chrono::milliseconds(60001); },
+                       "--refusal-hold-ms=60001"}),
     [](const ::testing::TestParamInfo<BadOptionsCase>& info) { return info.param.name; });
 
 TEST(ValidateOkTest, AcceptsBoundaryValues) {

@@ -1,0 +1,38 @@
+// The listening port's credentials, with an auth metadata processor that authenticates
+// every call from its metadata alone, before gRPC reads the call's body
+// (docs/operations.md, "Threat model and limits").
+//
+// Without it, gRPC receives and parses a whole request (up to --max-message-bytes) before
+// a handler can look at its credentials, so a client without any credential costs the
+// shard as much as a worker. With it, such a call is refused with UNAUTHENTICATED after
+// its headers, charged to the tarpit's "anonymous" client, and its body is dropped
+// unread. The handlers identify a call that passes once more (Authenticator::Identify,
+// a hash of the token): gRPC hands the processor the connection's auth context, shared
+// by all its calls, so it cannot carry a per-call result. Health checks
+// (grpc.health.v1) pass without credentials, as before.
+//
+// Only for shards that require an identity (Authenticator::required()); otherwise the
+// port is plaintext without a processor.
+#pragma once
+
+#include <grpcpp/security/server_credentials.h>
+
+#include <functional>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "server/auth_internal.h"
+#include "server/tarpit.h"
+
+namespace ps::server {
+
+// The tarpit's name for callers without a valid identity.
+inline constexpr char kAnonymousClient[] = "anonymous";
+
+// TLS (from the Authenticator's PEM material) or plaintext credentials; with a
+// processor when auth.required(). `on_refused` sees every UNAUTHENTICATED answer it gives
+// (to count and log it). Borrowed: auth and tarpit must outlive the gRPC server.
+std::shared_ptr<grpc::ServerCredentials> ListeningCredentials(
+    const Authenticator& auth, Tarpit* tarpit, std::function<void(const absl::Status&)> on_refused);
+
+}  // namespace ps::server
