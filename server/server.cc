@@ -155,7 +155,7 @@ class ServerImpl final : public Server {
         addr,
         ListeningCredentials(*auth_, &tarpit_,
                              [this](const absl::Status& refused) {
-                               (void)shard_.Refuse(Refusal::kUnauthenticated, refused);
+                               (void)shard_.Refuse(Refusal::kUnauthenticated, refused.message());
                              }),
         &bound);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
 #include "core/credentials_internal.h"
+#include "core/grpc_status.h"
 #include "core/status.h"
 #include "server/layout_proto.h"
 #include "server/metadata_auth.h"
@@ -14,11 +15,6 @@
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
-
-grpc::Status ToGrpc(const absl::Status& s) {
-  if (s.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
 
 uint64_t Fingerprint(std::string_view text) {
   uint64_t h = 1469598103934665603ull;
@@ -33,14 +29,12 @@ absl::StatusOr<Caller> CallGate::Admit(const grpc::ServerContextBase& ctx) const
   absl::StatusOr<Caller> caller = auth->Identify(ctx);
   if (!caller.ok()) {
     return shard->Refuse(Refusal::kUnauthenticated,
-                         absl::UnauthenticatedError(absl::StrCat(
-                             caller.status().message(), " (from ", ctx.peer(), ")")));
+                         absl::StrCat(caller.status().message(), " (from ", ctx.peer(), ")"));
   }
   if (!limiter->Allow(caller->Name())) {
     return shard->Refuse(Refusal::kRateLimited,
-                         absl::ResourceExhaustedError(absl::StrCat(
-                             caller->Name(), " is over the rate limit (",
-                             shard->options().rate_limit, " requests/s); slow down")));
+                         absl::StrCat(caller->Name(), " is over the rate limit (",
+                                      shard->options().rate_limit, " requests/s); slow down"));
   }
   return caller;
 }
@@ -60,11 +54,11 @@ void CallGate::Answer(const grpc::ServerContextBase& ctx, const absl::Status& st
   // Peer shards are part of the service, not its clients: a refused share is lag (a
   // late round), and holding its answer would only slow the model rounds.
   if (client.empty() || client.starts_with("shard-")) {
-    std::move(finish)(ToGrpc(status));
+    std::move(finish)(core::ToGrpc(status));
     return;
   }
   tarpit->Refuse(client, request.ByteSizeLong(),
-                 [finish = std::move(finish), answer = ToGrpc(status)]() mutable {
+                 [finish = std::move(finish), answer = core::ToGrpc(status)]() mutable {
                    std::move(finish)(std::move(answer));
                  });
 }
@@ -76,9 +70,8 @@ absl::StatusOr<uint32_t> CallGate::AdmitWorker(const grpc::ServerContextBase& ct
   const core::Identity owner{core::Identity::Kind::kWorker, worker};
   if (caller.identity.has_value() && !(*caller.identity == owner)) {
     return shard->Refuse(Refusal::kPermissionDenied,
-                         absl::PermissionDeniedError(absl::StrCat(
-                             "this session belongs to ", owner.Name(), ", not to ",
-                             caller.identity->Name(), " (a session is not a credential)")));
+                         absl::StrCat("this session belongs to ", owner.Name(), ", not to ",
+                                      caller.identity->Name(), " (a session is not a credential)"));
   }
   return worker;
 }
@@ -268,11 +261,12 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
   }
   if (caller->identity.has_value() &&
       !(*caller->identity == core::Identity{core::Identity::Kind::kWorker, req->worker_id()})) {
-    return Reply(gate_, ctx, *req, shard_->Refuse(Refusal::kPermissionDenied,
-                                     absl::PermissionDeniedError(absl::StrCat(
-                                         caller->identity->Name(), " may not join as worker ",
-                                         req->worker_id(), ": the worker id comes from the "
-                                         "credentials"))));
+    return Reply(gate_, ctx, *req,
+                 shard_->Refuse(Refusal::kPermissionDenied,
+                                absl::StrCat(caller->identity->Name(), " may not join as worker ",
+                                             req->worker_id(),
+                                             ": the worker id comes from the "
+                                             "credentials")));
   }
   absl::StatusOr<JoinResult> r = shard_->Join(req->worker_id(), req->layout_hash());
   if (!r.ok()) return Reply(gate_, ctx, *req, r.status());
@@ -354,7 +348,8 @@ grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
   if (!valid.ok()) return new RefusedPull(gate_, ctx, valid, *req);
   absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
   if (!slot.ok())
-    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kOverLimit, slot.status()), *req);
+    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kOverLimit, slot.status().message()),
+                           *req);
   return new PullReactor(shard_, *req, metrics_, *std::move(slot));
 }
 
@@ -399,8 +394,7 @@ absl::Status AdminServiceImpl::AdmitAdmin(const grpc::ServerContextBase& ctx) co
   }
   return gate_.shard->Refuse(
       Refusal::kPermissionDenied,
-      absl::PermissionDeniedError(absl::StrCat(
-          "administrative calls need the admin identity; the caller is ", caller.Name())));
+      absl::StrCat("administrative calls need the admin identity; the caller is ", caller.Name()));
 }
 
 grpc::ServerUnaryReactor* AdminServiceImpl::Checkpoint(grpc::CallbackServerContext* ctx,
@@ -427,9 +421,8 @@ absl::Status PeerServiceImpl::AdmitPeer(const grpc::ServerContextBase& ctx,
   PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(ctx));
   if (claimed == self_.shard_id || claimed >= self_.num_shards) {
     return shard_->Refuse(Refusal::kPermissionDenied,
-                          absl::PermissionDeniedError(absl::StrCat(
-                              "a peer call as shard ", claimed, ", but this is shard ",
-                              self_.shard_id, " of ", self_.num_shards)));
+                          absl::StrCat("a peer call as shard ", claimed, ", but this is shard ",
+                                       self_.shard_id, " of ", self_.num_shards));
   }
   if (!caller.identity.has_value()) return absl::OkStatus();
   const core::Identity& id = *caller.identity;
@@ -437,9 +430,9 @@ absl::Status PeerServiceImpl::AdmitPeer(const grpc::ServerContextBase& ctx,
       id.index >= self_.num_shards || id.index != claimed) {
     return shard_->Refuse(
         Refusal::kPermissionDenied,
-        absl::PermissionDeniedError(absl::StrCat(
+        absl::StrCat(
             id.Name(), " may not call the peer service",
-            id.kind == core::Identity::Kind::kShard ? absl::StrCat(" as shard ", claimed) : "")));
+            id.kind == core::Identity::Kind::kShard ? absl::StrCat(" as shard ", claimed) : ""));
   }
   return absl::OkStatus();
 }

@@ -23,8 +23,6 @@
 
 namespace ps::server {
 
-grpc::Status ToGrpc(const absl::Status& s);
-
 // The checks every call passes first: who is calling (UNAUTHENTICATED) and whether
 // they are within the rate limit (RESOURCE_EXHAUSTED). Refusals are counted on the
 // shard, and answered through the tarpit. Borrowed pointers; all must outlive the

@@ -31,31 +31,6 @@ std::shared_ptr<const std::string> Fp32Bytes(std::span<const float> values) {
 
 }  // namespace
 
-std::string_view RefusalName(Refusal r) {
-  switch (r) {
-    case Refusal::kUnknownSession: return "unknown_session";
-    case Refusal::kBadWorkerId: return "bad_worker_id";
-    case Refusal::kNoLayout: return "no_layout";
-    case Refusal::kLayoutMismatch: return "layout_mismatch";
-    case Refusal::kBadLayout: return "bad_layout";
-    case Refusal::kNotReady: return "not_ready";
-    case Refusal::kUnknownSlice: return "unknown_slice";
-    case Refusal::kWrongShard: return "wrong_shard";
-    case Refusal::kUnknownCodec: return "unknown_codec";
-    case Refusal::kMalformed: return "malformed";
-    case Refusal::kDuplicate: return "duplicate";
-    case Refusal::kLate: return "late";
-    case Refusal::kFutureRound: return "future_round";
-    case Refusal::kShuttingDown: return "shutting_down";
-    case Refusal::kUnauthenticated: return "unauthenticated";
-    case Refusal::kPermissionDenied: return "permission_denied";
-    case Refusal::kRateLimited: return "rate_limited";
-    case Refusal::kOverLimit: return "over_limit";
-    case Refusal::kCount: break;
-  }
-  return "unknown";
-}
-
 std::string_view AggregationStageName(AggregationStage stage) {
   switch (stage) {
     case AggregationStage::kSlice: return "slice";
@@ -203,7 +178,8 @@ Shard::~Shard() {
   while (aggregations_running_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
-absl::Status Shard::Refuse(Refusal r, absl::Status status) const {
+absl::Status Shard::Refuse(Refusal r, absl::string_view message) const {
+  absl::Status status = core::Refused(r, message);
   uint64_t count;
   {
     absl::MutexLock lock(&stats_mu_);
@@ -248,16 +224,15 @@ void Shard::ObserveAggregation(AggregationStage stage,
 
 absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash) {
   if (draining_.load()) {
-    return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
+    return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
   if (worker_id >= options_.num_workers) {
     return Refuse(Refusal::kBadWorkerId,
-                  absl::InvalidArgumentError(absl::StrCat("worker id ", worker_id,
-                                                          " is out of range: this server expects ",
-                                                          options_.num_workers, " workers")));
+                  absl::StrCat("worker id ", worker_id, " is out of range: this server expects ",
+                               options_.num_workers, " workers"));
   }
   if (layout_hash == 0) {
-    return Refuse(Refusal::kBadLayout, absl::InvalidArgumentError("join without a layout hash"));
+    return Refuse(Refusal::kBadLayout, "join without a layout hash");
   }
   JoinResult result;
   result.session.resize(kSessionBytes);
@@ -273,10 +248,9 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
     absl::MutexLock lock(&mu_);
     if (layout_.has_value() && layout_->hash() != layout_hash) {
       return Refuse(Refusal::kLayoutMismatch,
-                    absl::FailedPreconditionError(absl::StrCat(
-                        "layout mismatch: worker ", worker_id, " joins with layout ",
-                        absl::Hex(layout_hash), " but shard ", shard_id_, " holds ",
-                        absl::Hex(layout_->hash()))));
+                    absl::StrCat("layout mismatch: worker ", worker_id, " joins with layout ",
+                                 absl::Hex(layout_hash), " but shard ", shard_id_, " holds ",
+                                 absl::Hex(layout_->hash())));
     }
     std::string& old = session_of_worker_[worker_id];
     if (!old.empty()) sessions_.erase(old);
@@ -302,8 +276,7 @@ absl::StatusOr<uint32_t> Shard::Authenticate(std::string_view session) const {
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(core::AsAbsl(session));
   if (it == sessions_.end()) {
-    return Refuse(Refusal::kUnknownSession,
-        absl::UnauthenticatedError("unknown session: join (again) first"));
+    return Refuse(Refusal::kUnknownSession, "unknown session: join (again) first");
   }
   return it->second;
 }
@@ -312,8 +285,7 @@ absl::StatusOr<std::shared_ptr<const UdpPeer>> Shard::UdpSession(uint64_t udp_se
   absl::MutexLock lock(&mu_);
   auto it = udp_sessions_.find(udp_session);
   if (it == udp_sessions_.end()) {
-    return Refuse(Refusal::kUnknownSession,
-                  absl::UnauthenticatedError("datagram under an unknown UDP session"));
+    return Refuse(Refusal::kUnknownSession, "datagram under an unknown UDP session");
   }
   return it->second;
 }
@@ -356,36 +328,32 @@ absl::Status Shard::AnswerRegistered(const core::ModelLayout& have, uint32_t wor
                                      const absl::AlphaNum& offered) const {
   if (same) return absl::AlreadyExistsError("this layout is already registered");
   return Refuse(Refusal::kLayoutMismatch,
-                absl::FailedPreconditionError(absl::StrCat(
-                    "layout mismatch: shard ", shard_id_, " already holds layout ",
-                    absl::Hex(have.hash()), "; worker ", worker_id, " offered ", offered)));
+                absl::StrCat("layout mismatch: shard ", shard_id_, " already holds layout ",
+                             absl::Hex(have.hash()), "; worker ", worker_id, " offered ", offered));
 }
 
 absl::Status Shard::CheckLayoutFits(const core::LayoutSummary& sum, uint32_t slice_elems,
                                     uint32_t num_shards) const {
   if (num_shards != options_.num_shards) {
     return Refuse(Refusal::kBadLayout,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "layout is cut for ", num_shards, " shards but the server has ",
-                      options_.num_shards)));
+                  absl::StrCat("layout is cut for ", num_shards, " shards but the server has ",
+                               options_.num_shards));
   }
   const uint64_t slice_bytes = uint64_t{slice_elems} * sizeof(float);
   if (slice_bytes + kMessageOverheadBytes > options_.max_message_bytes) {
     return Refuse(Refusal::kBadLayout,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "slice_elems ", slice_elems, " needs messages of ",
-                      slice_bytes + kMessageOverheadBytes, " bytes, above --max-message-bytes ",
-                      options_.max_message_bytes)));
+                  absl::StrCat("slice_elems ", slice_elems, " needs messages of ",
+                               slice_bytes + kMessageOverheadBytes,
+                               " bytes, above --max-message-bytes ", options_.max_message_bytes));
   }
   const uint64_t need =
       EstimateShardBytes(sum, options_.num_workers, aggregator_->StateRows(), checkpoints_);
   if (need > max_shard_bytes_) {
     return Refuse(Refusal::kOverLimit,
-                  absl::ResourceExhaustedError(absl::StrCat(
-                      "layout of ", sum.total_elems, " elements in ", sum.num_slices,
-                      " slices needs about ", need >> 20, " MiB on shard ", shard_id_,
-                      " with ", options_.num_workers, " workers, above --max-shard-bytes ",
-                      max_shard_bytes_ >> 20, " MiB")));
+                  absl::StrCat("layout of ", sum.total_elems, " elements in ", sum.num_slices,
+                               " slices needs about ", need >> 20, " MiB on shard ", shard_id_,
+                               " with ", options_.num_workers, " workers, above --max-shard-bytes ",
+                               max_shard_bytes_ >> 20, " MiB"));
   }
   return absl::OkStatus();
 }
@@ -403,8 +371,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
   }
   absl::StatusOr<core::LayoutSummary> sum = core::ModelLayout::Check(tensors, slice_elems, num_shards);
   if (!sum.ok()) {
-    return Refuse(Refusal::kBadLayout, absl::InvalidArgumentError(absl::StrCat(
-                                           "invalid layout: ", sum.status().message())));
+    return Refuse(Refusal::kBadLayout, absl::StrCat("invalid layout: ", sum.status().message()));
   }
   PS_RETURN_IF_ERROR(CheckLayoutFits(*sum, slice_elems, num_shards));
   // Only a layout within the limits is built, one at a time.
@@ -416,8 +383,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
   absl::StatusOr<core::ModelLayout> layout =
       core::ModelLayout::Create(std::move(tensors), slice_elems, num_shards);
   if (!layout.ok()) {
-    return Refuse(Refusal::kBadLayout, absl::InvalidArgumentError(absl::StrCat(
-                                           "invalid layout: ", layout.status().message())));
+    return Refuse(Refusal::kBadLayout, absl::StrCat("invalid layout: ", layout.status().message()));
   }
   return RegisterLayout(worker_id, *layout);
 }
@@ -442,27 +408,25 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
 
 absl::StatusOr<Shard::SliceState*> Shard::LookupSlice(uint64_t layout_hash, uint32_t slice_id) {
   if (!registered_.load(std::memory_order_acquire)) {
-    return Refuse(Refusal::kNoLayout, absl::FailedPreconditionError("no layout registered yet"));
+    return Refuse(Refusal::kNoLayout, "no layout registered yet");
   }
   // After registration slices_ and the layout never change, so reading them without
   // mu_ is safe; the hash is copied for the check.
   const uint64_t hash = this->layout_hash();
   if (layout_hash != hash) {
     return Refuse(Refusal::kLayoutMismatch,
-                  absl::FailedPreconditionError(absl::StrCat("layout mismatch: request names ",
-                                                             absl::Hex(layout_hash), ", shard ",
-                                                             shard_id_, " holds ", absl::Hex(hash))));
+                  absl::StrCat("layout mismatch: request names ", absl::Hex(layout_hash),
+                               ", shard ", shard_id_, " holds ", absl::Hex(hash)));
   }
   if (slice_id >= slices_.size()) {
-    return Refuse(Refusal::kUnknownSlice,
-                  absl::InvalidArgumentError(absl::StrCat("unknown slice ", slice_id, ": the layout has ",
-                                                          slices_.size(), " slices")));
+    return Refuse(
+        Refusal::kUnknownSlice,
+        absl::StrCat("unknown slice ", slice_id, ": the layout has ", slices_.size(), " slices"));
   }
   SliceState* s = slices_[slice_id].get();
   if (s == nullptr) {
     return Refuse(Refusal::kWrongShard,
-                  absl::InvalidArgumentError(absl::StrCat("slice ", slice_id,
-                                                          " is not owned by shard ", shard_id_)));
+                  absl::StrCat("slice ", slice_id, " is not owned by shard ", shard_id_));
   }
   return s;
 }
@@ -490,7 +454,7 @@ absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t
     std::vector<float> params(s->info.numel);
     if (absl::Status st = core::ParseFp32(values, params, absl::StrCat("initial value of slice ", slice_id));
         !st.ok()) {
-      return Refuse(Refusal::kMalformed, st);
+      return Refuse(Refusal::kMalformed, st.message());
     }
     s->velocity.assign(params.size(), 0.0f);
     s->published = Fp32Bytes(params);
@@ -515,9 +479,8 @@ absl::StatusOr<std::shared_ptr<const codecs::Codec>> Shard::CheckedDecoder(
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoder = decoders_.Get(codec);
   if (!decoder.ok()) {
     return Refuse(Refusal::kUnknownCodec,
-                  absl::InvalidArgumentError(absl::StrCat("push from worker ", worker_id,
-                                                          " for slice ", slice_id, ": ",
-                                                          decoder.status().message())));
+                  absl::StrCat("push from worker ", worker_id, " for slice ", slice_id, ": ",
+                               decoder.status().message()));
   }
   return decoder;
 }
@@ -525,23 +488,21 @@ absl::StatusOr<std::shared_ptr<const codecs::Codec>> Shard::CheckedDecoder(
 absl::Status Shard::CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint64_t round) {
   const uint32_t slice_id = s->info.id;
   if (!s->initialized) {
-    return Refuse(Refusal::kNotReady,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "slice ", slice_id, " has no initial value yet; pull version 0 first")));
+    return Refuse(
+        Refusal::kNotReady,
+        absl::StrCat("slice ", slice_id, " has no initial value yet; pull version 0 first"));
   }
   if (round < s->version || (round == s->version && s->closing)) {
     return Refuse(Refusal::kLate,
-                  absl::OutOfRangeError(absl::StrCat(
-                      "late push from worker ", worker_id, ": round ", round, " of slice ",
-                      slice_id, " is closed (slice is at version ", s->version,
-                      s->closing ? ", aggregating)" : ")")));
+                  absl::StrCat("late push from worker ", worker_id, ": round ", round, " of slice ",
+                               slice_id, " is closed (slice is at version ", s->version,
+                               s->closing ? ", aggregating)" : ")"));
   }
   if (round > s->version) {
     return Refuse(Refusal::kFutureRound,
-                  absl::FailedPreconditionError(absl::StrCat(
-                      "push from worker ", worker_id, " for round ", round, " of slice ",
-                      slice_id, " before that round opened (slice is at version ", s->version,
-                      "); pull version ", round, " first")));
+                  absl::StrCat("push from worker ", worker_id, " for round ", round, " of slice ",
+                               slice_id, " before that round opened (slice is at version ",
+                               s->version, "); pull version ", round, " first"));
   }
   return absl::OkStatus();
 }
@@ -609,7 +570,7 @@ void Shard::RegisterDeadline(uint32_t slice_id, core::SteadyTime deadline) {
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
                          uint32_t slice_id, std::string_view codec, std::string_view payload) {
   if (draining_.load()) {
-    return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
+    return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
   PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash, slice_id));
   const uint32_t numel = s->info.numel;
@@ -622,9 +583,8 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     PS_RETURN_IF_ERROR(CheckOpenRoundLocked(s, worker_id, round));
     if (s->pushed[worker_id]) {
       return Refuse(Refusal::kDuplicate,
-                    absl::AlreadyExistsError(absl::StrCat("duplicate push from worker ", worker_id,
-                                                          " for round ", round, " of slice ",
-                                                          slice_id)));
+                    absl::StrCat("duplicate push from worker ", worker_id, " for round ", round,
+                                 " of slice ", slice_id));
     }
     PS_ASSIGN_OR_RETURN(const std::shared_ptr<const codecs::Codec> decoder,
                         CheckedDecoder(worker_id, slice_id, codec));
@@ -632,11 +592,10 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     std::span<float> slot(s->inputs.data() + size_t{worker_id} * numel, numel);
     if (absl::Status st = decoder->Decode(payload, slot); !st.ok()) {
       CountMalformed(worker_id);
-      return Refuse(Refusal::kMalformed,
-                    absl::InvalidArgumentError(absl::StrCat(
-                        "malformed push from worker ", worker_id, " for round ", round,
-                        " of slice ", slice_id, " (codec ", core::ClientText(codec), "): ",
-                        st.message())));
+      return Refuse(
+          Refusal::kMalformed,
+          absl::StrCat("malformed push from worker ", worker_id, " for round ", round, " of slice ",
+                       slice_id, " (codec ", core::ClientText(codec), "): ", st.message()));
     }
     s->pushed[worker_id] = 1;
     ++s->num_pushed;
@@ -667,22 +626,21 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
 absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view codec,
                               std::string_view payload) {
   if (draining_.load()) {
-    return Refuse(Refusal::kShuttingDown, absl::UnavailableError("shard is shutting down"));
+    return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
   const uint32_t worker_id = h.worker_id;
   if (worker_id >= options_.num_workers) {
     return Refuse(Refusal::kBadWorkerId,
-                  absl::InvalidArgumentError(absl::StrCat("datagram from worker ", worker_id,
-                                                          " of ", options_.num_workers)));
+                  absl::StrCat("datagram from worker ", worker_id, " of ", options_.num_workers));
   }
   PS_ASSIGN_OR_RETURN(SliceState * s, LookupSlice(layout_hash(), h.slice_id));
   const uint32_t numel = s->info.numel;
   auto malformed = [&](absl::string_view why) {
     CountMalformed(worker_id);
-    return Refuse(Refusal::kMalformed,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "malformed chunk ", h.chunk_index, " of ", h.chunk_count, " from worker ",
-                      worker_id, " for round ", h.round, " of slice ", h.slice_id, ": ", why)));
+    return Refuse(
+        Refusal::kMalformed,
+        absl::StrCat("malformed chunk ", h.chunk_index, " of ", h.chunk_count, " from worker ",
+                     worker_id, " for round ", h.round, " of slice ", h.slice_id, ": ", why));
   };
   if (absl::Status geometry = core::CheckChunkGeometry(h, numel); !geometry.ok()) {
     return malformed(geometry.message());
@@ -696,9 +654,8 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
     SliceState::ChunkedPush& push = s->chunked[worker_id];
     if (push.chunk_count == 0 && s->pushed[worker_id]) {
       return Refuse(Refusal::kDuplicate,
-                    absl::AlreadyExistsError(absl::StrCat(
-                        "chunk from worker ", worker_id, " for round ", h.round, " of slice ",
-                        h.slice_id, ", which it already pushed over gRPC")));
+                    absl::StrCat("chunk from worker ", worker_id, " for round ", h.round,
+                                 " of slice ", h.slice_id, ", which it already pushed over gRPC"));
     }
     if (push.chunk_count != 0 && push.chunk_elems != h.chunk_elems) {
       return malformed(absl::StrCat("chunk size ", h.chunk_elems, " after chunks of ",
@@ -706,9 +663,8 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
     }
     if (push.chunk_count != 0 && push.seen[h.chunk_index]) {
       return Refuse(Refusal::kDuplicate,
-                    absl::AlreadyExistsError(absl::StrCat(
-                        "replayed chunk ", h.chunk_index, " from worker ", worker_id,
-                        " for round ", h.round, " of slice ", h.slice_id)));
+                    absl::StrCat("replayed chunk ", h.chunk_index, " from worker ", worker_id,
+                                 " for round ", h.round, " of slice ", h.slice_id));
     }
     PS_ASSIGN_OR_RETURN(const std::shared_ptr<const codecs::Codec> decoder,
                         CheckedDecoder(worker_id, h.slice_id, codec));
@@ -999,32 +955,34 @@ absl::Status Shard::AcceptShare(const RoundShare& share) {
         "this shard does not run in model scope (check --aggregator and --aggregation-scope)"));
   }
   if (!registered_.load(std::memory_order_acquire)) {
-    return refuse(absl::FailedPreconditionError("no layout registered yet"));
+    return refuse(core::Refused(Refusal::kNoLayout, "no layout registered yet"));
   }
   if (share.layout_hash != layout_hash()) {
-    return refuse(absl::FailedPreconditionError(absl::StrCat(
-        "share for layout ", absl::Hex(share.layout_hash), ", this shard has ",
-        absl::Hex(layout_hash()))));
+    return refuse(core::Refused(Refusal::kLayoutMismatch,
+                                absl::StrCat("share for layout ", absl::Hex(share.layout_hash),
+                                             ", this shard has ", absl::Hex(layout_hash()))));
   }
   if (share.shard_id >= options_.num_shards || share.shard_id == shard_id_) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "share from shard ", share.shard_id, " (this is shard ", shard_id_, " of ",
-        options_.num_shards, ")")));
+    return refuse(core::Refused(
+        Refusal::kMalformed, absl::StrCat("share from shard ", share.shard_id, " (this is shard ",
+                                          shard_id_, " of ", options_.num_shards, ")")));
   }
   for (size_t i = 0; i < share.participants.size(); ++i) {
     if (share.participants[i] >= options_.num_workers ||
         (i > 0 && share.participants[i] <= share.participants[i - 1])) {
-      return refuse(absl::InvalidArgumentError(
-          "participants must be increasing worker ids below --workers"));
+      return refuse(core::Refused(Refusal::kMalformed,
+                                  "participants must be increasing worker ids below --workers"));
     }
   }
   const size_t rows = share.participants.size() + aggregator_->StateRows();
   if (share.gram.size() != rows * rows) {
-    return refuse(absl::InvalidArgumentError(absl::StrCat(
-        "Gram matrix of ", share.gram.size(), " values for ", rows, " rows")));
+    return refuse(core::Refused(
+        Refusal::kMalformed,
+        absl::StrCat("Gram matrix of ", share.gram.size(), " values for ", rows, " rows")));
   }
   for (double v : share.gram) {
-    if (!std::isfinite(v)) return refuse(absl::InvalidArgumentError("Gram matrix is not finite"));
+    if (!std::isfinite(v))
+      return refuse(core::Refused(Refusal::kMalformed, "Gram matrix is not finite"));
   }
   absl::Status st = StoreShare(std::make_shared<const RoundShare>(share));
   if (!st.ok()) return refuse(st);

@@ -38,6 +38,7 @@
 #include "codecs/compressed.h"
 #include "core/clock.h"
 #include "core/layout.h"
+#include "core/refusal.h"
 #include "core/thread_pool.h"
 #include "core/udp_frame.h"
 #include "server/checkpoint.h"
@@ -48,30 +49,10 @@
 
 namespace ps::server {
 
-// Why a request was refused; each reason has its own counter and gRPC status code
-// (docs/protocol.md).
-enum class Refusal : int {
-  kUnknownSession = 0,   // UNAUTHENTICATED
-  kBadWorkerId,          // INVALID_ARGUMENT
-  kNoLayout,             // FAILED_PRECONDITION
-  kLayoutMismatch,       // FAILED_PRECONDITION
-  kBadLayout,            // INVALID_ARGUMENT
-  kNotReady,             // FAILED_PRECONDITION
-  kUnknownSlice,         // INVALID_ARGUMENT
-  kWrongShard,           // INVALID_ARGUMENT
-  kUnknownCodec,         // INVALID_ARGUMENT
-  kMalformed,            // INVALID_ARGUMENT (decode error, wrong size, NaN/Inf)
-  kDuplicate,            // ALREADY_EXISTS
-  kLate,                 // OUT_OF_RANGE
-  kFutureRound,          // FAILED_PRECONDITION
-  kShuttingDown,         // UNAVAILABLE
-  kUnauthenticated,      // UNAUTHENTICATED (no, unknown or contradictory credentials)
-  kPermissionDenied,     // PERMISSION_DENIED (an identity calling beyond its rights)
-  kRateLimited,          // RESOURCE_EXHAUSTED
-  kOverLimit,            // RESOURCE_EXHAUSTED (a resource bound: pull streams, model size)
-  kCount,
-};
-std::string_view RefusalName(Refusal r);
+// Why a request was refused (core/refusal.h): each reason has its own counter, status
+// code and name, and travels inside the refusing status.
+using core::Refusal;
+using core::RefusalName;
 
 struct ShardStats {
   uint64_t pushes_accepted = 0;
@@ -280,9 +261,10 @@ class Shard {
   struct SliceState;  // defined in shard.cc
 
  public:
-  // Counts the refusal, logs it (rate-limited: the 1st, 2nd, 4th, ... of each reason),
-  // and returns `status`. The gRPC services refuse through it too.
-  absl::Status Refuse(Refusal r, absl::Status status) const;
+  // A refusal of kind `r` (core::Refused: r's code, `message`, r as payload), counted
+  // and logged (rate-limited: the 1st, 2nd, 4th, ... of each reason) here, once. The
+  // gRPC services refuse through it too.
+  absl::Status Refuse(Refusal r, absl::string_view message) const;
 
  private:
   // Counts a malformed push or chunk of `worker_id` and, at its 1st, 2nd, 4th, ...,

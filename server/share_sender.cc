@@ -1,11 +1,13 @@
 #include "server/share_sender.h"
 
+#include <grpcpp/grpcpp.h>
+
 #include <chrono>
 #include <string>
 
-#include <grpcpp/grpcpp.h>
-
 #include "core/credentials_internal.h"
+#include "core/grpc_status.h"
+#include "core/refusal.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
@@ -94,10 +96,11 @@ void ShareSender::Loop(Peer* peer) {
       v1::RoundShareResponse resp;
       const grpc::Status s = peer->stub->ShareRound(&ctx, req, &resp);
       if (s.ok()) break;
-      const bool retry = s.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                         s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-                         (s.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&
-                          s.error_message().find("no layout") != std::string::npos);
+      // The peer may not have its layout yet (it registers when its workers come).
+      const absl::Status st = core::FromGrpc(s);
+      const bool retry = st.code() == absl::StatusCode::kUnavailable ||
+                         st.code() == absl::StatusCode::kDeadlineExceeded ||
+                         core::RefusalOf(st) == core::Refusal::kNoLayout;
       if (!retry || std::chrono::steady_clock::now() >= due || stopping()) {
         spdlog::warn("shard {}: share of round {} not delivered to shard {} at {}: {}",
                      options_.shard_id, share->round, peer->id, peer->address, s.error_message());

@@ -25,6 +25,8 @@
 #include "cluster_util.h"
 #include "core/cluster_secret.h"
 #include "core/credentials_internal.h"
+#include "core/grpc_status.h"
+#include "core/refusal.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/logging.h"
@@ -551,6 +553,8 @@ TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
     const auto start = std::chrono::steady_clock::now();
     grpc::Status s = shard.workers().Push(Context(shard.Token(3)).get(), push, &resp);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    // The reason comes with the status, held or not.
+    EXPECT_EQ(core::RefusalOf(core::FromGrpc(s)), core::Refusal::kUnknownSlice);
     if (std::chrono::steady_clock::now() - start >= milliseconds(400)) ++held;
   }
   // 4 at once from the burst, about one more from the refill: the rest were held.

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codecs/codec.h"
+#include "core/grpc_status.h"
 #include "core/status.h"
 #include "ps/v1/ps.grpc.pb.h"
 
@@ -22,11 +23,6 @@ constexpr ProtocolAttack kKinds[] = {ProtocolAttack::kGarbage, ProtocolAttack::k
                                      ProtocolAttack::kFutureRound};
 // Above ps-server's default --max-message-bytes (8 MiB).
 constexpr size_t kOversizeBytes = 9u << 20;
-
-absl::Status FromGrpc(const grpc::Status& s) {
-  if (s.ok()) return absl::OkStatus();
-  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-}
 
 }  // namespace
 
@@ -52,7 +48,7 @@ struct ProtocolAttacker::Impl {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::PushResponse resp;
-    return FromGrpc(stub->Push(&ctx, r, &resp));
+    return core::FromGrpc(stub->Push(&ctx, r, &resp));
   }
 
   absl::StatusOr<v1::PushRequest> Valid(uint64_t round, uint32_t slice_id, std::span<const float> values) {
@@ -89,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ProtocolAttacker>> ProtocolAttacker::Join(const s
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   ctx.set_wait_for_ready(true);
-  PS_RETURN_IF_ERROR(FromGrpc(impl->stub->Join(&ctx, join, &resp)));
+  PS_RETURN_IF_ERROR(core::FromGrpc(impl->stub->Join(&ctx, join, &resp)));
   impl->session = resp.session();
   return std::unique_ptr<ProtocolAttacker>(new ProtocolAttacker(std::move(impl)));
 }
