@@ -1,6 +1,5 @@
 #include "server/shard.h"
 
-#include <openssl/rand.h>
 
 #include <algorithm>
 #include <bit>
@@ -19,7 +18,6 @@
 namespace ps::server {
 namespace {
 
-constexpr size_t kSessionBytes = 16;
 // Room for the fields around a slice's values in one message.
 constexpr uint32_t kMessageOverheadBytes = 4096;
 
@@ -166,16 +164,15 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       clock_(clock),
       pool_(pool),
       max_shard_bytes_(EffectiveMaxShardBytes(options)),
-      decoders_(options.max_cached_decoders) {
-  session_of_worker_.resize(options_.num_workers);
-  joins_.resize(options_.num_workers, 0);
-  udp_session_of_worker_.resize(options_.num_workers, 0);
+      decoders_(options.max_cached_decoders),
+      sessions_(options.num_workers),
+      jobs_(pool) {
   stats_.malformed_by_worker.assign(options_.num_workers, 0);
 }
 
 Shard::~Shard() {
   // Aggregation jobs reference this object; wait for them (the pool outlives us).
-  while (aggregations_running_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  jobs_.WaitIdle();
 }
 
 absl::Status Shard::Refuse(Refusal r, absl::string_view message) const {
@@ -235,15 +232,6 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
     return Refuse(Refusal::kBadLayout, "join without a layout hash");
   }
   JoinResult result;
-  result.session.resize(kSessionBytes);
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(result.session.data()), kSessionBytes) != 1 ||
-      RAND_bytes(reinterpret_cast<unsigned char*>(&result.udp_session), sizeof(result.udp_session)) != 1) {
-    return absl::InternalError("no randomness for a session token");
-  }
-  PS_ASSIGN_OR_RETURN(core::DatagramKey udp_key, core::DatagramKey::Random());
-  result.udp_key = std::string(udp_key.bytes());
-  auto udp_peer = std::make_shared<const UdpPeer>(UdpPeer{worker_id, std::move(udp_key)});
-  uint64_t joins = 0;
   {
     absl::MutexLock lock(&mu_);
     if (layout_.has_value() && layout_->hash() != layout_hash) {
@@ -252,18 +240,14 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
                                  absl::Hex(layout_hash), " but shard ", shard_id_, " holds ",
                                  absl::Hex(layout_->hash())));
     }
-    std::string& old = session_of_worker_[worker_id];
-    if (!old.empty()) sessions_.erase(old);
-    old = result.session;
-    sessions_[result.session] = worker_id;
-    // The UDP session follows the gRPC one: datagrams under the old id are refused.
-    udp_sessions_.erase(udp_session_of_worker_[worker_id]);
-    udp_session_of_worker_[worker_id] = result.udp_session;
-    udp_sessions_[result.udp_session] = std::move(udp_peer);
     result.layout_registered = layout_.has_value();
     result.ready = result.layout_registered && uninitialized_ == 0;
-    joins = ++joins_[worker_id];
   }
+  PS_ASSIGN_OR_RETURN(SessionTable::Issued issued, sessions_.Issue(worker_id));
+  result.session = std::move(issued.session);
+  result.udp_session = issued.udp_session;
+  result.udp_key = std::move(issued.udp_key);
+  const uint64_t joins = issued.joins;
   result.version = MinVersion();
   // A client may join in a loop: the 1st, 2nd, 4th, ... join of each worker at info.
   spdlog::log(std::has_single_bit(joins) ? spdlog::level::info : spdlog::level::debug,
@@ -273,21 +257,19 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
 }
 
 absl::StatusOr<uint32_t> Shard::Authenticate(std::string_view session) const {
-  absl::MutexLock lock(&mu_);
-  auto it = sessions_.find(core::AsAbsl(session));
-  if (it == sessions_.end()) {
+  std::optional<uint32_t> worker = sessions_.WorkerOf(session);
+  if (!worker.has_value()) {
     return Refuse(Refusal::kUnknownSession, "unknown session: join (again) first");
   }
-  return it->second;
+  return *worker;
 }
 
 absl::StatusOr<std::shared_ptr<const UdpPeer>> Shard::UdpSession(uint64_t udp_session) const {
-  absl::MutexLock lock(&mu_);
-  auto it = udp_sessions_.find(udp_session);
-  if (it == udp_sessions_.end()) {
+  std::shared_ptr<const UdpPeer> peer = sessions_.UdpPeerOf(udp_session);
+  if (peer == nullptr) {
     return Refuse(Refusal::kUnknownSession, "datagram under an unknown UDP session");
   }
-  return it->second;
+  return peer;
 }
 
 std::vector<uint32_t> Shard::InstallLayoutLocked(const core::ModelLayout& layout) {
@@ -540,7 +522,7 @@ void Shard::StartUdpRound(uint64_t round) {
       s->deadline = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.round_deadline);
       deadline = s->deadline;
     }
-    RegisterDeadline(id, *deadline);
+    deadlines_.Add(id, *deadline);
   }
 }
 
@@ -557,15 +539,6 @@ bool Shard::AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_
   return false;
 }
 
-void Shard::RegisterDeadline(uint32_t slice_id, core::SteadyTime deadline) {
-  std::function<void()> listener;
-  {
-    absl::MutexLock lock(&mu_);
-    deadlines_.emplace(deadline, slice_id);
-    listener = deadline_listener_;
-  }
-  if (listener) listener();
-}
 
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
                          uint32_t slice_id, std::string_view codec, std::string_view payload) {
@@ -619,7 +592,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
     stats_.push_bytes += payload.size();
     stats_.push_decoded_bytes += uint64_t{numel} * sizeof(float);
   }
-  if (new_deadline.has_value() && !close) RegisterDeadline(slice_id, *new_deadline);
+  if (new_deadline.has_value() && !close) deadlines_.Add(slice_id, *new_deadline);
   return absl::OkStatus();
 }
 
@@ -694,17 +667,14 @@ absl::Status Shard::PushChunk(const core::DatagramHeader& h, std::string_view co
     stats_.push_bytes += payload.size();
     stats_.push_decoded_bytes += uint64_t{range.count} * sizeof(float);
   }
-  if (new_deadline.has_value() && !close) RegisterDeadline(h.slice_id, *new_deadline);
+  if (new_deadline.has_value() && !close) deadlines_.Add(h.slice_id, *new_deadline);
   StartUdpRound(h.round);
   return absl::OkStatus();
 }
 
 void Shard::CloseLocked(SliceState* s, bool at_deadline) {
   s->closing = true;
-  if (s->deadline.has_value()) {
-    absl::MutexLock lock(&mu_);
-    deadlines_.erase({*s->deadline, s->info.id});
-  }
+  if (s->deadline.has_value()) deadlines_.Remove(s->info.id, *s->deadline);
   s->deadline.reset();
   s->deadline_passed = false;
   uint64_t lost = 0;
@@ -723,29 +693,15 @@ void Shard::CloseLocked(SliceState* s, bool at_deadline) {
       if (all) model_closed_ = 0;
     }
     if (all) {
-      aggregations_running_.fetch_add(1);
       const uint64_t round = s->version;
-      pool_->Submit([this, round] { StartModelRound(round); });
+      jobs_.Submit([this, round] { StartModelRound(round); });
     }
     return;
   }
-  aggregations_running_.fetch_add(1);
-  {
-    absl::MutexLock lock(&aggregation_mu_);
-    const int64_t rank = priority_schedule_ ? s->info.priority : 0;
-    aggregation_queue_.emplace(rank, aggregation_seq_++, s->info.id);
-  }
   // Each job aggregates the most urgent closed slice at the time it runs (P3), not
   // necessarily the one that scheduled it.
-  pool_->Submit([this] {
-    SliceState* next;
-    {
-      absl::MutexLock lock(&aggregation_mu_);
-      next = slices_[std::get<2>(*aggregation_queue_.begin())].get();
-      aggregation_queue_.erase(aggregation_queue_.begin());
-    }
-    Aggregate(next);
-  });
+  jobs_.SubmitRanked(priority_schedule_ ? s->info.priority : 0, s->info.id,
+                     [this](uint32_t slice) { Aggregate(slices_[slice].get()); });
 }
 
 std::vector<uint32_t> Shard::SharedSupport(const SliceState& s,
@@ -808,7 +764,6 @@ void Shard::Aggregate(SliceState* s) {
   }
   ObserveAggregation(AggregationStage::kSlice, start);
   Publish(s, round, out, st);
-  aggregations_running_.fetch_sub(1);
 }
 
 void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl::Status st) {
@@ -863,7 +818,7 @@ void Shard::Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl
     }
     wake = TakeDueWatchers(s);
   }
-  if (udp_deadline.has_value()) RegisterDeadline(s->info.id, *udp_deadline);
+  if (udp_deadline.has_value()) deadlines_.Add(s->info.id, *udp_deadline);
   {
     absl::MutexLock stats_lock(&stats_mu_);
     ++stats_.rounds_closed;
@@ -937,7 +892,6 @@ void Shard::StartModelRound(uint64_t round) {
   if (absl::Status stored = StoreShare(share); !stored.ok()) {
     spdlog::error("shard {}: own share of round {}: {}", shard_id_, round, std::string(stored.message()));
   }
-  aggregations_running_.fetch_sub(1);
 }
 
 absl::Status Shard::AcceptShare(const RoundShare& share) {
@@ -992,7 +946,7 @@ absl::Status Shard::AcceptShare(const RoundShare& share) {
 absl::Status Shard::StoreShare(std::shared_ptr<const RoundShare> share) {
   std::optional<std::vector<std::shared_ptr<const RoundShare>>> complete;
   uint64_t round = 0;
-  std::function<void()> listener;
+  bool shares_due_set = false;
   {
     absl::MutexLock lock(&mu_);
     if (share->round < model_round_ || share->round > model_round_ + 1) {
@@ -1008,17 +962,15 @@ absl::Status Shard::StoreShare(std::shared_ptr<const RoundShare> share) {
     slot[share->shard_id] = share;
     if (share->shard_id == shard_id_ && share->round == model_round_ && options_.num_shards > 1) {
       shares_due_ = clock_->Now() + std::chrono::duration_cast<core::Duration>(options_.peer_timeout);
-      listener = deadline_listener_;
+      shares_due_set = true;
     }
     complete = ClaimCompleteRoundLocked();
     round = model_round_;
   }
-  if (listener && !complete.has_value()) listener();
+  if (shares_due_set && !complete.has_value()) deadlines_.Notify();
   if (complete.has_value()) {
-    aggregations_running_.fetch_add(1);
-    pool_->Submit([this, round, shares = *std::move(complete)]() mutable {
+    jobs_.Submit([this, round, shares = *std::move(complete)]() mutable {
       FinishModelRound(round, std::move(shares));
-      aggregations_running_.fetch_sub(1);
     });
   }
   return absl::OkStatus();
@@ -1144,10 +1096,8 @@ void Shard::AdvanceModelRound(uint64_t round) {
     complete = ClaimCompleteRoundLocked();
   }
   if (complete.has_value()) {
-    aggregations_running_.fetch_add(1);
-    pool_->Submit([this, next = round + 1, shares = *std::move(complete)]() mutable {
+    jobs_.Submit([this, next = round + 1, shares = *std::move(complete)]() mutable {
       FinishModelRound(next, std::move(shares));
-      aggregations_running_.fetch_sub(1);
     });
   }
 }
@@ -1228,17 +1178,12 @@ void Shard::Tick(core::SteadyTime now) {
       model_finishing_ = true;
       drop = model_round_;
     }
-    while (!deadlines_.empty() && deadlines_.begin()->first <= now) {
-      expired.push_back(deadlines_.begin()->second);
-      deadlines_.erase(deadlines_.begin());
-    }
   }
+  expired = deadlines_.PopDue(now);
   if (drop.has_value()) {
-    aggregations_running_.fetch_add(1);
-    pool_->Submit([this, round = *drop] {
+    jobs_.Submit([this, round = *drop] {
       DropModelRound(round, absl::StrCat("no share from every peer shard within --peer-timeout-ms=",
                                          options_.peer_timeout.count()));
-      aggregations_running_.fetch_sub(1);
     });
   }
   for (uint32_t id : expired) {
@@ -1271,23 +1216,18 @@ void Shard::Tick(core::SteadyTime now) {
 std::optional<core::SteadyTime> Shard::NextDeadline() const {
   absl::MutexLock lock(&mu_);
   std::optional<core::SteadyTime> next = shares_due_;
-  if (!deadlines_.empty() && (!next.has_value() || deadlines_.begin()->first < *next)) {
-    next = deadlines_.begin()->first;
-  }
+  const std::optional<core::SteadyTime> slice = deadlines_.Next();
+  if (slice.has_value() && (!next.has_value() || *slice < *next)) next = slice;
   return next;
 }
 
 void Shard::SetDeadlineListener(std::function<void()> listener) {
-  absl::MutexLock lock(&mu_);
-  deadline_listener_ = std::move(listener);
+  deadlines_.SetListener(std::move(listener));
 }
 
 void Shard::Drain(core::Duration timeout) {
   draining_.store(true);
-  const core::SteadyTime until = std::chrono::steady_clock::now() + timeout;
-  while (aggregations_running_.load() > 0 && std::chrono::steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
+  jobs_.WaitIdle(timeout);
   if (!registered_.load(std::memory_order_acquire)) return;
   for (auto& s : slices_) {
     if (s == nullptr) continue;
@@ -1307,12 +1247,7 @@ bool Shard::ready() const {
   return layout_.has_value() && uninitialized_ == 0;
 }
 
-uint32_t Shard::workers_joined() const {
-  absl::MutexLock lock(&mu_);
-  return static_cast<uint32_t>(std::count_if(session_of_worker_.begin(), session_of_worker_.end(),
-                                             [](const std::string& s) { return !s.empty(); }));
-}
-
+uint32_t Shard::workers_joined() const { return sessions_.joined(); }
 
 uint64_t Shard::MaxVersion() const {
   uint64_t v = 0;

@@ -41,11 +41,14 @@
 #include "core/refusal.h"
 #include "core/thread_pool.h"
 #include "core/udp_frame.h"
+#include "server/aggregation_jobs.h"
 #include "server/checkpoint.h"
+#include "server/deadline_queue.h"
 #include "server/decoder_cache.h"
 #include "server/memory_estimate.h"
 #include "server/optimizer.h"
 #include "server/options.h"
+#include "server/session_table.h"
 
 namespace ps::server {
 
@@ -101,12 +104,6 @@ struct JoinResult {
   // MAC key, handed to the worker over the (authenticated) gRPC channel.
   uint64_t udp_session = 0;
   std::string udp_key;
-};
-
-// Who may send datagrams under a UDP session id.
-struct UdpPeer {
-  uint32_t worker_id = 0;
-  core::DatagramKey key;
 };
 
 // One shard's part of a model-scope round (DESIGN §4): the workers that pushed to every
@@ -280,7 +277,6 @@ class Shard {
   // complete (or the deadline passed with the quorum), else starts its deadline.
   // Returns whether it closed, and the new deadline to register, if any.
   bool AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline);
-  void RegisterDeadline(uint32_t slice_id, core::SteadyTime deadline);
   // Under s.mu: pushes that close s's round at its deadline (quorum_, or the lower UDP
   // quorum once chunks came this round).
   uint32_t QuorumLocked(const SliceState& s) const;
@@ -354,16 +350,12 @@ class Shard {
   absl::Mutex register_mu_;
   std::atomic<uint64_t> next_watch_id_{1};
 
-  mutable absl::Mutex mu_;  // layout, sessions, deadlines
+  SessionTable sessions_;
+
+  DeadlineQueue deadlines_;
+
+  mutable absl::Mutex mu_;  // layout, model rounds
   std::optional<core::ModelLayout> layout_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const UdpPeer>> udp_sessions_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> udp_session_of_worker_ ABSL_GUARDED_BY(mu_);
-  std::set<std::pair<core::SteadyTime, uint32_t>> deadlines_ ABSL_GUARDED_BY(mu_);
-  // Joins per worker, for logging re-joins at the 1st, 2nd, 4th, ...
-  std::vector<uint64_t> joins_ ABSL_GUARDED_BY(mu_);
-  std::function<void()> deadline_listener_ ABSL_GUARDED_BY(mu_);
   uint32_t uninitialized_ ABSL_GUARDED_BY(mu_) = 0;
   // Owned slice ids in increasing order, and in the order model rounds publish them
   // (set at registration).
@@ -384,13 +376,8 @@ class Shard {
   std::vector<std::unique_ptr<SliceState>> slices_;
   std::atomic<bool> registered_{false};
   std::atomic<bool> draining_{false};
-  std::atomic<int> aggregations_running_{0};
   // Highest round that carried a UDP chunk to this shard (-1: none yet).
   std::atomic<int64_t> udp_round_{-1};
-  // Closed slices waiting for a pool thread: (priority or 0 for FIFO, sequence, slice).
-  absl::Mutex aggregation_mu_;
-  std::set<std::tuple<int64_t, uint64_t, uint32_t>> aggregation_queue_ ABSL_GUARDED_BY(aggregation_mu_);
-  uint64_t aggregation_seq_ ABSL_GUARDED_BY(aggregation_mu_) = 0;
 
   absl::Mutex observer_mu_;
   std::function<void(AggregationStage, core::Duration)> aggregation_observer_
@@ -398,6 +385,9 @@ class Shard {
 
   mutable absl::Mutex stats_mu_;
   mutable ShardStats stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  // Last: destroyed first, after waiting for the jobs that use everything above.
+  AggregationJobs jobs_;
 };
 
 }  // namespace ps::server

@@ -1,0 +1,102 @@
+// The shard's parts with their own locks: SessionTable, DeadlineQueue, AggregationJobs.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/notification.h"
+#include "core/thread_pool.h"
+#include "server/aggregation_jobs.h"
+#include "server/deadline_queue.h"
+#include "server/session_table.h"
+
+namespace ps::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
+  SessionTable t(3);
+  EXPECT_EQ(t.joined(), 0u);
+  absl::StatusOr<SessionTable::Issued> a = t.Issue(1);
+  ASSERT_TRUE(a.ok()) << a.status();
+  absl::StatusOr<SessionTable::Issued> b = t.Issue(2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->joins, 1u);
+  EXPECT_EQ(a->session.size(), 16u);
+  EXPECT_NE(a->session, b->session);
+  EXPECT_EQ(t.WorkerOf(a->session), 1u);
+  ASSERT_NE(t.UdpPeerOf(a->udp_session), nullptr);
+  EXPECT_EQ(t.UdpPeerOf(a->udp_session)->worker_id, 1u);
+  EXPECT_EQ(std::string(t.UdpPeerOf(a->udp_session)->key.bytes()), a->udp_key);
+  EXPECT_EQ(t.joined(), 2u);
+
+  absl::StatusOr<SessionTable::Issued> again = t.Issue(1);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->joins, 2u);
+  EXPECT_EQ(t.WorkerOf(a->session), std::nullopt);
+  EXPECT_EQ(t.UdpPeerOf(a->udp_session), nullptr);
+  EXPECT_EQ(t.WorkerOf(again->session), 1u);
+  EXPECT_EQ(t.WorkerOf(b->session), 2u);
+  EXPECT_EQ(t.joined(), 2u);
+  EXPECT_EQ(t.WorkerOf("not a session"), std::nullopt);
+}
+
+TEST(DeadlineQueueTest, PopsDueSlicesEarliestFirstAndTellsTheListener) {
+  DeadlineQueue q;
+  int told = 0;
+  q.SetListener([&] { ++told; });
+  const core::SteadyTime t0{};
+  EXPECT_EQ(q.Next(), std::nullopt);
+  q.Add(7, t0 + milliseconds(30));
+  q.Add(3, t0 + milliseconds(10));
+  q.Add(5, t0 + milliseconds(20));
+  EXPECT_EQ(told, 3);
+  EXPECT_EQ(q.Next(), t0 + milliseconds(10));
+  q.Remove(5, t0 + milliseconds(20));
+  q.Remove(5, t0 + milliseconds(20));  // absent now: a no-op
+  EXPECT_EQ(q.PopDue(t0 + milliseconds(5)), std::vector<uint32_t>{});
+  EXPECT_EQ(q.PopDue(t0 + milliseconds(30)), (std::vector<uint32_t>{3, 7}));
+  EXPECT_EQ(q.Next(), std::nullopt);
+  q.Notify();
+  EXPECT_EQ(told, 4);
+}
+
+TEST(AggregationJobsTest, RankedJobsTakeTheMostUrgentQueuedSlice) {
+  core::ThreadPool pool(1);
+  AggregationJobs jobs(&pool);
+  // Block the only thread so that all three slices are queued before any job starts.
+  absl::Notification release;
+  jobs.Submit([&] { release.WaitForNotification(); });
+  std::vector<uint32_t> order;
+  std::mutex mu;
+  auto aggregate = [&](uint32_t slice) {
+    std::lock_guard lock(mu);
+    order.push_back(slice);
+  };
+  jobs.SubmitRanked(5, 50, aggregate);
+  jobs.SubmitRanked(1, 10, aggregate);
+  jobs.SubmitRanked(1, 11, aggregate);  // same rank: after 10
+  EXPECT_FALSE(jobs.WaitIdle(milliseconds(20)));
+  release.Notify();
+  EXPECT_TRUE(jobs.WaitIdle(milliseconds(10000)));
+  EXPECT_EQ(order, (std::vector<uint32_t>{10, 11, 50}));
+}
+
+TEST(AggregationJobsTest, TheDestructorWaitsForRunningJobs) {
+  core::ThreadPool pool(2);
+  std::atomic<bool> finished{false};
+  {
+    AggregationJobs jobs(&pool);
+    jobs.Submit([&] {
+      std::this_thread::sleep_for(milliseconds(50));
+      finished = true;
+    });
+  }
+  EXPECT_TRUE(finished.load());
+}
+
+}  // namespace
+}  // namespace ps::server
