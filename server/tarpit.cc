@@ -59,10 +59,8 @@ bool Tarpit::Refuse(std::string_view client, uint64_t bytes, absl::AnyInvocable<
         if (hold) {
           ++c.held;
           ++held_total_;
-          const bool was_empty = held_.empty();
           held_.push_back(Held{std::chrono::steady_clock::now() + options_.hold,
                                std::string(client), std::move(answer)});
-          if (was_empty) wake_.Signal();
         }
       }
     }
@@ -82,15 +80,22 @@ void Tarpit::TrimLocked(core::SteadyTime now) {
 }
 
 void Tarpit::Run() {
+  // Mutex::Await rather than a CondVar: the TSan build's absl::Mutex shim sees the
+  // former (tests/sanitizers/tsan_absl_mutex.cc).
+  const auto stopped_or_held = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return stopped_ || !held_.empty();
+  };
+  const auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopped_; };
   mu_.Lock();
   while (!stopped_) {
     if (held_.empty()) {
-      wake_.Wait(&mu_);
+      mu_.Await(absl::Condition(&stopped_or_held));
       continue;
     }
+    // Every hold has the same length, so a later one is never due before the front.
     const auto left = held_.front().due - std::chrono::steady_clock::now();
     if (left > std::chrono::steady_clock::duration::zero()) {
-      wake_.WaitWithTimeout(&mu_, absl::FromChrono(left));
+      mu_.AwaitWithTimeout(absl::Condition(&stopped), absl::FromChrono(left));
       continue;
     }
     Held h = std::move(held_.front());
@@ -112,7 +117,6 @@ void Tarpit::Stop() {
     stopped_ = true;
     pending.swap(held_);
     for (auto& [name, c] : clients_) c.held = 0;
-    wake_.Signal();
   }
   if (thread_.joinable()) thread_.join();
   for (Held& h : pending) std::move(h.answer)();

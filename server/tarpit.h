@@ -96,7 +96,6 @@ class Tarpit {
   const TarpitOptions options_;
   core::Clock* const clock_;
   mutable absl::Mutex mu_;
-  absl::CondVar wake_;
   absl::flat_hash_map<std::string, Client> clients_ ABSL_GUARDED_BY(mu_);
   // Due times in order: every hold has the same length.
   std::deque<Held> held_ ABSL_GUARDED_BY(mu_);
