@@ -8,6 +8,7 @@
 #include "core/credentials_internal.h"
 #include "core/grpc_status.h"
 #include "core/refusal.h"
+#include "core/retry.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
@@ -67,6 +68,20 @@ void ShareSender::Send(std::shared_ptr<const RoundShare> share) {
   }
 }
 
+namespace {
+
+// A share is worth sending until its round's --peer-timeout-ms (the loop's bound):
+// again after 20, 40, 80, ... ms, at most 200 ms apart, while the peer is unreachable
+// or slow.
+const core::RetryPolicy kSharePolicy{
+    .max_attempts = 0,
+    .initial_backoff = std::chrono::milliseconds(20),
+    .multiplier = 2,
+    .max_backoff = std::chrono::milliseconds(200),
+    .retriable = {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded}};
+
+}  // namespace
+
 void ShareSender::Loop(Peer* peer) {
   auto stopping = [this] {
     absl::MutexLock lock(&mu_);
@@ -98,15 +113,14 @@ void ShareSender::Loop(Peer* peer) {
       if (s.ok()) break;
       // The peer may not have its layout yet (it registers when its workers come).
       const absl::Status st = core::FromGrpc(s);
-      const bool retry = st.code() == absl::StatusCode::kUnavailable ||
-                         st.code() == absl::StatusCode::kDeadlineExceeded ||
+      const bool retry = kSharePolicy.ShouldRetry(st.code(), attempt) ||
                          core::RefusalOf(st) == core::Refusal::kNoLayout;
       if (!retry || std::chrono::steady_clock::now() >= due || stopping()) {
         spdlog::warn("shard {}: share of round {} not delivered to shard {} at {}: {}",
                      options_.shard_id, share->round, peer->id, peer->address, s.error_message());
         break;
       }
-      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(20 << std::min(attempt, 4), 200)));
+      std::this_thread::sleep_for(kSharePolicy.Backoff(attempt));
     }
   }
 }

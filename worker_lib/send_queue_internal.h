@@ -1,4 +1,4 @@
-// SendQueue: the P3 send queue of one shard (DESIGN §6, docs/transport.md). Items wait
+// SendQueue: the P3 send queue of one shard (docs/transport.md, "P3: priority-ordered propagation"). Items wait
 // ordered by (priority, round, arrival) — or by arrival alone in FIFO mode — and leave
 // only while the bytes in flight stay within a window, so an urgent item queued late
 // overtakes the ones still waiting, at item (slice) boundaries.

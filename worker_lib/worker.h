@@ -115,14 +115,14 @@ struct WorkerOptions {
   // it waits in the queue (one push is always let through). Small values let urgent
   // slices overtake sooner; the link needs about bandwidth x round-trip to stay busy.
   // The default holds two default slices: with one, the link idles while an answer
-  // comes back behind the pull traffic (docs/transport.md, "Measured").
+  // comes back behind the pull traffic (docs/transport.md, "`ps-bench p3`").
   uint64_t max_inflight_bytes = 512u << 10;
   // HTTP/2 receive window of this worker's channels in bytes; 0 leaves gRPC's default,
   // which grows the window with the bandwidth-delay product. What a shard wrote into
   // the window is delivered in the order written, so a large window can hold an urgent
   // slice behind megabytes of later layers when a pull asks for slices that are all
   // ready at once; a fixed window bounds that, at some cost in throughput
-  // (docs/transport.md, "The receive window").
+  // (docs/transport.md, "P3: priority-ordered propagation").
   uint32_t receive_window_bytes = 0;
   // Bandwidth shaping of this worker's link to every shard (docs/transport.md): a
   // local relay per shard with a token bucket on each direction and added latency.

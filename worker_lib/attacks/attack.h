@@ -1,4 +1,4 @@
-// Byzantine gradient attacks (DESIGN §12, docs/evaluation.md): what a lying worker
+// Byzantine gradient attacks (docs/evaluation.md, "Attacks"): what a lying worker
 // pushes instead of its honest gradient, for experiments and robustness tests. An
 // attack is made from a spec string in the grammar of core/spec.h, one stage with
 // optional arguments: "signflip", "ipm(eps=0.5)", "alie", "alie_opt", "gaussian(sigma=200)".

@@ -1,4 +1,4 @@
-// Protocol attacks (DESIGN §12, docs/evaluation.md): pushes no honest worker sends,
+// Protocol attacks (docs/evaluation.md, "Attacks"): pushes no honest worker sends,
 // from a hostile client that joins one shard like ps::Worker and then speaks raw ps.v1.
 // For reliability tests: each attack gets its own refusal status from the shard while
 // the honest workers' rounds complete.

@@ -1,4 +1,4 @@
-// ps::worker_torch::TorchWorker: the libtorch adapter of ps::Worker (DESIGN §6, P3).
+// ps::worker_torch::TorchWorker: the libtorch adapter of ps::Worker (docs/examples.md, "libtorch adapter"; P3: docs/transport.md).
 //
 // It drives a ps::Worker from a torch::nn::Module's own parameters: one layout tensor
 // per parameter (named as in named_parameters(), in that order), a pull that writes

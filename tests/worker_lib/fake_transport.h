@@ -1,0 +1,275 @@
+// FakeShardTransport: a ShardTransport with no server behind it, for the unit tests of
+// the worker's parts. Joins, layout registration and slice uploads answer from a
+// script; pushes either answer at once through `push_handler` or wait in `held` until
+// the test answers them (to look at what is in flight); pulls deliver the messages
+// `pull_handler` returns, synchronously, then its final status. Every request is
+// recorded. Thread-safe.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker_lib/shard_client_internal.h"
+#include "worker_lib/shard_transport_internal.h"
+
+namespace ps::internal {
+
+class FakeShardTransport final : public ShardTransport {
+ public:
+  struct PullScript {
+    std::vector<v1::PullResponse> messages;
+    absl::Status status;  // how the stream ends after the messages
+  };
+  // Decides a push's answer; unset: pushes wait in held().
+  using PushHandler = std::function<absl::Status(const v1::PushRequest&)>;
+  using PullHandler = std::function<PullScript(const v1::PullRequest&)>;
+
+  explicit FakeShardTransport(v1::JoinResponse join) : join_(std::move(join)) {}
+
+  ~FakeShardTransport() override {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  // Failures the next joins return, in order, before joins succeed again.
+  void FailJoins(std::vector<absl::Status> failures) {
+    absl::MutexLock lock(&mu_);
+    for (auto& s : failures) join_failures_.push_back(std::move(s));
+  }
+  void SetJoinResponse(v1::JoinResponse join) {
+    absl::MutexLock lock(&mu_);
+    join_ = std::move(join);
+  }
+  void SetRegisterLayout(absl::Status status, std::vector<uint32_t> owned) {
+    absl::MutexLock lock(&mu_);
+    register_status_ = std::move(status);
+    owned_ = std::move(owned);
+  }
+  void SetPushHandler(PushHandler handler) {
+    absl::MutexLock lock(&mu_);
+    push_handler_ = std::move(handler);
+  }
+  void SetPullHandler(PullHandler handler) {
+    absl::MutexLock lock(&mu_);
+    pull_handler_ = std::move(handler);
+  }
+
+  int joins() const {
+    absl::MutexLock lock(&mu_);
+    return joins_;
+  }
+  std::vector<v1::RegisterLayoutRequest> registered() const {
+    absl::MutexLock lock(&mu_);
+    return registered_;
+  }
+  std::vector<v1::InitSliceRequest> inits() const {
+    absl::MutexLock lock(&mu_);
+    return inits_;
+  }
+  // Every push started, in order (retries and replays included).
+  std::vector<v1::PushRequest> pushes() const {
+    absl::MutexLock lock(&mu_);
+    return pushes_;
+  }
+  std::vector<v1::PullRequest> pulls() const {
+    absl::MutexLock lock(&mu_);
+    return pulls_;
+  }
+
+  // Slice ids of the pushes waiting for an answer (no push handler), oldest first.
+  std::vector<uint32_t> held() const {
+    absl::MutexLock lock(&mu_);
+    std::vector<uint32_t> out;
+    for (const Held& h : held_) out.push_back(h.req.slice_id());
+    return out;
+  }
+  // Waits up to 5 s until `n` pushes are held; false on timeout.
+  bool AwaitHeld(size_t n) const {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return held_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(5));
+  }
+  // Answers the oldest held push with `status` (on this thread); false if none.
+  bool AnswerOldest(absl::Status status) {
+    std::function<void(absl::Status)> done;
+    {
+      absl::MutexLock lock(&mu_);
+      if (held_.empty()) return false;
+      done = std::move(held_.front().done);
+      held_.pop_front();
+    }
+    done(std::move(status));
+    return true;
+  }
+
+  absl::Status Join(const v1::JoinRequest&, RpcClock::time_point, v1::JoinResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    ++joins_;
+    if (!join_failures_.empty()) {
+      absl::Status s = std::move(join_failures_.front());
+      join_failures_.pop_front();
+      return s;
+    }
+    *resp = join_;
+    resp->set_session(absl::StrCat("session-", joins_));
+    return absl::OkStatus();
+  }
+
+  absl::Status RegisterLayout(const v1::RegisterLayoutRequest& req, RpcClock::time_point,
+                              v1::RegisterLayoutResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    registered_.push_back(req);
+    for (uint32_t id : owned_) resp->add_owned_slices(id);
+    return register_status_;
+  }
+
+  absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point,
+                         v1::InitSliceResponse*) override {
+    absl::MutexLock lock(&mu_);
+    inits_.push_back(req);
+    return absl::OkStatus();
+  }
+
+  std::unique_ptr<PushCall> NewPush(RpcClock::time_point) override {
+    return std::make_unique<FakePush>(this);
+  }
+
+  void Pull(v1::PullRequest req, RpcClock::time_point,
+            std::function<bool(const v1::PullResponse&)> on_slice,
+            std::function<void(absl::Status)> on_done) override {
+    PullHandler handler;
+    {
+      absl::MutexLock lock(&mu_);
+      pulls_.push_back(req);
+      handler = pull_handler_;
+    }
+    PullScript script = handler ? handler(req) : PullScript{{}, absl::UnavailableError("no pulls")};
+    for (const v1::PullResponse& m : script.messages) {
+      if (!on_slice(m)) {
+        on_done(absl::CancelledError("cancelled by the client"));
+        return;
+      }
+    }
+    on_done(script.status);
+  }
+
+ private:
+  struct Held {
+    v1::PushRequest req;
+    std::function<void(absl::Status)> done;
+    const void* call = nullptr;
+  };
+
+  class FakePush final : public PushCall {
+   public:
+    explicit FakePush(FakeShardTransport* t) : t_(t) {}
+    void Start(const v1::PushRequest* req, v1::PushResponse*,
+               std::function<void(absl::Status)> done) override {
+      t_->StartPush(this, *req, std::move(done));
+    }
+    void Cancel() override { t_->CancelPush(this); }
+
+   private:
+    FakeShardTransport* t_;
+  };
+
+  void StartPush(const void* call, const v1::PushRequest& req,
+                 std::function<void(absl::Status)> done) {
+    PushHandler handler;
+    {
+      absl::MutexLock lock(&mu_);
+      pushes_.push_back(req);
+      handler = push_handler_;
+      if (!handler) {
+        held_.push_back(Held{req, std::move(done), call});
+        return;
+      }
+    }
+    done(handler(req));
+  }
+
+  // As gRPC: a cancelled call ends soon, on another thread, never inside Cancel().
+  void CancelPush(const void* call) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = held_.begin(); it != held_.end(); ++it) {
+      if (it->call != call) continue;
+      threads_.emplace_back(
+          [done = std::move(it->done)] { done(absl::CancelledError("cancelled")); });
+      held_.erase(it);
+      return;
+    }
+  }
+
+  mutable absl::Mutex mu_;
+  v1::JoinResponse join_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::Status> join_failures_ ABSL_GUARDED_BY(mu_);
+  int joins_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status register_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> owned_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::RegisterLayoutRequest> registered_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::InitSliceRequest> inits_ ABSL_GUARDED_BY(mu_);
+  PushHandler push_handler_ ABSL_GUARDED_BY(mu_);
+  PullHandler pull_handler_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PushRequest> pushes_ ABSL_GUARDED_BY(mu_);
+  std::deque<Held> held_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::PullRequest> pulls_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);
+};
+
+// Options that keep the tests fast: backoff of 1 ms doubling to 4 ms, 3 attempts.
+inline WorkerOptions FastOptions() {
+  WorkerOptions o;
+  o.initial_backoff = std::chrono::milliseconds(1);
+  o.max_backoff = std::chrono::milliseconds(4);
+  o.rpc_timeout = std::chrono::milliseconds(1000);
+  o.max_attempts = 3;
+  return o;
+}
+
+// A layout, ShardClient and fakes for `num_shards` shards (Connect not called yet).
+struct FakeCluster {
+  FakeCluster(core::ModelLayout l, uint32_t num_shards, const WorkerOptions& options)
+      : layout(std::move(l)) {
+    std::vector<std::unique_ptr<ShardTransport>> transports;
+    std::vector<std::string> addresses;
+    for (uint32_t i = 0; i < num_shards; ++i) {
+      v1::JoinResponse join;
+      join.set_shard_id(i);
+      join.set_num_shards(num_shards);
+      join.set_num_workers(2);
+      join.set_layout_registered(true);
+      auto t = std::make_unique<FakeShardTransport>(join);
+      fakes.push_back(t.get());
+      transports.push_back(std::move(t));
+      addresses.push_back(absl::StrCat("fake", i, ":1"));
+    }
+    ShardClient::Options o;
+    o.worker_id = options.worker_id;
+    o.rpc_timeout = options.rpc_timeout;
+    o.join_policy = JoinRetryPolicy(options);
+    client = std::make_unique<ShardClient>(o, layout, addresses, std::move(transports),
+                                           [this](uint32_t shard, const v1::JoinResponse& join) {
+                                             if (on_rejoin) on_rejoin(shard, join);
+                                           });
+  }
+
+  core::ModelLayout layout;
+  std::vector<FakeShardTransport*> fakes;  // owned by `client`
+  std::function<void(uint32_t, const v1::JoinResponse&)> on_rejoin;
+  std::unique_ptr<ShardClient> client;
+};
+
+}  // namespace ps::internal

@@ -1,0 +1,259 @@
+// PushPipeline against fake shards: retries, give-ups, rejoin, replay, the credit
+// window and the send order.
+#include "worker_lib/push_pipeline_internal.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <map>
+#include <vector>
+
+#include "tests/worker_lib/fake_transport.h"
+
+namespace ps::internal {
+namespace {
+
+using std::chrono::milliseconds;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// One shard; "conv" (most urgent) and "fc", two slices of 4 values each.
+core::ModelLayout Layout() {
+  return *core::ModelLayout::Create({{"conv", 8, 0}, {"fc", 8, 1}}, /*slice_elems=*/4, 1);
+}
+
+// A fake cluster joined, with a pipeline whose rejoins replay.
+struct Fixture {
+  explicit Fixture(WorkerOptions o = FastOptions())
+      : options(std::move(o)), c(Layout(), 1, options) {
+    c.on_rejoin = [this](uint32_t shard, const v1::JoinResponse& join) {
+      pipeline->OnRejoined(shard, join);
+    };
+    EXPECT_TRUE(c.client->Connect({}, false, RpcClock::now() + milliseconds(1000)).ok());
+    pipeline = *PushPipeline::Create(options, CallRetryPolicy(options), c.layout, *c.client);
+  }
+  FakeShardTransport& shard() { return *c.fakes[0]; }
+
+  const WorkerOptions options;
+  FakeCluster c;
+  std::unique_ptr<PushPipeline> pipeline;
+};
+
+const std::vector<float> kGrad(8, 0.5f);
+
+std::vector<uint32_t> SliceIds(const std::vector<v1::PushRequest>& pushes) {
+  std::vector<uint32_t> out;
+  for (const auto& p : pushes) out.push_back(p.slice_id());
+  return out;
+}
+
+TEST(PushPipelineTest, ARetriableFailureIsRetriedWithBackoff) {
+  Fixture f;
+  std::map<uint32_t, int> attempts;  // per slice
+  absl::Mutex mu;
+  f.shard().SetPushHandler([&](const v1::PushRequest& req) {
+    absl::MutexLock lock(&mu);
+    return ++attempts[req.slice_id()] < 3 ? absl::UnavailableError("restarting") : absl::OkStatus();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_TRUE(f.pipeline->Push(0, 7, kGrad).ok());
+  ASSERT_TRUE(f.pipeline->Wait().ok());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(3));  // 1 ms, then 2 ms
+  EXPECT_EQ(f.shard().pushes().size(), 6u);                              // 2 slices x 3 attempts
+  EXPECT_EQ(f.pipeline->retries(), 4u);
+  WorkerStats s;
+  f.pipeline->FillStats(s);
+  EXPECT_EQ(s.slices_pushed, 2u);
+  EXPECT_EQ(s.slices_refused, 0u);
+  EXPECT_GT(s.push_bytes, 0u);
+}
+
+TEST(PushPipelineTest, ANonRetriableRefusalIsReportedAtOnce) {
+  Fixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OutOfRangeError("late"); });
+  ASSERT_TRUE(f.pipeline->Push(1, 7, kGrad).ok());
+  const absl::Status st = f.pipeline->Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
+  EXPECT_THAT(st.message(),
+              HasSubstr("push of tensor 'fc' slice 2 round 7 to shard 0 (fake0:1): late"));
+  EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("attempts")));
+  EXPECT_EQ(f.shard().pushes().size(), 2u);
+  EXPECT_EQ(f.pipeline->retries(), 0u);
+  WorkerStats s;
+  f.pipeline->FillStats(s);
+  EXPECT_EQ(s.slices_refused, 2u);
+  EXPECT_TRUE(f.pipeline->Wait().ok());  // the error was reported once
+}
+
+TEST(PushPipelineTest, ARetriableFailureGivesUpAfterMaxAttempts) {
+  Fixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::UnavailableError("down"); });
+  ASSERT_TRUE(f.pipeline->Push(0, 1, kGrad).ok());
+  const absl::Status st = f.pipeline->Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(st.message(), HasSubstr("(after 3 attempts): down"));
+  EXPECT_EQ(f.shard().pushes().size(), 6u);
+}
+
+TEST(PushPipelineTest, ALostSessionIsJoinedAgainOnceAndThePushResent) {
+  Fixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest& req) {
+    return req.session() == "session-1" ? absl::UnauthenticatedError("unknown session")
+                                        : absl::OkStatus();
+  });
+  ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
+  ASSERT_TRUE(f.pipeline->Wait().ok());
+  EXPECT_EQ(f.shard().joins(), 2);  // Connect, then one rejoin for both slices
+  const auto pushes = f.shard().pushes();
+  ASSERT_EQ(pushes.size(), 4u);
+  EXPECT_EQ(pushes[2].session(), "session-2");
+  EXPECT_EQ(pushes[3].session(), "session-2");
+}
+
+TEST(PushPipelineTest, ARetryAnsweredDuplicateWasAccepted) {
+  Fixture f;
+  std::map<uint32_t, int> attempts;
+  absl::Mutex mu;
+  f.shard().SetPushHandler([&](const v1::PushRequest& req) {
+    absl::MutexLock lock(&mu);
+    return ++attempts[req.slice_id()] == 1 ? absl::DeadlineExceededError("lost answer")
+                                           : absl::AlreadyExistsError("duplicate");
+  });
+  ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+  WorkerStats s;
+  f.pipeline->FillStats(s);
+  EXPECT_EQ(s.slices_pushed, 2u);
+}
+
+TEST(PushPipelineTest, AFirstAttemptAnsweredDuplicateIsARefusal) {
+  Fixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::AlreadyExistsError("dup"); });
+  ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
+  EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kAlreadyExists);
+}
+
+WorkerOptions OneInFlight(bool priority_order) {
+  WorkerOptions o = FastOptions();
+  o.max_inflight_bytes = 1;  // one push at a time
+  o.priority_order = priority_order;
+  return o;
+}
+
+TEST(PushPipelineTest, TheCreditWindowLetsOnePushGoAtATime) {
+  Fixture f(OneInFlight(true));
+  ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
+  ASSERT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
+  ASSERT_TRUE(f.shard().AwaitHeld(1));
+  EXPECT_EQ(f.shard().held().size(), 1u);
+  EXPECT_EQ(f.shard().pushes().size(), 1u);
+  for (size_t answered = 1; answered <= 4; ++answered) {
+    ASSERT_TRUE(f.shard().AnswerOldest(absl::OkStatus()));
+    // The answer released the credit: the next one went, and only it.
+    EXPECT_EQ(f.shard().pushes().size(), std::min<size_t>(answered + 1, 4));
+    EXPECT_EQ(f.shard().held().size(), answered < 4 ? 1u : 0u);
+  }
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+}
+
+TEST(PushPipelineTest, AFailedPushReleasesItsCreditToo) {
+  Fixture f(OneInFlight(true));
+  ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
+  ASSERT_TRUE(f.shard().AwaitHeld(1));
+  ASSERT_TRUE(f.shard().AnswerOldest(absl::InvalidArgumentError("bad")));
+  ASSERT_TRUE(f.shard().AwaitHeld(1));
+  ASSERT_TRUE(f.shard().AnswerOldest(absl::OkStatus()));
+  EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Pushes fc (slices 2, 3), then conv (0, 1), as backward produces them (last layer
+// first), with one push in flight at a time; the slice ids in the order sent.
+std::vector<uint32_t> SendOrder(bool priority_order) {
+  Fixture f(OneInFlight(priority_order));
+  EXPECT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
+  EXPECT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(f.shard().AwaitHeld(1));
+    EXPECT_TRUE(f.shard().AnswerOldest(absl::OkStatus()));
+  }
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+  return SliceIds(f.shard().pushes());
+}
+
+TEST(PushPipelineTest, QueuedPushesGoMostUrgentFirst) {
+  // Slice 2 was on the wire before conv was queued; conv overtook slice 3.
+  EXPECT_THAT(SendOrder(/*priority_order=*/true), ElementsAre(2, 0, 1, 3));
+}
+
+TEST(PushPipelineTest, FifoOrderSendsInTheOrderPushed) {
+  EXPECT_THAT(SendOrder(/*priority_order=*/false), ElementsAre(2, 3, 0, 1));
+}
+
+TEST(PushPipelineTest, AcceptedPushesOfOpenRoundsAreReplayedAfterARestart) {
+  Fixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+  ASSERT_TRUE(f.pipeline->Push(0, 4, kGrad).ok());
+  ASSERT_TRUE(f.pipeline->Push(1, 5, kGrad).ok());
+  ASSERT_TRUE(f.pipeline->Push(1, 6, kGrad).ok());  // the newest of slices 2 and 3
+  ASSERT_TRUE(f.pipeline->Wait().ok());
+  ASSERT_EQ(f.shard().pushes().size(), 6u);
+
+  // The shard came back from a checkpoint at version 5: rounds >= 5 are open there.
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::AlreadyExistsError("dup"); });
+  v1::JoinResponse join;
+  join.set_layout_registered(true);
+  join.set_version(5);
+  f.pipeline->OnRejoined(0, join);
+  const auto pushes = f.shard().pushes();
+  ASSERT_EQ(pushes.size(), 8u);
+  EXPECT_THAT(std::vector<uint32_t>({pushes[6].slice_id(), pushes[7].slice_id()}),
+              ::testing::UnorderedElementsAre(2, 3));
+  EXPECT_EQ(pushes[6].round(), 6u);
+  EXPECT_EQ(pushes[7].round(), 6u);
+  WorkerStats s;
+  f.pipeline->FillStats(s);
+  EXPECT_EQ(s.pushes_replayed, 2u);
+  EXPECT_EQ(s.slices_refused, 0u);  // a refused replay is nobody's error
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+}
+
+TEST(PushPipelineTest, AShardThatLostItsLayoutFailsTheRun) {
+  Fixture f;
+  v1::JoinResponse join;
+  join.set_layout_registered(false);
+  f.pipeline->OnRejoined(0, join);
+  const absl::Status st = f.pipeline->Wait();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(), HasSubstr("shard 0 (fake0:1) restarted and lost the layout"));
+}
+
+TEST(PushPipelineTest, DestroyingCancelsWhatIsInFlightAndQueued) {
+  Fixture f(OneInFlight(true));
+  ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
+  ASSERT_TRUE(f.shard().AwaitHeld(1));
+  const auto start = std::chrono::steady_clock::now();
+  f.pipeline.reset();  // returns once the held push was cancelled and the queued dropped
+  EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(500));
+  EXPECT_EQ(f.shard().pushes().size(), 1u);
+}
+
+TEST(PushPipelineTest, BadArgumentsAreRefusedAtOnce) {
+  Fixture f;
+  EXPECT_EQ(f.pipeline->Push(2, 0, kGrad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.pipeline->Push(0, 0, std::vector<float>(7)).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(f.shard().pushes().empty());
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+}
+
+TEST(PushPipelineTest, PushOptionsForAnUnknownTensorAreRefused) {
+  WorkerOptions o = FastOptions();
+  o.tensor_push["nope"] = PushOptions{};
+  FakeCluster c(Layout(), 1, o);
+  const auto p = PushPipeline::Create(o, CallRetryPolicy(o), c.layout, *c.client);
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps::internal

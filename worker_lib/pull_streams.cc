@@ -1,0 +1,268 @@
+#include "worker_lib/pull_streams_internal.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <set>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status.h"
+
+namespace ps::internal {
+namespace {
+
+// What one pull stream delivered; shared between the transport's callbacks and the
+// thread waiting for the stream, so neither outlives what it touches.
+struct PullResult {
+  absl::Mutex mu;
+  bool done ABSL_GUARDED_BY(mu) = false;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  std::string protocol_error ABSL_GUARDED_BY(mu);
+  std::vector<uint32_t> received ABSL_GUARDED_BY(mu);
+  uint64_t min_version ABSL_GUARDED_BY(mu) = UINT64_MAX;
+  uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+
+  // Waits for the end of the stream and returns its status.
+  absl::Status Await() {
+    absl::MutexLock lock(&mu);
+    mu.Await(absl::Condition(&done));
+    if (!protocol_error.empty()) return absl::InternalError(protocol_error);
+    return status;
+  }
+};
+
+// Starts the stream of `req` on `transport`, copying each slice into `dst`. `dst` and
+// `on_slice` must stay valid until `result` reports done.
+void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_point deadline,
+                 const core::ModelLayout* layout, const PullStreams::Destinations* dst,
+                 const PullStreams::SliceArrived* on_slice, std::shared_ptr<PullResult> result) {
+  std::vector<uint32_t> asked(req.slice_ids().begin(), req.slice_ids().end());
+  const uint64_t min_version = req.min_version();
+  auto on_message = [layout, dst, on_slice, result, asked = std::move(asked),
+                     min_version](const v1::PullResponse& resp) {
+    const uint32_t id = resp.slice_id();
+    auto it = dst->find(id);
+    const bool wanted =
+        it != dst->end() && std::find(asked.begin(), asked.end(), id) != asked.end();
+    if (!wanted || resp.version() < min_version ||
+        resp.values().size() != size_t{layout->slices()[id].numel} * sizeof(float)) {
+      absl::MutexLock lock(&result->mu);
+      result->protocol_error =
+          absl::StrCat("shard sent an unexpected or malformed slice ", id, " (version ",
+                       resp.version(), ", ", resp.values().size(), " bytes)");
+      return false;
+    }
+    std::memcpy(it->second, resp.values().data(), resp.values().size());
+    {
+      absl::MutexLock lock(&result->mu);
+      result->received.push_back(id);
+      result->min_version = std::min(result->min_version, resp.version());
+      result->bytes += resp.values().size();
+    }
+    if (*on_slice) (*on_slice)(id);
+    return true;
+  };
+  auto on_done = [result](absl::Status s) {
+    absl::MutexLock lock(&result->mu);
+    result->status = std::move(s);
+    result->done = true;
+  };
+  transport.Pull(std::move(req), deadline, std::move(on_message), std::move(on_done));
+}
+
+// A pull running on its own thread, counting per tensor the slices still to come.
+class PullTicketImpl final : public PullTicket {
+ public:
+  using PullFn = std::function<absl::StatusOr<uint64_t>(const PullStreams::SliceArrived&)>;
+
+  PullTicketImpl(const core::ModelLayout& layout, PullStreams::Destinations dst)
+      : layout_(layout), dst_(std::move(dst)), arrived_(layout.slices().size(), 0) {
+    for (size_t t = 0; t < layout.tensors().size(); ++t) {
+      remaining_.push_back(layout.SlicesOfTensor(t).size());
+    }
+    on_slice_ = [this](uint32_t id) {
+      absl::MutexLock lock(&mu_);
+      if (arrived_[id]) return;
+      arrived_[id] = 1;
+      --remaining_[layout_.slices()[id].tensor];
+    };
+  }
+
+  ~PullTicketImpl() override { Join(); }
+
+  const PullStreams::Destinations& dst() const { return dst_; }
+
+  void Run(PullFn pull) {
+    absl::MutexLock lock(&join_mu_);
+    thread_ = std::thread([this, pull = std::move(pull)] {
+      absl::StatusOr<uint64_t> r = pull(on_slice_);
+      absl::MutexLock lock(&mu_);
+      result_ = std::move(r);
+      done_ = true;
+    });
+  }
+
+  absl::Status WaitTensor(size_t tensor) override {
+    if (tensor >= layout_.tensors().size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("no tensor ", tensor, "; the layout has ", layout_.tensors().size()));
+    }
+    absl::MutexLock lock(&mu_);
+    auto ready = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return remaining_[tensor] == 0 || done_; };
+    mu_.Await(absl::Condition(&ready));
+    if (remaining_[tensor] == 0) return absl::OkStatus();
+    if (!result_.ok()) return result_.status();
+    return absl::InternalError(
+        absl::StrCat("pull ended without tensor '", layout_.tensors()[tensor].name, "'"));
+  }
+
+  bool TensorReady(size_t tensor) const override {
+    absl::MutexLock lock(&mu_);
+    return tensor < remaining_.size() && remaining_[tensor] == 0;
+  }
+
+  absl::StatusOr<uint64_t> Wait() override {
+    Join();
+    absl::MutexLock lock(&mu_);
+    return result_;
+  }
+
+ private:
+  void Join() {
+    absl::MutexLock lock(&join_mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+  const core::ModelLayout& layout_;
+  const PullStreams::Destinations dst_;
+  PullStreams::SliceArrived on_slice_;
+  absl::Mutex join_mu_;
+  std::thread thread_ ABSL_GUARDED_BY(join_mu_);
+  mutable absl::Mutex mu_;
+  std::vector<uint8_t> arrived_ ABSL_GUARDED_BY(mu_);
+  std::vector<size_t> remaining_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::StatusOr<uint64_t> result_ ABSL_GUARDED_BY(mu_) = absl::UnknownError("pull still running");
+};
+
+}  // namespace
+
+absl::StatusOr<uint64_t> PullStreams::Pull(size_t tensor, uint64_t min_version,
+                                           std::span<float> out,
+                                           std::chrono::milliseconds timeout) {
+  if (tensor >= layout_.tensors().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no tensor ", tensor, "; the layout has ", layout_.tensors().size()));
+  }
+  Destinations dst;
+  PS_RETURN_IF_ERROR(AddDestinations(tensor, out, dst));
+  return PullSlices(dst, min_version, timeout);
+}
+
+absl::StatusOr<uint64_t> PullStreams::PullAll(uint64_t min_version,
+                                              std::span<const std::span<float>> outs,
+                                              std::chrono::milliseconds timeout) {
+  Destinations dst;
+  PS_RETURN_IF_ERROR(AllDestinations(outs, dst));
+  return PullSlices(dst, min_version, timeout);
+}
+
+absl::StatusOr<std::unique_ptr<PullTicket>> PullStreams::StartPullAll(
+    uint64_t min_version, std::span<const std::span<float>> outs,
+    std::chrono::milliseconds timeout) {
+  Destinations dst;
+  PS_RETURN_IF_ERROR(AllDestinations(outs, dst));
+  auto ticket = std::make_unique<PullTicketImpl>(layout_, std::move(dst));
+  PullTicketImpl* raw = ticket.get();
+  raw->Run([this, raw, min_version, timeout](const SliceArrived& on_slice) {
+    return PullSlices(raw->dst(), min_version, timeout, on_slice);
+  });
+  return ticket;
+}
+
+void PullStreams::FillStats(WorkerStats& stats) const {
+  stats.slices_pulled = slices_pulled_.load();
+  stats.pull_bytes = pull_bytes_.load();
+}
+
+absl::Status PullStreams::AllDestinations(std::span<const std::span<float>> outs,
+                                          Destinations& dst) const {
+  if (outs.size() != layout_.tensors().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pulling every tensor needs ", layout_.tensors().size(), " buffers, got ", outs.size()));
+  }
+  for (size_t t = 0; t < outs.size(); ++t) PS_RETURN_IF_ERROR(AddDestinations(t, outs[t], dst));
+  return absl::OkStatus();
+}
+
+absl::Status PullStreams::AddDestinations(size_t tensor, std::span<float> out,
+                                          Destinations& dst) const {
+  const core::TensorSpec& spec = layout_.tensors()[tensor];
+  if (out.size() != spec.numel) {
+    return absl::InvalidArgumentError(absl::StrCat("buffer for '", spec.name, "' has ", out.size(),
+                                                   " elements; expected ", spec.numel));
+  }
+  for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
+    dst[id] = out.data() + layout_.slices()[id].offset;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64_t min_version,
+                                                 std::chrono::milliseconds timeout,
+                                                 const SliceArrived& on_slice) {
+  const auto deadline = RpcClock::now() + timeout;
+  std::set<uint32_t> missing;
+  for (const auto& [id, ptr] : dst) missing.insert(id);
+  uint64_t version = UINT64_MAX;
+  for (int attempt = 0;; ++attempt) {
+    std::map<uint32_t, v1::PullRequest> requests;
+    for (uint32_t id : missing) requests[layout_.slices()[id].shard].add_slice_ids(id);
+    std::vector<std::pair<uint32_t, std::shared_ptr<PullResult>>> streams;
+    std::map<uint32_t, uint64_t> epochs;
+    for (auto& [shard, req] : requests) {
+      const ShardClient::Session session = client_.session(shard);
+      req.set_session(session.token);
+      epochs[shard] = session.epoch;
+      req.set_layout_hash(layout_.hash());
+      req.set_min_version(min_version);
+      auto result = std::make_shared<PullResult>();
+      StartStream(client_.transport(shard), req, deadline, &layout_, &dst, &on_slice, result);
+      streams.emplace_back(shard, std::move(result));
+    }
+    // The first failure, unless a later one is final (not retriable): that one.
+    absl::Status worst;
+    uint32_t worst_shard = 0;
+    for (auto& [shard, result] : streams) {
+      absl::Status s = result->Await();
+      absl::MutexLock lock(&result->mu);
+      for (uint32_t id : result->received) missing.erase(id);
+      if (!result->received.empty()) version = std::min(version, result->min_version);
+      slices_pulled_.fetch_add(result->received.size());
+      pull_bytes_.fetch_add(result->bytes);
+      if (!s.ok() && (worst.ok() || !policy_.IsRetriable(s.code()))) {
+        worst = s;
+        worst_shard = shard;
+      }
+    }
+    if (missing.empty()) return version;
+    const std::string context =
+        absl::StrCat("pull of ", dst.size(), " slices at version >= ", min_version, " from ",
+                     client_.name(worst_shard), " (", missing.size(), " missing)");
+    if (worst.ok()) return absl::InternalError(absl::StrCat(context, ": stream ended early"));
+    const auto backoff = policy_.Backoff(attempt);
+    if (!policy_.ShouldRetry(worst.code(), attempt) || RpcClock::now() + backoff >= deadline) {
+      return WithContext(worst, context);
+    }
+    retries_.fetch_add(1);
+    if (absl::IsUnauthenticated(worst)) client_.Rejoin(worst_shard, epochs[worst_shard]);
+    std::this_thread::sleep_for(backoff);
+  }
+}
+
+}  // namespace ps::internal

@@ -1,0 +1,73 @@
+// PullStreams: Worker::Pull, PullAll and StartPullAll. A pull maps every wanted slice
+// to its place in the caller's buffers (the destinations), opens one Pull stream per
+// shard through ShardTransport and copies each slice the stream delivers straight to
+// its destination, after checking id, version and size. Slices still missing after a
+// retriable failure are asked for again (the policy), re-joining first when the
+// session was lost, until the pull's timeout. StartPullAll runs the same on a thread
+// of its own and hands out a PullTicket that counts per tensor the slices to come.
+//
+// Owns nothing across calls but its counters (atomics): each pull owns its streams'
+// shared results (PullResult: lock `mu`, shared with the transport's callbacks so
+// neither outlives what it touches), each ticket its thread and its per-tensor counts
+// (lock `mu_`, and `join_mu_` around joining the thread).
+//
+// Thread safety: every method may be called from any thread, pulls run concurrently.
+// Lifetimes: the layout and ShardClient outlive this object; the caller's buffers
+// outlive the pull (for a ticket: until Wait() returned or the ticket is destroyed).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/layout.h"
+#include "core/retry.h"
+#include "worker_lib/shard_client_internal.h"
+#include "worker_lib/worker.h"
+
+namespace ps::internal {
+
+class PullStreams {
+ public:
+  PullStreams(core::RetryPolicy policy, const core::ModelLayout& layout, ShardClient& client)
+      : policy_(std::move(policy)), layout_(layout), client_(client) {}
+
+  // As the Worker methods of the same names.
+  absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
+                                std::chrono::milliseconds timeout);
+  absl::StatusOr<uint64_t> PullAll(uint64_t min_version, std::span<const std::span<float>> outs,
+                                   std::chrono::milliseconds timeout);
+  absl::StatusOr<std::unique_ptr<PullTicket>> StartPullAll(uint64_t min_version,
+                                                           std::span<const std::span<float>> outs,
+                                                           std::chrono::milliseconds timeout);
+
+  // Fills the pull counters of `stats` (retries: see retries()).
+  void FillStats(WorkerStats& stats) const;
+  uint64_t retries() const { return retries_.load(); }
+
+  // Called with each slice id once its values are in place (on a transport thread).
+  using SliceArrived = std::function<void(uint32_t)>;
+  // Slice id -> where its first value goes.
+  using Destinations = absl::flat_hash_map<uint32_t, float*>;
+
+ private:
+  absl::Status AllDestinations(std::span<const std::span<float>> outs, Destinations& dst) const;
+  // Maps every slice of `tensor` to its place in `out`, after checking out's size.
+  absl::Status AddDestinations(size_t tensor, std::span<float> out, Destinations& dst) const;
+  absl::StatusOr<uint64_t> PullSlices(const Destinations& dst, uint64_t min_version,
+                                      std::chrono::milliseconds timeout,
+                                      const SliceArrived& on_slice = {});
+
+  const core::RetryPolicy policy_;
+  const core::ModelLayout& layout_;
+  ShardClient& client_;
+  std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, retries_{0};
+};
+
+}  // namespace ps::internal

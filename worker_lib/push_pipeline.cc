@@ -1,0 +1,376 @@
+#include "worker_lib/push_pipeline_internal.h"
+
+#include <tuple>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "core/udp_frame.h"
+
+namespace ps::internal {
+
+absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerOptions& options,
+                                                                   core::RetryPolicy policy,
+                                                                   const core::ModelLayout& layout,
+                                                                   ShardClient& client) {
+  for (const auto& [name, push] : options.tensor_push) {
+    bool known = false;
+    for (const core::TensorSpec& t : layout.tensors()) known = known || t.name == name;
+    if (!known) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push options for tensor '", name, "', which the layout does not have"));
+    }
+  }
+  std::unique_ptr<PushPipeline> p(new PushPipeline(options, std::move(policy), layout, client));
+  for (const core::TensorSpec& t : layout.tensors()) {
+    const auto it = options.tensor_push.find(t.name);
+    const PushOptions& push = it != options.tensor_push.end() ? it->second : options.push;
+    auto encoder = TensorEncoder::Make(push, options.codec_seed, t.numel);
+    if (!encoder.ok()) {
+      return absl::Status(encoder.status().code(), absl::StrCat("push options of tensor '", t.name,
+                                                                "': ", encoder.status().message()));
+    }
+    auto slot = std::make_unique<TensorSlot>();
+    {
+      absl::MutexLock lock(&slot->mu);
+      slot->encoder = *std::move(encoder);
+    }
+    slot->udp = push.udp;
+    p->slots_.push_back(std::move(slot));
+    if (push.udp && p->udp_sender_ == nullptr) {
+      PS_ASSIGN_OR_RETURN(p->udp_sender_, UdpSender::Start(options.udp, options.priority_order));
+    }
+  }
+  return p;
+}
+
+PushPipeline::PushPipeline(const WorkerOptions& options, core::RetryPolicy policy,
+                           const core::ModelLayout& layout, ShardClient& client)
+    : options_(options), policy_(std::move(policy)), layout_(layout), client_(client) {
+  for (size_t i = 0; i < client.num_shards(); ++i) {
+    auto q = std::make_unique<ShardQueue>();
+    absl::MutexLock lock(&q->mu);
+    q->queue = std::make_unique<SendQueue<std::unique_ptr<Call>>>(options.priority_order,
+                                                                  options.max_inflight_bytes);
+    queues_.push_back(std::move(q));
+  }
+}
+
+PushPipeline::~PushPipeline() {
+  {
+    absl::MutexLock lock(&mu_);
+    closing_ = true;
+    for (ShardTransport::PushCall* rpc : in_flight_) rpc->Cancel();
+  }
+  retry_queue_.Stop();  // runs what is queued at once; Send sees closing_
+  for (auto& q : queues_) {
+    std::vector<std::unique_ptr<Call>> queued;
+    {
+      absl::MutexLock lock(&q->mu);
+      queued = q->queue->TakeAll();
+    }
+    absl::MutexLock lock(&mu_);
+    for (auto& call : queued) FinishLocked(*call, absl::CancelledError("worker is shutting down"));
+  }
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](PushPipeline* p)
+           ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending_ == 0 && p->replays_ == 0; },
+      this));
+}
+
+absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const float> grad) {
+  if (tensor >= layout_.tensors().size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no tensor ", tensor, "; the layout has ", layout_.tensors().size()));
+  }
+  const core::TensorSpec& spec = layout_.tensors()[tensor];
+  if (grad.size() != spec.numel) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gradient of '", spec.name, "' has ", grad.size(), " elements; expected ", spec.numel));
+  }
+  if (slots_[tensor]->udp) return PushUdp(tensor, round, grad);
+  std::vector<std::unique_ptr<Call>> calls;
+  {
+    TensorSlot& slot = *slots_[tensor];
+    absl::MutexLock lock(&slot.mu);
+    std::vector<SliceRange> ranges;
+    for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
+      const core::SliceInfo& s = layout_.slices()[id];
+      ranges.push_back({id, s.offset, s.numel});
+    }
+    std::vector<std::string> payloads;
+    absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
+                                                  ": ", st.message()));
+    }
+    for (size_t k = 0; k < ranges.size(); ++k) {
+      auto call = std::make_unique<Call>();
+      call->shard = layout_.slices()[ranges[k].id].shard;
+      call->req.set_layout_hash(layout_.hash());
+      call->req.set_round(round);
+      call->req.set_slice_id(ranges[k].id);
+      call->req.set_codec(std::string(slot.encoder->spec()));
+      *call->req.mutable_payload() = std::move(payloads[k]);
+      calls.push_back(std::move(call));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    pending_ += calls.size();
+  }
+  std::set<uint32_t> touched;
+  for (auto& call : calls) {
+    const uint32_t shard = call->shard;
+    touched.insert(shard);
+    const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
+    const uint64_t bytes = call->req.payload().size();
+    ShardQueue& q = *queues_[shard];
+    absl::MutexLock lock(&q.mu);
+    q.queue->Push(si.priority, round, bytes, std::move(call));
+  }
+  for (uint32_t shard : touched) Dispatch(shard);
+  return absl::OkStatus();
+}
+
+// Encodes every chunk of every slice of `tensor` on its own, signs each with its
+// shard's session key and queues the datagrams (docs/transport.md, "UDP").
+absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<const float> grad) {
+  const core::TensorSpec& spec = layout_.tensors()[tensor];
+  const uint32_t chunk_elems = options_.udp.chunk_elems;
+  std::vector<SliceRange> ranges;
+  struct Chunk {
+    uint32_t slice = 0;
+    uint16_t index = 0;
+    uint16_t count = 0;
+  };
+  std::vector<Chunk> chunks;
+  for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
+    const core::SliceInfo& s = layout_.slices()[id];
+    const uint32_t count = core::ChunkCount(s.numel, chunk_elems);
+    if (count > UINT16_MAX) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", id, " of '", spec.name, "' needs ", count, " UDP chunks of ",
+                       chunk_elems, " values; at most 65535 (raise udp.chunk_elems)"));
+    }
+    for (uint32_t i = 0; i < count; ++i) {
+      const core::ChunkRange r = core::ChunkRangeOf(s.numel, chunk_elems, i);
+      ranges.push_back({id, s.offset + r.first, r.count});
+      chunks.push_back({id, static_cast<uint16_t>(i), static_cast<uint16_t>(count)});
+    }
+  }
+  TensorSlot& slot = *slots_[tensor];
+  absl::MutexLock lock(&slot.mu);
+  std::vector<std::string> payloads;
+  absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
+  if (!st.ok()) {
+    return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
+                                                " (UDP chunks): ", st.message()));
+  }
+  std::vector<std::tuple<int32_t, boost::asio::ip::udp::endpoint, std::string, bool>> out;
+  for (size_t k = 0; k < chunks.size(); ++k) {
+    const core::SliceInfo& si = layout_.slices()[chunks[k].slice];
+    const ShardClient::UdpRoute route = client_.udp_route(si.shard);
+    core::DatagramHeader h;
+    h.session_id = route.session;
+    h.worker_id = options_.worker_id;
+    h.slice_id = chunks[k].slice;
+    h.round = round;
+    h.chunk_elems = chunk_elems;
+    h.chunk_index = chunks[k].index;
+    h.chunk_count = chunks[k].count;
+    std::string datagram;
+    if (route.key == nullptr) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(client_.name(si.shard), " gave no UDP key"));
+    }
+    st = core::EncodeDatagram(h, slot.encoder->spec(), payloads[k], *route.key, &datagram);
+    if (!st.ok()) {
+      return absl::Status(
+          st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ", h.slice_id, " of '",
+                                  spec.name, "': ", st.message(), " (lower udp.chunk_elems)"));
+    }
+    out.emplace_back(
+        si.priority, route.endpoint, std::move(datagram),
+        InjectedLoss(options_.udp, options_.worker_id, round, h.slice_id, h.chunk_index));
+  }
+  for (auto& [priority, to, datagram, lost] : out) {
+    udp_sender_->Enqueue(priority, round, to, std::move(datagram), lost);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PushPipeline::Wait() {
+  absl::Status udp = udp_sender_ != nullptr ? udp_sender_->WaitIdle() : absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](PushPipeline* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending_ == 0; }, this));
+  absl::Status st = std::move(first_error_);
+  first_error_ = absl::OkStatus();
+  return st.ok() ? udp : st;
+}
+
+void PushPipeline::OnRejoined(uint32_t shard, const v1::JoinResponse& join) {
+  if (join.layout_registered()) {
+    Replay(shard, join.version());
+    return;
+  }
+  // A shard that restarted without its state cannot continue this run.
+  absl::MutexLock lock(&mu_);
+  if (first_error_.ok()) {
+    first_error_ = absl::FailedPreconditionError(
+        absl::StrCat(client_.name(shard), " restarted and lost the layout and parameters"));
+  }
+}
+
+// A shard restored from a checkpoint forgot the pushes it accepted after that
+// checkpoint. The rounds it still has open (from `version`, its lowest published
+// version, on) wait for them, and this worker, which had them acknowledged, may
+// already be pulling the next version: resend its last accepted push of every slice
+// of that shard whose round is still open there. A resend the shard already has (or
+// whose round it closed meanwhile) is refused as duplicate or late and ignored.
+void PushPipeline::Replay(uint32_t shard, uint64_t version) {
+  std::vector<std::unique_ptr<Call>> calls;
+  {
+    absl::MutexLock lock(&replay_mu_);
+    for (const auto& [slice, req] : last_accepted_) {
+      if (layout_.slices()[slice].shard != shard || req.round() < version) continue;
+      auto call = std::make_unique<Call>();
+      call->shard = shard;
+      call->replay = true;
+      call->req = req;
+      calls.push_back(std::move(call));
+    }
+  }
+  pushes_replayed_.fetch_add(calls.size());
+  {
+    absl::MutexLock lock(&mu_);
+    replays_ += calls.size();
+  }
+  for (auto& call : calls) Send(std::move(call));
+}
+
+void PushPipeline::Dispatch(uint32_t shard) {
+  std::vector<std::pair<uint64_t, std::unique_ptr<Call>>> go;
+  {
+    ShardQueue& q = *queues_[shard];
+    absl::MutexLock lock(&q.mu);
+    go = q.queue->TakeSendable();
+  }
+  for (auto& [bytes, call] : go) {
+    call->credit = bytes;
+    Send(std::move(call));
+  }
+}
+
+void PushPipeline::ReleaseCredit(const Call& call) {
+  if (call.credit == 0) return;
+  {
+    ShardQueue& q = *queues_[call.shard];
+    absl::MutexLock lock(&q.mu);
+    q.queue->Release(call.credit);
+  }
+  Dispatch(call.shard);
+}
+
+void PushPipeline::Send(std::unique_ptr<Call> call) {
+  const ShardClient::Session session = client_.session(call->shard);
+  call->req.set_session(session.token);
+  call->epoch = session.epoch;
+  call->rpc = client_.transport(call->shard).NewPush(RpcClock::now() + options_.rpc_timeout);
+  {
+    absl::MutexLock lock(&mu_);
+    if (closing_) {
+      FinishLocked(*call, absl::CancelledError("worker is shutting down"));
+      return;
+    }
+    in_flight_.insert(call->rpc.get());
+  }
+  Call* raw = call.release();
+  raw->rpc->Start(&raw->req, &raw->resp,
+                  [this, raw](absl::Status s) { OnDone(std::unique_ptr<Call>(raw), s); });
+}
+
+void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
+  {
+    absl::MutexLock lock(&mu_);
+    in_flight_.erase(call->rpc.get());
+  }
+  // A retry answered "duplicate" means an earlier attempt got through.
+  const bool accepted = s.ok() || (call->attempt > 0 && absl::IsAlreadyExists(s) &&
+                                   call->last_code != absl::StatusCode::kUnauthenticated);
+  if (accepted) {
+    slices_pushed_.fetch_add(1);
+    push_bytes_.fetch_add(call->req.payload().size());
+    if (!call->replay) {
+      // Kept for Replay: the newest accepted push of each slice. (Before the push is
+      // finished: once pending_ drops, the pipeline may be destroyed.)
+      absl::MutexLock lock(&replay_mu_);
+      v1::PushRequest& kept = last_accepted_[call->req.slice_id()];
+      if (kept.payload().empty() || kept.round() <= call->req.round()) kept = std::move(call->req);
+    }
+    ReleaseCredit(*call);
+    absl::MutexLock lock(&mu_);
+    FinishLocked(*call, absl::OkStatus());
+    return;
+  }
+  bool closing;
+  {
+    absl::MutexLock lock(&mu_);
+    closing = closing_;
+  }
+  if (!closing && policy_.ShouldRetry(s.code(), call->attempt)) {
+    retries_.fetch_add(1);
+    const auto delay = policy_.Backoff(call->attempt);
+    ++call->attempt;
+    call->last_code = s.code();
+    retry_queue_.After(delay, [this, call = std::shared_ptr<Call>(std::move(call))]() mutable {
+      if (call->last_code == absl::StatusCode::kUnauthenticated) {
+        client_.Rejoin(call->shard, call->epoch);
+      }
+      Send(std::make_unique<Call>(std::move(*call)));
+    });
+    return;
+  }
+  if (!call->replay) slices_refused_.fetch_add(1);
+  ReleaseCredit(*call);
+  const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
+  absl::Status st = WithContext(
+      s, absl::StrCat(
+             "push of tensor '", layout_.tensors()[si.tensor].name, "' slice ", si.id, " round ",
+             call->req.round(), " to ", client_.name(call->shard),
+             call->attempt > 0 ? absl::StrCat(" (after ", call->attempt + 1, " attempts)") : ""));
+  absl::MutexLock lock(&mu_);
+  FinishLocked(*call, st);
+}
+
+void PushPipeline::FinishLocked(const Call& call, absl::Status st) {
+  if (call.replay) {  // not the caller's push: neither pending nor its error
+    --replays_;
+    return;
+  }
+  if (!st.ok() && first_error_.ok()) first_error_ = std::move(st);
+  --pending_;
+}
+
+std::string PushPipeline::device_note(size_t tensor) const {
+  if (tensor >= slots_.size()) return "";
+  TensorSlot& slot = *slots_[tensor];
+  absl::MutexLock lock(&slot.mu);
+  return std::string(slot.encoder->device_note());
+}
+
+void PushPipeline::FillStats(WorkerStats& stats) const {
+  stats.slices_pushed = slices_pushed_.load();
+  stats.slices_refused = slices_refused_.load();
+  stats.push_bytes = push_bytes_.load();
+  stats.pushes_replayed = pushes_replayed_.load();
+  if (udp_sender_ != nullptr) {
+    stats.udp_datagrams_sent = udp_sender_->datagrams_sent();
+    stats.udp_datagrams_dropped = udp_sender_->datagrams_dropped();
+    stats.udp_bytes = udp_sender_->bytes_sent();
+  }
+}
+
+}  // namespace ps::internal

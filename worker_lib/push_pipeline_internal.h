@@ -1,0 +1,147 @@
+// PushPipeline: everything between Worker::Push and a shard's answer. It owns, per
+// tensor, the encoder (momentum, error feedback, codec); per shard, the P3 send queue
+// with its in-flight credit window; the retry delay queue; the newest accepted push of
+// every slice (for replay after a shard restart); the UDP sender when some tensor goes
+// over UDP; and the accounting WaitPushes() reports from.
+//
+// Flow: Push encodes a tensor's slices into PushRequests and queues them at their
+// shards; Dispatch sends what the window lets go through ShardTransport::NewPush; the
+// answer returns the call's credit (letting queued pushes go) and either finishes the
+// push or, for a retriable failure (the policy), re-sends it after a backoff from the
+// delay queue, re-joining first through ShardClient when the session was lost. After a
+// re-join, OnRejoined re-sends the accepted pushes whose rounds the shard still has
+// open (they were lost with the shard's process).
+//
+// Locks, never nested except as noted: TensorSlot::mu (one tensor's encoder),
+// ShardQueue::mu (one shard's send queue), `mu_` (pending counts, first error, calls in
+// flight, shutdown), `replay_mu_` (accepted pushes). ShardClient's locks are taken
+// under none of them.
+//
+// Thread safety: every public method may be called from any thread. Lifetimes: the
+// options, layout and ShardClient given to Create outlive the pipeline; the
+// destructor cancels what is in flight, drops what is queued and waits for every
+// callback to finish.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "core/layout.h"
+#include "core/retry.h"
+#include "worker_lib/delay_queue_internal.h"
+#include "worker_lib/send_queue_internal.h"
+#include "worker_lib/shard_client_internal.h"
+#include "worker_lib/tensor_encoder_internal.h"
+#include "worker_lib/udp_sender_internal.h"
+#include "worker_lib/worker.h"
+
+namespace ps::internal {
+
+class PushPipeline {
+ public:
+  // Refuses push options for a tensor the layout lacks and bad codec specs; starts the
+  // UDP sender when some tensor is pushed over UDP. `policy` decides the retries.
+  static absl::StatusOr<std::unique_ptr<PushPipeline>> Create(const WorkerOptions& options,
+                                                              core::RetryPolicy policy,
+                                                              const core::ModelLayout& layout,
+                                                              ShardClient& client);
+  ~PushPipeline();
+  PushPipeline(const PushPipeline&) = delete;
+  PushPipeline& operator=(const PushPipeline&) = delete;
+
+  // Whether some tensor is pushed over UDP (every shard must then offer the UDP path).
+  bool uses_udp() const { return udp_sender_ != nullptr; }
+
+  // Worker::Push: encodes and queues; errors at once only for bad arguments.
+  absl::Status Push(size_t tensor, uint64_t round, std::span<const float> grad);
+  // Worker::WaitPushes: waits for every push queued so far; the first error since the
+  // previous call (a gRPC refusal, else a UDP send error).
+  absl::Status Wait();
+
+  // ShardClient's rejoin listener: `shard` was joined again after losing our session.
+  // Re-sends the accepted pushes it lost, or records that it lost the whole run.
+  void OnRejoined(uint32_t shard, const v1::JoinResponse& join);
+
+  // Worker::device_note.
+  std::string device_note(size_t tensor) const;
+  // Fills the push and UDP counters of `stats` (retries: see retries()).
+  void FillStats(WorkerStats& stats) const;
+  uint64_t retries() const { return retries_.load(); }
+
+ private:
+  struct TensorSlot {
+    absl::Mutex mu;
+    std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
+    bool udp = false;  // pushed as datagrams (PushOptions::udp)
+  };
+
+  // One slice push in flight; owned by whoever currently drives it (the send queue,
+  // the transport's callback, the retry queue).
+  struct Call {
+    uint32_t shard = 0;
+    int attempt = 0;
+    uint64_t epoch = 0;  // the session's epoch it was sent with
+    // Bytes this call holds of its shard's in-flight window, from dispatch to its end.
+    uint64_t credit = 0;
+    absl::StatusCode last_code = absl::StatusCode::kOk;
+    // A resend after the shard restarted (OnRejoined): not counted in pending_, and its
+    // refusal (late, duplicate) is no error of the caller's.
+    bool replay = false;
+    v1::PushRequest req;
+    v1::PushResponse resp;
+    std::unique_ptr<ShardTransport::PushCall> rpc;
+  };
+
+  struct ShardQueue {
+    absl::Mutex mu;
+    std::unique_ptr<SendQueue<std::unique_ptr<Call>>> queue ABSL_GUARDED_BY(mu);
+  };
+
+  PushPipeline(const WorkerOptions& options, core::RetryPolicy policy,
+               const core::ModelLayout& layout, ShardClient& client);
+
+  absl::Status PushUdp(size_t tensor, uint64_t round, std::span<const float> grad);
+  void Replay(uint32_t shard, uint64_t version);
+  // Sends queued pushes to `shard`, most urgent first, while its window allows.
+  void Dispatch(uint32_t shard);
+  // A push is over: its bytes leave the window, which lets queued pushes go.
+  void ReleaseCredit(const Call& call);
+  void Send(std::unique_ptr<Call> call);
+  void OnDone(std::unique_ptr<Call> call, const absl::Status& s);
+  void FinishLocked(const Call& call, absl::Status st) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const WorkerOptions& options_;
+  const core::RetryPolicy policy_;
+  const core::ModelLayout& layout_;
+  ShardClient& client_;
+  std::vector<std::unique_ptr<TensorSlot>> slots_;   // per tensor
+  std::vector<std::unique_ptr<ShardQueue>> queues_;  // per shard
+  std::unique_ptr<UdpSender> udp_sender_;            // when some tensor goes over UDP
+  DelayQueue retry_queue_;
+
+  absl::Mutex mu_;
+  size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t replays_ ABSL_GUARDED_BY(mu_) = 0;  // replays not finished (the destructor waits)
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<ShardTransport::PushCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex replay_mu_;
+  // Per slice id, the newest push a shard accepted (Replay).
+  absl::flat_hash_map<uint32_t, v1::PushRequest> last_accepted_ ABSL_GUARDED_BY(replay_mu_);
+
+  std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};
+  std::atomic<uint64_t> retries_{0}, pushes_replayed_{0};
+};
+
+}  // namespace ps::internal

@@ -1,0 +1,208 @@
+#include "worker_lib/shard_client_internal.h"
+
+#include <algorithm>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "worker_lib/udp_sender_internal.h"
+
+namespace ps::internal {
+
+std::string ShardName(uint32_t id, std::string_view address) {
+  return absl::StrCat("shard ", id, " (", core::AsAbsl(address), ")");
+}
+
+absl::Status WithContext(const absl::Status& s, std::string_view context) {
+  if (s.ok()) return s;
+  return absl::Status(s.code(), absl::StrCat(core::AsAbsl(context), ": ", s.message()));
+}
+
+core::RetryPolicy JoinRetryPolicy(const WorkerOptions& options) {
+  core::RetryPolicy p;
+  p.max_attempts = 0;  // bounded by the connect deadline instead
+  p.initial_backoff = options.initial_backoff;
+  p.max_backoff = options.max_backoff;
+  // Not UNAUTHENTICATED: a join refused its credentials will not do better next time.
+  p.retriable = {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded};
+  return p;
+}
+
+core::RetryPolicy CallRetryPolicy(const WorkerOptions& options) {
+  core::RetryPolicy p = JoinRetryPolicy(options);
+  // At least one attempt: max_attempts <= 0 has always meant no retries here.
+  p.max_attempts = std::max(options.max_attempts, 1);
+  p.retriable.push_back(absl::StatusCode::kUnauthenticated);
+  return p;
+}
+
+ShardClient::ShardClient(Options options, const core::ModelLayout& layout,
+                         std::vector<std::string> addresses,
+                         std::vector<std::unique_ptr<ShardTransport>> transports,
+                         RejoinListener on_rejoin)
+    : options_(std::move(options)), layout_(layout), on_rejoin_(std::move(on_rejoin)) {
+  shards_.reserve(transports.size());
+  for (uint32_t i = 0; i < transports.size(); ++i) {
+    auto s = std::make_unique<Shard>();
+    s->id = i;
+    s->address = std::move(addresses[i]);
+    s->transport = std::move(transports[i]);
+    shards_.push_back(std::move(s));
+  }
+}
+
+absl::Status ShardClient::Connect(std::span<const std::span<const float>> initial, bool need_udp,
+                                  RpcClock::time_point deadline) {
+  uint64_t start = UINT64_MAX;
+  for (auto& s : shards_) {
+    PS_ASSIGN_OR_RETURN(v1::JoinResponse join, Join(s->id, deadline));
+    if (join.num_shards() != layout_.num_shards()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(name(s->id), " belongs to a cluster of ", join.num_shards(),
+                       " shards; this worker's layout is cut for ", layout_.num_shards()));
+    }
+    if (!join.layout_registered()) PS_RETURN_IF_ERROR(RegisterLayout(*s, join, initial));
+    ShardInfo info;
+    info.shard_id = join.shard_id();
+    info.num_workers = join.num_workers();
+    info.aggregator = join.aggregator();
+    info.aggregate_only = join.aggregate_only();
+    info.version = join.version();
+    if (need_udp) {
+      if (join.udp_port() == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("tensors are pushed over UDP but ", name(s->id),
+                         " runs without the UDP path (start it with --udp-port)"));
+      }
+      PS_ASSIGN_OR_RETURN(s->udp_endpoint,
+                          ResolveUdp(s->address, static_cast<uint16_t>(join.udp_port())));
+    }
+    infos_.push_back(std::move(info));
+    start = std::min(start, join.version());
+  }
+  start_version_ = start;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JoinResponse> ShardClient::Join(uint32_t shard, RpcClock::time_point deadline) {
+  Shard& s = *shards_[shard];
+  absl::MutexLock join_lock(&s.join_mu);
+  return JoinLocked(s, deadline);
+}
+
+absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::time_point deadline) {
+  v1::JoinRequest req;
+  req.set_worker_id(options_.worker_id);
+  req.set_layout_hash(layout_.hash());
+  for (int attempt = 0;; ++attempt) {
+    v1::JoinResponse resp;
+    const absl::Status st =
+        s.transport->Join(req, std::min(deadline, RpcClock::now() + options_.rpc_timeout), &resp);
+    if (st.ok()) {
+      std::shared_ptr<const core::DatagramKey> udp_key;
+      if (resp.udp_port() != 0) {
+        auto key = core::DatagramKey::FromBytes(resp.udp_key());
+        if (!key.ok()) {
+          return absl::InternalError(
+              absl::StrCat(name(s.id), " handed out a bad UDP key: ", key.status().message()));
+        }
+        udp_key = std::make_shared<const core::DatagramKey>(*std::move(key));
+      }
+      absl::MutexLock lock(&s.mu);
+      s.session = resp.session();
+      s.udp_session = resp.udp_session();
+      s.udp_key = std::move(udp_key);
+      ++s.epoch;
+      return resp;
+    }
+    const auto backoff = options_.join_policy.Backoff(attempt);
+    if (!options_.join_policy.ShouldRetry(st.code(), attempt) ||
+        RpcClock::now() + backoff >= deadline) {
+      return WithContext(st,
+                         absl::StrCat("joining ", name(s.id), " as worker ", options_.worker_id));
+    }
+    retries_.fetch_add(1);
+    std::this_thread::sleep_for(backoff);
+  }
+}
+
+void ShardClient::Rejoin(uint32_t shard, uint64_t failed_epoch) {
+  Shard& s = *shards_[shard];
+  absl::StatusOr<v1::JoinResponse> join;
+  {
+    // The epoch is checked under the join lock, so of the callers that noticed the
+    // same lost session (they queue here) only the first joins.
+    absl::MutexLock join_lock(&s.join_mu);
+    {
+      absl::MutexLock lock(&s.mu);
+      if (s.epoch != failed_epoch) return;
+    }
+    join = JoinLocked(s, RpcClock::now() + options_.rpc_timeout);
+  }
+  if (!join.ok()) return;  // the retried call reports what goes wrong
+  if (on_rejoin_) on_rejoin_(shard, *join);
+}
+
+ShardClient::Session ShardClient::session(uint32_t shard) const {
+  const Shard& s = *shards_[shard];
+  absl::MutexLock lock(&s.mu);
+  return Session{s.session, s.epoch};
+}
+
+ShardClient::UdpRoute ShardClient::udp_route(uint32_t shard) const {
+  const Shard& s = *shards_[shard];
+  absl::MutexLock lock(&s.mu);
+  return UdpRoute{s.udp_session, s.udp_key, s.udp_endpoint};
+}
+
+std::string ShardClient::name(uint32_t shard) const {
+  return ShardName(shard, shards_[shard]->address);
+}
+
+absl::Status ShardClient::RegisterLayout(Shard& s, const v1::JoinResponse& join,
+                                         std::span<const std::span<const float>> initial) {
+  v1::RegisterLayoutRequest req;
+  req.set_session(session(s.id).token);
+  v1::Layout* l = req.mutable_layout();
+  l->set_slice_elems(layout_.slice_elems());
+  l->set_num_shards(layout_.num_shards());
+  for (const core::TensorSpec& t : layout_.tensors()) {
+    v1::TensorSpec* ts = l->add_tensors();
+    ts->set_name(t.name);
+    ts->set_numel(t.numel);
+    ts->set_priority(t.priority);
+  }
+  v1::RegisterLayoutResponse resp;
+  const absl::Status st =
+      s.transport->RegisterLayout(req, RpcClock::now() + options_.rpc_timeout, &resp);
+  if (absl::IsAlreadyExists(st)) return absl::OkStatus();  // lost the race
+  if (!st.ok()) return WithContext(st, absl::StrCat("registering the layout on ", name(s.id)));
+  if (join.aggregate_only()) return absl::OkStatus();
+  if (initial.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        name(s.id), " has no parameters yet and this worker brought no initial values"));
+  }
+  for (uint32_t id : resp.owned_slices()) {
+    if (id >= layout_.slices().size()) {
+      return absl::InternalError(absl::StrCat(name(s.id), " claims unknown slice ", id));
+    }
+    const core::SliceInfo& si = layout_.slices()[id];
+    v1::InitSliceRequest ireq;
+    ireq.set_session(req.session());
+    ireq.set_layout_hash(layout_.hash());
+    ireq.set_slice_id(id);
+    ireq.set_values(reinterpret_cast<const char*>(initial[si.tensor].data() + si.offset),
+                    size_t{si.numel} * sizeof(float));
+    v1::InitSliceResponse iresp;
+    const absl::Status is =
+        s.transport->InitSlice(ireq, RpcClock::now() + options_.rpc_timeout, &iresp);
+    if (!is.ok() && !absl::IsAlreadyExists(is)) {
+      return WithContext(
+          is, absl::StrCat("uploading the initial value of slice ", id, " to ", name(s.id)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::internal
