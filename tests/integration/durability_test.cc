@@ -1,4 +1,4 @@
-// Durability (DESIGN §9) with real ps-server processes on loopback: kill -9 of a shard
+// Durability (docs/operations.md, "Backing up and restoring") with real ps-server processes on loopback: kill -9 of a shard
 // mid-training and its restart from its checkpoint; a corrupted checkpoint; a dead
 // worker. Bounded: every wait has a deadline.
 #include <gmock/gmock.h>
@@ -129,6 +129,19 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
     std::this_thread::sleep_for(milliseconds(2));
   }
   ASSERT_GE(progress[0].load(), kKillAfter) << shard1->Log();
+  // Checkpoints trail the rounds: on a loaded machine ten rounds can pass before shard 1
+  // wrote its first. Kill it only once one is on disk (bounded), or it would restart
+  // empty and the test would measure nothing.
+  const auto has_checkpoint = [&] {
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir / "shard-1", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.starts_with("checkpoint-") && name.ends_with(".pscp")) return true;
+    }
+    return false;
+  };
+  for (int i = 0; i < 1000 && !has_checkpoint(); ++i) std::this_thread::sleep_for(milliseconds(10));
+  ASSERT_TRUE(has_checkpoint()) << shard1->Log();
   shard1->Signal(SIGKILL);
   EXPECT_EQ(shard1->Wait(milliseconds(10000)), 128 + SIGKILL);
   shard1 = std::make_unique<testing::Process>(shard_args(1));
