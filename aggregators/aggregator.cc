@@ -263,6 +263,7 @@ std::string_view Aggregator::name() const { return pipeline_->spec; }
 int Aggregator::MinInputs() const { return static_cast<int>(pipeline_->min_inputs); }
 std::string_view Aggregator::Bound() const { return pipeline_->bound; }
 bool Aggregator::NeedsGram() const { return pipeline_->needs_gram; }
+bool Aggregator::VotesOnSigns() const { return pipeline_->votes_on_signs; }
 std::string_view Aggregator::device() const {
   return pipeline_->device != nullptr ? std::string_view(pipeline_->device->description()) : "cpu";
 }
@@ -592,6 +593,8 @@ absl::StatusOr<std::unique_ptr<Aggregator>> MakeAggregator(std::string_view spec
   p->spec = absl::StrJoin(canonical, "+");
   p->needs_gram = p->rule->NeedsGram();
   for (const auto& pre : p->pre) p->needs_gram |= pre->NeedsGram();
+  // Refused above after pre-aggregators, so the vote is on the pushes themselves.
+  p->votes_on_signs = last == "sign_majority";
 
   // The least n, walking back from the rule; the bound text follows the binding stage.
   size_t need = p->rule->MinInputs();

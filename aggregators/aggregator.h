@@ -1,5 +1,5 @@
 // Aggregator: a robust aggregation rule, optionally behind a chain of pre-aggregators,
-// combining k gradient vectors into one (DESIGN §4, docs/aggregators.md).
+// combining k gradient vectors into one (docs/aggregators.md).
 //
 // A rule is made from a spec string: pre-aggregators joined by '+' in front of one rule,
 // each with optional arguments in parentheses, for example "clip(2)+nnm+trimmed_mean" or
@@ -153,6 +153,10 @@ class Aggregator {
   // True when some stage uses distances or norms between whole inputs: on a sharded
   // model only model scope gives the rule as defined.
   bool NeedsGram() const;
+  // True when the rule is a majority vote on the signs of the pushes themselves
+  // (sign_majority, alone): pushes compressed to signs may then be kept packed and
+  // voted on bit by bit (codecs::SignMajorityVote), with the rule's result.
+  bool VotesOnSigns() const;
   // Rows of state kept per coordinate range between rounds (centered clipping: 1).
   size_t StateRows() const;
   // Where the rule computes: "cpu", or the CUDA device ("cuda:0 NVIDIA H100 80GB HBM3

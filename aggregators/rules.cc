@@ -1,6 +1,6 @@
 // The rule stages (the last stage of a spec): the coordinate-wise rules, which hand a
 // CoordinateRule to Apply(), and the distance-based rules, which turn the Gram matrix
-// into weights (gram_rules_internal.h). Definitions: DESIGN §4, docs/aggregators.md.
+// into weights (gram_rules_internal.h). Definitions: docs/aggregators.md, "Rules".
 #include <algorithm>
 #include <numeric>
 

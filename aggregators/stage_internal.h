@@ -101,6 +101,7 @@ struct Pipeline {
   size_t min_inputs = 1;
   std::string bound;
   bool needs_gram = false;
+  bool votes_on_signs = false;  // Aggregator::VotesOnSigns()
   // The device the rule runs on (aggregators/device_internal.h); null: the CPU.
   std::shared_ptr<const DeviceBackend> device;
   std::string device_note;  // Aggregator::device_note()

@@ -30,7 +30,7 @@ namespace ps::bench {
 namespace {
 
 // Measured by default besides every ExampleSpecs() entry: the most aggressive
-// settings, the ones the targets name. A spec that this build's MakeCodec
+// settings, the ones with a throughput target (docs/codecs.md, "Speed and quality"). A spec that this build's MakeCodec
 // refuses (a codec not there yet, or other argument names) is skipped with a note.
 constexpr const char* kAggressiveSpecs[] = {
     "3lc(s=1.9)", "topk(0.01)+varint+fp16", "topk(0.001)+varint+fp16", "sign", "terngrad", "int8",

@@ -1,6 +1,6 @@
 // `ps-bench e2e`: end-to-end goodput of push plus pull with n workers and S shards on
-// loopback, against raw loopback TCP measured in the same run (DESIGN §13,
-// docs/bench.md). The shards are in-process ps::server::Server instances (SGD mean, or
+// loopback, against raw loopback TCP measured in the same run (docs/bench.md, "End to
+// end"). The shards are in-process ps::server::Server instances (SGD mean, or
 // aggregate-only), the workers ps::Worker clients, one thread each. Every round, each
 // worker pulls the whole model (version r), then pushes a gradient of the whole model
 // (round r) and waits for the answers; the next pull can only complete once every

@@ -10,7 +10,7 @@
 #   3. ps-bench codecs --device cuda: every GPU encoder against the same copy.
 #
 # Logs and the benches' JSON rows go to OUT_DIR (default BUILD_DIR/gpu-check); the last
-# step prints the ratios against the issue's targets (bench/gpu_targets.py). Exit status:
+# step prints the ratios against the targets (bench/gpu_targets.py, docs/gpu.md). Exit status:
 # 0 when every test passed (a missed throughput target is reported, not an error), 1
 # when a test failed or a bench could not run, 2 when there is no CUDA device.
 set -uo pipefail

@@ -5,8 +5,8 @@
 
 Reads OUT_DIR/aggregators_n16.json, aggregators_n64.json and codecs.json (ps-bench
 --json rows) and prints one Markdown table per file, ready for docs/gpu.md, with each
-row's ratio to the device-to-device copy measured in the same run and, where the issue
-sets one, the target and whether it was met:
+row's ratio to the device-to-device copy measured in the same run and, where there is
+one, the target and whether it was met:
 
     median and trimmed mean at n = 16:  >= 0.3 of copy bandwidth
     Krum at n = 64, d = 2^24:           >= 0.2

@@ -1,6 +1,6 @@
 // `ps-bench hostile`: how well honest training keeps going while a hostile client
 // attacks a real ps-server process, as a ratio against a baseline measured alternately
-// in the same run (DESIGN §13, docs/bench.md, "Hostile clients").
+// in the same run (docs/bench.md, "Hostile clients").
 //
 // Every attack gets a fresh ps-server (the binary, authenticated by the secret of a
 // fresh private run directory) on 127.0.0.1 with n = 4 workers, f = 1 and the trimmed

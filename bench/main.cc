@@ -1,5 +1,5 @@
 // ps-bench: throughput benchmarks of ps-server's parts, each figure quoted as a ratio
-// against a baseline measured in the same run (DESIGN §13, docs/bench.md).
+// against a baseline measured in the same run (docs/bench.md).
 //
 //   ps-bench aggregators [--quick] [--n 8,16] [--d 2^20] [--threads 1,all] [--json FILE]
 //   ps-bench codecs [--quick] [--codecs 'fp16;3lc(s=1.9)'] [--data gaussian|real|both]

@@ -1,4 +1,4 @@
-// `ps-bench p3`: priority-ordered propagation (P3, DESIGN §6) against FIFO in the same
+// `ps-bench p3`: priority-ordered propagation (P3, docs/transport.md) against FIFO in the same
 // run. A VGG-19-shaped model (tensor sizes scaled by --scale) trains for a few
 // iterations with simulated per-layer compute (sleeps proportional to each layer's
 // FLOPs) over shaped links (a token bucket per direction and worker, docs/transport.md).

@@ -1,4 +1,4 @@
-// `ps-bench udp`: goodput of the lossy UDP gradient path (DESIGN §7) against the gRPC
+// `ps-bench udp`: goodput of the lossy UDP gradient path (docs/transport.md) against the gRPC
 // path in the same run, on loopback. One worker pushes a whole model per round to one
 // shard; goodput counts only the gradient bytes the shard took (fp32 coordinates, so
 // lost chunks do not count), over the time from the first push until the last datagram

@@ -1,4 +1,4 @@
-// Codec: turns a slice of fp32 values into bytes and back (DESIGN §5). The server
+// Codec: turns a slice of fp32 values into bytes and back (docs/codecs.md). The server
 // decodes bytes that a Byzantine worker wrote, so Decode() validates everything
 // (format version, sizes, index ranges, finiteness) and returns an error instead of
 // crashing; it never allocates more than the slice's declared size.

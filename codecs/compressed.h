@@ -1,5 +1,6 @@
-// Compressed-domain aggregation support (DESIGN §5): when every push of a slice shares
-// a structure, a shard can aggregate without expanding the payloads.
+// Compressed-domain aggregation support (docs/codecs.md, "Compressed-domain
+// aggregation"): when every push of a slice shares a structure, a shard can aggregate
+// without expanding the payloads.
 //
 // - Random-k with a global seed: every worker keeps the same coordinates, so the rule
 //   runs on the k kept coordinates only (the rest are zero in every input).

@@ -1,6 +1,7 @@
 // Model layout: the tensors of a model, how they are cut into slices, and which
 // shard owns each slice. Every process derives the same map from the layout alone
-// (DESIGN §2), and the layout hash names it on the wire.
+// (docs/architecture.md, "Layout, slices, shards"), and the layout hash names it on
+// the wire.
 //
 // A ModelLayout is immutable after Create() and safe to share between threads.
 #pragma once

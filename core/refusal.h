@@ -1,5 +1,5 @@
 // Refusal: why a shard refused a request, carried inside the absl::Status that refuses
-// it (docs/protocol.md, "Refusals"). Every refusal has a fixed status code and a stable
+// it (docs/protocol.md, "Status codes"). Every refusal has a fixed status code and a stable
 // name (the `reason` label of ps_refusals_total); callers branch on RefusalOf(status),
 // never on the message text. The kind crosses gRPC in the status details
 // (core/grpc_status.h), so a client or a peer shard sees the same kind.

@@ -1,5 +1,6 @@
-// The datagram of the lossy UDP gradient path (DESIGN §7): one chunk of one slice's
-// gradient, encoded on its own with a codec, signed with the worker's per-session key.
+// The datagram of the lossy UDP gradient path (docs/transport.md, "Datagram"): one
+// chunk of one slice's gradient, encoded on its own with a codec, signed with the
+// worker's per-session key.
 // A datagram that fails any check here is dropped (and counted) by the receiver; nothing
 // is ever retransmitted, so a chunk must make sense without its neighbours.
 //

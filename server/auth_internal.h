@@ -1,5 +1,5 @@
-// Who is calling a shard, and whether they may (DESIGN §8, docs/operations.md
-// "Securing").
+// Who is calling a shard, and whether they may (docs/operations.md, "Securing" and
+// "Threat model and limits").
 //
 // An Authenticator is made from the server options once at start. With --tls-ca
 // (mTLS), --tokens or a cluster secret (--secret-file, --run-dir: the default), every

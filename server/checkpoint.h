@@ -1,4 +1,4 @@
-// Checkpoints of one shard (DESIGN §9, docs/operations.md "Backing up and restoring").
+// Checkpoints of one shard (docs/operations.md, "Backing up and restoring").
 //
 // A checkpoint holds the layout and, per owned slice, the published version and
 // parameters, the SGD velocity and the rule's state. Its file is written to a

@@ -61,7 +61,7 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
   } else {
     a.even_median = aggregators::EvenMedian::kMidpoint;
   }
-  a.device = o.device == "cuda" ? core::Device::kCuda : core::Device::kCpu;
+  PS_ASSIGN_OR_RETURN(a.device, core::ParseDevice(o.device));
   return a;
 }
 
@@ -642,7 +642,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& optio
                       aggregators::MakeAggregator(options.aggregator, rule_options));
   if (!rule->device_note().empty()) {
     spdlog::warn("shard {}: aggregator: {}", options.shard_id, rule->device_note());
-  } else if (options.device == "cuda") {
+  } else if (rule_options.device == core::Device::kCuda) {
     spdlog::info("shard {}: aggregating on {}", options.shard_id, rule->device());
   }
   // An explicit quorum must meet the rule's bound; the default is raised to it (Shard).

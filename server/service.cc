@@ -129,8 +129,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
     watches_.reserve(static_cast<size_t>(req.slice_ids_size()));
     for (uint32_t id : req.slice_ids()) {
       std::weak_ptr<State> weak = state_;
-      const int32_t priority =
-          shard->options().schedule == "fifo" ? 0 : shard->SlicePriority(id);
+      const int32_t priority = shard->priority_schedule() ? shard->SlicePriority(id) : 0;
       const uint64_t watch = shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
         if (auto st = weak.lock()) st->OnReady(id, priority, ok);
       });

@@ -2,7 +2,7 @@
 // layout, the sessions of joined workers, and for every slice it owns: the published
 // version and values, the optimizer state, and the pushes of the open round.
 //
-// Round protocol (DESIGN §3), per slice: the round `version` is open; each joined
+// Round protocol (docs/architecture.md, "A push" and "Rounds, versions and the training loop"), per slice: the round `version` is open; each joined
 // worker may push once; the round closes when all n workers pushed, or once its
 // deadline (first push + round_deadline) passed with at least `quorum` pushes. The
 // closed round is aggregated on the thread pool, the optimizer runs, and version + 1
@@ -106,7 +106,7 @@ struct JoinResult {
   std::string udp_key;
 };
 
-// One shard's part of a model-scope round (DESIGN §4): the workers that pushed to every
+// One shard's part of a model-scope round (docs/aggregators.md, "Model scope: exact on a sharded model"): the workers that pushed to every
 // slice it owns, and the Gram matrix of their pushes, followed by the rule's state rows,
 // over those slices. Shares of all shards add up to the whole model's Gram matrix.
 struct RoundShare {
@@ -196,6 +196,9 @@ class Shard {
   SliceSnapshot Snapshot(uint32_t slice_id) const;
   // Priority of a slice (for ordering pull streams).
   int32_t SlicePriority(uint32_t slice_id) const;
+  // --schedule=priority (P3): closed slices are aggregated, and ready slices streamed,
+  // most urgent first; otherwise in the order they became ready.
+  bool priority_schedule() const { return priority_schedule_; }
 
   // Whether distance-based rules run in model scope here (the rule needs a Gram
   // matrix and --aggregation-scope is "model").

@@ -1,5 +1,5 @@
 // Adds the per-chunk fp32 Gram products (from cublasSgemmStridedBatched) into the
-// double accumulator (docs/gpu.md, "Gram matrix").
+// double accumulator (docs/gpu.md, "Aggregation on the device", step 1).
 #include "aggregators/cuda/kernels.h"
 
 namespace ps::aggregators::cuda {

@@ -1,4 +1,4 @@
-// Security (DESIGN §8): token and mTLS identities on real gRPC servers on loopback. A
+// Security (docs/operations.md, "Securing"): token and mTLS identities on real gRPC servers on loopback. A
 // client without credentials, a worker joining under another worker's id, and a worker
 // replaying another worker's push are refused with precise statuses, counted, and the
 // honest round completes.
