@@ -673,6 +673,10 @@ struct BadOptionsCase {
   const char* expected;  // substring of the message
 };
 
+// Its name in test names: the default printer shows the bytes of the function object,
+// which change from build to build, and ctest then cannot find the test again.
+void PrintTo(const BadOptionsCase& c, std::ostream* os) { *os << c.name; }
+
 class ValidateTest : public ::testing::TestWithParam<BadOptionsCase> {};
 
 TEST_P(ValidateTest, RefusesWithMessageNamingTheFlag) {
