@@ -95,7 +95,7 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
   so.insecure = true;  // the data path alone; docs/bench.md
   so.port = 0;
   so.num_workers = uint32_t(f.workers);
-  so.schedule = p3 ? "priority" : "fifo";
+  so.schedule = p3 ? server::Schedule::kPriority : server::Schedule::kFifo;
   so.learning_rate = 0.01f;
   so.log_level = "warn";
   PS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(so));

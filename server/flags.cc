@@ -60,6 +60,8 @@ struct RawValues {
   int64_t checkpoint_interval_s = 0;
   int64_t max_connection_idle_ms = 0;
   int64_t refusal_hold_ms = 0;
+  // Choices parsed into their enums once the flags are read (each checked by its flag).
+  std::string schedule, aggregation_scope, device;
 };
 
 // CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
@@ -273,6 +275,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
   raw.max_connection_idle_ms = o.max_connection_idle.count();
   raw.refusal_hold_ms = o.refusal_hold.count();
+  raw.schedule = std::string(ScheduleName(o.schedule));
+  raw.aggregation_scope = std::string(AggregationScopeName(o.aggregation_scope));
+  raw.device = std::string(core::DeviceName(o.device));
 
   add("Network", "host", o.host,
       "Address to listen on. Anything but 127.0.0.0/8, ::1 or localhost needs "
@@ -292,7 +297,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "(docs/transport.md)");
   add("Network", "udp-receive-buffer", o.udp_receive_buffer,
       "Kernel receive buffer asked for on the UDP socket, in bytes (>= 65536)");
-  add("Network", "schedule", o.schedule,
+  add("Network", "schedule", raw.schedule,
       "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
       "fifo (in the order slices become ready)")
       ->check(CLI::IsMember({"priority", "fifo"}));
@@ -378,11 +383,11 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->check(CLI::IsMember({"paper", "byzfl"}));
   add("Aggregation", "even-median", o.even_median, "Median of an even count")
       ->check(CLI::IsMember({"midpoint", "lower", "upper"}));
-  add("Aggregation", "device", o.device,
+  add("Aggregation", "device", raw.device,
       "Where the rule computes: cpu, or cuda (falls back to the CPU, saying why, where no "
       "CUDA device is usable; docs/gpu.md)")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  add("Aggregation", "aggregation-scope", o.aggregation_scope,
+  add("Aggregation", "aggregation-scope", raw.aggregation_scope,
       "Where distance-based rules measure distances: model (whole gradients, exact "
       "across shards) or slice (each slice on its own)")
       ->check(CLI::IsMember({"model", "slice"}));
@@ -565,6 +570,11 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
   o.max_connection_idle = std::chrono::milliseconds(raw.max_connection_idle_ms);
   o.refusal_hold = std::chrono::milliseconds(raw.refusal_hold_ms);
+  // Each flag's IsMember check admitted only these spellings.
+  o.schedule = ParseSchedule(raw.schedule).value_or(Schedule::kPriority);
+  o.aggregation_scope =
+      ParseAggregationScope(raw.aggregation_scope).value_or(AggregationScope::kModel);
+  o.device = core::ParseDevice(raw.device).value_or(core::Device::kCpu);
 
   // Secure by default: without any way of telling clients apart, and unless told to run
   // insecure, the shard uses (and on first start makes) the secret of its run directory.

@@ -206,16 +206,6 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("even_median", "even-median", even_median,
                    "must be \"midpoint\", \"lower\" or \"upper\"");
   }
-  if (!OneOf(device, {"cpu", "cuda"})) {
-    return Invalid("device", "device", device, "must be \"cpu\" or \"cuda\"");
-  }
-  if (!OneOf(aggregation_scope, {"model", "slice"})) {
-    return Invalid("aggregation_scope", "aggregation-scope", aggregation_scope,
-                   "must be \"model\" or \"slice\"");
-  }
-  if (!OneOf(schedule, {"priority", "fifo"})) {
-    return Invalid("schedule", "schedule", schedule, "must be \"priority\" or \"fifo\"");
-  }
   if (udp_port < -1 || udp_port > 65535) {
     return Invalid("udp_port", "udp-port", absl::StrCat(udp_port),
                    "must be -1 (off), 0 (a free port) or a port in [1, 65535]");
@@ -316,13 +306,33 @@ absl::Status ServerOptions::Validate() const {
   return absl::OkStatus();
 }
 
+std::string_view ScheduleName(Schedule s) { return s == Schedule::kFifo ? "fifo" : "priority"; }
+
+std::string_view AggregationScopeName(AggregationScope s) {
+  return s == AggregationScope::kSlice ? "slice" : "model";
+}
+
+absl::StatusOr<Schedule> ParseSchedule(std::string_view text) {
+  if (text == "priority") return Schedule::kPriority;
+  if (text == "fifo") return Schedule::kFifo;
+  return absl::InvalidArgumentError(
+      absl::StrCat("schedule '", core::AsAbsl(text), "': want priority or fifo"));
+}
+
+absl::StatusOr<AggregationScope> ParseAggregationScope(std::string_view text) {
+  if (text == "model") return AggregationScope::kModel;
+  if (text == "slice") return AggregationScope::kSlice;
+  return absl::InvalidArgumentError(
+      absl::StrCat("aggregation scope '", core::AsAbsl(text), "': want model or slice"));
+}
+
 std::string ServerOptions::ConsistencySummary() const {
   // Field order and spelling are part of the peer check: change them only together
   // with every shard (a mismatch makes shards refuse each other).
   return absl::StrCat("workers=", num_workers, " f=", num_byzantine, " quorum=", EffectiveQuorum(),
                       " aggregator=", aggregator, " multi_krum_m=", multi_krum_m,
                       " krum_neighbours=", krum_neighbours, " even_median=", even_median,
-                      " aggregation_scope=", aggregation_scope,
+                      " aggregation_scope=", core::AsAbsl(AggregationScopeName(aggregation_scope)),
                       " aggregate_only=", aggregate_only ? "true" : "false",
                       " lr=", ShortFloat(learning_rate), " momentum=", ShortFloat(momentum),
                       " weight_decay=", ShortFloat(weight_decay), " num_shards=", num_shards);

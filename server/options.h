@@ -9,8 +9,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/device.h"
 
 namespace ps::server {
+
+// --schedule: the order in which closed slices are aggregated and ready slices streamed
+// to pulls: most urgent first (P3), or in the order they became ready (the baseline).
+enum class Schedule { kPriority, kFifo };
+// --aggregation-scope: where rules that use distances measure them: whole gradients
+// (exact on a sharded model: shards exchange Gram matrices every round), or each slice
+// on its own (cheaper, weaker).
+enum class AggregationScope { kModel, kSlice };
+// "priority", "fifo"; "model", "slice": the flags' spelling.
+std::string_view ScheduleName(Schedule s);
+std::string_view AggregationScopeName(AggregationScope s);
+absl::StatusOr<Schedule> ParseSchedule(std::string_view text);
+absl::StatusOr<AggregationScope> ParseAggregationScope(std::string_view text);
 
 struct ServerOptions {
   // --- network ---
@@ -31,9 +46,8 @@ struct ServerOptions {
   // Kernel receive buffer asked for on the UDP socket, in bytes.
   uint32_t udp_receive_buffer = 8u << 20;
   // Order in which closed slices are aggregated and ready slices are streamed to
-  // pulls: "priority" (most urgent first, P3) or "fifo" (in the order they became
-  // ready; the baseline).
-  std::string schedule = "priority";
+  // pulls (P3 by default).
+  Schedule schedule = Schedule::kPriority;
 
   // --- security (docs/operations.md, "Securing") ---
   // Who may call is decided by one of: a cluster secret (secret_file, or the one in
@@ -116,13 +130,11 @@ struct ServerOptions {
   std::string krum_neighbours = "paper";
   // Median of an even count: "midpoint", "lower" or "upper".
   std::string even_median = "midpoint";
-  // Where rules that use distances (krum, bulyan, nnm, clip, ...) measure them: "model"
-  // (whole gradients, exact on a sharded model: shards exchange Gram matrices every
-  // round) or "slice" (each slice on its own: cheaper, weaker).
-  std::string aggregation_scope = "model";
-  // Where the aggregation rule computes: "cpu" or "cuda" (docs/gpu.md). Without a usable
-  // CUDA device the shard aggregates on the CPU and logs why once at start.
-  std::string device = "cpu";
+  // Where rules that use distances (krum, bulyan, nnm, clip, ...) measure them.
+  AggregationScope aggregation_scope = AggregationScope::kModel;
+  // Where the aggregation rule computes (docs/gpu.md). Without a usable CUDA device the
+  // shard aggregates on the CPU and logs why once at start.
+  core::Device device = core::Device::kCpu;
   // Model scope: how long a shard waits for its peers' shares of a round before it
   // drops the round (publishing unchanged parameters).
   std::chrono::milliseconds peer_timeout{10000};

@@ -61,7 +61,7 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
   } else {
     a.even_median = aggregators::EvenMedian::kMidpoint;
   }
-  PS_ASSIGN_OR_RETURN(a.device, core::ParseDevice(o.device));
+  a.device = o.device;
   return a;
 }
 

@@ -118,7 +118,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
     o.weight_decay = static_cast<float>(config.weight_decay);
     o.round_deadline = config.round_deadline;
     if (config.trainer.udp) o.udp_port = 0;
-    if (config.trainer.fifo) o.schedule = "fifo";
+    if (config.trainer.fifo) o.schedule = server::Schedule::kFifo;
     o.threads = 1;
     o.log_level = "warn";
     o.run_dir = run_dir;

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "examples/fashion_mnist/training.h"
+#include "server/options.h"
 
 namespace ps::fashion_mnist {
 
@@ -28,7 +29,7 @@ struct ClusterConfig {
   uint32_t num_shards = 2;
   // The servers' rule and optimizer.
   std::string aggregator = "mean";
-  std::string aggregation_scope = "model";
+  server::AggregationScope aggregation_scope = server::AggregationScope::kModel;
   double lr = 0.05;
   double momentum = 0.9;
   double weight_decay = 0;

@@ -44,7 +44,7 @@ std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>&
 // Where the urgent tensor's slice lands in the shard's publish order when one worker
 // pushes 8 slices of a late layer and then the first layer's slice, over a link of
 // 20 Mbit/s (26 ms per slice) with one push in flight.
-size_t UrgentPosition(const std::string& schedule, bool priority_order) {
+size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
   server::ServerOptions so = Options(1);
   so.schedule = schedule;
   testing::Cluster c = testing::StartCluster(1, so);
@@ -86,8 +86,8 @@ size_t UrgentPosition(const std::string& schedule, bool priority_order) {
 TEST(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
   // With priorities it goes right after the slice already on the wire (1), at worst
   // one later if the queue got a second slice out before it was pushed.
-  EXPECT_LE(UrgentPosition("priority", true), 2u);
-  EXPECT_EQ(UrgentPosition("fifo", false), 8u);
+  EXPECT_LE(UrgentPosition(server::Schedule::kPriority, true), 2u);
+  EXPECT_EQ(UrgentPosition(server::Schedule::kFifo, false), 8u);
 }
 
 TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {

@@ -28,7 +28,8 @@ class ModelScopeShardTest : public ::testing::Test {
  protected:
   // Makes `shards` shards in aggregate-only mode (the published values are the
   // aggregate) over a model of three tensors cut into slices of 8.
-  void Make(uint32_t shards, const std::string& rule, const std::string& scope = "model") {
+  void Make(uint32_t shards, const std::string& rule,
+            AggregationScope scope = AggregationScope::kModel) {
     auto layout = core::ModelLayout::Create({{"a", 20, 0}, {"b", 9, 1}, {"c", 13, 2}}, 8, shards);
     ASSERT_TRUE(layout.ok()) << layout.status();
     layout_ = std::make_unique<core::ModelLayout>(*layout);
@@ -177,7 +178,7 @@ TEST_F(ModelScopeShardTest, BulyanAcrossThreeShards) {
 TEST_F(ModelScopeShardTest, SliceScopeLetsAPartialAttackerThrough) {
   // Per slice, worker 2 is an outlier only on tensor "a"; Krum in slice scope picks a
   // different worker per slice, in model scope one worker for the whole model.
-  Make(2, "krum", "slice");
+  Make(2, "krum", AggregationScope::kSlice);
   EXPECT_FALSE(shards_[0]->model_scope());
   const auto g = Gradients(5);
   for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, 0, g[w]);
