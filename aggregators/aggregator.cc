@@ -633,6 +633,34 @@ absl::StatusOr<std::unique_ptr<Aggregator>> MakeAggregator(std::string_view spec
 }
 
 std::vector<std::string> AggregatorNames() { return internal::RuleStageNames(); }
+
+std::string_view KrumNeighboursName(KrumNeighbours k) {
+  return k == KrumNeighbours::kByzFL ? "byzfl" : "paper";
+}
+
+std::string_view EvenMedianName(EvenMedian m) {
+  switch (m) {
+    case EvenMedian::kLower: return "lower";
+    case EvenMedian::kUpper: return "upper";
+    case EvenMedian::kMidpoint: break;
+  }
+  return "midpoint";
+}
+
+absl::StatusOr<KrumNeighbours> ParseKrumNeighbours(std::string_view text) {
+  if (text == "paper") return KrumNeighbours::kPaper;
+  if (text == "byzfl") return KrumNeighbours::kByzFL;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "krum neighbours '", AsAbsl(text), "': want paper (n - f - 2) or byzfl (n - f - 1)"));
+}
+
+absl::StatusOr<EvenMedian> ParseEvenMedian(std::string_view text) {
+  for (EvenMedian m : {EvenMedian::kMidpoint, EvenMedian::kLower, EvenMedian::kUpper}) {
+    if (text == EvenMedianName(m)) return m;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("even median '", AsAbsl(text), "': want midpoint, lower or upper"));
+}
 std::vector<std::string> PreAggregatorNames() { return internal::PreStageNames(); }
 
 }  // namespace ps::aggregators

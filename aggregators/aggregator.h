@@ -51,6 +51,12 @@ enum class EvenMedian {
   kUpper,     // the upper middle value
 };
 
+// "paper", "byzfl"; "midpoint", "lower", "upper": the spelling of ps-server's flags.
+std::string_view KrumNeighboursName(KrumNeighbours k);
+std::string_view EvenMedianName(EvenMedian m);
+absl::StatusOr<KrumNeighbours> ParseKrumNeighbours(std::string_view text);
+absl::StatusOr<EvenMedian> ParseEvenMedian(std::string_view text);
+
 // Defaults for every stage; arguments in the spec string override them per stage.
 struct AggregatorOptions {
   // n: the number of workers, i.e. inputs when everyone pushes.

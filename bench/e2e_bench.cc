@@ -43,7 +43,7 @@
 #include "bench/commands.h"
 #include "core/layout.h"
 #include "core/status.h"
-#include "server/server.h"
+#include "server/local_cluster.h"
 #include "spdlog/spdlog.h"
 #include "worker_lib/worker.h"
 
@@ -210,23 +210,10 @@ absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& sh
 
 // ---- The cluster ------------------------------------------------------------------
 
-// The free TCP port the kernel hands out for 127.0.0.1 at this moment.
-absl::StatusOr<uint16_t> PickFreePort() {
-  Fd fd(::socket(AF_INET, SOCK_STREAM, 0));
-  if (fd.fd < 0) return Errno("socket");
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return Errno("bind");
-  socklen_t len = sizeof(addr);
-  if (::getsockname(fd.fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) return Errno("getsockname");
-  return ntohs(addr.sin_port);
-}
-
+// The shards (a server::LocalCluster) and one worker client each.
 struct Cluster {
-  std::vector<std::unique_ptr<server::Server>> shards;
-  std::vector<std::string> addresses;
-  std::vector<std::unique_ptr<Worker>> workers;
+  server::LocalCluster shards;
+  std::vector<std::unique_ptr<Worker>> workers;  // destroyed before the shards
 };
 
 absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
@@ -235,9 +222,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   Cluster c;
   server::ServerOptions so;
   so.insecure = true;  // the data path alone; docs/bench.md
-  so.host = "127.0.0.1";
   so.num_workers = uint32_t(workers);
-  so.num_shards = shards;
   so.aggregate_only = f.aggregate_only;
   so.learning_rate = 1e-6f;
   so.momentum = 0;
@@ -246,25 +231,9 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   // A round only closes early when every worker pushed; the deadline is a backstop
   // against a stalled worker, not part of the measurement.
   so.round_deadline = std::chrono::milliseconds(60000);
-  // One shard takes any free port; several must know each other's before they start.
-  std::vector<uint16_t> ports(shards, 0);
-  for (uint32_t s = 0; s < shards; ++s) {
-    if (shards > 1) {
-      PS_ASSIGN_OR_RETURN(ports[s], PickFreePort());
-    }
-    c.addresses.push_back(absl::StrCat("127.0.0.1:", ports[s]));
-  }
-  for (uint32_t s = 0; s < shards; ++s) {
-    server::ServerOptions o = so;
-    o.shard_id = int(s);
-    o.port = ports[s];
-    if (shards > 1) o.peers = c.addresses;
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(o));
-    c.addresses[s] = absl::StrCat("127.0.0.1:", server->port());
-    c.shards.push_back(std::move(server));
-  }
+  PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
   WorkerOptions wo;
-  wo.shard_addresses = c.addresses;
+  wo.shard_addresses = c.shards.addresses();
   wo.push.codec = codec;
   if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
   wo.rpc_timeout = std::chrono::milliseconds(120000);
@@ -446,7 +415,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
           PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
           absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.rounds, f.seconds, grad, {});
           c.workers.clear();
-          for (auto& s : c.shards) s->Shutdown();
+          c.shards.Shutdown();
           return r;
         }();
         if (!e2e.ok() || !raw_before.ok()) {
@@ -549,8 +518,8 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
   });
   sample("end", done);
   c->workers.clear();
-  for (auto& s : c->shards) s->Shutdown();
-  c->shards.clear();
+  c->shards.Shutdown();
+  c->shards.Stop();
   sample("stopped", done);
   if (!r.ok()) {
     std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(r.status().message()).c_str());

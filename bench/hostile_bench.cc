@@ -77,7 +77,7 @@
 #include "codecs/codec.h"
 #include "core/cluster_secret.h"
 #include "core/credentials.h"
-#include "core/credentials_internal.h"
+#include "net/grpc_credentials.h"
 #include "core/json_line.h"
 #include "core/layout.h"
 #include "core/status.h"
@@ -391,7 +391,7 @@ void Prepare(grpc::ClientContext& ctx, std::string_view token,
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
   core::ClientCredentials credentials;
   credentials.token = std::string(token);
-  core::AttachCredentials(credentials, &ctx);
+  net::AttachCredentials(credentials, &ctx);
 }
 
 // A channel with a TCP connection of its own: gRPC shares one connection between the
@@ -403,7 +403,7 @@ std::shared_ptr<grpc::Channel> OwnChannel(const std::string& address) {
   args.SetMaxReceiveMessageSize(64 << 20);
   args.SetMaxSendMessageSize(-1);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds =
-      core::MakeChannelCredentials(core::ClientCredentials{});
+      net::MakeChannelCredentials(core::ClientCredentials{});
   return grpc::CreateCustomChannel(address,
                                    creds.ok() ? *creds : grpc::InsecureChannelCredentials(), args);
 }

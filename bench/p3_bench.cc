@@ -23,7 +23,7 @@
 #include "bench/commands.h"
 #include "core/layout.h"
 #include "core/status.h"
-#include "core/shaper.h"
+#include "net/shaper.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "worker_lib/worker.h"

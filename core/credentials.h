@@ -1,6 +1,6 @@
 // Identities and client credentials of ps-server connections (docs/operations.md,
-// "Securing"). Grpc-free; core/credentials_internal.h turns ClientCredentials into
-// gRPC channel credentials.
+// "Securing"). Grpc-free; net/grpc_credentials.h turns ClientCredentials into gRPC
+// channel credentials.
 //
 // Every client of a shard has an identity: "worker-N" (worker rank N), "shard-N" (peer
 // shard N) or "admin" (the operator's tools). A shard learns it from the common name of

@@ -19,6 +19,12 @@ void AppendFp32(std::span<const float> values, std::string* out) {
   out->append(reinterpret_cast<const char*>(values.data()), values.size_bytes());
 }
 
+std::shared_ptr<const std::string> SharedFp32(std::span<const float> values) {
+  auto s = std::make_shared<std::string>();
+  AppendFp32(values, s.get());
+  return s;
+}
+
 namespace {
 
 constexpr size_t kFiniteBlock = 1024;

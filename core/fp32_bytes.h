@@ -2,6 +2,7 @@
 // pulls, the fp32 codec). Decoding checks the size and that every value is finite.
 #pragma once
 
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -12,6 +13,8 @@ namespace ps::core {
 
 // Appends values as little-endian fp32 to *out.
 void AppendFp32(std::span<const float> values, std::string* out);
+// The same in a new immutable string, to be shared (a published slice).
+std::shared_ptr<const std::string> SharedFp32(std::span<const float> values);
 
 // Copies bytes into out; refuses a size other than 4 * out.size() and any NaN or Inf
 // (out is then unspecified). `what` names the payload in the error message.

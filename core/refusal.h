@@ -2,7 +2,7 @@
 // it (docs/protocol.md, "Status codes"). Every refusal has a fixed status code and a stable
 // name (the `reason` label of ps_refusals_total); callers branch on RefusalOf(status),
 // never on the message text. The kind crosses gRPC in the status details
-// (core/grpc_status.h), so a client or a peer shard sees the same kind.
+// (net/grpc_status.h), so a client or a peer shard sees the same kind.
 #pragma once
 
 #include <optional>

@@ -18,7 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/escaping.h"
 #include "core/cluster_secret.h"
-#include "core/credentials_internal.h"
+#include "net/grpc_credentials.h"
 #include "core/json_line.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
@@ -88,17 +88,17 @@ int main(int argc, char** argv) {
     creds.token = *token;
   }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> channel_creds =
-      ps::core::MakeChannelCredentials(creds);
+      ps::net::MakeChannelCredentials(creds);
   if (!channel_creds.ok()) {
     std::fprintf(stderr, "ps-admin: %s\n", std::string(channel_creds.status().message()).c_str());
     return 2;
   }
   grpc::ChannelArguments args;
-  ps::core::ApplyChannelArguments(creds, &args);
+  ps::net::ApplyChannelArguments(creds, &args);
   const auto channel = grpc::CreateCustomChannel(address, *channel_creds, args);
   auto stub = ps::v1::AdminService::NewStub(channel);
   grpc::ClientContext ctx;
-  ps::core::AttachCredentials(creds, &ctx);
+  ps::net::AttachCredentials(creds, &ctx);
   ctx.set_deadline(std::chrono::system_clock::now() +
                    std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
 

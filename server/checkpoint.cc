@@ -18,7 +18,7 @@
 #include "absl/strings/str_format.h"
 #include "core/status.h"
 #include "ps/v1/checkpoint.pb.h"
-#include "server/layout_proto.h"
+#include "net/layout_proto.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -107,7 +107,7 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
   msg.set_written_unix_s(c.written_unix_s);
   if (c.layout.has_value()) {
     msg.set_layout_hash(c.layout->hash());
-    LayoutToProto(*c.layout, msg.mutable_layout());
+    net::LayoutToProto(*c.layout, msg.mutable_layout());
   }
   for (const SliceCheckpoint& s : c.slices) {
     v1::SliceCheckpoint* out = msg.add_slices();
@@ -166,7 +166,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
     if (msg.slices_size() != 0) return absl::InvalidArgumentError("checkpoint has slices but no layout");
     return c;
   }
-  absl::StatusOr<core::ModelLayout> layout = LayoutFromProto(msg.layout());
+  absl::StatusOr<core::ModelLayout> layout = net::LayoutFromProto(msg.layout());
   if (!layout.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint layout is invalid: ", layout.status().message()));

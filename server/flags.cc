@@ -61,7 +61,7 @@ struct RawValues {
   int64_t max_connection_idle_ms = 0;
   int64_t refusal_hold_ms = 0;
   // Choices parsed into their enums once the flags are read (each checked by its flag).
-  std::string schedule, aggregation_scope, device;
+  std::string schedule, aggregation_scope, device, krum_neighbours, even_median;
 };
 
 // CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
@@ -278,6 +278,8 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.schedule = std::string(ScheduleName(o.schedule));
   raw.aggregation_scope = std::string(AggregationScopeName(o.aggregation_scope));
   raw.device = std::string(core::DeviceName(o.device));
+  raw.krum_neighbours = std::string(aggregators::KrumNeighboursName(o.krum_neighbours));
+  raw.even_median = std::string(aggregators::EvenMedianName(o.even_median));
 
   add("Network", "host", o.host,
       "Address to listen on. Anything but 127.0.0.0/8, ::1 or localhost needs "
@@ -378,10 +380,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->type_name("SPEC");
   add("Aggregation", "multi-krum-m", o.multi_krum_m,
       "Multi-Krum: inputs averaged; 0 means inputs - f");
-  add("Aggregation", "krum-neighbours", o.krum_neighbours,
+  add("Aggregation", "krum-neighbours", raw.krum_neighbours,
       "Krum neighbour count: paper (n - f - 2) or byzfl (n - f - 1)")
       ->check(CLI::IsMember({"paper", "byzfl"}));
-  add("Aggregation", "even-median", o.even_median, "Median of an even count")
+  add("Aggregation", "even-median", raw.even_median, "Median of an even count")
       ->check(CLI::IsMember({"midpoint", "lower", "upper"}));
   add("Aggregation", "device", raw.device,
       "Where the rule computes: cpu, or cuda (falls back to the CPU, saying why, where no "
@@ -575,6 +577,10 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.aggregation_scope =
       ParseAggregationScope(raw.aggregation_scope).value_or(AggregationScope::kModel);
   o.device = core::ParseDevice(raw.device).value_or(core::Device::kCpu);
+  o.krum_neighbours =
+      aggregators::ParseKrumNeighbours(raw.krum_neighbours).value_or(aggregators::KrumNeighbours::kPaper);
+  o.even_median =
+      aggregators::ParseEvenMedian(raw.even_median).value_or(aggregators::EvenMedian::kMidpoint);
 
   // Secure by default: without any way of telling clients apart, and unless told to run
   // insecure, the shard uses (and on first start makes) the secret of its run directory.

@@ -11,6 +11,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "net/address.h"
 
 namespace ps::server {
 
@@ -264,26 +266,10 @@ class HttpEndpoint::Running {
   Running& operator=(const Running&) = delete;
 
   absl::Status Listen(const std::string& host, uint16_t port) {
+    PS_ASSIGN_OR_RETURN(const asio::ip::address address,
+                        net::ResolveHost(host, "HTTP listen address"));
+    const tcp::endpoint endpoint(address, port);
     boost::system::error_code ec;
-    std::string name = host == "localhost" ? "127.0.0.1" : host;
-    if (name.size() >= 2 && name.front() == '[' && name.back() == ']') {
-      name = name.substr(1, name.size() - 2);
-    }
-    tcp::endpoint endpoint;
-    const asio::ip::address address = asio::ip::make_address(name, ec);
-    if (!ec) {
-      endpoint = tcp::endpoint(address, port);
-    } else {
-      tcp::resolver resolver(io_);
-      const auto results =
-          resolver.resolve(name, std::to_string(port),
-                           tcp::resolver::passive | tcp::resolver::numeric_service, ec);
-      if (ec || results.empty()) {
-        return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "': ",
-                                                   ec ? ec.message() : "no address"));
-      }
-      endpoint = results.begin()->endpoint();
-    }
     acceptor_.open(endpoint.protocol(), ec);
     if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
     if (!ec) acceptor_.bind(endpoint, ec);

@@ -198,14 +198,6 @@ absl::Status ServerOptions::Validate() const {
         "multi_krum_m", "multi-krum-m", absl::StrCat(multi_krum_m),
         absl::StrCat("must be at most --workers=", num_workers, " (0 means inputs - f)"));
   }
-  if (!OneOf(krum_neighbours, {"paper", "byzfl"})) {
-    return Invalid("krum_neighbours", "krum-neighbours", krum_neighbours,
-                   "must be \"paper\" (n - f - 2) or \"byzfl\" (n - f - 1)");
-  }
-  if (!OneOf(even_median, {"midpoint", "lower", "upper"})) {
-    return Invalid("even_median", "even-median", even_median,
-                   "must be \"midpoint\", \"lower\" or \"upper\"");
-  }
   if (udp_port < -1 || udp_port > 65535) {
     return Invalid("udp_port", "udp-port", absl::StrCat(udp_port),
                    "must be -1 (off), 0 (a free port) or a port in [1, 65535]");
@@ -331,7 +323,8 @@ std::string ServerOptions::ConsistencySummary() const {
   // with every shard (a mismatch makes shards refuse each other).
   return absl::StrCat("workers=", num_workers, " f=", num_byzantine, " quorum=", EffectiveQuorum(),
                       " aggregator=", aggregator, " multi_krum_m=", multi_krum_m,
-                      " krum_neighbours=", krum_neighbours, " even_median=", even_median,
+                      " krum_neighbours=", core::AsAbsl(aggregators::KrumNeighboursName(krum_neighbours)),
+                      " even_median=", core::AsAbsl(aggregators::EvenMedianName(even_median)),
                       " aggregation_scope=", core::AsAbsl(AggregationScopeName(aggregation_scope)),
                       " aggregate_only=", aggregate_only ? "true" : "false",
                       " lr=", ShortFloat(learning_rate), " momentum=", ShortFloat(momentum),

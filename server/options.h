@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "aggregators/aggregator.h"
 #include "core/device.h"
 
 namespace ps::server {
@@ -126,10 +127,10 @@ struct ServerOptions {
   std::string aggregator = "mean";
   // Multi-Krum: inputs averaged; 0 means k - f.
   uint32_t multi_krum_m = 0;
-  // Krum neighbour count: "paper" (n - f - 2) or "byzfl" (n - f - 1).
-  std::string krum_neighbours = "paper";
-  // Median of an even count: "midpoint", "lower" or "upper".
-  std::string even_median = "midpoint";
+  // Krum neighbour count: paper (n - f - 2) or byzfl (n - f - 1).
+  aggregators::KrumNeighbours krum_neighbours = aggregators::KrumNeighbours::kPaper;
+  // Median of an even count: midpoint, lower or upper.
+  aggregators::EvenMedian even_median = aggregators::EvenMedian::kMidpoint;
   // Where rules that use distances (krum, bulyan, nnm, clip, ...) measure them.
   AggregationScope aggregation_scope = AggregationScope::kModel;
   // Where the aggregation rule computes (docs/gpu.md). Without a usable CUDA device the

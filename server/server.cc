@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
-#include "core/credentials_internal.h"
+#include "net/grpc_credentials.h"
 #include "server/auth_internal.h"
 #include "server/checkpoint.h"
 #include "server/metadata_auth.h"
@@ -52,15 +52,8 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
   a.num_workers = static_cast<int>(o.num_workers);
   a.num_byzantine = static_cast<int>(o.num_byzantine);
   a.multi_krum_m = static_cast<int>(o.multi_krum_m);
-  a.krum_neighbours = o.krum_neighbours == "byzfl" ? aggregators::KrumNeighbours::kByzFL
-                                                   : aggregators::KrumNeighbours::kPaper;
-  if (o.even_median == "lower") {
-    a.even_median = aggregators::EvenMedian::kLower;
-  } else if (o.even_median == "upper") {
-    a.even_median = aggregators::EvenMedian::kUpper;
-  } else {
-    a.even_median = aggregators::EvenMedian::kMidpoint;
-  }
+  a.krum_neighbours = o.krum_neighbours;
+  a.even_median = o.even_median;
   a.device = o.device;
   return a;
 }
@@ -517,7 +510,7 @@ class ServerImpl final : public Server {
       for (uint32_t i = 0; i < options_.num_shards && problem.empty(); ++i) {
         if (stubs[i] == nullptr) continue;
         grpc::ClientContext ctx;
-        core::AttachCredentials(creds, &ctx);
+        net::AttachCredentials(creds, &ctx);
         ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
         v1::PeerHelloRequest req;
         req.set_shard_id(self.shard_id);

@@ -6,10 +6,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
-#include "core/credentials_internal.h"
-#include "core/grpc_status.h"
+#include "net/grpc_credentials.h"
+#include "net/grpc_status.h"
 #include "core/status.h"
-#include "server/layout_proto.h"
+#include "net/layout_proto.h"
 #include "server/metadata_auth.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
@@ -54,11 +54,11 @@ void CallGate::Answer(const grpc::ServerContextBase& ctx, const absl::Status& st
   // Peer shards are part of the service, not its clients: a refused share is lag (a
   // late round), and holding its answer would only slow the model rounds.
   if (client.empty() || client.starts_with("shard-")) {
-    std::move(finish)(core::ToGrpc(status));
+    std::move(finish)(net::ToGrpc(status));
     return;
   }
   tarpit->Refuse(client, request.ByteSizeLong(),
-                 [finish = std::move(finish), answer = core::ToGrpc(status)]() mutable {
+                 [finish = std::move(finish), answer = net::ToGrpc(status)]() mutable {
                    std::move(finish)(std::move(answer));
                  });
 }
@@ -296,7 +296,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
   if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
     // The common case, answered by comparing the request with the registered layout
     // (first difference ends it): no copy, no hash, whatever the request's size.
-    const bool same = SameLayout(*have, msg);
+    const bool same = net::SameLayout(*have, msg);
     if (same) resp->set_layout_hash(have->hash());
     return Reply(gate_, ctx, *req, shard_->AnswerRegistered(
                           *have, *worker, same,
@@ -305,7 +305,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServer
   }
   // Nothing is built from the request before the shard looked at its size.
   absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(
-      *worker, TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
+      *worker, net::TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
   if (!owned.ok()) return Reply(gate_, ctx, *req, owned.status());
   resp->set_layout_hash(shard_->layout_hash());
   for (uint32_t id : *owned) resp->add_owned_slices(id);
@@ -440,11 +440,11 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::string& ad
                                                            const core::ClientCredentials& creds,
                                                            const ServerOptions& options) {
   PS_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> channel_creds,
-                      core::MakeChannelCredentials(creds));
+                      net::MakeChannelCredentials(creds));
   grpc::ChannelArguments args;
   args.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   args.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
-  core::ApplyChannelArguments(creds, &args);
+  net::ApplyChannelArguments(creds, &args);
   return grpc::CreateCustomChannel(address, channel_creds, args);
 }
 

@@ -168,7 +168,7 @@ absl::Status CheckPeer(const PeerIdentity& self, uint64_t own_layout_hash, uint3
 
 // A channel to peer shard `address`, authenticating with `creds` (the server's
 // Authenticator::PeerCredentials; the token, if any, goes on each call through
-// core::AttachCredentials). Errors name an unreadable certificate file.
+// net::AttachCredentials). Errors name an unreadable certificate file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::string& address,
                                                            const core::ClientCredentials& creds,
                                                            const ServerOptions& options);

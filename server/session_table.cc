@@ -26,7 +26,7 @@ absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
                  sizeof(issued.udp_session)) != 1) {
     return absl::InternalError("no randomness for a session token");
   }
-  PS_ASSIGN_OR_RETURN(core::DatagramKey udp_key, core::DatagramKey::Random());
+  PS_ASSIGN_OR_RETURN(net::DatagramKey udp_key, net::DatagramKey::Random());
   issued.udp_key = std::string(udp_key.bytes());
   auto udp_peer = std::make_shared<const UdpPeer>(UdpPeer{worker_id, std::move(udp_key)});
   absl::MutexLock lock(&mu_);

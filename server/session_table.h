@@ -17,14 +17,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 
 namespace ps::server {
 
 // Who may send datagrams under a UDP session id.
 struct UdpPeer {
   uint32_t worker_id = 0;
-  core::DatagramKey key;
+  net::DatagramKey key;
 };
 
 class SessionTable {

@@ -1,16 +1,31 @@
-// Shard: the state of one ps-server shard, free of any transport. It holds the
-// layout, the sessions of joined workers, and for every slice it owns: the published
-// version and values, the optimizer state, and the pushes of the open round.
+// Shard: one ps-server shard, free of any transport: the front over its parts.
 //
-// Round protocol (docs/architecture.md, "A push" and "Rounds, versions and the training loop"), per slice: the round `version` is open; each joined
-// worker may push once; the round closes when all n workers pushed, or once its
-// deadline (first push + round_deadline) passed with at least `quorum` pushes. The
-// closed round is aggregated on the thread pool, the optimizer runs, and version + 1
-// is published to pull watchers. Pushes are decoded and validated on arrival, so a
-// malformed push is refused at once and never reaches the aggregator.
+//   SessionTable      sessions of joined workers, their UDP identities
+//   SliceTable        the registered layout and the owned slices
+//   SliceRound        per owned slice: the round state machine, published values, watchers
+//   DeadlineQueue     when each open round is due
+//   ModelRounds       model scope: the share protocol between shards
+//   RoundAggregation  the rule, sign votes, supports, masks and SGD over closed rounds
+//   AggregationJobs   the shard's work on the thread pool, and waiting for it
+//   DecoderCache      codec instances by name
 //
-// Thread safety: all methods may be called concurrently. Watch callbacks run on
-// whichever thread publishes (a pool thread) or inline in Watch(); they must be quick.
+// The front checks and routes requests, counts and logs refusals once (Refuse), owns the
+// layout, and runs aggregations: a closed round's buffers move into a ClosedRound that
+// the aggregation owns and hands back with the published result (docs/architecture.md,
+// "Inside Shard").
+//
+// Round protocol (docs/architecture.md, "A push" and "Rounds, versions and the training
+// loop"), per slice: the round `version` is open; each joined worker may push once; the
+// round closes when all n workers pushed, or once its deadline (first push +
+// round_deadline) passed with at least `quorum` pushes. The closed round is aggregated on
+// the thread pool, the optimizer runs, and version + 1 is published to pull watchers.
+// Pushes are decoded and validated on arrival, so a malformed push is refused at once
+// and never reaches the aggregator.
+//
+// Thread safety: all methods may be called concurrently. Lock order: a slice's lock,
+// then the DeadlineQueue's; the front's mu_ (layout), ModelRounds' and the stats lock are
+// never held while taking a slice's. Watch callbacks run on whichever thread publishes
+// (a pool thread) or inline in Watch(); they must be quick.
 // Ownership: the Shard borrows `clock` and `pool`, which must outlive it.
 #pragma once
 
@@ -40,15 +55,19 @@
 #include "core/layout.h"
 #include "core/refusal.h"
 #include "core/thread_pool.h"
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 #include "server/aggregation_jobs.h"
 #include "server/checkpoint.h"
 #include "server/deadline_queue.h"
 #include "server/decoder_cache.h"
 #include "server/memory_estimate.h"
+#include "server/model_rounds.h"
 #include "server/optimizer.h"
 #include "server/options.h"
+#include "server/round_aggregation.h"
 #include "server/session_table.h"
+#include "server/slice_round.h"
+#include "server/slice_table.h"
 
 namespace ps::server {
 
@@ -63,7 +82,7 @@ struct ShardStats {
   // fp32 bytes they decoded to (their ratio is the compression ratio).
   uint64_t push_bytes = 0;
   uint64_t push_decoded_bytes = 0;
-  uint64_t rounds_closed = 0;          // slice rounds
+  uint64_t rounds_closed = 0;  // slice rounds
   uint64_t rounds_closed_at_deadline = 0;
   uint64_t aggregation_errors = 0;
   // Model scope (docs/aggregators.md): rounds aggregated from every shard's share, rounds
@@ -104,23 +123,6 @@ struct JoinResult {
   // MAC key, handed to the worker over the (authenticated) gRPC channel.
   uint64_t udp_session = 0;
   std::string udp_key;
-};
-
-// One shard's part of a model-scope round (docs/aggregators.md, "Model scope: exact on a sharded model"): the workers that pushed to every
-// slice it owns, and the Gram matrix of their pushes, followed by the rule's state rows,
-// over those slices. Shares of all shards add up to the whole model's Gram matrix.
-struct RoundShare {
-  uint64_t layout_hash = 0;
-  uint32_t shard_id = 0;
-  uint64_t round = 0;
-  std::vector<uint32_t> participants;  // increasing worker ids
-  std::vector<double> gram;            // (participants + state rows)^2, row-major
-};
-
-// A published slice: immutable, shared by every pull that sends it.
-struct SliceSnapshot {
-  uint64_t version = 0;
-  std::shared_ptr<const std::string> values;  // little-endian fp32
 };
 
 class Shard {
@@ -179,7 +181,7 @@ class Shard {
   // ALREADY_EXISTS for a chunk seen before (replay) or a slice already pushed over
   // gRPC, OUT_OF_RANGE for a closed round (stale), INVALID_ARGUMENT for bad geometry or
   // a payload that does not decode.
-  absl::Status PushChunk(const core::DatagramHeader& header, std::string_view codec,
+  absl::Status PushChunk(const net::DatagramHeader& header, std::string_view codec,
                          std::string_view payload);
 
   // Checks a pull request: layout, slice ids owned by this shard, no repeats.
@@ -257,130 +259,82 @@ class Shard {
   uint64_t MinVersion() const;
   ShardStats stats() const;
 
- public:
-  struct SliceState;  // defined in shard.cc
-
- public:
   // A refusal of kind `r` (core::Refused: r's code, `message`, r as payload), counted
   // and logged (rate-limited: the 1st, 2nd, 4th, ... of each reason) here, once. The
   // gRPC services refuse through it too.
   absl::Status Refuse(Refusal r, absl::string_view message) const;
 
  private:
+  // Counts and logs `status` when it is a refusal (see Refuse); returns it.
+  absl::Status Counted(absl::Status status) const;
+  // A push or chunk of `worker_id` refused by its slice: counted once, and a malformed
+  // one also against the worker.
+  absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
   // Counts a malformed push or chunk of `worker_id` and, at its 1st, 2nd, 4th, ...,
   // names the worker in a warning (a suspect is a log line, not a metric label).
   void CountMalformed(uint32_t worker_id);
-  // Calls `fn` on every owned slice under its lock (nothing before registration).
-  void ForEachOwnedSlice(const std::function<void(const SliceState&)>& fn) const;
   // Hands the time since `start` to the aggregation observer, if any.
   void ObserveAggregation(AggregationStage stage, std::chrono::steady_clock::time_point start);
-  // Under s->mu: refuses a push for `round` unless it is s's open round.
-  absl::Status CheckOpenRoundLocked(SliceState* s, uint32_t worker_id, uint64_t round);
-  // Under s->mu, after a push or chunk was taken: closes the round when every push is
-  // complete (or the deadline passed with the quorum), else starts its deadline.
-  // Returns whether it closed, and the new deadline to register, if any.
-  bool AfterPushLocked(SliceState* s, std::optional<core::SteadyTime>* new_deadline);
-  // Under s.mu: pushes that close s's round at its deadline (quorum_, or the lower UDP
-  // quorum once chunks came this round).
-  uint32_t QuorumLocked(const SliceState& s) const;
+  // The decoder of `codec` for a push or chunk of `worker_id`, or the (uncounted) refusal.
+  absl::StatusOr<std::shared_ptr<const codecs::Codec>> Decoder(uint32_t worker_id,
+                                                               uint32_t slice_id,
+                                                               std::string_view codec);
   // After a chunk of `round` was taken: the first time for that round, starts the
   // deadline of every owned slice at that round.
   void StartUdpRound(uint64_t round);
-  // The decoder of `codec` for a push or chunk of `worker_id`, or the refusal.
-  absl::StatusOr<std::shared_ptr<const codecs::Codec>> CheckedDecoder(uint32_t worker_id,
-                                                                     uint32_t slice_id,
-                                                                     std::string_view codec);
-  // Under mu_, with a layout registered: ALREADY_EXISTS for the same hash, else the
-  // mismatch refusal.
-  absl::Status AnswerRegisteredLocked(uint32_t worker_id, uint64_t hash) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Refuses a layout cut for another shard count, with slices beyond the message size,
-  // or needing more than --max-shard-bytes here.
-  absl::Status CheckLayoutFits(const core::LayoutSummary& sum, uint32_t slice_elems,
-                               uint32_t num_shards) const;
-  // Under mu_: creates the slice states of `layout` and registers it; returns the owned
-  // slice ids in priority order.
-  std::vector<uint32_t> InstallLayoutLocked(const core::ModelLayout& layout)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  absl::StatusOr<SliceState*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
-  // Under s->mu: marks the round closed and schedules its aggregation. (Not annotated
-  // ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu): clang refuses member access into the
-  // incomplete SliceState there, and the fuzz build uses clang.)
-  void CloseLocked(SliceState* s, bool at_deadline);
-  void Aggregate(SliceState* s);
-  // Publishes round `round` of s from its aggregate `out` (or, when !st.ok(), the
-  // unchanged parameters) and wakes its watchers.
-  void Publish(SliceState* s, uint64_t round, std::vector<float>& out, absl::Status st);
-  // Model scope: computes and distributes this shard's share of round `round` once all
-  // owned slices closed; stores shares and finishes the round when all are in.
+
+  // --- layout (server/slice_table.h) ---
+  // Logs a registration, or counts its refusal.
+  absl::StatusOr<std::vector<uint32_t>> Registered(uint32_t worker_id,
+                                                   absl::StatusOr<std::vector<uint32_t>> owned);
+  // The owned slice a request names, or the (counted) refusal.
+  absl::StatusOr<SliceRound*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
+
+  // --- rounds ---
+  // A slice closed `round`: schedules its aggregation (slice scope), or the model
+  // round once every owned slice closed it (model scope).
+  void Closed(const SliceRound& slice, uint64_t round, bool at_deadline);
+  // Slice scope: aggregates the closed round of slice `slice_id` and publishes it.
+  void AggregateSlice(uint32_t slice_id);
+  // Publishes a closed round from its aggregate `out` (or, when !st.ok(), the unchanged
+  // parameters) and wakes its watchers.
+  void PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st);
+  // Adds up how aggregations went, and UDP chunks lost in closed rounds.
+  void Count(const AggregationCounts& counts, uint64_t chunks_lost);
+
+  // --- model scope (server/model_rounds.h) ---
+  // Takes the owned slices' closed rounds, computes and distributes this shard's share.
   void StartModelRound(uint64_t round);
   absl::Status StoreShare(std::shared_ptr<const RoundShare> share);
-  void FinishModelRound(uint64_t round, std::vector<std::shared_ptr<const RoundShare>> shares);
+  void FinishModelRound(ModelRounds::Complete complete);
   void DropModelRound(uint64_t round, const std::string& why);
-  // Applies `plan` to every owned slice with the agreed workers' pushes (or, when it
-  // is an error, publishes them unchanged), then advances the round.
+  // Applies `plan` to every held slice with the agreed workers' pushes (or, when it is
+  // an error, publishes them unchanged), then advances the round.
   void PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::RoundPlan>& plan,
                          const std::vector<uint32_t>& agreed);
-  // Moves to round + 1 and finishes it at once if its shares are all in.
-  void AdvanceModelRound(uint64_t round);
-  // Under mu_: if round model_round_ has every share and is not being finished, claims
-  // it and returns the shares.
-  std::optional<std::vector<std::shared_ptr<const RoundShare>>> ClaimCompleteRoundLocked()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The sorted kept coordinates when every one of `workers` pushed random-k with the same
-  // seeded support this round, else empty.
-  std::vector<uint32_t> SharedSupport(const SliceState& s, std::span<const uint32_t> workers);
 
   const ServerOptions options_;
   const uint32_t shard_id_;
   const uint32_t quorum_;
-  const SgdOptions sgd_;
   const std::unique_ptr<aggregators::Aggregator> aggregator_;
+  RoundAggregation aggregation_;
   const bool model_scope_;
-  // The rule is sign_majority: sign pushes are kept packed for the vote.
-  const bool sign_vote_;
   // --schedule=priority: closed slices are aggregated, and model rounds published, most
   // urgent first; otherwise in the order they closed (slice id order in model scope).
   const bool priority_schedule_;
-  // --checkpoint-dir is set: publication keeps copies of the optimizer state.
-  const bool checkpoints_;
   core::Clock* const clock_;
   core::ThreadPool* const pool_;
-  const uint64_t max_shard_bytes_;
 
   DecoderCache decoders_;
-  // One layout registration at a time: a second waits and then finds the first's.
-  absl::Mutex register_mu_;
   std::atomic<uint64_t> next_watch_id_{1};
 
   SessionTable sessions_;
-
   DeadlineQueue deadlines_;
+  RoundRules rules_;
+  SliceTable table_;
+  ModelRounds model_rounds_;
 
-  mutable absl::Mutex mu_;  // layout, model rounds
-  std::optional<core::ModelLayout> layout_ ABSL_GUARDED_BY(mu_);
-  uint32_t uninitialized_ ABSL_GUARDED_BY(mu_) = 0;
-  // Owned slice ids in increasing order, and in the order model rounds publish them
-  // (set at registration).
-  std::vector<uint32_t> owned_ids_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> publish_order_ ABSL_GUARDED_BY(mu_);
-  // Model scope: the round being gathered, owned slices closed for it, shares by round
-  // (this one and the next) and shard, whether it is being finished, and when the
-  // peers' shares are due.
-  uint64_t model_round_ ABSL_GUARDED_BY(mu_) = 0;
-  uint32_t model_closed_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uint64_t, std::vector<std::shared_ptr<const RoundShare>>> shares_ ABSL_GUARDED_BY(mu_);
-  bool model_finishing_ ABSL_GUARDED_BY(mu_) = false;
-  std::optional<core::SteadyTime> shares_due_ ABSL_GUARDED_BY(mu_);
-  std::function<void(std::shared_ptr<const RoundShare>)> share_sender_ ABSL_GUARDED_BY(mu_);
-
-  // Slices are created at registration and never removed, so pointers stay valid.
-  // Indexed by global slice id; null for slices of other shards.
-  std::vector<std::unique_ptr<SliceState>> slices_;
-  std::atomic<bool> registered_{false};
   std::atomic<bool> draining_{false};
-  // Highest round that carried a UDP chunk to this shard (-1: none yet).
-  std::atomic<int64_t> udp_round_{-1};
 
   absl::Mutex observer_mu_;
   std::function<void(AggregationStage, core::Duration)> aggregation_observer_

@@ -5,8 +5,8 @@
 #include <chrono>
 #include <string>
 
-#include "core/credentials_internal.h"
-#include "core/grpc_status.h"
+#include "net/grpc_credentials.h"
+#include "net/grpc_status.h"
 #include "core/refusal.h"
 #include "core/retry.h"
 #include "ps/v1/ps.grpc.pb.h"
@@ -104,7 +104,7 @@ void ShareSender::Loop(Peer* peer) {
     const v1::RoundShareRequest req = ToProto(*share);
     for (int attempt = 0;; ++attempt) {
       grpc::ClientContext ctx;
-      core::AttachCredentials(creds_, &ctx);
+      net::AttachCredentials(creds_, &ctx);
       const auto now = std::chrono::steady_clock::now();
       ctx.set_deadline(std::chrono::system_clock::now() +
                        std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::seconds(2)));
@@ -112,7 +112,7 @@ void ShareSender::Loop(Peer* peer) {
       const grpc::Status s = peer->stub->ShareRound(&ctx, req, &resp);
       if (s.ok()) break;
       // The peer may not have its layout yet (it registers when its workers come).
-      const absl::Status st = core::FromGrpc(s);
+      const absl::Status st = net::FromGrpc(s);
       const bool retry = kSharePolicy.ShouldRetry(st.code(), attempt) ||
                          core::RefusalOf(st) == core::Refusal::kNoLayout;
       if (!retry || std::chrono::steady_clock::now() >= due || stopping()) {

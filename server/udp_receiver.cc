@@ -8,7 +8,9 @@
 #include <boost/asio.hpp>
 
 #include "absl/strings/str_cat.h"
-#include "core/udp_frame.h"
+#include "core/status.h"
+#include "net/address.h"
+#include "net/udp_frame.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -26,9 +28,9 @@ class UdpReceiver::Impl {
   }
 
   absl::Status Open(const std::string& host, uint16_t port, uint32_t receive_buffer) {
+    PS_ASSIGN_OR_RETURN(const asio::ip::address address,
+                        net::ResolveHost(host, "UDP listen address"));
     boost::system::error_code ec;
-    const asio::ip::address address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat("UDP: bad listen address '", host, "': ", ec.message()));
     const udp::endpoint endpoint(address, port);
     socket_.open(endpoint.protocol(), ec);
     if (!ec) socket_.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(receive_buffer)), ec);
@@ -59,7 +61,7 @@ class UdpReceiver::Impl {
 
   absl::Status Handle(std::string_view datagram) {
     bytes_.fetch_add(datagram.size());
-    absl::StatusOr<core::DatagramView> view = core::ParseDatagram(datagram);
+    absl::StatusOr<net::DatagramView> view = net::ParseDatagram(datagram);
     if (!view.ok()) return Drop(malformed_, "malformed", view.status());
     absl::StatusOr<std::shared_ptr<const UdpPeer>> peer = shard_->UdpSession(view->header.session_id);
     if (!peer.ok()) return Drop(unknown_session_, "unknown session", peer.status());
@@ -117,7 +119,7 @@ class UdpReceiver::Impl {
   udp::socket socket_;
   udp::endpoint sender_;
   // One more than the largest datagram, so an oversized one shows as too long.
-  std::array<char, core::kMaxDatagramBytes + 1> buffer_{};
+  std::array<char, net::kMaxDatagramBytes + 1> buffer_{};
   uint16_t port_ = 0;
   std::thread thread_;
   std::atomic<uint64_t> received_{0}, bytes_{0}, malformed_{0}, unknown_session_{0}, forged_{0},

@@ -1,6 +1,6 @@
 // UdpReceiver: the shard's end of the lossy UDP gradient path (docs/transport.md,
 // "Receiving"). It binds a UDP socket, and for every datagram: parses it
-// (core::ParseDatagram), looks up the session's key (Shard::UdpSession), checks the MAC
+// (net::ParseDatagram), looks up the session's key (Shard::UdpSession), checks the MAC
 // and that the sender is the session's worker, and hands the chunk to
 // Shard::PushChunk. Nothing is answered and nothing is retransmitted: a datagram that
 // fails any step is dropped and counted by why.

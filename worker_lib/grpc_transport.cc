@@ -6,9 +6,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
-#include "core/credentials_internal.h"
-#include "core/grpc_status.h"
-#include "core/shaper.h"
+#include "net/grpc_credentials.h"
+#include "net/grpc_status.h"
+#include "net/shaper.h"
 #include "ps/v1/ps.grpc.pb.h"
 
 namespace ps::internal {
@@ -20,7 +20,7 @@ class GrpcPushCall final : public ShardTransport::PushCall {
   GrpcPushCall(v1::WorkerService::Stub* stub, const core::ClientCredentials& creds,
                RpcClock::time_point deadline)
       : stub_(stub) {
-    core::AttachCredentials(creds, &ctx_);
+    net::AttachCredentials(creds, &ctx_);
     ctx_.set_deadline(deadline);
     ctx_.set_wait_for_ready(true);
   }
@@ -28,7 +28,7 @@ class GrpcPushCall final : public ShardTransport::PushCall {
   void Start(const v1::PushRequest* req, v1::PushResponse* resp,
              std::function<void(absl::Status)> done) override {
     stub_->async()->Push(&ctx_, req, resp,
-                         [done = std::move(done)](grpc::Status s) { done(core::FromGrpc(s)); });
+                         [done = std::move(done)](grpc::Status s) { done(net::FromGrpc(s)); });
   }
 
   // ClientContext::TryCancel before the call started cancels it as it starts.
@@ -48,7 +48,7 @@ class GrpcPullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
                     std::function<bool(const v1::PullResponse&)> on_slice,
                     std::function<void(absl::Status)> on_done) {
     auto* stream = new GrpcPullStream(std::move(req), std::move(on_slice), std::move(on_done));
-    core::AttachCredentials(creds, &stream->ctx_);
+    net::AttachCredentials(creds, &stream->ctx_);
     stream->ctx_.set_deadline(deadline);
     stream->ctx_.set_wait_for_ready(true);
     stub->async()->Pull(&stream->ctx_, &stream->req_, stream);
@@ -68,7 +68,7 @@ class GrpcPullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
   void OnDone(const grpc::Status& s) override {
     std::function<void(absl::Status)> on_done = std::move(on_done_);
     delete this;
-    on_done(core::FromGrpc(s));
+    on_done(net::FromGrpc(s));
   }
 
  private:
@@ -86,7 +86,7 @@ class GrpcPullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
 class GrpcShardTransport final : public ShardTransport {
  public:
   GrpcShardTransport(const core::ClientCredentials& creds,
-                     std::unique_ptr<core::ShapingRelay> relay,
+                     std::unique_ptr<net::ShapingRelay> relay,
                      std::shared_ptr<grpc::Channel> channel)
       : creds_(creds),
         relay_(std::move(relay)),
@@ -98,21 +98,21 @@ class GrpcShardTransport final : public ShardTransport {
     grpc::ClientContext ctx;
     Prepare(deadline, &ctx);
     ctx.set_wait_for_ready(true);
-    return core::FromGrpc(stub_->Join(&ctx, req, resp));
+    return net::FromGrpc(stub_->Join(&ctx, req, resp));
   }
 
   absl::Status RegisterLayout(const v1::RegisterLayoutRequest& req, RpcClock::time_point deadline,
                               v1::RegisterLayoutResponse* resp) override {
     grpc::ClientContext ctx;
     Prepare(deadline, &ctx);
-    return core::FromGrpc(stub_->RegisterLayout(&ctx, req, resp));
+    return net::FromGrpc(stub_->RegisterLayout(&ctx, req, resp));
   }
 
   absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point deadline,
                          v1::InitSliceResponse* resp) override {
     grpc::ClientContext ctx;
     Prepare(deadline, &ctx);
-    return core::FromGrpc(stub_->InitSlice(&ctx, req, resp));
+    return net::FromGrpc(stub_->InitSlice(&ctx, req, resp));
   }
 
   std::unique_ptr<PushCall> NewPush(RpcClock::time_point deadline) override {
@@ -128,13 +128,13 @@ class GrpcShardTransport final : public ShardTransport {
 
  private:
   void Prepare(RpcClock::time_point deadline, grpc::ClientContext* ctx) const {
-    core::AttachCredentials(creds_, ctx);
+    net::AttachCredentials(creds_, ctx);
     ctx->set_deadline(deadline);
   }
 
   const core::ClientCredentials creds_;
   // Declared before the channel: the channel goes first, then the relay it went through.
-  std::unique_ptr<core::ShapingRelay> relay_;
+  std::unique_ptr<net::ShapingRelay> relay_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
 };
@@ -160,9 +160,9 @@ absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>> ConnectGrpcShards(
     args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES,
                 static_cast<int>(options.receive_window_bytes));
   }
-  core::ApplyChannelArguments(options.credentials, &args);
+  net::ApplyChannelArguments(options.credentials, &args);
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> creds_or =
-      core::MakeChannelCredentials(options.credentials);
+      net::MakeChannelCredentials(options.credentials);
   if (!creds_or.ok()) {
     return absl::Status(creds_or.status().code(),
                         absl::StrCat("worker credentials: ", creds_or.status().message()));
@@ -172,9 +172,9 @@ absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>> ConnectGrpcShards(
   for (uint32_t i = 0; i < options.shard_addresses.size(); ++i) {
     const std::string& address = options.shard_addresses[i];
     std::string target = address;
-    std::unique_ptr<core::ShapingRelay> relay;
+    std::unique_ptr<net::ShapingRelay> relay;
     if (options.shaping.enabled()) {
-      auto started = core::ShapingRelay::Start(address, options.shaping);
+      auto started = net::ShapingRelay::Start(address, options.shaping);
       if (!started.ok()) {
         return absl::Status(started.status().code(),
                             absl::StrCat("shaping the link to ", ShardName(i, address), ": ",

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 
 namespace ps::internal {
 
@@ -148,14 +148,14 @@ absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<cons
   std::vector<Chunk> chunks;
   for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
     const core::SliceInfo& s = layout_.slices()[id];
-    const uint32_t count = core::ChunkCount(s.numel, chunk_elems);
+    const uint32_t count = net::ChunkCount(s.numel, chunk_elems);
     if (count > UINT16_MAX) {
       return absl::InvalidArgumentError(
           absl::StrCat("slice ", id, " of '", spec.name, "' needs ", count, " UDP chunks of ",
                        chunk_elems, " values; at most 65535 (raise udp.chunk_elems)"));
     }
     for (uint32_t i = 0; i < count; ++i) {
-      const core::ChunkRange r = core::ChunkRangeOf(s.numel, chunk_elems, i);
+      const net::ChunkRange r = net::ChunkRangeOf(s.numel, chunk_elems, i);
       ranges.push_back({id, s.offset + r.first, r.count});
       chunks.push_back({id, static_cast<uint16_t>(i), static_cast<uint16_t>(count)});
     }
@@ -172,7 +172,7 @@ absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<cons
   for (size_t k = 0; k < chunks.size(); ++k) {
     const core::SliceInfo& si = layout_.slices()[chunks[k].slice];
     const ShardClient::UdpRoute route = client_.udp_route(si.shard);
-    core::DatagramHeader h;
+    net::DatagramHeader h;
     h.session_id = route.session;
     h.worker_id = options_.worker_id;
     h.slice_id = chunks[k].slice;
@@ -185,7 +185,7 @@ absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<cons
       return absl::FailedPreconditionError(
           absl::StrCat(client_.name(si.shard), " gave no UDP key"));
     }
-    st = core::EncodeDatagram(h, slot.encoder->spec(), payloads[k], *route.key, &datagram);
+    st = net::EncodeDatagram(h, slot.encoder->spec(), payloads[k], *route.key, &datagram);
     if (!st.ok()) {
       return absl::Status(
           st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ", h.slice_id, " of '",

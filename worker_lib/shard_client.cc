@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "net/layout_proto.h"
 #include "worker_lib/udp_sender_internal.h"
 
 namespace ps::internal {
@@ -100,14 +101,14 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
     const absl::Status st =
         s.transport->Join(req, std::min(deadline, RpcClock::now() + options_.rpc_timeout), &resp);
     if (st.ok()) {
-      std::shared_ptr<const core::DatagramKey> udp_key;
+      std::shared_ptr<const net::DatagramKey> udp_key;
       if (resp.udp_port() != 0) {
-        auto key = core::DatagramKey::FromBytes(resp.udp_key());
+        auto key = net::DatagramKey::FromBytes(resp.udp_key());
         if (!key.ok()) {
           return absl::InternalError(
               absl::StrCat(name(s.id), " handed out a bad UDP key: ", key.status().message()));
         }
-        udp_key = std::make_shared<const core::DatagramKey>(*std::move(key));
+        udp_key = std::make_shared<const net::DatagramKey>(*std::move(key));
       }
       absl::MutexLock lock(&s.mu);
       s.session = resp.session();
@@ -164,15 +165,7 @@ absl::Status ShardClient::RegisterLayout(Shard& s, const v1::JoinResponse& join,
                                          std::span<const std::span<const float>> initial) {
   v1::RegisterLayoutRequest req;
   req.set_session(session(s.id).token);
-  v1::Layout* l = req.mutable_layout();
-  l->set_slice_elems(layout_.slice_elems());
-  l->set_num_shards(layout_.num_shards());
-  for (const core::TensorSpec& t : layout_.tensors()) {
-    v1::TensorSpec* ts = l->add_tensors();
-    ts->set_name(t.name);
-    ts->set_numel(t.numel);
-    ts->set_priority(t.priority);
-  }
+  net::LayoutToProto(layout_, req.mutable_layout());
   v1::RegisterLayoutResponse resp;
   const absl::Status st =
       s.transport->RegisterLayout(req, RpcClock::now() + options_.rpc_timeout, &resp);

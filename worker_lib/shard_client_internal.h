@@ -32,7 +32,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/layout.h"
 #include "core/retry.h"
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 #include "worker_lib/shard_transport_internal.h"
 #include "worker_lib/worker.h"
 
@@ -87,7 +87,7 @@ class ShardClient {
   // Where and how datagrams for `shard` go (Connect with need_udp).
   struct UdpRoute {
     uint64_t session = 0;
-    std::shared_ptr<const core::DatagramKey> key;  // null: the shard gave none
+    std::shared_ptr<const net::DatagramKey> key;  // null: the shard gave none
     boost::asio::ip::udp::endpoint endpoint;
   };
   UdpRoute udp_route(uint32_t shard) const;
@@ -111,7 +111,7 @@ class ShardClient {
     std::string session ABSL_GUARDED_BY(mu);
     uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
     uint64_t udp_session ABSL_GUARDED_BY(mu) = 0;
-    std::shared_ptr<const core::DatagramKey> udp_key ABSL_GUARDED_BY(mu);
+    std::shared_ptr<const net::DatagramKey> udp_key ABSL_GUARDED_BY(mu);
     boost::asio::ip::udp::endpoint udp_endpoint;  // set by Connect, constant after
   };
 

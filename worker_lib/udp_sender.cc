@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "net/address.h"
 
 namespace ps::internal {
 
@@ -34,21 +35,10 @@ bool InjectedLoss(const UdpOptions& options, uint32_t worker, uint64_t round, ui
 }
 
 absl::StatusOr<udp::endpoint> ResolveUdp(const std::string& address, uint16_t port) {
-  PS_ASSIGN_OR_RETURN(const core::HostPort split, core::SplitHostPort(address, "shard address"));
-  const std::string& host = split.host;
-  asio::io_context io;
-  udp::resolver resolver(io);
-  boost::system::error_code ec;
-  auto results = resolver.resolve(host, std::to_string(port), ec);
-  if (ec || results.empty()) {
-    return absl::UnavailableError(absl::StrCat("cannot resolve '", host, "' for UDP: ",
-                                               ec ? ec.message() : "no address"));
-  }
-  // Prefer IPv4, which the shard's default listen address (127.0.0.1) uses.
-  for (const auto& r : results) {
-    if (r.endpoint().address().is_v4()) return r.endpoint();
-  }
-  return results.begin()->endpoint();
+  PS_ASSIGN_OR_RETURN(const net::HostPort split, net::SplitHostPort(address, "shard address"));
+  PS_ASSIGN_OR_RETURN(const asio::ip::address host,
+                      net::ResolveHost(split.host, "shard address for UDP"));
+  return udp::endpoint(host, port);
 }
 
 UdpSender::UdpSender(const UdpOptions& options, bool priority_order)
@@ -65,7 +55,7 @@ absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Start(const UdpOptions& op
   if (options.chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk_elems must be positive");
   std::unique_ptr<UdpSender> s(new UdpSender(options, priority_order));
   if (options.rate_mbps > 0) {
-    s->pacer_ = std::make_unique<core::TokenBucket>(options.rate_mbps * 1e6 / 8, 64 * 1024);
+    s->pacer_ = std::make_unique<net::TokenBucket>(options.rate_mbps * 1e6 / 8, 64 * 1024);
   }
   s->thread_ = std::thread([p = s.get()] { p->Loop(); });
   return s;

@@ -21,7 +21,7 @@
 #include <boost/asio.hpp>
 
 #include "absl/status/statusor.h"
-#include "core/shaper.h"
+#include "net/shaper.h"
 #include "worker_lib/worker.h"
 
 namespace ps::internal {
@@ -71,7 +71,7 @@ class UdpSender {
   const bool priority_order_;
   boost::asio::io_context io_;
   boost::asio::ip::udp::socket socket_;
-  std::unique_ptr<core::TokenBucket> pacer_;  // null when unpaced
+  std::unique_ptr<net::TokenBucket> pacer_;  // null when unpaced
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

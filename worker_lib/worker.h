@@ -39,7 +39,7 @@
 #include "core/credentials.h"
 #include "core/device.h"
 #include "core/layout.h"
-#include "core/shaper.h"
+#include "net/shaper.h"
 
 namespace ps {
 
@@ -127,7 +127,7 @@ struct WorkerOptions {
   // Bandwidth shaping of this worker's link to every shard (docs/transport.md): a
   // local relay per shard with a token bucket on each direction and added latency.
   // Disabled by default.
-  core::LinkShaping shaping;
+  net::LinkShaping shaping;
   UdpOptions udp;
 };
 

@@ -2,19 +2,14 @@
 
 #include <torch/torch.h>
 
-#include <stdlib.h>
-
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "core/cluster_secret.h"
 #include "core/status.h"
-#include "examples/fashion_mnist/process.h"
+#include "server/local_cluster.h"
 #include "server/logging.h"
-#include "server/server.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -85,50 +80,24 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   // The shards' info lines would drown the caller's progress output.
   PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
 
-  PS_ASSIGN_OR_RETURN(const std::vector<uint16_t> ports, PickFreePorts(config.num_shards));
   // Authenticated as ps-server is by default: the shards share a secret in a private
-  // run directory (made by mkdtemp, mode 0700) and each worker uses its own token.
-  std::string run_dir = (std::filesystem::temp_directory_path() / "ps-cluster-XXXXXX").string();
-  if (mkdtemp(run_dir.data()) == nullptr) {
-    return absl::UnavailableError(absl::StrCat("cannot make a run directory like ", run_dir));
-  }
-  struct RemoveDir {
-    std::string path;
-    ~RemoveDir() {
-      std::error_code ignored;
-      std::filesystem::remove_all(path, ignored);
-    }
-  } remove_run_dir{run_dir};
-  std::vector<std::string> addresses;
-  for (uint16_t port : ports) addresses.push_back(absl::StrCat("127.0.0.1:", port));
-  std::vector<std::unique_ptr<server::Server>> shards;
-  for (uint32_t s = 0; s < config.num_shards; ++s) {
-    server::ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = ports[s];
-    o.shard_id = static_cast<int>(s);
-    o.num_shards = config.num_shards;
-    if (config.num_shards > 1) o.peers = addresses;
-    o.num_workers = n;
-    o.num_byzantine = config.byzantine;
-    o.aggregator = config.aggregator;
-    o.aggregation_scope = config.aggregation_scope;
-    o.learning_rate = static_cast<float>(config.lr);
-    o.momentum = static_cast<float>(config.momentum);
-    o.weight_decay = static_cast<float>(config.weight_decay);
-    o.round_deadline = config.round_deadline;
-    if (config.trainer.udp) o.udp_port = 0;
-    if (config.trainer.fifo) o.schedule = server::Schedule::kFifo;
-    o.threads = 1;
-    o.log_level = "warn";
-    o.run_dir = run_dir;
-    auto started = server::Server::Start(o);
-    if (!started.ok()) {
-      return absl::Status(started.status().code(),
-                          absl::StrCat("shard ", s, ": ", started.status().message()));
-    }
-    shards.push_back(*std::move(started));
-  }
+  // run directory that the LocalCluster makes (and removes), and each worker uses its
+  // own token.
+  server::ServerOptions o;
+  o.num_workers = n;
+  o.num_byzantine = config.byzantine;
+  o.aggregator = config.aggregator;
+  o.aggregation_scope = config.aggregation_scope;
+  o.learning_rate = static_cast<float>(config.lr);
+  o.momentum = static_cast<float>(config.momentum);
+  o.weight_decay = static_cast<float>(config.weight_decay);
+  o.round_deadline = config.round_deadline;
+  if (config.trainer.udp) o.udp_port = 0;
+  if (config.trainer.fifo) o.schedule = server::Schedule::kFifo;
+  o.threads = 1;
+  o.log_level = "warn";
+  PS_ASSIGN_OR_RETURN(server::LocalCluster shards,
+                      server::LocalCluster::Start(config.num_shards, std::move(o)));
 
   ClusterResult result;
   Recorder recorder(&result, events);
@@ -143,14 +112,13 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
       threads.emplace_back([&, w] {
         TrainerConfig c = config.trainer;
         c.worker_id = w;
-        absl::StatusOr<std::string> token = core::ReadTokenFile(
-            core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, w}));
+        absl::StatusOr<std::string> token = shards.WorkerToken(w);
         if (!token.ok()) {
           statuses[w] = token.status();
           return;
         }
         c.credentials.token = *token;
-        c.shards = addresses;
+        c.shards = shards.addresses();
         c.byzantine = config.byzantine;
         c.rule = config.aggregator;
         c.attack = w >= n - config.byzantine ? config.attack : "none";
@@ -170,8 +138,8 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.refused_pushes = others.count();
   workers.clear();
-  for (auto& s : shards) s->Shutdown();
-  shards.clear();
+  shards.Shutdown();
+  shards.Stop();
   for (uint32_t w = 0; w < n; ++w) {
     // A Byzantine worker may fail (its attack refused by its own library); the run
     // stands as long as the honest ones finished.

@@ -19,6 +19,7 @@
 #include "absl/strings/strip.h"
 #include "core/json_line.h"
 #include "examples/fashion_mnist/process.h"
+#include "server/local_cluster.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -136,7 +137,7 @@ class Scenario {
 
   Startup StartShards() {
     shards_.clear();
-    auto ports = PickFreePorts(config_.num_shards);
+    auto ports = server::PickFreePorts(config_.num_shards);
     if (!ports.ok()) {
       Fail(absl::StrCat("picking ports: ", ports.status().message()));
       return Startup::kFailed;

@@ -1,12 +1,9 @@
 #include "examples/fashion_mnist/process.h"
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -222,35 +219,6 @@ bool LineReader::ReadAvailable(int fd, std::vector<std::string>& lines) {
       }
     }
   }
-}
-
-absl::StatusOr<std::vector<uint16_t>> PickFreePorts(size_t count) {
-  std::vector<int> fds;
-  std::vector<uint16_t> ports;
-  absl::Status status;
-  for (size_t i = 0; i < count && status.ok(); ++i) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-      status = Errno("socket", errno);
-      break;
-    }
-    fds.push_back(fd);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    socklen_t len = sizeof(addr);
-    if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      status = Errno("bind 127.0.0.1:0", errno);
-    } else if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      status = Errno("getsockname", errno);
-    } else {
-      ports.push_back(ntohs(addr.sin_port));
-    }
-  }
-  for (int fd : fds) close(fd);
-  if (!status.ok()) return status;
-  return ports;
 }
 
 absl::StatusOr<std::string> SelfDirectory() {

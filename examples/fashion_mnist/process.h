@@ -101,11 +101,6 @@ class LineReader {
   std::string partial_;
 };
 
-// Ports that were free on 127.0.0.1 a moment ago: binds `count` sockets to port 0 at
-// once (so the ports differ), reads them and closes the sockets. Another process may
-// take one before it is used; callers retry on a bind failure.
-absl::StatusOr<std::vector<uint16_t>> PickFreePorts(size_t count);
-
 // Directory of the running executable (from /proc/self/exe).
 absl::StatusOr<std::string> SelfDirectory();
 

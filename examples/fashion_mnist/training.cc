@@ -18,7 +18,7 @@
 #include "aggregators/aggregator.h"
 #include "core/device.h"
 #include "core/layout.h"
-#include "core/shaper.h"
+#include "net/shaper.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
@@ -237,7 +237,7 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
   }
   if (c.attack != "none") PS_RETURN_IF_ERROR(attacks::MakeAttack(c.attack).status());
   PS_RETURN_IF_ERROR(ParseSplit(c.split).status());
-  PS_RETURN_IF_ERROR(core::ParseLinkShaping(c.shaping).status());
+  PS_RETURN_IF_ERROR(net::ParseLinkShaping(c.shaping).status());
   if (!(c.udp_loss >= 0 && c.udp_loss < 1)) {
     return absl::InvalidArgumentError(absl::StrCat("UDP loss ", c.udp_loss, " is not in [0, 1)"));
   }
@@ -413,7 +413,7 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   options.udp.loss_seed = c.seed * 1000003 + c.worker_id;
   options.udp.chunk_elems = c.udp_chunk_elems;
   options.priority_order = !c.fifo;
-  PS_ASSIGN_OR_RETURN(options.shaping, core::ParseLinkShaping(c.shaping));
+  PS_ASSIGN_OR_RETURN(options.shaping, net::ParseLinkShaping(c.shaping));
   for (size_t i = 0; i < s.params.size(); ++i) {
     if (s.params[i].dim() != 2) continue;
     PushOptions matrix = options.push;  // weights: out x in, row-major

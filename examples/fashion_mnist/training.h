@@ -58,7 +58,7 @@ struct TrainerConfig {
   std::string push_device = "cpu";
   // Transport (docs/transport.md): pushes as datagrams on the shards' UDP path, with
   // this injected loss and chunk size; the worker's link shaped by this spec
-  // (core::ParseLinkShaping, "" = none); FIFO instead of priority send order.
+  // (net::ParseLinkShaping, "" = none); FIFO instead of priority send order.
   bool udp = false;
   double udp_loss = 0;
   uint32_t udp_chunk_elems = 8192;

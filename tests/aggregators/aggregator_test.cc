@@ -188,3 +188,22 @@ INSTANTIATE_TEST_SUITE_P(Rules, ByzantineTest,
 
 }  // namespace
 }  // namespace ps::aggregators
+
+namespace ps::aggregators {
+namespace {
+
+TEST(AggregatorOptionNamesTest, ParseAndNameRoundTripAndRefuseOtherSpellings) {
+  for (KrumNeighbours k : {KrumNeighbours::kPaper, KrumNeighbours::kByzFL}) {
+    EXPECT_EQ(ParseKrumNeighbours(KrumNeighboursName(k)).value(), k);
+  }
+  for (EvenMedian m : {EvenMedian::kMidpoint, EvenMedian::kLower, EvenMedian::kUpper}) {
+    EXPECT_EQ(ParseEvenMedian(EvenMedianName(m)).value(), m);
+  }
+  EXPECT_EQ(KrumNeighboursName(KrumNeighbours::kByzFL), "byzfl");
+  EXPECT_EQ(EvenMedianName(EvenMedian::kUpper), "upper");
+  EXPECT_EQ(ParseKrumNeighbours("all").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ParseEvenMedian("mean").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps::aggregators

@@ -87,7 +87,7 @@ UDP_KEY = b"ps-server udp_datagram fuzz key!"  # kKey in udp_datagram_fuzz.cc
 def datagram(chunk_elems=256, chunk_index=0, chunk_count=4, payload=b"", codec=b"fp32",
              key=UDP_KEY, session=0x0123456789ABCDEF, worker=3, slice_=17, round_=42,
              magic=b"PSU1", version=1, codec_len=None, reserved=0, payload_len=None):
-    """udp_datagram input: one datagram (core/udp_frame.h), HMAC-SHA256 of everything
+    """udp_datagram input: one datagram (net/udp_frame.h), HMAC-SHA256 of everything
     before the MAC with `key`, truncated to 16 bytes."""
     head = magic + struct.pack(
         "<BBHQIIQIHHI", version, len(codec) if codec_len is None else codec_len, reserved,

@@ -1,4 +1,4 @@
-// Fuzz target for ParseDatagram, the parser of UDP gradient datagrams (core/udp_frame.h):
+// Fuzz target for ParseDatagram, the parser of UDP gradient datagrams (net/udp_frame.h):
 // the input is one datagram, exactly as it would arrive from the socket.
 //
 // ParseDatagram must not crash and must refuse with INVALID_ARGUMENT and a message. When
@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
@@ -25,9 +25,9 @@ constexpr std::string_view kKey = "ps-server udp_datagram fuzz key!";
 // The slice the seeds' chunk geometry describes: 4 chunks of 256, the last one of 232.
 constexpr uint32_t kNumel = 1000;
 
-const ps::core::DatagramKey& Key() {
-  static const ps::core::DatagramKey key = [] {
-    auto made = ps::core::DatagramKey::FromBytes(kKey);
+const ps::net::DatagramKey& Key() {
+  static const ps::net::DatagramKey key = [] {
+    auto made = ps::net::DatagramKey::FromBytes(kKey);
     PS_FUZZ_CHECK(made.ok(), "DatagramKey::FromBytes refused the fixed key");
     return *made;
   }();
@@ -41,20 +41,20 @@ bool Inside(std::string_view part, std::string_view whole) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  const ps::core::DatagramKey& key = Key();
+  const ps::net::DatagramKey& key = Key();
   const std::string_view input(reinterpret_cast<const char*>(data), size);
-  auto parsed = ps::core::ParseDatagram(input);
+  auto parsed = ps::net::ParseDatagram(input);
   if (!parsed.ok()) {
     PS_FUZZ_CHECK(parsed.status().code() == absl::StatusCode::kInvalidArgument,
                   "ParseDatagram failed with a code other than INVALID_ARGUMENT");
     PS_FUZZ_CHECK(!parsed.status().message().empty(), "ParseDatagram refused without a message");
     return 0;
   }
-  const ps::core::DatagramView& view = *parsed;
-  const ps::core::DatagramHeader& h = view.header;
+  const ps::net::DatagramView& view = *parsed;
+  const ps::net::DatagramHeader& h = view.header;
 
-  PS_FUZZ_CHECK(size <= ps::core::kMaxDatagramBytes, "accepted an oversized datagram");
-  PS_FUZZ_CHECK(!view.codec.empty() && view.codec.size() <= ps::core::kMaxDatagramCodecBytes,
+  PS_FUZZ_CHECK(size <= ps::net::kMaxDatagramBytes, "accepted an oversized datagram");
+  PS_FUZZ_CHECK(!view.codec.empty() && view.codec.size() <= ps::net::kMaxDatagramCodecBytes,
                 "accepted a codec of a bad length");
   PS_FUZZ_CHECK(h.chunk_elems >= 1 && h.chunk_count >= 1 && h.chunk_index < h.chunk_count,
                 "accepted bad chunk fields");
@@ -62,13 +62,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     Inside(view.signed_bytes, input) && Inside(view.mac, input),
                 "a view points outside the input");
   PS_FUZZ_CHECK(view.signed_bytes.data() == input.data() &&
-                    view.signed_bytes.size() + ps::core::kDatagramMacBytes == size &&
+                    view.signed_bytes.size() + ps::net::kDatagramMacBytes == size &&
                     view.mac.data() == input.data() + view.signed_bytes.size() &&
-                    view.mac.size() == ps::core::kDatagramMacBytes,
+                    view.mac.size() == ps::net::kDatagramMacBytes,
                 "signed bytes and MAC do not split the input");
-  PS_FUZZ_CHECK(view.codec.data() == input.data() + ps::core::kDatagramHeaderBytes &&
+  PS_FUZZ_CHECK(view.codec.data() == input.data() + ps::net::kDatagramHeaderBytes &&
                     view.payload.data() == view.codec.data() + view.codec.size() &&
-                    ps::core::DatagramOverhead(view.codec.size()) + view.payload.size() == size,
+                    ps::net::DatagramOverhead(view.codec.size()) + view.payload.size() == size,
                 "codec and payload do not tile the datagram");
 
   const bool verified = key.Verify(view.signed_bytes, view.mac);
@@ -76,13 +76,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PS_FUZZ_CHECK(verified == (std::memcmp(mac.data(), view.mac.data(), mac.size()) == 0),
                 "Verify disagrees with Mac");
 
-  const absl::Status geometry = ps::core::CheckChunkGeometry(h, kNumel);
+  const absl::Status geometry = ps::net::CheckChunkGeometry(h, kNumel);
   if (geometry.ok()) {
-    const ps::core::ChunkRange range = ps::core::ChunkRangeOf(kNumel, h.chunk_elems, h.chunk_index);
+    const ps::net::ChunkRange range = ps::net::ChunkRangeOf(kNumel, h.chunk_elems, h.chunk_index);
     PS_FUZZ_CHECK(
         range.count >= 1 && range.count <= h.chunk_elems && range.first + range.count <= kNumel,
         "an accepted chunk has an empty or out-of-slice range");
-    PS_FUZZ_CHECK(h.chunk_count == ps::core::ChunkCount(kNumel, h.chunk_elems),
+    PS_FUZZ_CHECK(h.chunk_count == ps::net::ChunkCount(kNumel, h.chunk_elems),
                   "accepted a chunk_count other than ChunkCount");
   } else {
     PS_FUZZ_CHECK(
@@ -91,9 +91,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   std::string again;
-  const absl::Status encoded = ps::core::EncodeDatagram(h, view.codec, view.payload, key, &again);
+  const absl::Status encoded = ps::net::EncodeDatagram(h, view.codec, view.payload, key, &again);
   PS_FUZZ_CHECK(encoded.ok(), "EncodeDatagram refused the fields of a parsed datagram");
-  auto reparsed = ps::core::ParseDatagram(again);
+  auto reparsed = ps::net::ParseDatagram(again);
   PS_FUZZ_CHECK(reparsed.ok(), "ParseDatagram refused what EncodeDatagram wrote");
   PS_FUZZ_CHECK(
       reparsed->header == h && reparsed->codec == view.codec && reparsed->payload == view.payload,

@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "aggregators/aggregator.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
@@ -30,14 +31,7 @@ core::ModelLayout Layout(uint32_t shards) {
   return *core::ModelLayout::Create(Tensors(), /*slice_elems=*/128, shards);
 }
 
-WorkerOptions ClientOptions(const testing::Cluster& c, uint32_t id) {
-  WorkerOptions o;
-  o.credentials.token = c.WorkerToken(id);
-  o.shard_addresses = c.addresses;
-  o.worker_id = id;
-  o.connect_timeout = milliseconds(20000);
-  return o;
-}
+using testing::ClientOptions;
 
 server::ServerOptions BaseOptions(uint32_t n, uint32_t f, const std::string& rule) {
   server::ServerOptions o;
@@ -117,7 +111,7 @@ TEST_P(MultiShardTest, RoundsEqualAReferenceComputedHere) {
   o.momentum = 0.9f;
   o.weight_decay = 0.01f;
   testing::Cluster c = testing::StartCluster(shards, o);
-  ASSERT_EQ(c.shards.size(), shards);
+  ASSERT_EQ(c.num_shards(), shards);
   const core::ModelLayout layout = Layout(shards);
   const uint64_t rounds = 3;
   auto got = Train(c, layout, n, rounds);
@@ -162,8 +156,8 @@ TEST_P(ModelScopeClusterTest, ShardedRoundsMatchTheRuleOnWholeGradients) {
   o.learning_rate = 0.5f;
   o.momentum = 0.0f;
   testing::Cluster c = testing::StartCluster(shards, o);
-  ASSERT_EQ(c.shards.size(), shards);
-  for (const auto& s : c.shards) ASSERT_TRUE(s->shard().model_scope());
+  ASSERT_EQ(c.num_shards(), shards);
+  for (size_t i = 0; i < c.num_shards(); ++i) ASSERT_TRUE(c.shard(i).shard().model_scope());
   const core::ModelLayout layout = Layout(shards);
   const uint64_t rounds = 3;
   auto got = Train(c, layout, n, rounds);
@@ -201,9 +195,9 @@ TEST_P(ModelScopeClusterTest, ShardedRoundsMatchTheRuleOnWholeGradients) {
       ASSERT_NEAR(got[t][i], w[t][i], 1e-4) << rule << " tensor " << t << " element " << i;
     }
   }
-  for (const auto& s : c.shards) {
-    EXPECT_EQ(s->shard().stats().model_rounds, rounds);
-    EXPECT_EQ(s->shard().stats().model_rounds_dropped, 0u);
+  for (size_t i = 0; i < c.num_shards(); ++i) {
+    EXPECT_EQ(c.shard(i).shard().stats().model_rounds, rounds);
+    EXPECT_EQ(c.shard(i).shard().stats().model_rounds_dropped, 0u);
   }
 }
 
@@ -228,7 +222,7 @@ TEST_P(ByzantineTest, RobustRuleStaysInHonestRangeWhileMeanIsDragged) {
   server::ServerOptions o = BaseOptions(n, f, rule);
   o.aggregate_only = true;
   testing::Cluster c = testing::StartCluster(2, o);
-  ASSERT_EQ(c.shards.size(), 2u);
+  ASSERT_EQ(c.num_shards(), 2u);
   const core::ModelLayout layout = Layout(2);
   std::vector<std::thread> threads;
   for (uint32_t w = 0; w < n; ++w) {
@@ -428,16 +422,17 @@ TEST(ClusterTest, StartRefusesRuleBoundsWithTheBoundInTheMessage) {
 }
 
 TEST(ClusterTest, ShardsWithDifferentConfigurationsStopServing) {
-  const std::vector<std::string> addrs = {
-      absl::StrCat("127.0.0.1:", testing::PickFreePort()),
-      absl::StrCat("127.0.0.1:", testing::PickFreePort())};
+  const std::vector<uint16_t> ports = testing::PickFreePorts(2);
+  ASSERT_EQ(ports.size(), 2u);
+  const std::vector<std::string> addrs = {absl::StrCat("127.0.0.1:", ports[0]),
+                                          absl::StrCat("127.0.0.1:", ports[1])};
   std::vector<std::unique_ptr<server::Server>> shards;
   for (int i = 0; i < 2; ++i) {
     server::ServerOptions o = BaseOptions(4, 1, i == 0 ? "median" : "trimmed_mean");
     o.num_shards = 2;
     o.shard_id = i;
     o.peers = addrs;
-    o.port = static_cast<uint16_t>(std::stoi(addrs[i].substr(addrs[i].rfind(':') + 1)));
+    o.port = ports[i];
     o.insecure = true;
     auto s = server::Server::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();

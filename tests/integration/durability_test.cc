@@ -9,9 +9,11 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cluster_util.h"
+#include "core/cluster_secret.h"
 #include "process_util.h"
 #include "server/optimizer.h"
 #include "worker_lib/worker.h"
@@ -41,7 +43,9 @@ std::vector<float> Simulate(std::vector<float> params, float grad, uint64_t step
 
 TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
   const auto dir = TempDir("ps_durability");
-  const uint16_t p0 = testing::PickFreePort(), p1 = testing::PickFreePort();
+  const std::vector<uint16_t> ports = testing::PickFreePorts(2);
+  ASSERT_EQ(ports.size(), 2u);
+  const uint16_t p0 = ports[0], p1 = ports[1];
   const std::string peers = absl::StrCat("127.0.0.1:", p0, ",127.0.0.1:", p1);
   auto shard_args = [&](int id) {
     return std::vector<std::string>{
@@ -198,9 +202,9 @@ TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
   const std::vector<float> init(4, 0.0f), grad(4, 1.0f);
   {
     testing::Cluster c = testing::StartCluster(1, o);
-    ASSERT_EQ(c.shards.size(), 1u);
+    ASSERT_EQ(c.num_shards(), 1u);
     WorkerOptions wo;
-    wo.shard_addresses = c.addresses;
+    wo.shard_addresses = c.addresses();
     const std::span<const float> inits[1] = {init};
     auto w = Worker::Start(wo, layout, inits);
     ASSERT_TRUE(w.ok()) << w.status();
@@ -214,7 +218,7 @@ TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
         std::this_thread::sleep_for(milliseconds(10));
       }
     }
-    c.shards[0]->Shutdown();  // the final checkpoint: version 5
+    c.shard(0).Shutdown();  // the final checkpoint: version 5
   }
   std::vector<std::filesystem::path> files;
   for (const auto& e : std::filesystem::directory_iterator(dir / "shard-0")) files.push_back(e.path());
@@ -231,18 +235,18 @@ TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
     f.put(static_cast<char>(ch ^ 0x20));
   }
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
-  EXPECT_EQ(c.shards[0]->shard().MaxVersion(), 4u);
-  EXPECT_TRUE(c.shards[0]->shard().ready());
+  ASSERT_EQ(c.num_shards(), 1u);
+  EXPECT_EQ(c.shard(0).shard().MaxVersion(), 4u);
+  EXPECT_TRUE(c.shard(0).shard().ready());
   WorkerOptions wo;
-  wo.shard_addresses = c.addresses;
+  wo.shard_addresses = c.addresses();
   auto w = Worker::Start(wo, layout);
   ASSERT_TRUE(w.ok()) << w.status();
   EXPECT_EQ((*w)->start_version(), 4u);
   std::vector<float> out(4);
   ASSERT_TRUE((*w)->Pull(0, 4, out, milliseconds(20000)).ok());
   EXPECT_EQ(out, std::vector<float>(4, -2.0f));  // 4 steps of lr 0.5 x 1.0
-  c.shards[0]->Shutdown();
+  c.shard(0).Shutdown();
   std::filesystem::remove_all(dir);
 }
 
@@ -255,13 +259,13 @@ TEST(DurabilityTest, ACheckpointOfAnotherShardCountIsRefusedAtStart) {
   o.checkpoint_interval = std::chrono::seconds(0);
   {
     testing::Cluster c = testing::StartCluster(1, o);
-    ASSERT_EQ(c.shards.size(), 1u);
+    ASSERT_EQ(c.num_shards(), 1u);
     WorkerOptions wo;
-    wo.shard_addresses = c.addresses;
+    wo.shard_addresses = c.addresses();
     const std::vector<float> init(4, 0.0f);
     const std::span<const float> inits[1] = {init};
     ASSERT_TRUE(Worker::Start(wo, *core::ModelLayout::Create({{"w", 4, 0}}, 128, 1), inits).ok());
-    c.shards[0]->Shutdown();
+    c.shard(0).Shutdown();
   }
   // The same directory, now as shard 0 of 2: its shard-0 checkpoint says "of 1".
   server::ServerOptions two = o;
@@ -283,12 +287,12 @@ TEST(DurabilityTest, ADeadWorkersRoundsCloseAtTheDeadlineWithTheQuorum) {
   o.aggregate_only = true;
   o.round_deadline = milliseconds(150);
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_EQ(c.num_shards(), 1u);
   const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 2, 0}}, 128, 1);
   std::vector<std::unique_ptr<Worker>> workers;
   for (uint32_t w = 0; w < 3; ++w) {
     WorkerOptions wo;
-    wo.shard_addresses = c.addresses;
+    wo.shard_addresses = c.addresses();
     wo.worker_id = w;
     auto worker = Worker::Start(wo, layout);
     ASSERT_TRUE(worker.ok()) << worker.status();
@@ -305,7 +309,7 @@ TEST(DurabilityTest, ADeadWorkersRoundsCloseAtTheDeadlineWithTheQuorum) {
     ASSERT_TRUE(workers[0]->Pull(0, t + 1, out, milliseconds(20000)).ok());
     EXPECT_EQ(out, std::vector<float>(2, 0.5f));  // mean of workers 0 and 1
   }
-  EXPECT_GE(c.shards[0]->shard().stats().rounds_closed_at_deadline, 3u);
+  EXPECT_GE(c.shard(0).shard().stats().rounds_closed_at_deadline, 3u);
 }
 
 }  // namespace

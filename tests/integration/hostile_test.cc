@@ -24,8 +24,8 @@
 #include "absl/strings/str_cat.h"
 #include "cluster_util.h"
 #include "core/cluster_secret.h"
-#include "core/credentials_internal.h"
-#include "core/grpc_status.h"
+#include "net/grpc_credentials.h"
+#include "net/grpc_status.h"
 #include "core/refusal.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
@@ -69,7 +69,7 @@ std::unique_ptr<grpc::ClientContext> Context(const std::string& token,
   auto ctx = std::make_unique<grpc::ClientContext>();
   core::ClientCredentials creds;
   creds.token = token;
-  core::AttachCredentials(creds, ctx.get());
+  net::AttachCredentials(creds, ctx.get());
   ctx->set_deadline(std::chrono::system_clock::now() + deadline);
   return ctx;
 }
@@ -337,19 +337,19 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
   o.num_workers = 2;
   o.max_pulls_per_worker = 4;
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_EQ(c.num_shards(), 1u);
   const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 1024, 0}}, 64, 1);  // 16 slices
   WorkerOptions wo;
-  wo.shard_addresses = c.addresses;
-  wo.credentials.token = c.WorkerToken(0);
+  wo.shard_addresses = c.addresses();
+  wo.credentials.token = testing::WorkerToken(c, 0);
   const std::vector<float> init(1024, 0.0f);
   const std::span<const float> inits[1] = {init};
   auto registrant = Worker::Start(wo, layout, inits);
   ASSERT_TRUE(registrant.ok()) << registrant.status();
 
   auto stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(c.addresses[0], grpc::InsecureChannelCredentials()));
-  const std::string token = c.WorkerToken(1);
+      grpc::CreateChannel(c.addresses()[0], grpc::InsecureChannelCredentials()));
+  const std::string token = testing::WorkerToken(c, 1);
   v1::JoinRequest join;
   join.set_worker_id(1);
   join.set_layout_hash(layout.hash());
@@ -381,7 +381,7 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
   }
   EXPECT_GT(expired.load(), 100);
   // Every abandoned pull's watchers are gone once gRPC is done with the stream.
-  server::Shard& shard = c.shards[0]->shard();
+  server::Shard& shard = c.shard(0).shard();
   for (int i = 0; i < 200 && shard.WatcherCount() > 0; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(shard.WatcherCount(), 0u);
 
@@ -554,7 +554,7 @@ TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
     grpc::Status s = shard.workers().Push(Context(shard.Token(3)).get(), push, &resp);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     // The reason comes with the status, held or not.
-    EXPECT_EQ(core::RefusalOf(core::FromGrpc(s)), core::Refusal::kUnknownSlice);
+    EXPECT_EQ(core::RefusalOf(net::FromGrpc(s)), core::Refusal::kUnknownSlice);
     if (std::chrono::steady_clock::now() - start >= milliseconds(400)) ++held;
   }
   // 4 at once from the burst, about one more from the refill: the rest were held.
@@ -575,14 +575,14 @@ TEST(HostileTest, IdleConnectionsAreClosed) {
   o.num_workers = 1;
   o.max_connection_idle = milliseconds(1000);
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
-  auto channel = grpc::CreateChannel(c.addresses[0], grpc::InsecureChannelCredentials());
+  ASSERT_EQ(c.num_shards(), 1u);
+  auto channel = grpc::CreateChannel(c.addresses()[0], grpc::InsecureChannelCredentials());
   auto stub = v1::WorkerService::NewStub(channel);
   v1::JoinRequest join;
   join.set_worker_id(0);
   join.set_layout_hash(1);
   v1::JoinResponse joined;
-  ASSERT_TRUE(stub->Join(Context(c.WorkerToken(0)).get(), join, &joined).ok());
+  ASSERT_TRUE(stub->Join(Context(testing::WorkerToken(c, 0)).get(), join, &joined).ok());
   ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
   // The shard sends GOAWAY after a second without calls: the channel leaves READY.
   const auto until = std::chrono::steady_clock::now() + milliseconds(10000);

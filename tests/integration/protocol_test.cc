@@ -29,18 +29,18 @@ class ProtocolTest : public ::testing::Test {
     o.round_deadline = milliseconds(500);
     o.threads = 2;
     cluster_ = testing::StartCluster(1, o);
-    ASSERT_EQ(cluster_.shards.size(), 1u);
+    ASSERT_EQ(cluster_.num_shards(), 1u);
     layout_ = std::make_unique<core::ModelLayout>(*core::ModelLayout::Create({{"w", 6, 0}}, 128, 1));
     for (uint32_t w = 0; w < 2; ++w) {
       WorkerOptions wo;
-      wo.shard_addresses = cluster_.addresses;
+      wo.shard_addresses = cluster_.addresses();
       wo.worker_id = w;
       auto worker = Worker::Start(wo, *layout_);
       ASSERT_TRUE(worker.ok()) << worker.status();
       honest_.push_back(*std::move(worker));
     }
     stub_ = v1::WorkerService::NewStub(
-        grpc::CreateChannel(cluster_.addresses[0], grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
     v1::JoinRequest join;
     join.set_worker_id(2);
     join.set_layout_hash(layout_->hash());
@@ -160,7 +160,7 @@ TEST_F(ProtocolTest, BadPushesGetPreciseStatusesAndHonestRoundCompletes) {
   grpc::Status late = Send(Valid(six));
   EXPECT_EQ(late.error_code(), grpc::StatusCode::OUT_OF_RANGE) << late.error_message();
 
-  server::ShardStats st = cluster_.shards[0]->shard().stats();
+  server::ShardStats st = cluster_.shard(0).shard().stats();
   EXPECT_EQ(st.malformed_by_worker[2], 4u);
   EXPECT_EQ(st.malformed_by_worker[0], 0u);
 }

@@ -13,7 +13,7 @@
 #include "cluster_util.h"
 #include "codecs/codec.h"
 #include "core/credentials.h"
-#include "core/credentials_internal.h"
+#include "net/grpc_credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/worker.h"
@@ -69,13 +69,13 @@ class TokenSecurityTest : public ::testing::Test {
     o.threads = 2;
     o.tokens_file = Path("tokens");
     cluster_ = testing::StartCluster(1, o);
-    ASSERT_EQ(cluster_.shards.size(), 1u);
+    ASSERT_EQ(cluster_.num_shards(), 1u);
     layout_ = std::make_unique<core::ModelLayout>(*core::ModelLayout::Create({{"w", 4, 0}}, 128, 1));
     stub_ = v1::WorkerService::NewStub(
-        grpc::CreateChannel(cluster_.addresses[0], grpc::InsecureChannelCredentials()));
+        grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
   }
 
-  server::Server& shard() { return *cluster_.shards[0]; }
+  server::Server& shard() { return cluster_.shard(0); }
 
   grpc::Status Join(const std::string& token, uint32_t worker_id, std::string* session) {
     v1::JoinRequest req;
@@ -100,7 +100,7 @@ class TokenSecurityTest : public ::testing::Test {
 TEST_F(TokenSecurityTest, ImpostorsAreRefusedAndTheHonestRoundCompletes) {
   // Worker 0: the worker library with its token. It registers the layout.
   WorkerOptions wo;
-  wo.shard_addresses = cluster_.addresses;
+  wo.shard_addresses = cluster_.addresses();
   wo.worker_id = 0;
   wo.credentials.token = Token("worker-0");
   auto honest = Worker::Start(wo, *layout_);
@@ -158,7 +158,7 @@ TEST_F(TokenSecurityTest, ImpostorsAreRefusedAndTheHonestRoundCompletes) {
 
 TEST_F(TokenSecurityTest, AdministrativeCallsNeedTheAdminIdentity) {
   auto admin = v1::AdminService::NewStub(
-      grpc::CreateChannel(cluster_.addresses[0], grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
   v1::StatusResponse resp;
   grpc::Status s = admin->Status(Context(Token("worker-0")).get(), v1::StatusRequest(), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
@@ -180,9 +180,9 @@ TEST(RateLimitTest, AClientOverItsRateIsRefusedOthersAreNot) {
   o.rate_burst = 2;
   o.tokens_file = Path("tokens");
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_EQ(c.num_shards(), 1u);
   auto stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(c.addresses[0], grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(c.addresses()[0], grpc::InsecureChannelCredentials()));
   auto join = [&](const std::string& identity, uint32_t id) {
     v1::JoinRequest req;
     req.set_worker_id(id);
@@ -196,7 +196,7 @@ TEST(RateLimitTest, AClientOverItsRateIsRefusedOthersAreNot) {
   // Another identity has its own bucket (its join goes on to the next check, the
   // missing layout hash).
   EXPECT_EQ(join("worker-0", 0), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_EQ(c.shards[0]->shard().stats().refusals[static_cast<size_t>(server::Refusal::kRateLimited)],
+  EXPECT_EQ(c.shard(0).shard().stats().refusals[static_cast<size_t>(server::Refusal::kRateLimited)],
             static_cast<uint64_t>(exhausted));
 }
 
@@ -214,12 +214,12 @@ server::ServerOptions MutualTlsShard() {
 TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
   server::ServerOptions o = MutualTlsShard();
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_EQ(c.num_shards(), 1u);
   auto layout = *core::ModelLayout::Create({{"w", 3, 0}}, 128, 1);
 
   // The honest worker with its certificate completes a round.
   WorkerOptions wo;
-  wo.shard_addresses = c.addresses;
+  wo.shard_addresses = c.addresses();
   wo.worker_id = 0;
   wo.credentials.tls_ca = Path("ca.pem");
   wo.credentials.tls_cert = Path("worker-0.pem");
@@ -237,9 +237,9 @@ TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
   other.tls_ca = Path("ca.pem");
   other.tls_cert = Path("worker-1.pem");
   other.tls_key = Path("worker-1.key");
-  auto other_creds = core::MakeChannelCredentials(other);
+  auto other_creds = net::MakeChannelCredentials(other);
   ASSERT_TRUE(other_creds.ok()) << other_creds.status();
-  auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(c.addresses[0], *other_creds));
+  auto stub = v1::WorkerService::NewStub(grpc::CreateChannel(c.addresses()[0], *other_creds));
   v1::JoinRequest req;
   req.set_worker_id(0);
   req.set_layout_hash(layout.hash());
@@ -250,7 +250,7 @@ TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
 
   // A plaintext client does not get through the TLS handshake at all.
   auto plain = v1::WorkerService::NewStub(
-      grpc::CreateChannel(c.addresses[0], grpc::InsecureChannelCredentials()));
+      grpc::CreateChannel(c.addresses()[0], grpc::InsecureChannelCredentials()));
   auto ctx = Context("");
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   EXPECT_FALSE(plain->Join(ctx.get(), req, &resp).ok());
@@ -274,10 +274,10 @@ TEST(HealthPortTest, PlaintextProbesSeeTheTlsShardsStatusAndNothingElse) {
   server::ServerOptions o = MutualTlsShard();
   o.health_port = 0;
   testing::Cluster c = testing::StartCluster(1, o);
-  ASSERT_EQ(c.shards.size(), 1u);
-  const uint16_t port = c.shards[0]->health_port();
+  ASSERT_EQ(c.num_shards(), 1u);
+  const uint16_t port = c.shard(0).health_port();
   ASSERT_NE(port, 0);
-  ASSERT_NE(port, c.shards[0]->port());
+  ASSERT_NE(port, c.shard(0).port());
   const std::string health_addr = "127.0.0.1:" + std::to_string(port);
   auto channel = grpc::CreateChannel(health_addr, grpc::InsecureChannelCredentials());
 
@@ -311,17 +311,17 @@ TEST(HealthPortTest, PlaintextProbesSeeTheTlsShardsStatusAndNothingElse) {
   EXPECT_EQ(rc, 1) << out;
   const std::string tls = " --tls-ca " + Path("ca.pem") + " --tls-cert " + Path("admin.pem") +
                           " --tls-key " + Path("admin.key");
-  std::tie(rc, out) = Admin("--address " + c.addresses[0] + tls + " status");
+  std::tie(rc, out) = Admin("--address " + c.addresses()[0] + tls + " status");
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("\"serving\":true"));
   const std::string worker_tls = " --tls-ca " + Path("ca.pem") + " --tls-cert " + Path("worker-0.pem") +
                                  " --tls-key " + Path("worker-0.key");
-  std::tie(rc, out) = Admin("--address " + c.addresses[0] + worker_tls + " status");
+  std::tie(rc, out) = Admin("--address " + c.addresses()[0] + worker_tls + " status");
   EXPECT_EQ(rc, 1) << out;
   EXPECT_THAT(out, HasSubstr("admin"));
 
   // Draining turns the plaintext port's statuses too.
-  c.shards[0]->Shutdown();
+  c.shard(0).Shutdown();
   std::tie(rc, out) = Admin("--address " + health_addr + " health --timeout-s 2");
   EXPECT_NE(rc, 0) << out;
 }

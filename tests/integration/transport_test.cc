@@ -9,7 +9,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "cluster_util.h"
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 #include "worker_lib/udp_sender_internal.h"
 #include "worker_lib/worker.h"
 
@@ -28,14 +28,7 @@ server::ServerOptions Options(uint32_t n) {
   return o;
 }
 
-WorkerOptions ClientOptions(const testing::Cluster& c, uint32_t id) {
-  WorkerOptions o;
-  o.credentials.token = c.WorkerToken(id);
-  o.shard_addresses = c.addresses;
-  o.worker_id = id;
-  o.connect_timeout = milliseconds(20000);
-  return o;
-}
+using testing::ClientOptions;
 
 std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
   return {v.begin(), v.end()};
@@ -48,7 +41,7 @@ size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
   server::ServerOptions so = Options(1);
   so.schedule = schedule;
   testing::Cluster c = testing::StartCluster(1, so);
-  if (c.shards.empty()) return 0;
+  if (c.num_shards() == 0) return 0;
   auto layout = core::ModelLayout::Create({{"conv1", 16384, 0}, {"fc", 8 * 16384, 1}}, 16384, 1);
   EXPECT_TRUE(layout.ok());
   const std::vector<std::vector<float>> init = {std::vector<float>(16384, 0.0f),
@@ -56,7 +49,7 @@ size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
   WorkerOptions o = ClientOptions(c, 0);
   o.priority_order = priority_order;
   o.max_inflight_bytes = 1;
-  auto shaping = core::ParseLinkShaping("rate=20mbps");
+  auto shaping = net::ParseLinkShaping("rate=20mbps");
   EXPECT_TRUE(shaping.ok());
   o.shaping = *shaping;
   auto worker = Worker::Start(o, *layout, Spans(init));
@@ -65,7 +58,7 @@ size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
   absl::Mutex mu;
   std::vector<uint32_t> published;
   for (uint32_t id = 0; id < layout->slices().size(); ++id) {
-    c.shards[0]->shard().Watch(id, 1, [&mu, &published, id](bool) {
+    c.shard(0).shard().Watch(id, 1, [&mu, &published, id](bool) {
       absl::MutexLock lock(&mu);
       published.push_back(id);
     });
@@ -92,7 +85,7 @@ TEST(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
 
 TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
   testing::Cluster c = testing::StartCluster(1, Options(1));
-  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_EQ(c.num_shards(), 1u);
   auto layout = core::ModelLayout::Create({{"a", 300, 0}, {"b", 500, 1}}, 128, 1);
   ASSERT_TRUE(layout.ok());
   const std::vector<std::vector<float>> init = {std::vector<float>(300, 1.0f),
@@ -135,8 +128,8 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
   so.round_deadline = milliseconds(1000);
   // Two shards, four slices of 1024 values, four chunks each.
   testing::Cluster c = testing::StartCluster(2, so);
-  ASSERT_EQ(c.shards.size(), 2u);
-  ASSERT_NE(c.shards[0]->udp_port(), 0);
+  ASSERT_EQ(c.num_shards(), 2u);
+  ASSERT_NE(c.shard(0).udp_port(), 0);
   constexpr uint32_t kNumel = 4096, kSlice = 1024, kChunk = 256;
   auto layout = core::ModelLayout::Create({{"w", kNumel, 0}}, kSlice, 2);
   ASSERT_TRUE(layout.ok());
@@ -183,9 +176,9 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
   uint64_t lost = 0, received = 0;
   for (int i = 0; i < 1000; ++i) {
     lost = received = 0;
-    for (const auto& shard : c.shards) {
-      lost += shard->shard().stats().udp_chunks_lost;
-      received += shard->udp_stats()->received;
+    for (size_t s = 0; s < c.num_shards(); ++s) {
+      lost += c.shard(s).shard().stats().udp_chunks_lost;
+      received += c.shard(s).udp_stats()->received;
     }
     if (received >= 2 * kNumel / kChunk - expected_lost) break;
     std::this_thread::sleep_for(milliseconds(10));
@@ -198,7 +191,7 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
 
 TEST(UdpTest, AWorkerPushingOverUdpNeedsAShardWithTheUdpPath) {
   testing::Cluster c = testing::StartCluster(1, Options(1));
-  ASSERT_EQ(c.shards.size(), 1u);
+  ASSERT_EQ(c.num_shards(), 1u);
   auto layout = core::ModelLayout::Create({{"w", 10, 0}}, 65536, 1);
   WorkerOptions o = ClientOptions(c, 0);
   o.push.udp = true;

@@ -16,7 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
 #include "core/fp32_bytes.h"
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 
 namespace ps::server {
 namespace {
@@ -58,30 +58,30 @@ class UdpReceiverTest : public ::testing::Test {
   void Join(uint32_t w) {
     auto j = shard_->Join(w, layout_hash_);
     ASSERT_TRUE(j.ok()) << j.status();
-    auto key = core::DatagramKey::FromBytes(j->udp_key);
+    auto key = net::DatagramKey::FromBytes(j->udp_key);
     ASSERT_TRUE(key.ok());
     sessions_.resize(std::max<size_t>(sessions_.size(), w + 1), 0);
     keys_.resize(std::max<size_t>(keys_.size(), w + 1));
     sessions_[w] = j->udp_session;
-    keys_[w] = std::make_shared<core::DatagramKey>(*key);
+    keys_[w] = std::make_shared<net::DatagramKey>(*key);
   }
 
   // Worker w's chunk `index` of round `round`, holding `value` at every coordinate.
   std::string Chunk(uint32_t w, uint16_t index, float value, uint64_t round = 0) {
-    const core::ChunkRange r = core::ChunkRangeOf(kNumel, kChunkElems, index);
+    const net::ChunkRange r = net::ChunkRangeOf(kNumel, kChunkElems, index);
     std::string payload;
     auto codec = codecs::MakeCodec("fp32");
     EXPECT_TRUE((*codec)->Encode(std::vector<float>(r.count, value), &payload).ok());
-    core::DatagramHeader h;
+    net::DatagramHeader h;
     h.session_id = sessions_[w];
     h.worker_id = w;
     h.slice_id = 0;
     h.round = round;
     h.chunk_elems = kChunkElems;
     h.chunk_index = index;
-    h.chunk_count = static_cast<uint16_t>(core::ChunkCount(kNumel, kChunkElems));
+    h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kNumel, kChunkElems));
     std::string d;
-    EXPECT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[w], &d).ok());
+    EXPECT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[w], &d).ok());
     return d;
   }
 
@@ -105,7 +105,7 @@ class UdpReceiverTest : public ::testing::Test {
   std::unique_ptr<UdpReceiver> receiver_;
   uint64_t layout_hash_ = 0;
   std::vector<uint64_t> sessions_;
-  std::vector<std::shared_ptr<core::DatagramKey>> keys_;
+  std::vector<std::shared_ptr<net::DatagramKey>> keys_;
 };
 
 TEST_F(UdpReceiverTest, WholeChunkedPushesCloseTheRound) {
@@ -130,11 +130,11 @@ TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundC
             absl::StatusCode::kInvalidArgument);
   // A flipped payload bit: the MAC fails.
   std::string flipped = good;
-  flipped[core::kDatagramHeaderBytes + 6] ^= 0x01;
+  flipped[net::kDatagramHeaderBytes + 6] ^= 0x01;
   EXPECT_EQ(receiver_->Handle(flipped).code(), absl::StatusCode::kUnauthenticated);
   // Worker 1 signs a datagram under worker 0's session with its own key.
   {
-    core::DatagramHeader h;
+    net::DatagramHeader h;
     h.session_id = sessions_[0];
     h.worker_id = 0;
     h.chunk_elems = kChunkElems;
@@ -142,16 +142,16 @@ TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundC
     std::string payload;
     ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(4, 100.0f), &payload).ok());
     std::string d;
-    ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[1], &d).ok());
+    ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[1], &d).ok());
     EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kUnauthenticated);
     // Worker 0 names worker 1 in a datagram signed under its own session.
     h.worker_id = 1;
-    ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+    ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
     EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kPermissionDenied);
     // An unknown session.
     h.session_id = sessions_[0] ^ 1;
     h.worker_id = 0;
-    ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+    ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
     EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kUnauthenticated);
   }
   // The good chunk, then its replay.
@@ -183,7 +183,7 @@ TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundC
 TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
   Make(2);
   // A chunk count that does not fit the slice.
-  core::DatagramHeader h;
+  net::DatagramHeader h;
   h.session_id = sessions_[0];
   h.worker_id = 0;
   h.chunk_elems = 5;
@@ -192,13 +192,13 @@ TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
   std::string payload;
   ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(5, 1.0f), &payload).ok());
   std::string d;
-  ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+  ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
   absl::Status st = receiver_->Handle(d);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   // A payload that holds the wrong number of values for its chunk.
   h.chunk_count = 2;
   ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(4, 1.0f), &payload).ok());
-  ASSERT_TRUE(core::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+  ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
   EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
   // Worker 1 pushed the slice over gRPC: its chunks are duplicates.
   std::string whole;

@@ -24,18 +24,18 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   o.aggregate_only = true;
   o.round_deadline = milliseconds(2000);
   testing::Cluster cluster = testing::StartCluster(1, o);
-  ASSERT_EQ(cluster.shards.size(), 1u);
+  ASSERT_EQ(cluster.num_shards(), 1u);
   auto layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
   std::vector<std::unique_ptr<Worker>> honest;
   for (uint32_t w = 0; w < 2; ++w) {
     WorkerOptions wo;
-    wo.shard_addresses = cluster.addresses;
+    wo.shard_addresses = cluster.addresses();
     wo.worker_id = w;
     auto worker = Worker::Start(wo, layout);
     ASSERT_TRUE(worker.ok()) << worker.status();
     honest.push_back(*std::move(worker));
   }
-  auto attacker = ProtocolAttacker::Join(cluster.addresses[0], 2, layout, milliseconds(10000));
+  auto attacker = ProtocolAttacker::Join(cluster.addresses()[0], 2, layout, milliseconds(10000));
   ASSERT_TRUE(attacker.ok()) << attacker.status();
   ProtocolAttacker& a = **attacker;
 
@@ -62,8 +62,8 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   // Round 0 is closed: resending it, or pushing it as an old round, is late.
   EXPECT_EQ(a.Send(ProtocolAttack::kReplay, 0, 0).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(a.Send(ProtocolAttack::kOldRound, 1, 0).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(cluster.shards[0]->shard().stats().malformed_by_worker[2], 1u);  // the garbage
-  EXPECT_EQ(cluster.shards[0]->shard().stats().malformed_by_worker[0], 0u);
+  EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[2], 1u);  // the garbage
+  EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[0], 0u);
 }
 
 TEST(ProtocolAttackTest, NamesParse) {

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codecs/codec.h"
-#include "core/grpc_status.h"
+#include "net/grpc_status.h"
 #include "core/status.h"
 #include "ps/v1/ps.grpc.pb.h"
 
@@ -48,7 +48,7 @@ struct ProtocolAttacker::Impl {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::PushResponse resp;
-    return core::FromGrpc(stub->Push(&ctx, r, &resp));
+    return net::FromGrpc(stub->Push(&ctx, r, &resp));
   }
 
   absl::StatusOr<v1::PushRequest> Valid(uint64_t round, uint32_t slice_id, std::span<const float> values) {
@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<ProtocolAttacker>> ProtocolAttacker::Join(const s
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   ctx.set_wait_for_ready(true);
-  PS_RETURN_IF_ERROR(core::FromGrpc(impl->stub->Join(&ctx, join, &resp)));
+  PS_RETURN_IF_ERROR(net::FromGrpc(impl->stub->Join(&ctx, join, &resp)));
   impl->session = resp.session();
   return std::unique_ptr<ProtocolAttacker>(new ProtocolAttacker(std::move(impl)));
 }

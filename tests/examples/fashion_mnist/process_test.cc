@@ -8,7 +8,6 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -178,15 +177,6 @@ TEST(LineReader, CutsOverlongLines) {
   EXPECT_FALSE(reader.ReadAvailable(fds[0], lines));
   close(fds[0]);
   EXPECT_THAT(lines, ElementsAre("abcd", "efgh", "xy"));
-}
-
-TEST(PickFreePorts, GivesDistinctBindablePorts) {
-  auto ports = PickFreePorts(4);
-  ASSERT_TRUE(ports.ok()) << ports.status();
-  ASSERT_EQ(ports->size(), 4u);
-  std::set<uint16_t> distinct(ports->begin(), ports->end());
-  EXPECT_EQ(distinct.size(), 4u);
-  for (uint16_t p : *ports) EXPECT_NE(p, 0);
 }
 
 TEST(SelfDirectory, IsTheTestBinarysDirectory) {

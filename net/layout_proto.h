@@ -1,5 +1,5 @@
-// ModelLayout <-> ps.v1.Layout, for the gRPC service (RegisterLayout) and checkpoint
-// files. (worker_lib writes the same message on its side; it does not link ps_server.)
+// core::ModelLayout <-> ps.v1.Layout: the one conversion, for the worker's RegisterLayout,
+// the shard's answer to it and its checkpoint files.
 #pragma once
 
 #include <vector>
@@ -8,7 +8,7 @@
 #include "core/layout.h"
 #include "ps/v1/ps.pb.h"
 
-namespace ps::server {
+namespace ps::net {
 
 void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out);
 // The message's tensors, unchecked (a copy linear in the message's size).
@@ -20,4 +20,4 @@ bool SameLayout(const core::ModelLayout& layout, const v1::Layout& msg);
 // ModelLayout::Create on the message's fields: its error when they are invalid.
 absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout);
 
-}  // namespace ps::server
+}  // namespace ps::net

@@ -1,4 +1,4 @@
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 
-namespace ps::core {
+namespace ps::net {
 namespace {
 
 constexpr char kMagic[4] = {'P', 'S', 'U', '1'};
@@ -303,4 +303,4 @@ ChunkRange ChunkRangeOf(uint32_t numel, uint32_t chunk_elems, uint32_t index) {
           static_cast<uint32_t>(std::min<uint64_t>(chunk_elems, numel - first))};
 }
 
-}  // namespace ps::core
+}  // namespace ps::net

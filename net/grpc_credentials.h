@@ -1,4 +1,4 @@
-// gRPC side of core/credentials.h, for the worker library, the shards' peer channels
+// The gRPC side of core/credentials.h, for the worker library, the shards' peer channels
 // and ps-admin.
 #pragma once
 
@@ -9,15 +9,15 @@
 #include "absl/status/statusor.h"
 #include "core/credentials.h"
 
-namespace ps::core {
+namespace ps::net {
 
 // Channel credentials for `c`: TLS (reading the PEM files now) or insecure. Errors name
 // the file that could not be read.
 absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials(
-    const ClientCredentials& c);
+    const core::ClientCredentials& c);
 // Sets the TLS server-name override on channel arguments, if any.
-void ApplyChannelArguments(const ClientCredentials& c, grpc::ChannelArguments* args);
+void ApplyChannelArguments(const core::ClientCredentials& c, grpc::ChannelArguments* args);
 // Adds the bearer token, if any, to one call's metadata.
-void AttachCredentials(const ClientCredentials& c, grpc::ClientContext* ctx);
+void AttachCredentials(const core::ClientCredentials& c, grpc::ClientContext* ctx);
 
-}  // namespace ps::core
+}  // namespace ps::net

@@ -1,9 +1,9 @@
-#include "server/layout_proto.h"
+#include "net/layout_proto.h"
 
 #include <utility>
 #include <vector>
 
-namespace ps::server {
+namespace ps::net {
 
 void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out) {
   out->set_slice_elems(layout.slice_elems());
@@ -45,4 +45,4 @@ absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout) {
                                    layout.num_shards());
 }
 
-}  // namespace ps::server
+}  // namespace ps::net

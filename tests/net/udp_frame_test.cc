@@ -1,4 +1,4 @@
-#include "core/udp_frame.h"
+#include "net/udp_frame.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-namespace ps::core {
+namespace ps::net {
 namespace {
 
 using ::testing::HasSubstr;
@@ -491,4 +491,4 @@ TEST(UdpFrameTest, ReportsMacThroughput) {
 }
 
 }  // namespace
-}  // namespace ps::core
+}  // namespace ps::net

@@ -41,7 +41,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace ps::core {
+namespace ps::net {
 
 inline constexpr uint8_t kDatagramVersion = 1;
 inline constexpr size_t kDatagramHeaderBytes = 44;
@@ -148,4 +148,4 @@ struct ChunkRange {
 // the slice.
 ChunkRange ChunkRangeOf(uint32_t numel, uint32_t chunk_elems, uint32_t index);
 
-}  // namespace ps::core
+}  // namespace ps::net

@@ -1,10 +1,18 @@
-#include "core/grpc_status.h"
+#include "net/grpc_status.h"
 
 #include <string>
 
 #include "core/refusal.h"
 
-namespace ps::core {
+namespace ps::net {
+
+using core::ParseRefusal;
+using core::Refusal;
+using core::RefusalCode;
+using core::RefusalName;
+using core::RefusalOf;
+using core::Refused;
+
 namespace {
 
 // The status details hold "ps-refusal:NAME"; anything else there (another service's
@@ -36,4 +44,4 @@ absl::Status FromGrpc(const grpc::Status& status) {
   return absl::Status(code, status.error_message());
 }
 
-}  // namespace ps::core
+}  // namespace ps::net

@@ -1,7 +1,7 @@
 // Link shaping: the flag grammar, the token bucket on a hand-driven clock, and the
 // loopback relay against small servers on real sockets. Relay timings are checked only
 // from below (shaping guarantees those); nothing asserts an upper bound on a loaded host.
-#include "core/shaper.h"
+#include "net/shaper.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -32,8 +32,11 @@
 
 #include "core/clock.h"
 
-namespace ps::core {
+namespace ps::net {
 namespace {
+
+using core::ManualClock;
+using core::SteadyTime;
 
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
@@ -675,4 +678,4 @@ TEST(ShapingRelayTest, StartRefusesUnparsableUpstreams) {
 }
 
 }  // namespace
-}  // namespace ps::core
+}  // namespace ps::net

@@ -1,4 +1,4 @@
-#include "core/shaper.h"
+#include "net/shaper.h"
 
 #include <algorithm>
 #include <array>
@@ -30,8 +30,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
+#include "net/address.h"
 
-namespace ps::core {
+namespace ps::net {
+
+using core::AsAbsl;
+using core::Clock;
+using core::Duration;
+using core::SteadyTime;
+
 namespace {
 
 constexpr uint64_t kDefaultBurstBytes = ShapingOptions{}.burst_bytes;
@@ -660,38 +667,4 @@ std::string ShapingRelay::address() const { return impl_->address(); }
 uint64_t ShapingRelay::bytes_up() const { return impl_->bytes_up(); }
 uint64_t ShapingRelay::bytes_down() const { return impl_->bytes_down(); }
 
-absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what) {
-  const auto fail = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(AsAbsl(what), " '", AsAbsl(address), "': ", AsAbsl(why)));
-  };
-  std::string_view host;
-  std::string_view port;
-  if (!address.empty() && address.front() == '[') {
-    const size_t close = address.find(']');
-    if (close == std::string_view::npos || close + 1 >= address.size() ||
-        address[close + 1] != ':') {
-      return fail("expected [v6-address]:port");
-    }
-    host = address.substr(1, close - 1);
-    port = address.substr(close + 2);
-  } else {
-    const size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return fail("expected host:port");
-    host = address.substr(0, colon);
-    port = address.substr(colon + 1);
-    if (host.find(':') != std::string_view::npos) {
-      return fail("write IPv6 addresses as [addr]:port");
-    }
-  }
-  if (host.empty()) return fail("empty host");
-  unsigned value = 0;
-  const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 ||
-      value > 65535) {
-    return fail("port must be a number in [1, 65535]");
-  }
-  return HostPort{std::string(host), static_cast<uint16_t>(value)};
-}
-
-}  // namespace ps::core
+}  // namespace ps::net

@@ -26,7 +26,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 
-namespace ps::core {
+namespace ps::net {
 
 // One direction of a shaped link.
 struct ShapingOptions {
@@ -70,22 +70,22 @@ class TokenBucket {
  public:
   // `clock` is borrowed and must outlive the bucket; nullptr = Clock::Real().
   // bytes_per_second <= 0 means unlimited: Reserve() always returns Now().
-  TokenBucket(double bytes_per_second, uint64_t burst_bytes, Clock* clock = nullptr);
+  TokenBucket(double bytes_per_second, uint64_t burst_bytes, core::Clock* clock = nullptr);
   TokenBucket(const TokenBucket&) = delete;
   TokenBucket& operator=(const TokenBucket&) = delete;
 
   // Takes `bytes` from the bucket (it may go into debt) and returns the time at which
   // these bytes may be sent: Now() if the bucket covered them, else when the debt is
   // repaid (rounded up to the clock's tick, so never early).
-  SteadyTime Reserve(uint64_t bytes);
+  core::SteadyTime Reserve(uint64_t bytes);
 
  private:
   const double bytes_per_second_;
   const double burst_bytes_;
-  Clock* const clock_;
+  core::Clock* const clock_;
   absl::Mutex mu_;
   double tokens_ ABSL_GUARDED_BY(mu_);  // negative = debt
-  SteadyTime last_refill_ ABSL_GUARDED_BY(mu_);
+  core::SteadyTime last_refill_ ABSL_GUARDED_BY(mu_);
 };
 
 // A TCP relay on loopback that shapes a link: listens on 127.0.0.1:<ephemeral port>, and
@@ -107,16 +107,6 @@ class TokenBucket {
 // about 5 Gbit/s on a loaded 2-core machine. The bucket forgets tokens beyond its depth,
 // so when the relay's thread is descheduled longer than burst / rate, the link runs a
 // little below its rate: give rates of Gbit/s a deeper burst (256k or more).
-// An address split into host and port.
-struct HostPort {
-  std::string host;
-  uint16_t port = 0;
-};
-
-// Splits "host:port" or "[v6-address]:port" (port in [1, 65535]). INVALID_ARGUMENT
-// names `what` and the address: "upstream address 'x': expected host:port".
-absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what);
-
 class ShapingRelay {
  public:
   // `upstream`: "host:port" or "[v6-address]:port", resolved once here; "localhost" tries
@@ -143,4 +133,4 @@ class ShapingRelay {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace ps::core
+}  // namespace ps::net

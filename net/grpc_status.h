@@ -8,9 +8,9 @@
 
 #include "absl/status/status.h"
 
-namespace ps::core {
+namespace ps::net {
 
 grpc::Status ToGrpc(const absl::Status& status);
 absl::Status FromGrpc(const grpc::Status& status);
 
-}  // namespace ps::core
+}  // namespace ps::net

@@ -1,0 +1,100 @@
+#include "server/round_aggregation.h"
+
+#include <algorithm>
+
+#include "codecs/compressed.h"
+#include "core/fp32_bytes.h"
+
+namespace ps::server {
+
+RoundAggregation::RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool,
+                                   SgdOptions sgd, bool aggregate_only)
+    : rule_(rule), pool_(pool), sgd_(sgd), aggregate_only_(aggregate_only) {}
+
+aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
+                                                            std::span<const uint32_t> workers,
+                                                            const InputMasks& masks,
+                                                            const std::vector<uint32_t>& support,
+                                                            AggregationCounts* counts) const {
+  if (!support.empty()) ++counts->on_support;
+  aggregators::AggregationContext ctx;
+  ctx.slice_id = round.info.id;
+  ctx.round = round.round;
+  ctx.pool = pool_;
+  ctx.masks = masks.ptrs;
+  ctx.state = round.model.rule_state;
+  ctx.support = support;
+  return ctx;
+}
+
+absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> out,
+                                         AggregationCounts* counts) {
+  const std::vector<uint32_t> workers = round.Workers();
+  if (rule_->VotesOnSigns()) {
+    const std::vector<std::string_view> signs = round.Signs(workers);
+    if (!signs.empty()) {
+      // Every push is sign-compressed: vote on the packed bits (same result as the rule).
+      ++counts->sign_votes;
+      return codecs::SignMajorityVote(signs, out);
+    }
+  }
+  const InputMasks masks = round.MasksOf(workers);
+  if (!masks.ptrs.empty()) ++counts->masked;
+  const std::vector<uint32_t> support = round.SharedSupport(workers);
+  return rule_->Aggregate(round.Rows(workers), out,
+                          ContextOf(round, workers, masks, support, counts));
+}
+
+std::vector<uint32_t> RoundAggregation::Participants(std::span<const ClosedRound> rounds,
+                                                     uint32_t num_workers) const {
+  // A worker missing from any slice is left out of the whole round (docs/aggregators.md,
+  // "Model scope").
+  std::vector<uint8_t> everywhere(num_workers, 1);
+  for (const ClosedRound& r : rounds) {
+    for (uint32_t w = 0; w < num_workers; ++w) everywhere[w] &= r.inputs.pushed[w];
+  }
+  std::vector<uint32_t> participants;
+  for (uint32_t w = 0; w < num_workers; ++w) {
+    if (everywhere[w]) participants.push_back(w);
+  }
+  return participants;
+}
+
+absl::Status RoundAggregation::AccumulateGram(std::span<ClosedRound> rounds,
+                                              std::span<const uint32_t> participants,
+                                              std::vector<double>& gram,
+                                              AggregationCounts* counts) {
+  absl::Status st;
+  for (ClosedRound& r : rounds) {
+    const InputMasks masks = r.MasksOf(participants);
+    const std::vector<uint32_t> support = r.SharedSupport(participants);
+    st.Update(rule_->AccumulateGram(r.Rows(participants), r.info.numel,
+                                    ContextOf(r, participants, masks, support, counts), gram));
+  }
+  return st;
+}
+
+absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedRound& round,
+                                     std::span<const uint32_t> agreed, std::span<float> out,
+                                     AggregationCounts* counts) {
+  const InputMasks masks = round.MasksOf(agreed);
+  const std::vector<uint32_t> support = round.SharedSupport(agreed);
+  return rule_->Apply(plan, round.Rows(agreed), out,
+                      ContextOf(round, agreed, masks, support, counts));
+}
+
+std::shared_ptr<const std::string> RoundAggregation::Step(ClosedRound& round,
+                                                          std::vector<float>& out,
+                                                          absl::Status& st) const {
+  if (st.ok() && core::FindNonFinite(out) >= 0) {
+    st = absl::InternalError("aggregate is not finite (inputs overflowed)");
+  }
+  if (aggregate_only_) {
+    if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
+    return core::SharedFp32(out);
+  }
+  if (st.ok()) SgdStep(sgd_, out, round.model.velocity, round.model.params);
+  return core::SharedFp32(round.model.params);
+}
+
+}  // namespace ps::server

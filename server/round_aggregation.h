@@ -1,0 +1,78 @@
+// RoundAggregation: what a shard computes from closed rounds, and nothing else: the rule
+// over the pushes (or a vote on packed sign bits), the compressed-domain glue the rule is
+// given (a shared random-k support, masks of lost UDP chunks), the model-scope steps
+// (Gram share, Apply of an agreed plan) and the SGD step that turns an aggregate into
+// the next published values.
+//
+// The codecs and the rule say what they can do (codecs::SharedStructure,
+// Aggregator::VotesOnSigns, StateRows): nothing here knows a rule or a codec by name.
+//
+// No lock and no state of its own: a ClosedRound is owned by its aggregation, and the
+// rule's per-slice memory travels in it (ClosedRound::model.rule_state). Calls for
+// different closed rounds may run concurrently.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "aggregators/aggregator.h"
+#include "core/thread_pool.h"
+#include "server/optimizer.h"
+#include "server/slice_round.h"
+
+namespace ps::server {
+
+// How the aggregations went (ShardStats adds them up).
+struct AggregationCounts {
+  uint64_t on_support = 0;  // on a shared random-k support
+  uint64_t sign_votes = 0;  // a vote on packed sign bits
+  uint64_t masked = 0;      // slice scope, with lost UDP chunks masked
+};
+
+class RoundAggregation {
+ public:
+  // Borrows `rule` and `pool`, which must outlive this.
+  RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool, SgdOptions sgd,
+                   bool aggregate_only);
+
+  // Slice scope: the rule over every push of `round` (a sign vote when each push is
+  // packed signs and the rule votes on signs) into `out` (numel values).
+  absl::Status Aggregate(ClosedRound& round, std::span<float> out, AggregationCounts* counts);
+
+  // Model scope: the workers whose push every one of `rounds` took (increasing).
+  std::vector<uint32_t> Participants(std::span<const ClosedRound> rounds,
+                                     uint32_t num_workers) const;
+  // Adds the Gram matrix of `participants`' pushes (then the rule's state rows) over
+  // `rounds` to `gram` ((participants + state rows)^2, row-major), slice by slice.
+  absl::Status AccumulateGram(std::span<ClosedRound> rounds, std::span<const uint32_t> participants,
+                              std::vector<double>& gram, AggregationCounts* counts);
+  // Applies an agreed plan to one slice's pushes of `agreed` workers.
+  absl::Status Apply(const aggregators::RoundPlan& plan, ClosedRound& round,
+                     std::span<const uint32_t> agreed, std::span<float> out,
+                     AggregationCounts* counts);
+
+  // The values to publish for `round` from its aggregate `out`: the parameters after an
+  // SGD step, or the aggregate itself with --aggregate-only. A non-finite aggregate turns
+  // `st` into an error first; after an error the parameters stay as they were (zeros
+  // with --aggregate-only).
+  std::shared_ptr<const std::string> Step(ClosedRound& round, std::vector<float>& out,
+                                          absl::Status& st) const;
+
+ private:
+  // The rule's context for `workers` of `round`; `masks` and `support` must outlive it.
+  aggregators::AggregationContext ContextOf(ClosedRound& round, std::span<const uint32_t> workers,
+                                            const InputMasks& masks,
+                                            const std::vector<uint32_t>& support,
+                                            AggregationCounts* counts) const;
+
+  aggregators::Aggregator* const rule_;
+  core::ThreadPool* const pool_;
+  const SgdOptions sgd_;
+  const bool aggregate_only_;
+};
+
+}  // namespace ps::server

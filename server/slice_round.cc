@@ -1,0 +1,440 @@
+#include "server/slice_round.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "core/client_text.h"
+#include "core/fp32_bytes.h"
+#include "core/refusal.h"
+#include "net/udp_frame.h"
+
+namespace ps::server {
+
+using core::Refusal;
+using core::Refused;
+
+uint32_t RoundRules::QuorumAt(uint64_t round) const { return UdpRound(round) ? 0 : quorum; }
+
+bool RoundRules::UdpRound(uint64_t round) const {
+  const int64_t udp = udp_round.load();
+  return udp >= 0 && static_cast<uint64_t>(udp) >= round;
+}
+
+core::SteadyTime RoundRules::DeadlineFromNow() const { return clock->Now() + round_deadline; }
+
+void RunWakeups(Wakeups& wake, bool ready) {
+  for (auto& fn : wake) fn(ready);
+  wake.clear();
+}
+
+std::vector<uint32_t> ClosedRound::Workers() const {
+  std::vector<uint32_t> workers;
+  for (uint32_t w = 0; w < inputs.pushed.size(); ++w) {
+    if (inputs.pushed[w]) workers.push_back(w);
+  }
+  return workers;
+}
+
+std::vector<const float*> ClosedRound::Rows(std::span<const uint32_t> workers) const {
+  std::vector<const float*> rows;
+  rows.reserve(workers.size());
+  for (uint32_t w : workers) rows.push_back(inputs.values.data() + size_t{w} * info.numel);
+  return rows;
+}
+
+InputMasks ClosedRound::MasksOf(std::span<const uint32_t> workers) const {
+  InputMasks m;
+  const uint32_t numel = info.numel;
+  std::vector<size_t> partial;
+  for (size_t i = 0; i < workers.size(); ++i) {
+    const ChunkedPush& push = inputs.chunked[workers[i]];
+    if (push.chunk_count == 0 || push.received == push.chunk_count) continue;
+    partial.push_back(i);
+    std::vector<uint8_t>& bits = m.bits.emplace_back((numel + 7) / 8, 0);
+    for (uint32_t c = 0; c < push.chunk_count; ++c) {
+      if (!push.seen[c]) continue;
+      const net::ChunkRange r = net::ChunkRangeOf(numel, push.chunk_elems, c);
+      for (uint32_t j = r.first; j < r.first + r.count; ++j) bits[j >> 3] |= uint8_t(1u << (j & 7));
+    }
+  }
+  if (partial.empty()) return m;
+  m.ptrs.assign(workers.size(), nullptr);
+  for (size_t k = 0; k < partial.size(); ++k) m.ptrs[partial[k]] = m.bits[k].data();
+  return m;
+}
+
+std::vector<uint32_t> ClosedRound::SharedSupport(std::span<const uint32_t> workers) const {
+  if (workers.empty()) return {};
+  const std::optional<codecs::SeededSupport>& first = inputs.supports[workers[0]];
+  if (!first.has_value()) return {};
+  for (uint32_t w : workers) {
+    if (inputs.supports[w] != first) return {};
+  }
+  return codecs::SupportIndices(*first, info.numel);
+}
+
+std::vector<std::string_view> ClosedRound::Signs(std::span<const uint32_t> workers) const {
+  std::vector<std::string_view> signs;
+  if (inputs.sign_payloads.empty()) return signs;
+  for (uint32_t w : workers) {
+    if (inputs.sign_payloads[w].empty()) return {};
+    signs.push_back(inputs.sign_payloads[w]);
+  }
+  return signs;
+}
+
+uint64_t ClosedRound::ChunksLost() const {
+  uint64_t lost = 0;
+  for (const ChunkedPush& push : inputs.chunked) lost += push.chunk_count - push.received;
+  return lost;
+}
+
+SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only)
+    : info_(info), rules_(rules) {
+  const uint32_t n = rules_->num_workers;
+  // Not yet shared with any other thread: the lock only satisfies the annotations.
+  absl::MutexLock lock(&mu_);
+  inputs_.pushed.assign(n, 0);
+  inputs_.chunked.assign(n, ChunkedPush{});
+  inputs_.supports.assign(n, std::nullopt);
+  if (rules_->keep_signs) inputs_.sign_payloads.assign(n, std::string());
+  model_.rule_state.assign(rules_->state_rows * info_.numel, 0.0f);
+  if (aggregate_only) {
+    // No parameters live here; version 0 is an all-zero "aggregate".
+    initialized_ = true;
+    published_ = std::make_shared<const std::string>(size_t{info_.numel} * sizeof(float), '\0');
+  }
+}
+
+absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
+  absl::MutexLock lock(&mu_);
+  if (initialized_) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("slice ", info_.id, " already has its initial value"));
+  }
+  std::vector<float> params(info_.numel);
+  if (absl::Status st =
+          core::ParseFp32(values, params, absl::StrCat("initial value of slice ", info_.id));
+      !st.ok()) {
+    return Refused(Refusal::kMalformed, st.message());
+  }
+  model_.velocity.assign(params.size(), 0.0f);
+  published_ = core::SharedFp32(params);
+  model_.params = std::move(params);
+  KeepPublishedModelLocked();
+  initialized_ = true;
+  TakeDueWatchersLocked(wake);
+  return absl::OkStatus();
+}
+
+absl::Status SliceRound::CheckOpenRoundLocked(uint32_t worker, uint64_t round) const {
+  if (!initialized_) {
+    return Refused(
+        Refusal::kNotReady,
+        absl::StrCat("slice ", info_.id, " has no initial value yet; pull version 0 first"));
+  }
+  if (round < version_ || (round == version_ && closing_)) {
+    return Refused(Refusal::kLate,
+                   absl::StrCat("late push from worker ", worker, ": round ", round, " of slice ",
+                                info_.id, " is closed (slice is at version ", version_,
+                                closing_ ? ", aggregating)" : ")"));
+  }
+  if (round > version_) {
+    return Refused(Refusal::kFutureRound,
+                   absl::StrCat("push from worker ", worker, " for round ", round, " of slice ",
+                                info_.id, " before that round opened (slice is at version ",
+                                version_, "); pull version ", round, " first"));
+  }
+  return absl::OkStatus();
+}
+
+std::span<float> SliceRound::SlotLocked(uint32_t worker, uint32_t first, uint32_t count) {
+  if (inputs_.values.empty()) inputs_.values.resize(size_t{rules_->num_workers} * info_.numel);
+  return std::span<float>(inputs_.values.data() + size_t{worker} * info_.numel + first, count);
+}
+
+absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uint64_t round,
+                                                            std::string_view codec,
+                                                            DecoderFn decoder,
+                                                            std::string_view payload) {
+  absl::MutexLock lock(&mu_);
+  // The round's state first: a late or duplicate push is refused before its codec is
+  // looked at.
+  if (absl::Status st = CheckOpenRoundLocked(worker, round); !st.ok()) return st;
+  if (inputs_.pushed[worker]) {
+    return Refused(Refusal::kDuplicate, absl::StrCat("duplicate push from worker ", worker,
+                                                     " for round ", round, " of slice ", info_.id));
+  }
+  absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
+  if (!decoded_by.ok()) return decoded_by.status();
+  if (absl::Status st = (*decoded_by)->Decode(payload, SlotLocked(worker, 0, info_.numel));
+      !st.ok()) {
+    return Refused(
+        Refusal::kMalformed,
+        absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
+                     info_.id, " (codec ", core::ClientText(codec), "): ", st.message()));
+  }
+  inputs_.pushed[worker] = 1;
+  ++num_pushed_;
+  ++num_complete_;
+  const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
+  inputs_.supports[worker] = shared == codecs::SharedStructure::kSeededSupport
+                                 ? codecs::SeededSupportOf(payload)
+                                 : std::nullopt;
+  if (rules_->keep_signs) {
+    if (shared == codecs::SharedStructure::kSignBits) {
+      inputs_.sign_payloads[worker].assign(payload);
+    } else {
+      inputs_.sign_payloads[worker].clear();
+    }
+  }
+  return AfterPushLocked();
+}
+
+absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std::string_view codec,
+                                                             DecoderFn decoder,
+                                                             std::string_view payload) {
+  absl::MutexLock lock(&mu_);
+  if (absl::Status st = CheckOpenRoundLocked(c.worker, c.round); !st.ok()) return st;
+  ChunkedPush& push = inputs_.chunked[c.worker];
+  // Built only for a refusal.
+  auto what = [&] {
+    return absl::StrCat("chunk ", c.index, " of ", c.count_in_push, " from worker ", c.worker,
+                        " for round ", c.round, " of slice ", info_.id);
+  };
+  if (push.chunk_count == 0 && inputs_.pushed[c.worker]) {
+    return Refused(Refusal::kDuplicate,
+                   absl::StrCat("chunk from worker ", c.worker, " for round ", c.round,
+                                " of slice ", info_.id, ", which it already pushed over gRPC"));
+  }
+  if (push.chunk_count != 0 && push.chunk_elems != c.chunk_elems) {
+    return Refused(Refusal::kMalformed,
+                   absl::StrCat("malformed ", what(), ": chunk size ", c.chunk_elems,
+                                " after chunks of ", push.chunk_elems, " in the same push"));
+  }
+  if (push.chunk_count != 0 && push.seen[c.index]) {
+    return Refused(Refusal::kDuplicate,
+                   absl::StrCat("replayed chunk ", c.index, " from worker ", c.worker,
+                                " for round ", c.round, " of slice ", info_.id));
+  }
+  absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
+  if (!decoded_by.ok()) return decoded_by.status();
+  if (absl::Status st = (*decoded_by)->Decode(payload, SlotLocked(c.worker, c.first, c.count));
+      !st.ok()) {
+    return Refused(Refusal::kMalformed, absl::StrCat("malformed ", what(), ": codec ",
+                                                     core::ClientText(codec), ": ", st.message()));
+  }
+  if (push.chunk_count == 0) {
+    push.chunk_elems = c.chunk_elems;
+    push.chunk_count = c.count_in_push;
+    push.received = 0;
+    push.seen.assign(c.count_in_push, 0);
+    inputs_.pushed[c.worker] = 1;
+    ++num_pushed_;
+    // Chunks never share a support or carry a whole sign payload: aggregate decoded.
+    inputs_.supports[c.worker] = std::nullopt;
+    if (rules_->keep_signs) inputs_.sign_payloads[c.worker].clear();
+  }
+  push.seen[c.index] = 1;
+  if (++push.received == push.chunk_count) ++num_complete_;
+  return AfterPushLocked();
+}
+
+SliceRound::Progress SliceRound::AfterPushLocked() {
+  Progress p;
+  if (num_complete_ == rules_->num_workers ||
+      (deadline_passed_ && num_pushed_ >= rules_->QuorumAt(version_))) {
+    p.closed = true;
+    p.at_deadline = deadline_passed_;
+    CloseLocked();
+    return p;
+  }
+  if (!deadline_.has_value()) SetDeadlineLocked();
+  return p;
+}
+
+void SliceRound::SetDeadlineLocked() {
+  deadline_ = rules_->DeadlineFromNow();
+  rules_->deadlines->Add(info_.id, *deadline_);
+}
+
+void SliceRound::CloseLocked() {
+  closing_ = true;
+  if (deadline_.has_value()) rules_->deadlines->Remove(info_.id, *deadline_);
+  deadline_.reset();
+  deadline_passed_ = false;
+  ClosedRound& r = closed_.emplace();
+  r.info = info_;
+  r.round = version_;
+  r.inputs = std::move(inputs_);
+  r.model = std::move(model_);
+}
+
+SliceRound::DeadlineOutcome SliceRound::OnDeadline(core::SteadyTime now) {
+  absl::MutexLock lock(&mu_);
+  DeadlineOutcome out;
+  if (closing_ || !deadline_.has_value() || *deadline_ > now) return out;
+  deadline_.reset();
+  out.due = true;
+  out.round = version_;
+  out.pushed = num_pushed_;
+  out.complete = num_complete_;
+  out.quorum = rules_->QuorumAt(version_);
+  if (num_pushed_ >= out.quorum) {
+    out.closed = true;
+    CloseLocked();
+  } else {
+    deadline_passed_ = true;
+  }
+  return out;
+}
+
+void SliceRound::StartDeadlineAt(uint64_t round) {
+  absl::MutexLock lock(&mu_);
+  if (version_ != round || closing_ || deadline_.has_value()) return;
+  SetDeadlineLocked();
+}
+
+std::optional<ClosedRound> SliceRound::TakeClosed() {
+  absl::MutexLock lock(&mu_);
+  std::optional<ClosedRound> r = std::move(closed_);
+  closed_.reset();
+  return r;
+}
+
+void SliceRound::ResetRoundLocked() {
+  std::fill(inputs_.pushed.begin(), inputs_.pushed.end(), 0);
+  std::fill(inputs_.supports.begin(), inputs_.supports.end(), std::nullopt);
+  for (ChunkedPush& push : inputs_.chunked) push.chunk_count = push.received = 0;
+  num_pushed_ = 0;
+  num_complete_ = 0;
+  if (deadline_.has_value()) rules_->deadlines->Remove(info_.id, *deadline_);
+  deadline_.reset();
+  deadline_passed_ = false;
+}
+
+void SliceRound::Publish(ClosedRound round, std::shared_ptr<const std::string> values,
+                         Wakeups* wake) {
+  absl::MutexLock lock(&mu_);
+  inputs_ = std::move(round.inputs);
+  model_ = std::move(round.model);
+  ++version_;
+  ResetRoundLocked();
+  closing_ = false;
+  published_ = std::move(values);
+  KeepPublishedModelLocked();
+  // The new round already carries UDP chunks on this shard: its deadline runs now.
+  if (rules_->UdpRound(version_)) SetDeadlineLocked();
+  TakeDueWatchersLocked(wake);
+}
+
+bool SliceRound::FastForward(uint64_t version, Wakeups* wake) {
+  absl::MutexLock lock(&mu_);
+  if (version_ >= version || closing_ || !initialized_) return false;
+  version_ = version;
+  ResetRoundLocked();
+  TakeDueWatchersLocked(wake);
+  return true;
+}
+
+absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
+  absl::MutexLock lock(&mu_);
+  if (closing_) return absl::FailedPreconditionError("restore into a slice that is aggregating");
+  if (c.values.size() != size_t{info_.numel} * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint slice ", info_.id, " has ",
+                                                   c.values.size(), " bytes of values for ",
+                                                   info_.numel, " elements"));
+  }
+  model_.params.resize(info_.numel);
+  std::memcpy(model_.params.data(), c.values.data(), c.values.size());
+  model_.velocity = c.velocity.empty() ? std::vector<float>(info_.numel, 0.0f) : c.velocity;
+  if (c.rule_state.size() == model_.rule_state.size()) model_.rule_state = c.rule_state;
+  version_ = c.version;
+  ResetRoundLocked();
+  initialized_ = true;
+  published_ = std::make_shared<const std::string>(c.values);
+  KeepPublishedModelLocked();
+  return absl::OkStatus();
+}
+
+SliceCheckpoint SliceRound::Capture(bool with_velocity) const {
+  absl::MutexLock lock(&mu_);
+  SliceCheckpoint out;
+  out.slice_id = info_.id;
+  out.version = version_;
+  if (published_ != nullptr) out.values = *published_;
+  if (published_velocity_ != nullptr && with_velocity) out.velocity = *published_velocity_;
+  if (published_rule_state_ != nullptr) out.rule_state = *published_rule_state_;
+  return out;
+}
+
+void SliceRound::KeepPublishedModelLocked() {
+  if (!rules_->keep_published_model) return;
+  published_velocity_ = std::make_shared<const std::vector<float>>(model_.velocity);
+  published_rule_state_ = std::make_shared<const std::vector<float>>(model_.rule_state);
+}
+
+void SliceRound::TakeDueWatchersLocked(Wakeups* wake) {
+  if (!initialized_) return;
+  for (auto it = watchers_.begin(); it != watchers_.end();) {
+    if (it->second.first <= version_) {
+      wake->push_back(std::move(it->second.second));
+      watchers_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
+}
+
+uint64_t SliceRound::Watch(uint64_t min_version, std::function<void(bool)> ready, uint64_t id,
+                           bool closed_to_watchers) {
+  bool now;
+  {
+    absl::MutexLock lock(&mu_);
+    now = initialized_ && version_ >= min_version;
+    if (!now && !closed_to_watchers) {
+      watchers_.emplace(id, std::make_pair(min_version, std::move(ready)));
+      return id;
+    }
+  }
+  ready(now);
+  return 0;
+}
+
+void SliceRound::Unwatch(uint64_t watch_id) {
+  std::function<void(bool)> dropped;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = watchers_.find(watch_id);
+    if (it == watchers_.end()) return;
+    dropped = std::move(it->second.second);
+    watchers_.erase(it);
+  }
+  // `dropped` (and what it holds) is destroyed here, outside the slice's lock.
+}
+
+Wakeups SliceRound::TakeAllWatchers() {
+  Wakeups all;
+  absl::MutexLock lock(&mu_);
+  for (auto& [id, watch] : watchers_) all.push_back(std::move(watch.second));
+  watchers_.clear();
+  return all;
+}
+
+SliceSnapshot SliceRound::Snapshot() const {
+  absl::MutexLock lock(&mu_);
+  return SliceSnapshot{version_, published_};
+}
+
+uint64_t SliceRound::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+size_t SliceRound::watcher_count() const {
+  absl::MutexLock lock(&mu_);
+  return watchers_.size();
+}
+
+}  // namespace ps::server

@@ -1,0 +1,275 @@
+// SliceRound: the round state machine of one slice a shard owns: its published version
+// and values, the pushes of its open round, its deadline and the pulls waiting for a
+// version.
+//
+//        Initialize              push / chunk              Close (all pushed, or the
+//   new ------------> open(v) ---------------> open(v) ---- deadline with the quorum)
+//                       ^                                     |
+//                       |  Publish(closed round, values)      v
+//                       +---------------------- closed(v) -- TakeClosed --> aggregating(v)
+//
+// Ownership is in the types: closing moves the round's buffers (decoded pushes, seeded
+// supports, sign bits, chunk maps) and the slice's model (parameters, SGD velocity, rule
+// state) into a ClosedRound; whoever aggregates it owns them and hands them back with
+// Publish, which opens round v + 1 with the same buffers. Nothing else can reach them in
+// between, so the aggregation runs without the slice's lock.
+//
+// ResetRoundLocked is the one path that empties an open round: after a publish, when a
+// slice moves up to a newer version (FastForward) and when a checkpoint is restored.
+//
+// Refusals are typed (core/refusal.h) and neither counted nor logged here: the shard
+// does that once, where the refusal leaves it.
+//
+// Thread-safe: one mutex per slice. It may be held while taking the DeadlineQueue's
+// (the innermost lock); nothing else is taken under it, and watcher callbacks are
+// returned to the caller to run after it is released.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "codecs/codec.h"
+#include "codecs/compressed.h"
+#include "core/clock.h"
+#include "core/layout.h"
+#include "server/checkpoint.h"
+#include "server/deadline_queue.h"
+
+namespace ps::server {
+
+// What every slice of a shard closes its rounds by; shared by them, owned by the shard.
+struct RoundRules {
+  uint32_t num_workers = 0;
+  // Pushes that close a round at its deadline.
+  uint32_t quorum = 0;
+  core::Duration round_deadline{};
+  core::Clock* clock = nullptr;
+  DeadlineQueue* deadlines = nullptr;
+  // Keep sign pushes' packed bits for a vote (the rule votes on signs).
+  bool keep_signs = false;
+  // Keep copies of the model with each publication (checkpoints are on).
+  bool keep_published_model = false;
+  // Rows of rule state per slice element (aggregators::Aggregator::StateRows).
+  size_t state_rows = 0;
+  // Highest round that carried a UDP chunk to this shard (-1: none yet).
+  std::atomic<int64_t> udp_round{-1};
+
+  // A worker whose datagrams were all lost cannot be told from an absent one, and
+  // nothing is retransmitted: in a round that carried UDP chunks on this shard, every
+  // slice closes at its deadline with what came (quorum 0). The aggregation refuses fewer
+  // inputs than the rule needs, which drops the round (parameters unchanged) instead of
+  // stalling it (docs/transport.md, "Closing a round").
+  uint32_t QuorumAt(uint64_t round) const;
+  bool UdpRound(uint64_t round) const;
+  core::SteadyTime DeadlineFromNow() const;
+};
+
+// Parameters, SGD velocity and the rule's memory of one slice (centered clipping's
+// centre), numel values each (rule_state: state_rows * numel).
+struct SliceModel {
+  std::vector<float> params;
+  std::vector<float> velocity;
+  std::vector<float> rule_state;
+};
+
+// One worker's UDP push of the open round: the chunk size its first chunk fixed, and
+// which chunks came. chunk_count 0: no UDP push.
+struct ChunkedPush {
+  uint32_t chunk_elems = 0;
+  uint32_t chunk_count = 0;
+  uint32_t received = 0;
+  std::vector<uint8_t> seen;
+};
+
+// The pushes of one round, per worker.
+struct RoundInputs {
+  // Decoded pushes: worker w at [w * numel, (w + 1) * numel); allocated at the first push.
+  std::vector<float> values;
+  // Compressed-domain aggregation (docs/codecs.md): the seeded support of a random-k push,
+  // and the bytes of a sign push when the rule votes on signs.
+  std::vector<std::optional<codecs::SeededSupport>> supports;
+  std::vector<std::string> sign_payloads;
+  std::vector<ChunkedPush> chunked;
+  // Worker w sent something this round (a push or a chunk).
+  std::vector<uint8_t> pushed;
+};
+
+// ctx.masks for the inputs of some workers: null for a whole push, else a bitmap of the
+// coordinates whose chunks came.
+struct InputMasks {
+  std::vector<std::vector<uint8_t>> bits;
+  std::vector<const uint8_t*> ptrs;  // empty when every push is whole
+};
+
+// A closed round, owned by its aggregation: the slice's pushes and model, moved out of
+// the slice at close and handed back with SliceRound::Publish.
+struct ClosedRound {
+  core::SliceInfo info;
+  uint64_t round = 0;
+  RoundInputs inputs;
+  SliceModel model;
+
+  // Workers that pushed, increasing.
+  std::vector<uint32_t> Workers() const;
+  // Their decoded rows.
+  std::vector<const float*> Rows(std::span<const uint32_t> workers) const;
+  InputMasks MasksOf(std::span<const uint32_t> workers) const;
+  // The sorted kept coordinates when every one of `workers` pushed random-k with the same
+  // seeded support, else empty.
+  std::vector<uint32_t> SharedSupport(std::span<const uint32_t> workers) const;
+  // The packed sign bits of `workers`, or empty unless every one of them sent some.
+  std::vector<std::string_view> Signs(std::span<const uint32_t> workers) const;
+  // Chunks missing from workers that sent at least one chunk (masked coordinates).
+  uint64_t ChunksLost() const;
+};
+
+// A published slice: immutable, shared by every pull that sends it.
+struct SliceSnapshot {
+  uint64_t version = 0;
+  std::shared_ptr<const std::string> values;  // little-endian fp32
+};
+
+// Pull callbacks whose version was reached (or false at shutdown), to run without locks.
+using Wakeups = std::vector<std::function<void(bool)>>;
+void RunWakeups(Wakeups& wake, bool ready);
+
+class SliceRound {
+ public:
+  // Borrows `rules`, which must outlive this. Without `aggregate_only` the slice has no
+  // version until Initialize; with it, version 0 is an all-zero aggregate.
+  SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only);
+  SliceRound(const SliceRound&) = delete;
+  SliceRound& operator=(const SliceRound&) = delete;
+
+  const core::SliceInfo& info() const { return info_; }
+
+  // Sets version 0 from `values` (numel little-endian fp32). ALREADY_EXISTS the second
+  // time (checked first), kMalformed for a wrong size or a non-finite value.
+  absl::Status Initialize(std::string_view values, Wakeups* wake);
+
+  // What a taken push did to the round.
+  struct Progress {
+    bool closed = false;  // the round closed: aggregate it (TakeClosed)
+    bool at_deadline = false;
+  };
+  using DecoderFn = absl::FunctionRef<absl::StatusOr<std::shared_ptr<const codecs::Codec>>()>;
+  // A whole push of `worker` for `round`. The round's state is checked before `decoder`
+  // is asked for the codec: late (kLate), early (kFutureRound), uninitialized (kNotReady),
+  // duplicate (kDuplicate); kMalformed when the payload does not decode.
+  // `codec` is the name the push gave (quoted, cut short, in refusals).
+  absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
+                                      DecoderFn decoder, std::string_view payload);
+  // One chunk of a UDP push: coordinates [first, first + count) of the slice, chunk
+  // `index` of `count_in_push` chunks of `chunk_elems`. Also kDuplicate for a replayed
+  // chunk or a slice already pushed over gRPC, kMalformed for a chunk size changing
+  // within a push. The first chunk of a worker counts it in the round.
+  struct Chunk {
+    uint32_t worker = 0;
+    uint64_t round = 0;
+    uint32_t index = 0;
+    uint32_t count_in_push = 0;
+    uint32_t chunk_elems = 0;
+    uint32_t first = 0;
+    uint32_t count = 0;
+  };
+  absl::StatusOr<Progress> AcceptChunk(const Chunk& chunk, std::string_view codec,
+                                       DecoderFn decoder, std::string_view payload);
+
+  // What a deadline did (Shard::Tick logs it).
+  struct DeadlineOutcome {
+    bool due = false;     // the deadline was this slice's and has passed
+    bool closed = false;  // with the quorum: aggregate it (TakeClosed)
+    uint64_t round = 0;
+    uint32_t pushed = 0, complete = 0, quorum = 0;
+  };
+  DeadlineOutcome OnDeadline(core::SteadyTime now);
+  // The first UDP chunk of `round` on this shard: starts this slice's deadline if it is
+  // at that round and has none, so that a slice whose datagrams were all lost closes.
+  void StartDeadlineAt(uint64_t round);
+
+  // The round Close parked for its aggregation (nullopt if another took it).
+  std::optional<ClosedRound> TakeClosed();
+  // Publishes `round`'s result: version + 1 with `values` (fp32 bytes), the model and the
+  // buffers back from the aggregation; opens the next round.
+  void Publish(ClosedRound round, std::shared_ptr<const std::string> values, Wakeups* wake);
+
+  // Moves a slice below `version` up to it (parameters unchanged, the open round
+  // discarded); not one that is closed or uninitialized. Returns whether it moved.
+  bool FastForward(uint64_t version, Wakeups* wake);
+  // Before any worker is admitted: sets the slice from a checkpoint.
+  absl::Status Restore(const SliceCheckpoint& checkpoint);
+  // The published state, as a checkpoint stores it.
+  SliceCheckpoint Capture(bool with_velocity) const;
+
+  // Calls `ready(true)` inline when the slice has `min_version`, `ready(false)` when
+  // `closed_to_watchers` (shutting down); else keeps it and returns its id.
+  uint64_t Watch(uint64_t min_version, std::function<void(bool)> ready, uint64_t id,
+                 bool closed_to_watchers);
+  // Forgets a watch that has not fired.
+  void Unwatch(uint64_t watch_id);
+  // Every waiting watch (shutdown).
+  Wakeups TakeAllWatchers();
+
+  SliceSnapshot Snapshot() const;
+  uint64_t version() const;
+  size_t watcher_count() const;
+
+ private:
+  absl::Status CheckOpenRoundLocked(uint32_t worker, uint64_t round) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The slot of `worker`'s decoded push (allocating the round's buffer at first use).
+  std::span<float> SlotLocked(uint32_t worker, uint32_t first, uint32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a push or chunk was taken: closes the round when every push is complete (or
+  // the deadline passed with the quorum), else starts its deadline.
+  Progress AfterPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the round and the model into closed_ for the aggregation.
+  void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Empties the open round (the one reset path) and forgets its deadline.
+  void ResetRoundLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetDeadlineLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies of the model for checkpoints, when they are kept.
+  void KeepPublishedModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeDueWatchersLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const core::SliceInfo info_;
+  RoundRules* const rules_;
+
+  mutable absl::Mutex mu_;
+  // Whether version 0 (the initial value) exists; nothing is published before.
+  bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  // Published version; round `version_` is the open one.
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<const std::string> published_ ABSL_GUARDED_BY(mu_);
+  // With checkpoints on: the velocity and rule state that go with `published_`.
+  std::shared_ptr<const std::vector<float>> published_velocity_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<float>> published_rule_state_ ABSL_GUARDED_BY(mu_);
+  // The model and the open round's pushes, while the round is open.
+  SliceModel model_ ABSL_GUARDED_BY(mu_);
+  RoundInputs inputs_ ABSL_GUARDED_BY(mu_);
+  uint32_t num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
+  uint32_t num_complete_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set from Close until Publish: pushes for the round are late.
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<ClosedRound> closed_ ABSL_GUARDED_BY(mu_);
+  std::optional<core::SteadyTime> deadline_ ABSL_GUARDED_BY(mu_);
+  bool deadline_passed_ ABSL_GUARDED_BY(mu_) = false;
+  // Waiting watches by id: the version each waits for and what to call.
+  absl::flat_hash_map<uint64_t, std::pair<uint64_t, std::function<void(bool)>>> watchers_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server

@@ -1,0 +1,69 @@
+// core::ModelLayout <-> ps.v1.Layout (net/layout_proto.h), the one conversion the worker
+// and the shard share.
+#include "net/layout_proto.h"
+
+#include <gtest/gtest.h>
+
+#include <vector>
+
+namespace ps::net {
+namespace {
+
+core::ModelLayout TwoTensors() {
+  absl::StatusOr<core::ModelLayout> l =
+      core::ModelLayout::Create({{"w", 100, 1}, {"b", 10, 0}}, /*slice_elems=*/32,
+                                /*num_shards=*/2);
+  EXPECT_TRUE(l.ok()) << l.status();
+  return *std::move(l);
+}
+
+TEST(LayoutProtoTest, ALayoutComesBackTheSame) {
+  const core::ModelLayout layout = TwoTensors();
+  v1::Layout msg;
+  LayoutToProto(layout, &msg);
+  EXPECT_EQ(msg.slice_elems(), 32u);
+  EXPECT_EQ(msg.num_shards(), 2u);
+  ASSERT_EQ(msg.tensors_size(), 2);
+  EXPECT_EQ(msg.tensors(0).name(), "w");
+  EXPECT_EQ(msg.tensors(0).numel(), 100u);
+  EXPECT_EQ(msg.tensors(0).priority(), 1);
+  EXPECT_TRUE(SameLayout(layout, msg));
+  absl::StatusOr<core::ModelLayout> back = LayoutFromProto(msg);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->hash(), layout.hash());
+  const std::vector<core::TensorSpec> tensors = TensorsFromProto(msg);
+  ASSERT_EQ(tensors.size(), 2u);
+  EXPECT_EQ(tensors[1].name, "b");
+  EXPECT_EQ(tensors[1].numel, 10u);
+}
+
+TEST(LayoutProtoTest, AnyDifferenceIsAnotherLayout) {
+  const core::ModelLayout layout = TwoTensors();
+  v1::Layout msg;
+  LayoutToProto(layout, &msg);
+  v1::Layout other = msg;
+  other.set_slice_elems(16);
+  EXPECT_FALSE(SameLayout(layout, other));
+  other = msg;
+  other.set_num_shards(3);
+  EXPECT_FALSE(SameLayout(layout, other));
+  other = msg;
+  other.mutable_tensors(1)->set_priority(2);
+  EXPECT_FALSE(SameLayout(layout, other));
+  other = msg;
+  other.mutable_tensors(0)->set_name("v");
+  EXPECT_FALSE(SameLayout(layout, other));
+  other = msg;
+  other.add_tensors()->set_name("extra");
+  EXPECT_FALSE(SameLayout(layout, other));
+}
+
+TEST(LayoutProtoTest, AnInvalidMessageGetsTheCreateError) {
+  v1::Layout msg;
+  LayoutToProto(TwoTensors(), &msg);
+  msg.mutable_tensors(1)->set_name("w");  // duplicate name
+  EXPECT_EQ(LayoutFromProto(msg).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps::net

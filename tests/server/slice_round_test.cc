@@ -1,0 +1,530 @@
+// The round state machine of one slice (SliceRound) and the share protocol of model
+// rounds (ModelRounds), each on its own: no Shard, no thread pool.
+#include "server/slice_round.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aggregators/aggregator.h"
+#include "codecs/codec.h"
+#include "core/clock.h"
+#include "core/fp32_bytes.h"
+#include "core/refusal.h"
+#include "core/thread_pool.h"
+#include "server/deadline_queue.h"
+#include "server/model_rounds.h"
+#include "server/round_aggregation.h"
+#include "server/slice_table.h"
+
+namespace ps::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string Fp32(const std::vector<float>& v) {
+  std::string s;
+  core::AppendFp32(v, &s);
+  return s;
+}
+
+class SliceRoundTest : public ::testing::Test {
+ protected:
+  SliceRoundTest() {
+    rules_.num_workers = 3;
+    rules_.quorum = 2;
+    rules_.round_deadline = milliseconds(100);
+    rules_.clock = &clock_;
+    rules_.deadlines = &deadlines_;
+    info_.id = 4;
+    info_.numel = 2;
+    codec_ = std::shared_ptr<const codecs::Codec>(codecs::MakeCodec("fp32").value());
+    encoder_ = codecs::MakeCodec("fp32").value();
+  }
+
+  // A FunctionRef to decode_, which outlives every call.
+  SliceRound::DecoderFn Decoder() { return decode_; }
+
+  absl::StatusOr<SliceRound::Progress> Push(SliceRound& s, uint32_t worker, uint64_t round,
+                                            std::vector<float> values) {
+    return s.AcceptPush(worker, round, "fp32", Decoder(), Encoded(values));
+  }
+
+  // A push's payload: `values` through the fp32 codec.
+  std::string Encoded(const std::vector<float>& values) {
+    std::string out;
+    EXPECT_TRUE(encoder_->Encode(values, &out).ok());
+    return out;
+  }
+
+  void Init(SliceRound& s) {
+    Wakeups wake;
+    absl::Status st = s.Initialize(Fp32({1.0f, 2.0f}), &wake);
+    ASSERT_TRUE(st.ok()) << st;
+  }
+
+  core::ManualClock clock_;
+  DeadlineQueue deadlines_;
+  RoundRules rules_;
+  core::SliceInfo info_;
+  std::shared_ptr<const codecs::Codec> codec_;
+  std::unique_ptr<codecs::Codec> encoder_;
+  int decoder_calls_ = 0;
+  std::function<absl::StatusOr<std::shared_ptr<const codecs::Codec>>()> decode_ = [this] {
+    ++decoder_calls_;
+    return absl::StatusOr<std::shared_ptr<const codecs::Codec>>(codec_);
+  };
+};
+
+TEST_F(SliceRoundTest, ClosingMovesTheBuffersIntoTheClosedRoundAndPublishBringsThemBack) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(Push(s, 2, 0, {3, 5}).ok());
+  absl::StatusOr<SliceRound::Progress> last = Push(s, 1, 0, {2, 2});
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_TRUE(last->closed);
+  EXPECT_FALSE(last->at_deadline);
+  EXPECT_EQ(deadlines_.Next(), std::nullopt) << "a closed round has no deadline";
+
+  // Closed, not yet published: a push for the round is late, and nothing is decoded.
+  const int calls = decoder_calls_;
+  absl::StatusOr<SliceRound::Progress> late = Push(s, 0, 0, {9, 9});
+  EXPECT_EQ(core::RefusalOf(late.status()), core::Refusal::kLate);
+  EXPECT_EQ(decoder_calls_, calls);
+
+  std::optional<ClosedRound> r = s.TakeClosed();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_FALSE(s.TakeClosed().has_value()) << "a closed round is taken once";
+  EXPECT_EQ(r->round, 0u);
+  EXPECT_EQ(r->Workers(), (std::vector<uint32_t>{0, 1, 2}));
+  const std::vector<uint32_t> two = {0, 2};
+  std::vector<const float*> rows = r->Rows(two);
+  EXPECT_EQ(rows[1][0], 3.0f);
+  EXPECT_EQ(rows[1][1], 5.0f);
+  EXPECT_EQ(r->model.params, (std::vector<float>{1.0f, 2.0f}));
+  EXPECT_TRUE(r->MasksOf(two).ptrs.empty()) << "whole pushes need no masks";
+  EXPECT_TRUE(r->SharedSupport(two).empty());
+  EXPECT_EQ(r->ChunksLost(), 0u);
+  const float* buffer = r->inputs.values.data();
+
+  r->model.params = {7.0f, 8.0f};
+  Wakeups wake;
+  s.Publish(*std::move(r), core::SharedFp32(std::vector<float>{7.0f, 8.0f}), &wake);
+  EXPECT_EQ(s.version(), 1u);
+  EXPECT_EQ(*s.Snapshot().values, Fp32({7.0f, 8.0f}));
+  // Round 1 is open with the same buffer, emptied.
+  ASSERT_TRUE(Push(s, 1, 1, {4, 4}).ok());
+  ASSERT_TRUE(Push(s, 0, 1, {4, 4}).ok());
+  ASSERT_TRUE(Push(s, 2, 1, {4, 4}).ok());
+  std::optional<ClosedRound> next = s.TakeClosed();
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->inputs.values.data(), buffer) << "the round's buffer is reused, not reallocated";
+  EXPECT_EQ(next->model.params, (std::vector<float>{7.0f, 8.0f}));
+}
+
+TEST_F(SliceRoundTest, RefusalsAreTypedAndStateChecksComeBeforeTheCodec) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  EXPECT_EQ(core::RefusalOf(Push(s, 0, 0, {1, 1}).status()), core::Refusal::kNotReady);
+  Init(s);
+  Wakeups wake;
+  EXPECT_EQ(s.Initialize(Fp32({1.0f, 2.0f}), &wake).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(core::RefusalOf(Push(s, 0, 1, {1, 1}).status()), core::Refusal::kFutureRound);
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  const int calls = decoder_calls_;
+  EXPECT_EQ(core::RefusalOf(Push(s, 0, 0, {1, 1}).status()), core::Refusal::kDuplicate);
+  EXPECT_EQ(decoder_calls_, calls) << "a duplicate is refused before its codec is looked at";
+  EXPECT_EQ(core::RefusalOf(Push(s, 1, 0, {1}).status()), core::Refusal::kMalformed);
+  EXPECT_EQ(core::RefusalOf(s.AcceptPush(1, 0, "fp32", Decoder(), "junk").status()),
+            core::Refusal::kMalformed);
+  // A malformed push does not count: worker 1 may still push.
+  ASSERT_TRUE(Push(s, 1, 0, {1, 1}).ok());
+  // The decoder's own refusal comes back as it is.
+  absl::StatusOr<SliceRound::Progress> unknown = s.AcceptPush(
+      2, 0, "nope",
+      []() -> absl::StatusOr<std::shared_ptr<const codecs::Codec>> {
+        return core::Refused(core::Refusal::kUnknownCodec, "no such codec");
+      },
+      Encoded({1, 1}));
+  EXPECT_EQ(core::RefusalOf(unknown.status()), core::Refusal::kUnknownCodec);
+}
+
+TEST_F(SliceRoundTest, TheDeadlineClosesARoundWithItsQuorumOrWaitsForIt) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(deadlines_.Next().has_value()) << "the first push starts the deadline";
+  clock_.Advance(milliseconds(150));
+  SliceRound::DeadlineOutcome below = s.OnDeadline(clock_.Now());
+  EXPECT_TRUE(below.due);
+  EXPECT_FALSE(below.closed);
+  EXPECT_EQ(below.pushed, 1u);
+  EXPECT_EQ(below.quorum, 2u);
+  // The quorum is reached after the deadline: that push closes the round at once.
+  absl::StatusOr<SliceRound::Progress> second = Push(s, 1, 0, {1, 1});
+  ASSERT_TRUE(second.ok());
+  EXPECT_TRUE(second->closed);
+  EXPECT_TRUE(second->at_deadline);
+  std::optional<ClosedRound> r = s.TakeClosed();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->Workers(), (std::vector<uint32_t>{0, 1}));
+}
+
+TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  const SliceRound::Chunk first{/*worker=*/0,        /*round=*/0, /*index=*/0,
+                                /*count_in_push=*/2,
+                                /*chunk_elems=*/1,   /*first=*/0, /*count=*/1};
+  ASSERT_TRUE(s.AcceptChunk(first, "fp32", Decoder(), Encoded({6})).ok());
+  EXPECT_EQ(core::RefusalOf(s.AcceptChunk(first, "fp32", Decoder(), Encoded({6})).status()),
+            core::Refusal::kDuplicate)
+      << "a replayed chunk";
+  SliceRound::Chunk resized = first;
+  resized.index = 1;
+  resized.chunk_elems = 2;
+  EXPECT_EQ(core::RefusalOf(s.AcceptChunk(resized, "fp32", Decoder(), Encoded({6})).status()),
+            core::Refusal::kMalformed);
+  ASSERT_TRUE(Push(s, 1, 0, {1, 1}).ok());
+  SliceRound::Chunk over_grpc = first;
+  over_grpc.worker = 1;
+  EXPECT_EQ(core::RefusalOf(s.AcceptChunk(over_grpc, "fp32", Decoder(), Encoded({6})).status()),
+            core::Refusal::kDuplicate)
+      << "a chunk for a slice the worker pushed over gRPC";
+  clock_.Advance(milliseconds(150));
+  SliceRound::DeadlineOutcome out = s.OnDeadline(clock_.Now());
+  ASSERT_TRUE(out.closed);
+  std::optional<ClosedRound> r = s.TakeClosed();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->ChunksLost(), 1u);
+  const std::vector<uint32_t> workers = r->Workers();
+  const InputMasks masks = r->MasksOf(workers);
+  ASSERT_EQ(masks.ptrs.size(), 2u);
+  ASSERT_NE(masks.ptrs[0], nullptr);
+  EXPECT_EQ(masks.ptrs[0][0], 0b01) << "only coordinate 0 of worker 0 came";
+  EXPECT_EQ(masks.ptrs[1], nullptr) << "worker 1's push is whole";
+  EXPECT_EQ(r->Rows(workers)[0][0], 6.0f);
+}
+
+TEST_F(SliceRoundTest, WatchersWakeAtTheirVersionAndFastForwardIsTheResetPath) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  std::vector<std::pair<int, bool>> fired;
+  // Before the initial value, even version 0 waits.
+  EXPECT_NE(s.Watch(
+                0,
+                [&](bool ok) {
+                  fired.push_back({0, ok});
+                },
+                1, false),
+            0u);
+  EXPECT_NE(s.Watch(
+                3,
+                [&](bool ok) {
+                  fired.push_back({3, ok});
+                },
+                2, false),
+            0u);
+  const uint64_t gone = s.Watch(
+      5,
+      [&](bool ok) {
+        fired.push_back({5, ok});
+      },
+      3, false);
+  EXPECT_EQ(s.watcher_count(), 3u);
+  s.Unwatch(gone);
+  EXPECT_EQ(s.watcher_count(), 2u);
+  Wakeups wake;
+  ASSERT_TRUE(s.Initialize(Fp32({1.0f, 2.0f}), &wake).ok());
+  RunWakeups(wake, true);
+  EXPECT_EQ(fired, (std::vector<std::pair<int, bool>>{{0, true}}));
+
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(deadlines_.Next().has_value());
+  ASSERT_TRUE(s.FastForward(3, &wake));
+  EXPECT_EQ(deadlines_.Next(), std::nullopt) << "the discarded round's deadline goes with it";
+  RunWakeups(wake, true);
+  EXPECT_EQ(fired.back(), (std::pair<int, bool>{3, true}));
+  EXPECT_EQ(s.version(), 3u);
+  EXPECT_FALSE(s.FastForward(2, &wake)) << "never backwards";
+  // The round at version 3 is empty: worker 0 may push again.
+  EXPECT_TRUE(Push(s, 0, 3, {1, 1}).ok());
+  // Already there: inline. Shutting down: false at once.
+  EXPECT_EQ(s.Watch(
+                1,
+                [&](bool ok) {
+                  fired.push_back({1, ok});
+                },
+                4, false),
+            0u);
+  EXPECT_EQ(s.Watch(
+                9,
+                [&](bool ok) {
+                  fired.push_back({9, ok});
+                },
+                5, true),
+            0u);
+  EXPECT_EQ(fired.back(), (std::pair<int, bool>{9, false}));
+}
+
+TEST_F(SliceRoundTest, CaptureAndRestoreKeepTheModel) {
+  rules_.keep_published_model = true;
+  rules_.state_rows = 1;
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  SliceCheckpoint c;
+  c.slice_id = info_.id;
+  c.version = 7;
+  c.values = Fp32({3.0f, 4.0f});
+  c.velocity = {0.5f, 0.25f};
+  c.rule_state = {1.0f, -1.0f};
+  ASSERT_TRUE(s.Restore(c).ok());
+  SliceCheckpoint back = s.Capture(/*with_velocity=*/true);
+  EXPECT_EQ(back.version, 7u);
+  EXPECT_EQ(back.values, c.values);
+  EXPECT_EQ(back.velocity, c.velocity);
+  EXPECT_EQ(back.rule_state, c.rule_state);
+  EXPECT_TRUE(s.Capture(/*with_velocity=*/false).velocity.empty());
+  SliceCheckpoint short_values = c;
+  short_values.values.resize(4);
+  EXPECT_EQ(s.Restore(short_values).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Push(s, 0, 7, {1, 1}).ok()) << "the restored version's round is open";
+}
+
+TEST(ModelRoundsTest, ARoundCompletesOnceWithEveryShareAndAdvances) {
+  core::ManualClock clock;
+  DeadlineQueue deadlines;
+  ModelRounds m(
+      {/*shard_id=*/0, /*num_shards=*/2, /*num_workers=*/3, /*state_rows=*/0, milliseconds(50)},
+      &clock, &deadlines);
+  EXPECT_FALSE(m.SliceClosed(2));
+  EXPECT_TRUE(m.SliceClosed(2)) << "the last owned slice starts the round";
+  EXPECT_FALSE(m.SliceClosed(2)) << "and the count starts again";
+  auto share = [](uint32_t shard, uint64_t round) {
+    auto s = std::make_shared<RoundShare>();
+    s->shard_id = shard;
+    s->round = round;
+    s->participants = {0, 2};
+    s->gram = {1, 2, 2, 4};
+    return s;
+  };
+  // A peer's share for the next round may come early.
+  ASSERT_TRUE(m.Store(share(1, 1)).ok());
+  EXPECT_EQ(m.Store(share(1, 2)).status().code(), absl::StatusCode::kOutOfRange);
+  absl::StatusOr<std::optional<ModelRounds::Complete>> own = m.Store(share(0, 0));
+  ASSERT_TRUE(own.ok());
+  EXPECT_FALSE(own->has_value());
+  ASSERT_TRUE(m.due().has_value()) << "the peers' shares are awaited";
+  EXPECT_EQ(m.Store(share(0, 0)).status().code(), absl::StatusCode::kAlreadyExists);
+  absl::StatusOr<std::optional<ModelRounds::Complete>> done = m.Store(share(1, 0));
+  ASSERT_TRUE(done.ok());
+  ASSERT_TRUE(done->has_value());
+  EXPECT_EQ((*done)->round, 0u);
+  EXPECT_EQ((*done)->shares.size(), 2u);
+  EXPECT_FALSE(m.due().has_value());
+  EXPECT_FALSE(m.Overdue(clock.Now() + milliseconds(100)).has_value())
+      << "a round being finished is not overdue";
+  EXPECT_FALSE(m.Advance(0).has_value()) << "round 1 lacks this shard's share";
+  EXPECT_EQ(m.Store(share(1, 0)).status().code(), absl::StatusCode::kOutOfRange) << "done";
+  ASSERT_TRUE(m.Store(share(0, 1)).ok());
+  EXPECT_FALSE(m.Overdue(clock.Now()).has_value());
+  // Round 1 had both shares the moment its own came: it was claimed by that Store.
+  EXPECT_FALSE(m.due().has_value());
+}
+
+TEST(ModelRoundsTest, MissingPeerSharesMakeTheRoundOverdueOnce) {
+  core::ManualClock clock;
+  DeadlineQueue deadlines;
+  int told = 0;
+  deadlines.SetListener([&] { ++told; });
+  ModelRounds m({0, 2, 3, 0, milliseconds(50)}, &clock, &deadlines);
+  auto own = std::make_shared<RoundShare>();
+  own->participants = {0};
+  own->gram = {1};
+  ASSERT_TRUE(m.Store(own).ok());
+  EXPECT_EQ(told, 1) << "the ticker learns of the peers' deadline";
+  EXPECT_FALSE(m.Overdue(clock.Now()).has_value());
+  clock.Advance(milliseconds(60));
+  EXPECT_EQ(m.Overdue(clock.Now()), 0u);
+  EXPECT_FALSE(m.Overdue(clock.Now()).has_value()) << "claimed once";
+  m.FastForward(5);
+  own = std::make_shared<RoundShare>(*own);
+  EXPECT_EQ(m.Store(own).status().code(), absl::StatusCode::kOutOfRange) << "round 0 is gone";
+}
+
+TEST(ModelRoundsTest, ChecksTheShapeOfAPeersShare) {
+  core::ManualClock clock;
+  DeadlineQueue deadlines;
+  ModelRounds m({0, 2, 3, 1, milliseconds(50)}, &clock, &deadlines);
+  RoundShare s;
+  s.shard_id = 1;
+  s.participants = {0, 2};
+  s.gram.assign(9, 1.0);
+  EXPECT_TRUE(m.CheckShare(s).ok());
+  RoundShare own = s;
+  own.shard_id = 0;
+  EXPECT_EQ(core::RefusalOf(m.CheckShare(own)), core::Refusal::kMalformed);
+  RoundShare unordered = s;
+  unordered.participants = {2, 0};
+  EXPECT_EQ(core::RefusalOf(m.CheckShare(unordered)), core::Refusal::kMalformed);
+  RoundShare beyond = s;
+  beyond.participants = {0, 3};
+  EXPECT_EQ(core::RefusalOf(m.CheckShare(beyond)), core::Refusal::kMalformed);
+  RoundShare small = s;
+  small.gram.resize(4);
+  EXPECT_EQ(core::RefusalOf(m.CheckShare(small)), core::Refusal::kMalformed);
+  RoundShare nan = s;
+  nan.gram[4] = NAN;
+  EXPECT_EQ(core::RefusalOf(m.CheckShare(nan)), core::Refusal::kMalformed);
+}
+
+TEST(CombineSharesTest, SumsOnlyTheAgreedParticipantsAndTheStateRows) {
+  auto a = std::make_shared<RoundShare>();
+  a->participants = {0, 1, 2};
+  // 3 participants + 1 state row: 4 x 4, entry (i, j) = 10 * i + j.
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < 4; ++j) a->gram.push_back(10 * i + j);
+  }
+  auto b = std::make_shared<RoundShare>();
+  b->participants = {0, 2};
+  b->gram.assign(9, 1.0);
+  const CombinedShares c = CombineShares({a, b}, /*state_rows=*/1);
+  EXPECT_EQ(c.agreed, (std::vector<uint32_t>{0, 2}));
+  // Rows of a: worker 0 -> 0, worker 2 -> 2, state -> 3.
+  const std::vector<double> expected = {0 + 1,  2 + 1,  3 + 1,   //
+                                        20 + 1, 22 + 1, 23 + 1,  //
+                                        30 + 1, 32 + 1, 33 + 1};
+  EXPECT_EQ(c.gram, expected);
+}
+
+// A closed round of `numel` values per worker, each row given.
+ClosedRound RoundOf(const std::vector<std::vector<float>>& rows) {
+  ClosedRound r;
+  r.info.numel = static_cast<uint32_t>(rows[0].size());
+  const size_t n = rows.size();
+  r.inputs.pushed.assign(n, 1);
+  r.inputs.supports.assign(n, std::nullopt);
+  r.inputs.chunked.assign(n, ChunkedPush{});
+  for (const auto& row : rows)
+    r.inputs.values.insert(r.inputs.values.end(), row.begin(), row.end());
+  r.model.params.assign(r.info.numel, 1.0f);
+  r.model.velocity.assign(r.info.numel, 0.0f);
+  return r;
+}
+
+TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 3;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false);
+  ClosedRound r = RoundOf({{1, 2}, {3, 4}, {5, 9}});
+  r.inputs.pushed[1] = 0;  // worker 1 did not push: its row is not read
+  std::vector<float> out(2);
+  AggregationCounts counts;
+  ASSERT_TRUE(a.Aggregate(r, out, &counts).ok());
+  EXPECT_EQ(out, (std::vector<float>{3, 5.5f}));
+  EXPECT_EQ(counts.on_support + counts.sign_votes + counts.masked, 0u);
+  absl::Status st;
+  std::shared_ptr<const std::string> values = a.Step(r, out, st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(r.model.params, (std::vector<float>{1 - 1.5f, 1 - 2.75f}));
+  EXPECT_EQ(*values, Fp32(r.model.params));
+
+  // A non-finite aggregate becomes an error, and the parameters stay.
+  std::vector<float> inf = {INFINITY, 0};
+  absl::Status bad;
+  values = a.Step(r, inf, bad);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(*values, Fp32({1 - 1.5f, 1 - 2.75f}));
+
+  // Model scope: participants are the workers in every slice's round.
+  ClosedRound other = RoundOf({{1, 1}, {1, 1}, {1, 1}});
+  std::vector<ClosedRound> rounds;
+  rounds.push_back(std::move(r));
+  rounds.push_back(std::move(other));
+  EXPECT_EQ(a.Participants(rounds, 3), (std::vector<uint32_t>{0, 2}));
+}
+
+TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 2;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{}, /*aggregate_only=*/true);
+  ClosedRound r = RoundOf({{1, 2}, {3, 4}});
+  std::vector<float> out = {2, 3};
+  absl::Status st;
+  EXPECT_EQ(*a.Step(r, out, st), Fp32({2, 3}));
+  absl::Status failed = absl::InvalidArgumentError("too few inputs");
+  EXPECT_EQ(*a.Step(r, out, failed), Fp32({0, 0}));
+}
+
+TEST(SliceTableTest, TheFirstLayoutWinsAndLookupsNameWhatIsWrong) {
+  core::ManualClock clock;
+  DeadlineQueue deadlines;
+  RoundRules rules;
+  rules.num_workers = 2;
+  rules.clock = &clock;
+  rules.deadlines = &deadlines;
+  SliceTable t({/*shard_id=*/1, /*num_shards=*/2, /*num_workers=*/2,
+                /*max_message_bytes=*/1 << 20, /*max_shard_bytes=*/1 << 30, /*state_rows=*/0,
+                /*keep_published_model=*/false, /*aggregate_only=*/false,
+                /*priority_order=*/true},
+               &rules);
+  EXPECT_FALSE(t.registered());
+  EXPECT_EQ(t.layout(), nullptr);
+  EXPECT_EQ(core::RefusalOf(t.Lookup(1, 0).status()), core::Refusal::kNoLayout);
+  EXPECT_TRUE(t.CheckJoin(0, 1234).ok()) << "any layout may join before registration";
+
+  EXPECT_EQ(core::RefusalOf(t.Register(0, {{"w", 10, 0}}, 4, /*num_shards=*/3).status()),
+            core::Refusal::kBadLayout);
+  EXPECT_EQ(core::RefusalOf(t.Register(0, {{"w", 10, 0}}, 1 << 20, 2).status()),
+            core::Refusal::kBadLayout)
+      << "slices larger than a message";
+  EXPECT_EQ(core::RefusalOf(t.Register(0, {{"w", 1ull << 28, 0}}, 1 << 16, 2).status()),
+            core::Refusal::kOverLimit);
+  EXPECT_FALSE(t.registered()) << "nothing refused was installed";
+
+  // Tensor b (priority 0) is more urgent than a (priority 5).
+  const std::vector<core::TensorSpec> tensors = {{"a", 8, 5}, {"b", 8, 0}};
+  absl::StatusOr<std::vector<uint32_t>> owned = t.Register(0, tensors, 4, 2);
+  ASSERT_TRUE(owned.ok()) << owned.status();
+  ASSERT_TRUE(t.registered());
+  const uint64_t hash = t.hash();
+  EXPECT_EQ(hash, core::ModelLayout::Hash(tensors, 4, 2));
+  EXPECT_EQ(t.owned_count(), owned->size());
+  std::vector<uint32_t> sorted = *owned;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(t.owned_ids(), sorted);
+  EXPECT_EQ(t.publish_order(), *owned) << "priority order";
+  EXPECT_EQ(t.layout()->slices()[owned->front()].tensor, 1u);
+
+  EXPECT_EQ(t.Register(1, tensors, 4, 2).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(core::RefusalOf(t.Register(1, {{"c", 8, 0}}, 4, 2).status()),
+            core::Refusal::kLayoutMismatch);
+  EXPECT_EQ(core::RefusalOf(t.CheckJoin(1, hash + 1)), core::Refusal::kLayoutMismatch);
+  EXPECT_TRUE(t.CheckJoin(1, hash).ok());
+
+  EXPECT_EQ(core::RefusalOf(t.Lookup(hash + 1, owned->front()).status()),
+            core::Refusal::kLayoutMismatch);
+  EXPECT_EQ(core::RefusalOf(t.Lookup(hash, 99).status()), core::Refusal::kUnknownSlice);
+  uint32_t other = 0;
+  while (std::find(owned->begin(), owned->end(), other) != owned->end()) ++other;
+  EXPECT_EQ(core::RefusalOf(t.Lookup(hash, other).status()), core::Refusal::kWrongShard);
+  absl::StatusOr<SliceRound*> s = t.Lookup(hash, owned->front());
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(*s, t.slice(owned->front()));
+
+  EXPECT_FALSE(t.ready());
+  for (size_t i = 0; i + 1 < owned->size(); ++i) EXPECT_FALSE(t.SliceInitialized());
+  EXPECT_TRUE(t.SliceInitialized()) << "the last one makes the shard ready";
+  EXPECT_TRUE(t.ready());
+  EXPECT_EQ(t.Restore(*t.layout(), {}).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace ps::server
