@@ -323,7 +323,6 @@ class Shard {
   // urgent first; otherwise in the order they closed (slice id order in model scope).
   const bool priority_schedule_;
   core::Clock* const clock_;
-  core::ThreadPool* const pool_;
 
   DecoderCache decoders_;
   std::atomic<uint64_t> next_watch_id_{1};
