@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
@@ -158,7 +159,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
                                                             std::string_view codec,
                                                             DecoderFn decoder,
                                                             std::string_view payload) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);
   // The round's state first: a late or duplicate push is refused before its codec is
   // looked at.
   if (absl::Status st = CheckOpenRoundLocked(worker, round); !st.ok()) return st;
@@ -195,7 +196,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
 absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std::string_view codec,
                                                              DecoderFn decoder,
                                                              std::string_view payload) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);
   if (absl::Status st = CheckOpenRoundLocked(c.worker, c.round); !st.ok()) return st;
   ChunkedPush& push = inputs_.chunked[c.worker];
   // Built only for a refusal.
@@ -256,7 +257,17 @@ SliceRound::Progress SliceRound::AfterPushLocked() {
 
 void SliceRound::SetDeadlineLocked() {
   deadline_ = rules_->DeadlineFromNow();
-  rules_->deadlines->Add(info_.id, *deadline_);
+  // Registered once mu_ is released (Locked): the queue's listener takes the ticker's
+  // lock, which must never be taken under a slice's.
+  pending_deadline_ = deadline_;
+}
+
+SliceRound::Locked::Locked(SliceRound* s) : s_(s) { s_->mu_.Lock(); }
+
+SliceRound::Locked::~Locked() {
+  const std::optional<core::SteadyTime> added = std::exchange(s_->pending_deadline_, std::nullopt);
+  s_->mu_.Unlock();
+  if (added.has_value()) s_->rules_->deadlines->Add(s_->info_.id, *added);
 }
 
 void SliceRound::CloseLocked() {
@@ -291,7 +302,7 @@ SliceRound::DeadlineOutcome SliceRound::OnDeadline(core::SteadyTime now) {
 }
 
 void SliceRound::StartDeadlineAt(uint64_t round) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);
   if (version_ != round || closing_ || deadline_.has_value()) return;
   SetDeadlineLocked();
 }
@@ -316,7 +327,7 @@ void SliceRound::ResetRoundLocked() {
 
 void SliceRound::Publish(ClosedRound round, std::shared_ptr<const std::string> values,
                          Wakeups* wake) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);
   inputs_ = std::move(round.inputs);
   model_ = std::move(round.model);
   ++version_;

@@ -20,9 +20,10 @@
 // Refusals are typed (core/refusal.h) and neither counted nor logged here: the shard
 // does that once, where the refusal leaves it.
 //
-// Thread-safe: one mutex per slice. It may be held while taking the DeadlineQueue's
-// (the innermost lock); nothing else is taken under it, and watcher callbacks are
-// returned to the caller to run after it is released.
+// Thread-safe: one mutex per slice. It may be held while removing a deadline from the
+// DeadlineQueue (the innermost lock); new deadlines are added after it is released (the
+// queue then wakes the server's ticker, whose lock must never be taken under a slice's),
+// and watcher callbacks are returned to the caller to run after it is released.
 #pragma once
 
 #include <atomic>
@@ -228,6 +229,19 @@ class SliceRound {
   size_t watcher_count() const;
 
  private:
+  // Holds mu_; on release registers a deadline set meanwhile with the DeadlineQueue,
+  // after mu_ is unlocked.
+  class ABSL_SCOPED_LOCKABLE Locked {
+   public:
+    explicit Locked(SliceRound* s) ABSL_EXCLUSIVE_LOCK_FUNCTION(s->mu_);
+    ~Locked() ABSL_UNLOCK_FUNCTION();
+    Locked(const Locked&) = delete;
+    Locked& operator=(const Locked&) = delete;
+
+   private:
+    SliceRound* const s_;
+  };
+
   absl::Status CheckOpenRoundLocked(uint32_t worker, uint64_t round) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slot of `worker`'s decoded push (allocating the round's buffer at first use).
@@ -266,6 +280,8 @@ class SliceRound {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<ClosedRound> closed_ ABSL_GUARDED_BY(mu_);
   std::optional<core::SteadyTime> deadline_ ABSL_GUARDED_BY(mu_);
+  // Set by SetDeadlineLocked, registered by ~Locked.
+  std::optional<core::SteadyTime> pending_deadline_ ABSL_GUARDED_BY(mu_);
   bool deadline_passed_ ABSL_GUARDED_BY(mu_) = false;
   // Waiting watches by id: the version each waits for and what to call.
   absl::flat_hash_map<uint64_t, std::pair<uint64_t, std::function<void(bool)>>> watchers_
