@@ -3,28 +3,12 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "core/fp32_bytes.h"
 #include "core/status.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
-
-std::string_view AggregationStageName(AggregationStage stage) {
-  switch (stage) {
-    case AggregationStage::kSlice:
-      return "slice";
-    case AggregationStage::kModelGram:
-      return "model_gram";
-    case AggregationStage::kModelApply:
-      return "model_apply";
-    case AggregationStage::kCount:
-      break;
-  }
-  return "unknown";
-}
 
 Shard::Shard(const ServerOptions& options, uint32_t shard_id,
              std::unique_ptr<aggregators::Aggregator> aggregator, core::Clock* clock,
@@ -46,17 +30,22 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       priority_schedule_(options.schedule == Schedule::kPriority),
       clock_(clock),
       decoders_(options.max_cached_decoders),
+      counters_(shard_id, options.num_workers),
       sessions_(options.num_workers),
       table_(SliceTable::Config{shard_id, options.num_shards, options.num_workers,
                                 options.max_message_bytes, EffectiveMaxShardBytes(options),
                                 aggregator_->StateRows(), !options.checkpoint_dir.empty(),
                                 options.aggregate_only, options.schedule == Schedule::kPriority},
              &rules_),
-      model_rounds_(
-          ModelRounds::Config{shard_id, options.num_shards, options.num_workers,
-                              aggregator_->StateRows(),
-                              std::chrono::duration_cast<core::Duration>(options.peer_timeout)},
-          clock, &deadlines_),
+      model_(ModelRounds::Config{shard_id, options.num_shards, options.num_workers,
+                                 aggregator_->StateRows(),
+                                 std::chrono::duration_cast<core::Duration>(options.peer_timeout)},
+             clock, &deadlines_,
+             ModelCoordinator::Parts{
+                 &table_, &aggregation_, aggregator_.get(), &jobs_, &counters_,
+                 [this](ClosedRound round, std::vector<float>& out, absl::Status st) {
+                   PublishRound(std::move(round), out, std::move(st));
+                 }}),
       jobs_(pool) {
   rules_.num_workers = options_.num_workers;
   rules_.quorum = quorum_;
@@ -66,7 +55,6 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
   rules_.keep_signs = aggregator_->VotesOnSigns();
   rules_.keep_published_model = !options_.checkpoint_dir.empty();
   rules_.state_rows = aggregator_->StateRows();
-  stats_.malformed_by_worker.assign(options_.num_workers, 0);
 }
 
 Shard::~Shard() {
@@ -75,57 +63,11 @@ Shard::~Shard() {
 }
 
 absl::Status Shard::Refuse(Refusal r, absl::string_view message) const {
-  return Counted(core::Refused(r, message));
-}
-
-absl::Status Shard::Counted(absl::Status status) const {
-  const std::optional<Refusal> r = core::RefusalOf(status);
-  if (!r.has_value()) return status;
-  uint64_t count;
-  {
-    absl::MutexLock lock(&stats_mu_);
-    count = ++stats_.refusals[static_cast<size_t>(*r)];
-  }
-  // Logarithmic logging: a worker repeating the same fault cannot flood the log.
-  if (std::has_single_bit(count)) {
-    spdlog::warn("shard {}: refused ({}, {} so far): {}", shard_id_, RefusalName(*r), count,
-                 std::string(status.message()));
-  } else {
-    spdlog::debug("shard {}: refused ({}): {}", shard_id_, RefusalName(*r),
-                  std::string(status.message()));
-  }
-  return status;
-}
-
-absl::Status Shard::RefusedPush(uint32_t worker_id, absl::Status status) {
-  if (core::RefusalOf(status) == Refusal::kMalformed) CountMalformed(worker_id);
-  return Counted(std::move(status));
-}
-
-void Shard::CountMalformed(uint32_t worker_id) {
-  uint64_t count;
-  {
-    absl::MutexLock stats_lock(&stats_mu_);
-    count = ++stats_.malformed_by_worker[worker_id];
-  }
-  // Per worker, since the refusal log above is rate-limited over all workers together.
-  if (std::has_single_bit(count)) {
-    spdlog::warn(
-        "shard {}: worker {} sent {} malformed pushes or chunks so far (faulty or "
-        "hostile?)",
-        shard_id_, worker_id, count);
-  }
+  return counters_.Counted(core::Refused(r, message));
 }
 
 void Shard::SetAggregationObserver(std::function<void(AggregationStage, core::Duration)> observer) {
-  absl::MutexLock lock(&observer_mu_);
-  aggregation_observer_ = std::move(observer);
-}
-
-void Shard::ObserveAggregation(AggregationStage stage,
-                               std::chrono::steady_clock::time_point start) {
-  absl::ReaderMutexLock lock(&observer_mu_);
-  if (aggregation_observer_) aggregation_observer_(stage, std::chrono::steady_clock::now() - start);
+  counters_.SetObserver(std::move(observer));
 }
 
 absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash) {
@@ -140,7 +82,7 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   if (layout_hash == 0) {
     return Refuse(Refusal::kBadLayout, "join without a layout hash");
   }
-  PS_RETURN_IF_ERROR(Counted(table_.CheckJoin(worker_id, layout_hash)));
+  PS_RETURN_IF_ERROR(counters_.Counted(table_.CheckJoin(worker_id, layout_hash)));
   JoinResult result;
   result.layout_registered = table_.registered();
   result.ready = table_.ready();
@@ -175,7 +117,7 @@ absl::StatusOr<std::shared_ptr<const UdpPeer>> Shard::UdpSession(uint64_t udp_se
 
 absl::Status Shard::AnswerRegistered(const core::ModelLayout& have, uint32_t worker_id, bool same,
                                      const absl::AlphaNum& offered) const {
-  return Counted(table_.AnswerRegistered(have, worker_id, same, offered));
+  return counters_.Counted(table_.AnswerRegistered(have, worker_id, same, offered));
 }
 
 absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
@@ -193,7 +135,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::RegisterLayout(uint32_t worker_id,
 
 absl::StatusOr<std::vector<uint32_t>> Shard::Registered(
     uint32_t worker_id, absl::StatusOr<std::vector<uint32_t>> owned) {
-  if (!owned.ok()) return Counted(owned.status());
+  if (!owned.ok()) return counters_.Counted(owned.status());
   const core::ModelLayout& layout = *table_.layout();
   spdlog::info("shard {}: worker {} registered layout {:x}: {} tensors, {} slices, {} owned",
                shard_id_, worker_id, layout.hash(), layout.tensors().size(), layout.slices().size(),
@@ -203,7 +145,7 @@ absl::StatusOr<std::vector<uint32_t>> Shard::Registered(
 
 absl::StatusOr<SliceRound*> Shard::LookupSlice(uint64_t layout_hash, uint32_t slice_id) {
   absl::StatusOr<SliceRound*> s = table_.Lookup(layout_hash, slice_id);
-  if (!s.ok()) return Counted(s.status());
+  if (!s.ok()) return counters_.Counted(s.status());
   return s;
 }
 
@@ -215,7 +157,7 @@ absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t
                               std::string_view values) {
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
   Wakeups wake;
-  PS_RETURN_IF_ERROR(Counted(s->Initialize(values, &wake)));
+  PS_RETURN_IF_ERROR(counters_.Counted(s->Initialize(values, &wake)));
   if (table_.SliceInitialized())
     spdlog::info("shard {}: ready (all slices initialized)", shard_id_);
   RunWakeups(wake, true);  // their min_version 0 <= version 0
@@ -253,13 +195,8 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec, [&] { return Decoder(worker_id, slice_id, codec); }, payload);
-  if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  {
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.pushes_accepted;
-    stats_.push_bytes += payload.size();
-    stats_.push_decoded_bytes += uint64_t{s->info().numel} * sizeof(float);
-  }
+  if (!progress.ok()) return counters_.RefusedPush(worker_id, progress.status());
+  counters_.PushAccepted(payload.size(), uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   return absl::OkStatus();
 }
@@ -276,7 +213,7 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   }
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash(), h.slice_id));
   if (absl::Status geometry = net::CheckChunkGeometry(h, s->info().numel); !geometry.ok()) {
-    return RefusedPush(
+    return counters_.RefusedPush(
         worker_id,
         core::Refused(Refusal::kMalformed,
                       absl::StrCat("malformed chunk ", h.chunk_index, " of ", h.chunk_count,
@@ -288,33 +225,24 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
                                 h.chunk_elems, range.first, range.count};
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptChunk(
       chunk, codec, [&] { return Decoder(worker_id, h.slice_id, codec); }, payload);
-  if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  {
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.udp_chunks_accepted;
-    stats_.push_bytes += payload.size();
-    stats_.push_decoded_bytes += uint64_t{range.count} * sizeof(float);
-  }
+  if (!progress.ok()) return counters_.RefusedPush(worker_id, progress.status());
+  counters_.ChunkAccepted(payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
   StartUdpRound(h.round);
   return absl::OkStatus();
 }
 
-void Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {
-  if (at_deadline) {
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.rounds_closed_at_deadline;
-  }
+uint64_t Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {
+  const uint64_t closed_at_deadline = at_deadline ? counters_.ClosedAtDeadline() : 0;
   if (model_scope_) {
-    // The round is aggregated once every owned slice has closed (StartModelRound).
-    if (model_rounds_.SliceClosed(table_.owned_count()))
-      jobs_.Submit([this, round] { StartModelRound(round); });
-    return;
+    model_.SliceClosed(round);  // the round starts once every owned slice closed it
+    return closed_at_deadline;
   }
   // Each job aggregates the most urgent closed slice at the time it runs (P3), not
   // necessarily the one that scheduled it.
   jobs_.SubmitRanked(priority_schedule_ ? slice.info().priority : 0, slice.info().id,
                      [this](uint32_t id) { AggregateSlice(id); });
+  return closed_at_deadline;
 }
 
 void Shard::AggregateSlice(uint32_t slice_id) {
@@ -324,181 +252,35 @@ void Shard::AggregateSlice(uint32_t slice_id) {
   std::vector<float> out(round->info.numel);
   AggregationCounts counts;
   absl::Status st = aggregation_.Aggregate(*round, out, &counts);
-  Count(counts, round->ChunksLost());
-  ObserveAggregation(AggregationStage::kSlice, start);
+  counters_.Aggregated(counts, round->ChunksLost());
+  counters_.Observe(AggregationStage::kSlice, start);
   PublishRound(*std::move(round), out, st);
-}
-
-void Shard::Count(const AggregationCounts& counts, uint64_t chunks_lost) {
-  absl::MutexLock stats_lock(&stats_mu_);
-  stats_.aggregations_on_support += counts.on_support;
-  stats_.sign_votes += counts.sign_votes;
-  stats_.masked_aggregations += counts.masked;
-  stats_.udp_chunks_lost += chunks_lost;
 }
 
 void Shard::PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st) {
   std::shared_ptr<const std::string> values = aggregation_.Step(round, out, st);
-  if (!st.ok()) {
-    // Keep serving: the unchanged parameters (or a zero aggregate) are published so
-    // workers move on; say loudly that this round was dropped.
-    uint64_t dropped;
-    {
-      absl::MutexLock stats_lock(&stats_mu_);
-      dropped = ++stats_.aggregation_errors;
-    }
-    // The 1st, 2nd, 4th, 8th, ... loudly (a lossy UDP path can drop many), the rest at debug.
-    spdlog::log(std::has_single_bit(dropped) ? spdlog::level::err : spdlog::level::debug,
-                "shard {}: round {} of slice {} dropped ({} so far): {}", shard_id_, round.round,
-                round.info.id, dropped, std::string(st.message()));
-  }
+  // Keep serving: after an error the unchanged parameters (or a zero aggregate) are
+  // published so workers move on; the counters say loudly that this round was dropped.
+  // Counted before publishing: a watcher woken below may read the stats.
+  counters_.Published(round.round, round.info.id, st);
   Wakeups wake;
   SliceRound* slice = table_.slice(round.info.id);
   slice->Publish(std::move(round), std::move(values), &wake);
-  {
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.rounds_closed;
-  }
   RunWakeups(wake, true);
 }
 
 void Shard::SetShareSender(std::function<void(std::shared_ptr<const RoundShare>)> sender) {
-  model_rounds_.SetSender(std::move(sender));
-}
-
-void Shard::StartModelRound(uint64_t round) {
-  // Owned slices in increasing id order: the order of the Gram sums.
-  std::vector<ClosedRound> closed;
-  uint64_t chunks_lost = 0;
-  for (uint32_t id : table_.owned_ids()) {
-    std::optional<ClosedRound> r = table_.slice(id)->TakeClosed();
-    if (!r.has_value()) continue;
-    chunks_lost += r->ChunksLost();
-    closed.push_back(*std::move(r));
-  }
-  auto share = std::make_shared<RoundShare>();
-  share->layout_hash = layout_hash();
-  share->shard_id = shard_id_;
-  share->round = round;
-  share->participants = aggregation_.Participants(closed, options_.num_workers);
-  const size_t rows = share->participants.size() + aggregator_->StateRows();
-  share->gram.assign(rows * rows, 0.0);
-  absl::Status st = absl::OkStatus();
-  AggregationCounts counts;
-  if (!share->participants.empty()) {
-    const auto start = std::chrono::steady_clock::now();
-    st = aggregation_.AccumulateGram(closed, share->participants, share->gram, &counts);
-    ObserveAggregation(AggregationStage::kModelGram, start);
-  }
-  Count(counts, chunks_lost);
-  if (!st.ok()) {
-    // Only a programming error gets here (sizes are ours); keep the shards in step by
-    // sending a share without participants, which makes the round fail everywhere.
-    spdlog::error("shard {}: round {}: Gram matrix: {}", shard_id_, round,
-                  std::string(st.message()));
-    share->participants.clear();
-    share->gram.assign(aggregator_->StateRows() * aggregator_->StateRows(), 0.0);
-  }
-  // Held before the share goes out: the round may complete at once.
-  model_rounds_.Hold(round, std::move(closed));
-  const auto sender = model_rounds_.sender();
-  if (options_.num_shards > 1 && sender) sender(share);
-  if (absl::Status stored = StoreShare(share); !stored.ok()) {
-    spdlog::error("shard {}: own share of round {}: {}", shard_id_, round,
-                  std::string(stored.message()));
-  }
+  model_.SetSender(std::move(sender));
 }
 
 absl::Status Shard::AcceptShare(const RoundShare& share) {
-  auto refuse = [&](absl::Status st) {
-    {
-      absl::MutexLock stats_lock(&stats_mu_);
-      ++stats_.shares_refused;
-    }
-    spdlog::warn("shard {}: refused share of round {} from shard {}: {}", shard_id_, share.round,
-                 share.shard_id, std::string(st.message()));
-    return st;
-  };
   if (!model_scope_) {
-    return refuse(absl::FailedPreconditionError(
-        "this shard does not run in model scope (check --aggregator and --aggregation-scope)"));
+    return counters_.RefusedShare(
+        share.shard_id, share.round,
+        absl::FailedPreconditionError("this shard does not run in model scope (check "
+                                      "--aggregator and --aggregation-scope)"));
   }
-  if (!table_.registered()) {
-    return refuse(core::Refused(Refusal::kNoLayout, "no layout registered yet"));
-  }
-  if (share.layout_hash != layout_hash()) {
-    return refuse(core::Refused(Refusal::kLayoutMismatch,
-                                absl::StrCat("share for layout ", absl::Hex(share.layout_hash),
-                                             ", this shard has ", absl::Hex(layout_hash()))));
-  }
-  if (absl::Status st = model_rounds_.CheckShare(share); !st.ok()) return refuse(st);
-  if (absl::Status st = StoreShare(std::make_shared<const RoundShare>(share)); !st.ok()) {
-    return refuse(st);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Shard::StoreShare(std::shared_ptr<const RoundShare> share) {
-  PS_ASSIGN_OR_RETURN(std::optional<ModelRounds::Complete> complete,
-                      model_rounds_.Store(std::move(share)));
-  if (complete.has_value()) {
-    jobs_.Submit([this, c = *std::move(complete)]() mutable { FinishModelRound(std::move(c)); });
-  }
-  return absl::OkStatus();
-}
-
-void Shard::FinishModelRound(ModelRounds::Complete complete) {
-  const uint64_t round = complete.round;
-  CombinedShares combined = CombineShares(complete.shares, aggregator_->StateRows());
-  const size_t k = combined.agreed.size();
-  absl::StatusOr<aggregators::RoundPlan> plan = aggregator_->Plan(k, combined.gram, round);
-  {
-    // Counted before publishing: a watcher woken below may read the stats.
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.model_rounds;
-  }
-  if (plan.ok()) {
-    spdlog::debug("shard {}: round {}: {} of {} workers agreed; {}", shard_id_, round, k,
-                  options_.num_workers, plan->Describe());
-  } else {
-    spdlog::error("shard {}: model round {} dropped: {} (agreed participants: {} of {})", shard_id_,
-                  round, std::string(plan.status().message()), k, options_.num_workers);
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.model_rounds_dropped;
-  }
-  PublishModelRound(round, plan, combined.agreed);
-}
-
-void Shard::DropModelRound(uint64_t round, const std::string& why) {
-  spdlog::error("shard {}: model round {} dropped: {}", shard_id_, round, why);
-  {
-    absl::MutexLock stats_lock(&stats_mu_);
-    ++stats_.model_rounds_dropped;
-  }
-  PublishModelRound(round, absl::UnavailableError(why), {});
-}
-
-void Shard::PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::RoundPlan>& plan,
-                              const std::vector<uint32_t>& agreed) {
-  std::vector<ClosedRound> held = model_rounds_.Release(round);
-  for (uint32_t id : table_.publish_order()) {
-    auto it = std::find_if(held.begin(), held.end(),
-                           [id](const ClosedRound& r) { return r.info.id == id; });
-    if (it == held.end()) continue;
-    std::vector<float> out(it->info.numel);
-    absl::Status st = plan.status();
-    if (plan.ok()) {
-      const auto start = std::chrono::steady_clock::now();
-      AggregationCounts counts;
-      st = aggregation_.Apply(*plan, *it, agreed, out, &counts);
-      Count(counts, 0);
-      ObserveAggregation(AggregationStage::kModelApply, start);
-    }
-    PublishRound(std::move(*it), out, st);
-  }
-  if (std::optional<ModelRounds::Complete> next = model_rounds_.Advance(round)) {
-    jobs_.Submit([this, c = *std::move(next)]() mutable { FinishModelRound(std::move(c)); });
-  }
+  return model_.AcceptShare(share);
 }
 
 absl::Status Shard::ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids) {
@@ -538,23 +320,13 @@ int32_t Shard::SlicePriority(uint32_t slice_id) const {
 }
 
 void Shard::Tick(core::SteadyTime now) {
-  if (std::optional<uint64_t> drop = model_rounds_.Overdue(now)) {
-    jobs_.Submit([this, round = *drop] {
-      DropModelRound(round, absl::StrCat("no share from every peer shard within --peer-timeout-ms=",
-                                         options_.peer_timeout.count()));
-    });
-  }
+  model_.Tick(now);
   for (uint32_t id : deadlines_.PopDue(now)) {
     SliceRound* s = table_.slice(id);
     const SliceRound::DeadlineOutcome out = s->OnDeadline(now);
     if (!out.due) continue;
     if (out.closed) {
-      Closed(*s, out.round, /*at_deadline=*/true);
-      uint64_t closed;
-      {
-        absl::MutexLock stats_lock(&stats_mu_);
-        closed = stats_.rounds_closed_at_deadline;
-      }
+      const uint64_t closed = Closed(*s, out.round, /*at_deadline=*/true);
       // On a lossy UDP path most rounds close here: log the 1st, 2nd, 4th, 8th, ...
       spdlog::log(std::has_single_bit(closed) ? spdlog::level::info : spdlog::level::debug,
                   "shard {}: round {} of slice {} closed at its deadline with {} of {} pushes "
@@ -570,7 +342,7 @@ void Shard::Tick(core::SteadyTime now) {
 }
 
 std::optional<core::SteadyTime> Shard::NextDeadline() const {
-  std::optional<core::SteadyTime> next = model_rounds_.due();
+  std::optional<core::SteadyTime> next = model_.due();
   const std::optional<core::SteadyTime> slice = deadlines_.Next();
   if (slice.has_value() && (!next.has_value() || *slice < *next)) next = slice;
   return next;
@@ -657,14 +429,11 @@ uint32_t Shard::FastForward(uint64_t version) {
   Wakeups wake;
   for (uint32_t id : table_.owned_ids())
     moved += table_.slice(id)->FastForward(version, &wake) ? 1 : 0;
-  model_rounds_.FastForward(version);
+  model_.FastForward(version);
   RunWakeups(wake, true);
   return moved;
 }
 
-ShardStats Shard::stats() const {
-  absl::MutexLock lock(&stats_mu_);
-  return stats_;
-}
+ShardStats Shard::stats() const { return counters_.Get(); }
 
 }  // namespace ps::server

@@ -4,13 +4,15 @@
 //   SliceTable        the registered layout and the owned slices
 //   SliceRound        per owned slice: the round state machine, published values, watchers
 //   DeadlineQueue     when each open round is due
-//   ModelRounds       model scope: the share protocol between shards
+//   ModelCoordinator  model scope: the share protocol between shards (ModelRounds) and the
+//                     round's steps from the closed slices to publication
 //   RoundAggregation  the rule, sign votes, supports, masks and SGD over closed rounds
 //   AggregationJobs   the shard's work on the thread pool, and waiting for it
 //   DecoderCache      codec instances by name
+//   ShardCounters     ShardStats, and rate-limited logs of what a client can trigger
 //
-// The front checks and routes requests, counts and logs refusals once (Refuse), owns the
-// layout, and runs aggregations: a closed round's buffers move into a ClosedRound that
+// The front checks and routes requests, counts and logs refusals once (Refuse), and runs
+// slice-scope aggregations: a closed round's buffers move into a ClosedRound that
 // the aggregation owns and hands back with the published result (docs/architecture.md,
 // "Inside Shard").
 //
@@ -23,34 +25,26 @@
 // and never reaches the aggregator.
 //
 // Thread safety: all methods may be called concurrently. Lock order: a slice's lock,
-// then the DeadlineQueue's; the front's mu_ (layout), ModelRounds' and the stats lock are
+// then the DeadlineQueue's or ShardCounters'; the SliceTable's and ModelRounds' locks are
 // never held while taking a slice's. Watch callbacks run on whichever thread publishes
 // (a pool thread) or inline in Watch(); they must be quick.
 // Ownership: the Shard borrows `clock` and `pool`, which must outlive it.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <string>
 #include <string_view>
-#include <tuple>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "aggregators/aggregator.h"
 #include "codecs/codec.h"
-#include "codecs/compressed.h"
 #include "core/clock.h"
 #include "core/layout.h"
 #include "core/refusal.h"
@@ -61,11 +55,13 @@
 #include "server/deadline_queue.h"
 #include "server/decoder_cache.h"
 #include "server/memory_estimate.h"
+#include "server/model_coordinator.h"
 #include "server/model_rounds.h"
 #include "server/optimizer.h"
 #include "server/options.h"
 #include "server/round_aggregation.h"
 #include "server/session_table.h"
+#include "server/shard_counters.h"
 #include "server/slice_round.h"
 #include "server/slice_table.h"
 
@@ -76,43 +72,7 @@ namespace ps::server {
 using core::Refusal;
 using core::RefusalName;
 
-struct ShardStats {
-  uint64_t pushes_accepted = 0;
-  // Payload bytes of accepted pushes and UDP chunks as they came on the wire, and the
-  // fp32 bytes they decoded to (their ratio is the compression ratio).
-  uint64_t push_bytes = 0;
-  uint64_t push_decoded_bytes = 0;
-  uint64_t rounds_closed = 0;  // slice rounds
-  uint64_t rounds_closed_at_deadline = 0;
-  uint64_t aggregation_errors = 0;
-  // Model scope (docs/aggregators.md): rounds aggregated from every shard's share, rounds
-  // dropped because a peer's share did not come in time, and peer shares refused.
-  uint64_t model_rounds = 0;
-  uint64_t model_rounds_dropped = 0;
-  uint64_t shares_refused = 0;
-  // Compressed-domain aggregation (docs/codecs.md): slice aggregations (or Gram and
-  // apply steps) run on a shared random-k support, and sign votes on packed bits.
-  uint64_t aggregations_on_support = 0;
-  uint64_t sign_votes = 0;
-  // UDP path (docs/transport.md): chunks accepted, and chunks missing when their round
-  // closed (from workers that sent at least one chunk of that slice), which went into
-  // the aggregation as masked coordinates.
-  uint64_t udp_chunks_accepted = 0;
-  uint64_t udp_chunks_lost = 0;
-  uint64_t masked_aggregations = 0;
-  std::array<uint64_t, static_cast<size_t>(Refusal::kCount)> refusals{};
-  // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
-  std::vector<uint64_t> malformed_by_worker;
-};
-
-// What an aggregation observer (Shard::SetAggregationObserver) is timing.
-enum class AggregationStage : int {
-  kSlice = 0,   // one slice's round aggregated on its own (slice scope)
-  kModelGram,   // model scope: this shard's Gram share of a round, over its owned slices
-  kModelApply,  // model scope: the agreed plan applied to one slice
-  kCount,
-};
-std::string_view AggregationStageName(AggregationStage stage);
+// ShardStats and AggregationStage: server/shard_counters.h.
 
 struct JoinResult {
   std::string session;
@@ -265,16 +225,6 @@ class Shard {
   absl::Status Refuse(Refusal r, absl::string_view message) const;
 
  private:
-  // Counts and logs `status` when it is a refusal (see Refuse); returns it.
-  absl::Status Counted(absl::Status status) const;
-  // A push or chunk of `worker_id` refused by its slice: counted once, and a malformed
-  // one also against the worker.
-  absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
-  // Counts a malformed push or chunk of `worker_id` and, at its 1st, 2nd, 4th, ...,
-  // names the worker in a warning (a suspect is a log line, not a metric label).
-  void CountMalformed(uint32_t worker_id);
-  // Hands the time since `start` to the aggregation observer, if any.
-  void ObserveAggregation(AggregationStage stage, std::chrono::steady_clock::time_point start);
   // The decoder of `codec` for a push or chunk of `worker_id`, or the (uncounted) refusal.
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> Decoder(uint32_t worker_id,
                                                                uint32_t slice_id,
@@ -282,36 +232,21 @@ class Shard {
   // After a chunk of `round` was taken: the first time for that round, starts the
   // deadline of every owned slice at that round.
   void StartUdpRound(uint64_t round);
-
-  // --- layout (server/slice_table.h) ---
   // Logs a registration, or counts its refusal.
   absl::StatusOr<std::vector<uint32_t>> Registered(uint32_t worker_id,
                                                    absl::StatusOr<std::vector<uint32_t>> owned);
   // The owned slice a request names, or the (counted) refusal.
   absl::StatusOr<SliceRound*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
 
-  // --- rounds ---
-  // A slice closed `round`: schedules its aggregation (slice scope), or the model
-  // round once every owned slice closed it (model scope).
-  void Closed(const SliceRound& slice, uint64_t round, bool at_deadline);
+  // A slice closed `round`: schedules its aggregation (slice scope), or tells the model
+  // coordinator (model scope). Returns how many rounds closed at a deadline so far
+  // when this one did, else 0.
+  uint64_t Closed(const SliceRound& slice, uint64_t round, bool at_deadline);
   // Slice scope: aggregates the closed round of slice `slice_id` and publishes it.
   void AggregateSlice(uint32_t slice_id);
   // Publishes a closed round from its aggregate `out` (or, when !st.ok(), the unchanged
-  // parameters) and wakes its watchers.
+  // parameters) and wakes its watchers: both scopes publish here.
   void PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st);
-  // Adds up how aggregations went, and UDP chunks lost in closed rounds.
-  void Count(const AggregationCounts& counts, uint64_t chunks_lost);
-
-  // --- model scope (server/model_rounds.h) ---
-  // Takes the owned slices' closed rounds, computes and distributes this shard's share.
-  void StartModelRound(uint64_t round);
-  absl::Status StoreShare(std::shared_ptr<const RoundShare> share);
-  void FinishModelRound(ModelRounds::Complete complete);
-  void DropModelRound(uint64_t round, const std::string& why);
-  // Applies `plan` to every held slice with the agreed workers' pushes (or, when it is
-  // an error, publishes them unchanged), then advances the round.
-  void PublishModelRound(uint64_t round, const absl::StatusOr<aggregators::RoundPlan>& plan,
-                         const std::vector<uint32_t>& agreed);
 
   const ServerOptions options_;
   const uint32_t shard_id_;
@@ -327,20 +262,15 @@ class Shard {
   DecoderCache decoders_;
   std::atomic<uint64_t> next_watch_id_{1};
 
+  // Counting is not a change of the shard's state: const methods refuse too.
+  mutable ShardCounters counters_;
   SessionTable sessions_;
   DeadlineQueue deadlines_;
   RoundRules rules_;
   SliceTable table_;
-  ModelRounds model_rounds_;
+  ModelCoordinator model_;
 
   std::atomic<bool> draining_{false};
-
-  absl::Mutex observer_mu_;
-  std::function<void(AggregationStage, core::Duration)> aggregation_observer_
-      ABSL_GUARDED_BY(observer_mu_);
-
-  mutable absl::Mutex stats_mu_;
-  mutable ShardStats stats_ ABSL_GUARDED_BY(stats_mu_);
 
   // Last: destroyed first, after waiting for the jobs that use everything above.
   AggregationJobs jobs_;

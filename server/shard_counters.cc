@@ -1,0 +1,145 @@
+#include "server/shard_counters.h"
+
+#include <bit>
+#include <string>
+
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+
+std::string_view AggregationStageName(AggregationStage stage) {
+  switch (stage) {
+    case AggregationStage::kSlice:
+      return "slice";
+    case AggregationStage::kModelGram:
+      return "model_gram";
+    case AggregationStage::kModelApply:
+      return "model_apply";
+    case AggregationStage::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+ShardCounters::ShardCounters(uint32_t shard_id, uint32_t num_workers) : shard_id_(shard_id) {
+  stats_.malformed_by_worker.assign(num_workers, 0);
+}
+
+absl::Status ShardCounters::Counted(absl::Status status) {
+  const std::optional<core::Refusal> r = core::RefusalOf(status);
+  if (!r.has_value()) return status;
+  uint64_t count;
+  {
+    absl::MutexLock lock(&mu_);
+    count = ++stats_.refusals[static_cast<size_t>(*r)];
+  }
+  // Logarithmic logging: a worker repeating the same fault cannot flood the log.
+  spdlog::log(std::has_single_bit(count) ? spdlog::level::warn : spdlog::level::debug,
+              "shard {}: refused ({}, {} so far): {}", shard_id_, core::RefusalName(*r), count,
+              std::string(status.message()));
+  return status;
+}
+
+absl::Status ShardCounters::RefusedPush(uint32_t worker_id, absl::Status status) {
+  if (core::RefusalOf(status) == core::Refusal::kMalformed &&
+      worker_id < stats_.malformed_by_worker.size()) {  // the size never changes
+    uint64_t count;
+    {
+      absl::MutexLock lock(&mu_);
+      count = ++stats_.malformed_by_worker[worker_id];
+    }
+    // Per worker, since the refusal log is rate-limited over all workers together.
+    if (std::has_single_bit(count)) {
+      spdlog::warn(
+          "shard {}: worker {} sent {} malformed pushes or chunks so far (faulty or hostile?)",
+          shard_id_, worker_id, count);
+    }
+  }
+  return Counted(std::move(status));
+}
+
+absl::Status ShardCounters::RefusedShare(uint32_t from_shard, uint64_t round, absl::Status status) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.shares_refused;
+  }
+  spdlog::warn("shard {}: refused share of round {} from shard {}: {}", shard_id_, round,
+               from_shard, std::string(status.message()));
+  return status;
+}
+
+void ShardCounters::PushAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
+  absl::MutexLock lock(&mu_);
+  ++stats_.pushes_accepted;
+  stats_.push_bytes += wire_bytes;
+  stats_.push_decoded_bytes += decoded_bytes;
+}
+
+void ShardCounters::ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
+  absl::MutexLock lock(&mu_);
+  ++stats_.udp_chunks_accepted;
+  stats_.push_bytes += wire_bytes;
+  stats_.push_decoded_bytes += decoded_bytes;
+}
+
+uint64_t ShardCounters::ClosedAtDeadline() {
+  absl::MutexLock lock(&mu_);
+  return ++stats_.rounds_closed_at_deadline;
+}
+
+uint64_t ShardCounters::closed_at_deadline() const {
+  absl::MutexLock lock(&mu_);
+  return stats_.rounds_closed_at_deadline;
+}
+
+void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_lost) {
+  absl::MutexLock lock(&mu_);
+  stats_.aggregations_on_support += counts.on_support;
+  stats_.sign_votes += counts.sign_votes;
+  stats_.masked_aggregations += counts.masked;
+  stats_.udp_chunks_lost += chunks_lost;
+}
+
+void ShardCounters::Published(uint64_t round, uint32_t slice_id, const absl::Status& error) {
+  uint64_t dropped = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.rounds_closed;
+    if (!error.ok()) dropped = ++stats_.aggregation_errors;
+  }
+  if (error.ok()) return;
+  // The 1st, 2nd, 4th, 8th, ... loudly (a lossy UDP path can drop many), the rest at debug.
+  spdlog::log(std::has_single_bit(dropped) ? spdlog::level::err : spdlog::level::debug,
+              "shard {}: round {} of slice {} dropped ({} so far): {}", shard_id_, round, slice_id,
+              dropped, std::string(error.message()));
+}
+
+void ShardCounters::ModelRoundAggregated() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.model_rounds;
+}
+
+void ShardCounters::ModelRoundDropped(uint64_t round, std::string_view why) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.model_rounds_dropped;
+  }
+  spdlog::error("shard {}: model round {} dropped: {}", shard_id_, round, why);
+}
+
+ShardStats ShardCounters::Get() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void ShardCounters::SetObserver(std::function<void(AggregationStage, core::Duration)> observer) {
+  absl::MutexLock lock(&observer_mu_);
+  observer_ = std::move(observer);
+}
+
+void ShardCounters::Observe(AggregationStage stage, std::chrono::steady_clock::time_point start) {
+  absl::ReaderMutexLock lock(&observer_mu_);
+  if (observer_) observer_(stage, std::chrono::steady_clock::now() - start);
+}
+
+}  // namespace ps::server

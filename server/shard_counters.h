@@ -1,0 +1,112 @@
+// ShardCounters: what a shard counts (ShardStats) and the log lines that go with the
+// counts, so that nothing a client can trigger floods the log: refusals by reason (the
+// 1st, 2nd, 4th, ... of each at warning, the rest at debug), malformed pushes per
+// worker, dropped rounds, rounds closed at their deadline; and the aggregation observer
+// (metrics' timing histograms).
+//
+// Thread-safe: one mutex for the counters, one for the observer; neither is held while
+// logging or calling the observer's caller back, and both are taken under no other lock
+// of the shard's (they may be taken under a slice's).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "core/clock.h"
+#include "core/refusal.h"
+#include "server/round_aggregation.h"
+
+namespace ps::server {
+
+struct ShardStats {
+  uint64_t pushes_accepted = 0;
+  // Payload bytes of accepted pushes and UDP chunks as they came on the wire, and the
+  // fp32 bytes they decoded to (their ratio is the compression ratio).
+  uint64_t push_bytes = 0;
+  uint64_t push_decoded_bytes = 0;
+  uint64_t rounds_closed = 0;  // slice rounds
+  uint64_t rounds_closed_at_deadline = 0;
+  uint64_t aggregation_errors = 0;
+  // Model scope (docs/aggregators.md): rounds aggregated from every shard's share, rounds
+  // dropped because a peer's share did not come in time, and peer shares refused.
+  uint64_t model_rounds = 0;
+  uint64_t model_rounds_dropped = 0;
+  uint64_t shares_refused = 0;
+  // Compressed-domain aggregation (docs/codecs.md): slice aggregations (or Gram and
+  // apply steps) run on a shared random-k support, and sign votes on packed bits.
+  uint64_t aggregations_on_support = 0;
+  uint64_t sign_votes = 0;
+  // UDP path (docs/transport.md): chunks accepted, and chunks missing when their round
+  // closed (from workers that sent at least one chunk of that slice), which went into
+  // the aggregation as masked coordinates.
+  uint64_t udp_chunks_accepted = 0;
+  uint64_t udp_chunks_lost = 0;
+  uint64_t masked_aggregations = 0;
+  std::array<uint64_t, static_cast<size_t>(core::Refusal::kCount)> refusals{};
+  // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
+  std::vector<uint64_t> malformed_by_worker;
+};
+
+// What an aggregation observer (Shard::SetAggregationObserver) is timing.
+enum class AggregationStage : int {
+  kSlice = 0,   // one slice's round aggregated on its own (slice scope)
+  kModelGram,   // model scope: this shard's Gram share of a round, over its owned slices
+  kModelApply,  // model scope: the agreed plan applied to one slice
+  kCount,
+};
+std::string_view AggregationStageName(AggregationStage stage);
+
+class ShardCounters {
+ public:
+  ShardCounters(uint32_t shard_id, uint32_t num_workers);
+  ShardCounters(const ShardCounters&) = delete;
+  ShardCounters& operator=(const ShardCounters&) = delete;
+
+  // Counts and logs `status` when it carries a refusal (core::RefusalOf); returns it.
+  absl::Status Counted(absl::Status status);
+  // A push or chunk of `worker_id` refused: counted as above, and a malformed one also
+  // against the worker (named in a warning at its 1st, 2nd, 4th, ...).
+  absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
+  // A peer's share refused (logged at warning: peers are few and authenticated).
+  absl::Status RefusedShare(uint32_t from_shard, uint64_t round, absl::Status status);
+
+  // An accepted push (or UDP chunk): its wire bytes and the fp32 bytes it decoded to.
+  void PushAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
+  void ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
+  // A round closed at its deadline; how many did so far.
+  uint64_t ClosedAtDeadline();
+  uint64_t closed_at_deadline() const;
+  void Aggregated(const AggregationCounts& counts, uint64_t chunks_lost);
+  // A slice's round published; `error` when its aggregation failed (it was published
+  // unchanged), which is logged with `what` at the 1st, 2nd, 4th, ... failure.
+  void Published(uint64_t round, uint32_t slice_id, const absl::Status& error);
+  // A model round aggregated from every shard's share (its plan may still fail).
+  void ModelRoundAggregated();
+  // A model round published unchanged (its plan failed, or a peer's share did not come
+  // in time), logged with `why`.
+  void ModelRoundDropped(uint64_t round, std::string_view why);
+
+  ShardStats Get() const;
+
+  // Hands the time since `start` to the observer, if any (on the aggregating thread).
+  void SetObserver(std::function<void(AggregationStage, core::Duration)> observer);
+  void Observe(AggregationStage stage, std::chrono::steady_clock::time_point start);
+
+ private:
+  const uint32_t shard_id_;
+
+  mutable absl::Mutex mu_;
+  ShardStats stats_ ABSL_GUARDED_BY(mu_);
+
+  absl::Mutex observer_mu_;
+  std::function<void(AggregationStage, core::Duration)> observer_ ABSL_GUARDED_BY(observer_mu_);
+};
+
+}  // namespace ps::server

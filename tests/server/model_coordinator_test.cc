@@ -1,0 +1,337 @@
+// The shard's model-scope coordinator (ModelCoordinator) over real parts (a SliceTable,
+// RoundAggregation with Krum, AggregationJobs on a pool), without a Shard; and its
+// counters (ShardCounters), whose log lines a client must not be able to flood.
+#include "server/model_coordinator.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "aggregators/aggregator.h"
+#include "codecs/codec.h"
+#include "core/clock.h"
+#include "core/fp32_bytes.h"
+#include "core/refusal.h"
+#include "core/thread_pool.h"
+#include "server/shard_counters.h"
+#include "spdlog/sinks/ostream_sink.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+constexpr uint32_t kWorkers = 3;
+
+struct Published {
+  uint32_t slice = 0;
+  uint64_t round = 0;
+  std::vector<float> out;
+  absl::Status status;
+};
+
+// Shard 0 of 2 with 3 workers under Krum (f = 0), a layout of four 2-element slices.
+class ModelCoordinatorTest : public ::testing::Test {
+ protected:
+  ModelCoordinatorTest() {
+    rules_.num_workers = kWorkers;
+    rules_.quorum = kWorkers;
+    rules_.round_deadline = milliseconds(100);
+    rules_.clock = &clock_;
+    rules_.deadlines = &deadlines_;
+    aggregators::AggregatorOptions opts;
+    opts.num_workers = kWorkers;
+    krum_ = aggregators::MakeAggregator("krum", opts).value();
+    aggregation_ = std::make_unique<RoundAggregation>(krum_.get(), &pool_, SgdOptions{1.0f, 0, 0},
+                                                      /*aggregate_only=*/false);
+    coordinator_ = std::make_unique<ModelCoordinator>(
+        ModelRounds::Config{/*shard_id=*/0, /*num_shards=*/2, kWorkers, /*state_rows=*/0,
+                            milliseconds(50)},
+        &clock_, &deadlines_,
+        ModelCoordinator::Parts{&table_, aggregation_.get(), krum_.get(), &jobs_, &counters_,
+                                [this](ClosedRound round, std::vector<float>& out,
+                                       absl::Status st) { Publish(std::move(round), out, st); }});
+    coordinator_->SetSender([this](std::shared_ptr<const RoundShare> share) {
+      absl::MutexLock lock(&mu_);
+      sent_.push_back(std::move(share));
+    });
+    codec_ = std::shared_ptr<const codecs::Codec>(codecs::MakeCodec("fp32").value());
+  }
+
+  ~ModelCoordinatorTest() override { jobs_.WaitIdle(); }
+
+  // Registers the layout and gives every owned slice its initial value.
+  void Register() {
+    absl::StatusOr<std::vector<uint32_t>> owned = table_.Register(0, {{"w", 8, 0}}, 2, 2);
+    ASSERT_TRUE(owned.ok()) << owned.status();
+    owned_ = *owned;
+    ASSERT_FALSE(owned_.empty());
+    for (uint32_t id : owned_) {
+      Wakeups wake;
+      std::string init;
+      core::AppendFp32(std::vector<float>{0, 0}, &init);
+      ASSERT_TRUE(table_.slice(id)->Initialize(init, &wake).ok());
+      table_.SliceInitialized();
+    }
+  }
+
+  // Every worker pushes `rows[worker]` to every owned slice for `round`; each slice
+  // closes with the last push and tells the coordinator, as the shard does.
+  void PushAll(uint64_t round, const std::vector<std::vector<float>>& rows) {
+    for (uint32_t id : owned_) {
+      for (uint32_t w = 0; w < kWorkers; ++w) {
+        std::string payload;
+        ASSERT_TRUE(encoder_->Encode(rows[w], &payload).ok());
+        absl::StatusOr<SliceRound::Progress> p =
+            table_.slice(id)->AcceptPush(w, round, "fp32", decode_, payload);
+        ASSERT_TRUE(p.ok()) << p.status();
+        ASSERT_EQ(p->closed, w + 1 == kWorkers);
+      }
+      coordinator_->SliceClosed(round);
+    }
+  }
+
+  void Publish(ClosedRound round, std::vector<float>& out, absl::Status st) {
+    {
+      absl::MutexLock lock(&mu_);
+      published_.push_back({round.info.id, round.round, out, st});
+    }
+    std::shared_ptr<const std::string> values = aggregation_->Step(round, out, st);
+    Wakeups wake;
+    table_.slice(round.info.id)->Publish(std::move(round), std::move(values), &wake);
+    RunWakeups(wake, true);
+  }
+
+  RoundShare PeerShare(uint64_t round) const {
+    RoundShare s;
+    s.layout_hash = table_.hash();
+    s.shard_id = 1;
+    s.round = round;
+    s.participants = {0, 1, 2};
+    s.gram = {2, 2, 6, 2, 2, 6, 6, 6, 18};
+    return s;
+  }
+
+  std::vector<Published> published() {
+    absl::MutexLock lock(&mu_);
+    return published_;
+  }
+
+  core::ManualClock clock_;
+  DeadlineQueue deadlines_;
+  RoundRules rules_;
+  SliceTable table_{{/*shard_id=*/0, /*num_shards=*/2, kWorkers, /*max_message_bytes=*/1 << 20,
+                     /*max_shard_bytes=*/1 << 30, /*state_rows=*/0,
+                     /*keep_published_model=*/false, /*aggregate_only=*/false,
+                     /*priority_order=*/false},
+                    &rules_};
+  core::ThreadPool pool_{2};
+  std::unique_ptr<aggregators::Aggregator> krum_;
+  std::unique_ptr<RoundAggregation> aggregation_;
+  ShardCounters counters_{0, kWorkers};
+  std::unique_ptr<ModelCoordinator> coordinator_;
+  // Last: waits for the jobs that use everything above.
+  AggregationJobs jobs_{&pool_};
+
+  std::shared_ptr<const codecs::Codec> codec_;
+  std::unique_ptr<codecs::Codec> encoder_ = codecs::MakeCodec("fp32").value();
+  std::function<absl::StatusOr<std::shared_ptr<const codecs::Codec>>()> decode_ = [this] {
+    return absl::StatusOr<std::shared_ptr<const codecs::Codec>>(codec_);
+  };
+  std::vector<uint32_t> owned_;
+
+  absl::Mutex mu_;
+  std::vector<std::shared_ptr<const RoundShare>> sent_ ABSL_GUARDED_BY(mu_);
+  std::vector<Published> published_ ABSL_GUARDED_BY(mu_);
+};
+
+TEST_F(ModelCoordinatorTest, ARoundGoesFromTheClosedSlicesThroughTheSharesToPublication) {
+  Register();
+  // Workers 0 and 1 agree; worker 2 is far off: Krum picks 0 or 1, both {1, 1}.
+  PushAll(0, {{1, 1}, {1, 1}, {3, 3}});
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  {
+    absl::MutexLock lock(&mu_);
+    ASSERT_EQ(sent_.size(), 1u) << "this shard's share went to the peers";
+    const RoundShare& share = *sent_[0];
+    EXPECT_EQ(share.shard_id, 0u);
+    EXPECT_EQ(share.round, 0u);
+    EXPECT_EQ(share.layout_hash, table_.hash());
+    EXPECT_EQ(share.participants, (std::vector<uint32_t>{0, 1, 2}));
+    // Dot products of the pushes, summed over the owned slices.
+    const double o = static_cast<double>(owned_.size());
+    EXPECT_EQ(share.gram, (std::vector<double>{2 * o, 2 * o, 6 * o, 2 * o, 2 * o, 6 * o, 6 * o,
+                                               6 * o, 18 * o}));
+  }
+  EXPECT_TRUE(published().empty()) << "the peer's share is still awaited";
+  ASSERT_TRUE(coordinator_->due().has_value());
+
+  ASSERT_TRUE(coordinator_->AcceptShare(PeerShare(0)).ok());
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  const std::vector<Published> got = published();
+  ASSERT_EQ(got.size(), owned_.size()) << "every held slice is published once";
+  std::vector<uint32_t> order;
+  for (const Published& p : got) {
+    EXPECT_TRUE(p.status.ok()) << p.status;
+    EXPECT_EQ(p.round, 0u);
+    EXPECT_EQ(p.out, (std::vector<float>{1, 1}));
+    order.push_back(p.slice);
+  }
+  EXPECT_EQ(order, table_.publish_order());
+  const ShardStats stats = counters_.Get();
+  EXPECT_EQ(stats.model_rounds, 1u);
+  EXPECT_EQ(stats.model_rounds_dropped, 0u);
+  for (uint32_t id : owned_) EXPECT_EQ(table_.slice(id)->version(), 1u);
+
+  // The next round starts from the published slices; a share for it may come early.
+  ASSERT_TRUE(coordinator_->AcceptShare(PeerShare(1)).ok());
+  EXPECT_EQ(coordinator_->AcceptShare(PeerShare(1)).code(), absl::StatusCode::kAlreadyExists);
+  PushAll(1, {{1, 1}, {1, 1}, {3, 3}});
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  EXPECT_EQ(published().size(), 2 * owned_.size());
+  EXPECT_EQ(counters_.Get().model_rounds, 2u);
+  EXPECT_EQ(counters_.Get().shares_refused, 1u);
+}
+
+TEST_F(ModelCoordinatorTest, AnOverduePeerShareDropsTheRoundAndPublishesItUnchanged) {
+  Register();
+  PushAll(0, {{1, 1}, {1, 1}, {3, 3}});
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  coordinator_->Tick(clock_.Now());
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  EXPECT_TRUE(published().empty()) << "not due yet";
+  clock_.Advance(milliseconds(60));
+  coordinator_->Tick(clock_.Now());
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  const std::vector<Published> got = published();
+  ASSERT_EQ(got.size(), owned_.size());
+  for (const Published& p : got) {
+    EXPECT_EQ(p.status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(p.status.message().find("--peer-timeout-ms=50"), std::string::npos) << p.status;
+  }
+  EXPECT_EQ(counters_.Get().model_rounds_dropped, 1u);
+  EXPECT_EQ(counters_.Get().model_rounds, 0u);
+  // The late share of the dropped round is refused, and counted.
+  EXPECT_EQ(coordinator_->AcceptShare(PeerShare(0)).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(counters_.Get().shares_refused, 1u);
+}
+
+TEST_F(ModelCoordinatorTest, RefusesSharesBeforeRegistrationForAnotherLayoutOrMalformed) {
+  EXPECT_EQ(core::RefusalOf(coordinator_->AcceptShare(PeerShare(0))), core::Refusal::kNoLayout);
+  Register();
+  RoundShare other = PeerShare(0);
+  other.layout_hash += 1;
+  EXPECT_EQ(core::RefusalOf(coordinator_->AcceptShare(other)), core::Refusal::kLayoutMismatch);
+  RoundShare own = PeerShare(0);
+  own.shard_id = 0;
+  EXPECT_EQ(core::RefusalOf(coordinator_->AcceptShare(own)), core::Refusal::kMalformed)
+      << "a peer cannot send this shard's own share";
+  EXPECT_EQ(counters_.Get().shares_refused, 3u);
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  EXPECT_TRUE(published().empty());
+}
+
+// Captures the default logger's lines at debug and above while alive.
+class CapturedLog {
+ public:
+  CapturedLog() : previous_(spdlog::default_logger()) {
+    auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(out_);
+    sink->set_pattern("%l %v");
+    auto logger = std::make_shared<spdlog::logger>("captured", sink);
+    logger->set_level(spdlog::level::debug);
+    spdlog::set_default_logger(logger);
+  }
+  ~CapturedLog() { spdlog::set_default_logger(previous_); }
+  // Lines at `level` ("warning", "error", "debug") containing `text`.
+  int Count(const std::string& level, const std::string& text) const {
+    std::istringstream in(out_.str());
+    int n = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind(level + " ", 0) == 0 && line.find(text) != std::string::npos) ++n;
+    }
+    return n;
+  }
+
+ private:
+  std::ostringstream out_;
+  std::shared_ptr<spdlog::logger> previous_;
+};
+
+TEST(ShardCountersTest, RefusalsAreCountedByKindAndLoggedLogarithmically) {
+  CapturedLog log;
+  ShardCounters c(/*shard_id=*/7, /*num_workers=*/2);
+  const std::string flood(1000, 'x');
+  for (int i = 0; i < 100; ++i) {
+    absl::Status st = c.Counted(core::Refused(core::Refusal::kLate, "stale push"));
+    EXPECT_EQ(core::RefusalOf(st), core::Refusal::kLate) << "returned unchanged";
+  }
+  absl::Status plain = c.Counted(absl::InternalError("not a refusal"));
+  EXPECT_EQ(plain.code(), absl::StatusCode::kInternal);
+  const ShardStats s = c.Get();
+  EXPECT_EQ(s.refusals[static_cast<size_t>(core::Refusal::kLate)], 100u);
+  uint64_t total = 0;
+  for (uint64_t n : s.refusals) total += n;
+  EXPECT_EQ(total, 100u) << "a plain error is no refusal";
+  // 1, 2, 4, ..., 64: seven warnings for a hundred refusals, the rest at debug.
+  EXPECT_EQ(log.Count("warning", "stale push"), 7);
+  EXPECT_EQ(log.Count("debug", "stale push"), 93);
+}
+
+TEST(ShardCountersTest, MalformedPushesAreCountedPerWorker) {
+  CapturedLog log;
+  ShardCounters c(0, 2);
+  for (int i = 0; i < 4; ++i) {
+    (void)c.RefusedPush(1, core::Refused(core::Refusal::kMalformed, "bad payload"));
+  }
+  (void)c.RefusedPush(0, core::Refused(core::Refusal::kLate, "stale"));
+  (void)c.RefusedPush(9, core::Refused(core::Refusal::kMalformed, "no such worker"));
+  const ShardStats s = c.Get();
+  EXPECT_EQ(s.malformed_by_worker, (std::vector<uint64_t>{0, 4}));
+  EXPECT_EQ(s.refusals[static_cast<size_t>(core::Refusal::kMalformed)], 5u);
+  EXPECT_EQ(log.Count("warning", "worker 1 sent"), 3) << "the 1st, 2nd and 4th";
+}
+
+TEST(ShardCountersTest, PublicationsAndTheObserver) {
+  CapturedLog log;
+  ShardCounters c(0, 1);
+  c.Published(3, 1, absl::OkStatus());
+  c.Published(4, 1, absl::InternalError("non-finite aggregate"));
+  EXPECT_EQ(c.ClosedAtDeadline(), 1u);
+  EXPECT_EQ(c.ClosedAtDeadline(), 2u);
+  c.PushAccepted(10, 40);
+  c.ChunkAccepted(5, 8);
+  c.Aggregated({1, 2, 3}, 4);
+  const ShardStats s = c.Get();
+  EXPECT_EQ(s.rounds_closed, 2u);
+  EXPECT_EQ(s.aggregation_errors, 1u);
+  EXPECT_EQ(s.rounds_closed_at_deadline, 2u);
+  EXPECT_EQ(s.pushes_accepted, 1u);
+  EXPECT_EQ(s.udp_chunks_accepted, 1u);
+  EXPECT_EQ(s.push_bytes, 15u);
+  EXPECT_EQ(s.push_decoded_bytes, 48u);
+  EXPECT_EQ(s.aggregations_on_support, 1u);
+  EXPECT_EQ(s.sign_votes, 2u);
+  EXPECT_EQ(s.masked_aggregations, 3u);
+  EXPECT_EQ(s.udp_chunks_lost, 4u);
+  EXPECT_EQ(log.Count("error", "round 4 of slice 1 dropped"), 1);
+
+  std::vector<AggregationStage> seen;
+  c.Observe(AggregationStage::kSlice, std::chrono::steady_clock::now());  // no observer: no-op
+  c.SetObserver([&](AggregationStage stage, core::Duration d) {
+    EXPECT_GE(d.count(), 0);
+    seen.push_back(stage);
+  });
+  c.Observe(AggregationStage::kModelGram, std::chrono::steady_clock::now());
+  EXPECT_EQ(seen, (std::vector<AggregationStage>{AggregationStage::kModelGram}));
+  EXPECT_EQ(AggregationStageName(AggregationStage::kModelApply), "model_apply");
+}
+
+}  // namespace
+}  // namespace ps::server
