@@ -8,25 +8,46 @@ namespace ps::core {
 
 std::string_view RefusalName(Refusal r) {
   switch (r) {
-    case Refusal::kUnknownSession: return "unknown_session";
-    case Refusal::kBadWorkerId: return "bad_worker_id";
-    case Refusal::kNoLayout: return "no_layout";
-    case Refusal::kLayoutMismatch: return "layout_mismatch";
-    case Refusal::kBadLayout: return "bad_layout";
-    case Refusal::kNotReady: return "not_ready";
-    case Refusal::kUnknownSlice: return "unknown_slice";
-    case Refusal::kWrongShard: return "wrong_shard";
-    case Refusal::kUnknownCodec: return "unknown_codec";
-    case Refusal::kMalformed: return "malformed";
-    case Refusal::kDuplicate: return "duplicate";
-    case Refusal::kLate: return "late";
-    case Refusal::kFutureRound: return "future_round";
-    case Refusal::kShuttingDown: return "shutting_down";
-    case Refusal::kUnauthenticated: return "unauthenticated";
-    case Refusal::kPermissionDenied: return "permission_denied";
-    case Refusal::kRateLimited: return "rate_limited";
-    case Refusal::kOverLimit: return "over_limit";
-    case Refusal::kCount: break;
+    case Refusal::kUnknownSession:
+      return "unknown_session";
+    case Refusal::kBadWorkerId:
+      return "bad_worker_id";
+    case Refusal::kNoLayout:
+      return "no_layout";
+    case Refusal::kLayoutMismatch:
+      return "layout_mismatch";
+    case Refusal::kBadLayout:
+      return "bad_layout";
+    case Refusal::kNotReady:
+      return "not_ready";
+    case Refusal::kUnknownSlice:
+      return "unknown_slice";
+    case Refusal::kWrongShard:
+      return "wrong_shard";
+    case Refusal::kUnknownCodec:
+      return "unknown_codec";
+    case Refusal::kMalformed:
+      return "malformed";
+    case Refusal::kDuplicate:
+      return "duplicate";
+    case Refusal::kLate:
+      return "late";
+    case Refusal::kFutureRound:
+      return "future_round";
+    case Refusal::kShuttingDown:
+      return "shutting_down";
+    case Refusal::kUnauthenticated:
+      return "unauthenticated";
+    case Refusal::kPermissionDenied:
+      return "permission_denied";
+    case Refusal::kRateLimited:
+      return "rate_limited";
+    case Refusal::kOverLimit:
+      return "over_limit";
+    case Refusal::kQuarantined:
+      return "quarantined";
+    case Refusal::kCount:
+      break;
   }
   return "unknown";
 }
@@ -54,6 +75,7 @@ absl::StatusCode RefusalCode(Refusal r) {
     case Refusal::kLayoutMismatch:
     case Refusal::kNotReady:
     case Refusal::kFutureRound:
+    case Refusal::kQuarantined:
       return absl::StatusCode::kFailedPrecondition;
     case Refusal::kDuplicate:
       return absl::StatusCode::kAlreadyExists;
@@ -82,8 +104,8 @@ absl::Status Refused(Refusal r, absl::string_view message) {
 
 std::optional<Refusal> RefusalOf(const absl::Status& status) {
   if (status.ok()) return std::nullopt;
-  const auto payload = status.GetPayload(
-      absl::string_view(kRefusalPayload.data(), kRefusalPayload.size()));
+  const auto payload =
+      status.GetPayload(absl::string_view(kRefusalPayload.data(), kRefusalPayload.size()));
   if (!payload.has_value()) return std::nullopt;
   return ParseRefusal(std::string(*payload));
 }

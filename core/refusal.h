@@ -32,6 +32,7 @@ enum class Refusal : int {
   kPermissionDenied,    // PERMISSION_DENIED (an identity calling beyond its rights)
   kRateLimited,         // RESOURCE_EXHAUSTED
   kOverLimit,           // RESOURCE_EXHAUSTED (a resource bound: pull streams, model size)
+  kQuarantined,         // FAILED_PRECONDITION (the worker sent a malformed push lately)
   kCount,
 };
 

@@ -60,6 +60,7 @@ struct RawValues {
   int64_t checkpoint_interval_s = 0;
   int64_t max_connection_idle_ms = 0;
   int64_t refusal_hold_ms = 0;
+  int64_t quarantine_ms = 0;
   // Choices parsed into their enums once the flags are read (each checked by its flag).
   std::string schedule, aggregation_scope, device, krum_neighbours, even_median;
 };
@@ -275,6 +276,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
   raw.max_connection_idle_ms = o.max_connection_idle.count();
   raw.refusal_hold_ms = o.refusal_hold.count();
+  raw.quarantine_ms = o.quarantine.count();
   raw.schedule = std::string(ScheduleName(o.schedule));
   raw.aggregation_scope = std::string(AggregationScopeName(o.aggregation_scope));
   raw.device = std::string(core::DeviceName(o.device));
@@ -341,6 +343,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Refused work a client may cause at once before --refusal-rate applies (units, >= 1)");
   add("Security", "refusal-hold-ms", raw.refusal_hold_ms,
       "How long an answer to a refusal over the client's budget is held (0 to 60000)");
+  add("Security", "quarantine-ms", raw.quarantine_ms,
+      "How long a worker that sent a malformed push sits out: its pushes are refused and "
+      "rounds do not wait for it (0 to 3600000; 0: never)");
 
   add("Durability", "checkpoint-dir", o.checkpoint_dir,
       "Directory for this shard's checkpoints (in its subdirectory shard-<id>); restored at "
@@ -572,6 +577,7 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
   o.max_connection_idle = std::chrono::milliseconds(raw.max_connection_idle_ms);
   o.refusal_hold = std::chrono::milliseconds(raw.refusal_hold_ms);
+  o.quarantine = std::chrono::milliseconds(raw.quarantine_ms);
   // Each flag's IsMember check admitted only these spellings.
   o.schedule = ParseSchedule(raw.schedule).value_or(Schedule::kPriority);
   o.aggregation_scope =

@@ -237,6 +237,9 @@ std::vector<MetricFamily> Collector::Collect() const {
                         static_cast<double>(st.model_rounds_dropped)));
   out.push_back(Counter("ps_shares_refused_total", "Model-scope shares from peers refused",
                         static_cast<double>(st.shares_refused)));
+  out.push_back(Counter("ps_quarantines_total",
+                        "Workers quarantined after a malformed push or chunk (--quarantine-ms)",
+                        static_cast<double>(st.quarantines)));
 
   MetricFamily refusals = Family("ps_refusals_total", "Requests refused, by reason",
                                  MetricType::Counter);

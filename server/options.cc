@@ -140,6 +140,10 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("refusal_hold", "refusal-hold-ms", absl::StrCat(refusal_hold.count()),
                    "must be in [0, 60000]");
   }
+  if (quarantine.count() < 0 || quarantine.count() > 3600000) {
+    return Invalid("quarantine", "quarantine-ms", absl::StrCat(quarantine.count()),
+                   "must be in [0, 3600000]");
+  }
   if (max_message_bytes < kMinMessageBytes || max_message_bytes > kMaxMessageBytes) {
     return Invalid("max_message_bytes", "max-message-bytes", absl::StrCat(max_message_bytes),
                    absl::StrCat("must be in [", kMinMessageBytes, ", ", kMaxMessageBytes,

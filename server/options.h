@@ -90,6 +90,9 @@ struct ServerOptions {
   double refusal_rate = 64;
   double refusal_burst = 256;
   std::chrono::milliseconds refusal_hold{1000};
+  // A worker that sends a malformed push or chunk is quarantined this long
+  // (server/quarantine.h): its pushes are refused and no round waits for it. 0: never.
+  std::chrono::milliseconds quarantine{10000};
 
   // --- durability (docs/operations.md, "Backing up and restoring") ---
   // Directory of this shard's checkpoints (a subdirectory shard-<id> is used); empty:

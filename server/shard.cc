@@ -32,6 +32,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       decoders_(options.max_cached_decoders),
       counters_(shard_id, options.num_workers),
       sessions_(options.num_workers),
+      quarantine_(options.num_workers, options.quarantine),
       table_(SliceTable::Config{shard_id, options.num_shards, options.num_workers,
                                 options.max_message_bytes, EffectiveMaxShardBytes(options),
                                 aggregator_->StateRows(), !options.checkpoint_dir.empty(),
@@ -55,6 +56,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
   rules_.keep_signs = aggregator_->VotesOnSigns();
   rules_.keep_published_model = !options_.checkpoint_dir.empty();
   rules_.state_rows = aggregator_->StateRows();
+  rules_.quarantine = &quarantine_;
 }
 
 Shard::~Shard() {
@@ -192,10 +194,11 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
+  PS_RETURN_IF_ERROR(CheckNotQuarantined(worker_id));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec, [&] { return Decoder(worker_id, slice_id, codec); }, payload);
-  if (!progress.ok()) return counters_.RefusedPush(worker_id, progress.status());
+  if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   counters_.PushAccepted(payload.size(), uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   return absl::OkStatus();
@@ -211,9 +214,10 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
     return Refuse(Refusal::kBadWorkerId,
                   absl::StrCat("datagram from worker ", worker_id, " of ", options_.num_workers));
   }
+  PS_RETURN_IF_ERROR(CheckNotQuarantined(worker_id));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash(), h.slice_id));
   if (absl::Status geometry = net::CheckChunkGeometry(h, s->info().numel); !geometry.ok()) {
-    return counters_.RefusedPush(
+    return RefusedPush(
         worker_id,
         core::Refused(Refusal::kMalformed,
                       absl::StrCat("malformed chunk ", h.chunk_index, " of ", h.chunk_count,
@@ -225,11 +229,46 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
                                 h.chunk_elems, range.first, range.count};
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptChunk(
       chunk, codec, [&] { return Decoder(worker_id, h.slice_id, codec); }, payload);
-  if (!progress.ok()) return counters_.RefusedPush(worker_id, progress.status());
+  if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   counters_.ChunkAccepted(payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
   StartUdpRound(h.round);
   return absl::OkStatus();
+}
+
+absl::Status Shard::CheckNotQuarantined(uint32_t worker_id) {
+  const core::SteadyTime now = clock_->Now();
+  const std::optional<core::SteadyTime> until = quarantine_.Until(worker_id, now);
+  if (!until.has_value()) return absl::OkStatus();
+  return Refuse(
+      Refusal::kQuarantined,
+      absl::StrCat("worker ", worker_id, " is quarantined for another ",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(*until - now).count(),
+                   " ms after a malformed push: its pushes are refused and no round "
+                   "waits for it (--quarantine-ms)"));
+}
+
+absl::Status Shard::RefusedPush(uint32_t worker_id, absl::Status status) {
+  status = counters_.RefusedPush(worker_id, std::move(status));
+  if (core::RefusalOf(status) != Refusal::kMalformed ||
+      !quarantine_.Start(worker_id, clock_->Now())) {
+    return status;
+  }
+  // Once per quarantine and worker: a bounded rate of lines.
+  counters_.Quarantined();
+  spdlog::warn(
+      "shard {}: worker {} quarantined for {} ms after a malformed push or chunk; rounds "
+      "go on without it",
+      shard_id_, worker_id,
+      std::chrono::duration_cast<std::chrono::milliseconds>(quarantine_.duration()).count());
+  // Rounds that were waiting only for this worker close now.
+  for (uint32_t id : table_.owned_ids()) {
+    SliceRound* s = table_.slice(id);
+    if (const std::optional<uint64_t> round = s->CloseIfOnlyQuarantinedMissing()) {
+      Closed(*s, *round, /*at_deadline=*/false);
+    }
+  }
+  return status;
 }
 
 uint64_t Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {

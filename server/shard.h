@@ -9,6 +9,7 @@
 //   RoundAggregation  the rule, sign votes, supports, masks and SGD over closed rounds
 //   AggregationJobs   the shard's work on the thread pool, and waiting for it
 //   DecoderCache      codec instances by name
+//   Quarantine        workers that sent a malformed push, whom no round waits for
 //   ShardCounters     ShardStats, and rate-limited logs of what a client can trigger
 //
 // The front checks and routes requests, counts and logs refusals once (Refuse), and runs
@@ -59,6 +60,7 @@
 #include "server/model_rounds.h"
 #include "server/optimizer.h"
 #include "server/options.h"
+#include "server/quarantine.h"
 #include "server/round_aggregation.h"
 #include "server/session_table.h"
 #include "server/shard_counters.h"
@@ -237,6 +239,11 @@ class Shard {
                                                    absl::StatusOr<std::vector<uint32_t>> owned);
   // The owned slice a request names, or the (counted) refusal.
   absl::StatusOr<SliceRound*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
+  // Refuses a push or chunk of a quarantined worker (kQuarantined), before any work.
+  absl::Status CheckNotQuarantined(uint32_t worker_id);
+  // A push or chunk of `worker_id` refused by its slice: counted; a malformed one
+  // quarantines the worker.
+  absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
 
   // A slice closed `round`: schedules its aggregation (slice scope), or tells the model
   // coordinator (model scope). Returns how many rounds closed at a deadline so far
@@ -266,6 +273,7 @@ class Shard {
   mutable ShardCounters counters_;
   SessionTable sessions_;
   DeadlineQueue deadlines_;
+  Quarantine quarantine_;
   RoundRules rules_;
   SliceTable table_;
   ModelCoordinator model_;

@@ -82,6 +82,11 @@ void ShardCounters::ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
   stats_.push_decoded_bytes += decoded_bytes;
 }
 
+void ShardCounters::Quarantined() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.quarantines;
+}
+
 uint64_t ShardCounters::ClosedAtDeadline() {
   absl::MutexLock lock(&mu_);
   return ++stats_.rounds_closed_at_deadline;

@@ -49,6 +49,8 @@ struct ShardStats {
   uint64_t udp_chunks_accepted = 0;
   uint64_t udp_chunks_lost = 0;
   uint64_t masked_aggregations = 0;
+  // Workers quarantined after a malformed push (server/quarantine.h), each time.
+  uint64_t quarantines = 0;
   std::array<uint64_t, static_cast<size_t>(core::Refusal::kCount)> refusals{};
   // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
   std::vector<uint64_t> malformed_by_worker;
@@ -80,6 +82,8 @@ class ShardCounters {
   // An accepted push (or UDP chunk): its wire bytes and the fp32 bytes it decoded to.
   void PushAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
   void ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
+  // A worker was quarantined.
+  void Quarantined();
   // A round closed at its deadline; how many did so far.
   uint64_t ClosedAtDeadline();
   uint64_t closed_at_deadline() const;

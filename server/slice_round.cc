@@ -242,10 +242,34 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
   return AfterPushLocked();
 }
 
+bool SliceRound::OnlyQuarantinedMissingLocked() const {
+  const Quarantine* q = rules_->quarantine;
+  if (q == nullptr || num_pushed_ < std::max<uint32_t>(rules_->QuorumAt(version_), 1)) {
+    return false;
+  }
+  const core::SteadyTime now = rules_->clock->Now();
+  if (!q->Any(now)) return false;
+  for (uint32_t w = 0; w < rules_->num_workers; ++w) {
+    const ChunkedPush& c = inputs_.chunked[w];
+    const bool whole = inputs_.pushed[w] && (c.chunk_count == 0 || c.received == c.chunk_count);
+    if (!whole && !q->Contains(w, now)) return false;
+  }
+  return true;
+}
+
+std::optional<uint64_t> SliceRound::CloseIfOnlyQuarantinedMissing() {
+  Locked lock(this);
+  if (!initialized_ || closing_ || !OnlyQuarantinedMissingLocked()) return std::nullopt;
+  const uint64_t round = version_;
+  CloseLocked();
+  return round;
+}
+
 SliceRound::Progress SliceRound::AfterPushLocked() {
   Progress p;
   if (num_complete_ == rules_->num_workers ||
-      (deadline_passed_ && num_pushed_ >= rules_->QuorumAt(version_))) {
+      (deadline_passed_ && num_pushed_ >= rules_->QuorumAt(version_)) ||
+      OnlyQuarantinedMissingLocked()) {
     p.closed = true;
     p.at_deadline = deadline_passed_;
     CloseLocked();

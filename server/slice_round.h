@@ -48,6 +48,7 @@
 #include "core/layout.h"
 #include "server/checkpoint.h"
 #include "server/deadline_queue.h"
+#include "server/quarantine.h"
 
 namespace ps::server {
 
@@ -67,6 +68,8 @@ struct RoundRules {
   size_t state_rows = 0;
   // Highest round that carried a UDP chunk to this shard (-1: none yet).
   std::atomic<int64_t> udp_round{-1};
+  // Workers no round waits for (null: every round waits for all n).
+  const Quarantine* quarantine = nullptr;
 
   // A worker whose datagrams were all lost cannot be told from an absent one, and
   // nothing is retransmitted: in a round that carried UDP chunks on this shard, every
@@ -200,6 +203,10 @@ class SliceRound {
   // The first UDP chunk of `round` on this shard: starts this slice's deadline if it is
   // at that round and has none, so that a slice whose datagrams were all lost closes.
   void StartDeadlineAt(uint64_t round);
+  // A worker was just quarantined: closes the open round if it has its quorum and waits
+  // for nobody else (every worker whose push is not whole is quarantined). Returns the
+  // round it closed.
+  std::optional<uint64_t> CloseIfOnlyQuarantinedMissing();
 
   // The round Close parked for its aggregation (nullopt if another took it).
   std::optional<ClosedRound> TakeClosed();
@@ -248,8 +255,11 @@ class SliceRound {
   std::span<float> SlotLocked(uint32_t worker, uint32_t first, uint32_t count)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push or chunk was taken: closes the round when every push is complete (or
-  // the deadline passed with the quorum), else starts its deadline.
+  // the deadline passed with the quorum, or only quarantined workers are missing), else
+  // starts its deadline.
   Progress AfterPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round has its quorum and waits only for quarantined workers.
+  bool OnlyQuarantinedMissingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the round and the model into closed_ for the aggregation.
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Empties the open round (the one reset path) and forgets its deadline.

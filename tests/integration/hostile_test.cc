@@ -290,7 +290,10 @@ TEST(HostileTest, HugeLayoutsAreRefusedAtThePriceOfTheirSize) {
 // Finding 3: 64 refused pushes with distinct codec specs filled the decoder cache, and
 // every later push with a codec not cached, fp32 included, was refused.
 TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
-  ShardProcess shard({"--workers", "2", "--aggregator", "mean", "--max-cached-decoders", "16"});
+  // Quarantine off: the cache is under test here, and the first garbage push would take
+  // worker 1 out of the rounds (next test).
+  ShardProcess shard({"--workers", "2", "--aggregator", "mean", "--max-cached-decoders", "16",
+                      "--quarantine-ms", "0"});
   const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 64, 0}}, 64, 1);
   WorkerOptions wo;
   wo.shard_addresses = {shard.address()};
@@ -328,6 +331,50 @@ TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
   // whatever the spec.
   s = push(std::string(1 << 20, 'x'), "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+}
+
+// Codec poisoning by a member: a Byzantine worker that sends garbage under ever new codec
+// specs next to its real pushes made the shard build decoders and decode for nothing at
+// the round rate, and the rounds waited for it. Its first garbage push quarantines it:
+// the rounds that waited only for it close at once, and its later pushes are refused
+// before any decoding.
+TEST(HostileTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingForIt) {
+  // A deadline far beyond the test: only the quarantine lets the rounds close without
+  // worker 3.
+  ShardProcess shard({"--workers", "4", "--byzantine", "1", "--aggregator", "trimmed_mean",
+                      "--round-deadline-ms", "600000", "--quarantine-ms", "600000"});
+  HonestTraining honest(shard, 3);
+  // Round 0's pushes are out (each worker counts after its pushes are answered) ...
+  for (int i = 0; i < 2000 && honest.rounds() < 1; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  ASSERT_EQ(honest.rounds(), 1u);
+  // ... and round 0 waits for worker 3.
+  EXPECT_FALSE(honest.AdvancesBy(1, milliseconds(500)));
+  std::string session;
+  ASSERT_TRUE(shard.Join(shard.Token(3), 3, HonestLayout().hash(), &session).ok());
+  auto push = [&](const std::string& codec, const std::string& payload) {
+    v1::PushRequest req;
+    req.set_session(session);
+    req.set_layout_hash(HonestLayout().hash());
+    req.set_round(0);
+    req.set_slice_id(0);
+    req.set_codec(codec);
+    req.set_payload(payload);
+    v1::PushResponse resp;
+    return shard.workers().Push(Context(shard.Token(3)).get(), req, &resp);
+  };
+  grpc::Status garbage = push("qsgd(s=77,bucket=3)", std::string(4096, '\1'));
+  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << garbage.error_message();
+  EXPECT_TRUE(honest.AdvancesBy(20)) << "the rounds no longer wait for worker 3";
+  std::string valid;
+  ASSERT_TRUE((*codecs::MakeCodec("int8"))->Encode(std::vector<float>(8192, 0.5f), &valid).ok());
+  grpc::Status quarantined = push("int8", valid);
+  EXPECT_EQ(quarantined.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << quarantined.error_message();
+  EXPECT_EQ(core::RefusalOf(net::FromGrpc(quarantined)), core::Refusal::kQuarantined);
+  EXPECT_THAT(shard.Log(), HasSubstr("worker 3 quarantined for 600000 ms"));
+  EXPECT_TRUE(shard.Alive());
 }
 
 // Finding 4: watchers of cancelled or timed-out pulls were never removed, and nothing

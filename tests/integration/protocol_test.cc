@@ -28,6 +28,10 @@ class ProtocolTest : public ::testing::Test {
     o.aggregate_only = true;
     o.round_deadline = milliseconds(500);
     o.threads = 2;
+    // Each bad push on its own: the first malformed one would quarantine worker 2, whose
+    // later pushes would all be refused as such (tests/worker_lib/protocol_attack_test.cc
+    // and tests/integration/hostile_test.cc test the quarantine).
+    o.quarantine = milliseconds(0);
     cluster_ = testing::StartCluster(1, o);
     ASSERT_EQ(cluster_.num_shards(), 1u);
     layout_ = std::make_unique<core::ModelLayout>(*core::ModelLayout::Create({{"w", 6, 0}}, 128, 1));

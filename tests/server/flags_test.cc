@@ -1,7 +1,5 @@
 #include "server/flags.h"
 
-#include "core/cluster_secret.h"
-
 #include <unistd.h>
 
 #include <cctype>
@@ -17,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "core/cluster_secret.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/options.h"
@@ -52,6 +51,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "refusal-rate",
                                                   "refusal-burst",
                                                   "refusal-hold-ms",
+                                                  "quarantine-ms",
                                                   "checkpoint-dir",
                                                   "checkpoint-interval-s",
                                                   "checkpoint-every-rounds",
@@ -844,9 +844,10 @@ INSTANTIATE_TEST_SUITE_P(
                        "--max-pulls-per-worker=0"},
         BadOptionsCase{"NoDecoders", [](ServerOptions& o) { o.max_cached_decoders = 0; },
                        "--max-cached-decoders=0"},
-        BadOptionsCase{"IdleTooShort",
-                       [](ServerOptions& o) { o.max_connection_idle = std::chrono::milliseconds(10); },
-                       "--max-connection-idle-ms=10"},
+        BadOptionsCase{
+            "IdleTooShort",
+            [](ServerOptions& o) { o.max_connection_idle = std::chrono::milliseconds(10); },
+            "--max-connection-idle-ms=10"},
         BadOptionsCase{"NegativeRefusalRate", [](ServerOptions& o) { o.refusal_rate = -1; },
                        "--refusal-rate=-1"},
         BadOptionsCase{"NanRefusalRate", [](ServerOptions& o) { o.refusal_rate = NAN; },
@@ -855,7 +856,13 @@ INSTANTIATE_TEST_SUITE_P(
                        "--refusal-burst=0.5"},
         BadOptionsCase{"HoldTooLong",
                        [](ServerOptions& o) { o.refusal_hold = std::chrono::milliseconds(60001); },
-                       "--refusal-hold-ms=60001"}),
+                       "--refusal-hold-ms=60001"},
+        BadOptionsCase{"NegativeQuarantine",
+                       [](ServerOptions& o) { o.quarantine = std::chrono::milliseconds(-1); },
+                       "--quarantine-ms=-1"},
+        BadOptionsCase{"QuarantineTooLong",
+                       [](ServerOptions& o) { o.quarantine = std::chrono::milliseconds(3600001); },
+                       "--quarantine-ms=3600001"}),
     [](const ::testing::TestParamInfo<BadOptionsCase>& info) { return info.param.name; });
 
 TEST(ValidateOkTest, AcceptsBoundaryValues) {
@@ -910,7 +917,8 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
   o.shard_id = 1;       // nor this
   EXPECT_EQ(o.ConsistencySummary(),
             "workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
-            "krum_neighbours=paper even_median=midpoint aggregation_scope=model aggregate_only=false lr=0.1 "
+            "krum_neighbours=paper even_median=midpoint aggregation_scope=model "
+            "aggregate_only=false lr=0.1 "
             "momentum=0.9 weight_decay=0 num_shards=2");
   ServerOptions other = o;
   other.shard_id = 0;

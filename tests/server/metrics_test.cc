@@ -106,12 +106,13 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
   ASSERT_TRUE(shard_->Push(0, layout_hash_, 0, 0, "fp32", p0).ok());
   EXPECT_EQ(shard_->Push(0, layout_hash_, 0, 0, "fp32", p0).code(),
             absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(shard_->Push(1, layout_hash_, 0, 0, "fp32", "x").code(),
-            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(shard_->Push(1, layout_hash_, 0, 0, "no-such-codec", p1).code(),
             absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE(shard_->Push(1, layout_hash_, 0, 0, "fp32", p1).ok());
   AwaitVersion(1);
+  // A malformed push for the next round quarantines worker 1.
+  EXPECT_EQ(shard_->Push(1, layout_hash_, 1, 0, "fp32", "x").code(),
+            absl::StatusCode::kInvalidArgument);
 
   const auto m = Scrape();
   EXPECT_EQ(MetricValue(m, "ps_workers_joined"), 2);
@@ -120,6 +121,7 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
   EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"malformed\"}"), 1);
   EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"unknown_codec\"}"), 1);
   EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"late\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_quarantines_total"), 1);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_total"), 1);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_at_deadline_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_published_version"), 1);

@@ -1,4 +1,5 @@
-// The shard's parts with their own locks: SessionTable, DeadlineQueue, AggregationJobs.
+// The shard's parts with their own locks: SessionTable, DeadlineQueue, AggregationJobs,
+// and the lock-free Quarantine.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -7,9 +8,11 @@
 #include <vector>
 
 #include "absl/synchronization/notification.h"
+#include "core/clock.h"
 #include "core/thread_pool.h"
 #include "server/aggregation_jobs.h"
 #include "server/deadline_queue.h"
+#include "server/quarantine.h"
 #include "server/session_table.h"
 
 namespace ps::server {
@@ -96,6 +99,34 @@ TEST(AggregationJobsTest, TheDestructorWaitsForRunningJobs) {
     });
   }
   EXPECT_TRUE(finished.load());
+}
+
+TEST(QuarantineTest, AWorkerSitsOutForTheDurationAndAgainAfterTheNextOffence) {
+  core::ManualClock clock;
+  Quarantine q(3, std::chrono::seconds(10));
+  const core::SteadyTime t0 = clock.Now();
+  EXPECT_FALSE(q.Any(t0));
+  EXPECT_TRUE(q.Start(1, t0)) << "newly quarantined";
+  EXPECT_TRUE(q.Contains(1, t0));
+  EXPECT_FALSE(q.Contains(0, t0));
+  EXPECT_TRUE(q.Any(t0));
+  EXPECT_EQ(q.Until(1, t0), t0 + std::chrono::seconds(10));
+  EXPECT_FALSE(q.Until(2, t0).has_value());
+  EXPECT_FALSE(q.Start(1, t0 + std::chrono::seconds(5))) << "already quarantined";
+  EXPECT_TRUE(q.Contains(1, t0 + std::chrono::seconds(14)));
+  EXPECT_FALSE(q.Contains(1, t0 + std::chrono::seconds(15))) << "ends by itself";
+  EXPECT_FALSE(q.Any(t0 + std::chrono::seconds(15)));
+  EXPECT_TRUE(q.Start(1, t0 + std::chrono::seconds(20))) << "the next offence starts another";
+  EXPECT_FALSE(q.Start(7, t0)) << "out of range: ignored";
+  EXPECT_FALSE(q.Contains(7, t0));
+}
+
+TEST(QuarantineTest, ZeroDurationTurnsItOff) {
+  core::ManualClock clock;
+  Quarantine q(2, core::Duration::zero());
+  EXPECT_FALSE(q.Start(0, clock.Now()));
+  EXPECT_FALSE(q.Contains(0, clock.Now()));
+  EXPECT_FALSE(q.Any(clock.Now()));
 }
 
 }  // namespace

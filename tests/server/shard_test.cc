@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -66,7 +65,8 @@ class ShardTest : public ::testing::Test {
     return out;
   }
 
-  absl::Status Push(uint32_t worker, uint64_t round, std::vector<float> g, uint32_t slice = kSlice) {
+  absl::Status Push(uint32_t worker, uint64_t round, std::vector<float> g,
+                    uint32_t slice = kSlice) {
     return shard_->Push(worker, layout_hash_, round, slice, "fp32", Encode(std::move(g)));
   }
 
@@ -158,7 +158,10 @@ TEST_F(ShardTest, BelowQuorumAtDeadlineWaitsForTheQuorum) {
 }
 
 TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
-  Make(Options(2));
+  // Quarantines off: each refusal on its own (quarantines: the next test).
+  ServerOptions o = Options(2);
+  o.quarantine = std::chrono::milliseconds(0);
+  Make(o);
   ASSERT_TRUE(shard_->Join(1, layout_hash_).ok());
   ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
   EXPECT_EQ(Push(0, 0, {1, 1, 1, 1}).code(), absl::StatusCode::kAlreadyExists);
@@ -190,10 +193,51 @@ TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kUnknownSlice)], 1u);
 }
 
+TEST_F(ShardTest, AMalformedPushQuarantinesItsWorkerAndRoundsGoOnWithoutIt) {
+  ServerOptions o = Options(3, 1);  // quorum 2
+  o.quarantine = std::chrono::seconds(10);
+  Make(o);
+  for (uint32_t w : {1u, 2u}) ASSERT_TRUE(shard_->Join(w, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(1, 0, {3, 3, 3, 3}).ok());
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 0u) << "waiting for worker 2";
+  // Worker 2's push is malformed: it is quarantined, and the round that waited only for
+  // it closes at once, without its deadline.
+  EXPECT_EQ(shard_->Push(2, layout_hash_, 0, kSlice, "fp32", "\x07garbage").code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1, -1, -1, -1));  // 1 - mean(1, 3)
+  // Its next pushes are refused before any decoding, also after a re-join.
+  ASSERT_TRUE(shard_->Join(2, layout_hash_).ok());
+  absl::Status quarantined = Push(2, 0, {5, 5}, /*slice=*/1);
+  EXPECT_EQ(core::RefusalOf(quarantined), Refusal::kQuarantined) << quarantined;
+  EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(quarantined.message(), HasSubstr("worker 2 is quarantined for another 10000 ms"));
+  // Rounds no longer wait for it: two pushes close them.
+  ASSERT_TRUE(Push(0, 0, {1, 1}, 1).ok());
+  ASSERT_TRUE(Push(1, 0, {3, 3}, 1).ok());
+  EXPECT_THAT(AwaitVersion(1, 1), ::testing::ElementsAre(-2, -2));
+  ASSERT_TRUE(Push(0, 1, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(1, 1, {1, 1, 1, 1}).ok());
+  EXPECT_THAT(AwaitVersion(2), ::testing::ElementsAre(-2, -2, -2, -2));
+  // After the quarantine the worker is awaited again.
+  clock_.Advance(std::chrono::seconds(10));
+  ASSERT_TRUE(Push(2, 2, {1, 1, 1, 1}).ok());
+  ASSERT_TRUE(Push(0, 2, {1, 1, 1, 1}).ok());
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 2u) << "waiting for worker 1";
+  ASSERT_TRUE(Push(1, 2, {1, 1, 1, 1}).ok());
+  EXPECT_THAT(AwaitVersion(3), ::testing::ElementsAre(-3, -3, -3, -3));
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.quarantines, 1u);
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kQuarantined)], 1u);
+  EXPECT_EQ(st.malformed_by_worker[2], 1u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
+}
+
 TEST_F(ShardTest, PushBeforeInitialValuesIsRefused) {
   ServerOptions o = Options(1);
   aggregators::AggregatorOptions a;
-  auto shard = std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a), &clock_, &pool_);
+  auto shard =
+      std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a), &clock_, &pool_);
   auto layout = core::ModelLayout::Create({{"w", 4, 0}}, 4, 1);
   ASSERT_TRUE(shard->RegisterLayout(0, *layout).ok());
   EXPECT_FALSE(shard->ready());
@@ -205,18 +249,21 @@ TEST_F(ShardTest, PushBeforeInitialValuesIsRefused) {
 TEST_F(ShardTest, JoinAndRegistrationChecks) {
   Make(Options(2));
   EXPECT_EQ(shard_->Join(2, layout_hash_).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(shard_->Join(1, layout_hash_ + 1).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard_->Join(1, layout_hash_ + 1).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   auto again = core::ModelLayout::Create({{"w", 4, 0}, {"b", 2, 1}}, 4, 1);
   EXPECT_EQ(shard_->RegisterLayout(1, *again).status().code(), absl::StatusCode::kAlreadyExists);
   auto other = core::ModelLayout::Create({{"w", 5, 0}}, 4, 1);
-  EXPECT_EQ(shard_->RegisterLayout(1, *other).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(shard_->RegisterLayout(1, *other).status().code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(shard_->InitSlice(0, layout_hash_, 0, Bytes({2, 2, 2, 2})).code(),
             absl::StatusCode::kAlreadyExists);
   // A re-join replaces the old session.
   auto first = shard_->Join(1, layout_hash_);
   auto second = shard_->Join(1, layout_hash_);
   ASSERT_TRUE(first.ok() && second.ok());
-  EXPECT_EQ(shard_->Authenticate(first->session).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(shard_->Authenticate(first->session).status().code(),
+            absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(*shard_->Authenticate(second->session), 1u);
 }
 

@@ -7,11 +7,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <boost/asio.hpp>
 #include <cstring>
 #include <thread>
 #include <utility>
-
-#include <boost/asio.hpp>
 
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
@@ -29,9 +28,11 @@ constexpr uint32_t kChunkElems = 4;  // chunks of 4, 4 and 2 values
 
 class UdpReceiverTest : public ::testing::Test {
  protected:
-  void Make(uint32_t n, const std::string& rule = "mean") {
+  void Make(uint32_t n, const std::string& rule = "mean",
+            std::chrono::milliseconds quarantine = std::chrono::milliseconds(10000)) {
     ServerOptions o;
     o.num_workers = n;
+    o.quarantine = quarantine;
     o.learning_rate = 1.0f;
     o.momentum = 0.0f;
     o.round_deadline = std::chrono::milliseconds(100);
@@ -181,7 +182,8 @@ TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundC
 }
 
 TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
-  Make(2);
+  // Quarantines off: each refusal on its own (a quarantine: the next test).
+  Make(2, "mean", std::chrono::milliseconds(0));
   // A chunk count that does not fit the slice.
   net::DatagramHeader h;
   h.session_id = sessions_[0];
@@ -209,6 +211,29 @@ TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
   ASSERT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f)).ok());
   EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(shard_->stats().malformed_by_worker[0], 3u);
+}
+
+TEST_F(UdpReceiverTest, AMalformedChunkQuarantinesItsWorker) {
+  Make(2);
+  SendAll(1, 3.0f);
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u) << "waiting for worker 0";
+  // Worker 0's chunk count does not fit the slice (10 / 5 = 2, not 3).
+  net::DatagramHeader h;
+  h.session_id = sessions_[0];
+  h.worker_id = 0;
+  h.chunk_elems = 5;
+  h.chunk_count = 3;
+  std::string payload;
+  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(5, 1.0f), &payload).ok());
+  std::string d;
+  ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+  EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
+  // The round closes at once with worker 1's push alone, and worker 0's chunks are refused.
+  EXPECT_THAT(AwaitVersion(1), ElementsAre(-3, -3, -3, -3, -3, -3, -3, -3, -3, -3));
+  const absl::Status refused = receiver_->Handle(Chunk(0, 0, 1.0f, 1));
+  EXPECT_EQ(core::RefusalOf(refused), core::Refusal::kQuarantined) << refused;
+  EXPECT_EQ(shard_->stats().quarantines, 1u);
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 0u);
 }
 
 TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
@@ -266,7 +291,8 @@ TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {
   Make(1);
   boost::asio::io_context io;
   boost::asio::ip::udp::socket socket(io, boost::asio::ip::udp::v4());
-  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"), receiver_->port());
+  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"),
+                                          receiver_->port());
   for (uint16_t i = 0; i < 3; ++i) socket.send_to(boost::asio::buffer(Chunk(0, i, 2.0f)), to);
   EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
   // The receiving thread counts a chunk after the shard took it, which may be after the

@@ -1,5 +1,6 @@
 // Protocol attacks against a real shard on loopback: each gets its own refusal while
-// two honest workers complete their rounds, and only the attacker is counted malformed.
+// two honest workers complete their rounds, and only the attacker is counted malformed;
+// with quarantines on, its garbage takes it out of the rounds.
 #include "worker_lib/attacks/protocol_attack.h"
 
 #include <vector>
@@ -23,6 +24,8 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   o.aggregator = "mean";
   o.aggregate_only = true;
   o.round_deadline = milliseconds(2000);
+  // Each attack on its own: the garbage push would quarantine the attacker (next test).
+  o.quarantine = milliseconds(0);
   testing::Cluster cluster = testing::StartCluster(1, o);
   ASSERT_EQ(cluster.num_shards(), 1u);
   auto layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
@@ -42,7 +45,8 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   EXPECT_EQ(a.Send(ProtocolAttack::kDuplicate, 0, 0).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(a.Send(ProtocolAttack::kGarbage, 0, 0).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(a.Send(ProtocolAttack::kOversize, 0, 0).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(a.Send(ProtocolAttack::kFutureRound, 0, 0).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(a.Send(ProtocolAttack::kFutureRound, 0, 0).code(),
+            absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(a.PushValid(0, 0, std::vector<float>(6, 7.0f)).ok());
   const absl::Status dup = a.Send(ProtocolAttack::kDuplicate, 0, 0);
   EXPECT_EQ(dup.code(), absl::StatusCode::kAlreadyExists) << dup;
@@ -64,6 +68,50 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   EXPECT_EQ(a.Send(ProtocolAttack::kOldRound, 1, 0).code(), absl::StatusCode::kOutOfRange);
   EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[2], 1u);  // the garbage
   EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[0], 0u);
+}
+
+TEST(ProtocolAttackTest, GarbageQuarantinesTheAttackerAndRoundsGoOnWithoutIt) {
+  server::ServerOptions o;
+  o.insecure = true;
+  o.num_workers = 3;
+  o.num_byzantine = 1;  // quorum 2
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  // Far beyond the pull's timeout below: the rounds must close without waiting for it.
+  o.round_deadline = milliseconds(60000);
+  o.quarantine = milliseconds(60000);
+  testing::Cluster cluster = testing::StartCluster(1, o);
+  auto layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
+  std::vector<std::unique_ptr<Worker>> honest;
+  for (uint32_t w = 0; w < 2; ++w) {
+    WorkerOptions wo;
+    wo.shard_addresses = cluster.addresses();
+    wo.worker_id = w;
+    auto worker = Worker::Start(wo, layout);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    honest.push_back(*std::move(worker));
+  }
+  auto attacker = ProtocolAttacker::Join(cluster.addresses()[0], 2, layout, milliseconds(10000));
+  ASSERT_TRUE(attacker.ok()) << attacker.status();
+  ProtocolAttacker& a = **attacker;
+  EXPECT_EQ(a.Send(ProtocolAttack::kGarbage, 0, 0).code(), absl::StatusCode::kInvalidArgument);
+  const absl::Status valid = a.PushValid(0, 0, std::vector<float>(6, 7.0f));
+  EXPECT_EQ(valid.code(), absl::StatusCode::kFailedPrecondition) << valid;
+  EXPECT_THAT(std::string(valid.message()), HasSubstr("quarantined"));
+
+  for (uint64_t round = 0; round < 3; ++round) {
+    ASSERT_TRUE(honest[0]->Push(0, round, std::vector<float>(6, 1.0f)).ok());
+    ASSERT_TRUE(honest[1]->Push(0, round, std::vector<float>(6, 3.0f)).ok());
+    ASSERT_TRUE(honest[0]->WaitPushes().ok());
+    ASSERT_TRUE(honest[1]->WaitPushes().ok());
+    std::vector<float> agg(6);
+    ASSERT_TRUE(honest[0]->Pull(0, round + 1, agg, milliseconds(10000)).ok()) << round;
+    EXPECT_FLOAT_EQ(agg[0], 2.0f) << "the mean of the honest pushes alone";
+  }
+  const server::ShardStats st = cluster.shard(0).shard().stats();
+  EXPECT_EQ(st.quarantines, 1u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
+  EXPECT_EQ(st.malformed_by_worker[0] + st.malformed_by_worker[1], 0u);
 }
 
 TEST(ProtocolAttackTest, NamesParse) {
