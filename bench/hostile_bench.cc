@@ -77,10 +77,10 @@
 #include "codecs/codec.h"
 #include "core/cluster_secret.h"
 #include "core/credentials.h"
-#include "net/grpc_credentials.h"
 #include "core/json_line.h"
 #include "core/layout.h"
 #include "core/status.h"
+#include "net/grpc_credentials.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker_lib/worker.h"
@@ -108,6 +108,9 @@ struct HostileFlags {
   std::string max_shard_bytes = "512M";
   uint32_t inflight = 4;
   uint32_t round_deadline_ms = 500;
+  // The server's --quarantine-ms; every baseline phase waits until worker 3 is out of a
+  // quarantine its attack earned, so that it measures the rounds with worker 3 in them.
+  uint32_t quarantine_ms = 2000;
   bool no_cover = false;
   bool keep_dirs = false;
   bool list = false;
@@ -119,6 +122,7 @@ struct GivenOptions {
   CLI::Option* seconds = nullptr;
   CLI::Option* alternations = nullptr;
   CLI::Option* inflight = nullptr;
+  CLI::Option* quarantine = nullptr;
 };
 
 // How much each attack may do; --quick shrinks it.
@@ -834,8 +838,8 @@ class Cover {
       // Every slice at once; under poison each valid push right behind its garbage one.
       for (const core::SliceInfo& s : layout_.slices()) {
         if (poison != nullptr) {
-          SendGarbage(*stub, MakePush(round, s.id, poisoned[s.id].garbage_spec,
-                                      poisoned[s.id].garbage),
+          SendGarbage(*stub,
+                      MakePush(round, s.id, poisoned[s.id].garbage_spec, poisoned[s.id].garbage),
                       poison);
           calls.push_back(MakePush(round, s.id, poisoned[s.id].spec, poisoned[s.id].encoded));
         } else {
@@ -879,7 +883,7 @@ class Cover {
   // The poison tally, and the garbage pushes counted on it still in flight.
   std::mutex garbage_mu_;
   std::condition_variable garbage_done_;
-  Tally* poison_ = nullptr;   // guarded by garbage_mu_
+  Tally* poison_ = nullptr;    // guarded by garbage_mu_
   uint32_t garbage_open_ = 0;  // guarded by garbage_mu_
   std::atomic<bool> stop_{false};
   std::atomic<uint64_t> pushed_{0}, refused_{0};
@@ -1653,7 +1657,9 @@ class Runner {
                                            "--max-pulls-per-worker",
                                            absl::StrCat(kMaxPullsPerWorker),
                                            "--drain-timeout-ms",
-                                           "1000"};
+                                           "1000",
+                                           "--quarantine-ms",
+                                           absl::StrCat(f_.quarantine_ms)};
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerProcess> server,
                         ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));
@@ -1714,6 +1720,10 @@ class Runner {
       row.attack_phases.push_back(
           RunPhase(attack, env, *server, sampler, training->get(), f_.seconds, true));
       if (cover != nullptr) cover->SetPoison(nullptr);
+      // The next baseline measures the rounds with worker 3 in them again (an attack
+      // phase may have earned it a quarantine).
+      if (a + 1 < f_.alternations)
+        std::this_thread::sleep_for(milliseconds(f_.quarantine_ms + 300));
     }
     if (cover != nullptr) {
       row.cover_pushed = cover->pushed();
@@ -1897,6 +1907,7 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
     limits.raw_connections = 64;
     limits.prelude_seconds = 0.3;
     limits.warmup_seconds = 0.3;
+    if (given.quarantine->count() == 0) f.quarantine_ms = 500;
     if (given.inflight->count() == 0) f.inflight = 2;
   }
   limits.inflight = f.inflight;
@@ -1938,10 +1949,10 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
   std::fprintf(
       stderr,
       "ps-bench hostile: %s; a fresh server per attack (n = %u, f = 1, trimmed_mean, deadline %u "
-      "ms, "
+      "ms, --quarantine-ms %u, "
       "--max-shard-bytes %s); %d x (baseline %.3g s, attack %.3g s); worker 3 %s\n",
-      f.server_bin.c_str(), kWorkers, f.round_deadline_ms, FormatSize(*max_shard_bytes).c_str(),
-      f.alternations, f.seconds, f.seconds,
+      f.server_bin.c_str(), kWorkers, f.round_deadline_ms, f.quarantine_ms,
+      FormatSize(*max_shard_bytes).c_str(), f.alternations, f.seconds, f.seconds,
       f.no_cover ? "never pushes (rounds wait for the deadline)" : "pushes every round (cover)");
   Runner runner(f, limits, *max_shard_bytes);
   Table table({"attack", "base rounds/s", "attack rounds/s", "ratio", "server CPU", "peak RSS MiB",
@@ -2010,6 +2021,11 @@ Command AddHostileCommand(CLI::App& app) {
   sub->add_option("--max-shard-bytes", f->max_shard_bytes,
                   "The server's --max-shard-bytes, also the bound its peak RSS is checked against")
       ->capture_default_str();
+  given->quarantine =
+      sub->add_option("--quarantine-ms", f->quarantine_ms,
+                      "The server's --quarantine-ms (each baseline phase waits this long after an "
+                      "attack phase, so that worker 3 is out of quarantine)")
+          ->capture_default_str();
   sub->add_option("--round-deadline-ms", f->round_deadline_ms, "The server's --round-deadline-ms")
       ->capture_default_str();
   given->inflight =
