@@ -12,8 +12,11 @@
 namespace ps::server {
 
 ModelCoordinator::ModelCoordinator(const ModelRounds::Config& config, core::Clock* clock,
-                                   DeadlineQueue* deadlines, Parts parts)
-    : config_(config), parts_(std::move(parts)), rounds_(config, clock, deadlines) {}
+                                   DeadlineQueue* deadlines, Parts parts, bool enabled)
+    : config_(config),
+      parts_(std::move(parts)),
+      enabled_(enabled),
+      rounds_(config, clock, deadlines) {}
 
 void ModelCoordinator::SetSender(std::function<void(std::shared_ptr<const RoundShare>)> sender) {
   rounds_.SetSender(std::move(sender));
@@ -73,6 +76,10 @@ absl::Status ModelCoordinator::AcceptShare(const RoundShare& share) {
   auto refuse = [&](absl::Status st) {
     return parts_.counters->RefusedShare(share.shard_id, share.round, std::move(st));
   };
+  if (!enabled_) {
+    return refuse(absl::FailedPreconditionError(
+        "this shard does not run in model scope (check --aggregator and --aggregation-scope)"));
+  }
   if (!parts_.table->registered()) {
     return refuse(core::Refused(core::Refusal::kNoLayout, "no layout registered yet"));
   }

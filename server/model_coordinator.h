@@ -52,8 +52,9 @@ class ModelCoordinator {
     ShardCounters* counters = nullptr;
     PublishFn publish;
   };
+  // `enabled`: the shard runs in model scope; otherwise every share is refused.
   ModelCoordinator(const ModelRounds::Config& config, core::Clock* clock, DeadlineQueue* deadlines,
-                   Parts parts);
+                   Parts parts, bool enabled);
   ModelCoordinator(const ModelCoordinator&) = delete;
   ModelCoordinator& operator=(const ModelCoordinator&) = delete;
 
@@ -63,8 +64,8 @@ class ModelCoordinator {
   // An owned slice closed `round`; the last of them starts the round (on a job).
   void SliceClosed(uint64_t round);
 
-  // A peer's share. Refused (and counted) for another layout, when none is registered,
-  // or when ModelRounds refuses it (CheckShare, Store).
+  // A peer's share. Refused (and counted) outside model scope, for another layout, when
+  // none is registered, or when ModelRounds refuses it (CheckShare, Store).
   absl::Status AcceptShare(const RoundShare& share);
 
   // Drops the current round (on a job) when the peers' shares are overdue at `now`.
@@ -90,6 +91,7 @@ class ModelCoordinator {
 
   const ModelRounds::Config config_;
   const Parts parts_;
+  const bool enabled_;
   ModelRounds rounds_;
 };
 

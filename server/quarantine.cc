@@ -1,5 +1,10 @@
 #include "server/quarantine.h"
 
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "core/refusal.h"
+
 namespace ps::server {
 
 Quarantine::Quarantine(uint32_t num_workers, core::Duration duration)
@@ -29,5 +34,16 @@ std::optional<core::SteadyTime> Quarantine::Until(uint32_t worker, core::SteadyT
 }
 
 bool Quarantine::Any(core::SteadyTime now) const { return latest_.load() > Ticks(now); }
+
+absl::Status Quarantine::Check(uint32_t worker, core::SteadyTime now) const {
+  const std::optional<core::SteadyTime> until = Until(worker, now);
+  if (!until.has_value()) return absl::OkStatus();
+  return core::Refused(
+      core::Refusal::kQuarantined,
+      absl::StrCat("worker ", worker, " is quarantined for another ",
+                   std::chrono::duration_cast<std::chrono::milliseconds>(*until - now).count(),
+                   " ms after a malformed push: its pushes are refused and no round waits for "
+                   "it (--quarantine-ms)"));
+}
 
 }  // namespace ps::server

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 
+#include "absl/status/status.h"
 #include "core/clock.h"
 
 namespace ps::server {
@@ -40,6 +41,8 @@ class Quarantine {
   std::optional<core::SteadyTime> Until(uint32_t worker, core::SteadyTime now) const;
   // Whether any worker is quarantined at `now` (one atomic load: the rounds' fast path).
   bool Any(core::SteadyTime now) const;
+  // OK, or the (uncounted) kQuarantined refusal of a push or chunk of `worker` at `now`.
+  absl::Status Check(uint32_t worker, core::SteadyTime now) const;
 
   core::Duration duration() const { return duration_; }
 

@@ -46,7 +46,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
                  &table_, &aggregation_, aggregator_.get(), &jobs_, &counters_,
                  [this](ClosedRound round, std::vector<float>& out, absl::Status st) {
                    PublishRound(std::move(round), out, std::move(st));
-                 }}),
+                 }},
+             model_scope_),
       jobs_(pool) {
   rules_.num_workers = options_.num_workers;
   rules_.quorum = quorum_;
@@ -186,7 +187,7 @@ void Shard::StartUdpRound(uint64_t round) {
   if (seen >= static_cast<int64_t>(round)) return;
   // The first chunk of this round on this shard: every slice at this round gets its
   // deadline now, so one whose datagrams were all lost still closes.
-  for (uint32_t id : table_.owned_ids()) table_.slice(id)->StartDeadlineAt(round);
+  table_.ForEach([round](SliceRound& s) { s.StartDeadlineAt(round); });
 }
 
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
@@ -194,7 +195,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
-  PS_RETURN_IF_ERROR(CheckNotQuarantined(worker_id));
+  PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec, [&] { return Decoder(worker_id, slice_id, codec); }, payload);
@@ -214,7 +215,7 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
     return Refuse(Refusal::kBadWorkerId,
                   absl::StrCat("datagram from worker ", worker_id, " of ", options_.num_workers));
   }
-  PS_RETURN_IF_ERROR(CheckNotQuarantined(worker_id));
+  PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash(), h.slice_id));
   if (absl::Status geometry = net::CheckChunkGeometry(h, s->info().numel); !geometry.ok()) {
     return RefusedPush(
@@ -236,52 +237,31 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   return absl::OkStatus();
 }
 
-absl::Status Shard::CheckNotQuarantined(uint32_t worker_id) {
-  const core::SteadyTime now = clock_->Now();
-  const std::optional<core::SteadyTime> until = quarantine_.Until(worker_id, now);
-  if (!until.has_value()) return absl::OkStatus();
-  return Refuse(
-      Refusal::kQuarantined,
-      absl::StrCat("worker ", worker_id, " is quarantined for another ",
-                   std::chrono::duration_cast<std::chrono::milliseconds>(*until - now).count(),
-                   " ms after a malformed push: its pushes are refused and no round "
-                   "waits for it (--quarantine-ms)"));
-}
-
 absl::Status Shard::RefusedPush(uint32_t worker_id, absl::Status status) {
   status = counters_.RefusedPush(worker_id, std::move(status));
-  if (core::RefusalOf(status) != Refusal::kMalformed ||
-      !quarantine_.Start(worker_id, clock_->Now())) {
-    return status;
-  }
-  // Once per quarantine and worker: a bounded rate of lines.
-  counters_.Quarantined();
-  spdlog::warn(
-      "shard {}: worker {} quarantined for {} ms after a malformed push or chunk; rounds "
-      "go on without it",
-      shard_id_, worker_id,
-      std::chrono::duration_cast<std::chrono::milliseconds>(quarantine_.duration()).count());
-  // Rounds that were waiting only for this worker close now.
-  for (uint32_t id : table_.owned_ids()) {
-    SliceRound* s = table_.slice(id);
-    if (const std::optional<uint64_t> round = s->CloseIfOnlyQuarantinedMissing()) {
-      Closed(*s, *round, /*at_deadline=*/false);
-    }
+  if (core::RefusalOf(status) == Refusal::kMalformed &&
+      quarantine_.Start(worker_id, clock_->Now())) {
+    counters_.Quarantined(worker_id, quarantine_.duration());
+    // Rounds that were waiting only for this worker close now.
+    table_.ForEach([this](SliceRound& s) {
+      if (std::optional<uint64_t> round = s.CloseIfOnlyQuarantinedMissing()) {
+        Closed(s, *round, /*at_deadline=*/false);
+      }
+    });
   }
   return status;
 }
 
-uint64_t Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {
-  const uint64_t closed_at_deadline = at_deadline ? counters_.ClosedAtDeadline() : 0;
+void Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {
+  if (at_deadline) counters_.ClosedAtDeadline();
   if (model_scope_) {
     model_.SliceClosed(round);  // the round starts once every owned slice closed it
-    return closed_at_deadline;
+    return;
   }
   // Each job aggregates the most urgent closed slice at the time it runs (P3), not
   // necessarily the one that scheduled it.
   jobs_.SubmitRanked(priority_schedule_ ? slice.info().priority : 0, slice.info().id,
                      [this](uint32_t id) { AggregateSlice(id); });
-  return closed_at_deadline;
 }
 
 void Shard::AggregateSlice(uint32_t slice_id) {
@@ -312,15 +292,7 @@ void Shard::SetShareSender(std::function<void(std::shared_ptr<const RoundShare>)
   model_.SetSender(std::move(sender));
 }
 
-absl::Status Shard::AcceptShare(const RoundShare& share) {
-  if (!model_scope_) {
-    return counters_.RefusedShare(
-        share.shard_id, share.round,
-        absl::FailedPreconditionError("this shard does not run in model scope (check "
-                                      "--aggregator and --aggregation-scope)"));
-  }
-  return model_.AcceptShare(share);
-}
+absl::Status Shard::AcceptShare(const RoundShare& share) { return model_.AcceptShare(share); }
 
 absl::Status Shard::ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids) {
   if (slice_ids.empty()) return absl::InvalidArgumentError("pull names no slices");
@@ -344,11 +316,7 @@ void Shard::Unwatch(uint32_t slice_id, uint64_t watch_id) {
   if (watch_id != 0) table_.slice(slice_id)->Unwatch(watch_id);
 }
 
-uint64_t Shard::WatcherCount() const {
-  uint64_t n = 0;
-  for (uint32_t id : table_.owned_ids()) n += table_.slice(id)->watcher_count();
-  return n;
-}
+uint64_t Shard::WatcherCount() const { return table_.WatcherCount(); }
 
 SliceSnapshot Shard::Snapshot(uint32_t slice_id) const {
   return table_.slice(slice_id)->Snapshot();
@@ -364,19 +332,8 @@ void Shard::Tick(core::SteadyTime now) {
     SliceRound* s = table_.slice(id);
     const SliceRound::DeadlineOutcome out = s->OnDeadline(now);
     if (!out.due) continue;
-    if (out.closed) {
-      const uint64_t closed = Closed(*s, out.round, /*at_deadline=*/true);
-      // On a lossy UDP path most rounds close here: log the 1st, 2nd, 4th, 8th, ...
-      spdlog::log(std::has_single_bit(closed) ? spdlog::level::info : spdlog::level::debug,
-                  "shard {}: round {} of slice {} closed at its deadline with {} of {} pushes "
-                  "({} whole; {} rounds closed at a deadline so far)",
-                  shard_id_, out.round, id, out.pushed, options_.num_workers, out.complete, closed);
-    } else {
-      spdlog::warn(
-          "shard {}: round {} of slice {} passed its deadline with {} pushes, below the "
-          "quorum of {}; closing as soon as the quorum is reached",
-          shard_id_, out.round, id, out.pushed, out.quorum);
-    }
+    counters_.DeadlinePassed(id, out, options_.num_workers);
+    if (out.closed) Closed(*s, out.round, /*at_deadline=*/false);  // counted just now
   }
 }
 
@@ -394,10 +351,10 @@ void Shard::SetDeadlineListener(std::function<void()> listener) {
 void Shard::Drain(core::Duration timeout) {
   draining_.store(true);
   jobs_.WaitIdle(timeout);
-  for (uint32_t id : table_.owned_ids()) {
-    Wakeups wake = table_.slice(id)->TakeAllWatchers();
+  table_.ForEach([](SliceRound& s) {
+    Wakeups wake = s.TakeAllWatchers();
     RunWakeups(wake, false);
-  }
+  });
 }
 
 bool Shard::layout_registered() const { return table_.registered(); }
@@ -406,21 +363,9 @@ bool Shard::ready() const { return table_.ready(); }
 
 uint32_t Shard::workers_joined() const { return sessions_.joined(); }
 
-uint64_t Shard::MaxVersion() const {
-  uint64_t v = 0;
-  for (uint32_t id : table_.owned_ids()) v = std::max(v, table_.slice(id)->version());
-  return v;
-}
+uint64_t Shard::MaxVersion() const { return table_.MaxVersion(); }
 
-uint64_t Shard::MinVersion() const {
-  uint64_t v = UINT64_MAX;
-  bool any = false;
-  for (uint32_t id : table_.owned_ids()) {
-    v = std::min(v, table_.slice(id)->version());
-    any = true;
-  }
-  return any ? v : 0;
-}
+uint64_t Shard::MinVersion() const { return table_.MinVersion(); }
 
 absl::StatusOr<ShardCheckpoint> Shard::Capture() const {
   ShardCheckpoint c;
@@ -466,8 +411,7 @@ absl::Status Shard::Restore(const ShardCheckpoint& c) {
 uint32_t Shard::FastForward(uint64_t version) {
   uint32_t moved = 0;
   Wakeups wake;
-  for (uint32_t id : table_.owned_ids())
-    moved += table_.slice(id)->FastForward(version, &wake) ? 1 : 0;
+  table_.ForEach([&](SliceRound& s) { moved += s.FastForward(version, &wake) ? 1 : 0; });
   model_.FastForward(version);
   RunWakeups(wake, true);
   return moved;

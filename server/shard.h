@@ -239,16 +239,13 @@ class Shard {
                                                    absl::StatusOr<std::vector<uint32_t>> owned);
   // The owned slice a request names, or the (counted) refusal.
   absl::StatusOr<SliceRound*> LookupSlice(uint64_t layout_hash, uint32_t slice_id);
-  // Refuses a push or chunk of a quarantined worker (kQuarantined), before any work.
-  absl::Status CheckNotQuarantined(uint32_t worker_id);
   // A push or chunk of `worker_id` refused by its slice: counted; a malformed one
   // quarantines the worker.
   absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
 
-  // A slice closed `round`: schedules its aggregation (slice scope), or tells the model
-  // coordinator (model scope). Returns how many rounds closed at a deadline so far
-  // when this one did, else 0.
-  uint64_t Closed(const SliceRound& slice, uint64_t round, bool at_deadline);
+  // A slice closed `round` (counted when `at_deadline`): schedules its aggregation
+  // (slice scope), or tells the model coordinator (model scope).
+  void Closed(const SliceRound& slice, uint64_t round, bool at_deadline);
   // Slice scope: aggregates the closed round of slice `slice_id` and publishes it.
   void AggregateSlice(uint32_t slice_id);
   // Publishes a closed round from its aggregate `out` (or, when !st.ok(), the unchanged

@@ -82,19 +82,40 @@ void ShardCounters::ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
   stats_.push_decoded_bytes += decoded_bytes;
 }
 
-void ShardCounters::Quarantined() {
-  absl::MutexLock lock(&mu_);
-  ++stats_.quarantines;
+void ShardCounters::Quarantined(uint32_t worker, core::Duration duration) {
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.quarantines;
+  }
+  spdlog::warn(
+      "shard {}: worker {} quarantined for {} ms after a malformed push or chunk; rounds go on "
+      "without it",
+      shard_id_, worker, std::chrono::duration_cast<std::chrono::milliseconds>(duration).count());
 }
 
-uint64_t ShardCounters::ClosedAtDeadline() {
+void ShardCounters::ClosedAtDeadline() {
   absl::MutexLock lock(&mu_);
-  return ++stats_.rounds_closed_at_deadline;
+  ++stats_.rounds_closed_at_deadline;
 }
 
-uint64_t ShardCounters::closed_at_deadline() const {
-  absl::MutexLock lock(&mu_);
-  return stats_.rounds_closed_at_deadline;
+void ShardCounters::DeadlinePassed(uint32_t slice_id, const SliceRound::DeadlineOutcome& out,
+                                   uint32_t num_workers) {
+  if (!out.closed) {
+    spdlog::warn(
+        "shard {}: round {} of slice {} passed its deadline with {} pushes, below the quorum of "
+        "{}; closing as soon as the quorum is reached",
+        shard_id_, out.round, slice_id, out.pushed, out.quorum);
+    return;
+  }
+  uint64_t closed;
+  {
+    absl::MutexLock lock(&mu_);
+    closed = ++stats_.rounds_closed_at_deadline;
+  }
+  spdlog::log(std::has_single_bit(closed) ? spdlog::level::info : spdlog::level::debug,
+              "shard {}: round {} of slice {} closed at its deadline with {} of {} pushes ({} "
+              "whole; {} rounds closed at a deadline so far)",
+              shard_id_, out.round, slice_id, out.pushed, num_workers, out.complete, closed);
 }
 
 void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_lost) {

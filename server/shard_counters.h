@@ -82,11 +82,15 @@ class ShardCounters {
   // An accepted push (or UDP chunk): its wire bytes and the fp32 bytes it decoded to.
   void PushAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
   void ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
-  // A worker was quarantined.
-  void Quarantined();
-  // A round closed at its deadline; how many did so far.
-  uint64_t ClosedAtDeadline();
-  uint64_t closed_at_deadline() const;
+  // `worker` was quarantined for `duration` (logged: once per quarantine and worker).
+  void Quarantined(uint32_t worker, core::Duration duration);
+  // A round closed once its deadline had passed, by the push that reached the quorum.
+  void ClosedAtDeadline();
+  // Slice `slice_id`'s round passed its deadline (out.due): counted when it closed then,
+  // with its quorum (logged at info the 1st, 2nd, 4th, ... time: on a lossy UDP path most
+  // rounds close so), else a warning that it waits for the quorum.
+  void DeadlinePassed(uint32_t slice_id, const SliceRound::DeadlineOutcome& out,
+                      uint32_t num_workers);
   void Aggregated(const AggregationCounts& counts, uint64_t chunks_lost);
   // A slice's round published; `error` when its aggregation failed (it was published
   // unchanged), which is logged with `what` at the 1st, 2nd, 4th, ... failure.

@@ -211,6 +211,28 @@ size_t SliceTable::owned_count() const {
   return owned_ids_.size();
 }
 
+void SliceTable::ForEach(absl::FunctionRef<void(SliceRound&)> f) const {
+  for (uint32_t id : owned_ids()) f(*slice(id));
+}
+
+uint64_t SliceTable::MinVersion() const {
+  std::optional<uint64_t> v;
+  ForEach([&](SliceRound& s) { v = std::min(v.value_or(UINT64_MAX), s.version()); });
+  return v.value_or(0);
+}
+
+uint64_t SliceTable::MaxVersion() const {
+  uint64_t v = 0;
+  ForEach([&](SliceRound& s) { v = std::max(v, s.version()); });
+  return v;
+}
+
+uint64_t SliceTable::WatcherCount() const {
+  uint64_t n = 0;
+  ForEach([&](SliceRound& s) { n += s.watcher_count(); });
+  return n;
+}
+
 bool SliceTable::SliceInitialized() {
   absl::MutexLock lock(&mu_);
   return --uninitialized_ == 0;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -83,6 +84,14 @@ class SliceTable {
   std::vector<uint32_t> owned_ids() const;
   std::vector<uint32_t> publish_order() const;
   size_t owned_count() const;
+  // Calls `f` with every owned slice in increasing id order (none before registration),
+  // without the table's lock.
+  void ForEach(absl::FunctionRef<void(SliceRound&)> f) const;
+  // Over the owned slices: the lowest and highest published version (0 before
+  // registration), and the watches waiting.
+  uint64_t MinVersion() const;
+  uint64_t MaxVersion() const;
+  uint64_t WatcherCount() const;
 
   // One more owned slice has its initial value; true when it was the last.
   bool SliceInitialized();

@@ -57,7 +57,8 @@ class ModelCoordinatorTest : public ::testing::Test {
         &clock_, &deadlines_,
         ModelCoordinator::Parts{&table_, aggregation_.get(), krum_.get(), &jobs_, &counters_,
                                 [this](ClosedRound round, std::vector<float>& out,
-                                       absl::Status st) { Publish(std::move(round), out, st); }});
+                                       absl::Status st) { Publish(std::move(round), out, st); }},
+        /*enabled=*/true);
     coordinator_->SetSender([this](std::shared_ptr<const RoundShare> share) {
       absl::MutexLock lock(&mu_);
       sent_.push_back(std::move(share));
@@ -303,15 +304,26 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
   ShardCounters c(0, 1);
   c.Published(3, 1, absl::OkStatus());
   c.Published(4, 1, absl::InternalError("non-finite aggregate"));
-  EXPECT_EQ(c.ClosedAtDeadline(), 1u);
-  EXPECT_EQ(c.ClosedAtDeadline(), 2u);
+  c.ClosedAtDeadline();
+  SliceRound::DeadlineOutcome out;
+  out.due = true;
+  out.round = 9;
+  out.pushed = 2;
+  out.quorum = 3;
+  c.DeadlinePassed(5, out, 4);  // below the quorum: a warning, not counted
+  out.closed = true;
+  out.pushed = out.complete = 3;
+  for (int i = 0; i < 3; ++i) c.DeadlinePassed(5, out, 4);
+  EXPECT_EQ(log.Count("warning", "round 9 of slice 5 passed its deadline with 2 pushes"), 1);
+  // The 2nd, 3rd and 4th closed at a deadline: info for the 2nd and 4th.
+  EXPECT_EQ(log.Count("info", "round 9 of slice 5 closed at its deadline with 3 of 4"), 2);
   c.PushAccepted(10, 40);
   c.ChunkAccepted(5, 8);
   c.Aggregated({1, 2, 3}, 4);
   const ShardStats s = c.Get();
   EXPECT_EQ(s.rounds_closed, 2u);
   EXPECT_EQ(s.aggregation_errors, 1u);
-  EXPECT_EQ(s.rounds_closed_at_deadline, 2u);
+  EXPECT_EQ(s.rounds_closed_at_deadline, 4u);
   EXPECT_EQ(s.pushes_accepted, 1u);
   EXPECT_EQ(s.udp_chunks_accepted, 1u);
   EXPECT_EQ(s.push_bytes, 15u);

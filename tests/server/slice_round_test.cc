@@ -524,6 +524,20 @@ TEST(SliceTableTest, TheFirstLayoutWinsAndLookupsNameWhatIsWrong) {
   EXPECT_TRUE(t.SliceInitialized()) << "the last one makes the shard ready";
   EXPECT_TRUE(t.ready());
   EXPECT_EQ(t.Restore(*t.layout(), {}).status().code(), absl::StatusCode::kFailedPrecondition);
+
+  // Queries over every owned slice.
+  size_t visited = 0;
+  t.ForEach([&](SliceRound&) { ++visited; });
+  EXPECT_EQ(visited, owned->size());
+  Wakeups wake;
+  SliceRound& first = *t.slice(owned->front());
+  ASSERT_TRUE(first.Initialize(Fp32({1, 2, 3, 4}), &wake).ok());
+  ASSERT_TRUE(first.FastForward(3, &wake));
+  EXPECT_EQ(t.MaxVersion(), 3u);
+  EXPECT_EQ(t.MinVersion(), 0u) << "the other slices are at version 0";
+  EXPECT_EQ(t.WatcherCount(), 0u);
+  EXPECT_NE(first.Watch(4, [](bool) {}, /*id=*/1, /*draining=*/false), 0u);
+  EXPECT_EQ(t.WatcherCount(), 1u);
 }
 
 }  // namespace
