@@ -16,31 +16,47 @@ namespace {
 using std::chrono::milliseconds;
 using ::testing::HasSubstr;
 
-TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
-  server::ServerOptions o;
-  o.insecure = true;
-  o.num_workers = 3;
-  o.num_byzantine = 1;
-  o.aggregator = "mean";
-  o.aggregate_only = true;
-  o.round_deadline = milliseconds(2000);
-  // Each attack on its own: the garbage push would quarantine the attacker (next test).
-  o.quarantine = milliseconds(0);
-  testing::Cluster cluster = testing::StartCluster(1, o);
-  ASSERT_EQ(cluster.num_shards(), 1u);
-  auto layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
-  std::vector<std::unique_ptr<Worker>> honest;
-  for (uint32_t w = 0; w < 2; ++w) {
-    WorkerOptions wo;
-    wo.shard_addresses = cluster.addresses();
-    wo.worker_id = w;
-    auto worker = Worker::Start(wo, layout);
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    honest.push_back(*std::move(worker));
+// One shard of 3 workers (f = 1, so quorum 2; mean, aggregate-only) on loopback: honest
+// workers 0 and 1 with a one-slice layout of 6 values, and a ProtocolAttacker as worker 2.
+struct Attacked {
+  void Start(milliseconds round_deadline, milliseconds quarantine) {
+    server::ServerOptions o;
+    o.insecure = true;
+    o.num_workers = 3;
+    o.num_byzantine = 1;
+    o.aggregator = "mean";
+    o.aggregate_only = true;
+    o.round_deadline = round_deadline;
+    o.quarantine = quarantine;
+    cluster = testing::StartCluster(1, o);
+    ASSERT_EQ(cluster.num_shards(), 1u);
+    const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
+    for (uint32_t w = 0; w < 2; ++w) {
+      WorkerOptions wo;
+      wo.shard_addresses = cluster.addresses();
+      wo.worker_id = w;
+      auto worker = Worker::Start(wo, layout);
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      honest.push_back(*std::move(worker));
+    }
+    auto joined = ProtocolAttacker::Join(cluster.addresses()[0], 2, layout, milliseconds(10000));
+    ASSERT_TRUE(joined.ok()) << joined.status();
+    attacker = *std::move(joined);
   }
-  auto attacker = ProtocolAttacker::Join(cluster.addresses()[0], 2, layout, milliseconds(10000));
-  ASSERT_TRUE(attacker.ok()) << attacker.status();
-  ProtocolAttacker& a = **attacker;
+
+  testing::Cluster cluster;
+  std::vector<std::unique_ptr<Worker>> honest;
+  std::unique_ptr<ProtocolAttacker> attacker;
+};
+
+TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
+  // Each attack on its own: the garbage push would quarantine the attacker (next test).
+  Attacked t;
+  ASSERT_NO_FATAL_FAILURE(t.Start(/*round_deadline=*/milliseconds(2000),
+                                  /*quarantine=*/milliseconds(0)));
+  testing::Cluster& cluster = t.cluster;
+  std::vector<std::unique_ptr<Worker>>& honest = t.honest;
+  ProtocolAttacker& a = *t.attacker;
 
   EXPECT_EQ(a.Send(ProtocolAttack::kDuplicate, 0, 0).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(a.Send(ProtocolAttack::kGarbage, 0, 0).code(), absl::StatusCode::kInvalidArgument);
@@ -71,29 +87,14 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
 }
 
 TEST(ProtocolAttackTest, GarbageQuarantinesTheAttackerAndRoundsGoOnWithoutIt) {
-  server::ServerOptions o;
-  o.insecure = true;
-  o.num_workers = 3;
-  o.num_byzantine = 1;  // quorum 2
-  o.aggregator = "mean";
-  o.aggregate_only = true;
-  // Far beyond the pull's timeout below: the rounds must close without waiting for it.
-  o.round_deadline = milliseconds(60000);
-  o.quarantine = milliseconds(60000);
-  testing::Cluster cluster = testing::StartCluster(1, o);
-  auto layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
-  std::vector<std::unique_ptr<Worker>> honest;
-  for (uint32_t w = 0; w < 2; ++w) {
-    WorkerOptions wo;
-    wo.shard_addresses = cluster.addresses();
-    wo.worker_id = w;
-    auto worker = Worker::Start(wo, layout);
-    ASSERT_TRUE(worker.ok()) << worker.status();
-    honest.push_back(*std::move(worker));
-  }
-  auto attacker = ProtocolAttacker::Join(cluster.addresses()[0], 2, layout, milliseconds(10000));
-  ASSERT_TRUE(attacker.ok()) << attacker.status();
-  ProtocolAttacker& a = **attacker;
+  // A deadline far beyond the pull's timeout below: the rounds must close without
+  // waiting for the attacker.
+  Attacked t;
+  ASSERT_NO_FATAL_FAILURE(t.Start(/*round_deadline=*/milliseconds(60000),
+                                  /*quarantine=*/milliseconds(60000)));
+  testing::Cluster& cluster = t.cluster;
+  std::vector<std::unique_ptr<Worker>>& honest = t.honest;
+  ProtocolAttacker& a = *t.attacker;
   EXPECT_EQ(a.Send(ProtocolAttack::kGarbage, 0, 0).code(), absl::StatusCode::kInvalidArgument);
   const absl::Status valid = a.PushValid(0, 0, std::vector<float>(6, 7.0f));
   EXPECT_EQ(valid.code(), absl::StatusCode::kFailedPrecondition) << valid;
