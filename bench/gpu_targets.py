@@ -56,12 +56,14 @@ def aggregator_table(rows):
 
 
 def codec_table(rows):
-    lines = ["| codec | compression | encode GB/s | copy GB/s | encode / copy |",
-             "|---|---|---|---|---|"]
+    lines = ["| codec | compression | encode GB/s | copy GB/s | encode / copy | payload to host GB/s "
+             "| floor / encode |",
+             "|---|---|---|---|---|---|---|"]
     for row in rows:
         encode, copy = number(row, "encode_gbps"), number(row, "copy_gbps")
         lines.append(f"| {row['codec']} | {number(row, 'ratio'):.4g} | {encode:.1f} | {copy:.1f} | "
-                     f"{encode / copy:.3f} |")
+                     f"{encode / copy:.3f} | {number(row, 'to_host_gbps'):.1f} | "
+                     f"{number(row, 'floor_share'):.3f} |")
     return lines
 
 

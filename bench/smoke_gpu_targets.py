@@ -36,13 +36,14 @@ def main():
     write(scratch, "aggregators_n16.json", [row("median", 16, 0.31), row("trimmed_mean", 16, 0.29)])
     write(scratch, "aggregators_n64.json", [row("krum", 64, 0.25)])
     write(scratch, "codecs.json", [{"codec": "fp16", "device": "test device", "encode_gbps": 10.0,
-                                    "copy_gbps": 100.0, "ratio": 2.0}])
+                                    "copy_gbps": 100.0, "to_host_gbps": 20.0,
+                                    "floor_share": 0.25, "ratio": 2.0}])
     rc, out = run(scratch)
     assert rc == 0, out
     assert "| median | 16 | 3 | 16777216 | 31.0 | 100.0 | 0.310 | >= 0.3: met |" in out, out
     assert "| krum | 64 | 3 | 16777216 | 25.0 | 100.0 | 0.250 | >= 0.2: met |" in out, out
     assert "target missed: trimmed_mean n=16: 0.290 < 0.3" in out, out
-    assert "| fp16 | 2 | 10.0 | 100.0 | 0.100 |" in out, out
+    assert "| fp16 | 2 | 10.0 | 100.0 | 0.100 | 20.0 | 0.250 |" in out, out
     assert "every throughput target met" not in out, out
 
     write(scratch, "aggregators_n16.json", [row("median", 16, 0.31), row("trimmed_mean", 16, 0.3)])

@@ -69,10 +69,11 @@ class DeviceEncoder {
 // `values` copied to the device once (so the input is device-resident), against a
 // device-to-device copy of the same bytes on the same device.
 struct EncodeTiming {
-  std::string device;           // core::CudaDevice()'s description
-  double encode_seconds = 0;    // best Encode() of `repeats`, payload in host memory
-  double copy_seconds = 0;      // best cudaMemcpyAsync D2D of the values' bytes
-  size_t payload_bytes = 0;     // of the first encoding
+  std::string device;          // core::CudaDevice()'s description
+  double encode_seconds = 0;   // best Encode() of `repeats`, payload in host memory
+  double copy_seconds = 0;     // best cudaMemcpyAsync D2D of the values' bytes
+  double to_host_seconds = 0;  // best cudaMemcpyAsync D2H of the payload's bytes (pinned)
+  size_t payload_bytes = 0;    // of the first encoding
 };
 absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const CodecOptions& options,
                                               std::span<const float> values, int repeats);
