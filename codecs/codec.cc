@@ -1,6 +1,7 @@
 #include "codecs/codec.h"
 
 #include <charconv>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -51,6 +52,26 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown codec '", stages.front().name,
                                                  "'; known: ", absl::StrJoin(CodecNames(), ", ")));
+}
+
+absl::Status Codec::DecodePieces(std::span<const std::string_view> pieces,
+                                 std::span<float> out) const {
+  size_t total = 0;
+  const std::string_view* only = nullptr;
+  for (const std::string_view& p : pieces) {
+    total += p.size();
+    if (!p.empty()) only = &p;
+  }
+  if (only == nullptr) return Decode({}, out);
+  if (only->size() == total) return Decode(*only, out);
+  thread_local std::string scratch;  // its capacity stays warm for the next payload
+  scratch.resize(total);
+  size_t at = 0;
+  for (std::string_view p : pieces) {
+    std::memcpy(scratch.data() + at, p.data(), p.size());
+    at += p.size();
+  }
+  return Decode(scratch, out);
 }
 
 std::vector<std::string> CodecNames() {

@@ -83,6 +83,14 @@ class Codec {
   // Refuses a wrong version, a size that does not match out, and non-finite values.
   virtual absl::Status Decode(std::string_view bytes, std::span<float> out) const = 0;
 
+  // Decode of bytes that arrived in pieces, in order (a received message's buffers):
+  // the same result and errors as Decode of their concatenation. This default gathers
+  // the pieces into a per-thread scratch buffer first (none when there is one piece);
+  // codecs whose decoding reads the payload once, front to back, read the pieces in
+  // place instead (fp32: docs/data_path.md).
+  virtual absl::Status DecodePieces(std::span<const std::string_view> pieces,
+                                    std::span<float> out) const;
+
   // Largest encoding of numel values, for message-size limits.
   virtual size_t MaxEncodedBytes(size_t numel) const = 0;
 

@@ -32,14 +32,43 @@ class Fp32Codec final : public Codec {
     PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, sizeof(float), out.size()));
     // An empty slice may have a null data(); memcpy must not see it, even for 0 bytes.
     if (!out.empty()) std::memcpy(out.data(), bytes.data() + 1, out.size_bytes());
+    return CheckFinite(out);
+  }
+
+  // The values straight from the pieces into out: one pass, no gather. A payload of
+  // the wrong size or version takes Decode's path, for its exact message.
+  absl::Status DecodePieces(std::span<const std::string_view> pieces,
+                            std::span<float> out) const override {
+    size_t total = 0;
+    for (std::string_view p : pieces) total += p.size();
+    if (total != 1 + out.size_bytes() || out.empty()) return Codec::DecodePieces(pieces, out);
+    auto* dst = reinterpret_cast<char*>(out.data());
+    bool versioned = false;
+    for (std::string_view p : pieces) {
+      if (p.empty()) continue;
+      if (!versioned) {
+        if (static_cast<unsigned char>(p[0]) != kFormatVersion) {
+          return Codec::DecodePieces(pieces, out);
+        }
+        p.remove_prefix(1);
+        versioned = true;
+      }
+      std::memcpy(dst, p.data(), p.size());
+      dst += p.size();
+    }
+    return CheckFinite(out);
+  }
+
+  size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }
+
+ private:
+  static absl::Status CheckFinite(std::span<const float> out) {
     if (const ptrdiff_t i = core::FindNonFinite(out); i >= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(kSpec, ": value ", i, " is not finite (", out[i], ")"));
     }
     return absl::OkStatus();
   }
-
-  size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }
 };
 
 }  // namespace

@@ -6,10 +6,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
+#include "net/grpc_bytes.h"
 #include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
 #include "core/status.h"
 #include "net/layout_proto.h"
+#include "net/wire.h"
 #include "server/metadata_auth.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
@@ -45,7 +47,7 @@ std::string CallGate::ClientOf(const grpc::ServerContextBase& ctx) const {
 }
 
 void CallGate::Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
-                      const google::protobuf::MessageLite& request,
+                      size_t request_bytes,
                       absl::AnyInvocable<void(grpc::Status) &&> finish) const {
   std::string client;
   if (!status.ok() && tarpit != nullptr && Tarpit::Charges(status.code())) {
@@ -57,7 +59,7 @@ void CallGate::Answer(const grpc::ServerContextBase& ctx, const absl::Status& st
     std::move(finish)(net::ToGrpc(status));
     return;
   }
-  tarpit->Refuse(client, request.ByteSizeLong(),
+  tarpit->Refuse(client, request_bytes,
                  [finish = std::move(finish), answer = net::ToGrpc(status)]() mutable {
                    std::move(finish)(std::move(answer));
                  });
@@ -112,12 +114,18 @@ grpc::ServerUnaryReactor* Reply(const CallGate& gate, grpc::CallbackServerContex
   gate.Answer(*ctx, s, req, [reactor](grpc::Status answer) { reactor->Finish(answer); });
   return reactor;
 }
+grpc::ServerUnaryReactor* Reply(const CallGate& gate, grpc::CallbackServerContext* ctx,
+                                size_t request_bytes, const absl::Status& s) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  gate.Answer(*ctx, s, request_bytes, [reactor](grpc::Status answer) { reactor->Finish(answer); });
+  return reactor;
+}
 
 // Streams the requested slices of one Pull, each once it reaches the wanted version,
 // most urgent first among those ready. Watch callbacks may fire on any thread, so
 // the reactor's mutable state sits behind a mutex in a shared block that outlives
 // the reactor (grpc deletes the reactor in OnDone; late callbacks then find it gone).
-class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
+class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `slot` is the worker's open-stream slot, given back when the stream is done.
   PullReactor(Shard* shard, const v1::PullRequest& req, Metrics* metrics, PullSlots::Slot slot)
@@ -140,7 +148,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
   void OnWriteDone(bool ok) override {
     absl::MutexLock lock(&state_->mu);
     state_->write_in_flight = false;
-    state_->response.clear_values();  // gRPC has its own copy now
+    state_->response.Clear();  // drops this stream's reference to the snapshot
     if (!ok) {
       state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull stream broken"));
       return;
@@ -179,7 +187,7 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
     bool finished ABSL_GUARDED_BY(mu) = false;
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     bool shutting_down ABSL_GUARDED_BY(mu) = false;
-    v1::PullResponse response ABSL_GUARDED_BY(mu);
+    grpc::ByteBuffer response ABSL_GUARDED_BY(mu);  // the message being written
     Metrics* metrics = nullptr;  // may be null
     const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
@@ -205,11 +213,11 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
         const uint32_t id = std::get<2>(*ready.begin());
         ready.erase(ready.begin());
         SliceSnapshot snap = reactor->shard_->Snapshot(id);
-        response.set_slice_id(id);
-        response.set_version(snap.version);
-        response.set_values(*snap.values);
+        const size_t bytes = snap.values->size();
+        response = net::HeaderAndBody(net::PullResponseHeader(id, snap.version, bytes),
+                                      std::move(snap.values));
         --remaining;
-        if (metrics != nullptr) metrics->ObservePullBytes(snap.values->size());
+        if (metrics != nullptr) metrics->ObservePullBytes(bytes);
         write_in_flight = true;
         reactor->StartWrite(&response);
         return;
@@ -237,11 +245,11 @@ class PullReactor final : public grpc::ServerWriteReactor<v1::PullResponse> {
 
 // A reactor that refuses (bad session, layout or slice list): at once, or when the
 // tarpit lets it.
-class RefusedPull final : public grpc::ServerWriteReactor<v1::PullResponse> {
+class RefusedPull final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   RefusedPull(const CallGate& gate, grpc::CallbackServerContext* ctx, const absl::Status& s,
-              const v1::PullRequest& req) {
-    gate.Answer(*ctx, s, req, [this](grpc::Status answer) { Finish(answer); });
+              size_t request_bytes) {
+    gate.Answer(*ctx, s, request_bytes, [this](grpc::Status answer) { Finish(answer); });
   }
   void OnDone() override { delete this; }
 };
@@ -322,34 +330,58 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerConte
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* ctx,
-                                                  const v1::PushRequest* req,
-                                                  v1::PushResponse* /*resp*/) {
+                                                  const grpc::ByteBuffer* req,
+                                                  grpc::ByteBuffer* resp) {
   // Timed only for the metrics (a clock read per push otherwise wasted).
   const auto start = metrics_ != nullptr ? std::chrono::steady_clock::now()
                                          : std::chrono::steady_clock::time_point{};
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  const absl::Status s = worker.ok() ? shard_->Push(*worker, req->layout_hash(), req->round(),
-                                                    req->slice_id(), req->codec(), req->payload())
-                                     : worker.status();
-  if (metrics_ != nullptr) {
-    metrics_->ObservePush(std::chrono::steady_clock::now() - start, req->payload().size());
+  *resp = net::HeaderAndBody({}, nullptr);  // PushResponse has no fields
+  const size_t request_bytes = req->Length();
+  net::ReceivedBytes bytes;
+  absl::Status s = bytes.Take(*req);
+  absl::StatusOr<net::PushFrame> frame =
+      s.ok() ? net::ParsePushRequest(bytes.pieces()) : absl::StatusOr<net::PushFrame>(s);
+  if (!frame.ok()) {
+    return Reply(gate_, ctx, request_bytes,
+                 shard_->Refuse(Refusal::kMalformed, frame.status().message()));
   }
-  return Reply(gate_, ctx, *req, s);
+  // The payload is decoded straight from gRPC's buffers (Codec::DecodePieces).
+  std::string session_bytes, codec_bytes;
+  const std::string_view session = frame->session.Contiguous(&session_bytes);
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, session);
+  if (worker.ok()) {
+    s = shard_->Push(*worker, frame->layout_hash, frame->round, frame->slice_id,
+                     frame->codec.Contiguous(&codec_bytes), frame->payload.parts());
+  } else {
+    s = worker.status();
+  }
+  if (metrics_ != nullptr) {
+    metrics_->ObservePush(std::chrono::steady_clock::now() - start, frame->payload.size());
+  }
+  return Reply(gate_, ctx, request_bytes, s);
 }
 
-grpc::ServerWriteReactor<v1::PullResponse>* WorkerServiceImpl::Pull(
-    grpc::CallbackServerContext* ctx, const v1::PullRequest* req) {
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return new RefusedPull(gate_, ctx, worker.status(), *req);
+grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Pull(
+    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
+  const size_t request_bytes = raw->Length();
+  v1::PullRequest req;
+  if (absl::Status parsed = net::ParseMessage(*raw, &req); !parsed.ok()) {
+    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kMalformed, parsed.message()),
+                           request_bytes);
+  }
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req.session());
+  if (!worker.ok()) return new RefusedPull(gate_, ctx, worker.status(), request_bytes);
   absl::Status valid = shard_->ValidatePull(
-      req->layout_hash(), std::span<const uint32_t>(req->slice_ids().data(),
-                                                    static_cast<size_t>(req->slice_ids_size())));
-  if (!valid.ok()) return new RefusedPull(gate_, ctx, valid, *req);
+      req.layout_hash(), std::span<const uint32_t>(req.slice_ids().data(),
+                                                   static_cast<size_t>(req.slice_ids_size())));
+  if (!valid.ok()) return new RefusedPull(gate_, ctx, valid, request_bytes);
   absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
-  if (!slot.ok())
-    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kOverLimit, slot.status().message()),
-                           *req);
-  return new PullReactor(shard_, *req, metrics_, *std::move(slot));
+  if (!slot.ok()) {
+    return new RefusedPull(gate_, ctx,
+                           shard_->Refuse(Refusal::kOverLimit, slot.status().message()),
+                           request_bytes);
+  }
+  return new PullReactor(shard_, req, metrics_, *std::move(slot));
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,

@@ -43,8 +43,12 @@ struct CallGate {
   // Answers `status` on `finish`: at once, or held by the tarpit when it is a refusal
   // charged to a client over its budget. `request` sizes the refusal.
   void Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
+              size_t request_bytes, absl::AnyInvocable<void(grpc::Status) &&> finish) const;
+  void Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
               const google::protobuf::MessageLite& request,
-              absl::AnyInvocable<void(grpc::Status) &&> finish) const;
+              absl::AnyInvocable<void(grpc::Status) &&> finish) const {
+    Answer(ctx, status, status.ok() ? 0 : request.ByteSizeLong(), std::move(finish));
+  }
   // Admit, then the worker behind `session`, which must be the caller's identity
   // (PERMISSION_DENIED: a stolen or replayed session).
   absl::StatusOr<uint32_t> AdmitWorker(const grpc::ServerContextBase& ctx,
@@ -71,7 +75,12 @@ class PullSlots {
   std::vector<uint32_t> open_ ABSL_GUARDED_BY(mu_);
 };
 
-class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
+// Push and Pull are raw methods: their messages carry the tensor bytes, which are read
+// and written in place (net/wire.h, docs/data_path.md) instead of through protobuf's
+// copies. The wire format is the generated messages' all the same.
+class WorkerServiceImpl final
+    : public ps::v1::WorkerService::WithRawCallbackMethod_Push<
+          ps::v1::WorkerService::WithRawCallbackMethod_Pull<ps::v1::WorkerService::CallbackService>> {
  public:
   explicit WorkerServiceImpl(CallGate gate)
       : shard_(gate.shard),
@@ -93,10 +102,13 @@ class WorkerServiceImpl final : public ps::v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* InitSlice(grpc::CallbackServerContext* ctx,
                                       const v1::InitSliceRequest* req,
                                       v1::InitSliceResponse* resp) override;
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const v1::PushRequest* req,
-                                 v1::PushResponse* resp) override;
-  grpc::ServerWriteReactor<v1::PullResponse>* Pull(grpc::CallbackServerContext* ctx,
-                                                   const v1::PullRequest* req) override;
+  // A ps.v1.PushRequest in; an empty PushResponse out.
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                 grpc::ByteBuffer* resp) override;
+  // A ps.v1.PullRequest in; a stream of ps.v1.PullResponse out, each a header and the
+  // published slice's bytes, which every stream shares.
+  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(grpc::CallbackServerContext* ctx,
+                                                   const grpc::ByteBuffer* req) override;
 
  private:
   Shard* const shard_;

@@ -191,7 +191,8 @@ void Shard::StartUdpRound(uint64_t round) {
 }
 
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
-                         uint32_t slice_id, std::string_view codec, std::string_view payload) {
+                         uint32_t slice_id, std::string_view codec,
+                         std::span<const std::string_view> payload) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
@@ -200,7 +201,9 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec, [&] { return Decoder(worker_id, slice_id, codec); }, payload);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  counters_.PushAccepted(payload.size(), uint64_t{s->info().numel} * sizeof(float));
+  size_t payload_bytes = 0;
+  for (std::string_view piece : payload) payload_bytes += piece.size();
+  counters_.PushAccepted(payload_bytes, uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   return absl::OkStatus();
 }

@@ -38,6 +38,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -132,7 +133,13 @@ class Shard {
 
   // One encoded gradient slice from `worker_id` for `round`.
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
-                    std::string_view codec, std::string_view payload);
+                    std::string_view codec, std::span<const std::string_view> payload);
+  // The same, with the payload in one piece.
+  absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
+                    std::string_view codec, std::string_view payload) {
+    return Push(worker_id, layout_hash, round, slice_id, codec,
+                std::span<const std::string_view>(&payload, 1));
+  }
 
   // The worker and key behind a UDP session id, or UNAUTHENTICATED.
   absl::StatusOr<std::shared_ptr<const UdpPeer>> UdpSession(uint64_t udp_session) const;

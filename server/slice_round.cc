@@ -158,7 +158,7 @@ std::span<float> SliceRound::SlotLocked(uint32_t worker, uint32_t first, uint32_
 absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uint64_t round,
                                                             std::string_view codec,
                                                             DecoderFn decoder,
-                                                            std::string_view payload) {
+                                                            std::span<const std::string_view> payload) {
   Locked lock(this);
   // The round's state first: a late or duplicate push is refused before its codec is
   // looked at.
@@ -169,7 +169,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
-  if (absl::Status st = (*decoded_by)->Decode(payload, SlotLocked(worker, 0, info_.numel));
+  if (absl::Status st = (*decoded_by)->DecodePieces(payload, SlotLocked(worker, 0, info_.numel));
       !st.ok()) {
     return Refused(
         Refusal::kMalformed,
@@ -180,12 +180,18 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   ++num_pushed_;
   ++num_complete_;
   const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
+  // The compressed-domain paths read the payload whole (they are small: a seed, or
+  // sign bits): gathered only for those codecs.
+  std::string whole;
+  if (shared != codecs::SharedStructure::kNone) {
+    for (std::string_view piece : payload) whole.append(piece);
+  }
   inputs_.supports[worker] = shared == codecs::SharedStructure::kSeededSupport
-                                 ? codecs::SeededSupportOf(payload)
+                                 ? codecs::SeededSupportOf(whole)
                                  : std::nullopt;
   if (rules_->keep_signs) {
     if (shared == codecs::SharedStructure::kSignBits) {
-      inputs_.sign_payloads[worker].assign(payload);
+      inputs_.sign_payloads[worker] = std::move(whole);
     } else {
       inputs_.sign_payloads[worker].clear();
     }

@@ -173,9 +173,14 @@ class SliceRound {
   // A whole push of `worker` for `round`. The round's state is checked before `decoder`
   // is asked for the codec: late (kLate), early (kFutureRound), uninitialized (kNotReady),
   // duplicate (kDuplicate); kMalformed when the payload does not decode.
-  // `codec` is the name the push gave (quoted, cut short, in refusals).
+  // `codec` is the name the push gave (quoted, cut short, in refusals). The payload is
+  // decoded from the pieces it arrived in (Codec::DecodePieces).
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
-                                      DecoderFn decoder, std::string_view payload);
+                                      DecoderFn decoder, std::span<const std::string_view> payload);
+  absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
+                                      DecoderFn decoder, std::string_view payload) {
+    return AcceptPush(worker, round, codec, decoder, std::span<const std::string_view>(&payload, 1));
+  }
   // One chunk of a UDP push: coordinates [first, first + count) of the slice, chunk
   // `index` of `count_in_push` chunks of `chunk_elems`. Also kDuplicate for a replayed
   // chunk or a slice already pushed over gRPC, kMalformed for a chunk size changing

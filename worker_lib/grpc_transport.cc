@@ -3,9 +3,11 @@
 #include <utility>
 
 #include <grpc/grpc.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "net/grpc_bytes.h"
 #include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
 #include "net/shaper.h"
@@ -15,9 +17,11 @@ namespace ps::internal {
 
 namespace {
 
+// One unary Push on the generic stub: the request is its header (net/wire.h) followed by
+// the payload's own buffer, which gRPC references instead of copying into a message.
 class GrpcPushCall final : public ShardTransport::PushCall {
  public:
-  GrpcPushCall(v1::WorkerService::Stub* stub, const core::ClientCredentials& creds,
+  GrpcPushCall(grpc::GenericStub* stub, const core::ClientCredentials& creds,
                RpcClock::time_point deadline)
       : stub_(stub) {
     net::AttachCredentials(creds, &ctx_);
@@ -25,61 +29,85 @@ class GrpcPushCall final : public ShardTransport::PushCall {
     ctx_.set_wait_for_ready(true);
   }
 
-  void Start(const v1::PushRequest* req, v1::PushResponse* resp,
+  void Start(const ShardTransport::PushMessage* message,
              std::function<void(absl::Status)> done) override {
-    stub_->async()->Push(&ctx_, req, resp,
-                         [done = std::move(done)](grpc::Status s) { done(net::FromGrpc(s)); });
+    const v1::PushRequest& f = message->fields;
+    req_ = net::HeaderAndBody(net::PushRequestHeader(f.session(), f.layout_hash(), f.round(),
+                                                     f.slice_id(), f.codec(),
+                                                     message->payload_size()),
+                              message->payload);
+    stub_->UnaryCall(&ctx_, "/ps.v1.WorkerService/Push", grpc::StubOptions(), &req_, &resp_,
+                     [done = std::move(done)](grpc::Status s) { done(net::FromGrpc(s)); });
   }
 
   // ClientContext::TryCancel before the call started cancels it as it starts.
   void Cancel() override { ctx_.TryCancel(); }
 
  private:
-  v1::WorkerService::Stub* stub_;
+  grpc::GenericStub* stub_;
   grpc::ClientContext ctx_;
+  grpc::ByteBuffer req_, resp_;
 };
 
-// One server-streaming Pull. Owns itself: created with new, deleted at the end of
-// OnDone (gRPC's last call into it).
-class GrpcPullStream final : public grpc::ClientReadReactor<v1::PullResponse> {
+// One server-streaming Pull, on the generic stub so that each message's bytes are read
+// where gRPC received them (net/wire.h): the slice's values are copied once, by the
+// caller, straight to their destination. Owns itself: created with new, deleted at the
+// end of OnDone (gRPC's last call into it).
+class GrpcPullStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  static void Start(v1::WorkerService::Stub* stub, const core::ClientCredentials& creds,
-                    v1::PullRequest req, RpcClock::time_point deadline,
-                    std::function<bool(const v1::PullResponse&)> on_slice,
+  static void Start(grpc::GenericStub* stub, const core::ClientCredentials& creds,
+                    const v1::PullRequest& req, RpcClock::time_point deadline,
+                    std::function<bool(const net::PullFrame&)> on_slice,
                     std::function<void(absl::Status)> on_done) {
-    auto* stream = new GrpcPullStream(std::move(req), std::move(on_slice), std::move(on_done));
+    auto* stream = new GrpcPullStream(net::SerializeMessage(req), std::move(on_slice),
+                                      std::move(on_done));
     net::AttachCredentials(creds, &stream->ctx_);
     stream->ctx_.set_deadline(deadline);
     stream->ctx_.set_wait_for_ready(true);
-    stub->async()->Pull(&stream->ctx_, &stream->req_, stream);
+    stub->PrepareBidiStreamingCall(&stream->ctx_, "/ps.v1.WorkerService/Pull",
+                                   grpc::StubOptions(), stream);
+    stream->StartWriteLast(&stream->req_, grpc::WriteOptions());
     stream->StartRead(&stream->resp_);
     stream->StartCall();
   }
 
   void OnReadDone(bool ok) override {
     if (!ok) return;  // end of stream; OnDone follows
-    if (!on_slice_(resp_)) {
+    net::ReceivedBytes bytes;
+    absl::Status s = bytes.Take(resp_);
+    absl::StatusOr<net::PullFrame> frame =
+        s.ok() ? net::ParsePullResponse(bytes.pieces()) : absl::StatusOr<net::PullFrame>(s);
+    if (!frame.ok()) {
+      // The stream ends CANCELLED; the caller's error names the malformed message.
+      protocol_error_ = frame.status();
       ctx_.TryCancel();
       return;
     }
+    if (!on_slice_(*frame)) {
+      ctx_.TryCancel();
+      return;
+    }
+    resp_.Clear();
     StartRead(&resp_);
   }
 
   void OnDone(const grpc::Status& s) override {
     std::function<void(absl::Status)> on_done = std::move(on_done_);
+    const absl::Status status = protocol_error_.ok() ? net::FromGrpc(s) : protocol_error_;
     delete this;
-    on_done(net::FromGrpc(s));
+    on_done(status);
   }
 
  private:
-  GrpcPullStream(v1::PullRequest req, std::function<bool(const v1::PullResponse&)> on_slice,
+  GrpcPullStream(grpc::ByteBuffer req, std::function<bool(const net::PullFrame&)> on_slice,
                  std::function<void(absl::Status)> on_done)
       : req_(std::move(req)), on_slice_(std::move(on_slice)), on_done_(std::move(on_done)) {}
 
   grpc::ClientContext ctx_;
-  v1::PullRequest req_;
-  v1::PullResponse resp_;
-  std::function<bool(const v1::PullResponse&)> on_slice_;
+  grpc::ByteBuffer req_;
+  grpc::ByteBuffer resp_;
+  absl::Status protocol_error_;  // a message that did not parse
+  std::function<bool(const net::PullFrame&)> on_slice_;
   std::function<void(absl::Status)> on_done_;
 };
 
@@ -91,7 +119,8 @@ class GrpcShardTransport final : public ShardTransport {
       : creds_(creds),
         relay_(std::move(relay)),
         channel_(std::move(channel)),
-        stub_(v1::WorkerService::NewStub(channel_)) {}
+        stub_(v1::WorkerService::NewStub(channel_)),
+        generic_(channel_) {}
 
   absl::Status Join(const v1::JoinRequest& req, RpcClock::time_point deadline,
                     v1::JoinResponse* resp) override {
@@ -116,13 +145,13 @@ class GrpcShardTransport final : public ShardTransport {
   }
 
   std::unique_ptr<PushCall> NewPush(RpcClock::time_point deadline) override {
-    return std::make_unique<GrpcPushCall>(stub_.get(), creds_, deadline);
+    return std::make_unique<GrpcPushCall>(&generic_, creds_, deadline);
   }
 
   void Pull(v1::PullRequest req, RpcClock::time_point deadline,
-            std::function<bool(const v1::PullResponse&)> on_slice,
+            std::function<bool(const net::PullFrame&)> on_slice,
             std::function<void(absl::Status)> on_done) override {
-    GrpcPullStream::Start(stub_.get(), creds_, std::move(req), deadline, std::move(on_slice),
+    GrpcPullStream::Start(&generic_, creds_, req, deadline, std::move(on_slice),
                           std::move(on_done));
   }
 
@@ -137,6 +166,7 @@ class GrpcShardTransport final : public ShardTransport {
   std::unique_ptr<net::ShapingRelay> relay_;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
+  grpc::GenericStub generic_;  // Push and Pull, whose tensor bytes are never copied
 };
 
 }  // namespace

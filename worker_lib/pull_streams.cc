@@ -44,25 +44,27 @@ void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_
   std::vector<uint32_t> asked(req.slice_ids().begin(), req.slice_ids().end());
   const uint64_t min_version = req.min_version();
   auto on_message = [layout, dst, on_slice, result, asked = std::move(asked),
-                     min_version](const v1::PullResponse& resp) {
-    const uint32_t id = resp.slice_id();
+                     min_version](const net::PullFrame& frame) {
+    const uint32_t id = frame.slice_id;
     auto it = dst->find(id);
     const bool wanted =
         it != dst->end() && std::find(asked.begin(), asked.end(), id) != asked.end();
-    if (!wanted || resp.version() < min_version ||
-        resp.values().size() != size_t{layout->slices()[id].numel} * sizeof(float)) {
+    if (!wanted || frame.version < min_version ||
+        frame.values.size() != size_t{layout->slices()[id].numel} * sizeof(float)) {
       absl::MutexLock lock(&result->mu);
       result->protocol_error =
           absl::StrCat("shard sent an unexpected or malformed slice ", id, " (version ",
-                       resp.version(), ", ", resp.values().size(), " bytes)");
+                       frame.version, ", ", frame.values.size(), " bytes)");
       return false;
     }
-    std::memcpy(it->second, resp.values().data(), resp.values().size());
+    // The one copy of the values on this side: from the transport's buffers to the
+    // caller's (little-endian fp32 is the host's float layout, core/fp32_bytes.h).
+    frame.values.CopyTo(reinterpret_cast<char*>(it->second));
     {
       absl::MutexLock lock(&result->mu);
       result->received.push_back(id);
-      result->min_version = std::min(result->min_version, resp.version());
-      result->bytes += resp.values().size();
+      result->min_version = std::min(result->min_version, frame.version);
+      result->bytes += frame.values.size();
     }
     if (*on_slice) (*on_slice)(id);
     return true;

@@ -108,11 +108,12 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
     for (size_t k = 0; k < ranges.size(); ++k) {
       auto call = std::make_unique<Call>();
       call->shard = layout_.slices()[ranges[k].id].shard;
-      call->req.set_layout_hash(layout_.hash());
-      call->req.set_round(round);
-      call->req.set_slice_id(ranges[k].id);
-      call->req.set_codec(std::string(slot.encoder->spec()));
-      *call->req.mutable_payload() = std::move(payloads[k]);
+      v1::PushRequest& f = call->message.fields;
+      f.set_layout_hash(layout_.hash());
+      f.set_round(round);
+      f.set_slice_id(ranges[k].id);
+      f.set_codec(std::string(slot.encoder->spec()));
+      call->message.payload = std::make_shared<const std::string>(std::move(payloads[k]));
       calls.push_back(std::move(call));
     }
   }
@@ -124,8 +125,8 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
   for (auto& call : calls) {
     const uint32_t shard = call->shard;
     touched.insert(shard);
-    const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
-    const uint64_t bytes = call->req.payload().size();
+    const core::SliceInfo& si = layout_.slices()[call->message.fields.slice_id()];
+    const uint64_t bytes = call->message.payload_size();
     ShardQueue& q = *queues_[shard];
     absl::MutexLock lock(&q.mu);
     q.queue->Push(si.priority, round, bytes, std::move(call));
@@ -234,12 +235,12 @@ void PushPipeline::Replay(uint32_t shard, uint64_t version) {
   std::vector<std::unique_ptr<Call>> calls;
   {
     absl::MutexLock lock(&replay_mu_);
-    for (const auto& [slice, req] : last_accepted_) {
-      if (layout_.slices()[slice].shard != shard || req.round() < version) continue;
+    for (const auto& [slice, message] : last_accepted_) {
+      if (layout_.slices()[slice].shard != shard || message.fields.round() < version) continue;
       auto call = std::make_unique<Call>();
       call->shard = shard;
       call->replay = true;
-      call->req = req;
+      call->message = message;  // the payload is shared, not copied
       calls.push_back(std::move(call));
     }
   }
@@ -276,7 +277,7 @@ void PushPipeline::ReleaseCredit(const Call& call) {
 
 void PushPipeline::Send(std::unique_ptr<Call> call) {
   const ShardClient::Session session = client_.session(call->shard);
-  call->req.set_session(session.token);
+  call->message.fields.set_session(session.token);
   call->epoch = session.epoch;
   call->rpc = client_.transport(call->shard).NewPush(RpcClock::now() + options_.rpc_timeout);
   {
@@ -288,7 +289,7 @@ void PushPipeline::Send(std::unique_ptr<Call> call) {
     in_flight_.insert(call->rpc.get());
   }
   Call* raw = call.release();
-  raw->rpc->Start(&raw->req, &raw->resp,
+  raw->rpc->Start(&raw->message,
                   [this, raw](absl::Status s) { OnDone(std::unique_ptr<Call>(raw), s); });
 }
 
@@ -302,13 +303,15 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
                                    call->last_code != absl::StatusCode::kUnauthenticated);
   if (accepted) {
     slices_pushed_.fetch_add(1);
-    push_bytes_.fetch_add(call->req.payload().size());
+    push_bytes_.fetch_add(call->message.payload_size());
     if (!call->replay) {
       // Kept for Replay: the newest accepted push of each slice. (Before the push is
       // finished: once pending_ drops, the pipeline may be destroyed.)
       absl::MutexLock lock(&replay_mu_);
-      v1::PushRequest& kept = last_accepted_[call->req.slice_id()];
-      if (kept.payload().empty() || kept.round() <= call->req.round()) kept = std::move(call->req);
+      ShardTransport::PushMessage& kept = last_accepted_[call->message.fields.slice_id()];
+      if (kept.payload == nullptr || kept.fields.round() <= call->message.fields.round()) {
+        kept = call->message;
+      }
     }
     ReleaseCredit(*call);
     absl::MutexLock lock(&mu_);
@@ -335,11 +338,11 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
   }
   if (!call->replay) slices_refused_.fetch_add(1);
   ReleaseCredit(*call);
-  const core::SliceInfo& si = layout_.slices()[call->req.slice_id()];
+  const core::SliceInfo& si = layout_.slices()[call->message.fields.slice_id()];
   absl::Status st = WithContext(
       s, absl::StrCat(
              "push of tensor '", layout_.tensors()[si.tensor].name, "' slice ", si.id, " round ",
-             call->req.round(), " to ", client_.name(call->shard),
+             call->message.fields.round(), " to ", client_.name(call->shard),
              call->attempt > 0 ? absl::StrCat(" (after ", call->attempt + 1, " attempts)") : ""));
   absl::MutexLock lock(&mu_);
   FinishLocked(*call, st);

@@ -97,8 +97,7 @@ class PushPipeline {
     // A resend after the shard restarted (OnRejoined): not counted in pending_, and its
     // refusal (late, duplicate) is no error of the caller's.
     bool replay = false;
-    v1::PushRequest req;
-    v1::PushResponse resp;
+    ShardTransport::PushMessage message;
     std::unique_ptr<ShardTransport::PushCall> rpc;
   };
 
@@ -138,7 +137,8 @@ class PushPipeline {
 
   absl::Mutex replay_mu_;
   // Per slice id, the newest push a shard accepted (Replay).
-  absl::flat_hash_map<uint32_t, v1::PushRequest> last_accepted_ ABSL_GUARDED_BY(replay_mu_);
+  absl::flat_hash_map<uint32_t, ShardTransport::PushMessage> last_accepted_
+      ABSL_GUARDED_BY(replay_mu_);
 
   std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};
   std::atomic<uint64_t> retries_{0}, pushes_replayed_{0};

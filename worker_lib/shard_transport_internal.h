@@ -22,6 +22,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "net/wire.h"
 #include "ps/v1/ps.pb.h"
 
 namespace ps::internal {
@@ -48,14 +49,23 @@ class ShardTransport {
   virtual absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point deadline,
                                  v1::InitSliceResponse* resp) = 0;
 
+  // A push as it goes out: the request's fields, and its payload held apart, shared
+  // (resends and replays send the same bytes) and handed to the transport as it is.
+  struct PushMessage {
+    v1::PushRequest fields;  // the payload field stays empty
+    std::shared_ptr<const std::string> payload;
+
+    size_t payload_size() const { return payload != nullptr ? payload->size() : 0; }
+  };
+
   // One asynchronous push, made by NewPush and started once. The caller keeps the
-  // object, the request and the response alive until `done` has run.
+  // object and the message alive until `done` has run.
   class PushCall {
    public:
     virtual ~PushCall() = default;
-    // Sends `req`; `done` runs exactly once with the outcome (the answer in `resp`).
-    virtual void Start(const v1::PushRequest* req, v1::PushResponse* resp,
-                       std::function<void(absl::Status)> done) = 0;
+    // Sends `message`; `done` runs exactly once with the outcome (the answer has no
+    // fields).
+    virtual void Start(const PushMessage* message, std::function<void(absl::Status)> done) = 0;
     // Asks the call to end soon with CANCELLED. Allowed before Start (the call is then
     // cancelled as it starts) and from any thread; `done` still runs once.
     virtual void Cancel() = 0;
@@ -63,11 +73,13 @@ class ShardTransport {
   // A push waits for the shard to become reachable until `deadline`.
   virtual std::unique_ptr<PushCall> NewPush(RpcClock::time_point deadline) = 0;
 
-  // Streams the slices `req` asks for: `on_slice` sees each message in order and
-  // returns false to end the stream (it then ends CANCELLED); `on_done` runs exactly
-  // once, last, with the stream's status. Both are kept until `on_done` returned.
+  // Streams the slices `req` asks for: `on_slice` sees each message in order, its
+  // values still in the transport's buffers (valid during the call only), and returns
+  // false to end the stream (it then ends CANCELLED); `on_done` runs exactly once, last,
+  // with the stream's status (INVALID_ARGUMENT "malformed PullResponse: ..." when a
+  // message did not parse). Both are kept until `on_done` returned.
   virtual void Pull(v1::PullRequest req, RpcClock::time_point deadline,
-                    std::function<bool(const v1::PullResponse&)> on_slice,
+                    std::function<bool(const net::PullFrame&)> on_slice,
                     std::function<void(absl::Status)> on_done) = 0;
 };
 

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/process_tuning.h"
 #include "core/cluster_secret.h"
 #include "core/json_line.h"
 #include "core/status.h"
@@ -174,6 +175,7 @@ absl::Status Run(TrainerFlags& f, std::unique_ptr<Worker>& keep_worker) {
 }  // namespace ps::fashion_mnist
 
 int main(int argc, char** argv) {
+  ps::core::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
   using ps::fashion_mnist::TrainerFlags;
   TrainerFlags f;
   ps::fashion_mnist::TrainerConfig& c = f.config;

@@ -4,6 +4,7 @@
 // payloads.
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -60,6 +61,26 @@ class EveryCodecTest : public ::testing::TestWithParam<std::tuple<ExampleSpec, s
       EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
       EXPECT_FALSE(s.message().empty());
     }
+    ExpectPiecesAgree(bytes, s, out);
+  }
+
+  // DecodePieces of `bytes` cut into pieces (the version byte alone; thirds; with empty
+  // pieces between) gives Decode's status and, when it accepts, Decode's bits.
+  void ExpectPiecesAgree(std::string_view bytes, const absl::Status& whole,
+                         const std::vector<float>& whole_out) {
+    const size_t a = bytes.size() / 3, b = 2 * bytes.size() / 3, one = std::min<size_t>(1, bytes.size());
+    const std::vector<std::vector<std::string_view>> cuts = {
+        {bytes.substr(0, one), bytes.substr(one)},
+        {bytes.substr(0, a), {}, bytes.substr(a, b - a), bytes.substr(b), {}},
+    };
+    for (const auto& pieces : cuts) {
+      std::vector<float> out(whole_out.size(), std::numeric_limits<float>::quiet_NaN());
+      const absl::Status s = codec_->DecodePieces(pieces, out);
+      EXPECT_EQ(s, whole) << pieces.size() << " pieces";
+      if (s.ok() && whole.ok()) {
+        EXPECT_EQ(std::memcmp(out.data(), whole_out.data(), out.size() * sizeof(float)), 0);
+      }
+    }
   }
 
   std::unique_ptr<Codec> codec_;
@@ -110,6 +131,12 @@ TEST_P(EveryCodecTest, EncodeRefusesNonFiniteAndKeepsOutput) {
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("not finite"));
     EXPECT_EQ(bytes, "unchanged");
   }
+}
+
+TEST_P(EveryCodecTest, DecodePiecesGivesDecodesValues) {
+  std::vector<float> whole(numel());
+  ASSERT_TRUE(codec_->Decode(bytes_, whole).ok());
+  ExpectPiecesAgree(bytes_, absl::OkStatus(), whole);
 }
 
 TEST_P(EveryCodecTest, DecodeRefusesEveryTruncation) {

@@ -3,8 +3,8 @@
 
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
-peer_share, aggregator_spec, udp_datagram, checkpoint: see share(), AGGREGATOR_SPEC,
-datagram() and checkpoint_body() below.
+peer_share, aggregator_spec, udp_datagram, checkpoint, wire: see share(), AGGREGATOR_SPEC,
+datagram(), checkpoint_body() and wire() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -222,8 +222,32 @@ CHECKPOINT = {
 
 
 # Target name (tests/fuzz/CMakeLists.txt) -> {file name: input}. codec_decode: codec_seeds.
+def wire(push, body, cut1=0, cut2=0):
+    """wire input: byte 0 (bit 0: PushRequest, else PullResponse), the two cut points,
+    then the message in protobuf wire format."""
+    return bytes([1 if push else 0, cut1, cut2]) + body
+
+
+def pull_response(slice_id, version, values):
+    return pb_uint(1, slice_id) + pb_uint(2, version) + pb_bytes(3, values)
+
+
+def push_request(session, layout_hash, round_, slice_id, codec, payload):
+    return (pb_bytes(1, session) + b"\x11" + struct.pack("<Q", layout_hash) + pb_uint(3, round_) +
+            pb_uint(4, slice_id) + pb_bytes(5, codec) + pb_bytes(6, payload))
+
+
+WIRE = {
+    "pull_fp32": wire(False, pull_response(3, 7, fp32([1.0, -2.0, 0.5])), 4, 3),
+    "pull_zero_fields": wire(False, pb_bytes(3, fp32([0.25]))),
+    "pull_unknown_fields": wire(False, pull_response(1, 2, b"") + pb_uint(9, 5) + pb_bytes(10, b"x"), 1, 1),
+    "push_fp32": wire(True, push_request(b"token", 0x1234, 5, 2, b"fp32", fp32([1.0, 2.0])), 9, 20),
+    "push_fp16": wire(True, push_request(b"t", 1, 0, 0, b"fp16", fp16([0.5, -1.5])), 2, 0),
+    "push_truncated": wire(True, push_request(b"t", 1, 0, 0, b"fp32", b"\x01abcd")[:-2]),
+}
+
 CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
-           "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT}
+           "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE}
 
 
 def main():

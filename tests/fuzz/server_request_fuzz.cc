@@ -1,6 +1,6 @@
 // Fuzz target for what a shard does with request bytes from the network: a Layout
-// or PushRequest parsed from the input, then handed to the Shard the way the gRPC
-// service does (layout validation, slice lookup, codec choice, decode, round
+// (protobuf) or PushRequest (net/wire.h, in place) parsed from the input, then handed
+// to the Shard the way the gRPC service does (layout validation, slice lookup, codec choice, decode, round
 // bookkeeping, aggregation, publication).
 //
 // Input: byte 0 selects the request kind (bit 0: 0 layout, 1 push) and whether the
@@ -19,6 +19,7 @@
 #include "core/layout.h"
 #include "core/thread_pool.h"
 #include "google/protobuf/stubs/logging.h"
+#include "net/wire.h"
 #include "ps/v1/ps.pb.h"
 #include "server/shard.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -117,10 +118,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
 
-  ps::v1::PushRequest msg;
-  if (!msg.ParseFromArray(body, body_size)) return 0;
-  const uint64_t hash = fix_hash ? h->layout->hash() : msg.layout_hash();
-  (void)h->shard->Push(worker, hash, msg.round(), msg.slice_id(), msg.codec(), msg.payload());
+  // As the service reads a push: in place, from the pieces gRPC received (here the
+  // body cut in two), with the payload gathered only when it spans pieces.
+  const std::string_view all(static_cast<const char*>(body), static_cast<size_t>(body_size));
+  const std::string_view pieces[] = {all.substr(0, all.size() / 2), all.substr(all.size() / 2)};
+  absl::StatusOr<ps::net::PushFrame> msg = ps::net::ParsePushRequest(pieces);
+  if (!msg.ok()) return 0;
+  const uint64_t hash = fix_hash ? h->layout->hash() : msg->layout_hash;
+  std::string codec, payload;
+  (void)h->shard->Push(worker, hash, msg->round, msg->slice_id, msg->codec.Contiguous(&codec),
+                       msg->payload.Contiguous(&payload));
   h->shard->Tick(h->clock.Now());
   CheckPublishedFinite(*h);
   return 0;

@@ -1,11 +1,14 @@
 // A hostile client speaking raw ps.v1 next to honest ps::Worker clients: every bad
 // push gets its specific status, and the honest round still completes.
 #include <gmock/gmock.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
+#include "absl/synchronization/notification.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
 #include "ps/v1/ps.grpc.pb.h"
@@ -195,6 +198,67 @@ TEST_F(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
   grpc::Status s = reader->Finish();
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("twice"));
+}
+
+// Push and Pull are read in place on the shard (net/wire.h): bodies that are not their
+// message are refused as malformed, with the reason, and the honest round goes on.
+TEST_F(ProtocolTest, BodiesThatDoNotParseAreRefusedAsMalformed) {
+  grpc::GenericStub generic(
+      grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
+  const std::string garbage("\x0b\xff\xff", 3);  // a group tag, then a truncated varint
+  grpc::Slice slice(garbage.data(), garbage.size());
+  const grpc::ByteBuffer body(&slice, 1);
+  for (const char* method : {"/ps.v1.WorkerService/Push", "/ps.v1.WorkerService/Pull"}) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::ByteBuffer resp;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&ctx, method, grpc::StubOptions(), &body, &resp, [&](grpc::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << method;
+    EXPECT_THAT(status.error_message(), HasSubstr("malformed")) << method;
+    EXPECT_THAT(status.error_message(), HasSubstr(std::string(method).ends_with("Push")
+                                                      ? "PushRequest"
+                                                      : "PullRequest"))
+        << method;
+  }
+  ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>(6, 2.0f)).ok());
+  ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>(6, 4.0f)).ok());
+  ASSERT_TRUE(honest_[0]->WaitPushes().ok());
+  std::vector<float> agg(6);
+  ASSERT_TRUE(honest_[0]->Pull(0, 1, agg, milliseconds(10000)).ok());
+  EXPECT_FLOAT_EQ(agg[0], 3.0f);
+}
+
+// The shard writes pull messages itself (a header, then the snapshot's bytes): a client
+// on the generated classes reads them as the PullResponse they are.
+TEST_F(ProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
+  ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>{1, 2, 3, 4, 5, 6}).ok());
+  ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>{3, 4, 5, 6, 7, 8}).ok());
+  ASSERT_TRUE(honest_[0]->WaitPushes().ok());
+  ASSERT_TRUE(honest_[1]->WaitPushes().ok());
+  v1::PullRequest req;
+  req.set_session(session_);
+  req.set_layout_hash(layout_->hash());
+  req.add_slice_ids(0);
+  req.set_min_version(1);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto reader = stub_->Pull(&ctx, req);
+  v1::PullResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.slice_id(), 0u);
+  EXPECT_EQ(resp.version(), 1u);
+  ASSERT_EQ(resp.values().size(), 6 * sizeof(float));
+  float values[6];
+  std::memcpy(values, resp.values().data(), sizeof(values));
+  for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(values[i], 2.0f + i) << i;
+  EXPECT_FALSE(reader->Read(&resp));
+  EXPECT_TRUE(reader->Finish().ok());
 }
 
 }  // namespace

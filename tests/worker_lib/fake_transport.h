@@ -148,7 +148,7 @@ class FakeShardTransport final : public ShardTransport {
   }
 
   void Pull(v1::PullRequest req, RpcClock::time_point,
-            std::function<bool(const v1::PullResponse&)> on_slice,
+            std::function<bool(const net::PullFrame&)> on_slice,
             std::function<void(absl::Status)> on_done) override {
     PullHandler handler;
     {
@@ -158,7 +158,17 @@ class FakeShardTransport final : public ShardTransport {
     }
     PullScript script = handler ? handler(req) : PullScript{{}, absl::UnavailableError("no pulls")};
     for (const v1::PullResponse& m : script.messages) {
-      if (!on_slice(m)) {
+      // The bytes a shard would send, handed over in three pieces as gRPC might.
+      const std::string bytes = m.SerializeAsString();
+      const size_t a = bytes.size() / 3, b = 2 * bytes.size() / 3;
+      const std::string_view all(bytes);
+      const std::string_view pieces[] = {all.substr(0, a), all.substr(a, b - a), all.substr(b)};
+      absl::StatusOr<net::PullFrame> frame = net::ParsePullResponse(pieces);
+      if (!frame.ok()) {
+        on_done(frame.status());
+        return;
+      }
+      if (!on_slice(*frame)) {
         on_done(absl::CancelledError("cancelled by the client"));
         return;
       }
@@ -176,9 +186,11 @@ class FakeShardTransport final : public ShardTransport {
   class FakePush final : public PushCall {
    public:
     explicit FakePush(FakeShardTransport* t) : t_(t) {}
-    void Start(const v1::PushRequest* req, v1::PushResponse*,
-               std::function<void(absl::Status)> done) override {
-      t_->StartPush(this, *req, std::move(done));
+    void Start(const PushMessage* message, std::function<void(absl::Status)> done) override {
+      // The request as the shard would parse it.
+      v1::PushRequest req = message->fields;
+      if (message->payload != nullptr) req.set_payload(*message->payload);
+      t_->StartPush(this, req, std::move(done));
     }
     void Cancel() override { t_->CancelPush(this); }
 

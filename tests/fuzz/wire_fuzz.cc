@@ -1,0 +1,115 @@
+// Fuzz target for the in-place readers of net/wire.h: ParsePullResponse (what a worker
+// does with every message of a pull stream) and ParsePushRequest (what a shard does with
+// every push), which read the protobuf wire format across the pieces gRPC received.
+//
+// Input: byte 0 selects the message (bit 0: 0 PullResponse, 1 PushRequest); byte 1 is
+// where the body is cut into two pieces (modulo its size + 1) and byte 2 where the
+// second piece is cut again; the rest is the body.
+// The reader must not crash and must refuse with INVALID_ARGUMENT "malformed <Type>".
+// When it accepts, every byte range lies inside the input and is made of non-empty
+// parts, and protobuf's own parser accepts the same bytes with the same fields (codec
+// strings that are not UTF-8 aside, which protobuf refuses and the shard refuses as an
+// unknown codec); the header written from the parsed fields, followed by the tensor
+// bytes, parses with protobuf to the same fields again.
+// Seeds: tests/fuzz/corpus/wire/ (tests/fuzz/make_corpus.py).
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "google/protobuf/stubs/logging.h"
+#include "net/wire.h"
+#include "ps/v1/ps.pb.h"
+#include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+void CheckInside(const ps::net::ByteRange& range, std::string_view body) {
+  size_t total = 0;
+  for (std::string_view part : range.parts()) {
+    PS_FUZZ_CHECK(!part.empty(), "an empty part in a byte range");
+    PS_FUZZ_CHECK(
+        part.data() >= body.data() && part.data() + part.size() <= body.data() + body.size(),
+        "a byte range outside the input");
+    total += part.size();
+  }
+  PS_FUZZ_CHECK(total == range.size(), "a byte range's size is not its parts'");
+}
+
+void CheckRefusal(const absl::Status& s, std::string_view type) {
+  PS_FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument, "refused with another code");
+  const std::string want = "malformed " + std::string(type);
+  PS_FUZZ_CHECK(std::string_view(s.message().data(), s.message().size()).starts_with(want),
+                "refusal does not name the message");
+}
+
+bool Utf8(const std::string& s) {
+  ps::v1::PushRequest probe;
+  probe.set_codec(s);
+  ps::v1::PushRequest back;
+  return back.ParseFromString(probe.SerializeAsString());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
+  (void)quiet;
+  if (size < 3) return 0;
+  const bool push = data[0] & 1;
+  const std::string_view body(reinterpret_cast<const char*>(data) + 3, size - 3);
+  const size_t a = data[1] % (body.size() + 1);
+  const size_t b = a + data[2] % (body.size() - a + 1);
+  const std::string_view pieces[] = {body.substr(0, a), body.substr(a, b - a), body.substr(b)};
+  const std::string bytes(body);
+
+  if (!push) {
+    absl::StatusOr<ps::net::PullFrame> f = ps::net::ParsePullResponse(pieces);
+    if (!f.ok()) {
+      CheckRefusal(f.status(), "PullResponse");
+      return 0;
+    }
+    CheckInside(f->values, body);
+    ps::v1::PullResponse m;
+    PS_FUZZ_CHECK(m.ParseFromString(bytes), "accepted a PullResponse protobuf refuses");
+    PS_FUZZ_CHECK(m.slice_id() == f->slice_id && m.version() == f->version &&
+                      m.values() == f->values.ToString(),
+                  "PullResponse fields differ from protobuf's");
+    ps::v1::PullResponse again;
+    PS_FUZZ_CHECK(again.ParseFromString(
+                      ps::net::PullResponseHeader(f->slice_id, f->version, f->values.size()) +
+                      f->values.ToString()),
+                  "a written PullResponse does not parse");
+    PS_FUZZ_CHECK(again.slice_id() == m.slice_id() && again.version() == m.version() &&
+                      again.values() == m.values(),
+                  "a written PullResponse changed its fields");
+    return 0;
+  }
+
+  absl::StatusOr<ps::net::PushFrame> f = ps::net::ParsePushRequest(pieces);
+  if (!f.ok()) {
+    CheckRefusal(f.status(), "PushRequest");
+    return 0;
+  }
+  for (const ps::net::ByteRange* r : {&f->session, &f->codec, &f->payload}) CheckInside(*r, body);
+  const std::string codec = f->codec.ToString();
+  if (!Utf8(codec)) return 0;
+  ps::v1::PushRequest m;
+  PS_FUZZ_CHECK(m.ParseFromString(bytes), "accepted a PushRequest protobuf refuses");
+  PS_FUZZ_CHECK(m.session() == f->session.ToString() && m.layout_hash() == f->layout_hash &&
+                    m.round() == f->round && m.slice_id() == f->slice_id && m.codec() == codec &&
+                    m.payload() == f->payload.ToString(),
+                "PushRequest fields differ from protobuf's");
+  ps::v1::PushRequest again;
+  PS_FUZZ_CHECK(again.ParseFromString(ps::net::PushRequestHeader(m.session(), m.layout_hash(),
+                                                                 m.round(), m.slice_id(), m.codec(),
+                                                                 m.payload().size()) +
+                                      m.payload()),
+                "a written PushRequest does not parse");
+  PS_FUZZ_CHECK(again.session() == m.session() && again.layout_hash() == m.layout_hash() &&
+                    again.round() == m.round() && again.slice_id() == m.slice_id() &&
+                    again.codec() == m.codec() && again.payload() == m.payload(),
+                "a written PushRequest changed its fields");
+  return 0;
+}

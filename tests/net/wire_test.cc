@@ -1,0 +1,176 @@
+#include "net/wire.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "ps/v1/ps.pb.h"
+
+namespace ps::net {
+namespace {
+
+// `bytes` cut into pieces at the given offsets.
+std::vector<std::string_view> Cut(const std::string& bytes, std::vector<size_t> cuts) {
+  std::vector<std::string_view> pieces;
+  size_t at = 0;
+  for (size_t c : cuts) {
+    pieces.push_back(std::string_view(bytes).substr(at, c - at));
+    at = c;
+  }
+  pieces.push_back(std::string_view(bytes).substr(at));
+  return pieces;
+}
+
+// Every way of cutting `bytes` into two pieces, and into single bytes.
+std::vector<std::vector<std::string_view>> AllCuts(const std::string& bytes) {
+  std::vector<std::vector<std::string_view>> out;
+  for (size_t c = 0; c <= bytes.size(); ++c) out.push_back(Cut(bytes, {c}));
+  std::vector<size_t> every;
+  for (size_t c = 1; c < bytes.size(); ++c) every.push_back(c);
+  out.push_back(Cut(bytes, every));
+  return out;
+}
+
+TEST(WireTest, PullResponseFromProtobufParsesInAnyPieces) {
+  v1::PullResponse m;
+  m.set_slice_id(70000);
+  m.set_version(1ull << 40);
+  m.set_values(std::string("\x00\x01\x02\x03\x04\x05\x06\x07", 8));
+  const std::string bytes = m.SerializeAsString();
+  for (const auto& pieces : AllCuts(bytes)) {
+    absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->slice_id, 70000u);
+    EXPECT_EQ(f->version, 1ull << 40);
+    EXPECT_EQ(f->values.ToString(), m.values());
+    std::string scratch;
+    EXPECT_EQ(f->values.Contiguous(&scratch), m.values());
+  }
+}
+
+TEST(WireTest, HeadersWrittenHereParseWithProtobuf) {
+  const std::string values(12, 'v');
+  v1::PullResponse pull;
+  ASSERT_TRUE(pull.ParseFromString(PullResponseHeader(0, 0, values.size()) + values));
+  EXPECT_EQ(pull.slice_id(), 0u);
+  EXPECT_EQ(pull.version(), 0u);
+  EXPECT_EQ(pull.values(), values);
+
+  const std::string payload("\x01payload", 8);
+  v1::PushRequest push;
+  ASSERT_TRUE(push.ParseFromString(
+      PushRequestHeader("tok", 0xfeedfacecafebeefull, 7, 3, "fp16", payload.size()) + payload));
+  EXPECT_EQ(push.session(), "tok");
+  EXPECT_EQ(push.layout_hash(), 0xfeedfacecafebeefull);
+  EXPECT_EQ(push.round(), 7u);
+  EXPECT_EQ(push.slice_id(), 3u);
+  EXPECT_EQ(push.codec(), "fp16");
+  EXPECT_EQ(push.payload(), payload);
+}
+
+TEST(WireTest, PushRequestFromProtobufParsesInAnyPieces) {
+  v1::PushRequest m;
+  m.set_session("session-token");
+  m.set_layout_hash(0x0123456789abcdefull);
+  m.set_round(12345);
+  m.set_slice_id(9);
+  m.set_codec("topk(0.01)+varint+fp16");
+  m.set_payload(std::string(300, '\x7f'));
+  const std::string bytes = m.SerializeAsString();
+  for (const auto& pieces : AllCuts(bytes)) {
+    absl::StatusOr<PushFrame> f = ParsePushRequest(pieces);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->session.ToString(), m.session());
+    EXPECT_EQ(f->layout_hash, m.layout_hash());
+    EXPECT_EQ(f->round, m.round());
+    EXPECT_EQ(f->slice_id, m.slice_id());
+    EXPECT_EQ(f->codec.ToString(), m.codec());
+    EXPECT_EQ(f->payload.ToString(), m.payload());
+  }
+}
+
+TEST(WireTest, UnknownFieldsAreSkippedAndTheLastValueWins) {
+  std::string bytes = PullResponseHeader(1, 2, 0);
+  bytes += std::string("\x08\x05", 2);                    // slice_id again: 5
+  bytes += std::string("\x28\x96\x01", 3);                // field 5, varint 150
+  bytes += std::string("\x31", 1) + std::string(8, 'x');  // field 6, fixed64
+  bytes += std::string("\x3a\x02zz", 4);                  // field 7, 2 bytes
+  bytes += std::string("\x45", 1) + std::string(4, 'y');  // field 8, fixed32
+  bytes += std::string("\x12\x00", 2);                    // field 2 with the wrong wire type
+  absl::StatusOr<PullFrame> f = ParsePullResponse(Cut(bytes, {3, 9}));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->slice_id, 5u);
+  EXPECT_EQ(f->version, 2u);
+  EXPECT_TRUE(f->values.empty());
+  v1::PullResponse m;
+  ASSERT_TRUE(m.ParseFromString(bytes));  // protobuf agrees
+  EXPECT_EQ(m.slice_id(), 5u);
+  EXPECT_EQ(m.version(), 2u);
+}
+
+TEST(WireTest, Uint32FieldsKeepTheLow32BitsAsProtobufDoes) {
+  const std::string bytes("\x08\xff\xff\xff\xff\x1f", 6);  // 2^35 - 1
+  absl::StatusOr<PullFrame> f = ParsePullResponse(Cut(bytes, {}));
+  ASSERT_TRUE(f.ok());
+  v1::PullResponse m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  EXPECT_EQ(f->slice_id, m.slice_id());
+  EXPECT_EQ(f->slice_id, 0xffffffffu);
+}
+
+TEST(WireTest, MalformedMessagesAreRefusedWithTheirCause) {
+  const std::string header = PullResponseHeader(1, 2, 10);
+  struct Case {
+    std::string bytes;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {header + "short", "field 3 is truncated"},
+      {std::string("\x08", 1), "field 1 is truncated"},
+      {std::string("\x80", 1), "truncated field tag"},
+      {std::string("\x00\x01", 2), "invalid field number"},
+      {std::string("\x0b", 1), "wire type 3"},
+      {std::string("\x0c", 1), "wire type 4"},
+      {std::string("\x0e", 1), "wire type 6"},
+      {std::string("\x08") + std::string(10, '\xff') + "\x01", "field 1 is truncated"},
+      {std::string("\x09\x01\x02", 3), "field 1 is truncated"},
+      {std::string("\x1a\xff\xff\xff\xff\x0f", 6), "field 3 is truncated"},
+      {std::string("\x80\x80\x80\x80\x80\x01", 6), "invalid field number"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<PullFrame> f = ParsePullResponse(Cut(c.bytes, {1}));
+    ASSERT_FALSE(f.ok()) << c.says;
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(f.status().message().find("malformed PullResponse"), absl::string_view::npos);
+    EXPECT_NE(f.status().message().find(c.says), absl::string_view::npos)
+        << f.status() << " should say " << c.says;
+    // protobuf refuses these too, except the groups, which it would skip.
+    v1::PullResponse m;
+    if (c.says.find("wire type 3") == std::string::npos &&
+        c.says.find("wire type 4") == std::string::npos) {
+      EXPECT_FALSE(m.ParseFromString(c.bytes)) << c.says;
+    }
+  }
+  absl::StatusOr<PushFrame> push = ParsePushRequest(Cut(std::string("\x32\x05", 2), {}));
+  ASSERT_FALSE(push.ok());
+  EXPECT_NE(push.status().message().find("malformed PushRequest: field 6 is truncated"),
+            absl::string_view::npos)
+      << push.status();
+}
+
+TEST(WireTest, EmptyMessagesAndEmptyPiecesParse) {
+  absl::StatusOr<PullFrame> none = ParsePullResponse({});
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(none->slice_id, 0u);
+  const std::string bytes = PullResponseHeader(4, 5, 2) + "ab";
+  const std::vector<std::string_view> pieces = {"", std::string_view(bytes).substr(0, 4), "",
+                                                "", std::string_view(bytes).substr(4),    ""};
+  absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->slice_id, 4u);
+  EXPECT_EQ(f->values.ToString(), "ab");
+  for (std::string_view part : f->values.parts()) EXPECT_FALSE(part.empty());
+}
+
+}  // namespace
+}  // namespace ps::net
