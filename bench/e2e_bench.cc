@@ -55,6 +55,7 @@ struct E2eFlags {
   std::vector<std::string> shards = {"1", "2"};
   std::string params = "2^22";
   std::vector<std::string> codecs = {"fp32"};
+  std::string pull_codec;  // ServerOptions::pull_codec ("": dense pulls)
   int rounds = 10;
   double seconds = 0;  // > 0: run rounds until this long instead of --rounds
   uint32_t slice_elems = core::kDefaultSliceElems;
@@ -247,6 +248,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   // A round only closes early when every worker pushed; the deadline is a backstop
   // against a stalled worker, not part of the measurement.
   so.round_deadline = std::chrono::milliseconds(60000);
+  so.pull_codec = f.pull_codec;
   PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
   WorkerOptions wo;
   wo.shard_addresses = c.shards.addresses();
@@ -456,7 +458,9 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         const double raw_gbps = bytes * 8 / 1e9 / raw.seconds;
         const double e2e_per_cpu = bytes / 1e9 / e2e->cpu_seconds;
         const double raw_per_cpu = bytes / 1e9 / raw.cpu_seconds;
-        table.AddRow({absl::StrCat(workers), absl::StrCat(shards), codec, absl::StrCat(e2e->rounds),
+        const std::string shown =
+            f.pull_codec.empty() ? codec : absl::StrCat(codec, " / pull ", f.pull_codec);
+        table.AddRow({absl::StrCat(workers), absl::StrCat(shards), shown, absl::StrCat(e2e->rounds),
                       FormatG(goodput, 4), FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
                       FormatG(e2e->pull_seconds, 3), FormatG(e2e->push_seconds, 3),
                       FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3)});
@@ -465,6 +469,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
                            .Add("shards", shards)
                            .Add("model_params", params)
                            .Add("codec", codec)
+                           .Add("pull_codec", f.pull_codec)
                            .Add("goodput_gbps", goodput)
                            .Add("raw_tcp_gbps", raw_gbps)
                            .Add("ratio", goodput / raw_gbps)
@@ -607,6 +612,9 @@ Command AddE2eCommand(CLI::App& app) {
   sub->add_option("--shards", f->shards, "Shard counts (list)")->delimiter(',')->capture_default_str();
   sub->add_option("--params", f->params, "Model parameters (2^22, 4M, ...)")->capture_default_str();
   sub->add_option("--codec,--codecs", f->codecs, "Gradient codec specs (list)")->capture_default_str();
+  sub->add_option("--pull-codec", f->pull_codec,
+                  "The shards' --pull-codec: pulls as changes encoded with this spec (default: "
+                  "dense fp32)");
   sub->add_option("--rounds", f->rounds, "Timed rounds after one warm-up round")
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();

@@ -8,6 +8,7 @@
 #include "codecs/codec_internal.h"
 #include "codecs/device_internal.h"
 #include "core/fp32_bytes.h"
+#include "core/scratch.h"
 #include "core/spec.h"
 #include "core/status.h"
 
@@ -64,14 +65,14 @@ absl::Status Codec::DecodePieces(std::span<const std::string_view> pieces,
   }
   if (only == nullptr) return Decode({}, out);
   if (only->size() == total) return Decode(*only, out);
-  thread_local std::string scratch;  // its capacity stays warm for the next payload
-  scratch.resize(total);
+  struct GatherTag;
+  const std::span<char> scratch = core::ThreadScratch<char, GatherTag>(total);
   size_t at = 0;
   for (std::string_view p : pieces) {
     std::memcpy(scratch.data() + at, p.data(), p.size());
     at += p.size();
   }
-  return Decode(scratch, out);
+  return Decode(std::string_view(scratch.data(), total), out);
 }
 
 std::vector<std::string> CodecNames() {

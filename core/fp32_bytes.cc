@@ -57,6 +57,10 @@ ptrdiff_t FindNonFinite(std::span<const float> values) {
   return FirstNonFinite(values, b, n);
 }
 
+void AddInto(std::span<float> acc, std::span<const float> change) {
+  for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + change[i];
+}
+
 absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what) {
   if (bytes.size() != out.size_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(std::string(what), ": expected ", out.size_bytes(),

@@ -23,4 +23,9 @@ absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string
 // Index of the first NaN or Inf, or -1.
 ptrdiff_t FindNonFinite(std::span<const float> values);
 
+// acc[i] = acc[i] + change[i], each a plain fp32 addition: the one way a shard and its
+// workers apply a compressed pull's change, so both hold the same bits
+// (docs/data_path.md). Sizes must match.
+void AddInto(std::span<float> acc, std::span<const float> change);
+
 }  // namespace ps::core

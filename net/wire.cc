@@ -167,6 +167,10 @@ void AppendVarint(uint64_t v, std::string* out) {
   out->push_back(static_cast<char>(v));
 }
 
+void AppendFixed64(uint64_t v, std::string* out) {
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>(v >> (8 * i)));
+}
+
 void AppendTag(uint32_t number, int wire, std::string* out) {
   AppendVarint((uint64_t{number} << 3) | static_cast<uint64_t>(wire), out);
 }
@@ -185,6 +189,9 @@ absl::StatusOr<PullFrame> ParsePullResponse(Pieces pieces) {
     if (f.number == 1 && f.wire == kVarint) frame.slice_id = static_cast<uint32_t>(f.scalar);
     if (f.number == 2 && f.wire == kVarint) frame.version = f.scalar;
     if (f.number == 3 && f.wire == kLengthDelimited) frame.values = std::move(f.bytes);
+    if (f.number == 4 && f.wire == kLengthDelimited) frame.codec = std::move(f.bytes);
+    if (f.number == 5 && f.wire == kVarint) frame.base_version = f.scalar;
+    if (f.number == 6 && f.wire == kFixed64) frame.epoch = f.scalar;
   });
   if (!s.ok()) return s;
   return frame;
@@ -204,13 +211,22 @@ absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces) {
   return frame;
 }
 
-std::string PullResponseHeader(uint32_t slice_id, uint64_t version, size_t values_size) {
+std::string PullResponseHeader(const PullHeader& header, size_t values_size) {
   std::string out;
-  out.reserve(32);
+  out.reserve(48 + header.codec.size());
   AppendTag(1, kVarint, &out);
-  AppendVarint(slice_id, &out);
+  AppendVarint(header.slice_id, &out);
   AppendTag(2, kVarint, &out);
-  AppendVarint(version, &out);
+  AppendVarint(header.version, &out);
+  if (!header.codec.empty()) AppendBytesField(4, header.codec, &out);
+  if (header.base_version != 0) {
+    AppendTag(5, kVarint, &out);
+    AppendVarint(header.base_version, &out);
+  }
+  if (header.epoch != 0) {
+    AppendTag(6, kFixed64, &out);
+    AppendFixed64(header.epoch, &out);
+  }
   AppendTag(3, kLengthDelimited, &out);
   AppendVarint(values_size, &out);
   return out;
@@ -222,7 +238,7 @@ std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, ui
   out.reserve(48 + session.size() + codec.size());
   AppendBytesField(1, session, &out);
   AppendTag(2, kFixed64, &out);
-  for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>(layout_hash >> (8 * i)));
+  AppendFixed64(layout_hash, &out);
   AppendTag(3, kVarint, &out);
   AppendVarint(round, &out);
   AppendTag(4, kVarint, &out);

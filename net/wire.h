@@ -56,7 +56,19 @@ class ByteRange {
 struct PullFrame {
   uint32_t slice_id = 0;
   uint64_t version = 0;
-  ByteRange values;  // little-endian fp32
+  ByteRange values;  // little-endian fp32, or the delta's payload when codec is set
+  ByteRange codec;   // empty: dense values
+  uint64_t base_version = 0;
+  uint64_t epoch = 0;  // 0: the shard sends no deltas
+};
+
+// What a PullResponse says besides the values.
+struct PullHeader {
+  uint32_t slice_id = 0;
+  uint64_t version = 0;
+  std::string_view codec;  // empty: dense values
+  uint64_t base_version = 0;
+  uint64_t epoch = 0;
 };
 
 // ps.v1.PushRequest.
@@ -75,10 +87,11 @@ absl::StatusOr<PullFrame> ParsePullResponse(Pieces pieces);
 absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces);
 
 // The bytes of the message before its tensor bytes, which follow them to make the
-// whole message: values_size bytes of values, payload_size bytes of payload. Every
-// scalar field is written, zeros included, before the tensor bytes, so a receiver
-// knows the slice before the values arrive.
-std::string PullResponseHeader(uint32_t slice_id, uint64_t version, size_t values_size);
+// whole message: values_size bytes of values, payload_size bytes of payload. Slice id
+// and version are always written, zeros included, and every field comes before the
+// tensor bytes, so a receiver knows the slice before the values arrive; the fields of
+// compressed pulls (codec, base version, epoch) only when set.
+std::string PullResponseHeader(const PullHeader& header, size_t values_size);
 std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, uint64_t round,
                               uint32_t slice_id, std::string_view codec, size_t payload_size);
 

@@ -407,6 +407,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Optimizer", "lr", o.learning_rate, "SGD learning rate (finite, > 0)");
   add("Optimizer", "momentum", o.momentum, "SGD momentum, in [0, 1)");
   add("Optimizer", "weight-decay", o.weight_decay, "L2 weight decay (finite, >= 0)");
+  add("Optimizer", "pull-codec", o.pull_codec,
+      "Compress pulls: send each version's change of a slice encoded with this codec spec "
+      "(fp16, 3lc(s=1.9), topk(0.01)+varint+fp16, ...), with error feedback on the shard; "
+      "empty: dense fp32 (docs/data_path.md)");
 
   add("Resources", "threads", o.threads, "Aggregation threads; 0 means one per core");
   add("Resources", "max-shard-bytes", o.max_shard_bytes,

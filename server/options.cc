@@ -14,6 +14,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "codecs/codec.h"
 #include "core/status.h"
 
 namespace ps::server {
@@ -226,6 +227,16 @@ absl::Status ServerOptions::Validate() const {
   if (!(std::isfinite(weight_decay) && weight_decay >= 0.0f)) {
     return Invalid("weight_decay", "weight-decay", ShortFloat(weight_decay),
                    "must be finite and non-negative");
+  }
+  if (!pull_codec.empty()) {
+    if (aggregate_only) {
+      return Invalid("pull_codec", "pull-codec", pull_codec,
+                     "compresses the change of the parameters from one version to the next; "
+                     "with --aggregate-only the shard publishes gradients, not parameters");
+    }
+    if (absl::StatusOr<std::unique_ptr<codecs::Codec>> c = codecs::MakeCodec(pull_codec); !c.ok()) {
+      return Invalid("pull_codec", "pull-codec", pull_codec, c.status().message());
+    }
   }
 
   // --- resources and lifecycle ---

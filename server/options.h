@@ -149,6 +149,10 @@ struct ServerOptions {
   float learning_rate = 0.1f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
+  // Compressed pulls (docs/data_path.md): each version's change of a slice, encoded
+  // once with this codec spec and sent to every worker that holds the version before;
+  // the others get dense values. Empty: dense fp32 pulls only. Not with aggregate_only.
+  std::string pull_codec;
 
   // --- resources and lifecycle ---
   // Aggregation threads; 0 means one per core.

@@ -4,6 +4,7 @@
 
 #include "codecs/compressed.h"
 #include "core/fp32_bytes.h"
+#include "spdlog/spdlog.h"
 
 namespace ps::server {
 
@@ -83,18 +84,27 @@ absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedR
                       ContextOf(round, agreed, masks, support, counts));
 }
 
-std::shared_ptr<const std::string> RoundAggregation::Step(ClosedRound& round,
-                                                          std::vector<float>& out,
-                                                          absl::Status& st) const {
+RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::vector<float>& out,
+                                                     absl::Status& st) const {
   if (st.ok() && core::FindNonFinite(out) >= 0) {
     st = absl::InternalError("aggregate is not finite (inputs overflowed)");
   }
   if (aggregate_only_) {
     if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
-    return core::SharedFp32(out);
+    return {core::SharedFp32(out), nullptr};
   }
   if (st.ok()) SgdStep(sgd_, out, round.model.velocity, round.model.params);
-  return core::SharedFp32(round.model.params);
+  HeldValues& held = round.model.held;
+  if (held.codec == nullptr) return {core::SharedFp32(round.model.params), nullptr};
+  absl::StatusOr<std::shared_ptr<const std::string>> delta =
+      EncodeChange(round.model.params, round.info.id, round.round + 1, held);
+  if (!delta.ok()) {
+    // The workers get this version densely; the round itself stands.
+    spdlog::warn("slice {}: the pull codec refused version {}'s change ({}); sending it dense",
+                 round.info.id, round.round + 1, std::string(delta.status().message()));
+    return {core::SharedFp32(held.values), nullptr};
+  }
+  return {core::SharedFp32(held.values), *std::move(delta)};
 }
 
 }  // namespace ps::server

@@ -55,12 +55,18 @@ class RoundAggregation {
                      std::span<const uint32_t> agreed, std::span<float> out,
                      AggregationCounts* counts);
 
+  // What a round publishes: the values, and with --pull-codec the change from the last
+  // version, encoded (null: none).
+  struct Publication {
+    std::shared_ptr<const std::string> values;
+    std::shared_ptr<const std::string> delta_payload;
+  };
   // The values to publish for `round` from its aggregate `out`: the parameters after an
   // SGD step, or the aggregate itself with --aggregate-only. A non-finite aggregate turns
   // `st` into an error first; after an error the parameters stay as they were (zeros
-  // with --aggregate-only).
-  std::shared_ptr<const std::string> Step(ClosedRound& round, std::vector<float>& out,
-                                          absl::Status& st) const;
+  // with --aggregate-only). With --pull-codec the values are what the workers hold once
+  // they applied the encoded change (server/pull_delta.h).
+  Publication Step(ClosedRound& round, std::vector<float>& out, absl::Status& st) const;
 
  private:
   // The rule's context for `workers` of `round`; `masks` and `support` must outlive it.

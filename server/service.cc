@@ -4,6 +4,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
 #include "net/grpc_bytes.h"
@@ -135,6 +136,13 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     state_->metrics = metrics;
     state_->remaining = static_cast<size_t>(req.slice_ids_size());
     watches_.reserve(static_cast<size_t>(req.slice_ids_size()));
+    // What the worker holds (compressed pulls): a slice whose delta applies to it goes
+    // out as that delta.
+    if (shard->pull_epoch() != 0 && req.held_epoch() == shard->pull_epoch()) {
+      for (int k = 0; k < req.held_versions_size(); ++k) {
+        state_->held.emplace(req.slice_ids(k), req.held_versions(k));
+      }
+    }
     for (uint32_t id : req.slice_ids()) {
       std::weak_ptr<State> weak = state_;
       const int32_t priority = shard->priority_schedule() ? shard->SlicePriority(id) : 0;
@@ -188,6 +196,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     bool shutting_down ABSL_GUARDED_BY(mu) = false;
     grpc::ByteBuffer response ABSL_GUARDED_BY(mu);  // the message being written
+    absl::flat_hash_map<uint32_t, uint64_t> held;     // slice -> version the worker holds
     Metrics* metrics = nullptr;  // may be null
     const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
@@ -212,10 +221,20 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       if (!ready.empty()) {
         const uint32_t id = std::get<2>(*ready.begin());
         ready.erase(ready.begin());
-        SliceSnapshot snap = reactor->shard_->Snapshot(id);
-        const size_t bytes = snap.values->size();
-        response = net::HeaderAndBody(net::PullResponseHeader(id, snap.version, bytes),
-                                      std::move(snap.values));
+        const Shard& shard = *reactor->shard_;
+        SliceSnapshot snap = shard.Snapshot(id);
+        net::PullHeader header{.slice_id = id, .version = snap.version, .epoch = shard.pull_epoch()};
+        std::shared_ptr<const std::string> body = std::move(snap.values);
+        if (snap.delta != nullptr && snap.delta->version == snap.version) {
+          auto it = held.find(id);
+          if (it != held.end() && it->second == snap.delta->base_version) {
+            header.codec = shard.pull_codec();
+            header.base_version = snap.delta->base_version;
+            body = snap.delta->payload;
+          }
+        }
+        const size_t bytes = body->size();
+        response = net::HeaderAndBody(net::PullResponseHeader(header, bytes), std::move(body));
         --remaining;
         if (metrics != nullptr) metrics->ObservePullBytes(bytes);
         write_in_flight = true;
@@ -371,6 +390,14 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Pull(
   }
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req.session());
   if (!worker.ok()) return new RefusedPull(gate_, ctx, worker.status(), request_bytes);
+  if (req.held_versions_size() != 0 && req.held_versions_size() != req.slice_ids_size()) {
+    return new RefusedPull(
+        gate_, ctx,
+        absl::InvalidArgumentError(absl::StrCat("pull gives ", req.held_versions_size(),
+                                                " held versions for ", req.slice_ids_size(),
+                                                " slices")),
+        request_bytes);
+  }
   absl::Status valid = shard_->ValidatePull(
       req.layout_hash(), std::span<const uint32_t>(req.slice_ids().data(),
                                                    static_cast<size_t>(req.slice_ids_size())));

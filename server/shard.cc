@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
@@ -10,10 +11,23 @@
 
 namespace ps::server {
 
+namespace {
+
+// A random non-zero 64-bit value: the lineage of a shard's published values.
+uint64_t NewEpoch() {
+  std::random_device device;
+  uint64_t epoch = 0;
+  while (epoch == 0) epoch = (uint64_t{device()} << 32) ^ device();
+  return epoch;
+}
+
+}  // namespace
+
 Shard::Shard(const ServerOptions& options, uint32_t shard_id,
              std::unique_ptr<aggregators::Aggregator> aggregator, core::Clock* clock,
              core::ThreadPool* pool)
     : options_(options),
+      pull_epoch_(options.pull_codec.empty() ? 0 : NewEpoch()),
       shard_id_(shard_id),
       // The default quorum (n - f) is raised to what the rule needs (Bulyan: 4f + 3), so
       // that a round closed at its deadline can always be aggregated.
@@ -58,6 +72,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
   rules_.keep_published_model = !options_.checkpoint_dir.empty();
   rules_.state_rows = aggregator_->StateRows();
   rules_.quarantine = &quarantine_;
+  rules_.pull_codec = options_.pull_codec;
 }
 
 Shard::~Shard() {
@@ -280,14 +295,15 @@ void Shard::AggregateSlice(uint32_t slice_id) {
 }
 
 void Shard::PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st) {
-  std::shared_ptr<const std::string> values = aggregation_.Step(round, out, st);
+  RoundAggregation::Publication published = aggregation_.Step(round, out, st);
   // Keep serving: after an error the unchanged parameters (or a zero aggregate) are
   // published so workers move on; the counters say loudly that this round was dropped.
   // Counted before publishing: a watcher woken below may read the stats.
   counters_.Published(round.round, round.info.id, st);
   Wakeups wake;
   SliceRound* slice = table_.slice(round.info.id);
-  slice->Publish(std::move(round), std::move(values), &wake);
+  slice->Publish(std::move(round), std::move(published.values), std::move(published.delta_payload),
+                 &wake);
   RunWakeups(wake, true);
 }
 

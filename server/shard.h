@@ -170,6 +170,11 @@ class Shard {
   // --schedule=priority (P3): closed slices are aggregated, and ready slices streamed,
   // most urgent first; otherwise in the order they became ready.
   bool priority_schedule() const { return priority_schedule_; }
+  // Compressed pulls (--pull-codec, docs/data_path.md): the codec spec ("" when pulls
+  // are dense) and this shard's epoch, the lineage of its published values: random and
+  // non-zero at every start with a pull codec, 0 without one.
+  const std::string& pull_codec() const { return options_.pull_codec; }
+  uint64_t pull_epoch() const { return pull_epoch_; }
 
   // Whether distance-based rules run in model scope here (the rule needs a Gram
   // matrix and --aggregation-scope is "model").
@@ -260,6 +265,7 @@ class Shard {
   void PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st);
 
   const ServerOptions options_;
+  const uint64_t pull_epoch_;
   const uint32_t shard_id_;
   const uint32_t quorum_;
   const std::unique_ptr<aggregators::Aggregator> aggregator_;

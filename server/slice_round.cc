@@ -101,6 +101,11 @@ SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggr
   inputs_.supports.assign(n, std::nullopt);
   if (rules_->keep_signs) inputs_.sign_payloads.assign(n, std::string());
   model_.rule_state.assign(rules_->state_rows * info_.numel, 0.0f);
+  // ServerOptions::Validate checked the spec; a spec it refused leaves pulls dense.
+  if (absl::StatusOr<std::shared_ptr<codecs::Codec>> codec = MakePullCodec(rules_->pull_codec);
+      codec.ok() && !aggregate_only) {
+    model_.held.codec = *std::move(codec);
+  }
   if (aggregate_only) {
     // No parameters live here; version 0 is an all-zero "aggregate".
     initialized_ = true;
@@ -122,6 +127,7 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
   }
   model_.velocity.assign(params.size(), 0.0f);
   published_ = core::SharedFp32(params);
+  if (model_.held.codec != nullptr) model_.held.values = params;
   model_.params = std::move(params);
   KeepPublishedModelLocked();
   initialized_ = true;
@@ -356,10 +362,16 @@ void SliceRound::ResetRoundLocked() {
 }
 
 void SliceRound::Publish(ClosedRound round, std::shared_ptr<const std::string> values,
-                         Wakeups* wake) {
+                         std::shared_ptr<const std::string> delta_payload, Wakeups* wake) {
   Locked lock(this);
   inputs_ = std::move(round.inputs);
   model_ = std::move(round.model);
+  if (delta_payload != nullptr) {
+    delta_ = std::make_shared<const PullDelta>(
+        PullDelta{.base_version = version_, .version = version_ + 1, .payload = std::move(delta_payload)});
+  } else {
+    delta_.reset();
+  }
   ++version_;
   ResetRoundLocked();
   closing_ = false;
@@ -374,6 +386,7 @@ bool SliceRound::FastForward(uint64_t version, Wakeups* wake) {
   absl::MutexLock lock(&mu_);
   if (version_ >= version || closing_ || !initialized_) return false;
   version_ = version;
+  delta_.reset();  // no change leads to the new version: its pulls are dense
   ResetRoundLocked();
   TakeDueWatchersLocked(wake);
   return true;
@@ -395,6 +408,10 @@ absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
   ResetRoundLocked();
   initialized_ = true;
   published_ = std::make_shared<const std::string>(c.values);
+  // The values of the checkpoint are what the workers held (x̂) when it was written;
+  // they restart the lineage, with dense pulls until the next version.
+  if (model_.held.codec != nullptr) model_.held.values = model_.params;
+  delta_.reset();
   KeepPublishedModelLocked();
   return absl::OkStatus();
 }
@@ -465,7 +482,7 @@ Wakeups SliceRound::TakeAllWatchers() {
 
 SliceSnapshot SliceRound::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  return SliceSnapshot{version_, published_};
+  return SliceSnapshot{version_, published_, delta_};
 }
 
 uint64_t SliceRound::version() const {

@@ -48,6 +48,7 @@
 #include "core/layout.h"
 #include "server/checkpoint.h"
 #include "server/deadline_queue.h"
+#include "server/pull_delta.h"
 #include "server/quarantine.h"
 
 namespace ps::server {
@@ -70,6 +71,9 @@ struct RoundRules {
   std::atomic<int64_t> udp_round{-1};
   // Workers no round waits for (null: every round waits for all n).
   const Quarantine* quarantine = nullptr;
+  // --pull-codec: each slice keeps what the workers hold and publishes its changes
+  // encoded with this spec (server/pull_delta.h). Empty: dense pulls only.
+  std::string pull_codec;
 
   // A worker whose datagrams were all lost cannot be told from an absent one, and
   // nothing is retransmitted: in a round that carried UDP chunks on this shard, every
@@ -87,6 +91,8 @@ struct SliceModel {
   std::vector<float> params;
   std::vector<float> velocity;
   std::vector<float> rule_state;
+  // With --pull-codec: what the workers hold, and the encoder of its changes.
+  HeldValues held;
 };
 
 // One worker's UDP push of the open round: the chunk size its first chunk fixed, and
@@ -144,6 +150,8 @@ struct ClosedRound {
 struct SliceSnapshot {
   uint64_t version = 0;
   std::shared_ptr<const std::string> values;  // little-endian fp32
+  // With --pull-codec, the change that led to `version` (null: none, send dense).
+  std::shared_ptr<const PullDelta> delta;
 };
 
 // Pull callbacks whose version was reached (or false at shutdown), to run without locks.
@@ -215,9 +223,11 @@ class SliceRound {
 
   // The round Close parked for its aggregation (nullopt if another took it).
   std::optional<ClosedRound> TakeClosed();
-  // Publishes `round`'s result: version + 1 with `values` (fp32 bytes), the model and the
-  // buffers back from the aggregation; opens the next round.
-  void Publish(ClosedRound round, std::shared_ptr<const std::string> values, Wakeups* wake);
+  // Publishes `round`'s result: version + 1 with `values` (fp32 bytes) and, with
+  // --pull-codec, `delta_payload`, the change from this version (null: none); the model
+  // and the buffers back from the aggregation; opens the next round.
+  void Publish(ClosedRound round, std::shared_ptr<const std::string> values,
+               std::shared_ptr<const std::string> delta_payload, Wakeups* wake);
 
   // Moves a slice below `version` up to it (parameters unchanged, the open round
   // discarded); not one that is closed or uninitialized. Returns whether it moved.
@@ -283,6 +293,8 @@ class SliceRound {
   // Published version; round `version_` is the open one.
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::string> published_ ABSL_GUARDED_BY(mu_);
+  // The change that led to published_ (null: none; pulls of this version are dense).
+  std::shared_ptr<const PullDelta> delta_ ABSL_GUARDED_BY(mu_);
   // With checkpoints on: the velocity and rule state that go with `published_`.
   std::shared_ptr<const std::vector<float>> published_velocity_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> published_rule_state_ ABSL_GUARDED_BY(mu_);

@@ -39,27 +39,29 @@ struct PullResult {
 // Starts the stream of `req` on `transport`, copying each slice into `dst`. `dst` and
 // `on_slice` must stay valid until `result` reports done.
 void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_point deadline,
-                 const core::ModelLayout* layout, const PullStreams::Destinations* dst,
+                 HeldModel* held, const PullStreams::Destinations* dst,
                  const PullStreams::SliceArrived* on_slice, std::shared_ptr<PullResult> result) {
   std::vector<uint32_t> asked(req.slice_ids().begin(), req.slice_ids().end());
   const uint64_t min_version = req.min_version();
-  auto on_message = [layout, dst, on_slice, result, asked = std::move(asked),
+  auto on_message = [held, dst, on_slice, result, asked = std::move(asked),
                      min_version](const net::PullFrame& frame) {
     const uint32_t id = frame.slice_id;
     auto it = dst->find(id);
     const bool wanted =
         it != dst->end() && std::find(asked.begin(), asked.end(), id) != asked.end();
-    if (!wanted || frame.version < min_version ||
-        frame.values.size() != size_t{layout->slices()[id].numel} * sizeof(float)) {
+    // The one copy of dense values on this side: from the transport's buffers to the
+    // caller's (little-endian fp32 is the host's float layout, core/fp32_bytes.h).
+    const absl::Status applied =
+        wanted && frame.version >= min_version
+            ? held->Apply(frame, it->second)
+            : absl::InvalidArgumentError(absl::StrCat("slice ", id, " (version ",
+                                                      frame.version, ", ", frame.values.size(),
+                                                      " bytes)"));
+    if (!applied.ok()) {
       absl::MutexLock lock(&result->mu);
-      result->protocol_error =
-          absl::StrCat("shard sent an unexpected or malformed slice ", id, " (version ",
-                       frame.version, ", ", frame.values.size(), " bytes)");
+      result->protocol_error = absl::StrCat("shard sent an unexpected or malformed ", applied.message());
       return false;
     }
-    // The one copy of the values on this side: from the transport's buffers to the
-    // caller's (little-endian fp32 is the host's float layout, core/fp32_bytes.h).
-    frame.values.CopyTo(reinterpret_cast<char*>(it->second));
     {
       absl::MutexLock lock(&result->mu);
       result->received.push_back(id);
@@ -233,8 +235,9 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
       epochs[shard] = session.epoch;
       req.set_layout_hash(layout_.hash());
       req.set_min_version(min_version);
+      held_.Describe(req);
       auto result = std::make_shared<PullResult>();
-      StartStream(client_.transport(shard), req, deadline, &layout_, &dst, &on_slice, result);
+      StartStream(client_.transport(shard), req, deadline, &held_, &dst, &on_slice, result);
       streams.emplace_back(shard, std::move(result));
     }
     // The first failure, unless a later one is final (not retriable): that one.

@@ -1,7 +1,8 @@
 // PullStreams: Worker::Pull, PullAll and StartPullAll. A pull maps every wanted slice
 // to its place in the caller's buffers (the destinations), opens one Pull stream per
 // shard through ShardTransport and copies each slice the stream delivers straight to
-// its destination, after checking id, version and size. Slices still missing after a
+// its destination, after checking id, version and size (a compressed slice, from a
+// shard with --pull-codec, is applied to what HeldModel holds first). Slices still missing after a
 // retriable failure are asked for again (the policy), re-joining first when the
 // session was lost, until the pull's timeout. StartPullAll runs the same on a thread
 // of its own and hands out a PullTicket that counts per tensor the slices to come.
@@ -28,6 +29,7 @@
 #include "absl/status/statusor.h"
 #include "core/layout.h"
 #include "core/retry.h"
+#include "worker_lib/held_model_internal.h"
 #include "worker_lib/shard_client_internal.h"
 #include "worker_lib/worker.h"
 
@@ -36,7 +38,7 @@ namespace ps::internal {
 class PullStreams {
  public:
   PullStreams(core::RetryPolicy policy, const core::ModelLayout& layout, ShardClient& client)
-      : policy_(std::move(policy)), layout_(layout), client_(client) {}
+      : policy_(std::move(policy)), layout_(layout), client_(client), held_(layout) {}
 
   // As the Worker methods of the same names.
   absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
@@ -67,6 +69,7 @@ class PullStreams {
   const core::RetryPolicy policy_;
   const core::ModelLayout& layout_;
   ShardClient& client_;
+  HeldModel held_;  // compressed pulls: what this worker holds of each slice
   std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, retries_{0};
 };
 

@@ -71,18 +71,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       return 0;
     }
     CheckInside(f->values, body);
+    CheckInside(f->codec, body);
     ps::v1::PullResponse m;
+    const std::string codec = f->codec.ToString();
+    if (!Utf8(codec)) return 0;
     PS_FUZZ_CHECK(m.ParseFromString(bytes), "accepted a PullResponse protobuf refuses");
     PS_FUZZ_CHECK(m.slice_id() == f->slice_id && m.version() == f->version &&
-                      m.values() == f->values.ToString(),
+                      m.values() == f->values.ToString() && m.codec() == codec &&
+                      m.base_version() == f->base_version && m.epoch() == f->epoch,
                   "PullResponse fields differ from protobuf's");
     ps::v1::PullResponse again;
-    PS_FUZZ_CHECK(again.ParseFromString(
-                      ps::net::PullResponseHeader(f->slice_id, f->version, f->values.size()) +
-                      f->values.ToString()),
-                  "a written PullResponse does not parse");
+    PS_FUZZ_CHECK(
+        again.ParseFromString(ps::net::PullResponseHeader({.slice_id = f->slice_id,
+                                                           .version = f->version,
+                                                           .codec = codec,
+                                                           .base_version = f->base_version,
+                                                           .epoch = f->epoch},
+                                                          f->values.size()) +
+                              f->values.ToString()),
+        "a written PullResponse does not parse");
     PS_FUZZ_CHECK(again.slice_id() == m.slice_id() && again.version() == m.version() &&
-                      again.values() == m.values(),
+                      again.values() == m.values() && again.codec() == m.codec() &&
+                      again.base_version() == m.base_version() && again.epoch() == m.epoch(),
                   "a written PullResponse changed its fields");
     return 0;
   }

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <thread>
@@ -444,6 +445,79 @@ TEST(ClusterTest, ShardsWithDifferentConfigurationsStopServing) {
     std::this_thread::sleep_for(milliseconds(100));
   }
   EXPECT_TRUE(both_down) << "shards with different rules kept serving";
+}
+
+}  // namespace
+}  // namespace ps
+
+namespace ps {
+namespace {
+
+// Compressed pulls (--pull-codec, docs/data_path.md): every worker holds the same bits
+// whichever way its values came: as changes applied version after version, densely
+// after it missed versions, or densely after it restarted with nothing held. And the
+// changes do go out compressed.
+TEST(ClusterTest, CompressedPullsGiveEveryWorkerTheSameBits) {
+  const uint32_t n = 2;
+  server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.learning_rate = 0.1f;
+  o.pull_codec = "3lc(s=1.9)";
+  testing::Cluster c = testing::StartCluster(2, o);
+  const core::ModelLayout layout = Layout(2);
+  const auto init = Initial(layout);
+  std::vector<std::unique_ptr<Worker>> workers(n);
+  auto start = [&](uint32_t w) {
+    auto worker = Worker::Start(ClientOptions(c, w), layout, Spans(init));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers[w] = *std::move(worker);
+  };
+  start(0);
+  start(1);
+  std::vector<std::vector<std::vector<float>>> params(n);
+  for (auto& p : params) {
+    for (const auto& t : layout.tensors()) p.emplace_back(t.numel);
+  }
+  auto pull = [&](uint32_t w, uint64_t r) {
+    std::vector<std::span<float>> outs(params[w].begin(), params[w].end());
+    auto v = workers[w]->PullAll(r, outs, kPullTimeout);
+    ASSERT_TRUE(v.ok()) << v.status();
+    ASSERT_EQ(*v, r);
+  };
+  auto same = [&](uint64_t r) {
+    for (size_t t = 0; t < params[0].size(); ++t) {
+      ASSERT_EQ(std::memcmp(params[0][t].data(), params[1][t].data(),
+                            params[0][t].size() * sizeof(float)),
+                0)
+          << "tensor " << t << " at version " << r;
+    }
+  };
+  constexpr uint64_t kRounds = 14;
+  bool moved = false;
+  for (uint64_t r = 0; r < kRounds; ++r) {
+    const bool misses = r >= 4 && r <= 6;  // worker 1 pulls nothing of versions 4..6
+    if (r == 9) start(1);                  // worker 1 restarts: it holds nothing
+    pull(0, r);
+    if (!misses) {
+      pull(1, r);
+      same(r);
+    }
+    moved = moved || params[0][0] != init[0];
+    for (uint32_t w = 0; w < n; ++w) {
+      for (size_t t = 0; t < layout.tensors().size(); ++t) {
+        ASSERT_TRUE(workers[w]->Push(t, r, Grad(w, t, layout.tensors()[t].numel, r)).ok());
+      }
+      ASSERT_TRUE(workers[w]->WaitPushes().ok());
+    }
+  }
+  pull(0, kRounds);
+  pull(1, kRounds);
+  same(kRounds);
+  EXPECT_TRUE(moved) << "the parameters never changed";
+  // Worker 0 pulled every version: all but the first as 3lc changes, a small fraction of
+  // the dense bytes.
+  uint64_t dense = 0;
+  for (const auto& t : layout.tensors()) dense += t.numel * sizeof(float);
+  EXPECT_LT(workers[0]->stats().pull_bytes, dense * (kRounds + 1) / 4);
 }
 
 }  // namespace

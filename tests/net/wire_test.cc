@@ -51,7 +51,8 @@ TEST(WireTest, PullResponseFromProtobufParsesInAnyPieces) {
 TEST(WireTest, HeadersWrittenHereParseWithProtobuf) {
   const std::string values(12, 'v');
   v1::PullResponse pull;
-  ASSERT_TRUE(pull.ParseFromString(PullResponseHeader(0, 0, values.size()) + values));
+  ASSERT_TRUE(pull.ParseFromString(
+      PullResponseHeader({.slice_id = 0, .version = 0}, values.size()) + values));
   EXPECT_EQ(pull.slice_id(), 0u);
   EXPECT_EQ(pull.version(), 0u);
   EXPECT_EQ(pull.values(), values);
@@ -66,6 +67,36 @@ TEST(WireTest, HeadersWrittenHereParseWithProtobuf) {
   EXPECT_EQ(push.slice_id(), 3u);
   EXPECT_EQ(push.codec(), "fp16");
   EXPECT_EQ(push.payload(), payload);
+}
+
+TEST(WireTest, CompressedPullFieldsGoBothWays) {
+  const std::string payload(
+      "\x01"
+      "delta",
+      6);
+  const std::string bytes = PullResponseHeader({.slice_id = 2,
+                                                .version = 8,
+                                                .codec = "3lc(s=1.9)",
+                                                .base_version = 7,
+                                                .epoch = 0x8877665544332211ull},
+                                               payload.size()) +
+                            payload;
+  v1::PullResponse m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  EXPECT_EQ(m.codec(), "3lc(s=1.9)");
+  EXPECT_EQ(m.base_version(), 7u);
+  EXPECT_EQ(m.epoch(), 0x8877665544332211ull);
+  EXPECT_EQ(m.values(), payload);
+  const std::string serialized = m.SerializeAsString();
+  for (const auto& pieces : AllCuts(serialized)) {
+    absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);
+    ASSERT_TRUE(f.ok()) << f.status() << " " << pieces.size() << " pieces, first "
+                        << pieces[0].size();
+    EXPECT_EQ(f->codec.ToString(), "3lc(s=1.9)");
+    EXPECT_EQ(f->base_version, 7u);
+    EXPECT_EQ(f->epoch, 0x8877665544332211ull);
+    EXPECT_EQ(f->values.ToString(), payload);
+  }
 }
 
 TEST(WireTest, PushRequestFromProtobufParsesInAnyPieces) {
@@ -90,7 +121,7 @@ TEST(WireTest, PushRequestFromProtobufParsesInAnyPieces) {
 }
 
 TEST(WireTest, UnknownFieldsAreSkippedAndTheLastValueWins) {
-  std::string bytes = PullResponseHeader(1, 2, 0);
+  std::string bytes = PullResponseHeader({.slice_id = 1, .version = 2}, 0);
   bytes += std::string("\x08\x05", 2);                    // slice_id again: 5
   bytes += std::string("\x28\x96\x01", 3);                // field 5, varint 150
   bytes += std::string("\x31", 1) + std::string(8, 'x');  // field 6, fixed64
@@ -119,7 +150,7 @@ TEST(WireTest, Uint32FieldsKeepTheLow32BitsAsProtobufDoes) {
 }
 
 TEST(WireTest, MalformedMessagesAreRefusedWithTheirCause) {
-  const std::string header = PullResponseHeader(1, 2, 10);
+  const std::string header = PullResponseHeader({.slice_id = 1, .version = 2}, 10);
   struct Case {
     std::string bytes;
     std::string says;
@@ -162,7 +193,7 @@ TEST(WireTest, EmptyMessagesAndEmptyPiecesParse) {
   absl::StatusOr<PullFrame> none = ParsePullResponse({});
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->slice_id, 0u);
-  const std::string bytes = PullResponseHeader(4, 5, 2) + "ab";
+  const std::string bytes = PullResponseHeader({.slice_id = 4, .version = 5}, 2) + "ab";
   const std::vector<std::string_view> pieces = {"", std::string_view(bytes).substr(0, 4), "",
                                                 "", std::string_view(bytes).substr(4),    ""};
   absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);

@@ -74,6 +74,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "lr",
                                                   "momentum",
                                                   "weight-decay",
+                                                  "pull-codec",
                                                   "threads",
                                                   "max-shard-bytes",
                                                   "max-request-memory-bytes",
@@ -714,6 +715,14 @@ INSTANTIATE_TEST_SUITE_P(
     Ranges, ValidateTest,
     ::testing::Values(
         BadOptionsCase{"EmptyHost", [](ServerOptions& o) { o.host = ""; }, "--host"},
+        BadOptionsCase{"UnknownPullCodec", [](ServerOptions& o) { o.pull_codec = "zip"; },
+                       "--pull-codec=zip (pull_codec): unknown codec 'zip'"},
+        BadOptionsCase{"PullCodecWithAggregateOnly",
+                       [](ServerOptions& o) {
+                         o.pull_codec = "fp16";
+                         o.aggregate_only = true;
+                       },
+                       "with --aggregate-only the shard publishes gradients"},
         BadOptionsCase{"RemoteHost", [](ServerOptions& o) { o.host = "0.0.0.0"; },
                        "without TLS needs --tls-cert"},
         BadOptionsCase{"RemoteV6", [](ServerOptions& o) { o.host = "::"; },

@@ -104,9 +104,9 @@ class ModelCoordinatorTest : public ::testing::Test {
       absl::MutexLock lock(&mu_);
       published_.push_back({round.info.id, round.round, out, st});
     }
-    std::shared_ptr<const std::string> values = aggregation_->Step(round, out, st);
+    std::shared_ptr<const std::string> values = aggregation_->Step(round, out, st).values;
     Wakeups wake;
-    table_.slice(round.info.id)->Publish(std::move(round), std::move(values), &wake);
+    table_.slice(round.info.id)->Publish(std::move(round), std::move(values), nullptr, &wake);
     RunWakeups(wake, true);
   }
 

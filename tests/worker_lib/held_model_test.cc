@@ -1,0 +1,111 @@
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/fp32_bytes.h"
+#include "worker_lib/held_model_internal.h"
+
+namespace ps::internal {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr uint64_t kEpoch = 0x1234;
+
+class HeldModelTest : public ::testing::Test {
+ protected:
+  HeldModelTest() : layout_(*core::ModelLayout::Create({{"w", 6, 0}}, 3, 1)), held_(layout_) {}
+
+  // A PullFrame over `bytes`, which must outlive it.
+  static net::PullFrame Frame(uint32_t id, uint64_t version, const std::string& bytes,
+                              const std::string& codec = "", uint64_t base = 0,
+                              uint64_t epoch = kEpoch) {
+    net::PullFrame f;
+    f.slice_id = id;
+    f.version = version;
+    f.values.Append(std::string_view(bytes).substr(0, bytes.size() / 2));
+    f.values.Append(std::string_view(bytes).substr(bytes.size() / 2));
+    f.codec.Append(codec);
+    f.base_version = base;
+    f.epoch = epoch;
+    return f;
+  }
+  static std::string Dense(std::vector<float> v) {
+    std::string out;
+    core::AppendFp32(v, &out);
+    return out;
+  }
+  static std::string Fp32Change(std::vector<float> v) { return "\x01" + Dense(v); }
+
+  core::ModelLayout layout_;
+  HeldModel held_;
+};
+
+TEST_F(HeldModelTest, DenseValuesGoToTheCallerAndAreKeptOnlyWithAnEpoch) {
+  float dst[3];
+  const std::string bytes = Dense({1, 2, 3});
+  ASSERT_TRUE(held_.Apply(Frame(0, 4, bytes, "", 0, /*epoch=*/0), dst).ok());
+  EXPECT_EQ(dst[2], 3.0f);
+  v1::PullRequest req;
+  req.add_slice_ids(0);
+  held_.Describe(req);
+  EXPECT_EQ(req.held_versions_size(), 0) << "nothing kept without an epoch";
+  ASSERT_TRUE(held_.Apply(Frame(0, 4, bytes), dst).ok());
+  req.add_slice_ids(1);
+  held_.Describe(req);
+  EXPECT_EQ(req.held_epoch(), kEpoch);
+  ASSERT_EQ(req.held_versions_size(), 2);
+  EXPECT_EQ(req.held_versions(0), 4u);
+  EXPECT_EQ(req.held_versions(1), 0u);
+}
+
+TEST_F(HeldModelTest, AChangeIsAddedToWhatIsHeldOnce) {
+  float dst[3];
+  const std::string base = Dense({1, 2, 3});
+  ASSERT_TRUE(held_.Apply(Frame(0, 4, base), dst).ok());
+  const std::string change = Fp32Change({0.5f, -1, 0.25f});
+  ASSERT_TRUE(held_.Apply(Frame(0, 5, change, "fp32", 4), dst).ok());
+  EXPECT_EQ(dst[0], 1.5f);
+  EXPECT_EQ(dst[1], 1.0f);
+  EXPECT_EQ(dst[2], 3.25f);
+  // The same change again (a second pull of version 5): what is held, not applied twice.
+  float again[3];
+  ASSERT_TRUE(held_.Apply(Frame(0, 5, change, "fp32", 4), again).ok());
+  EXPECT_EQ(std::memcmp(dst, again, sizeof(dst)), 0);
+}
+
+TEST_F(HeldModelTest, ChangesThatCannotApplyAreRefusedWithTheirReason) {
+  float dst[3] = {7, 7, 7};
+  const std::string change = Fp32Change({1, 1, 1});
+  absl::Status s = held_.Apply(Frame(0, 5, change, "fp32", 4), dst);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("does not hold"));
+  ASSERT_TRUE(held_.Apply(Frame(0, 4, Dense({1, 2, 3})), dst).ok());
+  s = held_.Apply(Frame(0, 7, change, "fp32", 6), dst);
+  EXPECT_THAT(s.message(), HasSubstr("applies to version 6; held: 4"));
+  s = held_.Apply(Frame(0, 5, change, "fp32", 4, kEpoch + 1), dst);
+  EXPECT_THAT(s.message(), HasSubstr("another epoch"));
+  s = held_.Apply(Frame(0, 5, "\x01\x02", "fp32", 4), dst);
+  EXPECT_THAT(s.message(), HasSubstr("compressed slice 0 (version 5 from 4, codec fp32)"));
+  EXPECT_THAT(s.message(), HasSubstr("fp32: payload is 2 bytes"));
+  s = held_.Apply(Frame(0, 5, change, "nonsense(", 4), dst);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  const std::string huge = Fp32Change({3e38f, 3e38f, 3e38f});
+  ASSERT_TRUE(held_.Apply(Frame(0, 5, huge, "fp32", 4), dst).ok());
+  s = held_.Apply(Frame(0, 6, huge, "fp32", 5), dst);
+  EXPECT_THAT(s.message(), HasSubstr("not finite once the change is applied"));
+  // Nothing refused changed what is held: version 5 still applies on top.
+  ASSERT_TRUE(held_.Apply(Frame(0, 6, Fp32Change({-3e38f, -3e38f, -3e38f}), "fp32", 5), dst).ok());
+  volatile float expected = 2.0f;  // the held value's path, in fp32
+  expected = expected + 3e38f;
+  expected = expected + -3e38f;
+  EXPECT_EQ(dst[1], expected);
+  s = held_.Apply(Frame(0, 8, Dense({1, 2}), "", 0), dst);
+  EXPECT_THAT(s.message(), HasSubstr("8 bytes of values for 3 elements"));
+}
+
+}  // namespace
+}  // namespace ps::internal

@@ -1,0 +1,60 @@
+// HeldModel: the worker's side of compressed pulls (docs/data_path.md, "Compressed
+// pulls"). A shard with --pull-codec stamps every pulled slice with its epoch and may
+// send a version as the encoded change from the version before; the worker keeps, per
+// such slice, the values it holds with their version and epoch, applies each change to
+// them (core::AddInto, the shard's own arithmetic, so both hold the same bits) and
+// copies the result to the caller. Slices from shards without a pull codec (epoch 0)
+// keep nothing here: their values go straight to the caller's buffer.
+//
+// Owns the held values (one fp32 copy of every slice pulled compressed) and a decoder
+// per pull codec spec. Thread safety: every method may be called from any thread; one
+// lock guards the state (two pulls of the same slice at once apply its change once).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "codecs/codec.h"
+#include "core/layout.h"
+#include "net/wire.h"
+#include "ps/v1/ps.pb.h"
+
+namespace ps::internal {
+
+class HeldModel {
+ public:
+  explicit HeldModel(const core::ModelLayout& layout) : layout_(layout) {}
+
+  // Tells the shard what the worker holds of the slices `req` names (held_versions,
+  // held_epoch), so that it may send changes instead of values. Leaves `req` as it is
+  // when nothing is held.
+  void Describe(v1::PullRequest& req) const;
+
+  // Writes the values `frame` brings for its slice (whose size the layout gives) to
+  // `dst`: dense values as they are, a change applied to what is held. INVALID_ARGUMENT
+  // naming slice, versions and codec when the values have the wrong size, the change
+  // does not decode or applies to values this worker does not hold.
+  absl::Status Apply(const net::PullFrame& frame, float* dst);
+
+ private:
+  struct Held {
+    uint64_t version = 0;
+    uint64_t epoch = 0;
+    std::vector<float> values;
+  };
+  absl::StatusOr<const codecs::Codec*> DecoderLocked(const std::string& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const core::ModelLayout& layout_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Held> held_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::unique_ptr<codecs::Codec>> decoders_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::internal
