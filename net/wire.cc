@@ -50,9 +50,10 @@ class Reader {
 
   bool AtEnd() const { return remaining_ == 0; }
 
-  bool Varint(uint64_t* value) {
+  // At most `max_bytes` bytes (10 for a value, 5 for a field tag, as protobuf reads them).
+  bool Varint(uint64_t* value, int max_bytes = 10) {
     uint64_t v = 0;
-    for (int i = 0; i < 10; ++i) {
+    for (int i = 0; i < max_bytes; ++i) {
       if (AtEnd()) return false;
       const auto b = static_cast<uint8_t>(pieces_[piece_][offset_]);
       Advance(1);
@@ -62,7 +63,7 @@ class Reader {
         return true;
       }
     }
-    return false;  // more than ten bytes
+    return false;  // longer than max_bytes
   }
 
   bool Fixed(size_t bytes, uint64_t* value) {
@@ -128,7 +129,7 @@ absl::Status ForEachField(Pieces pieces, std::string_view message, OnField on_fi
   Reader r(pieces);
   while (!r.AtEnd()) {
     uint64_t tag = 0;
-    if (!r.Varint(&tag)) return Malformed(message, "truncated field tag");
+    if (!r.Varint(&tag, 5)) return Malformed(message, "truncated or overlong field tag");
     if (tag > UINT32_MAX || (tag >> 3) == 0) return Malformed(message, "invalid field number");
     Field f;
     f.number = static_cast<uint32_t>(tag >> 3);

@@ -8,8 +8,8 @@
 // The reader must not crash and must refuse with INVALID_ARGUMENT "malformed <Type>".
 // When it accepts, every byte range lies inside the input and is made of non-empty
 // parts, and protobuf's own parser accepts the same bytes with the same fields (codec
-// strings that are not UTF-8 aside, which protobuf refuses and the shard refuses as an
-// unknown codec); the header written from the parsed fields, followed by the tensor
+// strings that are not UTF-8 aside, in any occurrence, which protobuf refuses and the
+// shard refuses as an unknown codec); the header written from the parsed fields, followed by the tensor
 // bytes, parses with protobuf to the same fields again.
 // Seeds: tests/fuzz/corpus/wire/ (tests/fuzz/make_corpus.py).
 #include <cstddef>
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "google/protobuf/stubs/logging.h"
+#include "google/protobuf/unknown_field_set.h"
 #include "net/wire.h"
 #include "ps/v1/ps.pb.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -51,6 +52,23 @@ bool Utf8(const std::string& s) {
   return back.ParseFromString(probe.SerializeAsString());
 }
 
+// Whether every occurrence of string field `number` in `bytes` is UTF-8 (protobuf
+// refuses the message otherwise, even when a later occurrence replaces the bad one).
+bool EveryOccurrenceUtf8(const std::string& bytes, int number) {
+  ps::v1::PushResponse empty;  // no fields: every field of `bytes` stays unknown
+  if (!empty.ParseFromString(bytes)) return true;
+  const google::protobuf::UnknownFieldSet& unknown =
+      empty.GetReflection()->GetUnknownFields(empty);
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField& f = unknown.field(i);
+    if (f.number() == number && f.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED &&
+        !Utf8(f.length_delimited())) {
+      return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -74,7 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     CheckInside(f->codec, body);
     ps::v1::PullResponse m;
     const std::string codec = f->codec.ToString();
-    if (!Utf8(codec)) return 0;
+    if (!EveryOccurrenceUtf8(bytes, 4)) return 0;
     PS_FUZZ_CHECK(m.ParseFromString(bytes), "accepted a PullResponse protobuf refuses");
     PS_FUZZ_CHECK(m.slice_id() == f->slice_id && m.version() == f->version &&
                       m.values() == f->values.ToString() && m.codec() == codec &&
@@ -104,7 +122,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   for (const ps::net::ByteRange* r : {&f->session, &f->codec, &f->payload}) CheckInside(*r, body);
   const std::string codec = f->codec.ToString();
-  if (!Utf8(codec)) return 0;
+  if (!EveryOccurrenceUtf8(bytes, 5)) return 0;
   ps::v1::PushRequest m;
   PS_FUZZ_CHECK(m.ParseFromString(bytes), "accepted a PushRequest protobuf refuses");
   PS_FUZZ_CHECK(m.session() == f->session.ToString() && m.layout_hash() == f->layout_hash &&

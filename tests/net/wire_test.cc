@@ -158,7 +158,7 @@ TEST(WireTest, MalformedMessagesAreRefusedWithTheirCause) {
   const std::vector<Case> cases = {
       {header + "short", "field 3 is truncated"},
       {std::string("\x08", 1), "field 1 is truncated"},
-      {std::string("\x80", 1), "truncated field tag"},
+      {std::string("\x80", 1), "truncated or overlong field tag"},
       {std::string("\x00\x01", 2), "invalid field number"},
       {std::string("\x0b", 1), "wire type 3"},
       {std::string("\x0c", 1), "wire type 4"},
@@ -166,7 +166,8 @@ TEST(WireTest, MalformedMessagesAreRefusedWithTheirCause) {
       {std::string("\x08") + std::string(10, '\xff') + "\x01", "field 1 is truncated"},
       {std::string("\x09\x01\x02", 3), "field 1 is truncated"},
       {std::string("\x1a\xff\xff\xff\xff\x0f", 6), "field 3 is truncated"},
-      {std::string("\x80\x80\x80\x80\x80\x01", 6), "invalid field number"},
+      {std::string("\x80\x80\x80\x80\x80\x01", 6), "overlong field tag"},
+      {std::string("\x88\x80\x80\x80\x80\x00\x01", 7), "overlong field tag"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<PullFrame> f = ParsePullResponse(Cut(c.bytes, {1}));
