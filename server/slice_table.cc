@@ -75,8 +75,15 @@ absl::Status SliceTable::CheckFits(const core::LayoutSummary& sum, uint32_t slic
                                 slice_bytes + kMessageOverheadBytes,
                                 " bytes, above --max-message-bytes ", config_.max_message_bytes));
   }
+  // --pull-codec: what the workers hold (one copy), and each version's encoded change
+  // (its largest encoding of a slice, in fp32 copies, rounded up).
+  size_t pull_copies = 0;
+  if (absl::StatusOr<std::shared_ptr<codecs::Codec>> codec = MakePullCodec(rules_->pull_codec);
+      codec.ok() && *codec != nullptr && slice_bytes > 0) {
+    pull_copies = 1 + ((*codec)->MaxEncodedBytes(slice_elems) + slice_bytes - 1) / slice_bytes;
+  }
   const uint64_t need = EstimateShardBytes(sum, config_.num_workers, config_.state_rows,
-                                           config_.keep_published_model);
+                                           config_.keep_published_model, pull_copies);
   if (need > config_.max_shard_bytes) {
     return Refused(
         Refusal::kOverLimit,

@@ -20,6 +20,7 @@
 #include "core/refusal.h"
 #include "core/thread_pool.h"
 #include "server/deadline_queue.h"
+#include "server/memory_estimate.h"
 #include "server/model_rounds.h"
 #include "server/round_aggregation.h"
 #include "server/slice_table.h"
@@ -526,6 +527,39 @@ TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
   EXPECT_EQ(*a.Step(r, out, st).values, Fp32({2, 3}));
   absl::Status failed = absl::InvalidArgumentError("too few inputs");
   EXPECT_EQ(*a.Step(r, out, failed).values, Fp32({0, 0}));
+}
+
+// --pull-codec keeps one more copy of the parameters (what the workers hold) and each
+// version's encoded change: a layout that fits without one may not fit with one.
+TEST(SliceTableTest, APullCodecCountsInTheMemoryEstimate) {
+  // The summary core::ModelLayout makes of one tensor of 4096 in slices of 1024, one shard
+  // (its bound on what a shard owns adds a slice).
+  core::LayoutSummary sum;
+  sum.num_slices = sum.max_owned_slices = 4;
+  sum.total_elems = 4096;
+  sum.max_owned_elems = 4096 + 1024;
+  const uint64_t dense = EstimateShardBytes(sum, 2, 0, false);
+  EXPECT_EQ(EstimateShardBytes(sum, 2, 0, false, 2), dense + 2 * 5120 * sizeof(float));
+  for (const std::string codec : {"", "fp16"}) {
+    core::ManualClock clock;
+    DeadlineQueue deadlines;
+    RoundRules rules;
+    rules.num_workers = 2;
+    rules.clock = &clock;
+    rules.deadlines = &deadlines;
+    rules.pull_codec = codec;
+    SliceTable t({/*shard_id=*/0, /*num_shards=*/1, /*num_workers=*/2,
+                  /*max_message_bytes=*/1 << 20, /*max_shard_bytes=*/dense, /*state_rows=*/0,
+                  /*keep_published_model=*/false, /*aggregate_only=*/false,
+                  /*priority_order=*/false},
+                 &rules);
+    absl::StatusOr<std::vector<uint32_t>> owned = t.Register(0, {{"w", 4096, 0}}, 1024, 1);
+    if (codec.empty()) {
+      EXPECT_TRUE(owned.ok()) << owned.status();
+    } else {
+      EXPECT_EQ(core::RefusalOf(owned.status()), core::Refusal::kOverLimit) << owned.status();
+    }
+  }
 }
 
 TEST(SliceTableTest, TheFirstLayoutWinsAndLookupsNameWhatIsWrong) {
