@@ -469,7 +469,6 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
                            .Add("shards", shards)
                            .Add("model_params", params)
                            .Add("codec", codec)
-                           .Add("pull_codec", f.pull_codec)
                            .Add("goodput_gbps", goodput)
                            .Add("raw_tcp_gbps", raw_gbps)
                            .Add("ratio", goodput / raw_gbps)
@@ -480,7 +479,8 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
                            .Add("push_seconds_per_round", e2e->push_seconds)
                            .Add("cpu_seconds", e2e->cpu_seconds)
                            .Add("raw_tcp_cpu_seconds", raw.cpu_seconds)
-                           .Add("aggregate_only", f.aggregate_only));
+                           .Add("aggregate_only", f.aggregate_only)
+                           .Add("pull_codec", f.pull_codec));
       }
     }
   }

@@ -2,8 +2,8 @@
 """ctest bench_transport_smoke: `ps-bench p3 --quick`, `ps-bench udp --quick` and
 `ps-bench e2e --quick` run, and their JSON rows carry the documented keys with sane
 values (a fifo and a p3 row per bandwidth; a grpc row and a udp row per loss; e2e rows
-starting with exactly the documented keys, ratio = goodput / raw). Speed is not
-asserted here.
+starting with exactly the documented keys, ratio = goodput / raw, pull_codec last,
+also with --pull-codec). Speed is not asserted here.
 
     smoke_transport.py PS_BENCH WORK_DIR
 """
@@ -75,6 +75,18 @@ def main(bench, work):
             positive(r, key)
         if abs(r["ratio"] - r["goodput_gbps"] / r["raw_tcp_gbps"]) > 1e-6 * r["ratio"]:
             sys.exit(f"ratio is not goodput / raw TCP: {r}")
+        if r.get("pull_codec") != "":
+            sys.exit(f"{e2e}: dense pulls must say pull_codec \"\": {r}")
+    # Compressed pulls (--pull-codec): the same keys first, the spec at the end.
+    pulled = os.path.join(work, "e2e_pull.json")
+    run([bench, "e2e", "--quick", "--codec", "3lc(s=1.9)", "--pull-codec", "3lc(s=1.9)",
+         "--json", pulled])
+    data = rows(pulled, E2E_KEYS)
+    for r in data:
+        if list(r)[:len(E2E_KEYS)] != E2E_KEYS or r.get("pull_codec") != "3lc(s=1.9)":
+            sys.exit(f"{pulled}: unexpected row {r}")
+        for key in ("goodput_gbps", "raw_tcp_gbps", "ratio"):
+            positive(r, key)
 
 
 if __name__ == "__main__":
