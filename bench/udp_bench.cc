@@ -32,9 +32,9 @@ struct UdpFlags {
   uint64_t numel = 1u << 22;
   int rounds = 5;
   uint32_t chunk_elems = 8192;
-  // Sender pacing: unpaced, the sender outruns the one receiving thread and the kernel
-  // drops about a quarter of the datagrams on this machine (docs/transport.md).
-  double rate_mbps = 6000;
+  // Sender pacing (0: unpaced). The shard's receiving threads keep up with an unpaced
+  // sender on loopback (docs/transport.md); pacing is for links slower than the sender.
+  double rate_mbps = 0;
   std::string json;
   bool quick = false;
 };

@@ -301,6 +301,8 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "(docs/transport.md)");
   add("Network", "udp-receive-buffer", o.udp_receive_buffer,
       "Kernel receive buffer asked for on the UDP socket, in bytes (>= 65536)");
+  add("Network", "udp-threads", o.udp_threads,
+      "Threads receiving datagrams on the UDP socket, in [1, 64]");
   add("Network", "schedule", raw.schedule,
       "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
       "fifo (in the order slices become ready)")

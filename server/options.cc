@@ -211,6 +211,9 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("udp_receive_buffer", "udp-receive-buffer", absl::StrCat(udp_receive_buffer),
                    "must be at least 65536 bytes");
   }
+  if (udp_threads < 1 || udp_threads > 64) {
+    return Invalid("udp_threads", "udp-threads", absl::StrCat(udp_threads), "must lie in [1, 64]");
+  }
   if (peer_timeout.count() <= 0) {
     return Invalid("peer_timeout", "peer-timeout-ms", absl::StrCat(peer_timeout.count()),
                    "must be positive");

@@ -46,6 +46,8 @@ struct ServerOptions {
   int32_t udp_port = -1;
   // Kernel receive buffer asked for on the UDP socket, in bytes.
   uint32_t udp_receive_buffer = 8u << 20;
+  // Threads receiving and handling datagrams on the UDP socket, in [1, 64].
+  uint32_t udp_threads = 2;
   // Order in which closed slices are aggregated and ready slices are streamed to
   // pulls (P3 by default).
   Schedule schedule = Schedule::kPriority;

@@ -126,7 +126,8 @@ class ServerImpl final : public Server {
   absl::Status Listen() {
     if (options_.udp_port >= 0) {
       PS_ASSIGN_OR_RETURN(udp_, UdpReceiver::Start(options_.host, static_cast<uint16_t>(options_.udp_port),
-                                                   options_.udp_receive_buffer, &shard_));
+                                                   options_.udp_receive_buffer,
+                                                   options_.udp_threads, &shard_));
       worker_service_.set_udp_port(udp_->port());
     }
     if (options_.metrics_port >= 0) {
@@ -218,11 +219,14 @@ class ServerImpl final : public Server {
     if (options_.num_shards > 1) peer_checker_ = std::thread([this] { PeerLoop(); });
     if (store_.has_value()) checkpointer_ = std::thread([this] { CheckpointLoop(); });
     spdlog::info("shard {}/{} serving on {} ({}): {} workers, f = {}, quorum {}, aggregator {} "
-                 "({} scope){}",
+                 "({} scope){}{}",
                  options_.shard_id, options_.num_shards, HostPort(options_.host, port_),
                  SecuritySummary(), options_.num_workers, options_.num_byzantine,
                  shard_.quorum(), options_.aggregator, shard_.model_scope() ? "model" : "slice",
-                 options_.aggregate_only ? " (aggregate-only)" : "");
+                 options_.aggregate_only ? " (aggregate-only)" : "",
+                 options_.pull_codec.empty()
+                     ? ""
+                     : absl::StrCat(", pulls send each change as ", options_.pull_codec));
     if (udp_ != nullptr) {
       spdlog::info("shard {}: UDP gradient path on {}", options_.shard_id,
                    HostPort(options_.host, udp_->port()));

@@ -1,9 +1,17 @@
 #include "server/udp_receiver.h"
 
+#include <sys/socket.h>
+
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
 #include <thread>
+#include <vector>
 
 #include <boost/asio.hpp>
 
@@ -18,29 +26,39 @@ namespace ps::server {
 namespace asio = boost::asio;
 using asio::ip::udp;
 
+// Datagrams one recvmmsg call takes at most; each thread owns this many buffers.
+constexpr unsigned kBatch = 16;
+
 class UdpReceiver::Impl {
  public:
   explicit Impl(Shard* shard) : shard_(shard), socket_(io_) {}
 
   ~Impl() {
-    io_.stop();
-    if (thread_.joinable()) thread_.join();
+    stopping_.store(true);
+    // Wakes every thread blocked in recvmmsg (it returns 0): on Linux this works on an
+    // unconnected UDP socket too, although the call reports ENOTCONN.
+    if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
+    for (std::thread& t : threads_) t.join();
   }
 
-  absl::Status Open(const std::string& host, uint16_t port, uint32_t receive_buffer) {
+  absl::Status Open(const std::string& host, uint16_t port, uint32_t receive_buffer,
+                    uint32_t threads) {
     PS_ASSIGN_OR_RETURN(const asio::ip::address address,
                         net::ResolveHost(host, "UDP listen address"));
     boost::system::error_code ec;
     const udp::endpoint endpoint(address, port);
     socket_.open(endpoint.protocol(), ec);
-    if (!ec) socket_.set_option(asio::socket_base::receive_buffer_size(static_cast<int>(receive_buffer)), ec);
+    if (!ec) SetReceiveBuffer(receive_buffer);
     if (!ec) socket_.bind(endpoint, ec);
     if (ec) {
       return absl::UnavailableError(absl::StrCat("UDP: cannot bind ", host, ":", port, ": ", ec.message()));
     }
+    // A bounded wait, so that a thread notices the stop flag even if the wake-up above
+    // were lost.
+    const timeval timeout{0, 200'000};
+    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     port_ = socket_.local_endpoint().port();
-    Receive();
-    thread_ = std::thread([this] { io_.run(); });
+    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { ReceiveLoop(); });
     return absl::OkStatus();
   }
 
@@ -60,7 +78,7 @@ class UdpReceiver::Impl {
   }
 
   absl::Status Handle(std::string_view datagram) {
-    bytes_.fetch_add(datagram.size());
+    bytes_.fetch_add(datagram.size(), std::memory_order_relaxed);
     absl::StatusOr<net::DatagramView> view = net::ParseDatagram(datagram);
     if (!view.ok()) return Drop(malformed_, "malformed", view.status());
     absl::StatusOr<std::shared_ptr<const UdpPeer>> peer = shard_->UdpSession(view->header.session_id);
@@ -80,7 +98,7 @@ class UdpReceiver::Impl {
     absl::Status st = shard_->PushChunk(view->header, view->codec, view->payload);
     switch (st.code()) {
       case absl::StatusCode::kOk:
-        received_.fetch_add(1);
+        received_.fetch_add(1, std::memory_order_relaxed);
         return st;
       case absl::StatusCode::kAlreadyExists:
         return Drop(replayed_, "replayed", st);
@@ -94,6 +112,16 @@ class UdpReceiver::Impl {
   }
 
  private:
+  // SO_RCVBUFFORCE passes net.core.rmem_max where the process may (CAP_NET_ADMIN): a
+  // shard is often the only user of its host's UDP buffers. Otherwise SO_RCVBUF, which
+  // the kernel caps at rmem_max.
+  void SetReceiveBuffer(uint32_t bytes) {
+    const int fd = socket_.native_handle();
+    const int size = static_cast<int>(std::min<uint32_t>(bytes, INT32_MAX));
+    if (::setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &size, sizeof(size)) == 0) return;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  }
+
   // Counts a dropped datagram; logs the 1st, 2nd, 4th, 8th, ... of each kind, so a
   // flood cannot fill the log. The shard has logged its own refusals already.
   absl::Status Drop(std::atomic<uint64_t>& counter, const char* kind, absl::Status why) {
@@ -105,23 +133,48 @@ class UdpReceiver::Impl {
     return why;
   }
 
-  void Receive() {
-    socket_.async_receive_from(asio::buffer(buffer_), sender_,
-                               [this](const boost::system::error_code& ec, size_t n) {
-                                 if (ec == asio::error::operation_aborted) return;
-                                 if (!ec) Handle(std::string_view(buffer_.data(), n)).IgnoreError();
-                                 Receive();
-                               });
+  // One receiving thread: up to kBatch datagrams per system call (recvmmsg returns as
+  // soon as one is there and takes what else is queued), each handled in turn. The
+  // threads share the socket, so one busy sender's datagrams spread over all of them.
+  void ReceiveLoop() {
+    // One more byte than the largest datagram, so an oversized one shows as too long.
+    constexpr size_t kBufferBytes = net::kMaxDatagramBytes + 1;
+    std::vector<char> buffers(kBatch * kBufferBytes);
+    std::array<iovec, kBatch> iov{};
+    std::array<mmsghdr, kBatch> msgs{};
+    const int fd = socket_.native_handle();
+    while (!stopping_.load(std::memory_order_relaxed)) {
+      for (unsigned i = 0; i < kBatch; ++i) {
+        iov[i] = {buffers.data() + i * kBufferBytes, kBufferBytes};
+        msgs[i] = {};
+        msgs[i].msg_hdr.msg_iov = &iov[i];
+        msgs[i].msg_hdr.msg_iovlen = 1;
+      }
+      const int n = ::recvmmsg(fd, msgs.data(), kBatch, MSG_WAITFORONE, nullptr);
+      // After the shutdown in ~Impl a call returns at once, with an empty "datagram".
+      if (stopping_.load()) break;
+      if (n <= 0) {
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
+            !stopping_.load()) {
+          spdlog::error("shard {}: UDP receive failed: {}", shard_->shard_id(),
+                        std::strerror(errno));
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy loop
+        }
+        continue;
+      }
+      for (int i = 0; i < n; ++i) {
+        Handle(std::string_view(buffers.data() + i * kBufferBytes, msgs[i].msg_len))
+            .IgnoreError();
+      }
+    }
   }
 
   Shard* const shard_;
   asio::io_context io_;
   udp::socket socket_;
-  udp::endpoint sender_;
-  // One more than the largest datagram, so an oversized one shows as too long.
-  std::array<char, net::kMaxDatagramBytes + 1> buffer_{};
   uint16_t port_ = 0;
-  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+  std::vector<std::thread> threads_;
   std::atomic<uint64_t> received_{0}, bytes_{0}, malformed_{0}, unknown_session_{0}, forged_{0},
       replayed_{0}, stale_{0}, refused_{0};
 };
@@ -130,9 +183,11 @@ UdpReceiver::UdpReceiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 UdpReceiver::~UdpReceiver() = default;
 
 absl::StatusOr<std::unique_ptr<UdpReceiver>> UdpReceiver::Start(const std::string& host, uint16_t port,
-                                                                uint32_t receive_buffer, Shard* shard) {
+                                                                uint32_t receive_buffer,
+                                                                uint32_t threads, Shard* shard) {
+  if (threads == 0) return absl::InvalidArgumentError("UDP: at least one receiving thread");
   auto impl = std::make_unique<Impl>(shard);
-  if (absl::Status st = impl->Open(host, port, receive_buffer); !st.ok()) return st;
+  if (absl::Status st = impl->Open(host, port, receive_buffer, threads); !st.ok()) return st;
   return std::unique_ptr<UdpReceiver>(new UdpReceiver(std::move(impl)));
 }
 

@@ -5,8 +5,9 @@
 // Shard::PushChunk. Nothing is answered and nothing is retransmitted: a datagram that
 // fails any step is dropped and counted by why.
 //
-// Thread safety: one thread (owned) receives and handles datagrams; Handle() and
-// stats() may be called from any thread. The Shard is borrowed and must outlive the
+// Thread safety: `threads` owned threads share the socket, each taking up to 16
+// datagrams per recvmmsg call and handling them in turn; Handle() and stats() may be
+// called from any thread. The Shard is borrowed and must outlive the
 // receiver.
 #pragma once
 
@@ -34,9 +35,10 @@ struct UdpStats {
 class UdpReceiver {
  public:
   // Binds `host`:`port` (0: a free port) with a receive buffer of `receive_buffer`
-  // bytes (the kernel may grant less) and starts the receiving thread.
+  // bytes (the kernel may grant less) and starts `threads` (>= 1) receiving threads.
   static absl::StatusOr<std::unique_ptr<UdpReceiver>> Start(const std::string& host, uint16_t port,
-                                                            uint32_t receive_buffer, Shard* shard);
+                                                            uint32_t receive_buffer,
+                                                            uint32_t threads, Shard* shard);
   ~UdpReceiver();
   UdpReceiver(const UdpReceiver&) = delete;
   UdpReceiver& operator=(const UdpReceiver&) = delete;

@@ -26,6 +26,7 @@ struct PullResult {
   std::vector<uint32_t> received ABSL_GUARDED_BY(mu);
   uint64_t min_version ABSL_GUARDED_BY(mu) = UINT64_MAX;
   uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t changes ABSL_GUARDED_BY(mu) = 0;  // slices that came as a compressed change
 
   // Waits for the end of the stream and returns its status.
   absl::Status Await() {
@@ -67,6 +68,7 @@ void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_
       result->received.push_back(id);
       result->min_version = std::min(result->min_version, frame.version);
       result->bytes += frame.values.size();
+      if (!frame.codec.empty()) ++result->changes;
     }
     if (*on_slice) (*on_slice)(id);
     return true;
@@ -192,6 +194,7 @@ absl::StatusOr<std::unique_ptr<PullTicket>> PullStreams::StartPullAll(
 void PullStreams::FillStats(WorkerStats& stats) const {
   stats.slices_pulled = slices_pulled_.load();
   stats.pull_bytes = pull_bytes_.load();
+  stats.slices_pulled_as_change = slices_pulled_as_change_.load();
 }
 
 absl::Status PullStreams::AllDestinations(std::span<const std::span<float>> outs,
@@ -250,6 +253,7 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
       if (!result->received.empty()) version = std::min(version, result->min_version);
       slices_pulled_.fetch_add(result->received.size());
       pull_bytes_.fetch_add(result->bytes);
+      slices_pulled_as_change_.fetch_add(result->changes);
       if (!s.ok() && (worst.ok() || !policy_.IsRetriable(s.code()))) {
         worst = s;
         worst_shard = shard;

@@ -70,7 +70,7 @@ class PullStreams {
   const core::ModelLayout& layout_;
   ShardClient& client_;
   HeldModel held_;  // compressed pulls: what this worker holds of each slice
-  std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, retries_{0};
+  std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, slices_pulled_as_change_{0}, retries_{0};
 };
 
 }  // namespace ps::internal

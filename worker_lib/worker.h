@@ -147,6 +147,9 @@ struct WorkerStats {
   uint64_t push_bytes = 0;       // encoded payload bytes accepted
   uint64_t slices_pulled = 0;
   uint64_t pull_bytes = 0;
+  // Of slices_pulled: those a shard with --pull-codec sent as a compressed change (the
+  // others came dense: the first pull, or after missed versions or a shard restart).
+  uint64_t slices_pulled_as_change = 0;
   uint64_t retries = 0;          // RPC attempts repeated after UNAVAILABLE or re-join
   // Accepted pushes sent again to a shard that restarted from a checkpoint and still
   // had their rounds open (they were lost with the process).

@@ -92,6 +92,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   o.momentum = static_cast<float>(config.momentum);
   o.weight_decay = static_cast<float>(config.weight_decay);
   o.round_deadline = config.round_deadline;
+  o.pull_codec = config.pull_codec;
   if (config.trainer.udp) o.udp_port = 0;
   if (config.trainer.fifo) o.schedule = server::Schedule::kFifo;
   o.threads = 1;

@@ -34,6 +34,8 @@ struct ClusterConfig {
   double momentum = 0.9;
   double weight_decay = 0;
   std::chrono::milliseconds round_deadline{5000};
+  // ServerOptions::pull_codec: compressed pulls in this codec; empty: dense.
+  std::string pull_codec;
   // f workers (the last ones) push `attack` (an attacks::MakeAttack spec).
   uint32_t byzantine = 0;
   std::string attack = "none";

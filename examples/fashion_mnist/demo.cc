@@ -177,6 +177,7 @@ class Scenario {
       };
       // clang-format on
       if (config_.udp_loss >= 0) args.insert(args.end(), {"--udp-port", "0"});
+      if (!config_.pull_codec.empty()) args.insert(args.end(), {"--pull-codec", config_.pull_codec});
       if (absl::Status s = Spawn(shards_, name, config_.server_bin, std::move(args), false);
           !s.ok()) {
         Fail(absl::StrCat("starting ", name, ": ", s.message()));

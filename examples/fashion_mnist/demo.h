@@ -44,6 +44,9 @@ struct DemoConfig {
   uint64_t seed = 1;
   uint64_t eval_every = 200;
   std::string codec = "fp32";
+  // The shards publish each version's change in this codec (ps-server --pull-codec,
+  // docs/data_path.md); empty: dense fp32 pulls.
+  std::string pull_codec;
   // Trainers push over the shards' UDP path with this injected loss (< 0: gRPC).
   double udp_loss = -1;
   bool error_feedback = false;

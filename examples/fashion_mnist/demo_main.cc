@@ -113,6 +113,9 @@ int main(int argc, char** argv) {
                  "Sign-flip attack: Byzantine workers push -scale * gradient");
   app.add_option("--seed", config.seed, "Seed shared by all trainers");
   app.add_option("--codec", config.codec, "Push codec of the trainers (docs/codecs.md)");
+  app.add_option("--pull-codec", config.pull_codec,
+                 "The shards send each parameter change in this codec, keeping what it loses "
+                 "for the next one (docs/data_path.md; default: dense fp32 pulls)");
   app.add_option("--udp-loss", config.udp_loss,
                  "Trainers push over the shards' UDP path with this injected datagram loss in "
                  "[0, 1) (default: gRPC)");

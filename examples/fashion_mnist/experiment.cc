@@ -158,6 +158,7 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       {"momentum", Scalar(&c.momentum, "a number")},
       {"eval_every", Scalar(&c.eval_every, "an unsigned integer")},
       {"error_feedback", Scalar(&c.error_feedback, "")},
+      {"pull_codec", Scalar(&c.pull_codec, "")},
       {"round_deadline_ms", Scalar(&c.round_deadline_ms, "an unsigned integer")},
       {"data_dir", Scalar(&c.data_dir, "")},
   };

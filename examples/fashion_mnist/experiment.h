@@ -47,6 +47,8 @@ struct ExperimentConfig {
   double momentum = 0.9;
   uint64_t eval_every = 100;
   bool error_feedback = false;
+  // The shards' --pull-codec (empty: dense pulls).
+  std::string pull_codec;
   uint32_t round_deadline_ms = 5000;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
 };

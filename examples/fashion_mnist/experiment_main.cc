@@ -128,6 +128,7 @@ absl::Status Run(const Flags& flags) {
     cc.lr = config.lr;
     cc.momentum = config.momentum;
     cc.round_deadline = std::chrono::milliseconds(config.round_deadline_ms);
+    cc.pull_codec = config.pull_codec;
     cc.byzantine = cell.byzantine;
     cc.attack = cell.attack;
     CellProgress progress(i, cells.size(), cell.Label(), config.steps, grid_start);

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <thread>
@@ -41,14 +42,31 @@ std::vector<float> Simulate(std::vector<float> params, float grad, uint64_t step
   return params;
 }
 
-TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
+// What a kill -9 run (RunKillNine) left: both workers' final values (tensor a, then b),
+// how the shard that was killed and restarted logged, and the workers' counts.
+struct KillNineRun {
+  uint32_t slice_of_shard1 = 0;  // the slice shard 1 holds (0: tensor a, 1: b)
+  std::vector<std::vector<float>> final_values;
+  std::string log1;
+  int late_refusals = 0;
+  uint64_t pushes_replayed = 0;
+  uint64_t slices_pulled = 0;
+  uint64_t slices_pulled_as_change = 0;
+};
+
+constexpr uint64_t kRounds = 24, kKillAfter = 10;
+
+// Two ps-server shards (with `extra_args`) and two workers pushing a constant gradient
+// (1 and 2, mean 1.5) for kRounds rounds; after kKillAfter rounds and a checkpoint of
+// shard 1 on disk, kill -9 of shard 1 and its restart on the same port and directory.
+void RunKillNine(const std::vector<std::string>& extra_args, KillNineRun* out) {
   const auto dir = TempDir("ps_durability");
   const std::vector<uint16_t> ports = testing::PickFreePorts(2);
   ASSERT_EQ(ports.size(), 2u);
   const uint16_t p0 = ports[0], p1 = ports[1];
   const std::string peers = absl::StrCat("127.0.0.1:", p0, ",127.0.0.1:", p1);
   auto shard_args = [&](int id) {
-    return std::vector<std::string>{
+    std::vector<std::string> args{
         PS_SERVER_BINARY, "--shard-id", std::to_string(id), "--num-shards", "2", "--peers", peers,
         "--port", std::to_string(id == 0 ? p0 : p1), "--workers", "2", "--aggregator", "mean",
         "--lr", "0.05", "--momentum", "0.9", "--round-deadline-ms", "60000",
@@ -56,6 +74,8 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
         "--checkpoint-interval-s", "0", "--peer-timeout-ms", "5000",
         // Both shards share one run directory: the first makes the secret.
         "--run-dir", (dir / "run").string()};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
+    return args;
   };
   auto shard0 = std::make_unique<testing::Process>(shard_args(0));
   auto shard1 = std::make_unique<testing::Process>(shard_args(1));
@@ -63,10 +83,10 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
   // Two tensors, one slice each: one on each shard.
   const core::ModelLayout layout = *core::ModelLayout::Create({{"a", 8, 0}, {"b", 8, 1}}, 8, 2);
   const std::vector<float> init(8, 1.0f);
-  constexpr uint64_t kRounds = 24, kKillAfter = 10;
   std::atomic<uint64_t> progress[2] = {0, 0};
   std::atomic<int> late_refusals{0};
   std::atomic<uint64_t> replayed{0};  // pushes resent to the restarted shard
+  std::atomic<uint64_t> pulled{0}, pulled_as_change{0};
   std::vector<std::vector<float>> final_values(2, std::vector<float>(16));
   std::vector<absl::Status> results(2);
   auto run = [&](uint32_t w) {
@@ -120,7 +140,10 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
       results[w] = v.status();
       return;
     }
-    replayed.fetch_add((*worker)->stats().pushes_replayed);
+    const WorkerStats stats = (*worker)->stats();
+    replayed.fetch_add(stats.pushes_replayed);
+    pulled.fetch_add(stats.slices_pulled);
+    pulled_as_change.fetch_add(stats.slices_pulled_as_change);
     std::copy(a.begin(), a.end(), final_values[w].begin());
     std::copy(b.begin(), b.end(), final_values[w].begin() + 8);
   };
@@ -156,35 +179,78 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
   ASSERT_TRUE(results[0].ok()) << results[0] << "\n" << log1;
   ASSERT_TRUE(results[1].ok()) << results[1] << "\n" << log1;
   EXPECT_THAT(log1, HasSubstr("restored layout"));
-  EXPECT_EQ(final_values[0], final_values[1]);
+  EXPECT_EQ(final_values[0], final_values[1]) << "the workers hold different parameters";
+  out->slice_of_shard1 = layout.SlicesOfShard(1)[0];
+  out->final_values = final_values;
+  out->log1 = log1;
+  out->late_refusals = late_refusals.load();
+  out->pushes_replayed = replayed.load();
+  out->slices_pulled = pulled.load();
+  out->slices_pulled_as_change = pulled_as_change.load();
+  shard0.reset();
+  shard1.reset();
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
+}
+
+// The rounds shard 1 lost (0 or more) if `values` (a then b) match the fault-free run
+// within `tolerance` (relative), with shard 0 losing none; -1 if they match none.
+int RoundsLost(const KillNineRun& run, const std::vector<float>& values, float tolerance) {
+  const server::SgdOptions sgd{0.05f, 0.9f, 0.0f};
+  const std::vector<float> init(8, 1.0f);
+  const std::vector<float> a(values.begin(), values.begin() + 8);
+  const std::vector<float> b(values.begin() + 8, values.end());
+  const std::vector<float>& on_shard0 = run.slice_of_shard1 == 0 ? b : a;
+  const std::vector<float>& on_shard1 = run.slice_of_shard1 == 0 ? a : b;
+  auto near = [tolerance](const std::vector<float>& x, const std::vector<float>& y) {
+    for (size_t i = 0; i < x.size(); ++i) {
+      if (std::abs(x[i] - y[i]) > tolerance * std::max(1.0f, std::abs(y[i]))) return false;
+    }
+    return true;
+  };
+  if (!near(on_shard0, Simulate(init, 1.5f, kRounds, sgd))) return -1;
+  for (int l = 0; l <= static_cast<int>(kKillAfter) + 2; ++l) {
+    if (near(on_shard1, Simulate(init, 1.5f, kRounds - l, sgd))) return l;
+  }
+  return -1;
+}
+
+TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
+  KillNineRun run;
+  RunKillNine({}, &run);
+  if (HasFatalFailure()) return;
+  const std::string& log1 = run.log1;
 
   // Shard 0 never failed: exactly the fault-free run. Shard 1 lost the rounds between
   // its last checkpoint and the kill (checkpoints are written behind the rounds, so a
   // few with --checkpoint-every-rounds 1); otherwise it matches the fault-free run.
-  const server::SgdOptions sgd{0.05f, 0.9f, 0.0f};
-  const std::vector<float> a(final_values[0].begin(), final_values[0].begin() + 8);
-  const std::vector<float> b(final_values[0].begin() + 8, final_values[0].end());
-  const uint32_t slice_of_shard1 = layout.SlicesOfShard(1)[0];
-  const std::vector<float>& on_shard0 = slice_of_shard1 == 0 ? b : a;
-  const std::vector<float>& on_shard1 = slice_of_shard1 == 0 ? a : b;
-  EXPECT_EQ(on_shard0, Simulate(init, 1.5f, kRounds, sgd));
-  int lost = -1;
-  for (int l = 0; l <= static_cast<int>(kKillAfter) + 2 && lost < 0; ++l) {
-    if (on_shard1 == Simulate(init, 1.5f, kRounds - l, sgd)) lost = l;
-  }
-  EXPECT_GE(lost, 0) << "shard 1's parameters match no fault-free run that lost rounds\n"
+  const int lost = RoundsLost(run, run.final_values[0], 0.0f);
+  EXPECT_GE(lost, 0) << "the parameters match no fault-free run that lost rounds of shard 1\n"
                      << log1;
   // The rounds lost are those the restarted shard skipped to catch up with shard 0.
   if (lost > 0) {
     EXPECT_THAT(log1, HasSubstr("are lost on this shard")) << log1;
   }
+  EXPECT_EQ(run.slices_pulled_as_change, 0u);
   RecordProperty("rounds_lost", lost);
-  RecordProperty("late_refusals", late_refusals.load());
-  RecordProperty("pushes_replayed", static_cast<int>(replayed.load()));
-  shard0.reset();
-  shard1.reset();
-  std::error_code ec;
-  std::filesystem::remove_all(dir, ec);
+  RecordProperty("late_refusals", run.late_refusals);
+  RecordProperty("pushes_replayed", static_cast<int>(run.pushes_replayed));
+}
+
+// The same with compressed pulls: the restarted shard has a new epoch, so each worker gets
+// its slice densely once and changes again after; both workers end with the same bits, on
+// the fault-free trajectory up to what fp16 loses of the last change (the rest of what it
+// lost stays on the shard and goes out with the next changes).
+TEST(DurabilityTest, KillNineWithCompressedPullsKeepsEveryWorkerOnTheSameBits) {
+  KillNineRun run;
+  RunKillNine({"--pull-codec", "fp16"}, &run);
+  if (HasFatalFailure()) return;
+  EXPECT_GE(RoundsLost(run, run.final_values[0], 1e-3f), 0)
+      << "the parameters match no fault-free run that lost rounds of shard 1\n" << run.log1;
+  // Most slices came as changes; at least the first of each worker and the first after
+  // the restart came dense.
+  EXPECT_GT(run.slices_pulled_as_change, run.slices_pulled / 2);
+  EXPECT_LE(run.slices_pulled_as_change + 2 * 2 + 2, run.slices_pulled);
 }
 
 TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {

@@ -38,6 +38,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "max-message-bytes",
                                                   "udp-port",
                                                   "udp-receive-buffer",
+                                                  "udp-threads",
                                                   "schedule",
                                                   "tls-cert",
                                                   "tls-key",
@@ -227,6 +228,7 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"max-message-bytes", "1048576"},
           {"udp-port", "0"},
           {"udp-receive-buffer", "65536"},
+          {"udp-threads", "3"},
           {"schedule", "fifo"},
           {"shard-id", "1"},
           {"num-shards", "2"},
@@ -259,6 +261,7 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.max_message_bytes, 1048576u);
   EXPECT_EQ(o.udp_port, 0);
   EXPECT_EQ(o.udp_receive_buffer, 65536u);
+  EXPECT_EQ(o.udp_threads, 3u);
   EXPECT_EQ(o.schedule, Schedule::kFifo);
   EXPECT_EQ(o.shard_id, 1);
   EXPECT_EQ(o.num_shards, 2u);
@@ -543,6 +546,9 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--udp-receive-buffer=1000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("at least 65536"));
+  result = Parse({"--udp-threads=0"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must lie in [1, 64]"));
   result = Parse({"--schedule=lifo"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("lifo"));

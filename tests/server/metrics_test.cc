@@ -219,7 +219,7 @@ TEST_F(MetricsTest, CheckpointAgeAppearsOnceSet) {
 }
 
 TEST_F(MetricsTest, UdpDropsByReasonAndDatagramBytes) {
-  auto udp = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, shard_.get());
+  auto udp = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, 1, shard_.get());
   ASSERT_TRUE(udp.ok()) << udp.status();
   Metrics metrics(shard_.get(), udp->get());
   EXPECT_EQ((*udp)->Handle("not a datagram").code(), absl::StatusCode::kInvalidArgument);

@@ -51,7 +51,7 @@ class UdpReceiverTest : public ::testing::Test {
     core::AppendFp32(std::vector<float>(kNumel, 0.0f), &zeros);
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 0, zeros).ok());
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 1, zeros.substr(0, 16)).ok());
-    auto receiver = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, shard_.get());
+    auto receiver = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, 2, shard_.get());
     ASSERT_TRUE(receiver.ok()) << receiver.status();
     receiver_ = *std::move(receiver);
   }

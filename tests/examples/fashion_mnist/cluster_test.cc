@@ -40,15 +40,25 @@ ClusterConfig SmallCluster(uint64_t steps) {
   return c;
 }
 
-TEST(ClusterTest, InProcessMatchesMultiProcessBitForBit) {
-  const std::string out = ::testing::TempDir() + "ps_cluster_test";
+// Runs with dense pulls and with compressed ones (the shards' --pull-codec, error
+// feedback on the trainers' 3lc pushes too).
+class ClusterPullsTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ClusterPullsTest, InProcessMatchesMultiProcessBitForBit) {
+  const std::string pull_codec = GetParam();
+  const std::string out = absl::StrCat(::testing::TempDir(), "ps_cluster_test",
+                                       pull_codec.empty() ? "" : "_pull");
   std::filesystem::remove_all(out);
   const uint64_t steps = 12;
   // Multi-process: ps-demo starts 2 ps-server and 3 ps-fashion-mnist processes.
+  const std::string compressed =
+      pull_codec.empty() ? ""
+                         : absl::StrCat(" --pull-codec '", pull_codec,
+                                        "' --codec 3lc --error-feedback");
   const std::string command = absl::StrCat(
       PS_DEMO_BINARY, " --rules mean --byzantine 0 --workers 3 --steps ", steps,
       " --hidden 32 --seed 5 --eval-every 0 --lr 0.05 --momentum 0.9 --timeout-s 240 --out ", out,
-      " > ", out, ".log 2>&1");
+      compressed, " > ", out, ".log 2>&1");
   ASSERT_EQ(std::system(command.c_str()), 0) << "see " << out << ".log";
   const std::vector<char> processes = ReadFile(out + "/mean/parameters.f32");
   ASSERT_FALSE(processes.empty());
@@ -57,6 +67,11 @@ TEST(ClusterTest, InProcessMatchesMultiProcessBitForBit) {
   ASSERT_TRUE(data.ok()) << data.status();
   ClusterConfig c = SmallCluster(steps);
   c.trainer.save_parameters = out + "/in_process.f32";
+  if (!pull_codec.empty()) {
+    c.pull_codec = pull_codec;
+    c.trainer.codec = "3lc";
+    c.trainer.error_feedback = true;
+  }
   auto result = RunCluster(c, *data);
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_EQ(result->losses.size(), steps);
@@ -64,7 +79,18 @@ TEST(ClusterTest, InProcessMatchesMultiProcessBitForBit) {
   const std::vector<char> threads = ReadFile(c.trainer.save_parameters);
   ASSERT_EQ(threads.size(), processes.size());
   EXPECT_TRUE(threads == processes) << "the in-process parameters differ from ps-demo's";
+  if (!pull_codec.empty()) {
+    // The shards did send changes: their startup line says so.
+    std::ifstream log(out + "/mean/shard-0.log");
+    const std::string text{std::istreambuf_iterator<char>(log), {}};
+    EXPECT_NE(text.find("pulls send each change as " + pull_codec), std::string::npos) << text;
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Pulls, ClusterPullsTest, ::testing::Values("", "3lc(s=1.9)"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param.empty() ? "Dense" : "Compressed3lc";
+                         });
 
 TEST(ClusterTest, OmniscientAttackersSeeTheHonestGradientsAndTheRuleHolds) {
   auto data = LoadTrainingData(kDataDir, /*with_test=*/true);
