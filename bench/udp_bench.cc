@@ -125,10 +125,21 @@ int RunUdp(UdpFlags f) {
   }
   std::fprintf(stderr,
                "ps-bench udp: %llu fp32 values per round (%.1f MB), %d timed rounds after 1 "
-               "warm-up, chunks of %u values, pacing %s\n",
+               "warm-up (and a warm-up pass of each transport), chunks of %u values, pacing %s\n",
                (unsigned long long)f.numel, double(f.numel) * 4 / 1e6, f.rounds, f.chunk_elems,
                f.rate_mbps > 0 ? absl::StrCat(f.rate_mbps, " Mbit/s").c_str() : "off");
   const double bytes_per_round = double(f.numel) * 4;
+  // One untimed pass of each transport first: the first run in the process pays for
+  // growing the heap and faulting its pages (the first UDP row came out 10-30% below
+  // the others, whatever its loss), which would bias the comparison.
+  for (const bool udp : {false, true}) {
+    UdpFlags warm = f;
+    warm.rounds = 1;
+    if (absl::StatusOr<Measured> m = RunTransport(warm, udp, 0); !m.ok()) {
+      std::fprintf(stderr, "ps-bench udp: warm-up: %s\n", std::string(m.status().message()).c_str());
+      return 1;
+    }
+  }
   Table table({"transport", "loss", "goodput Gbit/s", "ratio to grpc", "delivered", "kernel lost"});
   std::vector<core::JsonObjectWriter> rows;
   absl::StatusOr<Measured> grpc = RunTransport(f, false, 0);

@@ -1,6 +1,6 @@
 #include "worker_lib/push_pipeline_internal.h"
 
-#include <tuple>
+#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -169,10 +169,23 @@ absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<cons
     return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
                                                 " (UDP chunks): ", st.message()));
   }
-  std::vector<std::tuple<int32_t, boost::asio::ip::udp::endpoint, std::string, bool>> out;
+  // Every route first, so that a shard without a key refuses the push before any of it
+  // leaves.
+  std::map<uint32_t, ShardClient::UdpRoute> routes;
+  for (const Chunk& c : chunks) {
+    const uint32_t shard = layout_.slices()[c.slice].shard;
+    if (routes.contains(shard)) continue;
+    ShardClient::UdpRoute route = client_.udp_route(shard);
+    if (route.key == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(client_.name(shard), " gave no UDP key"));
+    }
+    routes.emplace(shard, std::move(route));
+  }
+  // Each datagram is queued as soon as it is signed: the sender starts with the first
+  // while the rest are signed.
   for (size_t k = 0; k < chunks.size(); ++k) {
     const core::SliceInfo& si = layout_.slices()[chunks[k].slice];
-    const ShardClient::UdpRoute route = client_.udp_route(si.shard);
+    const ShardClient::UdpRoute& route = routes.at(si.shard);
     net::DatagramHeader h;
     h.session_id = route.session;
     h.worker_id = options_.worker_id;
@@ -182,22 +195,15 @@ absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<cons
     h.chunk_index = chunks[k].index;
     h.chunk_count = chunks[k].count;
     std::string datagram;
-    if (route.key == nullptr) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(client_.name(si.shard), " gave no UDP key"));
-    }
     st = net::EncodeDatagram(h, slot.encoder->spec(), payloads[k], *route.key, &datagram);
     if (!st.ok()) {
       return absl::Status(
           st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ", h.slice_id, " of '",
                                   spec.name, "': ", st.message(), " (lower udp.chunk_elems)"));
     }
-    out.emplace_back(
-        si.priority, route.endpoint, std::move(datagram),
+    udp_sender_->Enqueue(
+        si.priority, round, route.endpoint, std::move(datagram),
         InjectedLoss(options_.udp, options_.worker_id, round, h.slice_id, h.chunk_index));
-  }
-  for (auto& [priority, to, datagram, lost] : out) {
-    udp_sender_->Enqueue(priority, round, to, std::move(datagram), lost);
   }
   return absl::OkStatus();
 }

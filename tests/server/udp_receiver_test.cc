@@ -303,5 +303,34 @@ TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {
   EXPECT_EQ(receiver_->stats().received, 3u);
 }
 
+// A burst from eight workers at once (the receiving threads share the socket and take
+// several datagrams per system call), with empty datagrams in between: every chunk is
+// taken once, each empty datagram is counted as malformed, and the round closes with
+// every worker.
+TEST_F(UdpReceiverTest, ABurstThroughTheSocketIsTakenWholeByTheThreads) {
+  constexpr uint32_t kWorkers = 8;
+  Make(kWorkers);
+  boost::asio::io_context io;
+  boost::asio::ip::udp::socket socket(io, boost::asio::ip::udp::v4());
+  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"),
+                                          receiver_->port());
+  for (uint16_t i = 0; i < 3; ++i) {
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      socket.send_to(boost::asio::buffer(Chunk(w, i, static_cast<float>(w))), to);
+    }
+    socket.send_to(boost::asio::buffer(std::string()), to);
+  }
+  // mean(0..7) = 3.5
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-3.5f));
+  for (int i = 0; i < 1000 && (receiver_->stats().received < 3 * kWorkers ||
+                               receiver_->stats().malformed < 3);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(receiver_->stats().received, 3u * kWorkers);
+  EXPECT_EQ(receiver_->stats().malformed, 3u);
+  EXPECT_EQ(receiver_->stats().replayed, 0u);
+}
+
 }  // namespace
 }  // namespace ps::server
