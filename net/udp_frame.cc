@@ -5,6 +5,7 @@
 #include <openssl/rand.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,21 +18,20 @@ namespace ps::net {
 namespace {
 
 constexpr char kMagic[4] = {'P', 'S', 'U', '1'};
-constexpr size_t kSha256Bytes = 32;
-constexpr size_t kSha256BlockBytes = 64;
+constexpr size_t kNonceOffset = 44;
 constexpr uint32_t kMaxChunkCount = 0xffff;
 
-static_assert(
-    kDatagramKeyBytes <= kSha256BlockBytes,
-    "HMAC hashes a key longer than a block first; the precomputation assumes it does not");
-static_assert(kDatagramMacBytes <= kSha256Bytes);
+static_assert(kDatagramKeyBytes == 32, "ChaCha20 takes a 256-bit key");
+static_assert(kDatagramNonceBytes == 12 && kDatagramMacBytes == 16,
+              "ChaCha20-Poly1305 takes a 96-bit nonce and gives a 128-bit tag");
+static_assert(kNonceOffset + kDatagramNonceBytes == kDatagramHeaderBytes);
 static_assert(kMaxDatagramCodecBytes <= 0xff, "codec_len is one byte");
 static_assert(kMaxDatagramBytes <= 0xffffffffu, "payload_len is four bytes");
 
-struct EvpMdCtxDeleter {
-  void operator()(EVP_MD_CTX* ctx) const { EVP_MD_CTX_free(ctx); }
+struct EvpCipherCtxDeleter {
+  void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
 };
-using EvpMdCtxPtr = std::unique_ptr<EVP_MD_CTX, EvpMdCtxDeleter>;
+using EvpCipherCtxPtr = std::unique_ptr<EVP_CIPHER_CTX, EvpCipherCtxDeleter>;
 
 // Byte-wise so that the format does not depend on the host's byte order.
 void StoreLe(uint64_t v, size_t bytes, char* out) {
@@ -86,13 +86,11 @@ size_t DatagramOverhead(size_t codec_bytes) {
   return kDatagramHeaderBytes + codec_bytes + kDatagramMacBytes;
 }
 
-// HMAC(K, m) = H((K ^ opad) || H((K ^ ipad) || m)) with K zero-padded to a block: the two
-// states after the first block depend on the key only, so they are hashed once here and
-// copied per message.
 struct DatagramKey::State {
   std::array<uint8_t, kDatagramKeyBytes> key{};
-  EvpMdCtxPtr inner;  // SHA-256 that has absorbed K ^ ipad
-  EvpMdCtxPtr outer;  // SHA-256 that has absorbed K ^ opad
+  EvpCipherCtxPtr keyed;  // ChaCha20-Poly1305 with the key set and no nonce yet
+  uint32_t nonce_prefix = 0;
+  mutable std::atomic<uint64_t> nonce_counter{0};
 
   ~State() { OPENSSL_cleanse(key.data(), key.size()); }
 };
@@ -106,24 +104,19 @@ absl::StatusOr<DatagramKey> DatagramKey::FromBytes(std::string_view key) {
   }
   auto state = std::make_shared<State>();
   std::memcpy(state->key.data(), key.data(), key.size());
-  std::array<uint8_t, kSha256BlockBytes> ipad;
-  std::array<uint8_t, kSha256BlockBytes> opad;
-  ipad.fill(0x36);
-  opad.fill(0x5c);
-  for (size_t i = 0; i < kDatagramKeyBytes; ++i) {
-    ipad[i] ^= state->key[i];
-    opad[i] ^= state->key[i];
+  uint64_t counter = 0;
+  state->keyed.reset(EVP_CIPHER_CTX_new());
+  const bool ok =
+      state->keyed != nullptr &&
+      EVP_EncryptInit_ex(state->keyed.get(), EVP_chacha20_poly1305(), nullptr,
+                         state->key.data(), nullptr) == 1 &&
+      RAND_bytes(reinterpret_cast<unsigned char*>(&state->nonce_prefix),
+                 sizeof(state->nonce_prefix)) == 1 &&
+      RAND_bytes(reinterpret_cast<unsigned char*>(&counter), sizeof(counter)) == 1;
+  if (!ok) {
+    return absl::InternalError("udp datagram key: OpenSSL could not set up ChaCha20-Poly1305");
   }
-  state->inner.reset(EVP_MD_CTX_new());
-  state->outer.reset(EVP_MD_CTX_new());
-  const bool ok = state->inner != nullptr && state->outer != nullptr &&
-                  EVP_DigestInit_ex(state->inner.get(), EVP_sha256(), nullptr) == 1 &&
-                  EVP_DigestUpdate(state->inner.get(), ipad.data(), ipad.size()) == 1 &&
-                  EVP_DigestInit_ex(state->outer.get(), EVP_sha256(), nullptr) == 1 &&
-                  EVP_DigestUpdate(state->outer.get(), opad.data(), opad.size()) == 1;
-  OPENSSL_cleanse(ipad.data(), ipad.size());
-  OPENSSL_cleanse(opad.data(), opad.size());
-  if (!ok) return absl::InternalError("udp datagram key: OpenSSL could not set up SHA-256");
+  state->nonce_counter.store(counter);
   return DatagramKey(std::move(state));
 }
 
@@ -142,45 +135,79 @@ std::string_view DatagramKey::bytes() const {
   return std::string_view(reinterpret_cast<const char*>(state_->key.data()), state_->key.size());
 }
 
-bool DatagramKey::ComputeMac(std::string_view data,
-                             std::array<uint8_t, kDatagramMacBytes>* out) const {
-  // One scratch context per thread: copying into it reuses its allocation, and the shared
-  // precomputed states are only read, so concurrent MACs need no lock.
-  thread_local EvpMdCtxPtr work(EVP_MD_CTX_new());
-  if (work == nullptr) return false;
-  unsigned char inner[kSha256Bytes];
-  unsigned char full[kSha256Bytes];
-  unsigned int len = 0;
-  if (EVP_MD_CTX_copy_ex(work.get(), state_->inner.get()) != 1 ||
-      EVP_DigestUpdate(work.get(), data.data(), data.size()) != 1 ||
-      EVP_DigestFinal_ex(work.get(), inner, &len) != 1 || len != kSha256Bytes ||
-      EVP_MD_CTX_copy_ex(work.get(), state_->outer.get()) != 1 ||
-      EVP_DigestUpdate(work.get(), inner, sizeof(inner)) != 1 ||
-      EVP_DigestFinal_ex(work.get(), full, &len) != 1 || len != kSha256Bytes) {
-    return false;
-  }
-  std::memcpy(out->data(), full, out->size());
-  return true;
+DatagramNonce DatagramKey::NextNonce() const {
+  DatagramNonce nonce;
+  const uint64_t counter = state_->nonce_counter.fetch_add(1, std::memory_order_relaxed);
+  StoreLe(state_->nonce_prefix, 4, reinterpret_cast<char*>(nonce.data()));
+  StoreLe(counter, 8, reinterpret_cast<char*>(nonce.data()) + 4);
+  return nonce;
 }
 
-std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(std::string_view data) const {
+bool DatagramKey::ComputeMac(std::string_view nonce, std::string_view data,
+                             std::array<uint8_t, kDatagramMacBytes>* out) const {
+  if (nonce.size() != kDatagramNonceBytes) return false;
+  // One scratch context per thread: copying the keyed context into it skips the key
+  // setup, and the shared one is only read, so concurrent MACs need no lock.
+  thread_local EvpCipherCtxPtr work(EVP_CIPHER_CTX_new());
+  if (work == nullptr) return false;
+  // The additional data goes in pieces below 2^31 bytes (an int length); datagrams are
+  // far smaller, but Mac() takes any size.
+  if (EVP_CIPHER_CTX_copy(work.get(), state_->keyed.get()) != 1 ||
+      EVP_EncryptInit_ex(work.get(), nullptr, nullptr, nullptr,
+                         reinterpret_cast<const unsigned char*>(nonce.data())) != 1) {
+    return false;
+  }
+  constexpr size_t kPiece = size_t{1} << 30;
+  for (size_t at = 0; at < data.size(); at += kPiece) {
+    const size_t n = std::min(kPiece, data.size() - at);
+    int len = 0;
+    if (EVP_EncryptUpdate(work.get(), nullptr, &len,
+                          reinterpret_cast<const unsigned char*>(data.data() + at),
+                          static_cast<int>(n)) != 1) {
+      return false;
+    }
+  }
+  unsigned char none[1];
+  int len = 0;
+  return EVP_EncryptFinal_ex(work.get(), none, &len) == 1 && len == 0 &&
+         EVP_CIPHER_CTX_ctrl(work.get(), EVP_CTRL_AEAD_GET_TAG, kDatagramMacBytes,
+                             out->data()) == 1;
+}
+
+std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(std::string_view nonce,
+                                                        std::string_view data) const {
   std::array<uint8_t, kDatagramMacBytes> mac;
-  if (!ComputeMac(data, &mac)) {
-    std::fprintf(stderr, "udp datagram: OpenSSL failed to compute HMAC-SHA256\n");
+  if (!ComputeMac(nonce, data, &mac)) {
+    std::fprintf(stderr, "udp datagram: OpenSSL failed to compute the Poly1305 tag\n");
     std::abort();
   }
   return mac;
 }
 
-bool DatagramKey::Verify(std::string_view data, std::string_view mac) const {
-  if (mac.size() != kDatagramMacBytes) return false;
+bool DatagramKey::Verify(std::string_view nonce, std::string_view data,
+                         std::string_view mac) const {
+  if (mac.size() != kDatagramMacBytes || nonce.size() != kDatagramNonceBytes) return false;
   std::array<uint8_t, kDatagramMacBytes> expected;
-  if (!ComputeMac(data, &expected)) return false;
+  if (!ComputeMac(nonce, data, &expected)) return false;
   return CRYPTO_memcmp(expected.data(), mac.data(), expected.size()) == 0;
 }
 
 absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec,
                             std::string_view payload, const DatagramKey& key, std::string* out) {
+  const DatagramNonce nonce = key.NextNonce();
+  return EncodeDatagramWithNonce(
+      header, std::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size()), codec,
+      payload, key, out);
+}
+
+absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
+                                     std::string_view codec, std::string_view payload,
+                                     const DatagramKey& key, std::string* out) {
+  if (nonce.size() != kDatagramNonceBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("udp datagram: a nonce has ",
+                                                   kDatagramNonceBytes, " bytes, got ",
+                                                   nonce.size()));
+  }
   PS_RETURN_IF_ERROR(CheckCodec(codec));
   PS_RETURN_IF_ERROR(CheckChunkFields(header));
   const size_t overhead = DatagramOverhead(codec.size());
@@ -204,12 +231,14 @@ absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec
   StoreLe(header.chunk_index, 2, p + 36);
   StoreLe(header.chunk_count, 2, p + 38);
   StoreLe(payload.size(), 4, p + 40);
+  std::memcpy(p + kNonceOffset, nonce.data(), nonce.size());
   std::memcpy(p + kDatagramHeaderBytes, codec.data(), codec.size());
   // An empty payload may have a null data(); memcpy must not see it, even for 0 bytes.
   if (!payload.empty()) {
     std::memcpy(p + kDatagramHeaderBytes + codec.size(), payload.data(), payload.size());
   }
-  const std::array<uint8_t, kDatagramMacBytes> mac = key.Mac(std::string_view(p, signed_size));
+  const std::array<uint8_t, kDatagramMacBytes> mac =
+      key.Mac(nonce, std::string_view(p, signed_size));
   std::memcpy(p + signed_size, mac.data(), mac.size());
   return absl::OkStatus();
 }
@@ -263,6 +292,7 @@ absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
   h.chunk_count = static_cast<uint16_t>(LoadLe(p + 38, 2));
   PS_RETURN_IF_ERROR(CheckChunkFields(h));
   const size_t signed_size = bytes.size() - kDatagramMacBytes;
+  view.nonce = bytes.substr(kNonceOffset, kDatagramNonceBytes);
   view.payload = bytes.substr(kDatagramHeaderBytes + codec_len, payload_len);
   view.signed_bytes = bytes.substr(0, signed_size);
   view.mac = bytes.substr(signed_size);

@@ -83,7 +83,7 @@ class UdpReceiver::Impl {
     if (!view.ok()) return Drop(malformed_, "malformed", view.status());
     absl::StatusOr<std::shared_ptr<const UdpPeer>> peer = shard_->UdpSession(view->header.session_id);
     if (!peer.ok()) return Drop(unknown_session_, "unknown session", peer.status());
-    if (!(*peer)->key.Verify(view->signed_bytes, view->mac)) {
+    if (!(*peer)->key.Verify(view->nonce, view->signed_bytes, view->mac)) {
       return Drop(forged_, "forged",
                   absl::UnauthenticatedError(absl::StrCat(
                       "datagram under the UDP session of worker ", (*peer)->worker_id,

@@ -13,7 +13,6 @@ ctest fuzz_codec_seeds_current fails while that corpus is stale.
 """
 import argparse
 import hashlib
-import hmac
 import pathlib
 import struct
 import subprocess
@@ -84,17 +83,64 @@ AGGREGATOR_SPEC = {
 UDP_KEY = b"ps-server udp_datagram fuzz key!"  # kKey in udp_datagram_fuzz.cc
 
 
+def _rotl32(v, n):
+    return ((v << n) | (v >> (32 - n))) & 0xFFFFFFFF
+
+
+def chacha20_block(key, counter, nonce):
+    """RFC 8439, 2.3: one 64-byte ChaCha20 block."""
+    state = ([0x61707865, 0x3320646E, 0x79622D32, 0x6B206574] +
+             list(struct.unpack("<8I", key)) + [counter] + list(struct.unpack("<3I", nonce)))
+    x = list(state)
+
+    def quarter(a, b, c, d):
+        x[a] = (x[a] + x[b]) & 0xFFFFFFFF
+        x[d] = _rotl32(x[d] ^ x[a], 16)
+        x[c] = (x[c] + x[d]) & 0xFFFFFFFF
+        x[b] = _rotl32(x[b] ^ x[c], 12)
+        x[a] = (x[a] + x[b]) & 0xFFFFFFFF
+        x[d] = _rotl32(x[d] ^ x[a], 8)
+        x[c] = (x[c] + x[d]) & 0xFFFFFFFF
+        x[b] = _rotl32(x[b] ^ x[c], 7)
+
+    for _ in range(10):
+        quarter(0, 4, 8, 12), quarter(1, 5, 9, 13), quarter(2, 6, 10, 14), quarter(3, 7, 11, 15)
+        quarter(0, 5, 10, 15), quarter(1, 6, 11, 12), quarter(2, 7, 8, 13), quarter(3, 4, 9, 14)
+    return struct.pack("<16I", *[(a + b) & 0xFFFFFFFF for a, b in zip(x, state)])
+
+
+def poly1305(key, msg):
+    """RFC 8439, 2.5."""
+    r = int.from_bytes(key[:16], "little") & 0x0FFFFFFC0FFFFFFC0FFFFFFC0FFFFFFF
+    s = int.from_bytes(key[16:32], "little")
+    p, acc = (1 << 130) - 5, 0
+    for i in range(0, len(msg), 16):
+        acc = (acc + int.from_bytes(msg[i:i + 16] + b"\x01", "little")) * r % p
+    return ((acc + s) & ((1 << 128) - 1)).to_bytes(16, "little")
+
+
+def aead_tag(key, nonce, aad):
+    """RFC 8439, 2.8: the tag of ChaCha20-Poly1305 with `aad` and no plaintext."""
+    otk = chacha20_block(key, 0, nonce)[:32]
+    pad = b"\x00" * (-len(aad) % 16)
+    return poly1305(otk, aad + pad + struct.pack("<QQ", len(aad), 0))
+
+
+UDP_NONCE = bytes(range(0xA0, 0xAC))
+
+
 def datagram(chunk_elems=256, chunk_index=0, chunk_count=4, payload=b"", codec=b"fp32",
              key=UDP_KEY, session=0x0123456789ABCDEF, worker=3, slice_=17, round_=42,
-             magic=b"PSU1", version=1, codec_len=None, reserved=0, payload_len=None):
-    """udp_datagram input: one datagram (net/udp_frame.h), HMAC-SHA256 of everything
-    before the MAC with `key`, truncated to 16 bytes."""
+             magic=b"PSU1", version=2, codec_len=None, reserved=0, payload_len=None,
+             nonce=UDP_NONCE):
+    """udp_datagram input: one datagram (net/udp_frame.h), its MAC the ChaCha20-Poly1305
+    tag of everything before it under `key` and the datagram's nonce."""
     head = magic + struct.pack(
         "<BBHQIIQIHHI", version, len(codec) if codec_len is None else codec_len, reserved,
         session, worker, slice_, round_, chunk_elems, chunk_index, chunk_count,
-        len(payload) if payload_len is None else payload_len)
+        len(payload) if payload_len is None else payload_len) + nonce
     signed = head + codec + payload
-    return signed + hmac.new(key, signed, hashlib.sha256).digest()[:16]
+    return signed + aead_tag(key, nonce, signed)
 
 
 def fp32(values):
@@ -135,9 +181,11 @@ UDP_DATAGRAM = {
     "mac_flipped": flip(_V, len(_V) - 1),
     "signed_byte_flipped": flip(_V, 30),
     "truncated_mac": _V[:-1],
-    "too_short": _V[:60],
+    "too_short": _V[:72],
     "bad_magic": datagram(magic=b"PSU2"),
-    "bad_version": datagram(version=2, payload=b"\x01"),
+    "bad_version": datagram(version=3, payload=b"\x01"),
+    "old_version_1": datagram(version=1, payload=b"\x01"),
+    "nonce_flipped": flip(_V, 50),
     "codec_len_0": datagram(codec_len=0, payload=b"\x01"),
     "codec_len_65": datagram(codec_len=65, payload=b"\x01" * 70),
     "reserved_set": datagram(reserved=0x100, payload=b"\x01"),

@@ -5,7 +5,7 @@
 // it accepts: the views lie inside the input and cover it (header, codec, payload, MAC),
 // the structural invariants hold, Verify with the target's fixed key agrees with Mac(),
 // CheckChunkGeometry against a slice of kNumel coordinates either refuses cleanly or
-// gives a non-empty range inside the slice, and EncodeDatagram of the parsed fields
+// gives a non-empty range inside the slice, and EncodeDatagramWithNonce of the parsed fields
 // re-parses to the same fields and reproduces every signed byte of the input (the format
 // has one encoding per datagram), plus the MAC exactly when the input's MAC verified.
 // Seeds: tests/fuzz/corpus/udp_datagram/, datagrams signed with kKey (docs/fuzzing.md).
@@ -70,9 +70,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     view.payload.data() == view.codec.data() + view.codec.size() &&
                     ps::net::DatagramOverhead(view.codec.size()) + view.payload.size() == size,
                 "codec and payload do not tile the datagram");
+  PS_FUZZ_CHECK(view.nonce.size() == ps::net::kDatagramNonceBytes &&
+                    view.nonce.data() + view.nonce.size() == view.codec.data(),
+                "the nonce is not the header's last field");
 
-  const bool verified = key.Verify(view.signed_bytes, view.mac);
-  const auto mac = key.Mac(view.signed_bytes);
+  const bool verified = key.Verify(view.nonce, view.signed_bytes, view.mac);
+  const auto mac = key.Mac(view.nonce, view.signed_bytes);
   PS_FUZZ_CHECK(verified == (std::memcmp(mac.data(), view.mac.data(), mac.size()) == 0),
                 "Verify disagrees with Mac");
 
@@ -91,14 +94,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
 
   std::string again;
-  const absl::Status encoded = ps::net::EncodeDatagram(h, view.codec, view.payload, key, &again);
+  const absl::Status encoded =
+      ps::net::EncodeDatagramWithNonce(h, view.nonce, view.codec, view.payload, key, &again);
   PS_FUZZ_CHECK(encoded.ok(), "EncodeDatagram refused the fields of a parsed datagram");
   auto reparsed = ps::net::ParseDatagram(again);
   PS_FUZZ_CHECK(reparsed.ok(), "ParseDatagram refused what EncodeDatagram wrote");
   PS_FUZZ_CHECK(
       reparsed->header == h && reparsed->codec == view.codec && reparsed->payload == view.payload,
       "re-encoding changed a field");
-  PS_FUZZ_CHECK(key.Verify(reparsed->signed_bytes, reparsed->mac),
+  PS_FUZZ_CHECK(key.Verify(reparsed->nonce, reparsed->signed_bytes, reparsed->mac),
                 "EncodeDatagram wrote a MAC that does not verify");
   PS_FUZZ_CHECK(reparsed->signed_bytes == view.signed_bytes,
                 "re-encoding changed a signed byte: the encoding is not unique");

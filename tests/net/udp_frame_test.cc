@@ -3,11 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
-#include <openssl/hmac.h>
 
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,20 +31,41 @@ DatagramKey TestKey() {
   return *key;
 }
 
-// HMAC-SHA256 truncated to the MAC size, from OpenSSL's one-shot HMAC(): an implementation
-// independent of the precomputed states DatagramKey copies.
-std::string ReferenceMac(std::string_view key, std::string_view data) {
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
-       reinterpret_cast<const unsigned char*>(data.data()), data.size(), md, &len);
-  EXPECT_EQ(len, 32u);
-  return std::string(reinterpret_cast<const char*>(md), kDatagramMacBytes);
+// A fixed nonce for deterministic datagrams: 0xa0 ... 0xab.
+std::string TestNonce() {
+  std::string n(kDatagramNonceBytes, '\0');
+  for (size_t i = 0; i < n.size(); ++i) n[i] = static_cast<char>(0xa0 + i);
+  return n;
+}
+
+// The ChaCha20-Poly1305 tag of `data` as additional data and no plaintext, through a
+// context set up with key and nonce at once: independent of the keyed context DatagramKey
+// copies per MAC.
+std::string ReferenceMac(std::string_view key, std::string_view nonce, std::string_view data) {
+  EVP_CIPHER_CTX* ctx = EVP_CIPHER_CTX_new();
+  int len = 0;
+  unsigned char none[1];
+  unsigned char tag[16];
+  EXPECT_EQ(EVP_EncryptInit_ex(ctx, EVP_chacha20_poly1305(), nullptr,
+                               reinterpret_cast<const unsigned char*>(key.data()),
+                               reinterpret_cast<const unsigned char*>(nonce.data())),
+            1);
+  if (!data.empty()) {
+    EXPECT_EQ(EVP_EncryptUpdate(ctx, nullptr, &len, reinterpret_cast<const unsigned char*>(data.data()),
+                                static_cast<int>(data.size())),
+              1);
+  }
+  EXPECT_EQ(EVP_EncryptFinal_ex(ctx, none, &len), 1);
+  EXPECT_EQ(EVP_CIPHER_CTX_ctrl(ctx, EVP_CTRL_AEAD_GET_TAG, 16, tag), 1);
+  EVP_CIPHER_CTX_free(ctx);
+  return std::string(reinterpret_cast<const char*>(tag), sizeof(tag));
 }
 
 std::string AsString(const std::array<uint8_t, kDatagramMacBytes>& mac) {
   return std::string(mac.begin(), mac.end());
 }
+
+std::string AsString(const DatagramNonce& nonce) { return std::string(nonce.begin(), nonce.end()); }
 
 DatagramHeader GoldenHeader() {
   DatagramHeader h;
@@ -68,12 +89,19 @@ std::string Encode(const DatagramHeader& h, std::string_view codec, std::string_
   return out;
 }
 
-std::string Golden() { return Encode(GoldenHeader(), "fp32", kGoldenPayload); }
+// The golden datagram, under TestNonce().
+std::string Golden() {
+  std::string out;
+  absl::Status s =
+      EncodeDatagramWithNonce(GoldenHeader(), TestNonce(), "fp32", kGoldenPayload, TestKey(), &out);
+  EXPECT_TRUE(s.ok()) << s;
+  return out;
+}
 
 TEST(UdpFrameTest, EncodesTheGoldenDatagramByteForByte) {
   const std::string signed_part =
       Bytes({'P',  'S',  'U',  '1',                           // magic
-             0x01,                                            // version
+             0x02,                                            // version
              0x04,                                            // codec_len
              0x00, 0x00,                                      // reserved
              0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // session_id
@@ -83,31 +111,62 @@ TEST(UdpFrameTest, EncodesTheGoldenDatagramByteForByte) {
              0x02, 0x00, 0x00, 0x00,                          // chunk_elems
              0x01, 0x00,                                      // chunk_index
              0x03, 0x00,                                      // chunk_count
-             0x09, 0x00, 0x00, 0x00,                          // payload_len
-             'f',  'p',  '3',  '2'}) +
-      kGoldenPayload;
+             0x09, 0x00, 0x00, 0x00}) +                       // payload_len
+      TestNonce() + "fp32" + kGoldenPayload;
   ASSERT_EQ(signed_part.size(), kDatagramHeaderBytes + 4 + 9);
-  // Python: hmac.new(bytes(range(32)), signed_part, hashlib.sha256).digest()[:16]
-  const std::string mac = Bytes({0x8c, 0x30, 0x62, 0x6e, 0xdb, 0x85, 0xe5, 0x45, 0xa9, 0x8a, 0x20,
-                                 0x9c, 0x14, 0xba, 0xcb, 0x4f});
-  EXPECT_EQ(ReferenceMac(KeyBytes(), signed_part), mac);
+  // Python (cryptography): ChaCha20Poly1305(bytes(range(32))).encrypt(
+  //     bytes(range(0xa0, 0xac)), b"", signed_part)
+  const std::string mac = Bytes({0x30, 0x29, 0xad, 0x69, 0x01, 0x55, 0x69, 0x08, 0x71, 0xf7, 0xdc,
+                                 0x5b, 0x1b, 0xe8, 0xc8, 0x8c});
+  EXPECT_EQ(ReferenceMac(KeyBytes(), TestNonce(), signed_part), mac);
 
   const std::string datagram = Golden();
   EXPECT_EQ(datagram, signed_part + mac);
   EXPECT_EQ(datagram.size(), DatagramOverhead(4) + kGoldenPayload.size());
-  EXPECT_EQ(AsString(TestKey().Mac(signed_part)), mac);
+  EXPECT_EQ(AsString(TestKey().Mac(TestNonce(), signed_part)), mac);
 }
 
-TEST(UdpFrameTest, MacMatchesOneShotHmacForManySizes) {
+TEST(UdpFrameTest, MacMatchesTheOneShotCipherForManySizes) {
   const DatagramKey key = TestKey();
   std::string data;
-  // Around the SHA-256 block (64) and padding (55/56) boundaries, and a large input.
-  for (size_t n : {0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1400, 32768, 65491}) {
+  // Around Poly1305's 16-byte blocks and ChaCha20's 64-byte blocks, and a large input.
+  for (size_t n : {0, 1, 15, 16, 17, 63, 64, 65, 128, 1400, 32768, 65491}) {
     data.resize(n);
     for (size_t i = 0; i < n; ++i) data[i] = static_cast<char>((i * 131 + n) & 0xff);
-    EXPECT_EQ(AsString(key.Mac(data)), ReferenceMac(KeyBytes(), data)) << n;
-    EXPECT_TRUE(key.Verify(data, ReferenceMac(KeyBytes(), data))) << n;
+    EXPECT_EQ(AsString(key.Mac(TestNonce(), data)), ReferenceMac(KeyBytes(), TestNonce(), data))
+        << n;
+    EXPECT_TRUE(key.Verify(TestNonce(), data, ReferenceMac(KeyBytes(), TestNonce(), data))) << n;
   }
+}
+
+// Every datagram gets its own nonce, from a key and from its copies alike; datagrams
+// from another key object made of the same bytes start elsewhere. All verify.
+TEST(UdpFrameTest, EveryDatagramHasAFreshNonce) {
+  const DatagramKey key = TestKey();
+  const DatagramKey copy = key;
+  const DatagramKey same_bytes = TestKey();
+  std::set<std::string> seen;
+  for (int i = 0; i < 100; ++i) {
+    for (const DatagramKey* k : {&key, &copy, &same_bytes}) {
+      std::string d;
+      ASSERT_TRUE(EncodeDatagram(GoldenHeader(), "fp32", kGoldenPayload, *k, &d).ok());
+      auto view = ParseDatagram(d);
+      ASSERT_TRUE(view.ok()) << view.status();
+      EXPECT_TRUE(key.Verify(view->nonce, view->signed_bytes, view->mac));
+      EXPECT_TRUE(seen.insert(std::string(view->nonce)).second) << "nonce repeated at " << i;
+    }
+  }
+  // Consecutive nonces of one key share the prefix and count up by one.
+  const std::string a = AsString(key.NextNonce()), b = AsString(key.NextNonce());
+  EXPECT_EQ(a.substr(0, 4), b.substr(0, 4));
+  EXPECT_NE(a.substr(4), b.substr(4));
+  // A nonce of another size is refused, by the encoder and by Verify.
+  std::string d;
+  const absl::Status s =
+      EncodeDatagramWithNonce(GoldenHeader(), "short", "fp32", kGoldenPayload, key, &d);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("a nonce has 12 bytes, got 5"));
+  EXPECT_FALSE(key.Verify("short", "data", std::string(16, '\0')));
 }
 
 TEST(UdpFrameTest, ParsesEveryFieldBack) {
@@ -132,7 +191,7 @@ TEST(UdpFrameTest, ParsesEveryFieldBack) {
   // The views point into the buffer, not into copies.
   EXPECT_EQ(view->signed_bytes.data(), datagram.data());
   EXPECT_EQ(view->codec.data(), datagram.data() + kDatagramHeaderBytes);
-  EXPECT_TRUE(TestKey().Verify(view->signed_bytes, view->mac));
+  EXPECT_TRUE(TestKey().Verify(view->nonce, view->signed_bytes, view->mac));
 }
 
 TEST(UdpFrameTest, RoundTripsAnEmptyPayloadAndTheLargestDatagram) {
@@ -148,7 +207,7 @@ TEST(UdpFrameTest, RoundTripsAnEmptyPayloadAndTheLargestDatagram) {
   view = ParseDatagram(largest);
   ASSERT_TRUE(view.ok()) << view.status();
   EXPECT_EQ(view->payload, payload);
-  EXPECT_TRUE(TestKey().Verify(view->signed_bytes, view->mac));
+  EXPECT_TRUE(TestKey().Verify(view->nonce, view->signed_bytes, view->mac));
 }
 
 TEST(UdpFrameTest, EncodeReplacesTheOutputAndAcceptsEveryCodecChar) {
@@ -167,8 +226,8 @@ TEST(UdpFrameTest, ParseRefusesBadSizes) {
     size_t size;
     const char* message;
   } cases[] = {
-      {0, "0 bytes is too short (at least 61)"},
-      {60, "60 bytes is too short"},  // header and MAC, no codec
+      {0, "0 bytes is too short (at least 73)"},
+      {72, "72 bytes is too short"},  // header and MAC, no codec
       {kMaxDatagramBytes + 1, "65508 bytes is too long (at most 65507)"},
   };
   for (const auto& c : cases) {
@@ -182,7 +241,7 @@ TEST(UdpFrameTest, ParseRefusesBadSizes) {
 }
 
 TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
-  // Each case overwrites bytes of the golden datagram (73 bytes, codec "fp32", payload 9
+  // Each case overwrites bytes of the golden datagram (85 bytes, codec "fp32", payload 9
   // bytes) at `offset`; `resize` then changes its size by that many bytes.
   const struct {
     const char* name;
@@ -192,7 +251,8 @@ TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
     const char* message;
   } cases[] = {
       {"magic", 3, {'2'}, 0, "bad magic"},
-      {"version", 4, {2}, 0, "unknown version 2"},
+      {"version", 4, {1}, 0, "unknown version 1 (this build reads 2)"},
+      {"version 3", 4, {3}, 0, "unknown version 3"},
       {"version 0", 4, {0}, 0, "unknown version 0"},
       {"codec_len 0", 5, {0}, 0, "codec_len 0 is outside [1, 64]"},
       {"codec_len 65", 5, {65}, 0, "codec_len 65 is outside"},
@@ -203,20 +263,20 @@ TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
        40,
        {8},
        0,
-       "payload_len 8 does not match the size: 73 bytes with codec_len 4 leave 9"},
+       "payload_len 8 does not match the size: 85 bytes with codec_len 4 leave 9"},
       {"payload_len long", 40, {10}, 0, "payload_len 10 does not"},
       {"payload_len huge", 40, {0xf7, 0xff, 0xff, 0xff}, 0, "payload_len 4294967287 does not"},
-      {"one byte more", 0, {}, 1, "payload_len 9 does not match the size: 74 bytes"},
-      {"one byte less", 0, {}, -1, "payload_len 9 does not match the size: 72 bytes"},
+      {"one byte more", 0, {}, 1, "payload_len 9 does not match the size: 86 bytes"},
+      {"one byte less", 0, {}, -1, "payload_len 9 does not match the size: 84 bytes"},
       {"codec_len eats the payload",
        5,
        {5},
        0,
-       "payload_len 9 does not match the size: 73 bytes with codec_len 5 leave 8"},
+       "payload_len 9 does not match the size: 85 bytes with codec_len 5 leave 8"},
       {"codec_len beyond the datagram", 5, {64}, 0, "codec_len 64 leave -51"},
-      {"codec char", 46, {'/'}, 0, "codec byte 2 (0x2f) is not in [A-Za-z0-9_.,=()+ -]"},
-      {"codec nul", 47, {0}, 0, "codec byte 3 (0x00)"},
-      {"codec high bit", 44, {0xe6}, 0, "codec byte 0 (0xe6)"},
+      {"codec char", 58, {'/'}, 0, "codec byte 2 (0x2f) is not in [A-Za-z0-9_.,=()+ -]"},
+      {"codec nul", 59, {0}, 0, "codec byte 3 (0x00)"},
+      {"codec high bit", 56, {0xe6}, 0, "codec byte 0 (0xe6)"},
       {"chunk_count 0", 38, {0, 0}, 0, "chunk_count is 0"},
       {"chunk_index = count", 36, {3, 0}, 0, "chunk_index 3 is not below chunk_count 3"},
       {"chunk_index > count", 36, {0xff, 0xff}, 0, "chunk_index 65535 is not below chunk_count 3"},
@@ -224,7 +284,7 @@ TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
   };
   for (const auto& c : cases) {
     std::string d = Golden();
-    ASSERT_EQ(d.size(), 73u);
+    ASSERT_EQ(d.size(), 85u);
     for (size_t i = 0; i < c.bytes.size(); ++i) d[c.offset + i] = static_cast<char>(c.bytes[i]);
     d.resize(static_cast<size_t>(static_cast<int>(d.size()) + c.resize));
     auto view = ParseDatagram(d);
@@ -239,7 +299,7 @@ TEST(UdpFrameTest, ParseDoesNotCheckTheMac) {
   d.back() ^= 1;
   auto view = ParseDatagram(d);
   ASSERT_TRUE(view.ok()) << view.status();
-  EXPECT_FALSE(TestKey().Verify(view->signed_bytes, view->mac));
+  EXPECT_FALSE(TestKey().Verify(view->nonce, view->signed_bytes, view->mac));
 }
 
 TEST(UdpFrameTest, VerifyFailsForAnotherKey) {
@@ -250,22 +310,24 @@ TEST(UdpFrameTest, VerifyFailsForAnotherKey) {
   other[31] ^= 0x01;  // the last key byte only
   auto key = DatagramKey::FromBytes(other);
   ASSERT_TRUE(key.ok());
-  EXPECT_FALSE(key->Verify(view->signed_bytes, view->mac));
+  EXPECT_FALSE(key->Verify(view->nonce, view->signed_bytes, view->mac));
   auto random = DatagramKey::Random();
   ASSERT_TRUE(random.ok()) << random.status();
-  EXPECT_FALSE(random->Verify(view->signed_bytes, view->mac));
+  EXPECT_FALSE(random->Verify(view->nonce, view->signed_bytes, view->mac));
 }
 
 TEST(UdpFrameTest, VerifyFailsForEveryFlippedBit) {
   const std::string d = Golden();
   const DatagramKey key = TestKey();
   const size_t signed_size = d.size() - kDatagramMacBytes;
-  ASSERT_TRUE(key.Verify(std::string_view(d).substr(0, signed_size),
+  auto nonce_of = [](std::string_view datagram) { return datagram.substr(44, 12); };
+  ASSERT_TRUE(key.Verify(nonce_of(d), std::string_view(d).substr(0, signed_size),
                          std::string_view(d).substr(signed_size)));
+  // Nonce bits included: a datagram whose nonce changed does not verify either.
   for (size_t bit = 0; bit < d.size() * 8; ++bit) {
     std::string bad = d;
     bad[bit / 8] ^= static_cast<char>(1u << (bit % 8));
-    EXPECT_FALSE(key.Verify(std::string_view(bad).substr(0, signed_size),
+    EXPECT_FALSE(key.Verify(nonce_of(bad), std::string_view(bad).substr(0, signed_size),
                             std::string_view(bad).substr(signed_size)))
         << "bit " << bit;
   }
@@ -276,12 +338,14 @@ TEST(UdpFrameTest, VerifyFailsForATruncatedOrLongerMac) {
   const DatagramKey key = TestKey();
   const std::string_view signed_bytes = std::string_view(d).substr(0, d.size() - 16);
   const std::string mac = d.substr(d.size() - 16);
-  for (size_t n = 0; n < mac.size(); ++n) EXPECT_FALSE(key.Verify(signed_bytes, mac.substr(0, n)));
-  const std::string full = ReferenceMac(KeyBytes(), signed_bytes);  // 16 bytes
-  EXPECT_TRUE(key.Verify(signed_bytes, full));
-  EXPECT_FALSE(key.Verify(signed_bytes, mac + '\0'));
-  EXPECT_FALSE(key.Verify(signed_bytes.substr(1), mac));
-  EXPECT_FALSE(key.Verify(std::string(signed_bytes) + '\0', mac));
+  const std::string n = TestNonce();
+  for (size_t k = 0; k < mac.size(); ++k) EXPECT_FALSE(key.Verify(n, signed_bytes, mac.substr(0, k)));
+  const std::string full = ReferenceMac(KeyBytes(), n, signed_bytes);  // 16 bytes
+  EXPECT_EQ(full, mac);
+  EXPECT_TRUE(key.Verify(n, signed_bytes, full));
+  EXPECT_FALSE(key.Verify(n, signed_bytes, mac + '\0'));
+  EXPECT_FALSE(key.Verify(n, signed_bytes.substr(1), mac));
+  EXPECT_FALSE(key.Verify(n, std::string(signed_bytes) + '\0', mac));
 }
 
 TEST(UdpFrameTest, KeyRefusesWrongSizesAndRandomKeysDiffer) {
@@ -299,8 +363,8 @@ TEST(UdpFrameTest, KeyRefusesWrongSizesAndRandomKeysDiffer) {
   // bytes() hands out the key that makes the same MACs on the other side.
   auto copy = DatagramKey::FromBytes(a->bytes());
   ASSERT_TRUE(copy.ok());
-  EXPECT_EQ(copy->Mac("x"), a->Mac("x"));
-  EXPECT_EQ(AsString(a->Mac("x")), ReferenceMac(a->bytes(), "x"));
+  EXPECT_EQ(copy->Mac(TestNonce(), "x"), a->Mac(TestNonce(), "x"));
+  EXPECT_EQ(AsString(a->Mac(TestNonce(), "x")), ReferenceMac(a->bytes(), TestNonce(), "x"));
 }
 
 TEST(UdpFrameTest, KeyCopiesAndMovesStayUsable) {
@@ -311,7 +375,7 @@ TEST(UdpFrameTest, KeyCopiesAndMovesStayUsable) {
   EXPECT_EQ(moved.bytes(), KeyBytes());
   // A moved-from key is a copy, not an empty shell (the class has no separate move).
   EXPECT_EQ(key.bytes(), KeyBytes());  // NOLINT(bugprone-use-after-move)
-  EXPECT_EQ(AsString(key.Mac("abc")), ReferenceMac(KeyBytes(), "abc"));
+  EXPECT_EQ(AsString(key.Mac(TestNonce(), "abc")), ReferenceMac(KeyBytes(), TestNonce(), "abc"));
   auto other = DatagramKey::Random();
   ASSERT_TRUE(other.ok());
   copy = *other;
@@ -324,7 +388,7 @@ TEST(UdpFrameTest, MacIsThreadSafe) {
   std::vector<std::string> expected;
   for (size_t i = 0; i < 16; ++i) {
     inputs.push_back(std::string(100 + 97 * i, static_cast<char>(i)));
-    expected.push_back(ReferenceMac(KeyBytes(), inputs.back()));
+    expected.push_back(ReferenceMac(KeyBytes(), TestNonce(), inputs.back()));
   }
   std::vector<std::thread> threads;
   std::vector<int> failures(4, 0);
@@ -332,7 +396,7 @@ TEST(UdpFrameTest, MacIsThreadSafe) {
     threads.emplace_back([&, t] {
       for (int rep = 0; rep < 200; ++rep) {
         const size_t i = static_cast<size_t>(rep + t) % inputs.size();
-        if (!key.Verify(inputs[i], expected[i])) ++failures[t];
+        if (!key.Verify(TestNonce(), inputs[i], expected[i])) ++failures[t];
       }
     });
   }
@@ -367,7 +431,7 @@ TEST(UdpFrameTest, EncodeRefusesBadInput) {
       {"chunk_index", index_at_count, "fp32", 4, "chunk_index 3 is not below chunk_count 3"},
       {"chunk_elems 0", zero_elems, "fp32", 4, "chunk_elems is 0"},
       {"too large", GoldenHeader(), "fp32", fits + 1,
-       "65444 payload bytes with 64 bytes of header, codec and MAC exceed 65507 bytes"},
+       "65432 payload bytes with 76 bytes of header, codec and MAC exceed 65507 bytes"},
   };
   for (const Case& c : cases) {
     absl::Status s =
@@ -481,7 +545,8 @@ TEST(UdpFrameTest, ReportsMacThroughput) {
     return static_cast<double>(data.size()) * iters / s / 1e6;
   };
   uint8_t x = 0;
-  const double mac_mbs = rate([&] { x ^= key.Mac(data)[0]; });
+  const std::string nonce = TestNonce();
+  const double mac_mbs = rate([&] { x ^= key.Mac(nonce, data)[0]; });
   const double copy_mbs = rate([&] {
     std::memcpy(sink.data(), data.data(), data.size());
     x ^= static_cast<uint8_t>(sink[x % sink.size()]);
