@@ -25,6 +25,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -270,7 +271,17 @@ struct E2eResult {
   double cpu_seconds = 0;  // process CPU time over the same span
   double pull_seconds = 0;  // per round, mean over workers: waiting in PullAll
   double push_seconds = 0;  // per round, mean over workers: Push calls and WaitPushes
+  // Round latency (pull start to pushes answered) over every worker's timed rounds.
+  double round_p50 = 0, round_p99 = 0;
 };
+
+// The q-quantile (0 <= q <= 1) of `v` by the nearest rank; 0 for none.
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  const size_t k = std::min(v.size() - 1, size_t(std::ceil(q * double(v.size()))) - (q > 0 ? 1 : 0));
+  std::nth_element(v.begin(), v.begin() + ptrdiff_t(k), v.end());
+  return v[k];
+}
 
 // Runs one warm-up round and then `rounds` timed rounds, or timed rounds until
 // `seconds` passed when that is positive. `on_round` (may be empty) is called by worker
@@ -281,6 +292,7 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
   const size_t workers = c.workers.size();
   std::vector<absl::Status> errors(workers);
   std::vector<double> pull_time(workers, 0), push_time(workers, 0), end_time(workers, 0);
+  std::vector<std::vector<double>> latencies(workers);
   std::vector<int> timed(workers, 0);
   // Round r is the last one once last_round <= r. Worker 0 sets it after its pull of
   // version r and before it pushes round r; every other worker reads it after its pull
@@ -335,6 +347,7 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
           const double e = NowSeconds();
           pull_time[w] += b - a;
           push_time[w] += e - b;
+          latencies[w].push_back(e - a);
           end_time[w] = e;
           ++timed[w];
         }
@@ -368,6 +381,10 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
   }
   r.cpu_seconds = cpu1 - cpu0;
   if (r.rounds == 0) return absl::InternalError("no timed round ran");
+  std::vector<double> all;
+  for (const std::vector<double>& l : latencies) all.insert(all.end(), l.begin(), l.end());
+  r.round_p50 = Quantile(all, 0.5);
+  r.round_p99 = Quantile(std::move(all), 0.99);
   return r;
 }
 
@@ -407,7 +424,8 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
   const std::vector<float> init_values(params, 0.01f);
   const std::vector<std::span<const float>> init = {init_values};
   Table table({"workers", "shards", "codec", "rounds", "goodput Gbit/s", "raw TCP Gbit/s", "ratio",
-               "pull s/round", "push s/round", "e2e GB/cpu-s", "raw GB/cpu-s"});
+               "pull s/round", "push s/round", "round p50 s", "round p99 s", "e2e GB/cpu-s",
+               "raw GB/cpu-s", "RSS B/param"});
   std::vector<core::JsonObjectWriter> rows;
   int errors = 0;
   for (int workers : worker_counts) {
@@ -429,9 +447,11 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         // moving the same rounds before (with --rounds) and after.
         absl::StatusOr<RawResult> raw_before =
             f.seconds > 0 || f.no_raw ? absl::StatusOr<RawResult>(RawResult{}) : raw_once(f.rounds);
+        uint64_t rss_kib = 0;  // the whole process, cluster up, after the rounds
         absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
           PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
           absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.rounds, f.seconds, grad, {});
+          rss_kib = ReadMemory().rss_kib;
           c.workers.clear();
           c.shards.Shutdown();
           return r;
@@ -463,7 +483,9 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         table.AddRow({absl::StrCat(workers), absl::StrCat(shards), shown, absl::StrCat(e2e->rounds),
                       FormatG(goodput, 4), FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
                       FormatG(e2e->pull_seconds, 3), FormatG(e2e->push_seconds, 3),
-                      FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3)});
+                      FormatG(e2e->round_p50, 3), FormatG(e2e->round_p99, 3),
+                      FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3),
+                      FormatG(double(rss_kib) * 1024 / double(params), 3)});
         rows.push_back(core::JsonObjectWriter()
                            .Add("workers", workers)
                            .Add("shards", shards)
@@ -480,7 +502,10 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
                            .Add("cpu_seconds", e2e->cpu_seconds)
                            .Add("raw_tcp_cpu_seconds", raw.cpu_seconds)
                            .Add("aggregate_only", f.aggregate_only)
-                           .Add("pull_codec", f.pull_codec));
+                           .Add("pull_codec", f.pull_codec)
+                           .Add("round_seconds_p50", e2e->round_p50)
+                           .Add("round_seconds_p99", e2e->round_p99)
+                           .Add("rss_bytes_per_param", double(rss_kib) * 1024 / double(params)));
       }
     }
   }

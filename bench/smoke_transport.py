@@ -77,6 +77,10 @@ def main(bench, work):
             sys.exit(f"ratio is not goodput / raw TCP: {r}")
         if r.get("pull_codec") != "":
             sys.exit(f"{e2e}: dense pulls must say pull_codec \"\": {r}")
+        for key in ("round_seconds_p50", "round_seconds_p99", "rss_bytes_per_param"):
+            positive(r, key)
+        if r["round_seconds_p50"] > r["round_seconds_p99"]:
+            sys.exit(f"{e2e}: round latency median above its p99: {r}")
     # Compressed pulls (--pull-codec): the same keys first, the spec at the end.
     pulled = os.path.join(work, "e2e_pull.json")
     run([bench, "e2e", "--quick", "--codec", "3lc(s=1.9)", "--pull-codec", "3lc(s=1.9)",
