@@ -3,8 +3,8 @@
 
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
-peer_share, aggregator_spec, udp_datagram, checkpoint, wire: see share(), AGGREGATOR_SPEC,
-datagram(), checkpoint_body() and wire() below.
+peer_share, aggregator_spec, udp_datagram, checkpoint, wire, held_model: see share(),
+AGGREGATOR_SPEC, datagram(), checkpoint_body(), wire() and held_frame() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -294,8 +294,49 @@ WIRE = {
     "push_truncated": wire(True, push_request(b"t", 1, 0, 0, b"fp32", b"\x01abcd")[:-2]),
 }
 
+def held_frame(slice_=0, change=False, epoch=1, codec=0, version=1, base=0, payload=b"",
+               cut=0, spec=None):
+    """held_model input: one frame (see held_model_fuzz.cc). codec 15 takes `spec`."""
+    b0 = slice_ | (2 if change else 0) | (epoch << 2) | (codec << 4)
+    head = bytes([b0, version, base]) + struct.pack("<H", len(payload)) + bytes([cut])
+    if change and codec == 15:
+        head += bytes([len(spec)]) + spec
+    return head + payload
+
+
+_DENSE_A = fp32([0.5 * i for i in range(64)])[1:]  # dense values are raw floats
+_DENSE_B = fp32([-0.25 * i for i in range(37)])[1:]
+HELD_MODEL = {
+    "dense_then_fp32_change": held_frame(payload=_DENSE_A) + held_frame(
+        change=True, codec=0, version=2, base=1, payload=fp32([0.125] * 64), cut=7),
+    "dense_then_fp16_change": held_frame(payload=_DENSE_A) + held_frame(
+        change=True, codec=1, version=2, base=1, payload=fp16([1.0] * 64)),
+    "both_slices_two_changes": held_frame(payload=_DENSE_A) + held_frame(
+        slice_=1, epoch=2, payload=_DENSE_B, cut=40) + held_frame(
+        change=True, version=2, base=1, payload=fp32([1.0] * 64)) + held_frame(
+        slice_=1, change=True, epoch=2, version=2, base=1, payload=fp32([-1.0] * 37)),
+    "change_applied_twice": held_frame(payload=_DENSE_A) + 2 * held_frame(
+        change=True, version=2, base=1, payload=fp32([2.0] * 64)),
+    "change_without_held": held_frame(change=True, version=2, base=1, payload=fp32([1.0] * 64)),
+    "change_of_another_epoch": held_frame(payload=_DENSE_A) + held_frame(
+        change=True, epoch=2, version=2, base=1, payload=fp32([1.0] * 64)),
+    "change_of_another_base": held_frame(payload=_DENSE_A, version=5) + held_frame(
+        change=True, version=7, base=6, payload=fp32([1.0] * 64)),
+    "change_to_infinity": held_frame(payload=fp32([3e38] * 64)[1:]) + held_frame(
+        change=True, version=2, base=1, payload=fp32([3e38] * 64)),
+    "change_short": held_frame(payload=_DENSE_A) + held_frame(
+        change=True, version=2, base=1, payload=fp32([1.0] * 63)),
+    "dense_wrong_size": held_frame(payload=_DENSE_A[:-4]),
+    "dense_without_epoch": held_frame(epoch=0, payload=_DENSE_A),
+    "spec_in_input": held_frame(payload=_DENSE_A) + held_frame(
+        change=True, codec=15, spec=b"fp16", version=2, base=1, payload=fp16([0.5] * 64)),
+    "unknown_spec": held_frame(payload=_DENSE_A) + held_frame(
+        change=True, codec=15, spec=b"nope(1)", version=2, base=1, payload=b"\x01\x02"),
+}
+
 CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
-           "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE}
+           "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE,
+           "held_model": HELD_MODEL}
 
 
 def main():
