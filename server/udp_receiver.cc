@@ -154,8 +154,7 @@ class UdpReceiver::Impl {
       // After the shutdown in ~Impl a call returns at once, with an empty "datagram".
       if (stopping_.load()) break;
       if (n <= 0) {
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR &&
-            !stopping_.load()) {
+        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
           spdlog::error("shard {}: UDP receive failed: {}", shard_->shard_id(),
                         std::strerror(errno));
           std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy loop
