@@ -19,6 +19,9 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/resource.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -58,6 +61,10 @@ struct E2eFlags {
   std::vector<std::string> codecs = {"fp32"};
   std::string pull_codec;  // ServerOptions::pull_codec ("": dense pulls)
   int rounds = 10;
+  // Untimed rounds first. Two by default: the first timed round otherwise carries the
+  // shards' first aggregation and publication (lazily sized buffers, the pool's first
+  // jobs), about four times a steady round.
+  int warmup = 2;
   double seconds = 0;  // > 0: run rounds until this long instead of --rounds
   uint32_t slice_elems = core::kDefaultSliceElems;
   uint64_t inflight = 0;  // 0: WorkerOptions' default
@@ -72,9 +79,12 @@ struct E2eFlags {
 
 // ---- Process figures ---------------------------------------------------------------
 
-// VmRSS and VmHWM of this process in KiB (/proc/self/status), 0 when unreadable.
+// VmRSS and VmHWM of this process in KiB (/proc/self/status), 0 when unreadable, and
+// the bytes malloc has handed out and not taken back (glibc; 0 elsewhere): resident
+// memory that rises while heap_in_use stays put is the heap's free space growing
+// (fragmentation, the kept heap), not a leak.
 struct Memory {
-  uint64_t rss_kib = 0, hwm_kib = 0;
+  uint64_t rss_kib = 0, hwm_kib = 0, heap_in_use_kib = 0;
 };
 
 Memory ReadMemory() {
@@ -86,6 +96,10 @@ Memory ReadMemory() {
     if (line.rfind("VmRSS:", 0) == 0) m.rss_kib = value();
     if (line.rfind("VmHWM:", 0) == 0) m.hwm_kib = value();
   }
+#if defined(__GLIBC__)
+  const struct mallinfo2 mi = mallinfo2();
+  m.heap_in_use_kib = (mi.uordblks + mi.hblkhd) / 1024;
+#endif
   return m;
 }
 
@@ -148,7 +162,7 @@ struct RawResult {
 // `workers` x `shard_bytes.size()` connections; per round, connection (w, s) sends
 // shard_bytes[s] bytes of `source` one way and the same number back.
 absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& shard_bytes,
-                                    int rounds, const std::vector<char>& source) {
+                                    int rounds, const std::vector<char>& source, bool one_copy) {
   Fd listener(::socket(AF_INET, SOCK_STREAM, 0));
   if (listener.fd < 0) return Errno("socket");
   sockaddr_in addr{};
@@ -180,6 +194,17 @@ absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& sh
   for (std::vector<char>& p : pulled) p.resize(offset[shards]);
   std::vector<std::vector<char>> received(n);
   for (size_t c = 0; c < n; ++c) received[c].resize(shard_bytes[c % shards]);
+  // one_copy: each side also copies what it sends and what it receives once in user
+  // space, as a parameter server must at the least (the worker encodes its gradient
+  // and copies the pulled values into its caller's buffers; the shard decodes each push
+  // into the round's row, whose result it sends).
+  std::vector<std::vector<char>> staged(one_copy ? n : 0), inbox(one_copy ? n : 0),
+      rows(one_copy ? n : 0);
+  for (size_t c = 0; one_copy && c < n; ++c) {
+    staged[c].resize(shard_bytes[c % shards]);
+    inbox[c].resize(shard_bytes[c % shards]);
+    rows[c].resize(shard_bytes[c % shards]);
+  }
   std::vector<absl::Status> errors(2 * n);
   // One untimed round first, as the cluster gets: the buffers' pages are faulted in and
   // the connections' windows open before the clock starts.
@@ -196,8 +221,15 @@ absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& sh
           warm.count_down();
           go.wait();
         }
-        errors[c] = SendAll(clients[c].fd, source.data() + offset[s], shard_bytes[s]);
-        if (errors[c].ok()) errors[c] = RecvAll(clients[c].fd, pulled[w].data() + offset[s], shard_bytes[s]);
+        if (!one_copy) {
+          errors[c] = SendAll(clients[c].fd, source.data() + offset[s], shard_bytes[s]);
+          if (errors[c].ok()) errors[c] = RecvAll(clients[c].fd, pulled[w].data() + offset[s], shard_bytes[s]);
+          continue;
+        }
+        std::memcpy(staged[c].data(), source.data() + offset[s], shard_bytes[s]);
+        errors[c] = SendAll(clients[c].fd, staged[c].data(), shard_bytes[s]);
+        if (errors[c].ok()) errors[c] = RecvAll(clients[c].fd, inbox[c].data(), shard_bytes[s]);
+        if (errors[c].ok()) std::memcpy(pulled[w].data() + offset[s], inbox[c].data(), shard_bytes[s]);
       }
       if (!warmed) warm.count_down();  // failed in the warm-up: do not hold the start
       if (!errors[c].ok()) ::shutdown(clients[c].fd, SHUT_RDWR);
@@ -211,7 +243,13 @@ absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& sh
           go.wait();
         }
         errors[n + c] = RecvAll(servers[c].fd, received[c].data(), received[c].size());
-        if (errors[n + c].ok()) errors[n + c] = SendAll(servers[c].fd, received[c].data(), received[c].size());
+        if (!errors[n + c].ok()) continue;
+        const char* out = received[c].data();
+        if (one_copy) {
+          std::memcpy(rows[c].data(), received[c].data(), received[c].size());
+          out = rows[c].data();
+        }
+        errors[n + c] = SendAll(servers[c].fd, out, received[c].size());
       }
       if (!warmed) warm.count_down();
       if (!errors[n + c].ok()) ::shutdown(servers[c].fd, SHUT_RDWR);
@@ -283,11 +321,11 @@ double Quantile(std::vector<double> v, double q) {
   return v[k];
 }
 
-// Runs one warm-up round and then `rounds` timed rounds, or timed rounds until
+// Runs `warmup` untimed rounds and then `rounds` timed rounds, or timed rounds until
 // `seconds` passed when that is positive. `on_round` (may be empty) is called by worker
 // 0 after each round with the number of timed rounds done.
-absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout, int rounds,
-                                    double seconds, const std::vector<float>& grad,
+absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout, int warmup,
+                                    int rounds, double seconds, const std::vector<float>& grad,
                                     const std::function<void(int)>& on_round) {
   const size_t workers = c.workers.size();
   std::vector<absl::Status> errors(workers);
@@ -298,7 +336,8 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
   // version r and before it pushes round r; every other worker reads it after its pull
   // of version r + 1, which needs that push, so all agree on the last round.
   constexpr uint64_t kNoLast = std::numeric_limits<uint64_t>::max();
-  std::atomic<uint64_t> last_round{seconds > 0 ? kNoLast : uint64_t(rounds)};
+  const uint64_t first_timed = uint64_t(std::max(1, warmup));
+  std::atomic<uint64_t> last_round{seconds > 0 ? kNoLast : first_timed - 1 + uint64_t(rounds)};
   std::latch warm(std::ptrdiff_t(workers) + 1);
   std::atomic<double> t0{0};
   std::latch started(1);
@@ -353,11 +392,12 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
         }
         return true;
       };
-      const bool ok = round(0, false);
+      bool ok = true;
+      for (uint64_t r = 0; ok && r < first_timed; ++r) ok = round(r, false);
       warm.count_down();
       if (!ok) return;
       started.wait();
-      for (uint64_t r = 1; round(r, true); ++r) {
+      for (uint64_t r = first_timed; round(r, true); ++r) {
         if (w == 0 && on_round) on_round(timed[0]);
       }
     });
@@ -424,6 +464,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
   const std::vector<float> init_values(params, 0.01f);
   const std::vector<std::span<const float>> init = {init_values};
   Table table({"workers", "shards", "codec", "rounds", "goodput Gbit/s", "raw TCP Gbit/s", "ratio",
+               "1-copy/raw",
                "pull s/round", "push s/round", "round p50 s", "round p99 s", "e2e GB/cpu-s",
                "raw GB/cpu-s", "RSS B/param"});
   std::vector<core::JsonObjectWriter> rows;
@@ -441,7 +482,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
       for (const std::string& codec : codecs) {
         const std::string cell = absl::StrCat(workers, " workers x ", shards, " shards, ", codec);
         const auto raw_once = [&](int rounds) -> absl::StatusOr<RawResult> {
-          return RunRawTcp(workers, shard_bytes, rounds, source);
+          return RunRawTcp(workers, shard_bytes, rounds, source, /*one_copy=*/false);
         };
         // The cluster first when --seconds decides the round count, the baseline
         // moving the same rounds before (with --rounds) and after.
@@ -450,7 +491,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         uint64_t rss_kib = 0;  // the whole process, cluster up, after the rounds
         absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
           PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
-          absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.rounds, f.seconds, grad, {});
+          absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.warmup, f.rounds, f.seconds, grad, {});
           rss_kib = ReadMemory().rss_kib;
           c.workers.clear();
           c.shards.Shutdown();
@@ -473,15 +514,26 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         const RawResult raw = raw_before->seconds > 0 && raw_before->seconds < raw_after->seconds
                                   ? *raw_before
                                   : *raw_after;
+        absl::StatusOr<RawResult> one_copy =
+            f.no_raw ? absl::StatusOr<RawResult>(RawResult{.seconds = 1, .cpu_seconds = 1})
+                     : RunRawTcp(workers, shard_bytes, e2e->rounds, source, /*one_copy=*/true);
+        if (!one_copy.ok()) {
+          std::fprintf(stderr, "ps-bench e2e: %s: raw TCP with one copy: %s\n", cell.c_str(),
+                       std::string(one_copy.status().message()).c_str());
+          ++errors;
+          continue;
+        }
         const double bytes = bytes_per_round * e2e->rounds;
         const double goodput = bytes * 8 / 1e9 / e2e->seconds;
         const double raw_gbps = bytes * 8 / 1e9 / raw.seconds;
         const double e2e_per_cpu = bytes / 1e9 / e2e->cpu_seconds;
         const double raw_per_cpu = bytes / 1e9 / raw.cpu_seconds;
+        const double one_copy_gbps = bytes * 8 / 1e9 / one_copy->seconds;
         const std::string shown =
             f.pull_codec.empty() ? codec : absl::StrCat(codec, " / pull ", f.pull_codec);
         table.AddRow({absl::StrCat(workers), absl::StrCat(shards), shown, absl::StrCat(e2e->rounds),
                       FormatG(goodput, 4), FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
+                      FormatG(one_copy_gbps / raw_gbps, 3),
                       FormatG(e2e->pull_seconds, 3), FormatG(e2e->push_seconds, 3),
                       FormatG(e2e->round_p50, 3), FormatG(e2e->round_p99, 3),
                       FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3),
@@ -494,7 +546,10 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
                            .Add("goodput_gbps", goodput)
                            .Add("raw_tcp_gbps", raw_gbps)
                            .Add("ratio", goodput / raw_gbps)
+                           .Add("one_copy_tcp_gbps", one_copy_gbps)
+                           .Add("one_copy_ratio", one_copy_gbps / raw_gbps)
                            .Add("rounds", e2e->rounds)
+                           .Add("warmup_rounds", f.warmup)
                            .Add("seconds", e2e->seconds)
                            .Add("raw_tcp_seconds", raw.seconds)
                            .Add("pull_seconds_per_round", e2e->pull_seconds)
@@ -516,23 +571,27 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
 
 int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const std::string& codec) {
   std::vector<core::JsonObjectWriter> rows;
-  Table table({"phase", "elapsed s", "rounds", "VmRSS KiB", "VmHWM KiB"});
+  Table table({"phase", "elapsed s", "rounds", "VmRSS KiB", "VmHWM KiB", "heap in use KiB"});
   std::mutex mu;  // rows and table, from worker 0's thread and this one
   const double t_begin = NowSeconds();
   const auto sample = [&](std::string_view phase, int rounds) {
     const Memory m = ReadMemory();
-    std::fprintf(stderr, "ps-bench e2e --soak: %-8s t=%7.1f s rounds=%6d VmRSS=%8llu KiB VmHWM=%8llu KiB\n",
+    std::fprintf(stderr,
+                 "ps-bench e2e --soak: %-8s t=%7.1f s rounds=%6d VmRSS=%8llu KiB VmHWM=%8llu KiB "
+                 "heap in use=%8llu KiB\n",
                  std::string(phase).c_str(), NowSeconds() - t_begin, rounds,
-                 (unsigned long long)m.rss_kib, (unsigned long long)m.hwm_kib);
+                 (unsigned long long)m.rss_kib, (unsigned long long)m.hwm_kib,
+                 (unsigned long long)m.heap_in_use_kib);
     std::lock_guard lock(mu);
     table.AddRow({std::string(phase), FormatG(NowSeconds() - t_begin, 4), absl::StrCat(rounds),
-                  absl::StrCat(m.rss_kib), absl::StrCat(m.hwm_kib)});
+                  absl::StrCat(m.rss_kib), absl::StrCat(m.hwm_kib), absl::StrCat(m.heap_in_use_kib)});
     rows.push_back(core::JsonObjectWriter()
                        .Add("phase", phase)
                        .Add("elapsed_seconds", NowSeconds() - t_begin)
                        .Add("rounds", rounds)
                        .Add("vm_rss_kib", m.rss_kib)
                        .Add("vm_hwm_kib", m.hwm_kib)
+                       .Add("heap_in_use_kib", m.heap_in_use_kib)
                        .Add("workers", workers)
                        .Add("shards", shards)
                        .Add("model_params", params)
@@ -555,7 +614,7 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
   sample("ready", 0);
   double next = NowSeconds() + f.soak_interval;
   int done = 0;
-  absl::StatusOr<E2eResult> r = RunRounds(*c, *layout, f.rounds, f.seconds, grad, [&](int rounds) {
+  absl::StatusOr<E2eResult> r = RunRounds(*c, *layout, f.warmup, f.rounds, f.seconds, grad, [&](int rounds) {
     done = rounds;
     if (NowSeconds() >= next) {
       next += f.soak_interval;
@@ -621,7 +680,7 @@ int RunE2e(E2eFlags f) {
                "workers x (4 B pushed + 4 B pulled) x params x rounds / seconds\n",
                (unsigned long long)*params, double(*params) * 4 / 1e6, f.slice_elems,
                f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
-                             : absl::StrCat(f.rounds, " timed rounds after 1 warm-up").c_str(),
+                             : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
                f.aggregate_only ? "aggregate-only shards" : "SGD shards (mean)");
   return RunComparison(f, *params, *workers, *shards, codecs);
 }
@@ -640,8 +699,12 @@ Command AddE2eCommand(CLI::App& app) {
   sub->add_option("--pull-codec", f->pull_codec,
                   "The shards' --pull-codec: pulls as changes encoded with this spec (default: "
                   "dense fp32)");
-  sub->add_option("--rounds", f->rounds, "Timed rounds after one warm-up round")
+  sub->add_option("--rounds", f->rounds, "Timed rounds after the warm-up rounds")
       ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  sub->add_option("--warmup", f->warmup,
+                  "Untimed rounds first (the first carries the shards' first aggregation)")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   sub->add_option("--seconds", f->seconds,
                   "Run timed rounds for this long instead of --rounds (--soak: default 300)");

@@ -2,8 +2,8 @@
 """ctest bench_transport_smoke: `ps-bench p3 --quick`, `ps-bench udp --quick` and
 `ps-bench e2e --quick` run, and their JSON rows carry the documented keys with sane
 values (a fifo and a p3 row per bandwidth; a grpc row and a udp row per loss; e2e rows
-starting with exactly the documented keys, ratio = goodput / raw, pull_codec last,
-also with --pull-codec). Speed is not asserted here.
+starting with exactly the documented keys, ratio = goodput / raw, the one-copy
+baseline's ratio, the warm-up, pull_codec, also with --pull-codec). Speed is not asserted here.
 
     smoke_transport.py PS_BENCH WORK_DIR
 """
@@ -77,8 +77,13 @@ def main(bench, work):
             sys.exit(f"ratio is not goodput / raw TCP: {r}")
         if r.get("pull_codec") != "":
             sys.exit(f"{e2e}: dense pulls must say pull_codec \"\": {r}")
-        for key in ("round_seconds_p50", "round_seconds_p99", "rss_bytes_per_param"):
+        for key in ("round_seconds_p50", "round_seconds_p99", "rss_bytes_per_param",
+                    "one_copy_tcp_gbps"):
             positive(r, key)
+        if abs(r["one_copy_ratio"] - r["one_copy_tcp_gbps"] / r["raw_tcp_gbps"]) > 1e-6:
+            sys.exit(f"one_copy_ratio is not one-copy TCP / raw TCP: {r}")
+        if r.get("warmup_rounds") != 2:
+            sys.exit(f"{e2e}: want the default of 2 warm-up rounds: {r}")
         if r["round_seconds_p50"] > r["round_seconds_p99"]:
             sys.exit(f"{e2e}: round latency median above its p99: {r}")
     # Compressed pulls (--pull-codec): the same keys first, the spec at the end.

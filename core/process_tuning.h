@@ -9,6 +9,9 @@
 //   4 KiB at a time, which cost a shard as much as the bytes' copies did. The price is
 //   resident memory that stays at its peak (bounded by the 512 MiB trim threshold
 //   above the working set).
+// - All threads allocate from one heap (M_ARENA_MAX 1) unless MALLOC_ARENA_MAX is set:
+//   glibc unmaps a thread arena's sub-heap as soon as it empties, which ignores the trim
+//   threshold and faulted every round's buffers in afresh.
 // - abseil's mutex deadlock detection is turned off: Debian builds abseil with it on,
 //   and it costs every contended lock a graph update (about 2 % of a shard's cycles).
 //   Tests do not call this, so they keep it.
