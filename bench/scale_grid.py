@@ -3,7 +3,8 @@
 parameters, one ps-bench process per cell (so that each cell's resident memory is its
 own), each against raw loopback TCP in the same process. Writes every row to one JSON
 array and, when matplotlib is installed, two PNG plots against the worker count: the
-goodput ratio to raw TCP, and the process's resident bytes per parameter.
+goodput ratio to raw TCP (dashed: the one-copy-per-side TCP baseline of the same run,
+the ceiling of the ratio), and the process's resident bytes per parameter.
 
     scale_grid.py --bench build/bin/ps-bench --out DIR [--workers 1,4,16,32]
                   [--shards 1,2,4] [--params 2^20,2^22,2^24] [--codec fp32]
@@ -72,8 +73,16 @@ def plot(rows, out):
                 pts = sorted((r["workers"], r[key]) for r in rows
                              if r["model_params"] == params and r["shards"] == shards)
                 if pts:
-                    ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                            label=f"{shards} shard{'s' if shards > 1 else ''}")
+                    line = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                                   label=f"{shards} shard{'s' if shards > 1 else ''}")[0]
+                # The ceiling of any design with one user-space copy per side (the
+                # one-copy TCP baseline of the same run), dashed in the same colour.
+                ceiling = sorted((r["workers"], r["one_copy_ratio"]) for r in rows
+                                 if key == "ratio" and "one_copy_ratio" in r
+                                 and r["model_params"] == params and r["shards"] == shards)
+                if pts and ceiling:
+                    ax.plot([p[0] for p in ceiling], [p[1] for p in ceiling], linestyle="--",
+                            color=line.get_color(), alpha=0.6)
             if key == "ratio":
                 ax.set_xscale("log", base=2)
             else:  # linear, so that memory linear in n shows as a line
@@ -82,6 +91,8 @@ def plot(rows, out):
             ax.set_title(f"2^{params.bit_length() - 1} parameters")
             ax.grid(True, alpha=0.3)
         axes[0][0].set_ylabel(label)
+        if key == "ratio" and any("one_copy_ratio" in r for r in rows):
+            axes[0][0].plot([], [], linestyle="--", color="gray", label="one copy per side")
         axes[0][0].legend()
         fig.tight_layout()
         path = os.path.join(out, name)
