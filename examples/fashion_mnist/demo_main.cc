@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "codecs/codec.h"
 #include "examples/fashion_mnist/demo.h"
 #include "examples/fashion_mnist/process.h"
 
@@ -145,6 +146,17 @@ int main(int argc, char** argv) {
     if (access(bin.c_str(), X_OK) != 0) {
       std::fprintf(stderr, "ps-demo: %s is missing or not executable (build it first)\n",
                    bin.c_str());
+      return 2;
+    }
+  }
+  // Before any process starts: a bad spec would otherwise surface as a shard or a
+  // trainer exiting with its reason in a log file.
+  for (const auto& [flag, spec] : {std::pair<const char*, const std::string*>{"--codec", &config.codec},
+                                   {"--pull-codec", &config.pull_codec}}) {
+    if (spec->empty()) continue;
+    if (auto codec = ps::codecs::MakeCodec(*spec); !codec.ok()) {
+      std::fprintf(stderr, "ps-demo: %s '%s': %s\n", flag, spec->c_str(),
+                   std::string(codec.status().message()).c_str());
       return 2;
     }
   }
