@@ -1,0 +1,109 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "worker_lib/link_estimator_internal.h"
+
+namespace ps::internal {
+namespace {
+
+constexpr double kAlpha = 2e-4;  // 200 us
+constexpr double kBeta = 8e-9;   // 1 GB/s
+
+double Line(uint64_t bytes) { return kAlpha + kBeta * static_cast<double>(bytes); }
+
+TEST(LinkEstimatorTest, NothingSampledIsNotAnEstimate) {
+  LinkEstimator e;
+  EXPECT_FALSE(e.Estimate().valid);
+  e.AddLatency(1e-3);
+  EXPECT_FALSE(e.Estimate().valid);
+}
+
+TEST(LinkEstimatorTest, RecoversAnExactLine) {
+  LinkEstimator e;
+  for (uint64_t b = 1000; b <= 1000000; b *= 2) e.AddTransfer(b, Line(b));
+  const LinkCost c = e.Estimate();
+  ASSERT_TRUE(c.valid);
+  EXPECT_TRUE(c.from_slope);
+  EXPECT_NEAR(c.alpha_seconds, kAlpha, 1e-9);
+  EXPECT_NEAR(c.seconds_per_byte, kBeta, 1e-15);
+  EXPECT_NEAR(c.Seconds(500000), Line(500000), 1e-9);
+}
+
+TEST(LinkEstimatorTest, AQuarterOfStallsDoesNotMoveTheFit) {
+  LinkEstimator e;
+  uint64_t b = 10000;
+  for (int i = 0; i < 64; ++i) {
+    b = 10000 + (b * 7919) % 2000000;  // sizes spread over [1e4, 2e6]
+    // Every fourth transfer stalled: ten times as long.
+    e.AddTransfer(b, i % 4 == 3 ? 10 * Line(b) : Line(b));
+  }
+  const LinkCost c = e.Estimate();
+  ASSERT_TRUE(c.from_slope);
+  EXPECT_NEAR(c.seconds_per_byte, kBeta, 0.05 * kBeta);
+  EXPECT_NEAR(c.alpha_seconds, kAlpha, 0.05 * kAlpha);
+}
+
+TEST(LinkEstimatorTest, AlikeSizesTakeAlphaFromTheLatencies) {
+  LinkEstimator e;
+  for (int i = 0; i < 20; ++i) e.AddTransfer(1 << 20, Line(1 << 20));
+  for (int i = 0; i < 9; ++i) e.AddLatency(kAlpha);
+  e.AddLatency(1.0);  // one stalled round trip
+  const LinkCost c = e.Estimate();
+  ASSERT_TRUE(c.valid);
+  EXPECT_FALSE(c.from_slope);
+  EXPECT_DOUBLE_EQ(c.alpha_seconds, kAlpha);
+  EXPECT_NEAR(c.seconds_per_byte, kBeta, 1e-15);
+}
+
+TEST(LinkEstimatorTest, AlikeSizesWithoutLatenciesChargeEverythingPerByte) {
+  LinkEstimator e;
+  e.AddTransfer(1000, 1e-3);
+  const LinkCost c = e.Estimate();
+  ASSERT_TRUE(c.valid);
+  EXPECT_EQ(c.alpha_seconds, 0);
+  EXPECT_DOUBLE_EQ(c.seconds_per_byte, 1e-6);
+}
+
+TEST(LinkEstimatorTest, FollowsALinkThatChanges) {
+  LinkEstimator e(/*window=*/16);
+  for (uint64_t i = 1; i <= 16; ++i) e.AddTransfer(i * 100000, Line(i * 100000));
+  // The link gets four times slower per byte; after a window of samples the old ones
+  // are gone.
+  for (uint64_t i = 1; i <= 16; ++i)
+    e.AddTransfer(i * 100000, kAlpha + 4 * kBeta * double(i * 100000));
+  const LinkCost c = e.Estimate();
+  EXPECT_EQ(c.transfers, 16u);
+  EXPECT_NEAR(c.seconds_per_byte, 4 * kBeta, 1e-15);
+  EXPECT_NEAR(c.alpha_seconds, kAlpha, 1e-9);
+}
+
+TEST(LinkEstimatorTest, IgnoresSamplesThatMeanNothing) {
+  LinkEstimator e;
+  e.AddTransfer(0, 1.0);
+  e.AddTransfer(1000, std::numeric_limits<double>::quiet_NaN());
+  e.AddTransfer(1000, std::numeric_limits<double>::infinity());
+  e.AddTransfer(1000, -1.0);
+  e.AddLatency(std::numeric_limits<double>::quiet_NaN());
+  e.AddLatency(-1.0);
+  EXPECT_FALSE(e.Estimate().valid);
+  e.AddTransfer(1000, 1e-3);
+  const LinkCost c = e.Estimate();
+  EXPECT_EQ(c.transfers, 1u);
+  EXPECT_TRUE(std::isfinite(c.seconds_per_byte));
+}
+
+TEST(LinkEstimatorTest, NeverPredictsNegativeCosts) {
+  LinkEstimator e;
+  // Larger transfers that happened to be faster (noise on an idle link): a negative
+  // slope is clamped to zero, as is a negative intercept.
+  for (uint64_t b = 1000; b <= 64000; b *= 2) e.AddTransfer(b, 1e-3 - 1e-9 * double(b));
+  const LinkCost c = e.Estimate();
+  EXPECT_GE(c.seconds_per_byte, 0);
+  EXPECT_GE(c.alpha_seconds, 0);
+}
+
+}  // namespace
+}  // namespace ps::internal

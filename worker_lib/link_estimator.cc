@@ -1,0 +1,87 @@
+#include <algorithm>
+#include <cmath>
+
+#include "worker_lib/link_estimator_internal.h"
+
+namespace ps::internal {
+namespace {
+
+// The median of `v` (reordered); v must not be empty. The upper median for an even
+// count: a sample, not an average of two.
+double Median(std::vector<double>& v) {
+  auto mid = v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2);
+  std::nth_element(v.begin(), mid, v.end());
+  return *mid;
+}
+
+template <typename T>
+void PutInRing(std::vector<T>& ring, size_t& next, size_t window, T value) {
+  if (ring.size() < window) {
+    ring.push_back(value);
+  } else {
+    ring[next] = value;
+  }
+  next = (next + 1) % window;
+}
+
+}  // namespace
+
+LinkEstimator::LinkEstimator(size_t window, double min_spread)
+    : window_(std::max<size_t>(window, 2)), min_spread_(std::max(min_spread, 1.000001)) {}
+
+void LinkEstimator::AddTransfer(uint64_t bytes, double seconds) {
+  if (bytes == 0 || !std::isfinite(seconds) || seconds < 0) return;
+  PutInRing(transfers_, next_transfer_, window_,
+            Transfer{.bytes = static_cast<double>(bytes), .seconds = seconds});
+}
+
+void LinkEstimator::AddLatency(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return;
+  PutInRing(latencies_, next_latency_, window_, seconds);
+}
+
+LinkCost LinkEstimator::Estimate() const {
+  LinkCost cost;
+  cost.transfers = transfers_.size();
+  if (transfers_.empty()) return cost;
+  cost.valid = true;
+  double lo = transfers_[0].bytes, hi = lo;
+  for (const Transfer& t : transfers_) {
+    lo = std::min(lo, t.bytes);
+    hi = std::max(hi, t.bytes);
+  }
+  std::vector<double> values;
+  if (transfers_.size() >= 2 && hi >= min_spread_ * lo) {
+    // Pairs of nearly equal sizes give wild slopes; a pair counts when its sizes differ
+    // by at least a tenth of the whole spread.
+    const double min_gap = (hi - lo) / 10;
+    for (size_t i = 0; i < transfers_.size(); ++i) {
+      for (size_t j = i + 1; j < transfers_.size(); ++j) {
+        const double db = transfers_[j].bytes - transfers_[i].bytes;
+        if (std::abs(db) < min_gap) continue;
+        values.push_back((transfers_[j].seconds - transfers_[i].seconds) / db);
+      }
+    }
+    if (!values.empty()) {
+      cost.from_slope = true;
+      cost.seconds_per_byte = std::max(0.0, Median(values));
+      values.clear();
+      for (const Transfer& t : transfers_)
+        values.push_back(t.seconds - cost.seconds_per_byte * t.bytes);
+      cost.alpha_seconds = std::max(0.0, Median(values));
+      return cost;
+    }
+  }
+  if (!latencies_.empty()) {
+    values = latencies_;
+    cost.alpha_seconds = Median(values);
+    values.clear();
+  }
+  for (const Transfer& t : transfers_) {
+    values.push_back(std::max(0.0, t.seconds - cost.alpha_seconds) / t.bytes);
+  }
+  cost.seconds_per_byte = Median(values);
+  return cost;
+}
+
+}  // namespace ps::internal

@@ -1,0 +1,62 @@
+// LinkEstimator: what moving bytes to one shard costs, as alpha + beta x bytes
+// (docs/adaptive.md, "The cost model"), estimated from timed transfers.
+//
+// Samples are (bytes, seconds) of whole transfers. Estimate() fits them robustly:
+// Theil-Sen (beta the median of the pairwise slopes, alpha the median of the
+// residuals), which a quarter of wild samples (a slow round, a stall) does not move.
+// When the samples' sizes are too alike for a slope (every round pushes the same
+// bytes), alpha comes from the latency samples (round trips of tiny calls, AddLatency)
+// and beta from the median of (seconds - alpha) / bytes. Only the last `window`
+// samples of each kind count, so the estimate follows a link that changes, and memory
+// and Estimate()'s cost (window^2 / 2 slopes) are bounded.
+//
+// Not thread-safe: the owner serializes calls.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ps::internal {
+
+struct LinkCost {
+  bool valid = false;        // false until a transfer was sampled
+  double alpha_seconds = 0;  // fixed cost of a transfer
+  double seconds_per_byte = 0;
+  size_t transfers = 0;     // samples the estimate rests on
+  bool from_slope = false;  // Theil-Sen (else alpha from latencies or 0)
+
+  // Predicted seconds to move `bytes`.
+  double Seconds(uint64_t bytes) const {
+    return alpha_seconds + seconds_per_byte * static_cast<double>(bytes);
+  }
+};
+
+class LinkEstimator {
+ public:
+  // window: samples kept of each kind, >= 2. min_spread: the largest sample must be at
+  // least this many times the smallest for a slope to be fitted (> 1).
+  explicit LinkEstimator(size_t window = 64, double min_spread = 2.0);
+
+  // A transfer of `bytes` (> 0) that took `seconds` (finite, >= 0); others are ignored.
+  void AddTransfer(uint64_t bytes, double seconds);
+  // The round trip of a call that carries next to no bytes (finite, >= 0).
+  void AddLatency(double seconds);
+
+  LinkCost Estimate() const;
+
+ private:
+  struct Transfer {
+    double bytes = 0;
+    double seconds = 0;
+  };
+
+  size_t window_;
+  double min_spread_;
+  std::vector<Transfer> transfers_;  // ring of the last window_
+  size_t next_transfer_ = 0;
+  std::vector<double> latencies_;  // ring of the last window_
+  size_t next_latency_ = 0;
+};
+
+}  // namespace ps::internal
