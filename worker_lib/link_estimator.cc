@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 
 #include "worker_lib/link_estimator_internal.h"
@@ -82,6 +83,34 @@ LinkCost LinkEstimator::Estimate() const {
   }
   cost.seconds_per_byte = Median(values);
   return cost;
+}
+
+TransferMeter::TransferMeter(std::function<double()> now)
+    : now_(now ? std::move(now) : [] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+            .count();
+      }) {}
+
+void TransferMeter::Started() {
+  const double t = now_();
+  absl::MutexLock lock(&mu_);
+  if (in_flight_++ == 0) {
+    start_ = t;
+    bytes_ = 0;
+  }
+}
+
+void TransferMeter::Finished(uint64_t bytes) {
+  const double t = now_();
+  absl::MutexLock lock(&mu_);
+  if (in_flight_ == 0) return;  // unmatched: nothing to end
+  bytes_ += bytes;
+  if (--in_flight_ == 0 && bytes_ > 0) estimator_.AddTransfer(bytes_, t - start_);
+}
+
+LinkCost TransferMeter::Estimate() const {
+  absl::MutexLock lock(&mu_);
+  return estimator_.Estimate();
 }
 
 }  // namespace ps::internal

@@ -10,12 +10,20 @@
 // samples of each kind count, so the estimate follows a link that changes, and memory
 // and Estimate()'s cost (window^2 / 2 slopes) are bounded.
 //
-// Not thread-safe: the owner serializes calls.
+// TransferMeter turns calls that overlap (a push pipeline's window) into such
+// samples: a busy period, from a call started while none was in flight to the moment
+// none is, is one transfer of the bytes its calls delivered.
+//
+// LinkEstimator is not thread-safe (the owner serializes calls); TransferMeter is.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ps::internal {
 
@@ -57,6 +65,29 @@ class LinkEstimator {
   size_t next_transfer_ = 0;
   std::vector<double> latencies_;  // ring of the last window_
   size_t next_latency_ = 0;
+};
+
+class TransferMeter {
+ public:
+  // `now` gives seconds on a monotonic clock (default: steady_clock).
+  explicit TransferMeter(std::function<double()> now = {});
+
+  // A call went on the wire.
+  void Started();
+  // A call started before is over, having delivered `bytes` (0: refused or failed).
+  // Ends the busy period when it was the last in flight; a period that delivered
+  // nothing is not a sample.
+  void Finished(uint64_t bytes);
+
+  LinkCost Estimate() const;
+
+ private:
+  const std::function<double()> now_;
+  mutable absl::Mutex mu_;
+  uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
+  double start_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  LinkEstimator estimator_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::internal

@@ -53,6 +53,7 @@ PushPipeline::PushPipeline(const WorkerOptions& options, core::RetryPolicy polic
     q->queue = std::make_unique<SendQueue<std::unique_ptr<Call>>>(options.priority_order,
                                                                   options.max_inflight_bytes);
     queues_.push_back(std::move(q));
+    meters_.push_back(std::make_unique<TransferMeter>());
   }
 }
 
@@ -294,6 +295,7 @@ void PushPipeline::Send(std::unique_ptr<Call> call) {
     }
     in_flight_.insert(call->rpc.get());
   }
+  meters_[call->shard]->Started();
   Call* raw = call.release();
   raw->rpc->Start(&raw->message,
                   [this, raw](absl::Status s) { OnDone(std::unique_ptr<Call>(raw), s); });
@@ -307,6 +309,7 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
   // A retry answered "duplicate" means an earlier attempt got through.
   const bool accepted = s.ok() || (call->attempt > 0 && absl::IsAlreadyExists(s) &&
                                    call->last_code != absl::StatusCode::kUnauthenticated);
+  meters_[call->shard]->Finished(accepted ? call->message.payload_size() : 0);
   if (accepted) {
     slices_pushed_.fetch_add(1);
     push_bytes_.fetch_add(call->message.payload_size());
@@ -371,6 +374,13 @@ std::string PushPipeline::device_note(size_t tensor) const {
 }
 
 void PushPipeline::FillStats(WorkerStats& stats) const {
+  stats.push_links.clear();
+  for (const auto& meter : meters_) {
+    const LinkCost c = meter->Estimate();
+    stats.push_links.push_back({.alpha_seconds = c.alpha_seconds,
+                                .seconds_per_byte = c.seconds_per_byte,
+                                .transfers = c.transfers});
+  }
   stats.slices_pushed = slices_pushed_.load();
   stats.slices_refused = slices_refused_.load();
   stats.push_bytes = push_bytes_.load();

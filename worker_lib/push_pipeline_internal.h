@@ -39,6 +39,7 @@
 #include "core/layout.h"
 #include "core/retry.h"
 #include "worker_lib/delay_queue_internal.h"
+#include "worker_lib/link_estimator_internal.h"
 #include "worker_lib/send_queue_internal.h"
 #include "worker_lib/shard_client_internal.h"
 #include "worker_lib/tensor_encoder_internal.h"
@@ -125,6 +126,8 @@ class PushPipeline {
   ShardClient& client_;
   std::vector<std::unique_ptr<TensorSlot>> slots_;   // per tensor
   std::vector<std::unique_ptr<ShardQueue>> queues_;  // per shard
+  // Per shard: the push calls' busy periods, for the link's cost (WorkerStats::push_links).
+  std::vector<std::unique_ptr<TransferMeter>> meters_;
   std::unique_ptr<UdpSender> udp_sender_;            // when some tensor goes over UDP
   DelayQueue retry_queue_;
 

@@ -141,6 +141,16 @@ struct ShardInfo {
 };
 
 // Counters since Start(); read with Worker::stats().
+// What moving pushes to one shard costs, as this worker measured it (docs/adaptive.md,
+// "The cost model"): a busy period of the shard's push window (from a push sent while
+// none was in flight to the moment none is) that delivered B bytes took about
+// alpha_seconds + seconds_per_byte x B. Zeros until a push was answered.
+struct LinkStats {
+  double alpha_seconds = 0;
+  double seconds_per_byte = 0;
+  uint64_t transfers = 0;  // busy periods the estimate rests on (at most the last 64)
+};
+
 struct WorkerStats {
   uint64_t slices_pushed = 0;    // accepted by a shard
   uint64_t slices_refused = 0;   // refused by a shard (late, duplicate, invalid, ...)
@@ -157,6 +167,7 @@ struct WorkerStats {
   uint64_t udp_datagrams_sent = 0;
   uint64_t udp_datagrams_dropped = 0;  // by loss injection
   uint64_t udp_bytes = 0;              // datagram bytes sent
+  std::vector<LinkStats> push_links;   // per shard id (gRPC pushes only)
 };
 
 // A pull in progress (Worker::StartPullAll). The buffers it writes into must stay

@@ -83,6 +83,43 @@ TEST(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
   EXPECT_EQ(UrgentPosition(server::Schedule::kFifo, false), 8u);
 }
 
+// The worker's measured push cost (WorkerStats::push_links) over a link shaped to
+// 40 Mbit/s (5 MB/s, 2e-7 s per byte): pushes of 256 KiB and of 1 MiB in separate busy
+// periods give the slope.
+TEST(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
+  testing::Cluster c = testing::StartCluster(1, Options(1));
+  ASSERT_EQ(c.num_shards(), 1u);
+  auto layout = core::ModelLayout::Create({{"small", 65536, 0}, {"large", 262144, 1}}, 262144, 1);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(65536, 0.0f),
+                                                std::vector<float>(262144, 0.0f)};
+  WorkerOptions o = ClientOptions(c, 0);
+  auto shaping = net::ParseLinkShaping("rate=40mbps");
+  ASSERT_TRUE(shaping.ok());
+  o.shaping = *shaping;
+  auto worker = Worker::Start(o, *layout, Spans(init));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ((*worker)->stats().push_links.at(0).transfers, 0u);
+  std::vector<float> out0(65536), out1(262144);
+  const std::vector<std::span<float>> outs = {out0, out1};
+  for (uint64_t round = 0; round < 3; ++round) {
+    ASSERT_TRUE((*worker)->PullAll(round, outs, milliseconds(20000)).ok());
+    // Each tensor in its own busy period: wait for one before pushing the other.
+    for (size_t t : {0, 1}) {
+      ASSERT_TRUE((*worker)->Push(t, round, init[t]).ok());
+      ASSERT_TRUE((*worker)->WaitPushes().ok());
+    }
+  }
+  const std::vector<LinkStats> links = (*worker)->stats().push_links;
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].transfers, 6u);
+  // The shaper bounds the rate; the shard's work and a loaded (or sanitized) machine
+  // only slow it. Unshaped loopback would be about 1e-9.
+  EXPECT_GT(links[0].seconds_per_byte, 0.7 * 2e-7);
+  EXPECT_LT(links[0].seconds_per_byte, 3.0 * 2e-7);
+  EXPECT_LT(links[0].alpha_seconds, 0.1);
+}
+
 TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
   testing::Cluster c = testing::StartCluster(1, Options(1));
   ASSERT_EQ(c.num_shards(), 1u);

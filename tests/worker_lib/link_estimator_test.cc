@@ -105,5 +105,43 @@ TEST(LinkEstimatorTest, NeverPredictsNegativeCosts) {
   EXPECT_GE(c.alpha_seconds, 0);
 }
 
+TEST(TransferMeterTest, ABusyPeriodIsOneTransferOfWhatItsCallsDelivered) {
+  double now = 0;
+  TransferMeter m([&now] { return now; });
+  EXPECT_EQ(m.Estimate().transfers, 0u);
+  // Two overlapping calls: one transfer of 3000 bytes from t=0 to t=1.
+  m.Started();
+  now = 0.25;
+  m.Started();
+  now = 0.5;
+  m.Finished(1000);
+  EXPECT_EQ(m.Estimate().transfers, 0u);  // still busy
+  now = 1.0;
+  m.Finished(2000);
+  LinkCost c = m.Estimate();
+  ASSERT_EQ(c.transfers, 1u);
+  EXPECT_DOUBLE_EQ(c.Seconds(3000), 1.0);
+  // A period whose calls all failed delivered nothing: no sample.
+  now = 2.0;
+  m.Started();
+  now = 3.0;
+  m.Finished(0);
+  EXPECT_EQ(m.Estimate().transfers, 1u);
+  // 12000 bytes in 3.5 s: with the first (3000 bytes in 1 s), sizes 4x apart, a slope
+  // of 2.5 s per 9000 bytes.
+  now = 4.0;
+  m.Started();
+  now = 7.5;
+  m.Finished(12000);
+  c = m.Estimate();
+  ASSERT_EQ(c.transfers, 2u);
+  EXPECT_TRUE(c.from_slope);
+  EXPECT_NEAR(c.seconds_per_byte, 2.5 / 9000, 1e-12);
+  EXPECT_NEAR(c.alpha_seconds, 1.0 - 3000 * 2.5 / 9000, 1e-9);
+  // An unmatched Finished changes nothing.
+  m.Finished(5);
+  EXPECT_EQ(m.Estimate().transfers, 2u);
+}
+
 }  // namespace
 }  // namespace ps::internal
