@@ -546,7 +546,10 @@ TEST(HostileTest, ClientsCannotFloodTheLog) {
   hello.set_config_summary(std::string(1 << 20, 'A') + "\n2026-01-01 info [shard-0] forged line");
   for (int i = 0; i < 50; ++i) {
     v1::PeerHelloResponse answer;
-    EXPECT_TRUE(shard.peers().Hello(Context("").get(), hello, &answer).ok());
+    // 1 MB each: a generous deadline, as a sanitized build on a loaded machine once
+    // took longer than the default 10 s for one of them.
+    const grpc::Status s = shard.peers().Hello(Context("", milliseconds(60000)).get(), hello, &answer);
+    EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
   }
   for (int i = 0; i < 1000; ++i) {
     std::string session;
