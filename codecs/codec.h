@@ -40,6 +40,12 @@ struct EncodeContext {
   // The slice as a row-major matrix of this many columns (0: not a matrix). PowerSGD
   // factorizes matrices and sends anything else uncompressed.
   uint32_t matrix_cols = 0;
+  // What delivering this payload costs beyond its bytes, in bytes of the link it takes:
+  // the link's fixed cost per transfer over its cost per byte (alpha / beta,
+  // docs/adaptive.md "The cost model"). Codecs that choose their level per encoding
+  // (topk(level=cat)) maximize the descent per (fixed_cost_bytes + payload bytes).
+  // Negative: unknown, the spec's `overhead` stands in.
+  double fixed_cost_bytes = -1;
 };
 
 // Options a codec takes from its user rather than from its spec.

@@ -8,8 +8,8 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cfloat>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -54,7 +54,9 @@ struct Context {
                                       cudaMemcpyDeviceToHost, stream),
                       "cudaMemcpyAsync (payload to the host)");
   }
-  absl::Status Sync() { return CudaStatus(cudaStreamSynchronize(stream), "encoding on the device"); }
+  absl::Status Sync() {
+    return CudaStatus(cudaStreamSynchronize(stream), "encoding on the device");
+  }
 
   // The CPU codec's encoding of a host copy of x, and x - decode(payload) into residual
   // (device memory, may alias x) when not null.
@@ -110,9 +112,9 @@ class HalvesEngine final : public Engine {
     PS_RETURN_IF_ERROR(c_.staging.Reserve(4 + 2 * n));
     auto* flag = buffer_.as<uint32_t>();
     PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(flag, 0, 4, c_.stream), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(cuda::LaunchHalves(x, n, bf16_, buffer_.as<unsigned char>() + 4, flag,
-                                             residual, c_.stream),
-                                "fp16/bf16 kernel"));
+    PS_RETURN_IF_ERROR(Launched(
+        cuda::LaunchHalves(x, n, bf16_, buffer_.as<unsigned char>() + 4, flag, residual, c_.stream),
+        "fp16/bf16 kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, buffer_.as<void>(), 4 + 2 * n));
     PS_RETURN_IF_ERROR(c_.Sync());
     if (c_.staging.as<uint32_t>()[0] != 0) return c_.EncodeOnHost(x, n, ctx, out, nullptr);
@@ -143,10 +145,12 @@ class SignEngine final : public Engine {
     auto* sum = reinterpret_cast<double*>(base);
     auto* scale = reinterpret_cast<float*>(base + 8);
     PS_RETURN_IF_ERROR(
-        Launched(cuda::LaunchSumAbs(x, n, partials_.as<double>(), sum, scale, c_.stream), "sign sum kernel"));
-    PS_RETURN_IF_ERROR(Launched(
-        cuda::LaunchSignBits(x, n, scale, reinterpret_cast<uint32_t*>(base + 16), residual, c_.stream),
-        "sign bits kernel"));
+        Launched(cuda::LaunchSumAbs(x, n, partials_.as<double>(), sum, scale, c_.stream),
+                 "sign sum kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::LaunchSignBits(x, n, scale, reinterpret_cast<uint32_t*>(base + 16), residual,
+                                      c_.stream),
+                 "sign bits kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, base, bytes));
     PS_RETURN_IF_ERROR(c_.Sync());
     const auto* staged = c_.staging.as<unsigned char>();
@@ -184,17 +188,20 @@ class TernGradEngine final : public Engine {
     PS_RETURN_IF_ERROR(c_.staging.Reserve(body));
     PS_RETURN_IF_ERROR(
         Launched(cudaMemsetAsync(max_.as<void>(), 0, 4 * buckets, c_.stream), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(cuda::LaunchBucketMaxAbs(x, n, bucket_, max_.as<uint32_t>(), c_.stream),
-                                "bucket max kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::LaunchBucketMaxAbs(x, n, bucket_, max_.as<uint32_t>(), c_.stream),
+                 "bucket max kernel"));
     auto* scales = buffer_.as<float>();
     PS_RETURN_IF_ERROR(Launched(
         cuda::LaunchTernGrad(x, n, bucket_, max_.as<uint32_t>(), internal::RoundingSeed(seed_, ctx),
-                       scales, buffer_.as<unsigned char>() + 4 * buckets, residual, c_.stream),
+                             scales, buffer_.as<unsigned char>() + 4 * buckets, residual,
+                             c_.stream),
         "terngrad kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, scales, body));
     PS_RETURN_IF_ERROR(c_.Sync());
     for (size_t b = 0; b < buckets; ++b) {
-      if (!std::isfinite(c_.staging.as<float>()[b])) return c_.EncodeOnHost(x, n, ctx, out, nullptr);
+      if (!std::isfinite(c_.staging.as<float>()[b]))
+        return c_.EncodeOnHost(x, n, ctx, out, nullptr);
     }
     std::string payload;
     payload.reserve(c_.cpu->MaxEncodedBytes(n));
@@ -241,22 +248,25 @@ class ThreeLcEngine final : public Engine {
     const cudaStream_t s = c_.stream;
     PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(max_bits, 0, 4, s), "cudaMemsetAsync"));
     PS_RETURN_IF_ERROR(Launched(cuda::LaunchBucketMaxAbs(x, n, n, max_bits, s), "3lc max kernel"));
-    PS_RETURN_IF_ERROR(Launched(cuda::Launch3lcScale(max_bits, s_, scale_half, s), "3lc scale kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::Launch3lcScale(max_bits, s_, scale_half, s), "3lc scale kernel"));
     PS_RETURN_IF_ERROR(
         Launched(cuda::Launch3lcGroups(x, n, scale_half, bytes, keys_.as<int32_t>(), residual, s),
                  "3lc group kernel"));
-    PS_RETURN_IF_ERROR(Launched(cuda::InclusiveMaxScan(keys_.as<int32_t>(), last_.as<int32_t>(), groups,
-                                                 scratch_.as<void>(), scratch_bytes, s),
-                                "3lc scan"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::InclusiveMaxScan(keys_.as<int32_t>(), last_.as<int32_t>(), groups,
+                                        scratch_.as<void>(), scratch_bytes, s),
+                 "3lc scan"));
     PS_RETURN_IF_ERROR(
         Launched(cuda::Launch3lcSizes(bytes, last_.as<int32_t>(), groups, sizes_.as<uint32_t>(), s),
                  "3lc size kernel"));
-    PS_RETURN_IF_ERROR(Launched(cuda::ExclusiveSum(sizes_.as<uint32_t>(), offsets_.as<uint32_t>(), groups,
-                                             scratch_.as<void>(), scratch_bytes, s),
+    PS_RETURN_IF_ERROR(Launched(cuda::ExclusiveSum(sizes_.as<uint32_t>(), offsets_.as<uint32_t>(),
+                                                   groups, scratch_.as<void>(), scratch_bytes, s),
                                 "3lc offsets scan"));
-    PS_RETURN_IF_ERROR(Launched(cuda::Launch3lcTokens(bytes, last_.as<int32_t>(), sizes_.as<uint32_t>(),
-                                                offsets_.as<uint32_t>(), groups, tokens, total, s),
-                                "3lc token kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::Launch3lcTokens(bytes, last_.as<int32_t>(), sizes_.as<uint32_t>(),
+                                       offsets_.as<uint32_t>(), groups, tokens, total, s),
+                 "3lc token kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, meta, 16));
     PS_RETURN_IF_ERROR(c_.Sync());
     const uint32_t* staged = c_.staging.as<uint32_t>();
@@ -296,16 +306,19 @@ class SparseEngine final : public Engine {
     // Inf and NaN first, as the CPU codec checks them first.
     PS_RETURN_IF_ERROR(Reserve(n));
     PS_RETURN_IF_ERROR(Launched(cudaMemsetAsync(max_.as<void>(), 0, 4, s), "cudaMemsetAsync"));
-    PS_RETURN_IF_ERROR(Launched(cuda::LaunchBucketMaxAbs(x, n, n, max_.as<uint32_t>(), s), "max kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::LaunchBucketMaxAbs(x, n, n, max_.as<uint32_t>(), s), "max kernel"));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(16));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, max_.as<void>(), 4));
     PS_RETURN_IF_ERROR(c_.Sync());
-    if (c_.staging.as<uint32_t>()[0] >= 0x7f800000u) return c_.EncodeOnHost(x, n, ctx, out, nullptr);
+    if (c_.staging.as<uint32_t>()[0] >= 0x7f800000u)
+      return c_.EncodeOnHost(x, n, ctx, out, nullptr);
 
     const uint64_t stream = internal::StreamSeed(seed_, ctx);
     size_t kept = 0;
     if (config_.sparsifier == internal::Sparsifier::kThreshold) {
-      PS_ASSIGN_OR_RETURN(kept, KeepAtLeast(x, n, internal::AbsBits(static_cast<float>(config_.tau))));
+      PS_ASSIGN_OR_RETURN(kept,
+                          KeepAtLeast(x, n, internal::AbsBits(static_cast<float>(config_.tau))));
     } else {
       const size_t k = internal::KeepCount(config_.ratio, n);
       if (k >= n) {
@@ -372,17 +385,18 @@ class SparseEngine final : public Engine {
     PS_RETURN_IF_ERROR(Launched(cuda::LaunchTopkTileCounts(x, n, state_.as<cuda::SelectState>(),
                                                            tile_counts_.as<uint64_t>(), c_.stream),
                                 "top-k tile count kernel"));
-    return Launched(cuda::ExclusiveSum(tile_counts_.as<uint64_t>(), tile_offsets_.as<uint64_t>(), tiles,
-                                 scratch_.as<void>(), scratch_bytes_, c_.stream),
+    return Launched(cuda::ExclusiveSum(tile_counts_.as<uint64_t>(), tile_offsets_.as<uint64_t>(),
+                                       tiles, scratch_.as<void>(), scratch_bytes_, c_.stream),
                     "top-k tile scan");
   }
 
   absl::Status Write(const float* x, size_t n, size_t count) {
     PS_RETURN_IF_ERROR(indices_.Reserve(4 * count));
     PS_RETURN_IF_ERROR(values_.Reserve(4 * count));
-    return Launched(cuda::LaunchTopkWrite(x, n, state_.as<cuda::SelectState>(), tile_offsets_.as<uint64_t>(),
-                                    indices_.as<uint32_t>(), values_.as<float>(), c_.stream),
-                    "top-k write kernel");
+    return Launched(
+        cuda::LaunchTopkWrite(x, n, state_.as<cuda::SelectState>(), tile_offsets_.as<uint64_t>(),
+                              indices_.as<uint32_t>(), values_.as<float>(), c_.stream),
+        "top-k write kernel");
   }
 
   // The keys > prefix and == prefix over all tiles (one synchronisation).
@@ -411,13 +425,14 @@ class SparseEngine final : public Engine {
   absl::Status Exact(const float* x, size_t n, size_t k) {
     PS_RETURN_IF_ERROR(SetState(0, k));
     for (int d = 0; d < cuda::kSelectDigits; ++d) {
-      PS_RETURN_IF_ERROR(
-          Launched(cudaMemsetAsync(hist_.as<void>(), 0, 4 * (size_t{1} << cuda::kDigitBits[d]), c_.stream),
-                   "cudaMemsetAsync"));
       PS_RETURN_IF_ERROR(Launched(
-          cuda::LaunchRadixHistogram(x, n, cuda::kDigitShift[d], cuda::kDigitBits[d],
-                                     state_.as<cuda::SelectState>(), hist_.as<uint32_t>(), c_.stream),
-          "radix histogram kernel"));
+          cudaMemsetAsync(hist_.as<void>(), 0, 4 * (size_t{1} << cuda::kDigitBits[d]), c_.stream),
+          "cudaMemsetAsync"));
+      PS_RETURN_IF_ERROR(
+          Launched(cuda::LaunchRadixHistogram(x, n, cuda::kDigitShift[d], cuda::kDigitBits[d],
+                                              state_.as<cuda::SelectState>(), hist_.as<uint32_t>(),
+                                              c_.stream),
+                   "radix histogram kernel"));
       PS_RETURN_IF_ERROR(Launched(cuda::LaunchSelectStep(hist_.as<uint32_t>(), cuda::kDigitBits[d],
                                                          state_.as<cuda::SelectState>(), c_.stream),
                                   "radix select kernel"));
@@ -438,8 +453,9 @@ class SparseEngine final : public Engine {
     }
     PS_RETURN_IF_ERROR(samples_.Reserve(4 * samples));
     PS_RETURN_IF_ERROR(c_.staging.Reserve(4 * samples));
-    PS_RETURN_IF_ERROR(Launched(
-        cuda::LaunchSampleKeys(x, n, seed, samples, samples_.as<uint32_t>(), c_.stream), "sample kernel"));
+    PS_RETURN_IF_ERROR(
+        Launched(cuda::LaunchSampleKeys(x, n, seed, samples, samples_.as<uint32_t>(), c_.stream),
+                 "sample kernel"));
     PS_RETURN_IF_ERROR(c_.ToStaging(0, samples_.as<void>(), 4 * samples));
     PS_RETURN_IF_ERROR(c_.Sync());
     std::vector<uint32_t> keys(c_.staging.as<uint32_t>(), c_.staging.as<uint32_t>() + samples);
@@ -460,18 +476,19 @@ class SparseEngine final : public Engine {
   }
 
   // values[j] = x[sent[j]] for coordinates the host chose (a Bloom filter's positives).
-  absl::Status GatherOnDevice(const float* x, std::span<const uint32_t> sent, std::span<float> values) {
+  absl::Status GatherOnDevice(const float* x, std::span<const uint32_t> sent,
+                              std::span<float> values) {
     if (sent.empty()) return absl::OkStatus();
     PS_RETURN_IF_ERROR(gather_indices_.Reserve(4 * sent.size()));
     PS_RETURN_IF_ERROR(gather_values_.Reserve(4 * sent.size()));
-    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_indices_.as<void>(), sent.data(), 4 * sent.size(),
-                                                cudaMemcpyHostToDevice, c_.stream),
+    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_indices_.as<void>(), sent.data(),
+                                                4 * sent.size(), cudaMemcpyHostToDevice, c_.stream),
                                 "cudaMemcpyAsync (Bloom positives)"));
     PS_RETURN_IF_ERROR(Launched(cuda::LaunchGather(x, gather_indices_.as<uint32_t>(), sent.size(),
-                                             gather_values_.as<float>(), c_.stream),
+                                                   gather_values_.as<float>(), c_.stream),
                                 "gather kernel"));
-    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(values.data(), gather_values_.as<void>(), 4 * sent.size(),
-                                                cudaMemcpyDeviceToHost, c_.stream),
+    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(values.data(), gather_values_.as<void>(),
+                                                4 * sent.size(), cudaMemcpyDeviceToHost, c_.stream),
                                 "cudaMemcpyAsync (gathered values)"));
     return c_.Sync();
   }
@@ -480,22 +497,23 @@ class SparseEngine final : public Engine {
   absl::Status Residual(const float* x, size_t n, std::span<const uint32_t> sent,
                         std::span<const float> decoded, float* residual) {
     if (residual != x) {
-      PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(residual, x, 4 * n, cudaMemcpyDeviceToDevice, c_.stream),
-                                  "cudaMemcpyAsync (residual)"));
+      PS_RETURN_IF_ERROR(
+          Launched(cudaMemcpyAsync(residual, x, 4 * n, cudaMemcpyDeviceToDevice, c_.stream),
+                   "cudaMemcpyAsync (residual)"));
     }
     if (sent.empty()) return c_.Sync();
     PS_RETURN_IF_ERROR(gather_indices_.Reserve(4 * sent.size()));
     PS_RETURN_IF_ERROR(gather_values_.Reserve(4 * sent.size()));
-    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_indices_.as<void>(), sent.data(), 4 * sent.size(),
-                                                cudaMemcpyHostToDevice, c_.stream),
+    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_indices_.as<void>(), sent.data(),
+                                                4 * sent.size(), cudaMemcpyHostToDevice, c_.stream),
                                 "cudaMemcpyAsync (coordinates sent)"));
-    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_values_.as<void>(), decoded.data(), 4 * sent.size(),
-                                                cudaMemcpyHostToDevice, c_.stream),
+    PS_RETURN_IF_ERROR(Launched(cudaMemcpyAsync(gather_values_.as<void>(), decoded.data(),
+                                                4 * sent.size(), cudaMemcpyHostToDevice, c_.stream),
                                 "cudaMemcpyAsync (decoded values)"));
-    PS_RETURN_IF_ERROR(Launched(cuda::LaunchScatterResidual(x, gather_indices_.as<uint32_t>(),
-                                                      gather_values_.as<float>(), sent.size(), residual,
-                                                      c_.stream),
-                                "residual kernel"));
+    PS_RETURN_IF_ERROR(Launched(
+        cuda::LaunchScatterResidual(x, gather_indices_.as<uint32_t>(), gather_values_.as<float>(),
+                                    sent.size(), residual, c_.stream),
+        "residual kernel"));
     // The host vectors must outlive the copies.
     return c_.Sync();
   }
@@ -512,9 +530,11 @@ constexpr char kEncoders[] = "fp16, bf16, sign, terngrad, 3lc, topk and threshol
 // The engine for `cpu`'s (canonical) spec, or UNIMPLEMENTED.
 absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const Codec& cpu, const CodecOptions& options,
                                                    Context* context) {
-  PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages, core::ParseSpec(cpu.spec(), "codec spec"));
+  PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages,
+                      core::ParseSpec(cpu.spec(), "codec spec"));
   const std::string& name = stages.front().name;
-  if (name == "fp16" || name == "bf16") return std::make_unique<HalvesEngine>(context, name == "bf16");
+  if (name == "fp16" || name == "bf16")
+    return std::make_unique<HalvesEngine>(context, name == "bf16");
   if (name == "sign") return std::make_unique<SignEngine>(context);
   if (name == "terngrad") {
     PS_ASSIGN_OR_RETURN(core::StageArgs args, internal::SingleStage(stages, {"bucket"}));
@@ -528,10 +548,15 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const Codec& cpu, const Codec
   }
   if (name == "topk" || name == "threshold") {
     PS_ASSIGN_OR_RETURN(internal::SparseConfig config, internal::ParseSparseSpec(cpu.spec()));
+    if (config.cat) {
+      return absl::UnimplementedError(
+          absl::StrCat("no GPU encoder for '", internal::AbslView(cpu.spec()),
+                       "' (level=cat chooses k on the CPU from the sorted magnitudes)"));
+    }
     return std::make_unique<SparseEngine>(context, std::move(config), options.seed);
   }
-  return absl::UnimplementedError(absl::StrCat("no GPU encoder for '", internal::AbslView(cpu.spec()),
-                                               "' (GPU encoders: ", kEncoders, ")"));
+  return absl::UnimplementedError(absl::StrCat(
+      "no GPU encoder for '", internal::AbslView(cpu.spec()), "' (GPU encoders: ", kEncoders, ")"));
 }
 
 }  // namespace
@@ -547,8 +572,9 @@ class DeviceEncoder::Impl {
     // A blocking stream: it waits for work queued before on the legacy default stream,
     // so values the caller wrote with plain cudaMemcpy (whose DMA may still be running
     // when it returns) are complete before a kernel reads them.
-    PS_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&impl->context_.stream, cudaStreamDefault),
-                                  "cudaStreamCreateWithFlags"));
+    PS_RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&impl->context_.stream, cudaStreamDefault),
+                   "cudaStreamCreateWithFlags"));
     PS_ASSIGN_OR_RETURN(impl->engine_, MakeEngine(*impl->cpu_, options, &impl->context_));
     if (error_feedback) {
       impl->numel_ = numel;
@@ -577,30 +603,35 @@ class DeviceEncoder::Impl {
   }
 
   // Encode of host values: copied to the device on this encoder's stream first.
-  absl::Status EncodeHost(std::span<const float> values, const EncodeContext& ctx, std::string* out) {
+  absl::Status EncodeHost(std::span<const float> values, const EncodeContext& ctx,
+                          std::string* out) {
     PS_RETURN_IF_ERROR(input_.Reserve(4 * values.size()));
     if (!values.empty()) {
-      PS_RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(input_.as<void>(), values.data(), 4 * values.size(),
-                                                    cudaMemcpyHostToDevice, context_.stream),
-                                    "cudaMemcpyAsync (values to the device)"));
+      PS_RETURN_IF_ERROR(
+          CudaStatus(cudaMemcpyAsync(input_.as<void>(), values.data(), 4 * values.size(),
+                                     cudaMemcpyHostToDevice, context_.stream),
+                     "cudaMemcpyAsync (values to the device)"));
     }
     return Encode(input_.as<float>(), values.size(), ctx, out);
   }
 
   const Codec& codec() const { return *cpu_; }
-  const float* residual() const { return error_feedback_ ? residuals_[current_].as<float>() : nullptr; }
+  const float* residual() const {
+    return error_feedback_ ? residuals_[current_].as<float>() : nullptr;
+  }
 
  private:
   explicit Impl(std::unique_ptr<Codec> cpu) : cpu_(std::move(cpu)) { context_.cpu = cpu_.get(); }
 
-  absl::Status EncodeQueued(const float* values, size_t n, const EncodeContext& ctx, std::string* out) {
+  absl::Status EncodeQueued(const float* values, size_t n, const EncodeContext& ctx,
+                            std::string* out) {
     if (!error_feedback_) {
       if (n == 0) return context_.EncodeOnHost(values, 0, ctx, out, nullptr);
       return engine_->Encode(values, n, ctx, out, nullptr);
     }
     if (n != numel_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "DeviceEncoder with error feedback encodes ", numel_, " values, got ", n));
+      return absl::InvalidArgumentError(
+          absl::StrCat("DeviceEncoder with error feedback encodes ", numel_, " values, got ", n));
     }
     if (n == 0) return context_.EncodeOnHost(values, 0, ctx, out, nullptr);
     // v = g + e into the other buffer; the engine turns it into v - decode(payload) in
@@ -634,7 +665,8 @@ DeviceEncoder::~DeviceEncoder() = default;
 
 absl::StatusOr<std::unique_ptr<DeviceEncoder>> DeviceEncoder::Make(std::string_view spec,
                                                                    const CodecOptions& options,
-                                                                   size_t numel, bool error_feedback) {
+                                                                   size_t numel,
+                                                                   bool error_feedback) {
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Impl> impl, Impl::Make(spec, options, numel, error_feedback));
   return std::unique_ptr<DeviceEncoder>(new DeviceEncoder(std::move(impl)));
 }
@@ -654,7 +686,8 @@ namespace {
 // on the host).
 class HostInputEncode final : public internal::DeviceEncode {
  public:
-  explicit HostInputEncode(std::unique_ptr<DeviceEncoder::Impl> encoder) : encoder_(std::move(encoder)) {}
+  explicit HostInputEncode(std::unique_ptr<DeviceEncoder::Impl> encoder)
+      : encoder_(std::move(encoder)) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
@@ -676,8 +709,9 @@ absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const Codec
   DeviceBuffer input, copy;
   PS_RETURN_IF_ERROR(input.Reserve(bytes));
   PS_RETURN_IF_ERROR(copy.Reserve(bytes));
-  PS_RETURN_IF_ERROR(CudaStatus(cudaMemcpy(input.as<void>(), values.data(), bytes, cudaMemcpyHostToDevice),
-                                "cudaMemcpy (values to the device)"));
+  PS_RETURN_IF_ERROR(
+      CudaStatus(cudaMemcpy(input.as<void>(), values.data(), bytes, cudaMemcpyHostToDevice),
+                 "cudaMemcpy (values to the device)"));
   cudaStream_t stream = nullptr;
   PS_RETURN_IF_ERROR(CudaStatus(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
                                 "cudaStreamCreateWithFlags"));
@@ -685,7 +719,8 @@ absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const Codec
   std::string payload;
   // One untimed encoding sizes the encoder's buffers, and one untimed copy warms the
   // copy's stream, so neither side pays first-use costs in the timed runs.
-  absl::Status status = encoder->Encode(input.as<float>(), values.size(), EncodeContext{}, &payload);
+  absl::Status status =
+      encoder->Encode(input.as<float>(), values.size(), EncodeContext{}, &payload);
   timing.payload_bytes = payload.size();
   status.Update(CudaStatus(
       cudaMemcpyAsync(copy.as<void>(), input.as<void>(), bytes, cudaMemcpyDeviceToDevice, stream),
@@ -696,10 +731,10 @@ absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const Codec
   PinnedBuffer to_host;
   status.Update(to_host.Reserve(std::max<size_t>(timing.payload_bytes, 1)));
   auto copy_to_host = [&] {
-    status.Update(CudaStatus(cudaMemcpyAsync(to_host.as<void>(), input.as<void>(),
-                                             std::min(timing.payload_bytes, bytes),
-                                             cudaMemcpyDeviceToHost, stream),
-                             "cudaMemcpyAsync (payload floor)"));
+    status.Update(CudaStatus(
+        cudaMemcpyAsync(to_host.as<void>(), input.as<void>(), std::min(timing.payload_bytes, bytes),
+                        cudaMemcpyDeviceToHost, stream),
+        "cudaMemcpyAsync (payload floor)"));
     status.Update(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
   };
   if (status.ok()) copy_to_host();
@@ -715,9 +750,9 @@ absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const Codec
     const Clock::time_point t0 = Clock::now();
     status.Update(encoder->Encode(input.as<float>(), values.size(), ctx, &payload));
     const Clock::time_point t1 = Clock::now();
-    status.Update(CudaStatus(cudaMemcpyAsync(copy.as<void>(), input.as<void>(), bytes,
-                                             cudaMemcpyDeviceToDevice, stream),
-                             "cudaMemcpyAsync (baseline copy)"));
+    status.Update(CudaStatus(
+        cudaMemcpyAsync(copy.as<void>(), input.as<void>(), bytes, cudaMemcpyDeviceToDevice, stream),
+        "cudaMemcpyAsync (baseline copy)"));
     status.Update(CudaStatus(cudaStreamSynchronize(stream), "cudaStreamSynchronize"));
     const Clock::time_point t2 = Clock::now();
     copy_to_host();

@@ -10,6 +10,7 @@
 //      varint  count: values sent (<= numel)
 //      varint  index section length, then the section
 //      varint  value section length, then the section
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -56,6 +57,61 @@ std::string AssemblePayload(const SparseConfig& config, size_t numel, size_t cou
   return bytes;
 }
 
+}  // namespace
+
+namespace internal {
+
+double EstimatedPayloadBytes(const SparseConfig& c, size_t numel, size_t count) {
+  const double k = static_cast<double>(count);
+  const uint64_t mean_gap = count == 0 ? numel : std::max<uint64_t>(1, numel / count);
+  double index = 0;
+  double sent = k;
+  switch (c.index.kind) {
+    case IndexKind::kSeed:
+      index = 8;
+      break;
+    case IndexKind::kRaw:
+      index = 4 * k;
+      break;
+    case IndexKind::kVarint:
+      index = k * static_cast<double>(VarintSize(mean_gap));
+      break;
+    case IndexKind::kBitmap:
+      index = static_cast<double>((numel + 7) / 8);
+      break;
+    case IndexKind::kRle:
+      index = k * static_cast<double>(VarintSize(mean_gap) + 1);
+      break;
+    case IndexKind::kBloom:
+      index = 30 + static_cast<double>(BloomShapeFor(count, numel, c.index.fpr).bytes);
+      if (c.index.policy == BloomPolicy::kP0) {
+        sent += c.index.fpr * static_cast<double>(numel - count);
+      }
+      break;
+  }
+  double value = 0;
+  switch (c.value.kind) {
+    case ValueKind::kRaw:
+      value = 4 * sent;
+      break;
+    case ValueKind::kFp16:
+      value = 2 * sent;
+      break;
+    case ValueKind::kDeflate:
+    case ValueKind::kPolyfit:
+      value = static_cast<double>(MaxValueBytes(c.value, static_cast<size_t>(sent)));
+      break;
+  }
+  const double header = 3 + static_cast<double>(VarintSize(numel) + VarintSize(count) +
+                                                VarintSize(static_cast<uint64_t>(index)) +
+                                                VarintSize(static_cast<uint64_t>(value)));
+  return header + index + value;
+}
+
+}  // namespace internal
+
+namespace {
+
 class SparseCodec final : public Codec {
  public:
   SparseCodec(SparseConfig config, const CodecOptions& options)
@@ -68,16 +124,25 @@ class SparseCodec final : public Codec {
     PS_RETURN_IF_ERROR(internal::CheckEncodable(config_.spec, values));
     const size_t n = values.size();
     if (n > std::numeric_limits<uint32_t>::max()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          config_.spec, ": cannot encode ", n, " values (indices are 32-bit)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(config_.spec, ": cannot encode ", n, " values (indices are 32-bit)"));
     }
     const uint64_t stream = internal::StreamSeed(options_.seed, ctx);
     std::vector<uint32_t> kept;
     switch (config_.sparsifier) {
       case Sparsifier::kTopk: {
         const size_t k = internal::KeepCount(config_.ratio, n);
-        kept = config_.sampled ? internal::TopkSampled(values, k, stream)
-                               : internal::TopkExact(values, k);
+        if (config_.cat) {
+          const double fixed = ctx.fixed_cost_bytes >= 0 ? ctx.fixed_cost_bytes : config_.overhead;
+          kept = internal::TopkCat(values, internal::KeepCount(config_.min_ratio, n), k, fixed,
+                                   [this, n](size_t count) {
+                                     return internal::EstimatedPayloadBytes(config_, n, count);
+                                   })
+                     .kept;
+        } else {
+          kept = config_.sampled ? internal::TopkSampled(values, k, stream)
+                                 : internal::TopkExact(values, k);
+        }
         break;
       }
       case Sparsifier::kThreshold:
@@ -100,12 +165,14 @@ class SparseCodec final : public Codec {
     PS_RETURN_IF_ERROR(r.U8(&index_id, "the index stage id"));
     if (index_id != static_cast<uint8_t>(config_.index.kind)) {
       return r.Error(absl::StrCat("payload has index stage ", StageName(index_id, true),
-                                  ", expected ", internal::AbslView(internal::IndexKindName(config_.index.kind))));
+                                  ", expected ",
+                                  internal::AbslView(internal::IndexKindName(config_.index.kind))));
     }
     PS_RETURN_IF_ERROR(r.U8(&value_id, "the value stage id"));
     if (value_id != static_cast<uint8_t>(config_.value.kind)) {
       return r.Error(absl::StrCat("payload has value stage ", StageName(value_id, false),
-                                  ", expected ", internal::AbslView(internal::ValueKindName(config_.value.kind))));
+                                  ", expected ",
+                                  internal::AbslView(internal::ValueKindName(config_.value.kind))));
     }
     PS_RETURN_IF_ERROR(r.Numel(out.size()));
     const uint64_t numel = out.size();
@@ -124,16 +191,16 @@ class SparseCodec final : public Codec {
     std::vector<uint32_t> indices;
     if (config_.index.kind == IndexKind::kSeed) {
       if (index_section.size() != 8) {
-        return r.Error(absl::StrCat("random-k seed section is ", index_section.size(),
-                                    " bytes, expected 8"));
+        return r.Error(
+            absl::StrCat("random-k seed section is ", index_section.size(), " bytes, expected 8"));
       }
       internal::WireReader seed_reader(config_.spec, index_section);
       uint64_t mask_seed = 0;
       PS_RETURN_IF_ERROR(seed_reader.U64(&mask_seed, "the mask seed"));
       indices = SupportIndices({mask_seed, static_cast<uint32_t>(count)}, numel);
     } else {
-      PS_RETURN_IF_ERROR(internal::DecodeIndices(config_.spec, config_.index, index_section,
-                                                 numel, count, &indices));
+      PS_RETURN_IF_ERROR(internal::DecodeIndices(config_.spec, config_.index, index_section, numel,
+                                                 count, &indices));
     }
     std::vector<float> values(count);
     PS_RETURN_IF_ERROR(internal::DecodeValues(config_.spec, config_.value, value_section, values));
@@ -148,7 +215,8 @@ class SparseCodec final : public Codec {
       const size_t k = internal::KeepCount(config_.ratio, numel);
       count = config_.sampled ? std::min(numel, 2 * k) : k;
     }
-    if (config_.index.kind == IndexKind::kBloom && config_.index.policy == internal::BloomPolicy::kP0) {
+    if (config_.index.kind == IndexKind::kBloom &&
+        config_.index.policy == internal::BloomPolicy::kP0) {
       count = numel;  // every positive, false ones included
     }
     return 3 + 4 * 10 + internal::MaxIndexBytes(config_.index, numel, count) +
@@ -184,15 +252,17 @@ class SparseCodec final : public Codec {
     std::string index_section;
     internal::PutU64(&index_section, mask_seed);
     std::vector<float> sent_values(sent.size());
-    const float scale = config_.unbiased && !sent.empty()
-                            ? static_cast<float>(static_cast<double>(n) / static_cast<double>(sent.size()))
-                            : 1.0f;
+    const float scale =
+        config_.unbiased && !sent.empty()
+            ? static_cast<float>(static_cast<double>(n) / static_cast<double>(sent.size()))
+            : 1.0f;
     for (size_t j = 0; j < sent.size(); ++j) sent_values[j] = values[sent[j]] * scale;
     if (scale != 1.0f) {
       for (size_t j = 0; j < sent.size(); ++j) {
         if (!std::isfinite(sent_values[j])) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              config_.spec, ": cannot encode value ", sent[j], ": not finite once scaled by ", scale));
+          return absl::InvalidArgumentError(absl::StrCat(config_.spec, ": cannot encode value ",
+                                                         sent[j], ": not finite once scaled by ",
+                                                         scale));
         }
       }
     }
@@ -217,7 +287,8 @@ bool IsValueName(std::string_view name) {
 }
 std::string Known(std::span<const std::string_view> names) {
   std::string s;
-  for (std::string_view n : names) absl::StrAppend(&s, s.empty() ? "" : ", ", internal::AbslView(n));
+  for (std::string_view n : names)
+    absl::StrAppend(&s, s.empty() ? "" : ", ", internal::AbslView(n));
   return s;
 }
 
@@ -227,7 +298,8 @@ absl::StatusOr<std::string> ParseIndex(const core::StageSpec& stage, IndexStage*
     PS_ASSIGN_OR_RETURN(core::StageArgs args, core::StageArgs::Bind(stage, {"policy", "fpr"}));
     PS_ASSIGN_OR_RETURN(const size_t policy, args.Choice("policy", {"p0", "p1", "p2"}, 0));
     PS_ASSIGN_OR_RETURN(const double fpr, args.Double("fpr", 0.01, 0));
-    if (fpr >= 1) return absl::InvalidArgumentError(absl::StrCat("bloom: fpr must be < 1, got ", fpr));
+    if (fpr >= 1)
+      return absl::InvalidArgumentError(absl::StrCat("bloom: fpr must be < 1, got ", fpr));
     index->kind = IndexKind::kBloom;
     index->policy = static_cast<internal::BloomPolicy>(policy);
     index->fpr = fpr;
@@ -277,28 +349,63 @@ absl::StatusOr<SparseConfig> ParseSparse(Sparsifier sparsifier, internal::Stages
   std::string head;
   switch (sparsifier) {
     case Sparsifier::kTopk: {
-      PS_ASSIGN_OR_RETURN(core::StageArgs args, core::StageArgs::Bind(first, {"ratio", "method"}));
+      PS_ASSIGN_OR_RETURN(
+          core::StageArgs args,
+          core::StageArgs::Bind(first, {"ratio", "method", "level", "min", "overhead"}));
       PS_ASSIGN_OR_RETURN(c.ratio, Ratio(args, "topk"));
       PS_ASSIGN_OR_RETURN(const size_t method, args.Choice("method", {"exact", "sampled"}, 0));
       c.sampled = method == 1;
-      head = internal::StageString("topk", {{"ratio", internal::FormatNumber(c.ratio)},
-                                            {"method", c.sampled ? "sampled" : "exact"}});
+      PS_ASSIGN_OR_RETURN(const size_t level, args.Choice("level", {"fixed", "cat"}, 0));
+      c.cat = level == 1;
+      const std::string ratio = internal::FormatNumber(c.ratio);
+      const std::string method_name = c.sampled ? "sampled" : "exact";
+      if (!c.cat) {
+        if (args.Has("min") || args.Has("overhead")) {
+          return absl::InvalidArgumentError(
+              "topk: min and overhead are arguments of level=cat (the ratio is fixed otherwise)");
+        }
+        head = internal::StageString("topk", {{"ratio", ratio}, {"method", method_name}});
+        break;
+      }
+      if (c.sampled) {
+        return absl::InvalidArgumentError(
+            "topk: level=cat chooses k from the sorted magnitudes, so it needs method=exact");
+      }
+      PS_ASSIGN_OR_RETURN(c.min_ratio, args.Double("min", 0.001, 0));
+      if (c.min_ratio > c.ratio) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "topk: level=cat needs min <= ratio (the most a payload keeps), got min=", c.min_ratio,
+            " and ratio=", c.ratio));
+      }
+      PS_ASSIGN_OR_RETURN(c.overhead, args.Double("overhead", 16384, -1));
+      if (c.overhead < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("topk: overhead (bytes) must be >= 0, got ", c.overhead));
+      }
+      head = internal::StageString("topk", {{"ratio", ratio},
+                                            {"method", method_name},
+                                            {"level", "cat"},
+                                            {"min", internal::FormatNumber(c.min_ratio)},
+                                            {"overhead", internal::FormatNumber(c.overhead)}});
       break;
     }
     case Sparsifier::kThreshold: {
       PS_ASSIGN_OR_RETURN(core::StageArgs args, core::StageArgs::Bind(first, {"tau"}));
       PS_ASSIGN_OR_RETURN(c.tau, args.Double("tau", 0.01, 0));
       if (!std::isfinite(static_cast<float>(c.tau))) {
-        return absl::InvalidArgumentError(absl::StrCat("threshold: tau ", c.tau, " is not a finite float"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("threshold: tau ", c.tau, " is not a finite float"));
       }
       head = internal::StageString("threshold", {{"tau", internal::FormatNumber(c.tau)}});
       break;
     }
     case Sparsifier::kRandk: {
-      PS_ASSIGN_OR_RETURN(core::StageArgs args, core::StageArgs::Bind(first, {"ratio", "seed", "scale"}));
+      PS_ASSIGN_OR_RETURN(core::StageArgs args,
+                          core::StageArgs::Bind(first, {"ratio", "seed", "scale"}));
       PS_ASSIGN_OR_RETURN(c.ratio, Ratio(args, "randk"));
       if (args.Has("seed")) {
-        PS_ASSIGN_OR_RETURN(const int64_t seed, args.Int("seed", 0, 0, std::numeric_limits<int64_t>::max()));
+        PS_ASSIGN_OR_RETURN(const int64_t seed,
+                            args.Int("seed", 0, 0, std::numeric_limits<int64_t>::max()));
         c.seed = static_cast<uint64_t>(seed);
       }
       PS_ASSIGN_OR_RETURN(const size_t scale, args.Choice("scale", {"none", "unbiased"}, 0));
@@ -306,9 +413,9 @@ absl::StatusOr<SparseConfig> ParseSparse(Sparsifier sparsifier, internal::Stages
       const std::string ratio = internal::FormatNumber(c.ratio);
       const std::string scale_name = c.unbiased ? "unbiased" : "none";
       head = c.seed.has_value()
-                 ? internal::StageString("randk", {{"ratio", ratio},
-                                                   {"seed", absl::StrCat(*c.seed)},
-                                                   {"scale", scale_name}})
+                 ? internal::StageString(
+                       "randk",
+                       {{"ratio", ratio}, {"seed", absl::StrCat(*c.seed)}, {"scale", scale_name}})
                  : internal::StageString("randk", {{"ratio", ratio}, {"scale", scale_name}});
       break;
     }
@@ -330,8 +437,9 @@ absl::StatusOr<SparseConfig> ParseSparse(Sparsifier sparsifier, internal::Stages
     return c;
   }
   if (stages.size() > 3) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        name, " takes an index and a value stage at most; '+", stages[3].name, "' is one too many"));
+    return absl::InvalidArgumentError(absl::StrCat(name,
+                                                   " takes an index and a value stage at most; '+",
+                                                   stages[3].name, "' is one too many"));
   }
   if (stages.size() == 2) {
     // One stage: an index codec if it names one ("raw" is both: the same codec
@@ -341,19 +449,19 @@ absl::StatusOr<SparseConfig> ParseSparse(Sparsifier sparsifier, internal::Stages
     } else if (IsValueName(stages[1].name)) {
       PS_ASSIGN_OR_RETURN(value_spec, ParseValue(stages[1], &c.value));
     } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'+", stages[1].name, "' is neither an index codec (", Known(kIndexNames),
-          ") nor a value codec (", Known(kValueNames), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'+", stages[1].name, "' is neither an index codec (", Known(kIndexNames),
+                       ") nor a value codec (", Known(kValueNames), ")"));
     }
   }
   if (stages.size() == 3) {
     if (!IsIndexName(stages[1].name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'+", stages[1].name, "' is not an index codec (", Known(kIndexNames), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'+", stages[1].name, "' is not an index codec (", Known(kIndexNames), ")"));
     }
     if (!IsValueName(stages[2].name)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "'+", stages[2].name, "' is not a value codec (", Known(kValueNames), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("'+", stages[2].name, "' is not a value codec (", Known(kValueNames), ")"));
     }
     PS_ASSIGN_OR_RETURN(index_spec, ParseIndex(stages[1], &c.index));
     PS_ASSIGN_OR_RETURN(value_spec, ParseValue(stages[2], &c.value));
@@ -399,9 +507,10 @@ absl::StatusOr<SparseConfig> ParseSparseSpec(std::string_view spec) {
   return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a sparse codec"));
 }
 
-absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t> kept, size_t numel,
-                            uint64_t stream, const GatherValues& gather, std::string* out,
-                            std::vector<uint32_t>* sent_out, std::vector<float>* decoded) {
+absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t> kept,
+                            size_t numel, uint64_t stream, const GatherValues& gather,
+                            std::string* out, std::vector<uint32_t>* sent_out,
+                            std::vector<float>* decoded) {
   std::string index_section;
   std::vector<uint32_t> sent;
   EncodeIndices(config.index, kept, numel, Mix64(stream ^ kBloomSeedSalt), &index_section, &sent);
@@ -421,7 +530,8 @@ absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t
 absl::StatusOr<std::unique_ptr<Codec>> MakeTopkCodec(Stages stages, const CodecOptions& options) {
   return MakeSparse(Sparsifier::kTopk, stages, options);
 }
-absl::StatusOr<std::unique_ptr<Codec>> MakeThresholdCodec(Stages stages, const CodecOptions& options) {
+absl::StatusOr<std::unique_ptr<Codec>> MakeThresholdCodec(Stages stages,
+                                                          const CodecOptions& options) {
   return MakeSparse(Sparsifier::kThreshold, stages, options);
 }
 absl::StatusOr<std::unique_ptr<Codec>> MakeRandkCodec(Stages stages, const CodecOptions& options) {

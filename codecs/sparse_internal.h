@@ -41,6 +41,21 @@ std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k);
 // of the kept ones). Small slices (sample >= half the slice) use TopkExact.
 std::vector<uint32_t> TopkSampled(std::span<const float> x, size_t k, uint64_t seed);
 
+// CAT's choice of k for top-k (docs/adaptive.md, "CAT"): among k in [k_min, k_max],
+// the k that maximizes the squared norm kept per unit of cost,
+//   |top_k(x)|^2 / (fixed_bytes + bytes(k)),
+// which is a(k) / C(k) of the paper up to the constant |x|^2; ties go to the smaller
+// k. `bytes(k)` is the payload's (estimated) size for k kept values and
+// `fixed_bytes` what a transfer costs beyond its bytes, in bytes of the same link.
+// One TopkExact(x, k_max), a sort of its k_max coordinates by magnitude, and one pass
+// over their prefix sums. `kept` is exactly TopkExact(x, k*), sorted.
+struct CatChoice {
+  std::vector<uint32_t> kept;
+  double kept_energy = 0;  // |top_k*(x)|^2
+};
+CatChoice TopkCat(std::span<const float> x, size_t k_min, size_t k_max, double fixed_bytes,
+                  const std::function<double(size_t)>& bytes);
+
 // Every coordinate with |x| >= tau (tau > 0).
 std::vector<uint32_t> ThresholdSelect(std::span<const float> x, float tau);
 
@@ -56,7 +71,14 @@ size_t KeepCount(double ratio, size_t numel);
 // ---- index stages (sparse_stages.cc) ----
 
 // Wire ids (header byte 1). kSeed is random-k's: the section is the 64-bit mask seed.
-enum class IndexKind : uint8_t { kSeed = 0, kRaw = 1, kVarint = 2, kBitmap = 3, kRle = 4, kBloom = 5 };
+enum class IndexKind : uint8_t {
+  kSeed = 0,
+  kRaw = 1,
+  kVarint = 2,
+  kBitmap = 3,
+  kRle = 4,
+  kBloom = 5
+};
 enum class BloomPolicy : uint8_t { kP0 = 0, kP1 = 1, kP2 = 2 };
 
 struct IndexStage {
@@ -115,8 +137,8 @@ std::string_view ValueKindName(ValueKind kind);
 void EncodeValues(const ValueStage& stage, std::span<const float> values, std::string* out);
 
 // Decodes a value section into values.size() finite values.
-absl::Status DecodeValues(std::string_view codec, const ValueStage& stage,
-                          std::string_view section, std::span<float> values);
+absl::Status DecodeValues(std::string_view codec, const ValueStage& stage, std::string_view section,
+                          std::span<float> values);
 
 size_t MaxValueBytes(const ValueStage& stage, size_t count);
 
@@ -125,8 +147,7 @@ size_t MaxValueBytes(const ValueStage& stage, size_t count);
 // segments that halve from the part's middle (near zero) toward its extreme end, the
 // smallest at the extreme, none shorter than min_len unless the part is; zeros form
 // one segment. Returns the segment lengths in order (sum = count).
-std::vector<size_t> PolySegments(size_t count, size_t positives, size_t negatives,
-                                 size_t min_len);
+std::vector<size_t> PolySegments(size_t count, size_t positives, size_t negatives, size_t min_len);
 
 // ---- the composed codec (sparse.cc) ----
 
@@ -135,15 +156,26 @@ enum class Sparsifier { kTopk, kThreshold, kRandk };
 // What a sparse spec says, every argument bound.
 struct SparseConfig {
   Sparsifier sparsifier = Sparsifier::kTopk;
-  double ratio = 0.01;           // topk, randk
-  bool sampled = false;          // topk(method=sampled)
+  double ratio = 0.01;   // topk, randk
+  bool sampled = false;  // topk(method=sampled)
+  // topk(level=cat): k is chosen per encoding by TopkCat between KeepCount(min_ratio)
+  // and KeepCount(ratio), so `ratio` is the most a payload keeps.
+  bool cat = false;
+  double min_ratio = 0.001;      // topk(level=cat) only
+  double overhead = 16384;       // topk(level=cat): fixed_bytes when the caller has none
   double tau = 0.01;             // threshold
   std::optional<uint64_t> seed;  // randk: global mask seed
   bool unbiased = false;         // randk(scale=unbiased)
   IndexStage index;
   ValueStage value;
-  std::string spec;              // canonical
+  std::string spec;  // canonical
 };
+
+// The payload's size for `count` kept coordinates of numel under `config`'s stages:
+// CAT's bytes(k) (TopkCat). Exact for raw and bitmap indices with raw or fp16 values;
+// varint and rle take the mean gap, Bloom P0 its expected false positives, deflate and
+// polyfit their bounds.
+double EstimatedPayloadBytes(const SparseConfig& config, size_t numel, size_t count);
 
 // The configuration of a topk, threshold or randk spec, as MakeCodec binds it.
 absl::StatusOr<SparseConfig> ParseSparseSpec(std::string_view spec);
@@ -159,8 +191,9 @@ using GatherValues =
 // selects on the device) both end here. `stream` is StreamSeed(CodecOptions::seed,
 // ctx). When not null, *sent receives the coordinates sent (kept, or a Bloom filter's
 // positives) and *decoded the values a decoder reads for them (for error feedback).
-absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t> kept, size_t numel,
-                            uint64_t stream, const GatherValues& gather, std::string* out,
-                            std::vector<uint32_t>* sent, std::vector<float>* decoded);
+absl::Status EncodeSelected(const SparseConfig& config, std::span<const uint32_t> kept,
+                            size_t numel, uint64_t stream, const GatherValues& gather,
+                            std::string* out, std::vector<uint32_t>* sent,
+                            std::vector<float>* decoded);
 
 }  // namespace ps::codecs::internal

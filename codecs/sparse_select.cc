@@ -19,7 +19,8 @@ namespace {
 // returns false, leaving *out partial, once it holds more than `limit`. Blocks of 16
 // are tested with a branch-free OR that the compiler vectorizes, so a sparse
 // selection costs little more than reading x.
-bool CollectAtLeast(std::span<const float> x, uint32_t t, size_t limit, std::vector<uint32_t>* out) {
+bool CollectAtLeast(std::span<const float> x, uint32_t t, size_t limit,
+                    std::vector<uint32_t>* out) {
   constexpr size_t kBlock = 16;
   const size_t n = x.size();
   size_t i = 0;
@@ -129,7 +130,8 @@ std::vector<uint32_t> TopkExact(std::span<const float> x, size_t k) {
   }
   for (; i < n; ++i) ++hist[AbsBits(x[i]) >> kShift];
   // The bin holding the k-th largest key, and how many keys lie above it.
-  for (size_t b = 0; b < kBins; ++b) hist[b] += hist[kBins + b] + hist[2 * kBins + b] + hist[3 * kBins + b];
+  for (size_t b = 0; b < kBins; ++b)
+    hist[b] += hist[kBins + b] + hist[2 * kBins + b] + hist[3 * kBins + b];
   uint64_t above = 0;
   const uint32_t bin = SelectBin(hist.data(), kBins, k, &above);
   const size_t in_bin = hist[bin];
@@ -216,6 +218,39 @@ std::vector<uint32_t> SampleSortedIndices(uint64_t seed, size_t k, uint64_t n) {
   }
   std::sort(out.begin(), out.end());
   return out;
+}
+
+CatChoice TopkCat(std::span<const float> x, size_t k_min, size_t k_max, double fixed_bytes,
+                  const std::function<double(size_t)>& bytes) {
+  k_max = std::min(k_max, x.size());
+  k_min = std::min(k_min, k_max);
+  CatChoice choice;
+  std::vector<uint32_t> candidates = TopkExact(x, k_max);
+  // Largest magnitude first; among equal magnitudes the lower index, as TopkExact
+  // breaks ties, so the first k of this order are TopkExact(x, k) for every k.
+  std::sort(candidates.begin(), candidates.end(), [x](uint32_t a, uint32_t b) {
+    const uint32_t ka = AbsBits(x[a]), kb = AbsBits(x[b]);
+    return ka != kb ? ka > kb : a < b;
+  });
+  double prefix = 0;  // |top_k(x)|^2
+  double best = -1;
+  size_t best_k = k_min;
+  for (size_t k = 1; k <= candidates.size(); ++k) {
+    const double v = x[candidates[k - 1]];
+    prefix += v * v;
+    if (k < k_min) continue;
+    // a(k) / C(k) up to the constant |x|^2, which does not move the argmax.
+    const double score = prefix / (fixed_bytes + bytes(k));
+    if (score > best) {
+      best = score;
+      best_k = k;
+      choice.kept_energy = prefix;
+    }
+  }
+  candidates.resize(best_k);
+  std::sort(candidates.begin(), candidates.end());
+  choice.kept = std::move(candidates);
+  return choice;
 }
 
 }  // namespace ps::codecs::internal

@@ -85,11 +85,19 @@ LinkCost LinkEstimator::Estimate() const {
   return cost;
 }
 
+namespace {
+
+double SteadySeconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// Weight of a new sample in RoundIdleMeter's mean: about the last 4 rounds count.
+constexpr double kIdleWeight = 0.25;
+
+}  // namespace
+
 TransferMeter::TransferMeter(std::function<double()> now)
-    : now_(now ? std::move(now) : [] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-            .count();
-      }) {}
+    : now_(now ? std::move(now) : SteadySeconds) {}
 
 void TransferMeter::Started() {
   const double t = now_();
@@ -105,12 +113,43 @@ void TransferMeter::Finished(uint64_t bytes) {
   absl::MutexLock lock(&mu_);
   if (in_flight_ == 0) return;  // unmatched: nothing to end
   bytes_ += bytes;
-  if (--in_flight_ == 0 && bytes_ > 0) estimator_.AddTransfer(bytes_, t - start_);
+  if (--in_flight_ == 0 && bytes_ > 0) {
+    estimator_.AddTransfer(bytes_, t - start_);
+    cached_.reset();
+  }
 }
 
 LinkCost TransferMeter::Estimate() const {
   absl::MutexLock lock(&mu_);
-  return estimator_.Estimate();
+  if (!cached_.has_value()) cached_ = estimator_.Estimate();
+  return *cached_;
+}
+
+RoundIdleMeter::RoundIdleMeter(std::function<double()> now)
+    : now_(now ? std::move(now) : SteadySeconds) {}
+
+void RoundIdleMeter::Drained() {
+  const double t = now_();
+  absl::MutexLock lock(&mu_);
+  drained_at_ = t;
+}
+
+void RoundIdleMeter::Pushing(uint64_t round) {
+  const double t = now_();
+  absl::MutexLock lock(&mu_);
+  if (started_ && round <= round_) return;
+  if (started_ && drained_at_.has_value() && *drained_at_ >= round_start_) {
+    const double idle = std::max(0.0, t - *drained_at_);
+    mean_ = mean_.has_value() ? (1 - kIdleWeight) * *mean_ + kIdleWeight * idle : idle;
+  }
+  started_ = true;
+  round_ = round;
+  round_start_ = t;
+}
+
+std::optional<double> RoundIdleMeter::Seconds() const {
+  absl::MutexLock lock(&mu_);
+  return mean_;
 }
 
 }  // namespace ps::internal

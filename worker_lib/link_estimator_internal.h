@@ -20,6 +20,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -79,6 +80,8 @@ class TransferMeter {
   // nothing is not a sample.
   void Finished(uint64_t bytes);
 
+  // The estimator's fit, refitted only when a sample came since the last call, so
+  // callers on the push path pay a lock and a copy.
   LinkCost Estimate() const;
 
  private:
@@ -88,6 +91,36 @@ class TransferMeter {
   double start_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
   LinkEstimator estimator_ ABSL_GUARDED_BY(mu_);
+  // Estimate() of the samples so far; fitted again only after a new sample.
+  mutable std::optional<LinkCost> cached_ ABSL_GUARDED_BY(mu_);
+};
+
+// The part of a round that no push's size changes, seen from one worker: from the
+// moment its last push of a round was answered to its first push of the next round (the
+// shards' aggregation, the pull, the forward and backward passes up to the first
+// gradient), as an exponentially weighted mean over rounds. CAT counts it into every
+// push's fixed cost (docs/adaptive.md, "CAT"). Thread-safe.
+class RoundIdleMeter {
+ public:
+  // `now` gives seconds on a monotonic clock (default: steady_clock).
+  explicit RoundIdleMeter(std::function<double()> now = {});
+
+  // No push is in flight or queued any more.
+  void Drained();
+  // A push of `round` starts. The first push of a round later than the last one seen,
+  // after a drain since that round began, is a sample.
+  void Pushing(uint64_t round);
+  // The mean idle seconds per round; nullopt before the first sample.
+  std::optional<double> Seconds() const;
+
+ private:
+  const std::function<double()> now_;
+  mutable absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;  // a round was seen
+  uint64_t round_ ABSL_GUARDED_BY(mu_) = 0;    // the latest round seen
+  double round_start_ ABSL_GUARDED_BY(mu_) = 0;
+  std::optional<double> drained_at_ ABSL_GUARDED_BY(mu_);
+  std::optional<double> mean_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::internal

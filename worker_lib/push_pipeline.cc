@@ -1,11 +1,10 @@
-#include "worker_lib/push_pipeline_internal.h"
-
 #include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "net/udp_frame.h"
+#include "worker_lib/push_pipeline_internal.h"
 
 namespace ps::internal {
 
@@ -55,6 +54,7 @@ PushPipeline::PushPipeline(const WorkerOptions& options, core::RetryPolicy polic
     queues_.push_back(std::move(q));
     meters_.push_back(std::make_unique<TransferMeter>());
   }
+  for (const core::TensorSpec& t : layout.tensors()) total_numel_ += t.numel;
 }
 
 PushPipeline::~PushPipeline() {
@@ -90,6 +90,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
     return absl::InvalidArgumentError(absl::StrCat(
         "gradient of '", spec.name, "' has ", grad.size(), " elements; expected ", spec.numel));
   }
+  idle_.Pushing(round);
   if (slots_[tensor]->udp) return PushUdp(tensor, round, grad);
   std::vector<std::unique_ptr<Call>> calls;
   {
@@ -98,7 +99,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
     std::vector<SliceRange> ranges;
     for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
       const core::SliceInfo& s = layout_.slices()[id];
-      ranges.push_back({id, s.offset, s.numel});
+      ranges.push_back({id, s.offset, s.numel, FixedCostBytes(s.shard, s.numel)});
     }
     std::vector<std::string> payloads;
     absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
@@ -363,7 +364,7 @@ void PushPipeline::FinishLocked(const Call& call, absl::Status st) {
     return;
   }
   if (!st.ok() && first_error_.ok()) first_error_ = std::move(st);
-  --pending_;
+  if (--pending_ == 0) idle_.Drained();
 }
 
 std::string PushPipeline::device_note(size_t tensor) const {
@@ -371,6 +372,20 @@ std::string PushPipeline::device_note(size_t tensor) const {
   TensorSlot& slot = *slots_[tensor];
   absl::MutexLock lock(&slot.mu);
   return std::string(slot.encoder->device_note());
+}
+
+double PushPipeline::FixedCostBytes(uint32_t shard, uint64_t numel) const {
+  const LinkCost c = meters_[shard]->Estimate();
+  if (!c.valid || c.seconds_per_byte <= 0) return -1;
+  // Without a slope or latency samples alpha is 0 for want of data, not measured.
+  const bool alpha_measured = c.from_slope || c.alpha_seconds > 0;
+  const std::optional<double> idle = idle_.Seconds();
+  if (!alpha_measured && !idle.has_value()) return -1;
+  double seconds = alpha_measured ? c.alpha_seconds : 0;
+  if (idle.has_value() && total_numel_ > 0) {
+    seconds += *idle * static_cast<double>(numel) / static_cast<double>(total_numel_);
+  }
+  return seconds / c.seconds_per_byte;
 }
 
 void PushPipeline::FillStats(WorkerStats& stats) const {

@@ -111,6 +111,10 @@ class PushPipeline {
                const core::ModelLayout& layout, ShardClient& client);
 
   absl::Status PushUdp(size_t tensor, uint64_t round, std::span<const float> grad);
+  // The fixed cost of pushing a slice of `numel` values to `shard`, in bytes of its
+  // link (SliceRange::fixed_cost_bytes): (alpha + the slice's share of the round's idle
+  // time) / beta, docs/adaptive.md "CAT"; -1 until the link was measured.
+  double FixedCostBytes(uint32_t shard, uint64_t numel) const;
   void Replay(uint32_t shard, uint64_t version);
   // Sends queued pushes to `shard`, most urgent first, while its window allows.
   void Dispatch(uint32_t shard);
@@ -128,7 +132,10 @@ class PushPipeline {
   std::vector<std::unique_ptr<ShardQueue>> queues_;  // per shard
   // Per shard: the push calls' busy periods, for the link's cost (WorkerStats::push_links).
   std::vector<std::unique_ptr<TransferMeter>> meters_;
-  std::unique_ptr<UdpSender> udp_sender_;            // when some tensor goes over UDP
+  // The rounds' time outside pushes, shared by the slices in proportion to their size.
+  RoundIdleMeter idle_;
+  uint64_t total_numel_ = 0;               // of the layout
+  std::unique_ptr<UdpSender> udp_sender_;  // when some tensor goes over UDP
   DelayQueue retry_queue_;
 
   absl::Mutex mu_;

@@ -1,10 +1,9 @@
-#include "worker_lib/tensor_encoder_internal.h"
-
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "worker_lib/tensor_encoder_internal.h"
 
 namespace ps::internal {
 
@@ -57,6 +56,7 @@ absl::Status TensorEncoder::Encode(std::span<const float> grad, uint64_t round, 
     ctx.round = round;
     ctx.slice_id = s.id;
     ctx.worker_id = worker_id;
+    ctx.fixed_cost_bytes = s.fixed_cost_bytes;
     const uint32_t cols = options_.matrix_cols;
     if (cols > 0 && s.offset % cols == 0 && s.numel % cols == 0) ctx.matrix_cols = cols;
     const std::span<const float> values = v.subspan(s.offset, s.numel);

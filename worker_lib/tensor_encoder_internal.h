@@ -23,6 +23,9 @@ struct SliceRange {
   uint32_t id = 0;
   uint64_t offset = 0;
   uint32_t numel = 0;
+  // The push's fixed cost in bytes of its shard's link (codecs::EncodeContext), for
+  // codecs that choose their level per encoding; negative: not measured yet.
+  double fixed_cost_bytes = -1;
 };
 
 class TensorEncoder {

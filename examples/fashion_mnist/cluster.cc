@@ -19,7 +19,8 @@ using Clock = std::chrono::steady_clock;
 // Worker 0's events: kept for the result and passed on to the caller's observer.
 class Recorder final : public TrainerEvents {
  public:
-  Recorder(ClusterResult* result, TrainerEvents* next) : result_(result), next_(next) {}
+  Recorder(ClusterResult* result, TrainerEvents* next, Clock::time_point start)
+      : result_(result), next_(next), start_(start) {}
   void Start(const TrainerConfig& c, bool local, uint64_t start_step, int64_t parameters) override {
     if (next_) next_->Start(c, local, start_step, parameters);
   }
@@ -27,9 +28,12 @@ class Recorder final : public TrainerEvents {
     result_->losses.emplace_back(step, loss);
     if (next_) next_->Step(step, loss);
   }
-  void Eval(uint64_t step, double accuracy) override {
+  void Evaluated(uint64_t step, double accuracy, double seconds) override {
+    evaluating_ += seconds;
     result_->evals.emplace_back(step, accuracy);
-    if (next_) next_->Eval(step, accuracy);
+    result_->eval_seconds.push_back(std::chrono::duration<double>(Clock::now() - start_).count() -
+                                    evaluating_);
+    if (next_) next_->Evaluated(step, accuracy, seconds);
   }
   void Warning(uint64_t step, std::string_view message) override {
     if (next_) next_->Warning(step, message);
@@ -47,6 +51,8 @@ class Recorder final : public TrainerEvents {
  private:
   ClusterResult* result_;
   TrainerEvents* next_;
+  const Clock::time_point start_;
+  double evaluating_ = 0;  // seconds spent in evaluations so far
 };
 
 // Counts refused pushes of the other workers; nothing else is reported.
@@ -72,7 +78,8 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
                                          TrainerEvents* events) {
   const uint32_t n = config.trainer.workers;
   if (config.byzantine >= n) {
-    return absl::InvalidArgumentError(absl::StrCat("f = ", config.byzantine, " must be below n = ", n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("f = ", config.byzantine, " must be below n = ", n));
   }
   if (config.num_shards == 0) return absl::InvalidArgumentError("at least one shard");
   // One intra-op thread: the workers run in parallel threads, and a run repeats exactly.
@@ -101,12 +108,12 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
                       server::LocalCluster::Start(config.num_shards, std::move(o)));
 
   ClusterResult result;
-  Recorder recorder(&result, events);
+  const auto start = Clock::now();
+  Recorder recorder(&result, events, start);
   RefusalCounter others;
   SharedGradientBoard board(n - config.byzantine);
   std::vector<absl::Status> statuses(n);
   std::vector<std::unique_ptr<Worker>> workers(n);
-  const auto start = Clock::now();
   {
     std::vector<std::thread> threads;
     for (uint32_t w = 0; w < n; ++w) {
@@ -126,9 +133,9 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
         if (c.attack == "none") c.dump_gradients.clear();
         if (w != 0) c.save_parameters.clear();
         try {
-          statuses[w] = TrainWithServer(c, data, config.byzantine > 0 ? &board : nullptr,
-                                        w == 0 ? static_cast<TrainerEvents&>(recorder) : others,
-                                        &workers[w]);
+          statuses[w] =
+              TrainWithServer(c, data, config.byzantine > 0 ? &board : nullptr,
+                              w == 0 ? static_cast<TrainerEvents&>(recorder) : others, &workers[w]);
         } catch (const std::exception& e) {
           statuses[w] = absl::InternalError(absl::StrCat("worker ", w, ": torch: ", e.what()));
         }
@@ -138,6 +145,9 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   }
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   result.refused_pushes = others.count();
+  for (const std::unique_ptr<Worker>& w : workers) {
+    if (w != nullptr) result.push_bytes += w->stats().push_bytes;
+  }
   workers.clear();
   shards.Shutdown();
   shards.Stop();
@@ -145,7 +155,8 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
     // A Byzantine worker may fail (its attack refused by its own library); the run
     // stands as long as the honest ones finished.
     if (!statuses[w].ok() && w < n - config.byzantine) {
-      return absl::Status(statuses[w].code(), absl::StrCat("worker ", w, ": ", statuses[w].message()));
+      return absl::Status(statuses[w].code(),
+                          absl::StrCat("worker ", w, ": ", statuses[w].message()));
     }
   }
   return result;

@@ -43,11 +43,15 @@ struct ClusterConfig {
 
 struct ClusterResult {
   std::vector<std::pair<uint64_t, double>> evals;  // worker 0's (step, test accuracy)
+  // Per evaluation: seconds since the workers started, less the time worker 0 spent
+  // evaluating so far (the other workers wait for it at the next round).
+  std::vector<double> eval_seconds;
   std::vector<std::pair<uint64_t, double>> losses;  // worker 0's (step, training loss)
   std::optional<double> final_accuracy;
   bool diverged = false;
   double wall_seconds = 0;
   uint64_t refused_pushes = 0;  // pushes the workers saw refused (Byzantine ones mostly)
+  uint64_t push_bytes = 0;      // payload bytes of every worker's accepted pushes
 };
 
 // Runs one cluster to the end. `events`, if given, also receives worker 0's events

@@ -17,8 +17,10 @@ namespace ps::fashion_mnist {
 namespace {
 
 std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -44,7 +46,8 @@ absl::StatusOr<std::vector<std::string>> Tokens(std::string_view value) {
   };
   for (char c : value) {
     if (c == '"') {
-      if (!quoted && !Trim(current).empty()) return absl::InvalidArgumentError("a quote inside a bare value");
+      if (!quoted && !Trim(current).empty())
+        return absl::InvalidArgumentError("a quote inside a bare value");
       if (!quoted) current.clear();
       quoted = !quoted;
       was_quoted = true;
@@ -74,7 +77,8 @@ absl::StatusOr<T> ParseNumber(const std::string& token, std::string_view kind) {
     return absl::InvalidArgumentError(absl::StrCat("'", token, "' is not ", core::AsAbsl(kind)));
   }
   if constexpr (std::is_floating_point_v<T>) {
-    if (!std::isfinite(v)) return absl::InvalidArgumentError(absl::StrCat("'", token, "' is not finite"));
+    if (!std::isfinite(v))
+      return absl::InvalidArgumentError(absl::StrCat("'", token, "' is not finite"));
   }
   return v;
 }
@@ -131,10 +135,32 @@ std::string Csv(std::string_view s) {
 
 std::string CellColumns(const Cell& c) {
   return absl::StrCat(Csv(c.rule), ",", Csv(c.attack), ",", c.byzantine, ",", Csv(c.split), ",",
-                      Csv(c.codec), ",", Num(c.worker_momentum), ",", c.seed);
+                      Csv(c.codec), ",", Num(c.worker_momentum), ",", c.seed, ",",
+                      Num(c.bandwidth_mbps));
 }
 
-constexpr char kCellHeader[] = "rule,attack,byzantine,split,codec,worker_momentum,seed";
+constexpr char kCellHeader[] =
+    "rule,attack,byzantine,split,codec,worker_momentum,seed,bandwidth_mbps";
+
+// A JSON string literal.
+std::string Json(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(std::optional<double> v) {
+  return v && std::isfinite(*v) ? absl::StrFormat("%.6g", *v) : "null";
+}
 
 }  // namespace
 
@@ -148,6 +174,9 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       {"codecs", List(&c.codecs, "")},
       {"worker_momentum", List(&c.worker_momentum, "a number")},
       {"seeds", List(&c.seeds, "an unsigned integer")},
+      {"bandwidths", List(&c.bandwidths, "a number")},
+      {"latency_ms", Scalar(&c.latency_ms, "an unsigned integer")},
+      {"target_accuracy", Scalar(&c.target_accuracy, "a number")},
       {"workers", Scalar(&c.workers, "an unsigned integer")},
       {"shards", Scalar(&c.shards, "an unsigned integer")},
       {"steps", Scalar(&c.steps, "an unsigned integer")},
@@ -182,17 +211,20 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
     line = Trim(line);
     if (line.empty()) continue;
     const auto where = [&](std::string_view key, absl::string_view message) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config line ", line_no, ": ", key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config line ", line_no, ": ",
+                       key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
     };
     const size_t eq = line.find('=');
-    if (eq == std::string_view::npos) return where("", absl::StrCat("expected 'key = value', got '", core::AsAbsl(line), "'"));
+    if (eq == std::string_view::npos)
+      return where("", absl::StrCat("expected 'key = value', got '", core::AsAbsl(line), "'"));
     const std::string key(Trim(line.substr(0, eq)));
     const auto setter = setters.find(key);
     if (setter == setters.end()) {
       std::vector<std::string> known;
       for (const auto& [k, unused] : setters) known.push_back(k);
-      return where("", absl::StrCat("unknown key '", key, "'; known: ", absl::StrJoin(known, ", ")));
+      return where("",
+                   absl::StrCat("unknown key '", key, "'; known: ", absl::StrJoin(known, ", ")));
     }
     if (!seen.insert(key).second) return where(key, "given twice");
     auto tokens = Tokens(line.substr(eq + 1));
@@ -200,22 +232,51 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
     if (absl::Status s = setter->second(*tokens); !s.ok()) return where(key, s.message());
   }
   if (c.workers == 0 || c.shards == 0 || c.steps == 0 || c.batch_size == 0) {
-    return absl::InvalidArgumentError("config: workers, shards, steps and batch_size must be positive");
+    return absl::InvalidArgumentError(
+        "config: workers, shards, steps and batch_size must be positive");
   }
   for (uint32_t f : c.byzantine) {
     if (f >= c.workers) {
-      return absl::InvalidArgumentError(absl::StrCat("config: byzantine ", f, " must be below workers ", c.workers));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: byzantine ", f, " must be below workers ", c.workers));
     }
   }
+  for (double b : c.bandwidths) {
+    if (b < 0)
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: bandwidth ", b, " Mbit/s is negative"));
+  }
+  if (c.target_accuracy < 0 || c.target_accuracy > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: target_accuracy ", c.target_accuracy, " is not in [0, 1]"));
+  }
   for (double wm : c.worker_momentum) {
-    if (wm < 0 || wm >= 1) return absl::InvalidArgumentError(absl::StrCat("config: worker_momentum ", wm, " is not in [0, 1)"));
+    if (wm < 0 || wm >= 1)
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: worker_momentum ", wm, " is not in [0, 1)"));
   }
   return c;
 }
 
 std::string Cell::Label() const {
-  return absl::StrCat(rule, " | ", attack, " | f=", byzantine, " | ", split, " | ", codec, " | wm=",
-                      Num(worker_momentum), " | seed ", seed);
+  return absl::StrCat(
+      rule, " | ", attack, " | f=", byzantine, " | ", split, " | ", codec,
+      " | wm=", Num(worker_momentum), " | seed ", seed,
+      bandwidth_mbps > 0 ? absl::StrCat(" | ", Num(bandwidth_mbps), " Mbit/s") : "");
+}
+
+std::string StrategyCodec(std::string_view codec) {
+  // CAT over top-k with error feedback's usual companions: varint indices, fp16 values;
+  // between 0.1 % and 10 % of each slice (docs/adaptive.md, "CAT").
+  if (codec == "cat") return "topk(0.1, level=cat, min=0.001)+varint+fp16";
+  return std::string(codec);
+}
+
+std::optional<double> SecondsToTarget(const CellResult& r, double target) {
+  for (size_t i = 0; i < r.evals.size() && i < r.eval_seconds.size(); ++i) {
+    if (r.evals[i].second >= target) return r.eval_seconds[i];
+  }
+  return std::nullopt;
 }
 
 std::vector<Cell> ExpandGrid(const ExperimentConfig& c) {
@@ -229,7 +290,9 @@ std::vector<Cell> ExpandGrid(const ExperimentConfig& c) {
                 f == 0 ? std::vector<std::string>{"none"} : c.attacks;
             for (const std::string& attack : attacks) {
               for (uint64_t seed : c.seeds) {
-                cells.push_back({rule, attack, f, split, codec, wm, seed});
+                for (double bandwidth : c.bandwidths) {
+                  cells.push_back({rule, attack, f, split, codec, wm, seed, bandwidth});
+                }
               }
             }
           }
@@ -244,7 +307,8 @@ std::string ResultsCsv(const std::vector<CellResult>& results) {
   std::string out = absl::StrCat(kCellHeader, ",step,test_accuracy\n");
   for (const CellResult& r : results) {
     for (const auto& [step, accuracy] : r.evals) {
-      absl::StrAppend(&out, CellColumns(r.cell), ",", step, ",", absl::StrFormat("%.4f", accuracy), "\n");
+      absl::StrAppend(&out, CellColumns(r.cell), ",", step, ",", absl::StrFormat("%.4f", accuracy),
+                      "\n");
     }
   }
   return out;
@@ -255,8 +319,8 @@ std::string SummaryCsv(const std::vector<CellResult>& results) {
   for (const CellResult& r : results) {
     absl::StrAppend(&out, CellColumns(r.cell), ",",
                     r.final_accuracy ? absl::StrFormat("%.4f", *r.final_accuracy) : "", ",",
-                    r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds), ",",
-                    Csv(r.error), "\n");
+                    r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds),
+                    ",", Csv(r.error), "\n");
   }
   return out;
 }
@@ -264,12 +328,13 @@ std::string SummaryCsv(const std::vector<CellResult>& results) {
 std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results) {
   // Mean final accuracy over seeds per (rule, wm, split, codec, f, attack); a diverged
   // or failed run counts as its accuracy (diverged runs evaluate what they have) or 0.
-  using Row = std::tuple<std::string, double, std::string, std::string>;
+  using Row = std::tuple<std::string, double, std::string, std::string, double>;
   std::map<std::tuple<Row, uint32_t, std::string>, std::pair<double, int>> sums;
   std::vector<Row> rows;
   std::vector<uint32_t> fs;
   for (const CellResult& r : results) {
-    const Row row{r.cell.rule, r.cell.worker_momentum, r.cell.split, r.cell.codec};
+    const Row row{r.cell.rule, r.cell.worker_momentum, r.cell.split, r.cell.codec,
+                  r.cell.bandwidth_mbps};
     if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
     if (r.cell.byzantine > 0 && std::find(fs.begin(), fs.end(), r.cell.byzantine) == fs.end()) {
       fs.push_back(r.cell.byzantine);
@@ -283,23 +348,26 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
     if (it == sums.end()) return std::nullopt;
     return it->second.first / it->second.second;
   };
-  auto cell = [](std::optional<double> v) { return v ? absl::StrFormat("%.4f", *v) : std::string("-"); };
+  auto cell = [](std::optional<double> v) {
+    return v ? absl::StrFormat("%.4f", *v) : std::string("-");
+  };
   std::vector<std::string> attacks;  // the attack columns: every listed one but "none"
   for (const std::string& a : config.attacks) {
     if (a != "none") attacks.push_back(a);
   }
   std::string out;
   for (uint32_t f : fs) {
-    absl::StrAppend(&out, "Final test accuracy with f = ", f, " of n = ", config.workers,
-                    " Byzantine workers (mean over ", config.seeds.size(), " seed(s)); no attack = the ",
-                    "same rule and f with every worker honest (or f = 0 when the grid has no 'none' ",
-                    "attack); worst = the lowest over the attacks; drop = no attack - worst, in points.\n\n");
+    absl::StrAppend(
+        &out, "Final test accuracy with f = ", f, " of n = ", config.workers,
+        " Byzantine workers (mean over ", config.seeds.size(), " seed(s)); no attack = the ",
+        "same rule and f with every worker honest (or f = 0 when the grid has no 'none' ",
+        "attack); worst = the lowest over the attacks; drop = no attack - worst, in points.\n\n");
     absl::StrAppend(&out, "| rule | worker momentum | split | codec | no attack | ",
                     absl::StrJoin(attacks, " | "), " | worst | drop |\n|---|---|---|---|---|");
     for (size_t i = 0; i < attacks.size() + 2; ++i) out += "---|";
     out += "\n";
     for (const Row& row : rows) {
-      const auto& [rule, wm, split, codec] = row;
+      const auto& [rule, wm, split, codec, bandwidth] = row;
       // The baseline: the same f with every worker honest when the grid has it, else f = 0.
       std::optional<double> base = mean(row, f, "none");
       if (!base) base = mean(row, 0, "none");
@@ -310,17 +378,54 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
         columns.push_back(cell(v));
         if (v && (!worst || *v < *worst)) worst = v;
       }
-      const std::string drop = base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
-      absl::StrAppend(&out, "| `", rule, "` | ", Num(wm), " | ", split, " | ", codec, " | ", cell(base),
-                      " | ", absl::StrJoin(columns, " | "), " | ", cell(worst), " | ", drop, " |\n");
+      const std::string drop =
+          base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
+      const std::string link = bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "";
+      absl::StrAppend(&out, "| `", rule, "` | ", Num(wm), " | ", split, " | ", codec, link, " | ",
+                      cell(base), " | ", absl::StrJoin(columns, " | "), " | ", cell(worst), " | ",
+                      drop, " |\n");
     }
     out += "\n";
   }
-  absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ", config.steps,
-                  " steps, batch ", config.batch_size, ", model ", config.model,
-                  config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "", ", server lr ",
-                  Num(config.lr), " momentum ", Num(config.momentum), ".\n");
+  absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ",
+                  config.steps, " steps, batch ", config.batch_size, ", model ", config.model,
+                  config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "",
+                  ", server lr ", Num(config.lr), " momentum ", Num(config.momentum), ".\n");
   return out;
+}
+
+std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResult>& results) {
+  std::string out = "[\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const CellResult& r = results[i];
+    const Cell& c = r.cell;
+    std::optional<double> to_target;
+    if (config.target_accuracy > 0) to_target = SecondsToTarget(r, config.target_accuracy);
+    const double train_seconds = r.eval_seconds.empty() ? r.wall_seconds : r.eval_seconds.back();
+    std::string curve;
+    for (size_t e = 0; e < r.evals.size() && e < r.eval_seconds.size(); ++e) {
+      absl::StrAppend(&curve, e == 0 ? "" : ", ", "[", JsonNumber(r.eval_seconds[e]), ", ",
+                      r.evals[e].first, ", ", JsonNumber(r.evals[e].second), "]");
+    }
+    const std::string model =
+        config.model == "mlp" ? absl::StrCat("mlp(hidden=", config.hidden, ")") : config.model;
+    absl::StrAppend(
+        &out, "  {\"model\": ", Json(model), ", \"bandwidth_mbps\": ", Num(c.bandwidth_mbps),
+        ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(c.codec),
+        ", \"codec\": ", Json(StrategyCodec(c.codec)), ", \"rule\": ", Json(c.rule),
+        ", \"attack\": ", Json(c.attack), ", \"byzantine\": ", c.byzantine,
+        ", \"workers\": ", config.workers, ", \"shards\": ", config.shards,
+        ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed, ", \"steps\": ", config.steps,
+        ", \"target_accuracy\": ",
+        config.target_accuracy > 0 ? JsonNumber(config.target_accuracy) : "null",
+        ", \"seconds_to_target\": ", JsonNumber(to_target),
+        ", \"final_accuracy\": ", JsonNumber(r.final_accuracy), ", \"bytes_sent\": ", r.bytes_sent,
+        ", \"train_seconds\": ", JsonNumber(train_seconds),
+        ", \"wall_seconds\": ", JsonNumber(r.wall_seconds),
+        ", \"diverged\": ", r.diverged ? "true" : "false", ", \"error\": ", Json(r.error),
+        ", \"curve\": [", curve, "]}", i + 1 < results.size() ? "," : "", "\n");
+  }
+  return out + "]\n";
 }
 
 }  // namespace ps::fashion_mnist

@@ -36,7 +36,15 @@ struct ExperimentConfig {
   std::vector<std::string> codecs = {"fp32"};
   std::vector<double> worker_momentum = {0};
   std::vector<uint64_t> seeds = {1};
+  // Every worker's link in Mbit/s, both directions (the worker library's shaper,
+  // net::ParseLinkShaping); 0 = unshaped.
+  std::vector<double> bandwidths = {0};
   // Every cell.
+  // One-way delay added to every worker's link, shaped or not (0: none).
+  uint32_t latency_ms = 0;
+  // A run's seconds_to_target: the training seconds (evaluations excluded) at its first
+  // evaluation at or above this accuracy; 0: not reported.
+  double target_accuracy = 0;
   uint32_t workers = 12;
   uint32_t shards = 2;
   uint64_t steps = 1000;
@@ -68,7 +76,8 @@ struct Cell {
   std::string codec;
   double worker_momentum = 0;
   uint64_t seed = 1;
-  // "rule | attack | f | split | codec | wm | seed", for progress lines.
+  double bandwidth_mbps = 0;  // 0: unshaped
+  // "rule | attack | f | split | codec | wm | seed[ | B Mbit/s]", for progress lines.
   std::string Label() const;
 };
 std::vector<Cell> ExpandGrid(const ExperimentConfig& config);
@@ -77,14 +86,25 @@ std::vector<Cell> ExpandGrid(const ExperimentConfig& config);
 struct CellResult {
   Cell cell;
   std::vector<std::pair<uint64_t, double>> evals;  // (step, test accuracy)
+  // Per evaluation: the run's training seconds when it was taken (the time spent
+  // evaluating, which stalls the cluster, excluded).
+  std::vector<double> eval_seconds;
   std::optional<double> final_accuracy;
+  uint64_t bytes_sent = 0;  // payload bytes of every worker's accepted pushes
   bool diverged = false;
   double wall_seconds = 0;
   std::string error;  // non-empty when the run failed
 };
 
+// The codec spec a cell's codec names: a spec as it is, or a strategy of adaptive
+// communication (docs/adaptive.md): "cat" is top-k whose level CAT chooses per push.
+std::string StrategyCodec(std::string_view codec);
+
+// The training seconds at which `r` first reached `target` (nullopt: never).
+std::optional<double> SecondsToTarget(const CellResult& r, double target);
+
 // results.csv: one row per evaluation, with the cell's columns:
-// rule,attack,byzantine,split,codec,worker_momentum,seed,step,test_accuracy
+// rule,attack,byzantine,split,codec,worker_momentum,seed,bandwidth_mbps,step,test_accuracy
 std::string ResultsCsv(const std::vector<CellResult>& results);
 // summary.csv: one row per cell: ...,final_accuracy,diverged,wall_seconds,error
 std::string SummaryCsv(const std::vector<CellResult>& results);
@@ -93,5 +113,10 @@ std::string SummaryCsv(const std::vector<CellResult>& results);
 // baseline (attack "none" at the same f, else f = 0) and the drop from it; then the
 // run's settings.
 std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results);
+// runs.json: a JSON array, one object per run: model, bandwidth_mbps, latency_ms,
+// strategy (the cell's codec), codec (its spec), rule, attack, byzantine, split, seed,
+// target_accuracy, seconds_to_target (null if never reached), final_accuracy,
+// bytes_sent, train_seconds, wall_seconds, and curve: [[seconds, step, accuracy], ...].
+std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResult>& results);
 
 }  // namespace ps::fashion_mnist

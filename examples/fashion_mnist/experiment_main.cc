@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "core/process_tuning.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/cluster.h"
@@ -37,8 +38,13 @@ struct Flags {
 // One status line per cell, rewritten in place on a terminal.
 class CellProgress final : public TrainerEvents {
  public:
-  CellProgress(size_t index, size_t total, std::string label, uint64_t steps, Clock::time_point grid_start)
-      : index_(index), total_(total), label_(std::move(label)), steps_(steps), grid_start_(grid_start),
+  CellProgress(size_t index, size_t total, std::string label, uint64_t steps,
+               Clock::time_point grid_start)
+      : index_(index),
+        total_(total),
+        label_(std::move(label)),
+        steps_(steps),
+        grid_start_(grid_start),
         tty_(isatty(fileno(stdout)) != 0) {}
   void Step(uint64_t step, double loss) override {
     step_ = step;
@@ -95,16 +101,19 @@ absl::Status WriteFile(const std::filesystem::path& path, const std::string& tex
 
 absl::Status Run(const Flags& flags) {
   std::ifstream in(flags.config);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the config file '", flags.config, "'"));
+  if (!in)
+    return absl::NotFoundError(absl::StrCat("cannot read the config file '", flags.config, "'"));
   std::stringstream text;
   text << in.rdbuf();
   PS_ASSIGN_OR_RETURN(const ExperimentConfig config, ParseExperimentConfig(text.str()));
   const std::vector<Cell> cells = ExpandGrid(config);
   const std::filesystem::path out = flags.out;
   std::filesystem::create_directories(out);
-  std::printf("ps-experiment: %zu cells (n = %u, %lu steps each) from %s; results in %s\n", cells.size(),
-              config.workers, static_cast<unsigned long>(config.steps), flags.config.c_str(), out.c_str());
-  PS_ASSIGN_OR_RETURN(const TrainingData data, LoadTrainingData(config.data_dir, /*with_test=*/true));
+  std::printf("ps-experiment: %zu cells (n = %u, %lu steps each) from %s; results in %s\n",
+              cells.size(), config.workers, static_cast<unsigned long>(config.steps),
+              flags.config.c_str(), out.c_str());
+  PS_ASSIGN_OR_RETURN(const TrainingData data,
+                      LoadTrainingData(config.data_dir, /*with_test=*/true));
 
   std::vector<CellResult> results;
   const auto grid_start = Clock::now();
@@ -118,7 +127,15 @@ absl::Status Run(const Flags& flags) {
     cc.trainer.hidden = config.hidden;
     cc.trainer.split = cell.split;
     cc.trainer.seed = cell.seed;
-    cc.trainer.codec = cell.codec;
+    cc.trainer.codec = StrategyCodec(cell.codec);
+    if (cell.bandwidth_mbps > 0 || config.latency_ms > 0) {
+      std::vector<std::string> shaping;
+      if (cell.bandwidth_mbps > 0)
+        shaping.push_back(absl::StrCat("rate=", cell.bandwidth_mbps, "mbps"));
+      if (config.latency_ms > 0)
+        shaping.push_back(absl::StrCat("latency=", config.latency_ms, "ms"));
+      cc.trainer.shaping = absl::StrJoin(shaping, ",");
+    }
     cc.trainer.error_feedback = config.error_feedback;
     cc.trainer.worker_momentum = cell.worker_momentum;
     cc.trainer.eval_every = config.eval_every;
@@ -137,6 +154,8 @@ absl::Status Run(const Flags& flags) {
     auto ran = RunCluster(cc, data, &progress);
     if (ran.ok()) {
       r.evals = ran->evals;
+      r.eval_seconds = ran->eval_seconds;
+      r.bytes_sent = ran->push_bytes;
       r.final_accuracy = ran->final_accuracy;
       r.diverged = ran->diverged;
       r.wall_seconds = ran->wall_seconds;
@@ -149,21 +168,24 @@ absl::Status Run(const Flags& flags) {
     PS_RETURN_IF_ERROR(WriteFile(out / "results.csv", ResultsCsv(results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "summary.csv", SummaryCsv(results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "table.md", MarkdownTable(config, results)));
+    PS_RETURN_IF_ERROR(WriteFile(out / "runs.json", RunsJson(config, results)));
   }
   std::printf("\n%s", MarkdownTable(config, results).c_str());
   if (flags.plots) {
     // Debian's interpreter, where python3-matplotlib installs, before any other python3
     // on the PATH (a pyenv shim, a virtual environment).
-    const std::string python = std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+    const std::string python =
+        std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
     const std::string command =
         absl::StrCat(python, " '", flags.plot_script, "' '", out.string(), "'");
     if (std::system(command.c_str()) != 0) {
-      std::fprintf(stderr, "ps-experiment: plotting failed (%s); the CSV files and table.md are written\n",
+      std::fprintf(stderr,
+                   "ps-experiment: plotting failed (%s); the CSV files and table.md are written\n",
                    command.c_str());
     }
   }
-  std::printf("wrote %s/{results.csv,summary.csv,table.md%s} in %.0f s\n", out.c_str(),
-              flags.plots ? ",accuracy-*.png,worst-case.png" : "",
+  std::printf("wrote %s/{results.csv,summary.csv,table.md,runs.json%s} in %.0f s\n", out.c_str(),
+              flags.plots ? ",accuracy-*.png,worst-case.png,time-to-accuracy-*.png" : "",
               std::chrono::duration<double>(Clock::now() - grid_start).count());
   return absl::OkStatus();
 }
@@ -179,7 +201,8 @@ int main(int argc, char** argv) {
   app.add_option("--config", f.config, "Grid config file (docs/evaluation.md)")->required();
   app.add_option("--out", f.out, "Output directory");
   app.add_option("--plots", f.plots, "Draw PNG plots with python3-matplotlib");
-  app.add_option("--plot-script", f.plot_script, "The plotting script")->default_val(PS_PLOT_SCRIPT);
+  app.add_option("--plot-script", f.plot_script, "The plotting script")
+      ->default_val(PS_PLOT_SCRIPT);
   CLI11_PARSE(app, argc, argv);
   const absl::Status status = ps::fashion_mnist::Run(f);
   if (!status.ok()) std::fprintf(stderr, "ps-experiment: %s\n", status.ToString().c_str());

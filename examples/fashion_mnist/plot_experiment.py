@@ -7,9 +7,13 @@ Reads OUT_DIR/results.csv and OUT_DIR/summary.csv and writes
 - accuracy-f<F>-<split>-<codec>.png: test accuracy per step, one panel per rule (and
   worker momentum), one line per attack plus the no-attack baseline (mean over seeds);
 - worst-case.png: a heatmap of the final accuracy without attack and of the worst final
-  accuracy over the attacks, per rule (rows) and f (columns).
+  accuracy over the attacks, per rule (rows) and f (columns);
+- time-to-accuracy-<B>mbps.png (from OUT_DIR/runs.json, one per link bandwidth, 0 =
+  unshaped): test accuracy against training seconds, one line per strategy (and rule,
+  attack), the target accuracy dashed (docs/adaptive.md).
 """
 import csv
+import json
 import os
 import sys
 from collections import defaultdict
@@ -36,7 +40,8 @@ def main(out):
     # (rule, wm, split, codec, f, attack) -> step -> [accuracy over seeds]
     curves = defaultdict(lambda: defaultdict(list))
     for r in results:
-        key = (r["rule"], r["worker_momentum"], r["split"], r["codec"], int(r["byzantine"]), r["attack"])
+        codec = r["codec"] + (f' @ {r["bandwidth_mbps"]} Mbit/s' if float(r.get("bandwidth_mbps") or 0) > 0 else "")
+        key = (r["rule"], r["worker_momentum"], r["split"], codec, int(r["byzantine"]), r["attack"])
         curves[key][int(r["step"])].append(float(r["test_accuracy"]))
     rows = sorted({(k[0], k[1]) for k in curves})
     groups = sorted({(k[4], k[2], k[3]) for k in curves if k[4] > 0})
@@ -95,6 +100,41 @@ def main(out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "worst-case.png"), dpi=110)
     plt.close(fig)
+    time_to_accuracy(out)
+
+
+def time_to_accuracy(out):
+    path = os.path.join(out, "runs.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        runs = [r for r in json.load(f) if r["curve"]]
+    rules = {r["rule"] for r in runs}
+    attacks = {r["attack"] for r in runs}
+    for bandwidth in sorted({r["bandwidth_mbps"] for r in runs}):
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        target = None
+        for r in sorted((r for r in runs if r["bandwidth_mbps"] == bandwidth), key=lambda r: r["strategy"]):
+            label = r["strategy"]
+            if len(rules) > 1:
+                label += f' / {r["rule"]}'
+            if len(attacks) > 1:
+                label += f' / {r["attack"]}'
+            if r["seed"] != 1:
+                label += f' (seed {r["seed"]})'
+            ax.plot([p[0] for p in r["curve"]], [p[2] for p in r["curve"]], "-o", markersize=2.5, label=label)
+            target = r["target_accuracy"] or target
+        if target:
+            ax.axhline(target, color="k", linestyle="--", linewidth=0.8, label=f"target {target}")
+        link = f"{bandwidth:g} Mbit/s" if bandwidth > 0 else "unshaped"
+        ax.set_title(f"time to accuracy, {link}", fontsize=9)
+        ax.set_xlabel("training seconds (evaluations excluded)")
+        ax.set_ylabel("test accuracy")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+        fig.tight_layout()
+        fig.savefig(os.path.join(out, f"time-to-accuracy-{bandwidth:g}mbps.png"), dpi=110)
+        plt.close(fig)
 
 
 if __name__ == "__main__":

@@ -18,10 +18,10 @@
 #include "aggregators/aggregator.h"
 #include "core/device.h"
 #include "core/layout.h"
-#include "net/shaper.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
+#include "net/shaper.h"
 #include "worker_lib/attacks/attack.h"
 #include "worker_lib/torch/torch_worker.h"
 
@@ -65,8 +65,9 @@ absl::StatusOr<Setup> Prepare(const TrainerConfig& c, const TrainingData& data, 
   }
   PS_ASSIGN_OR_RETURN(const SplitSpec split, ParseSplit(c.split));
   PS_ASSIGN_OR_RETURN(std::vector<uint32_t> part, Partition(split, data.train.labels, kNumClasses,
-                                                             c.workers, c.worker_id, c.seed));
-  s.sampler = std::make_unique<BatchSampler>(std::move(part), DeriveSeed(c.seed, 1000 + c.worker_id));
+                                                            c.workers, c.worker_id, c.seed));
+  s.sampler =
+      std::make_unique<BatchSampler>(std::move(part), DeriveSeed(c.seed, 1000 + c.worker_id));
   if (c.attack != "none") {
     PS_ASSIGN_OR_RETURN(s.attack, attacks::MakeAttack(c.attack));
   }
@@ -131,7 +132,8 @@ class GradientDump {
     if (path.empty()) return d;
     d.file_.reset(std::fopen(path.c_str(), "wb"));
     if (d.file_ == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("--dump-gradients: cannot open '", path, "' for writing"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--dump-gradients: cannot open '", path, "' for writing"));
     }
     return d;
   }
@@ -164,7 +166,8 @@ absl::Status SaveParameters(const Setup& s, const std::string& path) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   for (const auto& p : s.params) {
     const torch::Tensor c = p.detach().contiguous();
-    out.write(reinterpret_cast<const char*>(c.data_ptr<float>()), static_cast<std::streamsize>(c.numel() * 4));
+    out.write(reinterpret_cast<const char*>(c.data_ptr<float>()),
+              static_cast<std::streamsize>(c.numel() * 4));
   }
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write the parameters to ", path));
   return absl::OkStatus();
@@ -206,7 +209,8 @@ void SetGradients(Setup& s, const std::vector<float>& flat) {
   size_t at = 0;
   for (auto& p : s.params) {
     torch::Tensor g = p.mutable_grad();
-    std::memcpy(g.data_ptr<float>(), flat.data() + at, static_cast<size_t>(g.numel()) * sizeof(float));
+    std::memcpy(g.data_ptr<float>(), flat.data() + at,
+                static_cast<size_t>(g.numel()) * sizeof(float));
     at += static_cast<size_t>(g.numel());
   }
 }
@@ -231,9 +235,11 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
   if (c.batch_size == 0 || c.hidden == 0) {
     return absl::InvalidArgumentError("batch size and hidden width must be positive");
   }
-  if (!local && c.shards.empty()) return absl::InvalidArgumentError("shard addresses are required unless local");
+  if (!local && c.shards.empty())
+    return absl::InvalidArgumentError("shard addresses are required unless local");
   if (c.byzantine >= c.workers) {
-    return absl::InvalidArgumentError(absl::StrCat("f = ", c.byzantine, " must be below n = ", c.workers));
+    return absl::InvalidArgumentError(
+        absl::StrCat("f = ", c.byzantine, " must be below n = ", c.workers));
   }
   if (c.attack != "none") PS_RETURN_IF_ERROR(attacks::MakeAttack(c.attack).status());
   PS_RETURN_IF_ERROR(ParseSplit(c.split).status());
@@ -257,7 +263,8 @@ absl::StatusOr<TrainingData> LoadTrainingData(const std::string& dir, bool with_
 
 // ---- boards ----
 
-absl::Status SharedGradientBoard::Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) {
+absl::Status SharedGradientBoard::Publish(uint64_t round, uint32_t worker_id,
+                                          std::vector<float> gradient) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     rounds_[round][worker_id] = std::move(gradient);
@@ -275,7 +282,8 @@ absl::StatusOr<std::vector<std::vector<float>>> SharedGradientBoard::Collect(
     return it != rounds_.end() && it->second.size() >= expected_;
   });
   if (!complete) {
-    return absl::DeadlineExceededError(absl::StrCat("round ", round, ": the honest gradients did not all arrive"));
+    return absl::DeadlineExceededError(
+        absl::StrCat("round ", round, ": the honest gradients did not all arrive"));
   }
   std::vector<std::vector<float>> out;
   for (const auto& [worker, g] : rounds_[round]) out.push_back(g);  // copies: others read too
@@ -286,7 +294,8 @@ std::string DirectoryGradientBoard::Path(uint64_t round, uint32_t worker_id) con
   return absl::StrCat(dir_, "/round-", round, "-worker-", worker_id, ".f32");
 }
 
-absl::Status DirectoryGradientBoard::Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) {
+absl::Status DirectoryGradientBoard::Publish(uint64_t round, uint32_t worker_id,
+                                             std::vector<float> gradient) {
   const std::string path = Path(round, worker_id);
   const std::string tmp = path + ".tmp";
   {
@@ -297,7 +306,9 @@ absl::Status DirectoryGradientBoard::Publish(uint64_t round, uint32_t worker_id,
   }
   std::error_code ec;
   std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::UnavailableError(absl::StrCat("side channel: cannot rename to ", path, ": ", ec.message()));
+  if (ec)
+    return absl::UnavailableError(
+        absl::StrCat("side channel: cannot rename to ", path, ": ", ec.message()));
   written_.emplace_back(round, worker_id);
   while (!written_.empty() && written_.front().first + 2 < round) {
     std::filesystem::remove(Path(written_.front().first, written_.front().second), ec);
@@ -319,7 +330,9 @@ absl::StatusOr<std::vector<std::vector<float>>> DirectoryGradientBoard::Collect(
         files.push_back(entry.path().string());
       }
     }
-    if (ec) return absl::UnavailableError(absl::StrCat("side channel: cannot list ", dir_, ": ", ec.message()));
+    if (ec)
+      return absl::UnavailableError(
+          absl::StrCat("side channel: cannot list ", dir_, ": ", ec.message()));
     if (files.size() >= expected_) {
       std::sort(files.begin(), files.end());
       std::vector<std::vector<float>> out;
@@ -333,8 +346,9 @@ absl::StatusOr<std::vector<std::vector<float>>> DirectoryGradientBoard::Collect(
       return out;
     }
     if (Clock::now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("side channel: round ", round, " has ", files.size(),
-                                                      " of ", expected_, " gradients in ", dir_));
+      return absl::DeadlineExceededError(absl::StrCat("side channel: round ", round, " has ",
+                                                      files.size(), " of ", expected_,
+                                                      " gradients in ", dir_));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
@@ -356,7 +370,8 @@ absl::Status TrainLocal(const TrainerConfig& c, const TrainingData& data, Traine
   bool diverged = false;
   uint64_t step = 0;
   for (; step < c.steps; ++step) {
-    if (c.eval_every > 0 && step % c.eval_every == 0) events.Eval(step, Accuracy(*s.model, data.test));
+    if (c.eval_every > 0 && step % c.eval_every == 0)
+      events.Eval(step, Accuracy(*s.model, data.test));
     const double loss = ComputeGradients(s, data.train, c.batch_size, indices);
     std::vector<float> own = FlatGradient(s);
     if (step % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(own));
@@ -469,7 +484,8 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
     if (version > t) {
       // The others closed rounds without us (quorum at the deadline): catch up. The
       // adapter's forward pass above already ran on version `version`.
-      events.Warning(t, absl::StrCat("pulled version ", version, " while at round ", t, "; skipping ahead"));
+      events.Warning(
+          t, absl::StrCat("pulled version ", version, " while at round ", t, "; skipping ahead"));
       t = version;
       if (t >= c.steps) break;
     }
@@ -479,7 +495,9 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
       break;
     }
     if (s.evaluates && c.eval_every > 0 && t % c.eval_every == 0) {
-      events.Eval(t, Accuracy(*s.model, data.test));
+      const auto eval_start = Clock::now();
+      const double accuracy = Accuracy(*s.model, data.test);
+      events.Evaluated(t, accuracy, SecondsSince(eval_start));
     }
     absl::Status answered;
     if (adapter != nullptr) {
@@ -501,7 +519,8 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
       for (size_t i = s.params.size(); i-- > 0;) {
         const auto numel = static_cast<size_t>(s.params[i].numel());
         end -= numel;
-        absl::Status status = worker->Push(i, t, std::span<const float>(pushed.data() + end, numel));
+        absl::Status status =
+            worker->Push(i, t, std::span<const float>(pushed.data() + end, numel));
         if (status.ok()) continue;
         // The worker library refuses to encode Inf/NaN: a nan or inf attacker sends nothing.
         events.Warning(t, absl::StrCat("push not sent: ", status.message()));
@@ -516,7 +535,8 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
       events.Warning(t, absl::StrCat("push refused: ", answered.message()));
     }
     ++t;
-    if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps)) events.Step(t, loss.item<double>());
+    if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps))
+      events.Step(t, loss.item<double>());
   }
 
   PS_RETURN_IF_ERROR(dump.Close());
@@ -532,8 +552,9 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
       }
     }
     PS_RETURN_IF_ERROR(SaveParameters(s, c.save_parameters));
+    const auto eval_start = Clock::now();
     accuracy = Accuracy(*s.model, data.test);
-    events.Eval(t, *accuracy);
+    events.Evaluated(t, *accuracy, SecondsSince(eval_start));
   }
   events.Done(t, accuracy, SecondsSince(start), diverged, late_pushes);
   return absl::OkStatus();

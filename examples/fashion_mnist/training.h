@@ -3,8 +3,9 @@
 // gradient, push it for round t), honest or Byzantine (docs/examples.md,
 // docs/evaluation.md). An honest worker goes through the libtorch adapter
 // (worker_lib/torch/torch_worker.h): each layer's forward waits only for its own
-// freshly pulled parameters, and backward pushes each gradient as autograd produces it. Used by the ps-fashion-mnist binary (one worker per process)
-// and by the in-process cluster (one worker per thread, cluster.h).
+// freshly pulled parameters, and backward pushes each gradient as autograd produces it. Used by the
+// ps-fashion-mnist binary (one worker per process) and by the in-process cluster (one worker per
+// thread, cluster.h).
 //
 // A Byzantine worker pushes what its attack (worker_lib/attacks) makes of its own
 // gradient and, for omniscient attacks, of the gradients on a GradientBoard: in one
@@ -28,10 +29,9 @@
 #include <string_view>
 #include <vector>
 
-#include "core/credentials.h"
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/credentials.h"
 #include "examples/fashion_mnist/idx.h"
 #include "worker_lib/worker.h"
 
@@ -103,6 +103,9 @@ class TrainerEvents {
                      int64_t parameters) {}
   virtual void Step(uint64_t step, double loss) {}
   virtual void Eval(uint64_t step, double accuracy) {}
+  // The same evaluation with the seconds it took (TrainWithServer: the cluster waits
+  // for it). By default passed on to Eval.
+  virtual void Evaluated(uint64_t step, double accuracy, double seconds) { Eval(step, accuracy); }
   virtual void Warning(uint64_t step, std::string_view message) {}
   virtual void Diverged(uint64_t step) {}
   virtual void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds,
@@ -126,8 +129,8 @@ class GradientBoard {
   virtual absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) = 0;
   // The published gradients of `round` (by worker id) once all expected ones are in;
   // DEADLINE_EXCEEDED after `timeout`.
-  virtual absl::StatusOr<std::vector<std::vector<float>>> Collect(uint64_t round,
-                                                                  std::chrono::milliseconds timeout) = 0;
+  virtual absl::StatusOr<std::vector<std::vector<float>>> Collect(
+      uint64_t round, std::chrono::milliseconds timeout) = 0;
 };
 
 // In one process: the honest workers publish, `expected` of them per round. Rounds
@@ -137,8 +140,8 @@ class SharedGradientBoard final : public GradientBoard {
   explicit SharedGradientBoard(uint32_t expected) : expected_(expected) {}
   bool Publishes(bool byzantine) const override { return !byzantine; }
   absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) override;
-  absl::StatusOr<std::vector<std::vector<float>>> Collect(uint64_t round,
-                                                          std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::vector<float>>> Collect(
+      uint64_t round, std::chrono::milliseconds timeout) override;
 
  private:
   const uint32_t expected_;
@@ -154,11 +157,12 @@ class SharedGradientBoard final : public GradientBoard {
 // own gradients, the only honest-looking data they have.
 class DirectoryGradientBoard final : public GradientBoard {
  public:
-  DirectoryGradientBoard(std::string dir, uint32_t expected) : dir_(std::move(dir)), expected_(expected) {}
+  DirectoryGradientBoard(std::string dir, uint32_t expected)
+      : dir_(std::move(dir)), expected_(expected) {}
   bool Publishes(bool byzantine) const override { return byzantine; }
   absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) override;
-  absl::StatusOr<std::vector<std::vector<float>>> Collect(uint64_t round,
-                                                          std::chrono::milliseconds timeout) override;
+  absl::StatusOr<std::vector<std::vector<float>>> Collect(
+      uint64_t round, std::chrono::milliseconds timeout) override;
 
  private:
   std::string Path(uint64_t round, uint32_t worker_id) const;

@@ -56,6 +56,8 @@ inline const std::vector<ExampleSpec>& ExampleSpecs() {
       {"qsgd", 0.8},
       {"qsgd(s=1, bucket=64)", 3.0},
       {"qsgd(s=65536, bucket=100)", 1e-4},
+      // CAT picks its level between min and ratio (1 % of a tiny slice keeps ~nothing).
+      {"topk(0.3, level=cat, min=0.01)+varint+fp16", 1.0},
   };
   return specs;
 }

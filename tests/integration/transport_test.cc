@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
+#include <string>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -73,7 +75,8 @@ size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
   absl::MutexLock lock(&mu);
   EXPECT_EQ(published.size(), 9u);
   const uint32_t urgent = layout->SlicesOfTensor(0)[0];
-  return static_cast<size_t>(std::find(published.begin(), published.end(), urgent) - published.begin());
+  return static_cast<size_t>(std::find(published.begin(), published.end(), urgent) -
+                             published.begin());
 }
 
 TEST(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
@@ -118,6 +121,69 @@ TEST(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
   EXPECT_GT(links[0].seconds_per_byte, 0.7 * 2e-7);
   EXPECT_LT(links[0].seconds_per_byte, 3.0 * 2e-7);
   EXPECT_LT(links[0].alpha_seconds, 0.1);
+}
+
+// The payload bytes of one topk(level=cat) push of a Gaussian gradient, after three
+// rounds in which fp32 probes of 16 Ki and 256 Ki values (separate busy periods)
+// measured the link and the pulls between rounds the idle time: `shaping` empty for
+// unshaped loopback.
+uint64_t CatPushBytes(const std::string& shaping) {
+  server::ServerOptions so = Options(1);
+  // Compressed pulls: a dense pull of the 2 MiB model per round would be idle time
+  // that dwarfs the push on the slow link, and CAT would rightly keep the most there too.
+  so.pull_codec = "topk(0.01)+varint+fp16";
+  testing::Cluster c = testing::StartCluster(1, so);
+  if (c.num_shards() != 1) return 0;
+  auto layout = core::ModelLayout::Create(
+      {{"probe_small", 16384, 0}, {"probe_large", 262144, 1}, {"grad", 262144, 2}}, 262144, 1);
+  EXPECT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(16384, 0.0f),
+                                                std::vector<float>(262144, 0.0f),
+                                                std::vector<float>(262144, 0.0f)};
+  WorkerOptions o = ClientOptions(c, 0);
+  PushOptions cat;
+  cat.codec = "topk(0.5, level=cat, min=0.0001)+raw+raw";
+  cat.error_feedback = true;
+  o.tensor_push["grad"] = cat;
+  if (!shaping.empty()) {
+    auto parsed = net::ParseLinkShaping(shaping);
+    EXPECT_TRUE(parsed.ok());
+    o.shaping = *parsed;
+  }
+  auto worker = Worker::Start(o, *layout, Spans(init));
+  EXPECT_TRUE(worker.ok()) << worker.status();
+  if (!worker.ok()) return 0;
+  std::vector<float> grad(262144);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& g : grad) g = normal(rng);
+  std::vector<float> out0(16384), out1(262144), out2(262144);
+  const std::vector<std::span<float>> outs = {out0, out1, out2};
+  uint64_t bytes = 0;
+  for (uint64_t round = 0; round < 4; ++round) {
+    EXPECT_TRUE((*worker)->PullAll(round, outs, milliseconds(20000)).ok());
+    for (size_t t : {0, 1}) {
+      EXPECT_TRUE((*worker)->Push(t, round, init[t]).ok());
+      EXPECT_TRUE((*worker)->WaitPushes().ok());
+    }
+    const uint64_t before = (*worker)->stats().push_bytes;
+    EXPECT_TRUE((*worker)->Push(2, round, grad).ok());
+    EXPECT_TRUE((*worker)->WaitPushes().ok());
+    bytes = (*worker)->stats().push_bytes - before;
+  }
+  return bytes;
+}
+
+// CAT closes the loop: the same gradient keeps fewer coordinates over a 20 Mbit/s link
+// than over loopback, because the fixed cost of a push (alpha and the round's idle
+// time) buys fewer bytes where each byte costs more.
+TEST(LinkCostTest, CatKeepsFewerCoordinatesOnASlowerLink) {
+  const uint64_t slow = CatPushBytes("rate=20mbps");
+  const uint64_t fast = CatPushBytes("");
+  RecordProperty("slow_link_bytes", std::to_string(slow));
+  RecordProperty("loopback_bytes", std::to_string(fast));
+  EXPECT_GT(slow, 0u);
+  EXPECT_LT(2 * slow, fast) << "20 Mbit/s: " << slow << " bytes, loopback: " << fast << " bytes";
 }
 
 TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {

@@ -143,5 +143,41 @@ TEST(TransferMeterTest, ABusyPeriodIsOneTransferOfWhatItsCallsDelivered) {
   EXPECT_EQ(m.Estimate().transfers, 2u);
 }
 
+// A round's idle time runs from the last drain to the first push of the next round;
+// drains inside a round (between tensors) move its start, pushes of the same round
+// take no sample, and the mean weighs the newest round by a quarter.
+TEST(RoundIdleMeterTest, MeasuresFromTheLastDrainToTheNextRoundsFirstPush) {
+  double now = 0;
+  RoundIdleMeter m([&now] { return now; });
+  EXPECT_FALSE(m.Seconds().has_value());
+  m.Pushing(0);
+  now = 1;
+  m.Drained();  // tensor a of round 0 answered
+  now = 1.5;
+  m.Pushing(0);  // tensor b of round 0: no sample
+  now = 2;
+  m.Drained();
+  EXPECT_FALSE(m.Seconds().has_value());
+  now = 5;
+  m.Pushing(1);  // 3 s from the last drain
+  ASSERT_TRUE(m.Seconds().has_value());
+  EXPECT_DOUBLE_EQ(*m.Seconds(), 3);
+  // Round 2 begins before round 1's pushes drained: no sample (nothing was idle).
+  now = 6;
+  m.Pushing(2);
+  EXPECT_DOUBLE_EQ(*m.Seconds(), 3);
+  now = 7;
+  m.Drained();
+  now = 8;
+  m.Pushing(3);  // 1 s: 0.75 * 3 + 0.25 * 1
+  EXPECT_DOUBLE_EQ(*m.Seconds(), 2.5);
+  // An old round's late push takes no sample.
+  now = 9;
+  m.Drained();
+  now = 20;
+  m.Pushing(1);
+  EXPECT_DOUBLE_EQ(*m.Seconds(), 2.5);
+}
+
 }  // namespace
 }  // namespace ps::internal

@@ -1,9 +1,8 @@
 // Worker momentum and error feedback (worker_lib/tensor_encoder_internal.h).
-#include "worker_lib/tensor_encoder_internal.h"
-
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -11,6 +10,7 @@
 #include "core/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker_lib/tensor_encoder_internal.h"
 
 namespace ps::internal {
 namespace {
@@ -77,7 +77,8 @@ TEST(TensorEncoderTest, DeviceCudaEncodesTheCpuBytesAndSaysWhereItRuns) {
   if (core::CudaDevice().ok()) {
     EXPECT_TRUE((*cuda)->device_note().empty()) << (*cuda)->device_note();
   } else {
-    EXPECT_THAT(std::string((*cuda)->device_note()), HasSubstr("device=cuda requested but unavailable"));
+    EXPECT_THAT(std::string((*cuda)->device_note()),
+                HasSubstr("device=cuda requested but unavailable"));
   }
 }
 
@@ -107,6 +108,39 @@ TEST(TensorEncoderTest, ErrorFeedbackLosesNothingOverRounds) {
   }
   EXPECT_LT(worst, 1e-4);
   EXPECT_GT(residual_norm, 0) << "bf16 rounding must leave a residual";
+}
+
+// topk(level=cat) keeps a different number of coordinates as the link's fixed cost
+// changes from round to round; the residual is what the payload actually sent lost,
+// so nothing is lost over the rounds.
+TEST(TensorEncoderTest, ErrorFeedbackStaysExactWhenCatChangesTheLevel) {
+  PushOptions options;
+  options.codec = "topk(0.5, level=cat, min=0.05)+raw+raw";
+  options.error_feedback = true;
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  std::vector<double> pushed(kNumel, 0), given(kNumel, 0);
+  std::set<size_t> levels;
+  for (uint64_t round = 0; round < 20; ++round) {
+    const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 30);
+    std::vector<SliceRange> slices = kSlices;
+    for (SliceRange& s : slices) s.fixed_cost_bytes = round % 2 == 0 ? 0.0 : 1e9;
+    std::vector<std::string> payloads;
+    ASSERT_TRUE((*enc)->Encode(g, round, 0, slices, &payloads).ok());
+    const std::vector<float> d = DecodeAll((*enc)->spec(), slices, payloads, kNumel);
+    levels.insert(
+        static_cast<size_t>(std::count_if(d.begin(), d.end(), [](float v) { return v != 0; })));
+    for (size_t i = 0; i < kNumel; ++i) {
+      pushed[i] += d[i];
+      given[i] += g[i];
+    }
+  }
+  EXPECT_GE(levels.size(), 2u) << "the fixed cost did not change the level";
+  double worst = 0;
+  for (size_t i = 0; i < kNumel; ++i) {
+    worst = std::max(worst, std::abs(pushed[i] + (*enc)->residual()[i] - given[i]));
+  }
+  EXPECT_LT(worst, 1e-4);
 }
 
 TEST(TensorEncoderTest, MomentumPushesTheMovingAverage) {

@@ -28,7 +28,8 @@ model = "cnn"
 error_feedback = true
 )cfg");
   ASSERT_TRUE(c.ok()) << c.status();
-  EXPECT_THAT(c->rules, ElementsAre("mean", "bucketing(s=2)+centered_clipping(tau=10, iterations=3)"));
+  EXPECT_THAT(c->rules,
+              ElementsAre("mean", "bucketing(s=2)+centered_clipping(tau=10, iterations=3)"));
   EXPECT_THAT(c->attacks, ElementsAre("signflip", "ipm(eps=0.5)"));
   EXPECT_THAT(c->byzantine, ElementsAre(0u, 2u));
   EXPECT_THAT(c->worker_momentum, ElementsAre(0.0, 0.9));
@@ -40,18 +41,77 @@ error_feedback = true
 }
 
 TEST(ExperimentConfigTest, RefusesWithTheLineNumber) {
-  auto err = [](const char* text) { return std::string(ParseExperimentConfig(text).status().message()); };
-  EXPECT_EQ(err("workers = 12\nbyzantine = [-1]"), "config line 2: byzantine: '-1' is not an unsigned integer");
-  EXPECT_THAT(err("rulez = [mean]"), HasSubstr("config line 1: unknown key 'rulez'; known: attacks"));
+  auto err = [](const char* text) {
+    return std::string(ParseExperimentConfig(text).status().message());
+  };
+  EXPECT_EQ(err("workers = 12\nbyzantine = [-1]"),
+            "config line 2: byzantine: '-1' is not an unsigned integer");
+  EXPECT_THAT(err("rulez = [mean]"),
+              HasSubstr("config line 1: unknown key 'rulez'; known: attacks"));
   EXPECT_EQ(err("steps = 5\nsteps = 6"), "config line 2: steps: given twice");
   EXPECT_EQ(err("rules = [\"mean\""), "config line 1: rules: array without a closing ']'");
   EXPECT_EQ(err("rules = []"), "config line 1: rules: empty list");
   EXPECT_EQ(err("workers = [1, 2]"), "config line 1: workers: one value expected, not a list");
   EXPECT_EQ(err("lr"), "config line 1: expected 'key = value', got 'lr'");
-  EXPECT_EQ(err("error_feedback = yes"), "config line 1: error_feedback: 'yes' is not true or false");
+  EXPECT_EQ(err("error_feedback = yes"),
+            "config line 1: error_feedback: 'yes' is not true or false");
   EXPECT_EQ(err("rules = [\"mean]"), "config line 1: rules: unterminated string");
-  EXPECT_THAT(err("workers = 4\nbyzantine = [4]"), HasSubstr("byzantine 4 must be below workers 4"));
+  EXPECT_THAT(err("workers = 4\nbyzantine = [4]"),
+              HasSubstr("byzantine 4 must be below workers 4"));
   EXPECT_THAT(err("worker_momentum = [1]"), HasSubstr("not in [0, 1)"));
+  EXPECT_THAT(err("bandwidths = [20, -1]"), HasSubstr("bandwidth -1 Mbit/s is negative"));
+  EXPECT_THAT(err("target_accuracy = 80"), HasSubstr("target_accuracy 80 is not in [0, 1]"));
+  EXPECT_EQ(err("latency_ms = 1.5"), "config line 1: latency_ms: '1.5' is not an unsigned integer");
+}
+
+TEST(ExperimentConfigTest, LinksAndTargetMakeCellsPerBandwidth) {
+  auto c = ParseExperimentConfig(
+      "codecs = [\"fp32\", \"cat\"]\nbandwidths = [20, 0]\nlatency_ms = 2\ntarget_accuracy = "
+      "0.8\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->bandwidths, ElementsAre(20.0, 0.0));
+  EXPECT_EQ(c->latency_ms, 2u);
+  EXPECT_EQ(c->target_accuracy, 0.8);
+  const std::vector<Cell> cells = ExpandGrid(*c);
+  ASSERT_EQ(cells.size(), 4u);
+  EXPECT_EQ(cells[0].Label(), "mean | none | f=0 | iid | fp32 | wm=0 | seed 1 | 20 Mbit/s");
+  EXPECT_EQ(cells[1].Label(), "mean | none | f=0 | iid | fp32 | wm=0 | seed 1");
+  EXPECT_EQ(cells[3].codec, "cat");
+  EXPECT_EQ(StrategyCodec("cat"), "topk(0.1, level=cat, min=0.001)+varint+fp16");
+  EXPECT_EQ(StrategyCodec("topk(0.01)"), "topk(0.01)");
+}
+
+TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
+  ExperimentConfig c;
+  c.target_accuracy = 0.7;
+  c.latency_ms = 1;
+  CellResult reached, missed;
+  reached.cell = {"mean", "none", 0, "iid", "cat", 0.0, 1, 20};
+  reached.evals = {{0, 0.1}, {100, 0.72}, {200, 0.8}};
+  reached.eval_seconds = {0.5, 12.25, 24};
+  reached.final_accuracy = 0.8;
+  reached.bytes_sent = 123456;
+  reached.wall_seconds = 30;
+  missed = reached;
+  missed.cell.codec = "fp32";
+  missed.evals = {{0, 0.1}, {100, 0.6}};
+  missed.eval_seconds = {0.5, 40};
+  missed.final_accuracy = 0.6;
+  EXPECT_EQ(SecondsToTarget(reached, 0.7), 12.25);
+  EXPECT_EQ(SecondsToTarget(missed, 0.7), std::nullopt);
+  const std::string json = RunsJson(c, {reached, missed});
+  EXPECT_THAT(
+      json,
+      HasSubstr(
+          "{\"model\": \"mlp(hidden=128)\", \"bandwidth_mbps\": 20, \"latency_ms\": 1, "
+          "\"strategy\": \"cat\", \"codec\": \"topk(0.1, level=cat, min=0.001)+varint+fp16\""));
+  EXPECT_THAT(
+      json,
+      HasSubstr("\"target_accuracy\": 0.7, \"seconds_to_target\": 12.25, \"final_accuracy\": 0.8, "
+                "\"bytes_sent\": 123456, \"train_seconds\": 24, \"wall_seconds\": 30"));
+  EXPECT_THAT(json, HasSubstr("\"curve\": [[0.5, 0, 0.1], [12.25, 100, 0.72], [24, 200, 0.8]]}"));
+  EXPECT_THAT(json, HasSubstr("\"strategy\": \"fp32\", \"codec\": \"fp32\""));
+  EXPECT_THAT(json, HasSubstr("\"seconds_to_target\": null, \"final_accuracy\": 0.6"));
 }
 
 TEST(ExperimentGridTest, ExpandsEveryCombinationWithOneBaselinePerF0) {
@@ -89,13 +149,21 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
   }
   results[1].error = "worker 3: boom, \"quoted\"";
   const std::string csv = ResultsCsv(results);
-  EXPECT_THAT(csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,seed,step,test_accuracy\n"));
-  EXPECT_THAT(csv, HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,1,100,0.8200\n"));
-  EXPECT_THAT(SummaryCsv(results), HasSubstr("mean,signflip,2,iid,fp32,0,1,0.1000,false,3.0,\"worker 3: boom, \"\"quoted\"\"\"\n"));
+  EXPECT_THAT(
+      csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,seed,bandwidth_mbps,step,"
+                     "test_accuracy\n"));
+  EXPECT_THAT(csv, HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,1,0,100,0.8200\n"));
+  EXPECT_THAT(
+      SummaryCsv(results),
+      HasSubstr(
+          "mean,signflip,2,iid,fp32,0,1,0,0.1000,false,3.0,\"worker 3: boom, \"\"quoted\"\"\"\n"));
   const std::string md = MarkdownTable(c, results);
-  EXPECT_THAT(md, HasSubstr("| rule | worker momentum | split | codec | no attack | signflip | alie | worst | drop |"));
-  EXPECT_THAT(md, HasSubstr("| `mean` | 0 | iid | fp32 | 0.8500 | 0.1000 | 0.8000 | 0.1000 | 75.00 |"));
-  EXPECT_THAT(md, HasSubstr("| `clip(2)+nnm+trimmed_mean` | 0 | iid | fp32 | 0.8400 | 0.8300 | 0.8200 | 0.8200 | 2.00 |"));
+  EXPECT_THAT(md, HasSubstr("| rule | worker momentum | split | codec | no attack | signflip | "
+                            "alie | worst | drop |"));
+  EXPECT_THAT(md,
+              HasSubstr("| `mean` | 0 | iid | fp32 | 0.8500 | 0.1000 | 0.8000 | 0.1000 | 75.00 |"));
+  EXPECT_THAT(md, HasSubstr("| `clip(2)+nnm+trimmed_mean` | 0 | iid | fp32 | 0.8400 | 0.8300 | "
+                            "0.8200 | 0.8200 | 2.00 |"));
 }
 
 }  // namespace
