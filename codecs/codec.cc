@@ -1,11 +1,14 @@
 #include "codecs/codec.h"
 
+#include <algorithm>
+
 #include <charconv>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "codecs/codec_internal.h"
+#include "codecs/sparse_internal.h"
 #include "codecs/device_internal.h"
 #include "core/fp32_bytes.h"
 #include "core/scratch.h"
@@ -78,6 +81,14 @@ absl::Status Codec::DecodePieces(std::span<const std::string_view> pieces,
 std::vector<std::string> CodecNames() {
   std::vector<std::string> names;
   for (const Entry& e : kCodecs) names.emplace_back(e.name);
+  return names;
+}
+
+std::vector<std::string> StageNames() {
+  std::vector<std::string> names = CodecNames();
+  for (std::string_view name : internal::SparseStageNames()) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.emplace_back(name);
+  }
   return names;
 }
 

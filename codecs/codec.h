@@ -121,4 +121,9 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
 // order; each makes a codec with its default arguments.
 std::vector<std::string> CodecNames();
 
+// Every stage name a spec may contain: CodecNames() and the sparse codecs' index and
+// value stages ("varint", "bloom", "deflate", ...), in a stable order. A shard's
+// --allowed-codecs names a subset of them.
+std::vector<std::string> StageNames();
+
 }  // namespace ps::codecs

@@ -498,6 +498,12 @@ std::vector<uint32_t> SupportIndices(const SeededSupport& support, size_t numel)
 
 namespace internal {
 
+std::vector<std::string_view> SparseStageNames() {
+  std::vector<std::string_view> names(std::begin(kIndexNames), std::end(kIndexNames));
+  names.insert(names.end(), std::begin(kValueNames), std::end(kValueNames));
+  return names;
+}
+
 absl::StatusOr<SparseConfig> ParseSparseSpec(std::string_view spec) {
   PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages, core::ParseSpec(spec, "codec spec"));
   const std::string& name = stages.front().name;

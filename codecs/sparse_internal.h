@@ -177,6 +177,10 @@ struct SparseConfig {
 // polyfit their bounds.
 double EstimatedPayloadBytes(const SparseConfig& config, size_t numel, size_t count);
 
+// The index and value stage names (raw, varint, ..., fp16, deflate, polyfit; "raw"
+// twice: it is both).
+std::vector<std::string_view> SparseStageNames();
+
 // The configuration of a topk, threshold or randk spec, as MakeCodec binds it.
 absl::StatusOr<SparseConfig> ParseSparseSpec(std::string_view spec);
 

@@ -46,6 +46,8 @@ std::string_view RefusalName(Refusal r) {
       return "over_limit";
     case Refusal::kQuarantined:
       return "quarantined";
+    case Refusal::kCodecNotAllowed:
+      return "codec_not_allowed";
     case Refusal::kCount:
       break;
   }
@@ -70,6 +72,7 @@ absl::StatusCode RefusalCode(Refusal r) {
     case Refusal::kWrongShard:
     case Refusal::kUnknownCodec:
     case Refusal::kMalformed:
+    case Refusal::kCodecNotAllowed:
       return absl::StatusCode::kInvalidArgument;
     case Refusal::kNoLayout:
     case Refusal::kLayoutMismatch:

@@ -33,6 +33,7 @@ enum class Refusal : int {
   kRateLimited,         // RESOURCE_EXHAUSTED
   kOverLimit,           // RESOURCE_EXHAUSTED (a resource bound: pull streams, model size)
   kQuarantined,         // FAILED_PRECONDITION (the worker sent a malformed push lately)
+  kCodecNotAllowed,     // INVALID_ARGUMENT (a codec stage outside --allowed-codecs)
   kCount,
 };
 

@@ -413,6 +413,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Compress pulls: send each version's change of a slice encoded with this codec spec "
       "(fp16, 3lc(s=1.9), topk(0.01)+varint+fp16, ...), with error feedback on the shard; "
       "empty: dense fp32 (docs/data_path.md)");
+  add("Optimizer", "allowed-codecs", o.allowed_codecs,
+      "The codec stages pushes may use, separated by commas (fp32,fp16,topk,varint,raw); "
+      "a push using another is refused as codec_not_allowed before decoding. Empty: every "
+      "codec (docs/adaptive.md)");
 
   add("Resources", "threads", o.threads, "Aggregation threads; 0 means one per core");
   add("Resources", "max-shard-bytes", o.max_shard_bytes,

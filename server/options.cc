@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "codecs/codec.h"
 #include "core/status.h"
+#include "server/codec_policy.h"
 
 namespace ps::server {
 namespace {
@@ -240,6 +241,10 @@ absl::Status ServerOptions::Validate() const {
     if (absl::StatusOr<std::unique_ptr<codecs::Codec>> c = codecs::MakeCodec(pull_codec); !c.ok()) {
       return Invalid("pull_codec", "pull-codec", pull_codec, c.status().message());
     }
+  }
+
+  if (absl::StatusOr<CodecPolicy> policy = CodecPolicy::Parse(allowed_codecs); !policy.ok()) {
+    return Invalid("allowed_codecs", "allowed-codecs", allowed_codecs, policy.status().message());
   }
 
   // --- resources and lifecycle ---

@@ -155,6 +155,10 @@ struct ServerOptions {
   // once with this codec spec and sent to every worker that holds the version before;
   // the others get dense values. Empty: dense fp32 pulls only. Not with aggregate_only.
   std::string pull_codec;
+  // The codec stages pushes may use (CodecPolicy, docs/adaptive.md "Shard-side
+  // policy"): names separated by commas, "fp32,fp16,topk,varint,raw"; empty: every
+  // codec. A push using another is refused as codec_not_allowed before decoding.
+  std::string allowed_codecs;
 
   // --- resources and lifecycle ---
   // Aggregation threads; 0 means one per core.

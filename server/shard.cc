@@ -44,6 +44,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       priority_schedule_(options.schedule == Schedule::kPriority),
       clock_(clock),
       decoders_(options.max_cached_decoders),
+      // Validated with the options (ServerOptions::Validate).
+      codec_policy_(CodecPolicy::Parse(options.allowed_codecs).value_or(CodecPolicy())),
       counters_(shard_id, options.num_workers),
       sessions_(options.num_workers),
       quarantine_(options.num_workers, options.quarantine),
@@ -185,6 +187,8 @@ absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t
 absl::StatusOr<std::shared_ptr<const codecs::Codec>> Shard::Decoder(uint32_t worker_id,
                                                                     uint32_t slice_id,
                                                                     std::string_view codec) {
+  PS_RETURN_IF_ERROR(codec_policy_.Check(
+      absl::StrCat("push from worker ", worker_id, " for slice ", slice_id), codec));
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoder = decoders_.Get(codec);
   if (!decoder.ok()) {
     return core::Refused(Refusal::kUnknownCodec,

@@ -54,6 +54,7 @@
 #include "net/udp_frame.h"
 #include "server/aggregation_jobs.h"
 #include "server/checkpoint.h"
+#include "server/codec_policy.h"
 #include "server/deadline_queue.h"
 #include "server/decoder_cache.h"
 #include "server/memory_estimate.h"
@@ -277,6 +278,7 @@ class Shard {
   core::Clock* const clock_;
 
   DecoderCache decoders_;
+  const CodecPolicy codec_policy_;  // --allowed-codecs
   std::atomic<uint64_t> next_watch_id_{1};
 
   // Counting is not a change of the shard's state: const methods refuse too.

@@ -76,6 +76,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "momentum",
                                                   "weight-decay",
                                                   "pull-codec",
+                                                  "allowed-codecs",
                                                   "threads",
                                                   "max-shard-bytes",
                                                   "max-request-memory-bytes",
@@ -723,6 +724,13 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptionsCase{"EmptyHost", [](ServerOptions& o) { o.host = ""; }, "--host"},
         BadOptionsCase{"UnknownPullCodec", [](ServerOptions& o) { o.pull_codec = "zip"; },
                        "--pull-codec=zip (pull_codec): unknown codec 'zip'"},
+        BadOptionsCase{"UnknownAllowedCodec",
+                       [](ServerOptions& o) { o.allowed_codecs = "fp32,zstd"; },
+                       "--allowed-codecs=fp32,zstd (allowed_codecs): 'zstd' is not a codec "
+                       "stage; known: fp32, fp16"},
+        BadOptionsCase{"AllowedCodecTwice",
+                       [](ServerOptions& o) { o.allowed_codecs = "fp16, fp16"; },
+                       "'fp16' is listed twice"},
         BadOptionsCase{"PullCodecWithAggregateOnly",
                        [](ServerOptions& o) {
                          o.pull_codec = "fp16";

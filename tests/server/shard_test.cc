@@ -193,6 +193,34 @@ TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kUnknownSlice)], 1u);
 }
 
+// --allowed-codecs: a push in a codec outside the list is refused before decoding,
+// counted as codec_not_allowed, and takes neither the worker's slot nor a quarantine;
+// the same worker's allowed push completes the round.
+TEST_F(ShardTest, APushInACodecOutsideTheAllowedOnesIsRefusedBeforeDecoding) {
+  ServerOptions o = Options(2);
+  o.allowed_codecs = "fp32,fp16";
+  Make(o);
+  ASSERT_TRUE(shard_->Join(1, layout_hash_).ok());
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  auto topk = codecs::MakeCodec("topk(0.5)");
+  ASSERT_TRUE(topk.ok());
+  std::string payload;
+  ASSERT_TRUE((*topk)->Encode(std::vector<float>{3, 3, 3, 3}, &payload).ok());
+  const absl::Status refused =
+      shard_->Push(1, layout_hash_, 0, kSlice, (*topk)->spec(), payload);
+  EXPECT_EQ(core::RefusalOf(refused), Refusal::kCodecNotAllowed);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("push from worker 1 for slice 0: codec "
+                        "\"topk(ratio=0.5, method=exact)+raw+raw\" uses 'topk', which this "
+                        "shard does not decode (--allowed-codecs: fp16, fp32)"));
+  EXPECT_EQ(shard_->Snapshot(kSlice).version, 0u);
+  ASSERT_TRUE(Push(1, 0, {3, 3, 3, 3}).ok());
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1, -1, -1, -1));
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kCodecNotAllowed)], 1u);
+  EXPECT_EQ(st.malformed_by_worker[1], 0u);
+}
+
 TEST_F(ShardTest, AMalformedPushQuarantinesItsWorkerAndRoundsGoOnWithoutIt) {
   ServerOptions o = Options(3, 1);  // quorum 2
   o.quarantine = std::chrono::seconds(10);
