@@ -265,6 +265,16 @@ std::string Cell::Label() const {
       bandwidth_mbps > 0 ? absl::StrCat(" | ", Num(bandwidth_mbps), " Mbit/s") : "");
 }
 
+Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config) {
+  Strategy s;
+  const size_t bar = codec.find('|');
+  s.name = std::string(codec.substr(0, bar));
+  s.push_codec = StrategyCodec(s.name);
+  s.pull_codec =
+      bar == std::string_view::npos ? config.pull_codec : std::string(codec.substr(bar + 1));
+  return s;
+}
+
 std::string StrategyCodec(std::string_view codec) {
   // CAT over top-k with error feedback's usual companions: varint indices, fp16 values;
   // between 0.1 % and 10 % of each slice (docs/adaptive.md, "CAT").
@@ -407,16 +417,17 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
       absl::StrAppend(&curve, e == 0 ? "" : ", ", "[", JsonNumber(r.eval_seconds[e]), ", ",
                       r.evals[e].first, ", ", JsonNumber(r.evals[e].second), "]");
     }
+    const Strategy strategy = ParseStrategy(c.codec, config);
     const std::string model =
         config.model == "mlp" ? absl::StrCat("mlp(hidden=", config.hidden, ")") : config.model;
     absl::StrAppend(
         &out, "  {\"model\": ", Json(model), ", \"bandwidth_mbps\": ", Num(c.bandwidth_mbps),
-        ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(c.codec),
-        ", \"codec\": ", Json(StrategyCodec(c.codec)), ", \"rule\": ", Json(c.rule),
-        ", \"attack\": ", Json(c.attack), ", \"byzantine\": ", c.byzantine,
-        ", \"workers\": ", config.workers, ", \"shards\": ", config.shards,
-        ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed, ", \"steps\": ", config.steps,
-        ", \"target_accuracy\": ",
+        ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(strategy.name),
+        ", \"codec\": ", Json(strategy.push_codec), ", \"pull_codec\": ", Json(strategy.pull_codec),
+        ", \"rule\": ", Json(c.rule), ", \"attack\": ", Json(c.attack),
+        ", \"byzantine\": ", c.byzantine, ", \"workers\": ", config.workers,
+        ", \"shards\": ", config.shards, ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed,
+        ", \"steps\": ", config.steps, ", \"target_accuracy\": ",
         config.target_accuracy > 0 ? JsonNumber(config.target_accuracy) : "null",
         ", \"seconds_to_target\": ", JsonNumber(to_target),
         ", \"final_accuracy\": ", JsonNumber(r.final_accuracy), ", \"bytes_sent\": ", r.bytes_sent,

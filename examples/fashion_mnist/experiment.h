@@ -96,9 +96,18 @@ struct CellResult {
   std::string error;  // non-empty when the run failed
 };
 
-// The codec spec a cell's codec names: a spec as it is, or a strategy of adaptive
-// communication (docs/adaptive.md): "cat" is top-k whose level CAT chooses per push.
-std::string StrategyCodec(std::string_view codec);
+// A cell's codec is a strategy: "PUSH" or "PUSH|PULL", the push codec and the shards'
+// pull codec (--pull-codec; without "|" the config's pull_codec). PUSH is a codec spec
+// or a strategy of adaptive communication (docs/adaptive.md): "cat" is top-k whose
+// level CAT chooses per push.
+struct Strategy {
+  std::string name;        // PUSH as written ("cat", "fp32", "topk(0.01)")
+  std::string push_codec;  // its codec spec
+  std::string pull_codec;  // "" = dense pulls
+};
+Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config);
+// The codec spec of a push strategy name ("cat" -> "topk(0.1, level=cat, ...)").
+std::string StrategyCodec(std::string_view push);
 
 // The training seconds at which `r` first reached `target` (nullopt: never).
 std::optional<double> SecondsToTarget(const CellResult& r, double target);
@@ -114,7 +123,8 @@ std::string SummaryCsv(const std::vector<CellResult>& results);
 // run's settings.
 std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results);
 // runs.json: a JSON array, one object per run: model, bandwidth_mbps, latency_ms,
-// strategy (the cell's codec), codec (its spec), rule, attack, byzantine, split, seed,
+// strategy (the push strategy's name), codec (its spec), pull_codec ("" = dense), rule,
+// attack, byzantine, split, seed,
 // target_accuracy, seconds_to_target (null if never reached), final_accuracy,
 // bytes_sent, train_seconds, wall_seconds, and curve: [[seconds, step, accuracy], ...].
 std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResult>& results);

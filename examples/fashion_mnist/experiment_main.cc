@@ -127,7 +127,8 @@ absl::Status Run(const Flags& flags) {
     cc.trainer.hidden = config.hidden;
     cc.trainer.split = cell.split;
     cc.trainer.seed = cell.seed;
-    cc.trainer.codec = StrategyCodec(cell.codec);
+    const Strategy strategy = ParseStrategy(cell.codec, config);
+    cc.trainer.codec = strategy.push_codec;
     if (cell.bandwidth_mbps > 0 || config.latency_ms > 0) {
       std::vector<std::string> shaping;
       if (cell.bandwidth_mbps > 0)
@@ -145,7 +146,7 @@ absl::Status Run(const Flags& flags) {
     cc.lr = config.lr;
     cc.momentum = config.momentum;
     cc.round_deadline = std::chrono::milliseconds(config.round_deadline_ms);
-    cc.pull_codec = config.pull_codec;
+    cc.pull_codec = strategy.pull_codec;
     cc.byzantine = cell.byzantine;
     cc.attack = cell.attack;
     CellProgress progress(i, cells.size(), cell.Label(), config.steps, grid_start);

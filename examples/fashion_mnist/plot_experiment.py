@@ -115,7 +115,7 @@ def time_to_accuracy(out):
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         target = None
         for r in sorted((r for r in runs if r["bandwidth_mbps"] == bandwidth), key=lambda r: r["strategy"]):
-            label = r["strategy"]
+            label = r["strategy"] + (f' | pull {r["pull_codec"]}' if r.get("pull_codec") else "")
             if len(rules) > 1:
                 label += f' / {r["rule"]}'
             if len(attacks) > 1:

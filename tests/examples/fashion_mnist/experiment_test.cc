@@ -79,6 +79,13 @@ TEST(ExperimentConfigTest, LinksAndTargetMakeCellsPerBandwidth) {
   EXPECT_EQ(cells[3].codec, "cat");
   EXPECT_EQ(StrategyCodec("cat"), "topk(0.1, level=cat, min=0.001)+varint+fp16");
   EXPECT_EQ(StrategyCodec("topk(0.01)"), "topk(0.01)");
+  c->pull_codec = "fp16";
+  const Strategy cat_3lc = ParseStrategy("cat|3lc(s=1.9)", *c);
+  EXPECT_EQ(cat_3lc.name, "cat");
+  EXPECT_EQ(cat_3lc.push_codec, "topk(0.1, level=cat, min=0.001)+varint+fp16");
+  EXPECT_EQ(cat_3lc.pull_codec, "3lc(s=1.9)");
+  EXPECT_EQ(ParseStrategy("fp32", *c).pull_codec, "fp16");  // the config's
+  EXPECT_EQ(ParseStrategy("fp32|", *c).pull_codec, "");     // dense, explicitly
 }
 
 TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
@@ -93,7 +100,7 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   reached.bytes_sent = 123456;
   reached.wall_seconds = 30;
   missed = reached;
-  missed.cell.codec = "fp32";
+  missed.cell.codec = "fp32|fp16";
   missed.evals = {{0, 0.1}, {100, 0.6}};
   missed.eval_seconds = {0.5, 40};
   missed.final_accuracy = 0.6;
@@ -104,13 +111,15 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
       json,
       HasSubstr(
           "{\"model\": \"mlp(hidden=128)\", \"bandwidth_mbps\": 20, \"latency_ms\": 1, "
-          "\"strategy\": \"cat\", \"codec\": \"topk(0.1, level=cat, min=0.001)+varint+fp16\""));
+          "\"strategy\": \"cat\", \"codec\": \"topk(0.1, level=cat, min=0.001)+varint+fp16\", "
+          "\"pull_codec\": \"\""));
   EXPECT_THAT(
       json,
       HasSubstr("\"target_accuracy\": 0.7, \"seconds_to_target\": 12.25, \"final_accuracy\": 0.8, "
                 "\"bytes_sent\": 123456, \"train_seconds\": 24, \"wall_seconds\": 30"));
   EXPECT_THAT(json, HasSubstr("\"curve\": [[0.5, 0, 0.1], [12.25, 100, 0.72], [24, 200, 0.8]]}"));
-  EXPECT_THAT(json, HasSubstr("\"strategy\": \"fp32\", \"codec\": \"fp32\""));
+  EXPECT_THAT(json,
+              HasSubstr("\"strategy\": \"fp32\", \"codec\": \"fp32\", \"pull_codec\": \"fp16\""));
   EXPECT_THAT(json, HasSubstr("\"seconds_to_target\": null, \"final_accuracy\": 0.6"));
 }
 
