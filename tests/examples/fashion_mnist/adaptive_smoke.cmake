@@ -3,12 +3,7 @@
 # runs.json: one row per (strategy, bandwidth), each with the keys the full
 # experiment's rows carry, a curve, bytes sent, and fewer bytes for cat than for fp32
 # on the same link.
-file(REMOVE_RECURSE ${OUT})
-execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --out ${OUT} --plots false
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "ps-experiment failed (${rc}):\n${out}\n${err}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/run_experiment.cmake)
 file(READ ${OUT}/runs.json runs)
 string(JSON count LENGTH "${runs}")
 if(NOT count EQUAL 4)

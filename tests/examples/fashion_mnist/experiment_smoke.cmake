@@ -1,11 +1,6 @@
 # Runs ps-experiment on a tiny grid and checks its outputs: both cells ran, the table
 # has the rule's row, and results.csv has the evaluations.
-file(REMOVE_RECURSE ${OUT})
-execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --out ${OUT} --plots false
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "ps-experiment failed (${rc}):\n${out}\n${err}")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/run_experiment.cmake)
 file(READ ${OUT}/table.md table)
 if(NOT table MATCHES "\\| `median` \\| 0 \\| iid \\| fp32 \\| 0\\.[0-9]+ \\| 0\\.[0-9]+ \\| 0\\.[0-9]+ \\|")
   message(FATAL_ERROR "table.md lacks the median row:\n${table}")

@@ -2,6 +2,9 @@
 // and Markdown reports on fixed results.
 #include "examples/fashion_mnist/experiment.h"
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -121,6 +124,30 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   EXPECT_THAT(json,
               HasSubstr("\"strategy\": \"fp32\", \"codec\": \"fp32\", \"pull_codec\": \"fp16\""));
   EXPECT_THAT(json, HasSubstr("\"seconds_to_target\": null, \"final_accuracy\": 0.6"));
+}
+
+// Every config under examples/fashion_mnist/experiments/ parses, with the cells its
+// comment promises for the adaptive ones.
+TEST(ExperimentConfigTest, TheCheckedInConfigsParse) {
+  const std::filesystem::path dir =
+      std::filesystem::path(PS_SOURCE_DIR) / "examples/fashion_mnist/experiments";
+  size_t configs = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    std::ifstream in(entry.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    auto c = ParseExperimentConfig(text.str());
+    ASSERT_TRUE(c.ok()) << entry.path() << ": " << c.status();
+    ++configs;
+    const std::string name = entry.path().filename().string();
+    if (name == "adaptive.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 28u);
+    }
+    if (name == "adaptive_quick.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 4u);
+    }
+  }
+  EXPECT_GE(configs, 4u);
 }
 
 TEST(ExperimentGridTest, ExpandsEveryCombinationWithOneBaselinePerF0) {
