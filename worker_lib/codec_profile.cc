@@ -1,3 +1,5 @@
+#include "worker_lib/codec_profile_internal.h"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -9,7 +11,6 @@
 #include "absl/strings/str_cat.h"
 #include "codecs/codec.h"
 #include "core/status.h"
-#include "worker_lib/codec_profile_internal.h"
 
 namespace ps::internal {
 namespace {

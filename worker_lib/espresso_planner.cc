@@ -1,9 +1,9 @@
+#include "worker_lib/espresso_planner_internal.h"
+
 #include <algorithm>
 #include <numeric>
 #include <queue>
 #include <tuple>
-
-#include "worker_lib/espresso_planner_internal.h"
 
 namespace ps::internal {
 namespace {

@@ -1,10 +1,11 @@
+#include "worker_lib/push_pipeline_internal.h"
+
 #include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "net/udp_frame.h"
-#include "worker_lib/push_pipeline_internal.h"
 
 namespace ps::internal {
 

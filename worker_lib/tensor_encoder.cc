@@ -1,9 +1,10 @@
+#include "worker_lib/tensor_encoder_internal.h"
+
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "worker_lib/tensor_encoder_internal.h"
 
 namespace ps::internal {
 

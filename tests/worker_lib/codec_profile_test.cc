@@ -1,11 +1,12 @@
 // Codec profiles (worker_lib/codec_profile_internal.h): sizes and times that make
 // sense for codecs whose payloads are known, the budget, refusals, and a plan made from
 // measured profiles.
+#include "worker_lib/codec_profile_internal.h"
+
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker_lib/codec_profile_internal.h"
 
 namespace ps::internal {
 namespace {

@@ -1,6 +1,8 @@
 // Espresso's planner (worker_lib/espresso_planner_internal.h): the simulated round
 // against hand-computed timelines, P3 order, the greedy search's choices, its distance
 // from the best plan on small models, and its cost on a model of 100 tensors.
+#include "worker_lib/espresso_planner_internal.h"
+
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -10,7 +12,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker_lib/espresso_planner_internal.h"
 
 namespace ps::internal {
 namespace {

@@ -1,4 +1,6 @@
 // Worker momentum and error feedback (worker_lib/tensor_encoder_internal.h).
+#include "worker_lib/tensor_encoder_internal.h"
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -10,7 +12,6 @@
 #include "core/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "worker_lib/tensor_encoder_internal.h"
 
 namespace ps::internal {
 namespace {
