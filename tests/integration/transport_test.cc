@@ -123,23 +123,24 @@ TEST(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
   EXPECT_LT(links[0].alpha_seconds, 0.1);
 }
 
-// The payload bytes of one topk(level=cat) push of a Gaussian gradient, after three
-// rounds in which fp32 probes of 16 Ki and 256 Ki values (separate busy periods)
-// measured the link and the pulls between rounds the idle time: `shaping` empty for
-// unshaped loopback.
+// The payload bytes of one topk(level=cat) push of a Gaussian gradient of 64 Ki values,
+// after three rounds in which fp32 probes of 4 Ki and 64 Ki values (separate busy
+// periods) measured the link and the pulls between rounds the idle time: `shaping`
+// empty for unshaped loopback. (Messages of at most 256 KiB: under TSan a 1 MiB
+// request once stalled for over 30 s on loopback; docs/adaptive.md.)
 uint64_t CatPushBytes(const std::string& shaping) {
   server::ServerOptions so = Options(1);
-  // Compressed pulls: a dense pull of the 2 MiB model per round would be idle time
+  // Compressed pulls: a dense pull of the model each round would be idle time
   // that dwarfs the push on the slow link, and CAT would rightly keep the most there too.
   so.pull_codec = "topk(0.01)+varint+fp16";
   testing::Cluster c = testing::StartCluster(1, so);
   if (c.num_shards() != 1) return 0;
   auto layout = core::ModelLayout::Create(
-      {{"probe_small", 16384, 0}, {"probe_large", 262144, 1}, {"grad", 262144, 2}}, 262144, 1);
+      {{"probe_small", 4096, 0}, {"probe_large", 65536, 1}, {"grad", 65536, 2}}, 65536, 1);
   EXPECT_TRUE(layout.ok());
-  const std::vector<std::vector<float>> init = {std::vector<float>(16384, 0.0f),
-                                                std::vector<float>(262144, 0.0f),
-                                                std::vector<float>(262144, 0.0f)};
+  const std::vector<std::vector<float>> init = {std::vector<float>(4096, 0.0f),
+                                                std::vector<float>(65536, 0.0f),
+                                                std::vector<float>(65536, 0.0f)};
   WorkerOptions o = ClientOptions(c, 0);
   PushOptions cat;
   cat.codec = "topk(0.5, level=cat, min=0.0001)+raw+raw";
@@ -153,11 +154,11 @@ uint64_t CatPushBytes(const std::string& shaping) {
   auto worker = Worker::Start(o, *layout, Spans(init));
   EXPECT_TRUE(worker.ok()) << worker.status();
   if (!worker.ok()) return 0;
-  std::vector<float> grad(262144);
+  std::vector<float> grad(65536);
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   for (float& g : grad) g = normal(rng);
-  std::vector<float> out0(16384), out1(262144), out2(262144);
+  std::vector<float> out0(4096), out1(65536), out2(65536);
   const std::vector<std::span<float>> outs = {out0, out1, out2};
   uint64_t bytes = 0;
   for (uint64_t round = 0; round < 4; ++round) {
