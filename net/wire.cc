@@ -1,6 +1,7 @@
 #include "net/wire.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <utility>
 
@@ -176,6 +177,16 @@ void AppendTag(uint32_t number, int wire, std::string* out) {
   AppendVarint((uint64_t{number} << 3) | static_cast<uint64_t>(wire), out);
 }
 
+// A float field (wire type fixed32: its IEEE bits, little-endian), when present.
+void AppendFloatField(uint32_t number, std::optional<float> v, std::string* out) {
+  if (!v.has_value()) return;
+  AppendTag(number, kFixed32, out);
+  const uint32_t bits = std::bit_cast<uint32_t>(*v);
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>(bits >> (8 * i)));
+}
+
+float FloatOf(uint64_t fixed32) { return std::bit_cast<float>(static_cast<uint32_t>(fixed32)); }
+
 void AppendBytesField(uint32_t number, std::string_view bytes, std::string* out) {
   AppendTag(number, kLengthDelimited, out);
   AppendVarint(bytes.size(), out);
@@ -193,6 +204,8 @@ absl::StatusOr<PullFrame> ParsePullResponse(Pieces pieces) {
     if (f.number == 4 && f.wire == kLengthDelimited) frame.codec = std::move(f.bytes);
     if (f.number == 5 && f.wire == kVarint) frame.base_version = f.scalar;
     if (f.number == 6 && f.wire == kFixed64) frame.epoch = f.scalar;
+    if (f.number == 7 && f.wire == kFixed32) frame.loss = FloatOf(f.scalar);
+    if (f.number == 8 && f.wire == kFixed32) frame.first_loss = FloatOf(f.scalar);
   });
   if (!s.ok()) return s;
   return frame;
@@ -207,6 +220,7 @@ absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces) {
     if (f.number == 4 && f.wire == kVarint) frame.slice_id = static_cast<uint32_t>(f.scalar);
     if (f.number == 5 && f.wire == kLengthDelimited) frame.codec = std::move(f.bytes);
     if (f.number == 6 && f.wire == kLengthDelimited) frame.payload = std::move(f.bytes);
+    if (f.number == 7 && f.wire == kFixed32) frame.loss = FloatOf(f.scalar);
   });
   if (!s.ok()) return s;
   return frame;
@@ -228,13 +242,16 @@ std::string PullResponseHeader(const PullHeader& header, size_t values_size) {
     AppendTag(6, kFixed64, &out);
     AppendFixed64(header.epoch, &out);
   }
+  AppendFloatField(7, header.loss, &out);
+  AppendFloatField(8, header.first_loss, &out);
   AppendTag(3, kLengthDelimited, &out);
   AppendVarint(values_size, &out);
   return out;
 }
 
 std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, uint64_t round,
-                              uint32_t slice_id, std::string_view codec, size_t payload_size) {
+                              uint32_t slice_id, std::string_view codec, size_t payload_size,
+                              std::optional<float> loss) {
   std::string out;
   out.reserve(48 + session.size() + codec.size());
   AppendBytesField(1, session, &out);
@@ -245,6 +262,7 @@ std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, ui
   AppendTag(4, kVarint, &out);
   AppendVarint(slice_id, &out);
   AppendBytesField(5, codec, &out);
+  AppendFloatField(7, loss, &out);
   AppendTag(6, kLengthDelimited, &out);
   AppendVarint(payload_size, &out);
   return out;

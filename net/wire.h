@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -60,6 +61,9 @@ struct PullFrame {
   ByteRange codec;   // empty: dense values
   uint64_t base_version = 0;
   uint64_t epoch = 0;  // 0: the shard sends no deltas
+  // AdaComm (docs/adaptive.md): the medians of the workers' reported losses.
+  std::optional<float> loss;
+  std::optional<float> first_loss;
 };
 
 // What a PullResponse says besides the values.
@@ -69,6 +73,8 @@ struct PullHeader {
   std::string_view codec;  // empty: dense values
   uint64_t base_version = 0;
   uint64_t epoch = 0;
+  std::optional<float> loss;
+  std::optional<float> first_loss;
 };
 
 // ps.v1.PushRequest.
@@ -79,6 +85,7 @@ struct PushFrame {
   uint32_t slice_id = 0;
   ByteRange codec;
   ByteRange payload;
+  std::optional<float> loss;  // the worker's training loss (local-update training)
 };
 
 // INVALID_ARGUMENT naming the message and what is wrong when `pieces` are not a
@@ -90,9 +97,10 @@ absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces);
 // whole message: values_size bytes of values, payload_size bytes of payload. Slice id
 // and version are always written, zeros included, and every field comes before the
 // tensor bytes, so a receiver knows the slice before the values arrive; the fields of
-// compressed pulls (codec, base version, epoch) only when set.
+// compressed pulls (codec, base version, epoch) and the losses only when set.
 std::string PullResponseHeader(const PullHeader& header, size_t values_size);
 std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, uint64_t round,
-                              uint32_t slice_id, std::string_view codec, size_t payload_size);
+                              uint32_t slice_id, std::string_view codec, size_t payload_size,
+                              std::optional<float> loss = std::nullopt);
 
 }  // namespace ps::net

@@ -223,7 +223,11 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         ready.erase(ready.begin());
         const Shard& shard = *reactor->shard_;
         SliceSnapshot snap = shard.Snapshot(id);
-        net::PullHeader header{.slice_id = id, .version = snap.version, .epoch = shard.pull_epoch()};
+        net::PullHeader header{.slice_id = id,
+                               .version = snap.version,
+                               .epoch = shard.pull_epoch(),
+                               .loss = snap.loss,
+                               .first_loss = snap.first_loss};
         std::shared_ptr<const std::string> body = std::move(snap.values);
         if (snap.delta != nullptr && snap.delta->version == snap.version) {
           auto it = held.find(id);
@@ -370,7 +374,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* c
   absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, session);
   if (worker.ok()) {
     s = shard_->Push(*worker, frame->layout_hash, frame->round, frame->slice_id,
-                     frame->codec.Contiguous(&codec_bytes), frame->payload.parts());
+                     frame->codec.Contiguous(&codec_bytes), frame->payload.parts(), frame->loss);
   } else {
     s = worker.status();
   }

@@ -211,14 +211,14 @@ void Shard::StartUdpRound(uint64_t round) {
 
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
                          uint32_t slice_id, std::string_view codec,
-                         std::span<const std::string_view> payload) {
+                         std::span<const std::string_view> payload, std::optional<float> loss) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
   PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
-      worker_id, round, codec, [&] { return Decoder(worker_id, slice_id, codec); }, payload);
+      worker_id, round, codec, [&] { return Decoder(worker_id, slice_id, codec); }, payload, loss);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   size_t payload_bytes = 0;
   for (std::string_view piece : payload) payload_bytes += piece.size();

@@ -132,14 +132,17 @@ class Shard {
   absl::Status InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
                          std::string_view values);
 
-  // One encoded gradient slice from `worker_id` for `round`.
+  // One encoded gradient slice from `worker_id` for `round`, with the worker's training
+  // loss when it reported one (local-update training).
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
-                    std::string_view codec, std::span<const std::string_view> payload);
+                    std::string_view codec, std::span<const std::string_view> payload,
+                    std::optional<float> loss = std::nullopt);
   // The same, with the payload in one piece.
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
-                    std::string_view codec, std::string_view payload) {
+                    std::string_view codec, std::string_view payload,
+                    std::optional<float> loss = std::nullopt) {
     return Push(worker_id, layout_hash, round, slice_id, codec,
-                std::span<const std::string_view>(&payload, 1));
+                std::span<const std::string_view>(&payload, 1), loss);
   }
 
   // The worker and key behind a UDP session id, or UNAUTHENTICATED.

@@ -1,7 +1,9 @@
 #include "server/slice_round.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -91,12 +93,29 @@ uint64_t ClosedRound::ChunksLost() const {
   return lost;
 }
 
+std::optional<float> MedianLoss(const RoundInputs& inputs) {
+  std::vector<float> reported;
+  for (size_t w = 0; w < inputs.pushed.size() && w < inputs.losses.size(); ++w) {
+    if (inputs.pushed[w] && !std::isnan(inputs.losses[w])) reported.push_back(inputs.losses[w]);
+  }
+  if (reported.empty()) return std::nullopt;
+  const size_t mid = reported.size() / 2;
+  std::nth_element(reported.begin(), reported.begin() + mid, reported.end());
+  if (reported.size() % 2 == 1) return reported[mid];
+  // Even: the mean of the two middle values (both within the honest range when fewer
+  // than half the reporters lie).
+  const float upper = reported[mid];
+  const float lower = *std::max_element(reported.begin(), reported.begin() + mid);
+  return lower + (upper - lower) / 2;
+}
+
 SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only)
     : info_(info), rules_(rules) {
   const uint32_t n = rules_->num_workers;
   // Not yet shared with any other thread: the lock only satisfies the annotations.
   absl::MutexLock lock(&mu_);
   inputs_.pushed.assign(n, 0);
+  inputs_.losses.assign(n, std::numeric_limits<float>::quiet_NaN());
   inputs_.chunked.assign(n, ChunkedPush{});
   inputs_.supports.assign(n, std::nullopt);
   if (rules_->keep_signs) inputs_.sign_payloads.assign(n, std::string());
@@ -164,7 +183,8 @@ std::span<float> SliceRound::SlotLocked(uint32_t worker, uint32_t first, uint32_
 absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uint64_t round,
                                                             std::string_view codec,
                                                             DecoderFn decoder,
-                                                            std::span<const std::string_view> payload) {
+                                                            std::span<const std::string_view> payload,
+                                                            std::optional<float> loss) {
   Locked lock(this);
   // The round's state first: a late or duplicate push is refused before its codec is
   // looked at.
@@ -172,6 +192,11 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   if (inputs_.pushed[worker]) {
     return Refused(Refusal::kDuplicate, absl::StrCat("duplicate push from worker ", worker,
                                                      " for round ", round, " of slice ", info_.id));
+  }
+  if (loss.has_value() && !std::isfinite(*loss)) {
+    return Refused(Refusal::kMalformed,
+                   absl::StrCat("malformed push from worker ", worker, " for round ", round,
+                                " of slice ", info_.id, ": its loss ", *loss, " is not finite"));
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
@@ -183,6 +208,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
                      info_.id, " (codec ", core::ClientText(codec), "): ", st.message()));
   }
   inputs_.pushed[worker] = 1;
+  inputs_.losses[worker] = loss.value_or(std::numeric_limits<float>::quiet_NaN());
   ++num_pushed_;
   ++num_complete_;
   const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
@@ -352,6 +378,7 @@ std::optional<ClosedRound> SliceRound::TakeClosed() {
 
 void SliceRound::ResetRoundLocked() {
   std::fill(inputs_.pushed.begin(), inputs_.pushed.end(), 0);
+  std::fill(inputs_.losses.begin(), inputs_.losses.end(), std::numeric_limits<float>::quiet_NaN());
   std::fill(inputs_.supports.begin(), inputs_.supports.end(), std::nullopt);
   for (ChunkedPush& push : inputs_.chunked) push.chunk_count = push.received = 0;
   num_pushed_ = 0;
@@ -364,6 +391,8 @@ void SliceRound::ResetRoundLocked() {
 void SliceRound::Publish(ClosedRound round, std::shared_ptr<const std::string> values,
                          std::shared_ptr<const std::string> delta_payload, Wakeups* wake) {
   Locked lock(this);
+  loss_ = MedianLoss(round.inputs);
+  if (!first_loss_.has_value()) first_loss_ = loss_;
   inputs_ = std::move(round.inputs);
   model_ = std::move(round.model);
   if (delta_payload != nullptr) {
@@ -482,7 +511,7 @@ Wakeups SliceRound::TakeAllWatchers() {
 
 SliceSnapshot SliceRound::Snapshot() const {
   absl::MutexLock lock(&mu_);
-  return SliceSnapshot{version_, published_, delta_};
+  return SliceSnapshot{version_, published_, delta_, loss_, first_loss_};
 }
 
 uint64_t SliceRound::version() const {

@@ -115,7 +115,13 @@ struct RoundInputs {
   std::vector<ChunkedPush> chunked;
   // Worker w sent something this round (a push or a chunk).
   std::vector<uint8_t> pushed;
+  // The training loss worker w's push reported (local-update training); NaN: none.
+  std::vector<float> losses;
 };
+
+// The median of the losses reported by the workers that pushed (the mean of the two
+// middle ones for an even count); nullopt when none reported one.
+std::optional<float> MedianLoss(const RoundInputs& inputs);
 
 // ctx.masks for the inputs of some workers: null for a whole push, else a bitmap of the
 // coordinates whose chunks came.
@@ -152,6 +158,10 @@ struct SliceSnapshot {
   std::shared_ptr<const std::string> values;  // little-endian fp32
   // With --pull-codec, the change that led to `version` (null: none, send dense).
   std::shared_ptr<const PullDelta> delta;
+  // The median of the losses reported with the pushes of round version - 1, and of the
+  // first round with any (AdaComm, docs/adaptive.md); nullopt: none.
+  std::optional<float> loss;
+  std::optional<float> first_loss;
 };
 
 // Pull callbacks whose version was reached (or false at shutdown), to run without locks.
@@ -182,12 +192,16 @@ class SliceRound {
   // is asked for the codec: late (kLate), early (kFutureRound), uninitialized (kNotReady),
   // duplicate (kDuplicate); kMalformed when the payload does not decode.
   // `codec` is the name the push gave (quoted, cut short, in refusals). The payload is
-  // decoded from the pieces it arrived in (Codec::DecodePieces).
+  // decoded from the pieces it arrived in (Codec::DecodePieces). `loss`, the worker's
+  // training loss, must be finite (kMalformed before decoding otherwise).
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
-                                      DecoderFn decoder, std::span<const std::string_view> payload);
+                                      DecoderFn decoder, std::span<const std::string_view> payload,
+                                      std::optional<float> loss = std::nullopt);
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
-                                      DecoderFn decoder, std::string_view payload) {
-    return AcceptPush(worker, round, codec, decoder, std::span<const std::string_view>(&payload, 1));
+                                      DecoderFn decoder, std::string_view payload,
+                                      std::optional<float> loss = std::nullopt) {
+    return AcceptPush(worker, round, codec, decoder, std::span<const std::string_view>(&payload, 1),
+                      loss);
   }
   // One chunk of a UDP push: coordinates [first, first + count) of the slice, chunk
   // `index` of `count_in_push` chunks of `chunk_elems`. Also kDuplicate for a replayed
@@ -295,6 +309,9 @@ class SliceRound {
   std::shared_ptr<const std::string> published_ ABSL_GUARDED_BY(mu_);
   // The change that led to published_ (null: none; pulls of this version are dense).
   std::shared_ptr<const PullDelta> delta_ ABSL_GUARDED_BY(mu_);
+  // The published losses (SliceSnapshot::loss, first_loss).
+  std::optional<float> loss_ ABSL_GUARDED_BY(mu_);
+  std::optional<float> first_loss_ ABSL_GUARDED_BY(mu_);
   // With checkpoints on: the velocity and rule state that go with `published_`.
   std::shared_ptr<const std::vector<float>> published_velocity_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> published_rule_state_ ABSL_GUARDED_BY(mu_);

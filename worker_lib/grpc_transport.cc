@@ -34,7 +34,9 @@ class GrpcPushCall final : public ShardTransport::PushCall {
     const v1::PushRequest& f = message->fields;
     req_ = net::HeaderAndBody(net::PushRequestHeader(f.session(), f.layout_hash(), f.round(),
                                                      f.slice_id(), f.codec(),
-                                                     message->payload_size()),
+                                                     message->payload_size(),
+                                                     f.has_loss() ? std::optional<float>(f.loss())
+                                                                  : std::nullopt),
                               message->payload);
     stub_->UnaryCall(&ctx_, "/ps.v1.WorkerService/Push", grpc::StubOptions(), &req_, &resp_,
                      [done = std::move(done)](grpc::Status s) { done(net::FromGrpc(s)); });

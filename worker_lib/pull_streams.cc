@@ -40,11 +40,11 @@ struct PullResult {
 // Starts the stream of `req` on `transport`, copying each slice into `dst`. `dst` and
 // `on_slice` must stay valid until `result` reports done.
 void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_point deadline,
-                 HeldModel* held, const PullStreams::Destinations* dst,
+                 HeldModel* held, PublishedLosses* losses, const PullStreams::Destinations* dst,
                  const PullStreams::SliceArrived* on_slice, std::shared_ptr<PullResult> result) {
   std::vector<uint32_t> asked(req.slice_ids().begin(), req.slice_ids().end());
   const uint64_t min_version = req.min_version();
-  auto on_message = [held, dst, on_slice, result, asked = std::move(asked),
+  auto on_message = [held, losses, dst, on_slice, result, asked = std::move(asked),
                      min_version](const net::PullFrame& frame) {
     const uint32_t id = frame.slice_id;
     auto it = dst->find(id);
@@ -70,6 +70,7 @@ void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_
       result->bytes += frame.values.size();
       if (!frame.codec.empty()) ++result->changes;
     }
+    losses->Record(frame);
     if (*on_slice) (*on_slice)(id);
     return true;
   };
@@ -158,6 +159,37 @@ class PullTicketImpl final : public PullTicket {
 
 }  // namespace
 
+void PublishedLosses::Record(const net::PullFrame& frame) {
+  if (!frame.loss.has_value() || !frame.first_loss.has_value()) return;
+  absl::MutexLock lock(&mu_);
+  Entry& e = by_slice_[frame.slice_id];
+  if (frame.version < e.version) return;  // an older version arriving late
+  e = Entry{frame.version, *frame.loss, *frame.first_loss};
+}
+
+std::optional<PublishedLoss> PublishedLosses::Latest() const {
+  std::vector<float> losses, firsts;
+  uint64_t version = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, e] : by_slice_) version = std::max(version, e.version);
+    for (const auto& [id, e] : by_slice_) {
+      if (e.version != version) continue;
+      losses.push_back(e.loss);
+      firsts.push_back(e.first_loss);
+    }
+  }
+  if (losses.empty()) return std::nullopt;
+  auto median = [](std::vector<float>& v) {
+    const size_t mid = v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + mid, v.end());
+    if (v.size() % 2 == 1) return double{v[mid]};
+    const double lower = *std::max_element(v.begin(), v.begin() + mid);
+    return (lower + v[mid]) / 2;
+  };
+  return PublishedLoss{version, median(losses), median(firsts)};
+}
+
 absl::StatusOr<uint64_t> PullStreams::Pull(size_t tensor, uint64_t min_version,
                                            std::span<float> out,
                                            std::chrono::milliseconds timeout) {
@@ -240,7 +272,8 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
       req.set_min_version(min_version);
       held_.Describe(req);
       auto result = std::make_shared<PullResult>();
-      StartStream(client_.transport(shard), req, deadline, &held_, &dst, &on_slice, result);
+      StartStream(client_.transport(shard), req, deadline, &held_, &losses_, &dst, &on_slice,
+                  result);
       streams.emplace_back(shard, std::move(result));
     }
     // The first failure, unless a later one is final (not retriable): that one.

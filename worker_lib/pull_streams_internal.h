@@ -22,18 +22,40 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "core/layout.h"
 #include "core/retry.h"
+#include "net/wire.h"
 #include "worker_lib/held_model_internal.h"
 #include "worker_lib/shard_client_internal.h"
 #include "worker_lib/worker.h"
 
 namespace ps::internal {
+
+// The losses shards publish with each slice (net::PullFrame::loss, first_loss), kept
+// per slice with its version. Thread-safe.
+class PublishedLosses {
+ public:
+  void Record(const net::PullFrame& frame);
+  // The medians over the slices recorded at the highest version (PublishedLoss).
+  std::optional<PublishedLoss> Latest() const;
+
+ private:
+  struct Entry {
+    uint64_t version = 0;
+    float loss = 0;
+    float first_loss = 0;
+  };
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<uint32_t, Entry> by_slice_ ABSL_GUARDED_BY(mu_);
+};
 
 class PullStreams {
  public:
@@ -52,6 +74,7 @@ class PullStreams {
   // Fills the pull counters of `stats` (retries: see retries()).
   void FillStats(WorkerStats& stats) const;
   uint64_t retries() const { return retries_.load(); }
+  std::optional<PublishedLoss> published_loss() const { return losses_.Latest(); }
 
   // Called with each slice id once its values are in place (on a transport thread).
   using SliceArrived = std::function<void(uint32_t)>;
@@ -70,6 +93,7 @@ class PullStreams {
   const core::ModelLayout& layout_;
   ShardClient& client_;
   HeldModel held_;  // compressed pulls: what this worker holds of each slice
+  PublishedLosses losses_;
   std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, slices_pulled_as_change_{0}, retries_{0};
 };
 

@@ -1,5 +1,6 @@
 #include "worker_lib/push_pipeline_internal.h"
 
+#include <cmath>
 #include <map>
 #include <utility>
 
@@ -81,6 +82,17 @@ PushPipeline::~PushPipeline() {
       this));
 }
 
+absl::Status PushPipeline::ReportLoss(uint64_t round, double loss) {
+  const auto narrowed = static_cast<float>(loss);
+  if (!std::isfinite(narrowed)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("loss ", loss, " reported for round ", round, " is not finite as a float"));
+  }
+  absl::MutexLock lock(&mu_);
+  loss_.emplace(round, narrowed);
+  return absl::OkStatus();
+}
+
 absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const float> grad) {
   if (tensor >= layout_.tensors().size()) {
     return absl::InvalidArgumentError(
@@ -93,6 +105,11 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
   }
   idle_.Pushing(round);
   if (slots_[tensor]->udp) return PushUdp(tensor, round, grad);
+  std::optional<float> loss;
+  {
+    absl::MutexLock lock(&mu_);
+    if (loss_.has_value() && loss_->first == round) loss = loss_->second;
+  }
   std::vector<std::unique_ptr<Call>> calls;
   {
     TensorSlot& slot = *slots_[tensor];
@@ -116,6 +133,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       f.set_round(round);
       f.set_slice_id(ranges[k].id);
       f.set_codec(std::string(slot.encoder->spec()));
+      if (loss.has_value()) f.set_loss(*loss);
       call->message.payload = std::make_shared<const std::string>(std::move(payloads[k]));
       calls.push_back(std::move(call));
     }

@@ -26,9 +26,11 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -68,6 +70,8 @@ class PushPipeline {
   // Worker::WaitPushes: waits for every push queued so far; the first error since the
   // previous call (a gRPC refusal, else a UDP send error).
   absl::Status Wait();
+  // Worker::ReportLoss: the loss attached to the pushes of `round` queued from now on.
+  absl::Status ReportLoss(uint64_t round, double loss);
 
   // ShardClient's rejoin listener: `shard` was joined again after losing our session.
   // Re-sends the accepted pushes it lost, or records that it lost the whole run.
@@ -139,6 +143,8 @@ class PushPipeline {
   DelayQueue retry_queue_;
 
   absl::Mutex mu_;
+  // The last ReportLoss: (round, loss).
+  std::optional<std::pair<uint64_t, float>> loss_ ABSL_GUARDED_BY(mu_);
   size_t pending_ ABSL_GUARDED_BY(mu_) = 0;
   size_t replays_ ABSL_GUARDED_BY(mu_) = 0;  // replays not finished (the destructor waits)
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);

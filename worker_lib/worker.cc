@@ -77,6 +77,11 @@ class WorkerImpl final : public Worker {
 
   absl::Status WaitPushes() override { return pushes_->Wait(); }
 
+  absl::Status ReportLoss(uint64_t round, double loss) override {
+    return pushes_->ReportLoss(round, loss);
+  }
+  std::optional<PublishedLoss> published_loss() const override { return pulls_->published_loss(); }
+
   absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
                                 std::chrono::milliseconds timeout) override {
     return pulls_->Pull(tensor, min_version, out, timeout);

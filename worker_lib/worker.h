@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -170,6 +171,18 @@ struct WorkerStats {
   std::vector<LinkStats> push_links;   // per shard id (gRPC pushes only)
 };
 
+// What the shards published about training progress with the last pulled version
+// (local-update training, docs/adaptive.md "AdaComm"): every slice carries the median
+// of the losses its round's pushes reported (Worker::ReportLoss) and the median of the
+// first round that had any; these are the medians of those over the slices of the
+// highest version pulled. A median of n reports moves past the honest range only when
+// at least half of them lie.
+struct PublishedLoss {
+  uint64_t version = 0;
+  double loss = 0;
+  double first_loss = 0;
+};
+
 // A pull in progress (Worker::StartPullAll). The buffers it writes into must stay
 // valid, and the Worker alive, until Wait() returned or the ticket is destroyed
 // (the destructor waits). Thread-safe.
@@ -233,6 +246,14 @@ class Worker {
   virtual absl::StatusOr<std::unique_ptr<PullTicket>> StartPullAll(
       uint64_t min_version, std::span<const std::span<float>> outs,
       std::chrono::milliseconds timeout) = 0;
+
+  // Attaches `loss`, this worker's training loss over the steps that its pushes of
+  // `round` sum up, to every push of `round` queued after the call (gRPC pushes; UDP
+  // datagrams carry none). INVALID_ARGUMENT for a non-finite loss.
+  virtual absl::Status ReportLoss(uint64_t round, double loss) = 0;
+  // What the shards published with the slices pulled so far; nullopt until a pulled
+  // slice carried a loss.
+  virtual std::optional<PublishedLoss> published_loss() const = 0;
 
   virtual WorkerStats stats() const = 0;
 

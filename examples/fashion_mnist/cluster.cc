@@ -38,6 +38,10 @@ class Recorder final : public TrainerEvents {
   void Warning(uint64_t step, std::string_view message) override {
     if (next_) next_->Warning(step, message);
   }
+  void Period(uint64_t step, uint64_t round, uint32_t tau) override {
+    result_->periods.push_back({step, round, tau});
+    if (next_) next_->Period(step, round, tau);
+  }
   void Diverged(uint64_t step) override {
     result_->diverged = true;
     if (next_) next_->Diverged(step);

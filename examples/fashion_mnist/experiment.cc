@@ -189,6 +189,8 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       {"error_feedback", Scalar(&c.error_feedback, "")},
       {"pull_codec", Scalar(&c.pull_codec, "")},
       {"round_deadline_ms", Scalar(&c.round_deadline_ms, "an unsigned integer")},
+      {"tau0", Scalar(&c.tau0, "an unsigned integer")},
+      {"tau_max", Scalar(&c.tau_max, "an unsigned integer")},
       {"data_dir", Scalar(&c.data_dir, "")},
   };
   std::set<std::string> seen;
@@ -255,6 +257,10 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       return absl::InvalidArgumentError(
           absl::StrCat("config: worker_momentum ", wm, " is not in [0, 1)"));
   }
+  if (c.tau0 < 1 || c.tau0 > c.tau_max) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("config: tau0 ", c.tau0, " is not in [1, tau_max ", c.tau_max, "]"));
+  }
   return c;
 }
 
@@ -269,7 +275,13 @@ Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config) {
   Strategy s;
   const size_t bar = codec.find('|');
   s.name = std::string(codec.substr(0, bar));
-  s.push_codec = StrategyCodec(s.name);
+  std::string_view push = codec.substr(0, bar);
+  constexpr std::string_view kAdaComm = "+adacomm";
+  if (push.size() > kAdaComm.size() && push.ends_with(kAdaComm)) {
+    push.remove_suffix(kAdaComm.size());
+    s.comm = "adacomm";
+  }
+  s.push_codec = StrategyCodec(push);
   s.pull_codec =
       bar == std::string_view::npos ? config.pull_codec : std::string(codec.substr(bar + 1));
   return s;
@@ -418,23 +430,30 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
                       r.evals[e].first, ", ", JsonNumber(r.evals[e].second), "]");
     }
     const Strategy strategy = ParseStrategy(c.codec, config);
+    std::string periods;
+    for (size_t p = 0; p < r.periods.size(); ++p) {
+      absl::StrAppend(&periods, p == 0 ? "" : ", ", "[", r.periods[p][0], ", ", r.periods[p][1],
+                      ", ", r.periods[p][2], "]");
+    }
     const std::string model =
         config.model == "mlp" ? absl::StrCat("mlp(hidden=", config.hidden, ")") : config.model;
     absl::StrAppend(
         &out, "  {\"model\": ", Json(model), ", \"bandwidth_mbps\": ", Num(c.bandwidth_mbps),
         ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(strategy.name),
         ", \"codec\": ", Json(strategy.push_codec), ", \"pull_codec\": ", Json(strategy.pull_codec),
-        ", \"rule\": ", Json(c.rule), ", \"attack\": ", Json(c.attack),
-        ", \"byzantine\": ", c.byzantine, ", \"workers\": ", config.workers,
-        ", \"shards\": ", config.shards, ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed,
-        ", \"steps\": ", config.steps, ", \"target_accuracy\": ",
+        ", \"comm\": ", Json(strategy.comm), ", \"rule\": ", Json(c.rule),
+        ", \"attack\": ", Json(c.attack), ", \"byzantine\": ", c.byzantine,
+        ", \"workers\": ", config.workers, ", \"shards\": ", config.shards,
+        ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed, ", \"steps\": ", config.steps,
+        ", \"target_accuracy\": ",
         config.target_accuracy > 0 ? JsonNumber(config.target_accuracy) : "null",
         ", \"seconds_to_target\": ", JsonNumber(to_target),
         ", \"final_accuracy\": ", JsonNumber(r.final_accuracy), ", \"bytes_sent\": ", r.bytes_sent,
         ", \"train_seconds\": ", JsonNumber(train_seconds),
         ", \"wall_seconds\": ", JsonNumber(r.wall_seconds),
         ", \"diverged\": ", r.diverged ? "true" : "false", ", \"error\": ", Json(r.error),
-        ", \"curve\": [", curve, "]}", i + 1 < results.size() ? "," : "", "\n");
+        ", \"periods\": [", periods, "]", ", \"curve\": [", curve, "]}",
+        i + 1 < results.size() ? "," : "", "\n");
   }
   return out + "]\n";
 }

@@ -15,6 +15,7 @@
 // Thread safety: plain functions and values.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -58,6 +59,10 @@ struct ExperimentConfig {
   // The shards' --pull-codec (empty: dense pulls).
   std::string pull_codec;
   uint32_t round_deadline_ms = 5000;
+  // Strategies with "+adacomm" (local-update training): AdaComm's first and largest
+  // period (TrainerConfig::tau0, tau_max).
+  uint32_t tau0 = 8;
+  uint32_t tau_max = 32;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
 };
 
@@ -91,6 +96,8 @@ struct CellResult {
   std::vector<double> eval_seconds;
   std::optional<double> final_accuracy;
   uint64_t bytes_sent = 0;  // payload bytes of every worker's accepted pushes
+  // Local-update training: worker 0's AdaComm periods as they changed, (step, round, tau).
+  std::vector<std::array<uint64_t, 3>> periods;
   bool diverged = false;
   double wall_seconds = 0;
   std::string error;  // non-empty when the run failed
@@ -99,11 +106,14 @@ struct CellResult {
 // A cell's codec is a strategy: "PUSH" or "PUSH|PULL", the push codec and the shards'
 // pull codec (--pull-codec; without "|" the config's pull_codec). PUSH is a codec spec
 // or a strategy of adaptive communication (docs/adaptive.md): "cat" is top-k whose
-// level CAT chooses per push.
+// level CAT chooses per push. PUSH ending in "+adacomm" ("fp16+adacomm|fp16") trains
+// with local updates (TrainerConfig::comm "adacomm"): the workers run the config's
+// optimizer (lr, momentum), the shards apply the aggregated change (lr 1, momentum 0).
 struct Strategy {
-  std::string name;        // PUSH as written ("cat", "fp32", "topk(0.01)")
+  std::string name;        // PUSH as written ("cat", "fp32", "topk(0.01)", "fp16+adacomm")
   std::string push_codec;  // its codec spec
   std::string pull_codec;  // "" = dense pulls
+  std::string comm = "sync";
 };
 Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config);
 // The codec spec of a push strategy name ("cat" -> "topk(0.1, level=cat, ...)").

@@ -145,6 +145,16 @@ absl::Status Run(const Flags& flags) {
     cc.aggregator = cell.rule;
     cc.lr = config.lr;
     cc.momentum = config.momentum;
+    cc.trainer.comm = strategy.comm;
+    if (strategy.comm == "adacomm") {
+      // The workers run the optimizer; the shards apply the aggregated change as it is.
+      cc.trainer.lr = config.lr;
+      cc.trainer.momentum = config.momentum;
+      cc.trainer.tau0 = config.tau0;
+      cc.trainer.tau_max = config.tau_max;
+      cc.lr = 1;
+      cc.momentum = 0;
+    }
     cc.round_deadline = std::chrono::milliseconds(config.round_deadline_ms);
     cc.pull_codec = strategy.pull_codec;
     cc.byzantine = cell.byzantine;
@@ -157,6 +167,8 @@ absl::Status Run(const Flags& flags) {
       r.evals = ran->evals;
       r.eval_seconds = ran->eval_seconds;
       r.bytes_sent = ran->push_bytes;
+      for (const ClusterResult::Period& p : ran->periods)
+        r.periods.push_back({p.step, p.round, p.tau});
       r.final_accuracy = ran->final_accuracy;
       r.diverged = ran->diverged;
       r.wall_seconds = ran->wall_seconds;

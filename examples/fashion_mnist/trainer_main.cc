@@ -104,6 +104,19 @@ class Progress final : public TrainerEvents {
                  static_cast<int>(message.size()), message.data());
   }
 
+  void Period(uint64_t step, uint64_t round, uint32_t tau) override {
+    if (jsonl_) {
+      Emit(JsonObjectWriter()
+               .Add("event", "period")
+               .Add("step", step)
+               .Add("round", round)
+               .Add("tau", tau)
+               .str());
+    } else {
+      Emit(absl::StrFormat("step %u round %u: %u local steps per round (AdaComm)", step, round, tau));
+    }
+  }
+
   void Diverged(uint64_t step) override {
     if (jsonl_) {
       Emit(JsonObjectWriter().Add("event", "diverged").Add("step", step).str());
@@ -245,9 +258,18 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"text", "jsonl"}));
   app.add_option("--log-every", c.log_every, "Report the loss every this many steps (0: never)");
   app.add_flag("--local", f.local, "No server: plain SGD in this process (baseline)");
-  app.add_option("--lr", c.lr, "Learning rate (--local only; the server has its own)");
-  app.add_option("--momentum", c.momentum, "Momentum (--local only)");
-  app.add_option("--weight-decay", c.weight_decay, "Weight decay (--local only)");
+  app.add_option("--comm", c.comm,
+                 "How workers communicate: sync (a gradient push per step) or adacomm "
+                 "(local-update SGD, AdaComm's period; run the shards with --lr 1 "
+                 "--momentum 0; docs/adaptive.md)")
+      ->check(CLI::IsMember({"sync", "adacomm"}));
+  app.add_option("--tau0", c.tau0, "--comm adacomm: local steps per round at the start");
+  app.add_option("--tau-max", c.tau_max, "--comm adacomm: most local steps per round");
+  app.add_option("--lr", c.lr,
+                 "Learning rate of this process's own SGD (--local, --comm adacomm; the "
+                 "server has its own)");
+  app.add_option("--momentum", c.momentum, "Momentum (--local, --comm adacomm)");
+  app.add_option("--weight-decay", c.weight_decay, "Weight decay (--local, --comm adacomm)");
   app.add_option("--pull-timeout-s", f.pull_timeout_s, "Deadline of one pull, seconds");
   app.add_option("--connect-timeout-s", f.connect_timeout_s,
                  "How long to keep trying to reach every shard at start, seconds");

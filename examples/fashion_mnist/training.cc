@@ -22,6 +22,7 @@
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
 #include "net/shaper.h"
+#include "worker_lib/adacomm.h"
 #include "worker_lib/attacks/attack.h"
 #include "worker_lib/torch/torch_worker.h"
 
@@ -111,16 +112,19 @@ int64_t CountParameters(const Setup& s) {
   return n;
 }
 
-// The gradient of every parameter, concatenated in parameter order.
-std::vector<float> FlatGradient(const Setup& s) {
+// The gradient of every parameter (or the parameters themselves), concatenated in
+// parameter order.
+std::vector<float> Flat(const Setup& s, bool gradients) {
+  torch::NoGradGuard no_grad;
   std::vector<float> flat;
   flat.reserve(static_cast<size_t>(CountParameters(s)));
   for (const auto& p : s.params) {
-    const torch::Tensor g = p.grad().contiguous();
+    const torch::Tensor g = (gradients ? p.grad() : p.detach()).contiguous();
     flat.insert(flat.end(), g.data_ptr<float>(), g.data_ptr<float>() + g.numel());
   }
   return flat;
 }
+std::vector<float> FlatGradient(const Setup& s) { return Flat(s, /*gradients=*/true); }
 
 // --dump-gradients: the gradients as raw little-endian fp32, appended tensor by tensor
 // (real data for `ps-bench codecs --data real --gradients FILE`).
@@ -225,6 +229,126 @@ absl::StatusOr<std::unique_ptr<aggregators::Aggregator>> AttackRule(const Traine
   return aggregators::MakeAggregator(c.rule, options);
 }
 
+AdaCommOptions AdaCommOf(const TrainerConfig& c) {
+  return AdaCommOptions{.tau0 = c.tau0, .tau_min = 1, .tau_max = c.tau_max};
+}
+
+// How a training loop ended.
+struct LoopEnd {
+  uint64_t round = 0;  // the next round: the version to pull for the final parameters
+  uint64_t steps = 0;  // SGD steps taken
+  bool diverged = false;
+  uint64_t late_pushes = 0;
+};
+
+// Evaluates on worker 0 at the first synchronization at or past every eval_every steps.
+class EvalSchedule {
+ public:
+  explicit EvalSchedule(uint64_t every) : every_(every) {}
+  bool Due(uint64_t step) {
+    if (every_ == 0 || step < next_) return false;
+    next_ = (step / every_ + 1) * every_;
+    return true;
+  }
+
+ private:
+  const uint64_t every_;
+  uint64_t next_ = 0;
+};
+
+void Evaluate(const Setup& s, const TrainingData& data, uint64_t step, TrainerEvents& events) {
+  const auto eval_start = Clock::now();
+  const double accuracy = Accuracy(*s.model, data.test);
+  events.Evaluated(step, accuracy, SecondsSince(eval_start));
+}
+
+// Pushes `flat` (parameter order) for `round`, last layer first as backward produces
+// gradients (the send queue orders by priority), and waits for the answers. An error
+// only for a refusal an honest worker must not see.
+absl::Status PushFlat(const Setup& s, Worker& worker, uint64_t round,
+                      const std::vector<float>& flat, TrainerEvents& events,
+                      uint64_t& late_pushes) {
+  size_t end = flat.size();
+  for (size_t i = s.params.size(); i-- > 0;) {
+    const auto numel = static_cast<size_t>(s.params[i].numel());
+    end -= numel;
+    absl::Status status = worker.Push(i, round, std::span<const float>(flat.data() + end, numel));
+    if (status.ok()) continue;
+    // The worker library refuses to encode Inf/NaN: a nan or inf attacker sends nothing.
+    events.Warning(round, absl::StrCat("push not sent: ", status.message()));
+    break;
+  }
+  absl::Status answered = worker.WaitPushes();
+  if (answered.ok()) return answered;
+  // A Byzantine vector the shards refuse (nan, inf) is the attack working as meant.
+  if (answered.code() != absl::StatusCode::kOutOfRange && s.attack == nullptr) return answered;
+  ++late_pushes;
+  events.Warning(round, absl::StrCat("push refused: ", answered.message()));
+  return absl::OkStatus();
+}
+
+// Local-update training (--comm adacomm): per round, pull version t, take tau steps of
+// this worker's own SGD, push the change x_pulled - x_local (what its attack makes of
+// it for a Byzantine worker) with the mean loss of those steps; the shards aggregate
+// the changes with their rule and apply the aggregate with step 1. tau comes from
+// AdaComm's rule on the losses the shards published with version t, so every worker
+// (honest or not, all run this loop) takes the same number of rounds.
+absl::StatusOr<LoopEnd> LocalUpdates(const TrainerConfig& c, const TrainingData& data,
+                                     GradientBoard* board, TrainerEvents& events, Setup& s,
+                                     const aggregators::Aggregator* rule, Worker& worker,
+                                     std::span<const std::span<float>> outs, GradientDump& dump) {
+  torch::optim::SGD optimizer(
+      s.model->parameters(),
+      torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
+  const AdaCommOptions adacomm = AdaCommOf(c);
+  EvalSchedule evals(c.eval_every);
+  LoopEnd end;
+  end.round = worker.start_version();
+  std::vector<uint32_t> indices;
+  uint32_t last_period = 0;
+  while (end.steps < c.steps) {
+    PS_ASSIGN_OR_RETURN(const uint64_t version, worker.PullAll(end.round, outs, c.pull_timeout));
+    if (version > end.round) {
+      events.Warning(end.round, absl::StrCat("pulled version ", version, " while at round ",
+                                             end.round, "; skipping ahead"));
+      end.round = version;
+    }
+    if (Diverged(s.params, c.divergence_limit)) {
+      end.diverged = true;
+      events.Diverged(end.steps);
+      return end;
+    }
+    if (s.evaluates && evals.Due(end.steps)) Evaluate(s, data, end.steps, events);
+    const uint32_t period = AdaCommPeriod(adacomm, worker.published_loss());
+    if (period != last_period) events.Period(end.steps, end.round, period);
+    last_period = period;
+    // The last round takes only the steps left.
+    const auto tau = static_cast<uint32_t>(std::min<uint64_t>(period, c.steps - end.steps));
+    const std::vector<float> pulled = Flat(s, /*gradients=*/false);
+    double loss_sum = 0;
+    for (uint32_t k = 0; k < tau; ++k) {
+      loss_sum += ComputeGradients(s, data.train, c.batch_size, indices);
+      optimizer.step();
+    }
+    std::vector<float> change = Flat(s, /*gradients=*/false);
+    for (size_t i = 0; i < change.size(); ++i) change[i] = pulled[i] - change[i];
+    const double loss = loss_sum / tau;
+    PS_RETURN_IF_ERROR(worker.ReportLoss(end.round, loss));
+    PS_ASSIGN_OR_RETURN(std::vector<float> pushed,
+                        Contribution(c, s, board, rule, end.round, std::move(change)));
+    if (end.round % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(pushed));
+    PS_RETURN_IF_ERROR(PushFlat(s, worker, end.round, pushed, events, end.late_pushes));
+    const uint64_t before = end.steps;
+    end.steps += tau;
+    ++end.round;
+    if (c.log_every > 0 &&
+        (end.steps / c.log_every != before / c.log_every || end.steps >= c.steps)) {
+      events.Step(end.steps, loss);
+    }
+  }
+  return end;
+}
+
 }  // namespace
 
 absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
@@ -249,6 +373,17 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
   }
   if (c.udp_loss > 0 && !c.udp) return absl::InvalidArgumentError("a UDP loss needs --udp");
   if (c.udp_chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk size must be positive");
+  if (c.comm != "sync" && c.comm != "adacomm") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("communication '", c.comm, "' is not one of: sync, adacomm"));
+  }
+  if (c.comm == "adacomm") {
+    PS_RETURN_IF_ERROR(ValidateAdaComm(AdaCommOf(c)));
+    if (c.udp) {
+      return absl::InvalidArgumentError(
+          "--comm adacomm reports losses with gRPC pushes; UDP datagrams carry none");
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -259,99 +394,6 @@ absl::StatusOr<TrainingData> LoadTrainingData(const std::string& dir, bool with_
     PS_ASSIGN_OR_RETURN(data.test, LoadFashionMnist(dir, Split::kTest));
   }
   return data;
-}
-
-// ---- boards ----
-
-absl::Status SharedGradientBoard::Publish(uint64_t round, uint32_t worker_id,
-                                          std::vector<float> gradient) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    rounds_[round][worker_id] = std::move(gradient);
-    while (!rounds_.empty() && rounds_.begin()->first + 3 < round) rounds_.erase(rounds_.begin());
-  }
-  changed_.notify_all();
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::vector<float>>> SharedGradientBoard::Collect(
-    uint64_t round, std::chrono::milliseconds timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const bool complete = changed_.wait_for(lock, timeout, [&] {
-    auto it = rounds_.find(round);
-    return it != rounds_.end() && it->second.size() >= expected_;
-  });
-  if (!complete) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("round ", round, ": the honest gradients did not all arrive"));
-  }
-  std::vector<std::vector<float>> out;
-  for (const auto& [worker, g] : rounds_[round]) out.push_back(g);  // copies: others read too
-  return out;
-}
-
-std::string DirectoryGradientBoard::Path(uint64_t round, uint32_t worker_id) const {
-  return absl::StrCat(dir_, "/round-", round, "-worker-", worker_id, ".f32");
-}
-
-absl::Status DirectoryGradientBoard::Publish(uint64_t round, uint32_t worker_id,
-                                             std::vector<float> gradient) {
-  const std::string path = Path(round, worker_id);
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(gradient.data()),
-              static_cast<std::streamsize>(gradient.size() * sizeof(float)));
-    if (!out) return absl::UnavailableError(absl::StrCat("side channel: cannot write ", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec)
-    return absl::UnavailableError(
-        absl::StrCat("side channel: cannot rename to ", path, ": ", ec.message()));
-  written_.emplace_back(round, worker_id);
-  while (!written_.empty() && written_.front().first + 2 < round) {
-    std::filesystem::remove(Path(written_.front().first, written_.front().second), ec);
-    written_.erase(written_.begin());
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::vector<std::vector<float>>> DirectoryGradientBoard::Collect(
-    uint64_t round, std::chrono::milliseconds timeout) {
-  const auto deadline = Clock::now() + timeout;
-  const std::string prefix = absl::StrCat("round-", round, "-worker-");
-  while (true) {
-    std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto& entry : std::filesystem::directory_iterator(dir_, ec)) {
-      const std::string name = entry.path().filename().string();
-      if (name.rfind(prefix, 0) == 0 && name.size() > 4 && name.substr(name.size() - 4) == ".f32") {
-        files.push_back(entry.path().string());
-      }
-    }
-    if (ec)
-      return absl::UnavailableError(
-          absl::StrCat("side channel: cannot list ", dir_, ": ", ec.message()));
-    if (files.size() >= expected_) {
-      std::sort(files.begin(), files.end());
-      std::vector<std::vector<float>> out;
-      for (const std::string& f : files) {
-        std::ifstream in(f, std::ios::binary);
-        std::vector<char> bytes((std::istreambuf_iterator<char>(in)), {});
-        std::vector<float> g(bytes.size() / sizeof(float));
-        std::memcpy(g.data(), bytes.data(), g.size() * sizeof(float));
-        out.push_back(std::move(g));
-      }
-      return out;
-    }
-    if (Clock::now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("side channel: round ", round, " has ",
-                                                      files.size(), " of ", expected_,
-                                                      " gradients in ", dir_));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
-  }
 }
 
 // ---- the loops ----
@@ -448,7 +490,8 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   // worker needs its whole gradient to craft the attack: it pulls everything, then
   // pushes the flattened result.
   std::unique_ptr<worker_torch::TorchWorker> adapter;
-  if (s.attack == nullptr) {
+  const bool local_updates = c.comm == "adacomm";
+  if (s.attack == nullptr && !local_updates) {
     PS_ASSIGN_OR_RETURN(adapter, worker_torch::TorchWorker::Attach(*worker, *s.model));
     // A failed pull comes out of AwaitAll() after the forward pass.
     s.model->set_before_forward(
@@ -468,10 +511,13 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
     events.Warning(t, absl::StrCat("push encoder: ", note, " (", absl::StrJoin(names, ", "), ")"));
   }
   const auto start = Clock::now();
+  LoopEnd end;
+  if (local_updates) {
+    PS_ASSIGN_OR_RETURN(end,
+                        LocalUpdates(c, data, board, events, s, rule.get(), *worker, outs, dump));
+  }
   std::vector<uint32_t> indices;
-  uint64_t late_pushes = 0;
-  bool diverged = false;
-  while (t < c.steps) {
+  while (!local_updates && t < c.steps) {
     torch::Tensor loss;
     uint64_t version = t;
     if (adapter != nullptr) {
@@ -490,16 +536,11 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
       if (t >= c.steps) break;
     }
     if (Diverged(s.params, c.divergence_limit)) {
-      diverged = true;
+      end.diverged = true;
       events.Diverged(t);
       break;
     }
-    if (s.evaluates && c.eval_every > 0 && t % c.eval_every == 0) {
-      const auto eval_start = Clock::now();
-      const double accuracy = Accuracy(*s.model, data.test);
-      events.Evaluated(t, accuracy, SecondsSince(eval_start));
-    }
-    absl::Status answered;
+    if (s.evaluates && c.eval_every > 0 && t % c.eval_every == 0) Evaluate(s, data, t, events);
     if (adapter != nullptr) {
       PS_RETURN_IF_ERROR(adapter->BeginStep(t));
       loss.backward();  // pushes each gradient, last layer first
@@ -507,56 +548,44 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
         PS_RETURN_IF_ERROR(board->Publish(t, c.worker_id, FlatGradient(s)));
       }
       if (dump.enabled() && t % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(FlatGradient(s)));
-      answered = adapter->FinishStep();
+      absl::Status answered = adapter->FinishStep();
+      if (!answered.ok()) {
+        if (answered.code() != absl::StatusCode::kOutOfRange) return answered;
+        ++end.late_pushes;
+        events.Warning(t, absl::StrCat("push refused: ", answered.message()));
+      }
     } else {
       loss = Forward(s, data.train, c.batch_size, indices);
       loss.backward();
       PS_ASSIGN_OR_RETURN(std::vector<float> pushed,
                           Contribution(c, s, board, rule.get(), t, FlatGradient(s)));
       if (t % c.dump_every == 0) PS_RETURN_IF_ERROR(dump.Write(pushed));
-      // Last layer first, as backward produces them; the send queue orders by priority.
-      size_t end = pushed.size();
-      for (size_t i = s.params.size(); i-- > 0;) {
-        const auto numel = static_cast<size_t>(s.params[i].numel());
-        end -= numel;
-        absl::Status status =
-            worker->Push(i, t, std::span<const float>(pushed.data() + end, numel));
-        if (status.ok()) continue;
-        // The worker library refuses to encode Inf/NaN: a nan or inf attacker sends nothing.
-        events.Warning(t, absl::StrCat("push not sent: ", status.message()));
-        break;
-      }
-      answered = worker->WaitPushes();
-    }
-    if (!answered.ok()) {
-      // A Byzantine vector the shards refuse (nan, inf) is the attack working as meant.
-      if (answered.code() != absl::StatusCode::kOutOfRange && s.attack == nullptr) return answered;
-      ++late_pushes;
-      events.Warning(t, absl::StrCat("push refused: ", answered.message()));
+      PS_RETURN_IF_ERROR(PushFlat(s, *worker, t, pushed, events, end.late_pushes));
     }
     ++t;
     if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps))
       events.Step(t, loss.item<double>());
   }
+  if (!local_updates) end.round = end.steps = t;
 
   PS_RETURN_IF_ERROR(dump.Close());
   std::optional<double> accuracy;
   if (s.evaluates) {
-    // Final parameters: version `steps` once every shard closed the last round.
-    if (!diverged) {
+    // Final parameters: version end.round once every shard closed the last round.
+    if (!end.diverged) {
       if (adapter != nullptr) {
-        PS_RETURN_IF_ERROR(adapter->StartPull(t, c.pull_timeout));
+        PS_RETURN_IF_ERROR(adapter->StartPull(end.round, c.pull_timeout));
         PS_RETURN_IF_ERROR(adapter->AwaitAll().status());
       } else {
-        PS_RETURN_IF_ERROR(worker->PullAll(t, outs, c.pull_timeout).status());
+        PS_RETURN_IF_ERROR(worker->PullAll(end.round, outs, c.pull_timeout).status());
       }
     }
     PS_RETURN_IF_ERROR(SaveParameters(s, c.save_parameters));
     const auto eval_start = Clock::now();
     accuracy = Accuracy(*s.model, data.test);
-    events.Evaluated(t, *accuracy, SecondsSince(eval_start));
+    events.Evaluated(end.steps, *accuracy, SecondsSince(eval_start));
   }
-  events.Done(t, accuracy, SecondsSince(start), diverged, late_pushes);
+  events.Done(end.steps, accuracy, SecondsSince(start), end.diverged, end.late_pushes);
   return absl::OkStatus();
 }
 

@@ -66,6 +66,14 @@ struct TrainerConfig {
   bool fifo = false;
   bool error_feedback = false;
   double worker_momentum = 0;
+  // How workers communicate (docs/adaptive.md): "sync", one push of the gradient per
+  // step; "adacomm", local-update training: tau steps of this worker's own SGD (lr,
+  // momentum, weight_decay below) between pushes of the parameters' change, tau by
+  // AdaComm's rule from the losses the shards publish, from tau0 within [1, tau_max].
+  // The shards then apply the aggregated change as it is: --lr 1 --momentum 0.
+  std::string comm = "sync";
+  uint32_t tau0 = 8;
+  uint32_t tau_max = 32;
   // Worker 0 (and a local run) evaluates test accuracy every this many steps (0: only
   // at the end).
   uint64_t eval_every = 100;
@@ -76,7 +84,7 @@ struct TrainerConfig {
   // optimized variants search against).
   uint32_t byzantine = 0;
   std::string rule = "mean";
-  // --local only: the optimizer the server would run.
+  // --local: the optimizer the server would run; --comm adacomm: the worker's own.
   double lr = 0.1;
   double momentum = 0.9;
   double weight_decay = 0;
@@ -107,6 +115,8 @@ class TrainerEvents {
   // for it). By default passed on to Eval.
   virtual void Evaluated(uint64_t step, double accuracy, double seconds) { Eval(step, accuracy); }
   virtual void Warning(uint64_t step, std::string_view message) {}
+  // Local-update training: from `step` (round `round`) on, `tau` local steps per round.
+  virtual void Period(uint64_t step, uint64_t round, uint32_t tau) {}
   virtual void Diverged(uint64_t step) {}
   virtual void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds,
                     bool diverged, uint64_t late_pushes) {}

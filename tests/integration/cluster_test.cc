@@ -259,6 +259,48 @@ TEST_P(ByzantineTest, RobustRuleStaysInHonestRangeWhileMeanIsDragged) {
 INSTANTIATE_TEST_SUITE_P(Rules, ByzantineTest,
                          ::testing::Values("mean", "median", "trimmed_mean", "krum", "multi_krum"));
 
+// Local-update training (AdaComm): the losses the workers report with their pushes come
+// back with the next version as medians, which the two liars of five cannot move out of
+// the honest losses' range; the first round's median stays as F(x_0).
+TEST(ClusterTest, ShardsPublishTheMedianOfTheReportedLosses) {
+  const uint32_t n = 5;
+  testing::Cluster c = testing::StartCluster(2, BaseOptions(n, 2, "median"));
+  const core::ModelLayout layout = Layout(2);
+  const std::vector<std::vector<float>> init = Initial(layout);
+  const std::vector<std::span<const float>> init_spans = Spans(init);
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (uint32_t w = 0; w < n; ++w) {
+    auto worker = Worker::Start(ClientOptions(c, w), layout, init_spans);
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(*std::move(worker));
+  }
+  EXPECT_EQ(workers[0]->published_loss(), std::nullopt);
+  EXPECT_EQ(workers[0]->ReportLoss(0, std::nan("")).code(), absl::StatusCode::kInvalidArgument);
+  // Round r: workers 0 and 1 lie (huge losses), the others report honest[r].
+  const std::vector<std::vector<float>> honest = {{2.0f, 2.5f, 3.0f}, {0.5f, 1.0f, 1.25f}};
+  for (uint64_t r = 0; r < honest.size(); ++r) {
+    for (uint32_t w = 0; w < n; ++w) {
+      ASSERT_TRUE(workers[w]->ReportLoss(r, w < 2 ? 1e30 : honest[r][w - 2]).ok());
+      for (size_t t = 0; t < layout.tensors().size(); ++t) {
+        ASSERT_TRUE(workers[w]->Push(t, r, Grad(w, t, layout.tensors()[t].numel, r)).ok());
+      }
+    }
+    for (auto& w : workers) ASSERT_TRUE(w->WaitPushes().ok());
+    std::vector<std::vector<float>> values = Initial(layout);
+    std::vector<std::span<float>> outs(values.begin(), values.end());
+    for (auto& w : workers) ASSERT_TRUE(w->PullAll(r + 1, outs, kPullTimeout).ok());
+    for (auto& w : workers) {
+      const std::optional<PublishedLoss> got = w->published_loss();
+      ASSERT_TRUE(got.has_value());
+      EXPECT_EQ(got->version, r + 1);
+      EXPECT_GE(got->loss, honest[r].front());
+      EXPECT_LE(got->loss, honest[r].back());
+      EXPECT_EQ(got->loss, honest[r].back()) << "median of the three honest and two huge";
+      EXPECT_EQ(got->first_loss, honest[0].back());
+    }
+  }
+}
+
 // Each tensor pushed with its own codec; the shards decode each push by the codec it
 // names. The reference applies the same codecs' round trip to the gradients.
 TEST(ClusterTest, TensorsPushWithTheirOwnCodecs) {

@@ -1,5 +1,6 @@
 #include "net/wire.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,51 @@ TEST(WireTest, CompressedPullFieldsGoBothWays) {
   }
 }
 
+TEST(WireTest, LossesGoBothWaysAndStayAbsentWhenUnset) {
+  const std::string payload("\x02values", 7);
+  v1::PullResponse pull;
+  ASSERT_TRUE(pull.ParseFromString(
+      PullResponseHeader({.slice_id = 4, .version = 9, .loss = 0.75f, .first_loss = 2.25f},
+                         payload.size()) +
+      payload));
+  ASSERT_TRUE(pull.has_loss());
+  EXPECT_EQ(pull.loss(), 0.75f);
+  EXPECT_EQ(pull.first_loss(), 2.25f);
+  const std::string pulled = pull.SerializeAsString();
+  for (const auto& pieces : AllCuts(pulled)) {
+    absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->loss, 0.75f);
+    EXPECT_EQ(f->first_loss, 2.25f);
+    EXPECT_EQ(f->values.ToString(), payload);
+  }
+  const std::string plain = PullResponseHeader({.slice_id = 4, .version = 9}, 0);
+  absl::StatusOr<PullFrame> without = ParsePullResponse(Cut(plain, {}));
+  ASSERT_TRUE(without.ok());
+  EXPECT_FALSE(without->loss.has_value());
+  EXPECT_FALSE(without->first_loss.has_value());
+
+  v1::PushRequest push;
+  ASSERT_TRUE(push.ParseFromString(PushRequestHeader("t", 1, 2, 3, "fp16", payload.size(), 1.5f) +
+                                   payload));
+  ASSERT_TRUE(push.has_loss());
+  EXPECT_EQ(push.loss(), 1.5f);
+  EXPECT_EQ(push.payload(), payload);
+  push.set_loss(-0.0f);  // present, and kept bit for bit
+  const std::string pushed = push.SerializeAsString();
+  for (const auto& pieces : AllCuts(pushed)) {
+    absl::StatusOr<PushFrame> f = ParsePushRequest(pieces);
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_TRUE(f->loss.has_value());
+    EXPECT_TRUE(std::signbit(*f->loss));
+  }
+  push.clear_loss();
+  const std::string unset = push.SerializeAsString();
+  absl::StatusOr<PushFrame> none = ParsePushRequest(Cut(unset, {}));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->loss.has_value());
+}
+
 TEST(WireTest, PushRequestFromProtobufParsesInAnyPieces) {
   v1::PushRequest m;
   m.set_session("session-token");
@@ -126,7 +172,7 @@ TEST(WireTest, UnknownFieldsAreSkippedAndTheLastValueWins) {
   bytes += std::string("\x28\x96\x01", 3);                // field 5, varint 150
   bytes += std::string("\x31", 1) + std::string(8, 'x');  // field 6, fixed64
   bytes += std::string("\x3a\x02zz", 4);                  // field 7, 2 bytes
-  bytes += std::string("\x45", 1) + std::string(4, 'y');  // field 8, fixed32
+  bytes += std::string("\x4d", 1) + std::string(4, 'y');  // field 9, fixed32
   bytes += std::string("\x12\x00", 2);                    // field 2 with the wrong wire type
   absl::StatusOr<PullFrame> f = ParsePullResponse(Cut(bytes, {3, 9}));
   ASSERT_TRUE(f.ok()) << f.status();

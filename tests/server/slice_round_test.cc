@@ -2,12 +2,14 @@
 // rounds (ModelRounds), each on its own: no Shard, no thread pool.
 #include "server/slice_round.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -129,6 +131,56 @@ TEST_F(SliceRoundTest, ClosingMovesTheBuffersIntoTheClosedRoundAndPublishBringsT
   ASSERT_TRUE(next.has_value());
   EXPECT_EQ(next->inputs.values.data(), buffer) << "the round's buffer is reused, not reallocated";
   EXPECT_EQ(next->model.params, (std::vector<float>{7.0f, 8.0f}));
+}
+
+TEST_F(SliceRoundTest, PublicationsCarryTheMedianOfTheReportedLosses) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  EXPECT_FALSE(s.Snapshot().loss.has_value()) << "nothing reported yet";
+  // A non-finite loss is refused before anything is decoded, and the worker may still
+  // push the round.
+  const int calls = decoder_calls_;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    absl::StatusOr<SliceRound::Progress> p =
+        s.AcceptPush(0, 0, "fp32", Decoder(), Encoded({1, 1}), bad);
+    EXPECT_EQ(core::RefusalOf(p.status()), core::Refusal::kMalformed) << p.status();
+    EXPECT_THAT(p.status().message(), testing::HasSubstr("is not finite"));
+  }
+  EXPECT_EQ(decoder_calls_, calls);
+
+  auto round = [&](uint64_t r, std::vector<std::optional<float>> losses) {
+    for (uint32_t w = 0; w < losses.size(); ++w) {
+      ASSERT_TRUE(s.AcceptPush(w, r, "fp32", Decoder(), Encoded({1, 1}), losses[w]).ok());
+    }
+    std::optional<ClosedRound> closed = s.TakeClosed();
+    ASSERT_TRUE(closed.has_value());
+    Wakeups wake;
+    s.Publish(*std::move(closed), core::SharedFp32(std::vector<float>{1.0f, 2.0f}), nullptr, &wake);
+  };
+  // One liar with a huge loss does not move the median of three.
+  round(0, {2.0f, 1e30f, 2.5f});
+  EXPECT_EQ(s.Snapshot().loss, 2.5f);
+  EXPECT_EQ(s.Snapshot().first_loss, 2.5f);
+  // A worker that reports nothing is left out: the median of two is their mean.
+  round(1, {1.0f, std::nullopt, 2.0f});
+  EXPECT_EQ(s.Snapshot().loss, 1.5f);
+  EXPECT_EQ(s.Snapshot().first_loss, 2.5f) << "the first round's median stays";
+  // A round without reports publishes none, and the first stays.
+  round(2, {std::nullopt, std::nullopt, std::nullopt});
+  EXPECT_FALSE(s.Snapshot().loss.has_value());
+  EXPECT_EQ(s.Snapshot().first_loss, 2.5f);
+}
+
+TEST(MedianLossTest, OnlyWorkersThatPushedAndReportedCount) {
+  RoundInputs in;
+  const float none = std::numeric_limits<float>::quiet_NaN();
+  in.pushed = {1, 1, 0, 1, 1};
+  in.losses = {4.0f, none, 100.0f, 1.0f, 3.0f};
+  EXPECT_EQ(MedianLoss(in), 3.0f);  // of {4, 1, 3}; worker 2 did not push
+  in.pushed[2] = 1;
+  EXPECT_EQ(MedianLoss(in), 3.5f);  // of {4, 100, 1, 3}
+  in.losses.assign(5, none);
+  EXPECT_EQ(MedianLoss(in), std::nullopt);
 }
 
 TEST_F(SliceRoundTest, RefusalsAreTypedAndStateChecksComeBeforeTheCodec) {

@@ -110,6 +110,44 @@ TEST(ClusterTest, OmniscientAttackersSeeTheHonestGradientsAndTheRuleHolds) {
   }
 }
 
+// Local-update training (--comm adacomm): every worker, the ALIE attacker included,
+// takes AdaComm's period of local steps per round; the period starts at tau0 and falls
+// with the median loss the shards publish, and the median rule keeps training on track.
+TEST(ClusterTest, AdaCommTakesFewerRoundsAsTheLossFallsAndTheRuleHolds) {
+  auto data = LoadTrainingData(kDataDir, /*with_test=*/true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ClusterConfig c = SmallCluster(48);
+  c.trainer.workers = 5;
+  c.trainer.comm = "adacomm";
+  c.trainer.tau0 = 4;
+  c.trainer.tau_max = 8;
+  c.trainer.lr = 0.05;
+  c.trainer.momentum = 0.9;
+  c.lr = 1;  // the shards apply the aggregated change as it is
+  c.momentum = 0;
+  c.byzantine = 1;
+  c.aggregator = "median";
+  c.attack = "alie";
+  auto result = RunCluster(c, *data);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_FALSE(result->diverged);
+  ASSERT_TRUE(result->final_accuracy.has_value());
+  EXPECT_GT(*result->final_accuracy, 0.3);
+  ASSERT_FALSE(result->periods.empty());
+  EXPECT_EQ(result->periods.front().tau, 4u);
+  EXPECT_EQ(result->periods.front().round, 0u);
+  for (size_t i = 1; i < result->periods.size(); ++i) {
+    EXPECT_LT(result->periods[i].tau, result->periods[i - 1].tau) << "period " << i;
+    EXPECT_GT(result->periods[i].step, result->periods[i - 1].step);
+  }
+  EXPECT_LT(result->periods.back().tau, 4u) << "the loss fell, so should the period";
+  // One loss per round (log_every 1): between 48 / 4 rounds and fewer than 48.
+  EXPECT_GE(result->losses.size(), 12u);
+  EXPECT_LT(result->losses.size(), 30u);
+  ASSERT_FALSE(result->losses.empty());
+  EXPECT_EQ(result->losses.back().first, 48u) << "the steps add up to --steps";
+}
+
 // Separate processes: two ALIE attackers collude through ps-demo's directory (each
 // waits for the other's gradient file every round, so a broken channel fails the
 // scenario at the pull timeout) and the files of the last rounds are there.

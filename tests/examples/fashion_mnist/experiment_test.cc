@@ -65,6 +65,8 @@ TEST(ExperimentConfigTest, RefusesWithTheLineNumber) {
   EXPECT_THAT(err("bandwidths = [20, -1]"), HasSubstr("bandwidth -1 Mbit/s is negative"));
   EXPECT_THAT(err("target_accuracy = 80"), HasSubstr("target_accuracy 80 is not in [0, 1]"));
   EXPECT_EQ(err("latency_ms = 1.5"), "config line 1: latency_ms: '1.5' is not an unsigned integer");
+  EXPECT_THAT(err("tau0 = 0"), HasSubstr("tau0 0 is not in [1, tau_max 32]"));
+  EXPECT_THAT(err("tau0 = 9\ntau_max = 8"), HasSubstr("tau0 9 is not in [1, tau_max 8]"));
 }
 
 TEST(ExperimentConfigTest, LinksAndTargetMakeCellsPerBandwidth) {
@@ -89,6 +91,13 @@ TEST(ExperimentConfigTest, LinksAndTargetMakeCellsPerBandwidth) {
   EXPECT_EQ(cat_3lc.pull_codec, "3lc(s=1.9)");
   EXPECT_EQ(ParseStrategy("fp32", *c).pull_codec, "fp16");  // the config's
   EXPECT_EQ(ParseStrategy("fp32|", *c).pull_codec, "");     // dense, explicitly
+  EXPECT_EQ(cat_3lc.comm, "sync");
+  const Strategy local = ParseStrategy("cat+adacomm|fp16", *c);
+  EXPECT_EQ(local.name, "cat+adacomm");
+  EXPECT_EQ(local.push_codec, "topk(0.1, level=cat, min=0.001)+varint+fp16");
+  EXPECT_EQ(local.pull_codec, "fp16");
+  EXPECT_EQ(local.comm, "adacomm");
+  EXPECT_EQ(ParseStrategy("+adacomm", *c).comm, "sync") << "no push codec: not a suffix";
 }
 
 TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
@@ -107,15 +116,18 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   missed.evals = {{0, 0.1}, {100, 0.6}};
   missed.eval_seconds = {0.5, 40};
   missed.final_accuracy = 0.6;
+  CellResult local = reached;
+  local.cell.codec = "fp16+adacomm|fp16";
+  local.periods = {{0, 0, 8}, {40, 5, 6}};
   EXPECT_EQ(SecondsToTarget(reached, 0.7), 12.25);
   EXPECT_EQ(SecondsToTarget(missed, 0.7), std::nullopt);
-  const std::string json = RunsJson(c, {reached, missed});
+  const std::string json = RunsJson(c, {reached, missed, local});
   EXPECT_THAT(
       json,
       HasSubstr(
           "{\"model\": \"mlp(hidden=128)\", \"bandwidth_mbps\": 20, \"latency_ms\": 1, "
           "\"strategy\": \"cat\", \"codec\": \"topk(0.1, level=cat, min=0.001)+varint+fp16\", "
-          "\"pull_codec\": \"\""));
+          "\"pull_codec\": \"\", \"comm\": \"sync\""));
   EXPECT_THAT(
       json,
       HasSubstr("\"target_accuracy\": 0.7, \"seconds_to_target\": 12.25, \"final_accuracy\": 0.8, "
@@ -124,6 +136,10 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   EXPECT_THAT(json,
               HasSubstr("\"strategy\": \"fp32\", \"codec\": \"fp32\", \"pull_codec\": \"fp16\""));
   EXPECT_THAT(json, HasSubstr("\"seconds_to_target\": null, \"final_accuracy\": 0.6"));
+  EXPECT_THAT(json, HasSubstr("\"strategy\": \"fp16+adacomm\", \"codec\": \"fp16\", "
+                              "\"pull_codec\": \"fp16\", \"comm\": \"adacomm\""));
+  EXPECT_THAT(json, HasSubstr("\"periods\": [[0, 0, 8], [40, 5, 6]], \"curve\""));
+  EXPECT_THAT(json, HasSubstr("\"periods\": [], \"curve\": [[0.5, 0, 0.1], [12.25"));
 }
 
 // Every config under examples/fashion_mnist/experiments/ parses, with the cells its
@@ -144,7 +160,7 @@ TEST(ExperimentConfigTest, TheCheckedInConfigsParse) {
       EXPECT_EQ(ExpandGrid(*c).size(), 28u);
     }
     if (name == "adaptive_quick.toml") {
-      EXPECT_EQ(ExpandGrid(*c).size(), 4u);
+      EXPECT_EQ(ExpandGrid(*c).size(), 6u);  // 3 strategies x 2 links
     }
   }
   EXPECT_GE(configs, 4u);
