@@ -74,6 +74,7 @@ class PullStreams {
   // Fills the pull counters of `stats` (retries: see retries()).
   void FillStats(WorkerStats& stats) const;
   uint64_t retries() const { return retries_.load(); }
+  uint64_t pull_bytes() const { return pull_bytes_.load(); }
   std::optional<PublishedLoss> published_loss() const { return losses_.Latest(); }
 
   // Called with each slice id once its values are in place (on a transport thread).

@@ -82,6 +82,18 @@ PushPipeline::~PushPipeline() {
       this));
 }
 
+absl::Status PushPipeline::SetCodec(size_t tensor, std::string_view spec) {
+  if (tensor >= slots_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no tensor ", tensor, "; the layout has ", slots_.size()));
+  }
+  TensorSlot& slot = *slots_[tensor];
+  if (slot.udp) return absl::OkStatus();
+  absl::MutexLock lock(&slot.mu);
+  if (slot.encoder->spec() == spec) return absl::OkStatus();
+  return slot.encoder->SetCodec(spec, options_.codec_seed);
+}
+
 absl::Status PushPipeline::ReportLoss(uint64_t round, double loss) {
   const auto narrowed = static_cast<float>(loss);
   if (!std::isfinite(narrowed)) {

@@ -23,6 +23,14 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Make(const PushOpt
   return std::unique_ptr<TensorEncoder>(new TensorEncoder(options, std::move(codec), numel));
 }
 
+absl::Status TensorEncoder::SetCodec(std::string_view spec, uint64_t codec_seed) {
+  codecs::CodecOptions codec_options;
+  codec_options.seed = codec_seed;
+  codec_options.device = options_.device;
+  PS_ASSIGN_OR_RETURN(codec_, codecs::MakeCodec(spec, codec_options));
+  return absl::OkStatus();
+}
+
 TensorEncoder::TensorEncoder(const PushOptions& options, std::unique_ptr<codecs::Codec> codec,
                              size_t numel)
     : options_(options), codec_(std::move(codec)) {

@@ -41,6 +41,11 @@ class TensorEncoder {
                       std::span<const SliceRange> slices, std::vector<std::string>* payloads);
 
   std::string_view spec() const { return codec_->spec(); }
+  // Encodes from now on with `spec` (made as Make makes the first, on the device
+  // PushOptions ask for), keeping the momentum and the error-feedback residual: both
+  // are independent of the codec (e_t = v_t - decode(encode(v_t)) for whichever codec
+  // encoded v_t), so a tensor may change codec between rounds. On error nothing changes.
+  absl::Status SetCodec(std::string_view spec, uint64_t codec_seed);
   // Empty when the codec encodes where PushOptions::device asked; otherwise the one
   // line to log saying why it encodes on the CPU (Codec::device_note()).
   std::string_view device_note() const { return codec_->device_note(); }

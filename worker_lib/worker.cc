@@ -8,6 +8,8 @@
 // gRPC in production (grpc_transport_internal.h).
 #include "worker_lib/worker.h"
 
+#include <atomic>
+#include <functional>
 #include <memory>
 #include <utility>
 
@@ -16,10 +18,32 @@
 #include "worker_lib/grpc_transport_internal.h"
 #include "worker_lib/pull_streams_internal.h"
 #include "worker_lib/push_pipeline_internal.h"
+#include "worker_lib/push_planner_internal.h"
 #include "worker_lib/shard_client_internal.h"
 
 namespace ps {
 namespace {
+
+// A pull ticket whose Wait() also reports the pull's end (Espresso's round clock).
+class TimedTicket final : public PullTicket {
+ public:
+  using OnEnd = std::function<absl::StatusOr<uint64_t>(absl::StatusOr<uint64_t>)>;
+  TimedTicket(std::unique_ptr<PullTicket> inner, OnEnd on_end)
+      : inner_(std::move(inner)), on_end_(std::move(on_end)) {}
+  absl::Status WaitTensor(size_t tensor) override { return inner_->WaitTensor(tensor); }
+  bool TensorReady(size_t tensor) const override { return inner_->TensorReady(tensor); }
+  absl::StatusOr<uint64_t> Wait() override {
+    absl::StatusOr<uint64_t> v = inner_->Wait();
+    // Once: a second Wait returns the same without timing the round again.
+    if (!reported_.exchange(true)) return on_end_(std::move(v));
+    return v;
+  }
+
+ private:
+  std::unique_ptr<PullTicket> inner_;
+  OnEnd on_end_;
+  std::atomic<bool> reported_{false};
+};
 
 class WorkerImpl final : public Worker {
  public:
@@ -63,6 +87,18 @@ class WorkerImpl final : public Worker {
     PS_ASSIGN_OR_RETURN(pushes_,
                         internal::PushPipeline::Create(options_, call_policy, layout_, *client_));
     pulls_ = std::make_unique<internal::PullStreams>(call_policy, layout_, *client_);
+    if (options_.plan.enabled) {
+      PS_ASSIGN_OR_RETURN(std::vector<internal::PlanOption> candidates,
+                          internal::PushPlanner::MakeCandidates(options_.plan, layout_));
+      std::vector<std::string> current;
+      for (const core::TensorSpec& t : layout_.tensors()) {
+        auto it = options_.tensor_push.find(t.name);
+        current.push_back(it != options_.tensor_push.end() ? it->second.codec
+                                                           : options_.push.codec);
+      }
+      planner_ = std::make_unique<internal::PushPlanner>(options_.plan, layout_,
+                                                         std::move(candidates), std::move(current));
+    }
     return client_->Connect(initial, pushes_->uses_udp(),
                             internal::RpcClock::now() + options_.connect_timeout);
   }
@@ -72,6 +108,10 @@ class WorkerImpl final : public Worker {
   uint64_t start_version() const override { return client_->start_version(); }
 
   absl::Status Push(size_t tensor, uint64_t round, std::span<const float> grad) override {
+    if (planner_ != nullptr && tensor < layout_.tensors().size() &&
+        planner_->PushQueued(tensor, round)) {
+      Replan(round);
+    }
     return pushes_->Push(tensor, round, grad);
   }
 
@@ -84,18 +124,24 @@ class WorkerImpl final : public Worker {
 
   absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
                                 std::chrono::milliseconds timeout) override {
-    return pulls_->Pull(tensor, min_version, out, timeout);
+    return Pulled(min_version, out.size(), pulls_->Pull(tensor, min_version, out, timeout));
   }
 
   absl::StatusOr<uint64_t> PullAll(uint64_t min_version, std::span<const std::span<float>> outs,
                                    std::chrono::milliseconds timeout) override {
-    return pulls_->PullAll(min_version, outs, timeout);
+    return Pulled(min_version, layout_.total_elems(), pulls_->PullAll(min_version, outs, timeout));
   }
 
   absl::StatusOr<std::unique_ptr<PullTicket>> StartPullAll(
       uint64_t min_version, std::span<const std::span<float>> outs,
       std::chrono::milliseconds timeout) override {
-    return pulls_->StartPullAll(min_version, outs, timeout);
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<PullTicket> ticket,
+                        pulls_->StartPullAll(min_version, outs, timeout));
+    if (planner_ == nullptr) return ticket;
+    return std::unique_ptr<PullTicket>(
+        new TimedTicket(std::move(ticket), [this, min_version](absl::StatusOr<uint64_t> v) {
+          return Pulled(min_version, layout_.total_elems(), std::move(v));
+        }));
   }
 
   std::string device_note(size_t tensor) const override { return pushes_->device_note(tensor); }
@@ -105,15 +151,44 @@ class WorkerImpl final : public Worker {
     pushes_->FillStats(s);
     pulls_->FillStats(s);
     s.retries = client_->retries() + pushes_->retries() + pulls_->retries();
+    if (planner_ != nullptr) s.plan = planner_->stats();
     return s;
   }
 
  private:
+  // Espresso (PlanOptions): a pull of `min_version` (`values` values) ended with
+  // `result`; its end starts round min_version's clock (the gradients' ready times are
+  // counted from it).
+  absl::StatusOr<uint64_t> Pulled(uint64_t min_version, uint64_t values,
+                                  absl::StatusOr<uint64_t> result) {
+    if (planner_ == nullptr || !result.ok()) return result;
+    values_pulled_ += values;
+    planner_->PullTotals(pulls_->pull_bytes(), values_pulled_);
+    planner_->RoundStarted(min_version);
+    return result;
+  }
+
+  // At a round's first push: plans when a plan is due and sets the tensors' codecs.
+  void Replan(uint64_t round) {
+    std::vector<internal::PlanLink> links;
+    for (uint32_t s = 0; s < layout_.num_shards(); ++s) {
+      const internal::LinkCost c = pushes_->LinkOf(s);
+      links.push_back({c.valid ? c.alpha_seconds : 0, c.valid ? c.seconds_per_byte : 0});
+    }
+    const uint32_t workers = client_->infos().empty() ? 1 : client_->infos()[0].num_workers;
+    std::optional<std::vector<std::string>> codecs = planner_->Replan(round, links, workers);
+    if (!codecs.has_value()) return;
+    // The candidates were made once at Start, so setting them cannot fail.
+    for (size_t t = 0; t < codecs->size(); ++t) pushes_->SetCodec(t, (*codecs)[t]).IgnoreError();
+  }
+
   const WorkerOptions options_;
   const core::ModelLayout layout_;
   std::unique_ptr<internal::ShardClient> client_;
   std::unique_ptr<internal::PullStreams> pulls_;
   std::unique_ptr<internal::PushPipeline> pushes_;
+  std::unique_ptr<internal::PushPlanner> planner_;  // PlanOptions::enabled
+  std::atomic<uint64_t> values_pulled_{0};          // requested by the pulls so far
 };
 
 }  // namespace

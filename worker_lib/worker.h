@@ -84,6 +84,29 @@ struct UdpOptions {
   uint64_t loss_seed = 1;
 };
 
+// Espresso in the worker (docs/adaptive.md, "Espresso"): each tensor's push codec is
+// chosen among `candidates` by simulating one round with this worker's measured costs
+// (its links to the shards, its gradients' ready times, the candidates' encode and
+// decode speed profiled at Start, the bytes its pulls bring) and searching greedily,
+// and chosen again when the measurements drift. The tensor's other PushOptions stay
+// (error feedback, momentum: both carry over a change of codec); tensors pushed over
+// UDP keep their codec. Until the first plan every tensor pushes with its own codec.
+struct PlanOptions {
+  bool enabled = false;
+  // Codec specs; "fp32" (the baseline) is added first when missing. Biased codecs need
+  // PushOptions::error_feedback; the shards' --allowed-codecs must allow them all.
+  std::vector<std::string> candidates = {"fp32", "fp16", "topk(0.01)+varint+fp16",
+                                         "3lc(s=1.9)"};
+  // Rounds measured before the first plan (every shard's link must also be measured).
+  uint32_t warmup_rounds = 3;
+  // Plan again when a link's seconds per byte moved by more than this fraction from
+  // the one the plan used, or after `replan_rounds` rounds (0: never by count).
+  double drift = 0.2;
+  uint32_t replan_rounds = 100;
+  // Start-up time spent profiling each candidate.
+  std::chrono::milliseconds profile_budget{50};
+};
+
 struct WorkerOptions {
   // "host:port" of each shard, indexed by shard id.
   std::vector<std::string> shard_addresses;
@@ -130,6 +153,7 @@ struct WorkerOptions {
   // Disabled by default.
   net::LinkShaping shaping;
   UdpOptions udp;
+  PlanOptions plan;
 };
 
 // What a shard told this worker at join time.
@@ -152,6 +176,18 @@ struct LinkStats {
   uint64_t transfers = 0;  // busy periods the estimate rests on (at most the last 64)
 };
 
+// The current plan (PlanOptions), as WorkerStats::plan reports it.
+struct PlanStats {
+  uint64_t plans = 0;        // plans made since Start (0: none yet)
+  uint64_t planned_at = 0;   // the round the current plan was made at
+  // The simulated round of the plan, from the pull of a version to the pull of the
+  // next, and of every tensor on fp32; the measured one (a moving average).
+  double predicted_seconds = 0;
+  double baseline_seconds = 0;
+  double measured_seconds = 0;
+  std::vector<std::string> codecs;  // per tensor
+};
+
 struct WorkerStats {
   uint64_t slices_pushed = 0;    // accepted by a shard
   uint64_t slices_refused = 0;   // refused by a shard (late, duplicate, invalid, ...)
@@ -169,6 +205,7 @@ struct WorkerStats {
   uint64_t udp_datagrams_dropped = 0;  // by loss injection
   uint64_t udp_bytes = 0;              // datagram bytes sent
   std::vector<LinkStats> push_links;   // per shard id (gRPC pushes only)
+  PlanStats plan;
 };
 
 // What the shards published about training progress with the last pulled version

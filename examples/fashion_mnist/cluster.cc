@@ -38,6 +38,18 @@ class Recorder final : public TrainerEvents {
   void Warning(uint64_t step, std::string_view message) override {
     if (next_) next_->Warning(step, message);
   }
+  void Planned(uint64_t step, const PlanStats& plan,
+               const std::vector<std::string>& tensors) override {
+    ClusterResult::PlanChange change{.step = step,
+                                     .predicted_seconds = plan.predicted_seconds,
+                                     .baseline_seconds = plan.baseline_seconds,
+                                     .measured_seconds = plan.measured_seconds};
+    for (size_t t = 0; t < plan.codecs.size() && t < tensors.size(); ++t) {
+      absl::StrAppend(&change.codecs, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t]);
+    }
+    result_->plans.push_back(std::move(change));
+    if (next_) next_->Planned(step, plan, tensors);
+  }
   void Period(uint64_t step, uint64_t round, uint32_t tau) override {
     result_->periods.push_back({step, round, tau});
     if (next_) next_->Period(step, round, tau);

@@ -54,6 +54,13 @@ struct ClusterResult {
     uint32_t tau = 0;
   };
   std::vector<Period> periods;
+  // --codec auto: worker 0's plans as they came.
+  struct PlanChange {
+    uint64_t step = 0;
+    std::string codecs;  // "name=codec, ..." per tensor
+    double predicted_seconds = 0, baseline_seconds = 0, measured_seconds = 0;
+  };
+  std::vector<PlanChange> plans;
   std::optional<double> final_accuracy;
   bool diverged = false;
   double wall_seconds = 0;

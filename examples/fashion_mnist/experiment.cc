@@ -282,6 +282,13 @@ Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config) {
     s.comm = "adacomm";
   }
   s.push_codec = StrategyCodec(push);
+  if (push == "espresso") {
+    s.push_codec = "auto";
+    s.candidates = {"fp32", "fp16", "topk(0.01)+varint+fp16", "3lc(s=1.9)"};
+  } else if (push == "espresso+cat") {
+    s.push_codec = "auto";
+    s.candidates = {"fp32", "fp16", StrategyCodec("cat")};
+  }
   s.pull_codec =
       bar == std::string_view::npos ? config.pull_codec : std::string(codec.substr(bar + 1));
   return s;
@@ -435,6 +442,13 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
       absl::StrAppend(&periods, p == 0 ? "" : ", ", "[", r.periods[p][0], ", ", r.periods[p][1],
                       ", ", r.periods[p][2], "]");
     }
+    std::string plans;
+    for (size_t p = 0; p < r.plans.size(); ++p) {
+      absl::StrAppend(&plans, p == 0 ? "" : ", ", "{\"step\": ", r.plans[p].step,
+                      ", \"codecs\": ", Json(r.plans[p].codecs),
+                      ", \"predicted_seconds\": ", JsonNumber(r.plans[p].predicted_seconds),
+                      ", \"measured_seconds\": ", JsonNumber(r.plans[p].measured_seconds), "}");
+    }
     const std::string model =
         config.model == "mlp" ? absl::StrCat("mlp(hidden=", config.hidden, ")") : config.model;
     absl::StrAppend(
@@ -452,8 +466,8 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
         ", \"train_seconds\": ", JsonNumber(train_seconds),
         ", \"wall_seconds\": ", JsonNumber(r.wall_seconds),
         ", \"diverged\": ", r.diverged ? "true" : "false", ", \"error\": ", Json(r.error),
-        ", \"periods\": [", periods, "]", ", \"curve\": [", curve, "]}",
-        i + 1 < results.size() ? "," : "", "\n");
+        ", \"periods\": [", periods, "]", ", \"plans\": [", plans, "]", ", \"curve\": [", curve,
+        "]}", i + 1 < results.size() ? "," : "", "\n");
   }
   return out + "]\n";
 }

@@ -98,6 +98,14 @@ struct CellResult {
   uint64_t bytes_sent = 0;  // payload bytes of every worker's accepted pushes
   // Local-update training: worker 0's AdaComm periods as they changed, (step, round, tau).
   std::vector<std::array<uint64_t, 3>> periods;
+  // Espresso: worker 0's plans as they came: step, codecs ("tensor=codec, ..."), the
+  // predicted round seconds and the measured ones when it was made.
+  struct Plan {
+    uint64_t step = 0;
+    std::string codecs;
+    double predicted_seconds = 0, measured_seconds = 0;
+  };
+  std::vector<Plan> plans;
   bool diverged = false;
   double wall_seconds = 0;
   std::string error;  // non-empty when the run failed
@@ -109,11 +117,15 @@ struct CellResult {
 // level CAT chooses per push. PUSH ending in "+adacomm" ("fp16+adacomm|fp16") trains
 // with local updates (TrainerConfig::comm "adacomm"): the workers run the config's
 // optimizer (lr, momentum), the shards apply the aggregated change (lr 1, momentum 0).
+// PUSH "espresso" or "espresso+cat" lets each worker plan its tensors' codecs.
 struct Strategy {
   std::string name;        // PUSH as written ("cat", "fp32", "topk(0.01)", "fp16+adacomm")
   std::string push_codec;  // its codec spec
   std::string pull_codec;  // "" = dense pulls
   std::string comm = "sync";
+  // push_codec "auto" (the strategies "espresso": fp32, fp16, top-k 1 %, 3LC, and
+  // "espresso+cat": fp32, fp16, CAT): Espresso's plan chooses among these per tensor.
+  std::vector<std::string> candidates;
 };
 Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config);
 // The codec spec of a push strategy name ("cat" -> "topk(0.1, level=cat, ...)").

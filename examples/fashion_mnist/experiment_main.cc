@@ -129,6 +129,7 @@ absl::Status Run(const Flags& flags) {
     cc.trainer.seed = cell.seed;
     const Strategy strategy = ParseStrategy(cell.codec, config);
     cc.trainer.codec = strategy.push_codec;
+    if (!strategy.candidates.empty()) cc.trainer.codec_candidates = strategy.candidates;
     if (cell.bandwidth_mbps > 0 || config.latency_ms > 0) {
       std::vector<std::string> shaping;
       if (cell.bandwidth_mbps > 0)
@@ -167,6 +168,9 @@ absl::Status Run(const Flags& flags) {
       r.evals = ran->evals;
       r.eval_seconds = ran->eval_seconds;
       r.bytes_sent = ran->push_bytes;
+      for (const ClusterResult::PlanChange& p : ran->plans) {
+        r.plans.push_back({p.step, p.codecs, p.predicted_seconds, p.measured_seconds});
+      }
       for (const ClusterResult::Period& p : ran->periods)
         r.periods.push_back({p.step, p.round, p.tau});
       r.final_accuracy = ran->final_accuracy;

@@ -104,6 +104,32 @@ class Progress final : public TrainerEvents {
                  static_cast<int>(message.size()), message.data());
   }
 
+  void Planned(uint64_t step, const ps::PlanStats& plan,
+               const std::vector<std::string>& tensors) override {
+    std::string codecs;
+    for (size_t t = 0; t < plan.codecs.size() && t < tensors.size(); ++t) {
+      absl::StrAppend(&codecs, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t]);
+    }
+    if (jsonl_) {
+      Emit(JsonObjectWriter()
+               .Add("event", "plan")
+               .Add("step", step)
+               .Add("plan", plan.plans)
+               .Add("round", plan.planned_at)
+               .Add("codecs", codecs)
+               .Add("predicted_seconds", plan.predicted_seconds)
+               .Add("baseline_seconds", plan.baseline_seconds)
+               .Add("measured_seconds", plan.measured_seconds)
+               .str());
+    } else {
+      Emit(absl::StrFormat(
+          "step %u: plan %u at round %u: %s; round predicted %.3f s (all fp32 %.3f s), "
+          "measured %.3f s",
+          step, plan.plans, plan.planned_at, codecs, plan.predicted_seconds,
+          plan.baseline_seconds, plan.measured_seconds));
+    }
+  }
+
   void Period(uint64_t step, uint64_t round, uint32_t tau) override {
     if (jsonl_) {
       Emit(JsonObjectWriter()
@@ -221,7 +247,13 @@ int main(int argc, char** argv) {
   app.add_option("--seed", c.seed,
                  "Seed: same on all workers (identical initial parameters); batch sampling "
                  "uses a per-worker seed derived from it");
-  app.add_option("--codec", c.codec, "Codec spec for pushes (see docs/codecs.md)");
+  app.add_option("--codec", c.codec,
+                 "Codec spec for pushes (see docs/codecs.md), or auto: Espresso's plan picks "
+                 "each tensor's among --codec-candidates from measured costs "
+                 "(docs/adaptive.md)");
+  app.add_option("--codec-candidates", c.codec_candidates,
+                 "--codec auto: the codec specs to choose from, separated by ';'")
+      ->delimiter(';');
   app.add_option("--push-device", c.push_device,
                  "Where the push codec encodes: cpu, or cuda (the CPU, with a warning saying "
                  "why, where no CUDA device can; docs/gpu.md)")
@@ -259,10 +291,11 @@ int main(int argc, char** argv) {
   app.add_option("--log-every", c.log_every, "Report the loss every this many steps (0: never)");
   app.add_flag("--local", f.local, "No server: plain SGD in this process (baseline)");
   app.add_option("--comm", c.comm,
-                 "How workers communicate: sync (a gradient push per step) or adacomm "
+                 "How workers communicate: sync (a gradient push per step), adacomm "
                  "(local-update SGD, AdaComm's period; run the shards with --lr 1 "
-                 "--momentum 0; docs/adaptive.md)")
-      ->check(CLI::IsMember({"sync", "adacomm"}));
+                 "--momentum 0), or auto (sync, --codec auto with CAT among the "
+                 "candidates, --error-feedback; docs/adaptive.md)")
+      ->check(CLI::IsMember({"sync", "adacomm", "auto"}));
   app.add_option("--tau0", c.tau0, "--comm adacomm: local steps per round at the start");
   app.add_option("--tau-max", c.tau_max, "--comm adacomm: most local steps per round");
   app.add_option("--lr", c.lr,

@@ -287,6 +287,22 @@ absl::Status PushFlat(const Setup& s, Worker& worker, uint64_t round,
   return absl::OkStatus();
 }
 
+// --codec auto: reports the worker's plan when it is a new one.
+class PlanWatch {
+ public:
+  void Check(const Worker& worker, uint64_t step, TrainerEvents& events) {
+    const PlanStats plan = worker.stats().plan;
+    if (plan.plans == seen_) return;
+    seen_ = plan.plans;
+    std::vector<std::string> names;
+    for (const core::TensorSpec& t : worker.layout().tensors()) names.push_back(t.name);
+    events.Planned(step, plan, names);
+  }
+
+ private:
+  uint64_t seen_ = 0;
+};
+
 // Local-update training (--comm adacomm): per round, pull version t, take tau steps of
 // this worker's own SGD, push the change x_pulled - x_local (what its attack makes of
 // it for a Byzantine worker) with the mean loss of those steps; the shards aggregate
@@ -302,6 +318,7 @@ absl::StatusOr<LoopEnd> LocalUpdates(const TrainerConfig& c, const TrainingData&
       torch::optim::SGDOptions(c.lr).momentum(c.momentum).weight_decay(c.weight_decay));
   const AdaCommOptions adacomm = AdaCommOf(c);
   EvalSchedule evals(c.eval_every);
+  PlanWatch plans;
   LoopEnd end;
   end.round = worker.start_version();
   std::vector<uint32_t> indices;
@@ -341,6 +358,7 @@ absl::StatusOr<LoopEnd> LocalUpdates(const TrainerConfig& c, const TrainingData&
     const uint64_t before = end.steps;
     end.steps += tau;
     ++end.round;
+    if (c.codec == "auto") plans.Check(worker, end.steps, events);
     if (c.log_every > 0 &&
         (end.steps / c.log_every != before / c.log_every || end.steps >= c.steps)) {
       events.Step(end.steps, loss);
@@ -350,6 +368,15 @@ absl::StatusOr<LoopEnd> LocalUpdates(const TrainerConfig& c, const TrainingData&
 }
 
 }  // namespace
+
+TrainerConfig ResolveComm(TrainerConfig c) {
+  if (c.comm != "auto") return c;
+  c.comm = "sync";
+  c.codec = "auto";
+  c.error_feedback = true;
+  c.codec_candidates = {"fp32", "fp16", "topk(0.01)+varint+fp16", "3lc(s=1.9)", kCatSpec};
+  return c;
+}
 
 absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
   if (c.workers == 0 || c.worker_id >= c.workers) {
@@ -373,9 +400,12 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
   }
   if (c.udp_loss > 0 && !c.udp) return absl::InvalidArgumentError("a UDP loss needs --udp");
   if (c.udp_chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk size must be positive");
-  if (c.comm != "sync" && c.comm != "adacomm") {
+  if (c.comm != "sync" && c.comm != "adacomm" && c.comm != "auto") {
     return absl::InvalidArgumentError(
-        absl::StrCat("communication '", c.comm, "' is not one of: sync, adacomm"));
+        absl::StrCat("communication '", c.comm, "' is not one of: sync, adacomm, auto"));
+  }
+  if (c.codec == "auto" && c.codec_candidates.empty()) {
+    return absl::InvalidArgumentError("--codec auto needs at least one candidate codec");
   }
   if (c.comm == "adacomm") {
     PS_RETURN_IF_ERROR(ValidateAdaComm(AdaCommOf(c)));
@@ -441,9 +471,11 @@ absl::Status TrainLocal(const TrainerConfig& c, const TrainingData& data, Traine
   return absl::OkStatus();
 }
 
-absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, GradientBoard* board,
-                             TrainerEvents& events, std::unique_ptr<Worker>* keep_worker) {
-  PS_RETURN_IF_ERROR(ValidateConfig(c, /*local=*/false));
+absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& data,
+                             GradientBoard* board, TrainerEvents& events,
+                             std::unique_ptr<Worker>* keep_worker) {
+  PS_RETURN_IF_ERROR(ValidateConfig(config, /*local=*/false));
+  const TrainerConfig c = ResolveComm(config);
   PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/false));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, AttackRule(c, s));
 
@@ -460,7 +492,9 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
   options.shard_addresses = c.shards;
   options.worker_id = c.worker_id;
   options.credentials = c.credentials;
-  options.push.codec = c.codec;
+  options.push.codec = c.codec == "auto" ? "fp32" : c.codec;
+  options.plan.enabled = c.codec == "auto";
+  options.plan.candidates = c.codec_candidates;
   PS_ASSIGN_OR_RETURN(options.push.device, core::ParseDevice(c.push_device));
   options.push.error_feedback = c.error_feedback;
   options.push.momentum = c.worker_momentum;
@@ -517,6 +551,7 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
                         LocalUpdates(c, data, board, events, s, rule.get(), *worker, outs, dump));
   }
   std::vector<uint32_t> indices;
+  PlanWatch plans;
   while (!local_updates && t < c.steps) {
     torch::Tensor loss;
     uint64_t version = t;
@@ -563,6 +598,7 @@ absl::Status TrainWithServer(const TrainerConfig& c, const TrainingData& data, G
       PS_RETURN_IF_ERROR(PushFlat(s, *worker, t, pushed, events, end.late_pushes));
     }
     ++t;
+    if (c.codec == "auto") plans.Check(*worker, t, events);
     if (c.log_every > 0 && (t % c.log_every == 0 || t == c.steps))
       events.Step(t, loss.item<double>());
   }

@@ -52,7 +52,11 @@ struct TrainerConfig {
   // Same on all workers: identical initial parameters, the same split; batches use a
   // per-worker seed derived from it.
   uint64_t seed = 1;
+  // A codec spec, or "auto": Espresso's plan (worker.h, PlanOptions) chooses each
+  // tensor's codec among `codec_candidates` from this worker's measured costs.
   std::string codec = "fp32";
+  std::vector<std::string> codec_candidates = {"fp32", "fp16", "topk(0.01)+varint+fp16",
+                                               "3lc(s=1.9)"};
   // Where the push codec encodes: "cpu", or "cuda" (the CPU, with a warning saying why,
   // where no CUDA device can; docs/gpu.md).
   std::string push_device = "cpu";
@@ -67,8 +71,8 @@ struct TrainerConfig {
   bool error_feedback = false;
   double worker_momentum = 0;
   // How workers communicate (docs/adaptive.md): "sync", one push of the gradient per
-  // step; "adacomm", local-update training: tau steps of this worker's own SGD (lr,
-  // momentum, weight_decay below) between pushes of the parameters' change, tau by
+  // step; "auto", ResolveComm's; "adacomm", local-update training: tau steps of this worker's own
+  // SGD (lr, momentum, weight_decay below) between pushes of the parameters' change, tau by
   // AdaComm's rule from the losses the shards publish, from tau0 within [1, tau_max].
   // The shards then apply the aggregated change as it is: --lr 1 --momentum 0.
   std::string comm = "sync";
@@ -103,6 +107,15 @@ struct TrainerConfig {
 // Refuses inconsistent settings with a message naming the field.
 absl::Status ValidateConfig(const TrainerConfig& config, bool local);
 
+// CAT's top-k (docs/adaptive.md, "CAT"): between 0.1 % and 10 % of each slice, the
+// level chosen per push; varint indices and fp16 values, as error feedback's usual
+// companions.
+inline constexpr char kCatSpec[] = "topk(0.1, level=cat, min=0.001)+varint+fp16";
+
+// comm "auto", the one switch (docs/adaptive.md): synchronous rounds with --codec auto
+// over fp32, fp16, top-k 1 %, 3LC and CAT, error feedback on. Other configs unchanged.
+TrainerConfig ResolveComm(TrainerConfig config);
+
 // What a run reports. Every method has an empty default.
 class TrainerEvents {
  public:
@@ -117,6 +130,9 @@ class TrainerEvents {
   virtual void Warning(uint64_t step, std::string_view message) {}
   // Local-update training: from `step` (round `round`) on, `tau` local steps per round.
   virtual void Period(uint64_t step, uint64_t round, uint32_t tau) {}
+  // --codec auto: a new plan of the push codecs (its tensors' names in `tensors`).
+  virtual void Planned(uint64_t step, const PlanStats& plan,
+                       const std::vector<std::string>& tensors) {}
   virtual void Diverged(uint64_t step) {}
   virtual void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds,
                     bool diverged, uint64_t late_pushes) {}

@@ -187,6 +187,55 @@ TEST(LinkCostTest, CatKeepsFewerCoordinatesOnASlowerLink) {
   EXPECT_LT(2 * slow, fast) << "20 Mbit/s: " << slow << " bytes, loopback: " << fast << " bytes";
 }
 
+// Espresso in the worker: after two rounds that measure the 20 Mbit/s link, the plan
+// moves the large tensor off fp32 (its 256 KiB push is most of the round there), and the
+// shard takes the pushes in the planned codec.
+TEST(EspressoTest, APlanOverASlowLinkCompressesTheLargeTensor) {
+  testing::Cluster c = testing::StartCluster(1, Options(1));
+  ASSERT_EQ(c.num_shards(), 1u);
+  auto layout = core::ModelLayout::Create({{"w", 65536, 0}, {"b", 64, 1}}, 65536, 1);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(65536, 0.0f),
+                                                std::vector<float>(64, 0.0f)};
+  WorkerOptions o = ClientOptions(c, 0);
+  o.push.error_feedback = true;
+  o.plan.enabled = true;
+  o.plan.candidates = {"fp32", "fp16", "topk(0.01)+varint+fp16"};
+  o.plan.warmup_rounds = 2;
+  o.plan.profile_budget = milliseconds(5);
+  auto parsed = net::ParseLinkShaping("rate=20mbps");
+  ASSERT_TRUE(parsed.ok());
+  o.shaping = *parsed;
+  auto worker = Worker::Start(o, *layout, Spans(init));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ((*worker)->stats().plan.plans, 0u);
+  EXPECT_THAT((*worker)->stats().plan.codecs, ::testing::ElementsAre("fp32", "fp32"));
+  std::vector<float> grad(65536);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  for (float& g : grad) g = normal(rng);
+  std::vector<float> w(65536), b(64);
+  const std::vector<std::span<float>> outs = {w, b};
+  uint64_t last_round_bytes = 0;
+  for (uint64_t round = 0; round < 5; ++round) {
+    ASSERT_TRUE((*worker)->PullAll(round, outs, milliseconds(20000)).ok());
+    const uint64_t before = (*worker)->stats().push_bytes;
+    ASSERT_TRUE((*worker)->Push(1, round, std::vector<float>(64, 0.01f)).ok());
+    ASSERT_TRUE((*worker)->Push(0, round, grad).ok());
+    ASSERT_TRUE((*worker)->WaitPushes().ok()) << "round " << round;
+    last_round_bytes = (*worker)->stats().push_bytes - before;
+  }
+  const PlanStats plan = (*worker)->stats().plan;
+  ASSERT_GE(plan.plans, 1u);
+  ASSERT_EQ(plan.codecs.size(), 2u);
+  EXPECT_NE(plan.codecs[0], "fp32");
+  EXPECT_LT(plan.predicted_seconds, plan.baseline_seconds);
+  EXPECT_GT(plan.measured_seconds, 0);
+  RecordProperty("codec", plan.codecs[0]);
+  RecordProperty("last_round_bytes", std::to_string(last_round_bytes));
+  EXPECT_LT(last_round_bytes, 65536u * 4 / 2 + 64 * 4) << "the plan's codec pushed the last round";
+}
+
 TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
   testing::Cluster c = testing::StartCluster(1, Options(1));
   ASSERT_EQ(c.num_shards(), 1u);

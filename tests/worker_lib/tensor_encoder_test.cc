@@ -144,6 +144,40 @@ TEST(TensorEncoderTest, ErrorFeedbackStaysExactWhenCatChangesTheLevel) {
   EXPECT_LT(worst, 1e-4);
 }
 
+// Espresso changes a tensor's codec between rounds: the residual carries over, so what
+// was pushed plus what is left still adds up to what was given, across codecs.
+TEST(TensorEncoderTest, ErrorFeedbackStaysExactAcrossCodecChanges) {
+  PushOptions options;
+  options.codec = "topk(0.1)+raw+raw";
+  options.error_feedback = true;
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  const std::vector<std::string> specs = {"topk(0.1)+raw+raw", "fp16", "3lc(s=1.9)", "fp32",
+                                          "topk(0.01)+raw+raw"};
+  std::vector<double> pushed(kNumel, 0), given(kNumel, 0);
+  for (uint64_t round = 0; round < 15; ++round) {
+    ASSERT_TRUE((*enc)->SetCodec(specs[round % specs.size()], 0).ok());
+    const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 50);
+    std::vector<std::string> payloads;
+    ASSERT_TRUE((*enc)->Encode(g, round, 0, kSlices, &payloads).ok());
+    const std::vector<float> d = DecodeAll((*enc)->spec(), kSlices, payloads, kNumel);
+    for (size_t i = 0; i < kNumel; ++i) {
+      pushed[i] += d[i];
+      given[i] += g[i];
+    }
+  }
+  double worst = 0, left = 0;
+  for (size_t i = 0; i < kNumel; ++i) {
+    worst = std::max(worst, std::abs(pushed[i] + (*enc)->residual()[i] - given[i]));
+    left = std::max(left, std::abs(double{(*enc)->residual()[i]}));
+  }
+  EXPECT_LT(worst, 1e-4);
+  EXPECT_GT(left, 1e-3) << "the last codec (top-1 %) leaves a residual";
+  // A bad spec changes nothing.
+  EXPECT_FALSE((*enc)->SetCodec("nonsense", 0).ok());
+  EXPECT_EQ((*enc)->spec(), "topk(ratio=0.01, method=exact)+raw+raw");
+}
+
 TEST(TensorEncoderTest, MomentumPushesTheMovingAverage) {
   PushOptions options;
   options.codec = "fp32";

@@ -98,6 +98,14 @@ TEST(ExperimentConfigTest, LinksAndTargetMakeCellsPerBandwidth) {
   EXPECT_EQ(local.pull_codec, "fp16");
   EXPECT_EQ(local.comm, "adacomm");
   EXPECT_EQ(ParseStrategy("+adacomm", *c).comm, "sync") << "no push codec: not a suffix";
+  const Strategy espresso = ParseStrategy("espresso+cat+adacomm|fp16", *c);
+  EXPECT_EQ(espresso.name, "espresso+cat+adacomm");
+  EXPECT_EQ(espresso.push_codec, "auto");
+  EXPECT_THAT(espresso.candidates,
+              ElementsAre("fp32", "fp16", "topk(0.1, level=cat, min=0.001)+varint+fp16"));
+  EXPECT_EQ(espresso.comm, "adacomm");
+  EXPECT_THAT(ParseStrategy("espresso", *c).candidates, testing::Contains("3lc(s=1.9)"));
+  EXPECT_TRUE(ParseStrategy("fp16", *c).candidates.empty());
 }
 
 TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
@@ -119,6 +127,7 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   CellResult local = reached;
   local.cell.codec = "fp16+adacomm|fp16";
   local.periods = {{0, 0, 8}, {40, 5, 6}};
+  local.plans = {{3, "w=fp16, b=fp32", 0.5, 0.75}};
   EXPECT_EQ(SecondsToTarget(reached, 0.7), 12.25);
   EXPECT_EQ(SecondsToTarget(missed, 0.7), std::nullopt);
   const std::string json = RunsJson(c, {reached, missed, local});
@@ -138,8 +147,10 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   EXPECT_THAT(json, HasSubstr("\"seconds_to_target\": null, \"final_accuracy\": 0.6"));
   EXPECT_THAT(json, HasSubstr("\"strategy\": \"fp16+adacomm\", \"codec\": \"fp16\", "
                               "\"pull_codec\": \"fp16\", \"comm\": \"adacomm\""));
-  EXPECT_THAT(json, HasSubstr("\"periods\": [[0, 0, 8], [40, 5, 6]], \"curve\""));
-  EXPECT_THAT(json, HasSubstr("\"periods\": [], \"curve\": [[0.5, 0, 0.1], [12.25"));
+  EXPECT_THAT(json, HasSubstr("\"periods\": [[0, 0, 8], [40, 5, 6]], \"plans\": [{\"step\": 3, "
+                              "\"codecs\": \"w=fp16, b=fp32\", \"predicted_seconds\": 0.5, "
+                              "\"measured_seconds\": 0.75}], \"curve\""));
+  EXPECT_THAT(json, HasSubstr("\"periods\": [], \"plans\": [], \"curve\": [[0.5, 0, 0.1], [12.25"));
 }
 
 // Every config under examples/fashion_mnist/experiments/ parses, with the cells its

@@ -1,0 +1,153 @@
+#include "worker_lib/push_planner_internal.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+namespace ps::internal {
+namespace {
+
+using ::testing::ElementsAre;
+
+// Two shards; "w" is a large weight (4 slices of 64 Ki values, two per shard), "b" a
+// small bias nearer the output.
+core::ModelLayout Layout() {
+  return *core::ModelLayout::Create({{"w", 1u << 18, 0}, {"b", 64, 1}}, /*slice_elems=*/1u << 16,
+                                    2);
+}
+
+// Costs of the kind ProfileCodec measures, fixed so that the plans are exact.
+std::vector<PlanOption> Candidates() {
+  return {PlanOption{.name = "fp32"},
+          PlanOption{.name = "fp16",
+                     .bytes_per_value = 2,
+                     .encode_seconds_per_value = 1e-9,
+                     .decode_seconds_per_value = 1e-9},
+          PlanOption{.name = "topk(0.01)+varint+fp16",
+                     .bytes_per_value = 0.04,
+                     .encode_seconds_per_value = 5e-9,
+                     .decode_seconds_per_value = 1e-9}};
+}
+
+struct Clock {
+  double now = 0;
+  std::function<double()> fn() {
+    return [this] { return now; };
+  }
+};
+
+// Runs `rounds` rounds of 1 s: pull at the start, "w" ready at 0.4 s, "b" at 0.5 s.
+void Rounds(PushPlanner& p, Clock& clock, uint64_t first, uint64_t rounds,
+            std::vector<bool>* first_pushes = nullptr) {
+  for (uint64_t r = first; r < first + rounds; ++r) {
+    clock.now = static_cast<double>(r);
+    p.RoundStarted(r);
+    clock.now = static_cast<double>(r) + 0.4;
+    const bool first_push = p.PushQueued(1, r);  // backward: the output side first
+    clock.now = static_cast<double>(r) + 0.5;
+    EXPECT_FALSE(p.PushQueued(0, r)) << "round " << r << " had its first push";
+    if (first_pushes != nullptr) first_pushes->push_back(first_push);
+  }
+}
+
+PlanOptions Options() {
+  PlanOptions o;
+  o.enabled = true;
+  o.warmup_rounds = 2;
+  o.drift = 0.2;
+  o.replan_rounds = 50;
+  return o;
+}
+
+TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
+  const core::ModelLayout layout = Layout();
+  Clock clock;
+  PushPlanner p(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
+  std::vector<bool> firsts;
+  Rounds(p, clock, 0, 1, &firsts);
+  EXPECT_EQ(p.Replan(0, slow, 12), std::nullopt) << "one round seen, two wanted";
+  Rounds(p, clock, 1, 1, &firsts);
+  EXPECT_THAT(firsts, ElementsAre(true, true));
+  const std::vector<PlanLink> unmeasured = {slow[0], PlanLink{}};
+  EXPECT_EQ(p.Replan(1, unmeasured, 12), std::nullopt) << "shard 1's link is not measured";
+  EXPECT_EQ(p.stats().plans, 0u);
+  EXPECT_THAT(p.stats().codecs, ElementsAre("fp32", "fp32"));
+  EXPECT_DOUBLE_EQ(p.stats().measured_seconds, 1.0);
+
+  // 2.5 MB/s: the weight's 1 MB in fp32 takes 0.4 s a shard; top-k is far cheaper.
+  std::optional<std::vector<std::string>> codecs = p.Replan(1, slow, 12);
+  ASSERT_TRUE(codecs.has_value());
+  EXPECT_EQ((*codecs)[0], "topk(0.01)+varint+fp16");
+  const PlanStats stats = p.stats();
+  EXPECT_EQ(stats.plans, 1u);
+  EXPECT_EQ(stats.planned_at, 1u);
+  EXPECT_EQ(stats.codecs, *codecs);
+  EXPECT_LT(stats.predicted_seconds, stats.baseline_seconds);
+  EXPECT_GT(stats.predicted_seconds, 0.5) << "the round cannot end before its last gradient";
+  EXPECT_EQ(p.Replan(1, slow, 12), std::nullopt) << "nothing changed: no new plan";
+}
+
+TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
+  const core::ModelLayout layout = Layout();
+  Clock clock;
+  PushPlanner p(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  Rounds(p, clock, 0, 3);
+  const std::vector<PlanLink> fast(2, PlanLink{.alpha_seconds = 1e-5, .seconds_per_byte = 1e-10});
+  std::optional<std::vector<std::string>> codecs = p.Replan(2, fast, 12);
+  ASSERT_TRUE(codecs.has_value());
+  EXPECT_THAT(*codecs, ElementsAre("fp32", "fp32")) << "10 GB/s: encoding costs more than it saves";
+  // A 10 % change is noise; 3x slower links are a new network: plan again.
+  std::vector<PlanLink> links = fast;
+  links[1].seconds_per_byte *= 1.1;
+  EXPECT_EQ(p.Replan(3, links, 12), std::nullopt);
+  links[1].seconds_per_byte = 4e-7;
+  links[0].seconds_per_byte = 4e-7;
+  codecs = p.Replan(3, links, 12);
+  ASSERT_TRUE(codecs.has_value());
+  EXPECT_EQ((*codecs)[0], "topk(0.01)+varint+fp16");
+  EXPECT_EQ(p.stats().plans, 2u);
+  // And after replan_rounds rounds whatever happened.
+  EXPECT_EQ(p.Replan(52, links, 12), std::nullopt);
+  EXPECT_TRUE(p.Replan(53, links, 12).has_value());
+}
+
+TEST(PushPlannerTest, CompressedPullsEnterThePlan) {
+  const core::ModelLayout layout = Layout();
+  Clock clock;
+  PushPlanner p(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  Rounds(p, clock, 0, 3);
+  const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
+  auto dense = p.Replan(2, slow, 12);
+  ASSERT_TRUE(dense.has_value());
+  const double dense_round = p.stats().predicted_seconds;
+  // Pulls that bring 0.1 bytes per value instead of 4 make the round shorter.
+  PushPlanner q(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  q.PullTotals(1000, 10000);
+  Rounds(q, clock, 0, 3);
+  ASSERT_TRUE(q.Replan(2, slow, 12).has_value());
+  // Each shard sends half the weight: 512 KB dense is 0.2 s at 2.5 MB/s, 13 KB is 5 ms.
+  EXPECT_LT(q.stats().predicted_seconds, dense_round - 0.15);
+}
+
+TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
+  PlanOptions o = Options();
+  o.candidates = {"fp16", "topk(0.01)+varint+fp16"};
+  o.profile_budget = std::chrono::milliseconds(1);
+  auto made = PushPlanner::MakeCandidates(o, Layout());
+  ASSERT_TRUE(made.ok()) << made.status();
+  ASSERT_EQ(made->size(), 3u);
+  EXPECT_EQ((*made)[0].name, "fp32");
+  EXPECT_EQ((*made)[0].bytes_per_value, 4);
+  EXPECT_EQ((*made)[1].name, "fp16");
+  EXPECT_NEAR((*made)[1].bytes_per_value, 2, 0.01);
+  EXPECT_GT((*made)[1].encode_seconds_per_value, 0);
+  EXPECT_LT((*made)[2].bytes_per_value, 0.1);
+  o.candidates = {"fp16", "nonsense"};
+  EXPECT_FALSE(PushPlanner::MakeCandidates(o, Layout()).ok());
+}
+
+}  // namespace
+}  // namespace ps::internal
