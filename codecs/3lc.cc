@@ -7,6 +7,10 @@
 // Encoding: M = max|x| * s, t = round(x / M) in {-1, 0, 1} (half away from zero,
 // computed as x >= M / 2 and x <= -M / 2); decoding: x = t * M. Error feedback is the
 // worker library's job.
+//
+// level=cat (CAT, docs/adaptive.md): per encoding, s is chosen among five multipliers
+// from 1 to the spec's s by CAT's objective; the payload is the fixed-s one, so the
+// decoder needs nothing more.
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -150,24 +154,99 @@ unsigned char* FlushRun(unsigned char* w, size_t run) { return PutZeroRun(run, w
 // Slices at least this long decode through a per-call table of scaled groups.
 constexpr size_t kFastDecodeMin = 4096;
 
+// M = max|x| * s, rounded once to fp32; s < 2 keeps M / 2 <= max|x|, so the largest
+// value always becomes +-1. Clamped so a value near FLT_MAX keeps M finite.
+float ScaleOf(double max_abs, double s) {
+  return static_cast<float>(std::min(max_abs * s, double{FLT_MAX}));
+}
+// M / 2 is exact for normal M; the floor keeps zeros at 0 when M / 2 underflows.
+float HalfOf(float scale) { return std::max(0.5f * scale, FLT_TRUE_MIN); }
+
+// Bytes of the tokens of a run of `groups` zero groups (PutZeroRun).
+size_t RunBytes(size_t groups) {
+  return groups / k3lcMaxRun + (groups % k3lcMaxRun != 0 ? 1 : 0);
+}
+
 class ThreeLcCodec final : public Codec {
  public:
-  explicit ThreeLcCodec(double s)
-      : s_(s), spec_(internal::StageString(kName, {{"s", internal::FormatNumber(s)}})) {}
+  // `cat`: choose s per encoding (level=cat) with this fixed cost in bytes when the
+  // context gives none.
+  ThreeLcCodec(double s, bool cat, double overhead)
+      : s_(s),
+        cat_(cat),
+        overhead_(overhead),
+        spec_(cat ? internal::StageString(kName, {{"s", internal::FormatNumber(s)},
+                                                  {"level", "cat"},
+                                                  {"overhead", internal::FormatNumber(overhead)}})
+                  : internal::StageString(kName, {{"s", internal::FormatNumber(s)}})) {}
 
   std::string_view spec() const override { return spec_; }
 
-  absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
+  // CAT (docs/adaptive.md): of the multipliers s_j = 1 + (s - 1) j / 4, the one that
+  // maximizes the descent per byte of the push, a(s_j) / (fixed + bytes(s_j)), with
+  // a = |x|^2 - |x - Q(x)|^2 (the energy the quantized push keeps; CAT's a(.) for a
+  // biased compressor up to the constant |x|^2) and bytes the exact payload size, both
+  // counted in one pass over the values and their groups of five. Ties: the smaller s.
+  double ChooseMultiplier(std::span<const float> x, double max_abs, double fixed) const {
+    constexpr int kLevels = 5;
+    std::array<float, kLevels> scale{}, half{};
+    std::array<double, kLevels> err{}, bytes{};
+    std::array<size_t, kLevels> run{};
+    std::array<double, kLevels> mult{};
+    for (int j = 0; j < kLevels; ++j) {
+      mult[j] = 1 + (s_ - 1) * j / (kLevels - 1);
+      scale[j] = ScaleOf(max_abs, mult[j]);
+      half[j] = HalfOf(scale[j]);
+    }
+    double energy = 0;
+    const size_t n = x.size();
+    for (size_t g = 0; g < n; g += kGroup) {
+      float group_max = 0;
+      for (size_t i = g; i < std::min(g + kGroup, n); ++i) {
+        const float a = std::abs(x[i]);
+        const double a2 = double{a} * a;
+        energy += a2;
+        group_max = std::max(group_max, a);
+        for (int j = 0; j < kLevels; ++j) {
+          const double d = double{a} - scale[j];
+          err[j] += a >= half[j] ? d * d : a2;
+        }
+      }
+      for (int j = 0; j < kLevels; ++j) {
+        if (group_max >= half[j]) {
+          bytes[j] += 1 + RunBytes(run[j]);
+          run[j] = 0;
+        } else {
+          ++run[j];
+        }
+      }
+    }
+    const double header = 1 + internal::VarintSize(n) + sizeof(float);
+    double best = -1;
+    double chosen = s_;
+    for (int j = 0; j < kLevels; ++j) {
+      const double total = header + bytes[j] + RunBytes(run[j]);
+      const double score = std::max(energy - err[j], 0.0) / (fixed + total);
+      if (score > best) {
+        best = score;
+        chosen = mult[j];
+      }
+    }
+    return chosen;
+  }
+
+  absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
     const size_t n = values.size();
     const uint32_t max_bits = internal::MaxAbsBits(values.data(), n);
     if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec_, values);
-    // M = max|x| * s, rounded once to fp32; s < 2 keeps M / 2 <= max|x|, so the
-    // largest value always becomes +-1. Clamped so a value near FLT_MAX keeps M finite.
     const double max_abs = std::bit_cast<float>(max_bits);
-    const auto scale = static_cast<float>(std::min(max_abs * s_, double{FLT_MAX}));
-    // M / 2 is exact for normal M; the floor keeps zeros at 0 when M / 2 underflows.
-    const float half = std::max(0.5f * scale, FLT_TRUE_MIN);
+    const double s =
+        cat_ ? ChooseMultiplier(values, max_abs,
+                                ctx.fixed_cost_bytes >= 0 ? ctx.fixed_cost_bytes : overhead_)
+             : s_;
+    const float scale = ScaleOf(max_abs, s);
+    const float half = HalfOf(scale);
 
     // Tokens go to a scratch buffer kept between calls (its size is only known at the
     // end, and sizing *out to the bound first would zero-fill it every call).
@@ -327,6 +406,8 @@ class ThreeLcCodec final : public Codec {
   }
 
   double s_;
+  bool cat_ = false;
+  double overhead_ = 0;
   std::string spec_;
   std::vector<unsigned char> scratch_;  // Encode's tokens (one instance encodes from one thread)
 };
@@ -335,13 +416,20 @@ class ThreeLcCodec final : public Codec {
 
 namespace internal {
 absl::StatusOr<std::unique_ptr<Codec>> Make3lcCodec(Stages stages, const CodecOptions& /*options*/) {
-  PS_ASSIGN_OR_RETURN(core::StageArgs args, SingleStage(stages, {"s"}));
+  PS_ASSIGN_OR_RETURN(core::StageArgs args, SingleStage(stages, {"s", "level", "overhead"}));
   PS_ASSIGN_OR_RETURN(const double s, args.Double("s", 1.0, -std::numeric_limits<double>::infinity()));
   if (!(s >= 1.0 && s < 2.0)) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": s must lie in [1, 2), got ", FormatNumber(s)));
   }
-  return std::unique_ptr<Codec>(std::make_unique<ThreeLcCodec>(s));
+  PS_ASSIGN_OR_RETURN(const size_t level, args.Choice("level", {"fixed", "cat"}, 0));
+  const bool cat = level == 1;
+  if (!cat && args.Has("overhead")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kName, ": overhead is an argument of level=cat (s is fixed otherwise)"));
+  }
+  PS_ASSIGN_OR_RETURN(const double overhead, args.Double("overhead", 16384, -1));
+  return std::unique_ptr<Codec>(std::make_unique<ThreeLcCodec>(s, cat, overhead));
 }
 }  // namespace internal
 

@@ -542,7 +542,13 @@ absl::StatusOr<std::unique_ptr<Engine>> MakeEngine(const Codec& cpu, const Codec
     return std::make_unique<TernGradEngine>(context, bucket, options.seed);
   }
   if (name == "3lc") {
-    PS_ASSIGN_OR_RETURN(core::StageArgs args, internal::SingleStage(stages, {"s"}));
+    PS_ASSIGN_OR_RETURN(core::StageArgs args,
+                        internal::SingleStage(stages, {"s", "level", "overhead"}));
+    if (args.Has("level")) {
+      return absl::UnimplementedError(absl::StrCat("no GPU encoder for '",
+                                                   internal::AbslView(cpu.spec()),
+                                                   "' (level=cat chooses s on the CPU)"));
+    }
     PS_ASSIGN_OR_RETURN(const double s, args.Double("s", 1.0, 0));
     return std::make_unique<ThreeLcEngine>(context, s);
   }

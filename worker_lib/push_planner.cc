@@ -95,7 +95,7 @@ void PushPlanner::PullTotals(uint64_t bytes, uint64_t values) {
   pulled_values_ = values;
 }
 
-bool PushPlanner::DueLocked(uint64_t round, std::span<const PlanLink> links) const {
+bool PushPlanner::DueLocked(uint64_t round, std::span<const PlanLink> links) {
   if (rounds_seen_ < std::max<uint32_t>(options_.warmup_rounds, 1)) return false;
   for (const PlanLink& l : links) {
     if (!(l.seconds_per_byte > 0)) return false;  // a link not measured yet
@@ -104,11 +104,13 @@ bool PushPlanner::DueLocked(uint64_t round, std::span<const PlanLink> links) con
   if (options_.replan_rounds > 0 && round >= stats_.planned_at + options_.replan_rounds) {
     return true;
   }
+  bool drifted = false;
   for (size_t s = 0; s < links.size() && s < planned_links_.size(); ++s) {
     const double before = planned_links_[s].seconds_per_byte;
-    if (std::abs(links[s].seconds_per_byte - before) > options_.drift * before) return true;
+    drifted |= std::abs(links[s].seconds_per_byte - before) > options_.drift * before;
   }
-  return false;
+  drifted_checks_ = drifted ? drifted_checks_ + 1 : 0;
+  return drifted_checks_ >= std::max<uint32_t>(options_.drift_rounds, 1);
 }
 
 std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
@@ -147,6 +149,7 @@ std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
   std::vector<std::string> codecs;
   for (size_t choice : plan.choice) codecs.push_back(candidates_[choice].name);
   planned_links_ = in.up;
+  drifted_checks_ = 0;
   ++stats_.plans;
   stats_.planned_at = round;
   stats_.predicted_seconds = plan.predicted_seconds;

@@ -15,8 +15,9 @@
 //   pulls:      bytes per value the pulls brought (dense: 4, compressed: less)
 //
 // The first plan comes once `warmup_rounds` rounds were seen and every shard's link
-// was measured; a new one when a link's seconds per byte moved by more than `drift`
-// from the one planned with, or `replan_rounds` rounds after the last.
+// was measured; a new one when a link's seconds per byte stayed more than `drift` away
+// from the one planned with for `drift_rounds` checks in a row (a noisy estimate does
+// not flap the plan), or `replan_rounds` rounds after the last.
 //
 // Thread safety: every method may be called from any thread (one lock).
 #pragma once
@@ -70,7 +71,8 @@ class PushPlanner {
   PlanStats stats() const;
 
  private:
-  bool DueLocked(uint64_t round, std::span<const PlanLink> links) const
+  // Also counts the checks in a row that found a link drifted.
+  bool DueLocked(uint64_t round, std::span<const PlanLink> links)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PlanOptions options_;
@@ -87,6 +89,7 @@ class PushPlanner {
   std::vector<std::optional<double>> ready_ ABSL_GUARDED_BY(mu_);  // per tensor
   uint64_t pulled_bytes_ ABSL_GUARDED_BY(mu_) = 0, pulled_values_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<PlanLink> planned_links_ ABSL_GUARDED_BY(mu_);  // what the plan used
+  uint32_t drifted_checks_ ABSL_GUARDED_BY(mu_) = 0;          // in a row
   PlanStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

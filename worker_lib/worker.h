@@ -99,9 +99,11 @@ struct PlanOptions {
                                          "3lc(s=1.9)"};
   // Rounds measured before the first plan (every shard's link must also be measured).
   uint32_t warmup_rounds = 3;
-  // Plan again when a link's seconds per byte moved by more than this fraction from
-  // the one the plan used, or after `replan_rounds` rounds (0: never by count).
+  // Plan again when a link's seconds per byte stayed more than `drift` (a fraction)
+  // away from the one the plan used for `drift_rounds` rounds in a row, or after
+  // `replan_rounds` rounds (0: never by count).
   double drift = 0.2;
+  uint32_t drift_rounds = 3;
   uint32_t replan_rounds = 100;
   // Start-up time spent profiling each candidate.
   std::chrono::milliseconds profile_budget{50};

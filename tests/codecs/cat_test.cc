@@ -1,11 +1,13 @@
 // CAT's level choice for top-k (docs/adaptive.md, "CAT"): internal::TopkCat against a
 // brute force of its objective, the payload-size estimate against real payloads, and
-// topk(level=cat) as a codec (its spec, its bounds, the cost it reads from the context).
+// topk(level=cat) as a codec (its spec, its bounds, the cost it reads from the context);
+// 3lc(level=cat) against a brute force over its multipliers.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codecs/codec.h"
@@ -169,6 +171,84 @@ TEST(TopkCatCodecTest, SpecsAndRefusals) {
               HasSubstr("min and overhead are arguments of level=cat"));
   EXPECT_THAT(spec("topk(0.1, level=cat, overhead=-5)"), HasSubstr("overhead"));
   EXPECT_THAT(spec("topk(0.1, level=auto)"), HasSubstr("is not one of fixed, cat"));
+}
+
+// 3lc(level=cat): the multiplier s of each payload is the best of the five candidates by
+// CAT's objective, found here by brute force: encode with each fixed s, decode, measure
+// the energy kept (|x|^2 - |x - decoded|^2) and the payload's size.
+// The payload 3lc(s=1.8, level=cat) writes for `x` at fixed cost `fixed`, and the one
+// a brute force picks: encode with each candidate s, decode, and keep the payload with
+// the most energy kept (|x|^2 - |x - decoded|^2) per byte of (fixed + payload).
+std::pair<std::string, std::string> CatAndBruteForce3lc(const std::vector<float>& x, double fixed) {
+  auto cat = MakeCodec("3lc(s=1.8, level=cat)");
+  EXPECT_TRUE(cat.ok()) << cat.status();
+  double energy = 0;
+  for (float v : x) energy += double{v} * v;
+  double best = -1;
+  std::string best_payload;
+  for (double s : {1.0, 1.2, 1.4, 1.6, 1.8}) {
+    auto fixed_s = MakeCodec("3lc(s=" + std::to_string(s) + ")");
+    EXPECT_TRUE(fixed_s.ok());
+    std::string payload;
+    EXPECT_TRUE((*fixed_s)->Encode(x, {}, &payload).ok());
+    std::vector<float> d(x.size());
+    EXPECT_TRUE((*fixed_s)->Decode(payload, d).ok());
+    double err = 0;
+    for (size_t i = 0; i < x.size(); ++i) err += (double{x[i]} - d[i]) * (double{x[i]} - d[i]);
+    const double score = (energy - err) / (fixed + static_cast<double>(payload.size()));
+    if (score > best * (1 + 1e-9)) {
+      best = score;
+      best_payload = payload;
+    }
+  }
+  EncodeContext ctx;
+  ctx.fixed_cost_bytes = fixed;
+  std::string payload;
+  EXPECT_TRUE((*cat)->Encode(x, ctx, &payload).ok());
+  // Shards decode it as any 3lc payload, with the spec the push names.
+  auto shard = MakeCodec((*cat)->spec());
+  std::vector<float> d(x.size());
+  EXPECT_TRUE(shard.ok() && (*shard)->Decode(payload, d).ok());
+  return {payload, best_payload};
+}
+
+// 3lc(level=cat): the multiplier s of each payload is the best of the five candidates by
+// CAT's objective.
+TEST(ThreeLcCatTest, ChoosesTheBestMultiplierByKeptEnergyPerByte) {
+  auto cat = MakeCodec("3lc(s=1.8, level=cat)");
+  ASSERT_TRUE(cat.ok()) << cat.status();
+  EXPECT_EQ((*cat)->spec(), "3lc(s=1.8, level=cat, overhead=16384)");
+  // Gaussian and heavy-tailed values: s = 1 keeps the most energy per byte there (a
+  // value quantized to +-M keeps 2|x|M - M^2, which falls fast as s grows M).
+  for (const std::vector<float>& x : {Gaussian(20000, 9), HeavyTailed(20000, 9)}) {
+    for (double fixed : {0.0, 300.0, 30000.0, 1e9}) {
+      const auto [got, want] = CatAndBruteForce3lc(x, fixed);
+      EXPECT_EQ(got, want) << "fixed cost " << fixed;
+    }
+  }
+  // Values at max / 2, one per group: at s = 1 each becomes +-max and keeps no energy
+  // (2 |x| M - M^2 = 0) for a byte of its own; a larger s zeroes them into run bytes.
+  // Without fixed cost CAT takes the sparse payload, with a large one the accurate one.
+  std::vector<float> x(20000, 0.001f);
+  x[0] = 1.0f;
+  for (size_t i = 5; i < x.size(); i += 5) x[i] = 0.5f;
+  const auto [sparse, sparse_want] = CatAndBruteForce3lc(x, 0);
+  const auto [dense, dense_want] = CatAndBruteForce3lc(x, 1e9);
+  EXPECT_EQ(sparse, sparse_want);
+  EXPECT_EQ(dense, dense_want);
+  EXPECT_LT(10 * sparse.size(), dense.size());
+}
+
+TEST(ThreeLcCatTest, SpecsAndRefusals) {
+  auto spec = [](std::string_view s) {
+    auto codec = MakeCodec(s);
+    return codec.ok() ? std::string((*codec)->spec()) : std::string(codec.status().message());
+  };
+  EXPECT_EQ(spec("3lc(s=1.5, level=cat, overhead=0)"), "3lc(s=1.5, level=cat, overhead=0)");
+  EXPECT_EQ(spec("3lc(s=1.5, level=fixed)"), "3lc(s=1.5)");
+  EXPECT_THAT(spec("3lc(s=1.5, overhead=10)"), HasSubstr("overhead is an argument of level=cat"));
+  EXPECT_THAT(spec("3lc(level=cat, overhead=-1)"), HasSubstr("overhead"));
+  EXPECT_THAT(spec("3lc(s=2, level=cat)"), HasSubstr("s must lie in [1, 2)"));
 }
 
 }  // namespace

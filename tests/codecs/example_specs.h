@@ -58,6 +58,8 @@ inline const std::vector<ExampleSpec>& ExampleSpecs() {
       {"qsgd(s=65536, bucket=100)", 1e-4},
       // CAT picks its level between min and ratio (1 % of a tiny slice keeps ~nothing).
       {"topk(0.3, level=cat, min=0.01)+varint+fp16", 1.0},
+      // CAT picks 3lc's s in [1, 1.9]: at most s = 1.9's error.
+      {"3lc(s=1.9, level=cat)", 1.0},
   };
   return specs;
 }

@@ -57,6 +57,7 @@ PlanOptions Options() {
   o.enabled = true;
   o.warmup_rounds = 2;
   o.drift = 0.2;
+  o.drift_rounds = 2;
   o.replan_rounds = 50;
   return o;
 }
@@ -99,12 +100,17 @@ TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
   std::optional<std::vector<std::string>> codecs = p.Replan(2, fast, 12);
   ASSERT_TRUE(codecs.has_value());
   EXPECT_THAT(*codecs, ElementsAre("fp32", "fp32")) << "10 GB/s: encoding costs more than it saves";
-  // A 10 % change is noise; 3x slower links are a new network: plan again.
+  // A 10 % change is noise; 3x slower links are a new network: plan again once the
+  // drift held for drift_rounds (2) checks in a row.
   std::vector<PlanLink> links = fast;
   links[1].seconds_per_byte *= 1.1;
   EXPECT_EQ(p.Replan(3, links, 12), std::nullopt);
+  EXPECT_EQ(p.Replan(3, links, 12), std::nullopt);
   links[1].seconds_per_byte = 4e-7;
   links[0].seconds_per_byte = 4e-7;
+  EXPECT_EQ(p.Replan(3, links, 12), std::nullopt) << "one drifted check";
+  EXPECT_EQ(p.Replan(3, fast, 12), std::nullopt) << "back: the streak ends";
+  EXPECT_EQ(p.Replan(3, links, 12), std::nullopt) << "a new streak";
   codecs = p.Replan(3, links, 12);
   ASSERT_TRUE(codecs.has_value());
   EXPECT_EQ((*codecs)[0], "topk(0.01)+varint+fp16");
