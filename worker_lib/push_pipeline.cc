@@ -117,11 +117,6 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
   }
   idle_.Pushing(round);
   if (slots_[tensor]->udp) return PushUdp(tensor, round, grad);
-  std::optional<float> loss;
-  {
-    absl::MutexLock lock(&mu_);
-    if (loss_.has_value() && loss_->first == round) loss = loss_->second;
-  }
   std::vector<std::unique_ptr<Call>> calls;
   {
     TensorSlot& slot = *slots_[tensor];
@@ -145,14 +140,17 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       f.set_round(round);
       f.set_slice_id(ranges[k].id);
       f.set_codec(std::string(slot.encoder->spec()));
-      if (loss.has_value()) f.set_loss(*loss);
       call->message.payload = std::make_shared<const std::string>(std::move(payloads[k]));
       calls.push_back(std::move(call));
     }
   }
   {
+    // One lock for both: the pending count and the round's loss (ReportLoss).
     absl::MutexLock lock(&mu_);
     pending_ += calls.size();
+    if (loss_.has_value() && loss_->first == round) {
+      for (auto& call : calls) call->message.fields.set_loss(loss_->second);
+    }
   }
   std::set<uint32_t> touched;
   for (auto& call : calls) {

@@ -151,8 +151,12 @@ class WorkerImpl final : public Worker {
     pushes_->FillStats(s);
     pulls_->FillStats(s);
     s.retries = client_->retries() + pushes_->retries() + pulls_->retries();
-    if (planner_ != nullptr) s.plan = planner_->stats();
+    s.plan = plan_stats();
     return s;
+  }
+
+  PlanStats plan_stats() const override {
+    return planner_ != nullptr ? planner_->stats() : PlanStats{};
   }
 
  private:

@@ -295,6 +295,9 @@ class Worker {
   virtual std::optional<PublishedLoss> published_loss() const = 0;
 
   virtual WorkerStats stats() const = 0;
+  // stats().plan alone, without gathering the other counters (for a caller that polls
+  // the plan every round).
+  virtual PlanStats plan_stats() const = 0;
 
   // Why tensor `tensor`'s pushes encode on the CPU although its PushOptions::device
   // asked for CUDA, as a line to log, e.g. "device=cuda requested but unavailable (no

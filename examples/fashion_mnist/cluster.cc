@@ -40,10 +40,10 @@ class Recorder final : public TrainerEvents {
   }
   void Planned(uint64_t step, const PlanStats& plan,
                const std::vector<std::string>& tensors) override {
-    ClusterResult::PlanChange change{.step = step,
-                                     .predicted_seconds = plan.predicted_seconds,
-                                     .baseline_seconds = plan.baseline_seconds,
-                                     .measured_seconds = plan.measured_seconds};
+    PlanChange change{.step = step,
+                      .predicted_seconds = plan.predicted_seconds,
+                      .baseline_seconds = plan.baseline_seconds,
+                      .measured_seconds = plan.measured_seconds};
     for (size_t t = 0; t < plan.codecs.size() && t < tensors.size(); ++t) {
       absl::StrAppend(&change.codecs, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t]);
     }

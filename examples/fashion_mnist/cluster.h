@@ -47,20 +47,8 @@ struct ClusterResult {
   // evaluating so far (the other workers wait for it at the next round).
   std::vector<double> eval_seconds;
   std::vector<std::pair<uint64_t, double>> losses;  // worker 0's (step, training loss)
-  // Local-update training: worker 0's AdaComm periods as they changed.
-  struct Period {
-    uint64_t step = 0;
-    uint64_t round = 0;
-    uint32_t tau = 0;
-  };
-  std::vector<Period> periods;
-  // --codec auto: worker 0's plans as they came.
-  struct PlanChange {
-    uint64_t step = 0;
-    std::string codecs;  // "name=codec, ..." per tensor
-    double predicted_seconds = 0, baseline_seconds = 0, measured_seconds = 0;
-  };
-  std::vector<PlanChange> plans;
+  std::vector<PeriodChange> periods;                // local-update training, as they changed
+  std::vector<PlanChange> plans;                    // --codec auto, as they came
   std::optional<double> final_accuracy;
   bool diverged = false;
   double wall_seconds = 0;

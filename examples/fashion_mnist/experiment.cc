@@ -295,9 +295,7 @@ Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config) {
 }
 
 std::string StrategyCodec(std::string_view codec) {
-  // CAT over top-k with error feedback's usual companions: varint indices, fp16 values;
-  // between 0.1 % and 10 % of each slice (docs/adaptive.md, "CAT").
-  if (codec == "cat") return "topk(0.1, level=cat, min=0.001)+varint+fp16";
+  if (codec == "cat") return kCatSpec;
   return std::string(codec);
 }
 
@@ -419,7 +417,17 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
   absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ",
                   config.steps, " steps, batch ", config.batch_size, ", model ", config.model,
                   config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "",
-                  ", server lr ", Num(config.lr), " momentum ", Num(config.momentum), ".\n");
+                  ", lr ", Num(config.lr), " momentum ", Num(config.momentum));
+  const bool local_updates = std::any_of(results.begin(), results.end(), [&](const CellResult& r) {
+    return ParseStrategy(r.cell.codec, config).comm == "adacomm";
+  });
+  absl::StrAppend(&out, local_updates ? absl::StrCat(" (on the shards; in `+adacomm` cells on "
+                                                     "the workers, tau0 ", config.tau0,
+                                                     ", tau_max ", config.tau_max,
+                                                     ", and the shards apply the aggregated "
+                                                     "change with lr 1, momentum 0)")
+                                      : std::string(" on the shards"),
+                  ".\n");
   return out;
 }
 
@@ -439,8 +447,8 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
     const Strategy strategy = ParseStrategy(c.codec, config);
     std::string periods;
     for (size_t p = 0; p < r.periods.size(); ++p) {
-      absl::StrAppend(&periods, p == 0 ? "" : ", ", "[", r.periods[p][0], ", ", r.periods[p][1],
-                      ", ", r.periods[p][2], "]");
+      absl::StrAppend(&periods, p == 0 ? "" : ", ", "[", r.periods[p].step, ", ",
+                      r.periods[p].round, ", ", r.periods[p].tau, "]");
     }
     std::string plans;
     for (size_t p = 0; p < r.plans.size(); ++p) {

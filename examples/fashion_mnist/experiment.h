@@ -15,7 +15,6 @@
 // Thread safety: plain functions and values.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -87,6 +86,22 @@ struct Cell {
 };
 std::vector<Cell> ExpandGrid(const ExperimentConfig& config);
 
+// Local-update training: worker 0's AdaComm period from `step` (round `round`) on.
+struct PeriodChange {
+  uint64_t step = 0;
+  uint64_t round = 0;
+  uint32_t tau = 0;
+};
+
+// Espresso (--codec auto): worker 0's plan made at `step`.
+struct PlanChange {
+  uint64_t step = 0;
+  std::string codecs;  // "tensor=codec, ..."
+  // The round seconds the plan predicts, those of fp32 everywhere, and the measured ones
+  // when it was made.
+  double predicted_seconds = 0, baseline_seconds = 0, measured_seconds = 0;
+};
+
 // What a cell's run produced.
 struct CellResult {
   Cell cell;
@@ -95,17 +110,9 @@ struct CellResult {
   // evaluating, which stalls the cluster, excluded).
   std::vector<double> eval_seconds;
   std::optional<double> final_accuracy;
-  uint64_t bytes_sent = 0;  // payload bytes of every worker's accepted pushes
-  // Local-update training: worker 0's AdaComm periods as they changed, (step, round, tau).
-  std::vector<std::array<uint64_t, 3>> periods;
-  // Espresso: worker 0's plans as they came: step, codecs ("tensor=codec, ..."), the
-  // predicted round seconds and the measured ones when it was made.
-  struct Plan {
-    uint64_t step = 0;
-    std::string codecs;
-    double predicted_seconds = 0, measured_seconds = 0;
-  };
-  std::vector<Plan> plans;
+  uint64_t bytes_sent = 0;            // payload bytes of every worker's accepted pushes
+  std::vector<PeriodChange> periods;  // as they changed
+  std::vector<PlanChange> plans;      // as they came
   bool diverged = false;
   double wall_seconds = 0;
   std::string error;  // non-empty when the run failed
@@ -128,6 +135,10 @@ struct Strategy {
   std::vector<std::string> candidates;
 };
 Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config);
+// CAT's top-k (docs/adaptive.md, "CAT"): between 0.1 % and 10 % of each slice, the
+// level chosen per push; varint indices and fp16 values, as error feedback's usual
+// companions. The strategy "cat" and one of --comm auto's candidates.
+inline constexpr char kCatSpec[] = "topk(0.1, level=cat, min=0.001)+varint+fp16";
 // The codec spec of a push strategy name ("cat" -> "topk(0.1, level=cat, ...)").
 std::string StrategyCodec(std::string_view push);
 

@@ -168,11 +168,8 @@ absl::Status Run(const Flags& flags) {
       r.evals = ran->evals;
       r.eval_seconds = ran->eval_seconds;
       r.bytes_sent = ran->push_bytes;
-      for (const ClusterResult::PlanChange& p : ran->plans) {
-        r.plans.push_back({p.step, p.codecs, p.predicted_seconds, p.measured_seconds});
-      }
-      for (const ClusterResult::Period& p : ran->periods)
-        r.periods.push_back({p.step, p.round, p.tau});
+      r.plans = ran->plans;
+      r.periods = ran->periods;
       r.final_accuracy = ran->final_accuracy;
       r.diverged = ran->diverged;
       r.wall_seconds = ran->wall_seconds;

@@ -291,7 +291,7 @@ absl::Status PushFlat(const Setup& s, Worker& worker, uint64_t round,
 class PlanWatch {
  public:
   void Check(const Worker& worker, uint64_t step, TrainerEvents& events) {
-    const PlanStats plan = worker.stats().plan;
+    const PlanStats plan = worker.plan_stats();
     if (plan.plans == seen_) return;
     seen_ = plan.plans;
     std::vector<std::string> names;

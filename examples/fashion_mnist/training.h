@@ -32,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/credentials.h"
+#include "examples/fashion_mnist/experiment.h"
 #include "examples/fashion_mnist/idx.h"
 #include "worker_lib/worker.h"
 
@@ -106,11 +107,6 @@ struct TrainerConfig {
 
 // Refuses inconsistent settings with a message naming the field.
 absl::Status ValidateConfig(const TrainerConfig& config, bool local);
-
-// CAT's top-k (docs/adaptive.md, "CAT"): between 0.1 % and 10 % of each slice, the
-// level chosen per push; varint indices and fp16 values, as error feedback's usual
-// companions.
-inline constexpr char kCatSpec[] = "topk(0.1, level=cat, min=0.001)+varint+fp16";
 
 // comm "auto", the one switch (docs/adaptive.md): synchronous rounds with --codec auto
 // over fp32, fp16, top-k 1 %, 3LC and CAT, error feedback on. Other configs unchanged.

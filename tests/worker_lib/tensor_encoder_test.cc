@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,31 @@ std::vector<float> DecodeAll(std::string_view spec, const std::vector<SliceRange
 
 const std::vector<SliceRange> kSlices = {{0, 0, 40}, {1, 40, 40}, {2, 80, 20}};
 constexpr size_t kNumel = 100;
+
+// Error feedback's invariant over rounds: what the payloads delivered plus the last
+// residual equals what was given, whatever the codec did in between.
+class FeedbackLedger {
+ public:
+  // One round: the gradient given and what its payloads decoded to.
+  void Add(std::span<const float> given, std::span<const float> delivered) {
+    for (size_t i = 0; i < kNumel; ++i) {
+      given_[i] += given[i];
+      delivered_[i] += delivered[i];
+    }
+  }
+  // max_i |delivered + residual - given|.
+  double WorstGap(std::span<const float> residual) const {
+    double worst = 0;
+    for (size_t i = 0; i < kNumel; ++i) {
+      worst = std::max(worst, std::abs(delivered_[i] + residual[i] - given_[i]));
+    }
+    return worst;
+  }
+
+ private:
+  std::vector<double> given_ = std::vector<double>(kNumel, 0);
+  std::vector<double> delivered_ = std::vector<double>(kNumel, 0);
+};
 
 TEST(TensorEncoderTest, WithoutOptionsPushesTheGradientThroughTheCodec) {
   PushOptions options;
@@ -91,23 +117,16 @@ TEST(TensorEncoderTest, ErrorFeedbackLosesNothingOverRounds) {
   options.error_feedback = true;
   auto enc = TensorEncoder::Make(options, 0, kNumel);
   ASSERT_TRUE(enc.ok()) << enc.status();
-  std::vector<double> pushed(kNumel, 0), given(kNumel, 0);
+  FeedbackLedger ledger;
   for (uint64_t round = 0; round < 20; ++round) {
     const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 10);
     std::vector<std::string> payloads;
     ASSERT_TRUE((*enc)->Encode(g, round, 0, kSlices, &payloads).ok());
-    const std::vector<float> d = DecodeAll("bf16", kSlices, payloads, kNumel);
-    for (size_t i = 0; i < kNumel; ++i) {
-      pushed[i] += d[i];
-      given[i] += g[i];
-    }
+    ledger.Add(g, DecodeAll("bf16", kSlices, payloads, kNumel));
   }
-  double worst = 0, residual_norm = 0;
-  for (size_t i = 0; i < kNumel; ++i) {
-    worst = std::max(worst, std::abs(pushed[i] + (*enc)->residual()[i] - given[i]));
-    residual_norm += std::abs((*enc)->residual()[i]);
-  }
-  EXPECT_LT(worst, 1e-4);
+  double residual_norm = 0;
+  for (float r : (*enc)->residual()) residual_norm += std::abs(r);
+  EXPECT_LT(ledger.WorstGap((*enc)->residual()), 1e-4);
   EXPECT_GT(residual_norm, 0) << "bf16 rounding must leave a residual";
 }
 
@@ -120,7 +139,7 @@ TEST(TensorEncoderTest, ErrorFeedbackStaysExactWhenCatChangesTheLevel) {
   options.error_feedback = true;
   auto enc = TensorEncoder::Make(options, 0, kNumel);
   ASSERT_TRUE(enc.ok()) << enc.status();
-  std::vector<double> pushed(kNumel, 0), given(kNumel, 0);
+  FeedbackLedger ledger;
   std::set<size_t> levels;
   for (uint64_t round = 0; round < 20; ++round) {
     const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 30);
@@ -131,17 +150,10 @@ TEST(TensorEncoderTest, ErrorFeedbackStaysExactWhenCatChangesTheLevel) {
     const std::vector<float> d = DecodeAll((*enc)->spec(), slices, payloads, kNumel);
     levels.insert(
         static_cast<size_t>(std::count_if(d.begin(), d.end(), [](float v) { return v != 0; })));
-    for (size_t i = 0; i < kNumel; ++i) {
-      pushed[i] += d[i];
-      given[i] += g[i];
-    }
+    ledger.Add(g, d);
   }
   EXPECT_GE(levels.size(), 2u) << "the fixed cost did not change the level";
-  double worst = 0;
-  for (size_t i = 0; i < kNumel; ++i) {
-    worst = std::max(worst, std::abs(pushed[i] + (*enc)->residual()[i] - given[i]));
-  }
-  EXPECT_LT(worst, 1e-4);
+  EXPECT_LT(ledger.WorstGap((*enc)->residual()), 1e-4);
 }
 
 // Espresso changes a tensor's codec between rounds: the residual carries over, so what
@@ -154,24 +166,17 @@ TEST(TensorEncoderTest, ErrorFeedbackStaysExactAcrossCodecChanges) {
   ASSERT_TRUE(enc.ok()) << enc.status();
   const std::vector<std::string> specs = {"topk(0.1)+raw+raw", "fp16", "3lc(s=1.9)", "fp32",
                                           "topk(0.01)+raw+raw"};
-  std::vector<double> pushed(kNumel, 0), given(kNumel, 0);
+  FeedbackLedger ledger;
   for (uint64_t round = 0; round < 15; ++round) {
     ASSERT_TRUE((*enc)->SetCodec(specs[round % specs.size()], 0).ok());
     const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 50);
     std::vector<std::string> payloads;
     ASSERT_TRUE((*enc)->Encode(g, round, 0, kSlices, &payloads).ok());
-    const std::vector<float> d = DecodeAll((*enc)->spec(), kSlices, payloads, kNumel);
-    for (size_t i = 0; i < kNumel; ++i) {
-      pushed[i] += d[i];
-      given[i] += g[i];
-    }
+    ledger.Add(g, DecodeAll((*enc)->spec(), kSlices, payloads, kNumel));
   }
-  double worst = 0, left = 0;
-  for (size_t i = 0; i < kNumel; ++i) {
-    worst = std::max(worst, std::abs(pushed[i] + (*enc)->residual()[i] - given[i]));
-    left = std::max(left, std::abs(double{(*enc)->residual()[i]}));
-  }
-  EXPECT_LT(worst, 1e-4);
+  double left = 0;
+  for (float r : (*enc)->residual()) left = std::max(left, std::abs(double{r}));
+  EXPECT_LT(ledger.WorstGap((*enc)->residual()), 1e-4);
   EXPECT_GT(left, 1e-3) << "the last codec (top-1 %) leaves a residual";
   // A bad spec changes nothing.
   EXPECT_FALSE((*enc)->SetCodec("nonsense", 0).ok());

@@ -127,7 +127,10 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   CellResult local = reached;
   local.cell.codec = "fp16+adacomm|fp16";
   local.periods = {{0, 0, 8}, {40, 5, 6}};
-  local.plans = {{3, "w=fp16, b=fp32", 0.5, 0.75}};
+  local.plans = {{.step = 3,
+                  .codecs = "w=fp16, b=fp32",
+                  .predicted_seconds = 0.5,
+                  .measured_seconds = 0.75}};
   EXPECT_EQ(SecondsToTarget(reached, 0.7), 12.25);
   EXPECT_EQ(SecondsToTarget(missed, 0.7), std::nullopt);
   const std::string json = RunsJson(c, {reached, missed, local});
@@ -227,6 +230,13 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
               HasSubstr("| `mean` | 0 | iid | fp32 | 0.8500 | 0.1000 | 0.8000 | 0.1000 | 75.00 |"));
   EXPECT_THAT(md, HasSubstr("| `clip(2)+nnm+trimmed_mean` | 0 | iid | fp32 | 0.8400 | 0.8300 | "
                             "0.8200 | 0.8200 | 2.00 |"));
+  EXPECT_THAT(md, HasSubstr("lr 0.05 momentum 0.9 on the shards.\n"));
+  // Local-update cells run the optimizer on the workers; the settings say so.
+  results[0].cell.codec = "fp16+adacomm";
+  EXPECT_THAT(MarkdownTable(c, results),
+              HasSubstr("lr 0.05 momentum 0.9 (on the shards; in `+adacomm` cells on the workers, "
+                        "tau0 8, tau_max 32, and the shards apply the aggregated change with lr "
+                        "1, momentum 0).\n"));
 }
 
 }  // namespace
