@@ -48,6 +48,8 @@ std::string_view RefusalName(Refusal r) {
       return "quarantined";
     case Refusal::kCodecNotAllowed:
       return "codec_not_allowed";
+    case Refusal::kDecodeBudget:
+      return "decode_budget";
     case Refusal::kCount:
       break;
   }
@@ -90,6 +92,7 @@ absl::StatusCode RefusalCode(Refusal r) {
       return absl::StatusCode::kPermissionDenied;
     case Refusal::kRateLimited:
     case Refusal::kOverLimit:
+    case Refusal::kDecodeBudget:
       return absl::StatusCode::kResourceExhausted;
     case Refusal::kCount:
       break;

@@ -34,6 +34,7 @@ enum class Refusal : int {
   kOverLimit,           // RESOURCE_EXHAUSTED (a resource bound: pull streams, model size)
   kQuarantined,         // FAILED_PRECONDITION (the worker sent a malformed push lately)
   kCodecNotAllowed,     // INVALID_ARGUMENT (a codec stage outside --allowed-codecs)
+  kDecodeBudget,        // RESOURCE_EXHAUSTED (a worker's pushes of a round over --max-decode-ms)
   kCount,
 };
 

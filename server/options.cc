@@ -247,6 +247,11 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("allowed_codecs", "allowed-codecs", allowed_codecs, policy.status().message());
   }
 
+  if (!std::isfinite(max_decode_ms) || max_decode_ms < 0) {
+    return Invalid("max_decode_ms", "max-decode-ms", absl::StrCat(max_decode_ms),
+                   "must be a finite number >= 0 (0: unbounded)");
+  }
+
   // --- resources and lifecycle ---
   if (threads > kMaxThreads) {
     return Invalid("threads", "threads", absl::StrCat(threads),

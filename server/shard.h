@@ -56,6 +56,7 @@
 #include "server/checkpoint.h"
 #include "server/codec_policy.h"
 #include "server/deadline_queue.h"
+#include "server/decode_budget.h"
 #include "server/decoder_cache.h"
 #include "server/memory_estimate.h"
 #include "server/model_coordinator.h"
@@ -282,6 +283,7 @@ class Shard {
 
   DecoderCache decoders_;
   const CodecPolicy codec_policy_;  // --allowed-codecs
+  DecodeBudget decode_budget_;      // --max-decode-ms
   std::atomic<uint64_t> next_watch_id_{1};
 
   // Counting is not a change of the shard's state: const methods refuse too.

@@ -200,6 +200,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
+  const auto decode_start = std::chrono::steady_clock::now();
   if (absl::Status st = (*decoded_by)->DecodePieces(payload, SlotLocked(worker, 0, info_.numel));
       !st.ok()) {
     return Refused(
@@ -207,6 +208,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
         absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
                      info_.id, " (codec ", core::ClientText(codec), "): ", st.message()));
   }
+  const auto decode = std::chrono::steady_clock::now() - decode_start;
   inputs_.pushed[worker] = 1;
   inputs_.losses[worker] = loss.value_or(std::numeric_limits<float>::quiet_NaN());
   ++num_pushed_;
@@ -228,7 +230,9 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
       inputs_.sign_payloads[worker].clear();
     }
   }
-  return AfterPushLocked();
+  absl::StatusOr<Progress> progress = AfterPushLocked();
+  if (progress.ok()) progress->decode = decode;
+  return progress;
 }
 
 absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std::string_view codec,
@@ -259,6 +263,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
+  const auto decode_start = std::chrono::steady_clock::now();
   if (absl::Status st = (*decoded_by)->Decode(payload, SlotLocked(c.worker, c.first, c.count));
       !st.ok()) {
     return Refused(Refusal::kMalformed, absl::StrCat("malformed ", what(), ": codec ",
@@ -275,9 +280,12 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
     inputs_.supports[c.worker] = std::nullopt;
     if (rules_->keep_signs) inputs_.sign_payloads[c.worker].clear();
   }
+  const auto decode = std::chrono::steady_clock::now() - decode_start;
   push.seen[c.index] = 1;
   if (++push.received == push.chunk_count) ++num_complete_;
-  return AfterPushLocked();
+  absl::StatusOr<Progress> progress = AfterPushLocked();
+  if (progress.ok()) progress->decode = decode;
+  return progress;
 }
 
 bool SliceRound::OnlyQuarantinedMissingLocked() const {

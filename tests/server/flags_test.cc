@@ -77,6 +77,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "weight-decay",
                                                   "pull-codec",
                                                   "allowed-codecs",
+                                                  "max-decode-ms",
                                                   "threads",
                                                   "max-shard-bytes",
                                                   "max-request-memory-bytes",
@@ -731,6 +732,14 @@ INSTANTIATE_TEST_SUITE_P(
         BadOptionsCase{"AllowedCodecTwice",
                        [](ServerOptions& o) { o.allowed_codecs = "fp16, fp16"; },
                        "'fp16' is listed twice"},
+        BadOptionsCase{"NegativeDecodeBudget",
+                       [](ServerOptions& o) { o.max_decode_ms = -1; },
+                       "--max-decode-ms=-1 (max_decode_ms): must be a finite number >= 0"},
+        BadOptionsCase{"NanDecodeBudget",
+                       [](ServerOptions& o) {
+                         o.max_decode_ms = std::numeric_limits<double>::quiet_NaN();
+                       },
+                       "--max-decode-ms=nan (max_decode_ms)"},
         BadOptionsCase{"PullCodecWithAggregateOnly",
                        [](ServerOptions& o) {
                          o.pull_codec = "fp16";

@@ -221,6 +221,27 @@ TEST_F(ShardTest, APushInACodecOutsideTheAllowedOnesIsRefusedBeforeDecoding) {
   EXPECT_EQ(st.malformed_by_worker[1], 0u);
 }
 
+// --max-decode-ms: once a worker's pushes of a round took the budget, its next push of
+// that round is refused before decoding (decode_budget, RESOURCE_EXHAUSTED), counted,
+// without a quarantine; its pushes of the next round are decoded again.
+TEST_F(ShardTest, AWorkerOverItsDecodeBudgetIsRefusedForTheRestOfTheRound) {
+  ServerOptions o = Options(1);
+  o.max_decode_ms = 1e-9;  // any measured decode spends it
+  Make(o);
+  ASSERT_TRUE(Push(0, 0, {1, 1, 1, 1}).ok());
+  const absl::Status refused = Push(0, 0, {1, 1}, /*slice=*/1);
+  EXPECT_EQ(core::RefusalOf(refused), Refusal::kDecodeBudget) << refused;
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(refused.message(), HasSubstr("push from worker 0 for round 0 of slice 1: its "
+                                           "pushes of round 0 took"));
+  EXPECT_EQ(shard_->Snapshot(1).version, 0u);
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(0, 0, 0, 0));
+  ASSERT_TRUE(Push(0, 1, {1, 1, 1, 1}).ok()) << "round 1 opens a new account";
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kDecodeBudget)], 1u);
+  EXPECT_EQ(st.malformed_by_worker[0], 0u);
+}
+
 TEST_F(ShardTest, AMalformedPushQuarantinesItsWorkerAndRoundsGoOnWithoutIt) {
   ServerOptions o = Options(3, 1);  // quorum 2
   o.quarantine = std::chrono::seconds(10);
