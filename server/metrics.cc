@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/http_endpoint.h"
+#include "net/http_endpoint.h"
 
 namespace ps::server {
 namespace {
@@ -292,7 +292,7 @@ std::vector<MetricFamily> Collector::Collect() const {
 }
 
 // The metrics endpoint's own counters (docs/metrics.md, "The metrics endpoint itself").
-void AddEndpointFamilies(const HttpEndpointStats& s, std::vector<MetricFamily>* out) {
+void AddEndpointFamilies(const net::HttpEndpointStats& s, std::vector<MetricFamily>* out) {
   out->push_back(Counter("ps_metrics_http_connections_total",
                          "Connections accepted by the metrics endpoint",
                          static_cast<double>(s.accepted)));
@@ -332,7 +332,7 @@ class Metrics::Impl {
 
   Collector collector;
   // After the collector: destroyed (its thread joined) before what it renders.
-  HttpEndpoint endpoint;
+  net::HttpEndpoint endpoint;
 };
 
 Metrics::Metrics(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)

@@ -1,6 +1,6 @@
 // Metrics: a shard's Prometheus metrics (docs/metrics.md), rendered in the text
 // exposition format and, once Serve() is called, served at http://HOST:PORT/metrics by
-// an embedded HTTP server (HttpEndpoint, server/http_endpoint.h: one Asio thread, a
+// an embedded HTTP server (net::HttpEndpoint, net/http_endpoint.h: one Asio thread, a
 // deadline per connection, a cap on open connections).
 //
 // What the Shard and the UdpReceiver already count (ShardStats, UdpStats) is read when

@@ -142,22 +142,37 @@ RoundTimeline SimulateRound(const PlanInput& in, std::span<const size_t> choice)
   return timeline;
 }
 
-Plan PlanGreedy(const PlanInput& in) {
-  const size_t m = in.tensors.size();
-  Plan plan;
-  plan.choice.assign(m, 0);
-  RoundTimeline best = SimulateRound(in, plan.choice);
-  plan.simulations = 1;
-  plan.baseline_seconds = best.seconds;
-  // Largest first; among equals, nearer the output (its gradient is ready first).
-  std::vector<size_t> order(m);
+namespace {
+
+// Espresso's order: largest first; among equals, nearer the output (its gradient is
+// ready first).
+std::vector<size_t> BySize(const PlanInput& in) {
+  std::vector<size_t> order(in.tensors.size());
   std::iota(order.begin(), order.end(), 0);
   std::stable_sort(order.begin(), order.end(), [&in](size_t a, size_t b) {
     const PlanTensor& x = in.tensors[a];
     const PlanTensor& y = in.tensors[b];
     return x.numel != y.numel ? x.numel > y.numel : x.priority > y.priority;
   });
-  for (size_t t : order) {
+  return order;
+}
+
+// Every tensor on options[0], where both searches start; *round gets its timeline.
+Plan Baseline(const PlanInput& in, RoundTimeline* round) {
+  Plan plan;
+  plan.choice.assign(in.tensors.size(), 0);
+  *round = SimulateRound(in, plan.choice);
+  plan.simulations = 1;
+  plan.baseline_seconds = round->seconds;
+  return plan;
+}
+
+}  // namespace
+
+Plan PlanGreedy(const PlanInput& in) {
+  RoundTimeline best;
+  Plan plan = Baseline(in, &best);
+  for (size_t t : BySize(in)) {
     if (best.hidden[t]) continue;
     const size_t current = plan.choice[t];
     size_t chosen = current;
@@ -174,6 +189,34 @@ Plan PlanGreedy(const PlanInput& in) {
     plan.choice[t] = chosen;
   }
   plan.predicted_seconds = best.seconds;
+  return plan;
+}
+
+Plan PlanFewestBytes(const PlanInput& in) {
+  RoundTimeline current;
+  Plan plan = Baseline(in, &current);
+  // The options from the fewest bytes per value up (ties: the earlier option).
+  std::vector<size_t> cheapest(in.options.size());
+  std::iota(cheapest.begin(), cheapest.end(), 0);
+  std::stable_sort(cheapest.begin(), cheapest.end(), [&in](size_t a, size_t b) {
+    return in.options[a].bytes_per_value < in.options[b].bytes_per_value;
+  });
+  for (size_t t : BySize(in)) {
+    const size_t before = plan.choice[t];
+    for (size_t o : cheapest) {
+      // Options sending as many bytes as the current one or more cannot save any.
+      if (in.options[o].bytes_per_value >= in.options[before].bytes_per_value) break;
+      plan.choice[t] = o;
+      RoundTimeline r = SimulateRound(in, plan.choice);
+      ++plan.simulations;
+      if (r.seconds <= plan.baseline_seconds) {
+        current = std::move(r);
+        break;
+      }
+      plan.choice[t] = before;
+    }
+  }
+  plan.predicted_seconds = current.seconds;
   return plan;
 }
 

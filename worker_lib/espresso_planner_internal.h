@@ -87,4 +87,11 @@ struct Plan {
 // O(parts log parts).
 Plan PlanGreedy(const PlanInput& input);
 
+// The objective "bytes" (Objective::kBytes): each tensor, by decreasing size as above,
+// takes the option with the fewest bytes per value whose round still ends no later than
+// with every tensor on options[0]; the others keep their choice. So the plan sends as
+// few bytes as a greedy search finds without making the round slower than not
+// compressing. O(tensors x options) simulations.
+Plan PlanFewestBytes(const PlanInput& input);
+
 }  // namespace ps::internal

@@ -404,6 +404,8 @@ std::string PushPipeline::device_note(size_t tensor) const {
 }
 
 double PushPipeline::FixedCostBytes(uint32_t shard, uint64_t numel) const {
+  // Objective::kBytes: CAT's payload-bit model, the spec's overhead alone.
+  if (options_.objective == Objective::kBytes) return -1;
   const LinkCost c = meters_[shard]->Estimate();
   if (!c.valid || c.seconds_per_byte <= 0) return -1;
   // Without a slope or latency samples alpha is 0 for want of data, not measured.

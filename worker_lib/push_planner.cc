@@ -42,10 +42,11 @@ absl::StatusOr<std::vector<PlanOption>> PushPlanner::MakeCandidates(
   return out;
 }
 
-PushPlanner::PushPlanner(const PlanOptions& options, const core::ModelLayout& layout,
-                         std::vector<PlanOption> candidates, std::vector<std::string> current,
-                         std::function<double()> now)
+PushPlanner::PushPlanner(const PlanOptions& options, Objective objective,
+                         const core::ModelLayout& layout, std::vector<PlanOption> candidates,
+                         std::vector<std::string> current, std::function<double()> now)
     : options_(options),
+      objective_(objective),
       layout_(layout),
       candidates_(std::move(candidates)),
       now_(now ? std::move(now) : [] {
@@ -145,7 +146,7 @@ std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
     }
     in.tensors.push_back(std::move(pt));
   }
-  const Plan plan = PlanGreedy(in);
+  const Plan plan = objective_ == Objective::kBytes ? PlanFewestBytes(in) : PlanGreedy(in);
   std::vector<std::string> codecs;
   for (size_t choice : plan.choice) codecs.push_back(candidates_[choice].name);
   planned_links_ = in.up;

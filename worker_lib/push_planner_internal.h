@@ -14,6 +14,7 @@
 //               largest slice
 //   pulls:      bytes per value the pulls brought (dense: 4, compressed: less)
 //
+// The plan: PlanGreedy (Objective::kTime) or PlanFewestBytes (kBytes).
 // The first plan comes once `warmup_rounds` rounds were seen and every shard's link
 // was measured; a new one when a link's seconds per byte stayed more than `drift` away
 // from the one planned with for `drift_rounds` checks in a row (a noisy estimate does
@@ -44,7 +45,7 @@ class PushPlanner {
   // `now` gives seconds on a monotonic clock (default: steady_clock). `options` come
   // from the profiles of `options.candidates` (MakeCandidates); `current` is each
   // tensor's codec before the first plan.
-  PushPlanner(const PlanOptions& options, const core::ModelLayout& layout,
+  PushPlanner(const PlanOptions& options, Objective objective, const core::ModelLayout& layout,
               std::vector<PlanOption> candidates, std::vector<std::string> current,
               std::function<double()> now = {});
 
@@ -76,6 +77,7 @@ class PushPlanner {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const PlanOptions options_;
+  const Objective objective_;
   const core::ModelLayout& layout_;
   const std::vector<PlanOption> candidates_;
   const std::function<double()> now_;

@@ -96,8 +96,8 @@ class WorkerImpl final : public Worker {
         current.push_back(it != options_.tensor_push.end() ? it->second.codec
                                                            : options_.push.codec);
       }
-      planner_ = std::make_unique<internal::PushPlanner>(options_.plan, layout_,
-                                                         std::move(candidates), std::move(current));
+      planner_ = std::make_unique<internal::PushPlanner>(
+          options_.plan, options_.objective, layout_, std::move(candidates), std::move(current));
     }
     return client_->Connect(initial, pushes_->uses_udp(),
                             internal::RpcClock::now() + options_.connect_timeout);

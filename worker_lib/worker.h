@@ -109,6 +109,18 @@ struct PlanOptions {
   std::chrono::milliseconds profile_budget{50};
 };
 
+// What the adaptive choices minimize (docs/adaptive.md, "One switch").
+enum class Objective {
+  // The round's wall-clock time: CAT's levels (`level=cat`) weigh the payload against
+  // the measured link latency and round idle time, and the plan (PlanOptions) makes the
+  // round end soonest.
+  kTime,
+  // The bytes sent: CAT's levels weigh the payload against the spec's `overhead` alone
+  // (its payload-bit model), and the plan pushes each tensor with the fewest bytes that
+  // do not make the round end later than fp32 everywhere would.
+  kBytes,
+};
+
 struct WorkerOptions {
   // "host:port" of each shard, indexed by shard id.
   std::vector<std::string> shard_addresses;
@@ -156,6 +168,7 @@ struct WorkerOptions {
   net::LinkShaping shaping;
   UdpOptions udp;
   PlanOptions plan;
+  Objective objective = Objective::kTime;
 };
 
 // What a shard told this worker at join time.

@@ -54,6 +54,9 @@ class Recorder final : public TrainerEvents {
     result_->periods.push_back({step, round, tau});
     if (next_) next_->Period(step, round, tau);
   }
+  void Metrics(std::string_view url) override {
+    if (next_) next_->Metrics(url);
+  }
   void Diverged(uint64_t step) override {
     result_->diverged = true;
     if (next_) next_->Diverged(step);

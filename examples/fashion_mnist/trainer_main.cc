@@ -130,6 +130,14 @@ class Progress final : public TrainerEvents {
     }
   }
 
+  void Metrics(std::string_view url) override {
+    if (jsonl_) {
+      Emit(JsonObjectWriter().Add("event", "metrics").Add("url", url).str());
+    } else {
+      Emit("metrics on " + std::string(url));
+    }
+  }
+
   void Period(uint64_t step, uint64_t round, uint32_t tau) override {
     if (jsonl_) {
       Emit(JsonObjectWriter()
@@ -296,6 +304,14 @@ int main(int argc, char** argv) {
                  "--momentum 0), or auto (sync, --codec auto with CAT among the "
                  "candidates, --error-feedback; docs/adaptive.md)")
       ->check(CLI::IsMember({"sync", "adacomm", "auto"}));
+  app.add_option("--objective", c.objective,
+                 "What --codec auto's plan and CAT's levels minimize: time (the round's) or "
+                 "bytes (sent, without a slower round than fp32; docs/adaptive.md)")
+      ->check(CLI::IsMember({"time", "bytes"}));
+  app.add_option("--metrics-port", c.metrics_port,
+                 "Serve this worker's Prometheus metrics on this port (-1: none, 0: a free "
+                 "one; docs/metrics.md \"Worker metrics\")");
+  app.add_option("--metrics-host", c.metrics_host, "Address the metrics port listens on");
   app.add_option("--tau0", c.tau0, "--comm adacomm: local steps per round at the start");
   app.add_option("--tau-max", c.tau_max, "--comm adacomm: most local steps per round");
   app.add_option("--lr", c.lr,

@@ -3,17 +3,21 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <span>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "aggregators/aggregator.h"
 #include "core/device.h"
@@ -21,9 +25,11 @@
 #include "core/status.h"
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
+#include "net/http_endpoint.h"
 #include "net/shaper.h"
 #include "worker_lib/adacomm.h"
 #include "worker_lib/attacks/attack.h"
+#include "worker_lib/metrics.h"
 #include "worker_lib/torch/torch_worker.h"
 
 namespace ps::fashion_mnist {
@@ -404,6 +410,14 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
     return absl::InvalidArgumentError(
         absl::StrCat("communication '", c.comm, "' is not one of: sync, adacomm, auto"));
   }
+  if (c.metrics_port < -1 || c.metrics_port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("metrics port ", c.metrics_port, " is not -1 (none), 0 (any) or a port"));
+  }
+  if (c.objective != "time" && c.objective != "bytes") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("objective '", c.objective, "' is not one of: time, bytes"));
+  }
   if (c.codec == "auto" && c.codec_candidates.empty()) {
     return absl::InvalidArgumentError("--codec auto needs at least one candidate codec");
   }
@@ -471,9 +485,75 @@ absl::Status TrainLocal(const TrainerConfig& c, const TrainingData& data, Traine
   return absl::OkStatus();
 }
 
+// What the trainer adds to the worker's metrics: the latest step, loss, test accuracy and
+// AdaComm period, recorded from the events it passes on.
+class MetricsEvents final : public TrainerEvents {
+ public:
+  explicit MetricsEvents(TrainerEvents& next) : next_(next) {}
+
+  std::string Text() const {
+    std::string out;
+    auto gauge = [&out](std::string_view name, std::string_view help, double value) {
+      for (std::string_view part : std::initializer_list<std::string_view>{
+               "# HELP ", name, " ", help, "\n# TYPE ", name, " gauge\n", name}) {
+        out.append(part);
+      }
+      out.append(absl::StrFormat(" %.17g\n", value));
+    };
+    gauge("ps_trainer_step", "The latest step reported", static_cast<double>(step_.load()));
+    gauge("ps_trainer_loss", "The training loss at that step", loss_.load());
+    gauge("ps_trainer_test_accuracy", "The latest test accuracy (worker 0; NaN before)",
+          accuracy_.load());
+    gauge("ps_trainer_adacomm_period", "Local steps per round (--comm adacomm; 1 otherwise)",
+          static_cast<double>(tau_.load()));
+    return out;
+  }
+
+  void Start(const TrainerConfig& config, bool local, uint64_t start_step,
+             int64_t parameters) override {
+    next_.Start(config, local, start_step, parameters);
+  }
+  void Step(uint64_t step, double loss) override {
+    step_ = step;
+    loss_ = loss;
+    next_.Step(step, loss);
+  }
+  void Eval(uint64_t step, double accuracy) override {
+    accuracy_ = accuracy;
+    next_.Eval(step, accuracy);
+  }
+  void Evaluated(uint64_t step, double accuracy, double seconds) override {
+    accuracy_ = accuracy;
+    next_.Evaluated(step, accuracy, seconds);
+  }
+  void Warning(uint64_t step, std::string_view message) override { next_.Warning(step, message); }
+  void Period(uint64_t step, uint64_t round, uint32_t tau) override {
+    tau_ = tau;
+    next_.Period(step, round, tau);
+  }
+  void Planned(uint64_t step, const PlanStats& plan,
+               const std::vector<std::string>& tensors) override {
+    next_.Planned(step, plan, tensors);
+  }
+  void Metrics(std::string_view url) override { next_.Metrics(url); }
+  void Diverged(uint64_t step) override { next_.Diverged(step); }
+  void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds, bool diverged,
+            uint64_t late_pushes) override {
+    next_.Done(steps, accuracy, wall_seconds, diverged, late_pushes);
+  }
+
+ private:
+  TrainerEvents& next_;
+  std::atomic<uint64_t> step_{0};
+  std::atomic<double> loss_{std::numeric_limits<double>::quiet_NaN()};
+  std::atomic<double> accuracy_{std::numeric_limits<double>::quiet_NaN()};
+  std::atomic<uint32_t> tau_{1};
+};
+
 absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& data,
-                             GradientBoard* board, TrainerEvents& events,
+                             GradientBoard* board, TrainerEvents& outer_events,
                              std::unique_ptr<Worker>* keep_worker) {
+  MetricsEvents events(outer_events);
   PS_RETURN_IF_ERROR(ValidateConfig(config, /*local=*/false));
   const TrainerConfig c = ResolveComm(config);
   PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/false));
@@ -495,6 +575,7 @@ absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& da
   options.push.codec = c.codec == "auto" ? "fp32" : c.codec;
   options.plan.enabled = c.codec == "auto";
   options.plan.candidates = c.codec_candidates;
+  options.objective = c.objective == "bytes" ? Objective::kBytes : Objective::kTime;
   PS_ASSIGN_OR_RETURN(options.push.device, core::ParseDevice(c.push_device));
   options.push.error_feedback = c.error_feedback;
   options.push.momentum = c.worker_momentum;
@@ -517,6 +598,18 @@ absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& da
   std::unique_ptr<Worker>& holder = keep_worker != nullptr ? *keep_worker : owned;
   PS_ASSIGN_OR_RETURN(holder, Worker::Start(std::move(options), std::move(layout), initial));
   Worker* worker = holder.get();
+  // Declared after the worker (and `events`): stopped before either goes.
+  std::unique_ptr<net::HttpEndpoint> metrics;
+  if (c.metrics_port >= 0) {
+    std::vector<std::string> names;
+    for (const core::TensorSpec& spec : worker->layout().tensors()) names.push_back(spec.name);
+    metrics = std::make_unique<net::HttpEndpoint>([worker, &events, names] {
+      return WorkerMetricsText(worker->stats(), names) + events.Text();
+    });
+    PS_ASSIGN_OR_RETURN(const uint16_t port,
+                        metrics->Start(c.metrics_host, static_cast<uint16_t>(c.metrics_port)));
+    events.Metrics(absl::StrCat("http://", c.metrics_host, ":", port, "/metrics"));
+  }
 
   // An honest worker goes through the libtorch adapter (P3): the pull writes into the
   // parameters while the forward pass waits layer by layer for its own, and backward

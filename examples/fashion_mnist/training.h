@@ -79,6 +79,13 @@ struct TrainerConfig {
   std::string comm = "sync";
   uint32_t tau0 = 8;
   uint32_t tau_max = 32;
+  // What the adaptive choices minimize (WorkerOptions::objective): "time" or "bytes".
+  std::string objective = "time";
+  // A worker with a server serves Prometheus metrics (worker_lib/metrics.h and the
+  // trainer's own ps_trainer_* series) on http://metrics_host:metrics_port/metrics;
+  // -1: none, 0: a free port (the Metrics event says which).
+  int32_t metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
   // Worker 0 (and a local run) evaluates test accuracy every this many steps (0: only
   // at the end).
   uint64_t eval_every = 100;
@@ -129,6 +136,8 @@ class TrainerEvents {
   // --codec auto: a new plan of the push codecs (its tensors' names in `tensors`).
   virtual void Planned(uint64_t step, const PlanStats& plan,
                        const std::vector<std::string>& tensors) {}
+  // Metrics are served at this URL (TrainerConfig::metrics_port).
+  virtual void Metrics(std::string_view url) {}
   virtual void Diverged(uint64_t step) {}
   virtual void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds,
                     bool diverged, uint64_t late_pushes) {}

@@ -16,14 +16,14 @@
 #include <string>
 #include <string_view>
 
-#include "server/http_endpoint.h"
+#include "net/http_endpoint.h"
 #include "tests/fuzz/fuzz_check.h"
 
 namespace {
 
-using ps::server::FindHttpHeadEnd;
-using ps::server::HttpRequestHead;
-using ps::server::ParseHttpRequestHead;
+using ps::net::FindHttpHeadEnd;
+using ps::net::HttpRequestHead;
+using ps::net::ParseHttpRequestHead;
 
 constexpr size_t kNpos = std::string_view::npos;
 

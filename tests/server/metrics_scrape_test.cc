@@ -16,6 +16,7 @@
 
 #include "metrics_text.h"
 #include "server/server.h"
+#include "worker_lib/metrics.h"
 #include "worker_lib/worker.h"
 
 namespace ps::server {
@@ -139,6 +140,17 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
   EXPECT_GE(MetricValue(m, "ps_sent_bytes_total{transport=\"grpc\"}"), 2 * values * 4);
   EXPECT_THAT(body, HasSubstr("ps_shard_info{"));
 
+  // The worker's own series (worker_lib/metrics.h), as a trainer serves them.
+  const std::vector<std::string> names = {"w", "b"};
+  const std::string worker_text = WorkerMetricsText((*worker)->stats(), names);
+  const auto w = ParseMetrics(worker_text);
+  EXPECT_EQ(MetricValue(w, "ps_worker_slices_pushed_total"), slices);
+  EXPECT_EQ(MetricValue(w, "ps_worker_slices_refused_total"), 0);
+  EXPECT_EQ(MetricValue(w, "ps_worker_slices_pulled_total"), 2 * slices);
+  EXPECT_GE(MetricValue(w, "ps_worker_push_bytes_total"), values * 4);
+  EXPECT_EQ(MetricValue(w, "ps_worker_plans_total"), 0);
+  EXPECT_EQ(w.count("ps_worker_link_transfers{shard=\"0\"}"), 1u);
+
   server_->metrics()->SetCheckpointTime(std::chrono::system_clock::now());
   const std::string with_checkpoint = Scrape();
   EXPECT_GE(MetricValue(ParseMetrics(with_checkpoint), "ps_checkpoint_age_seconds"), 0);
@@ -147,10 +159,36 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
     GTEST_SKIP() << kPromtool << " not found (Debian package prometheus; `bash run.sh test` "
                  << "installs it): the exposition format was not linted";
   }
-  for (const std::string& text : {body, with_checkpoint}) {
+  for (const std::string& text : {body, with_checkpoint, worker_text}) {
     const auto [rc, output] = Promtool(text);
     EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output << "\non:\n" << text;
   }
+}
+
+// A plan's codecs as labels, escaped; large counters exact.
+TEST(WorkerMetricsTest, PlanCodecsAreEscapedLabelsAndCountersExact) {
+  WorkerStats s;
+  s.push_bytes = 14653652400;  // beyond 6 significant digits
+  s.push_links = {LinkStats{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7, .transfers = 9},
+                  LinkStats{}};
+  s.plan.plans = 2;
+  s.plan.planned_at = 7;
+  s.plan.predicted_seconds = 0.25;
+  s.plan.codecs = {"topk(0.01)+varint+fp16", "fp32"};
+  const std::vector<std::string> names = {"fc1.weight", "odd \"name\"\\"};
+  const std::string text = WorkerMetricsText(s, names);
+  EXPECT_THAT(text, HasSubstr("ps_worker_push_bytes_total 14653652400\n"));
+  EXPECT_THAT(text,
+              HasSubstr("ps_worker_link_seconds_per_byte{shard=\"0\"} 3.9999999999999998e-07\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_link_transfers{shard=\"0\"} 9\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_plan_codec{tensor=\"fc1.weight\","
+                              "codec=\"topk(0.01)+varint+fp16\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_plan_codec{tensor=\"odd \\\"name\\\"\\\\\","
+                              "codec=\"fp32\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_plan_round 7\n"));
+  if (!std::filesystem::exists(kPromtool)) GTEST_SKIP() << kPromtool << " not found";
+  const auto [rc, output] = Promtool(text);
+  EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output << "\non:\n" << text;
 }
 
 TEST_F(MetricsScrapeTest, OtherPathsAreNotFoundAndShutdownStopsServing) {

@@ -98,6 +98,26 @@ TEST(PlanGreedyTest, SkipsTensorsTheRoundHides) {
   EXPECT_EQ(p.simulations, 1u + 1u);  // the baseline, then one option for the big tensor
 }
 
+// The bytes objective: a tensor takes the option with the fewest bytes whose round ends
+// no later than fp32 everywhere, hidden or not; an option that would make the round later
+// is passed over.
+TEST(PlanFewestBytesTest, FewestBytesWithoutALaterRound) {
+  PlanInput hidden = OneShard(4e-7, {Tensor(1000, 0.0, 1), Tensor(1'000'000, 5.0, 0)});
+  const Plan time = PlanGreedy(hidden);
+  const Plan bytes = PlanFewestBytes(hidden);
+  EXPECT_THAT(time.choice, ::testing::ElementsAre(0u, 1u));
+  EXPECT_THAT(bytes.choice, ::testing::ElementsAre(1u, 1u)) << "the hidden tensor too";
+  EXPECT_LE(bytes.predicted_seconds, bytes.baseline_seconds);
+  EXPECT_NEAR(bytes.predicted_seconds, SimulateRound(hidden, bytes.choice).seconds, 1e-12);
+  // A fast link and a slow encoder: top-k would make the round later, so fp32 stays.
+  PlanInput fast = OneShard(1e-11, {Tensor(1'000'000, 0.0, 1)});
+  fast.options[1].encode_seconds_per_value = 1e-7;
+  const Plan kept = PlanFewestBytes(fast);
+  EXPECT_THAT(kept.choice, ::testing::ElementsAre(0u));
+  EXPECT_EQ(kept.predicted_seconds, kept.baseline_seconds);
+  EXPECT_EQ(kept.simulations, 2u);  // the baseline and top-k
+}
+
 // All option combinations of a small model, for the best plan.
 double BestPlanSeconds(const PlanInput& in) {
   std::vector<size_t> choice(in.tensors.size(), 0);

@@ -65,7 +65,7 @@ PlanOptions Options() {
 TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner p(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
   const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
   std::vector<bool> firsts;
   Rounds(p, clock, 0, 1, &firsts);
@@ -94,7 +94,7 @@ TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
 TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner p(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
   Rounds(p, clock, 0, 3);
   const std::vector<PlanLink> fast(2, PlanLink{.alpha_seconds = 1e-5, .seconds_per_byte = 1e-10});
   std::optional<std::vector<std::string>> codecs = p.Replan(2, fast, 12);
@@ -123,14 +123,14 @@ TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
 TEST(PushPlannerTest, CompressedPullsEnterThePlan) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner p(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
   Rounds(p, clock, 0, 3);
   const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
   auto dense = p.Replan(2, slow, 12);
   ASSERT_TRUE(dense.has_value());
   const double dense_round = p.stats().predicted_seconds;
   // Pulls that bring 0.1 bytes per value instead of 4 make the round shorter.
-  PushPlanner q(Options(), layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner q(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
   q.PullTotals(1000, 10000);
   Rounds(q, clock, 0, 3);
   ASSERT_TRUE(q.Replan(2, slow, 12).has_value());
@@ -153,6 +153,28 @@ TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
   EXPECT_LT((*made)[2].bytes_per_value, 0.1);
   o.candidates = {"fp16", "nonsense"};
   EXPECT_FALSE(PushPlanner::MakeCandidates(o, Layout()).ok());
+}
+
+// Objective::kBytes, wired through: over a slow link both objectives compress the
+// weight; the bias, pushed 0.1 s before the weight's gradient is ready, is hidden, so
+// the time objective leaves it on fp32 and the bytes objective compresses it too (the
+// round ends no later for it).
+TEST(PushPlannerTest, TheBytesObjectiveAlsoCompressesWhatTheRoundHides) {
+  const core::ModelLayout layout = Layout();
+  Clock clock;
+  PushPlanner time(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"},
+                   clock.fn());
+  PushPlanner bytes(Options(), Objective::kBytes, layout, Candidates(), {"fp32", "fp32"},
+                    clock.fn());
+  Rounds(time, clock, 0, 3);
+  Rounds(bytes, clock, 0, 3);
+  const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
+  auto by_time = time.Replan(2, slow, 12);
+  auto by_bytes = bytes.Replan(2, slow, 12);
+  ASSERT_TRUE(by_time.has_value() && by_bytes.has_value());
+  EXPECT_THAT(*by_time, ElementsAre("topk(0.01)+varint+fp16", "fp32"));
+  EXPECT_THAT(*by_bytes, ElementsAre("topk(0.01)+varint+fp16", "topk(0.01)+varint+fp16"));
+  EXPECT_LE(bytes.stats().predicted_seconds, bytes.stats().baseline_seconds);
 }
 
 }  // namespace

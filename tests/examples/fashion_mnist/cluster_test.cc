@@ -12,7 +12,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/server/metrics_text.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -165,6 +167,49 @@ TEST(ClusterTest, MultiProcessAttackersColludeThroughTheDirectory) {
   // The last rounds' files of both attackers (workers 3 and 4) are left.
   EXPECT_TRUE(std::filesystem::exists(out + "/median/collude/round-7-worker-3.f32"));
   EXPECT_TRUE(std::filesystem::exists(out + "/median/collude/round-7-worker-4.f32"));
+}
+
+// --metrics-port: worker 0 serves its metrics while it trains; scraped when they start
+// (nothing pushed yet) and at its Done event (every step pushed).
+class Scraper final : public TrainerEvents {
+ public:
+  void Metrics(std::string_view url) override {
+    url_ = std::string(url);
+    first_ = Get();
+  }
+  void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds, bool diverged,
+            uint64_t late_pushes) override {
+    last_ = Get();
+  }
+  std::string url_, first_, last_;
+
+ private:
+  std::string Get() const {
+    const size_t colon = url_.rfind(':');
+    const auto port = static_cast<uint16_t>(std::atoi(url_.c_str() + colon + 1));
+    absl::StatusOr<server::testing::HttpResponse> r = server::testing::HttpGet(port, "/metrics");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->body : "";
+  }
+};
+
+TEST(ClusterTest, AWorkerServesItsMetricsWhileItTrains) {
+  auto data = LoadTrainingData(kDataDir, /*with_test=*/true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ClusterConfig c = SmallCluster(6);
+  c.trainer.workers = 2;
+  c.trainer.metrics_port = 0;
+  Scraper scraper;
+  auto result = RunCluster(c, *data, &scraper);
+  ASSERT_TRUE(result.ok()) << result.status();
+  EXPECT_THAT(scraper.url_, ::testing::StartsWith("http://127.0.0.1:"));
+  EXPECT_THAT(scraper.first_, ::testing::HasSubstr("\nps_worker_slices_pushed_total 0\n"));
+  const auto last = server::testing::ParseMetrics(scraper.last_);
+  // 4 tensors of the MLP, one slice each per shard they span: at least 4 a step.
+  EXPECT_GE(server::testing::MetricValue(last, "ps_worker_slices_pushed_total"), 6 * 4);
+  EXPECT_EQ(server::testing::MetricValue(last, "ps_trainer_step"), 6);
+  EXPECT_EQ(server::testing::MetricValue(last, "ps_trainer_adacomm_period"), 1);
+  EXPECT_GT(server::testing::MetricValue(last, "ps_worker_pull_bytes_total"), 0);
 }
 
 }  // namespace

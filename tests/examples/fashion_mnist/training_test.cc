@@ -96,5 +96,20 @@ TEST(TrainLocalTest, MlpAndCnnLearn) {
   }
 }
 
+// The trainer's communication settings are checked before anything starts.
+TEST(ValidateConfigTest, RefusesUnknownCommunicationSettings) {
+  TrainerConfig c;
+  c.shards = {"127.0.0.1:1"};
+  EXPECT_TRUE(ValidateConfig(c, /*local=*/false).ok());
+  c.objective = "bytes";
+  EXPECT_TRUE(ValidateConfig(c, false).ok());
+  c.objective = "speed";
+  EXPECT_EQ(ValidateConfig(c, false).message(), "objective 'speed' is not one of: time, bytes");
+  c.objective = "time";
+  c.comm = "gossip";
+  EXPECT_EQ(ValidateConfig(c, false).message(),
+            "communication 'gossip' is not one of: sync, adacomm, auto");
+}
+
 }  // namespace
 }  // namespace ps::fashion_mnist

@@ -1,4 +1,4 @@
-#include "server/http_endpoint.h"
+#include "net/http_endpoint.h"
 
 #include <algorithm>
 #include <array>
@@ -14,7 +14,7 @@
 #include "core/status.h"
 #include "net/address.h"
 
-namespace ps::server {
+namespace ps::net {
 
 // ---------------------------------------------------------------------------------------
 // Parsing.
@@ -522,4 +522,4 @@ HttpEndpointStats HttpEndpoint::stats() const {
   return s;
 }
 
-}  // namespace ps::server
+}  // namespace ps::net

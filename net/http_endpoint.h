@@ -1,5 +1,5 @@
-// HttpEndpoint: a minimal HTTP/1.1 server for one read-only text resource (the shard's
-// Prometheus metrics, docs/metrics.md), built so that idle, slow or half-sent
+// HttpEndpoint: a minimal HTTP/1.1 server for one read-only text resource (a shard's or
+// a trainer's Prometheus metrics, docs/metrics.md), built so that idle, slow or half-sent
 // connections cannot block it: one Boost.Asio thread, every socket operation
 // asynchronous, a deadline per connection, a cap on the request head and on the number
 // of open connections (a new connection evicts the oldest when the cap is reached), and
@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
-namespace ps::server {
+namespace ps::net {
 
 // ---------------------------------------------------------------------------------------
 // Request parsing (pure).
@@ -130,4 +130,4 @@ class HttpEndpoint {
   std::unique_ptr<Running> running_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace ps::server
+}  // namespace ps::net

@@ -2,7 +2,7 @@
 // and non-reading clients must not delay a scrape, every connection is closed at its
 // deadline or evicted under the connection cap, bad requests get their status; and the
 // request head parser on its own.
-#include "server/http_endpoint.h"
+#include "net/http_endpoint.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -26,10 +26,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "metrics_text.h"
+#include "tests/server/metrics_text.h"
 
-namespace ps::server {
+namespace ps::net {
 namespace {
+
+// The HTTP test helpers shared with the shard's metrics tests.
+namespace testing = ::ps::server::testing;
 
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -517,4 +520,4 @@ TEST_F(HttpEndpointTest, ARenderThatThrowsGets500AndTheServerGoesOn) {
 }
 
 }  // namespace
-}  // namespace ps::server
+}  // namespace ps::net

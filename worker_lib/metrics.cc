@@ -1,0 +1,126 @@
+#include "worker_lib/metrics.h"
+
+#include <cstdint>
+#include <initializer_list>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace ps {
+namespace {
+
+// One metric family: its HELP and TYPE lines, then samples.
+class Family {
+ public:
+  Family(std::string* out, std::string_view name, std::string_view type, std::string_view help)
+      : out_(out), name_(name) {
+    for (std::string_view part : std::initializer_list<std::string_view>{
+             "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n"}) {
+      out_->append(part);
+    }
+  }
+  // Counts print exactly, other values with 17 significant digits (both round-trip).
+  Family& Sample(uint64_t value, std::string_view labels = {}) {
+    return Line(absl::StrCat(value), labels);
+  }
+  Family& Sample(double value, std::string_view labels = {}) {
+    return Line(absl::StrFormat("%.17g", value), labels);
+  }
+
+ private:
+  Family& Line(std::string_view value, std::string_view labels) {
+    out_->append(name_);
+    if (!labels.empty()) out_->append("{").append(labels).append("}");
+    out_->append(" ").append(value).append("\n");
+    return *this;
+  }
+
+  std::string* out_;
+  std::string_view name_;
+};
+
+void Counter(std::string* out, std::string_view name, std::string_view help, uint64_t value) {
+  Family(out, name, "counter", help).Sample(value);
+}
+
+void Gauge(std::string* out, std::string_view name, std::string_view help, double value) {
+  Family(out, name, "gauge", help).Sample(value);
+}
+
+}  // namespace
+
+std::string PrometheusLabelValue(std::string_view value) {
+  std::string out = "\"";
+  for (char c : value) {
+    if (c == '\\') {
+      out += "\\\\";
+    } else if (c == '"') {
+      out += "\\\"";
+    } else if (c == '\n') {
+      out += "\\n";
+    } else {
+      out += c;
+    }
+  }
+  out += '"';
+  return out;
+}
+
+std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string> tensors) {
+  std::string out;
+  Counter(&out, "ps_worker_slices_pushed_total", "Pushed slices a shard accepted", s.slices_pushed);
+  Counter(&out, "ps_worker_slices_refused_total",
+          "Pushed slices a shard refused (late, duplicate, invalid, over a budget, ...)",
+          s.slices_refused);
+  Counter(&out, "ps_worker_push_bytes_total", "Encoded payload bytes of accepted pushes",
+          s.push_bytes);
+  Counter(&out, "ps_worker_slices_pulled_total", "Slices pulled", s.slices_pulled);
+  Counter(&out, "ps_worker_pull_bytes_total", "Payload bytes pulled", s.pull_bytes);
+  Counter(&out, "ps_worker_slices_pulled_as_change_total",
+          "Pulled slices a shard sent as a compressed change (--pull-codec)",
+          s.slices_pulled_as_change);
+  Counter(&out, "ps_worker_retries_total", "RPC attempts repeated", s.retries);
+  Counter(&out, "ps_worker_pushes_replayed_total",
+          "Accepted pushes sent again to a shard restarted from a checkpoint", s.pushes_replayed);
+  Counter(&out, "ps_worker_udp_datagrams_sent_total", "Datagrams sent", s.udp_datagrams_sent);
+  Counter(&out, "ps_worker_udp_datagrams_dropped_total", "Datagrams dropped by loss injection",
+          s.udp_datagrams_dropped);
+  Counter(&out, "ps_worker_udp_bytes_total", "Datagram bytes sent", s.udp_bytes);
+
+  Family alpha(&out, "ps_worker_link_alpha_seconds", "gauge",
+               "Measured fixed cost of a push busy period to the shard");
+  for (size_t i = 0; i < s.push_links.size(); ++i) {
+    alpha.Sample(s.push_links[i].alpha_seconds, absl::StrCat("shard=\"", i, "\""));
+  }
+  Family beta(&out, "ps_worker_link_seconds_per_byte", "gauge",
+              "Measured cost per byte of pushes to the shard");
+  for (size_t i = 0; i < s.push_links.size(); ++i) {
+    beta.Sample(s.push_links[i].seconds_per_byte, absl::StrCat("shard=\"", i, "\""));
+  }
+  Family transfers(&out, "ps_worker_link_transfers", "gauge",
+                   "Push busy periods the link estimate rests on (the last 64 at most)");
+  for (size_t i = 0; i < s.push_links.size(); ++i) {
+    transfers.Sample(s.push_links[i].transfers, absl::StrCat("shard=\"", i, "\""));
+  }
+
+  const PlanStats& p = s.plan;
+  Counter(&out, "ps_worker_plans_total", "Push plans made (--codec auto)", p.plans);
+  Family(&out, "ps_worker_plan_round", "gauge", "The round the current plan was made at")
+      .Sample(p.planned_at);
+  Gauge(&out, "ps_worker_plan_predicted_seconds", "The current plan's simulated round",
+        p.predicted_seconds);
+  Gauge(&out, "ps_worker_plan_baseline_seconds", "The simulated round with fp32 everywhere",
+        p.baseline_seconds);
+  Gauge(&out, "ps_worker_round_measured_seconds",
+        "Measured round, pull end to pull end (moving average; with a plan)", p.measured_seconds);
+  Family codecs(&out, "ps_worker_plan_codec", "gauge",
+                "1 for each tensor's push codec in the current plan");
+  for (size_t t = 0; t < p.codecs.size() && t < tensors.size(); ++t) {
+    codecs.Sample(uint64_t{1}, absl::StrCat("tensor=", PrometheusLabelValue(tensors[t]),
+                                            ",codec=", PrometheusLabelValue(p.codecs[t])));
+  }
+  return out;
+}
+
+}  // namespace ps
