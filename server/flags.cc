@@ -418,9 +418,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "a push using another is refused as codec_not_allowed before decoding. Empty: every "
       "codec (docs/adaptive.md)");
   add("Optimizer", "max-decode-ms", o.max_decode_ms,
-      "Decoding time one worker's pushes of one round may take on this shard; its further "
-      "pushes of the round are refused as decode_budget before decoding (a worker cannot "
-      "stall a slice by choosing the slowest decoder). 0: unbounded");
+      "Decoding CPU time one worker's pushes of one round may take on this shard; its "
+      "further pushes of the round are refused as decode_budget before decoding (a worker "
+      "cannot stall a slice by choosing the slowest decoder). 0: unbounded");
 
   add("Resources", "threads", o.threads, "Aggregation threads; 0 means one per core");
   add("Resources", "max-shard-bytes", o.max_shard_bytes,

@@ -159,10 +159,9 @@ struct ServerOptions {
   // policy"): names separated by commas, "fp32,fp16,topk,varint,raw"; empty: every
   // codec. A push using another is refused as codec_not_allowed before decoding.
   std::string allowed_codecs;
-  // Per worker and round: the decoding time its pushes may take on this shard (a push
-  // is refused as decode_budget before decoding once they took it, or when it would
-  // overspend it at the worker's last measured cost; docs/adaptive.md "Shard-side
-  // policy"). 0: unbounded.
+  // Per worker and round: the decoding CPU time its pushes may take on this shard (its
+  // further pushes of the round are refused as decode_budget before decoding once they
+  // took it; docs/adaptive.md "Shard-side policy"). 0: unbounded.
   double max_decode_ms = 1000;
 
   // --- resources and lifecycle ---

@@ -218,16 +218,15 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   }
   PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
-  const uint64_t numel = s->info().numel;
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec,
       [&]() -> absl::StatusOr<std::shared_ptr<const codecs::Codec>> {
-        PS_RETURN_IF_ERROR(decode_budget_.Admit(worker_id, round, slice_id, codec, numel));
+        PS_RETURN_IF_ERROR(decode_budget_.Admit(worker_id, round, slice_id));
         return Decoder(worker_id, slice_id, codec);
       },
       payload, loss);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  decode_budget_.Spent(worker_id, round, codec, numel, progress->decode);
+  decode_budget_.Spent(worker_id, round, progress->decode);
   size_t payload_bytes = 0;
   for (std::string_view piece : payload) payload_bytes += piece.size();
   counters_.PushAccepted(payload_bytes, uint64_t{s->info().numel} * sizeof(float));
@@ -261,13 +260,12 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptChunk(
       chunk, codec,
       [&]() -> absl::StatusOr<std::shared_ptr<const codecs::Codec>> {
-        PS_RETURN_IF_ERROR(
-            decode_budget_.Admit(worker_id, h.round, h.slice_id, codec, range.count));
+        PS_RETURN_IF_ERROR(decode_budget_.Admit(worker_id, h.round, h.slice_id));
         return Decoder(worker_id, h.slice_id, codec);
       },
       payload);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  decode_budget_.Spent(worker_id, h.round, codec, range.count, progress->decode);
+  decode_budget_.Spent(worker_id, h.round, progress->decode);
   counters_.ChunkAccepted(payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
   StartUdpRound(h.round);

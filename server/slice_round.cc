@@ -10,6 +10,7 @@
 #include "core/client_text.h"
 #include "core/fp32_bytes.h"
 #include "core/refusal.h"
+#include "server/decode_budget.h"
 #include "net/udp_frame.h"
 
 namespace ps::server {
@@ -200,7 +201,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
-  const auto decode_start = std::chrono::steady_clock::now();
+  const std::chrono::nanoseconds decode_start = DecodeBudget::ThreadCpuNow();
   if (absl::Status st = (*decoded_by)->DecodePieces(payload, SlotLocked(worker, 0, info_.numel));
       !st.ok()) {
     return Refused(
@@ -208,7 +209,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
         absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
                      info_.id, " (codec ", core::ClientText(codec), "): ", st.message()));
   }
-  const auto decode = std::chrono::steady_clock::now() - decode_start;
+  const std::chrono::nanoseconds decode = DecodeBudget::ThreadCpuNow() - decode_start;
   inputs_.pushed[worker] = 1;
   inputs_.losses[worker] = loss.value_or(std::numeric_limits<float>::quiet_NaN());
   ++num_pushed_;
@@ -263,7 +264,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
-  const auto decode_start = std::chrono::steady_clock::now();
+  const std::chrono::nanoseconds decode_start = DecodeBudget::ThreadCpuNow();
   if (absl::Status st = (*decoded_by)->Decode(payload, SlotLocked(c.worker, c.first, c.count));
       !st.ok()) {
     return Refused(Refusal::kMalformed, absl::StrCat("malformed ", what(), ": codec ",
@@ -280,7 +281,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
     inputs_.supports[c.worker] = std::nullopt;
     if (rules_->keep_signs) inputs_.sign_payloads[c.worker].clear();
   }
-  const auto decode = std::chrono::steady_clock::now() - decode_start;
+  const std::chrono::nanoseconds decode = DecodeBudget::ThreadCpuNow() - decode_start;
   push.seen[c.index] = 1;
   if (++push.received == push.chunk_count) ++num_complete_;
   absl::StatusOr<Progress> progress = AfterPushLocked();

@@ -232,8 +232,8 @@ TEST_F(ShardTest, AWorkerOverItsDecodeBudgetIsRefusedForTheRestOfTheRound) {
   const absl::Status refused = Push(0, 0, {1, 1}, /*slice=*/1);
   EXPECT_EQ(core::RefusalOf(refused), Refusal::kDecodeBudget) << refused;
   EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_THAT(refused.message(), HasSubstr("push from worker 0 for round 0 of slice 1: its "
-                                           "pushes of round 0 took"));
+  EXPECT_THAT(refused.message(), HasSubstr("push from worker 0 for round 0 of slice 1: decoding "
+                                           "its pushes of round 0 already took"));
   EXPECT_EQ(shard_->Snapshot(1).version, 0u);
   EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(0, 0, 0, 0));
   ASSERT_TRUE(Push(0, 1, {1, 1, 1, 1}).ok()) << "round 1 opens a new account";
