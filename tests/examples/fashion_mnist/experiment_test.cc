@@ -171,7 +171,7 @@ TEST(ExperimentConfigTest, TheCheckedInConfigsParse) {
     ++configs;
     const std::string name = entry.path().filename().string();
     if (name == "adaptive.toml") {
-      EXPECT_EQ(ExpandGrid(*c).size(), 28u);
+      EXPECT_EQ(ExpandGrid(*c).size(), 48u);  // 12 strategies x 4 links
     }
     if (name == "adaptive_quick.toml") {
       EXPECT_EQ(ExpandGrid(*c).size(), 6u);  // 3 strategies x 2 links
