@@ -336,6 +336,12 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
     absl::MutexLock lock(&mu_);
     in_flight_.erase(call->rpc.get());
   }
+  // The finished RPC goes now, on this (gRPC's) thread, before the push is finished:
+  // its ClientContext holds a reference to the channel, and once pending_ drops the
+  // worker may be destroyed; were this the channel's last reference, the channel (and
+  // gRPC's callback threads with it) would be torn down from one of those threads while
+  // the process may already be exiting (a rare abort at exit in the torch tests).
+  call->rpc.reset();
   // A retry answered "duplicate" means an earlier attempt got through.
   const bool accepted = s.ok() || (call->attempt > 0 && absl::IsAlreadyExists(s) &&
                                    call->last_code != absl::StatusCode::kUnauthenticated);
