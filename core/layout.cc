@@ -22,10 +22,14 @@ void AppendU64(std::string& out, uint64_t v) {
 
 uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_elems,
                       uint32_t num_shards) {
-  // Canonical, length-prefixed encoding so that no two layouts share a preimage.
-  std::string buf = "ps.layout.v1";
+  // Canonical, length-prefixed encoding so that no two layouts share a preimage. A
+  // layout without row lengths keeps the first version's encoding (and so its hash, which
+  // checkpoints record); one with any is v2, which adds each tensor's.
+  const bool rows = std::any_of(tensors.begin(), tensors.end(),
+                                [](const TensorSpec& t) { return t.row_elems != 0; });
+  std::string buf = rows ? "ps.layout.v2" : "ps.layout.v1";
   size_t size = buf.size() + 24;
-  for (const TensorSpec& t : tensors) size += 24 + t.name.size();
+  for (const TensorSpec& t : tensors) size += 32 + t.name.size();
   buf.reserve(size);
   AppendU64(buf, tensors.size());
   for (const TensorSpec& t : tensors) {
@@ -33,6 +37,7 @@ uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_ele
     buf += t.name;
     AppendU64(buf, t.numel);
     AppendU64(buf, static_cast<uint64_t>(static_cast<int64_t>(t.priority)));
+    if (rows) AppendU64(buf, t.row_elems);
   }
   AppendU64(buf, slice_elems);
   AppendU64(buf, num_shards);
@@ -45,6 +50,11 @@ uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_ele
 }
 
 }  // namespace
+
+uint32_t SliceElemsOf(const TensorSpec& t, uint32_t slice_elems) {
+  if (t.row_elems <= 1 || t.row_elems > slice_elems) return slice_elems;
+  return slice_elems - slice_elems % t.row_elems;
+}
 
 absl::StatusOr<LayoutSummary> ModelLayout::Check(const std::vector<TensorSpec>& tensors,
                                                  uint32_t slice_elems, uint32_t num_shards) {
@@ -84,11 +94,17 @@ absl::StatusOr<LayoutSummary> ModelLayout::Check(const std::vector<TensorSpec>& 
           "layout has more than ", kMaxModelElems, " elements (tensor '", ClientText(t.name),
           "' has ", t.numel, ")"));
     }
+    if (t.row_elems != 0 && t.numel % t.row_elems != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", ClientText(t.name), "' has ", t.numel,
+                       " elements, not whole rows of ", t.row_elems));
+    }
     sum.total_elems += t.numel;
-    const uint64_t full = t.numel / slice_elems;
-    const uint64_t partial = t.numel % slice_elems != 0 ? 1 : 0;
-    sum.num_slices += full + partial;
-    sum.partial_slices += partial;
+    const uint32_t len = SliceElemsOf(t, slice_elems);
+    const uint64_t whole = t.numel / len;
+    const uint64_t rest = t.numel % len != 0 ? 1 : 0;
+    sum.num_slices += whole + rest;
+    sum.partial_slices += (len < slice_elems ? whole : 0) + rest;
     if (sum.num_slices > kMaxSlices) {
       return absl::InvalidArgumentError(absl::StrCat(
           "layout needs more than ", kMaxSlices, " slices; raise slice_elems"));
@@ -125,12 +141,13 @@ absl::StatusOr<ModelLayout> ModelLayout::Create(std::vector<TensorSpec> tensors,
   for (uint32_t t = 0; t < l.tensors_.size(); ++t) {
     l.tensor_slice_begin_.push_back(static_cast<uint32_t>(l.slices_.size()));
     const TensorSpec& spec = l.tensors_[t];
-    for (uint64_t off = 0; off < spec.numel; off += slice_elems) {
+    const uint32_t len = SliceElemsOf(spec, slice_elems);
+    for (uint64_t off = 0; off < spec.numel; off += len) {
       SliceInfo s;
       s.id = static_cast<uint32_t>(l.slices_.size());
       s.tensor = t;
       s.offset = off;
-      s.numel = static_cast<uint32_t>(std::min<uint64_t>(slice_elems, spec.numel - off));
+      s.numel = static_cast<uint32_t>(std::min<uint64_t>(len, spec.numel - off));
       s.priority = spec.priority;
       l.slices_.push_back(s);
     }

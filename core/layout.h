@@ -34,7 +34,15 @@ struct TensorSpec {
   uint64_t numel = 0;
   // Lower is more urgent: the tensor used first in the next forward pass gets 0.
   int32_t priority = 0;
+  // A matrix's row length (numel / rows), or 0: slices of the tensor then hold whole
+  // rows (SliceElemsOf), so a codec that factors matrices (PowerSGD) sees each slice as
+  // one. Must divide numel.
+  uint32_t row_elems = 0;
 };
+
+// The slice length of tensor `t` in a layout of `slice_elems`: slice_elems rounded down
+// to whole rows when the tensor has rows no longer than a slice, else slice_elems.
+uint32_t SliceElemsOf(const TensorSpec& t, uint32_t slice_elems);
 
 struct SliceInfo {
   uint32_t id = 0;        // global index, tensor by tensor, offset order
@@ -49,7 +57,8 @@ struct SliceInfo {
 struct LayoutSummary {
   uint64_t num_slices = 0;
   uint64_t total_elems = 0;
-  // Slices shorter than slice_elems (at most one per tensor, its last).
+  // Slices shorter than slice_elems (a tensor's last, and every slice of a tensor cut
+  // at whole rows that do not fill slice_elems).
   uint64_t partial_slices = 0;
   // Upper bounds on what any one shard owns under the assignment Create() makes.
   uint64_t max_owned_slices = 0;
@@ -78,7 +87,8 @@ class ModelLayout {
   uint32_t slice_elems() const { return slice_elems_; }
   uint32_t num_shards() const { return num_shards_; }
   uint64_t total_elems() const { return total_elems_; }
-  // 64-bit digest of tensors, slice size and shard count (SHA-256, first 8 bytes).
+  // 64-bit digest of tensors (row lengths included), slice size and shard count
+  // (SHA-256, first 8 bytes).
   uint64_t hash() const { return hash_; }
 
   // Slice ids of one tensor, in offset order.

@@ -13,6 +13,7 @@ void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out) {
     spec->set_name(t.name);
     spec->set_numel(t.numel);
     spec->set_priority(t.priority);
+    spec->set_row_elems(t.row_elems);
   }
 }
 
@@ -20,7 +21,7 @@ std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout) {
   std::vector<core::TensorSpec> tensors;
   tensors.reserve(static_cast<size_t>(layout.tensors_size()));
   for (const v1::TensorSpec& t : layout.tensors()) {
-    tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority()});
+    tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority(), t.row_elems()});
   }
   return tensors;
 }
@@ -33,7 +34,8 @@ bool SameLayout(const core::ModelLayout& layout, const v1::Layout& msg) {
   for (int i = 0; i < msg.tensors_size(); ++i) {
     const v1::TensorSpec& t = msg.tensors(i);
     const core::TensorSpec& have = layout.tensors()[static_cast<size_t>(i)];
-    if (t.numel() != have.numel || t.priority() != have.priority || t.name() != have.name) {
+    if (t.numel() != have.numel || t.priority() != have.priority ||
+        t.row_elems() != have.row_elems || t.name() != have.name) {
       return false;
     }
   }

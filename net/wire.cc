@@ -206,6 +206,7 @@ absl::StatusOr<PullFrame> ParsePullResponse(Pieces pieces) {
     if (f.number == 6 && f.wire == kFixed64) frame.epoch = f.scalar;
     if (f.number == 7 && f.wire == kFixed32) frame.loss = FloatOf(f.scalar);
     if (f.number == 8 && f.wire == kFixed32) frame.first_loss = FloatOf(f.scalar);
+    if (f.number == 9 && f.wire == kVarint) frame.queued = f.scalar != 0;
   });
   if (!s.ok()) return s;
   return frame;
@@ -244,6 +245,10 @@ std::string PullResponseHeader(const PullHeader& header, size_t values_size) {
   }
   AppendFloatField(7, header.loss, &out);
   AppendFloatField(8, header.first_loss, &out);
+  if (header.queued) {
+    AppendTag(9, kVarint, &out);
+    AppendVarint(1, &out);
+  }
   AppendTag(3, kLengthDelimited, &out);
   AppendVarint(values_size, &out);
   return out;

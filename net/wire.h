@@ -64,6 +64,8 @@ struct PullFrame {
   // AdaComm (docs/adaptive.md): the medians of the workers' reported losses.
   std::optional<float> loss;
   std::optional<float> first_loss;
+  // Written right after the previous frame of the stream (ps.v1.PullResponse.queued).
+  bool queued = false;
 };
 
 // What a PullResponse says besides the values.
@@ -75,6 +77,7 @@ struct PullHeader {
   uint64_t epoch = 0;
   std::optional<float> loss;
   std::optional<float> first_loss;
+  bool queued = false;
 };
 
 // ps.v1.PushRequest.

@@ -161,7 +161,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull stream broken"));
       return;
     }
-    state_->NextLocked();
+    state_->NextLocked(/*after_write=*/true);
   }
 
   void OnCancel() override {
@@ -208,11 +208,13 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       } else {
         ready.emplace(priority, arrivals++, id);
       }
-      if (!write_in_flight) NextLocked();
+      if (!write_in_flight) NextLocked(/*after_write=*/false);
     }
 
-    // Starts the next write, or finishes when nothing is left to do.
-    void NextLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    // Starts the next write, or finishes when nothing is left to do. `after_write`: the
+    // previous write just completed, so a slice written now was waiting for the link
+    // (the frame says so: PullResponse.queued).
+    void NextLocked(bool after_write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
       if (finished || reactor == nullptr) return;
       if (cancelled) {
         FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
@@ -227,7 +229,8 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
                                .version = snap.version,
                                .epoch = shard.pull_epoch(),
                                .loss = snap.loss,
-                               .first_loss = snap.first_loss};
+                               .first_loss = snap.first_loss,
+                               .queued = after_write};
         std::shared_ptr<const std::string> body = std::move(snap.values);
         if (snap.delta != nullptr && snap.delta->version == snap.version) {
           auto it = held.find(id);
@@ -310,6 +313,11 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* c
   resp->set_version(r->version);
   resp->set_aggregator(o.aggregator);
   resp->set_aggregate_only(o.aggregate_only);
+  if (!o.aggregate_only) {
+    resp->set_learning_rate(o.learning_rate);
+    resp->set_momentum(o.momentum);
+    resp->set_weight_decay(o.weight_decay);
+  }
   if (udp_port_ != 0) {
     resp->set_udp_port(udp_port_);
     resp->set_udp_session(r->udp_session);

@@ -85,11 +85,11 @@ LinkCost LinkEstimator::Estimate() const {
   return cost;
 }
 
-namespace {
-
 double SteadySeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+namespace {
 
 // Weight of a new sample in RoundIdleMeter's mean: about the last 4 rounds count.
 constexpr double kIdleWeight = 0.25;
@@ -108,21 +108,47 @@ void TransferMeter::Started() {
   }
 }
 
-void TransferMeter::Finished(uint64_t bytes) {
-  const double t = now_();
+void SharedLinkEstimate::AddTransfer(uint64_t bytes, double seconds) {
   absl::MutexLock lock(&mu_);
-  if (in_flight_ == 0) return;  // unmatched: nothing to end
-  bytes_ += bytes;
-  if (--in_flight_ == 0 && bytes_ > 0) {
-    estimator_.AddTransfer(bytes_, t - start_);
-    cached_.reset();
-  }
+  estimator_.AddTransfer(bytes, seconds);
+  cached_.reset();
 }
 
-LinkCost TransferMeter::Estimate() const {
+LinkCost SharedLinkEstimate::Estimate() const {
   absl::MutexLock lock(&mu_);
   if (!cached_.has_value()) cached_ = estimator_.Estimate();
   return *cached_;
+}
+
+void TransferMeter::Finished(uint64_t bytes) {
+  const double t = now_();
+  uint64_t sample_bytes = 0;
+  double sample_seconds = 0;
+  {
+    absl::MutexLock lock(&mu_);
+    if (in_flight_ == 0) return;  // unmatched: nothing to end
+    bytes_ += bytes;
+    if (--in_flight_ > 0 || bytes_ == 0) return;
+    sample_bytes = bytes_;
+    sample_seconds = t - start_;
+  }
+  link_.AddTransfer(sample_bytes, sample_seconds);
+}
+
+void BurstTimer::Arrived(uint64_t bytes, bool queued, double seconds) {
+  if (queued && last_.has_value()) {
+    if (run_bytes_ == 0) run_start_ = *last_;
+    run_bytes_ += bytes;
+    run_end_ = seconds;
+  } else {
+    End();
+  }
+  last_ = seconds;
+}
+
+void BurstTimer::End() {
+  if (run_bytes_ > 0) link_->AddTransfer(run_bytes_, run_end_ - run_start_);
+  run_bytes_ = 0;
 }
 
 RoundIdleMeter::RoundIdleMeter(std::function<double()> now)

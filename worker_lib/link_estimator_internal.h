@@ -12,9 +12,14 @@
 //
 // TransferMeter turns calls that overlap (a push pipeline's window) into such
 // samples: a busy period, from a call started while none was in flight to the moment
-// none is, is one transfer of the bytes its calls delivered.
+// none is, is one transfer of the bytes its calls delivered. BurstTimer turns a pull
+// stream's messages into samples of the downlink: a run of messages the shard wrote
+// back to back (PullResponse.queued), from the arrival of the message before the run
+// to the arrival of its last, is one transfer of the run's bytes; the time a shard
+// waited for a version (an unqueued message) is never in a sample.
 //
-// LinkEstimator is not thread-safe (the owner serializes calls); TransferMeter is.
+// LinkEstimator and BurstTimer are not thread-safe (the owner serializes calls);
+// SharedLinkEstimate and TransferMeter are.
 #pragma once
 
 #include <cstddef>
@@ -25,8 +30,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "worker_lib/worker.h"
 
 namespace ps::internal {
+
+// Seconds on steady_clock: the meters' default clock.
+double SteadySeconds();
 
 struct LinkCost {
   bool valid = false;        // false until a transfer was sampled
@@ -38,6 +47,12 @@ struct LinkCost {
   // Predicted seconds to move `bytes`.
   double Seconds(uint64_t bytes) const {
     return alpha_seconds + seconds_per_byte * static_cast<double>(bytes);
+  }
+  // As WorkerStats reports it.
+  LinkStats stats() const {
+    return {.alpha_seconds = alpha_seconds,
+            .seconds_per_byte = seconds_per_byte,
+            .transfers = transfers};
   }
 };
 
@@ -68,6 +83,20 @@ class LinkEstimator {
   size_t next_latency_ = 0;
 };
 
+// A LinkEstimator behind a lock. Estimate() refits only when a sample came since the
+// last call, so callers on the push path pay a lock and a copy.
+class SharedLinkEstimate {
+ public:
+  void AddTransfer(uint64_t bytes, double seconds);
+  LinkCost Estimate() const;
+
+ private:
+  mutable absl::Mutex mu_;
+  LinkEstimator estimator_ ABSL_GUARDED_BY(mu_);
+  // Estimate() of the samples so far; fitted again only after a new sample.
+  mutable std::optional<LinkCost> cached_ ABSL_GUARDED_BY(mu_);
+};
+
 class TransferMeter {
  public:
   // `now` gives seconds on a monotonic clock (default: steady_clock).
@@ -80,9 +109,7 @@ class TransferMeter {
   // nothing is not a sample.
   void Finished(uint64_t bytes);
 
-  // The estimator's fit, refitted only when a sample came since the last call, so
-  // callers on the push path pay a lock and a copy.
-  LinkCost Estimate() const;
+  LinkCost Estimate() const { return link_.Estimate(); }
 
  private:
   const std::function<double()> now_;
@@ -90,9 +117,26 @@ class TransferMeter {
   uint32_t in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   double start_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t bytes_ ABSL_GUARDED_BY(mu_) = 0;
-  LinkEstimator estimator_ ABSL_GUARDED_BY(mu_);
-  // Estimate() of the samples so far; fitted again only after a new sample.
-  mutable std::optional<LinkCost> cached_ ABSL_GUARDED_BY(mu_);
+  SharedLinkEstimate link_;
+};
+
+// One pull stream's back-to-back runs, as samples of `link` (which outlives it).
+class BurstTimer {
+ public:
+  explicit BurstTimer(SharedLinkEstimate* link) : link_(link) {}
+
+  // A message of `bytes` arrived at `seconds` (monotonic); `queued`: the shard wrote it
+  // right after the one before. An unqueued message ends the run in progress.
+  void Arrived(uint64_t bytes, bool queued, double seconds);
+  // The stream is over: ends the run in progress.
+  void End();
+
+ private:
+  SharedLinkEstimate* const link_;
+  std::optional<double> last_;  // the previous message's arrival
+  double run_start_ = 0;        // the arrival before the run's first message
+  double run_end_ = 0;
+  uint64_t run_bytes_ = 0;  // 0: no run in progress
 };
 
 // The part of a round that no push's size changes, seen from one worker: from the

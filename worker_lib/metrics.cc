@@ -2,6 +2,8 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
+#include <vector>
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
@@ -88,21 +90,26 @@ std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string>
           s.udp_datagrams_dropped);
   Counter(&out, "ps_worker_udp_bytes_total", "Datagram bytes sent", s.udp_bytes);
 
-  Family alpha(&out, "ps_worker_link_alpha_seconds", "gauge",
-               "Measured fixed cost of a push busy period to the shard");
-  for (size_t i = 0; i < s.push_links.size(); ++i) {
-    alpha.Sample(s.push_links[i].alpha_seconds, absl::StrCat("shard=\"", i, "\""));
-  }
-  Family beta(&out, "ps_worker_link_seconds_per_byte", "gauge",
-              "Measured cost per byte of pushes to the shard");
-  for (size_t i = 0; i < s.push_links.size(); ++i) {
-    beta.Sample(s.push_links[i].seconds_per_byte, absl::StrCat("shard=\"", i, "\""));
-  }
-  Family transfers(&out, "ps_worker_link_transfers", "gauge",
-                   "Push busy periods the link estimate rests on (the last 64 at most)");
-  for (size_t i = 0; i < s.push_links.size(); ++i) {
-    transfers.Sample(s.push_links[i].transfers, absl::StrCat("shard=\"", i, "\""));
-  }
+  // Per shard and direction: the push window's busy periods, the pull streams'
+  // back-to-back runs.
+  const std::pair<const char*, const std::vector<LinkStats>*> directions[] = {
+      {"push", &s.push_links}, {"pull", &s.pull_links}};
+  auto per_link = [&](const char* name, const char* help, auto value) {
+    Family family(&out, name, "gauge", help);
+    for (const auto& [direction, links] : directions) {
+      for (size_t i = 0; i < links->size(); ++i) {
+        family.Sample(value((*links)[i]),
+                      absl::StrCat("shard=\"", i, "\",direction=\"", direction, "\""));
+      }
+    }
+  };
+  per_link("ps_worker_link_alpha_seconds", "Measured fixed cost of a transfer to or from the shard",
+           [](const LinkStats& l) { return l.alpha_seconds; });
+  per_link("ps_worker_link_seconds_per_byte", "Measured cost per byte to or from the shard",
+           [](const LinkStats& l) { return l.seconds_per_byte; });
+  per_link("ps_worker_link_transfers",
+           "Transfers the link estimate rests on (the last 64 at most)",
+           [](const LinkStats& l) { return l.transfers; });
 
   const PlanStats& p = s.plan;
   Counter(&out, "ps_worker_plans_total", "Push plans made (--codec auto)", p.plans);

@@ -19,6 +19,8 @@ namespace {
 // What one pull stream delivered; shared between the transport's callbacks and the
 // thread waiting for the stream, so neither outlives what it touches.
 struct PullResult {
+  explicit PullResult(SharedLinkEstimate* downlink) : timer(downlink) {}
+
   absl::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
@@ -27,6 +29,7 @@ struct PullResult {
   uint64_t min_version ABSL_GUARDED_BY(mu) = UINT64_MAX;
   uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
   uint64_t changes ABSL_GUARDED_BY(mu) = 0;  // slices that came as a compressed change
+  BurstTimer timer ABSL_GUARDED_BY(mu);      // the stream's back-to-back runs
 
   // Waits for the end of the stream and returns its status.
   absl::Status Await() {
@@ -55,16 +58,18 @@ void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_
     const absl::Status applied =
         wanted && frame.version >= min_version
             ? held->Apply(frame, it->second)
-            : absl::InvalidArgumentError(absl::StrCat("slice ", id, " (version ",
-                                                      frame.version, ", ", frame.values.size(),
-                                                      " bytes)"));
+            : absl::InvalidArgumentError(absl::StrCat("slice ", id, " (version ", frame.version,
+                                                      ", ", frame.values.size(), " bytes)"));
     if (!applied.ok()) {
       absl::MutexLock lock(&result->mu);
-      result->protocol_error = absl::StrCat("shard sent an unexpected or malformed ", applied.message());
+      result->protocol_error =
+          absl::StrCat("shard sent an unexpected or malformed ", applied.message());
       return false;
     }
+    const double arrived = SteadySeconds();
     {
       absl::MutexLock lock(&result->mu);
+      result->timer.Arrived(frame.values.size(), frame.queued, arrived);
       result->received.push_back(id);
       result->min_version = std::min(result->min_version, frame.version);
       result->bytes += frame.values.size();
@@ -76,6 +81,7 @@ void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_
   };
   auto on_done = [result](absl::Status s) {
     absl::MutexLock lock(&result->mu);
+    result->timer.End();
     result->status = std::move(s);
     result->done = true;
   };
@@ -223,7 +229,17 @@ absl::StatusOr<std::unique_ptr<PullTicket>> PullStreams::StartPullAll(
   return ticket;
 }
 
+PullStreams::PullStreams(core::RetryPolicy policy, const core::ModelLayout& layout,
+                         ShardClient& client)
+    : policy_(std::move(policy)), layout_(layout), client_(client), held_(layout) {
+  for (uint32_t s = 0; s < layout.num_shards(); ++s) {
+    downlinks_.push_back(std::make_unique<SharedLinkEstimate>());
+  }
+}
+
 void PullStreams::FillStats(WorkerStats& stats) const {
+  stats.pull_links.clear();
+  for (const auto& link : downlinks_) stats.pull_links.push_back(link->Estimate().stats());
   stats.slices_pulled = slices_pulled_.load();
   stats.pull_bytes = pull_bytes_.load();
   stats.slices_pulled_as_change = slices_pulled_as_change_.load();
@@ -271,7 +287,7 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
       req.set_layout_hash(layout_.hash());
       req.set_min_version(min_version);
       held_.Describe(req);
-      auto result = std::make_shared<PullResult>();
+      auto result = std::make_shared<PullResult>(downlinks_[shard].get());
       StartStream(client_.transport(shard), req, deadline, &held_, &losses_, &dst, &on_slice,
                   result);
       streams.emplace_back(shard, std::move(result));

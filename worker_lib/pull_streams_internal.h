@@ -7,7 +7,9 @@
 // session was lost, until the pull's timeout. StartPullAll runs the same on a thread
 // of its own and hands out a PullTicket that counts per tensor the slices to come.
 //
-// Owns nothing across calls but its counters (atomics): each pull owns its streams'
+// Owns nothing across calls but its counters (atomics) and its downlink estimates (one
+// per shard, from the arrival times of the messages each stream's shard wrote back to
+// back: BurstTimer, link_estimator_internal.h): each pull owns its streams'
 // shared results (PullResult: lock `mu`, shared with the transport's callbacks so
 // neither outlives what it touches), each ticket its thread and its per-tensor counts
 // (lock `mu_`, and `join_mu_` around joining the thread).
@@ -24,6 +26,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,6 +37,7 @@
 #include "core/retry.h"
 #include "net/wire.h"
 #include "worker_lib/held_model_internal.h"
+#include "worker_lib/link_estimator_internal.h"
 #include "worker_lib/shard_client_internal.h"
 #include "worker_lib/worker.h"
 
@@ -59,8 +63,7 @@ class PublishedLosses {
 
 class PullStreams {
  public:
-  PullStreams(core::RetryPolicy policy, const core::ModelLayout& layout, ShardClient& client)
-      : policy_(std::move(policy)), layout_(layout), client_(client), held_(layout) {}
+  PullStreams(core::RetryPolicy policy, const core::ModelLayout& layout, ShardClient& client);
 
   // As the Worker methods of the same names.
   absl::StatusOr<uint64_t> Pull(size_t tensor, uint64_t min_version, std::span<float> out,
@@ -75,6 +78,9 @@ class PullStreams {
   void FillStats(WorkerStats& stats) const;
   uint64_t retries() const { return retries_.load(); }
   uint64_t pull_bytes() const { return pull_bytes_.load(); }
+  // The downlink from `shard` (< the layout's shards), timed over the streams'
+  // back-to-back runs (BurstTimer); not valid before a run was seen.
+  LinkCost LinkOf(uint32_t shard) const { return downlinks_[shard]->Estimate(); }
   std::optional<PublishedLoss> published_loss() const { return losses_.Latest(); }
 
   // Called with each slice id once its values are in place (on a transport thread).
@@ -95,6 +101,7 @@ class PullStreams {
   ShardClient& client_;
   HeldModel held_;  // compressed pulls: what this worker holds of each slice
   PublishedLosses losses_;
+  std::vector<std::unique_ptr<SharedLinkEstimate>> downlinks_;  // per shard
   std::atomic<uint64_t> slices_pulled_{0}, pull_bytes_{0}, slices_pulled_as_change_{0}, retries_{0};
 };
 

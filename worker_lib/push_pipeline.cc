@@ -427,12 +427,7 @@ double PushPipeline::FixedCostBytes(uint32_t shard, uint64_t numel) const {
 
 void PushPipeline::FillStats(WorkerStats& stats) const {
   stats.push_links.clear();
-  for (const auto& meter : meters_) {
-    const LinkCost c = meter->Estimate();
-    stats.push_links.push_back({.alpha_seconds = c.alpha_seconds,
-                                .seconds_per_byte = c.seconds_per_byte,
-                                .transfers = c.transfers});
-  }
+  for (const auto& meter : meters_) stats.push_links.push_back(meter->Estimate().stats());
   stats.slices_pushed = slices_pushed_.load();
   stats.slices_refused = slices_refused_.load();
   stats.push_bytes = push_bytes_.load();

@@ -115,14 +115,20 @@ bool PushPlanner::DueLocked(uint64_t round, std::span<const PlanLink> links) {
 }
 
 std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
-                                                            std::span<const PlanLink> links,
-                                                            uint32_t workers) {
+                                                            std::span<const PlanLink> up,
+                                                            uint32_t workers,
+                                                            std::span<const PlanLink> down) {
+  // Uplinks then downlinks, the latter the uplink where not measured.
+  std::vector<PlanLink> links(up.begin(), up.end());
+  for (size_t s = 0; s < up.size(); ++s) {
+    links.push_back(s < down.size() && down[s].seconds_per_byte > 0 ? down[s] : up[s]);
+  }
   absl::MutexLock lock(&mu_);
   if (!DueLocked(round, links)) return std::nullopt;
   PlanInput in;
   in.options = candidates_;
-  in.up.assign(links.begin(), links.end());
-  in.down = in.up;
+  in.up.assign(links.begin(), links.begin() + static_cast<std::ptrdiff_t>(up.size()));
+  in.down.assign(links.begin() + static_cast<std::ptrdiff_t>(up.size()), links.end());
   in.workers = std::max<uint32_t>(workers, 1);
   if (pulled_values_ > 0) {
     in.pull_bytes_per_value =
@@ -149,7 +155,7 @@ std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
   const Plan plan = objective_ == Objective::kBytes ? PlanFewestBytes(in) : PlanGreedy(in);
   std::vector<std::string> codecs;
   for (size_t choice : plan.choice) codecs.push_back(candidates_[choice].name);
-  planned_links_ = in.up;
+  planned_links_ = std::move(links);
   drifted_checks_ = 0;
   ++stats_.plans;
   stats_.planned_at = round;

@@ -8,17 +8,18 @@
 //   ready:      when each tensor's push of the round was queued, from the round's
 //               start (a moving average per tensor; backward hooks push a gradient as
 //               soon as it exists, so these are the gradients' ready times)
-//   links:      per shard, the push pipeline's alpha + beta x bytes estimate; the
-//               downlink is taken as the same link
+//   links:      per shard, the push pipeline's alpha + beta x bytes estimate for the
+//               uplink, the pull streams' for the downlink (the uplink's until the
+//               pulls measured it)
 //   codecs:     each candidate profiled at Create (ProfileCodec) at the layout's
 //               largest slice
 //   pulls:      bytes per value the pulls brought (dense: 4, compressed: less)
 //
 // The plan: PlanGreedy (Objective::kTime) or PlanFewestBytes (kBytes).
 // The first plan comes once `warmup_rounds` rounds were seen and every shard's link
-// was measured; a new one when a link's seconds per byte stayed more than `drift` away
-// from the one planned with for `drift_rounds` checks in a row (a noisy estimate does
-// not flap the plan), or `replan_rounds` rounds after the last.
+// was measured; a new one when a link's seconds per byte (either direction) stayed
+// more than `drift` away from the one planned with for `drift_rounds` checks in a row
+// (a noisy estimate does not flap the plan), or `replan_rounds` rounds after the last.
 //
 // Thread safety: every method may be called from any thread (one lock).
 #pragma once
@@ -63,11 +64,13 @@ class PushPlanner {
   // value).
   void PullTotals(uint64_t bytes, uint64_t values);
 
-  // Plans when a plan is due with these links (per shard; an entry with
-  // seconds_per_byte 0 is not measured yet) and the shards' worker count. Returns each
-  // tensor's codec when a new plan was made.
-  std::optional<std::vector<std::string>> Replan(uint64_t round, std::span<const PlanLink> links,
-                                                 uint32_t workers);
+  // Plans when a plan is due with these links and the shards' worker count. `up`: per
+  // shard (an entry with seconds_per_byte 0 is not measured yet: no plan); `down`: per
+  // shard, where missing or not measured the uplink is taken. Returns each tensor's
+  // codec when a new plan was made.
+  std::optional<std::vector<std::string>> Replan(uint64_t round, std::span<const PlanLink> up,
+                                                 uint32_t workers,
+                                                 std::span<const PlanLink> down = {});
 
   PlanStats stats() const;
 
@@ -90,8 +93,9 @@ class PushPlanner {
   std::optional<double> measured_ ABSL_GUARDED_BY(mu_);            // round seconds
   std::vector<std::optional<double>> ready_ ABSL_GUARDED_BY(mu_);  // per tensor
   uint64_t pulled_bytes_ ABSL_GUARDED_BY(mu_) = 0, pulled_values_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<PlanLink> planned_links_ ABSL_GUARDED_BY(mu_);  // what the plan used
-  uint32_t drifted_checks_ ABSL_GUARDED_BY(mu_) = 0;          // in a row
+  // What the plan used: the uplinks, then the downlinks.
+  std::vector<PlanLink> planned_links_ ABSL_GUARDED_BY(mu_);
+  uint32_t drifted_checks_ ABSL_GUARDED_BY(mu_) = 0;  // in a row
   PlanStats stats_ ABSL_GUARDED_BY(mu_);
 };
 

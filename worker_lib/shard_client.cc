@@ -69,6 +69,9 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
     info.num_workers = join.num_workers();
     info.aggregator = join.aggregator();
     info.aggregate_only = join.aggregate_only();
+    info.learning_rate = join.learning_rate();
+    info.momentum = join.momentum();
+    info.weight_decay = join.weight_decay();
     info.version = join.version();
     if (need_udp) {
       if (join.udp_port() == 0) {

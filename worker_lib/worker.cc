@@ -174,13 +174,16 @@ class WorkerImpl final : public Worker {
 
   // At a round's first push: plans when a plan is due and sets the tensors' codecs.
   void Replan(uint64_t round) {
-    std::vector<internal::PlanLink> links;
+    auto link = [](const internal::LinkCost& c) {
+      return internal::PlanLink{c.valid ? c.alpha_seconds : 0, c.valid ? c.seconds_per_byte : 0};
+    };
+    std::vector<internal::PlanLink> up, down;
     for (uint32_t s = 0; s < layout_.num_shards(); ++s) {
-      const internal::LinkCost c = pushes_->LinkOf(s);
-      links.push_back({c.valid ? c.alpha_seconds : 0, c.valid ? c.seconds_per_byte : 0});
+      up.push_back(link(pushes_->LinkOf(s)));
+      down.push_back(link(pulls_->LinkOf(s)));
     }
     const uint32_t workers = client_->infos().empty() ? 1 : client_->infos()[0].num_workers;
-    std::optional<std::vector<std::string>> codecs = planner_->Replan(round, links, workers);
+    std::optional<std::vector<std::string>> codecs = planner_->Replan(round, up, workers, down);
     if (!codecs.has_value()) return;
     // The candidates were made once at Start, so setting them cannot fail.
     for (size_t t = 0; t < codecs->size(); ++t) pushes_->SetCodec(t, (*codecs)[t]).IgnoreError();

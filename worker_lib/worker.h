@@ -177,18 +177,29 @@ struct ShardInfo {
   uint32_t num_workers = 0;
   std::string aggregator;
   bool aggregate_only = false;
+  // The shard's SGD step on each round's aggregate (zeros with aggregate_only).
+  // Local-update training needs 1, 0, 0: the aggregate of model changes added as it is.
+  float learning_rate = 0;
+  float momentum = 0;
+  float weight_decay = 0;
   uint64_t version = 0;  // lowest published version of its slices at join
+
+  bool AddsChangesAsTheyAre() const {
+    return !aggregate_only && learning_rate == 1 && momentum == 0 && weight_decay == 0;
+  }
 };
 
-// Counters since Start(); read with Worker::stats().
-// What moving pushes to one shard costs, as this worker measured it (docs/adaptive.md,
-// "The cost model"): a busy period of the shard's push window (from a push sent while
-// none was in flight to the moment none is) that delivered B bytes took about
-// alpha_seconds + seconds_per_byte x B. Zeros until a push was answered.
+// What moving bytes to or from one shard costs, as this worker measured it
+// (docs/adaptive.md, "The cost model"): a transfer of B bytes takes about
+// alpha_seconds + seconds_per_byte x B. Pushes: a transfer is a busy period of the
+// shard's push window (from a push sent while none was in flight to the moment none
+// is). Pulls: a run of messages the shard wrote back to back, from the arrival of the
+// message before the run to that of its last (alpha then comes out near 0: the run
+// pays no round trip). Zeros until a transfer was seen.
 struct LinkStats {
   double alpha_seconds = 0;
   double seconds_per_byte = 0;
-  uint64_t transfers = 0;  // busy periods the estimate rests on (at most the last 64)
+  uint64_t transfers = 0;  // transfers the estimate rests on (at most the last 64)
 };
 
 // The current plan (PlanOptions), as WorkerStats::plan reports it.
@@ -203,6 +214,7 @@ struct PlanStats {
   std::vector<std::string> codecs;  // per tensor
 };
 
+// Counters since Start(); read with Worker::stats().
 struct WorkerStats {
   uint64_t slices_pushed = 0;    // accepted by a shard
   uint64_t slices_refused = 0;   // refused by a shard (late, duplicate, invalid, ...)
@@ -220,6 +232,7 @@ struct WorkerStats {
   uint64_t udp_datagrams_dropped = 0;  // by loss injection
   uint64_t udp_bytes = 0;              // datagram bytes sent
   std::vector<LinkStats> push_links;   // per shard id (gRPC pushes only)
+  std::vector<LinkStats> pull_links;   // per shard id
   PlanStats plan;
 };
 

@@ -301,8 +301,9 @@ int main(int argc, char** argv) {
   app.add_option("--comm", c.comm,
                  "How workers communicate: sync (a gradient push per step), adacomm "
                  "(local-update SGD, AdaComm's period; run the shards with --lr 1 "
-                 "--momentum 0), or auto (sync, --codec auto with CAT among the "
-                 "candidates, --error-feedback; docs/adaptive.md)")
+                 "--momentum 0), or auto (adacomm with fp16 pushes where the shards run "
+                 "so, else sync with --codec auto, CAT among the candidates; both with "
+                 "--error-feedback; docs/adaptive.md)")
       ->check(CLI::IsMember({"sync", "adacomm", "auto"}));
   app.add_option("--objective", c.objective,
                  "What --codec auto's plan and CAT's levels minimize: time (the round's) or "

@@ -375,13 +375,39 @@ absl::StatusOr<LoopEnd> LocalUpdates(const TrainerConfig& c, const TrainingData&
 
 }  // namespace
 
-TrainerConfig ResolveComm(TrainerConfig c) {
+TrainerConfig ResolveComm(TrainerConfig c, std::span<const ShardInfo> shards) {
   if (c.comm != "auto") return c;
+  c.error_feedback = true;
+  const bool as_they_are =
+      !shards.empty() && std::all_of(shards.begin(), shards.end(), [](const ShardInfo& s) {
+        return s.AddsChangesAsTheyAre();
+      });
+  if (as_they_are) {
+    c.comm = "adacomm";
+    c.codec = "fp16";
+    return c;
+  }
   c.comm = "sync";
   c.codec = "auto";
-  c.error_feedback = true;
   c.codec_candidates = {"fp32", "fp16", "topk(0.01)+varint+fp16", "3lc(s=1.9)", kCatSpec};
   return c;
+}
+
+absl::Status CheckShards(const TrainerConfig& c, std::span<const ShardInfo> shards) {
+  if (c.comm != "adacomm") return absl::OkStatus();
+  for (const ShardInfo& s : shards) {
+    if (s.AddsChangesAsTheyAre()) continue;
+    const std::string what =
+        s.aggregate_only
+            ? std::string("only aggregates (--aggregate-only)")
+            : absl::StrCat("applies SGD with lr ", s.learning_rate, ", momentum ", s.momentum,
+                           ", weight decay ", s.weight_decay);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--comm adacomm pushes the change of each worker's local steps, which the shards "
+        "must add as it is; shard ",
+        s.shard_id, " ", what, " (start ps-server with --lr 1 --momentum 0 --weight-decay 0)"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
@@ -550,24 +576,10 @@ class MetricsEvents final : public TrainerEvents {
   std::atomic<uint32_t> tau_{1};
 };
 
-absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& data,
-                             GradientBoard* board, TrainerEvents& outer_events,
-                             std::unique_ptr<Worker>* keep_worker) {
-  MetricsEvents events(outer_events);
-  PS_RETURN_IF_ERROR(ValidateConfig(config, /*local=*/false));
-  const TrainerConfig c = ResolveComm(config);
-  PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/false));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, AttackRule(c, s));
+namespace {
 
-  // One tensor per parameter, in forward order, which is also the priority order.
-  PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
-                      worker_torch::MakeLayout(*s.model, static_cast<uint32_t>(c.shards.size())));
-  std::vector<std::span<const float>> initial;
-  std::vector<std::span<float>> outs;
-  for (torch::Tensor& p : s.params) {
-    initial.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
-    outs.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
-  }
+// The worker library's options for config `c` (comm resolved) and model `s`.
+absl::StatusOr<WorkerOptions> MakeWorkerOptions(const TrainerConfig& c, const Setup& s) {
   WorkerOptions options;
   options.shard_addresses = c.shards;
   options.worker_id = c.worker_id;
@@ -587,16 +599,57 @@ absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& da
   options.priority_order = !c.fifo;
   PS_ASSIGN_OR_RETURN(options.shaping, net::ParseLinkShaping(c.shaping));
   for (size_t i = 0; i < s.params.size(); ++i) {
-    if (s.params[i].dim() != 2) continue;
-    PushOptions matrix = options.push;  // weights: out x in, row-major
-    matrix.matrix_cols = static_cast<uint32_t>(s.params[i].size(1));
+    if (s.params[i].dim() < 2) continue;
+    // Weights: out rows of in (x kh x kw) values, row-major; the layout cuts their
+    // slices at whole rows (worker_torch::MakeLayout).
+    PushOptions matrix = options.push;
+    matrix.matrix_cols = static_cast<uint32_t>(s.params[i].numel() / s.params[i].size(0));
     options.tensor_push.emplace(s.names[i], matrix);
   }
-  PS_ASSIGN_OR_RETURN(GradientDump dump, GradientDump::Open(c.dump_gradients));
   options.connect_timeout = c.connect_timeout;
+  return options;
+}
+
+}  // namespace
+
+absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& data,
+                             GradientBoard* board, TrainerEvents& outer_events,
+                             std::unique_ptr<Worker>* keep_worker) {
+  MetricsEvents events(outer_events);
+  PS_RETURN_IF_ERROR(ValidateConfig(config, /*local=*/false));
+  // --comm auto: as if no shard added changes as they are until the worker has joined
+  // them and knows (ShardInfo).
+  TrainerConfig c = ResolveComm(config, {});
+  PS_ASSIGN_OR_RETURN(Setup s, Prepare(c, data, /*local=*/false));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, AttackRule(c, s));
+
+  // One tensor per parameter, in forward order, which is also the priority order.
+  PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
+                      worker_torch::MakeLayout(*s.model, static_cast<uint32_t>(c.shards.size())));
+  std::vector<std::span<const float>> initial;
+  std::vector<std::span<float>> outs;
+  for (torch::Tensor& p : s.params) {
+    initial.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
+    outs.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
+  }
+  PS_ASSIGN_OR_RETURN(GradientDump dump, GradientDump::Open(c.dump_gradients));
   std::unique_ptr<Worker> owned;
   std::unique_ptr<Worker>& holder = keep_worker != nullptr ? *keep_worker : owned;
-  PS_ASSIGN_OR_RETURN(holder, Worker::Start(std::move(options), std::move(layout), initial));
+  PS_ASSIGN_OR_RETURN(WorkerOptions options, MakeWorkerOptions(c, s));
+  PS_ASSIGN_OR_RETURN(holder, Worker::Start(std::move(options), layout, initial));
+  if (config.comm == "auto") {
+    const TrainerConfig resolved = ResolveComm(config, holder->shards());
+    if (resolved.comm != c.comm) {
+      // The shards add changes as they are: local updates. The worker starts again
+      // with their options (joining again replaces the first session).
+      PS_RETURN_IF_ERROR(ValidateConfig(resolved, /*local=*/false));
+      c = resolved;
+      holder.reset();
+      PS_ASSIGN_OR_RETURN(options, MakeWorkerOptions(c, s));
+      PS_ASSIGN_OR_RETURN(holder, Worker::Start(std::move(options), layout, initial));
+    }
+  }
+  PS_RETURN_IF_ERROR(CheckShards(c, holder->shards()));
   Worker* worker = holder.get();
   // Declared after the worker (and `events`): stopped before either goes.
   std::unique_ptr<net::HttpEndpoint> metrics;

@@ -25,6 +25,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -115,9 +116,16 @@ struct TrainerConfig {
 // Refuses inconsistent settings with a message naming the field.
 absl::Status ValidateConfig(const TrainerConfig& config, bool local);
 
-// comm "auto", the one switch (docs/adaptive.md): synchronous rounds with --codec auto
-// over fp32, fp16, top-k 1 %, 3LC and CAT, error feedback on. Other configs unchanged.
-TrainerConfig ResolveComm(TrainerConfig config);
+// comm "auto", the one switch (docs/adaptive.md), given the shards the worker joined:
+// when every shard adds each round's aggregate as it is (ShardInfo::AddsChangesAsTheyAre,
+// ps-server --lr 1 --momentum 0), local updates with AdaComm's period and fp16 pushes;
+// otherwise (or with no shards known) synchronous rounds with --codec auto over fp32,
+// fp16, top-k 1 %, 3LC and CAT. Error feedback on in both. Other configs unchanged.
+TrainerConfig ResolveComm(TrainerConfig config, std::span<const ShardInfo> shards);
+
+// Refuses comm "adacomm" against a shard that does not add changes as they are, saying
+// which and how to start it.
+absl::Status CheckShards(const TrainerConfig& config, std::span<const ShardInfo> shards);
 
 // What a run reports. Every method has an empty default.
 class TrainerEvents {

@@ -76,6 +76,49 @@ TEST(ModelLayoutTest, HashDependsOnEveryField) {
   EXPECT_NE(base, 0u);
 }
 
+// A tensor with rows (a weight matrix) is cut at whole rows: slices of the longest
+// multiple of its row length that fits slice_elems; rows longer than a slice are cut
+// as any tensor; the summary counts and bounds the same slices Create makes.
+TEST(ModelLayoutTest, TensorsWithRowsAreCutAtWholeRows) {
+  const std::vector<TensorSpec> t = {
+      {"w", 10 * 300, 0, 300}, {"long_rows", 2 * 1500, 1, 1500}, {"b", 10, 2, 0}};
+  EXPECT_EQ(SliceElemsOf(t[0], 1000), 900u);
+  EXPECT_EQ(SliceElemsOf(t[1], 1000), 1000u);
+  EXPECT_EQ(SliceElemsOf(t[2], 1000), 1000u);
+  for (uint32_t shards : {1u, 2u, 3u}) {
+    absl::StatusOr<ModelLayout> l = ModelLayout::Create(t, 1000, shards);
+    ASSERT_TRUE(l.ok()) << l.status();
+    std::vector<uint32_t> sizes;
+    for (uint32_t id : l->SlicesOfTensor(0)) {
+      const SliceInfo& s = l->slices()[id];
+      EXPECT_EQ(s.offset % 300, 0u) << id;
+      EXPECT_EQ(s.numel % 300, 0u) << id;
+      sizes.push_back(s.numel);
+    }
+    EXPECT_EQ(sizes, (std::vector<uint32_t>{900, 900, 900, 300}));
+    EXPECT_EQ(l->SlicesOfTensor(1).size(), 3u) << "1000, 1000, 1000: rows split";
+    absl::StatusOr<LayoutSummary> sum = ModelLayout::Check(t, 1000, shards);
+    ASSERT_TRUE(sum.ok());
+    EXPECT_EQ(sum->num_slices, l->slices().size());
+    EXPECT_EQ(sum->partial_slices, 4u + 1u) << "w's four and b";
+    for (uint32_t s = 0; s < shards; ++s) {
+      EXPECT_LE(l->SlicesOfShard(s).size(), sum->max_owned_slices) << shards;
+      EXPECT_LE(l->ShardLoads()[s], sum->max_owned_elems) << shards;
+    }
+  }
+  // The row length is part of the layout, and must divide the tensor.
+  std::vector<TensorSpec> plain = t;
+  for (TensorSpec& spec : plain) spec.row_elems = 0;
+  EXPECT_NE(ModelLayout::Hash(t, 1000, 2), ModelLayout::Hash(plain, 1000, 2));
+  std::vector<TensorSpec> other_rows = t;
+  other_rows[0].row_elems = 600;
+  EXPECT_NE(ModelLayout::Hash(t, 1000, 2), ModelLayout::Hash(other_rows, 1000, 2));
+  std::vector<TensorSpec> ragged = t;
+  ragged[0].row_elems = 7;
+  EXPECT_EQ(ModelLayout::Create(ragged, 1000, 1).status().message(),
+            "tensor 'w' has 3000 elements, not whole rows of 7");
+}
+
 TEST(ModelLayoutTest, AssignmentIsDeterministic) {
   auto a = ModelLayout::Create(Mlp(), 1000, 4);
   auto b = ModelLayout::Create(Mlp(), 1000, 4);

@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "cluster_util.h"
@@ -257,6 +258,99 @@ TEST_F(ProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
   float values[6];
   std::memcpy(values, resp.values().data(), sizeof(values));
   for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(values[i], 2.0f + i) << i;
+  EXPECT_FALSE(reader->Read(&resp));
+  EXPECT_TRUE(reader->Finish().ok());
+}
+
+// PullResponse.queued: set on a message the shard wrote right after the one before it
+// (it was ready while that one was being written), clear on the first message of a
+// stream and on one whose version came while the stream was idle. The worker times its
+// downlink over the queued ones only (docs/adaptive.md, "The cost model").
+TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
+  server::ServerOptions o;
+  o.insecure = true;
+  o.num_workers = 2;
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  o.round_deadline = milliseconds(30000);
+  testing::Cluster cluster = testing::StartCluster(1, o);
+  ASSERT_EQ(cluster.num_shards(), 1u);
+  auto layout = core::ModelLayout::Create({{"w", 4 * 64, 0}}, 64, 1);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->slices().size(), 4u);
+  WorkerOptions wo;
+  wo.shard_addresses = cluster.addresses();
+  wo.worker_id = 0;
+  auto honest = Worker::Start(wo, *layout);
+  ASSERT_TRUE(honest.ok()) << honest.status();
+  auto stub = v1::WorkerService::NewStub(
+      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+  v1::JoinRequest join;
+  join.set_worker_id(1);
+  join.set_layout_hash(layout->hash());
+  v1::JoinResponse joined;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Join(&ctx, join, &joined).ok());
+  }
+  auto push = [&](uint64_t round, uint32_t slice) {
+    v1::PushRequest r;
+    r.set_session(joined.session());
+    r.set_layout_hash(layout->hash());
+    r.set_round(round);
+    r.set_slice_id(slice);
+    r.set_codec("fp16");
+    auto codec = codecs::MakeCodec("fp16");
+    EXPECT_TRUE((*codec)->Encode(std::vector<float>(64, 1.0f), r.mutable_payload()).ok());
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::PushResponse resp;
+    return stub->Push(&ctx, r, &resp);
+  };
+  auto open_pull = [&](grpc::ClientContext& ctx, uint64_t min_version,
+                       std::vector<uint32_t> slices) {
+    v1::PullRequest req;
+    req.set_session(joined.session());
+    req.set_layout_hash(layout->hash());
+    req.set_min_version(min_version);
+    for (uint32_t id : slices) req.add_slice_ids(id);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    return stub->Pull(&ctx, req);
+  };
+  const std::vector<float> grad(4 * 64, 2.0f);
+
+  // Round 0 complete before the pull: every slice is ready at once.
+  ASSERT_TRUE((*honest)->Push(0, 0, grad).ok());
+  ASSERT_TRUE((*honest)->WaitPushes().ok());
+  for (uint32_t id = 0; id < 4; ++id) ASSERT_TRUE(push(0, id).ok()) << id;
+  {
+    grpc::ClientContext ctx;
+    auto reader = open_pull(ctx, 1, {0, 1, 2, 3});
+    std::vector<bool> queued;
+    v1::PullResponse resp;
+    while (reader->Read(&resp)) queued.push_back(resp.queued());
+    ASSERT_TRUE(reader->Finish().ok());
+    EXPECT_EQ(queued, (std::vector<bool>{false, true, true, true}));
+  }
+
+  // Round 1: the stream is open before either slice is ready, and each comes while it
+  // is idle.
+  ASSERT_TRUE((*honest)->Push(0, 1, grad).ok());
+  ASSERT_TRUE((*honest)->WaitPushes().ok());
+  grpc::ClientContext ctx;
+  auto reader = open_pull(ctx, 2, {0, 1});
+  ASSERT_TRUE(push(1, 0).ok());
+  v1::PullResponse resp;
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.slice_id(), 0u);
+  EXPECT_FALSE(resp.queued());
+  // Long enough for the shard to see the first write done before the next slice is
+  // ready (were it not, the slice would rightly be marked queued).
+  std::this_thread::sleep_for(milliseconds(200));
+  ASSERT_TRUE(push(1, 1).ok());
+  ASSERT_TRUE(reader->Read(&resp));
+  EXPECT_EQ(resp.slice_id(), 1u);
+  EXPECT_FALSE(resp.queued());
   EXPECT_FALSE(reader->Read(&resp));
   EXPECT_TRUE(reader->Finish().ok());
 }

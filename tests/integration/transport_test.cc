@@ -123,6 +123,39 @@ TEST(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
   EXPECT_LT(links[0].alpha_seconds, 0.1);
 }
 
+// The worker's measured pull cost (WorkerStats::pull_links) over a link whose downlink
+// is shaped to 40 Mbit/s (2e-7 s per byte) and its uplink ten times faster: each pull's
+// 16 slices of 64 KiB were all ready, so the shard wrote all but the first back to
+// back and the run of the other 15 is one transfer.
+TEST(LinkCostTest, PullsOverAShapedDownlinkMeasureItsRate) {
+  testing::Cluster c = testing::StartCluster(1, Options(1));
+  ASSERT_EQ(c.num_shards(), 1u);
+  auto layout = core::ModelLayout::Create({{"w", 16 * 16384, 0}}, 16384, 1);
+  ASSERT_TRUE(layout.ok());
+  const std::vector<std::vector<float>> init = {std::vector<float>(16 * 16384, 0.0f)};
+  WorkerOptions o = ClientOptions(c, 0);
+  auto shaping = net::ParseLinkShaping("up=400mbps,down=40mbps");
+  ASSERT_TRUE(shaping.ok());
+  o.shaping = *shaping;
+  auto worker = Worker::Start(o, *layout, Spans(init));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  EXPECT_EQ((*worker)->stats().pull_links.at(0).transfers, 0u);
+  std::vector<float> out(16 * 16384);
+  const std::vector<std::span<float>> outs = {out};
+  for (uint64_t round = 0; round < 3; ++round) {
+    ASSERT_TRUE((*worker)->Push(0, round, init[0]).ok());
+    ASSERT_TRUE((*worker)->WaitPushes().ok());
+    ASSERT_TRUE((*worker)->PullAll(round + 1, outs, milliseconds(20000)).ok());
+  }
+  const std::vector<LinkStats> links = (*worker)->stats().pull_links;
+  ASSERT_EQ(links.size(), 1u);
+  EXPECT_EQ(links[0].transfers, 3u);
+  // The shaper bounds the rate; a loaded (or sanitized) machine only slows it.
+  EXPECT_GT(links[0].seconds_per_byte, 0.7 * 2e-7);
+  EXPECT_LT(links[0].seconds_per_byte, 3.0 * 2e-7);
+  EXPECT_LT(links[0].alpha_seconds, 0.05);
+}
+
 // The payload bytes of one topk(level=cat) push of a Gaussian gradient of 64 Ki values,
 // after three rounds in which fp32 probes of 4 Ki and 64 Ki values (separate busy
 // periods) measured the link and the pulls between rounds the idle time: `shaping`

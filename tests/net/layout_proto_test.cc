@@ -54,8 +54,27 @@ TEST(LayoutProtoTest, AnyDifferenceIsAnotherLayout) {
   other.mutable_tensors(0)->set_name("v");
   EXPECT_FALSE(SameLayout(layout, other));
   other = msg;
+  other.mutable_tensors(0)->set_row_elems(10);
+  EXPECT_FALSE(SameLayout(layout, other));
+  other = msg;
   other.add_tensors()->set_name("extra");
   EXPECT_FALSE(SameLayout(layout, other));
+}
+
+TEST(LayoutProtoTest, RowLengthsComeBackAndCutTheSameSlices) {
+  absl::StatusOr<core::ModelLayout> layout =
+      core::ModelLayout::Create({{"w", 100, 1, 10}, {"b", 10, 0}}, /*slice_elems=*/32, 2);
+  ASSERT_TRUE(layout.ok()) << layout.status();
+  v1::Layout msg;
+  LayoutToProto(*layout, &msg);
+  EXPECT_EQ(msg.tensors(0).row_elems(), 10u);
+  EXPECT_EQ(msg.tensors(1).row_elems(), 0u);
+  EXPECT_TRUE(SameLayout(*layout, msg));
+  absl::StatusOr<core::ModelLayout> back = LayoutFromProto(msg);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->hash(), layout->hash());
+  ASSERT_EQ(back->slices().size(), layout->slices().size());
+  EXPECT_EQ(back->slices()[0].numel, 30u) << "three rows of 10 in a slice of 32";
 }
 
 TEST(LayoutProtoTest, AnInvalidMessageGetsTheCreateError) {

@@ -100,6 +100,31 @@ TEST(WireTest, CompressedPullFieldsGoBothWays) {
   }
 }
 
+TEST(WireTest, TheQueuedMarkGoesBothWaysAndIsFalseWhenUnset) {
+  const std::string payload("\x03values", 7);
+  v1::PullResponse pull;
+  ASSERT_TRUE(pull.ParseFromString(
+      PullResponseHeader({.slice_id = 5, .version = 3, .queued = true}, payload.size()) +
+      payload));
+  EXPECT_TRUE(pull.queued());
+  EXPECT_EQ(pull.values(), payload);
+  const std::string serialized = pull.SerializeAsString();
+  for (const auto& pieces : AllCuts(serialized)) {
+    absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE(f->queued);
+    EXPECT_EQ(f->values.ToString(), payload);
+  }
+  pull.set_queued(false);
+  const std::string cleared = pull.SerializeAsString();
+  absl::StatusOr<PullFrame> unset = ParsePullResponse(Cut(cleared, {}));
+  ASSERT_TRUE(unset.ok());
+  EXPECT_FALSE(unset->queued);
+  v1::PullResponse plain;
+  ASSERT_TRUE(plain.ParseFromString(PullResponseHeader({.slice_id = 5, .version = 3}, 0)));
+  EXPECT_FALSE(plain.queued());
+}
+
 TEST(WireTest, LossesGoBothWaysAndStayAbsentWhenUnset) {
   const std::string payload("\x02values", 7);
   v1::PullResponse pull;

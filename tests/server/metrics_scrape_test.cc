@@ -149,7 +149,8 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
   EXPECT_EQ(MetricValue(w, "ps_worker_slices_pulled_total"), 2 * slices);
   EXPECT_GE(MetricValue(w, "ps_worker_push_bytes_total"), values * 4);
   EXPECT_EQ(MetricValue(w, "ps_worker_plans_total"), 0);
-  EXPECT_EQ(w.count("ps_worker_link_transfers{shard=\"0\"}"), 1u);
+  EXPECT_EQ(w.count("ps_worker_link_transfers{shard=\"0\",direction=\"push\"}"), 1u);
+  EXPECT_EQ(w.count("ps_worker_link_transfers{shard=\"0\",direction=\"pull\"}"), 1u);
 
   server_->metrics()->SetCheckpointTime(std::chrono::system_clock::now());
   const std::string with_checkpoint = Scrape();
@@ -171,6 +172,8 @@ TEST(WorkerMetricsTest, PlanCodecsAreEscapedLabelsAndCountersExact) {
   s.push_bytes = 14653652400;  // beyond 6 significant digits
   s.push_links = {LinkStats{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7, .transfers = 9},
                   LinkStats{}};
+  s.pull_links = {LinkStats{.alpha_seconds = 0, .seconds_per_byte = 8e-7, .transfers = 5},
+                  LinkStats{}};
   s.plan.plans = 2;
   s.plan.planned_at = 7;
   s.plan.predicted_seconds = 0.25;
@@ -178,9 +181,12 @@ TEST(WorkerMetricsTest, PlanCodecsAreEscapedLabelsAndCountersExact) {
   const std::vector<std::string> names = {"fc1.weight", "odd \"name\"\\"};
   const std::string text = WorkerMetricsText(s, names);
   EXPECT_THAT(text, HasSubstr("ps_worker_push_bytes_total 14653652400\n"));
-  EXPECT_THAT(text,
-              HasSubstr("ps_worker_link_seconds_per_byte{shard=\"0\"} 3.9999999999999998e-07\n"));
-  EXPECT_THAT(text, HasSubstr("ps_worker_link_transfers{shard=\"0\"} 9\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_link_seconds_per_byte{shard=\"0\",direction=\"push\"} "
+                              "3.9999999999999998e-07\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_link_transfers{shard=\"0\",direction=\"push\"} 9\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_link_seconds_per_byte{shard=\"0\",direction=\"pull\"} "
+                              "7.9999999999999996e-07\n"));
+  EXPECT_THAT(text, HasSubstr("ps_worker_link_transfers{shard=\"1\",direction=\"pull\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_plan_codec{tensor=\"fc1.weight\","
                               "codec=\"topk(0.01)+varint+fp16\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_plan_codec{tensor=\"odd \\\"name\\\"\\\\\","

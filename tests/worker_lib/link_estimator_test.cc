@@ -143,6 +143,34 @@ TEST(TransferMeterTest, ABusyPeriodIsOneTransferOfWhatItsCallsDelivered) {
   EXPECT_EQ(m.Estimate().transfers, 2u);
 }
 
+// A pull stream's runs of back-to-back messages are the downlink's transfers: the
+// first message of a stream and one written after the shard waited for its version
+// (unqueued) start no sample, and the wait before them is in none.
+TEST(BurstTimerTest, RunsOfQueuedMessagesAreTransfersAndWaitsAreNot) {
+  SharedLinkEstimate link;
+  {
+    BurstTimer t(&link);
+    t.Arrived(1000, /*queued=*/true, 0.0);  // a stream's first message: no gap to time
+    t.Arrived(1000, true, 0.1);
+    t.Arrived(1000, true, 0.2);   // a run of 2000 bytes in 0.2 s
+    t.Arrived(1000, false, 5.0);  // the shard waited 4.8 s for this version
+    t.Arrived(4000, true, 5.4);   // a run of 4000 bytes in 0.4 s
+    EXPECT_EQ(link.Estimate().transfers, 1u) << "the second run is still going on";
+    t.End();
+    t.End();  // ending twice adds nothing
+  }
+  LinkCost c = link.Estimate();
+  ASSERT_EQ(c.transfers, 2u);
+  EXPECT_TRUE(c.from_slope);
+  EXPECT_NEAR(c.seconds_per_byte, 1e-4, 1e-12);
+  EXPECT_NEAR(c.alpha_seconds, 0, 1e-9);
+  // A stream of unqueued messages only (each waited for its version) times nothing.
+  BurstTimer idle(&link);
+  for (int i = 0; i < 4; ++i) idle.Arrived(1000, false, 10.0 + i);
+  idle.End();
+  EXPECT_EQ(link.Estimate().transfers, 2u);
+}
+
 // A round's idle time runs from the last drain to the first push of the next round;
 // drains inside a round (between tensors) move its start, pushes of the same round
 // take no sample, and the mean weighs the newest round by a quarter.

@@ -120,6 +120,33 @@ TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
   EXPECT_TRUE(p.Replan(53, links, 12).has_value());
 }
 
+// The pulls' own downlink estimate replaces the uplink's for the pulls of the plan; a
+// shard whose downlink is not measured yet keeps its uplink; the downlink's drift
+// alone replans.
+TEST(PushPlannerTest, AMeasuredDownlinkTimesThePulls) {
+  const core::ModelLayout layout = Layout();
+  Clock clock;
+  const std::vector<PlanLink> up(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 1e-8});
+  PushPlanner same(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"},
+                   clock.fn());
+  Rounds(same, clock, 0, 3);
+  ASSERT_TRUE(same.Replan(2, up, 12).has_value());
+  const double symmetric = same.stats().predicted_seconds;
+
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  Rounds(p, clock, 0, 3);
+  const std::vector<PlanLink> unmeasured(2);
+  ASSERT_TRUE(p.Replan(2, up, 12, unmeasured).has_value());
+  EXPECT_DOUBLE_EQ(p.stats().predicted_seconds, symmetric) << "no downlink: the uplink";
+  // A downlink 40x slower (2.5 MB/s): each shard's dense pull of half the weight
+  // (512 KiB) takes 0.2 s instead of 5 ms; compressing pushes cannot hide that.
+  std::vector<PlanLink> slow_down(2, PlanLink{.alpha_seconds = 0, .seconds_per_byte = 4e-7});
+  EXPECT_EQ(p.Replan(3, up, 12, slow_down), std::nullopt) << "one drifted check";
+  ASSERT_TRUE(p.Replan(3, up, 12, slow_down).has_value()) << "two in a row: a new plan";
+  EXPECT_EQ(p.stats().plans, 2u);
+  EXPECT_GT(p.stats().predicted_seconds, symmetric + 0.19);
+}
+
 TEST(PushPlannerTest, CompressedPullsEnterThePlan) {
   const core::ModelLayout layout = Layout();
   Clock clock;

@@ -284,7 +284,19 @@ TEST(TorchWorkerStartTest, LayoutFollowsNamedParametersWithPriorityOverrides) {
   EXPECT_EQ(layout->tensors()[2].name, "fc2.weight");
   EXPECT_EQ(layout->tensors()[2].priority, 2);
   EXPECT_EQ(layout->tensors()[3].priority, -1);
+  EXPECT_EQ(layout->tensors()[0].row_elems, 8u) << "fc1.weight: 16 rows of 8 inputs";
+  EXPECT_EQ(layout->tensors()[1].row_elems, 0u) << "a bias has no rows";
   EXPECT_EQ(layout->num_shards(), 2u);
+  // Slices of 20 values hold two whole rows of 8.
+  TorchWorkerOptions small = t;
+  small.priority.clear();
+  small.slice_elems = 20;
+  auto cut = MakeLayout(net, 1, small);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  for (uint32_t id : cut->SlicesOfTensor(0)) {
+    EXPECT_EQ(cut->slices()[id].numel, 16u) << id;
+    EXPECT_EQ(cut->slices()[id].offset % 8, 0u) << id;
+  }
   t.priority["nope"] = 0;
   EXPECT_THAT(std::string(MakeLayout(net, 1, t).status().message()), HasSubstr("'nope'"));
 }

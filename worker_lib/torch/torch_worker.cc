@@ -282,7 +282,12 @@ absl::StatusOr<core::ModelLayout> MakeLayout(const torch::nn::Module& model, uin
   PS_RETURN_IF_ERROR(CollectParameters(model, params, names));
   std::vector<core::TensorSpec> specs;
   for (size_t i = 0; i < params.size(); ++i) {
-    specs.push_back({names[i], static_cast<uint64_t>(params[i].numel()), static_cast<int32_t>(i)});
+    // A weight (out x in, or out x in x kh x kw) is a matrix of out rows to the codecs
+    // that factor matrices: its slices hold whole rows.
+    const auto numel = static_cast<uint64_t>(params[i].numel());
+    const uint32_t row_elems =
+        params[i].dim() >= 2 ? static_cast<uint32_t>(numel / params[i].size(0)) : 0;
+    specs.push_back({names[i], numel, static_cast<int32_t>(i), row_elems});
   }
   for (const auto& [name, priority] : options.priority) {
     auto it = std::find_if(specs.begin(), specs.end(),

@@ -87,7 +87,9 @@ struct TorchWorkerOptions {
 };
 
 // The layout of `model`'s parameters for `num_shards` shards: one tensor per
-// parameter of named_parameters() (recursive), in that order. Refuses a parameter that
+// parameter of named_parameters() (recursive), in that order; a parameter of two or
+// more dimensions is a matrix of size(0) rows (TensorSpec::row_elems), so its slices
+// hold whole rows (for PowerSGD's per-slice factorization). Refuses a parameter that
 // is undefined, not fp32, not on the CPU or not contiguous, with its name.
 absl::StatusOr<core::ModelLayout> MakeLayout(const torch::nn::Module& model, uint32_t num_shards,
                                              const TorchWorkerOptions& options = {});

@@ -150,6 +150,42 @@ TEST(ClusterTest, AdaCommTakesFewerRoundsAsTheLossFallsAndTheRuleHolds) {
   EXPECT_EQ(result->losses.back().first, 48u) << "the steps add up to --steps";
 }
 
+// --comm auto takes local updates (AdaComm) only where every shard adds the round's
+// aggregate as it is (--lr 1 --momentum 0), and synchronous rounds with Espresso's plan
+// elsewhere; --comm adacomm against shards that apply SGD is refused, saying how to
+// start them.
+TEST(ClusterTest, CommAutoTakesLocalUpdatesOnlyWhereTheShardsAddChangesAsTheyAre) {
+  auto data = LoadTrainingData(kDataDir, /*with_test=*/true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ClusterConfig c = SmallCluster(12);
+  c.trainer.comm = "auto";
+  c.trainer.tau0 = 4;
+  c.trainer.lr = 0.05;
+  auto sync = RunCluster(c, *data);
+  ASSERT_TRUE(sync.ok()) << sync.status();
+  EXPECT_TRUE(sync->periods.empty()) << "shards at lr 0.05, momentum 0.9: synchronous";
+  EXPECT_EQ(sync->losses.back().first, 12u);
+
+  c.lr = 1;
+  c.momentum = 0;
+  auto local = RunCluster(c, *data);
+  ASSERT_TRUE(local.ok()) << local.status();
+  ASSERT_FALSE(local->periods.empty());
+  EXPECT_EQ(local->periods.front().tau, 4u);
+  EXPECT_LT(local->losses.size(), 12u) << "fewer rounds than steps";
+  EXPECT_TRUE(local->plans.empty()) << "fp16 pushes, no plan";
+
+  c.lr = 0.05;
+  c.momentum = 0.9;
+  c.trainer.comm = "adacomm";
+  auto refused = RunCluster(c, *data);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(refused.status().message(),
+              ::testing::HasSubstr("applies SGD with lr 0.05, momentum 0.9, weight decay 0 "
+                                   "(start ps-server with --lr 1 --momentum 0 --weight-decay 0)"));
+}
+
 // Separate processes: two ALIE attackers collude through ps-demo's directory (each
 // waits for the other's gradient file every round, so a broken channel fails the
 // scenario at the pull timeout) and the files of the last rounds are there.

@@ -111,5 +111,44 @@ TEST(ValidateConfigTest, RefusesUnknownCommunicationSettings) {
             "communication 'gossip' is not one of: sync, adacomm, auto");
 }
 
+// --comm auto resolves on what the shards said at join.
+TEST(ResolveCommTest, LocalUpdatesOnlyWhenEveryShardAddsChangesAsTheyAre) {
+  TrainerConfig c;
+  c.comm = "auto";
+  ShardInfo as_is{.shard_id = 0, .learning_rate = 1, .momentum = 0, .weight_decay = 0};
+  ShardInfo sgd{.shard_id = 1, .learning_rate = 0.05f, .momentum = 0.9f};
+  ASSERT_TRUE(as_is.AddsChangesAsTheyAre());
+  ASSERT_FALSE(sgd.AddsChangesAsTheyAre());
+
+  const TrainerConfig unknown = ResolveComm(c, {});
+  EXPECT_EQ(unknown.comm, "sync");
+  EXPECT_EQ(unknown.codec, "auto");
+  EXPECT_TRUE(unknown.error_feedback);
+  EXPECT_EQ(unknown.codec_candidates.size(), 5u);
+
+  const std::vector<ShardInfo> both = {as_is, as_is};
+  const TrainerConfig local = ResolveComm(c, both);
+  EXPECT_EQ(local.comm, "adacomm");
+  EXPECT_EQ(local.codec, "fp16");
+  EXPECT_TRUE(CheckShards(local, both).ok());
+
+  const std::vector<ShardInfo> mixed = {as_is, sgd};
+  EXPECT_EQ(ResolveComm(c, mixed).comm, "sync");
+  ShardInfo aggregating = as_is;
+  aggregating.aggregate_only = true;
+  const std::vector<ShardInfo> only_aggregate = {aggregating};
+  EXPECT_EQ(ResolveComm(c, only_aggregate).comm, "sync");
+
+  c.comm = "sync";
+  EXPECT_EQ(ResolveComm(c, both).comm, "sync") << "only auto is resolved";
+  EXPECT_TRUE(CheckShards(c, mixed).ok()) << "synchronous rounds work with any shard";
+  c.comm = "adacomm";
+  EXPECT_EQ(CheckShards(c, only_aggregate).message(),
+            "--comm adacomm pushes the change of each worker's local steps, which the shards "
+            "must add as it is; shard 0 only aggregates (--aggregate-only) (start ps-server "
+            "with --lr 1 --momentum 0 --weight-decay 0)");
+  EXPECT_EQ(CheckShards(c, mixed).code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace ps::fashion_mnist
