@@ -31,6 +31,7 @@ class BucketedCodec : public Codec {
   BucketedCodec(std::string spec, size_t bucket, uint64_t seed)
       : spec_(std::move(spec)), bucket_(bucket), seed_(seed) {}
 
+  size_t BucketSize() const { return bucket_; }
   size_t Buckets(size_t numel) const { return BucketCount(numel, bucket_); }
   // Values [Begin(b), End(b, numel)) form bucket b.
   size_t Begin(size_t b) const { return b * bucket_; }

@@ -17,26 +17,20 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // Worker 0's events: kept for the result and passed on to the caller's observer.
-class Recorder final : public TrainerEvents {
+class Recorder final : public ForwardingEvents {
  public:
   Recorder(ClusterResult* result, TrainerEvents* next, Clock::time_point start)
-      : result_(result), next_(next), start_(start) {}
-  void Start(const TrainerConfig& c, bool local, uint64_t start_step, int64_t parameters) override {
-    if (next_) next_->Start(c, local, start_step, parameters);
-  }
+      : ForwardingEvents(next), result_(result), start_(start) {}
   void Step(uint64_t step, double loss) override {
     result_->losses.emplace_back(step, loss);
-    if (next_) next_->Step(step, loss);
+    ForwardingEvents::Step(step, loss);
   }
   void Evaluated(uint64_t step, double accuracy, double seconds) override {
     evaluating_ += seconds;
     result_->evals.emplace_back(step, accuracy);
     result_->eval_seconds.push_back(std::chrono::duration<double>(Clock::now() - start_).count() -
                                     evaluating_);
-    if (next_) next_->Evaluated(step, accuracy, seconds);
-  }
-  void Warning(uint64_t step, std::string_view message) override {
-    if (next_) next_->Warning(step, message);
+    ForwardingEvents::Evaluated(step, accuracy, seconds);
   }
   void Planned(uint64_t step, const PlanStats& plan,
                const std::vector<std::string>& tensors) override {
@@ -48,28 +42,24 @@ class Recorder final : public TrainerEvents {
       absl::StrAppend(&change.codecs, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t]);
     }
     result_->plans.push_back(std::move(change));
-    if (next_) next_->Planned(step, plan, tensors);
+    ForwardingEvents::Planned(step, plan, tensors);
   }
   void Period(uint64_t step, uint64_t round, uint32_t tau) override {
     result_->periods.push_back({step, round, tau});
-    if (next_) next_->Period(step, round, tau);
-  }
-  void Metrics(std::string_view url) override {
-    if (next_) next_->Metrics(url);
+    ForwardingEvents::Period(step, round, tau);
   }
   void Diverged(uint64_t step) override {
     result_->diverged = true;
-    if (next_) next_->Diverged(step);
+    ForwardingEvents::Diverged(step);
   }
   void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds, bool diverged,
             uint64_t late_pushes) override {
     result_->final_accuracy = accuracy;
-    if (next_) next_->Done(steps, accuracy, wall_seconds, diverged, late_pushes);
+    ForwardingEvents::Done(steps, accuracy, wall_seconds, diverged, late_pushes);
   }
 
  private:
   ClusterResult* result_;
-  TrainerEvents* next_;
   const Clock::time_point start_;
   double evaluating_ = 0;  // seconds spent in evaluations so far
 };

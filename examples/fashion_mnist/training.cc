@@ -513,9 +513,9 @@ absl::Status TrainLocal(const TrainerConfig& c, const TrainingData& data, Traine
 
 // What the trainer adds to the worker's metrics: the latest step, loss, test accuracy and
 // AdaComm period, recorded from the events it passes on.
-class MetricsEvents final : public TrainerEvents {
+class MetricsEvents final : public ForwardingEvents {
  public:
-  explicit MetricsEvents(TrainerEvents& next) : next_(next) {}
+  explicit MetricsEvents(TrainerEvents& next) : ForwardingEvents(&next) {}
 
   std::string Text() const {
     std::string out;
@@ -535,41 +535,25 @@ class MetricsEvents final : public TrainerEvents {
     return out;
   }
 
-  void Start(const TrainerConfig& config, bool local, uint64_t start_step,
-             int64_t parameters) override {
-    next_.Start(config, local, start_step, parameters);
-  }
   void Step(uint64_t step, double loss) override {
     step_ = step;
     loss_ = loss;
-    next_.Step(step, loss);
+    ForwardingEvents::Step(step, loss);
   }
   void Eval(uint64_t step, double accuracy) override {
     accuracy_ = accuracy;
-    next_.Eval(step, accuracy);
+    ForwardingEvents::Eval(step, accuracy);
   }
   void Evaluated(uint64_t step, double accuracy, double seconds) override {
     accuracy_ = accuracy;
-    next_.Evaluated(step, accuracy, seconds);
+    ForwardingEvents::Evaluated(step, accuracy, seconds);
   }
-  void Warning(uint64_t step, std::string_view message) override { next_.Warning(step, message); }
   void Period(uint64_t step, uint64_t round, uint32_t tau) override {
     tau_ = tau;
-    next_.Period(step, round, tau);
-  }
-  void Planned(uint64_t step, const PlanStats& plan,
-               const std::vector<std::string>& tensors) override {
-    next_.Planned(step, plan, tensors);
-  }
-  void Metrics(std::string_view url) override { next_.Metrics(url); }
-  void Diverged(uint64_t step) override { next_.Diverged(step); }
-  void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds, bool diverged,
-            uint64_t late_pushes) override {
-    next_.Done(steps, accuracy, wall_seconds, diverged, late_pushes);
+    ForwardingEvents::Period(step, round, tau);
   }
 
  private:
-  TrainerEvents& next_;
   std::atomic<uint64_t> step_{0};
   std::atomic<double> loss_{std::numeric_limits<double>::quiet_NaN()};
   std::atomic<double> accuracy_{std::numeric_limits<double>::quiet_NaN()};

@@ -151,6 +151,49 @@ class TrainerEvents {
                     bool diverged, uint64_t late_pushes) {}
 };
 
+// Passes every event on to `next` (none when null); observers derive from it, override
+// what they watch and call the base to pass the event on.
+class ForwardingEvents : public TrainerEvents {
+ public:
+  explicit ForwardingEvents(TrainerEvents* next) : next_(next) {}
+  void Start(const TrainerConfig& config, bool local, uint64_t start_step,
+             int64_t parameters) override {
+    if (next_ != nullptr) next_->Start(config, local, start_step, parameters);
+  }
+  void Step(uint64_t step, double loss) override {
+    if (next_ != nullptr) next_->Step(step, loss);
+  }
+  void Eval(uint64_t step, double accuracy) override {
+    if (next_ != nullptr) next_->Eval(step, accuracy);
+  }
+  void Evaluated(uint64_t step, double accuracy, double seconds) override {
+    if (next_ != nullptr) next_->Evaluated(step, accuracy, seconds);
+  }
+  void Warning(uint64_t step, std::string_view message) override {
+    if (next_ != nullptr) next_->Warning(step, message);
+  }
+  void Period(uint64_t step, uint64_t round, uint32_t tau) override {
+    if (next_ != nullptr) next_->Period(step, round, tau);
+  }
+  void Planned(uint64_t step, const PlanStats& plan,
+               const std::vector<std::string>& tensors) override {
+    if (next_ != nullptr) next_->Planned(step, plan, tensors);
+  }
+  void Metrics(std::string_view url) override {
+    if (next_ != nullptr) next_->Metrics(url);
+  }
+  void Diverged(uint64_t step) override {
+    if (next_ != nullptr) next_->Diverged(step);
+  }
+  void Done(uint64_t steps, std::optional<double> accuracy, double wall_seconds, bool diverged,
+            uint64_t late_pushes) override {
+    if (next_ != nullptr) next_->Done(steps, accuracy, wall_seconds, diverged, late_pushes);
+  }
+
+ private:
+  TrainerEvents* const next_;
+};
+
 // The data sets, loaded once and shared (read-only) by the workers of a process.
 struct TrainingData {
   Dataset train;

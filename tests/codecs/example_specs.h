@@ -60,6 +60,8 @@ inline const std::vector<ExampleSpec>& ExampleSpecs() {
       {"topk(0.3, level=cat, min=0.01)+varint+fp16", 1.0},
       // CAT picks 3lc's s in [1, 1.9]: at most s = 1.9's error.
       {"3lc(s=1.9, level=cat)", 1.0},
+      // CAT picks qsgd's s in {1, 2, 4, 8, 16}: at most s = 1's error in buckets of 64.
+      {"qsgd(s=16, bucket=64, level=cat)", 3.0},
   };
   return specs;
 }

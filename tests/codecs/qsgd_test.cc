@@ -1,9 +1,11 @@
 // qsgd: wire format, level bound, refusals of hostile level streams.
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "codecs/codec.h"
 #include "codecs/wire_internal.h"
 #include "gmock/gmock.h"
@@ -103,8 +105,114 @@ TEST(QsgdCodecTest, RefusesHostileLevelStreams) {
 
 TEST(QsgdCodecTest, RefusesBadArguments) {
   EXPECT_THAT(std::string(MakeCodec("qsgd(s=0)").status().message()), HasSubstr("s must lie in"));
-  EXPECT_THAT(std::string(MakeCodec("qsgd(s=65537)").status().message()), HasSubstr("s must lie in"));
+  EXPECT_THAT(std::string(MakeCodec("qsgd(s=65537)").status().message()),
+              HasSubstr("s must lie in"));
   EXPECT_EQ((*MakeCodec("qsgd(8, 256)"))->spec(), "qsgd(s=8, bucket=256)");
+}
+
+// The s a qsgd(level=cat) payload carries: the varint after version, numel and norms.
+uint64_t ChosenLevels(const std::string& payload, size_t numel, size_t bucket) {
+  size_t at = 1 + internal::VarintSize(numel) + 4 * ((numel + bucket - 1) / bucket);
+  uint64_t v = 0;
+  for (int shift = 0; at < payload.size(); shift += 7) {
+    const auto byte = static_cast<uint8_t>(payload[at++]);
+    v |= uint64_t{byte & 0x7fu} << shift;
+    if ((byte & 0x80) == 0) break;
+  }
+  return v;
+}
+
+// qsgd(level=cat): CAT's objective for unbiased compressors, 1 / (b(s) (fixed + bytes)),
+// with b(s) = 1 + min(k / s^2, sqrt(k) / s). The s chosen from expected sizes scores
+// within a few percent of the best candidate by the real payloads of the fixed-s codec;
+// a huge fixed cost makes bytes irrelevant (the largest s, least variance); the payload
+// decodes with the spec the push names and its error is within the variance bound.
+TEST(QsgdCatTest, ChoosesAnSWithinAFewPercentOfTheBruteForceBest) {
+  const size_t n = 20000, bucket = 512;
+  std::vector<float> heavy = Gaussian(n, 4);
+  for (size_t i = 0; i < n; i += 50) heavy[i] *= 20.0f;
+  std::vector<uint64_t> chosen;
+  for (const std::vector<float>& x : {Gaussian(n, 3), heavy}) {
+    for (double fixed : {0.0, 3000.0, 30000.0, 1e9}) {
+      auto cat = MakeOk("qsgd(s=1024, bucket=512, level=cat)");
+      EncodeContext ctx;
+      ctx.fixed_cost_bytes = fixed;
+      std::string payload;
+      ASSERT_TRUE(cat->Encode(x, ctx, &payload).ok());
+      const uint64_t s = ChosenLevels(payload, n, bucket);
+      chosen.push_back(s);
+      double best = 0, score_of_s = 0;
+      for (uint64_t c = 1; c <= 1024; c *= 2) {
+        auto fixed_s = MakeOk(absl::StrCat("qsgd(s=", c, ", bucket=512)"));
+        const double bytes = static_cast<double>(EncodeOk(*fixed_s, x).size() +
+                                                 internal::VarintSize(c));
+        const double k = bucket;
+        const double variance = 1 + std::min(k / double(c * c), std::sqrt(k) / double(c));
+        const double score = 1 / (variance * (fixed + bytes));
+        best = std::max(best, score);
+        if (c == s) score_of_s = score;
+      }
+      ASSERT_GT(score_of_s, 0) << "s = " << s << " is not a candidate";
+      EXPECT_GE(score_of_s, 0.97 * best) << "fixed " << fixed << ", s = " << s;
+      if (fixed == 1e9) {
+        EXPECT_EQ(s, 1024u);
+      }
+      std::vector<float> d(n);
+      auto shard = MakeOk(cat->spec());
+      ASSERT_TRUE(shard->Decode(payload, d).ok());
+      double err = 0, energy = 0;
+      for (size_t i = 0; i < n; ++i) {
+        err += (double{x[i]} - d[i]) * (double{x[i]} - d[i]);
+        energy += double{x[i]} * x[i];
+      }
+      const double k = bucket;
+      EXPECT_LE(err / energy, 1.5 * std::min(k / double(s * s), std::sqrt(k) / double(s)));
+    }
+  }
+  // Without a fixed cost fewer levels pay (the variance factor falls as 1 / s^2 once
+  // s^2 > k, the bits grow as log s); with a huge one the most.
+  EXPECT_LT(chosen[0], chosen[3]);
+  EXPECT_LT(chosen[0], 1024u);
+}
+
+TEST(QsgdCatTest, SpecsRefusalsAndTheLevelsOnTheWire) {
+  auto spec = [](std::string_view s) {
+    auto codec = MakeCodec(s);
+    return codec.ok() ? std::string((*codec)->spec()) : std::string(codec.status().message());
+  };
+  EXPECT_EQ(spec("qsgd(s=16, level=cat)"),
+            "qsgd(s=16, bucket=512, level=cat, min=1, overhead=16384)");
+  EXPECT_EQ(spec("qsgd(s=16, level=fixed)"), "qsgd(s=16, bucket=512)");
+  EXPECT_THAT(spec("qsgd(s=16, min=2)"), HasSubstr("min and overhead are arguments of level=cat"));
+  EXPECT_THAT(
+      spec("qsgd(s=4, level=cat, min=8)"),
+      HasSubstr("level=cat needs min <= s (the most levels a payload uses), got min=8 and s=4"));
+  // A payload's s must lie in [min, s]; its levels are bounded by it.
+  auto codec = MakeOk("qsgd(s=8, bucket=512, level=cat, min=2)");
+  const std::string prefix = "qsgd(s=8, bucket=512, level=cat, min=2, overhead=16384): ";
+  auto with_levels = [](uint64_t s, std::vector<int> bits) {
+    std::string b;
+    internal::PutU8(&b, kFormatVersion);
+    internal::PutVarint(&b, 1);
+    internal::PutF32(&b, 1.0f);
+    internal::PutVarint(&b, s);
+    internal::BitWriter w(&b);
+    for (int bit : bits) w.Put(static_cast<uint64_t>(bit), 1);
+    w.Finish();
+    return b;
+  };
+  EXPECT_EQ(DecodeError(*codec, with_levels(1, {1}), 1), prefix + "s = 1 is outside [2, 8]");
+  EXPECT_EQ(DecodeError(*codec, with_levels(9, {1}), 1), prefix + "s = 9 is outside [2, 8]");
+  // s = 5: level 6 (code 7, read as 0 0 1 1 1) is above it; s = 2 allows no code with
+  // two leading zeros at all.
+  EXPECT_EQ(DecodeError(*codec, with_levels(5, {0, 0, 1, 1, 1, 0}), 1),
+            prefix + "value 0 has level 6, above s = 5");
+  EXPECT_EQ(DecodeError(*codec, with_levels(2, {0, 0, 1, 0, 0, 0}), 1),
+            prefix + "level code too long at value 0");
+  // s = 4: level 2 (code 3 = 011, read as 0 then 11), positive: 1.0 * 2 / 4.
+  std::vector<float> out(1);
+  ASSERT_TRUE(codec->Decode(with_levels(4, {0, 1, 1, 0}), out).ok());
+  EXPECT_EQ(out[0], 0.5f);
 }
 
 }  // namespace

@@ -26,13 +26,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "tests/server/metrics_text.h"
+#include "tests/net/metrics_text.h"
 
 namespace ps::net {
 namespace {
 
 // The HTTP test helpers shared with the shard's metrics tests.
-namespace testing = ::ps::server::testing;
 
 using ::testing::HasSubstr;
 using ::testing::Not;

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "metrics_text.h"
+#include "tests/net/metrics_text.h"
 #include "server/server.h"
 #include "worker_lib/metrics.h"
 #include "worker_lib/worker.h"
@@ -23,8 +23,8 @@ namespace ps::server {
 namespace {
 
 using ::testing::HasSubstr;
-using testing::MetricValue;
-using testing::ParseMetrics;
+using net::testing::MetricValue;
+using net::testing::ParseMetrics;
 using std::chrono::milliseconds;
 
 constexpr char kPromtool[] = "/usr/bin/promtool";
@@ -72,7 +72,8 @@ class MetricsScrapeTest : public ::testing::Test {
   }
 
   std::string Scrape() {
-    absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(server_->metrics_port(), "/metrics");
+    absl::StatusOr<net::testing::HttpResponse> r =
+        net::testing::HttpGet(server_->metrics_port(), "/metrics");
     EXPECT_TRUE(r.ok()) << r.status();
     if (!r.ok()) return "";
     EXPECT_EQ(r->status, 200);
@@ -130,9 +131,10 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
   EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"udp\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_udp_datagrams_dropped_total{reason=\"forged\"}"), 0);
   for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
-    EXPECT_EQ(MetricValue(m, absl::StrCat("ps_refusals_total{reason=\"",
-                                          std::string(RefusalName(static_cast<Refusal>(r))), "\"}")),
-              0);
+    EXPECT_EQ(
+        MetricValue(m, absl::StrCat("ps_refusals_total{reason=\"",
+                                    std::string(RefusalName(static_cast<Refusal>(r))), "\"}")),
+        0);
   }
   // Two PullAll calls, each streaming every slice (a stream ends when its last slice
   // is written, so both are counted by now).
@@ -198,13 +200,14 @@ TEST(WorkerMetricsTest, PlanCodecsAreEscapedLabelsAndCountersExact) {
 }
 
 TEST_F(MetricsScrapeTest, OtherPathsAreNotFoundAndShutdownStopsServing) {
-  absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(server_->metrics_port(), "/nope");
+  absl::StatusOr<net::testing::HttpResponse> r =
+      net::testing::HttpGet(server_->metrics_port(), "/nope");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 404);
   const uint16_t port = server_->metrics_port();
   server_->Shutdown();
   EXPECT_EQ(server_->metrics_port(), 0);
-  EXPECT_FALSE(testing::HttpGet(port, "/metrics").ok());
+  EXPECT_FALSE(net::testing::HttpGet(port, "/metrics").ok());
 }
 
 // The security finding fixed by HttpEndpoint: with prometheus-cpp's Exposer (civetweb,
@@ -251,7 +254,7 @@ TEST(MetricsServerTest, NoEndpointByDefault) {
 }
 
 TEST(MetricsServerTest, StartFailsWhenTheMetricsPortIsTaken) {
-  testing::ListeningSocket taken;
+  net::testing::ListeningSocket taken;
   ASSERT_NE(taken.port(), 0);
   ServerOptions o = Options();
   o.metrics_port = taken.port();

@@ -12,15 +12,15 @@
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
 #include "core/fp32_bytes.h"
-#include "metrics_text.h"
+#include "tests/net/metrics_text.h"
 
 namespace ps::server {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::MetricValue;
-using testing::ParseMetrics;
+using net::testing::MetricValue;
+using net::testing::ParseMetrics;
 
 class MetricsTest : public ::testing::Test {
  protected:
@@ -93,8 +93,8 @@ TEST_F(MetricsTest, ShardStateBeforeAnyPush) {
 TEST_F(MetricsTest, EveryRefusalReasonHasASeries) {
   const auto m = ParseMetrics(metrics_->Render());
   for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
-    const std::string series = absl::StrCat("ps_refusals_total{reason=\"",
-                                             std::string(RefusalName(static_cast<Refusal>(r))), "\"}");
+    const std::string series = absl::StrCat(
+        "ps_refusals_total{reason=\"", std::string(RefusalName(static_cast<Refusal>(r))), "\"}");
     EXPECT_EQ(MetricValue(m, series), 0) << series;
   }
 }
@@ -241,18 +241,18 @@ TEST_F(MetricsTest, ServesTheTextOverHttpAndStops) {
   const uint16_t port = metrics_->port();
   ASSERT_NE(port, 0);
   EXPECT_EQ(metrics_->Serve("127.0.0.1", 0).code(), absl::StatusCode::kFailedPrecondition);
-  absl::StatusOr<testing::HttpResponse> r = testing::HttpGet(port, "/metrics");
+  absl::StatusOr<net::testing::HttpResponse> r = net::testing::HttpGet(port, "/metrics");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(MetricValue(ParseMetrics(r->body), "ps_ready"), 1);
   metrics_->Stop();
   EXPECT_EQ(metrics_->port(), 0);
-  EXPECT_FALSE(testing::HttpGet(port, "/metrics").ok());
+  EXPECT_FALSE(net::testing::HttpGet(port, "/metrics").ok());
   metrics_->Stop();  // idempotent
 }
 
 TEST_F(MetricsTest, ServeFailsOnAPortInUse) {
-  testing::ListeningSocket taken;
+  net::testing::ListeningSocket taken;
   ASSERT_NE(taken.port(), 0);
   absl::Status st = metrics_->Serve("127.0.0.1", taken.port());
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable) << st;

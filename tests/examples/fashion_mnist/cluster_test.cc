@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/server/metrics_text.h"
+#include "tests/net/metrics_text.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -223,7 +223,7 @@ class Scraper final : public TrainerEvents {
   std::string Get() const {
     const size_t colon = url_.rfind(':');
     const auto port = static_cast<uint16_t>(std::atoi(url_.c_str() + colon + 1));
-    absl::StatusOr<server::testing::HttpResponse> r = server::testing::HttpGet(port, "/metrics");
+    absl::StatusOr<net::testing::HttpResponse> r = net::testing::HttpGet(port, "/metrics");
     EXPECT_TRUE(r.ok()) << r.status();
     return r.ok() ? r->body : "";
   }
@@ -240,12 +240,12 @@ TEST(ClusterTest, AWorkerServesItsMetricsWhileItTrains) {
   ASSERT_TRUE(result.ok()) << result.status();
   EXPECT_THAT(scraper.url_, ::testing::StartsWith("http://127.0.0.1:"));
   EXPECT_THAT(scraper.first_, ::testing::HasSubstr("\nps_worker_slices_pushed_total 0\n"));
-  const auto last = server::testing::ParseMetrics(scraper.last_);
+  const auto last = net::testing::ParseMetrics(scraper.last_);
   // 4 tensors of the MLP, one slice each per shard they span: at least 4 a step.
-  EXPECT_GE(server::testing::MetricValue(last, "ps_worker_slices_pushed_total"), 6 * 4);
-  EXPECT_EQ(server::testing::MetricValue(last, "ps_trainer_step"), 6);
-  EXPECT_EQ(server::testing::MetricValue(last, "ps_trainer_adacomm_period"), 1);
-  EXPECT_GT(server::testing::MetricValue(last, "ps_worker_pull_bytes_total"), 0);
+  EXPECT_GE(net::testing::MetricValue(last, "ps_worker_slices_pushed_total"), 6 * 4);
+  EXPECT_EQ(net::testing::MetricValue(last, "ps_trainer_step"), 6);
+  EXPECT_EQ(net::testing::MetricValue(last, "ps_trainer_adacomm_period"), 1);
+  EXPECT_GT(net::testing::MetricValue(last, "ps_worker_pull_bytes_total"), 0);
 }
 
 }  // namespace

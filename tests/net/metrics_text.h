@@ -22,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace ps::server::testing {
+namespace ps::net::testing {
 
 // Series ("name{labels}" exactly as written) to value.
 inline std::map<std::string, double> ParseMetrics(const std::string& text) {
@@ -125,4 +125,4 @@ class ListeningSocket {
   uint16_t port_ = 0;
 };
 
-}  // namespace ps::server::testing
+}  // namespace ps::net::testing
