@@ -84,6 +84,10 @@ void RunKillNine(const std::vector<std::string>& extra_args, KillNineRun* out) {
   const core::ModelLayout layout = *core::ModelLayout::Create({{"a", 8, 0}, {"b", 8, 1}}, 8, 2);
   const std::vector<float> init(8, 1.0f);
   std::atomic<uint64_t> progress[2] = {0, 0};
+  // Set once shard 1 was killed and started again: the workers wait for it before round
+  // kKillAfter + 2, so the kill always falls mid-training (a fast machine could
+  // otherwise finish all rounds while the test waits for shard 1's checkpoint).
+  std::atomic<bool> restarted{false};
   std::atomic<int> late_refusals{0};
   std::atomic<uint64_t> replayed{0};  // pushes resent to the restarted shard
   std::atomic<uint64_t> pulled{0}, pulled_as_change{0};
@@ -117,6 +121,9 @@ void RunKillNine(const std::vector<std::string>& extra_args, KillNineRun* out) {
     const std::span<float> outs[2] = {a, b};
     const std::vector<float> grad(8, static_cast<float>(w + 1));  // mean 1.5
     for (uint64_t t = (*worker)->start_version(); t < kRounds; ++t) {
+      for (int i = 0; t >= kKillAfter + 2 && !restarted.load() && i < 6000; ++i) {
+        std::this_thread::sleep_for(milliseconds(10));
+      }
       absl::StatusOr<uint64_t> v = (*worker)->PullAll(t, outs, milliseconds(60000));
       if (!v.ok()) {
         results[w] = v.status();
@@ -172,6 +179,7 @@ void RunKillNine(const std::vector<std::string>& extra_args, KillNineRun* out) {
   shard1->Signal(SIGKILL);
   EXPECT_EQ(shard1->Wait(milliseconds(10000)), 128 + SIGKILL);
   shard1 = std::make_unique<testing::Process>(shard_args(1));
+  restarted.store(true);
 
   w0.join();
   w1.join();
