@@ -7,6 +7,7 @@
 
 #include "core/status.h"
 #include "worker_lib/codec_profile_internal.h"
+#include "worker_lib/link_estimator_internal.h"
 
 namespace ps::internal {
 namespace {
@@ -49,10 +50,7 @@ PushPlanner::PushPlanner(const PlanOptions& options, Objective objective,
       objective_(objective),
       layout_(layout),
       candidates_(std::move(candidates)),
-      now_(now ? std::move(now) : [] {
-        return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-            .count();
-      }) {
+      now_(now ? std::move(now) : SteadySeconds) {
   absl::MutexLock lock(&mu_);
   ready_.resize(layout_.tensors().size());
   stats_.codecs = std::move(current);
