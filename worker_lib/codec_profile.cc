@@ -26,9 +26,12 @@ constexpr int kMaxRepeats = 16;
 }  // namespace
 
 absl::StatusOr<CodecCost> ProfileCodec(std::string_view spec, uint64_t numel,
-                                       double budget_seconds) {
+                                       double budget_seconds, core::Device device) {
   if (numel == 0) return absl::InvalidArgumentError("profiling a codec needs at least one value");
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<codecs::Codec> codec, codecs::MakeCodec(spec));
+  codecs::CodecOptions codec_options;
+  codec_options.device = device;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<codecs::Codec> codec,
+                      codecs::MakeCodec(spec, codec_options));
   std::vector<float> values(numel);
   std::mt19937 rng(1);
   std::normal_distribution<float> normal;
@@ -38,6 +41,7 @@ absl::StatusOr<CodecCost> ProfileCodec(std::string_view spec, uint64_t numel,
   CodecCost cost;
   cost.spec = std::string(codec->spec());
   cost.numel = numel;
+  cost.device = codec->device_note().empty() ? device : core::Device::kCpu;
   double best_encode = std::numeric_limits<double>::infinity();
   double best_decode = best_encode;
   const auto start = Clock::now();
@@ -62,7 +66,7 @@ absl::StatusOr<CodecCost> ProfileCodec(std::string_view spec, uint64_t numel,
 
 PlanOption OptionFromCost(const CodecCost& cost) {
   return {.name = cost.spec,
-          .device = core::Device::kCpu,
+          .device = cost.device,
           .bytes_per_value = cost.bytes_per_value,
           .encode_seconds_per_value = cost.encode_seconds_per_value,
           .decode_seconds_per_value = cost.decode_seconds_per_value};

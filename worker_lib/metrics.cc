@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/device.h"
 
 namespace ps {
 namespace {
@@ -48,6 +49,10 @@ void Counter(std::string* out, std::string_view name, std::string_view help, uin
 
 void Gauge(std::string* out, std::string_view name, std::string_view help, double value) {
   Family(out, name, "gauge", help).Sample(value);
+}
+
+core::Device DeviceOf(const PlanStats& plan, size_t tensor) {
+  return tensor < plan.devices.size() ? plan.devices[tensor] : core::Device::kCpu;
 }
 
 }  // namespace
@@ -124,10 +129,20 @@ std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string>
   Family codecs(&out, "ps_worker_plan_codec", "gauge",
                 "1 for each tensor's push codec in the current plan");
   for (size_t t = 0; t < p.codecs.size() && t < tensors.size(); ++t) {
-    codecs.Sample(uint64_t{1}, absl::StrCat("tensor=", PrometheusLabelValue(tensors[t]),
-                                            ",codec=", PrometheusLabelValue(p.codecs[t])));
+    codecs.Sample(uint64_t{1}, absl::StrCat("tensor=", PrometheusLabelValue(tensors[t]), ",codec=",
+                                            PrometheusLabelValue(p.codecs[t]), ",device=\"",
+                                            std::string(core::DeviceName(DeviceOf(p, t))), "\""));
   }
   return out;
+}
+
+std::string PlanChoicesText(const PlanStats& plan, std::span<const std::string> tensors) {
+  std::string text;
+  for (size_t t = 0; t < plan.codecs.size() && t < tensors.size(); ++t) {
+    absl::StrAppend(&text, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t],
+                    DeviceOf(plan, t) == core::Device::kCuda ? "@cuda" : "");
+  }
+  return text;
 }
 
 }  // namespace ps

@@ -82,7 +82,8 @@ PushPipeline::~PushPipeline() {
       this));
 }
 
-absl::Status PushPipeline::SetCodec(size_t tensor, std::string_view spec) {
+absl::Status PushPipeline::SetCodec(size_t tensor, std::string_view spec,
+                                    core::Device device) {
   if (tensor >= slots_.size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("no tensor ", tensor, "; the layout has ", slots_.size()));
@@ -90,8 +91,8 @@ absl::Status PushPipeline::SetCodec(size_t tensor, std::string_view spec) {
   TensorSlot& slot = *slots_[tensor];
   if (slot.udp) return absl::OkStatus();
   absl::MutexLock lock(&slot.mu);
-  if (slot.encoder->spec() == spec) return absl::OkStatus();
-  return slot.encoder->SetCodec(spec, options_.codec_seed);
+  if (slot.encoder->spec() == spec && slot.encoder->device() == device) return absl::OkStatus();
+  return slot.encoder->SetCodec(spec, options_.codec_seed, device);
 }
 
 absl::Status PushPipeline::ReportLoss(uint64_t round, double loss) {

@@ -72,10 +72,10 @@ class PushPipeline {
   absl::Status Wait();
   // Worker::ReportLoss: the loss attached to the pushes of `round` queued from now on.
   absl::Status ReportLoss(uint64_t round, double loss);
-  // Tensor `tensor`'s pushes from the next one on encode with `spec` (TensorEncoder::
-  // SetCodec: momentum and residual carry over). A tensor pushed over UDP keeps its
-  // codec (OK); a bad spec changes nothing.
-  absl::Status SetCodec(size_t tensor, std::string_view spec);
+  // Tensor `tensor`'s pushes from the next one on encode with `spec` on `device`
+  // (TensorEncoder::SetCodec: momentum and residual carry over). A tensor pushed over UDP
+  // keeps its codec (OK); a bad spec changes nothing.
+  absl::Status SetCodec(size_t tensor, std::string_view spec, core::Device device);
   // Shard `shard`'s link as the push calls measured it (LinkCost::valid false: not yet).
   LinkCost LinkOf(uint32_t shard) const { return meters_[shard]->Estimate(); }
 

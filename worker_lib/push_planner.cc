@@ -5,6 +5,7 @@
 #include <cmath>
 #include <utility>
 
+#include "core/device.h"
 #include "core/status.h"
 #include "worker_lib/codec_profile_internal.h"
 #include "worker_lib/link_estimator_internal.h"
@@ -33,27 +34,35 @@ absl::StatusOr<std::vector<PlanOption>> PushPlanner::MakeCandidates(
   // encode or decode: fp32's copy is what every plan pays anyway.
   std::vector<PlanOption> out = {PlanOption{.name = "fp32"}};
   const double budget = std::chrono::duration<double>(options.profile_budget).count();
+  const bool device = options.device_encode && core::CudaDevice().ok();
   for (const std::string& spec : specs) {
     if (spec == "fp32") continue;
-    PS_ASSIGN_OR_RETURN(const CodecCost cost, ProfileCodec(spec, largest, budget));
-    PlanOption o = OptionFromCost(cost);
-    o.name = spec;  // as the caller wrote it: the name pushes use
-    out.push_back(std::move(o));
+    for (const core::Device d : {core::Device::kCpu, core::Device::kCuda}) {
+      if (d == core::Device::kCuda && !device) break;
+      PS_ASSIGN_OR_RETURN(const CodecCost cost, ProfileCodec(spec, largest, budget, d));
+      if (cost.device != d) continue;  // no device encoder for this codec
+      PlanOption o = OptionFromCost(cost);
+      o.name = spec;  // as the caller wrote it: the name pushes use
+      out.push_back(std::move(o));
+    }
   }
   return out;
 }
 
 PushPlanner::PushPlanner(const PlanOptions& options, Objective objective,
                          const core::ModelLayout& layout, std::vector<PlanOption> candidates,
-                         std::vector<std::string> current, std::function<double()> now)
+                         std::vector<std::string> current,
+                         std::vector<core::Device> current_devices, std::function<double()> now)
     : options_(options),
       objective_(objective),
       layout_(layout),
       candidates_(std::move(candidates)),
-      now_(now ? std::move(now) : SteadySeconds) {
+      now_(now ? std::move(now) : SteadySeconds),
+      own_devices_(std::move(current_devices)) {
   absl::MutexLock lock(&mu_);
   ready_.resize(layout_.tensors().size());
   stats_.codecs = std::move(current);
+  stats_.devices = own_devices_;
 }
 
 void PushPlanner::RoundStarted(uint64_t version) {
@@ -112,10 +121,10 @@ bool PushPlanner::DueLocked(uint64_t round, std::span<const PlanLink> links) {
   return drifted_checks_ >= std::max<uint32_t>(options_.drift_rounds, 1);
 }
 
-std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
-                                                            std::span<const PlanLink> up,
-                                                            uint32_t workers,
-                                                            std::span<const PlanLink> down) {
+std::optional<std::vector<PlanOption>> PushPlanner::Replan(uint64_t round,
+                                                           std::span<const PlanLink> up,
+                                                           uint32_t workers,
+                                                           std::span<const PlanLink> down) {
   // Uplinks then downlinks, the latter the uplink where not measured.
   std::vector<PlanLink> links(up.begin(), up.end());
   for (size_t s = 0; s < up.size(); ++s) {
@@ -151,16 +160,24 @@ std::optional<std::vector<std::string>> PushPlanner::Replan(uint64_t round,
     in.tensors.push_back(std::move(pt));
   }
   const Plan plan = objective_ == Objective::kBytes ? PlanFewestBytes(in) : PlanGreedy(in);
-  std::vector<std::string> codecs;
-  for (size_t choice : plan.choice) codecs.push_back(candidates_[choice].name);
+  std::vector<PlanOption> chosen;
+  stats_.codecs.clear();
+  stats_.devices.clear();
+  for (size_t t = 0; t < plan.choice.size(); ++t) {
+    chosen.push_back(candidates_[plan.choice[t]]);
+    // Without device_encode every option was profiled on the CPU; the tensor keeps
+    // encoding where its own options say.
+    if (!options_.device_encode && t < own_devices_.size()) chosen.back().device = own_devices_[t];
+    stats_.codecs.push_back(chosen.back().name);
+    stats_.devices.push_back(chosen.back().device);
+  }
   planned_links_ = std::move(links);
   drifted_checks_ = 0;
   ++stats_.plans;
   stats_.planned_at = round;
   stats_.predicted_seconds = plan.predicted_seconds;
   stats_.baseline_seconds = plan.baseline_seconds;
-  stats_.codecs = codecs;
-  return codecs;
+  return chosen;
 }
 
 PlanStats PushPlanner::stats() const {

@@ -12,7 +12,8 @@
 //               uplink, the pull streams' for the downlink (the uplink's until the
 //               pulls measured it)
 //   codecs:     each candidate profiled at Create (ProfileCodec) at the layout's
-//               largest slice
+//               largest slice, on the CPU and (PlanOptions::device_encode) on the CUDA
+//               device where it encodes there
 //   pulls:      bytes per value the pulls brought (dense: 4, compressed: less)
 //
 // The plan: PlanGreedy (Objective::kTime) or PlanFewestBytes (kBytes).
@@ -35,6 +36,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "core/device.h"
 #include "core/layout.h"
 #include "worker_lib/espresso_planner_internal.h"
 #include "worker_lib/worker.h"
@@ -45,13 +47,16 @@ class PushPlanner {
  public:
   // `now` gives seconds on a monotonic clock (default: steady_clock). `options` come
   // from the profiles of `options.candidates` (MakeCandidates); `current` is each
-  // tensor's codec before the first plan.
+  // tensor's codec and encode device before the first plan.
   PushPlanner(const PlanOptions& options, Objective objective, const core::ModelLayout& layout,
               std::vector<PlanOption> candidates, std::vector<std::string> current,
-              std::function<double()> now = {});
+              std::vector<core::Device> current_devices, std::function<double()> now = {});
 
   // Profiles the candidates (fp32 first) at the layout's largest slice, within
-  // options.profile_budget each; refuses a spec MakeCodec refuses.
+  // options.profile_budget each: every spec on the CPU, and with options.device_encode
+  // each spec again on the CUDA device, kept as an option of its own only where it
+  // really encodes there (the build has the kernels, the machine a device, the codec a
+  // device encoder). Refuses a spec MakeCodec refuses.
   static absl::StatusOr<std::vector<PlanOption>> MakeCandidates(const PlanOptions& options,
                                                                 const core::ModelLayout& layout);
 
@@ -67,10 +72,11 @@ class PushPlanner {
   // Plans when a plan is due with these links and the shards' worker count. `up`: per
   // shard (an entry with seconds_per_byte 0 is not measured yet: no plan); `down`: per
   // shard, where missing or not measured the uplink is taken. Returns each tensor's
-  // codec when a new plan was made.
-  std::optional<std::vector<std::string>> Replan(uint64_t round, std::span<const PlanLink> up,
-                                                 uint32_t workers,
-                                                 std::span<const PlanLink> down = {});
+  // option (codec name and encode device; without PlanOptions::device_encode the
+  // tensor's own device) when a new plan was made.
+  std::optional<std::vector<PlanOption>> Replan(uint64_t round, std::span<const PlanLink> up,
+                                                uint32_t workers,
+                                                std::span<const PlanLink> down = {});
 
   PlanStats stats() const;
 
@@ -84,6 +90,7 @@ class PushPlanner {
   const core::ModelLayout& layout_;
   const std::vector<PlanOption> candidates_;
   const std::function<double()> now_;
+  const std::vector<core::Device> own_devices_;  // each tensor's PushOptions::device
 
   mutable absl::Mutex mu_;
   std::optional<uint64_t> round_ ABSL_GUARDED_BY(mu_);  // the round being timed

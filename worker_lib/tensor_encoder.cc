@@ -23,17 +23,19 @@ absl::StatusOr<std::unique_ptr<TensorEncoder>> TensorEncoder::Make(const PushOpt
   return std::unique_ptr<TensorEncoder>(new TensorEncoder(options, std::move(codec), numel));
 }
 
-absl::Status TensorEncoder::SetCodec(std::string_view spec, uint64_t codec_seed) {
+absl::Status TensorEncoder::SetCodec(std::string_view spec, uint64_t codec_seed,
+                                     core::Device device) {
   codecs::CodecOptions codec_options;
   codec_options.seed = codec_seed;
-  codec_options.device = options_.device;
+  codec_options.device = device;
   PS_ASSIGN_OR_RETURN(codec_, codecs::MakeCodec(spec, codec_options));
+  device_ = device;
   return absl::OkStatus();
 }
 
 TensorEncoder::TensorEncoder(const PushOptions& options, std::unique_ptr<codecs::Codec> codec,
                              size_t numel)
-    : options_(options), codec_(std::move(codec)) {
+    : options_(options), device_(options.device), codec_(std::move(codec)) {
   if (options_.momentum > 0) momentum_.assign(numel, 0.0f);
   if (options_.error_feedback) residual_.assign(numel, 0.0f);
 }

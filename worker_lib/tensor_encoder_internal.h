@@ -41,11 +41,14 @@ class TensorEncoder {
                       std::span<const SliceRange> slices, std::vector<std::string>* payloads);
 
   std::string_view spec() const { return codec_->spec(); }
-  // Encodes from now on with `spec` (made as Make makes the first, on the device
-  // PushOptions ask for), keeping the momentum and the error-feedback residual: both
-  // are independent of the codec (e_t = v_t - decode(encode(v_t)) for whichever codec
-  // encoded v_t), so a tensor may change codec between rounds. On error nothing changes.
-  absl::Status SetCodec(std::string_view spec, uint64_t codec_seed);
+  // Where the codec was asked to encode (PushOptions::device, then SetCodec's).
+  core::Device device() const { return device_; }
+  // Encodes from now on with `spec` on `device` (made as Make makes the first), keeping
+  // the momentum and the error-feedback residual: both are independent of the codec
+  // (e_t = v_t - decode(encode(v_t)) for whichever codec encoded v_t, on either device:
+  // the device encoders write the CPU's bytes), so a tensor may change codec between
+  // rounds. On error nothing changes.
+  absl::Status SetCodec(std::string_view spec, uint64_t codec_seed, core::Device device);
   // Empty when the codec encodes where PushOptions::device asked; otherwise the one
   // line to log saying why it encodes on the CPU (Codec::device_note()).
   std::string_view device_note() const { return codec_->device_note(); }
@@ -56,6 +59,7 @@ class TensorEncoder {
   TensorEncoder(const PushOptions& options, std::unique_ptr<codecs::Codec> codec, size_t numel);
 
   const PushOptions options_;
+  core::Device device_;
   std::unique_ptr<codecs::Codec> codec_;
   std::vector<float> momentum_;  // u_{t-1}; empty without momentum
   std::vector<float> residual_;  // e_{t-1}; empty without error feedback

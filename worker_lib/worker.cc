@@ -91,13 +91,16 @@ class WorkerImpl final : public Worker {
       PS_ASSIGN_OR_RETURN(std::vector<internal::PlanOption> candidates,
                           internal::PushPlanner::MakeCandidates(options_.plan, layout_));
       std::vector<std::string> current;
+      std::vector<core::Device> devices;
       for (const core::TensorSpec& t : layout_.tensors()) {
         auto it = options_.tensor_push.find(t.name);
-        current.push_back(it != options_.tensor_push.end() ? it->second.codec
-                                                           : options_.push.codec);
+        const PushOptions& push = it != options_.tensor_push.end() ? it->second : options_.push;
+        current.push_back(push.codec);
+        devices.push_back(push.device);
       }
-      planner_ = std::make_unique<internal::PushPlanner>(
-          options_.plan, options_.objective, layout_, std::move(candidates), std::move(current));
+      planner_ = std::make_unique<internal::PushPlanner>(options_.plan, options_.objective,
+                                                         layout_, std::move(candidates),
+                                                         std::move(current), std::move(devices));
     }
     return client_->Connect(initial, pushes_->uses_udp(),
                             internal::RpcClock::now() + options_.connect_timeout);
@@ -172,7 +175,8 @@ class WorkerImpl final : public Worker {
     return result;
   }
 
-  // At a round's first push: plans when a plan is due and sets the tensors' codecs.
+  // At a round's first push: plans when a plan is due and sets the tensors' codecs and
+  // encode devices.
   void Replan(uint64_t round) {
     auto link = [](const internal::LinkCost& c) {
       return internal::PlanLink{c.valid ? c.alpha_seconds : 0, c.valid ? c.seconds_per_byte : 0};
@@ -183,10 +187,13 @@ class WorkerImpl final : public Worker {
       down.push_back(link(pulls_->LinkOf(s)));
     }
     const uint32_t workers = client_->infos().empty() ? 1 : client_->infos()[0].num_workers;
-    std::optional<std::vector<std::string>> codecs = planner_->Replan(round, up, workers, down);
-    if (!codecs.has_value()) return;
+    std::optional<std::vector<internal::PlanOption>> plan =
+        planner_->Replan(round, up, workers, down);
+    if (!plan.has_value()) return;
     // The candidates were made once at Start, so setting them cannot fail.
-    for (size_t t = 0; t < codecs->size(); ++t) pushes_->SetCodec(t, (*codecs)[t]).IgnoreError();
+    for (size_t t = 0; t < plan->size(); ++t) {
+      pushes_->SetCodec(t, (*plan)[t].name, (*plan)[t].device).IgnoreError();
+    }
   }
 
   const WorkerOptions options_;

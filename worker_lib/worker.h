@@ -91,6 +91,8 @@ struct UdpOptions {
 // and chosen again when the measurements drift. The tensor's other PushOptions stay
 // (error feedback, momentum: both carry over a change of codec); tensors pushed over
 // UDP keep their codec. Until the first plan every tensor pushes with its own codec.
+// The plan chooses the codec and where it encodes; the transport (gRPC or the lossy
+// UDP path) and the send order (P3) stay as configured (docs/adaptive.md says why).
 struct PlanOptions {
   bool enabled = false;
   // Codec specs; "fp32" (the baseline) is added first when missing. Biased codecs need
@@ -107,6 +109,11 @@ struct PlanOptions {
   uint32_t replan_rounds = 100;
   // Start-up time spent profiling each candidate.
   std::chrono::milliseconds profile_budget{50};
+  // Also offer each candidate encoded on the CUDA device (a queue of its own in the
+  // simulated round), where the build, the machine and the codec have a device encoder;
+  // profiled there at Start like the CPU's. False: every planned tensor encodes where
+  // its PushOptions::device says.
+  bool device_encode = true;
 };
 
 // What the adaptive choices minimize (docs/adaptive.md, "One switch").
@@ -211,7 +218,8 @@ struct PlanStats {
   double predicted_seconds = 0;
   double baseline_seconds = 0;
   double measured_seconds = 0;
-  std::vector<std::string> codecs;  // per tensor
+  std::vector<std::string> codecs;    // per tensor
+  std::vector<core::Device> devices;  // per tensor: where its codec encodes
 };
 
 // Counters since Start(); read with Worker::stats().

@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "server/local_cluster.h"
 #include "server/logging.h"
+#include "worker_lib/metrics.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -38,9 +39,7 @@ class Recorder final : public ForwardingEvents {
                       .predicted_seconds = plan.predicted_seconds,
                       .baseline_seconds = plan.baseline_seconds,
                       .measured_seconds = plan.measured_seconds};
-    for (size_t t = 0; t < plan.codecs.size() && t < tensors.size(); ++t) {
-      absl::StrAppend(&change.codecs, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t]);
-    }
+    change.codecs = PlanChoicesText(plan, tensors);
     result_->plans.push_back(std::move(change));
     ForwardingEvents::Planned(step, plan, tensors);
   }

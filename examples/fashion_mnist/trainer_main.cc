@@ -26,6 +26,7 @@
 #include "core/json_line.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/training.h"
+#include "worker_lib/metrics.h"
 #include "worker_lib/worker.h"
 
 namespace ps::fashion_mnist {
@@ -106,10 +107,7 @@ class Progress final : public TrainerEvents {
 
   void Planned(uint64_t step, const ps::PlanStats& plan,
                const std::vector<std::string>& tensors) override {
-    std::string codecs;
-    for (size_t t = 0; t < plan.codecs.size() && t < tensors.size(); ++t) {
-      absl::StrAppend(&codecs, t == 0 ? "" : ", ", tensors[t], "=", plan.codecs[t]);
-    }
+    const std::string codecs = ps::PlanChoicesText(plan, tensors);
     if (jsonl_) {
       Emit(JsonObjectWriter()
                .Add("event", "plan")

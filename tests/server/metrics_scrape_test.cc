@@ -180,7 +180,10 @@ TEST(WorkerMetricsTest, PlanCodecsAreEscapedLabelsAndCountersExact) {
   s.plan.planned_at = 7;
   s.plan.predicted_seconds = 0.25;
   s.plan.codecs = {"topk(0.01)+varint+fp16", "fp32"};
+  s.plan.devices = {core::Device::kCuda, core::Device::kCpu};
   const std::vector<std::string> names = {"fc1.weight", "odd \"name\"\\"};
+  EXPECT_EQ(PlanChoicesText(s.plan, names),
+            "fc1.weight=topk(0.01)+varint+fp16@cuda, odd \"name\"\\=fp32");
   const std::string text = WorkerMetricsText(s, names);
   EXPECT_THAT(text, HasSubstr("ps_worker_push_bytes_total 14653652400\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_link_seconds_per_byte{shard=\"0\",direction=\"push\"} "
@@ -190,9 +193,9 @@ TEST(WorkerMetricsTest, PlanCodecsAreEscapedLabelsAndCountersExact) {
                               "7.9999999999999996e-07\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_link_transfers{shard=\"1\",direction=\"pull\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_plan_codec{tensor=\"fc1.weight\","
-                              "codec=\"topk(0.01)+varint+fp16\"} 1\n"));
+                              "codec=\"topk(0.01)+varint+fp16\",device=\"cuda\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_plan_codec{tensor=\"odd \\\"name\\\"\\\\\","
-                              "codec=\"fp32\"} 1\n"));
+                              "codec=\"fp32\",device=\"cpu\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("ps_worker_plan_round 7\n"));
   if (!std::filesystem::exists(kPromtool)) GTEST_SKIP() << kPromtool << " not found";
   const auto [rc, output] = Promtool(text);

@@ -5,6 +5,7 @@
 
 #include <string>
 
+#include "core/device.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -39,6 +40,22 @@ TEST(CodecProfileTest, AZeroBudgetTimesOnce) {
   auto cost = ProfileCodec("3lc", 4096, 0);
   ASSERT_TRUE(cost.ok()) << cost.status();
   EXPECT_EQ(cost->repeats, 1);
+}
+
+// Asked for the CUDA device, a profile says where the encodes really ran: on the device
+// only where the build and the machine have one and the codec a device encoder (fp16
+// does, PowerSGD does not); the payload is the CPU's either way.
+TEST(CodecProfileTest, AProfileSaysWhereItEncoded) {
+  const bool device = core::CudaDevice().ok();
+  auto fp16 = ProfileCodec("fp16", 4096, 0, core::Device::kCuda);
+  ASSERT_TRUE(fp16.ok()) << fp16.status();
+  EXPECT_EQ(fp16->device, device ? core::Device::kCuda : core::Device::kCpu);
+  EXPECT_NEAR(fp16->bytes_per_value, 2.0, 1e-2);
+  EXPECT_EQ(OptionFromCost(*fp16).device, fp16->device);
+  auto powersgd = ProfileCodec("powersgd(rank=2)", 4096, 0, core::Device::kCuda);
+  ASSERT_TRUE(powersgd.ok()) << powersgd.status();
+  EXPECT_EQ(powersgd->device, core::Device::kCpu);
+  EXPECT_EQ(ProfileCodec("fp16", 4096, 0)->device, core::Device::kCpu);
 }
 
 TEST(CodecProfileTest, RefusesBadSpecsAndEmptySlices) {

@@ -98,6 +98,32 @@ TEST(PlanGreedyTest, SkipsTensorsTheRoundHides) {
   EXPECT_EQ(p.simulations, 1u + 1u);  // the baseline, then one option for the big tensor
 }
 
+// The encode device is part of the strategy: each device is a queue of its own, so
+// where two large tensors both need compressing and one CPU encode already takes most of
+// the round, the second goes to the GPU even though its encoder is slower there.
+TEST(PlanGreedyTest, SpreadsEncodesOverTheDevices) {
+  // 200 Mbit/s (4e-8 s per byte): a dense push of 1 M values takes 0.16 s, the two on
+  // one link 0.32 s; top-k encodes 1 M values in 0.1 s on the CPU, 0.12 s on the GPU.
+  PlanInput in = OneShard(4e-8, {Tensor(1'000'000, 0.0, 0), Tensor(1'000'000, 0.0, 1)});
+  in.pull_bytes_per_value = 0.03;
+  in.options[1].encode_seconds_per_value = 1e-7;
+  PlanOption gpu = in.options[1];
+  gpu.device = core::Device::kCuda;
+  gpu.encode_seconds_per_value = 1.2e-7;
+  in.options.push_back(gpu);
+  const Plan p = PlanGreedy(in);
+  // Tensor 1 (nearer the output) first: the CPU's faster encode. Then tensor 0: on the
+  // CPU it would wait for tensor 1's encode; the GPU's queue is free.
+  EXPECT_THAT(p.choice, ::testing::ElementsAre(2u, 1u));
+  const std::vector<size_t> both_on_cpu = {1, 1};
+  EXPECT_LT(p.predicted_seconds + 0.05, SimulateRound(in, both_on_cpu).seconds);
+  EXPECT_LT(p.predicted_seconds, 0.14);
+  // Without a GPU option the second tensor stays dense: a second CPU encode would end
+  // the round later than pushing it as it is.
+  in.options.pop_back();
+  EXPECT_THAT(PlanGreedy(in).choice, ::testing::ElementsAre(0u, 1u));
+}
+
 // The bytes objective: a tensor takes the option with the fewest bytes whose round ends
 // no later than fp32 everywhere, hidden or not; an option that would make the round later
 // is passed over.

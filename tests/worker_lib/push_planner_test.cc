@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
+
 namespace ps::internal {
 namespace {
 
@@ -52,6 +54,17 @@ void Rounds(PushPlanner& p, Clock& clock, uint64_t first, uint64_t rounds,
   }
 }
 
+// Both tensors' own encode device.
+std::vector<core::Device> OnCpu() { return {core::Device::kCpu, core::Device::kCpu}; }
+
+// The codec names of a plan (none: no plan made).
+std::optional<std::vector<std::string>> Names(const std::optional<std::vector<PlanOption>>& plan) {
+  if (!plan.has_value()) return std::nullopt;
+  std::vector<std::string> names;
+  for (const PlanOption& o : *plan) names.push_back(o.name);
+  return names;
+}
+
 PlanOptions Options() {
   PlanOptions o;
   o.enabled = true;
@@ -65,7 +78,8 @@ PlanOptions Options() {
 TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
+                clock.fn());
   const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
   std::vector<bool> firsts;
   Rounds(p, clock, 0, 1, &firsts);
@@ -79,7 +93,7 @@ TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
   EXPECT_DOUBLE_EQ(p.stats().measured_seconds, 1.0);
 
   // 2.5 MB/s: the weight's 1 MB in fp32 takes 0.4 s a shard; top-k is far cheaper.
-  std::optional<std::vector<std::string>> codecs = p.Replan(1, slow, 12);
+  std::optional<std::vector<std::string>> codecs = Names(p.Replan(1, slow, 12));
   ASSERT_TRUE(codecs.has_value());
   EXPECT_EQ((*codecs)[0], "topk(0.01)+varint+fp16");
   const PlanStats stats = p.stats();
@@ -94,10 +108,11 @@ TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
 TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
+                clock.fn());
   Rounds(p, clock, 0, 3);
   const std::vector<PlanLink> fast(2, PlanLink{.alpha_seconds = 1e-5, .seconds_per_byte = 1e-10});
-  std::optional<std::vector<std::string>> codecs = p.Replan(2, fast, 12);
+  std::optional<std::vector<std::string>> codecs = Names(p.Replan(2, fast, 12));
   ASSERT_TRUE(codecs.has_value());
   EXPECT_THAT(*codecs, ElementsAre("fp32", "fp32")) << "10 GB/s: encoding costs more than it saves";
   // A 10 % change is noise; 3x slower links are a new network: plan again once the
@@ -111,7 +126,7 @@ TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
   EXPECT_EQ(p.Replan(3, links, 12), std::nullopt) << "one drifted check";
   EXPECT_EQ(p.Replan(3, fast, 12), std::nullopt) << "back: the streak ends";
   EXPECT_EQ(p.Replan(3, links, 12), std::nullopt) << "a new streak";
-  codecs = p.Replan(3, links, 12);
+  codecs = Names(p.Replan(3, links, 12));
   ASSERT_TRUE(codecs.has_value());
   EXPECT_EQ((*codecs)[0], "topk(0.01)+varint+fp16");
   EXPECT_EQ(p.stats().plans, 2u);
@@ -127,13 +142,14 @@ TEST(PushPlannerTest, AMeasuredDownlinkTimesThePulls) {
   const core::ModelLayout layout = Layout();
   Clock clock;
   const std::vector<PlanLink> up(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 1e-8});
-  PushPlanner same(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"},
+  PushPlanner same(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                    clock.fn());
   Rounds(same, clock, 0, 3);
   ASSERT_TRUE(same.Replan(2, up, 12).has_value());
   const double symmetric = same.stats().predicted_seconds;
 
-  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
+                clock.fn());
   Rounds(p, clock, 0, 3);
   const std::vector<PlanLink> unmeasured(2);
   ASSERT_TRUE(p.Replan(2, up, 12, unmeasured).has_value());
@@ -150,14 +166,16 @@ TEST(PushPlannerTest, AMeasuredDownlinkTimesThePulls) {
 TEST(PushPlannerTest, CompressedPullsEnterThePlan) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
+                clock.fn());
   Rounds(p, clock, 0, 3);
   const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
   auto dense = p.Replan(2, slow, 12);
   ASSERT_TRUE(dense.has_value());
   const double dense_round = p.stats().predicted_seconds;
   // Pulls that bring 0.1 bytes per value instead of 4 make the round shorter.
-  PushPlanner q(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, clock.fn());
+  PushPlanner q(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
+                clock.fn());
   q.PullTotals(1000, 10000);
   Rounds(q, clock, 0, 3);
   ASSERT_TRUE(q.Replan(2, slow, 12).has_value());
@@ -169,6 +187,7 @@ TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
   PlanOptions o = Options();
   o.candidates = {"fp16", "topk(0.01)+varint+fp16"};
   o.profile_budget = std::chrono::milliseconds(1);
+  o.device_encode = false;
   auto made = PushPlanner::MakeCandidates(o, Layout());
   ASSERT_TRUE(made.ok()) << made.status();
   ASSERT_EQ(made->size(), 3u);
@@ -182,6 +201,66 @@ TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
   EXPECT_FALSE(PushPlanner::MakeCandidates(o, Layout()).ok());
 }
 
+// With device_encode, a spec is offered again on the CUDA device only where it encodes
+// there: never in a build or on a machine without a device (as in CI), and for fp16
+// (which has a device encoder) where there is one; PowerSGD has none anywhere.
+TEST(PushPlannerTest, DeviceOptionsOnlyWhereTheCodecEncodesThere) {
+  PlanOptions o = Options();
+  o.candidates = {"fp16", "powersgd(rank=2)"};
+  o.profile_budget = std::chrono::milliseconds(1);
+  auto made = PushPlanner::MakeCandidates(o, Layout());
+  ASSERT_TRUE(made.ok()) << made.status();
+  std::vector<std::string> on_device;
+  for (size_t i = 0; i < made->size(); ++i) {
+    if ((*made)[i].device != core::Device::kCuda) continue;
+    on_device.push_back((*made)[i].name);
+    ASSERT_GT(i, 0u);
+    EXPECT_EQ((*made)[i - 1].name, (*made)[i].name) << "the CPU's profile comes first";
+    EXPECT_EQ((*made)[i - 1].device, core::Device::kCpu);
+  }
+  if (core::CudaDevice().ok()) {
+    EXPECT_THAT(on_device, ElementsAre("fp16"));
+  } else {
+    EXPECT_THAT(on_device, ::testing::IsEmpty()) << core::CudaDevice().status();
+    EXPECT_EQ(made->size(), 3u);
+  }
+}
+
+// The plan's choice carries the encode device: a GPU option that encodes faster is taken
+// with its device; without device_encode a tensor keeps the device of its own options.
+TEST(PushPlannerTest, ThePlanSaysWhereEachTensorEncodes) {
+  const core::ModelLayout layout = Layout();
+  const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
+  std::vector<PlanOption> candidates = Candidates();
+  candidates[2].encode_seconds_per_value = 1e-6;  // top-k on the CPU: 0.26 s for "w"
+  PlanOption gpu = candidates[2];
+  gpu.device = core::Device::kCuda;
+  gpu.encode_seconds_per_value = 1e-8;
+  candidates.push_back(gpu);
+  Clock clock;
+  PushPlanner p(Options(), Objective::kTime, layout, candidates, {"fp32", "fp32"}, OnCpu(),
+                clock.fn());
+  Rounds(p, clock, 0, 3);
+  auto plan = p.Replan(2, slow, 12);
+  ASSERT_TRUE(plan.has_value());
+  EXPECT_EQ((*plan)[0].name, "topk(0.01)+varint+fp16");
+  EXPECT_EQ((*plan)[0].device, core::Device::kCuda);
+  EXPECT_THAT(p.stats().devices, ElementsAre(core::Device::kCuda, (*plan)[1].device));
+
+  PlanOptions own = Options();
+  own.device_encode = false;
+  PushPlanner q(own, Objective::kTime, layout, Candidates(), {"fp32", "fp32"},
+                {core::Device::kCuda, core::Device::kCpu}, clock.fn());
+  EXPECT_THAT(q.stats().devices, ElementsAre(core::Device::kCuda, core::Device::kCpu));
+  Rounds(q, clock, 0, 3);
+  auto kept = q.Replan(2, slow, 12);
+  ASSERT_TRUE(kept.has_value());
+  EXPECT_EQ((*kept)[0].name, "topk(0.01)+varint+fp16");
+  EXPECT_EQ((*kept)[0].device, core::Device::kCuda) << "its own device";
+  EXPECT_EQ((*kept)[1].device, core::Device::kCpu);
+  EXPECT_THAT(q.stats().devices, ElementsAre(core::Device::kCuda, core::Device::kCpu));
+}
+
 // Objective::kBytes, wired through: over a slow link both objectives compress the
 // weight; the bias, pushed 0.1 s before the weight's gradient is ready, is hidden, so
 // the time objective leaves it on fp32 and the bytes objective compresses it too (the
@@ -189,15 +268,15 @@ TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
 TEST(PushPlannerTest, TheBytesObjectiveAlsoCompressesWhatTheRoundHides) {
   const core::ModelLayout layout = Layout();
   Clock clock;
-  PushPlanner time(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"},
+  PushPlanner time(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                    clock.fn());
-  PushPlanner bytes(Options(), Objective::kBytes, layout, Candidates(), {"fp32", "fp32"},
+  PushPlanner bytes(Options(), Objective::kBytes, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                     clock.fn());
   Rounds(time, clock, 0, 3);
   Rounds(bytes, clock, 0, 3);
   const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
-  auto by_time = time.Replan(2, slow, 12);
-  auto by_bytes = bytes.Replan(2, slow, 12);
+  auto by_time = Names(time.Replan(2, slow, 12));
+  auto by_bytes = Names(bytes.Replan(2, slow, 12));
   ASSERT_TRUE(by_time.has_value() && by_bytes.has_value());
   EXPECT_THAT(*by_time, ElementsAre("topk(0.01)+varint+fp16", "fp32"));
   EXPECT_THAT(*by_bytes, ElementsAre("topk(0.01)+varint+fp16", "topk(0.01)+varint+fp16"));

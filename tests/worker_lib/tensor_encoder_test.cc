@@ -168,7 +168,7 @@ TEST(TensorEncoderTest, ErrorFeedbackStaysExactAcrossCodecChanges) {
                                           "topk(0.01)+raw+raw"};
   FeedbackLedger ledger;
   for (uint64_t round = 0; round < 15; ++round) {
-    ASSERT_TRUE((*enc)->SetCodec(specs[round % specs.size()], 0).ok());
+    ASSERT_TRUE((*enc)->SetCodec(specs[round % specs.size()], 0, core::Device::kCpu).ok());
     const std::vector<float> g = Random(kNumel, static_cast<uint32_t>(round) + 50);
     std::vector<std::string> payloads;
     ASSERT_TRUE((*enc)->Encode(g, round, 0, kSlices, &payloads).ok());
@@ -179,7 +179,7 @@ TEST(TensorEncoderTest, ErrorFeedbackStaysExactAcrossCodecChanges) {
   EXPECT_LT(ledger.WorstGap((*enc)->residual()), 1e-4);
   EXPECT_GT(left, 1e-3) << "the last codec (top-1 %) leaves a residual";
   // A bad spec changes nothing.
-  EXPECT_FALSE((*enc)->SetCodec("nonsense", 0).ok());
+  EXPECT_FALSE((*enc)->SetCodec("nonsense", 0, core::Device::kCpu).ok());
   EXPECT_EQ((*enc)->spec(), "topk(ratio=0.01, method=exact)+raw+raw");
 }
 
