@@ -31,6 +31,7 @@ PACKAGES=(
   libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev
   libtorch-dev dataset-fashion-mnist python3
   prometheus-cpp-dev
+  python3-dev pybind11-dev python3-numpy
 )
 BUILD_DIR=${PS_BUILD_DIR:-build}
 LOG_DIR="$BUILD_DIR/logs"
@@ -92,6 +93,8 @@ case "${1:-}" in
     # (deploy/validate.sh installs node and npm itself when they are missing: a node
     # from elsewhere brings its own npm, which Debian's npm package conflicts with.)
     PACKAGES+=(prometheus)
+    # The Python package's tests (tests/python) run under pytest, with torch tensors too.
+    PACKAGES+=(python3-pytest python3-torch)
     install_missing
     configure_and_build
     (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@")

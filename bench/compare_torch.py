@@ -7,6 +7,10 @@ on one thread by default. Ours are timed by running
 `ps-bench aggregators --rules ... --n N --d D --threads T --json ...`, which also dumps
 each rule's output so the two results can be compared. See docs/bench.md.
 
+With the Python package built (build/python, docs/python.md), each rule is also timed
+as ps_server.aggregators called from this script on the same numpy array (the column
+"python s"), and its output compared bit for bit with ps-bench's.
+
 Needs Debian's python3-torch (and python3-numpy, which it pulls in).
 
     python3 bench/compare_torch.py                      # n = 16, d = 2^20, 1 thread
@@ -255,6 +259,9 @@ def main():
     parser.add_argument("--seed", type=int, default=1, help="input generator seed (default 1)")
     parser.add_argument("--bin", default=os.path.join(REPO, "build", "bin", "ps-bench"),
                         help="the ps-bench binary (default build/bin/ps-bench)")
+    parser.add_argument("--python-path", default=os.path.join(REPO, "build", "python"),
+                        help="where the ps_server package is built (default build/python); "
+                             "'' leaves the Python column out")
     args = parser.parse_args()
     args.d = int(args.d)
 
@@ -266,12 +273,22 @@ def main():
         sys.exit(f"{args.bin} not found; build it (cmake --build build --target ps-bench) "
                  "or pass --bin")
     torch.set_num_threads(args.threads)
+    py_agg = None
+    if args.python_path:
+        sys.path.insert(0, args.python_path)
+        try:
+            from ps_server import aggregators as py_agg
+        except ImportError as e:
+            print(f"no ps_server package under {args.python_path} ({e}); Python column left out",
+                  file=sys.stderr)
 
     with tempfile.TemporaryDirectory(prefix="compare_torch.") as tmp:
         ours = run_ours(args, rules, os.path.join(tmp, "ours.json"), tmp)
         x = make_inputs(args.seed, args.n, args.d)
         header = ["rule", "n", "f", "d", "torch s", "ours s", "speed-up", "max |diff|",
                   "rel L2 diff", "coords off"]
+        if py_agg is not None:
+            header += ["python s", "python speed-up", "python = ours"]
         table = []
         missing = []
         for rule in rules:
@@ -292,6 +309,16 @@ def main():
             table.append([rule, str(args.n), str(f), str(args.d), f"{torch_seconds:.4g}",
                           f"{row['seconds']:.4g}", f"{torch_seconds / row['seconds']:.1f}x",
                           f"{float(diff.abs().max()):.3g}", f"{rel:.3g}", str(off)])
+            if py_agg is not None:
+                # ps_server.aggregators from Python, the rule made once as a caller would.
+                rule_obj = py_agg.Aggregator(rule, args.n, f, threads=args.threads)
+                array = x.numpy()
+                py_seconds = time_best(lambda: rule_obj(array), args.repeats)
+                # A fresh instance for the comparison: centered clipping keeps its centre.
+                fresh = py_agg.Aggregator(rule, args.n, f, threads=args.threads)
+                same = bool(np.array_equal(fresh(array), got.numpy()))
+                table[-1] += [f"{py_seconds:.4g}", f"{torch_seconds / py_seconds:.1f}x",
+                              "yes" if same else "NO"]
             print(f"{rule}: torch {torch_seconds:.4g} s, ours {row['seconds']:.4g} s",
                   file=sys.stderr)
 
