@@ -390,6 +390,10 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
              "push of tensor '", layout_.tensors()[si.tensor].name, "' slice ", si.id, " round ",
              call->message.fields.round(), " to ", client_.name(call->shard),
              call->attempt > 0 ? absl::StrCat(" (after ", call->attempt + 1, " attempts)") : ""));
+  MarkPushFailure(&st, PushFailure{.tensor = layout_.tensors()[si.tensor].name,
+                                   .slice = si.id,
+                                   .round = call->message.fields.round(),
+                                   .shard = call->shard});
   absl::MutexLock lock(&mu_);
   FinishLocked(*call, st);
 }

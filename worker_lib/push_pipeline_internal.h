@@ -50,6 +50,10 @@
 
 namespace ps::internal {
 
+// Attaches `failure` to a failed push's status (PushFailureOf reads it back;
+// push_failure.cc).
+void MarkPushFailure(absl::Status* status, const PushFailure& failure);
+
 class PushPipeline {
  public:
   // Refuses push options for a tensor the layout lacks and bad codec specs; starts the

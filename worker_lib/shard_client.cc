@@ -17,7 +17,12 @@ std::string ShardName(uint32_t id, std::string_view address) {
 
 absl::Status WithContext(const absl::Status& s, std::string_view context) {
   if (s.ok()) return s;
-  return absl::Status(s.code(), absl::StrCat(core::AsAbsl(context), ": ", s.message()));
+  absl::Status out(s.code(), absl::StrCat(core::AsAbsl(context), ": ", s.message()));
+  // Payloads (the refusal's kind, core::RefusalOf) stay with the status.
+  s.ForEachPayload([&out](absl::string_view url, const absl::Cord& payload) {
+    out.SetPayload(url, payload);
+  });
+  return out;
 }
 
 core::RetryPolicy JoinRetryPolicy(const WorkerOptions& options) {

@@ -32,7 +32,7 @@ using RpcClock = std::chrono::system_clock;
 
 // "shard 2 (host:port)": how every message names a shard.
 std::string ShardName(uint32_t id, std::string_view address);
-// `s` with "<context>: " before its message (OK stays OK).
+// `s` with "<context>: " before its message, its payloads kept (OK stays OK).
 absl::Status WithContext(const absl::Status& s, std::string_view context);
 
 class ShardTransport {

@@ -256,6 +256,21 @@ struct PublishedLoss {
   double first_loss = 0;
 };
 
+// Which push a failure that WaitPushes() reports was: its tensor, slice, round and
+// shard, and the shard's refusal kind ("late", "duplicate", "malformed", ...: the names
+// of core::RefusalName; empty for a failure that is no refusal, such as UNAVAILABLE
+// after the last attempt). Read it with PushFailureOf.
+struct PushFailure {
+  std::string tensor;
+  uint32_t slice = 0;
+  uint64_t round = 0;
+  uint32_t shard = 0;
+  std::string reason;
+};
+// The push a status from WaitPushes() is about; nullopt for OK and for a status that is
+// not about one push (a bad argument to Push itself).
+std::optional<PushFailure> PushFailureOf(const absl::Status& status);
+
 // A pull in progress (Worker::StartPullAll). The buffers it writes into must stay
 // valid, and the Worker alive, until Wait() returned or the ticket is destroyed
 // (the destructor waits). Thread-safe.

@@ -436,6 +436,12 @@ TEST(ClusterTest, RoundClosesAtDeadlineWithQuorumAndStragglerIsLate) {
   EXPECT_EQ(late.code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(late.message(), HasSubstr("late push"));
   EXPECT_THAT(late.message(), HasSubstr("tensor 'w'"));
+  // The shard's kind crossed gRPC and the worker's context: callers branch on it.
+  const std::optional<PushFailure> failure = PushFailureOf(late);
+  ASSERT_TRUE(failure.has_value()) << late;
+  EXPECT_EQ(failure->reason, "late");
+  EXPECT_EQ(failure->tensor, "w");
+  EXPECT_EQ(failure->round, 0u);
 }
 
 TEST(ClusterTest, PullTimesOutWhenTheVersionNeverComes) {

@@ -9,6 +9,7 @@
 #include <map>
 #include <vector>
 
+#include "core/refusal.h"
 #include "tests/worker_lib/fake_transport.h"
 
 namespace ps::internal {
@@ -71,12 +72,22 @@ TEST(PushPipelineTest, ARetriableFailureIsRetriedWithBackoff) {
 
 TEST(PushPipelineTest, ANonRetriableRefusalIsReportedAtOnce) {
   Fixture f;
-  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OutOfRangeError("late"); });
+  f.shard().SetPushHandler(
+      [](const v1::PushRequest&) { return core::Refused(core::Refusal::kLate, "late"); });
   ASSERT_TRUE(f.pipeline->Push(1, 7, kGrad).ok());
   const absl::Status st = f.pipeline->Wait();
   EXPECT_EQ(st.code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(st.message(),
               HasSubstr("push of tensor 'fc' slice 2 round 7 to shard 0 (fake0:1): late"));
+  // The kind and the push travel as payloads, not only in the message.
+  EXPECT_EQ(core::RefusalOf(st), core::Refusal::kLate);
+  const std::optional<PushFailure> failure = PushFailureOf(st);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->tensor, "fc");
+  EXPECT_EQ(failure->slice, 2u);
+  EXPECT_EQ(failure->round, 7u);
+  EXPECT_EQ(failure->shard, 0u);
+  EXPECT_EQ(failure->reason, "late");
   EXPECT_THAT(st.message(), ::testing::Not(HasSubstr("attempts")));
   EXPECT_EQ(f.shard().pushes().size(), 2u);
   EXPECT_EQ(f.pipeline->retries(), 0u);
@@ -93,6 +104,13 @@ TEST(PushPipelineTest, ARetriableFailureGivesUpAfterMaxAttempts) {
   const absl::Status st = f.pipeline->Wait();
   EXPECT_EQ(st.code(), absl::StatusCode::kUnavailable);
   EXPECT_THAT(st.message(), HasSubstr("(after 3 attempts): down"));
+  const std::optional<PushFailure> failure = PushFailureOf(st);
+  ASSERT_TRUE(failure.has_value());
+  EXPECT_EQ(failure->tensor, "conv");
+  EXPECT_EQ(failure->round, 1u);
+  EXPECT_EQ(failure->reason, "") << "no refusal: the shard was unreachable";
+  EXPECT_FALSE(PushFailureOf(absl::OkStatus()).has_value());
+  EXPECT_FALSE(PushFailureOf(absl::InvalidArgumentError("no tensor 9")).has_value());
   EXPECT_EQ(f.shard().pushes().size(), 6u);
 }
 
