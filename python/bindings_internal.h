@@ -7,5 +7,6 @@ namespace ps::python {
 
 void BindAggregators(pybind11::module_& m);  // aggregators.cc
 void BindCodecs(pybind11::module_& m);       // codecs.cc
+void BindWorker(pybind11::module_& m);       // worker.cc
 
 }  // namespace ps::python

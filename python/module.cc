@@ -10,4 +10,5 @@ PYBIND11_MODULE(_ps_server, m) {
   ps::python::RegisterErrors(m);
   ps::python::BindAggregators(m);
   ps::python::BindCodecs(m);
+  ps::python::BindWorker(m);
 }

@@ -18,8 +18,9 @@ def is_torch(value):
     return tensor is not None and isinstance(value, tensor)
 
 
-def as_float32(value, what, ndim):
-    """`value` as a float32 numpy array of `ndim` dimensions in C order sharing its memory.
+def as_float32(value, what, ndim=None):
+    """`value` as a float32 numpy array of `ndim` dimensions (None: any) in C order sharing
+    its memory.
 
     Raises TypeError for another dtype or a tensor outside CPU memory, ValueError for
     another number of dimensions or a non-contiguous view. Nothing is converted: a
@@ -48,7 +49,7 @@ def as_float32(value, what, ndim):
         )
     if array.dtype != np.float32:
         raise TypeError(f"{what} must be float32, got {array.dtype}")
-    if array.ndim != ndim:
+    if ndim is not None and array.ndim != ndim:
         raise ValueError(f"{what} must have {ndim} dimension{'' if ndim == 1 else 's'}, got {array.ndim}")
     if not array.flags["C_CONTIGUOUS"]:
         raise ValueError(f"{what} must be contiguous (C order); use numpy.ascontiguousarray")

@@ -1,0 +1,306 @@
+"""ps-launch: shards and workers of a training script on this machine, like torchrun.
+
+    ps-launch --shards 2 --workers 6 --byzantine 1 --aggregator trimmed_mean \\
+        train.py --epochs 3
+    python3 -m ps_server.launch ...           # the same
+
+It starts S ps-server processes on free loopback ports (authenticated, as by default:
+they share a private run directory holding the cluster secret and one token file per
+worker), waits until each serves, then starts W copies of the script with
+`sys.executable`, each with the environment ps_server.torch.init() reads:
+
+    PS_SHARDS        host:port of every shard, comma-separated, by shard id
+    PS_WORKER_ID     this process's worker id, in [0, W)
+    PS_NUM_WORKERS   W
+    PS_TOKEN_FILE    this worker's token file (absent with --insecure)
+
+The same variables are the contract of the Kubernetes worker Job (docs/deploy.md).
+Worker 0's output goes to this terminal, every process's to a log file in --log-dir.
+SIGINT and SIGTERM are forwarded to every process. At the end it prints one line per
+process (exit status, seconds) and exits 0 only when every worker exited 0 and no shard
+died meanwhile. docs/python.md, "ps-launch".
+"""
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+__all__ = ["Shards", "find_server", "main"]
+
+ENV_SHARDS = "PS_SHARDS"
+ENV_WORKER_ID = "PS_WORKER_ID"
+ENV_NUM_WORKERS = "PS_NUM_WORKERS"
+ENV_TOKEN_FILE = "PS_TOKEN_FILE"
+
+
+def find_server(explicit=None):
+    """The ps-server binary: `explicit`, $PS_SERVER_BIN, the build tree this package was
+    built in (<build>/bin/ps-server), or ps-server on $PATH."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    candidates = [explicit, os.environ.get("PS_SERVER_BIN"),
+                  os.path.join(here, "..", "..", "bin", "ps-server"), shutil.which("ps-server")]
+    for c in candidates:
+        if c and os.path.isfile(c) and os.access(c, os.X_OK):
+            return os.path.abspath(c)
+    raise FileNotFoundError("no ps-server binary: pass --server or set PS_SERVER_BIN")
+
+
+def free_ports(count):
+    """`count` distinct free TCP ports on 127.0.0.1 (held open together while chosen)."""
+    sockets = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            sockets.append(s)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class Shards:
+    """S ps-server processes on loopback for W workers (a context manager).
+
+    `server_args` are further ps-server flags ("--pull-codec", "fp16", ...). With
+    `insecure`, the shards run without authentication (loopback only); otherwise they
+    share `run_dir` (a new private temporary directory by default), where each writes
+    the token files (token_file(worker) names them).
+    """
+
+    def __init__(self, num_shards, workers, byzantine=0, aggregator="mean", lr=0.1,
+                 momentum=0.9, server_args=(), server=None, run_dir=None, log_dir=None,
+                 insecure=False, startup_timeout=60.0):
+        if num_shards < 1 or workers < 1:
+            raise ValueError("need at least one shard and one worker")
+        self.num_shards, self.workers = num_shards, workers
+        self._server = find_server(server)
+        self._owned_dirs = []
+        self.log_dir = log_dir or self._temp_dir("ps-launch-logs.")
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.insecure = insecure
+        self.run_dir = None if insecure else (run_dir or self._temp_dir("ps-launch-run."))
+        self._args = ["--workers", str(workers), "--byzantine", str(byzantine),
+                      "--aggregator", aggregator, "--lr", repr(float(lr)),
+                      "--momentum", repr(float(momentum)), *server_args]
+        self._startup_timeout = startup_timeout
+        self.processes = []
+        self.addresses = []
+        self._commands = []
+
+    def _temp_dir(self, prefix):
+        d = tempfile.mkdtemp(prefix=prefix)
+        self._owned_dirs.append(d)
+        return d
+
+    def start(self):
+        """Starts every shard and returns once each serves; raises RuntimeError (with the
+        log's last lines) when one exits or does not serve within startup_timeout."""
+        ports = free_ports(self.num_shards)
+        self.addresses = [f"127.0.0.1:{p}" for p in ports]
+        self._commands = []
+        for i, port in enumerate(ports):
+            port_file = os.path.join(self.log_dir, f"shard-{i}.port")
+            cmd = [self._server, "--host", "127.0.0.1", "--port", str(port),
+                   "--port-file", port_file, "--shard-id", str(i),
+                   "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
+                   *self._args]
+            cmd += ["--insecure"] if self.insecure else ["--run-dir", self.run_dir]
+            self._commands.append(cmd)
+            self.processes.append(self._spawn(i))
+        self._wait_serving(range(self.num_shards))
+        return self
+
+    def _spawn(self, i):
+        port_file = self._commands[i][self._commands[i].index("--port-file") + 1]
+        if os.path.exists(port_file):
+            os.remove(port_file)
+        with open(os.path.join(self.log_dir, f"shard-{i}.log"), "ab") as log:
+            return subprocess.Popen(self._commands[i], stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+
+    def _wait_serving(self, shards):
+        deadline = time.monotonic() + self._startup_timeout
+        port_files = [self._commands[i][self._commands[i].index("--port-file") + 1]
+                      for i in shards]
+        while not all(os.path.exists(f) for f in port_files):
+            for i in shards:
+                p = self.processes[i]
+                if p.poll() is not None:
+                    self.stop()
+                    raise RuntimeError(f"shard {i} exited during start-up with status "
+                                       f"{p.returncode}:\n{self.log_tail(i)}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"shards did not serve within {self._startup_timeout} s; "
+                                   f"logs in {self.log_dir}")
+            time.sleep(0.02)
+
+    def restart(self, shard, sig=signal.SIGKILL):
+        """Stops shard `shard` with `sig` (SIGKILL: as a crash) and starts it again with
+        the same flags and port; returns once it serves. With --checkpoint-dir among the
+        server_args it restores its last checkpoint."""
+        p = self.processes[shard]
+        if p.poll() is None:
+            p.send_signal(sig)
+            p.wait()
+        self.processes[shard] = self._spawn(shard)
+        self._wait_serving([shard])
+
+    def log_tail(self, shard, lines=20):
+        path = os.path.join(self.log_dir, f"shard-{shard}.log")
+        try:
+            with open(path, errors="replace") as fh:
+                return "".join(fh.readlines()[-lines:])
+        except OSError:
+            return ""
+
+    def token_file(self, worker):
+        """Worker `worker`'s token file (None with insecure shards)."""
+        return None if self.insecure else os.path.join(self.run_dir, f"token-worker-{worker}")
+
+    def env(self, worker):
+        """The environment variables a worker process gets (ps_server.torch.init reads
+        them)."""
+        env = {ENV_SHARDS: ",".join(self.addresses), ENV_WORKER_ID: str(worker),
+               ENV_NUM_WORKERS: str(self.workers)}
+        if not self.insecure:
+            env[ENV_TOKEN_FILE] = self.token_file(worker)
+        return env
+
+    def alive(self):
+        return all(p.poll() is None for p in self.processes)
+
+    def stop(self, timeout=10.0):
+        """SIGTERM to every shard (they checkpoint if configured), SIGKILL after
+        `timeout`; the temporary directories this object made are removed."""
+        for p in self.processes:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for p in self.processes:
+            try:
+                p.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        if self.run_dir in self._owned_dirs:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def _parse(argv):
+    parser = argparse.ArgumentParser(
+        prog="ps-launch", description=__doc__.split("\n\n")[0],
+        epilog="Options after the script are the script's. docs/python.md, 'ps-launch'.")
+    parser.add_argument("--shards", type=int, default=1, help="ps-server processes (default 1)")
+    parser.add_argument("--workers", type=int, required=True, help="copies of the script (n)")
+    parser.add_argument("--byzantine", type=int, default=0, help="f, the shards' --byzantine")
+    parser.add_argument("--aggregator", default="mean", help="the shards' rule (default mean)")
+    parser.add_argument("--lr", type=float, default=0.1, help="the shards' SGD step (default 0.1)")
+    parser.add_argument("--momentum", type=float, default=0.9, help="the shards' SGD momentum")
+    parser.add_argument("--server-arg", action="append", default=[], metavar="ARG",
+                        help="a further ps-server argument (repeat: --server-arg=--pull-codec "
+                             "--server-arg=fp16)")
+    parser.add_argument("--server", help="the ps-server binary (default: found, see docs)")
+    parser.add_argument("--log-dir", help="where every process's log goes (default: a new "
+                                          "temporary directory, printed)")
+    parser.add_argument("--insecure", action="store_true",
+                        help="shards without authentication (loopback only)")
+    parser.add_argument("script", help="the training script, run with this Python")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER)
+    args = parser.parse_args(argv)
+    if args.workers < 1 or args.shards < 1:
+        parser.error("--workers and --shards must be at least 1")
+    if not os.path.isfile(args.script):
+        parser.error(f"no script {args.script!r}")
+    return args
+
+
+def main(argv=None):
+    args = _parse(sys.argv[1:] if argv is None else argv)
+    started = time.monotonic()
+    try:
+        shards = Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
+                        args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
+                        insecure=args.insecure).start()
+    except (RuntimeError, FileNotFoundError, ValueError) as e:
+        print(f"ps-launch: {e}", file=sys.stderr)
+        return 1
+    print(f"ps-launch: {args.shards} shard(s) at {','.join(shards.addresses)}; "
+          f"{args.workers} worker(s); logs in {shards.log_dir}", file=sys.stderr, flush=True)
+    workers = []
+    interrupted = []  # signals this launcher received
+
+    def terminate(signum):
+        for p in workers:
+            if p.poll() is None:
+                p.send_signal(signum)
+
+    def forward(signum, _frame):
+        interrupted.append(signum)
+        terminate(signum)
+
+    previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        for w in range(args.workers):
+            env = dict(os.environ, **shards.env(w))
+            log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
+            if w == 0:
+                out = None  # this terminal
+            else:
+                out = open(log_path, "wb")
+            workers.append(subprocess.Popen([sys.executable, args.script, *args.script_args],
+                                            env=env, stdout=out,
+                                            stderr=None if out is None else subprocess.STDOUT,
+                                            stdin=subprocess.DEVNULL))
+            if out is not None:
+                out.close()
+        shard_died = None
+        worker_failed = False
+        while any(p.poll() is None for p in workers):
+            if not worker_failed and any(p.poll() not in (None, 0) for p in workers):
+                # The others would wait for its pushes until their deadlines: stop them.
+                worker_failed = True
+                w = next(i for i, p in enumerate(workers) if p.poll() not in (None, 0))
+                print(f"ps-launch: worker {w} exited with status {workers[w].returncode}; "
+                      "stopping the others", file=sys.stderr)
+                terminate(signal.SIGTERM)
+            if shard_died is None and not shards.alive():
+                shard_died = next(i for i, p in enumerate(shards.processes)
+                                  if p.poll() is not None)
+                print(f"ps-launch: shard {shard_died} exited with status "
+                      f"{shards.processes[shard_died].returncode}; stopping the workers:\n"
+                      f"{shards.log_tail(shard_died)}", file=sys.stderr)
+                terminate(signal.SIGTERM)
+            time.sleep(0.05)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        shards.stop()
+    seconds = time.monotonic() - started
+    failed = [w for w, p in enumerate(workers) if p.returncode != 0]
+    print(f"ps-launch: done in {seconds:.1f} s", file=sys.stderr)
+    for w, p in enumerate(workers):
+        status = "ok" if p.returncode == 0 else f"exit status {p.returncode}"
+        print(f"  worker {w}: {status}", file=sys.stderr)
+    for i, p in enumerate(shards.processes):
+        print(f"  shard {i}: exit status {p.returncode}", file=sys.stderr)
+    if interrupted:
+        return 128 + interrupted[0]
+    return 1 if failed or shard_died is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""ps_server.Worker: a training process's connection to the shards (the C++ ps::Worker).
+
+    w = ps_server.Worker(["127.0.0.1:7070", "127.0.0.1:7071"], worker_id=0,
+                         tensors=[("fc1.weight", 784 * 256), ("fc1.bias", 256), ...],
+                         initial=[p.detach() for p in model.parameters()],
+                         token_file=".../token-worker-0", codec="fp16")
+    for t in range(w.start_version, steps):
+        w.pull_all(t, params)            # parameters of version t, into the tensors' memory
+        ...                              # forward, backward
+        for i, g in enumerate(grads):
+            w.push(i, t, g)              # encoded and queued; returns at once
+        w.wait_pushes()                  # raises ps_server.Refused for a refused push
+
+Arrays are float32, contiguous, in CPU memory (numpy arrays or torch tensors, any shape of
+the tensor's size); nothing is copied on the way in except by the push's own encoding.
+Every blocking call releases the GIL. See docs/python.md.
+"""
+
+from . import _arrays
+from ._ps_server import Worker as _Worker
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """Joins every shard with the model's layout: `tensors` is a list of (name, numel) or
+    (name, numel, priority[, row_elems]) in the model's order (priority defaults to the
+    index: the first tensor is the most urgent, as P3 wants for the input layer).
+    The first worker to join registers the layout and uploads `initial` (one array per
+    tensor). Keyword options: slice_elems, token or token_file (the shards' token for this
+    worker, written in their --run-dir), tls_ca, codec ("fp32", "fp16",
+    "topk(0.01)+varint+fp16", ...), error_feedback, momentum (the worker's), tensor_codecs
+    ({name: spec}), codec_seed, rpc_timeout and connect_timeout (seconds), max_attempts.
+    """
+
+    def __init__(self, shards, worker_id, tensors, initial=None, **options):
+        if initial is not None:
+            initial = [_arrays.as_float32(x, f"initial[{i}]") for i, x in enumerate(initial)]
+        self._w = _Worker(list(shards), worker_id, [tuple(t) for t in tensors], initial=initial,
+                          **options)
+        self.tensor_names = self._w.tensor_names
+        self._index = {name: i for i, name in enumerate(self.tensor_names)}
+
+    def _tensor(self, tensor):
+        if isinstance(tensor, str):
+            if tensor not in self._index:
+                raise ValueError(f"no tensor {tensor!r} in the layout")
+            return self._index[tensor]
+        return tensor
+
+    @property
+    def start_version(self):
+        """The lowest version the shards had published at join: where training resumes."""
+        return self._w.start_version
+
+    @property
+    def shards(self):
+        """What each shard said at join (id, workers, rule, optimizer, version)."""
+        return self._w.shards
+
+    def push(self, tensor, round, grad):
+        """Encodes and queues tensor `tensor`'s (index or name) gradient for `round`;
+        returns once it was encoded. Refusals come back from wait_pushes()."""
+        self._w.push(self._tensor(tensor), round, _arrays.as_float32(grad, "grad"))
+
+    def wait_pushes(self):
+        """Waits until every push so far was answered; raises the first failure since the
+        last call (ps_server.Refused with reason, tensor, slice, round and shard)."""
+        self._w.wait_pushes()
+
+    def pull(self, tensor, min_version, out, timeout=60.0):
+        """Writes tensor `tensor` of at least `min_version` into `out`; its version."""
+        return self._w.pull(self._tensor(tensor), min_version,
+                            _arrays.as_float32(out, "out"), timeout)
+
+    def pull_all(self, min_version, outs, timeout=60.0):
+        """Writes every tensor (outs[i] for tensor i) of at least `min_version`; the lowest
+        version received."""
+        return self._w.pull_all(min_version, self._outs(outs), timeout)
+
+    def start_pull_all(self, min_version, outs, timeout=60.0):
+        """Starts pull_all and returns a ticket at once: ticket.wait_tensor(i) blocks until
+        tensor i arrived (most urgent first), ticket.wait() until all did."""
+        return self._w.start_pull_all(min_version, self._outs(outs), timeout)
+
+    def report_loss(self, round, loss):
+        """Attaches this worker's training loss to its pushes of `round` (AdaComm)."""
+        self._w.report_loss(round, float(loss))
+
+    def stats(self):
+        """Counters since start: slices pushed, refused and pulled, bytes, retries, ..."""
+        return self._w.stats()
+
+    def close(self):
+        """Leaves the shards; the object is unusable afterwards."""
+        self._w.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    @staticmethod
+    def _outs(outs):
+        return [_arrays.as_float32(x, f"outs[{i}]") for i, x in enumerate(outs)]

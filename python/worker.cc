@@ -1,0 +1,361 @@
+// ps_server.Worker's compiled half: ps::Worker (worker_lib/worker.h) for Python. Arrays
+// cross without copies: a push's gradient is read where it lies (Push copies it into its
+// encoding before returning), a pull writes straight into the caller's arrays. Every
+// call that may block releases the GIL.
+#include "worker_lib/worker.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "core/credentials.h"
+#include "core/layout.h"
+#include "python/bindings_internal.h"
+#include "python/status_internal.h"
+
+namespace py = pybind11;
+
+namespace ps::python {
+namespace {
+
+std::chrono::milliseconds Millis(double seconds, const char* what) {
+  if (!(seconds >= 0) || !std::isfinite(seconds) || seconds > 1e9) {
+    throw py::value_error(absl::StrCat(what, " must be a number of seconds >= 0, got ", seconds));
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(std::llround(seconds * 1000)));
+}
+
+// Arrays handed in per tensor (one per tensor of the layout, in its order), each of its
+// tensor's size; the infos keep them borrowed.
+struct OutArrays {
+  std::vector<FloatArray> arrays;
+  std::vector<std::span<float>> spans;
+};
+
+OutArrays CheckedArrays(const core::ModelLayout& layout, const py::sequence& arrays,
+                        const char* what, bool writable) {
+  const auto& tensors = layout.tensors();
+  if (static_cast<size_t>(py::len(arrays)) != tensors.size()) {
+    throw py::value_error(absl::StrCat(what, " holds ", py::len(arrays),
+                                       " arrays; the layout has ", tensors.size(), " tensors"));
+  }
+  OutArrays o;
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    const std::string name = absl::StrCat(what, "[", t, "] ('", tensors[t].name, "')");
+    o.arrays.push_back(CheckedFloats(arrays[t].cast<py::buffer>(), -1, name.c_str(), writable));
+    if (o.arrays.back().values.size() != tensors[t].numel) {
+      throw py::value_error(absl::StrCat(name, " holds ", o.arrays.back().values.size(),
+                                         " values; the tensor has ", tensors[t].numel));
+    }
+    o.spans.push_back(o.arrays.back().values);
+  }
+  return o;
+}
+
+// A pull in progress. It keeps the arrays it writes into and the worker alive until it
+// finished (its destructor waits, with the GIL released).
+class PyPullTicket {
+ public:
+  PyPullTicket(std::unique_ptr<PullTicket> ticket, OutArrays outs, py::object worker,
+               std::shared_ptr<std::atomic<int>> live)
+      : ticket_(std::move(ticket)),
+        outs_(std::move(outs)),
+        worker_(std::move(worker)),
+        live_(std::move(live)) {
+    ++*live_;
+  }
+  ~PyPullTicket() {
+    {
+      py::gil_scoped_release release;
+      ticket_.reset();
+    }
+    --*live_;
+  }
+
+  void WaitTensor(size_t tensor) {
+    absl::Status st;
+    {
+      py::gil_scoped_release release;
+      st = ticket_->WaitTensor(tensor);
+    }
+    ThrowIfError(st);
+  }
+  bool Ready(size_t tensor) const { return ticket_->TensorReady(tensor); }
+  uint64_t Wait() {
+    absl::StatusOr<uint64_t> v;
+    {
+      py::gil_scoped_release release;
+      v = ticket_->Wait();
+    }
+    ThrowIfError(v.status());
+    return *v;
+  }
+
+ private:
+  std::unique_ptr<PullTicket> ticket_;
+  OutArrays outs_;
+  py::object worker_;
+  std::shared_ptr<std::atomic<int>> live_;  // the worker's count of live tickets
+};
+
+class PyWorker {
+ public:
+  PyWorker(WorkerOptions options, core::ModelLayout layout, const py::object& initial) {
+    OutArrays in;  // borrowed until Start returned
+    std::vector<std::span<const float>> spans;
+    if (!initial.is_none()) {
+      in = CheckedArrays(layout, initial.cast<py::sequence>(), "initial", false);
+      for (std::span<float> v : in.spans) spans.emplace_back(v);
+    }
+    absl::StatusOr<std::unique_ptr<Worker>> started;
+    {
+      py::gil_scoped_release release;
+      started = Worker::Start(std::move(options), std::move(layout), spans);
+    }
+    ThrowIfError(started.status());
+    worker_ = *std::move(started);
+  }
+  ~PyWorker() {
+    py::gil_scoped_release release;
+    worker_.reset();
+  }
+
+  // Ends the sessions and the worker's threads (pushes not yet waited for may be lost).
+  // Refused while a pull ticket of this worker is alive: it writes into arrays through it.
+  void Close() {
+    if (*live_tickets_ > 0) {
+      throw py::value_error(absl::StrCat("cannot close: ", live_tickets_->load(),
+                                         " pull ticket(s) still running; wait for them first"));
+    }
+    py::gil_scoped_release release;
+    worker_.reset();
+  }
+
+  Worker& worker() {
+    if (worker_ == nullptr) throw py::value_error("this Worker was closed");
+    return *worker_;
+  }
+
+  void Push(size_t tensor, uint64_t round, const py::buffer& grad) {
+    Worker& w = worker();
+    const FloatArray g = CheckedFloats(grad, -1, "grad");
+    absl::Status st;
+    {
+      py::gil_scoped_release release;
+      st = w.Push(tensor, round, g.values);
+    }
+    ThrowIfError(st);
+  }
+
+  void WaitPushes() {
+    Worker& w = worker();
+    absl::Status st;
+    {
+      py::gil_scoped_release release;
+      st = w.WaitPushes();
+    }
+    ThrowIfError(st);
+  }
+
+  uint64_t Pull(size_t tensor, uint64_t min_version, const py::buffer& out, double timeout) {
+    Worker& w = worker();
+    const FloatArray o = CheckedFloats(out, -1, "out", /*writable=*/true);
+    const std::chrono::milliseconds t = Millis(timeout, "timeout");
+    absl::StatusOr<uint64_t> v;
+    {
+      py::gil_scoped_release release;
+      v = w.Pull(tensor, min_version, o.values, t);
+    }
+    ThrowIfError(v.status());
+    return *v;
+  }
+
+  uint64_t PullAll(uint64_t min_version, const py::sequence& outs, double timeout) {
+    Worker& w = worker();
+    const OutArrays o = CheckedArrays(w.layout(), outs, "outs", true);
+    const std::chrono::milliseconds t = Millis(timeout, "timeout");
+    absl::StatusOr<uint64_t> v;
+    {
+      py::gil_scoped_release release;
+      v = w.PullAll(min_version, o.spans, t);
+    }
+    ThrowIfError(v.status());
+    return *v;
+  }
+
+  std::unique_ptr<PyPullTicket> StartPullAll(const py::object& self, uint64_t min_version,
+                                             const py::sequence& outs, double timeout) {
+    Worker& w = worker();
+    OutArrays o = CheckedArrays(w.layout(), outs, "outs", true);
+    const std::chrono::milliseconds t = Millis(timeout, "timeout");
+    absl::StatusOr<std::unique_ptr<PullTicket>> ticket;
+    {
+      py::gil_scoped_release release;
+      ticket = w.StartPullAll(min_version, o.spans, t);
+    }
+    ThrowIfError(ticket.status());
+    return std::make_unique<PyPullTicket>(*std::move(ticket), std::move(o), self, live_tickets_);
+  }
+
+  void ReportLoss(uint64_t round, double loss) { ThrowIfError(worker().ReportLoss(round, loss)); }
+
+  py::dict Stats() {
+    const WorkerStats s = worker().stats();
+    py::dict d;
+    d["slices_pushed"] = s.slices_pushed;
+    d["slices_refused"] = s.slices_refused;
+    d["push_bytes"] = s.push_bytes;
+    d["slices_pulled"] = s.slices_pulled;
+    d["pull_bytes"] = s.pull_bytes;
+    d["slices_pulled_as_change"] = s.slices_pulled_as_change;
+    d["retries"] = s.retries;
+    d["pushes_replayed"] = s.pushes_replayed;
+    d["udp_datagrams_sent"] = s.udp_datagrams_sent;
+    d["udp_bytes"] = s.udp_bytes;
+    d["plans"] = s.plan.plans;
+    d["plan_codecs"] = s.plan.codecs;
+    return d;
+  }
+
+  py::list Shards() {
+    py::list out;
+    for (const ShardInfo& i : worker().shards()) {
+      py::dict d;
+      d["shard_id"] = i.shard_id;
+      d["num_workers"] = i.num_workers;
+      d["aggregator"] = i.aggregator;
+      d["aggregate_only"] = i.aggregate_only;
+      d["learning_rate"] = i.learning_rate;
+      d["momentum"] = i.momentum;
+      d["weight_decay"] = i.weight_decay;
+      d["version"] = i.version;
+      out.append(d);
+    }
+    return out;
+  }
+
+ private:
+  std::unique_ptr<Worker> worker_;
+  std::shared_ptr<std::atomic<int>> live_tickets_ = std::make_shared<std::atomic<int>>(0);
+};
+
+core::ModelLayout MakeLayout(const py::sequence& tensors, uint32_t slice_elems,
+                             uint32_t num_shards) {
+  std::vector<core::TensorSpec> specs;
+  for (const py::handle& item : tensors) {
+    const py::tuple t = item.cast<py::tuple>();
+    if (t.size() < 2 || t.size() > 4) {
+      throw py::value_error(
+          "each tensor is (name, numel[, priority[, row_elems]]), got a tuple of " +
+          std::to_string(t.size()));
+    }
+    core::TensorSpec s;
+    s.name = t[0].cast<std::string>();
+    s.numel = t[1].cast<uint64_t>();
+    s.priority = t.size() > 2 ? t[2].cast<int32_t>() : static_cast<int32_t>(specs.size());
+    s.row_elems = t.size() > 3 ? t[3].cast<uint32_t>() : 0;
+    specs.push_back(std::move(s));
+  }
+  absl::StatusOr<core::ModelLayout> layout =
+      core::ModelLayout::Create(std::move(specs), slice_elems, num_shards);
+  ThrowIfError(layout.status());
+  return *std::move(layout);
+}
+
+PushOptions MakePush(const std::string& codec, bool error_feedback, double momentum) {
+  PushOptions p;
+  p.codec = codec;
+  p.error_feedback = error_feedback;
+  p.momentum = momentum;
+  return p;
+}
+
+}  // namespace
+
+void BindWorker(py::module_& m) {
+  py::class_<PyPullTicket>(m, "PullTicket", "A pull in progress (Worker.start_pull_all).")
+      .def("wait_tensor", &PyPullTicket::WaitTensor, py::arg("tensor"),
+           "Blocks until tensor `tensor` is in its array; raises the pull's error.")
+      .def("ready", &PyPullTicket::Ready, py::arg("tensor"))
+      .def("wait", &PyPullTicket::Wait, "Waits for the whole pull; the lowest version received.");
+
+  py::class_<PyWorker>(m, "Worker")
+      .def(py::init([](const std::vector<std::string>& shards, uint32_t worker_id,
+                       const py::sequence& tensors, uint32_t slice_elems, const py::object& initial,
+                       const std::string& token, const std::string& token_file,
+                       const std::string& tls_ca, const std::string& codec, bool error_feedback,
+                       double momentum, const std::map<std::string, std::string>& tensor_codecs,
+                       uint64_t codec_seed, double rpc_timeout, double connect_timeout,
+                       int max_attempts) {
+             WorkerOptions o;
+             o.shard_addresses = shards;
+             o.worker_id = worker_id;
+             o.credentials.tls_ca = tls_ca;
+             o.credentials.token = token;
+             if (!token_file.empty()) {
+               if (!token.empty()) throw py::value_error("pass token or token_file, not both");
+               absl::StatusOr<std::string> read = core::ReadTokenFile(token_file);
+               ThrowIfError(read.status());
+               o.credentials.token = *read;
+             }
+             o.push = MakePush(codec, error_feedback, momentum);
+             for (const auto& [name, spec] : tensor_codecs) {
+               o.tensor_push[name] = MakePush(spec, error_feedback, momentum);
+             }
+             o.codec_seed = codec_seed;
+             o.rpc_timeout = Millis(rpc_timeout, "rpc_timeout");
+             o.connect_timeout = Millis(connect_timeout, "connect_timeout");
+             o.max_attempts = max_attempts;
+             core::ModelLayout layout =
+                 MakeLayout(tensors, slice_elems, static_cast<uint32_t>(shards.size()));
+             return std::make_unique<PyWorker>(std::move(o), std::move(layout), initial);
+           }),
+           py::arg("shards"), py::arg("worker_id"), py::arg("tensors"), py::kw_only(),
+           py::arg("slice_elems") = core::kDefaultSliceElems, py::arg("initial") = py::none(),
+           py::arg("token") = "", py::arg("token_file") = "", py::arg("tls_ca") = "",
+           py::arg("codec") = "fp32", py::arg("error_feedback") = false, py::arg("momentum") = 0.0,
+           py::arg("tensor_codecs") = std::map<std::string, std::string>{},
+           py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,
+           py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6)
+      .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"))
+      .def("wait_pushes", &PyWorker::WaitPushes)
+      .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),
+           py::arg("timeout") = 60.0)
+      .def("pull_all", &PyWorker::PullAll, py::arg("min_version"), py::arg("outs"),
+           py::arg("timeout") = 60.0)
+      .def(
+          "start_pull_all",
+          [](py::object self, uint64_t min_version, const py::sequence& outs, double timeout) {
+            return self.cast<PyWorker&>().StartPullAll(self, min_version, outs, timeout);
+          },
+          py::arg("min_version"), py::arg("outs"), py::arg("timeout") = 60.0)
+      .def("report_loss", &PyWorker::ReportLoss, py::arg("round"), py::arg("loss"))
+      .def("stats", &PyWorker::Stats)
+      .def_property_readonly("shards", &PyWorker::Shards)
+      .def_property_readonly("start_version",
+                             [](PyWorker& w) { return w.worker().start_version(); })
+      .def_property_readonly("tensor_names",
+                             [](PyWorker& w) {
+                               std::vector<std::string> names;
+                               for (const auto& t : w.worker().layout().tensors()) {
+                                 names.push_back(t.name);
+                               }
+                               return names;
+                             })
+      .def("close", &PyWorker::Close);
+}
+
+}  // namespace ps::python

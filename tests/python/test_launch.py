@@ -1,0 +1,79 @@
+"""ps-launch (ps_server.launch): shards and worker processes of a script on this machine;
+the environment each worker gets, the summary, exit statuses, and a failing worker."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent("""
+    import os, sys
+    import numpy as np
+    import ps_server
+
+    shards = os.environ["PS_SHARDS"].split(",")
+    me = int(os.environ["PS_WORKER_ID"])
+    n = int(os.environ["PS_NUM_WORKERS"])
+    if len(sys.argv) > 1 and sys.argv[1] == "fail" and me == 1:
+        sys.exit(3)
+    w = ps_server.Worker(shards, me, [("w", 100)], initial=[np.zeros(100, np.float32)],
+                         token_file=os.environ["PS_TOKEN_FILE"], connect_timeout=30)
+    out = np.empty(100, np.float32)
+    for t in range(3):
+        w.pull_all(t, [out], timeout=30)
+        w.push(0, t, np.full(100, me + 1, np.float32))
+        w.wait_pushes()
+    w.pull_all(3, [out], timeout=30)
+    print(f"worker {me}/{n}: {out[0]:.3f}", flush=True)
+    w.close()
+""")
+
+
+def launch(tmp_path, server_bin, *args, workers=3):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers",
+           str(workers), "--lr", "1", "--momentum", "0", "--server", server_bin,
+           "--log-dir", str(tmp_path / "logs"), str(script), *args]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=240)
+
+
+def test_workers_train_through_the_launcher(tmp_path, server_bin):
+    done = launch(tmp_path, server_bin)
+    assert done.returncode == 0, done.stderr
+    # Worker 0 prints here; mean of 1, 2, 3 is 2, three steps of lr 1: -6.
+    assert "worker 0/3: -6.000" in done.stdout
+    assert "worker 2/3: -6.000" in (tmp_path / "logs" / "worker-2.log").read_text()
+    assert "2 shard(s) at 127.0.0.1:" in done.stderr
+    for w in range(3):
+        assert f"  worker {w}: ok" in done.stderr
+
+
+def test_a_failing_worker_fails_the_launch_and_stops_the_others(tmp_path, server_bin):
+    done = launch(tmp_path, server_bin, "fail")
+    assert done.returncode == 1, done.stderr
+    assert "worker 1 exited with status 3; stopping the others" in done.stderr
+    assert "  worker 1: exit status 3" in done.stderr
+
+
+def test_the_ps_launch_command_is_the_module(tmp_path, server_bin):
+    # build/bin/ps-launch finds the package of its build tree and the ps-server beside it.
+    command = os.path.join(os.path.dirname(server_bin), "ps-launch")
+    done = subprocess.run([command, "--help"], stdout=subprocess.PIPE, text=True, timeout=60,
+                          env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    assert done.returncode == 0 and "--workers" in done.stdout
+
+
+def test_bad_arguments(tmp_path, server_bin):
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                           str(tmp_path / "missing.py")], stderr=subprocess.PIPE, text=True)
+    assert done.returncode == 2 and "no script" in done.stderr
+    script = tmp_path / "x.py"
+    script.write_text("")
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                           "--aggregator", "krum", "--server", server_bin, str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1 and "krum" in done.stderr, done.stderr

@@ -1,0 +1,191 @@
+"""ps_server.Worker against real ps-server processes on loopback (started by
+ps_server.launch.Shards, authenticated with token files as by default): training steps
+with exact results, a Byzantine worker held off by a robust rule, refusals as exceptions
+that say which push, bad input refused before anything is sent, and a shard restart."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import ps_server
+from ps_server import aggregators
+from ps_server.launch import Shards
+
+TENSORS = [("w", 1000), ("b", 10)]
+INIT = [np.linspace(-1, 1, 1000, dtype=np.float32), np.zeros(10, dtype=np.float32)]
+
+
+def start_workers(shards, count, **options):
+    return [ps_server.Worker(shards.addresses, w, TENSORS, initial=INIT if w == 0 else None,
+                             token_file=shards.token_file(w), connect_timeout=30, **options)
+            for w in range(count)]
+
+
+def grads(value):
+    return [np.full(1000, value, dtype=np.float32), np.full(10, value, dtype=np.float32)]
+
+
+def push_round(worker, round, gs):
+    for t, g in enumerate(gs):
+        worker.push(t, round, g)
+    worker.wait_pushes()
+
+
+def pulled(worker, version):
+    outs = [np.empty(1000, dtype=np.float32), np.empty(10, dtype=np.float32)]
+    assert worker.pull_all(version, outs, timeout=30) == version
+    return outs
+
+
+def test_training_steps_apply_the_aggregate(server_bin):
+    # Two shards, three workers, the mean, SGD with lr 0.5 and no momentum: after each
+    # round the parameters move by exactly -0.5 x the mean of the pushes.
+    with Shards(2, 3, aggregator="mean", lr=0.5, momentum=0.0, server=server_bin) as shards:
+        workers = start_workers(shards, 3)
+        assert [s["shard_id"] for s in workers[0].shards] == [0, 1]
+        assert workers[1].start_version == 0
+        expected = [a.copy() for a in INIT]
+        for round in range(3):
+            for i, w in enumerate(workers):
+                push_round(w, round, grads(float(i + 1)))  # mean 2
+            expected = [e - np.float32(0.5) * np.float32(2.0) for e in expected]
+            for w in workers:
+                got = pulled(w, round + 1)
+                np.testing.assert_array_equal(got[0], expected[0])
+                np.testing.assert_array_equal(got[1], expected[1])
+        stats = workers[0].stats()
+        assert stats["slices_pushed"] >= 3 * 2 and stats["slices_refused"] == 0
+        for w in workers:
+            w.close()
+
+
+def test_a_byzantine_worker_is_held_off_by_a_robust_rule(server_bin):
+    # Five workers, one of which pushes 1e6 everywhere: the mean would move the weights by
+    # 1e5; the trimmed mean (f = 1) moves them as the honest pushes do, exactly as
+    # ps_server.aggregators computes it.
+    rng = np.random.default_rng(1)
+    with Shards(1, 5, byzantine=1, aggregator="trimmed_mean", lr=1.0, momentum=0.0,
+                server=server_bin) as shards:
+        workers = start_workers(shards, 5)
+        pushed = []
+        for i, w in enumerate(workers):
+            g = [np.full(1000, 1e6, np.float32), np.full(10, 1e6, np.float32)] if i == 4 else \
+                [rng.normal(size=1000).astype(np.float32), rng.normal(size=10).astype(np.float32)]
+            pushed.append(g)
+            push_round(w, 0, g)
+        got = pulled(workers[0], 1)
+        for t in range(2):
+            agg = aggregators.aggregate("trimmed_mean", np.stack([p[t] for p in pushed]), f=1)
+            np.testing.assert_allclose(got[t], INIT[t] - agg, rtol=0, atol=1e-6)
+            assert np.max(np.abs(got[t] - INIT[t])) < 5
+        for w in workers:
+            w.close()
+
+
+def test_refusals_are_exceptions_that_say_which_push(server_bin):
+    with Shards(1, 2, aggregator="mean", server=server_bin) as shards:
+        a, b = start_workers(shards, 2)
+        push_round(a, 0, grads(1.0))
+        a.push("b", 0, grads(1.0)[1])  # the same slice and round again
+        with pytest.raises(ps_server.Refused) as e:
+            a.wait_pushes()
+        assert e.value.reason == "duplicate" and e.value.code == "ALREADY_EXISTS"
+        assert (e.value.tensor, e.value.round, e.value.shard) == ("b", 0, 0)
+        assert isinstance(e.value.slice, int)
+        assert "push of tensor 'b'" in str(e.value)
+        push_round(b, 0, grads(1.0))
+        pulled(a, 1)  # round 0 closed
+        b.push(0, 0, grads(1.0)[0])  # late
+        with pytest.raises(ps_server.Refused) as e:
+            b.wait_pushes()
+        assert e.value.reason == "late" and e.value.tensor == "w"
+        a.close()
+        b.close()
+
+
+def test_bad_input_is_refused_before_anything_is_sent(server_bin):
+    torch = pytest.importorskip("torch")
+    with Shards(1, 1, server=server_bin) as shards:
+        (w,) = start_workers(shards, 1)
+        before = w.stats()["slices_pushed"]
+        with pytest.raises(ValueError, match="1000"):
+            w.push(0, 0, np.zeros(999, np.float32))
+        with pytest.raises(TypeError, match="float32"):
+            w.push(0, 0, np.zeros(1000, np.float64))
+        with pytest.raises(ValueError, match="contiguous"):
+            w.push(0, 0, np.zeros(2000, np.float32)[::2])
+        nan = np.zeros(1000, np.float32)
+        nan[17] = np.nan
+        with pytest.raises(ValueError, match="not finite"):
+            w.push(0, 0, nan)
+        with pytest.raises(ValueError, match="no tensor 'nope'"):
+            w.push("nope", 0, nan)
+        with pytest.raises(TypeError, match="float32"):
+            w.push(1, 0, torch.zeros(10, dtype=torch.float64))
+        with pytest.raises(ValueError, match="contiguous"):
+            w.push(0, 0, torch.zeros(1000, 2).t()[0])
+        with pytest.raises(ValueError, match="layout has 2 tensors"):
+            w.pull_all(0, [np.empty(1000, np.float32)])
+        with pytest.raises(ValueError, match="timeout"):
+            w.pull(0, 0, np.empty(1000, np.float32), timeout=-1)
+        w.wait_pushes()  # nothing was queued, nothing failed
+        assert w.stats()["slices_pushed"] == before
+        # Torch tensors in and out: the pull writes into the tensors' own memory.
+        push_round(w, 0, [torch.ones(1000), torch.ones(10)])
+        outs = [torch.empty(1000), torch.empty(10)]
+        assert w.pull_all(1, outs, timeout=30) == 1
+        np.testing.assert_allclose(outs[0].numpy(), INIT[0] - np.float32(0.1), atol=1e-6)
+        w.close()
+        with pytest.raises(ValueError, match="closed"):
+            w.wait_pushes()
+
+
+def test_pull_tickets_and_threads(server_bin):
+    # start_pull_all returns at once; a thread pushes meanwhile (the GIL is free while the
+    # pull waits); tensors arrive and the ticket reports them.
+    with Shards(1, 1, aggregator="mean", lr=1.0, momentum=0.0, server=server_bin) as shards:
+        (w,) = start_workers(shards, 1)
+        outs = [np.empty(1000, np.float32), np.empty(10, np.float32)]
+        ticket = w.start_pull_all(1, outs, timeout=30)
+        assert not ticket.ready(0)
+        with pytest.raises(ValueError, match="still running"):
+            w.close()
+        pusher = threading.Thread(target=push_round, args=(w, 0, grads(2.0)))
+        pusher.start()
+        ticket.wait_tensor(0)
+        assert ticket.wait() == 1
+        pusher.join()
+        np.testing.assert_array_equal(outs[1], np.full(10, -2.0, np.float32))
+        del ticket
+        w.close()
+
+
+def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path):
+    # Shard 1 is killed (SIGKILL) after round 2 and restarts from its checkpoint; the
+    # workers' next pushes are retried until it is back, and training continues with
+    # exact results.
+    args = ["--checkpoint-dir", str(tmp_path), "--checkpoint-every-rounds", "1"]
+    with Shards(2, 2, aggregator="mean", lr=1.0, momentum=0.0, server_args=args,
+                server=server_bin) as shards:
+        workers = start_workers(shards, 2, max_attempts=30)
+        for round in range(3):
+            for w in workers:
+                push_round(w, round, grads(1.0))
+            pulled(workers[0], round + 1)
+        # Checkpoints are written behind the rounds: kill once version 3's is complete.
+        checkpoint = tmp_path / "shard-1" / f"checkpoint-{3:020d}.pscp"
+        deadline = time.monotonic() + 20
+        while not checkpoint.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert checkpoint.exists(), shards.log_tail(1)
+        shards.restart(1)
+        for round in range(3, 5):
+            for w in workers:
+                push_round(w, round, grads(1.0))
+        got = pulled(workers[1], 5)
+        np.testing.assert_allclose(got[0], INIT[0] - 5.0, atol=1e-5)
+        np.testing.assert_allclose(got[1], INIT[1] - 5.0, atol=1e-5)
+        for w in workers:
+            w.close()
