@@ -18,6 +18,15 @@
 namespace ps {
 namespace {
 
+// ASan or TSan: several times slower and, under CI's load, irregularly so. The tests
+// that assert decisions made from measured timings (CAT's level, the plan's codec) then
+// run their traffic (for the sanitizers) but assert only what does not depend on timing.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kInstrumented = true;
+#else
+constexpr bool kInstrumented = false;
+#endif
+
 using std::chrono::milliseconds;
 
 server::ServerOptions Options(uint32_t n) {
@@ -219,14 +228,12 @@ TEST(LinkCostTest, CatKeepsFewerCoordinatesOnASlowerLink) {
   RecordProperty("slow_link_bytes", std::to_string(slow));
   RecordProperty("loopback_bytes", std::to_string(fast));
   EXPECT_GT(slow, 0u);
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-  // Instrumented, the round's idle time (a fixed cost CAT pays for with bytes) grows
-  // with the instrumentation on both links: under TSan the slow link kept 0.53-0.58 of
-  // loopback's bytes (2026-11-27; why it rose from below a half is not known yet).
-  EXPECT_LT(slow, fast) << "20 Mbit/s: " << slow << " bytes, loopback: " << fast << " bytes";
-#else
+  EXPECT_GT(fast, 0u);
+  // Instrumented, the fixed cost CAT weighs (alpha and the round's idle time, measured)
+  // moves with the load on both links: under TSan with a compile beside it the slow link
+  // once kept 2.5x loopback's bytes, and 0.53-0.58 of them without one.
+  if (kInstrumented) GTEST_SKIP() << "timing-dependent comparison; asserted in normal builds";
   EXPECT_LT(2 * slow, fast) << "20 Mbit/s: " << slow << " bytes, loopback: " << fast << " bytes";
-#endif
 }
 
 // Espresso in the worker: after two rounds that measure the 20 Mbit/s link, the plan
@@ -270,11 +277,14 @@ TEST(EspressoTest, APlanOverASlowLinkCompressesTheLargeTensor) {
   const PlanStats plan = (*worker)->stats().plan;
   ASSERT_GE(plan.plans, 1u);
   ASSERT_EQ(plan.codecs.size(), 2u);
+  RecordProperty("codec", plan.codecs[0]);
+  RecordProperty("last_round_bytes", std::to_string(last_round_bytes));
+  // Instrumented under load, a starved relay can make the 256-byte push's busy period
+  // as long as the 256 KiB one's, so the fitted seconds per byte (and the plan) vary.
+  if (kInstrumented) GTEST_SKIP() << "timing-dependent choice; asserted in normal builds";
   EXPECT_NE(plan.codecs[0], "fp32");
   EXPECT_LT(plan.predicted_seconds, plan.baseline_seconds);
   EXPECT_GT(plan.measured_seconds, 0);
-  RecordProperty("codec", plan.codecs[0]);
-  RecordProperty("last_round_bytes", std::to_string(last_round_bytes));
   EXPECT_LT(last_round_bytes, 65536u * 4 / 2 + 64 * 4) << "the plan's codec pushed the last round";
 }
 
