@@ -37,6 +37,7 @@
 #include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -75,6 +76,10 @@ struct E2eFlags {
   double soak_interval = 60;
   std::string json;
   bool quick = false;
+  // Running shards (ps-server processes started with --insecure and --workers equal to
+  // the one --workers count) instead of in-process ones: for comparing other clients
+  // against the same shards (bench/python_e2e.py).
+  std::vector<std::string> shards_at;
 };
 
 // ---- Process figures ---------------------------------------------------------------
@@ -266,10 +271,16 @@ absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& sh
 
 // ---- The cluster ------------------------------------------------------------------
 
-// The shards (a server::LocalCluster) and one worker client each.
+// The shards (a server::LocalCluster, or none with --shards-at) and one worker client
+// each.
 struct Cluster {
-  server::LocalCluster shards;
+  std::optional<server::LocalCluster> shards;
   std::vector<std::unique_ptr<Worker>> workers;  // destroyed before the shards
+
+  void Shutdown() {
+    workers.clear();
+    if (shards.has_value()) shards->Shutdown();
+  }
 };
 
 absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
@@ -288,9 +299,13 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   // against a stalled worker, not part of the measurement.
   so.round_deadline = std::chrono::milliseconds(60000);
   so.pull_codec = f.pull_codec;
-  PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
   WorkerOptions wo;
-  wo.shard_addresses = c.shards.addresses();
+  if (f.shards_at.empty()) {
+    PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
+    wo.shard_addresses = c.shards->addresses();
+  } else {
+    wo.shard_addresses = f.shards_at;
+  }
   wo.push.codec = codec;
   if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
   wo.rpc_timeout = std::chrono::milliseconds(120000);
@@ -493,8 +508,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
           PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
           absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.warmup, f.rounds, f.seconds, grad, {});
           rss_kib = ReadMemory().rss_kib;
-          c.workers.clear();
-          c.shards.Shutdown();
+          c.Shutdown();
           return r;
         }();
         if (!e2e.ok() || !raw_before.ok()) {
@@ -623,8 +637,8 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
   });
   sample("end", done);
   c->workers.clear();
-  c->shards.Shutdown();
-  c->shards.Stop();
+  c->shards->Shutdown();
+  c->shards->Stop();
   sample("stopped", done);
   if (!r.ok()) {
     std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(r.status().message()).c_str());
@@ -661,6 +675,13 @@ int RunE2e(E2eFlags f) {
   if (*params == 0 || codecs.empty() || workers->empty() || shards->empty()) {
     std::fprintf(stderr, "ps-bench e2e: need --params > 0, a codec, a worker and a shard count\n");
     return 2;
+  }
+  if (!f.shards_at.empty()) {
+    if (workers->size() != 1 || codecs.size() != 1 || f.soak) {
+      std::fprintf(stderr, "ps-bench e2e --shards-at: give one --workers and --codec, no --soak\n");
+      return 2;
+    }
+    *shards = {int(f.shards_at.size())};
   }
   if (f.soak) {
     if (workers->size() != 1 || shards->size() != 1 || codecs.size() != 1) {
@@ -720,6 +741,10 @@ Command AddE2eCommand(CLI::App& app) {
   sub->add_option("--soak-interval", f->soak_interval, "Seconds between memory samples")->capture_default_str();
   sub->add_option("--json", f->json, "Also write the rows as a JSON array to FILE")->option_text("FILE");
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
+  sub->add_option("--shards-at", f->shards_at,
+                  "host:port of running shards (ps-server --insecure --workers N) to use instead "
+                  "of in-process ones, by shard id (list; bench/python_e2e.py)")
+      ->delimiter(',');
   return Command{.app = sub, .run = [f] { return RunE2e(*f); }};
 }
 

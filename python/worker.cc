@@ -299,7 +299,7 @@ void BindWorker(py::module_& m) {
                        const std::string& tls_ca, const std::string& codec, bool error_feedback,
                        double momentum, const std::map<std::string, std::string>& tensor_codecs,
                        uint64_t codec_seed, double rpc_timeout, double connect_timeout,
-                       int max_attempts) {
+                       int max_attempts, bool plan, const std::vector<std::string>& candidates) {
              WorkerOptions o;
              o.shard_addresses = shards;
              o.worker_id = worker_id;
@@ -319,6 +319,8 @@ void BindWorker(py::module_& m) {
              o.rpc_timeout = Millis(rpc_timeout, "rpc_timeout");
              o.connect_timeout = Millis(connect_timeout, "connect_timeout");
              o.max_attempts = max_attempts;
+             o.plan.enabled = plan;
+             if (!candidates.empty()) o.plan.candidates = candidates;
              core::ModelLayout layout =
                  MakeLayout(tensors, slice_elems, static_cast<uint32_t>(shards.size()));
              return std::make_unique<PyWorker>(std::move(o), std::move(layout), initial);
@@ -329,7 +331,8 @@ void BindWorker(py::module_& m) {
            py::arg("codec") = "fp32", py::arg("error_feedback") = false, py::arg("momentum") = 0.0,
            py::arg("tensor_codecs") = std::map<std::string, std::string>{},
            py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,
-           py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6)
+           py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6,
+           py::arg("plan") = false, py::arg("plan_candidates") = std::vector<std::string>{})
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"))
       .def("wait_pushes", &PyWorker::WaitPushes)
       .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),

@@ -256,6 +256,10 @@ def main(argv=None):
     try:
         for w in range(args.workers):
             env = dict(os.environ, **shards.env(w))
+            # The workers import the ps_server package this launcher runs from.
+            package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
             log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
             if w == 0:
                 out = None  # this terminal

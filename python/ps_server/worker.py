@@ -30,7 +30,9 @@ class Worker:
     tensor). Keyword options: slice_elems, token or token_file (the shards' token for this
     worker, written in their --run-dir), tls_ca, codec ("fp32", "fp16",
     "topk(0.01)+varint+fp16", ...), error_feedback, momentum (the worker's), tensor_codecs
-    ({name: spec}), codec_seed, rpc_timeout and connect_timeout (seconds), max_attempts.
+    ({name: spec}), codec_seed, rpc_timeout and connect_timeout (seconds), max_attempts,
+    plan (Espresso: each tensor's codec chosen from measured costs among plan_candidates,
+    docs/adaptive.md).
     """
 
     def __init__(self, shards, worker_id, tensors, initial=None, **options):

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""Fashion-MNIST from a Python script through ps-server, with Byzantine workers.
+
+The model, data and attack of ps-demo (docs/examples.md): an MLP 784-128-10 on
+normalized pixels, each worker on its own IID part of the training set, batches of 32,
+the shards' SGD (lr 0.05, momentum 0.9); the last --byzantine workers push -scale x
+their gradient (sign flip). Start it with ps-launch:
+
+    ps-launch --shards 2 --workers 6 --byzantine 1 --aggregator trimmed_mean \\
+        --lr 0.05 --momentum 0.9 examples/python/train_fashion_mnist.py --byzantine 1
+
+Worker 0 evaluates on the test set every --eval-every steps and at the end, printing
+progress lines and a last JSON line {"final_test_accuracy": ...}. docs/python.md.
+"""
+
+import argparse
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+
+import numpy as np
+import torch
+
+import ps_server
+import ps_server.torch as pst
+
+PIXEL_MEAN, PIXEL_STD = 0.2860, 0.3530
+
+
+def read_idx(path, magic):
+    with gzip.open(path, "rb") as fh:
+        data = fh.read()
+    got, = struct.unpack(">I", data[:4])
+    if got != magic:
+        raise ValueError(f"{path}: magic {got:#x}, expected {magic:#x}")
+    dims = data[3]
+    shape = struct.unpack(">" + "I" * dims, data[4:4 + 4 * dims])
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+
+
+def load(data_dir, split):
+    prefix = "train" if split == "train" else "t10k"
+    images = read_idx(os.path.join(data_dir, f"{prefix}-images-idx3-ubyte.gz"), 0x803)
+    labels = read_idx(os.path.join(data_dir, f"{prefix}-labels-idx1-ubyte.gz"), 0x801)
+    x = (images.reshape(len(images), -1).astype(np.float32) / 255.0 - PIXEL_MEAN) / PIXEL_STD
+    return torch.from_numpy(x), torch.from_numpy(labels.astype(np.int64))
+
+
+class Mlp(torch.nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.fc1 = torch.nn.Linear(784, hidden)
+        self.fc2 = torch.nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc2(torch.relu(self.fc1(x)))
+
+
+def accuracy(model, x, y):
+    with torch.no_grad():
+        return float((model(x).argmax(dim=1) == y).float().mean())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--hidden", type=int, default=128)
+    parser.add_argument("--byzantine", type=int, default=0,
+                        help="the last this many workers attack (sign flip)")
+    parser.add_argument("--byzantine-scale", type=float, default=10.0)
+    parser.add_argument("--codec", default="fp32", help="push codec ('auto': Espresso's plan)")
+    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=1)
+    args = parser.parse_args()
+
+    pst.init()
+    rank, size = pst.rank(), pst.size()
+    torch.set_num_threads(1)  # n workers share the machine
+    torch.manual_seed(args.seed)
+    x_train, y_train = load(args.data_dir, "train")
+    # This worker's IID part: a permutation shared by all workers, cut in equal parts.
+    order = np.random.default_rng(args.seed).permutation(len(x_train))
+    mine = torch.from_numpy(np.array_split(order, size)[rank])
+    byzantine = rank >= size - args.byzantine
+
+    model = Mlp(args.hidden)
+    if byzantine:
+        # Sign flip: every gradient is replaced by -scale x itself before it reaches .grad
+        # (and from there the push).
+        for p in model.parameters():
+            p.register_hook(lambda g: g * -args.byzantine_scale)
+    optimizer = pst.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.0),  # the shards' SGD trains
+        named_parameters=model.named_parameters(), model=model, codec=args.codec)
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+
+    x_test = y_test = None
+    if rank == 0:
+        x_test, y_test = load(args.data_dir, "test")
+    g = torch.Generator().manual_seed(args.seed * 1000 + rank)
+    epoch, position = mine[torch.randperm(len(mine), generator=g)], 0
+    start = time.monotonic()
+    for step in range(args.steps):
+        # Batches walk through a shuffled copy of this worker's part, reshuffled each pass.
+        if position + args.batch_size > len(epoch):
+            epoch, position = mine[torch.randperm(len(mine), generator=g)], 0
+        batch = epoch[position:position + args.batch_size]
+        position += args.batch_size
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
+        loss.backward()
+        try:
+            optimizer.step()
+        except ps_server.Refused as e:
+            # A Byzantine push the shards refuse (non-finite) is the attack failing; an
+            # honest worker's refusal is an error.
+            if not byzantine:
+                raise
+            print(f"worker {rank}: push refused ({e.reason}): {e}", file=sys.stderr)
+        if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
+            optimizer.synchronize()
+            acc = accuracy(model, x_test, y_test)
+            print(f"step {step + 1}/{args.steps}  loss {float(loss):.4f}  "
+                  f"test accuracy {acc:.4f}  {time.monotonic() - start:.1f} s", flush=True)
+    optimizer.synchronize()
+    if rank == 0:
+        acc = accuracy(model, x_test, y_test)
+        print(json.dumps({"final_test_accuracy": acc, "steps": args.steps, "workers": size,
+                          "byzantine": args.byzantine, "seconds": time.monotonic() - start}),
+              flush=True)
+    optimizer.close()
+
+
+if __name__ == "__main__":
+    main()

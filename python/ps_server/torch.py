@@ -1,0 +1,278 @@
+"""ps_server.torch: ps-server for PyTorch training scripts, in the manner of horovod.torch.
+
+    import ps_server.torch as pst
+
+    pst.init()                                   # PS_SHARDS, PS_WORKER_ID, ... (ps-launch)
+    model = Net()
+    optimizer = pst.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=0.1),   # its step is the shards' (below)
+        named_parameters=model.named_parameters(), model=model, codec="fp16")
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+    for x, y in loader:
+        optimizer.zero_grad()
+        loss = criterion(model(x), y)            # each module waits for its own parameters
+        loss.backward()                          # each gradient is pushed as autograd makes it
+        optimizer.step()                         # the pushes' answers; the next pull starts
+
+How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
+- The shards own the update: they aggregate the workers' gradients with their robust rule
+  and apply their SGD (ps-server --lr, --momentum, --weight-decay), then publish the new
+  parameters. The wrapped optimizer's own step is therefore not taken; it gives the
+  parameters and zero_grad(). (The shards must not run --aggregate-only.)
+- Pushes: a hook on every parameter's gradient accumulator pushes the gradient as soon as
+  autograd has it (the last layer's first), encoded with `codec`, so the shards aggregate
+  while backward still runs. After `backward_passes_per_step` backward passes the
+  accumulated .grad is pushed; a parameter without a gradient is pushed as zeros.
+- Pulls (P3): step() starts pulling the next version straight into the parameters' memory
+  and returns; with `model` given, a forward pre-hook makes each module wait for its own
+  parameters only, so the first layers compute while later ones still arrive. Without it,
+  step() waits for the whole pull. Call synchronize() before reading the parameters
+  outside a forward pass (evaluation, saving).
+- Parameters: contiguous float32 CPU tensors, one layout tensor each, named and ordered as
+  named_parameters gives them (the first is the most urgent: the input layer's).
+- Start: every worker joins with its own values; the first to reach the shards registers
+  them (or the shards restored a checkpoint), and every worker then pulls that version,
+  so all start from the same parameters.
+
+Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, shard).
+"""
+
+import os
+import threading
+
+import torch
+
+from . import _arrays
+from ._ps_server import Error
+from .launch import ENV_NUM_WORKERS, ENV_SHARDS, ENV_TOKEN_FILE, ENV_WORKER_ID
+from .worker import Worker
+
+__all__ = ["init", "rank", "size", "shards", "DistributedOptimizer", "broadcast_parameters",
+           "Error"]
+
+_context = {}
+
+
+def init(shards=None, worker_id=None, num_workers=None, token_file=None):
+    """Reads this process's place in the job: the arguments, else the environment ps-launch
+    (and the Kubernetes worker Job) sets: PS_SHARDS (host:port,...), PS_WORKER_ID,
+    PS_NUM_WORKERS and PS_TOKEN_FILE (absent: no token, for --insecure shards)."""
+    env = os.environ
+
+    def need(value, name):
+        if value is None:
+            value = env.get(name)
+        if value is None or value == "":
+            raise ValueError(f"ps_server.torch.init: {name} is not set; run under ps-launch "
+                             "or pass it")
+        return value
+
+    shard_list = shards if shards is not None else need(None, ENV_SHARDS)
+    if isinstance(shard_list, str):
+        shard_list = [s for s in shard_list.split(",") if s]
+    _context.clear()
+    _context.update(shards=list(shard_list), rank=int(need(worker_id, ENV_WORKER_ID)),
+                    size=int(need(num_workers, ENV_NUM_WORKERS)),
+                    token_file=token_file if token_file is not None else env.get(ENV_TOKEN_FILE))
+    if not 0 <= _context["rank"] < _context["size"]:
+        raise ValueError(f"worker id {_context['rank']} outside [0, {_context['size']})")
+
+
+def _need_init():
+    if not _context:
+        raise ValueError("call ps_server.torch.init() first")
+    return _context
+
+
+def rank():
+    return _need_init()["rank"]
+
+
+def size():
+    return _need_init()["size"]
+
+
+def shards():
+    return list(_need_init()["shards"])
+
+
+_optimizers = []  # the DistributedOptimizers of this process (broadcast_parameters pulls)
+
+
+class DistributedOptimizer:
+    """Wraps `optimizer`: its parameters are trained by the shards (see the module's
+    documentation). Keyword options: codec (push codec spec, default "fp32"; "auto" plans
+    each tensor's codec from measured costs, docs/adaptive.md), error_feedback, momentum
+    (the worker's), tensor_codecs ({name: spec}), backward_passes_per_step, model (a
+    torch.nn.Module: per-module waits for the pull), slice_elems, timeout (seconds a pull
+    may wait), and the ps_server.Worker options (rpc_timeout, connect_timeout,
+    max_attempts, codec_seed, tls_ca)."""
+
+    def __init__(self, optimizer, named_parameters=None, codec="fp32", error_feedback=False,
+                 backward_passes_per_step=1, model=None, timeout=60.0, **worker_options):
+        ctx = _need_init()
+        self.optimizer = optimizer
+        if named_parameters is None:
+            params = [p for g in optimizer.param_groups for p in g["params"]]
+            named_parameters = [(f"param.{i}", p) for i, p in enumerate(params)]
+        self._names, self._params = [], []
+        seen = set()
+        for name, p in named_parameters:
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            _arrays.as_float32(p.detach(), f"parameter {name!r}")  # fp32, contiguous, CPU
+            self._names.append(name)
+            self._params.append(p)
+        if not self._params:
+            raise ValueError("no parameters to train")
+        if backward_passes_per_step < 1:
+            raise ValueError("backward_passes_per_step must be at least 1")
+        self._passes = backward_passes_per_step
+        self._timeout = timeout
+        plan = codec == "auto"
+        self.worker = Worker(
+            ctx["shards"], ctx["rank"],
+            [(n, p.numel(), i, _row_elems(p)) for i, (n, p) in enumerate(zip(self._names,
+                                                                              self._params))],
+            initial=[p.detach() for p in self._params],
+            token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
+            error_feedback=error_feedback, plan=plan, **worker_options)
+        if any(s["aggregate_only"] for s in self.worker.shards):
+            self.worker.close()
+            raise ValueError("ps_server.torch needs shards that apply the update; these run "
+                             "--aggregate-only")
+        self.round = self.worker.start_version
+        self._lock = threading.Lock()
+        self._counts = [0] * len(self._params)  # backward passes seen per parameter
+        self._pushed = [False] * len(self._params)
+        self._hook_error = None
+        self._ticket = None
+        self._hooks, self._accumulators = [], []
+        for i, p in enumerate(self._params):
+            if p.requires_grad:
+                # The gradient accumulator's hook runs once .grad holds this pass's gradient
+                # (horovod's way; torch 1.13 has no post-accumulate hook on tensors).
+                acc = p.expand_as(p).grad_fn.next_functions[0][0]
+                self._hooks.append(acc.register_hook(self._make_hook(i)))
+                self._accumulators.append(acc)  # the hook lives as long as its accumulator
+        self._waits = []
+        if model is not None:
+            index = {id(p): i for i, p in enumerate(self._params)}
+            for module in model.modules():
+                own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
+                if own:
+                    self._waits.append(module.register_forward_pre_hook(self._make_wait(own)))
+        # Every worker starts from the registered (or restored) parameters.
+        self.worker.pull_all(self.round, self._params, timeout=self._timeout)
+        _optimizers.append(self)
+
+    # -- what torch.optim.Optimizer users reach for ------------------------------------
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    @property
+    def state(self):
+        return self.optimizer.state
+
+    def zero_grad(self, set_to_none=False):
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state):
+        self.optimizer.load_state_dict(state)
+
+    # -- the step ----------------------------------------------------------------------
+    def _make_hook(self, i):
+        def hook(*_):
+            with self._lock:
+                self._counts[i] += 1
+                if self._counts[i] < self._passes or self._pushed[i]:
+                    return
+                self._pushed[i] = True
+            p = self._params[i]
+            try:
+                self.worker.push(i, self.round, p.grad.detach().contiguous())
+            except Exception as e:  # recorded; raised by step(), never through autograd
+                with self._lock:
+                    self._hook_error = self._hook_error or e
+        return hook
+
+    def _make_wait(self, tensors):
+        def wait(_module, _inputs):
+            ticket = self._ticket
+            if ticket is not None:
+                for i in tensors:
+                    ticket.wait_tensor(i)
+        return wait
+
+    def step(self, closure=None):
+        """Pushes what backward did not (parameters without a gradient: zeros), waits for
+        the shards' answers (raising a refusal), and starts pulling the next version into
+        the parameters. Returns the closure's loss, if one was given."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        for i, p in enumerate(self._params):
+            if not self._pushed[i]:
+                grad = p.grad if p.grad is not None else torch.zeros_like(p)
+                self.worker.push(i, self.round, grad.detach().contiguous())
+        self._counts = [0] * len(self._params)
+        self._pushed = [False] * len(self._params)
+        error, self._hook_error = self._hook_error, None
+        if error is not None:
+            raise error
+        self.worker.wait_pushes()
+        self.round += 1
+        self._ticket = self.worker.start_pull_all(self.round, self._params, self._timeout)
+        if not self._waits:
+            self.synchronize()
+        return loss
+
+    def synchronize(self):
+        """Waits until the pull started by the last step() wrote every parameter; the
+        version received (it may be ahead when the shards moved on without this worker)."""
+        ticket, self._ticket = self._ticket, None
+        if ticket is None:
+            return self.round
+        version = ticket.wait()
+        if version > self.round:
+            self.round = version
+        return version
+
+    def close(self):
+        """Removes the hooks and leaves the shards."""
+        self.synchronize()
+        for h in self._hooks + self._waits:
+            h.remove()
+        self._hooks, self._waits, self._accumulators = [], [], []
+        if self in _optimizers:
+            _optimizers.remove(self)
+        self.worker.close()
+
+
+def _row_elems(p):
+    """A weight's row length, so its slices hold whole rows (PowerSGD); 0 for vectors."""
+    return p.numel() // p.shape[0] if p.dim() >= 2 and p.shape[0] > 0 else 0
+
+
+def broadcast_parameters(params, root_rank=0):
+    """horovod.torch's call, for scripts written for it: every worker's parameters become
+    the shards' current ones (which the first worker to join registered, or a restored
+    checkpoint). `params`: a state_dict or named parameters of the model a
+    DistributedOptimizer trains."""
+    if root_rank != 0:
+        raise ValueError("ps_server.torch broadcasts from the shards: root_rank must be 0")
+    if not _optimizers:
+        raise ValueError("broadcast_parameters needs a DistributedOptimizer first (it joins)")
+    opt = _optimizers[-1]
+    opt.synchronize()
+    tensors = params.values() if hasattr(params, "values") else (t for _, t in params)
+    trained = {p.data_ptr() for p in opt._params}
+    if not any(torch.is_tensor(t) and t.data_ptr() in trained for t in tensors):
+        raise ValueError("these parameters are not the ones the DistributedOptimizer trains")
+    opt.worker.pull_all(opt.round, opt._params, timeout=opt._timeout)

@@ -1,0 +1,105 @@
+"""ps_server.torch: DistributedOptimizer in training scripts started by ps-launch, against
+a plain PyTorch reference of the same steps (the shards' SGD on the mean gradient), with
+and without the per-module waits (P3), with gradient accumulation, and its errors."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    import ps_server.torch as pst
+
+    mode, out = sys.argv[1], sys.argv[2]
+    pst.init()
+    torch.manual_seed(0)  # every worker builds the same model
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    passes = 2 if mode == "accumulate" else 1
+    opt = pst.DistributedOptimizer(
+        torch.optim.SGD(model.parameters(), lr=123.0),  # unused: the shards step
+        named_parameters=model.named_parameters(), model=None if mode == "whole" else model,
+        backward_passes_per_step=passes)
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+    g = torch.Generator().manual_seed(100 + pst.rank())
+    for step in range(3):
+        opt.zero_grad()
+        for _ in range(passes):
+            x = torch.randn(8, 4, generator=g)
+            y = torch.randn(8, 2, generator=g)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    opt.synchronize()
+    with open(f"{out}.{pst.rank()}", "w") as fh:
+        json.dump({n: p.detach().tolist() for n, p in model.named_parameters()}, fh)
+    opt.close()
+""")
+
+
+def reference(workers, passes, lr=0.1, steps=3):
+    """The same steps in plain PyTorch: SGD (no momentum) on the mean over workers of each
+    worker's gradient (summed over its passes)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    gens = [torch.Generator().manual_seed(100 + w) for w in range(workers)]
+    for _ in range(steps):
+        grads = []
+        for w in range(workers):
+            model.zero_grad()
+            for _ in range(passes):
+                x = torch.randn(8, 4, generator=gens[w])
+                y = torch.randn(8, 2, generator=gens[w])
+                torch.nn.functional.mse_loss(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        with torch.no_grad():
+            for i, p in enumerate(model.parameters()):
+                p -= lr * torch.stack([g[i] for g in grads]).mean(dim=0)
+    return {n: p.detach().numpy() for n, p in model.named_parameters()}
+
+
+def launch(tmp_path, server_bin, mode, workers=2):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    out = tmp_path / "params.json"
+    cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", str(workers),
+           "--lr", "0.1", "--momentum", "0", "--server", server_bin,
+           "--log-dir", str(tmp_path / "logs"), str(script), mode, str(out)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=240)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("worker-*.log")))
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    return [json.loads((tmp_path / f"params.json.{w}").read_text()) for w in range(workers)]
+
+
+@pytest.mark.parametrize("mode,passes", [("per_module", 1), ("whole", 1), ("accumulate", 2)])
+def test_training_matches_sgd_on_the_mean_gradient(tmp_path, server_bin, mode, passes):
+    got = launch(tmp_path, server_bin, mode)
+    want = reference(2, passes)
+    for name, value in want.items():
+        for w in range(2):
+            np.testing.assert_allclose(np.array(got[w][name], np.float32), value, rtol=1e-5,
+                                       atol=1e-6, err_msg=f"worker {w}, {name}, {mode}")
+
+
+def test_init_needs_its_environment(monkeypatch):
+    import ps_server.torch as pst
+
+    for name in ("PS_SHARDS", "PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="PS_SHARDS is not set"):
+        pst.init()
+    with pytest.raises(ValueError, match="outside"):
+        pst.init(shards="127.0.0.1:1", worker_id=3, num_workers=2)
+    pst.init(shards="127.0.0.1:1,127.0.0.1:2", worker_id=1, num_workers=2)
+    assert (pst.rank(), pst.size(), pst.shards()) == (1, 2, ["127.0.0.1:1", "127.0.0.1:2"])
+    model = torch.nn.Linear(2, 2).double()
+    with pytest.raises(TypeError, match="float32"):
+        pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
+                                 named_parameters=model.named_parameters())
