@@ -7,6 +7,9 @@
 #                                           # for bench/compare_torch.py
 #   bash run.sh experiment [flags]          # ps-experiment on the default grid (or
 #                                           # --config FILE); installs python3-matplotlib
+#   bash run.sh install                     # builds and installs into /usr/local
+#                                           # (PS_INSTALL_PREFIX): ps-server, ps-launch,
+#                                           # the C++ library and the Python package
 #   bash run.sh gpu-check [OUT_DIR]         # on a machine with a CUDA device: the GPU
 #                                           # tests and benches (bench/gpu_check.sh)
 # Each installs missing Debian packages (as root, through apt-get), configures and
@@ -129,6 +132,17 @@ case "${1:-}" in
     case " $* " in *" --config "*) ;; *) config=(--config examples/fashion_mnist/experiments/default.toml) ;; esac
     exec "$BUILD_DIR/bin/ps-experiment" "${config[@]}" "$@"
     ;;
+  install)
+    shift
+    PACKAGES+=(python3-torch)  # for ps_server.torch
+    install_missing
+    configure_and_build
+    prefix=${PS_INSTALL_PREFIX:-/usr/local}
+    echo "Installing into $prefix (log: $LOG_DIR/install.log)"
+    quietly "$LOG_DIR/install.log" cmake --install "$BUILD_DIR" --prefix "$prefix"
+    package=$(grep -o '[^ ]*/dist-packages/ps_server/' "$LOG_DIR/install.log" | head -n 1 || true)
+    echo "Installed ps-server, ps-admin${package:+, ps-launch and the Python package ps_server (${package%/})}"
+    ;;
   bench)
     shift
     PACKAGES+=(python3-torch)
@@ -148,7 +162,7 @@ case "${1:-}" in
   *)
     echo "usage: bash run.sh demo [ps-demo flags] | bash run.sh test [ctest flags]" \
       "| bash run.sh bench SUBCOMMAND [ps-bench flags] | bash run.sh experiment [ps-experiment flags]" \
-      "| bash run.sh gpu-check [OUT_DIR]" >&2
+      "| bash run.sh gpu-check [OUT_DIR] | bash run.sh install" >&2
     exit 2
     ;;
 esac

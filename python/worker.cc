@@ -296,7 +296,9 @@ void BindWorker(py::module_& m) {
       .def(py::init([](const std::vector<std::string>& shards, uint32_t worker_id,
                        const py::sequence& tensors, uint32_t slice_elems, const py::object& initial,
                        const std::string& token, const std::string& token_file,
-                       const std::string& tls_ca, const std::string& codec, bool error_feedback,
+                       const std::string& tls_ca, const std::string& tls_cert,
+                       const std::string& tls_key, const std::string& tls_server_name,
+                       const std::string& codec, bool error_feedback,
                        double momentum, const std::map<std::string, std::string>& tensor_codecs,
                        uint64_t codec_seed, double rpc_timeout, double connect_timeout,
                        int max_attempts, bool plan, const std::vector<std::string>& candidates) {
@@ -304,6 +306,9 @@ void BindWorker(py::module_& m) {
              o.shard_addresses = shards;
              o.worker_id = worker_id;
              o.credentials.tls_ca = tls_ca;
+             o.credentials.tls_cert = tls_cert;
+             o.credentials.tls_key = tls_key;
+             o.credentials.tls_server_name = tls_server_name;
              o.credentials.token = token;
              if (!token_file.empty()) {
                if (!token.empty()) throw py::value_error("pass token or token_file, not both");
@@ -328,6 +333,7 @@ void BindWorker(py::module_& m) {
            py::arg("shards"), py::arg("worker_id"), py::arg("tensors"), py::kw_only(),
            py::arg("slice_elems") = core::kDefaultSliceElems, py::arg("initial") = py::none(),
            py::arg("token") = "", py::arg("token_file") = "", py::arg("tls_ca") = "",
+           py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("codec") = "fp32", py::arg("error_feedback") = false, py::arg("momentum") = 0.0,
            py::arg("tensor_codecs") = std::map<std::string, std::string>{},
            py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,

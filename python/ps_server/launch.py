@@ -14,7 +14,9 @@ worker), waits until each serves, then starts W copies of the script with
     PS_NUM_WORKERS   W
     PS_TOKEN_FILE    this worker's token file (absent with --insecure)
 
-The same variables are the contract of the Kubernetes worker Job (docs/deploy.md).
+The same variables are the contract of the Kubernetes worker Job (docs/deploy.md), which
+authenticates with TLS client certificates instead of tokens: PS_TLS_CA, PS_TLS_CERT and
+PS_TLS_KEY name the files there.
 Worker 0's output goes to this terminal, every process's to a log file in --log-dir.
 SIGINT and SIGTERM are forwarded to every process. At the end it prints one line per
 process (exit status, seconds) and exits 0 only when every worker exited 0 and no shard
@@ -37,6 +39,10 @@ ENV_SHARDS = "PS_SHARDS"
 ENV_WORKER_ID = "PS_WORKER_ID"
 ENV_NUM_WORKERS = "PS_NUM_WORKERS"
 ENV_TOKEN_FILE = "PS_TOKEN_FILE"
+# TLS, where the shards use it (the Kubernetes worker Job: docs/deploy.md).
+ENV_TLS_CA = "PS_TLS_CA"
+ENV_TLS_CERT = "PS_TLS_CERT"
+ENV_TLS_KEY = "PS_TLS_KEY"
 
 
 def find_server(explicit=None):

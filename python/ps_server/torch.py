@@ -44,7 +44,8 @@ import torch
 
 from . import _arrays
 from ._ps_server import Error
-from .launch import ENV_NUM_WORKERS, ENV_SHARDS, ENV_TOKEN_FILE, ENV_WORKER_ID
+from .launch import (ENV_NUM_WORKERS, ENV_SHARDS, ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY,
+                     ENV_TOKEN_FILE, ENV_WORKER_ID)
 from .worker import Worker
 
 __all__ = ["init", "rank", "size", "shards", "DistributedOptimizer", "broadcast_parameters",
@@ -56,7 +57,9 @@ _context = {}
 def init(shards=None, worker_id=None, num_workers=None, token_file=None):
     """Reads this process's place in the job: the arguments, else the environment ps-launch
     (and the Kubernetes worker Job) sets: PS_SHARDS (host:port,...), PS_WORKER_ID,
-    PS_NUM_WORKERS and PS_TOKEN_FILE (absent: no token, for --insecure shards)."""
+    PS_NUM_WORKERS, PS_TOKEN_FILE (absent: no token, for --insecure shards), and for TLS
+    PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY (the shards' CA, this worker's certificate and
+    key)."""
     env = os.environ
 
     def need(value, name):
@@ -73,7 +76,10 @@ def init(shards=None, worker_id=None, num_workers=None, token_file=None):
     _context.clear()
     _context.update(shards=list(shard_list), rank=int(need(worker_id, ENV_WORKER_ID)),
                     size=int(need(num_workers, ENV_NUM_WORKERS)),
-                    token_file=token_file if token_file is not None else env.get(ENV_TOKEN_FILE))
+                    token_file=token_file if token_file is not None else env.get(ENV_TOKEN_FILE),
+                    tls={k: env.get(v, "") for k, v in (("tls_ca", ENV_TLS_CA),
+                                                         ("tls_cert", ENV_TLS_CERT),
+                                                         ("tls_key", ENV_TLS_KEY))})
     if not 0 <= _context["rank"] < _context["size"]:
         raise ValueError(f"worker id {_context['rank']} outside [0, {_context['size']})")
 
@@ -137,7 +143,7 @@ class DistributedOptimizer:
                                                                               self._params))],
             initial=[p.detach() for p in self._params],
             token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
-            error_feedback=error_feedback, plan=plan, **worker_options)
+            error_feedback=error_feedback, plan=plan, **{**ctx["tls"], **worker_options})
         if any(s["aggregate_only"] for s in self.worker.shards):
             self.worker.close()
             raise ValueError("ps_server.torch needs shards that apply the update; these run "

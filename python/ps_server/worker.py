@@ -28,7 +28,8 @@ class Worker:
     index: the first tensor is the most urgent, as P3 wants for the input layer).
     The first worker to join registers the layout and uploads `initial` (one array per
     tensor). Keyword options: slice_elems, token or token_file (the shards' token for this
-    worker, written in their --run-dir), tls_ca, codec ("fp32", "fp16",
+    worker, written in their --run-dir), tls_ca (the shards' CA: TLS), tls_cert and tls_key
+    (this worker's certificate, for shards that require mTLS), tls_server_name, codec ("fp32", "fp16",
     "topk(0.01)+varint+fp16", ...), error_feedback, momentum (the worker's), tensor_codecs
     ({name: spec}), codec_seed, rpc_timeout and connect_timeout (seconds), max_attempts,
     plan (Espresso: each tensor's codec chosen from measured costs among plan_candidates,

@@ -3,7 +3,8 @@
 # install; docs/building.md, "Installing and linking against ps-server"):
 #   1. cmake --install BUILD_DIR --prefix TMP/prefix, and the expected files are there
 #      (binaries, libraries, package files; no *_internal.h; no path into the source or
-#      build tree in the package files);
+#      build tree in the package files); the Python package, when built, imports from
+#      the prefix and its ps-launch runs;
 #   2. every installed header compiles, with only the prefix's include path;
 #   3. tests/install/consumer/ configured out of tree with CMAKE_PREFIX_PATH=TMP/prefix
 #      (find_package(PsServer), PsServer::worker), built and run;
@@ -41,6 +42,18 @@ if grep -rlF -e "$source_dir" -e "$build" "$(dirname "$config_file")" "$pc_file"
   fail "the package files above name the source or build directory"
 fi
 "$prefix/bin/ps-server" --help >/dev/null || fail "the installed ps-server --help"
+# The Python package, where the build made one: importable from the prefix alone, and
+# ps-launch runs from the prefix's bin/.
+package=$(find "$prefix" -type d -path '*/dist-packages/ps_server' | head -n 1)
+if [ -n "$package" ]; then
+  [ -x "$prefix/bin/ps-launch" ] || fail "no bin/ps-launch next to the Python package"
+  (cd "$tmp" && env -u PYTHONPATH PYTHONPATH="$(dirname "$package")" PYTHONDONTWRITEBYTECODE=1 \
+    /usr/bin/python3 -c 'import ps_server, ps_server.aggregators, ps_server.codecs, ps_server.launch') ||
+    fail "import ps_server from $(dirname "$package")"
+  env PYTHONPATH="$(dirname "$package")" PYTHONDONTWRITEBYTECODE=1 "$prefix/bin/ps-launch" --help >/dev/null ||
+    fail "the installed ps-launch --help"
+  echo "Python package: $package"
+fi
 echo "installed $(find "$prefix" -type f | wc -l) files ($(du -sh "$prefix" | cut -f1))"
 
 # The include path of the consumers: the prefix, never the source tree.

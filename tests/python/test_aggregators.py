@@ -142,6 +142,10 @@ def test_bad_input_is_refused_clearly():
         agg.aggregate("mean", x[:, ::2])
     with pytest.raises(TypeError, match="numpy array or a torch tensor"):
         agg.aggregate("mean", [[1.0, 2.0]])
+    torch = pytest.importorskip("torch")
+    # A tensor outside CPU memory ('meta' stands in for CUDA on machines without one).
+    with pytest.raises(TypeError, match="CPU memory: pass tensor.cpu"):
+        agg.aggregate("mean", torch.empty(3, 4, device="meta"))
     bad = x.copy()
     bad[3, 5] = np.nan
     with pytest.raises(ValueError, match=r"vectors\[3, 5\] is not finite \(nan\)"):
