@@ -196,7 +196,14 @@ class DistributedOptimizer:
         def hook(*_):
             with self._lock:
                 self._counts[i] += 1
-                if self._counts[i] < self._passes or self._pushed[i]:
+                if self._pushed[i]:
+                    # Its round's gradient already left: a pass too many before step().
+                    self._hook_error = self._hook_error or ValueError(
+                        f"parameter {self._names[i]!r} got gradient {self._counts[i]} of round "
+                        f"{self.round}, but backward_passes_per_step is {self._passes}: call "
+                        "step() after that many backward passes")
+                    return
+                if self._counts[i] < self._passes:
                     return
                 self._pushed[i] = True
             p = self._params[i]

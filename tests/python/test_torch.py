@@ -88,6 +88,23 @@ def test_training_matches_sgd_on_the_mean_gradient(tmp_path, server_bin, mode, p
                                        atol=1e-6, err_msg=f"worker {w}, {name}, {mode}")
 
 
+def test_a_backward_pass_too_many_is_an_error(tmp_path, server_bin):
+    from ps_server.launch import Shards
+    import ps_server.torch as pst
+
+    with Shards(1, 1, server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
+                 token_file=shards.token_file(0))
+        model = torch.nn.Linear(3, 1)
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                       named_parameters=model.named_parameters())
+        for _ in range(2):
+            model(torch.ones(2, 3)).sum().backward()
+        with pytest.raises(ValueError, match="backward_passes_per_step is 1"):
+            opt.step()
+        opt.close()
+
+
 def test_init_needs_its_environment(monkeypatch):
     import ps_server.torch as pst
 
