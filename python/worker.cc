@@ -49,8 +49,8 @@ OutArrays CheckedArrays(const core::ModelLayout& layout, const py::sequence& arr
                         const char* what, bool writable) {
   const auto& tensors = layout.tensors();
   if (static_cast<size_t>(py::len(arrays)) != tensors.size()) {
-    throw py::value_error(absl::StrCat(what, " holds ", py::len(arrays),
-                                       " arrays; the layout has ", tensors.size(), " tensors"));
+    throw py::value_error(absl::StrCat(what, " holds ", py::len(arrays), " arrays; the layout has ",
+                                       tensors.size(), " tensors"));
   }
   OutArrays o;
   for (size_t t = 0; t < tensors.size(); ++t) {
@@ -70,10 +70,11 @@ OutArrays CheckedArrays(const core::ModelLayout& layout, const py::sequence& arr
 class PyPullTicket {
  public:
   PyPullTicket(std::unique_ptr<PullTicket> ticket, OutArrays outs, py::object worker,
-               std::shared_ptr<std::atomic<int>> live)
+               std::shared_ptr<Worker> held, std::shared_ptr<std::atomic<int>> live)
       : ticket_(std::move(ticket)),
         outs_(std::move(outs)),
         worker_(std::move(worker)),
+        held_(std::move(held)),
         live_(std::move(live)) {
     ++*live_;
   }
@@ -81,6 +82,7 @@ class PyPullTicket {
     {
       py::gil_scoped_release release;
       ticket_.reset();
+      held_.reset();
     }
     --*live_;
   }
@@ -108,6 +110,7 @@ class PyPullTicket {
   std::unique_ptr<PullTicket> ticket_;
   OutArrays outs_;
   py::object worker_;
+  std::shared_ptr<Worker> held_;            // the worker the ticket pulls through
   std::shared_ptr<std::atomic<int>> live_;  // the worker's count of live tickets
 };
 
@@ -126,88 +129,80 @@ class PyWorker {
       started = Worker::Start(std::move(options), std::move(layout), spans);
     }
     ThrowIfError(started.status());
-    worker_ = *std::move(started);
+    worker_ = std::shared_ptr<Worker>(*std::move(started));
   }
-  ~PyWorker() {
-    py::gil_scoped_release release;
-    worker_.reset();
-  }
+  ~PyWorker() { Drop(); }
 
   // Ends the sessions and the worker's threads (pushes not yet waited for may be lost).
   // Refused while a pull ticket of this worker is alive: it writes into arrays through it.
+  // A call another thread is in keeps the worker until it returns.
   void Close() {
     if (*live_tickets_ > 0) {
       throw py::value_error(absl::StrCat("cannot close: ", live_tickets_->load(),
                                          " pull ticket(s) still running; wait for them first"));
     }
-    py::gil_scoped_release release;
-    worker_.reset();
+    Drop();
   }
 
-  Worker& worker() {
+  // The worker, for a call made with the GIL held; ValueError once closed.
+  std::shared_ptr<Worker> Acquire() const {
     if (worker_ == nullptr) throw py::value_error("this Worker was closed");
-    return *worker_;
+    return worker_;
+  }
+  Worker& worker() { return *Acquire(); }
+
+  // fn(worker) with the GIL released. The call holds its own reference, so a close() in
+  // another thread meanwhile cannot destroy the worker under it: the last holder does,
+  // here, still without the GIL.
+  template <typename Fn>
+  auto Call(Fn fn) {
+    std::shared_ptr<Worker> w = Acquire();
+    py::gil_scoped_release release;
+    auto result = fn(*w);
+    w.reset();
+    return result;
   }
 
   void Push(size_t tensor, uint64_t round, const py::buffer& grad) {
-    Worker& w = worker();
     const FloatArray g = CheckedFloats(grad, -1, "grad");
-    absl::Status st;
-    {
-      py::gil_scoped_release release;
-      st = w.Push(tensor, round, g.values);
-    }
-    ThrowIfError(st);
+    ThrowIfError(Call([&](Worker& w) { return w.Push(tensor, round, g.values); }));
   }
 
   void WaitPushes() {
-    Worker& w = worker();
-    absl::Status st;
-    {
-      py::gil_scoped_release release;
-      st = w.WaitPushes();
-    }
-    ThrowIfError(st);
+    ThrowIfError(Call([](Worker& w) { return w.WaitPushes(); }));
   }
 
   uint64_t Pull(size_t tensor, uint64_t min_version, const py::buffer& out, double timeout) {
-    Worker& w = worker();
     const FloatArray o = CheckedFloats(out, -1, "out", /*writable=*/true);
     const std::chrono::milliseconds t = Millis(timeout, "timeout");
-    absl::StatusOr<uint64_t> v;
-    {
-      py::gil_scoped_release release;
-      v = w.Pull(tensor, min_version, o.values, t);
-    }
+    const absl::StatusOr<uint64_t> v =
+        Call([&](Worker& w) { return w.Pull(tensor, min_version, o.values, t); });
     ThrowIfError(v.status());
     return *v;
   }
 
   uint64_t PullAll(uint64_t min_version, const py::sequence& outs, double timeout) {
-    Worker& w = worker();
-    const OutArrays o = CheckedArrays(w.layout(), outs, "outs", true);
+    const OutArrays o = CheckedArrays(worker().layout(), outs, "outs", true);
     const std::chrono::milliseconds t = Millis(timeout, "timeout");
-    absl::StatusOr<uint64_t> v;
-    {
-      py::gil_scoped_release release;
-      v = w.PullAll(min_version, o.spans, t);
-    }
+    const absl::StatusOr<uint64_t> v =
+        Call([&](Worker& w) { return w.PullAll(min_version, o.spans, t); });
     ThrowIfError(v.status());
     return *v;
   }
 
   std::unique_ptr<PyPullTicket> StartPullAll(const py::object& self, uint64_t min_version,
                                              const py::sequence& outs, double timeout) {
-    Worker& w = worker();
-    OutArrays o = CheckedArrays(w.layout(), outs, "outs", true);
+    std::shared_ptr<Worker> held = Acquire();
+    OutArrays o = CheckedArrays(held->layout(), outs, "outs", true);
     const std::chrono::milliseconds t = Millis(timeout, "timeout");
     absl::StatusOr<std::unique_ptr<PullTicket>> ticket;
     {
       py::gil_scoped_release release;
-      ticket = w.StartPullAll(min_version, o.spans, t);
+      ticket = held->StartPullAll(min_version, o.spans, t);
     }
     ThrowIfError(ticket.status());
-    return std::make_unique<PyPullTicket>(*std::move(ticket), std::move(o), self, live_tickets_);
+    return std::make_unique<PyPullTicket>(*std::move(ticket), std::move(o), self, std::move(held),
+                                          live_tickets_);
   }
 
   void ReportLoss(uint64_t round, double loss) { ThrowIfError(worker().ReportLoss(round, loss)); }
@@ -248,7 +243,14 @@ class PyWorker {
   }
 
  private:
-  std::unique_ptr<Worker> worker_;
+  // Lets go of the worker (the last holder destroys it) without the GIL.
+  void Drop() {
+    std::shared_ptr<Worker> w = std::move(worker_);
+    py::gil_scoped_release release;
+    w.reset();
+  }
+
+  std::shared_ptr<Worker> worker_;
   std::shared_ptr<std::atomic<int>> live_tickets_ = std::make_shared<std::atomic<int>>(0);
 };
 
@@ -298,10 +300,10 @@ void BindWorker(py::module_& m) {
                        const std::string& token, const std::string& token_file,
                        const std::string& tls_ca, const std::string& tls_cert,
                        const std::string& tls_key, const std::string& tls_server_name,
-                       const std::string& codec, bool error_feedback,
-                       double momentum, const std::map<std::string, std::string>& tensor_codecs,
-                       uint64_t codec_seed, double rpc_timeout, double connect_timeout,
-                       int max_attempts, bool plan, const std::vector<std::string>& candidates) {
+                       const std::string& codec, bool error_feedback, double momentum,
+                       const std::map<std::string, std::string>& tensor_codecs, uint64_t codec_seed,
+                       double rpc_timeout, double connect_timeout, int max_attempts, bool plan,
+                       const std::vector<std::string>& candidates) {
              WorkerOptions o;
              o.shard_addresses = shards;
              o.worker_id = worker_id;
@@ -337,8 +339,8 @@ void BindWorker(py::module_& m) {
            py::arg("codec") = "fp32", py::arg("error_feedback") = false, py::arg("momentum") = 0.0,
            py::arg("tensor_codecs") = std::map<std::string, std::string>{},
            py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,
-           py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6,
-           py::arg("plan") = false, py::arg("plan_candidates") = std::vector<std::string>{})
+           py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6, py::arg("plan") = false,
+           py::arg("plan_candidates") = std::vector<std::string>{})
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"))
       .def("wait_pushes", &PyWorker::WaitPushes)
       .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),

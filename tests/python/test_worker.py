@@ -189,3 +189,29 @@ def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path):
         np.testing.assert_allclose(got[1], INIT[1] - 5.0, atol=1e-5)
         for w in workers:
             w.close()
+
+
+def test_close_in_another_thread_while_a_call_waits(server_bin):
+    # A pull waiting in one thread keeps the worker alive when another thread closes
+    # it; the pull then ends (here by its timeout) and later calls are refused.
+    with Shards(1, 1, server=server_bin) as shards:
+        (w,) = start_workers(shards, 1)
+        outs = [np.empty(1000, np.float32), np.empty(10, np.float32)]
+        errors = []
+
+        def pull():
+            try:
+                w.pull_all(5, outs, timeout=1.0)  # version 5 never comes
+            except ps_server.Error as e:
+                errors.append(e)
+
+        t = threading.Thread(target=pull)
+        t.start()
+        time.sleep(0.2)
+        w.close()
+        t.join(timeout=30)
+        assert not t.is_alive()
+        assert len(errors) == 1 and errors[0].code in ("DEADLINE_EXCEEDED", "CANCELLED",
+                                                        "UNAVAILABLE"), errors
+        with pytest.raises(ValueError, match="closed"):
+            w.pull_all(0, outs)
