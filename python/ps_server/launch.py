@@ -112,7 +112,7 @@ class Shards:
         self.addresses = [f"127.0.0.1:{p}" for p in ports]
         self._commands = []
         for i, port in enumerate(ports):
-            port_file = os.path.join(self.log_dir, f"shard-{i}.port")
+            port_file = self._port_file(i)
             cmd = [self._server, "--host", "127.0.0.1", "--port", str(port),
                    "--port-file", port_file, "--shard-id", str(i),
                    "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
@@ -124,17 +124,19 @@ class Shards:
         return self
 
     def _spawn(self, i):
-        port_file = self._commands[i][self._commands[i].index("--port-file") + 1]
+        port_file = self._port_file(i)
         if os.path.exists(port_file):
             os.remove(port_file)
         with open(os.path.join(self.log_dir, f"shard-{i}.log"), "ab") as log:
             return subprocess.Popen(self._commands[i], stdout=log, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL)
 
+    def _port_file(self, shard):
+        return os.path.join(self.log_dir, f"shard-{shard}.port")
+
     def _wait_serving(self, shards):
         deadline = time.monotonic() + self._startup_timeout
-        port_files = [self._commands[i][self._commands[i].index("--port-file") + 1]
-                      for i in shards]
+        port_files = [self._port_file(i) for i in shards]
         while not all(os.path.exists(f) for f in port_files):
             for i in shards:
                 p = self.processes[i]
