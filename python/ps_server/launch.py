@@ -12,11 +12,12 @@ worker), waits until each serves, then starts W copies of the script with
     PS_SHARDS        host:port of every shard, comma-separated, by shard id
     PS_WORKER_ID     this process's worker id, in [0, W)
     PS_NUM_WORKERS   W
-    PS_TOKEN_FILE    this worker's token file (absent with --insecure)
+    PS_TOKEN_FILE    this worker's token file (absent with --insecure or --tls-dir)
+    PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY
+                     with --tls-dir: the CA and this worker's certificate and key
 
 The same variables are the contract of the Kubernetes worker Job (docs/deploy.md), which
-authenticates with TLS client certificates instead of tokens: PS_TLS_CA, PS_TLS_CERT and
-PS_TLS_KEY name the files there.
+authenticates with TLS client certificates as --tls-dir does.
 Worker 0's output goes to this terminal, every process's to a log file in --log-dir.
 SIGINT and SIGTERM are forwarded to every process. At the end it prints one line per
 process (exit status, seconds) and exits 0 only when every worker exited 0 and no shard
@@ -75,23 +76,37 @@ class Shards:
     """S ps-server processes on loopback for W workers (a context manager).
 
     `server_args` are further ps-server flags ("--pull-codec", "fp16", ...). With
-    `insecure`, the shards run without authentication (loopback only); otherwise they
-    share `run_dir` (a new private temporary directory by default), where each writes
-    the token files (token_file(worker) names them).
+    `insecure`, the shards run without authentication (loopback only). With `tls_dir` (the
+    output of deploy/tls/make-certs.sh: ca.pem, shard-N.pem/.key, worker-N.pem/.key) they
+    serve mutual TLS: shard N presents shard-N.pem, a worker is who its certificate
+    names (tls(worker) gives a worker's options). Otherwise they share `run_dir` (a new
+    private temporary directory by default), where each writes the token files
+    (token_file(worker) names them).
     """
 
     def __init__(self, num_shards, workers, byzantine=0, aggregator="mean", lr=0.1,
                  momentum=0.9, server_args=(), server=None, run_dir=None, log_dir=None,
-                 insecure=False, startup_timeout=60.0):
+                 insecure=False, tls_dir=None, startup_timeout=60.0):
         if num_shards < 1 or workers < 1:
             raise ValueError("need at least one shard and one worker")
+        if insecure and tls_dir:
+            raise ValueError("insecure and tls_dir exclude each other")
+        self.tls_dir = os.path.abspath(tls_dir) if tls_dir else None
+        if self.tls_dir:
+            missing = [f for f in ["ca.pem"] + [f"shard-{i}.{e}" for i in range(num_shards)
+                                                for e in ("pem", "key")]
+                       if not os.path.isfile(os.path.join(self.tls_dir, f))]
+            if missing:
+                raise ValueError(f"{tls_dir} lacks {', '.join(missing)} (make it with "
+                                 f"deploy/tls/make-certs.sh DIR {num_shards} {workers})")
         self.num_shards, self.workers = num_shards, workers
         self._server = find_server(server)
         self._owned_dirs = []
         self.log_dir = log_dir or self._temp_dir("ps-launch-logs.")
         os.makedirs(self.log_dir, exist_ok=True)
         self.insecure = insecure
-        self.run_dir = None if insecure else (run_dir or self._temp_dir("ps-launch-run."))
+        self.run_dir = None if insecure or self.tls_dir else \
+            (run_dir or self._temp_dir("ps-launch-run."))
         self._args = ["--workers", str(workers), "--byzantine", str(byzantine),
                       "--aggregator", aggregator, "--lr", repr(float(lr)),
                       "--momentum", repr(float(momentum)), *server_args]
@@ -117,7 +132,14 @@ class Shards:
                    "--port-file", port_file, "--shard-id", str(i),
                    "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
                    *self._args]
-            cmd += ["--insecure"] if self.insecure else ["--run-dir", self.run_dir]
+            if self.insecure:
+                cmd += ["--insecure"]
+            elif self.tls_dir:
+                cmd += ["--tls-cert", self._tls_file(f"shard-{i}.pem"),
+                        "--tls-key", self._tls_file(f"shard-{i}.key"),
+                        "--tls-ca", self._tls_file("ca.pem")]
+            else:
+                cmd += ["--run-dir", self.run_dir]
             self._commands.append(cmd)
             self.processes.append(self._spawn(i))
         self._wait_serving(range(self.num_shards))
@@ -169,17 +191,33 @@ class Shards:
         except OSError:
             return ""
 
+    def _tls_file(self, name):
+        return os.path.join(self.tls_dir, name)
+
     def token_file(self, worker):
-        """Worker `worker`'s token file (None with insecure shards)."""
-        return None if self.insecure else os.path.join(self.run_dir, f"token-worker-{worker}")
+        """Worker `worker`'s token file (None with insecure or TLS shards)."""
+        if self.run_dir is None:
+            return None
+        return os.path.join(self.run_dir, f"token-worker-{worker}")
+
+    def tls(self, worker):
+        """Worker `worker`'s TLS options for ps_server.Worker (tls_ca, tls_cert, tls_key;
+        empty without tls_dir)."""
+        if not self.tls_dir:
+            return {}
+        return {"tls_ca": self._tls_file("ca.pem"),
+                "tls_cert": self._tls_file(f"worker-{worker}.pem"),
+                "tls_key": self._tls_file(f"worker-{worker}.key")}
 
     def env(self, worker):
         """The environment variables a worker process gets (ps_server.torch.init reads
         them)."""
         env = {ENV_SHARDS: ",".join(self.addresses), ENV_WORKER_ID: str(worker),
                ENV_NUM_WORKERS: str(self.workers)}
-        if not self.insecure:
+        if self.run_dir is not None:
             env[ENV_TOKEN_FILE] = self.token_file(worker)
+        names = {"tls_ca": ENV_TLS_CA, "tls_cert": ENV_TLS_CERT, "tls_key": ENV_TLS_KEY}
+        env.update({names[k]: v for k, v in self.tls(worker).items()})
         return env
 
     def alive(self):
@@ -226,11 +264,16 @@ def _parse(argv):
                                           "temporary directory, printed)")
     parser.add_argument("--insecure", action="store_true",
                         help="shards without authentication (loopback only)")
+    parser.add_argument("--tls-dir", help="serve mutual TLS with the certificates in this "
+                                          "directory (deploy/tls/make-certs.sh DIR S W): "
+                                          "workers get PS_TLS_CA/CERT/KEY instead of tokens")
     parser.add_argument("script", help="the training script, run with this Python")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
     if args.workers < 1 or args.shards < 1:
         parser.error("--workers and --shards must be at least 1")
+    if args.insecure and args.tls_dir:
+        parser.error("--insecure and --tls-dir exclude each other")
     if not os.path.isfile(args.script):
         parser.error(f"no script {args.script!r}")
     return args
@@ -242,7 +285,7 @@ def main(argv=None):
     try:
         shards = Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
                         args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
-                        insecure=args.insecure).start()
+                        insecure=args.insecure, tls_dir=args.tls_dir).start()
     except (RuntimeError, FileNotFoundError, ValueError) as e:
         print(f"ps-launch: {e}", file=sys.stderr)
         return 1

@@ -19,7 +19,10 @@ SCRIPT = textwrap.dedent("""
     if len(sys.argv) > 1 and sys.argv[1] == "fail" and me == 1:
         sys.exit(3)
     w = ps_server.Worker(shards, me, [("w", 100)], initial=[np.zeros(100, np.float32)],
-                         token_file=os.environ["PS_TOKEN_FILE"], connect_timeout=30)
+                         token_file=os.environ.get("PS_TOKEN_FILE", ""),
+                         tls_ca=os.environ.get("PS_TLS_CA", ""),
+                         tls_cert=os.environ.get("PS_TLS_CERT", ""),
+                         tls_key=os.environ.get("PS_TLS_KEY", ""), connect_timeout=30)
     out = np.empty(100, np.float32)
     for t in range(3):
         w.pull_all(t, [out], timeout=30)
@@ -31,12 +34,12 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def launch(tmp_path, server_bin, *args, workers=3):
+def launch(tmp_path, server_bin, *args, workers=3, launcher_args=()):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers",
            str(workers), "--lr", "1", "--momentum", "0", "--server", server_bin,
-           "--log-dir", str(tmp_path / "logs"), str(script), *args]
+           "--log-dir", str(tmp_path / "logs"), *launcher_args, str(script), *args]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=240)
 
@@ -50,6 +53,21 @@ def test_workers_train_through_the_launcher(tmp_path, server_bin):
     assert "2 shard(s) at 127.0.0.1:" in done.stderr
     for w in range(3):
         assert f"  worker {w}: ok" in done.stderr
+
+
+def test_tls_dir_serves_mutual_tls_and_hands_workers_their_certificates(tmp_path, server_bin):
+    certs = tmp_path / "certs"
+    make_certs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                              "tls", "make-certs.sh")
+    subprocess.run(["bash", make_certs, str(certs), "2", "2"], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    done = launch(tmp_path, server_bin, workers=2, launcher_args=["--tls-dir", str(certs)])
+    assert done.returncode == 0, done.stderr
+    assert "worker 0/2: -4.500" in done.stdout  # mean of 1 and 2, three steps of lr 1
+    # Without the certificates the launcher says what is missing.
+    done = launch(tmp_path, server_bin, workers=2,
+                  launcher_args=["--tls-dir", str(tmp_path / "nothing")])
+    assert done.returncode == 1 and "lacks ca.pem" in done.stderr, done.stderr
 
 
 def test_a_failing_worker_fails_the_launch_and_stops_the_others(tmp_path, server_bin):

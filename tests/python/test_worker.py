@@ -3,6 +3,8 @@ ps_server.launch.Shards, authenticated with token files as by default): training
 with exact results, a Byzantine worker held off by a robust rule, refusals as exceptions
 that say which push, bad input refused before anything is sent, and a shard restart."""
 
+import os
+import subprocess
 import threading
 import time
 
@@ -216,3 +218,35 @@ def test_close_in_another_thread_while_a_call_waits(server_bin):
                                                         "UNAVAILABLE"), errors
         with pytest.raises(ValueError, match="closed"):
             w.pull_all(0, outs)
+
+
+MAKE_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
+                          "tls", "make-certs.sh")
+
+
+def test_mutual_tls_workers_are_who_their_certificate_says(server_bin, tmp_path):
+    # Shards serving mTLS with deploy/tls/make-certs.sh's certificates (as in Kubernetes):
+    # workers with theirs train; a worker's certificate cannot join as another worker; a
+    # plaintext client does not get in.
+    certs = str(tmp_path / "certs")
+    subprocess.run(["bash", MAKE_CERTS, certs, "2", "2"], check=True,
+                   stdout=subprocess.DEVNULL, timeout=120)
+    with Shards(2, 2, aggregator="mean", lr=1.0, momentum=0.0, tls_dir=certs,
+                server=server_bin) as shards:
+        env = shards.env(1)
+        assert env["PS_TLS_CERT"].endswith("worker-1.pem") and "PS_TOKEN_FILE" not in env
+        with pytest.raises(ps_server.Error, match="worker-1 may not join as worker 0"):
+            ps_server.Worker(shards.addresses, 0, TENSORS, initial=INIT, connect_timeout=30,
+                             **shards.tls(1))
+        with pytest.raises(ps_server.Error):
+            ps_server.Worker(shards.addresses, 0, TENSORS, initial=INIT, connect_timeout=2,
+                             max_attempts=1)
+        workers = [ps_server.Worker(shards.addresses, w, TENSORS,
+                                    initial=INIT if w == 0 else None, connect_timeout=30,
+                                    **shards.tls(w)) for w in range(2)]
+        for i, w in enumerate(workers):
+            push_round(w, 0, grads(float(2 * i + 1)))  # mean 2
+        got = pulled(workers[1], 1)
+        np.testing.assert_array_equal(got[0], INIT[0] - np.float32(2.0))
+        for w in workers:
+            w.close()
