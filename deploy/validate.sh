@@ -120,15 +120,15 @@ docker_packages() {
     on { line = $0; gsub(/[\\"]/, " ", line); printf "%s ", line; if ($0 ~ /"[[:space:]]*$/) on = 0 }
   ' "$DOCKERFILE" | xargs
 }
-for stage in build worker server; do
+for stage in build worker worker-python server; do
   grep -q "^FROM .* AS $stage\$" "$DOCKERFILE" || die "Dockerfile: no stage '$stage'"
 done
-[ "$(grep -c '^USER 65532:65532$' "$DOCKERFILE")" -eq 2 ] || die "Dockerfile: both final stages must run as USER 65532:65532"
+[ "$(grep -c '^USER 65532:65532$' "$DOCKERFILE")" -eq 3 ] || die "Dockerfile: every final stage (worker, worker-python, server) must run as USER 65532:65532"
 if ! apt-cache show libc6 >/dev/null 2>&1; then
   echo "  skipped: Dockerfile package names (no apt lists here; run apt-get update)"
 else
   missing=()
-  for list in BUILD_PACKAGES WORKER_PACKAGES SERVER_PACKAGES; do
+  for list in BUILD_PACKAGES WORKER_PACKAGES WORKER_PYTHON_PACKAGES SERVER_PACKAGES; do
     pkgs=$(docker_packages "$list")
     [ -n "$pkgs" ] || die "Dockerfile: ARG $list not found or empty"
     # One apt-cache call per list (each call reads the whole cache).
@@ -139,7 +139,7 @@ else
     done
   done
   [ ${#missing[@]} -eq 0 ] || die "Dockerfile: no such Debian package: ${missing[*]}"
-  ok "Dockerfile: every package of BUILD/WORKER/SERVER_PACKAGES exists in the apt lists"
+  ok "Dockerfile: every package of BUILD/WORKER/WORKER_PYTHON/SERVER_PACKAGES exists in the apt lists"
 fi
 # run.sh's PACKAGES, less what only tests, the demo or the experiments need.
 run_packages=$(sed -n '/^PACKAGES=(/,/^)/p' "$ROOT/run.sh" | sed '1d;$d' | tr -s ' \n' ' ')
@@ -150,7 +150,7 @@ for p in $run_packages; do
   [[ $build_packages == *" $p "* ]] || uncovered+=("$p")
 done
 [ ${#uncovered[@]} -eq 0 ] || die "Dockerfile: BUILD_PACKAGES lacks run.sh's ${uncovered[*]}"
-ok "Dockerfile: stages build/worker/server, non-root, build packages cover run.sh's"
+ok "Dockerfile: stages build/worker/worker-python/server, non-root, build packages cover run.sh's"
 
 # --- 5: the TOML config against a real ps-server -------------------------------------
 if [ -z "$PS_SERVER" ] && [ -x "$ROOT/${PS_BUILD_DIR:-build}/bin/ps-server" ]; then
