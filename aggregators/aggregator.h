@@ -75,7 +75,7 @@ struct AggregatorOptions {
   // centered_clipping: radius tau and iterations L per round.
   double clipping_tau = 100.0;
   int clipping_iterations = 1;
-  // mda: the most (n - f)-subsets the exact search may enumerate.
+  // mda and smea: the most (n - f)-subsets their exact searches may enumerate.
   uint64_t mda_max_subsets = 1'000'000;
   // bucketing: the seed mixed with the round number for each round's shuffle.
   uint64_t seed = 0;

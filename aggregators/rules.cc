@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "aggregators/krum_internal.h"
+#include "aggregators/spectral_internal.h"
 #include "aggregators/stage_internal.h"
 #include "core/status.h"
 
@@ -205,11 +206,88 @@ absl::StatusOr<KrumNeighbours> Neighbours(const StageArgs& args, KrumNeighbours 
   return i == 1 ? KrumNeighbours::kByzFL : KrumNeighbours::kPaper;
 }
 
+// MoNNA (Farhadkhani et al., ICML 2023): the mean of the m - f inputs nearest to input
+// `idx` (itself included), the input trusted to be honest.
+class Monna final : public RuleStage {
+ public:
+  Monna(std::string spec, size_t f, size_t idx) : spec_(std::move(spec)), f_(f), idx_(idx) {}
+  const std::string& spec() const override { return spec_; }
+  bool NeedsGram() const override { return true; }
+  size_t MinInputs() const override { return std::max(LinearBound(2, f_, 1), idx_ + 1); }
+  std::string Bound() const override {
+    return idx_ == 0 ? "n >= 2f + 1" : absl::StrCat("n >= 2f + 1 and n > idx = ", idx_);
+  }
+  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
+    if (idx_ >= m) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("monna: the trusted input idx = ", idx_, " is not among the ", m, " inputs"));
+    }
+    const Mixing all = NnmMixing(SquaredDistancesFromGram(*gram), f_);
+    std::vector<size_t> chosen;
+    for (size_t j = 0; j < m; ++j) {
+      if (all.at(idx_, j) != 0.0) chosen.push_back(j);
+    }
+    Tail tail;
+    tail.mixing = AverageOf(chosen, m);
+    tail.description = Indices(chosen);
+    return tail;
+  }
+
+ private:
+  const std::string spec_;
+  const size_t f_;
+  const size_t idx_;
+};
+
+class Caf final : public RuleStage {
+ public:
+  Caf(std::string spec, size_t f) : spec_(std::move(spec)), f_(f) {}
+  const std::string& spec() const override { return spec_; }
+  bool NeedsGram() const override { return true; }
+  size_t MinInputs() const override { return LinearBound(2, f_, 1); }
+  std::string Bound() const override { return "n >= 2f + 1"; }
+  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
+    const std::vector<double> w = CafWeights(*gram, f_);
+    Tail tail;
+    tail.mixing = Mixing(1, m);
+    std::copy(w.begin(), w.end(), tail.mixing.values.begin());
+    tail.description = "filtered weights";
+    return tail;
+  }
+
+ private:
+  const std::string spec_;
+  const size_t f_;
+};
+
+class Smea final : public RuleStage {
+ public:
+  Smea(std::string spec, size_t f, uint64_t max_subsets)
+      : spec_(std::move(spec)), f_(f), max_subsets_(max_subsets) {}
+  const std::string& spec() const override { return spec_; }
+  bool NeedsGram() const override { return true; }
+  size_t MinInputs() const override { return LinearBound(2, f_, 1); }
+  std::string Bound() const override { return "n >= 2f + 1"; }
+  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
+    PS_ASSIGN_OR_RETURN(std::vector<size_t> chosen, SmeaSubset(*gram, f_, max_subsets_));
+    Tail tail;
+    tail.mixing = AverageOf(chosen, m);
+    tail.description = Indices(chosen);
+    return tail;
+  }
+
+ private:
+  const std::string spec_;
+  const size_t f_;
+  const uint64_t max_subsets_;
+};
+
 }  // namespace
 
 std::vector<std::string> RuleStageNames() {
   return {"mean",      "median", "trimmed_mean", "meamed",           "phocas",           "krum",
-          "multi_krum", "bulyan", "geometric_median", "centered_clipping", "mda", "sign_majority"};
+          "multi_krum", "bulyan", "geometric_median", "centered_clipping", "mda", "sign_majority",
+          "monna",     "caf",    "smea"};
 }
 
 absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
@@ -312,18 +390,36 @@ absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
     }
     return std::make_unique<CenteredClipping>(args.Canonical(), tau, static_cast<int>(it));
   }
-  if (name == "mda") {
+  if (name == "mda" || name == "smea") {
+    // Exhaustive searches over the (n - f)-subsets: refused up front when there are more
+    // than max_subsets of them.
     PS_ASSIGN_OR_RETURN(StageArgs args, StageArgs::Bind(spec, {"max_subsets"}));
     PS_ASSIGN_OR_RETURN(int64_t max, args.Int("max_subsets",
                                               static_cast<int64_t>(options.mda_max_subsets), 1,
                                               INT64_MAX));
     const uint64_t count = SubsetCount(static_cast<size_t>(options.num_workers), f);
     if (count > static_cast<uint64_t>(max)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "mda: C(", options.num_workers, ", ", f, ") = ", count,
-          " subsets exceeds the limit of ", max, "; lower f or raise max_subsets (mda(max_subsets=N))"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, ": C(", options.num_workers, ", ", f, ") = ", count,
+                       " subsets exceeds the limit of ", max, "; lower f or raise max_subsets (",
+                       name, "(max_subsets=N))"));
     }
+    if (name == "smea") return std::make_unique<Smea>(args.Canonical(), f, static_cast<uint64_t>(max));
     return std::make_unique<Mda>(args.Canonical(), f, static_cast<uint64_t>(max));
+  }
+  if (name == "caf") {
+    PS_ASSIGN_OR_RETURN(StageArgs args, StageArgs::Bind(spec, {}));
+    return std::make_unique<Caf>(args.Canonical(), f);
+  }
+  if (name == "monna") {
+    PS_ASSIGN_OR_RETURN(StageArgs args, StageArgs::Bind(spec, {"idx"}));
+    PS_ASSIGN_OR_RETURN(int64_t idx, args.Int("idx", 0, 0, INT32_MAX));
+    if (idx >= options.num_workers) {
+      return absl::InvalidArgumentError(absl::StrCat("monna: idx = ", idx,
+                                                     " must name one of the n = ",
+                                                     options.num_workers, " inputs (0 to n - 1)"));
+    }
+    return std::make_unique<Monna>(args.Canonical(), f, static_cast<size_t>(idx));
   }
   return absl::NotFoundError(name);
 }

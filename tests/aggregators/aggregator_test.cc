@@ -22,7 +22,7 @@ TEST(AggregatorFactoryTest, NamesAreStableAndAllMakeable) {
   EXPECT_THAT(AggregatorNames(),
               ElementsAre("mean", "median", "trimmed_mean", "meamed", "phocas", "krum",
                           "multi_krum", "bulyan", "geometric_median", "centered_clipping",
-                          "mda", "sign_majority"));
+                          "mda", "sign_majority", "monna", "caf", "smea"));
   EXPECT_THAT(PreAggregatorNames(), ElementsAre("clip", "arc", "nnm", "bucketing"));
   for (const std::string& name : AggregatorNames()) {
     absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(20, 2));

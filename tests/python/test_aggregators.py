@@ -67,7 +67,58 @@ def ref_nnm_mean(x, f):
     return mixed.mean(axis=0)
 
 
+def top_eigen(x, w):
+    """The w-weighted mean of the rows and the largest eigenpair of their w-weighted
+    covariance, from numpy's dense d x d eigensolver."""
+    x = x.astype(np.float64)
+    mu = (w[:, None] * x).sum(axis=0) / w.sum()
+    diffs = x - mu
+    cov = (w[:, None] * diffs).T @ diffs / w.sum()
+    values, vectors = np.linalg.eigh(cov)
+    return mu, values[-1], vectors[:, -1]
+
+
+def ref_caf(x, f):
+    k = len(x)
+    c = np.ones(k)
+    best, best_lambda = x.astype(np.float64).mean(axis=0), np.inf
+    while c.sum() > k - 2 * f:
+        mu, lam, v = top_eigen(x, c)
+        if lam < best_lambda:
+            best, best_lambda = mu, lam
+        tau = ((x.astype(np.float64) - mu) @ v) ** 2
+        tau_max = tau[c > 0].max()
+        if lam <= 0 or tau_max <= 0:
+            break
+        c = np.where(c > 0, c * np.maximum(0.0, 1 - tau / tau_max), 0.0)
+    return best
+
+
+def ref_smea(x, f):
+    import itertools
+    k = len(x)
+    best, best_lambda = None, np.inf
+    for subset in itertools.combinations(range(k), k - f):
+        w = np.zeros(k)
+        w[list(subset)] = 1.0
+        mu, lam, _ = top_eigen(x, w)
+        if lam < best_lambda * (1 - 1e-9):
+            best, best_lambda = mu, lam
+    return best
+
+
+def ref_monna(x, f, idx=0):
+    x64 = x.astype(np.float64)
+    d2 = ((x64 - x64[idx]) ** 2).sum(axis=1)
+    d2[idx] = -1.0  # itself first
+    return x64[np.argsort(d2, kind="stable")[: len(x) - f]].mean(axis=0)
+
+
 REFERENCES = {
+    "caf": ref_caf,
+    "smea": ref_smea,
+    "monna": ref_monna,
+    "monna(idx=5)": lambda x, f: ref_monna(x, f, 5),
     "mean": ref_mean,
     "median": ref_median,
     "trimmed_mean": ref_trimmed_mean,
@@ -91,7 +142,7 @@ def test_robust_rules_stay_with_the_honest_inputs_while_the_mean_is_dragged():
     honest = x[2:].astype(np.float64)
     lo, hi = honest.min(axis=0), honest.max(axis=0)
     assert np.abs(agg.aggregate("mean", x, f=2)).mean() > 5
-    for spec in ["median", "trimmed_mean", "krum", "multi_krum", "nnm+trimmed_mean",
+    for spec in ["median", "trimmed_mean", "krum", "multi_krum", "nnm+trimmed_mean", "caf", "smea",
                  "geometric_median", "bulyan" if len(x) >= 11 else "median"]:
         got = agg.aggregate(spec, x, f=2)
         assert np.all(got >= lo - 1e-4) and np.all(got <= hi + 1e-4), spec

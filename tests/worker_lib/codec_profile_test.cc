@@ -71,11 +71,16 @@ TEST(CodecProfileTest, RefusesBadSpecsAndEmptySlices) {
 TEST(CodecProfileTest, APlanFromMeasuredProfilesCompressesOnlyOnASlowLink) {
   PlanInput in;
   in.tensors = {{.numel = 1 << 20, .ready_seconds = 0, .priority = 0, .parts = {{0, 1 << 20}}}};
-  for (const char* spec : {"fp32", "fp16", "topk(0.01)+varint+fp16"}) {
-    auto cost = ProfileCodec(spec, 1 << 16, 0.02);
-    ASSERT_TRUE(cost.ok()) << cost.status();
-    in.options.push_back(OptionFromCost(*cost));
-  }
+  const auto profile = [&in] {
+    in.options.clear();
+    for (const char* spec : {"fp32", "fp16", "topk(0.01)+varint+fp16"}) {
+      auto cost = ProfileCodec(spec, 1 << 16, 0.02);
+      ASSERT_TRUE(cost.ok()) << cost.status();
+      in.options.push_back(OptionFromCost(*cost));
+    }
+  };
+  profile();
+  ASSERT_EQ(in.options.size(), 3u);
   EXPECT_EQ(in.options[2].name, "topk(ratio=0.01, method=exact)+varint+fp16");
   in.workers = 4;
   in.pull_bytes_per_value = 0.03;
@@ -84,7 +89,15 @@ TEST(CodecProfileTest, APlanFromMeasuredProfilesCompressesOnlyOnASlowLink) {
   EXPECT_NE(PlanGreedy(in).choice[0], 0u);
   in.up = {{.alpha_seconds = 1e-4, .seconds_per_byte = 1e-10}};
   in.down = in.up;
-  EXPECT_NE(PlanGreedy(in).choice[0], 2u);
+  // The costs are timings on a shared machine: a preemption during one profile can make
+  // a pass look slower than top-k's selection. Profiled afresh up to three times; top-k
+  // chosen every time means it really is planned on a fast link.
+  bool topk_every_time = true;
+  for (int attempt = 0; attempt < 3 && topk_every_time; ++attempt) {
+    if (attempt > 0) profile();
+    topk_every_time = PlanGreedy(in).choice[0] == 2u;
+  }
+  EXPECT_FALSE(topk_every_time);
 }
 
 }  // namespace

@@ -1,0 +1,251 @@
+// CAF and SMEA on a Gram matrix (spectral_internal.h). Only k x k arithmetic here.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "aggregators/gram_rules_internal.h"
+#include "aggregators/spectral_internal.h"
+
+namespace ps::aggregators::internal {
+namespace {
+
+// C_ij = <x_i - mu, x_j - mu> over `rows` (indices into gram), mu = sum_l beta_l x_l with
+// beta over the same rows.
+SquareMatrix CentredProducts(const SquareMatrix& gram, const std::vector<size_t>& rows,
+                             const std::vector<double>& beta) {
+  const size_t k = rows.size();
+  std::vector<double> g_beta(k, 0.0);
+  for (size_t i = 0; i < k; ++i) {
+    double sum = 0.0;
+    for (size_t j = 0; j < k; ++j) sum += gram.at(rows[i], rows[j]) * beta[j];
+    g_beta[i] = sum;
+  }
+  double bgb = 0.0;
+  for (size_t i = 0; i < k; ++i) bgb += beta[i] * g_beta[i];
+  SquareMatrix c(k);
+  for (size_t i = 0; i < k; ++i) {
+    for (size_t j = 0; j < k; ++j) {
+      c.at(i, j) = gram.at(rows[i], rows[j]) - g_beta[i] - g_beta[j] + bgb;
+    }
+  }
+  return c;
+}
+
+}  // namespace
+
+TopEigen LargestEigen(SquareMatrix a, bool want_vector) {
+  const size_t k = a.k;
+  TopEigen out;
+  if (k == 0) return out;
+  std::vector<double> v;
+  if (want_vector) {
+    v.assign(k * k, 0.0);
+    for (size_t i = 0; i < k; ++i) v[i * k + i] = 1.0;
+  }
+  // Cyclic Jacobi (Golub and Van Loan, section 8.5): rotate away every off-diagonal
+  // entry in turn; the off-diagonal mass falls quadratically once small. A sweep count
+  // cap guards against rounding that never settles.
+  for (int sweep = 0; sweep < 64; ++sweep) {
+    double off = 0.0, diag = 0.0;
+    for (size_t i = 0; i < k; ++i) {
+      diag += a.at(i, i) * a.at(i, i);
+      for (size_t j = i + 1; j < k; ++j) off += a.at(i, j) * a.at(i, j);
+    }
+    if (off == 0.0 || off <= 1e-32 * diag) break;
+    for (size_t p = 0; p + 1 < k; ++p) {
+      for (size_t q = p + 1; q < k; ++q) {
+        const double apq = a.at(p, q);
+        if (apq == 0.0) continue;
+        const double theta = (a.at(q, q) - a.at(p, p)) / (2.0 * apq);
+        const double t =
+            std::abs(theta) > 1e150
+                ? 0.5 / theta
+                : std::copysign(1.0, theta) / (std::abs(theta) + std::sqrt(theta * theta + 1.0));
+        const double c = 1.0 / std::sqrt(t * t + 1.0);
+        const double s = t * c;
+        for (size_t r = 0; r < k; ++r) {
+          if (r == p || r == q) continue;
+          const double arp = a.at(r, p), arq = a.at(r, q);
+          a.at(r, p) = a.at(p, r) = c * arp - s * arq;
+          a.at(r, q) = a.at(q, r) = s * arp + c * arq;
+        }
+        a.at(p, p) -= t * apq;
+        a.at(q, q) += t * apq;
+        a.at(p, q) = a.at(q, p) = 0.0;
+        if (want_vector) {
+          for (size_t r = 0; r < k; ++r) {
+            const double vrp = v[r * k + p], vrq = v[r * k + q];
+            v[r * k + p] = c * vrp - s * vrq;
+            v[r * k + q] = s * vrp + c * vrq;
+          }
+        }
+      }
+    }
+  }
+  size_t best = 0;
+  for (size_t i = 1; i < k; ++i) {
+    if (a.at(i, i) > a.at(best, best)) best = i;
+  }
+  out.value = a.at(best, best);
+  if (want_vector) {
+    out.vector.resize(k);
+    for (size_t r = 0; r < k; ++r) out.vector[r] = v[r * k + best];
+  }
+  return out;
+}
+
+double LargestEigenvalue(SquareMatrix a) {
+  const size_t m = a.k;
+  if (m == 0) return 0.0;
+  // Householder reduction to tridiagonal form (Golub and Van Loan, section 8.3.1):
+  // column j below the subdiagonal is reflected away by H = I - 2 v v' on the trailing
+  // block B, B <- B - v q' - q v' with p = B v, q = 2 (p - (v' p) v).
+  std::vector<double> v(m), p(m);
+  for (size_t j = 0; j + 2 < m; ++j) {
+    double norm = 0.0;
+    for (size_t i = j + 1; i < m; ++i) norm += a.at(i, j) * a.at(i, j);
+    norm = std::sqrt(norm);
+    if (norm == 0.0) continue;
+    const double alpha = a.at(j + 1, j) > 0 ? -norm : norm;
+    double vnorm = 0.0;
+    for (size_t i = j + 1; i < m; ++i) {
+      v[i] = a.at(i, j) - (i == j + 1 ? alpha : 0.0);
+      vnorm += v[i] * v[i];
+    }
+    vnorm = std::sqrt(vnorm);
+    if (vnorm == 0.0) continue;
+    for (size_t i = j + 1; i < m; ++i) v[i] /= vnorm;
+    double vp = 0.0;
+    for (size_t i = j + 1; i < m; ++i) {
+      double sum = 0.0;
+      for (size_t l = j + 1; l < m; ++l) sum += a.at(i, l) * v[l];
+      p[i] = sum;
+      vp += v[i] * sum;
+    }
+    for (size_t i = j + 1; i < m; ++i) p[i] = 2.0 * (p[i] - vp * v[i]);
+    for (size_t i = j + 1; i < m; ++i) {
+      for (size_t l = j + 1; l < m; ++l) a.at(i, l) -= v[i] * p[l] + p[i] * v[l];
+    }
+    a.at(j + 1, j) = a.at(j, j + 1) = alpha;
+    for (size_t i = j + 2; i < m; ++i) a.at(i, j) = a.at(j, i) = 0.0;
+  }
+  // The tridiagonal matrix's largest eigenvalue by bisection on Sturm counts (the
+  // number of eigenvalues below x), between Gershgorin bounds.
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -lo;
+  for (size_t i = 0; i < m; ++i) {
+    const double r =
+        (i > 0 ? std::abs(a.at(i, i - 1)) : 0.0) + (i + 1 < m ? std::abs(a.at(i + 1, i)) : 0.0);
+    lo = std::min(lo, a.at(i, i) - r);
+    hi = std::max(hi, a.at(i, i) + r);
+  }
+  const auto below = [&](double x) {
+    size_t count = 0;
+    double q = 1.0;
+    for (size_t i = 0; i < m; ++i) {
+      const double e = i > 0 ? a.at(i, i - 1) : 0.0;
+      q = a.at(i, i) - x - (i > 0 ? e * e / q : 0.0);
+      if (q == 0.0) q = -std::numeric_limits<double>::min();
+      if (q < 0.0) ++count;
+    }
+    return count;
+  };
+  const double scale = std::max(std::abs(lo), std::abs(hi));
+  for (int it = 0; it < 200 && hi - lo > 4 * std::numeric_limits<double>::epsilon() * scale; ++it) {
+    const double mid = 0.5 * (lo + hi);
+    if (mid <= lo || mid >= hi) break;
+    (below(mid) == m ? hi : lo) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+std::vector<double> CafWeights(const SquareMatrix& gram, size_t f) {
+  const size_t k = gram.k;
+  if (k == 0) return {};
+  std::vector<size_t> all(k);
+  for (size_t i = 0; i < k; ++i) all[i] = i;
+  std::vector<double> c(k, 1.0);
+  std::vector<double> beta(k, 1.0 / static_cast<double>(k));
+  std::vector<double> best = beta;  // f = 0: the loop below does not run
+  double best_lambda = std::numeric_limits<double>::infinity();
+  const double floor = static_cast<double>(k) - 2.0 * static_cast<double>(f);
+  for (double total = static_cast<double>(k); total > floor;) {
+    for (size_t i = 0; i < k; ++i) beta[i] = c[i] / total;
+    const SquareMatrix centred = CentredProducts(gram, all, beta);
+    // Sigma's top eigenpair from the k x k matrix A = S C S, S = diag(sqrt(c_i / total)):
+    // Sigma = D' D and A = D D' with D's rows sqrt(c_i / total) (x_i - mu).
+    std::vector<double> root(k);
+    for (size_t i = 0; i < k; ++i) root[i] = std::sqrt(c[i] / total);
+    SquareMatrix a(k);
+    for (size_t i = 0; i < k; ++i) {
+      for (size_t j = 0; j < k; ++j) a.at(i, j) = root[i] * centred.at(i, j) * root[j];
+    }
+    const TopEigen top = LargestEigen(std::move(a), /*want_vector=*/true);
+    const double lambda = std::max(0.0, top.value);
+    if (lambda < best_lambda) {
+      best_lambda = lambda;
+      best = beta;
+    }
+    if (lambda == 0.0) break;
+    // v = D' u / sqrt(lambda), so <x_i - mu, v> = sum_j C_ij root_j u_j / sqrt(lambda).
+    std::vector<double> tau(k);
+    double tau_max = 0.0;
+    for (size_t i = 0; i < k; ++i) {
+      double p = 0.0;
+      for (size_t j = 0; j < k; ++j) p += centred.at(i, j) * root[j] * top.vector[j];
+      tau[i] = p * p / lambda;
+      if (c[i] > 0.0) tau_max = std::max(tau_max, tau[i]);
+    }
+    if (!(tau_max > 0.0)) break;
+    total = 0.0;
+    for (size_t i = 0; i < k; ++i) {
+      if (c[i] > 0.0) c[i] *= std::max(0.0, 1.0 - tau[i] / tau_max);
+      total += c[i];
+    }
+  }
+  return best;
+}
+
+absl::StatusOr<std::vector<size_t>> SmeaSubset(const SquareMatrix& gram, size_t f,
+                                               uint64_t max_subsets) {
+  const size_t k = gram.k;
+  if (f >= k) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("smea: f = ", f, " leaves no input to average out of k = ", k));
+  }
+  const uint64_t count = SubsetCount(k, f);
+  if (count > max_subsets) {
+    const std::string value = count == std::numeric_limits<uint64_t>::max()
+                                  ? absl::StrCat(">= ", count)
+                                  : absl::StrCat("= ", count);
+    return absl::InvalidArgumentError(absl::StrCat("smea: C(", k, ", ", f, ") ", value,
+                                                   " subsets exceeds the limit of ", max_subsets,
+                                                   "; lower f or raise max_subsets"));
+  }
+  const size_t m = k - f;
+  const std::vector<double> beta(m, 1.0 / static_cast<double>(m));
+  std::vector<size_t> subset(m);
+  for (size_t i = 0; i < m; ++i) subset[i] = i;
+  std::vector<size_t> best = subset;
+  double best_lambda = std::numeric_limits<double>::infinity();
+  while (true) {
+    // The same |S| for every subset: the unnormalized scatter's eigenvalue orders them.
+    const double lambda = LargestEigenvalue(CentredProducts(gram, subset, beta));
+    if (lambda < best_lambda) {
+      best_lambda = lambda;
+      best = subset;
+    }
+    // The next subset in lexicographic order.
+    size_t i = m;
+    while (i > 0 && subset[i - 1] == k - m + (i - 1)) --i;
+    if (i == 0) break;
+    ++subset[i - 1];
+    for (size_t j = i; j < m; ++j) subset[j] = subset[j - 1] + 1;
+  }
+  return best;
+}
+
+}  // namespace ps::aggregators::internal
