@@ -409,6 +409,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Optimizer", "lr", o.learning_rate, "SGD learning rate (finite, > 0)");
   add("Optimizer", "momentum", o.momentum, "SGD momentum, in [0, 1)");
   add("Optimizer", "weight-decay", o.weight_decay, "L2 weight decay (finite, >= 0)");
+  add("Optimizer", "lr-schedule", o.lr_schedule,
+      "Step size over rounds t: constant, step(every=N, gamma=G) (lr x G^floor(t/N)), "
+      "inv_sqrt(t0=T) (lr x sqrt(T/(T+t))) or cosine(steps=N, min=M)");
   add("Optimizer", "pull-codec", o.pull_codec,
       "Compress pulls: send each version's change of a slice encoded with this codec spec "
       "(fp16, 3lc(s=1.9), topk(0.01)+varint+fp16, ...), with error feedback on the shard; "

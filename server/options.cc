@@ -17,6 +17,7 @@
 #include "codecs/codec.h"
 #include "core/status.h"
 #include "server/codec_policy.h"
+#include "server/optimizer.h"
 
 namespace ps::server {
 namespace {
@@ -232,6 +233,9 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("weight_decay", "weight-decay", ShortFloat(weight_decay),
                    "must be finite and non-negative");
   }
+  if (absl::StatusOr<LrSchedule> schedule = LrSchedule::Parse(lr_schedule); !schedule.ok()) {
+    return Invalid("lr_schedule", "lr-schedule", lr_schedule, schedule.status().message());
+  }
   if (!pull_codec.empty()) {
     if (aggregate_only) {
       return Invalid("pull_codec", "pull-codec", pull_codec,
@@ -356,7 +360,8 @@ std::string ServerOptions::ConsistencySummary() const {
                       " aggregation_scope=", core::AsAbsl(AggregationScopeName(aggregation_scope)),
                       " aggregate_only=", aggregate_only ? "true" : "false",
                       " lr=", ShortFloat(learning_rate), " momentum=", ShortFloat(momentum),
-                      " weight_decay=", ShortFloat(weight_decay), " num_shards=", num_shards);
+                      " weight_decay=", ShortFloat(weight_decay), " num_shards=", num_shards,
+                      " lr_schedule=", lr_schedule);
 }
 
 }  // namespace ps::server

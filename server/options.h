@@ -151,6 +151,9 @@ struct ServerOptions {
   float learning_rate = 0.1f;
   float momentum = 0.9f;
   float weight_decay = 0.0f;
+  // Step-size schedule over rounds (server/optimizer.h, LrSchedule): constant,
+  // step(every=N, gamma=G), inv_sqrt(t0=T) or cosine(steps=N, min=M).
+  std::string lr_schedule = "constant";
   // Compressed pulls (docs/data_path.md): each version's change of a slice, encoded
   // once with this codec spec and sent to every worker that holds the version before;
   // the others get dense values. Empty: dense fp32 pulls only. Not with aggregate_only.

@@ -93,7 +93,7 @@ RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::ve
     if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
     return {core::SharedFp32(out), nullptr};
   }
-  if (st.ok()) SgdStep(sgd_, out, round.model.velocity, round.model.params);
+  if (st.ok()) SgdStep(sgd_, round.round, out, round.model.velocity, round.model.params);
   HeldValues& held = round.model.held;
   if (held.codec == nullptr) return {core::SharedFp32(round.model.params), nullptr};
   absl::StatusOr<std::shared_ptr<const std::string>> delta =

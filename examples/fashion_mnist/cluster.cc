@@ -105,6 +105,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   o.aggregation_scope = config.aggregation_scope;
   o.learning_rate = static_cast<float>(config.lr);
   o.momentum = static_cast<float>(config.momentum);
+  o.lr_schedule = config.lr_schedule;
   o.weight_decay = static_cast<float>(config.weight_decay);
   o.round_deadline = config.round_deadline;
   o.pull_codec = config.pull_codec;

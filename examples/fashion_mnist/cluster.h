@@ -32,6 +32,7 @@ struct ClusterConfig {
   server::AggregationScope aggregation_scope = server::AggregationScope::kModel;
   double lr = 0.05;
   double momentum = 0.9;
+  std::string lr_schedule = "constant";  // the shards' --lr-schedule
   double weight_decay = 0;
   std::chrono::milliseconds round_deadline{5000};
   // ServerOptions::pull_codec: compressed pulls in this codec; empty: dense.

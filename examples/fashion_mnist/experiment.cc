@@ -135,12 +135,12 @@ std::string Csv(std::string_view s) {
 
 std::string CellColumns(const Cell& c) {
   return absl::StrCat(Csv(c.rule), ",", Csv(c.attack), ",", c.byzantine, ",", Csv(c.split), ",",
-                      Csv(c.codec), ",", Num(c.worker_momentum), ",", c.seed, ",",
-                      Num(c.bandwidth_mbps));
+                      Csv(c.codec), ",", Num(c.worker_momentum), ",", Csv(c.lr_schedule), ",",
+                      c.seed, ",", Num(c.bandwidth_mbps));
 }
 
 constexpr char kCellHeader[] =
-    "rule,attack,byzantine,split,codec,worker_momentum,seed,bandwidth_mbps";
+    "rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps";
 
 // A JSON string literal.
 std::string Json(std::string_view s) {
@@ -173,6 +173,7 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       {"splits", List(&c.splits, "")},
       {"codecs", List(&c.codecs, "")},
       {"worker_momentum", List(&c.worker_momentum, "a number")},
+      {"lr_schedules", List(&c.lr_schedules, "")},
       {"seeds", List(&c.seeds, "an unsigned integer")},
       {"bandwidths", List(&c.bandwidths, "a number")},
       {"latency_ms", Scalar(&c.latency_ms, "an unsigned integer")},
@@ -267,7 +268,8 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
 std::string Cell::Label() const {
   return absl::StrCat(
       rule, " | ", attack, " | f=", byzantine, " | ", split, " | ", codec,
-      " | wm=", Num(worker_momentum), " | seed ", seed,
+      " | wm=", Num(worker_momentum),
+      lr_schedule == "constant" ? "" : absl::StrCat(" | lr ", lr_schedule), " | seed ", seed,
       bandwidth_mbps > 0 ? absl::StrCat(" | ", Num(bandwidth_mbps), " Mbit/s") : "");
 }
 
@@ -310,15 +312,18 @@ std::vector<Cell> ExpandGrid(const ExperimentConfig& c) {
   std::vector<Cell> cells;
   for (const std::string& rule : c.rules) {
     for (double wm : c.worker_momentum) {
-      for (const std::string& split : c.splits) {
-        for (const std::string& codec : c.codecs) {
-          for (uint32_t f : c.byzantine) {
-            const std::vector<std::string> attacks =
-                f == 0 ? std::vector<std::string>{"none"} : c.attacks;
-            for (const std::string& attack : attacks) {
-              for (uint64_t seed : c.seeds) {
-                for (double bandwidth : c.bandwidths) {
-                  cells.push_back({rule, attack, f, split, codec, wm, seed, bandwidth});
+      for (const std::string& schedule : c.lr_schedules) {
+        for (const std::string& split : c.splits) {
+          for (const std::string& codec : c.codecs) {
+            for (uint32_t f : c.byzantine) {
+              const std::vector<std::string> attacks =
+                  f == 0 ? std::vector<std::string>{"none"} : c.attacks;
+              for (const std::string& attack : attacks) {
+                for (uint64_t seed : c.seeds) {
+                  for (double bandwidth : c.bandwidths) {
+                    cells.push_back(
+                        {rule, attack, f, split, codec, wm, schedule, seed, bandwidth});
+                  }
                 }
               }
             }
@@ -353,64 +358,100 @@ std::string SummaryCsv(const std::vector<CellResult>& results) {
 }
 
 std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results) {
-  // Mean final accuracy over seeds per (rule, wm, split, codec, f, attack); a diverged
-  // or failed run counts as its accuracy (diverged runs evaluate what they have) or 0.
-  using Row = std::tuple<std::string, double, std::string, std::string, double>;
-  std::map<std::tuple<Row, uint32_t, std::string>, std::pair<double, int>> sums;
+  // Final accuracy over seeds per (rule, wm, schedule, split, codec, link) x f x attack;
+  // a diverged or failed run counts as its accuracy (diverged runs evaluate what they
+  // have) or 0.
+  using Setting = std::tuple<double, std::string, std::string, std::string, double>;
+  using Row = std::pair<std::string, Setting>;  // (rule, setting)
+  struct Stats {
+    double sum = 0, squares = 0;
+    int count = 0;
+  };
+  std::map<std::tuple<Row, uint32_t, std::string>, Stats> stats;
   std::vector<Row> rows;
   std::vector<uint32_t> fs;
   for (const CellResult& r : results) {
-    const Row row{r.cell.rule, r.cell.worker_momentum, r.cell.split, r.cell.codec,
-                  r.cell.bandwidth_mbps};
+    const Row row{r.cell.rule, Setting{r.cell.worker_momentum, r.cell.lr_schedule, r.cell.split,
+                                       r.cell.codec, r.cell.bandwidth_mbps}};
     if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
     if (r.cell.byzantine > 0 && std::find(fs.begin(), fs.end(), r.cell.byzantine) == fs.end()) {
       fs.push_back(r.cell.byzantine);
     }
-    auto& [sum, count] = sums[{row, r.cell.byzantine, r.cell.attack}];
-    sum += r.final_accuracy.value_or(0.0);
-    ++count;
+    Stats& st = stats[{row, r.cell.byzantine, r.cell.attack}];
+    const double v = r.final_accuracy.value_or(0.0);
+    st.sum += v;
+    st.squares += v * v;
+    ++st.count;
   }
-  auto mean = [&](const Row& row, uint32_t f, const std::string& attack) -> std::optional<double> {
-    auto it = sums.find({row, f, attack});
-    if (it == sums.end()) return std::nullopt;
-    return it->second.first / it->second.second;
+  auto find = [&](const Row& row, uint32_t f, const std::string& attack) -> const Stats* {
+    auto it = stats.find({row, f, attack});
+    return it == stats.end() ? nullptr : &it->second;
   };
-  auto cell = [](std::optional<double> v) {
-    return v ? absl::StrFormat("%.4f", *v) : std::string("-");
+  auto mean = [&](const Row& row, uint32_t f, const std::string& attack) -> std::optional<double> {
+    const Stats* st = find(row, f, attack);
+    if (st == nullptr) return std::nullopt;
+    return st->sum / st->count;
+  };
+  // The baseline: the same f with every worker honest when the grid has it, else f = 0.
+  auto baseline = [&](const Row& row, uint32_t f) {
+    std::optional<double> base = mean(row, f, "none");
+    return base ? base : mean(row, 0, "none");
+  };
+  // "0.8432", or "0.8432 ± 0.0123" (the seeds' sample standard deviation).
+  auto cell = [&](const Row& row, uint32_t f, const std::string& attack) {
+    const Stats* st = find(row, f, attack);
+    if (st == nullptr) return std::string("-");
+    const double m = st->sum / st->count;
+    if (st->count < 2) return absl::StrFormat("%.4f", m);
+    const double var = std::max(0.0, (st->squares - st->count * m * m) / (st->count - 1));
+    return absl::StrFormat("%.4f ± %.4f", m, std::sqrt(var));
   };
   std::vector<std::string> attacks;  // the attack columns: every listed one but "none"
   for (const std::string& a : config.attacks) {
     if (a != "none") attacks.push_back(a);
   }
+  const bool have_mean =
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.first == "mean"; });
   std::string out;
   for (uint32_t f : fs) {
     absl::StrAppend(
         &out, "Final test accuracy with f = ", f, " of n = ", config.workers,
-        " Byzantine workers (mean over ", config.seeds.size(), " seed(s)); no attack = the ",
-        "same rule and f with every worker honest (or f = 0 when the grid has no 'none' ",
-        "attack); worst = the lowest over the attacks; drop = no attack - worst, in points.\n\n");
-    absl::StrAppend(&out, "| rule | worker momentum | split | codec | no attack | ",
-                    absl::StrJoin(attacks, " | "), " | worst | drop |\n|---|---|---|---|---|");
+        " Byzantine workers (mean over ", config.seeds.size(), " seed(s)",
+        config.seeds.size() > 1 ? " ± their standard deviation" : "",
+        "); no attack = the same rule and f with every worker honest (or f = 0 when the grid "
+        "has no 'none' attack); worst = the lowest over the attacks; drop = no attack - worst, "
+        "in points.",
+        have_mean ? absl::StrFormat(" † = the attack costs `mean` less than %.0f points here (it "
+                                    "does not bite: no robustness result).",
+                                    100 * kBiteThreshold)
+                  : " (No `mean` row: whether an attack bites is not measured.)",
+        "\n\n");
+    absl::StrAppend(&out, "| rule | worker momentum | lr schedule | split | codec | no attack | ",
+                    absl::StrJoin(attacks, " | "), " | worst | drop |\n|---|---|---|---|---|---|");
     for (size_t i = 0; i < attacks.size() + 2; ++i) out += "---|";
     out += "\n";
     for (const Row& row : rows) {
-      const auto& [rule, wm, split, codec, bandwidth] = row;
-      // The baseline: the same f with every worker honest when the grid has it, else f = 0.
-      std::optional<double> base = mean(row, f, "none");
-      if (!base) base = mean(row, 0, "none");
+      const auto& [wm, schedule, split, codec, bandwidth] = row.second;
+      const std::optional<double> base = baseline(row, f);
+      const Row mean_row{"mean", row.second};
+      const std::optional<double> mean_base = baseline(mean_row, f);
       std::optional<double> worst;
       std::vector<std::string> columns;
       for (const std::string& attack : attacks) {
         const std::optional<double> v = mean(row, f, attack);
-        columns.push_back(cell(v));
+        const std::optional<double> mean_attacked = mean(mean_row, f, attack);
+        const bool no_bite = v && mean_base && mean_attacked &&
+                             *mean_base - *mean_attacked < kBiteThreshold;
+        columns.push_back(cell(row, f, attack) + (no_bite ? " †" : ""));
         if (v && (!worst || *v < *worst)) worst = v;
       }
       const std::string drop =
           base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
       const std::string link = bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "";
-      absl::StrAppend(&out, "| `", rule, "` | ", Num(wm), " | ", split, " | ", codec, link, " | ",
-                      cell(base), " | ", absl::StrJoin(columns, " | "), " | ", cell(worst), " | ",
-                      drop, " |\n");
+      const std::string base_cell = find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");
+      absl::StrAppend(&out, "| `", row.first, "` | ", Num(wm), " | ", schedule, " | ", split, " | ",
+                      codec, link, " | ", base_cell, " | ", absl::StrJoin(columns, " | "), " | ",
+                      worst ? absl::StrFormat("%.4f", *worst) : "-", " | ", drop, " |\n");
     }
     out += "\n";
   }
@@ -463,7 +504,8 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
         &out, "  {\"model\": ", Json(model), ", \"bandwidth_mbps\": ", Num(c.bandwidth_mbps),
         ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(strategy.name),
         ", \"codec\": ", Json(strategy.push_codec), ", \"pull_codec\": ", Json(strategy.pull_codec),
-        ", \"comm\": ", Json(strategy.comm), ", \"rule\": ", Json(c.rule),
+        ", \"comm\": ", Json(strategy.comm), ", \"lr_schedule\": ", Json(c.lr_schedule),
+        ", \"rule\": ", Json(c.rule),
         ", \"attack\": ", Json(c.attack), ", \"byzantine\": ", c.byzantine,
         ", \"workers\": ", config.workers, ", \"shards\": ", config.shards,
         ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed, ", \"steps\": ", config.steps,

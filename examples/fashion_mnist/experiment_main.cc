@@ -19,6 +19,7 @@
 #include "absl/strings/str_join.h"
 #include "core/process_tuning.h"
 #include "core/status.h"
+#include "server/optimizer.h"
 #include "examples/fashion_mnist/cluster.h"
 #include "examples/fashion_mnist/experiment.h"
 #include "examples/fashion_mnist/training.h"
@@ -106,6 +107,20 @@ absl::Status Run(const Flags& flags) {
   std::stringstream text;
   text << in.rdbuf();
   PS_ASSIGN_OR_RETURN(const ExperimentConfig config, ParseExperimentConfig(text.str()));
+  for (const std::string& schedule : config.lr_schedules) {
+    if (absl::StatusOr<server::LrSchedule> s = server::LrSchedule::Parse(schedule); !s.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("config: lr_schedules: ", s.status().message()));
+    }
+    for (const std::string& codec : config.codecs) {
+      if (schedule != "constant" && ParseStrategy(codec, config).comm == "adacomm") {
+        // There the workers run the optimizer and the shards add the change as it is.
+        return absl::InvalidArgumentError(absl::StrCat(
+            "config: lr schedule '", schedule, "' with the local-update strategy '", codec,
+            "': the shards apply the workers' change with lr 1; schedules are for sync cells"));
+      }
+    }
+  }
   const std::vector<Cell> cells = ExpandGrid(config);
   const std::filesystem::path out = flags.out;
   std::filesystem::create_directories(out);
@@ -146,6 +161,7 @@ absl::Status Run(const Flags& flags) {
     cc.aggregator = cell.rule;
     cc.lr = config.lr;
     cc.momentum = config.momentum;
+    cc.lr_schedule = cell.lr_schedule;
     cc.trainer.comm = strategy.comm;
     if (strategy.comm == "adacomm") {
       // The workers run the optimizer; the shards apply the aggregated change as it is.
@@ -199,7 +215,7 @@ absl::Status Run(const Flags& flags) {
     }
   }
   std::printf("wrote %s/{results.csv,summary.csv,table.md,runs.json%s} in %.0f s\n", out.c_str(),
-              flags.plots ? ",accuracy-*.png,worst-case.png,time-to-accuracy-*.png" : "",
+              flags.plots ? ",accuracy-*.png,worst-case-*.png,time-to-accuracy-*.png" : "",
               std::chrono::duration<double>(Clock::now() - grid_start).count());
   return absl::OkStatus();
 }

@@ -6,8 +6,9 @@ Usage: plot_experiment.py OUT_DIR
 Reads OUT_DIR/results.csv and OUT_DIR/summary.csv and writes
 - accuracy-f<F>-<split>-<codec>.png: test accuracy per step, one panel per rule (and
   worker momentum), one line per attack plus the no-attack baseline (mean over seeds);
-- worst-case.png: a heatmap of the final accuracy without attack and of the worst final
-  accuracy over the attacks, per rule (rows) and f (columns);
+- worst-case-<split>.png, one per split: a heatmap of the final accuracy without attack
+  and of the worst final accuracy over the attacks (means over seeds), per rule (rows,
+  with worker momentum and lr schedule where they vary) and f (columns);
 - time-to-accuracy-<B>mbps.png (from OUT_DIR/runs.json, one per link bandwidth, 0 =
   unshaped): test accuracy against training seconds, one line per strategy (and rule,
   attack), the target accuracy dashed (docs/adaptive.md).
@@ -33,6 +34,12 @@ def safe(text):
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)
 
 
+def label_of(r):
+    """The rule, with the lr schedule when it is not constant."""
+    schedule = r.get("lr_schedule") or "constant"
+    return r["rule"] + ("" if schedule == "constant" else f" [lr {schedule}]")
+
+
 def main(out):
     results = read(os.path.join(out, "results.csv"))
     summary = read(os.path.join(out, "summary.csv"))
@@ -41,7 +48,7 @@ def main(out):
     curves = defaultdict(lambda: defaultdict(list))
     for r in results:
         codec = r["codec"] + (f' @ {r["bandwidth_mbps"]} Mbit/s' if float(r.get("bandwidth_mbps") or 0) > 0 else "")
-        key = (r["rule"], r["worker_momentum"], r["split"], codec, int(r["byzantine"]), r["attack"])
+        key = (label_of(r), r["worker_momentum"], r["split"], codec, int(r["byzantine"]), r["attack"])
         curves[key][int(r["step"])].append(float(r["test_accuracy"]))
     rows = sorted({(k[0], k[1]) for k in curves})
     groups = sorted({(k[4], k[2], k[3]) for k in curves if k[4] > 0})
@@ -69,12 +76,19 @@ def main(out):
         plt.close(fig)
 
     # Worst final accuracy over the attacks per (rule, wm) and f > 0 (mean over seeds
-    # first), after a "no attack" column (attack none at any f; f = 0 when listed).
+    # first), after a "no attack" column (attack none at any f; f = 0 when listed); one
+    # heatmap per split.
     finals = defaultdict(list)
     for r in summary:
         acc = float(r["final_accuracy"]) if r["final_accuracy"] else 0.0
-        finals[(r["rule"], r["worker_momentum"], int(r["byzantine"]), r["attack"])].append(acc)
+        finals[(label_of(r), r["worker_momentum"], r["split"], int(r["byzantine"]), r["attack"])].append(acc)
     means = {k: sum(v) / len(v) for k, v in finals.items()}
+    for split in sorted({k[2] for k in means}):
+        worst_case_heatmap(out, split, {(k[0], k[1], k[3], k[4]): v for k, v in means.items() if k[2] == split})
+    time_to_accuracy(out)
+
+
+def worst_case_heatmap(out, split, means):
     fs = sorted({k[2] for k in means if k[2] > 0})
     labels = sorted({(k[0], k[1]) for k in means})
     grid = []
@@ -96,11 +110,10 @@ def main(out):
         for j, v in enumerate(row):
             ax.text(j, i, f"{v:.3f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=8)
     fig.colorbar(image, ax=ax, label="final test accuracy")
-    ax.set_title("worst-case accuracy over the attacks", fontsize=9)
+    ax.set_title(f"worst-case accuracy over the attacks, split {split}", fontsize=9)
     fig.tight_layout()
-    fig.savefig(os.path.join(out, "worst-case.png"), dpi=110)
+    fig.savefig(os.path.join(out, f"worst-case-{safe(split)}.png"), dpi=110)
     plt.close(fig)
-    time_to_accuracy(out)
 
 
 def time_to_accuracy(out):

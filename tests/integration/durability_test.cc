@@ -38,7 +38,7 @@ std::filesystem::path TempDir(const std::string& name) {
 std::vector<float> Simulate(std::vector<float> params, float grad, uint64_t steps,
                             const server::SgdOptions& sgd) {
   std::vector<float> velocity(params.size(), 0.0f), g(params.size(), grad);
-  for (uint64_t i = 0; i < steps; ++i) server::SgdStep(sgd, g, velocity, params);
+  for (uint64_t i = 0; i < steps; ++i) server::SgdStep(sgd, i, g, velocity, params);
   return params;
 }
 

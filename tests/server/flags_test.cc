@@ -75,6 +75,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "lr",
                                                   "momentum",
                                                   "weight-decay",
+                                                  "lr-schedule",
                                                   "pull-codec",
                                                   "allowed-codecs",
                                                   "max-decode-ms",
@@ -213,6 +214,7 @@ TEST_F(FlagsTest, NoArgumentsGiveTheDocumentedDefaults) {
   EXPECT_FLOAT_EQ(o.learning_rate, 0.1f);
   EXPECT_FLOAT_EQ(o.momentum, 0.9f);
   EXPECT_FLOAT_EQ(o.weight_decay, 0.0f);
+  EXPECT_EQ(o.lr_schedule, "constant");
   EXPECT_EQ(o.threads, 0u);
   EXPECT_EQ(o.drain_timeout, std::chrono::milliseconds(10000));
   EXPECT_EQ(o.log_level, "info");
@@ -248,6 +250,7 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"lr", "0.05"},
           {"momentum", "0.5"},
           {"weight-decay", "0.0001"},
+          {"lr-schedule", "inv_sqrt(t0=50)"},
           {"threads", "3"},
           {"drain-timeout-ms", "1500"},
           {"log-level", "debug"},
@@ -281,6 +284,7 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_FLOAT_EQ(o.learning_rate, 0.05f);
   EXPECT_FLOAT_EQ(o.momentum, 0.5f);
   EXPECT_FLOAT_EQ(o.weight_decay, 0.0001f);
+  EXPECT_EQ(o.lr_schedule, "inv_sqrt(t0=50)");
   EXPECT_EQ(o.threads, 3u);
   EXPECT_EQ(o.drain_timeout, std::chrono::milliseconds(1500));
   EXPECT_EQ(o.log_level, "debug");
@@ -860,6 +864,8 @@ INSTANTIATE_TEST_SUITE_P(
                        "--weight-decay=-0.5"},
         BadOptionsCase{"InfWeightDecay", [](ServerOptions& o) { o.weight_decay = kInf; },
                        "--weight-decay=inf"},
+        BadOptionsCase{"UnknownLrSchedule", [](ServerOptions& o) { o.lr_schedule = "linear"; },
+                       "--lr-schedule=linear (lr_schedule): lr schedule 'linear': unknown"},
         BadOptionsCase{"TooManyThreads", [](ServerOptions& o) { o.threads = 100000; },
                        "--threads=100000"},
         BadOptionsCase{"NegativeDrain",

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
 #include <vector>
 
 namespace ps::server {
@@ -9,7 +11,7 @@ namespace {
 
 TEST(SgdStepTest, PlainSgdWithoutMomentum) {
   std::vector<float> w = {1, 2}, v = {0, 0};
-  SgdStep({0.5f, 0.0f, 0.0f}, std::vector<float>{2, -2}, v, w);
+  SgdStep({0.5f, 0.0f, 0.0f}, 0, std::vector<float>{2, -2}, v, w);
   EXPECT_FLOAT_EQ(w[0], 0.0f);
   EXPECT_FLOAT_EQ(w[1], 3.0f);
 }
@@ -17,16 +19,63 @@ TEST(SgdStepTest, PlainSgdWithoutMomentum) {
 TEST(SgdStepTest, MomentumAccumulatesVelocity) {
   std::vector<float> w = {0}, v = {0};
   const SgdOptions opt{1.0f, 0.5f, 0.0f};
-  SgdStep(opt, std::vector<float>{1}, v, w);  // v = 1, w = -1
-  SgdStep(opt, std::vector<float>{1}, v, w);  // v = 1.5, w = -2.5
+  SgdStep(opt, 0, std::vector<float>{1}, v, w);  // v = 1, w = -1
+  SgdStep(opt, 0, std::vector<float>{1}, v, w);  // v = 1.5, w = -2.5
   EXPECT_FLOAT_EQ(v[0], 1.5f);
   EXPECT_FLOAT_EQ(w[0], -2.5f);
 }
 
 TEST(SgdStepTest, WeightDecayPullsTowardZero) {
   std::vector<float> w = {10}, v = {0};
-  SgdStep({0.1f, 0.0f, 0.5f}, std::vector<float>{0}, v, w);  // w -= 0.1 * 5
+  SgdStep({0.1f, 0.0f, 0.5f}, 0, std::vector<float>{0}, v, w);  // w -= 0.1 * 5
   EXPECT_FLOAT_EQ(w[0], 9.5f);
+}
+
+TEST(LrScheduleTest, FactorsPerRound) {
+  const auto factor = [](const char* spec, uint64_t round) {
+    absl::StatusOr<LrSchedule> s = LrSchedule::Parse(spec);
+    EXPECT_TRUE(s.ok()) << spec << ": " << s.status();
+    return s.ok() ? s->Factor(round) : -1.0;
+  };
+  EXPECT_EQ(factor("constant", 12345), 1.0);
+  EXPECT_EQ(factor("step(every=100, gamma=0.5)", 99), 1.0);
+  EXPECT_EQ(factor("step(every=100, gamma=0.5)", 100), 0.5);
+  EXPECT_EQ(factor("step(100, 0.5)", 250), 0.25);
+  EXPECT_DOUBLE_EQ(factor("inv_sqrt(t0=100)", 300), 0.5);
+  EXPECT_EQ(factor("inv_sqrt", 0), 1.0);
+  EXPECT_DOUBLE_EQ(factor("cosine(steps=1000)", 500), 0.5);
+  EXPECT_DOUBLE_EQ(factor("cosine(steps=1000, min=0.1)", 1000), 0.1);
+  EXPECT_DOUBLE_EQ(factor("cosine(steps=1000, min=0.1)", 5000), 0.1);
+  EXPECT_EQ(LrSchedule::Parse("step(every=100, gamma=0.5)")->spec(), "step(every=100, gamma=0.5)");
+  EXPECT_EQ(LrSchedule::Parse("inv_sqrt")->spec(), "inv_sqrt(t0=100)");
+}
+
+TEST(LrScheduleTest, BadSpecsAreRefusedWithTheReason) {
+  for (const auto& [spec, why] : std::vector<std::pair<std::string, std::string>>{
+           {"linear", "unknown schedule 'linear'"},
+           {"step", "step needs every=N"},
+           {"step(every=0)", "every"},
+           {"step(every=10, gamma=2)", "gamma must be in (0, 1]"},
+           {"cosine", "cosine needs steps=N"},
+           {"cosine(steps=10, min=1.5)", "min must be in [0, 1]"},
+           {"constant+step(every=1)", "one schedule expected"},
+           {"inv_sqrt(t0=5, x=1)", "x"},
+           {"", "lr schedule"}}) {
+    absl::StatusOr<LrSchedule> s = LrSchedule::Parse(spec);
+    ASSERT_FALSE(s.ok()) << spec;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << spec;
+    EXPECT_NE(std::string(s.status().message()).find(why), std::string::npos)
+        << spec << ": " << s.status().message();
+  }
+}
+
+TEST(SgdStepTest, TheScheduleScalesTheStepOfItsRound) {
+  SgdOptions opt{1.0f, 0.0f, 0.0f};
+  opt.schedule = *LrSchedule::Parse("step(every=2, gamma=0.5)");
+  std::vector<float> w = {0}, v = {0};
+  SgdStep(opt, 1, std::vector<float>{1}, v, w);  // factor 1
+  SgdStep(opt, 2, std::vector<float>{1}, v, w);  // factor 0.5
+  EXPECT_FLOAT_EQ(w[0], -1.5f);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 TEST(ExperimentConfigTest, ParsesListsScalarsQuotesAndComments) {
   auto c = ParseExperimentConfig(R"cfg(
@@ -113,7 +114,7 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   c.target_accuracy = 0.7;
   c.latency_ms = 1;
   CellResult reached, missed;
-  reached.cell = {"mean", "none", 0, "iid", "cat", 0.0, 1, 20};
+  reached.cell = {"mean", "none", 0, "iid", "cat", 0.0, "constant", 1, 20};
   reached.evals = {{0, 0.1}, {100, 0.72}, {200, 0.8}};
   reached.eval_seconds = {0.5, 12.25, 24};
   reached.final_accuracy = 0.8;
@@ -176,6 +177,17 @@ TEST(ExperimentConfigTest, TheCheckedInConfigsParse) {
     if (name == "adaptive_quick.toml") {
       EXPECT_EQ(ExpandGrid(*c).size(), 6u);  // 3 strategies x 2 links
     }
+    if (name == "default.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 40u);  // 4 rules x 5 attack settings x 2 splits
+    }
+    if (name == "robustness.toml") {
+      // 11 rules x (1 + 6 attacks) x 2 f x 3 splits x 2 schedules x 3 seeds, the no-attack
+      // cell once per f.
+      EXPECT_EQ(ExpandGrid(*c).size(), 11u * 7 * 2 * 3 * 2 * 3);
+    }
+    if (name == "robustness_n25.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 120u);
+    }
   }
   EXPECT_GE(configs, 4u);
 }
@@ -206,7 +218,7 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
   for (int r = 0; r < 2; ++r) {
     for (int a = 0; a < 3; ++a) {
       CellResult x;
-      x.cell = {c.rules[r], c.attacks[a], 2, "iid", "fp32", 0.0, 1};
+      x.cell = {c.rules[r], c.attacks[a], 2, "iid", "fp32", 0.0, "constant", 1};
       x.evals = {{0, 0.1}, {100, acc[r][a]}};
       x.final_accuracy = acc[r][a];
       x.wall_seconds = 3;
@@ -216,20 +228,22 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
   results[1].error = "worker 3: boom, \"quoted\"";
   const std::string csv = ResultsCsv(results);
   EXPECT_THAT(
-      csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,seed,bandwidth_mbps,step,"
-                     "test_accuracy\n"));
-  EXPECT_THAT(csv, HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,1,0,100,0.8200\n"));
+      csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,"
+                     "bandwidth_mbps,step,test_accuracy\n"));
+  EXPECT_THAT(csv,
+              HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,constant,1,0,100,0.8200\n"));
   EXPECT_THAT(
       SummaryCsv(results),
       HasSubstr(
-          "mean,signflip,2,iid,fp32,0,1,0,0.1000,false,3.0,\"worker 3: boom, \"\"quoted\"\"\"\n"));
+          "mean,signflip,2,iid,fp32,0,constant,1,0,0.1000,false,3.0,\"worker 3: boom, "
+          "\"\"quoted\"\"\"\n"));
   const std::string md = MarkdownTable(c, results);
-  EXPECT_THAT(md, HasSubstr("| rule | worker momentum | split | codec | no attack | signflip | "
-                            "alie | worst | drop |"));
-  EXPECT_THAT(md,
-              HasSubstr("| `mean` | 0 | iid | fp32 | 0.8500 | 0.1000 | 0.8000 | 0.1000 | 75.00 |"));
-  EXPECT_THAT(md, HasSubstr("| `clip(2)+nnm+trimmed_mean` | 0 | iid | fp32 | 0.8400 | 0.8300 | "
-                            "0.8200 | 0.8200 | 2.00 |"));
+  EXPECT_THAT(md, HasSubstr("| rule | worker momentum | lr schedule | split | codec | no attack | "
+                            "signflip | alie | worst | drop |"));
+  EXPECT_THAT(md, HasSubstr("| `mean` | 0 | constant | iid | fp32 | 0.8500 | 0.1000 | 0.8000 | "
+                            "0.1000 | 75.00 |"));
+  EXPECT_THAT(md, HasSubstr("| `clip(2)+nnm+trimmed_mean` | 0 | constant | iid | fp32 | 0.8400 | "
+                            "0.8300 | 0.8200 | 0.8200 | 2.00 |"));
   EXPECT_THAT(md, HasSubstr("lr 0.05 momentum 0.9 on the shards.\n"));
   // Local-update cells run the optimizer on the workers; the settings say so.
   results[0].cell.codec = "fp16+adacomm";
@@ -237,6 +251,47 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
               HasSubstr("lr 0.05 momentum 0.9 (on the shards; in `+adacomm` cells on the workers, "
                         "tau0 8, tau_max 32, and the shards apply the aggregated change with lr "
                         "1, momentum 0).\n"));
+}
+
+TEST(ExperimentReportTest, SeedsSpreadAndAttacksThatDoNotBite) {
+  ExperimentConfig c;
+  c.rules = {"mean", "caf"};
+  c.attacks = {"none", "ipm", "alie_opt"};
+  c.byzantine = {2};
+  c.seeds = {1, 2};
+  c.lr_schedules = {"step(every=500, gamma=0.5)"};
+  // Final accuracy per rule, attack and seed: ipm costs the mean 0.5 points (no bite),
+  // alie_opt 40.
+  const double acc[2][3][2] = {{{0.85, 0.87}, {0.845, 0.865}, {0.45, 0.47}},
+                               {{0.84, 0.86}, {0.83, 0.85}, {0.81, 0.81}}};
+  std::vector<CellResult> results;
+  for (int r = 0; r < 2; ++r) {
+    for (int a = 0; a < 3; ++a) {
+      for (int seed = 0; seed < 2; ++seed) {
+        CellResult x;
+        x.cell = {c.rules[r], c.attacks[a], 2, "dirichlet(alpha=0.1)", "fp32", 0.9,
+                  c.lr_schedules[0], static_cast<uint64_t>(seed + 1)};
+        x.final_accuracy = acc[r][a][seed];
+        results.push_back(x);
+      }
+    }
+  }
+  const std::string md = MarkdownTable(c, results);
+  EXPECT_THAT(md, HasSubstr("(mean over 2 seed(s) ± their standard deviation)"));
+  EXPECT_THAT(md, HasSubstr("† = the attack costs `mean` less than 2 points here"));
+  // sd of {0.85, 0.87} = 0.0141; ipm marked in both rows, alie_opt in neither.
+  EXPECT_THAT(md, HasSubstr("| `mean` | 0.9 | step(every=500, gamma=0.5) | dirichlet(alpha=0.1) | "
+                            "fp32 | 0.8600 ± 0.0141 | 0.8550 ± 0.0141 † | 0.4600 ± 0.0141 | "
+                            "0.4600 | 40.00 |"));
+  EXPECT_THAT(md, HasSubstr("| `caf` | 0.9 | step(every=500, gamma=0.5) | dirichlet(alpha=0.1) | "
+                            "fp32 | 0.8500 ± 0.0141 | 0.8400 ± 0.0141 † | 0.8100 ± 0.0000 | "
+                            "0.8100 | 4.00 |"));
+  EXPECT_THAT(SummaryCsv(results), HasSubstr(",0.9,\"step(every=500, gamma=0.5)\",2,0,"));
+  // Without a mean row nothing can be marked, and the table says so.
+  results.erase(results.begin(), results.begin() + 6);
+  const std::string without_mean = MarkdownTable(c, results);
+  EXPECT_THAT(without_mean, HasSubstr("No `mean` row: whether an attack bites is not measured."));
+  EXPECT_THAT(without_mean, Not(HasSubstr(" †")));
 }
 
 }  // namespace
