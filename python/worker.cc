@@ -25,6 +25,7 @@
 #include "core/layout.h"
 #include "python/bindings_internal.h"
 #include "python/status_internal.h"
+#include "worker_lib/adacomm.h"
 
 namespace py = pybind11;
 
@@ -207,6 +208,24 @@ class PyWorker {
 
   void ReportLoss(uint64_t round, double loss) { ThrowIfError(worker().ReportLoss(round, loss)); }
 
+  // The losses the shards published with the highest version pulled (AdaComm), or None.
+  py::object PublishedLossOrNone() {
+    const std::optional<PublishedLoss> p = worker().published_loss();
+    if (!p) return py::none();
+    py::dict d;
+    d["version"] = p->version;
+    d["loss"] = p->loss;
+    d["first_loss"] = p->first_loss;
+    return d;
+  }
+
+  // AdaComm's period after the published losses (worker_lib/adacomm.h).
+  uint32_t AdaCommPeriodOf(uint32_t tau0, uint32_t tau_max, double lr_ratio) {
+    const AdaCommOptions o{.tau0 = tau0, .tau_min = 1, .tau_max = tau_max};
+    ThrowIfError(ValidateAdaComm(o));
+    return AdaCommPeriod(o, worker().published_loss(), lr_ratio);
+  }
+
   py::dict Stats() {
     const WorkerStats s = worker().stats();
     py::dict d;
@@ -237,6 +256,7 @@ class PyWorker {
       d["momentum"] = i.momentum;
       d["weight_decay"] = i.weight_decay;
       d["version"] = i.version;
+      d["adds_changes_as_they_are"] = i.AddsChangesAsTheyAre();
       out.append(d);
     }
     return out;
@@ -354,6 +374,9 @@ void BindWorker(py::module_& m) {
           },
           py::arg("min_version"), py::arg("outs"), py::arg("timeout") = 60.0)
       .def("report_loss", &PyWorker::ReportLoss, py::arg("round"), py::arg("loss"))
+      .def_property_readonly("published_loss", &PyWorker::PublishedLossOrNone)
+      .def("adacomm_period", &PyWorker::AdaCommPeriodOf, py::arg("tau0"), py::arg("tau_max"),
+           py::arg("lr_ratio") = 1.0)
       .def("stats", &PyWorker::Stats)
       .def_property_readonly("shards", &PyWorker::Shards)
       .def_property_readonly("start_version",

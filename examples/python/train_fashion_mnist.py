@@ -4,7 +4,8 @@
 The model, data and attack of ps-demo (docs/examples.md): an MLP 784-128-10 on
 normalized pixels, each worker on its own IID part of the training set, batches of 32,
 the shards' SGD (lr 0.05, momentum 0.9); the last --byzantine workers push -scale x
-their gradient (sign flip). Start it with ps-launch:
+their gradient (sign flip; with --comm adacomm, -scale x the change of their local
+steps). Start it with ps-launch:
 
     ps-launch --shards 2 --workers 6 --byzantine 1 --aggregator trimmed_mean \\
         --lr 0.05 --momentum 0.9 examples/python/train_fashion_mnist.py --byzantine 1
@@ -74,6 +75,10 @@ def main():
                         help="the last this many workers attack (sign flip)")
     parser.add_argument("--byzantine-scale", type=float, default=10.0)
     parser.add_argument("--codec", default="fp32", help="push codec ('auto': Espresso's plan)")
+    parser.add_argument("--comm", default="sync", choices=["sync", "adacomm", "auto"],
+                        help="adacomm: local SGD steps (lr 0.05, momentum 0.9 here) between "
+                             "pushes of the change, shards at --lr 1 --momentum 0; auto: "
+                             "adacomm where the shards allow it (docs/python.md)")
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
@@ -89,14 +94,15 @@ def main():
     byzantine = rank >= size - args.byzantine
 
     model = Mlp(args.hidden)
-    if byzantine:
-        # Sign flip: every gradient is replaced by -scale x itself before it reaches .grad
-        # (and from there the push).
-        for p in model.parameters():
-            p.register_hook(lambda g: g * -args.byzantine_scale)
     optimizer = pst.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.0),  # the shards' SGD trains
-        named_parameters=model.named_parameters(), model=model, codec=args.codec)
+        # With comm "sync" the shards' SGD trains (this one is not stepped); with local
+        # updates this is the workers' SGD, ps-demo's.
+        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+        named_parameters=model.named_parameters(), model=model, codec=args.codec,
+        comm=args.comm,
+        # Sign flip: what a Byzantine worker pushes (its gradient, or with local updates
+        # the change of its honest local steps) is -scale x itself.
+        push_transform=(lambda name, t: t * -args.byzantine_scale) if byzantine else None)
     pst.broadcast_parameters(model.state_dict(), root_rank=0)
 
     x_test = y_test = None
@@ -115,7 +121,7 @@ def main():
         loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
         loss.backward()
         try:
-            optimizer.step()
+            optimizer.step(loss=loss)
         except ps_server.Refused as e:
             # A Byzantine push the shards refuse (non-finite) is the attack failing; an
             # honest worker's refusal is an error.
@@ -123,7 +129,8 @@ def main():
                 raise
             print(f"worker {rank}: push refused ({e.reason}): {e}", file=sys.stderr)
         if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
-            optimizer.synchronize()
+            if optimizer.comm == "sync":  # with local updates: this worker's own model
+                optimizer.synchronize()
             acc = accuracy(model, x_test, y_test)
             print(f"step {step + 1}/{args.steps}  loss {float(loss):.4f}  "
                   f"test accuracy {acc:.4f}  {time.monotonic() - start:.1f} s", flush=True)

@@ -34,6 +34,16 @@ How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
   them (or the shards restored a checkpoint), and every worker then pulls that version,
   so all start from the same parameters.
 
+Local updates (comm="adacomm", docs/adaptive.md "AdaComm"): the wrapped optimizer does
+step, on this worker, for tau steps between synchronizations; then the change of the
+parameters since the last pull is pushed (with the mean loss of those steps, which
+step(loss=...) takes) and the shards add the aggregate of the changes as it is (they
+must run --lr 1 --momentum 0 --weight-decay 0). tau follows AdaComm's rule on the losses
+the shards publish, between 1 and tau_max, starting at tau0. comm="auto" is the C++
+trainer's --comm auto: local updates with fp16 pushes and error feedback where the
+shards add changes as they are, else a gradient push per step with each tensor's codec
+planned (Espresso) and error feedback.
+
 Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, shard).
 """
 
@@ -105,18 +115,32 @@ def shards():
 _optimizers = []  # the DistributedOptimizers of this process (broadcast_parameters pulls)
 
 
+# comm="auto" where the shards apply SGD: Espresso's plan over these (the C++ trainer's).
+AUTO_CANDIDATES = ["fp32", "fp16", "topk(0.01)+varint+fp16", "3lc(s=1.9)",
+                   "topk(0.1, level=cat, min=0.001)+varint+fp16"]
+
+
 class DistributedOptimizer:
     """Wraps `optimizer`: its parameters are trained by the shards (see the module's
     documentation). Keyword options: codec (push codec spec, default "fp32"; "auto" plans
     each tensor's codec from measured costs, docs/adaptive.md), error_feedback, momentum
     (the worker's), tensor_codecs ({name: spec}), backward_passes_per_step, model (a
-    torch.nn.Module: per-module waits for the pull), slice_elems, timeout (seconds a pull
-    may wait), and the ps_server.Worker options (rpc_timeout, connect_timeout,
-    max_attempts, codec_seed, tls_ca)."""
+    torch.nn.Module: per-module waits for the pull), comm ("sync", "adacomm" or "auto"),
+    tau0 and tau_max (AdaComm's first and largest period), push_transform (a function
+    (name, tensor) -> tensor applied to every tensor before it is pushed, a gradient or,
+    with local updates, a change: for simulating a Byzantine worker), slice_elems, timeout
+    (seconds a pull may wait), and the ps_server.Worker options (rpc_timeout,
+    connect_timeout, max_attempts, codec_seed, tls_ca)."""
 
     def __init__(self, optimizer, named_parameters=None, codec="fp32", error_feedback=False,
-                 backward_passes_per_step=1, model=None, timeout=60.0, **worker_options):
+                 backward_passes_per_step=1, model=None, timeout=60.0, comm="sync", tau0=8,
+                 tau_max=32, push_transform=None, **worker_options):
         ctx = _need_init()
+        if comm not in ("sync", "adacomm", "auto"):
+            raise ValueError(f"comm {comm!r} is not one of: sync, adacomm, auto")
+        if not 1 <= tau0 <= tau_max:
+            raise ValueError(f"AdaComm needs 1 <= tau0 <= tau_max, got tau0 {tau0}, "
+                             f"tau_max {tau_max}")
         self.optimizer = optimizer
         if named_parameters is None:
             params = [p for g in optimizer.param_groups for p in g["params"]]
@@ -136,18 +160,51 @@ class DistributedOptimizer:
             raise ValueError("backward_passes_per_step must be at least 1")
         self._passes = backward_passes_per_step
         self._timeout = timeout
-        plan = codec == "auto"
-        self.worker = Worker(
-            ctx["shards"], ctx["rank"],
-            [(n, p.numel(), i, _row_elems(p)) for i, (n, p) in enumerate(zip(self._names,
-                                                                              self._params))],
-            initial=[p.detach() for p in self._params],
-            token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
-            error_feedback=error_feedback, plan=plan, **{**ctx["tls"], **worker_options})
+        self._tau0, self._tau_max = tau0, tau_max
+        self._transform = push_transform
+
+        def join(codec, error_feedback, candidates=None):
+            plan = codec == "auto"
+            options = {**ctx["tls"], **worker_options}
+            if candidates:
+                options["plan_candidates"] = candidates
+            return Worker(
+                ctx["shards"], ctx["rank"],
+                [(n, p.numel(), i, _row_elems(p))
+                 for i, (n, p) in enumerate(zip(self._names, self._params))],
+                initial=[p.detach() for p in self._params],
+                token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
+                error_feedback=error_feedback, plan=plan, **options)
+
+        if comm == "auto":
+            # Local updates with fp16 where the shards add changes as they are; otherwise
+            # a planned codec per tensor. Both with error feedback. (A second join when
+            # the first guess was wrong, as the C++ trainer does.)
+            self.worker = join("fp16", True)
+            if all(s["adds_changes_as_they_are"] for s in self.worker.shards):
+                comm = "adacomm"
+            else:
+                self.worker.close()
+                self.worker = join("auto", True, AUTO_CANDIDATES)
+                comm = "sync"
+        else:
+            self.worker = join(codec, error_feedback)
+        self.comm = comm
         if any(s["aggregate_only"] for s in self.worker.shards):
             self.worker.close()
             raise ValueError("ps_server.torch needs shards that apply the update; these run "
                              "--aggregate-only")
+        if comm == "adacomm":
+            adds = [s for s in self.worker.shards if not s["adds_changes_as_they_are"]]
+            if adds:
+                s = adds[0]
+                self.worker.close()
+                raise ValueError(
+                    f"comm='adacomm' pushes the change of this worker's local steps, which the "
+                    f"shards must add as it is; shard {s['shard_id']} applies SGD with lr "
+                    f"{s['learning_rate']:g}, momentum {s['momentum']:g}, weight decay "
+                    f"{s['weight_decay']:g} (start ps-server with --lr 1 --momentum 0 "
+                    "--weight-decay 0)")
         self.round = self.worker.start_version
         self._lock = threading.Lock()
         self._counts = [0] * len(self._params)  # backward passes seen per parameter
@@ -156,14 +213,14 @@ class DistributedOptimizer:
         self._ticket = None
         self._hooks, self._accumulators = [], []
         for i, p in enumerate(self._params):
-            if p.requires_grad:
+            if p.requires_grad and comm == "sync":
                 # The gradient accumulator's hook runs once .grad holds this pass's gradient
                 # (horovod's way; torch 1.13 has no post-accumulate hook on tensors).
                 acc = p.expand_as(p).grad_fn.next_functions[0][0]
                 self._hooks.append(acc.register_hook(self._make_hook(i)))
                 self._accumulators.append(acc)  # the hook lives as long as its accumulator
         self._waits = []
-        if model is not None:
+        if model is not None and comm == "sync":
             index = {id(p): i for i, p in enumerate(self._params)}
             for module in model.modules():
                 own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
@@ -171,6 +228,11 @@ class DistributedOptimizer:
                     self._waits.append(module.register_forward_pre_hook(self._make_wait(own)))
         # Every worker starts from the registered (or restored) parameters.
         self.worker.pull_all(self.round, self._params, timeout=self._timeout)
+        # Local updates: where this round started, its steps so far, and the periods the
+        # synchronized rounds had.
+        self.periods = []
+        self._local_steps, self._loss_sum = 0, 0.0
+        self._begin_round()
         _optimizers.append(self)
 
     # -- what torch.optim.Optimizer users reach for ------------------------------------
@@ -192,6 +254,11 @@ class DistributedOptimizer:
         self.optimizer.load_state_dict(state)
 
     # -- the step ----------------------------------------------------------------------
+    def _push(self, i, tensor):
+        if self._transform is not None:
+            tensor = self._transform(self._names[i], tensor)
+        self.worker.push(i, self.round, tensor.detach().contiguous())
+
     def _make_hook(self, i):
         def hook(*_):
             with self._lock:
@@ -208,7 +275,7 @@ class DistributedOptimizer:
                 self._pushed[i] = True
             p = self._params[i]
             try:
-                self.worker.push(i, self.round, p.grad.detach().contiguous())
+                self._push(i, p.grad)
             except Exception as e:  # recorded; raised by step(), never through autograd
                 with self._lock:
                     self._hook_error = self._hook_error or e
@@ -222,18 +289,29 @@ class DistributedOptimizer:
                     ticket.wait_tensor(i)
         return wait
 
-    def step(self, closure=None):
-        """Pushes what backward did not (parameters without a gradient: zeros), waits for
-        the shards' answers (raising a refusal), and starts pulling the next version into
-        the parameters. Returns the closure's loss, if one was given."""
-        loss = None
+    def step(self, closure=None, loss=None):
+        """comm "sync": pushes what backward did not (parameters without a gradient:
+        zeros), waits for the shards' answers (raising a refusal), and starts pulling the
+        next version into the parameters. comm "adacomm": takes the wrapped optimizer's
+        step here, and after the round's tau steps pushes the change and pulls; `loss`
+        (or the closure's) is this step's training loss, which AdaComm needs. Returns the
+        closure's loss, if one was given."""
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
+        if self.comm == "adacomm":
+            if loss is None:
+                raise ValueError("comm='adacomm' needs each step's training loss: "
+                                 "step(loss=loss) or step(closure)")
+            self.optimizer.step()
+            self._local_steps += 1
+            self._loss_sum += float(loss)
+            if self._local_steps >= self.period:
+                self._synchronize_round()
+            return loss if closure is not None else None
         for i, p in enumerate(self._params):
             if not self._pushed[i]:
-                grad = p.grad if p.grad is not None else torch.zeros_like(p)
-                self.worker.push(i, self.round, grad.detach().contiguous())
+                self._push(i, p.grad if p.grad is not None else torch.zeros_like(p))
         self._counts = [0] * len(self._params)
         self._pushed = [False] * len(self._params)
         error, self._hook_error = self._hook_error, None
@@ -244,11 +322,41 @@ class DistributedOptimizer:
         self._ticket = self.worker.start_pull_all(self.round, self._params, self._timeout)
         if not self._waits:
             self.synchronize()
-        return loss
+        return loss if closure is not None else None
+
+    def _begin_round(self):
+        """Local updates: remembers the pulled parameters and takes the round's period."""
+        if self.comm != "adacomm":
+            self.period = 1
+            return
+        self._pulled = [p.detach().clone() for p in self._params]
+        self.period = self.worker.adacomm_period(self._tau0, self._tau_max)
+        self._local_steps, self._loss_sum = 0, 0.0
+
+    def _synchronize_round(self):
+        """Local updates: pushes the change since the pull with the steps' mean loss,
+        waits for the answers, pulls the next version into the parameters."""
+        with torch.no_grad():
+            changes = [(x0 - p.detach()).contiguous() for x0, p in zip(self._pulled,
+                                                                        self._params)]
+        self.worker.report_loss(self.round, self._loss_sum / self._local_steps)
+        for i, change in enumerate(changes):
+            self._push(i, change)
+        self.worker.wait_pushes()
+        self.periods.append(self._local_steps)
+        self.round += 1
+        version = self.worker.pull_all(self.round, self._params, timeout=self._timeout)
+        self.round = max(self.round, version)
+        self._begin_round()
 
     def synchronize(self):
         """Waits until the pull started by the last step() wrote every parameter; the
-        version received (it may be ahead when the shards moved on without this worker)."""
+        version received (it may be ahead when the shards moved on without this worker).
+        With local updates, a round with steps not yet pushed is synchronized now."""
+        if self.comm == "adacomm":
+            if self._local_steps > 0:
+                self._synchronize_round()
+            return self.round
         ticket, self._ticket = self._ticket, None
         if ticket is None:
             return self.round
@@ -258,8 +366,10 @@ class DistributedOptimizer:
         return version
 
     def close(self):
-        """Removes the hooks and leaves the shards."""
-        self.synchronize()
+        """Removes the hooks and leaves the shards (local steps not yet pushed stay
+        local)."""
+        if self.comm == "sync":
+            self.synchronize()
         for h in self._hooks + self._waits:
             h.remove()
         self._hooks, self._waits, self._accumulators = [], [], []

@@ -86,6 +86,17 @@ class Worker:
         tensor i arrived (most urgent first), ticket.wait() until all did."""
         return self._w.start_pull_all(min_version, self._outs(outs), timeout)
 
+    @property
+    def published_loss(self):
+        """The training losses the shards published with the highest version pulled
+        ({"version", "loss", "first_loss"}: medians of the workers' reports), or None."""
+        return self._w.published_loss
+
+    def adacomm_period(self, tau0=8, tau_max=32, lr_ratio=1.0):
+        """AdaComm's number of local steps for the next round, from published_loss
+        (tau0 until a loss was published; docs/adaptive.md, "AdaComm")."""
+        return self._w.adacomm_period(tau0, tau_max, lr_ratio)
+
     def report_loss(self, round, loss):
         """Attaches this worker's training loss to its pushes of `round` (AdaComm)."""
         self._w.report_loss(round, float(loss))
