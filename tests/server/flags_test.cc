@@ -957,13 +957,17 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
             "workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
             "krum_neighbours=paper even_median=midpoint aggregation_scope=model "
             "aggregate_only=false lr=0.1 "
-            "momentum=0.9 weight_decay=0 num_shards=2");
+            "momentum=0.9 weight_decay=0 num_shards=2 lr_schedule=constant");
   ServerOptions other = o;
   other.shard_id = 0;
   other.port = 7070;
   EXPECT_EQ(other.ConsistencySummary(), o.ConsistencySummary());
   other.learning_rate = 0.01f;
   EXPECT_NE(other.ConsistencySummary(), o.ConsistencySummary());
+  // Shards stepping on different schedules would diverge: the schedule is checked too.
+  ServerOptions scheduled = o;
+  scheduled.lr_schedule = "step(every=100, gamma=0.5)";
+  EXPECT_NE(scheduled.ConsistencySummary(), o.ConsistencySummary());
 }
 
 }  // namespace
