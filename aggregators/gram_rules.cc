@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "aggregators/gram_rules_internal.h"
 #include "aggregators/krum_internal.h"
+#include "core/status.h"
 
 namespace ps::aggregators::internal {
 namespace {
@@ -172,22 +173,28 @@ uint64_t SubsetCount(size_t k, size_t f) {
   return c;
 }
 
-absl::StatusOr<std::vector<size_t>> MdaSubset(const SquareMatrix& dist, size_t f,
-                                              uint64_t max_subsets) {
-  const size_t k = dist.k;
+absl::Status CheckSubsetSearch(const char* rule, size_t k, size_t f, uint64_t max_subsets,
+                               const char* raise) {
   if (f >= k) {
     return absl::InvalidArgumentError(
-        absl::StrCat("mda: f = ", f, " leaves no input to average out of k = ", k));
+        absl::StrCat(rule, ": f = ", f, " leaves no input to average out of k = ", k));
   }
   const uint64_t count = SubsetCount(k, f);
   if (count > max_subsets) {
     const std::string value = count == std::numeric_limits<uint64_t>::max()
                                   ? absl::StrCat(">= ", count)
                                   : absl::StrCat("= ", count);
-    return absl::InvalidArgumentError(absl::StrCat("mda: C(", k, ", ", f, ") ", value,
+    return absl::InvalidArgumentError(absl::StrCat(rule, ": C(", k, ", ", f, ") ", value,
                                                    " subsets exceeds the limit of ", max_subsets,
-                                                   "; lower f or raise mda max subsets"));
+                                                   "; lower f or raise ", raise));
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<size_t>> MdaSubset(const SquareMatrix& dist, size_t f,
+                                              uint64_t max_subsets) {
+  const size_t k = dist.k;
+  PS_RETURN_IF_ERROR(CheckSubsetSearch("mda", k, f, max_subsets, "mda max subsets"));
   const size_t m = k - f;
   // Depth-first in lexicographic order. A partial subset's diameter only grows as rows
   // are added, so a branch whose diameter already reaches the best one found is cut: it

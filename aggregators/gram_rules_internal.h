@@ -88,6 +88,12 @@ std::vector<double> CenteredClippingWeights(const SquareMatrix& gram, double tau
 // Number of (k - f)-subsets of k rows, C(k, f), saturating at UINT64_MAX; 0 when f > k.
 uint64_t SubsetCount(size_t k, size_t f);
 
+// The checks of an exhaustive (k - f)-subset search (MDA, SMEA): INVALID_ARGUMENT when
+// f >= k, and (naming C(k, f) and the limit, then "lower f or raise <raise>") when
+// SubsetCount(k, f) > max_subsets.
+absl::Status CheckSubsetSearch(const char* rule, size_t k, size_t f, uint64_t max_subsets,
+                               const char* raise);
+
 // MDA (minimum diameter averaging, El Mhamdi et al., 2020; as ByzFL): the (k - f)-subset
 // whose largest pairwise squared distance is smallest; among equal diameters the
 // lexicographically first subset. Exact: depth-first enumeration in lexicographic order,

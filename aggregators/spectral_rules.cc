@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "aggregators/gram_rules_internal.h"
 #include "aggregators/spectral_internal.h"
+#include "core/status.h"
 
 namespace ps::aggregators::internal {
 namespace {
@@ -212,19 +213,7 @@ std::vector<double> CafWeights(const SquareMatrix& gram, size_t f) {
 absl::StatusOr<std::vector<size_t>> SmeaSubset(const SquareMatrix& gram, size_t f,
                                                uint64_t max_subsets) {
   const size_t k = gram.k;
-  if (f >= k) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("smea: f = ", f, " leaves no input to average out of k = ", k));
-  }
-  const uint64_t count = SubsetCount(k, f);
-  if (count > max_subsets) {
-    const std::string value = count == std::numeric_limits<uint64_t>::max()
-                                  ? absl::StrCat(">= ", count)
-                                  : absl::StrCat("= ", count);
-    return absl::InvalidArgumentError(absl::StrCat("smea: C(", k, ", ", f, ") ", value,
-                                                   " subsets exceeds the limit of ", max_subsets,
-                                                   "; lower f or raise max_subsets"));
-  }
+  PS_RETURN_IF_ERROR(CheckSubsetSearch("smea", k, f, max_subsets, "max_subsets"));
   const size_t m = k - f;
   const std::vector<double> beta(m, 1.0 / static_cast<double>(m));
   std::vector<size_t> subset(m);
