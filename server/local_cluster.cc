@@ -47,7 +47,8 @@ absl::StatusOr<std::vector<uint16_t>> PickFreePorts(size_t count) {
   return ports;
 }
 
-absl::StatusOr<LocalCluster> LocalCluster::Start(uint32_t num_shards, ServerOptions base) {
+absl::StatusOr<LocalCluster> LocalCluster::Start(uint32_t num_shards, ServerOptions base,
+                                                 const PortPicker& pick_ports) {
   if (num_shards == 0) return absl::InvalidArgumentError("a local cluster needs a shard");
   LocalCluster c;
   if (!base.insecure && !base.ClientAuthRequired()) {
@@ -60,30 +61,52 @@ absl::StatusOr<LocalCluster> LocalCluster::Start(uint32_t num_shards, ServerOpti
     c.owns_run_dir_ = true;
   }
   c.run_dir_ = base.run_dir;
-  // One shard takes any free port when it binds; several must know each other's first.
-  std::vector<uint16_t> ports(num_shards, 0);
-  if (num_shards > 1) {
-    absl::StatusOr<std::vector<uint16_t>> picked = PickFreePorts(num_shards);
-    if (!picked.ok()) return picked.status();  // `c` removes the run directory
-    ports = *std::move(picked);
+  // One shard takes any free port when it binds; several must know each other's first,
+  // and a picked port another process takes in between fails that shard's listen
+  // (gRPC's SO_REUSEPORT is off, server.cc): then all start again on fresh ports.
+  constexpr int kAttempts = 4;
+  absl::Status failed;
+  for (int attempt = 0; attempt < kAttempts; ++attempt) {
+    std::vector<uint16_t> ports(num_shards, 0);
+    if (num_shards > 1) {
+      absl::StatusOr<std::vector<uint16_t>> picked = pick_ports(num_shards);
+      if (!picked.ok()) return picked.status();  // `c` removes the run directory
+      if (picked->size() != num_shards) {
+        return absl::InternalError(
+            absl::StrCat("picked ", picked->size(), " ports for ", num_shards, " shards"));
+      }
+      ports = *std::move(picked);
+    }
+    failed = c.StartShards(base, ports);
+    if (failed.ok()) return c;
+    c.shards_.clear();
+    c.addresses_.clear();
+    // Only a port taken in between is worth another try; one shard bound port 0.
+    if (num_shards == 1 || !absl::IsUnavailable(failed)) break;
   }
-  for (uint16_t port : ports) c.addresses_.push_back(absl::StrCat("127.0.0.1:", port));
+  return failed;
+}
+
+absl::Status LocalCluster::StartShards(const ServerOptions& base,
+                                       const std::vector<uint16_t>& ports) {
+  const auto num_shards = static_cast<uint32_t>(ports.size());
+  for (uint16_t port : ports) addresses_.push_back(absl::StrCat("127.0.0.1:", port));
   for (uint32_t i = 0; i < num_shards; ++i) {
     ServerOptions o = base;
     o.host = "127.0.0.1";
     o.port = ports[i];
     o.shard_id = static_cast<int>(i);
     o.num_shards = num_shards;
-    if (num_shards > 1) o.peers = c.addresses_;
+    if (num_shards > 1) o.peers = addresses_;
     absl::StatusOr<std::unique_ptr<Server>> started = Server::Start(o);
     if (!started.ok()) {
       return absl::Status(started.status().code(),
                           absl::StrCat("shard ", i, ": ", started.status().message()));
     }
-    c.addresses_[i] = absl::StrCat("127.0.0.1:", (*started)->port());
-    c.shards_.push_back(*std::move(started));
+    addresses_[i] = absl::StrCat("127.0.0.1:", (*started)->port());
+    shards_.push_back(*std::move(started));
   }
-  return c;
+  return absl::OkStatus();
 }
 
 LocalCluster::LocalCluster() = default;

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,17 +30,23 @@ class Server;
 // take one before it is used. A failing socket, bind or getsockname is the error.
 absl::StatusOr<std::vector<uint16_t>> PickFreePorts(size_t count);
 
+// Gives `count` ports for a cluster's shards; PickFreePorts unless a caller knows better.
+using PortPicker = std::function<absl::StatusOr<std::vector<uint16_t>>(size_t count)>;
+
 class LocalCluster {
  public:
   // Starts `num_shards` shards on 127.0.0.1, all with `base` options and with host, port,
   // shard id, shard count and (for several shards) peers filled in. Unless `base` says
   // how to authenticate (or is insecure), the shards use a fresh private run directory,
   // as ps-server does by default, removed with the cluster: clients then need
-  // WorkerToken. One shard binds a port the kernel picks; several get ports picked
-  // beforehand (each must know the others' addresses), so a port taken in between makes
-  // Start fail. On failure the shards started so far are stopped and the directory is
-  // removed; the error names the shard.
-  static absl::StatusOr<LocalCluster> Start(uint32_t num_shards, ServerOptions base);
+  // WorkerToken. One shard binds a port the kernel picks; several get ports from
+  // `pick_ports` beforehand (each must know the others' addresses). A shard that cannot
+  // listen on its port (another process took it in between) stops the shards started so
+  // far, and all start again on newly picked ports, four attempts in all. On failure the
+  // shards started so far are stopped and the directory is removed; the error names the
+  // shard.
+  static absl::StatusOr<LocalCluster> Start(uint32_t num_shards, ServerOptions base,
+                                            const PortPicker& pick_ports = PickFreePorts);
 
   // No shards.
   LocalCluster();
@@ -66,6 +73,9 @@ class LocalCluster {
   void Stop();
 
  private:
+  // Starts a shard on each of `ports` (0: any), filling shards_ and addresses_.
+  absl::Status StartShards(const ServerOptions& base, const std::vector<uint16_t>& ports);
+
   std::vector<std::unique_ptr<Server>> shards_;
   std::vector<std::string> addresses_;
   std::string run_dir_;

@@ -152,6 +152,10 @@ class ServerImpl final : public Server {
                                (void)shard_.Refuse(Refusal::kUnauthenticated, refused.message());
                              }),
         &bound);
+    // gRPC sets SO_REUSEPORT by default: a second process of the same user could then
+    // listen on this port too and take a share of the connections (its workers' tokens
+    // refused here, ours there). Off, a port in use is an error at startup.
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     // Idle and dead connections go away (each holds buffers and a slot): a connection
@@ -185,6 +189,7 @@ class ServerImpl final : public Server {
       int health_bound = 0;
       const std::string health_addr = HostPort(options_.host, options_.health_port);
       health_builder.AddListeningPort(health_addr, grpc::InsecureServerCredentials(), &health_bound);
+      health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
       health_builder.SetMaxReceiveMessageSize(4096);
       health_server_ = health_builder.BuildAndStart();
       if (health_server_ == nullptr || health_bound == 0) {

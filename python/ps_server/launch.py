@@ -122,28 +122,40 @@ class Shards:
 
     def start(self):
         """Starts every shard and returns once each serves; raises RuntimeError (with the
-        log's last lines) when one exits or does not serve within startup_timeout."""
-        ports = free_ports(self.num_shards)
-        self.addresses = [f"127.0.0.1:{p}" for p in ports]
-        self._commands = []
-        for i, port in enumerate(ports):
-            port_file = self._port_file(i)
-            cmd = [self._server, "--host", "127.0.0.1", "--port", str(port),
-                   "--port-file", port_file, "--shard-id", str(i),
-                   "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
-                   *self._args]
-            if self.insecure:
-                cmd += ["--insecure"]
-            elif self.tls_dir:
-                cmd += ["--tls-cert", self._tls_file(f"shard-{i}.pem"),
-                        "--tls-key", self._tls_file(f"shard-{i}.key"),
-                        "--tls-ca", self._tls_file("ca.pem")]
-            else:
-                cmd += ["--run-dir", self.run_dir]
-            self._commands.append(cmd)
-            self.processes.append(self._spawn(i))
-        self._wait_serving(range(self.num_shards))
+        log's last lines) when one exits or does not serve within startup_timeout. A
+        shard whose port another process took between choosing and binding makes all
+        start again on fresh ports (four attempts)."""
+        attempts = 4
+        for attempt in range(attempts):
+            ports = free_ports(self.num_shards)
+            self.addresses = [f"127.0.0.1:{p}" for p in ports]
+            self._commands = [self._command(i, port) for i, port in enumerate(ports)]
+            self.processes = [self._spawn(i) for i in range(self.num_shards)]
+            failed = self._wait_serving(range(self.num_shards))
+            if failed is None:
+                return self
+            shard, message = failed
+            taken = shard is not None and "cannot listen on" in self.log_tail(shard, lines=3)
+            if not taken or attempt + 1 == attempts:
+                self.stop()
+                raise RuntimeError(message)
+            self._terminate()
         return self
+
+    def _command(self, i, port):
+        cmd = [self._server, "--host", "127.0.0.1", "--port", str(port),
+               "--port-file", self._port_file(i), "--shard-id", str(i),
+               "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
+               *self._args]
+        if self.insecure:
+            cmd += ["--insecure"]
+        elif self.tls_dir:
+            cmd += ["--tls-cert", self._tls_file(f"shard-{i}.pem"),
+                    "--tls-key", self._tls_file(f"shard-{i}.key"),
+                    "--tls-ca", self._tls_file("ca.pem")]
+        else:
+            cmd += ["--run-dir", self.run_dir]
+        return cmd
 
     def _spawn(self, i):
         port_file = self._port_file(i)
@@ -157,20 +169,21 @@ class Shards:
         return os.path.join(self.log_dir, f"shard-{shard}.port")
 
     def _wait_serving(self, shards):
+        """None once every shard in `shards` serves, else (shard, why) for the first
+        that exited during start-up (or (None, why) at the timeout)."""
         deadline = time.monotonic() + self._startup_timeout
         port_files = [self._port_file(i) for i in shards]
         while not all(os.path.exists(f) for f in port_files):
             for i in shards:
                 p = self.processes[i]
                 if p.poll() is not None:
-                    self.stop()
-                    raise RuntimeError(f"shard {i} exited during start-up with status "
-                                       f"{p.returncode}:\n{self.log_tail(i)}")
+                    return i, (f"shard {i} exited during start-up with status "
+                               f"{p.returncode}:\n{self.log_tail(i)}")
             if time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"shards did not serve within {self._startup_timeout} s; "
-                                   f"logs in {self.log_dir}")
+                return None, (f"shards did not serve within {self._startup_timeout} s; "
+                              f"logs in {self.log_dir}")
             time.sleep(0.02)
+        return None
 
     def restart(self, shard, sig=signal.SIGKILL):
         """Stops shard `shard` with `sig` (SIGKILL: as a crash) and starts it again with
@@ -181,7 +194,10 @@ class Shards:
             p.send_signal(sig)
             p.wait()
         self.processes[shard] = self._spawn(shard)
-        self._wait_serving([shard])
+        failed = self._wait_serving([shard])
+        if failed is not None:
+            self.stop()
+            raise RuntimeError(failed[1])
 
     def log_tail(self, shard, lines=20):
         path = os.path.join(self.log_dir, f"shard-{shard}.log")
@@ -226,6 +242,11 @@ class Shards:
     def stop(self, timeout=10.0):
         """SIGTERM to every shard (they checkpoint if configured), SIGKILL after
         `timeout`; the temporary directories this object made are removed."""
+        self._terminate(timeout)
+        if self.run_dir in self._owned_dirs:
+            shutil.rmtree(self.run_dir, ignore_errors=True)
+
+    def _terminate(self, timeout=10.0):
         for p in self.processes:
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -236,8 +257,6 @@ class Shards:
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
-        if self.run_dir in self._owned_dirs:
-            shutil.rmtree(self.run_dir, ignore_errors=True)
 
     def __enter__(self):
         return self.start()

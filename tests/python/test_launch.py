@@ -2,6 +2,7 @@
 the environment each worker gets, the summary, exit statuses, and a failing worker."""
 
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -95,3 +96,35 @@ def test_bad_arguments(tmp_path, server_bin):
                            "--aggregator", "krum", "--server", server_bin, str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 1 and "krum" in done.stderr, done.stderr
+
+
+def test_a_port_taken_before_the_shard_binds_is_picked_again(tmp_path, server_bin, monkeypatch):
+    from ps_server import launch as launch_module
+    holder = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    real = launch_module.free_ports
+    calls = []
+
+    def first_taken(count):
+        ports = real(count)
+        calls.append(ports)
+        if len(calls) == 1:
+            ports[1] = taken
+        return ports
+
+    try:
+        monkeypatch.setattr(launch_module, "free_ports", first_taken)
+        with launch_module.Shards(2, 1, server=server_bin, log_dir=str(tmp_path / "a")) as shards:
+            assert len(calls) == 2
+            assert shards.alive() and f"127.0.0.1:{taken}" not in shards.addresses
+
+        def always_taken(count):
+            return [taken] + real(count)[1:]
+
+        monkeypatch.setattr(launch_module, "free_ports", always_taken)
+        with pytest.raises(RuntimeError, match=f"cannot listen on 127.0.0.1:{taken}"):
+            launch_module.Shards(2, 1, server=server_bin, log_dir=str(tmp_path / "b")).start()
+    finally:
+        holder.close()

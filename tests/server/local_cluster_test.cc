@@ -164,6 +164,56 @@ TEST(LocalCluster, AShardThatDoesNotStartIsAnErrorAndLeavesNoRunDirectory) {
   std::filesystem::remove_all(tmp);
 }
 
+// gRPC would set SO_REUSEPORT: a second server on a port in use would then start and
+// take a share of its connections. Here it is refused at startup.
+TEST(LocalCluster, AShardCannotListenOnAPortAnotherServerHolds) {
+  absl::StatusOr<LocalCluster> first = LocalCluster::Start(1, Base());
+  ASSERT_TRUE(first.ok()) << first.status();
+  ServerOptions o = Base();
+  o.insecure = true;
+  o.host = "127.0.0.1";
+  o.port = first->shard(0).port();
+  absl::StatusOr<std::unique_ptr<Server>> second = Server::Start(o);
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(second.status().message(), HasSubstr("cannot listen on 127.0.0.1:"));
+}
+
+// Ports picked for several shards may be taken before they bind: the cluster starts
+// again on fresh ones.
+TEST(LocalCluster, PortsTakenInBetweenArePickedAgain) {
+  absl::StatusOr<LocalCluster> holder = LocalCluster::Start(1, Base());
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  const uint16_t taken = holder->shard(0).port();
+  int picks = 0;
+  PortPicker picker = [&](size_t count) -> absl::StatusOr<std::vector<uint16_t>> {
+    ++picks;
+    absl::StatusOr<std::vector<uint16_t>> fresh = PickFreePorts(count);
+    if (fresh.ok() && picks == 1) (*fresh)[1] = taken;  // shard 1's port is in use
+    return fresh;
+  };
+  absl::StatusOr<LocalCluster> c = LocalCluster::Start(2, Base(), picker);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(picks, 2);
+  ASSERT_EQ(c->num_shards(), 2u);
+  EXPECT_NE(c->shard(1).port(), taken);
+  EXPECT_EQ(c->addresses()[1], absl::StrCat("127.0.0.1:", c->shard(1).port()));
+
+  // Always taken: four attempts, then the error names the shard and the port.
+  picks = 0;
+  PortPicker always = [&](size_t count) -> absl::StatusOr<std::vector<uint16_t>> {
+    ++picks;
+    absl::StatusOr<std::vector<uint16_t>> fresh = PickFreePorts(count);
+    if (fresh.ok()) (*fresh)[0] = taken;
+    return fresh;
+  };
+  absl::StatusOr<LocalCluster> never = LocalCluster::Start(2, Base(), always);
+  ASSERT_FALSE(never.ok());
+  EXPECT_EQ(picks, 4);
+  EXPECT_THAT(never.status().message(),
+              HasSubstr(absl::StrCat("shard 0: cannot listen on 127.0.0.1:", taken)));
+}
+
 TEST(LocalCluster, NoShardsIsAnError) {
   absl::StatusOr<LocalCluster> c = LocalCluster::Start(0, Base());
   ASSERT_FALSE(c.ok());

@@ -86,6 +86,7 @@ class GrpcTransportTest : public ::testing::Test {
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // port 0 never shared
     builder.RegisterCallbackGenericService(&shard_);
     server_ = builder.BuildAndStart();
     ASSERT_NE(server_, nullptr);
