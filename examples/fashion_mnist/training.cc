@@ -23,6 +23,7 @@
 #include "core/device.h"
 #include "core/layout.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/partition.h"
 #include "net/http_endpoint.h"
@@ -61,6 +62,9 @@ struct Setup {
   std::vector<std::string> names;
   std::unique_ptr<BatchSampler> sampler;
   std::unique_ptr<attacks::Attack> attack;  // null: honest
+  // Threads for an optimized attack's search: the honest workers wait for the attackers'
+  // pushes meanwhile, so their cores are free.
+  std::unique_ptr<core::ThreadPool> attack_pool;
   bool evaluates = false;
 };
 
@@ -77,6 +81,7 @@ absl::StatusOr<Setup> Prepare(const TrainerConfig& c, const TrainingData& data, 
       std::make_unique<BatchSampler>(std::move(part), DeriveSeed(c.seed, 1000 + c.worker_id));
   if (c.attack != "none") {
     PS_ASSIGN_OR_RETURN(s.attack, attacks::MakeAttack(c.attack));
+    if (s.attack->needs_rule()) s.attack_pool = std::make_unique<core::ThreadPool>(0);
   }
   {
     // torch's generator is process-wide: seed and build under one lock, so that every
@@ -205,6 +210,8 @@ absl::StatusOr<std::vector<float>> Contribution(const TrainerConfig& c, const Se
   ctx.num_workers = static_cast<int>(c.workers);
   ctx.num_byzantine = static_cast<int>(c.byzantine);
   ctx.rule = rule;
+  ctx.shared_search = board != nullptr ? board->shared_search() : nullptr;
+  ctx.pool = s.attack_pool.get();
   ctx.seed = c.seed;
   ctx.worker_id = c.worker_id;
   ctx.round = round;

@@ -35,6 +35,7 @@
 #include "core/credentials.h"
 #include "examples/fashion_mnist/experiment.h"
 #include "examples/fashion_mnist/idx.h"
+#include "worker_lib/attacks/attack.h"
 #include "worker_lib/worker.h"
 
 namespace ps::fashion_mnist {
@@ -213,10 +214,14 @@ class GradientBoard {
   // DEADLINE_EXCEEDED after `timeout`.
   virtual absl::StatusOr<std::vector<std::vector<float>>> Collect(
       uint64_t round, std::chrono::milliseconds timeout) = 0;
+  // Where the attackers of this board share the optimized attacks' searches (one per
+  // round instead of one per attacker); nullptr: each searches alone.
+  virtual attacks::SharedSearch* shared_search() { return nullptr; }
 };
 
 // In one process: the honest workers publish, `expected` of them per round. Rounds
-// older than the newest collected one minus 2 are dropped.
+// older than the newest collected one minus 2 are dropped. The attackers share their
+// searches.
 class SharedGradientBoard final : public GradientBoard {
  public:
   explicit SharedGradientBoard(uint32_t expected) : expected_(expected) {}
@@ -224,8 +229,10 @@ class SharedGradientBoard final : public GradientBoard {
   absl::Status Publish(uint64_t round, uint32_t worker_id, std::vector<float> gradient) override;
   absl::StatusOr<std::vector<std::vector<float>>> Collect(
       uint64_t round, std::chrono::milliseconds timeout) override;
+  attacks::SharedSearch* shared_search() override { return &search_; }
 
  private:
+  attacks::SharedSearch search_;
   const uint32_t expected_;
   std::mutex mu_;
   std::condition_variable changed_;

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aggregators/aggregator.h"
@@ -26,8 +27,9 @@ std::unique_ptr<Attack> Make(std::string_view spec) {
 
 // Applies `attack` with the given own and honest vectors.
 std::vector<float> Apply(const Attack& attack, std::vector<float> own,
-                       const std::vector<std::vector<float>>& honest = {}, int n = 5, int f = 1,
-                       const aggregators::Aggregator* rule = nullptr, uint64_t round = 0) {
+                         const std::vector<std::vector<float>>& honest = {}, int n = 5, int f = 1,
+                         const aggregators::Aggregator* rule = nullptr, uint64_t round = 0,
+                         SharedSearch* shared = nullptr) {
   std::vector<std::span<const float>> views(honest.begin(), honest.end());
   AttackContext ctx;
   ctx.own = own;
@@ -37,6 +39,7 @@ std::vector<float> Apply(const Attack& attack, std::vector<float> own,
   ctx.rule = rule;
   ctx.seed = 7;
   ctx.round = round;
+  ctx.shared_search = shared;
   std::vector<float> out(own.size());
   const absl::Status s = attack.Apply(ctx, out);
   EXPECT_TRUE(s.ok()) << s;
@@ -61,8 +64,9 @@ TEST(AttackTest, IpmIsMinusEpsTimesTheHonestMean) {
 TEST(AttackTest, AlieIsMeanMinusZTimesTheSampleStd) {
   auto a = Make("alie(z=1)");
   // mean {2, 4}, sample std {sqrt 2, sqrt 8}.
-  EXPECT_THAT(Apply(*a, {0, 0}, {{1, 2}, {3, 6}}),
-              ElementsAre(FloatNear(2 - std::sqrt(2.0f), 1e-6f), FloatNear(4 - std::sqrt(8.0f), 1e-6f)));
+  EXPECT_THAT(
+      Apply(*a, {0, 0}, {{1, 2}, {3, 6}}),
+      ElementsAre(FloatNear(2 - std::sqrt(2.0f), 1e-6f), FloatNear(4 - std::sqrt(8.0f), 1e-6f)));
   // z from n and f: n = 12, f = 2 gives s = 5 and z = Phi^-1(7 / 12).
   auto automatic = Make("alie");
   EXPECT_EQ(automatic->spec(), "alie(z=auto)");
@@ -94,7 +98,7 @@ TEST(AttackTest, GaussianIsSeededPerWorkerAndRound) {
     sq += double{v} * v;
   }
   const double mean = sum / x.size();
-  EXPECT_NEAR(mean, 1.0, 0.03);                                   // sd of the mean 0.006
+  EXPECT_NEAR(mean, 1.0, 0.03);  // sd of the mean 0.006
   EXPECT_NEAR(std::sqrt(sq / x.size() - mean * mean), 2.0, 0.03);
 }
 
@@ -130,7 +134,8 @@ TEST(AttackTest, OptimizedVariantsMoveTheRuleFartherThanTheFixedOnes) {
   for (auto& h : honest) {
     for (float& v : h) v = normal(rng);
   }
-  for (const char* rule_spec : {"mean", "trimmed_mean", "krum", "clip(2)+nnm+trimmed_mean", "median"}) {
+  for (const char* rule_spec :
+       {"mean", "trimmed_mean", "krum", "clip(2)+nnm+trimmed_mean", "median"}) {
     aggregators::AggregatorOptions options;
     options.num_workers = n;
     options.num_byzantine = f;
@@ -151,7 +156,8 @@ TEST(AttackTest, OptimizedVariantsMoveTheRuleFartherThanTheFixedOnes) {
       return d;
     };
     const std::vector<float> own(200);
-    for (const auto& [fixed, optimized] : {std::pair{"ipm", "ipm_opt"}, std::pair{"alie", "alie_opt"}}) {
+    for (const auto& [fixed, optimized] :
+         {std::pair{"ipm", "ipm_opt"}, std::pair{"alie", "alie_opt"}}) {
       auto opt = Make(optimized);
       EXPECT_TRUE(opt->needs_rule());
       const double d_fixed = distance(Apply(*Make(fixed), own, honest, n, f, rule->get()));
@@ -159,6 +165,76 @@ TEST(AttackTest, OptimizedVariantsMoveTheRuleFartherThanTheFixedOnes) {
       EXPECT_GE(d_opt, d_fixed * 0.999) << rule_spec << " " << optimized;
     }
   }
+}
+
+// Colluding attackers of one process search once per round and push what each would
+// have found alone; another round, rule or input set searches again.
+TEST(AttackTest, AttackersShareTheirSearchAndPushWhatEachWouldFind) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.5f, 1.0f);
+  const int n = 12, f = 2;
+  std::vector<std::vector<float>> honest(n - f, std::vector<float>(300));
+  for (auto& h : honest) {
+    for (float& v : h) v = normal(rng);
+  }
+  aggregators::AggregatorOptions options;
+  options.num_workers = n;
+  options.num_byzantine = f;
+  auto trimmed = aggregators::MakeAggregator("trimmed_mean", options);
+  auto krum = aggregators::MakeAggregator("krum", options);
+  ASSERT_TRUE(trimmed.ok() && krum.ok());
+  const std::vector<float> own(300);
+  for (const char* spec : {"alie_opt", "ipm_opt"}) {
+    auto alone = Make(spec);
+    const std::vector<float> expected = Apply(*alone, own, honest, n, f, trimmed->get(), 4);
+    SharedSearch shared;
+    // Two attackers (their own instances, as in a cluster), concurrently.
+    auto first = Make(spec), second = Make(spec);
+    std::vector<float> a, b;
+    std::thread t([&] { a = Apply(*first, own, honest, n, f, trimmed->get(), 4, &shared); });
+    b = Apply(*second, own, honest, n, f, trimmed->get(), 4, &shared);
+    t.join();
+    EXPECT_EQ(a, expected) << spec;
+    EXPECT_EQ(b, expected) << spec;
+    EXPECT_EQ(shared.searches(), 1u) << spec;
+    EXPECT_EQ(shared.reused(), 1u) << spec;
+    // Another round, another rule, other inputs: each a search of its own.
+    Apply(*first, own, honest, n, f, trimmed->get(), 5, &shared);
+    Apply(*first, own, honest, n, f, krum->get(), 4, &shared);
+    std::vector<std::vector<float>> changed = honest;
+    changed[3][7] += 1.0f;
+    EXPECT_EQ(Apply(*first, own, changed, n, f, trimmed->get(), 4, &shared),
+              Apply(*alone, own, changed, n, f, trimmed->get(), 4))
+        << spec;
+    EXPECT_EQ(shared.searches(), 4u) << spec;
+    EXPECT_EQ(shared.reused(), 1u) << spec;
+  }
+}
+
+TEST(SharedSearchTest, KeepsTheNewestKeysAndSharesErrors) {
+  SharedSearch shared(2);
+  int calls = 0;
+  auto value = [&](double v) {
+    return [&calls, v]() -> absl::StatusOr<double> {
+      ++calls;
+      return v;
+    };
+  };
+  EXPECT_EQ(*shared.Get("a", value(1)), 1);
+  EXPECT_EQ(*shared.Get("b", value(2)), 2);
+  EXPECT_EQ(*shared.Get("a", value(9)), 1);  // kept: the first answer
+  EXPECT_EQ(*shared.Get("c", value(3)), 3);  // drops "a", the oldest
+  EXPECT_EQ(*shared.Get("a", value(4)), 4);
+  EXPECT_EQ(calls, 4);
+  auto refused = [&]() -> absl::StatusOr<double> {
+    ++calls;
+    return absl::InvalidArgumentError("no");
+  };
+  EXPECT_EQ(shared.Get("e", refused).status().message(), "no");
+  EXPECT_EQ(shared.Get("e", value(5)).status().message(), "no");
+  EXPECT_EQ(calls, 5);
+  EXPECT_EQ(shared.searches(), 5u);
+  EXPECT_EQ(shared.reused(), 2u);
 }
 
 TEST(AttackTest, OptimizedVariantsNeedARuleAndTheHonestGradients) {
@@ -184,8 +260,8 @@ TEST(AttackTest, RefusesMismatchedSizes) {
 }
 
 TEST(MakeAttackTest, NamesAndRefusals) {
-  EXPECT_THAT(AttackNames(), ElementsAre("signflip", "ipm", "alie", "ipm_opt", "alie_opt", "gaussian",
-                                         "labelflip", "mimic", "nan", "inf"));
+  EXPECT_THAT(AttackNames(), ElementsAre("signflip", "ipm", "alie", "ipm_opt", "alie_opt",
+                                         "gaussian", "labelflip", "mimic", "nan", "inf"));
   EXPECT_THAT(std::string(MakeAttack("x").status().message()),
               HasSubstr("unknown attack 'x'; known: signflip, ipm"));
   EXPECT_THAT(std::string(MakeAttack("ipm(eps=-1)").status().message()), HasSubstr("eps"));

@@ -11,27 +11,63 @@
 //
 // The optimized variants search the scale of their base attack against the aggregation
 // rule actually configured (AttackContext::rule): the scale that moves the rule's output
-// farthest from the honest mean, ByzFL's objective.
+// farthest from the honest mean, ByzFL's objective. Colluding attackers in one process
+// (AttackContext::shared_search) search once per round and all push the result.
 //
 // Thread safety: Apply() is const and may run concurrently on one instance; the rule
 // passed in the context must allow that too (every Aggregator does).
 #pragma once
 
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <future>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace ps::aggregators {
 class Aggregator;
 }  // namespace ps::aggregators
+namespace ps::core {
+class ThreadPool;
+}  // namespace ps::core
 
 namespace ps::attacks {
+
+// The optimized attacks' searches, shared by the attackers of one process: every
+// attacker of a round sees the same honest gradients and the same rule, so the first to
+// ask for a key searches and the others wait for its answer (an error too). Keeps the
+// newest `capacity` keys. Thread-safe.
+class SharedSearch {
+ public:
+  explicit SharedSearch(size_t capacity = 16) : capacity_(capacity == 0 ? 1 : capacity) {}
+  SharedSearch(const SharedSearch&) = delete;
+  SharedSearch& operator=(const SharedSearch&) = delete;
+
+  // The value for `key`: `search()` in the first caller, the same value for the others.
+  absl::StatusOr<double> Get(const std::string& key,
+                             const std::function<absl::StatusOr<double>()>& search);
+  // How many Get calls searched, and how many took another's answer.
+  uint64_t searches() const;
+  uint64_t reused() const;
+
+ private:
+  const size_t capacity_;
+  mutable std::mutex mu_;
+  std::map<std::string, std::shared_future<absl::StatusOr<double>>> entries_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // keys, oldest first
+  uint64_t searches_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t reused_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
 // What an attack sees in one round. Borrowed for the call.
 struct AttackContext {
@@ -47,6 +83,12 @@ struct AttackContext {
   int num_byzantine = 0;
   // The configured rule, for the optimized variants; nullptr otherwise.
   const aggregators::Aggregator* rule = nullptr;
+  // Where the attackers of this process share their searches (optimized variants);
+  // nullptr: each searches alone. Equal inputs give equal results either way.
+  SharedSearch* shared_search = nullptr;
+  // Threads for the optimized variants' runs of the rule; nullptr: the calling thread.
+  // The result does not depend on it.
+  core::ThreadPool* pool = nullptr;
   // Randomness (gaussian): the vector is a function of (seed, worker, round).
   uint64_t seed = 0;
   uint32_t worker_id = 0;

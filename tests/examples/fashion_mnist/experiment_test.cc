@@ -188,8 +188,17 @@ TEST(ExperimentConfigTest, TheCheckedInConfigsParse) {
     if (name == "robustness_n25.toml") {
       EXPECT_EQ(ExpandGrid(*c).size(), 120u);
     }
+    if (name == "targets.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 42u);  // 7 attack settings x 2 splits x 3 seeds
+    }
+    if (name == "bite_check.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 4u);
+    }
+    if (name == "dirichlet01.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 20u);
+    }
   }
-  EXPECT_GE(configs, 4u);
+  EXPECT_GE(configs, 8u);
 }
 
 TEST(ExperimentGridTest, ExpandsEveryCombinationWithOneBaselinePerF0) {
