@@ -46,6 +46,17 @@ std::vector<float> Apply(const Attack& attack, std::vector<float> own,
   return out;
 }
 
+// `rows` honest gradients of `d` values drawn from N(0.5, 1).
+std::vector<std::vector<float>> NormalRows(int rows, size_t d, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.5f, 1.0f);
+  std::vector<std::vector<float>> out(static_cast<size_t>(rows), std::vector<float>(d));
+  for (auto& row : out) {
+    for (float& v : row) v = normal(rng);
+  }
+  return out;
+}
+
 TEST(AttackTest, SignFlipScalesTheOwnGradient) {
   auto a = Make("signflip(2)");
   EXPECT_EQ(a->spec(), "signflip(scale=2)");
@@ -127,13 +138,8 @@ TEST(AttackTest, NanAndInfFillEveryValue) {
 // The optimized variants never do worse, under the rule they target, than the fixed
 // attack with its default factor: the search includes factors on both sides of it.
 TEST(AttackTest, OptimizedVariantsMoveTheRuleFartherThanTheFixedOnes) {
-  std::mt19937 rng(3);
-  std::normal_distribution<float> normal(0.5f, 1.0f);
   const int n = 12, f = 2;
-  std::vector<std::vector<float>> honest(n - f, std::vector<float>(200));
-  for (auto& h : honest) {
-    for (float& v : h) v = normal(rng);
-  }
+  const std::vector<std::vector<float>> honest = NormalRows(n - f, 200, 3);
   for (const char* rule_spec :
        {"mean", "trimmed_mean", "krum", "clip(2)+nnm+trimmed_mean", "median"}) {
     aggregators::AggregatorOptions options;
@@ -170,13 +176,8 @@ TEST(AttackTest, OptimizedVariantsMoveTheRuleFartherThanTheFixedOnes) {
 // Colluding attackers of one process search once per round and push what each would
 // have found alone; another round, rule or input set searches again.
 TEST(AttackTest, AttackersShareTheirSearchAndPushWhatEachWouldFind) {
-  std::mt19937 rng(5);
-  std::normal_distribution<float> normal(0.5f, 1.0f);
   const int n = 12, f = 2;
-  std::vector<std::vector<float>> honest(n - f, std::vector<float>(300));
-  for (auto& h : honest) {
-    for (float& v : h) v = normal(rng);
-  }
+  const std::vector<std::vector<float>> honest = NormalRows(n - f, 300, 5);
   aggregators::AggregatorOptions options;
   options.num_workers = n;
   options.num_byzantine = f;
