@@ -398,7 +398,7 @@ absl::StatusOr<double> SharedSearch::Get(const std::string& key,
   std::promise<absl::StatusOr<double>> mine;
   std::shared_future<absl::StatusOr<double>> answer;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     auto it = entries_.find(key);
     if (it != entries_.end()) {
       ++reused_;
@@ -421,12 +421,12 @@ absl::StatusOr<double> SharedSearch::Get(const std::string& key,
 }
 
 uint64_t SharedSearch::searches() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return searches_;
 }
 
 uint64_t SharedSearch::reused() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   return reused_;
 }
 

@@ -24,7 +24,6 @@
 #include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -33,6 +32,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 
 namespace ps::aggregators {
 class Aggregator;
@@ -62,7 +62,7 @@ class SharedSearch {
 
  private:
   const size_t capacity_;
-  mutable std::mutex mu_;
+  mutable absl::Mutex mu_;
   std::map<std::string, std::shared_future<absl::StatusOr<double>>> entries_ ABSL_GUARDED_BY(mu_);
   std::deque<std::string> order_ ABSL_GUARDED_BY(mu_);  // keys, oldest first
   uint64_t searches_ ABSL_GUARDED_BY(mu_) = 0;
