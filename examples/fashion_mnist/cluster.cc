@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "examples/fashion_mnist/model.h"
 #include "server/local_cluster.h"
 #include "server/logging.h"
 #include "worker_lib/metrics.h"
@@ -90,8 +91,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
         absl::StrCat("f = ", config.byzantine, " must be below n = ", n));
   }
   if (config.num_shards == 0) return absl::InvalidArgumentError("at least one shard");
-  // One intra-op thread: the workers run in parallel threads, and a run repeats exactly.
-  torch::set_num_threads(1);
+  ConfigureTorchForWorkers();
   // The shards' info lines would drown the caller's progress output.
   PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
 

@@ -164,7 +164,8 @@ std::string JsonNumber(std::optional<double> v) {
 
 }  // namespace
 
-absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
+absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
+                                                       std::span<const std::string> overrides) {
   ExperimentConfig c;
   const std::map<std::string, Setter, std::less<>> setters = {
       {"rules", List(&c.rules, "")},
@@ -194,14 +195,11 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       {"tau_max", Scalar(&c.tau_max, "an unsigned integer")},
       {"data_dir", Scalar(&c.data_dir, "")},
   };
-  std::set<std::string> seen;
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t end = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, end - pos);
-    pos = end + 1;
-    ++line_no;
+  // Applies one "key = value" line (comments and blank lines skipped); `origin` names it
+  // in errors ("config line 3", "--set 1"); keys in `skip` are checked but not applied.
+  std::set<std::string, std::less<>> seen;
+  const auto apply = [&](std::string_view line, const std::string& origin,
+                         const std::set<std::string, std::less<>>& skip) -> absl::Status {
     // A '#' outside quotes starts a comment.
     bool quoted = false;
     for (size_t i = 0; i < line.size(); ++i) {
@@ -212,11 +210,10 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       }
     }
     line = Trim(line);
-    if (line.empty()) continue;
+    if (line.empty()) return absl::OkStatus();
     const auto where = [&](std::string_view key, absl::string_view message) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("config line ", line_no, ": ",
-                       key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
+      return absl::InvalidArgumentError(absl::StrCat(
+          origin, ": ", key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
     };
     const size_t eq = line.find('=');
     if (eq == std::string_view::npos)
@@ -229,10 +226,24 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text) {
       return where("",
                    absl::StrCat("unknown key '", key, "'; known: ", absl::StrJoin(known, ", ")));
     }
+    if (skip.contains(key)) return absl::OkStatus();
     if (!seen.insert(key).second) return where(key, "given twice");
     auto tokens = Tokens(line.substr(eq + 1));
     if (!tokens.ok()) return where(key, tokens.status().message());
     if (absl::Status s = setter->second(*tokens); !s.ok()) return where(key, s.message());
+    return absl::OkStatus();
+  };
+  for (size_t i = 0; i < overrides.size(); ++i) {
+    PS_RETURN_IF_ERROR(apply(overrides[i], absl::StrCat("--set ", i + 1), {}));
+  }
+  const std::set<std::string, std::less<>> overridden = seen;
+  size_t line_no = 0;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    const size_t end = std::min(text.find('\n', pos), text.size());
+    PS_RETURN_IF_ERROR(
+        apply(text.substr(pos, end - pos), absl::StrCat("config line ", ++line_no), overridden));
+    pos = end + 1;
   }
   if (c.workers == 0 || c.shards == 0 || c.steps == 0 || c.batch_size == 0) {
     return absl::InvalidArgumentError(
@@ -321,8 +332,7 @@ std::vector<Cell> ExpandGrid(const ExperimentConfig& c) {
               for (const std::string& attack : attacks) {
                 for (uint64_t seed : c.seeds) {
                   for (double bandwidth : c.bandwidths) {
-                    cells.push_back(
-                        {rule, attack, f, split, codec, wm, schedule, seed, bandwidth});
+                    cells.push_back({rule, attack, f, split, codec, wm, schedule, seed, bandwidth});
                   }
                 }
               }
@@ -440,15 +450,16 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
       for (const std::string& attack : attacks) {
         const std::optional<double> v = mean(row, f, attack);
         const std::optional<double> mean_attacked = mean(mean_row, f, attack);
-        const bool no_bite = v && mean_base && mean_attacked &&
-                             *mean_base - *mean_attacked < kBiteThreshold;
+        const bool no_bite =
+            v && mean_base && mean_attacked && *mean_base - *mean_attacked < kBiteThreshold;
         columns.push_back(cell(row, f, attack) + (no_bite ? " †" : ""));
         if (v && (!worst || *v < *worst)) worst = v;
       }
       const std::string drop =
           base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
       const std::string link = bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "";
-      const std::string base_cell = find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");
+      const std::string base_cell =
+          find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");
       absl::StrAppend(&out, "| `", row.first, "` | ", Num(wm), " | ", schedule, " | ", split, " | ",
                       codec, link, " | ", base_cell, " | ", absl::StrJoin(columns, " | "), " | ",
                       worst ? absl::StrFormat("%.4f", *worst) : "-", " | ", drop, " |\n");
@@ -462,12 +473,13 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
   const bool local_updates = std::any_of(results.begin(), results.end(), [&](const CellResult& r) {
     return ParseStrategy(r.cell.codec, config).comm == "adacomm";
   });
-  absl::StrAppend(&out, local_updates ? absl::StrCat(" (on the shards; in `+adacomm` cells on "
-                                                     "the workers, tau0 ", config.tau0,
-                                                     ", tau_max ", config.tau_max,
-                                                     ", and the shards apply the aggregated "
-                                                     "change with lr 1, momentum 0)")
-                                      : std::string(" on the shards"),
+  absl::StrAppend(&out,
+                  local_updates ? absl::StrCat(" (on the shards; in `+adacomm` cells on "
+                                               "the workers, tau0 ",
+                                               config.tau0, ", tau_max ", config.tau_max,
+                                               ", and the shards apply the aggregated "
+                                               "change with lr 1, momentum 0)")
+                                : std::string(" on the shards"),
                   ".\n");
   return out;
 }
@@ -505,11 +517,10 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
         ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(strategy.name),
         ", \"codec\": ", Json(strategy.push_codec), ", \"pull_codec\": ", Json(strategy.pull_codec),
         ", \"comm\": ", Json(strategy.comm), ", \"lr_schedule\": ", Json(c.lr_schedule),
-        ", \"rule\": ", Json(c.rule),
-        ", \"attack\": ", Json(c.attack), ", \"byzantine\": ", c.byzantine,
-        ", \"workers\": ", config.workers, ", \"shards\": ", config.shards,
-        ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed, ", \"steps\": ", config.steps,
-        ", \"target_accuracy\": ",
+        ", \"rule\": ", Json(c.rule), ", \"attack\": ", Json(c.attack),
+        ", \"byzantine\": ", c.byzantine, ", \"workers\": ", config.workers,
+        ", \"shards\": ", config.shards, ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed,
+        ", \"steps\": ", config.steps, ", \"target_accuracy\": ",
         config.target_accuracy > 0 ? JsonNumber(config.target_accuracy) : "null",
         ", \"seconds_to_target\": ", JsonNumber(to_target),
         ", \"final_accuracy\": ", JsonNumber(r.final_accuracy), ", \"bytes_sent\": ", r.bytes_sent,

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -70,7 +71,11 @@ struct ExperimentConfig {
 
 // Parses the config text; unknown keys, bad values and empty lists are refused with
 // the line number: "config line 3: byzantine: '-1' is not an unsigned integer".
-absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text);
+// `overrides` are further "key = value" lines (ps-experiment's --set) that replace the
+// text's line of the same key, so one grid file can run a slice at a time
+// (`--set 'splits = ["iid"]'`); refused as "--set 2: ..." and when a key is set twice.
+absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
+                                                       std::span<const std::string> overrides = {});
 
 // One combination of the grid. With f = 0 the attack is "none" (one baseline per
 // combination of the other dimensions, however many attacks are listed); the attack

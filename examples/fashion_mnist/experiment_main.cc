@@ -19,10 +19,10 @@
 #include "absl/strings/str_join.h"
 #include "core/process_tuning.h"
 #include "core/status.h"
-#include "server/optimizer.h"
 #include "examples/fashion_mnist/cluster.h"
 #include "examples/fashion_mnist/experiment.h"
 #include "examples/fashion_mnist/training.h"
+#include "server/optimizer.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -34,6 +34,7 @@ struct Flags {
   std::string out = "out/experiment";
   bool plots = true;
   std::string plot_script;
+  std::vector<std::string> overrides;  // --set
 };
 
 // One status line per cell, rewritten in place on a terminal.
@@ -106,7 +107,8 @@ absl::Status Run(const Flags& flags) {
     return absl::NotFoundError(absl::StrCat("cannot read the config file '", flags.config, "'"));
   std::stringstream text;
   text << in.rdbuf();
-  PS_ASSIGN_OR_RETURN(const ExperimentConfig config, ParseExperimentConfig(text.str()));
+  PS_ASSIGN_OR_RETURN(const ExperimentConfig config,
+                      ParseExperimentConfig(text.str(), flags.overrides));
   for (const std::string& schedule : config.lr_schedules) {
     if (absl::StatusOr<server::LrSchedule> s = server::LrSchedule::Parse(schedule); !s.ok()) {
       return absl::InvalidArgumentError(
@@ -231,6 +233,9 @@ int main(int argc, char** argv) {
   app.add_option("--config", f.config, "Grid config file (docs/evaluation.md)")->required();
   app.add_option("--out", f.out, "Output directory");
   app.add_option("--plots", f.plots, "Draw PNG plots with python3-matplotlib");
+  app.add_option("--set", f.overrides,
+                 "'key = value' replacing that key's line of the config (repeatable), e.g. "
+                 "--set 'splits = [\"iid\"]'");
   app.add_option("--plot-script", f.plot_script, "The plotting script")
       ->default_val(PS_PLOT_SCRIPT);
   CLI11_PARSE(app, argc, argv);

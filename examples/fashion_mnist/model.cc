@@ -1,6 +1,12 @@
 #include "examples/fashion_mnist/model.h"
 
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdlib.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <mutex>
 #include <numeric>
 #include <vector>
 
@@ -48,7 +54,8 @@ absl::StatusOr<std::shared_ptr<Classifier>> MakeClassifier(std::string_view kind
     return std::shared_ptr<Classifier>(std::make_shared<Mlp>(kImagePixels, hidden, kNumClasses));
   }
   if (kind == "cnn") return std::shared_ptr<Classifier>(std::make_shared<Cnn>(kNumClasses));
-  return absl::InvalidArgumentError(absl::StrCat("unknown model '", core::AsAbsl(kind), "'; known: mlp, cnn"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown model '", core::AsAbsl(kind), "'; known: mlp, cnn"));
 }
 
 std::pair<torch::Tensor, torch::Tensor> MakeBatch(const Dataset& data,
@@ -86,6 +93,32 @@ double Accuracy(Classifier& model, const Dataset& data, size_t chunk) {
   }
   model.train(was_training);
   return data.size() == 0 ? 0.0 : static_cast<double>(correct) / static_cast<double>(data.size());
+}
+
+std::string BlasLibraryPath() {
+  void* sgemm = dlsym(RTLD_DEFAULT, "sgemm_");
+  Dl_info info;
+  if (sgemm == nullptr || dladdr(sgemm, &info) == 0 || info.dli_fname == nullptr) return "";
+  char resolved[PATH_MAX];
+  return realpath(info.dli_fname, resolved) != nullptr ? resolved : info.dli_fname;
+}
+
+bool IsReferenceBlas(std::string_view path) {
+  return path.find("/blas/libblas.so") != std::string_view::npos;
+}
+
+void ConfigureTorchForWorkers() {
+  torch::set_num_threads(1);
+  static std::once_flag warned;
+  std::call_once(warned, [] {
+    const std::string blas = BlasLibraryPath();
+    if (!IsReferenceBlas(blas)) return;
+    std::fprintf(stderr,
+                 "warning: torch's matrix products run on the reference BLAS (%s): training "
+                 "is about 3x slower than on OpenBLAS; install libopenblas0-serial (run.sh "
+                 "does)\n",
+                 blas.c_str());
+  });
 }
 
 }  // namespace ps::fashion_mnist

@@ -17,11 +17,11 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
 #include "absl/status/statusor.h"
-
 #include "examples/fashion_mnist/idx.h"
 
 namespace ps::fashion_mnist {
@@ -82,5 +82,19 @@ std::pair<torch::Tensor, torch::Tensor> MakeBatch(const Dataset& data,
 
 // Fraction of `data` the model classifies correctly (evaluated in chunks, no grad).
 double Accuracy(Classifier& model, const Dataset& data, size_t chunk = 1000);
+
+// Real path of the shared library whose sgemm_ libtorch's CPU matrix products call
+// (Debian's libtorch uses the system libblas.so.3, chosen by update-alternatives), or
+// empty when the process has no such symbol.
+std::string BlasLibraryPath();
+
+// Whether `path` is Debian's reference BLAS (.../blas/libblas.so.3, the netlib
+// implementation): training on it runs about 3x slower than on OpenBLAS.
+bool IsReferenceBlas(std::string_view path);
+
+// Sets torch to one intra-op thread (the workers run in parallel threads, and a run
+// repeats exactly) and, once per process, warns on stderr when the BLAS is the
+// reference one, naming the package that replaces it.
+void ConfigureTorchForWorkers();
 
 }  // namespace ps::fashion_mnist

@@ -25,6 +25,7 @@
 #include "core/cluster_secret.h"
 #include "core/json_line.h"
 #include "core/status.h"
+#include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/training.h"
 #include "worker_lib/metrics.h"
 #include "worker_lib/worker.h"
@@ -326,7 +327,7 @@ int main(int argc, char** argv) {
                  "finite; 0: only non-finite");
   CLI11_PARSE(app, argc, argv);
 
-  torch::set_num_threads(1);
+  ps::fashion_mnist::ConfigureTorchForWorkers();
   std::unique_ptr<ps::Worker> worker;
   const absl::Status status = ps::fashion_mnist::Run(f, worker);
   if (!status.ok()) {

@@ -70,6 +70,34 @@ TEST(ExperimentConfigTest, RefusesWithTheLineNumber) {
   EXPECT_THAT(err("tau0 = 9\ntau_max = 8"), HasSubstr("tau0 9 is not in [1, tau_max 8]"));
 }
 
+TEST(ExperimentConfigTest, SetReplacesTheFilesLineForItsKey) {
+  const std::string text =
+      "rules = [\"mean\", \"caf\"]\nsplits = [\"iid\", \"dirichlet(alpha=1)\"]\n"
+      "steps = 1000\nseeds = [1, 2, 3]";
+  const std::vector<std::string> set = {"splits = [\"iid\"]  # one split", "seeds = [2]",
+                                        "workers = 25"};
+  auto c = ParseExperimentConfig(text, set);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->splits, ElementsAre("iid"));
+  EXPECT_THAT(c->seeds, ElementsAre(2u));
+  EXPECT_EQ(c->workers, 25u);  // a key the file does not have
+  EXPECT_THAT(c->rules, ElementsAre("mean", "caf"));
+  EXPECT_EQ(c->steps, 1000u);
+
+  auto err = [&](std::vector<std::string> overrides) {
+    return std::string(ParseExperimentConfig(text, overrides).status().message());
+  };
+  EXPECT_EQ(err({"seeds = [1]", "seeds = [2]"}), "--set 2: seeds: given twice");
+  EXPECT_THAT(err({"split = [\"iid\"]"}), HasSubstr("--set 1: unknown key 'split'"));
+  EXPECT_EQ(err({"steps = -5"}), "--set 1: steps: '-5' is not an unsigned integer");
+  EXPECT_EQ(err({"steps"}), "--set 1: expected 'key = value', got 'steps'");
+  // The file is still checked where --set replaces it, and in full elsewhere.
+  EXPECT_THAT(std::string(ParseExperimentConfig("steps = 5\nstepz = 6", set).status().message()),
+              HasSubstr("config line 2: unknown key 'stepz'"));
+  EXPECT_EQ(std::string(ParseExperimentConfig("seeds = [1]\nseeds = [2]", {}).status().message()),
+            "config line 2: seeds: given twice");
+}
+
 TEST(ExperimentConfigTest, LinksAndTargetMakeCellsPerBandwidth) {
   auto c = ParseExperimentConfig(
       "codecs = [\"fp32\", \"cat\"]\nbandwidths = [20, 0]\nlatency_ms = 2\ntarget_accuracy = "
@@ -128,10 +156,8 @@ TEST(ExperimentReportTest, RunsJsonHasTimeToTargetPerRun) {
   CellResult local = reached;
   local.cell.codec = "fp16+adacomm|fp16";
   local.periods = {{0, 0, 8}, {40, 5, 6}};
-  local.plans = {{.step = 3,
-                  .codecs = "w=fp16, b=fp32",
-                  .predicted_seconds = 0.5,
-                  .measured_seconds = 0.75}};
+  local.plans = {
+      {.step = 3, .codecs = "w=fp16, b=fp32", .predicted_seconds = 0.5, .measured_seconds = 0.75}};
   EXPECT_EQ(SecondsToTarget(reached, 0.7), 12.25);
   EXPECT_EQ(SecondsToTarget(missed, 0.7), std::nullopt);
   const std::string json = RunsJson(c, {reached, missed, local});
@@ -236,16 +262,14 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
   }
   results[1].error = "worker 3: boom, \"quoted\"";
   const std::string csv = ResultsCsv(results);
-  EXPECT_THAT(
-      csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,"
-                     "bandwidth_mbps,step,test_accuracy\n"));
+  EXPECT_THAT(csv, HasSubstr("rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,"
+                             "bandwidth_mbps,step,test_accuracy\n"));
   EXPECT_THAT(csv,
               HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,constant,1,0,100,0.8200\n"));
   EXPECT_THAT(
       SummaryCsv(results),
-      HasSubstr(
-          "mean,signflip,2,iid,fp32,0,constant,1,0,0.1000,false,3.0,\"worker 3: boom, "
-          "\"\"quoted\"\"\"\n"));
+      HasSubstr("mean,signflip,2,iid,fp32,0,constant,1,0,0.1000,false,3.0,\"worker 3: boom, "
+                "\"\"quoted\"\"\"\n"));
   const std::string md = MarkdownTable(c, results);
   EXPECT_THAT(md, HasSubstr("| rule | worker momentum | lr schedule | split | codec | no attack | "
                             "signflip | alie | worst | drop |"));
@@ -278,8 +302,14 @@ TEST(ExperimentReportTest, SeedsSpreadAndAttacksThatDoNotBite) {
     for (int a = 0; a < 3; ++a) {
       for (int seed = 0; seed < 2; ++seed) {
         CellResult x;
-        x.cell = {c.rules[r], c.attacks[a], 2, "dirichlet(alpha=0.1)", "fp32", 0.9,
-                  c.lr_schedules[0], static_cast<uint64_t>(seed + 1)};
+        x.cell = {c.rules[r],
+                  c.attacks[a],
+                  2,
+                  "dirichlet(alpha=0.1)",
+                  "fp32",
+                  0.9,
+                  c.lr_schedules[0],
+                  static_cast<uint64_t>(seed + 1)};
         x.final_accuracy = acc[r][a][seed];
         results.push_back(x);
       }

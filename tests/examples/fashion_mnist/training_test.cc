@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "examples/fashion_mnist/model.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -55,7 +56,8 @@ TEST(DirectoryGradientBoardTest, ByzantineProcessesShareTheirGradientsThroughFil
     other.join();
     auto seen = a.Collect(round, milliseconds(10000));
     ASSERT_TRUE(seen.ok()) << seen.status();
-    EXPECT_THAT(*seen, ElementsAre(ElementsAre(float(round), 1.0f), ElementsAre(float(round), 2.0f)));
+    EXPECT_THAT(*seen,
+                ElementsAre(ElementsAre(float(round), 1.0f), ElementsAre(float(round), 2.0f)));
   }
   // Old rounds are removed by their writers: rounds 0 and 1 are gone, 2..4 are there.
   EXPECT_FALSE(std::filesystem::exists(dir + "/round-1-worker-10.f32"));
@@ -69,7 +71,8 @@ TEST(DirectoryGradientBoardTest, ByzantineProcessesShareTheirGradientsThroughFil
 class Recorder final : public TrainerEvents {
  public:
   void Eval(uint64_t step, double accuracy) override { last = accuracy; }
-  void Done(uint64_t steps, std::optional<double> accuracy, double, bool diverged, uint64_t) override {
+  void Done(uint64_t steps, std::optional<double> accuracy, double, bool diverged,
+            uint64_t) override {
     done_steps = steps;
     this->diverged = diverged;
   }
@@ -97,6 +100,18 @@ TEST(TrainLocalTest, MlpAndCnnLearn) {
 }
 
 // The trainer's communication settings are checked before anything starts.
+TEST(BlasTest, FindsTheLibraryThatTorchsMatrixProductsCall) {
+  // libtorch calls sgemm_ of the system BLAS; the path is the library update-alternatives
+  // chose (OpenBLAS once run.sh has installed it).
+  const std::string blas = BlasLibraryPath();
+  EXPECT_FALSE(blas.empty());
+  EXPECT_TRUE(std::filesystem::exists(blas)) << blas;
+  EXPECT_TRUE(IsReferenceBlas("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"));
+  EXPECT_FALSE(IsReferenceBlas("/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3"));
+  EXPECT_FALSE(IsReferenceBlas("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"));
+  EXPECT_FALSE(IsReferenceBlas(""));
+}
+
 TEST(ValidateConfigTest, RefusesUnknownCommunicationSettings) {
   TrainerConfig c;
   c.shards = {"127.0.0.1:1"};
