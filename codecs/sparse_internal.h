@@ -21,9 +21,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "codecs/codec_internal.h"
 #include "codecs/hd_internal.h"
 
 namespace ps::codecs::internal {
+
+// "<codec>: <parts...>" as INVALID_ARGUMENT: the error of a malformed sparse section.
+absl::Status Invalid(std::string_view codec, const auto&... parts) {
+  return absl::InvalidArgumentError(absl::StrCat(AbslView(codec), ": ", parts...));
+}
+
+// The little-endian 32-bit word at p.
+inline uint32_t LoadLe32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{static_cast<unsigned char>(p[i])} << (8 * i);
+  return v;
+}
 
 // ---- sparsifiers (sparse_select.cc) ----
 
