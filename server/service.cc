@@ -151,6 +151,11 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       });
       if (watch != 0) watches_.emplace_back(id, watch);
     }
+    // Writing starts once every watch is registered: the slices ready at the start then
+    // go out most urgent first, and all but the first as queued behind it.
+    absl::MutexLock lock(&state_->mu);
+    state_->registering = false;
+    if (!state_->write_in_flight) state_->NextLocked(/*after_write=*/false);
   }
 
   void OnWriteDone(bool ok) override {
@@ -192,6 +197,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     uint64_t arrivals ABSL_GUARDED_BY(mu) = 0;
     size_t remaining ABSL_GUARDED_BY(mu) = 0;  // slices not yet written
     bool write_in_flight ABSL_GUARDED_BY(mu) = false;
+    bool registering ABSL_GUARDED_BY(mu) = true;  // the constructor is adding watches
     bool finished ABSL_GUARDED_BY(mu) = false;
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     bool shutting_down ABSL_GUARDED_BY(mu) = false;
@@ -208,7 +214,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       } else {
         ready.emplace(priority, arrivals++, id);
       }
-      if (!write_in_flight) NextLocked(/*after_write=*/false);
+      if (!write_in_flight && !registering) NextLocked(/*after_write=*/false);
     }
 
     // Starts the next write, or finishes when nothing is left to do. `after_write`: the

@@ -324,6 +324,16 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
   ASSERT_TRUE((*honest)->Push(0, 0, grad).ok());
   ASSERT_TRUE((*honest)->WaitPushes().ok());
   for (uint32_t id = 0; id < 4; ++id) ASSERT_TRUE(push(0, id).ok()) << id;
+  // Aggregation runs after the last push is answered: one pull waits for every slice,
+  // so that the next finds them all ready.
+  {
+    grpc::ClientContext ctx;
+    auto reader = open_pull(ctx, 1, {0, 1, 2, 3});
+    v1::PullResponse resp;
+    while (reader->Read(&resp)) {
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+  }
   {
     grpc::ClientContext ctx;
     auto reader = open_pull(ctx, 1, {0, 1, 2, 3});
@@ -331,16 +341,9 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
     v1::PullResponse resp;
     while (reader->Read(&resp)) queued.push_back(resp.queued());
     ASSERT_TRUE(reader->Finish().ok());
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    // Instrumented, a write can complete before the next ready slice reaches the stream
-    // (CI under TSan: {false, true, true, false}); that message then went out unqueued,
-    // as it should. The first is never queued, and some wait for the link.
-    ASSERT_EQ(queued.size(), 4u);
-    EXPECT_FALSE(queued[0]);
-    EXPECT_GE(std::count(queued.begin(), queued.end(), true), 1);
-#else
+    // The stream starts writing once it has every slice's watch, so the three behind
+    // the first were ready while it was written, however late its write completes.
     EXPECT_EQ(queued, (std::vector<bool>{false, true, true, true}));
-#endif
   }
 
   // Round 1: the stream is open before either slice is ready, and each comes while it
@@ -363,6 +366,73 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
   EXPECT_FALSE(resp.queued());
   EXPECT_FALSE(reader->Read(&resp));
   EXPECT_TRUE(reader->Finish().ok());
+}
+
+// Slices ready when a pull starts go out most urgent first (--schedule=priority, the
+// default), whatever the order the request lists them in.
+TEST(PullQueuedTest, SlicesReadyAtTheStartGoOutMostUrgentFirst) {
+  server::ServerOptions o;
+  o.insecure = true;
+  o.num_workers = 2;
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  testing::Cluster cluster = testing::StartCluster(1, o);
+  // fc (priority 2) is slices 0-1, conv (priority 0, the most urgent) slices 2-3.
+  auto layout = core::ModelLayout::Create({{"fc", 2 * 64, 2}, {"conv", 2 * 64, 0}}, 64, 1);
+  ASSERT_TRUE(layout.ok());
+  ASSERT_EQ(layout->slices().size(), 4u);
+  // Worker 0 registers the layout and pushes through the library; worker 1 is the raw
+  // client whose pull is watched.
+  WorkerOptions wo;
+  wo.shard_addresses = cluster.addresses();
+  wo.worker_id = 0;
+  auto honest = Worker::Start(wo, *layout);
+  ASSERT_TRUE(honest.ok()) << honest.status();
+  ASSERT_TRUE((*honest)->Push(0, 0, std::vector<float>(2 * 64, 1.0f)).ok());
+  ASSERT_TRUE((*honest)->Push(1, 0, std::vector<float>(2 * 64, 1.0f)).ok());
+  ASSERT_TRUE((*honest)->WaitPushes().ok());
+  auto stub = v1::WorkerService::NewStub(
+      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+  v1::JoinRequest join;
+  join.set_worker_id(1);
+  join.set_layout_hash(layout->hash());
+  v1::JoinResponse joined;
+  {
+    grpc::ClientContext ctx;
+    ASSERT_TRUE(stub->Join(&ctx, join, &joined).ok());
+  }
+  auto codec = codecs::MakeCodec("fp32");
+  ASSERT_TRUE(codec.ok());
+  for (uint32_t id = 0; id < 4; ++id) {
+    v1::PushRequest r;
+    r.set_session(joined.session());
+    r.set_layout_hash(layout->hash());
+    r.set_round(0);
+    r.set_slice_id(id);
+    r.set_codec("fp32");
+    ASSERT_TRUE((*codec)->Encode(std::vector<float>(64, 1.0f), r.mutable_payload()).ok());
+    grpc::ClientContext ctx;
+    v1::PushResponse resp;
+    ASSERT_TRUE(stub->Push(&ctx, r, &resp).ok()) << id;
+  }
+  v1::PullRequest req;
+  req.set_session(joined.session());
+  req.set_layout_hash(layout->hash());
+  req.set_min_version(1);
+  for (uint32_t id : {0, 1, 2, 3}) req.add_slice_ids(id);
+  // The first pull waits for the aggregations (they run after the pushes are answered);
+  // the second finds every slice ready.
+  std::vector<uint32_t> order;
+  for (int pull = 0; pull < 2; ++pull) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+    auto reader = stub->Pull(&ctx, req);
+    order.clear();
+    v1::PullResponse resp;
+    while (reader->Read(&resp)) order.push_back(resp.slice_id());
+    ASSERT_TRUE(reader->Finish().ok());
+  }
+  EXPECT_EQ(order, (std::vector<uint32_t>{2, 3, 0, 1}));
 }
 
 }  // namespace
