@@ -16,7 +16,7 @@
 #include "core/status.h"
 #include "net/grpc_credentials.h"
 #include "server/auth_internal.h"
-#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/metadata_auth.h"
 #include "server/metrics.h"
 #include "server/service_internal.h"
@@ -86,38 +86,22 @@ class ServerImpl final : public Server {
         peer_service_(Identity(options), Gate()),
         admin_service_(Gate(), AdminHooks()) {
     if (!options_.checkpoint_dir.empty()) {
-      store_.emplace(options_.checkpoint_dir, static_cast<uint32_t>(options_.shard_id),
-                     options_.checkpoint_keep);
+      checkpointer_ = std::make_unique<Checkpointer>(
+          options_, &shard_, clock_, [this](int64_t unix_s) {
+            if (metrics_ != nullptr) {
+              metrics_->SetCheckpointTime(
+                  std::chrono::system_clock::time_point(std::chrono::seconds(unix_s)));
+            }
+          });
     }
   }
 
   // Restores the newest usable checkpoint, if any. Before Listen().
   absl::Status RestoreCheckpoint() {
-    if (!store_.has_value()) return absl::OkStatus();
-    PS_ASSIGN_OR_RETURN(std::optional<CheckpointStore::Loaded> loaded, store_->LoadLatest());
-    if (!loaded.has_value()) {
-      spdlog::info("shard {}: no checkpoint in {}; starting fresh", options_.shard_id,
-                   store_->directory());
-      return absl::OkStatus();
-    }
-    if (absl::Status st = shard_.Restore(loaded->checkpoint); !st.ok()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("checkpoint ", loaded->path, ": ", st.message()));
-    }
-    if (loaded->checkpoint.config_summary != options_.ConsistencySummary()) {
-      spdlog::warn("shard {}: checkpoint {} was written with another configuration [{}]; "
-                   "continuing with [{}]",
-                   options_.shard_id, loaded->path, loaded->checkpoint.config_summary,
-                   options_.ConsistencySummary());
-    }
-    {
-      absl::MutexLock lock(&mu_);
-      restored_from_ = loaded->path;
-      restored_unix_s_ = loaded->checkpoint.written_unix_s;
-      last_checkpoint_version_ = loaded->checkpoint.MaxVersion();
-    }
+    if (checkpointer_ == nullptr) return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(const bool restored, checkpointer_->Restore());
     // With peers, round numbers must agree with theirs before workers come back.
-    if (options_.num_shards > 1) admitting_.store(false);
+    if (restored && options_.num_shards > 1) admitting_.store(false);
     return absl::OkStatus();
   }
 
@@ -133,9 +117,9 @@ class ServerImpl final : public Server {
     if (options_.metrics_port >= 0) {
       metrics_ = std::make_unique<Metrics>(&shard_, udp_.get(), &tarpit_);
       worker_service_.set_metrics(metrics_.get());
-      if (restored_unix_s_ != 0) {
-        metrics_->SetCheckpointTime(
-            std::chrono::system_clock::time_point(std::chrono::seconds(restored_unix_s_)));
+      if (checkpointer_ != nullptr && checkpointer_->info().restored_unix_s != 0) {
+        metrics_->SetCheckpointTime(std::chrono::system_clock::time_point(
+            std::chrono::seconds(checkpointer_->info().restored_unix_s)));
       }
       shard_.SetAggregationObserver([m = metrics_.get()](AggregationStage stage, core::Duration d) {
         m->ObserveAggregation(stage, d);
@@ -222,7 +206,7 @@ class ServerImpl final : public Server {
     }
     ticker_ = std::thread([this] { TickerLoop(); });
     if (options_.num_shards > 1) peer_checker_ = std::thread([this] { PeerLoop(); });
-    if (store_.has_value()) checkpointer_ = std::thread([this] { CheckpointLoop(); });
+    if (checkpointer_ != nullptr) checkpointer_->Start();
     spdlog::info("shard {}/{} serving on {} ({}): {} workers, f = {}, quorum {}, aggregator {} "
                  "({} scope){}{}",
                  options_.shard_id, options_.num_shards, HostPort(options_.host, port_),
@@ -270,10 +254,10 @@ class ServerImpl final : public Server {
     SetServing(false);
     const auto until = std::chrono::system_clock::now() + options_.drain_timeout;
     shard_.Drain(std::chrono::duration_cast<core::Duration>(options_.drain_timeout));
-    if (checkpointer_.joinable()) checkpointer_.join();
-    if (store_.has_value() && shard_.ready()) {
+    if (checkpointer_ != nullptr) checkpointer_->Stop();
+    if (checkpointer_ != nullptr && shard_.ready()) {
       // The final checkpoint: aggregations have finished, nothing changes any more.
-      absl::StatusOr<std::pair<std::string, uint64_t>> written = WriteCheckpoint("final");
+      absl::StatusOr<std::pair<std::string, uint64_t>> written = checkpointer_->Write("final");
       if (!written.ok()) {
         spdlog::error("shard {}: final checkpoint failed: {}", options_.shard_id,
                       std::string(written.status().message()));
@@ -336,7 +320,12 @@ class ServerImpl final : public Server {
 
   AdminServiceImpl::Hooks AdminHooks() {
     AdminServiceImpl::Hooks hooks;
-    hooks.checkpoint = [this] { return WriteCheckpoint("on demand"); };
+    hooks.checkpoint = [this]() -> absl::StatusOr<std::pair<std::string, uint64_t>> {
+      if (checkpointer_ == nullptr) {
+        return absl::FailedPreconditionError("this shard runs without --checkpoint-dir");
+      }
+      return checkpointer_->Write("on demand");
+    };
     hooks.status = [this] {
       v1::StatusResponse r;
       r.set_shard_id(static_cast<uint32_t>(options_.shard_id));
@@ -352,80 +341,15 @@ class ServerImpl final : public Server {
       uint64_t refused = 0;
       for (uint64_t n : st.refusals) refused += n;
       r.set_refusals(refused);
-      absl::MutexLock lock(&mu_);
-      r.set_last_checkpoint(last_checkpoint_);
-      r.set_last_checkpoint_unix_s(last_checkpoint_unix_s_);
-      r.set_restored_from(restored_from_);
+      if (checkpointer_ != nullptr) {
+        const Checkpointer::Info info = checkpointer_->info();
+        r.set_last_checkpoint(info.last_path);
+        r.set_last_checkpoint_unix_s(info.last_unix_s);
+        r.set_restored_from(info.restored_from);
+      }
       return r;
     };
     return hooks;
-  }
-
-  // Captures and writes a checkpoint; `why` goes into the log line.
-  absl::StatusOr<std::pair<std::string, uint64_t>> WriteCheckpoint(std::string_view why) {
-    if (!store_.has_value()) {
-      return absl::FailedPreconditionError("this shard runs without --checkpoint-dir");
-    }
-    absl::MutexLock write_lock(&checkpoint_mu_);
-    PS_ASSIGN_OR_RETURN(ShardCheckpoint c, shard_.Capture());
-    const auto start = std::chrono::steady_clock::now();
-    PS_ASSIGN_OR_RETURN(std::string path, store_->Write(c));
-    const double ms =
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    spdlog::info("shard {}: checkpoint ({}) of version {} written to {} in {:.1f} ms",
-                 options_.shard_id, why, c.MaxVersion(), path, ms);
-    if (metrics_ != nullptr) {
-      metrics_->SetCheckpointTime(std::chrono::system_clock::time_point(
-          std::chrono::seconds(c.written_unix_s)));
-    }
-    absl::MutexLock lock(&mu_);
-    last_checkpoint_ = path;
-    last_checkpoint_unix_s_ = c.written_unix_s;
-    last_checkpoint_version_ = c.MaxVersion();
-    last_checkpoint_time_ = clock_->Now();
-    return std::make_pair(path, c.MaxVersion());
-  }
-
-  // Writes a checkpoint every --checkpoint-interval-s, and whenever the model advanced
-  // --checkpoint-every-rounds versions, if anything changed since the last one.
-  void CheckpointLoop() {
-    {
-      absl::MutexLock lock(&mu_);
-      last_checkpoint_time_ = clock_->Now();
-    }
-    for (;;) {
-      {
-        absl::MutexLock lock(&mu_);
-        // Every N rounds: look often (checkpoints trail the rounds by up to this much).
-        mu_.AwaitWithTimeout(absl::Condition(&stopping_),
-                             options_.checkpoint_every_rounds > 0 ? absl::Milliseconds(10)
-                                                                  : absl::Milliseconds(100));
-        if (stopping_) return;
-      }
-      if (!shard_.ready()) continue;
-      const uint64_t version = shard_.MaxVersion();
-      bool due = false;
-      {
-        absl::MutexLock lock(&mu_);
-        const bool changed = version != last_checkpoint_version_ || last_checkpoint_.empty();
-        if (changed && options_.checkpoint_interval.count() > 0 &&
-            clock_->Now() - last_checkpoint_time_ >= options_.checkpoint_interval) {
-          due = true;
-        }
-        if (options_.checkpoint_every_rounds > 0 &&
-            version >= last_checkpoint_version_ + options_.checkpoint_every_rounds) {
-          due = true;
-        }
-      }
-      if (!due) continue;
-      absl::StatusOr<std::pair<std::string, uint64_t>> written = WriteCheckpoint("periodic");
-      if (!written.ok()) {
-        spdlog::error("shard {}: checkpoint failed: {}", options_.shard_id,
-                      std::string(written.status().message()));
-        absl::MutexLock lock(&mu_);
-        last_checkpoint_time_ = clock_->Now();  // retry at the next interval, not at once
-      }
-    }
   }
 
   static PeerIdentity Identity(const ServerOptions& o) {
@@ -605,12 +529,13 @@ class ServerImpl final : public Server {
   Shard shard_;
   // Declared after shard_, so destroyed (its thread stopped) before it.
   std::unique_ptr<UdpReceiver> udp_;
+  // After shard_ and metrics_, which its writer thread uses; null without
+  // --checkpoint-dir.
+  std::unique_ptr<Checkpointer> checkpointer_;
   WorkerServiceImpl worker_service_;
   PeerServiceImpl peer_service_;
   AdminServiceImpl admin_service_;
   std::vector<std::shared_ptr<grpc::Channel>> peer_channels_;
-  std::optional<CheckpointStore> store_;
-  absl::Mutex checkpoint_mu_;  // one checkpoint write at a time
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
   v1::AdminService::CallbackService health_anchor_;
@@ -623,15 +548,8 @@ class ServerImpl final : public Server {
   bool wake_ticker_ ABSL_GUARDED_BY(mu_) = false;
   bool peers_agree_ ABSL_GUARDED_BY(mu_) = true;
   bool model_ready_ = false;  // ticker thread only
-  std::string restored_from_ ABSL_GUARDED_BY(mu_);
-  int64_t restored_unix_s_ = 0;  // written before Listen()
-  std::string last_checkpoint_ ABSL_GUARDED_BY(mu_);
-  int64_t last_checkpoint_unix_s_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t last_checkpoint_version_ ABSL_GUARDED_BY(mu_) = 0;
-  core::SteadyTime last_checkpoint_time_ ABSL_GUARDED_BY(mu_){};
   std::thread ticker_;
   std::thread peer_checker_;
-  std::thread checkpointer_;
 };
 
 }  // namespace
