@@ -357,12 +357,13 @@ std::string ResultsCsv(const std::vector<CellResult>& results) {
 }
 
 std::string SummaryCsv(const std::vector<CellResult>& results) {
-  std::string out = absl::StrCat(kCellHeader, ",final_accuracy,diverged,wall_seconds,error\n");
+  std::string out =
+      absl::StrCat(kCellHeader, ",final_accuracy,diverged,wall_seconds,refused_pushes,error\n");
   for (const CellResult& r : results) {
     absl::StrAppend(&out, CellColumns(r.cell), ",",
                     r.final_accuracy ? absl::StrFormat("%.4f", *r.final_accuracy) : "", ",",
                     r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds),
-                    ",", Csv(r.error), "\n");
+                    ",", r.refused_pushes, ",", Csv(r.error), "\n");
   }
   return out;
 }

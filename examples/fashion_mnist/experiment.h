@@ -125,6 +125,9 @@ struct CellResult {
   std::vector<PlanChange> plans;      // as they came
   bool diverged = false;
   double wall_seconds = 0;
+  // Pushes the shards refused (late ones when a worker missed the round deadline): a
+  // cell whose attackers' pushes came late ran a weaker attack.
+  uint64_t refused_pushes = 0;
   std::string error;  // non-empty when the run failed
 };
 

@@ -191,6 +191,7 @@ absl::Status Run(const Flags& flags) {
       r.final_accuracy = ran->final_accuracy;
       r.diverged = ran->diverged;
       r.wall_seconds = ran->wall_seconds;
+      r.refused_pushes = ran->refused_pushes;
     } else {
       r.error = std::string(ran.status().message());
     }

@@ -257,6 +257,7 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
       x.evals = {{0, 0.1}, {100, acc[r][a]}};
       x.final_accuracy = acc[r][a];
       x.wall_seconds = 3;
+      x.refused_pushes = static_cast<uint64_t>(r + a);
       results.push_back(x);
     }
   }
@@ -268,7 +269,9 @@ TEST(ExperimentReportTest, CsvAndMarkdownCarryTheResults) {
               HasSubstr("clip(2)+nnm+trimmed_mean,alie,2,iid,fp32,0,constant,1,0,100,0.8200\n"));
   EXPECT_THAT(
       SummaryCsv(results),
-      HasSubstr("mean,signflip,2,iid,fp32,0,constant,1,0,0.1000,false,3.0,\"worker 3: boom, "
+      HasSubstr("final_accuracy,diverged,wall_seconds,refused_pushes,error\n"
+                "mean,none,2,iid,fp32,0,constant,1,0,0.8500,false,3.0,0,\n"
+                "mean,signflip,2,iid,fp32,0,constant,1,0,0.1000,false,3.0,1,\"worker 3: boom, "
                 "\"\"quoted\"\"\"\n"));
   const std::string md = MarkdownTable(c, results);
   EXPECT_THAT(md, HasSubstr("| rule | worker momentum | lr schedule | split | codec | no attack | "
