@@ -8,7 +8,8 @@ Reads OUT_DIR/results.csv and OUT_DIR/summary.csv and writes
   worker momentum), one line per attack plus the no-attack baseline (mean over seeds);
 - worst-case-<split>.png, one per split: a heatmap of the final accuracy without attack
   and of the worst final accuracy over the attacks (means over seeds), per rule (rows,
-  with worker momentum and lr schedule where they vary) and f (columns);
+  with worker momentum and lr schedule where they vary) and f (columns: no attack and
+  worst for each f, or one no-attack column when the baseline is f = 0);
 - time-to-accuracy-<B>mbps.png (from OUT_DIR/runs.json, one per link bandwidth, 0 =
   unshaped): test accuracy against training seconds, one line per strategy (and rule,
   attack), the target accuracy dashed (docs/adaptive.md).
@@ -91,15 +92,26 @@ def main(out):
 def worst_case_heatmap(out, split, means):
     fs = sorted({k[2] for k in means if k[2] > 0})
     labels = sorted({(k[0], k[1]) for k in means})
+    # The rule configured for f with every worker honest, per f when the grid has it
+    # (attack "none" at f > 0), else one baseline column (f = 0).
+    per_f_baseline = any(k[2] > 0 and k[3] == "none" for k in means)
+
+    def value(rule, wm, f, none):
+        vals = [v for k, v in means.items()
+                if (k[0], k[1]) == (rule, wm) and (k[3] == "none") == none and (f is None or k[2] == f)]
+        return min(vals) if vals else float("nan")
+
     grid = []
     for rule, wm in labels:
-        base = [v for k, v in means.items() if (k[0], k[1]) == (rule, wm) and k[3] == "none"]
-        row = [min(base) if base else float("nan")]
+        row = [] if per_f_baseline else [value(rule, wm, None, True)]
         for f in fs:
-            attacked = [v for k, v in means.items() if (k[0], k[1], k[2]) == (rule, wm, f) and k[3] != "none"]
-            row.append(min(attacked) if attacked else float("nan"))
+            if per_f_baseline:
+                row.append(value(rule, wm, f, True))
+            row.append(value(rule, wm, f, False))
         grid.append(row)
-    columns = ["no attack"] + [f"worst, f = {f}" for f in fs]
+    columns = [] if per_f_baseline else ["no attack"]
+    for f in fs:
+        columns += ([f"no attack, f = {f}"] if per_f_baseline else []) + [f"worst, f = {f}"]
     names = [r + (f" (wm {wm})" if float(wm) > 0 else "") for r, wm in labels]
     fig, ax = plt.subplots(figsize=(3.5 + 0.07 * max(len(n) for n in names) + 1.3 * len(columns),
                                     1.2 + 0.45 * len(labels)))
