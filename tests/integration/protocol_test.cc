@@ -263,6 +263,23 @@ TEST_F(ProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
   EXPECT_TRUE(reader->Finish().ok());
 }
 
+// One raw Push of 64 ones in `codec` for `slice` of `round` in the session `session`.
+grpc::Status RawPush(v1::WorkerService::Stub& stub, const std::string& session, uint64_t hash,
+                     uint64_t round, uint32_t slice, const std::string& codec) {
+  v1::PushRequest r;
+  r.set_session(session);
+  r.set_layout_hash(hash);
+  r.set_round(round);
+  r.set_slice_id(slice);
+  r.set_codec(codec);
+  auto c = codecs::MakeCodec(codec);
+  EXPECT_TRUE((*c)->Encode(std::vector<float>(64, 1.0f), r.mutable_payload()).ok());
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::PushResponse resp;
+  return stub.Push(&ctx, r, &resp);
+}
+
 // PullResponse.queued: set on a message the shard wrote right after the one before it
 // (it was ready while that one was being written), clear on the first message of a
 // stream and on one whose version came while the stream was idle. The worker times its
@@ -295,18 +312,7 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
     ASSERT_TRUE(stub->Join(&ctx, join, &joined).ok());
   }
   auto push = [&](uint64_t round, uint32_t slice) {
-    v1::PushRequest r;
-    r.set_session(joined.session());
-    r.set_layout_hash(layout->hash());
-    r.set_round(round);
-    r.set_slice_id(slice);
-    r.set_codec("fp16");
-    auto codec = codecs::MakeCodec("fp16");
-    EXPECT_TRUE((*codec)->Encode(std::vector<float>(64, 1.0f), r.mutable_payload()).ok());
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::PushResponse resp;
-    return stub->Push(&ctx, r, &resp);
+    return RawPush(*stub, joined.session(), layout->hash(), round, slice, "fp16");
   };
   auto open_pull = [&](grpc::ClientContext& ctx, uint64_t min_version,
                        std::vector<uint32_t> slices) {
@@ -401,19 +407,8 @@ TEST(PullQueuedTest, SlicesReadyAtTheStartGoOutMostUrgentFirst) {
     grpc::ClientContext ctx;
     ASSERT_TRUE(stub->Join(&ctx, join, &joined).ok());
   }
-  auto codec = codecs::MakeCodec("fp32");
-  ASSERT_TRUE(codec.ok());
   for (uint32_t id = 0; id < 4; ++id) {
-    v1::PushRequest r;
-    r.set_session(joined.session());
-    r.set_layout_hash(layout->hash());
-    r.set_round(0);
-    r.set_slice_id(id);
-    r.set_codec("fp32");
-    ASSERT_TRUE((*codec)->Encode(std::vector<float>(64, 1.0f), r.mutable_payload()).ok());
-    grpc::ClientContext ctx;
-    v1::PushResponse resp;
-    ASSERT_TRUE(stub->Push(&ctx, r, &resp).ok()) << id;
+    ASSERT_TRUE(RawPush(*stub, joined.session(), layout->hash(), 0, id, "fp32").ok()) << id;
   }
   v1::PullRequest req;
   req.set_session(joined.session());
