@@ -263,6 +263,18 @@ TEST_F(ProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
   EXPECT_TRUE(reader->Finish().ok());
 }
 
+// Joins as `worker` over a raw stub; the session, or "" (with a test failure).
+std::string RawJoin(v1::WorkerService::Stub& stub, uint32_t worker, uint64_t hash) {
+  v1::JoinRequest join;
+  join.set_worker_id(worker);
+  join.set_layout_hash(hash);
+  v1::JoinResponse joined;
+  grpc::ClientContext ctx;
+  const grpc::Status s = stub.Join(&ctx, join, &joined);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return joined.session();
+}
+
 // One raw Push of 64 ones in `codec` for `slice` of `round` in the session `session`.
 grpc::Status RawPush(v1::WorkerService::Stub& stub, const std::string& session, uint64_t hash,
                      uint64_t round, uint32_t slice, const std::string& codec) {
@@ -303,21 +315,15 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
   ASSERT_TRUE(honest.ok()) << honest.status();
   auto stub = v1::WorkerService::NewStub(
       grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
-  v1::JoinRequest join;
-  join.set_worker_id(1);
-  join.set_layout_hash(layout->hash());
-  v1::JoinResponse joined;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Join(&ctx, join, &joined).ok());
-  }
+  const std::string session = RawJoin(*stub, 1, layout->hash());
+  ASSERT_FALSE(session.empty());
   auto push = [&](uint64_t round, uint32_t slice) {
-    return RawPush(*stub, joined.session(), layout->hash(), round, slice, "fp16");
+    return RawPush(*stub, session, layout->hash(), round, slice, "fp16");
   };
   auto open_pull = [&](grpc::ClientContext& ctx, uint64_t min_version,
                        std::vector<uint32_t> slices) {
     v1::PullRequest req;
-    req.set_session(joined.session());
+    req.set_session(session);
     req.set_layout_hash(layout->hash());
     req.set_min_version(min_version);
     for (uint32_t id : slices) req.add_slice_ids(id);
@@ -399,19 +405,13 @@ TEST(PullQueuedTest, SlicesReadyAtTheStartGoOutMostUrgentFirst) {
   ASSERT_TRUE((*honest)->WaitPushes().ok());
   auto stub = v1::WorkerService::NewStub(
       grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
-  v1::JoinRequest join;
-  join.set_worker_id(1);
-  join.set_layout_hash(layout->hash());
-  v1::JoinResponse joined;
-  {
-    grpc::ClientContext ctx;
-    ASSERT_TRUE(stub->Join(&ctx, join, &joined).ok());
-  }
+  const std::string session = RawJoin(*stub, 1, layout->hash());
+  ASSERT_FALSE(session.empty());
   for (uint32_t id = 0; id < 4; ++id) {
-    ASSERT_TRUE(RawPush(*stub, joined.session(), layout->hash(), 0, id, "fp32").ok()) << id;
+    ASSERT_TRUE(RawPush(*stub, session, layout->hash(), 0, id, "fp32").ok()) << id;
   }
   v1::PullRequest req;
-  req.set_session(joined.session());
+  req.set_session(session);
   req.set_layout_hash(layout->hash());
   req.set_min_version(1);
   for (uint32_t id : {0, 1, 2, 3}) req.add_slice_ids(id);
