@@ -361,7 +361,8 @@ std::string ServerOptions::ConsistencySummary() const {
                       " aggregate_only=", aggregate_only ? "true" : "false",
                       " lr=", ShortFloat(learning_rate), " momentum=", ShortFloat(momentum),
                       " weight_decay=", ShortFloat(weight_decay), " num_shards=", num_shards,
-                      " lr_schedule=", lr_schedule);
+                      " lr_schedule=", lr_schedule,
+                      " pull_codec=", pull_codec.empty() ? "dense" : pull_codec);
 }
 
 }  // namespace ps::server

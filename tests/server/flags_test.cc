@@ -957,7 +957,7 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
             "workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
             "krum_neighbours=paper even_median=midpoint aggregation_scope=model "
             "aggregate_only=false lr=0.1 "
-            "momentum=0.9 weight_decay=0 num_shards=2 lr_schedule=constant");
+            "momentum=0.9 weight_decay=0 num_shards=2 lr_schedule=constant pull_codec=dense");
   ServerOptions other = o;
   other.shard_id = 0;
   other.port = 7070;
@@ -968,6 +968,12 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
   ServerOptions scheduled = o;
   scheduled.lr_schedule = "step(every=100, gamma=0.5)";
   EXPECT_NE(scheduled.ConsistencySummary(), o.ConsistencySummary());
+  // Shards pulling with different codecs would publish a model lossy on some slices
+  // only, with error feedback on some: the pull codec is checked too.
+  ServerOptions compressed = o;
+  compressed.pull_codec = "fp16";
+  EXPECT_NE(compressed.ConsistencySummary(), o.ConsistencySummary());
+  EXPECT_THAT(compressed.ConsistencySummary(), ::testing::EndsWith(" pull_codec=fp16"));
 }
 
 }  // namespace
