@@ -6,7 +6,6 @@
 #include <functional>
 #include <limits>
 #include <set>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -118,48 +117,6 @@ Setter Scalar(T* field, std::string_view kind) {
     }
     return absl::OkStatus();
   };
-}
-
-std::string Num(double v) { return absl::StrFormat("%g", v); }
-
-// A CSV field: quoted when it holds a comma, quote or newline.
-std::string Csv(std::string_view s) {
-  if (s.find_first_of(",\"\n") == std::string_view::npos) return std::string(s);
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"') out += '"';
-    out += c;
-  }
-  return out + "\"";
-}
-
-std::string CellColumns(const Cell& c) {
-  return absl::StrCat(Csv(c.rule), ",", Csv(c.attack), ",", c.byzantine, ",", Csv(c.split), ",",
-                      Csv(c.codec), ",", Num(c.worker_momentum), ",", Csv(c.lr_schedule), ",",
-                      c.seed, ",", Num(c.bandwidth_mbps));
-}
-
-constexpr char kCellHeader[] =
-    "rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps";
-
-// A JSON string literal.
-std::string Json(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
-std::string JsonNumber(std::optional<double> v) {
-  return v && std::isfinite(*v) ? absl::StrFormat("%.6g", *v) : "null";
 }
 
 }  // namespace
@@ -279,9 +236,9 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
 std::string Cell::Label() const {
   return absl::StrCat(
       rule, " | ", attack, " | f=", byzantine, " | ", split, " | ", codec,
-      " | wm=", Num(worker_momentum),
+      " | wm=", absl::StrFormat("%g", worker_momentum),
       lr_schedule == "constant" ? "" : absl::StrCat(" | lr ", lr_schedule), " | seed ", seed,
-      bandwidth_mbps > 0 ? absl::StrCat(" | ", Num(bandwidth_mbps), " Mbit/s") : "");
+      bandwidth_mbps > 0 ? absl::StrFormat(" | %g Mbit/s", bandwidth_mbps) : "");
 }
 
 Strategy ParseStrategy(std::string_view codec, const ExperimentConfig& config) {
@@ -343,195 +300,6 @@ std::vector<Cell> ExpandGrid(const ExperimentConfig& c) {
     }
   }
   return cells;
-}
-
-std::string ResultsCsv(const std::vector<CellResult>& results) {
-  std::string out = absl::StrCat(kCellHeader, ",step,test_accuracy\n");
-  for (const CellResult& r : results) {
-    for (const auto& [step, accuracy] : r.evals) {
-      absl::StrAppend(&out, CellColumns(r.cell), ",", step, ",", absl::StrFormat("%.4f", accuracy),
-                      "\n");
-    }
-  }
-  return out;
-}
-
-std::string SummaryCsv(const std::vector<CellResult>& results) {
-  std::string out =
-      absl::StrCat(kCellHeader, ",final_accuracy,diverged,wall_seconds,refused_pushes,error\n");
-  for (const CellResult& r : results) {
-    absl::StrAppend(&out, CellColumns(r.cell), ",",
-                    r.final_accuracy ? absl::StrFormat("%.4f", *r.final_accuracy) : "", ",",
-                    r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds),
-                    ",", r.refused_pushes, ",", Csv(r.error), "\n");
-  }
-  return out;
-}
-
-std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results) {
-  // Final accuracy over seeds per (rule, wm, schedule, split, codec, link) x f x attack;
-  // a diverged or failed run counts as its accuracy (diverged runs evaluate what they
-  // have) or 0.
-  using Setting = std::tuple<double, std::string, std::string, std::string, double>;
-  using Row = std::pair<std::string, Setting>;  // (rule, setting)
-  struct Stats {
-    double sum = 0, squares = 0;
-    int count = 0;
-  };
-  std::map<std::tuple<Row, uint32_t, std::string>, Stats> stats;
-  std::vector<Row> rows;
-  std::vector<uint32_t> fs;
-  for (const CellResult& r : results) {
-    const Row row{r.cell.rule, Setting{r.cell.worker_momentum, r.cell.lr_schedule, r.cell.split,
-                                       r.cell.codec, r.cell.bandwidth_mbps}};
-    if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
-    if (r.cell.byzantine > 0 && std::find(fs.begin(), fs.end(), r.cell.byzantine) == fs.end()) {
-      fs.push_back(r.cell.byzantine);
-    }
-    Stats& st = stats[{row, r.cell.byzantine, r.cell.attack}];
-    const double v = r.final_accuracy.value_or(0.0);
-    st.sum += v;
-    st.squares += v * v;
-    ++st.count;
-  }
-  auto find = [&](const Row& row, uint32_t f, const std::string& attack) -> const Stats* {
-    auto it = stats.find({row, f, attack});
-    return it == stats.end() ? nullptr : &it->second;
-  };
-  auto mean = [&](const Row& row, uint32_t f, const std::string& attack) -> std::optional<double> {
-    const Stats* st = find(row, f, attack);
-    if (st == nullptr) return std::nullopt;
-    return st->sum / st->count;
-  };
-  // The baseline: the same f with every worker honest when the grid has it, else f = 0.
-  auto baseline = [&](const Row& row, uint32_t f) {
-    std::optional<double> base = mean(row, f, "none");
-    return base ? base : mean(row, 0, "none");
-  };
-  // "0.8432", or "0.8432 ± 0.0123" (the seeds' sample standard deviation).
-  auto cell = [&](const Row& row, uint32_t f, const std::string& attack) {
-    const Stats* st = find(row, f, attack);
-    if (st == nullptr) return std::string("-");
-    const double m = st->sum / st->count;
-    if (st->count < 2) return absl::StrFormat("%.4f", m);
-    const double var = std::max(0.0, (st->squares - st->count * m * m) / (st->count - 1));
-    return absl::StrFormat("%.4f ± %.4f", m, std::sqrt(var));
-  };
-  std::vector<std::string> attacks;  // the attack columns: every listed one but "none"
-  for (const std::string& a : config.attacks) {
-    if (a != "none") attacks.push_back(a);
-  }
-  const bool have_mean =
-      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.first == "mean"; });
-  std::string out;
-  for (uint32_t f : fs) {
-    absl::StrAppend(
-        &out, "Final test accuracy with f = ", f, " of n = ", config.workers,
-        " Byzantine workers (mean over ", config.seeds.size(), " seed(s)",
-        config.seeds.size() > 1 ? " ± their standard deviation" : "",
-        "); no attack = the same rule and f with every worker honest (or f = 0 when the grid "
-        "has no 'none' attack); worst = the lowest over the attacks; drop = no attack - worst, "
-        "in points.",
-        have_mean ? absl::StrFormat(" † = the attack costs `mean` less than %.0f points here (it "
-                                    "does not bite: no robustness result).",
-                                    100 * kBiteThreshold)
-                  : " (No `mean` row: whether an attack bites is not measured.)",
-        "\n\n");
-    absl::StrAppend(&out, "| rule | worker momentum | lr schedule | split | codec | no attack | ",
-                    absl::StrJoin(attacks, " | "), " | worst | drop |\n|---|---|---|---|---|---|");
-    for (size_t i = 0; i < attacks.size() + 2; ++i) out += "---|";
-    out += "\n";
-    for (const Row& row : rows) {
-      const auto& [wm, schedule, split, codec, bandwidth] = row.second;
-      const std::optional<double> base = baseline(row, f);
-      const Row mean_row{"mean", row.second};
-      const std::optional<double> mean_base = baseline(mean_row, f);
-      std::optional<double> worst;
-      std::vector<std::string> columns;
-      for (const std::string& attack : attacks) {
-        const std::optional<double> v = mean(row, f, attack);
-        const std::optional<double> mean_attacked = mean(mean_row, f, attack);
-        const bool no_bite =
-            v && mean_base && mean_attacked && *mean_base - *mean_attacked < kBiteThreshold;
-        columns.push_back(cell(row, f, attack) + (no_bite ? " †" : ""));
-        if (v && (!worst || *v < *worst)) worst = v;
-      }
-      const std::string drop =
-          base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
-      const std::string link = bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "";
-      const std::string base_cell =
-          find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");
-      absl::StrAppend(&out, "| `", row.first, "` | ", Num(wm), " | ", schedule, " | ", split, " | ",
-                      codec, link, " | ", base_cell, " | ", absl::StrJoin(columns, " | "), " | ",
-                      worst ? absl::StrFormat("%.4f", *worst) : "-", " | ", drop, " |\n");
-    }
-    out += "\n";
-  }
-  absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ",
-                  config.steps, " steps, batch ", config.batch_size, ", model ", config.model,
-                  config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "",
-                  ", lr ", Num(config.lr), " momentum ", Num(config.momentum));
-  const bool local_updates = std::any_of(results.begin(), results.end(), [&](const CellResult& r) {
-    return ParseStrategy(r.cell.codec, config).comm == "adacomm";
-  });
-  absl::StrAppend(&out,
-                  local_updates ? absl::StrCat(" (on the shards; in `+adacomm` cells on "
-                                               "the workers, tau0 ",
-                                               config.tau0, ", tau_max ", config.tau_max,
-                                               ", and the shards apply the aggregated "
-                                               "change with lr 1, momentum 0)")
-                                : std::string(" on the shards"),
-                  ".\n");
-  return out;
-}
-
-std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResult>& results) {
-  std::string out = "[\n";
-  for (size_t i = 0; i < results.size(); ++i) {
-    const CellResult& r = results[i];
-    const Cell& c = r.cell;
-    std::optional<double> to_target;
-    if (config.target_accuracy > 0) to_target = SecondsToTarget(r, config.target_accuracy);
-    const double train_seconds = r.eval_seconds.empty() ? r.wall_seconds : r.eval_seconds.back();
-    std::string curve;
-    for (size_t e = 0; e < r.evals.size() && e < r.eval_seconds.size(); ++e) {
-      absl::StrAppend(&curve, e == 0 ? "" : ", ", "[", JsonNumber(r.eval_seconds[e]), ", ",
-                      r.evals[e].first, ", ", JsonNumber(r.evals[e].second), "]");
-    }
-    const Strategy strategy = ParseStrategy(c.codec, config);
-    std::string periods;
-    for (size_t p = 0; p < r.periods.size(); ++p) {
-      absl::StrAppend(&periods, p == 0 ? "" : ", ", "[", r.periods[p].step, ", ",
-                      r.periods[p].round, ", ", r.periods[p].tau, "]");
-    }
-    std::string plans;
-    for (size_t p = 0; p < r.plans.size(); ++p) {
-      absl::StrAppend(&plans, p == 0 ? "" : ", ", "{\"step\": ", r.plans[p].step,
-                      ", \"codecs\": ", Json(r.plans[p].codecs),
-                      ", \"predicted_seconds\": ", JsonNumber(r.plans[p].predicted_seconds),
-                      ", \"measured_seconds\": ", JsonNumber(r.plans[p].measured_seconds), "}");
-    }
-    const std::string model =
-        config.model == "mlp" ? absl::StrCat("mlp(hidden=", config.hidden, ")") : config.model;
-    absl::StrAppend(
-        &out, "  {\"model\": ", Json(model), ", \"bandwidth_mbps\": ", Num(c.bandwidth_mbps),
-        ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(strategy.name),
-        ", \"codec\": ", Json(strategy.push_codec), ", \"pull_codec\": ", Json(strategy.pull_codec),
-        ", \"comm\": ", Json(strategy.comm), ", \"lr_schedule\": ", Json(c.lr_schedule),
-        ", \"rule\": ", Json(c.rule), ", \"attack\": ", Json(c.attack),
-        ", \"byzantine\": ", c.byzantine, ", \"workers\": ", config.workers,
-        ", \"shards\": ", config.shards, ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed,
-        ", \"steps\": ", config.steps, ", \"target_accuracy\": ",
-        config.target_accuracy > 0 ? JsonNumber(config.target_accuracy) : "null",
-        ", \"seconds_to_target\": ", JsonNumber(to_target),
-        ", \"final_accuracy\": ", JsonNumber(r.final_accuracy), ", \"bytes_sent\": ", r.bytes_sent,
-        ", \"train_seconds\": ", JsonNumber(train_seconds),
-        ", \"wall_seconds\": ", JsonNumber(r.wall_seconds),
-        ", \"diverged\": ", r.diverged ? "true" : "false", ", \"error\": ", Json(r.error),
-        ", \"periods\": [", periods, "]", ", \"plans\": [", plans, "]", ", \"curve\": [", curve,
-        "]}", i + 1 < results.size() ? "," : "", "\n");
-  }
-  return out + "]\n";
 }
 
 }  // namespace ps::fashion_mnist

@@ -1,7 +1,8 @@
 // The experiment grid of ps-experiment (docs/evaluation.md): a config file names lists
 // of rules, attacks, f, splits, codecs, worker momenta and seeds plus scalar settings;
 // every combination is one cell, run on the in-process cluster. This file holds the
-// torch-free parts: the config format, the grid, and the reports (CSV, Markdown).
+// torch-free parts: the config format, the grid (experiment.cc), and the reports (CSV,
+// Markdown, JSON) with the CSV rows read back (experiment_report.cc).
 //
 // Config format, a subset of TOML: `key = value` lines, `#` comments; a value is a
 // quoted string, a number, true/false, or a one-line array of those:
@@ -127,7 +128,9 @@ struct CellResult {
   double wall_seconds = 0;
   // Pushes the shards refused (late ones when a worker missed the round deadline): a
   // cell whose attackers' pushes came late ran a weaker attack.
-  uint64_t refused_pushes = 0;
+  // Unknown (nullopt, an empty CSV field) in rows read back from a summary.csv written
+  // before the column existed.
+  std::optional<uint64_t> refused_pushes;
   std::string error;  // non-empty when the run failed
 };
 
@@ -162,7 +165,7 @@ std::optional<double> SecondsToTarget(const CellResult& r, double target);
 // rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps,step,
 // test_accuracy
 std::string ResultsCsv(const std::vector<CellResult>& results);
-// summary.csv: one row per cell: ...,final_accuracy,diverged,wall_seconds,error
+// summary.csv: one row per cell: ...,final_accuracy,diverged,wall_seconds,refused_pushes,error
 std::string SummaryCsv(const std::vector<CellResult>& results);
 // table.md: per (rule, worker momentum, lr schedule, split, codec) and f > 0, the final
 // accuracy under each attack (mean over seeds, with the seeds' standard deviation when
@@ -179,5 +182,26 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
 // target_accuracy, seconds_to_target (null if never reached), final_accuracy,
 // bytes_sent, train_seconds, wall_seconds, and curve: [[seconds, step, accuracy], ...].
 std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResult>& results);
+
+// The rows of a run read back from the CSV files it wrote: one CellResult per row of
+// `summary_csv` (cell, final accuracy, diverged, wall seconds, refused pushes, error),
+// with its evaluations from the rows of `results_csv`. What the CSV files do not hold
+// (evaluation seconds, bytes, plans, periods) stays empty. A summary.csv from before
+// the refused_pushes column reads as unknown refusals. Refused with the file's name and line:
+// a header that is not ps-experiment's, a field that does not parse, an evaluation of
+// a cell the summary lacks.
+absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_csv,
+                                                     std::string_view results_csv,
+                                                     std::string_view source);
+// ParseRunRows on DIR/summary.csv and DIR/results.csv.
+absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir);
+// The rows of several runs of one grid as one result list, in the grid's order (so a
+// slice run a seed at a time reports as if run at once: ps-experiment --merge). Refuses
+// a row whose cell is not in `config`'s grid (another config or other --set lines) and
+// a cell that two rows hold, naming both. Cells of the grid that no run holds are left
+// out (the table shows "-").
+absl::StatusOr<std::vector<CellResult>> MergeRunRows(
+    const ExperimentConfig& config,
+    const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs);
 
 }  // namespace ps::fashion_mnist

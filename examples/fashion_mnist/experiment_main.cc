@@ -35,6 +35,7 @@ struct Flags {
   bool plots = true;
   std::string plot_script;
   std::vector<std::string> overrides;  // --set
+  std::vector<std::string> merge;      // --merge: report these runs' rows, run nothing
 };
 
 // One status line per cell, rewritten in place on a terminal.
@@ -101,6 +102,45 @@ absl::Status WriteFile(const std::filesystem::path& path, const std::string& tex
   return absl::OkStatus();
 }
 
+void Plot(const Flags& flags, const std::filesystem::path& out) {
+  // Debian's interpreter, where python3-matplotlib installs, before any other python3
+  // on the PATH (a pyenv shim, a virtual environment).
+  const std::string python =
+      std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
+  const std::string command =
+      absl::StrCat(python, " '", flags.plot_script, "' '", out.string(), "'");
+  if (std::system(command.c_str()) != 0) {
+    std::fprintf(stderr,
+                 "ps-experiment: plotting failed (%s); the CSV files and table.md are written\n",
+                 command.c_str());
+  }
+}
+
+// --merge: the rows of earlier runs of this grid (a slice run a seed at a time, or a
+// run whose table is to be drawn again) reported as one run, in the grid's order.
+absl::Status Merge(const Flags& flags, const ExperimentConfig& config) {
+  std::vector<std::pair<std::string, std::vector<CellResult>>> runs;
+  for (const std::string& dir : flags.merge) {
+    PS_ASSIGN_OR_RETURN(std::vector<CellResult> rows, ReadRunRows(dir));
+    runs.emplace_back(dir, std::move(rows));
+  }
+  PS_ASSIGN_OR_RETURN(const std::vector<CellResult> results, MergeRunRows(config, runs));
+  const size_t grid = ExpandGrid(config).size();
+  const std::filesystem::path out = flags.out;
+  std::filesystem::create_directories(out);
+  PS_RETURN_IF_ERROR(WriteFile(out / "results.csv", ResultsCsv(results)));
+  PS_RETURN_IF_ERROR(WriteFile(out / "summary.csv", SummaryCsv(results)));
+  PS_RETURN_IF_ERROR(WriteFile(out / "table.md", MarkdownTable(config, results)));
+  std::printf("%s\n", MarkdownTable(config, results).c_str());
+  if (flags.plots) Plot(flags, out);
+  std::printf(
+      "ps-experiment: merged %zu of the grid's %zu cells from %zu run(s) into "
+      "%s/{results.csv,summary.csv,table.md%s}\n",
+      results.size(), grid, runs.size(), out.c_str(),
+      flags.plots ? ",accuracy-*.png,worst-case-*.png" : "");
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Flags& flags) {
   std::ifstream in(flags.config);
   if (!in)
@@ -123,6 +163,7 @@ absl::Status Run(const Flags& flags) {
       }
     }
   }
+  if (!flags.merge.empty()) return Merge(flags, config);
   const std::vector<Cell> cells = ExpandGrid(config);
   const std::filesystem::path out = flags.out;
   std::filesystem::create_directories(out);
@@ -204,19 +245,7 @@ absl::Status Run(const Flags& flags) {
     PS_RETURN_IF_ERROR(WriteFile(out / "runs.json", RunsJson(config, results)));
   }
   std::printf("\n%s", MarkdownTable(config, results).c_str());
-  if (flags.plots) {
-    // Debian's interpreter, where python3-matplotlib installs, before any other python3
-    // on the PATH (a pyenv shim, a virtual environment).
-    const std::string python =
-        std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3";
-    const std::string command =
-        absl::StrCat(python, " '", flags.plot_script, "' '", out.string(), "'");
-    if (std::system(command.c_str()) != 0) {
-      std::fprintf(stderr,
-                   "ps-experiment: plotting failed (%s); the CSV files and table.md are written\n",
-                   command.c_str());
-    }
-  }
+  if (flags.plots) Plot(flags, out);
   std::printf("wrote %s/{results.csv,summary.csv,table.md,runs.json%s} in %.0f s\n", out.c_str(),
               flags.plots ? ",accuracy-*.png,worst-case-*.png,time-to-accuracy-*.png" : "",
               std::chrono::duration<double>(Clock::now() - grid_start).count());
@@ -237,6 +266,9 @@ int main(int argc, char** argv) {
   app.add_option("--set", f.overrides,
                  "'key = value' replacing that key's line of the config (repeatable), e.g. "
                  "--set 'splits = [\"iid\"]'");
+  app.add_option("--merge", f.merge,
+                 "Run nothing: report the rows of earlier runs of this grid (their --out "
+                 "directories; repeatable) as one run in --out, e.g. seeds run one at a time");
   app.add_option("--plot-script", f.plot_script, "The plotting script")
       ->default_val(PS_PLOT_SCRIPT);
   CLI11_PARSE(app, argc, argv);

@@ -20,3 +20,24 @@ endif()
 if(NOT out MATCHES "\\[4/4\\]")
   message(FATAL_ERROR "no progress lines in the output:\n${out}")
 endif()
+# --merge reads the run back: the same grid reported again gives the same table.md, and
+# a row of another grid is refused by name.
+execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --merge ${OUT} --out ${OUT}/merged
+                        --plots false
+                RESULT_VARIABLE rc OUTPUT_VARIABLE merge_out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "ps-experiment --merge failed (${rc}):\n${merge_out}\n${err}")
+endif()
+file(READ ${OUT}/merged/table.md merged_table)
+if(NOT merged_table STREQUAL table)
+  message(FATAL_ERROR "--merge wrote another table.md:\n${merged_table}\nthe run's:\n${table}")
+endif()
+if(NOT merge_out MATCHES "merged 4 of the grid's 4 cells from 1 run")
+  message(FATAL_ERROR "--merge did not say what it merged:\n${merge_out}")
+endif()
+execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --set "seeds = [2]" --merge ${OUT}
+                        --out ${OUT}/wrong --plots false
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "is not in this config's grid")
+  message(FATAL_ERROR "--merge took rows of another grid (${rc}):\n${out}\n${err}")
+endif()

@@ -336,5 +336,164 @@ TEST(ExperimentReportTest, SeedsSpreadAndAttacksThatDoNotBite) {
   EXPECT_THAT(without_mean, Not(HasSubstr(" †")));
 }
 
+TEST(ExperimentReportTest, WorstCasePerRuleAndFNamesTheAttacks) {
+  ExperimentConfig c;
+  c.rules = {"mean", "caf"};
+  c.attacks = {"none", "signflip", "ipm_opt", "alie_opt"};
+  c.byzantine = {1, 2};
+  // Per rule and f: none, signflip (never bites the mean), ipm_opt, alie_opt.
+  const double acc[2][2][4] = {{{0.85, 0.84, 0.10, 0.10}, {0.85, 0.845, 0.10, 0.50}},
+                               {{0.84, 0.80, 0.82, 0.83}, {0.83, 0.79, 0.81, 0.81}}};
+  std::vector<CellResult> results;
+  for (int r = 0; r < 2; ++r) {
+    for (int f = 0; f < 2; ++f) {
+      for (int a = 0; a < 4; ++a) {
+        CellResult x;
+        x.cell = {
+            c.rules[r], c.attacks[a], static_cast<uint32_t>(f + 1), "iid", "fp32", 0.9, "constant",
+            1};
+        x.final_accuracy = acc[r][f][a];
+        results.push_back(x);
+      }
+    }
+  }
+  const std::string md = MarkdownTable(c, results);
+  EXPECT_THAT(md, HasSubstr("| rule | f | no attack | worst | drop | worst attack | worst that "
+                            "bites | drop | attack |\n|---|---|---|---|---|---|---|---|---|\n"));
+  // Ties share the place; sign flip is the worst for CAF but does not bite.
+  EXPECT_THAT(md, HasSubstr("| `mean` | 1 | 0.8500 | 0.1000 | 75.00 | ipm_opt, alie_opt | 0.1000 | "
+                            "75.00 | ipm_opt, alie_opt |\n"));
+  EXPECT_THAT(md, HasSubstr("| `caf` | 1 | 0.8400 | 0.8000 | 4.00 | signflip | 0.8200 | 2.00 | "
+                            "ipm_opt |\n"));
+  EXPECT_THAT(md, HasSubstr("| `caf` | 2 | 0.8300 | 0.7900 | 4.00 | signflip | 0.8100 | 2.00 | "
+                            "ipm_opt, alie_opt |\n"));
+  // A setting that varies gets its column.
+  results[0].cell.split = "dirichlet(alpha=1)";
+  EXPECT_THAT(MarkdownTable(c, results), HasSubstr("| rule | split | f | no attack |"));
+}
+
+// A run's rows, as the runner would have them, for the read-back tests.
+std::vector<CellResult> SomeRows() {
+  std::vector<CellResult> rows(3);
+  rows[0].cell = {"mean", "none", 1, "iid", "fp32", 0.9, "step(every=500, gamma=0.2)", 1};
+  rows[0].evals = {{0, 0.1}, {100, 0.7512}, {200, 0.8126}};
+  rows[0].final_accuracy = 0.8126;
+  rows[0].wall_seconds = 31.4;
+  rows[1].cell = {"caf", "alie_opt", 2, "dirichlet(alpha=0.1)", "fp32", 0.9, "constant", 3, 20};
+  rows[1].evals = {{0, 0.1}, {100, 0.25}};
+  rows[1].final_accuracy = 0.25;
+  rows[1].diverged = true;
+  rows[1].wall_seconds = 2;
+  rows[1].refused_pushes = 3;
+  rows[2].cell = {"krum", "mimic", 1, "iid", "fp32", 0, "constant", 2};
+  rows[2].error = "worker 3: boom, \"quoted\"\nsecond line";
+  return rows;
+}
+
+TEST(ExperimentRowsTest, ReadsBackWhatTheRunWrote) {
+  const std::vector<CellResult> rows = SomeRows();
+  absl::StatusOr<std::vector<CellResult>> back =
+      ParseRunRows(SummaryCsv(rows), ResultsCsv(rows), "out/x");
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), rows.size());
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ((*back)[i].cell.Label(), rows[i].cell.Label());
+    EXPECT_EQ((*back)[i].cell.bandwidth_mbps, rows[i].cell.bandwidth_mbps);
+    EXPECT_EQ((*back)[i].evals, rows[i].evals) << i;
+    EXPECT_EQ((*back)[i].final_accuracy, rows[i].final_accuracy) << i;
+    EXPECT_EQ((*back)[i].diverged, rows[i].diverged) << i;
+    EXPECT_EQ((*back)[i].wall_seconds, rows[i].wall_seconds) << i;
+    EXPECT_EQ((*back)[i].refused_pushes, rows[i].refused_pushes) << i;
+    EXPECT_EQ((*back)[i].error, rows[i].error) << i;
+  }
+  // What it wrote, written again, is the same text.
+  EXPECT_EQ(SummaryCsv(*back), SummaryCsv(rows));
+  EXPECT_EQ(ResultsCsv(*back), ResultsCsv(rows));
+  // A summary from before the refused_pushes column reads as refusals unknown.
+  const std::string old =
+      "rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps,"
+      "final_accuracy,diverged,wall_seconds,error\n"
+      "mean,none,1,iid,fp32,0.9,constant,1,0,0.8716,false,30.8,\n";
+  absl::StatusOr<std::vector<CellResult>> older = ParseRunRows(
+      old,
+      "rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps,"
+      "step,test_accuracy\n",
+      "old");
+  ASSERT_TRUE(older.ok()) << older.status();
+  ASSERT_EQ(older->size(), 1u);
+  EXPECT_EQ((*older)[0].final_accuracy, 0.8716);
+  EXPECT_FALSE((*older)[0].refused_pushes.has_value());
+  EXPECT_THAT(SummaryCsv(*older), HasSubstr(",0.8716,false,30.8,,\n"));
+  EXPECT_TRUE((*older)[0].evals.empty());
+}
+
+TEST(ExperimentRowsTest, RefusesWhatItCannotRead) {
+  const std::vector<CellResult> rows = SomeRows();
+  const std::string summary = SummaryCsv(rows), results = ResultsCsv(rows);
+  auto refused = [](std::string_view s, std::string_view r) {
+    absl::StatusOr<std::vector<CellResult>> got = ParseRunRows(s, r, "run");
+    return got.ok() ? std::string("accepted") : std::string(got.status().message());
+  };
+  EXPECT_THAT(refused("a,b\n1,2\n", results),
+              HasSubstr("run/summary.csv: the header has no 'rule' column"));
+  std::string bad = summary;
+  bad.replace(bad.find("0.8126,false"), 6, "0.8x26");
+  EXPECT_THAT(refused(bad, results),
+              HasSubstr("run/summary.csv line 2: final_accuracy '0.8x26' is not a number"));
+  EXPECT_THAT(refused(summary + "mean,none,1\n", results),
+              HasSubstr("line 6: 3 fields, the header has 14"));  // the error spans two lines
+  EXPECT_THAT(refused(summary + "\"open,quote\n", results),
+              HasSubstr("line 6: a quoted field is not closed"));
+  EXPECT_THAT(refused(summary, results + "median,none,1,iid,fp32,0.9,constant,1,0,100,0.5\n"),
+              HasSubstr("run/results.csv line 7: an evaluation of 'median | none | f=1"));
+  const std::string line = summary.substr(
+      summary.find('\n') + 1, summary.find('\n', summary.find('\n') + 1) - summary.find('\n'));
+  EXPECT_THAT(refused(summary + line, results), HasSubstr("appears twice"));
+  EXPECT_THAT(refused("", results), HasSubstr("run/summary.csv is empty"));
+}
+
+TEST(ExperimentRowsTest, MergesSeedsRunApartIntoTheGridsOrder) {
+  ExperimentConfig c;
+  c.rules = {"mean", "caf"};
+  c.attacks = {"none", "alie_opt"};
+  c.byzantine = {2};
+  c.seeds = {1, 2};
+  auto run = [&](uint64_t seed) {
+    std::vector<CellResult> rows;
+    for (const Cell& cell : ExpandGrid(c)) {
+      if (cell.seed != seed) continue;
+      CellResult x;
+      x.cell = cell;
+      x.final_accuracy = cell.attack == "none" ? 0.85 : (cell.rule == "mean" ? 0.1 : 0.8);
+      x.final_accuracy = *x.final_accuracy + 0.01 * static_cast<double>(seed);
+      rows.insert(rows.begin(), x);  // backwards, to see the order restored
+    }
+    return rows;
+  };
+  absl::StatusOr<std::vector<CellResult>> merged =
+      MergeRunRows(c, {{"seed2", run(2)}, {"seed1", run(1)}});
+  ASSERT_TRUE(merged.ok()) << merged.status();
+  std::vector<std::string> labels;
+  for (const CellResult& r : *merged) labels.push_back(r.cell.Label());
+  std::vector<std::string> grid;
+  for (const Cell& cell : ExpandGrid(c)) grid.push_back(cell.Label());
+  EXPECT_EQ(labels, grid);
+  // The table has the seeds' spread: {0.86, 0.87} for the mean without attack.
+  EXPECT_THAT(MarkdownTable(c, *merged), HasSubstr("| `mean` | 0 | constant | iid | fp32 | "
+                                                   "0.8650 ± 0.0071 | 0.1150 ± 0.0071 |"));
+  // Part of the grid is fine (the table shows what is there); rows of another grid or a
+  // cell held twice are not.
+  EXPECT_TRUE(MergeRunRows(c, {{"seed1", run(1)}}).ok());
+  std::vector<CellResult> other = run(1);
+  other[0].cell.split = "dirichlet(alpha=1)";
+  absl::StatusOr<std::vector<CellResult>> wrong = MergeRunRows(c, {{"elsewhere", other}});
+  EXPECT_THAT(wrong.status().message(), HasSubstr("elsewhere: cell 'caf | alie_opt | f=2 | "
+                                                  "dirichlet(alpha=1)"));
+  EXPECT_THAT(wrong.status().message(), HasSubstr("is not in this config's grid"));
+  absl::StatusOr<std::vector<CellResult>> twice =
+      MergeRunRows(c, {{"a", run(1)}, {"b", run(2)}, {"c", run(1)}});
+  EXPECT_THAT(twice.status().message(), HasSubstr("is in both a and c"));
+}
+
 }  // namespace
 }  // namespace ps::fashion_mnist

@@ -1,0 +1,564 @@
+// The reports of ps-experiment (docs/evaluation.md): results.csv, summary.csv, table.md
+// and runs.json from a grid's results, and the rows of earlier runs read back from their
+// CSV files and merged into one grid (--merge).
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "core/status.h"
+#include "examples/fashion_mnist/experiment.h"
+
+namespace ps::fashion_mnist {
+namespace {
+
+std::string Num(double v) { return absl::StrFormat("%g", v); }
+
+// A CSV field: quoted when it holds a comma, quote or newline.
+std::string Csv(std::string_view s) {
+  if (s.find_first_of(",\"\n") == std::string_view::npos) return std::string(s);
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string CellColumns(const Cell& c) {
+  return absl::StrCat(Csv(c.rule), ",", Csv(c.attack), ",", c.byzantine, ",", Csv(c.split), ",",
+                      Csv(c.codec), ",", Num(c.worker_momentum), ",", Csv(c.lr_schedule), ",",
+                      c.seed, ",", Num(c.bandwidth_mbps));
+}
+
+constexpr char kCellHeader[] =
+    "rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps";
+
+// A JSON string literal.
+std::string Json(std::string_view s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<int>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string JsonNumber(std::optional<double> v) {
+  return v && std::isfinite(*v) ? absl::StrFormat("%.6g", *v) : "null";
+}
+
+// A CSV file's records (RFC 4180: quoted fields may hold commas, doubled quotes and
+// newlines), each with the line it starts on.
+struct CsvRecord {
+  size_t line = 0;
+  std::vector<std::string> fields;
+};
+
+absl::StatusOr<std::vector<CsvRecord>> CsvRecords(std::string_view text, const std::string& name) {
+  std::vector<CsvRecord> out;
+  CsvRecord record{1, {}};
+  std::string field;
+  bool quoted = false, closed = false, any = false;
+  size_t line = 1;
+  auto end_field = [&] {
+    record.fields.push_back(std::move(field));
+    field.clear();
+    closed = false;
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '\n') ++line;
+      if (c != '"') {
+        field += c;
+      } else if (i + 1 < text.size() && text[i + 1] == '"') {
+        field += '"';
+        ++i;
+      } else {
+        quoted = false;
+        closed = true;
+      }
+      continue;
+    }
+    if (c == '\r') continue;
+    if (c == ',' || c == '\n') {
+      end_field();
+      if (c == '\n') {
+        out.push_back(std::move(record));
+        record = CsvRecord{++line, {}};
+        any = false;
+      }
+      continue;
+    }
+    if (closed) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " line ", line, ": text after a closing quote"));
+    }
+    any = true;
+    if (c == '"' && field.empty()) {
+      quoted = true;
+      continue;
+    }
+    field += c;
+  }
+  if (quoted) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, " line ", record.line, ": a quoted field is not closed"));
+  }
+  if (any || closed || !record.fields.empty()) {
+    end_field();
+    out.push_back(std::move(record));
+  }
+  return out;
+}
+
+// A record's fields by its file's header names.
+class CsvColumns {
+ public:
+  static absl::StatusOr<CsvColumns> Of(const CsvRecord& header, const std::string& name,
+                                       std::span<const std::string_view> required) {
+    CsvColumns c;
+    c.name_ = name;
+    for (size_t i = 0; i < header.fields.size(); ++i) c.index_[header.fields[i]] = i;
+    c.width_ = header.fields.size();
+    for (std::string_view column : required) {
+      if (!c.index_.contains(std::string(column))) {
+        return absl::InvalidArgumentError(absl::StrCat(name, ": the header has no '",
+                                                       core::AsAbsl(column),
+                                                       "' column; not a file ps-experiment wrote"));
+      }
+    }
+    return c;
+  }
+  bool Has(const std::string& column) const { return index_.contains(column); }
+  absl::StatusOr<std::string> Text(const CsvRecord& r, const std::string& column) const {
+    if (r.fields.size() != width_) {
+      return absl::InvalidArgumentError(absl::StrCat(name_, " line ", r.line, ": ", r.fields.size(),
+                                                     " fields, the header has ", width_));
+    }
+    return r.fields[index_.at(column)];
+  }
+  template <typename T>
+  absl::StatusOr<T> Number(const CsvRecord& r, const std::string& column) const {
+    PS_ASSIGN_OR_RETURN(const std::string text, Text(r, column));
+    T v{};
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(name_, " line ", r.line, ": ", column, " '", text, "' is not a number"));
+    }
+    return v;
+  }
+
+ private:
+  std::string name_;
+  std::map<std::string, size_t, std::less<>> index_;
+  size_t width_ = 0;
+};
+
+constexpr std::string_view kCellColumnNames[] = {"rule",        "attack", "byzantine",
+                                                 "split",       "codec",  "worker_momentum",
+                                                 "lr_schedule", "seed",   "bandwidth_mbps"};
+
+absl::StatusOr<Cell> CellOf(const CsvColumns& columns, const CsvRecord& r) {
+  Cell c;
+  PS_ASSIGN_OR_RETURN(c.rule, columns.Text(r, "rule"));
+  PS_ASSIGN_OR_RETURN(c.attack, columns.Text(r, "attack"));
+  PS_ASSIGN_OR_RETURN(c.byzantine, columns.Number<uint32_t>(r, "byzantine"));
+  PS_ASSIGN_OR_RETURN(c.split, columns.Text(r, "split"));
+  PS_ASSIGN_OR_RETURN(c.codec, columns.Text(r, "codec"));
+  PS_ASSIGN_OR_RETURN(c.worker_momentum, columns.Number<double>(r, "worker_momentum"));
+  PS_ASSIGN_OR_RETURN(c.lr_schedule, columns.Text(r, "lr_schedule"));
+  PS_ASSIGN_OR_RETURN(c.seed, columns.Number<uint64_t>(r, "seed"));
+  PS_ASSIGN_OR_RETURN(c.bandwidth_mbps, columns.Number<double>(r, "bandwidth_mbps"));
+  return c;
+}
+
+absl::StatusOr<std::string> ReadText(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+}  // namespace
+
+std::string ResultsCsv(const std::vector<CellResult>& results) {
+  std::string out = absl::StrCat(kCellHeader, ",step,test_accuracy\n");
+  for (const CellResult& r : results) {
+    for (const auto& [step, accuracy] : r.evals) {
+      absl::StrAppend(&out, CellColumns(r.cell), ",", step, ",", absl::StrFormat("%.4f", accuracy),
+                      "\n");
+    }
+  }
+  return out;
+}
+
+std::string SummaryCsv(const std::vector<CellResult>& results) {
+  std::string out =
+      absl::StrCat(kCellHeader, ",final_accuracy,diverged,wall_seconds,refused_pushes,error\n");
+  for (const CellResult& r : results) {
+    absl::StrAppend(&out, CellColumns(r.cell), ",",
+                    r.final_accuracy ? absl::StrFormat("%.4f", *r.final_accuracy) : "", ",",
+                    r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds),
+                    ",", r.refused_pushes ? absl::StrCat(*r.refused_pushes) : "", ",", Csv(r.error),
+                    "\n");
+  }
+  return out;
+}
+
+std::string MarkdownTable(const ExperimentConfig& config, const std::vector<CellResult>& results) {
+  // Final accuracy over seeds per (rule, wm, schedule, split, codec, link) x f x attack;
+  // a diverged or failed run counts as its accuracy (diverged runs evaluate what they
+  // have) or 0.
+  using Setting = std::tuple<double, std::string, std::string, std::string, double>;
+  using Row = std::pair<std::string, Setting>;  // (rule, setting)
+  struct Stats {
+    double sum = 0, squares = 0;
+    int count = 0;
+  };
+  std::map<std::tuple<Row, uint32_t, std::string>, Stats> stats;
+  std::vector<Row> rows;
+  std::vector<uint32_t> fs;
+  for (const CellResult& r : results) {
+    const Row row{r.cell.rule, Setting{r.cell.worker_momentum, r.cell.lr_schedule, r.cell.split,
+                                       r.cell.codec, r.cell.bandwidth_mbps}};
+    if (std::find(rows.begin(), rows.end(), row) == rows.end()) rows.push_back(row);
+    if (r.cell.byzantine > 0 && std::find(fs.begin(), fs.end(), r.cell.byzantine) == fs.end()) {
+      fs.push_back(r.cell.byzantine);
+    }
+    Stats& st = stats[{row, r.cell.byzantine, r.cell.attack}];
+    const double v = r.final_accuracy.value_or(0.0);
+    st.sum += v;
+    st.squares += v * v;
+    ++st.count;
+  }
+  auto find = [&](const Row& row, uint32_t f, const std::string& attack) -> const Stats* {
+    auto it = stats.find({row, f, attack});
+    return it == stats.end() ? nullptr : &it->second;
+  };
+  auto mean = [&](const Row& row, uint32_t f, const std::string& attack) -> std::optional<double> {
+    const Stats* st = find(row, f, attack);
+    if (st == nullptr) return std::nullopt;
+    return st->sum / st->count;
+  };
+  // The baseline: the same f with every worker honest when the grid has it, else f = 0.
+  auto baseline = [&](const Row& row, uint32_t f) {
+    std::optional<double> base = mean(row, f, "none");
+    return base ? base : mean(row, 0, "none");
+  };
+  // "0.8432", or "0.8432 ± 0.0123" (the seeds' sample standard deviation).
+  auto cell = [&](const Row& row, uint32_t f, const std::string& attack) {
+    const Stats* st = find(row, f, attack);
+    if (st == nullptr) return std::string("-");
+    const double m = st->sum / st->count;
+    if (st->count < 2) return absl::StrFormat("%.4f", m);
+    const double var = std::max(0.0, (st->squares - st->count * m * m) / (st->count - 1));
+    return absl::StrFormat("%.4f ± %.4f", m, std::sqrt(var));
+  };
+  std::vector<std::string> attacks;  // the attack columns: every listed one but "none"
+  for (const std::string& a : config.attacks) {
+    if (a != "none") attacks.push_back(a);
+  }
+  const bool have_mean =
+      std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.first == "mean"; });
+  std::string out;
+  for (uint32_t f : fs) {
+    absl::StrAppend(
+        &out, "Final test accuracy with f = ", f, " of n = ", config.workers,
+        " Byzantine workers (mean over ", config.seeds.size(), " seed(s)",
+        config.seeds.size() > 1 ? " ± their standard deviation" : "",
+        "); no attack = the same rule and f with every worker honest (or f = 0 when the grid "
+        "has no 'none' attack); worst = the lowest over the attacks; drop = no attack - worst, "
+        "in points.",
+        have_mean ? absl::StrFormat(" † = the attack costs `mean` less than %.0f points here (it "
+                                    "does not bite: no robustness result).",
+                                    100 * kBiteThreshold)
+                  : " (No `mean` row: whether an attack bites is not measured.)",
+        "\n\n");
+    absl::StrAppend(&out, "| rule | worker momentum | lr schedule | split | codec | no attack | ",
+                    absl::StrJoin(attacks, " | "), " | worst | drop |\n|---|---|---|---|---|---|");
+    for (size_t i = 0; i < attacks.size() + 2; ++i) out += "---|";
+    out += "\n";
+    for (const Row& row : rows) {
+      const auto& [wm, schedule, split, codec, bandwidth] = row.second;
+      const std::optional<double> base = baseline(row, f);
+      const Row mean_row{"mean", row.second};
+      const std::optional<double> mean_base = baseline(mean_row, f);
+      std::optional<double> worst;
+      std::vector<std::string> columns;
+      for (const std::string& attack : attacks) {
+        const std::optional<double> v = mean(row, f, attack);
+        const std::optional<double> mean_attacked = mean(mean_row, f, attack);
+        const bool no_bite =
+            v && mean_base && mean_attacked && *mean_base - *mean_attacked < kBiteThreshold;
+        columns.push_back(cell(row, f, attack) + (no_bite ? " †" : ""));
+        if (v && (!worst || *v < *worst)) worst = v;
+      }
+      const std::string drop =
+          base && worst ? absl::StrFormat("%.2f", 100 * (*base - *worst)) : "-";
+      const std::string link = bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "";
+      const std::string base_cell =
+          find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");
+      absl::StrAppend(&out, "| `", row.first, "` | ", Num(wm), " | ", schedule, " | ", split, " | ",
+                      codec, link, " | ", base_cell, " | ", absl::StrJoin(columns, " | "), " | ",
+                      worst ? absl::StrFormat("%.4f", *worst) : "-", " | ", drop, " |\n");
+    }
+    out += "\n";
+  }
+  if (!fs.empty()) {
+    // One line per rule, setting and f: the worst case over the attacks and over those
+    // that bite, with the attacks that reached it (the heatmap's numbers, with names).
+    // Only the settings that vary get a column.
+    std::set<double> wms, links;
+    std::set<std::string> schedules, splits, codecs;
+    for (const Row& row : rows) {
+      const auto& [wm, schedule, split, codec, bandwidth] = row.second;
+      wms.insert(wm);
+      schedules.insert(schedule);
+      splits.insert(split);
+      codecs.insert(codec);
+      links.insert(bandwidth);
+    }
+    absl::StrAppend(&out, "Worst case per rule and f: the lowest final accuracy over the attacks ",
+                    "(means over seeds) and the attacks that reached it; then the lowest over ",
+                    "the attacks that bite",
+                    have_mean ? " (those that cost `mean` at least 2 points there)"
+                              : " (every attack: the grid has no `mean` row)",
+                    ". Drops are from the no-attack run, in points.\n\n| rule | ");
+    if (wms.size() > 1) out += "worker momentum | ";
+    if (schedules.size() > 1) out += "lr schedule | ";
+    if (splits.size() > 1) out += "split | ";
+    if (codecs.size() > 1 || links.size() > 1) out += "codec | ";
+    const size_t setting_columns = (wms.size() > 1) + (schedules.size() > 1) + (splits.size() > 1) +
+                                   (codecs.size() > 1 || links.size() > 1);
+    out += "f | no attack | worst | drop | worst attack | worst that bites | drop | attack |\n|";
+    for (size_t i = 0; i < setting_columns + 9; ++i) out += "---|";
+    out += "\n";
+    for (const Row& row : rows) {
+      const auto& [wm, schedule, split, codec, bandwidth] = row.second;
+      std::string settings;
+      if (wms.size() > 1) absl::StrAppend(&settings, Num(wm), " | ");
+      if (schedules.size() > 1) absl::StrAppend(&settings, schedule, " | ");
+      if (splits.size() > 1) absl::StrAppend(&settings, split, " | ");
+      if (codecs.size() > 1 || links.size() > 1) {
+        absl::StrAppend(&settings, codec,
+                        bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "", " | ");
+      }
+      const Row mean_row{"mean", row.second};
+      for (uint32_t f : fs) {
+        const std::optional<double> base = baseline(row, f);
+        const std::optional<double> mean_base = baseline(mean_row, f);
+        // (worst, its attacks) over every attack, then over those that bite.
+        std::optional<double> worst[2];
+        std::vector<std::string> names[2];
+        for (const std::string& attack : attacks) {
+          const std::optional<double> v = mean(row, f, attack);
+          if (!v) continue;
+          const std::optional<double> mean_attacked = mean(mean_row, f, attack);
+          const bool bites =
+              !(mean_base && mean_attacked && *mean_base - *mean_attacked < kBiteThreshold);
+          for (int k = 0; k < (bites ? 2 : 1); ++k) {
+            // Ties at the table's precision share the place.
+            if (worst[k] && std::abs(*v - *worst[k]) < 5e-5) {
+              names[k].push_back(attack);
+            } else if (!worst[k] || *v < *worst[k]) {
+              worst[k] = v;
+              names[k] = {attack};
+            }
+          }
+        }
+        std::string columns;
+        for (int k = 0; k < 2; ++k) {
+          const std::string drop =
+              base && worst[k] ? absl::StrFormat("%.2f", 100 * (*base - *worst[k])) : "-";
+          absl::StrAppend(&columns, " | ", worst[k] ? cell(row, f, names[k].front()) : "-", " | ",
+                          drop, " | ", names[k].empty() ? "-" : absl::StrJoin(names[k], ", "));
+        }
+        const std::string base_cell =
+            find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");
+        absl::StrAppend(&out, "| `", row.first, "` | ", settings, f, " | ", base_cell, columns,
+                        " |\n");
+      }
+    }
+    out += "\n";
+  }
+  absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ",
+                  config.steps, " steps, batch ", config.batch_size, ", model ", config.model,
+                  config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "",
+                  ", lr ", Num(config.lr), " momentum ", Num(config.momentum));
+  const bool local_updates = std::any_of(results.begin(), results.end(), [&](const CellResult& r) {
+    return ParseStrategy(r.cell.codec, config).comm == "adacomm";
+  });
+  absl::StrAppend(&out,
+                  local_updates ? absl::StrCat(" (on the shards; in `+adacomm` cells on "
+                                               "the workers, tau0 ",
+                                               config.tau0, ", tau_max ", config.tau_max,
+                                               ", and the shards apply the aggregated "
+                                               "change with lr 1, momentum 0)")
+                                : std::string(" on the shards"),
+                  ".\n");
+  return out;
+}
+
+std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResult>& results) {
+  std::string out = "[\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const CellResult& r = results[i];
+    const Cell& c = r.cell;
+    std::optional<double> to_target;
+    if (config.target_accuracy > 0) to_target = SecondsToTarget(r, config.target_accuracy);
+    const double train_seconds = r.eval_seconds.empty() ? r.wall_seconds : r.eval_seconds.back();
+    std::string curve;
+    for (size_t e = 0; e < r.evals.size() && e < r.eval_seconds.size(); ++e) {
+      absl::StrAppend(&curve, e == 0 ? "" : ", ", "[", JsonNumber(r.eval_seconds[e]), ", ",
+                      r.evals[e].first, ", ", JsonNumber(r.evals[e].second), "]");
+    }
+    const Strategy strategy = ParseStrategy(c.codec, config);
+    std::string periods;
+    for (size_t p = 0; p < r.periods.size(); ++p) {
+      absl::StrAppend(&periods, p == 0 ? "" : ", ", "[", r.periods[p].step, ", ",
+                      r.periods[p].round, ", ", r.periods[p].tau, "]");
+    }
+    std::string plans;
+    for (size_t p = 0; p < r.plans.size(); ++p) {
+      absl::StrAppend(&plans, p == 0 ? "" : ", ", "{\"step\": ", r.plans[p].step,
+                      ", \"codecs\": ", Json(r.plans[p].codecs),
+                      ", \"predicted_seconds\": ", JsonNumber(r.plans[p].predicted_seconds),
+                      ", \"measured_seconds\": ", JsonNumber(r.plans[p].measured_seconds), "}");
+    }
+    const std::string model =
+        config.model == "mlp" ? absl::StrCat("mlp(hidden=", config.hidden, ")") : config.model;
+    absl::StrAppend(
+        &out, "  {\"model\": ", Json(model), ", \"bandwidth_mbps\": ", Num(c.bandwidth_mbps),
+        ", \"latency_ms\": ", config.latency_ms, ", \"strategy\": ", Json(strategy.name),
+        ", \"codec\": ", Json(strategy.push_codec), ", \"pull_codec\": ", Json(strategy.pull_codec),
+        ", \"comm\": ", Json(strategy.comm), ", \"lr_schedule\": ", Json(c.lr_schedule),
+        ", \"rule\": ", Json(c.rule), ", \"attack\": ", Json(c.attack),
+        ", \"byzantine\": ", c.byzantine, ", \"workers\": ", config.workers,
+        ", \"shards\": ", config.shards, ", \"split\": ", Json(c.split), ", \"seed\": ", c.seed,
+        ", \"steps\": ", config.steps, ", \"target_accuracy\": ",
+        config.target_accuracy > 0 ? JsonNumber(config.target_accuracy) : "null",
+        ", \"seconds_to_target\": ", JsonNumber(to_target),
+        ", \"final_accuracy\": ", JsonNumber(r.final_accuracy), ", \"bytes_sent\": ", r.bytes_sent,
+        ", \"train_seconds\": ", JsonNumber(train_seconds),
+        ", \"wall_seconds\": ", JsonNumber(r.wall_seconds),
+        ", \"diverged\": ", r.diverged ? "true" : "false", ", \"error\": ", Json(r.error),
+        ", \"periods\": [", periods, "]", ", \"plans\": [", plans, "]", ", \"curve\": [", curve,
+        "]}", i + 1 < results.size() ? "," : "", "\n");
+  }
+  return out + "]\n";
+}
+
+absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_csv,
+                                                     std::string_view results_csv,
+                                                     std::string_view source) {
+  const std::string summary_name = absl::StrCat(core::AsAbsl(source), "/summary.csv");
+  const std::string results_name = absl::StrCat(core::AsAbsl(source), "/results.csv");
+  PS_ASSIGN_OR_RETURN(const std::vector<CsvRecord> summary, CsvRecords(summary_csv, summary_name));
+  PS_ASSIGN_OR_RETURN(const std::vector<CsvRecord> evals, CsvRecords(results_csv, results_name));
+  if (summary.empty()) return absl::InvalidArgumentError(absl::StrCat(summary_name, " is empty"));
+  if (evals.empty()) return absl::InvalidArgumentError(absl::StrCat(results_name, " is empty"));
+  std::vector<std::string_view> required(std::begin(kCellColumnNames), std::end(kCellColumnNames));
+  std::vector<std::string_view> summary_required = required;
+  summary_required.insert(summary_required.end(),
+                          {"final_accuracy", "diverged", "wall_seconds", "error"});
+  PS_ASSIGN_OR_RETURN(const CsvColumns s,
+                      CsvColumns::Of(summary[0], summary_name, summary_required));
+  std::vector<CellResult> rows;
+  std::map<std::string, size_t> index;  // CellColumns -> row
+  for (size_t i = 1; i < summary.size(); ++i) {
+    const CsvRecord& r = summary[i];
+    CellResult x;
+    PS_ASSIGN_OR_RETURN(x.cell, CellOf(s, r));
+    PS_ASSIGN_OR_RETURN(const std::string accuracy, s.Text(r, "final_accuracy"));
+    if (!accuracy.empty()) {
+      PS_ASSIGN_OR_RETURN(x.final_accuracy, s.Number<double>(r, "final_accuracy"));
+    }
+    PS_ASSIGN_OR_RETURN(const std::string diverged, s.Text(r, "diverged"));
+    if (diverged != "true" && diverged != "false") {
+      return absl::InvalidArgumentError(absl::StrCat(summary_name, " line ", r.line, ": diverged '",
+                                                     diverged, "' is not true or false"));
+    }
+    x.diverged = diverged == "true";
+    PS_ASSIGN_OR_RETURN(x.wall_seconds, s.Number<double>(r, "wall_seconds"));
+    if (s.Has("refused_pushes")) {
+      PS_ASSIGN_OR_RETURN(const std::string refused, s.Text(r, "refused_pushes"));
+      if (!refused.empty()) {
+        PS_ASSIGN_OR_RETURN(x.refused_pushes, s.Number<uint64_t>(r, "refused_pushes"));
+      }
+    }
+    PS_ASSIGN_OR_RETURN(x.error, s.Text(r, "error"));
+    if (!index.emplace(CellColumns(x.cell), rows.size()).second) {
+      return absl::InvalidArgumentError(absl::StrCat(summary_name, " line ", r.line, ": cell '",
+                                                     x.cell.Label(), "' appears twice"));
+    }
+    rows.push_back(std::move(x));
+  }
+  required.insert(required.end(), {"step", "test_accuracy"});
+  PS_ASSIGN_OR_RETURN(const CsvColumns e, CsvColumns::Of(evals[0], results_name, required));
+  for (size_t i = 1; i < evals.size(); ++i) {
+    const CsvRecord& r = evals[i];
+    PS_ASSIGN_OR_RETURN(const Cell cell, CellOf(e, r));
+    const auto it = index.find(CellColumns(cell));
+    if (it == index.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(results_name, " line ", r.line,
+                                                     ": an evaluation of '", cell.Label(),
+                                                     "', which summary.csv lacks"));
+    }
+    PS_ASSIGN_OR_RETURN(const uint64_t step, e.Number<uint64_t>(r, "step"));
+    PS_ASSIGN_OR_RETURN(const double accuracy, e.Number<double>(r, "test_accuracy"));
+    rows[it->second].evals.emplace_back(step, accuracy);
+  }
+  return rows;
+}
+
+absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir) {
+  PS_ASSIGN_OR_RETURN(const std::string summary, ReadText(dir + "/summary.csv"));
+  PS_ASSIGN_OR_RETURN(const std::string results, ReadText(dir + "/results.csv"));
+  return ParseRunRows(summary, results, dir);
+}
+
+absl::StatusOr<std::vector<CellResult>> MergeRunRows(
+    const ExperimentConfig& config,
+    const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs) {
+  const std::vector<Cell> grid = ExpandGrid(config);
+  std::map<std::string, size_t> position;  // CellColumns -> index in the grid
+  for (size_t i = 0; i < grid.size(); ++i) position.emplace(CellColumns(grid[i]), i);
+  std::map<size_t, std::pair<const CellResult*, const std::string*>> found;
+  for (const auto& [source, rows] : runs) {
+    for (const CellResult& r : rows) {
+      const auto it = position.find(CellColumns(r.cell));
+      if (it == position.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            source, ": cell '", r.cell.Label(),
+            "' is not in this config's grid (another grid file, or other --set lines?)"));
+      }
+      const auto [at, added] = found.emplace(it->second, std::make_pair(&r, &source));
+      if (!added) {
+        return absl::InvalidArgumentError(absl::StrCat("cell '", r.cell.Label(), "' is in both ",
+                                                       *at->second.second, " and ", source));
+      }
+    }
+  }
+  std::vector<CellResult> out;
+  for (const auto& [i, row] : found) out.push_back(*row.first);
+  return out;
+}
+
+}  // namespace ps::fashion_mnist
