@@ -10,6 +10,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -36,6 +38,7 @@ struct Flags {
   std::string plot_script;
   std::vector<std::string> overrides;  // --set
   std::vector<std::string> merge;      // --merge: report these runs' rows, run nothing
+  bool resume = false;                 // --resume: keep the cells --out already holds
 };
 
 // One status line per cell, rewritten in place on a terminal.
@@ -167,15 +170,38 @@ absl::Status Run(const Flags& flags) {
   const std::vector<Cell> cells = ExpandGrid(config);
   const std::filesystem::path out = flags.out;
   std::filesystem::create_directories(out);
-  std::printf("ps-experiment: %zu cells (n = %u, %lu steps each) from %s; results in %s\n",
+  // --resume: the cells an earlier, interrupted run of this grid finished in --out are
+  // kept as read back (a failed one runs again); the rest run.
+  std::vector<std::optional<CellResult>> done(cells.size());
+  size_t kept = 0;
+  if (flags.resume && std::filesystem::exists(out / "summary.csv")) {
+    PS_ASSIGN_OR_RETURN(std::vector<CellResult> rows, ReadRunRows(out.string()));
+    PS_ASSIGN_OR_RETURN(rows, MergeRunRows(config, {{out.string(), std::move(rows)}}));
+    std::map<std::string, size_t> index;
+    for (size_t i = 0; i < cells.size(); ++i) index.emplace(cells[i].Label(), i);
+    for (CellResult& r : rows) {
+      if (!r.error.empty()) continue;
+      done[index.at(r.cell.Label())] = std::move(r);
+      ++kept;
+    }
+  }
+  auto finished = [&done] {
+    std::vector<CellResult> results;
+    for (const std::optional<CellResult>& r : done) {
+      if (r) results.push_back(*r);
+    }
+    return results;
+  };
+  std::printf("ps-experiment: %zu cells (n = %u, %lu steps each) from %s; results in %s%s\n",
               cells.size(), config.workers, static_cast<unsigned long>(config.steps),
-              flags.config.c_str(), out.c_str());
+              flags.config.c_str(), out.c_str(),
+              flags.resume ? absl::StrFormat(" (resuming: %zu done before)", kept).c_str() : "");
   PS_ASSIGN_OR_RETURN(const TrainingData data,
                       LoadTrainingData(config.data_dir, /*with_test=*/true));
 
-  std::vector<CellResult> results;
   const auto grid_start = Clock::now();
   for (size_t i = 0; i < cells.size(); ++i) {
+    if (done[i]) continue;
     const Cell& cell = cells[i];
     ClusterConfig cc;
     cc.trainer.workers = config.workers;
@@ -237,13 +263,15 @@ absl::Status Run(const Flags& flags) {
       r.error = std::string(ran.status().message());
     }
     progress.Finish(r);
-    results.push_back(std::move(r));
-    // Written after every cell, so an interrupted grid keeps what it ran.
+    done[i] = std::move(r);
+    // Written after every cell, so an interrupted grid keeps what it ran (--resume).
+    const std::vector<CellResult> results = finished();
     PS_RETURN_IF_ERROR(WriteFile(out / "results.csv", ResultsCsv(results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "summary.csv", SummaryCsv(results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "table.md", MarkdownTable(config, results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "runs.json", RunsJson(config, results)));
   }
+  const std::vector<CellResult> results = finished();
   std::printf("\n%s", MarkdownTable(config, results).c_str());
   if (flags.plots) Plot(flags, out);
   std::printf("wrote %s/{results.csv,summary.csv,table.md,runs.json%s} in %.0f s\n", out.c_str(),
@@ -269,6 +297,9 @@ int main(int argc, char** argv) {
   app.add_option("--merge", f.merge,
                  "Run nothing: report the rows of earlier runs of this grid (their --out "
                  "directories; repeatable) as one run in --out, e.g. seeds run one at a time");
+  app.add_flag("--resume", f.resume,
+               "Keep the cells an interrupted run of this grid finished in --out (its "
+               "summary.csv and results.csv) and run the rest");
   app.add_option("--plot-script", f.plot_script, "The plotting script")
       ->default_val(PS_PLOT_SCRIPT);
   CLI11_PARSE(app, argc, argv);
