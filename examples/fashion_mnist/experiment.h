@@ -189,12 +189,16 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
 // (evaluation seconds, bytes, plans, periods) stays empty. A summary.csv from before
 // the refused_pushes column reads as unknown refusals. Refused with the file's name and line:
 // a header that is not ps-experiment's, a field that does not parse, an evaluation of
-// a cell the summary lacks.
+// a cell the summary lacks; unless `interrupted`: a run cut off between writing its two
+// files has the last cell's evaluations and not its summary row, and those evaluations
+// are dropped (the cell runs again on --resume).
 absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_csv,
                                                      std::string_view results_csv,
-                                                     std::string_view source);
+                                                     std::string_view source,
+                                                     bool interrupted = false);
 // ParseRunRows on DIR/summary.csv and DIR/results.csv.
-absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir);
+absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir,
+                                                    bool interrupted = false);
 // The rows of several runs of one grid as one result list, in the grid's order (so a
 // slice run a seed at a time reports as if run at once: ps-experiment --merge). Refuses
 // a row whose cell is not in `config`'s grid (another config or other --set lines) and

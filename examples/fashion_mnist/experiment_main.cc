@@ -175,7 +175,8 @@ absl::Status Run(const Flags& flags) {
   std::vector<std::optional<CellResult>> done(cells.size());
   size_t kept = 0;
   if (flags.resume && std::filesystem::exists(out / "summary.csv")) {
-    PS_ASSIGN_OR_RETURN(std::vector<CellResult> rows, ReadRunRows(out.string()));
+    PS_ASSIGN_OR_RETURN(std::vector<CellResult> rows,
+                        ReadRunRows(out.string(), /*interrupted=*/true));
     PS_ASSIGN_OR_RETURN(rows, MergeRunRows(config, {{out.string(), std::move(rows)}}));
     std::map<std::string, size_t> index;
     for (size_t i = 0; i < cells.size(); ++i) index.emplace(cells[i].Label(), i);

@@ -467,7 +467,7 @@ std::string RunsJson(const ExperimentConfig& config, const std::vector<CellResul
 
 absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_csv,
                                                      std::string_view results_csv,
-                                                     std::string_view source) {
+                                                     std::string_view source, bool interrupted) {
   const std::string summary_name = absl::StrCat(core::AsAbsl(source), "/summary.csv");
   const std::string results_name = absl::StrCat(core::AsAbsl(source), "/results.csv");
   PS_ASSIGN_OR_RETURN(const std::vector<CsvRecord> summary, CsvRecords(summary_csv, summary_name));
@@ -517,6 +517,7 @@ absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_cs
     PS_ASSIGN_OR_RETURN(const Cell cell, CellOf(e, r));
     const auto it = index.find(CellColumns(cell));
     if (it == index.end()) {
+      if (interrupted) continue;
       return absl::InvalidArgumentError(absl::StrCat(results_name, " line ", r.line,
                                                      ": an evaluation of '", cell.Label(),
                                                      "', which summary.csv lacks"));
@@ -528,10 +529,10 @@ absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_cs
   return rows;
 }
 
-absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir) {
+absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir, bool interrupted) {
   PS_ASSIGN_OR_RETURN(const std::string summary, ReadText(dir + "/summary.csv"));
   PS_ASSIGN_OR_RETURN(const std::string results, ReadText(dir + "/results.csv"));
-  return ParseRunRows(summary, results, dir);
+  return ParseRunRows(summary, results, dir, interrupted);
 }
 
 absl::StatusOr<std::vector<CellResult>> MergeRunRows(

@@ -444,8 +444,14 @@ TEST(ExperimentRowsTest, RefusesWhatItCannotRead) {
               HasSubstr("line 6: 3 fields, the header has 14"));  // the error spans two lines
   EXPECT_THAT(refused(summary + "\"open,quote\n", results),
               HasSubstr("line 6: a quoted field is not closed"));
-  EXPECT_THAT(refused(summary, results + "median,none,1,iid,fp32,0.9,constant,1,0,100,0.5\n"),
+  const std::string cut_off = results + "median,none,1,iid,fp32,0.9,constant,1,0,100,0.5\n";
+  EXPECT_THAT(refused(summary, cut_off),
               HasSubstr("run/results.csv line 7: an evaluation of 'median | none | f=1"));
+  // A run cut off between its two files (--resume) loses that cell's evaluations only.
+  absl::StatusOr<std::vector<CellResult>> resumed =
+      ParseRunRows(summary, cut_off, "run", /*interrupted=*/true);
+  ASSERT_TRUE(resumed.ok()) << resumed.status();
+  EXPECT_EQ(ResultsCsv(*resumed), results);
   const std::string line = summary.substr(
       summary.find('\n') + 1, summary.find('\n', summary.find('\n') + 1) - summary.find('\n'));
   EXPECT_THAT(refused(summary + line, results), HasSubstr("appears twice"));
