@@ -98,10 +98,23 @@ class CellProgress final : public TrainerEvents {
   uint64_t printed_quarter_ = 0;
 };
 
+// Written beside and renamed over `path`, so a run stopped at any moment leaves whole
+// files for --resume and --merge.
 absl::Status WriteFile(const std::filesystem::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::trunc);
-  out << text;
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path.string()));
+  std::filesystem::path partial = path;
+  partial += ".partial";
+  {
+    std::ofstream out(partial, std::ios::trunc);
+    out << text;
+    out.close();
+    if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", partial.string()));
+  }
+  std::error_code ec;
+  std::filesystem::rename(partial, path, ec);
+  if (ec) {
+    return absl::UnavailableError(absl::StrCat("cannot rename ", partial.string(), " to ",
+                                               path.string(), ": ", ec.message()));
+  }
   return absl::OkStatus();
 }
 
