@@ -146,8 +146,9 @@ absl::Status Merge(const Flags& flags, const ExperimentConfig& config) {
   std::filesystem::create_directories(out);
   PS_RETURN_IF_ERROR(WriteFile(out / "results.csv", ResultsCsv(results)));
   PS_RETURN_IF_ERROR(WriteFile(out / "summary.csv", SummaryCsv(results)));
-  PS_RETURN_IF_ERROR(WriteFile(out / "table.md", MarkdownTable(config, results)));
-  std::printf("%s\n", MarkdownTable(config, results).c_str());
+  const std::string table = MarkdownTable(config, results);
+  PS_RETURN_IF_ERROR(WriteFile(out / "table.md", table));
+  std::printf("%s\n", table.c_str());
   if (flags.plots) Plot(flags, out);
   std::printf(
       "ps-experiment: merged %zu of the grid's %zu cells from %zu run(s) into "
