@@ -94,6 +94,9 @@ struct Cell {
   // "rule | attack | f | split | codec | wm[ | lr schedule] | seed[ | B Mbit/s]", for
   // progress lines.
   std::string Label() const;
+  // The cell's columns in summary.csv and results.csv: what identifies a cell when runs
+  // are read back, merged and resumed.
+  std::string Columns() const;
 };
 std::vector<Cell> ExpandGrid(const ExperimentConfig& config);
 

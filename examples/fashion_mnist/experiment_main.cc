@@ -193,10 +193,10 @@ absl::Status Run(const Flags& flags) {
                         ReadRunRows(out.string(), /*interrupted=*/true));
     PS_ASSIGN_OR_RETURN(rows, MergeRunRows(config, {{out.string(), std::move(rows)}}));
     std::map<std::string, size_t> index;
-    for (size_t i = 0; i < cells.size(); ++i) index.emplace(cells[i].Label(), i);
+    for (size_t i = 0; i < cells.size(); ++i) index.emplace(cells[i].Columns(), i);
     for (CellResult& r : rows) {
       if (!r.error.empty()) continue;
-      done[index.at(r.cell.Label())] = std::move(r);
+      done[index.at(r.cell.Columns())] = std::move(r);
       ++kept;
     }
   }

@@ -32,12 +32,6 @@ std::string Csv(std::string_view s) {
   return out + "\"";
 }
 
-std::string CellColumns(const Cell& c) {
-  return absl::StrCat(Csv(c.rule), ",", Csv(c.attack), ",", c.byzantine, ",", Csv(c.split), ",",
-                      Csv(c.codec), ",", Num(c.worker_momentum), ",", Csv(c.lr_schedule), ",",
-                      c.seed, ",", Num(c.bandwidth_mbps));
-}
-
 constexpr char kCellHeader[] =
     "rule,attack,byzantine,split,codec,worker_momentum,lr_schedule,seed,bandwidth_mbps";
 
@@ -198,11 +192,17 @@ absl::StatusOr<std::string> ReadText(const std::string& path) {
 
 }  // namespace
 
+std::string Cell::Columns() const {
+  return absl::StrCat(Csv(rule), ",", Csv(attack), ",", byzantine, ",", Csv(split), ",", Csv(codec),
+                      ",", Num(worker_momentum), ",", Csv(lr_schedule), ",", seed, ",",
+                      Num(bandwidth_mbps));
+}
+
 std::string ResultsCsv(const std::vector<CellResult>& results) {
   std::string out = absl::StrCat(kCellHeader, ",step,test_accuracy\n");
   for (const CellResult& r : results) {
     for (const auto& [step, accuracy] : r.evals) {
-      absl::StrAppend(&out, CellColumns(r.cell), ",", step, ",", absl::StrFormat("%.4f", accuracy),
+      absl::StrAppend(&out, r.cell.Columns(), ",", step, ",", absl::StrFormat("%.4f", accuracy),
                       "\n");
     }
   }
@@ -213,7 +213,7 @@ std::string SummaryCsv(const std::vector<CellResult>& results) {
   std::string out =
       absl::StrCat(kCellHeader, ",final_accuracy,diverged,wall_seconds,refused_pushes,error\n");
   for (const CellResult& r : results) {
-    absl::StrAppend(&out, CellColumns(r.cell), ",",
+    absl::StrAppend(&out, r.cell.Columns(), ",",
                     r.final_accuracy ? absl::StrFormat("%.4f", *r.final_accuracy) : "", ",",
                     r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds),
                     ",", r.refused_pushes ? absl::StrCat(*r.refused_pushes) : "", ",", Csv(r.error),
@@ -481,7 +481,7 @@ absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_cs
   PS_ASSIGN_OR_RETURN(const CsvColumns s,
                       CsvColumns::Of(summary[0], summary_name, summary_required));
   std::vector<CellResult> rows;
-  std::map<std::string, size_t> index;  // CellColumns -> row
+  std::map<std::string, size_t> index;  // Cell::Columns -> row
   for (size_t i = 1; i < summary.size(); ++i) {
     const CsvRecord& r = summary[i];
     CellResult x;
@@ -504,7 +504,7 @@ absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_cs
       }
     }
     PS_ASSIGN_OR_RETURN(x.error, s.Text(r, "error"));
-    if (!index.emplace(CellColumns(x.cell), rows.size()).second) {
+    if (!index.emplace(x.cell.Columns(), rows.size()).second) {
       return absl::InvalidArgumentError(absl::StrCat(summary_name, " line ", r.line, ": cell '",
                                                      x.cell.Label(), "' appears twice"));
     }
@@ -515,7 +515,7 @@ absl::StatusOr<std::vector<CellResult>> ParseRunRows(std::string_view summary_cs
   for (size_t i = 1; i < evals.size(); ++i) {
     const CsvRecord& r = evals[i];
     PS_ASSIGN_OR_RETURN(const Cell cell, CellOf(e, r));
-    const auto it = index.find(CellColumns(cell));
+    const auto it = index.find(cell.Columns());
     if (it == index.end()) {
       if (interrupted) continue;
       return absl::InvalidArgumentError(absl::StrCat(results_name, " line ", r.line,
@@ -539,12 +539,12 @@ absl::StatusOr<std::vector<CellResult>> MergeRunRows(
     const ExperimentConfig& config,
     const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs) {
   const std::vector<Cell> grid = ExpandGrid(config);
-  std::map<std::string, size_t> position;  // CellColumns -> index in the grid
-  for (size_t i = 0; i < grid.size(); ++i) position.emplace(CellColumns(grid[i]), i);
+  std::map<std::string, size_t> position;  // Cell::Columns -> index in the grid
+  for (size_t i = 0; i < grid.size(); ++i) position.emplace(grid[i].Columns(), i);
   std::map<size_t, std::pair<const CellResult*, const std::string*>> found;
   for (const auto& [source, rows] : runs) {
     for (const CellResult& r : rows) {
-      const auto it = position.find(CellColumns(r.cell));
+      const auto it = position.find(r.cell.Columns());
       if (it == position.end()) {
         return absl::InvalidArgumentError(absl::StrCat(
             source, ": cell '", r.cell.Label(),
