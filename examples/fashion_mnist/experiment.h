@@ -210,5 +210,10 @@ absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir,
 absl::StatusOr<std::vector<CellResult>> MergeRunRows(
     const ExperimentConfig& config,
     const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs);
+// MergeRunRows's rows at their cells' positions in ExpandGrid(config): element i holds
+// the row of grid cell i, or nothing where no run holds it (ps-experiment --resume).
+absl::StatusOr<std::vector<std::optional<CellResult>>> PlaceRunRows(
+    const ExperimentConfig& config,
+    const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs);
 
 }  // namespace ps::fashion_mnist

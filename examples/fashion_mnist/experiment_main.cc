@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -191,13 +190,10 @@ absl::Status Run(const Flags& flags) {
   if (flags.resume && std::filesystem::exists(out / "summary.csv")) {
     PS_ASSIGN_OR_RETURN(std::vector<CellResult> rows,
                         ReadRunRows(out.string(), /*interrupted=*/true));
-    PS_ASSIGN_OR_RETURN(rows, MergeRunRows(config, {{out.string(), std::move(rows)}}));
-    std::map<std::string, size_t> index;
-    for (size_t i = 0; i < cells.size(); ++i) index.emplace(cells[i].Columns(), i);
-    for (CellResult& r : rows) {
-      if (!r.error.empty()) continue;
-      done[index.at(r.cell.Columns())] = std::move(r);
-      ++kept;
+    PS_ASSIGN_OR_RETURN(done, PlaceRunRows(config, {{out.string(), std::move(rows)}}));
+    for (std::optional<CellResult>& r : done) {
+      if (r && !r->error.empty()) r.reset();  // a failed cell runs again
+      if (r) ++kept;
     }
   }
   auto finished = [&done] {

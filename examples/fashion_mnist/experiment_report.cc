@@ -535,13 +535,14 @@ absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir, bool
   return ParseRunRows(summary, results, dir, interrupted);
 }
 
-absl::StatusOr<std::vector<CellResult>> MergeRunRows(
+absl::StatusOr<std::vector<std::optional<CellResult>>> PlaceRunRows(
     const ExperimentConfig& config,
     const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs) {
   const std::vector<Cell> grid = ExpandGrid(config);
   std::map<std::string, size_t> position;  // Cell::Columns -> index in the grid
   for (size_t i = 0; i < grid.size(); ++i) position.emplace(grid[i].Columns(), i);
-  std::map<size_t, std::pair<const CellResult*, const std::string*>> found;
+  std::vector<std::optional<CellResult>> placed(grid.size());
+  std::vector<const std::string*> placed_from(grid.size(), nullptr);
   for (const auto& [source, rows] : runs) {
     for (const CellResult& r : rows) {
       const auto it = position.find(r.cell.Columns());
@@ -550,15 +551,25 @@ absl::StatusOr<std::vector<CellResult>> MergeRunRows(
             source, ": cell '", r.cell.Label(),
             "' is not in this config's grid (another grid file, or other --set lines?)"));
       }
-      const auto [at, added] = found.emplace(it->second, std::make_pair(&r, &source));
-      if (!added) {
+      if (placed[it->second]) {
         return absl::InvalidArgumentError(absl::StrCat("cell '", r.cell.Label(), "' is in both ",
-                                                       *at->second.second, " and ", source));
+                                                       *placed_from[it->second], " and ", source));
       }
+      placed[it->second] = r;
+      placed_from[it->second] = &source;
     }
   }
+  return placed;
+}
+
+absl::StatusOr<std::vector<CellResult>> MergeRunRows(
+    const ExperimentConfig& config,
+    const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs) {
+  PS_ASSIGN_OR_RETURN(std::vector<std::optional<CellResult>> placed, PlaceRunRows(config, runs));
   std::vector<CellResult> out;
-  for (const auto& [i, row] : found) out.push_back(*row.first);
+  for (std::optional<CellResult>& r : placed) {
+    if (r) out.push_back(std::move(*r));
+  }
   return out;
 }
 

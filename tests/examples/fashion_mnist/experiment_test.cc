@@ -499,6 +499,16 @@ TEST(ExperimentRowsTest, MergesSeedsRunApartIntoTheGridsOrder) {
   absl::StatusOr<std::vector<CellResult>> twice =
       MergeRunRows(c, {{"a", run(1)}, {"b", run(2)}, {"c", run(1)}});
   EXPECT_THAT(twice.status().message(), HasSubstr("is in both a and c"));
+  // --resume's view: seed 1's rows at their grid positions, seed 2's positions empty.
+  absl::StatusOr<std::vector<std::optional<CellResult>>> placed =
+      PlaceRunRows(c, {{"seed1", run(1)}});
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  const std::vector<Cell> cells = ExpandGrid(c);
+  ASSERT_EQ(placed->size(), cells.size());
+  for (size_t i = 0; i < cells.size(); ++i) {
+    ASSERT_EQ((*placed)[i].has_value(), cells[i].seed == 1) << cells[i].Label();
+    if ((*placed)[i]) EXPECT_EQ((*placed)[i]->cell.Columns(), cells[i].Columns());
+  }
 }
 
 }  // namespace
