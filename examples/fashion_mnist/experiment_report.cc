@@ -233,6 +233,9 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
     int count = 0;
   };
   std::map<std::tuple<Row, uint32_t, std::string>, Stats> stats;
+  // The same accuracies per seed: each seed's own worst case (the worst-case table).
+  std::map<std::tuple<Row, uint32_t, std::string, uint64_t>, double> by_seed;
+  std::set<uint64_t> seeds;
   std::vector<Row> rows;
   std::vector<uint32_t> fs;
   for (const CellResult& r : results) {
@@ -247,6 +250,8 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
     st.sum += v;
     st.squares += v * v;
     ++st.count;
+    by_seed[{row, r.cell.byzantine, r.cell.attack, r.cell.seed}] = v;
+    seeds.insert(r.cell.seed);
   }
   auto find = [&](const Row& row, uint32_t f, const std::string& attack) -> const Stats* {
     auto it = stats.find({row, f, attack});
@@ -261,6 +266,12 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
   auto baseline = [&](const Row& row, uint32_t f) {
     std::optional<double> base = mean(row, f, "none");
     return base ? base : mean(row, 0, "none");
+  };
+  auto seed_value = [&](const Row& row, uint32_t f, const std::string& attack,
+                        uint64_t seed) -> std::optional<double> {
+    const auto it = by_seed.find({row, f, attack, seed});
+    if (it == by_seed.end()) return std::nullopt;
+    return it->second;
   };
   // "0.8432", or "0.8432 ± 0.0123" (the seeds' sample standard deviation).
   auto cell = [&](const Row& row, uint32_t f, const std::string& attack) {
@@ -322,6 +333,7 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
     out += "\n";
   }
   if (!fs.empty()) {
+    const bool per_seed = seeds.size() > 1;
     // One line per rule, setting and f: the worst case over the attacks and over those
     // that bite, with the attacks that reached it (the heatmap's numbers, with names).
     // Only the settings that vary get a column.
@@ -340,15 +352,40 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
                     "the attacks that bite",
                     have_mean ? " (those that cost `mean` at least 2 points there)"
                               : " (every attack: the grid has no `mean` row)",
-                    ". Drops are from the no-attack run, in points.\n\n| rule | ");
+                    ". Drops are from the no-attack run, in points.",
+                    per_seed ? " Seeds' drop: each seed's no-attack accuracy minus its own "
+                               "lowest over the attacks, averaged over the seeds (a seed "
+                               "counts where it has the no-attack cell and an attacked one; "
+                               "at least the drop, since each seed takes its own worst)."
+                             : "",
+                    "\n\n| rule | ");
     if (wms.size() > 1) out += "worker momentum | ";
     if (schedules.size() > 1) out += "lr schedule | ";
     if (splits.size() > 1) out += "split | ";
     if (codecs.size() > 1 || links.size() > 1) out += "codec | ";
     const size_t setting_columns = (wms.size() > 1) + (schedules.size() > 1) + (splits.size() > 1) +
                                    (codecs.size() > 1 || links.size() > 1);
-    out += "f | no attack | worst | drop | worst attack | worst that bites | drop | attack |\n|";
-    for (size_t i = 0; i < setting_columns + 9; ++i) out += "---|";
+    // "1.86": the mean over seeds of each seed's own drop, "-" where no seed has both.
+    auto seeds_drop = [&](const Row& row, uint32_t f) {
+      double sum = 0;
+      int count = 0;
+      for (uint64_t seed : seeds) {
+        std::optional<double> base = seed_value(row, f, "none", seed);
+        if (!base) base = seed_value(row, 0, "none", seed);
+        std::optional<double> worst;
+        for (const std::string& attack : attacks) {
+          const std::optional<double> v = seed_value(row, f, attack, seed);
+          if (v && (!worst || *v < *worst)) worst = v;
+        }
+        if (!base || !worst) continue;
+        sum += *base - *worst;
+        ++count;
+      }
+      return count == 0 ? std::string("-") : absl::StrFormat("%.2f", 100 * sum / count);
+    };
+    out += absl::StrCat("f | no attack | worst | drop | ", per_seed ? "seeds' drop | " : "",
+                        "worst attack | worst that bites | drop | attack |\n|");
+    for (size_t i = 0; i < setting_columns + 9 + per_seed; ++i) out += "---|";
     out += "\n";
     for (const Row& row : rows) {
       const auto& [wm, schedule, split, codec, bandwidth] = row.second;
@@ -388,7 +425,9 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
           const std::string drop =
               base && worst[k] ? absl::StrFormat("%.2f", 100 * (*base - *worst[k])) : "-";
           absl::StrAppend(&columns, " | ", worst[k] ? cell(row, f, names[k].front()) : "-", " | ",
-                          drop, " | ", names[k].empty() ? "-" : absl::StrJoin(names[k], ", "));
+                          drop);
+          if (k == 0 && per_seed) absl::StrAppend(&columns, " | ", seeds_drop(row, f));
+          absl::StrAppend(&columns, " | ", names[k].empty() ? "-" : absl::StrJoin(names[k], ", "));
         }
         const std::string base_cell =
             find(row, f, "none") ? cell(row, f, "none") : cell(row, 0, "none");

@@ -372,6 +372,38 @@ TEST(ExperimentReportTest, WorstCasePerRuleAndFNamesTheAttacks) {
   EXPECT_THAT(MarkdownTable(c, results), HasSubstr("| rule | split | f | no attack |"));
 }
 
+TEST(ExperimentReportTest, WorstCaseOverSeedsAlsoAveragesEachSeedsOwnWorst) {
+  ExperimentConfig c;
+  c.rules = {"caf"};
+  c.attacks = {"none", "signflip", "ipm_opt"};
+  c.byzantine = {1};
+  c.seeds = {1, 2};
+  // Seed 1's worst is sign flip (4 points), seed 2's IPM (6 points); over the seeds' means
+  // IPM is the worst (0.85 - 0.81 = 4 points), the seeds' own worst cases average 5.
+  const double acc[2][3] = {{0.84, 0.80, 0.82}, {0.86, 0.85, 0.80}};
+  std::vector<CellResult> results;
+  for (int seed = 0; seed < 2; ++seed) {
+    for (int a = 0; a < 3; ++a) {
+      CellResult x;
+      x.cell = {"caf",  c.attacks[a], 1,          "iid",
+                "fp32", 0.9,          "constant", static_cast<uint64_t>(seed + 1)};
+      x.final_accuracy = acc[seed][a];
+      results.push_back(x);
+    }
+  }
+  const std::string md = MarkdownTable(c, results);
+  EXPECT_THAT(md,
+              HasSubstr("| rule | f | no attack | worst | drop | seeds' drop | worst attack |"));
+  EXPECT_THAT(md, HasSubstr("| `caf` | 1 | 0.8500 ± 0.0141 | 0.8100 ± 0.0141 | 4.00 | 5.00 | "
+                            "ipm_opt |"));
+  // A seed without its no-attack cell does not count.
+  results.erase(results.begin() + 3);
+  EXPECT_THAT(MarkdownTable(c, results), HasSubstr("| 4.00 | ipm_opt |"));
+  // One seed: no such column.
+  results.resize(3);
+  EXPECT_THAT(MarkdownTable(c, results), Not(HasSubstr("seeds' drop")));
+}
+
 // A run's rows, as the runner would have them, for the read-back tests.
 std::vector<CellResult> SomeRows() {
   std::vector<CellResult> rows(3);
@@ -507,7 +539,9 @@ TEST(ExperimentRowsTest, MergesSeedsRunApartIntoTheGridsOrder) {
   ASSERT_EQ(placed->size(), cells.size());
   for (size_t i = 0; i < cells.size(); ++i) {
     ASSERT_EQ((*placed)[i].has_value(), cells[i].seed == 1) << cells[i].Label();
-    if ((*placed)[i]) EXPECT_EQ((*placed)[i]->cell.Columns(), cells[i].Columns());
+    if ((*placed)[i]) {
+      EXPECT_EQ((*placed)[i]->cell.Columns(), cells[i].Columns());
+    }
   }
 }
 
