@@ -210,6 +210,9 @@ absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir,
 absl::StatusOr<std::vector<CellResult>> MergeRunRows(
     const ExperimentConfig& config,
     const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs);
+// Removes from `rows` those whose cell is not in `config`'s grid and returns how many
+// (ps-experiment --merge --select: the --set lines pick part of larger runs).
+size_t KeepGridRows(const ExperimentConfig& config, std::vector<CellResult>& rows);
 // MergeRunRows's rows at their cells' positions in ExpandGrid(config): element i holds
 // the row of grid cell i, or nothing where no run holds it (ps-experiment --resume).
 absl::StatusOr<std::vector<std::optional<CellResult>>> PlaceRunRows(

@@ -38,6 +38,7 @@ struct Flags {
   std::vector<std::string> overrides;  // --set
   std::vector<std::string> merge;      // --merge: report these runs' rows, run nothing
   bool resume = false;                 // --resume: keep the cells --out already holds
+  bool select = false;                 // --select: --merge takes only this grid's rows
 };
 
 // One status line per cell, rewritten in place on a terminal.
@@ -135,8 +136,10 @@ void Plot(const Flags& flags, const std::filesystem::path& out) {
 // run whose table is to be drawn again) reported as one run, in the grid's order.
 absl::Status Merge(const Flags& flags, const ExperimentConfig& config) {
   std::vector<std::pair<std::string, std::vector<CellResult>>> runs;
+  size_t left_out = 0;
   for (const std::string& dir : flags.merge) {
     PS_ASSIGN_OR_RETURN(std::vector<CellResult> rows, ReadRunRows(dir));
+    if (flags.select) left_out += KeepGridRows(config, rows);
     runs.emplace_back(dir, std::move(rows));
   }
   PS_ASSIGN_OR_RETURN(const std::vector<CellResult> results, MergeRunRows(config, runs));
@@ -150,10 +153,13 @@ absl::Status Merge(const Flags& flags, const ExperimentConfig& config) {
   std::printf("%s\n", table.c_str());
   if (flags.plots) Plot(flags, out);
   std::printf(
-      "ps-experiment: merged %zu of the grid's %zu cells from %zu run(s) into "
+      "ps-experiment: merged %zu of the grid's %zu cells from %zu run(s)%s into "
       "%s/{results.csv,summary.csv,table.md%s}\n",
-      results.size(), grid, runs.size(), out.c_str(),
-      flags.plots ? ",accuracy-*.png,worst-case-*.png" : "");
+      results.size(), grid, runs.size(),
+      flags.select
+          ? absl::StrFormat(" (--select left out %zu rows of other cells)", left_out).c_str()
+          : "",
+      out.c_str(), flags.plots ? ",accuracy-*.png,worst-case-*.png" : "");
   return absl::OkStatus();
 }
 
@@ -178,6 +184,9 @@ absl::Status Run(const Flags& flags) {
             "': the shards apply the workers' change with lr 1; schedules are for sync cells"));
       }
     }
+  }
+  if (flags.select && flags.merge.empty()) {
+    return absl::InvalidArgumentError("--select picks the rows of --merge; there is no --merge");
   }
   if (!flags.merge.empty()) return Merge(flags, config);
   const std::vector<Cell> cells = ExpandGrid(config);
@@ -308,6 +317,9 @@ int main(int argc, char** argv) {
   app.add_option("--merge", f.merge,
                  "Run nothing: report the rows of earlier runs of this grid (their --out "
                  "directories; repeatable) as one run in --out, e.g. seeds run one at a time");
+  app.add_flag("--select", f.select,
+               "With --merge: take only the rows of this grid's cells (the --set lines pick "
+               "part of the runs, e.g. three rules of eleven) instead of refusing the rest");
   app.add_flag("--resume", f.resume,
                "Keep the cells an interrupted run of this grid finished in --out (its "
                "summary.csv and results.csv) and run the rest");

@@ -574,6 +574,12 @@ absl::StatusOr<std::vector<CellResult>> ReadRunRows(const std::string& dir, bool
   return ParseRunRows(summary, results, dir, interrupted);
 }
 
+size_t KeepGridRows(const ExperimentConfig& config, std::vector<CellResult>& rows) {
+  std::set<std::string> grid;
+  for (const Cell& cell : ExpandGrid(config)) grid.insert(cell.Columns());
+  return std::erase_if(rows, [&](const CellResult& r) { return !grid.contains(r.cell.Columns()); });
+}
+
 absl::StatusOr<std::vector<std::optional<CellResult>>> PlaceRunRows(
     const ExperimentConfig& config,
     const std::vector<std::pair<std::string, std::vector<CellResult>>>& runs) {

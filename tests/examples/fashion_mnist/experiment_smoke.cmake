@@ -41,6 +41,24 @@ execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --set "seeds = [2]" --m
 if(rc EQUAL 0 OR NOT err MATCHES "is not in this config's grid")
   message(FATAL_ERROR "--merge took rows of another grid (${rc}):\n${out}\n${err}")
 endif()
+# --select: a grid of one rule takes that rule's 2 cells out of the run; without --merge
+# it is refused.
+execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --set "rules = [\"caf\"]" --merge ${OUT}
+                        --select --out ${OUT}/selected --plots false
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(NOT rc EQUAL 0 OR NOT out MATCHES "merged 2 of the grid's 2 cells from 1 run\\(s\\) \\(--select left out 2 rows")
+  message(FATAL_ERROR "--merge --select did not take the rule's cells (${rc}):\n${out}\n${err}")
+endif()
+file(READ ${OUT}/selected/table.md selected_table)
+if(selected_table MATCHES "`median`" OR NOT selected_table MATCHES "`caf`")
+  message(FATAL_ERROR "--select kept another rule's rows:\n${selected_table}")
+endif()
+execute_process(COMMAND ${EXPERIMENT} --config ${CONFIG} --select --out ${OUT}/nothing
+                        --plots false
+                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+if(rc EQUAL 0 OR NOT err MATCHES "--select picks the rows of --merge")
+  message(FATAL_ERROR "--select without --merge was not refused (${rc}):\n${out}\n${err}")
+endif()
 # --resume after an interruption: with the first two cells' rows left in --out, only the
 # other two run, and the table is the whole grid's.
 set(RESUMED ${OUT}/resumed)

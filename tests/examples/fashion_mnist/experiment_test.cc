@@ -531,6 +531,15 @@ TEST(ExperimentRowsTest, MergesSeedsRunApartIntoTheGridsOrder) {
   absl::StatusOr<std::vector<CellResult>> twice =
       MergeRunRows(c, {{"a", run(1)}, {"b", run(2)}, {"c", run(1)}});
   EXPECT_THAT(twice.status().message(), HasSubstr("is in both a and c"));
+  // --select: a grid of one rule takes that rule's rows out of the full run.
+  std::vector<CellResult> both = run(1);
+  ExperimentConfig caf_only = c;
+  caf_only.rules = {"caf"};
+  EXPECT_EQ(KeepGridRows(caf_only, both), 2u);
+  ASSERT_EQ(both.size(), 2u);
+  for (const CellResult& r : both) EXPECT_EQ(r.cell.rule, "caf");
+  EXPECT_TRUE(MergeRunRows(caf_only, {{"seed1", both}}).ok());
+  EXPECT_FALSE(MergeRunRows(caf_only, {{"seed1", run(1)}}).ok());
   // --resume's view: seed 1's rows at their grid positions, seed 2's positions empty.
   absl::StatusOr<std::vector<std::optional<CellResult>>> placed =
       PlaceRunRows(c, {{"seed1", run(1)}});
