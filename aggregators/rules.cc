@@ -2,6 +2,7 @@
 // CoordinateRule to Apply(), and the distance-based rules, which turn the Gram matrix
 // into weights (gram_rules_internal.h). Definitions: docs/aggregators.md, "Rules".
 #include <algorithm>
+#include <functional>
 #include <numeric>
 
 #include "absl/status/status.h"
@@ -131,63 +132,55 @@ class Bulyan final : public KrumFamily {
   }
 };
 
-class GeometricMedian final : public RuleStage {
+// A rule that turns the Gram matrix of the m inputs and its state rows into one row of
+// weights over both (geometric median, centered clipping, CAF).
+class WeightsRule final : public RuleStage {
  public:
-  GeometricMedian(std::string spec, WeiszfeldOptions options)
-      : spec_(std::move(spec)), options_(options) {}
+  using Weights = std::function<std::vector<double>(const SquareMatrix& gram)>;
+  WeightsRule(std::string spec, size_t min_inputs, std::string bound, size_t state_rows,
+              std::string description, Weights weights)
+      : spec_(std::move(spec)),
+        min_(min_inputs),
+        bound_(std::move(bound)),
+        state_rows_(state_rows),
+        description_(std::move(description)),
+        weights_(std::move(weights)) {}
   const std::string& spec() const override { return spec_; }
   bool NeedsGram() const override { return true; }
-  size_t MinInputs() const override { return 1; }
-  std::string Bound() const override { return "n >= 1"; }
+  size_t StateRows() const override { return state_rows_; }
+  size_t MinInputs() const override { return min_; }
+  std::string Bound() const override { return bound_; }
   absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
-    const std::vector<double> beta = GeometricMedianWeights(*gram, options_);
+    const std::vector<double> w = weights_(*gram);
     Tail tail;
-    tail.mixing = Mixing(1, m);
-    std::copy(beta.begin(), beta.end(), tail.mixing.values.begin());
-    tail.description = "Weiszfeld weights";
-    return tail;
-  }
-
- private:
-  const std::string spec_;
-  const WeiszfeldOptions options_;
-};
-
-class CenteredClipping final : public RuleStage {
- public:
-  CenteredClipping(std::string spec, double tau, int iterations)
-      : spec_(std::move(spec)), tau_(tau), iterations_(iterations) {}
-  const std::string& spec() const override { return spec_; }
-  bool NeedsGram() const override { return true; }
-  size_t StateRows() const override { return 1; }
-  size_t MinInputs() const override { return 1; }
-  std::string Bound() const override { return "n >= 1"; }
-  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
-    const std::vector<double> w = CenteredClippingWeights(*gram, tau_, iterations_);
-    Tail tail;
-    tail.mixing = Mixing(1, m + 1);
+    tail.mixing = Mixing(1, m + state_rows_);
     std::copy(w.begin(), w.end(), tail.mixing.values.begin());
-    tail.description = "clipped steps from the previous centre";
+    tail.description = description_;
     return tail;
   }
 
  private:
   const std::string spec_;
-  const double tau_;
-  const int iterations_;
+  const size_t min_;
+  const std::string bound_;
+  const size_t state_rows_;
+  const std::string description_;
+  const Weights weights_;
 };
 
-class Mda final : public RuleStage {
+// A rule that averages the inputs it chooses from their Gram matrix (MDA, SMEA, MoNNA).
+class SubsetRule final : public RuleStage {
  public:
-  Mda(std::string spec, size_t f, uint64_t max_subsets)
-      : spec_(std::move(spec)), f_(f), max_subsets_(max_subsets) {}
+  using Choose =
+      std::function<absl::StatusOr<std::vector<size_t>>(size_t m, const SquareMatrix& gram)>;
+  SubsetRule(std::string spec, size_t min_inputs, std::string bound, Choose choose)
+      : spec_(std::move(spec)), min_(min_inputs), bound_(std::move(bound)), choose_(std::move(choose)) {}
   const std::string& spec() const override { return spec_; }
   bool NeedsGram() const override { return true; }
-  size_t MinInputs() const override { return LinearBound(2, f_, 1); }
-  std::string Bound() const override { return "n >= 2f + 1"; }
+  size_t MinInputs() const override { return min_; }
+  std::string Bound() const override { return bound_; }
   absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
-    PS_ASSIGN_OR_RETURN(std::vector<size_t> chosen,
-                        MdaSubset(SquaredDistancesFromGram(*gram), f_, max_subsets_));
+    PS_ASSIGN_OR_RETURN(std::vector<size_t> chosen, choose_(m, *gram));
     Tail tail;
     tail.mixing = AverageOf(chosen, m);
     tail.description = Indices(chosen);
@@ -196,8 +189,9 @@ class Mda final : public RuleStage {
 
  private:
   const std::string spec_;
-  const size_t f_;
-  const uint64_t max_subsets_;
+  const size_t min_;
+  const std::string bound_;
+  const Choose choose_;
 };
 
 absl::StatusOr<KrumNeighbours> Neighbours(const StageArgs& args, KrumNeighbours fallback) {
@@ -205,82 +199,6 @@ absl::StatusOr<KrumNeighbours> Neighbours(const StageArgs& args, KrumNeighbours 
                                             fallback == KrumNeighbours::kByzFL ? 1 : 0));
   return i == 1 ? KrumNeighbours::kByzFL : KrumNeighbours::kPaper;
 }
-
-// MoNNA (Farhadkhani et al., ICML 2023): the mean of the m - f inputs nearest to input
-// `idx` (itself included), the input trusted to be honest.
-class Monna final : public RuleStage {
- public:
-  Monna(std::string spec, size_t f, size_t idx) : spec_(std::move(spec)), f_(f), idx_(idx) {}
-  const std::string& spec() const override { return spec_; }
-  bool NeedsGram() const override { return true; }
-  size_t MinInputs() const override { return std::max(LinearBound(2, f_, 1), idx_ + 1); }
-  std::string Bound() const override {
-    return idx_ == 0 ? "n >= 2f + 1" : absl::StrCat("n >= 2f + 1 and n > idx = ", idx_);
-  }
-  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
-    if (idx_ >= m) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("monna: the trusted input idx = ", idx_, " is not among the ", m, " inputs"));
-    }
-    const Mixing all = NnmMixing(SquaredDistancesFromGram(*gram), f_);
-    std::vector<size_t> chosen;
-    for (size_t j = 0; j < m; ++j) {
-      if (all.at(idx_, j) != 0.0) chosen.push_back(j);
-    }
-    Tail tail;
-    tail.mixing = AverageOf(chosen, m);
-    tail.description = Indices(chosen);
-    return tail;
-  }
-
- private:
-  const std::string spec_;
-  const size_t f_;
-  const size_t idx_;
-};
-
-class Caf final : public RuleStage {
- public:
-  Caf(std::string spec, size_t f) : spec_(std::move(spec)), f_(f) {}
-  const std::string& spec() const override { return spec_; }
-  bool NeedsGram() const override { return true; }
-  size_t MinInputs() const override { return LinearBound(2, f_, 1); }
-  std::string Bound() const override { return "n >= 2f + 1"; }
-  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
-    const std::vector<double> w = CafWeights(*gram, f_);
-    Tail tail;
-    tail.mixing = Mixing(1, m);
-    std::copy(w.begin(), w.end(), tail.mixing.values.begin());
-    tail.description = "filtered weights";
-    return tail;
-  }
-
- private:
-  const std::string spec_;
-  const size_t f_;
-};
-
-class Smea final : public RuleStage {
- public:
-  Smea(std::string spec, size_t f, uint64_t max_subsets)
-      : spec_(std::move(spec)), f_(f), max_subsets_(max_subsets) {}
-  const std::string& spec() const override { return spec_; }
-  bool NeedsGram() const override { return true; }
-  size_t MinInputs() const override { return LinearBound(2, f_, 1); }
-  std::string Bound() const override { return "n >= 2f + 1"; }
-  absl::StatusOr<Tail> Finish(size_t m, const SquareMatrix* gram, uint64_t) const override {
-    PS_ASSIGN_OR_RETURN(std::vector<size_t> chosen, SmeaSubset(*gram, f_, max_subsets_));
-    Tail tail;
-    tail.mixing = AverageOf(chosen, m);
-    tail.description = Indices(chosen);
-    return tail;
-  }
-
- private:
-  const std::string spec_;
-  const size_t f_;
-  const uint64_t max_subsets_;
-};
 
 }  // namespace
 
@@ -379,7 +297,9 @@ absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
       return absl::InvalidArgumentError(
           "geometric_median: needs nu > 0, iterations >= 1 and tolerance >= 0");
     }
-    return std::make_unique<GeometricMedian>(args.Canonical(), w);
+    return std::make_unique<WeightsRule>(
+        args.Canonical(), 1, "n >= 1", 0, "Weiszfeld weights",
+        [w](const SquareMatrix& gram) { return GeometricMedianWeights(gram, w); });
   }
   if (name == "centered_clipping") {
     PS_ASSIGN_OR_RETURN(StageArgs args, StageArgs::Bind(spec, {"tau", "iterations"}));
@@ -388,7 +308,12 @@ absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
     if (!(tau > 0.0) || it < 1) {
       return absl::InvalidArgumentError("centered_clipping: needs tau > 0 and iterations >= 1");
     }
-    return std::make_unique<CenteredClipping>(args.Canonical(), tau, static_cast<int>(it));
+    // One state row: the previous round's centre.
+    return std::make_unique<WeightsRule>(
+        args.Canonical(), 1, "n >= 1", 1, "clipped steps from the previous centre",
+        [tau, it](const SquareMatrix& gram) {
+          return CenteredClippingWeights(gram, tau, static_cast<int>(it));
+        });
   }
   if (name == "mda" || name == "smea") {
     // Exhaustive searches over the (n - f)-subsets: refused up front when there are more
@@ -404,12 +329,23 @@ absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
                        " subsets exceeds the limit of ", max, "; lower f or raise max_subsets (",
                        name, "(max_subsets=N))"));
     }
-    if (name == "smea") return std::make_unique<Smea>(args.Canonical(), f, static_cast<uint64_t>(max));
-    return std::make_unique<Mda>(args.Canonical(), f, static_cast<uint64_t>(max));
+    const uint64_t limit = static_cast<uint64_t>(max);
+    SubsetRule::Choose choose;
+    if (name == "smea") {
+      choose = [f, limit](size_t, const SquareMatrix& gram) { return SmeaSubset(gram, f, limit); };
+    } else {
+      choose = [f, limit](size_t, const SquareMatrix& gram) {
+        return MdaSubset(SquaredDistancesFromGram(gram), f, limit);
+      };
+    }
+    return std::make_unique<SubsetRule>(args.Canonical(), LinearBound(2, f, 1), "n >= 2f + 1",
+                                        std::move(choose));
   }
   if (name == "caf") {
     PS_ASSIGN_OR_RETURN(StageArgs args, StageArgs::Bind(spec, {}));
-    return std::make_unique<Caf>(args.Canonical(), f);
+    return std::make_unique<WeightsRule>(
+        args.Canonical(), LinearBound(2, f, 1), "n >= 2f + 1", 0, "filtered weights",
+        [f](const SquareMatrix& gram) { return CafWeights(gram, f); });
   }
   if (name == "monna") {
     PS_ASSIGN_OR_RETURN(StageArgs args, StageArgs::Bind(spec, {"idx"}));
@@ -419,7 +355,24 @@ absl::StatusOr<std::unique_ptr<RuleStage>> MakeRuleStage(const StageSpec& spec,
                                                      " must name one of the n = ",
                                                      options.num_workers, " inputs (0 to n - 1)"));
     }
-    return std::make_unique<Monna>(args.Canonical(), f, static_cast<size_t>(idx));
+    // MoNNA (Farhadkhani et al., ICML 2023): the mean of the m - f inputs nearest to
+    // input idx (itself included), the input trusted to be honest.
+    const size_t trusted = static_cast<size_t>(idx);
+    return std::make_unique<SubsetRule>(
+        args.Canonical(), std::max(LinearBound(2, f, 1), trusted + 1),
+        trusted == 0 ? "n >= 2f + 1" : absl::StrCat("n >= 2f + 1 and n > idx = ", trusted),
+        [f, trusted](size_t m, const SquareMatrix& gram) -> absl::StatusOr<std::vector<size_t>> {
+          if (trusted >= m) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "monna: the trusted input idx = ", trusted, " is not among the ", m, " inputs"));
+          }
+          const Mixing all = NnmMixing(SquaredDistancesFromGram(gram), f);
+          std::vector<size_t> chosen;
+          for (size_t j = 0; j < m; ++j) {
+            if (all.at(trusted, j) != 0.0) chosen.push_back(j);
+          }
+          return chosen;
+        });
   }
   return absl::NotFoundError(name);
 }
