@@ -26,6 +26,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 
+def wm_tag(wm, all_wms):
+    """' (wm 0.9)' after a rule's name: where workers use momentum, or the grid mixes values."""
+    return f" (wm {wm})" if float(wm) > 0 or len(all_wms) > 1 else ""
+
+
 def read(path):
     with open(path, newline="") as f:
         return list(csv.DictReader(f))
@@ -65,7 +70,7 @@ def main(out):
                 acc = [sum(points[s]) / len(points[s]) for s in steps]
                 style = "k--" if key[5] == "none" else "-"
                 ax.plot(steps, acc, style, label="no attack" if key[5] == "none" else key[5])
-            ax.set_title(f"{rule}" + (f" (wm {wm})" if float(wm) > 0 else ""), fontsize=8)
+            ax.set_title(rule + wm_tag(wm, {w for _, w in rows}), fontsize=8)
             ax.set_xlabel("step")
             ax.set_ylim(0, 1)
             ax.grid(alpha=0.3)
@@ -112,7 +117,7 @@ def worst_case_heatmap(out, split, means):
     columns = [] if per_f_baseline else ["no attack"]
     for f in fs:
         columns += ([f"no attack, f = {f}"] if per_f_baseline else []) + [f"worst, f = {f}"]
-    names = [r + (f" (wm {wm})" if float(wm) > 0 else "") for r, wm in labels]
+    names = [r + wm_tag(wm, {w for _, w in labels}) for r, wm in labels]
     fig, ax = plt.subplots(figsize=(3.5 + 0.07 * max(len(n) for n in names) + 1.3 * len(columns),
                                     1.2 + 0.45 * len(labels)))
     image = ax.imshow(grid, vmin=0, vmax=1, cmap="viridis", aspect="auto")
