@@ -26,7 +26,6 @@ using Setting = std::tuple<double, std::string, std::string, std::string, double
 struct Row {
   std::string rule;
   Setting setting;
-  bool operator==(const Row&) const = default;
   auto operator<=>(const Row&) const = default;
   // The `mean` row of the same setting: whether an attack bites is measured there.
   Row Mean() const { return Row{"mean", setting}; }
