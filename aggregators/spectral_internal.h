@@ -42,9 +42,18 @@ double LargestEigenvalue(SquareMatrix a);
 // (the weighted rows coincide). Requires 2f < k.
 std::vector<double> CafWeights(const SquareMatrix& gram, size_t f);
 
+// C_ij = <x_i - mu, x_j - mu> for i, j over `rows` (indices into gram), mu = sum_l
+// beta_l x_l with beta over the same rows (|rows| x |rows|).
+SquareMatrix CentredProducts(const SquareMatrix& gram, const std::vector<size_t>& rows,
+                             const std::vector<double>& beta);
+
 // SMEA, smallest maximum eigenvalue averaging (Allouah et al., ICML 2023): the
 // (k - f)-subset whose empirical covariance has the smallest largest eigenvalue (the
-// lexicographically first on ties), enumerated exhaustively. Refuses with
+// lexicographically first on ties), over every subset: the eigenvalue is solved for
+// each subset in lexicographic order whose spread along two directions (the top
+// eigenvectors of all inputs and of the best subset so far) does not already exceed the
+// best one, so the result is exactly what solving every subset gives, at a fraction of
+// the cost when outliers are among the inputs. Refuses with
 // INVALID_ARGUMENT when f >= k, and (naming C(k, f) and the limit) when
 // SubsetCount(k, f) > max_subsets. Returns the subset's indices in increasing order.
 absl::StatusOr<std::vector<size_t>> SmeaSubset(const SquareMatrix& gram, size_t f,

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 
 #include "absl/status/status.h"
@@ -11,10 +12,6 @@
 #include "core/status.h"
 
 namespace ps::aggregators::internal {
-namespace {
-
-// C_ij = <x_i - mu, x_j - mu> over `rows` (indices into gram), mu = sum_l beta_l x_l with
-// beta over the same rows.
 SquareMatrix CentredProducts(const SquareMatrix& gram, const std::vector<size_t>& rows,
                              const std::vector<double>& beta) {
   const size_t k = rows.size();
@@ -33,6 +30,45 @@ SquareMatrix CentredProducts(const SquareMatrix& gram, const std::vector<size_t>
     }
   }
   return c;
+}
+
+
+namespace {
+
+// The projections <x_i, v> of every input i on the unit vector v = D' u / |D' u|, D's
+// rows x_r - mu for the `rows` that `centred` (CentredProducts(gram, rows, beta)) is of:
+// <x_i, x_r - mu> = G_ir - (G beta)_i, and |D' u|^2 = u' C u. Empty when |D' u|^2 is at
+// most `floor` (the direction is rounding).
+std::vector<double> Projections(const SquareMatrix& gram, const std::vector<size_t>& rows,
+                                const std::vector<double>& beta, const SquareMatrix& centred,
+                                const std::vector<double>& u, double floor) {
+  const size_t k = gram.k, m = rows.size();
+  double norm2 = 0.0;
+  for (size_t r = 0; r < m; ++r) {
+    double cu = 0.0;
+    for (size_t l = 0; l < m; ++l) cu += centred.at(r, l) * u[l];
+    norm2 += u[r] * cu;
+  }
+  if (!(norm2 > floor)) return {};
+  const double scale = 1.0 / std::sqrt(norm2);
+  std::vector<double> p(k);
+  for (size_t i = 0; i < k; ++i) {
+    double g_beta = 0.0;
+    for (size_t l = 0; l < m; ++l) g_beta += gram.at(i, rows[l]) * beta[l];
+    double sum = 0.0;
+    for (size_t r = 0; r < m; ++r) sum += u[r] * (gram.at(i, rows[r]) - g_beta);
+    p[i] = sum * scale;
+  }
+  return p;
+}
+
+// The largest eigenvalue's eigenvector of `rows`' scatter, as Projections.
+std::vector<double> TopDirection(const SquareMatrix& gram, const std::vector<size_t>& rows,
+                                 double floor) {
+  const std::vector<double> beta(rows.size(), 1.0 / static_cast<double>(rows.size()));
+  const SquareMatrix centred = CentredProducts(gram, rows, beta);
+  const TopEigen top = LargestEigen(centred, /*want_vector=*/true);
+  return Projections(gram, rows, beta, centred, top.vector, floor);
 }
 
 }  // namespace
@@ -216,16 +252,50 @@ absl::StatusOr<std::vector<size_t>> SmeaSubset(const SquareMatrix& gram, size_t 
   PS_RETURN_IF_ERROR(CheckSubsetSearch("smea", k, f, max_subsets, "max_subsets"));
   const size_t m = k - f;
   const std::vector<double> beta(m, 1.0 / static_cast<double>(m));
+  // A subset's largest eigenvalue is at least the spread of its inputs along any unit
+  // vector v: sum_S (p_i - mean_S p)^2, p_i = <x_i, v>, O(m) from the projections. A
+  // subset whose spread along the full set's top direction, or along the best subset's,
+  // exceeds the best eigenvalue found by more than rounding (`margin`: relative to the
+  // Gram entries and the trace) cannot be the minimum and is not solved: the result is
+  // the exhaustive search's, bit for bit, while outliers (which make these directions)
+  // leave few subsets to solve.
+  std::vector<size_t> all(k);
+  std::iota(all.begin(), all.end(), 0);
+  double margin = 0.0, trace = 0.0;
+  {
+    const std::vector<double> uniform(k, 1.0 / static_cast<double>(k));
+    const SquareMatrix centred = CentredProducts(gram, all, uniform);
+    for (size_t i = 0; i < k; ++i) {
+      margin = std::max(margin, std::abs(gram.at(i, i)));
+      trace += std::max(0.0, centred.at(i, i));
+    }
+    margin = 1e-9 * std::max(margin, trace);
+  }
+  std::vector<std::vector<double>> directions(2);
+  directions[0] = TopDirection(gram, all, margin);
+  const auto spread_exceeds = [&](const std::vector<size_t>& subset, double bound) {
+    for (const std::vector<double>& p : directions) {
+      if (p.empty()) continue;
+      double sum = 0.0, squares = 0.0;
+      for (size_t i : subset) sum += p[i], squares += p[i] * p[i];
+      if (squares - sum * sum / static_cast<double>(m) > bound) return true;
+    }
+    return false;
+  };
   std::vector<size_t> subset(m);
-  for (size_t i = 0; i < m; ++i) subset[i] = i;
+  std::iota(subset.begin(), subset.end(), 0);
   std::vector<size_t> best = subset;
   double best_lambda = std::numeric_limits<double>::infinity();
   while (true) {
-    // The same |S| for every subset: the unnormalized scatter's eigenvalue orders them.
-    const double lambda = LargestEigenvalue(CentredProducts(gram, subset, beta));
-    if (lambda < best_lambda) {
-      best_lambda = lambda;
-      best = subset;
+    if (!(best_lambda < std::numeric_limits<double>::infinity()) ||
+        !spread_exceeds(subset, best_lambda + margin)) {
+      // The same |S| for every subset: the unnormalized scatter's eigenvalue orders them.
+      const double lambda = LargestEigenvalue(CentredProducts(gram, subset, beta));
+      if (lambda < best_lambda) {
+        best_lambda = lambda;
+        best = subset;
+        directions[1] = TopDirection(gram, best, margin);
+      }
     }
     // The next subset in lexicographic order.
     size_t i = m;

@@ -34,6 +34,7 @@ struct AggregatorsFlags {
   std::vector<std::string> threads{"1,all"};
   std::vector<std::string> rules;  // empty: AggregatorNames()
   int f = -1;                      // -1: the largest the rule allows up to n / 4
+  int outliers = -1;               // -1: FillInputs' default, max(1, n / 8)
   int repeats = 3;
   double min_seconds = 0.1;
   std::string memread_bytes = "1G";
@@ -137,6 +138,12 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
   };
   absl::StatusOr<std::vector<uint64_t>> ns = ParseSizeList(flags.n);
   if (!ns.ok()) return fail(ns.status());
+  for (uint64_t n : *ns) {
+    if (flags.outliers > 0 && static_cast<uint64_t>(flags.outliers) > n) {
+      return fail(absl::InvalidArgumentError(
+          absl::StrCat("--outliers ", flags.outliers, " exceeds n = ", n)));
+    }
+  }
   absl::StatusOr<std::vector<uint64_t>> ds = ParseSizeList(flags.d);
   if (!ds.ok()) return fail(ds.status());
   absl::StatusOr<std::vector<int>> thread_counts = ParseThreadList(flags.threads);
@@ -202,7 +209,7 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
       }
       std::vector<float*> row_ptrs(n);
       for (int i = 0; i < n; ++i) row_ptrs[i] = inputs.get() + static_cast<size_t>(i) * d;
-      FillInputs(flags.seed, row_ptrs, d, fill_pool.get());
+      FillInputs(flags.seed, row_ptrs, d, fill_pool.get(), flags.outliers);
       const std::vector<const float*> input_ptrs(row_ptrs.begin(), row_ptrs.end());
       const std::span<float> output(out.data(), d);
 
@@ -340,6 +347,9 @@ Command AddAggregatorsCommand(CLI::App& app) {
                   "(for bench/compare_torch.py)")
       ->option_text("DIR");
   sub->add_option("--seed", flags->seed, "Seed of the input generator")->capture_default_str();
+  sub->add_option("--outliers", flags->outliers,
+                  "Inputs made outliers (the last ones; at most n); default max(1, n/8)")
+      ->check(CLI::Range(0, 1 << 20));
   sub->add_flag("--quick", flags->quick,
                 "Small grid for smoke tests: n=8, d=2^18, 1 repeat, no minimum time "
                 "(flags given explicitly still win)");

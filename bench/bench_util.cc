@@ -250,9 +250,12 @@ float GaussianAt(uint64_t seed, uint64_t stream, uint64_t j) {
 
 int NumOutliers(int n) { return std::max(1, n / 8); }
 
-void FillInputs(uint64_t seed, std::span<float* const> rows, size_t d, core::ThreadPool* pool) {
+void FillInputs(uint64_t seed, std::span<float* const> rows, size_t d, core::ThreadPool* pool,
+                int outliers) {
   const size_t n = rows.size();
-  const size_t first_outlier = n - static_cast<size_t>(NumOutliers(static_cast<int>(n)));
+  const size_t count = outliers < 0 ? static_cast<size_t>(NumOutliers(static_cast<int>(n)))
+                                    : std::min(n, static_cast<size_t>(outliers));
+  const size_t first_outlier = n - count;
   const size_t blocks = (d + kFillBlock - 1) / kFillBlock;
   // One task per block of coordinates: the common vector's block is made once and
   // shared by all rows.

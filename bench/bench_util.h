@@ -94,9 +94,11 @@ float GaussianAt(uint64_t seed, uint64_t stream, uint64_t j);
 // How many of n inputs FillInputs makes outliers (the last ones): max(1, n / 8).
 int NumOutliers(int n);
 // Fills rows[i][0..d) for the n = rows.size() inputs: a common vector c (stream 0);
-// honest input i is c + 0.5 g_i, an outlier is -4 c + 8 g_i (g_i: stream i + 1). Runs
-// on `pool` when given; the values do not depend on it.
-void FillInputs(uint64_t seed, std::span<float* const> rows, size_t d, core::ThreadPool* pool);
+// honest input i is c + 0.5 g_i, an outlier is -4 c + 8 g_i (g_i: stream i + 1); the
+// last `outliers` inputs are outliers (-1: NumOutliers(n); more than n: all). Runs on `pool`
+// when given; the values do not depend on it.
+void FillInputs(uint64_t seed, std::span<float* const> rows, size_t d, core::ThreadPool* pool,
+                int outliers = -1);
 
 // ---- Output ---------------------------------------------------------------------
 

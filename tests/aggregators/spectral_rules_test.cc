@@ -264,6 +264,82 @@ TEST(SpectralRulesTest, SmeaMatchesTheReference) {
   }
 }
 
+// Every (k - f)-subset in lexicographic order, each eigenvalue solved as SmeaSubset
+// solves a subset's, the first of the smallest kept: what SmeaSubset, which skips the
+// subsets it can bound, must return, bit for bit.
+std::vector<size_t> ExhaustiveSmea(const SquareMatrix& gram, size_t f) {
+  const size_t k = gram.k, m = k - f;
+  const std::vector<double> beta(m, 1.0 / static_cast<double>(m));
+  std::vector<size_t> subset(m), best;
+  std::iota(subset.begin(), subset.end(), 0);
+  double best_lambda = std::numeric_limits<double>::infinity();
+  while (true) {
+    const double lambda = internal::LargestEigenvalue(internal::CentredProducts(gram, subset, beta));
+    if (lambda < best_lambda) best_lambda = lambda, best = subset;
+    size_t i = m;
+    while (i > 0 && subset[i - 1] == k - m + (i - 1)) --i;
+    if (i == 0) break;
+    ++subset[i - 1];
+    for (size_t j = i; j < m; ++j) subset[j] = subset[j - 1] + 1;
+  }
+  return best;
+}
+
+SquareMatrix GramOf(const Vectors& x) {
+  SquareMatrix g(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    for (size_t j = 0; j < x.size(); ++j) {
+      double sum = 0.0;
+      for (size_t c = 0; c < x[i].size(); ++c) sum += double{x[i][c]} * x[j][c];
+      g.at(i, j) = sum;
+    }
+  }
+  return g;
+}
+
+TEST(SpectralRulesTest, SmeaSearchEqualsTheExhaustiveOne) {
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<std::pair<std::string, Vectors>> cases;
+  for (const std::string attack : {"far", "aligned", "spread"}) {
+    for (size_t k : {3u, 5u, 8u, 12u, 15u}) {
+      const size_t f = (k - 1) / 2;  // attackers among the inputs; every f is searched
+      cases.push_back({attack + " k " + std::to_string(k) + " attackers " + std::to_string(f),
+                       Attacked(k, f, 7, 31 * k + f + attack.size(), attack)});
+    }
+  }
+  // Ties: identical inputs (every subset's eigenvalue is rounding), duplicated pairs,
+  // two mirror-image clusters, collinear points, and a large common offset.
+  cases.push_back({"identical", Vectors(9, std::vector<float>{3.0f, -1.0f, 2.5f})});
+  Vectors pairs, mirror, line, offset;
+  for (size_t i = 0; i < 5; ++i) {
+    std::vector<float> v = {normal(rng), normal(rng), normal(rng)};
+    pairs.push_back(v);
+    pairs.push_back(v);
+  }
+  for (size_t i = 0; i < 10; ++i) {
+    const float s = i < 5 ? 1.0f : -1.0f;
+    mirror.push_back({s * (1.0f + 0.25f * static_cast<float>(i % 5)), 0.5f, -0.5f});
+    line.push_back({static_cast<float>(i), 2.0f * static_cast<float>(i), -static_cast<float>(i)});
+    offset.push_back({1e4f + 0.01f * normal(rng), -1e4f + 0.01f * normal(rng), 1e4f});
+  }
+  cases.push_back({"pairs", pairs});
+  cases.push_back({"mirror", mirror});
+  cases.push_back({"line", line});
+  cases.push_back({"offset", offset});
+  size_t compared = 0;
+  for (const auto& [what, x] : cases) {
+    const SquareMatrix gram = GramOf(x);
+    for (size_t f = 0; 2 * f < x.size(); ++f) {
+      absl::StatusOr<std::vector<size_t>> got = internal::SmeaSubset(gram, f, 1000000);
+      ASSERT_TRUE(got.ok()) << what << ": " << got.status();
+      EXPECT_EQ(*got, ExhaustiveSmea(gram, f)) << what << " f " << f;
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 3 * (2 + 3 + 4 + 6 + 8) + 5 * 5u);  // every case, every f
+}
+
 TEST(SpectralRulesTest, MonnaMatchesTheReference) {
   for (size_t f : {size_t{0}, size_t{1}, size_t{3}}) {
     const size_t n = 2 * f + 3;
