@@ -90,11 +90,13 @@ def main(out):
         finals[(label_of(r), r["worker_momentum"], r["split"], int(r["byzantine"]), r["attack"])].append(acc)
     means = {k: sum(v) / len(v) for k, v in finals.items()}
     for split in sorted({k[2] for k in means}):
-        worst_case_heatmap(out, split, {(k[0], k[1], k[3], k[4]): v for k, v in means.items() if k[2] == split})
+        seeds = len({r["seed"] for r in summary if r["split"] == split})
+        worst_case_heatmap(out, split, seeds,
+                           {(k[0], k[1], k[3], k[4]): v for k, v in means.items() if k[2] == split})
     time_to_accuracy(out)
 
 
-def worst_case_heatmap(out, split, means):
+def worst_case_heatmap(out, split, seeds, means):
     fs = sorted({k[2] for k in means if k[2] > 0})
     labels = sorted({(k[0], k[1]) for k in means})
     # The rule configured for f with every worker honest, per f when the grid has it
@@ -127,7 +129,8 @@ def worst_case_heatmap(out, split, means):
         for j, v in enumerate(row):
             ax.text(j, i, f"{v:.3f}", ha="center", va="center", color="white" if v < 0.6 else "black", fontsize=8)
     fig.colorbar(image, ax=ax, label="final test accuracy")
-    ax.set_title(f"worst-case accuracy over the attacks, split {split}", fontsize=9)
+    over = f", mean over {seeds} seeds" if seeds > 1 else ""
+    ax.set_title(f"worst-case accuracy over the attacks, split {split}{over}", fontsize=9)
     fig.tight_layout()
     fig.savefig(os.path.join(out, f"worst-case-{safe(split)}.png"), dpi=110)
     plt.close(fig)
