@@ -85,13 +85,14 @@ def main(out):
     # first), after a "no attack" column (attack none at any f; f = 0 when listed); one
     # heatmap per split.
     finals = defaultdict(list)
+    seeds = defaultdict(set)  # split -> seeds
     for r in summary:
         acc = float(r["final_accuracy"]) if r["final_accuracy"] else 0.0
         finals[(label_of(r), r["worker_momentum"], r["split"], int(r["byzantine"]), r["attack"])].append(acc)
+        seeds[r["split"]].add(r["seed"])
     means = {k: sum(v) / len(v) for k, v in finals.items()}
     for split in sorted({k[2] for k in means}):
-        seeds = len({r["seed"] for r in summary if r["split"] == split})
-        worst_case_heatmap(out, split, seeds,
+        worst_case_heatmap(out, split, len(seeds[split]),
                            {(k[0], k[1], k[3], k[4]): v for k, v in means.items() if k[2] == split})
     time_to_accuracy(out)
 
