@@ -193,6 +193,20 @@ std::string SeedsDrop(const Accuracies& acc, const Row& row, uint32_t f,
   return count == 0 ? std::string("-") : absl::StrFormat("%.2f", 100 * sum / count);
 }
 
+// "0.611": the lowest final accuracy any one seed reached under any of the attacks; "-"
+// where no attacked cell ran.
+std::string LowestSeed(const Accuracies& acc, const Row& row, uint32_t f,
+                       const std::vector<std::string>& attacks) {
+  std::optional<double> lowest;
+  for (uint64_t seed : acc.seeds()) {
+    for (const std::string& attack : attacks) {
+      const std::optional<double> v = acc.Value(row, f, attack, seed);
+      if (v && (!lowest || *v < *lowest)) lowest = v;
+    }
+  }
+  return lowest ? absl::StrFormat("%.3f", *lowest) : std::string("-");
+}
+
 // One line per rule, setting and f: the worst case over the attacks and over those that
 // bite, with the attacks that reached it (the heatmap's numbers, with names). Only the
 // settings that vary get a column.
@@ -218,7 +232,9 @@ std::string WorstCaseTable(const Accuracies& acc, const std::vector<std::string>
                   per_seed ? " Seeds' drop: each seed's no-attack accuracy minus its own "
                              "lowest over the attacks, averaged over the seeds (a seed "
                              "counts where it has the no-attack cell and an attacked one; "
-                             "at least the drop, since each seed takes its own worst)."
+                             "at least the drop, since each seed takes its own worst). "
+                           "Lowest seed: the lowest final accuracy any one seed reached "
+                           "under any attack."
                            : "",
                   "\n\n| rule | ");
   if (wms.size() > 1) out += "worker momentum | ";
@@ -227,9 +243,9 @@ std::string WorstCaseTable(const Accuracies& acc, const std::vector<std::string>
   if (codecs.size() > 1 || links.size() > 1) out += "codec | ";
   const size_t setting_columns = (wms.size() > 1) + (schedules.size() > 1) + (splits.size() > 1) +
                                  (codecs.size() > 1 || links.size() > 1);
-  out += absl::StrCat("f | no attack | worst | drop | ", per_seed ? "seeds' drop | " : "",
+  out += absl::StrCat("f | no attack | worst | drop | ", per_seed ? "seeds' drop | lowest seed | " : "",
                       "worst attack | worst that bites | drop | attack |\n|");
-  for (size_t i = 0; i < setting_columns + 9 + per_seed; ++i) out += "---|";
+  for (size_t i = 0; i < setting_columns + 9 + 2 * per_seed; ++i) out += "---|";
   out += "\n";
   for (const Row& row : acc.rows()) {
     const auto& [wm, schedule, split, codec, bandwidth] = row.setting;
@@ -261,7 +277,10 @@ std::string WorstCaseTable(const Accuracies& acc, const std::vector<std::string>
       for (int k = 0; k < 2; ++k) {
         absl::StrAppend(&columns, " | ", worst[k] ? acc.Text(row, f, names[k].front()) : "-",
                         " | ", Points(base, worst[k]));
-        if (k == 0 && per_seed) absl::StrAppend(&columns, " | ", SeedsDrop(acc, row, f, attacks));
+        if (k == 0 && per_seed) {
+          absl::StrAppend(&columns, " | ", SeedsDrop(acc, row, f, attacks), " | ",
+                          LowestSeed(acc, row, f, attacks));
+        }
         absl::StrAppend(&columns, " | ", names[k].empty() ? "-" : absl::StrJoin(names[k], ", "));
       }
       absl::StrAppend(&out, "| `", row.rule, "` | ", settings, f, " | ", acc.BaselineText(row, f),

@@ -393,12 +393,20 @@ TEST(ExperimentReportTest, WorstCaseOverSeedsAlsoAveragesEachSeedsOwnWorst) {
   }
   const std::string md = MarkdownTable(c, results);
   EXPECT_THAT(md,
-              HasSubstr("| rule | f | no attack | worst | drop | seeds' drop | worst attack |"));
+              HasSubstr("| rule | f | no attack | worst | drop | seeds' drop | lowest seed | "
+                        "worst attack |"));
+  // The lowest seed is seed 1's sign flip, 0.80 (seed 2's IPM ties it: the first seen).
   EXPECT_THAT(md, HasSubstr("| `caf` | 1 | 0.8500 ± 0.0141 | 0.8100 ± 0.0141 | 4.00 | 5.00 | "
-                            "ipm_opt |"));
-  // A seed without its no-attack cell does not count.
+                            "0.800 | ipm_opt |"));
+  // A seed without its no-attack cell does not count for the seeds' drop, but its
+  // attacked runs still count for the lowest seed.
   results.erase(results.begin() + 3);
-  EXPECT_THAT(MarkdownTable(c, results), HasSubstr("| 4.00 | ipm_opt |"));
+  EXPECT_THAT(MarkdownTable(c, results), HasSubstr("| 4.00 | 0.800 | ipm_opt |"));
+  // Seed 1's lowest is now its IPM run (0.82), seed 2's its IPM run (0.81): the lowest of
+  // all is seed 2's.
+  results[1].final_accuracy = 0.83;
+  results[4].final_accuracy = 0.81;
+  EXPECT_THAT(MarkdownTable(c, results), HasSubstr("| 0.810 | ipm_opt |"));
   // One seed: no such column.
   results.resize(3);
   EXPECT_THAT(MarkdownTable(c, results), Not(HasSubstr("seeds' drop")));
