@@ -233,8 +233,8 @@ std::string WorstCaseTable(const Accuracies& acc, const std::vector<std::string>
                              "lowest over the attacks, averaged over the seeds (a seed "
                              "counts where it has the no-attack cell and an attacked one; "
                              "at least the drop, since each seed takes its own worst). "
-                           "Lowest seed: the lowest final accuracy any one seed reached "
-                           "under any attack."
+                             "Lowest seed: the lowest final accuracy any one seed reached "
+                             "under any attack."
                            : "",
                   "\n\n| rule | ");
   if (wms.size() > 1) out += "worker momentum | ";
@@ -243,7 +243,8 @@ std::string WorstCaseTable(const Accuracies& acc, const std::vector<std::string>
   if (codecs.size() > 1 || links.size() > 1) out += "codec | ";
   const size_t setting_columns = (wms.size() > 1) + (schedules.size() > 1) + (splits.size() > 1) +
                                  (codecs.size() > 1 || links.size() > 1);
-  out += absl::StrCat("f | no attack | worst | drop | ", per_seed ? "seeds' drop | lowest seed | " : "",
+  out += absl::StrCat("f | no attack | worst | drop | ",
+                      per_seed ? "seeds' drop | lowest seed | " : "",
                       "worst attack | worst that bites | drop | attack |\n|");
   for (size_t i = 0; i < setting_columns + 9 + 2 * per_seed; ++i) out += "---|";
   out += "\n";
