@@ -26,7 +26,8 @@ def main(out, start):
     def mean(v):
         return sum(v) / len(v)
 
-    print(f"| rule | f | no attack | worst | attack |  (means of evaluations at step >= {start})")
+    print(f"Each run scored by the mean of its evaluations at step >= {start}:\n")
+    print("| rule | f | no attack | worst | attack |")
     print("|---|---|---|---|---|")
     for rule, f in sorted({(r, g) for (r, g, a) in late if g > 0 and a != "none"}):
         worst = min((mean(v), attack) for (r, g, attack), v in late.items()
