@@ -173,6 +173,17 @@ std::string PerFTables(const ExperimentConfig& config, const Accuracies& acc,
   return out;
 }
 
+// `seed`'s lowest final accuracy over the attacks (none where it ran no attacked cell).
+std::optional<double> SeedWorst(const Accuracies& acc, const Row& row, uint32_t f, uint64_t seed,
+                                const std::vector<std::string>& attacks) {
+  std::optional<double> worst;
+  for (const std::string& attack : attacks) {
+    const std::optional<double> v = acc.Value(row, f, attack, seed);
+    if (v && (!worst || *v < *worst)) worst = v;
+  }
+  return worst;
+}
+
 // "1.86": each seed's no-attack accuracy minus its own lowest over the attacks, averaged
 // over the seeds that have both; "-" where none has.
 std::string SeedsDrop(const Accuracies& acc, const Row& row, uint32_t f,
@@ -181,11 +192,7 @@ std::string SeedsDrop(const Accuracies& acc, const Row& row, uint32_t f,
   int count = 0;
   for (uint64_t seed : acc.seeds()) {
     const std::optional<double> base = acc.Baseline(row, f, seed);
-    std::optional<double> worst;
-    for (const std::string& attack : attacks) {
-      const std::optional<double> v = acc.Value(row, f, attack, seed);
-      if (v && (!worst || *v < *worst)) worst = v;
-    }
+    const std::optional<double> worst = SeedWorst(acc, row, f, seed, attacks);
     if (!base || !worst) continue;
     sum += *base - *worst;
     ++count;
@@ -199,10 +206,8 @@ std::string LowestSeed(const Accuracies& acc, const Row& row, uint32_t f,
                        const std::vector<std::string>& attacks) {
   std::optional<double> lowest;
   for (uint64_t seed : acc.seeds()) {
-    for (const std::string& attack : attacks) {
-      const std::optional<double> v = acc.Value(row, f, attack, seed);
-      if (v && (!lowest || *v < *lowest)) lowest = v;
-    }
+    const std::optional<double> worst = SeedWorst(acc, row, f, seed, attacks);
+    if (worst && (!lowest || *worst < *lowest)) lowest = worst;
   }
   return lowest ? absl::StrFormat("%.3f", *lowest) : std::string("-");
 }

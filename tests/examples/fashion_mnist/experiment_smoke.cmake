@@ -90,8 +90,7 @@ endif()
 # late_worst_case.py reads the run's evaluations: from step 10 on (both of them), one row
 # per rule and f with the no-attack run and the worst attack scored the same way.
 find_program(PYTHON3 python3 REQUIRED)
-execute_process(COMMAND ${PYTHON3} ${CMAKE_CURRENT_LIST_DIR}/../../../examples/fashion_mnist/late_worst_case.py
-                        ${OUT} 10
+execute_process(COMMAND ${PYTHON3} ${LATE_WORST_CASE} ${OUT} 10
                 RESULT_VARIABLE rc OUTPUT_VARIABLE late_out ERROR_VARIABLE err)
 foreach(rule median caf)
   if(NOT rc EQUAL 0 OR NOT late_out MATCHES "\\| `${rule}` \\| 1 \\| 0\\.[0-9][0-9][0-9] \\| 0\\.[0-9][0-9][0-9] \\| alie_opt \\|")
