@@ -46,6 +46,7 @@ struct RawValues {
   int64_t peer_timeout_ms = 0;
   int64_t checkpoint_interval_s = 0;
   int64_t max_connection_idle_ms = 0;
+  int64_t connection_proof_timeout_ms = 0;
   int64_t refusal_hold_ms = 0;
   int64_t quarantine_ms = 0;
   // Choices parsed into their enums once the flags are read (each checked by its flag).
@@ -161,6 +162,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.peer_timeout_ms = o.peer_timeout.count();
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
   raw.max_connection_idle_ms = o.max_connection_idle.count();
+  raw.connection_proof_timeout_ms = o.connection_proof_timeout.count();
   raw.refusal_hold_ms = o.refusal_hold.count();
   raw.quarantine_ms = o.quarantine.count();
   raw.schedule = std::string(ScheduleName(o.schedule));
@@ -324,6 +326,19 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Codec specs whose decoders are kept (least recently used dropped first; >= 1)");
   add("Resources", "max-connection-idle-ms", raw.max_connection_idle_ms,
       "Close a client connection after this long without a call (>= 1000)");
+  add("Resources", "max-connections", o.max_connections,
+      "Client connections the port keeps open; a quarter is reserved for connections that "
+      "made an authenticated call. 0: from the open-file limit, at most 4096 "
+      "(docs/connections.md)");
+  add("Resources", "max-connections-per-source", o.max_connections_per_source,
+      "Connections one address may hold before they make an authenticated call; a new one "
+      "beyond it closes the oldest (>= 1)");
+  add("Resources", "max-connections-per-client", o.max_connections_per_client,
+      "Authenticated connections one identity may hold; a new one beyond it closes the "
+      "oldest. 0: unbounded");
+  add("Resources", "connection-proof-timeout-ms", raw.connection_proof_timeout_ms,
+      "Close a connection that made no authenticated call this long after its accept "
+      "(>= 100)");
   add("Resources", "drain-timeout-ms", raw.drain_timeout_ms,
       "On SIGTERM, how long open rounds and pulls may take to finish before exit");
 
@@ -479,6 +494,7 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.peer_timeout = std::chrono::milliseconds(raw.peer_timeout_ms);
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
   o.max_connection_idle = std::chrono::milliseconds(raw.max_connection_idle_ms);
+  o.connection_proof_timeout = std::chrono::milliseconds(raw.connection_proof_timeout_ms);
   o.refusal_hold = std::chrono::milliseconds(raw.refusal_hold_ms);
   o.quarantine = std::chrono::milliseconds(raw.quarantine_ms);
   // Each flag's IsMember check admitted only these spellings.

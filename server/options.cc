@@ -275,6 +275,18 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("max_cached_decoders", "max-cached-decoders",
                    absl::StrCat(max_cached_decoders), "must be at least 1");
   }
+  if (max_connections_per_source < 1) {
+    return Invalid("max_connections_per_source", "max-connections-per-source",
+                   absl::StrCat(max_connections_per_source), "must be at least 1");
+  }
+  if (max_connections != 0 && max_connections < 16) {
+    return Invalid("max_connections", "max-connections", absl::StrCat(max_connections),
+                   "must be 0 (automatic) or at least 16");
+  }
+  if (connection_proof_timeout.count() < 100) {
+    return Invalid("connection_proof_timeout", "connection-proof-timeout-ms",
+                   absl::StrCat(connection_proof_timeout.count()), "must be at least 100");
+  }
   if (max_connection_idle.count() < 1000) {
     return Invalid("max_connection_idle", "max-connection-idle-ms",
                    absl::StrCat(max_connection_idle.count()), "must be at least 1000");

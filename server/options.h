@@ -191,7 +191,17 @@ struct ServerOptions {
   uint32_t max_cached_decoders = 64;
   // A client connection without any call for this long is closed (gRPC GOAWAY); it
   // reconnects on its next call. Keepalive pings every 60 s also close dead ones.
-  std::chrono::milliseconds max_connection_idle{300000};
+  std::chrono::milliseconds max_connection_idle{60000};
+  // Connections (docs/connections.md): at most max_connections open on the port (0:
+  // derived from the open-file limit, at most 4096); connections that have not yet made
+  // an authenticated call may use all but a quarter of them, at most
+  // max_connections_per_source from one address, and are closed connection_proof_timeout
+  // after their accept; at most max_connections_per_client authenticated connections per
+  // identity (0: no bound). The health port has the same bounds of its own.
+  uint32_t max_connections = 0;
+  uint32_t max_connections_per_source = 256;
+  uint32_t max_connections_per_client = 8;
+  std::chrono::milliseconds connection_proof_timeout{10000};
   // On SIGTERM: how long to let open rounds close and pulls finish before exit.
   std::chrono::milliseconds drain_timeout{10000};
 

@@ -17,6 +17,7 @@
 #include "net/grpc_credentials.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
+#include "server/listener.h"
 #include "server/metadata_auth.h"
 #include "server/metrics.h"
 #include "server/service_internal.h"
@@ -56,6 +57,22 @@ absl::StatusOr<aggregators::AggregatorOptions> RuleOptions(const ServerOptions& 
   a.even_median = o.even_median;
   a.device = o.device;
   return a;
+}
+
+// The port's connection bounds (docs/connections.md). `fd_limit`: the open-file limit.
+ConnectionLimits ConnectionBounds(const ServerOptions& o, uint64_t fd_limit) {
+  ConnectionLimits l;
+  uint64_t max = o.max_connections;
+  if (max == 0) {
+    // What descriptors allow after the shard's own files, sockets and gRPC's internals.
+    max = std::clamp<uint64_t>(fd_limit > 2048 ? fd_limit - 1024 : fd_limit / 2, 64, 4096);
+  }
+  l.max_connections = static_cast<uint32_t>(max);
+  l.reserved_for_proven = l.max_connections / 4;
+  l.max_unproven_per_source = o.max_connections_per_source;
+  l.max_per_identity = o.max_connections_per_client;
+  l.proof_timeout = std::chrono::duration_cast<core::Duration>(o.connection_proof_timeout);
+  return l;
 }
 
 TarpitOptions TarpitSettings(const ServerOptions& o) {
@@ -126,20 +143,17 @@ class ServerImpl final : public Server {
       });
     }
     grpc::EnableDefaultHealthCheckService(true);
+    const ConnectionLimits limits = ConnectionBounds(options_, RaiseOpenFileLimit());
+    // The port is this process's own (server/listener.h): gRPC gets each admitted
+    // connection through an external acceptor, with the same credentials.
+    PS_ASSIGN_OR_RETURN(listener_, Listener::Bind(options_.host, static_cast<uint16_t>(options_.port),
+                                                  limits, "port", clock_));
     grpc::ServerBuilder builder;
-    int bound = 0;
-    const std::string addr = HostPort(options_.host, options_.port);
-    builder.AddListeningPort(
-        addr,
-        ListeningCredentials(*auth_, &tarpit_,
-                             [this](const absl::Status& refused) {
-                               (void)shard_.Refuse(Refusal::kUnauthenticated, refused.message());
-                             }),
-        &bound);
-    // gRPC sets SO_REUSEPORT by default: a second process of the same user could then
-    // listen on this port too and take a share of the connections (its workers' tokens
-    // refused here, ours there). Off, a port in use is an error at startup.
-    builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        ListeningCredentials(*auth_, &tarpit_, [this](const absl::Status& refused) {
+          (void)shard_.Refuse(Refusal::kUnauthenticated, refused.message());
+        }));
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
     // Idle and dead connections go away (each holds buffers and a slot): a connection
@@ -157,30 +171,35 @@ class ServerImpl final : public Server {
     builder.RegisterService(&peer_service_);
     builder.RegisterService(&admin_service_);
     server_ = builder.BuildAndStart();
-    if (server_ == nullptr || bound == 0) {
-      return absl::UnavailableError(absl::StrCat("cannot listen on ", addr,
-                                                 " (address in use or not local?)"));
+    if (server_ == nullptr) {
+      return absl::UnavailableError(absl::StrCat("cannot start the gRPC server for ",
+                                                 HostPort(options_.host, listener_->port())));
     }
-    port_ = static_cast<uint16_t>(bound);
+    listener_->Start(std::move(acceptor));
+    port_ = listener_->port();
     if (options_.health_port >= 0) {
       // gRPC's default health service (EnableDefaultHealthCheckService gives every server
       // its own, Check and Watch) is all this server answers; SetServing keeps both
       // servers' statuses equal. The builder refuses a server without any method of its
       // own, so an AdminService with no method implemented anchors it: every admin call
       // here is UNIMPLEMENTED.
+      PS_ASSIGN_OR_RETURN(health_listener_,
+                          Listener::Bind(options_.host, static_cast<uint16_t>(options_.health_port),
+                                         limits, "health port", clock_));
       grpc::ServerBuilder health_builder;
       health_builder.RegisterService(&health_anchor_);
-      int health_bound = 0;
-      const std::string health_addr = HostPort(options_.host, options_.health_port);
-      health_builder.AddListeningPort(health_addr, grpc::InsecureServerCredentials(), &health_bound);
-      health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+      auto health_acceptor = health_builder.experimental().AddExternalConnectionAcceptor(
+          grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+          grpc::InsecureServerCredentials());
       health_builder.SetMaxReceiveMessageSize(4096);
       health_server_ = health_builder.BuildAndStart();
-      if (health_server_ == nullptr || health_bound == 0) {
-        return absl::UnavailableError(absl::StrCat("--health-port: cannot listen on ", health_addr,
-                                                   " (address in use or not local?)"));
+      if (health_server_ == nullptr) {
+        return absl::UnavailableError(absl::StrCat(
+            "--health-port: cannot start the gRPC server for ",
+            HostPort(options_.host, health_listener_->port())));
       }
-      health_port_ = static_cast<uint16_t>(health_bound);
+      health_listener_->Start(std::move(health_acceptor));
+      health_port_ = health_listener_->port();
     }
     if (metrics_ != nullptr) {
       PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
@@ -263,6 +282,9 @@ class ServerImpl final : public Server {
                       std::string(written.status().message()));
       }
     }
+    // No new connections from here; those open drain with the server.
+    if (listener_ != nullptr) listener_->Stop();
+    if (health_listener_ != nullptr) health_listener_->Stop();
     // Held refusals go out now: the server waits for their calls.
     tarpit_.Stop();
     server_->Shutdown(until);
@@ -294,7 +316,9 @@ class ServerImpl final : public Server {
   }
 
  private:
-  CallGate Gate() { return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_}; }
+  CallGate Gate() {
+    return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_, &listener_};
+  }
 
   core::ClientCredentials PeerCredentials() const {
     return auth_->PeerCredentials(static_cast<uint32_t>(options_.shard_id));
@@ -536,6 +560,9 @@ class ServerImpl final : public Server {
   PeerServiceImpl peer_service_;
   AdminServiceImpl admin_service_;
   std::vector<std::shared_ptr<grpc::Channel>> peer_channels_;
+  // Before the gRPC servers, which it hands connections to until it is stopped.
+  std::unique_ptr<Listener> listener_;
+  std::unique_ptr<Listener> health_listener_;
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
   v1::AdminService::CallbackService health_anchor_;

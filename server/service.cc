@@ -34,6 +34,9 @@ absl::StatusOr<Caller> CallGate::Admit(const grpc::ServerContextBase& ctx) const
     return shard->Refuse(Refusal::kUnauthenticated,
                          absl::StrCat(caller.status().message(), " (from ", ctx.peer(), ")"));
   }
+  if (listener != nullptr && *listener != nullptr) {
+    (*listener)->Proven(ctx.peer(), caller->identity.has_value() ? caller->identity->Name() : "");
+  }
   if (!limiter->Allow(caller->Name())) {
     return shard->Refuse(Refusal::kRateLimited,
                          absl::StrCat(caller->Name(), " is over the rate limit (",

@@ -17,6 +17,7 @@
 
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
+#include "server/listener.h"
 #include "server/metrics.h"
 #include "server/shard.h"
 #include "server/tarpit.h"
@@ -35,6 +36,9 @@ struct CallGate {
   // While false, Join is refused with UNAVAILABLE (a restored shard catching up with
   // its peers); null = always admitting.
   const std::atomic<bool>* admitting = nullptr;
+  // The port's listener, told of every authenticated call (its connection is then
+  // proven); null: none. Set once the port is bound.
+  const std::unique_ptr<Listener>* listener = nullptr;
 
   absl::StatusOr<Caller> Admit(const grpc::ServerContextBase& ctx) const;
   // The tarpit's name for the caller: its identity; without credentials configured its

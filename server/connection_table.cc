@@ -1,0 +1,136 @@
+#include "server/connection_table.h"
+
+#include <utility>
+
+namespace ps::server {
+
+std::string_view CloseReasonName(CloseReason r) {
+  switch (r) {
+    case CloseReason::kSourceUnproven: return "source_unproven";
+    case CloseReason::kUnproven: return "unproven";
+    case CloseReason::kFull: return "full";
+    case CloseReason::kProofTimeout: return "proof_timeout";
+    case CloseReason::kIdentity: return "identity";
+    case CloseReason::kDescriptors: return "descriptors";
+    case CloseReason::kCount: break;
+  }
+  return "unknown";
+}
+
+ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string peer,
+                                                 core::SteadyTime now) {
+  absl::MutexLock lock(&mu_);
+  Admission a;
+  // A peer string names one open connection: an entry still holding it belongs to a
+  // connection that closed unnoticed.
+  if (auto it = by_peer_.find(peer); it != by_peer_.end()) EraseLocked(it->second);
+  const uint32_t max = limits_.max_connections;
+  const uint32_t max_unproven = max > limits_.reserved_for_proven ? max - limits_.reserved_for_proven : 1;
+  auto source_it = unproven_by_source_.find(source);
+  if (source_it != unproven_by_source_.end() &&
+      source_it->second.size() >= limits_.max_unproven_per_source) {
+    a.evict.push_back(EvictOldestLocked(source_it->second, CloseReason::kSourceUnproven));
+  } else if (unproven_.size() >= max_unproven) {
+    a.evict.push_back(EvictOldestLocked(unproven_, CloseReason::kUnproven));
+  } else if (entries_.size() >= max) {
+    if (unproven_.empty()) {
+      a.refused = CloseReason::kFull;
+      return a;
+    }
+    a.evict.push_back(EvictOldestLocked(unproven_, CloseReason::kUnproven));
+  }
+  a.accepted = true;
+  a.id = next_id_++;
+  unproven_.insert(a.id);
+  unproven_by_source_[source].insert(a.id);
+  by_peer_.emplace(peer, a.id);
+  entries_.emplace(a.id, Entry{std::move(source), std::move(peer), now, false, {}});
+  return a;
+}
+
+std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& peer,
+                                                             std::string_view identity) {
+  std::vector<Victim> victims;
+  absl::MutexLock lock(&mu_);
+  auto it = by_peer_.find(peer);
+  if (it == by_peer_.end()) return victims;  // not accepted here (or already closed)
+  const Id id = it->second;
+  Entry& e = entries_.at(id);
+  if (e.proven) return victims;
+  e.proven = true;
+  e.identity = std::string(identity);
+  unproven_.erase(id);
+  auto source_it = unproven_by_source_.find(e.source);
+  source_it->second.erase(id);
+  if (source_it->second.empty()) unproven_by_source_.erase(source_it);
+  if (identity.empty()) return victims;  // anonymous (--insecure): no identity to bound
+  std::set<Id>& mine = by_identity_[e.identity];
+  mine.insert(id);
+  while (limits_.max_per_identity != 0 && mine.size() > limits_.max_per_identity) {
+    // The oldest goes: a client that reconnects leaves its old connection behind.
+    victims.push_back(EvictOldestLocked(mine, CloseReason::kIdentity));
+  }
+  return victims;
+}
+
+std::vector<ConnectionTable::Victim> ConnectionTable::Expired(core::SteadyTime now) {
+  std::vector<Victim> out;
+  absl::MutexLock lock(&mu_);
+  // Ids grow with time: the oldest unproven connection comes first.
+  while (!unproven_.empty() && now - entries_.at(*unproven_.begin()).opened >= limits_.proof_timeout) {
+    out.push_back(EvictOldestLocked(unproven_, CloseReason::kProofTimeout));
+  }
+  return out;
+}
+
+std::vector<ConnectionTable::Victim> ConnectionTable::ShedUnproven(size_t count) {
+  std::vector<Victim> out;
+  absl::MutexLock lock(&mu_);
+  while (!unproven_.empty() && out.size() < count) {
+    out.push_back(EvictOldestLocked(unproven_, CloseReason::kDescriptors));
+  }
+  return out;
+}
+
+void ConnectionTable::Closed(Id id) {
+  absl::MutexLock lock(&mu_);
+  EraseLocked(id);
+}
+
+ConnectionTable::Stats ConnectionTable::stats() const {
+  absl::MutexLock lock(&mu_);
+  Stats s;
+  s.open = static_cast<uint32_t>(entries_.size());
+  s.unproven = static_cast<uint32_t>(unproven_.size());
+  s.proven = s.open - s.unproven;
+  return s;
+}
+
+ConnectionTable::Victim ConnectionTable::EvictOldestLocked(const std::set<Id>& ids,
+                                                           CloseReason reason) {
+  const Id id = *ids.begin();
+  EraseLocked(id);  // may change `ids`
+  return Victim{id, reason};
+}
+
+void ConnectionTable::EraseLocked(Id id) {
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return;
+  Entry& e = it->second;
+  by_peer_.erase(e.peer);
+  if (e.proven) {
+    if (auto m = by_identity_.find(e.identity); m != by_identity_.end()) {
+      m->second.erase(id);
+      if (m->second.empty()) by_identity_.erase(m);
+    }
+  } else {
+    unproven_.erase(id);
+    if (auto m = unproven_by_source_.find(e.source); m != unproven_by_source_.end()) {
+      m->second.erase(id);
+      if (m->second.empty()) unproven_by_source_.erase(m);
+    }
+  }
+  entries_.erase(it);
+}
+
+}  // namespace ps::server

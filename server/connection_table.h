@@ -1,0 +1,123 @@
+// ConnectionTable: which client connections a listening port keeps, and which it closes
+// (docs/operations.md, "Threat model and limits"; docs/connections.md). Pure bookkeeping
+// on a clock, without sockets: server/listener.h owns the descriptors and acts on its
+// answers.
+//
+// A connection is *unproven* from its accept until a call on it passes authentication
+// (the call's credentials were checked from its headers); then it is *proven* and
+// belongs to the identity that call carried. The limits:
+// - at most `max_connections` open in all; unproven ones may use all but
+//   `reserved_for_proven` of them, so a flood of connections that never authenticate
+//   cannot keep authenticated clients (or their reconnections) out;
+// - at most `max_unproven_per_source` unproven connections per source address;
+// - unproven connections are closed `proof_timeout` after their accept;
+// - at most `max_per_identity` proven connections per identity (0: no bound).
+// When a new connection would exceed a bound on unproven connections, the oldest
+// unproven one (of its source, else of all) is closed for it: an attacker's stale
+// connections make room, and an honest client's new connection, which proves itself
+// with its first call, survives unless the attacker opens a bound's worth of
+// connections within that time. A new connection is refused only when proven ones fill
+// the table. An identity over its bound loses its oldest proven connection.
+//
+// Thread safety: all methods may be called concurrently.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "core/clock.h"
+
+namespace ps::server {
+
+struct ConnectionLimits {
+  uint32_t max_connections = 4096;
+  uint32_t reserved_for_proven = 1024;
+  uint32_t max_unproven_per_source = 256;
+  uint32_t max_per_identity = 8;  // 0: unbounded
+  core::Duration proof_timeout = std::chrono::seconds(10);
+};
+
+// Why a connection is closed or refused (a label of ps_connections_closed_total).
+enum class CloseReason : uint8_t {
+  kSourceUnproven,  // its source's unproven connections are at their bound
+  kUnproven,        // unproven connections are at their bound
+  kFull,            // proven connections fill the table (new connection refused)
+  kProofTimeout,    // unproven for proof_timeout
+  kIdentity,        // its identity's proven connections are over their bound
+  kDescriptors,     // accepted and closed at once: no descriptor left
+  kCount
+};
+std::string_view CloseReasonName(CloseReason r);
+
+class ConnectionTable {
+ public:
+  using Id = uint64_t;
+  struct Victim {
+    Id id;
+    CloseReason reason;
+  };
+  struct Admission {
+    bool accepted = false;
+    Id id = 0;
+    CloseReason refused = CloseReason::kFull;  // when !accepted
+    std::vector<Victim> evict;                 // connections to close for this one
+  };
+  struct Stats {
+    uint32_t open = 0;
+    uint32_t unproven = 0;
+    uint32_t proven = 0;
+  };
+
+  explicit ConnectionTable(const ConnectionLimits& limits) : limits_(limits) {}
+
+  const ConnectionLimits& limits() const { return limits_; }
+
+  // A new connection from `source` (its address without port), known to gRPC as
+  // `peer` (gRPC's peer string, e.g. "ipv4:127.0.0.1:5123", unique while it is open).
+  Admission Open(std::string source, std::string peer, core::SteadyTime now);
+  // A call on `peer` passed authentication as `identity` (empty: calls are anonymous,
+  // --insecure). Cheap when the connection is already proven. Returns the connections
+  // to close (the identity's oldest, when it is over its bound).
+  std::vector<Victim> Proven(const std::string& peer, std::string_view identity);
+  // Unproven connections older than the proof timeout.
+  std::vector<Victim> Expired(core::SteadyTime now);
+  // Up to `count` of the oldest unproven connections, to make room when the process ran
+  // out of descriptors below max_connections.
+  std::vector<Victim> ShedUnproven(size_t count);
+  // The connection is gone (closed by either side); unknown ids are ignored. A victim
+  // returned by any method is forgotten at once (it no longer counts).
+  void Closed(Id id);
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    std::string source;
+    std::string peer;
+    core::SteadyTime opened;
+    bool proven = false;
+    std::string identity;
+  };
+  // Forgets the oldest connection of `ids` (which must not be empty) and names it a
+  // victim: the caller closes it.
+  Victim EvictOldestLocked(const std::set<Id>& ids, CloseReason reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(Id id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const ConnectionLimits limits_;
+  mutable absl::Mutex mu_;
+  Id next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  // Ids grow with time, so the smallest id of a set is its oldest connection.
+  std::map<Id, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Id> by_peer_ ABSL_GUARDED_BY(mu_);
+  std::set<Id> unproven_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::set<Id>> unproven_by_source_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::set<Id>> by_identity_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::server

@@ -1,0 +1,153 @@
+#include "server/connection_table.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+namespace ps::server {
+namespace {
+
+using std::chrono::milliseconds;
+
+ConnectionLimits Small() {
+  ConnectionLimits l;
+  l.max_connections = 8;
+  l.reserved_for_proven = 2;  // unproven may use 6
+  l.max_unproven_per_source = 3;
+  l.max_per_identity = 2;
+  l.proof_timeout = milliseconds(1000);
+  return l;
+}
+
+std::string Peer(int i) { return "ipv4:10.0.0.1:" + std::to_string(1000 + i); }
+
+TEST(ConnectionTableTest, ASourceOverItsUnprovenBoundLosesItsOldestConnection) {
+  ConnectionTable t(Small());
+  core::ManualClock clock;
+  std::vector<ConnectionTable::Id> ids;
+  for (int i = 0; i < 3; ++i) {
+    ConnectionTable::Admission a = t.Open("10.0.0.1", Peer(i), clock.Now());
+    ASSERT_TRUE(a.accepted);
+    EXPECT_TRUE(a.evict.empty());
+    ids.push_back(a.id);
+  }
+  ConnectionTable::Admission a = t.Open("10.0.0.1", Peer(3), clock.Now());
+  ASSERT_TRUE(a.accepted);
+  ASSERT_EQ(a.evict.size(), 1u);
+  EXPECT_EQ(a.evict[0].id, ids[0]);
+  EXPECT_EQ(a.evict[0].reason, CloseReason::kSourceUnproven);
+  // Another source is not touched by that bound.
+  EXPECT_TRUE(t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now()).evict.empty());
+  EXPECT_EQ(t.stats().open, 4u);
+}
+
+TEST(ConnectionTableTest, UnprovenConnectionsCannotTakeTheReserveOfProvenOnes) {
+  ConnectionTable t(Small());
+  core::ManualClock clock;
+  // Six unproven connections from six sources fill what unproven ones may use.
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(t.Open("10.0.1." + std::to_string(i), "ipv4:10.0.1." + std::to_string(i) + ":1",
+                       clock.Now()).accepted);
+  }
+  // A seventh closes the oldest unproven one: the flood cannot grow past 6.
+  ConnectionTable::Admission a = t.Open("10.0.2.1", "ipv4:10.0.2.1:1", clock.Now());
+  ASSERT_TRUE(a.accepted);
+  ASSERT_EQ(a.evict.size(), 1u);
+  EXPECT_EQ(a.evict[0].reason, CloseReason::kUnproven);
+  EXPECT_EQ(t.stats().unproven, 6u);
+  // Proven connections take the reserve: prove two, and two more fit beside 6 unproven.
+  EXPECT_TRUE(t.Proven("ipv4:10.0.1.1:1", "worker-1").empty());
+  EXPECT_TRUE(t.Proven("ipv4:10.0.1.2:1", "worker-2").empty());
+  EXPECT_EQ(t.stats().proven, 2u);
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(t.Open("10.0.3." + std::to_string(i), "ipv4:10.0.3." + std::to_string(i) + ":1",
+                       clock.Now()).accepted);
+  }
+  EXPECT_EQ(t.stats().open, 8u);
+}
+
+TEST(ConnectionTableTest, ANewConnectionIsRefusedOnlyWhenProvenOnesFillTheTable) {
+  ConnectionLimits l = Small();
+  l.max_per_identity = 0;
+  ConnectionTable t(l);
+  core::ManualClock clock;
+  for (int i = 0; i < 8; ++i) {
+    ASSERT_TRUE(t.Open("10.0.0." + std::to_string(i), Peer(i), clock.Now()).accepted);
+    t.Proven(Peer(i), "worker-" + std::to_string(i));
+  }
+  ConnectionTable::Admission a = t.Open("10.0.9.9", "ipv4:10.0.9.9:1", clock.Now());
+  EXPECT_FALSE(a.accepted);
+  EXPECT_EQ(a.refused, CloseReason::kFull);
+  t.Closed(1);
+  EXPECT_TRUE(t.Open("10.0.9.9", "ipv4:10.0.9.9:1", clock.Now()).accepted);
+}
+
+TEST(ConnectionTableTest, UnprovenConnectionsExpireAfterTheProofTimeout) {
+  ConnectionTable t(Small());
+  core::ManualClock clock;
+  const ConnectionTable::Id old = t.Open("10.0.0.1", Peer(0), clock.Now()).id;
+  clock.Advance(milliseconds(600));
+  const ConnectionTable::Id proven = t.Open("10.0.0.1", Peer(1), clock.Now()).id;
+  t.Proven(Peer(1), "admin");
+  const ConnectionTable::Id young = t.Open("10.0.0.1", Peer(2), clock.Now()).id;
+  clock.Advance(milliseconds(400));
+  std::vector<ConnectionTable::Victim> v = t.Expired(clock.Now());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].id, old);
+  EXPECT_EQ(v[0].reason, CloseReason::kProofTimeout);
+  clock.Advance(milliseconds(600));
+  v = t.Expired(clock.Now());
+  ASSERT_EQ(v.size(), 1u);  // the proven one stays
+  EXPECT_EQ(v[0].id, young);
+  EXPECT_NE(v[0].id, proven);
+  EXPECT_TRUE(t.Expired(clock.Now()).empty());
+  EXPECT_EQ(t.stats().open, 1u);
+}
+
+TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsOldestConnection) {
+  ConnectionTable t(Small());
+  core::ManualClock clock;
+  std::vector<ConnectionTable::Id> ids;
+  for (int i = 0; i < 3; ++i) {
+    ids.push_back(t.Open("10.0.0." + std::to_string(i), Peer(i), clock.Now()).id);
+  }
+  EXPECT_TRUE(t.Proven(Peer(0), "worker-3").empty());
+  EXPECT_TRUE(t.Proven(Peer(1), "worker-3").empty());
+  EXPECT_TRUE(t.Proven(Peer(1), "worker-3").empty());  // again: nothing changes
+  std::vector<ConnectionTable::Victim> v = t.Proven(Peer(2), "worker-3");
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].id, ids[0]);
+  EXPECT_EQ(v[0].reason, CloseReason::kIdentity);
+  // Anonymous calls (--insecure) prove a connection without an identity to bound.
+  ASSERT_TRUE(t.Open("10.0.0.9", Peer(9), clock.Now()).accepted);
+  EXPECT_TRUE(t.Proven(Peer(9), "").empty());
+  EXPECT_EQ(t.stats().proven, 3u);
+}
+
+TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheConnectionThatHeldIt) {
+  ConnectionTable t(Small());
+  core::ManualClock clock;
+  t.Open("10.0.0.1", Peer(0), clock.Now());
+  t.Proven(Peer(0), "worker-0");
+  // The same address and port again: the first connection closed unnoticed.
+  ASSERT_TRUE(t.Open("10.0.0.1", Peer(0), clock.Now()).accepted);
+  EXPECT_EQ(t.stats().open, 1u);
+  EXPECT_EQ(t.stats().unproven, 1u);
+}
+
+TEST(ConnectionTableTest, ShedUnprovenClosesTheOldestFirst) {
+  ConnectionTable t(Small());
+  core::ManualClock clock;
+  const ConnectionTable::Id a = t.Open("10.0.0.1", Peer(0), clock.Now()).id;
+  const ConnectionTable::Id b = t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now()).id;
+  t.Open("10.0.0.3", "ipv4:10.0.0.3:1", clock.Now());
+  t.Proven("ipv4:10.0.0.3:1", "admin");
+  std::vector<ConnectionTable::Victim> v = t.ShedUnproven(5);
+  ASSERT_EQ(v.size(), 2u);
+  EXPECT_EQ(v[0].id, a);
+  EXPECT_EQ(v[1].id, b);
+  EXPECT_EQ(t.stats().open, 1u);
+}
+
+}  // namespace
+}  // namespace ps::server
