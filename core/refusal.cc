@@ -50,6 +50,8 @@ std::string_view RefusalName(Refusal r) {
       return "codec_not_allowed";
     case Refusal::kDecodeBudget:
       return "decode_budget";
+    case Refusal::kStalled:
+      return "stalled";
     case Refusal::kCount:
       break;
   }
@@ -94,6 +96,8 @@ absl::StatusCode RefusalCode(Refusal r) {
     case Refusal::kOverLimit:
     case Refusal::kDecodeBudget:
       return absl::StatusCode::kResourceExhausted;
+    case Refusal::kStalled:
+      return absl::StatusCode::kDeadlineExceeded;
     case Refusal::kCount:
       break;
   }

@@ -35,6 +35,7 @@ enum class Refusal : int {
   kQuarantined,         // FAILED_PRECONDITION (the worker sent a malformed push lately)
   kCodecNotAllowed,     // INVALID_ARGUMENT (a codec stage outside --allowed-codecs)
   kDecodeBudget,        // RESOURCE_EXHAUSTED (a worker's pushes of a round over --max-decode-ms)
+  kStalled,             // DEADLINE_EXCEEDED (a request body not received in time; call cancelled)
   kCount,
 };
 

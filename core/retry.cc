@@ -14,6 +14,19 @@ bool RetryPolicy::ShouldRetry(absl::StatusCode code, int attempt) const {
   return IsRetriable(code) && (max_attempts <= 0 || attempt + 1 < max_attempts);
 }
 
+bool RetryPolicy::IsRetriable(const absl::Status& status) const {
+  if (IsRetriable(status.code())) return true;
+  if (!retry_transient_exhaustion || status.code() != absl::StatusCode::kResourceExhausted) {
+    return false;
+  }
+  const std::optional<Refusal> kind = RefusalOf(status);
+  return !kind.has_value() || *kind == Refusal::kOverLimit || *kind == Refusal::kRateLimited;
+}
+
+bool RetryPolicy::ShouldRetry(const absl::Status& status, int attempt) const {
+  return IsRetriable(status) && (max_attempts <= 0 || attempt + 1 < max_attempts);
+}
+
 std::chrono::milliseconds RetryPolicy::Backoff(int attempt) const {
   if (jitter <= 0) return Backoff(attempt, 0);
   // Per thread, so concurrent retry loops neither share state nor take a lock.

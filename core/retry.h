@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "core/refusal.h"
 
 namespace ps::core {
 
@@ -28,8 +29,15 @@ struct RetryPolicy {
   double jitter = 0;
   // The codes worth another attempt; any other failure is final.
   std::vector<absl::StatusCode> retriable;
+  // RESOURCE_EXHAUSTED is also worth another attempt when it is transient: gRPC's own (a
+  // stream the shard reset while its buffers were full carries no refusal kind) or a
+  // shard's refusal of kind over_limit or rate_limited. Never decode_budget: the
+  // worker's account for the round stays spent.
+  bool retry_transient_exhaustion = false;
 
   bool IsRetriable(absl::StatusCode code) const;
+  bool IsRetriable(const absl::Status& status) const;
+  bool ShouldRetry(const absl::Status& status, int attempt) const;
   // Whether attempt `attempt` (0 for the first) failing with `code` may be followed by
   // another one.
   bool ShouldRetry(absl::StatusCode code, int attempt) const;

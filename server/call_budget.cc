@@ -27,9 +27,8 @@ void CallBudget::CloseCall(const std::string& client) {
   DropClientIfIdleLocked(client);
 }
 
-CallBudget::Ticket CallBudget::RequestRead(const std::string& client,
-                                           absl::AnyInvocable<void() &&> start) {
-  std::vector<absl::AnyInvocable<void() &&>> run;
+CallBudget::Ticket CallBudget::RequestRead(const std::string& client, Start start) {
+  std::vector<std::pair<Ticket, Start>> run;
   Ticket ticket;
   {
     absl::MutexLock lock(&mu_);
@@ -37,12 +36,12 @@ CallBudget::Ticket CallBudget::RequestRead(const std::string& client,
     waiting_.push_back(Waiting{ticket, client, std::move(start)});
     run = StartWaitingLocked();
   }
-  for (auto& fn : run) std::move(fn)();
+  for (auto& [t, fn] : run) std::move(fn)(t);
   return ticket;
 }
 
 void CallBudget::ReadDone(Ticket ticket) {
-  std::vector<absl::AnyInvocable<void() &&>> run;
+  std::vector<std::pair<Ticket, Start>> run;
   {
     absl::MutexLock lock(&mu_);
     auto it = reads_.find(ticket);
@@ -55,7 +54,7 @@ void CallBudget::ReadDone(Ticket ticket) {
     DropClientIfIdleLocked(client);
     run = StartWaitingLocked();
   }
-  for (auto& fn : run) std::move(fn)();
+  for (auto& [t, fn] : run) std::move(fn)(t);
 }
 
 bool CallBudget::CancelRead(Ticket ticket) {
@@ -88,8 +87,8 @@ CallBudget::Stats CallBudget::stats() const {
   return s;
 }
 
-std::vector<absl::AnyInvocable<void() &&>> CallBudget::StartWaitingLocked() {
-  std::vector<absl::AnyInvocable<void() &&>> run;
+std::vector<std::pair<CallBudget::Ticket, CallBudget::Start>> CallBudget::StartWaitingLocked() {
+  std::vector<std::pair<Ticket, Start>> run;
   const core::SteadyTime now = clock_->Now();
   for (auto it = waiting_.begin(); it != waiting_.end() && reading_ < limits_.max_reads;) {
     Client& c = clients_[it->client];
@@ -100,7 +99,7 @@ std::vector<absl::AnyInvocable<void() &&>> CallBudget::StartWaitingLocked() {
     ++c.reading;
     ++reading_;
     reads_.emplace(it->ticket, Reading{it->client, now});
-    run.push_back(std::move(it->start));
+    run.emplace_back(it->ticket, std::move(it->start));
     it = waiting_.erase(it);
   }
   return run;

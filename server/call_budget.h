@@ -55,9 +55,10 @@ class CallBudget {
   void CloseCall(const std::string& client);
 
   // `client` wants to receive one request body: `start` runs once it may (at once, on
-  // this thread, or later on the thread of a ReadDone). The ticket names the read for
-  // ReadDone and CancelRead.
-  Ticket RequestRead(const std::string& client, absl::AnyInvocable<void() &&> start);
+  // this thread, or later on the thread of a ReadDone), with the read's ticket, which
+  // names it for ReadDone and CancelRead (RequestRead returns the same).
+  using Start = absl::AnyInvocable<void(Ticket) &&>;
+  Ticket RequestRead(const std::string& client, Start start);
   // The read ended (the body arrived, or the call ended while it was being received):
   // its place goes to the next waiting read. A no-op for a read that never started
   // (CancelRead) or already ended.
@@ -84,14 +85,14 @@ class CallBudget {
   struct Waiting {
     Ticket ticket;
     std::string client;
-    absl::AnyInvocable<void() &&> start;
+    Start start;
   };
   struct Reading {
     std::string client;
     core::SteadyTime since;
   };
   // Moves waiting reads into free places; returns their callbacks to run unlocked.
-  std::vector<absl::AnyInvocable<void() &&>> StartWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<std::pair<Ticket, Start>> StartWaitingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropClientIfIdleLocked(const std::string& client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CallLimits limits_;

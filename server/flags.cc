@@ -47,6 +47,7 @@ struct RawValues {
   int64_t checkpoint_interval_s = 0;
   int64_t max_connection_idle_ms = 0;
   int64_t connection_proof_timeout_ms = 0;
+  int64_t request_read_timeout_ms = 0;
   int64_t refusal_hold_ms = 0;
   int64_t quarantine_ms = 0;
   // Choices parsed into their enums once the flags are read (each checked by its flag).
@@ -163,6 +164,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
   raw.max_connection_idle_ms = o.max_connection_idle.count();
   raw.connection_proof_timeout_ms = o.connection_proof_timeout.count();
+  raw.request_read_timeout_ms = o.request_read_timeout.count();
   raw.refusal_hold_ms = o.refusal_hold.count();
   raw.quarantine_ms = o.quarantine.count();
   raw.schedule = std::string(ScheduleName(o.schedule));
@@ -336,6 +338,18 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Resources", "max-connections-per-client", o.max_connections_per_client,
       "Authenticated connections one identity may hold; a new one beyond it closes the "
       "oldest. 0: unbounded");
+  add("Resources", "max-calls-per-client", o.max_calls_per_client,
+      "Calls one client may have open on a port at once; more are RESOURCE_EXHAUSTED (>= 1)");
+  add("Resources", "max-reads-per-client", o.max_reads_per_client,
+      "Request bodies of one client received at once; its further calls wait, holding only "
+      "their stream's initial window (>= 1)");
+  add("Resources", "request-read-timeout-ms", raw.request_read_timeout_ms,
+      "A request body not received this long after its reading started ends its call "
+      "(refusal stalled; >= 100)");
+  add("Resources", "max-streams-per-connection", o.max_streams_per_connection,
+      "HTTP/2 streams a client connection may have open at once (> --max-pulls-per-worker)");
+  add("Resources", "max-health-watches", o.max_health_watches,
+      "grpc.health.v1 Watch streams open at once on each port (>= 1)");
   add("Resources", "connection-proof-timeout-ms", raw.connection_proof_timeout_ms,
       "Close a connection that made no authenticated call this long after its accept "
       "(>= 100)");
@@ -495,6 +509,7 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);
   o.max_connection_idle = std::chrono::milliseconds(raw.max_connection_idle_ms);
   o.connection_proof_timeout = std::chrono::milliseconds(raw.connection_proof_timeout_ms);
+  o.request_read_timeout = std::chrono::milliseconds(raw.request_read_timeout_ms);
   o.refusal_hold = std::chrono::milliseconds(raw.refusal_hold_ms);
   o.quarantine = std::chrono::milliseconds(raw.quarantine_ms);
   // Each flag's IsMember check admitted only these spellings.

@@ -68,10 +68,6 @@ void Process(void* state, grpc_auth_context* context, const grpc_metadata* md, s
       presented.authorization = View(md[i].value);
     }
   }
-  if (path.starts_with("/grpc.health.v1.Health/")) {
-    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
-    return;
-  }
   std::string common_name;
   if (grpc_auth_context_peer_is_authenticated(context) != 0) {
     grpc_auth_property_iterator it =

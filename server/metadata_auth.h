@@ -8,8 +8,8 @@
 // its headers, charged to the tarpit's "anonymous" client, and its body is dropped
 // unread. The handlers identify a call that passes once more (Authenticator::Identify,
 // a hash of the token): gRPC hands the processor the connection's auth context, shared
-// by all its calls, so it cannot carry a per-call result. Health checks
-// (grpc.health.v1) pass without credentials, as before.
+// by all its calls, so it cannot carry a per-call result. Health checks need credentials
+// here too; probes without any use the plaintext --health-port.
 //
 // Only for shards that require an identity (Authenticator::required()); otherwise the
 // port is plaintext without a processor.

@@ -283,6 +283,28 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("max_connections", "max-connections", absl::StrCat(max_connections),
                    "must be 0 (automatic) or at least 16");
   }
+  if (max_calls_per_client < 1) {
+    return Invalid("max_calls_per_client", "max-calls-per-client",
+                   absl::StrCat(max_calls_per_client), "must be at least 1");
+  }
+  if (max_reads_per_client < 1) {
+    return Invalid("max_reads_per_client", "max-reads-per-client",
+                   absl::StrCat(max_reads_per_client), "must be at least 1");
+  }
+  if (request_read_timeout.count() < 100) {
+    return Invalid("request_read_timeout", "request-read-timeout-ms",
+                   absl::StrCat(request_read_timeout.count()), "must be at least 100");
+  }
+  if (max_streams_per_connection <= max_pulls_per_worker) {
+    return Invalid("max_streams_per_connection", "max-streams-per-connection",
+                   absl::StrCat(max_streams_per_connection),
+                   absl::StrCat("must exceed --max-pulls-per-worker (", max_pulls_per_worker,
+                                "): a worker's pushes need streams beside its pulls"));
+  }
+  if (max_health_watches < 1) {
+    return Invalid("max_health_watches", "max-health-watches",
+                   absl::StrCat(max_health_watches), "must be at least 1");
+  }
   if (connection_proof_timeout.count() < 100) {
     return Invalid("connection_proof_timeout", "connection-proof-timeout-ms",
                    absl::StrCat(connection_proof_timeout.count()), "must be at least 100");

@@ -202,6 +202,17 @@ struct ServerOptions {
   uint32_t max_connections_per_source = 256;
   uint32_t max_connections_per_client = 8;
   std::chrono::milliseconds connection_proof_timeout{10000};
+  // Calls (docs/connections.md): at most max_calls_per_client calls of one client open on
+  // a port; at most max_reads_per_client of its request bodies received at once, and
+  // max_request_memory_bytes / max_message_bytes in all; a body not received
+  // request_read_timeout after its reading started ends its call. At most
+  // max_streams_per_connection HTTP/2 streams per connection, max_health_watches health
+  // Watch streams per port.
+  uint32_t max_calls_per_client = 128;
+  uint32_t max_reads_per_client = 4;
+  std::chrono::milliseconds request_read_timeout{10000};
+  uint32_t max_streams_per_connection = 32;
+  uint32_t max_health_watches = 64;
   // On SIGTERM: how long to let open rounds close and pulls finish before exit.
   std::chrono::milliseconds drain_timeout{10000};
 

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/resource_quota.h>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +16,8 @@
 #include "net/grpc_credentials.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
+#include "server/grpc_front.h"
+#include "server/health.h"
 #include "server/listener.h"
 #include "server/metadata_auth.h"
 #include "server/metrics.h"
@@ -27,6 +28,9 @@
 
 namespace ps::server {
 namespace {
+
+// The initial HTTP/2 window of a stream on the shard's ports (ApplyTransportBounds).
+constexpr int kStreamWindowBytes = 64 << 10;
 
 std::string HostPort(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos && host.front() != '[') {
@@ -73,6 +77,37 @@ ConnectionLimits ConnectionBounds(const ServerOptions& o, uint64_t fd_limit) {
   l.max_per_identity = o.max_connections_per_client;
   l.proof_timeout = std::chrono::duration_cast<core::Duration>(o.connection_proof_timeout);
   return l;
+}
+
+// The front's budgets (docs/connections.md): a body being received costs up to
+// --max-message-bytes, so --max-request-memory-bytes / --max-message-bytes of them at once.
+CallLimits CallBounds(const ServerOptions& o) {
+  CallLimits l;
+  l.max_calls_per_client = o.max_calls_per_client;
+  l.max_reads_per_client = o.max_reads_per_client;
+  l.max_reads = static_cast<uint32_t>(
+      std::clamp<uint64_t>(o.max_request_memory_bytes / o.max_message_bytes, 2, 1u << 16));
+  l.read_timeout = std::chrono::duration_cast<core::Duration>(o.request_read_timeout);
+  return l;
+}
+
+// HTTP/2 and connection settings of both ports.
+void ApplyTransportBounds(const ServerOptions& o, grpc::ServerBuilder* builder) {
+  // Streams a connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                              static_cast<int>(o.max_streams_per_connection));
+  // A stream the front has not started to read holds at most its initial window: a
+  // fixed one, since the bandwidth-delay probe would grow it to megabytes per stream.
+  // A read opens the window to the message's size, so throughput does not depend on it.
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  // Idle and dead connections go away (each holds buffers and a slot): a connection
+  // without calls for --max-connection-idle-ms is closed, and keepalive pings find
+  // peers that vanished without closing theirs.
+  builder->AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                              static_cast<int>(o.max_connection_idle.count()));
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
+  builder->AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
 }
 
 TarpitOptions TarpitSettings(const ServerOptions& o) {
@@ -142,12 +177,21 @@ class ServerImpl final : public Server {
         m->ObserveAggregation(stage, d);
       });
     }
-    grpc::EnableDefaultHealthCheckService(true);
     const ConnectionLimits limits = ConnectionBounds(options_, RaiseOpenFileLimit());
     // The port is this process's own (server/listener.h): gRPC gets each admitted
-    // connection through an external acceptor, with the same credentials.
+    // connection through an external acceptor, with the same credentials, and every call
+    // through the front (server/grpc_front.h), which reads request bodies under budgets.
     PS_ASSIGN_OR_RETURN(listener_, Listener::Bind(options_.host, static_cast<uint16_t>(options_.port),
                                                   limits, "port", clock_));
+    auto on_refused = [this](Refusal kind, absl::string_view message) {
+      (void)shard_.Refuse(kind, message);
+    };
+    front_ = std::make_unique<GrpcFront>(auth_.get(), CallBounds(options_), clock_, on_refused);
+    worker_service_.AddTo(front_.get());
+    peer_service_.AddTo(front_.get());
+    admin_service_.AddTo(front_.get());
+    AddHealthMethods(front_.get(), &health_, /*anonymous=*/false);
+    front_->set_listener(listener_.get());
     grpc::ServerBuilder builder;
     auto acceptor = builder.experimental().AddExternalConnectionAcceptor(
         grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
@@ -156,20 +200,13 @@ class ServerImpl final : public Server {
         }));
     builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
     builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
-    // Idle and dead connections go away (each holds buffers and a slot): a connection
-    // without calls for --max-connection-idle-ms is closed, and keepalive pings find
-    // peers that vanished without closing theirs.
-    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-                               static_cast<int>(options_.max_connection_idle.count()));
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 60000);
-    builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000);
-    // Messages in flight (read before any credential is checked) are bounded in memory.
+    ApplyTransportBounds(options_, &builder);
+    // Messages in flight are bounded in memory (the front bounds how many are read at
+    // once; this is gRPC's own backstop).
     grpc::ResourceQuota quota("ps-server");
     quota.Resize(static_cast<size_t>(options_.max_request_memory_bytes));
     builder.SetResourceQuota(quota);
-    builder.RegisterService(&worker_service_);
-    builder.RegisterService(&peer_service_);
-    builder.RegisterService(&admin_service_);
+    builder.RegisterCallbackGenericService(front_.get());
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) {
       return absl::UnavailableError(absl::StrCat("cannot start the gRPC server for ",
@@ -178,20 +215,21 @@ class ServerImpl final : public Server {
     listener_->Start(std::move(acceptor));
     port_ = listener_->port();
     if (options_.health_port >= 0) {
-      // gRPC's default health service (EnableDefaultHealthCheckService gives every server
-      // its own, Check and Watch) is all this server answers; SetServing keeps both
-      // servers' statuses equal. The builder refuses a server without any method of its
-      // own, so an AdminService with no method implemented anchors it: every admin call
-      // here is UNIMPLEMENTED.
+      // Only grpc.health.v1, without credentials, requests of at most 4 KiB; every other
+      // method is UNIMPLEMENTED. The statuses are the main port's (SetServing), the
+      // watches and calls bounded on their own.
       PS_ASSIGN_OR_RETURN(health_listener_,
                           Listener::Bind(options_.host, static_cast<uint16_t>(options_.health_port),
                                          limits, "health port", clock_));
+      health_front_ = std::make_unique<GrpcFront>(auth_.get(), CallBounds(options_), clock_, on_refused);
+      AddHealthMethods(health_front_.get(), &health_port_state_, /*anonymous=*/true);
       grpc::ServerBuilder health_builder;
-      health_builder.RegisterService(&health_anchor_);
       auto health_acceptor = health_builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
           grpc::InsecureServerCredentials());
       health_builder.SetMaxReceiveMessageSize(4096);
+      ApplyTransportBounds(options_, &health_builder);
+      health_builder.RegisterCallbackGenericService(health_front_.get());
       health_server_ = health_builder.BuildAndStart();
       if (health_server_ == nullptr) {
         return absl::UnavailableError(absl::StrCat(
@@ -289,6 +327,8 @@ class ServerImpl final : public Server {
     tarpit_.Stop();
     server_->Shutdown(until);
     if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
+    if (front_ != nullptr) front_->Stop();
+    if (health_front_ != nullptr) health_front_->Stop();
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
     if (sender_ != nullptr) sender_->Stop();
@@ -317,7 +357,7 @@ class ServerImpl final : public Server {
 
  private:
   CallGate Gate() {
-    return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_, &listener_};
+    return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_};
   }
 
   core::ClientCredentials PeerCredentials() const {
@@ -398,13 +438,10 @@ class ServerImpl final : public Server {
       serving = serving_;
     }
     const bool model = alive && shard_.ready();
-    for (grpc::Server* server : {server_.get(), health_server_.get()}) {
-      grpc::HealthCheckServiceInterface* health =
-          server != nullptr ? server->GetHealthCheckService() : nullptr;
-      if (health == nullptr) continue;
-      health->SetServingStatus(alive);
-      health->SetServingStatus(v1::WorkerService::service_full_name(), serving);
-      health->SetServingStatus("ps.v1.Model", model);
+    for (HealthState* health : {&health_, &health_port_state_}) {
+      health->Set("", alive);
+      health->Set(v1::WorkerService::service_full_name(), serving);
+      health->Set("ps.v1.Model", model);
     }
   }
 
@@ -560,12 +597,16 @@ class ServerImpl final : public Server {
   PeerServiceImpl peer_service_;
   AdminServiceImpl admin_service_;
   std::vector<std::shared_ptr<grpc::Channel>> peer_channels_;
-  // Before the gRPC servers, which it hands connections to until it is stopped.
+  // The health statuses of the main port and of --health-port, watched separately.
+  HealthState health_{static_cast<uint32_t>(options_.max_health_watches)};
+  HealthState health_port_state_{static_cast<uint32_t>(options_.max_health_watches)};
+  // Before the gRPC servers, which call into them until they are destroyed.
+  std::unique_ptr<GrpcFront> front_;
+  std::unique_ptr<GrpcFront> health_front_;
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<Listener> health_listener_;
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
-  v1::AdminService::CallbackService health_anchor_;
   std::unique_ptr<grpc::Server> health_server_;  // --health-port
   uint16_t health_port_ = 0;
 

@@ -28,14 +28,12 @@ uint64_t Fingerprint(std::string_view text) {
   return h;
 }
 
-absl::StatusOr<Caller> CallGate::Admit(const grpc::ServerContextBase& ctx) const {
-  absl::StatusOr<Caller> caller = auth->Identify(ctx);
+absl::StatusOr<Caller> CallGate::Admit(const FrontCall& call) const {
+  const absl::StatusOr<Caller>& caller = call.caller();
   if (!caller.ok()) {
     return shard->Refuse(Refusal::kUnauthenticated,
-                         absl::StrCat(caller.status().message(), " (from ", ctx.peer(), ")"));
-  }
-  if (listener != nullptr && *listener != nullptr) {
-    (*listener)->Proven(ctx.peer(), caller->identity.has_value() ? caller->identity->Name() : "");
+                         absl::StrCat(caller.status().message(), " (from ",
+                                      const_cast<FrontCall&>(call).context().peer(), ")"));
   }
   if (!limiter->Allow(caller->Name())) {
     return shard->Refuse(Refusal::kRateLimited,
@@ -45,33 +43,38 @@ absl::StatusOr<Caller> CallGate::Admit(const grpc::ServerContextBase& ctx) const
   return caller;
 }
 
-std::string CallGate::ClientOf(const grpc::ServerContextBase& ctx) const {
-  absl::StatusOr<Caller> caller = auth->Identify(ctx);
+std::string CallGate::ClientOf(const FrontCall& call) const {
+  const absl::StatusOr<Caller>& caller = call.caller();
   return caller.ok() ? caller->Name() : std::string(kAnonymousClient);
 }
 
-void CallGate::Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
-                      size_t request_bytes,
-                      absl::AnyInvocable<void(grpc::Status) &&> finish) const {
+void CallGate::Answer(FrontCall* call, const absl::Status& status, size_t request_bytes,
+                      grpc::ByteBuffer response) const {
   std::string client;
   if (!status.ok() && tarpit != nullptr && Tarpit::Charges(status.code())) {
-    client = ClientOf(ctx);
+    client = ClientOf(*call);
   }
   // Peer shards are part of the service, not its clients: a refused share is lag (a
   // late round), and holding its answer would only slow the model rounds.
   if (client.empty() || client.starts_with("shard-")) {
-    std::move(finish)(net::ToGrpc(status));
+    call->Reply(net::ToGrpc(status), std::move(response));
     return;
   }
   tarpit->Refuse(client, request_bytes,
-                 [finish = std::move(finish), answer = net::ToGrpc(status)]() mutable {
-                   std::move(finish)(std::move(answer));
-                 });
+                 [call, answer = net::ToGrpc(status)]() { call->Reply(answer, {}); });
 }
 
-absl::StatusOr<uint32_t> CallGate::AdmitWorker(const grpc::ServerContextBase& ctx,
+void CallGate::Answer(FrontCall* call, const absl::Status& status,
+                      const google::protobuf::MessageLite& request,
+                      const google::protobuf::MessageLite* response) const {
+  Answer(call, status, status.ok() ? 0 : request.ByteSizeLong(),
+         status.ok() && response != nullptr ? net::SerializeMessage(*response)
+                                            : grpc::ByteBuffer());
+}
+
+absl::StatusOr<uint32_t> CallGate::AdmitWorker(const FrontCall& call,
                                                std::string_view session) const {
-  PS_ASSIGN_OR_RETURN(Caller caller, Admit(ctx));
+  PS_ASSIGN_OR_RETURN(Caller caller, Admit(call));
   PS_ASSIGN_OR_RETURN(uint32_t worker, shard->Authenticate(session));
   const core::Identity owner{core::Identity::Kind::kWorker, worker};
   if (caller.identity.has_value() && !(*caller.identity == owner)) {
@@ -111,45 +114,66 @@ uint32_t PullSlots::open(uint32_t worker) const {
 
 namespace {
 
-// Answers a unary call with `s` (through the tarpit when it is a refusal).
-grpc::ServerUnaryReactor* Reply(const CallGate& gate, grpc::CallbackServerContext* ctx,
-                                const google::protobuf::MessageLite& req, const absl::Status& s) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  gate.Answer(*ctx, s, req, [reactor](grpc::Status answer) { reactor->Finish(answer); });
-  return reactor;
-}
-grpc::ServerUnaryReactor* Reply(const CallGate& gate, grpc::CallbackServerContext* ctx,
-                                size_t request_bytes, const absl::Status& s) {
-  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  gate.Answer(*ctx, s, request_bytes, [reactor](grpc::Status answer) { reactor->Finish(answer); });
-  return reactor;
+// A unary method of `Req` on the front: the request parsed (a body that does not parse
+// is refused as malformed, through the tarpit), then `handle`.
+template <typename Req>
+FrontMethod Unary(const CallGate& gate, std::function<void(FrontCall*, const Req&)> handle) {
+  FrontMethod m;
+  m.unary = [gate, handle = std::move(handle)](FrontCall* call, const grpc::ByteBuffer& raw) {
+    Req req;
+    if (absl::Status parsed = net::ParseMessage(raw, &req); !parsed.ok()) {
+      gate.Answer(call, gate.shard->Refuse(Refusal::kMalformed, parsed.message()), raw.Length());
+      return;
+    }
+    handle(call, req);
+  };
+  return m;
 }
 
 // Streams the requested slices of one Pull, each once it reaches the wanted version,
-// most urgent first among those ready. Watch callbacks may fire on any thread, so
-// the reactor's mutable state sits behind a mutex in a shared block that outlives
-// the reactor (grpc deletes the reactor in OnDone; late callbacks then find it gone).
-class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
+// most urgent first among those ready. Watch callbacks may fire on any thread, so the
+// stream's mutable state sits behind a mutex in a shared block that outlives the stream
+// (the front destroys the stream when the call is done; late callbacks then find the
+// call gone).
+class PullStream final : public StreamHandler {
  public:
   // `slot` is the worker's open-stream slot, given back when the stream is done.
-  PullReactor(Shard* shard, const v1::PullRequest& req, Metrics* metrics, PullSlots::Slot slot)
-      : shard_(shard), slot_(std::move(slot)) {
+  PullStream(Shard* shard, FrontCall* call, v1::PullRequest req, Metrics* metrics,
+             PullSlots::Slot slot)
+      : shard_(shard), call_(call), req_(std::move(req)), slot_(std::move(slot)) {
     state_ = std::make_shared<State>();
-    state_->reactor = this;
+    state_->shard = shard;
     state_->metrics = metrics;
-    state_->remaining = static_cast<size_t>(req.slice_ids_size());
-    watches_.reserve(static_cast<size_t>(req.slice_ids_size()));
+    state_->remaining = static_cast<size_t>(req_.slice_ids_size());
     // What the worker holds (compressed pulls): a slice whose delta applies to it goes
     // out as that delta.
-    if (shard->pull_epoch() != 0 && req.held_epoch() == shard->pull_epoch()) {
-      for (int k = 0; k < req.held_versions_size(); ++k) {
-        state_->held.emplace(req.slice_ids(k), req.held_versions(k));
+    if (shard->pull_epoch() != 0 && req_.held_epoch() == shard->pull_epoch()) {
+      for (int k = 0; k < req_.held_versions_size(); ++k) {
+        state_->held.emplace(req_.slice_ids(k), req_.held_versions(k));
       }
     }
-    for (uint32_t id : req.slice_ids()) {
+  }
+
+  ~PullStream() override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->call = nullptr;
+    }
+    // A cancelled or timed-out pull leaves watches that never fired: drop them, or every
+    // abandoned pull would stay on the shard until its version came (if ever).
+    for (const auto& [slice, watch] : watches_) shard_->Unwatch(slice, watch);
+  }
+
+  void Start() override {
+    {
+      absl::MutexLock lock(&state_->mu);
+      state_->call = call_;
+    }
+    watches_.reserve(static_cast<size_t>(req_.slice_ids_size()));
+    for (uint32_t id : req_.slice_ids()) {
       std::weak_ptr<State> weak = state_;
-      const int32_t priority = shard->priority_schedule() ? shard->SlicePriority(id) : 0;
-      const uint64_t watch = shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
+      const int32_t priority = shard_->priority_schedule() ? shard_->SlicePriority(id) : 0;
+      const uint64_t watch = shard_->Watch(id, req_.min_version(), [weak, id, priority](bool ok) {
         if (auto st = weak.lock()) st->OnReady(id, priority, ok);
       });
       if (watch != 0) watches_.emplace_back(id, watch);
@@ -180,27 +204,17 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
   }
 
-  void OnDone() override {
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->reactor = nullptr;
-    }
-    // A cancelled or timed-out pull leaves watches that never fired: drop them, or every
-    // abandoned pull would stay on the shard until its version came (if ever).
-    for (const auto& [slice, watch] : watches_) shard_->Unwatch(slice, watch);
-    delete this;
-  }
-
  private:
   struct State {
     absl::Mutex mu;
-    PullReactor* reactor ABSL_GUARDED_BY(mu) = nullptr;
+    const Shard* shard = nullptr;
+    FrontCall* call ABSL_GUARDED_BY(mu) = nullptr;  // null before Start and once done
     // (priority, arrival, slice); the priority is 0 for everything under --schedule=fifo.
     std::set<std::tuple<int32_t, uint64_t, uint32_t>> ready ABSL_GUARDED_BY(mu);
     uint64_t arrivals ABSL_GUARDED_BY(mu) = 0;
     size_t remaining ABSL_GUARDED_BY(mu) = 0;  // slices not yet written
     bool write_in_flight ABSL_GUARDED_BY(mu) = false;
-    bool registering ABSL_GUARDED_BY(mu) = true;  // the constructor is adding watches
+    bool registering ABSL_GUARDED_BY(mu) = true;  // Start() is adding watches
     bool finished ABSL_GUARDED_BY(mu) = false;
     bool cancelled ABSL_GUARDED_BY(mu) = false;
     bool shutting_down ABSL_GUARDED_BY(mu) = false;
@@ -211,7 +225,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
 
     void OnReady(uint32_t id, int32_t priority, bool ok) {
       absl::MutexLock lock(&mu);
-      if (reactor == nullptr || finished) return;
+      if (call == nullptr || finished) return;
       if (!ok) {
         shutting_down = true;
       } else {
@@ -224,7 +238,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     // previous write just completed, so a slice written now was waiting for the link
     // (the frame says so: PullResponse.queued).
     void NextLocked(bool after_write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      if (finished || reactor == nullptr) return;
+      if (finished || call == nullptr) return;
       if (cancelled) {
         FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
         return;
@@ -232,11 +246,10 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
       if (!ready.empty()) {
         const uint32_t id = std::get<2>(*ready.begin());
         ready.erase(ready.begin());
-        const Shard& shard = *reactor->shard_;
-        SliceSnapshot snap = shard.Snapshot(id);
+        SliceSnapshot snap = shard->Snapshot(id);
         net::PullHeader header{.slice_id = id,
                                .version = snap.version,
-                               .epoch = shard.pull_epoch(),
+                               .epoch = shard->pull_epoch(),
                                .loss = snap.loss,
                                .first_loss = snap.first_loss,
                                .queued = after_write};
@@ -244,7 +257,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         if (snap.delta != nullptr && snap.delta->version == snap.version) {
           auto it = held.find(id);
           if (it != held.end() && it->second == snap.delta->base_version) {
-            header.codec = shard.pull_codec();
+            header.codec = shard->pull_codec();
             header.base_version = snap.delta->base_version;
             body = snap.delta->payload;
           }
@@ -254,7 +267,7 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
         --remaining;
         if (metrics != nullptr) metrics->ObservePullBytes(bytes);
         write_in_flight = true;
-        reactor->StartWrite(&response);
+        call->Write(&response);
         return;
       }
       if (remaining == 0) {
@@ -265,130 +278,139 @@ class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
     }
 
     void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      if (finished || reactor == nullptr) return;
+      if (finished || call == nullptr) return;
       finished = true;
       if (metrics != nullptr) metrics->ObservePull(std::chrono::steady_clock::now() - start);
-      reactor->Finish(s);
+      call->Finish(s);
     }
   };
 
   Shard* const shard_;
+  FrontCall* const call_;
+  const v1::PullRequest req_;
   const PullSlots::Slot slot_;
   std::vector<std::pair<uint32_t, uint64_t>> watches_;  // (slice, watch id) not fired at start
   std::shared_ptr<State> state_;
 };
 
-// A reactor that refuses (bad session, layout or slice list): at once, or when the
-// tarpit lets it.
-class RefusedPull final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
- public:
-  RefusedPull(const CallGate& gate, grpc::CallbackServerContext* ctx, const absl::Status& s,
-              size_t request_bytes) {
-    gate.Answer(*ctx, s, request_bytes, [this](grpc::Status answer) { Finish(answer); });
-  }
-  void OnDone() override { delete this; }
-};
-
 }  // namespace
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::Join(grpc::CallbackServerContext* ctx,
-                                                  const v1::JoinRequest* req,
-                                                  v1::JoinResponse* resp) {
-  absl::StatusOr<Caller> caller = gate_.Admit(*ctx);
-  if (!caller.ok()) return Reply(gate_, ctx, *req, caller.status());
-  if (gate_.admitting != nullptr && !gate_.admitting->load()) {
-    return Reply(gate_, ctx, *req, absl::UnavailableError(
-                          "this shard was restored from a checkpoint and is catching up with its "
-                          "peers; retry shortly"));
-  }
-  if (caller->identity.has_value() &&
-      !(*caller->identity == core::Identity{core::Identity::Kind::kWorker, req->worker_id()})) {
-    return Reply(gate_, ctx, *req,
-                 shard_->Refuse(Refusal::kPermissionDenied,
-                                absl::StrCat(caller->identity->Name(), " may not join as worker ",
-                                             req->worker_id(),
-                                             ": the worker id comes from the "
-                                             "credentials")));
-  }
-  absl::StatusOr<JoinResult> r = shard_->Join(req->worker_id(), req->layout_hash());
-  if (!r.ok()) return Reply(gate_, ctx, *req, r.status());
-  const ServerOptions& o = shard_->options();
-  resp->set_session(r->session);
-  resp->set_shard_id(shard_->shard_id());
-  resp->set_num_shards(o.num_shards);
-  resp->set_num_workers(o.num_workers);
-  resp->set_layout_registered(r->layout_registered);
-  resp->set_ready(r->ready);
-  resp->set_version(r->version);
-  resp->set_aggregator(o.aggregator);
-  resp->set_aggregate_only(o.aggregate_only);
-  if (!o.aggregate_only) {
-    resp->set_learning_rate(o.learning_rate);
-    resp->set_momentum(o.momentum);
-    resp->set_weight_decay(o.weight_decay);
-  }
-  if (udp_port_ != 0) {
-    resp->set_udp_port(udp_port_);
-    resp->set_udp_session(r->udp_session);
-    resp->set_udp_key(r->udp_key);
-  }
-  return Reply(gate_, ctx, *req, absl::OkStatus());
+void WorkerServiceImpl::AddTo(GrpcFront* front) {
+  constexpr std::string_view kService = "/ps.v1.WorkerService/";
+  auto path = [&](std::string_view method) { return std::string(kService) + std::string(method); };
+  front->Add(path("Join"), Unary<v1::JoinRequest>(gate_, [this](FrontCall* c, const v1::JoinRequest& r) {
+               Join(c, r);
+             }));
+  front->Add(path("RegisterLayout"),
+             Unary<v1::RegisterLayoutRequest>(
+                 gate_, [this](FrontCall* c, const v1::RegisterLayoutRequest& r) { RegisterLayout(c, r); }));
+  front->Add(path("InitSlice"),
+             Unary<v1::InitSliceRequest>(
+                 gate_, [this](FrontCall* c, const v1::InitSliceRequest& r) { InitSlice(c, r); }));
+  FrontMethod push;
+  push.unary = [this](FrontCall* c, const grpc::ByteBuffer& r) { Push(c, r); };
+  front->Add(path("Push"), std::move(push));
+  FrontMethod pull;
+  pull.stream = [this](FrontCall* c, const grpc::ByteBuffer& r) { return Pull(c, r); };
+  front->Add(path("Pull"), std::move(pull));
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::RegisterLayout(grpc::CallbackServerContext* ctx,
-                                                            const v1::RegisterLayoutRequest* req,
-                                                            v1::RegisterLayoutResponse* resp) {
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return Reply(gate_, ctx, *req, worker.status());
-  const v1::Layout& msg = req->layout();
+void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
+  absl::StatusOr<Caller> caller = gate_.Admit(*call);
+  if (!caller.ok()) return gate_.Answer(call, caller.status(), req);
+  if (gate_.admitting != nullptr && !gate_.admitting->load()) {
+    return gate_.Answer(call, absl::UnavailableError(
+                                  "this shard was restored from a checkpoint and is catching up "
+                                  "with its peers; retry shortly"),
+                        req);
+  }
+  if (caller->identity.has_value() &&
+      !(*caller->identity == core::Identity{core::Identity::Kind::kWorker, req.worker_id()})) {
+    return gate_.Answer(call,
+                        shard_->Refuse(Refusal::kPermissionDenied,
+                                       absl::StrCat(caller->identity->Name(),
+                                                    " may not join as worker ", req.worker_id(),
+                                                    ": the worker id comes from the "
+                                                    "credentials")),
+                        req);
+  }
+  absl::StatusOr<JoinResult> r = shard_->Join(req.worker_id(), req.layout_hash());
+  if (!r.ok()) return gate_.Answer(call, r.status(), req);
+  const ServerOptions& o = shard_->options();
+  v1::JoinResponse resp;
+  resp.set_session(r->session);
+  resp.set_shard_id(shard_->shard_id());
+  resp.set_num_shards(o.num_shards);
+  resp.set_num_workers(o.num_workers);
+  resp.set_layout_registered(r->layout_registered);
+  resp.set_ready(r->ready);
+  resp.set_version(r->version);
+  resp.set_aggregator(o.aggregator);
+  resp.set_aggregate_only(o.aggregate_only);
+  if (!o.aggregate_only) {
+    resp.set_learning_rate(o.learning_rate);
+    resp.set_momentum(o.momentum);
+    resp.set_weight_decay(o.weight_decay);
+  }
+  if (udp_port_ != 0) {
+    resp.set_udp_port(udp_port_);
+    resp.set_udp_session(r->udp_session);
+    resp.set_udp_key(r->udp_key);
+  }
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+void WorkerServiceImpl::RegisterLayout(FrontCall* call, const v1::RegisterLayoutRequest& req) {
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req.session());
+  if (!worker.ok()) return gate_.Answer(call, worker.status(), req);
+  const v1::Layout& msg = req.layout();
+  v1::RegisterLayoutResponse resp;
   if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
     // The common case, answered by comparing the request with the registered layout
     // (first difference ends it): no copy, no hash, whatever the request's size.
     const bool same = net::SameLayout(*have, msg);
-    if (same) resp->set_layout_hash(have->hash());
-    return Reply(gate_, ctx, *req, shard_->AnswerRegistered(
-                          *have, *worker, same,
-                          absl::StrCat("another (", msg.tensors_size(), " tensors, slice_elems ",
-                                       msg.slice_elems(), ", num_shards ", msg.num_shards(), ")")));
+    if (same) resp.set_layout_hash(have->hash());
+    return gate_.Answer(call,
+                        shard_->AnswerRegistered(
+                            *have, *worker, same,
+                            absl::StrCat("another (", msg.tensors_size(), " tensors, slice_elems ",
+                                         msg.slice_elems(), ", num_shards ", msg.num_shards(), ")")),
+                        req, &resp);
   }
   // Nothing is built from the request before the shard looked at its size.
   absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(
       *worker, net::TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
-  if (!owned.ok()) return Reply(gate_, ctx, *req, owned.status());
-  resp->set_layout_hash(shard_->layout_hash());
-  for (uint32_t id : *owned) resp->add_owned_slices(id);
-  return Reply(gate_, ctx, *req, absl::OkStatus());
+  if (!owned.ok()) return gate_.Answer(call, owned.status(), req);
+  resp.set_layout_hash(shard_->layout_hash());
+  for (uint32_t id : *owned) resp.add_owned_slices(id);
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::InitSlice(grpc::CallbackServerContext* ctx,
-                                                       const v1::InitSliceRequest* req,
-                                                       v1::InitSliceResponse* /*resp*/) {
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req->session());
-  if (!worker.ok()) return Reply(gate_, ctx, *req, worker.status());
-  return Reply(gate_, ctx, *req,
-               shard_->InitSlice(*worker, req->layout_hash(), req->slice_id(), req->values()));
+void WorkerServiceImpl::InitSlice(FrontCall* call, const v1::InitSliceRequest& req) {
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req.session());
+  if (!worker.ok()) return gate_.Answer(call, worker.status(), req);
+  v1::InitSliceResponse resp;
+  gate_.Answer(call, shard_->InitSlice(*worker, req.layout_hash(), req.slice_id(), req.values()),
+               req, &resp);
 }
 
-grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* ctx,
-                                                  const grpc::ByteBuffer* req,
-                                                  grpc::ByteBuffer* resp) {
+void WorkerServiceImpl::Push(FrontCall* call, const grpc::ByteBuffer& req) {
   // Timed only for the metrics (a clock read per push otherwise wasted).
   const auto start = metrics_ != nullptr ? std::chrono::steady_clock::now()
                                          : std::chrono::steady_clock::time_point{};
-  *resp = net::HeaderAndBody({}, nullptr);  // PushResponse has no fields
-  const size_t request_bytes = req->Length();
+  const size_t request_bytes = req.Length();
   net::ReceivedBytes bytes;
-  absl::Status s = bytes.Take(*req);
+  absl::Status s = bytes.Take(req);
   absl::StatusOr<net::PushFrame> frame =
       s.ok() ? net::ParsePushRequest(bytes.pieces()) : absl::StatusOr<net::PushFrame>(s);
   if (!frame.ok()) {
-    return Reply(gate_, ctx, request_bytes,
-                 shard_->Refuse(Refusal::kMalformed, frame.status().message()));
+    return gate_.Answer(call, shard_->Refuse(Refusal::kMalformed, frame.status().message()),
+                        request_bytes);
   }
   // The payload is decoded straight from gRPC's buffers (Codec::DecodePieces).
   std::string session_bytes, codec_bytes;
   const std::string_view session = frame->session.Contiguous(&session_bytes);
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, session);
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, session);
   if (worker.ok()) {
     s = shard_->Push(*worker, frame->layout_hash, frame->round, frame->slice_id,
                      frame->codec.Contiguous(&codec_bytes), frame->payload.parts(), frame->loss);
@@ -398,75 +420,99 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* c
   if (metrics_ != nullptr) {
     metrics_->ObservePush(std::chrono::steady_clock::now() - start, frame->payload.size());
   }
-  return Reply(gate_, ctx, request_bytes, s);
+  // PushResponse has no fields.
+  gate_.Answer(call, s, request_bytes, s.ok() ? net::HeaderAndBody({}, nullptr) : grpc::ByteBuffer());
 }
 
-grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Pull(
-    grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
-  const size_t request_bytes = raw->Length();
+std::unique_ptr<StreamHandler> WorkerServiceImpl::Pull(FrontCall* call,
+                                                       const grpc::ByteBuffer& raw) {
+  const size_t request_bytes = raw.Length();
   v1::PullRequest req;
-  if (absl::Status parsed = net::ParseMessage(*raw, &req); !parsed.ok()) {
-    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kMalformed, parsed.message()),
-                           request_bytes);
+  if (absl::Status parsed = net::ParseMessage(raw, &req); !parsed.ok()) {
+    gate_.Answer(call, shard_->Refuse(Refusal::kMalformed, parsed.message()), request_bytes);
+    return nullptr;
   }
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req.session());
-  if (!worker.ok()) return new RefusedPull(gate_, ctx, worker.status(), request_bytes);
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req.session());
+  if (!worker.ok()) {
+    gate_.Answer(call, worker.status(), request_bytes);
+    return nullptr;
+  }
   if (req.held_versions_size() != 0 && req.held_versions_size() != req.slice_ids_size()) {
-    return new RefusedPull(
-        gate_, ctx,
-        absl::InvalidArgumentError(absl::StrCat("pull gives ", req.held_versions_size(),
-                                                " held versions for ", req.slice_ids_size(),
-                                                " slices")),
-        request_bytes);
+    gate_.Answer(call,
+                 absl::InvalidArgumentError(absl::StrCat("pull gives ", req.held_versions_size(),
+                                                         " held versions for ",
+                                                         req.slice_ids_size(), " slices")),
+                 request_bytes);
+    return nullptr;
   }
   absl::Status valid = shard_->ValidatePull(
       req.layout_hash(), std::span<const uint32_t>(req.slice_ids().data(),
                                                    static_cast<size_t>(req.slice_ids_size())));
-  if (!valid.ok()) return new RefusedPull(gate_, ctx, valid, request_bytes);
+  if (!valid.ok()) {
+    gate_.Answer(call, valid, request_bytes);
+    return nullptr;
+  }
   absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
   if (!slot.ok()) {
-    return new RefusedPull(gate_, ctx,
-                           shard_->Refuse(Refusal::kOverLimit, slot.status().message()),
-                           request_bytes);
+    gate_.Answer(call, shard_->Refuse(Refusal::kOverLimit, slot.status().message()), request_bytes);
+    return nullptr;
   }
-  return new PullReactor(shard_, req, metrics_, *std::move(slot));
+  return std::make_unique<PullStream>(shard_, call, std::move(req), metrics_, *std::move(slot));
 }
 
-grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,
-                                                 const v1::PeerHelloRequest* req,
-                                                 v1::PeerHelloResponse* resp) {
-  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok())
-    return Reply(gate_, ctx, *req, st);
-  resp->set_shard_id(self_.shard_id);
-  resp->set_num_shards(self_.num_shards);
-  resp->set_config_fingerprint(self_.config_fingerprint);
-  resp->set_config_summary(self_.config_summary);
-  resp->set_layout_hash(shard_->layout_hash());
-  resp->set_ready(shard_->ready());
-  resp->set_max_version(shard_->MaxVersion());
-  if (req->config_fingerprint() != self_.config_fingerprint) {
+void PeerServiceImpl::AddTo(GrpcFront* front) {
+  front->Add("/ps.v1.PeerService/Hello",
+             Unary<v1::PeerHelloRequest>(
+                 gate_, [this](FrontCall* c, const v1::PeerHelloRequest& r) { Hello(c, r); }));
+  front->Add("/ps.v1.PeerService/ShareRound",
+             Unary<v1::RoundShareRequest>(
+                 gate_, [this](FrontCall* c, const v1::RoundShareRequest& r) { ShareRound(c, r); }));
+}
+
+void PeerServiceImpl::Hello(FrontCall* call, const v1::PeerHelloRequest& req) {
+  if (absl::Status st = AdmitPeer(*call, req.shard_id()); !st.ok()) {
+    return gate_.Answer(call, st, req);
+  }
+  v1::PeerHelloResponse resp;
+  resp.set_shard_id(self_.shard_id);
+  resp.set_num_shards(self_.num_shards);
+  resp.set_config_fingerprint(self_.config_fingerprint);
+  resp.set_config_summary(self_.config_summary);
+  resp.set_layout_hash(shard_->layout_hash());
+  resp.set_ready(shard_->ready());
+  resp.set_max_version(shard_->MaxVersion());
+  if (req.config_fingerprint() != self_.config_fingerprint) {
     // The peer's own checker says so too; here at the 1st, 2nd, 4th, ... time, quoting
     // a bounded, printable part of what the caller sent.
     const uint64_t n = mismatches_.fetch_add(1) + 1;
     spdlog::log(std::has_single_bit(n) ? spdlog::level::err : spdlog::level::debug,
                 "shard {}: peer shard {} runs another configuration ({} so far): theirs [{}], "
                 "ours [{}]",
-                self_.shard_id, req->shard_id(), n, core::ClientText(req->config_summary(), 512),
+                self_.shard_id, req.shard_id(), n, core::ClientText(req.config_summary(), 512),
                 self_.config_summary);
   }
-  return Reply(gate_, ctx, *req, absl::OkStatus());
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 
-grpc::ServerUnaryReactor* PeerServiceImpl::ShareRound(grpc::CallbackServerContext* ctx,
-                                                      const v1::RoundShareRequest* req,
-                                                      v1::RoundShareResponse* /*resp*/) {
-  if (absl::Status st = AdmitPeer(*ctx, req->shard_id()); !st.ok())
-    return Reply(gate_, ctx, *req, st);
-  return Reply(gate_, ctx, *req, shard_->AcceptShare(FromProto(*req)));
+void PeerServiceImpl::ShareRound(FrontCall* call, const v1::RoundShareRequest& req) {
+  if (absl::Status st = AdmitPeer(*call, req.shard_id()); !st.ok()) {
+    return gate_.Answer(call, st, req);
+  }
+  v1::RoundShareResponse resp;
+  gate_.Answer(call, shard_->AcceptShare(FromProto(req)), req, &resp);
 }
 
-absl::Status AdminServiceImpl::AdmitAdmin(const grpc::ServerContextBase& ctx) const {
-  PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(ctx));
+void AdminServiceImpl::AddTo(GrpcFront* front) {
+  front->Add("/ps.v1.AdminService/Checkpoint",
+             Unary<v1::CheckpointRequest>(
+                 gate_, [this](FrontCall* c, const v1::CheckpointRequest& r) { Checkpoint(c, r); }));
+  front->Add("/ps.v1.AdminService/Status",
+             Unary<v1::StatusRequest>(
+                 gate_, [this](FrontCall* c, const v1::StatusRequest& r) { Status(c, r); }));
+}
+
+absl::Status AdminServiceImpl::AdmitAdmin(const FrontCall& call) const {
+  PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(call));
   if (caller.identity.has_value() ? caller.identity->kind == core::Identity::Kind::kAdmin
                                   : caller.loopback()) {
     return absl::OkStatus();
@@ -476,28 +522,24 @@ absl::Status AdminServiceImpl::AdmitAdmin(const grpc::ServerContextBase& ctx) co
       absl::StrCat("administrative calls need the admin identity; the caller is ", caller.Name()));
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Checkpoint(grpc::CallbackServerContext* ctx,
-                                                       const v1::CheckpointRequest* req,
-                                                       v1::CheckpointResponse* resp) {
-  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(gate_, ctx, *req, st);
+void AdminServiceImpl::Checkpoint(FrontCall* call, const v1::CheckpointRequest& req) {
+  if (absl::Status st = AdmitAdmin(*call); !st.ok()) return gate_.Answer(call, st, req);
   absl::StatusOr<std::pair<std::string, uint64_t>> written = hooks_.checkpoint();
-  if (!written.ok()) return Reply(gate_, ctx, *req, written.status());
-  resp->set_path(written->first);
-  resp->set_version(written->second);
-  return Reply(gate_, ctx, *req, absl::OkStatus());
+  if (!written.ok()) return gate_.Answer(call, written.status(), req);
+  v1::CheckpointResponse resp;
+  resp.set_path(written->first);
+  resp.set_version(written->second);
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 
-grpc::ServerUnaryReactor* AdminServiceImpl::Status(grpc::CallbackServerContext* ctx,
-                                                   const v1::StatusRequest* req,
-                                                   v1::StatusResponse* resp) {
-  if (absl::Status st = AdmitAdmin(*ctx); !st.ok()) return Reply(gate_, ctx, *req, st);
-  *resp = hooks_.status();
-  return Reply(gate_, ctx, *req, absl::OkStatus());
+void AdminServiceImpl::Status(FrontCall* call, const v1::StatusRequest& req) {
+  if (absl::Status st = AdmitAdmin(*call); !st.ok()) return gate_.Answer(call, st, req);
+  const v1::StatusResponse resp = hooks_.status();
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 
-absl::Status PeerServiceImpl::AdmitPeer(const grpc::ServerContextBase& ctx,
-                                        uint32_t claimed) const {
-  PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(ctx));
+absl::Status PeerServiceImpl::AdmitPeer(const FrontCall& call, uint32_t claimed) const {
+  PS_ASSIGN_OR_RETURN(Caller caller, gate_.Admit(call));
   if (claimed == self_.shard_id || claimed >= self_.num_shards) {
     return shard_->Refuse(Refusal::kPermissionDenied,
                           absl::StrCat("a peer call as shard ", claimed, ", but this is shard ",

@@ -1,8 +1,9 @@
-// The gRPC side of a shard: ps.v1 WorkerService and PeerService on the callback API
-// (no thread per call). They translate messages to Shard calls and absl::Status to
-// grpc::Status; all state lives in Shard.
+// The gRPC side of a shard: the methods of ps.v1 WorkerService, PeerService and
+// AdminService, served through the front (server/grpc_front.h), which hands each call's
+// request bytes over once it may be read. They translate messages to Shard calls and
+// absl::Status to grpc::Status; all state lives in Shard.
 //
-// Ownership: both services borrow the Shard, which must outlive the grpc::Server.
+// Ownership: the services borrow the Shard, which must outlive the grpc::Server.
 #pragma once
 
 #include <atomic>
@@ -17,7 +18,7 @@
 
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
-#include "server/listener.h"
+#include "server/grpc_front.h"
 #include "server/metrics.h"
 #include "server/shard.h"
 #include "server/tarpit.h"
@@ -36,27 +37,24 @@ struct CallGate {
   // While false, Join is refused with UNAVAILABLE (a restored shard catching up with
   // its peers); null = always admitting.
   const std::atomic<bool>* admitting = nullptr;
-  // The port's listener, told of every authenticated call (its connection is then
-  // proven); null: none. Set once the port is bound.
-  const std::unique_ptr<Listener>* listener = nullptr;
 
-  absl::StatusOr<Caller> Admit(const grpc::ServerContextBase& ctx) const;
+  // The caller the front identified (UNAUTHENTICATED, counted, when it has none), within
+  // the rate limit.
+  absl::StatusOr<Caller> Admit(const FrontCall& call) const;
   // The tarpit's name for the caller: its identity; without credentials configured its
-  // address without the port; "anonymous" when it has none it may use.
-  std::string ClientOf(const grpc::ServerContextBase& ctx) const;
-  // Answers `status` on `finish`: at once, or held by the tarpit when it is a refusal
-  // charged to a client over its budget. `request` sizes the refusal.
-  void Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
-              size_t request_bytes, absl::AnyInvocable<void(grpc::Status) &&> finish) const;
-  void Answer(const grpc::ServerContextBase& ctx, const absl::Status& status,
+  // address; "anonymous" when it has none it may use.
+  std::string ClientOf(const FrontCall& call) const;
+  // Ends `call` with `status` (and `response` when it is OK): at once, or held by the
+  // tarpit when it is a refusal charged to a client over its budget. `request_bytes`
+  // sizes the refusal.
+  void Answer(FrontCall* call, const absl::Status& status, size_t request_bytes,
+              grpc::ByteBuffer response = {}) const;
+  void Answer(FrontCall* call, const absl::Status& status,
               const google::protobuf::MessageLite& request,
-              absl::AnyInvocable<void(grpc::Status) &&> finish) const {
-    Answer(ctx, status, status.ok() ? 0 : request.ByteSizeLong(), std::move(finish));
-  }
+              const google::protobuf::MessageLite* response = nullptr) const;
   // Admit, then the worker behind `session`, which must be the caller's identity
   // (PERMISSION_DENIED: a stolen or replayed session).
-  absl::StatusOr<uint32_t> AdmitWorker(const grpc::ServerContextBase& ctx,
-                                       std::string_view session) const;
+  absl::StatusOr<uint32_t> AdmitWorker(const FrontCall& call, std::string_view session) const;
 };
 
 // The pull streams each worker has open, bounded by --max-pulls-per-worker. A Slot is
@@ -79,12 +77,10 @@ class PullSlots {
   std::vector<uint32_t> open_ ABSL_GUARDED_BY(mu_);
 };
 
-// Push and Pull are raw methods: their messages carry the tensor bytes, which are read
-// and written in place (net/wire.h, docs/data_path.md) instead of through protobuf's
-// copies. The wire format is the generated messages' all the same.
-class WorkerServiceImpl final
-    : public ps::v1::WorkerService::WithRawCallbackMethod_Push<
-          ps::v1::WorkerService::WithRawCallbackMethod_Pull<ps::v1::WorkerService::CallbackService>> {
+// ps.v1.WorkerService. Push and Pull read and write their tensor bytes in place
+// (net/wire.h, docs/data_path.md) instead of through protobuf's copies; the wire format is
+// the generated messages' all the same.
+class WorkerServiceImpl final {
  public:
   explicit WorkerServiceImpl(CallGate gate)
       : shard_(gate.shard),
@@ -97,22 +93,17 @@ class WorkerServiceImpl final
   // Where push and pull latencies and bytes go (null: nowhere); set before serving.
   // Borrowed: must outlive the grpc::Server.
   void set_metrics(Metrics* metrics) { metrics_ = metrics; }
+  // Adds its methods to `front` (borrowing this service).
+  void AddTo(GrpcFront* front);
 
-  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
-                                 v1::JoinResponse* resp) override;
-  grpc::ServerUnaryReactor* RegisterLayout(grpc::CallbackServerContext* ctx,
-                                           const v1::RegisterLayoutRequest* req,
-                                           v1::RegisterLayoutResponse* resp) override;
-  grpc::ServerUnaryReactor* InitSlice(grpc::CallbackServerContext* ctx,
-                                      const v1::InitSliceRequest* req,
-                                      v1::InitSliceResponse* resp) override;
+  void Join(FrontCall* call, const v1::JoinRequest& req);
+  void RegisterLayout(FrontCall* call, const v1::RegisterLayoutRequest& req);
+  void InitSlice(FrontCall* call, const v1::InitSliceRequest& req);
   // A ps.v1.PushRequest in; an empty PushResponse out.
-  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
-                                 grpc::ByteBuffer* resp) override;
+  void Push(FrontCall* call, const grpc::ByteBuffer& req);
   // A ps.v1.PullRequest in; a stream of ps.v1.PullResponse out, each a header and the
-  // published slice's bytes, which every stream shares.
-  grpc::ServerWriteReactor<grpc::ByteBuffer>* Pull(grpc::CallbackServerContext* ctx,
-                                                   const grpc::ByteBuffer* req) override;
+  // published slice's bytes, which every stream shares. Null: the call was answered.
+  std::unique_ptr<StreamHandler> Pull(FrontCall* call, const grpc::ByteBuffer& req);
 
  private:
   Shard* const shard_;
@@ -124,7 +115,7 @@ class WorkerServiceImpl final
 
 // ps.v1.AdminService: operator calls, for the admin identity only (or, when the server
 // takes no credentials, for callers on loopback).
-class AdminServiceImpl final : public ps::v1::AdminService::CallbackService {
+class AdminServiceImpl final {
  public:
   struct Hooks {
     // Writes a checkpoint now: the path and its version.
@@ -133,14 +124,12 @@ class AdminServiceImpl final : public ps::v1::AdminService::CallbackService {
   };
   AdminServiceImpl(CallGate gate, Hooks hooks) : gate_(gate), hooks_(std::move(hooks)) {}
 
-  grpc::ServerUnaryReactor* Checkpoint(grpc::CallbackServerContext* ctx,
-                                       const v1::CheckpointRequest* req,
-                                       v1::CheckpointResponse* resp) override;
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
-                                   v1::StatusResponse* resp) override;
+  void AddTo(GrpcFront* front);
+  void Checkpoint(FrontCall* call, const v1::CheckpointRequest& req);
+  void Status(FrontCall* call, const v1::StatusRequest& req);
 
  private:
-  absl::Status AdmitAdmin(const grpc::ServerContextBase& ctx) const;
+  absl::Status AdmitAdmin(const FrontCall& call) const;
 
   const CallGate gate_;
   const Hooks hooks_;
@@ -154,22 +143,20 @@ struct PeerIdentity {
   std::string config_summary;
 };
 
-class PeerServiceImpl final : public ps::v1::PeerService::CallbackService {
+// ps.v1.PeerService.
+class PeerServiceImpl final {
  public:
   PeerServiceImpl(PeerIdentity self, CallGate gate)
       : self_(std::move(self)), shard_(gate.shard), gate_(gate) {}
 
-  grpc::ServerUnaryReactor* Hello(grpc::CallbackServerContext* ctx,
-                                  const v1::PeerHelloRequest* req,
-                                  v1::PeerHelloResponse* resp) override;
-  grpc::ServerUnaryReactor* ShareRound(grpc::CallbackServerContext* ctx,
-                                       const v1::RoundShareRequest* req,
-                                       v1::RoundShareResponse* resp) override;
+  void AddTo(GrpcFront* front);
+  void Hello(FrontCall* call, const v1::PeerHelloRequest& req);
+  void ShareRound(FrontCall* call, const v1::RoundShareRequest& req);
 
  private:
   // Admit, then a peer shard's identity (when identities are required); `claimed` is the
   // shard id the request names, which must be the caller's.
-  absl::Status AdmitPeer(const grpc::ServerContextBase& ctx, uint32_t claimed) const;
+  absl::Status AdmitPeer(const FrontCall& call, uint32_t claimed) const;
 
   const PeerIdentity self_;
   Shard* const shard_;

@@ -303,7 +303,7 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
       slices_pulled_.fetch_add(result->received.size());
       pull_bytes_.fetch_add(result->bytes);
       slices_pulled_as_change_.fetch_add(result->changes);
-      if (!s.ok() && (worst.ok() || !policy_.IsRetriable(s.code()))) {
+      if (!s.ok() && (worst.ok() || !policy_.IsRetriable(s))) {
         worst = s;
         worst_shard = shard;
       }
@@ -314,7 +314,7 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
                      client_.name(worst_shard), " (", missing.size(), " missing)");
     if (worst.ok()) return absl::InternalError(absl::StrCat(context, ": stream ended early"));
     const auto backoff = policy_.Backoff(attempt);
-    if (!policy_.ShouldRetry(worst.code(), attempt) || RpcClock::now() + backoff >= deadline) {
+    if (!policy_.ShouldRetry(worst, attempt) || RpcClock::now() + backoff >= deadline) {
       return WithContext(worst, context);
     }
     retries_.fetch_add(1);

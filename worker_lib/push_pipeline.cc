@@ -369,7 +369,7 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
     absl::MutexLock lock(&mu_);
     closing = closing_;
   }
-  if (!closing && policy_.ShouldRetry(s.code(), call->attempt)) {
+  if (!closing && policy_.ShouldRetry(s, call->attempt)) {
     retries_.fetch_add(1);
     const auto delay = policy_.Backoff(call->attempt);
     ++call->attempt;

@@ -32,6 +32,8 @@ core::RetryPolicy JoinRetryPolicy(const WorkerOptions& options) {
   p.max_backoff = options.max_backoff;
   // Not UNAUTHENTICATED: a join refused its credentials will not do better next time.
   p.retriable = {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded};
+  // A shard short of buffers or over a per-client bound refuses for a moment.
+  p.retry_transient_exhaustion = true;
   return p;
 }
 
@@ -126,7 +128,7 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
       return resp;
     }
     const auto backoff = options_.join_policy.Backoff(attempt);
-    if (!options_.join_policy.ShouldRetry(st.code(), attempt) ||
+    if (!options_.join_policy.ShouldRetry(st, attempt) ||
         RpcClock::now() + backoff >= deadline) {
       return WithContext(st,
                          absl::StrCat("joining ", name(s.id), " as worker ", options_.worker_id));

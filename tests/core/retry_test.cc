@@ -74,5 +74,24 @@ TEST(RetryPolicyTest, ZeroMaxAttemptsLeavesTheCountUnbounded) {
   EXPECT_FALSE(p.ShouldRetry(absl::StatusCode::kAborted, 0));
 }
 
+TEST(RetryPolicyTest, TransientExhaustionIsRetriedOnlyWhenAskedAndNeverADecodeBudget) {
+  RetryPolicy p = Rpc();
+  const absl::Status reset = absl::ResourceExhaustedError("Buffers full");  // gRPC's own
+  const absl::Status over = Refused(Refusal::kOverLimit, "too many calls open");
+  const absl::Status rate = Refused(Refusal::kRateLimited, "slow down");
+  const absl::Status budget = Refused(Refusal::kDecodeBudget, "round's decoding spent");
+  for (const absl::Status& s : {reset, over, rate, budget}) EXPECT_FALSE(p.IsRetriable(s)) << s;
+  p.retry_transient_exhaustion = true;
+  EXPECT_TRUE(p.IsRetriable(reset));
+  EXPECT_TRUE(p.IsRetriable(over));
+  EXPECT_TRUE(p.IsRetriable(rate));
+  EXPECT_FALSE(p.IsRetriable(budget));
+  EXPECT_FALSE(p.IsRetriable(absl::InvalidArgumentError("bad")));
+  EXPECT_TRUE(p.ShouldRetry(reset, 0));
+  EXPECT_FALSE(p.ShouldRetry(reset, 3));  // 4 attempts in all
+  // The codes listed stay retriable whatever their payload.
+  EXPECT_TRUE(p.IsRetriable(absl::UnavailableError("down")));
+}
+
 }  // namespace
 }  // namespace ps::core

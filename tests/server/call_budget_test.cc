@@ -38,7 +38,7 @@ TEST(CallBudgetTest, ReadsBeyondTheBoundsWaitAndStartInOrderSkippingClientsAtThe
   CallBudget b(Small(), &clock);
   std::vector<std::string> started;
   auto request = [&](const std::string& client, const std::string& label) {
-    return b.RequestRead(client, [&started, label] { started.push_back(label); });
+    return b.RequestRead(client, [&started, label](CallBudget::Ticket) { started.push_back(label); });
   };
   const CallBudget::Ticket a1 = request("a", "a1");
   const CallBudget::Ticket a2 = request("a", "a2");
@@ -62,9 +62,9 @@ TEST(CallBudgetTest, ACancelledWaitingReadNeverStarts) {
   core::ManualClock clock;
   CallBudget b(Small(), &clock);
   int ran = 0;
-  const CallBudget::Ticket t1 = b.RequestRead("a", [&] { ++ran; });
-  b.RequestRead("a", [&] { ++ran; });
-  const CallBudget::Ticket t3 = b.RequestRead("a", [&] { ran += 100; });
+  const CallBudget::Ticket t1 = b.RequestRead("a", [&](CallBudget::Ticket) { ++ran; });
+  b.RequestRead("a", [&](CallBudget::Ticket) { ++ran; });
+  const CallBudget::Ticket t3 = b.RequestRead("a", [&](CallBudget::Ticket) { ran += 100; });
   EXPECT_TRUE(b.CancelRead(t3));
   EXPECT_FALSE(b.CancelRead(t1));  // already reading
   b.ReadDone(t1);
@@ -74,9 +74,9 @@ TEST(CallBudgetTest, ACancelledWaitingReadNeverStarts) {
 TEST(CallBudgetTest, ReadsNotDoneWithinTheTimeoutAreOverdue) {
   core::ManualClock clock;
   CallBudget b(Small(), &clock);
-  const CallBudget::Ticket t1 = b.RequestRead("a", [] {});
+  const CallBudget::Ticket t1 = b.RequestRead("a", [](CallBudget::Ticket) {});
   clock.Advance(milliseconds(60));
-  const CallBudget::Ticket t2 = b.RequestRead("b", [] {});
+  const CallBudget::Ticket t2 = b.RequestRead("b", [](CallBudget::Ticket) {});
   EXPECT_TRUE(b.Overdue(clock.Now()).empty());
   clock.Advance(milliseconds(50));
   EXPECT_EQ(b.Overdue(clock.Now()), std::vector<CallBudget::Ticket>{t1});
@@ -98,7 +98,7 @@ TEST(CallBudgetTest, ConcurrentReadsNeverExceedTheBounds) {
       const std::string client = "c" + std::to_string(t % 3);
       for (int i = 0; i < 200; ++i) {
         std::atomic<bool> go{false};
-        const CallBudget::Ticket ticket = b.RequestRead(client, [&] {
+        const CallBudget::Ticket ticket = b.RequestRead(client, [&](CallBudget::Ticket) {
           const int now = in_flight.fetch_add(1) + 1;
           int p = peak.load();
           while (now > p && !peak.compare_exchange_weak(p, now)) {
