@@ -129,24 +129,25 @@ grpc::ServerUnaryReactor* Reply(const CallGate& gate, grpc::CallbackServerContex
 class PullReactor final : public grpc::ServerWriteReactor<grpc::ByteBuffer> {
  public:
   // `slot` is the worker's open-stream slot, given back when the stream is done.
-  PullReactor(Shard* shard, const v1::PullRequest& req, Metrics* metrics, PullSlots::Slot slot)
+  PullReactor(Shard* shard, const net::PullRequestFrame& req, Metrics* metrics,
+              PullSlots::Slot slot)
       : shard_(shard), slot_(std::move(slot)) {
     state_ = std::make_shared<State>();
     state_->reactor = this;
     state_->metrics = metrics;
-    state_->remaining = static_cast<size_t>(req.slice_ids_size());
-    watches_.reserve(static_cast<size_t>(req.slice_ids_size()));
+    state_->remaining = req.slice_ids.size();
+    watches_.reserve(req.slice_ids.size());
     // What the worker holds (compressed pulls): a slice whose delta applies to it goes
     // out as that delta.
-    if (shard->pull_epoch() != 0 && req.held_epoch() == shard->pull_epoch()) {
-      for (int k = 0; k < req.held_versions_size(); ++k) {
-        state_->held.emplace(req.slice_ids(k), req.held_versions(k));
+    if (shard->pull_epoch() != 0 && req.held_epoch == shard->pull_epoch()) {
+      for (size_t k = 0; k < req.held_versions.size(); ++k) {
+        state_->held.emplace(req.slice_ids[k], req.held_versions[k]);
       }
     }
-    for (uint32_t id : req.slice_ids()) {
+    for (uint32_t id : req.slice_ids) {
       std::weak_ptr<State> weak = state_;
       const int32_t priority = shard->priority_schedule() ? shard->SlicePriority(id) : 0;
-      const uint64_t watch = shard->Watch(id, req.min_version(), [weak, id, priority](bool ok) {
+      const uint64_t watch = shard->Watch(id, req.min_version, [weak, id, priority](bool ok) {
         if (auto st = weak.lock()) st->OnReady(id, priority, ok);
       });
       if (watch != 0) watches_.emplace_back(id, watch);
@@ -401,24 +402,31 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::Push(grpc::CallbackServerContext* c
 grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Pull(
     grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* raw) {
   const size_t request_bytes = raw->Length();
-  v1::PullRequest req;
-  if (absl::Status parsed = net::ParseMessage(*raw, &req); !parsed.ok()) {
-    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kMalformed, parsed.message()),
+  // A worker pulls each slice of this shard at most once: a longer list is refused where
+  // its first extra id is read, so a request naming millions of ids costs what was read
+  // of it (the whole list before this shard has a layout, bounded by the layout limit).
+  net::ReceivedBytes bytes;
+  absl::Status taken = bytes.Take(*raw);
+  absl::StatusOr<net::PullRequestFrame> req =
+      taken.ok() ? net::ParsePullRequest(bytes.pieces(), shard_->MaxPullSlices())
+                 : absl::StatusOr<net::PullRequestFrame>(taken);
+  if (!req.ok()) {
+    return new RefusedPull(gate_, ctx, shard_->Refuse(Refusal::kMalformed, req.status().message()),
                            request_bytes);
   }
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*ctx, req.session());
+  std::string session_bytes;
+  absl::StatusOr<uint32_t> worker =
+      gate_.AdmitWorker(*ctx, req->session.Contiguous(&session_bytes));
   if (!worker.ok()) return new RefusedPull(gate_, ctx, worker.status(), request_bytes);
-  if (req.held_versions_size() != 0 && req.held_versions_size() != req.slice_ids_size()) {
+  if (!req->held_versions.empty() && req->held_versions.size() != req->slice_ids.size()) {
     return new RefusedPull(
         gate_, ctx,
-        absl::InvalidArgumentError(absl::StrCat("pull gives ", req.held_versions_size(),
-                                                " held versions for ", req.slice_ids_size(),
+        absl::InvalidArgumentError(absl::StrCat("pull gives ", req->held_versions.size(),
+                                                " held versions for ", req->slice_ids.size(),
                                                 " slices")),
         request_bytes);
   }
-  absl::Status valid = shard_->ValidatePull(
-      req.layout_hash(), std::span<const uint32_t>(req.slice_ids().data(),
-                                                   static_cast<size_t>(req.slice_ids_size())));
+  absl::Status valid = shard_->ValidatePull(req->layout_hash, req->slice_ids);
   if (!valid.ok()) return new RefusedPull(gate_, ctx, valid, request_bytes);
   absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
   if (!slot.ok()) {
@@ -426,7 +434,7 @@ grpc::ServerWriteReactor<grpc::ByteBuffer>* WorkerServiceImpl::Pull(
                            shard_->Refuse(Refusal::kOverLimit, slot.status().message()),
                            request_bytes);
   }
-  return new PullReactor(shard_, req, metrics_, *std::move(slot));
+  return new PullReactor(shard_, *req, metrics_, *std::move(slot));
 }
 
 grpc::ServerUnaryReactor* PeerServiceImpl::Hello(grpc::CallbackServerContext* ctx,

@@ -100,11 +100,21 @@ void ShardCounters::ClosedAtDeadline() {
 
 void ShardCounters::DeadlinePassed(uint32_t slice_id, const SliceRound::DeadlineOutcome& out,
                                    uint32_t num_workers) {
-  if (!out.closed) {
-    spdlog::warn(
-        "shard {}: round {} of slice {} passed its deadline with {} pushes, below the quorum of "
-        "{}; closing as soon as the quorum is reached",
-        shard_id_, out.round, slice_id, out.pushed, out.quorum);
+  if (!out.closed || out.below_quorum) {
+    uint64_t below;
+    {
+      absl::MutexLock lock(&mu_);
+      below = ++stats_.deadlines_below_quorum;
+    }
+    // Rate-limited: a lossy UDP path, or workers that are gone, make many of these.
+    spdlog::log(std::has_single_bit(below) ? spdlog::level::warn : spdlog::level::debug,
+                "shard {}: round {} of slice {} passed its deadline with {} of {} pushes, below "
+                "the quorum of {}; {} ({} such deadlines so far)",
+                shard_id_, out.round, slice_id, out.pushed, num_workers, out.quorum,
+                out.below_quorum ? "dropping it (a UDP round that enough workers are in)"
+                : out.grace      ? "waiting one more deadline for late pushes, then dropping it"
+                                 : "closing as soon as the quorum is reached",
+                below);
     return;
   }
   uint64_t closed;
@@ -127,17 +137,23 @@ void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_
 }
 
 void ShardCounters::Published(uint64_t round, uint32_t slice_id, const absl::Status& error) {
+  const bool below_quorum = !error.ok() && IsBelowQuorum(error);
   uint64_t dropped = 0;
   {
     absl::MutexLock lock(&mu_);
     ++stats_.rounds_closed;
-    if (!error.ok()) dropped = ++stats_.aggregation_errors;
+    if (below_quorum) {
+      dropped = ++stats_.rounds_dropped_below_quorum;
+    } else if (!error.ok()) {
+      dropped = ++stats_.aggregation_errors;
+    }
   }
   if (error.ok()) return;
   // The 1st, 2nd, 4th, 8th, ... loudly (a lossy UDP path can drop many), the rest at debug.
   spdlog::log(std::has_single_bit(dropped) ? spdlog::level::err : spdlog::level::debug,
-              "shard {}: round {} of slice {} dropped ({} so far): {}", shard_id_, round, slice_id,
-              dropped, std::string(error.message()));
+              "shard {}: round {} of slice {} dropped ({} so far{}): {}", shard_id_, round,
+              slice_id, dropped, below_quorum ? " below the quorum" : "",
+              std::string(error.message()));
 }
 
 void ShardCounters::ModelRoundAggregated() {
