@@ -23,13 +23,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <latch>
 #include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
 
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
@@ -214,7 +217,10 @@ class HonestTraining {
 
 // ---- Finding 5: UDP rounds keep their quorum -------------------------------------------
 
-constexpr uint32_t kUdpRounds = 20;
+constexpr uint32_t kUdpRounds = 12;
+// What the honest workers take between pulling a version and pushing its gradient (the
+// forward and backward passes): longer than the round deadline, as in real training.
+constexpr milliseconds kCompute{200};
 constexpr float kLearningRate = 0.1f;
 // Honest worker w's gradient, everywhere: 0.020, 0.021 and 0.022.
 float HonestGradient(uint32_t w) { return 0.020f + 0.001f * static_cast<float>(w); }
@@ -225,7 +231,7 @@ constexpr float kHonestSpread = 0.002f;
 std::vector<std::string> UdpShard(const std::string& rule) {
   return {"--workers", "4", "--byzantine", "1", "--aggregator", rule, "--udp-port", "0",
           "--lr", absl::StrCat(kLearningRate), "--momentum", "0",
-          "--round-deadline-ms", "150"};
+          "--round-deadline-ms", "100"};
 }
 
 // The model after `rounds` rounds of workers 0, 1 and 2 pushing HonestGradient(w) over
@@ -266,6 +272,7 @@ Trained TrainHonestly(ShardProcess& shard, uint32_t rounds) {
           errors.fetch_add(1);
           return;
         }
+        std::this_thread::sleep_for(kCompute);
         (void)worker.Push(0, t, ga);
         (void)worker.Push(1, t, gb);
         if (!worker.WaitPushes().ok()) errors.fetch_add(1);
@@ -381,13 +388,17 @@ class HostileRoundsTest : public ::testing::TestWithParam<const char*> {};
 // quorum of 3): every round closes at its deadline with the three honest pushes and the
 // attacker's one chunk, and the robust rule bounds that chunk by the honest values.
 //
+// The honest workers take 200 ms from pulling a version to pushing its gradient, longer
+// than the 100 ms deadline. Before, the attacker's datagram started the deadline as the
+// round opened and the round closed on that one input: the median followed the
+// attacker's 1e4 (a parameter went to -1000 in a round), the trimmed mean dropped every
+// round (parameters stayed at 0, 0.025 from where honest training puts them), and every
+// honest push was late.
+//
 // The tolerance: at each coordinate the median and the trimmed mean (f = 1) of the three
 // honest values and one more lie within the honest values' range, 0.002 wide, so with
 // learning rate 0.1 and no momentum a round moves a parameter at most 0.1 x 0.002 away
-// from where the same round without the attacker moves it: 20 rounds, 0.004. Before,
-// the median followed the attacker's 1e4 (a parameter went to -1000 in a round), and the
-// trimmed mean dropped every round (parameters stayed at 0, 0.042 from where honest
-// training puts them).
+// from where the same round without the attacker moves it: 12 rounds, 0.0024.
 TEST_P(HostileRoundsTest, UdpRoundsKeepTheirQuorumWhenOneWorkerSendsADatagramPerSlice) {
   const std::string rule = GetParam();
   Trained clean, attacked;
@@ -454,56 +465,93 @@ std::string MillionsOfSliceIds() {
   return req.SerializeAsString();
 }
 
-// Sends `request` as a Pull `count` times at once and waits for every answer; returns how
-// many were refused as malformed (INVALID_ARGUMENT).
-int PullAtOnce(ShardProcess& shard, const std::string& token, const v1::PullRequest& request,
+// Sends `request` (a serialized PullRequest) as a Pull `count` times at once on its own
+// connection, and waits for every answer; returns how many were refused as malformed
+// (INVALID_ARGUMENT). The bytes are serialized once and shared by every call, so that
+// the attacker costs this process (which also runs the honest workers) little: the
+// attack is on the shard.
+int PullAtOnce(grpc::GenericStub& stub, const std::string& token, const grpc::ByteBuffer& request,
                int count) {
   std::atomic<int> refused{0};
-  std::vector<std::thread> threads;
+  std::latch done(count);
+  std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
+  std::vector<grpc::ByteBuffer> responses(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) {
-    threads.emplace_back([&] {
-      auto ctx = Context(token, milliseconds(30000));
-      auto reader = shard.workers().Pull(ctx.get(), request);
-      v1::PullResponse r;
-      while (reader->Read(&r)) {
-      }
-      const grpc::Status s = reader->Finish();
-      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) refused.fetch_add(1);
-      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-      EXPECT_THAT(s.error_message(), HasSubstr("slice ids"));
-    });
+    contexts.push_back(Context(token, milliseconds(30000)));
+    stub.UnaryCall(contexts.back().get(), "/ps.v1.WorkerService/Pull", grpc::StubOptions(),
+                   &request, &responses[static_cast<size_t>(i)], [&](grpc::Status s) {
+                     if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) refused.fetch_add(1);
+                     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+                         << s.error_message();
+                     EXPECT_THAT(s.error_message(), HasSubstr("slice ids"));
+                     done.count_down();
+                   });
   }
-  for (auto& t : threads) t.join();
+  done.wait();
   return refused.load();
+}
+
+std::unique_ptr<grpc::GenericStub> OwnConnection(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetMaxSendMessageSize(-1);
+  return std::make_unique<grpc::GenericStub>(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
 }
 
 // Finding 6: the request cost 0.28 s of the shard's CPU before it was refused, and 8 in
 // parallel from one worker took the honest rounds from 38.8 to 1.1 per second. The
 // parser now refuses the first id past the shard's slice count where it reads it: the
 // refusal costs the shard about what receiving 7.6 MB costs.
+//
+// n = 5, f = 1: workers 0 to 3 train honestly, worker 4 is the attacker. It sends one
+// garbage push first, which quarantines it, so that the rounds close as soon as the four
+// honest workers pushed (their rate is then the shard's, not the deadline's), and pulls
+// with its own valid session (the shard looked at the list only after the session).
 TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhatWasRead) {
-  ShardProcess shard({"--workers", "4", "--byzantine", "1", "--aggregator", "trimmed_mean",
-                      "--round-deadline-ms", "2000"});
-  v1::PullRequest huge;
-  ASSERT_TRUE(huge.ParseFromString(MillionsOfSliceIds()));
-  ASSERT_GT(huge.ByteSizeLong(), 7'000'000u);
+  ShardProcess shard({"--workers", "5", "--byzantine", "1", "--aggregator", "trimmed_mean",
+                      "--round-deadline-ms", "2000", "--quarantine-ms", "600000"});
   {
     // The layout, so that the shard knows how many slices it has.
     HonestTraining registrant(shard.address(), [&](uint32_t w) { return shard.Token(w); }, 1);
   }
+  const std::string token = shard.Token(4);
+  v1::JoinRequest join;
+  join.set_worker_id(4);
+  join.set_layout_hash(HonestLayout().hash());
+  v1::JoinResponse joined;
+  ASSERT_TRUE(shard.workers().Join(Context(token).get(), join, &joined).ok());
+  {
+    v1::PushRequest garbage;
+    garbage.set_session(joined.session());
+    garbage.set_layout_hash(HonestLayout().hash());
+    garbage.set_slice_id(0);
+    garbage.set_codec("fp32");
+    garbage.set_payload("\x01garbage");
+    v1::PushResponse resp;
+    const grpc::Status s = shard.workers().Push(Context(token).get(), garbage, &resp);
+    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+  }
+  v1::PullRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(MillionsOfSliceIds()));
+  parsed.set_session(joined.session());
+  grpc::Slice bytes(parsed.SerializeAsString());
+  ASSERT_GT(bytes.size(), 7'000'000u);
+  const grpc::ByteBuffer huge(&bytes, 1);
+  std::unique_ptr<grpc::GenericStub> stub = OwnConnection(shard.address());
+
   // The shard's CPU for 8 such requests at once, idle otherwise (the held answers of the
-  // tarpit cost nothing). Before: 8 x 0.28 s.
+  // tarpit cost nothing). Before: 0.28 s each (0.2 to 0.3 here).
   const double cpu_before = CpuSecondsOf(shard.pid());
-  EXPECT_EQ(PullAtOnce(shard, shard.Token(3), huge, 8), 8);
+  EXPECT_EQ(PullAtOnce(*stub, token, huge, 8), 8);
   const double per_request = (CpuSecondsOf(shard.pid()) - cpu_before) / 8;
   ::testing::Test::RecordProperty("shard_cpu_ms_per_refused_pull",
                                   absl::StrCat(per_request * 1000));
   EXPECT_LT(per_request, kSanitized ? 0.25 : 0.05) << per_request << " s of shard CPU each";
 
-  // Honest rounds (all four workers honest: the rounds close when all pushed, so their
-  // rate is the shard's, not the deadline's) against the same rounds while worker 3's
-  // token keeps 8 such pulls in flight. Phases alternate; on a loaded machine one pair
-  // may be unlucky, so the best of three pairs counts. Before, every pair was about 0.03.
+  // Honest rounds against the same rounds while the attacker keeps 8 such pulls in
+  // flight. Phases alternate; on a loaded machine one pair may be unlucky, so the best of
+  // three pairs counts.
   HonestTraining honest(shard.address(), [&](uint32_t w) { return shard.Token(w); }, 4);
   for (int i = 0; i < 1000 && honest.rounds() < 3; ++i) std::this_thread::sleep_for(milliseconds(10));
   ASSERT_GE(honest.rounds(), 3u);
@@ -516,7 +564,7 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
     std::vector<std::thread> attackers;
     for (int a = 0; a < 8; ++a) {
       attackers.emplace_back([&] {
-        while (!stop.load()) refused.fetch_add(PullAtOnce(shard, shard.Token(3), huge, 1));
+        while (!stop.load()) refused.fetch_add(PullAtOnce(*stub, token, huge, 1));
       });
     }
     const double attacked = honest.RateOver(milliseconds(1500));
@@ -545,8 +593,10 @@ const core::ModelLayout& WideLayout() {
 // Finding 7: with --max-decode-ms 1, 19 pushes of one worker sent at once were accepted
 // where 9 sent one after the other were: each passed the budget's check before any of
 // their costs was recorded. Now each reserves what the worker's costliest decode so far
-// took: at once, they pass no more often than one by one, give or take the one that
-// crosses the budget.
+// took: pushes sent at once get no more decoding in a round than pushes sent one by
+// one, the budget and the push that crosses it. (On the 2-core development machine the
+// shard decoded at most two of them at a time, so the old code too often stayed within
+// this bound; tests/server/decode_budget_test.cc shows the race deterministically.)
 //
 // Worker 0 registers and pushes every slice each round as signs, cheap to decode, well
 // within the budget; worker 1, the attacker, pushes in the codec that is the costliest
@@ -578,6 +628,15 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
     for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.01f * static_cast<float>(i));
     ASSERT_TRUE((*codecs::MakeCodec(kCostly))->Encode(values, &payload).ok());
   }
+  // Connections of their own, so that the shard reads the pushes sent at once in
+  // parallel (on one connection it reads them one after the other).
+  std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
+  for (uint32_t i = 0; i < 8; ++i) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    stubs.push_back(v1::WorkerService::NewStub(
+        grpc::CreateCustomChannel(shard.address(), grpc::InsecureChannelCredentials(), args)));
+  }
   auto push = [&](uint64_t round, uint32_t slice) {
     v1::PushRequest req;
     req.set_session(joined.session());
@@ -587,7 +646,7 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
     req.set_codec(kCostly);
     req.set_payload(payload);
     v1::PushResponse resp;
-    return shard.workers().Push(Context(shard.Token(1)).get(), req, &resp);
+    return stubs[slice % stubs.size()]->Push(Context(shard.Token(1)).get(), req, &resp);
   };
   auto refused_for_budget = [](const grpc::Status& s) {
     return core::RefusalOf(net::FromGrpc(s)) == core::Refusal::kDecodeBudget;
@@ -602,25 +661,41 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
     ASSERT_TRUE((*honest)->PullAll(round + 1, outs, milliseconds(30000)).ok());
   };
 
-  // One round one after the other until the budget refuses (the count), or every slice
-  // at once (the count accepted).
-  auto one_by_one = [&](uint64_t round) {
-    int accepted = 0;
-    for (uint32_t s = 0; s < slices; ++s) {
-      const grpc::Status st = push(round, s);
-      if (refused_for_budget(st)) break;
-      EXPECT_TRUE(st.ok()) << st.error_message();
-      ++accepted;
-    }
-    EXPECT_GT(accepted, 0);
-    EXPECT_LT(accepted, static_cast<int>(slices)) << "the budget was never reached";
-    return accepted;
+  // The decoding the shard granted worker 1 in its round, from the refusal that ends it
+  // ("... already took X ms of CPU ...").
+  auto granted_ms = [](const grpc::Status& refusal) {
+    const std::string& m = refusal.error_message();
+    const size_t at = m.find("already took ");
+    EXPECT_NE(at, std::string::npos) << m;
+    return at == std::string::npos ? 0.0 : std::atof(m.c_str() + at + 13);
   };
-  auto at_once = [&](uint64_t round) {
+  struct Round {
+    int at_once = 0;      // accepted out of the pushes sent at once
+    int one_by_one = 0;   // accepted one after the other (after those sent at once)
+    double granted = 0;   // ms of decoding the shard granted in all
+  };
+  // Pushes one after the other (from slice `first` on) until the budget refuses one.
+  auto one_by_one = [&](uint64_t round, uint32_t first, Round* r) {
+    for (uint32_t s = first; s < slices; ++s) {
+      const grpc::Status st = push(round, s);
+      if (refused_for_budget(st)) {
+        r->granted = granted_ms(st);
+        return;
+      }
+      EXPECT_TRUE(st.ok()) << st.error_message();
+      ++r->one_by_one;
+    }
+    ADD_FAILURE() << "round " << round << ": the budget was never reached";
+  };
+  // Pushes slices 0 .. kAtOnce - 1 at once, then the rest one after the other.
+  constexpr uint32_t kAtOnce = 24;
+  auto at_once = [&](uint64_t round, Round* r) {
     std::atomic<int> accepted{0};
     std::vector<std::thread> threads;
-    for (uint32_t s = 0; s < slices; ++s) {
+    std::latch go(kAtOnce);
+    for (uint32_t s = 0; s < kAtOnce; ++s) {
       threads.emplace_back([&, s] {
+        go.arrive_and_wait();
         const grpc::Status st = push(round, s);
         if (st.ok()) {
           accepted.fetch_add(1);
@@ -630,26 +705,38 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
       });
     }
     for (auto& t : threads) t.join();
-    return accepted.load();
+    r->at_once = accepted.load();
+    one_by_one(round, kAtOnce, r);
   };
 
   // Round 0 only warms the slices' buffers up (a slice's first push of a round allocates
-  // them, which its decode pays for). Then one by one and at once alternate, each at once
-  // compared with the one-by-one rounds beside it: a decode's cost drifts from round to
-  // round by more than the race's margin would allow comparing distant rounds.
+  // them, which its decode pays for). Then rounds one by one and at once alternate. A
+  // decode's cost drifts by half from round to round on a busy machine, so rounds are
+  // compared in what the shard granted, against the cost of a push in the rounds beside.
   finish_round(0);
-  std::vector<int> counts;
+  std::vector<Round> rounds(5);
   for (uint64_t round = 1; round <= 5; ++round) {
-    counts.push_back(round % 2 == 1 ? one_by_one(round) : at_once(round));
+    Round& r = rounds[round - 1];
+    if (round % 2 == 1) {
+      one_by_one(round, 0, &r);
+    } else {
+      at_once(round, &r);
+    }
     ::testing::Test::RecordProperty(
-        absl::StrCat(round % 2 == 1 ? "one_by_one_round_" : "at_once_round_", round),
-        counts.back());
+        absl::StrCat("round_", round),
+        absl::StrCat(r.at_once, " at once + ", r.one_by_one, " one by one, ", r.granted, " ms"));
     finish_round(round);
   }
-  for (size_t i = 1; i < counts.size(); i += 2) {
-    EXPECT_LE(counts[i], std::max(counts[i - 1], counts[i + 1]) + 1)
-        << "round " << i + 1 << ": " << counts[i] << " at once, " << counts[i - 1] << " and "
-        << counts[i + 1] << " one after the other in the rounds before and after";
+  for (size_t i = 1; i < rounds.size(); i += 2) {
+    const Round& before = rounds[i - 1];
+    const Round& after = rounds[i + 1];
+    const double push_ms = std::max(before.granted / std::max(before.one_by_one, 1),
+                                    after.granted / std::max(after.one_by_one, 1));
+    // The budget, the push that crossed it, and one more for the drift.
+    EXPECT_LE(rounds[i].granted, 20 + 2 * push_ms)
+        << "round " << i + 1 << ": " << rounds[i].at_once << " pushes at once and "
+        << rounds[i].one_by_one << " after them were granted " << rounds[i].granted
+        << " ms; a push costs about " << push_ms << " ms";
   }
   EXPECT_TRUE(shard.Alive());
 }

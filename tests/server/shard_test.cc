@@ -232,6 +232,23 @@ TEST_F(ShardTest, AModelRoundWhoseAgreedWorkersAreBelowTheQuorumIsDropped) {
   EXPECT_EQ(st.aggregation_errors, 0u);
 }
 
+// A pull's slice list is checked in one pass, each id looked up once: repeats, unknown
+// slices and lists longer than the shard's slices are refused and counted.
+TEST_F(ShardTest, APullsSliceListIsCheckedInOnePass) {
+  Make(Options(1));
+  ASSERT_EQ(shard_->MaxPullSlices(), 2u);
+  const std::vector<uint32_t> both = {1, 0}, twice = {0, 0}, unknown = {0, 7}, three = {0, 1, 0};
+  EXPECT_TRUE(shard_->ValidatePull(layout_hash_, both).ok());
+  const absl::Status repeated = shard_->ValidatePull(layout_hash_, twice);
+  EXPECT_EQ(core::RefusalOf(repeated), Refusal::kMalformed) << repeated;
+  EXPECT_THAT(repeated.message(), HasSubstr("pull names slice 0 twice"));
+  EXPECT_EQ(core::RefusalOf(shard_->ValidatePull(layout_hash_, unknown)), Refusal::kUnknownSlice);
+  EXPECT_THAT(shard_->ValidatePull(layout_hash_, three).message(),
+              HasSubstr("pull names 3 slices; this shard has 2"));
+  EXPECT_EQ(core::RefusalOf(shard_->ValidatePull(layout_hash_, {})), Refusal::kMalformed);
+  EXPECT_EQ(shard_->stats().refusals[static_cast<size_t>(Refusal::kMalformed)], 3u);
+}
+
 TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
   // Quarantines off: each refusal on its own (quarantines: the next test).
   ServerOptions o = Options(2);
