@@ -115,6 +115,9 @@ class ShardCounters {
   void Observe(AggregationStage stage, std::chrono::steady_clock::time_point start);
 
  private:
+  // Adds one to the count `count` of stats_; returns the new value.
+  uint64_t Bump(uint64_t ShardStats::*count);
+
   const uint32_t shard_id_;
 
   mutable absl::Mutex mu_;
