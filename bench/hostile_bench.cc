@@ -81,6 +81,7 @@
 #include "core/layout.h"
 #include "core/status.h"
 #include "net/grpc_credentials.h"
+#include "net/udp_frame.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
 #include "worker_lib/worker.h"
@@ -519,8 +520,24 @@ class Attacker {
     if (s.ok()) {
       absl::MutexLock lock(&mu_);
       session_ = resp.session();
+      udp_port_ = static_cast<uint16_t>(resp.udp_port());
+      udp_session_ = resp.udp_session();
+      udp_key_ = resp.udp_key();
     }
     return s;
+  }
+  // The UDP path's port, session id and key from the newest join (port 0: none).
+  uint16_t udp_port() const {
+    absl::MutexLock lock(&mu_);
+    return udp_port_;
+  }
+  uint64_t udp_session() const {
+    absl::MutexLock lock(&mu_);
+    return udp_session_;
+  }
+  std::string udp_key() const {
+    absl::MutexLock lock(&mu_);
+    return udp_key_;
   }
 
  private:
@@ -530,6 +547,9 @@ class Attacker {
   const uint64_t layout_hash_;
   mutable absl::Mutex mu_;
   std::string session_ ABSL_GUARDED_BY(mu_);
+  uint16_t udp_port_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t udp_session_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string udp_key_ ABSL_GUARDED_BY(mu_);
 };
 
 // Codec specs MakeCodec accepts, each never returned before by this source (three
@@ -924,6 +944,9 @@ struct Attack {
   bool poison_cover = false;   // the cover pushes with new specs and garbage too
   // After the attack phases (may be empty): whether the server is back to normal.
   std::function<AttackCheck(AttackEnv&, pid_t server)> check;
+  // Worker 3 pushes no cover in this attack's run (as --no-cover): the attack is worker
+  // 3's push itself.
+  bool without_cover = false;
 };
 
 v1::RegisterLayoutRequest LayoutRequest(uint64_t numel, uint32_t slice_elems) {
@@ -1432,6 +1455,67 @@ void JunkRequests(AttackEnv& env, int thread) {
   }
 }
 
+// Issue 45, finding 5: as each round opens, one valid datagram per slice (chunk 0 of 512
+// values of 1e4) under worker 3's UDP session, and nothing more of its push. Before, that
+// started the round's deadline with a quorum of 0: rounds closed on the attacker's
+// chunk and the honest pushes were late. Runs without the cover (its gRPC pushes would
+// complete worker 3's push), so its baseline also waits for the deadline each round.
+void UdpQuorum(AttackEnv& env, int) {
+  absl::StatusOr<net::DatagramKey> key = net::DatagramKey::FromBytes(env.attacker->udp_key());
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (!key.ok() || fd < 0 || env.attacker->udp_port() == 0 || env.training == nullptr) {
+    env.tally->Note("udp_quorum: no UDP session (does the server run --udp-port?)");
+    if (fd >= 0) ::close(fd);
+    return;
+  }
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  to.sin_port = htons(env.attacker->udp_port());
+  constexpr uint32_t kChunk = 512;
+  std::string payload(1 + 4 * size_t{kChunk}, '\0');
+  payload[0] = '\x01';  // fp32's format version, then 1e4 in every value
+  const float big = 1e4f;
+  for (uint32_t i = 0; i < kChunk; ++i) std::memcpy(payload.data() + 1 + 4 * i, &big, 4);
+  std::string datagram;
+  for (uint64_t next = env.open_round(); env.more();) {
+    if (!env.training->WaitOpen(next, milliseconds(100))) continue;
+    const uint64_t round = std::max(next, env.open_round());
+    for (const core::SliceInfo& s : env.layout->slices()) {
+      net::DatagramHeader h;
+      h.session_id = env.attacker->udp_session();
+      h.worker_id = kAttackerId;
+      h.slice_id = s.id;
+      h.round = round;
+      h.chunk_elems = kChunk;
+      h.chunk_count = static_cast<uint16_t>(net::ChunkCount(s.numel, kChunk));
+      if (!net::EncodeDatagram(h, "fp32", payload, *key, &datagram).ok()) continue;
+      ::sendto(fd, datagram.data(), datagram.size(), 0, reinterpret_cast<const sockaddr*>(&to),
+               sizeof(to));
+      env.tally->CountOther();
+    }
+    next = round + 1;
+  }
+  ::close(fd);
+}
+
+// Issue 45, finding 6: pulls naming 7.6 million slice ids (7.6 MB), 8 in flight. Before,
+// each cost the shard 0.28 s of CPU before it was refused; the id past the shard's slice
+// count is now refused where it is read.
+void PullSlices(AttackEnv& env, int) {
+  v1::PullRequest req;
+  req.set_session(env.attacker->session());
+  req.set_layout_hash(env.attacker->layout_hash());
+  const uint32_t slices = static_cast<uint32_t>(env.layout->slices().size());
+  req.mutable_slice_ids()->Reserve(7'600'000);
+  for (uint32_t i = 0; i < 7'600'000; ++i) req.add_slice_ids(i % slices);
+  Limits eight = *env.limits;
+  eight.inflight = 8;
+  AttackEnv with_eight = env;
+  with_eight.limits = &eight;
+  FloodRaw(with_eight, "/ps.v1.WorkerService/Pull", req.SerializeAsString(), env.attacker->token());
+}
+
 // Thread 0: channels with connections of their own, each making one call (without a
 // token) and then held open. Thread 1: TCP connections that never send a byte.
 void ConnFlood(AttackEnv& env, int thread) {
@@ -1516,6 +1600,12 @@ std::vector<Attack> AllAttacks() {
        "InitSlice of wrong sizes, Pull of 100,000 slice ids, a 1 MiB codec spec, round 2^64-1, "
        "worker 2^32-1, 9 MiB messages",
        1, JunkRequests});
+  attacks.push_back({"udp_quorum",
+                     "one datagram per slice as each round opens, nothing more of worker 3's "
+                     "push (runs without the cover)",
+                     1, UdpQuorum, false, false, nullptr, /*without_cover=*/true});
+  attacks.push_back({"pull_slices", "pulls naming 7.6 million slice ids (7.6 MB), 8 in flight",
+                     1, PullSlices});
   attacks.push_back(
       {"conn_flood",
        "connections that make one call and stay open, and TCP connections that never speak", 2,
@@ -1659,7 +1749,9 @@ class Runner {
                                            "--drain-timeout-ms",
                                            "1000",
                                            "--quarantine-ms",
-                                           absl::StrCat(f_.quarantine_ms)};
+                                           absl::StrCat(f_.quarantine_ms),
+                                           "--udp-port",
+                                           "0"};
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerProcess> server,
                         ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));
@@ -1711,7 +1803,8 @@ class Runner {
     if (!training.ok()) return finish(training.status());
     env.training = training->get();
     std::unique_ptr<Cover> cover;
-    if (!f_.no_cover) cover = std::make_unique<Cover>(attacker, **training, layout, specs);
+    if (!f_.no_cover && !attack.without_cover)
+      cover = std::make_unique<Cover>(attacker, **training, layout, specs);
     std::this_thread::sleep_for(std::chrono::duration<double>(limits_.warmup_seconds));
     for (int a = 0; a < f_.alternations && !server->Exited(); ++a) {
       row.base.push_back(

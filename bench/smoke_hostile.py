@@ -16,7 +16,7 @@ import sys
 
 ATTACKS = ["layout_wrap", "layout_huge", "layout_tensors", "big_messages", "anon_messages",
            "codec_poison", "pull_leak", "impersonation", "log_flood", "junk_requests",
-           "conn_flood"]
+           "udp_quorum", "pull_slices", "conn_flood"]
 KEYS = ["attack", "baseline_rounds_per_s", "attack_rounds_per_s", "ratio", "peak_rss_mib",
         "rss_bound_mib", "requests", "refusals_by_code", "log_bytes"]
 REFUSED = {"UNAUTHENTICATED", "PERMISSION_DENIED"}

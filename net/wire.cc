@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <type_traits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -124,7 +125,8 @@ absl::Status Malformed(std::string_view message, std::string_view what) {
   return absl::InvalidArgumentError(text);
 }
 
-// Calls on_field(const Field&) for each field of the message in `pieces`.
+// Calls on_field(Field) for each field of the message in `pieces`; an on_field that
+// returns an absl::Status ends the parse at its first error, which is returned.
 template <typename OnField>
 absl::Status ForEachField(Pieces pieces, std::string_view message, OnField on_field) {
   Reader r(pieces);
@@ -156,7 +158,42 @@ absl::Status ForEachField(Pieces pieces, std::string_view message, OnField on_fi
                                                ", which no ps.v1 message uses"));
     }
     if (!ok) return Malformed(message, absl::StrCat("field ", f.number, " is truncated"));
-    on_field(std::move(f));
+    if constexpr (std::is_same_v<std::invoke_result_t<OnField, Field>, absl::Status>) {
+      if (absl::Status st = on_field(std::move(f)); !st.ok()) return st;
+    } else {
+      on_field(std::move(f));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Appends the entries of a repeated varint field to `out`: one entry (wire type varint)
+// or a packed run (length-delimited), as protobuf writes either. Refuses the entry that
+// would make `out` longer than `max`, before reading further.
+template <typename T>
+absl::Status AppendRepeated(const Field& f, std::string_view message, std::string_view name,
+                            size_t max, std::vector<T>* out) {
+  auto too_many = [&] {
+    std::string what = absl::StrCat("more than ", max, " ");
+    what.append(name).append(", the most this shard takes (each of its slices once)");
+    return Malformed(message, what);
+  };
+  if (f.wire == kVarint) {
+    if (out->size() >= max) return too_many();
+    out->push_back(static_cast<T>(f.scalar));
+    return absl::OkStatus();
+  }
+  if (f.wire != kLengthDelimited) return absl::OkStatus();  // another wire type: skipped
+  Reader r(f.bytes.parts());
+  while (!r.AtEnd()) {
+    if (out->size() >= max) return too_many();
+    uint64_t v = 0;
+    if (!r.Varint(&v)) {
+      std::string what = "packed ";
+      what.append(name).append(" end inside a varint");
+      return Malformed(message, what);
+    }
+    out->push_back(static_cast<T>(v));
   }
   return absl::OkStatus();
 }
@@ -222,6 +259,36 @@ absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces) {
     if (f.number == 5 && f.wire == kLengthDelimited) frame.codec = std::move(f.bytes);
     if (f.number == 6 && f.wire == kLengthDelimited) frame.payload = std::move(f.bytes);
     if (f.number == 7 && f.wire == kFixed32) frame.loss = FloatOf(f.scalar);
+  });
+  if (!s.ok()) return s;
+  return frame;
+}
+
+absl::StatusOr<PullRequestFrame> ParsePullRequest(Pieces pieces, size_t max_slices) {
+  constexpr std::string_view kMessage = "PullRequest";
+  PullRequestFrame frame;
+  absl::Status s = ForEachField(pieces, kMessage, [&](Field f) -> absl::Status {
+    switch (f.number) {
+      case 1:
+        if (f.wire == kLengthDelimited) frame.session = std::move(f.bytes);
+        break;
+      case 2:
+        if (f.wire == kFixed64) frame.layout_hash = f.scalar;
+        break;
+      case 3:
+        return AppendRepeated(f, kMessage, "slice ids", max_slices, &frame.slice_ids);
+      case 4:
+        if (f.wire == kVarint) frame.min_version = f.scalar;
+        break;
+      case 5:
+        return AppendRepeated(f, kMessage, "held versions", max_slices, &frame.held_versions);
+      case 6:
+        if (f.wire == kFixed64) frame.held_epoch = f.scalar;
+        break;
+      default:
+        break;
+    }
+    return absl::OkStatus();
   });
   if (!s.ok()) return s;
   return frame;

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
@@ -91,10 +92,25 @@ struct PushFrame {
   std::optional<float> loss;  // the worker's training loss (local-update training)
 };
 
+// ps.v1.PullRequest, its repeated fields decoded (packed or not, as protobuf accepts).
+struct PullRequestFrame {
+  ByteRange session;
+  uint64_t layout_hash = 0;
+  std::vector<uint32_t> slice_ids;
+  uint64_t min_version = 0;
+  std::vector<uint64_t> held_versions;
+  uint64_t held_epoch = 0;
+};
+
 // INVALID_ARGUMENT naming the message and what is wrong when `pieces` are not a
 // well-formed message of that type.
 absl::StatusOr<PullFrame> ParsePullResponse(Pieces pieces);
 absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces);
+// The same for a PullRequest, which may name at most `max_slices` slice ids and as many
+// held versions: the entry after that is refused (INVALID_ARGUMENT, saying so) where it
+// is read, before the rest of the message is, so that refusing a request costs what was
+// read of it, not what it names.
+absl::StatusOr<PullRequestFrame> ParsePullRequest(Pieces pieces, size_t max_slices);
 
 // The bytes of the message before its tensor bytes, which follow them to make the
 // whole message: values_size bytes of values, payload_size bytes of payload. Slice id

@@ -1,5 +1,5 @@
-// DeadlineQueue: when each slice's open round is due (its first push plus
-// --round-deadline-ms), earliest first, and who to tell when an earlier one may exist
+// DeadlineQueue: when each slice's open round is due (--round-deadline-ms after f + 1
+// workers pushed to it, or after its UDP round armed: server/slice_round.h), earliest first, and who to tell when an earlier one may exist
 // (the server's ticker, which sleeps until Shard::NextDeadline()).
 //
 // Thread-safe: one mutex, the innermost lock of the shard (taken under a slice's lock,

@@ -263,10 +263,11 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   add("Rounds", "workers", o.num_workers, "n: workers expected in every round");
   add("Rounds", "byzantine", o.num_byzantine, "f: Byzantine workers tolerated (< n)");
   add("Rounds", "quorum", o.quorum,
-      "Pushes needed to close a round at its deadline, in [1, n]; 0 means n - f, raised to "
-      "what the aggregator needs (bulyan: 4f + 3)");
+      "Inputs every round is aggregated with, over gRPC and UDP, in [1, n]; 0 means n - f, "
+      "raised to what the aggregator needs (bulyan: 4f + 3)");
   add("Rounds", "round-deadline-ms", raw.round_deadline_ms,
-      "A slice's round closes this long after its first push if the quorum is there");
+      "A slice's round closes this long after f + 1 workers (at least 2) pushed to it if the "
+      "quorum is there");
 
   add("Aggregation", "aggregator", o.aggregator,
       absl::StrCat("Aggregation spec: pre-aggregators joined by '+' in front of a rule, "

@@ -228,6 +228,18 @@ std::vector<MetricFamily> Collector::Collect() const {
   out.push_back(Counter("ps_aggregation_errors_total",
                         "Slice rounds whose aggregation failed (parameters published unchanged)",
                         static_cast<double>(st.aggregation_errors)));
+  MetricFamily dropped_rounds =
+      Family("ps_rounds_dropped_total",
+             "Slice rounds published unchanged without running the rule, by reason "
+             "(below_quorum: fewer inputs than the quorum)",
+             MetricType::Counter);
+  AddCounter(&dropped_rounds, static_cast<double>(st.rounds_dropped_below_quorum),
+             {{"reason", "below_quorum"}});
+  out.push_back(std::move(dropped_rounds));
+  out.push_back(Counter("ps_round_deadlines_below_quorum_total",
+                        "Slice round deadlines that passed below the quorum (the round then "
+                        "waits for it, or in a UDP round is dropped a deadline later)",
+                        static_cast<double>(st.deadlines_below_quorum)));
   out.push_back(Counter("ps_model_rounds_total",
                         "Model-scope rounds aggregated from every shard's share",
                         static_cast<double>(st.model_rounds)));

@@ -111,7 +111,14 @@ void ModelCoordinator::Finish(ModelRounds::Complete complete) {
   const uint64_t round = complete.round;
   CombinedShares combined = CombineShares(complete.shares, config_.state_rows);
   const size_t k = combined.agreed.size();
-  absl::StatusOr<aggregators::RoundPlan> plan = parts_.rule->Plan(k, combined.gram, round);
+  // Every shard agrees on the participants and has the same quorum: all of them drop a
+  // round whose agreed participants are fewer, and none runs the rule on it.
+  absl::StatusOr<aggregators::RoundPlan> plan =
+      [&]() -> absl::StatusOr<aggregators::RoundPlan> {
+    PS_RETURN_IF_ERROR(parts_.aggregation->CheckQuorum(
+        k, absl::StrCat("model round ", round, " (workers in every slice of every shard)")));
+    return parts_.rule->Plan(k, combined.gram, round);
+  }();
   // Counted before publishing: a watcher woken below may read the stats.
   parts_.counters->ModelRoundAggregated();
   if (plan.ok()) {

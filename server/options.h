@@ -121,11 +121,14 @@ struct ServerOptions {
   uint32_t num_workers = 1;
   // f: Byzantine workers tolerated.
   uint32_t num_byzantine = 0;
-  // Pushes needed to close a round at its deadline; 0 means n - f, raised to the
-  // aggregation rule's least input count (Bulyan: 4f + 3).
+  // Inputs every round is aggregated with (gRPC and UDP, slice and model scope): a
+  // round closes at its deadline with at least this many, and one below it is never
+  // aggregated; 0 means n - f, raised to the aggregation rule's least input count
+  // (Bulyan: 4f + 3).
   uint32_t quorum = 0;
-  // A round of a slice closes this long after its first push if the quorum is there
-  // (otherwise as soon as it is).
+  // A round of a slice closes this long after f + 1 distinct workers (at least 2, at most
+  // the quorum) pushed to it if the quorum is there (otherwise as soon as it is; in a UDP
+  // round one more deadline later it is dropped: docs/transport.md).
   std::chrono::milliseconds round_deadline{5000};
 
   // --- aggregation ---
@@ -200,7 +203,7 @@ struct ServerOptions {
   // identity (0: no bound). The health port has the same bounds of its own.
   uint32_t max_connections = 0;
   uint32_t max_connections_per_source = 256;
-  uint32_t max_connections_per_client = 8;
+  uint32_t max_connections_per_client = 4;
   std::chrono::milliseconds connection_proof_timeout{10000};
   // Calls (docs/connections.md): at most max_calls_per_client calls of one client open on
   // a port; at most max_reads_per_client of its request bodies received at once, and

@@ -2,15 +2,41 @@
 
 #include <algorithm>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "codecs/compressed.h"
 #include "core/fp32_bytes.h"
+#include "core/status.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
 
+namespace {
+
+// The payload that marks a BelowQuorum status.
+constexpr std::string_view kBelowQuorumUrl = "ps.server/below_quorum";
+
+}  // namespace
+
+absl::Status BelowQuorum(std::string_view message) {
+  absl::Status st = absl::FailedPreconditionError(core::AsAbsl(message));
+  st.SetPayload(core::AsAbsl(kBelowQuorumUrl), absl::Cord());
+  return st;
+}
+
+bool IsBelowQuorum(const absl::Status& status) {
+  return status.GetPayload(core::AsAbsl(kBelowQuorumUrl)).has_value();
+}
+
 RoundAggregation::RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool,
-                                   SgdOptions sgd, bool aggregate_only)
-    : rule_(rule), pool_(pool), sgd_(sgd), aggregate_only_(aggregate_only) {}
+                                   SgdOptions sgd, bool aggregate_only, uint32_t quorum)
+    : rule_(rule), pool_(pool), sgd_(sgd), aggregate_only_(aggregate_only), quorum_(quorum) {}
+
+absl::Status RoundAggregation::CheckQuorum(size_t inputs, std::string_view what) const {
+  if (inputs >= quorum_) return absl::OkStatus();
+  return BelowQuorum(absl::StrCat(core::AsAbsl(what), ": ", inputs, " of the ", quorum_,
+                                  " inputs the quorum needs (dropped; parameters unchanged)"));
+}
 
 aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
                                                             std::span<const uint32_t> workers,
@@ -31,6 +57,8 @@ aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
 absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> out,
                                          AggregationCounts* counts) {
   const std::vector<uint32_t> workers = round.Workers();
+  PS_RETURN_IF_ERROR(CheckQuorum(workers.size(), absl::StrCat("round ", round.round, " of slice ",
+                                                              round.info.id)));
   if (rule_->VotesOnSigns()) {
     const std::vector<std::string_view> signs = round.Signs(workers);
     if (!signs.empty()) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,14 +34,27 @@ struct AggregationCounts {
   uint64_t masked = 0;      // slice scope, with lost UDP chunks masked
 };
 
+// The refusal of a round with fewer inputs than the quorum (RoundAggregation::CheckQuorum):
+// the round is published unchanged and counted as dropped below the quorum, not as an
+// aggregation error.
+absl::Status BelowQuorum(std::string_view message);
+bool IsBelowQuorum(const absl::Status& status);
+
 class RoundAggregation {
  public:
-  // Borrows `rule` and `pool`, which must outlive this.
+  // Borrows `rule` and `pool`, which must outlive this. `quorum`: the fewest inputs any
+  // round is aggregated with (Shard::quorum(); at least the rule's MinInputs()).
   RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool, SgdOptions sgd,
-                   bool aggregate_only);
+                   bool aggregate_only, uint32_t quorum);
+
+  uint32_t quorum() const { return quorum_; }
+  // OK when `inputs` reach the quorum, else BelowQuorum naming `what` and the counts. The
+  // one gate both scopes pass before the rule runs: no rule ever sees fewer inputs.
+  absl::Status CheckQuorum(size_t inputs, std::string_view what) const;
 
   // Slice scope: the rule over every push of `round` (a sign vote when each push is
-  // packed signs and the rule votes on signs) into `out` (numel values).
+  // packed signs and the rule votes on signs) into `out` (numel values). BelowQuorum,
+  // the rule not run, when fewer than the quorum pushed.
   absl::Status Aggregate(ClosedRound& round, std::span<float> out, AggregationCounts* counts);
 
   // Model scope: the workers whose push every one of `rounds` took (increasing).
@@ -79,6 +93,7 @@ class RoundAggregation {
   core::ThreadPool* const pool_;
   const SgdOptions sgd_;
   const bool aggregate_only_;
+  const uint32_t quorum_;
 };
 
 }  // namespace ps::server

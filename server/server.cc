@@ -29,8 +29,10 @@
 namespace ps::server {
 namespace {
 
-// The initial HTTP/2 window of a stream on the shard's ports (ApplyTransportBounds).
-constexpr int kStreamWindowBytes = 64 << 10;
+// The initial HTTP/2 window of a stream on the shard's ports (ApplyTransportBounds): a
+// default slice's fp32 push (256 KiB) and its header arrive without waiting for a window
+// update; what a stream the front has not started to read can hold.
+constexpr int kStreamWindowBytes = 320 << 10;
 
 std::string HostPort(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos && host.front() != '[') {

@@ -138,18 +138,22 @@ FrontMethod Unary(const CallGate& gate, std::function<void(FrontCall*, const Req
 class PullStream final : public StreamHandler {
  public:
   // `slot` is the worker's open-stream slot, given back when the stream is done.
-  PullStream(Shard* shard, FrontCall* call, v1::PullRequest req, Metrics* metrics,
+  PullStream(Shard* shard, FrontCall* call, const net::PullRequestFrame& req, Metrics* metrics,
              PullSlots::Slot slot)
-      : shard_(shard), call_(call), req_(std::move(req)), slot_(std::move(slot)) {
+      : shard_(shard),
+        call_(call),
+        slice_ids_(req.slice_ids),
+        min_version_(req.min_version),
+        slot_(std::move(slot)) {
     state_ = std::make_shared<State>();
     state_->shard = shard;
     state_->metrics = metrics;
-    state_->remaining = static_cast<size_t>(req_.slice_ids_size());
+    state_->remaining = slice_ids_.size();
     // What the worker holds (compressed pulls): a slice whose delta applies to it goes
     // out as that delta.
-    if (shard->pull_epoch() != 0 && req_.held_epoch() == shard->pull_epoch()) {
-      for (int k = 0; k < req_.held_versions_size(); ++k) {
-        state_->held.emplace(req_.slice_ids(k), req_.held_versions(k));
+    if (shard->pull_epoch() != 0 && req.held_epoch == shard->pull_epoch()) {
+      for (size_t k = 0; k < req.held_versions.size(); ++k) {
+        state_->held.emplace(req.slice_ids[k], req.held_versions[k]);
       }
     }
   }
@@ -169,11 +173,11 @@ class PullStream final : public StreamHandler {
       absl::MutexLock lock(&state_->mu);
       state_->call = call_;
     }
-    watches_.reserve(static_cast<size_t>(req_.slice_ids_size()));
-    for (uint32_t id : req_.slice_ids()) {
+    watches_.reserve(slice_ids_.size());
+    for (uint32_t id : slice_ids_) {
       std::weak_ptr<State> weak = state_;
       const int32_t priority = shard_->priority_schedule() ? shard_->SlicePriority(id) : 0;
-      const uint64_t watch = shard_->Watch(id, req_.min_version(), [weak, id, priority](bool ok) {
+      const uint64_t watch = shard_->Watch(id, min_version_, [weak, id, priority](bool ok) {
         if (auto st = weak.lock()) st->OnReady(id, priority, ok);
       });
       if (watch != 0) watches_.emplace_back(id, watch);
@@ -287,7 +291,8 @@ class PullStream final : public StreamHandler {
 
   Shard* const shard_;
   FrontCall* const call_;
-  const v1::PullRequest req_;
+  const std::vector<uint32_t> slice_ids_;
+  const uint64_t min_version_;
   const PullSlots::Slot slot_;
   std::vector<std::pair<uint32_t, uint64_t>> watches_;  // (slice, watch id) not fired at start
   std::shared_ptr<State> state_;
@@ -427,27 +432,33 @@ void WorkerServiceImpl::Push(FrontCall* call, const grpc::ByteBuffer& req) {
 std::unique_ptr<StreamHandler> WorkerServiceImpl::Pull(FrontCall* call,
                                                        const grpc::ByteBuffer& raw) {
   const size_t request_bytes = raw.Length();
-  v1::PullRequest req;
-  if (absl::Status parsed = net::ParseMessage(raw, &req); !parsed.ok()) {
-    gate_.Answer(call, shard_->Refuse(Refusal::kMalformed, parsed.message()), request_bytes);
+  // A worker pulls each slice of this shard at most once: a longer list is refused where
+  // its first extra id is read, so a request naming millions of ids costs what was read
+  // of it (the whole list before this shard has a layout, bounded by the layout limit).
+  net::ReceivedBytes bytes;
+  absl::Status taken = bytes.Take(raw);
+  absl::StatusOr<net::PullRequestFrame> req =
+      taken.ok() ? net::ParsePullRequest(bytes.pieces(), shard_->MaxPullSlices())
+                 : absl::StatusOr<net::PullRequestFrame>(taken);
+  if (!req.ok()) {
+    gate_.Answer(call, shard_->Refuse(Refusal::kMalformed, req.status().message()), request_bytes);
     return nullptr;
   }
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req.session());
+  std::string session_bytes;
+  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req->session.Contiguous(&session_bytes));
   if (!worker.ok()) {
     gate_.Answer(call, worker.status(), request_bytes);
     return nullptr;
   }
-  if (req.held_versions_size() != 0 && req.held_versions_size() != req.slice_ids_size()) {
+  if (!req->held_versions.empty() && req->held_versions.size() != req->slice_ids.size()) {
     gate_.Answer(call,
-                 absl::InvalidArgumentError(absl::StrCat("pull gives ", req.held_versions_size(),
+                 absl::InvalidArgumentError(absl::StrCat("pull gives ", req->held_versions.size(),
                                                          " held versions for ",
-                                                         req.slice_ids_size(), " slices")),
+                                                         req->slice_ids.size(), " slices")),
                  request_bytes);
     return nullptr;
   }
-  absl::Status valid = shard_->ValidatePull(
-      req.layout_hash(), std::span<const uint32_t>(req.slice_ids().data(),
-                                                   static_cast<size_t>(req.slice_ids_size())));
+  absl::Status valid = shard_->ValidatePull(req->layout_hash, req->slice_ids);
   if (!valid.ok()) {
     gate_.Answer(call, valid, request_bytes);
     return nullptr;
@@ -457,7 +468,7 @@ std::unique_ptr<StreamHandler> WorkerServiceImpl::Pull(FrontCall* call,
     gate_.Answer(call, shard_->Refuse(Refusal::kOverLimit, slot.status().message()), request_bytes);
     return nullptr;
   }
-  return std::make_unique<PullStream>(shard_, call, std::move(req), metrics_, *std::move(slot));
+  return std::make_unique<PullStream>(shard_, call, *req, metrics_, *std::move(slot));
 }
 
 void PeerServiceImpl::AddTo(GrpcFront* front) {

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <random>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "spdlog/spdlog.h"
@@ -35,11 +36,16 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
                   ? options.quorum
                   : std::max<uint32_t>(options.EffectiveQuorum(),
                                        static_cast<uint32_t>(aggregator->MinInputs()))),
+      // f + 1 workers include an honest one; at least 2, so no single worker starts a
+      // deadline even with f = 0; at most the quorum, so a round with its quorum always
+      // has one running.
+      starters_(std::min(quorum_, std::max<uint32_t>(options.num_byzantine + 1, 2))),
       aggregator_(std::move(aggregator)),
+      udp_rounds_(options.num_workers, starters_),
       aggregation_(aggregator_.get(), pool,
                    SgdOptions{options.learning_rate, options.momentum, options.weight_decay,
                               LrSchedule::Parse(options.lr_schedule).value_or(LrSchedule())},
-                   options.aggregate_only),
+                   options.aggregate_only, quorum_),
       model_scope_(aggregator_->NeedsGram() &&
                    options.aggregation_scope == AggregationScope::kModel),
       priority_schedule_(options.schedule == Schedule::kPriority),
@@ -69,6 +75,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       jobs_(pool) {
   rules_.num_workers = options_.num_workers;
   rules_.quorum = quorum_;
+  rules_.starters = starters_;
+  rules_.udp = &udp_rounds_;
   rules_.round_deadline = std::chrono::duration_cast<core::Duration>(options_.round_deadline);
   rules_.clock = clock_;
   rules_.deadlines = &deadlines_;
@@ -200,14 +208,10 @@ absl::StatusOr<std::shared_ptr<const codecs::Codec>> Shard::Decoder(uint32_t wor
   return decoder;
 }
 
-void Shard::StartUdpRound(uint64_t round) {
-  int64_t seen = rules_.udp_round.load();
-  while (seen < static_cast<int64_t>(round) &&
-         !rules_.udp_round.compare_exchange_weak(seen, static_cast<int64_t>(round))) {
-  }
-  if (seen >= static_cast<int64_t>(round)) return;
-  // The first chunk of this round on this shard: every slice at this round gets its
-  // deadline now, so one whose datagrams were all lost still closes.
+void Shard::NoteRound(uint32_t worker_id, uint64_t round, bool chunk) {
+  if (!udp_rounds_.Note(worker_id, round, chunk)) return;
+  // Armed: every slice at this round gets its deadline now, so one whose datagrams were
+  // all lost still closes, or is dropped below the quorum, instead of stalling.
   table_.ForEach([round](SliceRound& s) { s.StartDeadlineAt(round); });
 }
 
@@ -219,19 +223,21 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   }
   PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
+  DecodeBudget::Reservation budget;
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec,
       [&]() -> absl::StatusOr<std::shared_ptr<const codecs::Codec>> {
-        PS_RETURN_IF_ERROR(decode_budget_.Admit(worker_id, round, slice_id));
+        PS_ASSIGN_OR_RETURN(budget, decode_budget_.Admit(worker_id, round, slice_id));
         return Decoder(worker_id, slice_id, codec);
       },
       payload, loss);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  decode_budget_.Spent(worker_id, round, progress->decode);
+  budget.Spent(progress->decode);
   size_t payload_bytes = 0;
   for (std::string_view piece : payload) payload_bytes += piece.size();
   counters_.PushAccepted(payload_bytes, uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
+  NoteRound(worker_id, round, /*chunk=*/false);
   return absl::OkStatus();
 }
 
@@ -258,18 +264,19 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   const net::ChunkRange range = net::ChunkRangeOf(s->info().numel, h.chunk_elems, h.chunk_index);
   const SliceRound::Chunk chunk{worker_id,     h.round,     h.chunk_index, h.chunk_count,
                                 h.chunk_elems, range.first, range.count};
+  DecodeBudget::Reservation budget;
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptChunk(
       chunk, codec,
       [&]() -> absl::StatusOr<std::shared_ptr<const codecs::Codec>> {
-        PS_RETURN_IF_ERROR(decode_budget_.Admit(worker_id, h.round, h.slice_id));
+        PS_ASSIGN_OR_RETURN(budget, decode_budget_.Admit(worker_id, h.round, h.slice_id));
         return Decoder(worker_id, h.slice_id, codec);
       },
       payload);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
-  decode_budget_.Spent(worker_id, h.round, progress->decode);
+  budget.Spent(progress->decode);
   counters_.ChunkAccepted(payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
-  StartUdpRound(h.round);
+  NoteRound(worker_id, h.round, /*chunk=*/true);
   return absl::OkStatus();
 }
 
@@ -331,15 +338,25 @@ void Shard::SetShareSender(std::function<void(std::shared_ptr<const RoundShare>)
 
 absl::Status Shard::AcceptShare(const RoundShare& share) { return model_.AcceptShare(share); }
 
+size_t Shard::MaxPullSlices() const {
+  return table_.registered() ? table_.owned_count() : core::kMaxSlices;
+}
+
 absl::Status Shard::ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids) {
-  if (slice_ids.empty()) return absl::InvalidArgumentError("pull names no slices");
-  std::vector<uint32_t> sorted(slice_ids.begin(), slice_ids.end());
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    return absl::InvalidArgumentError("pull names a slice twice");
+  if (slice_ids.empty()) return Refuse(Refusal::kMalformed, "pull names no slices");
+  if (slice_ids.size() > MaxPullSlices()) {
+    return Refuse(Refusal::kMalformed, absl::StrCat("pull names ", slice_ids.size(),
+                                                    " slices; this shard has ", MaxPullSlices()));
   }
-  for (uint32_t id : sorted) {
+  // Each id is looked up (O(1)) before it is remembered; the set holds at most the
+  // owned slices.
+  absl::flat_hash_set<uint32_t> seen;
+  seen.reserve(slice_ids.size());
+  for (uint32_t id : slice_ids) {
     PS_RETURN_IF_ERROR(LookupSlice(layout_hash, id).status());
+    if (!seen.insert(id).second) {
+      return Refuse(Refusal::kMalformed, absl::StrCat("pull names slice ", id, " twice"));
+    }
   }
   return absl::OkStatus();
 }

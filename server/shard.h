@@ -19,8 +19,9 @@
 //
 // Round protocol (docs/architecture.md, "A push" and "Rounds, versions and the training
 // loop"), per slice: the round `version` is open; each joined worker may push once; the
-// round closes when all n workers pushed, or once its deadline (first push +
-// round_deadline) passed with at least `quorum` pushes. The closed round is aggregated on
+// round closes when all n workers pushed, or once its deadline passed with at least
+// `quorum` pushes (the deadline starts when `starters` distinct workers pushed, or when a
+// UDP round is armed; see RoundRules). The closed round is aggregated on
 // the thread pool, the optimizer runs, and version + 1 is published to pull watchers.
 // Pushes are decoded and validated on arrival, so a malformed push is refused at once
 // and never reaches the aggregator.
@@ -101,9 +102,12 @@ class Shard {
   Shard& operator=(const Shard&) = delete;
 
   uint32_t shard_id() const { return shard_id_; }
-  // Pushes that close a round at its deadline: --quorum, or n - f raised to the rule's
-  // least input count.
+  // The fewest inputs any round is aggregated with, on every path: --quorum, or n - f
+  // raised to the rule's least input count.
   uint32_t quorum() const { return quorum_; }
+  // Distinct workers whose pushes start a slice's deadline: f + 1 and at least 2 (one
+  // honest worker at least, never one worker alone), at most the quorum.
+  uint32_t starters() const { return starters_; }
   const ServerOptions& options() const { return options_; }
 
   // A worker joins with its rank and the hash of its layout; a new session replaces
@@ -158,7 +162,12 @@ class Shard {
   absl::Status PushChunk(const net::DatagramHeader& header, std::string_view codec,
                          std::string_view payload);
 
-  // Checks a pull request: layout, slice ids owned by this shard, no repeats.
+  // The most slice ids a pull may name: the owned slices once the layout is registered
+  // (a pull names each at most once), the layout limit (core::kMaxSlices) before.
+  size_t MaxPullSlices() const;
+  // Checks a pull request: layout, slice ids owned by this shard, no repeats; in time
+  // linear in the ids, stopping at the first bad one (counted: malformed, or the
+  // lookup's refusal).
   absl::Status ValidatePull(uint64_t layout_hash, std::span<const uint32_t> slice_ids);
   // Calls `ready(true)` once slice `slice_id` has a version >= min_version (inline if
   // it already has), or `ready(false)` if the shard shuts down first. The slice id
@@ -248,9 +257,10 @@ class Shard {
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> Decoder(uint32_t worker_id,
                                                                uint32_t slice_id,
                                                                std::string_view codec);
-  // After a chunk of `round` was taken: the first time for that round, starts the
-  // deadline of every owned slice at that round.
-  void StartUdpRound(uint64_t round);
+  // A push or chunk of `worker_id` for `round` was taken: counts the worker in the
+  // round's UDP arming (UdpRounds), and when that arms the round, starts the deadline of
+  // every owned slice at that round.
+  void NoteRound(uint32_t worker_id, uint64_t round, bool chunk);
   // Logs a registration, or counts its refusal.
   absl::StatusOr<std::vector<uint32_t>> Registered(uint32_t worker_id,
                                                    absl::StatusOr<std::vector<uint32_t>> owned);
@@ -273,7 +283,10 @@ class Shard {
   const uint64_t pull_epoch_;
   const uint32_t shard_id_;
   const uint32_t quorum_;
+  const uint32_t starters_;
   const std::unique_ptr<aggregators::Aggregator> aggregator_;
+  // The rounds that carried UDP chunks here; armed by `starters_` distinct workers.
+  UdpRounds udp_rounds_;
   RoundAggregation aggregation_;
   const bool model_scope_;
   // --schedule=priority: closed slices are aggregated, and model rounds published, most

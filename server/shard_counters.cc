@@ -59,10 +59,7 @@ absl::Status ShardCounters::RefusedPush(uint32_t worker_id, absl::Status status)
 }
 
 absl::Status ShardCounters::RefusedShare(uint32_t from_shard, uint64_t round, absl::Status status) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++stats_.shares_refused;
-  }
+  Bump(&ShardStats::shares_refused);
   spdlog::warn("shard {}: refused share of round {} from shard {}: {}", shard_id_, round,
                from_shard, std::string(status.message()));
   return status;
@@ -83,35 +80,36 @@ void ShardCounters::ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
 }
 
 void ShardCounters::Quarantined(uint32_t worker, core::Duration duration) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++stats_.quarantines;
-  }
+  Bump(&ShardStats::quarantines);
   spdlog::warn(
       "shard {}: worker {} quarantined for {} ms after a malformed push or chunk; rounds go on "
       "without it",
       shard_id_, worker, std::chrono::duration_cast<std::chrono::milliseconds>(duration).count());
 }
 
-void ShardCounters::ClosedAtDeadline() {
+void ShardCounters::ClosedAtDeadline() { Bump(&ShardStats::rounds_closed_at_deadline); }
+
+uint64_t ShardCounters::Bump(uint64_t ShardStats::*count) {
   absl::MutexLock lock(&mu_);
-  ++stats_.rounds_closed_at_deadline;
+  return ++(stats_.*count);
 }
 
 void ShardCounters::DeadlinePassed(uint32_t slice_id, const SliceRound::DeadlineOutcome& out,
                                    uint32_t num_workers) {
-  if (!out.closed) {
-    spdlog::warn(
-        "shard {}: round {} of slice {} passed its deadline with {} pushes, below the quorum of "
-        "{}; closing as soon as the quorum is reached",
-        shard_id_, out.round, slice_id, out.pushed, out.quorum);
+  if (!out.closed || out.below_quorum) {
+    const uint64_t below = Bump(&ShardStats::deadlines_below_quorum);
+    // Rate-limited: a lossy UDP path, or workers that are gone, make many of these.
+    spdlog::log(std::has_single_bit(below) ? spdlog::level::warn : spdlog::level::debug,
+                "shard {}: round {} of slice {} passed its deadline with {} of {} pushes, below "
+                "the quorum of {}; {} ({} such deadlines so far)",
+                shard_id_, out.round, slice_id, out.pushed, num_workers, out.quorum,
+                out.below_quorum ? "dropping it (a UDP round that enough workers are in)"
+                : out.grace      ? "waiting one more deadline for late pushes, then dropping it"
+                                 : "closing as soon as the quorum is reached",
+                below);
     return;
   }
-  uint64_t closed;
-  {
-    absl::MutexLock lock(&mu_);
-    closed = ++stats_.rounds_closed_at_deadline;
-  }
+  const uint64_t closed = Bump(&ShardStats::rounds_closed_at_deadline);
   spdlog::log(std::has_single_bit(closed) ? spdlog::level::info : spdlog::level::debug,
               "shard {}: round {} of slice {} closed at its deadline with {} of {} pushes ({} "
               "whole; {} rounds closed at a deadline so far)",
@@ -127,29 +125,29 @@ void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_
 }
 
 void ShardCounters::Published(uint64_t round, uint32_t slice_id, const absl::Status& error) {
+  const bool below_quorum = !error.ok() && IsBelowQuorum(error);
   uint64_t dropped = 0;
   {
     absl::MutexLock lock(&mu_);
     ++stats_.rounds_closed;
-    if (!error.ok()) dropped = ++stats_.aggregation_errors;
+    if (below_quorum) {
+      dropped = ++stats_.rounds_dropped_below_quorum;
+    } else if (!error.ok()) {
+      dropped = ++stats_.aggregation_errors;
+    }
   }
   if (error.ok()) return;
   // The 1st, 2nd, 4th, 8th, ... loudly (a lossy UDP path can drop many), the rest at debug.
   spdlog::log(std::has_single_bit(dropped) ? spdlog::level::err : spdlog::level::debug,
-              "shard {}: round {} of slice {} dropped ({} so far): {}", shard_id_, round, slice_id,
-              dropped, std::string(error.message()));
+              "shard {}: round {} of slice {} dropped ({} so far{}): {}", shard_id_, round,
+              slice_id, dropped, below_quorum ? " below the quorum" : "",
+              std::string(error.message()));
 }
 
-void ShardCounters::ModelRoundAggregated() {
-  absl::MutexLock lock(&mu_);
-  ++stats_.model_rounds;
-}
+void ShardCounters::ModelRoundAggregated() { Bump(&ShardStats::model_rounds); }
 
 void ShardCounters::ModelRoundDropped(uint64_t round, std::string_view why) {
-  {
-    absl::MutexLock lock(&mu_);
-    ++stats_.model_rounds_dropped;
-  }
+  Bump(&ShardStats::model_rounds_dropped);
   spdlog::error("shard {}: model round {} dropped: {}", shard_id_, round, why);
 }
 

@@ -33,6 +33,11 @@ struct ShardStats {
   uint64_t push_decoded_bytes = 0;
   uint64_t rounds_closed = 0;  // slice rounds
   uint64_t rounds_closed_at_deadline = 0;
+  // Slice rounds whose deadline passed below the quorum (they wait for it, or in an
+  // armed UDP round for one more deadline), and slice rounds published unchanged because
+  // fewer than the quorum pushed (the rule never ran; not aggregation errors).
+  uint64_t deadlines_below_quorum = 0;
+  uint64_t rounds_dropped_below_quorum = 0;
   uint64_t aggregation_errors = 0;
   // Model scope (docs/aggregators.md): rounds aggregated from every shard's share, rounds
   // dropped because a peer's share did not come in time, and peer shares refused.
@@ -88,12 +93,14 @@ class ShardCounters {
   void ClosedAtDeadline();
   // Slice `slice_id`'s round passed its deadline (out.due): counted when it closed then,
   // with its quorum (logged at info the 1st, 2nd, 4th, ... time: on a lossy UDP path most
-  // rounds close so), else a warning that it waits for the quorum.
+  // rounds close so), else a warning (the 1st, 2nd, 4th, ...) that it waits for the
+  // quorum or, closed below it, will be dropped.
   void DeadlinePassed(uint32_t slice_id, const SliceRound::DeadlineOutcome& out,
                       uint32_t num_workers);
   void Aggregated(const AggregationCounts& counts, uint64_t chunks_lost);
-  // A slice's round published; `error` when its aggregation failed (it was published
-  // unchanged), which is logged with `what` at the 1st, 2nd, 4th, ... failure.
+  // A slice's round published; `error` when its aggregation failed or it was below the
+  // quorum (IsBelowQuorum; it was published unchanged either way), which is logged at the
+  // 1st, 2nd, 4th, ... of each kind.
   void Published(uint64_t round, uint32_t slice_id, const absl::Status& error);
   // A model round aggregated from every shard's share (its plan may still fail).
   void ModelRoundAggregated();
@@ -108,6 +115,9 @@ class ShardCounters {
   void Observe(AggregationStage stage, std::chrono::steady_clock::time_point start);
 
  private:
+  // Adds one to the count `count` of stats_; returns the new value.
+  uint64_t Bump(uint64_t ShardStats::*count);
+
   const uint32_t shard_id_;
 
   mutable absl::Mutex mu_;

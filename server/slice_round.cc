@@ -18,11 +18,44 @@ namespace ps::server {
 using core::Refusal;
 using core::Refused;
 
-uint32_t RoundRules::QuorumAt(uint64_t round) const { return UdpRound(round) ? 0 : quorum; }
+UdpRounds::UdpRounds(uint32_t num_workers, uint32_t starters)
+    : num_workers_(num_workers), starters_(std::clamp<uint32_t>(starters, 1, std::max(num_workers, 1u))) {
+  absl::MutexLock lock(&mu_);
+  for (Pending& p : pending_) p.seen.assign(num_workers_, 0);
+}
 
-bool RoundRules::UdpRound(uint64_t round) const {
-  const int64_t udp = udp_round.load();
-  return udp >= 0 && static_cast<uint64_t>(udp) >= round;
+bool UdpRounds::Armed(uint64_t round) const {
+  const int64_t armed = armed_.load(std::memory_order_acquire);
+  return armed >= 0 && static_cast<uint64_t>(armed) >= round;
+}
+
+bool UdpRounds::Note(uint32_t worker, uint64_t round, bool chunk) {
+  if (worker >= num_workers_ || Armed(round) ||
+      round > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
+    return false;
+  }
+  absl::MutexLock lock(&mu_);
+  Pending& p = pending_[round % kWindow];
+  if (!p.used || p.round < round) {
+    p.used = true;
+    p.round = round;
+    p.chunk = false;
+    p.count = 0;
+    std::fill(p.seen.begin(), p.seen.end(), 0);
+  } else if (p.round > round) {
+    return false;  // kWindow rounds behind the newest: not tracked
+  }
+  if (!p.seen[worker]) {
+    p.seen[worker] = 1;
+    ++p.count;
+  }
+  p.chunk = p.chunk || chunk;
+  if (!p.chunk || p.count < starters_) return false;
+  // Armed: raise the newest armed round (under mu_, so only one caller arms each round).
+  const int64_t r = static_cast<int64_t>(round);
+  if (armed_.load(std::memory_order_relaxed) >= r) return false;
+  armed_.store(r, std::memory_order_release);
+  return true;
 }
 
 core::SteadyTime RoundRules::DeadlineFromNow() const { return clock->Now() + round_deadline; }
@@ -291,7 +324,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
 
 bool SliceRound::OnlyQuarantinedMissingLocked() const {
   const Quarantine* q = rules_->quarantine;
-  if (q == nullptr || num_pushed_ < std::max<uint32_t>(rules_->QuorumAt(version_), 1)) {
+  if (q == nullptr || num_pushed_ < std::max<uint32_t>(rules_->quorum, 1)) {
     return false;
   }
   const core::SteadyTime now = rules_->clock->Now();
@@ -315,14 +348,18 @@ std::optional<uint64_t> SliceRound::CloseIfOnlyQuarantinedMissing() {
 SliceRound::Progress SliceRound::AfterPushLocked() {
   Progress p;
   if (num_complete_ == rules_->num_workers ||
-      (deadline_passed_ && num_pushed_ >= rules_->QuorumAt(version_)) ||
-      OnlyQuarantinedMissingLocked()) {
+      (deadline_passed_ && num_pushed_ >= rules_->quorum) || OnlyQuarantinedMissingLocked()) {
     p.closed = true;
     p.at_deadline = deadline_passed_;
     CloseLocked();
     return p;
   }
-  if (!deadline_.has_value()) SetDeadlineLocked();
+  // The deadline starts once `starters` distinct workers pushed, never with one worker's
+  // (a Byzantine worker's) first push. Once it passed below the quorum, the round waits
+  // for its quorum; only an armed UDP round sets another deadline (OnDeadline).
+  if (!deadline_.has_value() && !deadline_passed_ && num_pushed_ >= rules_->starters) {
+    SetDeadlineLocked();
+  }
   return p;
 }
 
@@ -354,7 +391,7 @@ void SliceRound::CloseLocked() {
 }
 
 SliceRound::DeadlineOutcome SliceRound::OnDeadline(core::SteadyTime now) {
-  absl::MutexLock lock(&mu_);
+  Locked lock(this);
   DeadlineOutcome out;
   if (closing_ || !deadline_.has_value() || *deadline_ > now) return out;
   deadline_.reset();
@@ -362,19 +399,33 @@ SliceRound::DeadlineOutcome SliceRound::OnDeadline(core::SteadyTime now) {
   out.round = version_;
   out.pushed = num_pushed_;
   out.complete = num_complete_;
-  out.quorum = rules_->QuorumAt(version_);
+  out.quorum = rules_->quorum;
   if (num_pushed_ >= out.quorum) {
     out.closed = true;
     CloseLocked();
-  } else {
-    deadline_passed_ = true;
+    return out;
+  }
+  const bool armed = rules_->Armed(version_);
+  if (armed && deadline_passed_) {
+    // A further deadline passed without the quorum in a round that enough workers are
+    // in: datagrams were lost, or workers are missing. Closed to be dropped (the
+    // aggregation refuses fewer inputs than the quorum) rather than stall every pull.
+    out.closed = true;
+    out.below_quorum = true;
+    CloseLocked();
+    return out;
+  }
+  deadline_passed_ = true;
+  if (armed) {
+    out.grace = true;
+    SetDeadlineLocked();
   }
   return out;
 }
 
 void SliceRound::StartDeadlineAt(uint64_t round) {
   Locked lock(this);
-  if (version_ != round || closing_ || deadline_.has_value()) return;
+  if (version_ != round || closing_ || deadline_.has_value() || !initialized_) return;
   SetDeadlineLocked();
 }
 
@@ -415,8 +466,9 @@ void SliceRound::Publish(ClosedRound round, std::shared_ptr<const std::string> v
   closing_ = false;
   published_ = std::move(values);
   KeepPublishedModelLocked();
-  // The new round already carries UDP chunks on this shard: its deadline runs now.
-  if (rules_->UdpRound(version_)) SetDeadlineLocked();
+  // The new round is already armed on this shard (other slices are there): its
+  // deadline runs now.
+  if (rules_->Armed(version_)) SetDeadlineLocked();
   TakeDueWatchersLocked(wake);
 }
 

@@ -26,6 +26,7 @@
 // and watcher callbacks are returned to the caller to run after it is released.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -54,11 +55,68 @@
 
 namespace ps::server {
 
+// Rounds that carried UDP chunks to a shard, and which of them are "armed": a chunk came
+// for the round and at least `starters` distinct workers had a push or chunk of it
+// taken on this shard (the shard uses RoundRules::starters, f + 1 and at least 2: one of
+// them at least is honest, so the f Byzantine workers alone never arm a round). An
+// armed round's deadline runs on every slice at that round, including slices nobody's
+// datagrams reached, and a slice of it that stays below the quorum is dropped instead of
+// stalling (docs/transport.md, "Closing a round").
+//
+// Thread-safe: Armed is one atomic load; Note takes a mutex (innermost, like the
+// DeadlineQueue's) only for rounds not armed yet.
+class UdpRounds {
+ public:
+  // `starters`: distinct workers that arm a round (1..num_workers).
+  UdpRounds(uint32_t num_workers, uint32_t starters);
+  UdpRounds(const UdpRounds&) = delete;
+  UdpRounds& operator=(const UdpRounds&) = delete;
+
+  // A push (`chunk`: a UDP chunk) of `worker` for `round` was taken. True when this call
+  // armed `round`. The kWindow newest rounds are tracked; a push for an older one than
+  // that counts nothing (rounds that far apart are never open together: a worker pushes
+  // round t + 1 only after pulling version t + 1 of every slice).
+  bool Note(uint32_t worker, uint64_t round, bool chunk);
+  // Whether `round`, or a later round, is armed (a slice still at an older round once a
+  // later one armed has fallen behind the workers, and gets the same treatment).
+  bool Armed(uint64_t round) const;
+  uint32_t starters() const { return starters_; }
+
+  static constexpr size_t kWindow = 4;
+
+ private:
+  struct Pending {
+    uint64_t round = 0;
+    bool used = false;
+    bool chunk = false;  // a UDP chunk of the round came
+    uint32_t count = 0;  // distinct workers
+    std::vector<uint8_t> seen;
+  };
+  const uint32_t num_workers_;
+  const uint32_t starters_;
+  std::atomic<int64_t> armed_{-1};  // the newest armed round, -1: none
+  absl::Mutex mu_;
+  std::array<Pending, kWindow> pending_ ABSL_GUARDED_BY(mu_);
+};
+
 // What every slice of a shard closes its rounds by; shared by them, owned by the shard.
+//
+// Every round, over gRPC or UDP, in slice or model scope, is aggregated only with at
+// least `quorum` inputs (RoundAggregation refuses fewer: the round is dropped, parameters
+// unchanged, and counted). A slice's deadline starts once `starters` distinct workers
+// pushed to it (f + 1 and at least 2, at most the quorum: never one worker, never the
+// Byzantine ones alone), or, in a UDP round, when the round is armed on the shard
+// (UdpRounds). At the deadline a slice with its quorum closes; one below it waits for
+// its quorum (late pushes and chunks count), and in an armed round it is dropped once a
+// further round deadline passed without the quorum.
 struct RoundRules {
   uint32_t num_workers = 0;
-  // Pushes that close a round at its deadline.
+  // Inputs every aggregated round has: --quorum, or n - f raised to the rule's least
+  // input count (Shard::quorum()).
   uint32_t quorum = 0;
+  // Distinct workers whose pushes start a slice's deadline (see above); 1 where a test
+  // does not care.
+  uint32_t starters = 1;
   core::Duration round_deadline{};
   core::Clock* clock = nullptr;
   DeadlineQueue* deadlines = nullptr;
@@ -68,21 +126,16 @@ struct RoundRules {
   bool keep_published_model = false;
   // Rows of rule state per slice element (aggregators::Aggregator::StateRows).
   size_t state_rows = 0;
-  // Highest round that carried a UDP chunk to this shard (-1: none yet).
-  std::atomic<int64_t> udp_round{-1};
+  // The shard's UDP rounds (null: no UDP, no round is ever armed).
+  UdpRounds* udp = nullptr;
   // Workers no round waits for (null: every round waits for all n).
   const Quarantine* quarantine = nullptr;
   // --pull-codec: each slice keeps what the workers hold and publishes its changes
   // encoded with this spec (server/pull_delta.h). Empty: dense pulls only.
   std::string pull_codec;
 
-  // A worker whose datagrams were all lost cannot be told from an absent one, and
-  // nothing is retransmitted: in a round that carried UDP chunks on this shard, every
-  // slice closes at its deadline with what came (quorum 0). The aggregation refuses fewer
-  // inputs than the rule needs, which drops the round (parameters unchanged) instead of
-  // stalling it (docs/transport.md, "Closing a round").
-  uint32_t QuorumAt(uint64_t round) const;
-  bool UdpRound(uint64_t round) const;
+  // Whether `round` is an armed UDP round on this shard.
+  bool Armed(uint64_t round) const { return udp != nullptr && udp->Armed(round); }
   core::SteadyTime DeadlineFromNow() const;
 };
 
@@ -224,13 +277,20 @@ class SliceRound {
   // What a deadline did (Shard::Tick logs it).
   struct DeadlineOutcome {
     bool due = false;     // the deadline was this slice's and has passed
-    bool closed = false;  // with the quorum: aggregate it (TakeClosed)
+    bool closed = false;  // aggregate it (TakeClosed)
+    // Closed below the quorum: an armed UDP round that waited a further round deadline;
+    // its aggregation drops it (RoundAggregation's quorum check).
+    bool below_quorum = false;
+    // Below the quorum, in an armed UDP round: waits one more round deadline, then is
+    // dropped (without `grace` it waits for the quorum however long it takes).
+    bool grace = false;
     uint64_t round = 0;
     uint32_t pushed = 0, complete = 0, quorum = 0;
   };
   DeadlineOutcome OnDeadline(core::SteadyTime now);
-  // The first UDP chunk of `round` on this shard: starts this slice's deadline if it is
-  // at that round and has none, so that a slice whose datagrams were all lost closes.
+  // `round` was just armed on this shard (UdpRounds): starts this slice's deadline if it
+  // is at that round and has none, so that a slice whose datagrams were all lost still
+  // closes or is dropped.
   void StartDeadlineAt(uint64_t round);
   // A worker was just quarantined: closes the open round if it has its quorum and waits
   // for nobody else (every worker whose push is not whole is quarantined). Returns the
@@ -287,7 +347,7 @@ class SliceRound {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push or chunk was taken: closes the round when every push is complete (or
   // the deadline passed with the quorum, or only quarantined workers are missing), else
-  // starts its deadline.
+  // starts its deadline once `starters` workers pushed.
   Progress AfterPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round has its quorum and waits only for quarantined workers.
   bool OnlyQuarantinedMissingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -328,6 +388,8 @@ class SliceRound {
   std::optional<core::SteadyTime> deadline_ ABSL_GUARDED_BY(mu_);
   // Set by SetDeadlineLocked, registered by ~Locked.
   std::optional<core::SteadyTime> pending_deadline_ ABSL_GUARDED_BY(mu_);
+  // The deadline passed below the quorum: the round closes as soon as it has it (or,
+  // in an armed UDP round, is dropped at the next deadline).
   bool deadline_passed_ ABSL_GUARDED_BY(mu_) = false;
   // Waiting watches by id: the version each waits for and what to call.
   absl::flat_hash_map<uint64_t, std::pair<uint64_t, std::function<void(bool)>>> watchers_

@@ -270,10 +270,25 @@ CHECKPOINT = {
 
 
 # Target name (tests/fuzz/CMakeLists.txt) -> {file name: input}. codec_decode: codec_seeds.
-def wire(push, body, cut1=0, cut2=0):
-    """wire input: byte 0 (bit 0: PushRequest, else PullResponse), the two cut points,
-    then the message in protobuf wire format."""
-    return bytes([1 if push else 0, cut1, cut2]) + body
+def wire(push, body, cut1=0, cut2=0, kind=None):
+    """wire input: byte 0 (modulo 3: 0 PullResponse, 1 PushRequest, 2 PullRequest, whose
+    bound on slice ids is byte 0 / 3), the two cut points, then the message in protobuf
+    wire format."""
+    if kind is None:
+        kind = 1 if push else 0
+    return bytes([kind, cut1, cut2]) + body
+
+
+def pull_request(session, layout_hash, slice_ids, min_version, held=(), packed=True):
+    msg = pb_bytes(1, session) + b"\x11" + struct.pack("<Q", layout_hash)
+    if packed:
+        msg += pb_bytes(3, b"".join(varint(i) for i in slice_ids))
+    else:
+        msg += b"".join(pb_uint(3, i) for i in slice_ids)
+    msg += pb_uint(4, min_version)
+    if held:
+        msg += pb_bytes(5, b"".join(varint(v) for v in held))
+    return msg
 
 
 def pull_response(slice_id, version, values):
@@ -292,6 +307,13 @@ WIRE = {
     "push_fp32": wire(True, push_request(b"token", 0x1234, 5, 2, b"fp32", fp32([1.0, 2.0])), 9, 20),
     "push_fp16": wire(True, push_request(b"t", 1, 0, 0, b"fp16", fp16([0.5, -1.5])), 2, 0),
     "push_truncated": wire(True, push_request(b"t", 1, 0, 0, b"fp32", b"\x01abcd")[:-2]),
+    # PullRequest: byte 0 = 2 + 3 * bound.
+    "pull_request_packed": wire(False, pull_request(b"s", 0x1234, [0, 3, 70000], 7, [1, 2, 3]),
+                                5, 9, kind=2 + 3 * 8),
+    "pull_request_unpacked": wire(False, pull_request(b"s", 1, [4, 5], 0, packed=False), 3, 1,
+                                  kind=2 + 3 * 8),
+    "pull_request_over_bound": wire(False, pull_request(b"s", 1, list(range(20)), 1), 7, 2,
+                                    kind=2 + 3 * 4),
 }
 
 def held_frame(slice_=0, change=False, epoch=1, codec=0, version=1, base=0, payload=b"",

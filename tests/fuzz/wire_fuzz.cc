@@ -1,10 +1,15 @@
 // Fuzz target for the in-place readers of net/wire.h: ParsePullResponse (what a worker
-// does with every message of a pull stream) and ParsePushRequest (what a shard does with
-// every push), which read the protobuf wire format across the pieces gRPC received.
+// does with every message of a pull stream), ParsePushRequest (what a shard does with
+// every push) and ParsePullRequest (with every pull), which read the protobuf wire format
+// across the pieces gRPC received.
 //
-// Input: byte 0 selects the message (bit 0: 0 PullResponse, 1 PushRequest); byte 1 is
-// where the body is cut into two pieces (modulo its size + 1) and byte 2 where the
+// Input: byte 0 selects the message (modulo 3: 0 PullResponse, 1 PushRequest, 2
+// PullRequest; for a PullRequest, byte 0 / 3 is also the bound on its slice ids); byte 1
+// is where the body is cut into two pieces (modulo its size + 1) and byte 2 where the
 // second piece is cut again; the rest is the body.
+// A PullRequest is parsed with that bound and without one: with it, the parse must
+// accept exactly when the unbounded one does and both lists are within the bound, and
+// then say the same.
 // The reader must not crash and must refuse with INVALID_ARGUMENT "malformed <Type>".
 // When it accepts, every byte range lies inside the input and is made of non-empty
 // parts, and protobuf's own parser accepts the same bytes with the same fields (codec
@@ -12,6 +17,7 @@
 // shard refuses as an unknown codec); the header written from the parsed fields, followed by the tensor
 // bytes, parses with protobuf to the same fields again.
 // Seeds: tests/fuzz/corpus/wire/ (tests/fuzz/make_corpus.py).
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -75,12 +81,44 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const bool quiet = (google::protobuf::SetLogHandler(nullptr), true);
   (void)quiet;
   if (size < 3) return 0;
-  const bool push = data[0] & 1;
+  const int kind = data[0] % 3;
+  const bool push = kind == 1;
   const std::string_view body(reinterpret_cast<const char*>(data) + 3, size - 3);
   const size_t a = data[1] % (body.size() + 1);
   const size_t b = a + data[2] % (body.size() - a + 1);
   const std::string_view pieces[] = {body.substr(0, a), body.substr(a, b - a), body.substr(b)};
   const std::string bytes(body);
+
+  if (kind == 2) {
+    const size_t bound = data[0] / 3;
+    absl::StatusOr<ps::net::PullRequestFrame> all = ps::net::ParsePullRequest(pieces, SIZE_MAX);
+    absl::StatusOr<ps::net::PullRequestFrame> f = ps::net::ParsePullRequest(pieces, bound);
+    if (!f.ok()) CheckRefusal(f.status(), "PullRequest");
+    if (!all.ok()) {
+      CheckRefusal(all.status(), "PullRequest");
+      PS_FUZZ_CHECK(!f.ok(), "a bounded parse accepted what the unbounded one refused");
+      return 0;
+    }
+    const bool within = all->slice_ids.size() <= bound && all->held_versions.size() <= bound;
+    PS_FUZZ_CHECK(f.ok() == within, "the bound refused a request within it, or let one past");
+    CheckInside(all->session, body);
+    ps::v1::PullRequest m;
+    PS_FUZZ_CHECK(m.ParseFromString(bytes), "accepted a PullRequest protobuf refuses");
+    PS_FUZZ_CHECK(m.session() == all->session.ToString() && m.layout_hash() == all->layout_hash &&
+                      m.min_version() == all->min_version && m.held_epoch() == all->held_epoch &&
+                      std::equal(m.slice_ids().begin(), m.slice_ids().end(),
+                                 all->slice_ids.begin(), all->slice_ids.end()) &&
+                      std::equal(m.held_versions().begin(), m.held_versions().end(),
+                                 all->held_versions.begin(), all->held_versions.end()),
+                  "PullRequest fields differ from protobuf's");
+    if (f.ok()) {
+      PS_FUZZ_CHECK(f->slice_ids == all->slice_ids && f->held_versions == all->held_versions &&
+                        f->session.ToString() == all->session.ToString() &&
+                        f->min_version == all->min_version,
+                    "the bounded parse says something else");
+    }
+    return 0;
+  }
 
   if (!push) {
     absl::StatusOr<ps::net::PullFrame> f = ps::net::ParsePullResponse(pieces);

@@ -50,7 +50,8 @@ class ModelCoordinatorTest : public ::testing::Test {
     opts.num_workers = kWorkers;
     krum_ = aggregators::MakeAggregator("krum", opts).value();
     aggregation_ = std::make_unique<RoundAggregation>(krum_.get(), &pool_, SgdOptions{1.0f, 0, 0},
-                                                      /*aggregate_only=*/false);
+                                                      /*aggregate_only=*/false,
+                                                      /*quorum=*/kWorkers);
     coordinator_ = std::make_unique<ModelCoordinator>(
         ModelRounds::Config{/*shard_id=*/0, /*num_shards=*/2, kWorkers, /*state_rows=*/0,
                             milliseconds(50)},
@@ -314,7 +315,9 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
   out.closed = true;
   out.pushed = out.complete = 3;
   for (int i = 0; i < 3; ++i) c.DeadlinePassed(5, out, 4);
-  EXPECT_EQ(log.Count("warning", "round 9 of slice 5 passed its deadline with 2 pushes"), 1);
+  EXPECT_EQ(log.Count("warning", "round 9 of slice 5 passed its deadline with 2 of 4 pushes, "
+                                 "below the quorum of 3; closing as soon as the quorum is reached"),
+            1);
   // The 2nd, 3rd and 4th closed at a deadline: info for the 2nd and 4th.
   EXPECT_EQ(log.Count("info", "round 9 of slice 5 closed at its deadline with 3 of 4"), 2);
   c.PushAccepted(10, 40);
@@ -324,6 +327,7 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
   EXPECT_EQ(s.rounds_closed, 2u);
   EXPECT_EQ(s.aggregation_errors, 1u);
   EXPECT_EQ(s.rounds_closed_at_deadline, 4u);
+  EXPECT_EQ(s.deadlines_below_quorum, 1u);
   EXPECT_EQ(s.pushes_accepted, 1u);
   EXPECT_EQ(s.udp_chunks_accepted, 1u);
   EXPECT_EQ(s.push_bytes, 15u);

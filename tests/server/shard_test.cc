@@ -157,6 +157,98 @@ TEST_F(ShardTest, BelowQuorumAtDeadlineWaitsForTheQuorum) {
   EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(0, 0, 0, 0));
 }
 
+// Issue 45, finding 5: with --udp-port, one valid datagram per slice from a Byzantine
+// worker as each round opened started the round's deadline with a quorum of 0: the
+// median closed every round on that one input, and the trimmed mean dropped every
+// round. Now one worker's chunks start no deadline and close nothing; the honest
+// pushes over gRPC start it (with the attacker's chunk, two workers) and the round
+// closes with all four inputs, the attacker's bounded by the honest ones.
+class AttackedUdpRoundTest : public ShardTest, public ::testing::WithParamInterface<const char*> {
+ protected:
+  // Worker `worker`'s chunk 0 of `slice` (chunks of one value) for `round`.
+  absl::Status Chunk(uint32_t worker, uint64_t round, uint32_t slice, uint16_t numel,
+                     float value) {
+    net::DatagramHeader h;
+    h.worker_id = worker;
+    h.slice_id = slice;
+    h.round = round;
+    h.chunk_elems = 1;
+    h.chunk_index = 0;
+    h.chunk_count = numel;
+    return shard_->PushChunk(h, "fp32", Encode({value}));
+  }
+};
+
+TEST_P(AttackedUdpRoundTest, OneWorkersDatagramsNeitherStartTheDeadlineNorCloseTheRound) {
+  Make(Options(4, 1), GetParam());  // quorum 3; deadlines start with 2 workers
+  for (uint32_t w : {1u, 2u, 3u}) ASSERT_TRUE(shard_->Join(w, layout_hash_).ok());
+  ASSERT_EQ(shard_->quorum(), 3u);
+  ASSERT_EQ(shard_->starters(), 2u);
+  ASSERT_TRUE(Chunk(3, 0, 0, 4, 1e6f).ok());
+  ASSERT_TRUE(Chunk(3, 0, 1, 2, 1e6f).ok());
+  EXPECT_EQ(shard_->NextDeadline(), std::nullopt);
+  clock_.Advance(std::chrono::seconds(10));
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  EXPECT_EQ(shard_->Snapshot(1).version, 0u);
+  for (uint32_t w = 0; w < 3; ++w) {
+    const float g = static_cast<float>(w + 1);
+    ASSERT_TRUE(Push(w, 0, {g, g, g, g}).ok());
+    ASSERT_TRUE(Push(w, 0, {g, g}, /*slice=*/1).ok());
+  }
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u) << "worker 3's push is not whole: the deadline";
+  clock_.Advance(std::chrono::milliseconds(100));
+  shard_->Tick(clock_.Now());
+  // Coordinate 0: the median (or trimmed mean) of 1, 2, 3 and 1e6 is 2.5; elsewhere, of
+  // 1, 2 and 3, it is 2. Learning rate 1.
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1.5f, -1, -1, -1));
+  EXPECT_THAT(AwaitVersion(1, 1), ::testing::ElementsAre(-2.5f, -2));
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.rounds_dropped_below_quorum, 0u);
+  EXPECT_EQ(st.aggregation_errors, 0u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 2u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Rules, AttackedUdpRoundTest,
+                         ::testing::Values("median", "trimmed_mean"));
+
+// Model scope agrees on the workers that pushed every slice: each slice closed with its
+// quorum of 3, but only workers 0 and 1 pushed both, and the geometric median (which
+// takes any number of inputs) must not run on 2 of 4 with f = 1. Every shard drops such
+// a round, parameters unchanged, counted.
+TEST_F(ShardTest, AModelRoundWhoseAgreedWorkersAreBelowTheQuorumIsDropped) {
+  Make(Options(4, 1), "geometric_median");
+  ASSERT_TRUE(shard_->model_scope());
+  for (uint32_t w : {1u, 2u, 3u}) ASSERT_TRUE(shard_->Join(w, layout_hash_).ok());
+  for (uint32_t w : {0u, 1u, 2u}) ASSERT_TRUE(Push(w, 0, {5, 5, 5, 5}).ok());
+  for (uint32_t w : {0u, 1u, 3u}) ASSERT_TRUE(Push(w, 0, {5, 5}, /*slice=*/1).ok());
+  clock_.Advance(std::chrono::milliseconds(100));
+  shard_->Tick(clock_.Now());
+  EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(1, 1, 1, 1));
+  EXPECT_THAT(AwaitVersion(1, 1), ::testing::ElementsAre(0, 0));
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.model_rounds_dropped, 1u);
+  EXPECT_EQ(st.rounds_dropped_below_quorum, 2u);
+  EXPECT_EQ(st.aggregation_errors, 0u);
+}
+
+// A pull's slice list is checked in one pass, each id looked up once: repeats, unknown
+// slices and lists longer than the shard's slices are refused and counted.
+TEST_F(ShardTest, APullsSliceListIsCheckedInOnePass) {
+  Make(Options(1));
+  ASSERT_EQ(shard_->MaxPullSlices(), 2u);
+  const std::vector<uint32_t> both = {1, 0}, twice = {0, 0}, unknown = {0, 7}, three = {0, 1, 0};
+  EXPECT_TRUE(shard_->ValidatePull(layout_hash_, both).ok());
+  const absl::Status repeated = shard_->ValidatePull(layout_hash_, twice);
+  EXPECT_EQ(core::RefusalOf(repeated), Refusal::kMalformed) << repeated;
+  EXPECT_THAT(repeated.message(), HasSubstr("pull names slice 0 twice"));
+  EXPECT_EQ(core::RefusalOf(shard_->ValidatePull(layout_hash_, unknown)), Refusal::kUnknownSlice);
+  EXPECT_THAT(shard_->ValidatePull(layout_hash_, three).message(),
+              HasSubstr("pull names 3 slices; this shard has 2"));
+  EXPECT_EQ(core::RefusalOf(shard_->ValidatePull(layout_hash_, {})), Refusal::kMalformed);
+  EXPECT_EQ(shard_->stats().refusals[static_cast<size_t>(Refusal::kMalformed)], 3u);
+}
+
 TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
   // Quarantines off: each refusal on its own (quarantines: the next test).
   ServerOptions o = Options(2);

@@ -52,6 +52,13 @@ class SliceRoundTest : public ::testing::Test {
     encoder_ = codecs::MakeCodec("fp32").value();
   }
 
+  // What the shard's ticker does at `clock_.Now()`: takes the due deadlines off the
+  // queue and tells `s` (whose deadline must be among them to be due).
+  SliceRound::DeadlineOutcome Tick(SliceRound& s) {
+    (void)deadlines_.PopDue(clock_.Now());
+    return s.OnDeadline(clock_.Now());
+  }
+
   // A FunctionRef to decode_, which outlives every call.
   SliceRound::DecoderFn Decoder() { return decode_; }
 
@@ -230,6 +237,157 @@ TEST_F(SliceRoundTest, TheDeadlineClosesARoundWithItsQuorumOrWaitsForIt) {
   EXPECT_EQ(r->Workers(), (std::vector<uint32_t>{0, 1}));
 }
 
+// Issue 45, finding 5: a slice's deadline started with one worker's first push (or
+// chunk), so a Byzantine worker pushing first set every round's clock. It now starts
+// once `starters` distinct workers pushed (the shard sets f + 1, at least 2).
+TEST_F(SliceRoundTest, TheDeadlineStartsWithTheStartersNeverWithOneWorker) {
+  rules_.starters = 2;
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  const SliceRound::Chunk one{/*worker=*/2, /*round=*/0, /*index=*/0, /*count_in_push=*/2,
+                              /*chunk_elems=*/1, /*first=*/0, /*count=*/1};
+  ASSERT_TRUE(s.AcceptChunk(one, "fp32", Decoder(), Encoded({1e6f})).ok());
+  EXPECT_EQ(deadlines_.Next(), std::nullopt) << "one worker's chunk starts no deadline";
+  clock_.Advance(milliseconds(1000));
+  EXPECT_FALSE(Tick(s).due);
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(deadlines_.Next().has_value()) << "the second worker's push starts it";
+  EXPECT_EQ(*deadlines_.Next(), clock_.Now() + milliseconds(100));
+  clock_.Advance(milliseconds(100));
+  const SliceRound::DeadlineOutcome out = Tick(s);
+  EXPECT_TRUE(out.closed) << "two pushes: the quorum";
+  EXPECT_FALSE(out.below_quorum);
+}
+
+// Without a UDP round, a deadline that passes below the quorum only starts the wait for
+// it: no further deadline, nothing dropped, however long it takes.
+TEST_F(SliceRoundTest, BelowTheQuorumARoundWaitsForItWithoutAnotherDeadline) {
+  rules_.starters = 2;
+  rules_.quorum = 3;
+  UdpRounds udp(3, 3);
+  rules_.udp = &udp;
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(Push(s, 1, 0, {1, 1}).ok());
+  clock_.Advance(milliseconds(100));
+  const SliceRound::DeadlineOutcome out = Tick(s);
+  EXPECT_TRUE(out.due);
+  EXPECT_FALSE(out.closed);
+  EXPECT_FALSE(out.grace);
+  EXPECT_EQ(deadlines_.Next(), std::nullopt);
+  clock_.Advance(milliseconds(100000));
+  absl::StatusOr<SliceRound::Progress> third = Push(s, 2, 0, {1, 1});
+  ASSERT_TRUE(third.ok());
+  EXPECT_TRUE(third->closed);
+}
+
+// A UDP round arms on a shard once a chunk came for it and the quorum of distinct
+// workers sent something (a push or a chunk) for it there: never by fewer, never by
+// gRPC pushes alone.
+TEST(UdpRoundsTest, ARoundArmsWithAChunkAndTheQuorumOfWorkers) {
+  UdpRounds udp(4, 3);
+  EXPECT_FALSE(udp.Armed(0));
+  EXPECT_FALSE(udp.Note(3, 0, /*chunk=*/true));
+  EXPECT_FALSE(udp.Note(3, 0, /*chunk=*/true)) << "the same worker again";
+  EXPECT_FALSE(udp.Note(0, 0, /*chunk=*/false));
+  EXPECT_FALSE(udp.Armed(0));
+  EXPECT_TRUE(udp.Note(1, 0, /*chunk=*/false)) << "a third worker, and a chunk came";
+  EXPECT_TRUE(udp.Armed(0));
+  EXPECT_FALSE(udp.Note(2, 0, /*chunk=*/true)) << "armed once";
+  EXPECT_FALSE(udp.Armed(1));
+  for (uint32_t w : {0u, 1u, 2u, 3u}) EXPECT_FALSE(udp.Note(w, 1, /*chunk=*/false));
+  EXPECT_FALSE(udp.Armed(1)) << "gRPC pushes alone never arm a round";
+  EXPECT_TRUE(udp.Note(0, 1, /*chunk=*/true));
+  // Rounds are tracked UdpRounds::kWindow at a time: one that far behind the newest
+  // counts nothing; an older round counts as armed once a later one is.
+  EXPECT_FALSE(udp.Note(0, 9, true));
+  EXPECT_FALSE(udp.Note(1, 5, true));
+  EXPECT_FALSE(udp.Note(2, 5, true));
+  EXPECT_FALSE(udp.Note(3, 5, true));
+  EXPECT_FALSE(udp.Armed(5));
+  EXPECT_FALSE(udp.Note(1, 9, true));
+  EXPECT_TRUE(udp.Note(2, 9, true));
+  EXPECT_TRUE(udp.Armed(5));
+  EXPECT_FALSE(udp.Note(7, 10, true)) << "a worker id out of range counts nothing";
+}
+
+// In an armed UDP round a slice below the quorum at its deadline waits one more round
+// deadline, during which late pushes and chunks count (they close it at the quorum), and
+// is then closed to be dropped, rather than stalling every pull. One the shard armed
+// later than its own deadline passed waits a full deadline from the arming.
+TEST_F(SliceRoundTest, AnArmedUdpRoundWaitsOneMoreDeadlineThenClosesToBeDropped) {
+  rules_.starters = 2;
+  UdpRounds udp(3, 2);
+  rules_.udp = &udp;
+  core::SliceInfo other = info_;
+  other.id = 5;
+  SliceRound late(info_, &rules_, /*aggregate_only=*/false);
+  SliceRound lost(other, &rules_, /*aggregate_only=*/false);
+  Init(late);
+  Init(lost);
+  const SliceRound::Chunk chunk{/*worker=*/0, /*round=*/0, /*index=*/0, /*count_in_push=*/2,
+                                /*chunk_elems=*/1, /*first=*/0, /*count=*/1};
+  ASSERT_TRUE(late.AcceptChunk(chunk, "fp32", Decoder(), Encoded({5})).ok());
+  ASSERT_FALSE(udp.Note(0, 0, true));
+  ASSERT_TRUE(udp.Note(1, 0, true)) << "worker 1 sent a chunk of another slice";
+  late.StartDeadlineAt(0);
+  lost.StartDeadlineAt(0);
+  clock_.Advance(milliseconds(100));
+  for (SliceRound* s : {&late, &lost}) {
+    const SliceRound::DeadlineOutcome out = Tick(*s);
+    EXPECT_TRUE(out.due);
+    EXPECT_FALSE(out.closed);
+    EXPECT_TRUE(out.grace);
+  }
+  ASSERT_TRUE(deadlines_.Next().has_value()) << "the grace deadline";
+  // A late gRPC push during the grace counts, and reaches the quorum.
+  absl::StatusOr<SliceRound::Progress> grpc = Push(late, 2, 0, {1, 1});
+  ASSERT_TRUE(grpc.ok()) << grpc.status();
+  EXPECT_TRUE(grpc->closed);
+  EXPECT_TRUE(grpc->at_deadline);
+  std::optional<ClosedRound> r = late.TakeClosed();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->Workers(), (std::vector<uint32_t>{0, 2}));
+  // Nothing came for the other slice: it is closed below the quorum.
+  clock_.Advance(milliseconds(100));
+  const SliceRound::DeadlineOutcome dropped = Tick(lost);
+  EXPECT_TRUE(dropped.closed);
+  EXPECT_TRUE(dropped.below_quorum);
+  EXPECT_EQ(dropped.pushed, 0u);
+  std::optional<ClosedRound> empty = lost.TakeClosed();
+  ASSERT_TRUE(empty.has_value());
+  EXPECT_TRUE(empty->Workers().empty());
+
+  // Round 1 of a third slice: its own deadline passes below the quorum before the round
+  // arms; the arming gives it one more deadline, then it is closed to be dropped.
+  other.id = 6;
+  SliceRound behind(other, &rules_, /*aggregate_only=*/false);
+  Init(behind);
+  Wakeups wake;
+  ASSERT_TRUE(Push(behind, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(Push(behind, 1, 0, {1, 1}).ok());
+  ASSERT_TRUE(Push(behind, 2, 0, {1, 1}).ok());
+  behind.Publish(*behind.TakeClosed(), core::SharedFp32(std::vector<float>{1, 2}), nullptr, &wake);
+  rules_.quorum = 3;
+  ASSERT_TRUE(Push(behind, 0, 1, {1, 1}).ok());
+  ASSERT_TRUE(Push(behind, 1, 1, {1, 1}).ok());
+  clock_.Advance(milliseconds(100));
+  SliceRound::DeadlineOutcome out = Tick(behind);
+  EXPECT_TRUE(out.due);
+  EXPECT_FALSE(out.grace) << "round 1 is not armed";
+  clock_.Advance(milliseconds(500));
+  ASSERT_FALSE(udp.Note(0, 1, true));
+  ASSERT_TRUE(udp.Note(1, 1, false));
+  behind.StartDeadlineAt(1);
+  clock_.Advance(milliseconds(99));
+  EXPECT_FALSE(Tick(behind).due);
+  clock_.Advance(milliseconds(1));
+  out = Tick(behind);
+  EXPECT_TRUE(out.closed);
+  EXPECT_TRUE(out.below_quorum);
+}
+
 TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
   SliceRound s(info_, &rules_, /*aggregate_only=*/false);
   Init(s);
@@ -369,7 +527,7 @@ TEST_F(SliceRoundTest, PublicationsCarryTheChangeThatLeadsToThem) {
   auto rule = aggregators::MakeAggregator("mean", ao);
   ASSERT_TRUE(rule.ok());
   core::ThreadPool pool(1);
-  RoundAggregation a(rule->get(), &pool, SgdOptions{0.1f, 0.0f, 0.0f}, false);
+  RoundAggregation a(rule->get(), &pool, SgdOptions{0.1f, 0.0f, 0.0f}, false, /*quorum=*/1);
   auto codec = codecs::MakeCodec("3lc(s=1.9)");
   ASSERT_TRUE(codec.ok());
   std::vector<float> replay = init, truth = init;
@@ -538,7 +696,8 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   aggregators::AggregatorOptions opts;
   opts.num_workers = 3;
   std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
-  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false);
+  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/2);
   ClosedRound r = RoundOf({{1, 2}, {3, 4}, {5, 9}});
   r.inputs.pushed[1] = 0;  // worker 1 did not push: its row is not read
   std::vector<float> out(2);
@@ -559,6 +718,18 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   EXPECT_EQ(bad.code(), absl::StatusCode::kInternal);
   EXPECT_EQ(*values, Fp32({1 - 1.5f, 1 - 2.75f}));
 
+  // Below the quorum the rule does not run: the round is refused as BelowQuorum, which
+  // the shard publishes unchanged and counts as dropped, not as an aggregation error.
+  ClosedRound alone = RoundOf({{1, 2}, {3, 4}, {5, 9}});
+  alone.inputs.pushed[1] = alone.inputs.pushed[2] = 0;
+  std::vector<float> untouched = {7, 7};
+  absl::Status below = a.Aggregate(alone, untouched, &counts);
+  EXPECT_TRUE(IsBelowQuorum(below)) << below;
+  EXPECT_THAT(std::string(below.message()), ::testing::HasSubstr("1 of the 2 inputs"));
+  EXPECT_EQ(untouched, (std::vector<float>{7, 7}));
+  EXPECT_FALSE(IsBelowQuorum(absl::FailedPreconditionError("x")));
+  EXPECT_TRUE(a.CheckQuorum(2, "model round 3").ok());
+
   // Model scope: participants are the workers in every slice's round.
   ClosedRound other = RoundOf({{1, 1}, {1, 1}, {1, 1}});
   std::vector<ClosedRound> rounds;
@@ -572,7 +743,7 @@ TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
   aggregators::AggregatorOptions opts;
   opts.num_workers = 2;
   std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
-  RoundAggregation a(mean.get(), &pool, SgdOptions{}, /*aggregate_only=*/true);
+  RoundAggregation a(mean.get(), &pool, SgdOptions{}, /*aggregate_only=*/true, /*quorum=*/1);
   ClosedRound r = RoundOf({{1, 2}, {3, 4}});
   std::vector<float> out = {2, 3};
   absl::Status st;

@@ -29,9 +29,11 @@ constexpr uint32_t kChunkElems = 4;  // chunks of 4, 4 and 2 values
 class UdpReceiverTest : public ::testing::Test {
  protected:
   void Make(uint32_t n, const std::string& rule = "mean",
-            std::chrono::milliseconds quarantine = std::chrono::milliseconds(10000)) {
+            std::chrono::milliseconds quarantine = std::chrono::milliseconds(10000),
+            uint32_t quorum = 0) {
     ServerOptions o;
     o.num_workers = n;
+    o.quorum = quorum;
     o.quarantine = quarantine;
     o.learning_rate = 1.0f;
     o.momentum = 0.0f;
@@ -214,7 +216,9 @@ TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
 }
 
 TEST_F(UdpReceiverTest, AMalformedChunkQuarantinesItsWorker) {
-  Make(2);
+  // A quorum of 1: the round may close with worker 1 alone (the default, 2, would keep
+  // it waiting for the quarantine to end).
+  Make(2, "mean", std::chrono::milliseconds(10000), /*quorum=*/1);
   SendAll(1, 3.0f);
   EXPECT_EQ(shard_->Snapshot(0).version, 0u) << "waiting for worker 0";
   // Worker 0's chunk count does not fit the slice (10 / 5 = 2, not 3).
@@ -251,40 +255,68 @@ TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
   const ShardStats st = shard_->stats();
   EXPECT_EQ(st.udp_chunks_lost, 1u);
   EXPECT_EQ(st.masked_aggregations, 1u);
-  // Slice 0, and slice 1, which got no datagram at all (below).
-  EXPECT_EQ(st.rounds_closed_at_deadline, 2u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 1u);
+  // Slice 1 got no datagram at all: below the quorum at its deadline, it waits one more.
+  EXPECT_EQ(st.deadlines_below_quorum, 1u);
+  EXPECT_EQ(shard_->Snapshot(1).version, 0u);
 }
 
-TEST_F(UdpReceiverTest, ASliceWhoseDatagramsWereAllLostClosesAtTheDeadlineUnchanged) {
+TEST_F(UdpReceiverTest, ASliceWhoseDatagramsWereAllLostIsDroppedAfterOneMoreDeadline) {
   Make(2);
   SendAll(0, 1.0f);
   SendAll(1, 3.0f);
   EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
-  // Nothing of slice 1 arrived from anyone; its deadline started with the round's
-  // first chunk on this shard, and at the deadline the round is dropped, not stalled.
+  // Nothing of slice 1 arrived from anyone; its deadline started when the round armed
+  // (a chunk from the quorum of workers on this shard). At the deadline it is below the
+  // quorum and waits one more, for late pushes; then it is dropped, not stalled.
   EXPECT_EQ(shard_->Snapshot(1).version, 0u);
   clock_.Advance(std::chrono::milliseconds(150));
   shard_->Tick(clock_.Now());
-  EXPECT_THAT(AwaitVersion(1, 1), ::testing::Each(0.0f));
-  EXPECT_EQ(shard_->stats().aggregation_errors, 1u);
-  // Slice 1 opened round 1 before any chunk of round 1 came; the first one (for slice
-  // 0) starts its deadline too.
-  SendAll(0, 1.0f, 1);
-  clock_.Advance(std::chrono::milliseconds(150));
+  EXPECT_EQ(shard_->Snapshot(1).version, 0u) << "one more deadline for late pushes";
+  clock_.Advance(std::chrono::milliseconds(100));
   shard_->Tick(clock_.Now());
+  EXPECT_THAT(AwaitVersion(1, 1), ::testing::Each(0.0f));
+  EXPECT_EQ(shard_->stats().rounds_dropped_below_quorum, 1u);
+  EXPECT_EQ(shard_->stats().aggregation_errors, 0u);
+  // Slice 1 opened round 1 before any chunk of round 1 came; the arming of round 1 (by
+  // the chunks of slice 0) starts its deadline too.
+  SendAll(0, 1.0f, 1);
+  SendAll(1, 1.0f, 1);
+  for (int i = 0; i < 2; ++i) {
+    clock_.Advance(std::chrono::milliseconds(150));
+    shard_->Tick(clock_.Now());
+  }
   EXPECT_EQ(AwaitVersion(2, 1).size(), 4u);
   EXPECT_EQ(shard_->Snapshot(1).version, 2u);
+  EXPECT_EQ(shard_->stats().rounds_dropped_below_quorum, 2u);
 }
 
 TEST_F(UdpReceiverTest, AWorkerWhoseDatagramsWereAllLostIsAbsentAtTheDeadline) {
-  Make(3);  // mean, f = 0: the gRPC quorum would be 3
+  Make(3, "mean", std::chrono::milliseconds(10000), /*quorum=*/2);
   SendAll(0, 1.0f);
   SendAll(1, 3.0f);
   clock_.Advance(std::chrono::milliseconds(150));
   shard_->Tick(clock_.Now());
-  // Worker 2 sent nothing that arrived: the round closes with the two that did.
+  // Worker 2 sent nothing that arrived: the round closes with the two that did, the
+  // quorum this shard was given.
   EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
-  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 2u);  // slices 0 and 1
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u);
+}
+
+// With the default quorum (n - f = 3 for the mean with f = 0) two inputs are too few:
+// the round is dropped a deadline later, parameters unchanged, and counted.
+TEST_F(UdpReceiverTest, BelowTheDefaultQuorumALossyRoundIsDropped) {
+  Make(3);
+  SendAll(0, 1.0f);
+  SendAll(1, 3.0f);
+  for (int i = 0; i < 2; ++i) {
+    clock_.Advance(std::chrono::milliseconds(150));
+    shard_->Tick(clock_.Now());
+  }
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(0.0f));
+  EXPECT_THAT(AwaitVersion(1, 1), ::testing::Each(0.0f));
+  EXPECT_EQ(shard_->stats().rounds_dropped_below_quorum, 2u);  // slices 0 and 1
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 0u);
 }
 
 TEST_F(UdpReceiverTest, DatagramsArriveThroughARealLoopbackSocket) {
