@@ -217,7 +217,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->type_name("PATH");
   add("Security", "tokens", o.tokens_file,
       "Token file: one 'IDENTITY TOKEN' line per client (worker-N, shard-N, admin); clients "
-      "send 'authorization: Bearer TOKEN'")
+      "prove their token by challenge and response (a bearer token is taken over TLS only)")
       ->type_name("PATH");
   add("Security", "rate-limit", o.rate_limit,
       "Requests per second allowed per client identity (per address without credentials); "
