@@ -208,7 +208,7 @@ absl::StatusOr<core::Identity> Authenticator::VerifyProof(std::string_view value
   std::optional<Key> key = FindKey(p.key);
   if (!key.has_value()) return absl::UnauthenticatedError("unknown token");
   if (p.instance != instance_) {
-    if (charge_to != nullptr) *charge_to = absl::StrCat(key->identity.Name(), " (stale proof)");
+    if (charge_to != nullptr) *charge_to = kStaleProofClient;
     return absl::UnauthenticatedError(core::StaleMessage(p.instance, self_));
   }
   if (!core::SameProof(p.proof, key->call_proof)) {

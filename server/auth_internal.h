@@ -41,6 +41,8 @@ namespace ps::server {
 
 // The tarpit's name for callers without a valid identity.
 inline constexpr char kAnonymousClient[] = "anonymous";
+// The tarpit's name for callers whose proof was made for an earlier process of the shard.
+inline constexpr char kStaleProofClient[] = "stale proofs";
 
 // The identities and tokens of a token file. Parse errors name the line.
 class TokenTable {
@@ -91,8 +93,10 @@ class Authenticator {
   // process of this shard: the message then starts with core::kStalePrefix), or when
   // certificate and token disagree. Only when required(). On a refusal `charge_to`, if
   // given, is set to the tarpit client the refusal counts against: kAnonymousClient, or
-  // for a stale proof of a known token "IDENTITY (stale proof)", so that the honest
-  // clients' stale calls after a restart are not held behind strangers' refusals.
+  // for a stale proof of a known token kStaleProofClient, so that the honest clients'
+  // stale calls after a restart are not held behind other refusals of strangers. (One
+  // client for all stale proofs: a bucket per identity would give one who names ever
+  // new identities a fresh budget each time.)
   absl::StatusOr<core::Identity> Verify(const Presented& presented,
                                         std::string* charge_to = nullptr) const;
   // The answer to a challenge (core/auth_proof.h) carrying `authorization`: the text

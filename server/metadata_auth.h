@@ -6,7 +6,7 @@
 // a handler can look at its credentials, so a client without any credential costs the
 // shard as much as a worker. With it, such a call is refused with UNAUTHENTICATED after
 // its headers, charged to the tarpit's "anonymous" client (a stale proof of a known
-// token: to "IDENTITY (stale proof)"), and its body is dropped unread. The handlers
+// token: to "stale proofs"), and its body is dropped unread. The handlers
 // identify a call that passes once more (Authenticator::Identify, a table lookup): gRPC
 // hands the processor the connection's auth context, shared by all its calls, so it
 // cannot carry a per-call result. Health checks (grpc.health.v1) pass without

@@ -281,7 +281,7 @@ TEST_F(ChallengeTest, AProofForAnEarlierProcessIsStale) {
   ASSERT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(core::StaleInstance(std::string(r.status().message())),
             core::InstanceId(server_nonce_));
-  EXPECT_EQ(charge_to, "worker-1 (stale proof)");
+  EXPECT_EQ(charge_to, kStaleProofClient);
   // A fresh challenge makes a proof the new process takes.
   EXPECT_TRUE((*restarted)->Verify({std::nullopt, Prove(**restarted, w1)}).ok());
   // Strangers' refusals are charged to the anonymous client.
