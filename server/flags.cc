@@ -195,9 +195,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->check(CLI::IsMember({"priority", "fifo"}));
 
   add("Security", "run-dir", o.run_dir,
-      "Private directory (0700) of the cluster secret, made on first start, and of the "
-      "clients' token files (token-worker-N, token-admin). The default when no other "
-      "authentication is given: $XDG_RUNTIME_DIR/ps-server, else $HOME/.ps-server")
+      "Private directory (0700, the directory itself: no symbolic link) of the cluster "
+      "secret, made on first start, and of the clients' token files (token-worker-N, "
+      "token-admin). The default when no other authentication is given: "
+      "$XDG_RUNTIME_DIR/ps-server, else $HOME/.ps-server")
       ->type_name("DIR");
   add("Security", "secret-file", o.secret_file,
       "Cluster secret (64 hex digits, `ps-admin secret`): clients authenticate with tokens "
