@@ -25,5 +25,7 @@ Command AddUdpCommand(CLI::App& app);
 Command AddE2eCommand(CLI::App& app);
 // `ps-bench hostile` (hostile_bench.cc).
 Command AddHostileCommand(CLI::App& app);
+// `ps-bench auth` (auth_bench.cc).
+Command AddAuthCommand(CLI::App& app);
 
 }  // namespace ps::bench

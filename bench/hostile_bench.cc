@@ -7,7 +7,8 @@
 // mean. Three honest ps::Worker clients (workers 0..2, each with its own token) train a
 // two-tensor model in this process, round after round: pull version t, push round t,
 // wait for the answers. The attacker holds worker 3's token (an authenticated Byzantine
-// worker) and, for the impersonation attack, no token or forged ones.
+// worker; it proves it as every client does) and, for the impersonation attack, no token
+// or forged ones (it sends their proofs, which the shard refuses).
 //
 // Worker 3 also pushes a valid gradient in every round, as a Byzantine worker that wants
 // to stay in the rounds would (the "cover"; --no-cover turns it off). Rounds then close
@@ -75,11 +76,13 @@
 #include "bench/bench_util.h"
 #include "bench/commands.h"
 #include "codecs/codec.h"
+#include "core/auth_proof.h"
 #include "core/cluster_secret.h"
 #include "core/credentials.h"
 #include "core/json_line.h"
 #include "core/layout.h"
 #include "core/status.h"
+#include "net/channel_auth.h"
 #include "net/grpc_credentials.h"
 #include "net/udp_frame.h"
 #include "ps/v1/ps.grpc.pb.h"
@@ -390,13 +393,57 @@ class Sampler {
 
 // ---- Calls ---------------------------------------------------------------------------
 
-// Sets the deadline and, unless `token` is empty, the bearer token of one call.
+// The proofs (core/auth_proof.h) the attacker sends with the tokens it holds or forges,
+// for the shard of the current attack: it asks that shard for a challenge and makes the
+// call proof from the answer without checking the shard's proof, as a client that wants
+// to act as someone else would. For worker 3's own token that is what ps::Worker sends;
+// a forged token's proof is refused. Thread-safe.
+class AttackerProofs {
+ public:
+  static AttackerProofs& Get() {
+    static AttackerProofs* proofs = new AttackerProofs();
+    return *proofs;
+  }
+  // A new shard process at `address`: forgets the proofs made for the last one.
+  void Reset(const std::string& address) {
+    absl::MutexLock lock(&mu_);
+    channel_ = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    headers_.clear();
+  }
+  // The authorization header for `token` ("" when it could not be made).
+  std::string Header(std::string_view token) {
+    absl::MutexLock lock(&mu_);
+    auto it = headers_.find(token);
+    if (it != headers_.end()) return it->second;
+    const std::string key = core::TokenKey(token);
+    absl::StatusOr<std::string> nonce = core::NewNonce();
+    std::string header;
+    if (nonce.ok() && channel_ != nullptr) {
+      const grpc::Status s = net::SendChallenge(
+          channel_, key, *nonce, std::chrono::system_clock::now() + kCallDeadline, true);
+      if (std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(s.error_message())) {
+        header = core::ProofHeader(
+            key, r->server_nonce, core::CallProof(token, key, r->server.Name(), r->server_nonce));
+      }
+    }
+    headers_.emplace(std::string(token), header);
+    return header;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::shared_ptr<grpc::Channel> channel_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> headers_ ABSL_GUARDED_BY(mu_);
+};
+
+// Sets the deadline and, unless `token` is empty, the proof of `token` of one call.
 void Prepare(grpc::ClientContext& ctx, std::string_view token,
              milliseconds deadline = kCallDeadline) {
   ctx.set_deadline(std::chrono::system_clock::now() + deadline);
-  core::ClientCredentials credentials;
-  credentials.token = std::string(token);
-  net::AttachCredentials(credentials, &ctx);
+  if (token.empty()) return;
+  if (const std::string header = AttackerProofs::Get().Header(token); !header.empty()) {
+    ctx.AddMetadata("authorization", header);
+  }
 }
 
 // A channel with a TCP connection of its own: gRPC shares one connection between the
@@ -1756,6 +1803,7 @@ class Runner {
                         ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));
     const std::string address = absl::StrCat("127.0.0.1:", port);
+    AttackerProofs::Get().Reset(address);
     std::vector<std::string> tokens;
     for (uint32_t w = 0; w < kWorkers; ++w) {
       const std::string path =

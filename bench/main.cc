@@ -9,6 +9,7 @@
 //   ps-bench e2e [--quick] [--workers 4] [--shards 2] [--params 2^22] [--codec fp32] [--json FILE]
 //   ps-bench e2e --soak --workers 32 --seconds 300 [--json FILE]
 //   ps-bench hostile [--quick] [--seconds 5] [--attacks layout_wrap,pull_leak] [--json FILE]
+//   ps-bench auth [--quick] [--json FILE]
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   commands.push_back(ps::bench::AddUdpCommand(app));
   commands.push_back(ps::bench::AddE2eCommand(app));
   commands.push_back(ps::bench::AddHostileCommand(app));
+  commands.push_back(ps::bench::AddAuthCommand(app));
   CLI11_PARSE(app, argc, argv);
   for (const ps::bench::Command& command : commands) {
     if (command.app->parsed()) return command.run();

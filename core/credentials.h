@@ -4,7 +4,8 @@
 //
 // Every client of a shard has an identity: "worker-N" (worker rank N), "shard-N" (peer
 // shard N) or "admin" (the operator's tools). A shard learns it from the common name of
-// the client's certificate (mTLS) or from a bearer token listed in its token file.
+// the client's certificate (mTLS) or from the token whose proof the client gives (a token
+// of its token file or one derived from its cluster secret; core/auth_proof.h).
 #pragma once
 
 #include <cstdint>
@@ -39,7 +40,8 @@ struct ClientCredentials {
   // Name checked in the shard's certificate instead of the address's host (for
   // connections by IP address or through a relay).
   std::string tls_server_name;
-  // Bearer token (the value, see ReadTokenFile), sent with every call.
+  // Token (the value, see ReadTokenFile). Never sent: every call carries a proof of it
+  // for the shard process that proved it holds it too (net/channel_auth.h).
   std::string token;
 
   bool tls() const { return !tls_ca.empty(); }

@@ -20,8 +20,4 @@ void ApplyChannelArguments(const core::ClientCredentials& c, grpc::ChannelArgume
   if (c.tls() && !c.tls_server_name.empty()) args->SetSslTargetNameOverride(c.tls_server_name);
 }
 
-void AttachCredentials(const core::ClientCredentials& c, grpc::ClientContext* ctx) {
-  if (!c.token.empty()) ctx->AddMetadata("authorization", "Bearer " + c.token);
-}
-
 }  // namespace ps::net

@@ -1,5 +1,5 @@
 // The gRPC side of core/credentials.h, for the worker library, the shards' peer channels
-// and ps-admin.
+// and ps-admin. A token is never attached to a call as it is: net/channel_auth.h proves it.
 #pragma once
 
 #include <memory>
@@ -17,7 +17,5 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeChannelCredentials
     const core::ClientCredentials& c);
 // Sets the TLS server-name override on channel arguments, if any.
 void ApplyChannelArguments(const core::ClientCredentials& c, grpc::ChannelArguments* args);
-// Adds the bearer token, if any, to one call's metadata.
-void AttachCredentials(const core::ClientCredentials& c, grpc::ClientContext* ctx);
 
 }  // namespace ps::net

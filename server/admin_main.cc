@@ -7,6 +7,8 @@
 // Credentials: --tls-ca (with --tls-cert/--tls-key for mTLS) and/or --token-file with
 // the admin identity's token, or --run-dir of a local shard (its token-admin file)
 // (health needs none on the plaintext --health-port, and no admin identity anywhere).
+// The token is never sent: ps-admin proves it (net/channel_auth.h) to a shard that first
+// proved it holds it too, and refuses to go on with any other listener.
 // Prints one JSON object; exit 0 on success (health: SERVING), 1 when the shard refused,
 // could not be reached or is not serving, 2 on bad usage.
 #include <chrono>
@@ -18,8 +20,9 @@
 #include "CLI/CLI.hpp"
 #include "absl/strings/escaping.h"
 #include "core/cluster_secret.h"
-#include "net/grpc_credentials.h"
 #include "core/json_line.h"
+#include "net/channel_auth.h"
+#include "net/grpc_credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
 
@@ -75,12 +78,14 @@ int main(int argc, char** argv) {
     std::printf("%s\n", ps::core::DeriveToken(*bytes, *id).c_str());
     return 0;
   }
-  if (token_file.empty() && !run_dir.empty()) {
-    token_file = ps::core::TokenFilePath(run_dir, ps::core::Identity{ps::core::Identity::Kind::kAdmin, 0});
-  }
-
-  if (!token_file.empty()) {
-    absl::StatusOr<std::string> token = ps::core::ReadTokenFile(token_file);
+  if (!token_file.empty() || !run_dir.empty()) {
+    // The run directory's file is read through the checked directory (no symbolic link,
+    // this user's, private).
+    absl::StatusOr<std::string> token =
+        !token_file.empty()
+            ? ps::core::ReadTokenFile(token_file)
+            : ps::core::ReadRunDirectoryToken(
+                  run_dir, ps::core::Identity{ps::core::Identity::Kind::kAdmin, 0});
     if (!token.ok()) {
       std::fprintf(stderr, "ps-admin: %s\n", std::string(token.status().message()).c_str());
       return 2;
@@ -97,16 +102,18 @@ int main(int argc, char** argv) {
   ps::net::ApplyChannelArguments(creds, &args);
   const auto channel = grpc::CreateCustomChannel(address, *channel_creds, args);
   auto stub = ps::v1::AdminService::NewStub(channel);
-  grpc::ClientContext ctx;
-  ps::net::AttachCredentials(creds, &ctx);
-  ctx.set_deadline(std::chrono::system_clock::now() +
-                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  const auto deadline = std::chrono::system_clock::now() +
+                        std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
+  // The admin calls carry the proof of the token; a health check carries nothing.
+  ps::net::ChannelAuth auth(channel, creds, address);
 
   ps::core::JsonObjectWriter out;
   grpc::Status s;
   if (*status) {
     ps::v1::StatusResponse r;
-    s = stub->Status(&ctx, ps::v1::StatusRequest(), &r);
+    s = auth.Unary(deadline, /*wait_for_ready=*/false, [&](grpc::ClientContext* ctx) {
+      return stub->Status(ctx, ps::v1::StatusRequest(), &r);
+    });
     if (s.ok()) {
       out.Add("shard_id", r.shard_id())
           .Add("num_shards", r.num_shards())
@@ -126,6 +133,8 @@ int main(int argc, char** argv) {
     grpc::health::v1::HealthCheckRequest req;
     req.set_service(service);
     grpc::health::v1::HealthCheckResponse r;
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
     s = grpc::health::v1::Health::NewStub(channel)->Check(&ctx, req, &r);
     if (s.ok()) {
       const std::string name = grpc::health::v1::HealthCheckResponse::ServingStatus_Name(r.status());
@@ -134,7 +143,9 @@ int main(int argc, char** argv) {
     }
   } else if (*checkpoint) {
     ps::v1::CheckpointResponse r;
-    s = stub->Checkpoint(&ctx, ps::v1::CheckpointRequest(), &r);
+    s = auth.Unary(deadline, /*wait_for_ready=*/false, [&](grpc::ClientContext* ctx) {
+      return stub->Checkpoint(ctx, ps::v1::CheckpointRequest(), &r);
+    });
     if (s.ok()) out.Add("path", r.path()).Add("version", r.version());
   }
   if (!s.ok()) {

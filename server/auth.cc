@@ -5,6 +5,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "core/auth_proof.h"
 #include "core/cluster_secret.h"
 #include "core/status.h"
 #include "server/auth_internal.h"
@@ -30,6 +31,10 @@ std::string WithoutPort(std::string_view peer) {
   }
   return std::string(peer.substr(0, colon));
 }
+
+// Workers whose keys are made at start; the proofs of higher worker ids (unusual) are
+// derived per call. Bounds the table at about 1 MB.
+constexpr uint32_t kKeysMadeAtStart = 4096;
 
 }  // namespace
 
@@ -75,6 +80,12 @@ std::optional<std::string> TokenTable::TokenOf(const core::Identity& identity) c
   return it->second;
 }
 
+std::vector<std::pair<core::Identity, std::string>> TokenTable::Entries() const {
+  std::vector<std::pair<core::Identity, std::string>> out;
+  for (const auto& [name, token] : by_name_) out.emplace_back(*core::ParseIdentity(name), token);
+  return out;
+}
+
 std::string Caller::Name() const {
   return identity.has_value() ? identity->Name() : WithoutPort(address);
 }
@@ -87,6 +98,9 @@ bool Caller::loopback() const {
 absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const ServerOptions& o) {
   std::unique_ptr<Authenticator> a(new Authenticator());
   a->required_ = o.ClientAuthRequired();
+  a->self_ = core::Identity{core::Identity::Kind::kShard, static_cast<uint32_t>(o.shard_id)};
+  PS_ASSIGN_OR_RETURN(a->nonce_, core::NewNonce());
+  a->instance_ = core::InstanceId(a->nonce_);
   a->cert_path_ = o.tls_cert;
   a->key_path_ = o.tls_key;
   a->ca_path_ = o.tls_ca;
@@ -97,23 +111,42 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
   if (!o.tls_ca.empty()) {
     PS_ASSIGN_OR_RETURN(a->ca_pem_, core::ReadSmallFile(o.tls_ca, "--tls-ca"));
   }
+  std::optional<core::RunDirectory> run_dir;
   if (!o.secret_file.empty()) {
     PS_ASSIGN_OR_RETURN(a->secret_, core::ReadSecretFile(o.secret_file));
-  } else if (!o.run_dir.empty()) {
-    PS_ASSIGN_OR_RETURN(a->secret_, core::LoadOrCreateSecret(o.run_dir));
   }
-  if (!a->secret_.empty() && !o.run_dir.empty()) {
+  if (!o.run_dir.empty()) {
+    // Opened once: the secret and the token files are read and written through the
+    // directory's descriptor (no symbolic link, no swap in between).
+    PS_ASSIGN_OR_RETURN(run_dir, core::RunDirectory::Open(o.run_dir, /*create=*/true));
+    if (a->secret_.empty()) {
+      PS_ASSIGN_OR_RETURN(a->secret_, run_dir->LoadOrCreateSecret());
+    }
+  }
+  if (!a->secret_.empty()) {
+    std::vector<core::Identity> derived;  // the identities whose keys are made now
+    for (uint32_t w = 0; w < std::min(o.num_workers, kKeysMadeAtStart); ++w) {
+      derived.push_back(core::Identity{core::Identity::Kind::kWorker, w});
+    }
+    for (uint32_t s = 0; s < o.num_shards; ++s) {
+      derived.push_back(core::Identity{core::Identity::Kind::kShard, s});
+    }
+    derived.push_back(core::Identity{core::Identity::Kind::kAdmin, 0});
+    for (const core::Identity& id : derived) {
+      std::string token = core::DeriveToken(a->secret_, id);
+      a->keys_.emplace(id.Name(), a->MakeKey(id.Name(), id, std::move(token)));
+    }
+  }
+  if (run_dir.has_value()) {
     // What local launchers hand out: each worker gets its own file, the operator's tools
     // the admin's. Derived, so every shard of the run directory writes the same bytes.
-    PS_RETURN_IF_ERROR(core::EnsurePrivateDirectory(o.run_dir));
     std::vector<core::Identity> clients;
     for (uint32_t w = 0; w < o.num_workers; ++w) {
       clients.push_back(core::Identity{core::Identity::Kind::kWorker, w});
     }
     clients.push_back(core::Identity{core::Identity::Kind::kAdmin, 0});
     for (const core::Identity& id : clients) {
-      PS_RETURN_IF_ERROR(
-          core::WriteTokenFile(o.run_dir, id, core::DeriveToken(a->secret_, id)).status());
+      PS_RETURN_IF_ERROR(run_dir->WriteToken(id, core::DeriveToken(a->secret_, id)).status());
     }
   }
   if (!o.tokens_file.empty()) {
@@ -125,11 +158,69 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
           absl::StrCat("--tokens ", o.tokens_file, " lists no identity"));
     }
     a->tokens_ = std::move(table);
+    // A token-file token in the derived form of an identity that the secret covers
+    // already is shadowed by the secret's (its key, the identity, is taken).
+    for (auto& [id, token] : a->tokens_->Entries()) {
+      std::string key = core::TokenKey(token);
+      a->keys_.try_emplace(key, a->MakeKey(key, id, std::move(token)));
+    }
   }
   return a;
 }
 
-absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented) const {
+Authenticator::Key Authenticator::MakeKey(std::string key, const core::Identity& identity,
+                                          std::string token) const {
+  Key k{identity, std::move(token), std::string()};
+  k.call_proof = core::CallProof(k.token, key, self_.Name(), nonce_);
+  return k;
+}
+
+std::optional<Authenticator::Key> Authenticator::FindKey(std::string_view key) const {
+  if (auto it = keys_.find(core::AsAbsl(key)); it != keys_.end()) return it->second;
+  std::optional<core::Identity> id = core::KeyIdentity(key);
+  if (!id.has_value() || secret_.empty()) return std::nullopt;
+  return MakeKey(std::string(key), *id, core::DeriveToken(secret_, *id));
+}
+
+absl::StatusOr<std::string> Authenticator::AnswerChallenge(
+    std::optional<std::string_view> authorization) const {
+  if (!takes_tokens()) {
+    return absl::UnauthenticatedError(
+        "this shard takes no tokens (it was started with client certificates only): a client "
+        "with a certificate needs no challenge");
+  }
+  if (!authorization.has_value()) {
+    return absl::UnauthenticatedError(absl::StrCat(
+        "a challenge must carry 'authorization: ", core::AsAbsl(core::kChallengeScheme),
+        " KEY NONCE'"));
+  }
+  PS_ASSIGN_OR_RETURN(core::ChallengeRequest req, core::ParseChallengeHeader(*authorization));
+  std::optional<Key> key = FindKey(req.key);
+  if (!key.has_value()) return absl::UnauthenticatedError("unknown token");
+  return core::ChallengeAnswer(
+      self_, nonce_,
+      core::ServerProof(key->token, req.key, self_.Name(), req.client_nonce, nonce_));
+}
+
+absl::StatusOr<core::Identity> Authenticator::VerifyProof(std::string_view value,
+                                                          std::string* charge_to) const {
+  PS_ASSIGN_OR_RETURN(core::PresentedProof p, core::ParseProofHeader(value));
+  std::optional<Key> key = FindKey(p.key);
+  if (!key.has_value()) return absl::UnauthenticatedError("unknown token");
+  if (p.instance != instance_) {
+    if (charge_to != nullptr) *charge_to = kStaleProofClient;
+    return absl::UnauthenticatedError(core::StaleMessage(p.instance, self_));
+  }
+  if (!core::SameProof(p.proof, key->call_proof)) {
+    return absl::UnauthenticatedError(
+        "wrong proof: it was not made with the token the key names, for this shard");
+  }
+  return key->identity;
+}
+
+absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented,
+                                                     std::string* charge_to) const {
+  if (charge_to != nullptr) *charge_to = kAnonymousClient;
   std::optional<core::Identity> from_cert;
   if (!ca_pem_.empty() && presented.common_name.has_value()) {
     absl::StatusOr<core::Identity> id = core::ParseIdentity(*presented.common_name);
@@ -142,19 +233,28 @@ absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented)
   std::optional<core::Identity> from_token;
   if (presented.authorization.has_value()) {
     const std::string_view value = *presented.authorization;
-    const bool takes_tokens = tokens_.has_value() || !secret_.empty();
-    if (!value.starts_with("Bearer ") || !takes_tokens) {
+    if (!takes_tokens()) {
       return absl::UnauthenticatedError(
-          takes_tokens ? "the authorization metadata must be 'Bearer TOKEN'"
-                       : "this shard takes no tokens (it was started with client certificates "
-                         "only)");
+          "this shard takes no tokens (it was started with client certificates only)");
     }
-    const std::string_view token = value.substr(7);
-    if (tokens_.has_value()) from_token = tokens_->Find(token);
-    if (!from_token.has_value() && !secret_.empty()) {
-      from_token = core::VerifyDerivedToken(secret_, token);
+    if (value.starts_with("Bearer ")) {
+      if (cert_pem_.empty()) {
+        return absl::UnauthenticatedError(absl::StrCat(
+            "bearer tokens are refused on a plaintext port (a token sent there goes to whoever "
+            "listens on it): prove the token instead ('authorization: ",
+            core::AsAbsl(core::kProofScheme),
+            " ...' after a challenge, as ps::Worker and ps-admin do; docs/protocol.md, "
+            "\"Authentication\"), or serve TLS (--tls-cert, --tls-key)"));
+      }
+      const std::string_view token = value.substr(7);
+      if (tokens_.has_value()) from_token = tokens_->Find(token);
+      if (!from_token.has_value() && !secret_.empty()) {
+        from_token = core::VerifyDerivedToken(secret_, token);
+      }
+      if (!from_token.has_value()) return absl::UnauthenticatedError("unknown token");
+    } else {
+      PS_ASSIGN_OR_RETURN(from_token, VerifyProof(value, charge_to));
     }
-    if (!from_token.has_value()) return absl::UnauthenticatedError("unknown token");
   }
   if (from_cert.has_value() && from_token.has_value() && !(*from_cert == *from_token)) {
     return absl::UnauthenticatedError(absl::StrCat("the client certificate says ",
@@ -165,11 +265,11 @@ absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented)
   if (from_token.has_value()) return *from_token;
   return absl::UnauthenticatedError(
       !ca_pem_.empty() && tokens_.has_value()
-          ? "credentials required: a client certificate or a bearer token"
+          ? "credentials required: a client certificate or a token's proof"
       : !ca_pem_.empty()
           ? "credentials required: a client certificate signed by --tls-ca"
-          : "credentials required: 'authorization: Bearer TOKEN' metadata (a worker's token is "
-            "in the shard's run directory, token-worker-N)");
+          : "credentials required: the proof of a token ('authorization: PS-Proof-v1 ...' after a "
+            "challenge; a worker's token is in the shard's run directory, token-worker-N)");
 }
 
 absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ctx) const {

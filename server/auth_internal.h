@@ -4,13 +4,17 @@
 // An Authenticator is made from the server options once at start. With --tls-ca
 // (mTLS), --tokens or a cluster secret (--secret-file, --run-dir: the default), every
 // call must carry an identity: the common name of a client certificate signed by the
-// CA, a bearer token from the token file, or a token derived from the secret
-// (core/cluster_secret.h). With --insecure, calls are anonymous and the worker id is
-// taken from the request (the server is then bound to loopback unless
-// --allow-insecure-remote).
+// CA, or a proof that the caller holds a token of the token file or one derived from
+// the secret (core/cluster_secret.h). Clients prove a token without sending it, by the
+// challenge and response of core/auth_proof.h, after this shard proved it holds the
+// token too; the proofs are valid for this process only (its instance nonce, drawn at
+// start). A bearer token itself ("authorization: Bearer TOKEN") is taken only over TLS,
+// where the client authenticated the shard by its certificate before sending it. With
+// --insecure, calls are anonymous and the worker id is taken from the request (the
+// server is then bound to loopback unless --allow-insecure-remote).
 //
-// The listening port's credentials (server/metadata_auth.h) check the same identities
-// from each call's metadata before gRPC reads its body.
+// The listening port's credentials (server/metadata_auth.h) answer challenges and check
+// the same identities from each call's metadata before gRPC reads its body.
 //
 // A RateLimiter gives each client (identity, or address when anonymous) a token
 // bucket of requests.
@@ -20,6 +24,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -32,6 +39,11 @@
 
 namespace ps::server {
 
+// The tarpit's name for callers without a valid identity.
+inline constexpr char kAnonymousClient[] = "anonymous";
+// The tarpit's name for callers whose proof was made for an earlier process of the shard.
+inline constexpr char kStaleProofClient[] = "stale proofs";
+
 // The identities and tokens of a token file. Parse errors name the line.
 class TokenTable {
  public:
@@ -41,6 +53,8 @@ class TokenTable {
   std::optional<core::Identity> Find(std::string_view token) const;
   // The token of `identity`, if listed (a shard's own token toward its peers).
   std::optional<std::string> TokenOf(const core::Identity& identity) const;
+  // Every identity and its token.
+  std::vector<std::pair<core::Identity, std::string>> Entries() const;
   size_t size() const { return by_digest_.size(); }
 
  private:
@@ -74,9 +88,25 @@ class Authenticator {
     std::optional<std::string_view> authorization;
   };
   // The identity behind what a call presents: the certificate's common name, else the
-  // bearer token's. UNAUTHENTICATED when it is missing or unknown, or when certificate
-  // and token disagree. Only when required().
-  absl::StatusOr<core::Identity> Verify(const Presented& presented) const;
+  // token's whose proof it carries (or, over TLS, the bearer token's). UNAUTHENTICATED
+  // when it is missing or unknown, when the proof is wrong or stale (made for an earlier
+  // process of this shard: the message then starts with core::kStalePrefix), or when
+  // certificate and token disagree. Only when required(). On a refusal `charge_to`, if
+  // given, is set to the tarpit client the refusal counts against: kAnonymousClient, or
+  // for a stale proof of a known token kStaleProofClient, so that the honest clients'
+  // stale calls after a restart are not held behind other refusals of strangers. (One
+  // client for all stale proofs: a bucket per identity would give one who names ever
+  // new identities a fresh budget each time.)
+  absl::StatusOr<core::Identity> Verify(const Presented& presented,
+                                        std::string* charge_to = nullptr) const;
+  // The answer to a challenge (core/auth_proof.h) carrying `authorization`: the text
+  // "ps-auth-challenge-v1 shard-N NONCE PROOF" that the port's processor sends back as
+  // the call's status message. UNAUTHENTICATED when it is no challenge, or names a token
+  // this shard does not know.
+  absl::StatusOr<std::string> AnswerChallenge(std::optional<std::string_view> authorization) const;
+  // This process: its identity (shard-N) and its instance nonce (random, drawn at start).
+  const core::Identity& self() const { return self_; }
+  const std::string& instance_nonce() const { return nonce_; }
   // The caller of one call: Verify of what it presents.
   absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& ctx) const;
 
@@ -91,11 +121,32 @@ class Authenticator {
  private:
   Authenticator() = default;
 
+  // A token a client may name in a challenge or a proof (core::TokenKey), with the
+  // proof its calls to this process carry.
+  struct Key {
+    core::Identity identity;
+    std::string token;
+    std::string call_proof;  // core::CallProof for this process (raw)
+  };
+  Key MakeKey(std::string key, const core::Identity& identity, std::string token) const;
+  // The token `key` names: from keys_, else (an identity beyond those made at start)
+  // derived from the secret now.
+  std::optional<Key> FindKey(std::string_view key) const;
+  bool takes_tokens() const { return tokens_.has_value() || !secret_.empty(); }
+  absl::StatusOr<core::Identity> VerifyProof(std::string_view value, std::string* charge_to) const;
+
   bool required_ = false;
   std::string cert_pem_, key_pem_, ca_pem_;
   std::string cert_path_, key_path_, ca_path_;
   std::optional<TokenTable> tokens_;
   std::string secret_;  // the cluster secret (raw bytes); empty: none
+  core::Identity self_;
+  std::string nonce_;     // this process's instance nonce (raw)
+  std::string instance_;  // core::InstanceId(nonce_)
+  // Every token of the token file, and the derived tokens of the workers (the first
+  // kKeysMadeAtStart), shards and admin of this configuration: immutable after Create,
+  // so a call's proof is checked with one lookup and no lock.
+  absl::flat_hash_map<std::string, Key> keys_;
 };
 
 class RateLimiter {

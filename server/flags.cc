@@ -199,9 +199,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->check(CLI::IsMember({"priority", "fifo"}));
 
   add("Security", "run-dir", o.run_dir,
-      "Private directory (0700) of the cluster secret, made on first start, and of the "
-      "clients' token files (token-worker-N, token-admin). The default when no other "
-      "authentication is given: $XDG_RUNTIME_DIR/ps-server, else $HOME/.ps-server")
+      "Private directory (0700, the directory itself: no symbolic link) of the cluster "
+      "secret, made on first start, and of the clients' token files (token-worker-N, "
+      "token-admin). The default when no other authentication is given: "
+      "$XDG_RUNTIME_DIR/ps-server, else $HOME/.ps-server")
       ->type_name("DIR");
   add("Security", "secret-file", o.secret_file,
       "Cluster secret (64 hex digits, `ps-admin secret`): clients authenticate with tokens "
@@ -221,7 +222,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       ->type_name("PATH");
   add("Security", "tokens", o.tokens_file,
       "Token file: one 'IDENTITY TOKEN' line per client (worker-N, shard-N, admin); clients "
-      "send 'authorization: Bearer TOKEN'")
+      "prove their token by challenge and response (a bearer token is taken over TLS only)")
       ->type_name("PATH");
   add("Security", "rate-limit", o.rate_limit,
       "Requests per second allowed per client identity (per address without credentials); "

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/auth_proof.h"
 
 namespace ps::server {
 namespace {
@@ -68,27 +69,43 @@ void Process(void* state, grpc_auth_context* context, const grpc_metadata* md, s
       presented.authorization = View(md[i].value);
     }
   }
-  std::string common_name;
-  if (grpc_auth_context_peer_is_authenticated(context) != 0) {
-    grpc_auth_property_iterator it =
-        grpc_auth_context_find_properties_by_name(context, "x509_common_name");
-    const grpc_auth_property* first = grpc_auth_property_iterator_next(&it);
-    if (first != nullptr && grpc_auth_property_iterator_next(&it) == nullptr) {
-      common_name.assign(first->value, first->value_length);
-      presented.common_name = common_name;
+  std::string charge_to = kAnonymousClient;
+  absl::Status refused;
+  if (path == core::kChallengeMethod) {
+    // Answered here, from the metadata alone, in the status (gRPC 1.51 drops a
+    // processor's response metadata): the call never reaches a handler and its body is
+    // never read. Not a refusal: neither counted nor logged nor held.
+    absl::StatusOr<std::string> answer = st->auth->AnswerChallenge(presented.authorization);
+    if (answer.ok()) {
+      done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED, answer->c_str());
+      return;
     }
+    refused = answer.status();
+  } else {
+    std::string common_name;
+    if (grpc_auth_context_peer_is_authenticated(context) != 0) {
+      grpc_auth_property_iterator it =
+          grpc_auth_context_find_properties_by_name(context, "x509_common_name");
+      const grpc_auth_property* first = grpc_auth_property_iterator_next(&it);
+      if (first != nullptr && grpc_auth_property_iterator_next(&it) == nullptr) {
+        common_name.assign(first->value, first->value_length);
+        presented.common_name = common_name;
+      }
+    }
+    absl::StatusOr<core::Identity> id = st->auth->Verify(presented, &charge_to);
+    if (id.ok()) {
+      // The handlers identify the caller again (Authenticator::Identify): the context
+      // here is the connection's, shared by its calls, so nothing per call may be
+      // written to it.
+      done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
+      return;
+    }
+    refused = id.status();
   }
-  absl::StatusOr<core::Identity> id = st->auth->Verify(presented);
-  if (id.ok()) {
-    // The handlers identify the caller again (Authenticator::Identify): the context here
-    // is the connection's, shared by its calls, so nothing per call may be written to it.
-    done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_OK, nullptr);
-    return;
-  }
-  const absl::Status refused = absl::UnauthenticatedError(
-      absl::StrCat(id.status().message(), " (refused from the call's metadata, its body unread)"));
+  refused = absl::UnauthenticatedError(
+      absl::StrCat(refused.message(), " (refused from the call's metadata, its body unread)"));
   if (st->on_refused) st->on_refused(refused);
-  st->tarpit->Refuse(kAnonymousClient, kUnreadBodyCharge,
+  st->tarpit->Refuse(charge_to, kUnreadBodyCharge,
                      [done, user_data, message = std::string(refused.message())]() {
                        done(user_data, nullptr, 0, nullptr, 0, GRPC_STATUS_UNAUTHENTICATED,
                             message.c_str());

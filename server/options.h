@@ -79,7 +79,8 @@ struct ServerOptions {
   // (mTLS), and peers' certificates are verified against it.
   std::string tls_ca;
   // Token file: one "IDENTITY TOKEN" line per client (identities worker-N, shard-N,
-  // admin; '#' starts a comment). Clients send "authorization: Bearer TOKEN".
+  // admin; '#' starts a comment). Clients prove their token without sending it
+  // (core/auth_proof.h); "authorization: Bearer TOKEN" is taken over TLS only.
   std::string tokens_file;
   // Requests per second allowed per client identity (or per address without
   // credentials), with bursts of rate_burst; 0 = no limit.

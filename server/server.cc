@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "core/status.h"
-#include "net/grpc_credentials.h"
+#include "net/channel_auth.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
 #include "server/grpc_front.h"
@@ -253,12 +253,17 @@ class ServerImpl final : public Server {
     });
     for (uint32_t i = 0; i < options_.num_shards && options_.num_shards > 1; ++i) {
       peer_channels_.emplace_back();
+      peer_auths_.emplace_back();
       if (static_cast<int>(i) == options_.shard_id) continue;
       PS_ASSIGN_OR_RETURN(peer_channels_.back(),
                           PeerChannel(options_.peers[i], PeerCredentials(), options_));
+      // Peer i proves it is shard-i of this run before this shard proves its own token.
+      peer_auths_.back() = std::make_shared<net::ChannelAuth>(
+          peer_channels_.back(), PeerCredentials(), options_.peers[i],
+          core::Identity{core::Identity::Kind::kShard, i});
     }
     if (options_.num_shards > 1 && shard_.model_scope()) {
-      sender_ = std::make_unique<ShareSender>(options_, peer_channels_, PeerCredentials());
+      sender_ = std::make_unique<ShareSender>(options_, peer_channels_, peer_auths_);
       shard_.SetShareSender([this](std::shared_ptr<const RoundShare> share) {
         sender_->Send(std::move(share));
       });
@@ -494,7 +499,6 @@ class ServerImpl final : public Server {
       if (i == self.shard_id) continue;
       stubs[i] = v1::PeerService::NewStub(peer_channels_[i]);
     }
-    const core::ClientCredentials creds = PeerCredentials();
     // After a restore: the peers that answered, and the highest version among them.
     std::vector<bool> heard(options_.num_shards, false);
     uint64_t peers_version = 0;
@@ -505,9 +509,6 @@ class ServerImpl final : public Server {
       std::string problem;
       for (uint32_t i = 0; i < options_.num_shards && problem.empty(); ++i) {
         if (stubs[i] == nullptr) continue;
-        grpc::ClientContext ctx;
-        net::AttachCredentials(creds, &ctx);
-        ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
         v1::PeerHelloRequest req;
         req.set_shard_id(self.shard_id);
         req.set_num_shards(self.num_shards);
@@ -515,7 +516,9 @@ class ServerImpl final : public Server {
         req.set_config_summary(self.config_summary);
         req.set_layout_hash(shard_.layout_hash());
         v1::PeerHelloResponse resp;
-        grpc::Status s = stubs[i]->Hello(&ctx, req, &resp);
+        grpc::Status s = peer_auths_[i]->Unary(
+            std::chrono::system_clock::now() + std::chrono::seconds(2), /*wait_for_ready=*/false,
+            [&](grpc::ClientContext* ctx) { return stubs[i]->Hello(ctx, req, &resp); });
         if (!s.ok()) {
           // An unreachable peer is not a configuration error (it may be starting);
           // keep serving and keep asking.
@@ -607,6 +610,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<GrpcFront> health_front_;
   std::unique_ptr<Listener> listener_;
   std::unique_ptr<Listener> health_listener_;
+  std::vector<std::shared_ptr<net::ChannelAuth>> peer_auths_;  // by shard id, as the channels
   std::unique_ptr<grpc::Server> server_;
   uint16_t port_ = 0;
   std::unique_ptr<grpc::Server> health_server_;  // --health-port

@@ -170,8 +170,8 @@ absl::Status CheckPeer(const PeerIdentity& self, uint64_t own_layout_hash, uint3
                        const v1::PeerHelloResponse& peer);
 
 // A channel to peer shard `address`, authenticating with `creds` (the server's
-// Authenticator::PeerCredentials; the token, if any, goes on each call through
-// net::AttachCredentials). Errors name an unreadable certificate file.
+// Authenticator::PeerCredentials; the token, if any, is proven on each call through a
+// net::ChannelAuth). Errors name an unreadable certificate file.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::string& address,
                                                            const core::ClientCredentials& creds,
                                                            const ServerOptions& options);

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <string>
 
-#include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
 #include "core/refusal.h"
 #include "core/retry.h"
@@ -19,6 +18,7 @@ struct ShareSender::Peer {
   uint32_t id = 0;
   std::string address;
   std::unique_ptr<v1::PeerService::Stub> stub;
+  std::shared_ptr<net::ChannelAuth> auth;
   std::deque<std::pair<std::chrono::steady_clock::time_point, std::shared_ptr<const RoundShare>>>
       queue ABSL_GUARDED_BY(mu);
   absl::Mutex mu;
@@ -27,14 +27,15 @@ struct ShareSender::Peer {
 
 ShareSender::ShareSender(const ServerOptions& options,
                          std::vector<std::shared_ptr<grpc::Channel>> channels,
-                         core::ClientCredentials creds)
-    : options_(options), creds_(std::move(creds)) {
+                         std::vector<std::shared_ptr<net::ChannelAuth>> auths)
+    : options_(options) {
   for (uint32_t i = 0; i < options_.num_shards; ++i) {
     if (static_cast<int>(i) == options_.shard_id || channels[i] == nullptr) continue;
     auto peer = std::make_unique<Peer>();
     peer->id = i;
     peer->address = options_.peers[i];
     peer->stub = v1::PeerService::NewStub(channels[i]);
+    peer->auth = auths[i];
     peers_.push_back(std::move(peer));
   }
   for (auto& peer : peers_) {
@@ -103,13 +104,13 @@ void ShareSender::Loop(Peer* peer) {
     const auto& [due, share] = item;
     const v1::RoundShareRequest req = ToProto(*share);
     for (int attempt = 0;; ++attempt) {
-      grpc::ClientContext ctx;
-      net::AttachCredentials(creds_, &ctx);
       const auto now = std::chrono::steady_clock::now();
-      ctx.set_deadline(std::chrono::system_clock::now() +
-                       std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::seconds(2)));
       v1::RoundShareResponse resp;
-      const grpc::Status s = peer->stub->ShareRound(&ctx, req, &resp);
+      const grpc::Status s = peer->auth->Unary(
+          std::chrono::system_clock::now() +
+              std::min<std::chrono::steady_clock::duration>(due - now, std::chrono::seconds(2)),
+          /*wait_for_ready=*/false,
+          [&](grpc::ClientContext* ctx) { return peer->stub->ShareRound(ctx, req, &resp); });
       if (s.ok()) break;
       // The peer may not have its layout yet (it registers when its workers come).
       const absl::Status st = net::FromGrpc(s);

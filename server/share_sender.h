@@ -17,7 +17,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/synchronization/mutex.h"
-#include "core/credentials.h"
+#include "net/channel_auth.h"
 #include "server/options.h"
 #include "server/shard.h"
 
@@ -25,10 +25,10 @@ namespace ps::server {
 
 class ShareSender {
  public:
-  // `peers` are the channels to every shard by id (null for this one); `creds` adds the
-  // peer token to each call.
+  // `peers` are the channels to every shard by id (null for this one), `auths` their
+  // ChannelAuth (this shard's proof of its token; shared with the peer checks).
   ShareSender(const ServerOptions& options, std::vector<std::shared_ptr<grpc::Channel>> peers,
-              core::ClientCredentials creds);
+              std::vector<std::shared_ptr<net::ChannelAuth>> auths);
   ~ShareSender();
   ShareSender(const ShareSender&) = delete;
   ShareSender& operator=(const ShareSender&) = delete;
@@ -41,7 +41,6 @@ class ShareSender {
   void Loop(Peer* peer);
 
   const ServerOptions options_;
-  const core::ClientCredentials creds_;
   std::vector<std::unique_ptr<Peer>> peers_;
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

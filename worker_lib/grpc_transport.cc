@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "net/channel_auth.h"
 #include "net/grpc_bytes.h"
 #include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
@@ -21,16 +22,18 @@ namespace {
 // the payload's own buffer, which gRPC references instead of copying into a message.
 class GrpcPushCall final : public ShardTransport::PushCall {
  public:
-  GrpcPushCall(grpc::GenericStub* stub, const core::ClientCredentials& creds,
-               RpcClock::time_point deadline)
-      : stub_(stub) {
-    net::AttachCredentials(creds, &ctx_);
+  GrpcPushCall(grpc::GenericStub* stub, net::ChannelAuth* auth, RpcClock::time_point deadline)
+      : stub_(stub), auth_(auth), deadline_(deadline) {
     ctx_.set_deadline(deadline);
     ctx_.set_wait_for_ready(true);
   }
 
   void Start(const ShardTransport::PushMessage* message,
              std::function<void(absl::Status)> done) override {
+    // Without a proof the call is cancelled as it starts (so that `done` runs on gRPC's
+    // thread, as always) and reports why.
+    const grpc::Status attached = auth_->Attach(&ctx_, deadline_, /*wait_for_ready=*/true);
+    if (!attached.ok()) ctx_.TryCancel();
     const v1::PushRequest& f = message->fields;
     req_ = net::HeaderAndBody(net::PushRequestHeader(f.session(), f.layout_hash(), f.round(),
                                                      f.slice_id(), f.codec(),
@@ -39,7 +42,11 @@ class GrpcPushCall final : public ShardTransport::PushCall {
                                                                   : std::nullopt),
                               message->payload);
     stub_->UnaryCall(&ctx_, "/ps.v1.WorkerService/Push", grpc::StubOptions(), &req_, &resp_,
-                     [done = std::move(done)](grpc::Status s) { done(net::FromGrpc(s)); });
+                     [auth = auth_, attached, done = std::move(done)](grpc::Status s) {
+                       if (!attached.ok()) s = attached;
+                       auth->Stale(s);  // after a restart: the next call runs the challenge
+                       done(net::FromGrpc(s));
+                     });
   }
 
   // ClientContext::TryCancel before the call started cancels it as it starts.
@@ -47,6 +54,8 @@ class GrpcPushCall final : public ShardTransport::PushCall {
 
  private:
   grpc::GenericStub* stub_;
+  net::ChannelAuth* auth_;
+  const RpcClock::time_point deadline_;
   grpc::ClientContext ctx_;
   grpc::ByteBuffer req_, resp_;
 };
@@ -57,13 +66,15 @@ class GrpcPushCall final : public ShardTransport::PushCall {
 // end of OnDone (gRPC's last call into it).
 class GrpcPullStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  static void Start(grpc::GenericStub* stub, const core::ClientCredentials& creds,
-                    const v1::PullRequest& req, RpcClock::time_point deadline,
+  static void Start(grpc::GenericStub* stub, net::ChannelAuth* auth, const v1::PullRequest& req,
+                    RpcClock::time_point deadline,
                     std::function<bool(const net::PullFrame&)> on_slice,
                     std::function<void(absl::Status)> on_done) {
-    auto* stream = new GrpcPullStream(net::SerializeMessage(req), std::move(on_slice),
+    auto* stream = new GrpcPullStream(auth, net::SerializeMessage(req), std::move(on_slice),
                                       std::move(on_done));
-    net::AttachCredentials(creds, &stream->ctx_);
+    // Without a proof the stream is cancelled as it starts and ends reporting why.
+    stream->attached_ = auth->Attach(&stream->ctx_, deadline, /*wait_for_ready=*/true);
+    if (!stream->attached_.ok()) stream->ctx_.TryCancel();
     stream->ctx_.set_deadline(deadline);
     stream->ctx_.set_wait_for_ready(true);
     stub->PrepareBidiStreamingCall(&stream->ctx_, "/ps.v1.WorkerService/Pull",
@@ -95,16 +106,25 @@ class GrpcPullStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
   void OnDone(const grpc::Status& s) override {
     std::function<void(absl::Status)> on_done = std::move(on_done_);
-    const absl::Status status = protocol_error_.ok() ? net::FromGrpc(s) : protocol_error_;
+    auth_->Stale(s);  // after a restart: the next call runs the challenge
+    const absl::Status status = !attached_.ok()         ? net::FromGrpc(attached_)
+                                : protocol_error_.ok() ? net::FromGrpc(s)
+                                                       : protocol_error_;
     delete this;
     on_done(status);
   }
 
  private:
-  GrpcPullStream(grpc::ByteBuffer req, std::function<bool(const net::PullFrame&)> on_slice,
+  GrpcPullStream(net::ChannelAuth* auth, grpc::ByteBuffer req,
+                 std::function<bool(const net::PullFrame&)> on_slice,
                  std::function<void(absl::Status)> on_done)
-      : req_(std::move(req)), on_slice_(std::move(on_slice)), on_done_(std::move(on_done)) {}
+      : auth_(auth),
+        req_(std::move(req)),
+        on_slice_(std::move(on_slice)),
+        on_done_(std::move(on_done)) {}
 
+  net::ChannelAuth* const auth_;
+  grpc::Status attached_;  // Attach's outcome
   grpc::ClientContext ctx_;
   grpc::ByteBuffer req_;
   grpc::ByteBuffer resp_;
@@ -115,58 +135,56 @@ class GrpcPullStream final : public grpc::ClientBidiReactor<grpc::ByteBuffer, gr
 
 class GrpcShardTransport final : public ShardTransport {
  public:
-  GrpcShardTransport(const core::ClientCredentials& creds,
-                     std::unique_ptr<net::ShapingRelay> relay,
+  // `address` is shard `shard_id`'s (the channel may go through a shaping relay).
+  GrpcShardTransport(const core::ClientCredentials& creds, uint32_t shard_id,
+                     const std::string& address, std::unique_ptr<net::ShapingRelay> relay,
                      std::shared_ptr<grpc::Channel> channel)
-      : creds_(creds),
-        relay_(std::move(relay)),
+      : relay_(std::move(relay)),
         channel_(std::move(channel)),
+        auth_(channel_, creds, address, core::Identity{core::Identity::Kind::kShard, shard_id}),
         stub_(v1::WorkerService::NewStub(channel_)),
         generic_(channel_) {}
 
   absl::Status Join(const v1::JoinRequest& req, RpcClock::time_point deadline,
                     v1::JoinResponse* resp) override {
-    grpc::ClientContext ctx;
-    Prepare(deadline, &ctx);
-    ctx.set_wait_for_ready(true);
-    return net::FromGrpc(stub_->Join(&ctx, req, resp));
+    return net::FromGrpc(auth_.Unary(deadline, /*wait_for_ready=*/true,
+                                     [&](grpc::ClientContext* ctx) {
+                                       return stub_->Join(ctx, req, resp);
+                                     }));
   }
 
   absl::Status RegisterLayout(const v1::RegisterLayoutRequest& req, RpcClock::time_point deadline,
                               v1::RegisterLayoutResponse* resp) override {
-    grpc::ClientContext ctx;
-    Prepare(deadline, &ctx);
-    return net::FromGrpc(stub_->RegisterLayout(&ctx, req, resp));
+    return net::FromGrpc(auth_.Unary(deadline, /*wait_for_ready=*/false,
+                                     [&](grpc::ClientContext* ctx) {
+                                       return stub_->RegisterLayout(ctx, req, resp);
+                                     }));
   }
 
   absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point deadline,
                          v1::InitSliceResponse* resp) override {
-    grpc::ClientContext ctx;
-    Prepare(deadline, &ctx);
-    return net::FromGrpc(stub_->InitSlice(&ctx, req, resp));
+    return net::FromGrpc(auth_.Unary(deadline, /*wait_for_ready=*/false,
+                                     [&](grpc::ClientContext* ctx) {
+                                       return stub_->InitSlice(ctx, req, resp);
+                                     }));
   }
 
   std::unique_ptr<PushCall> NewPush(RpcClock::time_point deadline) override {
-    return std::make_unique<GrpcPushCall>(&generic_, creds_, deadline);
+    return std::make_unique<GrpcPushCall>(&generic_, &auth_, deadline);
   }
 
   void Pull(v1::PullRequest req, RpcClock::time_point deadline,
             std::function<bool(const net::PullFrame&)> on_slice,
             std::function<void(absl::Status)> on_done) override {
-    GrpcPullStream::Start(&generic_, creds_, req, deadline, std::move(on_slice),
+    GrpcPullStream::Start(&generic_, &auth_, req, deadline, std::move(on_slice),
                           std::move(on_done));
   }
 
  private:
-  void Prepare(RpcClock::time_point deadline, grpc::ClientContext* ctx) const {
-    net::AttachCredentials(creds_, ctx);
-    ctx->set_deadline(deadline);
-  }
-
-  const core::ClientCredentials creds_;
   // Declared before the channel: the channel goes first, then the relay it went through.
   std::unique_ptr<net::ShapingRelay> relay_;
   std::shared_ptr<grpc::Channel> channel_;
+  net::ChannelAuth auth_;  // the worker's proof of its token on every call
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   grpc::GenericStub generic_;  // Push and Pull, whose tensor bytes are never copied
 };
@@ -216,8 +234,8 @@ absl::StatusOr<std::vector<std::unique_ptr<ShardTransport>>> ConnectGrpcShards(
       target = relay->address();
     }
     auto channel = grpc::CreateCustomChannel(target, channel_creds, args);
-    out.push_back(std::make_unique<GrpcShardTransport>(options.credentials, std::move(relay),
-                                                       std::move(channel)));
+    out.push_back(std::make_unique<GrpcShardTransport>(options.credentials, i, address,
+                                                       std::move(relay), std::move(channel)));
   }
   return out;
 }

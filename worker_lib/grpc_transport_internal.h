@@ -1,6 +1,8 @@
 // The one ShardTransport over gRPC: a channel and a WorkerService stub per shard, with
-// the worker's credentials on every call and, when the link is shaped, a local shaping
-// relay in front of the shard. Holds no state beyond the connection.
+// the proof of the worker's token on every call (net/channel_auth.h: shard i must prove
+// it is shard-i of this run before it gets one) and, when the link is shaped, a local
+// shaping relay in front of the shard. Holds no state beyond the connection and its
+// proof.
 //
 // Thread safety and lifetimes as ShardTransport. gRPC's types stay in grpc_transport.cc.
 #pragma once

@@ -134,8 +134,8 @@ struct WorkerOptions {
   // This worker's rank in [0, num_workers) of the servers' configuration. Shards that
   // take credentials check it against the identity (worker-N) of `credentials`.
   uint32_t worker_id = 0;
-  // TLS, client certificate and bearer token toward the shards (docs/operations.md,
-  // "Securing"); empty: plaintext without credentials.
+  // TLS, client certificate and token toward the shards (docs/operations.md,
+  // "Securing"; the token is proven, never sent); empty: plaintext without credentials.
   core::ClientCredentials credentials;
   // How every tensor is pushed, and overrides by tensor name (an unknown name is an
   // error at Start()).

@@ -192,12 +192,13 @@ absl::Status Run(TrainerFlags& f, std::unique_ptr<Worker>& keep_worker) {
   TrainerConfig& c = f.config;
   c.pull_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.pull_timeout_s * 1000));
   c.connect_timeout = std::chrono::milliseconds(static_cast<int64_t>(f.connect_timeout_s * 1000));
-  if (f.token_file.empty() && !f.run_dir.empty()) {
-    f.token_file = core::TokenFilePath(
-        f.run_dir, core::Identity{core::Identity::Kind::kWorker, c.worker_id});
-  }
   if (!f.token_file.empty()) {
     PS_ASSIGN_OR_RETURN(c.credentials.token, core::ReadTokenFile(f.token_file));
+  } else if (!f.run_dir.empty()) {
+    // Through the checked directory: no symbolic link, this user's, private.
+    PS_ASSIGN_OR_RETURN(c.credentials.token,
+                        core::ReadRunDirectoryToken(
+                            f.run_dir, core::Identity{core::Identity::Kind::kWorker, c.worker_id}));
   }
   PS_RETURN_IF_ERROR(c.credentials.Validate());
   PS_RETURN_IF_ERROR(ValidateConfig(c, f.local));
@@ -237,7 +238,7 @@ int main(int argc, char** argv) {
   app.add_option("--tls-key", c.credentials.tls_key, "Key of --tls-cert");
   app.add_option("--tls-server-name", c.credentials.tls_server_name,
                  "Name to check in the shards' certificates instead of the address's host");
-  app.add_option("--token-file", f.token_file, "File holding this worker's bearer token");
+  app.add_option("--token-file", f.token_file, "File holding this worker's token");
   app.add_option("--run-dir", f.run_dir,
                  "Run directory of local shards (ps-server --run-dir): use its "
                  "token-worker-<worker-id> file");

@@ -108,6 +108,80 @@ TEST_F(ClusterSecretTest, TokenFilesAreReadableByTheWorkerOnly) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
 }
 
+// Finding 4 of issue 45: "--run-dir DIR/" with a trailing slash made lstat follow a
+// symbolic link at DIR, so the shard used (and wrote its secret and tokens into) the
+// directory the link points to, which another user may control.
+TEST_F(ClusterSecretTest, ASymlinkedRunDirectoryIsRefusedWithOrWithoutTrailingSlash) {
+  const std::string target = dir_ + "/elsewhere";
+  ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
+  const std::string link = dir_ + "/run";
+  ASSERT_EQ(symlink(target.c_str(), link.c_str()), 0);
+  for (const std::string& given : {link, link + "/", link + "//", link + "/."}) {
+    absl::StatusOr<std::string> s = LoadOrCreateSecret(given);
+    ASSERT_FALSE(s.ok()) << given;
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied) << given;
+    EXPECT_THAT(s.status().message(), HasSubstr("is a symbolic link")) << given;
+    EXPECT_FALSE(WriteTokenFile(given, Identity{Identity::Kind::kWorker, 0}, std::string(20, 't'))
+                     .ok())
+        << given;
+    EXPECT_FALSE(ReadRunDirectoryToken(given, Identity{Identity::Kind::kAdmin, 0}).ok()) << given;
+  }
+  // Nothing was written through the link.
+  EXPECT_TRUE(std::filesystem::is_empty(target));
+}
+
+TEST_F(ClusterSecretTest, RunDirectoryPathsAreCanonical) {
+  EXPECT_EQ(CanonicalRunDirectory("/a/b/"), "/a/b");
+  EXPECT_EQ(CanonicalRunDirectory("/a/b///"), "/a/b");
+  EXPECT_EQ(CanonicalRunDirectory("/a//b/."), "/a/b");
+  EXPECT_EQ(CanonicalRunDirectory("a/./b"), "a/b");
+  EXPECT_EQ(CanonicalRunDirectory("/"), "/");
+  EXPECT_EQ(CanonicalRunDirectory("./"), ".");
+  EXPECT_EQ(TokenFilePath("/r/", Identity{Identity::Kind::kAdmin, 0}), "/r/token-admin");
+  // A trailing slash on a real directory is fine: the same directory.
+  const std::string run = dir_ + "/run";
+  absl::StatusOr<std::string> a = LoadOrCreateSecret(run + "/");
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(*LoadOrCreateSecret(run), *a);
+}
+
+// The directory is checked once and used through its descriptor: swapping another one in
+// under its name afterwards does not redirect the files.
+TEST_F(ClusterSecretTest, FilesGoToTheDirectoryThatWasCheckedEvenIfItIsSwapped) {
+  const std::string run = dir_ + "/run";
+  absl::StatusOr<RunDirectory> opened = RunDirectory::Open(run, /*create=*/true);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  const std::string moved = dir_ + "/moved";
+  ASSERT_EQ(rename(run.c_str(), moved.c_str()), 0);
+  ASSERT_EQ(mkdir(run.c_str(), 0700), 0);  // the swapped-in directory
+  const Identity w0{Identity::Kind::kWorker, 0};
+  ASSERT_TRUE(opened->WriteToken(w0, std::string(20, 't')).ok());
+  ASSERT_TRUE(opened->LoadOrCreateSecret().ok());
+  EXPECT_TRUE(std::filesystem::exists(moved + "/token-worker-0"));
+  EXPECT_TRUE(std::filesystem::exists(moved + "/secret"));
+  EXPECT_TRUE(std::filesystem::is_empty(run));
+  EXPECT_EQ(*opened->ReadToken(w0), std::string(20, 't'));
+}
+
+TEST_F(ClusterSecretTest, TokenFilesAreReadOnlyIfPrivateAndNotLinks) {
+  const Identity admin{Identity::Kind::kAdmin, 0};
+  const std::string token(24, 'k');
+  ASSERT_TRUE(WriteTokenFile(dir_, admin, token).ok());
+  EXPECT_EQ(*ReadRunDirectoryToken(dir_ + "/", admin), token);
+  const std::string path = TokenFilePath(dir_, admin);
+  chmod(path.c_str(), 0644);
+  EXPECT_THAT(ReadRunDirectoryToken(dir_, admin).status().message(), HasSubstr("chmod 600"));
+  // A link in place of the file (to a file of the same user's, even) is refused.
+  const std::string real = dir_ + "/real-token";
+  ASSERT_EQ(rename(path.c_str(), real.c_str()), 0);
+  chmod(real.c_str(), 0600);
+  ASSERT_EQ(symlink(real.c_str(), path.c_str()), 0);
+  EXPECT_THAT(ReadRunDirectoryToken(dir_, admin).status().message(),
+              HasSubstr("is a symbolic link"));
+  EXPECT_EQ(ReadRunDirectoryToken(dir_ + "/missing", admin).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(DefaultRunDirectoryTest, FollowsXdgThenHome) {
   const char* xdg = std::getenv("XDG_RUNTIME_DIR");
   const char* home = std::getenv("HOME");

@@ -42,6 +42,7 @@
 #include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
 #include "net/udp_frame.h"
+#include "auth_util.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/worker.h"
@@ -97,15 +98,7 @@ double CpuSecondsOf(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-std::unique_ptr<grpc::ClientContext> Context(const std::string& token,
-                                             milliseconds deadline = milliseconds(10000)) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  core::ClientCredentials creds;
-  creds.token = token;
-  net::AttachCredentials(creds, ctx.get());
-  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
-  return ctx;
-}
+using testing::Context;
 
 // A ps-server process on loopback, authenticated the default way (its run directory).
 class ShardProcess {
@@ -292,14 +285,14 @@ Trained TrainHonestly(ShardProcess& shard, uint32_t rounds) {
 // valid datagram for every slice: chunk 0 of 512 values of 1e4. Nothing else.
 class UdpAttacker {
  public:
-  explicit UdpAttacker(ShardProcess& shard) : token_(shard.Token(3)) {
+  explicit UdpAttacker(ShardProcess& shard) : address_(shard.address()), token_(shard.Token(3)) {
     stub_ = v1::WorkerService::NewStub(
         grpc::CreateChannel(shard.address(), grpc::InsecureChannelCredentials()));
     v1::JoinRequest join;
     join.set_worker_id(3);
     join.set_layout_hash(HonestLayout().hash());
     v1::JoinResponse joined;
-    const grpc::Status s = stub_->Join(Context(token_).get(), join, &joined);
+    const grpc::Status s = stub_->Join(Context(address_, token_).get(), join, &joined);
     EXPECT_TRUE(s.ok()) << s.error_message();
     EXPECT_NE(joined.udp_port(), 0u) << "the shard runs --udp-port";
     session_ = joined.session();
@@ -339,7 +332,7 @@ class UdpAttacker {
       req.set_layout_hash(HonestLayout().hash());
       req.set_min_version(t);
       for (const core::SliceInfo& s : HonestLayout().slices()) req.add_slice_ids(s.id);
-      auto ctx = Context(token_, milliseconds(500));
+      auto ctx = Context(address_, token_, milliseconds(500));
       auto reader = stub_->Pull(ctx.get(), req);
       v1::PullResponse r;
       size_t got = 0;
@@ -369,6 +362,7 @@ class UdpAttacker {
               static_cast<ssize_t>(datagram.size()));
   }
 
+  const std::string address_;
   const std::string token_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string session_;
@@ -417,7 +411,7 @@ TEST_P(HostileRoundsTest, UdpRoundsKeepTheirQuorumWhenOneWorkerSendsADatagramPer
       join.set_worker_id(3);
       join.set_layout_hash(HonestLayout().hash());
       v1::JoinResponse joined;
-      if (shard.workers().Join(Context(shard.Token(3)).get(), join, &joined).ok() &&
+      if (shard.workers().Join(Context(shard.address(), shard.Token(3)).get(), join, &joined).ok() &&
           joined.ready()) {
         break;
       }
@@ -470,14 +464,15 @@ std::string MillionsOfSliceIds() {
 // (INVALID_ARGUMENT). The bytes are serialized once and shared by every call, so that
 // the attacker costs this process (which also runs the honest workers) little: the
 // attack is on the shard.
-int PullAtOnce(grpc::GenericStub& stub, const std::string& token, const grpc::ByteBuffer& request,
+int PullAtOnce(grpc::GenericStub& stub, const std::string& address, const std::string& token,
+               const grpc::ByteBuffer& request,
                int count) {
   std::atomic<int> refused{0};
   std::latch done(count);
   std::vector<std::unique_ptr<grpc::ClientContext>> contexts;
   std::vector<grpc::ByteBuffer> responses(static_cast<size_t>(count));
   for (int i = 0; i < count; ++i) {
-    contexts.push_back(Context(token, milliseconds(30000)));
+    contexts.push_back(Context(address, token, milliseconds(30000)));
     stub.UnaryCall(contexts.back().get(), "/ps.v1.WorkerService/Pull", grpc::StubOptions(),
                    &request, &responses[static_cast<size_t>(i)], [&](grpc::Status s) {
                      if (s.error_code() == grpc::StatusCode::INVALID_ARGUMENT) refused.fetch_add(1);
@@ -520,7 +515,7 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
   join.set_worker_id(4);
   join.set_layout_hash(HonestLayout().hash());
   v1::JoinResponse joined;
-  ASSERT_TRUE(shard.workers().Join(Context(token).get(), join, &joined).ok());
+  ASSERT_TRUE(shard.workers().Join(Context(shard.address(), token).get(), join, &joined).ok());
   {
     v1::PushRequest garbage;
     garbage.set_session(joined.session());
@@ -529,7 +524,7 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
     garbage.set_codec("fp32");
     garbage.set_payload("\x01garbage");
     v1::PushResponse resp;
-    const grpc::Status s = shard.workers().Push(Context(token).get(), garbage, &resp);
+    const grpc::Status s = shard.workers().Push(Context(shard.address(), token).get(), garbage, &resp);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
   }
   v1::PullRequest parsed;
@@ -543,7 +538,7 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
   // The shard's CPU for 8 such requests at once, idle otherwise (the held answers of the
   // tarpit cost nothing). Before: 0.28 s each (0.2 to 0.3 here).
   const double cpu_before = CpuSecondsOf(shard.pid());
-  EXPECT_EQ(PullAtOnce(*stub, token, huge, 8), 8);
+  EXPECT_EQ(PullAtOnce(*stub, shard.address(), token, huge, 8), 8);
   const double per_request = (CpuSecondsOf(shard.pid()) - cpu_before) / 8;
   ::testing::Test::RecordProperty("shard_cpu_ms_per_refused_pull",
                                   absl::StrCat(per_request * 1000));
@@ -564,7 +559,7 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
     std::vector<std::thread> attackers;
     for (int a = 0; a < 8; ++a) {
       attackers.emplace_back([&] {
-        while (!stop.load()) refused.fetch_add(PullAtOnce(*stub, token, huge, 1));
+        while (!stop.load()) refused.fetch_add(PullAtOnce(*stub, shard.address(), token, huge, 1));
       });
     }
     const double attacked = honest.RateOver(milliseconds(1500));
@@ -623,7 +618,7 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
   join.set_worker_id(1);
   join.set_layout_hash(WideLayout().hash());
   v1::JoinResponse joined;
-  ASSERT_TRUE(shard.workers().Join(Context(shard.Token(1)).get(), join, &joined).ok());
+  ASSERT_TRUE(shard.workers().Join(Context(shard.address(), shard.Token(1)).get(), join, &joined).ok());
   constexpr char kCostly[] = "qsgd(s=65536, bucket=100)";
   std::string payload;
   {
@@ -649,7 +644,7 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
     req.set_codec(kCostly);
     req.set_payload(payload);
     v1::PushResponse resp;
-    return stubs[slice % stubs.size()]->Push(Context(shard.Token(1)).get(), req, &resp);
+    return stubs[slice % stubs.size()]->Push(Context(shard.address(), shard.Token(1)).get(), req, &resp);
   };
   auto refused_for_budget = [](const grpc::Status& s) {
     return core::RefusalOf(net::FromGrpc(s)) == core::Refusal::kDecodeBudget;

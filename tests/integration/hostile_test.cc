@@ -22,9 +22,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/strings/str_cat.h"
+#include "auth_util.h"
 #include "cluster_util.h"
 #include "core/cluster_secret.h"
-#include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
 #include "core/refusal.h"
 #include "process_util.h"
@@ -64,15 +64,7 @@ uint64_t ResidentBytes(pid_t pid) {
   return 0;
 }
 
-std::unique_ptr<grpc::ClientContext> Context(const std::string& token,
-                                             milliseconds deadline = milliseconds(10000)) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  core::ClientCredentials creds;
-  creds.token = token;
-  net::AttachCredentials(creds, ctx.get());
-  ctx->set_deadline(std::chrono::system_clock::now() + deadline);
-  return ctx;
-}
+using testing::Context;
 
 // A ps-server process on loopback, authenticated the default way (its run directory),
 // with its stderr in a file.
@@ -123,7 +115,7 @@ class ShardProcess {
     req.set_worker_id(worker);
     req.set_layout_hash(layout_hash);
     v1::JoinResponse resp;
-    grpc::Status s = workers_->Join(Context(token).get(), req, &resp);
+    grpc::Status s = workers_->Join(Context(address(), token).get(), req, &resp);
     if (session != nullptr) *session = resp.session();
     return s;
   }
@@ -135,7 +127,7 @@ class ShardProcess {
     req.set_session(session);
     *req.mutable_layout() = layout;
     v1::RegisterLayoutResponse resp;
-    return workers_->RegisterLayout(Context(token, deadline).get(), req, &resp);
+    return workers_->RegisterLayout(Context(address(), token, deadline).get(), req, &resp);
   }
 
  private:
@@ -316,7 +308,7 @@ TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
     req.set_codec(codec);
     req.set_payload(payload);
     v1::PushResponse resp;
-    return shard.workers().Push(Context(shard.Token(1)).get(), req, &resp);
+    return shard.workers().Push(Context(shard.address(), shard.Token(1)).get(), req, &resp);
   };
   for (int k = 1; k <= 100; ++k) {
     grpc::Status s = push(absl::StrCat("qsgd(s=", k, ")"), "garbage");
@@ -363,7 +355,7 @@ TEST(HostileTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingForIt) {
     req.set_codec(codec);
     req.set_payload(payload);
     v1::PushResponse resp;
-    return shard.workers().Push(Context(shard.Token(3)).get(), req, &resp);
+    return shard.workers().Push(Context(shard.address(), shard.Token(3)).get(), req, &resp);
   };
   grpc::Status garbage = push("qsgd(s=77,bucket=3)", std::string(4096, '\1'));
   EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << garbage.error_message();
@@ -402,7 +394,7 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
   join.set_worker_id(1);
   join.set_layout_hash(layout.hash());
   v1::JoinResponse joined;
-  ASSERT_TRUE(stub->Join(Context(token).get(), join, &joined).ok());
+  ASSERT_TRUE(stub->Join(Context(c.addresses()[0], token).get(), join, &joined).ok());
   v1::PullRequest pull;
   pull.set_session(joined.session());
   pull.set_layout_hash(layout.hash());
@@ -415,7 +407,7 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
     std::vector<std::thread> pulls;
     for (int i = 0; i < 4; ++i) {
       pulls.emplace_back([&] {
-        auto ctx = Context(token, milliseconds(50));
+        auto ctx = Context(c.addresses()[0], token, milliseconds(50));
         auto reader = stub->Pull(ctx.get(), pull);
         v1::PullResponse r;
         while (reader->Read(&r)) {
@@ -437,13 +429,13 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
   std::vector<std::unique_ptr<grpc::ClientContext>> held;
   std::vector<std::unique_ptr<grpc::ClientReader<v1::PullResponse>>> readers;
   for (int i = 0; i < 4; ++i) {
-    held.push_back(Context(token, milliseconds(20000)));
+    held.push_back(Context(c.addresses()[0], token, milliseconds(20000)));
     readers.push_back(stub->Pull(held.back().get(), pull));
   }
   for (int i = 0; i < 200 && shard.WatcherCount() < 4 * 16; ++i) std::this_thread::sleep_for(milliseconds(10));
   EXPECT_EQ(shard.WatcherCount(), 4u * 16);
   {
-    auto ctx = Context(token, milliseconds(5000));
+    auto ctx = Context(c.addresses()[0], token, milliseconds(5000));
     auto reader = stub->Pull(ctx.get(), pull);
     v1::PullResponse r;
     EXPECT_FALSE(reader->Read(&r));
@@ -490,26 +482,31 @@ TEST(HostileTest, ByDefaultNoClientCanActAsAnotherWorkerOrShard) {
   join.set_worker_id(0);
   join.set_layout_hash(1);
   v1::JoinResponse joined;
-  grpc::Status s = workers->Join(Context("").get(), join, &joined);
+  const std::string address = "127.0.0.1:" + port;
+  grpc::Status s = workers->Join(Context().get(), join, &joined);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
-  s = workers->Join(Context(*token1).get(), join, &joined);
+  s = workers->Join(Context(address, *token1).get(), join, &joined);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  // A token made up in the derived format, without the secret.
-  s = workers->Join(Context("worker-0." + std::string(64, 'a')).get(), join, &joined);
+  // A token made up in the derived format, without the secret: the shard's answer to the
+  // challenge does not verify under it, so the client sends nothing (the shard's refusal
+  // of a proof made with it: hostile_auth_test.cc).
+  grpc::ClientContext forged;
+  s = testing::Auth(address, "worker-0." + std::string(64, 'a'))
+          .Attach(&forged, std::chrono::system_clock::now() + milliseconds(10000));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
 
   v1::RoundShareRequest share;  // the forged empty share of the finding
   share.set_shard_id(1);
   share.set_round(0);
   v1::RoundShareResponse shared;
-  s = peers->ShareRound(Context("").get(), share, &shared);
+  s = peers->ShareRound(Context().get(), share, &shared);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
-  s = peers->ShareRound(Context(*token1).get(), share, &shared);
+  s = peers->ShareRound(Context(address, *token1).get(), share, &shared);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   v1::PeerHelloRequest hello;
   hello.set_shard_id(1);
   v1::PeerHelloResponse answer;
-  s = peers->Hello(Context("").get(), hello, &answer);
+  s = peers->Hello(Context().get(), hello, &answer);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
   server.Signal(SIGTERM);
   EXPECT_EQ(server.Wait(milliseconds(15000)), 0) << server.Log();
@@ -526,7 +523,7 @@ TEST(HostileTest, HelloClaimingTheShardsOwnIdIsRefused) {
     v1::PeerHelloRequest hello;
     hello.set_shard_id(claimed);
     v1::PeerHelloResponse answer;
-    grpc::Status s = shard.peers().Hello(Context("").get(), hello, &answer);
+    grpc::Status s = shard.peers().Hello(Context().get(), hello, &answer);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << claimed;
   }
 }
@@ -549,7 +546,7 @@ TEST(HostileTest, ClientsCannotFloodTheLog) {
     v1::PeerHelloResponse answer;
     // 1 MB each: a generous deadline, as a sanitized build on a loaded machine once
     // took longer than the default 10 s for one of them.
-    const grpc::Status s = shard.peers().Hello(Context("", milliseconds(60000)).get(), hello, &answer);
+    const grpc::Status s = shard.peers().Hello(Context(milliseconds(60000)).get(), hello, &answer);
     EXPECT_TRUE(s.ok()) << s.error_code() << ": " << s.error_message();
   }
   for (int i = 0; i < 1000; ++i) {
@@ -604,7 +601,8 @@ TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
   for (int i = 0; i < 14; ++i) {
     v1::PushResponse resp;
     const auto start = std::chrono::steady_clock::now();
-    grpc::Status s = shard.workers().Push(Context(shard.Token(3)).get(), push, &resp);
+    grpc::Status s =
+        shard.workers().Push(Context(shard.address(), shard.Token(3)).get(), push, &resp);
     ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     // The reason comes with the status, held or not.
     EXPECT_EQ(core::RefusalOf(net::FromGrpc(s)), core::Refusal::kUnknownSlice);
@@ -616,7 +614,7 @@ TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
 
   push.set_payload(std::string(7 << 20, '\1'));
   v1::PushResponse resp;
-  grpc::Status s = shard.workers().Push(Context("").get(), push, &resp);
+  grpc::Status s = shard.workers().Push(Context().get(), push, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(s.error_message(), HasSubstr("its body unread"));
   EXPECT_TRUE(shard.Alive());
@@ -635,7 +633,8 @@ TEST(HostileTest, IdleConnectionsAreClosed) {
   join.set_worker_id(0);
   join.set_layout_hash(1);
   v1::JoinResponse joined;
-  ASSERT_TRUE(stub->Join(Context(testing::WorkerToken(c, 0)).get(), join, &joined).ok());
+  ASSERT_TRUE(
+      stub->Join(Context(c.addresses()[0], testing::WorkerToken(c, 0)).get(), join, &joined).ok());
   ASSERT_EQ(channel->GetState(false), GRPC_CHANNEL_READY);
   // The shard sends GOAWAY after a second without calls: the channel leaves READY.
   const auto until = std::chrono::steady_clock::now() + milliseconds(10000);

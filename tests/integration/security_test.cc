@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <utility>
 
+#include "auth_util.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
 #include "core/credentials.h"
@@ -49,12 +51,15 @@ size_t Refused(server::Server& s, server::Refusal r) {
   return s.shard().stats().refusals[static_cast<size_t>(r)];
 }
 
-// One call's context with an optional token and a deadline.
-std::unique_ptr<grpc::ClientContext> Context(const std::string& token) {
-  auto ctx = std::make_unique<grpc::ClientContext>();
-  if (!token.empty()) ctx->AddMetadata("authorization", "Bearer " + token);
-  ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  return ctx;
+using testing::Context;
+
+// One unary call to the shard at `address` with the proof of `token` (none when empty),
+// or the reason no proof could be made.
+template <typename F>
+grpc::Status Call(const std::string& address, const std::string& token, F&& call) {
+  return testing::Auth(address, token)
+      .Unary(std::chrono::system_clock::now() + std::chrono::seconds(10),
+             /*wait_for_ready=*/false, std::forward<F>(call));
 }
 
 class TokenSecurityTest : public ::testing::Test {
@@ -82,14 +87,16 @@ class TokenSecurityTest : public ::testing::Test {
     req.set_worker_id(worker_id);
     req.set_layout_hash(layout_->hash());
     v1::JoinResponse resp;
-    grpc::Status s = stub_->Join(Context(token).get(), req, &resp);
+    grpc::Status s = Call(cluster_.addresses()[0], token,
+                          [&](grpc::ClientContext* ctx) { return stub_->Join(ctx, req, &resp); });
     if (s.ok() && session != nullptr) *session = resp.session();
     return s;
   }
 
   grpc::Status Push(const std::string& token, const v1::PushRequest& req) {
     v1::PushResponse resp;
-    return stub_->Push(Context(token).get(), req, &resp);
+    return Call(cluster_.addresses()[0], token,
+                [&](grpc::ClientContext* ctx) { return stub_->Push(ctx, req, &resp); });
   }
 
   testing::Cluster cluster_;
@@ -160,14 +167,16 @@ TEST_F(TokenSecurityTest, AdministrativeCallsNeedTheAdminIdentity) {
   auto admin = v1::AdminService::NewStub(
       grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
   v1::StatusResponse resp;
-  grpc::Status s = admin->Status(Context(Token("worker-0")).get(), v1::StatusRequest(), &resp);
+  const std::string& address = cluster_.addresses()[0];
+  grpc::Status s =
+      admin->Status(Context(address, Token("worker-0")).get(), v1::StatusRequest(), &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
-  s = admin->Status(Context(Token("admin")).get(), v1::StatusRequest(), &resp);
+  s = admin->Status(Context(address, Token("admin")).get(), v1::StatusRequest(), &resp);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_EQ(resp.num_shards(), 1u);
   // No --checkpoint-dir: a precise refusal, not a crash.
   v1::CheckpointResponse ck;
-  s = admin->Checkpoint(Context(Token("admin")).get(), v1::CheckpointRequest(), &ck);
+  s = admin->Checkpoint(Context(address, Token("admin")).get(), v1::CheckpointRequest(), &ck);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
   EXPECT_THAT(s.error_message(), HasSubstr("--checkpoint-dir"));
 }
@@ -187,7 +196,7 @@ TEST(RateLimitTest, AClientOverItsRateIsRefusedOthersAreNot) {
     v1::JoinRequest req;
     req.set_worker_id(id);
     v1::JoinResponse resp;
-    return stub->Join(Context(Token(identity)).get(), req, &resp).error_code();
+    return stub->Join(Context(c.addresses()[0], Token(identity)).get(), req, &resp).error_code();
   };
   int exhausted = 0;
   for (int i = 0; i < 10; ++i) exhausted += join("worker-1", 1) == grpc::StatusCode::RESOURCE_EXHAUSTED;
@@ -244,14 +253,14 @@ TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
   req.set_worker_id(0);
   req.set_layout_hash(layout.hash());
   v1::JoinResponse resp;
-  grpc::Status s = stub->Join(Context("").get(), req, &resp);
+  grpc::Status s = stub->Join(Context().get(), req, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("worker-1 may not join as worker 0"));
 
   // A plaintext client does not get through the TLS handshake at all.
   auto plain = v1::WorkerService::NewStub(
       grpc::CreateChannel(c.addresses()[0], grpc::InsecureChannelCredentials()));
-  auto ctx = Context("");
+  auto ctx = Context();
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   EXPECT_FALSE(plain->Join(ctx.get(), req, &resp).ok());
 }
@@ -285,7 +294,7 @@ TEST(HealthPortTest, PlaintextProbesSeeTheTlsShardsStatusAndNothingElse) {
     grpc::health::v1::HealthCheckRequest req;
     req.set_service(service);
     grpc::health::v1::HealthCheckResponse resp;
-    grpc::Status s = grpc::health::v1::Health::NewStub(channel)->Check(Context("").get(), req, &resp);
+    grpc::Status s = grpc::health::v1::Health::NewStub(channel)->Check(Context().get(), req, &resp);
     EXPECT_TRUE(s.ok()) << service << ": " << s.error_message();
     return resp.status();
   };
@@ -298,7 +307,7 @@ TEST(HealthPortTest, PlaintextProbesSeeTheTlsShardsStatusAndNothingElse) {
   auto plain = v1::WorkerService::NewStub(channel);
   v1::JoinRequest req;
   v1::JoinResponse resp;
-  EXPECT_EQ(plain->Join(Context("").get(), req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
+  EXPECT_EQ(plain->Join(Context().get(), req, &resp).error_code(), grpc::StatusCode::UNIMPLEMENTED);
 
   // ps-admin: health over plaintext, status only with the admin certificate over mTLS.
   auto [rc, out] = Admin("--address " + health_addr + " health --service ps.v1.WorkerService");

@@ -9,7 +9,9 @@
 #include <fstream>
 #include <string>
 
+#include "core/auth_proof.h"
 #include "core/clock.h"
+#include "core/cluster_secret.h"
 #include "core/credentials.h"
 #include "server/auth_internal.h"
 #include "server/options.h"
@@ -17,6 +19,7 @@
 namespace ps::server {
 namespace {
 
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 TEST(IdentityTest, ParsesTheThreeKindsAndRoundTripsTheirNames) {
@@ -129,24 +132,161 @@ TEST_F(AuthenticatorTest, VerifyNamesWhatIsMissingOrWrong) {
   o.tokens_file = WriteFile("tokens", std::string("worker-0 ") + kTokenA + "\n");
   auto a = Authenticator::Create(o);
   ASSERT_TRUE(a.ok()) << a.status();
-  const std::string bearer = std::string("Bearer ") + kTokenA;
-  absl::StatusOr<core::Identity> id = (*a)->Verify({std::nullopt, bearer});
-  ASSERT_TRUE(id.ok()) << id.status();
-  EXPECT_EQ(id->Name(), "worker-0");
-
   const auto refused = [&](Authenticator::Presented p) {
     absl::StatusOr<core::Identity> r = (*a)->Verify(p);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated) << r.status();
     return std::string(r.status().message());
   };
   EXPECT_THAT(refused({}), HasSubstr("credentials required"));
-  EXPECT_THAT(refused({std::nullopt, std::string_view(kTokenA)}), HasSubstr("'Bearer TOKEN'"));
-  EXPECT_THAT(refused({std::nullopt, std::string_view("Bearer ") }), HasSubstr("unknown token"));
-  const std::string other = std::string("Bearer ") + kTokenB;
-  EXPECT_THAT(refused({std::nullopt, other}), HasSubstr("unknown token"));
+  EXPECT_THAT(refused({std::nullopt, std::string_view(kTokenA)}),
+              HasSubstr("'PS-Proof-v1 KEY INSTANCE PROOF'"));
+  // A bearer token on a plaintext port: refused, whoever's it is, naming the fixes (finding
+  // 4 of issue 45: a token sent in plaintext goes to whoever listens on the port).
+  const std::string bearer = std::string("Bearer ") + kTokenA;
+  EXPECT_THAT(refused({std::nullopt, bearer}),
+              AllOf(HasSubstr("bearer tokens are refused on a plaintext port"),
+                    HasSubstr("PS-Proof-v1"), HasSubstr("--tls-cert")));
   // Without --tls-ca a certificate's name is not looked at.
   EXPECT_THAT(refused({std::string_view("worker-1"), std::nullopt}),
               HasSubstr("credentials required"));
+}
+
+TEST_F(AuthenticatorTest, OverTlsABearerTokenIsTaken) {
+  ServerOptions o;
+  o.tokens_file = WriteFile("tokens", std::string("worker-0 ") + kTokenA + "\n");
+  // Create reads the PEM files only; the port's handshake is not under test here.
+  o.tls_cert = WriteFile("cert.pem", "certificate");
+  o.tls_key = WriteFile("key.pem", "key");
+  auto a = Authenticator::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const std::string bearer = std::string("Bearer ") + kTokenA;
+  absl::StatusOr<core::Identity> id = (*a)->Verify({std::nullopt, bearer});
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(id->Name(), "worker-0");
+  const std::string other = std::string("Bearer ") + kTokenB;
+  EXPECT_THAT(std::string((*a)->Verify({std::nullopt, other}).status().message()),
+              HasSubstr("unknown token"));
+}
+
+// The shard's half of the challenge: it answers with a proof only the token's holders can
+// make, and takes a call's proof only when made with that token for this very process.
+class ChallengeTest : public AuthenticatorTest {
+ protected:
+  void SetUp() override {
+    options_.secret_file = WriteFile("secret", std::string(64, '4') + "\n");
+    std::filesystem::permissions(options_.secret_file, std::filesystem::perms::owner_read |
+                                                           std::filesystem::perms::owner_write);
+    secret_ = *core::ReadSecretFile(options_.secret_file);
+    options_.num_workers = 2;
+    options_.num_shards = 2;
+    options_.shard_id = 1;
+    options_.tokens_file = WriteFile("tokens", std::string("admin ") + kTokenA + "\n");
+    auto a = Authenticator::Create(options_);
+    ASSERT_TRUE(a.ok()) << a.status();
+    auth_ = *std::move(a);
+  }
+
+  // What an honest client does: the challenge, checking the answer; then its call header.
+  std::string Prove(const Authenticator& auth, const std::string& token) {
+    const std::string key = core::TokenKey(token);
+    const std::string nonce = *core::NewNonce();
+    absl::StatusOr<std::string> answer = auth.AnswerChallenge(core::ChallengeHeader(key, nonce));
+    EXPECT_TRUE(answer.ok()) << answer.status();
+    std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(answer.value_or(""));
+    EXPECT_TRUE(r.has_value()) << answer.value_or("");
+    if (!r.has_value()) return "";
+    EXPECT_EQ(r->server.Name(), "shard-1");
+    EXPECT_TRUE(core::SameProof(
+        r->proof, core::ServerProof(token, key, "shard-1", nonce, r->server_nonce)));
+    server_nonce_ = r->server_nonce;
+    return core::ProofHeader(key, r->server_nonce,
+                             core::CallProof(token, key, "shard-1", r->server_nonce));
+  }
+  std::string Refused(const std::string& header, std::string* charge_to = nullptr) {
+    absl::StatusOr<core::Identity> r = auth_->Verify({std::nullopt, header}, charge_to);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated) << header;
+    return std::string(r.status().message());
+  }
+
+  ServerOptions options_;
+  std::string secret_;
+  std::unique_ptr<Authenticator> auth_;
+  std::string server_nonce_;
+};
+
+TEST_F(ChallengeTest, DerivedAndListedTokensProveTheirIdentity) {
+  using Kind = core::Identity::Kind;
+  for (const auto& [token, name] : std::vector<std::pair<std::string, std::string>>{
+           {core::DeriveToken(secret_, {Kind::kWorker, 1}), "worker-1"},
+           {core::DeriveToken(secret_, {Kind::kShard, 0}), "shard-0"},
+           // Beyond --workers: derived per call, not made at start.
+           {core::DeriveToken(secret_, {Kind::kWorker, 7}), "worker-7"},
+           {kTokenA, "admin"}}) {
+    absl::StatusOr<core::Identity> id = auth_->Verify({std::nullopt, Prove(*auth_, token)});
+    ASSERT_TRUE(id.ok()) << name << ": " << id.status();
+    EXPECT_EQ(id->Name(), name);
+  }
+}
+
+TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {
+  using Kind = core::Identity::Kind;
+  const std::string w1 = core::DeriveToken(secret_, {Kind::kWorker, 1});
+  const std::string header = Prove(*auth_, w1);
+  ASSERT_TRUE(auth_->Verify({std::nullopt, header}).ok());
+  const std::string s = server_nonce_;
+  // Worker 1's token under worker 0's name.
+  EXPECT_THAT(
+      Refused(core::ProofHeader("worker-0", s, core::CallProof(w1, "worker-0", "shard-1", s))),
+      HasSubstr("wrong proof"));
+  // A token of another secret, in the derived form (a squatter's make-up).
+  const std::string forged = core::DeriveToken(std::string(core::kSecretBytes, '\x01'),
+                                               {Kind::kWorker, 1});
+  EXPECT_THAT(
+      Refused(core::ProofHeader("worker-1", s, core::CallProof(forged, "worker-1", "shard-1", s))),
+      HasSubstr("wrong proof"));
+  // Made for shard 0, or for another nonce under this process's instance id.
+  EXPECT_THAT(
+      Refused(core::ProofHeader("worker-1", s, core::CallProof(w1, "worker-1", "shard-0", s))),
+      HasSubstr("wrong proof"));
+  std::string other_nonce = *core::NewNonce();
+  other_nonce.replace(0, core::kInstanceBytes, s.substr(0, core::kInstanceBytes));
+  EXPECT_THAT(Refused(core::ProofHeader("worker-1", s,
+                                        core::CallProof(w1, "worker-1", "shard-1", other_nonce))),
+              HasSubstr("wrong proof"));
+  // Truncated, malformed, unknown keys.
+  EXPECT_THAT(Refused(header.substr(0, header.size() - 2)), HasSubstr("must be 'PS-Proof-v1"));
+  const std::string unknown = core::TokenKey(kTokenB);
+  EXPECT_THAT(
+      Refused(core::ProofHeader(unknown, s, core::CallProof(kTokenB, unknown, "shard-1", s))),
+      HasSubstr("unknown token"));
+  // A challenge for an unknown token, or a malformed one, gets no answer.
+  absl::StatusOr<std::string> answer =
+      auth_->AnswerChallenge(core::ChallengeHeader(unknown, *core::NewNonce()));
+  EXPECT_THAT(std::string(answer.status().message()), HasSubstr("unknown token"));
+  EXPECT_THAT(std::string(auth_->AnswerChallenge(header).status().message()),
+              HasSubstr("PS-Challenge-v1 KEY NONCE"));
+  EXPECT_FALSE(auth_->AnswerChallenge(std::nullopt).ok());
+}
+
+TEST_F(ChallengeTest, AProofForAnEarlierProcessIsStale) {
+  using Kind = core::Identity::Kind;
+  const std::string w1 = core::DeriveToken(secret_, {Kind::kWorker, 1});
+  const std::string header = Prove(*auth_, w1);
+  // The shard restarts: same secret, a new instance nonce.
+  auto restarted = Authenticator::Create(options_);
+  ASSERT_TRUE(restarted.ok()) << restarted.status();
+  EXPECT_NE((*restarted)->instance_nonce(), auth_->instance_nonce());
+  std::string charge_to;
+  absl::StatusOr<core::Identity> r = (*restarted)->Verify({std::nullopt, header}, &charge_to);
+  ASSERT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(core::StaleInstance(std::string(r.status().message())),
+            core::InstanceId(server_nonce_));
+  EXPECT_EQ(charge_to, kStaleProofClient);
+  // A fresh challenge makes a proof the new process takes.
+  EXPECT_TRUE((*restarted)->Verify({std::nullopt, Prove(**restarted, w1)}).ok());
+  // Strangers' refusals are charged to the anonymous client.
+  EXPECT_THAT(Refused("PS-Proof-v1 nonsense", &charge_to), HasSubstr("must be"));
+  EXPECT_EQ(charge_to, kAnonymousClient);
 }
 
 TEST_F(AuthenticatorTest, BadFilesAreRefusedNamingTheFlag) {
