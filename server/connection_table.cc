@@ -1,6 +1,9 @@
 #include "server/connection_table.h"
 
+#include <algorithm>
 #include <utility>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace ps::server {
 
@@ -12,6 +15,9 @@ std::string_view CloseReasonName(CloseReason r) {
     case CloseReason::kProofTimeout: return "proof_timeout";
     case CloseReason::kIdentity: return "identity";
     case CloseReason::kDescriptors: return "descriptors";
+    case CloseReason::kResets: return "resets";
+    case CloseReason::kUnprovenBytes: return "unproven_bytes";
+    case CloseReason::kPenalized: return "penalized";
     case CloseReason::kCount: break;
   }
   return "unknown";
@@ -24,6 +30,10 @@ ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string
   // A peer string names one open connection: an entry still holding it belongs to a
   // connection that closed unnoticed.
   if (auto it = by_peer_.find(peer); it != by_peer_.end()) EraseLocked(it->second);
+  if (PenalizedLocked(source_penalties_, source, now)) {
+    a.refused = CloseReason::kPenalized;
+    return a;
+  }
   const uint32_t max = limits_.max_connections;
   const uint32_t max_unproven = max > limits_.reserved_for_proven ? max - limits_.reserved_for_proven : 1;
   auto source_it = unproven_by_source_.find(source);
@@ -49,7 +59,8 @@ ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string
 }
 
 std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& peer,
-                                                             std::string_view identity) {
+                                                             std::string_view identity,
+                                                             core::SteadyTime now) {
   std::vector<Victim> victims;
   absl::MutexLock lock(&mu_);
   auto it = by_peer_.find(peer);
@@ -57,6 +68,11 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& 
   const Id id = it->second;
   Entry& e = entries_.at(id);
   if (e.proven) return victims;
+  if (!identity.empty() && PenalizedLocked(identity_penalties_, std::string(identity), now)) {
+    EraseLocked(id);
+    victims.push_back({id, CloseReason::kPenalized});
+    return victims;
+  }
   e.proven = true;
   e.identity = std::string(identity);
   unproven_.erase(id);
@@ -81,6 +97,56 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Expired(core::SteadyTime n
     out.push_back(EvictOldestLocked(unproven_, CloseReason::kProofTimeout));
   }
   return out;
+}
+
+std::vector<ConnectionTable::Victim> ConnectionTable::Abusive(const std::string& peer,
+                                                              CloseReason reason,
+                                                              core::SteadyTime now) {
+  Id id;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = by_peer_.find(peer);
+    if (it == by_peer_.end()) return {};
+    id = it->second;
+  }
+  return Abusive(id, reason, now);
+}
+
+std::vector<ConnectionTable::Victim> ConnectionTable::Abusive(Id id, CloseReason reason,
+                                                              core::SteadyTime now) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(id);
+  if (it == entries_.end()) return {};
+  PenalizeLocked(source_penalties_, it->second.source, now);
+  if (it->second.proven && !it->second.identity.empty()) {
+    PenalizeLocked(identity_penalties_, it->second.identity, now);
+  }
+  EraseLocked(id);
+  return {Victim{id, reason}};
+}
+
+std::vector<ConnectionTable::Id> ConnectionTable::Unproven() const {
+  absl::MutexLock lock(&mu_);
+  return std::vector<Id>(unproven_.begin(), unproven_.end());
+}
+
+void ConnectionTable::PenalizeLocked(absl::flat_hash_map<std::string, Penalty>& map,
+                                     const std::string& key, core::SteadyTime now) {
+  if (map.size() > 4096) {  // forget those long over
+    absl::erase_if(map, [&](const auto& kv) {
+      return now - kv.second.until > std::chrono::minutes(1);
+    });
+  }
+  Penalty& p = map[key];
+  const bool repeat = p.length.count() > 0 && now - p.until < std::chrono::minutes(1);
+  p.length = repeat ? std::min(p.length * 2, limits_.max_penalty) : limits_.penalty;
+  p.until = now + p.length;
+}
+
+bool ConnectionTable::PenalizedLocked(const absl::flat_hash_map<std::string, Penalty>& map,
+                                      const std::string& key, core::SteadyTime now) {
+  auto it = map.find(key);
+  return it != map.end() && now < it->second.until;
 }
 
 std::vector<ConnectionTable::Victim> ConnectionTable::ShedUnproven(size_t count) {

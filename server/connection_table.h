@@ -19,6 +19,13 @@
 // connections within that time. A new connection is refused only when proven ones fill
 // the table. An identity over its bound loses its oldest proven connection.
 //
+// A connection that misbehaves below the messages (cancels many calls before their
+// requests arrived: HTTP/2 rapid reset; or sends max_unproven_bytes without ever
+// authenticating: a flood of refused calls) is closed, and its source may not open new
+// unproven connections, nor its identity keep new proven ones, for a penalty that
+// doubles with each repeat (the flood then costs the shard an accept and a reset per
+// connection, not a stream's processing per frame).
+//
 // Thread safety: all methods may be called concurrently.
 #pragma once
 
@@ -39,8 +46,16 @@ struct ConnectionLimits {
   uint32_t max_connections = 4096;
   uint32_t reserved_for_proven = 1024;
   uint32_t max_unproven_per_source = 256;
-  uint32_t max_per_identity = 8;  // 0: unbounded
+  uint32_t max_per_identity = 4;  // 0: unbounded
   core::Duration proof_timeout = std::chrono::seconds(10);
+  // Bytes an unproven connection may send before the listener closes it as abusive: an
+  // honest client's handshake and first headers take a few KiB.
+  uint64_t max_unproven_bytes = 256 << 10;
+  // After a connection is closed as abusive, its source (and identity, if proven) may
+  // not open new ones for `penalty`, doubled for each repeat within a minute, at most
+  // `max_penalty`.
+  core::Duration penalty = std::chrono::milliseconds(500);
+  core::Duration max_penalty = std::chrono::seconds(4);
 };
 
 // Why a connection is closed or refused (a label of ps_connections_closed_total).
@@ -51,6 +66,9 @@ enum class CloseReason : uint8_t {
   kProofTimeout,    // unproven for proof_timeout
   kIdentity,        // its identity's proven connections are over their bound
   kDescriptors,     // accepted and closed at once: no descriptor left
+  kResets,          // it cancelled too many calls before their requests arrived
+  kUnprovenBytes,   // it sent max_unproven_bytes without an authenticated call
+  kPenalized,       // its source or identity is penalized for an abusive connection
   kCount
 };
 std::string_view CloseReasonName(CloseReason r);
@@ -83,8 +101,16 @@ class ConnectionTable {
   Admission Open(std::string source, std::string peer, core::SteadyTime now);
   // A call on `peer` passed authentication as `identity` (empty: calls are anonymous,
   // --insecure). Cheap when the connection is already proven. Returns the connections
-  // to close (the identity's oldest, when it is over its bound).
-  std::vector<Victim> Proven(const std::string& peer, std::string_view identity);
+  // to close (the identity's oldest, when it is over its bound; this one, when the
+  // identity is penalized).
+  std::vector<Victim> Proven(const std::string& peer, std::string_view identity,
+                             core::SteadyTime now);
+  // The connection misbehaved (`reason`: kResets, kUnprovenBytes): it is to be closed,
+  // and its source and identity are penalized. Empty when it is unknown.
+  std::vector<Victim> Abusive(const std::string& peer, CloseReason reason, core::SteadyTime now);
+  std::vector<Victim> Abusive(Id id, CloseReason reason, core::SteadyTime now);
+  // The unproven connections (ids), for the listener's byte check.
+  std::vector<Id> Unproven() const;
   // Unproven connections older than the proof timeout.
   std::vector<Victim> Expired(core::SteadyTime now);
   // Up to `count` of the oldest unproven connections, to make room when the process ran
@@ -103,6 +129,16 @@ class ConnectionTable {
     bool proven = false;
     std::string identity;
   };
+  struct Penalty {
+    core::SteadyTime until{};
+    core::Duration length{};
+  };
+  // Penalizes `key` from `now`: the penalty after one that ended less than a minute ago
+  // is twice as long.
+  void PenalizeLocked(absl::flat_hash_map<std::string, Penalty>& map, const std::string& key,
+                      core::SteadyTime now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static bool PenalizedLocked(const absl::flat_hash_map<std::string, Penalty>& map,
+                              const std::string& key, core::SteadyTime now);
   // Forgets the oldest connection of `ids` (which must not be empty) and names it a
   // victim: the caller closes it.
   Victim EvictOldestLocked(const std::set<Id>& ids, CloseReason reason)
@@ -118,6 +154,8 @@ class ConnectionTable {
   std::set<Id> unproven_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::set<Id>> unproven_by_source_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::set<Id>> by_identity_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Penalty> source_penalties_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, Penalty> identity_penalties_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::server

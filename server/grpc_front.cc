@@ -11,6 +11,10 @@ namespace ps::server {
 namespace {
 
 constexpr auto kStallCheckEvery = std::chrono::milliseconds(250);
+// Calls a connection's client may cancel in a second before their requests arrived: an
+// honest client cancels such a call when it gives up (a deadline, a shutdown), a few at
+// a time.
+constexpr uint32_t kMaxEarlyCancels = 64;
 
 // The address of a gRPC peer string without its port ("ipv4:1.2.3.4:5" -> "1.2.3.4").
 std::string SourceOf(const std::string& peer) {
@@ -127,9 +131,11 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
   void OnCancel() override {
     StreamHandler* h = nullptr;
     bool finish = false;
+    bool early = false;
     {
       absl::MutexLock lock(&mu_);
       cancelled_ = true;
+      early = state_ != State::kHandling;
       if (state_ == State::kWaiting && ticket_ != 0) {
         finish = front_->budget_.CancelRead(ticket_);
         if (finish) state_ = State::kHandling;
@@ -140,6 +146,7 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
     }
     if (finish) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
     if (h != nullptr) h->OnCancel();
+    if (early) front_->EarlyCancel(ctx_->peer());
   }
 
   void OnDone() override {
@@ -232,6 +239,7 @@ FrontStats GrpcFront::stats() const {
   s.budget = budget_.stats();
   s.refused_calls = refused_calls_.load();
   s.stalled = stalled_.load();
+  s.reset_connections = reset_connections_.load();
   return s;
 }
 
@@ -247,12 +255,28 @@ void GrpcFront::EndRead(CallBudget::Ticket ticket) {
   budget_.ReadDone(ticket);
 }
 
+void GrpcFront::EarlyCancel(const std::string& peer) {
+  const core::SteadyTime now = clock_->Now();
+  {
+    absl::MutexLock lock(&mu_);
+    Cancels& c = early_cancels_[peer];
+    if (now - c.since >= std::chrono::seconds(1)) c = Cancels{now, 0};
+    if (++c.count != kMaxEarlyCancels) return;
+  }
+  reset_connections_.fetch_add(1, std::memory_order_relaxed);
+  if (listener_ != nullptr) listener_->Abusive(peer, CloseReason::kResets);
+}
+
 void GrpcFront::CheckStalls() {
   for (;;) {
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(kStallCheckEvery));
       if (stopping_) return;
+      const core::SteadyTime now = clock_->Now();
+      absl::erase_if(early_cancels_, [&](const auto& kv) {
+        return now - kv.second.since >= std::chrono::seconds(1);
+      });
     }
     for (CallBudget::Ticket ticket : budget_.Overdue(clock_->Now())) {
       std::string peer;

@@ -86,6 +86,7 @@ struct FrontStats {
   CallBudget::Stats budget;
   uint64_t refused_calls = 0;  // over max_calls_per_client
   uint64_t stalled = 0;        // bodies that did not arrive within read_timeout
+  uint64_t reset_connections = 0;  // closed for cancelling calls before their requests
 };
 
 class GrpcFront final : public grpc::CallbackGenericService {
@@ -112,6 +113,9 @@ class GrpcFront final : public grpc::CallbackGenericService {
   friend class Reactor;
 
   void CheckStalls();
+  // A call on `peer` was cancelled by its client before its request arrived: many of
+  // them (HTTP/2 rapid reset) close the connection.
+  void EarlyCancel(const std::string& peer);
   // A body arrived (or its call ended while it was being received).
   void EndRead(CallBudget::Ticket ticket);
 
@@ -125,10 +129,16 @@ class GrpcFront final : public grpc::CallbackGenericService {
   // Calls whose body is being received, by read ticket: the stall check cancels them.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<CallBudget::Ticket, grpc::ServerContextBase*> reading_ ABSL_GUARDED_BY(mu_);
+  struct Cancels {
+    core::SteadyTime since{};
+    uint32_t count = 0;
+  };
+  absl::flat_hash_map<std::string, Cancels> early_cancels_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread checker_;
   std::atomic<uint64_t> refused_calls_{0};
   std::atomic<uint64_t> stalled_{0};
+  std::atomic<uint64_t> reset_connections_{0};
 };
 
 }  // namespace ps::server

@@ -1,6 +1,7 @@
 #include "server/listener.h"
 
 #include <arpa/inet.h>
+#include <linux/tcp.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -13,6 +14,7 @@
 
 #include <bit>
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 #include <utility>
 
@@ -27,6 +29,17 @@ constexpr auto kSweepEvery = std::chrono::milliseconds(250);
 constexpr int kAcceptBatch = 256;
 // Unproven connections closed each time accept4() finds no descriptor.
 constexpr size_t kShedOnExhaustion = 16;
+
+// What the connection on `fd` received so far (TCP_INFO); 0 when unknown.
+uint64_t ReceivedBytes(int fd) {
+  tcp_info info{};
+  socklen_t len = sizeof(info);
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0 ||
+      len < offsetof(tcp_info, tcpi_bytes_received) + sizeof(info.tcpi_bytes_received)) {
+    return 0;
+  }
+  return info.tcpi_bytes_received;
+}
 
 uint64_t InodeOf(int fd) {
   struct stat st{};
@@ -251,7 +264,7 @@ void Listener::Admit(int listen_fd, int fd) {
   }
   auto [source, peer] = Describe(addr);
   ConnectionTable::Admission a = table_.Open(source, peer, clock_->Now());
-  if (!a.accepted) {
+  if (!a.accepted && a.refused == CloseReason::kFull) {
     // Connections gRPC closed may still be counted: look, and try once more.
     Sweep();
     a = table_.Open(source, peer, clock_->Now());
@@ -259,9 +272,12 @@ void Listener::Admit(int listen_fd, int fd) {
   CloseVictims(a.evict);
   if (!a.accepted) {
     Reset(fd);
-    Count(a.refused, absl::StrCat("refused a connection from ", source, ": ",
-                                  table_.stats().proven, " authenticated connections fill the "
-                                  "table (--max-connections)"));
+    Count(a.refused,
+          a.refused == CloseReason::kPenalized
+              ? absl::StrCat("refused a connection from ", source,
+                             ": penalized for an abusive connection")
+              : absl::StrCat("refused a connection from ", source, ": ", table_.stats().proven,
+                             " authenticated connections fill the table (--max-connections)"));
     return;
   }
   {
@@ -276,8 +292,12 @@ void Listener::Admit(int listen_fd, int fd) {
 }
 
 void Listener::Proven(const std::string& peer, std::string_view identity) {
-  std::vector<ConnectionTable::Victim> victims = table_.Proven(peer, identity);
+  std::vector<ConnectionTable::Victim> victims = table_.Proven(peer, identity, clock_->Now());
   if (!victims.empty()) CloseVictims(victims);
+}
+
+void Listener::Abusive(const std::string& peer, CloseReason reason) {
+  CloseVictims(table_.Abusive(peer, reason, clock_->Now()));
 }
 
 void Listener::CloseVictims(const std::vector<ConnectionTable::Victim>& victims) {
@@ -312,6 +332,20 @@ void Listener::Sweep() {
   }
   for (ConnectionTable::Id id : gone) table_.Closed(id);
   CloseVictims(table_.Expired(clock_->Now()));
+  // What unproven connections received: a flood of calls the credential check refuses
+  // (each costs the shard a stream's processing) shows as bytes without a proof.
+  for (ConnectionTable::Id id : table_.Unproven()) {
+    int fd;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = handed_.find(id);
+      if (it == handed_.end()) continue;
+      fd = it->second.fd;
+    }
+    if (ReceivedBytes(fd) > table_.limits().max_unproven_bytes) {
+      CloseVictims(table_.Abusive(id, CloseReason::kUnprovenBytes, clock_->Now()));
+    }
+  }
   if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 

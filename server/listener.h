@@ -67,6 +67,9 @@ class Listener {
   // A call on the connection gRPC names `peer` passed authentication as `identity`
   // (empty: anonymous).
   void Proven(const std::string& peer, std::string_view identity);
+  // The connection misbehaved (ConnectionTable::Abusive): closed, its source and
+  // identity penalized.
+  void Abusive(const std::string& peer, CloseReason reason);
 
   ListenerStats stats() const;
 
@@ -85,7 +88,8 @@ class Listener {
   // Closes the connections the table named (shutdown(2), after checking that the
   // descriptor still names the connection handed out).
   void CloseVictims(const std::vector<ConnectionTable::Victim>& victims);
-  // Forgets connections gRPC closed, and closes unproven ones past their time.
+  // Forgets connections gRPC closed, closes unproven ones past their time, and those
+  // that sent more than max_unproven_bytes unproven.
   void Sweep();
   void Count(CloseReason reason, std::string_view detail);
 

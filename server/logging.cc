@@ -1,5 +1,6 @@
 #include "server/logging.h"
 
+#include <grpc/support/log.h>
 #include <time.h>
 
 #include <atomic>
@@ -11,7 +12,9 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "google/protobuf/stubs/logging.h"
 #include "spdlog/sinks/stdout_sinks.h"
 #include "spdlog/spdlog.h"
@@ -269,6 +272,35 @@ void RouteProtobufLogs() {
       });
 }
 
+namespace {
+
+// gRPC's log lines go through spdlog, rate-limited per place in gRPC's code: a TLS
+// handshake that fails (any client without a certificate) logs one line, so a flood of
+// them must not reach stderr unthrottled. The 1st, 2nd, 4th, ... line of each place at
+// its level (errors as warn: a client caused them), the others at debug.
+void GrpcLog(gpr_log_func_args* args) {
+  static absl::Mutex mu;
+  static auto* counts = new absl::flat_hash_map<std::string, uint64_t>();
+  const std::string where = absl::StrCat(args->file != nullptr ? args->file : "?", ":", args->line);
+  uint64_t n;
+  {
+    absl::MutexLock lock(&mu);
+    n = ++(*counts)[where];
+  }
+  spdlog::level::level_enum level = spdlog::level::debug;
+  if (std::has_single_bit(n)) {
+    level = args->severity == GPR_LOG_SEVERITY_ERROR  ? spdlog::level::warn
+            : args->severity == GPR_LOG_SEVERITY_INFO ? spdlog::level::info
+                                                      : spdlog::level::debug;
+  }
+  spdlog::log(level, "grpc ({} lines from here so far) {}: {}", n, where,
+              std::string_view(args->message != nullptr ? args->message : "").substr(0, 512));
+}
+
+}  // namespace
+
+void RouteGrpcLogs() { gpr_set_log_function(GrpcLog); }
+
 absl::Status ConfigureLogging(const std::string& level, const std::string& format,
                               const std::string& logger_name) {
   absl::StatusOr<std::shared_ptr<spdlog::logger>> logger =
@@ -276,6 +308,7 @@ absl::Status ConfigureLogging(const std::string& level, const std::string& forma
   if (!logger.ok()) return logger.status();
   spdlog::set_default_logger(*std::move(logger));
   RouteProtobufLogs();
+  RouteGrpcLogs();
   return absl::OkStatus();
 }
 

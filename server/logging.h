@@ -32,6 +32,11 @@ absl::Status ConfigureLogging(const std::string& level, const std::string& forma
 // this; a line per malformed request body must not reach stderr unthrottled).
 void RouteProtobufLogs();
 
+// Sends gRPC's own log lines through spdlog, rate-limited per place in gRPC's code
+// (ConfigureLogging does this: a failed TLS handshake logs a line, and any client can
+// make one).
+void RouteGrpcLogs();
+
 // The same, from the options; the logger is named "shard-<shard_id>".
 absl::Status ConfigureLogging(const ServerOptions& options);
 

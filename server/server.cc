@@ -225,6 +225,7 @@ class ServerImpl final : public Server {
                                          limits, "health port", clock_));
       health_front_ = std::make_unique<GrpcFront>(auth_.get(), CallBounds(options_), clock_, on_refused);
       AddHealthMethods(health_front_.get(), &health_port_state_, /*anonymous=*/true);
+      health_front_->set_listener(health_listener_.get());
       grpc::ServerBuilder health_builder;
       auto health_acceptor = health_builder.experimental().AddExternalConnectionAcceptor(
           grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,

@@ -56,8 +56,8 @@ TEST(ConnectionTableTest, UnprovenConnectionsCannotTakeTheReserveOfProvenOnes) {
   EXPECT_EQ(a.evict[0].reason, CloseReason::kUnproven);
   EXPECT_EQ(t.stats().unproven, 6u);
   // Proven connections take the reserve: prove two, and two more fit beside 6 unproven.
-  EXPECT_TRUE(t.Proven("ipv4:10.0.1.1:1", "worker-1").empty());
-  EXPECT_TRUE(t.Proven("ipv4:10.0.1.2:1", "worker-2").empty());
+  EXPECT_TRUE(t.Proven("ipv4:10.0.1.1:1", "worker-1", clock.Now()).empty());
+  EXPECT_TRUE(t.Proven("ipv4:10.0.1.2:1", "worker-2", clock.Now()).empty());
   EXPECT_EQ(t.stats().proven, 2u);
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(t.Open("10.0.3." + std::to_string(i), "ipv4:10.0.3." + std::to_string(i) + ":1",
@@ -73,7 +73,7 @@ TEST(ConnectionTableTest, ANewConnectionIsRefusedOnlyWhenProvenOnesFillTheTable)
   core::ManualClock clock;
   for (int i = 0; i < 8; ++i) {
     ASSERT_TRUE(t.Open("10.0.0." + std::to_string(i), Peer(i), clock.Now()).accepted);
-    t.Proven(Peer(i), "worker-" + std::to_string(i));
+    t.Proven(Peer(i), "worker-" + std::to_string(i), clock.Now());
   }
   ConnectionTable::Admission a = t.Open("10.0.9.9", "ipv4:10.0.9.9:1", clock.Now());
   EXPECT_FALSE(a.accepted);
@@ -88,7 +88,7 @@ TEST(ConnectionTableTest, UnprovenConnectionsExpireAfterTheProofTimeout) {
   const ConnectionTable::Id old = t.Open("10.0.0.1", Peer(0), clock.Now()).id;
   clock.Advance(milliseconds(600));
   const ConnectionTable::Id proven = t.Open("10.0.0.1", Peer(1), clock.Now()).id;
-  t.Proven(Peer(1), "admin");
+  t.Proven(Peer(1), "admin", clock.Now());
   const ConnectionTable::Id young = t.Open("10.0.0.1", Peer(2), clock.Now()).id;
   clock.Advance(milliseconds(400));
   std::vector<ConnectionTable::Victim> v = t.Expired(clock.Now());
@@ -111,16 +111,16 @@ TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsOldestConnection) {
   for (int i = 0; i < 3; ++i) {
     ids.push_back(t.Open("10.0.0." + std::to_string(i), Peer(i), clock.Now()).id);
   }
-  EXPECT_TRUE(t.Proven(Peer(0), "worker-3").empty());
-  EXPECT_TRUE(t.Proven(Peer(1), "worker-3").empty());
-  EXPECT_TRUE(t.Proven(Peer(1), "worker-3").empty());  // again: nothing changes
-  std::vector<ConnectionTable::Victim> v = t.Proven(Peer(2), "worker-3");
+  EXPECT_TRUE(t.Proven(Peer(0), "worker-3", clock.Now()).empty());
+  EXPECT_TRUE(t.Proven(Peer(1), "worker-3", clock.Now()).empty());
+  EXPECT_TRUE(t.Proven(Peer(1), "worker-3", clock.Now()).empty());  // again: nothing changes
+  std::vector<ConnectionTable::Victim> v = t.Proven(Peer(2), "worker-3", clock.Now());
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].id, ids[0]);
   EXPECT_EQ(v[0].reason, CloseReason::kIdentity);
   // Anonymous calls (--insecure) prove a connection without an identity to bound.
   ASSERT_TRUE(t.Open("10.0.0.9", Peer(9), clock.Now()).accepted);
-  EXPECT_TRUE(t.Proven(Peer(9), "").empty());
+  EXPECT_TRUE(t.Proven(Peer(9), "", clock.Now()).empty());
   EXPECT_EQ(t.stats().proven, 3u);
 }
 
@@ -128,7 +128,7 @@ TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheConnectionThatHeldIt) {
   ConnectionTable t(Small());
   core::ManualClock clock;
   t.Open("10.0.0.1", Peer(0), clock.Now());
-  t.Proven(Peer(0), "worker-0");
+  t.Proven(Peer(0), "worker-0", clock.Now());
   // The same address and port again: the first connection closed unnoticed.
   ASSERT_TRUE(t.Open("10.0.0.1", Peer(0), clock.Now()).accepted);
   EXPECT_EQ(t.stats().open, 1u);
@@ -141,12 +141,44 @@ TEST(ConnectionTableTest, ShedUnprovenClosesTheOldestFirst) {
   const ConnectionTable::Id a = t.Open("10.0.0.1", Peer(0), clock.Now()).id;
   const ConnectionTable::Id b = t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now()).id;
   t.Open("10.0.0.3", "ipv4:10.0.0.3:1", clock.Now());
-  t.Proven("ipv4:10.0.0.3:1", "admin");
+  t.Proven("ipv4:10.0.0.3:1", "admin", clock.Now());
   std::vector<ConnectionTable::Victim> v = t.ShedUnproven(5);
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0].id, a);
   EXPECT_EQ(v[1].id, b);
   EXPECT_EQ(t.stats().open, 1u);
+}
+
+TEST(ConnectionTableTest, AnAbusiveConnectionPenalizesItsSourceAndIdentityLongerEachTime) {
+  ConnectionTable t(Small());  // penalty 500 ms, at most 4 s
+  core::ManualClock clock;
+  ASSERT_TRUE(t.Open("10.0.0.1", Peer(0), clock.Now()).accepted);
+  t.Proven(Peer(0), "worker-3", clock.Now());
+  std::vector<ConnectionTable::Victim> v = t.Abusive(Peer(0), CloseReason::kResets, clock.Now());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].reason, CloseReason::kResets);
+  EXPECT_TRUE(t.Abusive(Peer(0), CloseReason::kResets, clock.Now()).empty());  // gone
+  // The source may not open a connection for the penalty; another source may.
+  ConnectionTable::Admission a = t.Open("10.0.0.1", Peer(1), clock.Now());
+  EXPECT_FALSE(a.accepted);
+  EXPECT_EQ(a.refused, CloseReason::kPenalized);
+  ASSERT_TRUE(t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now()).accepted);
+  // The identity's new connection from elsewhere is closed at its first call.
+  v = t.Proven("ipv4:10.0.0.2:1", "worker-3", clock.Now());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].reason, CloseReason::kPenalized);
+  // After the penalty both may come back; a repeat within a minute doubles it.
+  clock.Advance(std::chrono::milliseconds(500));
+  ASSERT_TRUE(t.Open("10.0.0.1", Peer(2), clock.Now()).accepted);
+  EXPECT_EQ(t.Abusive(Peer(2), CloseReason::kUnprovenBytes, clock.Now()).size(), 1u);
+  clock.Advance(std::chrono::milliseconds(900));
+  EXPECT_FALSE(t.Open("10.0.0.1", Peer(3), clock.Now()).accepted);
+  clock.Advance(std::chrono::milliseconds(100));
+  EXPECT_TRUE(t.Open("10.0.0.1", Peer(3), clock.Now()).accepted);
+  // Unproven connections are listed for the byte check; proven ones are not.
+  ASSERT_TRUE(t.Open("10.0.0.5", "ipv4:10.0.0.5:1", clock.Now()).accepted);
+  t.Proven("ipv4:10.0.0.5:1", "admin", clock.Now());
+  EXPECT_EQ(t.Unproven().size(), 1u);
 }
 
 }  // namespace
