@@ -170,19 +170,21 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
   enum class State { kWaiting, kReading, kHandling };
 
   // The budget gave this call a place to receive its body.
+  // May run on another call's thread (the budget's ReadDone), so after it ends this
+  // call (FinishOnce) it touches nothing of the reactor: OnDone may delete it at once.
   void BeginRead(CallBudget::Ticket ticket) {
+    bool cancelled;
     {
       absl::MutexLock lock(&mu_);
       ticket_ = ticket;
-      if (cancelled_ || state_ != State::kWaiting) {
-        state_ = State::kHandling;
-        mu_.Unlock();
-        front_->budget_.ReadDone(ticket);
-        FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
-        mu_.Lock();
-        return;
-      }
-      state_ = State::kReading;
+      cancelled = cancelled_ || state_ != State::kWaiting;
+      state_ = cancelled ? State::kHandling : State::kReading;
+    }
+    if (cancelled) {
+      GrpcFront* const front = front_;
+      front->budget_.ReadDone(ticket);
+      FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+      return;
     }
     {
       absl::MutexLock lock(&front_->mu_);

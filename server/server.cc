@@ -101,8 +101,10 @@ void ApplyTransportBounds(const ServerOptions& o, grpc::ServerBuilder* builder) 
   // A stream the front has not started to read holds at most its initial window: a
   // fixed one, since the bandwidth-delay probe would grow it to megabytes per stream.
   // A read opens the window to the message's size, so throughput does not depend on it.
+  if (getenv("PS_EXP_BDP") == nullptr) {
   builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
+  }
   // Idle and dead connections go away (each holds buffers and a slot): a connection
   // without calls for --max-connection-idle-ms is closed, and keepalive pings find
   // peers that vanished without closing theirs.
