@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
@@ -234,6 +235,93 @@ TEST_F(MetricsTest, UdpDropsByReasonAndDatagramBytes) {
   }
   EXPECT_EQ(MetricValue(m, "ps_udp_chunks_accepted_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_udp_chunks_lost_total"), 0);
+}
+
+// Fake port stats: every series reads its field, one per port, nothing counted twice.
+TEST_F(MetricsTest, PortsConnectionsCallsAndWatchesFromTheirStats) {
+  // No port source: no port series.
+  EXPECT_THAT(metrics_->Render(), Not(HasSubstr("ps_connections_")));
+  EXPECT_THAT(metrics_->Render(), Not(HasSubstr("{port=\"")));
+
+  PortStats main;
+  main.port = "main";
+  main.listener.accepted = 40;
+  main.listener.table = {.open = 7, .unproven = 5, .proven = 2};
+  for (size_t i = 0; i < main.listener.closed.size(); ++i) main.listener.closed[i] = 100 + i;
+  main.front.budget = {.clients = 3, .calls = 9, .reading = 4, .waiting = 2};
+  main.front.refused_calls = 11;
+  main.front.stalled = 12;
+  main.front.reset_connections = 4242;  // the listener's closes are the series
+  main.health_watches = 6;
+  PortStats health;
+  health.port = "health";
+  health.listener.accepted = 1;
+  health.listener.table = {.open = 1, .unproven = 1, .proven = 0};
+  health.front.budget = {.clients = 1, .calls = 1, .reading = 0, .waiting = 0};
+  health.health_watches = 1;
+  int calls = 0;
+  metrics_->SetPortSource([&] {
+    ++calls;
+    return std::vector<PortStats>{main, health};
+  });
+
+  const std::string text = metrics_->Render();
+  EXPECT_EQ(calls, 1);
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_connections_open gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_connections_accepted_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_connections_closed_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_calls_open gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_request_bodies_receiving gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_request_bodies_waiting gauge"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_calls_refused_total counter"));
+  EXPECT_THAT(text, HasSubstr("# TYPE ps_health_watches_open gauge"));
+  const auto m = ParseMetrics(text);
+  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"main\",state=\"unproven\"}"), 5);
+  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"main\",state=\"proven\"}"), 2);
+  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"health\",state=\"unproven\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"health\",state=\"proven\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_connections_accepted_total{port=\"main\"}"), 40);
+  EXPECT_EQ(MetricValue(m, "ps_connections_accepted_total{port=\"health\"}"), 1);
+  for (size_t i = 0; i < static_cast<size_t>(CloseReason::kCount); ++i) {
+    const std::string reason(CloseReasonName(static_cast<CloseReason>(i)));
+    EXPECT_NE(reason, "unknown");
+    EXPECT_EQ(MetricValue(m, absl::StrCat("ps_connections_closed_total{port=\"main\",reason=\"",
+                                          reason, "\"}")),
+              static_cast<double>(100 + i))
+        << reason;
+    EXPECT_EQ(MetricValue(m, absl::StrCat("ps_connections_closed_total{port=\"health\",reason=\"",
+                                          reason, "\"}")),
+              0)
+        << reason;
+  }
+  // Rapid resets: the listener's closes, once; the front's own count is not a series.
+  EXPECT_EQ(MetricValue(m, "ps_connections_closed_total{port=\"main\",reason=\"resets\"}"),
+            100 + static_cast<double>(CloseReason::kResets));
+  for (const auto& [series, value] : m) EXPECT_NE(value, 4242) << series;
+  EXPECT_EQ(MetricValue(m, "ps_calls_open{port=\"main\"}"), 9);
+  EXPECT_EQ(MetricValue(m, "ps_calls_open{port=\"health\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_request_bodies_receiving{port=\"main\"}"), 4);
+  EXPECT_EQ(MetricValue(m, "ps_request_bodies_waiting{port=\"main\"}"), 2);
+  EXPECT_EQ(MetricValue(m, "ps_request_bodies_waiting{port=\"health\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_calls_refused_total{port=\"main\",reason=\"over_limit\"}"), 11);
+  EXPECT_EQ(MetricValue(m, "ps_calls_refused_total{port=\"main\",reason=\"stalled\"}"), 12);
+  EXPECT_EQ(MetricValue(m, "ps_calls_refused_total{port=\"health\",reason=\"stalled\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_health_watches_open{port=\"main\"}"), 6);
+  EXPECT_EQ(MetricValue(m, "ps_health_watches_open{port=\"health\"}"), 1);
+  // The shard's refusals are the shard's own count (the server reports the front's
+  // refusals to it); the port stats do not add to them.
+  EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"stalled\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"over_limit\"}"), 0);
+
+  // Read at every scrape.
+  main.front.budget.calls = 1;
+  EXPECT_EQ(MetricValue(Scrape(), "ps_calls_open{port=\"main\"}"), 1);
+  EXPECT_EQ(calls, 2);
+
+  // Detached: the series go, the source is no longer called.
+  metrics_->SetPortSource(nullptr);
+  EXPECT_THAT(metrics_->Render(), Not(HasSubstr("ps_connections_")));
+  EXPECT_EQ(calls, 2);
 }
 
 TEST_F(MetricsTest, ServesTheTextOverHttpAndStops) {
