@@ -14,9 +14,9 @@
 //
 // Ownership: borrows the Shard, the UdpReceiver and the Tarpit (both may be null); all
 // must outlive the Metrics, or at least every Render() and scrape (Stop() ends the
-// scrapes). What the port source reads must outlive every Render() and scrape from the
-// SetPortSource() call until Stop() or until the source is replaced (an empty one
-// detaches it; SetPortSource returns only when no Render() uses the old one).
+// scrapes). What the port source reads must outlive every Render() (scrapes included)
+// until the source is replaced: SetPortSource(nullptr) detaches it, and returns only
+// once no Render() uses it any more (the server does so before its ports go).
 // Thread safety: every method may be called concurrently from any thread.
 #pragma once
 

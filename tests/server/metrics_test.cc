@@ -8,6 +8,7 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/notification.h"
@@ -267,51 +268,51 @@ TEST_F(MetricsTest, PortsConnectionsCallsAndWatchesFromTheirStats) {
 
   const std::string text = metrics_->Render();
   EXPECT_EQ(calls, 1);
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_connections_open gauge"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_connections_accepted_total counter"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_connections_closed_total counter"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_calls_open gauge"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_request_bodies_receiving gauge"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_request_bodies_waiting gauge"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_calls_refused_total counter"));
-  EXPECT_THAT(text, HasSubstr("# TYPE ps_health_watches_open gauge"));
+  const std::pair<const char*, const char*> types[] = {
+      {"ps_connections_open", "gauge"},          {"ps_connections_accepted_total", "counter"},
+      {"ps_connections_closed_total", "counter"}, {"ps_calls_open", "gauge"},
+      {"ps_request_bodies_receiving", "gauge"},  {"ps_request_bodies_waiting", "gauge"},
+      {"ps_calls_refused_total", "counter"},     {"ps_health_watches_open", "gauge"}};
+  for (const auto& [family, type] : types) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " ", type, "\n")));
+  }
   const auto m = ParseMetrics(text);
-  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"main\",state=\"unproven\"}"), 5);
-  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"main\",state=\"proven\"}"), 2);
-  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"health\",state=\"unproven\"}"), 1);
-  EXPECT_EQ(MetricValue(m, "ps_connections_open{port=\"health\",state=\"proven\"}"), 0);
-  EXPECT_EQ(MetricValue(m, "ps_connections_accepted_total{port=\"main\"}"), 40);
-  EXPECT_EQ(MetricValue(m, "ps_connections_accepted_total{port=\"health\"}"), 1);
+  const std::pair<const char*, double> expected[] = {
+      {"ps_connections_open{port=\"main\",state=\"unproven\"}", 5},
+      {"ps_connections_open{port=\"main\",state=\"proven\"}", 2},
+      {"ps_connections_open{port=\"health\",state=\"unproven\"}", 1},
+      {"ps_connections_open{port=\"health\",state=\"proven\"}", 0},
+      {"ps_connections_accepted_total{port=\"main\"}", 40},
+      {"ps_connections_accepted_total{port=\"health\"}", 1},
+      {"ps_calls_open{port=\"main\"}", 9},
+      {"ps_calls_open{port=\"health\"}", 1},
+      {"ps_request_bodies_receiving{port=\"main\"}", 4},
+      {"ps_request_bodies_waiting{port=\"main\"}", 2},
+      {"ps_request_bodies_waiting{port=\"health\"}", 0},
+      {"ps_calls_refused_total{port=\"main\",reason=\"over_limit\"}", 11},
+      {"ps_calls_refused_total{port=\"main\",reason=\"stalled\"}", 12},
+      {"ps_calls_refused_total{port=\"health\",reason=\"stalled\"}", 0},
+      {"ps_health_watches_open{port=\"main\"}", 6},
+      {"ps_health_watches_open{port=\"health\"}", 1},
+      // The shard's refusals are its own count (the server reports the front's refusals
+      // to it); the port stats do not add to them.
+      {"ps_refusals_total{reason=\"stalled\"}", 0},
+      {"ps_refusals_total{reason=\"over_limit\"}", 0}};
+  for (const auto& [series, value] : expected) EXPECT_EQ(MetricValue(m, series), value) << series;
   for (size_t i = 0; i < static_cast<size_t>(CloseReason::kCount); ++i) {
     const std::string reason(CloseReasonName(static_cast<CloseReason>(i)));
     EXPECT_NE(reason, "unknown");
-    EXPECT_EQ(MetricValue(m, absl::StrCat("ps_connections_closed_total{port=\"main\",reason=\"",
-                                          reason, "\"}")),
-              static_cast<double>(100 + i))
-        << reason;
-    EXPECT_EQ(MetricValue(m, absl::StrCat("ps_connections_closed_total{port=\"health\",reason=\"",
-                                          reason, "\"}")),
-              0)
-        << reason;
+    for (const auto& [port, value] :
+         {std::pair<std::string, double>{"main", static_cast<double>(100 + i)},
+          std::pair<std::string, double>{"health", 0}}) {
+      const std::string series = absl::StrCat("ps_connections_closed_total{port=\"", port,
+                                              "\",reason=\"", reason, "\"}");
+      EXPECT_EQ(MetricValue(m, series), value) << series;
+    }
   }
-  // Rapid resets: the listener's closes, once; the front's own count is not a series.
-  EXPECT_EQ(MetricValue(m, "ps_connections_closed_total{port=\"main\",reason=\"resets\"}"),
-            100 + static_cast<double>(CloseReason::kResets));
+  // Rapid resets are the listener's closes (reason "resets" above), counted once: the
+  // front's own count of them is no series.
   for (const auto& [series, value] : m) EXPECT_NE(value, 4242) << series;
-  EXPECT_EQ(MetricValue(m, "ps_calls_open{port=\"main\"}"), 9);
-  EXPECT_EQ(MetricValue(m, "ps_calls_open{port=\"health\"}"), 1);
-  EXPECT_EQ(MetricValue(m, "ps_request_bodies_receiving{port=\"main\"}"), 4);
-  EXPECT_EQ(MetricValue(m, "ps_request_bodies_waiting{port=\"main\"}"), 2);
-  EXPECT_EQ(MetricValue(m, "ps_request_bodies_waiting{port=\"health\"}"), 0);
-  EXPECT_EQ(MetricValue(m, "ps_calls_refused_total{port=\"main\",reason=\"over_limit\"}"), 11);
-  EXPECT_EQ(MetricValue(m, "ps_calls_refused_total{port=\"main\",reason=\"stalled\"}"), 12);
-  EXPECT_EQ(MetricValue(m, "ps_calls_refused_total{port=\"health\",reason=\"stalled\"}"), 0);
-  EXPECT_EQ(MetricValue(m, "ps_health_watches_open{port=\"main\"}"), 6);
-  EXPECT_EQ(MetricValue(m, "ps_health_watches_open{port=\"health\"}"), 1);
-  // The shard's refusals are the shard's own count (the server reports the front's
-  // refusals to it); the port stats do not add to them.
-  EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"stalled\"}"), 0);
-  EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"over_limit\"}"), 0);
 
   // Read at every scrape.
   main.front.budget.calls = 1;
