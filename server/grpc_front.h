@@ -39,6 +39,7 @@
 #include "core/refusal.h"
 #include "server/auth_internal.h"
 #include "server/call_budget.h"
+#include "server/port_stats.h"
 
 namespace ps::server {
 
@@ -80,13 +81,6 @@ struct FrontMethod {
   std::function<void(FrontCall* call, const grpc::ByteBuffer& request)> unary;
   std::function<std::unique_ptr<StreamHandler>(FrontCall* call, const grpc::ByteBuffer& request)>
       stream;
-};
-
-struct FrontStats {
-  CallBudget::Stats budget;
-  uint64_t refused_calls = 0;  // over max_calls_per_client
-  uint64_t stalled = 0;        // bodies that did not arrive within read_timeout
-  uint64_t reset_connections = 0;  // closed for cancelling calls before their requests
 };
 
 class GrpcFront final : public grpc::CallbackGenericService {

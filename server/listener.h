@@ -36,15 +36,9 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 #include "server/connection_table.h"
+#include "server/port_stats.h"
 
 namespace ps::server {
-
-struct ListenerStats {
-  uint64_t accepted = 0;
-  // Connections closed or refused by the listener, by CloseReason.
-  std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> closed{};
-  ConnectionTable::Stats table;
-};
 
 class Listener {
  public:

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "net/http_endpoint.h"
 
 namespace ps::server {
@@ -327,6 +328,79 @@ void AddEndpointFamilies(const net::HttpEndpointStats& s, std::vector<MetricFami
                        "Connections open on the metrics endpoint", static_cast<double>(s.open)));
 }
 
+// The gRPC ports' families with one series per port: a gauge or counter of one field.
+struct PortSeries {
+  const char* name;
+  const char* help;
+  MetricType type;
+  double (*value)(const PortStats&);
+};
+constexpr PortSeries kPortSeries[] = {
+    {"ps_connections_accepted_total", "Connections a gRPC port admitted and handed to gRPC",
+     MetricType::Counter,
+     [](const PortStats& p) { return static_cast<double>(p.listener.accepted); }},
+    {"ps_calls_open", "Calls open on a gRPC port", MetricType::Gauge,
+     [](const PortStats& p) { return static_cast<double>(p.front.budget.calls); }},
+    {"ps_request_bodies_receiving", "Calls whose request body a gRPC port is receiving",
+     MetricType::Gauge,
+     [](const PortStats& p) { return static_cast<double>(p.front.budget.reading); }},
+    {"ps_request_bodies_waiting",
+     "Calls waiting for a place to receive their request body (their client or the port at its "
+     "bound)",
+     MetricType::Gauge,
+     [](const PortStats& p) { return static_cast<double>(p.front.budget.waiting); }},
+    {"ps_health_watches_open", "grpc.health.v1 Watch streams open on a gRPC port",
+     MetricType::Gauge, [](const PortStats& p) { return static_cast<double>(p.health_watches); }},
+};
+
+// The gRPC ports' connections, calls and health watches (docs/metrics.md, "Connections
+// and calls"), one series per port (and state or reason) of each; refusals of the front
+// are also in ps_refusals_total, the rapid-reset closes only in
+// ps_connections_closed_total.
+void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFamily>* out) {
+  for (const PortSeries& series : kPortSeries) {
+    MetricFamily f = Family(series.name, series.help, series.type);
+    for (const PortStats& p : ports) {
+      if (series.type == MetricType::Counter) {
+        AddCounter(&f, series.value(p), {{"port", p.port}});
+      } else {
+        AddGauge(&f, series.value(p), {{"port", p.port}});
+      }
+    }
+    out->push_back(std::move(f));
+  }
+  MetricFamily open = Family("ps_connections_open",
+                             "Connections open on a gRPC port, by state: unproven (no "
+                             "authenticated call yet) or proven",
+                             MetricType::Gauge);
+  MetricFamily closed = Family("ps_connections_closed_total",
+                               "Connections a gRPC port's listener closed or refused, by reason "
+                               "(docs/connections.md)",
+                               MetricType::Counter);
+  MetricFamily refused = Family("ps_calls_refused_total",
+                                "Calls a gRPC port's front ended itself, by reason: over_limit "
+                                "(the client had --max-calls-per-client open), stalled (request "
+                                "body not received within --request-read-timeout-ms); also in "
+                                "ps_refusals_total",
+                                MetricType::Counter);
+  for (const PortStats& p : ports) {
+    const ClientMetric::Label port{"port", p.port};
+    AddGauge(&open, p.listener.table.unproven, {port, {"state", "unproven"}});
+    AddGauge(&open, p.listener.table.proven, {port, {"state", "proven"}});
+    for (size_t i = 0; i < p.listener.closed.size(); ++i) {
+      AddCounter(&closed, static_cast<double>(p.listener.closed[i]),
+                 {port, {"reason", std::string(CloseReasonName(static_cast<CloseReason>(i)))}});
+    }
+    AddCounter(&refused, static_cast<double>(p.front.refused_calls),
+               {port, {"reason", std::string(RefusalName(Refusal::kOverLimit))}});
+    AddCounter(&refused, static_cast<double>(p.front.stalled),
+               {port, {"reason", std::string(RefusalName(Refusal::kStalled))}});
+  }
+  out->push_back(std::move(open));
+  out->push_back(std::move(closed));
+  out->push_back(std::move(refused));
+}
+
 }  // namespace
 
 class Metrics::Impl {
@@ -336,6 +410,10 @@ class Metrics::Impl {
 
   std::string Render() const {
     std::vector<MetricFamily> families = collector.Collect();
+    {
+      absl::ReaderMutexLock lock(&port_mu);
+      if (port_source) AddPortFamilies(port_source(), &families);
+    }
     AddEndpointFamilies(endpoint.stats(), &families);
     std::ostringstream out;
     prometheus::TextSerializer().Serialize(out, families);
@@ -343,6 +421,8 @@ class Metrics::Impl {
   }
 
   Collector collector;
+  mutable absl::Mutex port_mu;
+  PortSource port_source ABSL_GUARDED_BY(port_mu);
   // After the collector: destroyed (its thread joined) before what it renders.
   net::HttpEndpoint endpoint;
 };
@@ -366,6 +446,14 @@ absl::Status Metrics::Serve(const std::string& host, uint16_t port) {
 uint16_t Metrics::port() const { return impl_->endpoint.port(); }
 
 void Metrics::Stop() { impl_->endpoint.Stop(); }
+
+void Metrics::SetPortSource(PortSource source) {
+  {
+    absl::WriterMutexLock lock(&impl_->port_mu);
+    std::swap(impl_->port_source, source);
+  }
+  // `source` (the old one) is destroyed here, outside the lock.
+}
 
 std::string Metrics::Render() const { return impl_->Render(); }
 

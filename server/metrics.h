@@ -8,27 +8,48 @@
 // and pull latency, bytes in and out) and aggregation times are observed at the event,
 // through the Observe* methods.
 //
+// The gRPC ports' connections, calls and health watches (docs/connections.md) are read
+// the same way, through a source of PortStats that the server sets once its ports are
+// up (SetPortSource); until then, and without one, those metrics are absent.
+//
 // Ownership: borrows the Shard, the UdpReceiver and the Tarpit (both may be null); all
 // must outlive the Metrics, or at least every Render() and scrape (Stop() ends the
-// scrapes).
+// scrapes). What the port source reads must outlive every Render() (scrapes included)
+// until the source is replaced: SetPortSource(nullptr) detaches it, and returns only
+// once no Render() uses it any more (the server does so before its ports go).
 // Thread safety: every method may be called concurrently from any thread.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "core/clock.h"
+#include "server/port_stats.h"
 #include "server/shard.h"
 #include "server/tarpit.h"
 #include "server/udp_receiver.h"
 
 namespace ps::server {
 
+// What a scrape reads about one gRPC port: its Listener's, its GrpcFront's and its
+// HealthState's counts.
+struct PortStats {
+  std::string port;  // the `port` label: "main", "health" (--health-port)
+  ListenerStats listener;
+  FrontStats front;
+  uint32_t health_watches = 0;  // Watch streams open
+};
+
 class Metrics {
  public:
+  // Returns every port's stats, called at each Render().
+  using PortSource = std::function<std::vector<PortStats>()>;
+
   explicit Metrics(const Shard* shard, const UdpReceiver* udp = nullptr,
                    const Tarpit* tarpit = nullptr);
   // Stops serving first.
@@ -44,6 +65,10 @@ class Metrics {
   // Stops the HTTP server: closes every connection, waits for a Render() in progress.
   // Idempotent; Serve() may follow.
   void Stop();
+
+  // The ports' stats are read from `source` from now on (empty: none). Called from any
+  // thread; once no Render() is using the previous source, it returns.
+  void SetPortSource(PortSource source);
 
   // Every metric in the Prometheus text format, as a scrape returns it.
   std::string Render() const;

@@ -161,7 +161,12 @@ class ServerImpl final : public Server {
     return absl::OkStatus();
   }
 
-  ~ServerImpl() override { Shutdown(); }
+  ~ServerImpl() override {
+    Shutdown();
+    // The listeners, fronts and health states are destroyed before metrics_ (declared
+    // after it): a Render() from here on no longer reads them.
+    if (metrics_ != nullptr) metrics_->SetPortSource(nullptr);
+  }
 
   absl::Status Listen() {
     if (options_.udp_port >= 0) {
@@ -245,6 +250,9 @@ class ServerImpl final : public Server {
       health_port_ = health_listener_->port();
     }
     if (metrics_ != nullptr) {
+      // Every port is up: scrapes read their connections, calls and watches from here
+      // (detached in the destructor, before the ports go).
+      metrics_->SetPortSource([this] { return PortStatsNow(); });
       PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
     }
     SetServing(true);
@@ -342,7 +350,7 @@ class ServerImpl final : public Server {
     if (ticker_.joinable()) ticker_.join();
     if (peer_checker_.joinable()) peer_checker_.join();
     if (sender_ != nullptr) sender_->Stop();
-    // Scrapes read the shard and the UDP receiver: end them before either goes.
+    // Scrapes read the shard, the UDP receiver and the ports: end them before any goes.
     if (metrics_ != nullptr) metrics_->Stop();
     if (udp_ != nullptr) {
       const UdpStats u = udp_->stats();
@@ -366,6 +374,18 @@ class ServerImpl final : public Server {
   }
 
  private:
+  // What the metrics read about the ports (Metrics::SetPortSource): the main port, and
+  // --health-port when set. Only once Listen() has set up every port.
+  std::vector<PortStats> PortStatsNow() const {
+    std::vector<PortStats> out;
+    out.push_back(PortStats{"main", listener_->stats(), front_->stats(), health_.watches()});
+    if (health_listener_ != nullptr) {
+      out.push_back(PortStats{"health", health_listener_->stats(), health_front_->stats(),
+                              health_port_state_.watches()});
+    }
+    return out;
+  }
+
   CallGate Gate() {
     return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_};
   }

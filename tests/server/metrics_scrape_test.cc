@@ -5,16 +5,20 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/net/metrics_text.h"
+#include "tests/support/h2_attacker.h"
 #include "server/server.h"
 #include "worker_lib/metrics.h"
 #include "worker_lib/worker.h"
@@ -22,7 +26,10 @@
 namespace ps::server {
 namespace {
 
+namespace h2 = ::ps::testing::h2;
+
 using ::testing::HasSubstr;
+using ::testing::Not;
 using net::testing::MetricValue;
 using net::testing::ParseMetrics;
 using std::chrono::milliseconds;
@@ -141,6 +148,11 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
   EXPECT_GE(MetricValue(m, "ps_pull_duration_seconds_count"), 2);
   EXPECT_GE(MetricValue(m, "ps_sent_bytes_total{transport=\"grpc\"}"), 2 * values * 4);
   EXPECT_THAT(body, HasSubstr("ps_shard_info{"));
+  // The worker's connections proved themselves with their first call; no health port,
+  // so no series of one.
+  EXPECT_GE(MetricValue(m, "ps_connections_open{port=\"main\",state=\"proven\"}"), 1);
+  EXPECT_GE(MetricValue(m, "ps_connections_accepted_total{port=\"main\"}"), 1);
+  EXPECT_THAT(body, Not(HasSubstr("{port=\"health\"")));
 
   // The worker's own series (worker_lib/metrics.h), as a trainer serves them.
   const std::vector<std::string> names = {"w", "b"};
@@ -163,6 +175,147 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
                  << "installs it): the exposition format was not linted";
   }
   for (const std::string& text : {body, with_checkpoint, worker_text}) {
+    const auto [rc, output] = Promtool(text);
+    EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output << "\non:\n" << text;
+  }
+}
+
+// Connections, calls and watches on both ports, from a hostile HTTP/2 client
+// (tests/support/h2_attacker.h): the gauges follow what is open, the counters what the
+// listeners and fronts ended, and the exposition still passes promtool.
+TEST(MetricsPortsScrapeTest, ConnectionsCallsAndWatchesMoveWithTheClients) {
+  ServerOptions o = Options();
+  o.health_port = 0;
+  o.max_calls_per_client = 2;
+  o.max_reads_per_client = 1;
+  o.connection_proof_timeout = milliseconds(4000);
+  o.request_read_timeout = milliseconds(4000);
+  auto started = Server::Start(o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  std::unique_ptr<Server> server = *std::move(started);
+  ASSERT_NE(server->health_port(), 0);
+  // Connections that never send (not even an answer to the server's SETTINGS), and
+  // HTTP/2 clients, whose frames are read and answered at every scrape.
+  std::vector<std::unique_ptr<h2::Connection>> silent, clients;
+  auto scrape = [&] {
+    for (auto& c : clients) (void)c->Poll(milliseconds(0));
+    absl::StatusOr<net::testing::HttpResponse> r =
+        net::testing::HttpGet(server->metrics_port(), "/metrics");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->body : std::string();
+  };
+  // Scrapes until every series of `expected` has its value, at most `wait`; then checks
+  // them and returns the last body.
+  using Expected = std::vector<std::pair<std::string, double>>;
+  auto scrape_until = [&](milliseconds wait, const Expected& expected) {
+    auto matches = [&](const std::map<std::string, double>& m) {
+      return std::all_of(expected.begin(), expected.end(), [&](const auto& e) {
+        auto it = m.find(e.first);
+        return it != m.end() && it->second == e.second;
+      });
+    };
+    const auto until = std::chrono::steady_clock::now() + wait;
+    std::string body = scrape();
+    while (!matches(ParseMetrics(body)) && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(20));
+      body = scrape();
+    }
+    const auto m = ParseMetrics(body);
+    for (const auto& [series, value] : expected) EXPECT_EQ(MetricValue(m, series), value) << series;
+    return body;
+  };
+
+  Expected idle;
+  for (const char* port : {"main", "health"}) {
+    const std::string p = absl::StrCat("port=\"", port, "\"");
+    for (const char* family : {"ps_calls_open", "ps_health_watches_open",
+                               "ps_connections_accepted_total"}) {
+      idle.emplace_back(absl::StrCat(family, "{", p, "}"), 0);
+    }
+    for (const char* state : {"unproven", "proven"}) {
+      idle.emplace_back(absl::StrCat("ps_connections_open{", p, ",state=\"", state, "\"}"), 0);
+    }
+  }
+  const std::string before = scrape_until(milliseconds(0), idle);
+
+  // Main port: three connections that never send a byte (unproven), and one that
+  // proves itself (--insecure: with its first call) and opens three half-sent pushes:
+  // the first is read, the second waits (one read per client), the third is over the
+  // two calls a client may have open.
+  h2::Target main_port{.port = server->port()};
+  for (int i = 0; i < 3; ++i) {
+    auto bare = h2::Connection::Open({.target = main_port, .handshake = false});
+    ASSERT_TRUE(bare.ok()) << bare.status();
+    silent.push_back(*std::move(bare));
+  }
+  auto pusher = h2::Connection::Open({.target = main_port});
+  ASSERT_TRUE(pusher.ok()) << pusher.status();
+  const std::string push = h2::RequestHeaderBlock({.path = std::string(h2::kPushPath)});
+  for (int i = 0; i < 3; ++i) {
+    const uint32_t id = (*pusher)->NextStream();
+    ASSERT_TRUE((*pusher)->Headers(id, push, /*end_stream=*/false).ok());
+    ASSERT_TRUE((*pusher)->DataNow(id, h2::GrpcPrefix(1000), /*end_stream=*/false).ok());
+  }
+  clients.push_back(*std::move(pusher));
+  // Health port: one Watch (the connection stays unproven: health carries no identity).
+  auto watcher = h2::Connection::Open({.target = {.port = server->health_port()}});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  const uint32_t watch = (*watcher)->NextStream();
+  ASSERT_TRUE((*watcher)
+                  ->Headers(watch,
+                            h2::RequestHeaderBlock({.path = std::string(h2::kHealthWatchPath)}),
+                            /*end_stream=*/false)
+                  .ok());
+  ASSERT_TRUE((*watcher)
+                  ->Data(watch, h2::GrpcMessage(h2::HealthCheckRequestBytes("")),
+                         /*end_stream=*/true, milliseconds(2000))
+                  .ok());
+  clients.push_back(*std::move(watcher));
+
+  const std::string during = scrape_until(
+      milliseconds(3000),
+      {{"ps_connections_open{port=\"main\",state=\"unproven\"}", 3},
+       {"ps_connections_open{port=\"main\",state=\"proven\"}", 1},
+       {"ps_connections_accepted_total{port=\"main\"}", 4},
+       {"ps_calls_open{port=\"main\"}", 2},
+       {"ps_request_bodies_receiving{port=\"main\"}", 1},
+       {"ps_request_bodies_waiting{port=\"main\"}", 1},
+       {"ps_calls_refused_total{port=\"main\",reason=\"over_limit\"}", 1},
+       {"ps_calls_refused_total{port=\"main\",reason=\"stalled\"}", 0},
+       // The front's refusal is the shard's too, counted once there.
+       {"ps_refusals_total{reason=\"over_limit\"}", 1},
+       {"ps_health_watches_open{port=\"main\"}", 0},
+       {"ps_connections_open{port=\"health\",state=\"unproven\"}", 1},
+       {"ps_connections_open{port=\"health\",state=\"proven\"}", 0},
+       {"ps_connections_accepted_total{port=\"health\"}", 1},
+       {"ps_calls_open{port=\"health\"}", 1},
+       {"ps_health_watches_open{port=\"health\"}", 1},
+       {"ps_request_bodies_waiting{port=\"health\"}", 0}});
+
+  // After the proof timeout (4 s) the unproven connections are closed (the watch with its
+  // connection); after the read timeout (4 s) the first push is cancelled as stalled and
+  // the second one is read (it stalls 4 s later).
+  const std::string after = scrape_until(
+      milliseconds(15000),
+      {{"ps_connections_closed_total{port=\"main\",reason=\"proof_timeout\"}", 3},
+       {"ps_connections_closed_total{port=\"health\",reason=\"proof_timeout\"}", 1},
+       {"ps_connections_closed_total{port=\"main\",reason=\"resets\"}", 0},
+       {"ps_connections_open{port=\"main\",state=\"unproven\"}", 0},
+       {"ps_connections_open{port=\"main\",state=\"proven\"}", 1},
+       {"ps_connections_open{port=\"health\",state=\"unproven\"}", 0},
+       {"ps_health_watches_open{port=\"health\"}", 0},
+       {"ps_calls_open{port=\"health\"}", 0},
+       {"ps_calls_open{port=\"main\"}", 1},
+       {"ps_request_bodies_receiving{port=\"main\"}", 1},
+       {"ps_request_bodies_waiting{port=\"main\"}", 0},
+       {"ps_calls_refused_total{port=\"main\",reason=\"stalled\"}", 1},
+       {"ps_refusals_total{reason=\"stalled\"}", 1}});
+
+  silent.clear();
+  clients.clear();
+  server->Shutdown();
+  if (!std::filesystem::exists(kPromtool)) GTEST_SKIP() << kPromtool << " not found";
+  for (const std::string& text : {before, during, after}) {
     const auto [rc, output] = Promtool(text);
     EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output << "\non:\n" << text;
   }

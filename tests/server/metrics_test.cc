@@ -8,6 +8,8 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
@@ -234,6 +236,93 @@ TEST_F(MetricsTest, UdpDropsByReasonAndDatagramBytes) {
   }
   EXPECT_EQ(MetricValue(m, "ps_udp_chunks_accepted_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_udp_chunks_lost_total"), 0);
+}
+
+// Fake port stats: every series reads its field, one per port, nothing counted twice.
+TEST_F(MetricsTest, PortsConnectionsCallsAndWatchesFromTheirStats) {
+  // No port source: no port series.
+  EXPECT_THAT(metrics_->Render(), Not(HasSubstr("ps_connections_")));
+  EXPECT_THAT(metrics_->Render(), Not(HasSubstr("{port=\"")));
+
+  PortStats main;
+  main.port = "main";
+  main.listener.accepted = 40;
+  main.listener.table = {.open = 7, .unproven = 5, .proven = 2};
+  for (size_t i = 0; i < main.listener.closed.size(); ++i) main.listener.closed[i] = 100 + i;
+  main.front.budget = {.clients = 3, .calls = 9, .reading = 4, .waiting = 2};
+  main.front.refused_calls = 11;
+  main.front.stalled = 12;
+  main.front.reset_connections = 4242;  // the listener's closes are the series
+  main.health_watches = 6;
+  PortStats health;
+  health.port = "health";
+  health.listener.accepted = 1;
+  health.listener.table = {.open = 1, .unproven = 1, .proven = 0};
+  health.front.budget = {.clients = 1, .calls = 1, .reading = 0, .waiting = 0};
+  health.health_watches = 1;
+  int calls = 0;
+  metrics_->SetPortSource([&] {
+    ++calls;
+    return std::vector<PortStats>{main, health};
+  });
+
+  const std::string text = metrics_->Render();
+  EXPECT_EQ(calls, 1);
+  const std::pair<const char*, const char*> types[] = {
+      {"ps_connections_open", "gauge"},          {"ps_connections_accepted_total", "counter"},
+      {"ps_connections_closed_total", "counter"}, {"ps_calls_open", "gauge"},
+      {"ps_request_bodies_receiving", "gauge"},  {"ps_request_bodies_waiting", "gauge"},
+      {"ps_calls_refused_total", "counter"},     {"ps_health_watches_open", "gauge"}};
+  for (const auto& [family, type] : types) {
+    EXPECT_THAT(text, HasSubstr(absl::StrCat("# TYPE ", family, " ", type, "\n")));
+  }
+  const auto m = ParseMetrics(text);
+  const std::pair<const char*, double> expected[] = {
+      {"ps_connections_open{port=\"main\",state=\"unproven\"}", 5},
+      {"ps_connections_open{port=\"main\",state=\"proven\"}", 2},
+      {"ps_connections_open{port=\"health\",state=\"unproven\"}", 1},
+      {"ps_connections_open{port=\"health\",state=\"proven\"}", 0},
+      {"ps_connections_accepted_total{port=\"main\"}", 40},
+      {"ps_connections_accepted_total{port=\"health\"}", 1},
+      {"ps_calls_open{port=\"main\"}", 9},
+      {"ps_calls_open{port=\"health\"}", 1},
+      {"ps_request_bodies_receiving{port=\"main\"}", 4},
+      {"ps_request_bodies_waiting{port=\"main\"}", 2},
+      {"ps_request_bodies_waiting{port=\"health\"}", 0},
+      {"ps_calls_refused_total{port=\"main\",reason=\"over_limit\"}", 11},
+      {"ps_calls_refused_total{port=\"main\",reason=\"stalled\"}", 12},
+      {"ps_calls_refused_total{port=\"health\",reason=\"stalled\"}", 0},
+      {"ps_health_watches_open{port=\"main\"}", 6},
+      {"ps_health_watches_open{port=\"health\"}", 1},
+      // The shard's refusals are its own count (the server reports the front's refusals
+      // to it); the port stats do not add to them.
+      {"ps_refusals_total{reason=\"stalled\"}", 0},
+      {"ps_refusals_total{reason=\"over_limit\"}", 0}};
+  for (const auto& [series, value] : expected) EXPECT_EQ(MetricValue(m, series), value) << series;
+  for (size_t i = 0; i < static_cast<size_t>(CloseReason::kCount); ++i) {
+    const std::string reason(CloseReasonName(static_cast<CloseReason>(i)));
+    EXPECT_NE(reason, "unknown");
+    for (const auto& [port, value] :
+         {std::pair<std::string, double>{"main", static_cast<double>(100 + i)},
+          std::pair<std::string, double>{"health", 0}}) {
+      const std::string series = absl::StrCat("ps_connections_closed_total{port=\"", port,
+                                              "\",reason=\"", reason, "\"}");
+      EXPECT_EQ(MetricValue(m, series), value) << series;
+    }
+  }
+  // Rapid resets are the listener's closes (reason "resets" above), counted once: the
+  // front's own count of them is no series.
+  for (const auto& [series, value] : m) EXPECT_NE(value, 4242) << series;
+
+  // Read at every scrape.
+  main.front.budget.calls = 1;
+  EXPECT_EQ(MetricValue(Scrape(), "ps_calls_open{port=\"main\"}"), 1);
+  EXPECT_EQ(calls, 2);
+
+  // Detached: the series go, the source is no longer called.
+  metrics_->SetPortSource(nullptr);
+  EXPECT_THAT(metrics_->Render(), Not(HasSubstr("ps_connections_")));
+  EXPECT_EQ(calls, 2);
 }
 
 TEST_F(MetricsTest, ServesTheTextOverHttpAndStops) {
