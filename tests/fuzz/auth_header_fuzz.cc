@@ -76,10 +76,10 @@ constexpr size_t kMaxMessageBytes = 512;
 // One shard, and what the oracle knows of its configuration.
 struct Shard {
   std::unique_ptr<Authenticator> auth;
-  std::string secret;                                  // raw; empty: none
+  std::string secret;                                   // raw; empty: none
   std::vector<std::pair<Identity, std::string>> table;  // its token file
-  bool tls = false;                                    // bearer tokens taken
-  bool ca = false;                                     // certificate names read
+  bool tls = false;                                     // bearer tokens taken
+  bool ca = false;                                      // certificate names read
 };
 
 using core::AsAbsl;
@@ -132,12 +132,20 @@ void CheckRefusal(const absl::Status& status, const char* what) {
   CheckMessage(Message(status), what);
 }
 
+// The value of an accepted parse; nullptr, after checking the refusal, for a refused one.
+template <typename T>
+const T* Accepted(const absl::StatusOr<T>& parsed, const char* what) {
+  if (parsed.ok()) return &*parsed;
+  CheckRefusal(parsed.status(), what);
+  return nullptr;
+}
+
 std::string WriteFile(const std::filesystem::path& dir, const std::string& name,
                       const std::string& text) {
   const std::filesystem::path p = dir / name;
   std::ofstream(p) << text;
-  std::filesystem::permissions(p, std::filesystem::perms::owner_read |
-                                      std::filesystem::perms::owner_write);
+  std::filesystem::permissions(
+      p, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   return p.string();
 }
 
@@ -187,8 +195,6 @@ std::string HonestProofHeader(const Shard& s, const std::string& key, std::strin
 }
 
 void CheckAnswer(const Shard& s, std::string_view text);
-void CheckVerify(const Shard& s, std::optional<std::string_view> common_name,
-                 std::string_view text);
 
 // The three shards, made once from files in a fresh temporary directory (removed again).
 std::vector<Shard>& Shards() {
@@ -232,23 +238,25 @@ std::vector<Shard>& Shards() {
     }
     std::error_code ec;
     std::filesystem::remove_all(dir, ec);
-    // The oracle is not vacuous: every token of every shard goes through the handshake,
-    // and an unknown token gets no answer.
+    // The oracle is not vacuous: every token of every token file, and two derived ones,
+    // go through the challenge and the call, which succeed exactly for the token the
+    // key names (not for a token file's token that the secret's shadows).
     for (const Shard& s : *out) {
       std::vector<std::string> tokens = {core::DeriveToken(secret, {Kind::kWorker, 1}),
                                          core::DeriveToken(secret, {Kind::kWorker, 7})};
       for (const auto& [id, token] : s.table) tokens.push_back(token);
       for (const std::string& token : tokens) {
         const std::string key = core::TokenKey(token);
+        const std::string challenge =
+            core::ChallengeHeader(key, std::string(core::kNonceBytes, 'n'));
         const std::optional<Resolved> r = Resolve(s, key);
-        if (!r.has_value()) continue;
-        absl::StatusOr<Identity> id = s.auth->Verify({std::nullopt, HonestProofHeader(s, key, r->token)});
-        PS_FUZZ_CHECK(id.ok() && *id == r->identity, "an honest proof was refused");
+        PS_FUZZ_CHECK(s.auth->AnswerChallenge(challenge).ok() == r.has_value(),
+                      "a challenge was answered for an unknown token or refused for a known one");
+        CheckAnswer(s, challenge);
+        const bool taken = s.auth->Verify({std::nullopt, HonestProofHeader(s, key, token)}).ok();
+        PS_FUZZ_CHECK(taken == (r.has_value() && r->token == token),
+                      "an honest proof was refused, or a shadowed token's taken");
       }
-      PS_FUZZ_CHECK(!s.auth->AnswerChallenge(core::ChallengeHeader(
-                                                 core::TokenKey(kUnknownToken), std::string(32, 'n')))
-                         .ok(),
-                    "a challenge for an unknown token was answered");
     }
     return out;
   }();
@@ -258,11 +266,10 @@ std::vector<Shard>& Shards() {
 // --- the parsers, on any text ---
 
 void CheckChallengeHeader(std::string_view text) {
-  absl::StatusOr<core::ChallengeRequest> r = core::ParseChallengeHeader(text);
-  if (!r.ok()) {
-    CheckRefusal(r.status(), "ParseChallengeHeader refused without UNAUTHENTICATED and a message");
-    return;
-  }
+  const absl::StatusOr<core::ChallengeRequest> parsed = core::ParseChallengeHeader(text);
+  const core::ChallengeRequest* r =
+      Accepted(parsed, "ParseChallengeHeader refused without UNAUTHENTICATED and a message");
+  if (r == nullptr) return;
   PS_FUZZ_CHECK(IsKey(r->key), "ParseChallengeHeader accepted a key that is none");
   PS_FUZZ_CHECK(r->client_nonce.size() == core::kNonceBytes, "a challenge nonce of another size");
   const std::string again = core::ChallengeHeader(r->key, r->client_nonce);
@@ -273,11 +280,10 @@ void CheckChallengeHeader(std::string_view text) {
 }
 
 void CheckProofHeader(std::string_view text) {
-  absl::StatusOr<core::PresentedProof> p = core::ParseProofHeader(text);
-  if (!p.ok()) {
-    CheckRefusal(p.status(), "ParseProofHeader refused without UNAUTHENTICATED and a message");
-    return;
-  }
+  const absl::StatusOr<core::PresentedProof> parsed = core::ParseProofHeader(text);
+  const core::PresentedProof* p =
+      Accepted(parsed, "ParseProofHeader refused without UNAUTHENTICATED and a message");
+  if (p == nullptr) return;
   PS_FUZZ_CHECK(IsKey(p->key), "ParseProofHeader accepted a key that is none");
   PS_FUZZ_CHECK(IsLowerHex(p->instance, 2 * core::kInstanceBytes), "an instance of another form");
   PS_FUZZ_CHECK(p->proof.size() == core::kProofBytes, "a call proof of another size");
@@ -298,7 +304,8 @@ void CheckChallengeAnswer(std::string_view text) {
 void CheckStaleInstance(std::string_view text) {
   std::optional<std::string> instance = core::StaleInstance(text);
   if (!instance.has_value()) return;
-  PS_FUZZ_CHECK(IsLowerHex(*instance, 2 * core::kInstanceBytes), "a stale instance of another form");
+  PS_FUZZ_CHECK(IsLowerHex(*instance, 2 * core::kInstanceBytes),
+                "a stale instance of another form");
   const std::string head = absl::StrCat(AsAbsl(core::kStalePrefix), " ", *instance);
   PS_FUZZ_CHECK(text.starts_with(head) && (text.size() == head.size() || text[head.size()] == ':'),
                 "StaleInstance read an instance the message does not start with");
@@ -308,14 +315,15 @@ void CheckStaleInstance(std::string_view text) {
 
 void CheckIdentityAndKey(std::string_view text) {
   absl::StatusOr<Identity> id = core::ParseIdentity(text);
-  PS_FUZZ_CHECK(core::KeyIdentity(text).has_value() == id.ok(), "KeyIdentity disagrees with ParseIdentity");
+  PS_FUZZ_CHECK(core::KeyIdentity(text).has_value() == id.ok(),
+                "KeyIdentity disagrees with ParseIdentity");
   if (id.ok()) PS_FUZZ_CHECK(id->Name() == text, "ParseIdentity accepted a name it does not write");
   if (text.size() > 4096) return;  // a token: 16 to 4096 characters
   const std::string key = core::TokenKey(text);
   PS_FUZZ_CHECK(IsKey(key), "TokenKey made a key the shard cannot parse");
   if (core::KeyIdentity(key).has_value()) {
-    PS_FUZZ_CHECK(text.size() == key.size() + 65 && text.starts_with(key) && text[key.size()] == '.' &&
-                      IsLowerHex(text.substr(key.size() + 1), 64),
+    PS_FUZZ_CHECK(text.size() == key.size() + 65 && text.starts_with(key) &&
+                      text[key.size()] == '.' && IsLowerHex(text.substr(key.size() + 1), 64),
                   "TokenKey named an identity for a token not in the derived form");
   } else {
     unsigned char md[SHA256_DIGEST_LENGTH];
@@ -323,8 +331,9 @@ void CheckIdentityAndKey(std::string_view text) {
     PS_FUZZ_CHECK(key == Hex(std::string_view(reinterpret_cast<const char*>(md), sizeof(md))),
                   "TokenKey is neither the identity nor the SHA-256");
   }
-  PS_FUZZ_CHECK(core::ParseChallengeHeader(core::ChallengeHeader(key, std::string(32, '\x5a'))).ok(),
-                "the shard refuses the challenge header of a key TokenKey made");
+  PS_FUZZ_CHECK(
+      core::ParseChallengeHeader(core::ChallengeHeader(key, std::string(32, '\x5a'))).ok(),
+      "the shard refuses the challenge header of a key TokenKey made");
 }
 
 // --- the shard's checks ---
@@ -333,8 +342,9 @@ void CheckAnswer(const Shard& s, std::string_view text) {
   absl::StatusOr<std::string> answer = s.auth->AnswerChallenge(text);
   absl::StatusOr<core::ChallengeRequest> req = core::ParseChallengeHeader(text);
   const std::optional<Resolved> r = req.ok() ? Resolve(s, req->key) : std::nullopt;
-  PS_FUZZ_CHECK(answer.ok() == r.has_value(),
-                "AnswerChallenge answered a key the oracle does not resolve, or refused one it does");
+  PS_FUZZ_CHECK(
+      answer.ok() == r.has_value(),
+      "AnswerChallenge answered a key the oracle does not resolve, or refused one it does");
   if (!answer.ok()) {
     CheckRefusal(answer.status(), "AnswerChallenge refused without UNAUTHENTICATED and a message");
     return;
@@ -344,14 +354,16 @@ void CheckAnswer(const Shard& s, std::string_view text) {
   CheckChallengeAnswer(*answer);
   PS_FUZZ_CHECK(reply->server == kSelf && reply->server_nonce == s.auth->instance_nonce(),
                 "the answer names another shard or nonce");
-  PS_FUZZ_CHECK(core::SameProof(reply->proof, core::ServerProof(r->token, req->key, kSelf.Name(),
-                                                                req->client_nonce, reply->server_nonce)),
-                "the answer does not verify for the token the key names");
-  PS_FUZZ_CHECK(!core::SameProof(reply->proof, core::ServerProof(r->token + "x", req->key, kSelf.Name(),
-                                                                 req->client_nonce, reply->server_nonce)),
-                "the answer verifies for another token");
-  PS_FUZZ_CHECK(!core::SameProof(reply->proof,
-                                 core::CallProof(r->token, req->key, kSelf.Name(), reply->server_nonce)),
+  PS_FUZZ_CHECK(
+      core::SameProof(reply->proof, core::ServerProof(r->token, req->key, kSelf.Name(),
+                                                      req->client_nonce, reply->server_nonce)),
+      "the answer does not verify for the token the key names");
+  PS_FUZZ_CHECK(
+      !core::SameProof(reply->proof, core::ServerProof(r->token + "x", req->key, kSelf.Name(),
+                                                       req->client_nonce, reply->server_nonce)),
+      "the answer verifies for another token");
+  PS_FUZZ_CHECK(!core::SameProof(reply->proof, core::CallProof(r->token, req->key, kSelf.Name(),
+                                                               reply->server_nonce)),
                 "a challenge answer is a call proof");
   // The client's next step: the call proof for the nonce it was given is the key's identity.
   absl::StatusOr<Identity> id = s.auth->Verify(
@@ -398,8 +410,8 @@ void CheckVerify(const Shard& s, std::optional<std::string_view> common_name,
   }
   // A certificate alone does not count here: a text is always presented.
 
-  PS_FUZZ_CHECK(got.ok() == want.has_value(),
-                got.ok() ? "Verify accepted what the oracle refuses" : "Verify refused what the oracle accepts");
+  PS_FUZZ_CHECK(got.ok() == want.has_value(), got.ok() ? "Verify accepted what the oracle refuses"
+                                                       : "Verify refused what the oracle accepts");
   if (got.ok()) {
     PS_FUZZ_CHECK(*got == *want, "Verify accepted as another identity");
     return;
@@ -445,7 +457,8 @@ std::string Fit(std::string_view part, size_t n) {
 // `raw` with `mask` XORed in cyclically.
 std::string Xor(std::string raw, std::string_view mask) {
   if (!mask.empty()) {
-    for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<char>(raw[i] ^ mask[i % mask.size()]);
+    for (size_t i = 0; i < raw.size(); ++i)
+      raw[i] = static_cast<char>(raw[i] ^ mask[i % mask.size()]);
   }
   return raw;
 }
@@ -453,14 +466,22 @@ std::string Xor(std::string raw, std::string_view mask) {
 // The key of choice `c` (flags bits 0-2).
 std::string ChosenKey(unsigned c, const Parts& parts) {
   switch (c) {
-    case 0: return "worker-1";  // derived, made at start (a worker of the token file on shard 1)
-    case 1: return "shard-0";   // derived; on shard 1 a token-file token in the derived form
-    case 2: return "worker-7";  // derived per call (beyond --workers)
-    case 3: return core::TokenKey(kTokenA);
-    case 4: return core::TokenKey(kTokenB);
-    case 5: return "worker-0";  // derived; shadows the token file's derived-form token
-    case 6: return core::TokenKey(kUnknownToken);
-    default: return std::string(parts[0]);
+    case 0:
+      return "worker-1";  // derived, made at start (a worker of the token file on shard 1)
+    case 1:
+      return "shard-0";  // derived; on shard 1 a token-file token in the derived form
+    case 2:
+      return "worker-7";  // derived per call (beyond --workers)
+    case 3:
+      return core::TokenKey(kTokenA);
+    case 4:
+      return core::TokenKey(kTokenB);
+    case 5:
+      return "worker-0";  // derived; shadows the token file's derived-form token
+    case 6:
+      return core::TokenKey(kUnknownToken);
+    default:
+      return std::string(parts[0]);
   }
 }
 
@@ -473,7 +494,8 @@ std::string Build(unsigned mode, uint8_t flags, const Shard& s, const Parts& par
   switch (mode) {
     case 1: {  // PS-Challenge-v1 KEY C
       const std::string c = raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kNonceBytes);
-      return absl::StrCat(AsAbsl(core::kChallengeScheme), sep, ChosenKey(flags & 7, parts), sep, Hex(c));
+      return absl::StrCat(AsAbsl(core::kChallengeScheme), sep, ChosenKey(flags & 7, parts), sep,
+                          Hex(c));
     }
     case 2: {  // PS-Proof-v1 KEY INSTANCE CALLPROOF
       const std::string key = ChosenKey(flags & 7, parts);
@@ -484,11 +506,18 @@ std::string Build(unsigned mode, uint8_t flags, const Shard& s, const Parts& par
                     : Hex(raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kInstanceBytes));
       std::string proof;
       switch (proof_choice) {
-        case 0: proof = core::CallProof(token, key, kSelf.Name(), nonce); break;
-        case 1: proof = Xor(core::CallProof(token, key, kSelf.Name(), nonce), parts[2]); break;
-        case 2: proof = std::string(parts[2]); break;
+        case 0:
+          proof = core::CallProof(token, key, kSelf.Name(), nonce);
+          break;
+        case 1:
+          proof = Xor(core::CallProof(token, key, kSelf.Name(), nonce), parts[2]);
+          break;
+        case 2:
+          proof = std::string(parts[2]);
+          break;
         default:  // a challenge answer's proof, presented as a call proof
-          proof = core::ServerProof(token, key, kSelf.Name(), Fit(parts[2], core::kNonceBytes), nonce);
+          proof =
+              core::ServerProof(token, key, kSelf.Name(), Fit(parts[2], core::kNonceBytes), nonce);
       }
       return absl::StrCat(AsAbsl(core::kProofScheme), sep, key, sep, instance, sep, Hex(proof));
     }
@@ -501,46 +530,77 @@ std::string Build(unsigned mode, uint8_t flags, const Shard& s, const Parts& par
       const std::string c = Fit(parts[2], core::kNonceBytes);
       std::string proof;
       switch (proof_choice) {
-        case 0: proof = core::ServerProof(kTokenA, key, server, c, s_raw); break;
-        case 1: proof = Xor(core::ServerProof(kTokenA, key, server, c, s_raw), parts[4]); break;
-        case 2: proof = std::string(parts[2]); break;
-        default: proof = core::CallProof(kTokenA, key, server, s_raw);
+        case 0:
+          proof = core::ServerProof(kTokenA, key, server, c, s_raw);
+          break;
+        case 1:
+          proof = Xor(core::ServerProof(kTokenA, key, server, c, s_raw), parts[4]);
+          break;
+        case 2:
+          proof = std::string(parts[2]);
+          break;
+        default:
+          proof = core::CallProof(kTokenA, key, server, s_raw);
       }
-      return absl::StrCat(AsAbsl(core::kChallengeAnswerPrefix), sep, server, sep, Hex(s_raw), sep, Hex(proof));
+      return absl::StrCat(AsAbsl(core::kChallengeAnswerPrefix), sep, server, sep, Hex(s_raw), sep,
+                          Hex(proof));
     }
     case 4: {  // ps-auth-stale-v1 INSTANCE: ...
       const std::string instance =
           own_nonce ? core::InstanceId(nonce)
                     : Hex(raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kInstanceBytes));
-      const std::string tail = (flags & 0x20) != 0 ? std::string(parts[2]) : absl::StrCat(": ", AsAbsl(parts[2]));
+      const std::string tail =
+          (flags & 0x20) != 0 ? std::string(parts[2]) : absl::StrCat(": ", AsAbsl(parts[2]));
       return absl::StrCat(AsAbsl(core::kStalePrefix), sep, instance, tail);
     }
     case 5: {  // Bearer TOKEN
       std::string token;
       const std::string secret = absl::HexStringToBytes(AsAbsl(kSecretHex));
       switch (flags & 7) {
-        case 0: token = core::DeriveToken(secret, {Kind::kWorker, 1}); break;
-        case 1: token = core::DeriveToken(secret, {Kind::kShard, 0}); break;
-        case 2: token = core::DeriveToken(secret, {Kind::kWorker, 7}); break;
-        case 3: token = kTokenA; break;
-        case 4: token = kTokenB; break;
-        case 5: token = core::DeriveToken(kOtherSecret, {Kind::kWorker, 0}); break;
+        case 0:
+          token = core::DeriveToken(secret, {Kind::kWorker, 1});
+          break;
+        case 1:
+          token = core::DeriveToken(secret, {Kind::kShard, 0});
+          break;
+        case 2:
+          token = core::DeriveToken(secret, {Kind::kWorker, 7});
+          break;
+        case 3:
+          token = kTokenA;
+          break;
+        case 4:
+          token = kTokenB;
+          break;
+        case 5:
+          token = core::DeriveToken(kOtherSecret, {Kind::kWorker, 0});
+          break;
         case 6: {  // the derived token of the identity in part 0, if it is one
           absl::StatusOr<Identity> id = core::ParseIdentity(parts[0]);
-          token = id.ok() ? core::DeriveToken(secret, *id) : absl::StrCat(AsAbsl(parts[0]), ".", Hex(nonce));
+          token = id.ok() ? core::DeriveToken(secret, *id)
+                          : absl::StrCat(AsAbsl(parts[0]), ".", Hex(nonce));
           break;
         }
-        default: token = std::string(parts[0]);
+        default:
+          token = std::string(parts[0]);
       }
       switch (proof_choice) {
-        case 1: token += parts[2]; break;
-        case 2: token.resize(token.size() - std::min(token.size(), parts[2].size())); break;
-        case 3: token = Xor(std::move(token), parts[2]); break;
-        default: break;
+        case 1:
+          token += parts[2];
+          break;
+        case 2:
+          token.resize(token.size() - std::min(token.size(), parts[2].size()));
+          break;
+        case 3:
+          token = Xor(std::move(token), parts[2]);
+          break;
+        default:
+          break;
       }
       return absl::StrCat((flags & 0x80) != 0 ? absl::StrCat("Bearer", sep) : "Bearer ", token);
     }
-    default: return "";
+    default:
+      return "";
   }
 }
 
@@ -565,11 +625,20 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
   std::optional<std::string_view> common_name;
   switch ((data[2] >> 2) & 7) {
-    case 4: common_name = "worker-1"; break;
-    case 5: common_name = "admin"; break;
-    case 6: common_name = "shard-01"; break;  // not an identity
-    case 7: common_name = parts[4]; break;
-    default: break;
+    case 4:
+      common_name = "worker-1";
+      break;
+    case 5:
+      common_name = "admin";
+      break;
+    case 6:
+      common_name = "shard-01";
+      break;  // not an identity
+    case 7:
+      common_name = parts[4];
+      break;
+    default:
+      break;
   }
   for (const Shard& s : shards) {
     CheckAnswer(s, text);
