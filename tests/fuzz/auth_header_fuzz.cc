@@ -265,31 +265,41 @@ std::vector<Shard>& Shards() {
 
 // --- the parsers, on any text ---
 
+// What both header parsers must do: refuse as CheckRefusal says, or give a key, fields of
+// the fixed sizes (`sizes_ok`), and what `write` makes of them is the text with single
+// blanks, which parses again to the same (what `write` makes of it is the same again).
+template <typename T, typename Write, typename SizesOk>
+void CheckHeader(std::string_view text, absl::StatusOr<T> (*parse)(std::string_view), Write write,
+                 SizesOk sizes_ok) {
+  const absl::StatusOr<T> parsed = parse(text);
+  const T* h = Accepted(parsed, "a header parser refused without UNAUTHENTICATED and a message");
+  if (h == nullptr) return;
+  PS_FUZZ_CHECK(IsKey(h->key), "a header parser accepted a key that is none");
+  PS_FUZZ_CHECK(sizes_ok(*h), "a header parser gave a field of another size or form");
+  const std::string again = write(*h);
+  PS_FUZZ_CHECK(again == SingleBlanks(text), "a parsed header is not written back as read");
+  const absl::StatusOr<T> reparsed = parse(again);
+  PS_FUZZ_CHECK(reparsed.ok() && write(*reparsed) == again,
+                "a written header does not parse to the same fields");
+}
+
 void CheckChallengeHeader(std::string_view text) {
-  const absl::StatusOr<core::ChallengeRequest> parsed = core::ParseChallengeHeader(text);
-  const core::ChallengeRequest* r =
-      Accepted(parsed, "ParseChallengeHeader refused without UNAUTHENTICATED and a message");
-  if (r == nullptr) return;
-  PS_FUZZ_CHECK(IsKey(r->key), "ParseChallengeHeader accepted a key that is none");
-  PS_FUZZ_CHECK(r->client_nonce.size() == core::kNonceBytes, "a challenge nonce of another size");
-  const std::string again = core::ChallengeHeader(r->key, r->client_nonce);
-  PS_FUZZ_CHECK(again == SingleBlanks(text), "a challenge header is not written back as read");
-  absl::StatusOr<core::ChallengeRequest> r2 = core::ParseChallengeHeader(again);
-  PS_FUZZ_CHECK(r2.ok() && r2->key == r->key && r2->client_nonce == r->client_nonce,
-                "a written challenge header does not parse to the same fields");
+  CheckHeader(
+      text, &core::ParseChallengeHeader,
+      [](const core::ChallengeRequest& r) { return core::ChallengeHeader(r.key, r.client_nonce); },
+      [](const core::ChallengeRequest& r) { return r.client_nonce.size() == core::kNonceBytes; });
 }
 
 void CheckProofHeader(std::string_view text) {
-  const absl::StatusOr<core::PresentedProof> parsed = core::ParseProofHeader(text);
-  const core::PresentedProof* p =
-      Accepted(parsed, "ParseProofHeader refused without UNAUTHENTICATED and a message");
-  if (p == nullptr) return;
-  PS_FUZZ_CHECK(IsKey(p->key), "ParseProofHeader accepted a key that is none");
-  PS_FUZZ_CHECK(IsLowerHex(p->instance, 2 * core::kInstanceBytes), "an instance of another form");
-  PS_FUZZ_CHECK(p->proof.size() == core::kProofBytes, "a call proof of another size");
-  const std::string again =
-      core::ProofHeader(p->key, absl::HexStringToBytes(p->instance), p->proof);
-  PS_FUZZ_CHECK(again == SingleBlanks(text), "a proof header is not written back as read");
+  CheckHeader(
+      text, &core::ParseProofHeader,
+      [](const core::PresentedProof& p) {
+        return core::ProofHeader(p.key, absl::HexStringToBytes(p.instance), p.proof);
+      },
+      [](const core::PresentedProof& p) {
+        return IsLowerHex(p.instance, 2 * core::kInstanceBytes) &&
+               p.proof.size() == core::kProofBytes;
+      });
 }
 
 void CheckChallengeAnswer(std::string_view text) {
