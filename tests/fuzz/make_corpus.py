@@ -3,8 +3,8 @@
 
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
-peer_share, aggregator_spec, udp_datagram, checkpoint, wire, held_model: see share(),
-AGGREGATOR_SPEC, datagram(), checkpoint_body(), wire() and held_frame() below.
+peer_share, aggregator_spec, udp_datagram, checkpoint, wire, held_model, auth_header: see
+share(), AGGREGATOR_SPEC, datagram(), checkpoint_body(), wire(), held_frame() and auth() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -356,9 +356,114 @@ HELD_MODEL = {
         change=True, codec=15, spec=b"nope(1)", version=2, base=1, payload=b"\x01\x02"),
 }
 
+# auth_header (auth_header_fuzz.cc): byte 0 the form (0 the rest as it is, 1 challenge,
+# 2 proof, 3 challenge answer, 4 stale refusal, 5 bearer), byte 1 the choices of the
+# built forms, byte 2 the shard they are built for (bits 0-1: 0 secret, 1 token file,
+# 2 TLS with both) and the certificate name (bits 2-4: 4 worker-1, 5 admin, 6 shard-01,
+# 7 part 4); then parts separated by NUL: key, nonce or instance, proof or tail,
+# separator, certificate name.
+AUTH_TOKEN_A = b"ps-fuzz-token-aaaaaaaaaaaaaaaa"  # kTokenA in auth_header_fuzz.cc
+AUTH_FORMS = {"raw": 0, "challenge": 1, "proof": 2, "answer": 3, "stale": 4, "bearer": 5}
+# Byte 1: bits 0-2 the key (0 worker-1, 1 shard-0, 2 worker-7, 3 TokenKey(kTokenA),
+# 4 TokenKey(kTokenB), 5 worker-0, 6 an unknown token's, 7 part 0); bit 3 hex of part 1
+# as it is (else cut or padded); bits 4-5 the proof (0 right, 1 XOR part 2, 2 part 2,
+# 3 a challenge answer's); bit 6 the shard's own instance; bit 7 part 3 as the separator.
+A_RAW_HEX, A_XOR, A_PART, A_OTHER, A_OWN, A_SEP = 0x08, 0x10, 0x20, 0x30, 0x40, 0x80
+
+
+def auth(form, flags=0, shard=0, cn=0, parts=()):
+    """auth_header input: the form, its choices, shard and certificate name, then parts."""
+    return bytes([AUTH_FORMS[form], flags, shard | cn << 2]) + b"\0".join(parts)
+
+
+def auth_raw(text):
+    return auth("raw", parts=(text,))
+
+
+_HEX32 = b"ab" * 32
+_KEY_A = hashlib.sha256(AUTH_TOKEN_A).hexdigest().encode()
+AUTH_HEADER = {
+    # Texts as they come, to every parser and shard.
+    "raw_challenge": auth_raw(b"PS-Challenge-v1 worker-1 " + _HEX32),
+    "raw_challenge_token_key": auth_raw(b"PS-Challenge-v1 " + _KEY_A + b" " + b"01" * 32),
+    "raw_challenge_blanks": auth_raw(b"  PS-Challenge-v1   worker-1  " + _HEX32 + b" "),
+    "raw_challenge_tab": auth_raw(b"PS-Challenge-v1\tworker-1\t" + _HEX32),
+    "raw_challenge_upper_hex": auth_raw(b"PS-Challenge-v1 worker-1 " + b"AB" * 32),
+    "raw_challenge_leading_zero": auth_raw(b"PS-Challenge-v1 worker-01 " + _HEX32),
+    "raw_challenge_extra": auth_raw(b"PS-Challenge-v1 admin " + _HEX32 + b" x"),
+    "raw_proof_other_instance": auth_raw(b"PS-Proof-v1 worker-1 0123456789abcdef " + b"cd" * 32),
+    "raw_proof_token_key": auth_raw(b"PS-Proof-v1 " + _KEY_A + b" 0123456789abcdef " + b"cd" * 32),
+    "raw_proof_short": auth_raw(b"PS-Proof-v1 admin"),
+    "raw_proof_nul": auth("raw", parts=(b"PS-Proof-v1 admin", b"0123456789abcdef " + b"cd" * 32)),
+    "raw_answer": auth_raw(b"ps-auth-challenge-v1 shard-1 " + _HEX32 + b" " + b"cd" * 32),
+    "raw_answer_extra": auth_raw(b"ps-auth-challenge-v1 shard-1 " + _HEX32 + b" " + b"cd" * 32 + b" more"),
+    "raw_stale": auth_raw(b"ps-auth-stale-v1 0123456789abcdef: this proof was made for an earlier "
+                          b"process of shard-1 (it restarted since): run the challenge again (refused "
+                          b"from the call's metadata, its body unread)"),
+    "raw_stale_no_colon": auth_raw(b"ps-auth-stale-v1 0123456789abcdef"),
+    "raw_stale_short": auth_raw(b"ps-auth-stale-v1 0123456789abcde: x"),
+    "raw_bearer_listed": auth_raw(b"Bearer " + AUTH_TOKEN_A),
+    "raw_bearer_derived_form": auth_raw(b"Bearer worker-1." + b"00" * 32),
+    "raw_bearer_alone": auth_raw(b"Bearer"),
+    "raw_identity_max": auth_raw(b"worker-2147483647"),
+    "raw_identity_over": auth_raw(b"worker-2147483648"),
+    "raw_derived_form_token": auth_raw(b"shard-3." + b"0f" * 32),
+}
+# Challenges for every key choice, then malformed ones.
+for _k, _name in enumerate(("worker_1", "shard_0", "worker_7", "listed_a", "listed_b", "worker_0",
+                            "unknown", "part_admin")):
+    AUTH_HEADER[f"challenge_{_name}"] = auth("challenge", _k, shard=_k % 3,
+                                             parts=(b"admin", bytes(range(32))))
+    # Call proofs: the right one, for the shard's own instance.
+    AUTH_HEADER[f"proof_{_name}"] = auth("proof", _k | A_OWN, shard=_k % 3, parts=(b"admin",))
+AUTH_HEADER.update({
+    "challenge_short_nonce": auth("challenge", 0 | A_RAW_HEX, parts=(b"", b"\x01\x02")),
+    "challenge_blank_runs": auth("challenge", 3 | A_SEP, parts=(b"", b"n" * 32, b"", b"   ")),
+    "challenge_tab_separator": auth("challenge", 0 | A_SEP, parts=(b"", b"n" * 32, b"", b"\t")),
+    "challenge_part_key_bad": auth("challenge", 7, parts=(b"worker-1x", b"n" * 32)),
+    "proof_for_shard_1_token_file": auth("proof", 1 | A_OWN, shard=1),
+    "proof_for_tls_shard": auth("proof", 3 | A_OWN, shard=2),
+    "proof_xor": auth("proof", 0 | A_OWN | A_XOR, parts=(b"", b"", b"\x80")),
+    "proof_part": auth("proof", 0 | A_OWN | A_PART, parts=(b"", b"", b"p" * 32)),
+    "proof_answer_as_call_proof": auth("proof", 0 | A_OWN | A_OTHER, parts=(b"", b"", b"")),
+    "proof_other_instance": auth("proof", 0, parts=(b"", b"\x01\x23\x45\x67\x89\xab\xcd\xef")),
+    "proof_unknown_other_instance": auth("proof", 6, parts=(b"", b"\x01" * 8)),
+    "proof_short_instance": auth("proof", 0 | A_RAW_HEX, parts=(b"", b"\x01" * 7)),
+    "proof_blank_runs": auth("proof", 5 | A_OWN | A_SEP, parts=(b"", b"", b"", b"  ")),
+    "proof_cert_same": auth("proof", 0 | A_OWN, shard=2, cn=4),
+    "proof_cert_other": auth("proof", 0 | A_OWN, shard=2, cn=5),
+    "proof_cert_malformed": auth("proof", 3 | A_OWN, shard=2, cn=6),
+    "proof_cert_part": auth("proof", 3 | A_OWN, shard=2, cn=7,
+                            parts=(b"", b"", b"", b"", b"admin")),
+    "answer_shard_1": auth("answer", 0 | A_OWN),
+    "answer_shard_0": auth("answer", 1, parts=(b"", b"s" * 32, b"c" * 32)),
+    "answer_worker": auth("answer", 2 | A_OWN),
+    "answer_admin_xor": auth("answer", 3 | A_XOR, parts=(b"", b"", b"", b"", b"\x01")),
+    "answer_part_server": auth("answer", 4 | A_OWN, parts=(b"shard-2147483647",)),
+    "answer_part_proof": auth("answer", 0 | A_PART, parts=(b"", b"s" * 32, b"q" * 31)),
+    "answer_call_proof": auth("answer", 0 | A_OTHER | A_OWN),
+    "answer_short_nonce": auth("answer", 0 | A_RAW_HEX, parts=(b"", b"s" * 31)),
+    "stale_own": auth("stale", A_OWN, parts=(b"", b"", b"refused")),
+    "stale_other": auth("stale", 0, parts=(b"", b"\xfe" * 8, b"x")),
+    "stale_no_colon": auth("stale", A_PART, parts=(b"", b"\x10" * 8, b"")),
+    "stale_tab": auth("stale", A_SEP, parts=(b"", b"\x10" * 8, b"", b"\t")),
+})
+# Bearer tokens on the TLS shard (taken) and the others (refused on a plaintext port).
+for _k, _name in enumerate(("worker_1", "shard_0", "worker_7", "listed_a", "listed_b",
+                            "other_secret", "part_identity", "part")):
+    AUTH_HEADER[f"bearer_{_name}"] = auth("bearer", _k, shard=2, parts=(b"worker-5",))
+AUTH_HEADER.update({
+    "bearer_appended": auth("bearer", 0 | A_XOR, shard=2, parts=(b"", b"", b"x")),
+    "bearer_cut": auth("bearer", 3 | A_PART, shard=2, parts=(b"", b"", b"x")),
+    "bearer_xor": auth("bearer", 0 | A_OTHER, shard=2, parts=(b"", b"", b"\x00\x00\x00\x01")),
+    "bearer_blank_runs": auth("bearer", 3 | A_SEP, shard=2, parts=(b"", b"", b"", b"  ")),
+    "bearer_cert_same": auth("bearer", 0, shard=2, cn=4),
+    "bearer_cert_other": auth("bearer", 3, shard=2, cn=4),
+})
+
 CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
            "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE,
-           "held_model": HELD_MODEL}
+           "held_model": HELD_MODEL, "auth_header": AUTH_HEADER}
 
 
 def main():
