@@ -280,6 +280,10 @@ void Listener::Admit(int listen_fd, int fd) {
                              " authenticated connections fill the table (--max-connections)"));
     return;
   }
+  // What gRPC's own listener sets on the sockets it accepts: no Nagle (small frames,
+  // window updates and acknowledgements go out at once, not after a delayed ACK).
+  const int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   {
     absl::MutexLock lock(&mu_);
     handed_[a.id] = Handed{fd, InodeOf(fd)};

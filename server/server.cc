@@ -29,10 +29,10 @@
 namespace ps::server {
 namespace {
 
-// The initial HTTP/2 window of a stream on the shard's ports (ApplyTransportBounds): a
-// default slice's fp32 push (256 KiB) and its header arrive without waiting for a window
-// update; what a stream the front has not started to read can hold.
-constexpr int kStreamWindowBytes = 320 << 10;
+// The initial HTTP/2 window of a stream on the shard's ports (ApplyTransportBounds): what
+// a stream the front has not started to read can hold. HTTP/2's default; a larger one
+// (320 KiB, 1 MiB, 4 MiB) measured no faster in ps-bench e2e (docs/bench.md).
+constexpr int kStreamWindowBytes = 64 << 10;
 
 std::string HostPort(const std::string& host, uint16_t port) {
   if (host.find(':') != std::string::npos && host.front() != '[') {
@@ -101,10 +101,8 @@ void ApplyTransportBounds(const ServerOptions& o, grpc::ServerBuilder* builder) 
   // A stream the front has not started to read holds at most its initial window: a
   // fixed one, since the bandwidth-delay probe would grow it to megabytes per stream.
   // A read opens the window to the message's size, so throughput does not depend on it.
-  if (getenv("PS_EXP_BDP") == nullptr) {
   builder->AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   builder->AddChannelArgument(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, kStreamWindowBytes);
-  }
   // Idle and dead connections go away (each holds buffers and a slot): a connection
   // without calls for --max-connection-idle-ms is closed, and keepalive pings find
   // peers that vanished without closing theirs.

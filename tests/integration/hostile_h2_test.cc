@@ -565,7 +565,7 @@ h2::Request PushAs(const Shard& shard, uint32_t worker) {
 // one byte short of its 8 MB message (317 MB once), filled gRPC's request memory quota;
 // gRPC then reset honest streams (RST_STREAM code 11) and training stopped.
 // Now the shard reads at most 4 bodies of one client at once (--max-reads-per-client),
-// and a stream it does not read holds its initial window (320 KiB): the attacker, on
+// and a stream it does not read holds its initial window (64 KiB): the attacker, on
 // the 4 connections its identity may hold with 32 streams each, gets at most that much
 // of its bodies into the shard, and each stalled read is cancelled after
 // --request-read-timeout-ms.
@@ -584,7 +584,7 @@ TEST(HostileH2Test, HalfSentPushStreamsDoNotStarveHonestRounds) {
   });
   EXPECT_GE(f.report.streams, 100u) << "the attack opened few streams: " << f.Summary();
   // What the shard let in: the initial windows of every stream, and 4 whole bodies.
-  const uint64_t bound = uint64_t{kConnections} * 32 * (320u << 10) + 4 * (8u << 20) + (1u << 20);
+  const uint64_t bound = uint64_t{kConnections} * 32 * (64u << 10) + 4 * (8u << 20) + (1u << 20);
   EXPECT_LE(f.report.data_bytes, bound) << f.Summary();
   ExpectAcceptance(f);
 }
@@ -772,7 +772,7 @@ TEST(HostileH2Test, HealthChecksWithEightMegabyteBodiesAreBounded) {
     return h2::HealthCheckBodies(o);
   });
   EXPECT_GE(f.report.streams, 10u) << "the attack opened few streams: " << f.Summary();
-  EXPECT_LE(f.report.data_bytes, f.report.streams * uint64_t{384u << 10}) << f.Summary();
+  EXPECT_LE(f.report.data_bytes, f.report.streams * uint64_t{128u << 10}) << f.Summary();
   ExpectAcceptance(f);
 }
 
