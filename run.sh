@@ -32,7 +32,7 @@ PACKAGES=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libssl-dev zlib1g-dev libboost-dev
   libspdlog-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev
-  libtorch-dev libopenblas0-serial dataset-fashion-mnist python3
+  libtorch-dev libopenblas0-pthread dataset-fashion-mnist python3
   prometheus-cpp-dev
   python3-dev pybind11-dev python3-numpy
 )

@@ -149,7 +149,7 @@ for p in $run_packages; do
   case $p in libgtest-dev|libgmock-dev|dataset-fashion-mnist|python3) continue ;; esac
   # A run-time library of the training images, not a build dependency (OpenBLAS under
   # libtorch's matrix products): the images that train must have it.
-  if [ "$p" = libopenblas0-serial ]; then
+  if [ "$p" = libopenblas0-pthread ]; then
     for list in WORKER_PACKAGES WORKER_PYTHON_PACKAGES; do
       [[ " $(docker_packages "$list") " == *" $p "* ]] || uncovered+=("$p ($list)")
     done

@@ -91,7 +91,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
         absl::StrCat("f = ", config.byzantine, " must be below n = ", n));
   }
   if (config.num_shards == 0) return absl::InvalidArgumentError("at least one shard");
-  ConfigureTorchForWorkers();
+  PS_RETURN_IF_ERROR(ConfigureTorchForWorkers(n));
   // The shards' info lines would drown the caller's progress output.
   PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
 

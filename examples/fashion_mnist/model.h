@@ -92,9 +92,18 @@ std::string BlasLibraryPath();
 // implementation): training on it runs about 3x slower than on OpenBLAS.
 bool IsReferenceBlas(std::string_view path);
 
-// Sets torch to one intra-op thread (the workers run in parallel threads, and a run
-// repeats exactly) and, once per process, warns on stderr when the BLAS is the
-// reference one, naming the package that replaces it.
-void ConfigureTorchForWorkers();
+// Whether `path` is Debian's single-threaded OpenBLAS (.../openblas-serial/, package
+// libopenblas0-serial 0.3.21, built without OpenBLAS's USE_LOCKING): it returns wrong
+// matrix products when several threads call it at once (docs/examples.md), so it must
+// not serve workers that train as threads of one process.
+bool IsThreadUnsafeBlas(std::string_view path);
+
+// Sets torch and OpenBLAS to one thread per caller (the workers run in parallel, and a
+// run repeats exactly) and, once per process, warns on stderr when the BLAS is the
+// reference one, naming the package that replaces it. `threads` is how many workers
+// train as threads of this process: above 1, a BLAS that is not safe to call from
+// several threads at once is refused (FAILED_PRECONDITION naming the package to
+// install) instead of training on wrong products.
+absl::Status ConfigureTorchForWorkers(uint32_t threads);
 
 }  // namespace ps::fashion_mnist

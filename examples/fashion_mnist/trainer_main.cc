@@ -328,9 +328,9 @@ int main(int argc, char** argv) {
                  "finite; 0: only non-finite");
   CLI11_PARSE(app, argc, argv);
 
-  ps::fashion_mnist::ConfigureTorchForWorkers();
   std::unique_ptr<ps::Worker> worker;
-  const absl::Status status = ps::fashion_mnist::Run(f, worker);
+  absl::Status status = ps::fashion_mnist::ConfigureTorchForWorkers(/*threads=*/1);
+  if (status.ok()) status = ps::fashion_mnist::Run(f, worker);
   if (!status.ok()) {
     std::fprintf(stderr, "ps-fashion-mnist: %s\n", status.ToString().c_str());
   }

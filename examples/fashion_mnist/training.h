@@ -15,8 +15,8 @@
 // Thread safety: the functions may run concurrently on different configurations (one
 // thread per worker) sharing one TrainingData, which is only read. Models are built
 // under a process-wide lock, so that torch's seeded generator gives every worker the
-// same initial parameters. Callers call ConfigureTorchForWorkers() (model.h) for
-// reproducible runs.
+// same initial parameters. Callers call ConfigureTorchForWorkers(threads) (model.h)
+// for reproducible runs on a BLAS that threads may share.
 #pragma once
 
 #include <chrono>

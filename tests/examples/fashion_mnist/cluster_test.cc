@@ -114,7 +114,8 @@ TEST(ClusterTest, OmniscientAttackersSeeTheHonestGradientsAndTheRuleHolds) {
 
 // Local-update training (--comm adacomm): every worker, the ALIE attacker included,
 // takes AdaComm's period of local steps per round; the period starts at tau0 and falls
-// with the median loss the shards publish, and the median rule keeps training on track.
+// with the median loss the shards publish (a noisy round may raise it again for a while),
+// and the median rule keeps training on track.
 TEST(ClusterTest, AdaCommTakesFewerRoundsAsTheLossFallsAndTheRuleHolds) {
   auto data = LoadTrainingData(kDataDir, /*with_test=*/true);
   ASSERT_TRUE(data.ok()) << data.status();
@@ -136,10 +137,19 @@ TEST(ClusterTest, AdaCommTakesFewerRoundsAsTheLossFallsAndTheRuleHolds) {
   ASSERT_TRUE(result->final_accuracy.has_value());
   EXPECT_GT(*result->final_accuracy, 0.3);
   ASSERT_FALSE(result->periods.empty());
+  std::string trace;  // the losses and periods, for a failure's message
+  for (const auto& [step, loss] : result->losses) absl::StrAppend(&trace, " ", step, ":", loss);
+  absl::StrAppend(&trace, "\nperiods");
+  for (const auto& p : result->periods) absl::StrAppend(&trace, " ", p.step, ":", p.tau);
+  SCOPED_TRACE("losses" + trace);
   EXPECT_EQ(result->periods.front().tau, 4u);
   EXPECT_EQ(result->periods.front().round, 0u);
+  // The period follows the published (median) loss, which is noisy from round to round:
+  // it may step back up for a round (AdaComm's rule, not a defect) but never above tau0
+  // while the loss stays below the first one, and it ends below tau0.
   for (size_t i = 1; i < result->periods.size(); ++i) {
-    EXPECT_LT(result->periods[i].tau, result->periods[i - 1].tau) << "period " << i;
+    EXPECT_NE(result->periods[i].tau, result->periods[i - 1].tau) << "period " << i;
+    EXPECT_LE(result->periods[i].tau, 4u) << "period " << i;
     EXPECT_GT(result->periods[i].step, result->periods[i - 1].step);
   }
   EXPECT_LT(result->periods.back().tau, 4u) << "the loss fell, so should the period";

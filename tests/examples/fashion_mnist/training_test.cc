@@ -3,6 +3,7 @@
 // share), each with threads standing in for workers.
 #include "examples/fashion_mnist/training.h"
 
+#include <atomic>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -110,6 +111,45 @@ TEST(BlasTest, FindsTheLibraryThatTorchsMatrixProductsCall) {
   EXPECT_FALSE(IsReferenceBlas("/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3"));
   EXPECT_FALSE(IsReferenceBlas("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"));
   EXPECT_FALSE(IsReferenceBlas(""));
+  EXPECT_TRUE(IsThreadUnsafeBlas("/usr/lib/x86_64-linux-gnu/openblas-serial/libblas.so.3"));
+  EXPECT_FALSE(IsThreadUnsafeBlas("/usr/lib/x86_64-linux-gnu/openblas-pthread/libblas.so.3"));
+  EXPECT_FALSE(IsThreadUnsafeBlas("/usr/lib/x86_64-linux-gnu/blas/libblas.so.3"));
+}
+
+// Workers train as threads of one process (RunCluster, ps-experiment), so the BLAS must
+// give every thread the product one thread alone gets. Debian's libopenblas0-serial
+// does not (4-36 of these 10000 products differed, 5 threads on 2 cores); ConfigureTorchForWorkers refuses it for
+// more than one thread.
+TEST(BlasTest, ProductsOfConcurrentThreadsEqualThoseOfOneThread) {
+  ASSERT_TRUE(ConfigureTorchForWorkers(/*threads=*/1).ok());
+  torch::manual_seed(3);
+  // The MLP's shapes at batch 32, hidden 32: forward, and both backward products.
+  const std::vector<std::pair<torch::Tensor, torch::Tensor>> pairs = {
+      {torch::randn({32, 784}), torch::randn({784, 32})},
+      {torch::randn({784, 32}), torch::randn({32, 32})},
+      {torch::randn({32, 32}).t(), torch::randn({32, 784})},
+      {torch::randn({32, 32}), torch::randn({10, 32}).t()},
+  };
+  std::vector<torch::Tensor> alone;
+  for (const auto& [a, b] : pairs) alone.push_back(torch::mm(a, b));
+  std::atomic<int> differed{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 5; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 2000; ++i) {
+        const size_t k = static_cast<size_t>(t + i) % pairs.size();
+        if (!torch::equal(torch::mm(pairs[k].first, pairs[k].second), alone[k])) ++differed;
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(differed.load(), 0) << "of 10000 products on " << BlasLibraryPath();
+  if (IsThreadUnsafeBlas(BlasLibraryPath())) {
+    EXPECT_EQ(ConfigureTorchForWorkers(/*threads=*/2).code(),
+              absl::StatusCode::kFailedPrecondition);
+  } else {
+    EXPECT_TRUE(ConfigureTorchForWorkers(/*threads=*/2).ok());
+  }
 }
 
 TEST(ValidateConfigTest, RefusesUnknownCommunicationSettings) {
