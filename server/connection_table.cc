@@ -67,6 +67,7 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& 
   if (it == by_peer_.end()) return victims;  // not accepted here (or already closed)
   const Id id = it->second;
   Entry& e = entries_.at(id);
+  e.last_call = now;
   if (e.proven) return victims;
   if (!identity.empty() && PenalizedLocked(identity_penalties_, std::string(identity), now)) {
     EraseLocked(id);
@@ -83,8 +84,15 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& 
   std::set<Id>& mine = by_identity_[e.identity];
   mine.insert(id);
   while (limits_.max_per_identity != 0 && mine.size() > limits_.max_per_identity) {
-    // The oldest goes: a client that reconnects leaves its old connection behind.
-    victims.push_back(EvictOldestLocked(mine, CloseReason::kIdentity));
+    // The least recently used goes (the oldest of those): a client that reconnects
+    // leaves its old connection behind, idle, while a connection that serves calls
+    // stays, whatever the client's other connections do.
+    const auto lru = std::min_element(mine.begin(), mine.end(), [&](Id a, Id b) {
+      return entries_.at(a).last_call < entries_.at(b).last_call;
+    });
+    const Id victim = *lru;
+    EraseLocked(victim);  // changes `mine`
+    victims.push_back(Victim{victim, CloseReason::kIdentity});
   }
   return victims;
 }

@@ -100,9 +100,9 @@ class ConnectionTable {
   // `peer` (gRPC's peer string, e.g. "ipv4:127.0.0.1:5123", unique while it is open).
   Admission Open(std::string source, std::string peer, core::SteadyTime now);
   // A call on `peer` passed authentication as `identity` (empty: calls are anonymous,
-  // --insecure). Cheap when the connection is already proven. Returns the connections
-  // to close (the identity's oldest, when it is over its bound; this one, when the
-  // identity is penalized).
+  // --insecure). Cheap when the connection is already proven (it records the call's
+  // time). Returns the connections to close (the identity's least recently used, when
+  // it is over its bound; this one, when the identity is penalized).
   std::vector<Victim> Proven(const std::string& peer, std::string_view identity,
                              core::SteadyTime now);
   // The connection misbehaved (`reason`: kResets, kUnprovenBytes): it is to be closed,
@@ -128,6 +128,7 @@ class ConnectionTable {
     core::SteadyTime opened;
     bool proven = false;
     std::string identity;
+    core::SteadyTime last_call{};  // of the proven calls on it
   };
   struct Penalty {
     core::SteadyTime until{};

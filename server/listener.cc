@@ -25,6 +25,10 @@ namespace ps::server {
 namespace {
 
 constexpr auto kSweepEvery = std::chrono::milliseconds(250);
+// How often the bytes of unproven connections are read (TCP_INFO): a flood of control
+// frames (PINGs at 25 MB/s) must meet the 256 KiB bound before gRPC's own policing
+// closes the connection without a penalty (too_many_pings took about 125 ms).
+constexpr auto kByteCheckEvery = std::chrono::milliseconds(50);
 // Connections accepted in one go before the loop sweeps and polls again.
 constexpr int kAcceptBatch = 256;
 // Unproven connections closed each time accept4() finds no descriptor.
@@ -196,8 +200,10 @@ void Listener::Loop() {
   for (int fd : listen_fds_) polled.push_back({fd, POLLIN, 0});
   polled.push_back({wake_fd_, POLLIN, 0});
   auto next_sweep = clock_->Now();
+  auto next_byte_check = next_sweep;
   while (!stopping_.load()) {
-    const int n = ::poll(polled.data(), polled.size(), static_cast<int>(kSweepEvery.count()));
+    const int n =
+        ::poll(polled.data(), polled.size(), static_cast<int>(kByteCheckEvery.count()));
     if (stopping_.load()) break;
     if (n > 0) {
       for (size_t i = 0; i + 1 < polled.size(); ++i) {
@@ -207,6 +213,10 @@ void Listener::Loop() {
     if (clock_->Now() >= next_sweep) {
       Sweep();
       next_sweep = clock_->Now() + kSweepEvery;
+    }
+    if (clock_->Now() >= next_byte_check) {
+      CheckUnprovenBytes();
+      next_byte_check = clock_->Now() + kByteCheckEvery;
     }
   }
 }
@@ -336,8 +346,13 @@ void Listener::Sweep() {
   }
   for (ConnectionTable::Id id : gone) table_.Closed(id);
   CloseVictims(table_.Expired(clock_->Now()));
+  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+void Listener::CheckUnprovenBytes() {
   // What unproven connections received: a flood of calls the credential check refuses
-  // (each costs the shard a stream's processing) shows as bytes without a proof.
+  // (each costs the shard a stream's processing), or of control frames, shows as bytes
+  // without a proof.
   for (ConnectionTable::Id id : table_.Unproven()) {
     int fd;
     {
@@ -350,7 +365,6 @@ void Listener::Sweep() {
       CloseVictims(table_.Abusive(id, CloseReason::kUnprovenBytes, clock_->Now()));
     }
   }
-  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 void Listener::Count(CloseReason reason, std::string_view detail) {

@@ -82,9 +82,12 @@ class Listener {
   // Closes the connections the table named (shutdown(2), after checking that the
   // descriptor still names the connection handed out).
   void CloseVictims(const std::vector<ConnectionTable::Victim>& victims);
-  // Forgets connections gRPC closed, closes unproven ones past their time, and those
-  // that sent more than max_unproven_bytes unproven.
+  // Forgets connections gRPC closed and closes unproven ones past their time (every
+  // 250 ms).
   void Sweep();
+  // Closes unproven connections that received more than max_unproven_bytes, as abusive
+  // (every 50 ms).
+  void CheckUnprovenBytes();
   void Count(CloseReason reason, std::string_view detail);
 
   const std::vector<int> listen_fds_;

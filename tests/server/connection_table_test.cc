@@ -104,7 +104,7 @@ TEST(ConnectionTableTest, UnprovenConnectionsExpireAfterTheProofTimeout) {
   EXPECT_EQ(t.stats().open, 1u);
 }
 
-TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsOldestConnection) {
+TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsLeastRecentlyUsedConnection) {
   ConnectionTable t(Small());
   core::ManualClock clock;
   std::vector<ConnectionTable::Id> ids;
@@ -116,12 +116,22 @@ TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsOldestConnection) {
   EXPECT_TRUE(t.Proven(Peer(1), "worker-3", clock.Now()).empty());  // again: nothing changes
   std::vector<ConnectionTable::Victim> v = t.Proven(Peer(2), "worker-3", clock.Now());
   ASSERT_EQ(v.size(), 1u);
-  EXPECT_EQ(v[0].id, ids[0]);
+  EXPECT_EQ(v[0].id, ids[0]);  // all used at the same time: the oldest
+  EXPECT_EQ(v[0].reason, CloseReason::kIdentity);
+  // A connection that keeps serving calls outlives newer ones that went quiet: the
+  // identity's next connection closes the least recently used one.
+  clock.Advance(std::chrono::seconds(1));
+  EXPECT_TRUE(t.Proven(Peer(1), "worker-3", clock.Now()).empty());
+  clock.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(t.Open("10.0.0.3", Peer(3), clock.Now()).accepted);
+  v = t.Proven(Peer(3), "worker-3", clock.Now());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].id, ids[2]);
   EXPECT_EQ(v[0].reason, CloseReason::kIdentity);
   // Anonymous calls (--insecure) prove a connection without an identity to bound.
   ASSERT_TRUE(t.Open("10.0.0.9", Peer(9), clock.Now()).accepted);
   EXPECT_TRUE(t.Proven(Peer(9), "", clock.Now()).empty());
-  EXPECT_EQ(t.stats().proven, 3u);
+  EXPECT_EQ(t.stats().proven, 3u);  // peers 1 and 3, and the anonymous one
 }
 
 TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheConnectionThatHeldIt) {
