@@ -63,6 +63,19 @@ constexpr bool kSanitized = true;
 constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (128ull << 20);
 constexpr bool kSanitized = false;
 #endif
+#if defined(__SANITIZE_THREAD__)
+constexpr bool kThreadSanitized = true;
+#else
+constexpr bool kThreadSanitized = false;
+#endif
+// Why the tests that compare CPU time or the timing of three threads against a deadline
+// do not run under ThreadSanitizer: it slows the shard and the test's threads 5-15x, and
+// unevenly (a round's decoding took 60 ms in one run and 181 ms in the next, and the
+// honest threads drifted past a 400 ms deadline), so their figures say nothing about the
+// code. They run in the plain build and under ASan; TSan runs every other test here.
+constexpr char kTimingUnderTsan[] =
+    "timing against a deadline or a CPU budget; ThreadSanitizer's uneven 5-15x slowdown "
+    "makes it meaningless (runs in the plain and ASan builds)";
 
 std::string TempRunDir(const std::string& name) {
   std::string dir = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
@@ -214,6 +227,7 @@ constexpr uint32_t kUdpRounds = 12;
 // What the honest workers take between pulling a version and pushing its gradient (the
 // forward and backward passes): longer than the round deadline, as in real training.
 constexpr milliseconds kCompute{200};
+constexpr int kUdpDeadlineMs = 100;
 constexpr float kLearningRate = 0.1f;
 // Honest worker w's gradient, everywhere: 0.020, 0.021 and 0.022.
 float HonestGradient(uint32_t w) { return 0.020f + 0.001f * static_cast<float>(w); }
@@ -224,7 +238,7 @@ constexpr float kHonestSpread = 0.002f;
 std::vector<std::string> UdpShard(const std::string& rule) {
   return {"--workers", "4", "--byzantine", "1", "--aggregator", rule, "--udp-port", "0",
           "--lr", absl::StrCat(kLearningRate), "--momentum", "0",
-          "--round-deadline-ms", "100"};
+          "--round-deadline-ms", absl::StrCat(kUdpDeadlineMs)};
 }
 
 // The model after `rounds` rounds of workers 0, 1 and 2 pushing HonestGradient(w) over
@@ -394,6 +408,7 @@ class HostileRoundsTest : public ::testing::TestWithParam<const char*> {};
 // learning rate 0.1 and no momentum a round moves a parameter at most 0.1 x 0.002 away
 // from where the same round without the attacker moves it: 12 rounds, 0.0024.
 TEST_P(HostileRoundsTest, UdpRoundsKeepTheirQuorumWhenOneWorkerSendsADatagramPerSlice) {
+  if (kThreadSanitized) GTEST_SKIP() << kTimingUnderTsan;
   const std::string rule = GetParam();
   Trained clean, attacked;
   {
@@ -436,10 +451,12 @@ TEST_P(HostileRoundsTest, UdpRoundsKeepTheirQuorumWhenOneWorkerSendsADatagramPer
     worst = std::max(worst, std::abs(attacked.b[i] - clean.b[i]));
   }
   EXPECT_LE(worst, tolerance) << rule << ": a[0] " << attacked.a[0] << " against " << clean.a[0];
-  // No round was dropped (a drop is logged at error level, "dropped"), and the rounds did
-  // not freeze: the attacked run took about as long as the clean one (every round of
-  // both waits for its deadline).
-  EXPECT_THAT(shard.Log(), ::testing::Not(HasSubstr("dropped")));
+  // No round was dropped (a drop is logged at error level, "round R of slice S
+  // dropped"; the attacker's datagrams for a closed round are "UDP datagram dropped
+  // (stale ...)", which may happen when it falls behind), and the rounds did not freeze:
+  // the attacked run took about as long as the clean one (every round of both waits for
+  // its deadline).
+  EXPECT_THAT(shard.Log(), ::testing::Not(::testing::ContainsRegex("round [0-9]+ of slice [0-9]+ dropped")));
   EXPECT_LT(attacked.seconds, 3 * clean.seconds + 5)
       << attacked.seconds << " s against " << clean.seconds << " s";
   EXPECT_TRUE(shard.Alive());
@@ -601,10 +618,12 @@ const core::ModelLayout& WideLayout() {
 // machine) time to finish before it. The attacker's 9 connections (8 stubs and the
 // test's own) are more than --max-connections-per-client allows by default.
 TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOnesDo) {
-  // Under a sanitizer worker 0's 32 sign-coded slices alone took 18 ms of decoding.
-  constexpr double kBudgetMs = kSanitized ? 80 : 20;
+  if (kThreadSanitized) GTEST_SKIP() << kTimingUnderTsan;
+  // Under ASan worker 0's 32 sign-coded slices alone took 18 ms of decoding: the budget
+  // and the deadline are 10 and 5 times longer there.
+  constexpr double kBudgetMs = kSanitized ? 200 : 20;
   ShardProcess shard({"--workers", "2", "--quorum", "1", "--aggregator", "mean",
-                      "--round-deadline-ms", "400", "--max-decode-ms",
+                      "--round-deadline-ms", kSanitized ? "2000" : "400", "--max-decode-ms",
                       absl::StrCat(kBudgetMs), "--max-connections-per-client", "16"});
   const std::vector<float> zeros(WideLayout().total_elems(), 0.0f);
   const std::span<const float> inits[1] = {zeros};
