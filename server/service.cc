@@ -14,6 +14,7 @@
 #include "net/layout_proto.h"
 #include "net/wire.h"
 #include "server/metadata_auth.h"
+#include "server/pull_scheduler.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
 
@@ -130,172 +131,41 @@ FrontMethod Unary(const CallGate& gate, std::function<void(FrontCall*, const Req
   return m;
 }
 
-// Streams the requested slices of one Pull, each once it reaches the wanted version,
-// most urgent first among those ready. Watch callbacks may fire on any thread, so the
-// stream's mutable state sits behind a mutex in a shared block that outlives the stream
-// (the front destroys the stream when the call is done; late callbacks then find the
-// call gone).
-class PullStream final : public StreamHandler {
+// One Pull as a gRPC stream: the PullScheduler picks the slices and their order; this
+// writes each as a PullResponse (header, then the shared body) and ends the call.
+class PullStream final : public StreamHandler, private PullSink {
  public:
   // `slot` is the worker's open-stream slot, given back when the stream is done.
   PullStream(Shard* shard, FrontCall* call, const net::PullRequestFrame& req, Metrics* metrics,
              PullSlots::Slot slot)
-      : shard_(shard),
-        call_(call),
-        slice_ids_(req.slice_ids),
-        min_version_(req.min_version),
-        slot_(std::move(slot)) {
-    state_ = std::make_shared<State>();
-    state_->shard = shard;
-    state_->metrics = metrics;
-    state_->remaining = slice_ids_.size();
-    // What the worker holds (compressed pulls): a slice whose delta applies to it goes
-    // out as that delta.
-    if (shard->pull_epoch() != 0 && req.held_epoch == shard->pull_epoch()) {
-      for (size_t k = 0; k < req.held_versions.size(); ++k) {
-        state_->held.emplace(req.slice_ids[k], req.held_versions[k]);
-      }
-    }
-  }
+      : call_(call),
+        slot_(std::move(slot)),
+        scheduler_(shard, req.slice_ids, req.min_version, req.held_epoch, req.held_versions,
+                   metrics) {}
 
-  ~PullStream() override {
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->call = nullptr;
-    }
-    // A cancelled or timed-out pull leaves watches that never fired: drop them, or every
-    // abandoned pull would stay on the shard until its version came (if ever).
-    for (const auto& [slice, watch] : watches_) shard_->Unwatch(slice, watch);
-  }
-
-  void Start() override {
-    {
-      absl::MutexLock lock(&state_->mu);
-      state_->call = call_;
-    }
-    watches_.reserve(slice_ids_.size());
-    for (uint32_t id : slice_ids_) {
-      std::weak_ptr<State> weak = state_;
-      const int32_t priority = shard_->priority_schedule() ? shard_->SlicePriority(id) : 0;
-      const uint64_t watch = shard_->Watch(id, min_version_, [weak, id, priority](bool ok) {
-        if (auto st = weak.lock()) st->OnReady(id, priority, ok);
-      });
-      if (watch != 0) watches_.emplace_back(id, watch);
-    }
-    // Writing starts once every watch is registered: the slices ready at the start then
-    // go out most urgent first, and all but the first as queued behind it.
-    absl::MutexLock lock(&state_->mu);
-    state_->registering = false;
-    if (!state_->write_in_flight) state_->NextLocked(/*after_write=*/false);
-  }
+  void Start() override { scheduler_.Start(this); }
 
   void OnWriteDone(bool ok) override {
-    absl::MutexLock lock(&state_->mu);
-    state_->write_in_flight = false;
-    state_->response.Clear();  // drops this stream's reference to the snapshot
-    if (!ok) {
-      state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull stream broken"));
-      return;
-    }
-    state_->NextLocked(/*after_write=*/true);
+    response_.Clear();  // drops this stream's reference to the snapshot
+    scheduler_.WriteDone(ok);
   }
 
-  void OnCancel() override {
-    absl::MutexLock lock(&state_->mu);
-    state_->cancelled = true;
-    if (!state_->write_in_flight) {
-      state_->FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
-    }
-  }
+  void OnCancel() override { scheduler_.Cancel(); }
 
  private:
-  struct State {
-    absl::Mutex mu;
-    const Shard* shard = nullptr;
-    FrontCall* call ABSL_GUARDED_BY(mu) = nullptr;  // null before Start and once done
-    // (priority, arrival, slice); the priority is 0 for everything under --schedule=fifo.
-    std::set<std::tuple<int32_t, uint64_t, uint32_t>> ready ABSL_GUARDED_BY(mu);
-    uint64_t arrivals ABSL_GUARDED_BY(mu) = 0;
-    size_t remaining ABSL_GUARDED_BY(mu) = 0;  // slices not yet written
-    bool write_in_flight ABSL_GUARDED_BY(mu) = false;
-    bool registering ABSL_GUARDED_BY(mu) = true;  // Start() is adding watches
-    bool finished ABSL_GUARDED_BY(mu) = false;
-    bool cancelled ABSL_GUARDED_BY(mu) = false;
-    bool shutting_down ABSL_GUARDED_BY(mu) = false;
-    grpc::ByteBuffer response ABSL_GUARDED_BY(mu);  // the message being written
-    absl::flat_hash_map<uint32_t, uint64_t> held;     // slice -> version the worker holds
-    Metrics* metrics = nullptr;  // may be null
-    const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  // PullSink (called with the scheduler's lock held, one write at a time).
+  void Write(PullItem item) override {
+    const size_t bytes = item.body->size();
+    response_ =
+        net::HeaderAndBody(net::PullResponseHeader(item.header, bytes), std::move(item.body));
+    call_->Write(&response_);
+  }
+  void Finish(const absl::Status& status) override { call_->Finish(net::ToGrpc(status)); }
 
-    void OnReady(uint32_t id, int32_t priority, bool ok) {
-      absl::MutexLock lock(&mu);
-      if (call == nullptr || finished) return;
-      if (!ok) {
-        shutting_down = true;
-      } else {
-        ready.emplace(priority, arrivals++, id);
-      }
-      if (!write_in_flight && !registering) NextLocked(/*after_write=*/false);
-    }
-
-    // Starts the next write, or finishes when nothing is left to do. `after_write`: the
-    // previous write just completed, so a slice written now was waiting for the link
-    // (the frame says so: PullResponse.queued).
-    void NextLocked(bool after_write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      if (finished || call == nullptr) return;
-      if (cancelled) {
-        FinishLocked(grpc::Status(grpc::StatusCode::CANCELLED, "pull cancelled"));
-        return;
-      }
-      if (!ready.empty()) {
-        const uint32_t id = std::get<2>(*ready.begin());
-        ready.erase(ready.begin());
-        SliceSnapshot snap = shard->Snapshot(id);
-        net::PullHeader header{.slice_id = id,
-                               .version = snap.version,
-                               .epoch = shard->pull_epoch(),
-                               .loss = snap.loss,
-                               .first_loss = snap.first_loss,
-                               .queued = after_write};
-        std::shared_ptr<const std::string> body = std::move(snap.values);
-        if (snap.delta != nullptr && snap.delta->version == snap.version) {
-          auto it = held.find(id);
-          if (it != held.end() && it->second == snap.delta->base_version) {
-            header.codec = shard->pull_codec();
-            header.base_version = snap.delta->base_version;
-            body = snap.delta->payload;
-          }
-        }
-        const size_t bytes = body->size();
-        response = net::HeaderAndBody(net::PullResponseHeader(header, bytes), std::move(body));
-        --remaining;
-        if (metrics != nullptr) metrics->ObservePullBytes(bytes);
-        write_in_flight = true;
-        call->Write(&response);
-        return;
-      }
-      if (remaining == 0) {
-        FinishLocked(grpc::Status::OK);
-      } else if (shutting_down) {
-        FinishLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "shard is shutting down"));
-      }
-    }
-
-    void FinishLocked(const grpc::Status& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-      if (finished || call == nullptr) return;
-      finished = true;
-      if (metrics != nullptr) metrics->ObservePull(std::chrono::steady_clock::now() - start);
-      call->Finish(s);
-    }
-  };
-
-  Shard* const shard_;
   FrontCall* const call_;
-  const std::vector<uint32_t> slice_ids_;
-  const uint64_t min_version_;
   const PullSlots::Slot slot_;
-  std::vector<std::pair<uint32_t, uint64_t>> watches_;  // (slice, watch id) not fired at start
-  std::shared_ptr<State> state_;
+  grpc::ByteBuffer response_;  // the message being written
+  PullScheduler scheduler_;    // last: destroyed first, detaching this sink
 };
 
 }  // namespace
