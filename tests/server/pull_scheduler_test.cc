@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -26,11 +27,14 @@ class RecordingSink final : public PullSink {
     uint32_t slice;
     uint64_t version;
     bool queued;
+    std::string codec;  // empty: dense values
+    uint64_t base_version;
   };
 
   void Write(PullItem item) override {
     absl::MutexLock lock(&mu_);
-    written_.push_back({item.header.slice_id, item.header.version, item.header.queued});
+    written_.push_back({item.header.slice_id, item.header.version, item.header.queued,
+                        std::string(item.header.codec), item.header.base_version});
   }
   void Finish(const absl::Status& status) override {
     absl::MutexLock lock(&mu_);
@@ -65,8 +69,9 @@ class PullSchedulerTest : public ::testing::Test {
  protected:
   // One worker; tensors "late" (priority 2), "first" (0) and "middle" (1), one slice
   // each: slices 0, 1 and 2.
-  void Make(Schedule schedule) {
+  void Make(Schedule schedule, std::string pull_codec = "") {
     ServerOptions o;
+    o.pull_codec = std::move(pull_codec);
     o.num_workers = 1;
     o.learning_rate = 1.0f;
     o.momentum = 0.0f;
@@ -94,9 +99,11 @@ class PullSchedulerTest : public ::testing::Test {
     return shard_->Push(0, hash_, round, slice, "fp32", payload);
   }
 
-  std::unique_ptr<PullScheduler> Scheduler(std::vector<uint32_t> slices, uint64_t min_version) {
+  std::unique_ptr<PullScheduler> Scheduler(std::vector<uint32_t> slices, uint64_t min_version,
+                                           uint64_t held_epoch = 0,
+                                           std::vector<uint64_t> held_versions = {}) {
     return std::make_unique<PullScheduler>(shard_.get(), std::move(slices), min_version,
-                                           /*held_epoch=*/0, std::vector<uint64_t>{}, nullptr);
+                                           held_epoch, held_versions, nullptr);
   }
 
   core::ManualClock clock_;
@@ -207,6 +214,45 @@ TEST_F(PullSchedulerTest, CancelDuringAWriteEndsTheCallAfterItAndAFailedWriteEnd
   scheduler->WriteDone(false);
   EXPECT_EQ(sink.status().code(), absl::StatusCode::kCancelled);
   EXPECT_EQ(sink.finishes(), 1);
+}
+
+// Compressed pulls: a slice goes out as the change from the version the worker holds
+// only when it holds the change's base version of this shard's epoch; dense otherwise.
+TEST_F(PullSchedulerTest, AChangeGoesOnlyToAWorkerHoldingItsBaseVersionOfThisEpoch) {
+  Make(Schedule::kPriority, "fp16");
+  ASSERT_NE(shard_->pull_epoch(), 0u);
+  ASSERT_TRUE(Push(0, 0).ok());  // version 1 of slice 0, a change from version 0
+  struct Case {
+    uint64_t epoch;
+    uint64_t held;
+    bool change;
+  };
+  for (const Case& c : {Case{shard_->pull_epoch(), 0, true}, Case{shard_->pull_epoch(), 7, false},
+                        Case{shard_->pull_epoch() + 1, 0, false}}) {
+    RecordingSink sink;
+    auto scheduler = Scheduler({0}, 1, c.epoch, {c.held});
+    scheduler->Start(&sink);
+    const std::vector<RecordingSink::Written> w = sink.AwaitWritten(1);
+    ASSERT_EQ(w.size(), 1u);
+    EXPECT_EQ(w[0].version, 1u);
+    EXPECT_EQ(w[0].codec, c.change ? "fp16" : "") << "held " << c.held << " of epoch " << c.epoch;
+    if (c.change) {
+      EXPECT_EQ(w[0].base_version, 0u);
+    }
+    scheduler->WriteDone(true);
+    EXPECT_TRUE(sink.status().ok()) << sink.status();
+  }
+}
+
+TEST_F(PullSchedulerTest, APullWaitingWhenTheShardDrainsEndsUnavailable) {
+  Make(Schedule::kPriority);
+  RecordingSink sink;
+  auto scheduler = Scheduler({0, 1}, 5);
+  scheduler->Start(&sink);
+  shard_->Drain(std::chrono::milliseconds(0));
+  EXPECT_EQ(sink.finishes(), 1);
+  EXPECT_EQ(sink.status().code(), absl::StatusCode::kUnavailable) << sink.status();
+  EXPECT_TRUE(sink.AwaitWritten(0).empty());
 }
 
 }  // namespace
