@@ -31,8 +31,17 @@ ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string
   // connection that closed unnoticed.
   if (auto it = by_peer_.find(peer); it != by_peer_.end()) EraseLocked(it->second);
   if (PenalizedLocked(source_penalties_, source, now)) {
-    a.refused = CloseReason::kPenalized;
-    return a;
+    Penalty& p = source_penalties_.at(source);
+    if (now - p.window >= std::chrono::seconds(1)) {
+      p.window = now;
+      p.admitted = 0;
+    }
+    if (p.admitted >= limits_.probation_per_second) {
+      a.refused = CloseReason::kPenalized;
+      return a;
+    }
+    ++p.admitted;
+    a.probation = true;
   }
   const uint32_t max = limits_.max_connections;
   const uint32_t max_unproven = max > limits_.reserved_for_proven ? max - limits_.reserved_for_proven : 1;
@@ -53,8 +62,12 @@ ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string
   a.id = next_id_++;
   unproven_.insert(a.id);
   unproven_by_source_[source].insert(a.id);
+  if (a.probation) probation_.insert(a.id);
   by_peer_.emplace(peer, a.id);
-  entries_.emplace(a.id, Entry{std::move(source), std::move(peer), now, false, {}});
+  entries_.emplace(a.id, Entry{.source = std::move(source),
+                               .peer = std::move(peer),
+                               .opened = now,
+                               .probation = a.probation});
   return a;
 }
 
@@ -70,16 +83,14 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& 
   e.last_call = now;
   if (e.proven) return victims;
   if (!identity.empty() && PenalizedLocked(identity_penalties_, std::string(identity), now)) {
+    victims.push_back({id, CloseReason::kPenalized, e.source});
     EraseLocked(id);
-    victims.push_back({id, CloseReason::kPenalized});
     return victims;
   }
+  ForgetUnprovenLocked(id, e);
+  e.probation = false;
   e.proven = true;
   e.identity = std::string(identity);
-  unproven_.erase(id);
-  auto source_it = unproven_by_source_.find(e.source);
-  source_it->second.erase(id);
-  if (source_it->second.empty()) unproven_by_source_.erase(source_it);
   if (identity.empty()) return victims;  // anonymous (--insecure): no identity to bound
   std::set<Id>& mine = by_identity_[e.identity];
   mine.insert(id);
@@ -91,8 +102,8 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& 
       return entries_.at(a).last_call < entries_.at(b).last_call;
     });
     const Id victim = *lru;
+    victims.push_back(Victim{victim, CloseReason::kIdentity, entries_.at(victim).source});
     EraseLocked(victim);  // changes `mine`
-    victims.push_back(Victim{victim, CloseReason::kIdentity});
   }
   return victims;
 }
@@ -103,6 +114,10 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Expired(core::SteadyTime n
   // Ids grow with time: the oldest unproven connection comes first.
   while (!unproven_.empty() && now - entries_.at(*unproven_.begin()).opened >= limits_.proof_timeout) {
     out.push_back(EvictOldestLocked(unproven_, CloseReason::kProofTimeout));
+  }
+  while (!probation_.empty() &&
+         now - entries_.at(*probation_.begin()).opened >= limits_.probation_timeout) {
+    out.push_back(EvictOldestLocked(probation_, CloseReason::kPenalized));
   }
   return out;
 }
@@ -129,13 +144,19 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Abusive(Id id, CloseReason
   if (it->second.proven && !it->second.identity.empty()) {
     PenalizeLocked(identity_penalties_, it->second.identity, now);
   }
+  Victim v{id, reason, it->second.source};
   EraseLocked(id);
-  return {Victim{id, reason}};
+  return {std::move(v)};
 }
 
 std::vector<ConnectionTable::Id> ConnectionTable::Unproven() const {
   absl::MutexLock lock(&mu_);
   return std::vector<Id>(unproven_.begin(), unproven_.end());
+}
+
+std::vector<ConnectionTable::Id> ConnectionTable::OnProbation() const {
+  absl::MutexLock lock(&mu_);
+  return std::vector<Id>(probation_.begin(), probation_.end());
 }
 
 void ConnectionTable::PenalizeLocked(absl::flat_hash_map<std::string, Penalty>& map,
@@ -177,14 +198,16 @@ ConnectionTable::Stats ConnectionTable::stats() const {
   s.open = static_cast<uint32_t>(entries_.size());
   s.unproven = static_cast<uint32_t>(unproven_.size());
   s.proven = s.open - s.unproven;
+  s.probation = static_cast<uint32_t>(probation_.size());
   return s;
 }
 
 ConnectionTable::Victim ConnectionTable::EvictOldestLocked(const std::set<Id>& ids,
                                                            CloseReason reason) {
   const Id id = *ids.begin();
+  Victim v{id, reason, entries_.at(id).source};
   EraseLocked(id);  // may change `ids`
-  return Victim{id, reason};
+  return v;
 }
 
 void ConnectionTable::EraseLocked(Id id) {
@@ -198,13 +221,18 @@ void ConnectionTable::EraseLocked(Id id) {
       if (m->second.empty()) by_identity_.erase(m);
     }
   } else {
-    unproven_.erase(id);
-    if (auto m = unproven_by_source_.find(e.source); m != unproven_by_source_.end()) {
-      m->second.erase(id);
-      if (m->second.empty()) unproven_by_source_.erase(m);
-    }
+    ForgetUnprovenLocked(id, e);
   }
   entries_.erase(it);
+}
+
+void ConnectionTable::ForgetUnprovenLocked(Id id, const Entry& e) {
+  unproven_.erase(id);
+  if (auto m = unproven_by_source_.find(e.source); m != unproven_by_source_.end()) {
+    m->second.erase(id);
+    if (m->second.empty()) unproven_by_source_.erase(m);
+  }
+  if (e.probation) probation_.erase(id);
 }
 
 }  // namespace ps::server

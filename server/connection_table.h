@@ -21,10 +21,15 @@
 //
 // A connection that misbehaves below the messages (cancels many calls before their
 // requests arrived: HTTP/2 rapid reset; or sends max_unproven_bytes without ever
-// authenticating: a flood of refused calls) is closed, and its source may not open new
-// unproven connections, nor its identity keep new proven ones, for a penalty that
-// doubles with each repeat (the flood then costs the shard an accept and a reset per
-// connection, not a stream's processing per frame).
+// authenticating: a flood of refused calls or control frames) is closed, and its source
+// and identity are penalized for a time that doubles with each repeat. While its source
+// is penalized, new connections from it are admitted *on probation*, a few a second
+// (the rest refused at accept): each is closed if it stays unproven for
+// probation_timeout, and closed as abusive (renewing the penalty) when it sends
+// max_probation_bytes. An honest client on the same address still gets in once the
+// flood stops or between its attempts (its first call proves the connection within
+// milliseconds); a reconnecting flood costs the shard a few connections a second. An
+// identity under penalty may not keep new proven connections.
 //
 // Thread safety: all methods may be called concurrently.
 #pragma once
@@ -56,6 +61,13 @@ struct ConnectionLimits {
   // `max_penalty`.
   core::Duration penalty = std::chrono::milliseconds(500);
   core::Duration max_penalty = std::chrono::seconds(4);
+  // Connections from a penalized source: at most `probation_per_second` admitted per
+  // source in each second (the rest refused), each closed after `probation_timeout`
+  // without a proof, and closed as abusive after `max_probation_bytes` (an honest TLS
+  // handshake and first call's headers take 2-5 KiB).
+  uint32_t probation_per_second = 4;
+  core::Duration probation_timeout = std::chrono::seconds(1);
+  uint64_t max_probation_bytes = 32 << 10;
 };
 
 // Why a connection is closed or refused (a label of ps_connections_closed_total).
@@ -68,7 +80,9 @@ enum class CloseReason : uint8_t {
   kDescriptors,     // accepted and closed at once: no descriptor left
   kResets,          // it cancelled too many calls before their requests arrived
   kUnprovenBytes,   // it sent max_unproven_bytes without an authenticated call
-  kPenalized,       // its source or identity is penalized for an abusive connection
+  kPenalized,       // its source is penalized and used its probation admissions (new
+                    // connection refused); on probation past its timeout; or its
+                    // identity is penalized
   kCount
 };
 std::string_view CloseReasonName(CloseReason r);
@@ -79,10 +93,12 @@ class ConnectionTable {
   struct Victim {
     Id id;
     CloseReason reason;
+    std::string source;  // its address, for the log
   };
   struct Admission {
     bool accepted = false;
     Id id = 0;
+    bool probation = false;                    // its source is penalized
     CloseReason refused = CloseReason::kFull;  // when !accepted
     std::vector<Victim> evict;                 // connections to close for this one
   };
@@ -90,6 +106,7 @@ class ConnectionTable {
     uint32_t open = 0;
     uint32_t unproven = 0;
     uint32_t proven = 0;
+    uint32_t probation = 0;  // of the unproven
   };
 
   explicit ConnectionTable(const ConnectionLimits& limits) : limits_(limits) {}
@@ -111,7 +128,10 @@ class ConnectionTable {
   std::vector<Victim> Abusive(Id id, CloseReason reason, core::SteadyTime now);
   // The unproven connections (ids), for the listener's byte check.
   std::vector<Id> Unproven() const;
-  // Unproven connections older than the proof timeout.
+  // The connections on probation (a subset of Unproven()), for the frequent check.
+  std::vector<Id> OnProbation() const;
+  // Unproven connections older than the proof timeout (on probation: the probation
+  // timeout).
   std::vector<Victim> Expired(core::SteadyTime now);
   // Up to `count` of the oldest unproven connections, to make room when the process ran
   // out of descriptors below max_connections.
@@ -127,12 +147,16 @@ class ConnectionTable {
     std::string peer;
     core::SteadyTime opened;
     bool proven = false;
+    bool probation = false;
     std::string identity;
     core::SteadyTime last_call{};  // of the proven calls on it
   };
   struct Penalty {
     core::SteadyTime until{};
     core::Duration length{};
+    // Connections admitted on probation in the second from `window` (sources only).
+    core::SteadyTime window{};
+    uint32_t admitted = 0;
   };
   // Penalizes `key` from `now`: the penalty after one that ended less than a minute ago
   // is twice as long.
@@ -145,6 +169,8 @@ class ConnectionTable {
   Victim EvictOldestLocked(const std::set<Id>& ids, CloseReason reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(Id id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes unproven connection `id` (`e`) from the unproven and probation sets.
+  void ForgetUnprovenLocked(Id id, const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ConnectionLimits limits_;
   mutable absl::Mutex mu_;
@@ -154,6 +180,7 @@ class ConnectionTable {
   absl::flat_hash_map<std::string, Id> by_peer_ ABSL_GUARDED_BY(mu_);
   std::set<Id> unproven_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::set<Id>> unproven_by_source_ ABSL_GUARDED_BY(mu_);
+  std::set<Id> probation_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::set<Id>> by_identity_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Penalty> source_penalties_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, Penalty> identity_penalties_ ABSL_GUARDED_BY(mu_);

@@ -29,6 +29,10 @@ constexpr auto kSweepEvery = std::chrono::milliseconds(250);
 // frames (PINGs at 25 MB/s) must meet the 256 KiB bound before gRPC's own policing
 // closes the connection without a penalty (too_many_pings took about 125 ms).
 constexpr auto kByteCheckEvery = std::chrono::milliseconds(50);
+// How often the bytes of connections on probation (from a penalized source) are read:
+// a flood's reconnection is caught after about 10 ms of frames, not gRPC's 125 ms.
+// They are few (max_probation_per_source each), so the check is cheap.
+constexpr auto kProbationCheckEvery = std::chrono::milliseconds(10);
 // Connections accepted in one go before the loop sweeps and polls again.
 constexpr int kAcceptBatch = 256;
 // Unproven connections closed each time accept4() finds no descriptor.
@@ -202,8 +206,9 @@ void Listener::Loop() {
   auto next_sweep = clock_->Now();
   auto next_byte_check = next_sweep;
   while (!stopping_.load()) {
-    const int n =
-        ::poll(polled.data(), polled.size(), static_cast<int>(kByteCheckEvery.count()));
+    const bool probation = table_.stats().probation > 0;
+    const int n = ::poll(polled.data(), polled.size(),
+                         static_cast<int>((probation ? kProbationCheckEvery : kByteCheckEvery).count()));
     if (stopping_.load()) break;
     if (n > 0) {
       for (size_t i = 0; i + 1 < polled.size(); ++i) {
@@ -214,8 +219,9 @@ void Listener::Loop() {
       Sweep();
       next_sweep = clock_->Now() + kSweepEvery;
     }
+    if (probation) CheckBytes(table_.OnProbation(), table_.limits().max_probation_bytes);
     if (clock_->Now() >= next_byte_check) {
-      CheckUnprovenBytes();
+      CheckBytes(table_.Unproven(), table_.limits().max_unproven_bytes);
       next_byte_check = clock_->Now() + kByteCheckEvery;
     }
   }
@@ -285,7 +291,8 @@ void Listener::Admit(int listen_fd, int fd) {
     Count(a.refused,
           a.refused == CloseReason::kPenalized
               ? absl::StrCat("refused a connection from ", source,
-                             ": penalized for an abusive connection")
+                             ": penalized for an abusive connection, and its connections on "
+                             "probation this second are used up")
               : absl::StrCat("refused a connection from ", source, ": ", table_.stats().proven,
                              " authenticated connections fill the table (--max-connections)"));
     return;
@@ -327,7 +334,8 @@ void Listener::CloseVictims(const std::vector<ConnectionTable::Victim>& victims)
     // The descriptor may have been closed by gRPC and its number reused since: act only
     // while it still names the socket handed out.
     if (h.inode != 0 && InodeOf(h.fd) == h.inode) ::shutdown(h.fd, SHUT_RDWR);
-    Count(v.reason, absl::StrCat("closed a connection: ", std::string(CloseReasonName(v.reason))));
+    Count(v.reason, absl::StrCat("closed a connection from ", v.source, ": ",
+                                 std::string(CloseReasonName(v.reason))));
   }
 }
 
@@ -349,11 +357,11 @@ void Listener::Sweep() {
   if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
-void Listener::CheckUnprovenBytes() {
+void Listener::CheckBytes(const std::vector<ConnectionTable::Id>& ids, uint64_t limit) {
   // What unproven connections received: a flood of calls the credential check refuses
   // (each costs the shard a stream's processing), or of control frames, shows as bytes
   // without a proof.
-  for (ConnectionTable::Id id : table_.Unproven()) {
+  for (ConnectionTable::Id id : ids) {
     int fd;
     {
       absl::MutexLock lock(&mu_);
@@ -361,7 +369,7 @@ void Listener::CheckUnprovenBytes() {
       if (it == handed_.end()) continue;
       fd = it->second.fd;
     }
-    if (ReceivedBytes(fd) > table_.limits().max_unproven_bytes) {
+    if (ReceivedBytes(fd) > limit) {
       CloseVictims(table_.Abusive(id, CloseReason::kUnprovenBytes, clock_->Now()));
     }
   }

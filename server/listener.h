@@ -85,9 +85,10 @@ class Listener {
   // Forgets connections gRPC closed and closes unproven ones past their time (every
   // 250 ms).
   void Sweep();
-  // Closes unproven connections that received more than max_unproven_bytes, as abusive
-  // (every 50 ms).
-  void CheckUnprovenBytes();
+  // Closes the connections `ids` (unproven) that received more than `limit` bytes, as
+  // abusive: every unproven one against max_unproven_bytes every 50 ms, those on
+  // probation against max_probation_bytes every 10 ms.
+  void CheckBytes(const std::vector<ConnectionTable::Id>& ids, uint64_t limit);
   void Count(CloseReason reason, std::string_view detail);
 
   const std::vector<int> listen_fds_;

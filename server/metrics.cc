@@ -385,7 +385,9 @@ void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFami
                                 MetricType::Counter);
   for (const PortStats& p : ports) {
     const ClientMetric::Label port{"port", p.port};
-    AddGauge(&open, p.listener.table.unproven, {port, {"state", "unproven"}});
+    AddGauge(&open, p.listener.table.unproven - p.listener.table.probation,
+             {port, {"state", "unproven"}});
+    AddGauge(&open, p.listener.table.probation, {port, {"state", "probation"}});
     AddGauge(&open, p.listener.table.proven, {port, {"state", "proven"}});
     for (size_t i = 0; i < p.listener.closed.size(); ++i) {
       AddCounter(&closed, static_cast<double>(p.listener.closed[i]),

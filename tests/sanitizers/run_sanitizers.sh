@@ -6,7 +6,7 @@
 #
 #   tests/sanitizers/run_sanitizers.sh [asan|tsan]...     # default: asan tsan
 #
-# Each configures (g++, Ninja, -O1 -g with assertions on, no examples or benchmarks),
+# Each configures (g++, Ninja, -O1 -g1 with assertions on, no examples or benchmarks),
 # builds only ps_integration_test, ps-server and ps-admin (TSan: and the canary of
 # tests/sanitizers/tsan_canary.cc), and runs `ctest -L integration`. Stops at the first
 # failing sanitizer and exits 1; the reports are in the ctest output
@@ -30,8 +30,8 @@ configure_and_build() {  # DIR SANITIZERS [EXTRA TARGET...]
   local dir=$1 sanitize=$2
   shift 2
   cmake -S "$root" -B "$dir" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DPS_SANITIZE="$sanitize" -DPS_BUILD_TESTS=ON -DPS_BUILD_EXAMPLES=OFF \
     -DPS_BUILD_BENCHMARKS=OFF -DPS_WITH_CUDA=OFF >/dev/null
   ninja -C "$dir" -j "$jobs" ps_integration_test ps-server ps-admin "$@"

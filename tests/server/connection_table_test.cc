@@ -16,6 +16,8 @@ ConnectionLimits Small() {
   l.max_unproven_per_source = 3;
   l.max_per_identity = 2;
   l.proof_timeout = milliseconds(1000);
+  l.probation_per_second = 2;
+  l.probation_timeout = milliseconds(200);
   return l;
 }
 
@@ -168,27 +170,77 @@ TEST(ConnectionTableTest, AnAbusiveConnectionPenalizesItsSourceAndIdentityLonger
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].reason, CloseReason::kResets);
   EXPECT_TRUE(t.Abusive(Peer(0), CloseReason::kResets, clock.Now()).empty());  // gone
-  // The source may not open a connection for the penalty; another source may.
+  // The source's connections are on probation for the penalty; another source's are not.
   ConnectionTable::Admission a = t.Open("10.0.0.1", Peer(1), clock.Now());
-  EXPECT_FALSE(a.accepted);
-  EXPECT_EQ(a.refused, CloseReason::kPenalized);
-  ASSERT_TRUE(t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now()).accepted);
+  ASSERT_TRUE(a.accepted);
+  EXPECT_TRUE(a.probation);
+  EXPECT_EQ(t.OnProbation(), std::vector<ConnectionTable::Id>{a.id});
+  EXPECT_EQ(t.Abusive(Peer(1), CloseReason::kUnprovenBytes, clock.Now()).size(), 1u);
+  ConnectionTable::Admission other = t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now());
+  ASSERT_TRUE(other.accepted);
+  EXPECT_FALSE(other.probation);
   // The identity's new connection from elsewhere is closed at its first call.
   v = t.Proven("ipv4:10.0.0.2:1", "worker-3", clock.Now());
   ASSERT_EQ(v.size(), 1u);
   EXPECT_EQ(v[0].reason, CloseReason::kPenalized);
-  // After the penalty both may come back; a repeat within a minute doubles it.
-  clock.Advance(std::chrono::milliseconds(500));
-  ASSERT_TRUE(t.Open("10.0.0.1", Peer(2), clock.Now()).accepted);
+  // The probation connection's abuse renewed the penalty, doubled (1 s from then);
+  // after it, connections are no longer on probation. A repeat within a minute doubles
+  // it again.
+  clock.Advance(std::chrono::milliseconds(999));
+  EXPECT_TRUE(t.Open("10.0.0.1", Peer(2), clock.Now()).probation);
   EXPECT_EQ(t.Abusive(Peer(2), CloseReason::kUnprovenBytes, clock.Now()).size(), 1u);
-  clock.Advance(std::chrono::milliseconds(900));
-  EXPECT_FALSE(t.Open("10.0.0.1", Peer(3), clock.Now()).accepted);
-  clock.Advance(std::chrono::milliseconds(100));
-  EXPECT_TRUE(t.Open("10.0.0.1", Peer(3), clock.Now()).accepted);
+  clock.Advance(std::chrono::milliseconds(1999));
+  EXPECT_TRUE(t.Open("10.0.0.1", Peer(3), clock.Now()).probation);
+  clock.Advance(std::chrono::milliseconds(1));
+  a = t.Open("10.0.0.1", Peer(4), clock.Now());
+  ASSERT_TRUE(a.accepted);
+  EXPECT_FALSE(a.probation);
   // Unproven connections are listed for the byte check; proven ones are not.
   ASSERT_TRUE(t.Open("10.0.0.5", "ipv4:10.0.0.5:1", clock.Now()).accepted);
   t.Proven("ipv4:10.0.0.5:1", "admin", clock.Now());
-  EXPECT_EQ(t.Unproven().size(), 1u);
+  EXPECT_EQ(t.Unproven().size(), 2u);  // Peer(3) on probation and Peer(4)
+  EXPECT_EQ(t.OnProbation().size(), 1u);
+}
+
+TEST(ConnectionTableTest, APenalizedSourceGetsAFewConnectionsASecondOnProbation) {
+  ConnectionTable t(Small());  // 2 a second on probation, for 200 ms each; penalty 500 ms
+  core::ManualClock clock;
+  ASSERT_TRUE(t.Open("10.0.0.1", Peer(0), clock.Now()).accepted);
+  ASSERT_EQ(t.Abusive(Peer(0), CloseReason::kUnprovenBytes, clock.Now()).size(), 1u);
+  // Two are admitted on probation; the third in the same second is refused.
+  ConnectionTable::Admission first = t.Open("10.0.0.1", Peer(1), clock.Now());
+  ASSERT_TRUE(first.accepted);
+  EXPECT_TRUE(first.probation);
+  ConnectionTable::Admission second = t.Open("10.0.0.1", Peer(2), clock.Now());
+  ASSERT_TRUE(second.accepted);
+  ConnectionTable::Admission third = t.Open("10.0.0.1", Peer(3), clock.Now());
+  EXPECT_FALSE(third.accepted);
+  EXPECT_EQ(third.refused, CloseReason::kPenalized);
+  EXPECT_EQ(t.stats().probation, 2u);
+  // One proves itself: it leaves probation and stays past the probation timeout.
+  EXPECT_TRUE(t.Proven(Peer(2), "worker-1", clock.Now()).empty());
+  EXPECT_EQ(t.OnProbation(), std::vector<ConnectionTable::Id>{first.id});
+  EXPECT_EQ(t.Unproven(), std::vector<ConnectionTable::Id>{first.id});
+  clock.Advance(milliseconds(199));
+  EXPECT_TRUE(t.Expired(clock.Now()).empty());
+  clock.Advance(milliseconds(1));
+  std::vector<ConnectionTable::Victim> v = t.Expired(clock.Now());
+  ASSERT_EQ(v.size(), 1u);
+  EXPECT_EQ(v[0].id, first.id);
+  EXPECT_EQ(v[0].reason, CloseReason::kPenalized);
+  EXPECT_EQ(v[0].source, "10.0.0.1");
+  const ConnectionTable::Stats s = t.stats();
+  EXPECT_EQ(s.open, 1u);
+  EXPECT_EQ(s.proven, 1u);
+  EXPECT_EQ(s.probation, 0u);
+  // The second's two admissions are used; after the penalty (500 ms) connections are
+  // admitted as usual.
+  clock.Advance(milliseconds(99));  // 299 ms
+  EXPECT_FALSE(t.Open("10.0.0.1", Peer(4), clock.Now()).accepted);
+  clock.Advance(milliseconds(201));  // 500 ms
+  ConnectionTable::Admission free = t.Open("10.0.0.1", Peer(5), clock.Now());
+  ASSERT_TRUE(free.accepted);
+  EXPECT_FALSE(free.probation);
 }
 
 }  // namespace
