@@ -18,6 +18,9 @@ namespace {
 
 constexpr std::string_view kChallengeLabel = "ps-server challenge v1";
 constexpr std::string_view kCallLabel = "ps-server call v1";
+constexpr std::string_view kDataKeyLabel = "ps-data key v1";
+constexpr std::string_view kDataServerLabel = "ps-data server v1";
+constexpr std::string_view kDataClientLabel = "ps-data client v1";
 
 bool IsHex(std::string_view s, size_t digits) {
   if (s.size() != digits) return false;
@@ -31,7 +34,8 @@ std::string Hex(std::string_view raw) { return absl::BytesToHexString(AsAbsl(raw
 std::string Raw(std::string_view hex) { return absl::HexStringToBytes(AsAbsl(hex)); }
 
 // HMAC-SHA256 under `token` of the label and fields, each followed by a NUL (keys,
-// identities and labels hold none; the nonces are of fixed length and come last).
+// identities, labels and decimal numbers hold none; nonces and secrets are of fixed
+// length and come last).
 std::string Mac(std::string_view token, std::string_view label,
                 std::initializer_list<std::string_view> fields) {
   std::string message(label);
@@ -86,6 +90,21 @@ std::string ServerProof(std::string_view token, std::string_view key, std::strin
 std::string CallProof(std::string_view token, std::string_view key, std::string_view server,
                       std::string_view server_nonce) {
   return Mac(token, kCallLabel, {key, server, server_nonce});
+}
+
+std::string DataKey(std::string_view token, std::string_view key, std::string_view server,
+                    uint64_t data_session, std::string_view data_secret) {
+  return Mac(token, kDataKeyLabel, {key, server, absl::StrCat(data_session), data_secret});
+}
+
+std::string DataServerProof(std::string_view k, std::string_view server, uint64_t data_session,
+                            std::string_view client_nonce, std::string_view server_nonce) {
+  return Mac(k, kDataServerLabel, {server, absl::StrCat(data_session), client_nonce, server_nonce});
+}
+
+std::string DataClientProof(std::string_view k, std::string_view server, uint64_t data_session,
+                            std::string_view client_nonce, std::string_view server_nonce) {
+  return Mac(k, kDataClientLabel, {server, absl::StrCat(data_session), client_nonce, server_nonce});
 }
 
 bool SameProof(std::string_view a, std::string_view b) {

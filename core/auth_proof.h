@@ -24,6 +24,7 @@
 // for, with any C) is ever a call proof. Grpc-free; every function is thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -60,6 +61,28 @@ std::string ServerProof(std::string_view token, std::string_view key, std::strin
 // A client's proof on every call to the process whose nonce is `server_nonce`.
 std::string CallProof(std::string_view token, std::string_view key, std::string_view server,
                       std::string_view server_nonce);
+// The data plane's handshake (docs/data-plane.md, "Binding a connection to a session";
+// the frames are net/data_frame.h). The Join answer hands out a data session: a public
+// id and a random secret. The key of a connection's proofs binds the secret to the
+// worker's token, so a reader of a plaintext Join answer cannot open a data connection:
+//   K = HMAC-SHA256(token, "ps-data key v1" | KEY | SERVER | session | secret)
+// (with mTLS only or --insecure there is no token, and K is the secret itself). On a
+// connection, the worker sends a nonce C, the shard a nonce S and its proof, then the
+// worker its own:
+//   shard:  HMAC-SHA256(K, "ps-data server v1" | SERVER | session | C | S)
+//   worker: HMAC-SHA256(K, "ps-data client v1" | SERVER | session | C | S)
+// Each field is followed by a NUL, as in the challenge's proofs; `session` enters as its
+// decimal digits, `secret` and the nonces (kNonceBytes each) are of fixed length and
+// come last. The labels differ from each other and from the challenge's, so no answer of
+// one exchange is ever a proof in another: a shard's proof is not the worker's, and
+// nothing the control plane answers opens a data connection.
+std::string DataKey(std::string_view token, std::string_view key, std::string_view server,
+                    uint64_t data_session, std::string_view data_secret);
+std::string DataServerProof(std::string_view k, std::string_view server, uint64_t data_session,
+                            std::string_view client_nonce, std::string_view server_nonce);
+std::string DataClientProof(std::string_view k, std::string_view server, uint64_t data_session,
+                            std::string_view client_nonce, std::string_view server_nonce);
+
 // Equality of two proofs whose time does not depend on where they differ.
 bool SameProof(std::string_view a, std::string_view b);
 // The INSTANCE that stands for `server_nonce` in call headers (hex).

@@ -13,9 +13,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "net/little_endian_internal.h"
 
 namespace ps::net {
 namespace {
+
+using internal::LoadLe;
+using internal::StoreLe;
 
 constexpr char kMagic[4] = {'P', 'S', 'U', '1'};
 constexpr size_t kNonceOffset = 44;
@@ -32,19 +36,6 @@ struct EvpCipherCtxDeleter {
   void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
 };
 using EvpCipherCtxPtr = std::unique_ptr<EVP_CIPHER_CTX, EvpCipherCtxDeleter>;
-
-// Byte-wise so that the format does not depend on the host's byte order.
-void StoreLe(uint64_t v, size_t bytes, char* out) {
-  for (size_t i = 0; i < bytes; ++i) out[i] = static_cast<char>((v >> (8 * i)) & 0xff);
-}
-
-uint64_t LoadLe(const char* in, size_t bytes) {
-  uint64_t v = 0;
-  for (size_t i = 0; i < bytes; ++i) {
-    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
-  }
-  return v;
-}
 
 bool IsCodecChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||

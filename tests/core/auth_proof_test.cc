@@ -10,7 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "core/cluster_secret.h"
+#include "core/status.h"
 
 namespace ps::core {
 namespace {
@@ -138,6 +140,89 @@ TEST(AuthProofTest, StaleMessagesNameTheInstanceTheProofWasFor) {
   EXPECT_FALSE(StaleInstance("unknown token").has_value());
   EXPECT_FALSE(StaleInstance("ps-auth-stale-v1 zz: x").has_value());
   EXPECT_FALSE(StaleInstance("x " + message).has_value());
+}
+
+// Bytes a, a + 1, ... (raw nonces and secrets that a test can write down).
+std::string Counting(int first, size_t n) {
+  std::string out(n, '\0');
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<char>(first + static_cast<int>(i));
+  return out;
+}
+
+std::string HexOf(std::string_view raw) { return absl::BytesToHexString(AsAbsl(raw)); }
+
+// The data plane's key and proofs, byte for byte as docs/data-plane.md defines them.
+// Python: k = hmac.new(b"token-A", b"ps-data key v1\0worker-3\0shard-1\01234567890123\0"
+//   + bytes(range(32)) + b"\0", sha256).digest(); the proofs HMAC under k of
+//   b"ps-data server v1\0shard-1\01234567890123\0" + C + b"\0" + S + b"\0" (and "client"),
+//   C = bytes(range(32, 64)), S = bytes(range(64, 96)).
+TEST(AuthProofTest, DataKeyAndProofsMatchTheirDefinition) {
+  const std::string secret = Counting(0, 32), c = Counting(32, 32), s = Counting(64, 32);
+  const std::string k = DataKey("token-A", "worker-3", "shard-1", 1234567890123, secret);
+  EXPECT_EQ(HexOf(k), "179e853dc538504415ef8b2e729dcf8ccb59ecff53e85768779320eba4dbd9cf");
+  EXPECT_EQ(HexOf(DataServerProof(k, "shard-1", 1234567890123, c, s)),
+            "90c7e7b1a7c633082c06b5361c8f92f5a8a1e1bd4a1a60d95dba837e73a9061e");
+  EXPECT_EQ(HexOf(DataClientProof(k, "shard-1", 1234567890123, c, s)),
+            "6931817064ad46c1d2ad07ab62d74dd4b3b22ee1952e5c88a8af34ef085c33f5");
+}
+
+TEST(AuthProofTest, DataProofsAreBoundToEveryInput) {
+  const std::string token = DeriveToken(*NewSecret(), kWorker0);
+  const std::string key = TokenKey(token);
+  const std::string secret = *NewNonce(), c = *NewNonce(), s = *NewNonce();
+  const std::string k = DataKey(token, key, "shard-0", 7, secret);
+  ASSERT_EQ(k.size(), kProofBytes);
+  // The key: another token (a reader of the Join answer without it), key, server,
+  // session or secret.
+  for (const std::string& other :
+       {DataKey(DeriveToken(*NewSecret(), kWorker0), key, "shard-0", 7, secret),
+        DataKey(token, "worker-1", "shard-0", 7, secret),
+        DataKey(token, key, "shard-1", 7, secret), DataKey(token, key, "shard-0", 8, secret),
+        DataKey(token, key, "shard-0", 7, *NewNonce())}) {
+    EXPECT_FALSE(SameProof(k, other));
+  }
+  const std::string proof = DataServerProof(k, "shard-0", 7, c, s);
+  EXPECT_TRUE(SameProof(proof, DataServerProof(k, "shard-0", 7, c, s)));
+  for (const std::string& other :
+       {DataServerProof(secret, "shard-0", 7, c, s), DataServerProof(k, "shard-1", 7, c, s),
+        DataServerProof(k, "shard-0", 70, c, s), DataServerProof(k, "shard-0", 7, s, c),
+        DataServerProof(k, "shard-0", 7, *NewNonce(), s),
+        DataServerProof(k, "shard-0", 7, c, *NewNonce())}) {
+    EXPECT_FALSE(SameProof(proof, other));
+  }
+  const std::string client = DataClientProof(k, "shard-0", 7, c, s);
+  EXPECT_TRUE(SameProof(client, DataClientProof(k, "shard-0", 7, c, s)));
+  EXPECT_FALSE(SameProof(client, DataClientProof(k, "shard-0", 7, s, c)));
+  EXPECT_FALSE(SameProof(client, DataClientProof(k, "shard-0", 8, c, s)));
+}
+
+// No answer of one exchange is a proof in another: the shard's data proof is not the
+// worker's (a worker cannot echo the CHALLENGE back as its PROOF), and nothing the
+// control plane's challenge gives out (anybody may ask, with any nonce) is a data key or
+// proof, nor the other way round, even for the same secret, names and nonces.
+TEST(AuthProofTest, DataProofsAreDomainSeparated) {
+  const std::string token = DeriveToken(*NewSecret(), kWorker0);
+  const std::string key = TokenKey(token);
+  const std::string c = *NewNonce(), s = *NewNonce();
+  // Every HMAC below under one key (the token, standing in for K too): the labels alone
+  // must tell them apart.
+  const std::vector<std::string> all = {
+      DataKey(token, key, "shard-0", 7, s),
+      DataServerProof(token, "shard-0", 7, c, s),
+      DataClientProof(token, "shard-0", 7, c, s),
+      ServerProof(token, key, "shard-0", c, s),
+      CallProof(token, key, "shard-0", s),
+      // The data plane's field lists shifted onto the control plane's: the session's
+      // digits where a key or nonce goes.
+      ServerProof(token, "shard-0", "7", c, s),
+      CallProof(token, "shard-0", "7", s),
+  };
+  for (size_t i = 0; i < all.size(); ++i) {
+    ASSERT_EQ(all[i].size(), kProofBytes) << i;
+    for (size_t j = i + 1; j < all.size(); ++j) {
+      EXPECT_FALSE(SameProof(all[i], all[j])) << i << " " << j;
+    }
+  }
 }
 
 }  // namespace

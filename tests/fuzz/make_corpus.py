@@ -3,8 +3,9 @@
 
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
-peer_share, aggregator_spec, udp_datagram, checkpoint, wire, held_model, auth_header: see
-share(), AGGREGATOR_SPEC, datagram(), checkpoint_body(), wire(), held_frame() and auth() below.
+peer_share, aggregator_spec, udp_datagram, checkpoint, wire, held_model, auth_header,
+data_frame: see share(), AGGREGATOR_SPEC, datagram(), checkpoint_body(), wire(), held_frame(),
+auth() and df_frame() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -461,9 +462,121 @@ AUTH_HEADER.update({
     "bearer_cert_other": auth("bearer", 3, shard=2, cn=4),
 })
 
+# data_frame (net/data_frame.h), written here independently of the C++ encoder: the
+# valid seeds parsing and re-encoding to themselves checks that both agree on the format.
+DF_TYPES = {"HELLO": 0x01, "CHALLENGE": 0x02, "PROOF": 0x03, "ADMIT": 0x04, "PUSH": 0x10,
+            "ANSWER": 0x11, "PULL": 0x20, "SLICE": 0x21, "PULL_END": 0x22, "CANCEL": 0x23,
+            "GOAWAY": 0x30}
+# Byte 0 of an input: the ConnectionState (bits 0-2) and the most slices a pull may name
+# (bits 3-7).
+DF_SHARD_AWAITS_HELLO, DF_SHARD_ADMITTED = 0, 2
+DF_WORKER_AWAITS_CHALLENGE, DF_WORKER_ADMITTED = 3, 5
+
+
+def df_frame(type_, meta=b"", body=b"", flags=0, tag=0, meta_len=None, body_len=None):
+    """A frame: type, flags, M (u16), B (u32), tag (u64), meta, body."""
+    return struct.pack("<BBHIQ", DF_TYPES.get(type_, type_) if isinstance(type_, str) else type_,
+                       flags, len(meta) if meta_len is None else meta_len,
+                       len(body) if body_len is None else body_len, tag) + meta + body
+
+
+def df_hello(session=0x0123456789ABCDEF, worker=2, nonce=bytes(range(32)), magic=b"PSD1",
+             version=1, extra=b""):
+    """extra: what a HELLO of a later version might add."""
+    return df_frame("HELLO", magic + struct.pack("<IQI", version, session, worker) + nonce + extra)
+
+
+def df_status(type_, tag, code, name=b"", message=b""):
+    meta = bytes([code, len(name)]) + name + struct.pack("<H", len(message)) + message
+    return df_frame(type_, meta, tag=tag)
+
+
+def df_push(tag, codec=b"fp32", payload=fp32([1.0, -2.0]), loss=None, slice_=7, round_=3,
+            layout=0x1122334455667788):
+    meta = struct.pack("<QQI", layout, round_, slice_)
+    if loss is not None:
+        meta += struct.pack("<f", loss)
+    meta += bytes([len(codec)]) + codec
+    return df_frame("PUSH", meta, payload, flags=0 if loss is None else 1, tag=tag)
+
+
+def df_pull(tag, ids, held=None, layout=0x1122334455667788, min_version=4, epoch=0,
+            count=None, body_len=None):
+    meta = struct.pack("<QQQI", layout, min_version, epoch, len(ids) if count is None else count)
+    body = struct.pack(f"<{len(ids)}I", *ids)
+    if held is not None:
+        body += struct.pack(f"<{len(held)}Q", *held)
+    return df_frame("PULL", meta, body, flags=0 if held is None else 1, tag=tag,
+                    body_len=body_len)
+
+
+def df_slice(tag, slice_=7, version=5, base=0, epoch=0, codec=b"", values=fp32([0.5] * 4)[1:],
+             loss=None, first_loss=None, queued=False):
+    meta = struct.pack("<IQQQ", slice_, version, base, epoch)
+    flags = 4 if queued else 0
+    if loss is not None:
+        meta, flags = meta + struct.pack("<f", loss), flags | 1
+    if first_loss is not None:
+        meta, flags = meta + struct.pack("<f", first_loss), flags | 2
+    return df_frame("SLICE", meta + bytes([len(codec)]) + codec, values, flags=flags, tag=tag)
+
+
+def data_frame(state, max_pull_slices, *frames):
+    return bytes([state | max_pull_slices << 3]) + b"".join(frames)
+
+
+_DF_PUSH_META = struct.pack("<QQI", 0x1122334455667788, 3, 7) + b"\x04fp32"
+_DF_PROOF = df_frame("PROOF", bytes(range(100, 132)))
+_DF_CHALLENGE = df_frame("CHALLENGE", struct.pack("<I", 1) + bytes(range(32, 64)) +
+                         bytes(range(64, 96)))
+_DF_ADMIT = df_frame("ADMIT", struct.pack("<IIII", 1 << 20, 1024, 16, 300000))
+DATA_FRAME = {
+    "valid_shard_session": data_frame(
+        DF_SHARD_AWAITS_HELLO, 16, df_hello(), _DF_PROOF,
+        df_push(1, loss=0.75), df_push(2, codec=b"topk(0.01)+fp16", payload=bytes(range(40))),
+        df_pull(3, [7, 9, 11], held=[0, 4, 2**64 - 1], epoch=0xABCDEF),
+        df_pull(4, [1, 2]), df_frame("CANCEL", tag=3),
+        df_status("GOAWAY", 0, 14, b"shutting_down", b"the shard drains")),
+    "valid_worker_session": data_frame(
+        DF_WORKER_AWAITS_CHALLENGE, 0, _DF_CHALLENGE, _DF_ADMIT,
+        df_status("ANSWER", 1, 0), df_status("ANSWER", 2, 11, b"late", b"round 3 closed"),
+        df_slice(3, queued=True), df_slice(3, 9, 6, 5, 0xABCDEF, b"int8", bytes(range(12)),
+                                           loss=0.5, first_loss=2.0),
+        df_status("PULL_END", 3, 0), df_status("PULL_END", 4, 5, b"a_newer_kind",
+                                               b"caf\xc3\xa9 \xe2\x82\xac")),
+    "valid_longest_strings": data_frame(
+        DF_SHARD_ADMITTED, 31, df_push(9, codec=b"c" * 128, payload=b""),
+        df_pull(10, list(range(31)), held=list(range(31)))),
+    "valid_longest_status": data_frame(
+        DF_WORKER_ADMITTED, 0, df_status("ANSWER", 1, 16, b"n" * 64, b"m" * 512)),
+    "valid_goaway_before_challenge": data_frame(
+        DF_WORKER_AWAITS_CHALLENGE, 0, df_status("GOAWAY", 0, 16, b"unknown_session", b"x")),
+    "push_before_admit": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_push(1)),
+    "hello_twice": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(), df_hello()),
+    "hello_version_2": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=2, extra=b"more")),
+    "hello_bad_magic": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(magic=b"PSU1")),
+    "unknown_type": data_frame(DF_SHARD_ADMITTED, 16, df_frame(0x12, tag=1)),
+    "unknown_flag": data_frame(DF_SHARD_ADMITTED, 16, df_frame("CANCEL", flags=0x80, tag=1)),
+    "meta_over_bound": data_frame(DF_SHARD_ADMITTED, 16, df_push(1, codec=b"c" * 129)),
+    "largest_body_claim": data_frame(DF_SHARD_ADMITTED, 16,
+                                     df_frame("PUSH", _DF_PUSH_META, body_len=0xFFFFFFFF, tag=1)),
+    "pull_body_mismatch": data_frame(DF_SHARD_ADMITTED, 16, df_pull(1, [1, 2], body_len=12)),
+    "pull_over_max": data_frame(DF_SHARD_ADMITTED, 2, df_pull(1, [1, 2, 3])),
+    "pull_held_of_none": data_frame(DF_SHARD_ADMITTED, 16, df_pull(1, [], held=[])),
+    "tag_0_push": data_frame(DF_SHARD_ADMITTED, 16, df_push(0)),
+    "tag_on_goaway": data_frame(DF_WORKER_ADMITTED, 0, df_frame("GOAWAY", b"\0\0\0\0", tag=5)),
+    "name_bad_char": data_frame(DF_WORKER_ADMITTED, 0, df_status("ANSWER", 1, 11, b"Late")),
+    "message_not_utf8": data_frame(DF_WORKER_ADMITTED, 0,
+                                   df_status("PULL_END", 1, 13, b"", b"caf\xc3")),
+    "status_code_17": data_frame(DF_WORKER_ADMITTED, 0, df_status("ANSWER", 1, 17)),
+    "trailing_meta_byte": data_frame(DF_SHARD_ADMITTED, 16,
+                                     df_frame("PUSH", _DF_PUSH_META + b"\0", tag=1)),
+    "cut_in_header": data_frame(DF_SHARD_ADMITTED, 16, df_push(1)[:10]),
+}
+
 CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
            "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE,
-           "held_model": HELD_MODEL, "auth_header": AUTH_HEADER}
+           "held_model": HELD_MODEL, "auth_header": AUTH_HEADER, "data_frame": DATA_FRAME}
 
 
 def main():
