@@ -79,9 +79,10 @@ inline constexpr size_t kFrameHeaderBytes = 16;
 // No meta is longer (a static_assert in data_frame.cc holds every type's bound to it), so
 // a receiver can read any meta into a fixed buffer.
 inline constexpr size_t kMaxMetaBytes = 1024;
-// A codec spec's bound, the shard's DecoderCache::kMaxSpecBytes (a longer one is refused
-// as unknown_codec there).
-inline constexpr size_t kMaxFrameCodecBytes = 128;
+// A codec spec's bound in a frame: all its one-byte length allows. The shard's codec
+// lookup refuses specs over DecoderCache::kMaxSpecBytes (128) as unknown_codec, as it does
+// on the gRPC path, so a long codec costs its push, not the connection.
+inline constexpr size_t kMaxFrameCodecBytes = 255;
 inline constexpr size_t kMaxRefusalNameBytes = 64;
 inline constexpr size_t kMaxStatusMessageBytes = 512;
 

@@ -545,7 +545,7 @@ DATA_FRAME = {
         df_status("PULL_END", 3, 0), df_status("PULL_END", 4, 5, b"a_newer_kind",
                                                b"caf\xc3\xa9 \xe2\x82\xac")),
     "valid_longest_strings": data_frame(
-        DF_SHARD_ADMITTED, 31, df_push(9, codec=b"c" * 128, payload=b""),
+        DF_SHARD_ADMITTED, 31, df_push(9, codec=b"c" * 255, payload=b""),
         df_pull(10, list(range(31)), held=list(range(31)))),
     "valid_longest_status": data_frame(
         DF_WORKER_ADMITTED, 0, df_status("ANSWER", 1, 16, b"n" * 64, b"m" * 512)),
@@ -557,7 +557,8 @@ DATA_FRAME = {
     "hello_bad_magic": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(magic=b"PSU1")),
     "unknown_type": data_frame(DF_SHARD_ADMITTED, 16, df_frame(0x12, tag=1)),
     "unknown_flag": data_frame(DF_SHARD_ADMITTED, 16, df_frame("CANCEL", flags=0x80, tag=1)),
-    "meta_over_bound": data_frame(DF_SHARD_ADMITTED, 16, df_push(1, codec=b"c" * 129)),
+    "meta_over_bound": data_frame(DF_SHARD_ADMITTED, 16,
+                                  df_frame("PUSH", b"\0" * 20 + b"\xff" + b"c" * 256, tag=1)),
     "largest_body_claim": data_frame(DF_SHARD_ADMITTED, 16,
                                      df_frame("PUSH", _DF_PUSH_META, body_len=0xFFFFFFFF, tag=1)),
     "pull_body_mismatch": data_frame(DF_SHARD_ADMITTED, 16, df_pull(1, [1, 2], body_len=12)),

@@ -409,12 +409,12 @@ TEST(DataFrameTest, ParseHeaderRefusesMetaLengthsOutsideTheTypesBounds) {
   } bounds[] = {
       {FrameType::kHello, 0, 8, 1024},    {FrameType::kChallenge, 0, 68, 68},
       {FrameType::kProof, 0, 32, 32},     {FrameType::kAdmit, 0, 16, 16},
-      {FrameType::kPush, 0, 21, 149},     {FrameType::kPush, 1, 25, 153},
+      {FrameType::kPush, 0, 21, 276},     {FrameType::kPush, 1, 25, 280},
       {FrameType::kAnswer, 0, 4, 580},    {FrameType::kPullEnd, 0, 4, 580},
       {FrameType::kGoaway, 0, 4, 580},    {FrameType::kPull, 0, 28, 28},
-      {FrameType::kPull, 1, 28, 28},      {FrameType::kSlice, 0, 29, 157},
-      {FrameType::kSlice, 1, 33, 161},    {FrameType::kSlice, 3, 37, 165},
-      {FrameType::kSlice, 4, 29, 157},    {FrameType::kCancel, 0, 0, 0},
+      {FrameType::kPull, 1, 28, 28},      {FrameType::kSlice, 0, 29, 284},
+      {FrameType::kSlice, 1, 33, 288},    {FrameType::kSlice, 3, 37, 292},
+      {FrameType::kSlice, 4, 29, 284},    {FrameType::kCancel, 0, 0, 0},
   };
   for (const auto& b : bounds) {
     const bool connection = b.type == FrameType::kHello || b.type == FrameType::kChallenge ||
@@ -652,17 +652,18 @@ TEST(DataFrameTest, HelloRefusesAnotherMagicOrVersionWhateverItsLength) {
 }
 
 TEST(DataFrameTest, MetaParsersRefuseOverlongStrings) {
-  // PUSH: 20 bytes of fields, then a codec length of 129.
+  // PUSH: 20 bytes of fields, then a codec length of 255 (the most a frame carries; the
+  // shard's codec lookup bounds specs at 128) with 10 bytes after it.
   std::string push(20, '\0');
-  push += static_cast<char>(129);
-  push += std::string(129, 'c');
+  push += static_cast<char>(255);
+  push += std::string(10, 'c');
   ExpectRefused(ParsePushMeta(0, push).status(),
-                "data frame PUSH meta: codec of 129 bytes is over the limit of 128");
-  // SLICE: 28 bytes of fields, then the same codec; refused before its bytes are read.
+                "data frame PUSH meta: ends inside codec at byte 21 (needs 255, has 10)");
+  // SLICE: 28 bytes of fields, then the same length and nothing.
   std::string slice(28, '\0');
   slice += static_cast<char>(255);
   ExpectRefused(ParseSliceMeta(0, slice).status(),
-                "data frame SLICE meta: codec of 255 bytes is over the limit of 128");
+                "data frame SLICE meta: ends inside codec at byte 29 (needs 255, has 0)");
   // ANSWER: a name of 65 bytes; a message of 513.
   std::string name = Bytes({3, 65}) + std::string(65, 'a') + Bytes({0, 0});
   ExpectRefused(ParseStatusMeta(FrameType::kAnswer, name).status(),
@@ -730,9 +731,9 @@ TEST(DataFrameTest, EncodersRefuseWhatParsersWouldAndLeaveTheOutputAlone) {
       {"push body 2^32", AppendPush(1, {}, size_t{1} << 32, &out),
        "body of 4294967296 bytes does not fit the 4-byte body length"},
       {"push codec", AppendPush(1, {.codec = long_codec}, 0, &out),
-       "data frame PUSH: codec of 129 bytes is over the limit of 128"},
+       "data frame PUSH: codec of 256 bytes is over the limit of 255"},
       {"slice codec", AppendSlice(1, {.codec = long_codec}, 0, &out),
-       "data frame SLICE: codec of 129 bytes"},
+       "data frame SLICE: codec of 256 bytes"},
       {"slice tag 0", AppendSlice(0, {}, 0, &out), "data frame SLICE: tag 0"},
       {"answer name", AppendAnswer(1, {absl::StatusCode::kInternal, long_name, ""}, &out),
        "refusal name of 65 bytes is over the limit of 64"},
