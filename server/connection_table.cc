@@ -30,8 +30,9 @@ ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string
   // A peer string names one open connection: an entry still holding it belongs to a
   // connection that closed unnoticed.
   if (auto it = by_peer_.find(peer); it != by_peer_.end()) EraseLocked(it->second);
-  if (PenalizedLocked(source_penalties_, source, now)) {
-    Penalty& p = source_penalties_.at(source);
+  if (auto pit = source_penalties_.find(source);
+      pit != source_penalties_.end() && now < pit->second.until) {
+    Penalty& p = pit->second;
     if (now - p.window >= std::chrono::seconds(1)) {
       p.window = now;
       p.admitted = 0;
@@ -64,10 +65,7 @@ ConnectionTable::Admission ConnectionTable::Open(std::string source, std::string
   unproven_by_source_[source].insert(a.id);
   if (a.probation) probation_.insert(a.id);
   by_peer_.emplace(peer, a.id);
-  entries_.emplace(a.id, Entry{.source = std::move(source),
-                               .peer = std::move(peer),
-                               .opened = now,
-                               .probation = a.probation});
+  entries_.emplace(a.id, Entry{std::move(source), std::move(peer), now, false, {}});
   return a;
 }
 
@@ -88,7 +86,6 @@ std::vector<ConnectionTable::Victim> ConnectionTable::Proven(const std::string& 
     return victims;
   }
   ForgetUnprovenLocked(id, e);
-  e.probation = false;
   e.proven = true;
   e.identity = std::string(identity);
   if (identity.empty()) return victims;  // anonymous (--insecure): no identity to bound
@@ -232,7 +229,7 @@ void ConnectionTable::ForgetUnprovenLocked(Id id, const Entry& e) {
     m->second.erase(id);
     if (m->second.empty()) unproven_by_source_.erase(m);
   }
-  if (e.probation) probation_.erase(id);
+  probation_.erase(id);
 }
 
 }  // namespace ps::server

@@ -147,7 +147,6 @@ class ConnectionTable {
     std::string peer;
     core::SteadyTime opened;
     bool proven = false;
-    bool probation = false;
     std::string identity;
     core::SteadyTime last_call{};  // of the proven calls on it
   };
