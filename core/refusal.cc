@@ -52,6 +52,8 @@ std::string_view RefusalName(Refusal r) {
       return "decode_budget";
     case Refusal::kStalled:
       return "stalled";
+    case Refusal::kCatchingUp:
+      return "catching_up";
     case Refusal::kCount:
       break;
   }
@@ -89,6 +91,7 @@ absl::StatusCode RefusalCode(Refusal r) {
     case Refusal::kLate:
       return absl::StatusCode::kOutOfRange;
     case Refusal::kShuttingDown:
+    case Refusal::kCatchingUp:
       return absl::StatusCode::kUnavailable;
     case Refusal::kPermissionDenied:
       return absl::StatusCode::kPermissionDenied;

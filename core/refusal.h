@@ -36,6 +36,7 @@ enum class Refusal : int {
   kCodecNotAllowed,     // INVALID_ARGUMENT (a codec stage outside --allowed-codecs)
   kDecodeBudget,        // RESOURCE_EXHAUSTED (a worker's pushes of a round over --max-decode-ms)
   kStalled,             // DEADLINE_EXCEEDED (a request body not received in time; call cancelled)
+  kCatchingUp,          // UNAVAILABLE (a Join while a restored shard catches up with its peers)
   kCount,
 };
 

@@ -194,9 +194,10 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
   absl::StatusOr<Caller> caller = gate_.Admit(*call);
   if (!caller.ok()) return gate_.Answer(call, caller.status(), req);
   if (gate_.admitting != nullptr && !gate_.admitting->load()) {
-    return gate_.Answer(call, absl::UnavailableError(
-                                  "this shard was restored from a checkpoint and is catching up "
-                                  "with its peers; retry shortly"),
+    return gate_.Answer(call,
+                        shard_->Refuse(Refusal::kCatchingUp,
+                                       "this shard was restored from a checkpoint and is catching "
+                                       "up with its peers; retry shortly"),
                         req);
   }
   if (caller->identity.has_value() &&
@@ -322,9 +323,10 @@ std::unique_ptr<StreamHandler> WorkerServiceImpl::Pull(FrontCall* call,
   }
   if (!req->held_versions.empty() && req->held_versions.size() != req->slice_ids.size()) {
     gate_.Answer(call,
-                 absl::InvalidArgumentError(absl::StrCat("pull gives ", req->held_versions.size(),
-                                                         " held versions for ",
-                                                         req->slice_ids.size(), " slices")),
+                 shard_->Refuse(Refusal::kMalformed,
+                                absl::StrCat("pull gives ", req->held_versions.size(),
+                                             " held versions for ", req->slice_ids.size(),
+                                             " slices")),
                  request_bytes);
     return nullptr;
   }

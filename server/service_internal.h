@@ -34,7 +34,7 @@ struct CallGate {
   const Authenticator* auth = nullptr;
   RateLimiter* limiter = nullptr;
   Tarpit* tarpit = nullptr;  // null: every refusal is answered at once
-  // While false, Join is refused with UNAVAILABLE (a restored shard catching up with
+  // While false, Join is refused `catching_up` (UNAVAILABLE: a restored shard catching up with
   // its peers); null = always admitting.
   const std::atomic<bool>* admitting = nullptr;
 

@@ -203,6 +203,54 @@ TEST_F(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
   EXPECT_THAT(s.error_message(), HasSubstr("more than 1 slice ids"));
 }
 
+// A pull whose held versions do not pair up with its slices is refused as malformed and
+// counted as such, like every other malformed request (before issue 46 it was a plain
+// INVALID_ARGUMENT that no counter saw). Two slices, so that one held version for both
+// passes the parser's bound and reaches the shard's pairing check.
+TEST(PullRefusalTest, UnpairedHeldVersionsAreAMalformedRefusal) {
+  server::ServerOptions o;
+  o.insecure = true;
+  o.num_workers = 2;
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  o.threads = 2;
+  testing::Cluster cluster = testing::StartCluster(1, o);
+  ASSERT_EQ(cluster.num_shards(), 1u);
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 256, 0}}, 128, 1);
+  WorkerOptions wo;
+  wo.shard_addresses = cluster.addresses();
+  wo.worker_id = 0;
+  absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Start(wo, layout);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  auto stub = v1::WorkerService::NewStub(
+      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+  v1::JoinRequest join;
+  join.set_worker_id(1);
+  join.set_layout_hash(layout.hash());
+  v1::JoinResponse joined;
+  grpc::ClientContext join_ctx;
+  ASSERT_TRUE(stub->Join(&join_ctx, join, &joined).ok());
+
+  const auto malformed = [&] {
+    return cluster.shard(0).shard().stats().refusals[static_cast<size_t>(server::Refusal::kMalformed)];
+  };
+  const uint64_t before = malformed();
+  v1::PullRequest req;
+  req.set_session(joined.session());
+  req.set_layout_hash(layout.hash());
+  req.add_slice_ids(0);
+  req.add_slice_ids(1);
+  req.add_held_versions(1);
+  grpc::ClientContext ctx;
+  auto reader = stub->Pull(&ctx, req);
+  v1::PullResponse resp;
+  EXPECT_FALSE(reader->Read(&resp));
+  const grpc::Status s = reader->Finish();
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("1 held versions for 2 slices"));
+  EXPECT_EQ(malformed(), before + 1);
+}
+
 // Push and Pull are read in place on the shard (net/wire.h): bodies that are not their
 // message are refused as malformed, with the reason, and the honest round goes on.
 TEST_F(ProtocolTest, BodiesThatDoNotParseAreRefusedAsMalformed) {
