@@ -35,14 +35,10 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 #include "core/credentials.h"
+#include "server/caller.h"
 #include "server/options.h"
 
 namespace ps::server {
-
-// The tarpit's name for callers without a valid identity.
-inline constexpr char kAnonymousClient[] = "anonymous";
-// The tarpit's name for callers whose proof was made for an earlier process of the shard.
-inline constexpr char kStaleProofClient[] = "stale proofs";
 
 // The identities and tokens of a token file. Parse errors name the line.
 class TokenTable {
@@ -62,15 +58,6 @@ class TokenTable {
   absl::flat_hash_map<std::string, std::string> by_name_;
 };
 
-// Who made a call; nullopt identity = anonymous (no client authentication configured).
-struct Caller {
-  std::optional<core::Identity> identity;
-  std::string address;  // gRPC peer string, e.g. "ipv4:127.0.0.1:5123"
-
-  // The identity's name, or the address when anonymous (rate-limit key, log text).
-  std::string Name() const;
-  bool loopback() const;
-};
 
 class Authenticator {
  public:

@@ -96,7 +96,7 @@ void AddHistogram(MetricFamily* f, const prometheus::Histogram& h,
 // Everything a scrape returns about the shard, built at scrape time.
 class Collector final {
  public:
-  Collector(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)
+  Collector(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
       : shard_(shard),
         udp_(udp),
         tarpit_(tarpit),
@@ -131,7 +131,7 @@ class Collector final {
   static constexpr int64_t kNoCheckpoint = std::numeric_limits<int64_t>::min();
 
   const Shard* const shard_;
-  const UdpReceiver* const udp_;
+  const transport::udp::Receiver* const udp_;
   const Tarpit* const tarpit_;
   prometheus::Histogram push_seconds_;
   prometheus::Histogram pull_seconds_;
@@ -145,7 +145,7 @@ class Collector final {
 std::vector<MetricFamily> Collector::Collect() const {
   const ShardStats st = shard_->stats();
   const bool has_udp = udp_ != nullptr;
-  const UdpStats udp = has_udp ? udp_->stats() : UdpStats{};
+  const transport::udp::Stats udp = has_udp ? udp_->stats() : transport::udp::Stats{};
   const ServerOptions& o = shard_->options();
   std::vector<MetricFamily> out;
 
@@ -407,7 +407,7 @@ void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFami
 
 class Metrics::Impl {
  public:
-  Impl(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)
+  Impl(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
       : collector(shard, udp, tarpit), endpoint([this] { return Render(); }) {}
 
   std::string Render() const {
@@ -429,7 +429,7 @@ class Metrics::Impl {
   net::HttpEndpoint endpoint;
 };
 
-Metrics::Metrics(const Shard* shard, const UdpReceiver* udp, const Tarpit* tarpit)
+Metrics::Metrics(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
     : impl_(std::make_unique<Impl>(shard, udp, tarpit)) {}
 
 Metrics::~Metrics() { Stop(); }

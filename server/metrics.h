@@ -3,7 +3,7 @@
 // an embedded HTTP server (net::HttpEndpoint, net/http_endpoint.h: one Asio thread, a
 // deadline per connection, a cap on open connections).
 //
-// What the Shard and the UdpReceiver already count (ShardStats, UdpStats) is read when
+// What the Shard and the UDP receiver already count (ShardStats, transport::udp::Stats) is read when
 // scraped, never counted a second time; only what the gRPC service alone sees (push
 // and pull latency, bytes in and out) and aggregation times are observed at the event,
 // through the Observe* methods.
@@ -12,7 +12,7 @@
 // the same way, through a source of PortStats that the server sets once its ports are
 // up (SetPortSource); until then, and without one, those metrics are absent.
 //
-// Ownership: borrows the Shard, the UdpReceiver and the Tarpit (both may be null); all
+// Ownership: borrows the Shard, the UDP receiver and the Tarpit (both may be null); all
 // must outlive the Metrics, or at least every Render() and scrape (Stop() ends the
 // scrapes). What the port source reads must outlive every Render() (scrapes included)
 // until the source is replaced: SetPortSource(nullptr) detaches it, and returns only
@@ -32,7 +32,7 @@
 #include "server/port_stats.h"
 #include "server/shard.h"
 #include "server/tarpit.h"
-#include "server/udp_receiver.h"
+#include "server/transport/udp/receiver.h"
 
 namespace ps::server {
 
@@ -50,7 +50,7 @@ class Metrics {
   // Returns every port's stats, called at each Render().
   using PortSource = std::function<std::vector<PortStats>()>;
 
-  explicit Metrics(const Shard* shard, const UdpReceiver* udp = nullptr,
+  explicit Metrics(const Shard* shard, const transport::udp::Receiver* udp = nullptr,
                    const Tarpit* tarpit = nullptr);
   // Stops serving first.
   ~Metrics();
@@ -73,7 +73,8 @@ class Metrics {
   // Every metric in the Prometheus text format, as a scrape returns it.
   std::string Render() const;
 
-  // One gRPC Push handled (accepted or refused): its handler time and payload size.
+  // One push of an admitted session handled by the shard (accepted or refused): its time
+  // and payload size (ShardFront::Push).
   void ObservePush(core::Duration elapsed, uint64_t payload_bytes);
   // Slice values written to a Pull stream.
   void ObservePullBytes(uint64_t bytes);

@@ -23,7 +23,8 @@
 #include "server/metrics.h"
 #include "server/service_internal.h"
 #include "server/share_sender.h"
-#include "server/udp_receiver.h"
+#include "server/transport/grpc/data_methods.h"
+#include "server/transport/udp/receiver.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -137,6 +138,7 @@ class ServerImpl final : public Server {
         pool_(options.threads),
         shard_(options, static_cast<uint32_t>(options.shard_id), std::move(rule), clock, &pool_),
         worker_service_(Gate()),
+        grpc_data_(Gate()),
         peer_service_(Identity(options), Gate()),
         admin_service_(Gate(), AdminHooks()) {
     if (!options_.checkpoint_dir.empty()) {
@@ -168,14 +170,15 @@ class ServerImpl final : public Server {
 
   absl::Status Listen() {
     if (options_.udp_port >= 0) {
-      PS_ASSIGN_OR_RETURN(udp_, UdpReceiver::Start(options_.host, static_cast<uint16_t>(options_.udp_port),
-                                                   options_.udp_receive_buffer,
-                                                   options_.udp_threads, &shard_));
+      PS_ASSIGN_OR_RETURN(udp_, transport::udp::Receiver::Start(
+                                    options_.host, static_cast<uint16_t>(options_.udp_port),
+                                    options_.udp_receive_buffer, options_.udp_threads,
+                                    &shard_front_));
       worker_service_.set_udp_port(udp_->port());
     }
     if (options_.metrics_port >= 0) {
       metrics_ = std::make_unique<Metrics>(&shard_, udp_.get(), &tarpit_);
-      worker_service_.set_metrics(metrics_.get());
+      shard_front_.set_metrics(metrics_.get());
       if (checkpointer_ != nullptr && checkpointer_->info().restored_unix_s != 0) {
         metrics_->SetCheckpointTime(std::chrono::system_clock::time_point(
             std::chrono::seconds(checkpointer_->info().restored_unix_s)));
@@ -195,6 +198,7 @@ class ServerImpl final : public Server {
     };
     front_ = std::make_unique<GrpcFront>(auth_.get(), CallBounds(options_), clock_, on_refused);
     worker_service_.AddTo(front_.get());
+    grpc_data_.AddTo(front_.get());
     peer_service_.AddTo(front_.get());
     admin_service_.AddTo(front_.get());
     AddHealthMethods(front_.get(), &health_, /*anonymous=*/false);
@@ -302,7 +306,7 @@ class ServerImpl final : public Server {
 
   uint16_t port() const override { return port_; }
   uint16_t udp_port() const override { return udp_ != nullptr ? udp_->port() : 0; }
-  std::optional<UdpStats> udp_stats() const override {
+  std::optional<transport::udp::Stats> udp_stats() const override {
     if (udp_ == nullptr) return std::nullopt;
     return udp_->stats();
   }
@@ -351,7 +355,7 @@ class ServerImpl final : public Server {
     // Scrapes read the shard, the UDP receiver and the ports: end them before any goes.
     if (metrics_ != nullptr) metrics_->Stop();
     if (udp_ != nullptr) {
-      const UdpStats u = udp_->stats();
+      const transport::udp::Stats u = udp_->stats();
       spdlog::info("shard {}: UDP: {} chunks taken, {} lost, {} malformed, {} unknown session, "
                    "{} forged, {} replayed, {} stale, {} refused",
                    options_.shard_id, u.received, shard_.stats().udp_chunks_lost, u.malformed,
@@ -385,7 +389,7 @@ class ServerImpl final : public Server {
   }
 
   CallGate Gate() {
-    return CallGate{&shard_, auth_.get(), &limiter_, &tarpit_, &admitting_};
+    return CallGate{&shard_, auth_.get(), &shard_front_, &admitting_};
   }
 
   core::ClientCredentials PeerCredentials() const {
@@ -614,12 +618,15 @@ class ServerImpl final : public Server {
   // report their times to it; serving stops in Shutdown().
   std::unique_ptr<Metrics> metrics_;
   Shard shard_;
-  // Declared after shard_, so destroyed (its thread stopped) before it.
-  std::unique_ptr<UdpReceiver> udp_;
+  // What every data plane talks to; after shard_, limiter_ and tarpit_, which it borrows.
+  ShardFront shard_front_{&shard_, &limiter_, &tarpit_};
+  // Declared after shard_front_, so destroyed (its thread stopped) before it.
+  std::unique_ptr<transport::udp::Receiver> udp_;
   // After shard_ and metrics_, which its writer thread uses; null without
   // --checkpoint-dir.
   std::unique_ptr<Checkpointer> checkpointer_;
   WorkerServiceImpl worker_service_;
+  transport::grpc::DataMethods grpc_data_;
   PeerServiceImpl peer_service_;
   AdminServiceImpl admin_service_;
   std::vector<std::shared_ptr<grpc::Channel>> peer_channels_;

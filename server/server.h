@@ -16,7 +16,7 @@
 #include "server/metrics.h"
 #include "server/options.h"
 #include "server/shard.h"
-#include "server/udp_receiver.h"
+#include "server/transport/udp/receiver.h"
 
 namespace ps::server {
 
@@ -33,7 +33,7 @@ class Server {
   virtual uint16_t port() const = 0;
   // The bound UDP port of the lossy gradient path, 0 without one (--udp-port -1).
   virtual uint16_t udp_port() const = 0;
-  virtual std::optional<UdpStats> udp_stats() const = 0;
+  virtual std::optional<transport::udp::Stats> udp_stats() const = 0;
   // The bound port of the metrics endpoint (/metrics), 0 without one (--metrics-port -1).
   virtual uint16_t metrics_port() const = 0;
   // The bound port of the plaintext health-only listener, 0 without one (--health-port -1).

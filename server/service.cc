@@ -1,10 +1,8 @@
 #include <bit>
 #include <chrono>
 #include <memory>
-#include <set>
 #include <utility>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
 #include "net/grpc_bytes.h"
@@ -14,7 +12,6 @@
 #include "net/layout_proto.h"
 #include "net/wire.h"
 #include "server/metadata_auth.h"
-#include "server/pull_scheduler.h"
 #include "server/service_internal.h"
 #include "spdlog/spdlog.h"
 
@@ -36,11 +33,7 @@ absl::StatusOr<Caller> CallGate::Admit(const FrontCall& call) const {
                          absl::StrCat(caller.status().message(), " (from ",
                                       const_cast<FrontCall&>(call).context().peer(), ")"));
   }
-  if (!limiter->Allow(caller->Name())) {
-    return shard->Refuse(Refusal::kRateLimited,
-                         absl::StrCat(caller->Name(), " is over the rate limit (",
-                                      shard->options().rate_limit, " requests/s); slow down"));
-  }
+  PS_RETURN_IF_ERROR(front->AdmitCaller(*caller));
   return caller;
 }
 
@@ -51,18 +44,13 @@ std::string CallGate::ClientOf(const FrontCall& call) const {
 
 void CallGate::Answer(FrontCall* call, const absl::Status& status, size_t request_bytes,
                       grpc::ByteBuffer response) const {
-  std::string client;
-  if (!status.ok() && tarpit != nullptr && Tarpit::Charges(status.code())) {
-    client = ClientOf(*call);
-  }
-  // Peer shards are part of the service, not its clients: a refused share is lag (a
-  // late round), and holding its answer would only slow the model rounds.
-  if (client.empty() || client.starts_with("shard-")) {
-    call->Reply(net::ToGrpc(status), std::move(response));
-    return;
-  }
-  tarpit->Refuse(client, request_bytes,
-                 [call, answer = net::ToGrpc(status)]() { call->Reply(answer, {}); });
+  // The caller's name is looked up only for a refusal the tarpit may hold.
+  const std::string client =
+      !status.ok() && Tarpit::Charges(status.code()) ? ClientOf(*call) : std::string();
+  front->Answer(client, status, request_bytes,
+                [call, answer = net::ToGrpc(status), response = std::move(response)]() mutable {
+                  call->Reply(answer, std::move(response));
+                });
 }
 
 void CallGate::Answer(FrontCall* call, const absl::Status& status,
@@ -73,44 +61,10 @@ void CallGate::Answer(FrontCall* call, const absl::Status& status,
                                             : grpc::ByteBuffer());
 }
 
-absl::StatusOr<uint32_t> CallGate::AdmitWorker(const FrontCall& call,
+absl::StatusOr<DataPeer> CallGate::AdmitWorker(const FrontCall& call,
                                                std::string_view session) const {
   PS_ASSIGN_OR_RETURN(Caller caller, Admit(call));
-  PS_ASSIGN_OR_RETURN(uint32_t worker, shard->Authenticate(session));
-  const core::Identity owner{core::Identity::Kind::kWorker, worker};
-  if (caller.identity.has_value() && !(*caller.identity == owner)) {
-    return shard->Refuse(Refusal::kPermissionDenied,
-                         absl::StrCat("this session belongs to ", owner.Name(), ", not to ",
-                                      caller.identity->Name(), " (a session is not a credential)"));
-  }
-  return worker;
-}
-
-PullSlots::PullSlots(uint32_t num_workers, uint32_t per_worker)
-    : per_worker_(per_worker), open_(num_workers, 0) {}
-
-absl::StatusOr<PullSlots::Slot> PullSlots::Take(uint32_t worker) {
-  absl::MutexLock lock(&mu_);
-  if (open_[worker] >= per_worker_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "worker ", worker, " has ", open_[worker], " pull streams open on this shard, the most "
-        "--max-pulls-per-worker allows; wait for one to end"));
-  }
-  ++open_[worker];
-  return Slot(new std::pair<PullSlots*, uint32_t>(this, worker));
-}
-
-void PullSlots::Release::operator()(std::pair<PullSlots*, uint32_t>* slot) const {
-  {
-    absl::MutexLock lock(&slot->first->mu_);
-    --slot->first->open_[slot->second];
-  }
-  delete slot;
-}
-
-uint32_t PullSlots::open(uint32_t worker) const {
-  absl::MutexLock lock(&mu_);
-  return open_[worker];
+  return front->AdmitSession(caller, session);
 }
 
 namespace {
@@ -131,43 +85,6 @@ FrontMethod Unary(const CallGate& gate, std::function<void(FrontCall*, const Req
   return m;
 }
 
-// One Pull as a gRPC stream: the PullScheduler picks the slices and their order; this
-// writes each as a PullResponse (header, then the shared body) and ends the call.
-class PullStream final : public StreamHandler, private PullSink {
- public:
-  // `slot` is the worker's open-stream slot, given back when the stream is done.
-  PullStream(Shard* shard, FrontCall* call, const net::PullRequestFrame& req, Metrics* metrics,
-             PullSlots::Slot slot)
-      : call_(call),
-        slot_(std::move(slot)),
-        scheduler_(shard, req.slice_ids, req.min_version, req.held_epoch, req.held_versions,
-                   metrics) {}
-
-  void Start() override { scheduler_.Start(this); }
-
-  void OnWriteDone(bool ok) override {
-    response_.Clear();  // drops this stream's reference to the snapshot
-    scheduler_.WriteDone(ok);
-  }
-
-  void OnCancel() override { scheduler_.Cancel(); }
-
- private:
-  // PullSink (called with the scheduler's lock held, one write at a time).
-  void Write(PullItem item) override {
-    const size_t bytes = item.body->size();
-    response_ =
-        net::HeaderAndBody(net::PullResponseHeader(item.header, bytes), std::move(item.body));
-    call_->Write(&response_);
-  }
-  void Finish(const absl::Status& status) override { call_->Finish(net::ToGrpc(status)); }
-
-  FrontCall* const call_;
-  const PullSlots::Slot slot_;
-  grpc::ByteBuffer response_;  // the message being written
-  PullScheduler scheduler_;    // last: destroyed first, detaching this sink
-};
-
 }  // namespace
 
 void WorkerServiceImpl::AddTo(GrpcFront* front) {
@@ -182,12 +99,6 @@ void WorkerServiceImpl::AddTo(GrpcFront* front) {
   front->Add(path("InitSlice"),
              Unary<v1::InitSliceRequest>(
                  gate_, [this](FrontCall* c, const v1::InitSliceRequest& r) { InitSlice(c, r); }));
-  FrontMethod push;
-  push.unary = [this](FrontCall* c, const grpc::ByteBuffer& r) { Push(c, r); };
-  front->Add(path("Push"), std::move(push));
-  FrontMethod pull;
-  pull.stream = [this](FrontCall* c, const grpc::ByteBuffer& r) { return Pull(c, r); };
-  front->Add(path("Pull"), std::move(pull));
 }
 
 void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
@@ -237,8 +148,9 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
 }
 
 void WorkerServiceImpl::RegisterLayout(FrontCall* call, const v1::RegisterLayoutRequest& req) {
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req.session());
-  if (!worker.ok()) return gate_.Answer(call, worker.status(), req);
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  const uint32_t worker = peer->worker;
   const v1::Layout& msg = req.layout();
   v1::RegisterLayoutResponse resp;
   if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
@@ -248,14 +160,14 @@ void WorkerServiceImpl::RegisterLayout(FrontCall* call, const v1::RegisterLayout
     if (same) resp.set_layout_hash(have->hash());
     return gate_.Answer(call,
                         shard_->AnswerRegistered(
-                            *have, *worker, same,
+                            *have, worker, same,
                             absl::StrCat("another (", msg.tensors_size(), " tensors, slice_elems ",
                                          msg.slice_elems(), ", num_shards ", msg.num_shards(), ")")),
                         req, &resp);
   }
   // Nothing is built from the request before the shard looked at its size.
   absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(
-      *worker, net::TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
+      worker, net::TensorsFromProto(msg), msg.slice_elems(), msg.num_shards());
   if (!owned.ok()) return gate_.Answer(call, owned.status(), req);
   resp.set_layout_hash(shard_->layout_hash());
   for (uint32_t id : *owned) resp.add_owned_slices(id);
@@ -263,84 +175,11 @@ void WorkerServiceImpl::RegisterLayout(FrontCall* call, const v1::RegisterLayout
 }
 
 void WorkerServiceImpl::InitSlice(FrontCall* call, const v1::InitSliceRequest& req) {
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req.session());
-  if (!worker.ok()) return gate_.Answer(call, worker.status(), req);
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
   v1::InitSliceResponse resp;
-  gate_.Answer(call, shard_->InitSlice(*worker, req.layout_hash(), req.slice_id(), req.values()),
+  gate_.Answer(call, shard_->InitSlice(peer->worker, req.layout_hash(), req.slice_id(), req.values()),
                req, &resp);
-}
-
-void WorkerServiceImpl::Push(FrontCall* call, const grpc::ByteBuffer& req) {
-  // Timed only for the metrics (a clock read per push otherwise wasted).
-  const auto start = metrics_ != nullptr ? std::chrono::steady_clock::now()
-                                         : std::chrono::steady_clock::time_point{};
-  const size_t request_bytes = req.Length();
-  net::ReceivedBytes bytes;
-  absl::Status s = bytes.Take(req);
-  absl::StatusOr<net::PushFrame> frame =
-      s.ok() ? net::ParsePushRequest(bytes.pieces()) : absl::StatusOr<net::PushFrame>(s);
-  if (!frame.ok()) {
-    return gate_.Answer(call, shard_->Refuse(Refusal::kMalformed, frame.status().message()),
-                        request_bytes);
-  }
-  // The payload is decoded straight from gRPC's buffers (Codec::DecodePieces).
-  std::string session_bytes, codec_bytes;
-  const std::string_view session = frame->session.Contiguous(&session_bytes);
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, session);
-  if (worker.ok()) {
-    s = shard_->Push(*worker, frame->layout_hash, frame->round, frame->slice_id,
-                     frame->codec.Contiguous(&codec_bytes), frame->payload.parts(), frame->loss);
-  } else {
-    s = worker.status();
-  }
-  if (metrics_ != nullptr) {
-    metrics_->ObservePush(std::chrono::steady_clock::now() - start, frame->payload.size());
-  }
-  // PushResponse has no fields.
-  gate_.Answer(call, s, request_bytes, s.ok() ? net::HeaderAndBody({}, nullptr) : grpc::ByteBuffer());
-}
-
-std::unique_ptr<StreamHandler> WorkerServiceImpl::Pull(FrontCall* call,
-                                                       const grpc::ByteBuffer& raw) {
-  const size_t request_bytes = raw.Length();
-  // A worker pulls each slice of this shard at most once: a longer list is refused where
-  // its first extra id is read, so a request naming millions of ids costs what was read
-  // of it (the whole list before this shard has a layout, bounded by the layout limit).
-  net::ReceivedBytes bytes;
-  absl::Status taken = bytes.Take(raw);
-  absl::StatusOr<net::PullRequestFrame> req =
-      taken.ok() ? net::ParsePullRequest(bytes.pieces(), shard_->MaxPullSlices())
-                 : absl::StatusOr<net::PullRequestFrame>(taken);
-  if (!req.ok()) {
-    gate_.Answer(call, shard_->Refuse(Refusal::kMalformed, req.status().message()), request_bytes);
-    return nullptr;
-  }
-  std::string session_bytes;
-  absl::StatusOr<uint32_t> worker = gate_.AdmitWorker(*call, req->session.Contiguous(&session_bytes));
-  if (!worker.ok()) {
-    gate_.Answer(call, worker.status(), request_bytes);
-    return nullptr;
-  }
-  if (!req->held_versions.empty() && req->held_versions.size() != req->slice_ids.size()) {
-    gate_.Answer(call,
-                 shard_->Refuse(Refusal::kMalformed,
-                                absl::StrCat("pull gives ", req->held_versions.size(),
-                                             " held versions for ", req->slice_ids.size(),
-                                             " slices")),
-                 request_bytes);
-    return nullptr;
-  }
-  absl::Status valid = shard_->ValidatePull(req->layout_hash, req->slice_ids);
-  if (!valid.ok()) {
-    gate_.Answer(call, valid, request_bytes);
-    return nullptr;
-  }
-  absl::StatusOr<PullSlots::Slot> slot = pull_slots_.Take(*worker);
-  if (!slot.ok()) {
-    gate_.Answer(call, shard_->Refuse(Refusal::kOverLimit, slot.status().message()), request_bytes);
-    return nullptr;
-  }
-  return std::make_unique<PullStream>(shard_, call, *req, metrics_, *std::move(slot));
 }
 
 void PeerServiceImpl::AddTo(GrpcFront* front) {

@@ -1,7 +1,9 @@
-// The gRPC side of a shard: the methods of ps.v1 WorkerService, PeerService and
-// AdminService, served through the front (server/grpc_front.h), which hands each call's
-// request bytes over once it may be read. They translate messages to Shard calls and
-// absl::Status to grpc::Status; all state lives in Shard.
+// The gRPC side of a shard: the control methods of ps.v1 WorkerService (Join,
+// RegisterLayout, InitSlice), PeerService and AdminService, served through the front
+// (server/grpc_front.h), which hands each call's request bytes over once it may be read.
+// They translate messages to Shard calls and absl::Status to grpc::Status; all state
+// lives in Shard. WorkerService's data methods, Push and Pull, are the gRPC data plane's
+// (server/transport/grpc/data_methods.h), over the same CallGate.
 //
 // Ownership: the services borrow the Shard, which must outlive the grpc::Server.
 #pragma once
@@ -21,19 +23,19 @@
 #include "server/grpc_front.h"
 #include "server/metrics.h"
 #include "server/shard.h"
+#include "server/shard_front.h"
 #include "server/tarpit.h"
 
 namespace ps::server {
 
 // The checks every call passes first: who is calling (UNAUTHENTICATED) and whether
-// they are within the rate limit (RESOURCE_EXHAUSTED). Refusals are counted on the
-// shard, and answered through the tarpit. Borrowed pointers; all must outlive the
-// services.
+// they are within the rate limit (RESOURCE_EXHAUSTED), and the answer through the
+// tarpit: the gRPC glue over ShardFront, which decides. Refusals are counted on the
+// shard. Borrowed pointers; all must outlive the services.
 struct CallGate {
   Shard* shard = nullptr;
   const Authenticator* auth = nullptr;
-  RateLimiter* limiter = nullptr;
-  Tarpit* tarpit = nullptr;  // null: every refusal is answered at once
+  ShardFront* front = nullptr;
   // While false, Join is refused `catching_up` (UNAVAILABLE: a restored shard catching up with
   // its peers); null = always admitting.
   const std::atomic<bool>* admitting = nullptr;
@@ -53,64 +55,28 @@ struct CallGate {
               const google::protobuf::MessageLite& request,
               const google::protobuf::MessageLite* response = nullptr) const;
   // Admit, then the worker behind `session`, which must be the caller's identity
-  // (PERMISSION_DENIED: a stolen or replayed session).
-  absl::StatusOr<uint32_t> AdmitWorker(const FrontCall& call, std::string_view session) const;
+  // (ShardFront::AdmitSession).
+  absl::StatusOr<DataPeer> AdmitWorker(const FrontCall& call, std::string_view session) const;
 };
 
-// The pull streams each worker has open, bounded by --max-pulls-per-worker. A Slot is
-// held by a stream and given back when it is destroyed.
-class PullSlots {
- public:
-  struct Release {
-    void operator()(std::pair<PullSlots*, uint32_t>* slot) const;
-  };
-  using Slot = std::unique_ptr<std::pair<PullSlots*, uint32_t>, Release>;
-
-  PullSlots(uint32_t num_workers, uint32_t per_worker);
-  // A slot of `worker` (< num_workers), or RESOURCE_EXHAUSTED when all are taken.
-  absl::StatusOr<Slot> Take(uint32_t worker);
-  uint32_t open(uint32_t worker) const;
-
- private:
-  const uint32_t per_worker_;
-  mutable absl::Mutex mu_;
-  std::vector<uint32_t> open_ ABSL_GUARDED_BY(mu_);
-};
-
-// ps.v1.WorkerService. Push and Pull read and write their tensor bytes in place
-// (net/wire.h, docs/data_path.md) instead of through protobuf's copies; the wire format is
-// the generated messages' all the same.
+// ps.v1.WorkerService's control methods.
 class WorkerServiceImpl final {
  public:
-  explicit WorkerServiceImpl(CallGate gate)
-      : shard_(gate.shard),
-        gate_(gate),
-        pull_slots_(gate.shard->options().num_workers,
-                    gate.shard->options().max_pulls_per_worker) {}
+  explicit WorkerServiceImpl(CallGate gate) : shard_(gate.shard), gate_(gate) {}
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
-  // Where push and pull latencies and bytes go (null: nowhere); set before serving.
-  // Borrowed: must outlive the grpc::Server.
-  void set_metrics(Metrics* metrics) { metrics_ = metrics; }
-  // Adds its methods to `front` (borrowing this service).
+  // Adds Join, RegisterLayout and InitSlice to `front` (borrowing this service).
   void AddTo(GrpcFront* front);
 
   void Join(FrontCall* call, const v1::JoinRequest& req);
   void RegisterLayout(FrontCall* call, const v1::RegisterLayoutRequest& req);
   void InitSlice(FrontCall* call, const v1::InitSliceRequest& req);
-  // A ps.v1.PushRequest in; an empty PushResponse out.
-  void Push(FrontCall* call, const grpc::ByteBuffer& req);
-  // A ps.v1.PullRequest in; a stream of ps.v1.PullResponse out, each a header and the
-  // published slice's bytes, which every stream shares. Null: the call was answered.
-  std::unique_ptr<StreamHandler> Pull(FrontCall* call, const grpc::ByteBuffer& req);
 
  private:
   Shard* const shard_;
   const CallGate gate_;
   uint16_t udp_port_ = 0;
-  Metrics* metrics_ = nullptr;
-  PullSlots pull_slots_;
 };
 
 // ps.v1.AdminService: operator calls, for the admin identity only (or, when the server

@@ -221,7 +221,8 @@ TEST_F(MetricsTest, CheckpointAgeAppearsOnceSet) {
 }
 
 TEST_F(MetricsTest, UdpDropsByReasonAndDatagramBytes) {
-  auto udp = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, 1, shard_.get());
+  ShardFront front(shard_.get(), nullptr, nullptr);
+  auto udp = transport::udp::Receiver::Start("127.0.0.1", 0, 1 << 20, 1, &front);
   ASSERT_TRUE(udp.ok()) << udp.status();
   Metrics metrics(shard_.get(), udp->get());
   EXPECT_EQ((*udp)->Handle("not a datagram").code(), absl::StatusCode::kInvalidArgument);

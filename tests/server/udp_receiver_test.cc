@@ -1,8 +1,8 @@
-// The shard's UDP path, datagram by datagram (UdpReceiver::Handle) and once through a
+// The shard's UDP path, datagram by datagram (transport::udp::Receiver::Handle) and once through a
 // real loopback socket: whole pushes close a round, hostile datagrams are dropped and
 // counted by why while the honest round completes, and a lost chunk is masked out of
 // the aggregate when the round closes at its deadline.
-#include "server/udp_receiver.h"
+#include "server/transport/udp/receiver.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -53,7 +53,8 @@ class UdpReceiverTest : public ::testing::Test {
     core::AppendFp32(std::vector<float>(kNumel, 0.0f), &zeros);
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 0, zeros).ok());
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 1, zeros.substr(0, 16)).ok());
-    auto receiver = UdpReceiver::Start("127.0.0.1", 0, 1 << 20, 2, shard_.get());
+    front_ = std::make_unique<ShardFront>(shard_.get(), nullptr, nullptr);
+    auto receiver = transport::udp::Receiver::Start("127.0.0.1", 0, 1 << 20, 2, front_.get());
     ASSERT_TRUE(receiver.ok()) << receiver.status();
     receiver_ = *std::move(receiver);
   }
@@ -105,7 +106,8 @@ class UdpReceiverTest : public ::testing::Test {
   core::ManualClock clock_;
   core::ThreadPool pool_{2};
   std::unique_ptr<Shard> shard_;
-  std::unique_ptr<UdpReceiver> receiver_;
+  std::unique_ptr<ShardFront> front_;
+  std::unique_ptr<transport::udp::Receiver> receiver_;
   uint64_t layout_hash_ = 0;
   std::vector<uint64_t> sessions_;
   std::vector<std::shared_ptr<net::DatagramKey>> keys_;
@@ -174,7 +176,7 @@ TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundC
   EXPECT_EQ(receiver_->Handle(old_session).code(), absl::StatusCode::kUnauthenticated);
   EXPECT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f, 1)).ok());
 
-  const UdpStats st = receiver_->stats();
+  const transport::udp::Stats st = receiver_->stats();
   EXPECT_EQ(st.malformed, 2u);
   EXPECT_EQ(st.forged, 3u);
   EXPECT_EQ(st.unknown_session, 2u);
@@ -213,6 +215,17 @@ TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
   ASSERT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f)).ok());
   EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(shard_->stats().malformed_by_worker[0], 3u);
+  EXPECT_EQ(receiver_->stats().malformed, 3u);
+  // A slice outside the layout is refused (INVALID_ARGUMENT like the malformed ones) but
+  // dropped as a refusal: the receiver sorts by the refusal's kind, not its code.
+  h.slice_id = 99;
+  h.chunk_count = 2;
+  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(5, 1.0f), &payload).ok());
+  ASSERT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[0], &d).ok());
+  const absl::Status unknown = receiver_->Handle(d);
+  EXPECT_EQ(core::RefusalOf(unknown), core::Refusal::kUnknownSlice) << unknown;
+  EXPECT_EQ(receiver_->stats().malformed, 3u);
+  EXPECT_EQ(receiver_->stats().refused, 1u);
 }
 
 TEST_F(UdpReceiverTest, AMalformedChunkQuarantinesItsWorker) {

@@ -1,4 +1,4 @@
-#include "server/udp_receiver.h"
+#include "server/transport/udp/receiver.h"
 
 #include <sys/socket.h>
 
@@ -16,12 +16,13 @@
 #include <boost/asio.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "core/refusal.h"
 #include "core/status.h"
 #include "net/address.h"
 #include "net/udp_frame.h"
 #include "spdlog/spdlog.h"
 
-namespace ps::server {
+namespace ps::server::transport::udp {
 
 namespace asio = boost::asio;
 using asio::ip::udp;
@@ -29,9 +30,9 @@ using asio::ip::udp;
 // Datagrams one recvmmsg call takes at most; each thread owns this many buffers.
 constexpr unsigned kBatch = 16;
 
-class UdpReceiver::Impl {
+class Receiver::Impl {
  public:
-  explicit Impl(Shard* shard) : shard_(shard), socket_(io_) {}
+  explicit Impl(ShardFront* front) : front_(front), shard_(front->shard()), socket_(io_) {}
 
   ~Impl() {
     stopping_.store(true);
@@ -64,8 +65,8 @@ class UdpReceiver::Impl {
 
   uint16_t port() const { return port_; }
 
-  UdpStats stats() const {
-    UdpStats s;
+  Stats stats() const {
+    Stats s;
     s.received = received_.load();
     s.bytes = bytes_.load();
     s.malformed = malformed_.load();
@@ -95,16 +96,19 @@ class UdpReceiver::Impl {
                       "datagram names worker ", view->header.worker_id,
                       " under the UDP session of worker ", (*peer)->worker_id)));
     }
-    absl::Status st = shard_->PushChunk(view->header, view->codec, view->payload);
-    switch (st.code()) {
-      case absl::StatusCode::kOk:
-        received_.fetch_add(1, std::memory_order_relaxed);
-        return st;
-      case absl::StatusCode::kAlreadyExists:
+    absl::Status st = front_->PushChunk(view->header, view->codec, view->payload);
+    if (st.ok()) {
+      received_.fetch_add(1, std::memory_order_relaxed);
+      return st;
+    }
+    // By the refusal's kind, not its code: an unknown slice or a codec outside the policy
+    // is a refusal like a future round, not a malformed datagram.
+    switch (core::RefusalOf(st).value_or(Refusal::kCount)) {
+      case Refusal::kDuplicate:
         return Drop(replayed_, "replayed", st);
-      case absl::StatusCode::kOutOfRange:
+      case Refusal::kLate:
         return Drop(stale_, "stale", st);
-      case absl::StatusCode::kInvalidArgument:
+      case Refusal::kMalformed:
         return Drop(malformed_, "malformed", st);
       default:
         return Drop(refused_, "refused", st);
@@ -168,6 +172,7 @@ class UdpReceiver::Impl {
     }
   }
 
+  ShardFront* const front_;
   Shard* const shard_;
   asio::io_context io_;
   udp::socket socket_;
@@ -178,20 +183,20 @@ class UdpReceiver::Impl {
       replayed_{0}, stale_{0}, refused_{0};
 };
 
-UdpReceiver::UdpReceiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-UdpReceiver::~UdpReceiver() = default;
+Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Receiver::~Receiver() = default;
 
-absl::StatusOr<std::unique_ptr<UdpReceiver>> UdpReceiver::Start(const std::string& host, uint16_t port,
-                                                                uint32_t receive_buffer,
-                                                                uint32_t threads, Shard* shard) {
+absl::StatusOr<std::unique_ptr<Receiver>> Receiver::Start(const std::string& host, uint16_t port,
+                                                          uint32_t receive_buffer, uint32_t threads,
+                                                          ShardFront* front) {
   if (threads == 0) return absl::InvalidArgumentError("UDP: at least one receiving thread");
-  auto impl = std::make_unique<Impl>(shard);
+  auto impl = std::make_unique<Impl>(front);
   if (absl::Status st = impl->Open(host, port, receive_buffer, threads); !st.ok()) return st;
-  return std::unique_ptr<UdpReceiver>(new UdpReceiver(std::move(impl)));
+  return std::unique_ptr<Receiver>(new Receiver(std::move(impl)));
 }
 
-uint16_t UdpReceiver::port() const { return impl_->port(); }
-UdpStats UdpReceiver::stats() const { return impl_->stats(); }
-absl::Status UdpReceiver::Handle(std::string_view datagram) { return impl_->Handle(datagram); }
+uint16_t Receiver::port() const { return impl_->port(); }
+Stats Receiver::stats() const { return impl_->stats(); }
+absl::Status Receiver::Handle(std::string_view datagram) { return impl_->Handle(datagram); }
 
-}  // namespace ps::server
+}  // namespace ps::server::transport::udp

@@ -1,0 +1,59 @@
+// udp::Receiver: the shard's end of the lossy UDP gradient path, its UDP data backend
+// (docs/transport.md, "Receiving"; docs/data-plane.md). It binds a UDP socket, and for
+// every datagram: parses it (net::ParseDatagram), looks up the session's key
+// (Shard::UdpSession), checks the MAC and that the sender is the session's worker, and
+// hands the chunk to ShardFront::PushChunk. Nothing is answered and nothing is
+// retransmitted: a datagram that fails any step is dropped and counted by why (the
+// shard's refusals by their kind).
+//
+// Thread safety: `threads` owned threads share the socket, each taking up to 16
+// datagrams per recvmmsg call and handling them in turn; Handle() and stats() may be
+// called from any thread. The front (and its shard) is borrowed and must outlive the
+// receiver.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "server/shard_front.h"
+
+namespace ps::server::transport::udp {
+
+struct Stats {
+  uint64_t received = 0;         // chunks taken by the shard
+  uint64_t bytes = 0;            // datagram bytes received (all of them)
+  uint64_t malformed = 0;        // does not parse, bad geometry, or does not decode (malformed)
+  uint64_t unknown_session = 0;  // no such UDP session (never was, or replaced by a re-join)
+  uint64_t forged = 0;           // MAC does not verify, or a worker id not the session's
+  uint64_t replayed = 0;         // a chunk already taken this round (duplicate)
+  uint64_t stale = 0;            // for a round already closed (late)
+  uint64_t refused = 0;          // other refusals (unknown slice, future round, no layout, ...)
+};
+
+class Receiver {
+ public:
+  // Binds `host`:`port` (0: a free port) with a receive buffer of `receive_buffer`
+  // bytes (the kernel may grant less) and starts `threads` (>= 1) receiving threads.
+  static absl::StatusOr<std::unique_ptr<Receiver>> Start(const std::string& host, uint16_t port,
+                                                         uint32_t receive_buffer, uint32_t threads,
+                                                         ShardFront* front);
+  ~Receiver();
+  Receiver(const Receiver&) = delete;
+  Receiver& operator=(const Receiver&) = delete;
+
+  uint16_t port() const;
+  Stats stats() const;
+  // What the receiving thread does with one datagram (also used by tests and the fuzz
+  // target). Returns why it was dropped, or OK when the shard took the chunk.
+  absl::Status Handle(std::string_view datagram);
+
+ private:
+  class Impl;
+  explicit Receiver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps::server::transport::udp
