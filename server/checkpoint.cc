@@ -116,6 +116,7 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
     out->set_values(s.values);
     out->set_velocity(Floats(s.velocity));
     out->set_rule_state(Floats(s.rule_state));
+    out->set_params(Floats(s.params));
   }
   return FrameCheckpoint(msg.SerializeAsString());
 }
@@ -204,6 +205,10 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
       return absl::InvalidArgumentError(absl::StrCat("slice ", s.slice_id(), ": velocity size"));
     }
     PS_RETURN_IF_ERROR(ToFloats(s.rule_state(), numel, &out.rule_state, "rule state", s.slice_id()));
+    PS_RETURN_IF_ERROR(ToFloats(s.params(), numel, &out.params, "parameters", s.slice_id()));
+    if (!out.params.empty() && out.params.size() != numel) {
+      return absl::InvalidArgumentError(absl::StrCat("slice ", s.slice_id(), ": parameters size"));
+    }
     c.slices.push_back(std::move(out));
   }
   if (seen.size() != owned.size()) {

@@ -1,7 +1,8 @@
 // Checkpoints of one shard (docs/operations.md, "Backing up and restoring").
 //
 // A checkpoint holds the layout and, per owned slice, the published version and
-// parameters, the SGD velocity and the rule's state. Its file is written to a
+// parameters, the SGD velocity and the rule's state (and, with a pull codec, the
+// parameters apart from the published values they are sent as). Its file is written to a
 // temporary name, fsynced, renamed into place and the directory fsynced, so a crash
 // leaves either the old set of files or the new one; it ends with a SHA-256 of
 // everything before it, so a torn or bit-flipped file is detected on load and the
@@ -28,6 +29,9 @@ struct SliceCheckpoint {
   std::string values;  // little-endian fp32, numel values
   std::vector<float> velocity;    // numel values, or empty with --aggregate-only
   std::vector<float> rule_state;  // a multiple of numel values
+  // With --pull-codec, the parameters x (numel values), of which `values` are what the
+  // workers hold (x̂): the residual x - x̂ survives a restart. Empty otherwise.
+  std::vector<float> params;
 };
 
 struct ShardCheckpoint {

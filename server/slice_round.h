@@ -308,7 +308,9 @@ class SliceRound {
   // Moves a slice below `version` up to it (parameters unchanged, the open round
   // discarded); not one that is closed or uninitialized. Returns whether it moved.
   bool FastForward(uint64_t version, Wakeups* wake);
-  // Before any worker is admitted: sets the slice from a checkpoint.
+  // Before any worker is admitted: sets the slice from a checkpoint. With a pull codec
+  // and the checkpoint's parameters, x and x̂ both come back as they were, so the next
+  // changes are those an uninterrupted shard would have sent; without either, x̂ = x.
   absl::Status Restore(const SliceCheckpoint& checkpoint);
   // The published state, as a checkpoint stores it.
   SliceCheckpoint Capture(bool with_velocity) const;
@@ -374,9 +376,11 @@ class SliceRound {
   // The published losses (SliceSnapshot::loss, first_loss).
   std::optional<float> loss_ ABSL_GUARDED_BY(mu_);
   std::optional<float> first_loss_ ABSL_GUARDED_BY(mu_);
-  // With checkpoints on: the velocity and rule state that go with `published_`.
+  // With checkpoints on: the velocity and rule state that go with `published_`, and with
+  // a pull codec the parameters x, of which `published_` is what the workers hold (x̂).
   std::shared_ptr<const std::vector<float>> published_velocity_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> published_rule_state_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<float>> published_params_ ABSL_GUARDED_BY(mu_);
   // The model and the open round's pushes, while the round is open.
   SliceModel model_ ABSL_GUARDED_BY(mu_);
   RoundInputs inputs_ ABSL_GUARDED_BY(mu_);

@@ -47,6 +47,7 @@ ShardCheckpoint Make(uint32_t shard = 0, uint32_t shards = 1, uint64_t version =
     s.values = Fp32(v);
     s.velocity.assign(n, 0.01f * static_cast<float>(id));
     s.rule_state.assign(2 * n, 1.5f);
+    s.params.assign(n, 0.25f * static_cast<float>(id));
     c.slices.push_back(std::move(s));
   }
   return c;
@@ -69,6 +70,7 @@ TEST(CheckpointCodecTest, RoundTripKeepsEverything) {
     EXPECT_EQ(back->slices[i].values, c.slices[i].values);
     EXPECT_EQ(back->slices[i].velocity, c.slices[i].velocity);
     EXPECT_EQ(back->slices[i].rule_state, c.slices[i].rule_state);
+    EXPECT_EQ(back->slices[i].params, c.slices[i].params);
   }
   EXPECT_EQ(back->MaxVersion(), 9u);
 }
@@ -120,6 +122,11 @@ TEST(CheckpointCodecTest, ContentChecksRefuseWithReasons) {
       {"velocity size", [](ShardCheckpoint& c) { c.slices[0].velocity.resize(7); }, "velocity"},
       {"rule state not rows", [](ShardCheckpoint& c) { c.slices[0].rule_state.resize(5); },
        "rule state"},
+      {"parameters twice the slice", [](ShardCheckpoint& c) { c.slices[0].params.resize(8); },
+       "parameters size"},
+      {"nan parameter",
+       [](ShardCheckpoint& c) { c.slices[1].params[0] = std::numeric_limits<float>::quiet_NaN(); },
+       "parameters is not finite"},
       {"shard out of range", [](ShardCheckpoint& c) { c.shard_id = 3; }, "names shard 3 of 1"},
       {"no layout with slices", [](ShardCheckpoint& c) { c.layout.reset(); },
        "slices but no layout"},

@@ -13,6 +13,7 @@
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
 #include "core/fp32_bytes.h"
+#include "server/checkpoint.h"
 
 namespace ps::server {
 namespace {
@@ -443,6 +444,83 @@ TEST_F(ShardTest, WatchersWakeOnlyAtTheirVersionAndOnDrain) {
   ASSERT_TRUE(drained.WaitForNotificationWithTimeout(absl::Seconds(5)));
   EXPECT_FALSE(drained_value);
   EXPECT_EQ(Push(0, 2, {0, 0, 0, 0}).code(), absl::StatusCode::kUnavailable);
+}
+
+// With a pull codec the published values are what the workers hold (x̂), not the
+// parameters x; a checkpoint keeps both, so a shard restored from it publishes, version
+// after version, exactly what the shard it was taken from publishes: the same values and
+// the same changes, bit for bit (issue 46). Restoring x̂ as x, as checkpoints did before,
+// loses the residual x - x̂, which the control half of the test shows.
+TEST(ShardCheckpointTest, APullCodecShardRestoredPublishesWhatTheOriginalWould) {
+  ServerOptions o;
+  o.num_workers = 1;
+  o.pull_codec = "3lc(s=1.9)";
+  o.checkpoint_dir = "unused";  // keeps the published model for Capture; nothing written
+  o.learning_rate = 0.1f;
+  o.momentum = 0.9f;
+  aggregators::AggregatorOptions a;
+  a.num_workers = 1;
+  core::ManualClock clock;
+  core::ThreadPool pool(2);
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 64, 0}}, 64, 1);
+  const auto make = [&] {
+    return std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a), &clock, &pool);
+  };
+  const auto gradient = [](uint64_t round) {
+    std::vector<float> g(64);
+    for (size_t i = 0; i < g.size(); ++i) {
+      g[i] = std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(round));
+    }
+    std::string payload;
+    EXPECT_TRUE((*codecs::MakeCodec("fp32"))->Encode(g, &payload).ok());
+    return payload;
+  };
+  // One round of `shard`: the push, then its publication.
+  const auto step = [&](Shard& shard, uint64_t round) {
+    ASSERT_TRUE(shard.Push(0, layout.hash(), round, 0, "fp32", gradient(round)).ok());
+    absl::Notification published;
+    shard.Watch(0, round + 1, [&published](bool) { published.Notify(); });
+    ASSERT_TRUE(published.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  };
+  const auto same = [](const SliceSnapshot& x, const SliceSnapshot& y) {
+    return x.version == y.version && *x.values == *y.values && x.delta != nullptr &&
+           y.delta != nullptr && *x.delta->payload == *y.delta->payload;
+  };
+
+  std::unique_ptr<Shard> original = make();
+  ASSERT_TRUE(original->Join(0, layout.hash()).ok());
+  ASSERT_TRUE(original->RegisterLayout(0, layout).ok());
+  std::vector<float> init(64);
+  for (size_t i = 0; i < init.size(); ++i) init[i] = 0.01f * static_cast<float>(i);
+  std::string init_bytes;
+  core::AppendFp32(init, &init_bytes);
+  ASSERT_TRUE(original->InitSlice(0, layout.hash(), 0, init_bytes).ok());
+  for (uint64_t r = 0; r < 3; ++r) step(*original, r);
+
+  absl::StatusOr<ShardCheckpoint> captured = original->Capture();
+  ASSERT_TRUE(captured.ok()) << captured.status();
+  // Through the file format, as a restart reads it.
+  absl::StatusOr<ShardCheckpoint> file = DecodeCheckpoint(EncodeCheckpoint(*captured));
+  ASSERT_TRUE(file.ok()) << file.status();
+  ASSERT_EQ(file->slices.size(), 1u);
+  ASSERT_EQ(file->slices[0].params.size(), 64u) << "the parameters are kept apart from x̂";
+  EXPECT_NE(*core::SharedFp32(file->slices[0].params), file->slices[0].values)
+      << "3lc leaves a residual: x and x̂ differ";
+
+  ShardCheckpoint without_params = *file;
+  without_params.slices[0].params.clear();
+  std::unique_ptr<Shard> restored = make(), lossy = make();
+  ASSERT_TRUE(restored->Restore(*file).ok());
+  ASSERT_TRUE(lossy->Restore(without_params).ok());
+  for (Shard* shard : {restored.get(), lossy.get()}) ASSERT_TRUE(shard->Join(0, layout.hash()).ok());
+  EXPECT_EQ(*restored->Snapshot(0).values, *original->Snapshot(0).values);
+  bool lossy_diverged = false;
+  for (uint64_t r = 3; r < 6; ++r) {
+    for (Shard* shard : {original.get(), restored.get(), lossy.get()}) step(*shard, r);
+    EXPECT_TRUE(same(restored->Snapshot(0), original->Snapshot(0))) << "version " << r + 1;
+    lossy_diverged |= !same(lossy->Snapshot(0), original->Snapshot(0));
+  }
+  EXPECT_TRUE(lossy_diverged) << "without the parameters the residual is lost";
 }
 
 }  // namespace
