@@ -31,10 +31,11 @@ struct Fixture {
     c.on_rejoin = [this](uint32_t shard, const v1::JoinResponse& join) {
       pipeline->OnRejoined(shard, join);
     };
-    EXPECT_TRUE(c.client->Connect({}, false, RpcClock::now() + milliseconds(1000)).ok());
+    EXPECT_TRUE(c.client->Connect({}, RpcClock::now() + milliseconds(1000)).ok());
     pipeline = *PushPipeline::Create(options, CallRetryPolicy(options), c.layout, *c.client);
   }
-  FakeShardTransport& shard() { return *c.fakes[0]; }
+  FakeDataChannel& shard() { return *c.channels[0]; }
+  FakeControl& control() { return *c.controls[0]; }
 
   const WorkerOptions options;
   FakeCluster c;
@@ -122,7 +123,7 @@ TEST(PushPipelineTest, ALostSessionIsJoinedAgainOnceAndThePushResent) {
   });
   ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
   ASSERT_TRUE(f.pipeline->Wait().ok());
-  EXPECT_EQ(f.shard().joins(), 2);  // Connect, then one rejoin for both slices
+  EXPECT_EQ(f.control().joins(), 2);  // Connect, then one rejoin for both slices
   const auto pushes = f.shard().pushes();
   ASSERT_EQ(pushes.size(), 4u);
   EXPECT_EQ(pushes[2].session(), "session-2");
