@@ -62,7 +62,7 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, bool udp, double loss) 
   const std::vector<std::span<const float>> init = {params};
   WorkerOptions wo;
   wo.shard_addresses = {absl::StrCat("127.0.0.1:", server->port())};
-  wo.push.udp = udp;
+  wo.push.path = udp ? PushPath::kUdp : PushPath::kDataPlane;
   wo.udp.chunk_elems = f.chunk_elems;
   wo.udp.loss = loss;
   wo.udp.rate_mbps = f.rate_mbps;

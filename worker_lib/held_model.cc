@@ -9,10 +9,10 @@
 
 namespace ps::internal {
 
-void HeldModel::Describe(v1::PullRequest& req) const {
+void HeldModel::Describe(PullAsk& ask) const {
   absl::MutexLock lock(&mu_);
   uint64_t epoch = 0;
-  for (uint32_t id : req.slice_ids()) {
+  for (uint32_t id : ask.slice_ids) {
     auto it = held_.find(id);
     if (it != held_.end()) {
       epoch = it->second.epoch;
@@ -20,10 +20,11 @@ void HeldModel::Describe(v1::PullRequest& req) const {
     }
   }
   if (epoch == 0) return;
-  req.set_held_epoch(epoch);
-  for (uint32_t id : req.slice_ids()) {
+  ask.held_epoch = epoch;
+  for (uint32_t id : ask.slice_ids) {
     auto it = held_.find(id);
-    req.add_held_versions(it != held_.end() && it->second.epoch == epoch ? it->second.version : 0);
+    ask.held_versions.push_back(it != held_.end() && it->second.epoch == epoch ? it->second.version
+                                                                               : 0);
   }
 }
 
@@ -37,59 +38,86 @@ absl::StatusOr<const codecs::Codec*> HeldModel::DecoderLocked(const std::string&
   return (decoders_[spec] = *std::move(made)).get();
 }
 
-absl::Status HeldModel::Apply(const net::PullFrame& frame, float* dst) {
-  const uint32_t id = frame.slice_id;
+absl::StatusOr<std::span<char>> HeldModel::Place(const net::PullHeader& h, size_t bytes,
+                                                 float* dst) const {
+  if (!h.codec.empty()) return std::span<char>();
+  const size_t numel = layout_.slices()[h.slice_id].numel;
+  if (bytes != numel * sizeof(float)) {
+    return absl::InvalidArgumentError(absl::StrCat("slice ", h.slice_id, " (version ", h.version,
+                                                   ") has ", bytes, " bytes of values for ",
+                                                   numel, " elements"));
+  }
+  return std::span<char>(reinterpret_cast<char*>(dst), bytes);
+}
+
+absl::Status HeldModel::Arrived(const net::PullHeader& h, net::Pieces bytes, float* dst) {
+  const uint32_t id = h.slice_id;
   const size_t numel = layout_.slices()[id].numel;
-  if (frame.codec.empty()) {
-    if (frame.values.size() != numel * sizeof(float)) {
-      return absl::InvalidArgumentError(absl::StrCat("slice ", id, " (version ", frame.version,
-                                                     ") has ", frame.values.size(),
-                                                     " bytes of values for ", numel, " elements"));
-    }
-    frame.values.CopyTo(reinterpret_cast<char*>(dst));
-    if (frame.epoch == 0) return absl::OkStatus();
+  if (h.codec.empty()) {  // the values are in `dst` (Place)
+    if (h.epoch == 0) return absl::OkStatus();
     absl::MutexLock lock(&mu_);
-    Held& h = held_[id];
-    h.values.assign(dst, dst + numel);
-    h.version = frame.version;
-    h.epoch = frame.epoch;
+    Held& held = held_[id];
+    held.values.assign(dst, dst + numel);
+    held.version = h.version;
+    held.epoch = h.epoch;
     return absl::OkStatus();
   }
-  const std::string spec = frame.codec.ToString();
+  const std::string spec(h.codec);
   const std::string what =
-      absl::StrCat("compressed slice ", id, " (version ", frame.version, " from ",
-                   frame.base_version, ", codec ", core::ClientText(spec), ")");
+      absl::StrCat("compressed slice ", id, " (version ", h.version, " from ", h.base_version,
+                   ", codec ", core::ClientText(spec), ")");
   absl::MutexLock lock(&mu_);
   auto it = held_.find(id);
-  if (it == held_.end() || it->second.epoch != frame.epoch) {
+  if (it == held_.end() || it->second.epoch != h.epoch) {
     return absl::InvalidArgumentError(
         absl::StrCat(what, ": a change of values this worker does not hold (another epoch)"));
   }
-  Held& h = it->second;
-  if (h.version != frame.version) {  // else another pull applied this change already
-    if (h.version != frame.base_version) {
+  Held& held = it->second;
+  if (held.version != h.version) {  // else another pull applied this change already
+    if (held.version != h.base_version) {
       return absl::InvalidArgumentError(
-          absl::StrCat(what, ": applies to version ", frame.base_version, "; held: ", h.version));
+          absl::StrCat(what, ": applies to version ", h.base_version, "; held: ", held.version));
     }
     absl::StatusOr<const codecs::Codec*> decoder = DecoderLocked(spec);
     if (!decoder.ok())
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", decoder.status().message()));
     struct ChangeTag;
     const std::span<float> change = core::ThreadScratch<float, ChangeTag>(numel);
-    if (absl::Status st = (*decoder)->DecodePieces(frame.values.parts(), change); !st.ok()) {
+    if (absl::Status st = (*decoder)->DecodePieces(bytes, change); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
     }
     // change + held, each sum the same fp32 addition as the shard's held + change.
-    core::AddInto(change, h.values);
+    core::AddInto(change, held.values);
     if (const ptrdiff_t i = core::FindNonFinite(change); i >= 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(what, ": value ", i, " is not finite once the change is applied"));
     }
-    std::memcpy(h.values.data(), change.data(), numel * sizeof(float));
-    h.version = frame.version;
+    std::memcpy(held.values.data(), change.data(), numel * sizeof(float));
+    held.version = h.version;
   }
-  std::memcpy(dst, h.values.data(), numel * sizeof(float));
+  std::memcpy(dst, held.values.data(), numel * sizeof(float));
   return absl::OkStatus();
+}
+
+absl::Status HeldModel::Apply(const net::PullFrame& frame, float* dst) {
+  // The one slice's sink.
+  class Into final : public PullSink {
+   public:
+    Into(HeldModel* held, float* dst) : held_(held), dst_(dst) {}
+    absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes) override {
+      return held_->Place(h, bytes, dst_);
+    }
+    absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes) override {
+      return held_->Arrived(h, bytes, dst_);
+    }
+    void Done(absl::Status) override {}
+
+   private:
+    HeldModel* const held_;
+    float* const dst_;
+  };
+  Into sink(this, dst);
+  return DeliverPullFrame(frame, sink);
 }
 
 }  // namespace ps::internal

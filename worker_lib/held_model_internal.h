@@ -23,7 +23,7 @@
 #include "codecs/codec.h"
 #include "core/layout.h"
 #include "net/wire.h"
-#include "ps/v1/ps.pb.h"
+#include "worker_lib/transport/data_channel.h"
 
 namespace ps::internal {
 
@@ -31,15 +31,23 @@ class HeldModel {
  public:
   explicit HeldModel(const core::ModelLayout& layout) : layout_(layout) {}
 
-  // Tells the shard what the worker holds of the slices `req` names (held_versions,
-  // held_epoch), so that it may send changes instead of values. Leaves `req` as it is
+  // Tells the shard what the worker holds of the slices `ask` names (held_versions,
+  // held_epoch), so that it may send changes instead of values. Leaves `ask` as it is
   // when nothing is held.
-  void Describe(v1::PullRequest& req) const;
+  void Describe(PullAsk& ask) const;
 
-  // Writes the values `frame` brings for its slice (whose size the layout gives) to
-  // `dst`: dense values as they are, a change applied to what is held. INVALID_ARGUMENT
-  // naming slice, versions and codec when the values have the wrong size, the change
-  // does not decode or applies to values this worker does not hold.
+  // A pulled slice in two steps, as a PullSink sees it (data_channel.h); `dst` is where
+  // its values (the layout gives their count) go in the caller's buffer. Place, from
+  // the header: for dense values, `dst` itself, to be filled with the `bytes` bytes;
+  // for a change, an empty span (Arrived decodes it where the channel holds it).
+  // Arrived: keeps dense values that come with an epoch, or applies the change to what
+  // is held and writes the result to `dst`. INVALID_ARGUMENT naming slice, versions and
+  // codec when the values have the wrong size, the change does not decode or applies
+  // to values this worker does not hold; what is held is then as before.
+  absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes, float* dst) const;
+  absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes, float* dst);
+
+  // Both steps for a whole slice message, as a channel delivers one (DeliverPullFrame).
   absl::Status Apply(const net::PullFrame& frame, float* dst);
 
  private:

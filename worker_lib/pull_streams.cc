@@ -16,7 +16,7 @@
 namespace ps::internal {
 namespace {
 
-// What one pull stream delivered; shared between the transport's callbacks and the
+// What one pull stream delivered; shared between the channel's callbacks and the
 // thread waiting for the stream, so neither outlives what it touches.
 struct PullResult {
   explicit PullResult(SharedLinkEstimate* downlink) : timer(downlink) {}
@@ -24,7 +24,6 @@ struct PullResult {
   absl::Mutex mu;
   bool done ABSL_GUARDED_BY(mu) = false;
   absl::Status status ABSL_GUARDED_BY(mu);
-  std::string protocol_error ABSL_GUARDED_BY(mu);
   std::vector<uint32_t> received ABSL_GUARDED_BY(mu);
   uint64_t min_version ABSL_GUARDED_BY(mu) = UINT64_MAX;
   uint64_t bytes ABSL_GUARDED_BY(mu) = 0;
@@ -35,58 +34,82 @@ struct PullResult {
   absl::Status Await() {
     absl::MutexLock lock(&mu);
     mu.Await(absl::Condition(&done));
-    if (!protocol_error.empty()) return absl::InternalError(protocol_error);
     return status;
   }
 };
 
-// Starts the stream of `req` on `transport`, copying each slice into `dst`. `dst` and
-// `on_slice` must stay valid until `result` reports done.
-void StartStream(ShardTransport& transport, v1::PullRequest req, RpcClock::time_point deadline,
-                 HeldModel* held, PublishedLosses* losses, const PullStreams::Destinations* dst,
-                 const PullStreams::SliceArrived* on_slice, std::shared_ptr<PullResult> result) {
-  std::vector<uint32_t> asked(req.slice_ids().begin(), req.slice_ids().end());
-  const uint64_t min_version = req.min_version();
-  auto on_message = [held, losses, dst, on_slice, result, asked = std::move(asked),
-                     min_version](const net::PullFrame& frame) {
-    const uint32_t id = frame.slice_id;
-    auto it = dst->find(id);
-    const bool wanted =
-        it != dst->end() && std::find(asked.begin(), asked.end(), id) != asked.end();
-    // The one copy of dense values on this side: from the transport's buffers to the
-    // caller's (little-endian fp32 is the host's float layout, core/fp32_bytes.h).
-    const absl::Status applied =
-        wanted && frame.version >= min_version
-            ? held->Apply(frame, it->second)
-            : absl::InvalidArgumentError(absl::StrCat("slice ", id, " (version ", frame.version,
-                                                      ", ", frame.values.size(), " bytes)"));
-    if (!applied.ok()) {
-      absl::MutexLock lock(&result->mu);
-      result->protocol_error =
-          absl::StrCat("shard sent an unexpected or malformed ", applied.message());
-      return false;
+// One stream's end: each slice goes to its destination after its id, version and size
+// were checked (a compressed slice, from a shard with --pull-codec, is applied to what
+// HeldModel holds first). A slice that fails the checks ends the stream with INTERNAL
+// "shard sent an unexpected or malformed ...". `dst` and `on_slice` must stay valid
+// until `result` reports done.
+class StreamSink final : public PullSink {
+ public:
+  StreamSink(HeldModel* held, PublishedLosses* losses, const PullStreams::Destinations* dst,
+             const PullStreams::SliceArrived* on_slice, std::shared_ptr<PullResult> result,
+             std::vector<uint32_t> asked, uint64_t min_version)
+      : held_(held),
+        losses_(losses),
+        dst_(dst),
+        on_slice_(on_slice),
+        result_(std::move(result)),
+        asked_(std::move(asked)),
+        min_version_(min_version) {}
+
+  absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes) override {
+    auto it = dst_->find(h.slice_id);
+    const bool wanted = it != dst_->end() &&
+                        std::find(asked_.begin(), asked_.end(), h.slice_id) != asked_.end();
+    if (!wanted || h.version < min_version_) {
+      return Malformed(absl::StrCat("slice ", h.slice_id, " (version ", h.version, ", ", bytes,
+                                    " bytes)"));
     }
+    // Dense values go straight to the caller's buffer (little-endian fp32 is the host's
+    // float layout, core/fp32_bytes.h).
+    absl::StatusOr<std::span<char>> place = held_->Place(h, bytes, it->second);
+    if (!place.ok()) return Malformed(place.status().message());
+    return place;
+  }
+
+  absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes) override {
+    const absl::Status applied = held_->Arrived(h, bytes, dst_->at(h.slice_id));
+    if (!applied.ok()) return Malformed(applied.message());
+    size_t size = 0;
+    for (std::string_view piece : bytes) size += piece.size();
     const double arrived = SteadySeconds();
     {
-      absl::MutexLock lock(&result->mu);
-      result->timer.Arrived(frame.values.size(), frame.queued, arrived);
-      result->received.push_back(id);
-      result->min_version = std::min(result->min_version, frame.version);
-      result->bytes += frame.values.size();
-      if (!frame.codec.empty()) ++result->changes;
+      absl::MutexLock lock(&result_->mu);
+      result_->timer.Arrived(size, h.queued, arrived);
+      result_->received.push_back(h.slice_id);
+      result_->min_version = std::min(result_->min_version, h.version);
+      result_->bytes += size;
+      if (!h.codec.empty()) ++result_->changes;
     }
-    losses->Record(frame);
-    if (*on_slice) (*on_slice)(id);
-    return true;
-  };
-  auto on_done = [result](absl::Status s) {
-    absl::MutexLock lock(&result->mu);
-    result->timer.End();
-    result->status = std::move(s);
-    result->done = true;
-  };
-  transport.Pull(std::move(req), deadline, std::move(on_message), std::move(on_done));
-}
+    losses_->Record(h);
+    if (*on_slice_) (*on_slice_)(h.slice_id);
+    return absl::OkStatus();
+  }
+
+  void Done(absl::Status status) override {
+    absl::MutexLock lock(&result_->mu);
+    result_->timer.End();
+    result_->status = std::move(status);
+    result_->done = true;
+  }
+
+ private:
+  static absl::Status Malformed(absl::string_view what) {
+    return absl::InternalError(absl::StrCat("shard sent an unexpected or malformed ", what));
+  }
+
+  HeldModel* const held_;
+  PublishedLosses* const losses_;
+  const PullStreams::Destinations* const dst_;
+  const PullStreams::SliceArrived* const on_slice_;
+  const std::shared_ptr<PullResult> result_;
+  const std::vector<uint32_t> asked_;
+  const uint64_t min_version_;
+};
 
 // A pull running on its own thread, counting per tensor the slices still to come.
 class PullTicketImpl final : public PullTicket {
@@ -165,12 +188,12 @@ class PullTicketImpl final : public PullTicket {
 
 }  // namespace
 
-void PublishedLosses::Record(const net::PullFrame& frame) {
-  if (!frame.loss.has_value() || !frame.first_loss.has_value()) return;
+void PublishedLosses::Record(const net::PullHeader& h) {
+  if (!h.loss.has_value() || !h.first_loss.has_value()) return;
   absl::MutexLock lock(&mu_);
-  Entry& e = by_slice_[frame.slice_id];
-  if (frame.version < e.version) return;  // an older version arriving late
-  e = Entry{frame.version, *frame.loss, *frame.first_loss};
+  Entry& e = by_slice_[h.slice_id];
+  if (h.version < e.version) return;  // an older version arriving late
+  e = Entry{h.version, *h.loss, *h.first_loss};
 }
 
 std::optional<PublishedLoss> PublishedLosses::Latest() const {
@@ -276,20 +299,19 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
   for (const auto& [id, ptr] : dst) missing.insert(id);
   uint64_t version = UINT64_MAX;
   for (int attempt = 0;; ++attempt) {
-    std::map<uint32_t, v1::PullRequest> requests;
-    for (uint32_t id : missing) requests[layout_.slices()[id].shard].add_slice_ids(id);
+    std::map<uint32_t, PullAsk> asks;
+    for (uint32_t id : missing) asks[layout_.slices()[id].shard].slice_ids.push_back(id);
     std::vector<std::pair<uint32_t, std::shared_ptr<PullResult>>> streams;
     std::map<uint32_t, uint64_t> epochs;
-    for (auto& [shard, req] : requests) {
-      const ShardClient::Session session = client_.session(shard);
-      req.set_session(session.token);
-      epochs[shard] = session.epoch;
-      req.set_layout_hash(layout_.hash());
-      req.set_min_version(min_version);
-      held_.Describe(req);
+    for (auto& [shard, ask] : asks) {
+      ask.layout_hash = layout_.hash();
+      ask.min_version = min_version;
+      held_.Describe(ask);
       auto result = std::make_shared<PullResult>(downlinks_[shard].get());
-      StartStream(client_.transport(shard), req, deadline, &held_, &losses_, &dst, &on_slice,
-                  result);
+      auto sink = std::make_shared<StreamSink>(&held_, &losses_, &dst, &on_slice, result,
+                                               ask.slice_ids, min_version);
+      epochs[shard] = client_.channel(shard, PushPath::kDataPlane)
+                          ->Pull(std::move(ask), deadline, std::move(sink));
       streams.emplace_back(shard, std::move(result));
     }
     // The first failure, unless a later one is final (not retriable): that one.

@@ -1,6 +1,6 @@
 // PullStreams: Worker::Pull, PullAll and StartPullAll. A pull maps every wanted slice
-// to its place in the caller's buffers (the destinations), opens one Pull stream per
-// shard through ShardTransport and copies each slice the stream delivers straight to
+// to its place in the caller's buffers (the destinations), opens one pull per shard on
+// its data-plane DataChannel and has each slice the stream delivers placed straight at
 // its destination, after checking id, version and size (a compressed slice, from a
 // shard with --pull-codec, is applied to what HeldModel holds first). Slices still missing after a
 // retriable failure are asked for again (the policy), re-joining first when the
@@ -10,7 +10,7 @@
 // Owns nothing across calls but its counters (atomics) and its downlink estimates (one
 // per shard, from the arrival times of the messages each stream's shard wrote back to
 // back: BurstTimer, link_estimator_internal.h): each pull owns its streams'
-// shared results (PullResult: lock `mu`, shared with the transport's callbacks so
+// shared results (PullResult: lock `mu`, shared with the channel's callbacks so
 // neither outlives what it touches), each ticket its thread and its per-tensor counts
 // (lock `mu_`, and `join_mu_` around joining the thread).
 //
@@ -43,11 +43,11 @@
 
 namespace ps::internal {
 
-// The losses shards publish with each slice (net::PullFrame::loss, first_loss), kept
+// The losses shards publish with each slice (net::PullHeader::loss, first_loss), kept
 // per slice with its version. Thread-safe.
 class PublishedLosses {
  public:
-  void Record(const net::PullFrame& frame);
+  void Record(const net::PullHeader& h);
   // The medians over the slices recorded at the highest version (PublishedLoss).
   std::optional<PublishedLoss> Latest() const;
 
@@ -83,7 +83,7 @@ class PullStreams {
   LinkCost LinkOf(uint32_t shard) const { return downlinks_[shard]->Estimate(); }
   std::optional<PublishedLoss> published_loss() const { return losses_.Latest(); }
 
-  // Called with each slice id once its values are in place (on a transport thread).
+  // Called with each slice id once its values are in place (on a channel's thread).
   using SliceArrived = std::function<void(uint32_t)>;
   // Slice id -> where its first value goes.
   using Destinations = absl::flat_hash_map<uint32_t, float*>;

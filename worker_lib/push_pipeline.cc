@@ -1,7 +1,6 @@
 #include "worker_lib/push_pipeline_internal.h"
 
 #include <cmath>
-#include <map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -36,11 +35,17 @@ absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerO
       absl::MutexLock lock(&slot->mu);
       slot->encoder = *std::move(encoder);
     }
-    slot->udp = push.udp;
-    p->slots_.push_back(std::move(slot));
-    if (push.udp && p->udp_sender_ == nullptr) {
-      PS_ASSIGN_OR_RETURN(p->udp_sender_, UdpSender::Start(options.udp, options.priority_order));
+    slot->path = push.push_path();
+    for (uint32_t shard = 0; shard < client.num_shards(); ++shard) {
+      const DataChannel* channel = client.channel(shard, slot->path);
+      if (channel == nullptr) {
+        return absl::InternalError(absl::StrCat("tensor '", t.name, "' is pushed over the ",
+                                                PushPathName(slot->path), " but ",
+                                                client.name(shard), " has no channel for it"));
+      }
+      slot->chunked = slot->chunked || channel->chunk_elems() > 0;
     }
+    p->slots_.push_back(std::move(slot));
   }
   return p;
 }
@@ -63,7 +68,7 @@ PushPipeline::~PushPipeline() {
   {
     absl::MutexLock lock(&mu_);
     closing_ = true;
-    for (ShardTransport::PushCall* rpc : in_flight_) rpc->Cancel();
+    for (DataChannel::PushCall* rpc : in_flight_) rpc->Cancel();
   }
   retry_queue_.Stop();  // runs what is queued at once; Send sees closing_
   for (auto& q : queues_) {
@@ -89,7 +94,7 @@ absl::Status PushPipeline::SetCodec(size_t tensor, std::string_view spec,
         absl::StrCat("no tensor ", tensor, "; the layout has ", slots_.size()));
   }
   TensorSlot& slot = *slots_[tensor];
-  if (slot.udp) return absl::OkStatus();
+  if (slot.chunked) return absl::OkStatus();
   absl::MutexLock lock(&slot.mu);
   if (slot.encoder->spec() == spec && slot.encoder->device() == device) return absl::OkStatus();
   return slot.encoder->SetCodec(spec, options_.codec_seed, device);
@@ -117,137 +122,124 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         "gradient of '", spec.name, "' has ", grad.size(), " elements; expected ", spec.numel));
   }
   idle_.Pushing(round);
-  if (slots_[tensor]->udp) return PushUdp(tensor, round, grad);
-  std::vector<std::unique_ptr<Call>> calls;
+  // Each slice goes whole, answered, or in chunks where its shard's channel carries
+  // chunks; each chunk is encoded on its own (docs/transport.md, "UDP").
+  std::vector<std::unique_ptr<Call>> calls, chunks;
   {
     TensorSlot& slot = *slots_[tensor];
     absl::MutexLock lock(&slot.mu);
     std::vector<SliceRange> ranges;
+    std::vector<std::unique_ptr<Call>> pieces;
+    auto piece = [&](const core::SliceInfo& s, DataChannel* channel, uint32_t index,
+                     uint32_t count) {
+      auto call = std::make_unique<Call>();
+      call->shard = s.shard;
+      call->channel = channel;
+      OutgoingPush& m = call->message;
+      m.layout_hash = layout_.hash();
+      m.round = round;
+      m.slice_id = s.id;
+      m.priority = s.priority;
+      m.codec = std::string(slot.encoder->spec());
+      m.chunk_index = static_cast<uint16_t>(index);
+      m.chunk_count = static_cast<uint16_t>(count);
+      pieces.push_back(std::move(call));
+    };
     for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
       const core::SliceInfo& s = layout_.slices()[id];
-      ranges.push_back({id, s.offset, s.numel, FixedCostBytes(s.shard, s.numel)});
+      DataChannel* channel = client_.channel(s.shard, slot.path);
+      const uint32_t chunk_elems = channel->chunk_elems();
+      if (chunk_elems == 0) {
+        ranges.push_back({id, s.offset, s.numel, FixedCostBytes(s.shard, s.numel)});
+        piece(s, channel, 0, 1);
+        continue;
+      }
+      const uint32_t count = net::ChunkCount(s.numel, chunk_elems);
+      if (count > UINT16_MAX) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "slice ", id, " of '", spec.name, "' needs ", count, " ", PushPathName(slot.path),
+            " chunks of ", chunk_elems, " values; at most 65535 (raise udp.chunk_elems)"));
+      }
+      for (uint32_t i = 0; i < count; ++i) {
+        const net::ChunkRange r = net::ChunkRangeOf(s.numel, chunk_elems, i);
+        ranges.push_back({id, s.offset + r.first, r.count});
+        piece(s, channel, i, count);
+      }
     }
     std::vector<std::string> payloads;
     absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
     if (!st.ok()) {
-      return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
-                                                  ": ", st.message()));
+      return absl::Status(
+          st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
+                                  slot.chunked ? absl::StrCat(" (", PushPathName(slot.path),
+                                                              " chunks)")
+                                               : "",
+                                  ": ", st.message()));
     }
-    for (size_t k = 0; k < ranges.size(); ++k) {
-      auto call = std::make_unique<Call>();
-      call->shard = layout_.slices()[ranges[k].id].shard;
-      v1::PushRequest& f = call->message.fields;
-      f.set_layout_hash(layout_.hash());
-      f.set_round(round);
-      f.set_slice_id(ranges[k].id);
-      f.set_codec(std::string(slot.encoder->spec()));
-      call->message.payload = std::make_shared<const std::string>(std::move(payloads[k]));
-      calls.push_back(std::move(call));
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      pieces[k]->message.payload = std::make_shared<const std::string>(std::move(payloads[k]));
+      (pieces[k]->channel->chunk_elems() > 0 ? chunks : calls).push_back(std::move(pieces[k]));
     }
   }
+  if (!chunks.empty()) {
+    PS_RETURN_IF_ERROR(WithContext(SendUnanswered(chunks), absl::StrCat("'", spec.name, "'")));
+  }
+  if (calls.empty()) return absl::OkStatus();
   {
     // One lock for both: the pending count and the round's loss (ReportLoss).
     absl::MutexLock lock(&mu_);
     pending_ += calls.size();
     if (loss_.has_value() && loss_->first == round) {
-      for (auto& call : calls) call->message.fields.set_loss(loss_->second);
+      for (auto& call : calls) call->message.loss = loss_->second;
     }
   }
   std::set<uint32_t> touched;
   for (auto& call : calls) {
     const uint32_t shard = call->shard;
     touched.insert(shard);
-    const core::SliceInfo& si = layout_.slices()[call->message.fields.slice_id()];
+    const int32_t priority = call->message.priority;
     const uint64_t bytes = call->message.payload_size();
     ShardQueue& q = *queues_[shard];
     absl::MutexLock lock(&q.mu);
-    q.queue->Push(si.priority, round, bytes, std::move(call));
+    q.queue->Push(priority, round, bytes, std::move(call));
   }
   for (uint32_t shard : touched) Dispatch(shard);
   return absl::OkStatus();
 }
 
-// Encodes every chunk of every slice of `tensor` on its own, signs each with its
-// shard's session key and queues the datagrams (docs/transport.md, "UDP").
-absl::Status PushPipeline::PushUdp(size_t tensor, uint64_t round, std::span<const float> grad) {
-  const core::TensorSpec& spec = layout_.tensors()[tensor];
-  const uint32_t chunk_elems = options_.udp.chunk_elems;
-  std::vector<SliceRange> ranges;
-  struct Chunk {
-    uint32_t slice = 0;
-    uint16_t index = 0;
-    uint16_t count = 0;
-  };
-  std::vector<Chunk> chunks;
-  for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
-    const core::SliceInfo& s = layout_.slices()[id];
-    const uint32_t count = net::ChunkCount(s.numel, chunk_elems);
-    if (count > UINT16_MAX) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slice ", id, " of '", spec.name, "' needs ", count, " UDP chunks of ",
-                       chunk_elems, " values; at most 65535 (raise udp.chunk_elems)"));
+absl::Status PushPipeline::SendUnanswered(const std::vector<std::unique_ptr<Call>>& chunks) {
+  for (size_t begin = 0; begin < chunks.size();) {
+    DataChannel* channel = chunks[begin]->channel;
+    std::vector<const OutgoingPush*> run;
+    size_t end = begin;
+    for (; end < chunks.size() && chunks[end]->channel == channel; ++end) {
+      run.push_back(&chunks[end]->message);
     }
-    for (uint32_t i = 0; i < count; ++i) {
-      const net::ChunkRange r = net::ChunkRangeOf(s.numel, chunk_elems, i);
-      ranges.push_back({id, s.offset + r.first, r.count});
-      chunks.push_back({id, static_cast<uint16_t>(i), static_cast<uint16_t>(count)});
-    }
-  }
-  TensorSlot& slot = *slots_[tensor];
-  absl::MutexLock lock(&slot.mu);
-  std::vector<std::string> payloads;
-  absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
-  if (!st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
-                                                " (UDP chunks): ", st.message()));
-  }
-  // Every route first, so that a shard without a key refuses the push before any of it
-  // leaves.
-  std::map<uint32_t, ShardClient::UdpRoute> routes;
-  for (const Chunk& c : chunks) {
-    const uint32_t shard = layout_.slices()[c.slice].shard;
-    if (routes.contains(shard)) continue;
-    ShardClient::UdpRoute route = client_.udp_route(shard);
-    if (route.key == nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(client_.name(shard), " gave no UDP key"));
-    }
-    routes.emplace(shard, std::move(route));
-  }
-  // Each datagram is queued as soon as it is signed: the sender starts with the first
-  // while the rest are signed.
-  for (size_t k = 0; k < chunks.size(); ++k) {
-    const core::SliceInfo& si = layout_.slices()[chunks[k].slice];
-    const ShardClient::UdpRoute& route = routes.at(si.shard);
-    net::DatagramHeader h;
-    h.session_id = route.session;
-    h.worker_id = options_.worker_id;
-    h.slice_id = chunks[k].slice;
-    h.round = round;
-    h.chunk_elems = chunk_elems;
-    h.chunk_index = chunks[k].index;
-    h.chunk_count = chunks[k].count;
-    std::string datagram;
-    st = net::EncodeDatagram(h, slot.encoder->spec(), payloads[k], *route.key, &datagram);
-    if (!st.ok()) {
-      return absl::Status(
-          st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ", h.slice_id, " of '",
-                                  spec.name, "': ", st.message(), " (lower udp.chunk_elems)"));
-    }
-    udp_sender_->Enqueue(
-        si.priority, round, route.endpoint, std::move(datagram),
-        InjectedLoss(options_.udp, options_.worker_id, round, h.slice_id, h.chunk_index));
+    const std::unique_ptr<DataChannel::PushCall> call =
+        channel->NewPush(std::move(run), RpcClock::now() + options_.rpc_timeout);
+    absl::Status first;
+    // A channel that carries chunks runs every `done` before Start returns.
+    call->Start([&first](size_t, absl::Status s) { first.Update(s); });
+    if (!first.ok()) return first;
+    begin = end;
   }
   return absl::OkStatus();
 }
 
 absl::Status PushPipeline::Wait() {
-  absl::Status udp = udp_sender_ != nullptr ? udp_sender_->WaitIdle() : absl::OkStatus();
+  // Every path's unanswered sends first, as they were queued before the answered ones.
+  absl::Status sent;
+  for (uint32_t shard = 0; shard < client_.num_shards(); ++shard) {
+    for (PushPath path : kAllPushPaths) {
+      if (DataChannel* channel = client_.channel(shard, path)) sent.Update(channel->WaitSent());
+    }
+  }
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(
       +[](PushPipeline* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending_ == 0; }, this));
   absl::Status st = std::move(first_error_);
   first_error_ = absl::OkStatus();
-  return st.ok() ? udp : st;
+  return st.ok() ? sent : st;
 }
 
 void PushPipeline::OnRejoined(uint32_t shard, const v1::JoinResponse& join) {
@@ -273,12 +265,13 @@ void PushPipeline::Replay(uint32_t shard, uint64_t version) {
   std::vector<std::unique_ptr<Call>> calls;
   {
     absl::MutexLock lock(&replay_mu_);
-    for (const auto& [slice, message] : last_accepted_) {
-      if (layout_.slices()[slice].shard != shard || message.fields.round() < version) continue;
+    for (const auto& [slice, accepted] : last_accepted_) {
+      if (layout_.slices()[slice].shard != shard || accepted.message.round < version) continue;
       auto call = std::make_unique<Call>();
       call->shard = shard;
+      call->channel = accepted.channel;
       call->replay = true;
-      call->message = message;  // the payload is shared, not copied
+      call->message = accepted.message;  // the payload is shared, not copied
       calls.push_back(std::move(call));
     }
   }
@@ -314,10 +307,8 @@ void PushPipeline::ReleaseCredit(const Call& call) {
 }
 
 void PushPipeline::Send(std::unique_ptr<Call> call) {
-  const ShardClient::Session session = client_.session(call->shard);
-  call->message.fields.set_session(session.token);
-  call->epoch = session.epoch;
-  call->rpc = client_.transport(call->shard).NewPush(RpcClock::now() + options_.rpc_timeout);
+  call->rpc = call->channel->NewPush({&call->message}, RpcClock::now() + options_.rpc_timeout);
+  call->epoch = call->rpc->epoch();
   {
     absl::MutexLock lock(&mu_);
     if (closing_) {
@@ -328,8 +319,7 @@ void PushPipeline::Send(std::unique_ptr<Call> call) {
   }
   meters_[call->shard]->Started();
   Call* raw = call.release();
-  raw->rpc->Start(&raw->message,
-                  [this, raw](absl::Status s) { OnDone(std::unique_ptr<Call>(raw), s); });
+  raw->rpc->Start([this, raw](size_t, absl::Status s) { OnDone(std::unique_ptr<Call>(raw), s); });
 }
 
 void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
@@ -337,7 +327,7 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
     absl::MutexLock lock(&mu_);
     in_flight_.erase(call->rpc.get());
   }
-  // The finished RPC goes now, on this (gRPC's) thread, before the push is finished:
+  // The finished call goes now, on this (gRPC's) thread, before the push is finished:
   // its ClientContext holds a reference to the channel, and once pending_ drops the
   // worker may be destroyed; were this the channel's last reference, the channel (and
   // gRPC's callback threads with it) would be torn down from one of those threads while
@@ -354,9 +344,9 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
       // Kept for Replay: the newest accepted push of each slice. (Before the push is
       // finished: once pending_ drops, the pipeline may be destroyed.)
       absl::MutexLock lock(&replay_mu_);
-      ShardTransport::PushMessage& kept = last_accepted_[call->message.fields.slice_id()];
-      if (kept.payload == nullptr || kept.fields.round() <= call->message.fields.round()) {
-        kept = call->message;
+      Accepted& kept = last_accepted_[call->message.slice_id];
+      if (kept.message.payload == nullptr || kept.message.round <= call->message.round) {
+        kept = Accepted{call->channel, call->message};
       }
     }
     ReleaseCredit(*call);
@@ -384,15 +374,15 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
   }
   if (!call->replay) slices_refused_.fetch_add(1);
   ReleaseCredit(*call);
-  const core::SliceInfo& si = layout_.slices()[call->message.fields.slice_id()];
+  const core::SliceInfo& si = layout_.slices()[call->message.slice_id];
   absl::Status st = WithContext(
       s, absl::StrCat(
              "push of tensor '", layout_.tensors()[si.tensor].name, "' slice ", si.id, " round ",
-             call->message.fields.round(), " to ", client_.name(call->shard),
+             call->message.round, " to ", client_.name(call->shard),
              call->attempt > 0 ? absl::StrCat(" (after ", call->attempt + 1, " attempts)") : ""));
   MarkPushFailure(&st, PushFailure{.tensor = layout_.tensors()[si.tensor].name,
                                    .slice = si.id,
-                                   .round = call->message.fields.round(),
+                                   .round = call->message.round,
                                    .shard = call->shard});
   absl::MutexLock lock(&mu_);
   FinishLocked(*call, st);
@@ -437,10 +427,10 @@ void PushPipeline::FillStats(WorkerStats& stats) const {
   stats.slices_refused = slices_refused_.load();
   stats.push_bytes = push_bytes_.load();
   stats.pushes_replayed = pushes_replayed_.load();
-  if (udp_sender_ != nullptr) {
-    stats.udp_datagrams_sent = udp_sender_->datagrams_sent();
-    stats.udp_datagrams_dropped = udp_sender_->datagrams_dropped();
-    stats.udp_bytes = udp_sender_->bytes_sent();
+  for (uint32_t shard = 0; shard < client_.num_shards(); ++shard) {
+    for (PushPath path : kAllPushPaths) {
+      if (const DataChannel* channel = client_.channel(shard, path)) channel->FillStats(stats);
+    }
   }
 }
 

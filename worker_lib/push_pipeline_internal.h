@@ -1,16 +1,18 @@
 // PushPipeline: everything between Worker::Push and a shard's answer. It owns, per
-// tensor, the encoder (momentum, error feedback, codec); per shard, the P3 send queue
-// with its in-flight credit window; the retry delay queue; the newest accepted push of
-// every slice (for replay after a shard restart); the UDP sender when some tensor goes
-// over UDP; and the accounting WaitPushes() reports from.
+// tensor, the encoder (momentum, error feedback, codec) and the path its pushes take
+// (PushOptions::path); per shard, the P3 send queue with its in-flight credit window;
+// the retry delay queue; the newest accepted push of every slice (for replay after a
+// shard restart); and the accounting WaitPushes() reports from.
 //
-// Flow: Push encodes a tensor's slices into PushRequests and queues them at their
-// shards; Dispatch sends what the window lets go through ShardTransport::NewPush; the
-// answer returns the call's credit (letting queued pushes go) and either finishes the
-// push or, for a retriable failure (the policy), re-sends it after a backoff from the
-// delay queue, re-joining first through ShardClient when the session was lost. After a
-// re-join, OnRejoined re-sends the accepted pushes whose rounds the shard still has
-// open (they were lost with the shard's process).
+// Flow: Push encodes a tensor's slices into OutgoingPushes. Where the slice's shard's
+// channel for that path carries chunks (DataChannel::chunk_elems(), the UDP path), each
+// slice is encoded in chunks and handed to the channel at once, unanswered. Otherwise
+// the pushes are queued at their shards; Dispatch sends what the window lets go through
+// DataChannel::NewPush; the answer returns the call's credit (letting queued pushes go)
+// and either finishes the push or, for a retriable failure (the policy), re-sends it
+// after a backoff from the delay queue, re-joining first through ShardClient when the
+// session was lost. After a re-join, OnRejoined re-sends the accepted pushes whose
+// rounds the shard still has open (they were lost with the shard's process).
 //
 // Locks, never nested except as noted: TensorSlot::mu (one tensor's encoder),
 // ShardQueue::mu (one shard's send queue), `mu_` (pending counts, first error, calls in
@@ -45,7 +47,7 @@
 #include "worker_lib/send_queue_internal.h"
 #include "worker_lib/shard_client_internal.h"
 #include "worker_lib/tensor_encoder_internal.h"
-#include "worker_lib/udp_sender_internal.h"
+#include "worker_lib/transport/data_channel.h"
 #include "worker_lib/worker.h"
 
 namespace ps::internal {
@@ -56,8 +58,8 @@ void MarkPushFailure(absl::Status* status, const PushFailure& failure);
 
 class PushPipeline {
  public:
-  // Refuses push options for a tensor the layout lacks and bad codec specs; starts the
-  // UDP sender when some tensor is pushed over UDP. `policy` decides the retries.
+  // Refuses push options for a tensor the layout lacks and bad codec specs. `client`
+  // has a channel for every path a tensor takes. `policy` decides the retries.
   static absl::StatusOr<std::unique_ptr<PushPipeline>> Create(const WorkerOptions& options,
                                                               core::RetryPolicy policy,
                                                               const core::ModelLayout& layout,
@@ -66,19 +68,16 @@ class PushPipeline {
   PushPipeline(const PushPipeline&) = delete;
   PushPipeline& operator=(const PushPipeline&) = delete;
 
-  // Whether some tensor is pushed over UDP (every shard must then offer the UDP path).
-  bool uses_udp() const { return udp_sender_ != nullptr; }
-
   // Worker::Push: encodes and queues; errors at once only for bad arguments.
   absl::Status Push(size_t tensor, uint64_t round, std::span<const float> grad);
   // Worker::WaitPushes: waits for every push queued so far; the first error since the
-  // previous call (a gRPC refusal, else a UDP send error).
+  // previous call (a refusal, else a send error of an unanswered path).
   absl::Status Wait();
   // Worker::ReportLoss: the loss attached to the pushes of `round` queued from now on.
   absl::Status ReportLoss(uint64_t round, double loss);
   // Tensor `tensor`'s pushes from the next one on encode with `spec` on `device`
-  // (TensorEncoder::SetCodec: momentum and residual carry over). A tensor pushed over UDP
-  // keeps its codec (OK); a bad spec changes nothing.
+  // (TensorEncoder::SetCodec: momentum and residual carry over). A tensor pushed in
+  // chunks (over UDP) keeps its codec (OK); a bad spec changes nothing.
   absl::Status SetCodec(size_t tensor, std::string_view spec, core::Device device);
   // Shard `shard`'s link as the push calls measured it (LinkCost::valid false: not yet).
   LinkCost LinkOf(uint32_t shard) const { return meters_[shard]->Estimate(); }
@@ -89,7 +88,8 @@ class PushPipeline {
 
   // Worker::device_note.
   std::string device_note(size_t tensor) const;
-  // Fills the push and UDP counters of `stats` (retries: see retries()).
+  // Fills the push counters of `stats` and those its channels keep (retries: see
+  // retries()).
   void FillStats(WorkerStats& stats) const;
   uint64_t retries() const { return retries_.load(); }
 
@@ -97,13 +97,15 @@ class PushPipeline {
   struct TensorSlot {
     absl::Mutex mu;
     std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
-    bool udp = false;  // pushed as datagrams (PushOptions::udp)
+    PushPath path = PushPath::kDataPlane;  // PushOptions::push_path()
+    bool chunked = false;                  // its path carries chunks, unanswered
   };
 
   // One slice push in flight; owned by whoever currently drives it (the send queue,
-  // the transport's callback, the retry queue).
+  // the channel's callback, the retry queue).
   struct Call {
     uint32_t shard = 0;
+    DataChannel* channel = nullptr;  // the shard's, of the tensor's path
     int attempt = 0;
     uint64_t epoch = 0;  // the session's epoch it was sent with
     // Bytes this call holds of its shard's in-flight window, from dispatch to its end.
@@ -112,8 +114,13 @@ class PushPipeline {
     // A resend after the shard restarted (OnRejoined): not counted in pending_, and its
     // refusal (late, duplicate) is no error of the caller's.
     bool replay = false;
-    ShardTransport::PushMessage message;
-    std::unique_ptr<ShardTransport::PushCall> rpc;
+    OutgoingPush message;
+    std::unique_ptr<DataChannel::PushCall> rpc;
+  };
+  // A push a shard accepted, kept for Replay.
+  struct Accepted {
+    DataChannel* channel = nullptr;
+    OutgoingPush message;
   };
 
   struct ShardQueue {
@@ -124,7 +131,9 @@ class PushPipeline {
   PushPipeline(const WorkerOptions& options, core::RetryPolicy policy,
                const core::ModelLayout& layout, ShardClient& client);
 
-  absl::Status PushUdp(size_t tensor, uint64_t round, std::span<const float> grad);
+  // Hands `chunks` to their channels, a run of one channel's at a time in order; the
+  // first failure (what follows it is not sent).
+  absl::Status SendUnanswered(const std::vector<std::unique_ptr<Call>>& chunks);
   // The fixed cost of pushing a slice of `numel` values to `shard`, in bytes of its
   // link (SliceRange::fixed_cost_bytes): (alpha + the slice's share of the round's idle
   // time) / beta, docs/adaptive.md "CAT"; -1 until the link was measured.
@@ -148,8 +157,7 @@ class PushPipeline {
   std::vector<std::unique_ptr<TransferMeter>> meters_;
   // The rounds' time outside pushes, shared by the slices in proportion to their size.
   RoundIdleMeter idle_;
-  uint64_t total_numel_ = 0;               // of the layout
-  std::unique_ptr<UdpSender> udp_sender_;  // when some tensor goes over UDP
+  uint64_t total_numel_ = 0;  // of the layout
   DelayQueue retry_queue_;
 
   absl::Mutex mu_;
@@ -159,11 +167,11 @@ class PushPipeline {
   size_t replays_ ABSL_GUARDED_BY(mu_) = 0;  // replays not finished (the destructor waits)
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
-  std::set<ShardTransport::PushCall*> in_flight_ ABSL_GUARDED_BY(mu_);
+  std::set<DataChannel::PushCall*> in_flight_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex replay_mu_;
   // Per slice id, the newest push a shard accepted (Replay).
-  absl::flat_hash_map<uint32_t, ShardTransport::PushMessage> last_accepted_
+  absl::flat_hash_map<uint32_t, Accepted> last_accepted_
       ABSL_GUARDED_BY(replay_mu_);
 
   std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};

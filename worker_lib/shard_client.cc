@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "net/layout_proto.h"
-#include "worker_lib/udp_sender_internal.h"
 
 namespace ps::internal {
 
@@ -47,20 +46,19 @@ core::RetryPolicy CallRetryPolicy(const WorkerOptions& options) {
 
 ShardClient::ShardClient(Options options, const core::ModelLayout& layout,
                          std::vector<std::string> addresses,
-                         std::vector<std::unique_ptr<ShardTransport>> transports,
-                         RejoinListener on_rejoin)
+                         std::vector<ShardLink> links, RejoinListener on_rejoin)
     : options_(std::move(options)), layout_(layout), on_rejoin_(std::move(on_rejoin)) {
-  shards_.reserve(transports.size());
-  for (uint32_t i = 0; i < transports.size(); ++i) {
+  shards_.reserve(links.size());
+  for (uint32_t i = 0; i < links.size(); ++i) {
     auto s = std::make_unique<Shard>();
     s->id = i;
     s->address = std::move(addresses[i]);
-    s->transport = std::move(transports[i]);
+    s->link = std::move(links[i]);
     shards_.push_back(std::move(s));
   }
 }
 
-absl::Status ShardClient::Connect(std::span<const std::span<const float>> initial, bool need_udp,
+absl::Status ShardClient::Connect(std::span<const std::span<const float>> initial,
                                   RpcClock::time_point deadline) {
   uint64_t start = UINT64_MAX;
   for (auto& s : shards_) {
@@ -80,15 +78,6 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
     info.momentum = join.momentum();
     info.weight_decay = join.weight_decay();
     info.version = join.version();
-    if (need_udp) {
-      if (join.udp_port() == 0) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("tensors are pushed over UDP but ", name(s->id),
-                         " runs without the UDP path (start it with --udp-port)"));
-      }
-      PS_ASSIGN_OR_RETURN(s->udp_endpoint,
-                          ResolveUdp(s->address, static_cast<uint16_t>(join.udp_port())));
-    }
     infos_.push_back(std::move(info));
     start = std::min(start, join.version());
   }
@@ -99,32 +88,38 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
 absl::StatusOr<v1::JoinResponse> ShardClient::Join(uint32_t shard, RpcClock::time_point deadline) {
   Shard& s = *shards_[shard];
   absl::MutexLock join_lock(&s.join_mu);
-  return JoinLocked(s, deadline);
+  absl::Status routed;
+  PS_ASSIGN_OR_RETURN(v1::JoinResponse join, JoinLocked(s, deadline, &routed));
+  PS_RETURN_IF_ERROR(routed);
+  return join;
 }
 
-absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::time_point deadline) {
+absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::time_point deadline,
+                                                         absl::Status* routed) {
   v1::JoinRequest req;
   req.set_worker_id(options_.worker_id);
   req.set_layout_hash(layout_.hash());
   for (int attempt = 0;; ++attempt) {
     v1::JoinResponse resp;
     const absl::Status st =
-        s.transport->Join(req, std::min(deadline, RpcClock::now() + options_.rpc_timeout), &resp);
+        s.link.control->Join(req, std::min(deadline, RpcClock::now() + options_.rpc_timeout), &resp);
     if (st.ok()) {
-      std::shared_ptr<const net::DatagramKey> udp_key;
-      if (resp.udp_port() != 0) {
-        auto key = net::DatagramKey::FromBytes(resp.udp_key());
-        if (!key.ok()) {
-          return absl::InternalError(
-              absl::StrCat(name(s.id), " handed out a bad UDP key: ", key.status().message()));
-        }
-        udp_key = std::make_shared<const net::DatagramKey>(*std::move(key));
+      DataRoute route;
+      route.session = resp.session();
+      route.udp_port = resp.udp_port();
+      route.udp_session = resp.udp_session();
+      route.udp_key = resp.udp_key();
+      {
+        absl::MutexLock lock(&s.mu);
+        s.session = resp.session();
+        route.epoch = ++s.epoch;
       }
-      absl::MutexLock lock(&s.mu);
-      s.session = resp.session();
-      s.udp_session = resp.udp_session();
-      s.udp_key = std::move(udp_key);
-      ++s.epoch;
+      // After the epoch: a channel's route is never newer than the session callers
+      // read, so a call refused under it rejoins (Rejoin compares epochs).
+      *routed = absl::OkStatus();
+      for (const auto& channel : s.link.channels) {
+        if (channel != nullptr) routed->Update(channel->SetRoute(route));
+      }
       return resp;
     }
     const auto backoff = options_.join_policy.Backoff(attempt);
@@ -149,7 +144,8 @@ void ShardClient::Rejoin(uint32_t shard, uint64_t failed_epoch) {
       absl::MutexLock lock(&s.mu);
       if (s.epoch != failed_epoch) return;
     }
-    join = JoinLocked(s, RpcClock::now() + options_.rpc_timeout);
+    absl::Status routed;  // a route a channel cannot use fails its calls, which say why
+    join = JoinLocked(s, RpcClock::now() + options_.rpc_timeout, &routed);
   }
   if (!join.ok()) return;  // the retried call reports what goes wrong
   if (on_rejoin_) on_rejoin_(shard, *join);
@@ -159,12 +155,6 @@ ShardClient::Session ShardClient::session(uint32_t shard) const {
   const Shard& s = *shards_[shard];
   absl::MutexLock lock(&s.mu);
   return Session{s.session, s.epoch};
-}
-
-ShardClient::UdpRoute ShardClient::udp_route(uint32_t shard) const {
-  const Shard& s = *shards_[shard];
-  absl::MutexLock lock(&s.mu);
-  return UdpRoute{s.udp_session, s.udp_key, s.udp_endpoint};
 }
 
 std::string ShardClient::name(uint32_t shard) const {
@@ -178,7 +168,7 @@ absl::Status ShardClient::RegisterLayout(Shard& s, const v1::JoinResponse& join,
   net::LayoutToProto(layout_, req.mutable_layout());
   v1::RegisterLayoutResponse resp;
   const absl::Status st =
-      s.transport->RegisterLayout(req, RpcClock::now() + options_.rpc_timeout, &resp);
+      s.link.control->RegisterLayout(req, RpcClock::now() + options_.rpc_timeout, &resp);
   if (absl::IsAlreadyExists(st)) return absl::OkStatus();  // lost the race
   if (!st.ok()) return WithContext(st, absl::StrCat("registering the layout on ", name(s.id)));
   if (join.aggregate_only()) return absl::OkStatus();
@@ -199,7 +189,7 @@ absl::Status ShardClient::RegisterLayout(Shard& s, const v1::JoinResponse& join,
                     size_t{si.numel} * sizeof(float));
     v1::InitSliceResponse iresp;
     const absl::Status is =
-        s.transport->InitSlice(ireq, RpcClock::now() + options_.rpc_timeout, &iresp);
+        s.link.control->InitSlice(ireq, RpcClock::now() + options_.rpc_timeout, &iresp);
     if (!is.ok() && !absl::IsAlreadyExists(is)) {
       return WithContext(
           is, absl::StrCat("uploading the initial value of slice ", id, " to ", name(s.id)));

@@ -1,9 +1,10 @@
-// ShardClient: the worker's sessions with its shards. It owns one ShardTransport per
-// shard and, per shard, the session token, the join epoch and the UDP route the last
-// join handed out. It joins every shard at start (registering the layout and
-// uploading initial slice values on a shard that has none), and joins again when a
-// call finds its session forgotten (the shard restarted), once per lost session
-// however many calls noticed.
+// ShardClient: the worker's sessions with its shards. It owns per shard its ShardLink
+// (transport/channels.h: the control and a data channel per path) and the session
+// token and join epoch the last join handed out, which it hands on to the shard's data
+// channels as their route (DataChannel::SetRoute). It joins every shard at start
+// (registering the layout and uploading initial slice values on a shard that has
+// none), and joins again when a call finds its session forgotten (the shard
+// restarted), once per lost session however many calls noticed.
 //
 // Thread safety: every method may be called from any thread. Per shard, `join_mu`
 // serialises joins (a join is a blocking RPC, so no other lock is held across it) and
@@ -11,7 +12,7 @@
 // called after a successful re-join, on the caller's thread, with no lock held.
 //
 // Lifetimes: the ShardClient outlives the parts that use it (PushPipeline,
-// PullStreams) and every call they started on its transports.
+// PullStreams) and every call they started on its channels.
 #pragma once
 
 #include <atomic>
@@ -22,18 +23,14 @@
 #include <string>
 #include <vector>
 
-#include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
-
-#include <boost/asio/ip/udp.hpp>
-
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/layout.h"
 #include "core/retry.h"
-#include "net/udp_frame.h"
-#include "worker_lib/shard_transport_internal.h"
+#include "ps/v1/ps.pb.h"
+#include "worker_lib/transport/channels.h"
 #include "worker_lib/worker.h"
 
 namespace ps::internal {
@@ -57,25 +54,28 @@ class ShardClient {
   // Told that `shard` was joined again after losing a session, with the shard's answer.
   using RejoinListener = std::function<void(uint32_t shard, const v1::JoinResponse& join)>;
 
-  // transports[i] reaches addresses[i], shard i.
+  // links[i] reaches addresses[i], shard i.
   ShardClient(Options options, const core::ModelLayout& layout, std::vector<std::string> addresses,
-              std::vector<std::unique_ptr<ShardTransport>> transports, RejoinListener on_rejoin);
+              std::vector<ShardLink> links, RejoinListener on_rejoin);
   ShardClient(const ShardClient&) = delete;
   ShardClient& operator=(const ShardClient&) = delete;
 
   // Joins every shard in order until `deadline`, registers the layout and uploads
-  // `initial` where a shard has none, and records what each shard said. With
-  // `need_udp`, every shard must run the UDP path; its endpoint is resolved now.
-  absl::Status Connect(std::span<const std::span<const float>> initial, bool need_udp,
+  // `initial` where a shard has none, and records what each shard said. Every data
+  // channel must take its shard's route (a tensor pushed over UDP needs a shard with
+  // the UDP path).
+  absl::Status Connect(std::span<const std::span<const float>> initial,
                        RpcClock::time_point deadline);
 
   // Joins `shard` (again) until `deadline`, retrying while it is unreachable; a
-  // success starts a new epoch.
+  // success starts a new epoch and hands its route to the shard's data channels,
+  // failing when one cannot take it.
   absl::StatusOr<v1::JoinResponse> Join(uint32_t shard, RpcClock::time_point deadline);
 
   // Joins `shard` again after a call of epoch `failed_epoch` found its session
   // forgotten, unless another caller already did; tells the listener on success.
-  // Failures are left to the retried call to report.
+  // Failures, and a route a channel cannot use, are left to the retried call to
+  // report.
   void Rejoin(uint32_t shard, uint64_t failed_epoch);
 
   struct Session {
@@ -84,15 +84,10 @@ class ShardClient {
   };
   Session session(uint32_t shard) const;
 
-  // Where and how datagrams for `shard` go (Connect with need_udp).
-  struct UdpRoute {
-    uint64_t session = 0;
-    std::shared_ptr<const net::DatagramKey> key;  // null: the shard gave none
-    boost::asio::ip::udp::endpoint endpoint;
-  };
-  UdpRoute udp_route(uint32_t shard) const;
-
-  ShardTransport& transport(uint32_t shard) { return *shards_[shard]->transport; }
+  // `shard`'s channel for `path`; null when no tensor takes that path.
+  DataChannel* channel(uint32_t shard, PushPath path) {
+    return shards_[shard]->link.channels[static_cast<size_t>(path)].get();
+  }
   std::string name(uint32_t shard) const;
   size_t num_shards() const { return shards_.size(); }
   // What each shard said at Connect, and the lowest version among them.
@@ -105,17 +100,17 @@ class ShardClient {
   struct Shard {
     uint32_t id = 0;
     std::string address;
-    std::unique_ptr<ShardTransport> transport;
-    absl::Mutex join_mu;  // serialises (re)joins
+    ShardLink link;
+    absl::Mutex join_mu;  // serialises (re)joins and routes
     mutable absl::Mutex mu ABSL_ACQUIRED_AFTER(join_mu);
     std::string session ABSL_GUARDED_BY(mu);
     uint64_t epoch ABSL_GUARDED_BY(mu) = 0;
-    uint64_t udp_session ABSL_GUARDED_BY(mu) = 0;
-    std::shared_ptr<const net::DatagramKey> udp_key ABSL_GUARDED_BY(mu);
-    boost::asio::ip::udp::endpoint udp_endpoint;  // set by Connect, constant after
   };
 
-  absl::StatusOr<v1::JoinResponse> JoinLocked(Shard& s, RpcClock::time_point deadline)
+  // A join; `routed` gets what the data channels said of the new route (the join
+  // itself succeeded either way).
+  absl::StatusOr<v1::JoinResponse> JoinLocked(Shard& s, RpcClock::time_point deadline,
+                                              absl::Status* routed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.join_mu);
   absl::Status RegisterLayout(Shard& s, const v1::JoinResponse& join,
                               std::span<const std::span<const float>> initial);

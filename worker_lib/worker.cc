@@ -2,10 +2,11 @@
 // the manner of LevelDB's DBImpl over its VersionSet and log::Writer. The parts, each
 // with its own header, locks and tests (docs/architecture.md, "Inside ps::Worker"):
 //   ShardClient   (shard_client_internal.h)   sessions: join, rejoin, layout, slices
-//   PushPipeline  (push_pipeline_internal.h)  encode, P3 queue, credit, retry, replay, UDP
+//   PushPipeline  (push_pipeline_internal.h)  encode, P3 queue, credit, retry, replay, chunks
 //   PullStreams   (pull_streams_internal.h)   pull streams, destinations, PullTicket
-// They reach the shards through ShardTransport (shard_transport_internal.h), over
-// gRPC in production (grpc_transport_internal.h).
+// They reach the shards through ShardControl (transport/shard_control.h) and a
+// DataChannel per path (transport/data_channel.h), made by the list in
+// transport/channels.h: gRPC (transport/grpc/) and the UDP path (transport/udp/).
 #include "worker_lib/worker.h"
 
 #include <atomic>
@@ -15,11 +16,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "worker_lib/grpc_transport_internal.h"
 #include "worker_lib/pull_streams_internal.h"
 #include "worker_lib/push_pipeline_internal.h"
 #include "worker_lib/push_planner_internal.h"
 #include "worker_lib/shard_client_internal.h"
+#include "worker_lib/transport/channels.h"
 
 namespace ps {
 namespace {
@@ -51,7 +52,7 @@ class WorkerImpl final : public Worker {
       : options_(std::move(options)), layout_(std::move(layout)) {}
 
   // The members' order makes the pipeline go first (it waits for its calls), then
-  // the pulls, then the client with the transports they used.
+  // the pulls, then the client with the channels they used.
   ~WorkerImpl() override = default;
 
   absl::Status Init(std::span<const std::span<const float>> initial) {
@@ -74,14 +75,14 @@ class WorkerImpl final : public Worker {
         }
       }
     }
-    PS_ASSIGN_OR_RETURN(auto transports, internal::ConnectGrpcShards(options_));
+    PS_ASSIGN_OR_RETURN(std::vector<internal::ShardLink> links, internal::ConnectShards(options_));
     internal::ShardClient::Options client_options;
     client_options.worker_id = options_.worker_id;
     client_options.rpc_timeout = options_.rpc_timeout;
     client_options.join_policy = internal::JoinRetryPolicy(options_);
     // Rejoins happen only once Init is done, so the pipeline exists by then.
     client_ = std::make_unique<internal::ShardClient>(
-        std::move(client_options), layout_, options_.shard_addresses, std::move(transports),
+        std::move(client_options), layout_, options_.shard_addresses, std::move(links),
         [this](uint32_t shard, const v1::JoinResponse& join) { pushes_->OnRejoined(shard, join); });
     const core::RetryPolicy call_policy = internal::CallRetryPolicy(options_);
     PS_ASSIGN_OR_RETURN(pushes_,
@@ -102,8 +103,7 @@ class WorkerImpl final : public Worker {
                                                          layout_, std::move(candidates),
                                                          std::move(current), std::move(devices));
     }
-    return client_->Connect(initial, pushes_->uses_udp(),
-                            internal::RpcClock::now() + options_.connect_timeout);
+    return client_->Connect(initial, internal::RpcClock::now() + options_.connect_timeout);
   }
 
   const core::ModelLayout& layout() const override { return layout_; }

@@ -44,6 +44,18 @@
 
 namespace ps {
 
+// Which path a tensor's pushes take (PushOptions::path). Pulls always use the data plane.
+enum class PushPath {
+  // The reliable plane the shards run (gRPC): every push answered, retried, replayed
+  // after a shard restart, and sent most urgent first within the credit window.
+  kDataPlane,
+  // The shard's lossy UDP path (docs/transport.md, "UDP"): slices cut into chunks of
+  // UdpOptions::chunk_elems coordinates, one signed datagram each; the shard must run
+  // with --udp-port. Lost datagrams lose their coordinate range for that round;
+  // nothing is answered or retransmitted.
+  kUdp,
+};
+
 // How one tensor's gradients are pushed (docs/codecs.md, "Worker side").
 struct PushOptions {
   // Codec spec: "fp32", "int8", "3lc(s=1.9)", "topk(0.01)+varint+fp16", ...
@@ -58,15 +70,19 @@ struct PushOptions {
   // The tensor as a row-major matrix with this many columns (0: not a matrix). A slice
   // that is a whole number of rows is then encoded as a matrix (PowerSGD).
   uint32_t matrix_cols = 0;
-  // Send this tensor's gradients as datagrams on the shard's lossy UDP path instead of
-  // gRPC (docs/transport.md, "UDP"); the shard must run with --udp-port. Lost datagrams
-  // lose their coordinate range for that round; nothing is retransmitted.
+  // The path this tensor's gradients take to the shards (PushPath).
+  PushPath path = PushPath::kDataPlane;
+  // Deprecated, kept for one release: true means path = PushPath::kUdp (whatever `path`
+  // says). Set `path` instead.
   bool udp = false;
   // Where the codec encodes (CodecOptions::device): kCuda encodes on the CUDA device
   // into the same bytes (docs/gpu.md, "Encoding on the device"), or on the CPU when the
   // build, the machine or the codec has no GPU encoder; Worker::device_note() then says
   // why.
   core::Device device = core::Device::kCpu;
+
+  // The path in effect: kUdp when the deprecated `udp` is set, else `path`.
+  PushPath push_path() const { return udp ? PushPath::kUdp : path; }
 };
 
 // The worker side of the UDP path.

@@ -583,7 +583,7 @@ absl::StatusOr<WorkerOptions> MakeWorkerOptions(const TrainerConfig& c, const Se
   options.push.error_feedback = c.error_feedback;
   options.push.momentum = c.worker_momentum;
   options.codec_seed = c.seed;
-  options.push.udp = c.udp;
+  options.push.path = c.udp ? PushPath::kUdp : PushPath::kDataPlane;
   options.udp.loss = c.udp_loss;
   options.udp.loss_seed = c.seed * 1000003 + c.worker_id;
   options.udp.chunk_elems = c.udp_chunk_elems;

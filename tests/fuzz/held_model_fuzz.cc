@@ -59,12 +59,12 @@ const ps::core::ModelLayout& Layout() {
 
 // (epoch, version of the slice) as Describe reports them; (0, 0) when nothing is held.
 std::pair<uint64_t, uint64_t> Held(const ps::internal::HeldModel& held, uint32_t slice) {
-  ps::v1::PullRequest req;
-  req.add_slice_ids(slice);
-  held.Describe(req);
-  if (req.held_epoch() == 0) return {0, 0};
-  PS_FUZZ_CHECK(req.held_versions_size() == 1, "Describe gave a version per slice id");
-  return {req.held_epoch(), req.held_versions(0)};
+  ps::internal::PullAsk ask;
+  ask.slice_ids.push_back(slice);
+  held.Describe(ask);
+  if (ask.held_epoch == 0) return {0, 0};
+  PS_FUZZ_CHECK(ask.held_versions.size() == 1, "Describe gave a version per slice id");
+  return {ask.held_epoch, ask.held_versions[0]};
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cluster_util.h"
 #include "net/udp_frame.h"
-#include "worker_lib/udp_sender_internal.h"
+#include "worker_lib/transport/udp/sender.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -342,7 +342,7 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
   std::vector<std::unique_ptr<Worker>> workers;
   for (uint32_t w = 0; w < 2; ++w) {
     WorkerOptions o = ClientOptions(c, w);
-    o.push.udp = true;
+    o.push.path = PushPath::kUdp;
     o.udp.chunk_elems = kChunk;
     o.udp.loss = 0.1;
     o.udp.loss_seed = 2;
@@ -366,8 +366,8 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
   uint64_t expected_lost = 0;
   for (uint32_t k = 0; k < kNumel / kChunk; ++k) {
     const uint32_t slice = k * kChunk / kSlice, chunk = k % (kSlice / kChunk);
-    const bool lost0 = internal::InjectedLoss(u, 0, 0, slice, chunk);
-    const bool lost1 = internal::InjectedLoss(u, 1, 0, slice, chunk);
+    const bool lost0 = internal::udp_path::InjectedLoss(u, 0, 0, slice, chunk);
+    const bool lost1 = internal::udp_path::InjectedLoss(u, 1, 0, slice, chunk);
     expected_lost += lost0 + lost1;
     // lr 1, from 0: minus the mean of the values present, 0 where none came.
     const float want = lost0 && lost1 ? 0.0f : lost0 ? -3.0f : lost1 ? -1.0f : -2.0f;
@@ -399,7 +399,7 @@ TEST(UdpTest, AWorkerPushingOverUdpNeedsAShardWithTheUdpPath) {
   ASSERT_EQ(c.num_shards(), 1u);
   auto layout = core::ModelLayout::Create({{"w", 10, 0}}, 65536, 1);
   WorkerOptions o = ClientOptions(c, 0);
-  o.push.udp = true;
+  o.push.udp = true;  // the deprecated alias of path = PushPath::kUdp
   auto worker = Worker::Start(o, *layout, Spans({std::vector<float>(10, 0.0f)}));
   ASSERT_FALSE(worker.ok());
   EXPECT_THAT(std::string(worker.status().message()), ::testing::HasSubstr("--udp-port"));

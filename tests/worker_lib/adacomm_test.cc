@@ -50,9 +50,9 @@ TEST(AdaCommTest, OptionsAreValidated) {
   EXPECT_FALSE(ValidateAdaComm({.tau0 = 2, .tau_min = 3, .tau_max = 4}).ok());
 }
 
-net::PullFrame Frame(uint32_t slice, uint64_t version, std::optional<float> loss,
-                     std::optional<float> first) {
-  net::PullFrame f;
+net::PullHeader Frame(uint32_t slice, uint64_t version, std::optional<float> loss,
+                      std::optional<float> first) {
+  net::PullHeader f;
   f.slice_id = slice;
   f.version = version;
   f.loss = loss;

@@ -1,9 +1,11 @@
-// FakeShardTransport: a ShardTransport with no server behind it, for the unit tests of
-// the worker's parts. Joins, layout registration and slice uploads answer from a
-// script; pushes either answer at once through `push_handler` or wait in `held` until
-// the test answers them (to look at what is in flight); pulls deliver the messages
-// `pull_handler` returns, synchronously, then its final status. Every request is
-// recorded. Thread-safe.
+// Fakes of a shard's two halves for the unit tests of the worker's parts, with no
+// server behind them. FakeControl answers joins, layout registration and slice uploads
+// from a script. FakeDataChannel (the data plane's channel) takes the routes joins
+// hand it; its pushes either answer at once through `push_handler` or wait in `held`
+// until the test answers them (to look at what is in flight); its pulls deliver the
+// messages `pull_handler` returns, synchronously, then its final status. Both record
+// every request, the data channel's as the ps.v1 messages the gRPC plane would send
+// under its route's session. Thread-safe.
 #pragma once
 
 #include <deque>
@@ -18,31 +20,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "ps/v1/ps.pb.h"
 #include "worker_lib/shard_client_internal.h"
-#include "worker_lib/shard_transport_internal.h"
+#include "worker_lib/transport/channels.h"
+#include "worker_lib/transport/data_channel.h"
+#include "worker_lib/transport/shard_control.h"
 
 namespace ps::internal {
 
-class FakeShardTransport final : public ShardTransport {
+class FakeControl final : public ShardControl {
  public:
-  struct PullScript {
-    std::vector<v1::PullResponse> messages;
-    absl::Status status;  // how the stream ends after the messages
-  };
-  // Decides a push's answer; unset: pushes wait in held().
-  using PushHandler = std::function<absl::Status(const v1::PushRequest&)>;
-  using PullHandler = std::function<PullScript(const v1::PullRequest&)>;
-
-  explicit FakeShardTransport(v1::JoinResponse join) : join_(std::move(join)) {}
-
-  ~FakeShardTransport() override {
-    std::vector<std::thread> threads;
-    {
-      absl::MutexLock lock(&mu_);
-      threads.swap(threads_);
-    }
-    for (std::thread& t : threads) t.join();
-  }
+  explicit FakeControl(v1::JoinResponse join) : join_(std::move(join)) {}
 
   // Failures the next joins return, in order, before joins succeed again.
   void FailJoins(std::vector<absl::Status> failures) {
@@ -58,14 +46,6 @@ class FakeShardTransport final : public ShardTransport {
     register_status_ = std::move(status);
     owned_ = std::move(owned);
   }
-  void SetPushHandler(PushHandler handler) {
-    absl::MutexLock lock(&mu_);
-    push_handler_ = std::move(handler);
-  }
-  void SetPullHandler(PullHandler handler) {
-    absl::MutexLock lock(&mu_);
-    pull_handler_ = std::move(handler);
-  }
 
   int joins() const {
     absl::MutexLock lock(&mu_);
@@ -78,6 +58,84 @@ class FakeShardTransport final : public ShardTransport {
   std::vector<v1::InitSliceRequest> inits() const {
     absl::MutexLock lock(&mu_);
     return inits_;
+  }
+
+  absl::Status Join(const v1::JoinRequest&, RpcClock::time_point, v1::JoinResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    ++joins_;
+    if (!join_failures_.empty()) {
+      absl::Status s = std::move(join_failures_.front());
+      join_failures_.pop_front();
+      return s;
+    }
+    *resp = join_;
+    resp->set_session(absl::StrCat("session-", joins_));
+    return absl::OkStatus();
+  }
+
+  absl::Status RegisterLayout(const v1::RegisterLayoutRequest& req, RpcClock::time_point,
+                              v1::RegisterLayoutResponse* resp) override {
+    absl::MutexLock lock(&mu_);
+    registered_.push_back(req);
+    for (uint32_t id : owned_) resp->add_owned_slices(id);
+    return register_status_;
+  }
+
+  absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point,
+                         v1::InitSliceResponse*) override {
+    absl::MutexLock lock(&mu_);
+    inits_.push_back(req);
+    return absl::OkStatus();
+  }
+
+ private:
+  mutable absl::Mutex mu_;
+  v1::JoinResponse join_ ABSL_GUARDED_BY(mu_);
+  std::deque<absl::Status> join_failures_ ABSL_GUARDED_BY(mu_);
+  int joins_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status register_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint32_t> owned_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::RegisterLayoutRequest> registered_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::InitSliceRequest> inits_ ABSL_GUARDED_BY(mu_);
+};
+
+class FakeDataChannel final : public DataChannel {
+ public:
+  struct PullScript {
+    std::vector<v1::PullResponse> messages;
+    absl::Status status;  // how the stream ends after the messages
+  };
+  // Decides a push's answer; unset: pushes wait in held().
+  using PushHandler = std::function<absl::Status(const v1::PushRequest&)>;
+  using PullHandler = std::function<PullScript(const v1::PullRequest&)>;
+
+  ~FakeDataChannel() override {
+    std::vector<std::thread> threads;
+    {
+      absl::MutexLock lock(&mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+
+  void SetPushHandler(PushHandler handler) {
+    absl::MutexLock lock(&mu_);
+    push_handler_ = std::move(handler);
+  }
+  void SetPullHandler(PullHandler handler) {
+    absl::MutexLock lock(&mu_);
+    pull_handler_ = std::move(handler);
+  }
+  // What SetRoute returns from now on (the route is taken either way).
+  void RefuseRoutes(absl::Status status) {
+    absl::MutexLock lock(&mu_);
+    route_status_ = std::move(status);
+  }
+
+  // The routes set, in order.
+  std::vector<DataRoute> routes() const {
+    absl::MutexLock lock(&mu_);
+    return routes_;
   }
   // Every push started, in order (retries and replays included).
   std::vector<v1::PushRequest> pushes() const {
@@ -115,44 +173,32 @@ class FakeShardTransport final : public ShardTransport {
     return true;
   }
 
-  absl::Status Join(const v1::JoinRequest&, RpcClock::time_point, v1::JoinResponse* resp) override {
+  absl::Status SetRoute(const DataRoute& route) override {
     absl::MutexLock lock(&mu_);
-    ++joins_;
-    if (!join_failures_.empty()) {
-      absl::Status s = std::move(join_failures_.front());
-      join_failures_.pop_front();
-      return s;
-    }
-    *resp = join_;
-    resp->set_session(absl::StrCat("session-", joins_));
-    return absl::OkStatus();
+    routes_.push_back(route);
+    return route_status_;
   }
 
-  absl::Status RegisterLayout(const v1::RegisterLayoutRequest& req, RpcClock::time_point,
-                              v1::RegisterLayoutResponse* resp) override {
+  std::unique_ptr<PushCall> NewPush(std::vector<const OutgoingPush*> pushes,
+                                    RpcClock::time_point) override {
     absl::MutexLock lock(&mu_);
-    registered_.push_back(req);
-    for (uint32_t id : owned_) resp->add_owned_slices(id);
-    return register_status_;
+    return std::make_unique<FakePush>(this, Route(), std::move(pushes));
   }
 
-  absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point,
-                         v1::InitSliceResponse*) override {
-    absl::MutexLock lock(&mu_);
-    inits_.push_back(req);
-    return absl::OkStatus();
-  }
-
-  std::unique_ptr<PushCall> NewPush(RpcClock::time_point) override {
-    return std::make_unique<FakePush>(this);
-  }
-
-  void Pull(v1::PullRequest req, RpcClock::time_point,
-            std::function<bool(const net::PullFrame&)> on_slice,
-            std::function<void(absl::Status)> on_done) override {
+  uint64_t Pull(PullAsk ask, RpcClock::time_point, std::shared_ptr<PullSink> sink) override {
+    v1::PullRequest req;
     PullHandler handler;
+    uint64_t epoch;
     {
       absl::MutexLock lock(&mu_);
+      const DataRoute route = Route();
+      req.set_session(route.session);
+      epoch = route.epoch;
+      req.set_layout_hash(ask.layout_hash);
+      req.set_min_version(ask.min_version);
+      for (uint32_t id : ask.slice_ids) req.add_slice_ids(id);
+      req.set_held_epoch(ask.held_epoch);
+      for (uint64_t v : ask.held_versions) req.add_held_versions(v);
       pulls_.push_back(req);
       handler = pull_handler_;
     }
@@ -164,16 +210,14 @@ class FakeShardTransport final : public ShardTransport {
       const std::string_view all(bytes);
       const std::string_view pieces[] = {all.substr(0, a), all.substr(a, b - a), all.substr(b)};
       absl::StatusOr<net::PullFrame> frame = net::ParsePullResponse(pieces);
-      if (!frame.ok()) {
-        on_done(frame.status());
-        return;
-      }
-      if (!on_slice(*frame)) {
-        on_done(absl::CancelledError("cancelled by the client"));
-        return;
+      const absl::Status delivered = frame.ok() ? DeliverPullFrame(*frame, *sink) : frame.status();
+      if (!delivered.ok()) {
+        sink->Done(delivered);
+        return epoch;
       }
     }
-    on_done(script.status);
+    sink->Done(script.status);
+    return epoch;
   }
 
  private:
@@ -185,18 +229,40 @@ class FakeShardTransport final : public ShardTransport {
 
   class FakePush final : public PushCall {
    public:
-    explicit FakePush(FakeShardTransport* t) : t_(t) {}
-    void Start(const PushMessage* message, std::function<void(absl::Status)> done) override {
-      // The request as the shard would parse it.
-      v1::PushRequest req = message->fields;
-      if (message->payload != nullptr) req.set_payload(*message->payload);
-      t_->StartPush(this, req, std::move(done));
+    FakePush(FakeDataChannel* t, DataRoute route, std::vector<const OutgoingPush*> pushes)
+        : t_(t), route_(std::move(route)), pushes_(std::move(pushes)) {}
+    uint64_t epoch() const override { return route_.epoch; }
+    void Start(std::function<void(size_t, absl::Status)> done) override {
+      // The requests as the shard would parse them, made first: an answer may destroy
+      // this call.
+      std::vector<v1::PushRequest> reqs;
+      for (const OutgoingPush* p : pushes_) {
+        v1::PushRequest& req = reqs.emplace_back();
+        req.set_session(route_.session);
+        req.set_layout_hash(p->layout_hash);
+        req.set_round(p->round);
+        req.set_slice_id(p->slice_id);
+        req.set_codec(p->codec);
+        if (p->loss.has_value()) req.set_loss(*p->loss);
+        if (p->payload != nullptr) req.set_payload(*p->payload);
+      }
+      FakeDataChannel* const t = t_;
+      const void* const key = this;
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        t->StartPush(key, reqs[i], [done, i](absl::Status s) { done(i, std::move(s)); });
+      }
     }
     void Cancel() override { t_->CancelPush(this); }
 
    private:
-    FakeShardTransport* t_;
+    FakeDataChannel* t_;
+    const DataRoute route_;
+    const std::vector<const OutgoingPush*> pushes_;
   };
+
+  DataRoute Route() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return routes_.empty() ? DataRoute{} : routes_.back();
+  }
 
   void StartPush(const void* call, const v1::PushRequest& req,
                  std::function<void(absl::Status)> done) {
@@ -226,13 +292,8 @@ class FakeShardTransport final : public ShardTransport {
   }
 
   mutable absl::Mutex mu_;
-  v1::JoinResponse join_ ABSL_GUARDED_BY(mu_);
-  std::deque<absl::Status> join_failures_ ABSL_GUARDED_BY(mu_);
-  int joins_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status register_status_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> owned_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::RegisterLayoutRequest> registered_ ABSL_GUARDED_BY(mu_);
-  std::vector<v1::InitSliceRequest> inits_ ABSL_GUARDED_BY(mu_);
+  std::vector<DataRoute> routes_ ABSL_GUARDED_BY(mu_);
+  absl::Status route_status_ ABSL_GUARDED_BY(mu_);
   PushHandler push_handler_ ABSL_GUARDED_BY(mu_);
   PullHandler pull_handler_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PushRequest> pushes_ ABSL_GUARDED_BY(mu_);
@@ -251,11 +312,12 @@ inline WorkerOptions FastOptions() {
   return o;
 }
 
-// A layout, ShardClient and fakes for `num_shards` shards (Connect not called yet).
+// A layout, ShardClient and fakes for `num_shards` shards, each with a data-plane
+// channel (Connect not called yet).
 struct FakeCluster {
   FakeCluster(core::ModelLayout l, uint32_t num_shards, const WorkerOptions& options)
       : layout(std::move(l)) {
-    std::vector<std::unique_ptr<ShardTransport>> transports;
+    std::vector<ShardLink> links;
     std::vector<std::string> addresses;
     for (uint32_t i = 0; i < num_shards; ++i) {
       v1::JoinResponse join;
@@ -263,23 +325,30 @@ struct FakeCluster {
       join.set_num_shards(num_shards);
       join.set_num_workers(2);
       join.set_layout_registered(true);
-      auto t = std::make_unique<FakeShardTransport>(join);
-      fakes.push_back(t.get());
-      transports.push_back(std::move(t));
+      ShardLink link;
+      auto control = std::make_unique<FakeControl>(join);
+      auto channel = std::make_unique<FakeDataChannel>();
+      controls.push_back(control.get());
+      channels.push_back(channel.get());
+      link.control = std::move(control);
+      link.channels[static_cast<size_t>(PushPath::kDataPlane)] = std::move(channel);
+      links.push_back(std::move(link));
       addresses.push_back(absl::StrCat("fake", i, ":1"));
     }
     ShardClient::Options o;
     o.worker_id = options.worker_id;
     o.rpc_timeout = options.rpc_timeout;
     o.join_policy = JoinRetryPolicy(options);
-    client = std::make_unique<ShardClient>(o, layout, addresses, std::move(transports),
+    client = std::make_unique<ShardClient>(o, layout, addresses, std::move(links),
                                            [this](uint32_t shard, const v1::JoinResponse& join) {
                                              if (on_rejoin) on_rejoin(shard, join);
                                            });
   }
 
   core::ModelLayout layout;
-  std::vector<FakeShardTransport*> fakes;  // owned by `client`
+  // Owned by `client`.
+  std::vector<FakeControl*> controls;
+  std::vector<FakeDataChannel*> channels;
   std::function<void(uint32_t, const v1::JoinResponse&)> on_rejoin;
   std::unique_ptr<ShardClient> client;
 };

@@ -49,17 +49,17 @@ TEST_F(HeldModelTest, DenseValuesGoToTheCallerAndAreKeptOnlyWithAnEpoch) {
   const std::string bytes = Dense({1, 2, 3});
   ASSERT_TRUE(held_.Apply(Frame(0, 4, bytes, "", 0, /*epoch=*/0), dst).ok());
   EXPECT_EQ(dst[2], 3.0f);
-  v1::PullRequest req;
-  req.add_slice_ids(0);
-  held_.Describe(req);
-  EXPECT_EQ(req.held_versions_size(), 0) << "nothing kept without an epoch";
+  PullAsk ask;
+  ask.slice_ids.push_back(0);
+  held_.Describe(ask);
+  EXPECT_EQ(ask.held_versions.size(), 0u) << "nothing kept without an epoch";
   ASSERT_TRUE(held_.Apply(Frame(0, 4, bytes), dst).ok());
-  req.add_slice_ids(1);
-  held_.Describe(req);
-  EXPECT_EQ(req.held_epoch(), kEpoch);
-  ASSERT_EQ(req.held_versions_size(), 2);
-  EXPECT_EQ(req.held_versions(0), 4u);
-  EXPECT_EQ(req.held_versions(1), 0u);
+  ask.slice_ids.push_back(1);
+  held_.Describe(ask);
+  EXPECT_EQ(ask.held_epoch, kEpoch);
+  ASSERT_EQ(ask.held_versions.size(), 2u);
+  EXPECT_EQ(ask.held_versions[0], 4u);
+  EXPECT_EQ(ask.held_versions[1], 0u);
 }
 
 TEST_F(HeldModelTest, AChangeIsAddedToWhatIsHeldOnce) {

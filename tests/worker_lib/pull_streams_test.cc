@@ -38,9 +38,9 @@ v1::PullResponse SliceMessage(const core::ModelLayout& layout, uint32_t id, uint
 }
 
 // Serves every slice asked for.
-FakeShardTransport::PullHandler ServeAll(const core::ModelLayout& layout) {
+FakeDataChannel::PullHandler ServeAll(const core::ModelLayout& layout) {
   return [&layout](const v1::PullRequest& req) {
-    FakeShardTransport::PullScript script;
+    FakeDataChannel::PullScript script;
     for (uint32_t id : req.slice_ids()) script.messages.push_back(SliceMessage(layout, id));
     return script;
   };
@@ -49,7 +49,7 @@ FakeShardTransport::PullHandler ServeAll(const core::ModelLayout& layout) {
 struct Fixture {
   Fixture()
       : c(Layout(), 2, FastOptions()), pulls(CallRetryPolicy(FastOptions()), c.layout, *c.client) {
-    EXPECT_TRUE(c.client->Connect({}, false, RpcClock::now() + kTimeout).ok());
+    EXPECT_TRUE(c.client->Connect({}, RpcClock::now() + kTimeout).ok());
   }
   // The tensor as the shards hold it.
   std::vector<float> Expected(size_t tensor) const {
@@ -66,7 +66,7 @@ struct Fixture {
 
 TEST(PullStreamsTest, PullAllCopiesEverySliceToItsPlace) {
   Fixture f;
-  for (auto* shard : f.c.fakes) shard->SetPullHandler(ServeAll(f.c.layout));
+  for (auto* shard : f.c.channels) shard->SetPullHandler(ServeAll(f.c.layout));
   std::vector<float> a(10, -1), b(4, -1);
   const std::vector<std::span<float>> outs = {a, b};
   auto v = f.pulls.PullAll(2, outs, kTimeout);
@@ -76,7 +76,7 @@ TEST(PullStreamsTest, PullAllCopiesEverySliceToItsPlace) {
   EXPECT_THAT(b, ElementsAreArray(f.Expected(1)));
   // One stream per shard, each asking for its own slices at the version wanted.
   for (uint32_t shard = 0; shard < 2; ++shard) {
-    const auto reqs = f.c.fakes[shard]->pulls();
+    const auto reqs = f.c.channels[shard]->pulls();
     ASSERT_EQ(reqs.size(), 1u);
     EXPECT_EQ(reqs[0].min_version(), 2u);
     EXPECT_EQ(reqs[0].session(), "session-1");
@@ -90,12 +90,12 @@ TEST(PullStreamsTest, PullAllCopiesEverySliceToItsPlace) {
 
 TEST(PullStreamsTest, PullOfOneTensorAsksOnlyForItsSlices) {
   Fixture f;
-  for (auto* shard : f.c.fakes) shard->SetPullHandler(ServeAll(f.c.layout));
+  for (auto* shard : f.c.channels) shard->SetPullHandler(ServeAll(f.c.layout));
   std::vector<float> b(4, -1);
   ASSERT_TRUE(f.pulls.Pull(1, 0, b, kTimeout).ok());
   EXPECT_THAT(b, ElementsAreArray(f.Expected(1)));
   std::set<uint32_t> asked;
-  for (auto* shard : f.c.fakes) {
+  for (auto* shard : f.c.channels) {
     for (const auto& r : shard->pulls()) asked.insert(r.slice_ids().begin(), r.slice_ids().end());
   }
   EXPECT_EQ(asked, std::set<uint32_t>({f.c.layout.SlicesOfTensor(1)[0]}));
@@ -103,10 +103,10 @@ TEST(PullStreamsTest, PullOfOneTensorAsksOnlyForItsSlices) {
 
 TEST(PullStreamsTest, MissingSlicesAreAskedForAgainAfterARetriableFailure) {
   Fixture f;
-  f.c.fakes[1]->SetPullHandler(ServeAll(f.c.layout));
+  f.c.channels[1]->SetPullHandler(ServeAll(f.c.layout));
   int calls = 0;
-  f.c.fakes[0]->SetPullHandler([&](const v1::PullRequest& req) {
-    FakeShardTransport::PullScript script;
+  f.c.channels[0]->SetPullHandler([&](const v1::PullRequest& req) {
+    FakeDataChannel::PullScript script;
     if (++calls == 1) {  // the first slice, then the connection drops
       script.messages.push_back(SliceMessage(f.c.layout, req.slice_ids(0)));
       script.status = absl::UnavailableError("connection reset");
@@ -119,34 +119,34 @@ TEST(PullStreamsTest, MissingSlicesAreAskedForAgainAfterARetriableFailure) {
   ASSERT_TRUE(f.pulls.PullAll(0, outs, kTimeout).ok());
   EXPECT_THAT(a, ElementsAreArray(f.Expected(0)));
   EXPECT_THAT(b, ElementsAreArray(f.Expected(1)));
-  const auto reqs = f.c.fakes[0]->pulls();
+  const auto reqs = f.c.channels[0]->pulls();
   ASSERT_EQ(reqs.size(), 2u);
   EXPECT_EQ(reqs[1].slice_ids_size(), reqs[0].slice_ids_size() - 1);  // only the missing
-  EXPECT_EQ(f.c.fakes[1]->pulls().size(), 1u);  // shard 1 had delivered everything
+  EXPECT_EQ(f.c.channels[1]->pulls().size(), 1u);  // shard 1 had delivered everything
   EXPECT_EQ(f.pulls.retries(), 1u);
 }
 
 TEST(PullStreamsTest, ALostSessionIsJoinedAgainBeforeTheRetry) {
   Fixture f;
-  f.c.fakes[1]->SetPullHandler(ServeAll(f.c.layout));
-  f.c.fakes[0]->SetPullHandler([&](const v1::PullRequest& req) {
+  f.c.channels[1]->SetPullHandler(ServeAll(f.c.layout));
+  f.c.channels[0]->SetPullHandler([&](const v1::PullRequest& req) {
     if (req.session() == "session-1") {
-      return FakeShardTransport::PullScript{{}, absl::UnauthenticatedError("unknown session")};
+      return FakeDataChannel::PullScript{{}, absl::UnauthenticatedError("unknown session")};
     }
     return ServeAll(f.c.layout)(req);
   });
   std::vector<float> a(10), b(4);
   const std::vector<std::span<float>> outs = {a, b};
   ASSERT_TRUE(f.pulls.PullAll(0, outs, kTimeout).ok());
-  EXPECT_EQ(f.c.fakes[0]->joins(), 2);
-  EXPECT_EQ(f.c.fakes[1]->joins(), 1);
+  EXPECT_EQ(f.c.controls[0]->joins(), 2);
+  EXPECT_EQ(f.c.controls[1]->joins(), 1);
 }
 
 TEST(PullStreamsTest, AFinalFailureIsReportedWithItsContext) {
   Fixture f;
-  f.c.fakes[0]->SetPullHandler(ServeAll(f.c.layout));
-  f.c.fakes[1]->SetPullHandler([](const v1::PullRequest&) {
-    return FakeShardTransport::PullScript{{}, absl::PermissionDeniedError("not yours")};
+  f.c.channels[0]->SetPullHandler(ServeAll(f.c.layout));
+  f.c.channels[1]->SetPullHandler([](const v1::PullRequest&) {
+    return FakeDataChannel::PullScript{{}, absl::PermissionDeniedError("not yours")};
   });
   std::vector<float> a(10), b(4);
   const std::vector<std::span<float>> outs = {a, b};
@@ -155,33 +155,33 @@ TEST(PullStreamsTest, AFinalFailureIsReportedWithItsContext) {
   EXPECT_THAT(v.status().message(),
               HasSubstr("pull of 4 slices at version >= 2 from shard 1 (fake1:1) ("));
   EXPECT_THAT(v.status().message(), HasSubstr(" missing): not yours"));
-  EXPECT_EQ(f.c.fakes[1]->pulls().size(), 1u);  // not retried
+  EXPECT_EQ(f.c.channels[1]->pulls().size(), 1u);  // not retried
 }
 
 TEST(PullStreamsTest, RetriesEndAfterMaxAttempts) {
   Fixture f;
-  for (auto* shard : f.c.fakes) {
+  for (auto* shard : f.c.channels) {
     shard->SetPullHandler([](const v1::PullRequest&) {
-      return FakeShardTransport::PullScript{{}, absl::UnavailableError("down")};
+      return FakeDataChannel::PullScript{{}, absl::UnavailableError("down")};
     });
   }
   std::vector<float> b(4);
   EXPECT_EQ(f.pulls.Pull(1, 0, b, kTimeout).status().code(), absl::StatusCode::kUnavailable);
   size_t streams = 0;
-  for (auto* shard : f.c.fakes) streams += shard->pulls().size();
+  for (auto* shard : f.c.channels) streams += shard->pulls().size();
   EXPECT_EQ(streams, 3u);  // max_attempts
 }
 
 TEST(PullStreamsTest, AMalformedOrUnaskedSliceIsAProtocolError) {
   for (int kind = 0; kind < 3; ++kind) {
     Fixture f;
-    for (auto* shard : f.c.fakes) {
+    for (auto* shard : f.c.channels) {
       shard->SetPullHandler([&f, kind](const v1::PullRequest& req) {
         v1::PullResponse m = SliceMessage(f.c.layout, req.slice_ids(0));
         if (kind == 0) m.mutable_values()->pop_back();  // wrong size
         if (kind == 1) m.set_version(1);                // older than asked
         if (kind == 2) m.set_slice_id(99);              // not asked for
-        return FakeShardTransport::PullScript{{m}, absl::OkStatus()};
+        return FakeDataChannel::PullScript{{m}, absl::OkStatus()};
       });
     }
     std::vector<float> a(10), b(4);
@@ -194,8 +194,8 @@ TEST(PullStreamsTest, AMalformedOrUnaskedSliceIsAProtocolError) {
 
 TEST(PullStreamsTest, AStreamThatEndsEarlyIsAnError) {
   Fixture f;
-  for (auto* shard : f.c.fakes) {
-    shard->SetPullHandler([](const v1::PullRequest&) { return FakeShardTransport::PullScript{}; });
+  for (auto* shard : f.c.channels) {
+    shard->SetPullHandler([](const v1::PullRequest&) { return FakeDataChannel::PullScript{}; });
   }
   std::vector<float> b(4);
   auto v = f.pulls.Pull(1, 0, b, kTimeout);
@@ -213,12 +213,12 @@ TEST(PullStreamsTest, BadBuffersAreRefused) {
   EXPECT_EQ(f.pulls.PullAll(0, one, kTimeout).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.pulls.StartPullAll(0, one, kTimeout).status().code(),
             absl::StatusCode::kInvalidArgument);
-  for (auto* shard : f.c.fakes) EXPECT_TRUE(shard->pulls().empty());
+  for (auto* shard : f.c.channels) EXPECT_TRUE(shard->pulls().empty());
 }
 
 TEST(PullStreamsTest, ATicketReportsEveryTensorAndTheVersion) {
   Fixture f;
-  for (auto* shard : f.c.fakes) shard->SetPullHandler(ServeAll(f.c.layout));
+  for (auto* shard : f.c.channels) shard->SetPullHandler(ServeAll(f.c.layout));
   std::vector<float> a(10), b(4);
   const std::vector<std::span<float>> outs = {a, b};
   auto ticket = f.pulls.StartPullAll(1, outs, kTimeout);
@@ -239,11 +239,11 @@ TEST(PullStreamsTest, ATicketReportsTheFailureToTheTensorsThatMissedIt) {
   const uint32_t b_shard = f.c.layout.slices()[f.c.layout.SlicesOfTensor(1)[0]].shard;
   for (uint32_t s = 0; s < 2; ++s) {
     if (s == b_shard) {
-      f.c.fakes[s]->SetPullHandler([](const v1::PullRequest&) {
-        return FakeShardTransport::PullScript{{}, absl::PermissionDeniedError("no")};
+      f.c.channels[s]->SetPullHandler([](const v1::PullRequest&) {
+        return FakeDataChannel::PullScript{{}, absl::PermissionDeniedError("no")};
       });
     } else {
-      f.c.fakes[s]->SetPullHandler(ServeAll(f.c.layout));
+      f.c.channels[s]->SetPullHandler(ServeAll(f.c.layout));
     }
   }
   std::vector<float> a(10), b(4);

@@ -31,10 +31,11 @@ struct Fixture {
     c.on_rejoin = [this](uint32_t shard, const v1::JoinResponse& join) {
       pipeline->OnRejoined(shard, join);
     };
-    EXPECT_TRUE(c.client->Connect({}, false, RpcClock::now() + milliseconds(1000)).ok());
+    EXPECT_TRUE(c.client->Connect({}, RpcClock::now() + milliseconds(1000)).ok());
     pipeline = *PushPipeline::Create(options, CallRetryPolicy(options), c.layout, *c.client);
   }
-  FakeShardTransport& shard() { return *c.fakes[0]; }
+  FakeDataChannel& shard() { return *c.channels[0]; }
+  FakeControl& control() { return *c.controls[0]; }
 
   const WorkerOptions options;
   FakeCluster c;
@@ -116,15 +117,23 @@ TEST(PushPipelineTest, ARetriableFailureGivesUpAfterMaxAttempts) {
 
 TEST(PushPipelineTest, ALostSessionIsJoinedAgainOnceAndThePushResent) {
   Fixture f;
+  // Both slices go out under session-1 before either is answered (answered at once, a
+  // retry's 1 ms backoff could end, and re-join, before the second slice was sent).
+  ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
+  ASSERT_TRUE(f.shard().AwaitHeld(2));
   f.shard().SetPushHandler([](const v1::PushRequest& req) {
     return req.session() == "session-1" ? absl::UnauthenticatedError("unknown session")
                                         : absl::OkStatus();
   });
-  ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(f.shard().AnswerOldest(absl::UnauthenticatedError("unknown session")));
+  }
   ASSERT_TRUE(f.pipeline->Wait().ok());
-  EXPECT_EQ(f.shard().joins(), 2);  // Connect, then one rejoin for both slices
+  EXPECT_EQ(f.control().joins(), 2);  // Connect, then one rejoin for both slices
   const auto pushes = f.shard().pushes();
   ASSERT_EQ(pushes.size(), 4u);
+  EXPECT_EQ(pushes[0].session(), "session-1");
+  EXPECT_EQ(pushes[1].session(), "session-1");
   EXPECT_EQ(pushes[2].session(), "session-2");
   EXPECT_EQ(pushes[3].session(), "session-2");
 }

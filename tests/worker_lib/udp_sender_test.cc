@@ -1,5 +1,5 @@
 // The worker's UDP sender: seeded loss injection and sending through a real socket.
-#include "worker_lib/udp_sender_internal.h"
+#include "worker_lib/transport/udp/sender.h"
 
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -11,7 +11,7 @@
 
 #include <boost/asio.hpp>
 
-namespace ps::internal {
+namespace ps::internal::udp_path {
 namespace {
 
 TEST(InjectedLossTest, IsSeededAndHitsItsRate) {
@@ -77,4 +77,4 @@ TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
 }
 
 }  // namespace
-}  // namespace ps::internal
+}  // namespace ps::internal::udp_path

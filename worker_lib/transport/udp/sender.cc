@@ -1,4 +1,4 @@
-#include "worker_lib/udp_sender_internal.h"
+#include "worker_lib/transport/udp/sender.h"
 
 #include <sys/socket.h>
 
@@ -11,7 +11,7 @@
 #include "core/status.h"
 #include "net/address.h"
 
-namespace ps::internal {
+namespace ps::internal::udp_path {
 
 namespace asio = boost::asio;
 using asio::ip::udp;
@@ -190,4 +190,4 @@ uint64_t UdpSender::bytes_sent() const {
   return bytes_;
 }
 
-}  // namespace ps::internal
+}  // namespace ps::internal::udp_path

@@ -1,11 +1,14 @@
-// The gRPC transport against a stand-in shard on loopback (a generic gRPC service that
-// records what it gets and answers scripted bytes): pushes go out as ps.v1.PushRequest
-// bytes, pulled messages are read in place, and a message that is not a PullResponse
-// ends the stream with INVALID_ARGUMENT naming it.
+// The gRPC data channel against a stand-in shard on loopback (a generic gRPC service
+// that records what it gets and answers scripted bytes): pushes go out as
+// ps.v1.PushRequest bytes under the route's session, one call each also when several
+// start at once, pulled messages are read in place into the sink's places, and a
+// message that is not a PullResponse ends the stream with INVALID_ARGUMENT naming it.
 #include <grpcpp/generic/async_generic_service.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,9 +16,9 @@
 #include "absl/synchronization/notification.h"
 #include "net/wire.h"
 #include "ps/v1/ps.pb.h"
-#include "worker_lib/grpc_transport_internal.h"
+#include "worker_lib/transport/grpc/channel.h"
 
-namespace ps::internal {
+namespace ps::internal::grpc_plane {
 namespace {
 
 grpc::ByteBuffer Bytes(const std::string& s) {
@@ -80,6 +83,35 @@ class StandInShard final : public grpc::CallbackGenericService {
   std::vector<std::pair<std::string, std::string>> requests ABSL_GUARDED_BY(mu);
 };
 
+// Records what a pull delivers: dense values into its own buffer (as PullStreams places
+// them in the caller's), a change where the channel holds it.
+class RecordingSink final : public PullSink {
+ public:
+  absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes) override {
+    headers.push_back(h.slice_id);
+    placed.resize(bytes);
+    return std::span<char>(placed);
+  }
+  absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes) override {
+    EXPECT_EQ(h.version, 9u);
+    std::string got;
+    for (std::string_view piece : bytes) got.append(piece);
+    EXPECT_EQ(got, placed) << "the values were read into the place";
+    received.push_back(std::move(got));
+    return absl::OkStatus();
+  }
+  void Done(absl::Status s) override {
+    status = std::move(s);
+    done.Notify();
+  }
+
+  std::vector<uint32_t> headers;
+  std::string placed;
+  std::vector<std::string> received;
+  absl::Status status;
+  absl::Notification done;
+};
+
 class GrpcTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -92,32 +124,41 @@ class GrpcTransportTest : public ::testing::Test {
     ASSERT_NE(server_, nullptr);
     WorkerOptions options;
     options.shard_addresses = {"127.0.0.1:" + std::to_string(port)};
-    auto transports = ConnectGrpcShards(options);
-    ASSERT_TRUE(transports.ok()) << transports.status();
-    transport_ = std::move((*transports)[0]);
+    auto shards = ConnectGrpcShards(options);
+    ASSERT_TRUE(shards.ok()) << shards.status();
+    ASSERT_EQ(shards->size(), 1u);
+    control_ = std::move((*shards)[0].control);
+    data_ = std::move((*shards)[0].data);
+    DataRoute route;
+    route.session = "token";
+    route.epoch = 3;
+    ASSERT_TRUE(data_->SetRoute(route).ok());
   }
   void TearDown() override {
-    transport_.reset();
+    data_.reset();
+    control_.reset();
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
   }
 
   StandInShard shard_;
   std::unique_ptr<grpc::Server> server_;
-  std::unique_ptr<ShardTransport> transport_;
+  std::unique_ptr<ShardControl> control_;
+  std::unique_ptr<DataChannel> data_;
 };
 
 TEST_F(GrpcTransportTest, APushGoesOutAsPushRequestBytes) {
-  ShardTransport::PushMessage message;
-  message.fields.set_session("token");
-  message.fields.set_layout_hash(0xabcdef);
-  message.fields.set_round(4);
-  message.fields.set_slice_id(2);
-  message.fields.set_codec("fp16");
+  OutgoingPush message;
+  message.layout_hash = 0xabcdef;
+  message.round = 4;
+  message.slice_id = 2;
+  message.codec = "fp16";
   message.payload = std::make_shared<const std::string>(std::string(100000, '\x05'));
-  auto call = transport_->NewPush(RpcClock::now() + std::chrono::seconds(10));
+  auto call = data_->NewPush({&message}, RpcClock::now() + std::chrono::seconds(10));
+  EXPECT_EQ(call->epoch(), 3u);
   absl::Notification done;
   absl::Status status;
-  call->Start(&message, [&](absl::Status s) {
+  call->Start([&](size_t i, absl::Status s) {
+    EXPECT_EQ(i, 0u);
     status = std::move(s);
     done.Notify();
   });
@@ -144,39 +185,72 @@ TEST_F(GrpcTransportTest, PulledSlicesAreReadInPlaceAndAMalformedOneEndsTheStrea
   shard_.pull_answers = {good.SerializeAsString(), std::string("\x1a\x05"
                                                                "ab",
                                                                4)};
-  v1::PullRequest req;
-  req.set_session("token");
-  req.add_slice_ids(3);
-  req.set_min_version(9);
-  std::vector<std::string> received;
-  absl::Notification done;
-  absl::Status status;
-  transport_->Pull(
-      req, RpcClock::now() + std::chrono::seconds(10),
-      [&](const net::PullFrame& f) {
-        EXPECT_EQ(f.slice_id, 3u);
-        EXPECT_EQ(f.version, 9u);
-        received.push_back(f.values.ToString());
-        return true;
-      },
-      [&](absl::Status s) {
-        status = std::move(s);
-        done.Notify();
-      });
-  done.WaitForNotification();
-  ASSERT_EQ(received.size(), 1u);
-  EXPECT_EQ(received[0], good.values());
-  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
-  EXPECT_NE(status.message().find("malformed PullResponse: field 3 is truncated"),
+  PullAsk ask;
+  ask.slice_ids = {3};
+  ask.min_version = 9;
+  auto sink = std::make_shared<RecordingSink>();
+  EXPECT_EQ(data_->Pull(ask, RpcClock::now() + std::chrono::seconds(10), sink), 3u);
+  sink->done.WaitForNotification();
+  EXPECT_EQ(sink->headers, std::vector<uint32_t>({3}));
+  ASSERT_EQ(sink->received.size(), 1u);
+  EXPECT_EQ(sink->received[0], good.values());
+  EXPECT_EQ(sink->status.code(), absl::StatusCode::kInvalidArgument) << sink->status;
+  EXPECT_NE(sink->status.message().find("malformed PullResponse: field 3 is truncated"),
             absl::string_view::npos)
-      << status;
+      << sink->status;
   absl::MutexLock lock(&shard_.mu);
   ASSERT_EQ(shard_.requests.size(), 1u);
   v1::PullRequest sent;
   ASSERT_TRUE(sent.ParseFromString(shard_.requests[0].second));
+  EXPECT_EQ(sent.session(), "token");
   EXPECT_EQ(sent.min_version(), 9u);
   EXPECT_EQ(sent.slice_ids_size(), 1);
 }
 
+TEST_F(GrpcTransportTest, PushesStartedTogetherAreAnsweredEach) {
+  std::vector<OutgoingPush> pushes(3);
+  std::vector<const OutgoingPush*> ptrs;
+  for (uint32_t i = 0; i < pushes.size(); ++i) {
+    pushes[i].round = 1;
+    pushes[i].slice_id = i;
+    pushes[i].codec = "fp32";
+    pushes[i].loss = 0.5f;
+    pushes[i].payload = std::make_shared<const std::string>(std::string(16, 'a' + i));
+    ptrs.push_back(&pushes[i]);
+  }
+  auto call = data_->NewPush(ptrs, RpcClock::now() + std::chrono::seconds(10));
+  absl::Mutex mu;
+  std::vector<int> answered(pushes.size(), 0);
+  call->Start([&](size_t i, absl::Status s) {
+    EXPECT_TRUE(s.ok()) << s;
+    absl::MutexLock lock(&mu);
+    ++answered[i];
+  });
+  {
+    absl::MutexLock lock(&mu);
+    auto all = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      for (int n : answered) {
+        if (n == 0) return false;
+      }
+      return true;
+    };
+    ASSERT_TRUE(mu.AwaitWithTimeout(absl::Condition(&all), absl::Seconds(10)));
+    EXPECT_EQ(answered, std::vector<int>(pushes.size(), 1));
+  }
+  absl::MutexLock lock(&shard_.mu);
+  ASSERT_EQ(shard_.requests.size(), pushes.size());
+  std::set<uint32_t> slices;
+  for (const auto& [method, bytes] : shard_.requests) {
+    EXPECT_EQ(method, "/ps.v1.WorkerService/Push");
+    v1::PushRequest got;
+    ASSERT_TRUE(got.ParseFromString(bytes));
+    EXPECT_EQ(got.session(), "token");
+    EXPECT_EQ(got.loss(), 0.5f);
+    EXPECT_EQ(got.payload(), *pushes[got.slice_id()].payload);
+    slices.insert(got.slice_id());
+  }
+  EXPECT_EQ(slices, (std::set<uint32_t>{0, 1, 2}));
+}
+
 }  // namespace
-}  // namespace ps::internal
+}  // namespace ps::internal::grpc_plane

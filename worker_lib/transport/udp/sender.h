@@ -1,7 +1,8 @@
 // UdpSender: the worker's end of the lossy UDP gradient path (docs/transport.md). It
 // owns one UDP socket and one thread that sends queued datagrams most urgent first
-// (the same order as the gRPC send queue), paced by a token bucket, dropping the ones
-// the seeded loss injection picks. Datagrams arrive here already signed.
+// (the same order as the data plane's send queue), paced by a token bucket, dropping
+// the ones the seeded loss injection picks. Datagrams arrive here already signed, from
+// the UDP channels to every shard (channel.h), which share one sender.
 //
 // Thread safety: all methods may be called from any thread. The destructor drops what
 // is still queued and joins the thread.
@@ -24,7 +25,7 @@
 #include "net/shaper.h"
 #include "worker_lib/worker.h"
 
-namespace ps::internal {
+namespace ps::internal::udp_path {
 
 // Whether loss injection drops this datagram: a counter-based hash of the identifiers,
 // uniform in [0, 1), compared with `loss`. The same inputs drop the same datagrams in
@@ -84,4 +85,4 @@ class UdpSender {
   std::thread thread_;
 };
 
-}  // namespace ps::internal
+}  // namespace ps::internal::udp_path

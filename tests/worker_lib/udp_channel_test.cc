@@ -1,0 +1,173 @@
+// The UDP path's channel: routes from the Join answer, chunks signed with the route's
+// key and sent to its port through a real socket, and the refusals of a route the path
+// cannot use.
+#include "worker_lib/transport/udp/channel.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+#include "absl/synchronization/notification.h"
+
+namespace ps::internal::udp_path {
+namespace {
+
+using ::testing::HasSubstr;
+
+class UdpChannelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    // A lost datagram fails the test instead of hanging it.
+    timeval timeout{10, 0};
+    ASSERT_EQ(setsockopt(sink_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)),
+              0);
+    options_.chunk_elems = 4;
+    auto sender = UdpSender::Start(options_);
+    ASSERT_TRUE(sender.ok()) << sender.status();
+    channel_ = std::make_unique<UdpChannel>(*std::move(sender), options_, /*worker_id=*/5,
+                                            /*shard=*/1, "127.0.0.1:1");
+  }
+
+  DataRoute Route() const {
+    DataRoute r;
+    r.epoch = 2;
+    r.session = "token";
+    r.udp_port = sink_.local_endpoint().port();
+    r.udp_session = 77;
+    r.udp_key = std::string(key_.bytes());
+    return r;
+  }
+
+  // Starts `pushes` as one call; the status each was answered with.
+  std::vector<absl::Status> PushAll(const std::vector<OutgoingPush>& pushes, uint64_t* epoch) {
+    std::vector<const OutgoingPush*> ptrs;
+    for (const OutgoingPush& p : pushes) ptrs.push_back(&p);
+    auto call = channel_->NewPush(ptrs, RpcClock::now());
+    *epoch = call->epoch();
+    std::vector<absl::Status> out(pushes.size(), absl::UnknownError("not answered"));
+    call->Start([&](size_t i, absl::Status s) { out[i] = std::move(s); });
+    return out;  // every `done` ran before Start returned
+  }
+
+  static OutgoingPush Chunk(uint16_t index, uint16_t count, std::string payload) {
+    OutgoingPush p;
+    p.layout_hash = 9;
+    p.round = 3;
+    p.slice_id = 6;
+    p.codec = "fp32";
+    p.chunk_index = index;
+    p.chunk_count = count;
+    p.payload = std::make_shared<const std::string>(std::move(payload));
+    return p;
+  }
+
+  boost::asio::io_context io_;
+  boost::asio::ip::udp::socket sink_{
+      io_, boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)};
+  net::DatagramKey key_ = *net::DatagramKey::Random();
+  UdpOptions options_;
+  std::unique_ptr<UdpChannel> channel_;
+};
+
+TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
+  ASSERT_TRUE(channel_->SetRoute(Route()).ok());
+  EXPECT_EQ(channel_->chunk_elems(), 4u);
+  uint64_t epoch = 0;
+  const std::vector<OutgoingPush> pushes = {Chunk(0, 2, std::string(16, 'a')),
+                                            Chunk(1, 2, std::string(8, 'b'))};
+  for (const absl::Status& s : PushAll(pushes, &epoch)) EXPECT_TRUE(s.ok()) << s;
+  EXPECT_EQ(epoch, 2u);
+  ASSERT_TRUE(channel_->WaitSent().ok());
+  std::map<uint16_t, std::string> payloads;
+  for (int i = 0; i < 2; ++i) {
+    char buf[2048];
+    const size_t n = sink_.receive(boost::asio::buffer(buf));
+    const std::string bytes(buf, n);
+    auto view = net::ParseDatagram(bytes);
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_TRUE(key_.Verify(view->nonce, view->signed_bytes, view->mac));
+    const net::DatagramHeader& h = view->header;
+    EXPECT_EQ(h.session_id, 77u);
+    EXPECT_EQ(h.worker_id, 5u);
+    EXPECT_EQ(h.slice_id, 6u);
+    EXPECT_EQ(h.round, 3u);
+    EXPECT_EQ(h.chunk_elems, 4u);
+    EXPECT_EQ(h.chunk_count, 2u);
+    EXPECT_EQ(view->codec, "fp32");
+    payloads[h.chunk_index] = std::string(view->payload);
+  }
+  EXPECT_EQ(payloads[0], *pushes[0].payload);
+  EXPECT_EQ(payloads[1], *pushes[1].payload);
+  WorkerStats stats;
+  channel_->FillStats(stats);
+  EXPECT_EQ(stats.udp_datagrams_sent, 2u);
+  EXPECT_EQ(stats.udp_datagrams_dropped, 0u);
+  EXPECT_GT(stats.udp_bytes, 24u);
+}
+
+TEST_F(UdpChannelTest, AShardWithoutTheUdpPathOrWithABadKeyIsRefused) {
+  uint64_t epoch = 0;
+  EXPECT_THAT(PushAll({Chunk(0, 1, "x")}, &epoch)[0].message(), HasSubstr("gave no UDP key"));
+  DataRoute route = Route();
+  route.udp_port = 0;
+  absl::Status st = channel_->SetRoute(route);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(st.message(),
+              HasSubstr("shard 1 (127.0.0.1:1) runs without the UDP path (start it with --udp-port)"));
+  route = Route();
+  route.udp_key = "short";
+  st = channel_->SetRoute(route);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(st.message(), HasSubstr("handed out a bad UDP key"));
+  // The refused route is in effect: its pushes fail, none leaves.
+  const std::vector<absl::Status> answers = PushAll({Chunk(0, 2, "x"), Chunk(1, 2, "y")}, &epoch);
+  for (const absl::Status& s : answers) {
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(s.message(), HasSubstr("shard 1 (127.0.0.1:1) gave no UDP key"));
+  }
+  EXPECT_EQ(epoch, 2u);
+  ASSERT_TRUE(channel_->WaitSent().ok());
+  EXPECT_EQ(sink_.available(), 0u);
+}
+
+TEST_F(UdpChannelTest, AChunkThatDoesNotFitEndsThePush) {
+  ASSERT_TRUE(channel_->SetRoute(Route()).ok());
+  uint64_t epoch = 0;
+  const std::vector<absl::Status> answers =
+      PushAll({Chunk(0, 2, std::string(70000, 'z')), Chunk(1, 2, "small")}, &epoch);
+  EXPECT_EQ(answers[0].code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(answers[0].message(), HasSubstr("UDP chunk 0 of slice 6: "));
+  EXPECT_THAT(answers[0].message(), HasSubstr("(lower udp.chunk_elems)"));
+  EXPECT_EQ(answers[1], answers[0]) << "what follows a failure is not sent";
+  ASSERT_TRUE(channel_->WaitSent().ok());
+  EXPECT_EQ(sink_.available(), 0u);
+}
+
+TEST_F(UdpChannelTest, PullsGoOverTheDataPlane) {
+  struct Sink final : PullSink {
+    absl::StatusOr<std::span<char>> Place(const net::PullHeader&, size_t) override {
+      ADD_FAILURE() << "nothing is pulled over UDP";
+      return std::span<char>();
+    }
+    absl::Status Arrived(const net::PullHeader&, net::Pieces) override {
+      return absl::InternalError("unexpected");
+    }
+    void Done(absl::Status s) override { status = std::move(s); }
+    absl::Status status;
+  };
+  ASSERT_TRUE(channel_->SetRoute(Route()).ok());
+  auto sink = std::make_shared<Sink>();
+  EXPECT_EQ(channel_->Pull(PullAsk{}, RpcClock::now(), sink), 2u);
+  EXPECT_EQ(sink->status.code(), absl::StatusCode::kUnimplemented);
+}
+
+}  // namespace
+}  // namespace ps::internal::udp_path

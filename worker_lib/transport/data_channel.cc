@@ -1,0 +1,31 @@
+#include "worker_lib/transport/data_channel.h"
+
+#include <string>
+#include <string_view>
+
+#include "core/status.h"
+
+namespace ps::internal {
+
+absl::Status DeliverPullFrame(const net::PullFrame& frame, PullSink& sink) {
+  std::string codec_scratch;
+  net::PullHeader h;
+  h.slice_id = frame.slice_id;
+  h.version = frame.version;
+  h.codec = frame.codec.Contiguous(&codec_scratch);
+  h.base_version = frame.base_version;
+  h.epoch = frame.epoch;
+  h.loss = frame.loss;
+  h.first_loss = frame.first_loss;
+  h.queued = frame.queued;
+  PS_ASSIGN_OR_RETURN(const std::span<char> place, sink.Place(h, frame.values.size()));
+  if (place.empty()) return sink.Arrived(h, frame.values.parts());
+  if (place.size() != frame.values.size()) {
+    return absl::InternalError("the pull's sink placed a slice's values in a span of another size");
+  }
+  frame.values.CopyTo(place.data());
+  const std::string_view placed(place.data(), place.size());
+  return sink.Arrived(h, net::Pieces(&placed, 1));
+}
+
+}  // namespace ps::internal

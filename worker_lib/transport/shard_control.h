@@ -1,0 +1,36 @@
+// ShardControl: the worker's control calls to one shard's WorkerService (Join,
+// RegisterLayout, InitSlice), blocking, in the ps::v1 messages; always over gRPC (one
+// implementation, transport/grpc/channel.h), whatever carries the data
+// (DataChannel, data_channel.h). ShardClient is its one caller, tested against a fake
+// (tests/worker_lib/fake_transport.h) without a server.
+//
+// Owns: whatever the connection needs; nothing about sessions or retries, which the
+// caller decides. A failed call's status keeps the shard's code and message as they
+// came; callers add the context.
+//
+// Thread safety: every method may be called from any thread at once. Lifetimes: its
+// owner, ShardClient, destroys it after the parts that use it.
+#pragma once
+
+#include "absl/status/status.h"
+#include "ps/v1/ps.pb.h"
+#include "worker_lib/transport/common.h"
+
+namespace ps::internal {
+
+class ShardControl {
+ public:
+  virtual ~ShardControl() = default;
+
+  // Join waits for the shard to become reachable until `deadline`; RegisterLayout and
+  // InitSlice fail at once when it is not.
+  virtual absl::Status Join(const v1::JoinRequest& req, RpcClock::time_point deadline,
+                            v1::JoinResponse* resp) = 0;
+  virtual absl::Status RegisterLayout(const v1::RegisterLayoutRequest& req,
+                                      RpcClock::time_point deadline,
+                                      v1::RegisterLayoutResponse* resp) = 0;
+  virtual absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point deadline,
+                                 v1::InitSliceResponse* resp) = 0;
+};
+
+}  // namespace ps::internal

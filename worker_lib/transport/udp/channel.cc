@@ -1,0 +1,137 @@
+#include "worker_lib/transport/udp/channel.h"
+
+#include <atomic>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace ps::internal::udp_path {
+
+// Chunks signed and queued as soon as Start sees them: the sender starts with the
+// first while the rest are signed.
+class UdpChannel::Push final : public DataChannel::PushCall {
+ public:
+  Push(const UdpChannel* channel, Route route, std::vector<const OutgoingPush*> pushes)
+      : channel_(channel), route_(std::move(route)), pushes_(std::move(pushes)) {}
+
+  uint64_t epoch() const override { return route_.epoch; }
+
+  void Start(std::function<void(size_t, absl::Status)> done) override {
+    // One failure ends the push: what follows is not sent (a chunk too large for a
+    // datagram has siblings as large).
+    absl::Status failed = cancelled_.load() ? absl::CancelledError("cancelled before sending")
+                                            : route_.key == nullptr
+                                                ? absl::FailedPreconditionError(absl::StrCat(
+                                                      ShardName(channel_->shard_,
+                                                                channel_->address_),
+                                                      " gave no UDP key"))
+                                                : absl::OkStatus();
+    const size_t n = pushes_.size();  // the last `done` may destroy this call
+    for (size_t i = 0; i < n; ++i) {
+      if (failed.ok()) failed = Send(*pushes_[i]);
+      done(i, failed);
+    }
+  }
+
+  // Nothing is ever in flight once Start returned.
+  void Cancel() override { cancelled_.store(true); }
+
+ private:
+  absl::Status Send(const OutgoingPush& p) const {
+    const UdpOptions& options = channel_->options_;
+    net::DatagramHeader h;
+    h.session_id = route_.session;
+    h.worker_id = channel_->worker_id_;
+    h.slice_id = p.slice_id;
+    h.round = p.round;
+    h.chunk_elems = options.chunk_elems;
+    h.chunk_index = p.chunk_index;
+    h.chunk_count = p.chunk_count;
+    std::string datagram;
+    const std::string_view payload =
+        p.payload != nullptr ? std::string_view(*p.payload) : std::string_view();
+    const absl::Status st = net::EncodeDatagram(h, p.codec, payload, *route_.key, &datagram);
+    if (!st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ",
+                                                  h.slice_id, ": ", st.message(),
+                                                  " (lower udp.chunk_elems)"));
+    }
+    channel_->sender_->Enqueue(
+        p.priority, p.round, route_.endpoint, std::move(datagram),
+        InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id, p.chunk_index));
+    return absl::OkStatus();
+  }
+
+  const UdpChannel* const channel_;
+  const Route route_;
+  const std::vector<const OutgoingPush*> pushes_;
+  std::atomic<bool> cancelled_{false};
+};
+
+UdpChannel::UdpChannel(std::shared_ptr<UdpSender> sender, const UdpOptions& options,
+                       uint32_t worker_id, uint32_t shard, std::string address)
+    : sender_(std::move(sender)),
+      options_(options),
+      worker_id_(worker_id),
+      shard_(shard),
+      address_(std::move(address)) {}
+
+absl::Status UdpChannel::SetRoute(const DataRoute& route) {
+  Route next;
+  next.epoch = route.epoch;
+  next.session = route.udp_session;
+  next.port = route.udp_port;
+  absl::Status status;
+  if (route.udp_port == 0) {
+    status = absl::FailedPreconditionError(
+        absl::StrCat("tensors are pushed over UDP but ", ShardName(shard_, address_),
+                     " runs without the UDP path (start it with --udp-port)"));
+  } else if (auto key = net::DatagramKey::FromBytes(route.udp_key); !key.ok()) {
+    status = absl::InternalError(absl::StrCat(ShardName(shard_, address_),
+                                              " handed out a bad UDP key: ",
+                                              key.status().message()));
+  } else {
+    next.key = std::make_shared<const net::DatagramKey>(*std::move(key));
+    const Route last = this->route();
+    if (last.port == route.udp_port) {
+      next.endpoint = last.endpoint;
+    } else {
+      auto endpoint = ResolveUdp(address_, static_cast<uint16_t>(route.udp_port));
+      if (endpoint.ok()) {
+        next.endpoint = *endpoint;
+      } else {
+        next.key = nullptr;
+        next.port = 0;
+        status = endpoint.status();
+      }
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  route_ = std::move(next);
+  return status;
+}
+
+UdpChannel::Route UdpChannel::route() const {
+  absl::MutexLock lock(&mu_);
+  return route_;
+}
+
+std::unique_ptr<DataChannel::PushCall> UdpChannel::NewPush(std::vector<const OutgoingPush*> pushes,
+                                                           RpcClock::time_point) {
+  return std::make_unique<Push>(this, route(), std::move(pushes));
+}
+
+uint64_t UdpChannel::Pull(PullAsk, RpcClock::time_point, std::shared_ptr<PullSink> sink) {
+  sink->Done(absl::UnimplementedError(
+      absl::StrCat("the UDP path to ", ShardName(shard_, address_),
+                   " carries pushes only; pulls go over the data plane")));
+  return route().epoch;
+}
+
+void UdpChannel::FillStats(WorkerStats& stats) const {
+  stats.udp_datagrams_sent = sender_->datagrams_sent();
+  stats.udp_datagrams_dropped = sender_->datagrams_dropped();
+  stats.udp_bytes = sender_->bytes_sent();
+}
+
+}  // namespace ps::internal::udp_path

@@ -1,0 +1,63 @@
+// The UDP path's DataChannel to one shard (docs/transport.md, "UDP"): it takes the
+// datagram session, key and port from the shard's Join answer (the route), signs each
+// chunk with the key (net::EncodeDatagram) and queues it on the UdpSender that the
+// channels to every shard share. It answers no push and carries no pull: lost
+// datagrams lose their coordinates for that round, and pulls go over the data plane.
+//
+// Thread safety: as DataChannel; `mu_` guards the route.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "net/udp_frame.h"
+#include "worker_lib/transport/data_channel.h"
+#include "worker_lib/transport/udp/sender.h"
+
+namespace ps::internal::udp_path {
+
+class UdpChannel final : public DataChannel {
+ public:
+  // To shard `shard` at `address` ("host:port", its gRPC address: the datagrams go to
+  // the same host), for worker `worker_id`; `sender` is shared with the channels to the
+  // other shards.
+  UdpChannel(std::shared_ptr<UdpSender> sender, const UdpOptions& options, uint32_t worker_id,
+             uint32_t shard, std::string address);
+
+  // FAILED_PRECONDITION when the shard runs without the UDP path, INTERNAL for a bad
+  // key; the endpoint is resolved when the port is new.
+  absl::Status SetRoute(const DataRoute& route) override;
+  std::unique_ptr<PushCall> NewPush(std::vector<const OutgoingPush*> pushes,
+                                    RpcClock::time_point deadline) override;
+  // Ends at once with UNIMPLEMENTED: pulls go over the data plane.
+  uint64_t Pull(PullAsk ask, RpcClock::time_point deadline,
+                std::shared_ptr<PullSink> sink) override;
+  uint32_t chunk_elems() const override { return options_.chunk_elems; }
+  absl::Status WaitSent() override { return sender_->WaitIdle(); }
+  void FillStats(WorkerStats& stats) const override;
+
+ private:
+  // Where and how datagrams go, as the last route said.
+  struct Route {
+    uint64_t epoch = 0;
+    uint64_t session = 0;
+    std::shared_ptr<const net::DatagramKey> key;  // null: the route is unusable
+    uint32_t port = 0;                           // the endpoint's (0: none resolved)
+    boost::asio::ip::udp::endpoint endpoint;
+  };
+  class Push;
+  Route route() const;
+
+  const std::shared_ptr<UdpSender> sender_;
+  const UdpOptions options_;
+  const uint32_t worker_id_;
+  const uint32_t shard_;
+  const std::string address_;
+  mutable absl::Mutex mu_;
+  Route route_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace ps::internal::udp_path
