@@ -1,8 +1,8 @@
 // `ps-bench e2e`: end-to-end goodput of push plus pull with n workers and S shards on
 // loopback, against raw loopback TCP measured in the same run (docs/bench.md, "End to
-// end"). The shards are in-process ps::server::Server instances (SGD mean, or
-// aggregate-only), the workers ps::Worker clients, one thread each. Every round, each
-// worker pulls the whole model (version r), then pushes a gradient of the whole model
+// end"). The shards are in-process ps::server::Server instances (SGD, or aggregate-only,
+// with each rule of --aggregator in turn), the workers ps::Worker clients, one thread
+// each. Every round, each worker pulls the whole model (version r), then pushes a gradient of the whole model
 // (round r) and waits for the answers; the next pull can only complete once every
 // worker's push of round r was aggregated. Goodput counts, per worker and timed round,
 // the fp32 gradient bytes pushed (4 x params, whatever the codec) plus the fp32
@@ -12,6 +12,11 @@
 // shard) and moves the same bytes per round with plain send/recv: the worker side
 // sends its share of the gradient, the shard side receives all of it and sends the
 // same number of bytes back. It runs before and after the cluster; the faster counts.
+//
+// Several --aggregator rules are measured on the same configuration, each against `mean`
+// of the same cell (vs_mean): the robust rules' overhead on the whole path. The rules run
+// one after another between the baseline's two runs, --repeats times, forward and then
+// backward, and each rule's fastest repetition counts, as the baseline's faster run does.
 //
 // `--soak` runs one configuration for --seconds and reports the resident memory of the
 // process (servers and workers together) at start, every --soak-interval seconds and
@@ -44,11 +49,14 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "aggregators/aggregator.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
 #include "core/layout.h"
 #include "core/status.h"
 #include "server/local_cluster.h"
+#include "server/options.h"
 #include "spdlog/spdlog.h"
 #include "worker_lib/worker.h"
 
@@ -71,6 +79,13 @@ struct E2eFlags {
   uint64_t inflight = 0;  // 0: WorkerOptions' default
   uint32_t server_threads = 0;
   bool aggregate_only = false;
+  // Aggregation rule specs (docs/aggregators.md; a '+' chain is one spec). `mean` is
+  // added first when absent: it is the baseline the others are compared with.
+  std::vector<std::string> aggregators = {"mean"};
+  // f for every rule; -1: per rule, the largest f its bound admits (RulesFor).
+  int byzantine = -1;
+  std::string aggregation_scope = "model";  // ServerOptions::aggregation_scope
+  int repeats = 1;  // cluster runs per rule and cell; the fastest counts
   bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
   bool soak = false;
   double soak_interval = 60;
@@ -271,6 +286,66 @@ absl::StatusOr<RawResult> RunRawTcp(int workers, const std::vector<uint64_t>& sh
 
 // ---- The cluster ------------------------------------------------------------------
 
+// One rule of --aggregator as the shards of a cell run it.
+struct Rule {
+  std::string spec;  // as given; "" with --shards-at: the running shards' own rule
+  std::string name;  // canonical (Aggregator::name()): "mean" marks the baseline
+  uint32_t byzantine = 0;  // f the shards are started with
+};
+
+// The rules of `specs` with the f each runs with at `workers` workers, and `mean` first
+// when `add_mean` and it is absent. `byzantine` >= 0 applies to every rule, and a rule
+// whose bound refuses it is an error naming the fix. -1: each rule gets the largest f up
+// to (n - 1) / 2 (an honest majority) that its bound admits (at 4 workers trimmed_mean and
+// caf f = 1, krum f = 0 as it needs n >= 2f + 3), and mean f = 0: it ignores f, which would
+// only lower its quorum, and so runs as the bench always ran it.
+absl::StatusOr<std::vector<Rule>> RulesFor(const std::vector<std::string>& specs, int workers,
+                                           int byzantine, bool add_mean) {
+  if (byzantine >= workers) {
+    return absl::InvalidArgumentError(absl::StrCat("--byzantine ", byzantine, " needs more than ",
+                                                   byzantine, " workers, got ", workers,
+                                                   "; lower it or raise --workers"));
+  }
+  std::vector<Rule> rules;
+  for (const std::string& spec : specs) {
+    // A malformed or unknown spec is refused whatever the counts (MakeAggregator's message
+    // names the stage; 1000 workers at f = 0 meet every bound); only then is a refusal the
+    // bound's.
+    PS_RETURN_IF_ERROR(aggregators::MakeAggregator(spec, {.num_workers = 1000}).status());
+    const int most = byzantine >= 0 ? byzantine : (workers - 1) / 2;
+    const int least = byzantine >= 0 ? byzantine : 0;
+    absl::Status refused;
+    std::optional<Rule> rule;
+    for (int f = most; f >= least && !rule.has_value(); --f) {
+      absl::StatusOr<std::unique_ptr<aggregators::Aggregator>> made =
+          aggregators::MakeAggregator(spec, {.num_workers = workers, .num_byzantine = f});
+      if (made.ok()) {
+        rule = Rule{.spec = spec, .name = std::string((*made)->name()), .byzantine = uint32_t(f)};
+      } else {
+        refused = made.status();
+      }
+    }
+    if (!rule.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          core::AsAbsl(spec), " at ", workers, " workers: ", refused.message(),
+          byzantine >= 0 ? "; give a lower --byzantine or more --workers, or leave --byzantine "
+                           "out (each rule then runs with the largest f its bound admits)"
+                         : "; give more --workers or leave this rule out of --aggregator"));
+    }
+    if (byzantine < 0 && rule->name == "mean") rule->byzantine = 0;
+    rules.push_back(std::move(*rule));
+  }
+  const auto is_mean = [](const Rule& r) { return r.name == "mean"; };
+  if (add_mean && std::none_of(rules.begin(), rules.end(), is_mean)) {
+    rules.insert(rules.begin(),
+                 Rule{.spec = "mean", .name = "mean", .byzantine = uint32_t(std::max(byzantine, 0))});
+  }
+  return rules;
+}
+
+// The rule as the table shows it.
+std::string RuleLabel(const Rule& rule) { return rule.spec.empty() ? "(theirs)" : rule.spec; }
+
 // The shards (a server::LocalCluster, or none with --shards-at) and one worker client
 // each.
 struct Cluster {
@@ -284,13 +359,19 @@ struct Cluster {
 };
 
 absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
-                                     const std::string& codec, const core::ModelLayout& layout,
+                                     const std::string& codec, const Rule& rule,
+                                     const core::ModelLayout& layout,
                                      std::span<const std::span<const float>> init) {
   Cluster c;
   server::ServerOptions so;
   so.insecure = true;  // the data path alone; docs/bench.md
   so.num_workers = uint32_t(workers);
   so.aggregate_only = f.aggregate_only;
+  if (!rule.spec.empty()) so.aggregator = rule.spec;
+  so.num_byzantine = rule.byzantine;
+  // Validated in RunE2e.
+  so.aggregation_scope =
+      server::ParseAggregationScope(f.aggregation_scope).value_or(server::AggregationScope::kModel);
   so.learning_rate = 1e-6f;
   so.momentum = 0;
   so.threads = f.server_threads;
@@ -472,19 +553,31 @@ absl::StatusOr<std::vector<int>> ParseInts(const std::vector<std::string>& texts
 // ---- The comparison ---------------------------------------------------------------
 
 int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& worker_counts,
-                  const std::vector<int>& shard_counts, const std::vector<std::string>& codecs) {
+                  const std::vector<int>& shard_counts, const std::vector<std::string>& codecs,
+                  const std::vector<std::string>& specs) {
   const std::vector<float> grad = MakeGradient(params);
   std::vector<char> source(params * 4);
   std::memcpy(source.data(), grad.data(), source.size());
   const std::vector<float> init_values(params, 0.01f);
   const std::vector<std::span<const float>> init = {init_values};
-  Table table({"workers", "shards", "codec", "rounds", "goodput Gbit/s", "raw TCP Gbit/s", "ratio",
-               "1-copy/raw",
+  Table table({"workers", "shards", "codec", "aggregator", "f", "rounds", "goodput Gbit/s",
+               "vs mean", "raw TCP Gbit/s", "ratio", "1-copy/raw",
                "pull s/round", "push s/round", "round p50 s", "round p99 s", "e2e GB/cpu-s",
                "raw GB/cpu-s", "RSS B/param"});
   std::vector<core::JsonObjectWriter> rows;
   int errors = 0;
   for (int workers : worker_counts) {
+    // Checked for every worker count in RunE2e; --shards-at runs the shards' own rule.
+    absl::StatusOr<std::vector<Rule>> rules =
+        f.shards_at.empty() ? RulesFor(specs, workers, f.byzantine, /*add_mean=*/true)
+                            : absl::StatusOr<std::vector<Rule>>(std::vector<Rule>{Rule{}});
+    if (!rules.ok()) {
+      std::fprintf(stderr, "ps-bench e2e: %s\n", std::string(rules.status().message()).c_str());
+      return 2;
+    }
+    const auto is_mean = [](const Rule& r) { return r.name == "mean"; };
+    // rules->size() when there is none (--shards-at).
+    const size_t base_index = size_t(std::find_if(rules->begin(), rules->end(), is_mean) - rules->begin());
     for (int shards : shard_counts) {
       absl::StatusOr<core::ModelLayout> layout = MakeLayout(params, f.slice_elems, uint32_t(shards));
       if (!layout.ok()) {
@@ -503,22 +596,58 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         // moving the same rounds before (with --rounds) and after.
         absl::StatusOr<RawResult> raw_before =
             f.seconds > 0 || f.no_raw ? absl::StatusOr<RawResult>(RawResult{}) : raw_once(f.rounds);
-        uint64_t rss_kib = 0;  // the whole process, cluster up, after the rounds
-        absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
-          PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, *layout, init));
-          absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.warmup, f.rounds, f.seconds, grad, {});
-          rss_kib = ReadMemory().rss_kib;
-          c.Shutdown();
-          return r;
-        }();
-        if (!e2e.ok() || !raw_before.ok()) {
-          std::fprintf(stderr, "ps-bench e2e: %s: %s\n", cell.c_str(),
-                       std::string((e2e.ok() ? raw_before.status() : e2e.status()).message()).c_str());
+        if (!raw_before.ok()) {
+          std::fprintf(stderr, "ps-bench e2e: %s: raw TCP: %s\n", cell.c_str(),
+                       std::string(raw_before.status().message()).c_str());
           ++errors;
           continue;
         }
+        // Each rule's fastest repetition, and the resident memory of the whole process
+        // with that cluster up, after its rounds.
+        struct Measured {
+          E2eResult e2e;
+          uint64_t rss_kib = 0;
+        };
+        std::vector<std::optional<Measured>> best(rules->size());
+        std::vector<bool> failed(rules->size(), false);
+        for (int rep = 0; rep < f.repeats; ++rep) {
+          for (size_t k = 0; k < rules->size(); ++k) {
+            // Forward, then backward: a drift of the machine's speed over the repetitions
+            // favours no rule.
+            const size_t i = rep % 2 == 0 ? k : rules->size() - 1 - k;
+            if (failed[i]) continue;
+            const Rule& rule = (*rules)[i];
+            uint64_t rss_kib = 0;
+            absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
+              PS_ASSIGN_OR_RETURN(Cluster c,
+                                  StartCluster(f, workers, uint32_t(shards), codec, rule, *layout, init));
+              absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.warmup, f.rounds, f.seconds, grad, {});
+              rss_kib = ReadMemory().rss_kib;
+              c.Shutdown();
+              return r;
+            }();
+            if (!e2e.ok()) {
+              std::fprintf(stderr, "ps-bench e2e: %s, %s: %s\n", cell.c_str(), RuleLabel(rule).c_str(),
+                           std::string(e2e.status().message()).c_str());
+              ++errors;
+              failed[i] = true;
+              best[i].reset();
+              continue;
+            }
+            const auto rate = [](const E2eResult& r) { return double(r.rounds) / r.seconds; };
+            if (!best[i].has_value() || rate(*e2e) > rate(best[i]->e2e)) best[i] = Measured{*e2e, rss_kib};
+          }
+        }
+        // The baseline moves the baseline rule's rounds (they differ between rules only
+        // with --seconds); its rate is per round, so it compares with every rule.
+        const auto measured = [&](size_t i) { return i < best.size() && best[i].has_value(); };
+        size_t reference = base_index;
+        for (size_t i = 0; !measured(reference) && i < best.size(); ++i) reference = i;
+        if (!measured(reference)) continue;  // every rule failed, each reported
+        const int raw_rounds = f.seconds > 0 ? best[reference]->e2e.rounds : f.rounds;
         absl::StatusOr<RawResult> raw_after =
-            f.no_raw ? absl::StatusOr<RawResult>(RawResult{.seconds = 1, .cpu_seconds = 1}) : raw_once(e2e->rounds);
+            f.no_raw ? absl::StatusOr<RawResult>(RawResult{.seconds = 1, .cpu_seconds = 1})
+                     : raw_once(raw_rounds);
         if (!raw_after.ok()) {
           std::fprintf(stderr, "ps-bench e2e: %s: raw TCP: %s\n", cell.c_str(),
                        std::string(raw_after.status().message()).c_str());
@@ -530,51 +659,74 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
                                   : *raw_after;
         absl::StatusOr<RawResult> one_copy =
             f.no_raw ? absl::StatusOr<RawResult>(RawResult{.seconds = 1, .cpu_seconds = 1})
-                     : RunRawTcp(workers, shard_bytes, e2e->rounds, source, /*one_copy=*/true);
+                     : RunRawTcp(workers, shard_bytes, raw_rounds, source, /*one_copy=*/true);
         if (!one_copy.ok()) {
           std::fprintf(stderr, "ps-bench e2e: %s: raw TCP with one copy: %s\n", cell.c_str(),
                        std::string(one_copy.status().message()).c_str());
           ++errors;
           continue;
         }
-        const double bytes = bytes_per_round * e2e->rounds;
-        const double goodput = bytes * 8 / 1e9 / e2e->seconds;
-        const double raw_gbps = bytes * 8 / 1e9 / raw.seconds;
-        const double e2e_per_cpu = bytes / 1e9 / e2e->cpu_seconds;
-        const double raw_per_cpu = bytes / 1e9 / raw.cpu_seconds;
-        const double one_copy_gbps = bytes * 8 / 1e9 / one_copy->seconds;
-        const std::string shown =
-            f.pull_codec.empty() ? codec : absl::StrCat(codec, " / pull ", f.pull_codec);
-        table.AddRow({absl::StrCat(workers), absl::StrCat(shards), shown, absl::StrCat(e2e->rounds),
-                      FormatG(goodput, 4), FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
-                      FormatG(one_copy_gbps / raw_gbps, 3),
-                      FormatG(e2e->pull_seconds, 3), FormatG(e2e->push_seconds, 3),
-                      FormatG(e2e->round_p50, 3), FormatG(e2e->round_p99, 3),
-                      FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3),
-                      FormatG(double(rss_kib) * 1024 / double(params), 3)});
-        rows.push_back(core::JsonObjectWriter()
-                           .Add("workers", workers)
-                           .Add("shards", shards)
-                           .Add("model_params", params)
-                           .Add("codec", codec)
-                           .Add("goodput_gbps", goodput)
-                           .Add("raw_tcp_gbps", raw_gbps)
-                           .Add("ratio", goodput / raw_gbps)
-                           .Add("one_copy_tcp_gbps", one_copy_gbps)
-                           .Add("one_copy_ratio", one_copy_gbps / raw_gbps)
-                           .Add("rounds", e2e->rounds)
-                           .Add("warmup_rounds", f.warmup)
-                           .Add("seconds", e2e->seconds)
-                           .Add("raw_tcp_seconds", raw.seconds)
-                           .Add("pull_seconds_per_round", e2e->pull_seconds)
-                           .Add("push_seconds_per_round", e2e->push_seconds)
-                           .Add("cpu_seconds", e2e->cpu_seconds)
-                           .Add("raw_tcp_cpu_seconds", raw.cpu_seconds)
-                           .Add("aggregate_only", f.aggregate_only)
-                           .Add("pull_codec", f.pull_codec)
-                           .Add("round_seconds_p50", e2e->round_p50)
-                           .Add("round_seconds_p99", e2e->round_p99)
-                           .Add("rss_bytes_per_param", double(rss_kib) * 1024 / double(params)));
+        const double raw_bytes = bytes_per_round * raw_rounds;
+        const double raw_gbps = raw_bytes * 8 / 1e9 / raw.seconds;
+        const double raw_per_cpu = raw_bytes / 1e9 / raw.cpu_seconds;
+        const double one_copy_gbps = raw_bytes * 8 / 1e9 / one_copy->seconds;
+        const auto goodput_of = [&](const E2eResult& e2e) {
+          return bytes_per_round * e2e.rounds * 8 / 1e9 / e2e.seconds;
+        };
+        for (size_t i = 0; i < rules->size(); ++i) {
+          if (!measured(i)) continue;
+          const Rule& rule = (*rules)[i];
+          const E2eResult& e2e = best[i]->e2e;
+          const uint64_t rss_kib = best[i]->rss_kib;
+          const double goodput = goodput_of(e2e);
+          const double e2e_per_cpu = bytes_per_round * e2e.rounds / 1e9 / e2e.cpu_seconds;
+          // Goodput relative to mean's in this cell; none when mean failed.
+          const bool has_base = measured(base_index);
+          const double vs_mean = has_base ? goodput / goodput_of(best[base_index]->e2e) : 0;
+          const std::string shown =
+              f.pull_codec.empty() ? codec : absl::StrCat(codec, " / pull ", f.pull_codec);
+          table.AddRow({absl::StrCat(workers), absl::StrCat(shards), shown, RuleLabel(rule),
+                        rule.spec.empty() ? "-" : absl::StrCat(rule.byzantine), absl::StrCat(e2e.rounds),
+                        FormatG(goodput, 4), has_base ? FormatG(vs_mean, 3) : "-",
+                        FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
+                        FormatG(one_copy_gbps / raw_gbps, 3),
+                        FormatG(e2e.pull_seconds, 3), FormatG(e2e.push_seconds, 3),
+                        FormatG(e2e.round_p50, 3), FormatG(e2e.round_p99, 3),
+                        FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3),
+                        FormatG(double(rss_kib) * 1024 / double(params), 3)});
+          core::JsonObjectWriter row;
+          row.Add("workers", workers)
+              .Add("shards", shards)
+              .Add("model_params", params)
+              .Add("codec", codec)
+              .Add("goodput_gbps", goodput)
+              .Add("raw_tcp_gbps", raw_gbps)
+              .Add("ratio", goodput / raw_gbps)
+              .Add("one_copy_tcp_gbps", one_copy_gbps)
+              .Add("one_copy_ratio", one_copy_gbps / raw_gbps)
+              .Add("rounds", e2e.rounds)
+              .Add("warmup_rounds", f.warmup)
+              .Add("seconds", e2e.seconds)
+              .Add("raw_tcp_rounds", raw_rounds)
+              .Add("raw_tcp_seconds", raw.seconds)
+              .Add("pull_seconds_per_round", e2e.pull_seconds)
+              .Add("push_seconds_per_round", e2e.push_seconds)
+              .Add("cpu_seconds", e2e.cpu_seconds)
+              .Add("raw_tcp_cpu_seconds", raw.cpu_seconds)
+              .Add("aggregate_only", f.aggregate_only)
+              .Add("pull_codec", f.pull_codec)
+              .Add("round_seconds_p50", e2e.round_p50)
+              .Add("round_seconds_p99", e2e.round_p99)
+              .Add("rss_bytes_per_param", double(rss_kib) * 1024 / double(params))
+              .Add("aggregator", rule.spec)
+              .Add("repeats", f.repeats);
+          // With --shards-at the running shards chose the rule, f and scope.
+          if (!rule.spec.empty()) {
+            row.Add("num_byzantine", rule.byzantine).Add("aggregation_scope", f.aggregation_scope);
+          }
+          if (has_base) row.Add("vs_mean", vs_mean);
+          rows.push_back(std::move(row));
+        }
       }
     }
   }
@@ -583,7 +735,8 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
 
 // ---- Soak -------------------------------------------------------------------------
 
-int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const std::string& codec) {
+int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const std::string& codec,
+            const Rule& rule) {
   std::vector<core::JsonObjectWriter> rows;
   Table table({"phase", "elapsed s", "rounds", "VmRSS KiB", "VmHWM KiB", "heap in use KiB"});
   std::mutex mu;  // rows and table, from worker 0's thread and this one
@@ -609,7 +762,8 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
                        .Add("workers", workers)
                        .Add("shards", shards)
                        .Add("model_params", params)
-                       .Add("codec", codec));
+                       .Add("codec", codec)
+                       .Add("aggregator", rule.spec));
   };
   sample("start", 0);
   const std::vector<float> grad = MakeGradient(params);
@@ -620,7 +774,7 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
     std::fprintf(stderr, "ps-bench e2e: layout: %s\n", std::string(layout.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<Cluster> c = StartCluster(f, workers, uint32_t(shards), codec, *layout, init);
+  absl::StatusOr<Cluster> c = StartCluster(f, workers, uint32_t(shards), codec, rule, *layout, init);
   if (!c.ok()) {
     std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(c.status().message()).c_str());
     return 1;
@@ -672,8 +826,18 @@ int RunE2e(E2eFlags f) {
   for (const std::string& text : f.codecs) {
     for (std::string& c : SplitList(text)) codecs.push_back(std::move(c));
   }
-  if (*params == 0 || codecs.empty() || workers->empty() || shards->empty()) {
-    std::fprintf(stderr, "ps-bench e2e: need --params > 0, a codec, a worker and a shard count\n");
+  std::vector<std::string> specs;
+  for (const std::string& text : f.aggregators) {
+    for (std::string& a : SplitList(text)) specs.push_back(std::move(a));
+  }
+  if (*params == 0 || codecs.empty() || specs.empty() || workers->empty() || shards->empty()) {
+    std::fprintf(stderr,
+                 "ps-bench e2e: need --params > 0, a codec, an aggregator, a worker and a shard count\n");
+    return 2;
+  }
+  if (!server::ParseAggregationScope(f.aggregation_scope).ok()) {
+    std::fprintf(stderr, "ps-bench e2e: --aggregation-scope '%s': give model or slice\n",
+                 f.aggregation_scope.c_str());
     return 2;
   }
   if (!f.shards_at.empty()) {
@@ -681,29 +845,53 @@ int RunE2e(E2eFlags f) {
       std::fprintf(stderr, "ps-bench e2e --shards-at: give one --workers and --codec, no --soak\n");
       return 2;
     }
+    if (specs != std::vector<std::string>{"mean"} || f.byzantine >= 0) {
+      std::fprintf(stderr,
+                   "ps-bench e2e --shards-at: the running shards aggregate with their own "
+                   "--aggregator and --byzantine; leave both out here\n");
+      return 2;
+    }
     *shards = {int(f.shards_at.size())};
   }
+  // Every rule checked at every worker count before anything runs: a refusal costs no
+  // measurement.
+  for (int w : *workers) {
+    if (!f.shards_at.empty()) break;
+    if (absl::StatusOr<std::vector<Rule>> r = RulesFor(specs, w, f.byzantine, !f.soak); !r.ok()) {
+      std::fprintf(stderr, "ps-bench e2e: %s\n", std::string(r.status().message()).c_str());
+      return 2;
+    }
+  }
   if (f.soak) {
-    if (workers->size() != 1 || shards->size() != 1 || codecs.size() != 1) {
-      std::fprintf(stderr, "ps-bench e2e --soak: give one --workers, --shards and --codec\n");
+    if (workers->size() != 1 || shards->size() != 1 || codecs.size() != 1 || specs.size() != 1) {
+      std::fprintf(stderr, "ps-bench e2e --soak: give one --workers, --shards, --codec and --aggregator\n");
       return 2;
     }
     if (f.seconds <= 0) f.seconds = 300;
     std::fprintf(stderr,
-                 "ps-bench e2e --soak: %d workers x %d shards, %llu parameters, %s, %.0f s, "
+                 "ps-bench e2e --soak: %d workers x %d shards, %llu parameters, %s, %s, %.0f s, "
                  "memory every %.0f s\n",
                  workers->front(), shards->front(), (unsigned long long)*params, codecs.front().c_str(),
-                 f.seconds, f.soak_interval);
-    return RunSoak(f, *params, workers->front(), shards->front(), codecs.front());
+                 specs.front().c_str(), f.seconds, f.soak_interval);
+    return RunSoak(f, *params, workers->front(), shards->front(), codecs.front(),
+                   RulesFor(specs, workers->front(), f.byzantine, /*add_mean=*/false)->front());
   }
+  const std::string rules =
+      !f.shards_at.empty()
+          ? std::string("their own rule")
+          : absl::StrCat(absl::StrJoin(specs, ", "),
+                         f.byzantine >= 0 ? absl::StrCat(", f = ", f.byzantine) : "", " (",
+                         f.aggregation_scope, " scope)",
+                         f.repeats > 1 ? absl::StrCat(", each the fastest of ", f.repeats, " interleaved runs")
+                                       : "");
   std::fprintf(stderr,
-               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %u, %s, %s; goodput = "
+               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %u, %s, %s with %s; goodput = "
                "workers x (4 B pushed + 4 B pulled) x params x rounds / seconds\n",
                (unsigned long long)*params, double(*params) * 4 / 1e6, f.slice_elems,
                f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
                              : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
-               f.aggregate_only ? "aggregate-only shards" : "SGD shards (mean)");
-  return RunComparison(f, *params, *workers, *shards, codecs);
+               f.aggregate_only ? "aggregate-only shards" : "SGD shards", rules.c_str());
+  return RunComparison(f, *params, *workers, *shards, codecs, specs);
 }
 
 }  // namespace
@@ -734,7 +922,23 @@ Command AddE2eCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--server-threads", f->server_threads, "ServerOptions::threads (0: one per core)")
       ->capture_default_str();
-  sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the mean gradient instead of SGD");
+  sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the aggregate instead of applying SGD");
+  sub->add_option("--aggregator,--aggregators", f->aggregators,
+                  "Aggregation rule specs (list; docs/aggregators.md), each run on the same "
+                  "configuration and compared with mean of the same run (added when absent)")
+      ->capture_default_str();
+  sub->add_option("--byzantine", f->byzantine,
+                  "f for every rule (default: per rule, the largest f <= (n - 1) / 2 its bound "
+                  "admits; mean 0)")
+      ->check(CLI::Range(0, 255));
+  sub->add_option("--aggregation-scope", f->aggregation_scope,
+                  "model or slice: where distance rules measure (ServerOptions::aggregation_scope)")
+      ->capture_default_str();
+  sub->add_option("--repeats", f->repeats,
+                  "Cluster runs per rule and cell, the rules interleaved (forward, then backward); "
+                  "the fastest counts")
+      ->check(CLI::Range(1, 100))
+      ->capture_default_str();
   sub->add_flag("--no-raw", f->no_raw,
                 "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");
   sub->add_flag("--soak", f->soak, "Memory over a long run (one configuration)");

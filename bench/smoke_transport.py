@@ -3,7 +3,8 @@
 `ps-bench e2e --quick` run, and their JSON rows carry the documented keys with sane
 values (a fifo and a p3 row per bandwidth; a grpc row and a udp row per loss; e2e rows
 starting with exactly the documented keys, ratio = goodput / raw, the one-copy
-baseline's ratio, the warm-up, pull_codec, also with --pull-codec). Speed is not asserted here.
+baseline's ratio, the warm-up, pull_codec, also with --pull-codec; several --aggregator rules
+with vs_mean against mean of the same run). Speed is not asserted here.
 
     smoke_transport.py PS_BENCH WORK_DIR
 """
@@ -86,6 +87,28 @@ def main(bench, work):
             sys.exit(f"{e2e}: want the default of 2 warm-up rounds: {r}")
         if r["round_seconds_p50"] > r["round_seconds_p99"]:
             sys.exit(f"{e2e}: round latency median above its p99: {r}")
+    # Several aggregation rules in one run (--aggregator): mean added first as the
+    # baseline, each row's vs_mean its goodput over mean's, the rule's f (2 workers: 0),
+    # and a rule the worker count cannot hold refused before anything runs.
+    rules = os.path.join(work, "e2e_rules.json")
+    specs = ["mean", "trimmed_mean", "caf", "clip(0.5)+nnm+trimmed_mean"]
+    run([bench, "e2e", "--quick", "--repeats", "2", "--aggregator", ",".join(specs[1:]),
+         "--json", rules])
+    data = rows(rules, E2E_KEYS + ["aggregator", "num_byzantine", "aggregation_scope", "vs_mean"])
+    if [r["aggregator"] for r in data] != specs:
+        sys.exit(f"{rules}: want rows for {specs} in that order: {data}")
+    for r in data:
+        if list(r)[:len(E2E_KEYS)] != E2E_KEYS or r["num_byzantine"] != 0 or \
+                r["aggregation_scope"] != "model" or r["repeats"] != 2:
+            sys.exit(f"{rules}: unexpected row {r}")
+        positive(r, "vs_mean")
+        if abs(r["vs_mean"] - r["goodput_gbps"] / data[0]["goodput_gbps"]) > 1e-6 * r["vs_mean"]:
+            sys.exit(f"vs_mean is not goodput / mean's goodput: {r}")
+    refused = subprocess.run([bench, "e2e", "--quick", "--aggregator", "krum"],
+                             capture_output=True, text=True, timeout=60)
+    if refused.returncode != 2 or "more --workers" not in refused.stderr:
+        sys.exit(f"krum at 2 workers must be refused naming the fix: {refused.returncode} "
+                 f"{refused.stderr}")
     # Compressed pulls (--pull-codec): the same keys first, the spec at the end.
     pulled = os.path.join(work, "e2e_pull.json")
     run([bench, "e2e", "--quick", "--codec", "3lc(s=1.9)", "--pull-codec", "3lc(s=1.9)",
