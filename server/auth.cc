@@ -293,6 +293,21 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
   return caller;
 }
 
+std::string Authenticator::DataKeyOf(uint32_t worker, uint64_t data_session,
+                                     std::string_view secret) const {
+  const core::Identity id{core::Identity::Kind::kWorker, worker};
+  // The derived token is named by the identity itself (core::TokenKey).
+  if (std::optional<Key> derived = FindKey(id.Name()); derived.has_value()) {
+    return core::DataKey(derived->token, id.Name(), self_.Name(), data_session, secret);
+  }
+  if (tokens_.has_value()) {
+    if (std::optional<std::string> token = tokens_->TokenOf(id); token.has_value()) {
+      return core::DataKey(*token, core::TokenKey(*token), self_.Name(), data_session, secret);
+    }
+  }
+  return std::string(secret);
+}
+
 core::ClientCredentials Authenticator::PeerCredentials(uint32_t shard_id) const {
   core::ClientCredentials c;
   if (!cert_pem_.empty()) {

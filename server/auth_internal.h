@@ -97,6 +97,14 @@ class Authenticator {
   // The caller of one call: Verify of what it presents.
   absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& ctx) const;
 
+  // The key of a TCP data connection's proofs for `worker`'s data session (core::DataKey;
+  // docs/data-plane.md, "Binding a connection to a session"): bound to the worker's token
+  // when this shard takes tokens (the one the cluster secret derives for it, else the
+  // token file's), else the session's secret itself (client certificates only,
+  // --insecure). The worker must key with the same token: with both a secret and a token
+  // file, the derived one.
+  std::string DataKeyOf(uint32_t worker, uint64_t data_session, std::string_view secret) const;
+
   // The listening port's TLS material (PEM text; all empty: plaintext).
   const std::string& cert_pem() const { return cert_pem_; }
   const std::string& key_pem() const { return key_pem_; }

@@ -24,6 +24,7 @@
 #include "server/service_internal.h"
 #include "server/share_sender.h"
 #include "server/transport/grpc/data_methods.h"
+#include "server/transport/tcp/backend.h"
 #include "server/transport/udp/receiver.h"
 #include "spdlog/spdlog.h"
 
@@ -169,10 +170,6 @@ class ServerImpl final : public Server {
   }
 
   absl::Status Listen() {
-    if (options_.data_plane != core::DataPlane::kGrpc) {
-      return absl::UnimplementedError(
-          "--data-plane tcp: this build has no TCP data plane backend yet; use --data-plane grpc");
-    }
     if (options_.udp_port >= 0) {
       PS_ASSIGN_OR_RETURN(udp_, transport::udp::Receiver::Start(
                                     options_.host, static_cast<uint16_t>(options_.udp_port),
@@ -192,6 +189,17 @@ class ServerImpl final : public Server {
       });
     }
     const ConnectionLimits limits = ConnectionBounds(options_, RaiseOpenFileLimit());
+    if (options_.data_plane == core::DataPlane::kTcp) {
+      // Before the control port: a Join answer names the data port.
+      PS_ASSIGN_OR_RETURN(
+          tcp_, transport::tcp::Backend::Start(
+                    transport::tcp::OptionsFrom(options_, limits), &shard_front_,
+                    [auth = auth_.get()](uint32_t worker, uint64_t session, std::string_view secret) {
+                      return auth->DataKeyOf(worker, session, secret);
+                    },
+                    clock_));
+      worker_service_.set_data_port(tcp_->port());
+    }
     // The port is this process's own (server/listener.h): gRPC gets each admitted
     // connection through an external acceptor, with the same credentials, and every call
     // through the front (server/grpc_front.h), which reads request bodies under budgets.
@@ -301,6 +309,10 @@ class ServerImpl final : public Server {
       spdlog::info("shard {}: UDP gradient path on {}", options_.shard_id,
                    HostPort(options_.host, udp_->port()));
     }
+    if (tcp_ != nullptr) {
+      spdlog::info("shard {}: TCP data plane on {} ({} threads)", options_.shard_id,
+                   HostPort(options_.host, tcp_->port()), options_.data_threads);
+    }
     if (metrics_ != nullptr) {
       spdlog::info("shard {}: metrics on http://{}/metrics", options_.shard_id,
                    HostPort(options_.host, metrics_->port()));
@@ -349,6 +361,10 @@ class ServerImpl final : public Server {
     if (health_listener_ != nullptr) health_listener_->Stop();
     // Held refusals go out now: the server waits for their calls.
     tarpit_.Stop();
+    // After the tarpit, whose held answers would be written to its connections: every
+    // connection closed (its pulls and buffers freed), its threads joined, before the
+    // front goes.
+    if (tcp_ != nullptr) tcp_->Stop();
     server_->Shutdown(until);
     if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
     if (front_ != nullptr) front_->Stop();
@@ -626,6 +642,9 @@ class ServerImpl final : public Server {
   ShardFront shard_front_{&shard_, &limiter_, &tarpit_};
   // Declared after shard_front_, so destroyed (its thread stopped) before it.
   std::unique_ptr<transport::udp::Receiver> udp_;
+  // The TCP data plane (--data-plane tcp): after shard_front_, whose pulls its
+  // connections hold, so stopped and destroyed before it.
+  std::unique_ptr<transport::tcp::Backend> tcp_;
   // After shard_ and metrics_, which its writer thread uses; null without
   // --checkpoint-dir.
   std::unique_ptr<Checkpointer> checkpointer_;

@@ -228,6 +228,31 @@ TEST_F(ChallengeTest, DerivedAndListedTokensProveTheirIdentity) {
   }
 }
 
+// The key of a TCP data connection's proofs (docs/data-plane.md, "Binding a connection to
+// a session"): bound to the worker's derived token when the shard has a secret, to its
+// token file's token otherwise, and the session's secret itself without tokens.
+TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
+  using Kind = core::Identity::Kind;
+  const std::string secret(32, 's');
+  const std::string derived = core::DeriveToken(secret_, {Kind::kWorker, 1});
+  EXPECT_EQ(auth_->DataKeyOf(1, 77, secret),
+            core::DataKey(derived, "worker-1", "shard-1", 77, secret));
+  EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(1, 78, secret));
+  EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(0, 77, secret));
+
+  ServerOptions listed;
+  listed.tokens_file = WriteFile("data-tokens", std::string("worker-0 ") + kTokenB + "\n");
+  auto by_file = Authenticator::Create(listed);
+  ASSERT_TRUE(by_file.ok()) << by_file.status();
+  EXPECT_EQ((*by_file)->DataKeyOf(0, 5, secret),
+            core::DataKey(kTokenB, core::TokenKey(kTokenB), "shard-0", 5, secret));
+  EXPECT_EQ((*by_file)->DataKeyOf(1, 5, secret), secret) << "worker-1 has no token here";
+
+  auto none = Authenticator::Create(ServerOptions{});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ((*none)->DataKeyOf(0, 5, secret), secret);
+}
+
 TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {
   using Kind = core::Identity::Kind;
   const std::string w1 = core::DeriveToken(secret_, {Kind::kWorker, 1});

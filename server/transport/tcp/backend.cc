@@ -1,0 +1,251 @@
+#include "server/transport/tcp/backend.h"
+
+#include <algorithm>
+#include <atomic>
+#include <optional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/strand.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/status.h"
+#include "net/address.h"
+#include "server/transport/tcp/connection.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server::transport::tcp {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+// After an accept fails (no descriptors, no memory), the next one waits this long: the
+// pending connection stays in the backlog rather than the loop spinning.
+constexpr auto kAcceptRetry = std::chrono::milliseconds(10);
+
+std::string HostPort(const asio::ip::address& address, uint16_t port) {
+  return address.is_v6() ? absl::StrCat("[", address.to_string(), "]:", port)
+                         : absl::StrCat(address.to_string(), ":", port);
+}
+
+}  // namespace
+
+Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits) {
+  Options t;
+  t.host = o.host;
+  t.port = o.data_port;
+  t.threads = o.data_threads;
+  t.max_body_bytes = o.max_message_bytes;
+  t.idle_timeout = std::chrono::duration_cast<core::Duration>(o.max_connection_idle);
+  t.read_timeout = std::chrono::duration_cast<core::Duration>(o.request_read_timeout);
+  t.limits = limits;
+  return t;
+}
+
+class Backend::Impl final : public Hub {
+ public:
+  Impl(const Options& options, ShardFront* front, KeyOf key_of, core::Clock* clock)
+      : options_(options),
+        front_(front),
+        key_of_(std::move(key_of)),
+        clock_(clock),
+        table_(options.limits),
+        acceptor_(asio::make_strand(io_)),
+        retry_(acceptor_.get_executor()),
+        work_(asio::make_work_guard(io_)) {}
+
+  ~Impl() override { Stop(); }
+
+  absl::Status Open() {
+    PS_ASSIGN_OR_RETURN(const asio::ip::address address,
+                        net::ResolveHost(options_.host, "data plane listen address"));
+    const tcp::endpoint endpoint(address, options_.port);
+    boost::system::error_code ec;
+    acceptor_.open(endpoint.protocol(), ec);
+    if (!ec) acceptor_.set_option(tcp::acceptor::reuse_address(true), ec);
+    if (!ec) acceptor_.bind(endpoint, ec);
+    if (!ec) acceptor_.listen(asio::socket_base::max_listen_connections, ec);
+    if (ec) {
+      return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ",
+                                                 HostPort(address, options_.port), ": ",
+                                                 ec.message()));
+    }
+    port_ = acceptor_.local_endpoint().port();
+    Accept();
+    for (uint32_t i = 0; i < std::max<uint32_t>(options_.threads, 1); ++i) {
+      threads_.emplace_back([this] { io_.run(); });
+    }
+    return absl::OkStatus();
+  }
+
+  uint16_t port() const { return port_; }
+
+  Stats stats() const {
+    Stats s;
+    s.accepted = accepted_.load();
+    s.refused = refused_.load();
+    s.admitted = admitted_.load();
+    absl::MutexLock lock(&mu_);
+    s.open = connections_.size();
+    return s;
+  }
+
+  void Stop() {
+    if (stopping_.exchange(true)) return;
+    asio::post(acceptor_.get_executor(), [this] {
+      boost::system::error_code ec;
+      acceptor_.close(ec);
+      retry_.cancel();
+    });
+    std::vector<std::shared_ptr<Connection>> open;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [id, weak] : connections_) {
+        if (std::shared_ptr<Connection> c = weak.lock()) open.push_back(std::move(c));
+      }
+    }
+    for (const std::shared_ptr<Connection>& c : open) c->Close();
+    open.clear();
+    // With the acceptor and every connection closed nothing re-arms: the threads run
+    // what is left (the last handlers free each connection) and return.
+    work_.reset();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
+  }
+
+  // Hub
+  ShardFront* front() override { return front_; }
+  const Options& options() const override { return options_; }
+  std::string Key(uint32_t worker, uint64_t data_session, std::string_view secret) override {
+    return key_of_ ? key_of_(worker, data_session, secret) : std::string(secret);
+  }
+  void Admitted(ConnectionTable::Id id, const std::string& peer,
+                const std::string& identity) override {
+    admitted_.fetch_add(1, std::memory_order_relaxed);
+    CloseAll(table_.Proven(peer, identity, clock_->Now()));
+  }
+  void Abusive(ConnectionTable::Id id) override {
+    // The connection itself closes after its GOAWAY; the table penalizes its source.
+    std::vector<ConnectionTable::Victim> victims =
+        table_.Abusive(id, CloseReason::kUnprovenBytes, clock_->Now());
+    std::erase_if(victims, [id](const ConnectionTable::Victim& v) { return v.id == id; });
+    CloseAll(victims);
+  }
+  void Closed(ConnectionTable::Id id) override {
+    table_.Closed(id);
+    absl::MutexLock lock(&mu_);
+    connections_.erase(id);
+  }
+
+ private:
+  void Accept() {
+    acceptor_.async_accept(asio::make_strand(io_), [this](const boost::system::error_code& ec,
+                                                          tcp::socket socket) {
+      if (stopping_.load()) return;
+      if (ec) {
+        if (ec == asio::error::operation_aborted) return;
+        spdlog::warn("shard {}: data plane accept failed: {}", front_->shard()->shard_id(),
+                     ec.message());
+        retry_.expires_after(kAcceptRetry);
+        retry_.async_wait([this](const boost::system::error_code& e) {
+          if (!e && !stopping_.load()) Accept();
+        });
+        return;
+      }
+      Admit(std::move(socket));
+      Accept();
+    });
+  }
+
+  // The table decides whether `socket` stays and whom it evicts.
+  void Admit(tcp::socket socket) {
+    boost::system::error_code ec;
+    const tcp::endpoint remote = socket.remote_endpoint(ec);
+    if (ec) return;  // gone already
+    const std::string source = remote.address().to_string();
+    std::string peer = HostPort(remote.address(), remote.port());
+    ConnectionTable::Admission admission = table_.Open(source, peer, clock_->Now());
+    CloseAll(admission.evict);
+    if (!admission.accepted) {
+      refused_.fetch_add(1, std::memory_order_relaxed);
+      socket.close(ec);
+      return;
+    }
+    accepted_.fetch_add(1, std::memory_order_relaxed);
+    const core::Duration proof_timeout =
+        admission.probation ? options_.limits.probation_timeout : options_.limits.proof_timeout;
+    auto connection = std::make_shared<Connection>(this, std::move(socket), admission.id,
+                                                   std::move(peer), proof_timeout);
+    {
+      absl::MutexLock lock(&mu_);
+      connections_.emplace(admission.id, connection);
+    }
+    connection->Start();
+    // Stop() closes what its look at the map found; one admitted after it is closed here.
+    if (stopping_.load()) connection->Close();
+  }
+
+  // Closes the connections the table named (they are forgotten there already).
+  void CloseAll(const std::vector<ConnectionTable::Victim>& victims) {
+    for (const ConnectionTable::Victim& v : victims) {
+      std::shared_ptr<Connection> c;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = connections_.find(v.id);
+        if (it != connections_.end()) c = it->second.lock();
+      }
+      if (c != nullptr) {
+        spdlog::debug("shard {}: data connection from {} closed ({})",
+                      front_->shard()->shard_id(), v.source, CloseReasonName(v.reason));
+        c->Close();
+      }
+    }
+  }
+
+  const Options options_;
+  ShardFront* const front_;
+  const KeyOf key_of_;
+  core::Clock* const clock_;
+  ConnectionTable table_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<uint64_t> accepted_{0}, refused_{0}, admitted_{0};
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<ConnectionTable::Id, std::weak_ptr<Connection>> connections_
+      ABSL_GUARDED_BY(mu_);
+
+  // Last: destroyed first, with the handlers still queued (and the connections they hold)
+  // while the table and the map above are alive.
+  asio::io_context io_;
+  tcp::acceptor acceptor_;
+  asio::steady_timer retry_;
+  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  uint16_t port_ = 0;
+  std::vector<std::thread> threads_;
+};
+
+Backend::Backend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Backend::~Backend() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<Backend>> Backend::Start(const Options& options, ShardFront* front,
+                                                        KeyOf key_of, core::Clock* clock) {
+  auto impl = std::make_unique<Impl>(options, front, std::move(key_of), clock);
+  PS_RETURN_IF_ERROR(impl->Open());
+  return std::unique_ptr<Backend>(new Backend(std::move(impl)));
+}
+
+uint16_t Backend::port() const { return impl_->port(); }
+Stats Backend::stats() const { return impl_->stats(); }
+void Backend::Stop() { impl_->Stop(); }
+
+}  // namespace ps::server::transport::tcp

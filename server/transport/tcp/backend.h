@@ -1,0 +1,87 @@
+// tcp::Backend: the shard's end of the native TCP data plane (docs/data-plane.md, "3. The
+// TCP data plane"; the frames are net/data_frame.h). It listens on --data-port, accepts
+// connections on --data-threads threads (a strand per connection, TCP_NODELAY), keeps
+// the bounds of a ConnectionTable (server/connection_table.h: unproven connections per
+// source and in all, proven ones per identity), and runs each connection
+// (connection.h): the handshake that binds it to a worker's data session, then pushes
+// and pulls through the ShardFront, whose rules and refusals are every plane's.
+//
+// This header has no Asio type: the server wires the backend up without seeing the
+// transport.
+//
+// Thread safety: port() and stats() from any thread; Stop() (also the destructor) from
+// the owner, once serving is over. Borrowed: the front (and its shard) and the clock
+// must outlive the backend. Stop() closes every connection, which frees what it holds
+// (pulls and their watches and places, buffers), and joins the threads: call it before
+// the front goes away.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "core/clock.h"
+#include "server/connection_table.h"
+#include "server/options.h"
+#include "server/shard_front.h"
+
+namespace ps::server::transport::tcp {
+
+// What a connection is held to (docs/data-plane.md, "Per-connection bounds").
+struct Options {
+  std::string host = "127.0.0.1";  // the control port's
+  uint16_t port = 0;               // 0: the kernel picks
+  uint32_t threads = 2;
+  // The largest PUSH body (--max-message-bytes), told at ADMIT.
+  uint32_t max_body_bytes = 8u << 20;
+  // Pushes read whose answers are not yet written: at this many the connection stops
+  // reading until one is (told at ADMIT).
+  uint32_t max_unanswered_pushes = 1024;
+  // No frame, no open pull and no unanswered push for this long: GOAWAY, closed.
+  core::Duration idle_timeout = std::chrono::seconds(60);
+  // A frame's meta and body not received this long after its header: GOAWAY stalled.
+  core::Duration read_timeout = std::chrono::seconds(10);
+  // The table's bounds; its proof_timeout is the time from accept to ADMIT.
+  ConnectionLimits limits;
+};
+
+// The bounds of `o` (the port's connection limits are the caller's, ConnectionBounds in
+// server.cc, so that both ports keep the same).
+Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits);
+
+// The key of a connection's proofs for a worker's data session (core::DataKey): the
+// server's Authenticator binds it to the worker's token. Null: the session's secret.
+using KeyOf = std::function<std::string(uint32_t worker, uint64_t data_session,
+                                        std::string_view secret)>;
+
+struct Stats {
+  uint64_t accepted = 0;  // connections taken by the table
+  uint64_t refused = 0;   // closed at accept (the table's bounds)
+  uint64_t admitted = 0;  // handshakes that ended in ADMIT
+  uint64_t open = 0;      // connections open now
+};
+
+class Backend {
+ public:
+  // Binds host:port and starts serving. UNAVAILABLE naming the address when it cannot.
+  static absl::StatusOr<std::unique_ptr<Backend>> Start(const Options& options, ShardFront* front,
+                                                        KeyOf key_of, core::Clock* clock);
+  ~Backend();
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
+
+  uint16_t port() const;
+  Stats stats() const;
+  // Stops accepting, closes every connection and joins the threads. Idempotent.
+  void Stop();
+
+ private:
+  class Impl;
+  explicit Backend(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps::server::transport::tcp

@@ -1,0 +1,569 @@
+#include "server/transport/tcp/connection.h"
+
+#include <algorithm>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include <boost/asio/buffer.hpp>
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "core/auth_proof.h"
+#include "core/client_text.h"
+#include "core/refusal.h"
+#include "core/status.h"
+#include "spdlog/spdlog.h"
+
+namespace ps::server::transport::tcp {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+
+namespace {
+
+// Frames gathered into one write at most (IOV_MAX is 1024; two buffers per frame).
+constexpr size_t kMaxFramesPerWrite = 64;
+// How long a GOAWAY may take to leave before the connection closes without it.
+constexpr auto kGoawayLinger = std::chrono::seconds(1);
+
+// A status as ANSWER, PULL_END and GOAWAY carry it (docs/data-plane.md, "Refusals on the
+// wire"): code, the refusal's stable name, and the message, cut to the frame's bound
+// and made printable if it is not UTF-8 (the shard's own messages quote client text
+// through core::ClientText already, so this is rare).
+net::StatusMeta WireStatus(const absl::Status& status, std::string* message_storage) {
+  net::StatusMeta meta;
+  meta.code = status.code();
+  if (std::optional<Refusal> kind = core::RefusalOf(status); kind.has_value()) {
+    meta.refusal_name = core::RefusalName(*kind);
+  }
+  const std::string_view message(status.message().data(), status.message().size());
+  if (message.size() <= net::kMaxStatusMessageBytes && core::IsUtf8(message)) {
+    meta.message = message;
+  } else {
+    // ClientText adds "... (N bytes)" to what it keeps: leave room for it.
+    *message_storage = core::ClientText(message, net::kMaxStatusMessageBytes - 32);
+    meta.message = *message_storage;
+  }
+  return meta;
+}
+
+// ANSWER, PULL_END or GOAWAY carrying `status`.
+std::string StatusFrame(net::FrameType type, uint64_t tag, const absl::Status& status) {
+  std::string storage, out;
+  const net::StatusMeta meta = WireStatus(status, &storage);
+  absl::Status written = type == net::FrameType::kAnswer    ? net::AppendAnswer(tag, meta, &out)
+                         : type == net::FrameType::kPullEnd ? net::AppendPullEnd(tag, meta, &out)
+                                                            : net::AppendGoaway(meta, &out);
+  // WireStatus keeps every field within its bound, so this cannot fail; if it did, the
+  // peer still learns the code.
+  if (!written.ok()) {
+    out.clear();
+    const net::StatusMeta bare{.code = status.code()};
+    (void)(type == net::FrameType::kAnswer    ? net::AppendAnswer(tag, bare, &out)
+           : type == net::FrameType::kPullEnd ? net::AppendPullEnd(tag, bare, &out)
+                                              : net::AppendGoaway(bare, &out));
+  }
+  return out;
+}
+
+}  // namespace
+
+// One open pull: the front's handle and the sink it writes into. The scheduler calls
+// Write and Finish with its lock held, from any thread: both only post to the strand.
+class Connection::Pull final : public PullSink {
+ public:
+  Pull(std::weak_ptr<Connection> connection, uint64_t tag)
+      : connection_(std::move(connection)), tag_(tag) {}
+  ~Pull() override { handle_.reset(); }  // detaches this sink before it goes
+
+  void Open(std::unique_ptr<PullHandle> handle) {
+    handle_ = std::move(handle);
+    handle_->Start(this);
+  }
+  PullHandle& handle() { return *handle_; }
+
+  void Write(PullItem item) override {
+    std::shared_ptr<Connection> c = connection_.lock();
+    if (c == nullptr) return;
+    const net::PullHeader& h = item.header;
+    std::string head;
+    const absl::Status s = net::AppendSlice(tag_,
+                                            net::SliceMeta{.slice_id = h.slice_id,
+                                                           .version = h.version,
+                                                           .base_version = h.base_version,
+                                                           .epoch = h.epoch,
+                                                           .loss = h.loss,
+                                                           .first_loss = h.first_loss,
+                                                           .queued = h.queued,
+                                                           .codec = h.codec},
+                                            item.body->size(), &head);
+    if (!s.ok()) {
+      // A pull codec spec over 255 bytes, or a body over 4 GiB: neither is configurable
+      // past the options' checks. The pull ends as a failed write would end it.
+      spdlog::error("shard {}: cannot frame a slice: {}", c->front_->shard()->shard_id(),
+                    std::string(s.message()));
+    }
+    asio::post(c->socket_.get_executor(),
+               [c, tag = tag_, ok = s.ok(), head = std::move(head),
+                body = std::move(item.body)]() mutable {
+                 if (ok) {
+                   c->QueueSlice(tag, std::move(head), std::move(body));
+                 } else if (auto it = c->pulls_.find(tag); it != c->pulls_.end()) {
+                   it->second->handle().WriteDone(false);
+                 }
+               });
+  }
+
+  void Finish(const absl::Status& status) override {
+    if (std::shared_ptr<Connection> c = connection_.lock()) {
+      asio::post(c->socket_.get_executor(),
+                 [c, tag = tag_, status] { c->PullEnded(tag, status); });
+    }
+  }
+
+ private:
+  const std::weak_ptr<Connection> connection_;
+  const uint64_t tag_;
+  std::unique_ptr<PullHandle> handle_;
+};
+
+Connection::Connection(Hub* hub, tcp::socket socket, ConnectionTable::Id id, std::string peer,
+                       core::Duration proof_timeout)
+    : hub_(hub),
+      front_(hub->front()),
+      socket_(std::move(socket)),
+      timer_(socket_.get_executor()),
+      id_(id),
+      peer_name_(std::move(peer)),
+      proof_timeout_(proof_timeout) {
+  // Before ADMIT only HELLO and PROOF are allowed, neither with a body.
+  limits_.max_body_bytes = 0;
+  limits_.max_pull_slices = 0;
+}
+
+Connection::~Connection() = default;
+
+void Connection::Start() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] {
+    boost::system::error_code ec;
+    self->socket_.set_option(tcp::no_delay(true), ec);
+    self->Arm(Deadline::kProof, self->proof_timeout_);
+    self->ReadHeader();
+  });
+}
+
+void Connection::Close() {
+  asio::post(socket_.get_executor(), [self = shared_from_this()] { self->Shutdown(); });
+}
+
+// ---- reading ----
+
+void Connection::ReadHeader() {
+  reading_ = false;
+  if (closed_ || going_away_) return;
+  // Owed answers first: a worker past its window waits here, where the tarpit's held
+  // answers keep it (Answered resumes reading).
+  if (unanswered_ >= hub_->options().max_unanswered_pushes) {
+    Arm(Deadline::kNone, {});
+    return;
+  }
+  reading_ = true;
+  if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kIdle, hub_->options().idle_timeout);
+  asio::async_read(socket_, asio::buffer(header_bytes_),
+                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     if (ec) return self->Shutdown();
+                     self->OnHeader();
+                   });
+}
+
+void Connection::OnHeader() {
+  if (closed_ || going_away_) return;
+  absl::StatusOr<net::FrameHeader> header =
+      net::ParseHeader(std::span<const char, net::kFrameHeaderBytes>(header_bytes_));
+  if (header.ok() && header->type == net::FrameType::kPull) {
+    // Owned slices once a layout is registered: the bound shrinks then.
+    limits_.max_pull_slices = front_->shard()->MaxPullSlices();
+  }
+  absl::Status checked =
+      header.ok() ? net::CheckHeader(*header, state_, limits_) : header.status();
+  if (!checked.ok()) {
+    // Before ADMIT an honest client sends one HELLO and one PROOF, nothing else.
+    if (state_ != net::ConnectionState::kShardAdmitted) hub_->Abusive(id_);
+    return GoAway(front_->shard()->Refuse(Refusal::kMalformed, checked.message()));
+  }
+  header_ = *header;
+  if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kRead, hub_->options().read_timeout);
+  if (header_.meta_bytes == 0) return OnMeta();
+  asio::async_read(socket_, asio::buffer(meta_.data(), header_.meta_bytes),
+                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     if (ec) return self->Shutdown();
+                     self->OnMeta();
+                   });
+}
+
+void Connection::OnMeta() {
+  if (closed_ || going_away_) return;
+  const std::string_view meta(meta_.data(), header_.meta_bytes);
+  const auto malformed = [this](const absl::Status& s) {
+    GoAway(front_->shard()->Refuse(Refusal::kMalformed, s.message()));
+  };
+  switch (header_.type) {
+    case net::FrameType::kHello:
+      return Hello(meta);
+    case net::FrameType::kProof:
+      return Proof(meta);
+    case net::FrameType::kPush: {
+      absl::StatusOr<net::PushMeta> push = net::ParsePushMeta(header_.flags, meta);
+      if (!push.ok()) return malformed(push.status());
+      push_ = *push;  // its codec borrows meta_, which stays until the next frame
+      return ReadBody(&Connection::OnPushBody);
+    }
+    case net::FrameType::kPull: {
+      absl::StatusOr<net::PullMeta> pull = net::ParsePullMeta(header_.flags, meta);
+      if (!pull.ok()) return malformed(pull.status());
+      if (absl::Status s = net::CheckPullBody(header_, *pull, limits_); !s.ok()) {
+        return malformed(s);
+      }
+      pull_ = *pull;
+      return ReadBody(&Connection::OnPullBody);
+    }
+    case net::FrameType::kCancel:
+      Cancel(header_.tag);
+      return ReadHeader();
+    case net::FrameType::kGoaway:
+      // The worker leaves; what it says is for its own log.
+      return Shutdown();
+    default:
+      // CheckHeader let through only what the state allows.
+      return malformed(absl::InvalidArgumentError(
+          absl::StrCat("data frame ", core::AsAbsl(net::FrameTypeName(header_.type)),
+                       ": unexpected")));
+  }
+}
+
+void Connection::ReadBody(void (Connection::*then)()) {
+  // The header passed CheckHeader: the body is within the limits this buffer may reach.
+  body_.resize(header_.body_bytes);
+  if (header_.body_bytes == 0) return (this->*then)();
+  asio::async_read(socket_, asio::buffer(body_),
+                   [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
+                     if (ec) return self->Shutdown();
+                     ((*self).*then)();
+                   });
+}
+
+void Connection::Hello(std::string_view meta) {
+  absl::StatusOr<net::HelloMeta> hello = net::ParseHelloMeta(meta);
+  if (!hello.ok()) {
+    hub_->Abusive(id_);
+    return GoAway(front_->shard()->Refuse(Refusal::kMalformed, hello.status().message()));
+  }
+  // The session first, before any HMAC: an unknown id costs a table lookup.
+  absl::StatusOr<std::shared_ptr<const DataSession>> session =
+      front_->shard()->FindDataSession(hello->data_session, "data connection");
+  if (!session.ok()) return GoAway(session.status());
+  if ((*session)->worker_id != hello->worker_id) {
+    return GoAway(front_->shard()->Refuse(
+        Refusal::kUnknownSession,
+        absl::StrCat("data connection names worker ", hello->worker_id,
+                     " under the data session of another worker: join (again) first")));
+  }
+  absl::StatusOr<std::string> server_nonce = core::NewNonce();
+  if (!server_nonce.ok()) return GoAway(server_nonce.status());
+  session_ = *std::move(session);
+  session_id_ = hello->data_session;
+  const std::string key = hub_->Key(session_->worker_id, session_id_, session_->secret);
+  const std::string server =
+      core::Identity{core::Identity::Kind::kShard, front_->shard()->shard_id()}.Name();
+  const std::string_view client_nonce(hello->client_nonce.data(), hello->client_nonce.size());
+  expected_proof_ =
+      core::DataClientProof(key, server, session_id_, client_nonce, *server_nonce);
+  net::ChallengeMeta challenge;
+  challenge.shard_index = front_->shard()->shard_id();
+  std::copy(server_nonce->begin(), server_nonce->end(), challenge.server_nonce.begin());
+  const std::string proof =
+      core::DataServerProof(key, server, session_id_, client_nonce, *server_nonce);
+  std::copy(proof.begin(), proof.end(), challenge.proof.begin());
+  Outgoing frame;
+  (void)net::AppendChallenge(challenge, &frame.head);  // fixed sizes: cannot fail
+  Queue(std::move(frame));
+  state_ = net::ConnectionState::kShardAwaitsProof;
+  ReadHeader();
+}
+
+void Connection::Proof(std::string_view meta) {
+  absl::StatusOr<net::ProofMeta> proof = net::ParseProofMeta(meta);
+  if (!proof.ok() ||
+      !core::SameProof(std::string_view(proof->proof.data(), proof->proof.size()),
+                       expected_proof_)) {
+    // Charged to the anonymous client, as a wrong proof on the control port: a forger
+    // is held by the tarpit, and reading stops meanwhile.
+    const absl::Status refused = front_->shard()->Refuse(
+        Refusal::kUnauthenticated,
+        "wrong data connection proof: it was not made with this data session's key for this "
+        "shard (the key binds the Join answer's data_secret to the worker's token)");
+    going_away_ = true;
+    return AnswerLater(kAnonymousClient, refused,
+                       net::kFrameHeaderBytes + header_.meta_bytes, net::FrameType::kGoaway, 0);
+  }
+  expected_proof_.clear();
+  const uint32_t worker = session_->worker_id;
+  const core::Identity identity{core::Identity::Kind::kWorker, worker};
+  peer_ = DataPeer{.worker = worker, .client = identity.Name()};
+  // The handshake proved the worker: its key is bound to the worker's token (or, without
+  // tokens, to the secret only the worker's Join answer carried).
+  caller_ = Caller{.identity = identity, .address = peer_name_};
+  state_ = net::ConnectionState::kShardAdmitted;
+  const Options& o = hub_->options();
+  limits_.max_body_bytes = o.max_body_bytes;
+  limits_.max_pull_slices = front_->shard()->MaxPullSlices();
+  net::AdmitMeta admit{
+      .max_body_bytes = o.max_body_bytes,
+      .max_unanswered_pushes = o.max_unanswered_pushes,
+      .max_pull_slices = static_cast<uint32_t>(
+          std::min<uint64_t>(limits_.max_pull_slices, UINT32_MAX)),
+      .idle_timeout_ms = static_cast<uint32_t>(std::min<int64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(o.idle_timeout).count(),
+          UINT32_MAX))};
+  // The table first (it may evict the identity's least recently used connection), then
+  // the worker learns it is admitted.
+  hub_->Admitted(id_, peer_name_, peer_.client);
+  Outgoing frame;
+  (void)net::AppendAdmit(admit, &frame.head);  // fixed sizes: cannot fail
+  Queue(std::move(frame));
+  ReadHeader();
+}
+
+absl::Status Connection::Current() const {
+  absl::StatusOr<std::shared_ptr<const DataSession>> now =
+      front_->shard()->FindDataSession(session_id_, "data connection");
+  if (!now.ok()) return now.status();
+  if (now->get() != session_.get()) {
+    return front_->shard()->Refuse(Refusal::kUnknownSession,
+                                   "data connection under a replaced data session: join again");
+  }
+  return absl::OkStatus();
+}
+
+void Connection::OnPushBody() {
+  if (closed_ || going_away_) return;
+  const uint64_t tag = header_.tag;
+  const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
+  absl::Status s = Current();
+  if (!s.ok()) return GoAway(s);
+  s = front_->AdmitCaller(caller_);
+  if (s.ok()) {
+    const std::string_view payload = body_;
+    s = front_->Push(peer_,
+                     PushHead{.layout_hash = push_.layout_hash,
+                              .round = push_.round,
+                              .slice_id = push_.slice_id,
+                              .codec = push_.codec,
+                              .loss = push_.loss},
+                     std::span<const std::string_view>(&payload, 1));
+  }
+  ++unanswered_;
+  AnswerLater(peer_.client, s, request_bytes, net::FrameType::kAnswer, tag);
+  ReadHeader();
+}
+
+void Connection::OnPullBody() {
+  if (closed_ || going_away_) return;
+  const uint64_t tag = header_.tag;
+  const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
+  absl::StatusOr<net::PullBody> body = net::ParsePullBody(pull_, body_);
+  if (!body.ok()) return GoAway(front_->shard()->Refuse(Refusal::kMalformed, body.status().message()));
+  if (pulls_.contains(tag)) {
+    return GoAway(front_->shard()->Refuse(
+        Refusal::kMalformed, absl::StrCat("PULL with tag ", tag, ", which an open pull has")));
+  }
+  absl::Status s = Current();
+  if (!s.ok()) return GoAway(s);
+  s = front_->AdmitCaller(caller_);
+  if (s.ok()) {
+    absl::StatusOr<std::unique_ptr<PullHandle>> handle =
+        front_->OpenPull(peer_, PullAsk{.layout_hash = pull_.layout_hash,
+                                        .min_version = pull_.min_version,
+                                        .held_epoch = pull_.held_epoch,
+                                        .slice_ids = std::move(body->slice_ids),
+                                        .held_versions = std::move(body->held_versions)});
+    if (handle.ok()) {
+      auto pull = std::make_unique<Pull>(weak_from_this(), tag);
+      Pull* raw = pull.get();
+      pulls_.emplace(tag, std::move(pull));
+      raw->Open(*std::move(handle));  // Write and Finish post: nothing runs in here
+      return ReadHeader();
+    }
+    s = handle.status();
+  }
+  AnswerLater(peer_.client, s, request_bytes, net::FrameType::kPullEnd, tag);
+  ReadHeader();
+}
+
+void Connection::Cancel(uint64_t tag) {
+  // A pull that ended already (its PULL_END crossed the CANCEL) is no error.
+  if (auto it = pulls_.find(tag); it != pulls_.end()) it->second->handle().Cancel();
+}
+
+// ---- writing ----
+
+void Connection::Queue(Outgoing frame) {
+  // Nothing follows a GOAWAY.
+  if (closed_ || goaway_queued_) return;
+  goaway_queued_ = frame.last;
+  out_.push_back(std::move(frame));
+  WriteMore();
+}
+
+void Connection::WriteMore() {
+  if (closed_ || writing_ != 0 || out_.empty()) return;
+  // References into out_'s elements stay valid while more are pushed at its back
+  // (std::deque), and none is popped before the write completes.
+  std::vector<asio::const_buffer> buffers;
+  const size_t n = std::min(out_.size(), kMaxFramesPerWrite);
+  buffers.reserve(2 * n);
+  for (size_t i = 0; i < n; ++i) {
+    buffers.emplace_back(asio::buffer(out_[i].head));
+    if (out_[i].body != nullptr && !out_[i].body->empty()) buffers.emplace_back(asio::buffer(*out_[i].body));
+  }
+  writing_ = n;
+  asio::async_write(socket_, buffers,
+                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                      const size_t written = std::exchange(self->writing_, 0);
+                      if (ec || self->closed_) return self->Shutdown();
+                      std::vector<uint64_t> slices;  // pulls whose slice went out
+                      bool last = false;
+                      for (size_t i = 0; i < written; ++i) {
+                        if (self->out_.front().slice_of_pull != 0) {
+                          slices.push_back(self->out_.front().slice_of_pull);
+                        }
+                        last = last || self->out_.front().last;
+                        self->out_.pop_front();  // drops its snapshot reference
+                      }
+                      if (last) {
+                        // The peer reads the GOAWAY and then the end of the stream; the
+                        // socket closes when it closes its end or at the GOAWAY's deadline
+                        // (closing at once, with its unread bytes still here, would reset
+                        // the connection, and a reset may discard the GOAWAY).
+                        boost::system::error_code e;
+                        self->socket_.shutdown(tcp::socket::shutdown_send, e);
+                        return;
+                      }
+                      for (uint64_t tag : slices) {
+                        if (auto it = self->pulls_.find(tag); it != self->pulls_.end()) {
+                          it->second->handle().WriteDone(true);
+                        }
+                      }
+                      self->WriteMore();
+                    });
+}
+
+void Connection::Answered(uint64_t tag, const absl::Status& status) {
+  if (closed_) return;
+  Queue(Outgoing{.head = StatusFrame(net::FrameType::kAnswer, tag, status)});
+  const bool paused = unanswered_ >= hub_->options().max_unanswered_pushes && !reading_;
+  --unanswered_;
+  if (paused) ReadHeader();
+}
+
+void Connection::QueueSlice(uint64_t tag, std::string head,
+                            std::shared_ptr<const std::string> body) {
+  Queue(Outgoing{.head = std::move(head), .body = std::move(body), .slice_of_pull = tag});
+}
+
+void Connection::PullEnded(uint64_t tag, const absl::Status& status) {
+  auto it = pulls_.find(tag);
+  if (it == pulls_.end()) return;  // closed meanwhile
+  pulls_.erase(it);  // the handle's watches and place go back now
+  Queue(Outgoing{.head = StatusFrame(net::FrameType::kPullEnd, tag, status)});
+}
+
+void Connection::GoAway(const absl::Status& status) {
+  if (closed_) return;
+  going_away_ = true;
+  Queue(Outgoing{.head = StatusFrame(net::FrameType::kGoaway, 0, status), .last = true});
+  // A peer that does not read does not hold the connection for its GOAWAY.
+  Arm(Deadline::kGoaway, kGoawayLinger);
+}
+
+void Connection::AnswerLater(std::string_view client, const absl::Status& status,
+                             size_t request_bytes, net::FrameType frame, uint64_t tag) {
+  // The tarpit may run `send` on its own thread, after this connection is gone.
+  front_->Answer(client, status, request_bytes,
+                 [weak = weak_from_this(), status, frame, tag]() {
+                   std::shared_ptr<Connection> c = weak.lock();
+                   if (c == nullptr) return;
+                   asio::dispatch(c->socket_.get_executor(), [c, status, frame, tag] {
+                     switch (frame) {
+                       case net::FrameType::kAnswer:
+                         return c->Answered(tag, status);
+                       case net::FrameType::kPullEnd:
+                         return c->Queue(
+                             Outgoing{.head = StatusFrame(net::FrameType::kPullEnd, tag, status)});
+                       default:
+                         return c->GoAway(status);
+                     }
+                   });
+                 });
+}
+
+// ---- deadlines and the end ----
+
+void Connection::Arm(Deadline kind, core::Duration after) {
+  ++deadline_seq_;
+  timer_.cancel();
+  if (kind == Deadline::kNone || closed_) return;
+  timer_.expires_after(after);
+  timer_.async_wait([self = shared_from_this(), seq = deadline_seq_, kind](
+                        const boost::system::error_code& ec) {
+    if (!ec) self->OnDeadline(seq, kind);
+  });
+}
+
+void Connection::OnDeadline(uint64_t seq, Deadline kind) {
+  // A deadline replaced after it fired (its handler was queued already) is stale.
+  if (seq != deadline_seq_ || closed_) return;
+  const Options& o = hub_->options();
+  switch (kind) {
+    case Deadline::kProof:
+      spdlog::debug("shard {}: data connection from {} closed: no proof within {} ms",
+                    front_->shard()->shard_id(), peer_name_,
+                    std::chrono::duration_cast<std::chrono::milliseconds>(proof_timeout_).count());
+      return Shutdown();
+    case Deadline::kIdle:
+      if (!pulls_.empty() || unanswered_ > 0) return Arm(Deadline::kIdle, o.idle_timeout);
+      return GoAway(absl::UnavailableError(absl::StrCat(
+          "data connection idle for ", std::chrono::duration_cast<std::chrono::milliseconds>(o.idle_timeout).count(),
+          " ms: closed; connect again when there is data to move")));
+    case Deadline::kRead:
+      return GoAway(front_->shard()->Refuse(
+          Refusal::kStalled,
+          absl::StrCat("data frame ", core::AsAbsl(net::FrameTypeName(header_.type)),
+                       " not received within ",
+                       std::chrono::duration_cast<std::chrono::milliseconds>(o.read_timeout).count(),
+                       " ms of its header (--request-read-timeout-ms)")));
+    case Deadline::kGoaway:
+    case Deadline::kNone:
+      return Shutdown();
+  }
+}
+
+void Connection::Shutdown() {
+  if (closed_) return;
+  closed_ = true;
+  ++deadline_seq_;
+  timer_.cancel();
+  boost::system::error_code ec;
+  socket_.shutdown(tcp::socket::shutdown_both, ec);
+  socket_.close(ec);
+  // Every pull's watches and place go back now; a write in flight still references
+  // out_, which goes with the last handler.
+  pulls_.clear();
+  hub_->Closed(id_);
+}
+
+}  // namespace ps::server::transport::tcp

@@ -1,0 +1,162 @@
+// One data connection on the shard (docs/data-plane.md, section 3): its handshake,
+// then its pushes, pulls and their answers, each a frame of net/data_frame.h.
+//
+//   HELLO (session, worker, client nonce C) -> an unknown or replaced session, or one of
+//     another worker: GOAWAY unknown_session, before any HMAC;
+//   CHALLENGE (N, server nonce S, the shard's proof) -> PROOF, compared with
+//     core::SameProof; a wrong one: GOAWAY unauthenticated through the tarpit, charged
+//     to its anonymous client;
+//   ADMIT (the connection's limits) -> PUSH, PULL, CANCEL, GOAWAY.
+//
+// Every frame's header is checked from its 16 bytes (net::CheckHeader against the state
+// and the limits) before more is read or allocated: a malformed one ends the connection
+// with GOAWAY malformed. A PUSH's body is read into the connection's buffer and handed to
+// ShardFront::Push, which decodes it as the gRPC path does (part (a) of migration step
+// 2); its ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
+// PULL opens a ShardFront pull whose sink writes SLICE frames, each its header and meta
+// followed by the published snapshot's bytes by reference (one gather write), and
+// PULL_END at its end. Reading stops while max_unanswered_pushes answers are owed.
+//
+// One deadline at a time: accept to ADMIT (the proof timeout), then between frames the
+// idle timeout (only while no pull is open and no answer owed), and within a frame the
+// read timeout.
+//
+// Thread safety: everything runs on the connection's strand (the socket's executor);
+// Start() and Close() may be called from any thread. Held tarpit answers and pull
+// callbacks keep only a weak_ptr. Closing frees the pulls (their watches and places)
+// at once, the buffers with the last handler.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/steady_timer.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "net/data_frame.h"
+#include "server/connection_table.h"
+#include "server/shard_front.h"
+#include "server/transport/tcp/backend.h"
+
+namespace ps::server::transport::tcp {
+
+// What a connection needs of its backend.
+class Hub {
+ public:
+  virtual ~Hub() = default;
+  virtual ShardFront* front() = 0;
+  virtual const Options& options() const = 0;
+  // The key of the proofs for `worker`'s data session (KeyOf; the secret when none).
+  virtual std::string Key(uint32_t worker, uint64_t data_session, std::string_view secret) = 0;
+  // The handshake of connection `id` admitted it as `identity` ("worker-3").
+  virtual void Admitted(ConnectionTable::Id id, const std::string& peer,
+                        const std::string& identity) = 0;
+  // Connection `id` sent what no honest client sends before ADMIT: penalize its source.
+  virtual void Abusive(ConnectionTable::Id id) = 0;
+  // Connection `id` is closed (once).
+  virtual void Closed(ConnectionTable::Id id) = 0;
+};
+
+class Connection final : public std::enable_shared_from_this<Connection> {
+ public:
+  // `socket`: accepted, its executor a strand. `peer`: "address:port", unique while open.
+  // `proof_timeout`: from now to ADMIT.
+  Connection(Hub* hub, boost::asio::ip::tcp::socket socket, ConnectionTable::Id id,
+             std::string peer, core::Duration proof_timeout);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  void Start();
+  // Closes the connection without a GOAWAY (the backend stops, or the table evicted it).
+  void Close();
+
+ private:
+  class Pull;
+  // One frame to write: header and meta (`head`), then `body` by reference.
+  struct Outgoing {
+    std::string head;
+    std::shared_ptr<const std::string> body;
+    uint64_t slice_of_pull = 0;  // a SLICE: the pull's tag, told WriteDone once written
+    bool last = false;           // a GOAWAY: the connection closes once it is written
+  };
+  enum class Deadline { kNone, kProof, kIdle, kRead, kGoaway };
+
+  // Reading, one frame at a time.
+  void ReadHeader();
+  void OnHeader();
+  void OnMeta();
+  // Reads the frame's body into body_, then calls `then`.
+  void ReadBody(void (Connection::*then)());
+  void OnPushBody();
+  void OnPullBody();
+  // The handshake.
+  void Hello(std::string_view meta);
+  void Proof(std::string_view meta);
+  // The session this connection was admitted under is still the worker's (a re-join
+  // replaces it): else the unknown_session refusal.
+  absl::Status Current() const;
+  void Cancel(uint64_t tag);
+
+  // Writing.
+  void Queue(Outgoing frame);
+  void WriteMore();
+  void Answered(uint64_t tag, const absl::Status& status);
+  void QueueSlice(uint64_t tag, std::string head, std::shared_ptr<const std::string> body);
+  void PullEnded(uint64_t tag, const absl::Status& status);
+  // GOAWAY with `status`, then closed; reading stops now.
+  void GoAway(const absl::Status& status);
+  // A refusal answered through the front (the tarpit may hold it), as `frame` (ANSWER,
+  // PULL_END or GOAWAY) once sent.
+  void AnswerLater(std::string_view client, const absl::Status& status, size_t request_bytes,
+                   net::FrameType frame, uint64_t tag);
+
+  void Arm(Deadline kind, core::Duration after);
+  void OnDeadline(uint64_t seq, Deadline kind);
+  void Shutdown();
+
+  Hub* const hub_;
+  ShardFront* const front_;
+  boost::asio::ip::tcp::socket socket_;
+  boost::asio::steady_timer timer_;
+  const ConnectionTable::Id id_;
+  const std::string peer_name_;  // "address:port"
+  const core::Duration proof_timeout_;
+
+  net::ConnectionState state_ = net::ConnectionState::kShardAwaitsHello;
+  net::FrameLimits limits_;
+  bool closed_ = false;
+  bool going_away_ = false;  // GOAWAY queued or a refusal of the handshake pending
+  bool goaway_queued_ = false;
+  bool reading_ = false;     // a read is in flight or a frame is being handled
+  uint64_t deadline_seq_ = 0;
+
+  // The frame being read: header, meta (fixed: no meta is longer), the parsed PUSH or
+  // PULL meta, the body.
+  std::array<char, net::kFrameHeaderBytes> header_bytes_{};
+  net::FrameHeader header_;
+  std::array<char, net::kMaxMetaBytes> meta_{};
+  net::PushMeta push_;
+  net::PullMeta pull_;
+  std::string body_;
+
+  // The handshake's state, then the admitted peer.
+  std::shared_ptr<const DataSession> session_;
+  uint64_t session_id_ = 0;
+  std::string expected_proof_;
+  DataPeer peer_;
+  Caller caller_;
+
+  uint32_t unanswered_ = 0;
+  absl::flat_hash_map<uint64_t, std::unique_ptr<Pull>> pulls_;
+  std::deque<Outgoing> out_;
+  size_t writing_ = 0;  // frames of out_'s front in the write in flight
+};
+
+}  // namespace ps::server::transport::tcp

@@ -1,0 +1,561 @@
+// The shard's end of the TCP data plane (server/transport/tcp, docs/data-plane.md section
+// 3) against a real shard and front, with a scripted worker over a real loopback socket
+// that writes and reads frames with net/data_frame's encoders: the handshake and its
+// refusals, pushes and their answers by tag, a pull's slices, the header bounds, the
+// proof timeout, and what a connection lost mid-pull gives back. Then a whole ps-server
+// started with --data-plane tcp: its Join answer, and gRPC data refused there.
+#include "server/transport/tcp/backend.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "aggregators/aggregator.h"
+#include "codecs/codec.h"
+#include "core/auth_proof.h"
+#include "core/clock.h"
+#include "core/layout.h"
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "net/data_frame.h"
+#include "ps/v1/ps.grpc.pb.h"
+#include "server/server.h"
+#include "server/shard.h"
+#include "server/shard_front.h"
+
+namespace ps::server::transport::tcp {
+namespace {
+
+using ::testing::HasSubstr;
+using std::chrono::milliseconds;
+
+// One frame as the worker reads it.
+struct Frame {
+  net::FrameHeader header;
+  std::string meta, body;
+};
+
+// A worker's end of a data connection, in blocking POSIX calls with a receive timeout,
+// so that a shard that says nothing fails the test instead of hanging it.
+class ScriptedWorker {
+ public:
+  explicit ScriptedWorker(uint16_t port) {
+    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    const timeval timeout{5, 0};
+    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(port);
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~ScriptedWorker() { Close(); }
+
+  bool connected() const { return connected_; }
+  // Whether the last handshake's CHALLENGE carried the proof of the key it was given.
+  bool server_proved() const { return server_proved_; }
+  void Close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+  bool Send(std::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    return true;
+  }
+
+  // The next frame; an error when the connection ends or nothing comes for 5 s.
+  absl::StatusOr<Frame> Read() {
+    std::string header;
+    if (!ReadExactly(net::kFrameHeaderBytes, &header)) {
+      return absl::UnavailableError("connection closed or silent");
+    }
+    absl::StatusOr<net::FrameHeader> h =
+        net::ParseHeader(std::span<const char, net::kFrameHeaderBytes>(header.data(), 16));
+    if (!h.ok()) return h.status();
+    Frame f{.header = *h};
+    if (!ReadExactly(h->meta_bytes, &f.meta) || !ReadExactly(h->body_bytes, &f.body)) {
+      return absl::UnavailableError("connection closed inside a frame");
+    }
+    return f;
+  }
+
+  // Whether the shard closed the connection (reads end, or it reset a connection that
+  // sent more than it read), within the receive timeout.
+  bool ClosedByShard() {
+    char c;
+    const ssize_t n = ::recv(fd_, &c, 1, 0);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
+  }
+
+  // The handshake under `session` (the Join's data session id and secret) as `worker`.
+  // Returns the ADMIT's meta, or what the shard answered instead.
+  absl::StatusOr<net::AdmitMeta> Handshake(uint64_t session, uint32_t worker,
+                                           const std::string& secret) {
+    net::HelloMeta hello{.data_session = session, .worker_id = worker};
+    hello.client_nonce.fill('c');
+    std::string out;
+    EXPECT_TRUE(net::AppendHello(hello, &out).ok());
+    if (!Send(out)) return absl::UnavailableError("send failed");
+    absl::StatusOr<Frame> challenge = Read();
+    if (!challenge.ok()) return challenge.status();
+    if (challenge->header.type != net::FrameType::kChallenge) return StatusOf(*challenge);
+    absl::StatusOr<net::ChallengeMeta> c = net::ParseChallengeMeta(challenge->meta);
+    if (!c.ok()) return c.status();
+    const std::string client_nonce(hello.client_nonce.data(), hello.client_nonce.size());
+    const std::string server_nonce(c->server_nonce.data(), c->server_nonce.size());
+    // Without tokens (--insecure) the key is the secret itself.
+    const std::string server = "shard-0";
+    // The shard proves it holds the session's key first (a worker stops here if not).
+    server_proved_ = std::string(c->proof.data(), c->proof.size()) ==
+                     core::DataServerProof(secret, server, session, client_nonce, server_nonce);
+    const std::string proof =
+        core::DataClientProof(secret, server, session, client_nonce, server_nonce);
+    net::ProofMeta p;
+    std::copy(proof.begin(), proof.end(), p.proof.begin());
+    out.clear();
+    EXPECT_TRUE(net::AppendProof(p, &out).ok());
+    if (!Send(out)) return absl::UnavailableError("send failed");
+    absl::StatusOr<Frame> admit = Read();
+    if (!admit.ok()) return admit.status();
+    if (admit->header.type != net::FrameType::kAdmit) return StatusOf(*admit);
+    return net::ParseAdmitMeta(admit->meta);
+  }
+
+  // A GOAWAY, ANSWER or PULL_END as a status carrying its refusal's name.
+  static absl::Status StatusOf(const Frame& f) {
+    absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(f.header.type, f.meta);
+    if (!m.ok()) return m.status();
+    return absl::Status(m->code, absl::StrCat(core::AsAbsl(net::FrameTypeName(f.header.type)), " ",
+                                              core::AsAbsl(m->refusal_name), ": ",
+                                              core::AsAbsl(m->message)));
+  }
+
+ private:
+  bool ReadExactly(size_t n, std::string* out) {
+    out->resize(n);
+    size_t at = 0;
+    while (at < n) {
+      const ssize_t got = ::recv(fd_, out->data() + at, n - at, 0);
+      if (got <= 0) return false;
+      at += static_cast<size_t>(got);
+    }
+    return true;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+  bool server_proved_ = false;
+};
+
+std::string Fp32(std::vector<float> values) {
+  std::string payload;
+  EXPECT_TRUE((*codecs::MakeCodec("fp32"))->Encode(values, &payload).ok());
+  return payload;
+}
+
+uint64_t Refusals(const Shard& shard, Refusal r) {
+  return shard.stats().refusals[static_cast<size_t>(r)];
+}
+
+// Waits up to 5 s for `done`.
+template <typename F>
+bool Eventually(F done) {
+  for (int i = 0; i < 500; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(milliseconds(10));
+  }
+  return done();
+}
+
+class TcpBackendTest : public ::testing::Test {
+ protected:
+  // Two workers; tensor "w" of 8 values in two slices of 4 (ids 0 and 1); at most two
+  // pulls per worker; aggregate-only, so the slices are ready at zero.
+  void SetUp() override {
+    ServerOptions o;
+    o.num_workers = 2;
+    o.aggregator = "mean";
+    o.aggregate_only = true;
+    o.round_deadline = std::chrono::seconds(30);
+    o.max_pulls_per_worker = 2;
+    o.data_plane = core::DataPlane::kTcp;
+    aggregators::AggregatorOptions a;
+    a.num_workers = 2;
+    shard_ = std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a),
+                                     core::Clock::Real(), &pool_);
+    auto layout = core::ModelLayout::Create({{"w", 8, 0}}, 4, 1);
+    ASSERT_TRUE(layout.ok()) << layout.status();
+    hash_ = layout->hash();
+    for (uint32_t w = 0; w < 2; ++w) {
+      absl::StatusOr<JoinResult> joined = shard_->Join(w, hash_);
+      ASSERT_TRUE(joined.ok()) << joined.status();
+      joins_.push_back(*joined);
+    }
+    ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
+    front_ = std::make_unique<ShardFront>(shard_.get(), nullptr, nullptr);
+    options_.max_body_bytes = 1 << 20;
+    options_.limits.proof_timeout = milliseconds(300);
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        Backend::Start(options_, front_.get(), nullptr, core::Clock::Real());
+    ASSERT_TRUE(backend.ok()) << backend.status();
+    backend_ = *std::move(backend);
+  }
+
+  void TearDown() override {
+    // The backend before the front, as in the server.
+    if (backend_ != nullptr) backend_->Stop();
+  }
+
+  std::unique_ptr<ScriptedWorker> Admitted(uint32_t worker) {
+    auto w = std::make_unique<ScriptedWorker>(backend_->port());
+    EXPECT_TRUE(w->connected());
+    absl::StatusOr<net::AdmitMeta> admit =
+        w->Handshake(joins_[worker].data_session, worker, joins_[worker].data_secret);
+    EXPECT_TRUE(admit.ok()) << admit.status();
+    EXPECT_TRUE(w->server_proved());
+    return w;
+  }
+
+  static std::string Push(uint64_t tag, uint64_t hash, uint64_t round, uint32_t slice,
+                          const std::string& payload) {
+    std::string out;
+    EXPECT_TRUE(net::AppendPush(tag,
+                                net::PushMeta{.layout_hash = hash, .round = round,
+                                              .slice_id = slice, .codec = "fp32"},
+                                payload.size(), &out)
+                    .ok());
+    return out + payload;
+  }
+
+  core::ThreadPool pool_{2};
+  std::unique_ptr<Shard> shard_;
+  std::unique_ptr<ShardFront> front_;
+  Options options_;
+  std::unique_ptr<Backend> backend_;
+  uint64_t hash_ = 0;
+  std::vector<JoinResult> joins_;
+};
+
+TEST_F(TcpBackendTest, TheHandshakeAdmitsAWorkerWithTheConnectionsLimits) {
+  ScriptedWorker w(backend_->port());
+  ASSERT_TRUE(w.connected());
+  absl::StatusOr<net::AdmitMeta> admit =
+      w.Handshake(joins_[1].data_session, 1, joins_[1].data_secret);
+  ASSERT_TRUE(admit.ok()) << admit.status();
+  EXPECT_TRUE(w.server_proved());
+  EXPECT_EQ(admit->max_body_bytes, 1u << 20);
+  EXPECT_EQ(admit->max_unanswered_pushes, 1024u);
+  EXPECT_EQ(admit->max_pull_slices, 2u) << "the slices this shard owns";
+  EXPECT_EQ(admit->idle_timeout_ms, 60000u);
+  EXPECT_EQ(backend_->stats().admitted, 1u);
+}
+
+TEST_F(TcpBackendTest, AForgedProofIsRefusedAndTheConnectionClosed) {
+  ScriptedWorker w(backend_->port());
+  // The right session, the wrong secret: the shard's proof does not check (the worker
+  // would stop there), and the worker's proof is refused.
+  absl::StatusOr<net::AdmitMeta> admit =
+      w.Handshake(joins_[1].data_session, 1, std::string(32, 'x'));
+  EXPECT_FALSE(w.server_proved());
+  EXPECT_EQ(admit.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(admit.status().message(), HasSubstr("GOAWAY unauthenticated: wrong data connection proof"));
+  EXPECT_TRUE(w.ClosedByShard());
+  EXPECT_EQ(Refusals(*shard_, Refusal::kUnauthenticated), 1u);
+  EXPECT_EQ(backend_->stats().admitted, 0u);
+}
+
+TEST_F(TcpBackendTest, AnUnknownOrReplacedSessionIsRefusedBeforeAnyChallenge) {
+  {
+    ScriptedWorker w(backend_->port());
+    absl::StatusOr<net::AdmitMeta> admit =
+        w.Handshake(joins_[1].data_session ^ 1, 1, joins_[1].data_secret);
+    EXPECT_EQ(admit.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(admit.status().message(), HasSubstr("GOAWAY unknown_session"));
+    EXPECT_TRUE(w.ClosedByShard());
+  }
+  {
+    // Worker 0 naming worker 1's session.
+    ScriptedWorker w(backend_->port());
+    absl::StatusOr<net::AdmitMeta> admit =
+        w.Handshake(joins_[1].data_session, 0, joins_[1].data_secret);
+    EXPECT_THAT(admit.status().message(), HasSubstr("GOAWAY unknown_session"));
+  }
+  // An admitted connection whose worker joins again is refused at its next frame.
+  std::unique_ptr<ScriptedWorker> w = Admitted(1);
+  absl::StatusOr<JoinResult> again = shard_->Join(1, hash_);
+  ASSERT_TRUE(again.ok());
+  ASSERT_TRUE(w->Send(Push(1, hash_, 0, 0, Fp32({1, 1, 1, 1}))));
+  absl::StatusOr<Frame> f = w->Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
+  EXPECT_THAT(ScriptedWorker::StatusOf(*f).message(), HasSubstr("unknown_session"));
+  EXPECT_TRUE(w->ClosedByShard());
+  // And the old session opens nothing; the new one does.
+  ScriptedWorker old(backend_->port());
+  EXPECT_THAT(old.Handshake(joins_[1].data_session, 1, joins_[1].data_secret).status().message(),
+              HasSubstr("unknown_session"));
+  ScriptedWorker fresh(backend_->port());
+  EXPECT_TRUE(fresh.Handshake(again->data_session, 1, again->data_secret).ok());
+}
+
+TEST_F(TcpBackendTest, APushIsAnsweredByTagAndItsDuplicateRefusedWithItsKind) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  ASSERT_TRUE(w->Send(Push(7, hash_, 0, 0, Fp32({1, 1, 1, 1})) +
+                      Push(8, hash_, 0, 0, Fp32({1, 1, 1, 1}))));
+  absl::StatusOr<Frame> first = w->Read();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->header.type, net::FrameType::kAnswer);
+  EXPECT_EQ(first->header.tag, 7u);
+  absl::StatusOr<net::StatusMeta> ok = net::ParseStatusMeta(net::FrameType::kAnswer, first->meta);
+  ASSERT_TRUE(ok.ok());
+  EXPECT_EQ(ok->code, absl::StatusCode::kOk);
+  EXPECT_EQ(ok->refusal_name, "");
+
+  absl::StatusOr<Frame> second = w->Read();
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->header.tag, 8u);
+  absl::StatusOr<net::StatusMeta> dup =
+      net::ParseStatusMeta(net::FrameType::kAnswer, second->meta);
+  ASSERT_TRUE(dup.ok());
+  EXPECT_EQ(dup->code, absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(dup->refusal_name, "duplicate");
+  EXPECT_EQ(Refusals(*shard_, Refusal::kDuplicate), 1u);
+  EXPECT_EQ(shard_->stats().pushes_accepted, 1u);
+}
+
+TEST_F(TcpBackendTest, APullReceivesThePublishedSliceAndEnds) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  // The pull first: its watch waits for version 1, which the round's close publishes.
+  std::string pull;
+  const std::vector<uint32_t> ids = {0};
+  ASSERT_TRUE(net::AppendPull(3, net::PullMeta{.layout_hash = hash_, .min_version = 1, .count = 1},
+                              ids, {}, &pull)
+                  .ok());
+  ASSERT_TRUE(w->Send(pull));
+  ASSERT_TRUE(Eventually([&] { return shard_->WatcherCount() == 1; }));
+  ASSERT_TRUE(w->Send(Push(1, hash_, 0, 0, Fp32({1, 1, 1, 1}))));
+  const std::string payload = Fp32({3, 3, 3, 3});
+  const std::string_view piece = payload;
+  ASSERT_TRUE(front_->Push(DataPeer{.worker = 1, .client = "worker-1"},
+                           PushHead{.layout_hash = hash_, .round = 0, .slice_id = 0, .codec = "fp32"},
+                           std::span<const std::string_view>(&piece, 1))
+                  .ok());
+  bool answered = false, sliced = false, ended = false;
+  while (!ended) {
+    absl::StatusOr<Frame> f = w->Read();
+    ASSERT_TRUE(f.ok()) << f.status();
+    switch (f->header.type) {
+      case net::FrameType::kAnswer:
+        EXPECT_EQ(f->header.tag, 1u);
+        answered = true;
+        break;
+      case net::FrameType::kSlice: {
+        EXPECT_EQ(f->header.tag, 3u);
+        absl::StatusOr<net::SliceMeta> m = net::ParseSliceMeta(f->header.flags, f->meta);
+        ASSERT_TRUE(m.ok()) << m.status();
+        EXPECT_EQ(m->slice_id, 0u);
+        EXPECT_EQ(m->version, 1u);
+        EXPECT_EQ(m->codec, "");
+        const SliceSnapshot snap = shard_->Snapshot(0);
+        ASSERT_NE(snap.values, nullptr);
+        EXPECT_EQ(f->body, *snap.values) << "the published bytes, as they are";
+        std::vector<float> got(4);
+        ASSERT_EQ(f->body.size(), 16u);
+        std::memcpy(got.data(), f->body.data(), 16);
+        EXPECT_THAT(got, ::testing::Each(2.0f)) << "the mean of 1 and 3";
+        sliced = true;
+        break;
+      }
+      case net::FrameType::kPullEnd:
+        EXPECT_EQ(f->header.tag, 3u);
+        EXPECT_TRUE(ScriptedWorker::StatusOf(*f).ok()) << ScriptedWorker::StatusOf(*f);
+        ended = true;
+        break;
+      default:
+        FAIL() << net::FrameTypeName(f->header.type);
+    }
+  }
+  EXPECT_TRUE(answered);
+  EXPECT_TRUE(sliced);
+  EXPECT_EQ(shard_->WatcherCount(), 0u);
+}
+
+TEST_F(TcpBackendTest, AHeaderClaimingTheLargestBodyIsRefusedAfterItsSixteenBytes) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  std::string header;
+  ASSERT_TRUE(net::EncodeHeader(net::FrameHeader{.type = net::FrameType::kPush,
+                                                 .meta_bytes = 25,
+                                                 .body_bytes = 0xFFFFFFFF,
+                                                 .tag = 1},
+                                &header)
+                  .ok());
+  ASSERT_EQ(header.size(), 16u);
+  ASSERT_TRUE(w->Send(header));  // and nothing more: no meta, no body
+  absl::StatusOr<Frame> f = w->Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
+  const absl::Status s = ScriptedWorker::StatusOf(*f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("malformed"));
+  EXPECT_THAT(s.message(), HasSubstr("over the limit of 1048576"));
+  EXPECT_TRUE(w->ClosedByShard());
+}
+
+TEST_F(TcpBackendTest, AFrameOtherThanTheHandshakeBeforeAdmitEndsTheConnection) {
+  ScriptedWorker w(backend_->port());
+  // A PUSH's header alone: the shard refuses it from its 16 bytes.
+  ASSERT_TRUE(w.Send(Push(1, hash_, 0, 0, Fp32({1, 1, 1, 1})).substr(0, net::kFrameHeaderBytes)));
+  absl::StatusOr<Frame> f = w.Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
+  EXPECT_THAT(ScriptedWorker::StatusOf(*f).message(), HasSubstr("not allowed while the shard awaits HELLO"));
+  EXPECT_TRUE(w.ClosedByShard());
+  EXPECT_EQ(shard_->stats().pushes_accepted, 0u);
+}
+
+TEST_F(TcpBackendTest, ASilentConnectionIsClosedAfterTheProofTimeout) {
+  ScriptedWorker w(backend_->port());
+  ASSERT_TRUE(w.connected());
+  ASSERT_TRUE(Eventually([&] { return backend_->stats().open == 1; }));
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_TRUE(w.ClosedByShard());
+  EXPECT_GE(std::chrono::steady_clock::now() - start, milliseconds(200));
+  EXPECT_TRUE(Eventually([&] { return backend_->stats().open == 0; }));
+}
+
+TEST_F(TcpBackendTest, ALostConnectionGivesBackItsPullsWatchesAndPlaces) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  // Two pulls, the worker's every place, waiting for a version that never comes.
+  for (uint64_t tag : {1, 2}) {
+    std::string pull;
+    const std::vector<uint32_t> ids = {0, 1};
+    ASSERT_TRUE(net::AppendPull(tag, net::PullMeta{.layout_hash = hash_, .min_version = 9, .count = 2},
+                                ids, {}, &pull)
+                    .ok());
+    ASSERT_TRUE(w->Send(pull));
+  }
+  ASSERT_TRUE(Eventually([&] { return shard_->WatcherCount() == 4; }));
+  const DataPeer peer{.worker = 0, .client = "worker-0"};
+  const PullAsk ask{.layout_hash = hash_, .min_version = 9, .slice_ids = {0}};
+  EXPECT_EQ(core::RefusalOf(front_->OpenPull(peer, ask).status()), Refusal::kOverLimit);
+
+  w->Close();  // mid-pull
+  EXPECT_TRUE(Eventually([&] { return shard_->WatcherCount() == 0; }));
+  EXPECT_TRUE(Eventually([&] { return backend_->stats().open == 0; }));
+  std::vector<std::unique_ptr<PullHandle>> places;
+  for (uint32_t i = 0; i < shard_->options().max_pulls_per_worker; ++i) {
+    absl::StatusOr<std::unique_ptr<PullHandle>> p = front_->OpenPull(peer, ask);
+    ASSERT_TRUE(p.ok()) << i << ": " << p.status();
+    places.push_back(*std::move(p));
+  }
+}
+
+TEST_F(TcpBackendTest, StopClosesEveryConnectionAndFreesItsPulls) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  std::string pull;
+  const std::vector<uint32_t> ids = {0, 1};
+  ASSERT_TRUE(net::AppendPull(1, net::PullMeta{.layout_hash = hash_, .min_version = 9, .count = 2},
+                              ids, {}, &pull)
+                  .ok());
+  ASSERT_TRUE(w->Send(pull));
+  ASSERT_TRUE(Eventually([&] { return shard_->WatcherCount() == 2; }));
+  backend_->Stop();
+  EXPECT_EQ(shard_->WatcherCount(), 0u);
+  EXPECT_EQ(backend_->stats().open, 0u);
+  EXPECT_TRUE(w->ClosedByShard());
+}
+
+// A whole ps-server on the TCP plane: the Join answer names the data port and session,
+// a Join for gRPC (or from a client that names no plane) is refused with the data_plane
+// refusal, as are gRPC Push and Pull, and the Join's session opens a data connection.
+TEST(TcpServerTest, AServerOnTheTcpPlaneAnswersJoinsWithItAndRefusesGrpcData) {
+  ServerOptions o;
+  o.insecure = true;
+  o.port = 0;
+  o.num_workers = 2;
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  o.threads = 2;
+  o.data_plane = core::DataPlane::kTcp;
+  absl::StatusOr<std::unique_ptr<Server>> server = Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 8, 0}}, 4, 1);
+  auto stub = v1::WorkerService::NewStub(::grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", (*server)->port()), ::grpc::InsecureChannelCredentials()));
+  const auto join = [&](v1::DataPlane plane, v1::JoinResponse* resp) {
+    v1::JoinRequest req;
+    req.set_worker_id(1);
+    req.set_layout_hash(layout.hash());
+    req.set_data_plane(plane);
+    ::grpc::ClientContext ctx;
+    return stub->Join(&ctx, req, resp);
+  };
+  v1::JoinResponse resp;
+  const ::grpc::Status old = join(v1::DATA_PLANE_UNSPECIFIED, &resp);
+  EXPECT_EQ(old.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(old.error_message(),
+              HasSubstr("worker 1 asks for the grpc data plane but shard 0 moves tensors over tcp "
+                        "(--data-plane tcp); set WorkerOptions::data_plane to tcp or leave it "
+                        "unset, or start every shard with --data-plane grpc"));
+  for (v1::DataPlane plane : {v1::DATA_PLANE_TCP, v1::DATA_PLANE_ANY}) {
+    resp.Clear();
+    const ::grpc::Status s = join(plane, &resp);
+    ASSERT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.data_plane(), v1::DATA_PLANE_TCP);
+    EXPECT_NE(resp.data_port(), 0u);
+    EXPECT_NE(resp.data_port(), (*server)->port()) << "a port of its own";
+    EXPECT_EQ(resp.data_secret().size(), 32u);
+  }
+
+  // gRPC data at a TCP shard, refused from the method's name.
+  v1::PushRequest push;
+  push.set_session(resp.session());
+  push.set_layout_hash(layout.hash());
+  push.set_codec("fp32");
+  ::grpc::ClientContext push_ctx;
+  v1::PushResponse pushed;
+  const ::grpc::Status p = stub->Push(&push_ctx, push, &pushed);
+  EXPECT_EQ(p.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(p.error_message(), HasSubstr("calls Push on the grpc data plane but shard 0"));
+  v1::PullRequest pull;
+  pull.set_session(resp.session());
+  ::grpc::ClientContext pull_ctx;
+  auto reader = stub->Pull(&pull_ctx, pull);
+  v1::PullResponse slice;
+  EXPECT_FALSE(reader->Read(&slice));
+  const ::grpc::Status q = reader->Finish();
+  EXPECT_EQ(q.error_code(), ::grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(q.error_message(), HasSubstr("calls Pull on the grpc data plane"));
+  EXPECT_EQ((*server)->shard().stats().refusals[static_cast<size_t>(Refusal::kDataPlane)], 3u);
+
+  // The Join's data session opens a connection to the data port.
+  ScriptedWorker w(static_cast<uint16_t>(resp.data_port()));
+  absl::StatusOr<net::AdmitMeta> admit = w.Handshake(resp.data_session(), 1, resp.data_secret());
+  EXPECT_TRUE(admit.ok()) << admit.status();
+  (*server)->Shutdown();
+  EXPECT_TRUE(w.ClosedByShard());
+}
+
+}  // namespace
+}  // namespace ps::server::transport::tcp
