@@ -38,6 +38,7 @@
 #include "server/server.h"
 #include "server/shard.h"
 #include "server/shard_front.h"
+#include "server/tarpit.h"
 
 namespace ps::server::transport::tcp {
 namespace {
@@ -469,6 +470,39 @@ TEST_F(TcpBackendTest, ALostConnectionGivesBackItsPullsWatchesAndPlaces) {
     ASSERT_TRUE(p.ok()) << i << ": " << p.status();
     places.push_back(*std::move(p));
   }
+}
+
+// Reading stops while max_unanswered_pushes pushes have no written answer. Here 2, with
+// a tarpit holding every refusal past the first for 300 ms: the first answer goes out at
+// once, the second and third are held, and the fourth push is read only once a held
+// answer went out.
+TEST_F(TcpBackendTest, ReadingStopsWhilePushesWaitForTheirAnswers) {
+  Tarpit tarpit(TarpitOptions{.rate = 1, .burst = 1, .hold = milliseconds(300)},
+                core::Clock::Real());
+  ShardFront front(shard_.get(), nullptr, &tarpit);
+  Options o = options_;
+  o.max_unanswered_pushes = 2;
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      Backend::Start(o, &front, nullptr, core::Clock::Real());  // before front and tarpit go
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  ScriptedWorker w((*backend)->port());
+  ASSERT_TRUE(w.Handshake(joins_[0].data_session, 0, joins_[0].data_secret).ok());
+  // Slice 9 is not in the layout: each push is refused unknown_slice, and charged.
+  const std::string payload = Fp32({1, 1, 1, 1});
+  ASSERT_TRUE(w.Send(Push(1, hash_, 0, 9, payload) + Push(2, hash_, 0, 9, payload) +
+                     Push(3, hash_, 0, 9, payload) + Push(4, hash_, 0, 9, payload)));
+  ASSERT_TRUE(Eventually([&] { return Refusals(*shard_, Refusal::kUnknownSlice) == 3; }));
+  std::this_thread::sleep_for(milliseconds(150));
+  EXPECT_EQ(Refusals(*shard_, Refusal::kUnknownSlice), 3u) << "the fourth push is not read yet";
+  for (uint64_t tag : {1, 2, 3, 4}) {
+    absl::StatusOr<Frame> f = w.Read();
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->header.type, net::FrameType::kAnswer);
+    EXPECT_EQ(f->header.tag, tag);
+    EXPECT_THAT(ScriptedWorker::StatusOf(*f).message(), HasSubstr("unknown_slice"));
+  }
+  EXPECT_EQ(Refusals(*shard_, Refusal::kUnknownSlice), 4u);
+  (*backend)->Stop();
 }
 
 TEST_F(TcpBackendTest, StopClosesEveryConnectionAndFreesItsPulls) {

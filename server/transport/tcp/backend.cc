@@ -110,9 +110,7 @@ class Backend::Impl final : public Hub {
     std::vector<std::shared_ptr<Connection>> open;
     {
       absl::MutexLock lock(&mu_);
-      for (const auto& [id, weak] : connections_) {
-        if (std::shared_ptr<Connection> c = weak.lock()) open.push_back(std::move(c));
-      }
+      for (const auto& [id, c] : connections_) open.push_back(c);
     }
     for (const std::shared_ptr<Connection>& c : open) c->Close();
     open.clear();
@@ -121,6 +119,12 @@ class Backend::Impl final : public Hub {
     work_.reset();
     for (std::thread& t : threads_) t.join();
     threads_.clear();
+    // Each closed connection left the map; none may outlive the io_context.
+    absl::flat_hash_map<ConnectionTable::Id, std::shared_ptr<Connection>> left;
+    {
+      absl::MutexLock lock(&mu_);
+      left.swap(connections_);
+    }
   }
 
   // Hub
@@ -143,8 +147,12 @@ class Backend::Impl final : public Hub {
   }
   void Closed(ConnectionTable::Id id) override {
     table_.Closed(id);
+    std::shared_ptr<Connection> gone;  // dropped outside the lock (its caller holds it too)
     absl::MutexLock lock(&mu_);
-    connections_.erase(id);
+    if (auto it = connections_.find(id); it != connections_.end()) {
+      gone = std::move(it->second);
+      connections_.erase(it);
+    }
   }
 
  private:
@@ -202,7 +210,7 @@ class Backend::Impl final : public Hub {
       {
         absl::MutexLock lock(&mu_);
         auto it = connections_.find(v.id);
-        if (it != connections_.end()) c = it->second.lock();
+        if (it != connections_.end()) c = it->second;
       }
       if (c != nullptr) {
         spdlog::debug("shard {}: data connection from {} closed ({})",
@@ -221,7 +229,9 @@ class Backend::Impl final : public Hub {
   std::atomic<uint64_t> accepted_{0}, refused_{0}, admitted_{0};
 
   mutable absl::Mutex mu_;
-  absl::flat_hash_map<ConnectionTable::Id, std::weak_ptr<Connection>> connections_
+  // The open connections, owned here until they close: a connection waiting for answers
+  // the tarpit holds has no operation in flight to keep it.
+  absl::flat_hash_map<ConnectionTable::Id, std::shared_ptr<Connection>> connections_
       ABSL_GUARDED_BY(mu_);
 
   // Last: destroyed first, with the handlers still queued (and the connections they hold)

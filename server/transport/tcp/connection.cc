@@ -433,41 +433,46 @@ void Connection::WriteMore() {
   writing_ = n;
   asio::async_write(socket_, buffers,
                     [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                      const size_t written = std::exchange(self->writing_, 0);
-                      if (ec || self->closed_) return self->Shutdown();
-                      std::vector<uint64_t> slices;  // pulls whose slice went out
-                      bool last = false;
-                      for (size_t i = 0; i < written; ++i) {
-                        if (self->out_.front().slice_of_pull != 0) {
-                          slices.push_back(self->out_.front().slice_of_pull);
-                        }
-                        last = last || self->out_.front().last;
-                        self->out_.pop_front();  // drops its snapshot reference
-                      }
-                      if (last) {
-                        // The peer reads the GOAWAY and then the end of the stream; the
-                        // socket closes when it closes its end or at the GOAWAY's deadline
-                        // (closing at once, with its unread bytes still here, would reset
-                        // the connection, and a reset may discard the GOAWAY).
-                        boost::system::error_code e;
-                        self->socket_.shutdown(tcp::socket::shutdown_send, e);
-                        return;
-                      }
-                      for (uint64_t tag : slices) {
-                        if (auto it = self->pulls_.find(tag); it != self->pulls_.end()) {
-                          it->second->handle().WriteDone(true);
-                        }
-                      }
-                      self->WriteMore();
+                      self->Written(ec);
                     });
 }
 
+void Connection::Written(const boost::system::error_code& ec) {
+  const size_t written = std::exchange(writing_, 0);
+  if (ec || closed_) return Shutdown();
+  std::vector<uint64_t> slices;  // pulls whose slice went out
+  uint32_t answers = 0;
+  bool last = false;
+  for (size_t i = 0; i < written; ++i) {
+    const Outgoing& frame = out_.front();
+    if (frame.slice_of_pull != 0) slices.push_back(frame.slice_of_pull);
+    answers += frame.answer ? 1 : 0;
+    last = last || frame.last;
+    out_.pop_front();  // drops its snapshot reference
+  }
+  if (last) {
+    // The peer reads the GOAWAY and then the end of the stream; the socket closes when
+    // it closes its end or at the GOAWAY's deadline (closing at once, with its unread
+    // bytes still here, would reset the connection, and a reset may discard the GOAWAY).
+    boost::system::error_code e;
+    socket_.shutdown(tcp::socket::shutdown_send, e);
+    return;
+  }
+  // A push counts until its answer is written, not queued: a peer that stops reading
+  // stops this connection's reading at the bound, and the answers queued for it with it.
+  const uint32_t bound = hub_->options().max_unanswered_pushes;
+  const bool paused = !reading_ && unanswered_ >= bound;
+  unanswered_ -= answers;
+  for (uint64_t tag : slices) {
+    if (auto it = pulls_.find(tag); it != pulls_.end()) it->second->handle().WriteDone(true);
+  }
+  WriteMore();
+  if (paused && unanswered_ < bound) ReadHeader();
+}
+
 void Connection::Answered(uint64_t tag, const absl::Status& status) {
-  if (closed_) return;
-  Queue(Outgoing{.head = StatusFrame(net::FrameType::kAnswer, tag, status)});
-  const bool paused = unanswered_ >= hub_->options().max_unanswered_pushes && !reading_;
-  --unanswered_;
-  if (paused) ReadHeader();
+  // Counted off once written (Written).
+  Queue(Outgoing{.head = StatusFrame(net::FrameType::kAnswer, tag, status), .answer = true});
 }
 
 void Connection::QueueSlice(uint64_t tag, std::string head,

@@ -15,15 +15,17 @@
 // 2); its ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
 // PULL opens a ShardFront pull whose sink writes SLICE frames, each its header and meta
 // followed by the published snapshot's bytes by reference (one gather write), and
-// PULL_END at its end. Reading stops while max_unanswered_pushes answers are owed.
+// PULL_END at its end. Reading stops while max_unanswered_pushes pushes have no written
+// answer (owed, held by the tarpit, or queued for a peer that does not read).
 //
 // One deadline at a time: accept to ADMIT (the proof timeout), then between frames the
 // idle timeout (only while no pull is open and no answer owed), and within a frame the
 // read timeout.
 //
 // Thread safety: everything runs on the connection's strand (the socket's executor);
-// Start() and Close() may be called from any thread. Held tarpit answers and pull
-// callbacks keep only a weak_ptr. Closing frees the pulls (their watches and places)
+// Start() and Close() may be called from any thread. The backend owns each connection
+// until it closes (Hub::Closed); held tarpit answers and pull callbacks keep only a
+// weak_ptr. Closing frees the pulls (their watches and places)
 // at once, the buffers with the last handler.
 #pragma once
 
@@ -84,6 +86,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     std::string head;
     std::shared_ptr<const std::string> body;
     uint64_t slice_of_pull = 0;  // a SLICE: the pull's tag, told WriteDone once written
+    bool answer = false;         // a push's ANSWER: the push is answered once it is written
     bool last = false;           // a GOAWAY: the connection closes once it is written
   };
   enum class Deadline { kNone, kProof, kIdle, kRead, kGoaway };
@@ -107,6 +110,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // Writing.
   void Queue(Outgoing frame);
   void WriteMore();
+  // The write in flight completed (`ec`): its frames are done with.
+  void Written(const boost::system::error_code& ec);
   void Answered(uint64_t tag, const absl::Status& status);
   void QueueSlice(uint64_t tag, std::string head, std::shared_ptr<const std::string> body);
   void PullEnded(uint64_t tag, const absl::Status& status);
