@@ -579,6 +579,9 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--data-plane=tcp", "--port=7000", "--data-port=7000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
+  result = Parse({"--data-plane=tcp", "--tls-cert=/c.pem", "--tls-key=/k.pem"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("does not run TLS yet"));
   result = Parse({"--data-threads=0"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must lie in [1, 64]"));
