@@ -41,6 +41,12 @@ struct DataRoute {
   uint32_t udp_port = 0;
   uint64_t udp_session = 0;
   std::string udp_key;
+  // The TCP data plane: the shard's data endpoint (host empty: the host of its control
+  // address; port 0: it runs none), its data session and the session's secret.
+  std::string data_host;
+  uint32_t data_port = 0;
+  uint64_t data_session = 0;
+  std::string data_secret;
 };
 
 // A push as it goes out: a slice's, or one chunk of it on a channel that carries
