@@ -54,6 +54,8 @@ std::string_view RefusalName(Refusal r) {
       return "stalled";
     case Refusal::kCatchingUp:
       return "catching_up";
+    case Refusal::kDataPlane:
+      return "data_plane";
     case Refusal::kCount:
       break;
   }
@@ -85,6 +87,7 @@ absl::StatusCode RefusalCode(Refusal r) {
     case Refusal::kNotReady:
     case Refusal::kFutureRound:
     case Refusal::kQuarantined:
+    case Refusal::kDataPlane:
       return absl::StatusCode::kFailedPrecondition;
     case Refusal::kDuplicate:
       return absl::StatusCode::kAlreadyExists;

@@ -37,6 +37,7 @@ enum class Refusal : int {
   kDecodeBudget,        // RESOURCE_EXHAUSTED (a worker's pushes of a round over --max-decode-ms)
   kStalled,             // DEADLINE_EXCEEDED (a request body not received in time; call cancelled)
   kCatchingUp,          // UNAVAILABLE (a Join while a restored shard catches up with its peers)
+  kDataPlane,           // FAILED_PRECONDITION (worker and shard on different data planes)
   kCount,
 };
 

@@ -51,7 +51,7 @@ struct RawValues {
   int64_t refusal_hold_ms = 0;
   int64_t quarantine_ms = 0;
   // Choices parsed into their enums once the flags are read (each checked by its flag).
-  std::string schedule, aggregation_scope, device, krum_neighbours, even_median;
+  std::string schedule, aggregation_scope, device, krum_neighbours, even_median, data_plane;
 };
 
 // CLI11 reads integers with strtoull(base 0), so "010" would be 8 and "0x10" 16; an
@@ -168,6 +168,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
   raw.refusal_hold_ms = o.refusal_hold.count();
   raw.quarantine_ms = o.quarantine.count();
   raw.schedule = std::string(ScheduleName(o.schedule));
+  raw.data_plane = std::string(core::DataPlaneName(o.data_plane));
   raw.aggregation_scope = std::string(AggregationScopeName(o.aggregation_scope));
   raw.device = std::string(core::DeviceName(o.device));
   raw.krum_neighbours = std::string(aggregators::KrumNeighboursName(o.krum_neighbours));
@@ -193,6 +194,16 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Kernel receive buffer asked for on the UDP socket, in bytes (>= 65536)");
   add("Network", "udp-threads", o.udp_threads,
       "Threads receiving datagrams on the UDP socket, in [1, 64]");
+  add("Network", "data-plane", raw.data_plane,
+      "What carries pushes and pulls: grpc (on --port) or tcp (the native plane on "
+      "--data-port); workers asking for the other are refused (docs/data-plane.md)")
+      ->check(CLI::IsMember({"grpc", "tcp"}));
+  add("Network", "data-port", o.data_port,
+      "TCP port of the data plane on --host with --data-plane tcp; 0 picks a free one (the "
+      "Join answer names it)")
+      ->check(CLI::Range(0, 65535).description(""));
+  add("Network", "data-threads", o.data_threads,
+      "Threads running the TCP data plane's connections, in [1, 64]");
   add("Network", "schedule", raw.schedule,
       "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
       "fifo (in the order slices become ready)")
@@ -516,6 +527,7 @@ FlagsResult ParseOrExit(int argc, const char* const* argv) {
   o.quarantine = std::chrono::milliseconds(raw.quarantine_ms);
   // Each flag's IsMember check admitted only these spellings.
   o.schedule = ParseSchedule(raw.schedule).value_or(Schedule::kPriority);
+  o.data_plane = core::ParseDataPlane(raw.data_plane).value_or(core::DataPlane::kGrpc);
   o.aggregation_scope =
       ParseAggregationScope(raw.aggregation_scope).value_or(AggregationScope::kModel);
   o.device = core::ParseDevice(raw.device).value_or(core::Device::kCpu);

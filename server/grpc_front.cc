@@ -47,6 +47,12 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
       front->listener_->Proven(ctx->peer(),
                                caller_->identity.has_value() ? caller_->identity->Name() : "");
     }
+    if (caller_.ok() && method_->refuse_unread) {
+      if (absl::Status refused = method_->refuse_unread(*caller_); !refused.ok()) {
+        FinishOnce(net::ToGrpc(refused));
+        return;
+      }
+    }
     client_ = caller_.ok() && caller_->identity.has_value() ? caller_->identity->Name()
               : method_->anonymous ? absl::StrCat("anonymous@", SourceOf(ctx->peer()))
                                    : ctx->peer();  // --insecure: each connection its own

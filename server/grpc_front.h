@@ -81,6 +81,11 @@ struct FrontMethod {
   std::function<void(FrontCall* call, const grpc::ByteBuffer& request)> unary;
   std::function<std::unique_ptr<StreamHandler>(FrontCall* call, const grpc::ByteBuffer& request)>
       stream;
+  // Optional: decides from the caller alone, before the body is read or counted in the
+  // budget, whether the port serves the method at all in its configuration (the data
+  // methods at a shard whose data plane is not gRPC). A refusal ends the call with it,
+  // at once: a configuration mismatch, not abuse, so not through the tarpit.
+  std::function<absl::Status(const Caller& caller)> refuse_unread;
 };
 
 class GrpcFront final : public grpc::CallbackGenericService {

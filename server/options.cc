@@ -216,6 +216,14 @@ absl::Status ServerOptions::Validate() const {
   if (udp_threads < 1 || udp_threads > 64) {
     return Invalid("udp_threads", "udp-threads", absl::StrCat(udp_threads), "must lie in [1, 64]");
   }
+  if (data_plane == core::DataPlane::kTcp && data_port != 0 && data_port == port) {
+    return Invalid("data_port", "data-port", absl::StrCat(data_port),
+                   "must differ from --port (the data plane listens on its own port; 0 picks a "
+                   "free one)");
+  }
+  if (data_threads < 1 || data_threads > 64) {
+    return Invalid("data_threads", "data-threads", absl::StrCat(data_threads), "must lie in [1, 64]");
+  }
   if (peer_timeout.count() <= 0) {
     return Invalid("peer_timeout", "peer-timeout-ms", absl::StrCat(peer_timeout.count()),
                    "must be positive");
@@ -396,7 +404,12 @@ std::string ServerOptions::ConsistencySummary() const {
                       " lr=", ShortFloat(learning_rate), " momentum=", ShortFloat(momentum),
                       " weight_decay=", ShortFloat(weight_decay), " num_shards=", num_shards,
                       " lr_schedule=", lr_schedule,
-                      " pull_codec=", pull_codec.empty() ? "dense" : pull_codec);
+                      " pull_codec=", pull_codec.empty() ? "dense" : pull_codec,
+                      // Only when not gRPC: shards agreeing on gRPC keep the summary (and
+                      // fingerprint) of shards from before the field.
+                      data_plane == core::DataPlane::kGrpc
+                          ? ""
+                          : absl::StrCat(" data_plane=", core::AsAbsl(core::DataPlaneName(data_plane))));
 }
 
 }  // namespace ps::server

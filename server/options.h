@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "aggregators/aggregator.h"
+#include "core/data_plane.h"
 #include "core/device.h"
 
 namespace ps::server {
@@ -48,6 +49,14 @@ struct ServerOptions {
   uint32_t udp_receive_buffer = 8u << 20;
   // Threads receiving and handling datagrams on the UDP socket, in [1, 64].
   uint32_t udp_threads = 2;
+  // What carries pushes and pulls (docs/data-plane.md): gRPC on `port`, or the native
+  // TCP plane on data_port. Workers ask for one at Join; another is refused.
+  core::DataPlane data_plane = core::DataPlane::kGrpc;
+  // TCP port of the data plane on `host` when it is TCP; 0 picks a free one (the Join
+  // answer names it).
+  uint16_t data_port = 0;
+  // Threads running the TCP data plane's connections, in [1, 64].
+  uint32_t data_threads = 2;
   // Order in which closed slices are aggregated and ready slices are streamed to
   // pulls (P3 by default).
   Schedule schedule = Schedule::kPriority;

@@ -169,6 +169,10 @@ class ServerImpl final : public Server {
   }
 
   absl::Status Listen() {
+    if (options_.data_plane != core::DataPlane::kGrpc) {
+      return absl::UnimplementedError(
+          "--data-plane tcp: this build has no TCP data plane backend yet; use --data-plane grpc");
+    }
     if (options_.udp_port >= 0) {
       PS_ASSIGN_OR_RETURN(udp_, transport::udp::Receiver::Start(
                                     options_.host, static_cast<uint16_t>(options_.udp_port),

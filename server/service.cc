@@ -121,6 +121,7 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
                                                     "credentials")),
                         req);
   }
+  if (absl::Status plane = CheckPlane(req); !plane.ok()) return gate_.Answer(call, plane, req);
   absl::StatusOr<JoinResult> r = shard_->Join(req.worker_id(), req.layout_hash());
   if (!r.ok()) return gate_.Answer(call, r.status(), req);
   const ServerOptions& o = shard_->options();
@@ -141,10 +142,39 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
   }
   if (udp_port_ != 0) {
     resp.set_udp_port(udp_port_);
-    resp.set_udp_session(r->udp_session);
+    resp.set_udp_session(r->data_session);
     resp.set_udp_key(r->udp_key);
   }
+  if (o.data_plane == core::DataPlane::kTcp) {
+    resp.set_data_plane(v1::DATA_PLANE_TCP);
+    resp.set_data_port(data_port_);
+    resp.set_data_session(r->data_session);
+    resp.set_data_secret(r->data_secret);
+  } else {
+    resp.set_data_plane(v1::DATA_PLANE_GRPC);
+  }
   gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+absl::Status WorkerServiceImpl::CheckPlane(const v1::JoinRequest& req) const {
+  const std::string who = absl::StrCat("worker ", req.worker_id(), " asks for");
+  const core::DataPlane own = gate_.front->plane();
+  switch (req.data_plane()) {
+    case v1::DATA_PLANE_ANY:
+      return absl::OkStatus();
+    case v1::DATA_PLANE_UNSPECIFIED:  // every client built before the field: gRPC
+    case v1::DATA_PLANE_GRPC:
+      return own == core::DataPlane::kGrpc ? absl::OkStatus() : gate_.front->RefusePlane(who, "grpc");
+    case v1::DATA_PLANE_TCP:
+      return own == core::DataPlane::kTcp ? absl::OkStatus() : gate_.front->RefusePlane(who, "tcp");
+    default:
+      return shard_->Refuse(
+          Refusal::kDataPlane,
+          absl::StrCat(who, " data plane ", static_cast<int>(req.data_plane()),
+                       ", which shard ", shard_->shard_id(), " does not know (it moves tensors over ",
+                       core::AsAbsl(core::DataPlaneName(own)),
+                       "); leave WorkerOptions::data_plane unset or upgrade the shards"));
+  }
 }
 
 void WorkerServiceImpl::RegisterLayout(FrontCall* call, const v1::RegisterLayoutRequest& req) {

@@ -66,6 +66,8 @@ class WorkerServiceImpl final {
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
+  // The TCP data plane's port Join tells workers about (--data-plane tcp); before serving.
+  void set_data_port(uint16_t port) { data_port_ = port; }
   // Adds Join, RegisterLayout and InitSlice to `front` (borrowing this service).
   void AddTo(GrpcFront* front);
 
@@ -74,9 +76,13 @@ class WorkerServiceImpl final {
   void InitSlice(FrontCall* call, const v1::InitSliceRequest& req);
 
  private:
+  // OK when the Join's data plane is ANY or this shard's; else the data_plane refusal.
+  absl::Status CheckPlane(const v1::JoinRequest& req) const;
+
   Shard* const shard_;
   const CallGate gate_;
   uint16_t udp_port_ = 0;
+  uint16_t data_port_ = 0;
 };
 
 // ps.v1.AdminService: operator calls, for the admin identity only (or, when the server

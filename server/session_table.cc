@@ -15,29 +15,34 @@ constexpr size_t kSessionBytes = 16;
 }  // namespace
 
 SessionTable::SessionTable(uint32_t num_workers)
-    : session_of_worker_(num_workers), udp_session_of_worker_(num_workers, 0),
+    : session_of_worker_(num_workers), data_session_of_worker_(num_workers, 0),
       joins_(num_workers, 0) {}
 
 absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
   Issued issued;
   issued.session.resize(kSessionBytes);
+  issued.data_secret.resize(kDataSecretBytes);
   if (RAND_bytes(reinterpret_cast<unsigned char*>(issued.session.data()), kSessionBytes) != 1 ||
-      RAND_bytes(reinterpret_cast<unsigned char*>(&issued.udp_session),
-                 sizeof(issued.udp_session)) != 1) {
+      RAND_bytes(reinterpret_cast<unsigned char*>(&issued.data_session),
+                 sizeof(issued.data_session)) != 1 ||
+      RAND_bytes(reinterpret_cast<unsigned char*>(issued.data_secret.data()),
+                 kDataSecretBytes) != 1) {
     return absl::InternalError("no randomness for a session token");
   }
   PS_ASSIGN_OR_RETURN(net::DatagramKey udp_key, net::DatagramKey::Random());
   issued.udp_key = std::string(udp_key.bytes());
-  auto udp_peer = std::make_shared<const UdpPeer>(UdpPeer{worker_id, std::move(udp_key)});
+  auto data = std::make_shared<const DataSession>(
+      DataSession{worker_id, std::move(udp_key), issued.data_secret});
   absl::MutexLock lock(&mu_);
   std::string& old = session_of_worker_[worker_id];
   if (!old.empty()) sessions_.erase(old);
   old = issued.session;
   sessions_[issued.session] = worker_id;
-  // The UDP session follows the gRPC one: datagrams under the old id are refused.
-  udp_sessions_.erase(udp_session_of_worker_[worker_id]);
-  udp_session_of_worker_[worker_id] = issued.udp_session;
-  udp_sessions_[issued.udp_session] = std::move(udp_peer);
+  // The data session follows the gRPC one: datagrams and connections under the old id
+  // are refused.
+  data_sessions_.erase(data_session_of_worker_[worker_id]);
+  data_session_of_worker_[worker_id] = issued.data_session;
+  data_sessions_[issued.data_session] = std::move(data);
   issued.joins = ++joins_[worker_id];
   return issued;
 }
@@ -49,10 +54,10 @@ std::optional<uint32_t> SessionTable::WorkerOf(std::string_view session) const {
   return it->second;
 }
 
-std::shared_ptr<const UdpPeer> SessionTable::UdpPeerOf(uint64_t udp_session) const {
+std::shared_ptr<const DataSession> SessionTable::DataSessionOf(uint64_t data_session) const {
   absl::MutexLock lock(&mu_);
-  auto it = udp_sessions_.find(udp_session);
-  return it == udp_sessions_.end() ? nullptr : it->second;
+  auto it = data_sessions_.find(data_session);
+  return it == data_sessions_.end() ? nullptr : it->second;
 }
 
 uint32_t SessionTable::joined() const {

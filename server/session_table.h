@@ -1,7 +1,10 @@
 // SessionTable: the sessions of the workers joined to one shard. A worker id has at most
 // one gRPC session (a random 16-byte token, not a credential: it only names the join)
-// and one UDP session (a public id carried in every datagram and a secret MAC key); a
-// re-join replaces both, so requests and datagrams under the old ones are refused.
+// and one data session, which every data plane beside gRPC shares (docs/data-plane.md):
+// a public 64-bit id, carried in every UDP datagram and in a TCP connection's HELLO, with
+// two secrets of its own, the UDP datagrams' MAC key and the TCP handshake's secret (one
+// key per primitive: an AEAD key is never an HMAC key). A re-join replaces both sessions,
+// so requests, datagrams and connections under the old ones are refused.
 //
 // Thread-safe: one mutex, taken by nothing else and holding no other lock.
 #pragma once
@@ -21,29 +24,35 @@
 
 namespace ps::server {
 
-// Who may send datagrams under a UDP session id.
-struct UdpPeer {
+// Who may send data under a data session id, and the session's secrets.
+struct DataSession {
   uint32_t worker_id = 0;
-  net::DatagramKey key;
+  net::DatagramKey key;  // UDP: the datagrams' MAC key
+  std::string secret;    // TCP: the handshake's secret (kDataSecretBytes; core::DataKey)
 };
 
 class SessionTable {
  public:
   explicit SessionTable(uint32_t num_workers);
 
+  static constexpr size_t kDataSecretBytes = 32;
+
   struct Issued {
     std::string session;
-    uint64_t udp_session = 0;
-    std::string udp_key;  // the MAC key's bytes, handed to the worker over gRPC
-    uint64_t joins = 0;   // joins of this worker so far, this one included
+    uint64_t data_session = 0;
+    std::string udp_key;      // the MAC key's bytes, handed to the worker over gRPC
+    std::string data_secret;  // the TCP handshake's secret, handed over likewise
+    uint64_t joins = 0;       // joins of this worker so far, this one included
   };
   // Fresh sessions for `worker_id` (< num_workers), replacing its earlier ones. INTERNAL
   // when the system has no randomness.
   absl::StatusOr<Issued> Issue(uint32_t worker_id);
   // The worker behind a gRPC session.
   std::optional<uint32_t> WorkerOf(std::string_view session) const;
-  // The peer behind a UDP session id (null when unknown).
-  std::shared_ptr<const UdpPeer> UdpPeerOf(uint64_t udp_session) const;
+  // The worker and secrets behind a data session id (null when unknown or replaced). A
+  // connection holding the pointer it was admitted with is current while this returns
+  // the same pointer.
+  std::shared_ptr<const DataSession> DataSessionOf(uint64_t data_session) const;
   // Workers that joined at least once.
   uint32_t joined() const;
 
@@ -51,9 +60,9 @@ class SessionTable {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_map<uint64_t, std::shared_ptr<const UdpPeer>> udp_sessions_
+  absl::flat_hash_map<uint64_t, std::shared_ptr<const DataSession>> data_sessions_
       ABSL_GUARDED_BY(mu_);
-  std::vector<uint64_t> udp_session_of_worker_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint64_t> data_session_of_worker_ ABSL_GUARDED_BY(mu_);
   std::vector<uint64_t> joins_ ABSL_GUARDED_BY(mu_);
 };
 

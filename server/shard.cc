@@ -118,8 +118,9 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   result.ready = table_.ready();
   PS_ASSIGN_OR_RETURN(SessionTable::Issued issued, sessions_.Issue(worker_id));
   result.session = std::move(issued.session);
-  result.udp_session = issued.udp_session;
+  result.data_session = issued.data_session;
   result.udp_key = std::move(issued.udp_key);
+  result.data_secret = std::move(issued.data_secret);
   const uint64_t joins = issued.joins;
   result.version = MinVersion();
   // A client may join in a loop: the 1st, 2nd, 4th, ... join of each worker at info.
@@ -137,12 +138,15 @@ absl::StatusOr<uint32_t> Shard::Authenticate(std::string_view session) const {
   return *worker;
 }
 
-absl::StatusOr<std::shared_ptr<const UdpPeer>> Shard::UdpSession(uint64_t udp_session) const {
-  std::shared_ptr<const UdpPeer> peer = sessions_.UdpPeerOf(udp_session);
-  if (peer == nullptr) {
-    return Refuse(Refusal::kUnknownSession, "datagram under an unknown UDP session");
+absl::StatusOr<std::shared_ptr<const DataSession>> Shard::FindDataSession(
+    uint64_t data_session, std::string_view what) const {
+  std::shared_ptr<const DataSession> session = sessions_.DataSessionOf(data_session);
+  if (session == nullptr) {
+    return Refuse(Refusal::kUnknownSession,
+                  absl::StrCat(core::AsAbsl(what),
+                               " under an unknown or replaced data session: join (again) first"));
   }
-  return peer;
+  return session;
 }
 
 absl::Status Shard::AnswerRegistered(const core::ModelLayout& have, uint32_t worker_id, bool same,

@@ -85,10 +85,12 @@ struct JoinResult {
   bool layout_registered = false;
   bool ready = false;
   uint64_t version = 0;
-  // The session's UDP identity: a public id carried in every datagram and the secret
-  // MAC key, handed to the worker over the (authenticated) gRPC channel.
-  uint64_t udp_session = 0;
+  // The join's data session (server/session_table.h): a public id carried in every
+  // datagram and in a TCP connection's HELLO, the datagrams' MAC key and the TCP
+  // handshake's secret, handed to the worker over the (authenticated) gRPC channel.
+  uint64_t data_session = 0;
   std::string udp_key;
+  std::string data_secret;
 };
 
 class Shard {
@@ -150,8 +152,11 @@ class Shard {
                 std::span<const std::string_view>(&payload, 1), loss);
   }
 
-  // The worker and key behind a UDP session id, or UNAUTHENTICATED.
-  absl::StatusOr<std::shared_ptr<const UdpPeer>> UdpSession(uint64_t udp_session) const;
+  // The worker and secrets behind a data session id (UDP datagrams, TCP connections),
+  // or UNAUTHENTICATED (unknown_session, counted) when it is unknown or was replaced by a
+  // re-join. `what` names the sender in the refusal ("datagram", "connection").
+  absl::StatusOr<std::shared_ptr<const DataSession>> FindDataSession(uint64_t data_session,
+                                                                     std::string_view what) const;
   // One authenticated datagram's chunk: coordinates ChunkRangeOf(numel, chunk_elems,
   // chunk_index) of the slice, encoded on their own. The first chunk of a worker counts
   // it in the round and fixes the chunk size; the round closes when every worker's push

@@ -22,6 +22,17 @@ ShardFront::ShardFront(Shard* shard, RateLimiter* limiter, Tarpit* tarpit)
       tarpit_(tarpit),
       pull_slots_(shard->options().num_workers, shard->options().max_pulls_per_worker) {}
 
+absl::Status ShardFront::RefusePlane(std::string_view who, std::string_view asked) const {
+  const std::string_view own = core::DataPlaneName(plane());
+  return shard_->Refuse(
+      Refusal::kDataPlane,
+      absl::StrCat(core::AsAbsl(who), " the ", core::AsAbsl(asked), " data plane but shard ",
+                   shard_->shard_id(), " moves tensors over ", core::AsAbsl(own),
+                   " (--data-plane ", core::AsAbsl(own), "); set WorkerOptions::data_plane to ",
+                   core::AsAbsl(own), " or leave it unset, or start every shard with --data-plane ",
+                   core::AsAbsl(asked)));
+}
+
 absl::Status ShardFront::AdmitCaller(const Caller& caller) const {
   if (limiter_ != nullptr && !limiter_->Allow(caller.Name())) {
     return shard_->Refuse(Refusal::kRateLimited,

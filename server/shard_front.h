@@ -29,6 +29,7 @@
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/data_plane.h"
 #include "net/udp_frame.h"
 #include "server/caller.h"
 #include "server/pull_scheduler.h"
@@ -97,6 +98,13 @@ class ShardFront {
   // Where push and pull latencies and bytes go (null: nowhere); set before serving.
   void set_metrics(Metrics* metrics) { metrics_ = metrics; }
   Shard* shard() const { return shard_; }
+
+  // The data plane this shard runs (--data-plane).
+  core::DataPlane plane() const { return shard_->options().data_plane; }
+  // The refusal (data_plane, FAILED_PRECONDITION, counted) of a request on the `asked`
+  // plane ("grpc", "tcp") where this shard runs another, naming both planes and both
+  // fixes. `who` starts the message: "worker 2 asks for", "worker-2 calls Push on".
+  absl::Status RefusePlane(std::string_view who, std::string_view asked) const;
 
   // `caller` within its rate limit (RESOURCE_EXHAUSTED, counted, when not).
   absl::Status AdmitCaller(const Caller& caller) const;

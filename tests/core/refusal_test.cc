@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include "core/data_plane.h"
+
 #include <set>
 #include <string>
 
@@ -33,6 +35,18 @@ TEST(RefusalTest, TheKindTravelsInsideTheStatus) {
   // The same code and message without the payload is no refusal.
   EXPECT_EQ(RefusalOf(absl::FailedPreconditionError("no layout registered yet")), std::nullopt);
   EXPECT_EQ(RefusalOf(absl::OkStatus()), std::nullopt);
+}
+
+// The data_plane refusal (a worker and a shard on different planes) and the planes' names.
+TEST(RefusalTest, DataPlanesHaveNamesAndTheirMismatchARefusal) {
+  EXPECT_EQ(RefusalName(Refusal::kDataPlane), "data_plane");
+  EXPECT_EQ(RefusalCode(Refusal::kDataPlane), absl::StatusCode::kFailedPrecondition);
+  for (DataPlane p : {DataPlane::kGrpc, DataPlane::kTcp}) {
+    EXPECT_EQ(ParseDataPlane(DataPlaneName(p)).value_or(DataPlane::kGrpc), p);
+  }
+  const absl::StatusOr<DataPlane> udp = ParseDataPlane("udp");
+  EXPECT_EQ(udp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(udp.status().message(), "unknown data plane 'udp'; expected grpc or tcp");
 }
 
 }  // namespace

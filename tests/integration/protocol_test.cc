@@ -203,18 +203,28 @@ TEST_F(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
   EXPECT_THAT(s.error_message(), HasSubstr("more than 1 slice ids"));
 }
 
-// A pull whose held versions do not pair up with its slices is refused as malformed and
-// counted as such, like every other malformed request (before issue 46 it was a plain
-// INVALID_ARGUMENT that no counter saw). Two slices, so that one held version for both
-// passes the parser's bound and reaches the shard's pairing check.
-TEST(PullRefusalTest, UnpairedHeldVersionsAreAMalformedRefusal) {
+// One shard for two workers, aggregate-only, without credentials: raw stubs call it.
+server::ServerOptions RawStubShard() {
   server::ServerOptions o;
   o.insecure = true;
   o.num_workers = 2;
   o.aggregator = "mean";
   o.aggregate_only = true;
   o.threads = 2;
-  testing::Cluster cluster = testing::StartCluster(1, o);
+  return o;
+}
+
+std::unique_ptr<v1::WorkerService::Stub> RawStub(const testing::Cluster& cluster) {
+  return v1::WorkerService::NewStub(
+      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+}
+
+// A pull whose held versions do not pair up with its slices is refused as malformed and
+// counted as such, like every other malformed request (before issue 46 it was a plain
+// INVALID_ARGUMENT that no counter saw). Two slices, so that one held version for both
+// passes the parser's bound and reaches the shard's pairing check.
+TEST(PullRefusalTest, UnpairedHeldVersionsAreAMalformedRefusal) {
+  testing::Cluster cluster = testing::StartCluster(1, RawStubShard());
   ASSERT_EQ(cluster.num_shards(), 1u);
   const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 256, 0}}, 128, 1);
   WorkerOptions wo;
@@ -222,8 +232,7 @@ TEST(PullRefusalTest, UnpairedHeldVersionsAreAMalformedRefusal) {
   wo.worker_id = 0;
   absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Start(wo, layout);
   ASSERT_TRUE(worker.ok()) << worker.status();
-  auto stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+  auto stub = RawStub(cluster);
   v1::JoinRequest join;
   join.set_worker_id(1);
   join.set_layout_hash(layout.hash());
@@ -249,6 +258,44 @@ TEST(PullRefusalTest, UnpairedHeldVersionsAreAMalformedRefusal) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(s.error_message(), HasSubstr("1 held versions for 2 slices"));
   EXPECT_EQ(malformed(), before + 1);
+}
+
+// A worker and a shard must agree on the data plane (docs/data-plane.md): a gRPC shard
+// refuses a Join asking for TCP with the data_plane refusal, naming both planes and both
+// fixes, and takes one asking for gRPC, for any plane, or for none (older clients).
+TEST(DataPlaneJoinTest, AGrpcShardRefusesAJoinForTcpAndTakesTheOthers) {
+  testing::Cluster cluster = testing::StartCluster(1, RawStubShard());
+  ASSERT_EQ(cluster.num_shards(), 1u);
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 256, 0}}, 128, 1);
+  auto stub = RawStub(cluster);
+  const auto join = [&](v1::DataPlane plane, v1::JoinResponse* resp) {
+    v1::JoinRequest req;
+    req.set_worker_id(1);
+    req.set_layout_hash(layout.hash());
+    req.set_data_plane(plane);
+    grpc::ClientContext ctx;
+    return stub->Join(&ctx, req, resp);
+  };
+  const auto refused = [&] {
+    return cluster.shard(0).shard().stats().refusals[static_cast<size_t>(server::Refusal::kDataPlane)];
+  };
+  v1::JoinResponse resp;
+  const grpc::Status tcp = join(v1::DATA_PLANE_TCP, &resp);
+  EXPECT_EQ(tcp.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(tcp.error_message(),
+              HasSubstr("worker 1 asks for the tcp data plane but shard 0 moves tensors over grpc "
+                        "(--data-plane grpc); set WorkerOptions::data_plane to grpc or leave it "
+                        "unset, or start every shard with --data-plane tcp"));
+  EXPECT_EQ(refused(), 1u);
+  for (v1::DataPlane plane : {v1::DATA_PLANE_UNSPECIFIED, v1::DATA_PLANE_GRPC, v1::DATA_PLANE_ANY}) {
+    resp.Clear();
+    const grpc::Status s = join(plane, &resp);
+    ASSERT_TRUE(s.ok()) << v1::DataPlane_Name(plane) << ": " << s.error_message();
+    EXPECT_EQ(resp.data_plane(), v1::DATA_PLANE_GRPC);
+    EXPECT_EQ(resp.data_port(), 0u);
+    EXPECT_TRUE(resp.data_secret().empty()) << "a gRPC shard hands out no TCP secret";
+  }
+  EXPECT_EQ(refused(), 1u);
 }
 
 // Push and Pull are read in place on the shard (net/wire.h): bodies that are not their

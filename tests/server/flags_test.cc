@@ -39,6 +39,9 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "udp-port",
                                                   "udp-receive-buffer",
                                                   "udp-threads",
+                                                  "data-plane",
+                                                  "data-port",
+                                                  "data-threads",
                                                   "schedule",
                                                   "tls-cert",
                                                   "tls-key",
@@ -242,6 +245,9 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"udp-port", "0"},
           {"udp-receive-buffer", "65536"},
           {"udp-threads", "3"},
+          {"data-plane", "tcp"},
+          {"data-port", "7171"},
+          {"data-threads", "3"},
           {"schedule", "fifo"},
           {"shard-id", "1"},
           {"num-shards", "2"},
@@ -276,6 +282,9 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.udp_port, 0);
   EXPECT_EQ(o.udp_receive_buffer, 65536u);
   EXPECT_EQ(o.udp_threads, 3u);
+  EXPECT_EQ(o.data_plane, core::DataPlane::kTcp);
+  EXPECT_EQ(o.data_port, 7171);
+  EXPECT_EQ(o.data_threads, 3u);
   EXPECT_EQ(o.schedule, Schedule::kFifo);
   EXPECT_EQ(o.shard_id, 1);
   EXPECT_EQ(o.num_shards, 2u);
@@ -562,6 +571,15 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("at least 65536"));
   result = Parse({"--udp-threads=0"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must lie in [1, 64]"));
+  result = Parse({"--data-plane=udp"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("udp"));
+  result = Parse({"--data-plane=tcp", "--port=7000", "--data-port=7000"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
+  result = Parse({"--data-threads=0"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must lie in [1, 64]"));
   result = Parse({"--schedule=lifo"});

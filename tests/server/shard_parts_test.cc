@@ -31,16 +31,19 @@ TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
   EXPECT_EQ(a->session.size(), 16u);
   EXPECT_NE(a->session, b->session);
   EXPECT_EQ(t.WorkerOf(a->session), 1u);
-  ASSERT_NE(t.UdpPeerOf(a->udp_session), nullptr);
-  EXPECT_EQ(t.UdpPeerOf(a->udp_session)->worker_id, 1u);
-  EXPECT_EQ(std::string(t.UdpPeerOf(a->udp_session)->key.bytes()), a->udp_key);
+  ASSERT_NE(t.DataSessionOf(a->data_session), nullptr);
+  EXPECT_EQ(t.DataSessionOf(a->data_session)->worker_id, 1u);
+  EXPECT_EQ(std::string(t.DataSessionOf(a->data_session)->key.bytes()), a->udp_key);
+  EXPECT_EQ(t.DataSessionOf(a->data_session)->secret, a->data_secret);
+  EXPECT_EQ(a->data_secret.size(), SessionTable::kDataSecretBytes);
+  EXPECT_NE(a->data_secret, b->data_secret);
   EXPECT_EQ(t.joined(), 2u);
 
   absl::StatusOr<SessionTable::Issued> again = t.Issue(1);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->joins, 2u);
   EXPECT_EQ(t.WorkerOf(a->session), std::nullopt);
-  EXPECT_EQ(t.UdpPeerOf(a->udp_session), nullptr);
+  EXPECT_EQ(t.DataSessionOf(a->data_session), nullptr);
   EXPECT_EQ(t.WorkerOf(again->session), 1u);
   EXPECT_EQ(t.WorkerOf(b->session), 2u);
   EXPECT_EQ(t.joined(), 2u);

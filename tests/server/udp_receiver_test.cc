@@ -66,7 +66,7 @@ class UdpReceiverTest : public ::testing::Test {
     ASSERT_TRUE(key.ok());
     sessions_.resize(std::max<size_t>(sessions_.size(), w + 1), 0);
     keys_.resize(std::max<size_t>(keys_.size(), w + 1));
-    sessions_[w] = j->udp_session;
+    sessions_[w] = j->data_session;
     keys_[w] = std::make_shared<net::DatagramKey>(*key);
   }
 

@@ -1,6 +1,9 @@
 #include <string>
 #include <string_view>
 
+#include "absl/strings/str_cat.h"
+#include "core/data_plane.h"
+#include "core/status.h"
 #include "net/grpc_bytes.h"
 #include "net/grpc_status.h"
 #include "net/wire.h"
@@ -9,11 +12,23 @@
 namespace ps::server::transport::grpc {
 
 void DataMethods::AddTo(GrpcFront* front) {
+  // A shard on another data plane refuses gRPC data from the method's name, before a
+  // body is read: the worker joined with an older library or asked for gRPC past the
+  // Join check (docs/data-plane.md, "Workers and shards on different data planes").
+  auto other_plane = [this](std::string_view method) {
+    return [this, method](const Caller& caller) -> absl::Status {
+      if (gate_.front->plane() == core::DataPlane::kGrpc) return absl::OkStatus();
+      return gate_.front->RefusePlane(absl::StrCat(caller.Name(), " calls ", core::AsAbsl(method), " on"),
+                                      core::DataPlaneName(core::DataPlane::kGrpc));
+    };
+  };
   FrontMethod push;
   push.unary = [this](FrontCall* c, const ::grpc::ByteBuffer& r) { Push(c, r); };
+  push.refuse_unread = other_plane("Push");
   front->Add("/ps.v1.WorkerService/Push", std::move(push));
   FrontMethod pull;
   pull.stream = [this](FrontCall* c, const ::grpc::ByteBuffer& r) { return Pull(c, r); };
+  pull.refuse_unread = other_plane("Pull");
   front->Add("/ps.v1.WorkerService/Pull", std::move(pull));
 }
 

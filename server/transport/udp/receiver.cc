@@ -82,7 +82,8 @@ class Receiver::Impl {
     bytes_.fetch_add(datagram.size(), std::memory_order_relaxed);
     absl::StatusOr<net::DatagramView> view = net::ParseDatagram(datagram);
     if (!view.ok()) return Drop(malformed_, "malformed", view.status());
-    absl::StatusOr<std::shared_ptr<const UdpPeer>> peer = shard_->UdpSession(view->header.session_id);
+    absl::StatusOr<std::shared_ptr<const DataSession>> peer =
+        shard_->FindDataSession(view->header.session_id, "datagram");
     if (!peer.ok()) return Drop(unknown_session_, "unknown session", peer.status());
     if (!(*peer)->key.Verify(view->nonce, view->signed_bytes, view->mac)) {
       return Drop(forged_, "forged",
