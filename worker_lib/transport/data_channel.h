@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/data_plane.h"
 #include "net/wire.h"
 #include "worker_lib/transport/common.h"
 #include "worker_lib/worker.h"
@@ -36,6 +37,9 @@ namespace ps::internal {
 // (ShardClient hands it to every channel of the shard after each join).
 struct DataRoute {
   uint64_t epoch = 0;   // ShardClient's join epoch, bumped by every join
+  // The plane the shard moves tensors over (its Join answer's; gRPC from shards that
+  // predate the field).
+  core::DataPlane plane = core::DataPlane::kGrpc;
   std::string session;  // the session token (the gRPC plane carries it per call)
   // The UDP path: the shard's port (0: it runs none), the datagram session and its key.
   uint32_t udp_port = 0;
