@@ -229,9 +229,9 @@ struct PullMeta {
   bool held = false;      // held versions follow them
   bool operator==(const PullMeta&) const = default;
 };
-// A whole PULL: header, meta and body. meta.count and meta.held are set from the lists:
-// held_versions is empty (nothing held) or one per slice id; a pull of no slices holds
-// nothing.
+// A whole PULL: header, meta and body. meta.count and meta.held must describe the lists
+// (INVALID_ARGUMENT otherwise): held_versions is empty (nothing held, held false) or one
+// per slice id; a pull of no slices holds nothing.
 absl::Status AppendPull(uint64_t tag, const PullMeta& meta, std::span<const uint32_t> slice_ids,
                         std::span<const uint64_t> held_versions, std::string* out);
 // Refuses also the held flag with a count of 0 (which AppendPull does not write).

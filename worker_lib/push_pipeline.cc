@@ -130,6 +130,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
     absl::MutexLock lock(&slot.mu);
     std::vector<SliceRange> ranges;
     std::vector<std::unique_ptr<Call>> pieces;
+    const std::string codec(slot.encoder->spec());
     auto piece = [&](const core::SliceInfo& s, DataChannel* channel, uint32_t index,
                      uint32_t count) {
       auto call = std::make_unique<Call>();
@@ -140,7 +141,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       m.round = round;
       m.slice_id = s.id;
       m.priority = s.priority;
-      m.codec = std::string(slot.encoder->spec());
+      m.codec = codec;
       m.chunk_index = static_cast<uint16_t>(index);
       m.chunk_count = static_cast<uint16_t>(count);
       pieces.push_back(std::move(call));

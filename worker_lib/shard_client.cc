@@ -99,6 +99,9 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
   v1::JoinRequest req;
   req.set_worker_id(options_.worker_id);
   req.set_layout_hash(layout_.hash());
+  req.set_data_plane(!options_.data_plane.has_value()            ? v1::DATA_PLANE_ANY
+                     : *options_.data_plane == core::DataPlane::kTcp ? v1::DATA_PLANE_TCP
+                                                                    : v1::DATA_PLANE_GRPC);
   for (int attempt = 0;; ++attempt) {
     v1::JoinResponse resp;
     const absl::Status st =
@@ -109,6 +112,11 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
       route.udp_port = resp.udp_port();
       route.udp_session = resp.udp_session();
       route.udp_key = resp.udp_key();
+      route.plane =
+          resp.data_plane() == v1::DATA_PLANE_TCP ? core::DataPlane::kTcp : core::DataPlane::kGrpc;
+      route.data_port = resp.data_port();
+      route.data_session = resp.data_session();
+      route.data_secret = resp.data_secret();
       {
         absl::MutexLock lock(&s.mu);
         s.session = resp.session();

@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -50,6 +51,8 @@ class ShardClient {
     std::chrono::milliseconds rpc_timeout{30000};
     // JoinRetryPolicy.
     core::RetryPolicy join_policy;
+    // WorkerOptions::data_plane: the plane every Join asks for (unset: any).
+    std::optional<core::DataPlane> data_plane;
   };
   // Told that `shard` was joined again after losing a session, with the shard's answer.
   using RejoinListener = std::function<void(uint32_t shard, const v1::JoinResponse& join)>;

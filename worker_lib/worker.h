@@ -38,6 +38,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/credentials.h"
+#include "core/data_plane.h"
 #include "core/device.h"
 #include "core/layout.h"
 #include "net/shaper.h"
@@ -153,6 +154,10 @@ struct WorkerOptions {
   // TLS, client certificate and token toward the shards (docs/operations.md,
   // "Securing"; the token is proven, never sent); empty: plaintext without credentials.
   core::ClientCredentials credentials;
+  // The data plane to move tensors over (docs/data-plane.md): unset, whatever the shards
+  // run (each Join answer says); set, a shard on another plane refuses the Join
+  // (FAILED_PRECONDITION, refusal data_plane) naming both planes and the fixes.
+  std::optional<core::DataPlane> data_plane;
   // How every tensor is pushed, and overrides by tensor name (an unknown name is an
   // error at Start()).
   PushOptions push;

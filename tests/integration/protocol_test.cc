@@ -8,11 +8,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
+#include "core/refusal.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/worker.h"
 
@@ -296,6 +298,44 @@ TEST(DataPlaneJoinTest, AGrpcShardRefusesAJoinForTcpAndTakesTheOthers) {
     EXPECT_TRUE(resp.data_secret().empty()) << "a gRPC shard hands out no TCP secret";
   }
   EXPECT_EQ(refused(), 1u);
+}
+
+// The worker library asks for WorkerOptions::data_plane at Join: against a gRPC shard a
+// worker set to TCP does not start, and says why and how to fix it; set to gRPC or left
+// unset (whatever the shards run) it starts and trains over gRPC.
+TEST(DataPlaneJoinTest, AWorkerOnAnotherPlaneIsRefusedAtStartNamingTheFix) {
+  testing::Cluster cluster = testing::StartCluster(1, RawStubShard());
+  ASSERT_EQ(cluster.num_shards(), 1u);
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 8, 0}}, 8, 1);
+  const auto options = [&](uint32_t id, std::optional<core::DataPlane> plane) {
+    WorkerOptions o;
+    o.shard_addresses = cluster.addresses();
+    o.worker_id = id;
+    o.data_plane = plane;
+    o.connect_timeout = std::chrono::milliseconds(20000);
+    return o;
+  };
+  absl::StatusOr<std::unique_ptr<Worker>> tcp =
+      Worker::Start(options(0, core::DataPlane::kTcp), layout);
+  ASSERT_FALSE(tcp.ok());
+  EXPECT_EQ(core::RefusalOf(tcp.status()), core::Refusal::kDataPlane) << tcp.status();
+  EXPECT_THAT(std::string(tcp.status().message()),
+              HasSubstr("set WorkerOptions::data_plane to grpc or leave it unset, or start "
+                        "every shard with --data-plane tcp"));
+
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (auto [id, plane] : {std::pair<uint32_t, std::optional<core::DataPlane>>{0, std::nullopt},
+                           {1, core::DataPlane::kGrpc}}) {
+    absl::StatusOr<std::unique_ptr<Worker>> w = Worker::Start(options(id, plane), layout);
+    ASSERT_TRUE(w.ok()) << w.status();
+    workers.push_back(*std::move(w));
+  }
+  for (uint32_t id = 0; id < 2; ++id) {
+    ASSERT_TRUE(workers[id]->Push(0, 0, std::vector<float>(8, 1.0f + id)).ok());
+  }
+  std::vector<float> mean(8);
+  ASSERT_TRUE(workers[0]->Pull(0, 1, mean, milliseconds(10000)).ok());
+  EXPECT_FLOAT_EQ(mean[0], 1.5f);
 }
 
 // Push and Pull are read in place on the shard (net/wire.h): bodies that are not their

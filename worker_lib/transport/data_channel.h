@@ -26,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "core/data_plane.h"
 #include "net/wire.h"
 #include "worker_lib/transport/common.h"
 #include "worker_lib/worker.h"
@@ -36,11 +37,20 @@ namespace ps::internal {
 // (ShardClient hands it to every channel of the shard after each join).
 struct DataRoute {
   uint64_t epoch = 0;   // ShardClient's join epoch, bumped by every join
+  // The plane the shard moves tensors over (its Join answer's; gRPC from shards that
+  // predate the field).
+  core::DataPlane plane = core::DataPlane::kGrpc;
   std::string session;  // the session token (the gRPC plane carries it per call)
   // The UDP path: the shard's port (0: it runs none), the datagram session and its key.
   uint32_t udp_port = 0;
   uint64_t udp_session = 0;
   std::string udp_key;
+  // The TCP data plane: the shard's data endpoint (host empty: the host of its control
+  // address; port 0: it runs none), its data session and the session's secret.
+  std::string data_host;
+  uint32_t data_port = 0;
+  uint64_t data_session = 0;
+  std::string data_secret;
 };
 
 // A push as it goes out: a slice's, or one chunk of it on a channel that carries

@@ -1,0 +1,674 @@
+#include "worker_lib/transport/tcp/channel.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "core/auth_proof.h"
+#include "core/refusal.h"
+#include "core/status.h"
+#include "net/address.h"
+#include "net/data_frame.h"
+
+namespace ps::internal::tcp_plane {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class IoThread {
+ public:
+  IoThread() : guard_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  // Never from the thread itself: the channels hold it, and their connections (which
+  // the thread's handlers keep alive) only borrow its io_context.
+  ~IoThread() {
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  asio::io_context& io() { return io_; }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+};
+
+std::shared_ptr<IoThread> StartIoThread() { return std::make_shared<IoThread>(); }
+
+namespace {
+
+constexpr size_t kMaxFramesPerWrite = 64;
+constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
+
+// A status from the wire: the refusal rebuilt from its name when this worker knows it.
+absl::Status FromWire(const net::StatusMeta& m) {
+  if (m.code == absl::StatusCode::kOk) return absl::OkStatus();
+  if (!m.refusal_name.empty()) {
+    if (std::optional<core::Refusal> kind = core::ParseRefusal(m.refusal_name)) {
+      return core::Refused(*kind, core::AsAbsl(m.message));
+    }
+  }
+  return absl::Status(m.code, core::AsAbsl(m.message));
+}
+
+// What one Start's pushes share with the I/O thread: their answers' callback, alive
+// until the last has run (the PushCall itself may be gone by then).
+struct PushBatch {
+  std::function<void(size_t, absl::Status)> done;
+  std::vector<uint64_t> tags;  // per push; 0 once answered
+};
+
+// A frame waiting to be written: its header and meta, and its body by reference.
+struct OutFrame {
+  std::string head;
+  std::shared_ptr<const std::string> body;
+};
+
+// The connection to one shard's data port, on the I/O thread only (but the route).
+class Connection final : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(asio::io_context& io, TcpChannelOptions options)
+      : io_(io), options_(std::move(options)), server_(absl::StrCat("shard-", options_.shard)) {}
+
+  // ---- any thread ----
+  struct Route {
+    DataRoute data;
+    std::optional<tcp::endpoint> endpoint;  // none: no TCP data plane on this shard
+    absl::Status why_none;
+  };
+  void SetRoute(Route route) {
+    absl::MutexLock lock(&mu_);
+    route_ = std::move(route);
+  }
+  uint64_t epoch() const {
+    absl::MutexLock lock(&mu_);
+    return route_.data.epoch;
+  }
+  std::string Name() const { return ShardName(options_.shard, options_.address); }
+
+  // ---- the I/O thread ----
+  void StartPushes(std::shared_ptr<PushBatch> batch, std::vector<OutFrame> frames,
+                   std::vector<absl::Status> refused, RpcClock::time_point deadline) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      if (!refused[i].ok()) {
+        batch->tags[i] = 0;
+        batch->done(i, refused[i]);
+        continue;
+      }
+      const uint64_t tag = batch->tags[i];
+      pushes_[tag] = PendingPush{batch, i, deadline};
+      queue_.push_back(std::move(frames[i]));
+    }
+    Go();
+  }
+
+  void CancelPushes(const std::shared_ptr<PushBatch>& batch) {
+    for (size_t i = 0; i < batch->tags.size(); ++i) {
+      auto it = pushes_.find(batch->tags[i]);
+      if (it == pushes_.end()) continue;
+      pushes_.erase(it);
+      batch->done(i, absl::CancelledError("push cancelled"));
+    }
+  }
+
+  void StartPull(uint64_t tag, OutFrame frame, std::shared_ptr<PullSink> sink,
+                 RpcClock::time_point deadline) {
+    pulls_[tag] = PendingPull{std::move(sink), deadline};
+    queue_.push_back(std::move(frame));
+    Go();
+  }
+
+  uint64_t NextTag() { return next_tag_.fetch_add(1) + 1; }
+
+  // The channel is going away (nothing is in flight then): closes the socket.
+  void Close() { Lost(absl::CancelledError("data channel closed")); }
+
+ private:
+  struct PendingPush {
+    std::shared_ptr<PushBatch> batch;
+    size_t index = 0;
+    RpcClock::time_point deadline;
+  };
+  struct PendingPull {
+    std::shared_ptr<PullSink> sink;
+    RpcClock::time_point deadline;
+  };
+  enum class State { kIdle, kConnecting, kReady };
+
+  Route route() const {
+    absl::MutexLock lock(&mu_);
+    return route_;
+  }
+
+  // Connects when idle, writes when ready; keeps the deadline sweep running while
+  // anything waits.
+  void Go() {
+    if (!sweeping_ && (!pushes_.empty() || !pulls_.empty())) {
+      sweeping_ = true;
+      ScheduleSweep();
+    }
+    if (state_ == State::kIdle) {
+      Connect();
+    } else if (state_ == State::kReady) {
+      Flush();
+    }
+  }
+
+  void Connect() {
+    const Route r = route();
+    if (!r.endpoint.has_value()) {
+      FailAll(r.why_none.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                    Name(), " named no TCP data endpoint in its Join answer"))
+                              : r.why_none);
+      return;
+    }
+    state_ = State::kConnecting;
+    const uint64_t gen = ++generation_;
+    socket_ = std::make_unique<tcp::socket>(io_);
+    admitted_route_ = r.data;
+    auto self = shared_from_this();
+    connect_timer_ = std::make_unique<asio::steady_timer>(io_, options_.connect_timeout);
+    connect_timer_->async_wait([self, gen](const boost::system::error_code& ec) {
+      if (ec || gen != self->generation_ || self->state_ != State::kConnecting) return;
+      self->Lost(absl::UnavailableError(absl::StrCat(
+          "no admission from ", self->Name(), "'s data port within ",
+          self->options_.connect_timeout.count(), " ms")));
+    });
+    socket_->async_connect(*r.endpoint, [self, gen](const boost::system::error_code& ec) {
+      if (gen != self->generation_) return;
+      if (ec) {
+        self->Lost(absl::UnavailableError(absl::StrCat(
+            "cannot connect to ", self->Name(), "'s data port: ", ec.message())));
+        return;
+      }
+      boost::system::error_code ignored;
+      self->socket_->set_option(tcp::no_delay(true), ignored);
+      self->SendHello(gen);
+    });
+  }
+
+  void SendHello(uint64_t gen) {
+    absl::StatusOr<std::string> nonce = core::NewNonce();
+    if (!nonce.ok()) return Lost(nonce.status());
+    net::HelloMeta hello{.data_session = admitted_route_.data_session,
+                         .worker_id = options_.worker_id};
+    std::copy(nonce->begin(), nonce->end(), hello.client_nonce.begin());
+    client_nonce_ = *nonce;
+    auto frame = std::make_shared<std::string>();
+    if (absl::Status st = net::AppendHello(hello, frame.get()); !st.ok()) return Lost(st);
+    auto self = shared_from_this();
+    asio::async_write(*socket_, asio::buffer(*frame),
+                      [self, gen, frame](const boost::system::error_code& ec, size_t) {
+                        if (gen != self->generation_) return;
+                        if (ec) return self->LostOn(ec, "sending its HELLO");
+                        self->ReadFrame(gen, net::ConnectionState::kWorkerAwaitsChallenge);
+                      });
+  }
+
+  // Reads one frame's header and meta, then Handle.
+  void ReadFrame(uint64_t gen, net::ConnectionState state) {
+    auto self = shared_from_this();
+    asio::async_read(
+        *socket_, asio::buffer(header_bytes_),
+        [self, gen, state](const boost::system::error_code& ec, size_t) {
+          if (gen != self->generation_) return;
+          if (ec) return self->LostOn(ec, "reading");
+          absl::StatusOr<net::FrameHeader> h = net::ParseHeader(self->header_bytes_);
+          absl::Status ok = h.ok() ? net::CheckHeader(*h, state, self->limits_) : h.status();
+          if (!ok.ok()) {
+            return self->Lost(absl::InternalError(absl::StrCat(
+                self->Name(), " sent a frame this worker cannot read: ", ok.message())));
+          }
+          self->header_ = *h;
+          self->meta_.resize(h->meta_bytes);
+          asio::async_read(*self->socket_, asio::buffer(self->meta_),
+                           [self, gen, state](const boost::system::error_code& ec, size_t) {
+                             if (gen != self->generation_) return;
+                             if (ec) return self->LostOn(ec, "reading");
+                             self->Handle(gen, state);
+                           });
+        });
+  }
+
+  void Handle(uint64_t gen, net::ConnectionState state) {
+    const net::FrameHeader& h = header_;
+    if (h.type == net::FrameType::kGoaway) {
+      absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(h.type, meta_);
+      return Lost(m.ok() ? WithContext(FromWire(*m), Name()) : m.status());
+    }
+    switch (state) {
+      case net::ConnectionState::kWorkerAwaitsChallenge:
+        return OnChallenge(gen);
+      case net::ConnectionState::kWorkerAwaitsAdmit:
+        return OnAdmit(gen);
+      default:
+        break;
+    }
+    switch (h.type) {
+      case net::FrameType::kAnswer:
+        return OnAnswer(gen);
+      case net::FrameType::kSlice:
+        return OnSlice(gen);
+      case net::FrameType::kPullEnd:
+        return OnPullEnd(gen);
+      default:
+        // CheckHeader admits nothing else in this state.
+        return Lost(absl::InternalError(absl::StrCat(Name(), " sent an unexpected ",
+                                                     core::AsAbsl(net::FrameTypeName(h.type)))));
+    }
+  }
+
+  void OnChallenge(uint64_t gen) {
+    absl::StatusOr<net::ChallengeMeta> c = net::ParseChallengeMeta(meta_);
+    if (!c.ok()) return Lost(c.status());
+    const std::string server_nonce(c->server_nonce.begin(), c->server_nonce.end());
+    const std::string& secret = admitted_route_.data_secret;
+    const std::string key =
+        options_.token.empty()
+            ? secret
+            : core::DataKey(options_.token, core::TokenKey(options_.token), server_,
+                            admitted_route_.data_session, secret);
+    const std::string expected = core::DataServerProof(
+        key, server_, admitted_route_.data_session, client_nonce_, server_nonce);
+    if (c->shard_index != options_.shard ||
+        !core::SameProof(expected, std::string_view(c->proof.data(), c->proof.size()))) {
+      // Nothing more is said to a port that cannot prove it holds the session.
+      return Lost(absl::UnauthenticatedError(absl::StrCat(
+          Name(), "'s data port did not prove that it is shard ", options_.shard,
+          " holding this worker's data session (another process on the port?)")));
+    }
+    net::ProofMeta proof;
+    const std::string mine = core::DataClientProof(key, server_, admitted_route_.data_session,
+                                                   client_nonce_, server_nonce);
+    std::copy(mine.begin(), mine.end(), proof.proof.begin());
+    auto frame = std::make_shared<std::string>();
+    if (absl::Status st = net::AppendProof(proof, frame.get()); !st.ok()) return Lost(st);
+    auto self = shared_from_this();
+    asio::async_write(*socket_, asio::buffer(*frame),
+                      [self, gen, frame](const boost::system::error_code& ec, size_t) {
+                        if (gen != self->generation_) return;
+                        if (ec) return self->LostOn(ec, "sending its PROOF");
+                        self->ReadFrame(gen, net::ConnectionState::kWorkerAwaitsAdmit);
+                      });
+  }
+
+  void OnAdmit(uint64_t gen) {
+    absl::StatusOr<net::AdmitMeta> a = net::ParseAdmitMeta(meta_);
+    if (!a.ok()) return Lost(a.status());
+    limits_.max_body_bytes = a->max_body_bytes;
+    state_ = State::kReady;
+    connect_timer_.reset();
+    Flush();
+    ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+  }
+
+  void OnAnswer(uint64_t gen) {
+    absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(header_.type, meta_);
+    if (!m.ok()) return Lost(m.status());
+    auto it = pushes_.find(header_.tag);
+    if (it != pushes_.end()) {  // else cancelled or timed out already
+      PendingPush p = std::move(it->second);
+      pushes_.erase(it);
+      p.batch->tags[p.index] = 0;
+      p.batch->done(p.index, FromWire(*m));
+    }
+    ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+  }
+
+  void OnSlice(uint64_t gen) {
+    absl::StatusOr<net::SliceMeta> m = net::ParseSliceMeta(header_.flags, meta_);
+    if (!m.ok()) return Lost(m.status());
+    slice_ = net::PullHeader{.slice_id = m->slice_id,
+                             .version = m->version,
+                             .codec = m->codec,  // a view into meta_, kept until Arrived
+                             .base_version = m->base_version,
+                             .epoch = m->epoch,
+                             .loss = m->loss,
+                             .first_loss = m->first_loss,
+                             .queued = m->queued};
+    const size_t bytes = header_.body_bytes;
+    std::span<char> place;
+    auto it = pulls_.find(header_.tag);
+    if (it != pulls_.end()) {
+      absl::StatusOr<std::span<char>> placed = it->second.sink->Place(slice_, bytes);
+      if (placed.ok() && !placed->empty() && placed->size() != bytes) {
+        placed = absl::InternalError(absl::StrCat("a place of ", placed->size(),
+                                                  " bytes for a slice of ", bytes));
+      }
+      if (!placed.ok()) {
+        EndPull(header_.tag, placed.status(), /*cancel=*/true);
+      } else {
+        place = *placed;
+      }
+    }
+    // A slice of a pull that ended (or whose sink keeps no place) is read into the
+    // scratch body and, without a pull, dropped. While the body is read into the sink's
+    // place, the pull is not ended from outside (the sweep waits): its buffer is the
+    // caller's until Done.
+    reading_tag_ = place.empty() ? 0 : header_.tag;
+    if (place.empty()) {
+      body_.resize(bytes);
+      place = std::span<char>(body_.data(), bytes);
+    }
+    auto self = shared_from_this();
+    asio::async_read(*socket_, asio::buffer(place.data(), place.size()),
+                     [self, gen, place](const boost::system::error_code& ec, size_t) {
+                       if (gen != self->generation_) return;
+                       self->reading_tag_ = 0;
+                       if (ec) return self->LostOn(ec, "reading a slice");
+                       self->Arrived(place);
+                       self->ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+                     });
+  }
+
+  void Arrived(std::span<char> bytes) {
+    auto it = pulls_.find(header_.tag);
+    if (it == pulls_.end()) return;
+    const std::string_view piece(bytes.data(), bytes.size());
+    absl::Status st = it->second.sink->Arrived(slice_, net::Pieces(&piece, 1));
+    if (!st.ok()) EndPull(header_.tag, st, /*cancel=*/true);
+  }
+
+  void OnPullEnd(uint64_t gen) {
+    absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(header_.type, meta_);
+    if (!m.ok()) return Lost(m.status());
+    EndPull(header_.tag, FromWire(*m), /*cancel=*/false);
+    ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+  }
+
+  // Ends pull `tag` with `status`, telling the shard when it is still sending.
+  void EndPull(uint64_t tag, const absl::Status& status, bool cancel) {
+    auto it = pulls_.find(tag);
+    if (it == pulls_.end()) return;
+    std::shared_ptr<PullSink> sink = std::move(it->second.sink);
+    pulls_.erase(it);
+    if (cancel && state_ == State::kReady) {
+      OutFrame f;
+      if (net::AppendCancel(tag, &f.head).ok()) {
+        queue_.push_back(std::move(f));
+        Flush();
+      }
+    }
+    sink->Done(status);
+  }
+
+  // Writes what is queued, up to kMaxFramesPerWrite frames in one gather write.
+  void Flush() {
+    if (writing_ || queue_.empty() || state_ != State::kReady) return;
+    auto batch = std::make_shared<std::vector<OutFrame>>();
+    std::vector<asio::const_buffer> buffers;
+    while (!queue_.empty() && batch->size() < kMaxFramesPerWrite) {
+      batch->push_back(std::move(queue_.front()));
+      queue_.pop_front();
+    }
+    for (const OutFrame& f : *batch) {
+      buffers.emplace_back(f.head.data(), f.head.size());
+      if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
+    }
+    writing_ = true;
+    const uint64_t gen = generation_;
+    auto self = shared_from_this();
+    asio::async_write(*socket_, buffers,
+                      [self, gen, batch](const boost::system::error_code& ec, size_t) {
+                        if (gen != self->generation_) return;
+                        self->writing_ = false;
+                        if (ec) return self->LostOn(ec, "writing");
+                        self->Flush();
+                      });
+  }
+
+  void LostOn(const boost::system::error_code& ec, std::string_view doing) {
+    Lost(absl::UnavailableError(
+        absl::StrCat("the data connection to ", Name(), " was lost ", core::AsAbsl(doing), ": ",
+                     ec.message())));
+  }
+
+  // Closes the connection and fails everything in flight with `status`; the next call
+  // connects again.
+  void Lost(const absl::Status& status) {
+    // Closing the socket ends its reads on this thread: no byte lands in a sink's place
+    // after the Done below.
+    ++generation_;  // every handler of the old connection returns at once
+    reading_tag_ = 0;
+    if (socket_ != nullptr) {
+      boost::system::error_code ignored;
+      socket_->close(ignored);
+    }
+    connect_timer_.reset();
+    state_ = State::kIdle;
+    writing_ = false;
+    limits_ = {};
+    queue_.clear();
+    FailAll(status);
+  }
+
+  void FailAll(const absl::Status& status) {
+    auto pushes = std::move(pushes_);
+    auto pulls = std::move(pulls_);
+    pushes_.clear();
+    pulls_.clear();
+    queue_.clear();
+    for (auto& [tag, p] : pushes) {
+      p.batch->tags[p.index] = 0;
+      p.batch->done(p.index, status);
+    }
+    for (auto& [tag, p] : pulls) p.sink->Done(status);
+  }
+
+  // Every 100 ms while something waits: what passed its deadline fails.
+  void ScheduleSweep() {
+    sweep_timer_ = std::make_unique<asio::steady_timer>(io_, kSweepPeriod);
+    auto self = shared_from_this();
+    sweep_timer_->async_wait([self](const boost::system::error_code& ec) {
+      if (ec) return;
+      const RpcClock::time_point now = RpcClock::now();
+      std::vector<uint64_t> late_pushes, late_pulls;
+      for (const auto& [tag, p] : self->pushes_) {
+        if (p.deadline <= now) late_pushes.push_back(tag);
+      }
+      for (const auto& [tag, p] : self->pulls_) {
+        if (p.deadline <= now && tag != self->reading_tag_) late_pulls.push_back(tag);
+      }
+      const absl::Status late = absl::DeadlineExceededError(
+          absl::StrCat("deadline passed waiting for ", self->Name()));
+      for (uint64_t tag : late_pushes) {
+        auto it = self->pushes_.find(tag);
+        PendingPush p = std::move(it->second);
+        self->pushes_.erase(it);
+        p.batch->tags[p.index] = 0;
+        p.batch->done(p.index, late);
+      }
+      for (uint64_t tag : late_pulls) self->EndPull(tag, late, /*cancel=*/true);
+      self->sweeping_ = !self->pushes_.empty() || !self->pulls_.empty();
+      if (self->sweeping_) self->ScheduleSweep();
+    });
+  }
+
+  asio::io_context& io_;
+  const TcpChannelOptions options_;
+  const std::string server_;  // "shard-N", as the proofs name it
+  std::atomic<uint64_t> next_tag_{0};
+
+  mutable absl::Mutex mu_;
+  Route route_ ABSL_GUARDED_BY(mu_);
+
+  // The I/O thread's.
+  State state_ = State::kIdle;
+  uint64_t generation_ = 0;  // bumped by every connect and every loss
+  std::unique_ptr<tcp::socket> socket_;
+  std::unique_ptr<asio::steady_timer> connect_timer_;
+  std::unique_ptr<asio::steady_timer> sweep_timer_;
+  bool sweeping_ = false;
+  DataRoute admitted_route_;  // the route the connection was opened under
+  std::string client_nonce_;
+  net::FrameLimits limits_;
+  std::array<char, net::kFrameHeaderBytes> header_bytes_{};
+  net::FrameHeader header_;
+  std::string meta_;
+  net::PullHeader slice_;
+  std::string body_;         // a slice with no place of its own
+  uint64_t reading_tag_ = 0;  // the pull whose slice is being read into its place
+  std::deque<OutFrame> queue_;
+  bool writing_ = false;
+  absl::flat_hash_map<uint64_t, PendingPush> pushes_;
+  absl::flat_hash_map<uint64_t, PendingPull> pulls_;
+};
+
+class TcpPush final : public DataChannel::PushCall {
+ public:
+  TcpPush(std::shared_ptr<Connection> conn, asio::io_context& io,
+          std::vector<const OutgoingPush*> pushes, RpcClock::time_point deadline)
+      : conn_(std::move(conn)),
+        io_(io),
+        epoch_(conn_->epoch()),
+        pushes_(std::move(pushes)),
+        deadline_(deadline),
+        batch_(std::make_shared<PushBatch>()) {}
+
+  uint64_t epoch() const override { return epoch_; }
+
+  void Start(std::function<void(size_t, absl::Status)> done) override {
+    // The frames are made here, on the caller's thread: the pushes are only borrowed
+    // until their answers, and the I/O thread keeps just their shared payloads.
+    std::vector<OutFrame> frames(pushes_.size());
+    std::vector<absl::Status> refused(pushes_.size());
+    batch_->done = std::move(done);
+    batch_->tags.resize(pushes_.size());
+    for (size_t i = 0; i < pushes_.size(); ++i) {
+      const OutgoingPush& p = *pushes_[i];
+      batch_->tags[i] = conn_->NextTag();
+      refused[i] = net::AppendPush(batch_->tags[i],
+                                   net::PushMeta{.layout_hash = p.layout_hash,
+                                                 .round = p.round,
+                                                 .slice_id = p.slice_id,
+                                                 .loss = p.loss,
+                                                 .codec = p.codec},
+                                   p.payload_size(), &frames[i].head);
+      frames[i].body = p.payload;
+    }
+    bool start;
+    {
+      absl::MutexLock lock(&mu_);
+      start = started_ = !cancelled_;
+    }
+    if (!start) {
+      for (size_t i = 0; i < pushes_.size(); ++i) {
+        batch_->done(i, absl::CancelledError("push cancelled"));
+      }
+      return;
+    }
+    asio::post(io_, [conn = conn_, batch = batch_, frames = std::move(frames),
+                     refused = std::move(refused), deadline = deadline_]() mutable {
+      conn->StartPushes(std::move(batch), std::move(frames), std::move(refused), deadline);
+    });
+  }
+
+  void Cancel() override {
+    {
+      absl::MutexLock lock(&mu_);
+      cancelled_ = true;
+      if (!started_) return;  // Start answers CANCELLED
+    }
+    asio::post(io_, [conn = conn_, batch = batch_] { conn->CancelPushes(batch); });
+  }
+
+ private:
+  const std::shared_ptr<Connection> conn_;
+  asio::io_context& io_;
+  const uint64_t epoch_;
+  const std::vector<const OutgoingPush*> pushes_;
+  const RpcClock::time_point deadline_;
+  const std::shared_ptr<PushBatch> batch_;
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+class TcpChannel final : public DataChannel {
+ public:
+  TcpChannel(std::shared_ptr<IoThread> io, TcpChannelOptions options)
+      : io_(std::move(io)),
+        options_(options),
+        conn_(std::make_shared<Connection>(io_->io(), std::move(options))) {}
+  ~TcpChannel() override {
+    asio::post(io_->io(), [conn = conn_] { conn->Close(); });
+  }
+
+  absl::Status SetRoute(const DataRoute& route) override {
+    Connection::Route r{.data = route};
+    if (route.data_port == 0) {
+      r.why_none = absl::FailedPreconditionError(absl::StrCat(
+          ShardName(options_.shard, options_.address),
+          " runs no TCP data plane (its Join answer named no data port)"));
+    } else {
+      absl::StatusOr<net::HostPort> control = net::SplitHostPort(options_.address, "shard address");
+      const std::string host =
+          !route.data_host.empty() ? route.data_host : (control.ok() ? control->host : "");
+      absl::StatusOr<asio::ip::address> ip = net::ResolveHost(host, "the shard's data host");
+      if (ip.ok()) {
+        r.endpoint = tcp::endpoint(*ip, static_cast<uint16_t>(route.data_port));
+      } else {
+        r.why_none = ip.status();
+      }
+    }
+    absl::Status status = r.why_none;
+    conn_->SetRoute(std::move(r));
+    return status;
+  }
+
+  std::unique_ptr<PushCall> NewPush(std::vector<const OutgoingPush*> pushes,
+                                    RpcClock::time_point deadline) override {
+    return std::make_unique<TcpPush>(conn_, io_->io(), std::move(pushes), deadline);
+  }
+
+  uint64_t Pull(PullAsk ask, RpcClock::time_point deadline,
+                std::shared_ptr<PullSink> sink) override {
+    const uint64_t epoch = conn_->epoch();
+    const uint64_t tag = conn_->NextTag();
+    OutFrame frame;
+    absl::Status st = net::AppendPull(tag,
+                                      net::PullMeta{.layout_hash = ask.layout_hash,
+                                                    .min_version = ask.min_version,
+                                                    .held_epoch = ask.held_epoch,
+                                                    .count = static_cast<uint32_t>(
+                                                        ask.slice_ids.size()),
+                                                    .held = !ask.held_versions.empty()},
+                                      ask.slice_ids, ask.held_versions, &frame.head);
+    if (!st.ok()) {
+      sink->Done(st);
+      return epoch;
+    }
+    asio::post(io_->io(), [conn = conn_, tag, frame = std::move(frame), sink = std::move(sink),
+                           deadline]() mutable {
+      conn->StartPull(tag, std::move(frame), std::move(sink), deadline);
+    });
+    return epoch;
+  }
+
+ private:
+  const std::shared_ptr<IoThread> io_;
+  const TcpChannelOptions options_;
+  const std::shared_ptr<Connection> conn_;
+};
+
+}  // namespace
+
+std::unique_ptr<DataChannel> MakeTcpChannel(std::shared_ptr<IoThread> io,
+                                            TcpChannelOptions options) {
+  return std::make_unique<TcpChannel>(std::move(io), std::move(options));
+}
+
+}  // namespace ps::internal::tcp_plane

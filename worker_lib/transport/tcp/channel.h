@@ -1,0 +1,46 @@
+// The worker's end of the native TCP data plane (docs/data-plane.md, section 3): one
+// connection per shard, opened on first use, bound to the shard's data session by the
+// handshake of net/data_frame.h (the shard proves itself first; the worker's proof is
+// keyed by core::DataKey over its token and the session's secret), then pushes and
+// pulls as length-prefixed frames both ways: several queued frames leave in one gather
+// write, each push's payload straight from its shared buffer; a pulled slice's dense
+// values are read straight into the place its PullSink names (the caller's buffer).
+// Answers come by tag in any order.
+//
+// A lost connection fails every push and pull in flight UNAVAILABLE (the push pipeline
+// retries, the pull streams ask again) and the next call opens a new one; a GOAWAY fails
+// them with the shard's status, its refusal kind rebuilt from the name on the wire
+// (unknown_session after a re-join: the retry policy joins again).
+//
+// Thread safety and lifetimes as DataChannel. All socket work runs on one IoThread,
+// shared by the channels to every shard; Asio's types stay in channel.cc.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "worker_lib/transport/data_channel.h"
+
+namespace ps::internal::tcp_plane {
+
+// One thread running the sockets of every TCP channel of a worker.
+class IoThread;
+std::shared_ptr<IoThread> StartIoThread();
+
+struct TcpChannelOptions {
+  uint32_t worker_id = 0;
+  uint32_t shard = 0;   // the shard's index: its proofs name "shard-<index>"
+  std::string address;  // the shard's control address, "host:port": names, and the host
+                        // of a route that names none
+  // The worker's token ("" without one: mTLS only or --insecure, where the connection's
+  // key is the session's secret itself).
+  std::string token;
+  std::chrono::milliseconds connect_timeout{10000};
+};
+
+std::unique_ptr<DataChannel> MakeTcpChannel(std::shared_ptr<IoThread> io,
+                                            TcpChannelOptions options);
+
+}  // namespace ps::internal::tcp_plane
