@@ -207,14 +207,22 @@ class Connection final : public std::enable_shared_from_this<Connection> {
                          .worker_id = options_.worker_id};
     std::copy(nonce->begin(), nonce->end(), hello.client_nonce.begin());
     client_nonce_ = *nonce;
-    auto frame = std::make_shared<std::string>();
-    if (absl::Status st = net::AppendHello(hello, frame.get()); !st.ok()) return Lost(st);
+    std::string frame;
+    if (absl::Status st = net::AppendHello(hello, &frame); !st.ok()) return Lost(st);
+    Handshake(gen, std::move(frame), "sending its HELLO",
+              net::ConnectionState::kWorkerAwaitsChallenge);
+  }
+
+  // Writes a handshake frame, then reads the shard's next one in `next`.
+  void Handshake(uint64_t gen, std::string bytes, std::string_view doing,
+                 net::ConnectionState next) {
+    auto frame = std::make_shared<const std::string>(std::move(bytes));
     auto self = shared_from_this();
     asio::async_write(*socket_, asio::buffer(*frame),
-                      [self, gen, frame](const boost::system::error_code& ec, size_t) {
+                      [self, gen, frame, doing, next](const boost::system::error_code& ec, size_t) {
                         if (gen != self->generation_) return;
-                        if (ec) return self->LostOn(ec, "sending its HELLO");
-                        self->ReadFrame(gen, net::ConnectionState::kWorkerAwaitsChallenge);
+                        if (ec) return self->LostOn(ec, doing);
+                        self->ReadFrame(gen, next);
                       });
   }
 
@@ -294,15 +302,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     const std::string mine = core::DataClientProof(key, server_, admitted_route_.data_session,
                                                    client_nonce_, server_nonce);
     std::copy(mine.begin(), mine.end(), proof.proof.begin());
-    auto frame = std::make_shared<std::string>();
-    if (absl::Status st = net::AppendProof(proof, frame.get()); !st.ok()) return Lost(st);
-    auto self = shared_from_this();
-    asio::async_write(*socket_, asio::buffer(*frame),
-                      [self, gen, frame](const boost::system::error_code& ec, size_t) {
-                        if (gen != self->generation_) return;
-                        if (ec) return self->LostOn(ec, "sending its PROOF");
-                        self->ReadFrame(gen, net::ConnectionState::kWorkerAwaitsAdmit);
-                      });
+    std::string frame;
+    if (absl::Status st = net::AppendProof(proof, &frame); !st.ok()) return Lost(st);
+    Handshake(gen, std::move(frame), "sending its PROOF", net::ConnectionState::kWorkerAwaitsAdmit);
   }
 
   void OnAdmit(uint64_t gen) {
