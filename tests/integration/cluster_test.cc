@@ -13,6 +13,7 @@
 #include "aggregators/aggregator.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
+#include "core/data_plane.h"
 #include "core/device.h"
 #include "worker_lib/worker.h"
 
@@ -102,12 +103,15 @@ std::vector<std::vector<float>> Train(const testing::Cluster& c, const core::Mod
   return params[0];
 }
 
-class MultiShardTest : public ::testing::TestWithParam<uint32_t> {};
+// Shard count and data plane: workers leave WorkerOptions::data_plane unset and follow
+// the plane the shards' Join answers name.
+class MultiShardTest : public ::testing::TestWithParam<std::tuple<uint32_t, core::DataPlane>> {};
 
 TEST_P(MultiShardTest, RoundsEqualAReferenceComputedHere) {
-  const uint32_t shards = GetParam();
+  const auto [shards, plane] = GetParam();
   const uint32_t n = 4;
   server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.data_plane = plane;
   o.learning_rate = 0.5f;
   o.momentum = 0.9f;
   o.weight_decay = 0.01f;
@@ -140,19 +144,25 @@ TEST_P(MultiShardTest, RoundsEqualAReferenceComputedHere) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shards, MultiShardTest, ::testing::Values(1u, 2u, 3u));
+INSTANTIATE_TEST_SUITE_P(Shards, MultiShardTest,
+                         ::testing::Combine(::testing::Values(1u, 2u, 3u), testing::DataPlanes()),
+                         [](const auto& info) {
+                           return std::to_string(std::get<0>(info.param)) + "shards_" +
+                                  testing::PlaneName(std::get<1>(info.param));
+                         });
 
 // Model scope over real gRPC shards: distance-based rules on the whole gradient, the
 // shards exchanging Gram shares over PeerService. The workers' gradients differ by a
 // phase, so per slice the rules would pick differently; the result after a few SGD
 // rounds must match the rule applied here to the concatenated gradients.
 class ModelScopeClusterTest
-    : public ::testing::TestWithParam<std::tuple<std::string, uint32_t>> {};
+    : public ::testing::TestWithParam<std::tuple<std::string, uint32_t, core::DataPlane>> {};
 
 TEST_P(ModelScopeClusterTest, ShardedRoundsMatchTheRuleOnWholeGradients) {
-  const auto& [rule, shards] = GetParam();
+  const auto& [rule, shards, plane] = GetParam();
   const uint32_t n = 5;
   server::ServerOptions o = BaseOptions(n, 1, rule);
+  o.data_plane = plane;
   o.quorum = n;  // Krum's bound is n >= 2f + 3 = 5: every worker, every round
   o.learning_rate = 0.5f;
   o.momentum = 0.0f;
@@ -206,21 +216,24 @@ INSTANTIATE_TEST_SUITE_P(
     Rules, ModelScopeClusterTest,
     ::testing::Combine(::testing::Values("krum", "multi_krum", "geometric_median",
                                          "centered_clipping(tau=0.5)"),
-                       ::testing::Values(1u, 2u, 3u)),
+                       ::testing::Values(1u, 2u, 3u), testing::DataPlanes()),
     [](const auto& info) {
       std::string name = std::get<0>(info.param);
       name = name.substr(0, name.find('('));
-      return name + "_" + std::to_string(std::get<1>(info.param)) + "shards";
+      return name + "_" + std::to_string(std::get<1>(info.param)) + "shards_" +
+             testing::PlaneName(std::get<2>(info.param));
     });
 
 // n = 9 workers, f = 2 Byzantine pushing a huge negative gradient, aggregate-only so
 // the published value is the aggregate itself.
-class ByzantineTest : public ::testing::TestWithParam<std::string> {};
+class ByzantineTest
+    : public ::testing::TestWithParam<std::tuple<std::string, core::DataPlane>> {};
 
 TEST_P(ByzantineTest, RobustRuleStaysInHonestRangeWhileMeanIsDragged) {
-  const std::string rule = GetParam();
+  const auto& [rule, plane] = GetParam();
   const uint32_t n = 9, f = 2;  // quorum n - f = 7 >= 2f + 3 for Krum
   server::ServerOptions o = BaseOptions(n, f, rule);
+  o.data_plane = plane;
   o.aggregate_only = true;
   testing::Cluster c = testing::StartCluster(2, o);
   ASSERT_EQ(c.num_shards(), 2u);
@@ -256,8 +269,13 @@ TEST_P(ByzantineTest, RobustRuleStaysInHonestRangeWhileMeanIsDragged) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Rules, ByzantineTest,
-                         ::testing::Values("mean", "median", "trimmed_mean", "krum", "multi_krum"));
+INSTANTIATE_TEST_SUITE_P(
+    Rules, ByzantineTest,
+    ::testing::Combine(::testing::Values("mean", "median", "trimmed_mean", "krum", "multi_krum"),
+                       testing::DataPlanes()),
+    [](const auto& info) {
+      return std::get<0>(info.param) + "_" + testing::PlaneName(std::get<1>(info.param));
+    });
 
 // Local-update training (AdaComm): the losses the workers report with their pushes come
 // back with the next version as medians, which the two liars of five cannot move out of
@@ -303,9 +321,15 @@ TEST(ClusterTest, ShardsPublishTheMedianOfTheReportedLosses) {
 
 // Each tensor pushed with its own codec; the shards decode each push by the codec it
 // names. The reference applies the same codecs' round trip to the gradients.
-TEST(ClusterTest, TensorsPushWithTheirOwnCodecs) {
+class PlaneTest : public ::testing::TestWithParam<core::DataPlane> {};
+
+INSTANTIATE_TEST_SUITE_P(Planes, PlaneTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(PlaneTest, TensorsPushWithTheirOwnCodecs) {
   const uint32_t n = 3;
   server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.data_plane = GetParam();
   o.learning_rate = 0.5f;
   o.momentum = 0;
   o.weight_decay = 0;
@@ -411,8 +435,9 @@ TEST(ClusterTest, WorkerIdOutsideTheClusterIsRefused) {
   EXPECT_THAT(w.status().message(), HasSubstr("worker id 5 is out of range"));
 }
 
-TEST(ClusterTest, RoundClosesAtDeadlineWithQuorumAndStragglerIsLate) {
+TEST_P(PlaneTest, RoundClosesAtDeadlineWithQuorumAndStragglerIsLate) {
   server::ServerOptions o = BaseOptions(3, 1, "mean");
+  o.data_plane = GetParam();
   o.round_deadline = milliseconds(300);
   o.aggregate_only = true;
   testing::Cluster c = testing::StartCluster(1, o);
@@ -436,7 +461,7 @@ TEST(ClusterTest, RoundClosesAtDeadlineWithQuorumAndStragglerIsLate) {
   EXPECT_EQ(late.code(), absl::StatusCode::kOutOfRange);
   EXPECT_THAT(late.message(), HasSubstr("late push"));
   EXPECT_THAT(late.message(), HasSubstr("tensor 'w'"));
-  // The shard's kind crossed gRPC and the worker's context: callers branch on it.
+  // The shard's kind crossed the data plane and the worker's context: callers branch on it.
   const std::optional<PushFailure> failure = PushFailureOf(late);
   ASSERT_TRUE(failure.has_value()) << late;
   EXPECT_EQ(failure->reason, "late");
@@ -444,8 +469,10 @@ TEST(ClusterTest, RoundClosesAtDeadlineWithQuorumAndStragglerIsLate) {
   EXPECT_EQ(failure->round, 0u);
 }
 
-TEST(ClusterTest, PullTimesOutWhenTheVersionNeverComes) {
-  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+TEST_P(PlaneTest, PullTimesOutWhenTheVersionNeverComes) {
+  server::ServerOptions o = BaseOptions(2, 0, "mean");
+  o.data_plane = GetParam();
+  testing::Cluster c = testing::StartCluster(1, o);
   const core::ModelLayout layout = Layout(1);
   auto init = Initial(layout);
   auto w = Worker::Start(ClientOptions(c, 0), layout, Spans(init));
@@ -505,9 +532,15 @@ namespace {
 // whichever way its values came: as changes applied version after version, densely
 // after it missed versions, or densely after it restarted with nothing held. And the
 // changes do go out compressed.
-TEST(ClusterTest, CompressedPullsGiveEveryWorkerTheSameBits) {
+class CompressedPullTest : public ::testing::TestWithParam<core::DataPlane> {};
+
+INSTANTIATE_TEST_SUITE_P(Planes, CompressedPullTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(CompressedPullTest, CompressedPullsGiveEveryWorkerTheSameBits) {
   const uint32_t n = 2;
   server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.data_plane = GetParam();
   o.learning_rate = 0.1f;
   o.pull_codec = "3lc(s=1.9)";
   testing::Cluster c = testing::StartCluster(2, o);

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/data_plane.h"
 #include "server/local_cluster.h"
 #include "server/server.h"
 #include "worker_lib/worker.h"
@@ -52,5 +53,15 @@ inline WorkerOptions ClientOptions(const Cluster& c, uint32_t id) {
   o.connect_timeout = std::chrono::milliseconds(20000);
   return o;
 }
+
+// The data planes a test runs over (docs/data-plane.md), for INSTANTIATE_TEST_SUITE_P;
+// workers leave WorkerOptions::data_plane unset and follow the plane their Join answers
+// name, so a test sets only ServerOptions::data_plane.
+inline auto DataPlanes() {
+  return ::testing::Values(core::DataPlane::kGrpc, core::DataPlane::kTcp);
+}
+
+// The test-name suffix of a plane ("grpc", "tcp").
+inline std::string PlaneName(core::DataPlane plane) { return std::string(core::DataPlaneName(plane)); }
 
 }  // namespace ps::testing

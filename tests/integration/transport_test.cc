@@ -48,9 +48,10 @@ std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>&
 // Where the urgent tensor's slice lands in the shard's publish order when one worker
 // pushes 8 slices of a late layer and then the first layer's slice, over a link of
 // 20 Mbit/s (26 ms per slice) with one push in flight.
-size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
+size_t UrgentPosition(server::Schedule schedule, bool priority_order, core::DataPlane plane) {
   server::ServerOptions so = Options(1);
   so.schedule = schedule;
+  so.data_plane = plane;
   testing::Cluster c = testing::StartCluster(1, so);
   if (c.num_shards() == 0) return 0;
   auto layout = core::ModelLayout::Create({{"conv1", 16384, 0}, {"fc", 8 * 16384, 1}}, 16384, 1);
@@ -88,18 +89,32 @@ size_t UrgentPosition(server::Schedule schedule, bool priority_order) {
                              published.begin());
 }
 
-TEST(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
+// On either data plane (the TCP one shaped through a relay of its own).
+class P3Test : public ::testing::TestWithParam<core::DataPlane> {};
+
+INSTANTIATE_TEST_SUITE_P(Planes, P3Test, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(P3Test, AnUrgentSliceOvertakesQueuedOnesAndFifoDoesNot) {
   // With priorities it goes right after the slice already on the wire (1), at worst
   // one later if the queue got a second slice out before it was pushed.
-  EXPECT_LE(UrgentPosition(server::Schedule::kPriority, true), 2u);
-  EXPECT_EQ(UrgentPosition(server::Schedule::kFifo, false), 8u);
+  EXPECT_LE(UrgentPosition(server::Schedule::kPriority, true, GetParam()), 2u);
+  EXPECT_EQ(UrgentPosition(server::Schedule::kFifo, false, GetParam()), 8u);
 }
+
+// The link's cost as the worker measures it, on either data plane.
+class LinkCostTest : public ::testing::TestWithParam<core::DataPlane> {};
+
+INSTANTIATE_TEST_SUITE_P(Planes, LinkCostTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
 
 // The worker's measured push cost (WorkerStats::push_links) over a link shaped to
 // 40 Mbit/s (5 MB/s, 2e-7 s per byte): pushes of 256 KiB and of 1 MiB in separate busy
 // periods give the slope.
-TEST(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
-  testing::Cluster c = testing::StartCluster(1, Options(1));
+TEST_P(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
+  server::ServerOptions so = Options(1);
+  so.data_plane = GetParam();
+  testing::Cluster c = testing::StartCluster(1, so);
   ASSERT_EQ(c.num_shards(), 1u);
   auto layout = core::ModelLayout::Create({{"small", 65536, 0}, {"large", 262144, 1}}, 262144, 1);
   ASSERT_TRUE(layout.ok());
@@ -136,8 +151,10 @@ TEST(LinkCostTest, PushesOverAShapedLinkMeasureItsRate) {
 // is shaped to 40 Mbit/s (2e-7 s per byte) and its uplink ten times faster: each pull's
 // 16 slices of 64 KiB were all ready, so the shard wrote all but the first back to
 // back and the run of the other 15 is one transfer.
-TEST(LinkCostTest, PullsOverAShapedDownlinkMeasureItsRate) {
-  testing::Cluster c = testing::StartCluster(1, Options(1));
+TEST_P(LinkCostTest, PullsOverAShapedDownlinkMeasureItsRate) {
+  server::ServerOptions so = Options(1);
+  so.data_plane = GetParam();
+  testing::Cluster c = testing::StartCluster(1, so);
   ASSERT_EQ(c.num_shards(), 1u);
   auto layout = core::ModelLayout::Create({{"w", 16 * 16384, 0}}, 16384, 1);
   ASSERT_TRUE(layout.ok());
@@ -222,7 +239,7 @@ uint64_t CatPushBytes(const std::string& shaping) {
 // CAT closes the loop: the same gradient keeps fewer coordinates over a 20 Mbit/s link
 // than over loopback, because the fixed cost of a push (alpha and the round's idle
 // time) buys fewer bytes where each byte costs more.
-TEST(LinkCostTest, CatKeepsFewerCoordinatesOnASlowerLink) {
+TEST(CatTest, CatKeepsFewerCoordinatesOnASlowerLink) {
   const uint64_t slow = CatPushBytes("rate=20mbps");
   const uint64_t fast = CatPushBytes("");
   RecordProperty("slow_link_bytes", std::to_string(slow));
@@ -288,8 +305,10 @@ TEST(EspressoTest, APlanOverASlowLinkCompressesTheLargeTensor) {
   EXPECT_LT(last_round_bytes, 65536u * 4 / 2 + 64 * 4) << "the plan's codec pushed the last round";
 }
 
-TEST(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
-  testing::Cluster c = testing::StartCluster(1, Options(1));
+TEST_P(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
+  server::ServerOptions so = Options(1);
+  so.data_plane = GetParam();
+  testing::Cluster c = testing::StartCluster(1, so);
   ASSERT_EQ(c.num_shards(), 1u);
   auto layout = core::ModelLayout::Create({{"a", 300, 0}, {"b", 500, 1}}, 128, 1);
   ASSERT_TRUE(layout.ok());

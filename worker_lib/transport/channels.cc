@@ -119,7 +119,8 @@ absl::StatusOr<std::vector<ShardLink>> ConnectShards(const WorkerOptions& option
                    .shard = i,
                    .address = options.shard_addresses[i],
                    .token = options.credentials.token,
-                   .connect_timeout = options.connect_timeout}]()
+                   .connect_timeout = options.connect_timeout,
+                   .shaping = options.shaping}]()
                   -> absl::StatusOr<std::unique_ptr<DataChannel>> {
                 if (tls) {
                   return absl::UnimplementedError(absl::StrCat(

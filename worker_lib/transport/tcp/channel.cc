@@ -622,6 +622,12 @@ class TcpChannel final : public DataChannel {
       absl::StatusOr<asio::ip::address> ip = net::ResolveHost(host, "the shard's data host");
       if (ip.ok()) {
         r.endpoint = tcp::endpoint(*ip, static_cast<uint16_t>(route.data_port));
+        absl::StatusOr<tcp::endpoint> shaped = Shaped(*r.endpoint);
+        if (shaped.ok()) {
+          r.endpoint = *shaped;
+        } else {
+          r.why_none = shaped.status();
+        }
       } else {
         r.why_none = ip.status();
       }
@@ -661,9 +667,39 @@ class TcpChannel final : public DataChannel {
   }
 
  private:
+  // Where the connection dials for the shard's data `endpoint`: the endpoint itself, or
+  // with shaping the local end of a relay to it (kept while the endpoint stays the same;
+  // a new one replaces it, which ends a connection through the old one).
+  absl::StatusOr<tcp::endpoint> Shaped(const tcp::endpoint& endpoint) {
+    if (!options_.shaping.enabled()) return endpoint;
+    absl::MutexLock lock(&relay_mu_);
+    if (relay_ == nullptr || relay_upstream_ != endpoint) {
+      const std::string upstream =
+          endpoint.address().is_v6()
+              ? absl::StrCat("[", endpoint.address().to_string(), "]:", endpoint.port())
+              : absl::StrCat(endpoint.address().to_string(), ":", endpoint.port());
+      absl::StatusOr<std::unique_ptr<net::ShapingRelay>> relay =
+          net::ShapingRelay::Start(upstream, options_.shaping);
+      if (!relay.ok()) {
+        return absl::Status(relay.status().code(),
+                            absl::StrCat("shaping the data link to ",
+                                         ShardName(options_.shard, options_.address), ": ",
+                                         relay.status().message()));
+      }
+      relay_ = *std::move(relay);
+      relay_upstream_ = endpoint;
+    }
+    absl::StatusOr<net::HostPort> local = net::SplitHostPort(relay_->address(), "relay address");
+    if (!local.ok()) return local.status();
+    return tcp::endpoint(asio::ip::make_address(local->host), local->port);
+  }
+
   const std::shared_ptr<IoThread> io_;
   const TcpChannelOptions options_;
   const std::shared_ptr<Connection> conn_;
+  absl::Mutex relay_mu_;
+  std::unique_ptr<net::ShapingRelay> relay_ ABSL_GUARDED_BY(relay_mu_);
+  tcp::endpoint relay_upstream_ ABSL_GUARDED_BY(relay_mu_);
 };
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "net/shaper.h"
 #include "worker_lib/transport/data_channel.h"
 
 namespace ps::internal::tcp_plane {
@@ -38,6 +39,10 @@ struct TcpChannelOptions {
   // key is the session's secret itself).
   std::string token;
   std::chrono::milliseconds connect_timeout{10000};
+  // WorkerOptions::shaping: when enabled, the connection goes through a net::ShapingRelay
+  // of its own to the data endpoint (the control channel has another; each is shaped
+  // to the whole rate, and the data connection carries nearly all of the bytes).
+  net::LinkShaping shaping;
 };
 
 std::unique_ptr<DataChannel> MakeTcpChannel(std::shared_ptr<IoThread> io,
