@@ -18,6 +18,10 @@
 // one after another between the baseline's two runs, --repeats times, forward and then
 // backward, and each rule's fastest repetition counts, as the baseline's faster run does.
 //
+// Several --data-plane values measure the same cells on each plane (docs/data-plane.md),
+// interleaved like the rules: each row then says its plane, vs_mean compares with mean on
+// the same plane, and vs_grpc with the same rule over gRPC.
+//
 // `--soak` runs one configuration for --seconds and reports the resident memory of the
 // process (servers and workers together) at start, every --soak-interval seconds and
 // at the end, as JSON rows.
@@ -53,6 +57,7 @@
 #include "aggregators/aggregator.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
+#include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
 #include "server/local_cluster.h"
@@ -86,6 +91,8 @@ struct E2eFlags {
   int byzantine = -1;
   std::string aggregation_scope = "model";  // ServerOptions::aggregation_scope
   int repeats = 1;  // cluster runs per rule and cell; the fastest counts
+  // The shards' data planes (ServerOptions::data_plane), each measured on every cell.
+  std::vector<std::string> data_planes = {"grpc"};
   bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
   bool soak = false;
   double soak_interval = 60;
@@ -360,7 +367,7 @@ struct Cluster {
 
 absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
                                      const std::string& codec, const Rule& rule,
-                                     const core::ModelLayout& layout,
+                                     core::DataPlane plane, const core::ModelLayout& layout,
                                      std::span<const std::span<const float>> init) {
   Cluster c;
   server::ServerOptions so;
@@ -380,6 +387,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   // against a stalled worker, not part of the measurement.
   so.round_deadline = std::chrono::milliseconds(60000);
   so.pull_codec = f.pull_codec;
+  so.data_plane = plane;
   WorkerOptions wo;
   if (f.shards_at.empty()) {
     PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
@@ -389,6 +397,8 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   }
   wo.push.codec = codec;
   if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
+  // Running shards (--shards-at) pick the plane; the workers follow their Join answers.
+  if (f.shards_at.empty()) wo.data_plane = plane;
   wo.rpc_timeout = std::chrono::milliseconds(120000);
   for (int w = 0; w < workers; ++w) {
     wo.worker_id = uint32_t(w);
@@ -554,14 +564,15 @@ absl::StatusOr<std::vector<int>> ParseInts(const std::vector<std::string>& texts
 
 int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& worker_counts,
                   const std::vector<int>& shard_counts, const std::vector<std::string>& codecs,
-                  const std::vector<std::string>& specs) {
+                  const std::vector<std::string>& specs, const std::vector<core::DataPlane>& planes) {
   const std::vector<float> grad = MakeGradient(params);
   std::vector<char> source(params * 4);
   std::memcpy(source.data(), grad.data(), source.size());
   const std::vector<float> init_values(params, 0.01f);
   const std::vector<std::span<const float>> init = {init_values};
-  Table table({"workers", "shards", "codec", "aggregator", "f", "rounds", "goodput Gbit/s",
-               "vs mean", "raw TCP Gbit/s", "ratio", "1-copy/raw",
+  Table table({"workers", "shards", "codec", "aggregator", "f", "plane", "rounds",
+               "goodput Gbit/s", "vs mean", "vs grpc", "raw TCP Gbit/s", "ratio", "1-copy/raw",
+               "vs 1-copy",
                "pull s/round", "push s/round", "round p50 s", "round p99 s", "e2e GB/cpu-s",
                "raw GB/cpu-s", "RSS B/param"});
   std::vector<core::JsonObjectWriter> rows;
@@ -577,7 +588,12 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
     }
     const auto is_mean = [](const Rule& r) { return r.name == "mean"; };
     // rules->size() when there is none (--shards-at).
-    const size_t base_index = size_t(std::find_if(rules->begin(), rules->end(), is_mean) - rules->begin());
+    const size_t base_rule = size_t(std::find_if(rules->begin(), rules->end(), is_mean) - rules->begin());
+    // What each cell measures: every rule on every plane, variant v = plane * rules + rule.
+    const size_t variants = rules->size() * planes.size();
+    const auto rule_of = [&](size_t v) -> const Rule& { return (*rules)[v % rules->size()]; };
+    const auto plane_of = [&](size_t v) { return planes[v / rules->size()]; };
+    const auto variant = [&](size_t plane_index, size_t rule) { return plane_index * rules->size() + rule; };
     for (int shards : shard_counts) {
       absl::StatusOr<core::ModelLayout> layout = MakeLayout(params, f.slice_elems, uint32_t(shards));
       if (!layout.ok()) {
@@ -608,26 +624,27 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
           E2eResult e2e;
           uint64_t rss_kib = 0;
         };
-        std::vector<std::optional<Measured>> best(rules->size());
-        std::vector<bool> failed(rules->size(), false);
+        std::vector<std::optional<Measured>> best(variants);
+        std::vector<bool> failed(variants, false);
         for (int rep = 0; rep < f.repeats; ++rep) {
-          for (size_t k = 0; k < rules->size(); ++k) {
+          for (size_t k = 0; k < variants; ++k) {
             // Forward, then backward: a drift of the machine's speed over the repetitions
-            // favours no rule.
-            const size_t i = rep % 2 == 0 ? k : rules->size() - 1 - k;
+            // favours no rule and no plane.
+            const size_t i = rep % 2 == 0 ? k : variants - 1 - k;
             if (failed[i]) continue;
-            const Rule& rule = (*rules)[i];
+            const Rule& rule = rule_of(i);
             uint64_t rss_kib = 0;
             absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
-              PS_ASSIGN_OR_RETURN(Cluster c,
-                                  StartCluster(f, workers, uint32_t(shards), codec, rule, *layout, init));
+              PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, rule,
+                                                          plane_of(i), *layout, init));
               absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.warmup, f.rounds, f.seconds, grad, {});
               rss_kib = ReadMemory().rss_kib;
               c.Shutdown();
               return r;
             }();
             if (!e2e.ok()) {
-              std::fprintf(stderr, "ps-bench e2e: %s, %s: %s\n", cell.c_str(), RuleLabel(rule).c_str(),
+              std::fprintf(stderr, "ps-bench e2e: %s, %s over %s: %s\n", cell.c_str(),
+                           RuleLabel(rule).c_str(), std::string(core::DataPlaneName(plane_of(i))).c_str(),
                            std::string(e2e.status().message()).c_str());
               ++errors;
               failed[i] = true;
@@ -641,7 +658,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         // The baseline moves the baseline rule's rounds (they differ between rules only
         // with --seconds); its rate is per round, so it compares with every rule.
         const auto measured = [&](size_t i) { return i < best.size() && best[i].has_value(); };
-        size_t reference = base_index;
+        size_t reference = base_rule < rules->size() ? variant(0, base_rule) : variants;
         for (size_t i = 0; !measured(reference) && i < best.size(); ++i) reference = i;
         if (!measured(reference)) continue;  // every rule failed, each reported
         const int raw_rounds = f.seconds > 0 ? best[reference]->e2e.rounds : f.rounds;
@@ -673,23 +690,34 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
         const auto goodput_of = [&](const E2eResult& e2e) {
           return bytes_per_round * e2e.rounds * 8 / 1e9 / e2e.seconds;
         };
-        for (size_t i = 0; i < rules->size(); ++i) {
+        const size_t grpc_plane = size_t(
+            std::find(planes.begin(), planes.end(), core::DataPlane::kGrpc) - planes.begin());
+        for (size_t i = 0; i < variants; ++i) {
           if (!measured(i)) continue;
-          const Rule& rule = (*rules)[i];
+          const Rule& rule = rule_of(i);
+          const size_t plane_index = i / rules->size();
+          const std::string plane(core::DataPlaneName(plane_of(i)));
           const E2eResult& e2e = best[i]->e2e;
           const uint64_t rss_kib = best[i]->rss_kib;
           const double goodput = goodput_of(e2e);
           const double e2e_per_cpu = bytes_per_round * e2e.rounds / 1e9 / e2e.cpu_seconds;
-          // Goodput relative to mean's in this cell; none when mean failed.
-          const bool has_base = measured(base_index);
-          const double vs_mean = has_base ? goodput / goodput_of(best[base_index]->e2e) : 0;
+          // Goodput relative to mean's in this cell on the same plane; none when mean failed.
+          const size_t base = base_rule < rules->size() ? variant(plane_index, base_rule) : variants;
+          const bool has_base = measured(base);
+          const double vs_mean = has_base ? goodput / goodput_of(best[base]->e2e) : 0;
+          // Relative to the same rule over gRPC, when gRPC ran too and this is another plane.
+          const size_t over_grpc =
+              grpc_plane < planes.size() ? variant(grpc_plane, i % rules->size()) : variants;
+          const bool has_grpc = over_grpc != i && measured(over_grpc);
+          const double vs_grpc = has_grpc ? goodput / goodput_of(best[over_grpc]->e2e) : 0;
           const std::string shown =
               f.pull_codec.empty() ? codec : absl::StrCat(codec, " / pull ", f.pull_codec);
           table.AddRow({absl::StrCat(workers), absl::StrCat(shards), shown, RuleLabel(rule),
-                        rule.spec.empty() ? "-" : absl::StrCat(rule.byzantine), absl::StrCat(e2e.rounds),
-                        FormatG(goodput, 4), has_base ? FormatG(vs_mean, 3) : "-",
+                        rule.spec.empty() ? "-" : absl::StrCat(rule.byzantine), plane,
+                        absl::StrCat(e2e.rounds), FormatG(goodput, 4),
+                        has_base ? FormatG(vs_mean, 3) : "-", has_grpc ? FormatG(vs_grpc, 3) : "-",
                         FormatG(raw_gbps, 4), FormatG(goodput / raw_gbps, 3),
-                        FormatG(one_copy_gbps / raw_gbps, 3),
+                        FormatG(one_copy_gbps / raw_gbps, 3), FormatG(goodput / one_copy_gbps, 3),
                         FormatG(e2e.pull_seconds, 3), FormatG(e2e.push_seconds, 3),
                         FormatG(e2e.round_p50, 3), FormatG(e2e.round_p99, 3),
                         FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3),
@@ -704,6 +732,8 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
               .Add("ratio", goodput / raw_gbps)
               .Add("one_copy_tcp_gbps", one_copy_gbps)
               .Add("one_copy_ratio", one_copy_gbps / raw_gbps)
+              .Add("vs_one_copy", goodput / one_copy_gbps)
+              .Add("data_plane", plane)
               .Add("rounds", e2e.rounds)
               .Add("warmup_rounds", f.warmup)
               .Add("seconds", e2e.seconds)
@@ -725,6 +755,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
             row.Add("num_byzantine", rule.byzantine).Add("aggregation_scope", f.aggregation_scope);
           }
           if (has_base) row.Add("vs_mean", vs_mean);
+          if (has_grpc) row.Add("vs_grpc", vs_grpc);
           rows.push_back(std::move(row));
         }
       }
@@ -736,7 +767,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
 // ---- Soak -------------------------------------------------------------------------
 
 int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const std::string& codec,
-            const Rule& rule) {
+            const Rule& rule, core::DataPlane plane) {
   std::vector<core::JsonObjectWriter> rows;
   Table table({"phase", "elapsed s", "rounds", "VmRSS KiB", "VmHWM KiB", "heap in use KiB"});
   std::mutex mu;  // rows and table, from worker 0's thread and this one
@@ -763,6 +794,7 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
                        .Add("shards", shards)
                        .Add("model_params", params)
                        .Add("codec", codec)
+                       .Add("data_plane", core::DataPlaneName(plane))
                        .Add("aggregator", rule.spec));
   };
   sample("start", 0);
@@ -774,7 +806,8 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
     std::fprintf(stderr, "ps-bench e2e: layout: %s\n", std::string(layout.status().message()).c_str());
     return 2;
   }
-  absl::StatusOr<Cluster> c = StartCluster(f, workers, uint32_t(shards), codec, rule, *layout, init);
+  absl::StatusOr<Cluster> c =
+      StartCluster(f, workers, uint32_t(shards), codec, rule, plane, *layout, init);
   if (!c.ok()) {
     std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(c.status().message()).c_str());
     return 1;
@@ -830,9 +863,22 @@ int RunE2e(E2eFlags f) {
   for (const std::string& text : f.aggregators) {
     for (std::string& a : SplitList(text)) specs.push_back(std::move(a));
   }
-  if (*params == 0 || codecs.empty() || specs.empty() || workers->empty() || shards->empty()) {
+  std::vector<core::DataPlane> planes;
+  for (const std::string& text : f.data_planes) {
+    for (const std::string& item : SplitList(text)) {
+      absl::StatusOr<core::DataPlane> plane = core::ParseDataPlane(item);
+      if (!plane.ok()) {
+        std::fprintf(stderr, "ps-bench e2e: --data-plane: %s\n", std::string(plane.status().message()).c_str());
+        return 2;
+      }
+      if (std::find(planes.begin(), planes.end(), *plane) == planes.end()) planes.push_back(*plane);
+    }
+  }
+  if (*params == 0 || codecs.empty() || specs.empty() || workers->empty() || shards->empty() ||
+      planes.empty()) {
     std::fprintf(stderr,
-                 "ps-bench e2e: need --params > 0, a codec, an aggregator, a worker and a shard count\n");
+                 "ps-bench e2e: need --params > 0, a codec, an aggregator, a data plane, a worker "
+                 "and a shard count\n");
     return 2;
   }
   if (!server::ParseAggregationScope(f.aggregation_scope).ok()) {
@@ -841,8 +887,10 @@ int RunE2e(E2eFlags f) {
     return 2;
   }
   if (!f.shards_at.empty()) {
-    if (workers->size() != 1 || codecs.size() != 1 || f.soak) {
-      std::fprintf(stderr, "ps-bench e2e --shards-at: give one --workers and --codec, no --soak\n");
+    if (workers->size() != 1 || codecs.size() != 1 || planes.size() != 1 || f.soak) {
+      std::fprintf(stderr,
+                   "ps-bench e2e --shards-at: give one --workers, --codec and --data-plane (the "
+                   "running shards' plane decides), no --soak\n");
       return 2;
     }
     if (specs != std::vector<std::string>{"mean"} || f.byzantine >= 0) {
@@ -863,8 +911,11 @@ int RunE2e(E2eFlags f) {
     }
   }
   if (f.soak) {
-    if (workers->size() != 1 || shards->size() != 1 || codecs.size() != 1 || specs.size() != 1) {
-      std::fprintf(stderr, "ps-bench e2e --soak: give one --workers, --shards, --codec and --aggregator\n");
+    if (workers->size() != 1 || shards->size() != 1 || codecs.size() != 1 || specs.size() != 1 ||
+        planes.size() != 1) {
+      std::fprintf(stderr,
+                   "ps-bench e2e --soak: give one --workers, --shards, --codec, --aggregator and "
+                   "--data-plane\n");
       return 2;
     }
     if (f.seconds <= 0) f.seconds = 300;
@@ -874,7 +925,8 @@ int RunE2e(E2eFlags f) {
                  workers->front(), shards->front(), (unsigned long long)*params, codecs.front().c_str(),
                  specs.front().c_str(), f.seconds, f.soak_interval);
     return RunSoak(f, *params, workers->front(), shards->front(), codecs.front(),
-                   RulesFor(specs, workers->front(), f.byzantine, /*add_mean=*/false)->front());
+                   RulesFor(specs, workers->front(), f.byzantine, /*add_mean=*/false)->front(),
+                   planes.front());
   }
   const std::string rules =
       !f.shards_at.empty()
@@ -891,7 +943,7 @@ int RunE2e(E2eFlags f) {
                f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
                              : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
                f.aggregate_only ? "aggregate-only shards" : "SGD shards", rules.c_str());
-  return RunComparison(f, *params, *workers, *shards, codecs, specs);
+  return RunComparison(f, *params, *workers, *shards, codecs, specs, planes);
 }
 
 }  // namespace
@@ -938,6 +990,11 @@ Command AddE2eCommand(CLI::App& app) {
                   "Cluster runs per rule and cell, the rules interleaved (forward, then backward); "
                   "the fastest counts")
       ->check(CLI::Range(1, 100))
+      ->capture_default_str();
+  sub->add_option("--data-plane,--data-planes", f->data_planes,
+                  "The shards' data planes, grpc or tcp (list; docs/data-plane.md), each measured "
+                  "on every cell, interleaved with the rules, and compared with grpc (vs grpc)")
+      ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("--no-raw", f->no_raw,
                 "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");

@@ -109,6 +109,27 @@ def main(bench, work):
     if refused.returncode != 2 or "more --workers" not in refused.stderr:
         sys.exit(f"krum at 2 workers must be refused naming the fix: {refused.returncode} "
                  f"{refused.stderr}")
+    # Both data planes (--data-plane): a row per plane and rule, vs_mean within the plane,
+    # vs_grpc on the TCP rows only, vs_one_copy the goodput over the one-copy baseline.
+    planes = os.path.join(work, "e2e_planes.json")
+    run([bench, "e2e", "--quick", "--data-plane", "grpc,tcp", "--aggregator", "median",
+         "--json", planes])
+    data = rows(planes, E2E_KEYS + ["data_plane", "vs_one_copy", "vs_mean"])
+    if [(r["data_plane"], r["aggregator"]) for r in data] != \
+            [("grpc", "mean"), ("grpc", "median"), ("tcp", "mean"), ("tcp", "median")]:
+        sys.exit(f"{planes}: want mean and median on grpc, then on tcp: {data}")
+    for i, r in enumerate(data):
+        positive(r, "vs_one_copy")
+        if abs(r["vs_one_copy"] - r["goodput_gbps"] / r["one_copy_tcp_gbps"]) > 1e-6:
+            sys.exit(f"vs_one_copy is not goodput / one-copy TCP: {r}")
+        base = data[0 if i < 2 else 2]
+        if abs(r["vs_mean"] - r["goodput_gbps"] / base["goodput_gbps"]) > 1e-6 * r["vs_mean"]:
+            sys.exit(f"vs_mean is not goodput / mean's on the same plane: {r}")
+        if (r["data_plane"] == "tcp") != ("vs_grpc" in r):
+            sys.exit(f"vs_grpc belongs to the tcp rows only: {r}")
+        if "vs_grpc" in r and abs(r["vs_grpc"] - r["goodput_gbps"] / data[i - 2]["goodput_gbps"]) > \
+                1e-6 * r["vs_grpc"]:
+            sys.exit(f"vs_grpc is not goodput / the same rule's over grpc: {r}")
     # Compressed pulls (--pull-codec): the same keys first, the spec at the end.
     pulled = os.path.join(work, "e2e_pull.json")
     run([bench, "e2e", "--quick", "--codec", "3lc(s=1.9)", "--pull-codec", "3lc(s=1.9)",
