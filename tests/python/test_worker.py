@@ -165,14 +165,15 @@ def test_pull_tickets_and_threads(server_bin):
         w.close()
 
 
-def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path):
-    # Shard 1 is killed (SIGKILL) after round 2 and restarts from its checkpoint; the
-    # workers' next pushes are retried until it is back, and training continues with
-    # exact results.
+@pytest.mark.parametrize("plane", ["grpc", "tcp"])
+def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path, plane):
+    # Shard 1 is killed (SIGKILL) after round 2 and restarts from its checkpoint (on the
+    # TCP plane with the same data port); the workers' next pushes are retried until it
+    # is back, and training continues with exact results.
     args = ["--checkpoint-dir", str(tmp_path), "--checkpoint-every-rounds", "1",
             "--checkpoint-interval-s", "0"]
     with Shards(2, 2, aggregator="mean", lr=1.0, momentum=0.0, server_args=args,
-                server=server_bin) as shards:
+                server=server_bin, data_plane=plane) as shards:
         workers = start_workers(shards, 2, max_attempts=30)
         for round in range(3):
             for w in workers:
@@ -194,6 +195,7 @@ def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path):
         got = pulled(workers[1], 5)
         np.testing.assert_allclose(got[0], INIT[0] - 5.0, atol=1e-5)
         np.testing.assert_allclose(got[1], INIT[1] - 5.0, atol=1e-5)
+        assert [w.data_plane for w in workers] == [plane, plane]
         for w in workers:
             w.close()
 
