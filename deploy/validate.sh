@@ -8,7 +8,9 @@
 # 2. Validates every rendered object against the Kubernetes OpenAPI models
 #    (deploy/validate/validate-k8s.mjs: schema, unknown fields, ps-server topology).
 # 3. Negative tests: copies of a rendered overlay with a misspelled field (replicsa,
-#    contianerPort, a misspelled probe field) and with replicas != num-shards must fail.
+#    contianerPort, a misspelled probe field), a probe on the TLS port, the data port
+#    missing from the pod or the Service, the TCP data plane under TLS, and replicas !=
+#    num-shards must fail.
 # 4. Dockerfile, statically: every package in its *_PACKAGES lists exists in the apt
 #    lists, and its build list covers run.sh's PACKAGES (less test/demo-only ones).
 # 5. With a ps-server binary (--ps-server PATH, PS_SERVER_BIN, else build/bin/ps-server
@@ -109,6 +111,9 @@ expect_refused "misspelled replicas" 's/^  replicas:/  replicsa:/' 'unknown fiel
 expect_refused "misspelled containerPort" '0,/containerPort:/s/containerPort:/contianerPort:/' 'unknown field "contianerPort"'
 expect_refused "misspelled probe field" '0,/periodSeconds:/s/periodSeconds:/periodSecond:/' 'unknown field "periodSecond"'
 expect_refused "probe on the TLS port" '0,/ port: 7071/s/ port: 7071/ port: 7070/' 'plaintext health is on'
+expect_refused "data port not on the pod" '0,/containerPort: 7072/s/containerPort: 7072/containerPort: 7073/' 'no containerPort 7072'
+expect_refused "data port not on the Service" '0,/targetPort: data/s/targetPort: data/targetPort: metrics/' 'no port 7072 for the data plane'
+expect_refused "TCP data plane with TLS" 's/data-plane = "grpc"/data-plane = "tcp"/' 'the TCP data plane has no TLS yet'
 expect_refused "replicas != num-shards" 's/^  replicas: \([0-9]*\)/  replicas: 1\1/' '!= num-shards'
 
 # --- 4: Dockerfile, statically -------------------------------------------------------

@@ -22,6 +22,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/credentials.h"
+#include "core/data_plane.h"
 #include "core/layout.h"
 #include "python/bindings_internal.h"
 #include "python/status_internal.h"
@@ -257,6 +258,7 @@ class PyWorker {
       d["weight_decay"] = i.weight_decay;
       d["version"] = i.version;
       d["adds_changes_as_they_are"] = i.AddsChangesAsTheyAre();
+      d["data_plane"] = std::string(core::DataPlaneName(i.data_plane));
       out.append(d);
     }
     return out;
@@ -297,6 +299,18 @@ core::ModelLayout MakeLayout(const py::sequence& tensors, uint32_t slice_elems,
   return *std::move(layout);
 }
 
+// The `data_plane` argument: None follows the plane each shard's Join answer names,
+// "grpc" or "tcp" asks for that one (a shard on the other refuses the Join).
+std::optional<core::DataPlane> PlaneOption(const py::object& plane) {
+  if (plane.is_none()) return std::nullopt;
+  if (py::isinstance<py::str>(plane)) {
+    absl::StatusOr<core::DataPlane> parsed = core::ParseDataPlane(plane.cast<std::string>());
+    if (parsed.ok()) return *parsed;
+  }
+  throw py::value_error(absl::StrCat("data_plane must be \"grpc\", \"tcp\" or None (whatever the "
+                                     "shards run), got ", py::repr(plane).cast<std::string>()));
+}
+
 PushOptions MakePush(const std::string& codec, bool error_feedback, double momentum) {
   PushOptions p;
   p.codec = codec;
@@ -323,8 +337,9 @@ void BindWorker(py::module_& m) {
                        const std::string& codec, bool error_feedback, double momentum,
                        const std::map<std::string, std::string>& tensor_codecs, uint64_t codec_seed,
                        double rpc_timeout, double connect_timeout, int max_attempts, bool plan,
-                       const std::vector<std::string>& candidates) {
+                       const std::vector<std::string>& candidates, const py::object& data_plane) {
              WorkerOptions o;
+             o.data_plane = PlaneOption(data_plane);
              o.shard_addresses = shards;
              o.worker_id = worker_id;
              o.credentials.tls_ca = tls_ca;
@@ -360,7 +375,8 @@ void BindWorker(py::module_& m) {
            py::arg("tensor_codecs") = std::map<std::string, std::string>{},
            py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,
            py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6, py::arg("plan") = false,
-           py::arg("plan_candidates") = std::vector<std::string>{})
+           py::arg("plan_candidates") = std::vector<std::string>{},
+           py::arg("data_plane") = py::none())
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"))
       .def("wait_pushes", &PyWorker::WaitPushes)
       .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),

@@ -9,6 +9,14 @@
 #include "net/layout_proto.h"
 
 namespace ps::internal {
+namespace {
+
+// The data plane a Join answer names (gRPC for shards from before the field).
+core::DataPlane PlaneOf(const v1::JoinResponse& join) {
+  return join.data_plane() == v1::DATA_PLANE_TCP ? core::DataPlane::kTcp : core::DataPlane::kGrpc;
+}
+
+}  // namespace
 
 std::string ShardName(uint32_t id, std::string_view address) {
   return absl::StrCat("shard ", id, " (", core::AsAbsl(address), ")");
@@ -78,6 +86,7 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
     info.momentum = join.momentum();
     info.weight_decay = join.weight_decay();
     info.version = join.version();
+    info.data_plane = PlaneOf(join);
     infos_.push_back(std::move(info));
     start = std::min(start, join.version());
   }
@@ -112,8 +121,7 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
       route.udp_port = resp.udp_port();
       route.udp_session = resp.udp_session();
       route.udp_key = resp.udp_key();
-      route.plane =
-          resp.data_plane() == v1::DATA_PLANE_TCP ? core::DataPlane::kTcp : core::DataPlane::kGrpc;
+      route.plane = PlaneOf(resp);
       route.data_port = resp.data_port();
       route.data_session = resp.data_session();
       route.data_secret = resp.data_secret();

@@ -211,6 +211,9 @@ struct ShardInfo {
   float momentum = 0;
   float weight_decay = 0;
   uint64_t version = 0;  // lowest published version of its slices at join
+  // The data plane the shard's Join answer named: what this worker's pushes and pulls
+  // to it travel over (WorkerOptions::data_plane, docs/data-plane.md).
+  core::DataPlane data_plane = core::DataPlane::kGrpc;
 
   bool AddsChangesAsTheyAre() const {
     return !aggregate_only && learning_rate == 1 && momentum == 0 && weight_decay == 0;

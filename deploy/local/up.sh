@@ -25,6 +25,10 @@
 #   PS_LOCAL_CHECKPOINTS=1 --checkpoint-dir STATE_DIR/checkpoints (a rerun restores it)
 #                          every PS_LOCAL_CHECKPOINT_INTERVAL_S [30] seconds
 #   PS_LOCAL_METRICS=1     --metrics-port BASE+100+i
+#   PS_LOCAL_DATA_PLANE=grpc|tcp
+#                          the shards' --data-plane; with tcp shard i's --data-port is
+#                          BASE+200+i (the workers follow at join); tcp has no TLS yet,
+#                          so not with PS_LOCAL_TLS=1
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${PS_BIN_DIR:-$ROOT/build/bin}
@@ -39,6 +43,7 @@ OUT=${PS_LOCAL_OUT:-$ROOT/out/local}
 STATE=${PS_LOCAL_STATE_DIR:-$OUT/state}
 TIMEOUT_S=${PS_LOCAL_TIMEOUT_S:-1800}
 KEEP=${PS_LOCAL_KEEP_SHARDS:-0}
+DATA_PLANE=${PS_LOCAL_DATA_PLANE:-}
 [ "$WORKERS" -eq 0 ] && KEEP=1
 
 die() { echo "up.sh: $*" >&2; exit 1; }
@@ -46,7 +51,15 @@ for v in SHARDS WORKERS BYZANTINE STEPS BATCH BASE_PORT TIMEOUT_S; do
   [[ ${!v} =~ ^[0-9]+$ ]] || die "$v must be a number, got '${!v}'"
 done
 [ "$SHARDS" -ge 1 ] || die "PS_LOCAL_SHARDS must be at least 1"
-[ $((BASE_PORT + 100 + SHARDS)) -le 65535 ] || die "PS_LOCAL_BASE_PORT too high"
+case $DATA_PLANE in
+  ""|grpc|tcp) ;;
+  *) die "PS_LOCAL_DATA_PLANE must be grpc or tcp, got '$DATA_PLANE'" ;;
+esac
+[ "$DATA_PLANE" = tcp ] && [ "${PS_LOCAL_TLS:-0}" = 1 ] &&
+  die "PS_LOCAL_DATA_PLANE=tcp and PS_LOCAL_TLS=1 exclude each other: the TCP data plane has no TLS yet (docs/data-plane.md); use PS_LOCAL_DATA_PLANE=grpc with TLS"
+top_port=$((BASE_PORT + 100 + SHARDS))
+[ "$DATA_PLANE" = tcp ] && top_port=$((BASE_PORT + 200 + SHARDS))
+[ "$top_port" -le 65535 ] || die "PS_LOCAL_BASE_PORT too high"
 SERVER="$BIN/ps-server"
 TRAINER="$BIN/ps-fashion-mnist"
 [ -x "$SERVER" ] || die "no $SERVER (build it: cmake --build build --target ps-server; or set PS_BIN_DIR)"
@@ -68,14 +81,20 @@ need_flag() {  # need_flag FEATURE HELP FLAG...
 [ "${PS_LOCAL_CHECKPOINTS:-0}" = 1 ] &&
   need_flag PS_LOCAL_CHECKPOINTS=1 "$server_help" --checkpoint-dir --checkpoint-interval-s
 [ "${PS_LOCAL_METRICS:-0}" = 1 ] && need_flag PS_LOCAL_METRICS=1 "$server_help" --metrics-port
+[ -n "$DATA_PLANE" ] && need_flag "PS_LOCAL_DATA_PLANE=$DATA_PLANE" "$server_help" --data-plane --data-port
 
 # Ports: refuse ones already taken rather than fail later with a shard's bind error.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-peers=()
+peers=() data_ports=()
 for ((i = 0; i < SHARDS; i++)); do
   port=$((BASE_PORT + i))
   port_busy "$port" && die "port $port is in use (set PS_LOCAL_BASE_PORT, or deploy/local/down.sh)"
   peers+=("127.0.0.1:$port")
+  if [ "$DATA_PLANE" = tcp ]; then
+    port=$((BASE_PORT + 200 + i))
+    port_busy "$port" && die "port $port (shard $i's data port) is in use (set PS_LOCAL_BASE_PORT, or deploy/local/down.sh)"
+    data_ports+=("$port")
+  fi
 done
 PEERS=$(IFS=,; echo "${peers[*]}")
 
@@ -130,6 +149,8 @@ for ((i = 0; i < SHARDS; i++)); do
   [ "${PS_LOCAL_CHECKPOINTS:-0}" = 1 ] && args+=(--checkpoint-dir "$STATE/checkpoints"
     --checkpoint-interval-s "${PS_LOCAL_CHECKPOINT_INTERVAL_S:-30}")
   [ "${PS_LOCAL_METRICS:-0}" = 1 ] && args+=(--metrics-port "$((BASE_PORT + 100 + i))")
+  [ -n "$DATA_PLANE" ] && args+=(--data-plane "$DATA_PLANE")
+  [ "$DATA_PLANE" = tcp ] && args+=(--data-port "${data_ports[$i]}")
   "$SERVER" "${args[@]}" "${server_extra[@]}" >"$RUN/shard-$i.log" 2>&1 &
   echo "shard-$i $!" >>"$PIDS"
 done
@@ -148,7 +169,7 @@ for ((t = 0; ; t++)); do
   [ "$t" -lt 300 ] || die "shards not serving after 30 s; logs in $RUN"
   sleep 0.1
 done
-echo "up.sh: $SHARDS shard(s) serving on $PEERS$([ "${PS_LOCAL_TLS:-0}" = 1 ] && echo " (mTLS)"); logs in $RUN"
+echo "up.sh: $SHARDS shard(s) serving on $PEERS$([ "${PS_LOCAL_TLS:-0}" = 1 ] && echo " (mTLS)")$([ "$DATA_PLANE" = tcp ] && echo ", data plane tcp on $(IFS=,; echo "${data_ports[*]}")"); logs in $RUN"
 
 if [ "$WORKERS" -eq 0 ]; then
   echo "up.sh: no workers (PS_LOCAL_WORKERS=0); the shards keep running: deploy/local/down.sh stops them"

@@ -198,6 +198,27 @@ function consistencyCheck(objects, source) {
         `[${probePorts}] (port ${port}${tls ? ' has TLS' : ''}, health-port ${healthPort})`);
     }
   }
+  // The TCP data plane listens on data-port, which workers dial on the shard's name: with
+  // data-plane = "tcp" it must be a fixed port (0 picks one no manifest can name), and any
+  // data-port set must be a containerPort and a port of the Service. ps-server refuses
+  // the TCP plane with TLS (it has none yet).
+  const plane = toml.get('data-plane') ?? 'grpc';
+  const dataPort = Number(toml.get('data-port') ?? 0);
+  if (plane === 'tcp' && dataPort === 0) {
+    report(where, 'data-plane = "tcp" needs a fixed data-port (0 picks a free one, which no containerPort or Service port can name)');
+  }
+  if (plane === 'tcp' && tls) {
+    report(where, 'data-plane = "tcp" with TLS: ps-server refuses it, the TCP data plane has no TLS yet (use data-plane = "grpc")');
+  }
+  if (dataPort > 0) {
+    const exposed = (container.ports ?? []).find((p) => p.containerPort === dataPort);
+    if (!exposed) {
+      report(where, `data-port ${dataPort} in ps-server.toml: no containerPort ${dataPort} on container ${container.name}`);
+    } else if (svc && !(svc.spec.ports ?? []).some((p) => p.port === dataPort &&
+        [exposed.name, dataPort, undefined].includes(p.targetPort))) {
+      report(`Service ${svcName}`, `no port ${dataPort} for the data plane (data-port in ps-server.toml, targetPort ${exposed.name ?? dataPort})`);
+    }
+  }
   const drainMs = Number(toml.get('drain-timeout-ms') ?? 10000);
   const grace = sts.spec.template.spec.terminationGracePeriodSeconds ?? 30;
   if (grace * 1000 <= drainMs) {

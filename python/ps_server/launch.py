@@ -6,7 +6,9 @@
 
 It starts S ps-server processes on free loopback ports (authenticated, as by default:
 they share a private run directory holding the cluster secret and one token file per
-worker), waits until each serves, then starts W copies of the script with
+worker; with --data-plane tcp each also gets a free --data-port for the native TCP data
+plane, which the workers follow), waits until each serves, then starts W copies of the
+script with
 `sys.executable`, each with the environment ps_server.torch.init() reads:
 
     PS_SHARDS        host:port of every shard, comma-separated, by shard id
@@ -34,7 +36,7 @@ import sys
 import tempfile
 import time
 
-__all__ = ["Shards", "find_server", "main"]
+__all__ = ["DATA_PLANES", "Shards", "find_server", "main"]
 
 ENV_SHARDS = "PS_SHARDS"
 ENV_WORKER_ID = "PS_WORKER_ID"
@@ -44,6 +46,12 @@ ENV_TOKEN_FILE = "PS_TOKEN_FILE"
 ENV_TLS_CA = "PS_TLS_CA"
 ENV_TLS_CERT = "PS_TLS_CERT"
 ENV_TLS_KEY = "PS_TLS_KEY"
+
+# ps-server --data-plane (docs/data-plane.md): gRPC on the control port (the shards'
+# default), or the native TCP plane on a port of its own.
+DATA_PLANES = ("grpc", "tcp")
+TCP_WITH_TLS = ("the TCP data plane has no TLS yet (docs/data-plane.md): with TLS "
+                "certificates use the gRPC data plane (--data-plane grpc, the default)")
 
 
 def find_server(explicit=None):
@@ -81,16 +89,26 @@ class Shards:
     serve mutual TLS: shard N presents shard-N.pem, a worker is who its certificate
     names (tls(worker) gives a worker's options). Otherwise they share `run_dir` (a new
     private temporary directory by default), where each writes the token files
-    (token_file(worker) names them).
+    (token_file(worker) names them). `data_plane` ("grpc" or "tcp"; None leaves the
+    shards' default, grpc) is every shard's --data-plane; with "tcp" each shard also gets
+    a free --data-port (data_ports lists them), kept across restart(). The TCP plane has
+    no TLS yet, so "tcp" and `tls_dir` exclude each other.
     """
 
     def __init__(self, num_shards, workers, byzantine=0, aggregator="mean", lr=0.1,
                  momentum=0.9, server_args=(), server=None, run_dir=None, log_dir=None,
-                 insecure=False, tls_dir=None, startup_timeout=60.0):
+                 insecure=False, tls_dir=None, startup_timeout=60.0, data_plane=None):
         if num_shards < 1 or workers < 1:
             raise ValueError("need at least one shard and one worker")
         if insecure and tls_dir:
             raise ValueError("insecure and tls_dir exclude each other")
+        if data_plane is not None and data_plane not in DATA_PLANES:
+            raise ValueError(f"data_plane must be one of {', '.join(DATA_PLANES)} or None, "
+                             f"got {data_plane!r}")
+        tls_args = [a for a in server_args if a.split("=")[0] in ("--tls-cert", "--tls-key")]
+        if data_plane == "tcp" and (tls_dir or tls_args):
+            raise ValueError(TCP_WITH_TLS)
+        self.data_plane = data_plane
         self.tls_dir = os.path.abspath(tls_dir) if tls_dir else None
         if self.tls_dir:
             missing = [f for f in ["ca.pem"] + [f"shard-{i}.{e}" for i in range(num_shards)
@@ -113,6 +131,7 @@ class Shards:
         self._startup_timeout = startup_timeout
         self.processes = []
         self.addresses = []
+        self.data_ports = []  # with data_plane "tcp": shard i's --data-port
         self._commands = []
 
     def _temp_dir(self, prefix):
@@ -123,11 +142,13 @@ class Shards:
     def start(self):
         """Starts every shard and returns once each serves; raises RuntimeError (with the
         log's last lines) when one exits or does not serve within startup_timeout. A
-        shard whose port another process took between choosing and binding makes all
-        start again on fresh ports (four attempts)."""
+        shard whose port (or data port) another process took between choosing and binding
+        makes all start again on fresh ports (four attempts)."""
         attempts = 4
+        per_shard = 2 if self.data_plane == "tcp" else 1  # control port, data port
         for attempt in range(attempts):
-            ports = free_ports(self.num_shards)
+            ports = free_ports(self.num_shards * per_shard)
+            ports, self.data_ports = ports[:self.num_shards], ports[self.num_shards:]
             self.addresses = [f"127.0.0.1:{p}" for p in ports]
             self._commands = [self._command(i, port) for i, port in enumerate(ports)]
             self.processes = [self._spawn(i) for i in range(self.num_shards)]
@@ -147,6 +168,10 @@ class Shards:
                "--port-file", self._port_file(i), "--shard-id", str(i),
                "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
                *self._args]
+        if self.data_plane is not None:
+            cmd += ["--data-plane", self.data_plane]
+        if self.data_ports:
+            cmd += ["--data-port", str(self.data_ports[i])]
         if self.insecure:
             cmd += ["--insecure"]
         elif self.tls_dir:
@@ -286,6 +311,10 @@ def _parse(argv):
     parser.add_argument("--tls-dir", help="serve mutual TLS with the certificates in this "
                                           "directory (deploy/tls/make-certs.sh DIR S W): "
                                           "workers get PS_TLS_CA/CERT/KEY instead of tokens")
+    parser.add_argument("--data-plane", choices=DATA_PLANES,
+                        help="every shard's --data-plane: grpc (on the shard's port, the "
+                             "default) or tcp (the native plane, on a free --data-port per "
+                             "shard); workers follow the shards' plane")
     parser.add_argument("script", help="the training script, run with this Python")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -293,6 +322,8 @@ def _parse(argv):
         parser.error("--workers and --shards must be at least 1")
     if args.insecure and args.tls_dir:
         parser.error("--insecure and --tls-dir exclude each other")
+    if args.data_plane == "tcp" and args.tls_dir:
+        parser.error(f"--data-plane tcp and --tls-dir exclude each other: {TCP_WITH_TLS}")
     if not os.path.isfile(args.script):
         parser.error(f"no script {args.script!r}")
     return args
@@ -304,11 +335,14 @@ def main(argv=None):
     try:
         shards = Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
                         args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
-                        insecure=args.insecure, tls_dir=args.tls_dir).start()
+                        insecure=args.insecure, tls_dir=args.tls_dir,
+                        data_plane=args.data_plane).start()
     except (RuntimeError, FileNotFoundError, ValueError) as e:
         print(f"ps-launch: {e}", file=sys.stderr)
         return 1
-    print(f"ps-launch: {args.shards} shard(s) at {','.join(shards.addresses)}; "
+    plane = (f" (data plane tcp on ports {','.join(map(str, shards.data_ports))})"
+             if shards.data_ports else "")
+    print(f"ps-launch: {args.shards} shard(s) at {','.join(shards.addresses)}{plane}; "
           f"{args.workers} worker(s); logs in {shards.log_dir}", file=sys.stderr, flush=True)
     workers = []
     interrupted = []  # signals this launcher received

@@ -130,7 +130,8 @@ class DistributedOptimizer:
     (name, tensor) -> tensor applied to every tensor before it is pushed, a gradient or,
     with local updates, a change: for simulating a Byzantine worker), slice_elems, timeout
     (seconds a pull may wait), and the ps_server.Worker options (rpc_timeout,
-    connect_timeout, max_attempts, codec_seed, tls_ca)."""
+    connect_timeout, max_attempts, codec_seed, tls_ca, data_plane: None follows the
+    shards' data plane)."""
 
     def __init__(self, optimizer, named_parameters=None, codec="fp32", error_feedback=False,
                  backward_passes_per_step=1, model=None, timeout=60.0, comm="sync", tau0=8,

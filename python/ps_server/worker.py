@@ -33,7 +33,10 @@ class Worker:
     "topk(0.01)+varint+fp16", ...), error_feedback, momentum (the worker's), tensor_codecs
     ({name: spec}), codec_seed, rpc_timeout and connect_timeout (seconds), max_attempts,
     plan (Espresso: each tensor's codec chosen from measured costs among plan_candidates,
-    docs/adaptive.md).
+    docs/adaptive.md), data_plane (what pushes and pulls travel over, docs/data-plane.md:
+    None, the default, follows the plane the shards run; "grpc" or "tcp" asks for that one,
+    and a shard on the other refuses the join with ps_server.Refused, reason "data_plane";
+    any other value is a ValueError).
     """
 
     def __init__(self, shards, worker_id, tensors, initial=None, **options):
@@ -58,8 +61,15 @@ class Worker:
 
     @property
     def shards(self):
-        """What each shard said at join (id, workers, rule, optimizer, version)."""
+        """What each shard said at join (id, workers, rule, optimizer, version, data
+        plane)."""
         return self._w.shards
+
+    @property
+    def data_plane(self):
+        """The data plane this worker's pushes and pulls travel over, "grpc" or "tcp": the
+        one the shards named at join (every shard of a cluster runs the same)."""
+        return self._w.shards[0]["data_plane"]
 
     def push(self, tensor, round, grad):
         """Encodes and queues tensor `tensor`'s (index or name) gradient for `round`;

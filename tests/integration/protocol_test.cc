@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "cluster_util.h"
 #include "codecs/codec.h"
@@ -300,34 +301,45 @@ TEST(DataPlaneJoinTest, AGrpcShardRefusesAJoinForTcpAndTakesTheOthers) {
   EXPECT_EQ(refused(), 1u);
 }
 
-// The worker library asks for WorkerOptions::data_plane at Join: against a gRPC shard a
-// worker set to TCP does not start, and says why and how to fix it; set to gRPC or left
-// unset (whatever the shards run) it starts and trains over gRPC.
-TEST(DataPlaneJoinTest, AWorkerOnAnotherPlaneIsRefusedAtStartNamingTheFix) {
-  testing::Cluster cluster = testing::StartCluster(1, RawStubShard());
+// Worker `id` of a RawStubShard cluster asking for `plane` at Join (nullopt: any).
+absl::StatusOr<std::unique_ptr<Worker>> StartPlaneWorker(const testing::Cluster& cluster,
+                                                         uint32_t id,
+                                                         std::optional<core::DataPlane> plane) {
+  WorkerOptions o;
+  o.shard_addresses = cluster.addresses();
+  o.worker_id = id;
+  o.data_plane = plane;
+  o.connect_timeout = std::chrono::milliseconds(20000);
+  return Worker::Start(std::move(o), *core::ModelLayout::Create({{"w", 8, 0}}, 8, 1));
+}
+
+// Against a shard on `shard_plane`: a worker asking for the other plane does not start and
+// says why and how to fix it; one asking for the shard's plane and one left unset (whatever
+// the shards run) start, report the shard's plane (ShardInfo::data_plane) and train over it.
+void ExpectWorkersFollowTheShardsPlane(core::DataPlane shard_plane) {
+  server::ServerOptions o = RawStubShard();
+  o.data_plane = shard_plane;
+  testing::Cluster cluster = testing::StartCluster(1, o);
   ASSERT_EQ(cluster.num_shards(), 1u);
-  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 8, 0}}, 8, 1);
-  const auto options = [&](uint32_t id, std::optional<core::DataPlane> plane) {
-    WorkerOptions o;
-    o.shard_addresses = cluster.addresses();
-    o.worker_id = id;
-    o.data_plane = plane;
-    o.connect_timeout = std::chrono::milliseconds(20000);
-    return o;
-  };
-  absl::StatusOr<std::unique_ptr<Worker>> tcp =
-      Worker::Start(options(0, core::DataPlane::kTcp), layout);
-  ASSERT_FALSE(tcp.ok());
-  EXPECT_EQ(core::RefusalOf(tcp.status()), core::Refusal::kDataPlane) << tcp.status();
-  EXPECT_THAT(std::string(tcp.status().message()),
-              HasSubstr("set WorkerOptions::data_plane to grpc or leave it unset, or start "
-                        "every shard with --data-plane tcp"));
+  const core::DataPlane other =
+      shard_plane == core::DataPlane::kTcp ? core::DataPlane::kGrpc : core::DataPlane::kTcp;
+  absl::StatusOr<std::unique_ptr<Worker>> refused = StartPlaneWorker(cluster, 0, other);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(core::RefusalOf(refused.status()), core::Refusal::kDataPlane) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr(absl::StrCat("set WorkerOptions::data_plane to ",
+                                     testing::PlaneName(shard_plane),
+                                     " or leave it unset, or start every shard with "
+                                     "--data-plane ",
+                                     testing::PlaneName(other))));
 
   std::vector<std::unique_ptr<Worker>> workers;
   for (auto [id, plane] : {std::pair<uint32_t, std::optional<core::DataPlane>>{0, std::nullopt},
-                           {1, core::DataPlane::kGrpc}}) {
-    absl::StatusOr<std::unique_ptr<Worker>> w = Worker::Start(options(id, plane), layout);
+                           {1, shard_plane}}) {
+    absl::StatusOr<std::unique_ptr<Worker>> w = StartPlaneWorker(cluster, id, plane);
     ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_EQ((*w)->shards().size(), 1u);
+    EXPECT_EQ((*w)->shards()[0].data_plane, shard_plane) << "worker " << id;
     workers.push_back(*std::move(w));
   }
   for (uint32_t id = 0; id < 2; ++id) {
@@ -336,6 +348,19 @@ TEST(DataPlaneJoinTest, AWorkerOnAnotherPlaneIsRefusedAtStartNamingTheFix) {
   std::vector<float> mean(8);
   ASSERT_TRUE(workers[0]->Pull(0, 1, mean, milliseconds(10000)).ok());
   EXPECT_FLOAT_EQ(mean[0], 1.5f);
+}
+
+// The worker library asks for WorkerOptions::data_plane at Join: against a gRPC shard a
+// worker set to TCP does not start, naming the fix; set to gRPC or left unset it starts
+// and trains over gRPC.
+TEST(DataPlaneJoinTest, AWorkerOnAnotherPlaneIsRefusedAtStartNamingTheFix) {
+  ExpectWorkersFollowTheShardsPlane(core::DataPlane::kGrpc);
+}
+
+// The same against a TCP shard: a worker set to gRPC is refused, the others train over
+// TCP and say so (ShardInfo::data_plane, which the Python binding reports).
+TEST(DataPlaneJoinTest, WorkersOnATcpShardReportItsPlane) {
+  ExpectWorkersFollowTheShardsPlane(core::DataPlane::kTcp);
 }
 
 // Push and Pull are read in place on the shard (net/wire.h): bodies that are not their

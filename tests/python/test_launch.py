@@ -1,5 +1,6 @@
 """ps-launch (ps_server.launch): shards and worker processes of a script on this machine;
-the environment each worker gets, the summary, exit statuses, and a failing worker."""
+the environment each worker gets, the summary, exit statuses, a failing worker, and the
+shards' data plane (--data-plane)."""
 
 import os
 import socket
@@ -30,7 +31,7 @@ SCRIPT = textwrap.dedent("""
         w.push(0, t, np.full(100, me + 1, np.float32))
         w.wait_pushes()
     w.pull_all(3, [out], timeout=30)
-    print(f"worker {me}/{n}: {out[0]:.3f}", flush=True)
+    print(f"worker {me}/{n}: {out[0]:.3f} over {w.data_plane}", flush=True)
     w.close()
 """)
 
@@ -49,11 +50,24 @@ def test_workers_train_through_the_launcher(tmp_path, server_bin):
     done = launch(tmp_path, server_bin)
     assert done.returncode == 0, done.stderr
     # Worker 0 prints here; mean of 1, 2, 3 is 2, three steps of lr 1: -6.
-    assert "worker 0/3: -6.000" in done.stdout
-    assert "worker 2/3: -6.000" in (tmp_path / "logs" / "worker-2.log").read_text()
-    assert "2 shard(s) at 127.0.0.1:" in done.stderr
+    assert "worker 0/3: -6.000 over grpc" in done.stdout
+    assert "worker 2/3: -6.000 over grpc" in (tmp_path / "logs" / "worker-2.log").read_text()
+    assert "2 shard(s) at 127.0.0.1:" in done.stderr and "data plane" not in done.stderr
     for w in range(3):
         assert f"  worker {w}: ok" in done.stderr
+
+
+def test_data_plane_tcp_starts_every_shard_on_its_own_data_port(tmp_path, server_bin):
+    # The workers (no data_plane of their own) follow the shards onto the TCP plane and
+    # train to the same values as over gRPC.
+    done = launch(tmp_path, server_bin, launcher_args=["--data-plane", "tcp"])
+    assert done.returncode == 0, done.stderr
+    assert "worker 0/3: -6.000 over tcp" in done.stdout
+    assert "worker 2/3: -6.000 over tcp" in (tmp_path / "logs" / "worker-2.log").read_text()
+    line = next(l for l in done.stderr.splitlines() if "shard(s) at" in l)
+    control = [int(a.rsplit(":", 1)[1]) for a in line.split(" at ")[1].split(" ")[0].split(",")]
+    data = [int(p) for p in line.split("data plane tcp on ports ")[1].split(")")[0].split(",")]
+    assert len(control) == len(data) == 2 and len(set(control + data)) == 4, line
 
 
 def test_tls_dir_serves_mutual_tls_and_hands_workers_their_certificates(tmp_path, server_bin):
@@ -96,6 +110,22 @@ def test_bad_arguments(tmp_path, server_bin):
                            "--aggregator", "krum", "--server", server_bin, str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 1 and "krum" in done.stderr, done.stderr
+    # The TCP data plane has no TLS yet: refused with TLS before anything starts.
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                           "--data-plane", "tcp", "--tls-dir", str(tmp_path), str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "--data-plane tcp and --tls-dir exclude each other" in done.stderr
+    assert "no TLS yet" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                           "--data-plane", "udp", str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2 and "invalid choice: 'udp'" in done.stderr, done.stderr
+    from ps_server.launch import Shards
+    with pytest.raises(ValueError, match="no TLS yet"):
+        Shards(1, 1, server=server_bin, data_plane="tcp", server_args=["--tls-cert=x.pem"])
+    with pytest.raises(ValueError, match="data_plane must be one of grpc, tcp or None"):
+        Shards(1, 1, server=server_bin, data_plane="TCP")
 
 
 def test_a_port_taken_before_the_shard_binds_is_picked_again(tmp_path, server_bin, monkeypatch):
@@ -126,5 +156,24 @@ def test_a_port_taken_before_the_shard_binds_is_picked_again(tmp_path, server_bi
         monkeypatch.setattr(launch_module, "free_ports", always_taken)
         with pytest.raises(RuntimeError, match=f"cannot listen on 127.0.0.1:{taken}"):
             launch_module.Shards(2, 1, server=server_bin, log_dir=str(tmp_path / "b")).start()
+
+        # With the TCP data plane the launcher picks a data port per shard (after the S
+        # control ports); one taken (here shard 0's) is picked again the same way.
+        calls.clear()
+
+        def data_port_taken(count):
+            ports = real(count)
+            calls.append(ports)
+            if len(calls) == 1:
+                assert count == 4
+                ports[2] = taken
+            return ports
+
+        monkeypatch.setattr(launch_module, "free_ports", data_port_taken)
+        with launch_module.Shards(2, 1, server=server_bin, log_dir=str(tmp_path / "c"),
+                                  data_plane="tcp") as shards:
+            assert len(calls) == 2 and shards.alive()
+            assert len(shards.data_ports) == 2 and taken not in shards.data_ports
+            assert "cannot listen on" in open(tmp_path / "c" / "shard-0.log").read()
     finally:
         holder.close()

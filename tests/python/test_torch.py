@@ -43,7 +43,8 @@ SCRIPT = textwrap.dedent("""
     opt.synchronize()
     with open(f"{out}.{pst.rank()}", "w") as fh:
         json.dump({"params": {n: p.detach().tolist() for n, p in model.named_parameters()},
-                   "periods": opt.periods, "comm": opt.comm}, fh)
+                   "periods": opt.periods, "comm": opt.comm,
+                   "plane": opt.worker.data_plane}, fh)
     opt.close()
 """)
 
@@ -97,12 +98,12 @@ def local_reference(workers, periods, lr=0.05):
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
-def launch(tmp_path, server_bin, mode, workers=2, lr=0.1):
+def launch(tmp_path, server_bin, mode, workers=2, lr=0.1, plane="grpc"):
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
     out = tmp_path / "params.json"
     cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", str(workers),
-           "--lr", str(lr), "--momentum", "0", "--server", server_bin,
+           "--lr", str(lr), "--momentum", "0", "--server", server_bin, "--data-plane", plane,
            "--log-dir", str(tmp_path / "logs"), str(script), mode, str(out)]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=240)
@@ -111,14 +112,20 @@ def launch(tmp_path, server_bin, mode, workers=2, lr=0.1):
     return [json.loads((tmp_path / f"params.json.{w}").read_text()) for w in range(workers)]
 
 
-@pytest.mark.parametrize("mode,passes", [("per_module", 1), ("whole", 1), ("accumulate", 2)])
-def test_training_matches_sgd_on_the_mean_gradient(tmp_path, server_bin, mode, passes):
-    got = launch(tmp_path, server_bin, mode)
+# The per-module waits once more over the TCP data plane (ps-launch --data-plane tcp): the
+# pulls land in the parameters' memory slice by slice there too.
+@pytest.mark.parametrize("mode,passes,plane", [("per_module", 1, "grpc"), ("whole", 1, "grpc"),
+                                               ("accumulate", 2, "grpc"),
+                                               ("per_module", 1, "tcp")])
+def test_training_matches_sgd_on_the_mean_gradient(tmp_path, server_bin, mode, passes, plane):
+    got = launch(tmp_path, server_bin, mode, plane=plane)
+    assert [g["plane"] for g in got] == [plane, plane]
     want = reference(2, passes)
     for name, value in want.items():
         for w in range(2):
             np.testing.assert_allclose(np.array(got[w]["params"][name], np.float32), value,
-                                       rtol=1e-5, atol=1e-6, err_msg=f"worker {w}, {name}, {mode}")
+                                       rtol=1e-5, atol=1e-6,
+                                       err_msg=f"worker {w}, {name}, {mode}, {plane}")
 
 
 def test_local_updates_match_the_mean_of_the_workers_changes(tmp_path, server_bin):
@@ -194,3 +201,9 @@ def test_init_needs_its_environment(monkeypatch):
     with pytest.raises(TypeError, match="float32"):
         pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
                                  named_parameters=model.named_parameters())
+    # ps_server.Worker's options pass through, checked before anything is sent.
+    model = torch.nn.Linear(2, 2)
+    with pytest.raises(ValueError, match='data_plane must be "grpc", "tcp" or None'):
+        pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
+                                 named_parameters=model.named_parameters(), data_plane="udp",
+                                 connect_timeout=1)

@@ -1,7 +1,8 @@
 """ps_server.Worker against real ps-server processes on loopback (started by
 ps_server.launch.Shards, authenticated with token files as by default): training steps
 with exact results, a Byzantine worker held off by a robust rule, refusals as exceptions
-that say which push, bad input refused before anything is sent, and a shard restart."""
+that say which push, bad input refused before anything is sent, a shard restart, mutual
+TLS, and the same training over the gRPC and the TCP data plane."""
 
 import os
 import subprocess
@@ -164,14 +165,15 @@ def test_pull_tickets_and_threads(server_bin):
         w.close()
 
 
-def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path):
-    # Shard 1 is killed (SIGKILL) after round 2 and restarts from its checkpoint; the
-    # workers' next pushes are retried until it is back, and training continues with
-    # exact results.
+@pytest.mark.parametrize("plane", ["grpc", "tcp"])
+def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path, plane):
+    # Shard 1 is killed (SIGKILL) after round 2 and restarts from its checkpoint (on the
+    # TCP plane with the same data port); the workers' next pushes are retried until it
+    # is back, and training continues with exact results.
     args = ["--checkpoint-dir", str(tmp_path), "--checkpoint-every-rounds", "1",
             "--checkpoint-interval-s", "0"]
     with Shards(2, 2, aggregator="mean", lr=1.0, momentum=0.0, server_args=args,
-                server=server_bin) as shards:
+                server=server_bin, data_plane=plane) as shards:
         workers = start_workers(shards, 2, max_attempts=30)
         for round in range(3):
             for w in workers:
@@ -193,6 +195,7 @@ def test_training_goes_on_across_a_shard_restart(server_bin, tmp_path):
         got = pulled(workers[1], 5)
         np.testing.assert_allclose(got[0], INIT[0] - 5.0, atol=1e-5)
         np.testing.assert_allclose(got[1], INIT[1] - 5.0, atol=1e-5)
+        assert [w.data_plane for w in workers] == [plane, plane]
         for w in workers:
             w.close()
 
@@ -253,3 +256,73 @@ def test_mutual_tls_workers_are_who_their_certificate_says(server_bin, tmp_path)
         np.testing.assert_array_equal(got[0], INIT[0] - np.float32(2.0))
         for w in workers:
             w.close()
+
+
+def train_seeded(shards, planes, rounds=3):
+    """Three workers (worker w asking for data plane planes[w]) push seeded random
+    gradients, different per worker, tensor and round; what every worker pulls after each
+    round, and the planes they report."""
+    workers = [ps_server.Worker(shards.addresses, w, TENSORS, initial=INIT if w == 0 else None,
+                                token_file=shards.token_file(w), connect_timeout=30,
+                                slice_elems=128, data_plane=planes[w]) for w in range(3)]
+    rng = np.random.default_rng(7)
+    pushed, history = [], []
+    for round in range(rounds):
+        gs = [[rng.normal(size=1000).astype(np.float32), rng.normal(size=10).astype(np.float32)]
+              for _ in workers]
+        for w, g in zip(workers, gs):
+            push_round(w, round, g)
+        pushed.append(gs)
+        history.append([pulled(w, round + 1) for w in workers])
+    reported = [(w.data_plane, [s["data_plane"] for s in w.shards]) for w in workers]
+    for w in workers:
+        w.close()
+    return pushed, history, reported
+
+
+def test_the_tcp_data_plane_trains_as_the_grpc_plane_does(server_bin):
+    # The same seeded run on two shards over each data plane (ps-server --data-plane, set
+    # by Shards): worker 0 asks for the shards' plane, the others follow whatever the
+    # shards run. Slices of 128 values make every push and pull several frames. A TCP
+    # shard refuses gRPC pushes and pulls, so the TCP run cannot have gone over gRPC;
+    # every parameter each worker pulls after each round is bit for bit the gRPC run's,
+    # and both are the shards' SGD on the mean of the pushes.
+    runs = {}
+    for plane in ("grpc", "tcp"):
+        with Shards(2, 3, aggregator="mean", lr=0.5, momentum=0.0, server=server_bin,
+                    data_plane=plane) as shards:
+            assert len(shards.data_ports) == (2 if plane == "tcp" else 0)
+            runs[plane] = train_seeded(shards, [plane, None, None])
+        assert runs[plane][2] == [(plane, [plane, plane])] * 3, runs[plane][2]
+    pushed, grpc_history, _ = runs["grpc"]  # the same seed: the TCP run pushed the same
+    expected = [a.copy() for a in INIT]
+    for round, (tcp_round, grpc_round) in enumerate(zip(runs["tcp"][1], grpc_history)):
+        for t in range(2):
+            mean = np.mean(np.stack([g[t] for g in pushed[round]]), axis=0, dtype=np.float64)
+            expected[t] = expected[t] - 0.5 * mean
+        for w in range(3):
+            for t in range(2):
+                np.testing.assert_array_equal(tcp_round[w][t], grpc_round[w][t],
+                                              err_msg=f"round {round}, worker {w}, tensor {t}")
+                np.testing.assert_allclose(tcp_round[w][t], expected[t], rtol=0, atol=1e-5)
+
+
+def test_a_worker_asking_for_the_other_data_plane_is_refused(server_bin):
+    # Set to one plane, a worker does not join shards on the other: the shard's data_plane
+    # refusal, naming both fixes.
+    for shards_plane, asked in (("tcp", "grpc"), ("grpc", "tcp")):
+        with Shards(1, 1, server=server_bin, data_plane=shards_plane) as shards:
+            with pytest.raises(ps_server.Refused) as e:
+                ps_server.Worker(shards.addresses, 0, TENSORS, initial=INIT,
+                                 token_file=shards.token_file(0), connect_timeout=30,
+                                 data_plane=asked)
+            assert e.value.reason == "data_plane" and e.value.code == "FAILED_PRECONDITION"
+            assert f"asks for the {asked} data plane" in str(e.value)
+            assert f"start every shard with --data-plane {asked}" in str(e.value)
+
+
+@pytest.mark.parametrize("plane", ["udp", "TCP", "", 1, b"tcp"])
+def test_a_bad_data_plane_is_a_value_error_before_anything_is_sent(plane):
+    with pytest.raises(ValueError, match=r'data_plane must be "grpc", "tcp" or None'):
+        ps_server.Worker(["127.0.0.1:1"], 0, TENSORS, initial=INIT, data_plane=plane,
+                         connect_timeout=1)
