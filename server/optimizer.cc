@@ -5,6 +5,7 @@
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
+#include "core/simd.h"
 #include "core/spec.h"
 #include "core/status.h"
 
@@ -76,6 +77,31 @@ double LrSchedule::Factor(uint64_t round) const {
   return 1.0;
 }
 
+namespace {
+
+constexpr size_t kSgdBlock = 1024;
+
+// One step of `count` values; the three arrays never overlap (the aggregate, the
+// velocity and the parameters are separate buffers).
+inline void SgdValues(float lr, float mu, float wd, const float* __restrict g,
+                      float* __restrict v, float* __restrict w, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const float d = g[i] + wd * w[i];
+    v[i] = mu * v[i] + d;
+    w[i] -= lr * v[i];
+  }
+}
+
+// A fixed count, which GCC vectorizes at -O2 (no epilogue, no alias check), in an AVX2
+// clone too; the same operations in the same order as the scalar tail, and no fused
+// multiply-add (the clone does not enable FMA), so every clone gives the same bits.
+PS_VECTOR_CLONES void SgdBlock(float lr, float mu, float wd, const float* __restrict g,
+                               float* __restrict v, float* __restrict w) {
+  SgdValues(lr, mu, wd, g, v, w, kSgdBlock);
+}
+
+}  // namespace
+
 void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
              std::span<float> velocity, std::span<float> params) {
   const float lr = static_cast<float>(opt.learning_rate * opt.schedule.Factor(round));
@@ -85,11 +111,9 @@ void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
   float* v = velocity.data();
   float* w = params.data();
   const size_t n = params.size();
-  for (size_t i = 0; i < n; ++i) {
-    const float d = g[i] + wd * w[i];
-    v[i] = mu * v[i] + d;
-    w[i] -= lr * v[i];
-  }
+  size_t b = 0;
+  for (; b + kSgdBlock <= n; b += kSgdBlock) SgdBlock(lr, mu, wd, g + b, v + b, w + b);
+  SgdValues(lr, mu, wd, g + b, v + b, w + b, n - b);
 }
 
 }  // namespace ps::server
