@@ -1,7 +1,9 @@
 // fp32: the identity codec. Wire: version byte, then numel little-endian fp32
 // (core/fp32_bytes.h; the host is little-endian, which that file asserts).
+#include <algorithm>
 #include <cstring>
 #include <memory>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "codecs/codec.h"
@@ -14,25 +16,40 @@ namespace {
 
 constexpr char kSpec[] = "fp32";
 
+// Bytes copied at a time before the values they complete are checked: small enough that
+// the check reads them from the first-level cache right after the copy wrote them, so
+// copy and check are one pass over memory instead of two (docs/bench.md, "The TCP data
+// plane against gRPC and the one-copy ceiling").
+constexpr size_t kChunkBytes = 16384;
+
 class Fp32Codec final : public Codec {
  public:
   std::string_view spec() const override { return kSpec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
-    out->clear();
-    out->reserve(MaxEncodedBytes(values.size()));
-    out->push_back(static_cast<char>(kFormatVersion));
-    if (!values.empty()) core::AppendFp32(values, out);  // same null-data() caveat
+    // Built in scratch_ and swapped in, so that a refusal leaves *out as it was. Each
+    // chunk is checked, then appended while it is in cache (AppendFp32 never sees an
+    // empty span, whose data() may be null).
+    scratch_.clear();
+    scratch_.reserve(MaxEncodedBytes(values.size()));
+    scratch_.push_back(static_cast<char>(kFormatVersion));
+    constexpr size_t kChunk = kChunkBytes / sizeof(float);
+    for (size_t at = 0; at < values.size(); at += kChunk) {
+      const std::span<const float> chunk = values.subspan(at, std::min(kChunk, values.size() - at));
+      // The refusal names the first bad value's index in `values` (a refusal is rare:
+      // finding it again from the start costs only then).
+      if (core::FindNonFinite(chunk) >= 0) return internal::CheckEncodable(kSpec, values);
+      core::AppendFp32(chunk, &scratch_);
+    }
+    out->swap(scratch_);
     return absl::OkStatus();
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, sizeof(float), out.size()));
-    // An empty slice may have a null data(); memcpy must not see it, even for 0 bytes.
-    if (!out.empty()) std::memcpy(out.data(), bytes.data() + 1, out.size_bytes());
-    return CheckFinite(out);
+    size_t written = 0;
+    return CopyChecked(bytes.substr(1), out, written);
   }
 
   // The values straight from the pieces into out: one pass, no gather. A payload of
@@ -42,8 +59,8 @@ class Fp32Codec final : public Codec {
     size_t total = 0;
     for (std::string_view p : pieces) total += p.size();
     if (total != 1 + out.size_bytes() || out.empty()) return Codec::DecodePieces(pieces, out);
-    auto* dst = reinterpret_cast<char*>(out.data());
     bool versioned = false;
+    size_t written = 0;
     for (std::string_view p : pieces) {
       if (p.empty()) continue;
       if (!versioned) {
@@ -53,19 +70,35 @@ class Fp32Codec final : public Codec {
         p.remove_prefix(1);
         versioned = true;
       }
-      std::memcpy(dst, p.data(), p.size());
-      dst += p.size();
+      PS_RETURN_IF_ERROR(CopyChecked(p, out, written));
     }
-    return CheckFinite(out);
+    return absl::OkStatus();
   }
 
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }
 
  private:
-  static absl::Status CheckFinite(std::span<const float> out) {
-    if (const ptrdiff_t i = core::FindNonFinite(out); i >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(kSpec, ": value ", i, " is not finite (", out[i], ")"));
+  std::string scratch_;  // what Encode builds, swapped into its output when it succeeds
+
+  // Copies `bytes` into `out` from byte `written` on (advanced past them), a chunk at a
+  // time, checking the values each chunk completes while they are in cache: the first
+  // NaN or Inf is refused naming its index, as a check of the whole would (the rest of
+  // `out` is then unspecified). The caller checked that the bytes fit.
+  static absl::Status CopyChecked(std::string_view bytes, std::span<float> out, size_t& written) {
+    auto* base = reinterpret_cast<char*>(out.data());
+    while (!bytes.empty()) {
+      const size_t n = std::min(bytes.size(), kChunkBytes);
+      const size_t checked = written / sizeof(float);
+      std::memcpy(base + written, bytes.data(), n);
+      written += n;
+      bytes.remove_prefix(n);
+      const std::span<const float> done = std::span<const float>(out).subspan(
+          checked, written / sizeof(float) - checked);
+      if (const ptrdiff_t i = core::FindNonFinite(done); i >= 0) {
+        const size_t at = checked + static_cast<size_t>(i);
+        return absl::InvalidArgumentError(
+            absl::StrCat(kSpec, ": value ", at, " is not finite (", out[at], ")"));
+      }
     }
     return absl::OkStatus();
   }
