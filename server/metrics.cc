@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/data_plane.h"
 #include "net/http_endpoint.h"
 
 namespace ps::server {
@@ -111,10 +112,10 @@ class Collector final {
 
   void ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
     push_seconds_.Observe(Seconds(elapsed));
-    grpc_received_bytes_.fetch_add(payload_bytes, std::memory_order_relaxed);
+    plane_received_bytes_.fetch_add(payload_bytes, std::memory_order_relaxed);
   }
   void ObservePullBytes(uint64_t bytes) {
-    grpc_sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+    plane_sent_bytes_.fetch_add(bytes, std::memory_order_relaxed);
   }
   void ObservePull(core::Duration elapsed) { pull_seconds_.Observe(Seconds(elapsed)); }
   void ObserveAggregation(AggregationStage stage, core::Duration elapsed) {
@@ -137,8 +138,9 @@ class Collector final {
   prometheus::Histogram pull_seconds_;
   std::array<std::unique_ptr<prometheus::Histogram>, static_cast<size_t>(AggregationStage::kCount)>
       aggregation_seconds_;
-  std::atomic<uint64_t> grpc_received_bytes_{0};
-  std::atomic<uint64_t> grpc_sent_bytes_{0};
+  // Push and pull bytes of the shard's data plane (gRPC or TCP; UDP counts its own).
+  std::atomic<uint64_t> plane_received_bytes_{0};
+  std::atomic<uint64_t> plane_sent_bytes_{0};
   std::atomic<int64_t> checkpoint_ns_{kNoCheckpoint};
 };
 
@@ -195,20 +197,23 @@ std::vector<MetricFamily> Collector::Collect() const {
   out.push_back(std::move(aggregation));
 
   // --- bytes ---
+  // The data plane's pushes and pulls under its name (--data-plane: grpc or tcp).
+  const std::string plane(core::DataPlaneName(shard_->options().data_plane));
   MetricFamily received = Family("ps_received_bytes_total",
-                                 "Gradient bytes received: gRPC push payloads (refused ones "
-                                 "included) and whole UDP datagrams",
+                                 "Gradient bytes received: push payloads of the data plane "
+                                 "(grpc or tcp; refused ones included) and whole UDP datagrams",
                                  MetricType::Counter);
-  AddCounter(&received, static_cast<double>(grpc_received_bytes_.load(std::memory_order_relaxed)),
-             {{"transport", "grpc"}});
+  AddCounter(&received, static_cast<double>(plane_received_bytes_.load(std::memory_order_relaxed)),
+             {{"transport", plane}});
   if (has_udp) {
     AddCounter(&received, static_cast<double>(udp.bytes), {{"transport", "udp"}});
   }
   out.push_back(std::move(received));
-  MetricFamily sent = Family("ps_sent_bytes_total", "Parameter bytes written to Pull streams",
+  MetricFamily sent = Family("ps_sent_bytes_total",
+                             "Parameter bytes written to pulls, by data plane (grpc or tcp)",
                              MetricType::Counter);
-  AddCounter(&sent, static_cast<double>(grpc_sent_bytes_.load(std::memory_order_relaxed)),
-             {{"transport", "grpc"}});
+  AddCounter(&sent, static_cast<double>(plane_sent_bytes_.load(std::memory_order_relaxed)),
+             {{"transport", plane}});
   out.push_back(std::move(sent));
   out.push_back(Counter("ps_push_wire_bytes_total",
                         "Encoded payload bytes of accepted pushes and UDP chunks",
@@ -403,6 +408,21 @@ void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFami
   out->push_back(std::move(refused));
 }
 
+// The TCP data plane's connections (docs/metrics.md, "The data plane").
+void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFamily>* out) {
+  out->push_back(Counter("ps_data_connections_accepted_total",
+                         "Connections the TCP data port took (within its bounds)",
+                         static_cast<double>(s.accepted)));
+  out->push_back(Counter("ps_data_connections_refused_total",
+                         "Connections the TCP data port closed at accept (over its bounds)",
+                         static_cast<double>(s.refused)));
+  out->push_back(Counter("ps_data_connections_admitted_total",
+                         "Data connections whose handshake proved a worker's data session",
+                         static_cast<double>(s.admitted)));
+  out->push_back(Gauge("ps_data_connections_open", "Connections open on the TCP data port",
+                       static_cast<double>(s.open)));
+}
+
 }  // namespace
 
 class Metrics::Impl {
@@ -415,6 +435,7 @@ class Metrics::Impl {
     {
       absl::ReaderMutexLock lock(&port_mu);
       if (port_source) AddPortFamilies(port_source(), &families);
+      if (data_plane_source) AddDataPlaneFamilies(data_plane_source(), &families);
     }
     AddEndpointFamilies(endpoint.stats(), &families);
     std::ostringstream out;
@@ -425,6 +446,7 @@ class Metrics::Impl {
   Collector collector;
   mutable absl::Mutex port_mu;
   PortSource port_source ABSL_GUARDED_BY(port_mu);
+  DataPlaneSource data_plane_source ABSL_GUARDED_BY(port_mu);
   // After the collector: destroyed (its thread joined) before what it renders.
   net::HttpEndpoint endpoint;
 };
@@ -455,6 +477,14 @@ void Metrics::SetPortSource(PortSource source) {
     std::swap(impl_->port_source, source);
   }
   // `source` (the old one) is destroyed here, outside the lock.
+}
+
+void Metrics::SetDataPlaneSource(DataPlaneSource source) {
+  {
+    absl::WriterMutexLock lock(&impl_->port_mu);
+    std::swap(impl_->data_plane_source, source);
+  }
+  // The old source is destroyed here, outside the lock.
 }
 
 std::string Metrics::Render() const { return impl_->Render(); }

@@ -32,6 +32,7 @@
 #include "server/port_stats.h"
 #include "server/shard.h"
 #include "server/tarpit.h"
+#include "server/transport/tcp/backend.h"
 #include "server/transport/udp/receiver.h"
 
 namespace ps::server {
@@ -69,6 +70,12 @@ class Metrics {
   // The ports' stats are read from `source` from now on (empty: none). Called from any
   // thread; once no Render() is using the previous source, it returns.
   void SetPortSource(PortSource source);
+
+  // The TCP data plane's connections (--data-plane tcp), read from `source` at each
+  // Render() from now on (empty: none, and its families are absent). Called from any
+  // thread; once no Render() is using the previous source, it returns.
+  using DataPlaneSource = std::function<transport::tcp::Stats()>;
+  void SetDataPlaneSource(DataPlaneSource source);
 
   // Every metric in the Prometheus text format, as a scrape returns it.
   std::string Render() const;

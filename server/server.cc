@@ -166,7 +166,10 @@ class ServerImpl final : public Server {
     Shutdown();
     // The listeners, fronts and health states are destroyed before metrics_ (declared
     // after it): a Render() from here on no longer reads them.
-    if (metrics_ != nullptr) metrics_->SetPortSource(nullptr);
+    if (metrics_ != nullptr) {
+      metrics_->SetPortSource(nullptr);
+      metrics_->SetDataPlaneSource(nullptr);
+    }
   }
 
   absl::Status Listen() {
@@ -267,6 +270,7 @@ class ServerImpl final : public Server {
       // Every port is up: scrapes read their connections, calls and watches from here
       // (detached in the destructor, before the ports go).
       metrics_->SetPortSource([this] { return PortStatsNow(); });
+      if (tcp_ != nullptr) metrics_->SetDataPlaneSource([this] { return tcp_->stats(); });
       PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
     }
     SetServing(true);

@@ -180,6 +180,60 @@ TEST_F(MetricsScrapeTest, OneRealRoundShowsInTheScrapeAndPassesPromtool) {
   }
 }
 
+// A shard on the TCP data plane: a worker's round moves its bytes under
+// transport="tcp", and the data port's connection series follow its one connection;
+// the exposition still passes promtool.
+TEST(MetricsDataPlaneScrapeTest, TheTcpPlanesBytesAndConnectionsShow) {
+  ServerOptions o = Options();
+  o.data_plane = core::DataPlane::kTcp;
+  auto server = Server::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 300, 0}}, 128, 1);
+  const std::vector<float> init(300, 0.5f);
+  WorkerOptions wo;
+  wo.shard_addresses = {absl::StrCat("127.0.0.1:", (*server)->port())};
+  wo.connect_timeout = milliseconds(20000);
+  wo.data_plane = core::DataPlane::kTcp;
+  const std::vector<std::span<const float>> initial = {init};
+  auto worker = Worker::Start(wo, layout, initial);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::vector<float> params(300);
+  const std::vector<std::span<float>> outs = {params};
+  ASSERT_TRUE((*worker)->Push(0, 0, std::vector<float>(300, 1.0f)).ok());
+  ASSERT_TRUE((*worker)->WaitPushes().ok());
+  ASSERT_TRUE((*worker)->PullAll(1, outs, milliseconds(20000)).ok());
+  const auto scrape = [&] {
+    absl::StatusOr<net::testing::HttpResponse> r =
+        net::testing::HttpGet((*server)->metrics_port(), "/metrics");
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->body : std::string();
+  };
+  std::string body = scrape();
+  for (int i = 0; i < 500 && ParseMetrics(body)["ps_pull_duration_seconds_count"] < 1; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    body = scrape();
+  }
+  const auto m = ParseMetrics(body);
+  EXPECT_EQ(MetricValue(m, "ps_data_connections_accepted_total"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_data_connections_admitted_total"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_data_connections_refused_total"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_data_connections_open"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"tcp\"}"),
+            MetricValue(m, "ps_push_wire_bytes_total"));
+  EXPECT_GE(MetricValue(m, "ps_received_bytes_total{transport=\"tcp\"}"), 300 * 4);
+  EXPECT_GE(MetricValue(m, "ps_sent_bytes_total{transport=\"tcp\"}"), 300 * 4);
+  EXPECT_EQ(m.count("ps_received_bytes_total{transport=\"grpc\"}"), 0u);
+  worker->reset();  // its connection closes: the gauge follows (bounded wait)
+  for (int i = 0; i < 500 && MetricValue(ParseMetrics(body), "ps_data_connections_open") != 0; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    body = scrape();
+  }
+  EXPECT_EQ(MetricValue(ParseMetrics(body), "ps_data_connections_open"), 0);
+  if (!std::filesystem::exists(kPromtool)) GTEST_SKIP() << kPromtool << " not found";
+  const auto [rc, output] = Promtool(body);
+  EXPECT_EQ(rc, 0) << "promtool check metrics:\n" << output << "\non:\n" << body;
+}
+
 // Connections, calls and watches on both ports, from a hostile HTTP/2 client
 // (tests/support/h2_attacker.h): the gauges follow what is open, the counters what the
 // listeners and fronts ended, and the exposition still passes promtool.
