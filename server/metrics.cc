@@ -414,7 +414,9 @@ void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFami
                          "Connections the TCP data port took (within its bounds)",
                          static_cast<double>(s.accepted)));
   out->push_back(Counter("ps_data_connections_refused_total",
-                         "Connections the TCP data port closed at accept (over its bounds)",
+                         "Connections the TCP data port closed at accept (proven ones fill it; "
+                         "over a source's or the port's unproven bound, the oldest unproven "
+                         "connection is closed instead)",
                          static_cast<double>(s.refused)));
   out->push_back(Counter("ps_data_connections_admitted_total",
                          "Data connections whose handshake proved a worker's data session",

@@ -326,6 +326,7 @@ class ServerImpl final : public Server {
 
   uint16_t port() const override { return port_; }
   uint16_t udp_port() const override { return udp_ != nullptr ? udp_->port() : 0; }
+  uint16_t data_port() const override { return tcp_ != nullptr ? tcp_->port() : 0; }
   std::optional<transport::udp::Stats> udp_stats() const override {
     if (udp_ == nullptr) return std::nullopt;
     return udp_->stats();

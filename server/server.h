@@ -34,6 +34,8 @@ class Server {
   // The bound UDP port of the lossy gradient path, 0 without one (--udp-port -1).
   virtual uint16_t udp_port() const = 0;
   virtual std::optional<transport::udp::Stats> udp_stats() const = 0;
+  // The bound port of the TCP data plane, 0 without one (--data-plane grpc).
+  virtual uint16_t data_port() const = 0;
   // The bound port of the metrics endpoint (/metrics), 0 without one (--metrics-port -1).
   virtual uint16_t metrics_port() const = 0;
   // The bound port of the plaintext health-only listener, 0 without one (--health-port -1).
