@@ -325,6 +325,39 @@ TEST_F(TcpChannelTest, AGoawayFailsWhatWaitsWithTheShardsRefusal) {
   EXPECT_EQ(core::RefusalOf(got), core::Refusal::kUnknownSession) << got;
 }
 
+// A GOAWAY naming no error (status code 0) fails what waits UNAVAILABLE, as a lost
+// connection does, whether it comes before the port proved itself or after ADMIT: it
+// never answers a push or ends a pull as OK. Found by the data_channel fuzz target, where
+// such a GOAWAY from a port that proved nothing had every push in flight reported
+// accepted.
+TEST_F(TcpChannelTest, AGoawayNamingNoErrorFailsWhatWaits) {
+  for (const bool admitted : {false, true}) {
+    SCOPED_TRACE(admitted ? "after ADMIT" : "before any CHALLENGE");
+    const OutgoingPush a = Push(0, "x");
+    Answers answers;
+    std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a}, Deadline());
+    call->Start(answers.Callback());
+    auto sink = std::make_shared<DenseSink>(4);
+    channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = {5}}, Deadline(),
+                   sink);
+    ASSERT_TRUE(shard_.Accept());
+    if (admitted) {
+      ASSERT_TRUE(shard_.Handshake());
+      ASSERT_TRUE(shard_.Read().has_value());  // the PUSH
+      ASSERT_TRUE(shard_.Read().has_value());  // the PULL
+    } else {
+      ASSERT_TRUE(shard_.Read().has_value());  // the HELLO
+    }
+    std::string out;
+    ASSERT_TRUE(net::AppendGoaway({.code = absl::StatusCode::kOk}, &out).ok());
+    shard_.Send(out);
+    const absl::Status pushed = answers.Await(1)[0];
+    EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
+    ASSERT_TRUE(sink->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(sink->status.code(), absl::StatusCode::kUnavailable) << sink->status;
+  }
+}
+
 TEST_F(TcpChannelTest, ALostConnectionFailsWhatIsInFlightAndTheNextCallConnectsAgain) {
   const OutgoingPush a = Push(0, "lost"), b = Push(0, "resent");
   Answers first;

@@ -255,7 +255,14 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     const net::FrameHeader& h = header_;
     if (h.type == net::FrameType::kGoaway) {
       absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(h.type, meta_);
-      return Lost(m.ok() ? WithContext(FromWire(*m), Name()) : m.status());
+      if (!m.ok()) return Lost(m.status());
+      // A GOAWAY ends the connection, never a call: one that names no error (code 0, from
+      // any port, proven or not) fails what waits as a lost connection does, not as OK.
+      if (m->code == absl::StatusCode::kOk) {
+        return Lost(absl::UnavailableError(
+            absl::StrCat(Name(), " closed the data connection (GOAWAY naming no error)")));
+      }
+      return Lost(WithContext(FromWire(*m), Name()));
     }
     switch (state) {
       case net::ConnectionState::kWorkerAwaitsChallenge:
