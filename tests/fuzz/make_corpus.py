@@ -4,8 +4,8 @@
 The files are checked in; rerun this after changing an input layout:
     python3 tests/fuzz/make_corpus.py [--codec-seeds BUILD/fuzz/codec_seeds]
 peer_share, aggregator_spec, udp_datagram, checkpoint, wire, held_model, auth_header,
-data_frame: see share(), AGGREGATOR_SPEC, datagram(), checkpoint_body(), wire(), held_frame(),
-auth() and df_frame() below.
+data_frame, data_connection, data_channel: see share(), AGGREGATOR_SPEC, datagram(),
+checkpoint_body(), wire(), held_frame(), auth(), df_frame(), dc() and dch() below.
 codec_decode: written by the C++ tool tests/fuzz/codec_seeds.cc (every spec of
 tests/codecs/example_specs.h encodes a few inputs), which this script runs when it
 finds the binary (--codec-seeds, else build*/fuzz/codec_seeds); by hand:
@@ -575,9 +575,143 @@ DATA_FRAME = {
     "cut_in_header": data_frame(DF_SHARD_ADMITTED, 16, df_push(1)[:10]),
 }
 
+# data_connection: byte 0 the harness's choices (data_connection_fuzz.cc), then what the
+# worker sends. The shard's layout: tensor "w" of 8 values in slices 0 and 1 of 4.
+DC_HANDSHAKE, DC_WORKER_1, DC_OTHER_PUSHES, DC_PATCH_HELLO, DC_REJOIN = 1, 2, 4, 8, 16
+DC_LAYOUT = layout_hash((("w", 8, 0),), 4, 1)  # kLayoutHash in data_connection_fuzz.cc
+
+
+def dc_push(tag, slice_=0, round_=0, values=(1.0, 1.0, 1.0, 1.0), **kw):
+    return df_push(tag, payload=fp32(values), slice_=slice_, round_=round_, layout=DC_LAYOUT,
+                   **kw)
+
+
+def dc_pull(tag, ids=(0, 1), min_version=0, **kw):
+    return df_pull(tag, list(ids), layout=DC_LAYOUT, min_version=min_version, **kw)
+
+
+def dc(mode, *frames):
+    return bytes([mode]) + b"".join(frames)
+
+
+DC_A = DC_HANDSHAKE  # admitted by the harness's handshake, as worker 0
+DATA_CONNECTION = {
+    "admitted_push": dc(DC_A, dc_push(1)),
+    "admitted_push_with_loss": dc(DC_A, dc_push(1, loss=0.5)),
+    "admitted_push_duplicate": dc(DC_A, dc_push(1), dc_push(2)),
+    "admitted_pushes_close_rounds_and_pull": dc(
+        DC_A | DC_OTHER_PUSHES, dc_pull(1, min_version=1), dc_push(2, 0), dc_push(3, 1)),
+    "admitted_worker_1_pushes_and_pull": dc(
+        DC_A | DC_WORKER_1 | DC_OTHER_PUSHES, dc_push(1, 1), dc_pull(2, (1,), min_version=1)),
+    "admitted_pull_version_0": dc(DC_A, dc_pull(1)),
+    "admitted_pull_held": dc(DC_A, dc_pull(1, held=[0, 0], epoch=1)),
+    "admitted_pull_cancel": dc(DC_A, dc_pull(1, min_version=5), df_frame("CANCEL", tag=1),
+                               df_frame("CANCEL", tag=9)),
+    "admitted_third_pull_over_limit": dc(DC_A, dc_pull(1, min_version=5),
+                                         dc_pull(2, min_version=5), dc_pull(3, min_version=5)),
+    "admitted_pull_tag_reused": dc(DC_A, dc_pull(1, min_version=5), dc_pull(1, min_version=5)),
+    "admitted_pull_unknown_slice": dc(DC_A, dc_pull(1, (7,))),
+    "admitted_pull_over_max": dc(DC_A, dc_pull(1, (0, 1, 0))),
+    "admitted_push_wrong_layout": dc(DC_A, df_push(1)),
+    "admitted_push_unknown_codec": dc(DC_A, df_push(
+        1, codec=b"nope", payload=b"\x01", slice_=0, round_=0, layout=DC_LAYOUT)),
+    "admitted_push_future_round": dc(DC_A, dc_push(1, round_=7)),
+    "admitted_push_nan": dc(DC_A, dc_push(1, values=(float("nan"), 0.0, 0.0, 0.0))),
+    "admitted_goaway": dc(DC_A, dc_push(1), df_status("GOAWAY", 0, 0, b"", b"bye")),
+    "admitted_rejoined": dc(DC_A | DC_REJOIN, dc_push(1), dc_pull(2)),
+    "admitted_hello_again": dc(DC_A, df_hello()),
+    "admitted_truncated_push": dc(DC_A, dc_push(1)[:-5]),
+    "admitted_truncated_header": dc(DC_A, dc_push(1)[:10]),
+    "admitted_largest_body_claim": dc(
+        DC_A, df_frame("PUSH", struct.pack("<QQI", DC_LAYOUT, 0, 0) + b"\x04fp32",
+                       body_len=0xFFFFFFFF, tag=1)),
+    "admitted_pull_body_mismatch": dc(DC_A, dc_pull(1, body_len=12)),
+    "raw_hello_unknown_session": dc(0, df_hello()),
+    "raw_hello_patched_wrong_proof": dc(DC_PATCH_HELLO, df_hello(worker=0), _DF_PROOF,
+                                        dc_push(1)),
+    "raw_hello_patched_worker_1": dc(DC_PATCH_HELLO | DC_WORKER_1, df_hello(worker=1),
+                                     _DF_PROOF),
+    "raw_hello_patched_then_push": dc(DC_PATCH_HELLO, df_hello(worker=0), dc_push(1)),
+    "raw_hello_version_2": dc(DC_PATCH_HELLO, df_hello(version=2, extra=b"more")),
+    "raw_push_before_admit": dc(0, dc_push(1)),
+    "raw_largest_body_claim": dc(0, df_frame("HELLO", meta_len=52, body_len=0xFFFFFFFF)),
+    "raw_truncated_hello": dc(DC_PATCH_HELLO, df_hello()[:40]),
+    "raw_nothing": dc(0),
+    # The first find (docs/fuzzing.md): a refused header, then bytes the shard never
+    # parses; the connection lingered for the GOAWAY's whole second.
+    "regression_goaway_then_bytes": dc(DC_A, b"A" * 16 + b"B" * 100),
+}
+
+# data_channel: byte 0 the harness's choices (data_channel_fuzz.cc), then what the shard
+# sends. The channel pushes tags 1 and 2 and pulls tag 3 (slices 5: 16 bytes, 6: 8).
+DCH_RAW, DCH_AFTER_CHALLENGE, DCH_ADMITTED = 0, 1, 2
+DCH_DENSE, DCH_SHORT_DEADLINES, DCH_CANCEL, DCH_LINGER = 4, 8, 16, 32
+
+
+def dch(mode, *frames):
+    return bytes([mode]) + b"".join(frames)
+
+
+def dch_slice(tag=3, slice_=5, values=None, **kw):
+    if values is None:
+        values = bytes(range(16 if slice_ == 5 else 8))
+    return df_slice(tag, slice_=slice_, values=values, **kw)
+
+
+DCH_ALL_ANSWERED = (df_status("ANSWER", 1, 0), df_status("ANSWER", 2, 6, b"duplicate", b"again"),
+                    dch_slice(), dch_slice(slice_=6), df_status("PULL_END", 3, 0))
+DATA_CHANNEL = {
+    "admitted_all_answered_dense": dch(DCH_ADMITTED | DCH_DENSE, *DCH_ALL_ANSWERED),
+    "admitted_all_answered_no_place": dch(DCH_ADMITTED, *DCH_ALL_ANSWERED),
+    "admitted_slice_wrong_size": dch(DCH_ADMITTED | DCH_DENSE, dch_slice(values=bytes(12))),
+    "admitted_slice_unknown_id": dch(DCH_ADMITTED | DCH_DENSE, dch_slice(slice_=9)),
+    "admitted_slice_unknown_tag": dch(DCH_ADMITTED | DCH_DENSE, dch_slice(tag=8),
+                                      dch_slice(), df_status("PULL_END", 3, 0)),
+    "admitted_slice_change": dch(DCH_ADMITTED, dch_slice(codec=b"int8", base=4, epoch=2,
+                                                         values=bytes(range(16)))),
+    "admitted_slice_after_pull_end": dch(DCH_ADMITTED | DCH_DENSE, df_status("PULL_END", 3, 0),
+                                         dch_slice()),
+    "admitted_slice_cut_in_body": dch(DCH_ADMITTED | DCH_DENSE, dch_slice()[:-4]),
+    "admitted_slice_largest_claim": dch(DCH_ADMITTED | DCH_DENSE, df_frame(
+        "SLICE", struct.pack("<IQQQ", 5, 5, 0, 0) + b"\x00", body_len=0xFFFFFFFF, tag=3)),
+    "admitted_answer_twice": dch(DCH_ADMITTED, df_status("ANSWER", 1, 0), df_status("ANSWER", 1, 0),
+                                 df_status("ANSWER", 7, 0)),
+    "admitted_answer_unknown_kind": dch(DCH_ADMITTED, df_status("ANSWER", 1, 5, b"a_newer_kind",
+                                                                b"caf\xc3\xa9")),
+    "admitted_pull_end_refused": dch(DCH_ADMITTED, df_status("PULL_END", 3, 8, b"over_limit",
+                                                             b"too many pulls")),
+    "admitted_goaway": dch(DCH_ADMITTED | DCH_DENSE, dch_slice(),
+                           df_status("GOAWAY", 0, 14, b"shutting_down", b"drained")),
+    "admitted_goaway_ok": dch(DCH_ADMITTED, df_status("GOAWAY", 0, 0)),
+    "admitted_push_frame": dch(DCH_ADMITTED, dc_push(1)),
+    "admitted_second_admit": dch(DCH_ADMITTED, _DF_ADMIT),
+    "admitted_short_deadlines": dch(DCH_ADMITTED | DCH_DENSE | DCH_SHORT_DEADLINES, dch_slice()),
+    "admitted_deadline_mid_body": dch(DCH_ADMITTED | DCH_DENSE | DCH_SHORT_DEADLINES | DCH_LINGER,
+                                      dch_slice()[:-4]),
+    "admitted_cancel": dch(DCH_ADMITTED | DCH_CANCEL, df_status("ANSWER", 2, 0)),
+    "challenged_admit_then_all": dch(DCH_AFTER_CHALLENGE | DCH_DENSE, _DF_ADMIT,
+                                     *DCH_ALL_ANSWERED),
+    "challenged_admit_body_0": dch(DCH_AFTER_CHALLENGE | DCH_DENSE, df_frame(
+        "ADMIT", struct.pack("<IIII", 0, 1024, 16, 300000)), dch_slice()),
+    "challenged_answer_before_admit": dch(DCH_AFTER_CHALLENGE, df_status("ANSWER", 1, 0)),
+    "challenged_goaway": dch(DCH_AFTER_CHALLENGE, df_status("GOAWAY", 0, 16, b"unauthenticated",
+                                                            b"wrong proof")),
+    "raw_forged_challenge": dch(DCH_RAW, _DF_CHALLENGE, _DF_ADMIT, *DCH_ALL_ANSWERED),
+    "raw_goaway": dch(DCH_RAW, df_status("GOAWAY", 0, 16, b"unknown_session", b"join again")),
+    "raw_goaway_ok": dch(DCH_RAW, df_status("GOAWAY", 0, 0)),
+    "raw_admit_unasked": dch(DCH_RAW | DCH_DENSE, _DF_ADMIT, *DCH_ALL_ANSWERED),
+    "raw_nothing": dch(DCH_RAW),
+    # The first finds (docs/fuzzing.md): a GOAWAY of code 0 (raw_goaway_ok above), and
+    # an ADMIT of 4 GiB then a SLICE claiming nearly as much for a tag with no pull.
+    "regression_largest_admit_and_slice": dch(DCH_AFTER_CHALLENGE, df_frame(
+        "ADMIT", struct.pack("<IIII", 0xFFFFFFFF, 1024, 16, 300000)), df_frame(
+        "SLICE", struct.pack("<IQQQ", 5, 5, 0, 0) + b"\x00", body_len=0xFFFFFFF0, tag=9)),
+}
+
 CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
            "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE,
-           "held_model": HELD_MODEL, "auth_header": AUTH_HEADER, "data_frame": DATA_FRAME}
+           "held_model": HELD_MODEL, "auth_header": AUTH_HEADER, "data_frame": DATA_FRAME,
+           "data_connection": DATA_CONNECTION, "data_channel": DATA_CHANNEL}
 
 
 def main():

@@ -435,6 +435,31 @@ TEST_F(TcpBackendTest, AFrameOtherThanTheHandshakeBeforeAdmitEndsTheConnection) 
   EXPECT_EQ(shard_->stats().pushes_accepted, 0u);
 }
 
+// After its GOAWAY the connection closes when the worker closes its end, not at the
+// GOAWAY's deadline (one second): it reads and drops what the worker still sends to see
+// that end. Found by the data_connection fuzz target, where every refused input held its
+// connection (and the table's entry) for the whole second.
+TEST_F(TcpBackendTest, AConnectionThatSentItsGoawayClosesWhenTheWorkerCloses) {
+  for (const bool admitted : {false, true}) {
+    SCOPED_TRACE(admitted ? "admitted" : "before HELLO");
+    std::unique_ptr<ScriptedWorker> w =
+        admitted ? Admitted(0) : std::make_unique<ScriptedWorker>(backend_->port());
+    ASSERT_TRUE(Eventually([&] { return backend_->stats().open == 1; }));
+    // No frame's header, and bytes after it that the shard never parses.
+    ASSERT_TRUE(w->Send(std::string(16, 'A') + std::string(100, 'B')));
+    absl::StatusOr<Frame> f = w->Read();
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
+    EXPECT_THAT(ScriptedWorker::StatusOf(*f).message(), HasSubstr("malformed"));
+    EXPECT_TRUE(w->ClosedByShard());
+    const auto closed = std::chrono::steady_clock::now();
+    w->Close();
+    ASSERT_TRUE(Eventually([&] { return backend_->stats().open == 0; }));
+    EXPECT_LT(std::chrono::steady_clock::now() - closed, milliseconds(700))
+        << "closed at the GOAWAY's deadline, not at the worker's end";
+  }
+}
+
 TEST_F(TcpBackendTest, ASilentConnectionIsClosedAfterTheProofTimeout) {
   ScriptedWorker w(backend_->port());
   ASSERT_TRUE(w.connected());

@@ -94,8 +94,8 @@ class ScriptedShard {
   }
 
   // HELLO in, CHALLENGE out (with the true proof, or a forged one), PROOF in and checked,
-  // ADMIT out. Whether the worker proved the session.
-  bool Handshake(bool forge = false) {
+  // ADMIT out (naming `max_body`). Whether the worker proved the session.
+  bool Handshake(bool forge = false, uint32_t max_body = 1 << 20) {
     std::optional<Frame> hello = Read();
     if (!hello.has_value() || hello->header.type != net::FrameType::kHello) return false;
     absl::StatusOr<net::HelloMeta> h = net::ParseHelloMeta(hello->meta);
@@ -120,7 +120,7 @@ class ScriptedShard {
         core::DataClientProof(key, "shard-0", kSession, client_nonce, server_nonce);
     EXPECT_TRUE(core::SameProof(expected, std::string_view(pm->proof.data(), pm->proof.size())));
     out.clear();
-    EXPECT_TRUE(net::AppendAdmit({.max_body_bytes = 1 << 20, .max_unanswered_pushes = 64,
+    EXPECT_TRUE(net::AppendAdmit({.max_body_bytes = max_body, .max_unanswered_pushes = 64,
                                   .max_pull_slices = 16, .idle_timeout_ms = 60000},
                                  &out)
                     .ok());
@@ -334,6 +334,63 @@ TEST_F(TcpChannelTest, AGoawayFailsWhatWaitsWithTheShardsRefusal) {
   shard_.Send(out);
   const absl::Status got = answers.Await(1)[0];
   EXPECT_EQ(core::RefusalOf(got), core::Refusal::kUnknownSession) << got;
+}
+
+// A GOAWAY naming no error (status code 0) fails what waits UNAVAILABLE, as a lost
+// connection does, whether it comes before the port proved itself or after ADMIT: it
+// never answers a push or ends a pull as OK. Found by the data_channel fuzz target, where
+// such a GOAWAY from a port that proved nothing had every push in flight reported
+// accepted.
+TEST_F(TcpChannelTest, AGoawayNamingNoErrorFailsWhatWaits) {
+  for (const bool admitted : {false, true}) {
+    SCOPED_TRACE(admitted ? "after ADMIT" : "before any CHALLENGE");
+    const OutgoingPush a = Push(0, "x");
+    Answers answers;
+    std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a}, Deadline());
+    call->Start(answers.Callback());
+    auto sink = std::make_shared<DenseSink>(4);
+    channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = {5}}, Deadline(),
+                   sink);
+    ASSERT_TRUE(shard_.Accept());
+    if (admitted) {
+      ASSERT_TRUE(shard_.Handshake());
+      ASSERT_TRUE(shard_.Read().has_value());  // the PUSH
+      ASSERT_TRUE(shard_.Read().has_value());  // the PULL
+    } else {
+      ASSERT_TRUE(shard_.Read().has_value());  // the HELLO
+    }
+    std::string out;
+    ASSERT_TRUE(net::AppendGoaway({.code = absl::StatusCode::kOk}, &out).ok());
+    shard_.Send(out);
+    const absl::Status pushed = answers.Await(1)[0];
+    EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
+    ASSERT_TRUE(sink->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    EXPECT_EQ(sink->status.code(), absl::StatusCode::kUnavailable) << sink->status;
+  }
+}
+
+// The worker reads no body over 64 MiB (the gRPC channel's receive limit), whatever the
+// shard's ADMIT allows: a SLICE claiming more ends the connection from its header, before
+// a buffer of that size is allocated for it. Found writing the data_channel fuzz target
+// (an input made by hand: an ADMIT of 4 GiB, then a SLICE header claiming as much for a
+// tag with no pull; the channel allocated the whole claim before a byte of it came).
+TEST_F(TcpChannelTest, ASliceOverTheWorkersBodyLimitEndsTheConnectionFromItsHeader) {
+  auto sink = std::make_shared<DenseSink>(4);
+  channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = {5}}, Deadline(), sink);
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake(/*forge=*/false, /*max_body=*/UINT32_MAX));
+  std::optional<Frame> pull = shard_.Read();
+  ASSERT_TRUE(pull.has_value());
+  std::string out;
+  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {.slice_id = 5, .version = 7}, (64u << 20) + 1,
+                               &out)
+                  .ok());
+  shard_.Send(out);  // and not one byte of the body
+  ASSERT_TRUE(sink->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  EXPECT_EQ(sink->status.code(), absl::StatusCode::kInternal) << sink->status;
+  EXPECT_NE(sink->status.message().find("over the limit of 67108864"), std::string::npos)
+      << sink->status;
+  EXPECT_FALSE(shard_.Read().has_value()) << "the worker closed the connection";
 }
 
 TEST_F(TcpChannelTest, ALostConnectionFailsWhatIsInFlightAndTheNextCallConnectsAgain) {

@@ -173,15 +173,17 @@ void Connection::ReadHeader() {
   }
   reading_ = true;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kIdle, hub_->options().idle_timeout);
+  read_in_flight_ = true;
   asio::async_read(socket_, asio::buffer(header_bytes_),
                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     self->read_in_flight_ = false;
                      if (ec) return self->Shutdown();
                      self->OnHeader();
                    });
 }
 
 void Connection::OnHeader() {
-  if (closed_ || going_away_) return;
+  if (closed_ || going_away_) return Drain();
   absl::StatusOr<net::FrameHeader> header =
       net::ParseHeader(std::span<const char, net::kFrameHeaderBytes>(header_bytes_));
   if (header.ok() && header->type == net::FrameType::kPull) {
@@ -198,15 +200,17 @@ void Connection::OnHeader() {
   header_ = *header;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kRead, hub_->options().read_timeout);
   if (header_.meta_bytes == 0) return OnMeta();
+  read_in_flight_ = true;
   asio::async_read(socket_, asio::buffer(meta_.data(), header_.meta_bytes),
                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     self->read_in_flight_ = false;
                      if (ec) return self->Shutdown();
                      self->OnMeta();
                    });
 }
 
 void Connection::OnMeta() {
-  if (closed_ || going_away_) return;
+  if (closed_ || going_away_) return Drain();
   const std::string_view meta(meta_.data(), header_.meta_bytes);
   const auto malformed = [this](const absl::Status& s) {
     GoAway(front_->shard()->Refuse(Refusal::kMalformed, s.message()));
@@ -249,11 +253,27 @@ void Connection::ReadBody(void (Connection::*then)()) {
   // The header passed CheckHeader: the body is within the limits this buffer may reach.
   body_.resize(header_.body_bytes);
   if (header_.body_bytes == 0) return (this->*then)();
+  read_in_flight_ = true;
   asio::async_read(socket_, asio::buffer(body_),
                    [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
+                     self->read_in_flight_ = false;
                      if (ec) return self->Shutdown();
                      ((*self).*then)();
                    });
+}
+
+void Connection::Drain() {
+  if (closed_ || read_in_flight_ || peer_ended_) return;
+  // Nothing is parsed after a GOAWAY: meta_ serves as the scratch buffer.
+  read_in_flight_ = true;
+  socket_.async_read_some(asio::buffer(meta_),
+                          [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                            self->read_in_flight_ = false;
+                            if (!ec) return self->Drain();
+                            // The peer's end (or a reset): closed once the GOAWAY is out.
+                            self->peer_ended_ = true;
+                            if (self->goaway_written_) self->Shutdown();
+                          });
 }
 
 void Connection::Hello(std::string_view meta) {
@@ -350,7 +370,7 @@ absl::Status Connection::Current() const {
 }
 
 void Connection::OnPushBody() {
-  if (closed_ || going_away_) return;
+  if (closed_ || going_away_) return Drain();
   const uint64_t tag = header_.tag;
   const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
   absl::Status s = Current();
@@ -372,7 +392,7 @@ void Connection::OnPushBody() {
 }
 
 void Connection::OnPullBody() {
-  if (closed_ || going_away_) return;
+  if (closed_ || going_away_) return Drain();
   const uint64_t tag = header_.tag;
   const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
   absl::StatusOr<net::PullBody> body = net::ParsePullBody(pull_, body_);
@@ -454,9 +474,12 @@ void Connection::Written(const boost::system::error_code& ec) {
     // The peer reads the GOAWAY and then the end of the stream; the socket closes when
     // it closes its end or at the GOAWAY's deadline (closing at once, with its unread
     // bytes still here, would reset the connection, and a reset may discard the GOAWAY).
+    // Until then what it sends is read and dropped (Drain), which is how its end is seen.
     boost::system::error_code e;
     socket_.shutdown(tcp::socket::shutdown_send, e);
-    return;
+    goaway_written_ = true;
+    if (peer_ended_) return Shutdown();
+    return Drain();
   }
   // A push counts until its answer is written, not queued: a peer that stops reading
   // stops this connection's reading at the bound, and the answers queued for it with it.

@@ -97,6 +97,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void OnMeta();
   // Reads the frame's body into body_, then calls `then`.
   void ReadBody(void (Connection::*then)());
+  // Going away: reads and drops what the peer still sends, until its end of the stream,
+  // which closes the connection once the GOAWAY is written (Written closes it at once
+  // when the end came first).
+  void Drain();
   void OnPushBody();
   void OnPullBody();
   // The handshake.
@@ -140,6 +144,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool going_away_ = false;  // GOAWAY queued or a refusal of the handshake pending
   bool goaway_queued_ = false;
   bool reading_ = false;     // a read is in flight or a frame is being handled
+  bool read_in_flight_ = false;  // an async read of the socket is pending
+  bool goaway_written_ = false;
+  bool peer_ended_ = false;  // the peer's end of the stream was read while going away
   uint64_t deadline_seq_ = 0;
 
   // The frame being read: header, meta (fixed: no meta is longer), the parsed PUSH or

@@ -52,6 +52,10 @@ namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
 constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
+// The largest body this worker reads, whatever the shard's ADMIT says: the gRPC
+// channel's receive limit. A slice with no place of its own is read into a buffer of its
+// header's size, allocated before its bytes come.
+constexpr uint64_t kMaxBodyBytes = 64u << 20;
 
 // A status from the wire: the refusal rebuilt from its name when this worker knows it.
 absl::Status FromWire(const net::StatusMeta& m) {
@@ -255,7 +259,14 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     const net::FrameHeader& h = header_;
     if (h.type == net::FrameType::kGoaway) {
       absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(h.type, meta_);
-      return Lost(m.ok() ? WithContext(FromWire(*m), Name()) : m.status());
+      if (!m.ok()) return Lost(m.status());
+      // A GOAWAY ends the connection, never a call: one that names no error (code 0, from
+      // any port, proven or not) fails what waits as a lost connection does, not as OK.
+      if (m->code == absl::StatusCode::kOk) {
+        return Lost(absl::UnavailableError(
+            absl::StrCat(Name(), " closed the data connection (GOAWAY naming no error)")));
+      }
+      return Lost(WithContext(FromWire(*m), Name()));
     }
     switch (state) {
       case net::ConnectionState::kWorkerAwaitsChallenge:
@@ -310,7 +321,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void OnAdmit(uint64_t gen) {
     absl::StatusOr<net::AdmitMeta> a = net::ParseAdmitMeta(meta_);
     if (!a.ok()) return Lost(a.status());
-    limits_.max_body_bytes = a->max_body_bytes;
+    limits_.max_body_bytes = std::min<uint64_t>(a->max_body_bytes, kMaxBodyBytes);
     state_ = State::kReady;
     connect_timer_.reset();
     Flush();
