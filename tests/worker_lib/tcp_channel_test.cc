@@ -364,7 +364,7 @@ TEST_F(TcpChannelTest, AGoawayNamingNoErrorFailsWhatWaits) {
     shard_.Send(out);
     const absl::Status pushed = answers.Await(1)[0];
     EXPECT_EQ(pushed.code(), absl::StatusCode::kUnavailable) << pushed;
-    ASSERT_TRUE(sink->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+    ASSERT_TRUE(sink->AwaitDone());
     EXPECT_EQ(sink->status.code(), absl::StatusCode::kUnavailable) << sink->status;
   }
 }
@@ -386,7 +386,7 @@ TEST_F(TcpChannelTest, ASliceOverTheWorkersBodyLimitEndsTheConnectionFromItsHead
                                &out)
                   .ok());
   shard_.Send(out);  // and not one byte of the body
-  ASSERT_TRUE(sink->done.WaitForNotificationWithTimeout(absl::Seconds(10)));
+  ASSERT_TRUE(sink->AwaitDone());
   EXPECT_EQ(sink->status.code(), absl::StatusCode::kInternal) << sink->status;
   EXPECT_NE(sink->status.message().find("over the limit of 67108864"), std::string::npos)
       << sink->status;
