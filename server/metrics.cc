@@ -423,6 +423,15 @@ void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFami
                          static_cast<double>(s.admitted)));
   out->push_back(Gauge("ps_data_connections_open", "Connections open on the TCP data port",
                        static_cast<double>(s.open)));
+  MetricFamily closed = Family("ps_data_connections_closed_total",
+                               "Connections the TCP data port closed or refused by its rules, by "
+                               "reason (docs/connections.md)",
+                               MetricType::Counter);
+  for (size_t i = 0; i < s.closed.size(); ++i) {
+    AddCounter(&closed, static_cast<double>(s.closed[i]),
+               {{"reason", std::string(CloseReasonName(static_cast<CloseReason>(i)))}});
+  }
+  out->push_back(std::move(closed));
 }
 
 }  // namespace

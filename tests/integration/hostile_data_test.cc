@@ -152,11 +152,26 @@ TEST(HostileDataPortTest, HonestRoundsGoOnWhileTheDataPortIsFloodedStalledAndPro
   // The source's bound holds: each flood connection over it evicted that source's oldest
   // unproven one (the table's rule; docs/connections.md), so at most 32 of the 64 are
   // open, beside the honest 2, the 8 stalled and what is left of the 16 refused HELLOs.
-  const double open_during = MetricValue(metrics(), "ps_data_connections_open");
-  EXPECT_LE(open_during, 2 + 32 + 8 + 16);
-  EXPECT_GE(open_during, 2 + 8);
+  // Read once the port has taken every attack connection (bounded wait).
+  auto taken = metrics();
+  for (int i = 0; i < 500 && MetricValue(taken, "ps_data_connections_accepted_total") < 2 + 64 + 8 + 16; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    taken = metrics();
+  }
+  EXPECT_EQ(MetricValue(taken, "ps_data_connections_accepted_total"), 2 + 64 + 8 + 16);
+  EXPECT_LE(MetricValue(taken, "ps_data_connections_open"), 2 + 32 + 8 + 16);
   for (std::thread& t : honest) t.join();
   EXPECT_EQ(rounds_done.load(), static_cast<int>(kRounds));
+  // The stalled headers end at the proof timeout (bounded wait), each counted.
+  const std::string proof_timeout = "ps_data_connections_closed_total{reason=\"proof_timeout\"}";
+  auto during = metrics();
+  for (int i = 0; i < 500 && MetricValue(during, proof_timeout) < 8; ++i) {
+    std::this_thread::sleep_for(milliseconds(10));
+    during = metrics();
+  }
+  EXPECT_GE(MetricValue(during, proof_timeout), 8);
+  EXPECT_GE(MetricValue(during, "ps_data_connections_closed_total{reason=\"source_unproven\"}"),
+            64 - 32);
 
   // The reference: SGD on the mean of the two gradients, without any attack.
   std::vector<float> want = init;

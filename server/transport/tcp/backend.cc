@@ -95,6 +95,7 @@ class Backend::Impl final : public Hub {
     s.accepted = accepted_.load();
     s.refused = refused_.load();
     s.admitted = admitted_.load();
+    for (size_t i = 0; i < s.closed.size(); ++i) s.closed[i] = closed_[i].load();
     absl::MutexLock lock(&mu_);
     s.open = connections_.size();
     return s;
@@ -138,8 +139,10 @@ class Backend::Impl final : public Hub {
     admitted_.fetch_add(1, std::memory_order_relaxed);
     CloseAll(table_.Proven(peer, identity, clock_->Now()));
   }
+  void ClosedFor(CloseReason reason) override { Count(reason); }
   void Abusive(ConnectionTable::Id id) override {
     // The connection itself closes after its GOAWAY; the table penalizes its source.
+    Count(CloseReason::kUnprovenBytes);
     std::vector<ConnectionTable::Victim> victims =
         table_.Abusive(id, CloseReason::kUnprovenBytes, clock_->Now());
     std::erase_if(victims, [id](const ConnectionTable::Victim& v) { return v.id == id; });
@@ -186,6 +189,7 @@ class Backend::Impl final : public Hub {
     CloseAll(admission.evict);
     if (!admission.accepted) {
       refused_.fetch_add(1, std::memory_order_relaxed);
+      Count(admission.refused);
       socket.close(ec);
       return;
     }
@@ -213,6 +217,7 @@ class Backend::Impl final : public Hub {
         if (it != connections_.end()) c = it->second;
       }
       if (c != nullptr) {
+        Count(v.reason);
         spdlog::debug("shard {}: data connection from {} closed ({})",
                       front_->shard()->shard_id(), v.source, CloseReasonName(v.reason));
         c->Close();
@@ -227,6 +232,13 @@ class Backend::Impl final : public Hub {
   ConnectionTable table_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> accepted_{0}, refused_{0}, admitted_{0};
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(CloseReason::kCount)> closed_{};
+
+  void Count(CloseReason reason) {
+    if (const auto i = static_cast<size_t>(reason); i < closed_.size()) {
+      closed_[i].fetch_add(1, std::memory_order_relaxed);
+    }
+  }
 
   mutable absl::Mutex mu_;
   // The open connections, owned here until they close: a connection waiting for answers

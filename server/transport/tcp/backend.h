@@ -16,6 +16,7 @@
 // the front goes away.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -62,6 +63,9 @@ struct Stats {
   uint64_t refused = 0;   // closed at accept (the table's bounds)
   uint64_t admitted = 0;  // handshakes that ended in ADMIT
   uint64_t open = 0;      // connections open now
+  // Connections closed or refused by the port's rules, by reason (the table's bounds and
+  // penalties, the proof timeout), as ListenerStats::closed counts the gRPC ports'.
+  std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> closed{};
 };
 
 class Backend {

@@ -561,6 +561,7 @@ void Connection::OnDeadline(uint64_t seq, Deadline kind) {
       spdlog::debug("shard {}: data connection from {} closed: no proof within {} ms",
                     front_->shard()->shard_id(), peer_name_,
                     std::chrono::duration_cast<std::chrono::milliseconds>(proof_timeout_).count());
+      hub_->ClosedFor(CloseReason::kProofTimeout);
       return Shutdown();
     case Deadline::kIdle:
       if (!pulls_.empty() || unanswered_ > 0) return Arm(Deadline::kIdle, o.idle_timeout);

@@ -61,6 +61,8 @@ class Hub {
                         const std::string& identity) = 0;
   // Connection `id` sent what no honest client sends before ADMIT: penalize its source.
   virtual void Abusive(ConnectionTable::Id id) = 0;
+  // A connection is closed for `reason` by its own rules (the proof timeout): counted.
+  virtual void ClosedFor(CloseReason reason) = 0;
   // Connection `id` is closed (once).
   virtual void Closed(ConnectionTable::Id id) = 0;
 };
