@@ -13,7 +13,8 @@
 // (unknown_session after a re-join: the retry policy joins again).
 //
 // Thread safety and lifetimes as DataChannel. All socket work runs on one IoThread,
-// shared by the channels to every shard; Asio's types stay in channel.cc.
+// shared by the channels to every shard; Asio's types stay in the .cc files and
+// connection_internal.h (the connection to one shard).
 #pragma once
 
 #include <chrono>

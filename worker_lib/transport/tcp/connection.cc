@@ -1,0 +1,428 @@
+#include "worker_lib/transport/tcp/connection_internal.h"
+
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "core/auth_proof.h"
+#include "core/refusal.h"
+#include "core/status.h"
+#include "net/address.h"
+
+namespace ps::internal::tcp_plane {
+namespace {
+
+constexpr size_t kMaxFramesPerWrite = 64;
+constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
+// The largest body this worker reads, whatever the shard's ADMIT says: the gRPC
+// channel's receive limit. A slice with no place of its own is read into a buffer of its
+// header's size, allocated before its bytes come.
+constexpr uint64_t kMaxBodyBytes = 64u << 20;
+
+// A status from the wire: the refusal rebuilt from its name when this worker knows it.
+absl::Status FromWire(const net::StatusMeta& m) {
+  if (m.code == absl::StatusCode::kOk) return absl::OkStatus();
+  if (!m.refusal_name.empty()) {
+    if (std::optional<core::Refusal> kind = core::ParseRefusal(m.refusal_name)) {
+      return core::Refused(*kind, core::AsAbsl(m.message));
+    }
+  }
+  return absl::Status(m.code, core::AsAbsl(m.message));
+}
+
+
+}  // namespace
+
+void Connection::SetRoute(Route route) {
+  absl::MutexLock lock(&mu_);
+  route_ = std::move(route);
+}
+
+uint64_t Connection::epoch() const {
+  absl::MutexLock lock(&mu_);
+  return route_.data.epoch;
+}
+
+void Connection::StartPushes(std::shared_ptr<PushBatch> batch, std::vector<OutFrame> frames,
+                             std::vector<absl::Status> refused, RpcClock::time_point deadline) {
+  for (size_t i = 0; i < frames.size(); ++i) {
+    if (!refused[i].ok()) {
+      batch->tags[i] = 0;
+      batch->done(i, refused[i]);
+      continue;
+    }
+    const uint64_t tag = batch->tags[i];
+    pushes_[tag] = PendingPush{batch, i, deadline};
+    queue_.push_back(std::move(frames[i]));
+  }
+  Go();
+}
+
+void Connection::CancelPushes(const std::shared_ptr<PushBatch>& batch) {
+  for (size_t i = 0; i < batch->tags.size(); ++i) {
+    auto it = pushes_.find(batch->tags[i]);
+    if (it == pushes_.end()) continue;
+    pushes_.erase(it);
+    batch->done(i, absl::CancelledError("push cancelled"));
+  }
+}
+
+void Connection::StartPull(uint64_t tag, OutFrame frame, std::shared_ptr<PullSink> sink,
+                           RpcClock::time_point deadline) {
+  pulls_[tag] = PendingPull{std::move(sink), deadline};
+  queue_.push_back(std::move(frame));
+  Go();
+}
+
+Connection::Route Connection::route() const {
+  absl::MutexLock lock(&mu_);
+  return route_;
+}
+
+void Connection::Go() {
+  if (!sweeping_ && (!pushes_.empty() || !pulls_.empty())) {
+    sweeping_ = true;
+    ScheduleSweep();
+  }
+  if (state_ == State::kIdle) {
+    Connect();
+  } else if (state_ == State::kReady) {
+    Flush();
+  }
+}
+
+void Connection::Connect() {
+  const Route r = route();
+  if (!r.endpoint.has_value()) {
+    FailAll(r.why_none.ok() ? absl::FailedPreconditionError(absl::StrCat(
+                                  Name(), " named no TCP data endpoint in its Join answer"))
+                            : r.why_none);
+    return;
+  }
+  state_ = State::kConnecting;
+  const uint64_t gen = ++generation_;
+  socket_ = std::make_unique<tcp::socket>(io_);
+  admitted_route_ = r.data;
+  auto self = shared_from_this();
+  connect_timer_ = std::make_unique<asio::steady_timer>(io_, options_.connect_timeout);
+  connect_timer_->async_wait([self, gen](const boost::system::error_code& ec) {
+    if (ec || gen != self->generation_ || self->state_ != State::kConnecting) return;
+    self->Lost(absl::UnavailableError(absl::StrCat(
+        "no admission from ", self->Name(), "'s data port within ",
+        self->options_.connect_timeout.count(), " ms")));
+  });
+  socket_->async_connect(*r.endpoint, [self, gen](const boost::system::error_code& ec) {
+    if (gen != self->generation_) return;
+    if (ec) {
+      self->Lost(absl::UnavailableError(absl::StrCat(
+          "cannot connect to ", self->Name(), "'s data port: ", ec.message())));
+      return;
+    }
+    boost::system::error_code ignored;
+    self->socket_->set_option(tcp::no_delay(true), ignored);
+    self->SendHello(gen);
+  });
+}
+
+void Connection::SendHello(uint64_t gen) {
+  absl::StatusOr<std::string> nonce = core::NewNonce();
+  if (!nonce.ok()) return Lost(nonce.status());
+  net::HelloMeta hello{.data_session = admitted_route_.data_session,
+                       .worker_id = options_.worker_id};
+  std::copy(nonce->begin(), nonce->end(), hello.client_nonce.begin());
+  client_nonce_ = *nonce;
+  std::string frame;
+  if (absl::Status st = net::AppendHello(hello, &frame); !st.ok()) return Lost(st);
+  Handshake(gen, std::move(frame), "sending its HELLO",
+            net::ConnectionState::kWorkerAwaitsChallenge);
+}
+
+void Connection::Handshake(uint64_t gen, std::string bytes, std::string_view doing,
+                           net::ConnectionState next) {
+  auto frame = std::make_shared<const std::string>(std::move(bytes));
+  auto self = shared_from_this();
+  asio::async_write(*socket_, asio::buffer(*frame),
+                    [self, gen, frame, doing, next](const boost::system::error_code& ec, size_t) {
+                      if (gen != self->generation_) return;
+                      if (ec) return self->LostOn(ec, doing);
+                      self->ReadFrame(gen, next);
+                    });
+}
+
+void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
+  auto self = shared_from_this();
+  asio::async_read(
+      *socket_, asio::buffer(header_bytes_),
+      [self, gen, state](const boost::system::error_code& ec, size_t) {
+        if (gen != self->generation_) return;
+        if (ec) return self->LostOn(ec, "reading");
+        absl::StatusOr<net::FrameHeader> h = net::ParseHeader(self->header_bytes_);
+        absl::Status ok = h.ok() ? net::CheckHeader(*h, state, self->limits_) : h.status();
+        if (!ok.ok()) {
+          return self->Lost(absl::InternalError(absl::StrCat(
+              self->Name(), " sent a frame this worker cannot read: ", ok.message())));
+        }
+        self->header_ = *h;
+        self->meta_.resize(h->meta_bytes);
+        asio::async_read(*self->socket_, asio::buffer(self->meta_),
+                         [self, gen, state](const boost::system::error_code& ec, size_t) {
+                           if (gen != self->generation_) return;
+                           if (ec) return self->LostOn(ec, "reading");
+                           self->Handle(gen, state);
+                         });
+      });
+}
+
+void Connection::Handle(uint64_t gen, net::ConnectionState state) {
+  const net::FrameHeader& h = header_;
+  if (h.type == net::FrameType::kGoaway) {
+    absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(h.type, meta_);
+    if (!m.ok()) return Lost(m.status());
+    // A GOAWAY ends the connection, never a call: one that names no error (code 0, from
+    // any port, proven or not) fails what waits as a lost connection does, not as OK.
+    if (m->code == absl::StatusCode::kOk) {
+      return Lost(absl::UnavailableError(
+          absl::StrCat(Name(), " closed the data connection (GOAWAY naming no error)")));
+    }
+    return Lost(WithContext(FromWire(*m), Name()));
+  }
+  switch (state) {
+    case net::ConnectionState::kWorkerAwaitsChallenge:
+      return OnChallenge(gen);
+    case net::ConnectionState::kWorkerAwaitsAdmit:
+      return OnAdmit(gen);
+    default:
+      break;
+  }
+  switch (h.type) {
+    case net::FrameType::kAnswer:
+      return OnAnswer(gen);
+    case net::FrameType::kSlice:
+      return OnSlice(gen);
+    case net::FrameType::kPullEnd:
+      return OnPullEnd(gen);
+    default:
+      // CheckHeader admits nothing else in this state.
+      return Lost(absl::InternalError(absl::StrCat(Name(), " sent an unexpected ",
+                                                   core::AsAbsl(net::FrameTypeName(h.type)))));
+  }
+}
+
+void Connection::OnChallenge(uint64_t gen) {
+  absl::StatusOr<net::ChallengeMeta> c = net::ParseChallengeMeta(meta_);
+  if (!c.ok()) return Lost(c.status());
+  const std::string server_nonce(c->server_nonce.begin(), c->server_nonce.end());
+  const std::string& secret = admitted_route_.data_secret;
+  const std::string key =
+      options_.token.empty()
+          ? secret
+          : core::DataKey(options_.token, core::TokenKey(options_.token), server_,
+                          admitted_route_.data_session, secret);
+  const std::string expected = core::DataServerProof(
+      key, server_, admitted_route_.data_session, client_nonce_, server_nonce);
+  if (c->shard_index != options_.shard ||
+      !core::SameProof(expected, std::string_view(c->proof.data(), c->proof.size()))) {
+    // Nothing more is said to a port that cannot prove it holds the session.
+    return Lost(absl::UnauthenticatedError(absl::StrCat(
+        Name(), "'s data port did not prove that it is shard ", options_.shard,
+        " holding this worker's data session (another process on the port?)")));
+  }
+  net::ProofMeta proof;
+  const std::string mine = core::DataClientProof(key, server_, admitted_route_.data_session,
+                                                 client_nonce_, server_nonce);
+  std::copy(mine.begin(), mine.end(), proof.proof.begin());
+  std::string frame;
+  if (absl::Status st = net::AppendProof(proof, &frame); !st.ok()) return Lost(st);
+  Handshake(gen, std::move(frame), "sending its PROOF", net::ConnectionState::kWorkerAwaitsAdmit);
+}
+
+void Connection::OnAdmit(uint64_t gen) {
+  absl::StatusOr<net::AdmitMeta> a = net::ParseAdmitMeta(meta_);
+  if (!a.ok()) return Lost(a.status());
+  limits_.max_body_bytes = std::min<uint64_t>(a->max_body_bytes, kMaxBodyBytes);
+  state_ = State::kReady;
+  connect_timer_.reset();
+  Flush();
+  ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+}
+
+void Connection::OnAnswer(uint64_t gen) {
+  absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(header_.type, meta_);
+  if (!m.ok()) return Lost(m.status());
+  auto it = pushes_.find(header_.tag);
+  if (it != pushes_.end()) {  // else cancelled or timed out already
+    PendingPush p = std::move(it->second);
+    pushes_.erase(it);
+    p.batch->tags[p.index] = 0;
+    p.batch->done(p.index, FromWire(*m));
+  }
+  ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+}
+
+void Connection::OnSlice(uint64_t gen) {
+  absl::StatusOr<net::SliceMeta> m = net::ParseSliceMeta(header_.flags, meta_);
+  if (!m.ok()) return Lost(m.status());
+  slice_ = net::PullHeader{.slice_id = m->slice_id,
+                           .version = m->version,
+                           .codec = m->codec,  // a view into meta_, kept until Arrived
+                           .base_version = m->base_version,
+                           .epoch = m->epoch,
+                           .loss = m->loss,
+                           .first_loss = m->first_loss,
+                           .queued = m->queued};
+  const size_t bytes = header_.body_bytes;
+  std::span<char> place;
+  auto it = pulls_.find(header_.tag);
+  if (it != pulls_.end()) {
+    absl::StatusOr<std::span<char>> placed = it->second.sink->Place(slice_, bytes);
+    if (placed.ok() && !placed->empty() && placed->size() != bytes) {
+      placed = absl::InternalError(absl::StrCat("a place of ", placed->size(),
+                                                " bytes for a slice of ", bytes));
+    }
+    if (!placed.ok()) {
+      EndPull(header_.tag, placed.status(), /*cancel=*/true);
+    } else {
+      place = *placed;
+    }
+  }
+  // A slice of a pull that ended (or whose sink keeps no place) is read into the
+  // scratch body and, without a pull, dropped. While the body is read into the sink's
+  // place, the pull is not ended from outside (the sweep waits): its buffer is the
+  // caller's until Done.
+  reading_tag_ = place.empty() ? 0 : header_.tag;
+  if (place.empty()) {
+    body_.resize(bytes);
+    place = std::span<char>(body_.data(), bytes);
+  }
+  auto self = shared_from_this();
+  asio::async_read(*socket_, asio::buffer(place.data(), place.size()),
+                   [self, gen, place](const boost::system::error_code& ec, size_t) {
+                     if (gen != self->generation_) return;
+                     self->reading_tag_ = 0;
+                     if (ec) return self->LostOn(ec, "reading a slice");
+                     self->Arrived(place);
+                     self->ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+                   });
+}
+
+void Connection::Arrived(std::span<char> bytes) {
+  auto it = pulls_.find(header_.tag);
+  if (it == pulls_.end()) return;
+  const std::string_view piece(bytes.data(), bytes.size());
+  absl::Status st = it->second.sink->Arrived(slice_, net::Pieces(&piece, 1));
+  if (!st.ok()) EndPull(header_.tag, st, /*cancel=*/true);
+}
+
+void Connection::OnPullEnd(uint64_t gen) {
+  absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(header_.type, meta_);
+  if (!m.ok()) return Lost(m.status());
+  EndPull(header_.tag, FromWire(*m), /*cancel=*/false);
+  ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+}
+
+void Connection::EndPull(uint64_t tag, const absl::Status& status, bool cancel) {
+  auto it = pulls_.find(tag);
+  if (it == pulls_.end()) return;
+  std::shared_ptr<PullSink> sink = std::move(it->second.sink);
+  pulls_.erase(it);
+  if (cancel && state_ == State::kReady) {
+    OutFrame f;
+    if (net::AppendCancel(tag, &f.head).ok()) {
+      queue_.push_back(std::move(f));
+      Flush();
+    }
+  }
+  sink->Done(status);
+}
+
+void Connection::Flush() {
+  if (writing_ || queue_.empty() || state_ != State::kReady) return;
+  auto batch = std::make_shared<std::vector<OutFrame>>();
+  std::vector<asio::const_buffer> buffers;
+  while (!queue_.empty() && batch->size() < kMaxFramesPerWrite) {
+    batch->push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  for (const OutFrame& f : *batch) {
+    buffers.emplace_back(f.head.data(), f.head.size());
+    if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
+  }
+  writing_ = true;
+  const uint64_t gen = generation_;
+  auto self = shared_from_this();
+  asio::async_write(*socket_, buffers,
+                    [self, gen, batch](const boost::system::error_code& ec, size_t) {
+                      if (gen != self->generation_) return;
+                      self->writing_ = false;
+                      if (ec) return self->LostOn(ec, "writing");
+                      self->Flush();
+                    });
+}
+
+void Connection::LostOn(const boost::system::error_code& ec, std::string_view doing) {
+  Lost(absl::UnavailableError(
+      absl::StrCat("the data connection to ", Name(), " was lost ", core::AsAbsl(doing), ": ",
+                   ec.message())));
+}
+
+void Connection::Lost(const absl::Status& status) {
+  // Closing the socket ends its reads on this thread: no byte lands in a sink's place
+  // after the Done below.
+  ++generation_;  // every handler of the old connection returns at once
+  reading_tag_ = 0;
+  if (socket_ != nullptr) {
+    boost::system::error_code ignored;
+    socket_->close(ignored);
+  }
+  connect_timer_.reset();
+  state_ = State::kIdle;
+  writing_ = false;
+  limits_ = {};
+  queue_.clear();
+  FailAll(status);
+}
+
+void Connection::FailAll(const absl::Status& status) {
+  auto pushes = std::move(pushes_);
+  auto pulls = std::move(pulls_);
+  pushes_.clear();
+  pulls_.clear();
+  queue_.clear();
+  for (auto& [tag, p] : pushes) {
+    p.batch->tags[p.index] = 0;
+    p.batch->done(p.index, status);
+  }
+  for (auto& [tag, p] : pulls) p.sink->Done(status);
+}
+
+void Connection::ScheduleSweep() {
+  sweep_timer_ = std::make_unique<asio::steady_timer>(io_, kSweepPeriod);
+  auto self = shared_from_this();
+  sweep_timer_->async_wait([self](const boost::system::error_code& ec) {
+    if (ec) return;
+    const RpcClock::time_point now = RpcClock::now();
+    std::vector<uint64_t> late_pushes, late_pulls;
+    for (const auto& [tag, p] : self->pushes_) {
+      if (p.deadline <= now) late_pushes.push_back(tag);
+    }
+    for (const auto& [tag, p] : self->pulls_) {
+      if (p.deadline <= now && tag != self->reading_tag_) late_pulls.push_back(tag);
+    }
+    const absl::Status late = absl::DeadlineExceededError(
+        absl::StrCat("deadline passed waiting for ", self->Name()));
+    for (uint64_t tag : late_pushes) {
+      auto it = self->pushes_.find(tag);
+      PendingPush p = std::move(it->second);
+      self->pushes_.erase(it);
+      p.batch->tags[p.index] = 0;
+      p.batch->done(p.index, late);
+    }
+    for (uint64_t tag : late_pulls) self->EndPull(tag, late, /*cancel=*/true);
+    self->sweeping_ = !self->pushes_.empty() || !self->pulls_.empty();
+    if (self->sweeping_) self->ScheduleSweep();
+  });
+}
+
+}  // namespace ps::internal::tcp_plane

@@ -1,0 +1,172 @@
+// The worker's connection to one shard's TCP data port (docs/data-plane.md, section 3),
+// under the channel of channel.h: its handshake, its frames both ways, its deadlines and
+// its losses. Everything but the route runs on the worker's I/O thread; the channel posts
+// its calls there. Asio's types stay in this internal header and the two files of this
+// folder.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <boost/asio.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "net/data_frame.h"
+#include "worker_lib/transport/data_channel.h"
+#include "worker_lib/transport/tcp/channel.h"
+
+namespace ps::internal::tcp_plane {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+
+class IoThread {
+ public:
+  IoThread() : guard_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  // Never from the thread itself: the channels hold it, and their connections (which
+  // the thread's handlers keep alive) only borrow its io_context.
+  ~IoThread() {
+    guard_.reset();
+    io_.stop();
+    thread_.join();
+  }
+  asio::io_context& io() { return io_; }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_;
+  std::thread thread_;
+};
+
+// until the last has run (the PushCall itself may be gone by then).
+struct PushBatch {
+  std::function<void(size_t, absl::Status)> done;
+  std::vector<uint64_t> tags;  // per push; 0 once answered
+};
+
+// A frame waiting to be written: its header and meta, and its body by reference.
+struct OutFrame {
+  std::string head;
+  std::shared_ptr<const std::string> body;
+};
+
+// The connection to one shard's data port, on the I/O thread only (but the route).
+class Connection final : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(asio::io_context& io, TcpChannelOptions options)
+      : io_(io), options_(std::move(options)), server_(absl::StrCat("shard-", options_.shard)) {}
+
+  // ---- any thread ----
+  struct Route {
+    DataRoute data;
+    std::optional<tcp::endpoint> endpoint;  // none: no TCP data plane on this shard
+    absl::Status why_none;
+  };
+  void SetRoute(Route route);
+  uint64_t epoch() const;
+  std::string Name() const { return ShardName(options_.shard, options_.address); }
+
+  // ---- the I/O thread ----
+  void StartPushes(std::shared_ptr<PushBatch> batch, std::vector<OutFrame> frames,
+                   std::vector<absl::Status> refused, RpcClock::time_point deadline);
+  void CancelPushes(const std::shared_ptr<PushBatch>& batch);
+  void StartPull(uint64_t tag, OutFrame frame, std::shared_ptr<PullSink> sink,
+                 RpcClock::time_point deadline);
+  uint64_t NextTag() { return next_tag_.fetch_add(1) + 1; }
+
+  // The channel is going away (nothing is in flight then): closes the socket.
+  void Close() { Lost(absl::CancelledError("data channel closed")); }
+
+ private:
+  struct PendingPush {
+    std::shared_ptr<PushBatch> batch;
+    size_t index = 0;
+    RpcClock::time_point deadline;
+  };
+  struct PendingPull {
+    std::shared_ptr<PullSink> sink;
+    RpcClock::time_point deadline;
+  };
+  enum class State { kIdle, kConnecting, kReady };
+  Route route() const;
+
+  // Connects when idle, writes when ready; keeps the deadline sweep running while
+  // anything waits.
+  void Go();
+  void Connect();
+  void SendHello(uint64_t gen);
+
+  // Writes a handshake frame, then reads the shard's next one in `next`.
+  void Handshake(uint64_t gen, std::string bytes, std::string_view doing,
+                 net::ConnectionState next);
+
+  // Reads one frame's header and meta, then Handle.
+  void ReadFrame(uint64_t gen, net::ConnectionState state);
+  void Handle(uint64_t gen, net::ConnectionState state);
+  void OnChallenge(uint64_t gen);
+  void OnAdmit(uint64_t gen);
+  void OnAnswer(uint64_t gen);
+  void OnSlice(uint64_t gen);
+  void Arrived(std::span<char> bytes);
+  void OnPullEnd(uint64_t gen);
+
+  // Ends pull `tag` with `status`, telling the shard when it is still sending.
+  void EndPull(uint64_t tag, const absl::Status& status, bool cancel);
+
+  // Writes what is queued, up to kMaxFramesPerWrite frames in one gather write.
+  void Flush();
+  void LostOn(const boost::system::error_code& ec, std::string_view doing);
+
+  // Closes the connection and fails everything in flight with `status`; the next call
+  // connects again.
+  void Lost(const absl::Status& status);
+  void FailAll(const absl::Status& status);
+
+  // Every 100 ms while something waits: what passed its deadline fails.
+  void ScheduleSweep();
+
+  asio::io_context& io_;
+  const TcpChannelOptions options_;
+  const std::string server_;  // "shard-N", as the proofs name it
+  std::atomic<uint64_t> next_tag_{0};
+
+  mutable absl::Mutex mu_;
+  Route route_ ABSL_GUARDED_BY(mu_);
+
+  // The I/O thread's.
+  State state_ = State::kIdle;
+  uint64_t generation_ = 0;  // bumped by every connect and every loss
+  std::unique_ptr<tcp::socket> socket_;
+  std::unique_ptr<asio::steady_timer> connect_timer_;
+  std::unique_ptr<asio::steady_timer> sweep_timer_;
+  bool sweeping_ = false;
+  DataRoute admitted_route_;  // the route the connection was opened under
+  std::string client_nonce_;
+  net::FrameLimits limits_;
+  std::array<char, net::kFrameHeaderBytes> header_bytes_{};
+  net::FrameHeader header_;
+  std::string meta_;
+  net::PullHeader slice_;
+  std::string body_;         // a slice with no place of its own
+  uint64_t reading_tag_ = 0;  // the pull whose slice is being read into its place
+  std::deque<OutFrame> queue_;
+  bool writing_ = false;
+  absl::flat_hash_map<uint64_t, PendingPush> pushes_;
+  absl::flat_hash_map<uint64_t, PendingPull> pulls_;
+};
+
+}  // namespace ps::internal::tcp_plane
