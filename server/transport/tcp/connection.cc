@@ -173,13 +173,7 @@ void Connection::ReadHeader() {
   }
   reading_ = true;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kIdle, hub_->options().idle_timeout);
-  read_in_flight_ = true;
-  asio::async_read(socket_, asio::buffer(header_bytes_),
-                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                     self->read_in_flight_ = false;
-                     if (ec) return self->Shutdown();
-                     self->OnHeader();
-                   });
+  ReadInto(asio::buffer(header_bytes_), &Connection::OnHeader);
 }
 
 void Connection::OnHeader() {
@@ -200,13 +194,7 @@ void Connection::OnHeader() {
   header_ = *header;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kRead, hub_->options().read_timeout);
   if (header_.meta_bytes == 0) return OnMeta();
-  read_in_flight_ = true;
-  asio::async_read(socket_, asio::buffer(meta_.data(), header_.meta_bytes),
-                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                     self->read_in_flight_ = false;
-                     if (ec) return self->Shutdown();
-                     self->OnMeta();
-                   });
+  ReadInto(asio::buffer(meta_.data(), header_.meta_bytes), &Connection::OnMeta);
 }
 
 void Connection::OnMeta() {
@@ -253,8 +241,12 @@ void Connection::ReadBody(void (Connection::*then)()) {
   // The header passed CheckHeader: the body is within the limits this buffer may reach.
   body_.resize(header_.body_bytes);
   if (header_.body_bytes == 0) return (this->*then)();
+  ReadInto(asio::buffer(body_), then);
+}
+
+void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
   read_in_flight_ = true;
-  asio::async_read(socket_, asio::buffer(body_),
+  asio::async_read(socket_, into,
                    [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
                      self->read_in_flight_ = false;
                      if (ec) return self->Shutdown();

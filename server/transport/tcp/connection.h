@@ -99,6 +99,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void OnMeta();
   // Reads the frame's body into body_, then calls `then`.
   void ReadBody(void (Connection::*then)());
+  // Reads exactly `into` from the socket, then calls `then`; a failed read closes.
+  void ReadInto(boost::asio::mutable_buffer into, void (Connection::*then)());
   // Going away: reads and drops what the peer still sends, until its end of the stream,
   // which closes the connection once the GOAWAY is written (Written closes it at once
   // when the end came first).
