@@ -1,15 +1,30 @@
 #include "core/thread_pool.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
+
 namespace ps::core {
 
-ThreadPool::ThreadPool(size_t num_threads) {
+void NameThisThread(std::string_view name) {
+  // The kernel keeps 15 bytes and the terminating NUL; a longer name is refused whole.
+  const std::string kept(name.substr(0, 15));
+  ::pthread_setname_np(::pthread_self(), kept.c_str());
+}
+
+ThreadPool::ThreadPool(size_t num_threads, std::string name) {
   if (num_threads == 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
   threads_.reserve(num_threads);
-  for (size_t i = 0; i < num_threads; ++i) threads_.emplace_back([this] { WorkerLoop(); });
+  for (size_t i = 0; i < num_threads; ++i) {
+    threads_.emplace_back([this, thread_name = absl::StrCat(name, "-", i)] {
+      NameThisThread(thread_name);
+      WorkerLoop();
+    });
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -5,20 +5,27 @@
 #pragma once
 
 #include <cstddef>
+#include <deque>
 #include <functional>
+#include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
-#include <deque>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 
 namespace ps::core {
 
+// Names the calling thread `name` (at most 15 bytes are kept), as `top -H`, `perf` and
+// debuggers show it; "ps-agg-2" rather than the process's name on every thread.
+void NameThisThread(std::string_view name);
+
 class ThreadPool {
  public:
-  // num_threads == 0 means std::thread::hardware_concurrency().
-  explicit ThreadPool(size_t num_threads);
+  // num_threads == 0 means std::thread::hardware_concurrency(). Thread i is named
+  // "<name>-<i>".
+  explicit ThreadPool(size_t num_threads, std::string name = "ps-pool");
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

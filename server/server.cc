@@ -136,7 +136,7 @@ class ServerImpl final : public Server {
         auth_(std::move(auth)),
         limiter_(options.rate_limit, options.rate_burst, clock),
         tarpit_(TarpitSettings(options), clock),
-        pool_(options.threads),
+        pool_(options.threads, "ps-agg"),
         shard_(options, static_cast<uint32_t>(options.shard_id), std::move(rule), clock, &pool_),
         worker_service_(Gate()),
         grpc_data_(Gate()),

@@ -12,12 +12,12 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/strand.hpp>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/status.h"
+#include "core/thread_pool.h"
 #include "net/address.h"
 #include "server/transport/tcp/connection.h"
 #include "spdlog/spdlog.h"
@@ -60,9 +60,9 @@ class Backend::Impl final : public Hub {
         key_of_(std::move(key_of)),
         clock_(clock),
         table_(options.limits),
-        acceptor_(asio::make_strand(io_)),
-        retry_(acceptor_.get_executor()),
-        work_(asio::make_work_guard(io_)) {}
+        contexts_(MakeContexts(options.threads)),
+        acceptor_(contexts_[0]->io),
+        retry_(acceptor_.get_executor()) {}
 
   ~Impl() override { Stop(); }
 
@@ -82,8 +82,11 @@ class Backend::Impl final : public Hub {
     }
     port_ = acceptor_.local_endpoint().port();
     Accept();
-    for (uint32_t i = 0; i < std::max<uint32_t>(options_.threads, 1); ++i) {
-      threads_.emplace_back([this] { io_.run(); });
+    for (size_t i = 0; i < contexts_.size(); ++i) {
+      contexts_[i]->thread = std::thread([io = &contexts_[i]->io, i] {
+        core::NameThisThread(absl::StrCat("ps-data-", i));
+        io->run();
+      });
     }
     return absl::OkStatus();
   }
@@ -117,9 +120,10 @@ class Backend::Impl final : public Hub {
     open.clear();
     // With the acceptor and every connection closed nothing re-arms: the threads run
     // what is left (the last handlers free each connection) and return.
-    work_.reset();
-    for (std::thread& t : threads_) t.join();
-    threads_.clear();
+    for (const std::unique_ptr<Context>& c : contexts_) c->work.reset();
+    for (const std::unique_ptr<Context>& c : contexts_) {
+      if (c->thread.joinable()) c->thread.join();
+    }
     // Each closed connection left the map; none may outlive the io_context.
     absl::flat_hash_map<ConnectionTable::Id, std::shared_ptr<Connection>> left;
     {
@@ -160,7 +164,10 @@ class Backend::Impl final : public Hub {
 
  private:
   void Accept() {
-    acceptor_.async_accept(asio::make_strand(io_), [this](const boost::system::error_code& ec,
+    // Each connection lives on one thread's io_context, taken in turn: its handlers run
+    // where its socket's readiness is seen, with no hand-off between threads.
+    Context& next = *contexts_[next_context_++ % contexts_.size()];
+    acceptor_.async_accept(next.io, [this](const boost::system::error_code& ec,
                                                           tcp::socket socket) {
       if (stopping_.load()) return;
       if (ec) {
@@ -246,14 +253,31 @@ class Backend::Impl final : public Hub {
   absl::flat_hash_map<ConnectionTable::Id, std::shared_ptr<Connection>> connections_
       ABSL_GUARDED_BY(mu_);
 
+  // One io_context per thread (--data-threads of them), each run by its thread alone:
+  // a connection's handlers are serialized by running on one thread, and a completion
+  // is handled by the thread whose epoll saw it (one io_context run by several threads
+  // hands each completion to another thread: two context switches per read).
+  struct Context {
+    asio::io_context io{1};
+    std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work{
+        asio::make_work_guard(io)};
+    std::thread thread;
+  };
+  static std::vector<std::unique_ptr<Context>> MakeContexts(uint32_t threads) {
+    std::vector<std::unique_ptr<Context>> out;
+    for (uint32_t i = 0; i < std::max<uint32_t>(threads, 1); ++i) {
+      out.push_back(std::make_unique<Context>());
+    }
+    return out;
+  }
+
   // Last: destroyed first, with the handlers still queued (and the connections they hold)
   // while the table and the map above are alive.
-  asio::io_context io_;
-  tcp::acceptor acceptor_;
+  std::vector<std::unique_ptr<Context>> contexts_;
+  tcp::acceptor acceptor_;  // on contexts_[0]; its handlers and retry_'s run there only
   asio::steady_timer retry_;
-  std::optional<asio::executor_work_guard<asio::io_context::executor_type>> work_;
+  size_t next_context_ = 0;  // the acceptor's handler only
   uint16_t port_ = 0;
-  std::vector<std::thread> threads_;
 };
 
 Backend::Backend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

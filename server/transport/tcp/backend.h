@@ -1,6 +1,7 @@
 // tcp::Backend: the shard's end of the native TCP data plane (docs/data-plane.md, "3. The
 // TCP data plane"; the frames are net/data_frame.h). It listens on --data-port, accepts
-// connections on --data-threads threads (a strand per connection, TCP_NODELAY), keeps
+// connections on --data-threads threads (an io_context each, every connection on one of
+// them in turn, TCP_NODELAY), keeps
 // the bounds of a ConnectionTable (server/connection_table.h: unproven connections per
 // source and in all, proven ones per identity), and runs each connection
 // (connection.h): the handshake that binds it to a worker's data session, then pushes

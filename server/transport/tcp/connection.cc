@@ -73,7 +73,7 @@ std::string StatusFrame(net::FrameType type, uint64_t tag, const absl::Status& s
 }  // namespace
 
 // One open pull: the front's handle and the sink it writes into. The scheduler calls
-// Write and Finish with its lock held, from any thread: both only post to the strand.
+// Write and Finish with its lock held, from any thread: both only post to the connection's thread.
 class Connection::Pull final : public PullSink {
  public:
   Pull(std::weak_ptr<Connection> connection, uint64_t tag)
@@ -534,19 +534,32 @@ void Connection::AnswerLater(std::string_view client, const absl::Status& status
 // ---- deadlines and the end ----
 
 void Connection::Arm(Deadline kind, core::Duration after) {
-  ++deadline_seq_;
-  timer_.cancel();
+  deadline_ = kind;
   if (kind == Deadline::kNone || closed_) return;
-  timer_.expires_after(after);
-  timer_.async_wait([self = shared_from_this(), seq = deadline_seq_, kind](
-                        const boost::system::error_code& ec) {
-    if (!ec) self->OnDeadline(seq, kind);
-  });
+  deadline_at_ = std::chrono::steady_clock::now() + after;
+  // The timer is set again only when its wait would end too late. Every frame moves
+  // the idle and read deadlines further out, which costs no timer operation (and no
+  // system call): the wait that ends early finds the deadline ahead and waits again.
+  if (timer_waiting_ && timer_.expiry() <= deadline_at_) return;
+  Wait();
 }
 
-void Connection::OnDeadline(uint64_t seq, Deadline kind) {
-  // A deadline replaced after it fired (its handler was queued already) is stale.
-  if (seq != deadline_seq_ || closed_) return;
+void Connection::Wait() {
+  timer_waiting_ = true;
+  timer_.expires_at(deadline_at_);  // a pending wait ends with operation_aborted
+  timer_.async_wait([self = shared_from_this(), seq = ++timer_seq_](
+                        const boost::system::error_code& ec) { self->OnTimer(seq, ec); });
+}
+
+void Connection::OnTimer(uint64_t seq, const boost::system::error_code& ec) {
+  if (seq != timer_seq_) return;  // replaced by a sooner wait, or closed
+  timer_waiting_ = false;
+  if (ec || closed_ || deadline_ == Deadline::kNone) return;
+  if (std::chrono::steady_clock::now() < deadline_at_) return Wait();
+  OnDeadline(deadline_);
+}
+
+void Connection::OnDeadline(Deadline kind) {
   const Options& o = hub_->options();
   switch (kind) {
     case Deadline::kProof:
@@ -576,7 +589,7 @@ void Connection::OnDeadline(uint64_t seq, Deadline kind) {
 void Connection::Shutdown() {
   if (closed_) return;
   closed_ = true;
-  ++deadline_seq_;
+  ++timer_seq_;
   timer_.cancel();
   boost::system::error_code ec;
   socket_.shutdown(tcp::socket::shutdown_both, ec);

@@ -22,7 +22,8 @@
 // idle timeout (only while no pull is open and no answer owed), and within a frame the
 // read timeout.
 //
-// Thread safety: everything runs on the connection's strand (the socket's executor);
+// Thread safety: everything runs on the connection's thread (the socket's executor, an
+// io_context run by one thread);
 // Start() and Close() may be called from any thread. The backend owns each connection
 // until it closes (Hub::Closed); held tarpit answers and pull callbacks keep only a
 // weak_ptr. Closing frees the pulls (their watches and places)
@@ -30,6 +31,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -69,7 +71,7 @@ class Hub {
 
 class Connection final : public std::enable_shared_from_this<Connection> {
  public:
-  // `socket`: accepted, its executor a strand. `peer`: "address:port", unique while open.
+  // `socket`: accepted, its executor run by one thread. `peer`: "address:port", unique while open.
   // `proof_timeout`: from now to ADMIT.
   Connection(Hub* hub, boost::asio::ip::tcp::socket socket, ConnectionTable::Id id,
              std::string peer, core::Duration proof_timeout);
@@ -130,8 +132,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void AnswerLater(std::string_view client, const absl::Status& status, size_t request_bytes,
                    net::FrameType frame, uint64_t tag);
 
+  // The deadline is now `kind`, `after` from now (kNone: none).
   void Arm(Deadline kind, core::Duration after);
-  void OnDeadline(uint64_t seq, Deadline kind);
+  // Waits on the timer until deadline_at_.
+  void Wait();
+  void OnTimer(uint64_t seq, const boost::system::error_code& ec);
+  void OnDeadline(Deadline kind);
   void Shutdown();
 
   Hub* const hub_;
@@ -151,7 +157,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool read_in_flight_ = false;  // an async read of the socket is pending
   bool goaway_written_ = false;
   bool peer_ended_ = false;  // the peer's end of the stream was read while going away
-  uint64_t deadline_seq_ = 0;
+  Deadline deadline_ = Deadline::kNone;
+  std::chrono::steady_clock::time_point deadline_at_;
+  bool timer_waiting_ = false;  // a wait of the current timer_seq_ is pending
+  uint64_t timer_seq_ = 0;
 
   // The frame being read: header, meta (fixed: no meta is longer), the parsed PUSH or
   // PULL meta, the body.

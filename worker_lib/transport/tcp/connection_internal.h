@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "core/thread_pool.h"
 #include "net/data_frame.h"
 #include "worker_lib/transport/data_channel.h"
 #include "worker_lib/transport/tcp/channel.h"
@@ -36,7 +37,11 @@ using tcp = asio::ip::tcp;
 
 class IoThread {
  public:
-  IoThread() : guard_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  IoThread()
+      : guard_(asio::make_work_guard(io_)), thread_([this] {
+          core::NameThisThread("ps-worker-tcp");
+          io_.run();
+        }) {}
   // Never from the thread itself: the channels hold it, and their connections (which
   // the thread's handlers keep alive) only borrow its io_context.
   ~IoThread() {
