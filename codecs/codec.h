@@ -103,6 +103,11 @@ class Codec {
   // What a shard may exploit across the pushes of this codec (kNone: decode each).
   virtual SharedStructure shared_structure() const { return SharedStructure::kNone; }
 
+  // Whether every payload is kFormatVersion and then the values as little-endian fp32,
+  // nothing else (fp32). A transport may then read a payload's values straight into
+  // their row; DecodePieces of pieces whose values already lie at `out` only checks them.
+  virtual bool raw_fp32() const { return false; }
+
   // Empty when Encode() runs where CodecOptions::device asked; otherwise one line for
   // the owner's log saying where it runs and why: "device=cuda requested but
   // unavailable (no CUDA device: ...); encoding on the CPU".

@@ -77,19 +77,22 @@ class Fp32Codec final : public Codec {
 
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }
 
+  bool raw_fp32() const override { return true; }
+
  private:
   std::string scratch_;  // what Encode builds, swapped into its output when it succeeds
 
   // Copies `bytes` into `out` from byte `written` on (advanced past them), a chunk at a
   // time, checking the values each chunk completes while they are in cache: the first
   // NaN or Inf is refused naming its index, as a check of the whole would (the rest of
-  // `out` is then unspecified). The caller checked that the bytes fit.
+  // `out` is then unspecified). The caller checked that the bytes fit. Bytes that lie
+  // where they would be copied to (a transport read them into `out`) are checked only.
   static absl::Status CopyChecked(std::string_view bytes, std::span<float> out, size_t& written) {
     auto* base = reinterpret_cast<char*>(out.data());
     while (!bytes.empty()) {
       const size_t n = std::min(bytes.size(), kChunkBytes);
       const size_t checked = written / sizeof(float);
-      std::memcpy(base + written, bytes.data(), n);
+      if (base + written != bytes.data()) std::memcpy(base + written, bytes.data(), n);
       written += n;
       bytes.remove_prefix(n);
       const std::span<const float> done = std::span<const float>(out).subspan(

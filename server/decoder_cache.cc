@@ -11,6 +11,12 @@ namespace ps::server {
 
 DecoderCache::DecoderCache(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
+std::shared_ptr<const codecs::Codec> DecoderCache::Find(std::string_view spec) const {
+  absl::MutexLock lock(&mu_);
+  auto it = index_.find(core::AsAbsl(spec));
+  return it == index_.end() ? nullptr : it->second->second;
+}
+
 absl::StatusOr<std::shared_ptr<const codecs::Codec>> DecoderCache::Get(std::string_view spec) {
   const absl::string_view key = core::AsAbsl(spec);
   {

@@ -35,6 +35,9 @@ class DecoderCache {
   // MakeCodec refuses or one longer than kMaxSpecBytes (the message quotes a bounded,
   // printable prefix of it).
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> Get(std::string_view spec);
+  // The decoder of `spec` if one is cached (null otherwise): nothing is made, and the
+  // recency of use is left as it was.
+  std::shared_ptr<const codecs::Codec> Find(std::string_view spec) const;
 
   size_t size() const;
   // Decoders made and dropped so far.

@@ -219,9 +219,19 @@ void Shard::NoteRound(uint32_t worker_id, uint64_t round, bool chunk) {
   table_.ForEach([round](SliceRound& s) { s.StartDeadlineAt(round); });
 }
 
+uint32_t Shard::RawRowNumel(uint64_t layout_hash, uint32_t slice_id, std::string_view codec,
+                            size_t payload_bytes) const {
+  absl::StatusOr<SliceRound*> s = table_.Lookup(layout_hash, slice_id);
+  if (!s.ok()) return 0;
+  const uint32_t numel = (*s)->info().numel;
+  if (payload_bytes != 1 + size_t{numel} * sizeof(float)) return 0;
+  const std::shared_ptr<const codecs::Codec> decoder = decoders_.Find(codec);
+  return decoder != nullptr && decoder->raw_fp32() ? numel : 0;
+}
+
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
-                         uint32_t slice_id, std::string_view codec,
-                         std::span<const std::string_view> payload, std::optional<float> loss) {
+                         uint32_t slice_id, std::string_view codec, const PushPayload& payload,
+                         std::optional<float> loss) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
@@ -237,9 +247,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
       payload, loss);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
-  size_t payload_bytes = 0;
-  for (std::string_view piece : payload) payload_bytes += piece.size();
-  counters_.PushAccepted(payload_bytes, uint64_t{s->info().numel} * sizeof(float));
+  counters_.PushAccepted(payload.bytes(), uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   NoteRound(worker_id, round, /*chunk=*/false);
   return absl::OkStatus();

@@ -142,15 +142,22 @@ class Shard {
   // One encoded gradient slice from `worker_id` for `round`, with the worker's training
   // loss when it reported one (local-update training).
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
-                    std::string_view codec, std::span<const std::string_view> payload,
+                    std::string_view codec, const PushPayload& payload,
                     std::optional<float> loss = std::nullopt);
   // The same, with the payload in one piece.
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
                     std::string_view codec, std::string_view payload,
                     std::optional<float> loss = std::nullopt) {
     return Push(worker_id, layout_hash, round, slice_id, codec,
-                std::span<const std::string_view>(&payload, 1), loss);
+                PushPayload(std::span<const std::string_view>(&payload, 1)), loss);
   }
+  // The number of values of a push of `payload_bytes` for `slice_id` when its codec, one
+  // this shard has decoded before, sends raw fp32 (codecs::Codec::raw_fp32) and the size
+  // is exactly that slice's: a transport may then read the values straight into a row
+  // and push a RawRow. 0 otherwise (read the payload and push its pieces). No refusal
+  // is decided or counted here.
+  uint32_t RawRowNumel(uint64_t layout_hash, uint32_t slice_id, std::string_view codec,
+                       size_t payload_bytes) const;
 
   // The worker and secrets behind a data session id (UDP datagrams, TCP connections),
   // or UNAUTHENTICATED (unknown_session, counted) when it is unknown or was replaced by a

@@ -112,9 +112,14 @@ class ShardFront {
   // (PERMISSION_DENIED: a stolen or replayed session).
   absl::StatusOr<DataPeer> AdmitSession(const Caller& caller, std::string_view session) const;
 
-  // A push whose payload arrived in `payload`'s pieces (decoded from them in place).
-  absl::Status Push(const DataPeer& peer, const PushHead& head,
-                    std::span<const std::string_view> payload);
+  // A push whose payload arrived in `payload`'s pieces (decoded from them in place), or
+  // was read straight into a raw row (see RawRowNumel).
+  absl::Status Push(const DataPeer& peer, const PushHead& head, const PushPayload& payload);
+  // The values a push's payload of `payload_bytes` may be read into a RawRow as
+  // (Shard::RawRowNumel), or 0.
+  uint32_t RawRowNumel(const PushHead& head, size_t payload_bytes) const {
+    return shard_->RawRowNumel(head.layout_hash, head.slice_id, head.codec, payload_bytes);
+  }
   // A datagram's chunk of the lossy path, its MAC and sender already checked by the
   // backend against the session of `header.worker_id` (Shard::PushChunk).
   absl::Status PushChunk(const net::DatagramHeader& header, std::string_view codec,

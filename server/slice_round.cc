@@ -76,7 +76,7 @@ std::vector<uint32_t> ClosedRound::Workers() const {
 std::vector<const float*> ClosedRound::Rows(std::span<const uint32_t> workers) const {
   std::vector<const float*> rows;
   rows.reserve(workers.size());
-  for (uint32_t w : workers) rows.push_back(inputs.values.data() + size_t{w} * info.numel);
+  for (uint32_t w : workers) rows.push_back(inputs.rows[w].get());
   return rows;
 }
 
@@ -151,6 +151,7 @@ SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggr
   inputs_.pushed.assign(n, 0);
   inputs_.losses.assign(n, std::numeric_limits<float>::quiet_NaN());
   inputs_.chunked.assign(n, ChunkedPush{});
+  inputs_.rows.resize(n);
   inputs_.supports.assign(n, std::nullopt);
   if (rules_->keep_signs) inputs_.sign_payloads.assign(n, std::string());
   model_.rule_state.assign(rules_->state_rows * info_.numel, 0.0f);
@@ -209,15 +210,43 @@ absl::Status SliceRound::CheckOpenRoundLocked(uint32_t worker, uint64_t round) c
   return absl::OkStatus();
 }
 
+size_t PushPayload::bytes() const {
+  if (raw != nullptr) return 1 + size_t{raw->numel} * sizeof(float);
+  size_t n = 0;
+  for (std::string_view piece : pieces) n += piece.size();
+  return n;
+}
+
 std::span<float> SliceRound::SlotLocked(uint32_t worker, uint32_t first, uint32_t count) {
-  if (inputs_.values.empty()) inputs_.values.resize(size_t{rules_->num_workers} * info_.numel);
-  return std::span<float>(inputs_.values.data() + size_t{worker} * info_.numel + first, count);
+  Row& row = inputs_.rows[worker];
+  // Zeroed once, when the worker first sends to this slice; reused by its later rounds.
+  if (row == nullptr) row = std::make_unique<float[]>(info_.numel);
+  return std::span<float>(row.get() + first, count);
+}
+
+absl::Status SliceRound::DecodeLocked(uint32_t worker, const codecs::Codec& codec,
+                                      const PushPayload& payload) {
+  if (payload.raw == nullptr) {
+    return codec.DecodePieces(payload.pieces, SlotLocked(worker, 0, info_.numel));
+  }
+  RawRow& raw = *payload.raw;
+  const std::string_view pieces[2] = {
+      std::string_view(reinterpret_cast<const char*>(&raw.version), 1),
+      std::string_view(reinterpret_cast<const char*>(raw.values.get()),
+                       size_t{raw.numel} * sizeof(float))};
+  if (!codec.raw_fp32() || raw.numel != info_.numel) {
+    return codec.DecodePieces(pieces, SlotLocked(worker, 0, info_.numel));
+  }
+  // The values are where the pieces say: decoding them in place checks them only.
+  absl::Status checked = codec.DecodePieces(pieces, std::span<float>(raw.values.get(), raw.numel));
+  if (checked.ok()) std::swap(inputs_.rows[worker], raw.values);
+  return checked;
 }
 
 absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uint64_t round,
                                                             std::string_view codec,
                                                             DecoderFn decoder,
-                                                            std::span<const std::string_view> payload,
+                                                            const PushPayload& payload,
                                                             std::optional<float> loss) {
   Locked lock(this);
   // The round's state first: a late or duplicate push is refused before its codec is
@@ -235,8 +264,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
   const std::chrono::nanoseconds decode_start = DecodeBudget::ThreadCpuNow();
-  if (absl::Status st = (*decoded_by)->DecodePieces(payload, SlotLocked(worker, 0, info_.numel));
-      !st.ok()) {
+  if (absl::Status st = DecodeLocked(worker, **decoded_by, payload); !st.ok()) {
     return Refused(
         Refusal::kMalformed,
         absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
@@ -252,7 +280,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   // sign bits): gathered only for those codecs.
   std::string whole;
   if (shared != codecs::SharedStructure::kNone) {
-    for (std::string_view piece : payload) whole.append(piece);
+    for (std::string_view piece : payload.pieces) whole.append(piece);
   }
   inputs_.supports[worker] = shared == codecs::SharedStructure::kSeededSupport
                                  ? codecs::SeededSupportOf(whole)

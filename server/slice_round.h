@@ -159,9 +159,33 @@ struct ChunkedPush {
 };
 
 // The pushes of one round, per worker.
+// One worker's decoded push of a slice: numel values, owned.
+using Row = std::unique_ptr<float[]>;
+
+// A raw fp32 payload (codecs::Codec::raw_fp32) that a transport read straight into a row
+// of its own: the format version byte, then `numel` values in `values`. Accepted, the row
+// becomes the worker's in the round and `values` holds what the round held for that
+// worker before (a row of the same numel to read the next push into, or null).
+struct RawRow {
+  unsigned char version = 0;
+  Row values;
+  uint32_t numel = 0;
+};
+
+// What a push carries to its slice: the pieces its payload arrived in (decoded from
+// them), or a raw row.
+struct PushPayload {
+  PushPayload(std::span<const std::string_view> pieces) : pieces(pieces) {}  // NOLINT
+  explicit PushPayload(RawRow* raw) : raw(raw) {}
+  std::span<const std::string_view> pieces;
+  RawRow* raw = nullptr;
+  // The payload's size on the wire.
+  size_t bytes() const;
+};
+
 struct RoundInputs {
-  // Decoded pushes: worker w at [w * numel, (w + 1) * numel); allocated at the first push.
-  std::vector<float> values;
+  // Decoded pushes, one row per worker (null until the worker's first push or chunk).
+  std::vector<Row> rows;
   // Compressed-domain aggregation (docs/codecs.md): the seeded support of a random-k push,
   // and the bytes of a sign push when the rule votes on signs.
   std::vector<std::optional<codecs::SeededSupport>> supports;
@@ -247,16 +271,19 @@ class SliceRound {
   // is asked for the codec: late (kLate), early (kFutureRound), uninitialized (kNotReady),
   // duplicate (kDuplicate); kMalformed when the payload does not decode.
   // `codec` is the name the push gave (quoted, cut short, in refusals). The payload is
-  // decoded from the pieces it arrived in (Codec::DecodePieces). `loss`, the worker's
-  // training loss, must be finite (kMalformed before decoding otherwise).
+  // decoded from the pieces it arrived in (Codec::DecodePieces); a raw row is checked
+  // where it is (the same checks and messages) and taken as the worker's row, with no
+  // copy, when the codec sends raw fp32 (and decoded from it like pieces otherwise).
+  // `loss`, the worker's training loss, must be finite (kMalformed before decoding
+  // otherwise).
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
-                                      DecoderFn decoder, std::span<const std::string_view> payload,
+                                      DecoderFn decoder, const PushPayload& payload,
                                       std::optional<float> loss = std::nullopt);
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
                                       DecoderFn decoder, std::string_view payload,
                                       std::optional<float> loss = std::nullopt) {
-    return AcceptPush(worker, round, codec, decoder, std::span<const std::string_view>(&payload, 1),
-                      loss);
+    return AcceptPush(worker, round, codec, decoder,
+                      PushPayload(std::span<const std::string_view>(&payload, 1)), loss);
   }
   // One chunk of a UDP push: coordinates [first, first + count) of the slice, chunk
   // `index` of `count_in_push` chunks of `chunk_elems`. Also kDuplicate for a replayed
@@ -344,8 +371,11 @@ class SliceRound {
 
   absl::Status CheckOpenRoundLocked(uint32_t worker, uint64_t round) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The slot of `worker`'s decoded push (allocating the round's buffer at first use).
+  // The slot of `worker`'s decoded push (allocating the worker's row at first use).
   std::span<float> SlotLocked(uint32_t worker, uint32_t first, uint32_t count)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `payload` decoded into `worker`'s row (a raw row checked and swapped in).
+  absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec, const PushPayload& payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push or chunk was taken: closes the round when every push is complete (or
   // the deadline passed with the quorum, or only quarantined workers are missing), else

@@ -162,6 +162,32 @@ TEST_F(ShardFrontTest, PushesReachTheRoundAndItsRefusalsKeepTheirKind) {
   EXPECT_EQ(core::RefusalOf(Push(w1, 1, 5)), Refusal::kFutureRound);
 }
 
+TEST_F(ShardFrontTest, ARawRowIsOfferedOnlyForAKnownRawCodecAndTheSlicesExactSize) {
+  const DataPeer w0 = Peer(0), w1 = Peer(1);
+  const PushHead head{.layout_hash = hash_, .round = 0, .slice_id = 0, .codec = "fp32"};
+  const size_t exact = 1 + 4 * sizeof(float);
+  EXPECT_EQ(front_->RawRowNumel(head, exact), 0u) << "no fp32 decoder made yet: nothing is made here";
+  ASSERT_TRUE(Push(w0, 0, 0).ok());  // the first fp32 push makes its decoder
+  EXPECT_EQ(front_->RawRowNumel(head, exact), 4u);
+  EXPECT_EQ(front_->RawRowNumel(head, exact + 4), 0u) << "another size is decoded (and refused) as bytes";
+  const uint64_t unknown = Refusals(*shard_, Refusal::kUnknownSlice);
+  PushHead other = head;
+  other.slice_id = 7;
+  EXPECT_EQ(front_->RawRowNumel(other, exact), 0u) << "an unknown slice";
+  EXPECT_EQ(Refusals(*shard_, Refusal::kUnknownSlice), unknown) << "asking refuses nothing";
+  other = head;
+  other.layout_hash = hash_ + 1;
+  EXPECT_EQ(front_->RawRowNumel(other, exact), 0u) << "another layout";
+
+  // A raw row pushed through the front counts as the push it is.
+  RawRow raw{.version = codecs::kFormatVersion, .values = std::make_unique<float[]>(4), .numel = 4};
+  std::fill(raw.values.get(), raw.values.get() + 4, 3.0f);
+  ASSERT_TRUE(front_->Push(w1, head, PushPayload(&raw)).ok());
+  RawRow again{.version = codecs::kFormatVersion, .values = std::make_unique<float[]>(4), .numel = 4};
+  EXPECT_EQ(core::RefusalOf(front_->Push(w1, head, PushPayload(&again))), Refusal::kLate)
+      << "both pushed: the round closed";
+}
+
 TEST_F(ShardFrontTest, PullsAreValidatedBoundedPerWorkerAndGiveEverythingBack) {
   const DataPeer w0 = Peer(0);
   const PullAsk waiting{.layout_hash = hash_, .min_version = 5, .slice_ids = {0, 1}};

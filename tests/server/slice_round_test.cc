@@ -123,7 +123,7 @@ TEST_F(SliceRoundTest, ClosingMovesTheBuffersIntoTheClosedRoundAndPublishBringsT
   EXPECT_TRUE(r->MasksOf(two).ptrs.empty()) << "whole pushes need no masks";
   EXPECT_TRUE(r->SharedSupport(two).empty());
   EXPECT_EQ(r->ChunksLost(), 0u);
-  const float* buffer = r->inputs.values.data();
+  const float* buffer = r->inputs.rows[1].get();
 
   r->model.params = {7.0f, 8.0f};
   Wakeups wake;
@@ -136,7 +136,7 @@ TEST_F(SliceRoundTest, ClosingMovesTheBuffersIntoTheClosedRoundAndPublishBringsT
   ASSERT_TRUE(Push(s, 2, 1, {4, 4}).ok());
   std::optional<ClosedRound> next = s.TakeClosed();
   ASSERT_TRUE(next.has_value());
-  EXPECT_EQ(next->inputs.values.data(), buffer) << "the round's buffer is reused, not reallocated";
+  EXPECT_EQ(next->inputs.rows[1].get(), buffer) << "the worker's row is reused, not reallocated";
   EXPECT_EQ(next->model.params, (std::vector<float>{7.0f, 8.0f}));
 }
 
@@ -214,6 +214,73 @@ TEST_F(SliceRoundTest, RefusalsAreTypedAndStateChecksComeBeforeTheCodec) {
       },
       Encoded({1, 1}));
   EXPECT_EQ(core::RefusalOf(unknown.status()), core::Refusal::kUnknownCodec);
+}
+
+// A raw row as a transport reads one: the version byte, then `values` in a row of its own.
+RawRow Raw(const std::vector<float>& values, unsigned char version = codecs::kFormatVersion) {
+  RawRow raw{.version = version,
+             .values = std::make_unique<float[]>(values.size()),
+             .numel = static_cast<uint32_t>(values.size())};
+  std::copy(values.begin(), values.end(), raw.values.get());
+  return raw;
+}
+
+TEST_F(SliceRoundTest, ARawRowIsCheckedInPlaceAndTakenAsTheWorkersRowGivingBackTheOldOne) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  ASSERT_TRUE(Push(s, 1, 0, {9, 9}).ok());  // worker 1's row, zeroed at first use, then decoded
+
+  RawRow raw = Raw({3, 5});
+  const float* taken = raw.values.get();
+  ASSERT_TRUE(s.AcceptPush(0, 0, "fp32", Decoder(), PushPayload(&raw)).ok());
+  EXPECT_EQ(raw.values, nullptr) << "worker 0 had no row yet: nothing to give back";
+
+  // Refusals keep the row with the transport, and say what decoding the bytes says.
+  RawRow nan = Raw({1, std::numeric_limits<float>::quiet_NaN()});
+  const float* kept = nan.values.get();
+  absl::StatusOr<SliceRound::Progress> refused =
+      s.AcceptPush(2, 0, "fp32", Decoder(), PushPayload(&nan));
+  EXPECT_EQ(core::RefusalOf(refused.status()), core::Refusal::kMalformed);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("value 1 is not finite"));
+  EXPECT_EQ(nan.values.get(), kept);
+  RawRow old_format = Raw({1, 1}, /*version=*/7);
+  absl::StatusOr<SliceRound::Progress> versioned =
+      s.AcceptPush(2, 0, "fp32", Decoder(), PushPayload(&old_format));
+  EXPECT_EQ(core::RefusalOf(versioned.status()), core::Refusal::kMalformed);
+  EXPECT_THAT(std::string(versioned.status().message()), ::testing::HasSubstr("format version 7"));
+  RawRow duplicate = Raw({1, 1});
+  EXPECT_EQ(core::RefusalOf(s.AcceptPush(0, 0, "fp32", Decoder(), PushPayload(&duplicate)).status()),
+            core::Refusal::kDuplicate);
+
+  ASSERT_TRUE(Push(s, 2, 0, {1, 1}).ok());
+  std::optional<ClosedRound> r = s.TakeClosed();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->inputs.rows[0].get(), taken) << "the row the values were read into, not a copy";
+  const std::vector<uint32_t> first = {0};
+  EXPECT_EQ(r->Rows(first)[0][0], 3.0f);
+  EXPECT_EQ(r->Rows(first)[0][1], 5.0f);
+  Wakeups wake;
+  s.Publish(*std::move(r), core::SharedFp32(std::vector<float>{7.0f, 8.0f}), nullptr, &wake);
+
+  // Round 1: the next raw row replaces worker 0's row, which comes back for the next read.
+  RawRow next = Raw({2, 4});
+  ASSERT_TRUE(s.AcceptPush(0, 1, "fp32", Decoder(), PushPayload(&next)).ok());
+  EXPECT_EQ(next.values.get(), taken);
+  EXPECT_EQ(next.numel, 2u);
+}
+
+TEST_F(SliceRoundTest, ARawRowUnderACodecThatIsNotRawFp32IsDecodedAsItsBytes) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  codec_ = std::shared_ptr<const codecs::Codec>(codecs::MakeCodec("fp16").value());
+  RawRow raw = Raw({1, 1});
+  const float* kept = raw.values.get();
+  // Nine bytes are no fp16 payload of two values: refused as the fp16 decoder refuses them.
+  absl::StatusOr<SliceRound::Progress> refused =
+      s.AcceptPush(0, 0, "fp16", Decoder(), PushPayload(&raw));
+  EXPECT_EQ(core::RefusalOf(refused.status()), core::Refusal::kMalformed);
+  EXPECT_THAT(std::string(refused.status().message()), ::testing::HasSubstr("fp16"));
+  EXPECT_EQ(raw.values.get(), kept) << "only a raw fp32 row is ever taken";
 }
 
 TEST_F(SliceRoundTest, TheDeadlineClosesARoundWithItsQuorumOrWaitsForIt) {
@@ -684,8 +751,10 @@ ClosedRound RoundOf(const std::vector<std::vector<float>>& rows) {
   r.inputs.pushed.assign(n, 1);
   r.inputs.supports.assign(n, std::nullopt);
   r.inputs.chunked.assign(n, ChunkedPush{});
-  for (const auto& row : rows)
-    r.inputs.values.insert(r.inputs.values.end(), row.begin(), row.end());
+  for (const auto& row : rows) {
+    r.inputs.rows.push_back(std::make_unique<float[]>(row.size()));
+    std::copy(row.begin(), row.end(), r.inputs.rows.back().get());
+  }
   r.model.params.assign(r.info.numel, 1.0f);
   r.model.velocity.assign(r.info.numel, 0.0f);
   return r;

@@ -212,7 +212,7 @@ void Connection::OnMeta() {
       absl::StatusOr<net::PushMeta> push = net::ParsePushMeta(header_.flags, meta);
       if (!push.ok()) return malformed(push.status());
       push_ = *push;  // its codec borrows meta_, which stays until the next frame
-      return ReadBody(&Connection::OnPushBody);
+      return ReadPushBody();
     }
     case net::FrameType::kPull: {
       absl::StatusOr<net::PullMeta> pull = net::ParsePullMeta(header_.flags, meta);
@@ -242,6 +242,36 @@ void Connection::ReadBody(void (Connection::*then)()) {
   body_.resize(header_.body_bytes);
   if (header_.body_bytes == 0) return (this->*then)();
   ReadInto(asio::buffer(body_), then);
+}
+
+void Connection::ReadPushBody() {
+  raw_push_ = false;
+  const uint32_t numel = front_->RawRowNumel(Head(), header_.body_bytes);
+  if (numel == 0) return ReadBody(&Connection::OnPushBody);
+  // Raw fp32 values, read straight into a row that becomes the worker's in the round (the
+  // row it replaces comes back for the next push): no copy on the shard.
+  raw_push_ = true;
+  if (raw_.values == nullptr || raw_.numel != numel) {
+    raw_.values = std::make_unique_for_overwrite<float[]>(numel);
+    raw_.numel = numel;
+  }
+  const std::array<asio::mutable_buffer, 2> into{
+      asio::buffer(&raw_.version, 1), asio::buffer(raw_.values.get(), size_t{numel} * sizeof(float))};
+  read_in_flight_ = true;
+  asio::async_read(socket_, into,
+                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                     self->read_in_flight_ = false;
+                     if (ec) return self->Shutdown();
+                     self->OnPushBody();
+                   });
+}
+
+PushHead Connection::Head() const {
+  return PushHead{.layout_hash = push_.layout_hash,
+                  .round = push_.round,
+                  .slice_id = push_.slice_id,
+                  .codec = push_.codec,
+                  .loss = push_.loss};
 }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
@@ -370,13 +400,9 @@ void Connection::OnPushBody() {
   s = front_->AdmitCaller(caller_);
   if (s.ok()) {
     const std::string_view payload = body_;
-    s = front_->Push(peer_,
-                     PushHead{.layout_hash = push_.layout_hash,
-                              .round = push_.round,
-                              .slice_id = push_.slice_id,
-                              .codec = push_.codec,
-                              .loss = push_.loss},
-                     std::span<const std::string_view>(&payload, 1));
+    s = front_->Push(peer_, Head(),
+                     raw_push_ ? PushPayload(&raw_)
+                               : PushPayload(std::span<const std::string_view>(&payload, 1)));
   }
   ++unanswered_;
   AnswerLater(peer_.client, s, request_bytes, net::FrameType::kAnswer, tag);

@@ -11,8 +11,10 @@
 // Every frame's header is checked from its 16 bytes (net::CheckHeader against the state
 // and the limits) before more is read or allocated: a malformed one ends the connection
 // with GOAWAY malformed. A PUSH's body is read into the connection's buffer and handed to
-// ShardFront::Push, which decodes it as the gRPC path does (part (a) of migration step
-// 2); its ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
+// ShardFront::Push, which decodes it as the gRPC path does; a raw fp32 body of the
+// slice's size (ShardFront::RawRowNumel) is read straight into a row of the connection's,
+// which the round takes as the worker's row after the same checks, giving back the row
+// it held (RawRow: no copy of the values on the shard). Its ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
 // PULL opens a ShardFront pull whose sink writes SLICE frames, each its header and meta
 // followed by the published snapshot's bytes by reference (one gather write), and
 // PULL_END at its end. Reading stops while max_unanswered_pushes pushes have no written
@@ -101,6 +103,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void OnMeta();
   // Reads the frame's body into body_, then calls `then`.
   void ReadBody(void (Connection::*then)());
+  // Reads a PUSH's body: raw fp32 values into raw_ (ShardFront::RawRowNumel), else into
+  // body_; then OnPushBody.
+  void ReadPushBody();
+  PushHead Head() const;  // the PUSH being read
   // Reads exactly `into` from the socket, then calls `then`; a failed read closes.
   void ReadInto(boost::asio::mutable_buffer into, void (Connection::*then)());
   // Going away: reads and drops what the peer still sends, until its end of the stream,
@@ -170,6 +176,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   net::PushMeta push_;
   net::PullMeta pull_;
   std::string body_;
+  // A raw fp32 push's row, and whether the PUSH being read went there; after a push the
+  // row the round gave back for the next one (or null).
+  RawRow raw_;
+  bool raw_push_ = false;
 
   // The handshake's state, then the admitted peer.
   std::shared_ptr<const DataSession> session_;
