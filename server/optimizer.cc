@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <numbers>
 
 #include "absl/strings/str_cat.h"
@@ -103,17 +104,22 @@ PS_VECTOR_CLONES void SgdBlock(float lr, float mu, float wd, const float* __rest
 }  // namespace
 
 void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
-             std::span<float> velocity, std::span<float> params) {
+             std::span<float> velocity, std::span<float> params, std::span<float> copy_to) {
   const float lr = static_cast<float>(opt.learning_rate * opt.schedule.Factor(round));
   const float mu = opt.momentum;
   const float wd = opt.weight_decay;
   const float* g = grad.data();
   float* v = velocity.data();
   float* w = params.data();
+  float* c = copy_to.empty() ? nullptr : copy_to.data();
   const size_t n = params.size();
   size_t b = 0;
-  for (; b + kSgdBlock <= n; b += kSgdBlock) SgdBlock(lr, mu, wd, g + b, v + b, w + b);
+  for (; b + kSgdBlock <= n; b += kSgdBlock) {
+    SgdBlock(lr, mu, wd, g + b, v + b, w + b);
+    if (c != nullptr) std::memcpy(c + b, w + b, kSgdBlock * sizeof(float));
+  }
   SgdValues(lr, mu, wd, g + b, v + b, w + b, n - b);
+  if (c != nullptr && n > b) std::memcpy(c + b, w + b, (n - b) * sizeof(float));
 }
 
 }  // namespace ps::server

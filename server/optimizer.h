@@ -44,8 +44,11 @@ struct SgdOptions {
 };
 
 // Applies the step of round `round` to params in place; velocity has params.size()
-// elements (zero at first). grad has the same size.
+// elements (zero at first). grad has the same size. With `copy_to` (params.size()
+// elements, apart from the others) the new parameters are also written there, each block
+// while it is in cache: one pass where a step and a copy after it would make two.
 void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
-             std::span<float> velocity, std::span<float> params);
+             std::span<float> velocity, std::span<float> params,
+             std::span<float> copy_to = {});
 
 }  // namespace ps::server

@@ -7,6 +7,7 @@
 #include "codecs/compressed.h"
 #include "core/fp32_bytes.h"
 #include "core/status.h"
+#include "server/snapshot_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -121,8 +122,17 @@ RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::ve
     if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
     return {core::SharedFp32(out), nullptr};
   }
-  if (st.ok()) SgdStep(sgd_, round.round, out, round.model.velocity, round.model.params);
   HeldValues& held = round.model.held;
+  if (st.ok() && held.codec == nullptr) {
+    // Dense pulls: the step writes the published values as it goes, into a buffer an
+    // older version gave back.
+    std::shared_ptr<std::string> next =
+        SnapshotPool::Take(round.model.snapshots, round.model.params.size() * sizeof(float));
+    SgdStep(sgd_, round.round, out, round.model.velocity, round.model.params,
+            std::span<float>(reinterpret_cast<float*>(next->data()), round.model.params.size()));
+    return {std::move(next), nullptr};
+  }
+  if (st.ok()) SgdStep(sgd_, round.round, out, round.model.velocity, round.model.params);
   if (held.codec == nullptr) return {core::SharedFp32(round.model.params), nullptr};
   absl::StatusOr<std::shared_ptr<const std::string>> delta =
       EncodeChange(round.model.params, round.info.id, round.round + 1, held);

@@ -52,6 +52,7 @@
 #include "server/deadline_queue.h"
 #include "server/pull_delta.h"
 #include "server/quarantine.h"
+#include "server/snapshot_pool.h"
 
 namespace ps::server {
 
@@ -147,6 +148,8 @@ struct SliceModel {
   std::vector<float> rule_state;
   // With --pull-codec: what the workers hold, and the encoder of its changes.
   HeldValues held;
+  // The buffers dense versions are published in (made at the first step).
+  std::shared_ptr<SnapshotPool> snapshots;
 };
 
 // One worker's UDP push of the open round: the chunk size its first chunk fixed, and
@@ -158,7 +161,6 @@ struct ChunkedPush {
   std::vector<uint8_t> seen;
 };
 
-// The pushes of one round, per worker.
 // One worker's decoded push of a slice: numel values, owned.
 using Row = std::unique_ptr<float[]>;
 
@@ -183,6 +185,7 @@ struct PushPayload {
   size_t bytes() const;
 };
 
+// The pushes of one round, per worker.
 struct RoundInputs {
   // Decoded pushes, one row per worker (null until the worker's first push or chunk).
   std::vector<Row> rows;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,24 @@ TEST(SgdStepTest, WeightDecayPullsTowardZero) {
   std::vector<float> w = {10}, v = {0};
   SgdStep({0.1f, 0.0f, 0.5f}, 0, std::vector<float>{0}, v, w);  // w -= 0.1 * 5
   EXPECT_FLOAT_EQ(w[0], 9.5f);
+}
+
+TEST(SgdStepTest, TheCopyHoldsTheSameBitsAsTheParametersAcrossBlocksAndTheTail) {
+  // 2500 values: two whole blocks of the vectorized step and a scalar tail.
+  const size_t n = 2500;
+  std::vector<float> g(n), w(n), v(n, 0.25f);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = 0.001f * static_cast<float>(i % 97) - 0.03f;
+    w[i] = 1.0f / static_cast<float>(i + 3);
+  }
+  std::vector<float> w_alone = w, v_alone = v;
+  std::vector<float> copy(n, -1.0f);
+  const SgdOptions opt{0.1f, 0.9f, 0.01f};
+  SgdStep(opt, 3, g, v_alone, w_alone);
+  SgdStep(opt, 3, g, v, w, copy);
+  EXPECT_EQ(0, std::memcmp(w.data(), w_alone.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(v.data(), v_alone.data(), n * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(copy.data(), w.data(), n * sizeof(float)));
 }
 
 TEST(LrScheduleTest, FactorsPerRound) {

@@ -1,9 +1,12 @@
 // The shard's parts with their own locks: SessionTable, DeadlineQueue, AggregationJobs,
-// and the lock-free Quarantine.
+// SnapshotPool, and the lock-free Quarantine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -14,11 +17,47 @@
 #include "server/deadline_queue.h"
 #include "server/quarantine.h"
 #include "server/session_table.h"
+#include "server/snapshot_pool.h"
 
 namespace ps::server {
 namespace {
 
 using std::chrono::milliseconds;
+
+TEST(SnapshotPoolTest, ABufferComesBackWithItsLastReferenceAndIsTakenAgain) {
+  std::shared_ptr<SnapshotPool> pool;
+  std::shared_ptr<std::string> a = SnapshotPool::Take(pool, 64);
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(*a, std::string(64, '\0')) << "a new buffer is zeroed";
+  a->assign(64, 'x');
+  const std::string* first = a.get();
+  std::shared_ptr<const std::string> reader = a;  // a pull still sending it
+  a.reset();
+  EXPECT_EQ(pool->free_count(), 0u) << "not back while a reader holds it";
+  std::shared_ptr<std::string> b = SnapshotPool::Take(pool, 64);
+  EXPECT_NE(b.get(), first);
+  reader.reset();
+  EXPECT_EQ(pool->free_count(), 1u);
+  std::shared_ptr<std::string> c = SnapshotPool::Take(pool, 64);
+  EXPECT_EQ(c.get(), first) << "the returned buffer is reused";
+  EXPECT_EQ(*c, std::string(64, 'x')) << "with its old contents, to be overwritten";
+
+  // At most kMaxFree are kept.
+  std::vector<std::shared_ptr<std::string>> many;
+  for (size_t i = 0; i < SnapshotPool::kMaxFree + 3; ++i) many.push_back(SnapshotPool::Take(pool, 64));
+  many.clear();
+  EXPECT_EQ(pool->free_count(), SnapshotPool::kMaxFree);
+
+  // Another size: another pool; a buffer of the old one still goes back to its own pool.
+  const std::shared_ptr<SnapshotPool> old = pool;
+  std::shared_ptr<std::string> d = SnapshotPool::Take(pool, 128);
+  EXPECT_NE(pool, old);
+  EXPECT_EQ(d->size(), 128u);
+  const size_t old_free = old->free_count();
+  c.reset();
+  EXPECT_EQ(old->free_count(), std::min(old_free + 1, SnapshotPool::kMaxFree));
+}
 
 TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
   SessionTable t(3);

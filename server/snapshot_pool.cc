@@ -1,0 +1,39 @@
+#include "server/snapshot_pool.h"
+
+#include <utility>
+
+namespace ps::server {
+
+std::shared_ptr<std::string> SnapshotPool::Take(std::shared_ptr<SnapshotPool>& pool,
+                                                size_t bytes) {
+  if (pool == nullptr || pool->bytes() != bytes) pool = std::make_shared<SnapshotPool>(bytes);
+  return pool->TakeOne();
+}
+
+size_t SnapshotPool::free_count() const {
+  absl::MutexLock lock(&mu_);
+  return free_.size();
+}
+
+std::shared_ptr<std::string> SnapshotPool::TakeOne() {
+  std::unique_ptr<std::string> buffer;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!free_.empty()) {
+      buffer = std::move(free_.back());
+      free_.pop_back();
+    }
+  }
+  // A new one is zeroed once; a reused one keeps an older version until overwritten.
+  if (buffer == nullptr) buffer = std::make_unique<std::string>(bytes_, '\0');
+  return std::shared_ptr<std::string>(
+      buffer.release(), [pool = shared_from_this()](std::string* s) { pool->Give(s); });
+}
+
+void SnapshotPool::Give(std::string* buffer) {
+  std::unique_ptr<std::string> owned(buffer);  // freed here, after the lock, when not kept
+  absl::MutexLock lock(&mu_);
+  if (free_.size() < kMaxFree) free_.push_back(std::move(owned));
+}
+
+}  // namespace ps::server
