@@ -22,7 +22,10 @@
 //
 // Several --data-plane values measure the same cells on each plane (docs/data-plane.md),
 // interleaved like the rules: each row then says its plane, vs_mean compares with mean on
-// the same plane, and vs_grpc with the same rule over gRPC.
+// the same plane, and vs_grpc with the same rule over gRPC. `--tls` serves both ports of
+// every shard with TLS (a throwaway certificate the workers trust, bench/throwaway_cert.h;
+// no client certificates: the shards stay --insecure), so that TLS's cost shows on each
+// plane; the baselines stay plaintext.
 //
 // `--soak` runs one configuration for --seconds and reports the resident memory of the
 // process (servers and workers together) at start, every --soak-interval seconds and
@@ -59,6 +62,7 @@
 #include "aggregators/aggregator.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
+#include "bench/throwaway_cert.h"
 #include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
@@ -95,6 +99,8 @@ struct E2eFlags {
   int repeats = 1;  // cluster runs per rule and cell; the fastest counts
   // The shards' data planes (ServerOptions::data_plane), each measured on every cell.
   std::vector<std::string> data_planes = {"grpc"};
+  bool tls = false;
+  std::shared_ptr<const ThrowawayCert> tls_files;  // made by RunE2e with --tls
   bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
   bool soak = false;
   double soak_interval = 60;
@@ -391,6 +397,11 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   so.pull_codec = f.pull_codec;
   so.data_plane = plane;
   WorkerOptions wo;
+  if (f.tls_files != nullptr) {
+    so.tls_cert = f.tls_files->cert_path;
+    so.tls_key = f.tls_files->key_path;
+    wo.credentials.tls_ca = f.tls_files->cert_path;
+  }
   if (f.shards_at.empty()) {
     PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
     wo.shard_addresses = c.shards->addresses();
@@ -746,6 +757,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
               .Add("one_copy_ratio", one_copy_gbps / raw_gbps)
               .Add("vs_one_copy", goodput / one_copy_gbps)
               .Add("data_plane", plane)
+              .Add("tls", f.tls)
               .Add("rounds", e2e.rounds)
               .Add("warmup_rounds", f.warmup)
               .Add("seconds", e2e.seconds)
@@ -913,6 +925,18 @@ int RunE2e(E2eFlags f) {
     }
     *shards = {int(f.shards_at.size())};
   }
+  if (f.tls) {
+    if (!f.shards_at.empty()) {
+      std::fprintf(stderr, "ps-bench e2e: --tls serves in-process shards; not with --shards-at\n");
+      return 2;
+    }
+    absl::StatusOr<std::shared_ptr<const ThrowawayCert>> cert = MakeThrowawayCert();
+    if (!cert.ok()) {
+      std::fprintf(stderr, "ps-bench e2e --tls: %s\n", std::string(cert.status().message()).c_str());
+      return 1;
+    }
+    f.tls_files = *std::move(cert);
+  }
   // Every rule checked at every worker count before anything runs: a refusal costs no
   // measurement.
   for (int w : *workers) {
@@ -1008,6 +1032,9 @@ Command AddE2eCommand(CLI::App& app) {
                   "on every cell, interleaved with the rules, and compared with grpc (vs grpc)")
       ->delimiter(',')
       ->capture_default_str();
+  sub->add_flag("--tls", f->tls,
+                "Shards serve TLS on every port with a throwaway certificate the workers trust "
+                "(server authentication only); the baselines stay plaintext");
   sub->add_flag("--no-raw", f->no_raw,
                 "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");
   sub->add_flag("--soak", f->soak, "Memory over a long run (one configuration)");

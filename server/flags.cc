@@ -223,8 +223,8 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
            "Run without client authentication: anybody who reaches the port may act as any "
            "worker or shard (loopback only unless --allow-insecure-remote)");
   add("Security", "tls-cert", o.tls_cert,
-      "Server certificate (PEM): serve TLS; also this shard's client certificate toward "
-      "its peers. Needs --tls-key")
+      "Server certificate (PEM): serve TLS, on --port and on the TCP data plane's "
+      "--data-port; also this shard's client certificate toward its peers. Needs --tls-key")
       ->type_name("PATH");
   add("Security", "tls-key", o.tls_key, "Private key of --tls-cert (PEM)")->type_name("PATH");
   add("Security", "tls-ca", o.tls_ca,
