@@ -26,7 +26,7 @@ using Cert = std::unique_ptr<X509, Freer<X509, X509_free>>;
 using Ext = std::unique_ptr<X509_EXTENSION, Freer<X509_EXTENSION, X509_EXTENSION_free>>;
 
 absl::Status Fail(std::string_view what) {
-  return absl::InternalError(absl::StrCat("throwaway certificate: ", what));
+  return absl::InternalError(absl::StrCat("throwaway certificate: ", std::string(what)));
 }
 
 // Writes `write(file)` to `path`, readable by the owner only.
