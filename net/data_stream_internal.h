@@ -14,7 +14,7 @@
 //   DNS name, and the certificate must match it (a DNS name, or an IP address SAN).
 //
 // Thread safety: as the socket's (one read and one write in flight at a time, on the
-// socket's executor).
+// socket's executor), but get_executor(), which any thread may call.
 #pragma once
 
 #include <memory>
@@ -53,7 +53,8 @@ class DataStream {
   using executor_type = Socket::executor_type;
 
   // Plaintext over `socket` until StartTls.
-  explicit DataStream(Socket socket) : stream_(std::in_place_index<0>, std::move(socket)) {}
+  explicit DataStream(Socket socket)
+      : executor_(socket.get_executor()), stream_(std::in_place_index<0>, std::move(socket)) {}
 
   // From now on TLS under `context` (which must outlive the stream), before any byte was
   // read or written: the handshake (AsyncHandshake) comes next. Allocates OpenSSL's state
@@ -78,7 +79,9 @@ class DataStream {
 
   // The TCP socket underneath (options, shutdown, close, waiting for readability).
   Socket& socket() { return tls() ? std::get<1>(stream_).next_layer() : std::get<0>(stream_); }
-  executor_type get_executor() { return socket().get_executor(); }
+  // The socket's executor, kept apart from the stream: other threads post to it (a
+  // connection's Close) while its own thread may be starting TLS.
+  executor_type get_executor() const { return executor_; }
 
   // Asio's AsyncReadStream and AsyncWriteStream, for async_read and async_write.
   template <typename Buffers, typename Handler>
@@ -99,6 +102,7 @@ class DataStream {
   }
 
  private:
+  const executor_type executor_;
   std::variant<Socket, TlsStream> stream_;
 };
 

@@ -196,7 +196,8 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Threads receiving datagrams on the UDP socket, in [1, 64]");
   add("Network", "data-plane", raw.data_plane,
       "What carries pushes and pulls: grpc (on --port) or tcp (the native plane on "
-      "--data-port); workers asking for the other are refused (docs/data-plane.md)")
+      "--data-port, under --port's TLS); workers asking for the other are refused "
+      "(docs/data-plane.md)")
       ->check(CLI::IsMember({"grpc", "tcp"}));
   add("Network", "data-port", o.data_port,
       "TCP port of the data plane on --host with --data-plane tcp; 0 picks a free one (the "
