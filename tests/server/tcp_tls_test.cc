@@ -217,6 +217,29 @@ TEST_F(TcpTlsTest, TheWorkersChannelVerifiesTheShardAndPushesOverTls) {
   EXPECT_EQ(shard_->stats().pushes_accepted, 1u);
 }
 
+TEST_F(TcpTlsTest, TheWorkersChannelConnectsAgainOverTlsAfterALoss) {
+  std::unique_ptr<DataChannel> channel = Channel(core::ClientCredentials{
+      .tls_ca = Cert("ca.pem"), .tls_cert = Cert("worker-0.pem"), .tls_key = Cert("worker-0.key")});
+  ASSERT_NE(channel, nullptr);
+  ASSERT_TRUE(PushOnce(*channel).ok());
+  // A re-join replaces the session: the next push ends the connection (GOAWAY
+  // unknown_session), then the channel dials again, TLS first, under the new one.
+  absl::StatusOr<JoinResult> again = shard_->Join(0, hash_);
+  ASSERT_TRUE(again.ok()) << again.status();
+  const absl::Status refused = PushOnce(*channel);
+  EXPECT_EQ(core::RefusalOf(refused), core::Refusal::kUnknownSession) << refused;
+  ASSERT_TRUE(channel
+                  ->SetRoute(DataRoute{.epoch = 2,
+                                       .plane = core::DataPlane::kTcp,
+                                       .data_port = backend_->port(),
+                                       .data_session = again->data_session,
+                                       .data_secret = again->data_secret})
+                  .ok());
+  const absl::Status pushed = PushOnce(*channel);
+  EXPECT_EQ(core::RefusalOf(pushed), core::Refusal::kDuplicate) << pushed;
+  EXPECT_EQ(backend_->stats().admitted, 2u);
+}
+
 TEST_F(TcpTlsTest, AWorkerTrustingAnotherCaFailsNamingTheVerification) {
   std::unique_ptr<DataChannel> channel = Channel(
       core::ClientCredentials{.tls_ca = OtherCert("ca.pem"),

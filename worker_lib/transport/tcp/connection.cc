@@ -103,7 +103,7 @@ void Connection::Connect() {
   }
   state_ = State::kConnecting;
   const uint64_t gen = ++generation_;
-  socket_ = std::make_unique<net::DataStream>(tcp::socket(io_));
+  socket_ = std::make_shared<net::DataStream>(tcp::socket(io_));
   admitted_route_ = r.data;
   auto self = shared_from_this();
   connect_timer_ = std::make_unique<asio::steady_timer>(io_, options_.connect_timeout);
@@ -113,7 +113,7 @@ void Connection::Connect() {
         "no admission from ", self->Name(), "'s data port within ",
         self->options_.connect_timeout.count(), " ms")));
   });
-  socket_->socket().async_connect(*r.endpoint, [self, gen, name = r.server_name](
+  socket_->socket().async_connect(*r.endpoint, [self, gen, name = r.server_name, stream = socket_](
                                                     const boost::system::error_code& ec) {
     if (gen != self->generation_) return;
     if (ec) {
@@ -134,7 +134,7 @@ void Connection::StartTls(uint64_t gen, const std::string& server_name) {
   auto self = shared_from_this();
   socket_->AsyncHandshake(
       asio::ssl::stream_base::client,
-      [self, gen, server_name](const boost::system::error_code& ec) {
+      [self, gen, server_name, stream = socket_](const boost::system::error_code& ec) {
         if (gen != self->generation_) return;
         if (!ec) return self->SendHello(gen);
         // The shard's certificate refused: what a port that cannot prove the session
@@ -168,7 +168,8 @@ void Connection::Handshake(uint64_t gen, std::string bytes, std::string_view doi
   auto frame = std::make_shared<const std::string>(std::move(bytes));
   auto self = shared_from_this();
   asio::async_write(*socket_, asio::buffer(*frame),
-                    [self, gen, frame, doing, next](const boost::system::error_code& ec, size_t) {
+                    [self, gen, frame, doing, next, stream = socket_](
+                        const boost::system::error_code& ec, size_t) {
                       if (gen != self->generation_) return;
                       if (ec) return self->LostOn(ec, doing);
                       self->ReadFrame(gen, next);
@@ -179,7 +180,7 @@ void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
   auto self = shared_from_this();
   asio::async_read(
       *socket_, asio::buffer(header_bytes_),
-      [self, gen, state](const boost::system::error_code& ec, size_t) {
+      [self, gen, state, stream = socket_](const boost::system::error_code& ec, size_t) {
         if (gen != self->generation_) return;
         if (ec) return self->LostOn(ec, "reading");
         absl::StatusOr<net::FrameHeader> h = net::ParseHeader(self->header_bytes_);
@@ -191,7 +192,7 @@ void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
         self->header_ = *h;
         self->meta_.resize(h->meta_bytes);
         asio::async_read(*self->socket_, asio::buffer(self->meta_),
-                         [self, gen, state](const boost::system::error_code& ec, size_t) {
+                         [self, gen, state, stream](const boost::system::error_code& ec, size_t) {
                            if (gen != self->generation_) return;
                            if (ec) return self->LostOn(ec, "reading");
                            self->Handle(gen, state);
@@ -322,7 +323,7 @@ void Connection::OnSlice(uint64_t gen) {
   }
   auto self = shared_from_this();
   asio::async_read(*socket_, asio::buffer(place.data(), place.size()),
-                   [self, gen, place](const boost::system::error_code& ec, size_t) {
+                   [self, gen, place, stream = socket_](const boost::system::error_code& ec, size_t) {
                      if (gen != self->generation_) return;
                      self->reading_tag_ = 0;
                      if (ec) return self->LostOn(ec, "reading a slice");
@@ -377,7 +378,7 @@ void Connection::Flush() {
   const uint64_t gen = generation_;
   auto self = shared_from_this();
   asio::async_write(*socket_, buffers,
-                    [self, gen, batch](const boost::system::error_code& ec, size_t) {
+                    [self, gen, batch, stream = socket_](const boost::system::error_code& ec, size_t) {
                       if (gen != self->generation_) return;
                       self->writing_ = false;
                       if (ec) return self->LostOn(ec, "writing");

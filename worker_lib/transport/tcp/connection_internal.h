@@ -159,7 +159,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // The I/O thread's.
   State state_ = State::kIdle;
   uint64_t generation_ = 0;  // bumped by every connect and every loss
-  std::unique_ptr<net::DataStream> socket_;  // the socket, or TLS over it
+  // The socket, or TLS over it. Each operation's handler holds the stream it runs on:
+  // a loss closes it and a new connection replaces it at once, but TLS's operations
+  // still touch theirs when they end (aborted).
+  std::shared_ptr<net::DataStream> socket_;
   std::unique_ptr<asio::steady_timer> connect_timer_;
   std::unique_ptr<asio::steady_timer> sweep_timer_;
   bool sweeping_ = false;
