@@ -317,6 +317,9 @@ TEST_F(TcpBackendTest, ReadingStopsWhilePushesWaitForTheirAnswers) {
     EXPECT_THAT(ScriptedWorker::StatusOf(*f).message(), HasSubstr("unknown_slice"));
   }
   EXPECT_EQ(Refusals(*shard_, Refusal::kUnknownSlice), 4u);
+  // The server's order (ServerImpl::Shutdown): the tarpit first, so that no answer it
+  // holds still runs, and drops its connection, once the backend is gone.
+  tarpit.Stop();
   (*backend)->Stop();
 }
 
