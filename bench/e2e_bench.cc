@@ -23,9 +23,9 @@
 // Several --data-plane values measure the same cells on each plane (docs/data-plane.md),
 // interleaved like the rules: each row then says its plane, vs_mean compares with mean on
 // the same plane, and vs_grpc with the same rule over gRPC. `--tls` serves both ports of
-// every shard with TLS (a throwaway certificate the workers trust, bench/throwaway_cert.h;
-// no client certificates: the shards stay --insecure), so that TLS's cost shows on each
-// plane; the baselines stay plaintext.
+// every shard with mutual TLS (throwaway certificates for every shard and worker,
+// bench/throwaway_cert.h, instead of --insecure), so that TLS's cost shows on each plane;
+// the baselines stay plaintext.
 //
 // `--soak` runs one configuration for --seconds and reports the resident memory of the
 // process (servers and workers together) at start, every --soak-interval seconds and
@@ -100,7 +100,7 @@ struct E2eFlags {
   // The shards' data planes (ServerOptions::data_plane), each measured on every cell.
   std::vector<std::string> data_planes = {"grpc"};
   bool tls = false;
-  std::shared_ptr<const ThrowawayCert> tls_files;  // made by RunE2e with --tls
+  std::shared_ptr<const ThrowawayCerts> tls_files;  // made by RunE2e with --tls
   bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
   bool soak = false;
   double soak_interval = 60;
@@ -398,9 +398,12 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   so.data_plane = plane;
   WorkerOptions wo;
   if (f.tls_files != nullptr) {
-    so.tls_cert = f.tls_files->cert_path;
-    so.tls_key = f.tls_files->key_path;
-    wo.credentials.tls_ca = f.tls_files->cert_path;
+    // Mutual TLS as deployed: identities from the certificates' common names.
+    so.insecure = false;
+    so.tls_ca = f.tls_files->Path("ca.pem");
+    so.tls_cert = f.tls_files->Path("shard-{shard}.pem");
+    so.tls_key = f.tls_files->Path("shard-{shard}.key");
+    wo.credentials.tls_ca = so.tls_ca;
   }
   if (f.shards_at.empty()) {
     PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
@@ -415,6 +418,10 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   wo.rpc_timeout = std::chrono::milliseconds(120000);
   for (int w = 0; w < workers; ++w) {
     wo.worker_id = uint32_t(w);
+    if (f.tls_files != nullptr) {
+      wo.credentials.tls_cert = f.tls_files->Path(absl::StrCat("worker-", w, ".pem"));
+      wo.credentials.tls_key = f.tls_files->Path(absl::StrCat("worker-", w, ".key"));
+    }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
                         Worker::Start(wo, layout, f.aggregate_only ? decltype(init){} : init));
     c.workers.push_back(std::move(worker));
@@ -930,7 +937,9 @@ int RunE2e(E2eFlags f) {
       std::fprintf(stderr, "ps-bench e2e: --tls serves in-process shards; not with --shards-at\n");
       return 2;
     }
-    absl::StatusOr<std::shared_ptr<const ThrowawayCert>> cert = MakeThrowawayCert();
+    absl::StatusOr<std::shared_ptr<const ThrowawayCerts>> cert = MakeThrowawayCerts(
+        uint32_t(*std::max_element(shards->begin(), shards->end())),
+        uint32_t(*std::max_element(workers->begin(), workers->end())));
     if (!cert.ok()) {
       std::fprintf(stderr, "ps-bench e2e --tls: %s\n", std::string(cert.status().message()).c_str());
       return 1;
@@ -1033,8 +1042,8 @@ Command AddE2eCommand(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sub->add_flag("--tls", f->tls,
-                "Shards serve TLS on every port with a throwaway certificate the workers trust "
-                "(server authentication only); the baselines stay plaintext");
+                "Shards serve mutual TLS on every port with throwaway certificates for every "
+                "shard and worker; the baselines stay plaintext");
   sub->add_flag("--no-raw", f->no_raw,
                 "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");
   sub->add_flag("--soak", f->soak, "Memory over a long run (one configuration)");

@@ -1,8 +1,10 @@
-// A throwaway TLS identity for benchmarks (`ps-bench e2e --tls`): a self-signed P-256
-// certificate for localhost and 127.0.0.1, made with OpenSSL in-process and written as
-// PEM files into a new private temporary directory, which the shards serve
-// (--tls-cert/--tls-key) and the workers trust (ClientCredentials::tls_ca). Not for
-// anything but loopback measurements: the key lies in /tmp for the run.
+// Throwaway TLS identities for benchmarks (`ps-bench e2e --tls`): a private P-256 CA and,
+// signed by it, a certificate per shard (common name shard-N) and per worker (worker-N),
+// each for localhost and 127.0.0.1, made with OpenSSL in-process and written as PEM
+// files into a new private temporary directory (removed with the object). The layout of
+// deploy/tls/make-certs.sh: ca.pem, shard-N.pem/.key, worker-N.pem/.key, so that the
+// shards run mutual TLS as deployed. Not for anything but loopback measurements: the
+// keys lie in /tmp for the run.
 #pragma once
 
 #include <memory>
@@ -12,19 +14,18 @@
 
 namespace ps::bench {
 
-// Owns its directory: removed with the files when it goes.
-struct ThrowawayCert {
-  ThrowawayCert() = default;
-  ThrowawayCert(const ThrowawayCert&) = delete;
-  ThrowawayCert& operator=(const ThrowawayCert&) = delete;
-  ~ThrowawayCert();
+struct ThrowawayCerts {
+  ThrowawayCerts() = default;
+  ThrowawayCerts(const ThrowawayCerts&) = delete;
+  ThrowawayCerts& operator=(const ThrowawayCerts&) = delete;
+  ~ThrowawayCerts();
 
-  std::string dir;
-  std::string cert_path;  // PEM certificate (also the CA to trust)
-  std::string key_path;   // PEM private key
+  std::string dir;  // DIR/ca.pem, DIR/shard-N.pem, DIR/shard-N.key, DIR/worker-N.{pem,key}
+  std::string Path(const std::string& name) const { return dir + "/" + name; }
 };
 
 // INTERNAL naming what OpenSSL or the file system refused.
-absl::StatusOr<std::shared_ptr<const ThrowawayCert>> MakeThrowawayCert();
+absl::StatusOr<std::shared_ptr<const ThrowawayCerts>> MakeThrowawayCerts(uint32_t shards,
+                                                                          uint32_t workers);
 
 }  // namespace ps::bench
