@@ -22,7 +22,10 @@
 //
 // Several --data-plane values measure the same cells on each plane (docs/data-plane.md),
 // interleaved like the rules: each row then says its plane, vs_mean compares with mean on
-// the same plane, and vs_grpc with the same rule over gRPC.
+// the same plane, and vs_grpc with the same rule over gRPC. `--tls` serves both ports of
+// every shard with mutual TLS (throwaway certificates for every shard and worker,
+// bench/throwaway_cert.h, instead of --insecure), so that TLS's cost shows on each plane;
+// the baselines stay plaintext.
 //
 // `--soak` runs one configuration for --seconds and reports the resident memory of the
 // process (servers and workers together) at start, every --soak-interval seconds and
@@ -59,6 +62,7 @@
 #include "aggregators/aggregator.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
+#include "bench/throwaway_cert.h"
 #include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
@@ -95,6 +99,8 @@ struct E2eFlags {
   int repeats = 1;  // cluster runs per rule and cell; the fastest counts
   // The shards' data planes (ServerOptions::data_plane), each measured on every cell.
   std::vector<std::string> data_planes = {"grpc"};
+  bool tls = false;
+  std::shared_ptr<const ThrowawayCerts> tls_files;  // made by RunE2e with --tls
   bool no_raw = false;  // skip the baseline (for profiling the cluster alone)
   bool soak = false;
   double soak_interval = 60;
@@ -391,6 +397,14 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   so.pull_codec = f.pull_codec;
   so.data_plane = plane;
   WorkerOptions wo;
+  if (f.tls_files != nullptr) {
+    // Mutual TLS as deployed: identities from the certificates' common names.
+    so.insecure = false;
+    so.tls_ca = f.tls_files->Path("ca.pem");
+    so.tls_cert = f.tls_files->Path("shard-{shard}.pem");
+    so.tls_key = f.tls_files->Path("shard-{shard}.key");
+    wo.credentials.tls_ca = so.tls_ca;
+  }
   if (f.shards_at.empty()) {
     PS_ASSIGN_OR_RETURN(c.shards, server::LocalCluster::Start(shards, so));
     wo.shard_addresses = c.shards->addresses();
@@ -404,6 +418,10 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   wo.rpc_timeout = std::chrono::milliseconds(120000);
   for (int w = 0; w < workers; ++w) {
     wo.worker_id = uint32_t(w);
+    if (f.tls_files != nullptr) {
+      wo.credentials.tls_cert = f.tls_files->Path(absl::StrCat("worker-", w, ".pem"));
+      wo.credentials.tls_key = f.tls_files->Path(absl::StrCat("worker-", w, ".key"));
+    }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
                         Worker::Start(wo, layout, f.aggregate_only ? decltype(init){} : init));
     c.workers.push_back(std::move(worker));
@@ -746,6 +764,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
               .Add("one_copy_ratio", one_copy_gbps / raw_gbps)
               .Add("vs_one_copy", goodput / one_copy_gbps)
               .Add("data_plane", plane)
+              .Add("tls", f.tls)
               .Add("rounds", e2e.rounds)
               .Add("warmup_rounds", f.warmup)
               .Add("seconds", e2e.seconds)
@@ -913,6 +932,20 @@ int RunE2e(E2eFlags f) {
     }
     *shards = {int(f.shards_at.size())};
   }
+  if (f.tls) {
+    if (!f.shards_at.empty()) {
+      std::fprintf(stderr, "ps-bench e2e: --tls serves in-process shards; not with --shards-at\n");
+      return 2;
+    }
+    absl::StatusOr<std::shared_ptr<const ThrowawayCerts>> cert = MakeThrowawayCerts(
+        uint32_t(*std::max_element(shards->begin(), shards->end())),
+        uint32_t(*std::max_element(workers->begin(), workers->end())));
+    if (!cert.ok()) {
+      std::fprintf(stderr, "ps-bench e2e --tls: %s\n", std::string(cert.status().message()).c_str());
+      return 1;
+    }
+    f.tls_files = *std::move(cert);
+  }
   // Every rule checked at every worker count before anything runs: a refusal costs no
   // measurement.
   for (int w : *workers) {
@@ -1008,6 +1041,9 @@ Command AddE2eCommand(CLI::App& app) {
                   "on every cell, interleaved with the rules, and compared with grpc (vs grpc)")
       ->delimiter(',')
       ->capture_default_str();
+  sub->add_flag("--tls", f->tls,
+                "Shards serve mutual TLS on every port with throwaway certificates for every "
+                "shard and worker; the baselines stay plaintext");
   sub->add_flag("--no-raw", f->no_raw,
                 "Skip the raw TCP baseline (its columns then mean nothing); for profiling the cluster");
   sub->add_flag("--soak", f->soak, "Memory over a long run (one configuration)");

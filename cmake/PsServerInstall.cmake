@@ -108,9 +108,9 @@ foreach(_t IN LISTS PS_EXPORTED_LIBRARIES)
   string(APPEND PS_PC_LIBS " -l${_t}")
 endforeach()
 # What our libraries link from outside: gRPC and protobuf (ps_proto, the transports),
-# abseil, OpenSSL's libcrypto (credentials), zlib (codecs), Boost.Asio (headers only,
+# abseil, OpenSSL's libcrypto (credentials) and libssl (the TCP data plane's TLS), zlib (codecs), Boost.Asio (headers only,
 # in /usr/include), the threads library; the static CUDA runtime in a build with CUDA.
-set(PS_PC_REQUIRES "grpc++ protobuf absl_status absl_statusor absl_strings absl_str_format absl_synchronization absl_flat_hash_map libcrypto zlib")
+set(PS_PC_REQUIRES "grpc++ protobuf absl_status absl_statusor absl_strings absl_str_format absl_synchronization absl_flat_hash_map libssl libcrypto zlib")
 set(PS_PC_EXTRA_LIBS "-pthread -l${CMAKE_DL_LIBS}")
 if(PS_HAVE_CUDA)
   get_target_property(_ps_cudart CUDA::cudart_static IMPORTED_LOCATION)

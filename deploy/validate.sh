@@ -9,8 +9,8 @@
 #    (deploy/validate/validate-k8s.mjs: schema, unknown fields, ps-server topology).
 # 3. Negative tests: copies of a rendered overlay with a misspelled field (replicsa,
 #    contianerPort, a misspelled probe field), a probe on the TLS port, the data port
-#    missing from the pod or the Service, the TCP data plane under TLS, and replicas !=
-#    num-shards must fail.
+#    missing from the pod or the Service, the TCP data plane without a fixed data port,
+#    and replicas != num-shards must fail.
 # 4. Dockerfile, statically: every package in its *_PACKAGES lists exists in the apt
 #    lists, and its build list covers run.sh's PACKAGES (less test/demo-only ones).
 # 5. With a ps-server binary (--ps-server PATH, PS_SERVER_BIN, else build/bin/ps-server
@@ -113,7 +113,7 @@ expect_refused "misspelled probe field" '0,/periodSeconds:/s/periodSeconds:/peri
 expect_refused "probe on the TLS port" '0,/ port: 7071/s/ port: 7071/ port: 7070/' 'plaintext health is on'
 expect_refused "data port not on the pod" '0,/containerPort: 7072/s/containerPort: 7072/containerPort: 7073/' 'no containerPort 7072'
 expect_refused "data port not on the Service" '0,/targetPort: data/s/targetPort: data/targetPort: metrics/' 'no port 7072 for the data plane'
-expect_refused "TCP data plane with TLS" 's/data-plane = "grpc"/data-plane = "tcp"/' 'the TCP data plane has no TLS yet'
+expect_refused "TCP data plane on a free port" 's/^    data-port = 7072/    data-port = 0/' 'needs a fixed data-port'
 expect_refused "replicas != num-shards" 's/^  replicas: \([0-9]*\)/  replicas: 1\1/' '!= num-shards'
 
 # --- 4: Dockerfile, statically -------------------------------------------------------

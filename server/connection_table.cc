@@ -18,6 +18,7 @@ std::string_view CloseReasonName(CloseReason r) {
     case CloseReason::kResets: return "resets";
     case CloseReason::kUnprovenBytes: return "unproven_bytes";
     case CloseReason::kPenalized: return "penalized";
+    case CloseReason::kTlsHandshake: return "tls_handshake";
     case CloseReason::kCount: break;
   }
   return "unknown";

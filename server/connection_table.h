@@ -83,6 +83,8 @@ enum class CloseReason : uint8_t {
   kPenalized,       // its source is penalized and used its probation admissions (new
                     // connection refused); on probation past its timeout; or its
                     // identity is penalized
+  kTlsHandshake,    // its TLS handshake failed (no or a refused certificate, no TLS at
+                    // all); the TCP data port's (the gRPC ports' TLS is gRPC's)
   kCount
 };
 std::string_view CloseReasonName(CloseReason r);

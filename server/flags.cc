@@ -196,7 +196,8 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
       "Threads receiving datagrams on the UDP socket, in [1, 64]");
   add("Network", "data-plane", raw.data_plane,
       "What carries pushes and pulls: grpc (on --port) or tcp (the native plane on "
-      "--data-port); workers asking for the other are refused (docs/data-plane.md)")
+      "--data-port, under --port's TLS); workers asking for the other are refused "
+      "(docs/data-plane.md)")
       ->check(CLI::IsMember({"grpc", "tcp"}));
   add("Network", "data-port", o.data_port,
       "TCP port of the data plane on --host with --data-plane tcp; 0 picks a free one (the "
@@ -223,8 +224,8 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawValues&
            "Run without client authentication: anybody who reaches the port may act as any "
            "worker or shard (loopback only unless --allow-insecure-remote)");
   add("Security", "tls-cert", o.tls_cert,
-      "Server certificate (PEM): serve TLS; also this shard's client certificate toward "
-      "its peers. Needs --tls-key")
+      "Server certificate (PEM): serve TLS, on --port and on the TCP data plane's "
+      "--data-port; also this shard's client certificate toward its peers. Needs --tls-key")
       ->type_name("PATH");
   add("Security", "tls-key", o.tls_key, "Private key of --tls-cert (PEM)")->type_name("PATH");
   add("Security", "tls-ca", o.tls_ca,

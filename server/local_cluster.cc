@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "core/cluster_secret.h"
 #include "core/credentials.h"
 #include "server/server.h"
@@ -96,6 +97,8 @@ absl::Status LocalCluster::StartShards(const ServerOptions& base,
     o.host = "127.0.0.1";
     o.port = ports[i];
     o.shard_id = static_cast<int>(i);
+    o.tls_cert = absl::StrReplaceAll(base.tls_cert, {{"{shard}", absl::StrCat(i)}});
+    o.tls_key = absl::StrReplaceAll(base.tls_key, {{"{shard}", absl::StrCat(i)}});
     o.num_shards = num_shards;
     if (num_shards > 1) o.peers = addresses_;
     absl::StatusOr<std::unique_ptr<Server>> started = Server::Start(o);

@@ -36,7 +36,8 @@ using PortPicker = std::function<absl::StatusOr<std::vector<uint16_t>>(size_t co
 class LocalCluster {
  public:
   // Starts `num_shards` shards on 127.0.0.1, all with `base` options and with host, port,
-  // shard id, shard count and (for several shards) peers filled in. Unless `base` says
+  // shard id, shard count and (for several shards) peers filled in; "{shard}" in
+  // `base.tls_cert` and `tls_key` becomes each shard's id (its own certificate). Unless `base` says
   // how to authenticate (or is insecure), the shards use a fresh private run directory,
   // as ps-server does by default, removed with the cluster: clients then need
   // WorkerToken. One shard binds a port the kernel picks; several get ports from

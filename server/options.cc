@@ -221,12 +221,6 @@ absl::Status ServerOptions::Validate() const {
                    "must differ from --port (the data plane listens on its own port; 0 picks a "
                    "free one)");
   }
-  if (data_plane == core::DataPlane::kTcp && !tls_cert.empty()) {
-    // Its connections would carry tensors in plaintext beside a TLS control port.
-    return Invalid("data_plane", "data-plane", "tcp",
-                   "does not run TLS yet (docs/data-plane.md): with --tls-cert use --data-plane "
-                   "grpc");
-  }
   if (data_threads < 1 || data_threads > 64) {
     return Invalid("data_threads", "data-threads", absl::StrCat(data_threads), "must lie in [1, 64]");
   }

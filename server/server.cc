@@ -193,10 +193,15 @@ class ServerImpl final : public Server {
     }
     const ConnectionLimits limits = ConnectionBounds(options_, RaiseOpenFileLimit());
     if (options_.data_plane == core::DataPlane::kTcp) {
-      // Before the control port: a Join answer names the data port.
+      // Before the control port: a Join answer names the data port. It serves TLS as the
+      // control port does, with the same certificate, key and client CA.
+      transport::tcp::Options data = transport::tcp::OptionsFrom(options_, limits);
+      data.tls_cert_pem = auth_->cert_pem();
+      data.tls_key_pem = auth_->key_pem();
+      data.tls_ca_pem = auth_->ca_pem();
       PS_ASSIGN_OR_RETURN(
           tcp_, transport::tcp::Backend::Start(
-                    transport::tcp::OptionsFrom(options_, limits), &shard_front_,
+                    data, &shard_front_,
                     [auth = auth_.get()](uint32_t worker, uint64_t session, std::string_view secret) {
                       return auth->DataKeyOf(worker, session, secret);
                     },

@@ -27,8 +27,8 @@
 #   PS_LOCAL_METRICS=1     --metrics-port BASE+100+i
 #   PS_LOCAL_DATA_PLANE=grpc|tcp
 #                          the shards' --data-plane; with tcp shard i's --data-port is
-#                          BASE+200+i (the workers follow at join); tcp has no TLS yet,
-#                          so not with PS_LOCAL_TLS=1
+#                          BASE+200+i (the workers follow at join); with
+#                          PS_LOCAL_TLS=1 the data ports serve the same mTLS
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${PS_BIN_DIR:-$ROOT/build/bin}
@@ -55,8 +55,6 @@ case $DATA_PLANE in
   ""|grpc|tcp) ;;
   *) die "PS_LOCAL_DATA_PLANE must be grpc or tcp, got '$DATA_PLANE'" ;;
 esac
-[ "$DATA_PLANE" = tcp ] && [ "${PS_LOCAL_TLS:-0}" = 1 ] &&
-  die "PS_LOCAL_DATA_PLANE=tcp and PS_LOCAL_TLS=1 exclude each other: the TCP data plane has no TLS yet (docs/data-plane.md); use PS_LOCAL_DATA_PLANE=grpc with TLS"
 top_port=$((BASE_PORT + 100 + SHARDS))
 [ "$DATA_PLANE" = tcp ] && top_port=$((BASE_PORT + 200 + SHARDS))
 [ "$top_port" -le 65535 ] || die "PS_LOCAL_BASE_PORT too high"

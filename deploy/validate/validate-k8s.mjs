@@ -200,15 +200,12 @@ function consistencyCheck(objects, source) {
   }
   // The TCP data plane listens on data-port, which workers dial on the shard's name: with
   // data-plane = "tcp" it must be a fixed port (0 picks one no manifest can name), and any
-  // data-port set must be a containerPort and a port of the Service. ps-server refuses
-  // the TCP plane with TLS (it has none yet).
+  // data-port set must be a containerPort and a port of the Service. With TLS the data
+  // port serves the same certificates as port 7070 (docs/data-plane.md, "TLS.").
   const plane = toml.get('data-plane') ?? 'grpc';
   const dataPort = Number(toml.get('data-port') ?? 0);
   if (plane === 'tcp' && dataPort === 0) {
     report(where, 'data-plane = "tcp" needs a fixed data-port (0 picks a free one, which no containerPort or Service port can name)');
-  }
-  if (plane === 'tcp' && tls) {
-    report(where, 'data-plane = "tcp" with TLS: ps-server refuses it, the TCP data plane has no TLS yet (use data-plane = "grpc")');
   }
   if (dataPort > 0) {
     const exposed = (container.ports ?? []).find((p) => p.containerPort === dataPort);

@@ -50,8 +50,6 @@ ENV_TLS_KEY = "PS_TLS_KEY"
 # ps-server --data-plane (docs/data-plane.md): gRPC on the control port (the shards'
 # default), or the native TCP plane on a port of its own.
 DATA_PLANES = ("grpc", "tcp")
-TCP_WITH_TLS = ("the TCP data plane has no TLS yet (docs/data-plane.md): with TLS "
-                "certificates use the gRPC data plane (--data-plane grpc, the default)")
 
 
 def find_server(explicit=None):
@@ -91,8 +89,8 @@ class Shards:
     private temporary directory by default), where each writes the token files
     (token_file(worker) names them). `data_plane` ("grpc" or "tcp"; None leaves the
     shards' default, grpc) is every shard's --data-plane; with "tcp" each shard also gets
-    a free --data-port (data_ports lists them), kept across restart(). The TCP plane has
-    no TLS yet, so "tcp" and `tls_dir` exclude each other.
+    a free --data-port (data_ports lists them), kept across restart(); with `tls_dir` the
+    data ports serve the same mutual TLS.
     """
 
     def __init__(self, num_shards, workers, byzantine=0, aggregator="mean", lr=0.1,
@@ -105,9 +103,6 @@ class Shards:
         if data_plane is not None and data_plane not in DATA_PLANES:
             raise ValueError(f"data_plane must be one of {', '.join(DATA_PLANES)} or None, "
                              f"got {data_plane!r}")
-        tls_args = [a for a in server_args if a.split("=")[0] in ("--tls-cert", "--tls-key")]
-        if data_plane == "tcp" and (tls_dir or tls_args):
-            raise ValueError(TCP_WITH_TLS)
         self.data_plane = data_plane
         self.tls_dir = os.path.abspath(tls_dir) if tls_dir else None
         if self.tls_dir:
@@ -322,8 +317,6 @@ def _parse(argv):
         parser.error("--workers and --shards must be at least 1")
     if args.insecure and args.tls_dir:
         parser.error("--insecure and --tls-dir exclude each other")
-    if args.data_plane == "tcp" and args.tls_dir:
-        parser.error(f"--data-plane tcp and --tls-dir exclude each other: {TCP_WITH_TLS}")
     if not os.path.isfile(args.script):
         parser.error(f"no script {args.script!r}")
     return args

@@ -296,12 +296,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Socket listener = Socket::Listen(&port);
   if (!listener.ok()) std::fprintf(stderr, "listen: %s\n", std::strerror(errno));
   PS_FUZZ_CHECK(listener.ok(), "cannot listen on loopback");
-  std::unique_ptr<DataChannel> channel = plane::MakeTcpChannel(
+  absl::StatusOr<std::unique_ptr<DataChannel>> made = plane::MakeTcpChannel(
       *io, plane::TcpChannelOptions{.worker_id = kWorker,
                                     .shard = 0,
                                     .address = "127.0.0.1:1",
-                                    .token = kToken,
+                                    .credentials = {.token = kToken},
                                     .connect_timeout = std::chrono::milliseconds(5000)});
+  PS_FUZZ_CHECK(made.ok(), "the channel was not made");
+  std::unique_ptr<DataChannel> channel = *std::move(made);
   PS_FUZZ_CHECK(
       channel
           ->SetRoute(DataRoute{

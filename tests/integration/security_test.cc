@@ -1,7 +1,8 @@
 // Security (docs/operations.md, "Securing"): token and mTLS identities on real gRPC servers on loopback. A
 // client without credentials, a worker joining under another worker's id, and a worker
 // replaying another worker's push are refused with precise statuses, counted, and the
-// honest round completes.
+// honest round completes. TLS and mTLS run on each data plane (the TCP plane's port serves
+// the same certificates).
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,7 @@
 #include "net/grpc_credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "ps/v1/ps.grpc.pb.h"
+#include "tests/support/test_certs.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -28,14 +30,7 @@ using std::chrono::milliseconds;
 
 // Certificates and tokens for 1 shard and 3 workers, made once per test binary.
 const std::filesystem::path& Certs() {
-  static const std::filesystem::path dir = [] {
-    std::filesystem::path d = std::filesystem::temp_directory_path() /
-                              ("ps_security_test_" + std::to_string(::getpid()));
-    const std::string cmd = std::string(PS_SOURCE_DIR) + "/deploy/tls/make-certs.sh " + d.string() +
-                            " 1 3 >/dev/null";
-    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
-    return d;
-  }();
+  static const std::filesystem::path dir = testing::MakeTestCerts("ps_security_test", 1, 3);
   return dir;
 }
 
@@ -209,37 +204,55 @@ TEST(RateLimitTest, AClientOverItsRateIsRefusedOthersAreNot) {
             static_cast<uint64_t>(exhausted));
 }
 
-// One aggregate-only shard for one worker, serving mTLS with the test certificates.
-server::ServerOptions MutualTlsShard() {
+// One aggregate-only shard for one worker, serving mTLS with the test certificates, its
+// tensors on `plane` (the TCP plane's port serves TLS with the same certificates).
+server::ServerOptions MutualTlsShard(core::DataPlane plane = core::DataPlane::kGrpc) {
   server::ServerOptions o;
   o.num_workers = 1;
   o.aggregate_only = true;
   o.tls_cert = Path("shard-0.pem");
   o.tls_key = Path("shard-0.key");
   o.tls_ca = Path("ca.pem");
+  o.data_plane = plane;
   return o;
 }
 
-TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
-  server::ServerOptions o = MutualTlsShard();
+// TLS and mTLS on each data plane (testing::DataPlanes()).
+class TlsPlaneTest : public ::testing::TestWithParam<core::DataPlane> {
+ protected:
+  // Worker 0, trusting the test CA with `credentials`, completes a round on the one shard
+  // of `c` (layout "w" of 3), its tensors on the plane (a TCP shard refuses them over
+  // gRPC): it pushes `g` and pulls it back.
+  void RoundOnThePlane(const testing::Cluster& c, core::ClientCredentials credentials,
+                       const std::vector<float>& g) {
+    WorkerOptions wo;
+    wo.shard_addresses = c.addresses();
+    wo.worker_id = 0;
+    wo.credentials = std::move(credentials);
+    wo.credentials.tls_ca = Path("ca.pem");
+    const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 3, 0}}, 128, 1);
+    auto w = Worker::Start(wo, layout);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_EQ((*w)->shards()[0].data_plane, GetParam());
+    ASSERT_TRUE((*w)->Push(0, 0, g).ok());
+    std::vector<float> out(3);
+    ASSERT_TRUE((*w)->Pull(0, 1, out, milliseconds(20000)).ok());
+    EXPECT_EQ(out, g);
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Planes, TlsPlaneTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(TlsPlaneTest, WorkerIdComesFromTheCertificate) {
+  server::ServerOptions o = MutualTlsShard(GetParam());
   testing::Cluster c = testing::StartCluster(1, o);
   ASSERT_EQ(c.num_shards(), 1u);
   auto layout = *core::ModelLayout::Create({{"w", 3, 0}}, 128, 1);
 
   // The honest worker with its certificate completes a round.
-  WorkerOptions wo;
-  wo.shard_addresses = c.addresses();
-  wo.worker_id = 0;
-  wo.credentials.tls_ca = Path("ca.pem");
-  wo.credentials.tls_cert = Path("worker-0.pem");
-  wo.credentials.tls_key = Path("worker-0.key");
-  auto w = Worker::Start(wo, layout);
-  ASSERT_TRUE(w.ok()) << w.status();
-  const std::vector<float> g = {1, -1, 0.5f};
-  ASSERT_TRUE((*w)->Push(0, 0, g).ok());
-  std::vector<float> out(3);
-  ASSERT_TRUE((*w)->Pull(0, 1, out, milliseconds(20000)).ok());
-  EXPECT_EQ(out, g);
+  RoundOnThePlane(
+      c, {.tls_cert = Path("worker-0.pem"), .tls_key = Path("worker-0.key")}, {1, -1, 0.5f});
 
   // worker-1's certificate cannot join as worker 0.
   core::ClientCredentials other;
@@ -263,6 +276,17 @@ TEST(MutualTlsTest, WorkerIdComesFromTheCertificate) {
   auto ctx = Context();
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   EXPECT_FALSE(plain->Join(ctx.get(), req, &resp).ok());
+}
+
+// Server TLS without client certificates: the worker proves its token, inside TLS, on
+// both ports.
+TEST_P(TlsPlaneTest, ATokenWorkerOverServerTlsCompletesARound) {
+  server::ServerOptions o = MutualTlsShard(GetParam());
+  o.tls_ca.clear();
+  o.tokens_file = Path("tokens");
+  testing::Cluster c = testing::StartCluster(1, o);
+  ASSERT_EQ(c.num_shards(), 1u);
+  RoundOnThePlane(c, {.token = Token("worker-0")}, {2, 0, -2});
 }
 
 // Runs ps-admin with `args`; returns its exit status and stdout.

@@ -70,15 +70,19 @@ def test_data_plane_tcp_starts_every_shard_on_its_own_data_port(tmp_path, server
     assert len(control) == len(data) == 2 and len(set(control + data)) == 4, line
 
 
-def test_tls_dir_serves_mutual_tls_and_hands_workers_their_certificates(tmp_path, server_bin):
+@pytest.mark.parametrize("plane", ["grpc", "tcp"])
+def test_tls_dir_serves_mutual_tls_and_hands_workers_their_certificates(tmp_path, server_bin,
+                                                                        plane):
+    # On either data plane: the TCP plane's ports serve the same mutual TLS.
     certs = tmp_path / "certs"
     make_certs = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "deploy",
                               "tls", "make-certs.sh")
     subprocess.run(["bash", make_certs, str(certs), "2", "2"], check=True,
                    stdout=subprocess.DEVNULL, timeout=120)
-    done = launch(tmp_path, server_bin, workers=2, launcher_args=["--tls-dir", str(certs)])
+    done = launch(tmp_path, server_bin, workers=2,
+                  launcher_args=["--tls-dir", str(certs), "--data-plane", plane])
     assert done.returncode == 0, done.stderr
-    assert "worker 0/2: -4.500" in done.stdout  # mean of 1 and 2, three steps of lr 1
+    assert f"worker 0/2: -4.500 over {plane}" in done.stdout  # mean of 1 and 2, 3 steps of lr 1
     # Without the certificates the launcher says what is missing.
     done = launch(tmp_path, server_bin, workers=2,
                   launcher_args=["--tls-dir", str(tmp_path / "nothing")])
@@ -110,20 +114,11 @@ def test_bad_arguments(tmp_path, server_bin):
                            "--aggregator", "krum", "--server", server_bin, str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 1 and "krum" in done.stderr, done.stderr
-    # The TCP data plane has no TLS yet: refused with TLS before anything starts.
-    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
-                           "--data-plane", "tcp", "--tls-dir", str(tmp_path), str(script)],
-                          stderr=subprocess.PIPE, text=True, timeout=60)
-    assert done.returncode == 2, done.stderr
-    assert "--data-plane tcp and --tls-dir exclude each other" in done.stderr
-    assert "no TLS yet" in done.stderr
     done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
                            "--data-plane", "udp", str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 2 and "invalid choice: 'udp'" in done.stderr, done.stderr
     from ps_server.launch import Shards
-    with pytest.raises(ValueError, match="no TLS yet"):
-        Shards(1, 1, server=server_bin, data_plane="tcp", server_args=["--tls-cert=x.pem"])
     with pytest.raises(ValueError, match="data_plane must be one of grpc, tcp or None"):
         Shards(1, 1, server=server_bin, data_plane="TCP")
 

@@ -230,15 +230,16 @@ MAKE_CERTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."
                           "tls", "make-certs.sh")
 
 
-def test_mutual_tls_workers_are_who_their_certificate_says(server_bin, tmp_path):
-    # Shards serving mTLS with deploy/tls/make-certs.sh's certificates (as in Kubernetes):
-    # workers with theirs train; a worker's certificate cannot join as another worker; a
-    # plaintext client does not get in.
+@pytest.mark.parametrize("plane", ["grpc", "tcp"])
+def test_mutual_tls_workers_are_who_their_certificate_says(server_bin, tmp_path, plane):
+    # Shards serving mTLS with deploy/tls/make-certs.sh's certificates (as in Kubernetes),
+    # on either data plane: workers with theirs train; a worker's certificate cannot join
+    # as another worker; a plaintext client does not get in.
     certs = str(tmp_path / "certs")
     subprocess.run(["bash", MAKE_CERTS, certs, "2", "2"], check=True,
                    stdout=subprocess.DEVNULL, timeout=120)
     with Shards(2, 2, aggregator="mean", lr=1.0, momentum=0.0, tls_dir=certs,
-                server=server_bin) as shards:
+                server=server_bin, data_plane=plane) as shards:
         env = shards.env(1)
         assert env["PS_TLS_CERT"].endswith("worker-1.pem") and "PS_TOKEN_FILE" not in env
         with pytest.raises(ps_server.Error, match="worker-1 may not join as worker 0"):
@@ -250,6 +251,7 @@ def test_mutual_tls_workers_are_who_their_certificate_says(server_bin, tmp_path)
         workers = [ps_server.Worker(shards.addresses, w, TENSORS,
                                     initial=INIT if w == 0 else None, connect_timeout=30,
                                     **shards.tls(w)) for w in range(2)]
+        assert [w.data_plane for w in workers] == [plane, plane]
         for i, w in enumerate(workers):
             push_round(w, 0, grads(float(2 * i + 1)))  # mean 2
         got = pulled(workers[1], 1)

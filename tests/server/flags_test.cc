@@ -579,9 +579,11 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--data-plane=tcp", "--port=7000", "--data-port=7000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
-  result = Parse({"--data-plane=tcp", "--tls-cert=/c.pem", "--tls-key=/k.pem"});
-  EXPECT_EQ(result.exit_code, 2);
-  EXPECT_THAT(result.message, HasSubstr("does not run TLS yet"));
+  // The TCP plane serves TLS with the control port's certificate (docs/data-plane.md).
+  const ServerOptions tls =
+      ParseOk({"--data-plane=tcp", "--tls-cert=/c.pem", "--tls-key=/k.pem", "--tls-ca=/ca.pem"});
+  EXPECT_EQ(tls.data_plane, core::DataPlane::kTcp);
+  EXPECT_EQ(tls.tls_cert, "/c.pem");
   result = Parse({"--data-threads=0"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must lie in [1, 64]"));

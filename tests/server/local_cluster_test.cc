@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "core/layout.h"
 #include "server/server.h"
+#include "tests/support/test_certs.h"
 #include "worker_lib/worker.h"
 
 namespace ps::server {
@@ -98,6 +99,34 @@ TEST(LocalCluster, TwoShardsAnswerAWorkerWithItsTokenAndTheRunDirectoryGoesWithT
     EXPECT_TRUE(std::filesystem::exists(run_dir));
   }
   EXPECT_FALSE(std::filesystem::exists(run_dir));
+}
+
+TEST(LocalCluster, EachShardServesItsOwnCertificateUnderMutualTlsOnTheTcpPlane) {
+  // "{shard}" in the certificate's paths: shard N presents shard-N (the peers check each
+  // other's names against their shard ids), over both of its ports.
+  const std::string certs = ps::testing::MakeTestCerts("ps-local-cluster-tls", 2, 1);
+  ServerOptions o = Base();
+  o.tls_ca = certs + "/ca.pem";
+  o.tls_cert = certs + "/shard-{shard}.pem";
+  o.tls_key = certs + "/shard-{shard}.key";
+  o.data_plane = core::DataPlane::kTcp;
+  absl::StatusOr<LocalCluster> started = LocalCluster::Start(2, o);
+  ASSERT_TRUE(started.ok()) << started.status();
+  EXPECT_TRUE(started->run_dir().empty()) << "mTLS needs no run directory";
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"a", 4, 0}, {"b", 4, 1}}, 4, 2);
+  WorkerOptions wo;
+  wo.shard_addresses = started->addresses();
+  wo.credentials = {.tls_ca = o.tls_ca,
+                    .tls_cert = certs + "/worker-0.pem",
+                    .tls_key = certs + "/worker-0.key"};
+  wo.connect_timeout = milliseconds(20000);
+  const std::vector<float> init(4, 1.0f);
+  const std::vector<std::span<const float>> initial = {init, init};
+  absl::StatusOr<std::unique_ptr<Worker>> worker = Worker::Start(wo, layout, initial);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  for (const ShardInfo& shard : (*worker)->shards()) EXPECT_EQ(shard.data_plane, core::DataPlane::kTcp);
+  for (size_t t = 0; t < 2; ++t) ASSERT_TRUE((*worker)->Push(t, 0, std::vector<float>(4, 1.0f)).ok());
+  ASSERT_TRUE((*worker)->WaitPushes().ok());
 }
 
 TEST(LocalCluster, OneInsecureShardBindsAPortTheKernelPicksAndHasNoTokens) {

@@ -210,12 +210,14 @@ class DenseSink final : public PullSink {
 class TcpChannelTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    channel_ = MakeTcpChannel(io_, TcpChannelOptions{.worker_id = 3,
-                                                      .shard = 0,
-                                                      .address = "127.0.0.1:1",
-                                                      .token = kToken,
-                                                      .connect_timeout =
-                                                          std::chrono::milliseconds(5000)});
+    absl::StatusOr<std::unique_ptr<DataChannel>> made =
+        MakeTcpChannel(io_, TcpChannelOptions{.worker_id = 3,
+                                              .shard = 0,
+                                              .address = "127.0.0.1:1",
+                                              .credentials = {.token = kToken},
+                                              .connect_timeout = std::chrono::milliseconds(5000)});
+    ASSERT_TRUE(made.ok()) << made.status();
+    channel_ = *std::move(made);
     ASSERT_TRUE(channel_
                     ->SetRoute(DataRoute{.epoch = 4,
                                          .data_port = shard_.port(),

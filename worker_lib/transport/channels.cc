@@ -113,22 +113,14 @@ absl::StatusOr<std::vector<ShardLink>> ConnectShards(const WorkerOptions& option
         case PushPath::kDataPlane:
           channel = std::make_unique<PlaneChannel>(
               std::move(grpc[i].data),
-              [io, tls = options.credentials.tls(),
-               tcp = tcp_plane::TcpChannelOptions{
-                   .worker_id = options.worker_id,
-                   .shard = i,
-                   .address = options.shard_addresses[i],
-                   .token = options.credentials.token,
-                   .connect_timeout = options.connect_timeout,
-                   .shaping = options.shaping}]()
+              [io, tcp = tcp_plane::TcpChannelOptions{
+                       .worker_id = options.worker_id,
+                       .shard = i,
+                       .address = options.shard_addresses[i],
+                       .credentials = options.credentials,
+                       .connect_timeout = options.connect_timeout,
+                       .shaping = options.shaping}]()
                   -> absl::StatusOr<std::unique_ptr<DataChannel>> {
-                if (tls) {
-                  return absl::UnimplementedError(absl::StrCat(
-                      ShardName(tcp.shard, tcp.address),
-                      " moves tensors over the TCP data plane, which does not run over TLS "
-                      "yet; start the shards with --data-plane grpc to keep tensors on the "
-                      "TLS channel"));
-                }
                 return tcp_plane::MakeTcpChannel(io->Get(), tcp);
               });
           break;

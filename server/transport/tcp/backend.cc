@@ -19,6 +19,7 @@
 #include "core/status.h"
 #include "core/thread_pool.h"
 #include "net/address.h"
+#include "net/data_stream_internal.h"
 #include "server/transport/tcp/connection.h"
 #include "spdlog/spdlog.h"
 
@@ -67,6 +68,10 @@ class Backend::Impl final : public Hub {
   ~Impl() override { Stop(); }
 
   absl::Status Open() {
+    if (!options_.tls_cert_pem.empty()) {
+      PS_ASSIGN_OR_RETURN(tls_, net::ServerTlsContext(options_.tls_cert_pem, options_.tls_key_pem,
+                                                      options_.tls_ca_pem));
+    }
     PS_ASSIGN_OR_RETURN(const asio::ip::address address,
                         net::ResolveHost(options_.host, "data plane listen address"));
     const tcp::endpoint endpoint(address, options_.port);
@@ -135,6 +140,7 @@ class Backend::Impl final : public Hub {
   // Hub
   ShardFront* front() override { return front_; }
   const Options& options() const override { return options_; }
+  net::TlsContext* tls() override { return tls_.get(); }
   std::string Key(uint32_t worker, uint64_t data_session, std::string_view secret) override {
     return key_of_ ? key_of_(worker, data_session, secret) : std::string(secret);
   }
@@ -236,6 +242,7 @@ class Backend::Impl final : public Hub {
   ShardFront* const front_;
   const KeyOf key_of_;
   core::Clock* const clock_;
+  std::shared_ptr<net::TlsContext> tls_;  // null: plaintext
   ConnectionTable table_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> accepted_{0}, refused_{0}, admitted_{0};

@@ -5,7 +5,8 @@
 // the bounds of a ConnectionTable (server/connection_table.h: unproven connections per
 // source and in all, proven ones per identity), and runs each connection
 // (connection.h): the handshake that binds it to a worker's data session, then pushes
-// and pulls through the ShardFront, whose rules and refusals are every plane's.
+// and pulls through the ShardFront, whose rules and refusals are every plane's. With a
+// certificate, every connection runs TLS first (net/data_stream_internal.h).
 //
 // This header has no Asio type: the server wires the backend up without seeing the
 // transport.
@@ -46,12 +47,18 @@ struct Options {
   core::Duration idle_timeout = std::chrono::seconds(60);
   // A frame's meta and body not received this long after its header: GOAWAY stalled.
   core::Duration read_timeout = std::chrono::seconds(10);
-  // The table's bounds; its proof_timeout is the time from accept to ADMIT.
+  // The table's bounds; its proof_timeout is the time from accept to ADMIT (the TLS
+  // handshake included).
   ConnectionLimits limits;
+  // TLS (docs/data-plane.md, "TLS."): the control port's certificate chain and key (PEM
+  // text; empty: plaintext) and, when not empty, the CA whose client certificates are
+  // required (mTLS; a certificate's common name must then be the session's worker-N).
+  std::string tls_cert_pem, tls_key_pem, tls_ca_pem;
 };
 
 // The bounds of `o` (the port's connection limits are the caller's, ConnectionBounds in
-// server.cc, so that both ports keep the same).
+// server.cc, so that both ports keep the same). The TLS material is the caller's too (the
+// Authenticator read it for the control port).
 Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits);
 
 // The key of a connection's proofs for a worker's data session (core::DataKey): the
@@ -71,7 +78,8 @@ struct Stats {
 
 class Backend {
  public:
-  // Binds host:port and starts serving. UNAVAILABLE naming the address when it cannot.
+  // Binds host:port and starts serving. UNAVAILABLE naming the address when it cannot;
+  // INVALID_ARGUMENT when OpenSSL refuses the TLS material.
   static absl::StatusOr<std::unique_ptr<Backend>> Start(const Options& options, ShardFront* front,
                                                         KeyOf key_of, core::Clock* clock);
   ~Backend();

@@ -150,8 +150,9 @@ Connection::~Connection() = default;
 void Connection::Start() {
   asio::post(socket_.get_executor(), [self = shared_from_this()] {
     boost::system::error_code ec;
-    self->socket_.set_option(tcp::no_delay(true), ec);
+    self->socket_.socket().set_option(tcp::no_delay(true), ec);
     self->Arm(Deadline::kProof, self->proof_timeout_);
+    if (self->hub_->tls() != nullptr) return self->StartTls();
     self->ReadHeader();
   });
 }
@@ -314,6 +315,7 @@ void Connection::Hello(std::string_view meta) {
         absl::StrCat("data connection names worker ", hello->worker_id,
                      " under the data session of another worker: join (again) first")));
   }
+  if (absl::Status s = CertifiedAs(hello->worker_id); !s.ok()) return GoAway(s);
   absl::StatusOr<std::string> server_nonce = core::NewNonce();
   if (!server_nonce.ok()) return GoAway(server_nonce.status());
   session_ = *std::move(session);
@@ -494,7 +496,7 @@ void Connection::Written(const boost::system::error_code& ec) {
     // bytes still here, would reset the connection, and a reset may discard the GOAWAY).
     // Until then what it sends is read and dropped (Drain), which is how its end is seen.
     boost::system::error_code e;
-    socket_.shutdown(tcp::socket::shutdown_send, e);
+    socket_.socket().shutdown(tcp::socket::shutdown_send, e);
     goaway_written_ = true;
     if (peer_ended_) return Shutdown();
     return Drain();
@@ -618,8 +620,8 @@ void Connection::Shutdown() {
   ++timer_seq_;
   timer_.cancel();
   boost::system::error_code ec;
-  socket_.shutdown(tcp::socket::shutdown_both, ec);
-  socket_.close(ec);
+  socket_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  socket_.socket().close(ec);
   // Every pull's watches and place go back now; a write in flight still references
   // out_, which goes with the last handler.
   pulls_.clear();

@@ -1,6 +1,9 @@
 // One data connection on the shard (docs/data-plane.md, section 3): its handshake,
 // then its pushes, pulls and their answers, each a frame of net/data_frame.h.
 //
+//   With TLS (Hub::tls): once the client's first bytes come, the TLS handshake (a failed
+//     one closes the connection, counted tls_handshake); under mTLS the certificate's
+//     common name must then name the HELLO's worker (permission_denied otherwise);
 //   HELLO (session, worker, client nonce C) -> an unknown or replaced session, or one of
 //     another worker: GOAWAY unknown_session, before any HMAC;
 //   CHALLENGE (N, server nonce S, the shard's proof) -> PROOF, compared with
@@ -20,7 +23,8 @@
 // PULL_END at its end. Reading stops while max_unanswered_pushes pushes have no written
 // answer (owed, held by the tarpit, or queued for a peer that does not read).
 //
-// One deadline at a time: accept to ADMIT (the proof timeout), then between frames the
+// One deadline at a time: accept to ADMIT (the proof timeout, over the TLS handshake
+// too), then between frames the
 // idle timeout (only while no pull is open and no answer owed), and within a frame the
 // read timeout.
 //
@@ -37,6 +41,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -46,6 +51,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "net/data_frame.h"
+#include "net/data_stream_internal.h"
 #include "server/connection_table.h"
 #include "server/shard_front.h"
 #include "server/transport/tcp/backend.h"
@@ -58,6 +64,8 @@ class Hub {
   virtual ~Hub() = default;
   virtual ShardFront* front() = 0;
   virtual const Options& options() const = 0;
+  // The port's TLS context; null: plaintext.
+  virtual net::TlsContext* tls() = 0;
   // The key of the proofs for `worker`'s data session (KeyOf; the secret when none).
   virtual std::string Key(uint32_t worker, uint64_t data_session, std::string_view secret) = 0;
   // The handshake of connection `id` admitted it as `identity` ("worker-3").
@@ -96,6 +104,11 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     bool last = false;           // a GOAWAY: the connection closes once it is written
   };
   enum class Deadline { kNone, kProof, kIdle, kRead, kGoaway };
+
+  // TLS: waits for the client's first bytes, then runs the handshake, then ReadHeader.
+  void StartTls();
+  // Under mTLS, whether the certificate names `worker` (the control plane's identity).
+  absl::Status CertifiedAs(uint32_t worker) const;
 
   // Reading, one frame at a time.
   void ReadHeader();
@@ -148,7 +161,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   Hub* const hub_;
   ShardFront* const front_;
-  boost::asio::ip::tcp::socket socket_;
+  net::DataStream socket_;  // the socket, or TLS over it
   boost::asio::steady_timer timer_;
   const ConnectionTable::Id id_;
   const std::string peer_name_;  // "address:port"
@@ -182,6 +195,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool raw_push_ = false;
 
   // The handshake's state, then the admitted peer.
+  std::optional<std::string> certificate_name_;  // the client certificate's common name
   std::shared_ptr<const DataSession> session_;
   uint64_t session_id_ = 0;
   std::string expected_proof_;

@@ -88,10 +88,11 @@ class TcpPush final : public DataChannel::PushCall {
 
 class TcpChannel final : public DataChannel {
  public:
-  TcpChannel(std::shared_ptr<IoThread> io, TcpChannelOptions options)
+  TcpChannel(std::shared_ptr<IoThread> io, TcpChannelOptions options,
+             std::shared_ptr<net::TlsContext> tls)
       : io_(std::move(io)),
         options_(options),
-        conn_(std::make_shared<Connection>(io_->io(), std::move(options))) {}
+        conn_(std::make_shared<Connection>(io_->io(), std::move(options), std::move(tls))) {}
   ~TcpChannel() override {
     asio::post(io_->io(), [conn = conn_] { conn->Close(); });
   }
@@ -107,6 +108,10 @@ class TcpChannel final : public DataChannel {
       const std::string host =
           !route.data_host.empty() ? route.data_host : (control.ok() ? control->host : "");
       absl::StatusOr<asio::ip::address> ip = net::ResolveHost(host, "the shard's data host");
+      // TLS checks the certificate for the name the gRPC channel checks.
+      r.server_name = options_.credentials.tls_server_name.empty()
+                          ? host
+                          : options_.credentials.tls_server_name;
       if (ip.ok()) {
         r.endpoint = tcp::endpoint(*ip, static_cast<uint16_t>(route.data_port));
         absl::StatusOr<tcp::endpoint> shaped = Shaped(*r.endpoint);
@@ -191,9 +196,21 @@ class TcpChannel final : public DataChannel {
 
 }  // namespace
 
-std::unique_ptr<DataChannel> MakeTcpChannel(std::shared_ptr<IoThread> io,
-                                            TcpChannelOptions options) {
-  return std::make_unique<TcpChannel>(std::move(io), std::move(options));
+absl::StatusOr<std::unique_ptr<DataChannel>> MakeTcpChannel(std::shared_ptr<IoThread> io,
+                                                            TcpChannelOptions options) {
+  std::shared_ptr<net::TlsContext> tls;
+  if (options.credentials.tls()) {
+    absl::StatusOr<std::shared_ptr<net::TlsContext>> made =
+        net::ClientTlsContext(options.credentials);
+    if (!made.ok()) {
+      return absl::Status(made.status().code(),
+                          absl::StrCat("TLS toward ", ShardName(options.shard, options.address),
+                                       "'s data port: ", made.status().message()));
+    }
+    tls = *std::move(made);
+  }
+  return std::unique_ptr<DataChannel>(
+      std::make_unique<TcpChannel>(std::move(io), std::move(options), std::move(tls)));
 }
 
 }  // namespace ps::internal::tcp_plane

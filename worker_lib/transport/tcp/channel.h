@@ -5,7 +5,10 @@
 // pulls as length-prefixed frames both ways: several queued frames leave in one gather
 // write, each push's payload straight from its shared buffer; a pulled slice's dense
 // values are read straight into the place its PullSink names (the caller's buffer).
-// Answers come by tag in any order.
+// Answers come by tag in any order. With TLS credentials (ClientCredentials::tls_ca) the
+// connection runs TLS under the handshake, as the gRPC channel does: the shard's
+// certificate verified against the CA for tls_server_name (else the host dialled), the
+// client certificate presented when given (net/data_stream_internal.h).
 //
 // A lost connection fails every push and pull in flight UNAVAILABLE (the push pipeline
 // retries, the pull streams ask again) and the next call opens a new one; a GOAWAY fails
@@ -22,6 +25,8 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/statusor.h"
+#include "core/credentials.h"
 #include "net/shaper.h"
 #include "worker_lib/transport/data_channel.h"
 
@@ -36,9 +41,10 @@ struct TcpChannelOptions {
   uint32_t shard = 0;   // the shard's index: its proofs name "shard-<index>"
   std::string address;  // the shard's control address, "host:port": names, and the host
                         // of a route that names none
-  // The worker's token ("" without one: mTLS only or --insecure, where the connection's
-  // key is the session's secret itself).
-  std::string token;
+  // The worker's credentials toward the shards: its token ("" without one: mTLS only or
+  // --insecure, where the connection's key is the session's secret itself), and with
+  // tls_ca the TLS of the gRPC channel (CA, client certificate, server name).
+  core::ClientCredentials credentials;
   std::chrono::milliseconds connect_timeout{10000};
   // WorkerOptions::shaping: when enabled, the connection goes through a net::ShapingRelay
   // of its own to the data endpoint (the control channel has another; each is shaped
@@ -46,7 +52,9 @@ struct TcpChannelOptions {
   net::LinkShaping shaping;
 };
 
-std::unique_ptr<DataChannel> MakeTcpChannel(std::shared_ptr<IoThread> io,
-                                            TcpChannelOptions options);
+// The errors of the TLS material (a file that cannot be read, a key that is not the
+// certificate's), naming the shard.
+absl::StatusOr<std::unique_ptr<DataChannel>> MakeTcpChannel(std::shared_ptr<IoThread> io,
+                                                            TcpChannelOptions options);
 
 }  // namespace ps::internal::tcp_plane

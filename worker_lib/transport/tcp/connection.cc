@@ -103,7 +103,7 @@ void Connection::Connect() {
   }
   state_ = State::kConnecting;
   const uint64_t gen = ++generation_;
-  socket_ = std::make_unique<tcp::socket>(io_);
+  socket_ = std::make_shared<net::DataStream>(tcp::socket(io_));
   admitted_route_ = r.data;
   auto self = shared_from_this();
   connect_timer_ = std::make_unique<asio::steady_timer>(io_, options_.connect_timeout);
@@ -113,7 +113,8 @@ void Connection::Connect() {
         "no admission from ", self->Name(), "'s data port within ",
         self->options_.connect_timeout.count(), " ms")));
   });
-  socket_->async_connect(*r.endpoint, [self, gen](const boost::system::error_code& ec) {
+  socket_->socket().async_connect(*r.endpoint, [self, gen, name = r.server_name, stream = socket_](
+                                                    const boost::system::error_code& ec) {
     if (gen != self->generation_) return;
     if (ec) {
       self->Lost(absl::UnavailableError(absl::StrCat(
@@ -121,9 +122,32 @@ void Connection::Connect() {
       return;
     }
     boost::system::error_code ignored;
-    self->socket_->set_option(tcp::no_delay(true), ignored);
+    self->socket_->socket().set_option(tcp::no_delay(true), ignored);
+    if (self->tls_ != nullptr) return self->StartTls(gen, name);
     self->SendHello(gen);
   });
+}
+
+void Connection::StartTls(uint64_t gen, const std::string& server_name) {
+  socket_->StartTls(*tls_);
+  if (absl::Status st = socket_->ExpectServer(server_name); !st.ok()) return Lost(st);
+  auto self = shared_from_this();
+  socket_->AsyncHandshake(
+      asio::ssl::stream_base::client,
+      [self, gen, server_name, stream = socket_](const boost::system::error_code& ec) {
+        if (gen != self->generation_) return;
+        if (!ec) return self->SendHello(gen);
+        // The shard's certificate refused: what a port that cannot prove the session
+        // gets (nothing more is said to it); else the connection failed under TLS.
+        const std::string refused = self->socket_->VerifyFailure();
+        if (!refused.empty()) {
+          return self->Lost(absl::UnauthenticatedError(absl::StrCat(
+              self->Name(), "'s data port: TLS ", refused, " (the CA bundle ",
+              self->options_.credentials.tls_ca, ", the name '", server_name, "')")));
+        }
+        self->Lost(absl::UnavailableError(absl::StrCat("TLS handshake with ", self->Name(),
+                                                       "'s data port failed: ", ec.message())));
+      });
 }
 
 void Connection::SendHello(uint64_t gen) {
@@ -144,7 +168,8 @@ void Connection::Handshake(uint64_t gen, std::string bytes, std::string_view doi
   auto frame = std::make_shared<const std::string>(std::move(bytes));
   auto self = shared_from_this();
   asio::async_write(*socket_, asio::buffer(*frame),
-                    [self, gen, frame, doing, next](const boost::system::error_code& ec, size_t) {
+                    [self, gen, frame, doing, next, stream = socket_](
+                        const boost::system::error_code& ec, size_t) {
                       if (gen != self->generation_) return;
                       if (ec) return self->LostOn(ec, doing);
                       self->ReadFrame(gen, next);
@@ -155,7 +180,7 @@ void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
   auto self = shared_from_this();
   asio::async_read(
       *socket_, asio::buffer(header_bytes_),
-      [self, gen, state](const boost::system::error_code& ec, size_t) {
+      [self, gen, state, stream = socket_](const boost::system::error_code& ec, size_t) {
         if (gen != self->generation_) return;
         if (ec) return self->LostOn(ec, "reading");
         absl::StatusOr<net::FrameHeader> h = net::ParseHeader(self->header_bytes_);
@@ -167,7 +192,7 @@ void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
         self->header_ = *h;
         self->meta_.resize(h->meta_bytes);
         asio::async_read(*self->socket_, asio::buffer(self->meta_),
-                         [self, gen, state](const boost::system::error_code& ec, size_t) {
+                         [self, gen, state, stream](const boost::system::error_code& ec, size_t) {
                            if (gen != self->generation_) return;
                            if (ec) return self->LostOn(ec, "reading");
                            self->Handle(gen, state);
@@ -216,9 +241,9 @@ void Connection::OnChallenge(uint64_t gen) {
   const std::string server_nonce(c->server_nonce.begin(), c->server_nonce.end());
   const std::string& secret = admitted_route_.data_secret;
   const std::string key =
-      options_.token.empty()
+      options_.credentials.token.empty()
           ? secret
-          : core::DataKey(options_.token, core::TokenKey(options_.token), server_,
+          : core::DataKey(options_.credentials.token, core::TokenKey(options_.credentials.token), server_,
                           admitted_route_.data_session, secret);
   const std::string expected = core::DataServerProof(
       key, server_, admitted_route_.data_session, client_nonce_, server_nonce);
@@ -298,7 +323,7 @@ void Connection::OnSlice(uint64_t gen) {
   }
   auto self = shared_from_this();
   asio::async_read(*socket_, asio::buffer(place.data(), place.size()),
-                   [self, gen, place](const boost::system::error_code& ec, size_t) {
+                   [self, gen, place, stream = socket_](const boost::system::error_code& ec, size_t) {
                      if (gen != self->generation_) return;
                      self->reading_tag_ = 0;
                      if (ec) return self->LostOn(ec, "reading a slice");
@@ -353,7 +378,7 @@ void Connection::Flush() {
   const uint64_t gen = generation_;
   auto self = shared_from_this();
   asio::async_write(*socket_, buffers,
-                    [self, gen, batch](const boost::system::error_code& ec, size_t) {
+                    [self, gen, batch, stream = socket_](const boost::system::error_code& ec, size_t) {
                       if (gen != self->generation_) return;
                       self->writing_ = false;
                       if (ec) return self->LostOn(ec, "writing");
@@ -374,7 +399,7 @@ void Connection::Lost(const absl::Status& status) {
   reading_tag_ = 0;
   if (socket_ != nullptr) {
     boost::system::error_code ignored;
-    socket_->close(ignored);
+    socket_->socket().close(ignored);
   }
   connect_timer_.reset();
   state_ = State::kIdle;

@@ -27,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/thread_pool.h"
 #include "net/data_frame.h"
+#include "net/data_stream_internal.h"
 #include "worker_lib/transport/data_channel.h"
 #include "worker_lib/transport/tcp/channel.h"
 
@@ -72,13 +73,18 @@ struct OutFrame {
 // The connection to one shard's data port, on the I/O thread only (but the route).
 class Connection final : public std::enable_shared_from_this<Connection> {
  public:
-  Connection(asio::io_context& io, TcpChannelOptions options)
-      : io_(io), options_(std::move(options)), server_(absl::StrCat("shard-", options_.shard)) {}
+  // `tls`: null for plaintext.
+  Connection(asio::io_context& io, TcpChannelOptions options, std::shared_ptr<net::TlsContext> tls)
+      : io_(io),
+        options_(std::move(options)),
+        tls_(std::move(tls)),
+        server_(absl::StrCat("shard-", options_.shard)) {}
 
   // ---- any thread ----
   struct Route {
     DataRoute data;
     std::optional<tcp::endpoint> endpoint;  // none: no TCP data plane on this shard
+    std::string server_name;  // TLS: the name the shard's certificate must carry
     absl::Status why_none;
   };
   void SetRoute(Route route);
@@ -113,6 +119,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // anything waits.
   void Go();
   void Connect();
+  // TLS over the connected socket, expecting `server_name`, then SendHello.
+  void StartTls(uint64_t gen, const std::string& server_name);
   void SendHello(uint64_t gen);
 
   // Writes a handshake frame, then reads the shard's next one in `next`.
@@ -146,6 +154,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   asio::io_context& io_;
   const TcpChannelOptions options_;
+  const std::shared_ptr<net::TlsContext> tls_;  // null: plaintext
   const std::string server_;  // "shard-N", as the proofs name it
   std::atomic<uint64_t> next_tag_{0};
 
@@ -155,7 +164,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // The I/O thread's.
   State state_ = State::kIdle;
   uint64_t generation_ = 0;  // bumped by every connect and every loss
-  std::unique_ptr<tcp::socket> socket_;
+  // The socket, or TLS over it. Each operation's handler holds the stream it runs on:
+  // a loss closes it and a new connection replaces it at once, but TLS's operations
+  // still touch theirs when they end (aborted).
+  std::shared_ptr<net::DataStream> socket_;
   std::unique_ptr<asio::steady_timer> connect_timer_;
   std::unique_ptr<asio::steady_timer> sweep_timer_;
   bool sweeping_ = false;

@@ -1,0 +1,109 @@
+// The byte stream under a TCP data-plane connection (docs/data-plane.md, section 3,
+// "TLS."): a TCP socket, or TLS over one (Boost.Asio's ssl::stream on OpenSSL). Both ends
+// of the plane (server/transport/tcp, worker_lib/transport/tcp) read and write frames
+// through a DataStream with Asio's composed operations (async_read, async_write) and
+// never see which of the two it is; only connecting, the handshake and the peer's
+// certificate differ. Internal: Asio and OpenSSL types, for this project's two planes.
+//
+// TLS here is TLS 1.2 or 1.3 (OpenSSL's defaults for ciphers), as the gRPC ports serve:
+// - the shard's context (ServerTlsContext) serves --tls-cert/--tls-key and, with a CA
+//   (--tls-ca), requires a client certificate that CA signed;
+// - the worker's (ClientTlsContext) verifies the shard's certificate against
+//   ClientCredentials::tls_ca, and presents tls_cert/tls_key when given; ExpectServer
+//   names the server as gRPC does (tls_server_name, else the host dialled): SNI for a
+//   DNS name, and the certificate must match it (a DNS name, or an IP address SAN).
+//
+// Thread safety: as the socket's (one read and one write in flight at a time, on the
+// socket's executor), but get_executor(), which any thread may call.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ssl/context.hpp>
+#include <boost/asio/ssl/stream.hpp>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "core/credentials.h"
+
+namespace ps::net {
+
+using TlsContext = boost::asio::ssl::context;
+
+// The shard's data port context: its certificate chain and key (PEM text, the control
+// port's), and when `ca_pem` is not empty, client certificates verified against it and
+// required. INVALID_ARGUMENT naming what OpenSSL could not take.
+absl::StatusOr<std::shared_ptr<TlsContext>> ServerTlsContext(std::string_view cert_pem,
+                                                             std::string_view key_pem,
+                                                             std::string_view ca_pem);
+// A worker's: `c.tls()` must hold. Reads the CA bundle, and the client certificate and
+// key when given (errors name the file, as the gRPC channel's credentials do).
+absl::StatusOr<std::shared_ptr<TlsContext>> ClientTlsContext(const core::ClientCredentials& c);
+
+class DataStream {
+ public:
+  using Socket = boost::asio::ip::tcp::socket;
+  using TlsStream = boost::asio::ssl::stream<Socket>;
+  using executor_type = Socket::executor_type;
+
+  // Plaintext over `socket` until StartTls.
+  explicit DataStream(Socket socket)
+      : executor_(socket.get_executor()), stream_(std::in_place_index<0>, std::move(socket)) {}
+
+  // From now on TLS under `context` (which must outlive the stream), before any byte was
+  // read or written: the handshake (AsyncHandshake) comes next. Allocates OpenSSL's state
+  // and Asio's record buffers (2 x 17 KiB), which a plaintext stream does not have.
+  void StartTls(TlsContext& context);
+  bool tls() const { return stream_.index() == 1; }
+
+  // The client's expectation of the server's certificate (after StartTls): `name`, a DNS
+  // name (also sent as SNI) or an IP address (with or without brackets).
+  absl::Status ExpectServer(std::string_view name);
+
+  template <typename Handler>
+  void AsyncHandshake(boost::asio::ssl::stream_base::handshake_type type, Handler&& handler) {
+    std::get<1>(stream_).async_handshake(type, std::forward<Handler>(handler));
+  }
+  // After a failed handshake: why the peer's certificate was refused ("certificate verify
+  // failed: unable to get local issuer certificate"), or empty when it was not that.
+  std::string VerifyFailure();
+  // After a handshake: the common name of the peer's verified certificate, if it
+  // presented one with exactly one common name.
+  std::optional<std::string> PeerCommonName();
+
+  // The TCP socket underneath (options, shutdown, close, waiting for readability).
+  Socket& socket() { return tls() ? std::get<1>(stream_).next_layer() : std::get<0>(stream_); }
+  // The socket's executor, kept apart from the stream: other threads post to it (a
+  // connection's Close) while its own thread may be starting TLS.
+  executor_type get_executor() const { return executor_; }
+
+  // Asio's AsyncReadStream and AsyncWriteStream, for async_read and async_write.
+  template <typename Buffers, typename Handler>
+  void async_read_some(const Buffers& buffers, Handler&& handler) {
+    if (TlsStream* s = std::get_if<1>(&stream_)) {
+      s->async_read_some(buffers, std::forward<Handler>(handler));
+    } else {
+      std::get<0>(stream_).async_read_some(buffers, std::forward<Handler>(handler));
+    }
+  }
+  template <typename Buffers, typename Handler>
+  void async_write_some(const Buffers& buffers, Handler&& handler) {
+    if (TlsStream* s = std::get_if<1>(&stream_)) {
+      s->async_write_some(buffers, std::forward<Handler>(handler));
+    } else {
+      std::get<0>(stream_).async_write_some(buffers, std::forward<Handler>(handler));
+    }
+  }
+
+ private:
+  const executor_type executor_;
+  std::variant<Socket, TlsStream> stream_;
+};
+
+}  // namespace ps::net
