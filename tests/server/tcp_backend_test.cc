@@ -6,18 +6,11 @@
 // started with --data-plane tcp: its Join answer, and gRPC data refused there.
 #include "server/transport/tcp/backend.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <unistd.h>
-
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -39,6 +32,7 @@
 #include "server/shard.h"
 #include "server/shard_front.h"
 #include "server/tarpit.h"
+#include "tests/support/data_port_client.h"
 
 namespace ps::server::transport::tcp {
 namespace {
@@ -46,128 +40,8 @@ namespace {
 using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 
-// One frame as the worker reads it.
-struct Frame {
-  net::FrameHeader header;
-  std::string meta, body;
-};
-
-// A worker's end of a data connection, in blocking POSIX calls with a receive timeout,
-// so that a shard that says nothing fails the test instead of hanging it.
-class ScriptedWorker {
- public:
-  explicit ScriptedWorker(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    const timeval timeout{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-  }
-  ~ScriptedWorker() { Close(); }
-
-  bool connected() const { return connected_; }
-  // Whether the last handshake's CHALLENGE carried the proof of the key it was given.
-  bool server_proved() const { return server_proved_; }
-  void Close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-  bool Send(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-
-  // The next frame; an error when the connection ends or nothing comes for 5 s.
-  absl::StatusOr<Frame> Read() {
-    std::string header;
-    if (!ReadExactly(net::kFrameHeaderBytes, &header)) {
-      return absl::UnavailableError("connection closed or silent");
-    }
-    absl::StatusOr<net::FrameHeader> h =
-        net::ParseHeader(std::span<const char, net::kFrameHeaderBytes>(header.data(), 16));
-    if (!h.ok()) return h.status();
-    Frame f{.header = *h};
-    if (!ReadExactly(h->meta_bytes, &f.meta) || !ReadExactly(h->body_bytes, &f.body)) {
-      return absl::UnavailableError("connection closed inside a frame");
-    }
-    return f;
-  }
-
-  // Whether the shard closed the connection (reads end, or it reset a connection that
-  // sent more than it read), within the receive timeout.
-  bool ClosedByShard() {
-    char c;
-    const ssize_t n = ::recv(fd_, &c, 1, 0);
-    return n == 0 || (n < 0 && errno == ECONNRESET);
-  }
-
-  // The handshake under `session` (the Join's data session id and secret) as `worker`.
-  // Returns the ADMIT's meta, or what the shard answered instead.
-  absl::StatusOr<net::AdmitMeta> Handshake(uint64_t session, uint32_t worker,
-                                           const std::string& secret) {
-    net::HelloMeta hello{.data_session = session, .worker_id = worker};
-    hello.client_nonce.fill('c');
-    std::string out;
-    EXPECT_TRUE(net::AppendHello(hello, &out).ok());
-    if (!Send(out)) return absl::UnavailableError("send failed");
-    absl::StatusOr<Frame> challenge = Read();
-    if (!challenge.ok()) return challenge.status();
-    if (challenge->header.type != net::FrameType::kChallenge) return StatusOf(*challenge);
-    absl::StatusOr<net::ChallengeMeta> c = net::ParseChallengeMeta(challenge->meta);
-    if (!c.ok()) return c.status();
-    const std::string client_nonce(hello.client_nonce.data(), hello.client_nonce.size());
-    const std::string server_nonce(c->server_nonce.data(), c->server_nonce.size());
-    // Without tokens (--insecure) the key is the secret itself.
-    const std::string server = "shard-0";
-    // The shard proves it holds the session's key first (a worker stops here if not).
-    server_proved_ = std::string(c->proof.data(), c->proof.size()) ==
-                     core::DataServerProof(secret, server, session, client_nonce, server_nonce);
-    const std::string proof =
-        core::DataClientProof(secret, server, session, client_nonce, server_nonce);
-    net::ProofMeta p;
-    std::copy(proof.begin(), proof.end(), p.proof.begin());
-    out.clear();
-    EXPECT_TRUE(net::AppendProof(p, &out).ok());
-    if (!Send(out)) return absl::UnavailableError("send failed");
-    absl::StatusOr<Frame> admit = Read();
-    if (!admit.ok()) return admit.status();
-    if (admit->header.type != net::FrameType::kAdmit) return StatusOf(*admit);
-    return net::ParseAdmitMeta(admit->meta);
-  }
-
-  // A GOAWAY, ANSWER or PULL_END as a status carrying its refusal's name.
-  static absl::Status StatusOf(const Frame& f) {
-    absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(f.header.type, f.meta);
-    if (!m.ok()) return m.status();
-    return absl::Status(m->code, absl::StrCat(core::AsAbsl(net::FrameTypeName(f.header.type)), " ",
-                                              core::AsAbsl(m->refusal_name), ": ",
-                                              core::AsAbsl(m->message)));
-  }
-
- private:
-  bool ReadExactly(size_t n, std::string* out) {
-    out->resize(n);
-    size_t at = 0;
-    while (at < n) {
-      const ssize_t got = ::recv(fd_, out->data() + at, n - at, 0);
-      if (got <= 0) return false;
-      at += static_cast<size_t>(got);
-    }
-    return true;
-  }
-
-  int fd_ = -1;
-  bool connected_ = false;
-  bool server_proved_ = false;
-};
+using Frame = testing::DataFrame;
+using ScriptedWorker = testing::DataPortClient;
 
 std::string Fp32(std::vector<float> values) {
   std::string payload;
