@@ -91,6 +91,9 @@
 #if PS_HAVE_H2_ATTACKER
 #include "tests/support/h2_attacker.h"
 #endif
+#if PS_HAVE_DATA_PORT_CLIENT
+#include "bench/hostile_data_phases.h"
+#endif
 
 namespace ps::bench {
 namespace {
@@ -565,6 +568,8 @@ class Attacker {
     v1::JoinRequest req;
     req.set_worker_id(kAttackerId);
     req.set_layout_hash(layout_hash_);
+    // Either plane: the data_* attacks' servers run --data-plane tcp.
+    req.set_data_plane(v1::DATA_PLANE_ANY);
     v1::JoinResponse resp;
     grpc::Status s = stub.Join(&ctx, req, &resp);
     if (s.ok()) {
@@ -573,9 +578,27 @@ class Attacker {
       udp_port_ = static_cast<uint16_t>(resp.udp_port());
       udp_session_ = resp.udp_session();
       udp_key_ = resp.udp_key();
+      data_port_ = static_cast<uint16_t>(resp.data_port());
+      data_session_ = resp.data_session();
+      data_secret_ = resp.data_secret();
     }
     return s;
   }
+  // The TCP data port and worker 3's data session from the newest join (port 0: none).
+  uint16_t data_port() const {
+    absl::MutexLock lock(&mu_);
+    return data_port_;
+  }
+#if PS_HAVE_DATA_PORT_CLIENT
+  DataPortTarget data_target() const {
+    absl::MutexLock lock(&mu_);
+    return {.port = data_port_,
+            .worker = kAttackerId,
+            .token = token_,
+            .data_session = data_session_,
+            .data_secret = data_secret_};
+  }
+#endif
   // The UDP path's port, session id and key from the newest join (port 0: none).
   uint16_t udp_port() const {
     absl::MutexLock lock(&mu_);
@@ -600,6 +623,9 @@ class Attacker {
   uint16_t udp_port_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t udp_session_ ABSL_GUARDED_BY(mu_) = 0;
   std::string udp_key_ ABSL_GUARDED_BY(mu_);
+  uint16_t data_port_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t data_session_ ABSL_GUARDED_BY(mu_) = 0;
+  std::string data_secret_ ABSL_GUARDED_BY(mu_);
 };
 
 // Codec specs MakeCodec accepts, each never returned before by this source (three
@@ -998,6 +1024,9 @@ struct Attack {
   // 3's push itself.
   bool without_cover = false;
   bool by_name = false;  // runs only when --attacks names it
+  // The server runs --data-plane tcp: the honest workers train over its data port (worker
+  // 3's cover still pushes over gRPC, which the shard takes on either plane).
+  bool tcp_data_plane = false;
 };
 
 v1::RegisterLayoutRequest LayoutRequest(uint64_t numel, uint32_t slice_elems) {
@@ -1759,6 +1788,34 @@ void AddH2Attacks(std::vector<Attack>& attacks) {
 }
 #endif
 
+#if PS_HAVE_DATA_PORT_CLIENT
+// ---- Attacks on the TCP data port (bench/hostile_data_phases.h) ----------------------------
+
+void AddDataPortAttacks(std::vector<Attack>& attacks) {
+  for (DataPortAttack& a : DataPortAttacks()) {
+    auto run = [run = std::move(a.run)](AttackEnv& env, int thread) {
+      DataPortControl c;
+      c.target = [&env] { return env.attacker->data_target(); };
+      c.more = [&env] { return env.more(); };
+      c.stopped = [&env] { return env.stop->load(); };
+      c.max_connections = env.limits->raw_connections;
+      c.refused = [&env](const absl::Status& s) {
+        env.tally->Count(grpc::Status(static_cast<grpc::StatusCode>(s.code()), ""));
+      };
+      c.unanswered = [&env](uint64_t n) { env.tally->CountOther(n); };
+      c.accepted = [&env](std::string what) { env.tally->Accepted(std::move(what)); };
+      c.note = [&env](std::string note) { env.tally->Note(std::move(note)); };
+      run(c, thread);
+    };
+    attacks.push_back({.name = std::move(a.name),
+                       .what = std::move(a.what),
+                       .threads = a.threads,
+                       .run = std::move(run),
+                       .tcp_data_plane = true});
+  }
+}
+#endif
+
 std::vector<Attack> AllAttacks() {
   std::vector<Attack> attacks;
   attacks.push_back({"layout_wrap",
@@ -1815,6 +1872,9 @@ std::vector<Attack> AllAttacks() {
       {"conn_flood",
        "connections that make one call and stay open, and TCP connections that never speak", 2,
        ConnFlood});
+#if PS_HAVE_DATA_PORT_CLIENT
+  AddDataPortAttacks(attacks);
+#endif
 #if PS_HAVE_H2_ATTACKER
   AddH2Attacks(attacks);
 #endif
@@ -1932,7 +1992,7 @@ class Runner {
  private:
   absl::Status RunIn(const Attack& attack, const std::string& run_dir, Row& row) {
     const std::string port_file = run_dir + "/port", log_file = run_dir + "/server.log";
-    const std::vector<std::string> args = {"--host",
+    std::vector<std::string> args = {"--host",
                                            "127.0.0.1",
                                            "--port",
                                            "0",
@@ -1960,6 +2020,7 @@ class Runner {
                                            absl::StrCat(f_.quarantine_ms),
                                            "--udp-port",
                                            "0"};
+    if (attack.tcp_data_plane) args.insert(args.end(), {"--data-plane", "tcp", "--data-port", "0"});
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerProcess> server,
                         ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));
@@ -2012,7 +2073,18 @@ class Runner {
     if (!training.ok()) return finish(training.status());
     env.training = training->get();
     std::unique_ptr<Cover> cover;
-    if (!f_.no_cover && !attack.without_cover)
+#if PS_HAVE_DATA_PORT_CLIENT
+    std::unique_ptr<DataPortCover> data_cover;  // the cover of a shard on the TCP plane
+    if (!f_.no_cover && !attack.without_cover && attack.tcp_data_plane) {
+      const Training* t = training->get();
+      data_cover = std::make_unique<DataPortCover>(
+          [&attacker] { return attacker.data_target(); }, layout,
+          DataPortCover::Rounds{
+              .wait_open = [t](uint64_t next, milliseconds within) { return t->WaitOpen(next, within); },
+              .open_version = [t] { return t->open_version(); }});
+    }
+#endif
+    if (!f_.no_cover && !attack.without_cover && !attack.tcp_data_plane)
       cover = std::make_unique<Cover>(attacker, **training, layout, specs);
     std::this_thread::sleep_for(std::chrono::duration<double>(limits_.warmup_seconds));
     for (int a = 0; a < f_.alternations && !server->Exited(); ++a) {
@@ -2027,13 +2099,12 @@ class Runner {
       if (a + 1 < f_.alternations)
         std::this_thread::sleep_for(milliseconds(f_.quarantine_ms + 300));
     }
-    if (cover != nullptr) {
-      row.cover_pushed = cover->pushed();
-      row.cover_refused = cover->refused();
-      if (row.cover_refused > 0)
-        row.notes.push_back(absl::StrCat("worker 3's last refused push: ", cover->last_refusal()));
-    }
+    if (cover != nullptr) CoverCounts(*cover, row);
     cover.reset();
+#if PS_HAVE_DATA_PORT_CLIENT
+    if (data_cover != nullptr) CoverCounts(*data_cover, row);
+    data_cover.reset();
+#endif
     (*training)->Stop();
     row.honest_last_error = (*training)->last_error();
     if (attack.check && !server->Exited()) {
@@ -2047,6 +2118,15 @@ class Runner {
           "ps-server ", server->Describe(), " during the attack:\n", server->LogTail(2000))));
     }
     return finish(absl::OkStatus());
+  }
+
+  // What worker 3's cover (of either plane) pushed, into `row`.
+  template <typename AnyCover>
+  static void CoverCounts(const AnyCover& cover, Row& row) {
+    row.cover_pushed = cover.pushed();
+    row.cover_refused = cover.refused();
+    if (row.cover_refused > 0)
+      row.notes.push_back(absl::StrCat("worker 3's last refused push: ", cover.last_refusal()));
   }
 
   // One phase of `seconds`: with the attack's threads running when `attacking`.

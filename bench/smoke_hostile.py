@@ -3,8 +3,11 @@
 every attack, and its JSON rows say that honest training kept going in every phase
 (rounds per second > 0 with and without the attack), that the server's peak resident
 memory stayed within the --max-shard-bytes bound, that every impersonation attempt was
-refused as unauthenticated or not permitted, and that worker 3's pull slots were free
-again after pull_leak. Speed (the ratios) is not asserted here.
+refused as unauthenticated or not permitted, that worker 3's pull slots were free
+again after pull_leak, and that the attacks on the TCP data port (data_*, with the honest
+workers on that port) got only refusals: GOAWAY unauthenticated for unknown sessions and
+forged proofs, GOAWAY invalid argument (malformed) for a header claiming 4 GiB. Speed (the
+ratios) is not asserted here.
 
     smoke_hostile.py PS_BENCH PS_SERVER WORK_DIR
 """
@@ -16,7 +19,12 @@ import sys
 
 ATTACKS = ["layout_wrap", "layout_huge", "layout_tensors", "big_messages", "anon_messages",
            "codec_poison", "pull_leak", "impersonation", "log_flood", "junk_requests",
-           "udp_quorum", "pull_slices", "conn_flood"]
+           "udp_quorum", "pull_slices", "conn_flood", "data_silent_flood", "data_stalled_header",
+           "data_unknown_hello", "data_huge_header", "data_forged_proof"]
+# The data-port attacks that expect an answer, and the GOAWAY codes they must get.
+DATA_REFUSALS = {"data_unknown_hello": {"UNAUTHENTICATED"},
+                 "data_huge_header": {"INVALID_ARGUMENT"},
+                 "data_forged_proof": {"UNAUTHENTICATED"}}
 KEYS = ["attack", "baseline_rounds_per_s", "attack_rounds_per_s", "ratio", "peak_rss_mib",
         "rss_bound_mib", "requests", "refusals_by_code", "log_bytes"]
 REFUSED = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
@@ -41,7 +49,7 @@ def main(bench, server, work):
     if os.path.exists(path):
         os.remove(path)
     args = [bench, "hostile", "--quick", "--server-bin", server, "--json", path]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=110)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=170)
     if not os.path.exists(path):
         fail(f"{' '.join(args)} wrote no JSON (exit {proc.returncode})", proc)
     with open(path) as f:
@@ -76,6 +84,10 @@ def main(bench, server, work):
                 fail(f"impersonation: {r['requests']} attempts but {sum(codes.values())} refusals")
         if name == "pull_leak" and not r["check_ok"]:
             fail(f"pull_leak: {r['check']}", proc)
+        if name.startswith("data_") and r["accepted"] != 0:
+            fail(f"{name}: the data port took what it should refuse: {r['notes']}", proc)
+        if name in DATA_REFUSALS and (not codes or set(codes) - DATA_REFUSALS[name]):
+            fail(f"{name}: want refusals {DATA_REFUSALS[name]}, got {codes}, {r['notes']}", proc)
     if proc.returncode != 0:
         fail(f"{' '.join(args)} failed ({proc.returncode})", proc)
 

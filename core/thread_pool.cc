@@ -40,16 +40,14 @@ void ThreadPool::Submit(std::function<void()> job) {
   queue_.push_back(std::move(job));
 }
 
+bool ThreadPool::HasWork(ThreadPool* p) { return p->stopping_ || !p->queue_.empty(); }
+
 void ThreadPool::WorkerLoop() {
   for (;;) {
     std::function<void()> job;
     {
       absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_) {
-            return p->stopping_ || !p->queue_.empty();
-          },
-          this));
+      mu_.Await(has_work_);
       if (queue_.empty()) return;  // stopping and drained
       job = std::move(queue_.front());
       queue_.pop_front();

@@ -42,10 +42,19 @@ class ThreadPool {
 
  private:
   void WorkerLoop();
+  static bool HasWork(ThreadPool* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->mu_);
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // What an idle pool thread waits for: a member, written once before the threads start.
+  // Abseil evaluates a waiter's Condition on the thread that unlocks the mutex, inside
+  // the library, where ThreadSanitizer sees no synchronization (tests/sanitizers/
+  // tsan.supp); a Condition on the waiter's stack shared its slot with the job the waiter
+  // took next, and when the unlocking thread's history was too long to restore (a large
+  // slice's aggregation after it) the suppression could not match and TSan reported a
+  // race between the two pool threads.
+  const absl::Condition has_work_{&HasWork, this};
   std::vector<std::thread> threads_;
 };
 

@@ -111,7 +111,24 @@ struct DirectionShared {
   uint64_t hold_limit = 0;
   std::unique_ptr<TokenBucket> bucket;  // null: unlimited
   std::atomic<uint64_t> bytes{0};
+  // CutAfter: the bytes still to read before the cut; -1: none armed.
+  std::atomic<int64_t> cut_in{-1};
 };
+
+// Of `n` bytes just read in a direction, how many to relay: all, unless an armed cut
+// falls within them (then up to the cut, and `*cut` is set; the cut is taken).
+size_t TakeCut(DirectionShared& shared, size_t n, bool* cut) {
+  int64_t left = shared.cut_in.load(std::memory_order_acquire);
+  while (left >= 0) {
+    if (static_cast<uint64_t>(left) > n) {
+      if (shared.cut_in.compare_exchange_weak(left, left - static_cast<int64_t>(n))) return n;
+    } else if (shared.cut_in.compare_exchange_weak(left, -1)) {
+      *cut = true;
+      return static_cast<size_t>(left);
+    }
+  }
+  return n;
+}
 
 class Connection;
 
@@ -123,6 +140,8 @@ struct RelayState {
   DirectionShared down;
   std::vector<tcp::endpoint> upstream;  // tried in order
   std::set<std::shared_ptr<Connection>> connections;
+  std::atomic<uint64_t> accepted{0};
+  std::atomic<uint64_t> cuts{0};
 };
 
 // One client connection and its upstream twin. Lives as long as a pending handler or
@@ -178,6 +197,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     bool writing = false;
     bool eof = false;   // src said EOF
     bool done = false;  // ... and everything before it was written, dst shut down
+    bool cut = false;   // a cut was taken here: reset once the queue is written
     asio::steady_timer token_timer;
     asio::steady_timer hold_timer;
   };
@@ -209,7 +229,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   }
 
   void StartRead(Direction& d) {
-    if (closed_ || d.reading || d.eof || d.queued_bytes >= d.shared.hold_limit) return;
+    if (closed_ || d.reading || d.eof || d.cut || d.queued_bytes >= d.shared.hold_limit) return;
     d.reading = true;
     d.src.async_read_some(asio::buffer(d.buffer),
                           [self = shared_from_this(), &d](const error_code& ec, size_t n) {
@@ -227,6 +247,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
       } else {
         Close(/*reset=*/true);
       }
+      return;
+    }
+    n = TakeCut(d.shared, n, &d.cut);
+    if (d.cut) state_->cuts.fetch_add(1, std::memory_order_relaxed);
+    if (n == 0) {  // a cut armed at 0 bytes
+      d.reading = false;
+      Pump(d);
       return;
     }
     std::vector<char> data(d.buffer.begin(), d.buffer.begin() + static_cast<ptrdiff_t>(n));
@@ -256,6 +283,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void Pump(Direction& d) {
     if (closed_ || d.writing) return;
     if (d.queue.empty()) {
+      if (d.cut) {
+        Close(/*reset=*/true);
+        return;
+      }
       if (d.eof && !d.done) {
         d.done = true;
         error_code ignored;
@@ -334,7 +365,8 @@ class ShapingRelay::Impl {
     state_.io.poll();
   }
 
-  absl::Status Init(const std::string& upstream, const LinkShaping& shaping) {
+  absl::Status Init(const std::string& upstream, const LinkShaping& shaping,
+                    const RelayOptions& options) {
     PS_ASSIGN_OR_RETURN(HostPort target, SplitHostPort(upstream, "upstream address"));
     error_code ec;
     const auto literal = asio::ip::make_address(target.host, ec);
@@ -357,24 +389,33 @@ class ShapingRelay::Impl {
     ConfigureDirection(shaping.up, state_.up);
     ConfigureDirection(shaping.down, state_.down);
 
+    const auto listen_ip = asio::ip::make_address(options.listen_host, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("shaping relay for '", upstream,
+                                                     "': listen host '", options.listen_host,
+                                                     "' is not a literal IP address"));
+    }
+    const tcp::endpoint listen_at(listen_ip, options.listen_port);
     const auto fail = [&](std::string_view step) {
       return absl::UnavailableError(absl::StrCat("shaping relay for '", upstream, "': cannot ",
-                                                 AsAbsl(step), " 127.0.0.1:0: ", ec.message()));
+                                                 AsAbsl(step), " ", options.listen_host, " port ",
+                                                 options.listen_port, ": ", ec.message()));
     };
-    acceptor_.open(tcp::v4(), ec);
+    acceptor_.open(listen_at.protocol(), ec);
     if (ec) return fail("open a socket for");
     // Accepted sockets inherit these; they must be set before listen() to shape the
     // window the kernel advertises.
     error_code ignored;
     acceptor_.set_option(asio::socket_base::receive_buffer_size(kSocketBufferBytes), ignored);
     acceptor_.set_option(asio::socket_base::send_buffer_size(kSocketBufferBytes), ignored);
-    acceptor_.bind(tcp::endpoint(asio::ip::address_v4::loopback(), 0), ec);
+    acceptor_.bind(listen_at, ec);
     if (ec) return fail("bind");
     acceptor_.listen(asio::socket_base::max_listen_connections, ec);
     if (ec) return fail("listen on");
     const tcp::endpoint local = acceptor_.local_endpoint(ec);
     if (ec) return fail("read the port of");
-    address_ = absl::StrCat("127.0.0.1:", local.port());
+    address_ = listen_ip.is_v6() ? absl::StrCat("[", listen_ip.to_string(), "]:", local.port())
+                                 : absl::StrCat(listen_ip.to_string(), ":", local.port());
 
     Accept();
     thread_ = std::thread([this] { state_.io.run(); });
@@ -384,6 +425,13 @@ class ShapingRelay::Impl {
   const std::string& address() const { return address_; }
   uint64_t bytes_up() const { return state_.up.bytes.load(std::memory_order_relaxed); }
   uint64_t bytes_down() const { return state_.down.bytes.load(std::memory_order_relaxed); }
+  uint64_t connections() const { return state_.accepted.load(std::memory_order_relaxed); }
+  uint64_t cuts() const { return state_.cuts.load(std::memory_order_relaxed); }
+  void CutAfter(RelayDirection direction, uint64_t bytes) {
+    DirectionShared& d = direction == RelayDirection::kUp ? state_.up : state_.down;
+    d.cut_in.store(static_cast<int64_t>(std::min<uint64_t>(bytes, INT64_MAX)),
+                   std::memory_order_release);
+  }
 
  private:
   void Accept() {
@@ -398,6 +446,7 @@ class ShapingRelay::Impl {
         return;
       }
       TuneSocket(socket);
+      state_.accepted.fetch_add(1, std::memory_order_relaxed);
       auto connection = std::make_shared<Connection>(&state_, std::move(socket));
       state_.connections.insert(connection);
       connection->Start();
@@ -414,9 +463,10 @@ class ShapingRelay::Impl {
 };
 
 absl::StatusOr<std::unique_ptr<ShapingRelay>> ShapingRelay::Start(std::string upstream,
-                                                                  LinkShaping shaping) {
+                                                                  LinkShaping shaping,
+                                                                  RelayOptions options) {
   auto impl = std::make_unique<Impl>();
-  PS_RETURN_IF_ERROR(impl->Init(upstream, shaping));
+  PS_RETURN_IF_ERROR(impl->Init(upstream, shaping, options));
   return std::unique_ptr<ShapingRelay>(new ShapingRelay(std::move(impl)));
 }
 
@@ -426,5 +476,10 @@ ShapingRelay::~ShapingRelay() = default;
 std::string ShapingRelay::address() const { return impl_->address(); }
 uint64_t ShapingRelay::bytes_up() const { return impl_->bytes_up(); }
 uint64_t ShapingRelay::bytes_down() const { return impl_->bytes_down(); }
+uint64_t ShapingRelay::connections() const { return impl_->connections(); }
+void ShapingRelay::CutAfter(RelayDirection direction, uint64_t bytes) {
+  impl_->CutAfter(direction, bytes);
+}
+uint64_t ShapingRelay::cuts() const { return impl_->cuts(); }
 
 }  // namespace ps::net

@@ -88,8 +88,21 @@ class TokenBucket {
   core::SteadyTime last_refill_ ABSL_GUARDED_BY(mu_);
 };
 
-// A TCP relay on loopback that shapes a link: listens on 127.0.0.1:<ephemeral port>, and
-// for every accepted connection opens one to `upstream` and copies bytes both ways.
+// Where a ShapingRelay listens.
+struct RelayOptions {
+  // A literal IP address of this machine. Another loopback address than 127.0.0.1 lets
+  // a relay take the very port its upstream has on 127.0.0.1, so that a client which
+  // derives one port from another (a worker dials the data port its Join answer names
+  // on the host of its control address) goes through relays for both.
+  std::string listen_host = "127.0.0.1";
+  uint16_t listen_port = 0;  // 0: one the kernel picks
+};
+
+enum class RelayDirection { kUp, kDown };
+
+// A TCP relay on loopback that shapes a link: listens where RelayOptions say
+// (127.0.0.1:<ephemeral port> by default), and for every accepted connection opens one to
+// `upstream` and copies bytes both ways.
 //
 // Each direction reads a chunk (at most 16 KiB), waits for tokens, holds the chunk until
 // it has "left the NIC" + latency, and writes it. Data arrives unchanged and in order.
@@ -112,20 +125,34 @@ class ShapingRelay {
   // `upstream`: "host:port" or "[v6-address]:port", resolved once here; "localhost" tries
   // each address it resolves to. Fails with INVALID_ARGUMENT on an unparsable address,
   // UNAVAILABLE when it does not resolve or the listening socket cannot be set up.
+  // A listen host that is no literal IP address is INVALID_ARGUMENT.
   static absl::StatusOr<std::unique_ptr<ShapingRelay>> Start(std::string upstream,
-                                                             LinkShaping shaping);
+                                                             LinkShaping shaping,
+                                                             RelayOptions options = {});
   // Stops accepting, closes every connection (its peers see EOF or a reset) and joins
   // the relay's thread; does not wait for queued data to drain.
   ~ShapingRelay();
   ShapingRelay(const ShapingRelay&) = delete;
   ShapingRelay& operator=(const ShapingRelay&) = delete;
 
-  std::string address() const;  // "127.0.0.1:<port>"
+  std::string address() const;  // "<listen host>:<port>", "[<v6 host>]:<port>"
   // Bytes relayed so far in each direction: counted when handed to the destination
   // socket (so a peer that has read N bytes sees a count >= N), less any a failed write
   // did not send.
   uint64_t bytes_up() const;
   uint64_t bytes_down() const;
+  // Connections accepted so far.
+  uint64_t connections() const;
+
+  // Fault injection (tests, benchmarks): once `bytes` more bytes have been read in
+  // `direction` (over all connections, counted from this call), the connection that read
+  // the last of them relays them, reads no more that way and, once they are written, is
+  // reset on both sides: a connection lost in the middle of what it carried (its peers
+  // may not see all of those bytes: a reset drops what their kernels had not delivered).
+  // One cut per call; a call replaces a cut still armed in that direction.
+  void CutAfter(RelayDirection direction, uint64_t bytes);
+  // Connections cut by CutAfter so far.
+  uint64_t cuts() const;
 
  private:
   class Impl;

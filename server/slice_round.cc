@@ -251,6 +251,12 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   Locked lock(this);
   // The round's state first: a late or duplicate push is refused before its codec is
   // looked at.
+  if (round == last_closed_round_ && worker < last_closed_pushed_.size() &&
+      last_closed_pushed_[worker]) {
+    return Refused(Refusal::kDuplicate,
+                   absl::StrCat("duplicate push from worker ", worker, " for round ", round,
+                                " of slice ", info_.id, ", which closed with its first copy"));
+  }
   if (absl::Status st = CheckOpenRoundLocked(worker, round); !st.ok()) return st;
   if (inputs_.pushed[worker]) {
     return Refused(Refusal::kDuplicate, absl::StrCat("duplicate push from worker ", worker,
@@ -411,6 +417,8 @@ void SliceRound::CloseLocked() {
   if (deadline_.has_value()) rules_->deadlines->Remove(info_.id, *deadline_);
   deadline_.reset();
   deadline_passed_ = false;
+  last_closed_round_ = version_;
+  last_closed_pushed_ = inputs_.pushed;
   ClosedRound& r = closed_.emplace();
   r.info = info_;
   r.round = version_;
@@ -441,6 +449,7 @@ SliceRound::DeadlineOutcome SliceRound::OnDeadline(core::SteadyTime now) {
     out.closed = true;
     out.below_quorum = true;
     CloseLocked();
+    last_closed_pushed_.clear();  // dropped: no push of it counted
     return out;
   }
   deadline_passed_ = true;
@@ -506,6 +515,7 @@ bool SliceRound::FastForward(uint64_t version, Wakeups* wake) {
   version_ = version;
   delta_.reset();  // no change leads to the new version: its pulls are dense
   ResetRoundLocked();
+  last_closed_pushed_.clear();
   TakeDueWatchersLocked(wake);
   return true;
 }
@@ -532,6 +542,7 @@ absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
   if (c.rule_state.size() == model_.rule_state.size()) model_.rule_state = c.rule_state;
   version_ = c.version;
   ResetRoundLocked();
+  last_closed_pushed_.clear();
   initialized_ = true;
   if (model_.held.codec != nullptr) {
     // The workers' values go on from x̂, the residual x - x̂ with the next change: a

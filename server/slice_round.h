@@ -421,6 +421,13 @@ class SliceRound {
   uint32_t num_complete_ ABSL_GUARDED_BY(mu_) = 0;
   // Set from Close until Publish: pushes for the round are late.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
+  // The round closed last and which workers' whole pushes it took (empty: none since a
+  // fast-forward or restore, or that round was dropped below its quorum). A worker whose
+  // connection was lost before the answer sends its push again: when the round closed
+  // with the first copy, that is refused as the duplicate it is (which the worker's retry
+  // counts as delivered), not as late (which fails the worker's round).
+  uint64_t last_closed_round_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<uint8_t> last_closed_pushed_ ABSL_GUARDED_BY(mu_);
   std::optional<ClosedRound> closed_ ABSL_GUARDED_BY(mu_);
   std::optional<core::SteadyTime> deadline_ ABSL_GUARDED_BY(mu_);
   // Set by SetDeadlineLocked, registered by ~Locked.

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
@@ -52,6 +53,17 @@ inline WorkerOptions ClientOptions(const Cluster& c, uint32_t id) {
   o.worker_id = id;
   o.connect_timeout = std::chrono::milliseconds(20000);
   return o;
+}
+
+// A deterministic gradient of worker `w` in round `r`, `n` sines of the element, worker
+// and round, for tests that compare trained parameters with a reference.
+inline std::vector<float> SineGradient(uint32_t w, uint64_t r, size_t n) {
+  std::vector<float> g(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = std::sin(0.3f * static_cast<float>(i) + 1.1f * static_cast<float>(w) +
+                    0.7f * static_cast<float>(r));
+  }
+  return g;
 }
 
 // The data planes a test runs over (docs/data-plane.md), for INSTANTIATE_TEST_SUITE_P;

@@ -8,23 +8,18 @@
 // The attackers bind their own loopback source addresses (127.0.0.2-4), as other hosts
 // would be: the per-source bounds are what stop them, and the honest workers (127.0.0.1)
 // keep their own.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
-#include <cmath>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cluster_util.h"
-#include "net/data_frame.h"
 #include "tests/net/metrics_text.h"
+#include "tests/support/data_port_client.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -34,43 +29,12 @@ using net::testing::MetricValue;
 using net::testing::ParseMetrics;
 using std::chrono::milliseconds;
 
-// A TCP connection to 127.0.0.1:`port` from `source` (another loopback address); -1 when
-// the connect fails (the port refused it at once, or the kernel's backlog was full).
-int ConnectFrom(const char* source, uint16_t port) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return -1;
-  sockaddr_in from{};
-  from.sin_family = AF_INET;
-  ::inet_pton(AF_INET, source, &from.sin_addr);
-  sockaddr_in to{};
-  to.sin_family = AF_INET;
-  to.sin_port = htons(port);
-  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::bind(fd, reinterpret_cast<const sockaddr*>(&from), sizeof(from)) != 0 ||
-      ::connect(fd, reinterpret_cast<const sockaddr*>(&to), sizeof(to)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-void SendAll(int fd, const std::string& bytes) {
-  size_t at = 0;
-  while (at < bytes.size()) {
-    const ssize_t n = ::send(fd, bytes.data() + at, bytes.size() - at, MSG_NOSIGNAL);
-    if (n <= 0) return;
-    at += static_cast<size_t>(n);
-  }
-}
-
-// Deterministic gradient of worker w in round r.
-std::vector<float> Grad(uint32_t w, uint64_t r, size_t n) {
-  std::vector<float> g(n);
-  for (size_t i = 0; i < n; ++i) {
-    g[i] = std::sin(0.3f * static_cast<float>(i) + 1.1f * static_cast<float>(w) +
-                    0.7f * static_cast<float>(r));
-  }
-  return g;
+// A connection to the data port from `source` (another loopback address); null when the
+// connect failed (the port refused it at once, or the kernel's backlog was full).
+std::unique_ptr<testing::DataPortClient> ConnectFrom(const char* source, uint16_t port) {
+  auto c = std::make_unique<testing::DataPortClient>(
+      port, testing::DataPortClient::Options{.source = source});
+  return c->connected() ? std::move(c) : nullptr;
 }
 
 TEST(HostileDataPortTest, HonestRoundsGoOnWhileTheDataPortIsFloodedStalledAndProbed) {
@@ -114,7 +78,7 @@ TEST(HostileDataPortTest, HonestRoundsGoOnWhileTheDataPortIsFloodedStalledAndPro
       const std::vector<std::span<float>> outs = {got[w]};
       for (uint64_t r = 0; r < kRounds; ++r) {
         ASSERT_TRUE((*worker)->PullAll(r, outs, milliseconds(30000)).ok());
-        ASSERT_TRUE((*worker)->Push(0, r, Grad(w, r, kNumel)).ok());
+        ASSERT_TRUE((*worker)->Push(0, r, testing::SineGradient(w, r, kNumel)).ok());
         ASSERT_TRUE((*worker)->WaitPushes().ok());
         // Paced, so that the rounds run while the attacks do.
         std::this_thread::sleep_for(milliseconds(100));
@@ -126,27 +90,23 @@ TEST(HostileDataPortTest, HonestRoundsGoOnWhileTheDataPortIsFloodedStalledAndPro
 
   // Once the honest workers are in: the attacks, all at once.
   for (int i = 0; i < 200 && rounds_done.load() < 1; ++i) std::this_thread::sleep_for(milliseconds(10));
-  std::vector<int> fds;
+  std::vector<std::unique_ptr<testing::DataPortClient>> attackers;
   // 1. A flood of silent connections from one source: over its bound they are refused.
   for (int i = 0; i < 64; ++i) {
-    if (const int fd = ConnectFrom("127.0.0.2", data_port); fd >= 0) fds.push_back(fd);
+    if (auto c = ConnectFrom("127.0.0.2", data_port)) attackers.push_back(std::move(c));
   }
   // 2. Half a frame header, then nothing: the proof timeout ends them.
   for (int i = 0; i < 8; ++i) {
-    if (const int fd = ConnectFrom("127.0.0.3", data_port); fd >= 0) {
-      SendAll(fd, std::string(8, '\x01'));
-      fds.push_back(fd);
+    if (auto c = ConnectFrom("127.0.0.3", data_port)) {
+      c->Send(std::string(8, '\x01'));
+      attackers.push_back(std::move(c));
     }
   }
   // 3. HELLO under sessions that do not exist: refused before any HMAC.
   for (int i = 0; i < 16; ++i) {
-    if (const int fd = ConnectFrom("127.0.0.4", data_port); fd >= 0) {
-      net::HelloMeta hello{.data_session = 0xdead0000u + static_cast<uint64_t>(i), .worker_id = 0};
-      hello.client_nonce.fill('x');
-      std::string frame;
-      ASSERT_TRUE(net::AppendHello(hello, &frame).ok());
-      SendAll(fd, frame);
-      fds.push_back(fd);
+    if (auto c = ConnectFrom("127.0.0.4", data_port)) {
+      c->Send(testing::HelloFrame(0xdead0000u + static_cast<uint64_t>(i), 0));
+      attackers.push_back(std::move(c));
     }
   }
   // The source's bound holds: each flood connection over it evicted that source's oldest
@@ -176,7 +136,8 @@ TEST(HostileDataPortTest, HonestRoundsGoOnWhileTheDataPortIsFloodedStalledAndPro
   // The reference: SGD on the mean of the two gradients, without any attack.
   std::vector<float> want = init;
   for (uint64_t r = 0; r < kRounds; ++r) {
-    const std::vector<float> a = Grad(0, r, kNumel), b = Grad(1, r, kNumel);
+    const std::vector<float> a = testing::SineGradient(0, r, kNumel),
+                             b = testing::SineGradient(1, r, kNumel);
     for (size_t i = 0; i < kNumel; ++i) want[i] -= 0.5f * ((a[i] + b[i]) / 2.0f);
   }
   for (uint32_t w = 0; w < 2; ++w) {
@@ -188,7 +149,7 @@ TEST(HostileDataPortTest, HonestRoundsGoOnWhileTheDataPortIsFloodedStalledAndPro
   // Every attack connection was taken (the table evicts rather than refuses below its
   // global bounds) and none proved itself; once the attackers close, none is left open
   // (bounded wait), and the unknown sessions were refused as such.
-  for (int fd : fds) ::close(fd);
+  attackers.clear();
   auto m = metrics();
   for (int i = 0; i < 500 && MetricValue(m, "ps_data_connections_open") != 0; ++i) {
     std::this_thread::sleep_for(milliseconds(10));

@@ -168,9 +168,10 @@ TEST_F(ProtocolTest, BadPushesGetPreciseStatusesAndHonestRoundCompletes) {
   ASSERT_TRUE(honest_[0]->Pull(0, 1, agg, milliseconds(10000)).ok());
   EXPECT_FLOAT_EQ(agg[0], (7.0f + 1.0f + 3.0f) / 3.0f);
 
-  // Round 0 is closed now: a replay of it is late.
-  grpc::Status late = Send(Valid(six));
-  EXPECT_EQ(late.error_code(), grpc::StatusCode::OUT_OF_RANGE) << late.error_message();
+  // Round 0 is closed now, with the hostile client's push: a replay of it is the
+  // duplicate it is (a worker that lost the answer sends again), not late.
+  grpc::Status again = Send(Valid(six));
+  EXPECT_EQ(again.error_code(), grpc::StatusCode::ALREADY_EXISTS) << again.error_message();
 
   server::ShardStats st = cluster_.shard(0).shard().stats();
   EXPECT_EQ(st.malformed_by_worker[2], 4u);

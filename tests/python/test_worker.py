@@ -99,7 +99,14 @@ def test_refusals_are_exceptions_that_say_which_push(server_bin):
         assert isinstance(e.value.slice, int)
         assert "push of tensor 'b'" in str(e.value)
         push_round(b, 0, grads(1.0))
-        pulled(a, 1)  # round 0 closed
+        pulled(a, 1)  # round 0 closed, with b's push
+        b.push(0, 0, grads(1.0)[0])  # b's again: the duplicate it is
+        with pytest.raises(ps_server.Refused) as e:
+            b.wait_pushes()
+        assert e.value.reason == "duplicate" and e.value.tensor == "w"
+        push_round(a, 1, grads(1.0))
+        push_round(b, 1, grads(1.0))
+        pulled(a, 2)  # round 1 closed too
         b.push(0, 0, grads(1.0)[0])  # late
         with pytest.raises(ps_server.Refused) as e:
             b.wait_pushes()

@@ -184,8 +184,8 @@ TEST_F(ShardFrontTest, ARawRowIsOfferedOnlyForAKnownRawCodecAndTheSlicesExactSiz
   std::fill(raw.values.get(), raw.values.get() + 4, 3.0f);
   ASSERT_TRUE(front_->Push(w1, head, PushPayload(&raw)).ok());
   RawRow again{.version = codecs::kFormatVersion, .values = std::make_unique<float[]>(4), .numel = 4};
-  EXPECT_EQ(core::RefusalOf(front_->Push(w1, head, PushPayload(&again))), Refusal::kLate)
-      << "both pushed: the round closed";
+  EXPECT_EQ(core::RefusalOf(front_->Push(w1, head, PushPayload(&again))), Refusal::kDuplicate)
+      << "both pushed: the round closed with worker 1's first copy";
 }
 
 TEST_F(ShardFrontTest, PullsAreValidatedBoundedPerWorkerAndGiveEverythingBack) {

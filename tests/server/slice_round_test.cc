@@ -104,10 +104,11 @@ TEST_F(SliceRoundTest, ClosingMovesTheBuffersIntoTheClosedRoundAndPublishBringsT
   EXPECT_FALSE(last->at_deadline);
   EXPECT_EQ(deadlines_.Next(), std::nullopt) << "a closed round has no deadline";
 
-  // Closed, not yet published: a push for the round is late, and nothing is decoded.
+  // Closed, not yet published: a push for the round is refused (worker 0's again as the
+  // duplicate it is: see the next test), and nothing is decoded.
   const int calls = decoder_calls_;
-  absl::StatusOr<SliceRound::Progress> late = Push(s, 0, 0, {9, 9});
-  EXPECT_EQ(core::RefusalOf(late.status()), core::Refusal::kLate);
+  absl::StatusOr<SliceRound::Progress> again = Push(s, 0, 0, {9, 9});
+  EXPECT_EQ(core::RefusalOf(again.status()), core::Refusal::kDuplicate);
   EXPECT_EQ(decoder_calls_, calls);
 
   std::optional<ClosedRound> r = s.TakeClosed();
@@ -188,6 +189,37 @@ TEST(MedianLossTest, OnlyWorkersThatPushedAndReportedCount) {
   EXPECT_EQ(MedianLoss(in), 3.5f);  // of {4, 100, 1, 3}
   in.losses.assign(5, none);
   EXPECT_EQ(MedianLoss(in), std::nullopt);
+}
+
+// A worker whose connection was lost before its push's answer sends the push again. Once
+// the round closed with the first copy, the copy is a duplicate (the worker's retry
+// counts that as delivered), found before the codec; a worker the round did not count is
+// late. Found by ConnectionLossTest (tests/integration/connection_loss_test.cc): "late"
+// failed the worker's round although its push was in it.
+TEST_F(SliceRoundTest, APushAgainAfterItsRoundClosedWithItIsADuplicateAndAMissingOneIsLate) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  ASSERT_TRUE(Push(s, 0, 0, {1, 1}).ok());
+  ASSERT_TRUE(Push(s, 1, 0, {2, 2}).ok());
+  clock_.Advance(milliseconds(150));
+  ASSERT_TRUE(Tick(s).closed) << "the deadline closes round 0 with its quorum, 0 and 1";
+  const int calls = decoder_calls_;
+  EXPECT_EQ(core::RefusalOf(Push(s, 0, 0, {1, 1}).status()), core::Refusal::kDuplicate);
+  EXPECT_EQ(core::RefusalOf(Push(s, 2, 0, {3, 3}).status()), core::Refusal::kLate);
+  std::optional<ClosedRound> r = s.TakeClosed();
+  ASSERT_TRUE(r.has_value());
+  Wakeups wake;
+  s.Publish(*std::move(r), core::SharedFp32(std::vector<float>{5.0f, 5.0f}), nullptr, &wake);
+  // Published: the same answers for round 0, and round 1 is open to everyone.
+  absl::StatusOr<SliceRound::Progress> again = Push(s, 1, 0, {2, 2});
+  EXPECT_EQ(core::RefusalOf(again.status()), core::Refusal::kDuplicate);
+  EXPECT_THAT(std::string(again.status().message()),
+              ::testing::HasSubstr("closed with its first copy"));
+  EXPECT_EQ(core::RefusalOf(Push(s, 2, 0, {3, 3}).status()), core::Refusal::kLate);
+  EXPECT_EQ(decoder_calls_, calls);
+  ASSERT_TRUE(Push(s, 0, 1, {1, 1}).ok());
+  ASSERT_TRUE(Push(s, 2, 1, {1, 1}).ok());
+  EXPECT_EQ(core::RefusalOf(Push(s, 2, 1, {1, 1}).status()), core::Refusal::kDuplicate);
 }
 
 TEST_F(SliceRoundTest, RefusalsAreTypedAndStateChecksComeBeforeTheCodec) {
