@@ -79,9 +79,11 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   ASSERT_TRUE(honest[0]->Pull(0, 1, agg, milliseconds(10000)).ok());
   EXPECT_FLOAT_EQ(agg[0], 11.0f / 3.0f);
 
-  // Round 0 is closed: resending it, or pushing it as an old round, is late.
-  EXPECT_EQ(a.Send(ProtocolAttack::kReplay, 0, 0).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(a.Send(ProtocolAttack::kOldRound, 1, 0).code(), absl::StatusCode::kOutOfRange);
+  // Round 0 closed with the attacker's push: resending it, or pushing it as an old
+  // round, is the duplicate of what that round took (as the resend of a push whose answer
+  // was lost is), and changes nothing.
+  EXPECT_EQ(a.Send(ProtocolAttack::kReplay, 0, 0).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(a.Send(ProtocolAttack::kOldRound, 1, 0).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[2], 1u);  // the garbage
   EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[0], 0u);
 }
