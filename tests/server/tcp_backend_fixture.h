@@ -6,9 +6,6 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
-#include <openssl/err.h>
-#include <openssl/ssl.h>
-#include <openssl/x509v3.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <unistd.h>
@@ -36,176 +33,14 @@
 #include "server/shard.h"
 #include "server/shard_front.h"
 #include "server/transport/tcp/backend.h"
+#include "tests/support/data_port_client.h"
 
 namespace ps::server::transport::tcp {
 
-// One frame as the worker reads it.
-struct Frame {
-  net::FrameHeader header;
-  std::string meta, body;
-};
-
-// A worker's end of a data connection, in blocking POSIX calls with a receive timeout,
-// so that a shard that says nothing fails the test instead of hanging it; over TLS
-// (OpenSSL's blocking calls on the same socket) after StartTls.
-class ScriptedWorker {
- public:
-  explicit ScriptedWorker(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    const timeval timeout{5, 0};
-    ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_port = htons(port);
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    connected_ = ::connect(fd_, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) == 0;
-  }
-  ~ScriptedWorker() { Close(); }
-
-  bool connected() const { return connected_; }
-  // Whether the last handshake's CHALLENGE carried the proof of the key it was given.
-  bool server_proved() const { return server_proved_; }
-  void Close() {
-    if (ssl_ != nullptr) SSL_free(ssl_);
-    if (tls_ != nullptr) SSL_CTX_free(tls_);
-    ssl_ = nullptr;
-    tls_ = nullptr;
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-
-  // The TLS handshake, before anything else is sent: the shard's certificate verified
-  // against `ca` (a PEM file), `cert` and `key` presented when given. "" when it
-  // succeeded, else OpenSSL's reason. (Under TLS 1.3 a client certificate the shard
-  // refuses shows at the first read, not here.)
-  std::string StartTls(const std::string& ca, const std::string& cert = "",
-                       const std::string& key = "") {
-    tls_ = SSL_CTX_new(TLS_client_method());
-    SSL_CTX_set_verify(tls_, SSL_VERIFY_PEER, nullptr);
-    if (SSL_CTX_load_verify_locations(tls_, ca.c_str(), nullptr) != 1 ||
-        (!cert.empty() &&
-         (SSL_CTX_use_certificate_chain_file(tls_, cert.c_str()) != 1 ||
-          SSL_CTX_use_PrivateKey_file(tls_, key.c_str(), SSL_FILETYPE_PEM) != 1))) {
-      return "cannot load the test certificates";
-    }
-    ssl_ = SSL_new(tls_);
-    SSL_set_fd(ssl_, fd_);
-    X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), "127.0.0.1");
-    if (SSL_connect(ssl_) == 1) return "";
-    char reason[256];
-    ERR_error_string_n(ERR_get_error(), reason, sizeof(reason));
-    return reason;
-  }
-
-  bool Send(std::string_view bytes) {
-    while (!bytes.empty()) {
-      const ssize_t n = ssl_ != nullptr
-                            ? SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size()))
-                            : ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
-      if (n <= 0) return false;
-      bytes.remove_prefix(static_cast<size_t>(n));
-    }
-    return true;
-  }
-
-  // The next frame; an error when the connection ends or nothing comes for 5 s.
-  absl::StatusOr<Frame> Read() {
-    std::string header;
-    if (!ReadExactly(net::kFrameHeaderBytes, &header)) {
-      return absl::UnavailableError("connection closed or silent");
-    }
-    absl::StatusOr<net::FrameHeader> h =
-        net::ParseHeader(std::span<const char, net::kFrameHeaderBytes>(header.data(), 16));
-    if (!h.ok()) return h.status();
-    Frame f{.header = *h};
-    if (!ReadExactly(h->meta_bytes, &f.meta) || !ReadExactly(h->body_bytes, &f.body)) {
-      return absl::UnavailableError("connection closed inside a frame");
-    }
-    return f;
-  }
-
-  // Whether the shard closed the connection (reads end, or it reset a connection that
-  // sent more than it read), within the receive timeout.
-  bool ClosedByShard() {
-    char c;
-    if (ssl_ != nullptr) {
-      // The end of the stream, with or without TLS's close_notify, or a reset.
-      ERR_clear_error();
-      errno = 0;
-      const int n = SSL_read(ssl_, &c, 1);
-      const int error = SSL_get_error(ssl_, n);
-      return n <= 0 && (error == SSL_ERROR_ZERO_RETURN ||
-                        (error == SSL_ERROR_SSL && ERR_GET_REASON(ERR_peek_error()) ==
-                                                       SSL_R_UNEXPECTED_EOF_WHILE_READING) ||
-                        (error == SSL_ERROR_SYSCALL && (errno == 0 || errno == ECONNRESET)));
-    }
-    const ssize_t n = ::recv(fd_, &c, 1, 0);
-    return n == 0 || (n < 0 && errno == ECONNRESET);
-  }
-
-  // The handshake under `session` (the Join's data session id and secret) as `worker`.
-  // Returns the ADMIT's meta, or what the shard answered instead.
-  absl::StatusOr<net::AdmitMeta> Handshake(uint64_t session, uint32_t worker,
-                                           const std::string& secret) {
-    net::HelloMeta hello{.data_session = session, .worker_id = worker};
-    hello.client_nonce.fill('c');
-    std::string out;
-    EXPECT_TRUE(net::AppendHello(hello, &out).ok());
-    if (!Send(out)) return absl::UnavailableError("send failed");
-    absl::StatusOr<Frame> challenge = Read();
-    if (!challenge.ok()) return challenge.status();
-    if (challenge->header.type != net::FrameType::kChallenge) return StatusOf(*challenge);
-    absl::StatusOr<net::ChallengeMeta> c = net::ParseChallengeMeta(challenge->meta);
-    if (!c.ok()) return c.status();
-    const std::string client_nonce(hello.client_nonce.data(), hello.client_nonce.size());
-    const std::string server_nonce(c->server_nonce.data(), c->server_nonce.size());
-    // Without tokens (--insecure) the key is the secret itself.
-    const std::string server = "shard-0";
-    // The shard proves it holds the session's key first (a worker stops here if not).
-    server_proved_ = std::string(c->proof.data(), c->proof.size()) ==
-                     core::DataServerProof(secret, server, session, client_nonce, server_nonce);
-    const std::string proof =
-        core::DataClientProof(secret, server, session, client_nonce, server_nonce);
-    net::ProofMeta p;
-    std::copy(proof.begin(), proof.end(), p.proof.begin());
-    out.clear();
-    EXPECT_TRUE(net::AppendProof(p, &out).ok());
-    if (!Send(out)) return absl::UnavailableError("send failed");
-    absl::StatusOr<Frame> admit = Read();
-    if (!admit.ok()) return admit.status();
-    if (admit->header.type != net::FrameType::kAdmit) return StatusOf(*admit);
-    return net::ParseAdmitMeta(admit->meta);
-  }
-
-  // A GOAWAY, ANSWER or PULL_END as a status carrying its refusal's name.
-  static absl::Status StatusOf(const Frame& f) {
-    absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(f.header.type, f.meta);
-    if (!m.ok()) return m.status();
-    return absl::Status(m->code, absl::StrCat(core::AsAbsl(net::FrameTypeName(f.header.type)), " ",
-                                              core::AsAbsl(m->refusal_name), ": ",
-                                              core::AsAbsl(m->message)));
-  }
-
- private:
-  bool ReadExactly(size_t n, std::string* out) {
-    out->resize(n);
-    size_t at = 0;
-    while (at < n) {
-      const ssize_t got = ssl_ != nullptr
-                              ? SSL_read(ssl_, out->data() + at, static_cast<int>(n - at))
-                              : ::recv(fd_, out->data() + at, n - at, 0);
-      if (got <= 0) return false;
-      at += static_cast<size_t>(got);
-    }
-    return true;
-  }
-
-  int fd_ = -1;
-  SSL_CTX* tls_ = nullptr;
-  SSL* ssl_ = nullptr;
-  bool connected_ = false;
-  bool server_proved_ = false;
-};
+// A worker's end of a data connection, in blocking calls with a receive timeout, in
+// plaintext or (StartTls) over TLS.
+using Frame = testing::DataFrame;
+using ScriptedWorker = testing::DataPortClient;
 
 inline std::string Fp32(std::vector<float> values) {
   std::string payload;

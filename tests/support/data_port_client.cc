@@ -6,6 +6,10 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509v3.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <span>
@@ -38,13 +42,37 @@ DataPortClient::DataPortClient(uint16_t port, const Options& options) {
 }
 
 void DataPortClient::Close() {
+  if (ssl_ != nullptr) SSL_free(ssl_);
+  if (tls_ != nullptr) SSL_CTX_free(tls_);
+  ssl_ = nullptr;
+  tls_ = nullptr;
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
 }
 
+std::string DataPortClient::StartTls(const std::string& ca, const std::string& cert,
+                                     const std::string& key) {
+  tls_ = SSL_CTX_new(TLS_client_method());
+  SSL_CTX_set_verify(tls_, SSL_VERIFY_PEER, nullptr);
+  if (SSL_CTX_load_verify_locations(tls_, ca.c_str(), nullptr) != 1 ||
+      (!cert.empty() && (SSL_CTX_use_certificate_chain_file(tls_, cert.c_str()) != 1 ||
+                         SSL_CTX_use_PrivateKey_file(tls_, key.c_str(), SSL_FILETYPE_PEM) != 1))) {
+    return "cannot load the test certificates";
+  }
+  ssl_ = SSL_new(tls_);
+  SSL_set_fd(ssl_, fd_);
+  X509_VERIFY_PARAM_set1_ip_asc(SSL_get0_param(ssl_), "127.0.0.1");
+  if (SSL_connect(ssl_) == 1) return "";
+  char reason[256];
+  ERR_error_string_n(ERR_get_error(), reason, sizeof(reason));
+  return reason;
+}
+
 bool DataPortClient::Send(std::string_view bytes) {
   while (!bytes.empty()) {
-    const ssize_t n = ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+    const ssize_t n = ssl_ != nullptr
+                          ? SSL_write(ssl_, bytes.data(), static_cast<int>(bytes.size()))
+                          : ::send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
     if (n <= 0) return false;
     bytes.remove_prefix(static_cast<size_t>(n));
   }
@@ -68,6 +96,17 @@ absl::StatusOr<DataFrame> DataPortClient::Read() {
 
 bool DataPortClient::ClosedByShard() {
   char c;
+  if (ssl_ != nullptr) {
+    // The end of the stream, with or without TLS's close_notify, or a reset.
+    ERR_clear_error();
+    errno = 0;
+    const int n = SSL_read(ssl_, &c, 1);
+    const int error = SSL_get_error(ssl_, n);
+    return n <= 0 && (error == SSL_ERROR_ZERO_RETURN ||
+                      (error == SSL_ERROR_SSL &&
+                       ERR_GET_REASON(ERR_peek_error()) == SSL_R_UNEXPECTED_EOF_WHILE_READING) ||
+                      (error == SSL_ERROR_SYSCALL && (errno == 0 || errno == ECONNRESET)));
+  }
   const ssize_t n = ::recv(fd_, &c, 1, 0);
   return n == 0 || (n < 0 && errno == ECONNRESET);
 }
@@ -115,7 +154,9 @@ bool DataPortClient::ReadExactly(size_t n, std::string* out) {
   out->resize(n);
   size_t at = 0;
   while (at < n) {
-    const ssize_t got = ::recv(fd_, out->data() + at, n - at, 0);
+    const ssize_t got = ssl_ != nullptr
+                            ? SSL_read(ssl_, out->data() + at, static_cast<int>(n - at))
+                            : ::recv(fd_, out->data() + at, n - at, 0);
     if (got <= 0) return false;
     at += static_cast<size_t>(got);
   }

@@ -21,6 +21,9 @@
 #include "absl/status/statusor.h"
 #include "net/data_frame.h"
 
+struct ssl_ctx_st;
+struct ssl_st;
+
 namespace ps::testing {
 
 // One frame as the client reads it.
@@ -43,6 +46,12 @@ class DataPortClient {
   DataPortClient& operator=(const DataPortClient&) = delete;
 
   bool connected() const { return connected_; }
+  // The TLS handshake, before anything else is sent: the shard's certificate verified
+  // against `ca` (a PEM file) for 127.0.0.1, `cert` and `key` presented when given. ""
+  // when it succeeded, else OpenSSL's reason. (Under TLS 1.3 a client certificate the
+  // shard refuses shows at the first read, not here.) Every later call goes over TLS.
+  std::string StartTls(const std::string& ca, const std::string& cert = "",
+                       const std::string& key = "");
   // Whether the last handshake's CHALLENGE carried the proof of the key it was given.
   bool server_proved() const { return server_proved_; }
   void Close();
@@ -71,6 +80,8 @@ class DataPortClient {
   bool ReadExactly(size_t n, std::string* out);
 
   int fd_ = -1;
+  ssl_ctx_st* tls_ = nullptr;  // OpenSSL's SSL_CTX and SSL, after StartTls
+  ssl_st* ssl_ = nullptr;
   bool connected_ = false;
   bool server_proved_ = false;
 };
