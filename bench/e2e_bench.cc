@@ -88,6 +88,7 @@ struct E2eFlags {
   double seconds = 0;  // > 0: run rounds until this long instead of --rounds
   uint32_t slice_elems = core::kDefaultSliceElems;
   uint64_t inflight = 0;  // 0: WorkerOptions' default
+  double inflight_seconds = WorkerOptions{}.inflight_seconds;
   uint32_t server_threads = 0;
   bool aggregate_only = false;
   // Aggregation rule specs (docs/aggregators.md; a '+' chain is one spec). `mean` is
@@ -413,6 +414,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   }
   wo.push.codec = codec;
   if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
+  wo.inflight_seconds = f.inflight_seconds;
   // Running shards (--shards-at) pick the plane; the workers follow their Join answers.
   if (f.shards_at.empty()) wo.data_plane = plane;
   wo.rpc_timeout = std::chrono::milliseconds(120000);
@@ -1015,6 +1017,10 @@ Command AddE2eCommand(CLI::App& app) {
   sub->add_option("--seconds", f->seconds,
                   "Run timed rounds for this long instead of --rounds (--soak: default 300)");
   sub->add_option("--slice-elems", f->slice_elems, "Layout slice size")->capture_default_str();
+  sub->add_option("--inflight-seconds", f->inflight_seconds,
+                  "WorkerOptions::inflight_seconds (0: the window stays at --inflight)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--inflight", f->inflight, "WorkerOptions::max_inflight_bytes (0: its default)")
       ->capture_default_str();
   sub->add_option("--server-threads", f->server_threads, "ServerOptions::threads (0: one per core)")

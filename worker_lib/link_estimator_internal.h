@@ -48,6 +48,13 @@ struct LinkCost {
   double Seconds(uint64_t bytes) const {
     return alpha_seconds + seconds_per_byte * static_cast<double>(bytes);
   }
+  // Bytes the link moves in `seconds` beyond the fixed cost (its rate x seconds); 0
+  // before an estimate or for a link with no measured rate.
+  uint64_t BytesIn(double seconds) const {
+    if (!valid || !(seconds_per_byte > 0) || !(seconds > 0)) return 0;
+    const double bytes = seconds / seconds_per_byte;
+    return bytes >= 1e18 ? uint64_t{1'000'000'000'000'000'000} : static_cast<uint64_t>(bytes);
+  }
   // As WorkerStats reports it.
   LinkStats stats() const {
     return {.alpha_seconds = alpha_seconds,

@@ -284,11 +284,22 @@ void PushPipeline::Replay(uint32_t shard, uint64_t version) {
   for (auto& call : calls) Send(std::move(call));
 }
 
+uint64_t PushPipeline::Window(uint32_t shard) const {
+  // A sanity bound on a wild estimate: the window bounds how long an urgent slice may
+  // wait, and 64 MiB is 50 ms even at 10 Gbit/s.
+  constexpr uint64_t kMaxWindow = uint64_t{64} << 20;
+  const uint64_t measured =
+      options_.inflight_seconds > 0 ? meters_[shard]->Estimate().BytesIn(options_.inflight_seconds) : 0;
+  return std::max(options_.max_inflight_bytes, std::min(measured, kMaxWindow));
+}
+
 void PushPipeline::Dispatch(uint32_t shard) {
+  const uint64_t window = Window(shard);
   std::vector<std::pair<uint64_t, std::unique_ptr<Call>>> go;
   {
     ShardQueue& q = *queues_[shard];
     absl::MutexLock lock(&q.mu);
+    q.queue->set_window(window);
     go = q.queue->TakeSendable();
   }
   for (auto& [bytes, call] : go) {

@@ -139,6 +139,9 @@ class PushPipeline {
   // time) / beta, docs/adaptive.md "CAT"; -1 until the link was measured.
   double FixedCostBytes(uint32_t shard, uint64_t numel) const;
   void Replay(uint32_t shard, uint64_t version);
+  // The bytes of pushes that may be in flight to `shard` now: max_inflight_bytes, or what
+  // its link was measured to move in inflight_seconds where that is more.
+  uint64_t Window(uint32_t shard) const;
   // Sends queued pushes to `shard`, most urgent first, while its window allows.
   void Dispatch(uint32_t shard);
   // A push is over: its bytes leave the window, which lets queued pushes go.

@@ -1,7 +1,8 @@
 // SendQueue: the P3 send queue of one shard (docs/transport.md, "P3: priority-ordered propagation"). Items wait
 // ordered by (priority, round, arrival) — or by arrival alone in FIFO mode — and leave
 // only while the bytes in flight stay within a window, so an urgent item queued late
-// overtakes the ones still waiting, at item (slice) boundaries.
+// overtakes the ones still waiting, at item (slice) boundaries. The owner may resize the
+// window as it goes (the push pipeline sizes it to the link).
 //
 // Not thread-safe: the owner serializes calls (the Worker holds its shard's send lock).
 #pragma once
@@ -18,10 +19,15 @@ namespace ps::internal {
 template <typename T>
 class SendQueue {
  public:
-  // priority_order: false for FIFO. max_inflight_bytes: the window; an item larger than
+  // priority_order: false for FIFO. window: bytes in flight at most; an item larger than
   // the window still goes when nothing else is in flight.
-  SendQueue(bool priority_order, uint64_t max_inflight_bytes)
-      : priority_order_(priority_order), max_inflight_bytes_(max_inflight_bytes) {}
+  SendQueue(bool priority_order, uint64_t window)
+      : priority_order_(priority_order), window_(window) {}
+
+  // The window from now on: items already in flight stay, and the next TakeSendable
+  // lets go what the new window admits.
+  void set_window(uint64_t window) { window_ = window; }
+  uint64_t window() const { return window_; }
 
   void Push(int32_t priority, uint64_t round, uint64_t bytes, T item) {
     const uint64_t seq = next_seq_++;
@@ -36,7 +42,7 @@ class SendQueue {
     while (!queue_.empty()) {
       auto it = queue_.begin();
       const uint64_t bytes = it->second.bytes;
-      if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > max_inflight_bytes_) break;
+      if (inflight_bytes_ > 0 && inflight_bytes_ + bytes > window_) break;
       inflight_bytes_ += bytes;
       out.emplace_back(bytes, std::move(it->second.item));
       queue_.erase(it);
@@ -66,7 +72,7 @@ class SendQueue {
   };
 
   const bool priority_order_;
-  const uint64_t max_inflight_bytes_;
+  uint64_t window_;
   std::map<Key, Entry> queue_;
   uint64_t inflight_bytes_ = 0;
   uint64_t next_seq_ = 0;

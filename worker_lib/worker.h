@@ -15,8 +15,9 @@
 //
 // Priorities (P3, docs/transport.md): every slice waits in its shard's send queue, most
 // urgent first (the tensor the next forward pass uses first), and at most
-// `max_inflight_bytes` of pushes per shard are on the wire, so an urgent slice pushed
-// late overtakes queued ones at slice boundaries. StartPullAll() tells per tensor when
+// `max_inflight_bytes` of pushes per shard (or what the link moves in `inflight_seconds`)
+// are on the wire, so an urgent slice pushed late overtakes queued ones at slice
+// boundaries. StartPullAll() tells per tensor when
 // its fresh parameters have arrived, so a forward pass can start on the first layers.
 //
 // Reconnection: gRPC channels reconnect with exponential backoff by themselves; a
@@ -183,6 +184,12 @@ struct WorkerOptions {
   // The default holds two default slices: with one, the link idles while an answer
   // comes back behind the pull traffic (docs/transport.md, "`ps-bench p3`").
   uint64_t max_inflight_bytes = 512u << 10;
+  // The window also grows to what the shard's link was measured to move in this many
+  // seconds (its push busy periods, WorkerStats::push_links), up to 64 MiB: on a fast
+  // link two slices are answered sooner than they are sent and the link idles between
+  // answers; in time, an urgent slice still waits about this long at most. 0 keeps the
+  // window at max_inflight_bytes.
+  double inflight_seconds = 0.002;
   // HTTP/2 receive window of this worker's channels in bytes; 0 leaves gRPC's default,
   // which grows the window with the bandwidth-delay product. What a shard wrote into
   // the window is delivered in the order written, so a large window can hold an urgent

@@ -32,6 +32,19 @@ TEST(LinkEstimatorTest, RecoversAnExactLine) {
   EXPECT_NEAR(c.Seconds(500000), Line(500000), 1e-9);
 }
 
+TEST(LinkEstimatorTest, BytesInIsTheRateTimesTheSeconds) {
+  LinkCost c;
+  EXPECT_EQ(c.BytesIn(1.0), 0u);  // no estimate
+  c.valid = true;
+  EXPECT_EQ(c.BytesIn(1.0), 0u);  // no measured rate
+  c.seconds_per_byte = 1e-9;      // 1 GB/s
+  c.alpha_seconds = 0.5;          // the fixed cost does not count
+  EXPECT_NEAR(static_cast<double>(c.BytesIn(0.002)), 2e6, 1.0);
+  EXPECT_EQ(c.BytesIn(0), 0u);
+  c.seconds_per_byte = 1e-300;  // a wild estimate stays a finite count
+  EXPECT_EQ(c.BytesIn(1.0), 1'000'000'000'000'000'000u);
+}
+
 TEST(LinkEstimatorTest, AQuarterOfStallsDoesNotMoveTheFit) {
   LinkEstimator e;
   uint64_t b = 10000;

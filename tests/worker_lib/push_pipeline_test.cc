@@ -164,8 +164,37 @@ TEST(PushPipelineTest, AFirstAttemptAnsweredDuplicateIsARefusal) {
 WorkerOptions OneInFlight(bool priority_order) {
   WorkerOptions o = FastOptions();
   o.max_inflight_bytes = 1;  // one push at a time
+  o.inflight_seconds = 0;    // however fast the link was measured
   o.priority_order = priority_order;
   return o;
+}
+
+TEST(PushPipelineTest, TheWindowGrowsToWhatTheLinkMovesInInflightSeconds) {
+  for (const double seconds : {0.0, 100.0}) {
+    SCOPED_TRACE(seconds);
+    WorkerOptions o = OneInFlight(true);
+    o.inflight_seconds = seconds;
+    Fixture f(o);
+    ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
+    ASSERT_TRUE(f.shard().AwaitHeld(1));
+    EXPECT_EQ(f.shard().held().size(), 1u);  // nothing measured yet: one push
+    // The answer ends a busy period: the link's first measurement.
+    ASSERT_TRUE(f.shard().AnswerOldest(absl::OkStatus()));
+    ASSERT_TRUE(f.shard().AwaitHeld(1));
+    ASSERT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
+    if (seconds == 0) {
+      EXPECT_EQ(f.shard().held().size(), 1u);
+    } else {
+      // What a link of any measurable rate moves in 100 s: all three go at once.
+      ASSERT_TRUE(f.shard().AwaitHeld(3));
+      EXPECT_EQ(f.shard().held().size(), 3u);
+    }
+    for (int left = 3; left > 0 && f.shard().AwaitHeld(1); --left) {
+      ASSERT_TRUE(f.shard().AnswerOldest(absl::OkStatus()));
+    }
+    EXPECT_TRUE(f.pipeline->Wait().ok());
+    EXPECT_EQ(f.shard().pushes().size(), 4u);
+  }
 }
 
 TEST(PushPipelineTest, TheCreditWindowLetsOnePushGoAtATime) {
