@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """ctest bench_transport_smoke: `ps-bench p3 --quick`, `ps-bench udp --quick` and
 `ps-bench e2e --quick` run, and their JSON rows carry the documented keys with sane
-values (a fifo and a p3 row per bandwidth; a grpc row and a udp row per loss; e2e rows
+values (a fifo and a p3 row per bandwidth; a grpc and a tcp row, and a udp row per loss; e2e rows
 starting with exactly the documented keys, ratio = goodput / raw, the one-copy
 baseline's ratio, the warm-up, pull_codec, also with --pull-codec; several --aggregator rules
 with vs_mean against mean of the same run). Speed is not asserted here.
@@ -54,8 +54,10 @@ def main(bench, work):
         positive(r, "first_layer_seconds")
     udp = os.path.join(work, "udp.json")
     run([bench, "udp", "--quick", "--json", udp])
-    data = rows(udp, ["transport", "loss", "goodput_gbps", "ratio_to_grpc", "delivered_fraction"])
-    if [(r["transport"], r["loss"]) for r in data] != [("grpc", 0), ("udp", 0), ("udp", 0.1)]:
+    data = rows(udp, ["transport", "loss", "goodput_gbps", "ratio_to_grpc", "ratio_to_tcp",
+                      "delivered_fraction"])
+    if [(r["transport"], r["loss"]) for r in data] != [("grpc", 0), ("tcp", 0), ("udp", 0),
+                                                       ("udp", 0.1)]:
         sys.exit(f"{udp}: unexpected rows {data}")
     for r in data:
         positive(r, "goodput_gbps")

@@ -1,11 +1,12 @@
-// `ps-bench udp`: goodput of the lossy UDP gradient path (docs/transport.md) against the gRPC
-// path in the same run, on loopback. One worker pushes a whole model per round to one
-// shard; goodput counts only the gradient bytes the shard took (fp32 coordinates, so
-// lost chunks do not count), over the time from the first push until the last datagram
-// was taken (UDP) or the last push answered (gRPC). Loss is injected at the sender by
-// its seeded hash; the kernel may lose more on a full receive buffer, reported apart.
-// gRPC runs over TCP, which cannot be made to lose packets here (no kernel traffic
-// control), so its row is the lossless baseline of every UDP row.
+// `ps-bench udp`: goodput of the lossy UDP gradient path (docs/transport.md) against both
+// data planes (gRPC, native TCP; docs/data-plane.md) in the same run, on loopback. One
+// worker pushes a whole model per round to one shard; goodput counts only the gradient
+// bytes the shard took (fp32 coordinates, so lost chunks do not count), over the time
+// from the first push until the last datagram was taken (UDP) or the last push answered
+// (the data planes). Loss is injected at the sender by its seeded hash; the kernel may
+// lose more on a full receive buffer, reported apart. Both data planes run over TCP,
+// which cannot be made to lose packets here (no kernel traffic control), so their rows
+// are the lossless baselines of every UDP row.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
+#include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
 #include "server/server.h"
@@ -45,12 +47,21 @@ struct Measured {
   uint64_t kernel_lost = 0;
 };
 
-// One transport: `udp` false is gRPC. Returns the totals over the timed rounds.
-absl::StatusOr<Measured> RunTransport(const UdpFlags& f, bool udp, double loss) {
+// The pushes over UDP, or over the shard's data plane.
+struct Transport {
+  bool udp = false;
+  core::DataPlane plane = core::DataPlane::kGrpc;  // the shard's (UDP: gRPC's)
+};
+
+// One transport. Returns the totals over the timed rounds.
+absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, double loss) {
+  const bool udp = transport.udp;
   server::ServerOptions so;
   so.insecure = true;  // the data path alone; docs/bench.md
   so.port = 0;
   so.udp_port = udp ? 0 : -1;
+  so.data_plane = transport.plane;
+  so.data_port = 0;
   so.num_workers = 1;
   so.learning_rate = 1e-6f;
   so.round_deadline = std::chrono::milliseconds(100);
@@ -132,29 +143,44 @@ int RunUdp(UdpFlags f) {
   // One untimed pass of each transport first: the first run in the process pays for
   // growing the heap and faulting its pages (the first UDP row came out 10-30% below
   // the others, whatever its loss), which would bias the comparison.
-  for (const bool udp : {false, true}) {
+  const Transport kUdp{.udp = true};
+  const std::pair<const char*, Transport> kPlanes[] = {
+      {"grpc", Transport{.plane = core::DataPlane::kGrpc}},
+      {"tcp", Transport{.plane = core::DataPlane::kTcp}}};
+  for (const Transport t : {kPlanes[0].second, kPlanes[1].second, kUdp}) {
     UdpFlags warm = f;
     warm.rounds = 1;
-    if (absl::StatusOr<Measured> m = RunTransport(warm, udp, 0); !m.ok()) {
+    if (absl::StatusOr<Measured> m = RunTransport(warm, t, 0); !m.ok()) {
       std::fprintf(stderr, "ps-bench udp: warm-up: %s\n", std::string(m.status().message()).c_str());
       return 1;
     }
   }
-  Table table({"transport", "loss", "goodput Gbit/s", "ratio to grpc", "delivered", "kernel lost"});
+  Table table({"transport", "loss", "goodput Gbit/s", "ratio to grpc", "ratio to tcp",
+               "delivered", "kernel lost"});
   std::vector<core::JsonObjectWriter> rows;
-  absl::StatusOr<Measured> grpc = RunTransport(f, false, 0);
-  if (!grpc.ok()) {
-    std::fprintf(stderr, "ps-bench udp: grpc: %s\n", std::string(grpc.status().message()).c_str());
-    return 1;
+  double plane_gbps[2] = {0, 0};  // grpc, tcp
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<Measured> m = RunTransport(f, kPlanes[i].second, 0);
+    if (!m.ok()) {
+      std::fprintf(stderr, "ps-bench udp: %s: %s\n", kPlanes[i].first,
+                   std::string(m.status().message()).c_str());
+      return 1;
+    }
+    plane_gbps[i] = bytes_per_round * f.rounds * 8 / 1e9 / m->seconds;
   }
-  const double grpc_gbps = bytes_per_round * f.rounds * 8 / 1e9 / grpc->seconds;
-  table.AddRow({"grpc", "0", FormatG(grpc_gbps, 4), "1", "1", "0"});
-  rows.push_back(core::JsonObjectWriter()
-                     .Add("transport", "grpc")
-                     .Add("loss", 0.0)
-                     .Add("goodput_gbps", grpc_gbps)
-                     .Add("ratio_to_grpc", 1.0)
-                     .Add("delivered_fraction", 1.0));
+  const double grpc_gbps = plane_gbps[0], tcp_gbps = plane_gbps[1];
+  for (int i = 0; i < 2; ++i) {
+    table.AddRow({kPlanes[i].first, "0", FormatG(plane_gbps[i], 4),
+                  FormatG(plane_gbps[i] / grpc_gbps, 3), FormatG(plane_gbps[i] / tcp_gbps, 3), "1",
+                  "0"});
+    rows.push_back(core::JsonObjectWriter()
+                       .Add("transport", kPlanes[i].first)
+                       .Add("loss", 0.0)
+                       .Add("goodput_gbps", plane_gbps[i])
+                       .Add("ratio_to_grpc", plane_gbps[i] / grpc_gbps)
+                       .Add("ratio_to_tcp", plane_gbps[i] / tcp_gbps)
+                       .Add("delivered_fraction", 1.0));
+  }
   int errors = 0;
   for (const std::string& text : f.losses) {
     double loss = 0;
@@ -162,7 +188,7 @@ int RunUdp(UdpFlags f) {
       std::fprintf(stderr, "ps-bench udp: bad loss '%s' (want [0, 1))\n", text.c_str());
       return 2;
     }
-    absl::StatusOr<Measured> m = RunTransport(f, true, loss);
+    absl::StatusOr<Measured> m = RunTransport(f, kUdp, loss);
     if (!m.ok()) {
       std::fprintf(stderr, "ps-bench udp: loss %g: %s\n", loss, std::string(m.status().message()).c_str());
       ++errors;
@@ -170,12 +196,14 @@ int RunUdp(UdpFlags f) {
     }
     const double gbps = bytes_per_round * m->delivered * f.rounds * 8 / 1e9 / m->seconds;
     table.AddRow({"udp", FormatG(loss, 3), FormatG(gbps, 4), FormatG(gbps / grpc_gbps, 3),
-                  FormatG(m->delivered, 4), absl::StrCat(m->kernel_lost)});
+                  FormatG(gbps / tcp_gbps, 3), FormatG(m->delivered, 4),
+                  absl::StrCat(m->kernel_lost)});
     rows.push_back(core::JsonObjectWriter()
                        .Add("transport", "udp")
                        .Add("loss", loss)
                        .Add("goodput_gbps", gbps)
                        .Add("ratio_to_grpc", gbps / grpc_gbps)
+                       .Add("ratio_to_tcp", gbps / tcp_gbps)
                        .Add("delivered_fraction", m->delivered)
                        .Add("kernel_lost", m->kernel_lost));
   }
@@ -187,8 +215,8 @@ int RunUdp(UdpFlags f) {
 Command AddUdpCommand(CLI::App& app) {
   auto f = std::make_shared<UdpFlags>();
   CLI::App* sub = app.add_subcommand(
-      "udp", "Goodput of the UDP gradient path at several injected loss rates against gRPC, "
-             "same run, loopback");
+      "udp", "Goodput of the UDP gradient path at several injected loss rates against both "
+             "data planes (gRPC, TCP), same run, loopback");
   sub->add_option("--loss", f->losses, "Injected loss rates in [0, 1) (list)")
       ->delimiter(',')
       ->capture_default_str();
