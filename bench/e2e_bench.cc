@@ -90,6 +90,7 @@ struct E2eFlags {
   uint64_t inflight = 0;  // 0: WorkerOptions' default
   double inflight_seconds = WorkerOptions{}.inflight_seconds;
   uint32_t server_threads = 0;
+  uint32_t data_threads = server::ServerOptions{}.data_threads;
   bool aggregate_only = false;
   // Aggregation rule specs (docs/aggregators.md; a '+' chain is one spec). `mean` is
   // added first when absent: it is the baseline the others are compared with.
@@ -391,6 +392,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   so.learning_rate = 1e-6f;
   so.momentum = 0;
   so.threads = f.server_threads;
+  so.data_threads = f.data_threads;
   so.log_level = "warn";
   // A round only closes early when every worker pushed; the deadline is a backstop
   // against a stalled worker, not part of the measurement.
@@ -1025,6 +1027,10 @@ Command AddE2eCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--server-threads", f->server_threads, "ServerOptions::threads (0: one per core)")
       ->capture_default_str();
+  sub->add_option("--data-threads", f->data_threads,
+                  "ServerOptions::data_threads: threads of each shard's TCP data plane")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 64u));
   sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the aggregate instead of applying SGD");
   sub->add_option("--aggregator,--aggregators", f->aggregators,
                   "Aggregation rule specs (list; docs/aggregators.md), each run on the same "
