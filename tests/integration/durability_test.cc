@@ -1,6 +1,8 @@
 // Durability (docs/operations.md, "Backing up and restoring") with real ps-server processes on loopback: kill -9 of a shard
 // mid-training and its restart from its checkpoint; a corrupted checkpoint; a dead
-// worker. Bounded: every wait has a deadline.
+// worker. Bounded: every wait has a deadline. Each runs on both data planes
+// (testing::DataPlanes()): the shards are started on the plane, and the workers follow
+// the plane their Join answers name.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -56,13 +58,20 @@ struct KillNineRun {
 
 constexpr uint64_t kRounds = 24, kKillAfter = 10;
 
-// Two ps-server shards (with `extra_args`) and two workers pushing a constant gradient
-// (1 and 2, mean 1.5) for kRounds rounds; after kKillAfter rounds and a checkpoint of
-// shard 1 on disk, kill -9 of shard 1 and its restart on the same port and directory.
-void RunKillNine(const std::vector<std::string>& extra_args, KillNineRun* out) {
+// Two ps-server shards on data plane `plane` (with `extra_args`) and two workers pushing
+// a constant gradient (1 and 2, mean 1.5) for kRounds rounds; after kKillAfter rounds and
+// a checkpoint of shard 1 on disk, kill -9 of shard 1 and its restart on the same port
+// and directory. On the TCP plane each shard has a data port of its own picked here, kept
+// across the restart as deployments keep theirs (deploy/, ps-launch): the workers' HELLO
+// to the restarted shard is refused unknown_session and they join again. (With
+// --data-port 0 the restarted shard would listen elsewhere, and a worker, still dialling
+// the old data port, is refused by the kernel and never joins again: it gives up after
+// its attempts with "cannot connect to shard 1 ...'s data port: Connection refused".)
+void RunKillNine(core::DataPlane plane, const std::vector<std::string>& extra_args,
+                 KillNineRun* out) {
   const auto dir = TempDir("ps_durability");
-  const std::vector<uint16_t> ports = testing::PickFreePorts(2);
-  ASSERT_EQ(ports.size(), 2u);
+  const std::vector<uint16_t> ports = testing::PickFreePorts(4);  // control 0, 1; data 0, 1
+  ASSERT_EQ(ports.size(), 4u);
   const uint16_t p0 = ports[0], p1 = ports[1];
   const std::string peers = absl::StrCat("127.0.0.1:", p0, ",127.0.0.1:", p1);
   auto shard_args = [&](int id) {
@@ -74,6 +83,8 @@ void RunKillNine(const std::vector<std::string>& extra_args, KillNineRun* out) {
         "--checkpoint-interval-s", "0", "--peer-timeout-ms", "5000",
         // Both shards share one run directory: the first makes the secret.
         "--run-dir", (dir / "run").string()};
+    const std::vector<std::string> plane_flags = testing::PlaneFlags(plane, ports[2 + id]);
+    args.insert(args.end(), plane_flags.begin(), plane_flags.end());
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     return args;
   };
@@ -223,9 +234,13 @@ int RoundsLost(const KillNineRun& run, const std::vector<float>& values, float t
   return -1;
 }
 
-TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
+class DurabilityTest : public ::testing::TestWithParam<core::DataPlane> {};
+INSTANTIATE_TEST_SUITE_P(Planes, DurabilityTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
   KillNineRun run;
-  RunKillNine({}, &run);
+  RunKillNine(GetParam(), {}, &run);
   if (HasFatalFailure()) return;
   const std::string& log1 = run.log1;
 
@@ -249,9 +264,9 @@ TEST(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
 // its slice densely once and changes again after; both workers end with the same bits, on
 // the fault-free trajectory up to what fp16 loses of the last change (the rest of what it
 // lost stays on the shard and goes out with the next changes).
-TEST(DurabilityTest, KillNineWithCompressedPullsKeepsEveryWorkerOnTheSameBits) {
+TEST_P(DurabilityTest, KillNineWithCompressedPullsKeepsEveryWorkerOnTheSameBits) {
   KillNineRun run;
-  RunKillNine({"--pull-codec", "fp16"}, &run);
+  RunKillNine(GetParam(), {"--pull-codec", "fp16"}, &run);
   if (HasFatalFailure()) return;
   EXPECT_GE(RoundsLost(run, run.final_values[0], 1e-3f), 0)
       << "the parameters match no fault-free run that lost rounds of shard 1\n" << run.log1;
@@ -261,10 +276,11 @@ TEST(DurabilityTest, KillNineWithCompressedPullsKeepsEveryWorkerOnTheSameBits) {
   EXPECT_LE(run.slices_pulled_as_change + 2 * 2 + 2, run.slices_pulled);
 }
 
-TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
+TEST_P(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
   const auto dir = TempDir("ps_corrupt");
   server::ServerOptions o;
   o.insecure = true;  // durability, not authentication
+  o.data_plane = GetParam();
   o.num_workers = 1;
   o.learning_rate = 0.5f;
   o.momentum = 0.0f;
@@ -324,7 +340,9 @@ TEST(DurabilityTest, CorruptedCheckpointIsDetectedAndThePreviousOneUsed) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(DurabilityTest, ACheckpointOfAnotherShardCountIsRefusedAtStart) {
+// Once, on the default plane: the refusal is decided at start-up from the checkpoint's
+// header, before any data plane is opened, so a second plane would test nothing more.
+TEST(DurabilityStartTest, ACheckpointOfAnotherShardCountIsRefusedAtStart) {
   const auto dir = TempDir("ps_other_count");
   server::ServerOptions o;
   o.insecure = true;  // durability, not authentication
@@ -352,9 +370,10 @@ TEST(DurabilityTest, ACheckpointOfAnotherShardCountIsRefusedAtStart) {
   std::filesystem::remove_all(dir);
 }
 
-TEST(DurabilityTest, ADeadWorkersRoundsCloseAtTheDeadlineWithTheQuorum) {
+TEST_P(DurabilityTest, ADeadWorkersRoundsCloseAtTheDeadlineWithTheQuorum) {
   server::ServerOptions o;
   o.insecure = true;  // durability, not authentication
+  o.data_plane = GetParam();
   o.num_workers = 3;
   o.num_byzantine = 1;  // quorum 2
   o.aggregator = "mean";

@@ -520,6 +520,7 @@ std::unique_ptr<grpc::GenericStub> OwnConnection(const std::string& address) {
 // garbage push first, which quarantines it, so that the rounds close as soon as the four
 // honest workers pushed (their rate is then the shard's, not the deadline's), and pulls
 // with its own valid session (the shard looked at the list only after the session).
+// gRPC-only: the attack is a protobuf Pull sent through a generic gRPC stub.
 TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhatWasRead) {
   ShardProcess shard({"--workers", "5", "--byzantine", "1", "--aggregator", "trimmed_mean",
                       "--round-deadline-ms", "2000", "--quarantine-ms", "600000"});
@@ -622,7 +623,8 @@ const core::ModelLayout& WideLayout() {
 // budget stops it after a few slices. A quorum of 1 lets every round close at its
 // deadline, which leaves the attacker's pushes of a round (70-110 ms on a busy 2-core
 // machine) time to finish before it. The attacker's 9 connections (8 stubs and the
-// test's own) are more than --max-connections-per-client allows by default.
+// test's own) are more than --max-connections-per-client allows by default. gRPC-only:
+// the attacker pushes through eight generated-stub gRPC connections.
 TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOnesDo) {
   if (kThreadSanitized) GTEST_SKIP() << kTimingUnderTsan;
   // Under ASan worker 0's 32 sign-coded slices alone took 18 ms of decoding: the budget

@@ -9,6 +9,11 @@
 //
 // The rates of honest rounds with and without each attack are measured by
 // `ps-bench hostile` (docs/bench.md), not here: tests assert no timing.
+//
+// The pushes of a member (codec poisoning, quarantine, repeated refusals) run on both
+// data planes (HostilePlaneTest); the others stay on gRPC, each saying why: they attack
+// the control calls, which are gRPC on both planes, or gRPC's own streams, metadata and
+// connections. The TCP data port's own attacks are in hostile_data_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -27,9 +32,11 @@
 #include "core/cluster_secret.h"
 #include "net/grpc_status.h"
 #include "core/refusal.h"
+#include "net/data_frame.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/logging.h"
+#include "tests/support/data_port_client.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -215,8 +222,93 @@ std::vector<std::string> FourWorkers() {
           "--round-deadline-ms", "300"};
 }
 
+// A member of `shard` pushing by hand what no Worker sends (garbage under any codec spec,
+// slices that do not exist) over the data plane the shard runs: a Push through the
+// generated stub on gRPC; on TCP a PUSH frame on a data connection of its own, admitted
+// by the handshake under its Join's data session. It joins when made.
+class HandPusher {
+ public:
+  HandPusher(ShardProcess& shard, uint32_t worker, uint64_t layout_hash)
+      : shard_(shard), token_(shard.Token(worker)), layout_hash_(layout_hash) {
+    v1::JoinRequest req;
+    req.set_worker_id(worker);
+    req.set_layout_hash(layout_hash);
+    req.set_data_plane(v1::DATA_PLANE_ANY);  // whichever the shard runs
+    const grpc::Status s = shard.workers().Join(Context(shard.address(), token_).get(), req, &join_);
+    joined_ = s.ok();
+    EXPECT_TRUE(joined_) << s.error_message();
+    if (!joined_ || join_.data_plane() != v1::DATA_PLANE_TCP) return;
+    data_ = std::make_unique<testing::DataPortClient>(static_cast<uint16_t>(join_.data_port()));
+    const absl::StatusOr<net::AdmitMeta> admitted = data_->Handshake(
+        join_.data_session(), worker,
+        testing::DataConnectionKey(token_, join_.shard_id(), join_.data_session(),
+                                   join_.data_secret()),
+        join_.shard_id());
+    joined_ = admitted.ok();
+    EXPECT_TRUE(joined_) << admitted.status();
+  }
+
+  bool joined() const { return joined_; }
+  // The plane its pushes take: the one its Join answer named.
+  core::DataPlane plane() const {
+    return data_ == nullptr ? core::DataPlane::kGrpc : core::DataPlane::kTcp;
+  }
+  // The longest codec spec a push carries on this plane: 1 MiB through gRPC here, a
+  // PUSH frame's bound on TCP.
+  size_t longest_codec() const { return data_ == nullptr ? size_t{1} << 20 : net::kMaxFrameCodecBytes; }
+
+  // The shard's answer to a push of `payload` in `codec` for `slice` of round 0, with
+  // its refusal's kind (core::RefusalOf).
+  absl::Status Push(const std::string& codec, const std::string& payload, uint32_t slice = 0) {
+    if (data_ == nullptr) {
+      v1::PushRequest req;
+      req.set_session(join_.session());
+      req.set_layout_hash(layout_hash_);
+      req.set_round(0);
+      req.set_slice_id(slice);
+      req.set_codec(codec);
+      req.set_payload(payload);
+      v1::PushResponse resp;
+      return net::FromGrpc(
+          shard_.workers().Push(Context(shard_.address(), token_).get(), req, &resp));
+    }
+    std::string frame;
+    const absl::Status framed = net::AppendPush(
+        ++tag_, net::PushMeta{.layout_hash = layout_hash_, .round = 0, .slice_id = slice, .codec = codec},
+        payload.size(), &frame);
+    if (!framed.ok()) return framed;
+    if (!data_->Send(frame + payload)) return absl::UnavailableError("the PUSH was not sent");
+    const absl::StatusOr<testing::DataFrame> answer = data_->Read();
+    if (!answer.ok()) return answer.status();
+    return testing::DataPortClient::StatusOf(*answer);
+  }
+
+ private:
+  ShardProcess& shard_;
+  std::string token_;
+  uint64_t layout_hash_;
+  v1::JoinResponse join_;
+  bool joined_ = false;
+  std::unique_ptr<testing::DataPortClient> data_;  // on the TCP plane
+  uint64_t tag_ = 0;
+};
+
+// Attacks on a shard's data plane, run on each (testing::DataPlanes()); `Flags` are the
+// shard's flags on the test's plane.
+class HostilePlaneTest : public ::testing::TestWithParam<core::DataPlane> {
+ protected:
+  static std::vector<std::string> Flags(std::vector<std::string> flags) {
+    const std::vector<std::string> plane = testing::PlaneFlags(GetParam());
+    flags.insert(flags.end(), plane.begin(), plane.end());
+    return flags;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Planes, HostilePlaneTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
 // Finding 1: numel 2^64 - 1 with slice_elems 2^22 wrapped the slice count past the
-// limit; the shard then cut slices until the kernel killed it.
+// limit; the shard then cut slices until the kernel killed it. gRPC-only: RegisterLayout
+// is a control call, on gRPC whatever the data plane.
 TEST(HostileTest, LayoutWhoseSliceCountWrapsIsRefusedAndTrainingGoesOn) {
   {
     ShardProcess fresh({"--workers", "1"});
@@ -242,7 +334,8 @@ TEST(HostileTest, LayoutWhoseSliceCountWrapsIsRefusedAndTrainingGoesOn) {
 }
 
 // Finding 2: a 21-byte layout of 2^24 slices cost seconds of CPU and 760 MB even when it
-// was refused, and a fresh shard accepted it and ran out of memory.
+// was refused, and a fresh shard accepted it and ran out of memory. gRPC-only: a control
+// call's attack, as above.
 TEST(HostileTest, HugeLayoutsAreRefusedAtThePriceOfTheirSize) {
   {
     ShardProcess fresh({"--workers", "4"});
@@ -282,11 +375,11 @@ TEST(HostileTest, HugeLayoutsAreRefusedAtThePriceOfTheirSize) {
 
 // Finding 3: 64 refused pushes with distinct codec specs filled the decoder cache, and
 // every later push with a codec not cached, fp32 included, was refused.
-TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
+TEST_P(HostilePlaneTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
   // Quarantine off: the cache is under test here, and the first garbage push would take
   // worker 1 out of the rounds (next test).
-  ShardProcess shard({"--workers", "2", "--aggregator", "mean", "--max-cached-decoders", "16",
-                      "--quarantine-ms", "0"});
+  ShardProcess shard(Flags({"--workers", "2", "--aggregator", "mean", "--max-cached-decoders",
+                            "16", "--quarantine-ms", "0"}));
   const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 64, 0}}, 64, 1);
   WorkerOptions wo;
   wo.shard_addresses = {shard.address()};
@@ -297,33 +390,23 @@ TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
   auto registrant = Worker::Start(wo, layout, inits);
   ASSERT_TRUE(registrant.ok()) << registrant.status();
 
-  std::string session;
-  ASSERT_TRUE(shard.Join(shard.Token(1), 1, layout.hash(), &session).ok());
-  auto push = [&](const std::string& codec, const std::string& payload) {
-    v1::PushRequest req;
-    req.set_session(session);
-    req.set_layout_hash(layout.hash());
-    req.set_round(0);
-    req.set_slice_id(0);
-    req.set_codec(codec);
-    req.set_payload(payload);
-    v1::PushResponse resp;
-    return shard.workers().Push(Context(shard.address(), shard.Token(1)).get(), req, &resp);
-  };
+  HandPusher attacker(shard, 1, layout.hash());
+  ASSERT_TRUE(attacker.joined());
+  ASSERT_EQ(attacker.plane(), GetParam());
   for (int k = 1; k <= 100; ++k) {
-    grpc::Status s = push(absl::StrCat("qsgd(s=", k, ")"), "garbage");
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    EXPECT_THAT(s.error_message(), HasSubstr("malformed"));
+    absl::Status s = attacker.Push(absl::StrCat("qsgd(s=", k, ")"), "garbage");
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("malformed"));
   }
   // A codec nobody used yet still decodes.
   std::string payload;
   ASSERT_TRUE((*codecs::MakeCodec("int8"))->Encode(std::vector<float>(64, 0.5f), &payload).ok());
-  grpc::Status s = push("int8", payload);
-  EXPECT_TRUE(s.ok()) << s.error_message();
+  absl::Status s = attacker.Push("int8", payload);
+  EXPECT_TRUE(s.ok()) << s;
   // A second push of the round is refused as a duplicate before its codec is looked at,
   // whatever the spec.
-  s = push(std::string(1 << 20, 'x'), "");
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS) << s.error_message();
+  s = attacker.Push(std::string(attacker.longest_codec(), 'x'), "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
 }
 
 // Codec poisoning by a member: a Byzantine worker that sends garbage under ever new codec
@@ -331,11 +414,11 @@ TEST(HostileTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
 // the round rate, and the rounds waited for it. Its first garbage push quarantines it:
 // the rounds that waited only for it close at once, and its later pushes are refused
 // before any decoding.
-TEST(HostileTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingForIt) {
+TEST_P(HostilePlaneTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingForIt) {
   // A deadline far beyond the test: only the quarantine lets the rounds close without
   // worker 3.
-  ShardProcess shard({"--workers", "4", "--byzantine", "1", "--aggregator", "trimmed_mean",
-                      "--round-deadline-ms", "600000", "--quarantine-ms", "600000"});
+  ShardProcess shard(Flags({"--workers", "4", "--byzantine", "1", "--aggregator", "trimmed_mean",
+                            "--round-deadline-ms", "600000", "--quarantine-ms", "600000"}));
   HonestTraining honest(shard, 3);
   // Round 0's pushes are out (each worker counts after its pushes are answered) ...
   for (int i = 0; i < 2000 && honest.rounds() < 1; ++i) {
@@ -344,34 +427,25 @@ TEST(HostileTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingForIt) {
   ASSERT_EQ(honest.rounds(), 1u);
   // ... and round 0 waits for worker 3.
   EXPECT_FALSE(honest.AdvancesBy(1, milliseconds(500)));
-  std::string session;
-  ASSERT_TRUE(shard.Join(shard.Token(3), 3, HonestLayout().hash(), &session).ok());
-  auto push = [&](const std::string& codec, const std::string& payload) {
-    v1::PushRequest req;
-    req.set_session(session);
-    req.set_layout_hash(HonestLayout().hash());
-    req.set_round(0);
-    req.set_slice_id(0);
-    req.set_codec(codec);
-    req.set_payload(payload);
-    v1::PushResponse resp;
-    return shard.workers().Push(Context(shard.address(), shard.Token(3)).get(), req, &resp);
-  };
-  grpc::Status garbage = push("qsgd(s=77,bucket=3)", std::string(4096, '\1'));
-  EXPECT_EQ(garbage.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << garbage.error_message();
+  HandPusher attacker(shard, 3, HonestLayout().hash());
+  ASSERT_TRUE(attacker.joined());
+  ASSERT_EQ(attacker.plane(), GetParam());
+  const absl::Status garbage = attacker.Push("qsgd(s=77,bucket=3)", std::string(4096, '\1'));
+  EXPECT_EQ(garbage.code(), absl::StatusCode::kInvalidArgument) << garbage;
   EXPECT_TRUE(honest.AdvancesBy(20)) << "the rounds no longer wait for worker 3";
   std::string valid;
   ASSERT_TRUE((*codecs::MakeCodec("int8"))->Encode(std::vector<float>(8192, 0.5f), &valid).ok());
-  grpc::Status quarantined = push("int8", valid);
-  EXPECT_EQ(quarantined.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
-      << quarantined.error_message();
-  EXPECT_EQ(core::RefusalOf(net::FromGrpc(quarantined)), core::Refusal::kQuarantined);
+  const absl::Status quarantined = attacker.Push("int8", valid);
+  EXPECT_EQ(quarantined.code(), absl::StatusCode::kFailedPrecondition) << quarantined;
+  EXPECT_EQ(core::RefusalOf(quarantined), core::Refusal::kQuarantined);
   EXPECT_THAT(shard.Log(), HasSubstr("worker 3 quarantined for 600000 ms"));
   EXPECT_TRUE(shard.Alive());
 }
 
 // Finding 4: watchers of cancelled or timed-out pulls were never removed, and nothing
-// bounded the Pull streams one worker could hold open.
+// bounded the Pull streams one worker could hold open. gRPC-only: it drives gRPC Pull
+// streams through the generated stub (deadlines, cancels, readers that never read); on
+// the TCP plane, a lost connection's pulls and places: tests/server/tcp_backend_test.cc.
 TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
   server::ServerOptions o;
   o.num_workers = 2;
@@ -455,7 +529,8 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
 
 // Finding 5: without credentials any local process re-joined as worker 0 and evicted
 // the honest session, and a forged ShareRound as "shard 1" made shard 0 drop rounds. By
-// default a shard now authenticates every client.
+// default a shard now authenticates every client. gRPC-only: Join and the peer calls are
+// control calls, and a forged token is refused in gRPC metadata.
 TEST(HostileTest, ByDefaultNoClientCanActAsAnotherWorkerOrShard) {
   // The binary with no authentication flag at all: its run directory under $HOME.
   const std::string home = TempRunDir("ps-hostile-home");
@@ -514,7 +589,8 @@ TEST(HostileTest, ByDefaultNoClientCanActAsAnotherWorkerOrShard) {
 }
 
 // Finding 6: Hello claiming the shard's own id was accepted (without credentials, where
-// peers cannot be told apart, the claim is all there is to check).
+// peers cannot be told apart, the claim is all there is to check). gRPC-only: a peer
+// call.
 TEST(HostileTest, HelloClaimingTheShardsOwnIdIsRefused) {
   ShardProcess shard({"--workers", "1", "--num-shards", "2", "--shard-id", "0", "--peers",
                       "127.0.0.1:1,127.0.0.1:2"},
@@ -530,6 +606,7 @@ TEST(HostileTest, HelloClaimingTheShardsOwnIdIsRefused) {
 
 // Finding 6: Hello logged one error per call echoing the caller's text (50 calls of 1 MB
 // made 50 MB of log), Join a line per call, libprotobuf a line per malformed body.
+// gRPC-only: control calls and protobuf bodies.
 TEST(HostileTest, ClientsCannotFloodTheLog) {
   ShardProcess shard({"--workers", "2", "--num-shards", "2", "--shard-id", "0", "--peers",
                       "127.0.0.1:1,127.0.0.1:2"},
@@ -564,7 +641,8 @@ TEST(HostileTest, ClientsCannotFloodTheLog) {
   EXPECT_TRUE(shard.Alive());
 }
 
-// A layout request's messages quote a bounded part of the client's text.
+// A layout request's messages quote a bounded part of the client's text. gRPC-only: a
+// control call.
 TEST(HostileTest, RefusalsDoNotEchoHugeClientText) {
   ShardProcess shard({"--workers", "1"});
   std::string session;
@@ -579,39 +657,42 @@ TEST(HostileTest, RefusalsDoNotEchoHugeClientText) {
 }
 
 // A client refused again and again (here: pushes of an unknown slice) gets its answers
-// held once over its budget, while the honest workers' rounds go on; a call without
-// credentials is refused from its metadata, its 7 MB body unread.
-TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
+// held once over its budget, while the honest workers' rounds go on.
+TEST_P(HostilePlaneTest, RepeatedRefusalsAreHeldWhileHonestRoundsGoOn) {
   std::vector<std::string> flags = FourWorkers();
   flags.insert(flags.end(),
                {"--refusal-burst", "4", "--refusal-rate", "0.5", "--refusal-hold-ms", "400"});
-  ShardProcess shard(flags);
+  ShardProcess shard(Flags(flags));
   HonestTraining honest(shard, 3);
   ASSERT_TRUE(honest.AdvancesBy(2));
-  std::string session;
-  ASSERT_TRUE(shard.Join(shard.Token(3), 3, HonestLayout().hash(), &session).ok());
-
-  v1::PushRequest push;
-  push.set_session(session);
-  push.set_layout_hash(HonestLayout().hash());
-  push.set_slice_id(99);
-  push.set_codec("fp32");
-  push.set_payload(std::string(64, '\1'));
+  HandPusher attacker(shard, 3, HonestLayout().hash());
+  ASSERT_TRUE(attacker.joined());
+  ASSERT_EQ(attacker.plane(), GetParam());
   int held = 0;
   for (int i = 0; i < 14; ++i) {
-    v1::PushResponse resp;
     const auto start = std::chrono::steady_clock::now();
-    grpc::Status s =
-        shard.workers().Push(Context(shard.address(), shard.Token(3)).get(), push, &resp);
-    ASSERT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    const absl::Status s = attacker.Push("fp32", std::string(64, '\1'), /*slice=*/99);
+    ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
     // The reason comes with the status, held or not.
-    EXPECT_EQ(core::RefusalOf(net::FromGrpc(s)), core::Refusal::kUnknownSlice);
+    EXPECT_EQ(core::RefusalOf(s), core::Refusal::kUnknownSlice);
     if (std::chrono::steady_clock::now() - start >= milliseconds(400)) ++held;
   }
   // 4 at once from the burst, about one more from the refill: the rest were held.
   EXPECT_GE(held, 8);
   EXPECT_TRUE(honest.AdvancesBy(2));
+  EXPECT_TRUE(shard.Alive());
+}
 
+// A push without credentials is refused from its metadata, its 7 MB body unread.
+// gRPC-only: credentials in gRPC metadata; the TCP port admits no frame before a
+// connection's proof (hostile_data_test.cc).
+TEST(HostileTest, UnauthenticatedPushBodiesAreUnread) {
+  ShardProcess shard(FourWorkers());
+  v1::PushRequest push;
+  push.set_session("no session: refused before it is looked at");
+  push.set_layout_hash(HonestLayout().hash());
+  push.set_slice_id(99);
+  push.set_codec("fp32");
   push.set_payload(std::string(7 << 20, '\1'));
   v1::PushResponse resp;
   grpc::Status s = shard.workers().Push(Context().get(), push, &resp);
@@ -620,7 +701,8 @@ TEST(HostileTest, RepeatedRefusalsAreHeldAndUnauthenticatedBodiesUnread) {
   EXPECT_TRUE(shard.Alive());
 }
 
-// Finding 6: idle HTTP/2 connections were kept forever.
+// Finding 6: idle HTTP/2 connections were kept forever. gRPC-only: an HTTP/2 channel's
+// state after the shard's GOAWAY.
 TEST(HostileTest, IdleConnectionsAreClosed) {
   server::ServerOptions o;
   o.num_workers = 1;

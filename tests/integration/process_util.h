@@ -10,11 +10,14 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "core/data_plane.h"
 
 extern char** environ;
 
@@ -89,6 +92,15 @@ class Process {
   bool exited_ = false;
   std::filesystem::path log_;
 };
+
+// The ps-server flags that run data plane `plane` (docs/data-plane.md): none for gRPC,
+// the default; for TCP the plane on `data_port`, 0 for one the kernel picks, which the
+// Join answer names (workers follow it, so a test sets only the server's side).
+inline std::vector<std::string> PlaneFlags(core::DataPlane plane, uint16_t data_port = 0) {
+  if (plane == core::DataPlane::kGrpc) return {};
+  return {"--data-plane", std::string(core::DataPlaneName(plane)), "--data-port",
+          std::to_string(data_port)};
+}
 
 inline std::string ReadPortFile(const std::string& path, milliseconds timeout) {
   const auto until = std::chrono::steady_clock::now() + timeout;

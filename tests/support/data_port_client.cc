@@ -14,8 +14,10 @@
 #include <cerrno>
 #include <span>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "core/auth_proof.h"
+#include "core/refusal.h"
 #include "core/status.h"
 
 namespace ps::testing {
@@ -145,9 +147,14 @@ absl::StatusOr<net::AdmitMeta> DataPortClient::Handshake(uint64_t session, uint3
 absl::Status DataPortClient::StatusOf(const DataFrame& f) {
   absl::StatusOr<net::StatusMeta> m = net::ParseStatusMeta(f.header.type, f.meta);
   if (!m.ok()) return m.status();
-  return absl::Status(m->code, absl::StrCat(core::AsAbsl(net::FrameTypeName(f.header.type)), " ",
-                                            core::AsAbsl(m->refusal_name), ": ",
-                                            core::AsAbsl(m->message)));
+  absl::Status s(m->code, absl::StrCat(core::AsAbsl(net::FrameTypeName(f.header.type)), " ",
+                                       core::AsAbsl(m->refusal_name), ": ",
+                                       core::AsAbsl(m->message)));
+  // The kind, as the worker's connection rebuilds it (core::RefusalOf).
+  if (!s.ok() && core::ParseRefusal(m->refusal_name).has_value()) {
+    s.SetPayload(core::AsAbsl(core::kRefusalPayload), absl::Cord(core::AsAbsl(m->refusal_name)));
+  }
+  return s;
 }
 
 bool DataPortClient::ReadExactly(size_t n, std::string* out) {

@@ -73,7 +73,7 @@ class DataPortClient {
                                            const std::string& key, uint32_t shard = 0);
 
   // A GOAWAY, ANSWER or PULL_END as a status carrying its refusal's name:
-  // "GOAWAY unknown_session: ...".
+  // "GOAWAY unknown_session: ...", and its kind (core::RefusalOf) when this build knows it.
   static absl::Status StatusOf(const DataFrame& f);
 
  private:
