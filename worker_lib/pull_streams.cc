@@ -340,7 +340,7 @@ absl::StatusOr<uint64_t> PullStreams::PullSlices(const Destinations& dst, uint64
       return WithContext(worst, context);
     }
     retries_.fetch_add(1);
-    if (absl::IsUnauthenticated(worst)) client_.Rejoin(worst_shard, epochs[worst_shard]);
+    if (CallsForRejoin(worst)) client_.Rejoin(worst_shard, epochs[worst_shard]);
     std::this_thread::sleep_for(backoff);
   }
 }

@@ -376,8 +376,9 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
     const auto delay = policy_.Backoff(call->attempt);
     ++call->attempt;
     call->last_code = s.code();
+    call->rejoin = CallsForRejoin(s);
     retry_queue_.After(delay, [this, call = std::shared_ptr<Call>(std::move(call))]() mutable {
-      if (call->last_code == absl::StatusCode::kUnauthenticated) {
+      if (call->rejoin) {
         client_.Rejoin(call->shard, call->epoch);
       }
       Send(std::make_unique<Call>(std::move(*call)));

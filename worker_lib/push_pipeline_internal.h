@@ -111,6 +111,7 @@ class PushPipeline {
     // Bytes this call holds of its shard's in-flight window, from dispatch to its end.
     uint64_t credit = 0;
     absl::StatusCode last_code = absl::StatusCode::kOk;
+    bool rejoin = false;  // the last failure calls for a Join before the retry
     // A resend after the shard restarted (OnRejoined): not counted in pending_, and its
     // refusal (late, duplicate) is no error of the caller's.
     bool replay = false;

@@ -61,14 +61,14 @@ constexpr uint64_t kRounds = 24, kKillAfter = 10;
 // Two ps-server shards on data plane `plane` (with `extra_args`) and two workers pushing
 // a constant gradient (1 and 2, mean 1.5) for kRounds rounds; after kKillAfter rounds and
 // a checkpoint of shard 1 on disk, kill -9 of shard 1 and its restart on the same port
-// and directory. On the TCP plane each shard has a data port of its own picked here, kept
-// across the restart as deployments keep theirs (deploy/, ps-launch): the workers' HELLO
-// to the restarted shard is refused unknown_session and they join again. (With
-// --data-port 0 the restarted shard would listen elsewhere, and a worker, still dialling
-// the old data port, is refused by the kernel and never joins again: it gives up after
-// its attempts with "cannot connect to shard 1 ...'s data port: Connection refused".)
-void RunKillNine(core::DataPlane plane, const std::vector<std::string>& extra_args,
-                 KillNineRun* out) {
+// and directory. On the TCP plane the data ports are either picked here and kept across
+// the restart, as deployments keep theirs (deploy/, ps-launch): the workers' HELLO to the
+// restarted shard is refused unknown_session and they join again; or left to the kernel
+// (--data-port 0, as LocalCluster does): the restarted shard listens elsewhere, the old
+// data port refuses the connection, and the workers join again for the new one.
+enum class DataPorts { kKept, kKernelPicked };
+void RunKillNine(core::DataPlane plane, DataPorts data_ports,
+                 const std::vector<std::string>& extra_args, KillNineRun* out) {
   const auto dir = TempDir("ps_durability");
   const std::vector<uint16_t> ports = testing::PickFreePorts(4);  // control 0, 1; data 0, 1
   ASSERT_EQ(ports.size(), 4u);
@@ -83,7 +83,8 @@ void RunKillNine(core::DataPlane plane, const std::vector<std::string>& extra_ar
         "--checkpoint-interval-s", "0", "--peer-timeout-ms", "5000",
         // Both shards share one run directory: the first makes the secret.
         "--run-dir", (dir / "run").string()};
-    const std::vector<std::string> plane_flags = testing::PlaneFlags(plane, ports[2 + id]);
+    const std::vector<std::string> plane_flags =
+        testing::PlaneFlags(plane, data_ports == DataPorts::kKept ? ports[2 + id] : 0);
     args.insert(args.end(), plane_flags.begin(), plane_flags.end());
     args.insert(args.end(), extra_args.begin(), extra_args.end());
     return args;
@@ -238,9 +239,10 @@ class DurabilityTest : public ::testing::TestWithParam<core::DataPlane> {};
 INSTANTIATE_TEST_SUITE_P(Planes, DurabilityTest, testing::DataPlanes(),
                          [](const auto& info) { return testing::PlaneName(info.param); });
 
+// (On TCP with data ports the kernel picks: the restarted shard's is new.)
 TEST_P(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
   KillNineRun run;
-  RunKillNine(GetParam(), {}, &run);
+  RunKillNine(GetParam(), DataPorts::kKernelPicked, {}, &run);
   if (HasFatalFailure()) return;
   const std::string& log1 = run.log1;
 
@@ -263,10 +265,11 @@ TEST_P(DurabilityTest, KillNineOfAShardMidTrainingRestoresAndTrainingFinishes) {
 // The same with compressed pulls: the restarted shard has a new epoch, so each worker gets
 // its slice densely once and changes again after; both workers end with the same bits, on
 // the fault-free trajectory up to what fp16 loses of the last change (the rest of what it
-// lost stays on the shard and goes out with the next changes).
+// lost stays on the shard and goes out with the next changes). (On TCP with data ports
+// kept across the restart.)
 TEST_P(DurabilityTest, KillNineWithCompressedPullsKeepsEveryWorkerOnTheSameBits) {
   KillNineRun run;
-  RunKillNine(GetParam(), {"--pull-codec", "fp16"}, &run);
+  RunKillNine(GetParam(), DataPorts::kKept, {"--pull-codec", "fp16"}, &run);
   if (HasFatalFailure()) return;
   EXPECT_GE(RoundsLost(run, run.final_values[0], 1e-3f), 0)
       << "the parameters match no fault-free run that lost rounds of shard 1\n" << run.log1;

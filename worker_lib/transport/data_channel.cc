@@ -2,6 +2,10 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
+
+#include "absl/strings/cord.h"
+#include "absl/strings/string_view.h"
 
 #include "core/status.h"
 
@@ -26,6 +30,21 @@ absl::Status DeliverPullFrame(const net::PullFrame& frame, PullSink& sink) {
   frame.values.CopyTo(place.data());
   const std::string_view placed(place.data(), place.size());
   return sink.Arrived(h, net::Pieces(&placed, 1));
+}
+
+namespace {
+constexpr absl::string_view kUnreachablePayload = "type.ps-server/data-endpoint-unreachable";
+}  // namespace
+
+absl::Status DataEndpointUnreachable(std::string message) {
+  absl::Status s = absl::UnavailableError(std::move(message));
+  s.SetPayload(kUnreachablePayload, absl::Cord("1"));
+  return s;
+}
+
+bool CallsForRejoin(const absl::Status& s) {
+  return absl::IsUnauthenticated(s) ||
+         (absl::IsUnavailable(s) && s.GetPayload(kUnreachablePayload).has_value());
 }
 
 }  // namespace ps::internal

@@ -102,6 +102,15 @@ class PullSink {
 // Arrived. For channels whose transport parses whole messages (gRPC, the tests' fake).
 absl::Status DeliverPullFrame(const net::PullFrame& frame, PullSink& sink);
 
+// UNAVAILABLE with `message`, marked as a data endpoint this worker could not reach (no
+// connection, no admission in time): the shard may have come back on another data port
+// (one the kernel picked), which only a new Join answer names.
+absl::Status DataEndpointUnreachable(std::string message);
+// Whether a call that failed with `s` should join its shard again before it is retried:
+// the shard no longer knows its session (UNAUTHENTICATED), or its data endpoint could
+// not be reached (DataEndpointUnreachable).
+bool CallsForRejoin(const absl::Status& s);
+
 class DataChannel {
  public:
   virtual ~DataChannel() = default;

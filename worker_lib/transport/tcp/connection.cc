@@ -109,7 +109,7 @@ void Connection::Connect() {
   connect_timer_ = std::make_unique<asio::steady_timer>(io_, options_.connect_timeout);
   connect_timer_->async_wait([self, gen](const boost::system::error_code& ec) {
     if (ec || gen != self->generation_ || self->state_ != State::kConnecting) return;
-    self->Lost(absl::UnavailableError(absl::StrCat(
+    self->Lost(DataEndpointUnreachable(absl::StrCat(
         "no admission from ", self->Name(), "'s data port within ",
         self->options_.connect_timeout.count(), " ms")));
   });
@@ -117,7 +117,7 @@ void Connection::Connect() {
                                                     const boost::system::error_code& ec) {
     if (gen != self->generation_) return;
     if (ec) {
-      self->Lost(absl::UnavailableError(absl::StrCat(
+      self->Lost(DataEndpointUnreachable(absl::StrCat(
           "cannot connect to ", self->Name(), "'s data port: ", ec.message())));
       return;
     }
