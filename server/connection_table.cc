@@ -19,6 +19,7 @@ std::string_view CloseReasonName(CloseReason r) {
     case CloseReason::kUnprovenBytes: return "unproven_bytes";
     case CloseReason::kPenalized: return "penalized";
     case CloseReason::kTlsHandshake: return "tls_handshake";
+    case CloseReason::kShutdown: return "shutdown";
     case CloseReason::kCount: break;
   }
   return "unknown";

@@ -85,6 +85,7 @@ enum class CloseReason : uint8_t {
                     // identity is penalized
   kTlsHandshake,    // its TLS handshake failed (no or a refused certificate, no TLS at
                     // all); the TCP data port's (the gRPC ports' TLS is gRPC's)
+  kShutdown,        // still open when the shard shut down with no call left on it
   kCount
 };
 std::string_view CloseReasonName(CloseReason r);

@@ -356,6 +356,23 @@ void Listener::CloseVictims(const std::vector<ConnectionTable::Victim>& victims)
   }
 }
 
+size_t Listener::CloseAll() {
+  absl::flat_hash_map<ConnectionTable::Id, Handed> handed;
+  {
+    absl::MutexLock lock(&mu_);
+    handed.swap(handed_);
+  }
+  size_t closed = 0;
+  for (const auto& [id, h] : handed) {
+    // As CloseVictims: only while the descriptor still names the socket handed out.
+    if (h.inode == 0 || InodeOf(h.fd) != h.inode) continue;
+    ::shutdown(h.fd, SHUT_RDWR);
+    ++closed;
+  }
+  closed_[static_cast<size_t>(CloseReason::kShutdown)].fetch_add(closed);
+  return closed;
+}
+
 void Listener::Sweep() {
   std::vector<ConnectionTable::Id> gone;
   {

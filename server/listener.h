@@ -67,6 +67,13 @@ class Listener {
 
   ListenerStats stats() const;
 
+  // At shutdown, once the port has no call open: closes every connection still handed
+  // to gRPC (counted as CloseReason::kShutdown). gRPC's shutdown waits for each of its
+  // connections to go, and a client with no call open may read the GOAWAY only seconds
+  // later (its channel is not polled meanwhile); closing them ends that wait. Returns
+  // how many it closed.
+  size_t CloseAll();
+
  private:
   struct Handed {
     int fd = -1;

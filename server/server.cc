@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "core/status.h"
 #include "net/channel_auth.h"
 #include "server/auth_internal.h"
@@ -375,7 +376,7 @@ class ServerImpl final : public Server {
     // connection closed (its pulls and buffers freed), its threads joined, before the
     // front goes.
     if (tcp_ != nullptr) tcp_->Stop();
-    server_->Shutdown(until);
+    ShutdownGrpc(until);
     if (health_server_ != nullptr) health_server_->Shutdown(std::chrono::system_clock::now());
     if (front_ != nullptr) front_->Stop();
     if (health_front_ != nullptr) health_front_->Stop();
@@ -406,6 +407,30 @@ class ServerImpl final : public Server {
   }
 
  private:
+  // gRPC's shutdown of the main port by `until`: it answers what is in flight and sends
+  // every connection a GOAWAY, then waits for each connection to go. A worker whose
+  // channel has no call open reads the GOAWAY only when gRPC next polls it (seconds; on
+  // the TCP data plane its control channel is idle between Joins), so once no call is
+  // open the listener closes what is left (Listener::CloseAll).
+  void ShutdownGrpc(std::chrono::system_clock::time_point until) {
+    absl::Notification done;
+    std::thread closer([&] {
+      while (!done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+        if (front_->stats().budget.calls == 0) {
+          const size_t closed = listener_->CloseAll();
+          if (closed > 0) {
+            spdlog::info("shard {}: closed {} idle connection(s) of the port at shutdown",
+                         options_.shard_id, closed);
+          }
+          return;
+        }
+      }
+    });
+    server_->Shutdown(until);
+    done.Notify();
+    closer.join();
+  }
+
   // What the metrics read about the ports (Metrics::SetPortSource): the main port, and
   // --health-port when set. Only once Listen() has set up every port.
   std::vector<PortStats> PortStatsNow() const {
