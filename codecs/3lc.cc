@@ -27,6 +27,8 @@
 #include "codecs/codec_internal.h"
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
+#include "core/fp32_bytes.h"
+#include "core/simd.h"
 #include "core/status.h"
 
 namespace ps::codecs {
@@ -162,6 +164,31 @@ float ScaleOf(double max_abs, double s) {
 // M / 2 is exact for normal M; the floor keeps zeros at 0 when M / 2 underflows.
 float HalfOf(float scale) { return std::max(0.5f * scale, FLT_TRUE_MIN); }
 
+// out[i] = base[i] + 0.0f (a -0 becomes +0, as base + a decoded zero does), and the
+// largest |out[i]| as bits (>= 0x7f800000: some value is Inf or NaN). Blocks of a fixed
+// count and restrict pointers, so that GCC vectorizes them at -O2, in an AVX2 clone too.
+constexpr size_t kPlusZeroBlock = 1024;
+PS_VECTOR_CLONES uint32_t PlusZeroBlock(const float* __restrict base, float* __restrict out) {
+  uint32_t max_bits = 0;
+  for (size_t i = 0; i < kPlusZeroBlock; ++i) {
+    out[i] = base[i] + 0.0f;
+    max_bits = std::max(max_bits, std::bit_cast<uint32_t>(out[i]) & 0x7fffffffu);
+  }
+  return max_bits;
+}
+uint32_t PlusZeroMaxAbsBits(const float* base, float* out, size_t n) {
+  uint32_t max_bits = 0;
+  size_t i = 0;
+  for (; i + kPlusZeroBlock <= n; i += kPlusZeroBlock) {
+    max_bits = std::max(max_bits, PlusZeroBlock(base + i, out + i));
+  }
+  for (; i < n; ++i) {
+    out[i] = base[i] + 0.0f;
+    max_bits = std::max(max_bits, std::bit_cast<uint32_t>(out[i]) & 0x7fffffffu);
+  }
+  return max_bits;
+}
+
 // Bytes of the tokens of a run of `groups` zero groups (PutZeroRun).
 size_t RunBytes(size_t groups) {
   return groups / k3lcMaxRun + (groups % k3lcMaxRun != 0 ? 1 : 0);
@@ -278,6 +305,33 @@ class ThreeLcCodec final : public Codec {
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
+    return DecodeInto<false>(bytes, nullptr, out, nullptr);
+  }
+
+  // The change decoded and added to base in one pass over out (DecodeInto<true>); the
+  // payload is small (a byte per five values at most), so pieces are gathered first.
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    if (base.size() != out.size()) return Codec::DecodeAddPieces(pieces, base, out);
+    bool finite = true;
+    PS_RETURN_IF_ERROR(DecodeInto<true>(internal::Gathered(pieces), base.data(), out, &finite));
+    return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
+  }
+
+  // Header plus one byte per group (no runs).
+  size_t MaxEncodedBytes(size_t numel) const override {
+    return 1 + internal::VarintSize(numel) + sizeof(float) + (numel + kGroup - 1) / kGroup;
+  }
+
+ private:
+  // Decode, or with kAdd the decoded value plus base at each index: out[k] = base[k] +
+  // (t * scale), the same product and then AddInto's addition (zeros too: base + 0 turns
+  // a -0 into +0, as the addition after a plain decode does). *finite: whether every sum
+  // is, from FastDecode's bound on a long slice (no pass of its own), else from a scan
+  // of out (a short slice, or one whose values come near FLT_MAX).
+  template <bool kAdd>
+  absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<float> out,
+                          bool* finite) const {
     const size_t n = out.size();
     internal::WireReader r(kName, bytes);
     PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
@@ -301,7 +355,11 @@ class ThreeLcCodec final : public Codec {
     bool short_zero = false;
     bool nonzero = false;
     size_t i = 0;
-    if (n >= kFastDecodeMin) FastDecode(p, body.size(), scale, n, o, &i, &g, &short_zero, &nonzero);
+    bool bounded = false;  // FastDecode found every sum finite
+    if (n >= kFastDecodeMin) {
+      FastDecode<kAdd>(p, body.size(), scale, n, base, o, &i, &g, &short_zero, &nonzero,
+                       &bounded);
+    }
     for (; i < body.size(); ++i) {
       const unsigned char b = p[i];
       if (g == groups) {
@@ -315,8 +373,7 @@ class ThreeLcCodec final : public Codec {
         nonzero |= !zero;
         const std::array<float, kGroup>& t = kDigitTable[b];
         if (g < full_groups) {
-          float* dst = o + kGroup * g;
-          for (size_t j = 0; j < kGroup; ++j) dst[j] = t[j] * scale;
+          Put<kAdd>(t.data(), scale, kGroup, base, o, kGroup * g);
         } else {
           // The last, partial group: its padding digits must be zeros (digit 1).
           const size_t rem = n - kGroup * g;
@@ -325,7 +382,7 @@ class ThreeLcCodec final : public Codec {
                                         ") of the last group has non-zero padding digits (",
                                         rem, " values in the group)"));
           }
-          for (size_t j = 0; j < rem; ++j) o[kGroup * g + j] = t[j] * scale;
+          Put<kAdd>(t.data(), scale, rem, base, o, kGroup * g);
         }
         ++g;
       } else {
@@ -337,7 +394,12 @@ class ThreeLcCodec final : public Codec {
                                       " groups of ", n, " values"));
         }
         const size_t first = kGroup * g;
-        std::fill(o + first, o + std::min(first + kGroup * run, n), 0.0f);
+        const size_t end = std::min(first + kGroup * run, n);
+        if constexpr (kAdd) {
+          for (size_t k = first; k < end; ++k) o[k] = base[k] + 0.0f;
+        } else {
+          std::fill(o + first, o + end, 0.0f);
+        }
         g += run;
         short_zero = run < static_cast<size_t>(k3lcMaxRun);
       }
@@ -351,15 +413,24 @@ class ThreeLcCodec final : public Codec {
     if (!nonzero && scale != 0) {
       return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
     }
+    if constexpr (kAdd) *finite = bounded || core::FindNonFinite(out) < 0;
     return absl::OkStatus();
   }
 
-  // Header plus one byte per group (no runs).
-  size_t MaxEncodedBytes(size_t numel) const override {
-    return 1 + internal::VarintSize(numel) + sizeof(float) + (numel + kGroup - 1) / kGroup;
+  // The `count` values t[j] * scale of a group token at out[at]; with kAdd, base[at + j]
+  // plus each.
+  template <bool kAdd>
+  static void Put(const float* t, float scale, size_t count, const float* base, float* out,
+                  size_t at) {
+    for (size_t j = 0; j < count; ++j) {
+      if constexpr (kAdd) {
+        out[at + j] = base[at + j] + t[j] * scale;
+      } else {
+        out[at + j] = t[j] * scale;
+      }
+    }
   }
 
- private:
   // Decodes the tokens of a long slice without data-dependent branches (group and run
   // tokens alternate unpredictably): out is zeroed first, each group token stores its
   // row of a per-call table of the 243 groups times the scale (the same products as
@@ -367,13 +438,24 @@ class ThreeLcCodec final : public Codec {
   // advance g by the run. It stops 14 groups before the end and leaves *i, *g and the
   // flags for the general loop, which finishes the slice; on a non-canonical token it
   // undoes nothing and leaves *i = 0, so the general loop reports the exact error.
-  static void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* o,
-                         size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out) {
+  // With kAdd, out is base + 0 first and each row is added to base where it is stored
+  // (base + 0 where the row is zero: the value a plain decode then AddInto gives);
+  // *finite_out is then whether max|base| + scale stays below FLT_MAX, which bounds
+  // every sum of the slice, the general loop's too (false: out is to be scanned).
+  template <bool kAdd>
+  static void FastDecode(const unsigned char* p, size_t size, float scale, size_t n,
+                         const float* base, float* o, size_t* i_out, size_t* g_out,
+                         bool* short_zero_out, bool* nonzero_out, bool* finite_out) {
     alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
     for (size_t b = 0; b < 243; ++b) {
       for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
     }
-    std::memset(o, 0, n * sizeof(float));
+    uint32_t max_abs_bits = 0;
+    if constexpr (kAdd) {
+      max_abs_bits = PlusZeroMaxAbsBits(base, o, n);
+    } else {
+      std::memset(o, 0, n * sizeof(float));
+    }
     size_t i = 0;
     size_t g = 0;
     size_t short_zero = *short_zero_out;
@@ -389,7 +471,13 @@ class ThreeLcCodec final : public Codec {
       bad |= (is_run | is_zero_group) & short_zero;
       short_zero = is_zero_group | (is_run & (run < static_cast<size_t>(k3lcMaxRun)));
       nonzero |= (is_run | is_zero_group) ^ 1;
-      std::memcpy(o + kGroup * g, scaled[b], 8 * sizeof(float));
+      if constexpr (kAdd) {
+        float row[8];
+        for (size_t j = 0; j < 8; ++j) row[j] = base[kGroup * g + j] + scaled[b][j];
+        std::memcpy(o + kGroup * g, row, sizeof(row));
+      } else {
+        std::memcpy(o + kGroup * g, scaled[b], 8 * sizeof(float));
+      }
       g += run + (is_run ^ 1);
     }
     if (bad) return;  // the general loop starts over and names the token
@@ -397,6 +485,10 @@ class ThreeLcCodec final : public Codec {
     *g_out = g;
     *short_zero_out = short_zero != 0;
     *nonzero_out = nonzero != 0;
+    if constexpr (kAdd) {
+      *finite_out = max_abs_bits < 0x7f800000u &&
+                    double{std::bit_cast<float>(max_abs_bits)} + scale < double{FLT_MAX};
+    }
   }
 
   static absl::Status NonCanonical(size_t offset, unsigned char b) {
