@@ -28,7 +28,6 @@
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
 #include "core/fp32_bytes.h"
-#include "core/simd.h"
 #include "core/status.h"
 
 namespace ps::codecs {
@@ -163,31 +162,6 @@ float ScaleOf(double max_abs, double s) {
 }
 // M / 2 is exact for normal M; the floor keeps zeros at 0 when M / 2 underflows.
 float HalfOf(float scale) { return std::max(0.5f * scale, FLT_TRUE_MIN); }
-
-// out[i] = base[i] + 0.0f (a -0 becomes +0, as base + a decoded zero does), and the
-// largest |out[i]| as bits (>= 0x7f800000: some value is Inf or NaN). Blocks of a fixed
-// count and restrict pointers, so that GCC vectorizes them at -O2, in an AVX2 clone too.
-constexpr size_t kPlusZeroBlock = 1024;
-PS_VECTOR_CLONES uint32_t PlusZeroBlock(const float* __restrict base, float* __restrict out) {
-  uint32_t max_bits = 0;
-  for (size_t i = 0; i < kPlusZeroBlock; ++i) {
-    out[i] = base[i] + 0.0f;
-    max_bits = std::max(max_bits, std::bit_cast<uint32_t>(out[i]) & 0x7fffffffu);
-  }
-  return max_bits;
-}
-uint32_t PlusZeroMaxAbsBits(const float* base, float* out, size_t n) {
-  uint32_t max_bits = 0;
-  size_t i = 0;
-  for (; i + kPlusZeroBlock <= n; i += kPlusZeroBlock) {
-    max_bits = std::max(max_bits, PlusZeroBlock(base + i, out + i));
-  }
-  for (; i < n; ++i) {
-    out[i] = base[i] + 0.0f;
-    max_bits = std::max(max_bits, std::bit_cast<uint32_t>(out[i]) & 0x7fffffffu);
-  }
-  return max_bits;
-}
 
 // Bytes of the tokens of a run of `groups` zero groups (PutZeroRun).
 size_t RunBytes(size_t groups) {
@@ -327,8 +301,8 @@ class ThreeLcCodec final : public Codec {
   // Decode, or with kAdd the decoded value plus base at each index: out[k] = base[k] +
   // (t * scale), the same product and then AddInto's addition (zeros too: base + 0 turns
   // a -0 into +0, as the addition after a plain decode does). *finite: whether every sum
-  // is, from FastDecode's bound on a long slice (no pass of its own), else from a scan
-  // of out (a short slice, or one whose values come near FLT_MAX).
+  // is, checked by FastDecode as it adds, then by a scan of what the general loop wrote
+  // (at most 78 values of a long slice; all of a short one).
   template <bool kAdd>
   absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<float> out,
                           bool* finite) const {
@@ -355,11 +329,12 @@ class ThreeLcCodec final : public Codec {
     bool short_zero = false;
     bool nonzero = false;
     size_t i = 0;
-    bool bounded = false;  // FastDecode found every sum finite
+    bool fast_finite = true;  // the sums FastDecode wrote (kAdd), the first 5 g values
     if (n >= kFastDecodeMin) {
       FastDecode<kAdd>(p, body.size(), scale, n, base, o, &i, &g, &short_zero, &nonzero,
-                       &bounded);
+                       &fast_finite);
     }
+    const size_t fast_values = std::min(kGroup * g, n);
     for (; i < body.size(); ++i) {
       const unsigned char b = p[i];
       if (g == groups) {
@@ -413,7 +388,9 @@ class ThreeLcCodec final : public Codec {
     if (!nonzero && scale != 0) {
       return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
     }
-    if constexpr (kAdd) *finite = bounded || core::FindNonFinite(out) < 0;
+    if constexpr (kAdd) {
+      *finite = fast_finite && core::FindNonFinite(out.subspan(fast_values)) < 0;
+    }
     return absl::OkStatus();
   }
 
@@ -438,10 +415,11 @@ class ThreeLcCodec final : public Codec {
   // advance g by the run. It stops 14 groups before the end and leaves *i, *g and the
   // flags for the general loop, which finishes the slice; on a non-canonical token it
   // undoes nothing and leaves *i = 0, so the general loop reports the exact error.
-  // With kAdd, out is base + 0 first and each row is added to base where it is stored
-  // (base + 0 where the row is zero: the value a plain decode then AddInto gives);
-  // *finite_out is then whether max|base| + scale stays below FLT_MAX, which bounds
-  // every sum of the slice, the general loop's too (false: out is to be scanned).
+  // With kAdd the rows go to a zeroed buffer of kAddGroups groups in the first-level
+  // cache instead, and each buffer is added to base into out (core::AddFinite, which
+  // also checks the sums: *finite_out) before the next: base is read and out written
+  // once, sequentially, while the scattered row stores stay in the cache.
+  static constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
   template <bool kAdd>
   static void FastDecode(const unsigned char* p, size_t size, float scale, size_t n,
                          const float* base, float* o, size_t* i_out, size_t* g_out,
@@ -450,20 +428,53 @@ class ThreeLcCodec final : public Codec {
     for (size_t b = 0; b < 243; ++b) {
       for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
     }
-    uint32_t max_abs_bits = 0;
-    if constexpr (kAdd) {
-      max_abs_bits = PlusZeroMaxAbsBits(base, o, n);
-    } else {
-      std::memset(o, 0, n * sizeof(float));
-    }
     size_t i = 0;
     size_t g = 0;
-    size_t short_zero = *short_zero_out;
-    size_t nonzero = 0;
-    size_t bad = 0;
+    Flags flags{.short_zero = *short_zero_out};
     // A run covers at most 14 groups; 8 floats from group g fit while 5 g + 8 <= n.
     const size_t stop = n >= kGroup * k3lcMaxRun + 8 ? (n - 8) / kGroup - k3lcMaxRun : 0;
-    for (; i < size && g <= stop; ++i) {
+    if constexpr (kAdd) {
+      // A buffer's last token starts before kAddGroups and may run 13 groups past it.
+      alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
+      bool finite = true;
+      while (i < size && g <= stop) {
+        const size_t first = g;
+        std::memset(rows, 0, sizeof(rows));
+        FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, &flags);
+        const size_t begin = kGroup * first;
+        const size_t count = std::min(kGroup * g, n) - begin;
+        finite &= core::AddFinite(std::span<const float>(base + begin, count),
+                                  std::span<const float>(rows, count),
+                                  std::span<float>(o + begin, count));
+      }
+      *finite_out = finite;
+    } else {
+      std::memset(o, 0, n * sizeof(float));
+      FastTokens(p, size, scaled, stop, std::numeric_limits<size_t>::max(), o, 0, &i, &g, &flags);
+    }
+    if (flags.bad) return;  // the general loop starts over and names the token
+    *i_out = i;
+    *g_out = g;
+    *short_zero_out = flags.short_zero != 0;
+    *nonzero_out = flags.nonzero != 0;
+  }
+
+  // FastDecode's token flags, as size_t for branch-free arithmetic.
+  struct Flags {
+    size_t short_zero = 0;
+    size_t nonzero = 0;
+    size_t bad = 0;
+  };
+  // FastDecode's loop from token *i and group *g, while g <= stop and g < end: each
+  // token's row stored at rows + 5 (g - first), `rows` holding the values from group
+  // `first` on.
+  static void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8],
+                         size_t stop, size_t end, float* rows, size_t first, size_t* i_io,
+                         size_t* g_io, Flags* flags) {
+    size_t i = *i_io;
+    size_t g = *g_io;
+    size_t short_zero = flags->short_zero, nonzero = flags->nonzero, bad = flags->bad;
+    for (; i < size && g <= stop && g < end; ++i) {
       const size_t b = p[i];
       const size_t is_run = b >= k3lcRunBase;
       const size_t is_zero_group = b == k3lcZeroGroup;
@@ -471,24 +482,12 @@ class ThreeLcCodec final : public Codec {
       bad |= (is_run | is_zero_group) & short_zero;
       short_zero = is_zero_group | (is_run & (run < static_cast<size_t>(k3lcMaxRun)));
       nonzero |= (is_run | is_zero_group) ^ 1;
-      if constexpr (kAdd) {
-        float row[8];
-        for (size_t j = 0; j < 8; ++j) row[j] = base[kGroup * g + j] + scaled[b][j];
-        std::memcpy(o + kGroup * g, row, sizeof(row));
-      } else {
-        std::memcpy(o + kGroup * g, scaled[b], 8 * sizeof(float));
-      }
+      std::memcpy(rows + kGroup * (g - first), scaled[b], 8 * sizeof(float));
       g += run + (is_run ^ 1);
     }
-    if (bad) return;  // the general loop starts over and names the token
-    *i_out = i;
-    *g_out = g;
-    *short_zero_out = short_zero != 0;
-    *nonzero_out = nonzero != 0;
-    if constexpr (kAdd) {
-      *finite_out = max_abs_bits < 0x7f800000u &&
-                    double{std::bit_cast<float>(max_abs_bits)} + scale < double{FLT_MAX};
-    }
+    *i_io = i;
+    *g_io = g;
+    *flags = Flags{.short_zero = short_zero, .nonzero = nonzero, .bad = bad};
   }
 
   static absl::Status NonCanonical(size_t offset, unsigned char b) {
