@@ -7,7 +7,8 @@
 Aggregators: a non-empty array of rows with the documented keys and sane values, and
 every rule of the build timed at least once.
 Codecs: a non-empty array of rows with exactly the keys codec, data, encode_gbps,
-decode_gbps, ratio, rel_l2_error, memread_gbps; positive throughputs and ratio, a finite
+decode_gbps, ratio, rel_l2_error, memread_gbps (then apply_gbps, apply_unfused_gbps in
+every row or in none: --apply); positive throughputs and ratio, a finite
 non-negative error, one memread_gbps for the whole file, no (codec, data) twice, every
 expected spec measured on every expected data set, and fp32 (when present) lossless with
 a ratio just under 1 (the version byte of each slice).
@@ -22,6 +23,7 @@ RULES = {"mean", "median", "trimmed_mean", "meamed", "phocas", "krum", "multi_kr
          "bulyan", "geometric_median", "centered_clipping", "mda"}
 CODEC_KEYS = ["codec", "data", "encode_gbps", "decode_gbps", "ratio", "rel_l2_error",
               "memread_gbps"]
+APPLY_KEYS = ["apply_gbps", "apply_unfused_gbps"]
 
 
 def is_number(value):
@@ -52,14 +54,16 @@ def check_codecs(path, expect, data_sets):
     assert isinstance(rows, list) and rows, "no rows"
     seen = set()
     memread = None
+    keys = CODEC_KEYS + APPLY_KEYS if isinstance(rows[0], dict) and "apply_gbps" in rows[0] \
+        else CODEC_KEYS
     for row in rows:
-        assert isinstance(row, dict) and list(row) == CODEC_KEYS, \
-            f"keys must be exactly {CODEC_KEYS} in that order: {row}"
+        assert isinstance(row, dict) and list(row) == keys, \
+            f"keys must be exactly {keys} in that order: {row}"
         assert isinstance(row["codec"], str) and row["codec"], f"codec not a spec: {row}"
         assert row["data"] in ("gaussian", "real"), f"data not gaussian or real: {row}"
-        for key in CODEC_KEYS[2:]:
+        for key in keys[2:]:
             assert is_number(row[key]), f"{key} not a finite number: {row}"
-        for key in ("encode_gbps", "decode_gbps", "ratio", "memread_gbps"):
+        for key in ["encode_gbps", "decode_gbps", "ratio", "memread_gbps"] + keys[7:]:
             assert row[key] > 0, f"{key} not positive: {row}"
         assert row["rel_l2_error"] >= 0, f"negative error: {row}"
         if memread is None:

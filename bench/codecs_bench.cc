@@ -8,6 +8,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -23,6 +24,7 @@
 #include "codecs/codec.h"
 #include "codecs/device_encoder.h"
 #include "core/device.h"
+#include "core/fp32_bytes.h"
 #include "core/layout.h"
 #include "tests/codecs/example_specs.h"
 
@@ -50,6 +52,7 @@ struct CodecsFlags {
   uint64_t seed = 1;
   bool quick = false;
   bool list = false;
+  bool apply = false;
   std::string device = "cpu";
 };
 
@@ -71,6 +74,8 @@ struct Row {
   std::string data;
   Timing encode;
   Timing decode;
+  Timing apply;          // --apply: DecodeAddPieces, then the copy into what is held
+  Timing apply_unfused;  // --apply: the same result in the worker's former five steps
   double ratio = 0;
   double rel_l2_error = 0;
   uint64_t numel = 0;
@@ -161,6 +166,37 @@ class SlicedCodec {
     return absl::OkStatus();
   }
 
+  // --apply: what a worker does with a pulled change of each slice (HeldModel::Arrived):
+  // the change in `in` added to `held`, the sum written to `dst` and kept in `held`. Fused:
+  // DecodeAddPieces into dst, then one copy into held. Unfused, as the worker did before:
+  // DecodePieces into a scratch buffer, AddInto, FindNonFinite, copy into held, copy
+  // into dst. Both give the same bits (MeasureCell checks it).
+  absl::Status ApplyAll(const std::vector<std::string>& in, bool fused, std::span<float> held,
+                        std::span<float> dst, std::span<float> scratch) const {
+    for (size_t s = 0; s < in.size(); ++s) {
+      const std::span<float> h = Slice(held, s);
+      const std::span<float> d = Slice(dst, s);
+      const std::string_view piece = in[s];
+      const std::span<const std::string_view> pieces(&piece, 1);
+      if (fused) {
+        if (absl::Status st = codec_->DecodeAddPieces(pieces, h, d); !st.ok()) return st;
+        std::memcpy(h.data(), d.data(), h.size_bytes());
+        continue;
+      }
+      const std::span<float> change = scratch.first(h.size());
+      if (absl::Status st = codec_->DecodePieces(pieces, change); !st.ok()) return st;
+      core::AddInto(change, h);
+      if (core::FindNonFinite(change) >= 0) return absl::InternalError("a sum is not finite");
+      std::memcpy(h.data(), change.data(), h.size_bytes());
+      std::memcpy(d.data(), h.data(), h.size_bytes());
+    }
+    return absl::OkStatus();
+  }
+  std::span<float> Slice(std::span<float> all, size_t s) const {
+    const size_t begin = s * slice_elems_;
+    return all.subspan(begin, std::min(slice_elems_, all.size() - begin));
+  }
+
   absl::Status DecodeAll(const std::vector<std::string>& in, std::span<float> out) const {
     for (size_t s = 0; s < in.size(); ++s) {
       const size_t begin = s * slice_elems_;
@@ -230,6 +266,32 @@ absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, si
   if (!decode.ok()) return decode.status();
   row.encode = *encode;
   row.decode = *decode;
+  if (!flags.apply) return row;
+
+  // What is held starts as the data itself; each timed pass adds the round-0 change to it
+  // again (values drift by a few units per thousand passes, far from overflow).
+  std::vector<float> held_fused = data.values, held_unfused = data.values;
+  std::vector<float> dst_fused(data.values.size()), dst_unfused(data.values.size());
+  std::vector<float> change(std::min<size_t>(slice_elems, data.values.size()));
+  for (bool fused : {true, false}) {
+    if (absl::Status st = sliced.ApplyAll(encoded, fused, fused ? held_fused : held_unfused,
+                                          fused ? dst_fused : dst_unfused, change);
+        !st.ok()) {
+      return st;
+    }
+  }
+  if (std::memcmp(dst_fused.data(), dst_unfused.data(), dst_fused.size() * sizeof(float)) != 0) {
+    return absl::InternalError("DecodeAddPieces and decode-then-add differ");
+  }
+  absl::StatusOr<Timing> apply = TimeCalls(
+      [&] { return sliced.ApplyAll(encoded, true, held_fused, dst_fused, change); }, timing_options);
+  if (!apply.ok()) return apply.status();
+  absl::StatusOr<Timing> unfused = TimeCalls(
+      [&] { return sliced.ApplyAll(encoded, false, held_unfused, dst_unfused, change); },
+      timing_options);
+  if (!unfused.ok()) return unfused.status();
+  row.apply = *apply;
+  row.apply_unfused = *unfused;
   return row;
 }
 
@@ -402,18 +464,32 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
 
   const double memread = baseline.Finish();
 
-  Table table({"codec", "data", "ratio", "rel L2 error", "encode GB/s", "enc/memread",
-               "decode GB/s", "dec/memread", "enc median", "dec median"});
+  std::vector<std::string> columns = {"codec",       "data",        "ratio",
+                                      "rel L2 error", "encode GB/s", "enc/memread",
+                                      "decode GB/s",  "dec/memread", "enc median",
+                                      "dec median"};
+  if (flags.apply) {
+    columns.insert(columns.end(), {"apply GB/s", "unfused GB/s", "apply/unfused"});
+  }
+  Table table(columns);
   std::vector<core::JsonObjectWriter> json_rows;
   for (const Row& row : rows) {
     const double bytes = static_cast<double>(row.numel) * 4.0;
     const double enc = bytes / row.encode.best_seconds / 1e9;
     const double dec = bytes / row.decode.best_seconds / 1e9;
-    table.AddRow({row.codec, row.data, FormatG(row.ratio, 4), FormatG(row.rel_l2_error, 3),
-                  absl::StrFormat("%.2f", enc), absl::StrFormat("%.3f", enc / memread),
-                  absl::StrFormat("%.2f", dec), absl::StrFormat("%.3f", dec / memread),
-                  absl::StrFormat("%.2f", bytes / row.encode.median_seconds / 1e9),
-                  absl::StrFormat("%.2f", bytes / row.decode.median_seconds / 1e9)});
+    std::vector<std::string> cells = {
+        row.codec, row.data, FormatG(row.ratio, 4), FormatG(row.rel_l2_error, 3),
+        absl::StrFormat("%.2f", enc), absl::StrFormat("%.3f", enc / memread),
+        absl::StrFormat("%.2f", dec), absl::StrFormat("%.3f", dec / memread),
+        absl::StrFormat("%.2f", bytes / row.encode.median_seconds / 1e9),
+        absl::StrFormat("%.2f", bytes / row.decode.median_seconds / 1e9)};
+    const double apply = flags.apply ? bytes / row.apply.best_seconds / 1e9 : 0;
+    const double unfused = flags.apply ? bytes / row.apply_unfused.best_seconds / 1e9 : 0;
+    if (flags.apply) {
+      cells.insert(cells.end(), {absl::StrFormat("%.2f", apply), absl::StrFormat("%.2f", unfused),
+                                 absl::StrFormat("%.2f", apply / unfused)});
+    }
+    table.AddRow(cells);
     core::JsonObjectWriter json;
     json.Add("codec", row.codec)
         .Add("data", row.data)
@@ -422,6 +498,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
         .Add("ratio", row.ratio)
         .Add("rel_l2_error", row.rel_l2_error)
         .Add("memread_gbps", memread);
+    if (flags.apply) json.Add("apply_gbps", apply).Add("apply_unfused_gbps", unfused);
     json_rows.push_back(std::move(json));
   }
 
@@ -432,8 +509,15 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
   }
   std::printf(
       "GB/s: fp32 input bytes (4 * values) per second, 1 thread, best of %d repeat(s) (median "
-      "in the last columns); ratio = input bytes / encoded bytes\n\n",
+      "in the enc/dec median columns); ratio = input bytes / encoded bytes\n",
       std::max(flags.repeats, 1));
+  if (flags.apply) {
+    std::printf(
+        "apply: a pulled change applied to what a worker holds, DecodeAddPieces into the "
+        "caller's buffer and one copy into what is held; unfused: DecodePieces, AddInto, "
+        "FindNonFinite and two copies (the worker's former steps)\n");
+  }
+  std::printf("\n");
   return FinishReport("codecs", table, "skipped (default specs this build does not make)", skipped, flags.json, json_rows, errors);
 }
 
@@ -487,6 +571,10 @@ Command AddCodecsCommand(CLI::App& app) {
                 "Small run for smoke tests: 2^16 values in slices of 2^14, 1 repeat, no "
                 "minimum time, a 64 MiB baseline (flags given explicitly still win)");
   sub->add_flag("--list", flags->list, "Print the default codec specs and exit");
+  sub->add_flag("--apply", flags->apply,
+                "Also time applying each payload as a pulled change to held values: "
+                "DecodeAddPieces plus one copy against the unfused decode, add, check and two "
+                "copies (columns apply, unfused; JSON apply_gbps, apply_unfused_gbps)");
   sub->add_option("--device", flags->device,
                   "cpu, or cuda: encode throughput of the GPU encoders on device-resident "
                   "values against a device-to-device copy (exits non-zero without a device)")

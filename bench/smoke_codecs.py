@@ -5,6 +5,7 @@ refusals of bad gradients files and of --data real without a file.
 
     smoke_codecs.py PS_BENCH WORK_DIR
 """
+import json
 import os
 import random
 import struct
@@ -45,6 +46,15 @@ def main(bench, work):
     run([bench, "codecs", "--quick", "--codecs", "fp32,fp16;bf16", "--data", "both",
          "--gradients", grads, "--json", out], expect_ok=True)
     check_bench_json.check_codecs(out, SPECS, ["gaussian", "real"])
+
+    # --apply: a fused codec and one on the default path, with the two apply columns.
+    out_apply = os.path.join(work, "codecs_smoke_apply.json")
+    run([bench, "codecs", "--quick", "--apply", "--codecs", "3lc;sign", "--json", out_apply],
+        expect_ok=True)
+    check_bench_json.check_codecs(out_apply, ["3lc", "sign"], ["gaussian"])
+    with open(out_apply) as f:
+        if "apply_unfused_gbps" not in json.load(f)[0]:
+            sys.exit("ps-bench codecs --apply: rows without apply_unfused_gbps")
 
     odd = os.path.join(work, "odd.f32")
     with open(odd, "wb") as f:

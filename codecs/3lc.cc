@@ -27,6 +27,7 @@
 #include "codecs/codec_internal.h"
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
+#include "core/fp32_bytes.h"
 #include "core/status.h"
 
 namespace ps::codecs {
@@ -278,6 +279,33 @@ class ThreeLcCodec final : public Codec {
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
+    return DecodeInto<false>(bytes, nullptr, out, nullptr);
+  }
+
+  // The change decoded and added to base in one pass over out (DecodeInto<true>); the
+  // payload is small (a byte per five values at most), so pieces are gathered first.
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    if (base.size() != out.size()) return Codec::DecodeAddPieces(pieces, base, out);
+    bool finite = true;
+    PS_RETURN_IF_ERROR(DecodeInto<true>(internal::Gathered(pieces), base.data(), out, &finite));
+    return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
+  }
+
+  // Header plus one byte per group (no runs).
+  size_t MaxEncodedBytes(size_t numel) const override {
+    return 1 + internal::VarintSize(numel) + sizeof(float) + (numel + kGroup - 1) / kGroup;
+  }
+
+ private:
+  // Decode, or with kAdd the decoded value plus base at each index: out[k] = base[k] +
+  // (t * scale), the same product and then AddInto's addition (zeros too: base + 0 turns
+  // a -0 into +0, as the addition after a plain decode does). *finite: whether every sum
+  // is, checked by FastDecode as it adds, then by a scan of what the general loop wrote
+  // (at most 78 values of a long slice; all of a short one).
+  template <bool kAdd>
+  absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<float> out,
+                          bool* finite) const {
     const size_t n = out.size();
     internal::WireReader r(kName, bytes);
     PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
@@ -301,7 +329,12 @@ class ThreeLcCodec final : public Codec {
     bool short_zero = false;
     bool nonzero = false;
     size_t i = 0;
-    if (n >= kFastDecodeMin) FastDecode(p, body.size(), scale, n, o, &i, &g, &short_zero, &nonzero);
+    bool fast_finite = true;  // the sums FastDecode wrote (kAdd), the first 5 g values
+    if (n >= kFastDecodeMin) {
+      FastDecode<kAdd>(p, body.size(), scale, n, base, o, &i, &g, &short_zero, &nonzero,
+                       &fast_finite);
+    }
+    const size_t fast_values = std::min(kGroup * g, n);
     for (; i < body.size(); ++i) {
       const unsigned char b = p[i];
       if (g == groups) {
@@ -315,8 +348,7 @@ class ThreeLcCodec final : public Codec {
         nonzero |= !zero;
         const std::array<float, kGroup>& t = kDigitTable[b];
         if (g < full_groups) {
-          float* dst = o + kGroup * g;
-          for (size_t j = 0; j < kGroup; ++j) dst[j] = t[j] * scale;
+          Put<kAdd>(t.data(), scale, kGroup, base, o, kGroup * g);
         } else {
           // The last, partial group: its padding digits must be zeros (digit 1).
           const size_t rem = n - kGroup * g;
@@ -325,7 +357,7 @@ class ThreeLcCodec final : public Codec {
                                         ") of the last group has non-zero padding digits (",
                                         rem, " values in the group)"));
           }
-          for (size_t j = 0; j < rem; ++j) o[kGroup * g + j] = t[j] * scale;
+          Put<kAdd>(t.data(), scale, rem, base, o, kGroup * g);
         }
         ++g;
       } else {
@@ -337,7 +369,12 @@ class ThreeLcCodec final : public Codec {
                                       " groups of ", n, " values"));
         }
         const size_t first = kGroup * g;
-        std::fill(o + first, o + std::min(first + kGroup * run, n), 0.0f);
+        const size_t end = std::min(first + kGroup * run, n);
+        if constexpr (kAdd) {
+          for (size_t k = first; k < end; ++k) o[k] = base[k] + 0.0f;
+        } else {
+          std::fill(o + first, o + end, 0.0f);
+        }
         g += run;
         short_zero = run < static_cast<size_t>(k3lcMaxRun);
       }
@@ -351,15 +388,26 @@ class ThreeLcCodec final : public Codec {
     if (!nonzero && scale != 0) {
       return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
     }
+    if constexpr (kAdd) {
+      *finite = fast_finite && core::FindNonFinite(out.subspan(fast_values)) < 0;
+    }
     return absl::OkStatus();
   }
 
-  // Header plus one byte per group (no runs).
-  size_t MaxEncodedBytes(size_t numel) const override {
-    return 1 + internal::VarintSize(numel) + sizeof(float) + (numel + kGroup - 1) / kGroup;
+  // The `count` values t[j] * scale of a group token at out[at]; with kAdd, base[at + j]
+  // plus each.
+  template <bool kAdd>
+  static void Put(const float* t, float scale, size_t count, const float* base, float* out,
+                  size_t at) {
+    for (size_t j = 0; j < count; ++j) {
+      if constexpr (kAdd) {
+        out[at + j] = base[at + j] + t[j] * scale;
+      } else {
+        out[at + j] = t[j] * scale;
+      }
+    }
   }
 
- private:
   // Decodes the tokens of a long slice without data-dependent branches (group and run
   // tokens alternate unpredictably): out is zeroed first, each group token stores its
   // row of a per-call table of the 243 groups times the scale (the same products as
@@ -367,21 +415,66 @@ class ThreeLcCodec final : public Codec {
   // advance g by the run. It stops 14 groups before the end and leaves *i, *g and the
   // flags for the general loop, which finishes the slice; on a non-canonical token it
   // undoes nothing and leaves *i = 0, so the general loop reports the exact error.
-  static void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* o,
-                         size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out) {
+  // With kAdd the rows go to a zeroed buffer of kAddGroups groups in the first-level
+  // cache instead, and each buffer is added to base into out (core::AddFinite, which
+  // also checks the sums: *finite_out) before the next: base is read and out written
+  // once, sequentially, while the scattered row stores stay in the cache.
+  static constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
+  template <bool kAdd>
+  static void FastDecode(const unsigned char* p, size_t size, float scale, size_t n,
+                         const float* base, float* o, size_t* i_out, size_t* g_out,
+                         bool* short_zero_out, bool* nonzero_out, bool* finite_out) {
     alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
     for (size_t b = 0; b < 243; ++b) {
       for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
     }
-    std::memset(o, 0, n * sizeof(float));
     size_t i = 0;
     size_t g = 0;
-    size_t short_zero = *short_zero_out;
-    size_t nonzero = 0;
-    size_t bad = 0;
+    Flags flags{.short_zero = *short_zero_out};
     // A run covers at most 14 groups; 8 floats from group g fit while 5 g + 8 <= n.
     const size_t stop = n >= kGroup * k3lcMaxRun + 8 ? (n - 8) / kGroup - k3lcMaxRun : 0;
-    for (; i < size && g <= stop; ++i) {
+    if constexpr (kAdd) {
+      // A buffer's last token starts before kAddGroups and may run 13 groups past it.
+      alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
+      bool finite = true;
+      while (i < size && g <= stop) {
+        const size_t first = g;
+        std::memset(rows, 0, sizeof(rows));
+        FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, &flags);
+        const size_t begin = kGroup * first;
+        const size_t count = std::min(kGroup * g, n) - begin;
+        finite &= core::AddFinite(std::span<const float>(base + begin, count),
+                                  std::span<const float>(rows, count),
+                                  std::span<float>(o + begin, count));
+      }
+      *finite_out = finite;
+    } else {
+      std::memset(o, 0, n * sizeof(float));
+      FastTokens(p, size, scaled, stop, std::numeric_limits<size_t>::max(), o, 0, &i, &g, &flags);
+    }
+    if (flags.bad) return;  // the general loop starts over and names the token
+    *i_out = i;
+    *g_out = g;
+    *short_zero_out = flags.short_zero != 0;
+    *nonzero_out = flags.nonzero != 0;
+  }
+
+  // FastDecode's token flags, as size_t for branch-free arithmetic.
+  struct Flags {
+    size_t short_zero = 0;
+    size_t nonzero = 0;
+    size_t bad = 0;
+  };
+  // FastDecode's loop from token *i and group *g, while g <= stop and g < end: each
+  // token's row stored at rows + 5 (g - first), `rows` holding the values from group
+  // `first` on.
+  static void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8],
+                         size_t stop, size_t end, float* rows, size_t first, size_t* i_io,
+                         size_t* g_io, Flags* flags) {
+    size_t i = *i_io;
+    size_t g = *g_io;
+    size_t short_zero = flags->short_zero, nonzero = flags->nonzero, bad = flags->bad;
+    for (; i < size && g <= stop && g < end; ++i) {
       const size_t b = p[i];
       const size_t is_run = b >= k3lcRunBase;
       const size_t is_zero_group = b == k3lcZeroGroup;
@@ -389,14 +482,12 @@ class ThreeLcCodec final : public Codec {
       bad |= (is_run | is_zero_group) & short_zero;
       short_zero = is_zero_group | (is_run & (run < static_cast<size_t>(k3lcMaxRun)));
       nonzero |= (is_run | is_zero_group) ^ 1;
-      std::memcpy(o + kGroup * g, scaled[b], 8 * sizeof(float));
+      std::memcpy(rows + kGroup * (g - first), scaled[b], 8 * sizeof(float));
       g += run + (is_run ^ 1);
     }
-    if (bad) return;  // the general loop starts over and names the token
-    *i_out = i;
-    *g_out = g;
-    *short_zero_out = short_zero != 0;
-    *nonzero_out = nonzero != 0;
+    *i_io = i;
+    *g_io = g;
+    *flags = Flags{.short_zero = short_zero, .nonzero = nonzero, .bad = bad};
   }
 
   static absl::Status NonCanonical(size_t offset, unsigned char b) {

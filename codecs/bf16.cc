@@ -17,6 +17,11 @@ namespace {
 
 constexpr char kSpec[] = "bf16";
 
+// The floats of out.size() little-endian bf16 words.
+void Widen(const unsigned char* words, std::span<float> out) {
+  for (size_t i = 0; i < out.size(); ++i) out[i] = internal::Bf16ToFloat(internal::Load16(words, i));
+}
+
 class Bf16Codec final : public Codec {
  public:
   std::string_view spec() const override { return kSpec; }
@@ -38,9 +43,16 @@ class Bf16Codec final : public Codec {
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, 2, out.size()));
     const auto* src = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
-    for (size_t i = 0; i < out.size(); ++i) out[i] = internal::Bf16ToFloat(internal::Load16(src, i));
+    Widen(src, out);
     // A bf16 is Inf or NaN exactly when its float is.
     return internal::CheckDecoded16(kSpec, src, out);
+  }
+
+  // One pass over out: each block of the pieces widened in the first-level cache, then
+  // added to base and checked.
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    return internal::DecodeAddWidened16(*this, &Widen, pieces, base, out);
   }
 
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + 2 * numel; }

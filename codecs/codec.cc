@@ -60,22 +60,18 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
 
 absl::Status Codec::DecodePieces(std::span<const std::string_view> pieces,
                                  std::span<float> out) const {
-  size_t total = 0;
-  const std::string_view* only = nullptr;
-  for (const std::string_view& p : pieces) {
-    total += p.size();
-    if (!p.empty()) only = &p;
+  return Decode(internal::Gathered(pieces), out);
+}
+
+absl::Status Codec::DecodeAddPieces(std::span<const std::string_view> pieces,
+                                    std::span<const float> base, std::span<float> out) const {
+  if (base.size() != out.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(internal::AbslView(spec()), ": ", base.size(),
+                                                   " values to add a change of ", out.size(), " to"));
   }
-  if (only == nullptr) return Decode({}, out);
-  if (only->size() == total) return Decode(*only, out);
-  struct GatherTag;
-  const std::span<char> scratch = core::ThreadScratch<char, GatherTag>(total);
-  size_t at = 0;
-  for (std::string_view p : pieces) {
-    std::memcpy(scratch.data() + at, p.data(), p.size());
-    at += p.size();
-  }
-  return Decode(std::string_view(scratch.data(), total), out);
+  PS_RETURN_IF_ERROR(DecodePieces(pieces, out));
+  if (core::AddFinite(base, out)) return absl::OkStatus();
+  return internal::NonFiniteSum(out);
 }
 
 std::vector<std::string> CodecNames() {
@@ -130,6 +126,57 @@ std::string FormatNumber(double value) {
 
 uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx) {
   return Mix64(Mix64(Mix64(seed ^ ctx.worker_id) ^ ctx.round) ^ ctx.slice_id);
+}
+
+std::string_view Gathered(std::span<const std::string_view> pieces) {
+  size_t total = 0;
+  const std::string_view* only = nullptr;
+  for (const std::string_view& p : pieces) {
+    total += p.size();
+    if (!p.empty()) only = &p;
+  }
+  if (only == nullptr) return {};
+  if (only->size() == total) return *only;
+  struct GatherTag;
+  const std::span<char> scratch = core::ThreadScratch<char, GatherTag>(total);
+  size_t at = 0;
+  for (std::string_view p : pieces) {
+    if (p.empty()) continue;  // memcpy from a null data() is undefined even for 0 bytes
+    std::memcpy(scratch.data() + at, p.data(), p.size());
+    at += p.size();
+  }
+  return std::string_view(scratch.data(), total);
+}
+
+bool IsDensePayload(std::span<const std::string_view> pieces, size_t value_bytes, size_t numel) {
+  size_t total = 0;
+  const std::string_view* first = nullptr;
+  for (const std::string_view& p : pieces) {
+    total += p.size();
+    if (first == nullptr && !p.empty()) first = &p;
+  }
+  return total == 1 + value_bytes * numel &&
+         static_cast<unsigned char>((*first)[0]) == kFormatVersion;
+}
+
+absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
+                                std::span<const std::string_view> pieces,
+                                std::span<const float> base, std::span<float> out) {
+  return DecodeAddDense(codec, 2, pieces, base, out,
+                        [widen](const unsigned char* words, std::span<const float> base_part,
+                                std::span<float> out_part) {
+                          alignas(64) float widened[kMaxBlockBytes / 2];
+                          const std::span<float> values(widened, out_part.size());
+                          widen(words, values);
+                          return core::AddFinite(base_part, values, out_part);
+                        });
+}
+
+absl::Status NonFiniteSum(std::span<const float> out) {
+  const ptrdiff_t i = core::FindNonFinite(out);
+  if (i < 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("value ", i, " is not finite once the change is applied"));
 }
 
 absl::Status CheckEncodable(std::string_view spec, std::span<const float> values) {

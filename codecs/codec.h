@@ -97,6 +97,19 @@ class Codec {
   virtual absl::Status DecodePieces(std::span<const std::string_view> pieces,
                                     std::span<float> out) const;
 
+  // A change in pieces (as DecodePieces reads them) applied to `base`: out[i] = base[i] +
+  // change[i], each that one fp32 addition (core::AddInto's, the one a shard with a pull
+  // codec makes: docs/data_path.md, "Compressed pulls"), so the bits are those of
+  // DecodePieces then the addition. Refuses what DecodePieces refuses, with its message,
+  // and then a sum that is not finite: "value I is not finite once the change is
+  // applied", I the first. base and out have the slice's size and overlap neither each
+  // other nor the pieces; base is only read, and out is unspecified after a refusal.
+  // This default decodes into out and adds base in one more pass that also checks; the
+  // codecs a shard uses for pulls (3lc, fp32, fp16, bf16, int8) decode, add and check in
+  // one pass over out.
+  virtual absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                                       std::span<const float> base, std::span<float> out) const;
+
   // Largest encoding of numel values, for message-size limits.
   virtual size_t MaxEncodedBytes(size_t numel) const = 0;
 

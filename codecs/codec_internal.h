@@ -2,8 +2,10 @@
 // MakeCodec() and the header check every dense codec runs first.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <span>
@@ -86,6 +88,89 @@ absl::Status CheckDecoded16(std::string_view spec, const unsigned char* words,
 inline uint16_t Load16(const unsigned char* in, size_t i) {
   return static_cast<uint16_t>(in[2 * i] | (in[2 * i + 1] << 8));
 }
+
+// The concatenation of `pieces`: the one non-empty piece itself, or a copy in a
+// per-thread scratch buffer, valid until the thread's next call (DecodePieces' default).
+std::string_view Gathered(std::span<const std::string_view> pieces);
+
+// DecodeAddPieces' refusal of a sum that is not finite, naming the first in out: "value
+// 5 is not finite once the change is applied"; OK when every value of out is finite.
+absl::Status NonFiniteSum(std::span<const float> out);
+
+// Calls fn(block, offset, size) over the bytes of `pieces` after their first `skip`, in
+// order, in blocks of `block_bytes` (the last may be shorter): `offset` counts from the
+// first byte after `skip`. A block within one piece is passed where it lies, one across
+// pieces gathered into a buffer first, so a block is always whole (block_bytes at most
+// kMaxBlockBytes; a multiple of the value size keeps values whole too).
+inline constexpr size_t kMaxBlockBytes = 4096;
+template <typename Fn>
+void ForEachBlock(std::span<const std::string_view> pieces, size_t skip, size_t block_bytes,
+                  Fn&& fn) {
+  alignas(64) unsigned char gather[kMaxBlockBytes];
+  size_t have = 0;  // bytes of the block being gathered
+  size_t offset = 0;
+  for (std::string_view piece : pieces) {
+    const size_t skipped = std::min(skip, piece.size());
+    skip -= skipped;
+    piece.remove_prefix(skipped);
+    const auto* p = reinterpret_cast<const unsigned char*>(piece.data());
+    size_t left = piece.size();
+    if (have > 0) {
+      const size_t take = std::min(block_bytes - have, left);
+      std::memcpy(gather + have, p, take);
+      have += take;
+      p += take;
+      left -= take;
+      if (have < block_bytes) continue;
+      fn(static_cast<const unsigned char*>(gather), offset, block_bytes);
+      offset += block_bytes;
+      have = 0;
+    }
+    for (; left >= block_bytes; p += block_bytes, left -= block_bytes, offset += block_bytes) {
+      fn(p, offset, block_bytes);
+    }
+    if (left > 0) {
+      std::memcpy(gather, p, left);
+      have = left;
+    }
+  }
+  if (have > 0) fn(static_cast<const unsigned char*>(gather), offset, have);
+}
+
+// Whether `pieces` frame a dense payload of numel values as CheckDensePayload wants it:
+// 1 + value_bytes * numel bytes in all, the first kFormatVersion.
+bool IsDensePayload(std::span<const std::string_view> pieces, size_t value_bytes, size_t numel);
+
+// DecodeAddPieces of a dense codec (version, then value_bytes bytes a value): when the
+// pieces frame such a payload, add_block(block, base part, out part) for each block of
+// whole values of the payload, in order (ForEachBlock), which writes base + change to the
+// out part and returns whether those sums are finite. When the framing is off or a sum
+// is not finite (a non-finite change value too), the default's path, for its exact
+// refusal.
+template <typename AddBlock>
+absl::Status DecodeAddDense(const Codec& codec, size_t value_bytes,
+                            std::span<const std::string_view> pieces, std::span<const float> base,
+                            std::span<float> out, AddBlock&& add_block) {
+  if (base.size() != out.size() || !IsDensePayload(pieces, value_bytes, out.size())) {
+    return codec.Codec::DecodeAddPieces(pieces, base, out);
+  }
+  bool finite = true;
+  const size_t block_bytes = kMaxBlockBytes / value_bytes * value_bytes;
+  ForEachBlock(pieces, 1, block_bytes, [&](const unsigned char* block, size_t offset, size_t size) {
+    const size_t at = offset / value_bytes;
+    const size_t count = size / value_bytes;
+    finite &= add_block(block, base.subspan(at, count), out.subspan(at, count));
+  });
+  return finite ? absl::OkStatus() : codec.Codec::DecodeAddPieces(pieces, base, out);
+}
+
+// DecodeAddDense of a codec of little-endian 16-bit words (fp16, bf16): each block's
+// words widened to floats by `widen` into a buffer in the first-level cache, then added
+// to base into out and checked (core::AddFinite).
+using Widen16 = void (*)(const unsigned char* words, std::span<float> out);
+absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
+                                std::span<const std::string_view> pieces,
+                                std::span<const float> base, std::span<float> out);
 
 // Checks the framing of a dense payload: not empty, bytes[0] == kFormatVersion, and
 // exactly 1 + bytes_per_value * numel bytes. Errors are INVALID_ARGUMENT and start

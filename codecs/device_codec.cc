@@ -26,6 +26,10 @@ class CudaRequestedCodec final : public Codec {
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     return cpu_->Decode(bytes, out);
   }
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    return cpu_->DecodeAddPieces(pieces, base, out);
+  }
   size_t MaxEncodedBytes(size_t numel) const override { return cpu_->MaxEncodedBytes(numel); }
   SharedStructure shared_structure() const override { return cpu_->shared_structure(); }
   std::string_view device_note() const override { return note_; }

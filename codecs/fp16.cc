@@ -132,6 +132,13 @@ class Fp16Codec final : public Codec {
     return internal::CheckDecoded16(kSpec, halves, out);
   }
 
+  // One pass over out: each block of the pieces widened in the first-level cache, then
+  // added to base and checked.
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    return internal::DecodeAddWidened16(*this, &internal::HalvesToFloats, pieces, base, out);
+  }
+
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + 2 * numel; }
 };
 

@@ -56,23 +56,31 @@ class Fp32Codec final : public Codec {
   // the wrong size or version takes Decode's path, for its exact message.
   absl::Status DecodePieces(std::span<const std::string_view> pieces,
                             std::span<float> out) const override {
-    size_t total = 0;
-    for (std::string_view p : pieces) total += p.size();
-    if (total != 1 + out.size_bytes() || out.empty()) return Codec::DecodePieces(pieces, out);
+    if (!internal::IsDensePayload(pieces, sizeof(float), out.size()) || out.empty()) {
+      return Codec::DecodePieces(pieces, out);
+    }
     bool versioned = false;
     size_t written = 0;
     for (std::string_view p : pieces) {
       if (p.empty()) continue;
       if (!versioned) {
-        if (static_cast<unsigned char>(p[0]) != kFormatVersion) {
-          return Codec::DecodePieces(pieces, out);
-        }
         p.remove_prefix(1);
         versioned = true;
       }
       PS_RETURN_IF_ERROR(CopyChecked(p, out, written));
     }
     return absl::OkStatus();
+  }
+
+  // The change read where it lies in the pieces, added to base into out and checked in
+  // one pass (core::AddFiniteBytes; a value cut between two pieces is gathered with its
+  // block).
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    return internal::DecodeAddDense(
+        *this, sizeof(float), pieces, base, out,
+        [](const unsigned char* change, std::span<const float> base_part,
+           std::span<float> out_part) { return core::AddFiniteBytes(base_part, change, out_part); });
   }
 
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }

@@ -21,6 +21,7 @@
 #include "codecs/codec_internal.h"
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
+#include "core/fp32_bytes.h"
 #include "core/status.h"
 
 namespace ps::codecs {
@@ -63,17 +64,9 @@ class Int8Codec final : public internal::BucketedCodec {
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     const size_t n = out.size();
-    internal::WireReader r(spec(), bytes);
     std::string_view scales;
-    PS_RETURN_IF_ERROR(ReadHeader(&r, n, kMaxScale, "scale", &scales));
-    std::string_view values;
-    PS_RETURN_IF_ERROR(r.Bytes(n, &values, "the values"));
-    PS_RETURN_IF_ERROR(r.Finish("the values"));
-    const auto* q = reinterpret_cast<const int8_t*>(values.data());
-    if (internal::HasInt8Minimum(q, n)) {
-      const size_t i = static_cast<size_t>(std::find(q, q + n, int8_t{-128}) - q);
-      return r.Error(absl::StrCat("value ", i, " is -128, outside [-127, 127]"));
-    }
+    const int8_t* q = nullptr;
+    PS_RETURN_IF_ERROR(Parse(bytes, n, &scales, &q));
     for (size_t b = 0; b < Buckets(n); ++b) {
       internal::DequantizeInt8(q + Begin(b), End(b, n) - Begin(b), internal::ScaleAt(scales, b),
                                out.data() + Begin(b));
@@ -81,7 +74,53 @@ class Int8Codec final : public internal::BucketedCodec {
     return absl::OkStatus();
   }
 
+  // One pass over out: the values dequantized a block at a time into a buffer in the
+  // first-level cache, then added to base and checked (core::AddFinite). The payload
+  // (a byte a value) is gathered from its pieces first.
+  absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
+                               std::span<const float> base, std::span<float> out) const override {
+    if (base.size() != out.size()) return Codec::DecodeAddPieces(pieces, base, out);
+    const size_t n = out.size();
+    std::string_view scales;
+    const int8_t* q = nullptr;
+    PS_RETURN_IF_ERROR(Parse(internal::Gathered(pieces), n, &scales, &q));
+    // Whole blocks whatever the bucket size (AddFinite vectorizes blocks of 1024).
+    constexpr size_t kBlock = 1024;
+    alignas(64) float values[kBlock];
+    bool finite = true;
+    for (size_t at = 0; at < n; at += kBlock) {
+      const size_t end = std::min(at + kBlock, n);
+      for (size_t i = at; i < end;) {
+        const size_t b = i / BucketSize();
+        const size_t stop = std::min(End(b, n), end);
+        internal::DequantizeInt8(q + i, stop - i, internal::ScaleAt(scales, b), values + (i - at));
+        i = stop;
+      }
+      finite &= core::AddFinite(base.subspan(at, end - at),
+                                std::span<const float>(values, end - at), out.subspan(at, end - at));
+    }
+    return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
+  }
+
   size_t MaxEncodedBytes(size_t numel) const override { return HeaderBytes(numel) + numel; }
+
+ private:
+  // Decode's checks of a payload for n values: its scales and its n values, each in
+  // [-127, 127].
+  absl::Status Parse(std::string_view bytes, size_t n, std::string_view* scales,
+                     const int8_t** q) const {
+    internal::WireReader r(spec(), bytes);
+    PS_RETURN_IF_ERROR(ReadHeader(&r, n, kMaxScale, "scale", scales));
+    std::string_view values;
+    PS_RETURN_IF_ERROR(r.Bytes(n, &values, "the values"));
+    PS_RETURN_IF_ERROR(r.Finish("the values"));
+    *q = reinterpret_cast<const int8_t*>(values.data());
+    if (internal::HasInt8Minimum(*q, n)) {
+      const size_t i = static_cast<size_t>(std::find(*q, *q + n, int8_t{-128}) - *q);
+      return r.Error(absl::StrCat("value ", i, " is -128, outside [-127, 127]"));
+    }
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace

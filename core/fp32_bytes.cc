@@ -29,14 +29,67 @@ namespace {
 
 constexpr size_t kFiniteBlock = 1024;
 
+inline uint32_t IsNonFinite(float x) {
+  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
+}
+
 // Whether any of the kFiniteBlock values at x is Inf or NaN: a branch-free OR over a
 // fixed count, which GCC vectorizes even at -O2 (no epilogue), in an AVX2 clone too.
 PS_VECTOR_CLONES bool BlockHasNonFinite(const float* x) {
   uint32_t bad = 0;
   for (size_t i = 0; i < kFiniteBlock; ++i) {
-    bad |= static_cast<uint32_t>((std::bit_cast<uint32_t>(x[i]) & 0x7f800000u) == 0x7f800000u);
+    bad |= IsNonFinite(x[i]);
   }
   return bad != 0;
+}
+
+// out[i] = base[i] + change[i] over kFiniteBlock values and whether every sum is finite,
+// the check a branch-free OR as in BlockHasNonFinite; `change` is little-endian fp32 at
+// any alignment (a payload's bytes). The fixed count and the restrict pointers (no
+// overlap to test at run time) are what GCC's cheap cost model at -O2 asks before it
+// vectorizes. AddBlockFiniteInPlace: the same with out = change, floats.
+PS_VECTOR_CLONES bool AddBlockFinite(const unsigned char* __restrict change,
+                                     const float* __restrict base, float* __restrict out) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < kFiniteBlock; ++i) {
+    float c;
+    std::memcpy(&c, change + sizeof(float) * i, sizeof(float));
+    out[i] = base[i] + c;
+    bad |= IsNonFinite(out[i]);
+  }
+  return bad == 0;
+}
+PS_VECTOR_CLONES bool AddBlockFiniteInPlace(const float* __restrict base, float* __restrict change) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < kFiniteBlock; ++i) {
+    change[i] = base[i] + change[i];
+    bad |= IsNonFinite(change[i]);
+  }
+  return bad == 0;
+}
+
+// AddFinite of n values, a block at a time: out = change (floats) in place, else change
+// is little-endian fp32 bytes.
+template <bool kInPlace>
+bool AddAllFinite(const void* change, const float* base, float* out, size_t n) {
+  const auto* bytes = static_cast<const unsigned char*>(change);
+  bool finite = true;
+  size_t b = 0;
+  for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
+    if constexpr (kInPlace) {
+      finite &= AddBlockFiniteInPlace(base + b, out + b);
+    } else {
+      finite &= AddBlockFinite(bytes + sizeof(float) * b, base + b, out + b);
+    }
+  }
+  uint32_t bad = 0;
+  for (; b < n; ++b) {
+    float c;
+    std::memcpy(&c, bytes + sizeof(float) * b, sizeof(float));
+    out[b] = base[b] + c;
+    bad |= IsNonFinite(out[b]);
+  }
+  return finite && bad == 0;
 }
 
 ptrdiff_t FirstNonFinite(std::span<const float> values, size_t begin, size_t end) {
@@ -59,6 +112,18 @@ ptrdiff_t FindNonFinite(std::span<const float> values) {
 
 void AddInto(std::span<float> acc, std::span<const float> change) {
   for (size_t i = 0; i < acc.size(); ++i) acc[i] = acc[i] + change[i];
+}
+
+bool AddFinite(std::span<const float> base, std::span<const float> change, std::span<float> out) {
+  return AddAllFinite<false>(change.data(), base.data(), out.data(), out.size());
+}
+
+bool AddFinite(std::span<const float> base, std::span<float> change) {
+  return AddAllFinite<true>(change.data(), base.data(), change.data(), change.size());
+}
+
+bool AddFiniteBytes(std::span<const float> base, const void* change, std::span<float> out) {
+  return AddAllFinite<false>(change, base.data(), out.data(), out.size());
 }
 
 absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what) {

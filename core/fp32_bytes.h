@@ -28,4 +28,13 @@ ptrdiff_t FindNonFinite(std::span<const float> values);
 // (docs/data_path.md). Sizes must match.
 void AddInto(std::span<float> acc, std::span<const float> change);
 
+// out[i] = base[i] + change[i], AddInto's addition, in the same pass as the finiteness
+// check: whether every sum is finite. The three must not overlap; sizes must match.
+bool AddFinite(std::span<const float> base, std::span<const float> change, std::span<float> out);
+// The same with the sums written over `change` (change[i] = base[i] + change[i]).
+bool AddFinite(std::span<const float> base, std::span<float> change);
+// The same with the change as out.size() little-endian fp32 at `change`, at any
+// alignment (a payload's bytes, read where they lie).
+bool AddFiniteBytes(std::span<const float> base, const void* change, std::span<float> out);
+
 }  // namespace ps::core

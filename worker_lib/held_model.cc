@@ -3,8 +3,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
-#include "core/fp32_bytes.h"
-#include "core/scratch.h"
 #include "worker_lib/held_model_internal.h"
 
 namespace ps::internal {
@@ -81,19 +79,16 @@ absl::Status HeldModel::Arrived(const net::PullHeader& h, net::Pieces bytes, flo
     absl::StatusOr<const codecs::Codec*> decoder = DecoderLocked(spec);
     if (!decoder.ok())
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", decoder.status().message()));
-    struct ChangeTag;
-    const std::span<float> change = core::ThreadScratch<float, ChangeTag>(numel);
-    if (absl::Status st = (*decoder)->DecodePieces(bytes, change); !st.ok()) {
+    // One pass decodes the change, adds it to what is held (each sum the shard's fp32
+    // addition) and checks the sums, straight into the caller's buffer; what is held
+    // takes the result only once it was accepted.
+    const std::span<float> out(dst, numel);
+    if (absl::Status st = (*decoder)->DecodeAddPieces(bytes, held.values, out); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
     }
-    // change + held, each sum the same fp32 addition as the shard's held + change.
-    core::AddInto(change, held.values);
-    if (const ptrdiff_t i = core::FindNonFinite(change); i >= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(what, ": value ", i, " is not finite once the change is applied"));
-    }
-    std::memcpy(held.values.data(), change.data(), numel * sizeof(float));
+    std::memcpy(held.values.data(), dst, numel * sizeof(float));
     held.version = h.version;
+    return absl::OkStatus();
   }
   std::memcpy(dst, held.values.data(), numel * sizeof(float));
   return absl::OkStatus();

@@ -1,9 +1,9 @@
 // HeldModel: the worker's side of compressed pulls (docs/data_path.md, "Compressed
 // pulls"). A shard with --pull-codec stamps every pulled slice with its epoch and may
 // send a version as the encoded change from the version before; the worker keeps, per
-// such slice, the values it holds with their version and epoch, applies each change to
-// them (core::AddInto, the shard's own arithmetic, so both hold the same bits) and
-// copies the result to the caller. Slices from shards without a pull codec (epoch 0)
+// such slice, the values it holds with their version and epoch, and applies each change
+// to them with Codec::DecodeAddPieces (the shard's own fp32 addition, so both hold the
+// same bits) straight into the caller's buffer, from which one copy updates what is held. Slices from shards without a pull codec (epoch 0)
 // keep nothing here: their values go straight to the caller's buffer.
 //
 // Owns the held values (one fp32 copy of every slice pulled compressed) and a decoder
@@ -42,8 +42,9 @@ class HeldModel {
   // for a change, an empty span (Arrived decodes it where the channel holds it).
   // Arrived: keeps dense values that come with an epoch, or applies the change to what
   // is held and writes the result to `dst`. INVALID_ARGUMENT naming slice, versions and
-  // codec when the values have the wrong size, the change does not decode or applies
-  // to values this worker does not hold; what is held is then as before.
+  // codec when the values have the wrong size, the change does not decode, makes a value
+  // non-finite or applies to values this worker does not hold; what is held is then as
+  // before (`dst` unspecified).
   absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes, float* dst) const;
   absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes, float* dst);
 

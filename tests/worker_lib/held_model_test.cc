@@ -2,9 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "codecs/codec.h"
 #include "core/fp32_bytes.h"
 #include "worker_lib/held_model_internal.h"
 
@@ -105,6 +108,81 @@ TEST_F(HeldModelTest, ChangesThatCannotApplyAreRefusedWithTheirReason) {
   EXPECT_EQ(dst[1], expected);
   s = held_.Apply(Frame(0, 8, Dense({1, 2}), "", 0), dst);
   EXPECT_THAT(s.message(), HasSubstr("8 bytes of values for 3 elements"));
+}
+
+// 3lc changes on a slice long enough for the codec's fused branch-free path: each
+// applied change gives, bit for bit, what the shard holds (decode, then AddInto), and a
+// change that overflows is refused with the first such value's index while what is held
+// stays as it was (the next change still applies on top of it).
+TEST(HeldModel3lcTest, ChangesApplyAsOnTheShardAndARefusalKeepsWhatIsHeld) {
+  constexpr size_t kN = 5003;
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", kN, 0}}, 8192, 1);
+  HeldModel held(layout);
+  auto codec = *codecs::MakeCodec("3lc");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto frame = [](uint64_t version, const std::string& bytes, const std::string& codec,
+                  uint64_t base) {
+    net::PullFrame f;
+    f.slice_id = 0;
+    f.version = version;
+    f.values.Append(std::string_view(bytes).substr(0, 7));  // a cut inside the header
+    f.values.Append(std::string_view(bytes).substr(7));
+    f.codec.Append(codec);
+    f.base_version = base;
+    f.epoch = kEpoch;
+    return f;
+  };
+
+  std::vector<float> shard(kN);  // what the shard holds
+  for (size_t i = 0; i < kN; ++i) shard[i] = i % 5 == 0 ? -0.0f : normal(rng);
+  shard[100] = 3e38f;
+  std::string bytes;
+  core::AppendFp32(shard, &bytes);
+  std::vector<float> dst(kN);
+  ASSERT_TRUE(held.Apply(frame(1, bytes, "", 0), dst.data()).ok());
+
+  // The next change, as the shard makes it: encoded, decoded and added.
+  auto next_change = [&](float largest) {
+    std::vector<float> x(kN);
+    for (float& v : x) v = normal(rng);
+    x[rng() % kN] = largest;
+    std::string payload;
+    EXPECT_TRUE(codec->Encode(x, &payload).ok());
+    std::vector<float> change(kN);
+    EXPECT_TRUE(codec->Decode(payload, change).ok());
+    return std::make_pair(payload, change);
+  };
+  for (uint64_t v = 2; v <= 4; ++v) {
+    auto [payload, change] = next_change(5.0f);
+    core::AddInto(shard, change);
+    ASSERT_TRUE(held.Apply(frame(v, payload, "3lc", v - 1), dst.data()).ok());
+    ASSERT_EQ(std::memcmp(dst.data(), shard.data(), kN * sizeof(float)), 0) << "version " << v;
+  }
+
+  // A change whose scale carries value 100 (3e38) past FLT_MAX: value 100 is the first
+  // non-finite sum (the change is +scale there: x[100] is the largest).
+  std::vector<float> x(kN, 0.0f);
+  x[100] = 1e38f;
+  x[4000] = -1e38f;
+  std::string huge;
+  ASSERT_TRUE(codec->Encode(x, &huge).ok());
+  const absl::Status refused = held.Apply(frame(5, huge, "3lc", 4), dst.data());
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("compressed slice 0 (version 5 from 4, codec 3lc): value 100 is "
+                        "not finite once the change is applied"));
+  PullAsk ask;
+  ask.slice_ids.push_back(0);
+  held.Describe(ask);
+  ASSERT_EQ(ask.held_versions.size(), 1u);
+  EXPECT_EQ(ask.held_versions[0], 4u);
+
+  // Version 5 from what the shard holds (unchanged by the refusal) applies on top.
+  auto [payload, change] = next_change(-2.0f);
+  core::AddInto(shard, change);
+  ASSERT_TRUE(held.Apply(frame(5, payload, "3lc", 4), dst.data()).ok());
+  EXPECT_EQ(std::memcmp(dst.data(), shard.data(), kN * sizeof(float)), 0);
 }
 
 }  // namespace
