@@ -78,10 +78,15 @@ void Record(const std::string& dir, const grpc::ByteBuffer& request) {
 // shard's status. Every worker method sends one request and half-closes, so the
 // upstream call is held open only until the request side is relayed. Deletes itself
 // once both sides are done.
+// Relays alive: the proxy exits only once none is (an upstream call cancelled by the
+// server's shutdown ends later, and its reactor must not outlive the server and channel).
+std::atomic<int> g_live_relays{0};
+
 class Relay final : public grpc::ServerGenericBidiReactor {
  public:
   Relay(grpc::GenericCallbackServerContext* ctx, grpc::GenericStub* stub, std::string out_dir)
       : method_(ctx->method()), out_dir_(std::move(out_dir)), upstream_(this) {
+    g_live_relays.fetch_add(1);
     for (const auto& [key, value] : ctx->client_metadata()) {
       const std::string k(key.data(), key.size());
       if (k.empty() || k[0] == ':' || k.rfind("grpc-", 0) == 0) continue;
@@ -132,7 +137,10 @@ class Relay final : public grpc::ServerGenericBidiReactor {
   };
 
   void Release() {
-    if (--pending_ == 0) delete this;
+    if (--pending_ == 0) {
+      delete this;
+      g_live_relays.fetch_sub(1);
+    }
   }
 
   const std::string method_;
@@ -186,6 +194,9 @@ int RunProxy(const std::string& upstream, const std::string& port_file, const st
   std::signal(SIGINT, [](int) { g_stop = true; });
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(20));
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  for (int i = 0; i < 500 && g_live_relays.load() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
   return 0;
 }
 
