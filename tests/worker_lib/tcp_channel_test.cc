@@ -406,6 +406,7 @@ TEST_F(TcpChannelTest, ALostConnectionFailsWhatIsInFlightAndTheNextCallConnectsA
   shard_.Hangup();
   const absl::Status lost = first.Await(1)[0];
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_FALSE(CallsForRejoin(lost)) << "a lost connection is retried as it is: " << lost;
 
   Answers second;
   std::unique_ptr<DataChannel::PushCall> again = channel_->NewPush({&b}, Deadline());
@@ -417,6 +418,40 @@ TEST_F(TcpChannelTest, ALostConnectionFailsWhatIsInFlightAndTheNextCallConnectsA
   EXPECT_EQ(f->body, "resent");
   shard_.Send(Answer(f->header.tag, absl::StatusCode::kOk, "", ""));
   EXPECT_TRUE(second.Await(1)[0].ok());
+}
+
+// A port nothing listens on: bound to 127.0.0.1:0 and closed again.
+uint16_t ClosedPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+TEST_F(TcpChannelTest, ADataPortThatRefusesTheConnectionCallsForAJoin) {
+  // As a shard restarted on a data port the kernel picked leaves its old one.
+  ASSERT_TRUE(channel_
+                  ->SetRoute(DataRoute{.epoch = 5,
+                                       .data_port = ClosedPort(),
+                                       .data_session = kSession,
+                                       .data_secret = kSecret})
+                  .ok());
+  const OutgoingPush a = Push(0, "x");
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a}, Deadline());
+  call->Start(answers.Callback());
+  const absl::Status refused = answers.Await(1)[0];
+  EXPECT_EQ(refused.code(), absl::StatusCode::kUnavailable) << refused;
+  EXPECT_NE(refused.message().find("cannot connect to"), std::string::npos) << refused;
+  EXPECT_TRUE(CallsForRejoin(refused)) << refused;
+  EXPECT_TRUE(CallsForRejoin(absl::UnauthenticatedError("unknown session")));
+  EXPECT_FALSE(CallsForRejoin(absl::UnavailableError("cannot connect to")))
+      << "only the channel's mark calls for a Join, not the words";
 }
 
 TEST_F(TcpChannelTest, AShardWithoutADataPortIsNamedAtSetRouteAndOnEveryPush) {
