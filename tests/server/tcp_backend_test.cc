@@ -408,5 +408,39 @@ TEST(TcpServerTest, AServerOnTheTcpPlaneAnswersJoinsWithItAndRefusesGrpcData) {
   EXPECT_TRUE(w.ClosedByShard());
 }
 
+// The idle deadline of admitted connections, short.
+class TcpBackendIdleTest : public TcpBackendTest {
+  void Configure(Options* o) override { o->idle_timeout = milliseconds(400); }
+};
+
+TEST_F(TcpBackendIdleTest, AnIdleConnectionIsClosedAndEveryFrameMovesItsDeadline) {
+  std::unique_ptr<ScriptedWorker> busy = Admitted(0);
+  std::unique_ptr<ScriptedWorker> idle = Admitted(1);
+  ASSERT_TRUE(Eventually([&] { return backend_->stats().open == 2; }));
+  std::string cancel;  // a frame that asks nothing back (no call has this tag)
+  ASSERT_TRUE(net::AppendCancel(99, &cancel).ok());
+  // A frame every 100 ms for 1.5 s, several idle timeouts: the busy connection stays
+  // open, the idle one closes, not before its timeout.
+  for (int i = 0; i < 15; ++i) {
+    std::this_thread::sleep_for(milliseconds(100));
+    if (i == 1) {
+      EXPECT_EQ(backend_->stats().open, 2u) << "closed before its idle timeout";
+    }
+    ASSERT_TRUE(busy->Send(cancel)) << i;
+  }
+  EXPECT_EQ(backend_->stats().open, 1u) << "the idle connection stays, or the busy one went";
+  // Each is told why (GOAWAY, UNAVAILABLE) before the shard closes it.
+  const auto told_and_closed = [](ScriptedWorker& w) {
+    absl::StatusOr<testing::DataFrame> goaway = w.Read();
+    ASSERT_TRUE(goaway.ok()) << goaway.status();
+    EXPECT_EQ(goaway->header.type, net::FrameType::kGoaway);
+    EXPECT_TRUE(w.ClosedByShard());
+  };
+  told_and_closed(*idle);
+  // Once it stops sending, the busy one goes too.
+  EXPECT_TRUE(Eventually([&] { return backend_->stats().open == 0; }));
+  told_and_closed(*busy);
+}
+
 }  // namespace
 }  // namespace ps::server::transport::tcp
