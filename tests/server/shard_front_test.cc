@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "server/auth_internal.h"
 #include "server/tarpit.h"
+#include "tests/server/two_worker_shard.h"
 
 namespace ps::server {
 namespace {
@@ -60,27 +61,16 @@ Caller WorkerCaller(uint32_t id) {
 
 class ShardFrontTest : public ::testing::Test {
  protected:
-  // Two workers; tensor "w" of 8 values in two slices of 4 (ids 0 and 1); at most two
-  // pulls per worker; 2 requests a second per caller with a burst of 4.
+  // The shared two-worker shard (tests/server/two_worker_shard.h); 2 requests a second
+  // per caller with a burst of 4.
   void SetUp() override {
     ServerOptions o;
-    o.num_workers = 2;
-    o.aggregator = "mean";
-    o.aggregate_only = true;
     o.round_deadline = std::chrono::milliseconds(100);
-    o.max_pulls_per_worker = 2;
-    aggregators::AggregatorOptions a;
-    a.num_workers = 2;
-    shard_ = std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a), &clock_, &pool_);
-    auto layout = core::ModelLayout::Create({{"w", 8, 0}}, 4, 1);
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    hash_ = layout->hash();
-    for (uint32_t w = 0; w < 2; ++w) {
-      absl::StatusOr<JoinResult> joined = shard_->Join(w, hash_);
-      ASSERT_TRUE(joined.ok()) << joined.status();
-      sessions_.push_back(joined->session);
-    }
-    ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
+    ps::testing::TwoWorkerShard made;
+    ASSERT_NO_FATAL_FAILURE(ps::testing::MakeTwoWorkerShard(o, &clock_, &pool_, &made));
+    shard_ = std::move(made.shard);
+    hash_ = made.hash;
+    for (const JoinResult& joined : made.joins) sessions_.push_back(joined.session);
     // Aggregate-only: the slices start at zero, ready without InitSlice.
     front_ = std::make_unique<ShardFront>(shard_.get(), &limiter_, nullptr);
   }

@@ -33,6 +33,7 @@
 #include "server/shard.h"
 #include "server/shard_front.h"
 #include "server/transport/tcp/backend.h"
+#include "tests/server/two_worker_shard.h"
 #include "tests/support/data_port_client.h"
 
 namespace ps::server::transport::tcp {
@@ -64,29 +65,16 @@ bool Eventually(F done) {
 
 class TcpBackendTest : public ::testing::Test {
  protected:
-  // Two workers; tensor "w" of 8 values in two slices of 4 (ids 0 and 1); at most two
-  // pulls per worker; aggregate-only, so the slices are ready at zero.
+  // The shared two-worker shard (tests/server/two_worker_shard.h) on the TCP plane.
   void SetUp() override {
     ServerOptions o;
-    o.num_workers = 2;
-    o.aggregator = "mean";
-    o.aggregate_only = true;
     o.round_deadline = std::chrono::seconds(30);
-    o.max_pulls_per_worker = 2;
     o.data_plane = core::DataPlane::kTcp;
-    aggregators::AggregatorOptions a;
-    a.num_workers = 2;
-    shard_ = std::make_unique<Shard>(o, 0, *aggregators::MakeAggregator("mean", a),
-                                     core::Clock::Real(), &pool_);
-    auto layout = core::ModelLayout::Create({{"w", 8, 0}}, 4, 1);
-    ASSERT_TRUE(layout.ok()) << layout.status();
-    hash_ = layout->hash();
-    for (uint32_t w = 0; w < 2; ++w) {
-      absl::StatusOr<JoinResult> joined = shard_->Join(w, hash_);
-      ASSERT_TRUE(joined.ok()) << joined.status();
-      joins_.push_back(*joined);
-    }
-    ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
+    ps::testing::TwoWorkerShard made;
+    ASSERT_NO_FATAL_FAILURE(ps::testing::MakeTwoWorkerShard(o, core::Clock::Real(), &pool_, &made));
+    shard_ = std::move(made.shard);
+    hash_ = made.hash;
+    joins_ = std::move(made.joins);
     front_ = std::make_unique<ShardFront>(shard_.get(), nullptr, nullptr);
     options_.max_body_bytes = 1 << 20;
     options_.limits.proof_timeout = std::chrono::milliseconds(300);
