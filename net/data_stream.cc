@@ -3,6 +3,9 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
+#include <sys/socket.h>
+
+#include <algorithm>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -57,6 +60,17 @@ absl::Status TrustOnly(TlsContext& context, std::string_view ca_pem, std::string
 }
 
 }  // namespace
+
+void DataStream::SetReadLowWater(size_t bytes) {
+  const int mark =
+      tls() || bytes < kMinReadLowWater ? 1 : static_cast<int>(std::min(bytes, kMaxReadLowWater));
+  if (mark == read_low_water_) return;
+  Socket& s = socket();
+  if (!s.is_open()) return;
+  if (::setsockopt(s.native_handle(), SOL_SOCKET, SO_RCVLOWAT, &mark, sizeof(mark)) == 0) {
+    read_low_water_ = mark;
+  }
+}
 
 absl::StatusOr<std::shared_ptr<TlsContext>> ServerTlsContext(std::string_view cert_pem,
                                                              std::string_view key_pem,

@@ -24,9 +24,12 @@
 #include <utility>
 #include <variant>
 
+#include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
+#include <boost/asio/write.hpp>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -83,6 +86,34 @@ class DataStream {
   // connection's Close) while its own thread may be starting TLS.
   executor_type get_executor() const { return executor_; }
 
+  // Reads all of `buffers`, then calls `handler(ec, bytes)`: asio::async_read, with two
+  // differences that matter for a frame's body. Each read asks for all that is left (Asio's
+  // own conditions stop at 64 KiB), and on plaintext the kernel wakes the read only once
+  // what is left (at most kMaxReadLowWater) is queued (SO_RCVLOWAT), so that one wake-up
+  // and one read move a 256 KiB slice instead of one for each burst of segments. Below
+  // kMinReadLowWater left, the mark is the usual 1 byte. Every read of a plaintext stream
+  // goes through here or sets the mark itself (SetReadLowWater(1)): a mark above what the
+  // peer sends would never wake the read. Under TLS (whole records) the mark stays 1.
+  static constexpr size_t kMinReadLowWater = 16 * 1024;
+  static constexpr size_t kMaxReadLowWater = 256 * 1024;
+  template <typename Buffers, typename Handler>
+  void AsyncReadExactly(const Buffers& buffers, Handler&& handler) {
+    boost::asio::async_read(*this, buffers, Remaining{this, boost::asio::buffer_size(buffers)},
+                            std::forward<Handler>(handler));
+  }
+  // Writes all of `buffers` (a gather list of any length), then calls `handler(ec, bytes)`:
+  // asio::async_write, but each write offers all that is left, where Asio's own conditions
+  // stop at 64 KiB, so a batch of slices goes in as few system calls as the socket's
+  // buffer takes.
+  template <typename Buffers, typename Handler>
+  void AsyncWriteAll(const Buffers& buffers, Handler&& handler) {
+    boost::asio::async_write(*this, buffers, Unwritten{boost::asio::buffer_size(buffers)},
+                             std::forward<Handler>(handler));
+  }
+  // SO_RCVLOWAT of `bytes` clamped as above (nothing when it is that already); a failed
+  // setsockopt is ignored, as the reads work either way.
+  void SetReadLowWater(size_t bytes);
+
   // Asio's AsyncReadStream and AsyncWriteStream, for async_read and async_write.
   template <typename Buffers, typename Handler>
   void async_read_some(const Buffers& buffers, Handler&& handler) {
@@ -102,8 +133,28 @@ class DataStream {
   }
 
  private:
+  // AsyncReadExactly's completion condition: the bytes left, with the mark set to them.
+  struct Remaining {
+    DataStream* stream;
+    size_t total;
+    size_t operator()(const boost::system::error_code& ec, size_t done) const {
+      if (ec || done >= total) return 0;
+      stream->SetReadLowWater(total - done);
+      return total - done;
+    }
+  };
+
+  // AsyncWriteAll's completion condition: the bytes left.
+  struct Unwritten {
+    size_t total;
+    size_t operator()(const boost::system::error_code& ec, size_t done) const {
+      return ec || done >= total ? 0 : total - done;
+    }
+  };
+
   const executor_type executor_;
   std::variant<Socket, TlsStream> stream_;
+  int read_low_water_ = 1;  // the socket's SO_RCVLOWAT as last set
 };
 
 }  // namespace ps::net

@@ -259,12 +259,12 @@ void Connection::ReadPushBody() {
   const std::array<asio::mutable_buffer, 2> into{
       asio::buffer(&raw_.version, 1), asio::buffer(raw_.values.get(), size_t{numel} * sizeof(float))};
   read_in_flight_ = true;
-  asio::async_read(socket_, into,
-                   [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                     self->read_in_flight_ = false;
-                     if (ec) return self->Shutdown();
-                     self->OnPushBody();
-                   });
+  socket_.AsyncReadExactly(
+      into, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+        self->read_in_flight_ = false;
+        if (ec) return self->Shutdown();
+        self->OnPushBody();
+      });
 }
 
 PushHead Connection::Head() const {
@@ -277,18 +277,19 @@ PushHead Connection::Head() const {
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
   read_in_flight_ = true;
-  asio::async_read(socket_, into,
-                   [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
-                     self->read_in_flight_ = false;
-                     if (ec) return self->Shutdown();
-                     ((*self).*then)();
-                   });
+  socket_.AsyncReadExactly(
+      into, [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
+        self->read_in_flight_ = false;
+        if (ec) return self->Shutdown();
+        ((*self).*then)();
+      });
 }
 
 void Connection::Drain() {
   if (closed_ || read_in_flight_ || peer_ended_) return;
   // Nothing is parsed after a GOAWAY: meta_ serves as the scratch buffer.
   read_in_flight_ = true;
+  socket_.SetReadLowWater(1);  // whatever comes
   socket_.async_read_some(asio::buffer(meta_),
                           [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                             self->read_in_flight_ = false;
@@ -471,10 +472,10 @@ void Connection::WriteMore() {
     if (out_[i].body != nullptr && !out_[i].body->empty()) buffers.emplace_back(asio::buffer(*out_[i].body));
   }
   writing_ = n;
-  asio::async_write(socket_, buffers,
-                    [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
-                      self->Written(ec);
-                    });
+  socket_.AsyncWriteAll(buffers,
+                        [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
+                          self->Written(ec);
+                        });
 }
 
 void Connection::Written(const boost::system::error_code& ec) {

@@ -178,25 +178,26 @@ void Connection::Handshake(uint64_t gen, std::string bytes, std::string_view doi
 
 void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
   auto self = shared_from_this();
-  asio::async_read(
-      *socket_, asio::buffer(header_bytes_),
+  socket_->AsyncReadExactly(
+      asio::buffer(header_bytes_),
       [self, gen, state, stream = socket_](const boost::system::error_code& ec, size_t) {
         if (gen != self->generation_) return;
         if (ec) return self->LostOn(ec, "reading");
         absl::StatusOr<net::FrameHeader> h = net::ParseHeader(self->header_bytes_);
         absl::Status ok = h.ok() ? net::CheckHeader(*h, state, self->limits_) : h.status();
         if (!ok.ok()) {
-          return self->Lost(absl::InternalError(absl::StrCat(
-              self->Name(), " sent a frame this worker cannot read: ", ok.message())));
+          return self->Lost(absl::InternalError(
+              absl::StrCat(self->Name(), " sent a frame this worker cannot read: ", ok.message())));
         }
         self->header_ = *h;
         self->meta_.resize(h->meta_bytes);
-        asio::async_read(*self->socket_, asio::buffer(self->meta_),
-                         [self, gen, state, stream](const boost::system::error_code& ec, size_t) {
-                           if (gen != self->generation_) return;
-                           if (ec) return self->LostOn(ec, "reading");
-                           self->Handle(gen, state);
-                         });
+        self->socket_->AsyncReadExactly(
+            asio::buffer(self->meta_),
+            [self, gen, state, stream](const boost::system::error_code& ec, size_t) {
+              if (gen != self->generation_) return;
+              if (ec) return self->LostOn(ec, "reading");
+              self->Handle(gen, state);
+            });
       });
 }
 
@@ -322,14 +323,15 @@ void Connection::OnSlice(uint64_t gen) {
     place = std::span<char>(body_.data(), bytes);
   }
   auto self = shared_from_this();
-  asio::async_read(*socket_, asio::buffer(place.data(), place.size()),
-                   [self, gen, place, stream = socket_](const boost::system::error_code& ec, size_t) {
-                     if (gen != self->generation_) return;
-                     self->reading_tag_ = 0;
-                     if (ec) return self->LostOn(ec, "reading a slice");
-                     self->Arrived(place);
-                     self->ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
-                   });
+  socket_->AsyncReadExactly(
+      asio::buffer(place.data(), place.size()),
+      [self, gen, place, stream = socket_](const boost::system::error_code& ec, size_t) {
+        if (gen != self->generation_) return;
+        self->reading_tag_ = 0;
+        if (ec) return self->LostOn(ec, "reading a slice");
+        self->Arrived(place);
+        self->ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+      });
 }
 
 void Connection::Arrived(std::span<char> bytes) {
@@ -377,13 +379,13 @@ void Connection::Flush() {
   writing_ = true;
   const uint64_t gen = generation_;
   auto self = shared_from_this();
-  asio::async_write(*socket_, buffers,
-                    [self, gen, batch, stream = socket_](const boost::system::error_code& ec, size_t) {
-                      if (gen != self->generation_) return;
-                      self->writing_ = false;
-                      if (ec) return self->LostOn(ec, "writing");
-                      self->Flush();
-                    });
+  socket_->AsyncWriteAll(
+      buffers, [self, gen, batch, stream = socket_](const boost::system::error_code& ec, size_t) {
+        if (gen != self->generation_) return;
+        self->writing_ = false;
+        if (ec) return self->LostOn(ec, "writing");
+        self->Flush();
+      });
 }
 
 void Connection::LostOn(const boost::system::error_code& ec, std::string_view doing) {
