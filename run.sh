@@ -22,9 +22,9 @@
 # docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step and the clang packages.
 # Then it builds the integration tests with ASan + UBSan (build-asan/) and with TSan
 # (build-tsan/) and runs them (tests/sanitizers/run_sanitizers.sh, docs/sanitizers.md;
-# about 15 minutes on 2 cores with fresh build directories). The whole of `test` from a
-# fresh clone with the packages installed: 45 minutes on 2 cores (the main build 18,
-# ctest 4, fuzzing 8, sanitizers 15).
+# with fuzzing about 32 minutes on 2 cores with fresh build directories). The whole of
+# `test` from a fresh clone with the packages installed: about an hour on 2 cores (the
+# main build 25, ctest 6; docs/building.md).
 # PS_SANITIZERS=0 skips that step.
 set -euo pipefail
 cd "$(dirname "$0")"
