@@ -424,9 +424,11 @@ absl::Status CheckHeader(const FrameHeader& header, ConnectionState state,
                       absl::StrCat("not allowed while ", AsAbsl(StateText(state))));
   }
   if (header.body_bytes > limits.max_body_bytes) {
-    return FrameError(header.type, absl::StrCat("body length ", header.body_bytes,
-                                                " is over the limit of ", limits.max_body_bytes,
-                                                " bytes"));
+    // A well-formed claim over the receiver's bound: RESOURCE_EXHAUSTED, as gRPC answers a
+    // message over its limit (the shard refuses it as over_limit).
+    return absl::ResourceExhaustedError(
+        absl::StrCat("data frame ", TypeText(header.type), ": body length ", header.body_bytes,
+                     " is over the limit of ", limits.max_body_bytes, " bytes"));
   }
   // Computed in 64 bits: 12 bytes times a count near 2^32 must not wrap.
   if (header.type == FrameType::kPull &&

@@ -46,7 +46,8 @@
 // A frame has one encoding: every parser refuses what its encoder would not write (unknown
 // flag bits, trailing or missing bytes, a held-versions flag on a pull of no slices), so
 // re-encoding what parsed gives back the input (the data_frame fuzz target checks this).
-// Refusals are INVALID_ARGUMENT with a message naming the frame, the field and the bound;
+// Refusals are INVALID_ARGUMENT (a body over the limit: RESOURCE_EXHAUSTED, CheckHeader)
+// with a message naming the frame, the field and the bound;
 // they quote numbers and type names, never the peer's bytes. Every check reads at most the
 // bytes it is given, once.
 //
@@ -143,8 +144,9 @@ struct FrameLimits {
 };
 
 // From a parsed header alone, before reading or allocating more: INVALID_ARGUMENT when
-// `state` does not allow the type, B is above limits.max_body_bytes, or a PULL's B is
-// more than limits.max_pull_slices slices can need.
+// `state` does not allow the type or a PULL's B is more than limits.max_pull_slices slices
+// can need; RESOURCE_EXHAUSTED when B is above limits.max_body_bytes (a claim within the
+// format but over the receiver's bound, as gRPC refuses a message over its limit).
 absl::Status CheckHeader(const FrameHeader& header, ConnectionState state,
                          const FrameLimits& limits);
 

@@ -51,10 +51,13 @@ class Exact {
   size_t size_;
 };
 
-// Checks a refusal; 0, the size OneFrame returns for a frame that ends the input.
-size_t Refused(const absl::Status& s) {
-  PS_FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument,
-                "a refusal with a code other than INVALID_ARGUMENT");
+// Checks a refusal; 0, the size OneFrame returns for a frame that ends the input. Only
+// CheckHeader's body over the limit is RESOURCE_EXHAUSTED (`over_limit`).
+size_t Refused(const absl::Status& s, bool over_limit = false) {
+  PS_FUZZ_CHECK(s.code() == absl::StatusCode::kInvalidArgument ||
+                    (over_limit && s.code() == absl::StatusCode::kResourceExhausted),
+                "a refusal with a code other than INVALID_ARGUMENT (or RESOURCE_EXHAUSTED for a "
+                "body over the limit)");
   const std::string_view m(s.message().data(), s.message().size());
   PS_FUZZ_CHECK(!m.empty() && m.size() <= 512, "a refusal's message is empty or over 512 bytes");
   for (char c : m) {
@@ -209,7 +212,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
 
     const absl::Status allowed = ps::net::CheckHeader(*h, state, limits);
     if (!allowed.ok()) {
-      Refused(allowed);
+      Refused(allowed, h->body_bytes > limits.max_body_bytes);
       return 0;
     }
     PS_FUZZ_CHECK(h->body_bytes <= limits.max_body_bytes, "accepted a body over the limit");

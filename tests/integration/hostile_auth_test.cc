@@ -3,6 +3,12 @@
 // and the trainer, ps-admin and a peer shard try it; the run directory given with a
 // trailing slash or as a symbolic link; forged and stale proofs. Real shards on loopback
 // (in this process, or the ps-server binary), a real ps::Worker, the ps-admin binary.
+//
+// gRPC-only, whatever the data plane: every case is about the control port's credentials
+// (a channel's challenge and proofs, the run directory), which a worker must pass before
+// any Join answer names a data port. The TCP data port's own handshake (forged and
+// replayed proofs, sessions that do not exist, a replaced session) is attacked in
+// tests/server/tcp_backend_test.cc and hostile_data_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>

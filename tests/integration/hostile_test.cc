@@ -30,13 +30,11 @@
 #include "auth_util.h"
 #include "cluster_util.h"
 #include "core/cluster_secret.h"
-#include "net/grpc_status.h"
 #include "core/refusal.h"
-#include "net/data_frame.h"
+#include "hand_client.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/logging.h"
-#include "tests/support/data_port_client.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -222,77 +220,6 @@ std::vector<std::string> FourWorkers() {
           "--round-deadline-ms", "300"};
 }
 
-// A member of `shard` pushing by hand what no Worker sends (garbage under any codec spec,
-// slices that do not exist) over the data plane the shard runs: a Push through the
-// generated stub on gRPC; on TCP a PUSH frame on a data connection of its own, admitted
-// by the handshake under its Join's data session. It joins when made.
-class HandPusher {
- public:
-  HandPusher(ShardProcess& shard, uint32_t worker, uint64_t layout_hash)
-      : shard_(shard), token_(shard.Token(worker)), layout_hash_(layout_hash) {
-    v1::JoinRequest req;
-    req.set_worker_id(worker);
-    req.set_layout_hash(layout_hash);
-    req.set_data_plane(v1::DATA_PLANE_ANY);  // whichever the shard runs
-    const grpc::Status s = shard.workers().Join(Context(shard.address(), token_).get(), req, &join_);
-    joined_ = s.ok();
-    EXPECT_TRUE(joined_) << s.error_message();
-    if (!joined_ || join_.data_plane() != v1::DATA_PLANE_TCP) return;
-    data_ = std::make_unique<testing::DataPortClient>(static_cast<uint16_t>(join_.data_port()));
-    const absl::StatusOr<net::AdmitMeta> admitted = data_->Handshake(
-        join_.data_session(), worker,
-        testing::DataConnectionKey(token_, join_.shard_id(), join_.data_session(),
-                                   join_.data_secret()),
-        join_.shard_id());
-    joined_ = admitted.ok();
-    EXPECT_TRUE(joined_) << admitted.status();
-  }
-
-  bool joined() const { return joined_; }
-  // The plane its pushes take: the one its Join answer named.
-  core::DataPlane plane() const {
-    return data_ == nullptr ? core::DataPlane::kGrpc : core::DataPlane::kTcp;
-  }
-  // The longest codec spec a push carries on this plane: 1 MiB through gRPC here, a
-  // PUSH frame's bound on TCP.
-  size_t longest_codec() const { return data_ == nullptr ? size_t{1} << 20 : net::kMaxFrameCodecBytes; }
-
-  // The shard's answer to a push of `payload` in `codec` for `slice` of round 0, with
-  // its refusal's kind (core::RefusalOf).
-  absl::Status Push(const std::string& codec, const std::string& payload, uint32_t slice = 0) {
-    if (data_ == nullptr) {
-      v1::PushRequest req;
-      req.set_session(join_.session());
-      req.set_layout_hash(layout_hash_);
-      req.set_round(0);
-      req.set_slice_id(slice);
-      req.set_codec(codec);
-      req.set_payload(payload);
-      v1::PushResponse resp;
-      return net::FromGrpc(
-          shard_.workers().Push(Context(shard_.address(), token_).get(), req, &resp));
-    }
-    std::string frame;
-    const absl::Status framed = net::AppendPush(
-        ++tag_, net::PushMeta{.layout_hash = layout_hash_, .round = 0, .slice_id = slice, .codec = codec},
-        payload.size(), &frame);
-    if (!framed.ok()) return framed;
-    if (!data_->Send(frame + payload)) return absl::UnavailableError("the PUSH was not sent");
-    const absl::StatusOr<testing::DataFrame> answer = data_->Read();
-    if (!answer.ok()) return answer.status();
-    return testing::DataPortClient::StatusOf(*answer);
-  }
-
- private:
-  ShardProcess& shard_;
-  std::string token_;
-  uint64_t layout_hash_;
-  v1::JoinResponse join_;
-  bool joined_ = false;
-  std::unique_ptr<testing::DataPortClient> data_;  // on the TCP plane
-  uint64_t tag_ = 0;
-};
-
 // Attacks on a shard's data plane, run on each (testing::DataPlanes()); `Flags` are the
 // shard's flags on the test's plane.
 class HostilePlaneTest : public ::testing::TestWithParam<core::DataPlane> {
@@ -390,7 +317,7 @@ TEST_P(HostilePlaneTest, DistinctCodecSpecsCannotLockOtherCodecsOut) {
   auto registrant = Worker::Start(wo, layout, inits);
   ASSERT_TRUE(registrant.ok()) << registrant.status();
 
-  HandPusher attacker(shard, 1, layout.hash());
+  testing::HandClient attacker(shard.address(), shard.Token(1), 1, layout.hash());
   ASSERT_TRUE(attacker.joined());
   ASSERT_EQ(attacker.plane(), GetParam());
   for (int k = 1; k <= 100; ++k) {
@@ -427,7 +354,7 @@ TEST_P(HostilePlaneTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingF
   ASSERT_EQ(honest.rounds(), 1u);
   // ... and round 0 waits for worker 3.
   EXPECT_FALSE(honest.AdvancesBy(1, milliseconds(500)));
-  HandPusher attacker(shard, 3, HonestLayout().hash());
+  testing::HandClient attacker(shard.address(), shard.Token(3), 3, HonestLayout().hash());
   ASSERT_TRUE(attacker.joined());
   ASSERT_EQ(attacker.plane(), GetParam());
   const absl::Status garbage = attacker.Push("qsgd(s=77,bucket=3)", std::string(4096, '\1'));
@@ -665,7 +592,7 @@ TEST_P(HostilePlaneTest, RepeatedRefusalsAreHeldWhileHonestRoundsGoOn) {
   ShardProcess shard(Flags(flags));
   HonestTraining honest(shard, 3);
   ASSERT_TRUE(honest.AdvancesBy(2));
-  HandPusher attacker(shard, 3, HonestLayout().hash());
+  testing::HandClient attacker(shard.address(), shard.Token(3), 3, HonestLayout().hash());
   ASSERT_TRUE(attacker.joined());
   ASSERT_EQ(attacker.plane(), GetParam());
   int held = 0;

@@ -1,5 +1,7 @@
 // A hostile client speaking raw ps.v1 next to honest ps::Worker clients: every bad
-// push gets its specific status, and the honest round still completes.
+// push gets its specific status, and the honest round still completes. The tests of
+// pushes and pulls run on each data plane (testing::DataPlanes(), the hostile client a
+// testing::HandClient); those of gRPC's own messages on gRPC only.
 #include <gmock/gmock.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -16,6 +18,7 @@
 #include "cluster_util.h"
 #include "codecs/codec.h"
 #include "core/refusal.h"
+#include "hand_client.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "worker_lib/worker.h"
 
@@ -25,17 +28,21 @@ namespace {
 using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 
-class ProtocolTest : public ::testing::Test {
+// One insecure shard (the hand-made calls below carry no credentials) for three workers,
+// f = 1 (quorum 2): workers 0 and 1 are honest ps::Worker clients, worker 2 is made by
+// hand.
+class ProtocolFixture : public ::testing::Test {
  protected:
-  void SetUp() override {
+  void Start(core::DataPlane plane) {
     server::ServerOptions o;
-    o.insecure = true;  // raw stubs below call without credentials
+    o.insecure = true;
     o.num_workers = 3;
     o.num_byzantine = 1;  // quorum 2
     o.aggregator = "mean";
     o.aggregate_only = true;
     o.round_deadline = milliseconds(500);
     o.threads = 2;
+    o.data_plane = plane;
     // Each bad push on its own: the first malformed one would quarantine worker 2, whose
     // later pushes would all be refused as such (tests/worker_lib/protocol_attack_test.cc
     // and tests/integration/hostile_test.cc test the quarantine).
@@ -51,6 +58,54 @@ class ProtocolTest : public ::testing::Test {
       ASSERT_TRUE(worker.ok()) << worker.status();
       honest_.push_back(*std::move(worker));
     }
+  }
+
+  // The honest workers push `a` and `b` for round 0 and the round's mean is pulled.
+  std::vector<float> HonestRound(float a, float b) {
+    EXPECT_TRUE(honest_[0]->Push(0, 0, std::vector<float>(6, a)).ok());
+    EXPECT_TRUE(honest_[1]->Push(0, 0, std::vector<float>(6, b)).ok());
+    EXPECT_TRUE(honest_[0]->WaitPushes().ok());
+    EXPECT_TRUE(honest_[1]->WaitPushes().ok());
+    std::vector<float> agg(6);
+    const auto pulled = honest_[0]->Pull(0, 1, agg, milliseconds(10000));
+    EXPECT_TRUE(pulled.ok()) << pulled.status();
+    return agg;
+  }
+
+  testing::Cluster cluster_;
+  std::unique_ptr<core::ModelLayout> layout_;
+  std::vector<std::unique_ptr<Worker>> honest_;
+};
+
+// On each data plane, worker 2 a testing::HandClient over the plane its Join names.
+class ProtocolTest : public ProtocolFixture,
+                     public ::testing::WithParamInterface<core::DataPlane> {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(Start(GetParam()));
+    hand_ = std::make_unique<testing::HandClient>(cluster_.addresses()[0], "", 2, layout_->hash());
+    ASSERT_TRUE(hand_->joined());
+    ASSERT_EQ(hand_->plane(), GetParam());
+  }
+
+  // A push of `values` in fp16 for slice 0 of round 0.
+  testing::HandPush Valid(const std::vector<float>& values) {
+    testing::HandPush p{.codec = "fp16"};
+    auto codec = codecs::MakeCodec("fp16");
+    EXPECT_TRUE((*codec)->Encode(values, &p.payload).ok());
+    return p;
+  }
+
+  std::unique_ptr<testing::HandClient> hand_;
+};
+INSTANTIATE_TEST_SUITE_P(Planes, ProtocolTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+// On gRPC, worker 2 a generated stub: gRPC's own messages.
+class GrpcProtocolTest : public ProtocolFixture {
+ protected:
+  void SetUp() override {
+    ASSERT_NO_FATAL_FAILURE(Start(core::DataPlane::kGrpc));
     stub_ = v1::WorkerService::NewStub(
         grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
     v1::JoinRequest join;
@@ -62,149 +117,137 @@ class ProtocolTest : public ::testing::Test {
     session_ = resp.session();
   }
 
-  v1::PushRequest Valid(std::vector<float> values) {
-    v1::PushRequest r;
-    r.set_session(session_);
-    r.set_layout_hash(layout_->hash());
-    r.set_round(0);
-    r.set_slice_id(0);
-    r.set_codec("fp16");
-    auto codec = codecs::MakeCodec("fp16");
-    EXPECT_TRUE((*codec)->Encode(values, r.mutable_payload()).ok());
-    return r;
-  }
-
-  grpc::Status Send(const v1::PushRequest& r) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    v1::PushResponse resp;
-    return stub_->Push(&ctx, r, &resp);
-  }
-
-  testing::Cluster cluster_;
-  std::unique_ptr<core::ModelLayout> layout_;
-  std::vector<std::unique_ptr<Worker>> honest_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string session_;
 };
 
-TEST_F(ProtocolTest, BadPushesGetPreciseStatusesAndHonestRoundCompletes) {
+TEST_P(ProtocolTest, BadPushesGetPreciseStatusesAndHonestRoundCompletes) {
   const std::vector<float> six(6, 1.0f);
   struct Case {
     const char* what;
-    v1::PushRequest req;
-    grpc::StatusCode code;
+    testing::HandPush push;
+    absl::StatusCode code;
     const char* message;
+    std::optional<core::Refusal> kind;
+    bool forged_session = false;
   };
   std::vector<Case> cases;
   {
-    auto r = Valid(six);
-    r.mutable_payload()->resize(r.payload().size() - 2);
-    cases.push_back({"wrong size", r, grpc::StatusCode::INVALID_ARGUMENT, "malformed push"});
+    auto p = Valid(six);
+    p.payload.resize(p.payload.size() - 2);
+    cases.push_back({"wrong size", p, absl::StatusCode::kInvalidArgument, "malformed push",
+                     core::Refusal::kMalformed});
   }
   {
-    auto r = Valid(six);
-    (*r.mutable_payload())[0] = 99;
-    cases.push_back({"bad version byte", r, grpc::StatusCode::INVALID_ARGUMENT, "malformed push"});
+    auto p = Valid(six);
+    p.payload[0] = 99;
+    cases.push_back({"bad version byte", p, absl::StatusCode::kInvalidArgument, "malformed push",
+                     core::Refusal::kMalformed});
   }
   {
-    auto r = Valid(six);
-    r.set_payload(std::string(1000, '\xff'));
-    cases.push_back({"garbage", r, grpc::StatusCode::INVALID_ARGUMENT, "malformed push"});
+    auto p = Valid(six);
+    p.payload = std::string(1000, '\xff');
+    cases.push_back({"garbage", p, absl::StatusCode::kInvalidArgument, "malformed push",
+                     core::Refusal::kMalformed});
   }
   {
-    auto r = Valid(six);
-    (*r.mutable_payload())[2] = '\x7c';  // fp16 0x7c00 = +Inf
-    (*r.mutable_payload())[1] = '\x00';
-    cases.push_back({"infinity", r, grpc::StatusCode::INVALID_ARGUMENT, "not finite"});
+    auto p = Valid(six);
+    p.payload[2] = '\x7c';  // fp16 0x7c00 = +Inf
+    p.payload[1] = '\x00';
+    cases.push_back({"infinity", p, absl::StatusCode::kInvalidArgument, "not finite",
+                     core::Refusal::kMalformed});
   }
   {
-    auto r = Valid(six);
-    r.set_layout_hash(r.layout_hash() + 1);
-    cases.push_back({"wrong layout", r, grpc::StatusCode::FAILED_PRECONDITION, "layout mismatch"});
+    auto p = Valid(six);
+    p.layout_hash = layout_->hash() + 1;
+    cases.push_back({"wrong layout", p, absl::StatusCode::kFailedPrecondition, "layout mismatch",
+                     core::Refusal::kLayoutMismatch});
   }
   {
-    auto r = Valid(six);
-    r.set_slice_id(42);
-    cases.push_back({"unknown slice", r, grpc::StatusCode::INVALID_ARGUMENT, "unknown slice 42"});
+    auto p = Valid(six);
+    p.slice = 42;
+    cases.push_back({"unknown slice", p, absl::StatusCode::kInvalidArgument, "unknown slice 42",
+                     core::Refusal::kUnknownSlice});
   }
   {
-    auto r = Valid(six);
-    r.set_codec("lz77");
-    cases.push_back({"unknown codec", r, grpc::StatusCode::INVALID_ARGUMENT, "unknown codec"});
+    auto p = Valid(six);
+    p.codec = "lz77";
+    cases.push_back({"unknown codec", p, absl::StatusCode::kInvalidArgument, "unknown codec",
+                     core::Refusal::kUnknownCodec});
+  }
+  cases.push_back({"forged session", Valid(six), absl::StatusCode::kUnauthenticated,
+                   "unknown", core::Refusal::kUnknownSession, /*forged_session=*/true});
+  {
+    auto p = Valid(six);
+    p.round = 3;
+    cases.push_back({"future round", p, absl::StatusCode::kFailedPrecondition,
+                     "before that round opened", core::Refusal::kFutureRound});
   }
   {
-    auto r = Valid(six);
-    r.set_session("forged-session!!");
-    cases.push_back({"forged session", r, grpc::StatusCode::UNAUTHENTICATED, "unknown session"});
-  }
-  {
-    auto r = Valid(six);
-    r.set_round(3);
-    cases.push_back({"future round", r, grpc::StatusCode::FAILED_PRECONDITION, "before that round opened"});
-  }
-  {
-    auto r = Valid(six);
-    r.set_payload(std::string(9u << 20, 'x'));  // above --max-message-bytes
-    cases.push_back({"oversize", r, grpc::StatusCode::RESOURCE_EXHAUSTED, ""});
+    // Above --max-message-bytes: gRPC refuses the message itself (no kind); the TCP port
+    // refuses the PUSH from its header (over_limit) and ends the connection, which the
+    // client makes again for the next push.
+    auto p = Valid(six);
+    p.payload = std::string(9u << 20, 'x');
+    cases.push_back({"oversize", p, absl::StatusCode::kResourceExhausted, "",
+                     GetParam() == core::DataPlane::kTcp
+                         ? std::optional<core::Refusal>(core::Refusal::kOverLimit)
+                         : std::nullopt});
   }
   for (const Case& c : cases) {
-    grpc::Status s = Send(c.req);
-    EXPECT_EQ(s.error_code(), c.code) << c.what << ": " << s.error_message();
-    EXPECT_THAT(s.error_message(), HasSubstr(c.message)) << c.what;
+    const absl::Status s =
+        c.forged_session ? hand_->PushUnderForgedSession(c.push) : hand_->Push(c.push);
+    EXPECT_EQ(s.code(), c.code) << c.what << ": " << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(c.message)) << c.what;
+    if (c.kind.has_value()) {
+      EXPECT_EQ(core::RefusalOf(s), *c.kind) << c.what << ": " << s;
+    }
   }
 
   // One valid push from the hostile client, then a duplicate.
-  ASSERT_TRUE(Send(Valid(std::vector<float>(6, 7.0f))).ok());
-  grpc::Status dup = Send(Valid(six));
-  EXPECT_EQ(dup.error_code(), grpc::StatusCode::ALREADY_EXISTS) << dup.error_message();
+  absl::Status s = hand_->Push(Valid(std::vector<float>(6, 7.0f)));
+  ASSERT_TRUE(s.ok()) << s;
+  s = hand_->Push(Valid(six));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
+  EXPECT_EQ(core::RefusalOf(s), core::Refusal::kDuplicate) << s;
 
   // Honest workers complete the round; mean of 7, 1 and 3.
-  ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>(6, 1.0f)).ok());
-  ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>(6, 3.0f)).ok());
-  ASSERT_TRUE(honest_[0]->WaitPushes().ok());
-  ASSERT_TRUE(honest_[1]->WaitPushes().ok());
-  std::vector<float> agg(6);
-  ASSERT_TRUE(honest_[0]->Pull(0, 1, agg, milliseconds(10000)).ok());
-  EXPECT_FLOAT_EQ(agg[0], (7.0f + 1.0f + 3.0f) / 3.0f);
+  EXPECT_FLOAT_EQ(HonestRound(1.0f, 3.0f)[0], (7.0f + 1.0f + 3.0f) / 3.0f);
 
   // Round 0 is closed now, with the hostile client's push: a replay of it is the
   // duplicate it is (a worker that lost the answer sends again), not late.
-  grpc::Status again = Send(Valid(six));
-  EXPECT_EQ(again.error_code(), grpc::StatusCode::ALREADY_EXISTS) << again.error_message();
+  s = hand_->Push(Valid(six));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
 
   server::ShardStats st = cluster_.shard(0).shard().stats();
   EXPECT_EQ(st.malformed_by_worker[2], 4u);
   EXPECT_EQ(st.malformed_by_worker[0], 0u);
 }
 
-TEST_F(ProtocolTest, GarbageOnlyWorkerDoesNotBlockTheQuorum) {
-  auto r = Valid(std::vector<float>(6, 1.0f));
-  r.set_payload("\x01\x02\x03");
-  EXPECT_EQ(Send(r).error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>(6, 2.0f)).ok());
-  ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>(6, 4.0f)).ok());
-  ASSERT_TRUE(honest_[0]->WaitPushes().ok());
-  ASSERT_TRUE(honest_[1]->WaitPushes().ok());
-  std::vector<float> agg(6);
-  ASSERT_TRUE(honest_[1]->Pull(0, 1, agg, milliseconds(10000)).ok());  // closes at the deadline
-  EXPECT_FLOAT_EQ(agg[3], 3.0f);
+TEST_P(ProtocolTest, GarbageOnlyWorkerDoesNotBlockTheQuorum) {
+  auto p = Valid(std::vector<float>(6, 1.0f));
+  p.payload = "\x01\x02\x03";
+  EXPECT_EQ(hand_->Push(p).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FLOAT_EQ(HonestRound(2.0f, 4.0f)[3], 3.0f);  // closes at the deadline
 }
 
-TEST_F(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
-  v1::PullRequest req;
-  req.set_session(session_);
-  req.set_layout_hash(layout_->hash());
-  req.add_slice_ids(0);
-  req.add_slice_ids(0);
-  grpc::ClientContext ctx;
-  auto reader = stub_->Pull(&ctx, req);
-  v1::PullResponse resp;
-  EXPECT_FALSE(reader->Read(&resp));
-  grpc::Status s = reader->Finish();
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  // The shard has one slice: the second id is refused where it is read (issue 45).
-  EXPECT_THAT(s.error_message(), HasSubstr("more than 1 slice ids"));
+// The shard has one slice: a pull naming it twice names more than the shard owns, refused
+// where it is read (issue 45): on gRPC the Pull call, on TCP the PULL's header (its body
+// would be longer than one slice needs), which ends the connection.
+TEST_P(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
+  absl::StatusOr<std::vector<testing::PulledSlice>> pulled =
+      hand_->Pull(testing::HandPull{.slice_ids = {0, 0}});
+  ASSERT_FALSE(pulled.ok());
+  EXPECT_EQ(pulled.status().code(), absl::StatusCode::kInvalidArgument) << pulled.status();
+  // "more than 1 slice ids" (gRPC), "count 2 is over the 1 slices a pull may name" (TCP)
+  EXPECT_THAT(std::string(pulled.status().message()), HasSubstr("1 slice"));
+  EXPECT_EQ(core::RefusalOf(pulled.status()), core::Refusal::kMalformed) << pulled.status();
+  // The honest round goes on, and the hand client pulls it (on TCP over a new connection).
+  EXPECT_FLOAT_EQ(HonestRound(2.0f, 4.0f)[0], 3.0f);
+  pulled = hand_->Pull(testing::HandPull{.slice_ids = {0}, .min_version = 1});
+  ASSERT_TRUE(pulled.ok()) << pulled.status();
+  ASSERT_EQ(pulled->size(), 1u);
+  EXPECT_EQ((*pulled)[0].version, 1u);
 }
 
 // One shard for two workers, aggregate-only, without credentials: raw stubs call it.
@@ -226,7 +269,9 @@ std::unique_ptr<v1::WorkerService::Stub> RawStub(const testing::Cluster& cluster
 // A pull whose held versions do not pair up with its slices is refused as malformed and
 // counted as such, like every other malformed request (before issue 46 it was a plain
 // INVALID_ARGUMENT that no counter saw). Two slices, so that one held version for both
-// passes the parser's bound and reaches the shard's pairing check.
+// passes the parser's bound and reaches the shard's pairing check. gRPC-only: a TCP PULL
+// cannot carry them (its held flag means one version per slice id; net::AppendPull and
+// ParsePullBody refuse anything else, tests/net/data_frame_test.cc).
 TEST(PullRefusalTest, UnpairedHeldVersionsAreAMalformedRefusal) {
   testing::Cluster cluster = testing::StartCluster(1, RawStubShard());
   ASSERT_EQ(cluster.num_shards(), 1u);
@@ -366,7 +411,9 @@ TEST(DataPlaneJoinTest, WorkersOnATcpShardReportItsPlane) {
 
 // Push and Pull are read in place on the shard (net/wire.h): bodies that are not their
 // message are refused as malformed, with the reason, and the honest round goes on.
-TEST_F(ProtocolTest, BodiesThatDoNotParseAreRefusedAsMalformed) {
+// gRPC-only: protobuf bodies; the TCP plane's frames have their parser's tests
+// (tests/net/data_frame_test.cc) and fuzz targets (data_frame, data_connection).
+TEST_F(GrpcProtocolTest, BodiesThatDoNotParseAreRefusedAsMalformed) {
   grpc::GenericStub generic(
       grpc::CreateChannel(cluster_.addresses()[0], grpc::InsecureChannelCredentials()));
   const std::string garbage("\x0b\xff\xff", 3);  // a group tag, then a truncated varint
@@ -399,8 +446,9 @@ TEST_F(ProtocolTest, BodiesThatDoNotParseAreRefusedAsMalformed) {
 }
 
 // The shard writes pull messages itself (a header, then the snapshot's bytes): a client
-// on the generated classes reads them as the PullResponse they are.
-TEST_F(ProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
+// on the generated classes reads them as the PullResponse they are. gRPC-only: the TCP
+// plane's SLICE frames are read by the pull tests above and below (testing::HandClient).
+TEST_F(GrpcProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
   ASSERT_TRUE(honest_[0]->Push(0, 0, std::vector<float>{1, 2, 3, 4, 5, 6}).ok());
   ASSERT_TRUE(honest_[1]->Push(0, 0, std::vector<float>{3, 4, 5, 6, 7, 8}).ok());
   ASSERT_TRUE(honest_[0]->WaitPushes().ok());
@@ -425,45 +473,37 @@ TEST_F(ProtocolTest, GeneratedClientsReadThePullMessagesTheShardWrites) {
   EXPECT_TRUE(reader->Finish().ok());
 }
 
-// Joins as `worker` over a raw stub; the session, or "" (with a test failure).
-std::string RawJoin(v1::WorkerService::Stub& stub, uint32_t worker, uint64_t hash) {
-  v1::JoinRequest join;
-  join.set_worker_id(worker);
-  join.set_layout_hash(hash);
-  v1::JoinResponse joined;
-  grpc::ClientContext ctx;
-  const grpc::Status s = stub.Join(&ctx, join, &joined);
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  return joined.session();
-}
-
-// One raw Push of 64 ones in `codec` for `slice` of `round` in the session `session`.
-grpc::Status RawPush(v1::WorkerService::Stub& stub, const std::string& session, uint64_t hash,
-                     uint64_t round, uint32_t slice, const std::string& codec) {
-  v1::PushRequest r;
-  r.set_session(session);
-  r.set_layout_hash(hash);
-  r.set_round(round);
-  r.set_slice_id(slice);
-  r.set_codec(codec);
+// A push of 64 ones in `codec` for `slice` of `round`.
+testing::HandPush Ones(uint64_t round, uint32_t slice, const std::string& codec) {
+  testing::HandPush p{.codec = codec, .slice = slice, .round = round};
   auto c = codecs::MakeCodec(codec);
-  EXPECT_TRUE((*c)->Encode(std::vector<float>(64, 1.0f), r.mutable_payload()).ok());
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::PushResponse resp;
-  return stub.Push(&ctx, r, &resp);
+  EXPECT_TRUE((*c)->Encode(std::vector<float>(64, 1.0f), &p.payload).ok());
+  return p;
 }
 
-// PullResponse.queued: set on a message the shard wrote right after the one before it
-// (it was ready while that one was being written), clear on the first message of a
-// stream and on one whose version came while the stream was idle. The worker times its
-// downlink over the queued ones only (docs/adaptive.md, "The cost model").
-TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
-  server::ServerOptions o;
-  o.insecure = true;
-  o.num_workers = 2;
-  o.aggregator = "mean";
-  o.aggregate_only = true;
+// The pulls' order and marks, on each data plane (worker 1 a testing::HandClient).
+class PullQueuedTest : public ::testing::TestWithParam<core::DataPlane> {
+ protected:
+  static server::ServerOptions Shard() {
+    server::ServerOptions o;
+    o.insecure = true;
+    o.num_workers = 2;
+    o.aggregator = "mean";
+    o.aggregate_only = true;
+    o.data_plane = GetParam();
+    return o;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Planes, PullQueuedTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+// A slice's queued mark (PullResponse.queued, the SLICE frame's flag 0x04): set on a
+// message the shard wrote right after the one before it (it was ready while that one was
+// being written), clear on the first message of a stream and on one whose version came
+// while the stream was idle. The worker times its downlink over the queued ones only
+// (docs/adaptive.md, "The cost model").
+TEST_P(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
+  server::ServerOptions o = Shard();
   o.round_deadline = milliseconds(30000);
   testing::Cluster cluster = testing::StartCluster(1, o);
   ASSERT_EQ(cluster.num_shards(), 1u);
@@ -475,46 +515,24 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
   wo.worker_id = 0;
   auto honest = Worker::Start(wo, *layout);
   ASSERT_TRUE(honest.ok()) << honest.status();
-  auto stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
-  const std::string session = RawJoin(*stub, 1, layout->hash());
-  ASSERT_FALSE(session.empty());
-  auto push = [&](uint64_t round, uint32_t slice) {
-    return RawPush(*stub, session, layout->hash(), round, slice, "fp16");
-  };
-  auto open_pull = [&](grpc::ClientContext& ctx, uint64_t min_version,
-                       std::vector<uint32_t> slices) {
-    v1::PullRequest req;
-    req.set_session(session);
-    req.set_layout_hash(layout->hash());
-    req.set_min_version(min_version);
-    for (uint32_t id : slices) req.add_slice_ids(id);
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    return stub->Pull(&ctx, req);
-  };
+  testing::HandClient hand(cluster.addresses()[0], "", 1, layout->hash());
+  ASSERT_TRUE(hand.joined());
+  ASSERT_EQ(hand.plane(), GetParam());
   const std::vector<float> grad(4 * 64, 2.0f);
 
   // Round 0 complete before the pull: every slice is ready at once.
   ASSERT_TRUE((*honest)->Push(0, 0, grad).ok());
   ASSERT_TRUE((*honest)->WaitPushes().ok());
-  for (uint32_t id = 0; id < 4; ++id) ASSERT_TRUE(push(0, id).ok()) << id;
+  for (uint32_t id = 0; id < 4; ++id) ASSERT_TRUE(hand.Push(Ones(0, id, "fp16")).ok()) << id;
   // Aggregation runs after the last push is answered: one pull waits for every slice,
   // so that the next finds them all ready.
+  const testing::HandPull all{.slice_ids = {0, 1, 2, 3}, .min_version = 1};
+  ASSERT_TRUE(hand.Pull(all).ok());
   {
-    grpc::ClientContext ctx;
-    auto reader = open_pull(ctx, 1, {0, 1, 2, 3});
-    v1::PullResponse resp;
-    while (reader->Read(&resp)) {
-    }
-    ASSERT_TRUE(reader->Finish().ok());
-  }
-  {
-    grpc::ClientContext ctx;
-    auto reader = open_pull(ctx, 1, {0, 1, 2, 3});
+    absl::StatusOr<std::vector<testing::PulledSlice>> pulled = hand.Pull(all);
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
     std::vector<bool> queued;
-    v1::PullResponse resp;
-    while (reader->Read(&resp)) queued.push_back(resp.queued());
-    ASSERT_TRUE(reader->Finish().ok());
+    for (const testing::PulledSlice& slice : *pulled) queued.push_back(slice.queued);
     // The stream starts writing once it has every slice's watch, so the three behind
     // the first were ready while it was written, however late its write completes.
     EXPECT_EQ(queued, (std::vector<bool>{false, true, true, true}));
@@ -524,38 +542,36 @@ TEST(PullQueuedTest, OnlyMessagesThatWaitedForTheLinkAreMarkedQueued) {
   // is idle.
   ASSERT_TRUE((*honest)->Push(0, 1, grad).ok());
   ASSERT_TRUE((*honest)->WaitPushes().ok());
-  grpc::ClientContext ctx;
-  auto reader = open_pull(ctx, 2, {0, 1});
-  ASSERT_TRUE(push(1, 0).ok());
-  v1::PullResponse resp;
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.slice_id(), 0u);
-  EXPECT_FALSE(resp.queued());
+  std::unique_ptr<testing::HandClient::PullStream> stream =
+      hand.OpenPull(testing::HandPull{.slice_ids = {0, 1}, .min_version = 2});
+  ASSERT_TRUE(hand.Push(Ones(1, 0, "fp16")).ok());
+  absl::StatusOr<std::optional<testing::PulledSlice>> next = stream->Next();
+  ASSERT_TRUE(next.ok() && next->has_value()) << next.status();
+  EXPECT_EQ((*next)->slice_id, 0u);
+  EXPECT_FALSE((*next)->queued);
   // Long enough for the shard to see the first write done before the next slice is
   // ready (were it not, the slice would rightly be marked queued).
   std::this_thread::sleep_for(milliseconds(200));
-  ASSERT_TRUE(push(1, 1).ok());
-  ASSERT_TRUE(reader->Read(&resp));
-  EXPECT_EQ(resp.slice_id(), 1u);
-  EXPECT_FALSE(resp.queued());
-  EXPECT_FALSE(reader->Read(&resp));
-  EXPECT_TRUE(reader->Finish().ok());
+  ASSERT_TRUE(hand.Push(Ones(1, 1, "fp16")).ok());
+  next = stream->Next();
+  ASSERT_TRUE(next.ok() && next->has_value()) << next.status();
+  EXPECT_EQ((*next)->slice_id, 1u);
+  EXPECT_FALSE((*next)->queued);
+  next = stream->Next();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_FALSE(next->has_value()) << "the pull ends after its two slices";
 }
 
 // Slices ready when a pull starts go out most urgent first (--schedule=priority, the
 // default), whatever the order the request lists them in.
-TEST(PullQueuedTest, SlicesReadyAtTheStartGoOutMostUrgentFirst) {
-  server::ServerOptions o;
-  o.insecure = true;
-  o.num_workers = 2;
-  o.aggregator = "mean";
-  o.aggregate_only = true;
-  testing::Cluster cluster = testing::StartCluster(1, o);
+TEST_P(PullQueuedTest, SlicesReadyAtTheStartGoOutMostUrgentFirst) {
+  testing::Cluster cluster = testing::StartCluster(1, Shard());
+  ASSERT_EQ(cluster.num_shards(), 1u);
   // fc (priority 2) is slices 0-1, conv (priority 0, the most urgent) slices 2-3.
   auto layout = core::ModelLayout::Create({{"fc", 2 * 64, 2}, {"conv", 2 * 64, 0}}, 64, 1);
   ASSERT_TRUE(layout.ok());
   ASSERT_EQ(layout->slices().size(), 4u);
-  // Worker 0 registers the layout and pushes through the library; worker 1 is the raw
+  // Worker 0 registers the layout and pushes through the library; worker 1 is the hand
   // client whose pull is watched.
   WorkerOptions wo;
   wo.shard_addresses = cluster.addresses();
@@ -565,29 +581,19 @@ TEST(PullQueuedTest, SlicesReadyAtTheStartGoOutMostUrgentFirst) {
   ASSERT_TRUE((*honest)->Push(0, 0, std::vector<float>(2 * 64, 1.0f)).ok());
   ASSERT_TRUE((*honest)->Push(1, 0, std::vector<float>(2 * 64, 1.0f)).ok());
   ASSERT_TRUE((*honest)->WaitPushes().ok());
-  auto stub = v1::WorkerService::NewStub(
-      grpc::CreateChannel(cluster.addresses()[0], grpc::InsecureChannelCredentials()));
-  const std::string session = RawJoin(*stub, 1, layout->hash());
-  ASSERT_FALSE(session.empty());
-  for (uint32_t id = 0; id < 4; ++id) {
-    ASSERT_TRUE(RawPush(*stub, session, layout->hash(), 0, id, "fp32").ok()) << id;
-  }
-  v1::PullRequest req;
-  req.set_session(session);
-  req.set_layout_hash(layout->hash());
-  req.set_min_version(1);
-  for (uint32_t id : {0, 1, 2, 3}) req.add_slice_ids(id);
+  testing::HandClient hand(cluster.addresses()[0], "", 1, layout->hash());
+  ASSERT_TRUE(hand.joined());
+  ASSERT_EQ(hand.plane(), GetParam());
+  for (uint32_t id = 0; id < 4; ++id) ASSERT_TRUE(hand.Push(Ones(0, id, "fp32")).ok()) << id;
   // The first pull waits for the aggregations (they run after the pushes are answered);
   // the second finds every slice ready.
+  const testing::HandPull all{.slice_ids = {0, 1, 2, 3}, .min_version = 1};
   std::vector<uint32_t> order;
   for (int pull = 0; pull < 2; ++pull) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
-    auto reader = stub->Pull(&ctx, req);
+    absl::StatusOr<std::vector<testing::PulledSlice>> pulled = hand.Pull(all);
+    ASSERT_TRUE(pulled.ok()) << pulled.status();
     order.clear();
-    v1::PullResponse resp;
-    while (reader->Read(&resp)) order.push_back(resp.slice_id());
-    ASSERT_TRUE(reader->Finish().ok());
+    for (const testing::PulledSlice& slice : *pulled) order.push_back(slice.slice_id);
   }
   EXPECT_EQ(order, (std::vector<uint32_t>{2, 3, 0, 1}));
 }

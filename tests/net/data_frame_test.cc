@@ -53,9 +53,16 @@ std::string Patched(std::string frame, size_t offset, std::initializer_list<uint
   return frame;
 }
 
-void ExpectRefused(const absl::Status& s, std::string_view message) {
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+void ExpectRefused(const absl::Status& s, std::string_view message,
+                   absl::StatusCode code = absl::StatusCode::kInvalidArgument) {
+  EXPECT_EQ(s.code(), code) << s;
   EXPECT_THAT(std::string(s.message()), HasSubstr(std::string(message)));
+}
+
+// A body over the receiver's bound is RESOURCE_EXHAUSTED, as gRPC answers a message over
+// its limit.
+void ExpectOverLimit(const absl::Status& s, std::string_view message) {
+  ExpectRefused(s, message, absl::StatusCode::kResourceExhausted);
 }
 
 constexpr FrameLimits kLimits{.max_body_bytes = 1 << 20, .max_pull_slices = 64};
@@ -510,18 +517,18 @@ TEST(DataFrameTest, CheckHeaderRefusesTheLargestClaimFromSixteenBytes) {
   auto h = ParseHeader(raw);
   ASSERT_TRUE(h.ok()) << h.status();
   EXPECT_EQ(h->body_bytes, 0xffffffffu);
-  ExpectRefused(CheckHeader(*h, ConnectionState::kShardAdmitted, kLimits),
-                "data frame PUSH: body length 4294967295 is over the limit of 1048576 bytes");
+  ExpectOverLimit(CheckHeader(*h, ConnectionState::kShardAdmitted, kLimits),
+                  "data frame PUSH: body length 4294967295 is over the limit of 1048576 bytes");
   // At the limit and one above.
   FrameHeader at = *h;
   at.body_bytes = 1 << 20;
   EXPECT_TRUE(CheckHeader(at, ConnectionState::kShardAdmitted, kLimits).ok());
   at.body_bytes += 1;
-  ExpectRefused(CheckHeader(at, ConnectionState::kShardAdmitted, kLimits), "over the limit");
+  ExpectOverLimit(CheckHeader(at, ConnectionState::kShardAdmitted, kLimits), "over the limit");
   // A SLICE on the worker's side, the same.
   FrameHeader slice{FrameType::kSlice, 0, 29, 0xffffffffu, 1};
-  ExpectRefused(CheckHeader(slice, ConnectionState::kWorkerAdmitted, kLimits),
-                "data frame SLICE: body length 4294967295 is over the limit");
+  ExpectOverLimit(CheckHeader(slice, ConnectionState::kWorkerAdmitted, kLimits),
+                  "data frame SLICE: body length 4294967295 is over the limit");
 }
 
 TEST(DataFrameTest, CheckHeaderRefusesAPullBodyMoreSlicesThanAllowedNeed) {

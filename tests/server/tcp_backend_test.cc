@@ -206,8 +206,8 @@ TEST_F(TcpBackendTest, AHeaderClaimingTheLargestBodyIsRefusedAfterItsSixteenByte
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
   const absl::Status s = ScriptedWorker::StatusOf(*f);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("malformed"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("over_limit"));
   EXPECT_THAT(s.message(), HasSubstr("over the limit of 1048576"));
   EXPECT_TRUE(w->ClosedByShard());
 }

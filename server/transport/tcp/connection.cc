@@ -190,7 +190,12 @@ void Connection::OnHeader() {
   if (!checked.ok()) {
     // Before ADMIT an honest client sends one HELLO and one PROOF, nothing else.
     if (state_ != net::ConnectionState::kShardAdmitted) hub_->Abusive(id_);
-    return GoAway(front_->shard()->Refuse(Refusal::kMalformed, checked.message()));
+    // A body over --max-message-bytes is over_limit (RESOURCE_EXHAUSTED), as gRPC refuses
+    // a message over it; anything else the header says is malformed.
+    const Refusal kind = checked.code() == absl::StatusCode::kResourceExhausted
+                             ? Refusal::kOverLimit
+                             : Refusal::kMalformed;
+    return GoAway(front_->shard()->Refuse(kind, checked.message()));
   }
   header_ = *header;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kRead, hub_->options().read_timeout);
