@@ -172,11 +172,14 @@ PS_VECTOR_CLONES void MeanOfRanksNetwork(std::span<const float* const> inputs, s
   for (size_t base = begin; base < end; base += kNetworkTile) {
     const size_t w = std::min(kNetworkTile, end - base);
     for (size_t i = 0; i < k; ++i) {
-      std::memcpy(rows.data() + i * kNetworkTile, inputs[i] + base, w * sizeof(float));
+      CopyTileRow(inputs[i] + base, w, rows.data() + i * kNetworkTile);
     }
     SortRows(rows.data(), k, network);
-    sum.fill(0.0);
-    for (size_t r = lo; r <= hi; ++r) {
+    // 0.0 + the first rank, then the rest: the bits of a sum started at 0.0 (-0.0 too),
+    // without the zeroing pass GCC made a `rep stos`.
+    const float* first = rows.data() + lo * kNetworkTile;
+    for (size_t c = 0; c < kNetworkTile; ++c) sum[c] = 0.0 + static_cast<double>(first[c]);
+    for (size_t r = lo + 1; r <= hi; ++r) {
       const float* row = rows.data() + r * kNetworkTile;
       for (size_t c = 0; c < kNetworkTile; ++c) sum[c] += static_cast<double>(row[c]);
     }
@@ -185,7 +188,7 @@ PS_VECTOR_CLONES void MeanOfRanksNetwork(std::span<const float* const> inputs, s
     } else {
       for (size_t c = 0; c < kNetworkTile; ++c) result[c] = static_cast<float>(sum[c] / count);
     }
-    std::memcpy(out + base, result.data(), w * sizeof(float));
+    CopyTileRow(result.data(), w, out + base);
   }
 }
 

@@ -48,8 +48,12 @@ PS_VECTOR_CLONES void ApplySortedTile(const SortedPlan& plan, const float* rows,
     std::fill(result, result + W, 0.0f);
     return;
   }
-  std::array<double, W> sum{};
-  for (size_t r = plan.lo; r <= plan.hi; ++r) {
+  // 0.0 + the first rank, then the rest: the bits of a sum started at 0.0, without a
+  // zeroing pass (MeanOfRanksNetwork).
+  std::array<double, W> sum;
+  const float* lowest = rows + plan.lo * W;
+  for (size_t j = 0; j < W; ++j) sum[j] = 0.0 + static_cast<double>(lowest[j]);
+  for (size_t r = plan.lo + 1; r <= plan.hi; ++r) {
     const float* row = rows + r * W;
     for (size_t j = 0; j < W; ++j) sum[j] += static_cast<double>(row[j]);
   }
@@ -110,7 +114,7 @@ PS_VECTOR_CLONES void ApplySortedTile(const SortedPlan& plan, const float* rows,
 // arithmetic of AverageInputs. Requires c >= 1.
 PS_VECTOR_CLONES void MeanTile(std::span<const float* const> rows, size_t w, float* result) {
   const float divisor = static_cast<float>(rows.size());
-  std::memcpy(result, rows[0], w * sizeof(float));
+  CopyTileRow(rows[0], w, result);
   for (size_t i = 1; i < rows.size(); ++i) {
     const float* x = rows[i];
     for (size_t j = 0; j < w; ++j) result[j] += x[j];
@@ -202,15 +206,15 @@ class RuleBlock {
         std::fill(out + base, out + base + w, 0.0f);
       } else if (rule_.kind == CoordinateRule::Kind::kMean) {
         MeanTile(full_, w, result_.data());
-        std::memcpy(out + base, result_.data(), w * sizeof(float));
+        CopyTileRow(result_.data(), w, out + base);
       } else if (full_.size() <= kMaxRuleNetworkInputs) {
         const size_t c = full_.size();
         for (size_t i = 0; i < c; ++i) {
-          std::memcpy(rows_.data() + i * kNetworkTile, full_[i], w * sizeof(float));
+          CopyTileRow(full_[i], w, rows_.data() + i * kNetworkTile);
         }
         SortTileColumns(rows_.data(), c, networks_.Get(c));
         ApplySortedTile(PlanFor(rule_, c), rows_.data(), c, result_.data());
-        std::memcpy(out + base, result_.data(), w * sizeof(float));
+        CopyTileRow(result_.data(), w, out + base);
       } else {
         GatheredTile(out, base, w);
       }
@@ -234,7 +238,7 @@ class RuleBlock {
       float* dst = rows_.data() + row++ * kNetworkTile;
       const float* x = inputs_[i] + base;
       if (presence_[i] == Presence::kFull) {
-        std::memcpy(dst, x, w * sizeof(float));
+        CopyTileRow(x, w, dst);
         ++full;
       } else {
         for (size_t j = 0; j < w; ++j) {
@@ -249,7 +253,7 @@ class RuleBlock {
       const size_t c = full + counts_[j];
       result_[j] = ApplySorted(PlanFor(rule_, c), rows_.data() + j, c, kNetworkTile);
     }
-    std::memcpy(out + base, result_.data(), w * sizeof(float));
+    CopyTileRow(result_.data(), w, out + base);
   }
 
   // Per coordinate: gather the present values in input order, then the mean, or sort
