@@ -25,8 +25,12 @@ ptrdiff_t FindNonFinite(std::span<const float> values);
 
 // acc[i] = acc[i] + change[i], each a plain fp32 addition: the one way a shard and its
 // workers apply a compressed pull's change, so both hold the same bits
-// (docs/data_path.md). Sizes must match.
+// (docs/data_path.md). Sizes must match; acc and change must not overlap.
 void AddInto(std::span<float> acc, std::span<const float> change);
+
+// out[i] = a[i] - b[i], each a plain fp32 subtraction (a shard's change since what its
+// workers hold). Sizes must match; out overlaps neither.
+void Subtract(std::span<const float> a, std::span<const float> b, std::span<float> out);
 
 // out[i] = base[i] + change[i], AddInto's addition, in the same pass as the finiteness
 // check: whether every sum is finite. The three must not overlap; sizes must match.

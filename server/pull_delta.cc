@@ -19,7 +19,7 @@ absl::StatusOr<std::shared_ptr<const std::string>> EncodeChange(std::span<const 
                                                                 HeldValues& held) {
   struct ChangeTag;
   const std::span<float> change = core::ThreadScratch<float, ChangeTag>(x.size());
-  for (size_t i = 0; i < x.size(); ++i) change[i] = x[i] - held.values[i];
+  core::Subtract(x, held.values, change);
   codecs::EncodeContext ctx;
   ctx.round = version;
   ctx.slice_id = slice_id;

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -49,6 +50,28 @@ TEST(Fp32BytesTest, FindNonFiniteFindsTheFirst) {
   v[4999] = std::numeric_limits<float>::infinity();
   v[1025] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_EQ(FindNonFinite(v), 1025);
+}
+
+// AddInto and Subtract: blocks of 1024 and a tail, each value the plain fp32 operation
+// (the same bits as the scalar loop, signed zeros and subnormals included).
+TEST(Fp32BytesTest, AddIntoAndSubtractAreElementwiseOverBlocksAndTails) {
+  for (size_t n : {0u, 1u, 1023u, 1024u, 1025u, 3000u}) {
+    std::vector<float> a(n), b(n);
+    for (size_t i = 0; i < n; ++i) {
+      a[i] = std::sin(0.1f * static_cast<float>(i)) * 1e3f;
+      b[i] = i % 7 == 0 ? -0.0f : (i % 11 == 0 ? 1e-41f : std::cos(0.3f * static_cast<float>(i)));
+    }
+    std::vector<float> sum = a;
+    AddInto(sum, b);
+    std::vector<float> diff(n, 42.0f);
+    Subtract(a, b, diff);
+    for (size_t i = 0; i < n; ++i) {
+      const float want_sum = a[i] + b[i];
+      const float want_diff = a[i] - b[i];
+      EXPECT_EQ(std::memcmp(&sum[i], &want_sum, sizeof(float)), 0) << n << " " << i;
+      EXPECT_EQ(std::memcmp(&diff[i], &want_diff, sizeof(float)), 0) << n << " " << i;
+    }
+  }
 }
 
 }  // namespace
