@@ -56,8 +56,7 @@ std::unique_ptr<grpc::ClientContext> HandClient::Context() const {
   return testing::Context(address_, token_);
 }
 
-absl::Status HandClient::Connected() {
-  if (data_ != nullptr) return absl::OkStatus();
+absl::StatusOr<std::unique_ptr<DataPortClient>> HandClient::NewDataConnection() const {
   auto data = std::make_unique<DataPortClient>(static_cast<uint16_t>(join_.data_port()));
   if (!data->connected()) return absl::UnavailableError("the data port refused the connection");
   absl::StatusOr<net::AdmitMeta> admitted = data->Handshake(
@@ -65,9 +64,38 @@ absl::Status HandClient::Connected() {
       DataConnectionKey(token_, join_.shard_id(), join_.data_session(), join_.data_secret()),
       join_.shard_id());
   if (!admitted.ok()) return admitted.status();
-  data_ = std::move(data);
+  return data;
+}
+
+absl::Status HandClient::Connected() {
+  if (data_ != nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<DataPortClient>> data = NewDataConnection();
+  if (!data.ok()) return data.status();
+  data_ = *std::move(data);
   early_.clear();
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> HandClient::PushFrame(uint64_t tag, const HandPush& push) const {
+  std::string frame;
+  absl::Status framed = net::AppendPush(tag,
+                                        net::PushMeta{.layout_hash = push.layout_hash.value_or(layout_hash_),
+                                                      .round = push.round,
+                                                      .slice_id = push.slice,
+                                                      .codec = push.codec},
+                                        push.payload.size(), &frame);
+  if (!framed.ok()) return framed;
+  return frame + push.payload;
+}
+
+absl::Status HandClient::PushOn(DataPortClient& connection, uint64_t tag,
+                                const HandPush& push) const {
+  absl::StatusOr<std::string> frame = PushFrame(tag, push);
+  if (!frame.ok()) return frame.status();
+  if (!connection.Send(*frame)) return absl::UnavailableError("the PUSH was not sent");
+  absl::StatusOr<DataFrame> answer = connection.Read();
+  if (!answer.ok()) return answer.status();
+  return DataPortClient::StatusOf(*answer);
 }
 
 absl::StatusOr<DataFrame> HandClient::FrameFor(uint64_t tag) {
@@ -108,17 +136,11 @@ absl::Status HandClient::GrpcPush(const HandPush& push, const std::string& sessi
 
 absl::Status HandClient::Push(const HandPush& push) {
   if (plane() == core::DataPlane::kGrpc) return GrpcPush(push, join_.session());
-  const uint64_t hash = push.layout_hash.value_or(layout_hash_);
   if (absl::Status s = Connected(); !s.ok()) return s;
-  std::string frame;
   const uint64_t tag = ++tag_;
-  absl::Status framed = net::AppendPush(
-      tag,
-      net::PushMeta{
-          .layout_hash = hash, .round = push.round, .slice_id = push.slice, .codec = push.codec},
-      push.payload.size(), &frame);
-  if (!framed.ok()) return framed;
-  if (!data_->Send(frame + push.payload)) {
+  absl::StatusOr<std::string> frame = PushFrame(tag, push);
+  if (!frame.ok()) return frame.status();
+  if (!data_->Send(*frame)) {
     data_.reset();
     return absl::UnavailableError("the PUSH was not sent");
   }

@@ -82,6 +82,14 @@ class HandClient {
   // refusal.
   absl::Status PushUnderForgedSession(const HandPush& push);
 
+  // TCP only: a data connection of its own, admitted under the client's data session, for
+  // a test's threads to drive (one thread each). Thread-safe.
+  absl::StatusOr<std::unique_ptr<DataPortClient>> NewDataConnection() const;
+  // The shard's answer to `push` sent as a PUSH frame tagged `tag` on `connection` (one
+  // that carries no pulls: the next frame is the answer). Thread-safe for distinct
+  // connections.
+  absl::Status PushOn(DataPortClient& connection, uint64_t tag, const HandPush& push) const;
+
   // A pull whose slices are read one at a time, as they come.
   class PullStream {
    public:
@@ -100,6 +108,8 @@ class HandClient {
 
   // The data connection, made (again) when there is none.
   absl::Status Connected();
+  // `push` as a whole PUSH frame tagged `tag`: header, meta and payload.
+  absl::StatusOr<std::string> PushFrame(uint64_t tag, const HandPush& push) const;
   // The next frame of `tag` (a GOAWAY, tag 0, answers any), from those read earlier for
   // other tags or from the connection. A GOAWAY drops the connection.
   absl::StatusOr<DataFrame> FrameFor(uint64_t tag);

@@ -195,7 +195,7 @@ void Connection::OnHeader() {
     const Refusal kind = checked.code() == absl::StatusCode::kResourceExhausted
                              ? Refusal::kOverLimit
                              : Refusal::kMalformed;
-    return GoAway(front_->shard()->Refuse(kind, checked.message()));
+    return EndFor(kind, checked.message(), net::kFrameHeaderBytes);
   }
   header_ = *header;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kRead, hub_->options().read_timeout);
@@ -207,7 +207,7 @@ void Connection::OnMeta() {
   if (closed_ || going_away_) return Drain();
   const std::string_view meta(meta_.data(), header_.meta_bytes);
   const auto malformed = [this](const absl::Status& s) {
-    GoAway(front_->shard()->Refuse(Refusal::kMalformed, s.message()));
+    EndFor(Refusal::kMalformed, s.message(), net::kFrameHeaderBytes + header_.meta_bytes);
   };
   switch (header_.type) {
     case net::FrameType::kHello:
@@ -422,10 +422,10 @@ void Connection::OnPullBody() {
   const uint64_t tag = header_.tag;
   const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
   absl::StatusOr<net::PullBody> body = net::ParsePullBody(pull_, body_);
-  if (!body.ok()) return GoAway(front_->shard()->Refuse(Refusal::kMalformed, body.status().message()));
+  if (!body.ok()) return EndFor(Refusal::kMalformed, body.status().message(), request_bytes);
   if (pulls_.contains(tag)) {
-    return GoAway(front_->shard()->Refuse(
-        Refusal::kMalformed, absl::StrCat("PULL with tag ", tag, ", which an open pull has")));
+    return EndFor(Refusal::kMalformed,
+                  absl::StrCat("PULL with tag ", tag, ", which an open pull has"), request_bytes);
   }
   absl::Status s = Current();
   if (!s.ok()) return GoAway(s);
@@ -542,6 +542,13 @@ void Connection::GoAway(const absl::Status& status) {
   Queue(Outgoing{.head = StatusFrame(net::FrameType::kGoaway, 0, status), .last = true});
   // A peer that does not read does not hold the connection for its GOAWAY.
   Arm(Deadline::kGoaway, kGoawayLinger);
+}
+
+void Connection::EndFor(Refusal kind, absl::string_view message, size_t request_bytes) {
+  const absl::Status refused = front_->shard()->Refuse(kind, message);
+  if (state_ != net::ConnectionState::kShardAdmitted) return GoAway(refused);
+  going_away_ = true;
+  AnswerLater(peer_.client, refused, request_bytes, net::FrameType::kGoaway, 0);
 }
 
 void Connection::AnswerLater(std::string_view client, const absl::Status& status,

@@ -50,6 +50,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "net/data_frame.h"
 #include "net/data_stream_internal.h"
 #include "server/connection_table.h"
@@ -146,6 +147,13 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void PullEnded(uint64_t tag, const absl::Status& status);
   // GOAWAY with `status`, then closed; reading stops now.
   void GoAway(const absl::Status& status);
+  // A frame the peer should not have sent ends the connection, refused as `kind` after
+  // `request_bytes` of it were read. An admitted worker is charged for it as for a
+  // refused push: over its budget the tarpit holds the GOAWAY (reading stops meanwhile),
+  // so a member that reconnects to send such frames again and again gets no more of them
+  // refused per second than it would over gRPC. Before ADMIT: GOAWAY at once (the hub
+  // penalizes abusive sources).
+  void EndFor(Refusal kind, absl::string_view message, size_t request_bytes);
   // A refusal answered through the front (the tarpit may hold it), as `frame` (ANSWER,
   // PULL_END or GOAWAY) once sent.
   void AnswerLater(std::string_view client, const absl::Status& status, size_t request_bytes,
