@@ -43,6 +43,7 @@
 #include "net/grpc_status.h"
 #include "net/udp_frame.h"
 #include "auth_util.h"
+#include "cluster_util.h"
 #include "hand_client.h"
 #include "net/data_frame.h"
 #include "process_util.h"
@@ -685,17 +686,24 @@ const core::ModelLayout& WideLayout() {
 // to decode (qsgd with 65536 levels in buckets of 100, about 100 times fp32), so the
 // budget stops it after a few slices. A quorum of 1 lets every round close at its
 // deadline, which leaves the attacker's pushes of a round (70-110 ms on a busy 2-core
-// machine) time to finish before it. The attacker's 9 connections (8 stubs and the
-// test's own) are more than --max-connections-per-client allows by default. gRPC-only:
-// the attacker pushes through eight generated-stub gRPC connections.
-TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOnesDo) {
+// machine) time to finish before it. On each data plane: over gRPC the attacker pushes
+// through eight generated-stub connections of its own, over TCP on a data connection per
+// push sent at once (24), more than --max-connections-per-client allows by default.
+class HostileRoundsDecodeTest : public ::testing::TestWithParam<core::DataPlane> {};
+INSTANTIATE_TEST_SUITE_P(Planes, HostileRoundsDecodeTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOnesDo) {
   if (kThreadSanitized) GTEST_SKIP() << kTimingUnderTsan;
   // Under ASan worker 0's 32 sign-coded slices alone took 18 ms of decoding: the budget
   // and the deadline are 10 and 5 times longer there.
   constexpr double kBudgetMs = kSanitized ? 200 : 20;
-  ShardProcess shard({"--workers", "2", "--quorum", "1", "--aggregator", "mean",
-                      "--round-deadline-ms", kSanitized ? "2000" : "400", "--max-decode-ms",
-                      absl::StrCat(kBudgetMs), "--max-connections-per-client", "16"});
+  std::vector<std::string> flags = {"--workers", "2", "--quorum", "1", "--aggregator", "mean",
+                                    "--round-deadline-ms", kSanitized ? "2000" : "400",
+                                    "--max-decode-ms", absl::StrCat(kBudgetMs),
+                                    "--max-connections-per-client", "32"};
+  for (const std::string& f : testing::PlaneFlags(GetParam())) flags.push_back(f);
+  ShardProcess shard(flags);
   const std::vector<float> zeros(WideLayout().total_elems(), 0.0f);
   const std::span<const float> inits[1] = {zeros};
   WorkerOptions wo;
@@ -706,11 +714,6 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
   auto honest = Worker::Start(wo, WideLayout(), inits);
   ASSERT_TRUE(honest.ok()) << honest.status();
 
-  v1::JoinRequest join;
-  join.set_worker_id(1);
-  join.set_layout_hash(WideLayout().hash());
-  v1::JoinResponse joined;
-  ASSERT_TRUE(shard.workers().Join(Context(shard.address(), shard.Token(1)).get(), join, &joined).ok());
   constexpr char kCostly[] = "qsgd(s=65536, bucket=100)";
   std::string payload;
   {
@@ -718,28 +721,58 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
     for (size_t i = 0; i < values.size(); ++i) values[i] = std::sin(0.01f * static_cast<float>(i));
     ASSERT_TRUE((*codecs::MakeCodec(kCostly))->Encode(values, &payload).ok());
   }
+  constexpr uint32_t kAtOnce = 24;  // pushes sent at once
   // Connections of their own, so that the shard reads the pushes sent at once in
   // parallel (on one connection it reads them one after the other).
+  std::function<absl::Status(uint64_t round, uint32_t slice)> push;
+  v1::JoinResponse joined;
   std::vector<std::unique_ptr<v1::WorkerService::Stub>> stubs;
-  for (uint32_t i = 0; i < 8; ++i) {
-    grpc::ChannelArguments args;
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    stubs.push_back(v1::WorkerService::NewStub(
-        grpc::CreateCustomChannel(shard.address(), grpc::InsecureChannelCredentials(), args)));
+  std::unique_ptr<testing::HandClient> hand;
+  std::vector<std::unique_ptr<testing::DataPortClient>> connections;
+  std::atomic<uint64_t> tag{0};
+  if (GetParam() == core::DataPlane::kGrpc) {
+    v1::JoinRequest join;
+    join.set_worker_id(1);
+    join.set_layout_hash(WideLayout().hash());
+    ASSERT_TRUE(
+        shard.workers().Join(Context(shard.address(), shard.Token(1)).get(), join, &joined).ok());
+    for (uint32_t i = 0; i < 8; ++i) {
+      grpc::ChannelArguments args;
+      args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+      stubs.push_back(v1::WorkerService::NewStub(
+          grpc::CreateCustomChannel(shard.address(), grpc::InsecureChannelCredentials(), args)));
+    }
+    push = [&](uint64_t round, uint32_t slice) {
+      v1::PushRequest req;
+      req.set_session(joined.session());
+      req.set_layout_hash(WideLayout().hash());
+      req.set_round(round);
+      req.set_slice_id(slice);
+      req.set_codec(kCostly);
+      req.set_payload(payload);
+      v1::PushResponse resp;
+      return net::FromGrpc(stubs[slice % stubs.size()]->Push(
+          Context(shard.address(), shard.Token(1)).get(), req, &resp));
+    };
+  } else {
+    hand = std::make_unique<testing::HandClient>(shard.address(), shard.Token(1), 1,
+                                                 WideLayout().hash());
+    ASSERT_TRUE(hand->joined());
+    ASSERT_EQ(hand->plane(), core::DataPlane::kTcp);
+    for (uint32_t i = 0; i < kAtOnce; ++i) {
+      absl::StatusOr<std::unique_ptr<testing::DataPortClient>> c = hand->NewDataConnection();
+      ASSERT_TRUE(c.ok()) << c.status();
+      connections.push_back(*std::move(c));
+    }
+    // Slice s on connection s mod 24: the pushes sent at once each on their own.
+    push = [&](uint64_t round, uint32_t slice) {
+      return hand->PushOn(
+          *connections[slice % connections.size()], ++tag,
+          testing::HandPush{.codec = kCostly, .payload = payload, .slice = slice, .round = round});
+    };
   }
-  auto push = [&](uint64_t round, uint32_t slice) {
-    v1::PushRequest req;
-    req.set_session(joined.session());
-    req.set_layout_hash(WideLayout().hash());
-    req.set_round(round);
-    req.set_slice_id(slice);
-    req.set_codec(kCostly);
-    req.set_payload(payload);
-    v1::PushResponse resp;
-    return stubs[slice % stubs.size()]->Push(Context(shard.address(), shard.Token(1)).get(), req, &resp);
-  };
-  auto refused_for_budget = [](const grpc::Status& s) {
-    return core::RefusalOf(net::FromGrpc(s)) == core::Refusal::kDecodeBudget;
+  auto refused_for_budget = [](const absl::Status& s) {
+    return core::RefusalOf(s) == core::Refusal::kDecodeBudget;
   };
   const uint32_t slices = static_cast<uint32_t>(WideLayout().slices().size());
   auto finish_round = [&](uint64_t round) {
@@ -753,8 +786,8 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
 
   // The decoding the shard granted worker 1 in its round, from the refusal that ends it
   // ("... already took X ms of CPU ...").
-  auto granted_ms = [](const grpc::Status& refusal) {
-    const std::string& m = refusal.error_message();
+  auto granted_ms = [](const absl::Status& refusal) {
+    const std::string m(refusal.message());
     const size_t at = m.find("already took ");
     EXPECT_NE(at, std::string::npos) << m;
     return at == std::string::npos ? 0.0 : std::atof(m.c_str() + at + 13);
@@ -767,18 +800,17 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
   // Pushes one after the other (from slice `first` on) until the budget refuses one.
   auto one_by_one = [&](uint64_t round, uint32_t first, Round* r) {
     for (uint32_t s = first; s < slices; ++s) {
-      const grpc::Status st = push(round, s);
+      const absl::Status st = push(round, s);
       if (refused_for_budget(st)) {
         r->granted = granted_ms(st);
         return;
       }
-      EXPECT_TRUE(st.ok()) << st.error_message();
+      EXPECT_TRUE(st.ok()) << st;
       ++r->one_by_one;
     }
     ADD_FAILURE() << "round " << round << ": the budget was never reached";
   };
   // Pushes slices 0 .. kAtOnce - 1 at once, then the rest one after the other.
-  constexpr uint32_t kAtOnce = 24;
   auto at_once = [&](uint64_t round, Round* r) {
     std::atomic<int> accepted{0};
     std::vector<std::thread> threads;
@@ -786,11 +818,11 @@ TEST(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOn
     for (uint32_t s = 0; s < kAtOnce; ++s) {
       threads.emplace_back([&, s] {
         go.arrive_and_wait();
-        const grpc::Status st = push(round, s);
+        const absl::Status st = push(round, s);
         if (st.ok()) {
           accepted.fetch_add(1);
         } else {
-          EXPECT_TRUE(refused_for_budget(st)) << st.error_code() << " " << st.error_message();
+          EXPECT_TRUE(refused_for_budget(st)) << st;
         }
       });
     }
