@@ -151,11 +151,11 @@ inline void AverageTile(std::span<const float* const> inputs, size_t base, size_
                         float* out) {
   const size_t n = W == 0 ? w : W;
   const float divisor = static_cast<float>(inputs.size());
-  // acc = x_0 (+ x_1) in one pass: the same sums as a copy and an add, without the copy
-  // GCC made a `rep movsq` (CopyTileRow).
+  // acc = x_0 + x_1 in one pass: the same sums as a copy and an add, one pass fewer. (One
+  // input is copied whole: measured, that stays as fast as any other way of doing it.)
   const float* x0 = inputs[0] + base;
   if (inputs.size() == 1) {
-    for (size_t c = 0; c < n; ++c) acc[c] = x0[c];
+    std::memcpy(acc, x0, n * sizeof(float));
   } else {
     const float* x1 = inputs[1] + base;
     for (size_t c = 0; c < n; ++c) acc[c] = x0[c] + x1[c];

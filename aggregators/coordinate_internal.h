@@ -29,7 +29,7 @@ inline constexpr size_t kNetworkTile = 128;
 // fixed-width loop, which the caller's vector clone turns into vector loads and stores:
 // GCC expanded memcpy of the run-time size w * 4 into `rep movsq`, which took two
 // thirds of the trimmed mean's time over five inputs on the 2-core AMD EPYC
-// (docs/bench.md, "The trimmed mean's tile copy").
+// (docs/bench.md, "Small copies GCC made rep movsq").
 inline void CopyTileRow(const float* __restrict src, size_t w, float* __restrict dst) {
   if (w == kNetworkTile) {
     for (size_t c = 0; c < kNetworkTile; ++c) dst[c] = src[c];
