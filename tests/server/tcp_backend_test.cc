@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -318,6 +319,55 @@ TEST_F(TcpBackendTest, ReadingStopsWhilePushesWaitForTheirAnswers) {
   EXPECT_EQ(Refusals(*shard_, Refusal::kUnknownSlice), 4u);
   // The server's order (ServerImpl::Shutdown): the tarpit first, so that no answer it
   // holds still runs, and drops its connection, once the backend is gone.
+  tarpit.Stop();
+  (*backend)->Stop();
+}
+
+// A frame that ends an admitted connection is charged to the worker like a refused push:
+// over its budget the GOAWAY is held for the tarpit's hold, and nothing more is read
+// meanwhile (a member that reconnects to send such frames again gets them refused no
+// faster than pushes). Before the budget is spent, the same GOAWAY goes out at once.
+TEST_F(TcpBackendTest, AConnectionEndingRefusalOverTheBudgetIsHeldByTheTarpit) {
+  Tarpit tarpit(TarpitOptions{.rate = 1, .burst = 1, .hold = milliseconds(400)},
+                core::Clock::Real());
+  ShardFront front(shard_.get(), nullptr, &tarpit);
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      Backend::Start(options_, &front, nullptr, core::Clock::Real());
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  std::string claim;  // a PUSH header claiming the largest body, and nothing after it
+  ASSERT_TRUE(net::EncodeHeader(net::FrameHeader{.type = net::FrameType::kPush,
+                                                 .meta_bytes = 25,
+                                                 .body_bytes = 0xFFFFFFFF,
+                                                 .tag = 1},
+                                &claim)
+                  .ok());
+  // Within the budget (the first refusal): at once.
+  const auto refused_after = [&]() -> std::optional<milliseconds> {
+    ScriptedWorker w((*backend)->port());
+    EXPECT_TRUE(w.Handshake(joins_[0].data_session, 0, joins_[0].data_secret).ok());
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_TRUE(w.Send(claim));
+    absl::StatusOr<Frame> f = w.Read();
+    if (!f.ok()) {
+      ADD_FAILURE() << f.status();
+      return std::nullopt;
+    }
+    EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
+    const absl::Status s = ScriptedWorker::StatusOf(*f);
+    EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+    EXPECT_THAT(s.message(), HasSubstr("over_limit"));
+    EXPECT_TRUE(w.ClosedByShard());
+    return std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+  };
+  const std::optional<milliseconds> first = refused_after();
+  ASSERT_TRUE(first.has_value());
+  EXPECT_LT(*first, milliseconds(300));
+  // Over it: held.
+  const std::optional<milliseconds> second = refused_after();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_GE(*second, milliseconds(350));
+  EXPECT_EQ(tarpit.stats().held_total, 1u);
+  EXPECT_EQ(Refusals(*shard_, Refusal::kOverLimit), 2u);
   tarpit.Stop();
   (*backend)->Stop();
 }
