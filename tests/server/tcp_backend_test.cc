@@ -192,15 +192,21 @@ TEST_F(TcpBackendTest, APullReceivesThePublishedSliceAndEnds) {
   EXPECT_EQ(shard_->WatcherCount(), 0u);
 }
 
-TEST_F(TcpBackendTest, AHeaderClaimingTheLargestBodyIsRefusedAfterItsSixteenBytes) {
-  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+// The 16 bytes of a PUSH header claiming the largest body a 32-bit length can name.
+std::string LargestClaim() {
   std::string header;
-  ASSERT_TRUE(net::EncodeHeader(net::FrameHeader{.type = net::FrameType::kPush,
+  EXPECT_TRUE(net::EncodeHeader(net::FrameHeader{.type = net::FrameType::kPush,
                                                  .meta_bytes = 25,
                                                  .body_bytes = 0xFFFFFFFF,
                                                  .tag = 1},
                                 &header)
                   .ok());
+  return header;
+}
+
+TEST_F(TcpBackendTest, AHeaderClaimingTheLargestBodyIsRefusedAfterItsSixteenBytes) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  const std::string header = LargestClaim();
   ASSERT_EQ(header.size(), 16u);
   ASSERT_TRUE(w->Send(header));  // and nothing more: no meta, no body
   absl::StatusOr<Frame> f = w->Read();
@@ -334,13 +340,7 @@ TEST_F(TcpBackendTest, AConnectionEndingRefusalOverTheBudgetIsHeldByTheTarpit) {
   absl::StatusOr<std::unique_ptr<Backend>> backend =
       Backend::Start(options_, &front, nullptr, core::Clock::Real());
   ASSERT_TRUE(backend.ok()) << backend.status();
-  std::string claim;  // a PUSH header claiming the largest body, and nothing after it
-  ASSERT_TRUE(net::EncodeHeader(net::FrameHeader{.type = net::FrameType::kPush,
-                                                 .meta_bytes = 25,
-                                                 .body_bytes = 0xFFFFFFFF,
-                                                 .tag = 1},
-                                &claim)
-                  .ok());
+  const std::string claim = LargestClaim();
   // Within the budget (the first refusal): at once.
   const auto refused_after = [&]() -> std::optional<milliseconds> {
     ScriptedWorker w((*backend)->port());
