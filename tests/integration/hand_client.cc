@@ -140,12 +140,14 @@ absl::Status HandClient::Push(const HandPush& push) {
   const uint64_t tag = ++tag_;
   absl::StatusOr<std::string> frame = PushFrame(tag, push);
   if (!frame.ok()) return frame.status();
-  if (!data_->Send(*frame)) {
-    data_.reset();
-    return absl::UnavailableError("the PUSH was not sent");
-  }
+  // A shard refuses a PUSH from its header (a body over --max-message-bytes) and ends
+  // the connection without reading the body, so the send may fail part way: the answer
+  // it sent first is still there to read, as a worker would.
+  const bool sent = data_->Send(*frame);
   absl::StatusOr<DataFrame> answer = FrameFor(tag);
-  if (!answer.ok()) return answer.status();
+  if (!answer.ok()) {
+    return sent ? answer.status() : absl::UnavailableError("the PUSH was not sent");
+  }
   return DataPortClient::StatusOf(*answer);
 }
 

@@ -28,6 +28,8 @@ DataPortClient::DataPortClient(uint16_t port, const Options& options) {
   const auto ms = options.receive_timeout.count();
   const timeval timeout{static_cast<time_t>(ms / 1000), static_cast<suseconds_t>(ms % 1000 * 1000)};
   ::setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
+  // A shard that stops reading (its tarpit holding a refusal) ends a send the same way.
+  ::setsockopt(fd_, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
   if (!options.source.empty()) {
     sockaddr_in from{};
     from.sin_family = AF_INET;

@@ -1,7 +1,7 @@
 // A raw client of a shard's TCP data port (docs/data-plane.md, section 3) for tests and
 // `ps-bench hostile`: frames written with net/data_frame's encoders and read back in
-// blocking POSIX calls with a receive timeout, so that a shard that says nothing ends a
-// read instead of hanging it. It speaks the handshake when asked (with the right key or
+// blocking POSIX calls with a timeout (the receive timeout, for sends as well), so that
+// a shard that says nothing or stops reading ends a call instead of hanging it. It speaks the handshake when asked (with the right key or
 // a forged one) and otherwise sends whatever bytes it is given: half headers, HELLOs of
 // sessions that do not exist, headers claiming the largest body.
 //
