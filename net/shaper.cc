@@ -39,32 +39,15 @@ using core::SteadyTime;
 // TokenBucket.
 
 TokenBucket::TokenBucket(double bytes_per_second, uint64_t burst_bytes, Clock* clock)
-    : bytes_per_second_(bytes_per_second),
-      burst_bytes_(static_cast<double>(burst_bytes)),
+    : unlimited_(bytes_per_second <= 0),
       clock_(clock != nullptr ? clock : Clock::Real()),
-      tokens_(static_cast<double>(burst_bytes)),
-      last_refill_(clock_->Now()) {}
+      bucket_(unlimited_ ? 1 : bytes_per_second, static_cast<double>(burst_bytes), clock_->Now()) {}
 
 SteadyTime TokenBucket::Reserve(uint64_t bytes) {
-  // A day: keeps `now + wait` far from overflowing whatever the rate.
-  constexpr double kMaxWaitNs = 86400e9;
   absl::MutexLock lock(&mu_);
   const SteadyTime now = clock_->Now();
-  if (bytes_per_second_ <= 0) return now;
-  if (now > last_refill_) {
-    // ns * rate first, then / 1e9: exact for whole-byte rates, so hand-computed times
-    // in tests match to the nanosecond.
-    const auto elapsed_ns =
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last_refill_);
-    tokens_ = std::min(burst_bytes_,
-                       tokens_ + static_cast<double>(elapsed_ns.count()) * bytes_per_second_ / 1e9);
-    last_refill_ = now;
-  }
-  tokens_ -= static_cast<double>(bytes);
-  if (tokens_ >= 0) return now;
-  const double wait_ns = std::min(std::ceil(-tokens_ * 1e9 / bytes_per_second_), kMaxWaitNs);
-  return now + std::chrono::duration_cast<Duration>(
-                   std::chrono::nanoseconds(static_cast<int64_t>(wait_ns)));
+  if (unlimited_ || bucket_.Take(static_cast<double>(bytes), now)) return now;
+  return bucket_.RepaidAt();
 }
 
 // ---------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
+#include "core/token_bucket.h"
 
 namespace ps::net {
 
@@ -62,10 +63,10 @@ absl::StatusOr<LinkShaping> ParseLinkShaping(std::string_view spec);
 // grammar cannot express) are written as up_latency=/down_latency=, up_burst=/down_burst=.
 std::string DescribeLinkShaping(const LinkShaping& shaping);
 
-// Token bucket: refills at `bytes_per_second` up to `burst_bytes` and starts full.
-// Reserve() never refuses: the bucket goes into debt and the caller waits until the time
-// returned, so a chunk larger than the bucket still passes at the average rate.
-// Thread-safe.
+// A thread-safe core::TokenBucket of bytes on a clock: refills at `bytes_per_second` up
+// to `burst_bytes` and starts full. Reserve() never refuses: the bucket goes into debt
+// and the caller waits until the time returned, so a chunk larger than the bucket still
+// passes at the average rate.
 class TokenBucket {
  public:
   // `clock` is borrowed and must outlive the bucket; nullptr = Clock::Real().
@@ -76,16 +77,14 @@ class TokenBucket {
 
   // Takes `bytes` from the bucket (it may go into debt) and returns the time at which
   // these bytes may be sent: Now() if the bucket covered them, else when the debt is
-  // repaid (rounded up to the clock's tick, so never early).
+  // repaid (rounded up to the nanosecond, so never early).
   core::SteadyTime Reserve(uint64_t bytes);
 
  private:
-  const double bytes_per_second_;
-  const double burst_bytes_;
+  const bool unlimited_;
   core::Clock* const clock_;
   absl::Mutex mu_;
-  double tokens_ ABSL_GUARDED_BY(mu_);  // negative = debt
-  core::SteadyTime last_refill_ ABSL_GUARDED_BY(mu_);
+  core::TokenBucket bucket_ ABSL_GUARDED_BY(mu_);
 };
 
 // Where a ShapingRelay listens.

@@ -334,23 +334,10 @@ bool RateLimiter::Allow(const std::string& key) {
   absl::MutexLock lock(&mu_);
   if (buckets_.size() > 4096) {
     // Forget clients whose bucket has refilled: a new bucket starts full anyway.
-    absl::erase_if(buckets_, [&](const auto& kv) {
-      return kv.second.tokens + per_second_ * std::chrono::duration<double>(now - kv.second.last).count() >=
-             burst_;
-    });
+    absl::erase_if(buckets_, [&](const auto& kv) { return kv.second.FullAt(now); });
   }
-  auto [it, fresh] = buckets_.try_emplace(key);
-  Bucket& b = it->second;
-  if (fresh) {
-    b.tokens = burst_;
-  } else {
-    b.tokens = std::min(burst_, b.tokens + per_second_ *
-                                               std::chrono::duration<double>(now - b.last).count());
-  }
-  b.last = now;
-  if (b.tokens < 1.0) return false;
-  b.tokens -= 1.0;
-  return true;
+  auto it = buckets_.try_emplace(key, per_second_, burst_, now).first;
+  return it->second.TryTake(1.0, now);
 }
 
 }  // namespace ps::server

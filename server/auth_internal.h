@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 #include "core/credentials.h"
+#include "core/token_bucket.h"
 #include "server/caller.h"
 #include "server/options.h"
 
@@ -152,15 +153,11 @@ class RateLimiter {
   bool Allow(const std::string& key);
 
  private:
-  struct Bucket {
-    double tokens = 0;
-    core::SteadyTime last{};
-  };
   const double per_second_;
   const double burst_;
   core::Clock* const clock_;
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, Bucket> buckets_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, core::TokenBucket> buckets_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace ps::server

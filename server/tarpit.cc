@@ -39,22 +39,14 @@ bool Tarpit::Refuse(std::string_view client, uint64_t bytes, absl::AnyInvocable<
     if (!stopped_ && options_.rate > 0) {
       const core::SteadyTime now = clock_->Now();
       TrimLocked(now);
-      auto [it, fresh] = clients_.try_emplace(std::string(client));
-      Client& c = it->second;
-      if (fresh) {
-        c.tokens = options_.burst;
-      } else {
-        const double refill = options_.rate * std::chrono::duration<double>(now - c.last).count();
-        c.tokens = std::min(options_.burst, c.tokens + std::max(0.0, refill));
-      }
-      c.last = now;
+      Client& c = clients_
+                      .try_emplace(std::string(client),
+                                   Client{core::TokenBucket(options_.rate, options_.burst, now)})
+                      .first->second;
       const double cost = 1.0 + static_cast<double>(bytes / kBytesPerUnit);
-      if (c.tokens >= cost) {
-        c.tokens -= cost;
-      } else {
-        // In debt at most one burst: a client that stops misbehaving is back within
-        // 2 x burst / rate seconds.
-        c.tokens = std::max(c.tokens - cost, -options_.burst);
+      // In debt at most one burst: a client that stops misbehaving is back within
+      // 2 x burst / rate seconds.
+      if (!c.budget.Take(cost, now, /*max_debt=*/options_.burst)) {
         hold = c.held < options_.max_held_per_client && held_.size() < options_.max_held;
         if (hold) {
           ++c.held;
@@ -72,10 +64,7 @@ bool Tarpit::Refuse(std::string_view client, uint64_t bytes, absl::AnyInvocable<
 void Tarpit::TrimLocked(core::SteadyTime now) {
   if (clients_.size() <= kTrimAbove) return;
   absl::erase_if(clients_, [&](const auto& kv) {
-    const Client& c = kv.second;
-    return c.held == 0 &&
-           c.tokens + options_.rate * std::chrono::duration<double>(now - c.last).count() >=
-               options_.burst;
+    return kv.second.held == 0 && kv.second.budget.FullAt(now);
   });
 }
 

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
+#include "core/token_bucket.h"
 
 namespace ps::server {
 
@@ -79,8 +80,7 @@ class Tarpit {
 
  private:
   struct Client {
-    double tokens = 0;
-    core::SteadyTime last{};
+    core::TokenBucket budget;  // of refused work, into debt as deep as one burst
     uint32_t held = 0;
   };
   struct Held {
