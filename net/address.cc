@@ -14,38 +14,49 @@ namespace ps::net {
 
 using core::AsAbsl;
 
-absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what) {
-  const auto fail = [&](std::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(AsAbsl(what), " '", AsAbsl(address), "': ", AsAbsl(why)));
-  };
+absl::StatusOr<HostPort> ParseHostPort(std::string_view address) {
   std::string_view host;
   std::string_view port;
   if (!address.empty() && address.front() == '[') {
     const size_t close = address.find(']');
     if (close == std::string_view::npos || close + 1 >= address.size() ||
         address[close + 1] != ':') {
-      return fail("expected [v6-address]:port");
+      return absl::InvalidArgumentError("expected [v6-address]:port");
     }
     host = address.substr(1, close - 1);
     port = address.substr(close + 2);
   } else {
     const size_t colon = address.rfind(':');
-    if (colon == std::string_view::npos) return fail("expected host:port");
+    if (colon == std::string_view::npos) return absl::InvalidArgumentError("expected host:port");
     host = address.substr(0, colon);
     port = address.substr(colon + 1);
     if (host.find(':') != std::string_view::npos) {
-      return fail("write IPv6 addresses as [addr]:port");
+      return absl::InvalidArgumentError(
+          "write IPv6 addresses as [addr]:port, the address in brackets");
     }
   }
-  if (host.empty()) return fail("empty host");
+  if (host.empty()) return absl::InvalidArgumentError("empty host");
+  constexpr const char* kPorts = "; a port must be a number in [1, 65535]";
+  if (port.empty()) return absl::InvalidArgumentError(absl::StrCat("empty port", kPorts));
   unsigned value = 0;
   const auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (port.empty() || ec != std::errc() || end != port.data() + port.size() || value == 0 ||
-      value > 65535) {
-    return fail("port must be a number in [1, 65535]");
+  const bool digits = end == port.data() + port.size();
+  if (!digits || (ec != std::errc() && ec != std::errc::result_out_of_range)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port is not a number ('", AsAbsl(port), "')", kPorts));
+  }
+  if (ec == std::errc::result_out_of_range || value == 0 || value > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port out of range (", AsAbsl(port), ")", kPorts));
   }
   return HostPort{std::string(host), static_cast<uint16_t>(value)};
+}
+
+absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what) {
+  absl::StatusOr<HostPort> parsed = ParseHostPort(address);
+  if (parsed.ok()) return parsed;
+  return absl::InvalidArgumentError(absl::StrCat(AsAbsl(what), " '", AsAbsl(address), "': ",
+                                                 parsed.status().message()));
 }
 
 absl::StatusOr<boost::asio::ip::address> ResolveHost(std::string_view host, std::string_view what) {

@@ -20,8 +20,13 @@ struct HostPort {
   uint16_t port = 0;
 };
 
-// Splits "host:port" or "[v6-address]:port" (port in [1, 65535]). INVALID_ARGUMENT
-// names `what` and the address: "upstream address 'x': expected host:port".
+// Splits "host:port" or "[v6-address]:port" (port in [1, 65535]): the one parser of
+// host:port for our sockets and flags. INVALID_ARGUMENT says only what is wrong
+// ("expected host:port", "empty host", "port out of range (0); a port must be ...").
+absl::StatusOr<HostPort> ParseHostPort(std::string_view address);
+
+// ParseHostPort with the refusal naming `what` and the address: "upstream address 'x':
+// expected host:port".
 absl::StatusOr<HostPort> SplitHostPort(std::string_view address, std::string_view what);
 
 // The address of `host`: an IP address (an IPv6 one with or without brackets) as

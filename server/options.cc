@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "codecs/codec.h"
 #include "core/status.h"
+#include "net/address.h"
 #include "server/codec_policy.h"
 #include "server/optimizer.h"
 
@@ -49,27 +50,10 @@ bool OneOf(std::string_view value, std::initializer_list<std::string_view> allow
 }
 
 absl::Status CheckPeer(size_t index, const std::string& peer) {
-  auto bad = [&](absl::string_view why) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--peers entry ", index, " \"", peer, "\": ", why, " (want host:port)"));
-  };
-  const size_t colon = peer.rfind(':');
-  if (colon == std::string::npos) return bad("no port");
-  std::string_view host(peer.data(), colon);
-  const std::string_view port(peer.data() + colon + 1, peer.size() - colon - 1);
-  if (!host.empty() && host.front() == '[') {
-    if (host.size() < 3 || host.back() != ']') return bad("unbalanced brackets");
-    host = host.substr(1, host.size() - 2);
-  } else if (host.find(':') != std::string_view::npos) {
-    return bad("an IPv6 address must be written in brackets, e.g. [::1]:7070");
-  }
-  if (host.empty()) return bad("empty host");
-  if (port.empty()) return bad("empty port");
-  uint32_t value = 0;
-  auto [end, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
-  if (ec != std::errc() || end != port.data() + port.size()) return bad("port is not a number");
-  if (value < 1 || value > 65535) return bad("port out of range [1, 65535]");
-  return absl::OkStatus();
+  const absl::StatusOr<net::HostPort> parsed = net::ParseHostPort(peer);
+  if (parsed.ok()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat("--peers entry ", index, " \"", peer, "\": ",
+                                                 parsed.status().message(), " (want host:port)"));
 }
 
 // 127.0.0.0/8, ::1 (also bracketed and v4-mapped) and "localhost".

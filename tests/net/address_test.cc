@@ -26,6 +26,28 @@ TEST(SplitHostPortTest, RefusesWhatIsNoHostPort) {
   }
 }
 
+TEST(ParseHostPortTest, SaysWhatIsWrongWithoutNamingTheAddress) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"host", "expected host:port"},
+      {"[::1", "expected [v6-address]:port"},
+      {"::1:80", "write IPv6 addresses as [addr]:port, the address in brackets"},
+      {":80", "empty host"},
+      {"host:", "empty port; a port must be a number in [1, 65535]"},
+      {"host:http", "port is not a number ('http'); a port must be a number in [1, 65535]"},
+      {"host:-1", "port is not a number ('-1')"},
+      {"host:0", "port out of range (0); a port must be a number in [1, 65535]"},
+      {"host:65536", "port out of range (65536)"},
+      {"host:99999999999999999999", "port out of range (99999999999999999999)"},
+  };
+  for (const auto& [address, message] : cases) {
+    absl::StatusOr<HostPort> r = ParseHostPort(address);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << address;
+    EXPECT_EQ(r.status().message().find(message), 0u) << address << ": " << r.status();
+  }
+  EXPECT_EQ(ParseHostPort("[fe80::1]:1")->host, "fe80::1");
+  EXPECT_EQ(ParseHostPort("a:65535")->port, 65535);
+}
+
 TEST(ResolveHostTest, LiteralsAndLocalhostNeedNoResolver) {
   EXPECT_EQ(ResolveHost("127.0.0.1", "x")->to_string(), "127.0.0.1");
   EXPECT_EQ(ResolveHost("0.0.0.0", "x")->to_string(), "0.0.0.0");
