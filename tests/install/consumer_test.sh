@@ -2,8 +2,8 @@
 # The installed package, from outside the tree (ctest install_consumer_project, label
 # install; docs/building.md, "Installing and linking against ps-server"):
 #   1. cmake --install BUILD_DIR --prefix TMP/prefix, and the expected files are there
-#      (binaries, libraries, package files; no *_internal.h; no path into the source or
-#      build tree in the package files); the Python package, when built, imports from
+#      (binaries, libraries, package files; no *_internal.h, generated or gRPC-including
+#      header; no path into the source or build tree in the package files); the Python package, when built, imports from
 #      the prefix and its ps-launch runs;
 #   2. every installed header compiles, with only the prefix's include path;
 #   3. tests/install/consumer/ configured out of tree with CMAKE_PREFIX_PATH=TMP/prefix
@@ -35,8 +35,12 @@ pc_file=$(find "$prefix" -path '*/pkgconfig/ps-server.pc' | head -n 1)
 include_dir=$prefix/include/ps-server
 [ -f "$include_dir/worker_lib/worker.h" ] || fail "no include/ps-server/worker_lib/worker.h"
 [ -n "$(find "$prefix" -name 'libps_worker.a')" ] || fail "no libps_worker.a"
-internal=$(find "$include_dir" -name '*_internal.h')
-[ -z "$internal" ] || fail "internal headers installed: $internal"
+internal=$(find "$include_dir" -name '*_internal.h' -o -name '*.pb.h')
+[ -z "$internal" ] || fail "internal or generated headers installed: $internal"
+# Public headers carry no gRPC or protobuf types (cmake/PsServerInstall.cmake's list).
+if grep -rlE '#include [<"](grpc|grpcpp|google/protobuf|ps/v1)/' "$include_dir"; then
+  fail "the installed headers above include gRPC or protobuf"
+fi
 # Relocatable: the package files name no path of this machine's trees.
 if grep -rlF -e "$source_dir" -e "$build" "$(dirname "$config_file")" "$pc_file"; then
   fail "the package files above name the source or build directory"
@@ -64,7 +68,7 @@ echo "pkg-config --cflags: $pc_cflags"
 echo "pkg-config --libs: $pc_libs"
 
 step "every installed header, with only the prefix's include path"
-headers=$(cd "$include_dir" && find . -name '*.h' ! -name '*.pb.h' | sed 's|^\./||' | sort)
+headers=$(cd "$include_dir" && find . -name '*.h' | sed 's|^\./||' | sort)
 [ -n "$headers" ] || fail "no headers installed"
 for h in $headers; do echo "#include \"$h\""; done >"$tmp/all_headers.cc"
 # One translation unit (each header on its own costs a minute on 2 cores): an #include
