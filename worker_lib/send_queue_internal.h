@@ -2,7 +2,9 @@
 // ordered by (priority, round, arrival) — or by arrival alone in FIFO mode — and leave
 // only while the bytes in flight stay within a window, so an urgent item queued late
 // overtakes the ones still waiting, at item (slice) boundaries. The owner may resize the
-// window as it goes (the push pipeline sizes it to the link).
+// window as it goes (the push pipeline sizes it to the link). An owner that paces by
+// other means takes one item at a time whatever the window (TakeNext: the UDP sender,
+// whose token bucket paces its datagrams), so both paths share one order.
 //
 // Not thread-safe: the owner serializes calls (the Worker holds its shard's send lock).
 #pragma once
@@ -50,6 +52,19 @@ class SendQueue {
     return out;
   }
 
+  // The bytes of the most urgent item, the one TakeNext would return; the queue must not
+  // be empty.
+  uint64_t next_bytes() const { return queue_.begin()->second.bytes; }
+
+  // Removes and returns the most urgent item whatever the window, without counting it
+  // in flight; the queue must not be empty.
+  T TakeNext() {
+    auto it = queue_.begin();
+    T item = std::move(it->second.item);
+    queue_.erase(it);
+    return item;
+  }
+
   // An item taken earlier is done: its bytes leave the window.
   void Release(uint64_t bytes) { inflight_bytes_ -= bytes; }
 
@@ -63,6 +78,7 @@ class SendQueue {
 
   uint64_t inflight_bytes() const { return inflight_bytes_; }
   size_t size() const { return queue_.size(); }
+  bool empty() const { return queue_.empty(); }
 
  private:
   using Key = std::tuple<int64_t, uint64_t, uint64_t>;

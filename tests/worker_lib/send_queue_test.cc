@@ -59,6 +59,28 @@ TEST(SendQueueTest, EarlierRoundsGoFirstAtEqualPriority) {
   EXPECT_THAT(Items(q.TakeSendable()), ElementsAre("r4", "r5", "r3 but later layer"));
 }
 
+TEST(SendQueueTest, TakeNextKeepsTheOrderAndIgnoresTheWindow) {
+  // The UDP sender's use: one item at a time, paced by its token bucket, not the window.
+  SendQueue<std::string> q(/*priority_order=*/true, /*window=*/10);
+  q.Push(2, 0, 100, "late layer");
+  q.Push(0, 1, 200, "first layer, round 1");
+  q.Push(0, 0, 300, "first layer, round 0");
+  ASSERT_FALSE(q.empty());
+  EXPECT_EQ(q.next_bytes(), 300u);
+  EXPECT_EQ(q.TakeNext(), "first layer, round 0");
+  EXPECT_EQ(q.next_bytes(), 200u);
+  EXPECT_EQ(q.TakeNext(), "first layer, round 1");
+  EXPECT_EQ(q.TakeNext(), "late layer");
+  EXPECT_TRUE(q.empty());
+  EXPECT_EQ(q.inflight_bytes(), 0u);  // nothing counted in flight
+
+  SendQueue<std::string> fifo(/*priority_order=*/false, 10);
+  fifo.Push(2, 0, 1, "a");
+  fifo.Push(0, 0, 1, "b");
+  EXPECT_EQ(fifo.TakeNext(), "a");
+  EXPECT_EQ(fifo.TakeNext(), "b");
+}
+
 TEST(SendQueueTest, TheWindowCountsBytesAndLetsAnOversizedItemGoAlone) {
   SendQueue<std::string> q(true, 250);
   q.Push(0, 0, 100, "a");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <limits>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -46,7 +47,9 @@ absl::StatusOr<udp::endpoint> ResolveUdp(const std::string& address, uint16_t po
 }
 
 UdpSender::UdpSender(const UdpOptions& options, bool priority_order)
-    : options_(options), priority_order_(priority_order), socket_(io_) {}
+    : options_(options),
+      socket_(io_),
+      queue_(priority_order, /*window=*/std::numeric_limits<uint64_t>::max()) {}
 
 absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Start(const UdpOptions& options,
                                                            bool priority_order) {
@@ -69,7 +72,7 @@ UdpSender::~UdpSender() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stopping_ = true;
-    queue_.clear();
+    queue_.TakeAll();
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -79,9 +82,8 @@ void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to, std:
                         bool lost) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t seq = next_seq_++;
-    const Key key = priority_order_ ? Key{priority, round, seq} : Key{0, 0, seq};
-    queue_.emplace(key, Item{to, std::move(datagram), lost});
+    const uint64_t size = datagram.size();
+    queue_.Push(priority, round, size, Item{to, std::move(datagram), lost});
   }
   cv_.notify_all();
 }
@@ -113,9 +115,8 @@ void UdpSender::Loop() {
       cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
       if (stopping_) return;
       while (!queue_.empty() && batch.size() < kBatch &&
-             (batch.empty() || batch_bytes + queue_.begin()->second.bytes.size() <= kBatchBytes)) {
-        Item item = std::move(queue_.begin()->second);
-        queue_.erase(queue_.begin());
+             (batch.empty() || batch_bytes + queue_.next_bytes() <= kBatchBytes)) {
+        Item item = queue_.TakeNext();
         if (item.lost) {
           ++dropped;
           continue;

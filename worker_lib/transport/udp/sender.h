@@ -1,8 +1,9 @@
 // UdpSender: the worker's end of the lossy UDP gradient path (docs/transport.md). It
 // owns one UDP socket and one thread that sends queued datagrams most urgent first
-// (the same order as the data plane's send queue), paced by a token bucket, dropping
-// the ones the seeded loss injection picks. Datagrams arrive here already signed, from
-// the UDP channels to every shard (channel.h), which share one sender.
+// (the data plane's P3 send queue, send_queue_internal.h, taken a datagram at a time),
+// paced by a token bucket, dropping the ones the seeded loss injection picks. Datagrams
+// arrive here already signed, from the UDP channels to every shard (channel.h), which
+// share one sender.
 //
 // Thread safety: all methods may be called from any thread. The destructor drops what
 // is still queued and joins the thread.
@@ -10,12 +11,10 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
-#include <tuple>
 
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
 
@@ -23,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "net/shaper.h"
+#include "worker_lib/send_queue_internal.h"
 #include "worker_lib/worker.h"
 
 namespace ps::internal::udp_path {
@@ -64,20 +64,17 @@ class UdpSender {
     std::string bytes;
     bool lost = false;
   };
-  using Key = std::tuple<int64_t, uint64_t, uint64_t>;
   UdpSender(const UdpOptions& options, bool priority_order);
   void Loop();
 
   const UdpOptions options_;
-  const bool priority_order_;
   boost::asio::io_context io_;
   boost::asio::ip::udp::socket socket_;
   std::unique_ptr<net::TokenBucket> pacer_;  // null when unpaced
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::map<Key, Item> queue_;
-  uint64_t next_seq_ = 0;  // makes every key unique
+  SendQueue<Item> queue_;  // taken with TakeNext: the token bucket paces, not its window
   bool busy_ = false;  // the thread holds an item
   bool stopping_ = false;
   std::string error_;
