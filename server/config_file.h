@@ -22,12 +22,14 @@ std::string EnvName(const std::string& long_name);
 // "not given" (CLI11 treats them alike).
 std::optional<std::string> GetEnv(const std::string& name);
 
-// TOML reader that (a) makes a set PS_* variable win over the file, which CLI11 2.1
+// The --config reader: the config-file grammar shared with ps-experiment
+// (core/config_text.h: flat keys, arrays over several lines) in place of CLI11 2.1's
+// own TOML reader, which reads arrays over lines only when their first element is on
+// the key's line. It (a) makes a set PS_* variable win over the file, which CLI11 2.1
 // does not do on its own (it reads the file first and then fills only options still
 // unset from the environment), (b) accepts some_name as well as some-name, and
-// (c) refuses unknown keys, repeated keys and tables with a message naming the key,
-// (d) reads arrays written over several lines (CLI11 2.1 does not). `keys` are the
-// long flag names a file may set.
+// (c) refuses malformed lines, tables, dotted keys, unknown keys and repeated keys with
+// a message naming the line or the key. `keys` are the long flag names a file may set.
 class ServerConfigReader final : public CLI::ConfigTOML {
  public:
   explicit ServerConfigReader(std::set<std::string> keys) : keys_(std::move(keys)) {}

@@ -10,63 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "core/config_text.h"
 #include "core/status.h"
 
 namespace ps::fashion_mnist {
 namespace {
-
-std::string_view Trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
-    s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
-
-// Splits a value into tokens: a one-line array "[a, "b, c"]" or a single value. Quotes
-// are removed; commas inside quotes stay.
-absl::StatusOr<std::vector<std::string>> Tokens(std::string_view value) {
-  value = Trim(value);
-  const bool array = !value.empty() && value.front() == '[';
-  if (array) {
-    if (value.back() != ']') return absl::InvalidArgumentError("array without a closing ']'");
-    value = value.substr(1, value.size() - 2);
-  }
-  std::vector<std::string> out;
-  std::string current;
-  bool quoted = false, was_quoted = false;
-  auto finish = [&]() -> absl::Status {
-    const std::string_view t = was_quoted ? std::string_view(current) : Trim(current);
-    if (t.empty() && !was_quoted) return absl::InvalidArgumentError("empty value");
-    out.emplace_back(t);
-    current.clear();
-    was_quoted = false;
-    return absl::OkStatus();
-  };
-  for (char c : value) {
-    if (c == '"') {
-      if (!quoted && !Trim(current).empty())
-        return absl::InvalidArgumentError("a quote inside a bare value");
-      if (!quoted) current.clear();
-      quoted = !quoted;
-      was_quoted = true;
-      continue;
-    }
-    if (c == ',' && !quoted && array) {
-      PS_RETURN_IF_ERROR(finish());
-      continue;
-    }
-    if (!quoted && was_quoted && c != ' ' && c != '\t') {
-      return absl::InvalidArgumentError("text after a closing quote");
-    }
-    if (quoted || !was_quoted) current += c;
-  }
-  if (quoted) return absl::InvalidArgumentError("unterminated string");
-  if (!(array && Trim(value).empty())) PS_RETURN_IF_ERROR(finish());
-  if (out.empty()) return absl::InvalidArgumentError("empty list");
-  if (!array && out.size() != 1) return absl::InvalidArgumentError("one value expected");
-  return out;
-}
 
 template <typename T>
 absl::StatusOr<T> ParseNumber(const std::string& token, std::string_view kind) {
@@ -152,56 +100,41 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
       {"tau_max", Scalar(&c.tau_max, "an unsigned integer")},
       {"data_dir", Scalar(&c.data_dir, "")},
   };
-  // Applies one "key = value" line (comments and blank lines skipped); `origin` names it
+  // Applies the entries of `text` (core/config_text.h); `origin` names an entry's line
   // in errors ("config line 3", "--set 1"); keys in `skip` are checked but not applied.
   std::set<std::string, std::less<>> seen;
-  const auto apply = [&](std::string_view line, const std::string& origin,
+  const auto apply = [&](std::string_view text, const std::function<std::string(size_t)>& origin,
                          const std::set<std::string, std::less<>>& skip) -> absl::Status {
-    // A '#' outside quotes starts a comment.
-    bool quoted = false;
-    for (size_t i = 0; i < line.size(); ++i) {
-      if (line[i] == '"') quoted = !quoted;
-      if (line[i] == '#' && !quoted) {
-        line = line.substr(0, i);
-        break;
+    for (const core::ConfigEntry& entry : core::ReadConfigText(text)) {
+      const auto where = [&](std::string_view key, absl::string_view message) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(origin(entry.line), ": ",
+                         key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
+      };
+      const std::string& key = entry.key;
+      if (key.empty()) return where("", entry.error);  // a line that is not `key = value`
+      const auto setter = setters.find(key);
+      if (setter == setters.end()) {
+        std::vector<std::string> known;
+        for (const auto& [k, unused] : setters) known.push_back(k);
+        return where("",
+                     absl::StrCat("unknown key '", key, "'; known: ", absl::StrJoin(known, ", ")));
       }
+      if (skip.contains(key)) continue;
+      if (!seen.insert(key).second) return where(key, "given twice");
+      if (!entry.error.empty()) return where(key, entry.error);
+      if (entry.values.empty()) return where(key, "empty list");
+      if (absl::Status s = setter->second(entry.values); !s.ok()) return where(key, s.message());
     }
-    line = Trim(line);
-    if (line.empty()) return absl::OkStatus();
-    const auto where = [&](std::string_view key, absl::string_view message) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          origin, ": ", key.empty() ? "" : absl::StrCat(core::AsAbsl(key), ": "), message));
-    };
-    const size_t eq = line.find('=');
-    if (eq == std::string_view::npos)
-      return where("", absl::StrCat("expected 'key = value', got '", core::AsAbsl(line), "'"));
-    const std::string key(Trim(line.substr(0, eq)));
-    const auto setter = setters.find(key);
-    if (setter == setters.end()) {
-      std::vector<std::string> known;
-      for (const auto& [k, unused] : setters) known.push_back(k);
-      return where("",
-                   absl::StrCat("unknown key '", key, "'; known: ", absl::StrJoin(known, ", ")));
-    }
-    if (skip.contains(key)) return absl::OkStatus();
-    if (!seen.insert(key).second) return where(key, "given twice");
-    auto tokens = Tokens(line.substr(eq + 1));
-    if (!tokens.ok()) return where(key, tokens.status().message());
-    if (absl::Status s = setter->second(*tokens); !s.ok()) return where(key, s.message());
     return absl::OkStatus();
   };
   for (size_t i = 0; i < overrides.size(); ++i) {
-    PS_RETURN_IF_ERROR(apply(overrides[i], absl::StrCat("--set ", i + 1), {}));
+    PS_RETURN_IF_ERROR(
+        apply(overrides[i], [&](size_t) { return absl::StrCat("--set ", i + 1); }, {}));
   }
   const std::set<std::string, std::less<>> overridden = seen;
-  size_t line_no = 0;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    const size_t end = std::min(text.find('\n', pos), text.size());
-    PS_RETURN_IF_ERROR(
-        apply(text.substr(pos, end - pos), absl::StrCat("config line ", ++line_no), overridden));
-    pos = end + 1;
-  }
+  PS_RETURN_IF_ERROR(
+      apply(text, [](size_t line) { return absl::StrCat("config line ", line); }, overridden));
   if (c.workers == 0 || c.shards == 0 || c.steps == 0 || c.batch_size == 0) {
     return absl::InvalidArgumentError(
         "config: workers, shards, steps and batch_size must be positive");

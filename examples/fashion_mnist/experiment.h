@@ -4,8 +4,10 @@
 // torch-free parts: the config format, the grid (experiment.cc), and the reports (CSV,
 // Markdown, JSON) with the CSV rows read back (experiment_report.cc).
 //
-// Config format, a subset of TOML: `key = value` lines, `#` comments; a value is a
-// quoted string, a number, true/false, or a one-line array of those:
+// Config format, the config-file grammar ps-server's --config reads too
+// (core/config_text.h), a subset of TOML: `key = value` lines, `#` comments; a value is
+// a quoted string, a number, true/false, or an array of those (over several lines if
+// need be):
 //
 //   rules = ["mean", "clip(2)+nnm+trimmed_mean"]
 //   attacks = ["signflip", "ipm", "alie"]
