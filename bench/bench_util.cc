@@ -1,9 +1,13 @@
 #include "bench/bench_util.h"
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <bit>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <limits>
 #include <thread>
@@ -12,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "core/status.h"
 
 namespace ps::bench {
 namespace {
@@ -56,6 +61,13 @@ absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), 
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double ProcessCpuSeconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  const auto s = [](const timeval& t) { return double(t.tv_sec) + double(t.tv_usec) * 1e-6; };
+  return s(u.ru_utime) + s(u.ru_stime);
 }
 
 double MeasureMemReadGBps(size_t bytes, int repeats) {
@@ -347,5 +359,9 @@ int FinishReport(std::string_view command, const Table& table, std::string_view 
 }
 
 std::string FormatG(double value, int digits) { return absl::StrFormat("%.*g", digits, value); }
+
+absl::Status Errno(std::string_view what) {
+  return absl::InternalError(absl::StrCat(core::AsAbsl(what), ": ", std::strerror(errno)));
+}
 
 }  // namespace ps::bench

@@ -67,6 +67,8 @@ absl::StatusOr<Timing> TimeCalls(const std::function<absl::Status()>& fn,
                                  const TimingOptions& options);
 
 double NowSeconds();
+// User + system CPU seconds of every thread of this process so far (getrusage).
+double ProcessCpuSeconds();
 
 // ---- Flags ----------------------------------------------------------------------
 
@@ -129,5 +131,10 @@ int FinishReport(std::string_view command, const Table& table, std::string_view 
 
 // Formats like printf's %.*g.
 std::string FormatG(double value, int digits);
+
+// ---- Errors ---------------------------------------------------------------------
+
+// INTERNAL "`what`: strerror(errno)", for a system call that failed.
+absl::Status Errno(std::string_view what);
 
 }  // namespace ps::bench
