@@ -329,10 +329,17 @@ void Table::Print(std::FILE* out) const {
 
 absl::Status WriteJsonArray(const std::string& path,
                             const std::vector<core::JsonObjectWriter>& rows) {
+  std::vector<std::string> texts;
+  texts.reserve(rows.size());
+  for (const core::JsonObjectWriter& row : rows) texts.push_back(row.str());
+  return WriteJsonArray(path, texts);
+}
+
+absl::Status WriteJsonArray(const std::string& path, const std::vector<std::string>& rows) {
   std::ofstream file(path, std::ios::trunc);
   if (!file) return absl::UnavailableError(absl::StrCat("cannot open '", path, "' for writing"));
   file << "[";
-  for (size_t i = 0; i < rows.size(); ++i) file << (i > 0 ? ",\n " : "\n ") << rows[i].str();
+  for (size_t i = 0; i < rows.size(); ++i) file << (i > 0 ? ",\n " : "\n ") << rows[i];
   file << "\n]\n";
   file.close();
   if (!file) return absl::UnavailableError(absl::StrCat("cannot write '", path, "'"));
@@ -342,6 +349,15 @@ absl::Status WriteJsonArray(const std::string& path,
 int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
                  const std::vector<std::string>& skipped, const std::string& json_path,
                  const std::vector<core::JsonObjectWriter>& json_rows, int errors) {
+  std::vector<std::string> texts;
+  texts.reserve(json_rows.size());
+  for (const core::JsonObjectWriter& row : json_rows) texts.push_back(row.str());
+  return FinishReport(command, table, skipped_heading, skipped, json_path, texts, errors);
+}
+
+int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
+                 const std::vector<std::string>& skipped, const std::string& json_path,
+                 const std::vector<std::string>& json_rows, int errors) {
   table.Print(stdout);
   if (!skipped.empty()) {
     std::printf("\n%.*s:\n", static_cast<int>(skipped_heading.size()), skipped_heading.data());

@@ -120,6 +120,9 @@ class Table {
 // Writes `rows` as a JSON array, one object per line.
 absl::Status WriteJsonArray(const std::string& path,
                             const std::vector<core::JsonObjectWriter>& rows);
+// The same with each row's text as given (a JSON object the writer cannot make, with
+// nested objects or arrays).
+absl::Status WriteJsonArray(const std::string& path, const std::vector<std::string>& rows);
 
 // The end of every subcommand: prints the table and, when any, `skipped` under
 // `skipped_heading`; writes `json_rows` to `json_path` when it is not empty. Returns
@@ -128,6 +131,10 @@ absl::Status WriteJsonArray(const std::string& path,
 int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
                  const std::vector<std::string>& skipped, const std::string& json_path,
                  const std::vector<core::JsonObjectWriter>& json_rows, int errors);
+// The same with each JSON row's text as given.
+int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
+                 const std::vector<std::string>& skipped, const std::string& json_path,
+                 const std::vector<std::string>& json_rows, int errors);
 
 // Formats like printf's %.*g.
 std::string FormatG(double value, int digits);

@@ -167,17 +167,6 @@ DataPortCover::~DataPortCover() {
   thread_.join();
 }
 
-std::string DataPortCover::last_refusal() const {
-  absl::MutexLock lock(&mu_);
-  return last_refusal_;
-}
-
-void DataPortCover::Refused(std::string why) {
-  refused_.fetch_add(1);
-  absl::MutexLock lock(&mu_);
-  last_refusal_ = std::move(why);
-}
-
 void DataPortCover::Loop() {
   std::unique_ptr<DataPortClient> conn;
   uint64_t next = 0, tag = 0;
@@ -191,7 +180,7 @@ void DataPortCover::Loop() {
           t.data_session, t.worker,
           testing::DataConnectionKey(t.token, 0, t.data_session, t.data_secret));
       if (!admitted.ok()) {
-        Refused(absl::StrCat("handshake: ", admitted.status().message()));
+        counts_.Refused(absl::StrCat("handshake: ", admitted.status().message()));
         conn.reset();
         std::this_thread::sleep_for(milliseconds(20));
         continue;
@@ -213,9 +202,9 @@ void DataPortCover::Loop() {
       if (!answered) break;
       const absl::Status st = DataPortClient::StatusOf(*f);
       if (st.ok() || absl::IsAlreadyExists(st)) {
-        pushed_.fetch_add(1);
+        counts_.Pushed();
       } else {
-        Refused(std::string(st.message()));
+        counts_.Refused(std::string(st.message()));
       }
     }
     if (!answered) {  // lost or sent away: the round again on a new connection

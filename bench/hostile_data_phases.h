@@ -17,9 +17,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "bench/push_counts.h"
 #include "core/layout.h"
 
 namespace ps::bench {
@@ -59,7 +58,7 @@ struct DataPortAttack {
 std::vector<DataPortAttack> DataPortAttacks();
 
 // Worker 3's own pushes where the data moves over the data port (the gRPC cover of
-// hostile_bench.cc, whose pushes such a shard refuses as another plane's): once round t
+// hostile_cover.h, whose pushes such a shard refuses as another plane's): once round t
 // is open, a valid fp32 gradient for every slice of `layout`, all sent at once over
 // worker 3's own data connection, then their answers awaited. A connection that fails
 // (an attack's join replaced the session) is opened again under the newest session,
@@ -78,22 +77,18 @@ class DataPortCover {
   DataPortCover(const DataPortCover&) = delete;
   DataPortCover& operator=(const DataPortCover&) = delete;
 
-  uint64_t pushed() const { return pushed_.load(); }
-  uint64_t refused() const { return refused_.load(); }
-  std::string last_refusal() const;
+  // The pushes the shard took (duplicates too) and refused (with the shard's message).
+  const PushCounts& counts() const { return counts_; }
 
  private:
   void Loop();
-  void Refused(std::string why);
 
   const std::function<DataPortTarget()> target_;
   const core::ModelLayout& layout_;
   const Rounds rounds_;
   std::vector<std::string> payloads_;  // per slice
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> pushed_{0}, refused_{0};
-  mutable absl::Mutex mu_;
-  std::string last_refusal_ ABSL_GUARDED_BY(mu_);
+  PushCounts counts_;
   std::thread thread_;
 };
 
