@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
+#include "net/channel_auth.h"
 #include "net/grpc_bytes.h"
 #include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
@@ -221,16 +222,24 @@ void PeerServiceImpl::AddTo(GrpcFront* front) {
                  gate_, [this](FrontCall* c, const v1::RoundShareRequest& r) { ShareRound(c, r); }));
 }
 
+namespace {
+// A shard's identity as a greeting and its answer both carry it.
+template <typename Message>
+void SetIdentity(const PeerIdentity& self, uint64_t layout_hash, Message* m) {
+  m->set_shard_id(self.shard_id);
+  m->set_num_shards(self.num_shards);
+  m->set_config_fingerprint(self.config_fingerprint);
+  m->set_config_summary(self.config_summary);
+  m->set_layout_hash(layout_hash);
+}
+}  // namespace
+
 void PeerServiceImpl::Hello(FrontCall* call, const v1::PeerHelloRequest& req) {
   if (absl::Status st = AdmitPeer(*call, req.shard_id()); !st.ok()) {
     return gate_.Answer(call, st, req);
   }
   v1::PeerHelloResponse resp;
-  resp.set_shard_id(self_.shard_id);
-  resp.set_num_shards(self_.num_shards);
-  resp.set_config_fingerprint(self_.config_fingerprint);
-  resp.set_config_summary(self_.config_summary);
-  resp.set_layout_hash(shard_->layout_hash());
+  SetIdentity(self_, shard_->layout_hash(), &resp);
   resp.set_ready(shard_->ready());
   resp.set_max_version(shard_->MaxVersion());
   if (req.config_fingerprint() != self_.config_fingerprint) {
@@ -276,7 +285,11 @@ absl::Status AdminServiceImpl::AdmitAdmin(const FrontCall& call) const {
 
 void AdminServiceImpl::Checkpoint(FrontCall* call, const v1::CheckpointRequest& req) {
   if (absl::Status st = AdmitAdmin(*call); !st.ok()) return gate_.Answer(call, st, req);
-  absl::StatusOr<std::pair<std::string, uint64_t>> written = hooks_.checkpoint();
+  if (checkpointer_ == nullptr) {
+    return gate_.Answer(call, absl::FailedPreconditionError("this shard runs without --checkpoint-dir"),
+                        req);
+  }
+  absl::StatusOr<std::pair<std::string, uint64_t>> written = checkpointer_->Write("on demand");
   if (!written.ok()) return gate_.Answer(call, written.status(), req);
   v1::CheckpointResponse resp;
   resp.set_path(written->first);
@@ -286,8 +299,33 @@ void AdminServiceImpl::Checkpoint(FrontCall* call, const v1::CheckpointRequest& 
 
 void AdminServiceImpl::Status(FrontCall* call, const v1::StatusRequest& req) {
   if (absl::Status st = AdmitAdmin(*call); !st.ok()) return gate_.Answer(call, st, req);
-  const v1::StatusResponse resp = hooks_.status();
+  const v1::StatusResponse resp = StatusNow();
   gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+v1::StatusResponse AdminServiceImpl::StatusNow() const {
+  const Shard& shard = *gate_.shard;
+  v1::StatusResponse r;
+  r.set_shard_id(static_cast<uint32_t>(options_->shard_id));
+  r.set_num_shards(options_->num_shards);
+  r.set_serving(serving_());
+  r.set_ready(shard.ready());
+  r.set_layout_hash(shard.layout_hash());
+  r.set_min_version(shard.MinVersion());
+  r.set_max_version(shard.MaxVersion());
+  const ShardStats st = shard.stats();
+  r.set_rounds_closed(st.rounds_closed);
+  r.set_pushes_accepted(st.pushes_accepted);
+  uint64_t refused = 0;
+  for (uint64_t n : st.refusals) refused += n;
+  r.set_refusals(refused);
+  if (checkpointer_ != nullptr) {
+    const Checkpointer::Info info = checkpointer_->info();
+    r.set_last_checkpoint(info.last_path);
+    r.set_last_checkpoint_unix_s(info.last_unix_s);
+    r.set_restored_from(info.restored_from);
+  }
+  return r;
 }
 
 absl::Status PeerServiceImpl::AdmitPeer(const FrontCall& call, uint32_t claimed) const {
@@ -365,6 +403,49 @@ absl::Status CheckPeer(const PeerIdentity& self, uint64_t own_layout_hash, uint3
         absl::Hex(own_layout_hash)));
   }
   return absl::OkStatus();
+}
+
+PeerIdentity PeerIdentityOf(const ServerOptions& options) {
+  PeerIdentity id{.shard_id = static_cast<uint32_t>(options.shard_id),
+                  .num_shards = options.num_shards};
+  id.config_summary = options.ConsistencySummary();
+  id.config_fingerprint = Fingerprint(id.config_summary);
+  return id;
+}
+
+absl::StatusOr<PeerLinks> ConnectPeers(const ServerOptions& options,
+                                       const core::ClientCredentials& creds) {
+  PeerLinks links;
+  for (uint32_t i = 0; i < options.num_shards && options.num_shards > 1; ++i) {
+    links.channels.emplace_back();
+    links.auths.emplace_back();
+    if (static_cast<int>(i) == options.shard_id) continue;
+    PS_ASSIGN_OR_RETURN(links.channels.back(), PeerChannel(options.peers[i], creds, options));
+    links.auths.back() = std::make_shared<net::ChannelAuth>(
+        links.channels.back(), creds, options.peers[i],
+        core::Identity{core::Identity::Kind::kShard, i});
+  }
+  return links;
+}
+
+GrpcPeerGreeter::GrpcPeerGreeter(PeerIdentity self, const Shard* shard, const PeerLinks& links)
+    : self_(std::move(self)), shard_(shard), links_(links), stubs_(links.channels.size()) {
+  for (size_t i = 0; i < stubs_.size(); ++i) {
+    if (links.channels[i] != nullptr) stubs_[i] = v1::PeerService::NewStub(links.channels[i]);
+  }
+}
+
+absl::StatusOr<PeerReply> GrpcPeerGreeter::Hello(uint32_t peer) {
+  v1::PeerHelloRequest req;
+  SetIdentity(self_, shard_->layout_hash(), &req);
+  v1::PeerHelloResponse resp;
+  const grpc::Status s = links_.auths[peer]->Unary(
+      std::chrono::system_clock::now() + std::chrono::seconds(2), /*wait_for_ready=*/false,
+      [&](grpc::ClientContext* ctx) { return stubs_[peer]->Hello(ctx, req, &resp); });
+  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  return PeerReply{.agreement = CheckPeer(self_, shard_->layout_hash(), peer, resp),
+                   .ready = resp.ready(),
+                   .max_version = resp.max_version()};
 }
 
 }  // namespace ps::server

@@ -20,11 +20,17 @@
 
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
+#include "server/checkpointer.h"
 #include "server/grpc_front.h"
 #include "server/metrics.h"
+#include "server/peer_monitor.h"
 #include "server/shard.h"
 #include "server/shard_front.h"
 #include "server/tarpit.h"
+
+namespace ps::net {
+class ChannelAuth;
+}  // namespace ps::net
 
 namespace ps::server {
 
@@ -89,12 +95,11 @@ class WorkerServiceImpl final {
 // takes no credentials, for callers on loopback).
 class AdminServiceImpl final {
  public:
-  struct Hooks {
-    // Writes a checkpoint now: the path and its version.
-    std::function<absl::StatusOr<std::pair<std::string, uint64_t>>()> checkpoint;
-    std::function<v1::StatusResponse()> status;
-  };
-  AdminServiceImpl(CallGate gate, Hooks hooks) : gate_(gate), hooks_(std::move(hooks)) {}
+  // `checkpointer`: null without --checkpoint-dir. `serving`: the health of WorkerService.
+  // All borrowed, for the service's life.
+  AdminServiceImpl(CallGate gate, const ServerOptions* options, Checkpointer* checkpointer,
+                   std::function<bool()> serving)
+      : gate_(gate), options_(options), checkpointer_(checkpointer), serving_(std::move(serving)) {}
 
   void AddTo(GrpcFront* front);
   void Checkpoint(FrontCall* call, const v1::CheckpointRequest& req);
@@ -103,8 +108,12 @@ class AdminServiceImpl final {
  private:
   absl::Status AdmitAdmin(const FrontCall& call) const;
 
+  v1::StatusResponse StatusNow() const;
+
   const CallGate gate_;
-  const Hooks hooks_;
+  const ServerOptions* const options_;
+  Checkpointer* const checkpointer_;
+  const std::function<bool()> serving_;
 };
 
 // What this shard tells its peers about itself.
@@ -114,6 +123,9 @@ struct PeerIdentity {
   uint64_t config_fingerprint = 0;
   std::string config_summary;
 };
+
+// This shard's identity as its options give it.
+PeerIdentity PeerIdentityOf(const ServerOptions& options);
 
 // ps.v1.PeerService.
 class PeerServiceImpl final {
@@ -147,6 +159,29 @@ absl::Status CheckPeer(const PeerIdentity& self, uint64_t own_layout_hash, uint3
 absl::StatusOr<std::shared_ptr<grpc::Channel>> PeerChannel(const std::string& address,
                                                            const core::ClientCredentials& creds,
                                                            const ServerOptions& options);
+
+// The channels to the peer shards, by shard id (null for this shard, and all empty with
+// one shard): each peer proves it is shard-i of this run before this shard proves its
+// own token (net::ChannelAuth). Shared by the peer checks and the ShareSender.
+struct PeerLinks {
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  std::vector<std::shared_ptr<net::ChannelAuth>> auths;
+};
+absl::StatusOr<PeerLinks> ConnectPeers(const ServerOptions& options,
+                                       const core::ClientCredentials& creds);
+
+// PeerService.Hello to each peer over `links`, with a 2 s deadline, checked by CheckPeer.
+class GrpcPeerGreeter final : public PeerGreeter {
+ public:
+  GrpcPeerGreeter(PeerIdentity self, const Shard* shard, const PeerLinks& links);
+  absl::StatusOr<PeerReply> Hello(uint32_t peer) override;
+
+ private:
+  const PeerIdentity self_;
+  const Shard* const shard_;
+  const PeerLinks& links_;
+  std::vector<std::unique_ptr<v1::PeerService::Stub>> stubs_;
+};
 
 // The wire form of a share and back.
 v1::RoundShareRequest ToProto(const RoundShare& share);

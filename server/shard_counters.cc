@@ -3,6 +3,7 @@
 #include <bit>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -164,6 +165,17 @@ void ShardCounters::SetObserver(std::function<void(AggregationStage, core::Durat
 void ShardCounters::Observe(AggregationStage stage, std::chrono::steady_clock::time_point start) {
   absl::ReaderMutexLock lock(&observer_mu_);
   if (observer_) observer_(stage, std::chrono::steady_clock::now() - start);
+}
+
+std::string TotalsLine(const ShardStats& st, bool model_scope) {
+  uint64_t refused = 0;
+  for (uint64_t r : st.refusals) refused += r;
+  return absl::StrCat(
+      st.rounds_closed, " slice rounds (", st.rounds_closed_at_deadline, " at the deadline), ",
+      st.pushes_accepted, " pushes accepted, ", refused, " refused",
+      model_scope ? absl::StrCat("; ", st.model_rounds, " model-scope rounds (", st.model_rounds_dropped,
+                                 " dropped), ", st.shares_refused, " peer shares refused")
+                  : std::string());
 }
 
 }  // namespace ps::server

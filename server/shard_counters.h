@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -69,6 +70,10 @@ enum class AggregationStage : int {
   kCount,
 };
 std::string_view AggregationStageName(AggregationStage stage);
+
+// The totals a stopping shard logs: slice rounds (at the deadline), pushes accepted and
+// refused, and in model scope its model rounds and the peer shares it refused.
+std::string TotalsLine(const ShardStats& st, bool model_scope);
 
 class ShardCounters {
  public:

@@ -184,6 +184,13 @@ class Receiver::Impl {
       replayed_{0}, stale_{0}, refused_{0};
 };
 
+std::string TotalsLine(const Stats& u, uint64_t chunks_lost) {
+  return absl::StrCat(u.received, " chunks taken, ", chunks_lost, " lost, ", u.malformed,
+                      " malformed, ", u.unknown_session, " unknown session, ", u.forged,
+                      " forged, ", u.replayed, " replayed, ", u.stale, " stale, ", u.refused,
+                      " refused");
+}
+
 Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Receiver::~Receiver() = default;
 

@@ -33,6 +33,9 @@ struct Stats {
   uint64_t refused = 0;          // other refusals (unknown slice, future round, no layout, ...)
 };
 
+// The totals a stopping shard logs; `chunks_lost`: the shard's count of chunks never received.
+std::string TotalsLine(const Stats& u, uint64_t chunks_lost);
+
 class Receiver {
  public:
   // Binds `host`:`port` (0: a free port) with a receive buffer of `receive_buffer`
