@@ -87,6 +87,7 @@ class ServerImpl final : public Server {
     }
     control_->serving().SetPeersAgree(true);
     if (!options_.port_file.empty()) PS_RETURN_IF_ERROR(WritePortFile(options_.port_file, port()));
+    LogServing();  // before the ticker's and the peers' threads, which log too
     ticker_ = std::make_unique<DeadlineTicker>(
         clock_, [s = shard_.get()] { return s->NextDeadline(); },
         [this, ready = false](core::SteadyTime now) mutable {
@@ -102,7 +103,6 @@ class ServerImpl final : public Server {
     }
     ticker_->Start();
     if (checkpointer_ != nullptr) checkpointer_->Start();
-    LogServing();
     return absl::OkStatus();
   }
 
