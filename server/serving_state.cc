@@ -57,9 +57,4 @@ HealthView ServingState::view() const {
   return view_;
 }
 
-bool ServingState::peers_agree() const {
-  absl::MutexLock lock(&mu_);
-  return peers_agree_;
-}
-
 }  // namespace ps::server

@@ -50,7 +50,6 @@ class ServingState {
 
   HealthView view() const;
   bool serving() const { return view().serving; }
-  bool peers_agree() const;
   // Read by the services on every call (CallGate): a plain flag, no lock.
   const std::atomic<bool>* admitting() const { return &admitting_; }
 
