@@ -278,7 +278,7 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
   const double memread = baseline.Finish();
 
   Table table({"rule", "n", "f", "d", "threads", "seconds", "input GB/s", "ratio vs memread"});
-  std::vector<core::JsonObjectWriter> json_rows;
+  std::vector<cli::JsonObjectWriter> json_rows;
   for (const Row& row : rows) {
     const double input_bytes = static_cast<double>(row.n) * static_cast<double>(row.d) * 4.0;
     const double gbps = input_bytes / row.timing.best_seconds / 1e9;
@@ -286,7 +286,7 @@ int RunAggregators(AggregatorsFlags flags, const GivenOptions& given) {
     table.AddRow({row.rule, absl::StrCat(row.n), absl::StrCat(row.f), FormatSize(row.d),
                   absl::StrCat(row.threads), FormatG(row.timing.best_seconds, 4),
                   absl::StrFormat("%.2f", gbps), absl::StrFormat("%.3f", ratio)});
-    core::JsonObjectWriter json;
+    cli::JsonObjectWriter json;
     json.Add("rule", row.rule)
         .Add("n", row.n)
         .Add("f", row.f)

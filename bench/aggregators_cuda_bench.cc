@@ -10,9 +10,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/status.h"
 #include "aggregators/aggregator.h"
 #include "core/device.h"
+#include "core/status.h"
+#include "gpu/cuda_device.h"
 
 #if PS_HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -39,14 +40,14 @@ struct DeviceFloats {
 }  // namespace
 
 int RunAggregatorsCuda(const CudaAggregatorsGrid& grid) {
-  const absl::StatusOr<std::string> device = core::CudaDevice();
+  const absl::StatusOr<std::string> device = gpu::CudaDevice();
   if (!device.ok()) {
     std::fprintf(stderr, "ps-bench aggregators --device cuda: %s\n",
                  std::string(device.status().message()).c_str());
     return 2;
   }
   Table table({"rule", "n", "f", "d", "seconds", "input GB/s", "copy GB/s", "ratio vs copy"});
-  std::vector<core::JsonObjectWriter> json_rows;
+  std::vector<cli::JsonObjectWriter> json_rows;
   std::vector<std::string> skipped;
   int errors = 0;
   for (uint64_t d : grid.ds) {
@@ -129,7 +130,7 @@ int RunAggregatorsCuda(const CudaAggregatorsGrid& grid) {
         table.AddRow({spec, absl::StrCat(n), absl::StrCat(f), FormatSize(d),
                       FormatG(timing->best_seconds, 4), absl::StrFormat("%.1f", gbps),
                       absl::StrFormat("%.1f", copy_gbps), absl::StrFormat("%.3f", gbps / copy_gbps)});
-        core::JsonObjectWriter json;
+        cli::JsonObjectWriter json;
         json.Add("rule", spec)
             .Add("device", *device)
             .Add("n", n)
@@ -153,7 +154,7 @@ int RunAggregatorsCuda(const CudaAggregatorsGrid& grid) {
 
 int RunAggregatorsCuda(const CudaAggregatorsGrid&) {
   std::fprintf(stderr, "ps-bench aggregators --device cuda: %s\n",
-               std::string(core::CudaDevice().status().message()).c_str());
+               std::string(gpu::CudaDevice().status().message()).c_str());
   return 2;
 }
 

@@ -26,9 +26,9 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
-#include "core/auth_proof.h"
-#include "core/cluster_secret.h"
 #include "core/status.h"
+#include "crypto/auth_proof.h"
+#include "crypto/cluster_secret.h"
 #include "net/channel_auth.h"
 #include "server/auth_internal.h"
 #include "server/local_cluster.h"
@@ -48,14 +48,14 @@ using Kind = core::Identity::Kind;
 
 // The call header an honest client of `auth` sends for `token`.
 absl::StatusOr<std::string> Prove(const server::Authenticator& auth, const std::string& token) {
-  const std::string key = core::TokenKey(token);
-  PS_ASSIGN_OR_RETURN(const std::string nonce, core::NewNonce());
+  const std::string key = crypto::TokenKey(token);
+  PS_ASSIGN_OR_RETURN(const std::string nonce, crypto::NewNonce());
   PS_ASSIGN_OR_RETURN(const std::string answer,
-                      auth.AnswerChallenge(core::ChallengeHeader(key, nonce)));
-  std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(answer);
+                      auth.AnswerChallenge(crypto::ChallengeHeader(key, nonce)));
+  std::optional<crypto::ChallengeReply> r = crypto::ParseChallengeAnswer(answer);
   if (!r.has_value()) return absl::InternalError("a malformed answer: " + answer);
-  return core::ProofHeader(key, r->server_nonce,
-                           core::CallProof(token, key, r->server.Name(), r->server_nonce));
+  return crypto::ProofHeader(key, r->server_nonce,
+                           crypto::CallProof(token, key, r->server.Name(), r->server_nonce));
 }
 
 int RunAuth(const AuthFlags& f) {
@@ -76,10 +76,10 @@ int RunAuth(const AuthFlags& f) {
   absl::StatusOr<std::unique_ptr<server::Authenticator>> made = server::Authenticator::Create(o);
   if (!made.ok()) return fail(made.status());
   const server::Authenticator& auth = **made;
-  absl::StatusOr<std::string> secret = core::LoadOrCreateSecret(o.run_dir);
+  absl::StatusOr<std::string> secret = crypto::LoadOrCreateSecret(o.run_dir);
   if (!secret.ok()) return fail(secret.status());
-  const std::string derived = core::DeriveToken(*secret, {Kind::kWorker, 0});
-  const std::string beyond = core::DeriveToken(*secret, {Kind::kWorker, 5000});
+  const std::string derived = crypto::DeriveToken(*secret, {Kind::kWorker, 0});
+  const std::string beyond = crypto::DeriveToken(*secret, {Kind::kWorker, 5000});
   absl::StatusOr<server::TokenTable> table =
       server::TokenTable::Parse(absl::StrCat("worker-1 ", listed, "\n"), "tokens");
   absl::StatusOr<std::string> proof = Prove(auth, derived);
@@ -94,8 +94,8 @@ int RunAuth(const AuthFlags& f) {
   if (!stale.ok()) return fail(stale.status());
   std::string wrong = *proof;
   wrong.back() = wrong.back() == '0' ? '1' : '0';
-  const std::string challenge = core::ChallengeHeader("worker-0", std::string(32, 'c'));
-  const std::string challenge_beyond = core::ChallengeHeader("worker-5000", std::string(32, 'c'));
+  const std::string challenge = crypto::ChallengeHeader("worker-0", std::string(32, 'c'));
+  const std::string challenge_beyond = crypto::ChallengeHeader("worker-5000", std::string(32, 'c'));
 
   const auto accepts = [&](const std::string& header) {
     return [&auth, header]() -> absl::Status {
@@ -115,7 +115,7 @@ int RunAuth(const AuthFlags& f) {
   const std::vector<Row> rows = {
       {"bearer, derived token (before)",
        [&]() -> absl::Status {
-         return core::VerifyDerivedToken(*secret, derived).has_value()
+         return crypto::VerifyDerivedToken(*secret, derived).has_value()
                     ? absl::OkStatus()
                     : absl::InternalError("refused");
        }},
@@ -137,13 +137,13 @@ int RunAuth(const AuthFlags& f) {
   timing.repeats = f.quick ? 1 : f.repeats;
   timing.min_seconds = f.quick ? 0.01 : f.min_seconds;
   Table out({"check", "ns per call (median)", "ratio to derived bearer"});
-  std::vector<core::JsonObjectWriter> json;
+  std::vector<cli::JsonObjectWriter> json;
   double baseline = 0;
   int errors = 0;
   const auto report = [&](const std::string& name, double seconds) {
     if (baseline == 0) baseline = seconds;
     out.AddRow({name, FormatG(seconds * 1e9, 4), FormatG(seconds / baseline, 3)});
-    json.push_back(core::JsonObjectWriter()
+    json.push_back(cli::JsonObjectWriter()
                        .Add("check", name)
                        .Add("ns_per_call", seconds * 1e9)
                        .Add("ratio_to_derived_bearer", seconds / baseline));

@@ -328,10 +328,10 @@ void Table::Print(std::FILE* out) const {
 }
 
 absl::Status WriteJsonArray(const std::string& path,
-                            const std::vector<core::JsonObjectWriter>& rows) {
+                            const std::vector<cli::JsonObjectWriter>& rows) {
   std::vector<std::string> texts;
   texts.reserve(rows.size());
-  for (const core::JsonObjectWriter& row : rows) texts.push_back(row.str());
+  for (const cli::JsonObjectWriter& row : rows) texts.push_back(row.str());
   return WriteJsonArray(path, texts);
 }
 
@@ -348,10 +348,10 @@ absl::Status WriteJsonArray(const std::string& path, const std::vector<std::stri
 
 int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
                  const std::vector<std::string>& skipped, const std::string& json_path,
-                 const std::vector<core::JsonObjectWriter>& json_rows, int errors) {
+                 const std::vector<cli::JsonObjectWriter>& json_rows, int errors) {
   std::vector<std::string> texts;
   texts.reserve(json_rows.size());
-  for (const core::JsonObjectWriter& row : json_rows) texts.push_back(row.str());
+  for (const cli::JsonObjectWriter& row : json_rows) texts.push_back(row.str());
   return FinishReport(command, table, skipped_heading, skipped, json_path, texts, errors);
 }
 

@@ -18,7 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/json_line.h"
+#include "cli/json_line.h"
 #include "core/thread_pool.h"
 
 namespace ps::bench {
@@ -119,7 +119,7 @@ class Table {
 
 // Writes `rows` as a JSON array, one object per line.
 absl::Status WriteJsonArray(const std::string& path,
-                            const std::vector<core::JsonObjectWriter>& rows);
+                            const std::vector<cli::JsonObjectWriter>& rows);
 // The same with each row's text as given (a JSON object the writer cannot make, with
 // nested objects or arrays).
 absl::Status WriteJsonArray(const std::string& path, const std::vector<std::string>& rows);
@@ -130,7 +130,7 @@ absl::Status WriteJsonArray(const std::string& path, const std::vector<std::stri
 // `command`), 1 when `errors` > 0, else 0.
 int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
                  const std::vector<std::string>& skipped, const std::string& json_path,
-                 const std::vector<core::JsonObjectWriter>& json_rows, int errors);
+                 const std::vector<cli::JsonObjectWriter>& json_rows, int errors);
 // The same with each JSON row's text as given.
 int FinishReport(std::string_view command, const Table& table, std::string_view skipped_heading,
                  const std::vector<std::string>& skipped, const std::string& json_path,

@@ -26,6 +26,7 @@
 #include "core/device.h"
 #include "core/fp32_bytes.h"
 #include "core/layout.h"
+#include "gpu/cuda_device.h"
 #include "tests/codecs/example_specs.h"
 
 namespace ps::bench {
@@ -299,7 +300,7 @@ absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, si
 // values (the payload ends in host memory) against a device-to-device copy of the same
 // bytes, whose bandwidth counts read + write (2 x bytes / time).
 int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
-  const absl::StatusOr<std::string> device = core::CudaDevice();
+  const absl::StatusOr<std::string> device = gpu::CudaDevice();
   if (!device.ok()) {
     std::fprintf(stderr, "ps-bench codecs --device cuda: no CUDA device to measure: %s\n",
                  std::string(device.status().message()).c_str());
@@ -315,7 +316,7 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
   for (uint64_t j = 0; j < numel; ++j) values[j] = GaussianAt(flags.seed, 0, j);
   Table table({"codec", "ratio", "encode GB/s", "copy GB/s (2x)", "enc/copy", "to-host GB/s",
                "floor/enc"});
-  std::vector<core::JsonObjectWriter> json_rows;
+  std::vector<cli::JsonObjectWriter> json_rows;
   int errors = 0;
   for (const std::string& spec : specs) {
     absl::StatusOr<codecs::EncodeTiming> t = codecs::TimeDeviceEncode(
@@ -336,7 +337,7 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
     table.AddRow({spec, FormatG(ratio, 4), absl::StrFormat("%.1f", enc), absl::StrFormat("%.1f", copy),
                   absl::StrFormat("%.3f", enc / copy), absl::StrFormat("%.1f", to_host),
                   absl::StrFormat("%.3f", floor_share)});
-    core::JsonObjectWriter json;
+    cli::JsonObjectWriter json;
     json.Add("codec", spec)
         .Add("device", *device)
         .Add("encode_gbps", enc)
@@ -472,7 +473,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
     columns.insert(columns.end(), {"apply GB/s", "unfused GB/s", "apply/unfused"});
   }
   Table table(columns);
-  std::vector<core::JsonObjectWriter> json_rows;
+  std::vector<cli::JsonObjectWriter> json_rows;
   for (const Row& row : rows) {
     const double bytes = static_cast<double>(row.numel) * 4.0;
     const double enc = bytes / row.encode.best_seconds / 1e9;
@@ -490,7 +491,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
                                  absl::StrFormat("%.2f", apply / unfused)});
     }
     table.AddRow(cells);
-    core::JsonObjectWriter json;
+    cli::JsonObjectWriter json;
     json.Add("codec", row.codec)
         .Add("data", row.data)
         .Add("encode_gbps", enc)

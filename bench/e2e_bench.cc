@@ -89,7 +89,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
   const std::vector<float> init_values(params, 0.01f);
   const std::vector<std::span<const float>> init = {init_values};
   Table table = ComparisonTable();
-  std::vector<core::JsonObjectWriter> rows;
+  std::vector<cli::JsonObjectWriter> rows;
   int errors = 0;
   for (int workers : worker_counts) {
     // Checked for every worker count in RunE2e; --shards-at runs the shards' own rule.
@@ -247,7 +247,7 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
 
 int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const std::string& codec,
             const Rule& rule, core::DataPlane plane) {
-  std::vector<core::JsonObjectWriter> rows;
+  std::vector<cli::JsonObjectWriter> rows;
   Table table({"phase", "elapsed s", "rounds", "VmRSS KiB", "VmHWM KiB", "heap in use KiB"});
   std::mutex mu;  // rows and table, from worker 0's thread and this one
   const double t_begin = NowSeconds();
@@ -262,7 +262,7 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
     std::lock_guard lock(mu);
     table.AddRow({std::string(phase), FormatG(NowSeconds() - t_begin, 4), absl::StrCat(rounds),
                   absl::StrCat(m.rss_kib), absl::StrCat(m.hwm_kib), absl::StrCat(m.heap_in_use_kib)});
-    rows.push_back(core::JsonObjectWriter()
+    rows.push_back(cli::JsonObjectWriter()
                        .Add("phase", phase)
                        .Add("elapsed_seconds", NowSeconds() - t_begin)
                        .Add("rounds", rounds)

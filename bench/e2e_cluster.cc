@@ -19,7 +19,7 @@
 #include "bench/bench_util.h"
 #include "core/status.h"
 #include "server/options.h"
-#include "tests/support/process_stats.h"
+#include "harness/process_stats.h"
 
 namespace ps::bench {
 
@@ -27,8 +27,8 @@ namespace ps::bench {
 
 Memory ReadMemory() {
   Memory m;
-  m.rss_kib = testing::StatusBytes(::getpid(), "VmRSS:") / 1024;
-  m.hwm_kib = testing::StatusBytes(::getpid(), "VmHWM:") / 1024;
+  m.rss_kib = harness::StatusBytes(::getpid(), "VmRSS:") / 1024;
+  m.hwm_kib = harness::StatusBytes(::getpid(), "VmHWM:") / 1024;
 #if defined(__GLIBC__)
   const struct mallinfo2 mi = mallinfo2();
   m.heap_in_use_kib = (mi.uordblks + mi.hblkhd) / 1024;

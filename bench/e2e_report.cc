@@ -27,7 +27,7 @@ Table ComparisonTable() {
 }
 
 void AddComparisonRow(const E2eFlags& f, const ComparisonRow& r, Table& table,
-                      std::vector<core::JsonObjectWriter>& json) {
+                      std::vector<cli::JsonObjectWriter>& json) {
   const double bytes_per_round = BytesPerRound(r.workers, r.params);
   const double raw_bytes = bytes_per_round * r.raw_rounds;
   const double raw_gbps = raw_bytes * 8 / 1e9 / r.raw.seconds;
@@ -50,7 +50,7 @@ void AddComparisonRow(const E2eFlags& f, const ComparisonRow& r, Table& table,
                 FormatG(e2e.push_seconds, 3), FormatG(e2e.round_p50, 3),
                 FormatG(e2e.round_p99, 3), FormatG(e2e_per_cpu, 3), FormatG(raw_per_cpu, 3),
                 FormatG(rss_per_param, 3)});
-  core::JsonObjectWriter row;
+  cli::JsonObjectWriter row;
   row.Add("workers", r.workers)
       .Add("shards", r.shards)
       .Add("model_params", r.params)

@@ -13,7 +13,7 @@
 #include "bench/e2e_cluster.h"
 #include "bench/e2e_flags.h"
 #include "bench/e2e_raw_tcp.h"
-#include "core/json_line.h"
+#include "cli/json_line.h"
 
 namespace ps::bench {
 
@@ -43,6 +43,6 @@ Table ComparisonTable();
 
 // Adds `r` to `table` and to `json` (with the flags of the run, `f`).
 void AddComparisonRow(const E2eFlags& f, const ComparisonRow& r, Table& table,
-                      std::vector<core::JsonObjectWriter>& json);
+                      std::vector<cli::JsonObjectWriter>& json);
 
 }  // namespace ps::bench

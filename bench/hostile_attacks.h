@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/honest_training.h"
+#include "harness/honest_training.h"
 #include "bench/hostile_clients.h"
 #include "core/layout.h"
 
@@ -42,7 +42,7 @@ struct Limits {
 struct AttackEnv {
   Attacker* attacker = nullptr;
   const core::ModelLayout* layout = nullptr;
-  const Training* training = nullptr;  // null before the honest layout exists
+  const harness::HonestTraining* training = nullptr;  // null before the honest layout exists
   Tally* tally = nullptr;
   const Limits* limits = nullptr;
   SpecSource* specs = nullptr;

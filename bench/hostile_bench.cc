@@ -31,9 +31,9 @@
 //
 // This file runs the phases and writes the report; the parts it runs are the attacks
 // (hostile_attacks.h, acting as worker 3 through hostile_clients.h), worker 3's cover
-// (hostile_cover.h), the server process and its resident-memory sampler
-// (server_process.h), the honest workers (honest_training.h) and the rows
-// (hostile_report.h).
+// (hostile_cover.h) and the rows (hostile_report.h); the server process, its
+// resident-memory sampler and the honest workers are the harness's
+// (harness/server_process.h, process_stats.h, honest_training.h).
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -56,17 +56,17 @@
 #include "absl/strings/str_join.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
-#include "bench/honest_training.h"
 #include "bench/hostile_attacks.h"
 #include "bench/hostile_clients.h"
 #include "bench/hostile_cover.h"
 #include "bench/hostile_report.h"
 #include "bench/push_counts.h"
-#include "bench/server_process.h"
 #include "core/status.h"
+#include "harness/honest_training.h"
+#include "harness/process_stats.h"
+#include "harness/server_process.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "spdlog/spdlog.h"
-#include "tests/support/process_stats.h"
 #if PS_HAVE_DATA_PORT_CLIENT
 #include "bench/hostile_data_phases.h"
 #endif
@@ -143,15 +143,15 @@ class Runner {
         "--drain-timeout-ms", "1000", "--quarantine-ms", absl::StrCat(f_.quarantine_ms),
         "--udp-port", "0"};
     if (attack.tcp_data_plane) args.insert(args.end(), {"--data-plane", "tcp", "--data-port", "0"});
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<ServerProcess> server,
-                        ServerProcess::Start(f_.server_bin, args, log_file));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<harness::ServerProcess> server,
+                        harness::ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));
     const std::string address = absl::StrCat("127.0.0.1:", port);
     AttackerProofs::Get().Reset(address);
     PS_ASSIGN_OR_RETURN(const std::vector<std::string> tokens,
-                        ReadWorkerTokens(run_dir, kWorkers));
+                        harness::ReadWorkerTokens(run_dir, kWorkers));
     const core::ModelLayout layout = HonestLayout();
-    PeakSampler sampler(server->pid());
+    harness::PeakSampler sampler(server->pid());
     Attacker attacker(address, port, tokens[kAttackerId], layout.hash());
     {
       std::unique_ptr<v1::WorkerService::Stub> stub =
@@ -181,15 +181,15 @@ class Runner {
       row.ran_prelude = true;
       row.prelude = RunPhase(attack, env, *server, sampler, nullptr, limits_.prelude_seconds, true);
     }
-    absl::StatusOr<std::unique_ptr<Training>> training =
-        Training::Start(address, tokens, layout, kHonest);
+    absl::StatusOr<std::unique_ptr<harness::HonestTraining>> training =
+        harness::HonestTraining::Start(layout, {.address = address, .tokens = tokens, .workers = kHonest});
     if (!training.ok()) return finish(training.status());
     env.training = training->get();
     std::unique_ptr<Cover> cover;
 #if PS_HAVE_DATA_PORT_CLIENT
     std::unique_ptr<DataPortCover> data_cover;  // the cover of a shard on the TCP plane
     if (!f_.no_cover && !attack.without_cover && attack.tcp_data_plane) {
-      const Training* t = training->get();
+      const harness::HonestTraining* t = training->get();
       data_cover = std::make_unique<DataPortCover>(
           [&attacker] { return attacker.data_target(); }, layout,
           DataPortCover::Rounds{
@@ -242,16 +242,16 @@ class Runner {
   }
 
   // One phase of `seconds`: with the attack's threads running when `attacking`.
-  Phase RunPhase(const Attack& attack, AttackEnv& env, ServerProcess& server,
-                 PeakSampler& sampler, const Training* training, double seconds, bool attacking) {
+  Phase RunPhase(const Attack& attack, AttackEnv& env, harness::ServerProcess& server,
+                 harness::PeakSampler& sampler, const harness::HonestTraining* training, double seconds, bool attacking) {
     Phase p;
     std::atomic<bool> stop{false};
     env.stop = &stop;
     env.tally->StartPhase();
     sampler.Reset();
     const uint64_t log0 = server.LogBytes();
-    const double cpu0 = testing::CpuSeconds(server.pid());
-    const double own_cpu0 = testing::CpuSeconds(::getpid());
+    const double cpu0 = harness::CpuSeconds(server.pid());
+    const double own_cpu0 = harness::CpuSeconds(::getpid());
     const uint64_t rounds0 = training != nullptr ? training->rounds() : 0;
     const uint64_t errors0 = training != nullptr ? training->errors() : 0;
     const double t0 = NowSeconds();
@@ -271,8 +271,8 @@ class Runner {
     for (std::thread& t : threads) t.join();
     p.requests = env.tally->phase_requests();
     p.log_bytes = server.LogBytes() - log0;
-    p.server_cpu = (testing::CpuSeconds(server.pid()) - cpu0) / (NowSeconds() - t0);
-    p.bench_cpu = (testing::CpuSeconds(::getpid()) - own_cpu0) / (NowSeconds() - t0);
+    p.server_cpu = (harness::CpuSeconds(server.pid()) - cpu0) / (NowSeconds() - t0);
+    p.bench_cpu = (harness::CpuSeconds(::getpid()) - own_cpu0) / (NowSeconds() - t0);
     p.peak_rss_mib = sampler.peak_rss_mib();
     p.peak_fds = sampler.peak_fds();
     return p;

@@ -8,7 +8,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "core/auth_proof.h"
+#include "crypto/auth_proof.h"
 #include "core/credentials.h"
 #include "net/channel_auth.h"
 #include "net/grpc_credentials.h"
@@ -40,15 +40,15 @@ std::string AttackerProofs::Header(std::string_view token) {
   absl::MutexLock lock(&mu_);
   auto it = headers_.find(token);
   if (it != headers_.end()) return it->second;
-  const std::string key = core::TokenKey(token);
-  absl::StatusOr<std::string> nonce = core::NewNonce();
+  const std::string key = crypto::TokenKey(token);
+  absl::StatusOr<std::string> nonce = crypto::NewNonce();
   std::string header;
   if (nonce.ok() && channel_ != nullptr) {
     const grpc::Status s = net::SendChallenge(
         channel_, key, *nonce, std::chrono::system_clock::now() + kCallDeadline, true);
-    if (std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(s.error_message())) {
-      header = core::ProofHeader(
-          key, r->server_nonce, core::CallProof(token, key, r->server.Name(), r->server_nonce));
+    if (std::optional<crypto::ChallengeReply> r = crypto::ParseChallengeAnswer(s.error_message())) {
+      header = crypto::ProofHeader(
+          key, r->server_nonce, crypto::CallProof(token, key, r->server.Name(), r->server_nonce));
     }
   }
   headers_.emplace(std::string(token), header);

@@ -47,7 +47,7 @@ std::string CodeName(int code);
 
 // ---- Calls ---------------------------------------------------------------------------
 
-// The proofs (core/auth_proof.h) the attacker sends with the tokens it holds or forges,
+// The proofs (crypto/auth_proof.h) the attacker sends with the tokens it holds or forges,
 // for the shard of the current attack: it asks that shard for a challenge and makes the
 // call proof from the answer without checking the shard's proof, as a client that wants
 // to act as someone else would. For worker 3's own token that is what ps::Worker sends;

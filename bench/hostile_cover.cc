@@ -33,7 +33,7 @@ namespace {
 const std::string kFp32 = "fp32";
 }  // namespace
 
-Cover::Cover(Attacker& attacker, const Training& training, const core::ModelLayout& layout,
+Cover::Cover(Attacker& attacker, const harness::HonestTraining& training, const core::ModelLayout& layout,
              SpecSource& specs)
     : attacker_(attacker), training_(training), layout_(layout), specs_(specs) {
   for (const core::SliceInfo& s : layout_.slices()) {

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "bench/honest_training.h"
+#include "harness/honest_training.h"
 #include "bench/hostile_clients.h"
 #include "bench/push_counts.h"
 #include "core/layout.h"
@@ -33,7 +33,7 @@ namespace ps::bench {
 // `attacker`, `training`, `layout` and `specs` outlive the cover. Thread-safe.
 class Cover {
  public:
-  Cover(Attacker& attacker, const Training& training, const core::ModelLayout& layout,
+  Cover(Attacker& attacker, const harness::HonestTraining& training, const core::ModelLayout& layout,
         SpecSource& specs);
   ~Cover();
   Cover(const Cover&) = delete;
@@ -59,7 +59,7 @@ class Cover {
   void Loop();
 
   Attacker& attacker_;
-  const Training& training_;
+  const harness::HonestTraining& training_;
   const core::ModelLayout& layout_;
   SpecSource& specs_;
   std::vector<std::string> payloads_;  // fp32 payload per slice id

@@ -17,8 +17,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/hostile_attacks.h"
-#include "core/cluster_secret.h"
 #include "core/credentials.h"
+#include "crypto/cluster_secret.h"
 #include "ps/v1/ps.grpc.pb.h"
 
 namespace ps::bench {
@@ -190,11 +190,11 @@ void Impersonation(AttackEnv& env, int thread) {
   const std::string own = env.attacker->token();
   const std::string forged = absl::StrCat("worker-0.", std::string(64, '0'));
   // Tokens of the right form for other identities, derived from a secret of our own.
-  const std::string other_secret(core::kSecretBytes, '\x5a');
+  const std::string other_secret(crypto::kSecretBytes, '\x5a');
   using Kind = core::Identity::Kind;
-  const std::string other_worker0 = core::DeriveToken(other_secret, {Kind::kWorker, 0});
-  const std::string other_shard1 = core::DeriveToken(other_secret, {Kind::kShard, 1});
-  const std::string other_admin = core::DeriveToken(other_secret, {Kind::kAdmin, 0});
+  const std::string other_worker0 = crypto::DeriveToken(other_secret, {Kind::kWorker, 0});
+  const std::string other_shard1 = crypto::DeriveToken(other_secret, {Kind::kShard, 1});
+  const std::string other_admin = crypto::DeriveToken(other_secret, {Kind::kAdmin, 0});
   const auto join = [&](uint32_t id, const std::string& token) {
     grpc::ClientContext ctx;
     Prepare(ctx, token);

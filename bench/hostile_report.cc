@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "bench/bench_util.h"
-#include "core/json_line.h"
+#include "cli/json_line.h"
 
 namespace ps::bench {
 
@@ -67,7 +67,7 @@ std::string MergeObjects(const std::string& a, const std::string& b) {
 std::string JsonArray(const std::vector<double>& values) {
   std::vector<std::string> parts;
   for (double v : values) {
-    std::string one = core::JsonObjectWriter().Add("v", v).str();  // {"v":...}
+    std::string one = cli::JsonObjectWriter().Add("v", v).str();  // {"v":...}
     parts.push_back(one.substr(5, one.size() - 6));
   }
   return absl::StrCat("[", absl::StrJoin(parts, ","), "]");
@@ -76,7 +76,7 @@ std::string JsonArray(const std::vector<double>& values) {
 }  // namespace
 
 std::string RowJson(const Row& r, double bound_mib) {
-  core::JsonObjectWriter head, codes, tail, notes;
+  cli::JsonObjectWriter head, codes, tail, notes;
   head.Add("attack", r.attack)
       .Add("baseline_rounds_per_s", r.Mean(r.base))
       .Add("attack_rounds_per_s", r.Mean(r.attack_phases))
@@ -125,7 +125,7 @@ std::string RowJson(const Row& r, double bound_mib) {
       .Add("error", r.error);
   std::string json =
       MergeObjects(head.str(), absl::StrCat("{\"refusals_by_code\":", codes.str(), "}"));
-  json = MergeObjects(json, core::JsonObjectWriter().Add("log_bytes", r.LogBytes()).str());
+  json = MergeObjects(json, cli::JsonObjectWriter().Add("log_bytes", r.LogBytes()).str());
   json =
       MergeObjects(json, absl::StrCat("{\"ratio_per_alternation\":", JsonArray(r.Ratios()), "}"));
   return MergeObjects(json, tail.str());

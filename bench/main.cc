@@ -14,10 +14,10 @@
 
 #include "CLI/CLI.hpp"
 #include "bench/commands.h"
-#include "core/process_tuning.h"
+#include "cli/process_tuning.h"
 
 int main(int argc, char** argv) {
-  ps::core::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
+  ps::cli::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
   CLI::App app{"ps-bench: throughput of ps-server's parts against a same-run baseline"};
   app.require_subcommand(1);
   std::vector<ps::bench::Command> commands;

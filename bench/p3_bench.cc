@@ -206,7 +206,7 @@ int RunP3(P3Flags f) {
                f.iterations, f.compute_ms, (unsigned long long)f.inflight, f.latency_ms);
   Table table({"bandwidth Mbit/s", "fifo iter s", "p3 iter s", "p3 / fifo", "fifo first-layer s",
                "p3 first-layer s"});
-  std::vector<core::JsonObjectWriter> rows;
+  std::vector<cli::JsonObjectWriter> rows;
   int errors = 0;
   for (const std::string& b : f.bandwidths) {
     double mbps = 0;
@@ -224,7 +224,7 @@ int RunP3(P3Flags f) {
         continue;
       }
       r[p3] = *res;
-      rows.push_back(core::JsonObjectWriter()
+      rows.push_back(cli::JsonObjectWriter()
                          .Add("mode", p3 ? "p3" : "fifo")
                          .Add("bandwidth_mbps", mbps)
                          .Add("iteration_seconds", r[p3].iteration_seconds)

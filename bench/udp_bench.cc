@@ -157,7 +157,7 @@ int RunUdp(UdpFlags f) {
   }
   Table table({"transport", "loss", "goodput Gbit/s", "ratio to grpc", "ratio to tcp",
                "delivered", "kernel lost"});
-  std::vector<core::JsonObjectWriter> rows;
+  std::vector<cli::JsonObjectWriter> rows;
   double plane_gbps[2] = {0, 0};  // grpc, tcp
   for (int i = 0; i < 2; ++i) {
     absl::StatusOr<Measured> m = RunTransport(f, kPlanes[i].second, 0);
@@ -173,7 +173,7 @@ int RunUdp(UdpFlags f) {
     table.AddRow({kPlanes[i].first, "0", FormatG(plane_gbps[i], 4),
                   FormatG(plane_gbps[i] / grpc_gbps, 3), FormatG(plane_gbps[i] / tcp_gbps, 3), "1",
                   "0"});
-    rows.push_back(core::JsonObjectWriter()
+    rows.push_back(cli::JsonObjectWriter()
                        .Add("transport", kPlanes[i].first)
                        .Add("loss", 0.0)
                        .Add("goodput_gbps", plane_gbps[i])
@@ -198,7 +198,7 @@ int RunUdp(UdpFlags f) {
     table.AddRow({"udp", FormatG(loss, 3), FormatG(gbps, 4), FormatG(gbps / grpc_gbps, 3),
                   FormatG(gbps / tcp_gbps, 3), FormatG(m->delivered, 4),
                   absl::StrCat(m->kernel_lost)});
-    rows.push_back(core::JsonObjectWriter()
+    rows.push_back(cli::JsonObjectWriter()
                        .Add("transport", "udp")
                        .Add("loss", loss)
                        .Add("goodput_gbps", gbps)

@@ -62,7 +62,8 @@ install(TARGETS ${PS_EXPORTED_LIBRARIES} EXPORT PsServerTargets
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 
 # Headers: this list and nothing else, in the source layout: worker_lib/worker.h and the
-# headers it includes, none with gRPC or protobuf types. The consumer test compiles them
+# headers it includes, none with gRPC or protobuf types, and gpu/cuda_device.h, where
+# CudaDevice() went when it left core/device.h. The consumer test compiles them
 # with only the prefix's include path (so a header missing here fails there) and refuses
 # an installed header that names gRPC or protobuf. A header becomes public by being
 # added here, never by lying in a folder.
@@ -74,6 +75,7 @@ set(PS_PUBLIC_HEADERS
   core/device.h
   core/layout.h
   core/token_bucket.h
+  gpu/cuda_device.h
   net/shaper.h)
 foreach(_h IN LISTS PS_PUBLIC_HEADERS)
   get_filename_component(_dir ${_h} DIRECTORY)
@@ -109,8 +111,10 @@ foreach(_t IN LISTS PS_EXPORTED_LIBRARIES)
   string(APPEND PS_PC_LIBS " -l${_t}")
 endforeach()
 # What our libraries link from outside: gRPC and protobuf (ps_proto, the transports),
-# abseil, OpenSSL's libcrypto (credentials) and libssl (the TCP data plane's TLS), zlib (codecs), Boost.Asio (headers only,
-# in /usr/include), the threads library; the static CUDA runtime in a build with CUDA.
+# abseil, OpenSSL's libcrypto (crypto/: the cluster secret and the proofs) and libssl
+# (the TCP data plane's TLS), zlib (codecs), Boost.Asio (headers only, in /usr/include),
+# the threads library; the static CUDA runtime (gpu/, the codecs' kernels) in a build
+# with CUDA.
 set(PS_PC_REQUIRES "grpc++ protobuf absl_status absl_statusor absl_strings absl_str_format absl_synchronization absl_flat_hash_map libssl libcrypto zlib")
 set(PS_PC_EXTRA_LIBS "-pthread -l${CMAKE_DL_LIBS}")
 if(PS_HAVE_CUDA)

@@ -22,18 +22,19 @@
 #include "codecs/device_internal.h"
 #include "codecs/sparse_internal.h"
 #include "codecs/wire_internal.h"
-#include "core/cuda_internal.h"
 #include "core/device.h"
 #include "core/spec.h"
 #include "core/status.h"
+#include "gpu/cuda_device.h"
+#include "gpu/cuda_internal.h"
 
 namespace ps::codecs {
 namespace {
 
-using core::cuda::CudaStatus;
-using core::cuda::DeviceBuffer;
-using core::cuda::PinnedBuffer;
-using core::cuda::Settled;
+using gpu::CudaStatus;
+using gpu::DeviceBuffer;
+using gpu::PinnedBuffer;
+using gpu::Settled;
 using internal::Context;
 using internal::Engine;
 using internal::Launched;
@@ -277,7 +278,7 @@ class DeviceEncoder::Impl {
  public:
   static absl::StatusOr<std::unique_ptr<Impl>> Make(std::string_view spec, CodecOptions options,
                                                     size_t numel, bool error_feedback) {
-    PS_RETURN_IF_ERROR(core::CudaDevice().status());
+    PS_RETURN_IF_ERROR(gpu::CudaDevice().status());
     options.device = core::Device::kCpu;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Codec> cpu, MakeCodec(spec, options));
     auto impl = std::unique_ptr<Impl>(new Impl(std::move(cpu)));
@@ -414,7 +415,7 @@ class HostInputEncode final : public internal::DeviceEncode {
 
 absl::StatusOr<EncodeTiming> TimeDeviceEncode(std::string_view spec, const CodecOptions& options,
                                               std::span<const float> values, int repeats) {
-  PS_ASSIGN_OR_RETURN(std::string device, core::CudaDevice());
+  PS_ASSIGN_OR_RETURN(std::string device, gpu::CudaDevice());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<DeviceEncoder> encoder,
                       DeviceEncoder::Make(spec, options, values.size(), false));
   const size_t bytes = 4 * values.size();

@@ -33,7 +33,7 @@ namespace ps::codecs {
 class DeviceEncoder {
  public:
   // The encoder of `spec` for slices of `numel` values on the current CUDA device.
-  // UNAVAILABLE when there is no device (core::CudaDevice()'s reason), UNIMPLEMENTED when
+  // UNAVAILABLE when there is no device (gpu::CudaDevice()'s reason), UNIMPLEMENTED when
   // the spec has no GPU encoder, INVALID_ARGUMENT for a bad spec. options.device is
   // ignored (this is the device).
   static absl::StatusOr<std::unique_ptr<DeviceEncoder>> Make(std::string_view spec,
@@ -69,7 +69,7 @@ class DeviceEncoder {
 // `values` copied to the device once (so the input is device-resident), against a
 // device-to-device copy of the same bytes on the same device.
 struct EncodeTiming {
-  std::string device;          // core::CudaDevice()'s description
+  std::string device;          // gpu::CudaDevice()'s description
   double encode_seconds = 0;   // best Encode() of `repeats`, payload in host memory
   double copy_seconds = 0;     // best cudaMemcpyAsync D2D of the values' bytes
   double to_host_seconds = 0;  // best cudaMemcpyAsync D2H of the payload's bytes (pinned)

@@ -17,8 +17,8 @@
 #include "absl/status/status.h"
 #include "codecs/codec.h"
 #include "codecs/sparse_internal.h"
-#include "core/cuda_internal.h"
 #include "core/status.h"
+#include "gpu/cuda_internal.h"
 
 namespace ps::codecs::internal {
 
@@ -26,7 +26,7 @@ namespace ps::codecs::internal {
 struct Context {
   cudaStream_t stream = nullptr;
   Codec* cpu = nullptr;  // owned by the Impl, outlives the engine
-  core::cuda::PinnedBuffer staging;
+  gpu::PinnedBuffer staging;
   // With error feedback the engines' kernels write the residual over their input v =
   // g + e; this rewrites v from g and e (which stay intact until the encoding
   // succeeded), so that a fallback to the CPU (a value not finite) reads v itself and
@@ -36,12 +36,12 @@ struct Context {
   // Copies `bytes` from device memory into staging at `offset` (asynchronously).
   absl::Status ToStaging(size_t offset, const void* device, size_t bytes) {
     if (bytes == 0) return absl::OkStatus();  // a buffer never allocated
-    return core::cuda::CudaStatus(cudaMemcpyAsync(staging.as<unsigned char>() + offset, device, bytes,
+    return gpu::CudaStatus(cudaMemcpyAsync(staging.as<unsigned char>() + offset, device, bytes,
                                       cudaMemcpyDeviceToHost, stream),
                       "cudaMemcpyAsync (payload to the host)");
   }
   absl::Status Sync() {
-    return core::cuda::CudaStatus(cudaStreamSynchronize(stream), "encoding on the device");
+    return gpu::CudaStatus(cudaStreamSynchronize(stream), "encoding on the device");
   }
 
   // The CPU codec's encoding of a host copy of x, and x - decode(payload) into residual
@@ -51,7 +51,7 @@ struct Context {
     if (rebuild_input) PS_RETURN_IF_ERROR(rebuild_input());
     std::vector<float> host(n);
     if (n > 0) {
-      PS_RETURN_IF_ERROR(core::cuda::CudaStatus(
+      PS_RETURN_IF_ERROR(gpu::CudaStatus(
           cudaMemcpyAsync(host.data(), x, n * sizeof(float), cudaMemcpyDeviceToHost, stream),
           "cudaMemcpyAsync (values to the host)"));
       PS_RETURN_IF_ERROR(Sync());
@@ -62,7 +62,7 @@ struct Context {
       std::vector<float> decoded(n);
       PS_RETURN_IF_ERROR(cpu->Decode(bytes, decoded));
       for (size_t i = 0; i < n; ++i) host[i] -= decoded[i];
-      PS_RETURN_IF_ERROR(core::cuda::CudaStatus(
+      PS_RETURN_IF_ERROR(gpu::CudaStatus(
           cudaMemcpyAsync(residual, host.data(), n * sizeof(float), cudaMemcpyHostToDevice, stream),
           "cudaMemcpyAsync (residual to the device)"));
       PS_RETURN_IF_ERROR(Sync());
@@ -73,7 +73,7 @@ struct Context {
 };
 
 inline absl::Status Launched(cudaError_t e, std::string_view what) {
-  return core::cuda::CudaStatus(e, what);
+  return gpu::CudaStatus(e, what);
 }
 
 // One codec family on the device. Encode's x (n > 0) is device memory; residual as in

@@ -25,7 +25,7 @@ class DeviceEncode {
 };
 
 // The CUDA encoder for `cpu`'s spec, or why there is none: UNAVAILABLE when this build
-// has no CUDA or the machine no device (core::CudaDevice()'s reason), UNIMPLEMENTED when
+// has no CUDA or the machine no device (gpu::CudaDevice()'s reason), UNIMPLEMENTED when
 // the spec has no GPU encoder.
 absl::StatusOr<std::unique_ptr<DeviceEncode>> MakeCudaEncode(const Codec& cpu,
                                                              const CodecOptions& options);

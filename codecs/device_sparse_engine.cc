@@ -15,13 +15,13 @@
 #include "codecs/device_engine_internal.h"
 #include "codecs/sparse_internal.h"
 #include "codecs/wire_internal.h"
-#include "core/cuda_internal.h"
 #include "core/status.h"
+#include "gpu/cuda_internal.h"
 
 namespace ps::codecs::internal {
 namespace {
 
-using core::cuda::DeviceBuffer;
+using gpu::DeviceBuffer;
 
 class SparseEngine final : public Engine {
  public:

@@ -5,7 +5,7 @@
 // Every client of a shard has an identity: "worker-N" (worker rank N), "shard-N" (peer
 // shard N) or "admin" (the operator's tools). A shard learns it from the common name of
 // the client's certificate (mTLS) or from the token whose proof the client gives (a token
-// of its token file or one derived from its cluster secret; core/auth_proof.h).
+// of its token file or one derived from its cluster secret; crypto/auth_proof.h).
 #pragma once
 
 #include <cstdint>

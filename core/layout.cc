@@ -1,7 +1,5 @@
 #include "core/layout.h"
 
-#include <openssl/evp.h>
-
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -9,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/client_text.h"
+#include "core/sha256.h"
 #include "core/status.h"
 
 namespace ps::core {
@@ -41,9 +40,7 @@ uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_ele
   }
   AppendU64(buf, slice_elems);
   AppendU64(buf, num_shards);
-  unsigned char md[EVP_MAX_MD_SIZE];
-  unsigned int md_len = 0;
-  EVP_Digest(buf.data(), buf.size(), md, &md_len, EVP_sha256(), nullptr);
+  const std::array<uint8_t, kSha256Bytes> md = Sha256(buf);
   uint64_t h = 0;
   for (int i = 0; i < 8; ++i) h |= static_cast<uint64_t>(md[i]) << (8 * i);
   return h;

@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "core/auth_proof.h"
 #include "core/client_text.h"
 #include "core/status.h"
+#include "crypto/auth_proof.h"
 #include "ps/v1/auth.grpc.pb.h"
 
 namespace ps::net {
@@ -18,7 +18,7 @@ grpc::Status SendChallenge(const std::shared_ptr<grpc::ChannelInterface>& channe
   grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
   ctx.set_wait_for_ready(wait_for_ready);
-  ctx.AddMetadata("authorization", core::ChallengeHeader(key, client_nonce));
+  ctx.AddMetadata("authorization", crypto::ChallengeHeader(key, client_nonce));
   v1::ChallengeResponse resp;
   return v1::AuthService::NewStub(channel)->Challenge(&ctx, v1::ChallengeRequest(), &resp);
 }
@@ -28,7 +28,7 @@ ChannelAuth::ChannelAuth(std::shared_ptr<grpc::ChannelInterface> channel,
                          std::optional<core::Identity> shard)
     : channel_(std::move(channel)),
       token_(std::move(credentials.token)),
-      key_(token_.empty() ? std::string() : core::TokenKey(token_)),
+      key_(token_.empty() ? std::string() : crypto::TokenKey(token_)),
       target_(std::move(target)),
       shard_(shard) {}
 
@@ -70,7 +70,7 @@ grpc::Status ChannelAuth::Attach(grpc::ClientContext* ctx, Deadline deadline,
 
 bool ChannelAuth::Stale(const grpc::Status& status) {
   if (token_.empty() || status.error_code() != grpc::StatusCode::UNAUTHENTICATED) return false;
-  std::optional<std::string> instance = core::StaleInstance(status.error_message());
+  std::optional<std::string> instance = crypto::StaleInstance(status.error_message());
   if (!instance.has_value()) return false;
   absl::MutexLock lock(&mu_);
   // A proof for the process proven last: forget it. (Another call may have run the
@@ -100,7 +100,7 @@ grpc::Status ChannelAuth::NotProven(std::string_view why) const {
 
 grpc::Status ChannelAuth::Challenge(Deadline deadline, bool wait_for_ready, std::string* header,
                                     std::string* instance, core::Identity* server) const {
-  absl::StatusOr<std::string> client_nonce = core::NewNonce();
+  absl::StatusOr<std::string> client_nonce = crypto::NewNonce();
   if (!client_nonce.ok()) {
     return grpc::Status(grpc::StatusCode::INTERNAL, std::string(client_nonce.status().message()));
   }
@@ -119,9 +119,9 @@ grpc::Status ChannelAuth::Challenge(Deadline deadline, bool wait_for_ready, std:
       return grpc::Status(s.error_code(), absl::StrCat("authenticating to ", target_, ": ",
                                                        s.error_message()));
   }
-  std::optional<core::ChallengeReply> reply = core::ParseChallengeAnswer(s.error_message());
+  std::optional<crypto::ChallengeReply> reply = crypto::ParseChallengeAnswer(s.error_message());
   if (!reply.has_value()) {
-    if (s.error_message().starts_with(core::kChallengeAnswerPrefix)) {
+    if (s.error_message().starts_with(crypto::kChallengeAnswerPrefix)) {
       return NotProven("its answer to the challenge is malformed");
     }
     // The shard (or whatever listens) refused the challenge: an unknown token, ...
@@ -130,7 +130,7 @@ grpc::Status ChannelAuth::Challenge(Deadline deadline, bool wait_for_ready, std:
   }
   const std::string server_name = reply->server.Name();
   if (reply->server.kind != core::Identity::Kind::kShard ||
-      !core::SameProof(reply->proof, core::ServerProof(token_, key_, server_name, *client_nonce,
+      !crypto::SameProof(reply->proof, crypto::ServerProof(token_, key_, server_name, *client_nonce,
                                                        reply->server_nonce))) {
     return NotProven(absl::StrCat("its answer to the challenge (as ",
                                   core::ClientText(server_name), ") does not verify"));
@@ -142,10 +142,10 @@ grpc::Status ChannelAuth::Challenge(Deadline deadline, bool wait_for_ready, std:
         absl::StrCat(target_, " is ", server_name, " of this run, not ", shard_->Name(),
                      ": list the shards' addresses in the order of their shard ids"));
   }
-  *header = core::ProofHeader(
+  *header = crypto::ProofHeader(
       key_, reply->server_nonce,
-      core::CallProof(token_, key_, server_name, reply->server_nonce));
-  *instance = core::InstanceId(reply->server_nonce);
+      crypto::CallProof(token_, key_, server_name, reply->server_nonce));
+  *instance = crypto::InstanceId(reply->server_nonce);
   *server = reply->server;
   return grpc::Status::OK;
 }

@@ -1,4 +1,4 @@
-// The client's half of ps-server's mutual authentication (core/auth_proof.h;
+// The client's half of ps-server's mutual authentication (crypto/auth_proof.h;
 // docs/protocol.md, "Authentication"), one object per channel to a shard. Every client
 // of a shard uses it: the worker library, the shards toward their peers (Hello,
 // ShareRound), ps-admin, the benchmarks and the tests.
@@ -33,9 +33,9 @@
 
 namespace ps::net {
 
-// One challenge call on `channel` for the token named `key` (core::TokenKey), with
+// One challenge call on `channel` for the token named `key` (crypto::TokenKey), with
 // `client_nonce` (raw): the status the listener answered. An answer is UNAUTHENTICATED
-// with the text core::ParseChallengeAnswer reads; nothing is verified here (that is
+// with the text crypto::ParseChallengeAnswer reads; nothing is verified here (that is
 // ChannelAuth's job). For tools that play a hostile client too (tests, ps-bench hostile).
 grpc::Status SendChallenge(const std::shared_ptr<grpc::ChannelInterface>& channel,
                            std::string_view key,
@@ -96,7 +96,7 @@ class ChannelAuth {
 
   const std::shared_ptr<grpc::ChannelInterface> channel_;
   const std::string token_;
-  const std::string key_;  // core::TokenKey(token_)
+  const std::string key_;  // crypto::TokenKey(token_)
   const std::string target_;
   const std::optional<core::Identity> shard_;
 

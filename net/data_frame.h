@@ -23,8 +23,8 @@
 //                  allows 8 to kMaxMetaBytes, so that a HELLO of another version is read
 //                  as far as its version and refused naming it)
 //   CHALLENGE 0x02 shard -> worker: u32 shard index N, 32-byte server nonce S, 32-byte
-//                  core::DataServerProof                                           (68)
-//   PROOF     0x03 worker -> shard: 32-byte core::DataClientProof                  (32)
+//                  crypto::DataServerProof                                           (68)
+//   PROOF     0x03 worker -> shard: 32-byte crypto::DataClientProof                  (32)
 //   ADMIT     0x04 shard -> worker: u32 largest body, u32 unanswered pushes, u32 slices
 //                  per pull, u32 idle timeout (ms)                                 (16)
 //   PUSH      0x10 worker -> shard: u64 layout hash, u64 round, u32 slice id, [f32 loss,
@@ -71,14 +71,14 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "core/auth_proof.h"
+#include "crypto/auth_proof.h"
 
 namespace ps::net {
 
 inline constexpr uint32_t kDataPlaneVersion = 1;
 inline constexpr size_t kFrameHeaderBytes = 16;
-// No meta is longer (a static_assert in data_frame.cc holds every type's bound to it), so
-// a receiver can read any meta into a fixed buffer.
+// No meta is longer (a static_assert in data_frame_header.cc holds every type's bound to
+// it), so a receiver can read any meta into a fixed buffer.
 inline constexpr size_t kMaxMetaBytes = 1024;
 // A codec spec's bound in a frame: all its one-byte length allows. The shard's codec
 // lookup refuses specs over DecoderCache::kMaxSpecBytes (128) as unknown_codec, as it does
@@ -157,8 +157,8 @@ absl::Status CheckHeader(const FrameHeader& header, ConnectionState state,
 // Each Parse*Meta takes exactly the M meta bytes and, where the meta depends on them,
 // the header's flags.
 
-using DataNonce = std::array<char, core::kNonceBytes>;
-using DataProof = std::array<char, core::kProofBytes>;
+using DataNonce = std::array<char, crypto::kNonceBytes>;
+using DataProof = std::array<char, crypto::kProofBytes>;
 
 struct HelloMeta {
   uint64_t data_session = 0;

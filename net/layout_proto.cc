@@ -1,7 +1,13 @@
 #include "net/layout_proto.h"
 
+#include <algorithm>
+#include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 
 namespace ps::net {
 
@@ -26,20 +32,63 @@ std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout) {
   return tensors;
 }
 
+namespace {
+
+// A tensor in words: 'name' (N elements, priority P[, rows of R]); the name escaped and
+// cut, since it may come from the network.
+std::string Describe(std::string_view name, uint64_t numel, int32_t priority, uint32_t row_elems) {
+  constexpr size_t kMaxName = 64;
+  std::string shown = absl::CHexEscape(absl::string_view(name.data(), std::min(name.size(), kMaxName)));
+  if (name.size() > kMaxName) shown += "...";
+  std::string out = absl::StrCat("'", shown, "' (", numel, " elements, priority ", priority);
+  if (row_elems != 0) absl::StrAppend(&out, ", rows of ", row_elems);
+  out += ")";
+  return out;
+}
+
+std::string Describe(const core::TensorSpec& t) {
+  return Describe(t.name, t.numel, t.priority, t.row_elems);
+}
+
+std::string Describe(const v1::TensorSpec& t) {
+  return Describe(t.name(), t.numel(), t.priority(), t.row_elems());
+}
+
+}  // namespace
+
 bool SameLayout(const core::ModelLayout& layout, const v1::Layout& msg) {
-  if (msg.slice_elems() != layout.slice_elems() || msg.num_shards() != layout.num_shards() ||
-      static_cast<size_t>(msg.tensors_size()) != layout.tensors().size()) {
-    return false;
-  }
-  for (int i = 0; i < msg.tensors_size(); ++i) {
-    const v1::TensorSpec& t = msg.tensors(i);
-    const core::TensorSpec& have = layout.tensors()[static_cast<size_t>(i)];
-    if (t.numel() != have.numel || t.priority() != have.priority ||
-        t.row_elems() != have.row_elems || t.name() != have.name) {
-      return false;
+  return LayoutDifference(layout, msg).empty();
+}
+
+std::string LayoutDifference(const core::ModelLayout& have, const v1::Layout& offered) {
+  const size_t mine = have.tensors().size();
+  const size_t theirs = static_cast<size_t>(offered.tensors_size());
+  for (size_t i = 0; i < std::min(mine, theirs); ++i) {
+    const core::TensorSpec& h = have.tensors()[i];
+    const v1::TensorSpec& o = offered.tensors(static_cast<int>(i));
+    if (o.numel() != h.numel || o.priority() != h.priority || o.row_elems() != h.row_elems ||
+        o.name() != h.name) {
+      return absl::StrCat("tensor ", i, " differs: the shard's is ", Describe(h),
+                          ", the worker's ", Describe(o));
     }
   }
-  return true;
+  if (mine != theirs) {
+    return mine > theirs
+               ? absl::StrCat("the worker's layout ends after ", theirs, " of the shard's ", mine,
+                              " tensors; the shard's next is ", Describe(have.tensors()[theirs]))
+               : absl::StrCat("the worker's layout has ", theirs, " tensors, the shard's ", mine,
+                              "; the worker's next is ",
+                              Describe(offered.tensors(static_cast<int>(mine))));
+  }
+  if (offered.slice_elems() != have.slice_elems()) {
+    return absl::StrCat("the same tensors cut into slices of ", offered.slice_elems(),
+                        " elements by the worker, of ", have.slice_elems(), " by the shard");
+  }
+  if (offered.num_shards() != have.num_shards()) {
+    return absl::StrCat("the same tensors cut for ", offered.num_shards(),
+                        " shards by the worker, for ", have.num_shards(), " by the shard");
+  }
+  return "";
 }
 
 absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout) {

@@ -2,6 +2,7 @@
 // the shard's answer to it and its checkpoint files.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -13,10 +14,16 @@ namespace ps::net {
 void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out);
 // The message's tensors, unchecked (a copy linear in the message's size).
 std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout);
-// Whether the message names exactly `layout` (tensors, slice size, shard count). Stops
-// at the first difference, so answering a registered shard costs at most the smaller of
-// the two, without copying or hashing the request.
+// Whether the message names exactly `layout` (tensors, slice size, shard count):
+// LayoutDifference(layout, msg) is empty.
 bool SameLayout(const core::ModelLayout& layout, const v1::Layout& msg);
+// The first difference between `have` (a shard's) and `offered` (a worker's), in words,
+// or "" when there is none: the first tensor whose name, size, priority or row length
+// differs (both named, with their index), else the tensor one of them has beyond the
+// other's last, else the slice size or shard count. Stops at that difference, so it
+// costs at most the smaller of the two without copying the message; names from the
+// message are escaped and cut to 64 characters, so the answer stays under 1 KiB.
+std::string LayoutDifference(const core::ModelLayout& have, const v1::Layout& offered);
 // ModelLayout::Create on the message's fields: its error when they are invalid.
 absl::StatusOr<core::ModelLayout> LayoutFromProto(const v1::Layout& layout);
 

@@ -337,7 +337,8 @@ void BindWorker(py::module_& m) {
                        const std::string& codec, bool error_feedback, double momentum,
                        const std::map<std::string, std::string>& tensor_codecs, uint64_t codec_seed,
                        double rpc_timeout, double connect_timeout, int max_attempts, bool plan,
-                       const std::vector<std::string>& candidates, const py::object& data_plane) {
+                       const std::vector<std::string>& candidates, const py::object& data_plane,
+                       bool may_register) {
              WorkerOptions o;
              o.data_plane = PlaneOption(data_plane);
              o.shard_addresses = shards;
@@ -361,6 +362,7 @@ void BindWorker(py::module_& m) {
              o.rpc_timeout = Millis(rpc_timeout, "rpc_timeout");
              o.connect_timeout = Millis(connect_timeout, "connect_timeout");
              o.max_attempts = max_attempts;
+             o.may_register = may_register;
              o.plan.enabled = plan;
              if (!candidates.empty()) o.plan.candidates = candidates;
              core::ModelLayout layout =
@@ -376,7 +378,7 @@ void BindWorker(py::module_& m) {
            py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,
            py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6, py::arg("plan") = false,
            py::arg("plan_candidates") = std::vector<std::string>{},
-           py::arg("data_plane") = py::none())
+           py::arg("data_plane") = py::none(), py::arg("may_register") = true)
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"))
       .def("wait_pushes", &PyWorker::WaitPushes)
       .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),

@@ -19,8 +19,8 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/strings/escaping.h"
-#include "core/cluster_secret.h"
-#include "core/json_line.h"
+#include "cli/json_line.h"
+#include "crypto/cluster_secret.h"
 #include "net/channel_auth.h"
 #include "net/grpc_credentials.h"
 #include "grpc/health/v1/health.grpc.pb.h"
@@ -65,17 +65,17 @@ int main(int argc, char** argv) {
     return code;
   };
   if (*secret) {
-    absl::StatusOr<std::string> bytes = ps::core::NewSecret();
+    absl::StatusOr<std::string> bytes = ps::crypto::NewSecret();
     if (!bytes.ok()) return fail(bytes.status(), 1);
     std::printf("%s\n", absl::BytesToHexString(*bytes).c_str());
     return 0;
   }
   if (*token) {
-    absl::StatusOr<std::string> bytes = ps::core::ReadSecretFile(secret_file);
+    absl::StatusOr<std::string> bytes = ps::crypto::ReadSecretFile(secret_file);
     if (!bytes.ok()) return fail(bytes.status(), 2);
     absl::StatusOr<ps::core::Identity> id = ps::core::ParseIdentity(identity);
     if (!id.ok()) return fail(id.status(), 2);
-    std::printf("%s\n", ps::core::DeriveToken(*bytes, *id).c_str());
+    std::printf("%s\n", ps::crypto::DeriveToken(*bytes, *id).c_str());
     return 0;
   }
   if (!token_file.empty() || !run_dir.empty()) {
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     absl::StatusOr<std::string> token =
         !token_file.empty()
             ? ps::core::ReadTokenFile(token_file)
-            : ps::core::ReadRunDirectoryToken(
+            : ps::crypto::ReadRunDirectoryToken(
                   run_dir, ps::core::Identity{ps::core::Identity::Kind::kAdmin, 0});
     if (!token.ok()) {
       std::fprintf(stderr, "ps-admin: %s\n", std::string(token.status().message()).c_str());
@@ -107,7 +107,7 @@ int main(int argc, char** argv) {
   // The admin calls carry the proof of the token; a health check carries nothing.
   ps::net::ChannelAuth auth(channel, creds, address);
 
-  ps::core::JsonObjectWriter out;
+  ps::cli::JsonObjectWriter out;
   grpc::Status s;
   if (*status) {
     ps::v1::StatusResponse r;

@@ -5,9 +5,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "core/auth_proof.h"
-#include "core/cluster_secret.h"
 #include "core/status.h"
+#include "crypto/auth_proof.h"
+#include "crypto/cluster_secret.h"
 #include "server/auth_internal.h"
 
 namespace ps::server {
@@ -99,8 +99,8 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
   std::unique_ptr<Authenticator> a(new Authenticator());
   a->required_ = o.ClientAuthRequired();
   a->self_ = core::Identity{core::Identity::Kind::kShard, static_cast<uint32_t>(o.shard_id)};
-  PS_ASSIGN_OR_RETURN(a->nonce_, core::NewNonce());
-  a->instance_ = core::InstanceId(a->nonce_);
+  PS_ASSIGN_OR_RETURN(a->nonce_, crypto::NewNonce());
+  a->instance_ = crypto::InstanceId(a->nonce_);
   a->cert_path_ = o.tls_cert;
   a->key_path_ = o.tls_key;
   a->ca_path_ = o.tls_ca;
@@ -111,14 +111,14 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
   if (!o.tls_ca.empty()) {
     PS_ASSIGN_OR_RETURN(a->ca_pem_, core::ReadSmallFile(o.tls_ca, "--tls-ca"));
   }
-  std::optional<core::RunDirectory> run_dir;
+  std::optional<crypto::RunDirectory> run_dir;
   if (!o.secret_file.empty()) {
-    PS_ASSIGN_OR_RETURN(a->secret_, core::ReadSecretFile(o.secret_file));
+    PS_ASSIGN_OR_RETURN(a->secret_, crypto::ReadSecretFile(o.secret_file));
   }
   if (!o.run_dir.empty()) {
     // Opened once: the secret and the token files are read and written through the
     // directory's descriptor (no symbolic link, no swap in between).
-    PS_ASSIGN_OR_RETURN(run_dir, core::RunDirectory::Open(o.run_dir, /*create=*/true));
+    PS_ASSIGN_OR_RETURN(run_dir, crypto::RunDirectory::Open(o.run_dir, /*create=*/true));
     if (a->secret_.empty()) {
       PS_ASSIGN_OR_RETURN(a->secret_, run_dir->LoadOrCreateSecret());
     }
@@ -133,7 +133,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
     }
     derived.push_back(core::Identity{core::Identity::Kind::kAdmin, 0});
     for (const core::Identity& id : derived) {
-      std::string token = core::DeriveToken(a->secret_, id);
+      std::string token = crypto::DeriveToken(a->secret_, id);
       a->keys_.emplace(id.Name(), a->MakeKey(id.Name(), id, std::move(token)));
     }
   }
@@ -146,7 +146,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
     }
     clients.push_back(core::Identity{core::Identity::Kind::kAdmin, 0});
     for (const core::Identity& id : clients) {
-      PS_RETURN_IF_ERROR(run_dir->WriteToken(id, core::DeriveToken(a->secret_, id)).status());
+      PS_RETURN_IF_ERROR(run_dir->WriteToken(id, crypto::DeriveToken(a->secret_, id)).status());
     }
   }
   if (!o.tokens_file.empty()) {
@@ -161,7 +161,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
     // A token-file token in the derived form of an identity that the secret covers
     // already is shadowed by the secret's (its key, the identity, is taken).
     for (auto& [id, token] : a->tokens_->Entries()) {
-      std::string key = core::TokenKey(token);
+      std::string key = crypto::TokenKey(token);
       a->keys_.try_emplace(key, a->MakeKey(key, id, std::move(token)));
     }
   }
@@ -171,15 +171,15 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
 Authenticator::Key Authenticator::MakeKey(std::string key, const core::Identity& identity,
                                           std::string token) const {
   Key k{identity, std::move(token), std::string()};
-  k.call_proof = core::CallProof(k.token, key, self_.Name(), nonce_);
+  k.call_proof = crypto::CallProof(k.token, key, self_.Name(), nonce_);
   return k;
 }
 
 std::optional<Authenticator::Key> Authenticator::FindKey(std::string_view key) const {
   if (auto it = keys_.find(core::AsAbsl(key)); it != keys_.end()) return it->second;
-  std::optional<core::Identity> id = core::KeyIdentity(key);
+  std::optional<core::Identity> id = crypto::KeyIdentity(key);
   if (!id.has_value() || secret_.empty()) return std::nullopt;
-  return MakeKey(std::string(key), *id, core::DeriveToken(secret_, *id));
+  return MakeKey(std::string(key), *id, crypto::DeriveToken(secret_, *id));
 }
 
 absl::StatusOr<std::string> Authenticator::AnswerChallenge(
@@ -191,27 +191,27 @@ absl::StatusOr<std::string> Authenticator::AnswerChallenge(
   }
   if (!authorization.has_value()) {
     return absl::UnauthenticatedError(absl::StrCat(
-        "a challenge must carry 'authorization: ", core::AsAbsl(core::kChallengeScheme),
+        "a challenge must carry 'authorization: ", core::AsAbsl(crypto::kChallengeScheme),
         " KEY NONCE'"));
   }
-  PS_ASSIGN_OR_RETURN(core::ChallengeRequest req, core::ParseChallengeHeader(*authorization));
+  PS_ASSIGN_OR_RETURN(crypto::ChallengeRequest req, crypto::ParseChallengeHeader(*authorization));
   std::optional<Key> key = FindKey(req.key);
   if (!key.has_value()) return absl::UnauthenticatedError("unknown token");
-  return core::ChallengeAnswer(
+  return crypto::ChallengeAnswer(
       self_, nonce_,
-      core::ServerProof(key->token, req.key, self_.Name(), req.client_nonce, nonce_));
+      crypto::ServerProof(key->token, req.key, self_.Name(), req.client_nonce, nonce_));
 }
 
 absl::StatusOr<core::Identity> Authenticator::VerifyProof(std::string_view value,
                                                           std::string* charge_to) const {
-  PS_ASSIGN_OR_RETURN(core::PresentedProof p, core::ParseProofHeader(value));
+  PS_ASSIGN_OR_RETURN(crypto::PresentedProof p, crypto::ParseProofHeader(value));
   std::optional<Key> key = FindKey(p.key);
   if (!key.has_value()) return absl::UnauthenticatedError("unknown token");
   if (p.instance != instance_) {
     if (charge_to != nullptr) *charge_to = kStaleProofClient;
-    return absl::UnauthenticatedError(core::StaleMessage(p.instance, self_));
+    return absl::UnauthenticatedError(crypto::StaleMessage(p.instance, self_));
   }
-  if (!core::SameProof(p.proof, key->call_proof)) {
+  if (!crypto::SameProof(p.proof, key->call_proof)) {
     return absl::UnauthenticatedError(
         "wrong proof: it was not made with the token the key names, for this shard");
   }
@@ -242,14 +242,14 @@ absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented,
         return absl::UnauthenticatedError(absl::StrCat(
             "bearer tokens are refused on a plaintext port (a token sent there goes to whoever "
             "listens on it): prove the token instead ('authorization: ",
-            core::AsAbsl(core::kProofScheme),
+            core::AsAbsl(crypto::kProofScheme),
             " ...' after a challenge, as ps::Worker and ps-admin do; docs/protocol.md, "
             "\"Authentication\"), or serve TLS (--tls-cert, --tls-key)"));
       }
       const std::string_view token = value.substr(7);
       if (tokens_.has_value()) from_token = tokens_->Find(token);
       if (!from_token.has_value() && !secret_.empty()) {
-        from_token = core::VerifyDerivedToken(secret_, token);
+        from_token = crypto::VerifyDerivedToken(secret_, token);
       }
       if (!from_token.has_value()) return absl::UnauthenticatedError("unknown token");
     } else {
@@ -296,13 +296,13 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
 std::string Authenticator::DataKeyOf(uint32_t worker, uint64_t data_session,
                                      std::string_view secret) const {
   const core::Identity id{core::Identity::Kind::kWorker, worker};
-  // The derived token is named by the identity itself (core::TokenKey).
+  // The derived token is named by the identity itself (crypto::TokenKey).
   if (std::optional<Key> derived = FindKey(id.Name()); derived.has_value()) {
-    return core::DataKey(derived->token, id.Name(), self_.Name(), data_session, secret);
+    return crypto::DataKey(derived->token, id.Name(), self_.Name(), data_session, secret);
   }
   if (tokens_.has_value()) {
     if (std::optional<std::string> token = tokens_->TokenOf(id); token.has_value()) {
-      return core::DataKey(*token, core::TokenKey(*token), self_.Name(), data_session, secret);
+      return crypto::DataKey(*token, crypto::TokenKey(*token), self_.Name(), data_session, secret);
     }
   }
   return std::string(secret);
@@ -319,7 +319,7 @@ core::ClientCredentials Authenticator::PeerCredentials(uint32_t shard_id) const 
   }
   const core::Identity self{core::Identity::Kind::kShard, shard_id};
   if (tokens_.has_value()) c.token = tokens_->TokenOf(self).value_or("");
-  if (c.token.empty() && !secret_.empty()) c.token = core::DeriveToken(secret_, self);
+  if (c.token.empty() && !secret_.empty()) c.token = crypto::DeriveToken(secret_, self);
   return c;
 }
 

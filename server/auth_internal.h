@@ -5,8 +5,8 @@
 // (mTLS), --tokens or a cluster secret (--secret-file, --run-dir: the default), every
 // call must carry an identity: the common name of a client certificate signed by the
 // CA, or a proof that the caller holds a token of the token file or one derived from
-// the secret (core/cluster_secret.h). Clients prove a token without sending it, by the
-// challenge and response of core/auth_proof.h, after this shard proved it holds the
+// the secret (crypto/cluster_secret.h). Clients prove a token without sending it, by the
+// challenge and response of crypto/auth_proof.h, after this shard proved it holds the
 // token too; the proofs are valid for this process only (its instance nonce, drawn at
 // start). A bearer token itself ("authorization: Bearer TOKEN") is taken only over TLS,
 // where the client authenticated the shard by its certificate before sending it. With
@@ -78,7 +78,7 @@ class Authenticator {
   // The identity behind what a call presents: the certificate's common name, else the
   // token's whose proof it carries (or, over TLS, the bearer token's). UNAUTHENTICATED
   // when it is missing or unknown, when the proof is wrong or stale (made for an earlier
-  // process of this shard: the message then starts with core::kStalePrefix), or when
+  // process of this shard: the message then starts with crypto::kStalePrefix), or when
   // certificate and token disagree. Only when required(). On a refusal `charge_to`, if
   // given, is set to the tarpit client the refusal counts against: kAnonymousClient, or
   // for a stale proof of a known token kStaleProofClient, so that the honest clients'
@@ -87,7 +87,7 @@ class Authenticator {
   // new identities a fresh budget each time.)
   absl::StatusOr<core::Identity> Verify(const Presented& presented,
                                         std::string* charge_to = nullptr) const;
-  // The answer to a challenge (core/auth_proof.h) carrying `authorization`: the text
+  // The answer to a challenge (crypto/auth_proof.h) carrying `authorization`: the text
   // "ps-auth-challenge-v1 shard-N NONCE PROOF" that the port's processor sends back as
   // the call's status message. UNAUTHENTICATED when it is no challenge, or names a token
   // this shard does not know.
@@ -98,7 +98,7 @@ class Authenticator {
   // The caller of one call: Verify of what it presents.
   absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& ctx) const;
 
-  // The key of a TCP data connection's proofs for `worker`'s data session (core::DataKey;
+  // The key of a TCP data connection's proofs for `worker`'s data session (crypto::DataKey;
   // docs/data-plane.md, "Binding a connection to a session"): bound to the worker's token
   // when this shard takes tokens (the one the cluster secret derives for it, else the
   // token file's), else the session's secret itself (client certificates only,
@@ -117,12 +117,12 @@ class Authenticator {
  private:
   Authenticator() = default;
 
-  // A token a client may name in a challenge or a proof (core::TokenKey), with the
+  // A token a client may name in a challenge or a proof (crypto::TokenKey), with the
   // proof its calls to this process carry.
   struct Key {
     core::Identity identity;
     std::string token;
-    std::string call_proof;  // core::CallProof for this process (raw)
+    std::string call_proof;  // crypto::CallProof for this process (raw)
   };
   Key MakeKey(std::string key, const core::Identity& identity, std::string token) const;
   // The token `key` names: from keys_, else (an identity beyond those made at start)
@@ -138,7 +138,7 @@ class Authenticator {
   std::string secret_;  // the cluster secret (raw bytes); empty: none
   core::Identity self_;
   std::string nonce_;     // this process's instance nonce (raw)
-  std::string instance_;  // core::InstanceId(nonce_)
+  std::string instance_;  // crypto::InstanceId(nonce_)
   // Every token of the token file, and the derived tokens of the workers (the first
   // kKeysMadeAtStart), shards and admin of this configuration: immutable after Create,
   // so a call's proof is checked with one lookup and no lock.

@@ -1,7 +1,8 @@
 // ps-server's configuration file and environment: the PS_* variable of a flag, and the
 // TOML reader behind --config (flat keys only, a set PS_* variable wins over the file,
 // some_name and some-name alike, unknown and repeated keys refused by name, arrays over
-// several lines). Used by the flag parser (flags.cc); CLI11 types, so not a public header.
+// several lines). Used by the flag parser (flags.cc, flags_table.cc); CLI11 types, so
+// not a public header.
 #pragma once
 
 #include <istream>

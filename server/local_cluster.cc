@@ -13,8 +13,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "core/cluster_secret.h"
 #include "core/credentials.h"
+#include "crypto/cluster_secret.h"
 #include "server/server.h"
 
 namespace ps::server {
@@ -138,7 +138,7 @@ Server& LocalCluster::shard(size_t i) const { return *shards_.at(i); }
 absl::StatusOr<std::string> LocalCluster::WorkerToken(uint32_t id) const {
   if (run_dir_.empty()) return std::string();
   return core::ReadTokenFile(
-      core::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, id}));
+      crypto::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, id}));
 }
 
 void LocalCluster::Shutdown() {

@@ -3,14 +3,14 @@
 #include <csignal>
 #include <cstdio>
 
-#include "core/process_tuning.h"
+#include "cli/process_tuning.h"
 #include "server/flags.h"
 #include "server/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
 int main(int argc, char** argv) {
-  ps::core::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
+  ps::cli::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
   // Block the stop signals first, before any thread exists (threads inherit the mask),
   // and take them synchronously below, so no handler runs in the middle of gRPC and a
   // SIGTERM during start-up is not lost.

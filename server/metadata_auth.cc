@@ -10,7 +10,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "core/auth_proof.h"
+#include "crypto/auth_proof.h"
 
 namespace ps::server {
 namespace {
@@ -71,7 +71,7 @@ void Process(void* state, grpc_auth_context* context, const grpc_metadata* md, s
   }
   std::string charge_to = kAnonymousClient;
   absl::Status refused;
-  if (path == core::kChallengeMethod) {
+  if (path == crypto::kChallengeMethod) {
     // Answered here, from the metadata alone, in the status (gRPC 1.51 drops a
     // processor's response metadata): the call never reaches a handler and its body is
     // never read. Not a refusal: neither counted nor logged nor held.

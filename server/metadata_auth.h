@@ -12,8 +12,8 @@
 // cannot carry a per-call result. Health checks need credentials here too; probes
 // without any use the plaintext --health-port.
 //
-// The processor also answers challenges itself (core::kChallengeMethod,
-// core/auth_proof.h): from the metadata, in the status it returns (UNAUTHENTICATED with
+// The processor also answers challenges itself (crypto::kChallengeMethod,
+// crypto/auth_proof.h): from the metadata, in the status it returns (UNAUTHENTICATED with
 // the message "ps-auth-challenge-v1 ..."), since gRPC 1.51 ignores the response
 // metadata a processor gives. A challenge never reaches a handler, its body is never
 // read, and an answered one is no refusal (not counted, logged or held).

@@ -73,7 +73,7 @@ struct ServerOptions {
   // allow_insecure_remote.
   bool insecure = false;
   // Cluster secret file (64 hex digits; `ps-admin secret` makes one): every identity's
-  // token is derived from it (core/cluster_secret.h), so shards sharing the file accept
+  // token is derived from it (crypto/cluster_secret.h), so shards sharing the file accept
   // each other, and each client needs only its own token (`ps-admin token`).
   std::string secret_file;
   // Private run directory (0700): unless secret_file is set, the secret is RUN/secret,
@@ -89,7 +89,7 @@ struct ServerOptions {
   std::string tls_ca;
   // Token file: one "IDENTITY TOKEN" line per client (identities worker-N, shard-N,
   // admin; '#' starts a comment). Clients prove their token without sending it
-  // (core/auth_proof.h); "authorization: Bearer TOKEN" is taken over TLS only.
+  // (crypto/auth_proof.h); "authorization: Bearer TOKEN" is taken over TLS only.
   std::string tokens_file;
   // Requests per second allowed per client identity (or per address without
   // credentials), with bursts of rate_burst; 0 = no limit.

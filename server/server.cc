@@ -3,13 +3,13 @@
 // order written there; Release() frees them in the reverse of construction.
 #include "server/server.h"
 
-#include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
 #include "server/control_plane.h"
 #include "server/deadline_ticker.h"
 #include "server/peers.h"
+#include "server/port_file.h"
 #include "server/server_settings.h"
 #include "server/shard_front.h"
 #include "server/tarpit.h"

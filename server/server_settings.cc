@@ -1,8 +1,6 @@
 #include "server/server_settings.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -112,19 +110,6 @@ std::string ServingLine(const ServerOptions& o, uint16_t port, uint32_t quorum, 
                       o.aggregate_only ? " (aggregate-only)" : "",
                       o.pull_codec.empty() ? ""
                                            : absl::StrCat(", pulls send each change as ", o.pull_codec));
-}
-
-absl::Status WritePortFile(const std::string& path, uint16_t port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << port << "\n";
-    if (!out.good()) return absl::UnavailableError(absl::StrCat("cannot write ", tmp));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
 }
 
 std::string HostPort(const std::string& host, uint16_t port) {

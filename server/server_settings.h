@@ -45,10 +45,6 @@ std::string SecuritySummary(const ServerOptions& o);
 // The start-up log's line: where the shard serves, how, and what it aggregates.
 std::string ServingLine(const ServerOptions& o, uint16_t port, uint32_t quorum, bool model_scope);
 
-// Writes `port` to `path` (through a temporary file and a rename, so that a reader sees
-// the whole number or nothing), as --port-file asks.
-absl::Status WritePortFile(const std::string& path, uint16_t port);
-
 // "host:port", "[v6]:port".
 std::string HostPort(const std::string& host, uint16_t port);
 

@@ -86,6 +86,17 @@ FrontMethod Unary(const CallGate& gate, std::function<void(FrontCall*, const Req
   return m;
 }
 
+// A join refused as layout_mismatch that carried the worker's layout (its second try),
+// with the first difference named; the shard counted the refusal already.
+absl::Status NamedMismatch(const Shard& shard, absl::Status refused, const v1::JoinRequest& req) {
+  if (!req.has_layout() || core::RefusalOf(refused) != Refusal::kLayoutMismatch) return refused;
+  const core::ModelLayout* have = shard.registered_layout();
+  if (have == nullptr) return refused;
+  const std::string difference = net::LayoutDifference(*have, req.layout());
+  if (difference.empty()) return refused;  // the same layout under another hash: a forgery
+  return core::Refused(Refusal::kLayoutMismatch, absl::StrCat(refused.message(), ": ", difference));
+}
+
 }  // namespace
 
 void WorkerServiceImpl::AddTo(GrpcFront* front) {
@@ -124,7 +135,7 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
   }
   if (absl::Status plane = CheckPlane(req); !plane.ok()) return gate_.Answer(call, plane, req);
   absl::StatusOr<JoinResult> r = shard_->Join(req.worker_id(), req.layout_hash());
-  if (!r.ok()) return gate_.Answer(call, r.status(), req);
+  if (!r.ok()) return gate_.Answer(call, NamedMismatch(*shard_, r.status(), req), req);
   const ServerOptions& o = shard_->options();
   v1::JoinResponse resp;
   resp.set_session(r->session);
@@ -187,14 +198,12 @@ void WorkerServiceImpl::RegisterLayout(FrontCall* call, const v1::RegisterLayout
   if (const core::ModelLayout* have = shard_->registered_layout(); have != nullptr) {
     // The common case, answered by comparing the request with the registered layout
     // (first difference ends it): no copy, no hash, whatever the request's size.
-    const bool same = net::SameLayout(*have, msg);
+    const std::string difference = net::LayoutDifference(*have, msg);
+    const bool same = difference.empty();
     if (same) resp.set_layout_hash(have->hash());
-    return gate_.Answer(call,
-                        shard_->AnswerRegistered(
-                            *have, worker, same,
-                            absl::StrCat("another (", msg.tensors_size(), " tensors, slice_elems ",
-                                         msg.slice_elems(), ", num_shards ", msg.num_shards(), ")")),
-                        req, &resp);
+    return gate_.Answer(
+        call, shard_->AnswerRegistered(*have, worker, same, absl::StrCat("another: ", difference)),
+        req, &resp);
   }
   // Nothing is built from the request before the shard looked at its size.
   absl::StatusOr<std::vector<uint32_t>> owned = shard_->RegisterLayout(

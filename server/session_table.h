@@ -28,7 +28,7 @@ namespace ps::server {
 struct DataSession {
   uint32_t worker_id = 0;
   net::DatagramKey key;  // UDP: the datagrams' MAC key
-  std::string secret;    // TCP: the handshake's secret (kDataSecretBytes; core::DataKey)
+  std::string secret;    // TCP: the handshake's secret (kDataSecretBytes; crypto::DataKey)
 };
 
 class SessionTable {

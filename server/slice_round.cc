@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <utility>
 
@@ -11,7 +10,6 @@
 #include "core/fp32_bytes.h"
 #include "core/refusal.h"
 #include "server/decode_budget.h"
-#include "net/udp_frame.h"
 
 namespace ps::server {
 
@@ -63,84 +61,6 @@ core::SteadyTime RoundRules::DeadlineFromNow() const { return clock->Now() + rou
 void RunWakeups(Wakeups& wake, bool ready) {
   for (auto& fn : wake) fn(ready);
   wake.clear();
-}
-
-std::vector<uint32_t> ClosedRound::Workers() const {
-  std::vector<uint32_t> workers;
-  for (uint32_t w = 0; w < inputs.pushed.size(); ++w) {
-    if (inputs.pushed[w]) workers.push_back(w);
-  }
-  return workers;
-}
-
-std::vector<const float*> ClosedRound::Rows(std::span<const uint32_t> workers) const {
-  std::vector<const float*> rows;
-  rows.reserve(workers.size());
-  for (uint32_t w : workers) rows.push_back(inputs.rows[w].get());
-  return rows;
-}
-
-InputMasks ClosedRound::MasksOf(std::span<const uint32_t> workers) const {
-  InputMasks m;
-  const uint32_t numel = info.numel;
-  std::vector<size_t> partial;
-  for (size_t i = 0; i < workers.size(); ++i) {
-    const ChunkedPush& push = inputs.chunked[workers[i]];
-    if (push.chunk_count == 0 || push.received == push.chunk_count) continue;
-    partial.push_back(i);
-    std::vector<uint8_t>& bits = m.bits.emplace_back((numel + 7) / 8, 0);
-    for (uint32_t c = 0; c < push.chunk_count; ++c) {
-      if (!push.seen[c]) continue;
-      const net::ChunkRange r = net::ChunkRangeOf(numel, push.chunk_elems, c);
-      for (uint32_t j = r.first; j < r.first + r.count; ++j) bits[j >> 3] |= uint8_t(1u << (j & 7));
-    }
-  }
-  if (partial.empty()) return m;
-  m.ptrs.assign(workers.size(), nullptr);
-  for (size_t k = 0; k < partial.size(); ++k) m.ptrs[partial[k]] = m.bits[k].data();
-  return m;
-}
-
-std::vector<uint32_t> ClosedRound::SharedSupport(std::span<const uint32_t> workers) const {
-  if (workers.empty()) return {};
-  const std::optional<codecs::SeededSupport>& first = inputs.supports[workers[0]];
-  if (!first.has_value()) return {};
-  for (uint32_t w : workers) {
-    if (inputs.supports[w] != first) return {};
-  }
-  return codecs::SupportIndices(*first, info.numel);
-}
-
-std::vector<std::string_view> ClosedRound::Signs(std::span<const uint32_t> workers) const {
-  std::vector<std::string_view> signs;
-  if (inputs.sign_payloads.empty()) return signs;
-  for (uint32_t w : workers) {
-    if (inputs.sign_payloads[w].empty()) return {};
-    signs.push_back(inputs.sign_payloads[w]);
-  }
-  return signs;
-}
-
-uint64_t ClosedRound::ChunksLost() const {
-  uint64_t lost = 0;
-  for (const ChunkedPush& push : inputs.chunked) lost += push.chunk_count - push.received;
-  return lost;
-}
-
-std::optional<float> MedianLoss(const RoundInputs& inputs) {
-  std::vector<float> reported;
-  for (size_t w = 0; w < inputs.pushed.size() && w < inputs.losses.size(); ++w) {
-    if (inputs.pushed[w] && !std::isnan(inputs.losses[w])) reported.push_back(inputs.losses[w]);
-  }
-  if (reported.empty()) return std::nullopt;
-  const size_t mid = reported.size() / 2;
-  std::nth_element(reported.begin(), reported.begin() + mid, reported.end());
-  if (reported.size() % 2 == 1) return reported[mid];
-  // Even: the mean of the two middle values (both within the honest range when fewer
-  // than half the reporters lie).
-  const float upper = reported[mid];
-  const float lower = *std::max_element(reported.begin(), reported.begin() + mid);
-  return lower + (upper - lower) / 2;
 }
 
 SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only)
@@ -208,13 +128,6 @@ absl::Status SliceRound::CheckOpenRoundLocked(uint32_t worker, uint64_t round) c
                                 version_, "); pull version ", round, " first"));
   }
   return absl::OkStatus();
-}
-
-size_t PushPayload::bytes() const {
-  if (raw != nullptr) return 1 + size_t{raw->numel} * sizeof(float);
-  size_t n = 0;
-  for (std::string_view piece : pieces) n += piece.size();
-  return n;
 }
 
 std::span<float> SliceRound::SlotLocked(uint32_t worker, uint32_t first, uint32_t count) {
@@ -518,66 +431,6 @@ bool SliceRound::FastForward(uint64_t version, Wakeups* wake) {
   last_closed_pushed_.clear();
   TakeDueWatchersLocked(wake);
   return true;
-}
-
-absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
-  absl::MutexLock lock(&mu_);
-  if (closing_) return absl::FailedPreconditionError("restore into a slice that is aggregating");
-  if (c.values.size() != size_t{info_.numel} * sizeof(float)) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint slice ", info_.id, " has ",
-                                                   c.values.size(), " bytes of values for ",
-                                                   info_.numel, " elements"));
-  }
-  if (!c.params.empty() && c.params.size() != info_.numel) {
-    return absl::InvalidArgumentError(absl::StrCat("checkpoint slice ", info_.id, " has ",
-                                                   c.params.size(), " parameters for ",
-                                                   info_.numel, " elements"));
-  }
-  // `values` are what the workers held (x̂) when the checkpoint was written; `params`, when
-  // a pull codec was on, the parameters x behind them.
-  std::vector<float> held(info_.numel);
-  std::memcpy(held.data(), c.values.data(), c.values.size());
-  model_.params = c.params.empty() ? held : c.params;
-  model_.velocity = c.velocity.empty() ? std::vector<float>(info_.numel, 0.0f) : c.velocity;
-  if (c.rule_state.size() == model_.rule_state.size()) model_.rule_state = c.rule_state;
-  version_ = c.version;
-  ResetRoundLocked();
-  last_closed_pushed_.clear();
-  initialized_ = true;
-  if (model_.held.codec != nullptr) {
-    // The workers' values go on from x̂, the residual x - x̂ with the next change: a
-    // worker holding this version from before the restart could even take that change,
-    // but the shard's new epoch has it pull this version densely once (pull_delta.h).
-    published_ = std::make_shared<const std::string>(c.values);
-    model_.held.values = std::move(held);
-  } else {
-    // Dense pulls: the workers get x itself.
-    published_ = core::SharedFp32(model_.params);
-  }
-  delta_.reset();
-  KeepPublishedModelLocked();
-  return absl::OkStatus();
-}
-
-SliceCheckpoint SliceRound::Capture(bool with_velocity) const {
-  absl::MutexLock lock(&mu_);
-  SliceCheckpoint out;
-  out.slice_id = info_.id;
-  out.version = version_;
-  if (published_ != nullptr) out.values = *published_;
-  if (published_velocity_ != nullptr && with_velocity) out.velocity = *published_velocity_;
-  if (published_rule_state_ != nullptr) out.rule_state = *published_rule_state_;
-  if (published_params_ != nullptr) out.params = *published_params_;
-  return out;
-}
-
-void SliceRound::KeepPublishedModelLocked() {
-  if (!rules_->keep_published_model) return;
-  published_velocity_ = std::make_shared<const std::vector<float>>(model_.velocity);
-  published_rule_state_ = std::make_shared<const std::vector<float>>(model_.rule_state);
-  if (model_.held.codec != nullptr) {
-    published_params_ = std::make_shared<const std::vector<float>>(model_.params);
-  }
 }
 
 void SliceRound::TakeDueWatchersLocked(Wakeups* wake) {

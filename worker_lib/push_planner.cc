@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "core/status.h"
+#include "gpu/cuda_device.h"
 #include "worker_lib/codec_profile_internal.h"
 #include "worker_lib/link_estimator_internal.h"
 
@@ -34,7 +35,7 @@ absl::StatusOr<std::vector<PlanOption>> PushPlanner::MakeCandidates(
   // encode or decode: fp32's copy is what every plan pays anyway.
   std::vector<PlanOption> out = {PlanOption{.name = "fp32"}};
   const double budget = std::chrono::duration<double>(options.profile_budget).count();
-  const bool device = options.device_encode && core::CudaDevice().ok();
+  const bool device = options.device_encode && gpu::CudaDevice().ok();
   for (const std::string& spec : specs) {
     if (spec == "fp32") continue;
     for (const core::Device d : {core::Device::kCpu, core::Device::kCuda}) {

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/refusal.h"
 #include "core/status.h"
 #include "net/layout_proto.h"
 
@@ -76,7 +77,13 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
           absl::StrCat(name(s->id), " belongs to a cluster of ", join.num_shards(),
                        " shards; this worker's layout is cut for ", layout_.num_shards()));
     }
-    if (!join.layout_registered()) PS_RETURN_IF_ERROR(RegisterLayout(*s, join, initial));
+    if (!join.layout_registered()) {
+      if (options_.may_register) {
+        PS_RETURN_IF_ERROR(RegisterLayout(*s, join, initial));
+      } else {
+        PS_ASSIGN_OR_RETURN(join, AwaitRegistration(s->id, std::move(join), deadline));
+      }
+    }
     ShardInfo info;
     info.shard_id = join.shard_id();
     info.num_workers = join.num_workers();
@@ -138,6 +145,11 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
       }
       return resp;
     }
+    if (core::RefusalOf(st) == core::Refusal::kLayoutMismatch && !req.has_layout()) {
+      // Once more with the whole layout, so the refusal names the tensor that differs.
+      net::LayoutToProto(layout_, req.mutable_layout());
+      continue;
+    }
     const auto backoff = options_.join_policy.Backoff(attempt);
     if (!options_.join_policy.ShouldRetry(st, attempt) ||
         RpcClock::now() + backoff >= deadline) {
@@ -175,6 +187,26 @@ ShardClient::Session ShardClient::session(uint32_t shard) const {
 
 std::string ShardClient::name(uint32_t shard) const {
   return ShardName(shard, shards_[shard]->address);
+}
+
+absl::StatusOr<v1::JoinResponse> ShardClient::AwaitRegistration(uint32_t shard,
+                                                                 v1::JoinResponse join,
+                                                                 RpcClock::time_point deadline) {
+  const RpcClock::time_point start = RpcClock::now();
+  for (int attempt = 0; !join.layout_registered(); ++attempt) {
+    const auto backoff = options_.join_policy.Backoff(attempt);
+    if (RpcClock::now() + backoff >= deadline) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(RpcClock::now() - start);
+      return absl::DeadlineExceededError(absl::StrCat(
+          name(shard), " has no parameters yet, and worker ", options_.worker_id,
+          " does not register them (it starts from the root worker's): waited ", waited.count(),
+          " ms for the root to join and register them; start it, or give a longer connect "
+          "timeout"));
+    }
+    std::this_thread::sleep_for(backoff);
+    PS_ASSIGN_OR_RETURN(join, Join(shard, deadline));
+  }
+  return join;
 }
 
 absl::Status ShardClient::RegisterLayout(Shard& s, const v1::JoinResponse& join,

@@ -53,6 +53,8 @@ class ShardClient {
     core::RetryPolicy join_policy;
     // WorkerOptions::data_plane: the plane every Join asks for (unset: any).
     std::optional<core::DataPlane> data_plane;
+    // WorkerOptions::may_register.
+    bool may_register = true;
   };
   // Told that `shard` was joined again after losing a session, with the shard's answer.
   using RejoinListener = std::function<void(uint32_t shard, const v1::JoinResponse& join)>;
@@ -117,6 +119,10 @@ class ShardClient {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.join_mu);
   absl::Status RegisterLayout(Shard& s, const v1::JoinResponse& join,
                               std::span<const std::span<const float>> initial);
+  // Joins `shard` again, with the join backoff, until its answer says another worker
+  // registered the layout (WorkerOptions::may_register false); `join` is the first answer.
+  absl::StatusOr<v1::JoinResponse> AwaitRegistration(uint32_t shard, v1::JoinResponse join,
+                                                     RpcClock::time_point deadline);
 
   const Options options_;
   const core::ModelLayout& layout_;

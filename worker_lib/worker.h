@@ -170,6 +170,12 @@ struct WorkerOptions {
   std::chrono::milliseconds rpc_timeout{30000};
   // How long Start() keeps trying to reach every shard and see it ready.
   std::chrono::milliseconds connect_timeout{60000};
+  // Whether this worker registers the layout and uploads its initial values on a shard
+  // that has none. True: the first worker to join does (whichever it is). False: this
+  // worker waits, rejoining with the backoff below up to connect_timeout, until another
+  // worker (the root, Horovod's root_rank, which brings the values to start from: a
+  // checkpoint, say) has registered the layout; then DEADLINE_EXCEEDED saying so.
+  bool may_register = true;
   // Retry backoff: first wait, doubling up to the maximum.
   std::chrono::milliseconds initial_backoff{50};
   std::chrono::milliseconds max_backoff{2000};

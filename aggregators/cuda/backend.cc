@@ -22,16 +22,16 @@
 #include "aggregators/cuda/kernels.h"
 #include "aggregators/cuda/plan_rows.h"
 #include "aggregators/device_internal.h"
-#include "core/cuda_internal.h"
-#include "core/device.h"
 #include "core/status.h"
+#include "gpu/cuda_device.h"
+#include "gpu/cuda_internal.h"
 
 namespace ps::aggregators::internal {
 namespace {
 
-using core::cuda::CudaStatus;
-using core::cuda::DeviceBuffer;
-using core::cuda::Settled;
+using gpu::CudaStatus;
+using gpu::DeviceBuffer;
+using gpu::Settled;
 namespace kernels = ::ps::aggregators::cuda;
 using kernels::PlanRows;
 using kernels::RowPlan;
@@ -92,7 +92,7 @@ size_t Aligned(size_t bytes) { return (bytes + 15) / 16 * 16; }
 class CudaBackend final : public DeviceBackend {
  public:
   static absl::StatusOr<std::shared_ptr<const DeviceBackend>> Make() {
-    PS_ASSIGN_OR_RETURN(std::string description, core::CudaDevice());
+    PS_ASSIGN_OR_RETURN(std::string description, gpu::CudaDevice());
     PS_ASSIGN_OR_RETURN(Cublas cublas, Cublas::Load());
     auto backend = std::shared_ptr<CudaBackend>(new CudaBackend(std::move(description), cublas));
     PS_RETURN_IF_ERROR(backend->Init());

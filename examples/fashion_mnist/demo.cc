@@ -17,16 +17,20 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "core/json_line.h"
-#include "examples/fashion_mnist/process.h"
+#include "cli/json_line.h"
+#include "harness/child_process.h"
 #include "server/local_cluster.h"
+#include "server/port_file.h"
 
 namespace ps::fashion_mnist {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using core::JsonObjectWriter;
-using core::ParseFlatJson;
+using harness::ChildProcess;
+using harness::LineReader;
+using harness::SpawnOptions;
+using cli::JsonObjectWriter;
+using cli::ParseFlatJson;
 constexpr std::chrono::milliseconds kTick{100};
 
 struct Named {
@@ -34,20 +38,6 @@ struct Named {
   std::string log;
   std::unique_ptr<ChildProcess> process;
 };
-
-// The port a shard wrote to its --port-file, once the file is complete.
-std::optional<uint16_t> ReadPortFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
-  uint32_t port = 0;
-  if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(text.str()), &port) || port == 0 ||
-      port > 65535) {
-    return std::nullopt;
-  }
-  return static_cast<uint16_t>(port);
-}
 
 std::string FormatArg(double value) { return absl::StrFormat("%g", value); }
 
@@ -122,7 +112,6 @@ class Scenario {
     SpawnOptions options;
     options.path = binary;
     options.args = std::move(args);
-    options.guard = config_.guard_bin;
     options.stderr_file = LogPath(name);
     if (pipe_stdout) {
       options.stdout_pipe = true;
@@ -194,7 +183,7 @@ class Scenario {
                             shards_[i].process->Describe(), "; see ", shards_[i].log));
           return Startup::kShardExited;
         }
-        auto port = ReadPortFile(port_files[i]);
+        auto port = server::ReadPortFile(port_files[i]);
         if (!port) {
           ready = false;
         } else if (*port != (*ports)[i]) {

@@ -19,10 +19,9 @@
 namespace ps::fashion_mnist {
 
 struct DemoConfig {
-  // Binaries: the shard, the trainer, and the exec guard (empty: no guard).
+  // Binaries: the shard and the trainer.
   std::string server_bin;
   std::string trainer_bin;
-  std::string guard_bin;
   // Output root: <out_dir>/<aggregator>/ gets the logs.
   std::string out_dir = "out/demo";
   // Passed to the trainers.

@@ -20,7 +20,7 @@
 #include "absl/strings/str_format.h"
 #include "codecs/codec.h"
 #include "examples/fashion_mnist/demo.h"
-#include "examples/fashion_mnist/process.h"
+#include "harness/child_process.h"
 
 namespace {
 
@@ -86,10 +86,6 @@ class ProgressBar {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], ps::fashion_mnist::kExecGuardFlag) == 0) {
-    return ps::fashion_mnist::RunExecGuard(argc, argv);
-  }
-
   ps::fashion_mnist::DemoConfig config;
   std::vector<std::string> rules = {"trimmed_mean", "mean"};
   std::string bin_dir;
@@ -132,7 +128,7 @@ int main(int argc, char** argv) {
                  "Where ps-server and ps-fashion-mnist are (default: next to ps-demo)");
   CLI11_PARSE(app, argc, argv);
 
-  auto self_dir = ps::fashion_mnist::SelfDirectory();
+  auto self_dir = ps::harness::SelfDirectory();
   if (!self_dir.ok()) {
     std::fprintf(stderr, "ps-demo: %s\n", self_dir.status().ToString().c_str());
     return 2;
@@ -140,8 +136,6 @@ int main(int argc, char** argv) {
   if (bin_dir.empty()) bin_dir = *self_dir;
   config.server_bin = (std::filesystem::path(bin_dir) / "ps-server").string();
   config.trainer_bin = (std::filesystem::path(bin_dir) / "ps-fashion-mnist").string();
-  std::error_code ignored;
-  config.guard_bin = std::filesystem::read_symlink("/proc/self/exe", ignored).string();
   for (const std::string& bin : {config.server_bin, config.trainer_bin}) {
     if (access(bin.c_str(), X_OK) != 0) {
       std::fprintf(stderr, "ps-demo: %s is missing or not executable (build it first)\n",
@@ -188,6 +182,7 @@ int main(int argc, char** argv) {
   std::printf("\n%s", ps::fashion_mnist::SummaryTable(results).c_str());
   const std::string summary_path =
       (std::filesystem::path(config.out_dir) / "summary.json").string();
+  std::error_code ignored;
   std::filesystem::create_directories(config.out_dir, ignored);
   std::ofstream summary(summary_path);
   summary << ps::fashion_mnist::SummaryJson(results);

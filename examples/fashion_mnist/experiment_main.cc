@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "core/process_tuning.h"
+#include "cli/process_tuning.h"
 #include "core/status.h"
 #include "examples/fashion_mnist/cluster.h"
 #include "examples/fashion_mnist/experiment.h"
@@ -304,7 +304,7 @@ absl::Status Run(const Flags& flags) {
 }  // namespace ps::fashion_mnist
 
 int main(int argc, char** argv) {
-  ps::core::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
+  ps::cli::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
   ps::fashion_mnist::Flags f;
   CLI::App app{"ps-experiment: robust-training experiments on an in-process ps-server cluster"};
   app.option_defaults()->always_capture_default();

@@ -21,10 +21,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "core/process_tuning.h"
-#include "core/cluster_secret.h"
-#include "core/json_line.h"
+#include "cli/json_line.h"
+#include "cli/process_tuning.h"
 #include "core/status.h"
+#include "crypto/cluster_secret.h"
 #include "examples/fashion_mnist/model.h"
 #include "examples/fashion_mnist/training.h"
 #include "worker_lib/metrics.h"
@@ -33,7 +33,7 @@
 namespace ps::fashion_mnist {
 namespace {
 
-using core::JsonObjectWriter;
+using cli::JsonObjectWriter;
 
 struct TrainerFlags {
   TrainerConfig config;
@@ -197,7 +197,7 @@ absl::Status Run(TrainerFlags& f, std::unique_ptr<Worker>& keep_worker) {
   } else if (!f.run_dir.empty()) {
     // Through the checked directory: no symbolic link, this user's, private.
     PS_ASSIGN_OR_RETURN(c.credentials.token,
-                        core::ReadRunDirectoryToken(
+                        crypto::ReadRunDirectoryToken(
                             f.run_dir, core::Identity{core::Identity::Kind::kWorker, c.worker_id}));
   }
   PS_RETURN_IF_ERROR(c.credentials.Validate());
@@ -222,7 +222,7 @@ absl::Status Run(TrainerFlags& f, std::unique_ptr<Worker>& keep_worker) {
 }  // namespace ps::fashion_mnist
 
 int main(int argc, char** argv) {
-  ps::core::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
+  ps::cli::TuneProcessForThroughput();  // docs/data_path.md, "Allocator"
   using ps::fashion_mnist::TrainerFlags;
   TrainerFlags f;
   ps::fashion_mnist::TrainerConfig& c = f.config;

@@ -31,7 +31,9 @@ def preaggregators():
 
 class Aggregator:
     """One rule for n workers of which f may be Byzantine, kept between calls (a stateful
-    rule such as centered clipping keeps its centre; use one per tensor).
+    rule such as centered clipping keeps its centre; use one per tensor). f is required
+    for the rules whose result depends on it (their bound names f: trimmed_mean, krum,
+    bulyan, nnm, ...); the others take f=0 without one.
 
     Keyword options, as ps-server's flags: threads (1: the calling thread), multi_krum_m,
     krum_neighbours ("paper" or "byzfl"), even_median ("midpoint", "lower", "upper"),
@@ -39,8 +41,8 @@ class Aggregator:
     clipping_iterations, mda_max_subsets, seed.
     """
 
-    def __init__(self, spec, n, f=0, **options):
-        self._rule = _Aggregator(spec, n, f, **options)
+    def __init__(self, spec, n, f=None, **options):
+        self._rule = _Aggregator(spec, n, _f_for(spec, n, f), **options)
 
     @property
     def name(self):
@@ -69,9 +71,22 @@ class Aggregator:
         return f"Aggregator({self.name!r})"
 
 
-def aggregate(spec, vectors, f=0, n=None, round=0, **options):
-    """The aggregate of the rows of `vectors` by `spec` with f Byzantine inputs tolerated.
-    n (the number of workers the bound is checked against) defaults to the number of
-    rows."""
+def _f_for(spec, n, f):
+    """f as given; without one, 0 for a spec whose result does not depend on f (mean,
+    median, geometric_median, centered_clipping, clip, bucketing), else a ValueError: a
+    rule that tolerates f Byzantine inputs given none would silently tolerate none."""
+    if f is not None:
+        return f
+    bound = _Aggregator(spec, max(int(n), 8), 1).bound  # unknown specs fail here, by name
+    if "f" in bound:
+        raise ValueError(f"{spec} tolerates f Byzantine inputs ({bound}): pass f, the "
+                         "number of Byzantine workers (f=0 to tolerate none)")
+    return 0
+
+
+def aggregate(spec, vectors, f=None, n=None, round=0, **options):
+    """The aggregate of the rows of `vectors` by `spec` with f Byzantine inputs tolerated
+    (required for the rules that use it: trimmed_mean, krum, nnm, ...). n (the number of
+    workers the bound is checked against) defaults to the number of rows."""
     k = len(vectors)
     return Aggregator(spec, k if n is None else n, f, **options)(vectors, round=round)

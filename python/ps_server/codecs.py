@@ -43,6 +43,12 @@ class Codec:
     def encode(self, values, round=0, slice=0, worker=0, matrix_cols=0):
         """The payload (bytes) the worker library would push for `values` (1-D float32)."""
         array = _arrays.as_float32(values, "values", 1)
+        if self.spec.startswith("powersgd") and (matrix_cols <= 0 or array.size % matrix_cols):
+            # The codec would send these values raw: say so instead of doing it silently.
+            raise ValueError(
+                f"{self.spec} compresses a matrix: pass matrix_cols, the row length of the "
+                f"values as a row-major matrix (a divisor of their {array.size}); without "
+                "one they would go as raw fp32")
         return self._codec.encode(array, round=round, slice=slice, worker=worker,
                                   matrix_cols=matrix_cols)
 

@@ -42,6 +42,8 @@ ENV_SHARDS = "PS_SHARDS"
 ENV_WORKER_ID = "PS_WORKER_ID"
 ENV_NUM_WORKERS = "PS_NUM_WORKERS"
 ENV_TOKEN_FILE = "PS_TOKEN_FILE"
+ENV_RUN_DIR = "PS_RUN_DIR"  # the shards' --run-dir: init() finds token-worker-RANK there
+ENV_LOCAL_RANK = "LOCAL_RANK"  # as torchrun sets it: every ps-launch worker is on this host
 # TLS, where the shards use it (the Kubernetes worker Job: docs/deploy.md).
 ENV_TLS_CA = "PS_TLS_CA"
 ENV_TLS_CERT = "PS_TLS_CERT"
@@ -249,7 +251,7 @@ class Shards:
         """The environment variables a worker process gets (ps_server.torch.init reads
         them)."""
         env = {ENV_SHARDS: ",".join(self.addresses), ENV_WORKER_ID: str(worker),
-               ENV_NUM_WORKERS: str(self.workers)}
+               ENV_NUM_WORKERS: str(self.workers), ENV_LOCAL_RANK: str(worker)}
         if self.run_dir is not None:
             env[ENV_TOKEN_FILE] = self.token_file(worker)
         names = {"tls_ca": ENV_TLS_CA, "tls_cert": ENV_TLS_CERT, "tls_key": ENV_TLS_KEY}

@@ -30,9 +30,11 @@ How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
   outside a forward pass (evaluation, saving).
 - Parameters: contiguous float32 CPU tensors, one layout tensor each, named and ordered as
   named_parameters gives them (the first is the most urgent: the input layer's).
-- Start: every worker joins with its own values; the first to reach the shards registers
-  them (or the shards restored a checkpoint), and every worker then pulls that version,
-  so all start from the same parameters.
+- Start: root_rank (0) registers its values (as loaded from a checkpoint, say) and the
+  other workers wait for it, unless the shards restored a checkpoint; every worker then
+  pulls that version, so all start from the root's parameters (broadcast_parameters).
+- Clipping: with overlap=True (default) gradients leave during backward, and step()
+  raises if one was edited afterwards (clip_grad_norm_); overlap=False pushes in step().
 
 Local updates (comm="adacomm", docs/adaptive.md "AdaComm"): the wrapped optimizer does
 step, on this worker, for tau steps between synchronizations; then the change of the
@@ -47,18 +49,20 @@ planned (Espresso) and error feedback.
 Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, shard).
 """
 
+import contextlib
 import os
 import threading
+import warnings
 
 import torch
 
 from . import _arrays
 from ._ps_server import Error
-from .launch import (ENV_NUM_WORKERS, ENV_SHARDS, ENV_TLS_CA, ENV_TLS_CERT, ENV_TLS_KEY,
-                     ENV_TOKEN_FILE, ENV_WORKER_ID)
+from .launch import (ENV_NUM_WORKERS, ENV_RUN_DIR, ENV_SHARDS, ENV_TLS_CA, ENV_TLS_CERT,
+                     ENV_TLS_KEY, ENV_TOKEN_FILE, ENV_WORKER_ID)
 from .worker import Worker
 
-__all__ = ["init", "rank", "size", "shards", "DistributedOptimizer", "broadcast_parameters",
+__all__ = ["init", "rank", "size", "local_rank", "shards", "DistributedOptimizer", "broadcast_parameters",
            "Error"]
 
 _context = {}
@@ -69,24 +73,41 @@ def init(shards=None, worker_id=None, num_workers=None, token_file=None):
     (and the Kubernetes worker Job) sets: PS_SHARDS (host:port,...), PS_WORKER_ID,
     PS_NUM_WORKERS, PS_TOKEN_FILE (absent: no token, for --insecure shards), and for TLS
     PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY (the shards' CA, this worker's certificate and
-    key)."""
+    key). Under torchrun, its RANK, WORLD_SIZE and LOCAL_RANK stand in for PS_WORKER_ID,
+    PS_NUM_WORKERS and the local rank (a PS_ value and torchrun's that disagree are an
+    error), and PS_RUN_DIR (the shards' --run-dir) gives the token file of this rank,
+    PS_RUN_DIR/token-worker-RANK, when PS_TOKEN_FILE is not set. PS_SHARDS has no torchrun
+    counterpart: it is always needed."""
     env = os.environ
 
-    def need(value, name):
+    def need(value, name, torchrun=None):
         if value is None:
-            value = env.get(name)
+            value = env.get(name) or None
+            other = env.get(torchrun) or None if torchrun else None
+            if value is not None and other is not None and int(value) != int(other):
+                raise ValueError(f"ps_server.torch.init: {name}={value} but torchrun's "
+                                 f"{torchrun}={other}; set one of them")
+            if value is None:
+                value = other
         if value is None or value == "":
-            raise ValueError(f"ps_server.torch.init: {name} is not set; run under ps-launch "
-                             "or pass it")
+            also = f" (or torchrun's {torchrun})" if torchrun else ""
+            raise ValueError(f"ps_server.torch.init: {name}{also} is not set; run under "
+                             "ps-launch or torchrun, or pass it")
         return value
 
     shard_list = shards if shards is not None else need(None, ENV_SHARDS)
     if isinstance(shard_list, str):
         shard_list = [s for s in shard_list.split(",") if s]
+    rank_ = int(need(worker_id, ENV_WORKER_ID, "RANK"))
+    if token_file is None:
+        token_file = env.get(ENV_TOKEN_FILE) or None
+    if token_file is None and env.get(ENV_RUN_DIR):
+        token_file = os.path.join(env[ENV_RUN_DIR], f"token-worker-{rank_}")
     _context.clear()
-    _context.update(shards=list(shard_list), rank=int(need(worker_id, ENV_WORKER_ID)),
-                    size=int(need(num_workers, ENV_NUM_WORKERS)),
-                    token_file=token_file if token_file is not None else env.get(ENV_TOKEN_FILE),
+    _context.update(shards=list(shard_list), rank=rank_,
+                    size=int(need(num_workers, ENV_NUM_WORKERS, "WORLD_SIZE")),
+                    local_rank=int(env.get("LOCAL_RANK") or 0),
+                    token_file=token_file,
                     tls={k: env.get(v, "") for k, v in (("tls_ca", ENV_TLS_CA),
                                                          ("tls_cert", ENV_TLS_CERT),
                                                          ("tls_key", ENV_TLS_KEY))})
@@ -106,6 +127,12 @@ def rank():
 
 def size():
     return _need_init()["size"]
+
+
+def local_rank():
+    """This worker's rank among the workers on its host: torchrun's and ps-launch's
+    LOCAL_RANK, else 0 (one worker per host, as in the Kubernetes worker Job)."""
+    return _need_init()["local_rank"]
 
 
 def shards():
@@ -129,14 +156,22 @@ class DistributedOptimizer:
     tau0 and tau_max (AdaComm's first and largest period), push_transform (a function
     (name, tensor) -> tensor applied to every tensor before it is pushed, a gradient or,
     with local updates, a change: for simulating a Byzantine worker), slice_elems, timeout
-    (seconds a pull may wait), and the ps_server.Worker options (rpc_timeout,
+    (seconds a pull may wait), root_rank (the worker whose values the shards start from:
+    the others wait for it to register them, as broadcast_parameters from root_rank
+    expects), overlap (True: each gradient is pushed as backward makes it, so the shards
+    aggregate while backward runs, and an edit of a gradient after backward, such as
+    clip_grad_norm_, reaches no shard: step() raises if one happens; False: step() pushes
+    the gradients as they are then, after clipping), and the ps_server.Worker options (rpc_timeout,
     connect_timeout, max_attempts, codec_seed, tls_ca, data_plane: None follows the
     shards' data plane)."""
 
     def __init__(self, optimizer, named_parameters=None, codec="fp32", error_feedback=False,
                  backward_passes_per_step=1, model=None, timeout=60.0, comm="sync", tau0=8,
-                 tau_max=32, push_transform=None, **worker_options):
+                 tau_max=32, push_transform=None, root_rank=0, overlap=True, **worker_options):
         ctx = _need_init()
+        if not 0 <= root_rank < ctx["size"]:
+            raise ValueError(f"root_rank {root_rank} outside [0, {ctx['size']})")
+        self.root_rank = root_rank
         if comm not in ("sync", "adacomm", "auto"):
             raise ValueError(f"comm {comm!r} is not one of: sync, adacomm, auto")
         if not 1 <= tau0 <= tau_max:
@@ -147,19 +182,27 @@ class DistributedOptimizer:
             params = [p for g in optimizer.param_groups for p in g["params"]]
             named_parameters = [(f"param.{i}", p) for i, p in enumerate(params)]
         self._names, self._params = [], []
+        self.frozen = []  # names of parameters with requires_grad=False: never registered
         seen = set()
         for name, p in named_parameters:
             if id(p) in seen:
                 continue
             seen.add(id(p))
+            if not p.requires_grad:
+                # Frozen: not part of the shards' model, so nothing is pushed for it and
+                # the shards' weight decay cannot move it; it keeps this worker's values.
+                self.frozen.append(name)
+                continue
             _arrays.as_float32(p.detach(), f"parameter {name!r}")  # fp32, contiguous, CPU
             self._names.append(name)
             self._params.append(p)
         if not self._params:
-            raise ValueError("no parameters to train")
+            raise ValueError("no parameters to train" +
+                             (f" (frozen: {', '.join(self.frozen)})" if self.frozen else ""))
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
         self._passes = backward_passes_per_step
+        self._overlap = overlap
         self._timeout = timeout
         self._tau0, self._tau_max = tau0, tau_max
         self._transform = push_transform
@@ -175,7 +218,8 @@ class DistributedOptimizer:
                  for i, (n, p) in enumerate(zip(self._names, self._params))],
                 initial=[p.detach() for p in self._params],
                 token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
-                error_feedback=error_feedback, plan=plan, **options)
+                error_feedback=error_feedback, plan=plan,
+                may_register=ctx["rank"] == root_rank, **options)
 
         if comm == "auto":
             # Local updates with fp16 where the shards add changes as they are; otherwise
@@ -208,8 +252,7 @@ class DistributedOptimizer:
                     "--weight-decay 0)")
         self.round = self.worker.start_version
         self._lock = threading.Lock()
-        self._counts = [0] * len(self._params)  # backward passes seen per parameter
-        self._pushed = [False] * len(self._params)
+        self._new_round()
         self._hook_error = None
         self._ticket = None
         self._hooks, self._accumulators = [], []
@@ -227,8 +270,16 @@ class DistributedOptimizer:
                 own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
                 if own:
                     self._waits.append(module.register_forward_pre_hook(self._make_wait(own)))
-        # Every worker starts from the registered (or restored) parameters.
+        # Every worker starts from the registered (or restored) parameters: root_rank's own
+        # where it registered them, the others waited for it.
+        mine = ([p.detach().clone() for p in self._params] if ctx["rank"] == root_rank
+                else None)
         self.worker.pull_all(self.round, self._params, timeout=self._timeout)
+        self._start_round = self.round
+        # On the root: whether the shards hold its values (False: they had parameters
+        # already, from their checkpoint or a run that went on; broadcast_parameters warns).
+        self.root_values_adopted = None if mine is None else all(
+            torch.equal(a, p.detach()) for a, p in zip(mine, self._params))
         # Local updates: where this round started, its steps so far, and the periods the
         # synchronized rounds had.
         self.periods = []
@@ -258,24 +309,62 @@ class DistributedOptimizer:
     def _push(self, i, tensor):
         if self._transform is not None:
             tensor = self._transform(self._names[i], tensor)
-        self.worker.push(i, self.round, tensor.detach().contiguous())
+        try:
+            self.worker.push(i, self.round, tensor.detach().contiguous())
+        except ValueError as e:
+            if "not finite" not in str(e):
+                raise
+            raise self._not_finite(i, e) from e
+
+    # Rules whose aggregate one Byzantine input moves arbitrarily far (docs/aggregators.md).
+    _NOT_ROBUST = ("mean",)
+
+    def _not_finite(self, i, error):
+        """What a non-finite push means, for step() to raise: the model diverged (the
+        parameters pulled from the shards are not finite, so every gradient is not), or
+        this worker's gradient blew up on finite parameters."""
+        with torch.no_grad():
+            diverged = [n for n, p in zip(self._names, self._params)
+                        if not bool(torch.isfinite(p).all())]
+        if not diverged:
+            return ValueError(f"the gradient of {self._names[i]!r} in round {self.round} is not "
+                              f"finite while the parameters are ({error}): a loss of inf or "
+                              "nan, or a push_transform that makes one")
+        rules = sorted({s["aggregator"] for s in self.worker.shards})
+        weak = [r for r in rules if r.split("+")[-1].split("(")[0] in self._NOT_ROBUST]
+        why = (f"the shards aggregate with {', '.join(weak)}, which one Byzantine worker can "
+               "move arbitrarily far: run them with a robust rule (--aggregator trimmed_mean, "
+               "median, krum, ...; docs/aggregators.md)" if weak else
+               f"the shards' rule is {', '.join(rules)}: lower --lr or check the data and the "
+               "number of Byzantine workers against --byzantine")
+        return ValueError(f"the model diverged: after version {self.round} the parameters "
+                          f"{', '.join(repr(n) for n in diverged[:3])}"
+                          f"{' ...' if len(diverged) > 3 else ''} are not finite; {why}")
+
+    def _new_round(self):
+        """Forgets the round's backward passes: none seen, nothing pushed yet."""
+        self._counts = [0] * len(self._params)  # backward passes seen per parameter
+        self._pushed = [False] * len(self._params)
+        self._pushed_grads = [None] * len(self._params)  # (storage, version) when pushed
 
     def _make_hook(self, i):
         def hook(*_):
             with self._lock:
                 self._counts[i] += 1
-                if self._pushed[i]:
-                    # Its round's gradient already left: a pass too many before step().
+                if self._counts[i] > self._passes:
+                    # Its round's gradient is complete: a pass too many before step().
                     self._hook_error = self._hook_error or ValueError(
                         f"parameter {self._names[i]!r} got gradient {self._counts[i]} of round "
                         f"{self.round}, but backward_passes_per_step is {self._passes}: call "
                         "step() after that many backward passes")
                     return
-                if self._counts[i] < self._passes:
+                if self._counts[i] < self._passes or not self._overlap:
                     return
                 self._pushed[i] = True
             p = self._params[i]
             try:
+                # What was pushed, so step() can tell an edit after the push (clipping).
+                self._pushed_grads[i] = (p.grad.data_ptr(), p.grad._version)
                 self._push(i, p.grad)
             except Exception as e:  # recorded; raised by step(), never through autograd
                 with self._lock:
@@ -310,14 +399,26 @@ class DistributedOptimizer:
             if self._local_steps >= self.period:
                 self._synchronize_round()
             return loss if closure is not None else None
+        error, self._hook_error = self._hook_error, None
+        if error is not None:
+            self._new_round()
+            raise error
+        edited = [n for n, p, pushed, was in zip(self._names, self._params, self._pushed,
+                                                  self._pushed_grads)
+                  if pushed and (p.grad is None or (p.grad.data_ptr(), p.grad._version) != was)]
+        if edited:
+            self._new_round()
+            raise ValueError(
+                f"the gradients of {', '.join(repr(n) for n in edited[:3])}"
+                f"{' ...' if len(edited) > 3 else ''} changed after backward pushed them "
+                "(clip_grad_norm_ or another edit between backward() and step()?), so no shard "
+                "saw the change: pass DistributedOptimizer(..., overlap=False), which pushes in "
+                "step(), after such edits (Horovod's synchronize() / skip_synchronize() "
+                "pattern works then too)")
         for i, p in enumerate(self._params):
             if not self._pushed[i]:
                 self._push(i, p.grad if p.grad is not None else torch.zeros_like(p))
-        self._counts = [0] * len(self._params)
-        self._pushed = [False] * len(self._params)
-        error, self._hook_error = self._hook_error, None
-        if error is not None:
-            raise error
+        self._new_round()
         self.worker.wait_pushes()
         self.round += 1
         self._ticket = self.worker.start_pull_all(self.round, self._params, self._timeout)
@@ -366,6 +467,14 @@ class DistributedOptimizer:
             self.round = version
         return version
 
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """horovod.torch's context for `step()` after an explicit synchronize() and a
+        gradient edit (clipping). Here step() never waits for an exchange of gradients
+        (the shards hold the aggregate), so the context changes nothing; with
+        overlap=False the edit reaches the shards, with overlap=True step() raises."""
+        yield
+
     def close(self):
         """Removes the hooks and leaves the shards (local steps not yet pushed stay
         local)."""
@@ -385,18 +494,52 @@ def _row_elems(p):
 
 
 def broadcast_parameters(params, root_rank=0):
-    """horovod.torch's call, for scripts written for it: every worker's parameters become
-    the shards' current ones (which the first worker to join registered, or a restored
-    checkpoint). `params`: a state_dict or named parameters of the model a
-    DistributedOptimizer trains."""
-    if root_rank != 0:
-        raise ValueError("ps_server.torch broadcasts from the shards: root_rank must be 0")
+    """horovod.torch's call: every worker's parameters become root_rank's, as they were
+    when its DistributedOptimizer joined (its root_rank, 0 by default): the shards start
+    from the root's values (the others waited for it to register them), and this call
+    pulls them. Where the shards already held parameters (restored from their
+    checkpoint, or a run that went on while this worker restarted), theirs win and the
+    root is warned. After training started, the shards adopt no worker's values (one
+    could overwrite the model): the root's call raises when its parameters differ from
+    the shards' (a checkpoint loaded mid-run); roll back by restarting the shards from
+    their checkpoint. Mid-run, call synchronize() before loading. `params`: a state_dict
+    or named parameters of the model a DistributedOptimizer trains; its buffers
+    (BatchNorm statistics) are not broadcast."""
     if not _optimizers:
         raise ValueError("broadcast_parameters needs a DistributedOptimizer first (it joins)")
     opt = _optimizers[-1]
+    if root_rank != opt.root_rank:
+        raise ValueError(f"broadcast_parameters(root_rank={root_rank}), but the "
+                         f"DistributedOptimizer started the shards from rank {opt.root_rank}'s "
+                         f"values: pass DistributedOptimizer(..., root_rank={root_rank})")
     opt.synchronize()
     tensors = params.values() if hasattr(params, "values") else (t for _, t in params)
     trained = {p.data_ptr() for p in opt._params}
     if not any(torch.is_tensor(t) and t.data_ptr() in trained for t in tensors):
         raise ValueError("these parameters are not the ones the DistributedOptimizer trains")
-    opt.worker.pull_all(opt.round, opt._params, timeout=opt._timeout)
+    is_root = rank() == root_rank
+    if opt.round == opt._start_round and not (opt.comm == "adacomm" and opt.periods):
+        if is_root and opt.root_values_adopted is False:
+            warnings.warn(
+                f"broadcast_parameters: the shards held parameters (version {opt.round}) before "
+                f"rank {root_rank} joined, from their checkpoint or a run that went on, so "
+                f"rank {root_rank}'s values were not adopted and every worker continues from "
+                "the shards'. To start from rank 0's, start the shards without a checkpoint.",
+                stacklevel=2)
+        opt.worker.pull_all(opt.round, opt._params, timeout=opt._timeout)
+        return
+    pulled = [torch.empty_like(p) for p in opt._params]
+    version = opt.worker.pull_all(opt.round, pulled, timeout=opt._timeout)
+    with torch.no_grad():
+        differ = [n for n, p, q in zip(opt._names, opt._params, pulled) if not torch.equal(p, q)]
+        if is_root and differ:
+            raise ValueError(
+                f"broadcast_parameters after training started: rank {root_rank}'s parameters "
+                f"({', '.join(repr(n) for n in differ[:3])}{' ...' if len(differ) > 3 else ''}) "
+                f"differ from the shards' version {version}, and the shards adopt no worker's "
+                "values once training started (a Byzantine worker could overwrite the model "
+                "so). To roll back, restart the shards from their checkpoint (ps-server "
+                "--checkpoint-dir, docs/operations.md); to resume a worker, load nothing: it "
+                "pulls the shards' parameters")
+        for p, q in zip(opt._params, pulled):
+            p.copy_(q)

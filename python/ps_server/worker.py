@@ -36,7 +36,10 @@ class Worker:
     docs/adaptive.md), data_plane (what pushes and pulls travel over, docs/data-plane.md:
     None, the default, follows the plane the shards run; "grpc" or "tcp" asks for that one,
     and a shard on the other refuses the join with ps_server.Refused, reason "data_plane";
-    any other value is a ValueError).
+    any other value is a ValueError), may_register (default True: a worker that finds a
+    shard without the layout registers it; False: it waits, up to connect_timeout, for
+    another worker, the root, to register the layout and its initial values: Horovod's
+    broadcast from root_rank, which DistributedOptimizer's root_rank sets).
     """
 
     def __init__(self, shards, worker_id, tensors, initial=None, **options):

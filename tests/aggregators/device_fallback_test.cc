@@ -6,6 +6,7 @@
 
 #include "aggregators/aggregator.h"
 #include "core/device.h"
+#include "gpu/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/aggregators/test_util.h"
 
@@ -13,7 +14,7 @@ namespace ps::aggregators {
 namespace {
 
 TEST(DeviceFallback, CudaWithoutADeviceAggregatesOnTheCpuAndSaysWhy) {
-  const absl::StatusOr<std::string> device = core::CudaDevice();
+  const absl::StatusOr<std::string> device = gpu::CudaDevice();
   if (device.ok()) GTEST_SKIP() << "a CUDA device is present (" << *device << "); no fallback to test";
   AggregatorOptions cpu_options = test::Options(9, 2);
   AggregatorOptions cuda_options = cpu_options;
@@ -43,7 +44,7 @@ TEST(DeviceFallback, CudaWithoutADeviceAggregatesOnTheCpuAndSaysWhy) {
 TEST(DeviceFallback, DeviceMemoryIsRefusedOnTheCpu) {
   AggregatorOptions options = test::Options(5, 1);
   options.device = core::Device::kCuda;
-  if (core::CudaDevice().ok()) GTEST_SKIP() << "a CUDA device is present; no fallback to test";
+  if (gpu::CudaDevice().ok()) GTEST_SKIP() << "a CUDA device is present; no fallback to test";
   absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator("median", options);
   ASSERT_TRUE(rule.ok());
   const test::Vectors inputs = test::RandomVectors(5, 10, 1);

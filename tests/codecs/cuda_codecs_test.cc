@@ -25,6 +25,7 @@
 #include "codecs/wire_internal.h"
 #include "core/device.h"
 #include "gmock/gmock.h"
+#include "gpu/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/codecs/codec_test_util.h"
 
@@ -372,7 +373,7 @@ TEST(DevicePipelineTest, TopkPayloadsMatchTheCpuCodec) {
 // ---- CodecOptions::device ----
 
 TEST(CudaRequestedTest, EncodesTheCpuBytesAndSaysWhereItRan) {
-  const absl::StatusOr<std::string> device = core::CudaDevice();
+  const absl::StatusOr<std::string> device = gpu::CudaDevice();
   for (const char* spec : {"fp16", "bf16", "sign", "terngrad", "3lc(s=1.5)", "topk(0.01)+varint+fp16", "int8"}) {
     const std::vector<float> v = Values(4097, 5);
     auto cpu = MakeOk(spec, 3);
@@ -413,14 +414,14 @@ TEST(CudaRequestedTest, RefusesWhatTheCpuCodecRefuses) {
 }
 
 // DeviceEncoder is in every build; without a device (or without CUDA in the build) it
-// says why, with core::CudaDevice()'s status, and so does the bench's timing.
+// says why, with gpu::CudaDevice()'s status, and so does the bench's timing.
 TEST(DeviceEncoderTest, SaysWhyWithoutADevice) {
-  if (core::CudaDevice().ok()) GTEST_SKIP() << "a CUDA device exists";
+  if (gpu::CudaDevice().ok()) GTEST_SKIP() << "a CUDA device exists";
   auto encoder = DeviceEncoder::Make("fp16", {}, 10, false);
-  EXPECT_EQ(encoder.status(), core::CudaDevice().status());
+  EXPECT_EQ(encoder.status(), gpu::CudaDevice().status());
   EXPECT_EQ(encoder.status().code(), absl::StatusCode::kUnavailable);
   const std::vector<float> values(10, 1.0f);
-  EXPECT_EQ(TimeDeviceEncode("fp16", {}, values, 1).status(), core::CudaDevice().status());
+  EXPECT_EQ(TimeDeviceEncode("fp16", {}, values, 1).status(), gpu::CudaDevice().status());
 }
 
 }  // namespace

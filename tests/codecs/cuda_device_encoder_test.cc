@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/device.h"
 #include "gmock/gmock.h"
+#include "gpu/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/codecs/codec_test_util.h"
 
@@ -30,7 +30,7 @@ using ::ps::codecs::testing::Hex;
 using ::testing::HasSubstr;
 
 #define PS_SKIP_WITHOUT_DEVICE()                                                              \
-  if (const absl::StatusOr<std::string> device = core::CudaDevice(); !device.ok()) {          \
+  if (const absl::StatusOr<std::string> device = gpu::CudaDevice(); !device.ok()) {          \
     GTEST_SKIP() << "no CUDA device (" << device.status().message()                           \
                  << "): GPU codec tests skipped";                                             \
   }

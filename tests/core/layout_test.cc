@@ -184,6 +184,22 @@ TEST(ModelLayoutCheckTest, SummaryBoundsWhatEachShardOwns) {
   }
 }
 
+// The hashes are on the wire and in checkpoints: these are the values the layout hash
+// had when it was computed with OpenSSL's SHA-256 (core/sha256.h computes it since).
+TEST(ModelLayoutTest, HashKeepsItsValues) {
+  EXPECT_EQ(ModelLayout::Hash({{"w", 1000, 0}, {"b", 10, 1}}, 256, 1), 0x41be698ebe91b6ecu);
+  std::vector<TensorSpec> t = {
+      {"fc1.weight", 784 * 128, 0}, {"fc1.bias", 128, 1}, {"emb", 1 << 20, -2}};
+  EXPECT_EQ(ModelLayout::Hash(t, 65536, 3), 0xbf2f513609a0d31cu);
+  t[2].row_elems = 64;
+  EXPECT_EQ(ModelLayout::Hash(t, 65536, 3), 0xda6d629893e6c29au);
+  std::vector<TensorSpec> many;
+  for (int i = 0; i < 40; ++i) {
+    many.push_back({"tensor_with_a_long_name_" + std::to_string(i), uint64_t(1000 + i), i % 3});
+  }
+  EXPECT_EQ(ModelLayout::Hash(many, 4096, 7), 0xa46cc034aca8c7d5u);
+}
+
 TEST(ModelLayoutCheckTest, HashEqualsTheBuiltLayoutsAndMessagesQuoteBoundedNames) {
   const std::vector<TensorSpec> t = {{"a", 100, 0}, {"b", 7, 1}};
   EXPECT_EQ(ModelLayout::Hash(t, 16, 2), ModelLayout::Create(t, 16, 2)->hash());

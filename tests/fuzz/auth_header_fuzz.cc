@@ -1,4 +1,4 @@
-// Fuzz target for the authentication texts of core/auth_proof.h and the shard's checks that
+// Fuzz target for the authentication texts of crypto/auth_proof.h and the shard's checks that
 // take them (server/auth.cc): ParseChallengeHeader and ParseProofHeader (what any caller
 // puts in its `authorization` metadata, read before anything is authenticated),
 // ParseChallengeAnswer and StaleInstance (what a client reads from the status message of
@@ -45,10 +45,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "core/auth_proof.h"
-#include "core/cluster_secret.h"
 #include "core/credentials.h"
 #include "core/status.h"
+#include "crypto/auth_proof.h"
+#include "crypto/cluster_secret.h"
 #include "server/auth_internal.h"
 #include "server/options.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -56,6 +56,7 @@
 namespace {
 
 namespace core = ps::core;
+namespace crypto = ps::crypto;
 using core::Identity;
 using ps::server::Authenticator;
 using Kind = Identity::Kind;
@@ -64,7 +65,7 @@ using Kind = Identity::Kind;
 // makes tokens in the derived form that this secret did not derive.
 constexpr std::string_view kSecretHex =
     "0f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff0";
-const std::string kOtherSecret(core::kSecretBytes, '\x01');
+const std::string kOtherSecret(crypto::kSecretBytes, '\x01');
 constexpr std::string_view kTokenA = "ps-fuzz-token-aaaaaaaaaaaaaaaa";
 constexpr std::string_view kTokenB = "ps-fuzz-token-bbbbbbbbbbbbbbbb";
 constexpr std::string_view kUnknownToken = "ps-fuzz-token-nobody-knows-it";
@@ -96,7 +97,7 @@ bool IsLowerHex(std::string_view s, size_t digits) {
 
 // A key as the formats define it: a canonical identity or 64 lower-case hex digits.
 bool IsKey(std::string_view key) {
-  const std::optional<Identity> id = core::KeyIdentity(key);
+  const std::optional<Identity> id = crypto::KeyIdentity(key);
   return (id.has_value() && id->Name() == key) || IsLowerHex(key, 64);
 }
 
@@ -164,12 +165,12 @@ struct Resolved {
 // whose TokenKey it is.
 std::optional<Resolved> Resolve(const Shard& s, std::string_view key) {
   if (!s.secret.empty()) {
-    if (std::optional<Identity> id = core::KeyIdentity(key)) {
-      return Resolved{core::DeriveToken(s.secret, *id), *id};
+    if (std::optional<Identity> id = crypto::KeyIdentity(key)) {
+      return Resolved{crypto::DeriveToken(s.secret, *id), *id};
     }
   }
   for (const auto& [id, token] : s.table) {
-    if (core::TokenKey(token) == key) return Resolved{token, id};
+    if (crypto::TokenKey(token) == key) return Resolved{token, id};
   }
   return std::nullopt;
 }
@@ -184,14 +185,14 @@ std::optional<Identity> BearerIdentity(const Shard& s, std::string_view token) {
   const size_t dot = token.find('.');
   if (dot == std::string_view::npos) return std::nullopt;
   absl::StatusOr<Identity> id = core::ParseIdentity(token.substr(0, dot));
-  if (!id.ok() || core::DeriveToken(s.secret, *id) != token) return std::nullopt;
+  if (!id.ok() || crypto::DeriveToken(s.secret, *id) != token) return std::nullopt;
   return *id;
 }
 
 // The header an honest client sends to `s` after its challenge, with `token`.
 std::string HonestProofHeader(const Shard& s, const std::string& key, std::string_view token) {
   const std::string& nonce = s.auth->instance_nonce();
-  return core::ProofHeader(key, nonce, core::CallProof(token, key, kSelf.Name(), nonce));
+  return crypto::ProofHeader(key, nonce, crypto::CallProof(token, key, kSelf.Name(), nonce));
 }
 
 void CheckAnswer(const Shard& s, std::string_view text);
@@ -209,10 +210,10 @@ std::vector<Shard>& Shards() {
     (*out)[0].table = {{{Kind::kAdmin, 0}, std::string(kTokenA)},
                        {{Kind::kWorker, 9}, std::string(kTokenB)},
                        // Shadowed by the secret's token of worker-0 (made at start).
-                       {{Kind::kWorker, 0}, core::DeriveToken(kOtherSecret, {Kind::kWorker, 0})}};
+                       {{Kind::kWorker, 0}, crypto::DeriveToken(kOtherSecret, {Kind::kWorker, 0})}};
     (*out)[1].table = {{{Kind::kAdmin, 0}, std::string(kTokenA)},  // --tokens only
                        {{Kind::kWorker, 1}, std::string(kTokenB)},
-                       {{Kind::kShard, 0}, core::DeriveToken(kOtherSecret, {Kind::kShard, 0})}};
+                       {{Kind::kShard, 0}, crypto::DeriveToken(kOtherSecret, {Kind::kShard, 0})}};
     (*out)[2].secret = secret;  // secret and token file over TLS, certificates from a CA
     (*out)[2].table = {{{Kind::kAdmin, 0}, std::string(kTokenA)}};
     (*out)[2].tls = (*out)[2].ca = true;
@@ -242,13 +243,13 @@ std::vector<Shard>& Shards() {
     // go through the challenge and the call, which succeed exactly for the token the
     // key names (not for a token file's token that the secret's shadows).
     for (const Shard& s : *out) {
-      std::vector<std::string> tokens = {core::DeriveToken(secret, {Kind::kWorker, 1}),
-                                         core::DeriveToken(secret, {Kind::kWorker, 7})};
+      std::vector<std::string> tokens = {crypto::DeriveToken(secret, {Kind::kWorker, 1}),
+                                         crypto::DeriveToken(secret, {Kind::kWorker, 7})};
       for (const auto& [id, token] : s.table) tokens.push_back(token);
       for (const std::string& token : tokens) {
-        const std::string key = core::TokenKey(token);
+        const std::string key = crypto::TokenKey(token);
         const std::string challenge =
-            core::ChallengeHeader(key, std::string(core::kNonceBytes, 'n'));
+            crypto::ChallengeHeader(key, std::string(crypto::kNonceBytes, 'n'));
         const std::optional<Resolved> r = Resolve(s, key);
         PS_FUZZ_CHECK(s.auth->AnswerChallenge(challenge).ok() == r.has_value(),
                       "a challenge was answered for an unknown token or refused for a known one");
@@ -285,53 +286,53 @@ void CheckHeader(std::string_view text, absl::StatusOr<T> (*parse)(std::string_v
 
 void CheckChallengeHeader(std::string_view text) {
   CheckHeader(
-      text, &core::ParseChallengeHeader,
-      [](const core::ChallengeRequest& r) { return core::ChallengeHeader(r.key, r.client_nonce); },
-      [](const core::ChallengeRequest& r) { return r.client_nonce.size() == core::kNonceBytes; });
+      text, &crypto::ParseChallengeHeader,
+      [](const crypto::ChallengeRequest& r) { return crypto::ChallengeHeader(r.key, r.client_nonce); },
+      [](const crypto::ChallengeRequest& r) { return r.client_nonce.size() == crypto::kNonceBytes; });
 }
 
 void CheckProofHeader(std::string_view text) {
   CheckHeader(
-      text, &core::ParseProofHeader,
-      [](const core::PresentedProof& p) {
-        return core::ProofHeader(p.key, absl::HexStringToBytes(p.instance), p.proof);
+      text, &crypto::ParseProofHeader,
+      [](const crypto::PresentedProof& p) {
+        return crypto::ProofHeader(p.key, absl::HexStringToBytes(p.instance), p.proof);
       },
-      [](const core::PresentedProof& p) {
-        return IsLowerHex(p.instance, 2 * core::kInstanceBytes) &&
-               p.proof.size() == core::kProofBytes;
+      [](const crypto::PresentedProof& p) {
+        return IsLowerHex(p.instance, 2 * crypto::kInstanceBytes) &&
+               p.proof.size() == crypto::kProofBytes;
       });
 }
 
 void CheckChallengeAnswer(std::string_view text) {
-  std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(text);
+  std::optional<crypto::ChallengeReply> r = crypto::ParseChallengeAnswer(text);
   if (!r.has_value()) return;
-  PS_FUZZ_CHECK(r->server_nonce.size() == core::kNonceBytes && r->proof.size() == core::kProofBytes,
+  PS_FUZZ_CHECK(r->server_nonce.size() == crypto::kNonceBytes && r->proof.size() == crypto::kProofBytes,
                 "a challenge answer with fields of another size");
-  PS_FUZZ_CHECK(core::ChallengeAnswer(r->server, r->server_nonce, r->proof) == SingleBlanks(text),
+  PS_FUZZ_CHECK(crypto::ChallengeAnswer(r->server, r->server_nonce, r->proof) == SingleBlanks(text),
                 "a challenge answer is not written back as read");
 }
 
 void CheckStaleInstance(std::string_view text) {
-  std::optional<std::string> instance = core::StaleInstance(text);
+  std::optional<std::string> instance = crypto::StaleInstance(text);
   if (!instance.has_value()) return;
-  PS_FUZZ_CHECK(IsLowerHex(*instance, 2 * core::kInstanceBytes),
+  PS_FUZZ_CHECK(IsLowerHex(*instance, 2 * crypto::kInstanceBytes),
                 "a stale instance of another form");
-  const std::string head = absl::StrCat(AsAbsl(core::kStalePrefix), " ", *instance);
+  const std::string head = absl::StrCat(AsAbsl(crypto::kStalePrefix), " ", *instance);
   PS_FUZZ_CHECK(text.starts_with(head) && (text.size() == head.size() || text[head.size()] == ':'),
                 "StaleInstance read an instance the message does not start with");
-  PS_FUZZ_CHECK(core::StaleInstance(core::StaleMessage(*instance, kSelf)) == instance,
+  PS_FUZZ_CHECK(crypto::StaleInstance(crypto::StaleMessage(*instance, kSelf)) == instance,
                 "StaleInstance does not read back StaleMessage");
 }
 
 void CheckIdentityAndKey(std::string_view text) {
   absl::StatusOr<Identity> id = core::ParseIdentity(text);
-  PS_FUZZ_CHECK(core::KeyIdentity(text).has_value() == id.ok(),
+  PS_FUZZ_CHECK(crypto::KeyIdentity(text).has_value() == id.ok(),
                 "KeyIdentity disagrees with ParseIdentity");
   if (id.ok()) PS_FUZZ_CHECK(id->Name() == text, "ParseIdentity accepted a name it does not write");
   if (text.size() > 4096) return;  // a token: 16 to 4096 characters
-  const std::string key = core::TokenKey(text);
+  const std::string key = crypto::TokenKey(text);
   PS_FUZZ_CHECK(IsKey(key), "TokenKey made a key the shard cannot parse");
-  if (core::KeyIdentity(key).has_value()) {
+  if (crypto::KeyIdentity(key).has_value()) {
     PS_FUZZ_CHECK(text.size() == key.size() + 65 && text.starts_with(key) &&
                       text[key.size()] == '.' && IsLowerHex(text.substr(key.size() + 1), 64),
                   "TokenKey named an identity for a token not in the derived form");
@@ -342,7 +343,7 @@ void CheckIdentityAndKey(std::string_view text) {
                   "TokenKey is neither the identity nor the SHA-256");
   }
   PS_FUZZ_CHECK(
-      core::ParseChallengeHeader(core::ChallengeHeader(key, std::string(32, '\x5a'))).ok(),
+      crypto::ParseChallengeHeader(crypto::ChallengeHeader(key, std::string(32, '\x5a'))).ok(),
       "the shard refuses the challenge header of a key TokenKey made");
 }
 
@@ -350,7 +351,7 @@ void CheckIdentityAndKey(std::string_view text) {
 
 void CheckAnswer(const Shard& s, std::string_view text) {
   absl::StatusOr<std::string> answer = s.auth->AnswerChallenge(text);
-  absl::StatusOr<core::ChallengeRequest> req = core::ParseChallengeHeader(text);
+  absl::StatusOr<crypto::ChallengeRequest> req = crypto::ParseChallengeHeader(text);
   const std::optional<Resolved> r = req.ok() ? Resolve(s, req->key) : std::nullopt;
   PS_FUZZ_CHECK(
       answer.ok() == r.has_value(),
@@ -359,26 +360,26 @@ void CheckAnswer(const Shard& s, std::string_view text) {
     CheckRefusal(answer.status(), "AnswerChallenge refused without UNAUTHENTICATED and a message");
     return;
   }
-  std::optional<core::ChallengeReply> reply = core::ParseChallengeAnswer(*answer);
+  std::optional<crypto::ChallengeReply> reply = crypto::ParseChallengeAnswer(*answer);
   PS_FUZZ_CHECK(reply.has_value(), "the shard's answer does not parse");
   CheckChallengeAnswer(*answer);
   PS_FUZZ_CHECK(reply->server == kSelf && reply->server_nonce == s.auth->instance_nonce(),
                 "the answer names another shard or nonce");
   PS_FUZZ_CHECK(
-      core::SameProof(reply->proof, core::ServerProof(r->token, req->key, kSelf.Name(),
+      crypto::SameProof(reply->proof, crypto::ServerProof(r->token, req->key, kSelf.Name(),
                                                       req->client_nonce, reply->server_nonce)),
       "the answer does not verify for the token the key names");
   PS_FUZZ_CHECK(
-      !core::SameProof(reply->proof, core::ServerProof(r->token + "x", req->key, kSelf.Name(),
+      !crypto::SameProof(reply->proof, crypto::ServerProof(r->token + "x", req->key, kSelf.Name(),
                                                        req->client_nonce, reply->server_nonce)),
       "the answer verifies for another token");
-  PS_FUZZ_CHECK(!core::SameProof(reply->proof, core::CallProof(r->token, req->key, kSelf.Name(),
+  PS_FUZZ_CHECK(!crypto::SameProof(reply->proof, crypto::CallProof(r->token, req->key, kSelf.Name(),
                                                                reply->server_nonce)),
                 "a challenge answer is a call proof");
   // The client's next step: the call proof for the nonce it was given is the key's identity.
   absl::StatusOr<Identity> id = s.auth->Verify(
-      {std::nullopt, core::ProofHeader(req->key, reply->server_nonce,
-                                       core::CallProof(r->token, req->key, reply->server.Name(),
+      {std::nullopt, crypto::ProofHeader(req->key, reply->server_nonce,
+                                       crypto::CallProof(r->token, req->key, reply->server.Name(),
                                                        reply->server_nonce))});
   PS_FUZZ_CHECK(id.ok() && *id == r->identity, "the proof after an answered challenge was refused");
 }
@@ -391,7 +392,7 @@ void CheckVerify(const Shard& s, std::optional<std::string_view> common_name,
   // The oracle.
   std::optional<Identity> want;
   bool stale = false;
-  std::optional<core::PresentedProof> proof;
+  std::optional<crypto::PresentedProof> proof;
   bool cert_ok = true;
   std::optional<Identity> from_cert;
   if (s.ca && common_name.has_value()) {
@@ -403,13 +404,13 @@ void CheckVerify(const Shard& s, std::optional<std::string_view> common_name,
   if (cert_ok) {
     if (text.starts_with("Bearer ")) {
       if (s.tls) from_token = BearerIdentity(s, text.substr(7));
-    } else if (absl::StatusOr<core::PresentedProof> p = core::ParseProofHeader(text); p.ok()) {
+    } else if (absl::StatusOr<crypto::PresentedProof> p = crypto::ParseProofHeader(text); p.ok()) {
       proof = *p;
       if (std::optional<Resolved> r = Resolve(s, p->key)) {
         const std::string& nonce = s.auth->instance_nonce();
-        if (p->instance != core::InstanceId(nonce)) {
+        if (p->instance != crypto::InstanceId(nonce)) {
           stale = true;
-        } else if (p->proof == core::CallProof(r->token, p->key, kSelf.Name(), nonce)) {
+        } else if (p->proof == crypto::CallProof(r->token, p->key, kSelf.Name(), nonce)) {
           from_token = r->identity;
         }
       }
@@ -429,11 +430,11 @@ void CheckVerify(const Shard& s, std::optional<std::string_view> common_name,
   CheckRefusal(got.status(), "Verify refused without UNAUTHENTICATED and a message");
   if (stale) {
     PS_FUZZ_CHECK(charge_to == ps::server::kStaleProofClient, "a stale proof charged elsewhere");
-    PS_FUZZ_CHECK(core::StaleInstance(Message(got.status())) == proof->instance,
+    PS_FUZZ_CHECK(crypto::StaleInstance(Message(got.status())) == proof->instance,
                   "a stale refusal does not name the proof's instance");
   } else {
     PS_FUZZ_CHECK(charge_to == ps::server::kAnonymousClient, "a refusal charged to another client");
-    PS_FUZZ_CHECK(!core::StaleInstance(Message(got.status())).has_value(),
+    PS_FUZZ_CHECK(!crypto::StaleInstance(Message(got.status())).has_value(),
                   "a refusal that is not stale reads as stale");
   }
 }
@@ -483,13 +484,13 @@ std::string ChosenKey(unsigned c, const Parts& parts) {
     case 2:
       return "worker-7";  // derived per call (beyond --workers)
     case 3:
-      return core::TokenKey(kTokenA);
+      return crypto::TokenKey(kTokenA);
     case 4:
-      return core::TokenKey(kTokenB);
+      return crypto::TokenKey(kTokenB);
     case 5:
       return "worker-0";  // derived; shadows the token file's derived-form token
     case 6:
-      return core::TokenKey(kUnknownToken);
+      return crypto::TokenKey(kUnknownToken);
     default:
       return std::string(parts[0]);
   }
@@ -503,8 +504,8 @@ std::string Build(unsigned mode, uint8_t flags, const Shard& s, const Parts& par
   const unsigned proof_choice = (flags >> 4) & 3;
   switch (mode) {
     case 1: {  // PS-Challenge-v1 KEY C
-      const std::string c = raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kNonceBytes);
-      return absl::StrCat(AsAbsl(core::kChallengeScheme), sep, ChosenKey(flags & 7, parts), sep,
+      const std::string c = raw_hex ? std::string(parts[1]) : Fit(parts[1], crypto::kNonceBytes);
+      return absl::StrCat(AsAbsl(crypto::kChallengeScheme), sep, ChosenKey(flags & 7, parts), sep,
                           Hex(c));
     }
     case 2: {  // PS-Proof-v1 KEY INSTANCE CALLPROOF
@@ -512,69 +513,69 @@ std::string Build(unsigned mode, uint8_t flags, const Shard& s, const Parts& par
       const std::optional<Resolved> r = Resolve(s, key);
       const std::string token = r.has_value() ? r->token : std::string(kUnknownToken);
       const std::string instance =
-          own_nonce ? core::InstanceId(nonce)
-                    : Hex(raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kInstanceBytes));
+          own_nonce ? crypto::InstanceId(nonce)
+                    : Hex(raw_hex ? std::string(parts[1]) : Fit(parts[1], crypto::kInstanceBytes));
       std::string proof;
       switch (proof_choice) {
         case 0:
-          proof = core::CallProof(token, key, kSelf.Name(), nonce);
+          proof = crypto::CallProof(token, key, kSelf.Name(), nonce);
           break;
         case 1:
-          proof = Xor(core::CallProof(token, key, kSelf.Name(), nonce), parts[2]);
+          proof = Xor(crypto::CallProof(token, key, kSelf.Name(), nonce), parts[2]);
           break;
         case 2:
           proof = std::string(parts[2]);
           break;
         default:  // a challenge answer's proof, presented as a call proof
           proof =
-              core::ServerProof(token, key, kSelf.Name(), Fit(parts[2], core::kNonceBytes), nonce);
+              crypto::ServerProof(token, key, kSelf.Name(), Fit(parts[2], crypto::kNonceBytes), nonce);
       }
-      return absl::StrCat(AsAbsl(core::kProofScheme), sep, key, sep, instance, sep, Hex(proof));
+      return absl::StrCat(AsAbsl(crypto::kProofScheme), sep, key, sep, instance, sep, Hex(proof));
     }
     case 3: {  // ps-auth-challenge-v1 SERVER S PROOF, as a listener might answer
       static const char* const kServers[] = {"shard-1", "shard-0", "worker-1", "admin"};
       const std::string server = (flags & 4) != 0 ? std::string(parts[0]) : kServers[flags & 3];
       const std::string s_raw =
-          own_nonce ? nonce : (raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kNonceBytes));
-      const std::string key = core::TokenKey(kTokenA);
-      const std::string c = Fit(parts[2], core::kNonceBytes);
+          own_nonce ? nonce : (raw_hex ? std::string(parts[1]) : Fit(parts[1], crypto::kNonceBytes));
+      const std::string key = crypto::TokenKey(kTokenA);
+      const std::string c = Fit(parts[2], crypto::kNonceBytes);
       std::string proof;
       switch (proof_choice) {
         case 0:
-          proof = core::ServerProof(kTokenA, key, server, c, s_raw);
+          proof = crypto::ServerProof(kTokenA, key, server, c, s_raw);
           break;
         case 1:
-          proof = Xor(core::ServerProof(kTokenA, key, server, c, s_raw), parts[4]);
+          proof = Xor(crypto::ServerProof(kTokenA, key, server, c, s_raw), parts[4]);
           break;
         case 2:
           proof = std::string(parts[2]);
           break;
         default:
-          proof = core::CallProof(kTokenA, key, server, s_raw);
+          proof = crypto::CallProof(kTokenA, key, server, s_raw);
       }
-      return absl::StrCat(AsAbsl(core::kChallengeAnswerPrefix), sep, server, sep, Hex(s_raw), sep,
+      return absl::StrCat(AsAbsl(crypto::kChallengeAnswerPrefix), sep, server, sep, Hex(s_raw), sep,
                           Hex(proof));
     }
     case 4: {  // ps-auth-stale-v1 INSTANCE: ...
       const std::string instance =
-          own_nonce ? core::InstanceId(nonce)
-                    : Hex(raw_hex ? std::string(parts[1]) : Fit(parts[1], core::kInstanceBytes));
+          own_nonce ? crypto::InstanceId(nonce)
+                    : Hex(raw_hex ? std::string(parts[1]) : Fit(parts[1], crypto::kInstanceBytes));
       const std::string tail =
           (flags & 0x20) != 0 ? std::string(parts[2]) : absl::StrCat(": ", AsAbsl(parts[2]));
-      return absl::StrCat(AsAbsl(core::kStalePrefix), sep, instance, tail);
+      return absl::StrCat(AsAbsl(crypto::kStalePrefix), sep, instance, tail);
     }
     case 5: {  // Bearer TOKEN
       std::string token;
       const std::string secret = absl::HexStringToBytes(AsAbsl(kSecretHex));
       switch (flags & 7) {
         case 0:
-          token = core::DeriveToken(secret, {Kind::kWorker, 1});
+          token = crypto::DeriveToken(secret, {Kind::kWorker, 1});
           break;
         case 1:
-          token = core::DeriveToken(secret, {Kind::kShard, 0});
+          token = crypto::DeriveToken(secret, {Kind::kShard, 0});
           break;
         case 2:
-          token = core::DeriveToken(secret, {Kind::kWorker, 7});
+          token = crypto::DeriveToken(secret, {Kind::kWorker, 7});
           break;
         case 3:
           token = kTokenA;
@@ -583,11 +584,11 @@ std::string Build(unsigned mode, uint8_t flags, const Shard& s, const Parts& par
           token = kTokenB;
           break;
         case 5:
-          token = core::DeriveToken(kOtherSecret, {Kind::kWorker, 0});
+          token = crypto::DeriveToken(kOtherSecret, {Kind::kWorker, 0});
           break;
         case 6: {  // the derived token of the identity in part 0, if it is one
           absl::StatusOr<Identity> id = core::ParseIdentity(parts[0]);
-          token = id.ok() ? core::DeriveToken(secret, *id)
+          token = id.ok() ? crypto::DeriveToken(secret, *id)
                           : absl::StrCat(AsAbsl(parts[0]), ".", Hex(nonce));
           break;
         }

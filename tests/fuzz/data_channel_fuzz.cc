@@ -58,7 +58,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "core/auth_proof.h"
+#include "crypto/auth_proof.h"
 #include "net/data_frame.h"
 #include "tests/fuzz/fuzz_check.h"
 #include "tests/fuzz/fuzz_socket.h"
@@ -348,13 +348,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bool proved = false;
   if (start >= 1) {
     const std::string client_nonce(hello->client_nonce.begin(), hello->client_nonce.end());
-    const std::string server_nonce(ps::core::kNonceBytes, 'n');
+    const std::string server_nonce(ps::crypto::kNonceBytes, 'n');
     const std::string key =
-        ps::core::DataKey(kToken, ps::core::TokenKey(kToken), "shard-0", kSession, kSecret);
+        ps::crypto::DataKey(kToken, ps::crypto::TokenKey(kToken), "shard-0", kSession, kSecret);
     ps::net::ChallengeMeta c;
     std::memcpy(c.server_nonce.data(), server_nonce.data(), c.server_nonce.size());
     const std::string proof =
-        ps::core::DataServerProof(key, "shard-0", kSession, client_nonce, server_nonce);
+        ps::crypto::DataServerProof(key, "shard-0", kSession, client_nonce, server_nonce);
     std::memcpy(c.proof.data(), proof.data(), c.proof.size());
     std::string challenge;
     PS_FUZZ_CHECK(ps::net::AppendChallenge(c, &challenge).ok(), "CHALLENGE");
@@ -364,7 +364,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   "no PROOF after the right CHALLENGE");
     auto p = ps::net::ParseProofMeta(f.meta);
     PS_FUZZ_CHECK(
-        p.ok() && ps::core::SameProof(ps::core::DataClientProof(key, "shard-0", kSession,
+        p.ok() && ps::crypto::SameProof(ps::crypto::DataClientProof(key, "shard-0", kSession,
                                                                 client_nonce, server_nonce),
                                       std::string_view(p->proof.data(), p->proof.size())),
         "the channel's PROOF is wrong");

@@ -53,10 +53,10 @@
 
 #include "aggregators/aggregator.h"
 #include "codecs/codec.h"
-#include "core/auth_proof.h"
 #include "core/clock.h"
 #include "core/layout.h"
 #include "core/thread_pool.h"
+#include "crypto/auth_proof.h"
 #include "net/data_frame.h"
 #include "server/shard.h"
 #include "server/shard_front.h"
@@ -176,10 +176,10 @@ ps::net::AdmitMeta Handshake(Socket& sock, const server::JoinResult& join, uint3
   const std::string server_nonce(c->server_nonce.begin(), c->server_nonce.end());
   // Without a KeyOf the key is the session's secret (--insecure).
   PS_FUZZ_CHECK(std::string_view(c->proof.data(), c->proof.size()) ==
-                    ps::core::DataServerProof(join.data_secret, "shard-0", join.data_session,
+                    ps::crypto::DataServerProof(join.data_secret, "shard-0", join.data_session,
                                               client_nonce, server_nonce),
                 "the shard's CHALLENGE does not prove the session's key");
-  const std::string proof = ps::core::DataClientProof(
+  const std::string proof = ps::crypto::DataClientProof(
       join.data_secret, "shard-0", join.data_session, client_nonce, server_nonce);
   ps::net::ProofMeta p;
   std::memcpy(p.proof.data(), proof.data(), p.proof.size());

@@ -19,6 +19,7 @@
 #include "core/layout.h"
 #include "core/thread_pool.h"
 #include "google/protobuf/stubs/logging.h"
+#include "net/layout_proto.h"
 #include "net/wire.h"
 #include "ps/v1/ps.pb.h"
 #include "server/shard.h"
@@ -100,6 +101,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     // The request path: a shard with a layout answers from the request's hash, whatever
     // its size (it must never build it).
     auto answered = h->shard->RegisterLayout(worker, tensors, msg.slice_elems(), msg.num_shards());
+    // What a refused join (and the service's answer to RegisterLayout) says of the
+    // request: bounded whatever the names' lengths.
+    const std::string difference = ps::net::LayoutDifference(*h->layout, msg);
+    PS_FUZZ_CHECK(difference.size() < 1024, "the layout difference grew with the request");
     PS_FUZZ_CHECK(!answered.ok(), "a second layout was accepted from a request");
     if (slices > kMaxFuzzSlices && slices <= ps::core::kMaxSlices) return 0;
     auto layout = ps::core::ModelLayout::Create(std::move(tensors), msg.slice_elems(), msg.num_shards());

@@ -15,6 +15,7 @@
 #include "codecs/codec.h"
 #include "core/data_plane.h"
 #include "core/device.h"
+#include "gpu/cuda_device.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -397,7 +398,7 @@ TEST(ClusterTest, DeviceNoteSaysWhyATensorEncodesOnTheCpu) {
   EXPECT_TRUE((*worker)->device_note(2).empty()) << "fp32 on the CPU, as asked";
   EXPECT_TRUE((*worker)->device_note(99).empty());
   EXPECT_THAT(bias, HasSubstr("encoding on the CPU"));
-  if (core::CudaDevice().ok()) {
+  if (gpu::CudaDevice().ok()) {
     EXPECT_TRUE(weight.empty()) << weight;
     EXPECT_THAT(bias, HasSubstr("no GPU encoder for 'int8"));
   } else {
@@ -421,6 +422,57 @@ TEST(ClusterTest, LaterJoinerWithAnotherLayoutIsRefused) {
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(second.status().message(), HasSubstr("layout mismatch"));
+  // The worker joined once more with its layout, so the refusal names the first tensor
+  // that differs, not only two hashes.
+  EXPECT_THAT(second.status().message(),
+              HasSubstr(absl::StrCat("tensor 0 differs: the shard's is '",
+                                     layout.tensors()[0].name, "' (", layout.tensors()[0].numel,
+                                     " elements, priority 0), the worker's 'x' (5 elements, "
+                                     "priority 0)")));
+}
+
+// WorkerOptions::may_register = false (Horovod's root_rank): worker 1 joins first with
+// values of its own but waits for worker 0, the root, to register the layout, so both
+// start from the root's values; alone, it says what it waited for.
+TEST(ClusterTest, AWorkerThatMayNotRegisterStartsFromTheRootsValues) {
+  testing::Cluster c = testing::StartCluster(1, BaseOptions(2, 0, "mean"));
+  const core::ModelLayout layout = Layout(1);
+  const auto root_values = Initial(layout);
+  std::vector<std::vector<float>> own;
+  for (const auto& t : root_values) own.emplace_back(t.size(), 9.0f);
+
+  WorkerOptions lone = ClientOptions(c, 1);
+  lone.may_register = false;
+  lone.connect_timeout = milliseconds(600);
+  auto alone = Worker::Start(lone, layout, Spans(own));
+  ASSERT_FALSE(alone.ok());
+  EXPECT_EQ(alone.status().code(), absl::StatusCode::kDeadlineExceeded) << alone.status();
+  EXPECT_THAT(alone.status().message(),
+              HasSubstr("has no parameters yet, and worker 1 does not register them"));
+
+  std::vector<std::vector<float>> got(root_values.size());
+  absl::Status follower = absl::OkStatus();
+  std::thread first([&] {
+    WorkerOptions o = ClientOptions(c, 1);
+    o.may_register = false;
+    auto w = Worker::Start(o, layout, Spans(own));
+    if (!w.ok()) {
+      follower = w.status();
+      return;
+    }
+    std::vector<std::span<float>> outs;
+    for (size_t t = 0; t < got.size(); ++t) {
+      got[t].resize(root_values[t].size());
+      outs.emplace_back(got[t]);
+    }
+    follower = (*w)->PullAll(0, outs, milliseconds(20000)).status();
+  });
+  std::this_thread::sleep_for(milliseconds(500));  // worker 1 is waiting by now
+  auto root = Worker::Start(ClientOptions(c, 0), layout, Spans(root_values));
+  first.join();
+  ASSERT_TRUE(root.ok()) << root.status();
+  ASSERT_TRUE(follower.ok()) << follower;
+  EXPECT_EQ(got, root_values);
 }
 
 TEST(ClusterTest, WorkerIdOutsideTheClusterIsRefused) {

@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cluster_util.h"
-#include "core/cluster_secret.h"
+#include "crypto/cluster_secret.h"
 #include "process_util.h"
 #include "server/optimizer.h"
 #include "worker_lib/worker.h"
@@ -110,7 +110,7 @@ void RunKillNine(core::DataPlane plane, DataPorts data_ports,
     wo.shard_addresses = {absl::StrCat("127.0.0.1:", p0), absl::StrCat("127.0.0.1:", p1)};
     wo.worker_id = w;
     // The token file appears once a shard started: wait for it (bounded).
-    const std::string token_file = core::TokenFilePath(
+    const std::string token_file = crypto::TokenFilePath(
         (dir / "run").string(), core::Identity{core::Identity::Kind::kWorker, w});
     for (int i = 0; i < 1500 && !std::filesystem::exists(token_file); ++i) {
       std::this_thread::sleep_for(milliseconds(10));

@@ -35,9 +35,9 @@
 #include "absl/strings/str_cat.h"
 #include "auth_util.h"
 #include "cluster_util.h"
-#include "core/auth_proof.h"
-#include "core/cluster_secret.h"
 #include "core/refusal.h"
+#include "crypto/auth_proof.h"
+#include "crypto/cluster_secret.h"
 #include "net/channel_auth.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
@@ -119,11 +119,11 @@ class Squatter final : public grpc::CallbackGenericService {
       explicit Answer(const grpc::Status& s) { Finish(s); }
       void OnDone() override { delete this; }
     };
-    if (call.method == std::string(core::kChallengeMethod)) {
-      const std::string made_up(core::kProofBytes, '\x33');
+    if (call.method == std::string(crypto::kChallengeMethod)) {
+      const std::string made_up(crypto::kProofBytes, '\x33');
       return new Answer(grpc::Status(
           grpc::StatusCode::UNAUTHENTICATED,
-          core::ChallengeAnswer(core::Identity{Kind::kShard, 0}, *core::NewNonce(), made_up)));
+          crypto::ChallengeAnswer(core::Identity{Kind::kShard, 0}, *crypto::NewNonce(), made_up)));
     }
     return new Answer(grpc::Status::OK);
   }
@@ -182,10 +182,10 @@ TEST(HostileAuthTest, ASquattedPortGetsNothingTheShardTakes) {
   // Shard 0's first start makes the run directory's secret and token files; then it is
   // down, and the squatter takes its port.
   StartShard(options0).reset();
-  const std::string secret = *core::ReadSecretFile(run_dir + "/secret");
+  const std::string secret = *crypto::ReadSecretFile(run_dir + "/secret");
   const core::Identity worker0{Kind::kWorker, 0}, admin{Kind::kAdmin, 0}, shard1{Kind::kShard, 1};
-  const std::string worker_token = *core::ReadRunDirectoryToken(run_dir, worker0);
-  const std::string admin_token = *core::ReadRunDirectoryToken(run_dir, admin);
+  const std::string worker_token = *crypto::ReadRunDirectoryToken(run_dir, worker0);
+  const std::string admin_token = *crypto::ReadRunDirectoryToken(run_dir, admin);
   auto squatter = std::make_unique<Squatter>(ports[0]);
   std::unique_ptr<server::Server> peer = StartShard(ShardOptions(run_dir, ports, 1));
   ASSERT_NE(peer, nullptr);
@@ -220,12 +220,12 @@ TEST(HostileAuthTest, ASquattedPortGetsNothingTheShardTakes) {
   EXPECT_TRUE(squatter->Challenged("worker-0"));
   EXPECT_TRUE(squatter->Challenged("admin"));
   const std::vector<std::string> secrets = {
-      worker_token, admin_token, core::DeriveToken(secret, shard1),
+      worker_token, admin_token, crypto::DeriveToken(secret, shard1),
       // The MAC halves of the derived tokens, and the secret itself.
       worker_token.substr(worker_token.find('.') + 1),
       admin_token.substr(admin_token.find('.') + 1), absl::BytesToHexString(secret)};
   for (const Squatter::Call& c : recorded) {
-    EXPECT_EQ(c.method, core::kChallengeMethod) << "a call went past a failed challenge";
+    EXPECT_EQ(c.method, crypto::kChallengeMethod) << "a call went past a failed challenge";
     for (const auto& [name, value] : c.metadata) {
       for (const std::string& s : secrets) {
         EXPECT_EQ(value.find(s), std::string::npos) << name << ": " << value;
@@ -317,16 +317,16 @@ TEST(HostileAuthTest, ARunDirectoryGivenAsASymbolicLinkIsRefused) {
 // What a client without the token can make of a challenge it does not check: a proof
 // with its own guess of the token, for the shard's current process.
 std::string ForgedProof(const std::string& address, const std::string& guessed_token) {
-  const std::string key = core::TokenKey(guessed_token);
+  const std::string key = crypto::TokenKey(guessed_token);
   const grpc::Status s = net::SendChallenge(
-      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), key, *core::NewNonce(),
+      grpc::CreateChannel(address, grpc::InsecureChannelCredentials()), key, *crypto::NewNonce(),
       In(milliseconds(10000)), /*wait_for_ready=*/false);
-  std::optional<core::ChallengeReply> reply = core::ParseChallengeAnswer(s.error_message());
+  std::optional<crypto::ChallengeReply> reply = crypto::ParseChallengeAnswer(s.error_message());
   EXPECT_TRUE(reply.has_value()) << s.error_message();
   if (!reply.has_value()) return "";
-  return core::ProofHeader(
+  return crypto::ProofHeader(
       key, reply->server_nonce,
-      core::CallProof(guessed_token, key, reply->server.Name(), reply->server_nonce));
+      crypto::CallProof(guessed_token, key, reply->server.Name(), reply->server_nonce));
 }
 
 // The shard's side over gRPC: a proof made without the secret, a stale one (the shard
@@ -341,7 +341,7 @@ TEST(HostileAuthTest, ForgedStaleAndBearerCredentialsAreRefusedChallengesAreNot)
   ASSERT_NE(shard, nullptr);
   const std::string address = absl::StrCat("127.0.0.1:", ports[0]);
   const std::string token =
-      *core::ReadRunDirectoryToken(run_dir, core::Identity{Kind::kWorker, 0});
+      *crypto::ReadRunDirectoryToken(run_dir, core::Identity{Kind::kWorker, 0});
   auto stub = v1::WorkerService::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   const auto join = [&](const std::string& authorization) {
@@ -359,14 +359,14 @@ TEST(HostileAuthTest, ForgedStaleAndBearerCredentialsAreRefusedChallengesAreNot)
   for (int i = 0; i < 20; ++i) {
     grpc::ClientContext ctx;
     ctx.set_deadline(In(milliseconds(10000)));
-    ctx.AddMetadata("authorization", core::ChallengeHeader("worker-0", *core::NewNonce()));
+    ctx.AddMetadata("authorization", crypto::ChallengeHeader("worker-0", *crypto::NewNonce()));
     grpc::GenericStub generic(grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
     grpc::Slice body(std::string(4 << 20, 'b'));
     grpc::ByteBuffer request(&body, 1), response;
     std::mutex mu;
     std::condition_variable cv;
     std::optional<grpc::Status> status;
-    generic.UnaryCall(&ctx, std::string(core::kChallengeMethod), grpc::StubOptions(), &request,
+    generic.UnaryCall(&ctx, std::string(crypto::kChallengeMethod), grpc::StubOptions(), &request,
                       &response, [&](grpc::Status s) {
                         std::lock_guard lock(mu);
                         status = std::move(s);
@@ -381,7 +381,7 @@ TEST(HostileAuthTest, ForgedStaleAndBearerCredentialsAreRefusedChallengesAreNot)
 
   // A proof made with a token of another secret, in the right form.
   const std::string forged =
-      core::DeriveToken(std::string(core::kSecretBytes, '\x5a'), core::Identity{Kind::kWorker, 0});
+      crypto::DeriveToken(std::string(crypto::kSecretBytes, '\x5a'), core::Identity{Kind::kWorker, 0});
   grpc::Status s = join(ForgedProof(address, forged));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(s.error_message(), HasSubstr("wrong proof"));

@@ -38,15 +38,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cluster_util.h"
-#include "core/auth_proof.h"
-#include "core/cluster_secret.h"
+#include "crypto/auth_proof.h"
+#include "crypto/cluster_secret.h"
 #include "grpc/health/v1/health.grpc.pb.h"
 #include "net/channel_auth.h"
 #include "net/grpc_credentials.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "tests/support/h2_attacker.h"
-#include "tests/support/process_stats.h"
+#include "harness/process_stats.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -158,7 +158,7 @@ class Shard {
   }
   std::string Token(uint32_t worker) const {
     absl::StatusOr<std::string> t = core::ReadTokenFile(
-        core::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, worker}));
+        crypto::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, worker}));
     EXPECT_TRUE(t.ok()) << t.status();
     return t.value_or("");
   }
@@ -173,17 +173,17 @@ class Shard {
     grpc::ChannelArguments args;
     net::ApplyChannelArguments(creds, &args);
     const auto channel = grpc::CreateCustomChannel(address(), *channel_creds, args);
-    const std::string key = core::TokenKey(creds.token);
-    absl::StatusOr<std::string> nonce = core::NewNonce();
+    const std::string key = crypto::TokenKey(creds.token);
+    absl::StatusOr<std::string> nonce = crypto::NewNonce();
     EXPECT_TRUE(nonce.ok()) << nonce.status();
     if (!nonce.ok()) return "";
     const grpc::Status answer = net::SendChallenge(
         channel, key, *nonce, std::chrono::system_clock::now() + std::chrono::seconds(10), true);
-    std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(answer.error_message());
+    std::optional<crypto::ChallengeReply> r = crypto::ParseChallengeAnswer(answer.error_message());
     EXPECT_TRUE(r.has_value()) << answer.error_message();
     if (!r.has_value()) return "";
-    return core::ProofHeader(key, r->server_nonce,
-                             core::CallProof(creds.token, key, r->server.Name(), r->server_nonce));
+    return crypto::ProofHeader(key, r->server_nonce,
+                             crypto::CallProof(creds.token, key, r->server.Name(), r->server_nonce));
   }
   core::ClientCredentials Credentials(uint32_t worker) const {
     core::ClientCredentials c;
@@ -198,8 +198,8 @@ class Shard {
 
   pid_t pid() const { return process_->pid(); }
   bool Alive() { return process_->Wait(milliseconds(0)) == -1; }
-  uint64_t Resident() const { return testing::ResidentBytes(pid()); }
-  uint64_t Fds() const { return testing::OpenFds(pid()); }
+  uint64_t Resident() const { return harness::ResidentBytes(pid()); }
+  uint64_t Fds() const { return harness::OpenFds(pid()); }
   std::string Log() const { return process_->Log(); }
   uint64_t LogBytes() const { return Log().size(); }
 
@@ -342,9 +342,9 @@ class Sampler {
   explicit Sampler(pid_t pid) : pid_(pid) {
     thread_ = std::thread([this] {
       while (!stop_.load()) {
-        peak_rss_.store(std::max(peak_rss_.load(), testing::ResidentBytes(pid_)));
+        peak_rss_.store(std::max(peak_rss_.load(), harness::ResidentBytes(pid_)));
         if (peak_rss_.load() > kRssGuard) guard_.store(true);
-        peak_fds_.store(std::max(peak_fds_.load(), testing::OpenFds(pid_)));
+        peak_fds_.store(std::max(peak_fds_.load(), harness::OpenFds(pid_)));
         std::this_thread::sleep_for(milliseconds(25));
       }
     });
@@ -464,10 +464,10 @@ Figures Measure(Shard& shard, const AttackFn& attack) {
   Training training(shard);
   EXPECT_TRUE(training.started());
   EXPECT_TRUE(training.AdvancesBy(5, milliseconds(30000))) << "honest training did not start";
-  const double shard_cpu0 = testing::CpuSeconds(shard.pid()), own_cpu0 = testing::CpuSeconds(::getpid());
+  const double shard_cpu0 = harness::CpuSeconds(shard.pid()), own_cpu0 = harness::CpuSeconds(::getpid());
   std::this_thread::sleep_for(kBefore);
   const auto t0 = Clock::now();
-  const double shard_cpu1 = testing::CpuSeconds(shard.pid()), own_cpu1 = testing::CpuSeconds(::getpid());
+  const double shard_cpu1 = harness::CpuSeconds(shard.pid()), own_cpu1 = harness::CpuSeconds(::getpid());
   const double seconds = std::chrono::duration<double>(kBefore).count();
   f.shard_cpu_before = (shard_cpu1 - shard_cpu0) / seconds;
   f.own_cpu_before = (own_cpu1 - own_cpu0) / seconds;
@@ -484,8 +484,8 @@ Figures Measure(Shard& shard, const AttackFn& attack) {
   std::this_thread::sleep_for(kAttackFor);
   const auto t_stop = Clock::now();
   const double attack_seconds = std::chrono::duration<double>(t_stop - t0).count();
-  f.shard_cpu_during = (testing::CpuSeconds(shard.pid()) - shard_cpu1) / attack_seconds;
-  f.own_cpu_during = (testing::CpuSeconds(::getpid()) - own_cpu1) / attack_seconds;
+  f.shard_cpu_during = (harness::CpuSeconds(shard.pid()) - shard_cpu1) / attack_seconds;
+  f.own_cpu_during = (harness::CpuSeconds(::getpid()) - own_cpu1) / attack_seconds;
   stop.store(true);
   attacker.join();
   const auto t_gone = Clock::now();  // the attacker's connections are closed

@@ -10,8 +10,7 @@
 //    of their costs was recorded.
 // Each runs against the real ps-server binary (its CPU time and log are read).
 //
-// The helpers below are copies of hostile_test.cc's (a later change unifies the two
-// harnesses).
+// The shard process, the honest workers and the memory bound are hostile_util.h's.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -37,7 +36,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codecs/codec.h"
-#include "core/cluster_secret.h"
+#include "crypto/cluster_secret.h"
 #include "core/refusal.h"
 #include "net/grpc_credentials.h"
 #include "net/grpc_status.h"
@@ -46,6 +45,7 @@
 #include "cluster_util.h"
 #include "hand_client.h"
 #include "net/data_frame.h"
+#include "hostile_util.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "tests/support/data_port_client.h"
@@ -57,21 +57,14 @@ namespace {
 using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 
-// ---- Helpers (from hostile_test.cc) ------------------------------------------------------
+using testing::Context;
+using testing::HonestLayout;
+using testing::HonestTraining;
+using testing::kRssBoundBytes;
+using testing::kSanitized;
+using testing::kThreadSanitized;
+using testing::ShardProcess;
 
-constexpr uint64_t kMaxShardBytes = 256ull << 20;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (2048ull << 20);
-constexpr bool kSanitized = true;
-#else
-constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (128ull << 20);
-constexpr bool kSanitized = false;
-#endif
-#if defined(__SANITIZE_THREAD__)
-constexpr bool kThreadSanitized = true;
-#else
-constexpr bool kThreadSanitized = false;
-#endif
 // Why the tests that compare CPU time or the timing of three threads against a deadline
 // do not run under ThreadSanitizer: it slows the shard and the test's threads 5-15x, and
 // unevenly (a round's decoding took 60 ms in one run and 181 ms in the next, and the
@@ -80,150 +73,6 @@ constexpr bool kThreadSanitized = false;
 constexpr char kTimingUnderTsan[] =
     "timing against a deadline or a CPU budget; ThreadSanitizer's uneven 5-15x slowdown "
     "makes it meaningless (runs in the plain and ASan builds)";
-
-std::string TempRunDir(const std::string& name) {
-  std::string dir = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  return dir;
-}
-
-uint64_t ResidentBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
-// User + system CPU seconds of process `pid` so far (/proc/PID/stat).
-double CpuSecondsOf(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  std::string text((std::istreambuf_iterator<char>(in)), {});
-  const size_t close = text.rfind(')');  // the command name may hold spaces
-  if (close == std::string::npos) return 0;
-  std::istringstream fields(text.substr(close + 2));
-  std::string field;
-  uint64_t utime = 0, stime = 0;
-  for (int i = 3; fields >> field; ++i) {  // field 3 is the state
-    if (i == 14) utime = std::stoull(field);
-    if (i == 15) {
-      stime = std::stoull(field);
-      break;
-    }
-  }
-  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-using testing::Context;
-
-// A ps-server process on loopback, authenticated the default way (its run directory).
-class ShardProcess {
- public:
-  explicit ShardProcess(std::vector<std::string> extra) : run_dir_(TempRunDir("ps-rounds-run")) {
-    const std::string port_file = run_dir_ + ".port";
-    std::vector<std::string> args = {PS_SERVER_BINARY, "--port", "0", "--port-file", port_file,
-                                     "--max-shard-bytes", std::to_string(kMaxShardBytes),
-                                     "--threads", "2", "--run-dir", run_dir_};
-    args.insert(args.end(), extra.begin(), extra.end());
-    process_ = std::make_unique<testing::Process>(args);
-    port_ = testing::ReadPortFile(port_file, milliseconds(15000));
-    std::filesystem::remove(port_file);
-    EXPECT_FALSE(port_.empty()) << process_->Log();
-    grpc::ChannelArguments ch;
-    ch.SetMaxSendMessageSize(-1);
-    ch.SetMaxReceiveMessageSize(64 << 20);
-    channel_ = grpc::CreateCustomChannel(address(), grpc::InsecureChannelCredentials(), ch);
-    workers_ = v1::WorkerService::NewStub(channel_);
-  }
-  ~ShardProcess() {
-    process_.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(run_dir_, ignored);
-  }
-
-  std::string address() const { return "127.0.0.1:" + port_; }
-  std::string Token(uint32_t worker) const {
-    absl::StatusOr<std::string> t = core::ReadTokenFile(
-        core::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, worker}));
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t.value_or("");
-  }
-  pid_t pid() const { return process_->pid(); }
-  uint64_t Resident() const { return ResidentBytes(process_->pid()); }
-  bool Alive() { return process_->Wait(milliseconds(0)) == -1; }
-  std::string Log() const { return process_->Log(); }
-  v1::WorkerService::Stub& workers() { return *workers_; }
-
- private:
-  std::string run_dir_;
-  std::unique_ptr<testing::Process> process_;
-  std::string port_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_;
-};
-
-const core::ModelLayout& HonestLayout() {
-  static const core::ModelLayout layout =
-      *core::ModelLayout::Create({{"a", 32768, 0}, {"b", 1024, 1}}, 8192, 1);
-  return layout;
-}
-
-// Workers 0..n-1 of `addresses` training until stopped: pull t, push, wait, t + 1.
-class HonestTraining {
- public:
-  HonestTraining(const std::string& address, const std::function<std::string(uint32_t)>& token,
-                 uint32_t n) {
-    for (uint32_t w = 0; w < n; ++w) {
-      WorkerOptions wo;
-      wo.shard_addresses = {address};
-      wo.worker_id = w;
-      wo.credentials.token = token(w);
-      wo.connect_timeout = milliseconds(20000);
-      const std::vector<float> a(32768, 0.0f), b(1024, 0.0f);
-      const std::span<const float> inits[2] = {a, b};
-      auto worker = Worker::Start(wo, HonestLayout(), inits);
-      EXPECT_TRUE(worker.ok()) << worker.status();
-      if (!worker.ok()) return;
-      workers_.push_back(*std::move(worker));
-    }
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      threads_.emplace_back([this, w] {
-        Worker& worker = *workers_[w];
-        std::vector<float> a(32768), b(1024);
-        const std::span<float> outs[2] = {a, b};
-        const std::vector<float> ga(32768, 0.01f), gb(1024, 0.01f);
-        for (uint64_t t = worker.start_version(); !stop_.load() && t < 100000; ++t) {
-          if (!worker.PullAll(t, outs, milliseconds(10000)).ok()) continue;
-          (void)worker.Push(0, t, ga);
-          (void)worker.Push(1, t, gb);
-          (void)worker.WaitPushes();
-          if (w == 0) rounds_.fetch_add(1);
-        }
-      });
-    }
-  }
-  ~HonestTraining() {
-    stop_.store(true);
-    for (auto& t : threads_) t.join();
-  }
-  uint64_t rounds() const { return rounds_.load(); }
-  // Rounds per second over the next `period`.
-  double RateOver(milliseconds period) {
-    const uint64_t before = rounds();
-    const auto start = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(period);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    return static_cast<double>(rounds() - before) / seconds;
-  }
-
- private:
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> rounds_{0};
-};
 
 // ---- Finding 5: UDP rounds keep their quorum -------------------------------------------
 
@@ -523,9 +372,9 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
     for (auto& t : threads) t.join();
     return refused.load();
   };
-  const double cpu_before = CpuSecondsOf(shard.pid());
+  const double cpu_before = harness::CpuSeconds(shard.pid());
   EXPECT_EQ(at_once(8), 8);
-  const double per_request = (CpuSecondsOf(shard.pid()) - cpu_before) / 8;
+  const double per_request = (harness::CpuSeconds(shard.pid()) - cpu_before) / 8;
   ::testing::Test::RecordProperty("shard_cpu_ms_per_refused_pull",
                                   absl::StrCat(per_request * 1000));
   if (kThreadSanitized) {
@@ -534,7 +383,7 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
   }
   EXPECT_LT(per_request, kSanitized ? 0.25 : 0.05) << per_request << " s of shard CPU each";
 
-  HonestTraining honest(shard.address(), [&](uint32_t w) { return shard.Token(w); }, 4);
+  HonestTraining honest(shard, 4);
   for (int i = 0; i < 1000 && honest.rounds() < 3; ++i) std::this_thread::sleep_for(milliseconds(10));
   ASSERT_GE(honest.rounds(), 3u);
   double best = 0;
@@ -579,7 +428,7 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
                       "--round-deadline-ms", "2000", "--quarantine-ms", "600000"});
   {
     // The layout, so that the shard knows how many slices it has.
-    HonestTraining registrant(shard.address(), [&](uint32_t w) { return shard.Token(w); }, 1);
+    HonestTraining registrant(shard, 1);
   }
   const std::string token = shard.Token(4);
   v1::JoinRequest join;
@@ -626,7 +475,7 @@ TEST(HostileRoundsPullTest, OnTcpAPullNamingMillionsOfSlicesIsRefusedFromItsHead
   for (const std::string& f : testing::PlaneFlags(core::DataPlane::kTcp)) flags.push_back(f);
   ShardProcess shard(flags);
   {
-    HonestTraining registrant(shard.address(), [&](uint32_t w) { return shard.Token(w); }, 1);
+    HonestTraining registrant(shard, 1);
   }
   testing::HandClient attacker(shard.address(), shard.Token(4), 4, HonestLayout().hash());
   ASSERT_TRUE(attacker.joined());

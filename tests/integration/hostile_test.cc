@@ -29,9 +29,10 @@
 #include "absl/strings/str_cat.h"
 #include "auth_util.h"
 #include "cluster_util.h"
-#include "core/cluster_secret.h"
+#include "crypto/cluster_secret.h"
 #include "core/refusal.h"
 #include "hand_client.h"
+#include "hostile_util.h"
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/logging.h"
@@ -43,106 +44,11 @@ namespace {
 using ::testing::HasSubstr;
 using std::chrono::milliseconds;
 
-// The bound asserted on a shard's resident memory: --max-shard-bytes (what its model
-// state may take) plus what a shard needs beyond it (code, gRPC's buffers, threads).
-constexpr uint64_t kMaxShardBytes = 256ull << 20;
-// Under ASan or TSan the shard's own overhead (shadow memory, quarantine) is several
-// times larger; the bound then only catches runaway growth.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (2048ull << 20);
-#else
-constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (128ull << 20);
-#endif
-
-std::string TempRunDir(const std::string& name) {
-  std::string dir = (std::filesystem::temp_directory_path() / (name + "-XXXXXX")).string();
-  EXPECT_NE(mkdtemp(dir.data()), nullptr);
-  return dir;
-}
-
-uint64_t ResidentBytes(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
-  }
-  return 0;
-}
-
 using testing::Context;
-
-// A ps-server process on loopback, authenticated the default way (its run directory),
-// with its stderr in a file.
-class ShardProcess {
- public:
-  explicit ShardProcess(std::vector<std::string> extra, bool auth = true)
-      : run_dir_(TempRunDir("ps-hostile-run")) {
-    const std::string port_file = run_dir_ + ".port";
-    std::vector<std::string> args = {PS_SERVER_BINARY, "--port", "0", "--port-file", port_file,
-                                     "--max-shard-bytes", std::to_string(kMaxShardBytes),
-                                     "--threads", "2"};
-    if (auth) {
-      args.insert(args.end(), {"--run-dir", run_dir_});
-    } else {
-      args.push_back("--insecure");
-    }
-    args.insert(args.end(), extra.begin(), extra.end());
-    process_ = std::make_unique<testing::Process>(args);
-    port_ = testing::ReadPortFile(port_file, milliseconds(15000));
-    std::filesystem::remove(port_file);
-    EXPECT_FALSE(port_.empty()) << process_->Log();
-    channel_ = grpc::CreateChannel(address(), grpc::InsecureChannelCredentials());
-    workers_ = v1::WorkerService::NewStub(channel_);
-    peers_ = v1::PeerService::NewStub(channel_);
-  }
-  ~ShardProcess() {
-    process_.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(run_dir_, ignored);
-  }
-
-  std::string address() const { return "127.0.0.1:" + port_; }
-  std::string Token(uint32_t worker) const {
-    absl::StatusOr<std::string> t = core::ReadTokenFile(
-        core::TokenFilePath(run_dir_, core::Identity{core::Identity::Kind::kWorker, worker}));
-    EXPECT_TRUE(t.ok()) << t.status();
-    return t.value_or("");
-  }
-  uint64_t Resident() const { return ResidentBytes(process_->pid()); }
-  bool Alive() { return process_->Wait(milliseconds(0)) == -1; }
-  std::string Log() const { return process_->Log(); }
-  v1::WorkerService::Stub& workers() { return *workers_; }
-  v1::PeerService::Stub& peers() { return *peers_; }
-
-  grpc::Status Join(const std::string& token, uint32_t worker, uint64_t layout_hash,
-                    std::string* session) {
-    v1::JoinRequest req;
-    req.set_worker_id(worker);
-    req.set_layout_hash(layout_hash);
-    v1::JoinResponse resp;
-    grpc::Status s = workers_->Join(Context(address(), token).get(), req, &resp);
-    if (session != nullptr) *session = resp.session();
-    return s;
-  }
-
-  grpc::Status RegisterLayout(const std::string& token, const std::string& session,
-                              const v1::Layout& layout,
-                              milliseconds deadline = milliseconds(10000)) {
-    v1::RegisterLayoutRequest req;
-    req.set_session(session);
-    *req.mutable_layout() = layout;
-    v1::RegisterLayoutResponse resp;
-    return workers_->RegisterLayout(Context(address(), token, deadline).get(), req, &resp);
-  }
-
- private:
-  std::string run_dir_;
-  std::unique_ptr<testing::Process> process_;
-  std::string port_;
-  std::shared_ptr<grpc::Channel> channel_;
-  std::unique_ptr<v1::WorkerService::Stub> workers_;
-  std::unique_ptr<v1::PeerService::Stub> peers_;
-};
+using testing::HonestLayout;
+using testing::HonestTraining;
+using testing::kRssBoundBytes;
+using testing::ShardProcess;
 
 v1::Layout OneTensor(uint64_t numel, uint32_t slice_elems, std::string name = "w") {
   v1::Layout l;
@@ -153,66 +59,6 @@ v1::Layout OneTensor(uint64_t numel, uint32_t slice_elems, std::string name = "w
   t->set_numel(numel);
   return l;
 }
-
-const core::ModelLayout& HonestLayout() {
-  static const core::ModelLayout layout =
-      *core::ModelLayout::Create({{"a", 32768, 0}, {"b", 1024, 1}}, 8192, 1);
-  return layout;
-}
-
-// Workers 0..n-1 training on `shard` until stopped: pull t, push, wait, t + 1.
-class HonestTraining {
- public:
-  HonestTraining(ShardProcess& shard, uint32_t n) {
-    for (uint32_t w = 0; w < n; ++w) {
-      WorkerOptions wo;
-      wo.shard_addresses = {shard.address()};
-      wo.worker_id = w;
-      wo.credentials.token = shard.Token(w);
-      const std::vector<float> a(32768, 0.0f), b(1024, 0.0f);
-      const std::span<const float> inits[2] = {a, b};
-      auto worker = Worker::Start(wo, HonestLayout(), inits);
-      EXPECT_TRUE(worker.ok()) << worker.status();
-      if (!worker.ok()) return;
-      workers_.push_back(*std::move(worker));
-    }
-    for (size_t w = 0; w < workers_.size(); ++w) {
-      threads_.emplace_back([this, w] {
-        Worker& worker = *workers_[w];
-        std::vector<float> a(32768), b(1024);
-        const std::span<float> outs[2] = {a, b};
-        const std::vector<float> ga(32768, 0.01f), gb(1024, 0.01f);
-        for (uint64_t t = worker.start_version(); !stop_.load() && t < 100000; ++t) {
-          if (!worker.PullAll(t, outs, milliseconds(10000)).ok()) continue;
-          (void)worker.Push(0, t, ga);
-          (void)worker.Push(1, t, gb);
-          (void)worker.WaitPushes();
-          if (w == 0) rounds_.fetch_add(1);
-        }
-      });
-    }
-  }
-  ~HonestTraining() {
-    stop_.store(true);
-    for (auto& t : threads_) t.join();
-  }
-  uint64_t rounds() const { return rounds_.load(); }
-  // Waits (bounded) until `more` rounds past now completed; false if they did not.
-  bool AdvancesBy(uint64_t more, milliseconds within = milliseconds(20000)) {
-    const uint64_t goal = rounds() + more;
-    const auto until = std::chrono::steady_clock::now() + within;
-    while (rounds() < goal && std::chrono::steady_clock::now() < until) {
-      std::this_thread::sleep_for(milliseconds(10));
-    }
-    return rounds() >= goal;
-  }
-
- private:
-  std::vector<std::unique_ptr<Worker>> workers_;
-  std::vector<std::thread> threads_;
-  std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> rounds_{0};
-};
 
 // 4 workers, f = 1: three honest ones train, worker 3's token is the attacker's.
 std::vector<std::string> FourWorkers() {
@@ -460,7 +306,9 @@ TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
 // control calls, and a forged token is refused in gRPC metadata.
 TEST(HostileTest, ByDefaultNoClientCanActAsAnotherWorkerOrShard) {
   // The binary with no authentication flag at all: its run directory under $HOME.
-  const std::string home = TempRunDir("ps-hostile-home");
+  absl::StatusOr<std::string> made = harness::MakeTempDir("ps-hostile-home");
+  ASSERT_TRUE(made.ok()) << made.status();
+  const std::string home = *made;
   const std::string port_file = home + "/port";
   testing::Process server({PS_SERVER_BINARY, "--port", "0", "--port-file", port_file, "--workers",
                            "3", "--num-shards", "2", "--shard-id", "0", "--peers",
@@ -474,7 +322,7 @@ TEST(HostileTest, ByDefaultNoClientCanActAsAnotherWorkerOrShard) {
   EXPECT_EQ(std::filesystem::status(run_dir).permissions() & std::filesystem::perms::others_all,
             std::filesystem::perms::none);
   absl::StatusOr<std::string> token1 = core::ReadTokenFile(
-      core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, 1}));
+      crypto::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, 1}));
   ASSERT_TRUE(token1.ok()) << token1.status();
 
   auto channel = grpc::CreateChannel("127.0.0.1:" + port, grpc::InsecureChannelCredentials());

@@ -13,7 +13,7 @@
 #include <fstream>
 #include <thread>
 
-#include "core/cluster_secret.h"
+#include "crypto/cluster_secret.h"
 #include "tests/integration/cluster_util.h"
 #include "tests/integration/process_util.h"
 #include "worker_lib/worker.h"
@@ -61,7 +61,7 @@ TEST_P(ProcessPlaneTest, ServesAWorkerAndDrainsOnSigterm) {
   ASSERT_FALSE(port.empty()) << server.Log();
   std::filesystem::remove(port_file);
   absl::StatusOr<std::string> token = core::ReadTokenFile(
-      core::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, 0}));
+      crypto::TokenFilePath(run_dir, core::Identity{core::Identity::Kind::kWorker, 0}));
   ASSERT_TRUE(token.ok()) << token.status();
 
   auto layout = *core::ModelLayout::Create({{"w", 3, 0}}, 128, 1);

@@ -1,10 +1,7 @@
-// Child processes for integration tests: the real ps-server binary and friends.
+// Child processes for integration tests: the real ps-server binary and friends, started
+// through the harness (harness/child_process.h) with their stderr in a log file.
 #pragma once
 
-#include <fcntl.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -13,19 +10,22 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "core/data_plane.h"
-
-extern char** environ;
+#include "harness/child_process.h"
+#include "harness/server_process.h"
 
 namespace ps::testing {
 
 using std::chrono::milliseconds;
 
-// A child process whose stderr goes to a file; killed if still running at the end.
+// A child process (args[0] is the executable) whose stderr goes to a file; killed if
+// still running at the end. A failure to start is a test failure.
 class Process {
  public:
   // `env`: NAME=VALUE entries replacing (or, with an empty value after '=', clearing)
@@ -33,54 +33,31 @@ class Process {
   explicit Process(std::vector<std::string> args, std::vector<std::string> env = {}) {
     log_ = std::filesystem::temp_directory_path() /
            ("ps_integration_process_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".log");
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 2, log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    std::vector<std::string> vars;
-    for (char** e = environ; *e != nullptr; ++e) {
-      const std::string var = *e;
-      const std::string name = var.substr(0, var.find('='));
-      bool replaced = false;
-      for (const std::string& o : env) replaced |= o.substr(0, o.find('=')) == name;
-      if (!replaced) vars.push_back(var);
-    }
-    for (const std::string& o : env) {
-      if (o.back() != '=') vars.push_back(o);
-    }
-    std::vector<char*> envp;
-    for (auto& v : vars) envp.push_back(v.data());
-    envp.push_back(nullptr);
-    EXPECT_EQ(posix_spawn(&pid_, argv[0], &fa, nullptr, argv.data(), envp.data()), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    harness::SpawnOptions options;
+    options.path = args.at(0);
+    options.args.assign(args.begin() + 1, args.end());
+    options.env = std::move(env);
+    options.stderr_file = log_.string();
+    absl::StatusOr<std::unique_ptr<harness::ChildProcess>> child = harness::ChildProcess::Spawn(options);
+    EXPECT_TRUE(child.ok()) << child.status();
+    if (child.ok()) child_ = *std::move(child);
   }
   ~Process() {
-    if (pid_ > 0 && !exited_) {
-      ::kill(pid_, SIGKILL);
-      ::waitpid(pid_, nullptr, 0);
-    }
+    child_.reset();  // kills and reaps it if it still runs
     std::filesystem::remove(log_);
   }
 
-  // Waits up to `timeout` for exit; returns the exit status or -1 on timeout.
+  // Waits up to `timeout` for exit; returns the exit status (128 + the signal when one
+  // ended it) or -1 on timeout.
   int Wait(milliseconds timeout) {
-    const auto until = std::chrono::steady_clock::now() + timeout;
-    while (std::chrono::steady_clock::now() < until) {
-      int status = 0;
-      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
-        exited_ = true;
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(milliseconds(20));
-    }
-    return -1;
+    if (child_ == nullptr || !child_->WaitFor(timeout)) return -1;
+    return *child_->shell_code();
   }
 
-  void Signal(int sig) { ::kill(pid_, sig); }
-  pid_t pid() const { return pid_; }
+  void Signal(int sig) {
+    if (child_ != nullptr) child_->Signal(sig);
+  }
+  pid_t pid() const { return child_ != nullptr ? child_->pid() : -1; }
   std::string Log() const {
     std::ifstream in(log_);
     return std::string(std::istreambuf_iterator<char>(in), {});
@@ -88,8 +65,7 @@ class Process {
 
  private:
   static inline int counter_ = 0;
-  pid_t pid_ = -1;
-  bool exited_ = false;
+  std::unique_ptr<harness::ChildProcess> child_;
   std::filesystem::path log_;
 };
 
@@ -102,15 +78,11 @@ inline std::vector<std::string> PlaneFlags(core::DataPlane plane, uint16_t data_
           std::to_string(data_port)};
 }
 
+// The port a shard wrote to --port-file `path` (harness::PollPortFile), waited for up
+// to `timeout`; "" when none came.
 inline std::string ReadPortFile(const std::string& path, milliseconds timeout) {
-  const auto until = std::chrono::steady_clock::now() + timeout;
-  while (std::chrono::steady_clock::now() < until) {
-    std::ifstream in(path);
-    std::string port;
-    if (in >> port) return port;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return "";
+  const std::optional<uint16_t> port = harness::PollPortFile(path, timeout);
+  return port ? std::to_string(*port) : "";
 }
 
 }  // namespace ps::testing

@@ -44,7 +44,7 @@ class ProtocolFixture : public ::testing::Test {
     o.threads = 2;
     o.data_plane = plane;
     // Each bad push on its own: the first malformed one would quarantine worker 2, whose
-    // later pushes would all be refused as such (tests/worker_lib/protocol_attack_test.cc
+    // later pushes would all be refused as such (tests/harness/protocol_attacker_test.cc
     // and tests/integration/hostile_test.cc test the quarantine).
     o.quarantine = milliseconds(0);
     cluster_ = testing::StartCluster(1, o);

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 namespace ps::net {
@@ -59,6 +60,51 @@ TEST(LayoutProtoTest, AnyDifferenceIsAnotherLayout) {
   other = msg;
   other.add_tensors()->set_name("extra");
   EXPECT_FALSE(SameLayout(layout, other));
+}
+
+TEST(LayoutProtoTest, TheFirstDifferenceIsNamed) {
+  const core::ModelLayout layout = TwoTensors();
+  v1::Layout msg;
+  LayoutToProto(layout, &msg);
+  EXPECT_EQ(LayoutDifference(layout, msg), "");
+  v1::Layout other = msg;
+  other.mutable_tensors(1)->set_numel(12);
+  other.set_slice_elems(16);  // a later difference: not the first
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "tensor 1 differs: the shard's is 'b' (10 elements, priority 0), the worker's 'b' "
+            "(12 elements, priority 0)");
+  other = msg;
+  other.mutable_tensors(0)->set_row_elems(10);
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "tensor 0 differs: the shard's is 'w' (100 elements, priority 1), the worker's 'w' "
+            "(100 elements, priority 1, rows of 10)");
+  other = msg;
+  other.add_tensors()->set_name("head\n");
+  other.mutable_tensors(2)->set_numel(4);
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "the worker's layout has 3 tensors, the shard's 2; the worker's next is 'head\\n' (4 "
+            "elements, priority 0)");
+  other = msg;
+  other.mutable_tensors()->RemoveLast();
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "the worker's layout ends after 1 of the shard's 2 tensors; the shard's next is 'b' "
+            "(10 elements, priority 0)");
+  other = msg;
+  other.set_slice_elems(16);
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "the same tensors cut into slices of 16 elements by the worker, of 32 by the shard");
+  other = msg;
+  other.set_num_shards(3);
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "the same tensors cut for 3 shards by the worker, for 2 by the shard");
+  // A name from the network is cut, so the answer stays small whatever it sent.
+  other = msg;
+  other.mutable_tensors(0)->set_name(std::string(100000, 'x'));
+  const std::string long_name = LayoutDifference(layout, other);
+  EXPECT_LT(long_name.size(), 300u);
+  std::string cut(64, 'x');
+  cut.append("...'");
+  EXPECT_NE(long_name.find(cut), std::string::npos) << long_name;
 }
 
 TEST(LayoutProtoTest, RowLengthsComeBackAndCutTheSameSlices) {

@@ -203,6 +203,15 @@ def test_bad_input_is_refused_clearly():
         agg.aggregate("trimmed_mean", bad, f=2)
     with pytest.raises(ValueError):
         agg.Aggregator("trimmed_mean", n=5, f=2)(x[:3])  # fewer than 2f + 1 inputs
+    # A rule that tolerates f Byzantine inputs, called without f, is refused rather than
+    # run with f = 0; rules whose result does not depend on f take f = 0.
+    for spec in ("trimmed_mean", "krum", "nnm+mean", "clip(2)+bulyan"):
+        with pytest.raises(ValueError, match=r"tolerates f Byzantine inputs .*pass f"):
+            agg.aggregate(spec, x)
+    with pytest.raises(ValueError, match="pass f"):
+        agg.Aggregator("trimmed_mean", n=len(x))
+    for spec in ("mean", "median", "geometric_median", "clip(2)+mean"):
+        np.testing.assert_array_equal(agg.aggregate(spec, x), agg.aggregate(spec, x, f=0))
 
 
 def test_aggregate_releases_the_gil():

@@ -106,12 +106,29 @@ def test_payloads_are_the_bytes_the_cpp_codecs_write():
         numel, cols = cases[case]
         assert data[1] | (data[2] << 8) == numel
         values = seed_gaussian(numel, numel)
-        payload = codecs.Codec(spec, seed=1).encode(values, round=1, slice=2, worker=3,
-                                                    matrix_cols=cols)
+        if spec.startswith("powersgd") and cols == 0:
+            # The C++ codec sends such values raw; the Python call refuses to do so silently.
+            with pytest.raises(ValueError, match="compresses a matrix: pass matrix_cols"):
+                codecs.Codec(spec, seed=1).encode(values, matrix_cols=cols)
+            payload = codecs.Codec(spec, seed=1)._codec.encode(values, round=1, slice=2,
+                                                               worker=3, matrix_cols=cols)
+        else:
+            payload = codecs.Codec(spec, seed=1).encode(values, round=1, slice=2, worker=3,
+                                                        matrix_cols=cols)
         assert payload == data[3:], f"{spec} ({name})"
         codecs.decode(spec, payload, numel)  # and a shard's decoder takes it
         checked += 1
     assert checked >= 2 * len(specs) - 4, f"only {checked} seed payloads for {len(specs)} specs"
+
+
+def test_powersgd_without_a_matrix_shape_is_refused():
+    grad = np.random.default_rng(2).normal(size=64).astype(np.float32)
+    for cols in (0, 7):
+        with pytest.raises(ValueError, match="compresses a matrix: pass matrix_cols"):
+            codecs.encode("powersgd(rank=1)", grad, matrix_cols=cols)
+    payload = codecs.encode("powersgd(rank=1)", grad, matrix_cols=8)  # 8 x 8, rank 1
+    assert len(payload) < grad.size * 4 / 2
+    assert codecs.decode("powersgd(rank=1)", payload, grad.size).shape == (64,)
 
 
 def test_hostile_payloads_are_refused_and_write_nothing():

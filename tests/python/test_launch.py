@@ -31,7 +31,8 @@ SCRIPT = textwrap.dedent("""
         w.push(0, t, np.full(100, me + 1, np.float32))
         w.wait_pushes()
     w.pull_all(3, [out], timeout=30)
-    print(f"worker {me}/{n}: {out[0]:.3f} over {w.data_plane}", flush=True)
+    print(f"worker {me}/{n}: {out[0]:.3f} over {w.data_plane}, local rank "
+          f"{os.environ['LOCAL_RANK']}", flush=True)
     w.close()
 """)
 
@@ -50,8 +51,10 @@ def test_workers_train_through_the_launcher(tmp_path, server_bin):
     done = launch(tmp_path, server_bin)
     assert done.returncode == 0, done.stderr
     # Worker 0 prints here; mean of 1, 2, 3 is 2, three steps of lr 1: -6.
-    assert "worker 0/3: -6.000 over grpc" in done.stdout
-    assert "worker 2/3: -6.000 over grpc" in (tmp_path / "logs" / "worker-2.log").read_text()
+    assert "worker 0/3: -6.000 over grpc, local rank 0" in done.stdout
+    # Every worker is on this host: torchrun's LOCAL_RANK is the worker id.
+    assert "worker 2/3: -6.000 over grpc, local rank 2" in \
+        (tmp_path / "logs" / "worker-2.log").read_text()
     assert "2 shard(s) at 127.0.0.1:" in done.stderr and "data plane" not in done.stderr
     for w in range(3):
         assert f"  worker {w}: ok" in done.stderr

@@ -98,9 +98,9 @@ def local_reference(workers, periods, lr=0.05):
     return {n: p.detach().numpy() for n, p in model.named_parameters()}
 
 
-def launch(tmp_path, server_bin, mode, workers=2, lr=0.1, plane="grpc"):
+def launch(tmp_path, server_bin, mode, workers=2, lr=0.1, plane="grpc", script_text=SCRIPT):
     script = tmp_path / "train.py"
-    script.write_text(SCRIPT)
+    script.write_text(script_text)
     out = tmp_path / "params.json"
     cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", str(workers),
            "--lr", str(lr), "--momentum", "0", "--server", server_bin, "--data-plane", plane,
@@ -186,10 +186,246 @@ def test_a_backward_pass_too_many_is_an_error(tmp_path, server_bin):
         opt.close()
 
 
+def test_divergence_is_reported_as_such_naming_the_rule(server_bin):
+    """Parameters that are no longer finite (what a Byzantine worker does to a mean) make
+    every gradient non-finite: step() says the model diverged and names the shards' rule,
+    instead of the codec's "cannot encode value 0: not finite"."""
+    from ps_server.launch import Shards
+    import ps_server.torch as pst
+
+    with Shards(1, 1, aggregator="mean", server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
+                 token_file=shards.token_file(0))
+        model = torch.nn.Linear(3, 1)
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                       named_parameters=model.named_parameters())
+        opt.synchronize()
+        with torch.no_grad():
+            model.weight.fill_(float("nan"))  # as if pulled so from the shards
+        (model(torch.ones(2, 3)) ** 2).sum().backward()  # every gradient nan
+        with pytest.raises(ValueError, match=r"the model diverged: after version 0 the "
+                           r"parameters 'weight' are not finite; the shards aggregate with "
+                           r"mean, which one Byzantine worker"):
+            opt.step()
+        opt.close()
+
+
+def test_frozen_parameters_are_neither_registered_nor_moved(server_bin):
+    """requires_grad=False (a frozen layer, as for fine-tuning): the parameter is not in
+    the shards' model, so no zeros are pushed for it and the shards' weight decay cannot
+    move it; the trained ones move as before."""
+    from ps_server.launch import Shards
+    import ps_server.torch as pst
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 1))
+    for p in model[0].parameters():
+        p.requires_grad_(False)
+    frozen = [p.detach().clone() for p in model[0].parameters()]
+    trained = [p.detach().clone() for p in model[1].parameters()]
+    with Shards(1, 1, lr=0.1, momentum=0.0, server_args=("--weight-decay", "0.5"),
+                server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
+                 token_file=shards.token_file(0))
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                       named_parameters=model.named_parameters(), model=model)
+        assert opt.frozen == ["0.weight", "0.bias"]
+        assert opt._names == ["1.weight", "1.bias"]
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.ones(2, 3)).sum().backward()
+            opt.step()
+        opt.synchronize()
+        for before, p in zip(frozen, model[0].parameters()):
+            assert torch.equal(before, p.detach())
+        for before, p in zip(trained, model[1].parameters()):
+            assert not torch.equal(before, p.detach())
+        opt.close()
+        with pytest.raises(ValueError, match=r"no parameters to train \(frozen: 0.weight, 0.bias\)"):
+            pst.DistributedOptimizer(torch.optim.SGD(model[0].parameters(), lr=0.0),
+                                     named_parameters=model[0].named_parameters(prefix="0"))
+
+
+ROOT_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    import torch
+    import ps_server.torch as pst
+
+    out = sys.argv[2]
+    pst.init()
+    torch.manual_seed(pst.rank())  # each worker its own initial values
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    if pst.rank() == 0:
+        time.sleep(1.5)  # loading a checkpoint: the other rank joins first
+        with torch.no_grad():
+            for i, p in enumerate(model.parameters()):
+                p.fill_(0.25 * (i + 1))
+    opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                   named_parameters=model.named_parameters(), model=model)
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+    with open(f"{out}.{pst.rank()}", "w") as fh:
+        json.dump({"params": [p.detach().flatten().tolist() for p in model.parameters()],
+                   "adopted": opt.root_values_adopted}, fh)
+    opt.close()
+""")
+
+
+def test_every_worker_starts_from_root_ranks_values(tmp_path, server_bin):
+    """Resuming the Horovod way: rank 0 loads a checkpoint, then broadcast_parameters from
+    root_rank 0. Rank 1 joins first with values of its own; the shards must still start
+    from rank 0's (before, whichever worker joined first registered its values)."""
+    got = launch(tmp_path, server_bin, "root", script_text=ROOT_SCRIPT)
+    assert got[0]["adopted"] is True and got[1]["adopted"] is None
+    for w in range(2):
+        for i, values in enumerate(got[w]["params"]):
+            assert values == [0.25 * (i + 1)] * len(values), (w, i)
+
+
+def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
+    """Shards that already hold parameters (a run that went on; a restored checkpoint)
+    keep them, and the root is warned that its values were not adopted; after training
+    started, a root whose values differ from the shards' (a checkpoint loaded mid-run)
+    gets an error, since the shards adopt no worker's values then."""
+    from ps_server.launch import Shards
+    import ps_server.torch as pst
+
+    model = torch.nn.Linear(3, 2)
+    with Shards(1, 1, lr=0.1, momentum=0.0, server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
+                 token_file=shards.token_file(0))
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                       named_parameters=model.named_parameters())
+        assert opt.root_values_adopted is True
+        pst.broadcast_parameters(model.state_dict(), root_rank=0)  # at start: no warning
+        for _ in range(2):
+            opt.zero_grad()
+            model(torch.ones(2, 3)).sum().backward()
+            opt.step()
+        pst.broadcast_parameters(model.state_dict(), root_rank=0)  # unchanged: fine
+        trained = [p.detach().clone() for p in model.parameters()]
+        with torch.no_grad():
+            model.weight.fill_(7.0)  # a checkpoint loaded mid-run
+        with pytest.raises(ValueError, match=r"broadcast_parameters after training started: "
+                           r"rank 0's parameters \('weight'\) differ from the shards' version 2"):
+            pst.broadcast_parameters(model.state_dict(), root_rank=0)
+        with pytest.raises(ValueError, match=r"pass DistributedOptimizer\(..., root_rank=1\)"):
+            pst.broadcast_parameters(model.state_dict(), root_rank=1)
+        opt.close()
+
+        # The worker restarts with fresh values while the shards went on: theirs win.
+        fresh = torch.nn.Linear(3, 2)
+        opt = pst.DistributedOptimizer(torch.optim.SGD(fresh.parameters(), lr=0.0),
+                                       named_parameters=fresh.named_parameters())
+        assert opt.root_values_adopted is False and opt.round == 2
+        with pytest.warns(UserWarning, match="rank 0's values were not adopted"):
+            pst.broadcast_parameters(fresh.state_dict(), root_rank=0)
+        for want, p in zip(trained, fresh.parameters()):
+            assert torch.equal(want, p.detach())
+        opt.close()
+
+
+def test_other_ranks_wait_for_the_root_to_register(server_bin):
+    """A rank other than root_rank never registers its own values: alone, it waits for the
+    root and then says what it waited for."""
+    from ps_server.launch import Shards
+    import ps_server
+    import ps_server.torch as pst
+
+    model = torch.nn.Linear(3, 2)
+    with Shards(1, 2, server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=1, num_workers=2,
+                 token_file=shards.token_file(1))
+        with pytest.raises(ps_server.Error, match=r"has no parameters yet, and worker 1 does not "
+                           r"register them \(it starts from the root worker's\)"):
+            pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                     named_parameters=model.named_parameters(),
+                                     connect_timeout=1.0)
+        with pytest.raises(ValueError, match=r"root_rank 2 outside \[0, 2\)"):
+            pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0), root_rank=2)
+
+
+def test_clipping_reaches_the_shards_with_overlap_off_and_is_refused_with_it_on(server_bin):
+    """clip_grad_norm_ between backward and step: with the default overlap the gradients
+    left during backward, so step() says the clipping reached no shard and names the fix;
+    with overlap=False (Horovod's synchronize() / skip_synchronize() pattern too) the
+    shards step with the clipped gradient."""
+    from ps_server.launch import Shards
+    import ps_server.torch as pst
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 1)
+    x = torch.tensor([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+    with Shards(1, 1, lr=1.0, momentum=0.0, server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
+                 token_file=shards.token_file(0))
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                       named_parameters=model.named_parameters())
+        (model(x) ** 2).sum().backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)
+        with pytest.raises(ValueError, match=r"the gradients of 'weight', 'bias' changed after "
+                           r"backward pushed them \(clip_grad_norm_.*overlap=False"):
+            opt.step()
+        opt.close()
+
+    with Shards(1, 1, lr=1.0, momentum=0.0, server=server_bin) as shards:
+        pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
+                 token_file=shards.token_file(0))
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+                                       named_parameters=model.named_parameters(), overlap=False)
+        before = [p.detach().clone() for p in model.parameters()]
+        opt.zero_grad()
+        (model(x) ** 2).sum().backward()
+        opt.synchronize()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)
+        assert norm > 1.0  # the clipping changes the gradient a lot
+        clipped = [p.grad.clone() for p in model.parameters()]
+        with opt.skip_synchronize():
+            opt.step()
+        opt.synchronize()
+        for b, g, p in zip(before, clipped, model.parameters()):
+            torch.testing.assert_close(p.detach(), b - g, rtol=1e-6, atol=1e-7)
+        opt.close()
+
+
+def test_init_reads_torchruns_environment(monkeypatch, tmp_path):
+    """torchrun sets RANK, WORLD_SIZE and LOCAL_RANK, not PS_WORKER_ID and PS_NUM_WORKERS:
+    init() takes them, finds this rank's token in PS_RUN_DIR, and refuses a PS_ value that
+    disagrees with torchrun's."""
+    import ps_server.torch as pst
+
+    for name in ("PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PS_SHARDS", "127.0.0.1:1")
+    monkeypatch.delenv("RANK", raising=False)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    with pytest.raises(ValueError, match=r"PS_WORKER_ID \(or torchrun's RANK\) is not set"):
+        pst.init()
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("PS_RUN_DIR", str(tmp_path))
+    pst.init()
+    assert (pst.rank(), pst.size(), pst.local_rank()) == (2, 4, 0)
+    assert pst._context["token_file"] == str(tmp_path / "token-worker-2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("PS_TOKEN_FILE", "/given/token")
+    pst.init()
+    assert pst.local_rank() == 1
+    assert pst._context["token_file"] == "/given/token"
+    monkeypatch.setenv("PS_WORKER_ID", "2")  # the same: fine
+    pst.init()
+    monkeypatch.setenv("PS_WORKER_ID", "3")
+    with pytest.raises(ValueError, match="PS_WORKER_ID=3 but torchrun's RANK=2"):
+        pst.init()
+    monkeypatch.setenv("PS_NUM_WORKERS", "5")
+    monkeypatch.setenv("PS_WORKER_ID", "2")
+    with pytest.raises(ValueError, match="PS_NUM_WORKERS=5 but torchrun's WORLD_SIZE=4"):
+        pst.init()
+
+
 def test_init_needs_its_environment(monkeypatch):
     import ps_server.torch as pst
 
-    for name in ("PS_SHARDS", "PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE"):
+    for name in ("PS_SHARDS", "PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE", "PS_RUN_DIR",
+                 "RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="PS_SHARDS is not set"):
         pst.init()

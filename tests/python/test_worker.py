@@ -115,6 +115,20 @@ def test_refusals_are_exceptions_that_say_which_push(server_bin):
         b.close()
 
 
+def test_a_layout_mismatch_names_the_tensor_that_differs(server_bin):
+    """A worker whose model differs from the registered one (a layer resized, say) is
+    refused with the first tensor that differs, name and size, not two hashes."""
+    with Shards(1, 2, server=server_bin) as shards:
+        (a,) = start_workers(shards, 1)
+        with pytest.raises(ps_server.Refused) as e:
+            ps_server.Worker(shards.addresses, 1, [("w", 1000), ("b", 12)],
+                             token_file=shards.token_file(1), connect_timeout=30)
+        assert e.value.reason == "layout_mismatch"
+        assert ("tensor 1 differs: the shard's is 'b' (10 elements, priority 1), the "
+                "worker's 'b' (12 elements, priority 1)") in str(e.value), str(e.value)
+        a.close()
+
+
 def test_bad_input_is_refused_before_anything_is_sent(server_bin):
     torch = pytest.importorskip("torch")
     with Shards(1, 1, server=server_bin) as shards:

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <string>
 
-#include "core/auth_proof.h"
 #include "core/clock.h"
-#include "core/cluster_secret.h"
 #include "core/credentials.h"
+#include "crypto/auth_proof.h"
+#include "crypto/cluster_secret.h"
 #include "server/auth_internal.h"
 #include "server/options.h"
 
@@ -176,7 +176,7 @@ class ChallengeTest : public AuthenticatorTest {
     options_.secret_file = WriteFile("secret", std::string(64, '4') + "\n");
     std::filesystem::permissions(options_.secret_file, std::filesystem::perms::owner_read |
                                                            std::filesystem::perms::owner_write);
-    secret_ = *core::ReadSecretFile(options_.secret_file);
+    secret_ = *crypto::ReadSecretFile(options_.secret_file);
     options_.num_workers = 2;
     options_.num_shards = 2;
     options_.shard_id = 1;
@@ -188,19 +188,19 @@ class ChallengeTest : public AuthenticatorTest {
 
   // What an honest client does: the challenge, checking the answer; then its call header.
   std::string Prove(const Authenticator& auth, const std::string& token) {
-    const std::string key = core::TokenKey(token);
-    const std::string nonce = *core::NewNonce();
-    absl::StatusOr<std::string> answer = auth.AnswerChallenge(core::ChallengeHeader(key, nonce));
+    const std::string key = crypto::TokenKey(token);
+    const std::string nonce = *crypto::NewNonce();
+    absl::StatusOr<std::string> answer = auth.AnswerChallenge(crypto::ChallengeHeader(key, nonce));
     EXPECT_TRUE(answer.ok()) << answer.status();
-    std::optional<core::ChallengeReply> r = core::ParseChallengeAnswer(answer.value_or(""));
+    std::optional<crypto::ChallengeReply> r = crypto::ParseChallengeAnswer(answer.value_or(""));
     EXPECT_TRUE(r.has_value()) << answer.value_or("");
     if (!r.has_value()) return "";
     EXPECT_EQ(r->server.Name(), "shard-1");
-    EXPECT_TRUE(core::SameProof(
-        r->proof, core::ServerProof(token, key, "shard-1", nonce, r->server_nonce)));
+    EXPECT_TRUE(crypto::SameProof(
+        r->proof, crypto::ServerProof(token, key, "shard-1", nonce, r->server_nonce)));
     server_nonce_ = r->server_nonce;
-    return core::ProofHeader(key, r->server_nonce,
-                             core::CallProof(token, key, "shard-1", r->server_nonce));
+    return crypto::ProofHeader(key, r->server_nonce,
+                             crypto::CallProof(token, key, "shard-1", r->server_nonce));
   }
   std::string Refused(const std::string& header, std::string* charge_to = nullptr) {
     absl::StatusOr<core::Identity> r = auth_->Verify({std::nullopt, header}, charge_to);
@@ -217,10 +217,10 @@ class ChallengeTest : public AuthenticatorTest {
 TEST_F(ChallengeTest, DerivedAndListedTokensProveTheirIdentity) {
   using Kind = core::Identity::Kind;
   for (const auto& [token, name] : std::vector<std::pair<std::string, std::string>>{
-           {core::DeriveToken(secret_, {Kind::kWorker, 1}), "worker-1"},
-           {core::DeriveToken(secret_, {Kind::kShard, 0}), "shard-0"},
+           {crypto::DeriveToken(secret_, {Kind::kWorker, 1}), "worker-1"},
+           {crypto::DeriveToken(secret_, {Kind::kShard, 0}), "shard-0"},
            // Beyond --workers: derived per call, not made at start.
-           {core::DeriveToken(secret_, {Kind::kWorker, 7}), "worker-7"},
+           {crypto::DeriveToken(secret_, {Kind::kWorker, 7}), "worker-7"},
            {kTokenA, "admin"}}) {
     absl::StatusOr<core::Identity> id = auth_->Verify({std::nullopt, Prove(*auth_, token)});
     ASSERT_TRUE(id.ok()) << name << ": " << id.status();
@@ -234,9 +234,9 @@ TEST_F(ChallengeTest, DerivedAndListedTokensProveTheirIdentity) {
 TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
   using Kind = core::Identity::Kind;
   const std::string secret(32, 's');
-  const std::string derived = core::DeriveToken(secret_, {Kind::kWorker, 1});
+  const std::string derived = crypto::DeriveToken(secret_, {Kind::kWorker, 1});
   EXPECT_EQ(auth_->DataKeyOf(1, 77, secret),
-            core::DataKey(derived, "worker-1", "shard-1", 77, secret));
+            crypto::DataKey(derived, "worker-1", "shard-1", 77, secret));
   EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(1, 78, secret));
   EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(0, 77, secret));
 
@@ -245,7 +245,7 @@ TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
   auto by_file = Authenticator::Create(listed);
   ASSERT_TRUE(by_file.ok()) << by_file.status();
   EXPECT_EQ((*by_file)->DataKeyOf(0, 5, secret),
-            core::DataKey(kTokenB, core::TokenKey(kTokenB), "shard-0", 5, secret));
+            crypto::DataKey(kTokenB, crypto::TokenKey(kTokenB), "shard-0", 5, secret));
   EXPECT_EQ((*by_file)->DataKeyOf(1, 5, secret), secret) << "worker-1 has no token here";
 
   auto none = Authenticator::Create(ServerOptions{});
@@ -255,38 +255,38 @@ TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
 
 TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {
   using Kind = core::Identity::Kind;
-  const std::string w1 = core::DeriveToken(secret_, {Kind::kWorker, 1});
+  const std::string w1 = crypto::DeriveToken(secret_, {Kind::kWorker, 1});
   const std::string header = Prove(*auth_, w1);
   ASSERT_TRUE(auth_->Verify({std::nullopt, header}).ok());
   const std::string s = server_nonce_;
   // Worker 1's token under worker 0's name.
   EXPECT_THAT(
-      Refused(core::ProofHeader("worker-0", s, core::CallProof(w1, "worker-0", "shard-1", s))),
+      Refused(crypto::ProofHeader("worker-0", s, crypto::CallProof(w1, "worker-0", "shard-1", s))),
       HasSubstr("wrong proof"));
   // A token of another secret, in the derived form (a squatter's make-up).
-  const std::string forged = core::DeriveToken(std::string(core::kSecretBytes, '\x01'),
+  const std::string forged = crypto::DeriveToken(std::string(crypto::kSecretBytes, '\x01'),
                                                {Kind::kWorker, 1});
   EXPECT_THAT(
-      Refused(core::ProofHeader("worker-1", s, core::CallProof(forged, "worker-1", "shard-1", s))),
+      Refused(crypto::ProofHeader("worker-1", s, crypto::CallProof(forged, "worker-1", "shard-1", s))),
       HasSubstr("wrong proof"));
   // Made for shard 0, or for another nonce under this process's instance id.
   EXPECT_THAT(
-      Refused(core::ProofHeader("worker-1", s, core::CallProof(w1, "worker-1", "shard-0", s))),
+      Refused(crypto::ProofHeader("worker-1", s, crypto::CallProof(w1, "worker-1", "shard-0", s))),
       HasSubstr("wrong proof"));
-  std::string other_nonce = *core::NewNonce();
-  other_nonce.replace(0, core::kInstanceBytes, s.substr(0, core::kInstanceBytes));
-  EXPECT_THAT(Refused(core::ProofHeader("worker-1", s,
-                                        core::CallProof(w1, "worker-1", "shard-1", other_nonce))),
+  std::string other_nonce = *crypto::NewNonce();
+  other_nonce.replace(0, crypto::kInstanceBytes, s.substr(0, crypto::kInstanceBytes));
+  EXPECT_THAT(Refused(crypto::ProofHeader("worker-1", s,
+                                        crypto::CallProof(w1, "worker-1", "shard-1", other_nonce))),
               HasSubstr("wrong proof"));
   // Truncated, malformed, unknown keys.
   EXPECT_THAT(Refused(header.substr(0, header.size() - 2)), HasSubstr("must be 'PS-Proof-v1"));
-  const std::string unknown = core::TokenKey(kTokenB);
+  const std::string unknown = crypto::TokenKey(kTokenB);
   EXPECT_THAT(
-      Refused(core::ProofHeader(unknown, s, core::CallProof(kTokenB, unknown, "shard-1", s))),
+      Refused(crypto::ProofHeader(unknown, s, crypto::CallProof(kTokenB, unknown, "shard-1", s))),
       HasSubstr("unknown token"));
   // A challenge for an unknown token, or a malformed one, gets no answer.
   absl::StatusOr<std::string> answer =
-      auth_->AnswerChallenge(core::ChallengeHeader(unknown, *core::NewNonce()));
+      auth_->AnswerChallenge(crypto::ChallengeHeader(unknown, *crypto::NewNonce()));
   EXPECT_THAT(std::string(answer.status().message()), HasSubstr("unknown token"));
   EXPECT_THAT(std::string(auth_->AnswerChallenge(header).status().message()),
               HasSubstr("PS-Challenge-v1 KEY NONCE"));
@@ -295,7 +295,7 @@ TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {
 
 TEST_F(ChallengeTest, AProofForAnEarlierProcessIsStale) {
   using Kind = core::Identity::Kind;
-  const std::string w1 = core::DeriveToken(secret_, {Kind::kWorker, 1});
+  const std::string w1 = crypto::DeriveToken(secret_, {Kind::kWorker, 1});
   const std::string header = Prove(*auth_, w1);
   // The shard restarts: same secret, a new instance nonce.
   auto restarted = Authenticator::Create(options_);
@@ -304,8 +304,8 @@ TEST_F(ChallengeTest, AProofForAnEarlierProcessIsStale) {
   std::string charge_to;
   absl::StatusOr<core::Identity> r = (*restarted)->Verify({std::nullopt, header}, &charge_to);
   ASSERT_EQ(r.status().code(), absl::StatusCode::kUnauthenticated);
-  EXPECT_EQ(core::StaleInstance(std::string(r.status().message())),
-            core::InstanceId(server_nonce_));
+  EXPECT_EQ(crypto::StaleInstance(std::string(r.status().message())),
+            crypto::InstanceId(server_nonce_));
   EXPECT_EQ(charge_to, kStaleProofClient);
   // A fresh challenge makes a proof the new process takes.
   EXPECT_TRUE((*restarted)->Verify({std::nullopt, Prove(**restarted, w1)}).ok());

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "core/cluster_secret.h"
+#include "crypto/cluster_secret.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/options.h"
@@ -174,7 +174,7 @@ class FlagsTest : public ::testing::Test {
 TEST_F(FlagsTest, WithoutAuthenticationFlagsTheRunDirectorySecretIsUsed) {
   const FlagsResult plain = Parse({});
   ASSERT_FALSE(plain.exit_now) << plain.message;
-  EXPECT_EQ(plain.options.run_dir, *core::DefaultRunDirectory());
+  EXPECT_EQ(plain.options.run_dir, *crypto::DefaultRunDirectory());
   EXPECT_TRUE(plain.options.ClientAuthRequired());
   EXPECT_FALSE(plain.options.insecure);
 

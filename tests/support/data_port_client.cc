@@ -16,9 +16,9 @@
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "core/auth_proof.h"
 #include "core/refusal.h"
 #include "core/status.h"
+#include "crypto/auth_proof.h"
 
 namespace ps::testing {
 
@@ -133,8 +133,8 @@ absl::StatusOr<net::AdmitMeta> DataPortClient::Handshake(uint64_t session, uint3
   const std::string server = absl::StrCat("shard-", shard);
   // The shard proves it holds the session's key first (a worker stops here if not).
   server_proved_ = std::string(c->proof.data(), c->proof.size()) ==
-                   core::DataServerProof(key, server, session, client_nonce, server_nonce);
-  const std::string proof = core::DataClientProof(key, server, session, client_nonce, server_nonce);
+                   crypto::DataServerProof(key, server, session, client_nonce, server_nonce);
+  const std::string proof = crypto::DataClientProof(key, server, session, client_nonce, server_nonce);
   net::ProofMeta p;
   std::copy(proof.begin(), proof.end(), p.proof.begin());
   out.clear();
@@ -175,7 +175,7 @@ bool DataPortClient::ReadExactly(size_t n, std::string* out) {
 std::string DataConnectionKey(std::string_view token, uint32_t shard, uint64_t session,
                               std::string_view secret) {
   if (token.empty()) return std::string(secret);
-  return core::DataKey(token, core::TokenKey(token), absl::StrCat("shard-", shard), session, secret);
+  return crypto::DataKey(token, crypto::TokenKey(token), absl::StrCat("shard-", shard), session, secret);
 }
 
 std::string HelloFrame(uint64_t session, uint32_t worker) {

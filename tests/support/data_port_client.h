@@ -87,7 +87,7 @@ class DataPortClient {
 };
 
 // The key of the proofs of a data connection under `session` with `secret` (a Join
-// answer's) for the holder of `token` to shard `shard`: core::DataKey, or the secret
+// answer's) for the holder of `token` to shard `shard`: crypto::DataKey, or the secret
 // itself without a token (mTLS only or --insecure).
 std::string DataConnectionKey(std::string_view token, uint32_t shard, uint64_t session,
                               std::string_view secret);

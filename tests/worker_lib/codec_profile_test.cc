@@ -7,6 +7,7 @@
 
 #include "core/device.h"
 #include "gmock/gmock.h"
+#include "gpu/cuda_device.h"
 #include "gtest/gtest.h"
 
 namespace ps::internal {
@@ -46,7 +47,7 @@ TEST(CodecProfileTest, AZeroBudgetTimesOnce) {
 // only where the build and the machine have one and the codec a device encoder (fp16
 // does, PowerSGD does not); the payload is the CPU's either way.
 TEST(CodecProfileTest, AProfileSaysWhereItEncoded) {
-  const bool device = core::CudaDevice().ok();
+  const bool device = gpu::CudaDevice().ok();
   auto fp16 = ProfileCodec("fp16", 4096, 0, core::Device::kCuda);
   ASSERT_TRUE(fp16.ok()) << fp16.status();
   EXPECT_EQ(fp16->device, device ? core::Device::kCuda : core::Device::kCpu);

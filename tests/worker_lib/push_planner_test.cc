@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "gpu/cuda_device.h"
 
 namespace ps::internal {
 namespace {
@@ -218,10 +219,10 @@ TEST(PushPlannerTest, DeviceOptionsOnlyWhereTheCodecEncodesThere) {
     EXPECT_EQ((*made)[i - 1].name, (*made)[i].name) << "the CPU's profile comes first";
     EXPECT_EQ((*made)[i - 1].device, core::Device::kCpu);
   }
-  if (core::CudaDevice().ok()) {
+  if (gpu::CudaDevice().ok()) {
     EXPECT_THAT(on_device, ElementsAre("fp16"));
   } else {
-    EXPECT_THAT(on_device, ::testing::IsEmpty()) << core::CudaDevice().status();
+    EXPECT_THAT(on_device, ::testing::IsEmpty()) << gpu::CudaDevice().status();
     EXPECT_EQ(made->size(), 3u);
   }
 }

@@ -22,8 +22,8 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
-#include "core/auth_proof.h"
 #include "core/refusal.h"
+#include "crypto/auth_proof.h"
 #include "net/data_frame.h"
 
 namespace ps::internal::tcp_plane {
@@ -103,11 +103,11 @@ class ScriptedShard {
     EXPECT_EQ(h->data_session, kSession);
     EXPECT_EQ(h->worker_id, 3u);
     const std::string client_nonce(h->client_nonce.begin(), h->client_nonce.end());
-    const std::string server_nonce(core::kNonceBytes, 'n');
-    const std::string key = core::DataKey(kToken, core::TokenKey(kToken), "shard-0", kSession, kSecret);
+    const std::string server_nonce(crypto::kNonceBytes, 'n');
+    const std::string key = crypto::DataKey(kToken, crypto::TokenKey(kToken), "shard-0", kSession, kSecret);
     net::ChallengeMeta c;
     std::copy(server_nonce.begin(), server_nonce.end(), c.server_nonce.begin());
-    std::string proof = core::DataServerProof(forge ? std::string(32, 'k') : key, "shard-0",
+    std::string proof = crypto::DataServerProof(forge ? std::string(32, 'k') : key, "shard-0",
                                               kSession, client_nonce, server_nonce);
     std::copy(proof.begin(), proof.end(), c.proof.begin());
     std::string out;
@@ -117,8 +117,8 @@ class ScriptedShard {
     if (!p.has_value() || p->header.type != net::FrameType::kProof) return false;
     absl::StatusOr<net::ProofMeta> pm = net::ParseProofMeta(p->meta);
     const std::string expected =
-        core::DataClientProof(key, "shard-0", kSession, client_nonce, server_nonce);
-    EXPECT_TRUE(core::SameProof(expected, std::string_view(pm->proof.data(), pm->proof.size())));
+        crypto::DataClientProof(key, "shard-0", kSession, client_nonce, server_nonce);
+    EXPECT_TRUE(crypto::SameProof(expected, std::string_view(pm->proof.data(), pm->proof.size())));
     out.clear();
     EXPECT_TRUE(net::AppendAdmit({.max_body_bytes = max_body, .max_unanswered_pushes = 64,
                                   .max_pull_slices = 16, .idle_timeout_ms = 60000},

@@ -12,6 +12,7 @@
 #include "codecs/codec.h"
 #include "core/device.h"
 #include "gmock/gmock.h"
+#include "gpu/cuda_device.h"
 #include "gtest/gtest.h"
 
 namespace ps::internal {
@@ -101,7 +102,7 @@ TEST(TensorEncoderTest, DeviceCudaEncodesTheCpuBytesAndSaysWhereItRuns) {
   EXPECT_TRUE(std::equal((*cpu)->residual().begin(), (*cpu)->residual().end(),
                          (*cuda)->residual().begin(), (*cuda)->residual().end()));
   EXPECT_TRUE((*cpu)->device_note().empty());
-  if (core::CudaDevice().ok()) {
+  if (gpu::CudaDevice().ok()) {
     EXPECT_TRUE((*cuda)->device_note().empty()) << (*cuda)->device_note();
   } else {
     EXPECT_THAT(std::string((*cuda)->device_note()),

@@ -61,7 +61,7 @@ struct Options {
 // Authenticator read it for the control port).
 Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits);
 
-// The key of a connection's proofs for a worker's data session (core::DataKey): the
+// The key of a connection's proofs for a worker's data session (crypto::DataKey): the
 // server's Authenticator binds it to the worker's token. Null: the session's secret.
 using KeyOf = std::function<std::string(uint32_t worker, uint64_t data_session,
                                         std::string_view secret)>;

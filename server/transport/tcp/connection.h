@@ -7,7 +7,7 @@
 //   HELLO (session, worker, client nonce C) -> an unknown or replaced session, or one of
 //     another worker: GOAWAY unknown_session, before any HMAC;
 //   CHALLENGE (N, server nonce S, the shard's proof) -> PROOF, compared with
-//     core::SameProof; a wrong one: GOAWAY unauthenticated through the tarpit, charged
+//     crypto::SameProof; a wrong one: GOAWAY unauthenticated through the tarpit, charged
 //     to its anonymous client;
 //   ADMIT (the connection's limits) -> PUSH, PULL, CANCEL, GOAWAY.
 //

@@ -13,6 +13,7 @@
 
 #include "aggregators/aggregator.h"
 #include "core/device.h"
+#include "gpu/cuda_device.h"
 #include "gtest/gtest.h"
 #include "tests/aggregators/test_util.h"
 
@@ -24,7 +25,7 @@ using test::Vectors;
 class OnCuda : public ::testing::Test {
  protected:
   void SetUp() override {
-    const absl::StatusOr<std::string> device = core::CudaDevice();
+    const absl::StatusOr<std::string> device = gpu::CudaDevice();
     if (!device.ok()) {
       GTEST_SKIP() << device.status().message() << ": GPU aggregation tests skipped";
     }

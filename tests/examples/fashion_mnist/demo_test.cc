@@ -19,6 +19,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "harness/process_stats.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -62,16 +63,6 @@ done
 echo "{\"event\":\"eval\",\"step\":$steps,\"test_accuracy\":0.875}"
 echo "{\"event\":\"done\",\"steps\":$steps,\"final_test_accuracy\":0.875,\"wall_seconds\":1}"
 )";
-
-// Running, not merely a zombie (an orphan waits for init, which may never reap it).
-bool Alive(pid_t pid) {
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string line;
-  if (!std::getline(stat, line)) return false;
-  const size_t paren = line.rfind(')');
-  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] != 'Z' &&
-         line[paren + 2] != 'X';
-}
 
 class DemoTest : public ::testing::Test {
  protected:
@@ -117,7 +108,8 @@ class DemoTest : public ::testing::Test {
       pid_t pid = 0;
       in >> pid;
       ASSERT_GT(pid, 0);
-      EXPECT_FALSE(Alive(pid)) << entry.path().filename() << " (pid " << pid << ") still runs";
+      EXPECT_FALSE(harness::Running(pid))
+          << entry.path().filename() << " (pid " << pid << ") still runs";
     }
   }
 

@@ -1,7 +1,7 @@
 // The worker's end of the native TCP data plane (docs/data-plane.md, section 3): one
 // connection per shard, opened on first use, bound to the shard's data session by the
 // handshake of net/data_frame.h (the shard proves itself first; the worker's proof is
-// keyed by core::DataKey over its token and the session's secret), then pushes and
+// keyed by crypto::DataKey over its token and the session's secret), then pushes and
 // pulls as length-prefixed frames both ways: several queued frames leave in one gather
 // write, each push's payload straight from its shared buffer; a pulled slice's dense
 // values are read straight into the place its PullSink names (the caller's buffer).

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <utility>
 
-#include "core/auth_proof.h"
 #include "core/refusal.h"
 #include "core/status.h"
+#include "crypto/auth_proof.h"
 #include "net/address.h"
 
 namespace ps::internal::tcp_plane {
@@ -151,7 +151,7 @@ void Connection::StartTls(uint64_t gen, const std::string& server_name) {
 }
 
 void Connection::SendHello(uint64_t gen) {
-  absl::StatusOr<std::string> nonce = core::NewNonce();
+  absl::StatusOr<std::string> nonce = crypto::NewNonce();
   if (!nonce.ok()) return Lost(nonce.status());
   net::HelloMeta hello{.data_session = admitted_route_.data_session,
                        .worker_id = options_.worker_id};
@@ -244,19 +244,19 @@ void Connection::OnChallenge(uint64_t gen) {
   const std::string key =
       options_.credentials.token.empty()
           ? secret
-          : core::DataKey(options_.credentials.token, core::TokenKey(options_.credentials.token), server_,
+          : crypto::DataKey(options_.credentials.token, crypto::TokenKey(options_.credentials.token), server_,
                           admitted_route_.data_session, secret);
-  const std::string expected = core::DataServerProof(
+  const std::string expected = crypto::DataServerProof(
       key, server_, admitted_route_.data_session, client_nonce_, server_nonce);
   if (c->shard_index != options_.shard ||
-      !core::SameProof(expected, std::string_view(c->proof.data(), c->proof.size()))) {
+      !crypto::SameProof(expected, std::string_view(c->proof.data(), c->proof.size()))) {
     // Nothing more is said to a port that cannot prove it holds the session.
     return Lost(absl::UnauthenticatedError(absl::StrCat(
         Name(), "'s data port did not prove that it is shard ", options_.shard,
         " holding this worker's data session (another process on the port?)")));
   }
   net::ProofMeta proof;
-  const std::string mine = core::DataClientProof(key, server_, admitted_route_.data_session,
+  const std::string mine = crypto::DataClientProof(key, server_, admitted_route_.data_session,
                                                  client_nonce_, server_nonce);
   std::copy(mine.begin(), mine.end(), proof.proof.begin());
   std::string frame;
