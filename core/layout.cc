@@ -23,12 +23,15 @@ uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_ele
                       uint32_t num_shards) {
   // Canonical, length-prefixed encoding so that no two layouts share a preimage. A
   // layout without row lengths keeps the first version's encoding (and so its hash, which
-  // checkpoints record); one with any is v2, which adds each tensor's.
-  const bool rows = std::any_of(tensors.begin(), tensors.end(),
-                                [](const TensorSpec& t) { return t.row_elems != 0; });
-  std::string buf = rows ? "ps.layout.v2" : "ps.layout.v1";
+  // checkpoints record); one with any is v2, which adds each tensor's; one with any
+  // optimizer spec is v3, which adds each tensor's row length and spec.
+  const bool optimizers = std::any_of(tensors.begin(), tensors.end(),
+                                      [](const TensorSpec& t) { return !t.optimizer.empty(); });
+  const bool rows = optimizers || std::any_of(tensors.begin(), tensors.end(),
+                                              [](const TensorSpec& t) { return t.row_elems != 0; });
+  std::string buf = optimizers ? "ps.layout.v3" : rows ? "ps.layout.v2" : "ps.layout.v1";
   size_t size = buf.size() + 24;
-  for (const TensorSpec& t : tensors) size += 32 + t.name.size();
+  for (const TensorSpec& t : tensors) size += 40 + t.name.size() + t.optimizer.size();
   buf.reserve(size);
   AppendU64(buf, tensors.size());
   for (const TensorSpec& t : tensors) {
@@ -37,6 +40,10 @@ uint64_t LayoutDigest(const std::vector<TensorSpec>& tensors, uint32_t slice_ele
     AppendU64(buf, t.numel);
     AppendU64(buf, static_cast<uint64_t>(static_cast<int64_t>(t.priority)));
     if (rows) AppendU64(buf, t.row_elems);
+    if (optimizers) {
+      AppendU64(buf, t.optimizer.size());
+      buf += t.optimizer;
+    }
   }
   AppendU64(buf, slice_elems);
   AppendU64(buf, num_shards);
@@ -95,6 +102,13 @@ absl::StatusOr<LayoutSummary> ModelLayout::Check(const std::vector<TensorSpec>& 
       return absl::InvalidArgumentError(
           absl::StrCat("tensor '", ClientText(t.name), "' has ", t.numel,
                        " elements, not whole rows of ", t.row_elems));
+    }
+    if (t.optimizer.size() > kMaxOptimizerSpecBytes ||
+        !std::all_of(t.optimizer.begin(), t.optimizer.end(),
+                     [](char c) { return c >= 0x20 && c < 0x7f; })) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "tensor '", ClientText(t.name), "' has an optimizer spec of ", t.optimizer.size(),
+          " bytes; it must be printable ASCII of at most ", kMaxOptimizerSpecBytes, " bytes"));
     }
     sum.total_elems += t.numel;
     const uint32_t len = SliceElemsOf(t, slice_elems);

@@ -25,6 +25,7 @@ inline constexpr size_t kMaxTensors = 1u << 16;
 // slices of the default 65,536 elements are 2^36 parameters.
 inline constexpr size_t kMaxSlices = 1u << 20;
 inline constexpr size_t kMaxTensorNameBytes = 256;
+inline constexpr size_t kMaxOptimizerSpecBytes = 256;
 // Total elements of a model (2^40 fp32 = 4 TiB): keeps every size computation far from
 // 64-bit overflow. Servers set tighter limits of their own (--max-shard-bytes).
 inline constexpr uint64_t kMaxModelElems = uint64_t{1} << 40;
@@ -38,6 +39,12 @@ struct TensorSpec {
   // rows (SliceElemsOf), so a codec that factors matrices (PowerSGD) sees each slice as
   // one. Must divide numel.
   uint32_t row_elems = 0;
+  // How the shards update the tensor: an optimizer spec (server/optimizer.h, e.g.
+  // "adam(lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0)"), or empty for
+  // the shards' own (--lr, --momentum, --weight-decay). Part of the layout's hash, so
+  // every worker of a job registers the same. Printable ASCII, at most
+  // kMaxOptimizerSpecBytes; its grammar is the shard's to check.
+  std::string optimizer;
 };
 
 // The slice length of tensor `t` in a layout of `slice_elems`: slice_elems rounded down

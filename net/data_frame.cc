@@ -24,6 +24,7 @@ using internal::FrameError;
 using internal::Hex8;
 using internal::kPullHeld;
 using internal::kPushLoss;
+using internal::kPushLr;
 using internal::kSliceFirstLoss;
 using internal::kSliceLoss;
 using internal::kSliceQueued;
@@ -82,12 +83,14 @@ absl::Status AppendStatus(FrameType type, uint64_t tag, const StatusMeta& meta,
 
 absl::Status AppendPush(uint64_t tag, const PushMeta& meta, size_t body_bytes, std::string* out) {
   PS_RETURN_IF_ERROR(CheckCodec(FrameType::kPush, meta.codec));
-  const uint8_t flags = meta.loss.has_value() ? kPushLoss : 0;
+  const uint8_t flags = static_cast<uint8_t>((meta.loss.has_value() ? kPushLoss : 0) |
+                                             (meta.lr.has_value() ? kPushLr : 0));
   return AppendFrame(FrameType::kPush, flags, tag, body_bytes, out, [&](MetaWriter& w) {
     w.Int(meta.layout_hash, 8);
     w.Int(meta.round, 8);
     w.Int(meta.slice_id, 4);
     if (meta.loss.has_value()) w.F32(*meta.loss);
+    if (meta.lr.has_value()) w.F32(*meta.lr);
     w.Str(meta.codec, 1);
   });
 }
@@ -99,6 +102,7 @@ absl::StatusOr<PushMeta> ParsePushMeta(uint8_t flags, std::string_view meta) {
   PS_RETURN_IF_ERROR(r.Int(&m.round, "round"));
   PS_RETURN_IF_ERROR(r.Int(&m.slice_id, "slice id"));
   if ((flags & kPushLoss) != 0) PS_RETURN_IF_ERROR(r.F32(&m.loss, "loss"));
+  if ((flags & kPushLr) != 0) PS_RETURN_IF_ERROR(r.F32(&m.lr, "learning rate"));
   PS_RETURN_IF_ERROR(r.Str(1, kMaxFrameCodecBytes, &m.codec, "codec"));
   PS_RETURN_IF_ERROR(r.Finish());
   return m;

@@ -28,8 +28,8 @@
 //   ADMIT     0x04 shard -> worker: u32 largest body, u32 unanswered pushes, u32 slices
 //                  per pull, u32 idle timeout (ms)                                 (16)
 //   PUSH      0x10 worker -> shard: u64 layout hash, u64 round, u32 slice id, [f32 loss,
-//                  flag 0x01], str8 codec (at most kMaxFrameCodecBytes). Body: the
-//                  codec's payload.
+//                  flag 0x01], [f32 learning rate, flag 0x02], str8 codec (at most
+//                  kMaxFrameCodecBytes). Body: the codec's payload.
 //   ANSWER    0x11 shard -> worker: u8 status code (0-16, absl::StatusCode), str8
 //                  refusal name ([a-z0-9_], at most kMaxRefusalNameBytes; empty: none),
 //                  str16 message (UTF-8, at most kMaxStatusMessageBytes)
@@ -204,6 +204,7 @@ struct PushMeta {
   // Any bytes: the shard's codec lookup refuses what it cannot make (unknown_codec), as
   // on the gRPC path, so that a bad codec costs the push, not the connection.
   std::string_view codec;
+  std::optional<float> lr;  // the learning rate the worker asks the round's step to take
 };
 // `body_bytes`: the payload's length (at most 2^32 - 1).
 absl::Status AppendPush(uint64_t tag, const PushMeta& meta, size_t body_bytes, std::string* out);

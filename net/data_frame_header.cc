@@ -67,7 +67,7 @@ std::optional<TypeInfo> InfoOf(FrameType type) {
     case FrameType::kGoaway:
       return TypeInfo{.connection = true};
     case FrameType::kPush:
-      return TypeInfo{.flags = kPushLoss, .body = true};
+      return TypeInfo{.flags = kPushLoss | kPushLr, .body = true};
     case FrameType::kPull:
       return TypeInfo{.flags = kPullHeld, .body = true};
     case FrameType::kSlice:
@@ -92,7 +92,8 @@ std::pair<size_t, size_t> MetaBoundsOf(FrameType type, uint8_t flags) {
     case FrameType::kAdmit:
       return {kAdmitMetaBytes, kAdmitMetaBytes};
     case FrameType::kPush: {
-      const size_t fixed = kPushFixedBytes + ((flags & kPushLoss) != 0 ? kLossBytes : 0);
+      const size_t fixed = kPushFixedBytes + ((flags & kPushLoss) != 0 ? kLossBytes : 0) +
+                           ((flags & kPushLr) != 0 ? kLossBytes : 0);
       return {fixed, fixed + kMaxFrameCodecBytes};
     }
     case FrameType::kAnswer:

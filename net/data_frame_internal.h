@@ -26,6 +26,7 @@ namespace ps::net::internal {
 
 // Flag bits, per type.
 inline constexpr uint8_t kPushLoss = 0x01;
+inline constexpr uint8_t kPushLr = 0x02;
 inline constexpr uint8_t kPullHeld = 0x01;
 inline constexpr uint8_t kSliceLoss = 0x01;
 inline constexpr uint8_t kSliceFirstLoss = 0x02;

@@ -20,6 +20,7 @@ void LayoutToProto(const core::ModelLayout& layout, v1::Layout* out) {
     spec->set_numel(t.numel);
     spec->set_priority(t.priority);
     spec->set_row_elems(t.row_elems);
+    spec->set_optimizer(t.optimizer);
   }
 }
 
@@ -27,31 +28,38 @@ std::vector<core::TensorSpec> TensorsFromProto(const v1::Layout& layout) {
   std::vector<core::TensorSpec> tensors;
   tensors.reserve(static_cast<size_t>(layout.tensors_size()));
   for (const v1::TensorSpec& t : layout.tensors()) {
-    tensors.push_back(core::TensorSpec{t.name(), t.numel(), t.priority(), t.row_elems()});
+    tensors.push_back(
+        core::TensorSpec{t.name(), t.numel(), t.priority(), t.row_elems(), t.optimizer()});
   }
   return tensors;
 }
 
 namespace {
 
-// A tensor in words: 'name' (N elements, priority P[, rows of R]); the name escaped and
-// cut, since it may come from the network.
-std::string Describe(std::string_view name, uint64_t numel, int32_t priority, uint32_t row_elems) {
-  constexpr size_t kMaxName = 64;
-  std::string shown = absl::CHexEscape(absl::string_view(name.data(), std::min(name.size(), kMaxName)));
-  if (name.size() > kMaxName) shown += "...";
-  std::string out = absl::StrCat("'", shown, "' (", numel, " elements, priority ", priority);
+// Text from the network, escaped and cut.
+std::string Shown(std::string_view text, size_t max) {
+  std::string shown = absl::CHexEscape(absl::string_view(text.data(), std::min(text.size(), max)));
+  if (text.size() > max) shown += "...";
+  return shown;
+}
+
+// A tensor in words: 'name' (N elements, priority P[, rows of R][, optimizer S]).
+std::string Describe(std::string_view name, uint64_t numel, int32_t priority, uint32_t row_elems,
+                     std::string_view optimizer) {
+  std::string out =
+      absl::StrCat("'", Shown(name, 64), "' (", numel, " elements, priority ", priority);
   if (row_elems != 0) absl::StrAppend(&out, ", rows of ", row_elems);
+  if (!optimizer.empty()) absl::StrAppend(&out, ", optimizer ", Shown(optimizer, 96));
   out += ")";
   return out;
 }
 
 std::string Describe(const core::TensorSpec& t) {
-  return Describe(t.name, t.numel, t.priority, t.row_elems);
+  return Describe(t.name, t.numel, t.priority, t.row_elems, t.optimizer);
 }
 
 std::string Describe(const v1::TensorSpec& t) {
-  return Describe(t.name(), t.numel(), t.priority(), t.row_elems());
+  return Describe(t.name(), t.numel(), t.priority(), t.row_elems(), t.optimizer());
 }
 
 }  // namespace
@@ -67,7 +75,7 @@ std::string LayoutDifference(const core::ModelLayout& have, const v1::Layout& of
     const core::TensorSpec& h = have.tensors()[i];
     const v1::TensorSpec& o = offered.tensors(static_cast<int>(i));
     if (o.numel() != h.numel || o.priority() != h.priority || o.row_elems() != h.row_elems ||
-        o.name() != h.name) {
+        o.name() != h.name || o.optimizer() != h.optimizer) {
       return absl::StrCat("tensor ", i, " differs: the shard's is ", Describe(h),
                           ", the worker's ", Describe(o));
     }

@@ -259,6 +259,7 @@ absl::StatusOr<PushFrame> ParsePushRequest(Pieces pieces) {
     if (f.number == 5 && f.wire == kLengthDelimited) frame.codec = std::move(f.bytes);
     if (f.number == 6 && f.wire == kLengthDelimited) frame.payload = std::move(f.bytes);
     if (f.number == 7 && f.wire == kFixed32) frame.loss = FloatOf(f.scalar);
+    if (f.number == 8 && f.wire == kFixed32) frame.lr = FloatOf(f.scalar);
   });
   if (!s.ok()) return s;
   return frame;
@@ -323,9 +324,9 @@ std::string PullResponseHeader(const PullHeader& header, size_t values_size) {
 
 std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, uint64_t round,
                               uint32_t slice_id, std::string_view codec, size_t payload_size,
-                              std::optional<float> loss) {
+                              std::optional<float> loss, std::optional<float> lr) {
   std::string out;
-  out.reserve(48 + session.size() + codec.size());
+  out.reserve(56 + session.size() + codec.size());
   AppendBytesField(1, session, &out);
   AppendTag(2, kFixed64, &out);
   AppendFixed64(layout_hash, &out);
@@ -335,6 +336,7 @@ std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, ui
   AppendVarint(slice_id, &out);
   AppendBytesField(5, codec, &out);
   AppendFloatField(7, loss, &out);
+  AppendFloatField(8, lr, &out);
   AppendTag(6, kLengthDelimited, &out);
   AppendVarint(payload_size, &out);
   return out;

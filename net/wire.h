@@ -90,6 +90,7 @@ struct PushFrame {
   ByteRange codec;
   ByteRange payload;
   std::optional<float> loss;  // the worker's training loss (local-update training)
+  std::optional<float> lr;    // the learning rate it asks the round's step to take
 };
 
 // ps.v1.PullRequest, its repeated fields decoded (packed or not, as protobuf accepts).
@@ -120,6 +121,7 @@ absl::StatusOr<PullRequestFrame> ParsePullRequest(Pieces pieces, size_t max_slic
 std::string PullResponseHeader(const PullHeader& header, size_t values_size);
 std::string PushRequestHeader(std::string_view session, uint64_t layout_hash, uint64_t round,
                               uint32_t slice_id, std::string_view codec, size_t payload_size,
-                              std::optional<float> loss = std::nullopt);
+                              std::optional<float> loss = std::nullopt,
+                              std::optional<float> lr = std::nullopt);
 
 }  // namespace ps::net

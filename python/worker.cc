@@ -165,9 +165,15 @@ class PyWorker {
     return result;
   }
 
-  void Push(size_t tensor, uint64_t round, const py::buffer& grad) {
+  // `lr` (None: unchanged) is the learning rate this and the tensor's later pushes carry.
+  void Push(size_t tensor, uint64_t round, const py::buffer& grad, std::optional<double> lr) {
     const FloatArray g = CheckedFloats(grad, -1, "grad");
-    ThrowIfError(Call([&](Worker& w) { return w.Push(tensor, round, g.values); }));
+    ThrowIfError(Call([&](Worker& w) {
+      if (lr.has_value()) {
+        if (absl::Status st = w.SetLearningRate(tensor, *lr); !st.ok()) return st;
+      }
+      return w.Push(tensor, round, g.values);
+    }));
   }
 
   void WaitPushes() {
@@ -281,9 +287,9 @@ core::ModelLayout MakeLayout(const py::sequence& tensors, uint32_t slice_elems,
   std::vector<core::TensorSpec> specs;
   for (const py::handle& item : tensors) {
     const py::tuple t = item.cast<py::tuple>();
-    if (t.size() < 2 || t.size() > 4) {
+    if (t.size() < 2 || t.size() > 5) {
       throw py::value_error(
-          "each tensor is (name, numel[, priority[, row_elems]]), got a tuple of " +
+          "each tensor is (name, numel[, priority[, row_elems[, optimizer]]]), got a tuple of " +
           std::to_string(t.size()));
     }
     core::TensorSpec s;
@@ -291,6 +297,7 @@ core::ModelLayout MakeLayout(const py::sequence& tensors, uint32_t slice_elems,
     s.numel = t[1].cast<uint64_t>();
     s.priority = t.size() > 2 ? t[2].cast<int32_t>() : static_cast<int32_t>(specs.size());
     s.row_elems = t.size() > 3 ? t[3].cast<uint32_t>() : 0;
+    s.optimizer = t.size() > 4 ? t[4].cast<std::string>() : std::string();
     specs.push_back(std::move(s));
   }
   absl::StatusOr<core::ModelLayout> layout =
@@ -379,7 +386,8 @@ void BindWorker(py::module_& m) {
            py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6, py::arg("plan") = false,
            py::arg("plan_candidates") = std::vector<std::string>{},
            py::arg("data_plane") = py::none(), py::arg("may_register") = true)
-      .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"))
+      .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"),
+           py::arg("lr") = py::none())
       .def("wait_pushes", &PyWorker::WaitPushes)
       .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),
            py::arg("timeout") = 60.0)

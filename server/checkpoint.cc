@@ -117,6 +117,8 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
     out->set_velocity(Floats(s.velocity));
     out->set_rule_state(Floats(s.rule_state));
     out->set_params(Floats(s.params));
+    out->set_second_moment(Floats(s.second_moment));
+    out->set_optimizer_steps(s.optimizer_steps);
   }
   return FrameCheckpoint(msg.SerializeAsString());
 }
@@ -209,6 +211,13 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
     if (!out.params.empty() && out.params.size() != numel) {
       return absl::InvalidArgumentError(absl::StrCat("slice ", s.slice_id(), ": parameters size"));
     }
+    PS_RETURN_IF_ERROR(
+        ToFloats(s.second_moment(), numel, &out.second_moment, "second moment", s.slice_id()));
+    if (!out.second_moment.empty() && out.second_moment.size() != numel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slice ", s.slice_id(), ": second moment size"));
+    }
+    out.optimizer_steps = s.optimizer_steps();
     c.slices.push_back(std::move(out));
   }
   if (seen.size() != owned.size()) {

@@ -28,6 +28,9 @@ struct SliceCheckpoint {
   uint64_t version = 0;
   std::string values;  // little-endian fp32, numel values
   std::vector<float> velocity;    // numel values, or empty with --aggregate-only
+  // Adam's exp_avg_sq (numel values; empty for SGD) and the optimizer steps taken.
+  std::vector<float> second_moment;
+  uint64_t optimizer_steps = 0;
   std::vector<float> rule_state;  // a multiple of numel values
   // With --pull-codec, the parameters x (numel values), of which `values` are what the
   // workers hold (x̂): the residual x - x̂ survives a restart. Empty otherwise.

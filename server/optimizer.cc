@@ -78,6 +78,120 @@ double LrSchedule::Factor(uint64_t round) const {
   return 1.0;
 }
 
+absl::StatusOr<Optimizer> Optimizer::Parse(std::string_view spec) {
+  const auto invalid = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "optimizer '", core::AsAbsl(spec), "': ", why,
+        " (the shards mirror sgd(lr, momentum, dampening, nesterov, weight_decay), "
+        "adam(lr, beta1, beta2, eps, weight_decay) and adamw(...the same))"));
+  };
+  absl::StatusOr<std::vector<core::StageSpec>> stages = core::ParseSpec(spec, "optimizer");
+  if (!stages.ok()) return invalid(stages.status().message());
+  if (stages->size() != 1) return invalid("one optimizer expected");
+  const core::StageSpec& s = (*stages)[0];
+  Optimizer out;
+  const auto bind = [&](std::vector<std::string> keys) -> absl::StatusOr<core::StageArgs> {
+    absl::StatusOr<core::StageArgs> args = core::StageArgs::Bind(s, std::move(keys));
+    if (!args.ok()) return invalid(args.status().message());
+    if (!args->Has("lr")) return invalid("lr is required");
+    return args;
+  };
+  // A value >= 0 (StageArgs::Double takes > a bound).
+  const auto at_least_zero = [&](const core::StageArgs& args, std::string_view key,
+                                 double fallback) -> absl::StatusOr<double> {
+    absl::StatusOr<double> v = args.Double(key, fallback, -HUGE_VAL);
+    if (!v.ok()) return invalid(v.status().message());
+    if (*v < 0) return invalid(absl::StrCat(core::AsAbsl(key), " must be >= 0"));
+    return *v;
+  };
+  if (s.name == "sgd") {
+    PS_ASSIGN_OR_RETURN(core::StageArgs args,
+                        bind({"lr", "momentum", "dampening", "nesterov", "weight_decay"}));
+    PS_ASSIGN_OR_RETURN(out.lr_, at_least_zero(args, "lr", 0));
+    PS_ASSIGN_OR_RETURN(out.momentum_, at_least_zero(args, "momentum", 0));
+    PS_ASSIGN_OR_RETURN(out.dampening_, at_least_zero(args, "dampening", 0));
+    PS_ASSIGN_OR_RETURN(out.weight_decay_, at_least_zero(args, "weight_decay", 0));
+    absl::StatusOr<int64_t> nesterov = args.Int("nesterov", 0, 0, 1);
+    if (!nesterov.ok()) return invalid(nesterov.status().message());
+    out.nesterov_ = *nesterov == 1;
+    if (out.nesterov_ && (out.momentum_ <= 0 || out.dampening_ != 0)) {
+      return invalid("Nesterov momentum requires a momentum and zero dampening");
+    }
+    out.kind_ = Kind::kSgd;
+    out.spec_ = absl::StrCat("sgd(lr=", out.lr_, ", momentum=", out.momentum_,
+                             ", dampening=", out.dampening_, ", nesterov=", *nesterov,
+                             ", weight_decay=", out.weight_decay_, ")");
+    return out;
+  }
+  if (s.name == "adam" || s.name == "adamw") {
+    PS_ASSIGN_OR_RETURN(core::StageArgs args,
+                        bind({"lr", "beta1", "beta2", "eps", "weight_decay"}));
+    const bool w = s.name == "adamw";
+    PS_ASSIGN_OR_RETURN(out.lr_, at_least_zero(args, "lr", 0));
+    PS_ASSIGN_OR_RETURN(out.beta1_, at_least_zero(args, "beta1", 0.9));
+    PS_ASSIGN_OR_RETURN(out.beta2_, at_least_zero(args, "beta2", 0.999));
+    PS_ASSIGN_OR_RETURN(out.eps_, at_least_zero(args, "eps", 1e-8));
+    PS_ASSIGN_OR_RETURN(out.weight_decay_, at_least_zero(args, "weight_decay", w ? 0.01 : 0));
+    if (out.beta1_ >= 1 || out.beta2_ >= 1) return invalid("betas must be in [0, 1)");
+    out.kind_ = w ? Kind::kAdamW : Kind::kAdam;
+    out.spec_ = absl::StrCat(s.name, "(lr=", out.lr_, ", beta1=", out.beta1_, ", beta2=",
+                             out.beta2_, ", eps=", out.eps_, ", weight_decay=",
+                             out.weight_decay_, ")");
+    return out;
+  }
+  return invalid(absl::StrCat("unknown optimizer '", s.name, "'"));
+}
+
+void Optimizer::Step(float lr, uint64_t step, std::span<const float> grad, std::span<float> first,
+                     std::span<float> second, std::span<float> params,
+                     std::span<float> copy_to) const {
+  const size_t n = params.size();
+  const float* g = grad.data();
+  float* m = first.data();
+  float* w = params.data();
+  const float wd = static_cast<float>(weight_decay_);
+  // The operations of torch.optim's single-tensor loops (torch 1.13), in float; they
+  // may differ from torch's in the last bits, where its kernels fuse multiply-adds.
+  if (kind_ == Kind::kSgd) {
+    const float mu = static_cast<float>(momentum_);
+    const float keep = static_cast<float>(1.0 - dampening_);
+    const bool first_step = step <= 1;
+    for (size_t i = 0; i < n; ++i) {
+      float d = g[i] + wd * w[i];
+      if (mu != 0) {
+        // The buffer starts as the first step's d_p, undamped.
+        m[i] = first_step ? d : mu * m[i] + keep * d;
+        d = nesterov_ ? d + mu * m[i] : m[i];
+      }
+      w[i] -= lr * d;
+    }
+  } else {
+    const double t = static_cast<double>(step);
+    const float b1 = static_cast<float>(beta1_), b2 = static_cast<float>(beta2_);
+    const float one_b1 = static_cast<float>(1.0 - beta1_), one_b2 = static_cast<float>(1.0 - beta2_);
+    const double bias1 = 1.0 - std::pow(beta1_, t), bias2 = 1.0 - std::pow(beta2_, t);
+    const float step_size = static_cast<float>(static_cast<double>(lr) / bias1);
+    const float bias2_sqrt = static_cast<float>(std::sqrt(bias2));
+    const float eps = static_cast<float>(eps_);
+    const bool decoupled = kind_ == Kind::kAdamW;
+    const float shrink = static_cast<float>(1.0 - static_cast<double>(lr) * weight_decay_);
+    float* v = second.data();
+    for (size_t i = 0; i < n; ++i) {
+      float d = g[i];
+      if (decoupled) {
+        w[i] *= shrink;
+      } else {
+        d += wd * w[i];
+      }
+      m[i] = m[i] * b1 + one_b1 * d;
+      v[i] = v[i] * b2 + one_b2 * d * d;
+      const float denom = std::sqrt(v[i]) / bias2_sqrt + eps;
+      w[i] -= step_size * (m[i] / denom);
+    }
+  }
+  if (!copy_to.empty()) std::memcpy(copy_to.data(), w, n * sizeof(float));
+}
+
 namespace {
 
 constexpr size_t kSgdBlock = 1024;
@@ -118,8 +232,11 @@ PS_VECTOR_CLONES void SgdBlockCopy(float lr, float mu, float wd, const float* __
 }  // namespace
 
 void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
-             std::span<float> velocity, std::span<float> params, std::span<float> copy_to) {
-  const float lr = static_cast<float>(opt.learning_rate * opt.schedule.Factor(round));
+             std::span<float> velocity, std::span<float> params, std::span<float> copy_to,
+             std::optional<float> round_lr) {
+  const float lr = round_lr.has_value()
+                       ? *round_lr
+                       : static_cast<float>(opt.learning_rate * opt.schedule.Factor(round));
   const float mu = opt.momentum;
   const float wd = opt.weight_decay;
   const float* g = grad.data();

@@ -113,6 +113,22 @@ absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedR
                       ContextOf(round, agreed, masks, support, counts));
 }
 
+void RoundAggregation::StepModel(ClosedRound& round, std::span<const float> out,
+                                 std::span<float> copy_to) const {
+  SliceModel& m = round.model;
+  // The learning rate the round's pushes asked for (their median), else the configured one.
+  const std::optional<float> lr = MedianLr(round.inputs);
+  ++m.steps;
+  if (m.optimizer == nullptr) {
+    SgdStep(sgd_, round.round, out, m.velocity, m.params, copy_to, lr);
+    return;
+  }
+  const float step_lr =
+      lr.has_value() ? *lr
+                     : static_cast<float>(m.optimizer->lr() * sgd_.schedule.Factor(round.round));
+  m.optimizer->Step(step_lr, m.steps, out, m.velocity, m.second_moment, m.params, copy_to);
+}
+
 RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::vector<float>& out,
                                                      absl::Status& st) const {
   if (st.ok() && core::FindNonFinite(out) >= 0) {
@@ -128,11 +144,11 @@ RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::ve
     // older version gave back.
     std::shared_ptr<std::string> next =
         SnapshotPool::Take(round.model.snapshots, round.model.params.size() * sizeof(float));
-    SgdStep(sgd_, round.round, out, round.model.velocity, round.model.params,
-            std::span<float>(reinterpret_cast<float*>(next->data()), round.model.params.size()));
+    StepModel(round, out,
+              std::span<float>(reinterpret_cast<float*>(next->data()), round.model.params.size()));
     return {std::move(next), nullptr};
   }
-  if (st.ok()) SgdStep(sgd_, round.round, out, round.model.velocity, round.model.params);
+  if (st.ok()) StepModel(round, out, {});
   if (held.codec == nullptr) return {core::SharedFp32(round.model.params), nullptr};
   absl::StatusOr<std::shared_ptr<const std::string>> delta =
       EncodeChange(round.model.params, round.info.id, round.round + 1, held);

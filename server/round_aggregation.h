@@ -1,8 +1,8 @@
 // RoundAggregation: what a shard computes from closed rounds, and nothing else: the rule
 // over the pushes (or a vote on packed sign bits), the compressed-domain glue the rule is
 // given (a shared random-k support, masks of lost UDP chunks), the model-scope steps
-// (Gram share, Apply of an agreed plan) and the SGD step that turns an aggregate into
-// the next published values.
+// (Gram share, Apply of an agreed plan) and the optimizer's step that turns an aggregate
+// into the next published values.
 //
 // The codecs and the rule say what they can do (codecs::SharedStructure,
 // Aggregator::VotesOnSigns, StateRows): nothing here knows a rule or a codec by name.
@@ -83,6 +83,10 @@ class RoundAggregation {
   Publication Step(ClosedRound& round, std::vector<float>& out, absl::Status& st) const;
 
  private:
+  // The optimizer's step of `round`'s model with the aggregate `out` (the slice's
+  // tensor's optimizer, else the shard's SGD), at the learning rate the round's pushes
+  // carried (their median) or the configured one; the new parameters also into `copy_to`.
+  void StepModel(ClosedRound& round, std::span<const float> out, std::span<float> copy_to) const;
   // The rule's context for `workers` of `round`; `masks` and `support` must outlive it.
   aggregators::AggregationContext ContextOf(ClosedRound& round, std::span<const uint32_t> workers,
                                             const InputMasks& masks,

@@ -231,7 +231,7 @@ uint32_t Shard::RawRowNumel(uint64_t layout_hash, uint32_t slice_id, std::string
 
 absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
                          uint32_t slice_id, std::string_view codec, const PushPayload& payload,
-                         std::optional<float> loss) {
+                         std::optional<float> loss, std::optional<float> lr) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
@@ -244,7 +244,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
         PS_ASSIGN_OR_RETURN(budget, decode_budget_.Admit(worker_id, round, slice_id));
         return Decoder(worker_id, slice_id, codec);
       },
-      payload, loss);
+      payload, loss, lr);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
   counters_.PushAccepted(payload.bytes(), uint64_t{s->info().numel} * sizeof(float));

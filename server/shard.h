@@ -140,10 +140,12 @@ class Shard {
                          std::string_view values);
 
   // One encoded gradient slice from `worker_id` for `round`, with the worker's training
-  // loss when it reported one (local-update training).
+  // loss when it reported one (local-update training) and the learning rate it asks the
+  // round's step to take.
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
                     std::string_view codec, const PushPayload& payload,
-                    std::optional<float> loss = std::nullopt);
+                    std::optional<float> loss = std::nullopt,
+                    std::optional<float> lr = std::nullopt);
   // The same, with the payload in one piece.
   absl::Status Push(uint32_t worker_id, uint64_t layout_hash, uint64_t round, uint32_t slice_id,
                     std::string_view codec, std::string_view payload,

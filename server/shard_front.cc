@@ -63,7 +63,7 @@ absl::Status ShardFront::Push(const DataPeer& peer, const PushHead& head,
   const auto start = metrics_ != nullptr ? std::chrono::steady_clock::now()
                                          : std::chrono::steady_clock::time_point{};
   absl::Status s = shard_->Push(peer.worker, head.layout_hash, head.round, head.slice_id,
-                                head.codec, payload, head.loss);
+                                head.codec, payload, head.loss, head.lr);
   if (metrics_ != nullptr) {
     metrics_->ObservePush(std::chrono::steady_clock::now() - start, payload.bytes());
   }

@@ -55,6 +55,7 @@ struct PushHead {
   uint32_t slice_id = 0;
   std::string_view codec;
   std::optional<float> loss;  // the worker's training loss (local-update training)
+  std::optional<float> lr;    // the learning rate it asks the round's step to take
 };
 
 // What a pull asks for, parsed by its backend.

@@ -63,13 +63,16 @@ void RunWakeups(Wakeups& wake, bool ready) {
   wake.clear();
 }
 
-SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only)
+SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only,
+                       std::shared_ptr<const Optimizer> optimizer)
     : info_(info), rules_(rules) {
   const uint32_t n = rules_->num_workers;
   // Not yet shared with any other thread: the lock only satisfies the annotations.
   absl::MutexLock lock(&mu_);
   inputs_.pushed.assign(n, 0);
   inputs_.losses.assign(n, std::numeric_limits<float>::quiet_NaN());
+  inputs_.lrs.assign(n, std::numeric_limits<float>::quiet_NaN());
+  model_.optimizer = std::move(optimizer);
   inputs_.chunked.assign(n, ChunkedPush{});
   inputs_.rows.resize(n);
   inputs_.supports.assign(n, std::nullopt);
@@ -100,6 +103,10 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
     return Refused(Refusal::kMalformed, st.message());
   }
   model_.velocity.assign(params.size(), 0.0f);
+  if (model_.optimizer != nullptr && model_.optimizer->has_second_moment()) {
+    model_.second_moment.assign(params.size(), 0.0f);
+  }
+  model_.steps = 0;
   published_ = core::SharedFp32(params);
   if (model_.held.codec != nullptr) model_.held.values = params;
   model_.params = std::move(params);
@@ -160,7 +167,8 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
                                                             std::string_view codec,
                                                             DecoderFn decoder,
                                                             const PushPayload& payload,
-                                                            std::optional<float> loss) {
+                                                            std::optional<float> loss,
+                                                            std::optional<float> lr) {
   Locked lock(this);
   // The round's state first: a late or duplicate push is refused before its codec is
   // looked at.
@@ -180,6 +188,12 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
                    absl::StrCat("malformed push from worker ", worker, " for round ", round,
                                 " of slice ", info_.id, ": its loss ", *loss, " is not finite"));
   }
+  if (lr.has_value() && !(std::isfinite(*lr) && *lr >= 0)) {
+    return Refused(Refusal::kMalformed,
+                   absl::StrCat("malformed push from worker ", worker, " for round ", round,
+                                " of slice ", info_.id, ": its learning rate ", *lr,
+                                " is not a finite number >= 0"));
+  }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
   const std::chrono::nanoseconds decode_start = DecodeBudget::ThreadCpuNow();
@@ -192,6 +206,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   const std::chrono::nanoseconds decode = DecodeBudget::ThreadCpuNow() - decode_start;
   inputs_.pushed[worker] = 1;
   inputs_.losses[worker] = loss.value_or(std::numeric_limits<float>::quiet_NaN());
+  inputs_.lrs[worker] = lr.value_or(std::numeric_limits<float>::quiet_NaN());
   ++num_pushed_;
   ++num_complete_;
   const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
@@ -389,6 +404,7 @@ std::optional<ClosedRound> SliceRound::TakeClosed() {
 void SliceRound::ResetRoundLocked() {
   std::fill(inputs_.pushed.begin(), inputs_.pushed.end(), 0);
   std::fill(inputs_.losses.begin(), inputs_.losses.end(), std::numeric_limits<float>::quiet_NaN());
+  std::fill(inputs_.lrs.begin(), inputs_.lrs.end(), std::numeric_limits<float>::quiet_NaN());
   std::fill(inputs_.supports.begin(), inputs_.supports.end(), std::nullopt);
   for (ChunkedPush& push : inputs_.chunked) push.chunk_count = push.received = 0;
   num_pushed_ = 0;

@@ -50,6 +50,7 @@
 #include "core/layout.h"
 #include "server/checkpoint.h"
 #include "server/deadline_queue.h"
+#include "server/optimizer.h"
 #include "server/pull_delta.h"
 #include "server/quarantine.h"
 #include "server/snapshot_pool.h"
@@ -140,11 +141,18 @@ struct RoundRules {
   core::SteadyTime DeadlineFromNow() const;
 };
 
-// Parameters, SGD velocity and the rule's memory of one slice (centered clipping's
-// centre), numel values each (rule_state: state_rows * numel).
+// Parameters, the optimizer's buffers and the rule's memory of one slice (centered
+// clipping's centre), numel values each (rule_state: state_rows * numel).
 struct SliceModel {
   std::vector<float> params;
+  // SGD's momentum buffer (the shard's flags' velocity), Adam's exp_avg.
   std::vector<float> velocity;
+  // Adam's exp_avg_sq; empty for SGD.
+  std::vector<float> second_moment;
+  // Optimizer steps taken (Adam's bias correction, SGD's undamped first step).
+  uint64_t steps = 0;
+  // The tensor's optimizer (its layout entry's); null: the shard's flags' SGD.
+  std::shared_ptr<const Optimizer> optimizer;
   std::vector<float> rule_state;
   // With --pull-codec: what the workers hold, and the encoder of its changes.
   HeldValues held;
@@ -198,11 +206,20 @@ struct RoundInputs {
   std::vector<uint8_t> pushed;
   // The training loss worker w's push reported (local-update training); NaN: none.
   std::vector<float> losses;
+  // The learning rate worker w's push asked the round's step to take; NaN: none.
+  std::vector<float> lrs;
 };
 
-// The median of the losses reported by the workers that pushed (the mean of the two
-// middle ones for an even count); nullopt when none reported one.
-std::optional<float> MedianLoss(const RoundInputs& inputs);
+// The median of `reported` (losses or lrs) over the workers that pushed and reported
+// one (the mean of the two middle ones for an even count); nullopt when none did. Within
+// the honest range when fewer than half the reporters lie.
+std::optional<float> MedianReported(const RoundInputs& inputs, const std::vector<float>& reported);
+inline std::optional<float> MedianLoss(const RoundInputs& inputs) {
+  return MedianReported(inputs, inputs.losses);
+}
+inline std::optional<float> MedianLr(const RoundInputs& inputs) {
+  return MedianReported(inputs, inputs.lrs);
+}
 
 // ctx.masks for the inputs of some workers: null for a whole push, else a bitmap of the
 // coordinates whose chunks came.
@@ -252,8 +269,10 @@ void RunWakeups(Wakeups& wake, bool ready);
 class SliceRound {
  public:
   // Borrows `rules`, which must outlive this. Without `aggregate_only` the slice has no
-  // version until Initialize; with it, version 0 is an all-zero aggregate.
-  SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only);
+  // version until Initialize; with it, version 0 is an all-zero aggregate. `optimizer`:
+  // the tensor's (null: the shard's flags' SGD).
+  SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggregate_only,
+             std::shared_ptr<const Optimizer> optimizer = nullptr);
   SliceRound(const SliceRound&) = delete;
   SliceRound& operator=(const SliceRound&) = delete;
 
@@ -277,16 +296,19 @@ class SliceRound {
   // decoded from the pieces it arrived in (Codec::DecodePieces); a raw row is checked
   // where it is (the same checks and messages) and taken as the worker's row, with no
   // copy, when the codec sends raw fp32 (and decoded from it like pieces otherwise).
-  // `loss`, the worker's training loss, must be finite (kMalformed before decoding
+  // `loss`, the worker's training loss, must be finite, and `lr`, the learning rate it
+  // asks the round's step to take, finite and >= 0 (kMalformed before decoding
   // otherwise).
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
                                       DecoderFn decoder, const PushPayload& payload,
-                                      std::optional<float> loss = std::nullopt);
+                                      std::optional<float> loss = std::nullopt,
+                                      std::optional<float> lr = std::nullopt);
   absl::StatusOr<Progress> AcceptPush(uint32_t worker, uint64_t round, std::string_view codec,
                                       DecoderFn decoder, std::string_view payload,
-                                      std::optional<float> loss = std::nullopt) {
+                                      std::optional<float> loss = std::nullopt,
+                                      std::optional<float> lr = std::nullopt) {
     return AcceptPush(worker, round, codec, decoder,
-                      PushPayload(std::span<const std::string_view>(&payload, 1)), loss);
+                      PushPayload(std::span<const std::string_view>(&payload, 1)), loss, lr);
   }
   // One chunk of a UDP push: coordinates [first, first + count) of the slice, chunk
   // `index` of `count_in_push` chunks of `chunk_elems`. Also kDuplicate for a replayed
@@ -412,6 +434,8 @@ class SliceRound {
   // With checkpoints on: the velocity and rule state that go with `published_`, and with
   // a pull codec the parameters x, of which `published_` is what the workers hold (x̂).
   std::shared_ptr<const std::vector<float>> published_velocity_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<const std::vector<float>> published_second_moment_ ABSL_GUARDED_BY(mu_);
+  uint64_t published_steps_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::vector<float>> published_rule_state_ ABSL_GUARDED_BY(mu_);
   std::shared_ptr<const std::vector<float>> published_params_ ABSL_GUARDED_BY(mu_);
   // The model and the open round's pushes, while the round is open.

@@ -32,6 +32,12 @@ absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
   std::memcpy(held.data(), c.values.data(), c.values.size());
   model_.params = c.params.empty() ? held : c.params;
   model_.velocity = c.velocity.empty() ? std::vector<float>(info_.numel, 0.0f) : c.velocity;
+  model_.second_moment.clear();
+  if (model_.optimizer != nullptr && model_.optimizer->has_second_moment()) {
+    model_.second_moment =
+        c.second_moment.empty() ? std::vector<float>(info_.numel, 0.0f) : c.second_moment;
+  }
+  model_.steps = c.optimizer_steps;
   if (c.rule_state.size() == model_.rule_state.size()) model_.rule_state = c.rule_state;
   version_ = c.version;
   ResetRoundLocked();
@@ -58,7 +64,11 @@ SliceCheckpoint SliceRound::Capture(bool with_velocity) const {
   out.slice_id = info_.id;
   out.version = version_;
   if (published_ != nullptr) out.values = *published_;
-  if (published_velocity_ != nullptr && with_velocity) out.velocity = *published_velocity_;
+  if (published_velocity_ != nullptr && with_velocity) {
+    out.velocity = *published_velocity_;
+    if (published_second_moment_ != nullptr) out.second_moment = *published_second_moment_;
+    out.optimizer_steps = published_steps_;
+  }
   if (published_rule_state_ != nullptr) out.rule_state = *published_rule_state_;
   if (published_params_ != nullptr) out.params = *published_params_;
   return out;
@@ -67,6 +77,10 @@ SliceCheckpoint SliceRound::Capture(bool with_velocity) const {
 void SliceRound::KeepPublishedModelLocked() {
   if (!rules_->keep_published_model) return;
   published_velocity_ = std::make_shared<const std::vector<float>>(model_.velocity);
+  if (!model_.second_moment.empty()) {
+    published_second_moment_ = std::make_shared<const std::vector<float>>(model_.second_moment);
+  }
+  published_steps_ = model_.steps;
   published_rule_state_ = std::make_shared<const std::vector<float>>(model_.rule_state);
   if (model_.held.codec != nullptr) {
     published_params_ = std::make_shared<const std::vector<float>>(model_.params);

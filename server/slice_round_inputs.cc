@@ -85,10 +85,10 @@ uint64_t ClosedRound::ChunksLost() const {
   return lost;
 }
 
-std::optional<float> MedianLoss(const RoundInputs& inputs) {
+std::optional<float> MedianReported(const RoundInputs& inputs, const std::vector<float>& values) {
   std::vector<float> reported;
-  for (size_t w = 0; w < inputs.pushed.size() && w < inputs.losses.size(); ++w) {
-    if (inputs.pushed[w] && !std::isnan(inputs.losses[w])) reported.push_back(inputs.losses[w]);
+  for (size_t w = 0; w < inputs.pushed.size() && w < values.size(); ++w) {
+    if (inputs.pushed[w] && !std::isnan(values[w])) reported.push_back(values[w]);
   }
   if (reported.empty()) return std::nullopt;
   const size_t mid = reported.size() / 2;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "core/client_text.h"
 #include "core/refusal.h"
 #include "core/status.h"
 #include "server/memory_estimate.h"
@@ -18,15 +19,43 @@ constexpr uint32_t kMessageOverheadBytes = 4096;
 using core::Refusal;
 using core::Refused;
 
+absl::StatusOr<std::vector<std::shared_ptr<const Optimizer>>> SliceTable::TensorOptimizers(
+    const core::ModelLayout& layout) const {
+  std::vector<std::shared_ptr<const Optimizer>> out(layout.tensors().size());
+  for (size_t t = 0; t < out.size(); ++t) {
+    const core::TensorSpec& spec = layout.tensors()[t];
+    if (spec.optimizer.empty()) continue;
+    if (config_.aggregate_only) {
+      return Refused(Refusal::kBadLayout,
+                     absl::StrCat("tensor '", core::ClientText(spec.name), "' names optimizer ",
+                                  core::ClientText(spec.optimizer), ", but shard ",
+                                  config_.shard_id, " runs --aggregate-only and applies none "
+                                  "(the workers step their own optimizers on the aggregate)"));
+    }
+    absl::StatusOr<Optimizer> opt = Optimizer::Parse(spec.optimizer);
+    if (!opt.ok()) {
+      return Refused(Refusal::kBadLayout, absl::StrCat("invalid layout: tensor '",
+                                                       core::ClientText(spec.name), "': ",
+                                                       opt.status().message()));
+    }
+    out[t] = std::make_shared<const Optimizer>(*std::move(opt));
+  }
+  return out;
+}
+
 SliceTable::SliceTable(const Config& config, RoundRules* rules) : config_(config), rules_(rules) {}
 
-std::vector<uint32_t> SliceTable::InstallLocked(const core::ModelLayout& layout) {
+std::vector<uint32_t> SliceTable::InstallLocked(
+    const core::ModelLayout& layout,
+    const std::vector<std::shared_ptr<const Optimizer>>& optimizers) {
   std::vector<uint32_t> owned;
   auto span = layout.SlicesOfShard(config_.shard_id);
   owned.assign(span.begin(), span.end());
   slices_.resize(layout.slices().size());
   for (uint32_t id : owned) {
-    slices_[id] = std::make_unique<SliceRound>(layout.slices()[id], rules_, config_.aggregate_only);
+    const core::SliceInfo& info = layout.slices()[id];
+    slices_[id] = std::make_unique<SliceRound>(info, rules_, config_.aggregate_only,
+                                               optimizers[info.tensor]);
   }
   uninitialized_ = config_.aggregate_only ? 0 : static_cast<uint32_t>(owned.size());
   owned_ids_ = owned;
@@ -62,7 +91,7 @@ absl::Status SliceTable::CheckJoin(uint32_t worker_id, uint64_t layout_hash) con
 }
 
 absl::Status SliceTable::CheckFits(const core::LayoutSummary& sum, uint32_t slice_elems,
-                                   uint32_t num_shards) const {
+                                   uint32_t num_shards, uint64_t second_moment_elems) const {
   if (num_shards != config_.num_shards) {
     return Refused(Refusal::kBadLayout,
                    absl::StrCat("layout is cut for ", num_shards, " shards but the server has ",
@@ -82,8 +111,15 @@ absl::Status SliceTable::CheckFits(const core::LayoutSummary& sum, uint32_t slic
       codec.ok() && *codec != nullptr && slice_bytes > 0) {
     pull_copies = 1 + ((*codec)->MaxEncodedBytes(slice_elems) + slice_bytes - 1) / slice_bytes;
   }
+  // Adam's second moments: the shard's share of those tensors (and a kept copy).
+  const uint64_t second_moments =
+      second_moment_elems == 0
+          ? 0
+          : (second_moment_elems / num_shards + slice_elems) * sizeof(float) *
+                (config_.keep_published_model ? 2 : 1);
   const uint64_t need = EstimateShardBytes(sum, config_.num_workers, config_.state_rows,
-                                           config_.keep_published_model, pull_copies);
+                                           config_.keep_published_model, pull_copies) +
+                        second_moments;
   if (need > config_.max_shard_bytes) {
     return Refused(
         Refusal::kOverLimit,
@@ -134,8 +170,17 @@ absl::StatusOr<std::vector<uint32_t>> SliceTable::Register(uint32_t worker_id,
   PS_ASSIGN_OR_RETURN(
       const core::LayoutSummary sum,
       core::ModelLayout::Check(layout.tensors(), layout.slice_elems(), layout.num_shards()));
-  PS_RETURN_IF_ERROR(CheckFits(sum, layout.slice_elems(), layout.num_shards()));
-  return InstallLocked(layout);
+  PS_ASSIGN_OR_RETURN(const std::vector<std::shared_ptr<const Optimizer>> optimizers,
+                      TensorOptimizers(layout));
+  uint64_t second_moment_elems = 0;
+  for (size_t t = 0; t < optimizers.size(); ++t) {
+    if (optimizers[t] != nullptr && optimizers[t]->has_second_moment()) {
+      second_moment_elems += layout.tensors()[t].numel;
+    }
+  }
+  PS_RETURN_IF_ERROR(
+      CheckFits(sum, layout.slice_elems(), layout.num_shards(), second_moment_elems));
+  return InstallLocked(layout, optimizers);
 }
 
 absl::StatusOr<uint64_t> SliceTable::Restore(const core::ModelLayout& layout,
@@ -145,7 +190,13 @@ absl::StatusOr<uint64_t> SliceTable::Restore(const core::ModelLayout& layout,
     if (layout_.has_value()) {
       return absl::FailedPreconditionError("a layout is registered already: restore comes first");
     }
-    InstallLocked(layout);
+    absl::StatusOr<std::vector<std::shared_ptr<const Optimizer>>> optimizers =
+        TensorOptimizers(layout);
+    if (!optimizers.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the checkpoint's layout: ", optimizers.status().message()));
+    }
+    InstallLocked(layout, *optimizers);
     uninitialized_ = 0;
   }
   // Slice locks are taken without mu_ held.

@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "core/layout.h"
+#include "server/optimizer.h"
 #include "server/slice_round.h"
 
 namespace ps::server {
@@ -104,13 +105,19 @@ class SliceTable {
 
  private:
   // Refuses a layout cut for another shard count, with slices beyond the message size,
-  // or needing more than max_shard_bytes here.
+  // or needing more than max_shard_bytes here (with `second_moment_elems` of its tensors
+  // under an optimizer with a second moment: Adam).
   absl::Status CheckFits(const core::LayoutSummary& sum, uint32_t slice_elems,
-                         uint32_t num_shards) const;
+                         uint32_t num_shards, uint64_t second_moment_elems = 0) const;
   absl::Status AnswerRegisteredLocked(uint32_t worker_id, uint64_t hash) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Each tensor's optimizer (null: the shard's flags'): kBadLayout for a spec that does
+  // not parse, or any spec on an --aggregate-only shard.
+  absl::StatusOr<std::vector<std::shared_ptr<const Optimizer>>> TensorOptimizers(
+      const core::ModelLayout& layout) const;
   // Creates the slices of `layout` and registers it; the owned ids in priority order.
-  std::vector<uint32_t> InstallLocked(const core::ModelLayout& layout)
+  std::vector<uint32_t> InstallLocked(const core::ModelLayout& layout,
+                                      const std::vector<std::shared_ptr<const Optimizer>>& optimizers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const Config config_;

@@ -100,6 +100,23 @@ absl::Status PushPipeline::SetCodec(size_t tensor, std::string_view spec,
   return slot.encoder->SetCodec(spec, options_.codec_seed, device);
 }
 
+absl::Status PushPipeline::SetLearningRate(size_t tensor, double lr) {
+  if (tensor >= slots_.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("no tensor ", tensor, "; the layout has ", slots_.size()));
+  }
+  const auto narrowed = static_cast<float>(lr);
+  if (!(std::isfinite(narrowed) && narrowed >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "learning rate ", lr, " for '", layout_.tensors()[tensor].name,
+        "' is not a finite number >= 0 as a float"));
+  }
+  TensorSlot& slot = *slots_[tensor];
+  absl::MutexLock lock(&slot.mu);
+  slot.lr = narrowed;
+  return absl::OkStatus();
+}
+
 absl::Status PushPipeline::ReportLoss(uint64_t round, double loss) {
   const auto narrowed = static_cast<float>(loss);
   if (!std::isfinite(narrowed)) {
@@ -142,6 +159,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       m.slice_id = s.id;
       m.priority = s.priority;
       m.codec = codec;
+      m.lr = slot.lr;
       m.chunk_index = static_cast<uint16_t>(index);
       m.chunk_count = static_cast<uint16_t>(count);
       pieces.push_back(std::move(call));

@@ -73,6 +73,8 @@ class PushPipeline {
   // Worker::WaitPushes: waits for every push queued so far; the first error since the
   // previous call (a refusal, else a send error of an unanswered path).
   absl::Status Wait();
+  // Worker::SetLearningRate: the rate attached to `tensor`'s pushes queued from now on.
+  absl::Status SetLearningRate(size_t tensor, double lr);
   // Worker::ReportLoss: the loss attached to the pushes of `round` queued from now on.
   absl::Status ReportLoss(uint64_t round, double loss);
   // Tensor `tensor`'s pushes from the next one on encode with `spec` on `device`
@@ -99,6 +101,7 @@ class PushPipeline {
     std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
     PushPath path = PushPath::kDataPlane;  // PushOptions::push_path()
     bool chunked = false;                  // its path carries chunks, unanswered
+    std::optional<float> lr ABSL_GUARDED_BY(mu);  // SetLearningRate
   };
 
   // One slice push in flight; owned by whoever currently drives it (the send queue,

@@ -120,6 +120,10 @@ class WorkerImpl final : public Worker {
     return pushes_->Push(tensor, round, grad);
   }
 
+  absl::Status SetLearningRate(size_t tensor, double lr) override {
+    return pushes_->SetLearningRate(tensor, lr);
+  }
+
   absl::Status WaitPushes() override { return pushes_->Wait(); }
 
   absl::Status ReportLoss(uint64_t round, double loss) override {

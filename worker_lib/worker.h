@@ -350,6 +350,13 @@ class Worker {
   // for a bad tensor index or size; RPC outcomes are reported by WaitPushes().
   virtual absl::Status Push(size_t tensor, uint64_t round, std::span<const float> grad) = 0;
 
+  // The learning rate that tensor `tensor`'s pushes queued from now on ask their round's
+  // step to take (a finite value >= 0; INVALID_ARGUMENT otherwise): the shards step a
+  // tensor whose layout names an optimizer (core::TensorSpec::optimizer) with the median
+  // of the rates its round's pushes carried, in place of the spec's (docs/optimizers.md).
+  // UDP chunks carry none.
+  virtual absl::Status SetLearningRate(size_t tensor, double lr) = 0;
+
   // Waits until every push queued so far is answered. Returns OK when all were
   // accepted, otherwise the first refusal or failure since the previous call, with
   // its code (OUT_OF_RANGE late, ALREADY_EXISTS duplicate, INVALID_ARGUMENT malformed,

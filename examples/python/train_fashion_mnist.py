@@ -95,8 +95,8 @@ def main():
 
     model = Mlp(args.hidden)
     optimizer = pst.DistributedOptimizer(
-        # With comm "sync" the shards' SGD trains (this one is not stepped); with local
-        # updates this is the workers' SGD, ps-demo's.
+        # With comm "sync" the shards apply this SGD (its lr and momentum, mirrored per
+        # tensor: docs/optimizers.md); with local updates the workers step it, ps-demo's.
         torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
         named_parameters=model.named_parameters(), model=model, codec=args.codec,
         comm=args.comm,

@@ -5,20 +5,39 @@
     pst.init()                                   # PS_SHARDS, PS_WORKER_ID, ... (ps-launch)
     model = Net()
     optimizer = pst.DistributedOptimizer(
-        torch.optim.SGD(model.parameters(), lr=0.1),   # its step is the shards' (below)
+        torch.optim.Adam(model.parameters(), lr=1e-3),  # the shards mirror it (below)
         named_parameters=model.named_parameters(), model=model, codec="fp16")
+    scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=1000)
     pst.broadcast_parameters(model.state_dict(), root_rank=0)
     for x, y in loader:
         optimizer.zero_grad()
         loss = criterion(model(x), y)            # each module waits for its own parameters
         loss.backward()                          # each gradient is pushed as autograd makes it
         optimizer.step()                         # the pushes' answers; the next pull starts
+        scheduler.step()                         # the next pushes carry the new lr
 
 How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
-- The shards own the update: they aggregate the workers' gradients with their robust rule
-  and apply their SGD (ps-server --lr, --momentum, --weight-decay), then publish the new
-  parameters. The wrapped optimizer's own step is therefore not taken; it gives the
-  parameters and zero_grad(). (The shards must not run --aggregate-only.)
+- The shards own the update (optimizer_on="shards", the default): they aggregate the
+  workers' gradients with their robust rule and step each tensor with the wrapped
+  optimizer's update, which they mirror: at join every tensor is registered with a spec
+  built from the wrapped optimizer's class and its parameter's param_group
+  ("sgd(lr=..., momentum=..., dampening=..., nesterov=0|1, weight_decay=...)",
+  "adam(lr=..., beta1=..., beta2=..., eps=..., weight_decay=...)", "adamw(...)"), and
+  the optimizer's state (momentum buffer, exp_avg, exp_avg_sq, step count) lives on the
+  shards, in their checkpoints. torch.optim.SGD, Adam and AdamW (exactly these classes,
+  amsgrad=False, maximize=False) can be mirrored; anything else is refused before
+  joining. Every push carries its parameter's group's current lr, and the shards step
+  with the median of the round's lrs (a lying minority cannot move it), so a scheduler
+  on this optimizer (StepLR, CosineAnnealingLR, LambdaLR, ...) reaches them; the other
+  hyperparameters are fixed at join, and step() raises when one changed. The wrapped
+  optimizer's own step is not taken (its state stays empty); it gives the parameters,
+  param_groups and zero_grad(). The shards must not run --aggregate-only.
+- optimizer_on="worker": the shards run --aggregate-only and publish each round's
+  robust aggregate of the gradients; step() pulls it into every parameter's .grad and
+  takes the wrapped optimizer's step on this worker, so any torch optimizer works. Each
+  worker then holds its own parameters and optimizer state: every worker must start
+  from the same values (the same seed, or the same checkpoint; broadcast_parameters
+  refuses), and no one checks a worker's own step.
 - Pushes: a hook on every parameter's gradient accumulator pushes the gradient as soon as
   autograd has it (the last layer's first), encoded with `codec`, so the shards aggregate
   while backward still runs. After `backward_passes_per_step` backward passes the
@@ -35,6 +54,8 @@ How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
   pulls that version, so all start from the root's parameters (broadcast_parameters).
 - Clipping: with overlap=True (default) gradients leave during backward, and step()
   raises if one was edited afterwards (clip_grad_norm_); overlap=False pushes in step().
+- DistributedOptimizer is a torch.optim.Optimizer: it shares the wrapped optimizer's
+  param_groups, state and defaults, so LR schedulers attach to it.
 
 Local updates (comm="adacomm", docs/adaptive.md "AdaComm"): the wrapped optimizer does
 step, on this worker, for tau steps between synchronizations; then the change of the
@@ -44,12 +65,14 @@ must run --lr 1 --momentum 0 --weight-decay 0). tau follows AdaComm's rule on th
 the shards publish, between 1 and tau_max, starting at tau0. comm="auto" is the C++
 trainer's --comm auto: local updates with fp16 pushes and error feedback where the
 shards add changes as they are, else a gradient push per step with each tensor's codec
-planned (Espresso) and error feedback.
+planned (Espresso) and error feedback, stepped with the shards' own flags (--lr,
+--momentum, --weight-decay, --lr-schedule), as the C++ trainer's.
 
 Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, shard).
 """
 
 import contextlib
+import math
 import os
 import threading
 import warnings
@@ -146,11 +169,101 @@ _optimizers = []  # the DistributedOptimizers of this process (broadcast_paramet
 AUTO_CANDIDATES = ["fp32", "fp16", "topk(0.01)+varint+fp16", "3lc(s=1.9)",
                    "topk(0.1, level=cat, min=0.001)+varint+fp16"]
 
+# What optimizer_on="shards" mirrors: exactly these classes (a subclass may change the
+# update), with the group keys that fix the update beside lr (checked at every step).
+MIRRORED = {torch.optim.SGD: ("sgd", ("momentum", "dampening", "nesterov", "weight_decay",
+                                      "maximize")),
+            torch.optim.Adam: ("adam", ("betas", "eps", "weight_decay", "amsgrad", "maximize")),
+            torch.optim.AdamW: ("adamw", ("betas", "eps", "weight_decay", "amsgrad",
+                                          "maximize"))}
+_MIRRORED_TEXT = ("torch.optim.SGD (momentum, dampening, nesterov, weight_decay), "
+                  "torch.optim.Adam and torch.optim.AdamW (amsgrad=False), all with "
+                  "maximize=False")
+_ANY_OPTIMIZER = ("pass DistributedOptimizer(..., optimizer_on='worker') with shards run "
+                  "--aggregate-only for any other optimizer (each worker steps it on the "
+                  "shards' robust aggregate)")
+_FLAGS = ("nesterov", "amsgrad", "maximize")
+_AGGREGATE_ONLY = ("ps_server.torch with optimizer_on='shards' (the default) needs shards "
+                   "that apply the update; these run --aggregate-only and publish the "
+                   "aggregate gradient instead: pass DistributedOptimizer(..., "
+                   "optimizer_on='worker'), which steps the wrapped optimizer on it on each "
+                   "worker, or start the shards without --aggregate-only")
 
-class DistributedOptimizer:
-    """Wraps `optimizer`: its parameters are trained by the shards (see the module's
-    documentation). Keyword options: codec (push codec spec, default "fp32"; "auto" plans
-    each tensor's codec from measured costs, docs/adaptive.md), error_feedback, momentum
+
+def _hyperparameter(group, key):
+    """A group's value of `key`, normalized for comparing (betas as a tuple of floats)."""
+    value = group.get(key, False if key in _FLAGS else 0.0)
+    if key == "betas":
+        return tuple(float(b) for b in value)
+    return bool(value) if key in _FLAGS else float(value)
+
+
+def _number(x):
+    return repr(float(x))  # Python's float repr: 0.001, 1e-08 (the spec grammar's)
+
+
+def mirror_specs(optimizer):
+    """optimizer_on="shards": each param_group's optimizer spec for the shards and the
+    hyperparameters it fixes ([(spec, {key: value})] by group). ValueError for what the
+    shards cannot mirror, naming it and what they can."""
+    cls = type(optimizer)
+    if cls not in MIRRORED:
+        base = next((m for m in MIRRORED if isinstance(optimizer, m)), None)
+        why = (f" (a subclass of {base.__module__}.{base.__name__}, which may change the "
+               "update: the shards mirror the exact classes)" if base else "")
+        raise ValueError(f"optimizer_on='shards': the shards cannot mirror "
+                         f"{cls.__module__}.{cls.__qualname__}{why}; they mirror "
+                         f"{_MIRRORED_TEXT}. {_ANY_OPTIMIZER}")
+    kind, keys = MIRRORED[cls]
+    out = []
+    for g, group in enumerate(optimizer.param_groups):
+        hyper = {k: _hyperparameter(group, k) for k in keys}
+        where = f"optimizer_on='shards': param_groups[{g}] of torch.optim.{cls.__name__}"
+        for flag in ("amsgrad", "maximize"):
+            if hyper.get(flag):
+                raise ValueError(f"{where} has {flag}=True, which the shards cannot mirror; "
+                                 f"they mirror {_MIRRORED_TEXT}. {_ANY_OPTIMIZER}")
+        if kind == "sgd" and hyper["nesterov"] and (hyper["momentum"] <= 0 or
+                                                    hyper["dampening"] != 0):
+            raise ValueError(f"{where} has nesterov=True with momentum "
+                             f"{hyper['momentum']!r} and dampening {hyper['dampening']!r}: "
+                             "Nesterov momentum needs a momentum > 0 and zero dampening "
+                             "(torch.optim.SGD refuses it too)")
+        # The spec's lr is the one the run started with (a scheduler's initial_lr, so a
+        # worker that resumes with a decayed lr registers the same layout): every push
+        # carries the current one, which the shards take instead.
+        lr = float(group.get("initial_lr", group["lr"]))
+        numbers = {"lr": lr, **{k: v for k, v in hyper.items() if k != "betas"}}
+        if "betas" in hyper:
+            numbers.update(beta1=hyper["betas"][0], beta2=hyper["betas"][1])
+        bad = [k for k, v in numbers.items() if not math.isfinite(v)]
+        if bad or lr < 0:
+            key = bad[0] if bad else "lr"
+            raise ValueError(f"{where} has {key}={numbers[key]!r}: the shards take finite "
+                             "hyperparameters and an lr >= 0")
+        if kind == "sgd":
+            args = [("lr", _number(lr)), ("momentum", _number(hyper["momentum"])),
+                    ("dampening", _number(hyper["dampening"])),
+                    ("nesterov", "1" if hyper["nesterov"] else "0"),
+                    ("weight_decay", _number(hyper["weight_decay"]))]
+        else:
+            args = [("lr", _number(lr)), ("beta1", _number(hyper["betas"][0])),
+                    ("beta2", _number(hyper["betas"][1])), ("eps", _number(hyper["eps"])),
+                    ("weight_decay", _number(hyper["weight_decay"]))]
+        out.append((f"{kind}({', '.join(f'{k}={v}' for k, v in args)})", hyper))
+    return out
+
+
+class DistributedOptimizer(torch.optim.Optimizer):
+    """Wraps `optimizer`: its parameters are trained through the shards (see the module's
+    documentation). It is a torch.optim.Optimizer sharing the wrapped one's param_groups,
+    state and defaults, so LR schedulers attach to it. Keyword options: optimizer_on
+    ("shards", the default: the shards mirror the wrapped optimizer, torch.optim.SGD, Adam
+    or AdamW, and each push carries its group's current lr; "worker": shards run
+    --aggregate-only publish each round's robust aggregate gradient, and the wrapped
+    optimizer, any torch optimizer, steps on it on each worker), codec (push codec spec,
+    default "fp32"; "auto" plans each tensor's codec from measured costs,
+    docs/adaptive.md), error_feedback, momentum
     (the worker's), tensor_codecs ({name: spec}), backward_passes_per_step, model (a
     torch.nn.Module: per-module waits for the pull), comm ("sync", "adacomm" or "auto"),
     tau0 and tau_max (AdaComm's first and largest period), push_transform (a function
@@ -163,21 +276,36 @@ class DistributedOptimizer:
     clip_grad_norm_, reaches no shard: step() raises if one happens; False: step() pushes
     the gradients as they are then, after clipping), and the ps_server.Worker options (rpc_timeout,
     connect_timeout, max_attempts, codec_seed, tls_ca, data_plane: None follows the
-    shards' data plane)."""
+    shards' data plane). `specs` ({name: optimizer spec}) says what each tensor was
+    registered with ("" where the shards' own flags step it)."""
 
     def __init__(self, optimizer, named_parameters=None, codec="fp32", error_feedback=False,
                  backward_passes_per_step=1, model=None, timeout=60.0, comm="sync", tau0=8,
-                 tau_max=32, push_transform=None, root_rank=0, overlap=True, **worker_options):
+                 tau_max=32, push_transform=None, root_rank=0, overlap=True,
+                 optimizer_on="shards", **worker_options):
+        # torch.optim.Optimizer.__init__ is not called: this object keeps no groups or
+        # state of its own (the properties below are the wrapped optimizer's).
         ctx = _need_init()
         if not 0 <= root_rank < ctx["size"]:
             raise ValueError(f"root_rank {root_rank} outside [0, {ctx['size']})")
         self.root_rank = root_rank
         if comm not in ("sync", "adacomm", "auto"):
             raise ValueError(f"comm {comm!r} is not one of: sync, adacomm, auto")
+        if optimizer_on not in ("shards", "worker"):
+            raise ValueError(f"optimizer_on {optimizer_on!r} is not one of: shards, worker")
+        if optimizer_on == "worker" and comm != "sync":
+            raise ValueError(f"optimizer_on='worker' steps the wrapped optimizer on each "
+                             f"round's aggregate gradient, a comm='sync' round; comm={comm!r} "
+                             "steps it locally already (pass comm='sync')")
         if not 1 <= tau0 <= tau_max:
             raise ValueError(f"AdaComm needs 1 <= tau0 <= tau_max, got tau0 {tau0}, "
                              f"tau_max {tau_max}")
+        if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(
+                optimizer, DistributedOptimizer):
+            raise TypeError(f"DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
         self.optimizer = optimizer
+        self.optimizer_on = optimizer_on
         if named_parameters is None:
             params = [p for g in optimizer.param_groups for p in g["params"]]
             named_parameters = [(f"param.{i}", p) for i, p in enumerate(params)]
@@ -201,6 +329,42 @@ class DistributedOptimizer:
                              (f" (frozen: {', '.join(self.frozen)})" if self.frozen else ""))
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
+        # Each trained parameter's param_group (its lr travels with its pushes).
+        group_of = {id(p): g for g, group in enumerate(optimizer.param_groups)
+                    for p in group["params"]}
+        self._group_of = [group_of.get(id(p)) for p in self._params]
+        if comm == "sync":
+            # The shards step exactly what the wrapped optimizer would: its parameters.
+            outside = [n for n, g in zip(self._names, self._group_of) if g is None]
+            if outside:
+                raise ValueError(
+                    f"parameters {', '.join(repr(n) for n in outside[:3])}"
+                    f"{' ...' if len(outside) > 3 else ''} are in named_parameters but in no "
+                    "param_group of the wrapped optimizer, which would never update them: "
+                    "give the optimizer every trained parameter, or freeze these "
+                    "(requires_grad_(False))")
+            unnamed = sum(1 for group in optimizer.param_groups for p in group["params"]
+                          if p.requires_grad and id(p) not in seen)
+            if unnamed:
+                raise ValueError(
+                    f"the wrapped optimizer holds {unnamed} parameter(s) that named_parameters "
+                    "does not name, which no worker would push: pass the named_parameters "
+                    "of the model the optimizer trains")
+        # optimizer_on="shards", comm="sync": what the shards mirror (refused before
+        # joining when they cannot), and the hyperparameters fixed by it.
+        self._mirrored = comm == "sync" and optimizer_on == "shards"
+        self._registered = mirror_specs(optimizer) if self._mirrored else []
+        if self._mirrored and all(float(g.get("initial_lr", g["lr"])) == 0
+                                  for g in optimizer.param_groups):
+            # The old convention (the shards' --lr trained, the wrapped lr was unused).
+            warnings.warn("the wrapped optimizer's lr is 0 in every param_group, and the "
+                          "shards step with it: nothing will train. ps_server.torch no longer "
+                          "ignores the wrapped optimizer (its lr, momentum, weight decay, ... "
+                          "are what the shards apply); give it the lr to train with",
+                          stacklevel=2)
+        specs = ([self._registered[g][0] for g in self._group_of] if self._mirrored
+                 else [""] * len(self._params))
+        self.specs = dict(zip(self._names, specs))
         self._passes = backward_passes_per_step
         self._overlap = overlap
         self._timeout = timeout
@@ -212,10 +376,12 @@ class DistributedOptimizer:
             options = {**ctx["tls"], **worker_options}
             if candidates:
                 options["plan_candidates"] = candidates
+            layout = []
+            for i, (n, p, spec) in enumerate(zip(self._names, self._params, specs)):
+                entry = (n, p.numel(), i, _row_elems(p))
+                layout.append(entry + (spec,) if spec else entry)
             return Worker(
-                ctx["shards"], ctx["rank"],
-                [(n, p.numel(), i, _row_elems(p))
-                 for i, (n, p) in enumerate(zip(self._names, self._params))],
+                ctx["shards"], ctx["rank"], layout,
                 initial=[p.detach() for p in self._params],
                 token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
                 error_feedback=error_feedback, plan=plan,
@@ -233,12 +399,30 @@ class DistributedOptimizer:
                 self.worker = join("auto", True, AUTO_CANDIDATES)
                 comm = "sync"
         else:
-            self.worker = join(codec, error_feedback)
+            try:
+                self.worker = join(codec, error_feedback)
+            except Error as e:
+                # Aggregate-only shards refuse a layout with optimizer specs at
+                # registration (they apply no update): say what to do instead.
+                if (self._mirrored and getattr(e, "reason", "") == "bad_layout"
+                        and "aggregate" in str(e).lower()):
+                    raise ValueError(f"{_AGGREGATE_ONLY} ({e})") from e
+                raise
         self.comm = comm
-        if any(s["aggregate_only"] for s in self.worker.shards):
+        if optimizer_on == "shards" and any(s["aggregate_only"] for s in self.worker.shards):
             self.worker.close()
-            raise ValueError("ps_server.torch needs shards that apply the update; these run "
-                             "--aggregate-only")
+            raise ValueError(_AGGREGATE_ONLY)
+        if optimizer_on == "worker":
+            applying = [s for s in self.worker.shards if not s["aggregate_only"]]
+            if applying:
+                s = applying[0]
+                self.worker.close()
+                raise ValueError(
+                    f"optimizer_on='worker' steps the wrapped optimizer on each round's robust "
+                    f"aggregate gradient, which only shards run with --aggregate-only publish; "
+                    f"shard {s['shard_id']} applies the update itself: start every ps-server "
+                    "with --aggregate-only (ps-launch --server-arg=--aggregate-only), or use "
+                    "optimizer_on='shards' (torch.optim.SGD, Adam, AdamW)")
         if comm == "adacomm":
             adds = [s for s in self.worker.shards if not s["adds_changes_as_they_are"]]
             if adds:
@@ -264,22 +448,27 @@ class DistributedOptimizer:
                 self._hooks.append(acc.register_hook(self._make_hook(i)))
                 self._accumulators.append(acc)  # the hook lives as long as its accumulator
         self._waits = []
-        if model is not None and comm == "sync":
+        if model is not None and comm == "sync" and optimizer_on == "shards":
             index = {id(p): i for i, p in enumerate(self._params)}
             for module in model.modules():
                 own = [index[id(p)] for p in module.parameters(recurse=False) if id(p) in index]
                 if own:
                     self._waits.append(module.register_forward_pre_hook(self._make_wait(own)))
-        # Every worker starts from the registered (or restored) parameters: root_rank's own
-        # where it registered them, the others waited for it.
-        mine = ([p.detach().clone() for p in self._params] if ctx["rank"] == root_rank
-                else None)
-        self.worker.pull_all(self.round, self._params, timeout=self._timeout)
         self._start_round = self.round
-        # On the root: whether the shards hold its values (False: they had parameters
-        # already, from their checkpoint or a run that went on; broadcast_parameters warns).
-        self.root_values_adopted = None if mine is None else all(
-            torch.equal(a, p.detach()) for a, p in zip(mine, self._params))
+        if optimizer_on == "worker":
+            # The shards hold aggregates, not parameters: each worker keeps its own.
+            self.root_values_adopted = None
+        else:
+            # Every worker starts from the registered (or restored) parameters: root_rank's
+            # own where it registered them, the others waited for it.
+            mine = ([p.detach().clone() for p in self._params] if ctx["rank"] == root_rank
+                    else None)
+            self.worker.pull_all(self.round, self._params, timeout=self._timeout)
+            # On the root: whether the shards hold its values (False: they had parameters
+            # already, from their checkpoint or a run that went on; broadcast_parameters
+            # warns).
+            self.root_values_adopted = None if mine is None else all(
+                torch.equal(a, p.detach()) for a, p in zip(mine, self._params))
         # Local updates: where this round started, its steps so far, and the periods the
         # synchronized rounds had.
         self.periods = []
@@ -287,34 +476,104 @@ class DistributedOptimizer:
         self._begin_round()
         _optimizers.append(self)
 
-    # -- what torch.optim.Optimizer users reach for ------------------------------------
+    # -- what torch.optim.Optimizer users reach for: the wrapped optimizer's -----------
+    # One list, one dict: an edit through either object (a scheduler's lr) is the other's.
     @property
     def param_groups(self):
         return self.optimizer.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        self.optimizer.param_groups = groups
 
     @property
     def state(self):
         return self.optimizer.state
 
+    @state.setter
+    def state(self, state):
+        self.optimizer.state = state
+
+    @property
+    def defaults(self):
+        return self.optimizer.defaults
+
+    @defaults.setter
+    def defaults(self, defaults):
+        self.optimizer.defaults = defaults
+
     def zero_grad(self, set_to_none=False):
         self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
+        """The wrapped optimizer's. With optimizer_on="shards" its state is empty: the
+        shards hold it (and checkpoint it); its param_groups (lr, initial_lr) are real."""
         return self.optimizer.state_dict()
 
     def load_state_dict(self, state):
         self.optimizer.load_state_dict(state)
 
+    def add_param_group(self, param_group):
+        if self.comm == "sync":
+            raise ValueError("add_param_group after DistributedOptimizer joined: the shards' "
+                             "layout is fixed at join; give the wrapped optimizer every group "
+                             "before wrapping it")
+        self.optimizer.add_param_group(param_group)
+
+    def __getstate__(self):
+        raise TypeError("a DistributedOptimizer holds a connection to the shards and cannot "
+                        "be pickled or copied; save state_dict() instead")
+
+    def __repr__(self):
+        return (f"DistributedOptimizer(optimizer_on={self.optimizer_on!r}, comm="
+                f"{self.comm!r}, {self.optimizer!r})")
+
     # -- the step ----------------------------------------------------------------------
+    def _lr(self, i):
+        """What a push of parameter i carries: its group's current lr (optimizer_on
+        "shards", comm "sync"), else None (the shards' own flags, or aggregate-only)."""
+        if not self._mirrored:
+            return None
+        g = self._group_of[i]
+        lr = self.optimizer.param_groups[g]["lr"]
+        lr = float(lr)
+        if not (math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"param_groups[{g}]['lr'] is {lr!r}: the shards step with a "
+                             "finite lr >= 0")
+        return lr
+
     def _push(self, i, tensor):
+        lr = self._lr(i)
         if self._transform is not None:
             tensor = self._transform(self._names[i], tensor)
         try:
-            self.worker.push(i, self.round, tensor.detach().contiguous())
+            self.worker.push(i, self.round, tensor.detach().contiguous(), lr=lr)
         except ValueError as e:
             if "not finite" not in str(e):
                 raise
             raise self._not_finite(i, e) from e
+
+    def _check_hyperparameters(self):
+        """optimizer_on="shards": the shards mirror the hyperparameters registered at
+        join, and only lr changes reach them (each push carries it); any other change
+        (a scheduler cycling momentum, a hand edit) is an error, not a silent no-op."""
+        groups = self.optimizer.param_groups
+        if len(groups) != len(self._registered):
+            raise ValueError(f"the wrapped optimizer has {len(groups)} param_groups, but the "
+                             f"shards were registered with {len(self._registered)}: the layout "
+                             "is fixed at join (add_param_group after wrapping?)")
+        for g, (group, (_, registered)) in enumerate(zip(groups, self._registered)):
+            for key, was in registered.items():
+                now = _hyperparameter(group, key)
+                if now != was:
+                    raise ValueError(
+                        f"param_groups[{g}]['{key}'] is {now!r} now, but the shards were "
+                        f"registered with {key}={was!r}: they mirror changes of lr only (each "
+                        f"push carries it), not of {key}. Keep {key} fixed (a scheduler that "
+                        "cycles momentum: OneCycleLR(..., cycle_momentum=False), "
+                        "CyclicLR(..., cycle_momentum=False)), or pass "
+                        "DistributedOptimizer(..., optimizer_on='worker') with shards run "
+                        "--aggregate-only")
 
     # Rules whose aggregate one Byzantine input moves arbitrarily far (docs/aggregators.md).
     _NOT_ROBUST = ("mean",)
@@ -382,10 +641,12 @@ class DistributedOptimizer:
     def step(self, closure=None, loss=None):
         """comm "sync": pushes what backward did not (parameters without a gradient:
         zeros), waits for the shards' answers (raising a refusal), and starts pulling the
-        next version into the parameters. comm "adacomm": takes the wrapped optimizer's
-        step here, and after the round's tau steps pushes the change and pulls; `loss`
-        (or the closure's) is this step's training loss, which AdaComm needs. Returns the
-        closure's loss, if one was given."""
+        next version into the parameters; with optimizer_on="worker" it pulls the round's
+        aggregate gradient into each .grad instead and takes the wrapped optimizer's step.
+        comm "adacomm": takes the wrapped optimizer's step here, and after the round's tau
+        steps pushes the change and pulls; `loss` (or the closure's) is this step's
+        training loss, which AdaComm needs. Returns the closure's loss, if one was
+        given."""
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
@@ -403,6 +664,12 @@ class DistributedOptimizer:
         if error is not None:
             self._new_round()
             raise error
+        if self._mirrored:
+            try:
+                self._check_hyperparameters()
+            except ValueError:
+                self._new_round()
+                raise
         edited = [n for n, p, pushed, was in zip(self._names, self._params, self._pushed,
                                                   self._pushed_grads)
                   if pushed and (p.grad is None or (p.grad.data_ptr(), p.grad._version) != was)]
@@ -421,10 +688,33 @@ class DistributedOptimizer:
         self._new_round()
         self.worker.wait_pushes()
         self.round += 1
+        if self.optimizer_on == "worker":
+            self._step_on_aggregate()
+            return loss if closure is not None else None
         self._ticket = self.worker.start_pull_all(self.round, self._params, self._timeout)
         if not self._waits:
             self.synchronize()
         return loss if closure is not None else None
+
+    def _step_on_aggregate(self):
+        """optimizer_on="worker": the round's robust aggregate (version round + 1 of
+        --aggregate-only shards) into every parameter's .grad, then the wrapped
+        optimizer's step on this worker."""
+        grads = []
+        for p in self._params:
+            if p.grad is None or not p.grad.is_contiguous() or p.grad.dtype != p.dtype:
+                p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+            grads.append(p.grad)
+        version = self.worker.pull_all(self.round, grads, timeout=self._timeout)
+        if version > self.round:
+            # The shards went on without this worker (it restarted): it has missed
+            # aggregates the others stepped on, and steps on the newest.
+            warnings.warn(f"optimizer_on='worker': asked for the aggregate of round "
+                          f"{self.round - 1}, got version {version}'s: this worker missed "
+                          "rounds, and its parameters no longer equal the others'",
+                          stacklevel=3)
+            self.round = version
+        self.optimizer.step()
 
     def _begin_round(self):
         """Local updates: remembers the pulled parameters and takes the round's period."""
@@ -504,10 +794,19 @@ def broadcast_parameters(params, root_rank=0):
     the shards' (a checkpoint loaded mid-run); roll back by restarting the shards from
     their checkpoint. Mid-run, call synchronize() before loading. `params`: a state_dict
     or named parameters of the model a DistributedOptimizer trains; its buffers
-    (BatchNorm statistics) are not broadcast."""
+    (BatchNorm statistics) are not broadcast. With optimizer_on="worker" it raises: the
+    aggregate-only shards hold no parameters to start from (start every worker from the
+    same values)."""
     if not _optimizers:
         raise ValueError("broadcast_parameters needs a DistributedOptimizer first (it joins)")
     opt = _optimizers[-1]
+    if opt.optimizer_on == "worker":
+        raise ValueError(
+            "broadcast_parameters with optimizer_on='worker': the shards run --aggregate-only "
+            "and hold aggregates, not parameters, so there is nothing to start every worker "
+            "from; each worker steps its own copy. Start every worker from the same values "
+            "instead (the same torch.manual_seed before building the model, or the same "
+            "checkpoint loaded on every worker) and leave this call out")
     if root_rank != opt.root_rank:
         raise ValueError(f"broadcast_parameters(root_rank={root_rank}), but the "
                          f"DistributedOptimizer started the shards from rank {opt.root_rank}'s "

@@ -16,6 +16,8 @@ the tensor's size); nothing is copied on the way in except by the push's own enc
 Every blocking call releases the GIL. See docs/python.md.
 """
 
+import math
+
 from . import _arrays
 from ._ps_server import Worker as _Worker
 
@@ -24,8 +26,18 @@ __all__ = ["Worker"]
 
 class Worker:
     """Joins every shard with the model's layout: `tensors` is a list of (name, numel) or
-    (name, numel, priority[, row_elems]) in the model's order (priority defaults to the
-    index: the first tensor is the most urgent, as P3 wants for the input layer).
+    (name, numel, priority[, row_elems[, optimizer]]) in the model's order (priority
+    defaults to the index: the first tensor is the most urgent, as P3 wants for the input
+    layer). `optimizer` is the spec the shards step that tensor with: "" (the default) is
+    their own flags (--lr, --momentum, --weight-decay, --lr-schedule); otherwise one of
+    "sgd(lr=F, momentum=F, dampening=F, nesterov=0|1, weight_decay=F)",
+    "adam(lr=F, beta1=F, beta2=F, eps=F, weight_decay=F)" and "adamw(...)" (the same
+    keys), which are torch.optim.SGD, Adam (amsgrad=False) and AdamW (decoupled weight
+    decay) exactly, their state (momentum buffer, exp_avg, exp_avg_sq, step count) kept
+    on the shards. Every argument is key=value, numbers as Python's repr writes floats
+    (0.001, 1e-08); unknown keys are refused. The specs are part of the layout: every
+    worker must register the same, or the join is refused naming the tensor that
+    differs.
     The first worker to join registers the layout and uploads `initial` (one array per
     tensor). Keyword options: slice_elems, token or token_file (the shards' token for this
     worker, written in their --run-dir), tls_ca (the shards' CA: TLS), tls_cert and tls_key
@@ -74,10 +86,26 @@ class Worker:
         one the shards named at join (every shard of a cluster runs the same)."""
         return self._w.shards[0]["data_plane"]
 
-    def push(self, tensor, round, grad):
+    def push(self, tensor, round, grad, lr=None):
         """Encodes and queues tensor `tensor`'s (index or name) gradient for `round`;
-        returns once it was encoded. Refusals come back from wait_pushes()."""
-        self._w.push(self._tensor(tensor), round, _arrays.as_float32(grad, "grad"))
+        returns once it was encoded. Refusals come back from wait_pushes(). `lr` (a
+        finite float >= 0, else ValueError before anything is queued) travels with this
+        push and the tensor's later ones until another is given: the shard steps the
+        slice with the median of the lrs its round's pushes carried (a lying minority
+        cannot move it) instead of the tensor's spec lr (and --lr-schedule). lr=None
+        leaves the tensor's last lr in place; a round whose pushes carried none steps
+        with the spec's lr (or --lr) times --lr-schedule's factor. ps_server.torch sends
+        each param_group's current lr with every push, so a scheduler reaches the
+        shards."""
+        index = self._tensor(tensor)
+        grad = _arrays.as_float32(grad, "grad")
+        if lr is None:
+            self._w.push(index, round, grad)
+            return
+        lr = float(lr)
+        if not (math.isfinite(lr) and lr >= 0):
+            raise ValueError(f"lr must be a finite float >= 0, got {lr!r}")
+        self._w.push(index, round, grad, lr=lr)
 
     def wait_pushes(self):
         """Waits until every push so far was answered; raises the first failure since the

@@ -1,17 +1,40 @@
-// Fuzz target for the aggregation spec grammar (--aggregator, the config file): any
-// string either is refused with an error or makes an Aggregator that then aggregates
-// a few small inputs into a finite result (or refuses them cleanly).
+// Fuzz target for the spec grammars read from flags and from workers: the input is tried
+// as an --aggregator spec (any string either is refused with an error or makes an
+// Aggregator that then aggregates a few small inputs into a finite result, or refuses
+// them cleanly) and as a tensor's optimizer spec (a layout entry, server/optimizer.h:
+// refused with a message, or an optimizer whose canonical spec parses to itself, whose
+// steps then run over a few values (under ASan and UBSan); a step may overflow with
+// hyperparameters such as weight_decay=1e300, which the workers see as divergence).
 #include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "aggregators/aggregator.h"
+#include "server/optimizer.h"
 #include "tests/fuzz/fuzz_check.h"
+
+namespace {
+
+void TryOptimizer(const std::string& spec) {
+  auto opt = ps::server::Optimizer::Parse(spec);
+  if (!opt.ok()) {
+    PS_FUZZ_CHECK(!opt.status().message().empty(), "optimizer refused without a message");
+    return;
+  }
+  auto again = ps::server::Optimizer::Parse(opt->spec());
+  PS_FUZZ_CHECK(again.ok() && again->spec() == opt->spec(), "canonical optimizer spec not stable");
+  std::vector<float> g = {0.5f, -1.0f, 0.0f}, w = {1.0f, 2.0f, -3.0f}, m(3, 0.0f);
+  std::vector<float> v(opt->has_second_moment() ? 3 : 0, 0.0f);
+  for (uint64_t step = 1; step <= 3; ++step) opt->Step(1e-3f, step, g, m, v, w);
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 256) return 0;  // specs are short; longer inputs only slow the fuzzer
   const std::string spec(reinterpret_cast<const char*>(data), size);
+  TryOptimizer(spec);
   ps::aggregators::AggregatorOptions options;
   options.num_workers = 11;
   options.num_byzantine = 2;

@@ -77,6 +77,10 @@ AGGREGATOR_SPEC = {
         "meamed_phocas": "nnm+meamed",
         "bad_paren": "clip(2+krum",
         "empty_arg": "krum(,)",
+        # Tensors' optimizer specs (the same target tries each input as one).
+        "sgd_nesterov": "sgd(lr=0.1, momentum=0.9, dampening=0, nesterov=1, weight_decay=1e-4)",
+        "adam": "adam(lr=0.001, beta1=0.9, beta2=0.999, eps=1e-08, weight_decay=0)",
+        "adamw": "adamw(lr=3e-4, weight_decay=0.05)",
     }.items()
 }
 

@@ -18,8 +18,10 @@
 // bytes, parses with protobuf to the same fields again.
 // Seeds: tests/fuzz/corpus/wire/ (tests/fuzz/make_corpus.py).
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -167,15 +169,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                     m.round() == f->round && m.slice_id() == f->slice_id && m.codec() == codec &&
                     m.payload() == f->payload.ToString(),
                 "PushRequest fields differ from protobuf's");
+  // The optional floats, bit for bit (a NaN's payload included).
+  const auto same_bits = [](const std::optional<float>& a, bool has, float b) {
+    return a.has_value() == has &&
+           (!has || std::bit_cast<uint32_t>(*a) == std::bit_cast<uint32_t>(b));
+  };
+  PS_FUZZ_CHECK(same_bits(f->loss, m.has_loss(), m.loss()) && same_bits(f->lr, m.has_lr(), m.lr()),
+                "PushRequest loss or lr differs from protobuf's");
   ps::v1::PushRequest again;
   PS_FUZZ_CHECK(again.ParseFromString(ps::net::PushRequestHeader(m.session(), m.layout_hash(),
                                                                  m.round(), m.slice_id(), m.codec(),
-                                                                 m.payload().size()) +
+                                                                 m.payload().size(), f->loss,
+                                                                 f->lr) +
                                       m.payload()),
                 "a written PushRequest does not parse");
   PS_FUZZ_CHECK(again.session() == m.session() && again.layout_hash() == m.layout_hash() &&
                     again.round() == m.round() && again.slice_id() == m.slice_id() &&
-                    again.codec() == m.codec() && again.payload() == m.payload(),
+                    again.codec() == m.codec() && again.payload() == m.payload() &&
+                    same_bits(f->lr, again.has_lr(), again.lr()) &&
+                    same_bits(f->loss, again.has_loss(), again.loss()),
                 "a written PushRequest changed its fields");
   return 0;
 }

@@ -16,6 +16,7 @@
 #include "core/data_plane.h"
 #include "core/device.h"
 #include "gpu/cuda_device.h"
+#include "server/optimizer.h"
 #include "worker_lib/worker.h"
 
 namespace ps {
@@ -326,6 +327,81 @@ class PlaneTest : public ::testing::TestWithParam<core::DataPlane> {};
 
 INSTANTIATE_TEST_SUITE_P(Planes, PlaneTest, testing::DataPlanes(),
                          [](const auto& info) { return testing::PlaneName(info.param); });
+
+// Tensors whose layout names an optimizer are stepped by it on the shards, at the
+// learning rate their round's pushes carried (the median: worker 2 asks for 100), with
+// its state kept across rounds; a tensor without one gets the shards' own SGD (lr 0.5).
+// The reference runs the same optimizers here on the mean of the workers' gradients.
+TEST_P(PlaneTest, TensorsAreSteppedByTheirOwnOptimizersAtTheRatesPushed) {
+  const uint32_t n = 3;
+  server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.data_plane = GetParam();
+  o.learning_rate = 0.5f;
+  o.momentum = 0.0f;
+  testing::Cluster c = testing::StartCluster(2, o);
+  const std::vector<std::string> specs = {
+      "adam(lr=0.1, weight_decay=0.01)", "sgd(lr=1, momentum=0.9, nesterov=1, weight_decay=0.001)",
+      ""};
+  std::vector<core::TensorSpec> tensors = Tensors();
+  for (size_t t = 0; t < tensors.size(); ++t) tensors[t].optimizer = specs[t];
+  const core::ModelLayout layout = *core::ModelLayout::Create(tensors, /*slice_elems=*/128, 2);
+  const auto lr_of = [](uint64_t r) { return 0.05f * std::cos(0.3f * static_cast<float>(r)); };
+  const uint64_t rounds = 4;
+  const std::vector<std::vector<float>> init = Initial(layout);
+  std::vector<std::vector<std::vector<float>>> got(n);
+  std::vector<std::thread> threads;
+  for (uint32_t w = 0; w < n; ++w) {
+    threads.emplace_back([&, w] {
+      auto worker = Worker::Start(ClientOptions(c, w), layout, Spans(init));
+      ASSERT_TRUE(worker.ok()) << worker.status();
+      auto& p = got[w];
+      for (const auto& t : layout.tensors()) p.emplace_back(t.numel);
+      std::vector<std::span<float>> outs(p.begin(), p.end());
+      EXPECT_EQ((*worker)->SetLearningRate(0, -1).code(), absl::StatusCode::kInvalidArgument);
+      EXPECT_EQ((*worker)->SetLearningRate(9, 0.1).code(), absl::StatusCode::kInvalidArgument);
+      for (uint64_t r = 0; r < rounds; ++r) {
+        ASSERT_TRUE((*worker)->PullAll(r, outs, kPullTimeout).ok());
+        for (size_t t = 0; t < 2; ++t) {
+          ASSERT_TRUE((*worker)->SetLearningRate(t, w == 2 ? 100.0 : lr_of(r)).ok());
+        }
+        for (size_t t = 0; t < layout.tensors().size(); ++t) {
+          ASSERT_TRUE((*worker)->Push(t, r, Grad(w, t, layout.tensors()[t].numel, r)).ok());
+        }
+        ASSERT_TRUE((*worker)->WaitPushes().ok());
+      }
+      ASSERT_TRUE((*worker)->PullAll(rounds, outs, kPullTimeout).ok());
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  for (size_t t = 0; t < tensors.size(); ++t) {
+    std::vector<float> w = init[t], m(w.size(), 0.0f), v(w.size(), 0.0f);
+    const std::optional<server::Optimizer> opt =
+        specs[t].empty() ? std::nullopt : std::optional(*server::Optimizer::Parse(specs[t]));
+    for (uint64_t r = 0; r < rounds; ++r) {
+      std::vector<float> mean(w.size(), 0.0f);
+      for (uint32_t k = 0; k < n; ++k) {
+        const std::vector<float> g = Grad(k, t, w.size(), r);
+        for (size_t i = 0; i < g.size(); ++i) mean[i] += g[i] / static_cast<float>(n);
+      }
+      if (opt.has_value()) {
+        opt->Step(lr_of(r), r + 1, mean, m, v, w);
+      } else {
+        for (size_t i = 0; i < w.size(); ++i) w[i] -= 0.5f * mean[i];
+      }
+    }
+    for (uint32_t k = 0; k < n; ++k) {
+      ASSERT_EQ(got[k][t].size(), w.size());
+      for (size_t i = 0; i < w.size(); ++i) {
+        ASSERT_NEAR(got[k][t][i], w[i], 1e-5) << "worker " << k << " tensor " << t << " value " << i;
+      }
+    }
+    // The rounds moved the values (a reference that stood still would match anything).
+    float moved = 0;
+    for (size_t i = 0; i < w.size(); ++i) moved = std::max(moved, std::abs(w[i] - init[t][i]));
+    EXPECT_GT(moved, 1e-2f) << "tensor " << t;
+  }
+}
 
 TEST_P(PlaneTest, TensorsPushWithTheirOwnCodecs) {
   const uint32_t n = 3;

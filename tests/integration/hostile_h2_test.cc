@@ -6,7 +6,8 @@
 // Each test measures the honest rounds per second in the same run: for kBefore before
 // the attack, over the whole attack (kAttackFor, its setup included), and in sliding
 // kRecoveryWindow windows after it stops. It asserts the acceptance: during >=
-// 0.8 x before, some window ending within 5 s of the stop >= 0.95 x before, no honest
+// 0.8 x before, some window ending within 5 s of the stop >= 0.95 x before (give or take
+// the one round a window's edge may cut off: about 5% of a 2 s window), no honest
 // call failed (the finding: gRPC reset honest streams), the shard alive, its
 // resident memory within the documented bound (--max-shard-bytes plus
 // --max-request-memory-bytes plus 128 MiB for code and threads, docs/operations.md),
@@ -501,7 +502,10 @@ Figures Measure(Shard& shard, const AttackFn& attack) {
     if (!last || *last < t_gone + kRecoveryWindow) continue;
     const double rate = training.Rate(*last - kRecoveryWindow, *last);
     if (*last <= t_gone + kRecoveryWithin) f.best_after = std::max(f.best_after, rate);
-    if (rate >= kRecoveredRatio * f.before) {
+    // One round of slack: a window holds about 19 rounds, so one round fewer than the
+    // rate before (a completion just outside the window) is already 5%.
+    if (rate + 1.0 / std::chrono::duration<double>(kRecoveryWindow).count() >=
+        kRecoveredRatio * f.before) {
       f.recovered_in_s = std::chrono::duration<double>(*last - t_gone).count();
       break;
     }

@@ -169,6 +169,26 @@ TEST(DataFrameTest, RoundTripsTheHandshake) {
   EXPECT_TRUE(rest.empty());
 }
 
+TEST(DataFrameTest, RoundTripsPushesWithALearningRate) {
+  for (const std::optional<float>& loss : {std::optional<float>(), std::optional<float>(2.5f)}) {
+    PushMeta meta{7, 8, 9, loss, "fp16"};
+    meta.lr = 0.125f;
+    std::string frame;
+    ASSERT_TRUE(AppendPush(3, meta, 10, &frame).ok());
+    auto h = ParseHeader(HeaderOf(frame));
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->flags, loss.has_value() ? 3 : 2);
+    const std::string meta_bytes = MetaOf(frame);
+    auto m = ParsePushMeta(h->flags, meta_bytes);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->loss, loss);
+    EXPECT_EQ(m->lr, 0.125f);
+    EXPECT_EQ(m->codec, "fp16");
+    // The flag without its four bytes, or the bytes without the flag, is refused.
+    EXPECT_FALSE(ParsePushMeta(h->flags & ~2, meta_bytes).ok());
+  }
+}
+
 TEST(DataFrameTest, RoundTripsPushesWithAndWithoutLoss) {
   const std::string longest(kMaxFrameCodecBytes, 'c');
   for (const std::optional<float>& loss : {std::optional<float>(), std::optional<float>(-1.25f)}) {
@@ -394,10 +414,11 @@ TEST(DataFrameTest, ParseHeaderRefusesUnknownTypes) {
 
 TEST(DataFrameTest, ParseHeaderRefusesUnknownFlagBits) {
   for (const Sample& s : Samples()) {
-    // The bits each type defines: PUSH and PULL one, SLICE three, the others none.
-    const int defined = s.type == FrameType::kPush || s.type == FrameType::kPull ? 0x01
-                        : s.type == FrameType::kSlice                             ? 0x07
-                                                                                  : 0x00;
+    // The bits each type defines: PUSH two, PULL one, SLICE three, the others none.
+    const int defined = s.type == FrameType::kPush    ? 0x03
+                        : s.type == FrameType::kPull  ? 0x01
+                        : s.type == FrameType::kSlice ? 0x07
+                                                      : 0x00;
     for (int bit = 0; bit < 8; ++bit) {
       if ((defined & (1 << bit)) != 0) continue;
       auto h = ParseHeader(HeaderOf(Patched(s.frame, 1, {static_cast<uint8_t>(1 << bit)})));

@@ -60,6 +60,34 @@ TEST(LayoutProtoTest, AnyDifferenceIsAnotherLayout) {
   other = msg;
   other.add_tensors()->set_name("extra");
   EXPECT_FALSE(SameLayout(layout, other));
+  other = msg;
+  other.mutable_tensors(0)->set_optimizer("sgd(lr=0.1)");
+  EXPECT_FALSE(SameLayout(layout, other));
+}
+
+// A tensor's optimizer crosses the wire and is part of the hash; layouts without any keep
+// the hash they had (checkpoints record it).
+TEST(LayoutProtoTest, OptimizersComeBackAndChangeTheHash) {
+  const core::ModelLayout plain = TwoTensors();
+  absl::StatusOr<core::ModelLayout> with =
+      core::ModelLayout::Create({{"w", 100, 1, 0, "adam(lr=0.001)"}, {"b", 10, 0}}, 32, 2);
+  ASSERT_TRUE(with.ok()) << with.status();
+  EXPECT_NE(with->hash(), plain.hash());
+  absl::StatusOr<core::ModelLayout> other =
+      core::ModelLayout::Create({{"w", 100, 1, 0, "adam(lr=0.01)"}, {"b", 10, 0}}, 32, 2);
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(with->hash(), other->hash());
+  v1::Layout msg;
+  LayoutToProto(*with, &msg);
+  EXPECT_EQ(msg.tensors(0).optimizer(), "adam(lr=0.001)");
+  absl::StatusOr<core::ModelLayout> back = LayoutFromProto(msg);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->hash(), with->hash());
+  EXPECT_EQ(back->tensors()[0].optimizer, "adam(lr=0.001)");
+  // What a spec may be: printable ASCII, bounded (the grammar is the shard's to check).
+  EXPECT_FALSE(core::ModelLayout::Create({{"w", 4, 0, 0, "adam(lr=1)\n"}}, 4, 1).ok());
+  EXPECT_FALSE(core::ModelLayout::Create({{"w", 4, 0, 0, std::string(257, 'a')}}, 4, 1).ok());
+  EXPECT_TRUE(core::ModelLayout::Create({{"w", 4, 0, 0, std::string(256, 'a')}}, 4, 1).ok());
 }
 
 TEST(LayoutProtoTest, TheFirstDifferenceIsNamed) {
@@ -78,6 +106,11 @@ TEST(LayoutProtoTest, TheFirstDifferenceIsNamed) {
   EXPECT_EQ(LayoutDifference(layout, other),
             "tensor 0 differs: the shard's is 'w' (100 elements, priority 1), the worker's 'w' "
             "(100 elements, priority 1, rows of 10)");
+  other = msg;
+  other.mutable_tensors(1)->set_optimizer("adam(lr=0.001)");
+  EXPECT_EQ(LayoutDifference(layout, other),
+            "tensor 1 differs: the shard's is 'b' (10 elements, priority 0), the worker's 'b' "
+            "(10 elements, priority 0, optimizer adam(lr=0.001))");
   other = msg;
   other.add_tensors()->set_name("head\n");
   other.mutable_tensors(2)->set_numel(4);

@@ -155,6 +155,17 @@ TEST(WireTest, LossesGoBothWaysAndStayAbsentWhenUnset) {
                                    payload));
   ASSERT_TRUE(push.has_loss());
   EXPECT_EQ(push.loss(), 1.5f);
+  EXPECT_FALSE(push.has_lr());
+  v1::PushRequest with_lr;
+  ASSERT_TRUE(with_lr.ParseFromString(
+      PushRequestHeader("t", 1, 2, 3, "fp16", payload.size(), std::nullopt, 0.03f) + payload));
+  ASSERT_TRUE(with_lr.has_lr());
+  EXPECT_EQ(with_lr.lr(), 0.03f);
+  EXPECT_FALSE(with_lr.has_loss());
+  const std::string with_lr_bytes = with_lr.SerializeAsString();
+  absl::StatusOr<PushFrame> lr_frame = ParsePushRequest(Cut(with_lr_bytes, {}));
+  ASSERT_TRUE(lr_frame.ok()) << lr_frame.status();
+  EXPECT_EQ(lr_frame->lr, 0.03f);
   EXPECT_EQ(push.payload(), payload);
   push.set_loss(-0.0f);  // present, and kept bit for bit
   const std::string pushed = push.SerializeAsString();

@@ -1,5 +1,6 @@
 """ps_server.torch: DistributedOptimizer in training scripts started by ps-launch, against
-a plain PyTorch reference of the same steps (the shards' SGD on the mean gradient), with
+a plain PyTorch reference of the same steps (SGD on the mean gradient, which the shards
+mirror from the wrapped optimizer), with
 and without the per-module waits (P3), with gradient accumulation, and its errors."""
 
 import json
@@ -25,8 +26,8 @@ SCRIPT = textwrap.dedent("""
     passes = 2 if mode == "accumulate" else 1
     local = mode == "adacomm"
     opt = pst.DistributedOptimizer(
-        # Unused in sync mode (the shards step); the local SGD with comm="adacomm".
-        torch.optim.SGD(model.parameters(), lr=0.05 if local else 123.0),
+        # Mirrored by the shards in sync mode; the local SGD with comm="adacomm".
+        torch.optim.SGD(model.parameters(), lr=0.05 if local else 0.1),
         named_parameters=model.named_parameters(), model=None if mode == "whole" else model,
         backward_passes_per_step=passes, comm="adacomm" if local else "sync", tau0=3,
         tau_max=3)
@@ -177,7 +178,7 @@ def test_a_backward_pass_too_many_is_an_error(tmp_path, server_bin):
         pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
                  token_file=shards.token_file(0))
         model = torch.nn.Linear(3, 1)
-        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                        named_parameters=model.named_parameters())
         for _ in range(2):
             model(torch.ones(2, 3)).sum().backward()
@@ -197,7 +198,7 @@ def test_divergence_is_reported_as_such_naming_the_rule(server_bin):
         pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
                  token_file=shards.token_file(0))
         model = torch.nn.Linear(3, 1)
-        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                        named_parameters=model.named_parameters())
         opt.synchronize()
         with torch.no_grad():
@@ -227,8 +228,9 @@ def test_frozen_parameters_are_neither_registered_nor_moved(server_bin):
                 server=server_bin) as shards:
         pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
                  token_file=shards.token_file(0))
-        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
-                                       named_parameters=model.named_parameters(), model=model)
+        opt = pst.DistributedOptimizer(
+            torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.5),
+            named_parameters=model.named_parameters(), model=model)
         assert opt.frozen == ["0.weight", "0.bias"]
         assert opt._names == ["1.weight", "1.bias"]
         for _ in range(2):
@@ -242,7 +244,7 @@ def test_frozen_parameters_are_neither_registered_nor_moved(server_bin):
             assert not torch.equal(before, p.detach())
         opt.close()
         with pytest.raises(ValueError, match=r"no parameters to train \(frozen: 0.weight, 0.bias\)"):
-            pst.DistributedOptimizer(torch.optim.SGD(model[0].parameters(), lr=0.0),
+            pst.DistributedOptimizer(torch.optim.SGD(model[0].parameters(), lr=0.1),
                                      named_parameters=model[0].named_parameters(prefix="0"))
 
 
@@ -260,7 +262,7 @@ ROOT_SCRIPT = textwrap.dedent("""
         with torch.no_grad():
             for i, p in enumerate(model.parameters()):
                 p.fill_(0.25 * (i + 1))
-    opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+    opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                    named_parameters=model.named_parameters(), model=model)
     pst.broadcast_parameters(model.state_dict(), root_rank=0)
     with open(f"{out}.{pst.rank()}", "w") as fh:
@@ -293,7 +295,7 @@ def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
     with Shards(1, 1, lr=0.1, momentum=0.0, server=server_bin) as shards:
         pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
                  token_file=shards.token_file(0))
-        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                        named_parameters=model.named_parameters())
         assert opt.root_values_adopted is True
         pst.broadcast_parameters(model.state_dict(), root_rank=0)  # at start: no warning
@@ -314,7 +316,7 @@ def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
 
         # The worker restarts with fresh values while the shards went on: theirs win.
         fresh = torch.nn.Linear(3, 2)
-        opt = pst.DistributedOptimizer(torch.optim.SGD(fresh.parameters(), lr=0.0),
+        opt = pst.DistributedOptimizer(torch.optim.SGD(fresh.parameters(), lr=0.1),
                                        named_parameters=fresh.named_parameters())
         assert opt.root_values_adopted is False and opt.round == 2
         with pytest.warns(UserWarning, match="rank 0's values were not adopted"):
@@ -337,11 +339,11 @@ def test_other_ranks_wait_for_the_root_to_register(server_bin):
                  token_file=shards.token_file(1))
         with pytest.raises(ps_server.Error, match=r"has no parameters yet, and worker 1 does not "
                            r"register them \(it starts from the root worker's\)"):
-            pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+            pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                      named_parameters=model.named_parameters(),
                                      connect_timeout=1.0)
         with pytest.raises(ValueError, match=r"root_rank 2 outside \[0, 2\)"):
-            pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0), root_rank=2)
+            pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), root_rank=2)
 
 
 def test_clipping_reaches_the_shards_with_overlap_off_and_is_refused_with_it_on(server_bin):
@@ -358,7 +360,7 @@ def test_clipping_reaches_the_shards_with_overlap_off_and_is_refused_with_it_on(
     with Shards(1, 1, lr=1.0, momentum=0.0, server=server_bin) as shards:
         pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
                  token_file=shards.token_file(0))
-        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
                                        named_parameters=model.named_parameters())
         (model(x) ** 2).sum().backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm=0.1)
@@ -370,7 +372,7 @@ def test_clipping_reaches_the_shards_with_overlap_off_and_is_refused_with_it_on(
     with Shards(1, 1, lr=1.0, momentum=0.0, server=server_bin) as shards:
         pst.init(shards=shards.addresses, worker_id=0, num_workers=1,
                  token_file=shards.token_file(0))
-        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.0),
+        opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1.0),
                                        named_parameters=model.named_parameters(), overlap=False)
         before = [p.detach().clone() for p in model.parameters()]
         opt.zero_grad()

@@ -48,6 +48,8 @@ ShardCheckpoint Make(uint32_t shard = 0, uint32_t shards = 1, uint64_t version =
     s.velocity.assign(n, 0.01f * static_cast<float>(id));
     s.rule_state.assign(2 * n, 1.5f);
     s.params.assign(n, 0.25f * static_cast<float>(id));
+    s.second_moment.assign(n, 0.001f * static_cast<float>(id + 1));
+    s.optimizer_steps = 7 + id;
     c.slices.push_back(std::move(s));
   }
   return c;
@@ -71,6 +73,8 @@ TEST(CheckpointCodecTest, RoundTripKeepsEverything) {
     EXPECT_EQ(back->slices[i].velocity, c.slices[i].velocity);
     EXPECT_EQ(back->slices[i].rule_state, c.slices[i].rule_state);
     EXPECT_EQ(back->slices[i].params, c.slices[i].params);
+    EXPECT_EQ(back->slices[i].second_moment, c.slices[i].second_moment);
+    EXPECT_EQ(back->slices[i].optimizer_steps, c.slices[i].optimizer_steps);
   }
   EXPECT_EQ(back->MaxVersion(), 9u);
 }
@@ -120,6 +124,8 @@ TEST(CheckpointCodecTest, ContentChecksRefuseWithReasons) {
        [](ShardCheckpoint& c) { c.slices[1].velocity[0] = std::numeric_limits<float>::infinity(); },
        "velocity is not finite"},
       {"velocity size", [](ShardCheckpoint& c) { c.slices[0].velocity.resize(7); }, "velocity"},
+      {"second moment size", [](ShardCheckpoint& c) { c.slices[0].second_moment.resize(7); },
+       "second moment"},
       {"rule state not rows", [](ShardCheckpoint& c) { c.slices[0].rule_state.resize(5); },
        "rule state"},
       {"parameters twice the slice", [](ShardCheckpoint& c) { c.slices[0].params.resize(8); },

@@ -583,6 +583,60 @@ TEST_F(SliceRoundTest, WatchersWakeAtTheirVersionAndFastForwardIsTheResetPath) {
   EXPECT_EQ(fired.back(), (std::pair<int, bool>{9, false}));
 }
 
+// A push's learning rate must be a finite number >= 0, refused before decoding; the
+// round's inputs keep each worker's.
+TEST_F(SliceRoundTest, PushedLearningRatesAreCheckedAndKeptPerWorker) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  const int calls = decoder_calls_;
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), -0.5f,
+                    std::numeric_limits<float>::infinity()}) {
+    absl::StatusOr<SliceRound::Progress> p =
+        s.AcceptPush(0, 0, "fp32", Decoder(), Encoded({1, 1}), std::nullopt, bad);
+    EXPECT_EQ(core::RefusalOf(p.status()), core::Refusal::kMalformed) << p.status();
+    EXPECT_THAT(p.status().message(), testing::HasSubstr("learning rate"));
+  }
+  EXPECT_EQ(decoder_calls_, calls);
+  const std::vector<std::optional<float>> lrs = {0.1f, std::nullopt, 0.3f};
+  for (uint32_t w = 0; w < 3; ++w) {
+    ASSERT_TRUE(s.AcceptPush(w, 0, "fp32", Decoder(), Encoded({1, 1}), std::nullopt, lrs[w]).ok());
+  }
+  std::optional<ClosedRound> closed = s.TakeClosed();
+  ASSERT_TRUE(closed.has_value());
+  // Of {0.1, 0.3}: worker 1 carried none.
+  EXPECT_FLOAT_EQ(MedianLr(closed->inputs).value_or(-1), 0.2f);
+}
+
+// An optimizer with a second moment: Initialize makes it, a checkpoint keeps it with the
+// steps taken, and a restore brings both back.
+TEST_F(SliceRoundTest, AnAdamSlicesMomentsAndStepsSurviveCaptureAndRestore) {
+  rules_.keep_published_model = true;
+  auto adam = std::make_shared<const Optimizer>(*Optimizer::Parse("adam(lr=0.1)"));
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false, adam);
+  Init(s);
+  for (uint32_t w = 0; w < 3; ++w) ASSERT_TRUE(Push(s, w, 0, {1, -1}).ok());
+  std::optional<ClosedRound> closed = s.TakeClosed();
+  ASSERT_TRUE(closed.has_value());
+  ASSERT_EQ(closed->model.second_moment.size(), 2u);
+  EXPECT_EQ(closed->model.optimizer, adam);
+  closed->model.second_moment = {0.5f, 0.25f};
+  closed->model.steps = 1;
+  Wakeups wake;
+  s.Publish(*std::move(closed), core::SharedFp32(std::vector<float>{1.0f, 2.0f}), nullptr, &wake);
+  SliceCheckpoint c = s.Capture(/*with_velocity=*/true);
+  EXPECT_EQ(c.second_moment, (std::vector<float>{0.5f, 0.25f}));
+  EXPECT_EQ(c.optimizer_steps, 1u);
+  SliceRound again(info_, &rules_, /*aggregate_only=*/false, adam);
+  ASSERT_TRUE(again.Restore(c).ok());
+  EXPECT_EQ(again.Capture(true).second_moment, c.second_moment);
+  EXPECT_EQ(again.Capture(true).optimizer_steps, 1u);
+  // A checkpoint from before the field: zeros, as at the start.
+  c.second_moment.clear();
+  SliceRound old(info_, &rules_, /*aggregate_only=*/false, adam);
+  ASSERT_TRUE(old.Restore(c).ok());
+  EXPECT_EQ(old.Capture(true).second_moment, (std::vector<float>{0.0f, 0.0f}));
+}
+
 TEST_F(SliceRoundTest, CaptureAndRestoreKeepTheModel) {
   rules_.keep_published_model = true;
   rules_.state_rows = 1;
@@ -839,6 +893,42 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   EXPECT_EQ(a.Participants(rounds, 3), (std::vector<uint32_t>{0, 2}));
 }
 
+// The learning rate the round's pushes carried: their median, which one liar of three
+// does not move; the tensor's optimizer (Adam here) steps with it and counts its steps.
+TEST(RoundAggregationTest, TheTensorsOptimizerStepsWithTheMedianOfTheRatesPushed) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 3;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  // The shard's own SGD would take lr 100: the tensor's optimizer must be used instead.
+  RoundAggregation a(mean.get(), &pool, SgdOptions{100.0f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/2);
+  ClosedRound r = RoundOf({{1, -2}, {1, -2}, {1, -2}});
+  r.model.optimizer = std::make_shared<const Optimizer>(*Optimizer::Parse("adam(lr=0.5)"));
+  r.model.second_moment.assign(2, 0.0f);
+  r.inputs.lrs = {0.01f, 1e30f, 0.02f};  // worker 1 lies
+  std::vector<float> out(2);
+  AggregationCounts counts;
+  ASSERT_TRUE(a.Aggregate(r, out, &counts).ok());
+  absl::Status st;
+  a.Step(r, out, st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(r.model.steps, 1u);
+  // Adam's first step moves each value by lr (times sign), here the median 0.02.
+  EXPECT_NEAR(r.model.params[0], 1 - 0.02f, 1e-6);
+  EXPECT_NEAR(r.model.params[1], 1 + 0.02f, 1e-6);
+  // Without rates pushed: the spec's lr, 0.5 (Adam's later steps are near lr too).
+  r.inputs.lrs.assign(3, std::numeric_limits<float>::quiet_NaN());
+  a.Step(r, out, st);
+  EXPECT_EQ(r.model.steps, 2u);
+  EXPECT_NEAR(r.model.params[0], 1 - 0.02f - 0.5f, 1e-5);
+  // The shard's SGD (no optimizer of the tensor's) takes the median too.
+  ClosedRound plain = RoundOf({{1, 1}, {1, 1}, {1, 1}});
+  plain.inputs.lrs = {0.25f, 0.25f, 7.0f};
+  a.Step(plain, out = {1, 1}, st);
+  EXPECT_EQ(plain.model.params, (std::vector<float>{0.75f, 0.75f}));
+}
+
 TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
   core::ThreadPool pool(1);
   aggregators::AggregatorOptions opts;
@@ -853,6 +943,24 @@ TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
   EXPECT_EQ(*a.Step(r, out, failed).values, Fp32({0, 0}));
 }
 
+// What a SliceTable of two workers needs around it.
+struct TableRig {
+  TableRig() {
+    rules.num_workers = 2;
+    rules.clock = &clock;
+    rules.deadlines = &deadlines;
+  }
+  static SliceTable::Config Config(uint32_t shard_id, uint32_t num_shards, uint64_t max_shard_bytes,
+                                   bool aggregate_only = false, bool priority_order = false) {
+    return {shard_id, num_shards, /*num_workers=*/2, /*max_message_bytes=*/1 << 20,
+            max_shard_bytes, /*state_rows=*/0, /*keep_published_model=*/false, aggregate_only,
+            priority_order};
+  }
+  core::ManualClock clock;
+  DeadlineQueue deadlines;
+  RoundRules rules;
+};
+
 // --pull-codec keeps one more copy of the parameters (what the workers hold) and each
 // version's encoded change: a layout that fits without one may not fit with one.
 TEST(SliceTableTest, APullCodecCountsInTheMemoryEstimate) {
@@ -865,18 +973,9 @@ TEST(SliceTableTest, APullCodecCountsInTheMemoryEstimate) {
   const uint64_t dense = EstimateShardBytes(sum, 2, 0, false);
   EXPECT_EQ(EstimateShardBytes(sum, 2, 0, false, 2), dense + 2 * 5120 * sizeof(float));
   for (const std::string codec : {"", "fp16"}) {
-    core::ManualClock clock;
-    DeadlineQueue deadlines;
-    RoundRules rules;
-    rules.num_workers = 2;
-    rules.clock = &clock;
-    rules.deadlines = &deadlines;
-    rules.pull_codec = codec;
-    SliceTable t({/*shard_id=*/0, /*num_shards=*/1, /*num_workers=*/2,
-                  /*max_message_bytes=*/1 << 20, /*max_shard_bytes=*/dense, /*state_rows=*/0,
-                  /*keep_published_model=*/false, /*aggregate_only=*/false,
-                  /*priority_order=*/false},
-                 &rules);
+    TableRig rig;
+    rig.rules.pull_codec = codec;
+    SliceTable t(TableRig::Config(0, 1, /*max_shard_bytes=*/dense), &rig.rules);
     absl::StatusOr<std::vector<uint32_t>> owned = t.Register(0, {{"w", 4096, 0}}, 1024, 1);
     if (codec.empty()) {
       EXPECT_TRUE(owned.ok()) << owned.status();
@@ -884,20 +983,36 @@ TEST(SliceTableTest, APullCodecCountsInTheMemoryEstimate) {
       EXPECT_EQ(core::RefusalOf(owned.status()), core::Refusal::kOverLimit) << owned.status();
     }
   }
+  // So does Adam's second moment (SGD's buffer is the velocity every slice has).
+  for (const std::string optimizer : {"sgd(lr=0.1, momentum=0.9)", "adam(lr=0.1)"}) {
+    TableRig rig;
+    SliceTable t(TableRig::Config(0, 1, /*max_shard_bytes=*/dense), &rig.rules);
+    absl::StatusOr<std::vector<uint32_t>> owned =
+        t.Register(0, {{"w", 4096, 0, 0, optimizer}}, 1024, 1);
+    if (optimizer[0] == 's') {
+      EXPECT_TRUE(owned.ok()) << owned.status();
+    } else {
+      EXPECT_EQ(core::RefusalOf(owned.status()), core::Refusal::kOverLimit) << owned.status();
+    }
+  }
+}
+
+// An --aggregate-only shard applies no optimizer: a layout naming one is refused (the
+// workers step their own optimizers then), one without is taken.
+TEST(SliceTableTest, AnAggregateOnlyShardRefusesATensorsOptimizer) {
+  TableRig rig;
+  SliceTable t(TableRig::Config(0, 1, 1 << 30, /*aggregate_only=*/true), &rig.rules);
+  const absl::Status refused =
+      t.Register(0, {{"w", 10, 0, 0, "adam(lr=0.001)"}}, 4, 1).status();
+  EXPECT_EQ(core::RefusalOf(refused), core::Refusal::kBadLayout);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("--aggregate-only"));
+  EXPECT_TRUE(t.Register(0, {{"w", 10, 0}}, 4, 1).ok());
 }
 
 TEST(SliceTableTest, TheFirstLayoutWinsAndLookupsNameWhatIsWrong) {
-  core::ManualClock clock;
-  DeadlineQueue deadlines;
-  RoundRules rules;
-  rules.num_workers = 2;
-  rules.clock = &clock;
-  rules.deadlines = &deadlines;
-  SliceTable t({/*shard_id=*/1, /*num_shards=*/2, /*num_workers=*/2,
-                /*max_message_bytes=*/1 << 20, /*max_shard_bytes=*/1 << 30, /*state_rows=*/0,
-                /*keep_published_model=*/false, /*aggregate_only=*/false,
-                /*priority_order=*/true},
-               &rules);
+  TableRig rig;
+  SliceTable t(TableRig::Config(1, 2, 1 << 30, /*aggregate_only=*/false, /*priority_order=*/true),
+               &rig.rules);
   EXPECT_FALSE(t.registered());
   EXPECT_EQ(t.layout(), nullptr);
   EXPECT_EQ(core::RefusalOf(t.Lookup(1, 0).status()), core::Refusal::kNoLayout);
@@ -910,6 +1025,12 @@ TEST(SliceTableTest, TheFirstLayoutWinsAndLookupsNameWhatIsWrong) {
       << "slices larger than a message";
   EXPECT_EQ(core::RefusalOf(t.Register(0, {{"w", 1ull << 28, 0}}, 1 << 16, 2).status()),
             core::Refusal::kOverLimit);
+  // An optimizer the shard cannot make is refused naming the tensor and the reason.
+  const absl::Status bad_optimizer =
+      t.Register(0, {{"w", 10, 0, 0, "rmsprop(lr=0.1)"}}, 4, 2).status();
+  EXPECT_EQ(core::RefusalOf(bad_optimizer), core::Refusal::kBadLayout);
+  EXPECT_THAT(std::string(bad_optimizer.message()),
+              ::testing::HasSubstr("tensor 'w': optimizer 'rmsprop(lr=0.1)': unknown optimizer"));
   EXPECT_FALSE(t.registered()) << "nothing refused was installed";
 
   // Tensor b (priority 0) is more urgent than a (priority 5).

@@ -63,6 +63,7 @@ struct OutgoingPush {
   int32_t priority = 0;  // the slice's (layout), for channels that queue by urgency
   std::string codec;
   std::optional<float> loss;  // ReportLoss; channels without the field drop it
+  std::optional<float> lr;    // SetLearningRate; channels without the field drop it
   uint16_t chunk_index = 0;
   uint16_t chunk_count = 1;
   std::shared_ptr<const std::string> payload;

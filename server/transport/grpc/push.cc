@@ -52,7 +52,8 @@ void DataMethods::Push(FrontCall* call, const ::grpc::ByteBuffer& req) {
                                    .round = frame->round,
                                    .slice_id = frame->slice_id,
                                    .codec = frame->codec.Contiguous(&codec_bytes),
-                                   .loss = frame->loss},
+                                   .loss = frame->loss,
+                                   .lr = frame->lr},
                           frame->payload.parts());
   } else {
     s = peer.status();

@@ -276,7 +276,8 @@ PushHead Connection::Head() const {
                   .round = push_.round,
                   .slice_id = push_.slice_id,
                   .codec = push_.codec,
-                  .loss = push_.loss};
+                  .loss = push_.loss,
+                  .lr = push_.lr};
 }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {

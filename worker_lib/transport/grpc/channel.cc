@@ -103,7 +103,7 @@ class GrpcPushCall final : public DataChannel::PushCall {
       const OutgoingPush& p = *c.push;
       c.req = net::HeaderAndBody(net::PushRequestHeader(session_, p.layout_hash, p.round,
                                                         p.slice_id, p.codec, p.payload_size(),
-                                                        p.loss),
+                                                        p.loss, p.lr),
                                  p.payload);
       conn_->generic.UnaryCall(&c.ctx, "/ps.v1.WorkerService/Push", grpc::StubOptions(), &c.req,
                                &c.resp,

@@ -44,7 +44,8 @@ class TcpPush final : public DataChannel::PushCall {
                                                  .round = p.round,
                                                  .slice_id = p.slice_id,
                                                  .loss = p.loss,
-                                                 .codec = p.codec},
+                                                 .codec = p.codec,
+                                                 .lr = p.lr},
                                    p.payload_size(), &frames[i].head);
       frames[i].body = p.payload;
     }
