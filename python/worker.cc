@@ -180,6 +180,22 @@ class PyWorker {
     ThrowIfError(Call([](Worker& w) { return w.WaitPushes(); }));
   }
 
+  uint64_t PutObject(const std::string& key, const py::bytes& value) {
+    const std::string bytes = value;  // copied while the GIL is held
+    const absl::StatusOr<uint64_t> v = Call([&](Worker& w) { return w.PutObject(key, bytes); });
+    ThrowIfError(v.status());
+    return *v;
+  }
+
+  py::tuple GetObject(uint32_t owner, const std::string& key, uint64_t min_version,
+                      double timeout) {
+    const std::chrono::milliseconds t = Millis(timeout, "timeout");
+    absl::StatusOr<Worker::StoredObject> got =
+        Call([&](Worker& w) { return w.GetObject(owner, key, min_version, t); });
+    ThrowIfError(got.status());
+    return py::make_tuple(got->version, py::bytes(got->value));
+  }
+
   uint64_t Pull(size_t tensor, uint64_t min_version, const py::buffer& out, double timeout) {
     const FloatArray o = CheckedFloats(out, -1, "out", /*writable=*/true);
     const std::chrono::milliseconds t = Millis(timeout, "timeout");
@@ -389,6 +405,9 @@ void BindWorker(py::module_& m) {
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"),
            py::arg("lr") = py::none())
       .def("wait_pushes", &PyWorker::WaitPushes)
+      .def("put_object", &PyWorker::PutObject, py::arg("key"), py::arg("value"))
+      .def("get_object", &PyWorker::GetObject, py::arg("owner"), py::arg("key"),
+           py::arg("min_version") = 1, py::arg("timeout") = 60.0)
       .def("pull", &PyWorker::Pull, py::arg("tensor"), py::arg("min_version"), py::arg("out"),
            py::arg("timeout") = 60.0)
       .def("pull_all", &PyWorker::PullAll, py::arg("min_version"), py::arg("outs"),

@@ -38,7 +38,9 @@ ControlPlane::ControlPlane(const Parts& parts) : parts_(parts) {
           [h = health_port_state_.get()](const std::string& s, bool on) { h->Set(s, on); }},
       [shard = parts.shard] { return shard->ready(); });
   const CallGate gate{parts.shard, parts.auth, parts.front, serving_->admitting()};
-  worker_service_ = std::make_unique<WorkerServiceImpl>(gate);
+  worker_service_ = std::make_unique<WorkerServiceImpl>(
+      gate, ObjectStore::Limits{.num_workers = parts.options->num_workers,
+                                .bytes_per_worker = parts.options->max_object_bytes});
   grpc_data_ = std::make_unique<transport::grpc::DataMethods>(gate);
   peer_service_ = std::make_unique<PeerServiceImpl>(PeerIdentityOf(*parts.options), gate);
   admin_service_ = std::make_unique<AdminServiceImpl>(gate, parts.options, parts.checkpointer,

@@ -272,6 +272,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
       "HTTP/2 streams a client connection may have open at once (> --max-pulls-per-worker)");
   add("Resources", "max-health-watches", o.max_health_watches,
       "grpc.health.v1 Watch streams open at once on each port (>= 1)");
+  add("Resources", "max-object-bytes", o.max_object_bytes,
+      "Bytes of objects each worker may keep on this shard for the others (PutObject: "
+      "broadcast_object and the like; at most 16 keys; 0: none)");
   add("Resources", "connection-proof-timeout-ms", raw.connection_proof_timeout_ms,
       "Close a connection that made no authenticated call this long after its accept "
       "(>= 100)");

@@ -226,6 +226,9 @@ struct ServerOptions {
   std::chrono::milliseconds request_read_timeout{10000};
   uint32_t max_streams_per_connection = 32;
   uint32_t max_health_watches = 64;
+  // Bytes of objects each worker may keep on this shard (PutObject: ps_server.torch's
+  // broadcast_object and the like, docs/objects.md), in at most 16 keys; 0: none.
+  uint64_t max_object_bytes = 16u << 20;
   // On SIGTERM: how long to let open rounds close and pulls finish before exit.
   std::chrono::milliseconds drain_timeout{10000};
 

@@ -111,6 +111,12 @@ void WorkerServiceImpl::AddTo(GrpcFront* front) {
   front->Add(path("InitSlice"),
              Unary<v1::InitSliceRequest>(
                  gate_, [this](FrontCall* c, const v1::InitSliceRequest& r) { InitSlice(c, r); }));
+  front->Add(path("PutObject"),
+             Unary<v1::PutObjectRequest>(
+                 gate_, [this](FrontCall* c, const v1::PutObjectRequest& r) { PutObject(c, r); }));
+  front->Add(path("GetObject"),
+             Unary<v1::GetObjectRequest>(
+                 gate_, [this](FrontCall* c, const v1::GetObjectRequest& r) { GetObject(c, r); }));
 }
 
 void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
@@ -220,6 +226,42 @@ void WorkerServiceImpl::InitSlice(FrontCall* call, const v1::InitSliceRequest& r
   v1::InitSliceResponse resp;
   gate_.Answer(call, shard_->InitSlice(peer->worker, req.layout_hash(), req.slice_id(), req.values()),
                req, &resp);
+}
+
+namespace {
+
+// A refusal made by a part (typed), counted and logged by the shard as its own are.
+absl::Status Counted(const Shard& shard, const absl::Status& st) {
+  const std::optional<Refusal> r = core::RefusalOf(st);
+  return r.has_value() ? shard.Refuse(*r, st.message()) : st;
+}
+
+}  // namespace
+
+void WorkerServiceImpl::PutObject(FrontCall* call, const v1::PutObjectRequest& req) {
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  // The request is const: its value is copied once into the store.
+  absl::StatusOr<uint64_t> version = objects_.Put(peer->worker, req.key(), req.value());
+  if (!version.ok()) return gate_.Answer(call, Counted(*shard_, version.status()), req);
+  v1::PutObjectResponse resp;
+  resp.set_version(*version);
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+void WorkerServiceImpl::GetObject(FrontCall* call, const v1::GetObjectRequest& req) {
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  absl::StatusOr<ObjectStore::Object> object = objects_.Get(req.owner(), req.key());
+  if (!object.ok()) {
+    const absl::Status st = object.status();
+    return gate_.Answer(call, st.code() == absl::StatusCode::kNotFound ? st : Counted(*shard_, st),
+                        req);
+  }
+  v1::GetObjectResponse resp;
+  resp.set_version(object->version);
+  resp.set_value(*object->value);
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 
 void PeerServiceImpl::AddTo(GrpcFront* front) {

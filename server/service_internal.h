@@ -1,8 +1,8 @@
 // The gRPC side of a shard: the control methods of ps.v1 WorkerService (Join,
-// RegisterLayout, InitSlice), PeerService and AdminService, served through the front
-// (server/grpc_front.h), which hands each call's request bytes over once it may be read.
-// They translate messages to Shard calls and absl::Status to grpc::Status; all state
-// lives in Shard. WorkerService's data methods, Push and Pull, are the gRPC data plane's
+// RegisterLayout, InitSlice, and PutObject and GetObject over the service's ObjectStore),
+// PeerService and AdminService, served through the front (server/grpc_front.h), which
+// hands each call's request bytes over once it may be read. They translate messages to
+// Shard calls and absl::Status to grpc::Status; all other state lives in Shard. WorkerService's data methods, Push and Pull, are the gRPC data plane's
 // (server/transport/grpc/data_methods.h), over the same CallGate.
 //
 // Ownership: the services borrow the Shard, which must outlive the grpc::Server.
@@ -23,6 +23,7 @@
 #include "server/checkpointer.h"
 #include "server/grpc_front.h"
 #include "server/metrics.h"
+#include "server/object_store.h"
 #include "server/peer_monitor.h"
 #include "server/shard.h"
 #include "server/shard_front.h"
@@ -68,18 +69,22 @@ struct CallGate {
 // ps.v1.WorkerService's control methods.
 class WorkerServiceImpl final {
  public:
-  explicit WorkerServiceImpl(CallGate gate) : shard_(gate.shard), gate_(gate) {}
+  WorkerServiceImpl(CallGate gate, ObjectStore::Limits objects)
+      : shard_(gate.shard), gate_(gate), objects_(objects) {}
 
   // The UDP port Join tells workers about (0: none); set before serving.
   void set_udp_port(uint16_t port) { udp_port_ = port; }
   // The TCP data plane's port Join tells workers about (--data-plane tcp); before serving.
   void set_data_port(uint16_t port) { data_port_ = port; }
-  // Adds Join, RegisterLayout and InitSlice to `front` (borrowing this service).
+  // Adds Join, RegisterLayout, InitSlice, PutObject and GetObject to `front` (borrowing
+  // this service).
   void AddTo(GrpcFront* front);
 
   void Join(FrontCall* call, const v1::JoinRequest& req);
   void RegisterLayout(FrontCall* call, const v1::RegisterLayoutRequest& req);
   void InitSlice(FrontCall* call, const v1::InitSliceRequest& req);
+  void PutObject(FrontCall* call, const v1::PutObjectRequest& req);
+  void GetObject(FrontCall* call, const v1::GetObjectRequest& req);
 
  private:
   // OK when the Join's data plane is ANY or this shard's; else the data_plane refusal.
@@ -87,6 +92,7 @@ class WorkerServiceImpl final {
 
   Shard* const shard_;
   const CallGate gate_;
+  ObjectStore objects_;
   uint16_t udp_port_ = 0;
   uint16_t data_port_ = 0;
 };

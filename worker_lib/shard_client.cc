@@ -189,6 +189,52 @@ std::string ShardClient::name(uint32_t shard) const {
   return ShardName(shard, shards_[shard]->address);
 }
 
+namespace {
+
+// `call(session token)` on `shard`; once more after a join when the shard had forgotten
+// the session (it restarted).
+template <typename Call>
+absl::Status WithSession(ShardClient& client, uint32_t shard, const Call& call) {
+  ShardClient::Session s = client.session(shard);
+  absl::Status st = call(s.token);
+  if (st.code() == absl::StatusCode::kUnauthenticated &&
+      core::RefusalOf(st) == core::Refusal::kUnknownSession) {
+    client.Rejoin(shard, s.epoch);
+    st = call(client.session(shard).token);
+  }
+  return WithContext(st, client.name(shard));
+}
+
+}  // namespace
+
+absl::StatusOr<uint64_t> ShardClient::PutObject(uint32_t shard, std::string_view key,
+                                                std::string_view value) {
+  v1::PutObjectResponse resp;
+  PS_RETURN_IF_ERROR(WithSession(*this, shard, [&](const std::string& token) {
+    v1::PutObjectRequest req;
+    req.set_session(token);
+    req.set_key(std::string(key));
+    req.set_value(std::string(value));
+    return shards_[shard]->link.control->PutObject(req, RpcClock::now() + options_.rpc_timeout,
+                                                   &resp);
+  }));
+  return resp.version();
+}
+
+absl::StatusOr<v1::GetObjectResponse> ShardClient::GetObject(uint32_t shard, uint32_t owner,
+                                                             std::string_view key) {
+  v1::GetObjectResponse resp;
+  PS_RETURN_IF_ERROR(WithSession(*this, shard, [&](const std::string& token) {
+    v1::GetObjectRequest req;
+    req.set_session(token);
+    req.set_owner(owner);
+    req.set_key(std::string(key));
+    return shards_[shard]->link.control->GetObject(req, RpcClock::now() + options_.rpc_timeout,
+                                                   &resp);
+  }));
+  return resp;
+}
+
 absl::StatusOr<v1::JoinResponse> ShardClient::AwaitRegistration(uint32_t shard,
                                                                  v1::JoinResponse join,
                                                                  RpcClock::time_point deadline) {

@@ -89,6 +89,13 @@ class ShardClient {
   };
   Session session(uint32_t shard) const;
 
+  // Worker::PutObject and GetObject on `shard`, once (GetObject: NOT_FOUND until the
+  // owner stored the key); a call that finds its session forgotten joins again and is
+  // repeated once.
+  absl::StatusOr<uint64_t> PutObject(uint32_t shard, std::string_view key, std::string_view value);
+  absl::StatusOr<v1::GetObjectResponse> GetObject(uint32_t shard, uint32_t owner,
+                                                  std::string_view key);
+
   // `shard`'s channel for `path`; null when no tensor takes that path.
   DataChannel* channel(uint32_t shard, PushPath path) {
     return shards_[shard]->link.channels[static_cast<size_t>(path)].get();

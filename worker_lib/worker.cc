@@ -9,9 +9,13 @@
 // transport/channels.h: gRPC (transport/grpc/) and the UDP path (transport/udp/).
 #include "worker_lib/worker.h"
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -122,6 +126,35 @@ class WorkerImpl final : public Worker {
 
   absl::Status SetLearningRate(size_t tensor, double lr) override {
     return pushes_->SetLearningRate(tensor, lr);
+  }
+
+  absl::StatusOr<uint64_t> PutObject(std::string_view key, std::string_view value) override {
+    return client_->PutObject(/*shard=*/0, key, value);
+  }
+
+  absl::StatusOr<StoredObject> GetObject(uint32_t owner, std::string_view key, uint64_t min_version,
+                                         std::chrono::milliseconds timeout) override {
+    const auto deadline = internal::RpcClock::now() + timeout;
+    std::chrono::milliseconds backoff = options_.initial_backoff;
+    uint64_t seen = 0;
+    while (true) {
+      absl::StatusOr<v1::GetObjectResponse> got = client_->GetObject(0, owner, key);
+      if (got.ok() && got->version() >= min_version) {
+        return StoredObject{got->version(), std::move(*got->mutable_value())};
+      }
+      if (!got.ok() && got.status().code() != absl::StatusCode::kNotFound) return got.status();
+      if (got.ok()) seen = got->version();
+      if (internal::RpcClock::now() + backoff >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "worker ", owner, "'s object '", core::AsAbsl(key), "' did not reach version ",
+            min_version,
+            " within ", timeout.count(), " ms (", seen == 0 ? std::string("none stored")
+                                                             : absl::StrCat("version ", seen),
+            ")"));
+      }
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min(backoff * 2, options_.max_backoff);
+    }
   }
 
   absl::Status WaitPushes() override { return pushes_->Wait(); }

@@ -34,6 +34,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -356,6 +357,21 @@ class Worker {
   // of the rates its round's pushes carried, in place of the spec's (docs/optimizers.md).
   // UDP chunks carry none.
   virtual absl::Status SetLearningRate(size_t tensor, double lr) = 0;
+
+  // Small values for the other workers (docs/objects.md), kept by shard 0 under this
+  // worker's id and `key` (1 to 128 bytes of [A-Za-z0-9_.:/-]), each Put replacing the
+  // last: returns the key's new version (1, 2, ...). RESOURCE_EXHAUSTED beyond the
+  // shard's --max-object-bytes per worker or 16 keys.
+  virtual absl::StatusOr<uint64_t> PutObject(std::string_view key, std::string_view value) = 0;
+  struct StoredObject {
+    uint64_t version = 0;
+    std::string value;
+  };
+  // `owner`'s value under `key`, once it has a version >= min_version: asks again with
+  // the retry backoff until `timeout`, then DEADLINE_EXCEEDED saying what it waited for.
+  virtual absl::StatusOr<StoredObject> GetObject(uint32_t owner, std::string_view key,
+                                                 uint64_t min_version,
+                                                 std::chrono::milliseconds timeout) = 0;
 
   // Waits until every push queued so far is answered. Returns OK when all were
   // accepted, otherwise the first refusal or failure since the previous call, with

@@ -12,6 +12,13 @@ steps). Start it with ps-launch:
 
 Worker 0 evaluates on the test set every --eval-every steps and at the end, printing
 progress lines and a last JSON line {"final_test_accuracy": ...}. docs/python.md.
+
+Also: --model cnn (two 5x5 convolutions, 16 and 32 channels, then a linear layer),
+--optimizer adam (torch.optim.Adam, which the shards mirror; --lr sets either optimizer's
+rate), --save PATH (worker 0 writes the model's state_dict at the end) and --load PATH
+(worker 0 starts from it, which broadcast_parameters makes every worker's), and --plain:
+the same training in this one process with plain PyTorch, each step on the union of the
+batches the --workers N workers would draw (the same global batch), for comparison.
 """
 
 import argparse
@@ -60,6 +67,79 @@ class Mlp(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(x)))
 
 
+class Cnn(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = torch.nn.Conv2d(1, 16, 5)
+        self.conv2 = torch.nn.Conv2d(16, 32, 5)
+        self.fc = torch.nn.Linear(32 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = x.view(-1, 1, 28, 28)
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(1))
+
+
+def make_model(args):
+    return Cnn() if args.model == "cnn" else Mlp(args.hidden)
+
+
+def make_optimizer(args, model):
+    if args.optimizer == "adam":
+        return torch.optim.Adam(model.parameters(), lr=args.lr or 1e-3)
+    return torch.optim.SGD(model.parameters(), lr=args.lr or 0.05, momentum=0.9)
+
+
+class Batches:
+    """Worker `rank`'s batches of its IID part of the training set: a permutation shared by
+    all workers cut in equal parts, walked through in a shuffled order, reshuffled each
+    pass."""
+
+    def __init__(self, args, n, rank, size):
+        order = np.random.default_rng(args.seed).permutation(n)
+        self.mine = torch.from_numpy(np.array_split(order, size)[rank])
+        self.g = torch.Generator().manual_seed(args.seed * 1000 + rank)
+        self.size = args.batch_size
+        self.epoch, self.position = self.mine[torch.randperm(len(self.mine), generator=self.g)], 0
+
+    def next(self):
+        if self.position + self.size > len(self.epoch):
+            self.epoch = self.mine[torch.randperm(len(self.mine), generator=self.g)]
+            self.position = 0
+        batch = self.epoch[self.position:self.position + self.size]
+        self.position += self.size
+        return batch
+
+
+def plain(args):
+    """--plain: plain PyTorch on the global batch of --workers workers, in one process."""
+    torch.manual_seed(args.seed)
+    x_train, y_train = load(args.data_dir, "train")
+    x_test, y_test = load(args.data_dir, "test")
+    model = make_model(args)
+    if args.load:
+        model.load_state_dict(torch.load(args.load))
+    optimizer = make_optimizer(args, model)
+    workers = [Batches(args, len(x_train), r, args.workers) for r in range(args.workers)]
+    start = time.monotonic()
+    for step in range(args.steps):
+        batch = torch.cat([w.next() for w in workers])
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
+        loss.backward()
+        optimizer.step()
+        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+            print(f"step {step + 1}/{args.steps}  loss {float(loss):.4f}  test accuracy "
+                  f"{accuracy(model, x_test, y_test):.4f}  {time.monotonic() - start:.1f} s",
+                  flush=True)
+    if args.save:
+        torch.save(model.state_dict(), args.save)
+    print(json.dumps({"final_test_accuracy": accuracy(model, x_test, y_test),
+                      "steps": args.steps, "workers": args.workers, "plain": True,
+                      "seconds": time.monotonic() - start}), flush=True)
+
+
 def accuracy(model, x, y):
     with torch.no_grad():
         return float((model(x).argmax(dim=1) == y).float().mean())
@@ -81,23 +161,36 @@ def main():
                              "adacomm where the shards allow it (docs/python.md)")
     parser.add_argument("--eval-every", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
+    parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
+    parser.add_argument("--lr", type=float, default=0.0,
+                        help="the optimizer's rate (default: 0.05 for SGD, 1e-3 for Adam)")
+    parser.add_argument("--save", default="", help="worker 0 saves the model's state_dict")
+    parser.add_argument("--load", default="", help="worker 0 starts from this state_dict")
+    parser.add_argument("--plain", action="store_true",
+                        help="plain PyTorch in this process on --workers workers' global batch")
+    parser.add_argument("--workers", type=int, default=4, help="with --plain")
     args = parser.parse_args()
+    if args.plain:
+        plain(args)
+        return
 
     pst.init()
     rank, size = pst.rank(), pst.size()
     torch.set_num_threads(1)  # n workers share the machine
     torch.manual_seed(args.seed)
     x_train, y_train = load(args.data_dir, "train")
-    # This worker's IID part: a permutation shared by all workers, cut in equal parts.
-    order = np.random.default_rng(args.seed).permutation(len(x_train))
-    mine = torch.from_numpy(np.array_split(order, size)[rank])
+    batches = Batches(args, len(x_train), rank, size)
     byzantine = rank >= size - args.byzantine
 
-    model = Mlp(args.hidden)
+    model = make_model(args)
+    if args.load and rank == 0:
+        model.load_state_dict(torch.load(args.load))
     optimizer = pst.DistributedOptimizer(
-        # With comm "sync" the shards apply this SGD (its lr and momentum, mirrored per
-        # tensor: docs/optimizers.md); with local updates the workers step it, ps-demo's.
-        torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+        # With comm "sync" the shards apply this optimizer (its lr, momentum, betas,
+        # mirrored per tensor: docs/optimizers.md); with local updates the workers step it,
+        # ps-demo's.
+        make_optimizer(args, model),
         named_parameters=model.named_parameters(), model=model, codec=args.codec,
         comm=args.comm,
         # Sign flip: what a Byzantine worker pushes (its gradient, or with local updates
@@ -108,15 +201,12 @@ def main():
     x_test = y_test = None
     if rank == 0:
         x_test, y_test = load(args.data_dir, "test")
-    g = torch.Generator().manual_seed(args.seed * 1000 + rank)
-    epoch, position = mine[torch.randperm(len(mine), generator=g)], 0
+    if rank == 0 and args.load:
+        print(f"step 0/{args.steps}  test accuracy {accuracy(model, x_test, y_test):.4f} "
+              f"(from {args.load})", flush=True)
     start = time.monotonic()
     for step in range(args.steps):
-        # Batches walk through a shuffled copy of this worker's part, reshuffled each pass.
-        if position + args.batch_size > len(epoch):
-            epoch, position = mine[torch.randperm(len(mine), generator=g)], 0
-        batch = epoch[position:position + args.batch_size]
-        position += args.batch_size
+        batch = batches.next()
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
         loss.backward()
@@ -135,6 +225,8 @@ def main():
             print(f"step {step + 1}/{args.steps}  loss {float(loss):.4f}  "
                   f"test accuracy {acc:.4f}  {time.monotonic() - start:.1f} s", flush=True)
     optimizer.synchronize()
+    if rank == 0 and args.save:
+        torch.save(model.state_dict(), args.save)
     if rank == 0:
         acc = accuracy(model, x_test, y_test)
         print(json.dumps({"final_test_accuracy": acc, "steps": args.steps, "workers": size,

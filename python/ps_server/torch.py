@@ -79,14 +79,14 @@ import warnings
 
 import torch
 
-from . import _arrays
+from . import _arrays, _objects
 from ._ps_server import Error
 from .launch import (ENV_NUM_WORKERS, ENV_RUN_DIR, ENV_SHARDS, ENV_TLS_CA, ENV_TLS_CERT,
                      ENV_TLS_KEY, ENV_TOKEN_FILE, ENV_WORKER_ID)
 from .worker import Worker
 
 __all__ = ["init", "rank", "size", "local_rank", "shards", "DistributedOptimizer", "broadcast_parameters",
-           "Error"]
+           "broadcast_object", "broadcast_optimizer_state", "Error"]
 
 _context = {}
 
@@ -289,6 +289,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
         if not 0 <= root_rank < ctx["size"]:
             raise ValueError(f"root_rank {root_rank} outside [0, {ctx['size']})")
         self.root_rank = root_rank
+        self._rank, self._size = ctx["rank"], ctx["size"]  # this worker's, whatever init() says later
         if comm not in ("sync", "adacomm", "auto"):
             raise ValueError(f"comm {comm!r} is not one of: sync, adacomm, auto")
         if optimizer_on not in ("shards", "worker"):
@@ -436,6 +437,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                     "--weight-decay 0)")
         self.round = self.worker.start_version
         self._lock = threading.Lock()
+        self._broadcasts = {}  # calls per object name (broadcast_object and the like)
         self._new_round()
         self._hook_error = None
         self._ticket = None
@@ -797,26 +799,29 @@ def broadcast_parameters(params, root_rank=0):
     (BatchNorm statistics) are not broadcast. With optimizer_on="worker" it raises: the
     aggregate-only shards hold no parameters to start from (start every worker from the
     same values)."""
-    if not _optimizers:
-        raise ValueError("broadcast_parameters needs a DistributedOptimizer first (it joins)")
-    opt = _optimizers[-1]
+    opt = _joined("broadcast_parameters")
+    named = list(params.items()) if hasattr(params, "items") else list(params)
+    if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) for e in named):
+        raise ValueError("broadcast_parameters takes a state_dict or named parameters "
+                         "(model.state_dict(), model.named_parameters()), as horovod.torch")
     if opt.optimizer_on == "worker":
-        raise ValueError(
-            "broadcast_parameters with optimizer_on='worker': the shards run --aggregate-only "
-            "and hold aggregates, not parameters, so there is nothing to start every worker "
-            "from; each worker steps its own copy. Start every worker from the same values "
-            "instead (the same torch.manual_seed before building the model, or the same "
-            "checkpoint loaded on every worker) and leave this call out")
+        # The shards hold aggregates, not parameters: every tensor goes through shard 0's
+        # object store, from the root.
+        _broadcast_tensors(opt, "parameters", named, root_rank)
+        return
     if root_rank != opt.root_rank:
         raise ValueError(f"broadcast_parameters(root_rank={root_rank}), but the "
                          f"DistributedOptimizer started the shards from rank {opt.root_rank}'s "
                          f"values: pass DistributedOptimizer(..., root_rank={root_rank})")
     opt.synchronize()
-    tensors = params.values() if hasattr(params, "values") else (t for _, t in params)
     trained = {p.data_ptr() for p in opt._params}
-    if not any(torch.is_tensor(t) and t.data_ptr() in trained for t in tensors):
+    if not any(torch.is_tensor(t) and t.data_ptr() in trained for _, t in named):
         raise ValueError("these parameters are not the ones the DistributedOptimizer trains")
-    is_root = rank() == root_rank
+    # What the shards do not train (buffers such as BatchNorm's statistics, frozen
+    # parameters) is the root's too, through shard 0's object store.
+    _broadcast_tensors(opt, "buffers", [(n, t) for n, t in named if torch.is_tensor(t) and
+                                        t.data_ptr() not in trained], root_rank)
+    is_root = opt._rank == root_rank
     if opt.round == opt._start_round and not (opt.comm == "adacomm" and opt.periods):
         if is_root and opt.root_values_adopted is False:
             warnings.warn(
@@ -842,3 +847,96 @@ def broadcast_parameters(params, root_rank=0):
                 "pulls the shards' parameters")
         for p, q in zip(opt._params, pulled):
             p.copy_(q)
+
+
+def _joined(what):
+    """The DistributedOptimizer whose worker talks to the shards (the last one made)."""
+    if not _optimizers:
+        raise ValueError(f"{what} needs a DistributedOptimizer first (it joins the shards)")
+    return _optimizers[-1]
+
+
+def _broadcast(opt, name, value, root_rank):
+    """root_rank's `value` on every worker, through shard 0's object store (docs/objects.md):
+    the root stores it under `name`; the others wait (up to the optimizer's timeout) for
+    the version their count of calls under `name` expects, and decode it (never with
+    pickle: another worker's bytes stay data). The store keeps the latest value of a
+    name: a worker whose version was already replaced gets a ValueError saying so."""
+    if not 0 <= root_rank < opt._size:
+        raise ValueError(f"root_rank {root_rank} outside [0, {opt._size})")
+    calls = opt._broadcasts.get(name, 0) + 1
+    if opt._rank == root_rank:
+        opt.worker.put_object(name, _objects.dumps(value))  # a TypeError counts no call
+        opt._broadcasts[name] = calls
+        return value
+    version, data = opt.worker.get_object(root_rank, name, min_version=calls,
+                                          timeout=opt._timeout)
+    if version != calls:
+        # The store keeps the root's latest value under a name: this one's is gone.
+        raise ValueError(
+            f"rank {root_rank} broadcast {name!r} {version} times, and this worker reads its "
+            f"call {calls}, whose value was replaced: give broadcasts that may follow each "
+            "other their own names (a worker that restarted counts its calls from 1 again)")
+    opt._broadcasts[name] = calls
+    return _objects.loads(data)
+
+
+def _broadcast_tensors(opt, name, named, root_rank):
+    """Copies root_rank's tensors into these (`named`: (name, tensor) pairs, the same names
+    on every worker)."""
+    if not named:
+        return
+    got = _broadcast(opt, name, {n: t.detach() for n, t in named}, root_rank)
+    if opt._rank == root_rank:
+        return
+    missing = [n for n, _ in named if n not in got]
+    if missing:
+        raise ValueError(f"rank {root_rank} broadcast no {', '.join(map(repr, missing[:3]))}: "
+                         "every worker must pass the same model's state")
+    with torch.no_grad():
+        for n, t in named:
+            src = got[n]
+            if src.shape != t.shape or src.dtype != t.dtype:
+                raise ValueError(f"{n!r} is {tuple(src.shape)} {src.dtype} on rank {root_rank}, "
+                                 f"{tuple(t.shape)} {t.dtype} here")
+            t.copy_(src)
+
+
+def _check_name(name):
+    ok = name and len(name) <= 100 and all(c.isascii() and (c.isalnum() or c in "_.:/-")
+                                           for c in name)
+    if not ok:
+        raise ValueError(f"name {name!r}: 1 to 100 of letters, digits and _.:/-")
+    return name
+
+
+def broadcast_object(obj, root_rank=0, name=None):
+    """horovod.torch's call: returns root_rank's `obj` on every worker (the root gets its
+    own back). It travels through shard 0's object store (docs/objects.md), encoded
+    without pickle: None, bool, int, float, str, bytes, lists, tuples, dicts, numpy arrays
+    and CPU tensors; anything else is a TypeError on the root. Every worker calls it the
+    same number of times with the same `name` (default "object"); each call waits for
+    the root's matching one, up to the DistributedOptimizer's timeout."""
+    opt = _joined("broadcast_object")
+    return _broadcast(opt, "object:" + _check_name(name or "object"), obj, root_rank)
+
+
+def broadcast_optimizer_state(optimizer, root_rank=0):
+    """horovod.torch's call: every worker's optimizer state becomes root_rank's. With
+    optimizer_on="shards" (comm "sync", the default) the state lives on the shards, one
+    for all workers (the shards' checkpoints keep it), so nothing moves and the call only
+    checks root_rank. Otherwise (optimizer_on="worker", local updates) each worker steps
+    the wrapped optimizer itself: its state_dict() goes from the root to the others
+    through shard 0's object store, and they load it."""
+    opt = optimizer if isinstance(optimizer, DistributedOptimizer) else _joined(
+        "broadcast_optimizer_state")
+    wrapped = optimizer.optimizer if isinstance(optimizer, DistributedOptimizer) else optimizer
+    if opt._mirrored:
+        if root_rank != opt.root_rank:
+            raise ValueError(f"broadcast_optimizer_state(root_rank={root_rank}), but the shards "
+                             f"hold the one optimizer state, started from rank "
+                             f"{opt.root_rank}'s registration: pass root_rank={opt.root_rank}")
+        return
+    state = _broadcast(opt, "optimizer_state", wrapped.state_dict(), root_rank)
+    if opt._rank != root_rank:
+        wrapped.load_state_dict(state)

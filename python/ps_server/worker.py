@@ -86,6 +86,17 @@ class Worker:
         one the shards named at join (every shard of a cluster runs the same)."""
         return self._w.shards[0]["data_plane"]
 
+    def put_object(self, key, value):
+        """Keeps `value` (bytes) on shard 0 under this worker's id and `key` (1 to 128 of
+        letters, digits and _.:/-) for the other workers, replacing the last; returns the
+        key's new version (1, 2, ...). docs/objects.md."""
+        return self._w.put_object(key, bytes(value))
+
+    def get_object(self, owner, key, min_version=1, timeout=60.0):
+        """(version, bytes) of worker `owner`'s value under `key`, once it has a version of
+        at least `min_version`; waits up to `timeout` seconds (ps_server.Error after)."""
+        return self._w.get_object(owner, key, min_version=min_version, timeout=timeout)
+
     def push(self, tensor, round, grad, lr=None):
         """Encodes and queues tensor `tensor`'s (index or name) gradient for `round`;
         returns once it was encoded. Refusals come back from wait_pushes(). `lr` (a

@@ -551,6 +551,44 @@ TEST(ClusterTest, AWorkerThatMayNotRegisterStartsFromTheRootsValues) {
   EXPECT_EQ(got, root_values);
 }
 
+// Objects one worker keeps on shard 0 for the others: a reader waits for the version it
+// needs, and sees each worker's keys apart; bad keys, owners and sizes are refused.
+TEST(ClusterTest, WorkersReadTheObjectsAnotherStored) {
+  server::ServerOptions o = BaseOptions(2, 0, "mean");
+  o.max_object_bytes = 1024;
+  testing::Cluster c = testing::StartCluster(2, o);
+  const core::ModelLayout layout = Layout(2);
+  const std::vector<std::vector<float>> init = Initial(layout);
+  std::vector<std::unique_ptr<Worker>> workers;
+  for (uint32_t w = 0; w < 2; ++w) {
+    auto worker = Worker::Start(ClientOptions(c, w), layout, Spans(init));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    workers.push_back(*std::move(worker));
+  }
+  EXPECT_EQ(workers[1]->GetObject(0, "state", 1, milliseconds(200)).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  std::thread root([&] {
+    std::this_thread::sleep_for(milliseconds(100));
+    ASSERT_EQ(*workers[0]->PutObject("state", "v1"), 1u);
+    ASSERT_EQ(*workers[0]->PutObject("state", "v2"), 2u);
+  });
+  absl::StatusOr<Worker::StoredObject> got =
+      workers[1]->GetObject(0, "state", 2, milliseconds(20000));
+  root.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->version, 2u);
+  EXPECT_EQ(got->value, "v2");
+  ASSERT_TRUE(workers[1]->PutObject("state", "worker 1's").ok());
+  EXPECT_EQ(workers[0]->GetObject(0, "state", 1, milliseconds(1000))->value, "v2");
+  EXPECT_EQ(workers[0]->GetObject(1, "state", 1, milliseconds(1000))->value, "worker 1's");
+  const absl::Status big = workers[0]->PutObject("big", std::string(2000, 'x')).status();
+  EXPECT_EQ(big.code(), absl::StatusCode::kResourceExhausted) << big;
+  EXPECT_EQ(workers[0]->PutObject("bad key", "x").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(workers[0]->GetObject(5, "state", 1, milliseconds(1000)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(ClusterTest, WorkerIdOutsideTheClusterIsRefused) {
   // Authenticated, worker 5 of 2 has no token at all; the rank check itself shows
   // without authentication.

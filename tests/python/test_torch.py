@@ -445,3 +445,103 @@ def test_init_needs_its_environment(monkeypatch):
         pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1),
                                  named_parameters=model.named_parameters(), data_plane="udp",
                                  connect_timeout=1)
+
+
+OBJECTS_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    import ps_server.torch as pst
+
+    mode, out = sys.argv[1], sys.argv[2]
+    pst.init()
+    rank = pst.rank()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.BatchNorm1d(3),
+                                torch.nn.Linear(3, 2))
+    model[2].bias.requires_grad_(False)  # frozen: not trained by the shards
+    with torch.no_grad():  # each rank's buffers and frozen values its own
+        model[1].running_mean.fill_(rank + 1.0)
+        model[1].num_batches_tracked.fill_(10 * (rank + 1))
+        model[2].bias.fill_(-(rank + 1.0))
+        if mode == "worker":
+            for p in model.parameters():
+                p.add_(rank)  # differ everywhere: the broadcast must bring rank 0's
+    worker = mode == "worker"
+    opt = pst.DistributedOptimizer(
+        torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=0.01),
+        named_parameters=model.named_parameters(),
+        optimizer_on="worker" if worker else "shards")
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+    after_broadcast = {n: t.tolist() for n, t in model.state_dict().items()}
+    got = pst.broadcast_object({"epoch": 3 + rank, "note": f"from {rank}",
+                                "t": torch.arange(3.0) * (rank + 1), "tup": (1, b"x")},
+                               root_rank=0, name="meta")
+    again = pst.broadcast_object(rank, root_rank=0, name="rank")
+    refused = ""
+    if rank == 0:  # refused on the root before anything is sent (the others would wait)
+        try:
+            pst.broadcast_object(object(), root_rank=0)
+        except TypeError as e:
+            refused = str(e)
+    g = torch.Generator().manual_seed(100 + rank)
+    for _ in range(2):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(torch.randn(8, 4, generator=g)),
+                                     torch.randn(8, 2, generator=g)).backward()
+        opt.step()
+    opt.synchronize()
+    if worker and rank == 1:
+        opt.optimizer.state.clear()  # as a restarted worker's: rank 0's comes back
+    pst.broadcast_optimizer_state(opt, root_rank=0)
+    state = opt.optimizer.state_dict()["state"]
+    with open(f"{out}.{rank}", "w") as fh:
+        json.dump({"after_broadcast": after_broadcast,
+                   "got": {"epoch": got["epoch"], "note": got["note"], "t": got["t"].tolist(),
+                           "tup": [got["tup"][0], got["tup"][1].decode()]},
+                   "again": again, "refused": refused,
+                   "state": {str(k): {n: (v.tolist() if torch.is_tensor(v) else v)
+                                      for n, v in s.items()} for k, s in state.items()},
+                   "params": [p.detach().tolist() for p in model.parameters()]}, fh)
+    opt.close()
+""")
+
+
+@pytest.mark.parametrize("mode", ["shards", "worker"])
+def test_buffers_objects_and_optimizer_state_come_from_the_root(tmp_path, server_bin, mode):
+    """Horovod's broadcasts through shard 0's object store: broadcast_parameters gives every
+    worker rank 0's buffers (BatchNorm statistics) and frozen parameters too, and with
+    optimizer_on="worker" (aggregate-only shards, which hold no parameters) all of rank
+    0's values; broadcast_object returns rank 0's object, tensors and tuples included, and
+    refuses what it would need pickle for; broadcast_optimizer_state gives a worker that
+    lost its optimizer state rank 0's (with the shards mirroring the optimizer there is
+    one state, on the shards, and nothing to move)."""
+    script = tmp_path / "objects.py"
+    script.write_text(OBJECTS_SCRIPT)
+    out = tmp_path / "out.json"
+    cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "2",
+           "--server", server_bin, "--log-dir", str(tmp_path / "logs")]
+    if mode == "worker":
+        cmd += ["--server-arg=--aggregate-only"]
+    cmd += [str(script), mode, str(out)]
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          timeout=240)
+    logs = "".join(p.read_text() for p in sorted((tmp_path / "logs").glob("worker-*.log")))
+    assert done.returncode == 0, done.stdout + done.stderr + logs
+    got = [json.loads((tmp_path / f"out.json.{w}").read_text()) for w in range(2)]
+    # Everything in the state_dict is rank 0's after the broadcast, on both ranks.
+    assert got[0]["after_broadcast"] == got[1]["after_broadcast"]
+    assert got[1]["after_broadcast"]["1.running_mean"] == [1.0, 1.0, 1.0]
+    assert got[1]["after_broadcast"]["1.num_batches_tracked"] == 10
+    assert got[1]["after_broadcast"]["2.bias"] == [-1.0, -1.0]
+    for w in range(2):
+        assert got[w]["got"] == {"epoch": 3, "note": "from 0", "t": [0.0, 1.0, 2.0],
+                                 "tup": [1, "x"]}
+        assert got[w]["again"] == 0
+    assert "cannot be sent" in got[0]["refused"] and "pickle" in got[0]["refused"]
+    # Training kept the workers equal, and their optimizer states are rank 0's.
+    assert got[0]["params"] == got[1]["params"]
+    assert got[0]["state"] == got[1]["state"]
+    if mode == "worker":
+        assert got[1]["state"], "rank 0's Adam state was not brought back"
+    else:
+        assert got[0]["state"] == {}, "the shards hold the state; the wrapped one stays empty"

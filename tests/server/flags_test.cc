@@ -96,6 +96,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "request-read-timeout-ms",
                                                   "max-streams-per-connection",
                                                   "max-health-watches",
+                                                  "max-object-bytes",
                                                   "connection-proof-timeout-ms",
                                                   "drain-timeout-ms",
                                                   "log-level",

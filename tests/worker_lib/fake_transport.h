@@ -88,6 +88,16 @@ class FakeControl final : public ShardControl {
     return absl::OkStatus();
   }
 
+  // Objects are the real shard's (ClusterTest); the fake keeps none.
+  absl::Status PutObject(const v1::PutObjectRequest&, RpcClock::time_point,
+                         v1::PutObjectResponse*) override {
+    return absl::UnimplementedError("the fake shard keeps no objects");
+  }
+  absl::Status GetObject(const v1::GetObjectRequest&, RpcClock::time_point,
+                         v1::GetObjectResponse*) override {
+    return absl::UnimplementedError("the fake shard keeps no objects");
+  }
+
  private:
   mutable absl::Mutex mu_;
   v1::JoinResponse join_ ABSL_GUARDED_BY(mu_);

@@ -1,5 +1,5 @@
 // ShardControl: the worker's control calls to one shard's WorkerService (Join,
-// RegisterLayout, InitSlice), blocking, in the ps::v1 messages; always over gRPC (one
+// RegisterLayout, InitSlice, PutObject, GetObject), blocking, in the ps::v1 messages; always over gRPC (one
 // implementation, transport/grpc/channel.h), whatever carries the data
 // (DataChannel, data_channel.h). ShardClient is its one caller, tested against a fake
 // (tests/worker_lib/fake_transport.h) without a server.
@@ -31,6 +31,11 @@ class ShardControl {
                                       v1::RegisterLayoutResponse* resp) = 0;
   virtual absl::Status InitSlice(const v1::InitSliceRequest& req, RpcClock::time_point deadline,
                                  v1::InitSliceResponse* resp) = 0;
+  // A worker's objects for the others (docs/objects.md); fail at once when unreachable.
+  virtual absl::Status PutObject(const v1::PutObjectRequest& req, RpcClock::time_point deadline,
+                                 v1::PutObjectResponse* resp) = 0;
+  virtual absl::Status GetObject(const v1::GetObjectRequest& req, RpcClock::time_point deadline,
+                                 v1::GetObjectResponse* resp) = 0;
 };
 
 }  // namespace ps::internal

@@ -66,6 +66,22 @@ class GrpcControl final : public ShardControl {
                                            }));
   }
 
+  absl::Status PutObject(const v1::PutObjectRequest& req, RpcClock::time_point deadline,
+                         v1::PutObjectResponse* resp) override {
+    return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,
+                                           [&](grpc::ClientContext* ctx) {
+                                             return conn_->stub->PutObject(ctx, req, resp);
+                                           }));
+  }
+
+  absl::Status GetObject(const v1::GetObjectRequest& req, RpcClock::time_point deadline,
+                         v1::GetObjectResponse* resp) override {
+    return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,
+                                           [&](grpc::ClientContext* ctx) {
+                                             return conn_->stub->GetObject(ctx, req, resp);
+                                           }));
+  }
+
  private:
   const std::shared_ptr<Connection> conn_;
 };
