@@ -5,7 +5,8 @@
 namespace ps::server {
 
 uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
-                            size_t rule_state_rows, bool checkpoints, size_t pull_copies) {
+                            size_t rule_state_rows, bool checkpoints, size_t pull_copies,
+                            uint64_t second_moment_elems) {
   // Per element: parameters, velocity, the published bytes, the aggregate being made,
   // one row per worker for the open round's pushes, and the rule's state; checkpoints
   // keep a copy of velocity and state. Per owned slice: its state object and, per
@@ -20,9 +21,11 @@ uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_work
   const uint64_t elem_bytes = layout.max_owned_elems * sizeof(float);
   const uint64_t element_term =
       elem_bytes > UINT64_MAX / copies ? UINT64_MAX / 2 : elem_bytes * copies;
+  // At most 2^40 elements x 8 bytes: no overflow.
+  const uint64_t moment_term = second_moment_elems * sizeof(float) * (checkpoints ? 2 : 1);
   const uint64_t slice_term =
       layout.max_owned_slices * (kSliceStateBytes + uint64_t{num_workers} * kPerWorkerSliceBytes) +
-      layout.num_slices * kLayoutBytesPerSlice;
+      layout.num_slices * kLayoutBytesPerSlice + moment_term;
   return element_term > UINT64_MAX / 2 - slice_term ? UINT64_MAX / 2 : element_term + slice_term;
 }
 

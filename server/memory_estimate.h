@@ -15,9 +15,12 @@ namespace ps::server {
 // the open round's pushes of every worker, per-slice bookkeeping, the layout's own
 // tables); compared with --max-shard-bytes. `pull_copies`: fp32-sized copies per
 // element that --pull-codec adds (what the workers hold, and each version's encoded
-// change; 0 without one). Saturates instead of overflowing.
+// change; 0 without one). `second_moment_elems`: the owned elements (an upper bound) of
+// tensors whose optimizer keeps a second buffer (Adam's exp_avg_sq, optimizer.h), which
+// checkpoints copy too. Saturates instead of overflowing.
 uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
-                            size_t rule_state_rows, bool checkpoints, size_t pull_copies = 0);
+                            size_t rule_state_rows, bool checkpoints, size_t pull_copies = 0,
+                            uint64_t second_moment_elems = 0);
 // --max-shard-bytes with 0 resolved to half the physical memory.
 uint64_t EffectiveMaxShardBytes(const ServerOptions& options);
 

@@ -142,6 +142,65 @@ absl::StatusOr<Optimizer> Optimizer::Parse(std::string_view spec) {
   return invalid(absl::StrCat("unknown optimizer '", s.name, "'"));
 }
 
+namespace {
+
+constexpr size_t kSgdBlock = 1024;
+
+// One step of `count` values; the three arrays never overlap (the aggregate, the
+// velocity and the parameters are separate buffers).
+inline void SgdValues(float lr, float mu, float wd, const float* __restrict g,
+                      float* __restrict v, float* __restrict w, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    const float d = g[i] + wd * w[i];
+    v[i] = mu * v[i] + d;
+    w[i] -= lr * v[i];
+  }
+}
+
+// A fixed count, which GCC vectorizes at -O2 (no epilogue, no alias check), in an AVX2
+// clone too; the same operations in the same order as the scalar tail, and no fused
+// multiply-add (the clone does not enable FMA), so every clone gives the same bits.
+PS_VECTOR_CLONES void SgdBlock(float lr, float mu, float wd, const float* __restrict g,
+                               float* __restrict v, float* __restrict w) {
+  SgdValues(lr, mu, wd, g, v, w, kSgdBlock);
+}
+
+// SgdBlock that also stores each new parameter in c, in the same pass: a separate
+// memcpy of the block, a constant 4 KiB, was expanded by GCC into `rep movsq`, slow on
+// the 2-core AMD EPYC (docs/bench.md, "Small copies GCC made rep movsq").
+PS_VECTOR_CLONES void SgdBlockCopy(float lr, float mu, float wd, const float* __restrict g,
+                                   float* __restrict v, float* __restrict w,
+                                   float* __restrict c) {
+  for (size_t i = 0; i < kSgdBlock; ++i) {
+    const float d = g[i] + wd * w[i];
+    v[i] = mu * v[i] + d;
+    w[i] -= lr * v[i];
+    c[i] = w[i];
+  }
+}
+
+// v <- mu v + (g + wd w); w <- w - lr v (and c <- w), vectorized by blocks.
+void SgdKernel(float lr, float mu, float wd, std::span<const float> grad,
+               std::span<float> velocity, std::span<float> params, std::span<float> copy_to) {
+  const float* g = grad.data();
+  float* v = velocity.data();
+  float* w = params.data();
+  float* c = copy_to.empty() ? nullptr : copy_to.data();
+  const size_t n = params.size();
+  size_t b = 0;
+  for (; b + kSgdBlock <= n; b += kSgdBlock) {
+    if (c != nullptr) {
+      SgdBlockCopy(lr, mu, wd, g + b, v + b, w + b, c + b);
+    } else {
+      SgdBlock(lr, mu, wd, g + b, v + b, w + b);
+    }
+  }
+  SgdValues(lr, mu, wd, g + b, v + b, w + b, n - b);
+  if (c != nullptr && n > b) std::memcpy(c + b, w + b, (n - b) * sizeof(float));
+}
+
+}  // namespace
+
 void Optimizer::Step(float lr, uint64_t step, std::span<const float> grad, std::span<float> first,
                      std::span<float> second, std::span<float> params,
                      std::span<float> copy_to) const {
@@ -152,6 +211,12 @@ void Optimizer::Step(float lr, uint64_t step, std::span<const float> grad, std::
   const float wd = static_cast<float>(weight_decay_);
   // The operations of torch.optim's single-tensor loops (torch 1.13), in float; they
   // may differ from torch's in the last bits, where its kernels fuse multiply-adds.
+  if (kind_ == Kind::kSgd && dampening_ == 0 && !nesterov_) {
+    // The shard's own SGD: the buffer starting at zero makes its first value d_p, as
+    // torch's first step does.
+    SgdKernel(lr, static_cast<float>(momentum_), wd, grad, first, params, copy_to);
+    return;
+  }
   if (kind_ == Kind::kSgd) {
     const float mu = static_cast<float>(momentum_);
     const float keep = static_cast<float>(1.0 - dampening_);
@@ -192,68 +257,13 @@ void Optimizer::Step(float lr, uint64_t step, std::span<const float> grad, std::
   if (!copy_to.empty()) std::memcpy(copy_to.data(), w, n * sizeof(float));
 }
 
-namespace {
-
-constexpr size_t kSgdBlock = 1024;
-
-// One step of `count` values; the three arrays never overlap (the aggregate, the
-// velocity and the parameters are separate buffers).
-inline void SgdValues(float lr, float mu, float wd, const float* __restrict g,
-                      float* __restrict v, float* __restrict w, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    const float d = g[i] + wd * w[i];
-    v[i] = mu * v[i] + d;
-    w[i] -= lr * v[i];
-  }
-}
-
-// A fixed count, which GCC vectorizes at -O2 (no epilogue, no alias check), in an AVX2
-// clone too; the same operations in the same order as the scalar tail, and no fused
-// multiply-add (the clone does not enable FMA), so every clone gives the same bits.
-PS_VECTOR_CLONES void SgdBlock(float lr, float mu, float wd, const float* __restrict g,
-                               float* __restrict v, float* __restrict w) {
-  SgdValues(lr, mu, wd, g, v, w, kSgdBlock);
-}
-
-// SgdBlock that also stores each new parameter in c, in the same pass: a separate
-// memcpy of the block, a constant 4 KiB, was expanded by GCC into `rep movsq`, slow on
-// the 2-core AMD EPYC (docs/bench.md, "Small copies GCC made rep movsq").
-PS_VECTOR_CLONES void SgdBlockCopy(float lr, float mu, float wd, const float* __restrict g,
-                                   float* __restrict v, float* __restrict w,
-                                   float* __restrict c) {
-  for (size_t i = 0; i < kSgdBlock; ++i) {
-    const float d = g[i] + wd * w[i];
-    v[i] = mu * v[i] + d;
-    w[i] -= lr * v[i];
-    c[i] = w[i];
-  }
-}
-
-}  // namespace
-
 void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
              std::span<float> velocity, std::span<float> params, std::span<float> copy_to,
              std::optional<float> round_lr) {
   const float lr = round_lr.has_value()
                        ? *round_lr
                        : static_cast<float>(opt.learning_rate * opt.schedule.Factor(round));
-  const float mu = opt.momentum;
-  const float wd = opt.weight_decay;
-  const float* g = grad.data();
-  float* v = velocity.data();
-  float* w = params.data();
-  float* c = copy_to.empty() ? nullptr : copy_to.data();
-  const size_t n = params.size();
-  size_t b = 0;
-  for (; b + kSgdBlock <= n; b += kSgdBlock) {
-    if (c != nullptr) {
-      SgdBlockCopy(lr, mu, wd, g + b, v + b, w + b, c + b);
-    } else {
-      SgdBlock(lr, mu, wd, g + b, v + b, w + b);
-    }
-  }
-  SgdValues(lr, mu, wd, g + b, v + b, w + b, n - b);
-  if (c != nullptr && n > b) std::memcpy(c + b, w + b, (n - b) * sizeof(float));
+  SgdKernel(lr, opt.momentum, opt.weight_decay, grad, velocity, params, copy_to);
 }
 
 }  // namespace ps::server

@@ -111,15 +111,12 @@ absl::Status SliceTable::CheckFits(const core::LayoutSummary& sum, uint32_t slic
       codec.ok() && *codec != nullptr && slice_bytes > 0) {
     pull_copies = 1 + ((*codec)->MaxEncodedBytes(slice_elems) + slice_bytes - 1) / slice_bytes;
   }
-  // Adam's second moments: the shard's share of those tensors (and a kept copy).
-  const uint64_t second_moments =
-      second_moment_elems == 0
-          ? 0
-          : (second_moment_elems / num_shards + slice_elems) * sizeof(float) *
-                (config_.keep_published_model ? 2 : 1);
+  // Adam's second moments: an upper bound of the shard's share of those tensors.
+  const uint64_t owned_moments =
+      second_moment_elems == 0 ? 0 : second_moment_elems / num_shards + slice_elems;
   const uint64_t need = EstimateShardBytes(sum, config_.num_workers, config_.state_rows,
-                                           config_.keep_published_model, pull_copies) +
-                        second_moments;
+                                           config_.keep_published_model, pull_copies,
+                                           owned_moments);
   if (need > config_.max_shard_bytes) {
     return Refused(
         Refusal::kOverLimit,

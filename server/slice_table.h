@@ -105,8 +105,8 @@ class SliceTable {
 
  private:
   // Refuses a layout cut for another shard count, with slices beyond the message size,
-  // or needing more than max_shard_bytes here (with `second_moment_elems` of its tensors
-  // under an optimizer with a second moment: Adam).
+  // or needing more than max_shard_bytes here (with `second_moment_elems` of its tensors,
+  // in all, under an optimizer with a second moment: Adam).
   absl::Status CheckFits(const core::LayoutSummary& sum, uint32_t slice_elems,
                          uint32_t num_shards, uint64_t second_moment_elems = 0) const;
   absl::Status AnswerRegisteredLocked(uint32_t worker_id, uint64_t hash) const

@@ -9,7 +9,6 @@
 // transport/channels.h: gRPC (transport/grpc/) and the UDP path (transport/udp/).
 #include "worker_lib/worker.h"
 
-#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <functional>
@@ -135,9 +134,10 @@ class WorkerImpl final : public Worker {
   absl::StatusOr<StoredObject> GetObject(uint32_t owner, std::string_view key, uint64_t min_version,
                                          std::chrono::milliseconds timeout) override {
     const auto deadline = internal::RpcClock::now() + timeout;
-    std::chrono::milliseconds backoff = options_.initial_backoff;
+    const core::RetryPolicy policy = internal::JoinRetryPolicy(options_);
     uint64_t seen = 0;
-    while (true) {
+    for (int attempt = 0;; ++attempt) {
+      const auto backoff = policy.Backoff(attempt);
       absl::StatusOr<v1::GetObjectResponse> got = client_->GetObject(0, owner, key);
       if (got.ok() && got->version() >= min_version) {
         return StoredObject{got->version(), std::move(*got->mutable_value())};
@@ -147,13 +147,10 @@ class WorkerImpl final : public Worker {
       if (internal::RpcClock::now() + backoff >= deadline) {
         return absl::DeadlineExceededError(absl::StrCat(
             "worker ", owner, "'s object '", core::AsAbsl(key), "' did not reach version ",
-            min_version,
-            " within ", timeout.count(), " ms (", seen == 0 ? std::string("none stored")
-                                                             : absl::StrCat("version ", seen),
-            ")"));
+            min_version, " within ", timeout.count(), " ms (",
+            seen == 0 ? std::string("none stored") : absl::StrCat("version ", seen), ")"));
       }
       std::this_thread::sleep_for(backoff);
-      backoff = std::min(backoff * 2, options_.max_backoff);
     }
   }
 
