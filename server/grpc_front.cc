@@ -1,20 +1,18 @@
 #include "server/grpc_front.h"
 
+#include <bit>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "net/grpc_status.h"
 #include "server/listener.h"
+#include "spdlog/spdlog.h"
 
 namespace ps::server {
 namespace {
 
 constexpr auto kStallCheckEvery = std::chrono::milliseconds(250);
-// Calls a connection's client may cancel in a second before their requests arrived: an
-// honest client cancels such a call when it gives up (a deadline, a shutdown), a few at
-// a time.
-constexpr uint32_t kMaxEarlyCancels = 64;
 
 // The address of a gRPC peer string without its port ("ipv4:1.2.3.4:5" -> "1.2.3.4").
 std::string SourceOf(const std::string& peer) {
@@ -28,7 +26,14 @@ std::string SourceOf(const std::string& peer) {
 
 class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public FrontCall {
  public:
-  Reactor(GrpcFront* front, grpc::GenericCallbackServerContext* ctx) : front_(front), ctx_(ctx) {
+  Reactor(GrpcFront* front, grpc::GenericCallbackServerContext* ctx)
+      : front_(front), ctx_(ctx), connection_(ctx->peer()) {
+    if (front->resets_.Begin(connection_)) {
+      front->ResetsOn(connection_, absl::StrCat("holds more than ",
+                                                front->resets_.limits().max_held_per_connection,
+                                                " calls: it reset streams faster than the shard "
+                                                "ends their calls"));
+    }
     auto it = front->methods_.find(ctx->method());
     if (it == front->methods_.end()) {
       FinishOnce(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
@@ -152,7 +157,11 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
     }
     if (finish) FinishOnce(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
     if (h != nullptr) h->OnCancel();
-    if (early) front_->EarlyCancel(ctx_->peer());
+    if (early && front_->resets_.EarlyCancel(connection_)) {
+      front_->ResetsOn(connection_,
+                       absl::StrCat("cancelled ", front_->resets_.limits().max_early_cancels,
+                                    " calls within a second before their requests arrived"));
+    }
   }
 
   void OnDone() override {
@@ -169,6 +178,7 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
     if (state == State::kReading) front_->EndRead(ticket);
     handler.reset();  // before the call's place is given back
     if (opened_) front_->budget_.CloseCall(client_);
+    front_->resets_.End(connection_);
     delete this;
   }
 
@@ -205,6 +215,7 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
 
   GrpcFront* const front_;
   grpc::GenericCallbackServerContext* const ctx_;
+  const std::string connection_;  // the peer: its address and port
   const FrontMethod* method_ = nullptr;
   absl::StatusOr<Caller> caller_ = absl::UnknownError("not identified");
   std::string client_;
@@ -221,9 +232,14 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
   std::unique_ptr<StreamHandler> handler_ ABSL_GUARDED_BY(mu_);
 };
 
-GrpcFront::GrpcFront(const Authenticator* auth, const CallLimits& limits, core::Clock* clock,
+GrpcFront::GrpcFront(const Authenticator* auth, const CallLimits& limits,
+                     const ResetLimits& resets, core::Clock* clock,
                      std::function<void(core::Refusal, absl::string_view)> on_refused)
-    : auth_(auth), clock_(clock), on_refused_(std::move(on_refused)), budget_(limits, clock) {
+    : auth_(auth),
+      clock_(clock),
+      on_refused_(std::move(on_refused)),
+      budget_(limits, clock),
+      resets_(resets, clock) {
   checker_ = std::thread([this] { CheckStalls(); });
 }
 
@@ -263,16 +279,13 @@ void GrpcFront::EndRead(CallBudget::Ticket ticket) {
   budget_.ReadDone(ticket);
 }
 
-void GrpcFront::EarlyCancel(const std::string& peer) {
-  const core::SteadyTime now = clock_->Now();
-  {
-    absl::MutexLock lock(&mu_);
-    Cancels& c = early_cancels_[peer];
-    if (now - c.since >= std::chrono::seconds(1)) c = Cancels{now, 0};
-    if (++c.count != kMaxEarlyCancels) return;
-  }
-  reset_connections_.fetch_add(1, std::memory_order_relaxed);
-  if (listener_ != nullptr) listener_->Abusive(peer, CloseReason::kResets);
+void GrpcFront::ResetsOn(const std::string& connection, std::string_view why) {
+  const uint64_t n = reset_connections_.fetch_add(1, std::memory_order_relaxed) + 1;
+  // The 1st, 2nd, 4th, ... at warn, as the listener logs its closes.
+  spdlog::log(std::has_single_bit(n) ? spdlog::level::warn : spdlog::level::debug,
+              "closing the connection of {}: it {} (HTTP/2 rapid reset; {} so far)", connection,
+              why, n);
+  if (listener_ != nullptr) listener_->Abusive(connection, CloseReason::kResets);
 }
 
 void GrpcFront::CheckStalls() {
@@ -281,11 +294,8 @@ void GrpcFront::CheckStalls() {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(&stopping_), absl::FromChrono(kStallCheckEvery));
       if (stopping_) return;
-      const core::SteadyTime now = clock_->Now();
-      absl::erase_if(early_cancels_, [&](const auto& kv) {
-        return now - kv.second.since >= std::chrono::seconds(1);
-      });
     }
+    resets_.Sweep();
     for (CallBudget::Ticket ticket : budget_.Overdue(clock_->Now())) {
       std::string peer;
       {

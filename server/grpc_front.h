@@ -10,6 +10,9 @@
 //   being received costs up to --max-message-bytes, so their number is bounded per
 //   client and in all), and ends the call (CANCELLED, counted as `stalled`) when the body
 //   has not arrived read_timeout after reading started;
+// - reports each call's start, end and early cancel to its ResetWatch
+//   (server/reset_watch.h), and closes a connection that resets streams abusively
+//   (HTTP/2 rapid reset) through the listener;
 // - hands the body to the method's handler: a unary handler answers once through
 //   FrontCall::Reply; a server-streaming handler returns a StreamHandler that writes
 //   through FrontCall::Write and ends with FrontCall::Finish.
@@ -40,6 +43,7 @@
 #include "server/auth_internal.h"
 #include "server/call_budget.h"
 #include "server/port_stats.h"
+#include "server/reset_watch.h"
 
 namespace ps::server {
 
@@ -92,8 +96,8 @@ class GrpcFront final : public grpc::CallbackGenericService {
  public:
   // `auth`: who calls (borrowed). `on_refused`: sees every refusal the front makes itself
   // (to count and log it; may be null).
-  GrpcFront(const Authenticator* auth, const CallLimits& limits, core::Clock* clock,
-            std::function<void(core::Refusal, absl::string_view)> on_refused);
+  GrpcFront(const Authenticator* auth, const CallLimits& limits, const ResetLimits& resets,
+            core::Clock* clock, std::function<void(core::Refusal, absl::string_view)> on_refused);
   ~GrpcFront() override;
 
   // Before serving. `path`: "/package.Service/Method".
@@ -112,9 +116,8 @@ class GrpcFront final : public grpc::CallbackGenericService {
   friend class Reactor;
 
   void CheckStalls();
-  // A call on `peer` was cancelled by its client before its request arrived: many of
-  // them (HTTP/2 rapid reset) close the connection.
-  void EarlyCancel(const std::string& peer);
+  // ResetWatch named `connection` (`why`): counted, logged and closed by the listener.
+  void ResetsOn(const std::string& connection, std::string_view why);
   // A body arrived (or its call ended while it was being received).
   void EndRead(CallBudget::Ticket ticket);
 
@@ -123,16 +126,12 @@ class GrpcFront final : public grpc::CallbackGenericService {
   const std::function<void(core::Refusal, absl::string_view)> on_refused_;
   Listener* listener_ = nullptr;
   CallBudget budget_;
+  ResetWatch resets_;  // HTTP/2 rapid reset
   absl::flat_hash_map<std::string, FrontMethod> methods_;
 
   // Calls whose body is being received, by read ticket: the stall check cancels them.
   mutable absl::Mutex mu_;
   absl::flat_hash_map<CallBudget::Ticket, grpc::ServerContextBase*> reading_ ABSL_GUARDED_BY(mu_);
-  struct Cancels {
-    core::SteadyTime since{};
-    uint32_t count = 0;
-  };
-  absl::flat_hash_map<std::string, Cancels> early_cancels_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread checker_;
   std::atomic<uint64_t> refused_calls_{0};
