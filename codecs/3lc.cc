@@ -173,7 +173,8 @@ class ThreeLcCodec final : public Codec {
   // `cat`: choose s per encoding (level=cat) with this fixed cost in bytes when the
   // context gives none.
   ThreeLcCodec(double s, bool cat, double overhead)
-      : s_(s),
+      : Codec(PayloadFormat::kThreeLc),
+        s_(s),
         cat_(cat),
         overhead_(overhead),
         spec_(cat ? internal::StageString(kName, {{"s", internal::FormatNumber(s)},
@@ -271,7 +272,7 @@ class ThreeLcCodec final : public Codec {
 
     out->clear();
     out->reserve(MaxEncodedBytes(n));
-    out->push_back(static_cast<char>(kFormatVersion));
+    out->push_back(static_cast<char>(FormatByte(format())));
     internal::PutVarint(out, n);
     internal::PutF32(out, scale);
     out->append(reinterpret_cast<const char*>(begin), static_cast<size_t>(w - begin));
@@ -308,7 +309,7 @@ class ThreeLcCodec final : public Codec {
                           bool* finite) const {
     const size_t n = out.size();
     internal::WireReader r(kName, bytes);
-    PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
+    PS_RETURN_IF_ERROR(r.Format(format()));
     PS_RETURN_IF_ERROR(r.Numel(n));
     float scale = 0;
     PS_RETURN_IF_ERROR(r.F32(&scale, "scale"));

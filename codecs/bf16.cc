@@ -24,13 +24,15 @@ void Widen(const unsigned char* words, std::span<float> out) {
 
 class Bf16Codec final : public Codec {
  public:
+  Bf16Codec() : Codec(PayloadFormat::kBf16) {}
+
   std::string_view spec() const override { return kSpec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
     PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
     out->resize(MaxEncodedBytes(values.size()));
-    (*out)[0] = static_cast<char>(kFormatVersion);
+    (*out)[0] = static_cast<char>(FormatByte(format()));
     auto* dst = reinterpret_cast<unsigned char*>(out->data() + 1);
     for (size_t i = 0; i < values.size(); ++i) {
       const uint16_t h = internal::FloatToBf16(values[i]);
@@ -41,7 +43,7 @@ class Bf16Codec final : public Codec {
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
-    PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, 2, out.size()));
+    PS_RETURN_IF_ERROR(internal::CheckDensePayload(*this, bytes, 2, out.size()));
     const auto* src = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
     Widen(src, out);
     // A bf16 is Inf or NaN exactly when its float is.

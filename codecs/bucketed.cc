@@ -11,7 +11,7 @@ namespace ps::codecs::internal {
 size_t BucketedCodec::StartPayload(size_t numel, size_t body_bytes, std::string* bytes) const {
   bytes->clear();
   bytes->reserve(MaxEncodedBytes(numel));
-  PutU8(bytes, kFormatVersion);
+  PutU8(bytes, FormatByte(format()));
   PutVarint(bytes, numel);
   const size_t scales_at = bytes->size();
   bytes->resize(scales_at + 4 * Buckets(numel) + body_bytes);
@@ -31,7 +31,7 @@ absl::StatusOr<float> BucketedCodec::BucketMaxAbs(std::span<const float> values,
 
 absl::Status BucketedCodec::ReadHeader(WireReader* r, size_t numel, float max_scale,
                                        std::string_view what, std::string_view* scales) const {
-  PS_RETURN_IF_ERROR(r->Version(kFormatVersion));
+  PS_RETURN_IF_ERROR(r->Format(format()));
   PS_RETURN_IF_ERROR(r->Numel(numel));
   return ReadScales(r, Buckets(numel), max_scale, what, scales);
 }

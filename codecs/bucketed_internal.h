@@ -27,9 +27,10 @@ class BucketedCodec : public Codec {
   std::string_view spec() const final { return spec_; }
 
  protected:
-  // `spec`: the canonical spec; `seed`: CodecOptions::seed, for stochastic rounding.
-  BucketedCodec(std::string spec, size_t bucket, uint64_t seed)
-      : spec_(std::move(spec)), bucket_(bucket), seed_(seed) {}
+  // `format`: the codec's; `spec`: the canonical spec; `seed`: CodecOptions::seed, for
+  // stochastic rounding.
+  BucketedCodec(PayloadFormat format, std::string spec, size_t bucket, uint64_t seed)
+      : Codec(format), spec_(std::move(spec)), bucket_(bucket), seed_(seed) {}
 
   size_t BucketSize() const { return bucket_; }
   size_t Buckets(size_t numel) const { return BucketCount(numel, bucket_); }

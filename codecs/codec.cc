@@ -41,6 +41,22 @@ constexpr Entry kCodecs[] = {
 
 }  // namespace
 
+std::string_view PayloadFormatName(uint8_t byte) {
+  switch (static_cast<PayloadFormat>(byte)) {
+    case PayloadFormat::kFp32: return "fp32";
+    case PayloadFormat::kFp16: return "fp16";
+    case PayloadFormat::kBf16: return "bf16";
+    case PayloadFormat::kInt8: return "int8";
+    case PayloadFormat::kQsgd: return "qsgd";
+    case PayloadFormat::kTernGrad: return "terngrad";
+    case PayloadFormat::kSign: return "sign";
+    case PayloadFormat::kThreeLc: return "3lc";
+    case PayloadFormat::kPowerSgd: return "powersgd";
+    case PayloadFormat::kSparse: return "sparse";
+  }
+  return {};
+}
+
 absl::StatusOr<std::unique_ptr<Codec>> MakeCodec(std::string_view spec,
                                                  const CodecOptions& options) {
   PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages, core::ParseSpec(spec, "codec spec"));
@@ -148,7 +164,8 @@ std::string_view Gathered(std::span<const std::string_view> pieces) {
   return std::string_view(scratch.data(), total);
 }
 
-bool IsDensePayload(std::span<const std::string_view> pieces, size_t value_bytes, size_t numel) {
+bool IsDensePayload(PayloadFormat format, std::span<const std::string_view> pieces,
+                    size_t value_bytes, size_t numel) {
   size_t total = 0;
   const std::string_view* first = nullptr;
   for (const std::string_view& p : pieces) {
@@ -156,7 +173,7 @@ bool IsDensePayload(std::span<const std::string_view> pieces, size_t value_bytes
     if (first == nullptr && !p.empty()) first = &p;
   }
   return total == 1 + value_bytes * numel &&
-         static_cast<unsigned char>((*first)[0]) == kFormatVersion;
+         static_cast<unsigned char>((*first)[0]) == FormatByte(format);
 }
 
 absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
@@ -197,20 +214,27 @@ absl::Status CheckDecoded16(std::string_view spec, const unsigned char* words,
   return absl::OkStatus();
 }
 
-absl::Status CheckDensePayload(std::string_view spec_view, std::string_view bytes,
+absl::Status CheckFormat(std::string_view spec, uint8_t byte, PayloadFormat expected) {
+  if (byte == FormatByte(expected)) return absl::OkStatus();
+  const std::string_view got = PayloadFormatName(byte);
+  return absl::InvalidArgumentError(absl::StrCat(
+      AbslView(spec), ": payload in ",
+      got.empty() ? absl::StrCat("format ", int{byte}, ", which no codec writes")
+                  : absl::StrCat("the ", AbslView(got), " format (", int{byte}, ")"),
+      ", expected the ", AbslView(PayloadFormatName(FormatByte(expected))), " format (",
+      int{FormatByte(expected)}, ")"));
+}
+
+absl::Status CheckDensePayload(const Codec& codec, std::string_view bytes,
                                size_t bytes_per_value, size_t numel) {
-  const absl::string_view spec = AbslView(spec_view);
+  const absl::string_view spec = AbslView(codec.spec());
   // numel is the size of an existing float buffer, so this cannot overflow.
   const size_t expected = 1 + bytes_per_value * numel;
   if (bytes.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(spec, ": empty payload, expected ", expected,
                                                    " bytes for ", numel, " values"));
   }
-  const auto version = static_cast<unsigned char>(bytes[0]);
-  if (version != kFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(spec, ": format version ", version, ", expected ", kFormatVersion));
-  }
+  PS_RETURN_IF_ERROR(CheckFormat(codec.spec(), static_cast<uint8_t>(bytes[0]), codec.format()));
   if (bytes.size() != expected) {
     return absl::InvalidArgumentError(absl::StrCat(spec, ": payload is ", bytes.size(),
                                                    " bytes, expected ", expected, " (1 + ",

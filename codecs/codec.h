@@ -28,8 +28,27 @@
 
 namespace ps::codecs {
 
-// First byte of every encoded payload. A decoder refuses versions it does not know.
-inline constexpr unsigned char kFormatVersion = 1;
+// The first byte of every encoded payload: its format, which names the codec family that
+// wrote it (one value per layout version of a family). A decoder refuses a payload of
+// another format, naming both ("bf16: payload in the fp16 format (2), expected the bf16
+// format (3)"), so bytes handed to the wrong codec fail instead of decoding into other values.
+// The dense 16-bit formats have the same size for the same values, and before formats
+// named their family every codec wrote 1, which is now fp32's alone.
+enum class PayloadFormat : uint8_t {
+  kFp32 = 1,
+  kFp16 = 2,
+  kBf16 = 3,
+  kInt8 = 4,
+  kQsgd = 5,
+  kTernGrad = 6,
+  kSign = 7,
+  kThreeLc = 8,
+  kPowerSgd = 9,
+  kSparse = 10,  // every sparsifier, index and value stage: the spec names them
+};
+inline constexpr uint8_t FormatByte(PayloadFormat f) { return static_cast<uint8_t>(f); }
+// "fp16" for FormatByte(PayloadFormat::kFp16); empty for a byte no format has.
+std::string_view PayloadFormatName(uint8_t byte);
 
 // Where an encoding happens, for codecs that draw random numbers (stochastic
 // rounding, random-k masks) or need the slice's shape. Deterministic codecs ignore it.
@@ -78,6 +97,9 @@ class Codec {
   // The canonical spec string naming this codec ("fp16"); pushes carry it.
   virtual std::string_view spec() const = 0;
 
+  // The first byte of every payload this codec writes, and the only one it decodes.
+  PayloadFormat format() const { return format_; }
+
   // Replaces *out with the encoding of values. On error *out is unchanged.
   virtual absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                               std::string* out) = 0;
@@ -86,7 +108,7 @@ class Codec {
   }
 
   // Decodes bytes into out, whose size is the slice's declared element count.
-  // Refuses a wrong version, a size that does not match out, and non-finite values.
+  // Refuses another format, a size that does not match out, and non-finite values.
   virtual absl::Status Decode(std::string_view bytes, std::span<float> out) const = 0;
 
   // Decode of bytes that arrived in pieces, in order (a received message's buffers):
@@ -116,7 +138,7 @@ class Codec {
   // What a shard may exploit across the pushes of this codec (kNone: decode each).
   virtual SharedStructure shared_structure() const { return SharedStructure::kNone; }
 
-  // Whether every payload is kFormatVersion and then the values as little-endian fp32,
+  // Whether every payload is PayloadFormat::kFp32 and then the values as little-endian fp32,
   // nothing else (fp32). A transport may then read a payload's values straight into
   // their row; DecodePieces of pieces whose values already lie at `out` only checks them.
   virtual bool raw_fp32() const { return false; }
@@ -127,7 +149,10 @@ class Codec {
   virtual std::string_view device_note() const { return {}; }
 
  protected:
-  Codec() = default;
+  explicit Codec(PayloadFormat format) : format_(format) {}
+
+ private:
+  const PayloadFormat format_;
 };
 
 // Makes the codec named by `spec`; refuses unknown names (listing the known ones),

@@ -138,8 +138,9 @@ void ForEachBlock(std::span<const std::string_view> pieces, size_t skip, size_t 
 }
 
 // Whether `pieces` frame a dense payload of numel values as CheckDensePayload wants it:
-// 1 + value_bytes * numel bytes in all, the first kFormatVersion.
-bool IsDensePayload(std::span<const std::string_view> pieces, size_t value_bytes, size_t numel);
+// 1 + value_bytes * numel bytes in all, the first `format`'s byte.
+bool IsDensePayload(PayloadFormat format, std::span<const std::string_view> pieces,
+                    size_t value_bytes, size_t numel);
 
 // DecodeAddPieces of a dense codec (version, then value_bytes bytes a value): when the
 // pieces frame such a payload, add_block(block, base part, out part) for each block of
@@ -151,7 +152,8 @@ template <typename AddBlock>
 absl::Status DecodeAddDense(const Codec& codec, size_t value_bytes,
                             std::span<const std::string_view> pieces, std::span<const float> base,
                             std::span<float> out, AddBlock&& add_block) {
-  if (base.size() != out.size() || !IsDensePayload(pieces, value_bytes, out.size())) {
+  if (base.size() != out.size() ||
+      !IsDensePayload(codec.format(), pieces, value_bytes, out.size())) {
     return codec.Codec::DecodeAddPieces(pieces, base, out);
   }
   bool finite = true;
@@ -172,10 +174,14 @@ absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
                                 std::span<const std::string_view> pieces,
                                 std::span<const float> base, std::span<float> out);
 
-// Checks the framing of a dense payload: not empty, bytes[0] == kFormatVersion, and
+// A payload's first byte against the format its decoder reads: INVALID_ARGUMENT naming
+// both ("SPEC: payload in the fp16 format (2), expected the bf16 format (3)") when they differ.
+absl::Status CheckFormat(std::string_view spec, uint8_t byte, PayloadFormat expected);
+
+// Checks the framing of a dense payload of `codec`: not empty, bytes[0] its format, and
 // exactly 1 + bytes_per_value * numel bytes. Errors are INVALID_ARGUMENT and start
-// with `spec`.
-absl::Status CheckDensePayload(std::string_view spec, std::string_view bytes,
+// with its spec.
+absl::Status CheckDensePayload(const Codec& codec, std::string_view bytes,
                                size_t bytes_per_value, size_t numel);
 
 }  // namespace ps::codecs::internal

@@ -16,7 +16,7 @@ class CudaRequestedCodec final : public Codec {
   // `device` may be null: then Encode runs on `cpu` and `note` says why.
   CudaRequestedCodec(std::unique_ptr<Codec> cpu, std::unique_ptr<DeviceEncode> device,
                      std::string note)
-      : cpu_(std::move(cpu)), device_(std::move(device)), note_(std::move(note)) {}
+      : Codec(cpu->format()), cpu_(std::move(cpu)), device_(std::move(device)), note_(std::move(note)) {}
 
   std::string_view spec() const override { return cpu_->spec(); }
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,

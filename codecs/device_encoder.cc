@@ -57,7 +57,7 @@ class HalvesEngine final : public Engine {
     PS_RETURN_IF_ERROR(c_.Sync());
     if (c_.staging.as<uint32_t>()[0] != 0) return c_.EncodeOnHost(x, n, ctx, out, nullptr);
     out->resize(1 + 2 * n);
-    (*out)[0] = static_cast<char>(kFormatVersion);
+    (*out)[0] = static_cast<char>(FormatByte(c_.cpu->format()));
     std::memcpy(out->data() + 1, c_.staging.as<unsigned char>() + 4, 2 * n);
     return absl::OkStatus();
   }
@@ -99,7 +99,7 @@ class SignEngine final : public Engine {
     std::memcpy(&host_scale, staged + 8, 4);
     std::string payload;
     payload.reserve(c_.cpu->MaxEncodedBytes(n));
-    internal::PutU8(&payload, kFormatVersion);
+    internal::PutU8(&payload, FormatByte(c_.cpu->format()));
     internal::PutVarint(&payload, n);
     internal::PutF32(&payload, host_scale);
     payload.append(reinterpret_cast<const char*>(staged + 16), (n + 7) / 8);
@@ -143,7 +143,7 @@ class TernGradEngine final : public Engine {
     }
     std::string payload;
     payload.reserve(c_.cpu->MaxEncodedBytes(n));
-    internal::PutU8(&payload, kFormatVersion);
+    internal::PutU8(&payload, FormatByte(c_.cpu->format()));
     internal::PutVarint(&payload, n);
     payload.append(c_.staging.as<char>(), body);
     *out = std::move(payload);
@@ -216,7 +216,7 @@ class ThreeLcEngine final : public Engine {
     PS_RETURN_IF_ERROR(c_.Sync());
     std::string payload;
     payload.reserve(c_.cpu->MaxEncodedBytes(n));
-    internal::PutU8(&payload, kFormatVersion);
+    internal::PutU8(&payload, FormatByte(c_.cpu->format()));
     internal::PutVarint(&payload, n);
     internal::PutF32(&payload, scale);
     payload.append(c_.staging.as<char>() + 16, token_bytes);

@@ -112,19 +112,21 @@ constexpr char kSpec[] = "fp16";
 
 class Fp16Codec final : public Codec {
  public:
+  Fp16Codec() : Codec(PayloadFormat::kFp16) {}
+
   std::string_view spec() const override { return kSpec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
     PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
     out->resize(MaxEncodedBytes(values.size()));
-    (*out)[0] = static_cast<char>(kFormatVersion);
+    (*out)[0] = static_cast<char>(FormatByte(format()));
     internal::FloatsToHalves(values, reinterpret_cast<unsigned char*>(out->data() + 1));
     return absl::OkStatus();
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
-    PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, 2, out.size()));
+    PS_RETURN_IF_ERROR(internal::CheckDensePayload(*this, bytes, 2, out.size()));
     const auto* halves = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
     // Convert first, then scan the floats: both passes vectorize, and a half is
     // Inf or NaN exactly when its float is.

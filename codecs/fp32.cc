@@ -24,6 +24,8 @@ constexpr size_t kChunkBytes = 16384;
 
 class Fp32Codec final : public Codec {
  public:
+  Fp32Codec() : Codec(PayloadFormat::kFp32) {}
+
   std::string_view spec() const override { return kSpec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
@@ -33,7 +35,7 @@ class Fp32Codec final : public Codec {
     // empty span, whose data() may be null).
     scratch_.clear();
     scratch_.reserve(MaxEncodedBytes(values.size()));
-    scratch_.push_back(static_cast<char>(kFormatVersion));
+    scratch_.push_back(static_cast<char>(FormatByte(format())));
     constexpr size_t kChunk = kChunkBytes / sizeof(float);
     for (size_t at = 0; at < values.size(); at += kChunk) {
       const std::span<const float> chunk = values.subspan(at, std::min(kChunk, values.size() - at));
@@ -47,7 +49,7 @@ class Fp32Codec final : public Codec {
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
-    PS_RETURN_IF_ERROR(internal::CheckDensePayload(spec(), bytes, sizeof(float), out.size()));
+    PS_RETURN_IF_ERROR(internal::CheckDensePayload(*this, bytes, sizeof(float), out.size()));
     size_t written = 0;
     return CopyChecked(bytes.substr(1), out, written);
   }
@@ -56,7 +58,7 @@ class Fp32Codec final : public Codec {
   // the wrong size or version takes Decode's path, for its exact message.
   absl::Status DecodePieces(std::span<const std::string_view> pieces,
                             std::span<float> out) const override {
-    if (!internal::IsDensePayload(pieces, sizeof(float), out.size()) || out.empty()) {
+    if (!internal::IsDensePayload(format(), pieces, sizeof(float), out.size()) || out.empty()) {
       return Codec::DecodePieces(pieces, out);
     }
     bool versioned = false;

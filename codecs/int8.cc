@@ -34,7 +34,8 @@ const float kMaxScale = std::nextafter(FLT_MAX / 127.0f, 0.0f);
 class Int8Codec final : public internal::BucketedCodec {
  public:
   Int8Codec(size_t bucket, uint64_t seed)
-      : BucketedCodec(internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
+      : BucketedCodec(PayloadFormat::kInt8,
+                      internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
                       seed) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,

@@ -78,7 +78,8 @@ float MaxAbs(const std::vector<float>& v) {
 class PowerSgdCodec final : public Codec {
  public:
   PowerSgdCodec(size_t rank, uint64_t seed)
-      : rank_(rank),
+      : Codec(PayloadFormat::kPowerSgd),
+        rank_(rank),
         seed_(seed),
         spec_(internal::StageString(kName, {{"rank", absl::StrCat(rank)}})) {}
 
@@ -99,7 +100,7 @@ class PowerSgdCodec final : public Codec {
     }
     out->clear();
     out->reserve(MaxEncodedBytes(n));
-    out->push_back(static_cast<char>(kFormatVersion));
+    out->push_back(static_cast<char>(FormatByte(format())));
     out->push_back(static_cast<char>(kRaw));
     internal::PutVarint(out, n);
     if (n > 0) core::AppendFp32(values, out);
@@ -109,7 +110,7 @@ class PowerSgdCodec final : public Codec {
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     const size_t n = out.size();
     internal::WireReader r(kName, bytes);
-    PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
+    PS_RETURN_IF_ERROR(r.Format(format()));
     uint8_t mode = 0;
     PS_RETURN_IF_ERROR(r.U8(&mode, "mode"));
     if (mode != kRaw && mode != kFactors) {
@@ -248,7 +249,7 @@ class PowerSgdCodec final : public Codec {
 
     out->clear();
     out->reserve(FactorBytes(m.size(), rows, cols, rank));
-    out->push_back(static_cast<char>(kFormatVersion));
+    out->push_back(static_cast<char>(FormatByte(format())));
     out->push_back(static_cast<char>(kFactors));
     internal::PutVarint(out, m.size());
     internal::PutVarint(out, rows);

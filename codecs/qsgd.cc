@@ -52,7 +52,9 @@ constexpr size_t kCatSampleValues = 4096;
 class QsgdCodec final : public internal::BucketedCodec {
  public:
   QsgdCodec(uint32_t levels, size_t bucket, uint64_t seed, std::optional<QsgdCat> cat)
-      : BucketedCodec(SpecOf(levels, bucket, cat), bucket, seed), levels_(levels), cat_(cat) {}
+      : BucketedCodec(PayloadFormat::kQsgd, SpecOf(levels, bucket, cat), bucket, seed),
+        levels_(levels),
+        cat_(cat) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {

@@ -31,7 +31,7 @@ struct SignView {
 // Parses and validates a sign payload for numel values (everything but the bits' values).
 absl::Status ParseSign(std::string_view bytes, size_t numel, SignView* view) {
   internal::WireReader r(kSpec, bytes);
-  PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
+  PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kSign));
   PS_RETURN_IF_ERROR(r.Numel(numel));
   PS_RETURN_IF_ERROR(r.F32(&view->scale, "the scale"));
   if (!std::isfinite(view->scale) || view->scale < 0 || std::signbit(view->scale)) {
@@ -56,6 +56,8 @@ uint64_t Word(std::string_view bits, size_t w) {
 
 class SignCodec final : public Codec {
  public:
+  SignCodec() : Codec(PayloadFormat::kSign) {}
+
   std::string_view spec() const override { return kSpec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
@@ -68,7 +70,7 @@ class SignCodec final : public Codec {
     const float scale = n == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(n));
     std::string bytes;
     bytes.reserve(MaxEncodedBytes(n));
-    internal::PutU8(&bytes, kFormatVersion);
+    internal::PutU8(&bytes, FormatByte(PayloadFormat::kSign));
     internal::PutVarint(&bytes, n);
     internal::PutF32(&bytes, scale);
     const size_t header = bytes.size();

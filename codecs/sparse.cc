@@ -45,7 +45,7 @@ std::string AssemblePayload(const SparseConfig& config, size_t numel, size_t cou
                             const std::string& index_section, const std::string& value_section) {
   std::string bytes;
   bytes.reserve(3 + 4 * 10 + index_section.size() + value_section.size());
-  internal::PutU8(&bytes, kFormatVersion);
+  internal::PutU8(&bytes, FormatByte(PayloadFormat::kSparse));
   internal::PutU8(&bytes, static_cast<uint8_t>(config.index.kind));
   internal::PutU8(&bytes, static_cast<uint8_t>(config.value.kind));
   internal::PutVarint(&bytes, numel);
@@ -115,7 +115,7 @@ namespace {
 class SparseCodec final : public Codec {
  public:
   SparseCodec(SparseConfig config, const CodecOptions& options)
-      : config_(std::move(config)), options_(options) {}
+      : Codec(PayloadFormat::kSparse), config_(std::move(config)), options_(options) {}
 
   std::string_view spec() const override { return config_.spec; }
 
@@ -160,7 +160,7 @@ class SparseCodec final : public Codec {
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     internal::WireReader r(config_.spec, bytes);
-    PS_RETURN_IF_ERROR(r.Version(kFormatVersion));
+    PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kSparse));
     uint8_t index_id = 0, value_id = 0;
     PS_RETURN_IF_ERROR(r.U8(&index_id, "the index stage id"));
     if (index_id != static_cast<uint8_t>(config_.index.kind)) {
@@ -482,7 +482,7 @@ std::optional<SeededSupport> SeededSupportOf(std::string_view randk_payload) {
   internal::WireReader r("randk", randk_payload);
   uint8_t index_id = 0, value_id = 0;
   uint64_t numel = 0, count = 0, index_len = 0, mask_seed = 0;
-  if (!r.Version(kFormatVersion).ok() || !r.U8(&index_id, "").ok() ||
+  if (!r.Format(PayloadFormat::kSparse).ok() || !r.U8(&index_id, "").ok() ||
       index_id != static_cast<uint8_t>(IndexKind::kSeed) || !r.U8(&value_id, "").ok() ||
       !r.Varint(&numel, "").ok() || !r.Varint(&count, "").ok() || count > numel ||
       count > std::numeric_limits<uint32_t>::max() || !r.Varint(&index_len, "").ok() ||

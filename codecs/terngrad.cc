@@ -30,7 +30,8 @@ constexpr char kName[] = "terngrad";
 class TerngradCodec final : public internal::BucketedCodec {
  public:
   TerngradCodec(size_t bucket, uint64_t seed)
-      : BucketedCodec(internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
+      : BucketedCodec(PayloadFormat::kTernGrad,
+                      internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
                       seed) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,

@@ -107,14 +107,11 @@ absl::Status WireReader::Bytes(size_t n, std::string_view* v, std::string_view w
   return absl::OkStatus();
 }
 
-absl::Status WireReader::Version(uint8_t expected) {
+absl::Status WireReader::Format(PayloadFormat expected) {
   if (bytes_.empty()) return Error("empty payload");
-  uint8_t version = 0;
-  if (absl::Status s = U8(&version, "the version byte"); !s.ok()) return s;
-  if (version != expected) {
-    return Error(absl::StrCat("format version ", int{version}, ", expected ", int{expected}));
-  }
-  return absl::OkStatus();
+  uint8_t byte = 0;
+  if (absl::Status s = U8(&byte, "the format byte"); !s.ok()) return s;
+  return CheckFormat(codec_, byte, expected);
 }
 
 absl::Status WireReader::Numel(size_t expected) {

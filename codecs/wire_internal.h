@@ -11,6 +11,7 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "codecs/codec.h"
 
 namespace ps::codecs::internal {
 
@@ -82,11 +83,12 @@ class WireReader {
   // The next `n` bytes as a view into the payload.
   absl::Status Bytes(size_t n, std::string_view* v, std::string_view what);
   // The value count (varint "numel") every self-describing payload carries after its
-  // version: refuses a count other than the slice's, "payload is for 9 values, the
+  // format byte: refuses a count other than the slice's, "payload is for 9 values, the
   // slice has 10".
   absl::Status Numel(size_t expected);
-  // The version byte: refuses anything but `expected`.
-  absl::Status Version(uint8_t expected);
+  // The format byte (codecs/codec.h, PayloadFormat): refuses anything but `expected`,
+  // naming the format the payload is in.
+  absl::Status Format(PayloadFormat expected);
   // OK when every byte was consumed, else "<codec>: N trailing bytes after <what>".
   absl::Status Finish(std::string_view what) const;
 

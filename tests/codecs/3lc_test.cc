@@ -81,7 +81,7 @@ TEST(ThreeLcTest, WireFormatOfASmallExample) {
   // Group 0: 2 + 0*3 + 1*9 + 1*27 + 0*81 = 38; group 1: 2 + 1*3 + 9 + 27 + 81 = 122.
   const std::vector<float> values = {1.0f, -0.5f, 0.25f, 0.0f, -1.0f, 0.6f, 0.0f};
   const std::string bytes = Encode(*codec, values);
-  EXPECT_EQ(Hex(bytes), "01 07 00 00 80 3f 26 7a");
+  EXPECT_EQ(Hex(bytes), "08 07 00 00 80 3f 26 7a");
   std::vector<float> out(values.size());
   ASSERT_TRUE(codec->Decode(bytes, out).ok());
   EXPECT_EQ(out, (std::vector<float>{1, -1, 0, 0, -1, 1, 0}));
@@ -93,7 +93,7 @@ TEST(ThreeLcTest, WireFormatWithZeroRuns) {
   std::vector<float> values(100, 0.0f);
   values[0] = 2.0f;
   values[99] = -2.0f;
-  EXPECT_EQ(Hex(Encode(*codec, values)), "01 64 00 00 00 40 7a ff f5 28");
+  EXPECT_EQ(Hex(Encode(*codec, values)), "08 64 00 00 00 40 7a ff f5 28");
 }
 
 TEST(ThreeLcTest, RunsAreGreedyFourteensThenTheRest) {
@@ -258,7 +258,7 @@ TEST(ThreeLcTest, CompressesGaussianData) {
 
 // Header for `numel` < 128 values and scale 1.
 std::string Header(int numel, float scale = 1.0f) {
-  std::string h = Bytes({1, numel});
+  std::string h = Bytes({8, numel});
   h.append(reinterpret_cast<const char*>(&scale), 4);
   return h;
 }
@@ -272,10 +272,11 @@ void ExpectRefused(const Codec& codec, const std::string& bytes, size_t n, std::
 TEST(ThreeLcDecodeTest, RefusesBadHeaders) {
   auto codec = Make("3lc");
   ExpectRefused(*codec, "", 5, "3lc: empty payload");
-  ExpectRefused(*codec, Bytes({2}), 5, "3lc: format version 2, expected 1");
+  ExpectRefused(*codec, Bytes({2}), 5,
+                "3lc: payload in the fp16 format (2), expected the 3lc format (8)");
   ExpectRefused(*codec, Header(6) + Bytes({122, 122}), 5,
                 "3lc: payload is for 6 values, the slice has 5");
-  ExpectRefused(*codec, Bytes({1, 5, 0, 0}), 5,
+  ExpectRefused(*codec, Bytes({8, 5, 0, 0}), 5,
                 "3lc: payload ends inside scale at byte 2 (needs 4, has 2)");
   ExpectRefused(*codec, Header(5, INFINITY) + Bytes({122}), 5, "3lc: scale inf is not finite");
   ExpectRefused(*codec, Header(5, NAN) + Bytes({122}), 5, "3lc: scale nan is not finite");
@@ -336,7 +337,7 @@ TEST(ThreeLcDecodeTest, RefusesRunsTheGreedyEncoderWouldHaveMerged) {
 TEST(ThreeLcDecodeTest, RefusesNonCanonicalRunsInLongSlices) {
   auto codec = Make("3lc");
   const size_t n = 10000;  // 2000 groups: 1000 x (122, then a run of 2 = 243) + ...
-  std::string h = Bytes({1, 0x90, 0x4e});  // numel 10000
+  std::string h = Bytes({8, 0x90, 0x4e});  // numel 10000
   const float one = 1.0f;
   h.append(reinterpret_cast<const char*>(&one), 4);
   std::string body;

@@ -74,7 +74,7 @@ TEST(Bf16Test, EncodeDecodeWithinHalfAnUlp) {
   std::string bytes;
   ASSERT_TRUE(codec->Encode(in, &bytes).ok());
   EXPECT_EQ(bytes.size(), codec->MaxEncodedBytes(in.size()));
-  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), kFormatVersion);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), FormatByte(PayloadFormat::kBf16));
   std::vector<float> out(in.size());
   ASSERT_TRUE(codec->Decode(bytes, out).ok());
   for (size_t i = 0; i < in.size(); ++i) {
@@ -93,7 +93,7 @@ TEST(Bf16Test, RefusesNonFiniteOnEncodeAndDecode) {
   EXPECT_THAT(std::string(codec->Encode(bad, &bytes).message()),
               HasSubstr("bf16: cannot encode value 1: not finite"));
   for (uint16_t h : {uint16_t{0x7f80}, uint16_t{0xff80}, uint16_t{0x7fc0}, uint16_t{0x7f81}}) {
-    std::string payload = {static_cast<char>(kFormatVersion), 0x00, 0x00, static_cast<char>(h & 0xff),
+    std::string payload = {static_cast<char>(FormatByte(PayloadFormat::kBf16)), 0x00, 0x00, static_cast<char>(h & 0xff),
                            static_cast<char>(h >> 8)};
     std::vector<float> out(2);
     const absl::Status st = codec->Decode(payload, out);
@@ -106,12 +106,12 @@ TEST(Bf16Test, RefusesBadFraming) {
   auto codec = Make();
   std::vector<float> out(4);
   EXPECT_THAT(std::string(codec->Decode("", out).message()), HasSubstr("empty payload"));
-  std::string wrong_version(9, '\0');
-  wrong_version[0] = 7;
-  EXPECT_THAT(std::string(codec->Decode(wrong_version, out).message()),
-              HasSubstr("format version 7"));
+  std::string fp16_payload(9, '\0');  // same size as bf16's
+  fp16_payload[0] = static_cast<char>(FormatByte(PayloadFormat::kFp16));
+  EXPECT_EQ(std::string(codec->Decode(fp16_payload, out).message()),
+            "bf16: payload in the fp16 format (2), expected the bf16 format (3)");
   std::string short_payload(8, '\0');
-  short_payload[0] = static_cast<char>(kFormatVersion);
+  short_payload[0] = static_cast<char>(FormatByte(PayloadFormat::kBf16));
   EXPECT_THAT(std::string(codec->Decode(short_payload, out).message()),
               HasSubstr("payload is 8 bytes, expected 9"));
 }

@@ -108,10 +108,10 @@ class CodecFramingTest : public ::testing::TestWithParam<std::tuple<std::string,
   std::unique_ptr<Codec> codec_;
 };
 
-TEST_P(CodecFramingTest, EncodingStartsWithVersionAndHasMaxEncodedBytes) {
+TEST_P(CodecFramingTest, EncodingStartsWithItsFormatAndHasMaxEncodedBytes) {
   const std::string bytes = Encoded();
   ASSERT_FALSE(bytes.empty());
-  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), kFormatVersion);
+  EXPECT_EQ(static_cast<unsigned char>(bytes[0]), FormatByte(codec_->format()));
   EXPECT_EQ(bytes.size(), codec_->MaxEncodedBytes(numel()));
 }
 
@@ -148,14 +148,17 @@ TEST_P(CodecFramingTest, DecodeRefusesEmptyInput) {
                          " bytes for ", numel(), " values"));
 }
 
-TEST_P(CodecFramingTest, DecodeRefusesUnknownVersion) {
+TEST_P(CodecFramingTest, DecodeRefusesFormatsNoCodecWrites) {
   std::vector<float> out(numel());
-  for (unsigned char version : {0, 2, 0x7f, 0xff}) {
+  const uint8_t own = FormatByte(codec_->format());
+  for (unsigned char format : {0, 0x7f, 0xee, 0xff}) {
     std::string bytes = Encoded();
-    bytes[0] = static_cast<char>(version);
+    bytes[0] = static_cast<char>(format);
     const absl::Status s = codec_->Decode(bytes, out);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_EQ(s.message(), absl::StrCat(spec(), ": format version ", version, ", expected 1"));
+    EXPECT_EQ(s.message(), absl::StrCat(spec(), ": payload in format ", format,
+                                        ", which no codec writes, expected the ", spec(),
+                                        " format (", own, ")"));
   }
 }
 

@@ -71,9 +71,9 @@ std::vector<float> Sparse(size_t n, uint32_t seed) {
   return v;
 }
 
-std::string Header(size_t n) {
+std::string Header(PayloadFormat format, size_t n) {
   std::string out;
-  internal::PutU8(&out, kFormatVersion);
+  internal::PutU8(&out, FormatByte(format));
   internal::PutVarint(&out, n);
   return out;
 }
@@ -89,7 +89,7 @@ TEST(HdFunctionsTest, FloatToHalfMatchesTheFp16CodecOnEveryKindOfValue) {
   }
   auto codec = MakeOk("fp16");
   const std::string bytes = EncodeOk(*codec, v);
-  std::string expected = Header(0).substr(0, 1);
+  std::string expected = Header(PayloadFormat::kFp16, 0).substr(0, 1);
   for (float x : v) {
     const uint16_t h = internal::FloatToHalf(x);
     expected += static_cast<char>(h & 0xff);
@@ -103,7 +103,7 @@ TEST(HdFunctionsTest, FloatToBf16MatchesTheBf16Codec) {
   v.push_back(FLT_MAX);
   v.push_back(-0x1.fefffep127f);
   auto codec = MakeOk("bf16");
-  std::string expected(1, static_cast<char>(kFormatVersion));
+  std::string expected(1, static_cast<char>(FormatByte(PayloadFormat::kBf16)));
   for (float x : v) {
     const uint16_t h = internal::FloatToBf16(x);
     expected += static_cast<char>(h & 0xff);
@@ -183,7 +183,7 @@ std::string TernGradPipeline(const std::vector<float>& v, size_t bucket, uint32_
   const size_t buckets = (n + bucket - 1) / bucket;
   std::vector<uint32_t> max(buckets, 0);
   for (size_t i = 0; i < n; ++i) max[i / bucket] = std::max(max[i / bucket], internal::AbsBits(v[i]));
-  std::string out = Header(n);
+  std::string out = Header(PayloadFormat::kTernGrad, n);
   for (size_t b = 0; b < buckets; ++b) {
     const float s = internal::FloatFromBits(max[b]);
     internal::PutF32(&out, s < FLT_MIN ? 0.0f : s);
@@ -254,7 +254,7 @@ std::string ThreeLcPipeline(const std::vector<float>& v, double s) {
   const uint64_t trailing = run_before(groups);
   const uint32_t end = offsets[groups - 1] + sizes[groups - 1];
   internal::WriteZeroRun(trailing, tokens.data() + end);
-  std::string out = Header(n);
+  std::string out = Header(PayloadFormat::kThreeLc, n);
   internal::PutF32(&out, scale);
   out.append(reinterpret_cast<const char*>(tokens.data()), end + internal::ZeroRunTokenCount(trailing));
   return out;

@@ -170,7 +170,7 @@ class Fp16CodecTest : public ::testing::Test {
   void SetUp() override { codec_ = std::move(MakeCodec("fp16")).value(); }
 
   static std::string Payload(const std::vector<uint16_t>& halves) {
-    std::string bytes(1, '\x01');
+    std::string bytes(1, '\x02');
     for (uint16_t h : halves) {
       bytes.push_back(static_cast<char>(h & 0xff));
       bytes.push_back(static_cast<char>(h >> 8));
@@ -185,7 +185,7 @@ TEST_F(Fp16CodecTest, WritesVersionThenLittleEndianHalves) {
   std::string bytes;
   ASSERT_TRUE(codec_->Encode(std::vector<float>{1.0f, -2.0f, 65504.0f, 0x1p-24f}, &bytes).ok());
   EXPECT_EQ(bytes, Payload({0x3c00, 0xc000, 0x7bff, 0x0001}));
-  EXPECT_EQ(bytes, std::string("\x01\x00\x3c\x00\xc0\xff\x7b\x01\x00", 9));
+  EXPECT_EQ(bytes, std::string("\x02\x00\x3c\x00\xc0\xff\x7b\x01\x00", 9));
 }
 
 TEST_F(Fp16CodecTest, EncodeSaturatesOverflowingGradients) {

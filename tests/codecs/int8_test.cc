@@ -25,7 +25,7 @@ TEST(Int8CodecTest, WireFormatOfIntegersIsExact) {
   auto codec = MakeOk("int8");
   EXPECT_EQ(codec->spec(), "int8(bucket=512)");
   const std::string bytes = EncodeOk(*codec, {127, -64, 0, 1, -127});
-  EXPECT_EQ(Hex(bytes), "01 05 00 00 80 3f 7f c0 00 01 81");
+  EXPECT_EQ(Hex(bytes), "04 05 00 00 80 3f 7f c0 00 01 81");
   std::vector<float> out(5);
   ASSERT_TRUE(codec->Decode(bytes, out).ok());
   EXPECT_THAT(out, ElementsAre(127, -64, 0, 1, -127));
@@ -66,7 +66,7 @@ TEST(Int8CodecTest, ExtremeMagnitudesStayFinite) {
   // Below 127 * FLT_MIN the bucket is sent as zeros with scale 0.
   const std::vector<float> tiny = {1e-37f, -3e-38f, 1e-45f};
   const std::string bytes = EncodeOk(*codec, tiny);
-  EXPECT_EQ(Hex(bytes), "01 03 00 00 00 00 00 00 00");
+  EXPECT_EQ(Hex(bytes), "04 03 00 00 00 00 00 00 00");
 }
 
 TEST(Int8CodecTest, RefusesMinus128BadScalesAndSizes) {

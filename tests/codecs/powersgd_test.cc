@@ -104,7 +104,7 @@ TEST(PowerSgdTest, SendsVectorsRaw) {
   auto codec = Make("powersgd");
   const std::vector<float> values = {1.0f, -2.5f};
   const std::string bytes = Encode(*codec, values, EncodeContext{});
-  EXPECT_EQ(bytes, std::string("\x01\x00\x02\x00\x00\x80\x3f\x00\x00\x20\xc0", 11));
+  EXPECT_EQ(bytes, std::string("\x09\x00\x02\x00\x00\x80\x3f\x00\x00\x20\xc0", 11));
   EXPECT_EQ(Decoded(*codec, bytes, 2), values);
 }
 
@@ -129,7 +129,7 @@ TEST(PowerSgdTest, FactorWireFormatDecodesToPTimesQTransposed) {
   const std::string bytes = Encode(*codec, m, Matrix(cols));
   // version, mode 1, numel 30, rows 6, cols 5, rank 2, P (6 x 2), Q (5 x 2).
   ASSERT_EQ(bytes.size(), 6 + 4 * 2 * (rows + cols));
-  EXPECT_EQ(bytes.substr(0, 6), std::string("\x01\x01\x1e\x06\x05\x02", 6));
+  EXPECT_EQ(bytes.substr(0, 6), std::string("\x09\x01\x1e\x06\x05\x02", 6));
   const std::vector<float> out = Decoded(*codec, bytes, m.size());
   for (size_t i = 0; i < rows; ++i) {
     for (size_t j = 0; j < cols; ++j) {
@@ -232,7 +232,7 @@ TEST(PowerSgdTest, FallsBackToRawWhenTheProductWouldOverflow) {
 
 std::string FactorPayload(uint64_t numel, uint64_t rows, uint64_t cols, uint64_t rank,
                           size_t floats, float value = 0.5f) {
-  std::string out = "\x01\x01";
+  std::string out = "\x09\x01";
   internal::PutVarint(&out, numel);
   internal::PutVarint(&out, rows);
   internal::PutVarint(&out, cols);
@@ -251,9 +251,10 @@ void ExpectRefused(const Codec& codec, const std::string& bytes, size_t n, std::
 TEST(PowerSgdDecodeTest, RefusesBadHeaders) {
   auto codec = Make("powersgd");
   ExpectRefused(*codec, "", 4, "powersgd: empty payload");
-  ExpectRefused(*codec, "\x02", 4, "powersgd: format version 2, expected 1");
-  ExpectRefused(*codec, std::string("\x01\x02\x04", 3), 4, "powersgd: unknown mode 2 (0: raw, 1: factors)");
-  ExpectRefused(*codec, std::string("\x01\x00\x05", 3), 4, "powersgd: payload is for 5 values, the slice has 4");
+  ExpectRefused(*codec, "\x02", 4,
+                "powersgd: payload in the fp16 format (2), expected the powersgd format (9)");
+  ExpectRefused(*codec, std::string("\x09\x02\x04", 3), 4, "powersgd: unknown mode 2 (0: raw, 1: factors)");
+  ExpectRefused(*codec, std::string("\x09\x00\x05", 3), 4, "powersgd: payload is for 5 values, the slice has 4");
   ExpectRefused(*codec, FactorPayload(100, 9, 11, 1, 20), 100,
                 "powersgd: a 9 x 11 matrix does not have 100 values");
   ExpectRefused(*codec, FactorPayload(100, 0, 11, 1, 20), 100,
@@ -270,9 +271,9 @@ TEST(PowerSgdDecodeTest, RefusesBadHeaders) {
 
 TEST(PowerSgdDecodeTest, RefusesWrongSizes) {
   auto codec = Make("powersgd");
-  ExpectRefused(*codec, std::string("\x01\x00\x02\x00\x00\x80\x3f", 7), 2,
+  ExpectRefused(*codec, std::string("\x09\x00\x02\x00\x00\x80\x3f", 7), 2,
                 "powersgd: payload ends inside raw values at byte 3 (needs 8, has 4)");
-  ExpectRefused(*codec, std::string("\x01\x00\x01\x00\x00\x80\x3f\x00", 8), 1,
+  ExpectRefused(*codec, std::string("\x09\x00\x01\x00\x00\x80\x3f\x00", 8), 1,
                 "powersgd: 1 trailing bytes after raw values");
   ExpectRefused(*codec, FactorPayload(100, 10, 10, 2, 39), 100,
                 "powersgd: payload ends inside Q at byte 86 (needs 80, has 76)");
@@ -285,7 +286,7 @@ TEST(PowerSgdDecodeTest, RefusesWrongSizes) {
 
 TEST(PowerSgdDecodeTest, RefusesNonFiniteValuesAndOverflowingProducts) {
   auto codec = Make("powersgd");
-  ExpectRefused(*codec, std::string("\x01\x00\x01\x00\x00\x80\x7f", 7), 1,
+  ExpectRefused(*codec, std::string("\x09\x00\x01\x00\x00\x80\x7f", 7), 1,
                 "powersgd: raw value 0 is not finite (inf)");
   std::string p_bad = FactorPayload(100, 10, 10, 2, 40);  // 6-byte header, P, Q
   const float nan = NAN;

@@ -26,7 +26,7 @@ using ::testing::HasSubstr;
 // A qsgd payload for the given norms and raw level-stream bits (LSB first).
 std::string Payload(size_t numel, std::vector<float> norms, std::vector<int> bits) {
   std::string b;
-  internal::PutU8(&b, kFormatVersion);
+  internal::PutU8(&b, FormatByte(PayloadFormat::kQsgd));
   internal::PutVarint(&b, numel);
   for (float v : norms) internal::PutF32(&b, v);
   internal::BitWriter w(&b);
@@ -40,7 +40,7 @@ TEST(QsgdCodecTest, WireFormatWhenTheOnlyValueIsTheNorm) {
   EXPECT_EQ(codec->spec(), "qsgd(s=1, bucket=512)");
   // norm 5; levels 0, 1, 0: gamma(1) = 1, gamma(2) = 010 then sign 1, gamma(1) = 1.
   const std::string bytes = EncodeOk(*codec, {0, -5, 0});
-  EXPECT_EQ(Hex(bytes), "01 03 00 00 a0 40 35");
+  EXPECT_EQ(Hex(bytes), "05 03 00 00 a0 40 35");
   std::vector<float> out(3);
   ASSERT_TRUE(codec->Decode(bytes, out).ok());
   EXPECT_THAT(out, ElementsAre(0, -5, 0));
@@ -192,7 +192,7 @@ TEST(QsgdCatTest, SpecsRefusalsAndTheLevelsOnTheWire) {
   const std::string prefix = "qsgd(s=8, bucket=512, level=cat, min=2, overhead=16384): ";
   auto with_levels = [](uint64_t s, std::vector<int> bits) {
     std::string b;
-    internal::PutU8(&b, kFormatVersion);
+    internal::PutU8(&b, FormatByte(PayloadFormat::kQsgd));
     internal::PutVarint(&b, 1);
     internal::PutF32(&b, 1.0f);
     internal::PutVarint(&b, s);

@@ -27,7 +27,7 @@ TEST(SignCodecTest, WireFormatAndDecode) {
   std::string bytes;
   ASSERT_TRUE(Sign()->Encode(std::vector<float>{1, -2, 0, -1, 3, 1, 1, 1, -1}, &bytes).ok());
   // version, numel 9, scale 11/9 = 1.2222222 (0x3f9c71c7), bits 0b00001010 then 0b1.
-  EXPECT_EQ(Hex(bytes), "01 09 c7 71 9c 3f 0a 01");
+  EXPECT_EQ(Hex(bytes), "07 09 c7 71 9c 3f 0a 01");
   std::vector<float> out(9);
   ASSERT_TRUE(Sign()->Decode(bytes, out).ok());
   const float s = 11.0f / 9.0f;

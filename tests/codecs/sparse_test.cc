@@ -70,7 +70,7 @@ std::string DecodeError(const Codec& codec, std::string_view bytes, size_t n) {
 std::string Payload(uint8_t index_id, uint8_t value_id, uint64_t numel, uint64_t count,
                     std::string_view index, std::string_view value) {
   std::string b;
-  internal::PutU8(&b, kFormatVersion);
+  internal::PutU8(&b, FormatByte(PayloadFormat::kSparse));
   internal::PutU8(&b, index_id);
   internal::PutU8(&b, value_id);
   internal::PutVarint(&b, numel);
@@ -110,7 +110,7 @@ TEST(SparseWireTest, TopkRawRawExample) {
   // version, raw index id, raw value id, numel 4, count 2, 8 index bytes (1, 3),
   // 8 value bytes (-3.0f, 2.0f).
   EXPECT_EQ(Hex(bytes),
-            "01 01 01 04 02 08 01 00 00 00 03 00 00 00 08 00 00 40 c0 00 00 00 40");
+            "0a 01 01 04 02 08 01 00 00 00 03 00 00 00 08 00 00 40 c0 00 00 00 40");
   EXPECT_THAT(Decode(*codec, bytes, 4), ElementsAre(0, -3, 0, 2));
 }
 
@@ -120,7 +120,7 @@ TEST(SparseWireTest, ThresholdVarintFp16Example) {
   const std::vector<float> x = {0, 2, 0, 0, -1, 0.5};
   const std::string bytes = Encode(*codec, x);
   // Indices 1, 4: first 1, then gap - 1 = 2; halves 0x4000 (2) and 0xbc00 (-1).
-  EXPECT_EQ(Hex(bytes), "01 02 02 06 02 02 01 02 04 00 40 00 bc");
+  EXPECT_EQ(Hex(bytes), "0a 02 02 06 02 02 01 02 04 00 40 00 bc");
   EXPECT_THAT(Decode(*codec, bytes, 6), ElementsAre(0, 2, 0, 0, -1, 0));
 }
 
@@ -145,7 +145,7 @@ TEST(SparseWireTest, RandkSendsOnlyItsSeed) {
   const std::vector<float> x = {1, 2, 3, 4};
   const std::string bytes = Encode(*codec, x);
   ASSERT_EQ(bytes.size(), 3 + 1 + 1 + 1 + 8 + 1 + 8u);
-  EXPECT_EQ(Hex(bytes.substr(0, 6)), "01 00 01 04 02 08");
+  EXPECT_EQ(Hex(bytes.substr(0, 6)), "0a 00 01 04 02 08");
 }
 
 // ---- sparsifiers ----

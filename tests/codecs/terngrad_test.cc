@@ -25,7 +25,7 @@ TEST(TerngradCodecTest, WireFormatWhenEveryValueIsAtTheScale) {
   EXPECT_EQ(codec->spec(), "terngrad(bucket=512)");
   const std::string bytes = EncodeOk(*codec, {2, -2, 0, 2, -2});
   // version, numel 5, scale 2, codes 1 2 0 1 | 2 (+3 padding codes).
-  EXPECT_EQ(Hex(bytes), "01 05 00 00 00 40 49 02");
+  EXPECT_EQ(Hex(bytes), "06 05 00 00 00 40 49 02");
   std::vector<float> out(5);
   ASSERT_TRUE(codec->Decode(bytes, out).ok());
   EXPECT_THAT(out, ElementsAre(2, -2, 0, 2, -2));

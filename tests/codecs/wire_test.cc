@@ -67,15 +67,20 @@ TEST(WireTest, FixedWidthValuesAreLittleEndianAndBoundsChecked) {
             "t: payload ends inside the scale at byte 19 (needs 4, has 0)");
 }
 
-TEST(WireTest, VersionAndTrailingBytes) {
+TEST(WireTest, FormatAndTrailingBytes) {
   WireReader empty("int8", "");
-  EXPECT_EQ(std::string(empty.Version(1).message()), "int8: empty payload");
-  const std::string two("\x02", 1);
-  WireReader wrong("int8", two);
-  EXPECT_EQ(std::string(wrong.Version(1).message()), "int8: format version 2, expected 1");
-  const std::string three("\x01\x00\x00", 3);
+  EXPECT_EQ(std::string(empty.Format(PayloadFormat::kInt8).message()), "int8: empty payload");
+  const std::string fp16("\x02", 1);
+  WireReader wrong("int8", fp16);
+  EXPECT_EQ(std::string(wrong.Format(PayloadFormat::kInt8).message()),
+            "int8: payload in the fp16 format (2), expected the int8 format (4)");
+  const std::string unknown("\xee", 1);
+  WireReader none("int8", unknown);
+  EXPECT_EQ(std::string(none.Format(PayloadFormat::kInt8).message()),
+            "int8: payload in format 238, which no codec writes, expected the int8 format (4)");
+  const std::string three("\x04\x00\x00", 3);
   WireReader extra("int8", three);
-  ASSERT_TRUE(extra.Version(1).ok());
+  ASSERT_TRUE(extra.Format(PayloadFormat::kInt8).ok());
   EXPECT_EQ(std::string(extra.Finish("the levels").message()),
             "int8: 2 trailing bytes after the levels");
 }

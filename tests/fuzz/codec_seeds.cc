@@ -138,8 +138,11 @@ Corpus MakeCorpus() {
     const std::string base = Encode(spec, cases[0]);
     if (base.empty()) continue;
     const size_t n = cases[0].values.size();
+    // Another codec's format byte, then one no codec has.
+    std::string other_format = base;
+    other_format[0] = static_cast<char>(base[0] == 1 ? 2 : 1);
     std::string bad_version = base;
-    bad_version[0] = static_cast<char>(ps::codecs::kFormatVersion + 1);
+    bad_version[0] = static_cast<char>(0xee);
     std::string ones_tail = base;
     // The last (up to) four bytes after the version byte set to 0xff.
     for (size_t i = std::max<size_t>(1, base.size() - std::min<size_t>(base.size(), 4));
@@ -147,6 +150,7 @@ Corpus MakeCorpus() {
       ones_tail[i] = '\xff';
     }
     corpus[prefix + "bad_version"] = Input(index, n, bad_version);
+    corpus[prefix + "other_format"] = Input(index, n, other_format);
     corpus[prefix + "truncated"] = Input(index, n, base.substr(0, base.size() - 1));
     corpus[prefix + "extra_byte"] = Input(index, n, base + std::string(1, '\0'));
     corpus[prefix + "numel_plus_1"] = Input(index, n + 1, base);

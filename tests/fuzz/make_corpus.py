@@ -149,12 +149,13 @@ def datagram(chunk_elems=256, chunk_index=0, chunk_count=4, payload=b"", codec=b
 
 
 def fp32(values):
-    """The fp32 codec's payload: version byte 1, then little-endian floats."""
+    """The fp32 codec's payload: format byte 1, then little-endian floats."""
     return b"\x01" + struct.pack(f"<{len(values)}f", *values)
 
 
 def fp16(values):
-    return b"\x01" + struct.pack(f"<{len(values)}e", *values)
+    """The fp16 codec's payload: format byte 2, then little-endian halves."""
+    return b"\x02" + struct.pack(f"<{len(values)}e", *values)
 
 
 def flip(data, index, mask=0x01):

@@ -121,6 +121,20 @@ def test_payloads_are_the_bytes_the_cpp_codecs_write():
     assert checked >= 2 * len(specs) - 4, f"only {checked} seed payloads for {len(specs)} specs"
 
 
+def test_a_payload_of_another_codec_is_refused_naming_its_format():
+    # fp16 and bf16 payloads of the same values have the same size: before payloads named
+    # their codec, an fp16 payload decoded as bf16 gave other values without an error.
+    payload = codecs.encode("fp16", GRAD)
+    assert len(payload) == len(codecs.encode("bf16", GRAD))
+    with pytest.raises(ValueError, match=r"bf16: payload in the fp16 format \(2\), "
+                                         r"expected the bf16 format \(3\)"):
+        codecs.decode("bf16", payload, GRAD.size)
+    with pytest.raises(ValueError, match="payload in the fp16 format"):
+        codecs.decode("int8", payload, GRAD.size)
+    with pytest.raises(ValueError, match="payload in the int8 format"):
+        codecs.decode("fp32", codecs.encode("int8", GRAD), GRAD.size)
+
+
 def test_powersgd_without_a_matrix_shape_is_refused():
     grad = np.random.default_rng(2).normal(size=64).astype(np.float32)
     for cols in (0, 7):
@@ -139,7 +153,7 @@ def test_hostile_payloads_are_refused_and_write_nothing():
         codec.decode(bytes(payload[:-1]), GRAD.size)  # truncated
     with pytest.raises(ValueError):
         codec.decode(payload, GRAD.size + 1)  # wrong size
-    payload[0] = 99  # unknown format version
+    payload[0] = 99  # a format no codec writes
     with pytest.raises(ValueError):
         codec.decode(bytes(payload), GRAD.size, out=out)
     assert np.all(out == 7.0)

@@ -170,10 +170,10 @@ TEST_F(ShardFrontTest, ARawRowIsOfferedOnlyForAKnownRawCodecAndTheSlicesExactSiz
   EXPECT_EQ(front_->RawRowNumel(other, exact), 0u) << "another layout";
 
   // A raw row pushed through the front counts as the push it is.
-  RawRow raw{.version = codecs::kFormatVersion, .values = std::make_unique<float[]>(4), .numel = 4};
+  RawRow raw{.version = codecs::FormatByte(codecs::PayloadFormat::kFp32), .values = std::make_unique<float[]>(4), .numel = 4};
   std::fill(raw.values.get(), raw.values.get() + 4, 3.0f);
   ASSERT_TRUE(front_->Push(w1, head, PushPayload(&raw)).ok());
-  RawRow again{.version = codecs::kFormatVersion, .values = std::make_unique<float[]>(4), .numel = 4};
+  RawRow again{.version = codecs::FormatByte(codecs::PayloadFormat::kFp32), .values = std::make_unique<float[]>(4), .numel = 4};
   EXPECT_EQ(core::RefusalOf(front_->Push(w1, head, PushPayload(&again))), Refusal::kDuplicate)
       << "both pushed: the round closed with worker 1's first copy";
 }

@@ -261,7 +261,7 @@ TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
   EXPECT_EQ(Push(1, 1, {1, 1, 1, 1}).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Push(1, 0, {1, 1, 1}).code(), absl::StatusCode::kInvalidArgument);  // wrong size
   // A NaN on the wire (Encode refuses to write one, so build the payload by hand).
-  std::string nan_payload(1, static_cast<char>(codecs::kFormatVersion));
+  std::string nan_payload(1, static_cast<char>(codecs::FormatByte(codecs::PayloadFormat::kFp32)));
   core::AppendFp32(std::vector<float>{1, std::nanf(""), 1, 1}, &nan_payload);
   EXPECT_EQ(shard_->Push(1, layout_hash_, 0, kSlice, "fp32", nan_payload).code(),
             absl::StatusCode::kInvalidArgument);

@@ -249,7 +249,7 @@ TEST_F(SliceRoundTest, RefusalsAreTypedAndStateChecksComeBeforeTheCodec) {
 }
 
 // A raw row as a transport reads one: the version byte, then `values` in a row of its own.
-RawRow Raw(const std::vector<float>& values, unsigned char version = codecs::kFormatVersion) {
+RawRow Raw(const std::vector<float>& values, unsigned char version = codecs::FormatByte(codecs::PayloadFormat::kFp32)) {
   RawRow raw{.version = version,
              .values = std::make_unique<float[]>(values.size()),
              .numel = static_cast<uint32_t>(values.size())};
@@ -279,7 +279,7 @@ TEST_F(SliceRoundTest, ARawRowIsCheckedInPlaceAndTakenAsTheWorkersRowGivingBackT
   absl::StatusOr<SliceRound::Progress> versioned =
       s.AcceptPush(2, 0, "fp32", Decoder(), PushPayload(&old_format));
   EXPECT_EQ(core::RefusalOf(versioned.status()), core::Refusal::kMalformed);
-  EXPECT_THAT(std::string(versioned.status().message()), ::testing::HasSubstr("format version 7"));
+  EXPECT_THAT(std::string(versioned.status().message()), ::testing::HasSubstr("payload in the sign format (7), expected the fp32 format (1)"));
   RawRow duplicate = Raw({1, 1});
   EXPECT_EQ(core::RefusalOf(s.AcceptPush(0, 0, "fp32", Decoder(), PushPayload(&duplicate)).status()),
             core::Refusal::kDuplicate);
