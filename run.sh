@@ -19,12 +19,12 @@
 # installed; PS_DEPLOY_CHECK=0 skips), then builds the fuzz targets with clang (ASan + UBSan + libFuzzer) in
 # build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 13 targets, so
 # about 135 s plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
-# docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step and the clang packages.
-# Then it builds the integration tests with ASan + UBSan (build-asan/) and with TSan
-# (build-tsan/) and runs them (tests/sanitizers/run_sanitizers.sh, docs/sanitizers.md;
-# with fuzzing about 32 minutes on 2 cores with fresh build directories). The whole of
-# `test` from a fresh clone with the packages installed: about an hour on 2 cores (the
-# main build 25, ctest 6; docs/building.md).
+# docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step.
+# Then it builds the integration tests with ASan + UBSan (clang, in build-fuzz/, whose
+# libraries the fuzz targets share) and with TSan (g++, build-tsan/) and runs them
+# (tests/sanitizers/run_sanitizers.sh, docs/sanitizers.md; with fuzzing about 25 minutes
+# on 2 cores with fresh build directories). The whole of `test` from a fresh clone with
+# the packages installed: under an hour on 2 cores (docs/building.md).
 # PS_SANITIZERS=0 skips that step.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -71,8 +71,12 @@ configure() {
   mkdir -p "$LOG_DIR"
   if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     echo "Configuring in $BUILD_DIR/"
+    # Line tables only (-g1): backtraces and sanitizer reports keep file:line, and the
+    # build takes about two thirds of the time full debug information does
+    # (docs/building.md); configure a build of your own for a debugger's variables.
     quietly "$LOG_DIR/configure.log" \
-      cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+      cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O2 -g1 -DNDEBUG"
   fi
 }
 
@@ -93,7 +97,10 @@ case "${1:-}" in
     shift
     fuzz_seconds=${PS_FUZZ_SECONDS:-10}
     [[ $fuzz_seconds =~ ^[0-9]+$ ]] || die "PS_FUZZ_SECONDS must be a number of seconds, got '$fuzz_seconds'"
-    if [ "$fuzz_seconds" -gt 0 ]; then PACKAGES+=(clang libclang-rt-14-dev); fi
+    # clang builds the fuzz targets and the ASan integration tests (one build, build-fuzz/).
+    if [ "$fuzz_seconds" -gt 0 ] || [ "${PS_SANITIZERS:-1}" != 0 ]; then
+      PACKAGES+=(clang libclang-rt-14-dev)
+    fi
     # promtool (package prometheus) lints the metrics exposition in ps_metrics_scrape_test.
     # (deploy/validate.sh installs node and npm itself when they are missing: a node
     # from elsewhere brings its own npm, which Debian's npm package conflicts with.)
@@ -119,7 +126,7 @@ case "${1:-}" in
       grep -a '^===' "$LOG_DIR/fuzz.log" | tail -n 1
     fi
     if [ "${PS_SANITIZERS:-1}" != 0 ]; then
-      echo "Integration tests under ASan + UBSan and TSan (build-asan/, build-tsan/; log: $LOG_DIR/sanitizers.log; PS_SANITIZERS=0 skips)"
+      echo "Integration tests under ASan + UBSan and TSan (build-fuzz/ with clang, build-tsan/; log: $LOG_DIR/sanitizers.log; PS_SANITIZERS=0 skips)"
       mkdir -p "$LOG_DIR"
       quietly "$LOG_DIR/sanitizers.log" env PS_SANITIZE_JOBS="$(nproc)" tests/sanitizers/run_sanitizers.sh
       grep -a '^===' "$LOG_DIR/sanitizers.log" | tail -n 1

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang in build-fuzz/ and runs each for a while.
+# Builds the libFuzzer targets with clang in build-fuzz/ (the clang ASan build of
+# tests/sanitizers/clang_asan_build.sh, which the ASan integration tests share) and runs
+# each for a while.
 #
 #   tests/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET] [TARGET...]
 #
@@ -8,7 +10,7 @@
 # build-fuzz/fuzz/artifacts/<target>/. New corpus entries go to
 # build-fuzz/fuzz/corpus/<target>/ (the checked-in seeds are only read).
 # Environment: CC/CXX (default clang/clang++), PS_FUZZ_BUILD_DIR (default
-# <repo>/build-fuzz), PS_FUZZ_JOBS (ninja -j, default 2), PS_FUZZ_ARGS (extra
+# <repo>/build-fuzz, as run_sanitizers.sh's asan), PS_FUZZ_JOBS (ninja -j, default 2), PS_FUZZ_ARGS (extra
 # libFuzzer flags, e.g. "-jobs=4 -workers=4" or "-max_len=100000"; they come after
 # the defaults, so "-timeout=600" overrides the per-input limit of 60 s: one input
 # running longer counts as a failure, a hang instead of a bounded run).
@@ -24,14 +26,11 @@ fi
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 build=${PS_FUZZ_BUILD_DIR:-$root/build-fuzz}
-export CC=${CC:-clang}
-export CXX=${CXX:-clang++}
 
-cmake -S "$root" -B "$build" -G Ninja \
-  -DCMAKE_C_COMPILER="$CC" -DCMAKE_CXX_COMPILER="$CXX" \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DPS_FUZZING=ON -DPS_BUILD_TESTS=OFF -DPS_BUILD_EXAMPLES=OFF \
-  -DPS_BUILD_BENCHMARKS=OFF -DPS_WITH_CUDA=OFF >/dev/null
+# The clang ASan build the ASan integration tests share (tests/sanitizers/).
+# shellcheck source=../sanitizers/clang_asan_build.sh
+source "$root/tests/sanitizers/clang_asan_build.sh"
+configure_clang_asan "$root" "$build"
 ninja -C "$build" -j "${PS_FUZZ_JOBS:-2}" ps_fuzz_targets
 
 list="$build/fuzz/targets.tsv"

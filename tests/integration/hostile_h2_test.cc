@@ -48,6 +48,7 @@
 #include "process_util.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "tests/support/h2_attacker.h"
+#include "tests/support/sanitized.h"
 #include "harness/process_stats.h"
 #include "worker_lib/worker.h"
 
@@ -61,7 +62,7 @@ using std::chrono::milliseconds;
 // The shard's --max-shard-bytes, and --max-request-memory-bytes at its default.
 constexpr uint64_t kMaxShardBytes = 256ull << 20;
 constexpr uint64_t kRequestMemoryBytes = 256ull << 20;
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if PS_SANITIZED
 constexpr uint64_t kOverheadBytes = 2048ull << 20;
 #else
 constexpr uint64_t kOverheadBytes = 128ull << 20;

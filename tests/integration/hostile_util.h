@@ -23,6 +23,7 @@
 #include "harness/process_stats.h"
 #include "harness/server_process.h"
 #include "ps/v1/ps.grpc.pb.h"
+#include "tests/support/sanitized.h"
 #include "worker_lib/worker.h"
 
 namespace ps::testing {
@@ -32,13 +33,11 @@ namespace ps::testing {
 inline constexpr uint64_t kMaxShardBytes = 256ull << 20;
 // Under ASan or TSan the shard's own overhead (shadow memory, quarantine) is several
 // times larger; the bound then only catches runaway growth.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-inline constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (2048ull << 20);
-inline constexpr bool kSanitized = true;
-#else
-inline constexpr uint64_t kRssBoundBytes = kMaxShardBytes + (128ull << 20);
-inline constexpr bool kSanitized = false;
-#endif
+inline constexpr uint64_t kRssBoundBytes =
+    kMaxShardBytes + (PS_SANITIZED ? (2048ull << 20) : (128ull << 20));
+// GCC's sanitizer builds, whose slowness the timing assertions allow for
+// (tests/support/sanitized.h).
+inline constexpr bool kSanitized = PS_GCC_SANITIZED;
 #if defined(__SANITIZE_THREAD__)
 inline constexpr bool kThreadSanitized = true;
 #else

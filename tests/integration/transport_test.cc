@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "cluster_util.h"
 #include "net/udp_frame.h"
+#include "tests/support/sanitized.h"
 #include "worker_lib/transport/udp/sender.h"
 #include "worker_lib/worker.h"
 
@@ -21,11 +22,7 @@ namespace {
 // ASan or TSan: several times slower and, under CI's load, irregularly so. The tests
 // that assert decisions made from measured timings (CAT's level, the plan's codec) then
 // run their traffic (for the sanitizers) but assert only what does not depend on timing.
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-constexpr bool kInstrumented = true;
-#else
-constexpr bool kInstrumented = false;
-#endif
+constexpr bool kInstrumented = PS_SANITIZED;
 
 using std::chrono::milliseconds;
 

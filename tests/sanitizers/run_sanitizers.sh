@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
 # Builds the integration tests and ps-server with sanitizers and runs them
 # (docs/sanitizers.md):
-#   asan: AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer), build-asan/
-#   tsan: ThreadSanitizer, build-tsan/
+#   asan: AddressSanitizer + UndefinedBehaviorSanitizer (+ LeakSanitizer), clang, in
+#         build-fuzz/, the build the fuzz targets use (clang_asan_build.sh)
+#   tsan: ThreadSanitizer, g++, build-tsan/
 #
 #   tests/sanitizers/run_sanitizers.sh [asan|tsan]...     # default: asan tsan
 #
-# Each configures (g++, Ninja, -O1 -g1 with assertions on, no examples or benchmarks),
-# builds only ps_integration_test, ps-server and ps-admin (TSan: and the canary of
+# Each configures (-O1 -g1 with assertions on, no examples or benchmarks), builds only
+# ps_integration_test, ps-server and ps-admin (TSan: and the canary of
 # tests/sanitizers/tsan_canary.cc), and runs `ctest -L integration`. Stops at the first
 # failing sanitizer and exits 1; the reports are in the ctest output
 # (build-*/Testing/Temporary/LastTest.log).
-# Environment: PS_SANITIZE_JOBS (ninja and ctest -j, default 2), PS_ASAN_BUILD_DIR,
-# PS_TSAN_BUILD_DIR (default <repo>/build-asan, <repo>/build-tsan), PS_TSAN_TESTS
-# (a ctest -R regex to run only some tests under TSan; default all). `bash run.sh test`
+# Environment: PS_SANITIZE_JOBS (ninja and ctest -j, default 2), PS_ASAN_BUILD_DIR
+# (default PS_FUZZ_BUILD_DIR, else <repo>/build-fuzz), PS_TSAN_BUILD_DIR (default
+# <repo>/build-tsan), PS_TSAN_TESTS (a ctest -R regex to run only some tests under TSan;
+# default all), CC/CXX for the asan build (default clang/clang++). `bash run.sh test`
 # runs this after fuzzing unless PS_SANITIZERS=0.
 set -euo pipefail
 
@@ -26,22 +28,21 @@ kinds=("$@")
 # cores); PS_TSAN_TESTS narrows the TSan run to a ctest -R regex.
 tsan_tests=${PS_TSAN_TESTS:-.}
 
-configure_and_build() {  # DIR SANITIZERS [EXTRA TARGET...]
-  local dir=$1 sanitize=$2
-  shift 2
-  cmake -S "$root" -B "$dir" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
-    -DPS_SANITIZE="$sanitize" -DPS_BUILD_TESTS=ON -DPS_BUILD_EXAMPLES=OFF \
-    -DPS_BUILD_BENCHMARKS=OFF -DPS_WITH_CUDA=OFF >/dev/null
+# shellcheck source=clang_asan_build.sh
+source "$root/tests/sanitizers/clang_asan_build.sh"
+
+build_integration() {  # DIR [EXTRA TARGET...]
+  local dir=$1
+  shift
   ninja -C "$dir" -j "$jobs" ps_integration_test ps-server ps-admin "$@"
 }
 
 run_asan() {
-  local dir=${PS_ASAN_BUILD_DIR:-$root/build-asan}
+  local dir=${PS_ASAN_BUILD_DIR:-${PS_FUZZ_BUILD_DIR:-$root/build-fuzz}}
   echo "=== asan: building in $dir"
   local t0=$SECONDS
-  configure_and_build "$dir" "address;undefined"
+  configure_clang_asan "$root" "$dir"
+  build_integration "$dir"
   echo "=== asan: built in $((SECONDS - t0)) s; running ctest -L integration"
   t0=$SECONDS
   # Leak checking stays on: the test binary and ps-server return from main (only the
@@ -57,7 +58,12 @@ run_tsan() {
   local dir=${PS_TSAN_BUILD_DIR:-$root/build-tsan}
   echo "=== tsan: building in $dir"
   local t0=$SECONDS
-  configure_and_build "$dir" "thread" tsan_canary
+  cmake -S "$root" -B "$dir" -G Ninja \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DPS_SANITIZE=thread -DPS_BUILD_TESTS=ON -DPS_BUILD_EXAMPLES=OFF \
+    -DPS_BUILD_BENCHMARKS=OFF -DPS_WITH_CUDA=OFF >/dev/null
+  build_integration "$dir" tsan_canary
   echo "=== tsan: built in $((SECONDS - t0)) s; running ctest -L integration -R '$tsan_tests'"
   t0=$SECONDS
   (cd "$dir" && TSAN_OPTIONS="suppressions=$root/tests/sanitizers/tsan.supp halt_on_error=1 second_deadlock_stack=1 history_size=4" \
