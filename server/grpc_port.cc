@@ -1,6 +1,5 @@
 #include "server/grpc_port.h"
 
-#include <algorithm>
 #include <thread>
 #include <utility>
 
@@ -55,11 +54,10 @@ absl::StatusOr<std::unique_ptr<GrpcPort>> GrpcPort::Start(
   if (!listener.ok()) return listener.status();
   p->listener_ = *std::move(listener);
   // An honest client has at most max_streams_per_connection calls open (HTTP/2's
-  // SETTINGS_MAX_CONCURRENT_STREAMS), and each ends in the front as its stream ends; four
-  // times that leaves room for the ends the front has not yet been told of.
-  ResetLimits resets;
-  resets.max_held_per_connection = std::max<uint32_t>(64, 4 * options.max_streams_per_connection);
-  p->front_ = std::make_unique<GrpcFront>(auth, options.calls, resets, clock, std::move(on_refused));
+  // SETTINGS_MAX_CONCURRENT_STREAMS), and each ends in the front as its stream ends.
+  p->front_ = std::make_unique<GrpcFront>(auth, options.calls,
+                                          ResetLimits::ForStreams(options.max_streams_per_connection),
+                                          clock, std::move(on_refused));
   add_methods(p->front_.get());
   p->front_->set_listener(p->listener_.get());
   grpc::ServerBuilder builder;

@@ -1,9 +1,19 @@
 #include "server/reset_watch.h"
 
+#include <algorithm>
+#include <limits>
+
 namespace ps::server {
 namespace {
 constexpr core::Duration kCancelWindow = std::chrono::seconds(1);
 }  // namespace
+
+ResetLimits ResetLimits::ForStreams(uint32_t max_streams) {
+  ResetLimits l;
+  l.max_held_per_connection = static_cast<uint32_t>(std::clamp<uint64_t>(
+      4 * uint64_t{max_streams}, 64, std::numeric_limits<uint32_t>::max()));
+  return l;
+}
 
 bool ResetWatch::Begin(const std::string& connection) {
   absl::MutexLock lock(&mu_);

@@ -36,6 +36,11 @@ namespace ps::server {
 struct ResetLimits {
   uint32_t max_early_cancels = 64;        // within a second, per connection
   uint32_t max_held_per_connection = 128;  // calls alive in the front at once
+
+  // For a port whose connections may have `max_streams` streams open
+  // (SETTINGS_MAX_CONCURRENT_STREAMS): four times that, at least 64 (room for the ends
+  // the front has not yet been told of), at most UINT32_MAX.
+  static ResetLimits ForStreams(uint32_t max_streams);
 };
 
 class ResetWatch {

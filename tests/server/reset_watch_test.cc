@@ -79,6 +79,14 @@ TEST(ResetWatchTest, SweepForgetsOldCounts) {
   EXPECT_EQ(w.connections(), 0u);  // both windows began a second ago
 }
 
+TEST(ResetWatchTest, TheBoundOnHeldCallsIsFourTimesTheStreamsAtLeast64) {
+  EXPECT_EQ(ResetLimits::ForStreams(32).max_held_per_connection, 128u);
+  EXPECT_EQ(ResetLimits::ForStreams(2).max_held_per_connection, 64u);
+  EXPECT_EQ(ResetLimits::ForStreams(0x40000000u).max_held_per_connection, 0xffffffffu);
+  EXPECT_EQ(ResetLimits::ForStreams(0xffffffffu).max_held_per_connection, 0xffffffffu);
+  EXPECT_EQ(ResetLimits::ForStreams(32).max_early_cancels, 64u);
+}
+
 TEST(ResetWatchTest, EndWithoutBeginIsIgnored) {
   core::ManualClock clock;
   ResetWatch w(Small(), &clock);
