@@ -7,6 +7,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -286,6 +287,12 @@ absl::Status ServerOptions::Validate() const {
   if (request_read_timeout.count() < 100) {
     return Invalid("request_read_timeout", "request-read-timeout-ms",
                    absl::StrCat(request_read_timeout.count()), "must be at least 100");
+  }
+  // gRPC takes the bound as an int (GRPC_ARG_MAX_CONCURRENT_STREAMS).
+  if (max_streams_per_connection > static_cast<uint32_t>(std::numeric_limits<int>::max())) {
+    return Invalid("max_streams_per_connection", "max-streams-per-connection",
+                   absl::StrCat(max_streams_per_connection),
+                   absl::StrCat("must be at most ", std::numeric_limits<int>::max()));
   }
   if (max_streams_per_connection <= max_pulls_per_worker) {
     return Invalid("max_streams_per_connection", "max-streams-per-connection",

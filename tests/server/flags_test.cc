@@ -913,6 +913,9 @@ INSTANTIATE_TEST_SUITE_P(
                        "--max-request-memory-bytes=8388608"},
         BadOptionsCase{"NoPullStreams", [](ServerOptions& o) { o.max_pulls_per_worker = 0; },
                        "--max-pulls-per-worker=0"},
+        BadOptionsCase{"StreamsBeyondAnInt",
+                       [](ServerOptions& o) { o.max_streams_per_connection = 0x80000000u; },
+                       "--max-streams-per-connection=2147483648"},
         BadOptionsCase{"NoDecoders", [](ServerOptions& o) { o.max_cached_decoders = 0; },
                        "--max-cached-decoders=0"},
         BadOptionsCase{
