@@ -70,7 +70,7 @@ class SignCodec final : public Codec {
     const float scale = n == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(n));
     std::string bytes;
     bytes.reserve(MaxEncodedBytes(n));
-    internal::PutU8(&bytes, FormatByte(PayloadFormat::kSign));
+    internal::PutU8(&bytes, FormatByte(format()));
     internal::PutVarint(&bytes, n);
     internal::PutF32(&bytes, scale);
     const size_t header = bytes.size();

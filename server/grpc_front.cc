@@ -49,7 +49,7 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
       return;
     }
     if (caller_.ok() && !method_->anonymous && front->listener_ != nullptr) {
-      front->listener_->Proven(ctx->peer(),
+      front->listener_->Proven(connection_,
                                caller_->identity.has_value() ? caller_->identity->Name() : "");
     }
     if (caller_.ok() && method_->refuse_unread) {
@@ -59,8 +59,8 @@ class GrpcFront::Reactor final : public grpc::ServerGenericBidiReactor, public F
       }
     }
     client_ = caller_.ok() && caller_->identity.has_value() ? caller_->identity->Name()
-              : method_->anonymous ? absl::StrCat("anonymous@", SourceOf(ctx->peer()))
-                                   : ctx->peer();  // --insecure: each connection its own
+              : method_->anonymous ? absl::StrCat("anonymous@", SourceOf(connection_))
+                                   : connection_;  // --insecure: each connection its own
     if (absl::Status open = front->budget_.OpenCall(client_); !open.ok()) {
       front->refused_calls_.fetch_add(1, std::memory_order_relaxed);
       if (front->on_refused_) front->on_refused_(core::Refusal::kOverLimit, open.message());

@@ -60,8 +60,8 @@ using std::chrono::milliseconds;
 using testing::Context;
 using testing::HonestLayout;
 using testing::HonestTraining;
+using testing::kGccSanitized;
 using testing::kRssBoundBytes;
-using testing::kSanitized;
 using testing::kThreadSanitized;
 using testing::ShardProcess;
 
@@ -381,7 +381,7 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
     EXPECT_TRUE(shard.Alive());
     GTEST_SKIP() << kTimingUnderTsan;
   }
-  EXPECT_LT(per_request, kSanitized ? 0.25 : 0.05) << per_request << " s of shard CPU each";
+  EXPECT_LT(per_request, kGccSanitized ? 0.25 : 0.05) << per_request << " s of shard CPU each";
 
   HonestTraining honest(shard, 4);
   for (int i = 0; i < 1000 && honest.rounds() < 3; ++i) std::this_thread::sleep_for(milliseconds(10));
@@ -538,11 +538,11 @@ INSTANTIATE_TEST_SUITE_P(Planes, HostileRoundsDecodeTest, testing::DataPlanes(),
 
 TEST_P(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequentialOnesDo) {
   if (kThreadSanitized) GTEST_SKIP() << kTimingUnderTsan;
-  // Under ASan worker 0's 32 sign-coded slices alone took 18 ms of decoding: the budget
+  // Under GCC's ASan worker 0's 32 sign-coded slices alone took 18 ms of decoding: the budget
   // and the deadline are 10 and 5 times longer there.
-  constexpr double kBudgetMs = kSanitized ? 200 : 20;
+  constexpr double kBudgetMs = kGccSanitized ? 200 : 20;
   std::vector<std::string> flags = {"--workers", "2", "--quorum", "1", "--aggregator", "mean",
-                                    "--round-deadline-ms", kSanitized ? "2000" : "400",
+                                    "--round-deadline-ms", kGccSanitized ? "2000" : "400",
                                     "--max-decode-ms", absl::StrCat(kBudgetMs),
                                     "--max-connections-per-client", "32"};
   for (const std::string& f : testing::PlaneFlags(GetParam())) flags.push_back(f);

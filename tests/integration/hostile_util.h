@@ -37,7 +37,7 @@ inline constexpr uint64_t kRssBoundBytes =
     kMaxShardBytes + (PS_SANITIZED ? (2048ull << 20) : (128ull << 20));
 // GCC's sanitizer builds, whose slowness the timing assertions allow for
 // (tests/support/sanitized.h).
-inline constexpr bool kSanitized = PS_GCC_SANITIZED;
+inline constexpr bool kGccSanitized = PS_GCC_SANITIZED;
 #if defined(__SANITIZE_THREAD__)
 inline constexpr bool kThreadSanitized = true;
 #else
