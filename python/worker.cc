@@ -214,6 +214,19 @@ class PyWorker {
     return *v;
   }
 
+  // Worker::Adopt; `values` (a sequence of arrays, one per tensor) on the root, None
+  // elsewhere.
+  void Adopt(uint64_t round, uint32_t root, const py::object& values, double timeout) {
+    OutArrays in;  // borrowed until Adopt returned
+    std::vector<std::span<const float>> spans;
+    if (!values.is_none()) {
+      in = CheckedArrays(worker().layout(), values.cast<py::sequence>(), "values", false);
+      for (std::span<float> v : in.spans) spans.emplace_back(v);
+    }
+    const std::chrono::milliseconds t = Millis(timeout, "timeout");
+    ThrowIfError(Call([&](Worker& w) { return w.Adopt(round, root, spans, t); }));
+  }
+
   std::unique_ptr<PyPullTicket> StartPullAll(const py::object& self, uint64_t min_version,
                                              const py::sequence& outs, double timeout) {
     std::shared_ptr<Worker> held = Acquire();
@@ -418,6 +431,8 @@ void BindWorker(py::module_& m) {
             return self.cast<PyWorker&>().StartPullAll(self, min_version, outs, timeout);
           },
           py::arg("min_version"), py::arg("outs"), py::arg("timeout") = 60.0)
+      .def("adopt", &PyWorker::Adopt, py::arg("round"), py::arg("root"),
+           py::arg("values") = py::none(), py::arg("timeout") = 60.0)
       .def("report_loss", &PyWorker::ReportLoss, py::arg("round"), py::arg("loss"))
       .def_property_readonly("published_loss", &PyWorker::PublishedLossOrNone)
       .def("adacomm_period", &PyWorker::AdaCommPeriodOf, py::arg("tau0"), py::arg("tau_max"),

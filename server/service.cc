@@ -117,6 +117,12 @@ void WorkerServiceImpl::AddTo(GrpcFront* front) {
   front->Add(path("GetObject"),
              Unary<v1::GetObjectRequest>(
                  gate_, [this](FrontCall* c, const v1::GetObjectRequest& r) { GetObject(c, r); }));
+  front->Add(path("Adopt"), Unary<v1::AdoptRequest>(gate_, [this](FrontCall* c, const v1::AdoptRequest& r) {
+               Adopt(c, r);
+             }));
+  front->Add(path("AdoptSlice"),
+             Unary<v1::AdoptSliceRequest>(
+                 gate_, [this](FrontCall* c, const v1::AdoptSliceRequest& r) { AdoptSlice(c, r); }));
 }
 
 void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
@@ -225,6 +231,29 @@ void WorkerServiceImpl::InitSlice(FrontCall* call, const v1::InitSliceRequest& r
   if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
   v1::InitSliceResponse resp;
   gate_.Answer(call, shard_->InitSlice(peer->worker, req.layout_hash(), req.slice_id(), req.values()),
+               req, &resp);
+}
+
+void WorkerServiceImpl::Adopt(FrontCall* call, const v1::AdoptRequest& req) {
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  absl::StatusOr<Adoption::Tally> tally =
+      shard_->Adopt(peer->worker, req.layout_hash(), req.round(), req.root());
+  if (!tally.ok()) return gate_.Answer(call, tally.status(), req);
+  v1::AdoptResponse resp;
+  resp.set_votes(tally->votes);
+  resp.set_quorum(tally->quorum);
+  resp.set_passed(tally->passed);
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+void WorkerServiceImpl::AdoptSlice(FrontCall* call, const v1::AdoptSliceRequest& req) {
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  v1::AdoptSliceResponse resp;
+  gate_.Answer(call,
+               shard_->AdoptSlice(peer->worker, req.layout_hash(), req.round(), req.slice_id(),
+                                  req.values()),
                req, &resp);
 }
 

@@ -10,6 +10,7 @@
 //   AggregationJobs   the shard's work on the thread pool, and waiting for it
 //   DecoderCache      codec instances by name
 //   Quarantine        workers that sent a malformed push, whom no round waits for
+//   Adoption          the votes that let the shard take one worker's values mid-run
 //   ShardCounters     ShardStats, and rate-limited logs of what a client can trigger
 //
 // The front checks and routes requests, counts and logs refusals once (Refuse), and runs
@@ -47,6 +48,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "aggregators/aggregator.h"
+#include "server/adoption.h"
 #include "codecs/codec.h"
 #include "core/clock.h"
 #include "core/layout.h"
@@ -138,6 +140,21 @@ class Shard {
   // owned slices have one.
   absl::Status InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
                          std::string_view values);
+
+  // --- mid-run adoption of one worker's values (server/adoption.h) ---
+  // `worker_id`'s vote for adopting worker `root`'s values at `round`, the version every
+  // slice is at. kBadWorkerId for a root outside the workers, kNotReady before every slice
+  // has its initial value, kLate when a slice is past `round`, kFutureRound when none
+  // reached it, kPermissionDenied on an --aggregate-only shard (it holds no parameters).
+  absl::StatusOr<Adoption::Tally> Adopt(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
+                                        uint32_t root);
+  // The root's value of one slice for the passed adoption of `round`, published as
+  // version round + 1 (SliceRound::Adopt). kPermissionDenied unless `worker_id` is the
+  // root of the adoption of `round` that passed here.
+  absl::Status AdoptSlice(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
+                          uint32_t slice_id, std::string_view values);
+  // The votes an adoption needs here.
+  uint32_t adoption_quorum() const { return adoption_.quorum(); }
 
   // One encoded gradient slice from `worker_id` for `round`, with the worker's training
   // loss when it reported one (local-update training) and the learning rate it asks the
@@ -318,6 +335,7 @@ class Shard {
   SessionTable sessions_;
   DeadlineQueue deadlines_;
   Quarantine quarantine_;
+  Adoption adoption_;
   RoundRules rules_;
   SliceTable table_;
   ModelCoordinator model_;

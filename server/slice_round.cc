@@ -449,6 +449,38 @@ bool SliceRound::FastForward(uint64_t version, Wakeups* wake) {
   return true;
 }
 
+absl::Status SliceRound::Adopt(uint64_t round, std::string_view values, Wakeups* wake) {
+  std::vector<float> params(info_.numel);
+  if (absl::Status st =
+          core::ParseFp32(values, params, absl::StrCat("adopted value of slice ", info_.id));
+      !st.ok()) {
+    return Refused(Refusal::kMalformed, st.message());
+  }
+  Locked lock(this);
+  if (!initialized_) {
+    return Refused(Refusal::kNotReady, absl::StrCat("slice ", info_.id, " has no initial value yet"));
+  }
+  if (version_ > round || closing_) {
+    return Refused(Refusal::kLate,
+                   absl::StrCat("slice ", info_.id,
+                                closing_ ? " is aggregating round " : " is at version ",
+                                version_, ": too late to adopt values for round ", round));
+  }
+  std::fill(model_.velocity.begin(), model_.velocity.end(), 0.0f);
+  std::fill(model_.second_moment.begin(), model_.second_moment.end(), 0.0f);
+  model_.steps = 0;
+  published_ = core::SharedFp32(params);
+  if (model_.held.codec != nullptr) model_.held.values = params;
+  model_.params = std::move(params);
+  delta_.reset();  // no change leads to the adopted values: their pulls are dense
+  version_ = round + 1;
+  ResetRoundLocked();
+  last_closed_pushed_.clear();
+  KeepPublishedModelLocked();
+  TakeDueWatchersLocked(wake);
+  return absl::OkStatus();
+}
+
 void SliceRound::TakeDueWatchersLocked(Wakeups* wake) {
   if (!initialized_) return;
   for (auto it = watchers_.begin(); it != watchers_.end();) {

@@ -15,7 +15,8 @@
 // between, so the aggregation runs without the slice's lock.
 //
 // ResetRoundLocked is the one path that empties an open round: after a publish, when a
-// slice moves up to a newer version (FastForward) and when a checkpoint is restored.
+// slice moves up to a newer version (FastForward, Adopt) and when a checkpoint is
+// restored.
 //
 // Refusals are typed (core/refusal.h) and neither counted nor logged here: the shard
 // does that once, where the refusal leaves it.
@@ -360,6 +361,14 @@ class SliceRound {
   // Moves a slice below `version` up to it (parameters unchanged, the open round
   // discarded); not one that is closed or uninitialized. Returns whether it moved.
   bool FastForward(uint64_t version, Wakeups* wake);
+  // Publishes `values` (numel little-endian fp32, finite), adopted from a worker
+  // (server/adoption.h), as version round + 1: the open round's pushes are discarded, the
+  // optimizer starts afresh from them (momentum and moments zero, no steps taken) and the
+  // rule's state is kept; pulls of the version are dense. A slice below `round` moves up
+  // to it. kLate once the slice is past `round`, or closed it (its aggregation publishes
+  // round + 1), kNotReady before the initial value, kMalformed for a wrong size or a
+  // non-finite value.
+  absl::Status Adopt(uint64_t round, std::string_view values, Wakeups* wake);
   // Before any worker is admitted: sets the slice from a checkpoint. With a pull codec
   // and the checkpoint's parameters, x and x̂ both come back as they were, so the next
   // changes are those an uninterrupted shard would have sent; without either, x̂ = x.

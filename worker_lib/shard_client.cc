@@ -235,6 +235,69 @@ absl::StatusOr<v1::GetObjectResponse> ShardClient::GetObject(uint32_t shard, uin
   return resp;
 }
 
+absl::Status ShardClient::Adopt(uint64_t round, uint32_t root,
+                                std::span<const std::span<const float>> values,
+                                RpcClock::time_point deadline) {
+  const bool is_root = !values.empty();
+  auto vote = [&](uint32_t shard) -> absl::StatusOr<v1::AdoptResponse> {
+    v1::AdoptResponse resp;
+    PS_RETURN_IF_ERROR(WithSession(*this, shard, [&](const std::string& token) {
+      v1::AdoptRequest req;
+      req.set_session(token);
+      req.set_layout_hash(layout_.hash());
+      req.set_round(round);
+      req.set_root(root);
+      return shards_[shard]->link.control->Adopt(req, RpcClock::now() + options_.rpc_timeout,
+                                                 &resp);
+    }));
+    return resp;
+  };
+  // Every vote first, so that no shard waits for this worker while it waits for another.
+  std::vector<v1::AdoptResponse> tallies(shards_.size());
+  for (uint32_t i = 0; i < shards_.size(); ++i) {
+    absl::StatusOr<v1::AdoptResponse> t = vote(i);
+    if (!is_root && !t.ok() && core::RefusalOf(t.status()) == core::Refusal::kLate) {
+      continue;  // the shard adopted without this vote, or moved on: the pull says which
+    }
+    if (!t.ok()) return t.status();
+    tallies[i] = *t;
+  }
+  if (!is_root) return absl::OkStatus();
+  const auto start = RpcClock::now();
+  for (uint32_t i = 0; i < shards_.size(); ++i) {
+    for (int attempt = 0; !tallies[i].passed(); ++attempt) {
+      const auto backoff = options_.join_policy.Backoff(attempt);
+      if (RpcClock::now() + backoff >= deadline) {
+        const auto waited =
+            std::chrono::duration_cast<std::chrono::milliseconds>(RpcClock::now() - start);
+        return absl::DeadlineExceededError(absl::StrCat(
+            name(i), ": ", tallies[i].votes(), " of the ", tallies[i].quorum(),
+            " workers it takes asked to adopt worker ", root, "'s values at round ", round,
+            " after ", waited.count(),
+            " ms: every worker calls it, at the same step (broadcast_parameters is collective)"));
+      }
+      std::this_thread::sleep_for(backoff);
+      PS_ASSIGN_OR_RETURN(tallies[i], vote(i));
+    }
+    for (const core::SliceInfo& si : layout_.slices()) {
+      if (si.shard != i) continue;
+      PS_RETURN_IF_ERROR(WithSession(*this, i, [&](const std::string& token) {
+        v1::AdoptSliceRequest req;
+        req.set_session(token);
+        req.set_layout_hash(layout_.hash());
+        req.set_round(round);
+        req.set_slice_id(si.id);
+        req.set_values(reinterpret_cast<const char*>(values[si.tensor].data() + si.offset),
+                       size_t{si.numel} * sizeof(float));
+        v1::AdoptSliceResponse resp;
+        return shards_[i]->link.control->AdoptSlice(req, RpcClock::now() + options_.rpc_timeout,
+                                                    &resp);
+      }));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::JoinResponse> ShardClient::AwaitRegistration(uint32_t shard,
                                                                  v1::JoinResponse join,
                                                                  RpcClock::time_point deadline) {

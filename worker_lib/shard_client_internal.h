@@ -96,6 +96,13 @@ class ShardClient {
   absl::StatusOr<v1::GetObjectResponse> GetObject(uint32_t shard, uint32_t owner,
                                                   std::string_view key);
 
+  // Worker::Adopt: this worker's vote on every shard, then, on the root (`values` not
+  // empty), each shard's slices once its vote passed, waiting with the join backoff
+  // until `deadline`. A call that finds its session forgotten joins again and is repeated
+  // once.
+  absl::Status Adopt(uint64_t round, uint32_t root, std::span<const std::span<const float>> values,
+                     RpcClock::time_point deadline);
+
   // `shard`'s channel for `path`; null when no tensor takes that path.
   DataChannel* channel(uint32_t shard, PushPath path) {
     return shards_[shard]->link.channels[static_cast<size_t>(path)].get();

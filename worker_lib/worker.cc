@@ -64,20 +64,7 @@ class WorkerImpl final : public Worker {
           absl::StrCat("the layout is cut for ", layout_.num_shards(), " shards but ",
                        options_.shard_addresses.size(), " shard addresses were given"));
     }
-    if (!initial.empty()) {
-      if (initial.size() != layout_.tensors().size()) {
-        return absl::InvalidArgumentError(absl::StrCat("initial values for ", initial.size(),
-                                                       " tensors; the layout has ",
-                                                       layout_.tensors().size()));
-      }
-      for (size_t t = 0; t < initial.size(); ++t) {
-        if (initial[t].size() != layout_.tensors()[t].numel) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "initial value of tensor '", layout_.tensors()[t].name, "' has ", initial[t].size(),
-              " elements; the layout says ", layout_.tensors()[t].numel));
-        }
-      }
-    }
+    if (!initial.empty()) PS_RETURN_IF_ERROR(CheckSizes(initial, "initial values"));
     PS_ASSIGN_OR_RETURN(std::vector<internal::ShardLink> links, internal::ConnectShards(options_));
     internal::ShardClient::Options client_options;
     client_options.worker_id = options_.worker_id;
@@ -109,6 +96,24 @@ class WorkerImpl final : public Worker {
                                                          std::move(current), std::move(devices));
     }
     return client_->Connect(initial, internal::RpcClock::now() + options_.connect_timeout);
+  }
+
+  // INVALID_ARGUMENT unless `values` holds one span per tensor of the layout's sizes.
+  absl::Status CheckSizes(std::span<const std::span<const float>> values,
+                          const char* what) const {
+    if (values.size() != layout_.tensors().size()) {
+      return absl::InvalidArgumentError(absl::StrCat(what, " for ", values.size(),
+                                                     " tensors; the layout has ",
+                                                     layout_.tensors().size()));
+    }
+    for (size_t t = 0; t < values.size(); ++t) {
+      if (values[t].size() != layout_.tensors()[t].numel) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": tensor '", layout_.tensors()[t].name, "' has ", values[t].size(),
+                         " elements; the layout says ", layout_.tensors()[t].numel));
+      }
+    }
+    return absl::OkStatus();
   }
 
   const core::ModelLayout& layout() const override { return layout_; }
@@ -152,6 +157,26 @@ class WorkerImpl final : public Worker {
       }
       std::this_thread::sleep_for(backoff);
     }
+  }
+
+  absl::Status Adopt(uint64_t round, uint32_t root, std::span<const std::span<const float>> values,
+                     std::chrono::milliseconds timeout) override {
+    const uint32_t workers = client_->infos().empty() ? 1 : client_->infos()[0].num_workers;
+    if (root >= workers) {
+      return absl::InvalidArgumentError(absl::StrCat("root ", root, " outside [0, ", workers, ")"));
+    }
+    if (!values.empty()) {
+      if (root != options_.worker_id) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "worker ", options_.worker_id, " passed values to adopt, but the root is worker ",
+            root, ": only the root uploads its values"));
+      }
+      PS_RETURN_IF_ERROR(CheckSizes(values, "values to adopt"));
+    } else if (root == options_.worker_id) {
+      return absl::InvalidArgumentError(
+          "this worker is the root of the adoption and passed no values to adopt");
+    }
+    return client_->Adopt(round, root, values, internal::RpcClock::now() + timeout);
   }
 
   absl::Status WaitPushes() override { return pushes_->Wait(); }

@@ -373,6 +373,21 @@ class Worker {
                                                  uint64_t min_version,
                                                  std::chrono::milliseconds timeout) = 0;
 
+  // Horovod's broadcast_parameters after training started (docs/python.md, "Starting and
+  // resuming from rank 0's values"): every shard replaces its parameters with worker
+  // `root`'s as version round + 1, where `round` is the version every worker pulled last
+  // (none pushed since). A collective: a shard adopts only once its quorum of workers
+  // (n - f at least, docs/protocol.md) asked for the same round and root, and then with
+  // its optimizer state reset. Every worker calls it; this worker's vote goes to every
+  // shard. On the root, `values` (one span per tensor, the layout's sizes) are uploaded to
+  // each shard once its vote passed, waiting up to `timeout` for the others' votes
+  // (DEADLINE_EXCEEDED naming the count); elsewhere `values` is empty and the call returns
+  // after voting (a vote that finds the shard past `round` counts as done). The adopted
+  // values are version round + 1: pull it.
+  virtual absl::Status Adopt(uint64_t round, uint32_t root,
+                             std::span<const std::span<const float>> values,
+                             std::chrono::milliseconds timeout) = 0;
+
   // Waits until every push queued so far is answered. Returns OK when all were
   // accepted, otherwise the first refusal or failure since the previous call, with
   // its code (OUT_OF_RANGE late, ALREADY_EXISTS duplicate, INVALID_ARGUMENT malformed,

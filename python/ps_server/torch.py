@@ -786,19 +786,20 @@ def _row_elems(p):
 
 
 def broadcast_parameters(params, root_rank=0):
-    """horovod.torch's call: every worker's parameters become root_rank's, as they were
-    when its DistributedOptimizer joined (its root_rank, 0 by default): the shards start
-    from the root's values (the others waited for it to register them), and this call
-    pulls them. Where the shards already held parameters (restored from their
-    checkpoint, or a run that went on while this worker restarted), theirs win and the
-    root is warned. After training started, the shards adopt no worker's values (one
-    could overwrite the model): the root's call raises when its parameters differ from
-    the shards' (a checkpoint loaded mid-run); roll back by restarting the shards from
-    their checkpoint. Mid-run, call synchronize() before loading. `params`: a state_dict
-    or named parameters of the model a DistributedOptimizer trains; its buffers
-    (BatchNorm statistics) are not broadcast. With optimizer_on="worker" it raises: the
-    aggregate-only shards hold no parameters to start from (start every worker from the
-    same values)."""
+    """horovod.torch's call: every worker's parameters become root_rank's.
+    At start (before the first step): the shards start from the values root_rank had when
+    its DistributedOptimizer joined (its root_rank, 0 by default; the others waited for it
+    to register them), and this call pulls them. Where the shards already held parameters
+    (restored from their checkpoint, or a run that went on while this worker restarted),
+    theirs win and the root is warned. After training started it is a collective, as
+    Horovod's is: every worker calls it at the same step, and once the shards' quorum of
+    workers (n - f at least, so the f Byzantine workers alone never can) asked for the same
+    root, the shards adopt the root's values as a new version, with their optimizer state
+    (momentum, Adam's moments) started afresh, and every worker pulls it. Load a
+    checkpoint mid-run after synchronize(). `params`: a state_dict or named parameters of
+    the model a DistributedOptimizer trains; its buffers (BatchNorm statistics) and frozen
+    parameters go from the root through shard 0's object store. With optimizer_on="worker"
+    every tensor does (the aggregate-only shards hold no parameters)."""
     opt = _joined("broadcast_parameters")
     named = list(params.items()) if hasattr(params, "items") else list(params)
     if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) for e in named):
@@ -809,10 +810,8 @@ def broadcast_parameters(params, root_rank=0):
         # object store, from the root.
         _broadcast_tensors(opt, "parameters", named, root_rank)
         return
-    if root_rank != opt.root_rank:
-        raise ValueError(f"broadcast_parameters(root_rank={root_rank}), but the "
-                         f"DistributedOptimizer started the shards from rank {opt.root_rank}'s "
-                         f"values: pass DistributedOptimizer(..., root_rank={root_rank})")
+    if not 0 <= root_rank < opt._size:
+        raise ValueError(f"root_rank {root_rank} outside [0, {opt._size})")
     opt.synchronize()
     trained = {p.data_ptr() for p in opt._params}
     if not any(torch.is_tensor(t) and t.data_ptr() in trained for _, t in named):
@@ -823,6 +822,11 @@ def broadcast_parameters(params, root_rank=0):
                                         t.data_ptr() not in trained], root_rank)
     is_root = opt._rank == root_rank
     if opt.round == opt._start_round and not (opt.comm == "adacomm" and opt.periods):
+        if root_rank != opt.root_rank:
+            raise ValueError(f"broadcast_parameters(root_rank={root_rank}) before the first "
+                             f"step, but the DistributedOptimizer started the shards from rank "
+                             f"{opt.root_rank}'s values: pass DistributedOptimizer(..., "
+                             f"root_rank={root_rank})")
         if is_root and opt.root_values_adopted is False:
             warnings.warn(
                 f"broadcast_parameters: the shards held parameters (version {opt.round}) before "
@@ -832,21 +836,24 @@ def broadcast_parameters(params, root_rank=0):
                 stacklevel=2)
         opt.worker.pull_all(opt.round, opt._params, timeout=opt._timeout)
         return
-    pulled = [torch.empty_like(p) for p in opt._params]
-    version = opt.worker.pull_all(opt.round, pulled, timeout=opt._timeout)
-    with torch.no_grad():
-        differ = [n for n, p, q in zip(opt._names, opt._params, pulled) if not torch.equal(p, q)]
-        if is_root and differ:
+    # Mid-run: the collective adoption (docs/python.md, "Starting and resuming").
+    values = [p.detach().contiguous() for p in opt._params] if is_root else None
+    try:
+        opt.worker.adopt(opt.round, root_rank, values, timeout=opt._timeout)
+    except Error as e:
+        if getattr(e, "reason", "") == "late":
             raise ValueError(
-                f"broadcast_parameters after training started: rank {root_rank}'s parameters "
-                f"({', '.join(repr(n) for n in differ[:3])}{' ...' if len(differ) > 3 else ''}) "
-                f"differ from the shards' version {version}, and the shards adopt no worker's "
-                "values once training started (a Byzantine worker could overwrite the model "
-                "so). To roll back, restart the shards from their checkpoint (ps-server "
-                "--checkpoint-dir, docs/operations.md); to resume a worker, load nothing: it "
-                "pulls the shards' parameters")
-        for p, q in zip(opt._params, pulled):
-            p.copy_(q)
+                f"broadcast_parameters at version {opt.round}: the shards are past it ({e}); "
+                "every worker calls broadcast_parameters at the same step, after its "
+                "step() (or synchronize())") from e
+        raise
+    version = opt.worker.pull_all(opt.round + 1, opt._params, timeout=opt._timeout)
+    if version > opt.round + 1:
+        warnings.warn(f"broadcast_parameters: asked for the adopted version {opt.round + 1}, "
+                      f"got version {version}: the shards went on training meanwhile",
+                      stacklevel=2)
+    opt.round = version
+    opt._begin_round()
 
 
 def _joined(what):

@@ -138,6 +138,16 @@ class Worker:
         tensor i arrived (most urgent first), ticket.wait() until all did."""
         return self._w.start_pull_all(min_version, self._outs(outs), timeout)
 
+    def adopt(self, round, root, values=None, timeout=60.0):
+        """Mid-run broadcast of worker `root`'s values (docs/python.md, "Starting and
+        resuming"): every shard replaces its parameters with the root's as version
+        round + 1, where `round` is the version every worker pulled last. A collective:
+        every worker calls it (a shard adopts once its quorum, n - f at least, asked for
+        the same round and root, and resets its optimizer state). The root passes its
+        `values` (one array per tensor) and waits up to `timeout` seconds for the others'
+        votes; the others pass none and return after voting. Then pull round + 1."""
+        self._w.adopt(round, root, None if values is None else self._outs(values), timeout)
+
     @property
     def published_loss(self):
         """The training losses the shards published with the highest version pulled

@@ -285,9 +285,9 @@ def test_every_worker_starts_from_root_ranks_values(tmp_path, server_bin):
 
 def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
     """Shards that already hold parameters (a run that went on; a restored checkpoint)
-    keep them, and the root is warned that its values were not adopted; after training
-    started, a root whose values differ from the shards' (a checkpoint loaded mid-run)
-    gets an error, since the shards adopt no worker's values then."""
+    keep them at start, and the root is warned that its values were not adopted; after
+    training started broadcast_parameters is the collective adoption (here of the one
+    worker, which is the whole quorum): a checkpoint loaded mid-run becomes the model."""
     from ps_server.launch import Shards
     import ps_server.torch as pst
 
@@ -303,14 +303,21 @@ def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
             opt.zero_grad()
             model(torch.ones(2, 3)).sum().backward()
             opt.step()
-        pst.broadcast_parameters(model.state_dict(), root_rank=0)  # unchanged: fine
-        trained = [p.detach().clone() for p in model.parameters()]
         with torch.no_grad():
             model.weight.fill_(7.0)  # a checkpoint loaded mid-run
-        with pytest.raises(ValueError, match=r"broadcast_parameters after training started: "
-                           r"rank 0's parameters \('weight'\) differ from the shards' version 2"):
-            pst.broadcast_parameters(model.state_dict(), root_rank=0)
-        with pytest.raises(ValueError, match=r"pass DistributedOptimizer\(..., root_rank=1\)"):
+        loaded = [p.detach().clone() for p in model.parameters()]
+        pst.broadcast_parameters(model.state_dict(), root_rank=0)
+        assert opt.round == 3  # the adopted values are version 2 + 1
+        for want, p in zip(loaded, model.parameters()):
+            assert torch.equal(want, p.detach())
+        opt.zero_grad()
+        model(torch.ones(2, 3)).sum().backward()
+        opt.step()
+        opt.synchronize()
+        # The shards stepped from the adopted values: weight 7 - 0.1 x (its gradient, 2).
+        assert torch.allclose(model.weight.detach(), torch.full((2, 3), 7.0 - 0.1 * 2.0))
+        trained = [p.detach().clone() for p in model.parameters()]
+        with pytest.raises(ValueError, match=r"root_rank 1 outside \[0, 1\)"):
             pst.broadcast_parameters(model.state_dict(), root_rank=1)
         opt.close()
 
@@ -318,7 +325,7 @@ def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
         fresh = torch.nn.Linear(3, 2)
         opt = pst.DistributedOptimizer(torch.optim.SGD(fresh.parameters(), lr=0.1),
                                        named_parameters=fresh.named_parameters())
-        assert opt.root_values_adopted is False and opt.round == 2
+        assert opt.root_values_adopted is False and opt.round == 4
         with pytest.warns(UserWarning, match="rank 0's values were not adopted"):
             pst.broadcast_parameters(fresh.state_dict(), root_rank=0)
         for want, p in zip(trained, fresh.parameters()):

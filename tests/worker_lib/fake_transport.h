@@ -97,6 +97,13 @@ class FakeControl final : public ShardControl {
                          v1::GetObjectResponse*) override {
     return absl::UnimplementedError("the fake shard keeps no objects");
   }
+  absl::Status Adopt(const v1::AdoptRequest&, RpcClock::time_point, v1::AdoptResponse*) override {
+    return absl::UnimplementedError("the fake shard adopts no values");
+  }
+  absl::Status AdoptSlice(const v1::AdoptSliceRequest&, RpcClock::time_point,
+                          v1::AdoptSliceResponse*) override {
+    return absl::UnimplementedError("the fake shard adopts no values");
+  }
 
  private:
   mutable absl::Mutex mu_;

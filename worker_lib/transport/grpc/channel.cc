@@ -82,6 +82,22 @@ class GrpcControl final : public ShardControl {
                                            }));
   }
 
+  absl::Status Adopt(const v1::AdoptRequest& req, RpcClock::time_point deadline,
+                     v1::AdoptResponse* resp) override {
+    return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,
+                                           [&](grpc::ClientContext* ctx) {
+                                             return conn_->stub->Adopt(ctx, req, resp);
+                                           }));
+  }
+
+  absl::Status AdoptSlice(const v1::AdoptSliceRequest& req, RpcClock::time_point deadline,
+                          v1::AdoptSliceResponse* resp) override {
+    return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,
+                                           [&](grpc::ClientContext* ctx) {
+                                             return conn_->stub->AdoptSlice(ctx, req, resp);
+                                           }));
+  }
+
  private:
   const std::shared_ptr<Connection> conn_;
 };
