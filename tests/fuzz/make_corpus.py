@@ -713,7 +713,33 @@ DATA_CHANNEL = {
         "SLICE", struct.pack("<IQQQ", 5, 5, 0, 0) + b"\x00", body_len=0xFFFFFFF0, tag=9)),
 }
 
-CORPORA = {"peer_share": PEER_SHARE, "aggregator_spec": AGGREGATOR_SPEC,
+# server_request: byte 0 the request kind (server_request_fuzz.cc; 4: adoption, | 1 a
+# slice value, | 2 the registered layout hash), byte 1 the worker, then the message. The
+# harness's shard has 3 workers, f = 1 (quorum 2) and slices of 16, 16, 8 and 3 values.
+def adopt_vote(worker, round_=0, root=0, fix=True):
+    return bytes([4 | (2 if fix else 0), worker]) + pb_uint(3, round_) + pb_uint(4, root)
+
+
+def adopt_slice(worker, slice_=0, values=(0.25,) * 16, round_=0, fix=True):
+    return (bytes([5 | (2 if fix else 0), worker]) + pb_uint(3, round_) + pb_uint(4, slice_) +
+            pb_bytes(5, fp32(values)[1:]))
+
+
+SERVER_REQUEST = {
+    "adopt_vote_0": adopt_vote(0),
+    "adopt_vote_1": adopt_vote(1),
+    "adopt_vote_byzantine_self": adopt_vote(2, root=2),
+    "adopt_vote_root_out_of_range": adopt_vote(0, root=3),
+    "adopt_vote_future": adopt_vote(0, round_=1 << 40),
+    "adopt_vote_other_layout": adopt_vote(1, fix=False),
+    "adopt_slice_root": adopt_slice(0),
+    "adopt_slice_not_root": adopt_slice(1, slice_=1),
+    "adopt_slice_nan": adopt_slice(0, slice_=1, values=(float("nan"),) * 16),
+    "adopt_slice_short": adopt_slice(0, slice_=2, values=(1.0,) * 7),
+    "adopt_slice_unknown": adopt_slice(0, slice_=99, values=(1.0,)),
+}
+
+CORPORA = {"peer_share": PEER_SHARE, "server_request": SERVER_REQUEST, "aggregator_spec": AGGREGATOR_SPEC,
            "udp_datagram": UDP_DATAGRAM, "checkpoint": CHECKPOINT, "wire": WIRE,
            "held_model": HELD_MODEL, "auth_header": AUTH_HEADER, "data_frame": DATA_FRAME,
            "data_connection": DATA_CONNECTION, "data_channel": DATA_CHANNEL}

@@ -1,11 +1,14 @@
 // Fuzz target for what a shard does with request bytes from the network: a Layout
-// (protobuf) or PushRequest (net/wire.h, in place) parsed from the input, then handed
+// (protobuf), a PushRequest (net/wire.h, in place), an AdoptRequest or an
+// AdoptSliceRequest parsed from the input, then handed
 // to the Shard the way the gRPC service does (layout validation, slice lookup, codec choice, decode, round
 // bookkeeping, aggregation, publication).
 //
-// Input: byte 0 selects the request kind (bit 0: 0 layout, 1 push) and whether the
-// harness sets the registered layout hash (bit 1), so the fuzzer gets past the hash
-// check; byte 1 picks the worker id (modulo 3); the rest is the protobuf message.
+// Input: byte 0 selects the request kind (bit 2 clear: bit 0 picks a layout (0) or a
+// push (1); bit 2 set: bit 0 picks an adoption vote (0) or an adopted slice value (1))
+// and whether the harness sets the registered layout hash (bit 1), so the fuzzer gets
+// past the hash check; byte 1 picks the worker id (modulo 3); the rest is the protobuf
+// message.
 // The shard must never crash, and every published value must stay finite.
 #include <algorithm>
 #include <cstdint>
@@ -82,6 +85,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint32_t worker = data[1] % kWorkers;
   const void* body = data + 2;
   const int body_size = static_cast<int>(size - 2);
+
+  if (data[0] & 4) {
+    // Mid-run adoption: votes of any worker for any round and root, and slice values,
+    // which only pass once two of the three workers voted alike (the quorum).
+    if (!push) {
+      ps::v1::AdoptRequest msg;
+      if (!msg.ParseFromArray(body, body_size)) return 0;
+      const uint64_t hash = fix_hash ? h->layout->hash() : msg.layout_hash();
+      (void)h->shard->Adopt(worker, hash, msg.round(), msg.root());
+    } else {
+      ps::v1::AdoptSliceRequest msg;
+      if (!msg.ParseFromArray(body, body_size)) return 0;
+      const uint64_t hash = fix_hash ? h->layout->hash() : msg.layout_hash();
+      (void)h->shard->AdoptSlice(worker, hash, msg.round(), msg.slice_id(), msg.values());
+    }
+    CheckPublishedFinite(*h);
+    return 0;
+  }
 
   if (!push) {
     ps::v1::Layout msg;

@@ -283,6 +283,84 @@ def test_every_worker_starts_from_root_ranks_values(tmp_path, server_bin):
             assert values == [0.25 * (i + 1)] * len(values), (w, i)
 
 
+ROLLBACK_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import torch
+    import ps_server.torch as pst
+
+    out = sys.argv[2]
+    pst.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9),
+                                   named_parameters=model.named_parameters(), model=model)
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+    g = torch.Generator().manual_seed(100 + pst.rank())
+
+    def train(steps):
+        for _ in range(steps):
+            opt.zero_grad()
+            x, y = torch.randn(8, 4, generator=g), torch.randn(8, 2, generator=g)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+        opt.synchronize()
+
+    def params():
+        return {n: p.detach().tolist() for n, p in model.named_parameters()}
+
+    train(1)
+    saved = {k: v.clone() for k, v in model.state_dict().items()}  # rank 0's checkpoint
+    train(2)
+    if pst.rank() == 0:
+        model.load_state_dict(saved)  # the rollback, on the root only
+    pst.broadcast_parameters(model.state_dict(), root_rank=0)
+    after, at = params(), opt.round
+    train(2)
+    with open(f"{out}.{pst.rank()}", "w") as fh:
+        json.dump({"saved": {n: saved[n].tolist() for n, _ in model.named_parameters()},
+                   "after": after, "at": at, "final": params(), "round": opt.round}, fh)
+    opt.close()
+""")
+
+
+def test_broadcast_parameters_mid_run_rolls_every_worker_back_to_the_roots_checkpoint(
+        tmp_path, server_bin):
+    """Horovod's rollback: after 3 steps rank 0 loads its checkpoint of step 1 and every
+    worker calls broadcast_parameters(root_rank=0). Every worker then holds rank 0's
+    values exactly (the shards adopted them as version 4), and the next two steps equal
+    plain PyTorch from those values with a fresh SGD-with-momentum (the shards restart
+    their optimizer state at an adoption) on the mean gradient, 2 shards, 3 workers."""
+    got = launch(tmp_path, server_bin, "rollback", workers=3, script_text=ROLLBACK_SCRIPT)
+    saved = got[0]["saved"]
+    for w in range(3):
+        assert got[w]["after"] == saved, w
+        assert got[w]["at"] == 4 and got[w]["round"] == 6, w
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            p.copy_(torch.tensor(saved[n]))
+    sgd = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    gens = [torch.Generator().manual_seed(100 + w) for w in range(3)]
+    for gen in gens:  # the batches of the three steps before the rollback
+        for _ in range(3):
+            torch.randn(8, 4, generator=gen), torch.randn(8, 2, generator=gen)
+    for _ in range(2):
+        grads = []
+        for gen in gens:
+            model.zero_grad()
+            x, y = torch.randn(8, 4, generator=gen), torch.randn(8, 2, generator=gen)
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            grads.append([p.grad.clone() for p in model.parameters()])
+        for i, p in enumerate(model.parameters()):
+            p.grad = torch.stack([gr[i] for gr in grads]).mean(dim=0)
+        sgd.step()
+    for w in range(3):
+        for n, p in model.named_parameters():
+            np.testing.assert_allclose(np.array(got[w]["final"][n]), p.detach().numpy(),
+                                       rtol=1e-5, atol=1e-6, err_msg=f"worker {w} {n}")
+
+
 def test_broadcast_parameters_after_the_shards_moved_on(server_bin):
     """Shards that already hold parameters (a run that went on; a restored checkpoint)
     keep them at start, and the root is warned that its values were not adopted; after

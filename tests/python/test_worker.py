@@ -349,3 +349,46 @@ def test_a_bad_data_plane_is_a_value_error_before_anything_is_sent(plane):
     with pytest.raises(ValueError, match=r'data_plane must be "grpc", "tcp" or None'):
         ps_server.Worker(["127.0.0.1:1"], 0, TENSORS, initial=INIT, data_plane=plane,
                          connect_timeout=1)
+
+
+def test_adopt_takes_the_roots_values_only_with_the_quorums_votes(server_bin):
+    # Mid-run adoption (broadcast_parameters after training started), three workers with
+    # f = 1 on two shards: the quorum is two votes. The Byzantine worker 2 alone, naming
+    # itself, gets nowhere (its upload times out waiting for votes); the root alone
+    # neither; with worker 1's vote the shards take worker 0's values as version 2.
+    with Shards(2, 3, byzantine=1, aggregator="median", lr=0.5, momentum=0.9,
+                server=server_bin) as shards:
+        workers = start_workers(shards, 3)
+        for i, w in enumerate(workers):
+            push_round(w, 0, grads(1.0))
+        trained = pulled(workers[0], 1)
+        mine = [np.full(1000, 3.0, np.float32), np.full(10, -3.0, np.float32)]
+        with pytest.raises(ps_server.Error, match=r"1 of the 2 workers it takes asked to adopt "
+                                                  r"worker 2's values at round 1"):
+            workers[2].adopt(1, 2, values=mine, timeout=0.5)
+        with pytest.raises(ps_server.Error, match=r"1 of the 2 workers it takes asked to adopt "
+                                                  r"worker 0's values at round 1"):
+            workers[0].adopt(1, 0, values=mine, timeout=0.5)
+        with pytest.raises(ValueError, match="only the root uploads its values"):
+            workers[1].adopt(1, 0, values=mine)
+        with pytest.raises(ValueError, match="is the root of the adoption and passed no values"):
+            workers[0].adopt(1, 0)
+        for w in workers:  # nothing moved meanwhile
+            got = pulled(w, 1)
+            np.testing.assert_array_equal(got[0], trained[0])
+        workers[1].adopt(1, 0)
+        workers[0].adopt(1, 0, values=mine, timeout=10)
+        for w in workers:
+            got = pulled(w, 2)
+            np.testing.assert_array_equal(got[0], mine[0])
+            np.testing.assert_array_equal(got[1], mine[1])
+        # The momentum starts afresh from the adopted values: v = g, w = 3 - 0.5 x 1.
+        for w in workers:
+            push_round(w, 2, grads(1.0))
+        got = pulled(workers[2], 3)
+        np.testing.assert_allclose(got[0], np.full(1000, 2.5, np.float32))
+        np.testing.assert_allclose(got[1], np.full(10, -3.5, np.float32))
+        # The voter that came last finds the shards past the round: done, not an error.
+        workers[2].adopt(1, 0)
+        for w in workers:
+            w.close()
