@@ -36,8 +36,8 @@ How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
   robust aggregate of the gradients; step() pulls it into every parameter's .grad and
   takes the wrapped optimizer's step on this worker, so any torch optimizer works. Each
   worker then holds its own parameters and optimizer state: every worker must start
-  from the same values (the same seed, or the same checkpoint; broadcast_parameters
-  refuses), and no one checks a worker's own step.
+  from the same values (the same seed, the same checkpoint, or broadcast_parameters
+  through shard 0's object store), and no one checks a worker's own step.
 - Pushes: a hook on every parameter's gradient accumulator pushes the gradient as soon as
   autograd has it (the last layer's first), encoded with `codec`, so the shards aggregate
   while backward still runs. After `backward_passes_per_step` backward passes the
@@ -52,6 +52,8 @@ How it maps onto the parameter server (docs/python.md, "ps_server.torch"):
 - Start: root_rank (0) registers its values (as loaded from a checkpoint, say) and the
   other workers wait for it, unless the shards restored a checkpoint; every worker then
   pulls that version, so all start from the root's parameters (broadcast_parameters).
+  Mid-run, broadcast_parameters is a collective: the shards adopt the root's values once
+  their quorum of workers called it (docs/python.md).
 - Clipping: with overlap=True (default) gradients leave during backward, and step()
   raises if one was edited afterwards (clip_grad_norm_); overlap=False pushes in step().
 - DistributedOptimizer is a torch.optim.Optimizer: it shares the wrapped optimizer's
@@ -73,186 +75,32 @@ Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, 
 
 import contextlib
 import math
-import os
 import threading
 import warnings
 
 import torch
 
-from . import _arrays, _objects
+from . import _arrays
 from ._ps_server import Error
-from .launch import (ENV_NUM_WORKERS, ENV_RUN_DIR, ENV_SHARDS, ENV_TLS_CA, ENV_TLS_CERT,
-                     ENV_TLS_KEY, ENV_TOKEN_FILE, ENV_WORKER_ID)
+from ._torch_broadcast import (_optimizers, broadcast_object, broadcast_optimizer_state,
+                               broadcast_parameters)
+from ._torch_env import _context, _need_init, init, local_rank, rank, shards, size  # noqa: F401
+from ._torch_diverged import not_finite_error
+from ._torch_mirror import check_hyperparameters, mirror_specs
 from .worker import Worker
 
 __all__ = ["init", "rank", "size", "local_rank", "shards", "DistributedOptimizer", "broadcast_parameters",
            "broadcast_object", "broadcast_optimizer_state", "Error"]
 
-_context = {}
-
-
-def init(shards=None, worker_id=None, num_workers=None, token_file=None):
-    """Reads this process's place in the job: the arguments, else the environment ps-launch
-    (and the Kubernetes worker Job) sets: PS_SHARDS (host:port,...), PS_WORKER_ID,
-    PS_NUM_WORKERS, PS_TOKEN_FILE (absent: no token, for --insecure shards), and for TLS
-    PS_TLS_CA, PS_TLS_CERT, PS_TLS_KEY (the shards' CA, this worker's certificate and
-    key). Under torchrun, its RANK, WORLD_SIZE and LOCAL_RANK stand in for PS_WORKER_ID,
-    PS_NUM_WORKERS and the local rank (a PS_ value and torchrun's that disagree are an
-    error), and PS_RUN_DIR (the shards' --run-dir) gives the token file of this rank,
-    PS_RUN_DIR/token-worker-RANK, when PS_TOKEN_FILE is not set. PS_SHARDS has no torchrun
-    counterpart: it is always needed."""
-    env = os.environ
-
-    def need(value, name, torchrun=None):
-        if value is None:
-            value = env.get(name) or None
-            other = env.get(torchrun) or None if torchrun else None
-            if value is not None and other is not None and int(value) != int(other):
-                raise ValueError(f"ps_server.torch.init: {name}={value} but torchrun's "
-                                 f"{torchrun}={other}; set one of them")
-            if value is None:
-                value = other
-        if value is None or value == "":
-            also = f" (or torchrun's {torchrun})" if torchrun else ""
-            raise ValueError(f"ps_server.torch.init: {name}{also} is not set; run under "
-                             "ps-launch or torchrun, or pass it")
-        return value
-
-    shard_list = shards if shards is not None else need(None, ENV_SHARDS)
-    if isinstance(shard_list, str):
-        shard_list = [s for s in shard_list.split(",") if s]
-    rank_ = int(need(worker_id, ENV_WORKER_ID, "RANK"))
-    if token_file is None:
-        token_file = env.get(ENV_TOKEN_FILE) or None
-    if token_file is None and env.get(ENV_RUN_DIR):
-        token_file = os.path.join(env[ENV_RUN_DIR], f"token-worker-{rank_}")
-    _context.clear()
-    _context.update(shards=list(shard_list), rank=rank_,
-                    size=int(need(num_workers, ENV_NUM_WORKERS, "WORLD_SIZE")),
-                    local_rank=int(env.get("LOCAL_RANK") or 0),
-                    token_file=token_file,
-                    tls={k: env.get(v, "") for k, v in (("tls_ca", ENV_TLS_CA),
-                                                         ("tls_cert", ENV_TLS_CERT),
-                                                         ("tls_key", ENV_TLS_KEY))})
-    if not 0 <= _context["rank"] < _context["size"]:
-        raise ValueError(f"worker id {_context['rank']} outside [0, {_context['size']})")
-
-
-def _need_init():
-    if not _context:
-        raise ValueError("call ps_server.torch.init() first")
-    return _context
-
-
-def rank():
-    return _need_init()["rank"]
-
-
-def size():
-    return _need_init()["size"]
-
-
-def local_rank():
-    """This worker's rank among the workers on its host: torchrun's and ps-launch's
-    LOCAL_RANK, else 0 (one worker per host, as in the Kubernetes worker Job)."""
-    return _need_init()["local_rank"]
-
-
-def shards():
-    return list(_need_init()["shards"])
-
-
-_optimizers = []  # the DistributedOptimizers of this process (broadcast_parameters pulls)
-
-
 # comm="auto" where the shards apply SGD: Espresso's plan over these (the C++ trainer's).
 AUTO_CANDIDATES = ["fp32", "fp16", "topk(0.01)+varint+fp16", "3lc(s=1.9)",
                    "topk(0.1, level=cat, min=0.001)+varint+fp16"]
 
-# What optimizer_on="shards" mirrors: exactly these classes (a subclass may change the
-# update), with the group keys that fix the update beside lr (checked at every step).
-MIRRORED = {torch.optim.SGD: ("sgd", ("momentum", "dampening", "nesterov", "weight_decay",
-                                      "maximize")),
-            torch.optim.Adam: ("adam", ("betas", "eps", "weight_decay", "amsgrad", "maximize")),
-            torch.optim.AdamW: ("adamw", ("betas", "eps", "weight_decay", "amsgrad",
-                                          "maximize"))}
-_MIRRORED_TEXT = ("torch.optim.SGD (momentum, dampening, nesterov, weight_decay), "
-                  "torch.optim.Adam and torch.optim.AdamW (amsgrad=False), all with "
-                  "maximize=False")
-_ANY_OPTIMIZER = ("pass DistributedOptimizer(..., optimizer_on='worker') with shards run "
-                  "--aggregate-only for any other optimizer (each worker steps it on the "
-                  "shards' robust aggregate)")
-_FLAGS = ("nesterov", "amsgrad", "maximize")
 _AGGREGATE_ONLY = ("ps_server.torch with optimizer_on='shards' (the default) needs shards "
                    "that apply the update; these run --aggregate-only and publish the "
                    "aggregate gradient instead: pass DistributedOptimizer(..., "
                    "optimizer_on='worker'), which steps the wrapped optimizer on it on each "
                    "worker, or start the shards without --aggregate-only")
-
-
-def _hyperparameter(group, key):
-    """A group's value of `key`, normalized for comparing (betas as a tuple of floats)."""
-    value = group.get(key, False if key in _FLAGS else 0.0)
-    if key == "betas":
-        return tuple(float(b) for b in value)
-    return bool(value) if key in _FLAGS else float(value)
-
-
-def _number(x):
-    return repr(float(x))  # Python's float repr: 0.001, 1e-08 (the spec grammar's)
-
-
-def mirror_specs(optimizer):
-    """optimizer_on="shards": each param_group's optimizer spec for the shards and the
-    hyperparameters it fixes ([(spec, {key: value})] by group). ValueError for what the
-    shards cannot mirror, naming it and what they can."""
-    cls = type(optimizer)
-    if cls not in MIRRORED:
-        base = next((m for m in MIRRORED if isinstance(optimizer, m)), None)
-        why = (f" (a subclass of {base.__module__}.{base.__name__}, which may change the "
-               "update: the shards mirror the exact classes)" if base else "")
-        raise ValueError(f"optimizer_on='shards': the shards cannot mirror "
-                         f"{cls.__module__}.{cls.__qualname__}{why}; they mirror "
-                         f"{_MIRRORED_TEXT}. {_ANY_OPTIMIZER}")
-    kind, keys = MIRRORED[cls]
-    out = []
-    for g, group in enumerate(optimizer.param_groups):
-        hyper = {k: _hyperparameter(group, k) for k in keys}
-        where = f"optimizer_on='shards': param_groups[{g}] of torch.optim.{cls.__name__}"
-        for flag in ("amsgrad", "maximize"):
-            if hyper.get(flag):
-                raise ValueError(f"{where} has {flag}=True, which the shards cannot mirror; "
-                                 f"they mirror {_MIRRORED_TEXT}. {_ANY_OPTIMIZER}")
-        if kind == "sgd" and hyper["nesterov"] and (hyper["momentum"] <= 0 or
-                                                    hyper["dampening"] != 0):
-            raise ValueError(f"{where} has nesterov=True with momentum "
-                             f"{hyper['momentum']!r} and dampening {hyper['dampening']!r}: "
-                             "Nesterov momentum needs a momentum > 0 and zero dampening "
-                             "(torch.optim.SGD refuses it too)")
-        # The spec's lr is the one the run started with (a scheduler's initial_lr, so a
-        # worker that resumes with a decayed lr registers the same layout): every push
-        # carries the current one, which the shards take instead.
-        lr = float(group.get("initial_lr", group["lr"]))
-        numbers = {"lr": lr, **{k: v for k, v in hyper.items() if k != "betas"}}
-        if "betas" in hyper:
-            numbers.update(beta1=hyper["betas"][0], beta2=hyper["betas"][1])
-        bad = [k for k, v in numbers.items() if not math.isfinite(v)]
-        if bad or lr < 0:
-            key = bad[0] if bad else "lr"
-            raise ValueError(f"{where} has {key}={numbers[key]!r}: the shards take finite "
-                             "hyperparameters and an lr >= 0")
-        if kind == "sgd":
-            args = [("lr", _number(lr)), ("momentum", _number(hyper["momentum"])),
-                    ("dampening", _number(hyper["dampening"])),
-                    ("nesterov", "1" if hyper["nesterov"] else "0"),
-                    ("weight_decay", _number(hyper["weight_decay"]))]
-        else:
-            args = [("lr", _number(lr)), ("beta1", _number(hyper["betas"][0])),
-                    ("beta2", _number(hyper["betas"][1])), ("eps", _number(hyper["eps"])),
-                    ("weight_decay", _number(hyper["weight_decay"]))]
-        out.append((f"{kind}({', '.join(f'{k}={v}' for k, v in args)})", hyper))
-    return out
-
 
 class DistributedOptimizer(torch.optim.Optimizer):
     """Wraps `optimizer`: its parameters are trained through the shards (see the module's
@@ -553,54 +401,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         except ValueError as e:
             if "not finite" not in str(e):
                 raise
-            raise self._not_finite(i, e) from e
-
-    def _check_hyperparameters(self):
-        """optimizer_on="shards": the shards mirror the hyperparameters registered at
-        join, and only lr changes reach them (each push carries it); any other change
-        (a scheduler cycling momentum, a hand edit) is an error, not a silent no-op."""
-        groups = self.optimizer.param_groups
-        if len(groups) != len(self._registered):
-            raise ValueError(f"the wrapped optimizer has {len(groups)} param_groups, but the "
-                             f"shards were registered with {len(self._registered)}: the layout "
-                             "is fixed at join (add_param_group after wrapping?)")
-        for g, (group, (_, registered)) in enumerate(zip(groups, self._registered)):
-            for key, was in registered.items():
-                now = _hyperparameter(group, key)
-                if now != was:
-                    raise ValueError(
-                        f"param_groups[{g}]['{key}'] is {now!r} now, but the shards were "
-                        f"registered with {key}={was!r}: they mirror changes of lr only (each "
-                        f"push carries it), not of {key}. Keep {key} fixed (a scheduler that "
-                        "cycles momentum: OneCycleLR(..., cycle_momentum=False), "
-                        "CyclicLR(..., cycle_momentum=False)), or pass "
-                        "DistributedOptimizer(..., optimizer_on='worker') with shards run "
-                        "--aggregate-only")
-
-    # Rules whose aggregate one Byzantine input moves arbitrarily far (docs/aggregators.md).
-    _NOT_ROBUST = ("mean",)
-
-    def _not_finite(self, i, error):
-        """What a non-finite push means, for step() to raise: the model diverged (the
-        parameters pulled from the shards are not finite, so every gradient is not), or
-        this worker's gradient blew up on finite parameters."""
-        with torch.no_grad():
-            diverged = [n for n, p in zip(self._names, self._params)
-                        if not bool(torch.isfinite(p).all())]
-        if not diverged:
-            return ValueError(f"the gradient of {self._names[i]!r} in round {self.round} is not "
-                              f"finite while the parameters are ({error}): a loss of inf or "
-                              "nan, or a push_transform that makes one")
-        rules = sorted({s["aggregator"] for s in self.worker.shards})
-        weak = [r for r in rules if r.split("+")[-1].split("(")[0] in self._NOT_ROBUST]
-        why = (f"the shards aggregate with {', '.join(weak)}, which one Byzantine worker can "
-               "move arbitrarily far: run them with a robust rule (--aggregator trimmed_mean, "
-               "median, krum, ...; docs/aggregators.md)" if weak else
-               f"the shards' rule is {', '.join(rules)}: lower --lr or check the data and the "
-               "number of Byzantine workers against --byzantine")
-        return ValueError(f"the model diverged: after version {self.round} the parameters "
-                          f"{', '.join(repr(n) for n in diverged[:3])}"
-                          f"{' ...' if len(diverged) > 3 else ''} are not finite; {why}")
+            raise not_finite_error(self._names, self._params, i, self.round,
+                                   [s["aggregator"] for s in self.worker.shards], e) from e
 
     def _new_round(self):
         """Forgets the round's backward passes: none seen, nothing pushed yet."""
@@ -668,7 +470,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
             raise error
         if self._mirrored:
             try:
-                self._check_hyperparameters()
+                check_hyperparameters(self.optimizer, self._registered)
             except ValueError:
                 self._new_round()
                 raise
@@ -783,167 +585,3 @@ class DistributedOptimizer(torch.optim.Optimizer):
 def _row_elems(p):
     """A weight's row length, so its slices hold whole rows (PowerSGD); 0 for vectors."""
     return p.numel() // p.shape[0] if p.dim() >= 2 and p.shape[0] > 0 else 0
-
-
-def broadcast_parameters(params, root_rank=0):
-    """horovod.torch's call: every worker's parameters become root_rank's.
-    At start (before the first step): the shards start from the values root_rank had when
-    its DistributedOptimizer joined (its root_rank, 0 by default; the others waited for it
-    to register them), and this call pulls them. Where the shards already held parameters
-    (restored from their checkpoint, or a run that went on while this worker restarted),
-    theirs win and the root is warned. After training started it is a collective, as
-    Horovod's is: every worker calls it at the same step, and once the shards' quorum of
-    workers (n - f at least, so the f Byzantine workers alone never can) asked for the same
-    root, the shards adopt the root's values as a new version, with their optimizer state
-    (momentum, Adam's moments) started afresh, and every worker pulls it. Load a
-    checkpoint mid-run after synchronize(). `params`: a state_dict or named parameters of
-    the model a DistributedOptimizer trains; its buffers (BatchNorm statistics) and frozen
-    parameters go from the root through shard 0's object store. With optimizer_on="worker"
-    every tensor does (the aggregate-only shards hold no parameters)."""
-    opt = _joined("broadcast_parameters")
-    named = list(params.items()) if hasattr(params, "items") else list(params)
-    if not all(isinstance(e, tuple) and len(e) == 2 and isinstance(e[0], str) for e in named):
-        raise ValueError("broadcast_parameters takes a state_dict or named parameters "
-                         "(model.state_dict(), model.named_parameters()), as horovod.torch")
-    if opt.optimizer_on == "worker":
-        # The shards hold aggregates, not parameters: every tensor goes through shard 0's
-        # object store, from the root.
-        _broadcast_tensors(opt, "parameters", named, root_rank)
-        return
-    if not 0 <= root_rank < opt._size:
-        raise ValueError(f"root_rank {root_rank} outside [0, {opt._size})")
-    opt.synchronize()
-    trained = {p.data_ptr() for p in opt._params}
-    if not any(torch.is_tensor(t) and t.data_ptr() in trained for _, t in named):
-        raise ValueError("these parameters are not the ones the DistributedOptimizer trains")
-    # What the shards do not train (buffers such as BatchNorm's statistics, frozen
-    # parameters) is the root's too, through shard 0's object store.
-    _broadcast_tensors(opt, "buffers", [(n, t) for n, t in named if torch.is_tensor(t) and
-                                        t.data_ptr() not in trained], root_rank)
-    is_root = opt._rank == root_rank
-    if opt.round == opt._start_round and not (opt.comm == "adacomm" and opt.periods):
-        if root_rank != opt.root_rank:
-            raise ValueError(f"broadcast_parameters(root_rank={root_rank}) before the first "
-                             f"step, but the DistributedOptimizer started the shards from rank "
-                             f"{opt.root_rank}'s values: pass DistributedOptimizer(..., "
-                             f"root_rank={root_rank})")
-        if is_root and opt.root_values_adopted is False:
-            warnings.warn(
-                f"broadcast_parameters: the shards held parameters (version {opt.round}) before "
-                f"rank {root_rank} joined, from their checkpoint or a run that went on, so "
-                f"rank {root_rank}'s values were not adopted and every worker continues from "
-                "the shards'. To start from rank 0's, start the shards without a checkpoint.",
-                stacklevel=2)
-        opt.worker.pull_all(opt.round, opt._params, timeout=opt._timeout)
-        return
-    # Mid-run: the collective adoption (docs/python.md, "Starting and resuming").
-    values = [p.detach().contiguous() for p in opt._params] if is_root else None
-    try:
-        opt.worker.adopt(opt.round, root_rank, values, timeout=opt._timeout)
-    except Error as e:
-        if getattr(e, "reason", "") == "late":
-            raise ValueError(
-                f"broadcast_parameters at version {opt.round}: the shards are past it ({e}); "
-                "every worker calls broadcast_parameters at the same step, after its "
-                "step() (or synchronize())") from e
-        raise
-    version = opt.worker.pull_all(opt.round + 1, opt._params, timeout=opt._timeout)
-    if version > opt.round + 1:
-        warnings.warn(f"broadcast_parameters: asked for the adopted version {opt.round + 1}, "
-                      f"got version {version}: the shards went on training meanwhile",
-                      stacklevel=2)
-    opt.round = version
-    opt._begin_round()
-
-
-def _joined(what):
-    """The DistributedOptimizer whose worker talks to the shards (the last one made)."""
-    if not _optimizers:
-        raise ValueError(f"{what} needs a DistributedOptimizer first (it joins the shards)")
-    return _optimizers[-1]
-
-
-def _broadcast(opt, name, value, root_rank):
-    """root_rank's `value` on every worker, through shard 0's object store (docs/objects.md):
-    the root stores it under `name`; the others wait (up to the optimizer's timeout) for
-    the version their count of calls under `name` expects, and decode it (never with
-    pickle: another worker's bytes stay data). The store keeps the latest value of a
-    name: a worker whose version was already replaced gets a ValueError saying so."""
-    if not 0 <= root_rank < opt._size:
-        raise ValueError(f"root_rank {root_rank} outside [0, {opt._size})")
-    calls = opt._broadcasts.get(name, 0) + 1
-    if opt._rank == root_rank:
-        opt.worker.put_object(name, _objects.dumps(value))  # a TypeError counts no call
-        opt._broadcasts[name] = calls
-        return value
-    version, data = opt.worker.get_object(root_rank, name, min_version=calls,
-                                          timeout=opt._timeout)
-    if version != calls:
-        # The store keeps the root's latest value under a name: this one's is gone.
-        raise ValueError(
-            f"rank {root_rank} broadcast {name!r} {version} times, and this worker reads its "
-            f"call {calls}, whose value was replaced: give broadcasts that may follow each "
-            "other their own names (a worker that restarted counts its calls from 1 again)")
-    opt._broadcasts[name] = calls
-    return _objects.loads(data)
-
-
-def _broadcast_tensors(opt, name, named, root_rank):
-    """Copies root_rank's tensors into these (`named`: (name, tensor) pairs, the same names
-    on every worker)."""
-    if not named:
-        return
-    got = _broadcast(opt, name, {n: t.detach() for n, t in named}, root_rank)
-    if opt._rank == root_rank:
-        return
-    missing = [n for n, _ in named if n not in got]
-    if missing:
-        raise ValueError(f"rank {root_rank} broadcast no {', '.join(map(repr, missing[:3]))}: "
-                         "every worker must pass the same model's state")
-    with torch.no_grad():
-        for n, t in named:
-            src = got[n]
-            if src.shape != t.shape or src.dtype != t.dtype:
-                raise ValueError(f"{n!r} is {tuple(src.shape)} {src.dtype} on rank {root_rank}, "
-                                 f"{tuple(t.shape)} {t.dtype} here")
-            t.copy_(src)
-
-
-def _check_name(name):
-    ok = name and len(name) <= 100 and all(c.isascii() and (c.isalnum() or c in "_.:/-")
-                                           for c in name)
-    if not ok:
-        raise ValueError(f"name {name!r}: 1 to 100 of letters, digits and _.:/-")
-    return name
-
-
-def broadcast_object(obj, root_rank=0, name=None):
-    """horovod.torch's call: returns root_rank's `obj` on every worker (the root gets its
-    own back). It travels through shard 0's object store (docs/objects.md), encoded
-    without pickle: None, bool, int, float, str, bytes, lists, tuples, dicts, numpy arrays
-    and CPU tensors; anything else is a TypeError on the root. Every worker calls it the
-    same number of times with the same `name` (default "object"); each call waits for
-    the root's matching one, up to the DistributedOptimizer's timeout."""
-    opt = _joined("broadcast_object")
-    return _broadcast(opt, "object:" + _check_name(name or "object"), obj, root_rank)
-
-
-def broadcast_optimizer_state(optimizer, root_rank=0):
-    """horovod.torch's call: every worker's optimizer state becomes root_rank's. With
-    optimizer_on="shards" (comm "sync", the default) the state lives on the shards, one
-    for all workers (the shards' checkpoints keep it), so nothing moves and the call only
-    checks root_rank. Otherwise (optimizer_on="worker", local updates) each worker steps
-    the wrapped optimizer itself: its state_dict() goes from the root to the others
-    through shard 0's object store, and they load it."""
-    opt = optimizer if isinstance(optimizer, DistributedOptimizer) else _joined(
-        "broadcast_optimizer_state")
-    wrapped = optimizer.optimizer if isinstance(optimizer, DistributedOptimizer) else optimizer
-    if opt._mirrored:
-        if root_rank != opt.root_rank:
-            raise ValueError(f"broadcast_optimizer_state(root_rank={root_rank}), but the shards "
-                             f"hold the one optimizer state, started from rank "
-                             f"{opt.root_rank}'s registration: pass root_rank={opt.root_rank}")
-        return
-    state = _broadcast(opt, "optimizer_state", wrapped.state_dict(), root_rank)
-    if opt._rank != root_rank:
-        wrapped.load_state_dict(state)
