@@ -1,5 +1,5 @@
 // ps-admin: the operator's client for a shard's AdminService (docs/operations.md).
-//   ps-admin --address HOST:PORT [credentials] status
+//   ps-admin --address HOST:PORT [credentials] status [--workers]
 //   ps-admin --address HOST:PORT [credentials] checkpoint
 //   ps-admin --address HOST:PORT [credentials] health [--service NAME]
 //   ps-admin secret > FILE                                  (a new cluster secret)
@@ -9,7 +9,7 @@
 // (health needs none on the plaintext --health-port, and no admin identity anywhere).
 // The token is never sent: ps-admin proves it (net/channel_auth.h) to a shard that first
 // proved it holds it too, and refuses to go on with any other listener.
-// Prints one JSON object; exit 0 on success (health: SERVING), 1 when the shard refused,
+// Prints one JSON object (status --workers: then one per worker, a line each); exit 0 on success (health: SERVING), 1 when the shard refused,
 // could not be reached or is not serving, 2 on bad usage.
 #include <chrono>
 #include <cstdio>
@@ -45,6 +45,10 @@ int main(int argc, char** argv) {
   app.add_option("--timeout-s", timeout_s, "Deadline of the call in seconds")->capture_default_str();
   app.require_subcommand(1, 1);
   CLI::App* status = app.add_subcommand("status", "Print the shard's state");
+  bool workers = false;
+  status->add_flag("--workers", workers,
+                   "Then one line per worker: its pushes, refusals (late, malformed), slice "
+                   "rounds missed and quarantines on this shard");
   CLI::App* checkpoint = app.add_subcommand("checkpoint", "Write a checkpoint now");
   CLI::App* health = app.add_subcommand(
       "health", "grpc.health.v1 Check of one service: \"\" (alive), ps.v1.WorkerService "
@@ -108,6 +112,7 @@ int main(int argc, char** argv) {
   ps::net::ChannelAuth auth(channel, creds, address);
 
   ps::cli::JsonObjectWriter out;
+  std::string worker_lines;  // status --workers
   grpc::Status s;
   if (*status) {
     ps::v1::StatusResponse r;
@@ -128,6 +133,22 @@ int main(int argc, char** argv) {
           .Add("last_checkpoint", r.last_checkpoint())
           .Add("last_checkpoint_unix_s", static_cast<int64_t>(r.last_checkpoint_unix_s()))
           .Add("restored_from", r.restored_from());
+      if (workers) {
+        // One more line per worker (a flat object each, as the first).
+        for (const ps::v1::WorkerStatus& w : r.workers()) {
+          ps::cli::JsonObjectWriter line;
+          line.Add("worker", w.worker())
+              .Add("joined", w.joined())
+              .Add("pushes_accepted", w.pushes_accepted())
+              .Add("udp_chunks_accepted", w.udp_chunks_accepted())
+              .Add("late", w.late())
+              .Add("refused", w.refused())
+              .Add("malformed", w.malformed())
+              .Add("slice_rounds_missed", w.slice_rounds_missed())
+              .Add("quarantines", w.quarantines());
+          worker_lines += "\n" + line.str();
+        }
+      }
     }
   } else if (*health) {
     grpc::health::v1::HealthCheckRequest req;
@@ -152,6 +173,6 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ps-admin: %s: %s\n", address.c_str(), s.error_message().c_str());
     return 1;
   }
-  std::printf("%s\n", out.str().c_str());
+  std::printf("%s%s\n", out.str().c_str(), worker_lines.c_str());
   return 0;
 }

@@ -144,6 +144,45 @@ class Collector final {
   std::atomic<int64_t> checkpoint_ns_{kNoCheckpoint};
 };
 
+// Per worker id (docs/metrics.md, "Per worker"): as many series as --workers, the
+// refusals only for reasons that occurred.
+void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFamily>* out) {
+  MetricFamily pushes = Family("ps_worker_pushes_total",
+                               "Pushes of a worker taken into a round (gRPC or TCP)",
+                               MetricType::Counter);
+  MetricFamily chunks = Family("ps_worker_udp_chunks_total",
+                               "UDP chunks of a worker taken into a round", MetricType::Counter);
+  MetricFamily refused = Family("ps_worker_push_refusals_total",
+                                "Pushes and UDP chunks of a worker refused, by reason (late, "
+                                "duplicate, malformed, quarantined, ...)",
+                                MetricType::Counter);
+  MetricFamily missed = Family("ps_worker_slice_rounds_missed_total",
+                               "Slice rounds published without anything from the worker "
+                               "(missed, or too late)",
+                               MetricType::Counter);
+  MetricFamily quarantines = Family("ps_worker_quarantines_total",
+                                    "Times the worker was quarantined (--quarantine-ms)",
+                                    MetricType::Counter);
+  for (size_t w = 0; w < st.workers.size(); ++w) {
+    const WorkerCounts& c = st.workers[w];
+    const std::string id = absl::StrCat(w);
+    AddCounter(&pushes, static_cast<double>(c.pushes_accepted), {{"worker", id}});
+    AddCounter(&chunks, static_cast<double>(c.chunks_accepted), {{"worker", id}});
+    for (size_t r = 0; r < c.refusals.size(); ++r) {
+      if (c.refusals[r] == 0) continue;
+      AddCounter(&refused, static_cast<double>(c.refusals[r]),
+                 {{"worker", id}, {"reason", std::string(RefusalName(static_cast<Refusal>(r)))}});
+    }
+    AddCounter(&missed, static_cast<double>(c.slice_rounds_missed), {{"worker", id}});
+    AddCounter(&quarantines, static_cast<double>(c.quarantines), {{"worker", id}});
+  }
+  out->push_back(std::move(pushes));
+  if (has_udp) out->push_back(std::move(chunks));
+  if (!refused.metric.empty()) out->push_back(std::move(refused));
+  out->push_back(std::move(missed));
+  out->push_back(std::move(quarantines));
+}
+
 std::vector<MetricFamily> Collector::Collect() const {
   const ShardStats st = shard_->stats();
   const bool has_udp = udp_ != nullptr;
@@ -271,9 +310,10 @@ std::vector<MetricFamily> Collector::Collect() const {
     out.push_back(Counter("ps_refusals_held_total",
                           "Refusal answers the tarpit held (the client was over its budget)",
                           static_cast<double>(held.held_total)));
-    out.push_back(Gauge("ps_refusals_held", "Refusal answers held now",
+    out.push_back(Gauge("ps_refusals_in_tarpit", "Refusal answers the tarpit holds now",
                         static_cast<double>(held.held_now)));
   }
+  AddWorkerFamilies(st, has_udp, &out);
 
   // --- UDP path ---
   if (has_udp) {

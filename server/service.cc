@@ -399,6 +399,21 @@ v1::StatusResponse AdminServiceImpl::StatusNow() const {
   uint64_t refused = 0;
   for (uint64_t n : st.refusals) refused += n;
   r.set_refusals(refused);
+  for (size_t w = 0; w < st.workers.size(); ++w) {
+    const WorkerCounts& c = st.workers[w];
+    v1::WorkerStatus* ws = r.add_workers();
+    ws->set_worker(static_cast<uint32_t>(w));
+    ws->set_joined(shard.joined(static_cast<uint32_t>(w)));
+    ws->set_pushes_accepted(c.pushes_accepted);
+    ws->set_udp_chunks_accepted(c.chunks_accepted);
+    ws->set_late(c.refused(Refusal::kLate));
+    uint64_t worker_refused = 0;
+    for (uint64_t n : c.refusals) worker_refused += n;
+    ws->set_refused(worker_refused);
+    ws->set_malformed(c.refused(Refusal::kMalformed));
+    ws->set_slice_rounds_missed(c.slice_rounds_missed);
+    ws->set_quarantines(c.quarantines);
+  }
   if (checkpointer_ != nullptr) {
     const Checkpointer::Info info = checkpointer_->info();
     r.set_last_checkpoint(info.last_path);

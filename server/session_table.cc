@@ -66,4 +66,9 @@ uint32_t SessionTable::joined() const {
                                              [](const std::string& s) { return !s.empty(); }));
 }
 
+bool SessionTable::Joined(uint32_t worker) const {
+  absl::MutexLock lock(&mu_);
+  return worker < session_of_worker_.size() && !session_of_worker_[worker].empty();
+}
+
 }  // namespace ps::server

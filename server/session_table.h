@@ -55,6 +55,8 @@ class SessionTable {
   std::shared_ptr<const DataSession> DataSessionOf(uint64_t data_session) const;
   // Workers that joined at least once.
   uint32_t joined() const;
+  // Whether `worker` joined at least once (false for an id out of range).
+  bool Joined(uint32_t worker) const;
 
  private:
   mutable absl::Mutex mu_;

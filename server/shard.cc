@@ -305,7 +305,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
-  PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
+  PS_RETURN_IF_ERROR(counters_.RefusedPush(worker_id, quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
   DecodeBudget::Reservation budget;
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
@@ -317,7 +317,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
       payload, loss, lr);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
-  counters_.PushAccepted(payload.bytes(), uint64_t{s->info().numel} * sizeof(float));
+  counters_.PushAccepted(worker_id, payload.bytes(), uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   NoteRound(worker_id, round, /*chunk=*/false);
   return absl::OkStatus();
@@ -333,7 +333,7 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
     return Refuse(Refusal::kBadWorkerId,
                   absl::StrCat("datagram from worker ", worker_id, " of ", options_.num_workers));
   }
-  PS_RETURN_IF_ERROR(counters_.Counted(quarantine_.Check(worker_id, clock_->Now())));
+  PS_RETURN_IF_ERROR(counters_.RefusedPush(worker_id, quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash(), h.slice_id));
   if (absl::Status geometry = net::CheckChunkGeometry(h, s->info().numel); !geometry.ok()) {
     return RefusedPush(
@@ -356,7 +356,7 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
       payload);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
-  counters_.ChunkAccepted(payload.size(), uint64_t{range.count} * sizeof(float));
+  counters_.ChunkAccepted(worker_id, payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
   NoteRound(worker_id, h.round, /*chunk=*/true);
   return absl::OkStatus();
@@ -406,7 +406,7 @@ void Shard::PublishRound(ClosedRound round, std::vector<float>& out, absl::Statu
   // Keep serving: after an error the unchanged parameters (or a zero aggregate) are
   // published so workers move on; the counters say loudly that this round was dropped.
   // Counted before publishing: a watcher woken below may read the stats.
-  counters_.Published(round.round, round.info.id, st);
+  counters_.Published(round.round, round.info.id, st, round.inputs.pushed);
   Wakeups wake;
   SliceRound* slice = table_.slice(round.info.id);
   slice->Publish(std::move(round), std::move(published.values), std::move(published.delta_payload),

@@ -267,8 +267,9 @@ class Shard {
 
   bool layout_registered() const;
   bool ready() const;
-  // Workers with a session (joined at least once).
+  // Workers with a session (joined at least once), and whether `worker` is one.
   uint32_t workers_joined() const;
+  bool joined(uint32_t worker) const { return sessions_.Joined(worker); }
   // Hash of the registered layout or 0.
   uint64_t layout_hash() const;
   // The registered layout, or null before registration. It never changes once

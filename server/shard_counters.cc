@@ -23,7 +23,7 @@ std::string_view AggregationStageName(AggregationStage stage) {
 }
 
 ShardCounters::ShardCounters(uint32_t shard_id, uint32_t num_workers) : shard_id_(shard_id) {
-  stats_.malformed_by_worker.assign(num_workers, 0);
+  stats_.workers.assign(num_workers, WorkerCounts{});
 }
 
 absl::Status ShardCounters::Counted(absl::Status status) {
@@ -42,15 +42,15 @@ absl::Status ShardCounters::Counted(absl::Status status) {
 }
 
 absl::Status ShardCounters::RefusedPush(uint32_t worker_id, absl::Status status) {
-  if (core::RefusalOf(status) == core::Refusal::kMalformed &&
-      worker_id < stats_.malformed_by_worker.size()) {  // the size never changes
+  const std::optional<core::Refusal> r = core::RefusalOf(status);
+  if (r.has_value() && worker_id < stats_.workers.size()) {  // the size never changes
     uint64_t count;
     {
       absl::MutexLock lock(&mu_);
-      count = ++stats_.malformed_by_worker[worker_id];
+      count = ++stats_.workers[worker_id].refusals[static_cast<size_t>(*r)];
     }
     // Per worker, since the refusal log is rate-limited over all workers together.
-    if (std::has_single_bit(count)) {
+    if (*r == core::Refusal::kMalformed && std::has_single_bit(count)) {
       spdlog::warn(
           "shard {}: worker {} sent {} malformed pushes or chunks so far (faulty or hostile?)",
           shard_id_, worker_id, count);
@@ -66,22 +66,28 @@ absl::Status ShardCounters::RefusedShare(uint32_t from_shard, uint64_t round, ab
   return status;
 }
 
-void ShardCounters::PushAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
+void ShardCounters::PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes) {
   absl::MutexLock lock(&mu_);
   ++stats_.pushes_accepted;
+  if (worker < stats_.workers.size()) ++stats_.workers[worker].pushes_accepted;
   stats_.push_bytes += wire_bytes;
   stats_.push_decoded_bytes += decoded_bytes;
 }
 
-void ShardCounters::ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes) {
+void ShardCounters::ChunkAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes) {
   absl::MutexLock lock(&mu_);
   ++stats_.udp_chunks_accepted;
+  if (worker < stats_.workers.size()) ++stats_.workers[worker].chunks_accepted;
   stats_.push_bytes += wire_bytes;
   stats_.push_decoded_bytes += decoded_bytes;
 }
 
 void ShardCounters::Quarantined(uint32_t worker, core::Duration duration) {
-  Bump(&ShardStats::quarantines);
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.quarantines;
+    if (worker < stats_.workers.size()) ++stats_.workers[worker].quarantines;
+  }
   spdlog::warn(
       "shard {}: worker {} quarantined for {} ms after a malformed push or chunk; rounds go on "
       "without it",
@@ -125,12 +131,16 @@ void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_
   stats_.udp_chunks_lost += chunks_lost;
 }
 
-void ShardCounters::Published(uint64_t round, uint32_t slice_id, const absl::Status& error) {
+void ShardCounters::Published(uint64_t round, uint32_t slice_id, const absl::Status& error,
+                              std::span<const uint8_t> pushed) {
   const bool below_quorum = !error.ok() && IsBelowQuorum(error);
   uint64_t dropped = 0;
   {
     absl::MutexLock lock(&mu_);
     ++stats_.rounds_closed;
+    for (size_t w = 0; w < stats_.workers.size(); ++w) {
+      if (w >= pushed.size() || pushed[w] == 0) ++stats_.workers[w].slice_rounds_missed;
+    }
     if (below_quorum) {
       dropped = ++stats_.rounds_dropped_below_quorum;
     } else if (!error.ok()) {

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,20 @@
 #include "server/round_aggregation.h"
 
 namespace ps::server {
+
+// What one worker did on this shard (docs/metrics.md, "Per worker"): one entry per
+// worker id, so bounded by --workers.
+struct WorkerCounts {
+  // Pushes (gRPC or TCP) and UDP chunks taken into a round.
+  uint64_t pushes_accepted = 0;
+  uint64_t chunks_accepted = 0;
+  // Its pushes and chunks refused, by reason (late ones among them).
+  std::array<uint64_t, static_cast<size_t>(core::Refusal::kCount)> refusals{};
+  uint64_t refused(core::Refusal r) const { return refusals[static_cast<size_t>(r)]; }
+  // Slice rounds published without any push or chunk of it (missed, or too late).
+  uint64_t slice_rounds_missed = 0;
+  uint64_t quarantines = 0;
+};
 
 struct ShardStats {
   uint64_t pushes_accepted = 0;
@@ -58,8 +73,8 @@ struct ShardStats {
   // Workers quarantined after a malformed push (server/quarantine.h), each time.
   uint64_t quarantines = 0;
   std::array<uint64_t, static_cast<size_t>(core::Refusal::kCount)> refusals{};
-  // Malformed pushes per worker id: the first sign of a faulty or hostile worker.
-  std::vector<uint64_t> malformed_by_worker;
+  // Per worker id.
+  std::vector<WorkerCounts> workers;
 };
 
 // What an aggregation observer (Shard::SetAggregationObserver) is timing.
@@ -83,15 +98,16 @@ class ShardCounters {
 
   // Counts and logs `status` when it carries a refusal (core::RefusalOf); returns it.
   absl::Status Counted(absl::Status status);
-  // A push or chunk of `worker_id` refused: counted as above, and a malformed one also
-  // against the worker (named in a warning at its 1st, 2nd, 4th, ...).
+  // A push or chunk of `worker_id` refused: counted as above and against the worker, and
+  // a malformed one named in a warning (at the worker's 1st, 2nd, 4th, ...).
   absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
   // A peer's share refused (logged at warning: peers are few and authenticated).
   absl::Status RefusedShare(uint32_t from_shard, uint64_t round, absl::Status status);
 
-  // An accepted push (or UDP chunk): its wire bytes and the fp32 bytes it decoded to.
-  void PushAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
-  void ChunkAccepted(uint64_t wire_bytes, uint64_t decoded_bytes);
+  // An accepted push (or UDP chunk) of `worker`: its wire bytes and the fp32 bytes it
+  // decoded to.
+  void PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes);
+  void ChunkAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes);
   // `worker` was quarantined for `duration` (logged: once per quarantine and worker).
   void Quarantined(uint32_t worker, core::Duration duration);
   // A round closed once its deadline had passed, by the push that reached the quorum.
@@ -105,8 +121,10 @@ class ShardCounters {
   void Aggregated(const AggregationCounts& counts, uint64_t chunks_lost);
   // A slice's round published; `error` when its aggregation failed or it was below the
   // quorum (IsBelowQuorum; it was published unchanged either way), which is logged at the
-  // 1st, 2nd, 4th, ... of each kind.
-  void Published(uint64_t round, uint32_t slice_id, const absl::Status& error);
+  // 1st, 2nd, 4th, ... of each kind. `pushed[w]`: worker w sent something to it (the
+  // others missed it).
+  void Published(uint64_t round, uint32_t slice_id, const absl::Status& error,
+                 std::span<const uint8_t> pushed);
   // A model round aggregated from every shard's share (its plan may still fail).
   void ModelRoundAggregated();
   // A model round published unchanged (its plan failed, or a peer's share did not come

@@ -85,8 +85,8 @@ TEST(ProtocolAttackTest, EveryAttackIsRefusedAndTheHonestRoundsComplete) {
   // was lost is), and changes nothing.
   EXPECT_EQ(a.Send(ProtocolAttack::kReplay, 0, 0).code(), absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(a.Send(ProtocolAttack::kOldRound, 1, 0).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[2], 1u);  // the garbage
-  EXPECT_EQ(cluster.shard(0).shard().stats().malformed_by_worker[0], 0u);
+  EXPECT_EQ(cluster.shard(0).shard().stats().workers[2].refused(core::Refusal::kMalformed), 1u);  // the garbage
+  EXPECT_EQ(cluster.shard(0).shard().stats().workers[0].refused(core::Refusal::kMalformed), 0u);
 }
 
 TEST(ProtocolAttackTest, GarbageQuarantinesTheAttackerAndRoundsGoOnWithoutIt) {
@@ -115,7 +115,7 @@ TEST(ProtocolAttackTest, GarbageQuarantinesTheAttackerAndRoundsGoOnWithoutIt) {
   const server::ShardStats st = cluster.shard(0).shard().stats();
   EXPECT_EQ(st.quarantines, 1u);
   EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
-  EXPECT_EQ(st.malformed_by_worker[0] + st.malformed_by_worker[1], 0u);
+  EXPECT_EQ(st.workers[0].refused(core::Refusal::kMalformed) + st.workers[1].refused(core::Refusal::kMalformed), 0u);
 }
 
 // The attacker carries a worker's credentials: against a shard that authenticates (the

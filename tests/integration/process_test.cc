@@ -81,6 +81,17 @@ TEST_P(ProcessPlaneTest, ServesAWorkerAndDrainsOnSigterm) {
   ASSERT_TRUE((*worker)->Pull(0, 1, w, milliseconds(5000)).ok());
   EXPECT_EQ(w, (std::vector<float>{0, 1, 2}));
 
+  // The operator's per-worker view: the shard's line, then one line per worker.
+  Process admin({PS_ADMIN_BINARY, "--address", "127.0.0.1:" + port, "--run-dir", run_dir,
+                 "status", "--workers"},
+                {}, /*with_stdout=*/true);
+  ASSERT_EQ(admin.Wait(milliseconds(30000)), 0) << admin.Log();
+  EXPECT_THAT(admin.Log(), HasSubstr("\"pushes_accepted\":1,\"refusals\":0"));
+  EXPECT_THAT(admin.Log(),
+              HasSubstr("}\n{\"worker\":0,\"joined\":true,\"pushes_accepted\":1,"
+                        "\"udp_chunks_accepted\":0,\"late\":0,\"refused\":0,\"malformed\":0,"
+                        "\"slice_rounds_missed\":0,\"quarantines\":0}\n"));
+
   // A pull waiting for a version that never comes is ended by the drain.
   std::thread waiter([&] {
     std::vector<float> out(3);

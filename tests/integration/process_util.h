@@ -24,13 +24,15 @@ namespace ps::testing {
 
 using std::chrono::milliseconds;
 
-// A child process (args[0] is the executable) whose stderr goes to a file; killed if
-// still running at the end. A failure to start is a test failure.
+// A child process (args[0] is the executable) whose stderr (and with `with_stdout` its
+// stdout too) goes to a file; killed if still running at the end. A failure to start is
+// a test failure.
 class Process {
  public:
   // `env`: NAME=VALUE entries replacing (or, with an empty value after '=', clearing)
   // those of this process's environment for the child.
-  explicit Process(std::vector<std::string> args, std::vector<std::string> env = {}) {
+  explicit Process(std::vector<std::string> args, std::vector<std::string> env = {},
+                   bool with_stdout = false) {
     log_ = std::filesystem::temp_directory_path() /
            ("ps_integration_process_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++) + ".log");
     harness::SpawnOptions options;
@@ -38,6 +40,7 @@ class Process {
     options.args.assign(args.begin() + 1, args.end());
     options.env = std::move(env);
     options.stderr_file = log_.string();
+    if (with_stdout) options.stdout_file = log_.string();
     absl::StatusOr<std::unique_ptr<harness::ChildProcess>> child = harness::ChildProcess::Spawn(options);
     EXPECT_TRUE(child.ok()) << child.status();
     if (child.ok()) child_ = *std::move(child);

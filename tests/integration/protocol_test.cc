@@ -220,8 +220,8 @@ TEST_P(ProtocolTest, BadPushesGetPreciseStatusesAndHonestRoundCompletes) {
   EXPECT_EQ(s.code(), absl::StatusCode::kAlreadyExists) << s;
 
   server::ShardStats st = cluster_.shard(0).shard().stats();
-  EXPECT_EQ(st.malformed_by_worker[2], 4u);
-  EXPECT_EQ(st.malformed_by_worker[0], 0u);
+  EXPECT_EQ(st.workers[2].refused(core::Refusal::kMalformed), 4u);
+  EXPECT_EQ(st.workers[0].refused(core::Refusal::kMalformed), 0u);
 }
 
 TEST_P(ProtocolTest, GarbageOnlyWorkerDoesNotBlockTheQuorum) {

@@ -124,6 +124,18 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
   EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"unknown_codec\"}"), 1);
   EXPECT_EQ(MetricValue(m, "ps_refusals_total{reason=\"late\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_quarantines_total"), 1);
+  // The same per worker (the refusals only for reasons that occurred).
+  EXPECT_EQ(MetricValue(m, "ps_worker_pushes_total{worker=\"0\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_worker_pushes_total{worker=\"1\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"0\",reason=\"duplicate\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"1\",reason=\"unknown_codec\"}"),
+            1);
+  EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"1\",reason=\"malformed\"}"), 1);
+  EXPECT_EQ(m.count("ps_worker_push_refusals_total{worker=\"0\",reason=\"malformed\"}"), 0u);
+  EXPECT_EQ(MetricValue(m, "ps_worker_quarantines_total{worker=\"0\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_worker_quarantines_total{worker=\"1\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_missed_total{worker=\"0\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_missed_total{worker=\"1\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_total"), 1);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_at_deadline_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_published_version"), 1);

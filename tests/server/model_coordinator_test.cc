@@ -286,7 +286,7 @@ TEST(ShardCountersTest, RefusalsAreCountedByKindAndLoggedLogarithmically) {
   EXPECT_EQ(log.Count("debug", "stale push"), 93);
 }
 
-TEST(ShardCountersTest, MalformedPushesAreCountedPerWorker) {
+TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
   CapturedLog log;
   ShardCounters c(0, 2);
   for (int i = 0; i < 4; ++i) {
@@ -294,8 +294,28 @@ TEST(ShardCountersTest, MalformedPushesAreCountedPerWorker) {
   }
   (void)c.RefusedPush(0, core::Refused(core::Refusal::kLate, "stale"));
   (void)c.RefusedPush(9, core::Refused(core::Refusal::kMalformed, "no such worker"));
+  (void)c.RefusedPush(0, absl::OkStatus());  // nothing refused: nothing counted
+  c.PushAccepted(0, 10, 40);
+  c.PushAccepted(0, 10, 40);
+  c.ChunkAccepted(1, 5, 8);
+  c.Quarantined(1, std::chrono::seconds(1));
+  c.Quarantined(7, std::chrono::seconds(1));  // out of range: the shard's count only
+  const uint8_t only_worker_0[] = {1, 0};
+  c.Published(0, 3, absl::OkStatus(), only_worker_0);
+  c.Published(0, 4, absl::OkStatus(), {});  // nobody pushed (a round dropped below quorum)
   const ShardStats s = c.Get();
-  EXPECT_EQ(s.malformed_by_worker, (std::vector<uint64_t>{0, 4}));
+  ASSERT_EQ(s.workers.size(), 2u);
+  EXPECT_EQ(s.workers[0].refused(core::Refusal::kMalformed), 0u);
+  EXPECT_EQ(s.workers[0].refused(core::Refusal::kLate), 1u);
+  EXPECT_EQ(s.workers[1].refused(core::Refusal::kMalformed), 4u);
+  EXPECT_EQ(s.workers[0].pushes_accepted, 2u);
+  EXPECT_EQ(s.workers[1].pushes_accepted, 0u);
+  EXPECT_EQ(s.workers[1].chunks_accepted, 1u);
+  EXPECT_EQ(s.workers[0].quarantines, 0u);
+  EXPECT_EQ(s.workers[1].quarantines, 1u);
+  EXPECT_EQ(s.quarantines, 2u);
+  EXPECT_EQ(s.workers[0].slice_rounds_missed, 1u);
+  EXPECT_EQ(s.workers[1].slice_rounds_missed, 2u);
   EXPECT_EQ(s.refusals[static_cast<size_t>(core::Refusal::kMalformed)], 5u);
   EXPECT_EQ(log.Count("warning", "worker 1 sent"), 3) << "the 1st, 2nd and 4th";
 }
@@ -303,8 +323,8 @@ TEST(ShardCountersTest, MalformedPushesAreCountedPerWorker) {
 TEST(ShardCountersTest, PublicationsAndTheObserver) {
   CapturedLog log;
   ShardCounters c(0, 1);
-  c.Published(3, 1, absl::OkStatus());
-  c.Published(4, 1, absl::InternalError("non-finite aggregate"));
+  c.Published(3, 1, absl::OkStatus(), {});
+  c.Published(4, 1, absl::InternalError("non-finite aggregate"), {});
   c.ClosedAtDeadline();
   SliceRound::DeadlineOutcome out;
   out.due = true;
@@ -320,8 +340,8 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
             1);
   // The 2nd, 3rd and 4th closed at a deadline: info for the 2nd and 4th.
   EXPECT_EQ(log.Count("info", "round 9 of slice 5 closed at its deadline with 3 of 4"), 2);
-  c.PushAccepted(10, 40);
-  c.ChunkAccepted(5, 8);
+  c.PushAccepted(0, 10, 40);
+  c.ChunkAccepted(0, 5, 8);
   c.Aggregated({1, 2, 3}, 4);
   const ShardStats s = c.Get();
   EXPECT_EQ(s.rounds_closed, 2u);

@@ -280,7 +280,7 @@ TEST_F(ShardTest, RefusesDuplicateFutureAndMalformedPushes) {
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kDuplicate)], 1u);
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kFutureRound)], 1u);
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kMalformed)], 3u);
-  EXPECT_EQ(st.malformed_by_worker[1], 3u);
+  EXPECT_EQ(st.workers[1].refused(core::Refusal::kMalformed), 3u);
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kUnknownCodec)], 1u);
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kLayoutMismatch)], 1u);
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kUnknownSlice)], 1u);
@@ -311,7 +311,7 @@ TEST_F(ShardTest, APushInACodecOutsideTheAllowedOnesIsRefusedBeforeDecoding) {
   EXPECT_THAT(AwaitVersion(1), ::testing::ElementsAre(-1, -1, -1, -1));
   const ShardStats st = shard_->stats();
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kCodecNotAllowed)], 1u);
-  EXPECT_EQ(st.malformed_by_worker[1], 0u);
+  EXPECT_EQ(st.workers[1].refused(core::Refusal::kMalformed), 0u);
 }
 
 // --max-decode-ms: once a worker's pushes of a round took the budget, its next push of
@@ -332,7 +332,7 @@ TEST_F(ShardTest, AWorkerOverItsDecodeBudgetIsRefusedForTheRestOfTheRound) {
   ASSERT_TRUE(Push(0, 1, {1, 1, 1, 1}).ok()) << "round 1 opens a new account";
   const ShardStats st = shard_->stats();
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kDecodeBudget)], 1u);
-  EXPECT_EQ(st.malformed_by_worker[0], 0u);
+  EXPECT_EQ(st.workers[0].refused(core::Refusal::kMalformed), 0u);
 }
 
 TEST_F(ShardTest, AMalformedPushQuarantinesItsWorkerAndRoundsGoOnWithoutIt) {
@@ -371,7 +371,7 @@ TEST_F(ShardTest, AMalformedPushQuarantinesItsWorkerAndRoundsGoOnWithoutIt) {
   const ShardStats st = shard_->stats();
   EXPECT_EQ(st.quarantines, 1u);
   EXPECT_EQ(st.refusals[static_cast<size_t>(Refusal::kQuarantined)], 1u);
-  EXPECT_EQ(st.malformed_by_worker[2], 1u);
+  EXPECT_EQ(st.workers[2].refused(core::Refusal::kMalformed), 1u);
   EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
 }
 

@@ -214,7 +214,7 @@ TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
   // A chunk size that changes within one push.
   ASSERT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f)).ok());
   EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(shard_->stats().malformed_by_worker[0], 3u);
+  EXPECT_EQ(shard_->stats().workers[0].refused(core::Refusal::kMalformed), 3u);
   EXPECT_EQ(receiver_->stats().malformed, 3u);
   // A slice outside the layout is refused (INVALID_ARGUMENT like the malformed ones) but
   // dropped as a refusal: the receiver sorts by the refusal's kind, not its code.
