@@ -5,10 +5,19 @@
 #include <prometheus/metric_family.h>
 #include <prometheus/text_serializer.h>
 
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <array>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <optional>
 #include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -144,8 +153,9 @@ class Collector final {
   std::atomic<int64_t> checkpoint_ns_{kNoCheckpoint};
 };
 
-// Per worker id (docs/metrics.md, "Per worker"): as many series as --workers, the
-// refusals only for reasons that occurred.
+// Per worker id (docs/metrics.md, "Per worker"): as many series as --workers; of the
+// refusals, those of late, malformed, duplicate and quarantined pushes always, the other
+// reasons once they occurred.
 void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFamily>* out) {
   MetricFamily pushes = Family("ps_worker_pushes_total",
                                "Pushes of a worker taken into a round (gRPC or TCP)",
@@ -169,7 +179,12 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
     AddCounter(&pushes, static_cast<double>(c.pushes_accepted), {{"worker", id}});
     AddCounter(&chunks, static_cast<double>(c.chunks_accepted), {{"worker", id}});
     for (size_t r = 0; r < c.refusals.size(); ++r) {
-      if (c.refusals[r] == 0) continue;
+      // The reasons alerts watch start at 0 (so that increase() sees the first one);
+      // the others appear with their first refusal.
+      const Refusal reason = static_cast<Refusal>(r);
+      const bool watched = reason == Refusal::kLate || reason == Refusal::kMalformed ||
+                           reason == Refusal::kDuplicate || reason == Refusal::kQuarantined;
+      if (c.refusals[r] == 0 && !watched) continue;
       AddCounter(&refused, static_cast<double>(c.refusals[r]),
                  {{"worker", id}, {"reason", std::string(RefusalName(static_cast<Refusal>(r)))}});
     }
@@ -178,7 +193,7 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
   }
   out->push_back(std::move(pushes));
   if (has_udp) out->push_back(std::move(chunks));
-  if (!refused.metric.empty()) out->push_back(std::move(refused));
+  out->push_back(std::move(refused));
   out->push_back(std::move(missed));
   out->push_back(std::move(quarantines));
 }
@@ -449,6 +464,67 @@ void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFami
 }
 
 // The TCP data plane's connections (docs/metrics.md, "The data plane").
+// The process families every Prometheus client library exports (the names Grafana's
+// stock panels use), read from the kernel at each scrape: resident memory (statm), CPU
+// time, open descriptors and their limit, and the start time.
+void AddProcessFamilies(std::vector<MetricFamily>* out) {
+  const long page = ::sysconf(_SC_PAGESIZE);
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size_pages = 0, resident_pages = 0;
+  if (statm >> size_pages >> resident_pages) {
+    out->push_back(Gauge("process_resident_memory_bytes", "Resident memory size in bytes",
+                         static_cast<double>(resident_pages) * static_cast<double>(page)));
+    out->push_back(Gauge("process_virtual_memory_bytes", "Virtual memory size in bytes",
+                         static_cast<double>(size_pages) * static_cast<double>(page)));
+  }
+  timespec cpu{};
+  if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) {
+    out->push_back(Counter("process_cpu_seconds_total", "User and system CPU time in seconds",
+                           static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) * 1e-9));
+  }
+  std::error_code ec;
+  double fds = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end; !ec && it != end;
+       it.increment(ec)) {
+    ++fds;
+  }
+  if (!ec) out->push_back(Gauge("process_open_fds", "Open file descriptors", fds));
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    out->push_back(Gauge("process_max_fds", "Limit of open file descriptors",
+                         static_cast<double>(limit.rlim_cur)));
+  }
+  // Boot time (/proc/stat's btime) plus the process's start in clock ticks after boot
+  // (field 22 of /proc/self/stat, counted after the command name's closing parenthesis).
+  static const std::optional<double> start_s = []() -> std::optional<double> {
+    std::ifstream stat_file("/proc/stat");
+    std::string key;
+    double boot = -1;
+    while (stat_file >> key) {
+      if (key == "btime") {
+        stat_file >> boot;
+        break;
+      }
+      stat_file.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    }
+    std::ifstream self("/proc/self/stat");
+    const std::string line((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+    const size_t paren = line.rfind(')');
+    if (boot < 0 || paren == std::string::npos) return std::nullopt;
+    std::istringstream fields(line.substr(paren + 2));  // field 3 (state) onwards
+    std::string field;
+    for (int i = 3; i < 22 && fields >> field; ++i) {
+    }
+    double ticks = 0;
+    if (!(fields >> ticks)) return std::nullopt;
+    return boot + ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  }();
+  if (start_s.has_value()) {
+    out->push_back(Gauge("process_start_time_seconds",
+                         "Start time of the process since the epoch, in seconds", *start_s));
+  }
+}
+
 void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFamily>* out) {
   out->push_back(Counter("ps_data_connections_accepted_total",
                          "Connections the TCP data port took (within its bounds)",
@@ -489,6 +565,7 @@ class Metrics::Impl {
       if (data_plane_source) AddDataPlaneFamilies(data_plane_source(), &families);
     }
     AddEndpointFamilies(endpoint.stats(), &families);
+    AddProcessFamilies(&families);
     std::ostringstream out;
     prometheus::TextSerializer().Serialize(out, families);
     return out.str();

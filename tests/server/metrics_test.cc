@@ -92,6 +92,20 @@ TEST_F(MetricsTest, ShardStateBeforeAnyPush) {
   EXPECT_THAT(text, Not(HasSubstr("ps_checkpoint_age_seconds")));
 }
 
+TEST_F(MetricsTest, TheProcessFamiliesOfEveryPrometheusClient) {
+  const auto m = Scrape();
+  EXPECT_GT(MetricValue(m, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(MetricValue(m, "process_virtual_memory_bytes"),
+            MetricValue(m, "process_resident_memory_bytes"));
+  EXPECT_GT(MetricValue(m, "process_cpu_seconds_total"), 0);
+  EXPECT_GE(MetricValue(m, "process_open_fds"), 3);
+  EXPECT_GE(MetricValue(m, "process_max_fds"), MetricValue(m, "process_open_fds"));
+  // Started within the last hour (the test process), not in the future.
+  const double now = static_cast<double>(absl::ToUnixSeconds(absl::Now()));
+  EXPECT_LE(MetricValue(m, "process_start_time_seconds"), now + 1);
+  EXPECT_GT(MetricValue(m, "process_start_time_seconds"), now - 3600);
+}
+
 TEST_F(MetricsTest, EveryRefusalReasonHasASeries) {
   const auto m = ParseMetrics(metrics_->Render());
   for (int r = 0; r < static_cast<int>(Refusal::kCount); ++r) {
@@ -131,7 +145,10 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
   EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"1\",reason=\"unknown_codec\"}"),
             1);
   EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"1\",reason=\"malformed\"}"), 1);
-  EXPECT_EQ(m.count("ps_worker_push_refusals_total{worker=\"0\",reason=\"malformed\"}"), 0u);
+  EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"0\",reason=\"malformed\"}"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_worker_push_refusals_total{worker=\"0\",reason=\"late\"}"), 0);
+  EXPECT_EQ(m.count("ps_worker_push_refusals_total{worker=\"0\",reason=\"unknown_codec\"}"), 0u)
+      << "a reason no alert watches appears with its first refusal";
   EXPECT_EQ(MetricValue(m, "ps_worker_quarantines_total{worker=\"0\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_worker_quarantines_total{worker=\"1\"}"), 1);
   EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_missed_total{worker=\"0\"}"), 0);
