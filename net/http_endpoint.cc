@@ -241,9 +241,9 @@ struct HttpEndpoint::Counters {
 // destructor after joining it.
 class HttpEndpoint::Running {
  public:
-  Running(const std::function<std::string()>& render, const HttpEndpointOptions& options,
+  Running(const std::vector<HttpResource>& resources, const HttpEndpointOptions& options,
           Counters* counters)
-      : render_(render),
+      : resources_(resources),
         options_(options),
         counters_(counters),
         acceptor_(io_),
@@ -452,21 +452,23 @@ class HttpEndpoint::Running {
     if (!head.ok()) return {ErrorResponse(400, false), false};
     const bool head_only = head->method == "HEAD";
     if (head->version_major != 1) return {ErrorResponse(505, head_only), false};
-    if (head->path != options_.path) return {ErrorResponse(404, head_only), false};
+    const auto resource = std::find_if(resources_.begin(), resources_.end(),
+                                       [&](const HttpResource& r) { return r.path == head->path; });
+    if (resource == resources_.end()) return {ErrorResponse(404, head_only), false};
     if (head->method != "GET" && !head_only) {
       return {ErrorResponse(405, false, "Allow: GET, HEAD\r\n"), false};
     }
     std::string body;
     try {
-      body = render_();
+      body = resource->render();
     } catch (const std::exception&) {
       return {ErrorResponse(500, head_only), false};
     }
-    return {Response(200, options_.content_type, body, head_only), true};
+    return {Response(200, resource->content_type, body, head_only), true};
   }
 
-  // The HttpEndpoint's, which outlives this.
-  const std::function<std::string()>& render_;
+  // The HttpEndpoint's, which outlive this.
+  const std::vector<HttpResource>& resources_;
   const HttpEndpointOptions& options_;
   Counters* const counters_;
   asio::io_context io_;
@@ -478,10 +480,14 @@ class HttpEndpoint::Running {
   std::thread thread_;
 };
 
-HttpEndpoint::HttpEndpoint(std::function<std::string()> render, HttpEndpointOptions options)
-    : render_(std::move(render)),
+HttpEndpoint::HttpEndpoint(std::vector<HttpResource> resources, HttpEndpointOptions options)
+    : resources_(std::move(resources)),
       options_(std::move(options)),
       counters_(std::make_unique<Counters>()) {}
+
+HttpEndpoint::HttpEndpoint(std::function<std::string()> render, HttpEndpointOptions options)
+    : HttpEndpoint(std::vector<HttpResource>{{options.path, options.content_type, std::move(render)}},
+                   options) {}
 
 HttpEndpoint::~HttpEndpoint() { Stop(); }
 
@@ -491,7 +497,7 @@ absl::StatusOr<uint16_t> HttpEndpoint::Start(const std::string& host, uint16_t p
     return absl::FailedPreconditionError(
         absl::StrCat("HTTP endpoint already serving on port ", running_->port()));
   }
-  auto running = std::make_unique<Running>(render_, options_, counters_.get());
+  auto running = std::make_unique<Running>(resources_, options_, counters_.get());
   if (absl::Status st = running->Listen(host, port); !st.ok()) return st;
   running_ = std::move(running);
   return running_->port();

@@ -72,7 +72,8 @@ absl::StatusOr<HttpRequestHead> ParseHttpRequestHead(std::string_view bytes);
 // The server.
 
 struct HttpEndpointOptions {
-  // The path answered with the rendered body; any other path gets 404.
+  // With the one-resource constructor: the path answered with the rendered body; any
+  // other path gets 404.
   std::string path = "/metrics";
   // The Content-Type of that body (the Prometheus text exposition format by default).
   std::string content_type = "text/plain; version=0.0.4; charset=utf-8";
@@ -97,11 +98,20 @@ struct HttpEndpointStats {
   uint64_t open = 0;       // connections open now
 };
 
+// One path the endpoint answers: `render` makes the body of a 200 response; called on
+// the endpoint's thread, once per GET or HEAD of the path (while it runs, no other
+// connection is served: keep it short). An exception it throws is answered with 500.
+struct HttpResource {
+  std::string path;
+  std::string content_type;
+  std::function<std::string()> render;
+};
+
 class HttpEndpoint {
  public:
-  // `render` makes the body of a 200 response; called on the endpoint's thread, once per
-  // GET or HEAD of the path (while it runs, no other connection is served: keep it
-  // short). An exception it throws is answered with 500.
+  // Serves `resources` (any other path gets 404).
+  explicit HttpEndpoint(std::vector<HttpResource> resources, HttpEndpointOptions options = {});
+  // Serves one resource, `render` at options.path with options.content_type.
   explicit HttpEndpoint(std::function<std::string()> render, HttpEndpointOptions options = {});
   // Stops first.
   ~HttpEndpoint();
@@ -123,7 +133,7 @@ class HttpEndpoint {
   class Running;
   struct Counters;
 
-  const std::function<std::string()> render_;
+  const std::vector<HttpResource> resources_;
   const HttpEndpointOptions options_;
   const std::unique_ptr<Counters> counters_;
   mutable absl::Mutex mu_;

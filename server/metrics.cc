@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/data_plane.h"
 #include "net/http_endpoint.h"
+#include "server/status_page.h"
 
 namespace ps::server {
 namespace {
@@ -555,7 +556,30 @@ void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFami
 class Metrics::Impl {
  public:
   Impl(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
-      : collector(shard, udp, tarpit), endpoint([this] { return Render(); }) {}
+      : collector(shard, udp, tarpit),
+        shard(shard),
+        endpoint(std::vector<net::HttpResource>{
+            {"/metrics", "text/plain; version=0.0.4; charset=utf-8", [this] { return Render(); }},
+            {"/status", "text/html; charset=utf-8", [this] { return RenderStatus(); }}}) {}
+
+  std::string RenderStatus() const {
+    const ShardStats st = shard->stats();
+    const ServerOptions& o = shard->options();
+    StatusView v;
+    v.shard_id = shard->shard_id();
+    v.num_shards = o.num_shards;
+    v.aggregator = o.aggregator;
+    v.ready = shard->ready();
+    v.min_version = shard->MinVersion();
+    v.max_version = shard->MaxVersion();
+    v.workers_expected = o.num_workers;
+    v.rounds_closed = st.rounds_closed;
+    v.pushes_accepted = st.pushes_accepted;
+    for (uint64_t n : st.refusals) v.refusals += n;
+    v.workers = st.workers;
+    for (uint32_t w = 0; w < st.workers.size(); ++w) v.joined.push_back(shard->joined(w));
+    return StatusPage(v);
+  }
 
   std::string Render() const {
     std::vector<MetricFamily> families = collector.Collect();
@@ -572,6 +596,7 @@ class Metrics::Impl {
   }
 
   Collector collector;
+  const Shard* const shard;
   mutable absl::Mutex port_mu;
   PortSource port_source ABSL_GUARDED_BY(port_mu);
   DataPlaneSource data_plane_source ABSL_GUARDED_BY(port_mu);
@@ -616,6 +641,8 @@ void Metrics::SetDataPlaneSource(DataPlaneSource source) {
 }
 
 std::string Metrics::Render() const { return impl_->Render(); }
+
+std::string Metrics::RenderStatus() const { return impl_->RenderStatus(); }
 
 void Metrics::ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
   impl_->collector.ObservePush(elapsed, payload_bytes);

@@ -1,5 +1,6 @@
 // Metrics: a shard's Prometheus metrics (docs/metrics.md), rendered in the text
-// exposition format and, once Serve() is called, served at http://HOST:PORT/metrics by
+// exposition format and, once Serve() is called, served at http://HOST:PORT/metrics (and
+// the operator's /status page, server/status_page.h) by
 // an embedded HTTP server (net::HttpEndpoint, net/http_endpoint.h: one Asio thread, a
 // deadline per connection, a cap on open connections).
 //
@@ -79,6 +80,8 @@ class Metrics {
 
   // Every metric in the Prometheus text format, as a scrape returns it.
   std::string Render() const;
+  // The /status page (server/status_page.h) the endpoint serves beside /metrics.
+  std::string RenderStatus() const;
 
   // One push of an admitted session handled by the shard (accepted or refused): its time
   // and payload size (ShardFront::Push).

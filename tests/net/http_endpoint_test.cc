@@ -319,6 +319,23 @@ TEST_F(HttpEndpointTest, ServesTheBodyInThePrometheusTextFormatAndCloses) {
   EXPECT_EQ(endpoint_->stats().refused, 0u);
 }
 
+TEST_F(HttpEndpointTest, ServesEachResourceAtItsPathWithItsType) {
+  endpoint_ = std::make_unique<HttpEndpoint>(std::vector<HttpResource>{
+      {"/metrics", "text/plain; charset=utf-8", [] { return std::string("m 1\n"); }},
+      {"/status", "text/html; charset=utf-8", [] { return std::string("<p>ok</p>"); }}});
+  auto port = endpoint_->Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  Response metrics = Exchange(*port, "GET /metrics HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(metrics.body, "m 1\n");
+  EXPECT_THAT(metrics.head, HasSubstr("\r\nContent-Type: text/plain; charset=utf-8\r\n"));
+  Response status = Exchange(*port, "GET /status HTTP/1.0\r\n\r\n");
+  EXPECT_EQ(status.status, 200);
+  EXPECT_EQ(status.body, "<p>ok</p>");
+  EXPECT_THAT(status.head, HasSubstr("\r\nContent-Type: text/html; charset=utf-8\r\n"));
+  EXPECT_EQ(Exchange(*port, "GET /statu HTTP/1.0\r\n\r\n").status, 404);
+  EXPECT_EQ(Exchange(*port, "GET / HTTP/1.0\r\n\r\n").status, 404);
+}
+
 TEST_F(HttpEndpointTest, AnswersUnknownPath404OtherMethods405AndGarbage400) {
   Start();
   Response not_found = Exchange(port_, "GET /nope HTTP/1.0\r\n\r\n");

@@ -49,6 +49,7 @@ inline double MetricValue(const std::map<std::string, double>& metrics, const st
 
 struct HttpResponse {
   int status = 0;
+  std::string head;  // the status line and the header fields
   std::string body;
 };
 
@@ -94,6 +95,7 @@ inline absl::StatusOr<HttpResponse> HttpGet(uint16_t port, const std::string& pa
   if (!absl::SimpleAtoi(raw.substr(code + 1, 3), &r.status)) {
     return absl::DataLossError("no status code");
   }
+  r.head = raw.substr(0, header_end);
   r.body = raw.substr(header_end + 4);
   return r;
 }

@@ -364,6 +364,15 @@ TEST_F(MetricsTest, ServesTheTextOverHttpAndStops) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->status, 200);
   EXPECT_EQ(MetricValue(ParseMetrics(r->body), "ps_ready"), 1);
+  // The operator's page beside it: HTML, one row per worker.
+  absl::StatusOr<net::testing::HttpResponse> page = net::testing::HttpGet(port, "/status");
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_EQ(page->status, 200);
+  EXPECT_THAT(page->head, HasSubstr("Content-Type: text/html; charset=utf-8"));
+  EXPECT_THAT(page->body, HasSubstr("<tr><td class=\"id\">0</td><td>yes</td>"));
+  EXPECT_THAT(page->body, HasSubstr("<tr class=\"absent\"><td class=\"id\">1</td><td>no</td>"));
+  EXPECT_EQ(page->body, metrics_->RenderStatus());
+  EXPECT_EQ(net::testing::HttpGet(port, "/nothing")->status, 404);
   metrics_->Stop();
   EXPECT_EQ(metrics_->port(), 0);
   EXPECT_FALSE(net::testing::HttpGet(port, "/metrics").ok());
