@@ -101,10 +101,13 @@ case "${1:-}" in
     if [ "$fuzz_seconds" -gt 0 ] || [ "${PS_SANITIZERS:-1}" != 0 ]; then
       PACKAGES+=(clang libclang-rt-14-dev)
     fi
-    # promtool (package prometheus) lints the metrics exposition in ps_metrics_scrape_test.
+    # promtool (package prometheus) lints the metrics exposition in ps_metrics_scrape_test
+    # and runs the alerting rules' unit tests (deploy_monitoring).
     # (deploy/validate.sh installs node and npm itself when they are missing: a node
     # from elsewhere brings its own npm, which Debian's npm package conflicts with.)
     PACKAGES+=(prometheus)
+    # A real headless browser opens the shards' /status page (python_status_page).
+    PACKAGES+=(chromium)
     # The Python package's tests (tests/python) run under pytest, with torch tensors too.
     PACKAGES+=(python3-pytest python3-torch)
     install_missing
