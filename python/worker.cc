@@ -214,6 +214,11 @@ class PyWorker {
     return *v;
   }
 
+  void Leave(double timeout) {
+    const std::chrono::milliseconds t = Millis(timeout, "timeout");
+    ThrowIfError(Call([&](Worker& w) { return w.Leave(t); }));
+  }
+
   // Worker::Adopt; `values` (a sequence of arrays, one per tensor) on the root, None
   // elsewhere.
   void Adopt(uint64_t round, uint32_t root, const py::object& values, double timeout) {
@@ -431,6 +436,7 @@ void BindWorker(py::module_& m) {
             return self.cast<PyWorker&>().StartPullAll(self, min_version, outs, timeout);
           },
           py::arg("min_version"), py::arg("outs"), py::arg("timeout") = 60.0)
+      .def("leave", &PyWorker::Leave, py::arg("timeout") = 5.0)
       .def("adopt", &PyWorker::Adopt, py::arg("round"), py::arg("root"),
            py::arg("values") = py::none(), py::arg("timeout") = 60.0)
       .def("report_loss", &PyWorker::ReportLoss, py::arg("round"), py::arg("loss"))

@@ -139,6 +139,7 @@ int main(int argc, char** argv) {
           ps::cli::JsonObjectWriter line;
           line.Add("worker", w.worker())
               .Add("joined", w.joined())
+              .Add("state", w.state())
               .Add("pushes_accepted", w.pushes_accepted())
               .Add("udp_chunks_accepted", w.udp_chunks_accepted())
               .Add("late", w.late())

@@ -24,6 +24,7 @@ struct RawFlagValues {
   int64_t request_read_timeout_ms = 0;
   int64_t refusal_hold_ms = 0;
   int64_t quarantine_ms = 0;
+  int64_t worker_timeout_ms = 0;
   // Choices parsed into their enums once the flags are read (each checked by its flag).
   std::string schedule, aggregation_scope, device, krum_neighbours, even_median, data_plane;
 };

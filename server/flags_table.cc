@@ -75,6 +75,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
   raw.request_read_timeout_ms = o.request_read_timeout.count();
   raw.refusal_hold_ms = o.refusal_hold.count();
   raw.quarantine_ms = o.quarantine.count();
+  raw.worker_timeout_ms = o.worker_timeout.count();
   raw.schedule = std::string(ScheduleName(o.schedule));
   raw.data_plane = std::string(core::DataPlaneName(o.data_plane));
   raw.aggregation_scope = std::string(AggregationScopeName(o.aggregation_scope));
@@ -159,6 +160,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
   add("Security", "quarantine-ms", raw.quarantine_ms,
       "How long a worker that sent a malformed push sits out: its pushes are refused and "
       "rounds do not wait for it (0 to 3600000; 0: never)");
+  add("Rounds", "worker-timeout-ms", raw.worker_timeout_ms,
+      "A worker with no push taken for this long expires: rounds stop waiting for it until "
+      "it pushes or joins again (0 to 86400000; 0: never)");
 
   add("Durability", "checkpoint-dir", o.checkpoint_dir,
       "Directory for this shard's checkpoints (in its subdirectory shard-<id>); restored at "
@@ -305,6 +309,7 @@ void ApplyRawFlagValues(const RawFlagValues& raw, ServerOptions& o) {
   o.request_read_timeout = std::chrono::milliseconds(raw.request_read_timeout_ms);
   o.refusal_hold = std::chrono::milliseconds(raw.refusal_hold_ms);
   o.quarantine = std::chrono::milliseconds(raw.quarantine_ms);
+  o.worker_timeout = std::chrono::milliseconds(raw.worker_timeout_ms);
   // Each flag's IsMember check admitted only these spellings.
   o.schedule = ParseSchedule(raw.schedule).value_or(Schedule::kPriority);
   o.data_plane = core::ParseDataPlane(raw.data_plane).value_or(core::DataPlane::kGrpc);

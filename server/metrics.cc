@@ -223,6 +223,12 @@ std::vector<MetricFamily> Collector::Collect() const {
                       o.num_workers));
   out.push_back(Gauge("ps_workers_joined", "Workers that joined this shard (have a session)",
                       shard_->workers_joined()));
+  out.push_back(Gauge("ps_workers_absent",
+                      "Workers that left or expired (--worker-timeout-ms): no round waits for them",
+                      shard_->workers_absent()));
+  out.push_back(Gauge("ps_round_quorum",
+                      "Fewest inputs a round is aggregated with (n - f, or --quorum)",
+                      shard_->quorum()));
   out.push_back(Gauge("ps_published_version",
                       "Lowest published version over the owned slices (0 before ready)",
                       static_cast<double>(shard_->MinVersion())));
@@ -577,7 +583,7 @@ class Metrics::Impl {
     v.pushes_accepted = st.pushes_accepted;
     for (uint64_t n : st.refusals) v.refusals += n;
     v.workers = st.workers;
-    for (uint32_t w = 0; w < st.workers.size(); ++w) v.joined.push_back(shard->joined(w));
+    for (uint32_t w = 0; w < st.workers.size(); ++w) v.states.push_back(shard->membership(w));
     return StatusPage(v);
   }
 

@@ -132,6 +132,10 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("quarantine", "quarantine-ms", absl::StrCat(quarantine.count()),
                    "must be in [0, 3600000]");
   }
+  if (worker_timeout.count() < 0 || worker_timeout.count() > 86400000) {
+    return Invalid("worker_timeout", "worker-timeout-ms", absl::StrCat(worker_timeout.count()),
+                   "must be in [0, 86400000]");
+  }
   if (max_message_bytes < kMinMessageBytes || max_message_bytes > kMaxMessageBytes) {
     return Invalid("max_message_bytes", "max-message-bytes", absl::StrCat(max_message_bytes),
                    absl::StrCat("must be in [", kMinMessageBytes, ", ", kMaxMessageBytes,

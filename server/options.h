@@ -105,6 +105,9 @@ struct ServerOptions {
   // A worker that sends a malformed push or chunk is quarantined this long
   // (server/quarantine.h): its pushes are refused and no round waits for it. 0: never.
   std::chrono::milliseconds quarantine{10000};
+  // A worker with no push or chunk taken for this long expires (server/membership.h): no
+  // round waits for it until it pushes or joins again. 0: never.
+  std::chrono::milliseconds worker_timeout{300000};
 
   // --- durability (docs/operations.md, "Backing up and restoring") ---
   // Directory of this shard's checkpoints (a subdirectory shard-<id> is used); empty:

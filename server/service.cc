@@ -117,6 +117,9 @@ void WorkerServiceImpl::AddTo(GrpcFront* front) {
   front->Add(path("GetObject"),
              Unary<v1::GetObjectRequest>(
                  gate_, [this](FrontCall* c, const v1::GetObjectRequest& r) { GetObject(c, r); }));
+  front->Add(path("Leave"), Unary<v1::LeaveRequest>(gate_, [this](FrontCall* c, const v1::LeaveRequest& r) {
+               Leave(c, r);
+             }));
   front->Add(path("Adopt"), Unary<v1::AdoptRequest>(gate_, [this](FrontCall* c, const v1::AdoptRequest& r) {
                Adopt(c, r);
              }));
@@ -232,6 +235,14 @@ void WorkerServiceImpl::InitSlice(FrontCall* call, const v1::InitSliceRequest& r
   v1::InitSliceResponse resp;
   gate_.Answer(call, shard_->InitSlice(peer->worker, req.layout_hash(), req.slice_id(), req.values()),
                req, &resp);
+}
+
+void WorkerServiceImpl::Leave(FrontCall* call, const v1::LeaveRequest& req) {
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  shard_->Leave(peer->worker);
+  v1::LeaveResponse resp;
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 
 void WorkerServiceImpl::Adopt(FrontCall* call, const v1::AdoptRequest& req) {
@@ -404,6 +415,7 @@ v1::StatusResponse AdminServiceImpl::StatusNow() const {
     v1::WorkerStatus* ws = r.add_workers();
     ws->set_worker(static_cast<uint32_t>(w));
     ws->set_joined(shard.joined(static_cast<uint32_t>(w)));
+    ws->set_state(std::string(MembershipStateName(shard.membership(static_cast<uint32_t>(w)))));
     ws->set_pushes_accepted(c.pushes_accepted);
     ws->set_udp_chunks_accepted(c.chunks_accepted);
     ws->set_late(c.refused(Refusal::kLate));

@@ -76,8 +76,8 @@ class WorkerServiceImpl final {
   void set_udp_port(uint16_t port) { udp_port_ = port; }
   // The TCP data plane's port Join tells workers about (--data-plane tcp); before serving.
   void set_data_port(uint16_t port) { data_port_ = port; }
-  // Adds Join, RegisterLayout, InitSlice, PutObject, GetObject, Adopt and AdoptSlice to
-  // `front` (borrowing this service).
+  // Adds Join, RegisterLayout, InitSlice, PutObject, GetObject, Leave, Adopt and
+  // AdoptSlice to `front` (borrowing this service).
   void AddTo(GrpcFront* front);
 
   void Join(FrontCall* call, const v1::JoinRequest& req);
@@ -85,6 +85,7 @@ class WorkerServiceImpl final {
   void InitSlice(FrontCall* call, const v1::InitSliceRequest& req);
   void PutObject(FrontCall* call, const v1::PutObjectRequest& req);
   void GetObject(FrontCall* call, const v1::GetObjectRequest& req);
+  void Leave(FrontCall* call, const v1::LeaveRequest& req);
   void Adopt(FrontCall* call, const v1::AdoptRequest& req);
   void AdoptSlice(FrontCall* call, const v1::AdoptSliceRequest& req);
 

@@ -65,6 +65,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       counters_(shard_id, options.num_workers),
       sessions_(options.num_workers),
       quarantine_(options.num_workers, options.quarantine),
+      membership_(options.num_workers,
+                  std::chrono::duration_cast<core::Duration>(options.worker_timeout)),
       adoption_(options.num_workers, AdoptionQuorum(options, quorum_)),
       table_(SliceTable::Config{shard_id, options.num_shards, options.num_workers,
                                 options.max_message_bytes, EffectiveMaxShardBytes(options),
@@ -93,6 +95,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
   rules_.keep_published_model = !options_.checkpoint_dir.empty();
   rules_.state_rows = aggregator_->StateRows();
   rules_.quarantine = &quarantine_;
+  rules_.membership = &membership_;
   rules_.pull_codec = options_.pull_codec;
 }
 
@@ -131,6 +134,7 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   result.udp_key = std::move(issued.udp_key);
   result.data_secret = std::move(issued.data_secret);
   const uint64_t joins = issued.joins;
+  NotePresent(worker_id, clock_->Now(), "a join");
   result.version = MinVersion();
   // A client may join in a loop: the 1st, 2nd, 4th, ... join of each worker at info.
   spdlog::log(std::has_single_bit(joins) ? spdlog::level::info : spdlog::level::debug,
@@ -317,6 +321,7 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
       payload, loss, lr);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
+  NotePresent(worker_id, clock_->Now(), "a push");
   counters_.PushAccepted(worker_id, payload.bytes(), uint64_t{s->info().numel} * sizeof(float));
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   NoteRound(worker_id, round, /*chunk=*/false);
@@ -356,6 +361,7 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
       payload);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
+  NotePresent(worker_id, clock_->Now(), "a UDP chunk");
   counters_.ChunkAccepted(worker_id, payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
   NoteRound(worker_id, h.round, /*chunk=*/true);
@@ -367,14 +373,45 @@ absl::Status Shard::RefusedPush(uint32_t worker_id, absl::Status status) {
   if (core::RefusalOf(status) == Refusal::kMalformed &&
       quarantine_.Start(worker_id, clock_->Now())) {
     counters_.Quarantined(worker_id, quarantine_.duration());
-    // Rounds that were waiting only for this worker close now.
-    table_.ForEach([this](SliceRound& s) {
-      if (std::optional<uint64_t> round = s.CloseIfOnlyQuarantinedMissing()) {
-        Closed(s, *round, /*at_deadline=*/false);
-      }
-    });
+    WorkerGone();
   }
   return status;
+}
+
+bool Shard::LoudMembershipLog() {
+  return std::has_single_bit(membership_logs_.fetch_add(1) + 1);
+}
+
+void Shard::WorkerGone() {
+  // Rounds that were waiting only for absent workers close now.
+  table_.ForEach([this](SliceRound& s) {
+    if (std::optional<uint64_t> round = s.CloseIfOnlyAbsentMissing()) {
+      Closed(s, *round, /*at_deadline=*/false);
+    }
+  });
+  const uint32_t n = options_.num_workers;
+  const uint32_t present = n - std::min(n, membership_.absent_count());
+  if (present < quorum_) {
+    spdlog::log(LoudMembershipLog() ? spdlog::level::err : spdlog::level::debug,
+        "shard {}: only {} of {} workers are present (the others left or expired), below the "
+        "quorum of {}: rounds cannot close until workers come back (the quorum and the rule's "
+        "bound stay those of --workers {} and --byzantine {})",
+        shard_id_, present, n, quorum_, n, options_.num_byzantine);
+  }
+}
+
+void Shard::NotePresent(uint32_t worker_id, core::SteadyTime now, std::string_view how) {
+  if (membership_.Active(worker_id, now)) {
+    spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug, "shard {}: worker {} is back ({}); rounds wait for it again",
+                shard_id_, worker_id, how);
+  }
+}
+
+void Shard::Leave(uint32_t worker_id) {
+  if (!membership_.Leave(worker_id)) return;
+  spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug, "shard {}: worker {} left; rounds no longer wait for it",
+              shard_id_, worker_id);
+  WorkerGone();
 }
 
 void Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {
@@ -464,6 +501,15 @@ int32_t Shard::SlicePriority(uint32_t slice_id) const {
 
 void Shard::Tick(core::SteadyTime now) {
   model_.Tick(now);
+  const std::vector<uint32_t> expired = membership_.Expire(now);
+  for (uint32_t w : expired) {
+    spdlog::warn("shard {}: worker {} expired: nothing taken from it for {} ms "
+                 "(--worker-timeout-ms); rounds no longer wait for it until it pushes or joins "
+                 "again",
+                 shard_id_, w,
+                 std::chrono::duration_cast<std::chrono::milliseconds>(membership_.timeout()).count());
+  }
+  if (!expired.empty()) WorkerGone();
   for (uint32_t id : deadlines_.PopDue(now)) {
     SliceRound* s = table_.slice(id);
     const SliceRound::DeadlineOutcome out = s->OnDeadline(now);

@@ -10,6 +10,7 @@
 //   AggregationJobs   the shard's work on the thread pool, and waiting for it
 //   DecoderCache      codec instances by name
 //   Quarantine        workers that sent a malformed push, whom no round waits for
+//   Membership        workers that left or expired, whom no round waits for either
 //   Adoption          the votes that let the shard take one worker's values mid-run
 //   ShardCounters     ShardStats, and rate-limited logs of what a client can trigger
 //
@@ -140,6 +141,13 @@ class Shard {
   // owned slices have one.
   absl::Status InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t slice_id,
                          std::string_view values);
+
+  // `worker_id` leaves (server/membership.h): no round waits for it until it pushes or
+  // joins again; rounds that waited only for it close now.
+  void Leave(uint32_t worker_id);
+  // Whether rounds wait for `worker` (left or expired: not).
+  Membership::State membership(uint32_t worker) const { return membership_.state(worker); }
+  uint32_t workers_absent() const { return membership_.absent_count(); }
 
   // --- mid-run adoption of one worker's values (server/adoption.h) ---
   // `worker_id`'s vote for adopting worker `root`'s values at `round`, the version every
@@ -301,6 +309,15 @@ class Shard {
   // A push or chunk of `worker_id` refused by its slice: counted; a malformed one
   // quarantines the worker.
   absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
+  // A worker stopped being waited for (quarantined, left, expired): every round that now
+  // waits only for absent workers closes; says loudly when fewer workers than the quorum
+  // are left to push.
+  void WorkerGone();
+  // `worker_id` had a push or chunk taken at `now` (or joined): present again.
+  void NotePresent(uint32_t worker_id, core::SteadyTime now, std::string_view how);
+  // Whether this log line about workers leaving or coming back is one to write at info:
+  // the 1st, 2nd, 4th, ... (a worker may do either in a loop); the others go at debug.
+  bool LoudMembershipLog();
 
   // A slice closed `round` (counted when `at_deadline`): schedules its aggregation
   // (slice scope), or tells the model coordinator (model scope).
@@ -336,12 +353,14 @@ class Shard {
   SessionTable sessions_;
   DeadlineQueue deadlines_;
   Quarantine quarantine_;
+  Membership membership_;
   Adoption adoption_;
   RoundRules rules_;
   SliceTable table_;
   ModelCoordinator model_;
 
   std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> membership_logs_{0};
 
   // Last: destroyed first, after waiting for the jobs that use everything above.
   AggregationJobs jobs_;

@@ -284,24 +284,26 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
   return progress;
 }
 
-bool SliceRound::OnlyQuarantinedMissingLocked() const {
+bool SliceRound::OnlyAbsentMissingLocked() const {
   const Quarantine* q = rules_->quarantine;
-  if (q == nullptr || num_pushed_ < std::max<uint32_t>(rules_->quorum, 1)) {
-    return false;
-  }
+  const Membership* m = rules_->membership;
+  if (num_pushed_ < std::max<uint32_t>(rules_->quorum, 1)) return false;
   const core::SteadyTime now = rules_->clock->Now();
-  if (!q->Any(now)) return false;
+  const bool quarantined = q != nullptr && q->Any(now);
+  const bool gone = m != nullptr && m->AnyAbsent();
+  if (!quarantined && !gone) return false;
   for (uint32_t w = 0; w < rules_->num_workers; ++w) {
     const ChunkedPush& c = inputs_.chunked[w];
     const bool whole = inputs_.pushed[w] && (c.chunk_count == 0 || c.received == c.chunk_count);
-    if (!whole && !q->Contains(w, now)) return false;
+    if (whole) continue;
+    if (!(quarantined && q->Contains(w, now)) && !(gone && m->Absent(w))) return false;
   }
   return true;
 }
 
-std::optional<uint64_t> SliceRound::CloseIfOnlyQuarantinedMissing() {
+std::optional<uint64_t> SliceRound::CloseIfOnlyAbsentMissing() {
   Locked lock(this);
-  if (!initialized_ || closing_ || !OnlyQuarantinedMissingLocked()) return std::nullopt;
+  if (!initialized_ || closing_ || !OnlyAbsentMissingLocked()) return std::nullopt;
   const uint64_t round = version_;
   CloseLocked();
   return round;
@@ -310,7 +312,7 @@ std::optional<uint64_t> SliceRound::CloseIfOnlyQuarantinedMissing() {
 SliceRound::Progress SliceRound::AfterPushLocked() {
   Progress p;
   if (num_complete_ == rules_->num_workers ||
-      (deadline_passed_ && num_pushed_ >= rules_->quorum) || OnlyQuarantinedMissingLocked()) {
+      (deadline_passed_ && num_pushed_ >= rules_->quorum) || OnlyAbsentMissingLocked()) {
     p.closed = true;
     p.at_deadline = deadline_passed_;
     CloseLocked();

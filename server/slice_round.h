@@ -53,6 +53,7 @@
 #include "server/deadline_queue.h"
 #include "server/optimizer.h"
 #include "server/pull_delta.h"
+#include "server/membership.h"
 #include "server/quarantine.h"
 #include "server/snapshot_pool.h"
 
@@ -133,6 +134,8 @@ struct RoundRules {
   UdpRounds* udp = nullptr;
   // Workers no round waits for (null: every round waits for all n).
   const Quarantine* quarantine = nullptr;
+  // Workers that left or expired, whom no round waits for either (null: none).
+  const Membership* membership = nullptr;
   // --pull-codec: each slice keeps what the workers hold and publishes its changes
   // encoded with this spec (server/pull_delta.h). Empty: dense pulls only.
   std::string pull_codec;
@@ -345,10 +348,10 @@ class SliceRound {
   // is at that round and has none, so that a slice whose datagrams were all lost still
   // closes or is dropped.
   void StartDeadlineAt(uint64_t round);
-  // A worker was just quarantined: closes the open round if it has its quorum and waits
-  // for nobody else (every worker whose push is not whole is quarantined). Returns the
-  // round it closed.
-  std::optional<uint64_t> CloseIfOnlyQuarantinedMissing();
+  // A worker was just quarantined, left or expired: closes the open round if it has its
+  // quorum and waits for nobody else (every worker whose push is not whole is absent:
+  // quarantined, left or expired). Returns the round it closed.
+  std::optional<uint64_t> CloseIfOnlyAbsentMissing();
 
   // The round Close parked for its aggregation (nullopt if another took it).
   std::optional<ClosedRound> TakeClosed();
@@ -412,11 +415,12 @@ class SliceRound {
   absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec, const PushPayload& payload)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push or chunk was taken: closes the round when every push is complete (or
-  // the deadline passed with the quorum, or only quarantined workers are missing), else
+  // the deadline passed with the quorum, or only absent workers are missing), else
   // starts its deadline once `starters` workers pushed.
   Progress AfterPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The round has its quorum and waits only for quarantined workers.
-  bool OnlyQuarantinedMissingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The round has its quorum and waits only for absent workers (quarantined, left or
+  // expired).
+  bool OnlyAbsentMissingLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Moves the round and the model into closed_ for the aggregation.
   void CloseLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Empties the open round (the one reset path) and forgets its deadline.

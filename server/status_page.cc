@@ -31,9 +31,12 @@ uint64_t Refused(const WorkerCounts& w) {
 
 }  // namespace
 
-std::string WorkerMark(const WorkerCounts& w, bool joined, uint64_t rounds_closed) {
+std::string WorkerMark(const WorkerCounts& w, Membership::State state, uint64_t rounds_closed) {
   if (w.refused(core::Refusal::kMalformed) > 0 || w.quarantines > 0) return "suspect";
-  if (!joined || (rounds_closed > 0 && 2 * w.slice_rounds_missed > rounds_closed)) return "absent";
+  if (state != Membership::State::kPresent ||
+      (rounds_closed > 0 && 2 * w.slice_rounds_missed > rounds_closed)) {
+    return "absent";
+  }
   return "";
 }
 
@@ -61,15 +64,18 @@ std::string StatusPage(const StatusView& v) {
   absl::StrAppend(&out,
                   "<table id=\"workers\">\n<caption>Workers (", v.workers_expected,
                   " expected): what this shard saw of their pushes</caption>\n"
-                  "<tr><th>worker</th><th>joined</th><th>pushes</th><th>UDP chunks</th>"
+                  "<tr><th>worker</th><th>state</th><th>pushes</th><th>UDP chunks</th>"
                   "<th>late</th><th>refused</th><th>malformed</th><th>slice rounds missed</th>"
                   "<th>quarantines</th><th>mark</th></tr>\n");
   for (size_t i = 0; i < v.workers.size(); ++i) {
     const WorkerCounts& w = v.workers[i];
-    const bool joined = i < v.joined.size() && v.joined[i];
-    const std::string mark = WorkerMark(w, joined, v.rounds_closed);
+    const Membership::State state =
+        i < v.states.size() ? v.states[i] : Membership::State::kNeverJoined;
+    const std::string mark = WorkerMark(w, state, v.rounds_closed);
+    std::string state_text(MembershipStateName(state));
+    for (char& c : state_text) c = c == '_' ? ' ' : c;
     absl::StrAppend(&out, "<tr", mark.empty() ? "" : absl::StrCat(" class=\"", mark, "\""),
-                    "><td class=\"id\">", i, "</td><td>", joined ? "yes" : "no", "</td><td>",
+                    "><td class=\"id\">", i, "</td><td>", state_text, "</td><td>",
                     w.pushes_accepted, "</td><td>", w.chunks_accepted, "</td><td>",
                     w.refused(core::Refusal::kLate), "</td><td>", Refused(w), "</td><td>",
                     w.refused(core::Refusal::kMalformed), "</td><td>", w.slice_rounds_missed,
@@ -77,8 +83,8 @@ std::string StatusPage(const StatusView& v) {
   }
   absl::StrAppend(&out,
                   "</table>\n<p>Marks: <b>suspect</b> after a malformed push or a quarantine; "
-                  "<b>absent</b> when it never joined or missed more than half of the slice "
-                  "rounds. The same counts: <a href=\"/metrics\">/metrics</a> "
+                  "<b>absent</b> when it left, expired, never joined or missed more than half of the slice "
+                  "rounds. A worker that left or expired is not waited for until it pushes again. The same counts: <a href=\"/metrics\">/metrics</a> "
                   "(<code>ps_worker_*</code>). This page reloads every 5 seconds.</p>\n"
                   "</body></html>\n");
   return out;

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "server/membership.h"
 #include "server/shard_counters.h"
 
 namespace ps::server {
@@ -26,12 +27,13 @@ struct StatusView {
   uint64_t pushes_accepted = 0;
   uint64_t refusals = 0;
   std::vector<WorkerCounts> workers;
-  std::vector<bool> joined;  // per worker id
+  std::vector<Membership::State> states;  // per worker id
 };
 
 // How a worker's row is marked: "suspect" after a malformed push or a quarantine,
-// "absent" when it missed more than half of the slice rounds (or never joined), else "".
-std::string WorkerMark(const WorkerCounts& w, bool joined, uint64_t rounds_closed);
+// "absent" when it left, expired, never joined or missed more than half of the slice
+// rounds, else "".
+std::string WorkerMark(const WorkerCounts& w, Membership::State state, uint64_t rounds_closed);
 
 std::string StatusPage(const StatusView& view);
 

@@ -235,6 +235,18 @@ absl::StatusOr<v1::GetObjectResponse> ShardClient::GetObject(uint32_t shard, uin
   return resp;
 }
 
+absl::Status ShardClient::Leave(RpcClock::time_point deadline) {
+  absl::Status first;
+  for (uint32_t i = 0; i < shards_.size(); ++i) {
+    v1::LeaveRequest req;
+    req.set_session(session(i).token);
+    v1::LeaveResponse resp;
+    absl::Status st = shards_[i]->link.control->Leave(req, deadline, &resp);
+    if (!st.ok() && first.ok()) first = WithContext(st, absl::StrCat("leaving ", name(i)));
+  }
+  return first;
+}
+
 absl::Status ShardClient::Adopt(uint64_t round, uint32_t root,
                                 std::span<const std::span<const float>> values,
                                 RpcClock::time_point deadline) {

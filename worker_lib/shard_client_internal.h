@@ -96,6 +96,10 @@ class ShardClient {
   absl::StatusOr<v1::GetObjectResponse> GetObject(uint32_t shard, uint32_t owner,
                                                   std::string_view key);
 
+  // Worker::Leave: tells every shard, once each, each call bounded by `deadline`; the
+  // first failure (the others are still told).
+  absl::Status Leave(RpcClock::time_point deadline);
+
   // Worker::Adopt: this worker's vote on every shard, then, on the root (`values` not
   // empty), each shard's slices once its vote passed, waiting with the join backoff
   // until `deadline`. A call that finds its session forgotten joins again and is repeated

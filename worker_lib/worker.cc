@@ -159,6 +159,10 @@ class WorkerImpl final : public Worker {
     }
   }
 
+  absl::Status Leave(std::chrono::milliseconds timeout) override {
+    return client_->Leave(internal::RpcClock::now() + timeout);
+  }
+
   absl::Status Adopt(uint64_t round, uint32_t root, std::span<const std::span<const float>> values,
                      std::chrono::milliseconds timeout) override {
     const uint32_t workers = client_->infos().empty() ? 1 : client_->infos()[0].num_workers;

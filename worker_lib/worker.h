@@ -373,6 +373,12 @@ class Worker {
                                                  uint64_t min_version,
                                                  std::chrono::milliseconds timeout) = 0;
 
+  // Tells every shard that this worker leaves (docs/operations.md, "Workers that come and
+  // go"): no round waits for it until it pushes or joins again. Each shard is asked once,
+  // within `timeout`; the first failure is returned (the others are still told). Pushes
+  // not yet answered may be lost: call WaitPushes() first.
+  virtual absl::Status Leave(std::chrono::milliseconds timeout) = 0;
+
   // Horovod's broadcast_parameters after training started (docs/python.md, "Starting and
   // resuming from rank 0's values"): every shard replaces its parameters with worker
   // `root`'s as version round + 1, where `round` is the version every worker pulled last

@@ -19,6 +19,7 @@ Every blocking call releases the GIL. See docs/python.md.
 import math
 
 from . import _arrays
+from ._ps_server import Error
 from ._ps_server import Worker as _Worker
 
 __all__ = ["Worker"]
@@ -167,8 +168,18 @@ class Worker:
         """Counters since start: slices pushed, refused and pulled, bytes, retries, ..."""
         return self._w.stats()
 
+    def leave(self, timeout=5.0):
+        """Tells every shard that this worker leaves: no round waits for it until it pushes
+        or joins again (docs/operations.md, "Workers that come and go"). close() does it."""
+        self._w.leave(timeout)
+
     def close(self):
-        """Leaves the shards; the object is unusable afterwards."""
+        """Leaves the shards (each told within a second, as far as it answers) and ends the
+        sessions; the object is unusable afterwards."""
+        try:
+            self._w.leave(1.0)
+        except (Error, ValueError):  # a shard gone or unreachable, or closed already
+            pass
         self._w.close()
 
     def __enter__(self):

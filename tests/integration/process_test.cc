@@ -88,7 +88,7 @@ TEST_P(ProcessPlaneTest, ServesAWorkerAndDrainsOnSigterm) {
   ASSERT_EQ(admin.Wait(milliseconds(30000)), 0) << admin.Log();
   EXPECT_THAT(admin.Log(), HasSubstr("\"pushes_accepted\":1,\"refusals\":0"));
   EXPECT_THAT(admin.Log(),
-              HasSubstr("}\n{\"worker\":0,\"joined\":true,\"pushes_accepted\":1,"
+              HasSubstr("}\n{\"worker\":0,\"joined\":true,\"state\":\"present\",\"pushes_accepted\":1,"
                         "\"udp_chunks_accepted\":0,\"late\":0,\"refused\":0,\"malformed\":0,"
                         "\"slice_rounds_missed\":0,\"quarantines\":0}\n"));
 

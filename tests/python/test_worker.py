@@ -392,3 +392,44 @@ def test_adopt_takes_the_roots_values_only_with_the_quorums_votes(server_bin):
         workers[2].adopt(1, 0)
         for w in workers:
             w.close()
+
+
+def test_rounds_stop_waiting_for_a_worker_that_died_or_left(server_bin):
+    # Three workers, f = 1 (quorum 2) on two shards; a round deadline of 3 s, and workers
+    # expire after 1 s without a push. Worker 2 dies after round 0 (it stops, telling
+    # nobody): round 1 waits for it until it expires (about 1 s), and then the shards stop
+    # waiting for it, so rounds 2 to 4 close as soon as the two others pushed.
+    with Shards(2, 3, byzantine=1, aggregator="median", lr=0.5, momentum=0.0, server=server_bin,
+                server_args=("--round-deadline-ms", "3000", "--worker-timeout-ms", "1000")) as shards:
+        workers = start_workers(shards, 3)
+        for w in workers:
+            push_round(w, 0, grads(1.0))
+        pulled(workers[0], 1)
+        start = time.monotonic()
+        for w in workers[:2]:
+            push_round(w, 1, grads(1.0))
+        pulled(workers[0], 2)
+        waited = time.monotonic() - start
+        assert 0.5 < waited < 2.9, f"round 1 waited {waited:.2f} s: until worker 2 expired"
+        start = time.monotonic()
+        for round in (2, 3, 4):
+            for w in workers[:2]:
+                push_round(w, round, grads(1.0))
+            pulled(workers[1], round + 1)
+        assert time.monotonic() - start < 2.5, "rounds 2-4 waited for the dead worker"
+        # Worker 1 leaves (close): one worker is below the quorum, so round 5 cannot close.
+        workers[1].close()
+        push_round(workers[0], 5, grads(1.0))
+        outs = [np.empty(1000, dtype=np.float32), np.empty(10, dtype=np.float32)]
+        with pytest.raises(ps_server.Error):
+            workers[0].pull_all(6, outs, timeout=1.0)
+        # Worker 2 comes back (a new process with its token): it joins at version 5, and
+        # its push closes round 5 with the quorum.
+        workers[2].close()
+        back = ps_server.Worker(shards.addresses, 2, TENSORS, token_file=shards.token_file(2),
+                                connect_timeout=30)
+        assert back.start_version == 5
+        push_round(back, 5, grads(1.0))
+        pulled(back, 6)
+        for w in (workers[0], back):
+            w.close()

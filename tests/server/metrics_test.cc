@@ -369,8 +369,9 @@ TEST_F(MetricsTest, ServesTheTextOverHttpAndStops) {
   ASSERT_TRUE(page.ok()) << page.status();
   EXPECT_EQ(page->status, 200);
   EXPECT_THAT(page->head, HasSubstr("Content-Type: text/html; charset=utf-8"));
-  EXPECT_THAT(page->body, HasSubstr("<tr><td class=\"id\">0</td><td>yes</td>"));
-  EXPECT_THAT(page->body, HasSubstr("<tr class=\"absent\"><td class=\"id\">1</td><td>no</td>"));
+  EXPECT_THAT(page->body, HasSubstr("<tr><td class=\"id\">0</td><td>present</td>"));
+  EXPECT_THAT(page->body,
+              HasSubstr("<tr class=\"absent\"><td class=\"id\">1</td><td>never joined</td>"));
   EXPECT_EQ(page->body, metrics_->RenderStatus());
   EXPECT_EQ(net::testing::HttpGet(port, "/nothing")->status, 404);
   metrics_->Stop();

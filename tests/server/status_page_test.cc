@@ -17,17 +17,21 @@ WorkerCounts Counts(uint64_t pushes, uint64_t missed) {
   return w;
 }
 
+constexpr Membership::State kPresent = Membership::State::kPresent;
+
 TEST(StatusPageTest, MarksSuspectsAndAbsentWorkers) {
-  EXPECT_EQ(WorkerMark(Counts(10, 0), true, 10), "");
-  EXPECT_EQ(WorkerMark(Counts(10, 5), true, 10), "") << "half is not more than half";
-  EXPECT_EQ(WorkerMark(Counts(4, 6), true, 10), "absent");
-  EXPECT_EQ(WorkerMark(Counts(0, 0), false, 0), "absent") << "never joined";
+  EXPECT_EQ(WorkerMark(Counts(10, 0), kPresent, 10), "");
+  EXPECT_EQ(WorkerMark(Counts(10, 5), kPresent, 10), "") << "half is not more than half";
+  EXPECT_EQ(WorkerMark(Counts(4, 6), kPresent, 10), "absent");
+  EXPECT_EQ(WorkerMark(Counts(0, 0), Membership::State::kNeverJoined, 0), "absent");
+  EXPECT_EQ(WorkerMark(Counts(10, 0), Membership::State::kLeft, 10), "absent");
+  EXPECT_EQ(WorkerMark(Counts(10, 0), Membership::State::kExpired, 10), "absent");
   WorkerCounts bad = Counts(10, 0);
   bad.refusals[static_cast<size_t>(core::Refusal::kMalformed)] = 1;
-  EXPECT_EQ(WorkerMark(bad, true, 10), "suspect");
+  EXPECT_EQ(WorkerMark(bad, kPresent, 10), "suspect");
   WorkerCounts quarantined = Counts(10, 9);
   quarantined.quarantines = 1;
-  EXPECT_EQ(WorkerMark(quarantined, true, 10), "suspect") << "suspect wins over absent";
+  EXPECT_EQ(WorkerMark(quarantined, kPresent, 10), "suspect") << "suspect wins over absent";
 }
 
 TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
@@ -45,16 +49,16 @@ TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
   v.workers = {Counts(10, 0), Counts(10, 0), Counts(5, 8)};
   v.workers[1].refusals[static_cast<size_t>(core::Refusal::kLate)] = 3;
   v.workers[1].refusals[static_cast<size_t>(core::Refusal::kMalformed)] = 1;
-  v.joined = {true, true, true};
+  v.states = {kPresent, kPresent, kPresent};
   const std::string page = StatusPage(v);
   EXPECT_THAT(page, HasSubstr("<meta http-equiv=\"refresh\" content=\"5\">"));
   EXPECT_THAT(page, HasSubstr("<h1>ps-server shard 1 of 2</h1>"));
   EXPECT_THAT(page, HasSubstr("clip(2)+&lt;krum&gt;"));
   EXPECT_THAT(page, Not(HasSubstr("<krum>")));
   EXPECT_THAT(page, HasSubstr("<dd>7 to 8</dd>"));
-  EXPECT_THAT(page, HasSubstr("<tr><td class=\"id\">0</td><td>yes</td><td>10</td><td>0</td>"
+  EXPECT_THAT(page, HasSubstr("<tr><td class=\"id\">0</td><td>present</td><td>10</td><td>0</td>"
                               "<td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td></td></tr>"));
-  EXPECT_THAT(page, HasSubstr("<tr class=\"suspect\"><td class=\"id\">1</td><td>yes</td>"
+  EXPECT_THAT(page, HasSubstr("<tr class=\"suspect\"><td class=\"id\">1</td><td>present</td>"
                               "<td>10</td><td>0</td><td>3</td><td>4</td><td>1</td>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"absent\"><td class=\"id\">2</td>"));
   // No script and nothing fetched from elsewhere.

@@ -97,6 +97,9 @@ class FakeControl final : public ShardControl {
                          v1::GetObjectResponse*) override {
     return absl::UnimplementedError("the fake shard keeps no objects");
   }
+  absl::Status Leave(const v1::LeaveRequest&, RpcClock::time_point, v1::LeaveResponse*) override {
+    return absl::OkStatus();
+  }
   absl::Status Adopt(const v1::AdoptRequest&, RpcClock::time_point, v1::AdoptResponse*) override {
     return absl::UnimplementedError("the fake shard adopts no values");
   }

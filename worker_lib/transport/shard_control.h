@@ -1,5 +1,5 @@
 // ShardControl: the worker's control calls to one shard's WorkerService (Join,
-// RegisterLayout, InitSlice, PutObject, GetObject, Adopt, AdoptSlice), blocking, in the ps::v1 messages; always over gRPC (one
+// RegisterLayout, InitSlice, PutObject, GetObject, Leave, Adopt, AdoptSlice), blocking, in the ps::v1 messages; always over gRPC (one
 // implementation, transport/grpc/channel.h), whatever carries the data
 // (DataChannel, data_channel.h). ShardClient is its one caller, tested against a fake
 // (tests/worker_lib/fake_transport.h) without a server.
@@ -36,8 +36,10 @@ class ShardControl {
                                  v1::PutObjectResponse* resp) = 0;
   virtual absl::Status GetObject(const v1::GetObjectRequest& req, RpcClock::time_point deadline,
                                  v1::GetObjectResponse* resp) = 0;
-  // Mid-run adoption of a worker's values (server/adoption.h); fail at once when
-  // unreachable.
+  // Leaving, and the mid-run adoption of a worker's values (server/adoption.h); fail at
+  // once when unreachable.
+  virtual absl::Status Leave(const v1::LeaveRequest& req, RpcClock::time_point deadline,
+                             v1::LeaveResponse* resp) = 0;
   virtual absl::Status Adopt(const v1::AdoptRequest& req, RpcClock::time_point deadline,
                              v1::AdoptResponse* resp) = 0;
   virtual absl::Status AdoptSlice(const v1::AdoptSliceRequest& req, RpcClock::time_point deadline,

@@ -82,6 +82,14 @@ class GrpcControl final : public ShardControl {
                                            }));
   }
 
+  absl::Status Leave(const v1::LeaveRequest& req, RpcClock::time_point deadline,
+                     v1::LeaveResponse* resp) override {
+    return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,
+                                           [&](grpc::ClientContext* ctx) {
+                                             return conn_->stub->Leave(ctx, req, resp);
+                                           }));
+  }
+
   absl::Status Adopt(const v1::AdoptRequest& req, RpcClock::time_point deadline,
                      v1::AdoptResponse* resp) override {
     return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,

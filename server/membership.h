@@ -1,0 +1,70 @@
+// Membership: which workers the rounds wait for (docs/operations.md, "Workers that come
+// and go").
+//
+// A worker is waited for from its first join on. It stops being waited for when it
+// leaves (the Leave call, which a worker sends when it closes) or when it expires: no
+// push or chunk of it taken for --worker-timeout-ms (0: never). A round then closes once
+// every other worker pushed and it has its quorum, instead of waiting for its deadline
+// every time, and the absent worker no longer counts as one of the workers a round is
+// missing. Its next join, push or chunk makes it waited for again. Nothing else changes:
+// the quorum (n - f) and the rule's bound stay those of the configured n and f, so a
+// round never closes with fewer inputs than before; with fewer workers present than the
+// quorum, rounds cannot close, which the shard says loudly.
+//
+// Workers that never joined are waited for (they may still be starting), as before.
+//
+// Thread-safe and lock-free: one atomic state and one atomic activity time per worker.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace ps::server {
+
+class Membership {
+ public:
+  enum class State : int { kNeverJoined = 0, kPresent, kLeft, kExpired };
+
+  // `timeout` 0 turns expiry off.
+  Membership(uint32_t num_workers, core::Duration timeout);
+  Membership(const Membership&) = delete;
+  Membership& operator=(const Membership&) = delete;
+
+  // `worker` joined, or had a push or chunk taken, at `now`: present (again). True when
+  // it was absent (left or expired) before.
+  bool Joined(uint32_t worker, core::SteadyTime now);
+  bool Active(uint32_t worker, core::SteadyTime now);
+  // `worker` left. True when it was waited for until now.
+  bool Leave(uint32_t worker);
+  // The present workers with nothing taken for longer than the timeout, now expired (each
+  // reported once per expiry). Empty when expiry is off.
+  std::vector<uint32_t> Expire(core::SteadyTime now);
+
+  State state(uint32_t worker) const;
+  // Left or expired: no round waits for it.
+  bool Absent(uint32_t worker) const;
+  // Whether any worker is absent (one atomic load: the rounds' fast path).
+  bool AnyAbsent() const { return absent_.load(std::memory_order_acquire) > 0; }
+  uint32_t absent_count() const { return absent_.load(std::memory_order_acquire); }
+  core::Duration timeout() const { return timeout_; }
+
+ private:
+  static int64_t Ticks(core::SteadyTime t) { return t.time_since_epoch().count(); }
+  // Moves `worker` from `from` to `to`; false when it was not in `from`.
+  bool Move(uint32_t worker, State from, State to);
+
+  const uint32_t num_workers_;
+  const core::Duration timeout_;
+  const std::unique_ptr<std::atomic<int>[]> state_;
+  const std::unique_ptr<std::atomic<int64_t>[]> active_;
+  std::atomic<uint32_t> absent_{0};
+};
+
+std::string_view MembershipStateName(Membership::State state);
+
+}  // namespace ps::server

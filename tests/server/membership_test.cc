@@ -1,0 +1,162 @@
+// Workers that come and go (server/membership.h): the states alone, and a shard's rounds
+// that stop waiting for a worker that left or expired, with a manual clock.
+#include "server/membership.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "absl/synchronization/notification.h"
+#include "codecs/codec.h"
+#include "core/fp32_bytes.h"
+#include "server/shard.h"
+
+namespace ps::server {
+namespace {
+
+using std::chrono::milliseconds;
+using State = Membership::State;
+
+TEST(MembershipTest, LeavingExpiringAndComingBack) {
+  core::ManualClock clock;
+  Membership m(3, milliseconds(1000));
+  EXPECT_EQ(m.state(0), State::kNeverJoined);
+  EXPECT_FALSE(m.Absent(0)) << "a worker still starting is waited for";
+  EXPECT_FALSE(m.Joined(0, clock.Now()));
+  EXPECT_FALSE(m.Joined(1, clock.Now()));
+  EXPECT_FALSE(m.Joined(2, clock.Now()));
+  EXPECT_TRUE(m.Leave(2));
+  EXPECT_FALSE(m.Leave(2)) << "once";
+  EXPECT_TRUE(m.Absent(2));
+  EXPECT_EQ(m.absent_count(), 1u);
+  clock.Advance(milliseconds(600));
+  EXPECT_FALSE(m.Active(0, clock.Now()));
+  clock.Advance(milliseconds(600));
+  // Worker 1 has been silent for 1.2 s, worker 0 for 0.6 s; worker 2 left already.
+  EXPECT_EQ(m.Expire(clock.Now()), std::vector<uint32_t>{1});
+  EXPECT_TRUE(m.Expire(clock.Now()).empty()) << "each expiry is reported once";
+  EXPECT_EQ(m.state(1), State::kExpired);
+  EXPECT_EQ(m.absent_count(), 2u);
+  EXPECT_TRUE(m.AnyAbsent());
+  // Back with a push (or a join): waited for again.
+  EXPECT_TRUE(m.Active(1, clock.Now()));
+  EXPECT_TRUE(m.Joined(2, clock.Now()));
+  EXPECT_EQ(m.absent_count(), 0u);
+  EXPECT_FALSE(m.AnyAbsent());
+  EXPECT_EQ(MembershipStateName(m.state(2)), "present");
+  EXPECT_FALSE(m.Leave(7)) << "an id out of range changes nothing";
+}
+
+TEST(MembershipTest, NoExpiryWithoutATimeout) {
+  core::ManualClock clock;
+  Membership m(2, core::Duration::zero());
+  m.Joined(0, clock.Now());
+  clock.Advance(std::chrono::hours(24));
+  EXPECT_TRUE(m.Expire(clock.Now()).empty());
+  EXPECT_EQ(m.state(0), State::kPresent);
+}
+
+class ShardMembershipTest : public ::testing::Test {
+ protected:
+  // Three workers, f = 1 (quorum 2), a round deadline of 1 s, workers expiring after 5 s;
+  // one slice of 2 values. Everyone joined.
+  void SetUp() override {
+    ServerOptions o;
+    o.num_workers = 3;
+    o.num_byzantine = 1;
+    o.learning_rate = 1.0f;
+    o.momentum = 0.0f;
+    o.round_deadline = milliseconds(1000);
+    o.worker_timeout = milliseconds(5000);
+    aggregators::AggregatorOptions a;
+    a.num_workers = 3;
+    a.num_byzantine = 1;
+    auto rule = aggregators::MakeAggregator("mean", a);
+    ASSERT_TRUE(rule.ok()) << rule.status();
+    shard_ = std::make_unique<Shard>(o, 0, *std::move(rule), &clock_, &pool_);
+    auto layout = core::ModelLayout::Create({{"w", 2, 0}}, 4, 1);
+    ASSERT_TRUE(layout.ok());
+    hash_ = layout->hash();
+    for (uint32_t w = 0; w < 3; ++w) ASSERT_TRUE(shard_->Join(w, hash_).ok());
+    ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
+    std::string init;
+    core::AppendFp32(std::vector<float>{0, 0}, &init);
+    ASSERT_TRUE(shard_->InitSlice(0, hash_, 0, init).ok());
+  }
+
+  absl::Status Push(uint32_t worker, uint64_t round, float g) {
+    auto codec = codecs::MakeCodec("fp32");
+    std::string payload;
+    EXPECT_TRUE((*codec)->Encode(std::vector<float>{g, g}, &payload).ok());
+    return shard_->Push(worker, hash_, round, 0, "fp32", payload);
+  }
+
+  uint64_t Version() { return shard_->Snapshot(0).version; }
+
+  bool AwaitVersion(uint64_t version) {
+    auto done = std::make_shared<absl::Notification>();
+    shard_->Watch(0, version, [done](bool) { done->Notify(); });
+    return done->WaitForNotificationWithTimeout(absl::Seconds(10));
+  }
+
+  core::ManualClock clock_;
+  core::ThreadPool pool_{2};
+  std::unique_ptr<Shard> shard_;
+  uint64_t hash_ = 0;
+};
+
+TEST_F(ShardMembershipTest, ARoundStopsWaitingForAWorkerThatLeaves) {
+  ASSERT_TRUE(Push(0, 0, 1).ok());
+  ASSERT_TRUE(Push(1, 0, 3).ok());
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(Version(), 0u) << "waits for worker 2 until its deadline";
+  shard_->Leave(2);
+  ASSERT_TRUE(AwaitVersion(1));  // closed at once, with the two pushes (mean 2)
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 0u);
+  EXPECT_EQ(shard_->membership(2), State::kLeft);
+  EXPECT_EQ(shard_->workers_absent(), 1u);
+  // The next round closes as soon as the two present workers pushed.
+  ASSERT_TRUE(Push(0, 1, 1).ok());
+  ASSERT_TRUE(Push(1, 1, 1).ok());
+  ASSERT_TRUE(AwaitVersion(2));
+  // Worker 2 comes back with a push: round 2 waits for it again.
+  ASSERT_TRUE(Push(2, 2, 1).ok());
+  EXPECT_EQ(shard_->membership(2), State::kPresent);
+  ASSERT_TRUE(Push(0, 2, 1).ok());
+  EXPECT_EQ(Version(), 2u) << "round 2 waits for worker 1, present";
+  ASSERT_TRUE(Push(1, 2, 1).ok());
+  ASSERT_TRUE(AwaitVersion(3));
+}
+
+TEST_F(ShardMembershipTest, AWorkerSilentForTheTimeoutExpiresAndTheQuorumStillHolds) {
+  // Worker 2 pushes nothing. Round 0 closes at its deadline without it.
+  ASSERT_TRUE(Push(0, 0, 1).ok());
+  ASSERT_TRUE(Push(1, 0, 1).ok());
+  clock_.Advance(milliseconds(1000));
+  shard_->Tick(clock_.Now());
+  ASSERT_TRUE(AwaitVersion(1));
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u);
+  EXPECT_EQ(shard_->membership(2), State::kPresent) << "not yet: 1 s of 5";
+  // Five seconds after its join it expires at the next tick; round 1 (two pushes) closes.
+  ASSERT_TRUE(Push(0, 1, 1).ok());
+  clock_.Advance(milliseconds(4100));
+  ASSERT_TRUE(Push(1, 1, 1).ok());
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(shard_->membership(2), State::kExpired);
+  ASSERT_TRUE(AwaitVersion(2));
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u) << "not at a deadline";
+  // The quorum stays 2: with worker 1 gone too, one push never closes a round.
+  shard_->Leave(1);
+  ASSERT_TRUE(Push(0, 2, 1).ok());
+  clock_.Advance(milliseconds(1000));
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(Version(), 2u);
+  // Worker 1 is back: its push closes round 2.
+  ASSERT_TRUE(Push(1, 2, 1).ok());
+  ASSERT_TRUE(AwaitVersion(3));
+  EXPECT_EQ(shard_->membership(1), State::kPresent);
+}
+
+}  // namespace
+}  // namespace ps::server
