@@ -1,6 +1,12 @@
 #include "server/adoption.h"
 
+#include <algorithm>
+
 namespace ps::server {
+
+uint32_t Adoption::QuorumFor(uint32_t n, uint32_t f, uint32_t round_quorum) {
+  return std::min(n, std::max({round_quorum, n > f ? n - f : n, f + 1}));
+}
 
 Adoption::Adoption(uint32_t num_workers, uint32_t quorum)
     : quorum_(quorum), ballots_(num_workers) {}

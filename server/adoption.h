@@ -52,6 +52,12 @@ class Adoption {
 
   uint32_t quorum() const { return quorum_; }
 
+  // The votes an adoption needs among n workers with f Byzantine when rounds close with
+  // `round_quorum` inputs: that quorum, and never fewer than n - f nor f + 1 (a --quorum
+  // below n - f closes rounds sooner; it must not let fewer workers overwrite the
+  // model), at most n.
+  static uint32_t QuorumFor(uint32_t n, uint32_t f, uint32_t round_quorum);
+
  private:
   struct Ballot {
     bool cast = false;

@@ -22,14 +22,6 @@ uint64_t NewEpoch() {
   return epoch;
 }
 
-// The votes an adoption needs: the rounds' quorum, and never fewer than n - f nor f + 1
-// (a --quorum below n - f closes rounds sooner; it must not let fewer workers overwrite
-// the model).
-uint32_t AdoptionQuorum(const ServerOptions& o, uint32_t quorum) {
-  const uint32_t n = o.num_workers, f = o.num_byzantine;
-  return std::min(n, std::max({quorum, n > f ? n - f : n, f + 1}));
-}
-
 }  // namespace
 
 Shard::Shard(const ServerOptions& options, uint32_t shard_id,
@@ -67,7 +59,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       quarantine_(options.num_workers, options.quarantine),
       membership_(options.num_workers,
                   std::chrono::duration_cast<core::Duration>(options.worker_timeout)),
-      adoption_(options.num_workers, AdoptionQuorum(options, quorum_)),
+      adoption_(options.num_workers,
+                Adoption::QuorumFor(options.num_workers, options.num_byzantine, quorum_)),
       table_(SliceTable::Config{shard_id, options.num_shards, options.num_workers,
                                 options.max_message_bytes, EffectiveMaxShardBytes(options),
                                 aggregator_->StateRows(), !options.checkpoint_dir.empty(),
@@ -208,67 +201,6 @@ absl::Status Shard::InitSlice(uint32_t worker_id, uint64_t layout_hash, uint32_t
   if (table_.SliceInitialized())
     spdlog::info("shard {}: ready (all slices initialized)", shard_id_);
   RunWakeups(wake, true);  // their min_version 0 <= version 0
-  return absl::OkStatus();
-}
-
-absl::StatusOr<Adoption::Tally> Shard::Adopt(uint32_t worker_id, uint64_t layout_hash,
-                                             uint64_t round, uint32_t root) {
-  if (draining_.load()) return Refuse(Refusal::kShuttingDown, "shard is shutting down");
-  const std::string what = absl::StrCat("worker ", worker_id, "'s vote to adopt worker ", root,
-                                        "'s values at round ", round);
-  if (options_.aggregate_only) {
-    return Refuse(Refusal::kPermissionDenied,
-                  absl::StrCat(what, ": this shard runs --aggregate-only and holds no parameters "
-                                     "to replace"));
-  }
-  if (root >= options_.num_workers) {
-    return Refuse(Refusal::kBadWorkerId, absl::StrCat(what, ": there are ", options_.num_workers,
-                                                      " workers"));
-  }
-  PS_RETURN_IF_ERROR(counters_.Counted(table_.CheckJoin(worker_id, layout_hash)));
-  if (!table_.ready()) {
-    return Refuse(Refusal::kNotReady,
-                  absl::StrCat(what, ": not every slice has its initial value yet"));
-  }
-  const uint64_t at = table_.MaxVersion();
-  if (round < at) {
-    return Refuse(Refusal::kLate, absl::StrCat(what, ": the shard is at version ", at));
-  }
-  if (round > at) {
-    return Refuse(Refusal::kFutureRound, absl::StrCat(what, ": the shard is at version ", at));
-  }
-  const Adoption::Tally tally = adoption_.Vote(worker_id, round, root);
-  if (tally.now) {
-    spdlog::info("shard {}: {} of {} workers voted to adopt worker {}'s values at round {}",
-                 shard_id_, tally.votes, options_.num_workers, root, round);
-  }
-  return tally;
-}
-
-absl::Status Shard::AdoptSlice(uint32_t worker_id, uint64_t layout_hash, uint64_t round,
-                               uint32_t slice_id, std::string_view values) {
-  if (draining_.load()) return Refuse(Refusal::kShuttingDown, "shard is shutting down");
-  const std::optional<Adoption::Passed> passed = adoption_.passed();
-  if (!passed.has_value() || passed->round != round || passed->root != worker_id) {
-    return Refuse(Refusal::kPermissionDenied,
-                  absl::StrCat("worker ", worker_id, " may not set slice ", slice_id,
-                               " for round ", round, ": ",
-                               passed.has_value()
-                                   ? absl::StrCat("the adoption that passed is worker ",
-                                                  passed->root, "'s at round ", passed->round)
-                                   : absl::StrCat("no adoption passed (it takes ",
-                                                  adoption_.quorum(), " workers' votes)")));
-  }
-  PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
-  Wakeups wake;
-  PS_RETURN_IF_ERROR(counters_.Counted(s->Adopt(round, values, &wake)));
-  RunWakeups(wake, true);
-  if (table_.MinVersion() > round && adoption_.Done(round)) {
-    // Every slice took the root's values: the model-scope round they replace is over.
-    model_.FastForward(round + 1);
-    spdlog::info("shard {}: adopted worker {}'s values as version {}", shard_id_, worker_id,
-                 round + 1);
-  }
   return absl::OkStatus();
 }
 

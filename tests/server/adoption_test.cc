@@ -48,6 +48,14 @@ TEST(AdoptionVotesTest, PassesAtTheQuorumOfTheSameRoundAndRoot) {
   EXPECT_EQ(a.Vote(1, 5, 0).votes, 1u);
 }
 
+TEST(AdoptionVotesTest, TheQuorumIsNeverBelowNMinusFOrFPlusOne) {
+  EXPECT_EQ(Adoption::QuorumFor(4, 1, 3), 3u);
+  EXPECT_EQ(Adoption::QuorumFor(4, 1, 1), 3u) << "a --quorum of 1 does not lower it";
+  EXPECT_EQ(Adoption::QuorumFor(7, 2, 6), 6u) << "a higher round quorum (the rule's) holds";
+  EXPECT_EQ(Adoption::QuorumFor(3, 2, 1), 3u) << "f + 1 when n - f is less";
+  EXPECT_EQ(Adoption::QuorumFor(1, 0, 1), 1u);
+}
+
 TEST(AdoptionVotesTest, AWorkerCountsOnceHoweverOftenItVotes) {
   Adoption a(3, 2);
   for (int i = 0; i < 10; ++i) EXPECT_FALSE(a.Vote(1, 0, 1).passed);

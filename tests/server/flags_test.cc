@@ -56,6 +56,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "refusal-burst",
                                                   "refusal-hold-ms",
                                                   "quarantine-ms",
+                                                  "worker-timeout-ms",
                                                   "checkpoint-dir",
                                                   "checkpoint-interval-s",
                                                   "checkpoint-every-rounds",
@@ -936,7 +937,13 @@ INSTANTIATE_TEST_SUITE_P(
                        "--quarantine-ms=-1"},
         BadOptionsCase{"QuarantineTooLong",
                        [](ServerOptions& o) { o.quarantine = std::chrono::milliseconds(3600001); },
-                       "--quarantine-ms=3600001"}),
+                       "--quarantine-ms=3600001"},
+        BadOptionsCase{"WorkerTimeoutNegative",
+                       [](ServerOptions& o) { o.worker_timeout = std::chrono::milliseconds(-1); },
+                       "--worker-timeout-ms=-1"},
+        BadOptionsCase{"WorkerTimeoutOverADay",
+                       [](ServerOptions& o) { o.worker_timeout = std::chrono::milliseconds(86400001); },
+                       "--worker-timeout-ms=86400001"}),
     [](const ::testing::TestParamInfo<BadOptionsCase>& info) { return info.param.name; });
 
 TEST(ValidateOkTest, AcceptsBoundaryValues) {

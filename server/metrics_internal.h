@@ -1,0 +1,38 @@
+// The metric families of server/metrics.cc built from what other parts count (the
+// ports, the TCP data plane, the metrics endpoint itself, the process, the per-worker
+// counts), and the helpers that build a family. Internal to the metrics; not installed.
+#pragma once
+
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
+
+#include <string>
+#include <vector>
+
+#include "net/http_endpoint.h"
+#include "server/metrics.h"
+#include "server/shard_counters.h"
+#include "server/transport/tcp/backend.h"
+
+namespace ps::server::internal {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+MetricFamily Family(std::string name, std::string help, MetricType type);
+ClientMetric Labelled(std::vector<ClientMetric::Label> labels);
+void AddCounter(MetricFamily* f, double value, std::vector<ClientMetric::Label> labels = {});
+void AddGauge(MetricFamily* f, double value, std::vector<ClientMetric::Label> labels = {});
+// A family of one unlabelled series.
+MetricFamily Counter(std::string name, std::string help, double value);
+MetricFamily Gauge(std::string name, std::string help, double value);
+
+// Per worker id: pushes, chunks (with UDP), refusals, slice rounds missed, quarantines.
+void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFamily>* out);
+void AddEndpointFamilies(const net::HttpEndpointStats& s, std::vector<MetricFamily>* out);
+void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFamily>* out);
+void AddProcessFamilies(std::vector<MetricFamily>* out);
+void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFamily>* out);
+
+}  // namespace ps::server::internal
