@@ -218,8 +218,10 @@ void AddProcessFamilies(std::vector<MetricFamily>* out) {
   }
   timespec cpu{};
   if (::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu) == 0) {
+    const double seconds =
+        static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) * 1e-9;
     out->push_back(Counter("process_cpu_seconds_total", "User and system CPU time in seconds",
-                           static_cast<double>(cpu.tv_sec) + static_cast<double>(cpu.tv_nsec) * 1e-9));
+                           seconds));
   }
   std::error_code ec;
   double fds = 0;
@@ -247,7 +249,8 @@ void AddProcessFamilies(std::vector<MetricFamily>* out) {
       stat_file.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
     }
     std::ifstream self("/proc/self/stat");
-    const std::string line((std::istreambuf_iterator<char>(self)), std::istreambuf_iterator<char>());
+    const std::string line((std::istreambuf_iterator<char>(self)),
+                           std::istreambuf_iterator<char>());
     const size_t paren = line.rfind(')');
     if (boot < 0 || paren == std::string::npos) return std::nullopt;
     std::istringstream fields(line.substr(paren + 2));  // field 3 (state) onwards

@@ -325,24 +325,25 @@ void Shard::WorkerGone() {
   const uint32_t present = n - std::min(n, membership_.absent_count());
   if (present < quorum_) {
     spdlog::log(LoudMembershipLog() ? spdlog::level::err : spdlog::level::debug,
-        "shard {}: only {} of {} workers are present (the others left or expired), below the "
-        "quorum of {}: rounds cannot close until workers come back (the quorum and the rule's "
-        "bound stay those of --workers {} and --byzantine {})",
-        shard_id_, present, n, quorum_, n, options_.num_byzantine);
+                "shard {}: only {} of {} workers are present (the others left or expired), "
+                "below the quorum of {}: rounds cannot close until workers come back (the "
+                "quorum and the rule's bound stay those of --workers {} and --byzantine {})",
+                shard_id_, present, n, quorum_, n, options_.num_byzantine);
   }
 }
 
 void Shard::NotePresent(uint32_t worker_id, core::SteadyTime now, std::string_view how) {
   if (membership_.Active(worker_id, now)) {
-    spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug, "shard {}: worker {} is back ({}); rounds wait for it again",
-                shard_id_, worker_id, how);
+    spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug,
+                "shard {}: worker {} is back ({}); rounds wait for it again", shard_id_,
+                worker_id, how);
   }
 }
 
 void Shard::Leave(uint32_t worker_id) {
   if (!membership_.Leave(worker_id)) return;
-  spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug, "shard {}: worker {} left; rounds no longer wait for it",
-              shard_id_, worker_id);
+  spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug,
+              "shard {}: worker {} left; rounds no longer wait for it", shard_id_, worker_id);
   WorkerGone();
 }
 
@@ -435,11 +436,13 @@ void Shard::Tick(core::SteadyTime now) {
   model_.Tick(now);
   const std::vector<uint32_t> expired = membership_.Expire(now);
   for (uint32_t w : expired) {
-    spdlog::warn("shard {}: worker {} expired: nothing taken from it for {} ms "
-                 "(--worker-timeout-ms); rounds no longer wait for it until it pushes or joins "
-                 "again",
-                 shard_id_, w,
-                 std::chrono::duration_cast<std::chrono::milliseconds>(membership_.timeout()).count());
+    spdlog::log(LoudMembershipLog() ? spdlog::level::warn : spdlog::level::debug,
+                "shard {}: worker {} expired: nothing taken from it for {} ms "
+                "(--worker-timeout-ms); rounds no longer wait for it until it pushes or joins "
+                "again",
+                shard_id_, w,
+                std::chrono::duration_cast<std::chrono::milliseconds>(membership_.timeout())
+                    .count());
   }
   if (!expired.empty()) WorkerGone();
   for (uint32_t id : deadlines_.PopDue(now)) {

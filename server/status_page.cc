@@ -83,8 +83,9 @@ std::string StatusPage(const StatusView& v) {
   }
   absl::StrAppend(&out,
                   "</table>\n<p>Marks: <b>suspect</b> after a malformed push or a quarantine; "
-                  "<b>absent</b> when it left, expired, never joined or missed more than half of the slice "
-                  "rounds. A worker that left or expired is not waited for until it pushes again. The same counts: <a href=\"/metrics\">/metrics</a> "
+                  "<b>absent</b> when it left, expired, never joined or missed more than half "
+                  "of the slice rounds. A worker that left or expired is not waited for until "
+                  "it pushes again. The same counts: <a href=\"/metrics\">/metrics</a> "
                   "(<code>ps_worker_*</code>). This page reloads every 5 seconds.</p>\n"
                   "</body></html>\n");
   return out;
