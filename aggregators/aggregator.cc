@@ -7,11 +7,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "aggregators/coordinate_internal.h"
 #include "aggregators/device_internal.h"
+#include "aggregators/influence_internal.h"
 #include "aggregators/mask_internal.h"
 #include "aggregators/stage_internal.h"
 #include "core/simd.h"
@@ -185,6 +187,11 @@ absl::Status CheckCall(const internal::Pipeline& p, std::span<const float* const
     return absl::InvalidArgumentError(absl::StrCat(p.spec, ": ", ctx.masks.size(),
                                                    " masks for ", k, " inputs"));
   }
+  if (!ctx.influence.empty() && ctx.influence.size() != k) {
+    return absl::InvalidArgumentError(absl::StrCat(p.spec, ": influence holds ",
+                                                   ctx.influence.size(), " entries for ", k,
+                                                   " inputs"));
+  }
   const size_t s = p.rule->StateRows();
   if (!ctx.state.empty() && ctx.state.size() != s * d) {
     return absl::InvalidArgumentError(absl::StrCat(p.spec, ": state holds ", ctx.state.size(),
@@ -309,6 +316,24 @@ class OnSupport {
   AggregationContext inner_;
 };
 
+// The influence of `inputs` (host memory, masks as in ctx) under `plan`, for the device
+// paths, which compute the output elsewhere.
+void AddInfluenceOf(const internal::Pipeline& p, const RoundPlan& plan,
+                    std::span<const float* const> inputs, size_t d, const AggregationContext& ctx) {
+  if (ctx.influence.empty() || ctx.device_memory) return;
+  const PlanData& data = internal::Pipeline::Data(plan);
+  const bool native_masks = data.mixing.rows == 0 && data.coordinate.has_value();
+  std::span<const uint8_t* const> no_masks;
+  const FilledInputs filled(inputs, native_masks ? no_masks : ctx.masks, d, EvenMedian::kMidpoint,
+                            ctx.pool);
+  std::vector<float> zeros;
+  const std::vector<const float*> raw =
+      WithStateRows(filled.rows(), p.rule->StateRows(), d, ctx, &zeros);
+  internal::AddInfluence(data, native_masks ? filled.rows() : std::span<const float* const>(raw),
+                         native_masks ? ctx.masks : no_masks, d, ctx.round, ctx.slice_id,
+                         ctx.influence);
+}
+
 bool UseSupport(const internal::Pipeline& p, const AggregationContext& ctx) {
   return !ctx.support.empty() && ctx.masks.empty() && p.rule->ZeroPreserving();
 }
@@ -330,10 +355,16 @@ absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::sp
     std::vector<float> zeros;
     const std::vector<const float*> rows =
         WithStateRows(inputs, StateRows(), out.size(), ctx, &zeros);
-    return pipeline_->device->Aggregate(
+    std::optional<RoundPlan> used;
+    PS_RETURN_IF_ERROR(pipeline_->device->Aggregate(
         rows, out, MemoryOf(ctx), ctx.masks, ctx.state.empty() ? nullptr : ctx.state.data(),
-        NeedsGram(),
-        [&](std::span<const double> gram) { return Plan(inputs.size(), gram, ctx.round); });
+        NeedsGram(), [&](std::span<const double> gram) -> absl::StatusOr<RoundPlan> {
+          PS_ASSIGN_OR_RETURN(RoundPlan plan, Plan(inputs.size(), gram, ctx.round));
+          used = plan;
+          return plan;
+        }));
+    if (used.has_value()) AddInfluenceOf(*pipeline_, *used, inputs, out.size(), ctx);
+    return absl::OkStatus();
   }
   if (!NeedsGram()) {
     PS_ASSIGN_OR_RETURN(RoundPlan plan, Plan(inputs.size(), {}, ctx.round));
@@ -460,6 +491,7 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
   const size_t d = out.size();
   const size_t s = data.state_rows;
   if (OnDevice(p)) {
+    AddInfluenceOf(p, plan, inputs, d, ctx);
     std::vector<float> zeros;
     const std::vector<const float*> rows = WithStateRows(inputs, s, d, ctx, &zeros);
     return p.device->Apply(data, rows, out, MemoryOf(ctx), ctx.masks,
@@ -471,6 +503,12 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
   FilledInputs filled(inputs, native_masks ? no_masks : ctx.masks, d, EvenMedian::kMidpoint, ctx.pool);
   std::vector<float> zeros;
   const std::vector<const float*> raw = WithStateRows(filled.rows(), s, d, ctx, &zeros);
+  if (!ctx.influence.empty()) {
+    // Before `out` is written: it may be one of the inputs.
+    internal::AddInfluence(data, native_masks ? filled.rows() : std::span<const float* const>(raw),
+                           native_masks ? ctx.masks : no_masks, d, ctx.round, ctx.slice_id,
+                           ctx.influence);
+  }
 
   if (data.mixing.rows == 0) {
     if (!data.coordinate.has_value()) {

@@ -119,6 +119,15 @@ struct AggregationContext {
   // stream the caller has synchronized. The call returns once out and state are
   // written, and on an error once nothing queued still touches them.
   bool device_memory = false;
+  // Influence (docs/aggregators.md, "Influence"): empty, or one entry per input, to which
+  // Aggregate and Apply add the input's weight in the output summed over these
+  // coordinates: for a linear plan (Krum, CAF, centered clipping, the mean after
+  // pre-aggregators) its coefficient times d, exactly; for coordinate-wise rules the
+  // weight of the ranks each coordinate keeps, traced back through the pre-aggregators'
+  // mixing and estimated on at most 128 coordinates. An input the rule set aside weighs
+  // 0; the entries of inputs used equally are equal. Not computed with device_memory
+  // (left unchanged), and `out` must then not be one of the inputs.
+  std::span<double> influence;
 };
 
 // The weights a round's aggregate is made from, derived from the Gram matrix: the same

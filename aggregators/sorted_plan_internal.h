@@ -34,13 +34,30 @@ struct SortedPlan {
 //
 // One sorted column of c values v[0], v[stride], ...: sums run in ascending order, as
 // the CPU's tile version and the GPU's register version do, so all give the same bits.
+PS_HD inline double SumSortedRanks(const float* v, size_t stride, size_t lo, size_t hi) {
+  double sum = 0.0;
+  for (size_t r = lo; r <= hi; ++r) sum = core::AddRn(sum, static_cast<double>(v[r * stride]));
+  return sum;
+}
+
+// kNearest: the first rank of the window of the c - drop values nearest the centre.
+PS_HD inline size_t NearestFirst(const SortedPlan& plan, const float* v, size_t c, size_t stride) {
+  const double centre =
+      SumSortedRanks(v, stride, plan.lo, plan.hi) / static_cast<double>(plan.hi - plan.lo + 1);
+  const double twice = 2.0 * centre;
+  const size_t keep = c - plan.drop;
+  size_t first = 0;
+  for (size_t l = 0; l < plan.drop; ++l) {
+    first += core::AddRn(static_cast<double>(v[l * stride]),
+                         static_cast<double>(v[(l + keep) * stride])) < twice
+                 ? 1
+                 : 0;
+  }
+  return first;
+}
+
 PS_HD inline float ApplySorted(const SortedPlan& plan, const float* v, size_t c, size_t stride) {
-  auto at = [v, stride](size_t r) { return static_cast<double>(v[r * stride]); };
-  auto sum_ranks = [&at](size_t lo, size_t hi) {
-    double sum = 0.0;
-    for (size_t r = lo; r <= hi; ++r) sum = core::AddRn(sum, at(r));
-    return sum;
-  };
+  auto sum_ranks = [v, stride](size_t lo, size_t hi) { return SumSortedRanks(v, stride, lo, hi); };
   switch (plan.op) {
     case SortedPlan::Op::kZero:
       return 0.0f;
@@ -48,14 +65,8 @@ PS_HD inline float ApplySorted(const SortedPlan& plan, const float* v, size_t c,
       return static_cast<float>(sum_ranks(plan.lo, plan.hi) /
                                 static_cast<double>(plan.hi - plan.lo + 1));
     case SortedPlan::Op::kNearest: {
-      const double centre =
-          sum_ranks(plan.lo, plan.hi) / static_cast<double>(plan.hi - plan.lo + 1);
-      const double twice = 2.0 * centre;
       const size_t keep = c - plan.drop;
-      size_t first = 0;
-      for (size_t l = 0; l < plan.drop; ++l) {
-        first += core::AddRn(at(l), at(l + keep)) < twice ? 1 : 0;
-      }
+      const size_t first = NearestFirst(plan, v, c, stride);
       return static_cast<float>(sum_ranks(first, first + keep - 1) / static_cast<double>(keep));
     }
   }

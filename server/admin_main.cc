@@ -12,6 +12,7 @@
 // Prints one JSON object (status --workers: then one per worker, a line each); exit 0 on success (health: SERVING), 1 when the shard refused,
 // could not be reached or is not serving, 2 on bad usage.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -146,7 +147,15 @@ int main(int argc, char** argv) {
               .Add("refused", w.refused())
               .Add("malformed", w.malformed())
               .Add("slice_rounds_missed", w.slice_rounds_missed())
-              .Add("quarantines", w.quarantines());
+              .Add("quarantines", w.quarantines())
+              .Add("suspected", w.suspected())
+              .Add("windows_suspected", w.windows_suspected());
+          // JSON has no NaN: null before the worker's first window.
+          if (std::isnan(w.suspicion())) {
+            line.AddNull("suspicion");
+          } else {
+            line.Add("suspicion", w.suspicion());
+          }
           worker_lines += "\n" + line.str();
         }
       }

@@ -163,6 +163,12 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
   add("Rounds", "worker-timeout-ms", raw.worker_timeout_ms,
       "A worker with no push taken for this long expires: rounds stop waiting for it until "
       "it pushes or joins again (0 to 86400000; 0: never)");
+  add("Rounds", "suspicion-window", o.suspicion_window,
+      "Rounds over which each worker's share of the rule's aggregates is scored (0 to "
+      "100000; 0: no scores)");
+  add("Rounds", "suspicion-threshold", o.suspicion_threshold,
+      "The suspicion score (0: an equal share of the aggregates or more, 1: none) at which "
+      "a worker is logged as suspected, in (0, 1]");
 
   add("Durability", "checkpoint-dir", o.checkpoint_dir,
       "Directory for this shard's checkpoints (in its subdirectory shard-<id>); restored at "

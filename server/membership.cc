@@ -42,6 +42,11 @@ bool Membership::Active(uint32_t worker, core::SteadyTime now) {
   return returned;
 }
 
+void Membership::Waited(uint32_t worker, core::SteadyTime now) {
+  if (worker >= num_workers_ || timeout_ <= core::Duration::zero()) return;
+  active_[worker].store(Ticks(now), std::memory_order_relaxed);
+}
+
 bool Membership::Leave(uint32_t worker) {
   if (worker >= num_workers_) return false;
   if (Move(worker, State::kPresent, State::kLeft)) return true;

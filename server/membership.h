@@ -3,7 +3,9 @@
 //
 // A worker is waited for from its first join on. It stops being waited for when it
 // leaves (the Leave call, which a worker sends when it closes) or when it expires: no
-// push or chunk of it taken for --worker-timeout-ms (0: never). A round then closes once
+// push or chunk of it taken for --worker-timeout-ms (0: never), counted from its join,
+// its last push, or the close of the last round it pushed to, whichever came last (a
+// worker whose push waits for slower ones is not idle). A round then closes once
 // every other worker pushed and it has its quorum, instead of waiting for its deadline
 // every time, and the absent worker no longer counts as one of the workers a round is
 // missing. Its next join, push or chunk makes it waited for again. Nothing else changes:
@@ -39,6 +41,10 @@ class Membership {
   // it was absent (left or expired) before.
   bool Joined(uint32_t worker, core::SteadyTime now);
   bool Active(uint32_t worker, core::SteadyTime now);
+  // A round `worker` pushed to closed at `now`: until then it was waiting for the others
+  // and could not push again, so its time without a push counts from now. Changes no
+  // state (an absent worker stays absent).
+  void Waited(uint32_t worker, core::SteadyTime now);
   // `worker` left. True when it was waited for until now.
   bool Leave(uint32_t worker);
   // The present workers with nothing taken for longer than the timeout, now expired (each

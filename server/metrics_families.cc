@@ -79,9 +79,36 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
   MetricFamily quarantines = Family("ps_worker_quarantines_total",
                                     "Times the worker was quarantined (--quarantine-ms)",
                                     MetricType::Counter);
+  MetricFamily suspicion = Family(
+      "ps_worker_suspicion",
+      "How little the rule used the worker's pushes over the last --suspicion-window rounds, "
+      "or how much they pointed against the aggregates: 0 used at an equal share or more and "
+      "pointing with them, 1 never used or pointing exactly against (NaN before a window)",
+      MetricType::Gauge);
+  MetricFamily suspected = Family(
+      "ps_worker_suspected",
+      "1 while the worker's suspicion score is at or above --suspicion-threshold",
+      MetricType::Gauge);
+  MetricFamily alignment = Family(
+      "ps_worker_alignment",
+      "Mean cosine between the worker's pushes and the aggregates over the last "
+      "--suspicion-window rounds (NaN before a window or when undefined)",
+      MetricType::Gauge);
+  MetricFamily share = Family("ps_worker_aggregate_share_total",
+                              "Sum over the slice rounds the worker's push was aggregated in of "
+                              "its share of the aggregate (1 each at an equal share)",
+                              MetricType::Counter);
+  MetricFamily weighed = Family("ps_worker_slice_rounds_aggregated_total",
+                                "Slice rounds the worker's push was aggregated in (and weighed)",
+                                MetricType::Counter);
   for (size_t w = 0; w < st.workers.size(); ++w) {
     const WorkerCounts& c = st.workers[w];
     const std::string id = absl::StrCat(w);
+    AddGauge(&suspicion, c.suspicion.score, {{"worker", id}});
+    AddGauge(&suspected, c.suspicion.suspected ? 1.0 : 0.0, {{"worker", id}});
+    AddGauge(&alignment, c.suspicion.alignment, {{"worker", id}});
+    AddCounter(&share, c.suspicion.share_sum, {{"worker", id}});
+    AddCounter(&weighed, static_cast<double>(c.suspicion.slice_rounds_weighed), {{"worker", id}});
     AddCounter(&pushes, static_cast<double>(c.pushes_accepted), {{"worker", id}});
     AddCounter(&chunks, static_cast<double>(c.chunks_accepted), {{"worker", id}});
     for (size_t r = 0; r < c.refusals.size(); ++r) {
@@ -102,6 +129,11 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
   out->push_back(std::move(refused));
   out->push_back(std::move(missed));
   out->push_back(std::move(quarantines));
+  out->push_back(std::move(suspicion));
+  out->push_back(std::move(suspected));
+  out->push_back(std::move(alignment));
+  out->push_back(std::move(share));
+  out->push_back(std::move(weighed));
 }
 
 // The metrics endpoint's own counters (docs/metrics.md, "The metrics endpoint itself").

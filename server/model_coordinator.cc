@@ -158,8 +158,13 @@ void ModelCoordinator::Publish(uint64_t round, const absl::StatusOr<aggregators:
     if (plan.ok()) {
       const auto start = std::chrono::steady_clock::now();
       AggregationCounts counts;
-      st = parts_.aggregation->Apply(*plan, r, agreed, out, &counts);
+      InputWeights weights;
+      st = parts_.aggregation->Apply(*plan, r, agreed, out, &counts, &weights);
       parts_.counters->Aggregated(counts, 0);
+      if (st.ok()) {
+        parts_.suspicion->Record(r.round, weights.workers, weights.influence, weights.alignment,
+                                 r.info.numel);
+      }
       parts_.counters->Observe(AggregationStage::kModelApply, start);
     }
     parts_.publish(std::move(r), out, st);

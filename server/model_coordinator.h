@@ -35,6 +35,7 @@
 #include "server/shard_counters.h"
 #include "server/slice_round.h"
 #include "server/slice_table.h"
+#include "server/suspicion.h"
 
 namespace ps::server {
 
@@ -50,6 +51,7 @@ class ModelCoordinator {
     aggregators::Aggregator* rule = nullptr;
     AggregationJobs* jobs = nullptr;
     ShardCounters* counters = nullptr;
+    Suspicion* suspicion = nullptr;
     PublishFn publish;
   };
   // `enabled`: the shard runs in model scope; otherwise every share is refused.

@@ -136,6 +136,14 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("worker_timeout", "worker-timeout-ms", absl::StrCat(worker_timeout.count()),
                    "must be in [0, 86400000]");
   }
+  if (suspicion_window > 100000) {
+    return Invalid("suspicion_window", "suspicion-window", absl::StrCat(suspicion_window),
+                   "must be in [0, 100000] rounds");
+  }
+  if (!(suspicion_threshold > 0.0 && suspicion_threshold <= 1.0)) {
+    return Invalid("suspicion_threshold", "suspicion-threshold", absl::StrCat(suspicion_threshold),
+                   "must be in (0, 1]");
+  }
   if (max_message_bytes < kMinMessageBytes || max_message_bytes > kMaxMessageBytes) {
     return Invalid("max_message_bytes", "max-message-bytes", absl::StrCat(max_message_bytes),
                    absl::StrCat("must be in [", kMinMessageBytes, ", ", kMaxMessageBytes,

@@ -108,6 +108,11 @@ struct ServerOptions {
   // A worker with no push or chunk taken for this long expires (server/membership.h): no
   // round waits for it until it pushes or joins again. 0: never.
   std::chrono::milliseconds worker_timeout{300000};
+  // Suspicion (server/suspicion.h): each worker's share of the rule's aggregates over
+  // windows of this many rounds (0: not computed), and the score at which the shard
+  // logs it as suspected.
+  uint32_t suspicion_window = 50;
+  double suspicion_threshold = 0.5;
 
   // --- durability (docs/operations.md, "Backing up and restoring") ---
   // Directory of this shard's checkpoints (a subdirectory shard-<id> is used); empty:

@@ -1,6 +1,8 @@
 #include "server/round_aggregation.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -29,6 +31,29 @@ bool IsBelowQuorum(const absl::Status& status) {
   return status.GetPayload(core::AsAbsl(kBelowQuorumUrl)).has_value();
 }
 
+std::vector<double> Alignment(std::span<const float* const> rows,
+                              std::span<const uint8_t* const> masks, std::span<const float> out) {
+  const size_t d = out.size();
+  std::vector<double> cosines(rows.size(), std::numeric_limits<double>::quiet_NaN());
+  if (d == 0) return cosines;
+  const size_t samples = std::min(d, InputWeights::kAlignmentSamples);
+  const size_t stride = d / samples;
+  for (size_t j = 0; j < rows.size(); ++j) {
+    const uint8_t* mask = masks.empty() ? nullptr : masks[j];
+    double dot = 0, xx = 0, oo = 0;
+    for (size_t t = 0; t < samples; ++t) {
+      const size_t c = t * stride;
+      if (mask != nullptr && ((mask[c / 8] >> (c % 8)) & 1) == 0) continue;
+      const double x = rows[j][c], o = out[c];
+      dot += x * o;
+      xx += x * x;
+      oo += o * o;
+    }
+    if (xx > 0 && oo > 0) cosines[j] = dot / std::sqrt(xx * oo);
+  }
+  return cosines;
+}
+
 RoundAggregation::RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool,
                                    SgdOptions sgd, bool aggregate_only, uint32_t quorum)
     : rule_(rule), pool_(pool), sgd_(sgd), aggregate_only_(aggregate_only), quorum_(quorum) {}
@@ -43,7 +68,8 @@ aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
                                                             std::span<const uint32_t> workers,
                                                             const InputMasks& masks,
                                                             const std::vector<uint32_t>& support,
-                                                            AggregationCounts* counts) const {
+                                                            AggregationCounts* counts,
+                                                            InputWeights* weights) const {
   if (!support.empty()) ++counts->on_support;
   aggregators::AggregationContext ctx;
   ctx.slice_id = round.info.id;
@@ -52,11 +78,16 @@ aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
   ctx.masks = masks.ptrs;
   ctx.state = round.model.rule_state;
   ctx.support = support;
+  if (weights != nullptr) {
+    weights->workers.assign(workers.begin(), workers.end());
+    weights->influence.assign(workers.size(), 0.0);
+    ctx.influence = weights->influence;
+  }
   return ctx;
 }
 
 absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> out,
-                                         AggregationCounts* counts) {
+                                         AggregationCounts* counts, InputWeights* weights) {
   const std::vector<uint32_t> workers = round.Workers();
   PS_RETURN_IF_ERROR(CheckQuorum(workers.size(), absl::StrCat("round ", round.round, " of slice ",
                                                               round.info.id)));
@@ -71,8 +102,11 @@ absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> ou
   const InputMasks masks = round.MasksOf(workers);
   if (!masks.ptrs.empty()) ++counts->masked;
   const std::vector<uint32_t> support = round.SharedSupport(workers);
-  return rule_->Aggregate(round.Rows(workers), out,
-                          ContextOf(round, workers, masks, support, counts));
+  const std::vector<const float*> rows = round.Rows(workers);
+  PS_RETURN_IF_ERROR(
+      rule_->Aggregate(rows, out, ContextOf(round, workers, masks, support, counts, weights)));
+  if (weights != nullptr) weights->alignment = Alignment(rows, masks.ptrs, out);
+  return absl::OkStatus();
 }
 
 std::vector<uint32_t> RoundAggregation::Participants(std::span<const ClosedRound> rounds,
@@ -106,11 +140,14 @@ absl::Status RoundAggregation::AccumulateGram(std::span<ClosedRound> rounds,
 
 absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedRound& round,
                                      std::span<const uint32_t> agreed, std::span<float> out,
-                                     AggregationCounts* counts) {
+                                     AggregationCounts* counts, InputWeights* weights) {
   const InputMasks masks = round.MasksOf(agreed);
   const std::vector<uint32_t> support = round.SharedSupport(agreed);
-  return rule_->Apply(plan, round.Rows(agreed), out,
-                      ContextOf(round, agreed, masks, support, counts));
+  const std::vector<const float*> rows = round.Rows(agreed);
+  PS_RETURN_IF_ERROR(
+      rule_->Apply(plan, rows, out, ContextOf(round, agreed, masks, support, counts, weights)));
+  if (weights != nullptr) weights->alignment = Alignment(rows, masks.ptrs, out);
+  return absl::OkStatus();
 }
 
 void RoundAggregation::StepModel(ClosedRound& round, std::span<const float> out,

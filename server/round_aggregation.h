@@ -34,6 +34,23 @@ struct AggregationCounts {
   uint64_t masked = 0;      // slice scope, with lost UDP chunks masked
 };
 
+// Each input's weight in a slice round's aggregate (aggregators::AggregationContext::
+// influence) by the worker that pushed it; empty when the round reports none (a vote on
+// packed sign bits).
+// With each input's alignment: the cosine between it and the aggregate (NaN where it
+// has no coordinate present, or either is zero), over at most kAlignmentSamples evenly
+// spaced coordinates.
+struct InputWeights {
+  static constexpr size_t kAlignmentSamples = 1024;
+  std::vector<uint32_t> workers;
+  std::vector<double> influence;
+  std::vector<double> alignment;
+};
+
+// The alignment of each of `rows` (masks as in aggregators::AggregationContext) with `out`.
+std::vector<double> Alignment(std::span<const float* const> rows,
+                              std::span<const uint8_t* const> masks, std::span<const float> out);
+
 // The refusal of a round with fewer inputs than the quorum (RoundAggregation::CheckQuorum):
 // the round is published unchanged and counted as dropped below the quorum, not as an
 // aggregation error.
@@ -55,7 +72,9 @@ class RoundAggregation {
   // Slice scope: the rule over every push of `round` (a sign vote when each push is
   // packed signs and the rule votes on signs) into `out` (numel values). BelowQuorum,
   // the rule not run, when fewer than the quorum pushed.
-  absl::Status Aggregate(ClosedRound& round, std::span<float> out, AggregationCounts* counts);
+  // `weights`, if given, receives each input's weight in the aggregate.
+  absl::Status Aggregate(ClosedRound& round, std::span<float> out, AggregationCounts* counts,
+                         InputWeights* weights = nullptr);
 
   // Model scope: the workers whose push every one of `rounds` took (increasing).
   std::vector<uint32_t> Participants(std::span<const ClosedRound> rounds,
@@ -64,10 +83,11 @@ class RoundAggregation {
   // `rounds` to `gram` ((participants + state rows)^2, row-major), slice by slice.
   absl::Status AccumulateGram(std::span<ClosedRound> rounds, std::span<const uint32_t> participants,
                               std::vector<double>& gram, AggregationCounts* counts);
-  // Applies an agreed plan to one slice's pushes of `agreed` workers.
+  // Applies an agreed plan to one slice's pushes of `agreed` workers; `weights` as in
+  // Aggregate.
   absl::Status Apply(const aggregators::RoundPlan& plan, ClosedRound& round,
                      std::span<const uint32_t> agreed, std::span<float> out,
-                     AggregationCounts* counts);
+                     AggregationCounts* counts, InputWeights* weights = nullptr);
 
   // What a round publishes: the values, and with --pull-codec the change from the last
   // version, encoded (null: none).
@@ -88,10 +108,12 @@ class RoundAggregation {
   // carried (their median) or the configured one; the new parameters also into `copy_to`.
   void StepModel(ClosedRound& round, std::span<const float> out, std::span<float> copy_to) const;
   // The rule's context for `workers` of `round`; `masks` and `support` must outlive it.
+  // `weights`, if given, is sized for `workers` and receives their influence.
   aggregators::AggregationContext ContextOf(ClosedRound& round, std::span<const uint32_t> workers,
                                             const InputMasks& masks,
                                             const std::vector<uint32_t>& support,
-                                            AggregationCounts* counts) const;
+                                            AggregationCounts* counts,
+                                            InputWeights* weights = nullptr) const;
 
   aggregators::Aggregator* const rule_;
   core::ThreadPool* const pool_;

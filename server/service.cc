@@ -425,6 +425,9 @@ v1::StatusResponse AdminServiceImpl::StatusNow() const {
     ws->set_malformed(c.refused(Refusal::kMalformed));
     ws->set_slice_rounds_missed(c.slice_rounds_missed);
     ws->set_quarantines(c.quarantines);
+    ws->set_suspicion(c.suspicion.score);
+    ws->set_suspected(c.suspicion.suspected);
+    ws->set_windows_suspected(c.suspicion.windows_suspected);
   }
   if (checkpointer_ != nullptr) {
     const Checkpointer::Info info = checkpointer_->info();

@@ -55,6 +55,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       codec_policy_(CodecPolicy::Parse(options.allowed_codecs).value_or(CodecPolicy())),
       decode_budget_(options.num_workers, options.max_decode_ms),
       counters_(shard_id, options.num_workers),
+      suspicion_(Suspicion::Config{shard_id, options.num_workers, options.suspicion_window,
+                                   options.suspicion_threshold}),
       sessions_(options.num_workers),
       quarantine_(options.num_workers, options.quarantine),
       membership_(options.num_workers,
@@ -71,7 +73,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
                                  std::chrono::duration_cast<core::Duration>(options.peer_timeout)},
              clock, &deadlines_,
              ModelCoordinator::Parts{
-                 &table_, &aggregation_, aggregator_.get(), &jobs_, &counters_,
+                 &table_, &aggregation_, aggregator_.get(), &jobs_, &counters_, &suspicion_,
                  [this](ClosedRound round, std::vector<float>& out, absl::Status st) {
                    PublishRound(std::move(round), out, std::move(st));
                  }},
@@ -365,8 +367,13 @@ void Shard::AggregateSlice(uint32_t slice_id) {
   const auto start = std::chrono::steady_clock::now();
   std::vector<float> out(round->info.numel);
   AggregationCounts counts;
-  absl::Status st = aggregation_.Aggregate(*round, out, &counts);
+  InputWeights weights;
+  absl::Status st = aggregation_.Aggregate(*round, out, &counts, &weights);
   counters_.Aggregated(counts, round->ChunksLost());
+  if (st.ok()) {
+    suspicion_.Record(round->round, weights.workers, weights.influence, weights.alignment,
+                      round->info.numel);
+  }
   counters_.Observe(AggregationStage::kSlice, start);
   PublishRound(*std::move(round), out, st);
 }
@@ -377,6 +384,13 @@ void Shard::PublishRound(ClosedRound round, std::vector<float>& out, absl::Statu
   // published so workers move on; the counters say loudly that this round was dropped.
   // Counted before publishing: a watcher woken below may read the stats.
   counters_.Published(round.round, round.info.id, st, round.inputs.pushed);
+  if (membership_.timeout() > core::Duration::zero()) {
+    // Those who pushed were waiting for this close: their idle time starts now.
+    const core::SteadyTime now = clock_->Now();
+    for (uint32_t w = 0; w < round.inputs.pushed.size(); ++w) {
+      if (round.inputs.pushed[w] != 0) membership_.Waited(w, now);
+    }
+  }
   Wakeups wake;
   SliceRound* slice = table_.slice(round.info.id);
   slice->Publish(std::move(round), std::move(published.values), std::move(published.delta_payload),
@@ -534,6 +548,13 @@ uint32_t Shard::FastForward(uint64_t version) {
   return moved;
 }
 
-ShardStats Shard::stats() const { return counters_.Get(); }
+ShardStats Shard::stats() const {
+  ShardStats st = counters_.Get();
+  const std::vector<WorkerSuspicion> scores = suspicion_.Get();
+  for (size_t w = 0; w < st.workers.size() && w < scores.size(); ++w) {
+    st.workers[w].suspicion = scores[w];
+  }
+  return st;
+}
 
 }  // namespace ps::server

@@ -73,6 +73,7 @@
 #include "server/shard_counters.h"
 #include "server/slice_round.h"
 #include "server/slice_table.h"
+#include "server/suspicion.h"
 
 namespace ps::server {
 
@@ -286,6 +287,8 @@ class Shard {
   // Lowest published version over the owned slices (0 before ready).
   uint64_t MinVersion() const;
   ShardStats stats() const;
+  // Each worker's suspicion score over the last closed windows (server/suspicion.h).
+  std::vector<Suspicion::Window> SuspicionHistory() const { return suspicion_.History(); }
 
   // A refusal of kind `r` (core::Refused: r's code, `message`, r as payload), counted
   // and logged (rate-limited: the 1st, 2nd, 4th, ... of each reason) here, once. The
@@ -350,6 +353,7 @@ class Shard {
 
   // Counting is not a change of the shard's state: const methods refuse too.
   mutable ShardCounters counters_;
+  Suspicion suspicion_;
   SessionTable sessions_;
   DeadlineQueue deadlines_;
   Quarantine quarantine_;

@@ -24,6 +24,7 @@
 #include "core/clock.h"
 #include "core/refusal.h"
 #include "server/round_aggregation.h"
+#include "server/suspicion.h"
 
 namespace ps::server {
 
@@ -39,6 +40,8 @@ struct WorkerCounts {
   // Slice rounds published without any push or chunk of it (missed, or too late).
   uint64_t slice_rounds_missed = 0;
   uint64_t quarantines = 0;
+  // How little the rule used its pushes (server/suspicion.h); filled in by Shard::stats().
+  WorkerSuspicion suspicion;
 };
 
 struct ShardStats {

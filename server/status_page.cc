@@ -1,6 +1,9 @@
 #include "server/status_page.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "core/refusal.h"
 
 namespace ps::server {
@@ -32,7 +35,9 @@ uint64_t Refused(const WorkerCounts& w) {
 }  // namespace
 
 std::string WorkerMark(const WorkerCounts& w, Membership::State state, uint64_t rounds_closed) {
-  if (w.refused(core::Refusal::kMalformed) > 0 || w.quarantines > 0) return "suspect";
+  if (w.refused(core::Refusal::kMalformed) > 0 || w.quarantines > 0 || w.suspicion.suspected) {
+    return "suspect";
+  }
   if (state != Membership::State::kPresent ||
       (rounds_closed > 0 && 2 * w.slice_rounds_missed > rounds_closed)) {
     return "absent";
@@ -66,7 +71,7 @@ std::string StatusPage(const StatusView& v) {
                   " expected): what this shard saw of their pushes</caption>\n"
                   "<tr><th>worker</th><th>state</th><th>pushes</th><th>UDP chunks</th>"
                   "<th>late</th><th>refused</th><th>malformed</th><th>slice rounds missed</th>"
-                  "<th>quarantines</th><th>mark</th></tr>\n");
+                  "<th>quarantines</th><th>suspicion</th><th>mark</th></tr>\n");
   for (size_t i = 0; i < v.workers.size(); ++i) {
     const WorkerCounts& w = v.workers[i];
     const Membership::State state =
@@ -79,10 +84,16 @@ std::string StatusPage(const StatusView& v) {
                     w.pushes_accepted, "</td><td>", w.chunks_accepted, "</td><td>",
                     w.refused(core::Refusal::kLate), "</td><td>", Refused(w), "</td><td>",
                     w.refused(core::Refusal::kMalformed), "</td><td>", w.slice_rounds_missed,
-                    "</td><td>", w.quarantines, "</td><td>", mark, "</td></tr>\n");
+                    "</td><td>", w.quarantines, "</td><td>",
+                    std::isnan(w.suspicion.score) ? std::string("-")
+                                                  : absl::StrFormat("%.2f", w.suspicion.score),
+                    "</td><td>", mark, "</td></tr>\n");
   }
   absl::StrAppend(&out,
-                  "</table>\n<p>Marks: <b>suspect</b> after a malformed push or a quarantine; "
+                  "</table>\n<p>Suspicion: how little the rule used the worker's pushes over "
+                  "the last window of rounds, 0 (an equal share of the aggregates or more) to 1 "
+                  "(never used). Marks: <b>suspect</b> after a malformed push or a quarantine, "
+                  "or while its suspicion is at or above the threshold; "
                   "<b>absent</b> when it left, expired, never joined or missed more than half "
                   "of the slice rounds. A worker that left or expired is not waited for until "
                   "it pushes again. The same counts: <a href=\"/metrics\">/metrics</a> "

@@ -11,6 +11,7 @@
 #include "examples/fashion_mnist/model.h"
 #include "server/local_cluster.h"
 #include "server/logging.h"
+#include "server/server.h"
 #include "worker_lib/metrics.h"
 
 namespace ps::fashion_mnist {
@@ -109,6 +110,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   o.weight_decay = static_cast<float>(config.weight_decay);
   o.round_deadline = config.round_deadline;
   o.pull_codec = config.pull_codec;
+  o.suspicion_window = config.suspicion_window;
   if (config.trainer.udp) o.udp_port = 0;
   if (config.trainer.fifo) o.schedule = server::Schedule::kFifo;
   o.threads = 1;
@@ -158,6 +160,12 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
     if (w != nullptr) result.push_bytes += w->stats().push_bytes;
   }
   workers.clear();
+  for (size_t i = 0; i < shards.num_shards(); ++i) {
+    for (const server::Suspicion::Window& w : shards.shard(i).shard().SuspicionHistory()) {
+      result.suspicion.push_back(
+          {static_cast<uint32_t>(i), w.first_round, w.scores, w.set_aside, w.alignment});
+    }
+  }
   shards.Shutdown();
   shards.Stop();
   for (uint32_t w = 0; w < n; ++w) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "examples/fashion_mnist/experiment.h"
 #include "examples/fashion_mnist/training.h"
 #include "server/options.h"
 
@@ -40,6 +41,8 @@ struct ClusterConfig {
   // f workers (the last ones) push `attack` (an attacks::MakeAttack spec).
   uint32_t byzantine = 0;
   std::string attack = "none";
+  // The shards' --suspicion-window (rounds).
+  uint32_t suspicion_window = 50;
 };
 
 struct ClusterResult {
@@ -55,6 +58,8 @@ struct ClusterResult {
   double wall_seconds = 0;
   uint64_t refused_pushes = 0;  // pushes the workers saw refused (Byzantine ones mostly)
   uint64_t push_bytes = 0;      // payload bytes of every worker's accepted pushes
+  // Every shard's closed suspicion windows (the last Suspicion::kHistoryWindows of each).
+  std::vector<SuspicionWindow> suspicion;
 };
 
 // Runs one cluster to the end. `events`, if given, also receives worker 0's events

@@ -98,6 +98,7 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
       {"round_deadline_ms", Scalar(&c.round_deadline_ms, "an unsigned integer")},
       {"tau0", Scalar(&c.tau0, "an unsigned integer")},
       {"tau_max", Scalar(&c.tau_max, "an unsigned integer")},
+      {"suspicion_window", Scalar(&c.suspicion_window, "an unsigned integer")},
       {"data_dir", Scalar(&c.data_dir, "")},
   };
   // Applies the entries of `text` (core/config_text.h); `origin` names an entry's line

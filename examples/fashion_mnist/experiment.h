@@ -69,6 +69,8 @@ struct ExperimentConfig {
   // period (TrainerConfig::tau0, tau_max).
   uint32_t tau0 = 8;
   uint32_t tau_max = 32;
+  // The shards' --suspicion-window (rounds; docs/metrics.md, "Suspicion").
+  uint32_t suspicion_window = 50;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
 };
 
@@ -118,6 +120,18 @@ struct PlanChange {
   double predicted_seconds = 0, baseline_seconds = 0, measured_seconds = 0;
 };
 
+// One shard's suspicion scores over one window of rounds (server/suspicion.h): one per
+// worker id, NaN where no push of that worker was aggregated in the window.
+struct SuspicionWindow {
+  uint32_t shard = 0;
+  uint64_t first_round = 0;
+  std::vector<double> scores;
+  // The scores' parts: how far the rule set the worker aside, and its mean cosine with
+  // the aggregate.
+  std::vector<double> set_aside;
+  std::vector<double> alignment;
+};
+
 // What a cell's run produced.
 struct CellResult {
   Cell cell;
@@ -136,8 +150,28 @@ struct CellResult {
   // Unknown (nullopt, an empty CSV field) in rows read back from a summary.csv written
   // before the column existed.
   std::optional<uint64_t> refused_pushes;
+  // Every shard's windows, shard by shard (not read back from the CSV files).
+  std::vector<SuspicionWindow> suspicion;
   std::string error;  // non-empty when the run failed
 };
+
+// How the suspicion scores of a cell ranked its Byzantine workers (the last f ids).
+struct SuspectRanking {
+  size_t windows = 0;  // windows with a score for every worker
+  // Windows where every Byzantine worker scored above every honest one.
+  size_t ranked = 0;
+  double honest_max = 0;      // the highest honest score of any window
+  double honest_mean = 0;     // over windows and honest workers
+  double byzantine_mean = 0;  // over windows and Byzantine workers (0 when f = 0)
+};
+SuspectRanking RankSuspects(const CellResult& r);
+// suspicion.csv: one row per cell, shard, window and worker:
+// <cell columns>,shard,first_round,worker,byzantine_worker,score,set_aside,alignment
+std::string SuspicionCsv(const std::vector<CellResult>& results);
+// suspicion.md: per cell with windows, the share of windows where the Byzantine workers
+// ranked highest, the honest workers' highest and mean score and the Byzantine ones'
+// mean, against `threshold` (the shards' --suspicion-threshold).
+std::string SuspicionTable(const std::vector<CellResult>& results, double threshold);
 
 // A cell's codec is a strategy: "PUSH" or "PUSH|PULL", the push codec and the shards'
 // pull codec (--pull-codec; without "|" the config's pull_codec). PUSH is a codec spec

@@ -24,6 +24,7 @@
 #include "examples/fashion_mnist/experiment.h"
 #include "examples/fashion_mnist/training.h"
 #include "server/optimizer.h"
+#include "server/options.h"
 
 namespace ps::fashion_mnist {
 namespace {
@@ -265,6 +266,7 @@ absl::Status Run(const Flags& flags) {
     cc.pull_codec = strategy.pull_codec;
     cc.byzantine = cell.byzantine;
     cc.attack = cell.attack;
+    cc.suspicion_window = config.suspicion_window;
     CellProgress progress(i, cells.size(), cell.Label(), config.steps, grid_start);
     CellResult r;
     r.cell = cell;
@@ -279,6 +281,7 @@ absl::Status Run(const Flags& flags) {
       r.diverged = ran->diverged;
       r.wall_seconds = ran->wall_seconds;
       r.refused_pushes = ran->refused_pushes;
+      r.suspicion = ran->suspicion;
     } else {
       r.error = std::string(ran.status().message());
     }
@@ -290,9 +293,15 @@ absl::Status Run(const Flags& flags) {
     PS_RETURN_IF_ERROR(WriteFile(out / "summary.csv", SummaryCsv(results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "table.md", MarkdownTable(config, results)));
     PS_RETURN_IF_ERROR(WriteFile(out / "runs.json", RunsJson(config, results)));
+    PS_RETURN_IF_ERROR(WriteFile(out / "suspicion.csv", SuspicionCsv(results)));
+    PS_RETURN_IF_ERROR(
+        WriteFile(out / "suspicion.md",
+                  SuspicionTable(results, server::ServerOptions().suspicion_threshold)));
   }
   const std::vector<CellResult> results = finished();
   std::printf("\n%s", MarkdownTable(config, results).c_str());
+  const std::string suspects = SuspicionTable(results, server::ServerOptions().suspicion_threshold);
+  if (!suspects.empty()) std::printf("\nSuspicion (suspicion.md):\n%s", suspects.c_str());
   if (flags.plots) Plot(flags, out);
   std::printf("wrote %s/{results.csv,summary.csv,table.md,runs.json%s} in %.0f s\n", out.c_str(),
               flags.plots ? ",accuracy-*.png,worst-case-*.png,time-to-accuracy-*.png" : "",

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <limits>
 #include <fstream>
 #include <map>
 #include <set>
@@ -217,6 +218,35 @@ std::string SummaryCsv(const std::vector<CellResult>& results) {
                     r.diverged ? "true" : "false", ",", absl::StrFormat("%.1f", r.wall_seconds),
                     ",", r.refused_pushes ? absl::StrCat(*r.refused_pushes) : "", ",", Csv(r.error),
                     "\n");
+  }
+  return out;
+}
+
+namespace {
+
+// values[i], NaN past its end (printed "nan").
+double At(const std::vector<double>& values, size_t i) {
+  return i < values.size() ? values[i] : std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace
+
+std::string SuspicionCsv(const std::vector<CellResult>& results) {
+  std::string out =
+      absl::StrCat(kCellHeader,
+                   ",shard,first_round,worker,byzantine_worker,score,set_aside,alignment\n");
+  for (const CellResult& r : results) {
+    for (const SuspicionWindow& w : r.suspicion) {
+      const size_t n = w.scores.size();
+      for (size_t id = 0; id < n; ++id) {
+        if (std::isnan(w.scores[id])) continue;
+        absl::StrAppend(&out, r.cell.Columns(), ",", w.shard, ",", w.first_round, ",", id, ",",
+                        id + r.cell.byzantine >= n ? "true" : "false", ",",
+                        absl::StrFormat("%.4f", w.scores[id]), ",",
+                        absl::StrFormat("%.4f", At(w.set_aside, id)), ",",
+                        absl::StrFormat("%.4f", At(w.alignment, id)), "\n");
+      }
+    }
   }
   return out;
 }

@@ -57,6 +57,8 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "refusal-hold-ms",
                                                   "quarantine-ms",
                                                   "worker-timeout-ms",
+                                                  "suspicion-window",
+                                                  "suspicion-threshold",
                                                   "checkpoint-dir",
                                                   "checkpoint-interval-s",
                                                   "checkpoint-every-rounds",
@@ -943,7 +945,16 @@ INSTANTIATE_TEST_SUITE_P(
                        "--worker-timeout-ms=-1"},
         BadOptionsCase{"WorkerTimeoutOverADay",
                        [](ServerOptions& o) { o.worker_timeout = std::chrono::milliseconds(86400001); },
-                       "--worker-timeout-ms=86400001"}),
+                       "--worker-timeout-ms=86400001"},
+        BadOptionsCase{"SuspicionWindowTooLong",
+                       [](ServerOptions& o) { o.suspicion_window = 100001; },
+                       "--suspicion-window=100001"},
+        BadOptionsCase{"SuspicionThresholdZero",
+                       [](ServerOptions& o) { o.suspicion_threshold = 0.0; },
+                       "--suspicion-threshold=0"},
+        BadOptionsCase{"SuspicionThresholdAboveOne",
+                       [](ServerOptions& o) { o.suspicion_threshold = 1.5; },
+                       "--suspicion-threshold=1.5"}),
     [](const ::testing::TestParamInfo<BadOptionsCase>& info) { return info.param.name; });
 
 TEST(ValidateOkTest, AcceptsBoundaryValues) {

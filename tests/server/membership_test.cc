@@ -158,5 +158,23 @@ TEST_F(ShardMembershipTest, AWorkerSilentForTheTimeoutExpiresAndTheQuorumStillHo
   EXPECT_EQ(shard_->membership(1), State::kPresent);
 }
 
+TEST_F(ShardMembershipTest, AWorkerWaitingForSlowerOnesIsNotIdle) {
+  // Worker 0 pushes at once; the others take 4 s. Its time without a push counts from the
+  // round's close, not from its push: 7 s after it, it is still waited for.
+  ASSERT_TRUE(Push(0, 0, 1).ok());
+  clock_.Advance(milliseconds(4000));
+  ASSERT_TRUE(Push(1, 0, 1).ok());
+  ASSERT_TRUE(Push(2, 0, 1).ok());
+  ASSERT_TRUE(AwaitVersion(1));
+  clock_.Advance(milliseconds(3000));
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(shard_->membership(0), State::kPresent);
+  EXPECT_EQ(shard_->workers_absent(), 0u);
+  // Silent for 5 s after that close, it expires.
+  clock_.Advance(milliseconds(2100));
+  shard_->Tick(clock_.Now());
+  EXPECT_EQ(shard_->membership(0), State::kExpired);
+}
+
 }  // namespace
 }  // namespace ps::server

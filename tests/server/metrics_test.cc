@@ -2,6 +2,7 @@
 // receiver on loopback): families present, values after known events.
 #include "server/metrics.h"
 
+#include <cmath>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -153,6 +154,12 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
   EXPECT_EQ(MetricValue(m, "ps_worker_quarantines_total{worker=\"1\"}"), 1);
   EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_missed_total{worker=\"0\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_missed_total{worker=\"1\"}"), 0);
+  // The mean weighs both pushes alike: a share of 1 each; no window closed yet.
+  EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_aggregated_total{worker=\"0\"}"), 1);
+  EXPECT_DOUBLE_EQ(MetricValue(m, "ps_worker_aggregate_share_total{worker=\"0\"}"), 1.0);
+  EXPECT_DOUBLE_EQ(MetricValue(m, "ps_worker_aggregate_share_total{worker=\"1\"}"), 1.0);
+  EXPECT_TRUE(std::isnan(MetricValue(m, "ps_worker_suspicion{worker=\"1\"}")));
+  EXPECT_EQ(MetricValue(m, "ps_worker_suspected{worker=\"1\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_total"), 1);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_at_deadline_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_published_version"), 1);

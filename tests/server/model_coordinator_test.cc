@@ -57,7 +57,7 @@ class ModelCoordinatorTest : public ::testing::Test {
                             milliseconds(50)},
         &clock_, &deadlines_,
         ModelCoordinator::Parts{&table_, aggregation_.get(), krum_.get(), &jobs_, &counters_,
-                                [this](ClosedRound round, std::vector<float>& out,
+                                &suspicion_, [this](ClosedRound round, std::vector<float>& out,
                                        absl::Status st) { Publish(std::move(round), out, st); }},
         /*enabled=*/true);
     coordinator_->SetSender([this](std::shared_ptr<const RoundShare> share) {
@@ -138,6 +138,7 @@ class ModelCoordinatorTest : public ::testing::Test {
   std::unique_ptr<aggregators::Aggregator> krum_;
   std::unique_ptr<RoundAggregation> aggregation_;
   ShardCounters counters_{0, kWorkers};
+  Suspicion suspicion_{Suspicion::Config{0, kWorkers, /*window_rounds=*/1, 0.5}};
   std::unique_ptr<ModelCoordinator> coordinator_;
   // Last: waits for the jobs that use everything above.
   AggregationJobs jobs_{&pool_};
@@ -191,6 +192,15 @@ TEST_F(ModelCoordinatorTest, ARoundGoesFromTheClosedSlicesThroughTheSharesToPubl
   EXPECT_EQ(stats.model_rounds, 1u);
   EXPECT_EQ(stats.model_rounds_dropped, 0u);
   for (uint32_t id : owned_) EXPECT_EQ(table_.slice(id)->version(), 1u);
+  {
+    // Krum's choice weighed on every owned slice: one of 0 and 1 at 3 equal shares, the
+    // others at none; worker 2 never.
+    const std::vector<WorkerSuspicion> s = suspicion_.Get();
+    const double o = static_cast<double>(owned_.size());
+    EXPECT_EQ(s[2].share_sum, 0.0);
+    EXPECT_EQ(s[0].share_sum + s[1].share_sum, 3 * o);
+    for (const WorkerSuspicion& w : s) EXPECT_EQ(w.slice_rounds_weighed, owned_.size());
+  }
 
   // The next round starts from the published slices; a share for it may come early.
   ASSERT_TRUE(coordinator_->AcceptShare(PeerShare(1)).ok());

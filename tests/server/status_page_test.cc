@@ -32,6 +32,11 @@ TEST(StatusPageTest, MarksSuspectsAndAbsentWorkers) {
   WorkerCounts quarantined = Counts(10, 9);
   quarantined.quarantines = 1;
   EXPECT_EQ(WorkerMark(quarantined, kPresent, 10), "suspect") << "suspect wins over absent";
+  WorkerCounts set_aside = Counts(10, 0);
+  set_aside.suspicion.score = 0.9;
+  EXPECT_EQ(WorkerMark(set_aside, kPresent, 10), "") << "the score alone is not the mark";
+  set_aside.suspicion.suspected = true;
+  EXPECT_EQ(WorkerMark(set_aside, kPresent, 10), "suspect");
 }
 
 TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
@@ -47,6 +52,7 @@ TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
   v.pushes_accepted = 25;
   v.refusals = 4;
   v.workers = {Counts(10, 0), Counts(10, 0), Counts(5, 8)};
+  v.workers[1].suspicion.score = 0.375;
   v.workers[1].refusals[static_cast<size_t>(core::Refusal::kLate)] = 3;
   v.workers[1].refusals[static_cast<size_t>(core::Refusal::kMalformed)] = 1;
   v.states = {kPresent, kPresent, kPresent};
@@ -57,9 +63,11 @@ TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
   EXPECT_THAT(page, Not(HasSubstr("<krum>")));
   EXPECT_THAT(page, HasSubstr("<dd>7 to 8</dd>"));
   EXPECT_THAT(page, HasSubstr("<tr><td class=\"id\">0</td><td>present</td><td>10</td><td>0</td>"
-                              "<td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td></td></tr>"));
+                              "<td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>-</td>"
+                              "<td></td></tr>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"suspect\"><td class=\"id\">1</td><td>present</td>"
-                              "<td>10</td><td>0</td><td>3</td><td>4</td><td>1</td>"));
+                              "<td>10</td><td>0</td><td>3</td><td>4</td><td>1</td><td>0</td>"
+                              "<td>0</td><td>0.38</td><td>suspect</td></tr>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"absent\"><td class=\"id\">2</td>"));
   // No script and nothing fetched from elsewhere.
   EXPECT_THAT(page, Not(HasSubstr("<script")));

@@ -2,6 +2,7 @@
 // and Markdown reports on fixed results.
 #include "examples/fashion_mnist/experiment.h"
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -560,6 +561,45 @@ TEST(ExperimentRowsTest, MergesSeedsRunApartIntoTheGridsOrder) {
       EXPECT_EQ((*placed)[i]->cell.Columns(), cells[i].Columns());
     }
   }
+}
+
+}  // namespace
+}  // namespace ps::fashion_mnist
+
+namespace ps::fashion_mnist {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(ExperimentSuspicionTest, RanksTheLastFWorkersAgainstTheHonestOnes) {
+  CellResult r;
+  r.cell.rule = "caf";
+  r.cell.attack = "signflip";
+  r.cell.byzantine = 1;
+  r.cell.split = "iid";
+  r.cell.codec = "fp32";
+  // Three workers, worker 2 Byzantine: ranked in the first window, tied in the second,
+  // below an honest one in the third; the fourth lacks worker 1's score and does not count.
+  r.suspicion = {{0, 0, {0.1, 0.0, 0.9}, {}, {}},
+                 {0, 50, {0.0, 0.4, 0.4}, {}, {}},
+                 {1, 0, {0.6, 0.0, 0.5}, {0.6, 0.0, 0.5}, {0.2, 0.3, -0.1}},
+                 {1, 50, {0.0, NAN, 1.0}, {}, {}}};
+  const SuspectRanking k = RankSuspects(r);
+  EXPECT_EQ(k.windows, 3u);
+  EXPECT_EQ(k.ranked, 1u);
+  EXPECT_DOUBLE_EQ(k.honest_max, 0.6);
+  EXPECT_DOUBLE_EQ(k.honest_mean, (0.1 + 0.0 + 0.0 + 0.4 + 0.6 + 0.0) / 6);
+  EXPECT_DOUBLE_EQ(k.byzantine_mean, (0.9 + 0.4 + 0.5) / 3);
+  const std::string table = SuspicionTable({r}, 0.5);
+  EXPECT_THAT(table, HasSubstr("| caf | signflip | 1 | iid | 1 | 3 | 0.33 (1 of 3) | 0.600 (!) |"));
+  const std::string csv = SuspicionCsv({r});
+  EXPECT_THAT(csv, HasSubstr(",shard,first_round,worker,byzantine_worker,score,set_aside,"
+                             "alignment\n"));
+  EXPECT_THAT(csv, HasSubstr(",1,0,2,true,0.5000,0.5000,-0.1000\n"));
+  EXPECT_THAT(csv, HasSubstr(",0,0,0,false,0.1000,nan,nan\n"));
+  EXPECT_THAT(csv, Not(HasSubstr(",1,50,1,"))) << "no row for a worker without a score";
+  EXPECT_EQ(SuspicionTable({CellResult{}}, 0.5), "") << "no windows, no table";
 }
 
 }  // namespace

@@ -1,0 +1,116 @@
+#include "aggregators/influence_internal.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "aggregators/coordinate_rules_internal.h"
+#include "aggregators/sorted_plan_internal.h"
+
+namespace ps::aggregators::internal {
+
+namespace {
+
+bool Present(std::span<const uint8_t* const> masks, size_t row, size_t c) {
+  if (masks.empty() || masks[row] == nullptr) return true;
+  return (masks[row][c / 8] >> (c % 8)) & 1;
+}
+
+// Adds to u[order[i]] the weight the coordinate rule gives the i-th smallest of the
+// present values `sorted` (ascending, one per entry of `order`).
+void AddRuleWeights(const CoordinateRule& rule, const std::vector<float>& sorted,
+                    const std::vector<size_t>& order, std::vector<double>& u) {
+  const size_t c = sorted.size();
+  if (c == 0) return;
+  auto spread = [&](size_t lo, size_t hi) {  // ranks lo..hi, equally
+    const double w = 1.0 / static_cast<double>(hi - lo + 1);
+    for (size_t r = lo; r <= hi; ++r) u[order[r]] += w;
+  };
+  switch (rule.kind) {
+    case CoordinateRule::Kind::kMean:
+      spread(0, c - 1);
+      return;
+    case CoordinateRule::Kind::kSignVote: {
+      const size_t negative = static_cast<size_t>(
+          std::lower_bound(sorted.begin(), sorted.end(), 0.0f) - sorted.begin());
+      const size_t positive = static_cast<size_t>(
+          sorted.end() - std::upper_bound(sorted.begin(), sorted.end(), 0.0f));
+      if (positive > negative) spread(c - positive, c - 1);
+      if (negative > positive) spread(0, negative - 1);
+      return;  // a tie outputs 0: no input weighs
+    }
+    default:
+      break;
+  }
+  const SortedPlan plan = PlanFor(rule, c);
+  switch (plan.op) {
+    case SortedPlan::Op::kZero:
+      return;
+    case SortedPlan::Op::kRanks:
+      spread(plan.lo, plan.hi);
+      return;
+    case SortedPlan::Op::kNearest: {
+      const size_t first = NearestFirst(plan, sorted.data(), c, 1);
+      spread(first, first + (c - plan.drop) - 1);
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+void AddInfluence(const PlanData& data, std::span<const float* const> rows,
+                  std::span<const uint8_t* const> masks, size_t d, uint64_t round,
+                  uint32_t slice_id, std::span<double> influence) {
+  const size_t k = std::min(data.k, influence.size());
+  const Mixing& m = data.mixing;
+  if (d == 0) return;
+  if (!data.coordinate.has_value()) {
+    // One output row, linear in the inputs: its weights are the influence, exactly.
+    if (m.rows == 0) return;
+    for (size_t j = 0; j < k; ++j) influence[j] += static_cast<double>(d) * m.at(0, j);
+    return;
+  }
+  const size_t r_count = m.rows == 0 ? data.k : m.rows;
+  const size_t samples = std::min(d, kInfluenceSamples);
+  const size_t stride = d / samples;
+  // A different sample each round and slice, the same on every run.
+  const uint64_t mix =
+      ((round + 1) * 0x9E3779B97F4A7C15ull) ^ ((slice_id + 1) * 0xBF58476D1CE4E5B9ull);
+  const size_t offset = static_cast<size_t>((mix >> 17) % stride);
+  std::vector<double> u(r_count, 0.0);
+  std::vector<float> values(r_count);
+  std::vector<size_t> order;
+  std::vector<float> sorted;
+  for (size_t t = 0; t < samples; ++t) {
+    const size_t c = offset + t * stride;
+    order.clear();
+    for (size_t r = 0; r < r_count; ++r) {
+      if (m.rows == 0) {
+        if (!Present(masks, r, c)) continue;
+        values[r] = rows[r][c];
+      } else {
+        double v = 0.0;
+        for (size_t j = 0; j < m.cols; ++j) v += m.at(r, j) * static_cast<double>(rows[j][c]);
+        values[r] = static_cast<float>(v);
+      }
+      order.push_back(r);
+    }
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return values[a] < values[b]; });
+    sorted.resize(order.size());
+    for (size_t i = 0; i < order.size(); ++i) sorted[i] = values[order[i]];
+    AddRuleWeights(*data.coordinate, sorted, order, u);
+  }
+  const double scale = static_cast<double>(d) / static_cast<double>(samples);
+  for (size_t j = 0; j < k; ++j) {
+    double w = 0.0;
+    if (m.rows == 0) {
+      w = u[j];
+    } else {
+      for (size_t r = 0; r < r_count; ++r) w += u[r] * m.at(r, j);
+    }
+    influence[j] += scale * w;
+  }
+}
+
+}  // namespace ps::aggregators::internal

@@ -1,0 +1,104 @@
+"""Workers that die, against real ps-server processes: eight worker processes train on
+two shards; one is killed with SIGKILL mid-training (it tells nobody). With
+--worker-timeout-ms 2000 the shards stop waiting for it once it expired, so within 3 s
+rounds run at least at 0.9 of their rate before the kill, and no later round waits for
+it (a round that did would wait for its 10 s deadline)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import ps_server
+from ps_server.launch import Shards
+
+# One worker process: trains until killed, printing "ROUND <version> <monotonic time>"
+# after each pull (worker 0 only).
+WORKER = r"""
+import os, sys, time
+import numpy as np
+import ps_server
+wid = int(sys.argv[1])
+tensors = [("w", 4096), ("b", 16)]
+init = [np.zeros(4096, np.float32), np.zeros(16, np.float32)] if wid == 0 else None
+w = ps_server.Worker(sys.argv[2].split(","), wid, tensors, initial=init,
+                     token_file=sys.argv[3], connect_timeout=30)
+g = [np.full(4096, 0.001, np.float32), np.full(16, 0.001, np.float32)]
+outs = [np.empty(4096, np.float32), np.empty(16, np.float32)]
+print("READY", flush=True)
+r = w.pull_all(w.start_version, outs, timeout=60)
+while True:
+    for t in range(2):
+        w.push(t, r, g[t])
+    try:
+        w.wait_pushes()
+    except ps_server.Refused as e:
+        # Starved for longer than the timeout (a loaded machine), this worker expired and
+        # its round closed without it: as an elastic trainer does, it goes on from the
+        # current version.
+        if e.reason != "late":
+            raise
+    r = w.pull_all(r + 1, outs, timeout=60)
+    if wid == 0:
+        print("ROUND", r, time.monotonic(), flush=True)
+"""
+
+WORKERS = 8
+VICTIM = 7
+
+
+def rounds_between(times, start, end):
+    return sum(1 for t in times if start <= t < end)
+
+
+def test_a_killed_worker_costs_the_rounds_at_most_its_timeout(server_bin):
+    with Shards(2, WORKERS, byzantine=1, aggregator="median", lr=0.1, momentum=0.0,
+                server=server_bin,
+                server_args=("--round-deadline-ms", "10000",
+                             "--worker-timeout-ms", "2000")) as shards:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+
+        def start(w):
+            return subprocess.Popen([sys.executable, "-c", WORKER, str(w),
+                                     ",".join(shards.addresses), shards.token_file(w)],
+                                    stdout=subprocess.PIPE if w == 0 else subprocess.DEVNULL,
+                                    text=True, env=env)
+
+        # Worker 0 brings the initial values; the others join once it registered them.
+        procs = [start(0)]
+        try:
+            assert procs[0].stdout.readline().strip() == "READY", "worker 0 did not join"
+            procs += [start(w) for w in range(1, WORKERS)]
+            times = []
+            killed_at = None
+            deadline = time.monotonic() + 90
+            for line in procs[0].stdout:
+                assert time.monotonic() < deadline, "the job did not get through in 90 s"
+                if not line.startswith("ROUND"):
+                    continue
+                _, _, stamp = line.split()
+                times.append(float(stamp))
+                if killed_at is None and len(times) >= 40 and times[-1] - times[0] >= 3.0:
+                    procs[VICTIM].send_signal(signal.SIGKILL)
+                    procs[VICTIM].wait()
+                    killed_at = time.monotonic()
+                if killed_at is not None and times[-1] > killed_at + 6.0:
+                    break
+            assert killed_at is not None, f"only {len(times)} rounds before worker 0 stopped"
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+    before = rounds_between(times, killed_at - 2.0, killed_at) / 2.0
+    after = rounds_between(times, killed_at + 3.0, killed_at + 6.0) / 3.0
+    gaps_after = [b - a for a, b in zip(times, times[1:]) if a >= killed_at + 3.0]
+    print(f"rounds/s: {before:.1f} in the 2 s before the kill, {after:.1f} from 3 to 6 s after "
+          f"it (ratio {after / before:.2f}); longest round after 3 s: {max(gaps_after):.3f} s")
+    assert after >= 0.9 * before, f"rounds/s {after:.1f} after vs {before:.1f} before the kill"
+    assert max(gaps_after) < 1.0, "a round after the worker expired waited for it"
+    # The round the kill caught waited for the timeout, not for its 10 s deadline.
+    gaps = [b - a for a, b in zip(times, times[1:]) if b >= killed_at]
+    assert max(gaps) < 3.5, f"a round waited {max(gaps):.2f} s for the dead worker"
