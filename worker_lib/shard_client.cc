@@ -95,9 +95,10 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
     info.version = join.version();
     info.data_plane = PlaneOf(join);
     infos_.push_back(std::move(info));
-    start = std::min(start, join.version());
+    // A shard that owns none of this layout's slices has no version to resume from.
+    if (!layout_.SlicesOfShard(s->id).empty()) start = std::min(start, join.version());
   }
-  start_version_ = start;
+  start_version_ = start == UINT64_MAX ? 0 : start;
   return absl::OkStatus();
 }
 

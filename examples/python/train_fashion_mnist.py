@@ -204,8 +204,16 @@ def main():
     if rank == 0 and args.load:
         print(f"step 0/{args.steps}  test accuracy {accuracy(model, x_test, y_test):.4f} "
               f"(from {args.load})", flush=True)
+    # Where the job is: 0 at the start; the shards' version when this worker was restarted
+    # (ps-launch --max-restarts) or joins a job that went on. One round per step with
+    # comm "sync"; local updates start over from their first step.
+    first = optimizer.round if optimizer.comm == "sync" else 0
+    if first:
+        print(f"worker {rank}: resuming at step {first} of {args.steps}", flush=True)
+        for _ in range(first):
+            batches.next()  # the batches this worker's steps so far drew
     start = time.monotonic()
-    for step in range(args.steps):
+    for step in range(first, args.steps):
         batch = batches.next()
         optimizer.zero_grad()
         loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])

@@ -312,6 +312,11 @@ def _parse(argv):
                         help="every shard's --data-plane: grpc (on the shard's port, the "
                              "default) or tcp (the native plane, on a free --data-port per "
                              "shard); workers follow the shards' plane")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
+                        help="restart a worker that fails (exits non-zero or is killed) in "
+                             "place, up to N times over the job, instead of stopping the "
+                             "others; it rejoins at the shards' current version, "
+                             "PS_RESTART_COUNT says how often it was restarted (default 0)")
     parser.add_argument("script", help="the training script, run with this Python")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -321,6 +326,8 @@ def _parse(argv):
         parser.error("--insecure and --tls-dir exclude each other")
     if not os.path.isfile(args.script):
         parser.error(f"no script {args.script!r}")
+    if args.max_restarts < 0:
+        parser.error(f"--max-restarts {args.max_restarts}: must be 0 or more")
     return args
 
 
@@ -351,28 +358,43 @@ def main(argv=None):
         interrupted.append(signum)
         terminate(signum)
 
+    restarts = [0] * args.workers  # per worker
+
+    def spawn(w):
+        env = dict(os.environ, **shards.env(w))
+        env["PS_RESTART_COUNT"] = str(restarts[w])
+        # The workers import the ps_server package this launcher runs from.
+        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
+        # Worker 0 on this terminal; a restarted worker's log goes on after its last words.
+        out = None if w == 0 else open(log_path, "ab" if restarts[w] else "wb")
+        try:
+            return subprocess.Popen([sys.executable, args.script, *args.script_args], env=env,
+                                    stdout=out,
+                                    stderr=None if out is None else subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        finally:
+            if out is not None:
+                out.close()
+
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         for w in range(args.workers):
-            env = dict(os.environ, **shards.env(w))
-            # The workers import the ps_server package this launcher runs from.
-            package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-            log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
-            if w == 0:
-                out = None  # this terminal
-            else:
-                out = open(log_path, "wb")
-            workers.append(subprocess.Popen([sys.executable, args.script, *args.script_args],
-                                            env=env, stdout=out,
-                                            stderr=None if out is None else subprocess.STDOUT,
-                                            stdin=subprocess.DEVNULL))
-            if out is not None:
-                out.close()
+            workers.append(spawn(w))
         shard_died = None
         worker_failed = False
         while any(p.poll() is None for p in workers):
+            for w, p in enumerate(workers):
+                if (p.poll() in (None, 0) or worker_failed or interrupted
+                        or sum(restarts) >= args.max_restarts or shard_died is not None):
+                    continue
+                restarts[w] += 1
+                print(f"ps-launch: worker {w} exited with status {p.returncode}; restarting it "
+                      f"(restart {sum(restarts)} of --max-restarts {args.max_restarts})",
+                      file=sys.stderr, flush=True)
+                workers[w] = spawn(w)
             if not worker_failed and any(p.poll() not in (None, 0) for p in workers):
                 # The others would wait for its pushes until their deadlines: stop them.
                 worker_failed = True
@@ -397,7 +419,9 @@ def main(argv=None):
     print(f"ps-launch: done in {seconds:.1f} s", file=sys.stderr)
     for w, p in enumerate(workers):
         status = "ok" if p.returncode == 0 else f"exit status {p.returncode}"
-        print(f"  worker {w}: {status}", file=sys.stderr)
+        again = f" (restarted {restarts[w]} time{'s' if restarts[w] > 1 else ''})" \
+            if restarts[w] else ""
+        print(f"  worker {w}: {status}{again}", file=sys.stderr)
     for i, p in enumerate(shards.processes):
         print(f"  shard {i}: exit status {p.returncode}", file=sys.stderr)
     if interrupted:

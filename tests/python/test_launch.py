@@ -26,13 +26,18 @@ SCRIPT = textwrap.dedent("""
                          tls_cert=os.environ.get("PS_TLS_CERT", ""),
                          tls_key=os.environ.get("PS_TLS_KEY", ""), connect_timeout=30)
     out = np.empty(100, np.float32)
-    for t in range(3):
+    restart = int(os.environ["PS_RESTART_COUNT"])
+    # From the shards' version on: 0 at the start, where the job is after a restart.
+    for t in range(w.start_version, 3):
         w.pull_all(t, [out], timeout=30)
+        if len(sys.argv) > 1 and sys.argv[1] == "crash" and me == 1 and t == 1 and not restart:
+            os._exit(5)  # dies in round 1 before pushing, telling nobody
         w.push(0, t, np.full(100, me + 1, np.float32))
         w.wait_pushes()
     w.pull_all(3, [out], timeout=30)
     print(f"worker {me}/{n}: {out[0]:.3f} over {w.data_plane}, local rank "
-          f"{os.environ['LOCAL_RANK']}", flush=True)
+          f"{os.environ['LOCAL_RANK']}, restart {restart}, from version {w.start_version}",
+          flush=True)
     w.close()
 """)
 
@@ -99,6 +104,26 @@ def test_a_failing_worker_fails_the_launch_and_stops_the_others(tmp_path, server
     assert "  worker 1: exit status 3" in done.stderr
 
 
+def test_max_restarts_restarts_a_failed_worker_which_resumes_at_the_shards_version(
+        tmp_path, server_bin):
+    # Worker 1 dies in round 1; restarted in place, it joins at version 1 (round 1 waits
+    # for it: f = 0) and the job ends as if nothing happened: -6 as in the first test.
+    done = launch(tmp_path, server_bin, "crash", launcher_args=["--max-restarts", "2"])
+    assert done.returncode == 0, done.stderr
+    assert ("worker 1 exited with status 5; restarting it (restart 1 of --max-restarts 2)"
+            in done.stderr), done.stderr
+    assert "worker 0/3: -6.000 over grpc, local rank 0, restart 0" in done.stdout
+    log = (tmp_path / "logs" / "worker-1.log").read_text()
+    assert "worker 1/3: -6.000 over grpc, local rank 1, restart 1, from version 1" in log, log
+    assert "  worker 1: ok (restarted 1 time)" in done.stderr
+    # Without restarts left the failure stops the job as before.
+    done = launch(tmp_path, server_bin, "fail", launcher_args=["--max-restarts", "1"])
+    assert done.returncode == 1
+    assert "restarting it (restart 1 of --max-restarts 1)" in done.stderr
+    assert "worker 1 exited with status 3; stopping the others" in done.stderr
+    assert "  worker 1: exit status 3 (restarted 1 time)" in done.stderr
+
+
 def test_the_ps_launch_command_is_the_module(tmp_path, server_bin):
     # build/bin/ps-launch finds the package of its build tree and the ps-server beside it.
     command = os.path.join(os.path.dirname(server_bin), "ps-launch")
@@ -121,6 +146,10 @@ def test_bad_arguments(tmp_path, server_bin):
                            "--data-plane", "udp", str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 2 and "invalid choice: 'udp'" in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                           "--max-restarts", "-1", str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2 and "--max-restarts -1: must be 0 or more" in done.stderr
     from ps_server.launch import Shards
     with pytest.raises(ValueError, match="data_plane must be one of grpc, tcp or None"):
         Shards(1, 1, server=server_bin, data_plane="TCP")
