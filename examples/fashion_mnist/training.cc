@@ -559,6 +559,11 @@ absl::Status TrainWithServer(const TrainerConfig& config, const TrainingData& da
     accuracy = Accuracy(*s.model, data.test);
     events.Evaluated(end.steps, *accuracy, SecondsSince(eval_start));
   }
+  // Done: the shards stop waiting for this worker at once (a job that goes on, or
+  // workers that finish at different rounds), as ps_server.Worker.close() does.
+  if (absl::Status left = worker->Leave(std::chrono::seconds(2)); !left.ok()) {
+    events.Warning(end.round, absl::StrCat("leaving the shards: ", left.message()));
+  }
   events.Done(end.steps, accuracy, SecondsSince(start), end.diverged, end.late_pushes);
   return absl::OkStatus();
 }
