@@ -149,7 +149,8 @@ int main(int argc, char** argv) {
               .Add("slice_rounds_missed", w.slice_rounds_missed())
               .Add("quarantines", w.quarantines())
               .Add("suspected", w.suspected())
-              .Add("windows_suspected", w.windows_suspected());
+              .Add("windows_suspected", w.windows_suspected())
+              .Add("mean_push_latency_seconds", w.mean_push_latency_seconds());
           // JSON has no NaN: null before the worker's first window.
           if (std::isnan(w.suspicion())) {
             line.AddNull("suspicion");

@@ -98,6 +98,11 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
                               "Sum over the slice rounds the worker's push was aggregated in of "
                               "its share of the aggregate (1 each at an equal share)",
                               MetricType::Counter);
+  MetricFamily latency = Family(
+      "ps_worker_push_latency_seconds",
+      "Time from a round's opening (its version's publication) to the arrival of the worker's "
+      "push for it: its pull, compute and push (sum and count over its accepted pushes)",
+      MetricType::Summary);
   MetricFamily weighed = Family("ps_worker_slice_rounds_aggregated_total",
                                 "Slice rounds the worker's push was aggregated in (and weighed)",
                                 MetricType::Counter);
@@ -110,6 +115,12 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
     AddCounter(&share, c.suspicion.share_sum, {{"worker", id}});
     AddCounter(&weighed, static_cast<double>(c.suspicion.slice_rounds_weighed), {{"worker", id}});
     AddCounter(&pushes, static_cast<double>(c.pushes_accepted), {{"worker", id}});
+    {
+      ClientMetric m = Labelled({{"worker", id}});
+      m.summary.sample_count = c.pushes_accepted;
+      m.summary.sample_sum = c.push_latency_seconds;
+      latency.metric.push_back(std::move(m));
+    }
     AddCounter(&chunks, static_cast<double>(c.chunks_accepted), {{"worker", id}});
     for (size_t r = 0; r < c.refusals.size(); ++r) {
       // The reasons alerts watch start at 0 (so that increase() sees the first one);
@@ -125,6 +136,7 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
     AddCounter(&quarantines, static_cast<double>(c.quarantines), {{"worker", id}});
   }
   out->push_back(std::move(pushes));
+  out->push_back(std::move(latency));
   if (has_udp) out->push_back(std::move(chunks));
   out->push_back(std::move(refused));
   out->push_back(std::move(missed));

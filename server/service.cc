@@ -428,6 +428,9 @@ v1::StatusResponse AdminServiceImpl::StatusNow() const {
     ws->set_suspicion(c.suspicion.score);
     ws->set_suspected(c.suspicion.suspected);
     ws->set_windows_suspected(c.suspicion.windows_suspected);
+    ws->set_mean_push_latency_seconds(
+        c.pushes_accepted == 0 ? 0.0
+                               : c.push_latency_seconds / static_cast<double>(c.pushes_accepted));
   }
   if (checkpointer_ != nullptr) {
     const Checkpointer::Info info = checkpointer_->info();

@@ -245,6 +245,8 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
   }
   PS_RETURN_IF_ERROR(counters_.RefusedPush(worker_id, quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash, slice_id));
+  // Before the push can close the round and the next one open.
+  const std::optional<core::SteadyTime> opened = s->opened();
   DecodeBudget::Reservation budget;
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptPush(
       worker_id, round, codec,
@@ -255,8 +257,10 @@ absl::Status Shard::Push(uint32_t worker_id, uint64_t layout_hash, uint64_t roun
       payload, loss, lr);
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
-  NotePresent(worker_id, clock_->Now(), "a push");
-  counters_.PushAccepted(worker_id, payload.bytes(), uint64_t{s->info().numel} * sizeof(float));
+  const core::SteadyTime now = clock_->Now();
+  NotePresent(worker_id, now, "a push");
+  counters_.PushAccepted(worker_id, payload.bytes(), uint64_t{s->info().numel} * sizeof(float),
+                         opened.has_value() ? now - *opened : core::Duration::zero());
   if (progress->closed) Closed(*s, round, progress->at_deadline);
   NoteRound(worker_id, round, /*chunk=*/false);
   return absl::OkStatus();

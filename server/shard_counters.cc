@@ -66,10 +66,15 @@ absl::Status ShardCounters::RefusedShare(uint32_t from_shard, uint64_t round, ab
   return status;
 }
 
-void ShardCounters::PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes) {
+void ShardCounters::PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes,
+                                 core::Duration latency) {
   absl::MutexLock lock(&mu_);
   ++stats_.pushes_accepted;
-  if (worker < stats_.workers.size()) ++stats_.workers[worker].pushes_accepted;
+  if (worker < stats_.workers.size()) {
+    ++stats_.workers[worker].pushes_accepted;
+    stats_.workers[worker].push_latency_seconds +=
+        std::chrono::duration<double>(latency).count();
+  }
   stats_.push_bytes += wire_bytes;
   stats_.push_decoded_bytes += decoded_bytes;
 }

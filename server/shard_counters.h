@@ -34,6 +34,9 @@ struct WorkerCounts {
   // Pushes (gRPC or TCP) and UDP chunks taken into a round.
   uint64_t pushes_accepted = 0;
   uint64_t chunks_accepted = 0;
+  // Sum over its accepted pushes of the time from their round's opening (its version's
+  // publication) to their arrival: the worker's pull, compute and push (ps_worker_push_latency).
+  double push_latency_seconds = 0;
   // Its pushes and chunks refused, by reason (late ones among them).
   std::array<uint64_t, static_cast<size_t>(core::Refusal::kCount)> refusals{};
   uint64_t refused(core::Refusal r) const { return refusals[static_cast<size_t>(r)]; }
@@ -107,9 +110,10 @@ class ShardCounters {
   // A peer's share refused (logged at warning: peers are few and authenticated).
   absl::Status RefusedShare(uint32_t from_shard, uint64_t round, absl::Status status);
 
-  // An accepted push (or UDP chunk) of `worker`: its wire bytes and the fp32 bytes it
-  // decoded to.
-  void PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes);
+  // An accepted push (or UDP chunk) of `worker`: its wire bytes, the fp32 bytes it
+  // decoded to, and (pushes) the time since its round opened.
+  void PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes,
+                    core::Duration latency);
   void ChunkAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes);
   // `worker` was quarantined for `duration` (logged: once per quarantine and worker).
   void Quarantined(uint32_t worker, core::Duration duration);

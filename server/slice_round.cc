@@ -112,6 +112,7 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
   model_.params = std::move(params);
   KeepPublishedModelLocked();
   initialized_ = true;
+  MarkOpenedLocked();
   TakeDueWatchersLocked(wake);
   return absl::OkStatus();
 }
@@ -414,6 +415,12 @@ void SliceRound::ResetRoundLocked() {
   if (deadline_.has_value()) rules_->deadlines->Remove(info_.id, *deadline_);
   deadline_.reset();
   deadline_passed_ = false;
+  MarkOpenedLocked();
+}
+
+void SliceRound::MarkOpenedLocked() {
+  if (rules_->clock == nullptr) return;
+  opened_.store(rules_->clock->Now().time_since_epoch().count(), std::memory_order_relaxed);
 }
 
 void SliceRound::Publish(ClosedRound round, std::shared_ptr<const std::string> values,

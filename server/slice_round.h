@@ -391,6 +391,14 @@ class SliceRound {
   SliceSnapshot Snapshot() const;
   uint64_t version() const;
   size_t watcher_count() const;
+  // When the open round opened: its version was published (or initialized, restored,
+  // fast-forwarded); nullopt before. What a push's latency is measured from
+  // (ps_worker_push_latency).
+  std::optional<core::SteadyTime> opened() const {
+    const int64_t ticks = opened_.load(std::memory_order_relaxed);
+    if (ticks == kNotOpened) return std::nullopt;
+    return core::SteadyTime(core::Duration(ticks));
+  }
 
  private:
   // Holds mu_; on release registers a deadline set meanwhile with the DeadlineQueue,
@@ -436,6 +444,10 @@ class SliceRound {
   mutable absl::Mutex mu_;
   // Whether version 0 (the initial value) exists; nothing is published before.
   bool initialized_ ABSL_GUARDED_BY(mu_) = false;
+  // opened(), in clock ticks; written under mu_, read without it.
+  static constexpr int64_t kNotOpened = INT64_MIN;
+  std::atomic<int64_t> opened_{kNotOpened};
+  void MarkOpenedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Published version; round `version_` is the open one.
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   std::shared_ptr<const std::string> published_ ABSL_GUARDED_BY(mu_);

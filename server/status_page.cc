@@ -71,7 +71,8 @@ std::string StatusPage(const StatusView& v) {
                   " expected): what this shard saw of their pushes</caption>\n"
                   "<tr><th>worker</th><th>state</th><th>pushes</th><th>UDP chunks</th>"
                   "<th>late</th><th>refused</th><th>malformed</th><th>slice rounds missed</th>"
-                  "<th>quarantines</th><th>suspicion</th><th>mark</th></tr>\n");
+                  "<th>quarantines</th><th>push latency</th><th>suspicion</th><th>mark</th>"
+                  "</tr>\n");
   for (size_t i = 0; i < v.workers.size(); ++i) {
     const WorkerCounts& w = v.workers[i];
     const Membership::State state =
@@ -85,6 +86,11 @@ std::string StatusPage(const StatusView& v) {
                     w.refused(core::Refusal::kLate), "</td><td>", Refused(w), "</td><td>",
                     w.refused(core::Refusal::kMalformed), "</td><td>", w.slice_rounds_missed,
                     "</td><td>", w.quarantines, "</td><td>",
+                    w.pushes_accepted == 0
+                        ? std::string("-")
+                        : absl::StrFormat("%.0f ms", 1000 * w.push_latency_seconds /
+                                                         static_cast<double>(w.pushes_accepted)),
+                    "</td><td>",
                     std::isnan(w.suspicion.score) ? std::string("-")
                                                   : absl::StrFormat("%.2f", w.suspicion.score),
                     "</td><td>", mark, "</td></tr>\n");

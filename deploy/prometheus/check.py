@@ -127,6 +127,8 @@ def scraped_names(server):
             names.add(m.group(1))
             if m.group(2) == "histogram":
                 names.update(m.group(1) + s for s in ("_bucket", "_sum", "_count"))
+            elif m.group(2) == "summary":
+                names.update(m.group(1) + s for s in ("_sum", "_count"))
     return names
 
 

@@ -158,6 +158,21 @@ TEST_F(ShardMembershipTest, AWorkerSilentForTheTimeoutExpiresAndTheQuorumStillHo
   EXPECT_EQ(shard_->membership(1), State::kPresent);
 }
 
+TEST_F(ShardMembershipTest, APushsLatencyRunsFromItsRoundsOpening) {
+  clock_.Advance(milliseconds(100));  // since the initial value: round 0 opened then
+  ASSERT_TRUE(Push(0, 0, 1).ok());
+  clock_.Advance(milliseconds(300));
+  ASSERT_TRUE(Push(1, 0, 1).ok());
+  ASSERT_TRUE(Push(2, 0, 1).ok());
+  ASSERT_TRUE(AwaitVersion(1));
+  clock_.Advance(milliseconds(50));  // round 1 opened at 400 ms
+  ASSERT_TRUE(Push(2, 1, 1).ok());
+  const ShardStats st = shard_->stats();
+  EXPECT_NEAR(st.workers[0].push_latency_seconds, 0.1, 1e-9);
+  EXPECT_NEAR(st.workers[1].push_latency_seconds, 0.4, 1e-9);
+  EXPECT_NEAR(st.workers[2].push_latency_seconds, 0.4 + 0.05, 1e-9);
+}
+
 TEST_F(ShardMembershipTest, AWorkerWaitingForSlowerOnesIsNotIdle) {
   // Worker 0 pushes at once; the others take 4 s. Its time without a push counts from the
   // round's close, not from its push: 7 s after it, it is still waited for.

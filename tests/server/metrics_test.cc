@@ -156,6 +156,8 @@ TEST_F(MetricsTest, CountsPushesRefusalsRoundsAndBytesOfARound) {
   EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_missed_total{worker=\"1\"}"), 0);
   // The mean weighs both pushes alike: a share of 1 each; no window closed yet.
   EXPECT_EQ(MetricValue(m, "ps_worker_slice_rounds_aggregated_total{worker=\"0\"}"), 1);
+  EXPECT_EQ(MetricValue(m, "ps_worker_push_latency_seconds_count{worker=\"0\"}"), 1);
+  EXPECT_GE(MetricValue(m, "ps_worker_push_latency_seconds_sum{worker=\"0\"}"), 0);
   EXPECT_DOUBLE_EQ(MetricValue(m, "ps_worker_aggregate_share_total{worker=\"0\"}"), 1.0);
   EXPECT_DOUBLE_EQ(MetricValue(m, "ps_worker_aggregate_share_total{worker=\"1\"}"), 1.0);
   EXPECT_TRUE(std::isnan(MetricValue(m, "ps_worker_suspicion{worker=\"1\"}")));

@@ -305,8 +305,8 @@ TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
   (void)c.RefusedPush(0, core::Refused(core::Refusal::kLate, "stale"));
   (void)c.RefusedPush(9, core::Refused(core::Refusal::kMalformed, "no such worker"));
   (void)c.RefusedPush(0, absl::OkStatus());  // nothing refused: nothing counted
-  c.PushAccepted(0, 10, 40);
-  c.PushAccepted(0, 10, 40);
+  c.PushAccepted(0, 10, 40, std::chrono::milliseconds(250));
+  c.PushAccepted(0, 10, 40, std::chrono::milliseconds(500));
   c.ChunkAccepted(1, 5, 8);
   c.Quarantined(1, std::chrono::seconds(1));
   c.Quarantined(7, std::chrono::seconds(1));  // out of range: the shard's count only
@@ -315,6 +315,8 @@ TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
   c.Published(0, 4, absl::OkStatus(), {});  // nobody pushed (a round dropped below quorum)
   const ShardStats s = c.Get();
   ASSERT_EQ(s.workers.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.workers[0].push_latency_seconds, 0.75);
+  EXPECT_EQ(s.workers[1].push_latency_seconds, 0.0) << "a chunk has no push latency";
   EXPECT_EQ(s.workers[0].refused(core::Refusal::kMalformed), 0u);
   EXPECT_EQ(s.workers[0].refused(core::Refusal::kLate), 1u);
   EXPECT_EQ(s.workers[1].refused(core::Refusal::kMalformed), 4u);
@@ -350,7 +352,7 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
             1);
   // The 2nd, 3rd and 4th closed at a deadline: info for the 2nd and 4th.
   EXPECT_EQ(log.Count("info", "round 9 of slice 5 closed at its deadline with 3 of 4"), 2);
-  c.PushAccepted(0, 10, 40);
+  c.PushAccepted(0, 10, 40, core::Duration::zero());
   c.ChunkAccepted(0, 5, 8);
   c.Aggregated({1, 2, 3}, 4);
   const ShardStats s = c.Get();

@@ -53,6 +53,8 @@ TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
   v.refusals = 4;
   v.workers = {Counts(10, 0), Counts(10, 0), Counts(5, 8)};
   v.workers[1].suspicion.score = 0.375;
+  v.workers[0].push_latency_seconds = 2.5;  // over its 10 pushes
+  v.workers[1].pushes_accepted = 0;         // none yet: no latency
   v.workers[1].refusals[static_cast<size_t>(core::Refusal::kLate)] = 3;
   v.workers[1].refusals[static_cast<size_t>(core::Refusal::kMalformed)] = 1;
   v.states = {kPresent, kPresent, kPresent};
@@ -63,11 +65,11 @@ TEST(StatusPageTest, OneRowPerWorkerInASelfContainedPageThatReloads) {
   EXPECT_THAT(page, Not(HasSubstr("<krum>")));
   EXPECT_THAT(page, HasSubstr("<dd>7 to 8</dd>"));
   EXPECT_THAT(page, HasSubstr("<tr><td class=\"id\">0</td><td>present</td><td>10</td><td>0</td>"
-                              "<td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>-</td>"
-                              "<td></td></tr>"));
+                              "<td>0</td><td>0</td><td>0</td><td>0</td><td>0</td><td>250 ms</td>"
+                              "<td>-</td><td></td></tr>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"suspect\"><td class=\"id\">1</td><td>present</td>"
-                              "<td>10</td><td>0</td><td>3</td><td>4</td><td>1</td><td>0</td>"
-                              "<td>0</td><td>0.38</td><td>suspect</td></tr>"));
+                              "<td>0</td><td>0</td><td>3</td><td>4</td><td>1</td><td>0</td>"
+                              "<td>0</td><td>-</td><td>0.38</td><td>suspect</td></tr>"));
   EXPECT_THAT(page, HasSubstr("<tr class=\"absent\"><td class=\"id\">2</td>"));
   // No script and nothing fetched from elsewhere.
   EXPECT_THAT(page, Not(HasSubstr("<script")));
