@@ -90,7 +90,10 @@ TEST_P(ProcessPlaneTest, ServesAWorkerAndDrainsOnSigterm) {
   EXPECT_THAT(admin.Log(),
               HasSubstr("}\n{\"worker\":0,\"joined\":true,\"state\":\"present\",\"pushes_accepted\":1,"
                         "\"udp_chunks_accepted\":0,\"late\":0,\"refused\":0,\"malformed\":0,"
-                        "\"slice_rounds_missed\":0,\"quarantines\":0}\n"));
+                        "\"slice_rounds_missed\":0,\"quarantines\":0,\"suspected\":false,"
+                        "\"windows_suspected\":0,\"mean_push_latency_seconds\":"));
+  // No window of rounds closed yet: no score (JSON has no NaN).
+  EXPECT_THAT(admin.Log(), HasSubstr(",\"suspicion\":null}\n"));
 
   // A pull waiting for a version that never comes is ended by the drain.
   std::thread waiter([&] {

@@ -173,6 +173,33 @@ TEST_F(ShardMembershipTest, APushsLatencyRunsFromItsRoundsOpening) {
   EXPECT_NEAR(st.workers[2].push_latency_seconds, 0.4 + 0.05, 1e-9);
 }
 
+TEST_F(ShardMembershipTest, AWorkerThatJoinsAndLeavesInALoopCostsNoHonestRound) {
+  // Worker 2 joins and leaves 5000 times between the honest workers' pushes: every round
+  // closes with the honest pushes as they come (never at a deadline), the shard's
+  // per-worker state stays what it was (one session, one state), and worker 2 ends up
+  // absent, not waited for.
+  for (uint64_t round = 0; round < 5; ++round) {
+    for (int i = 0; i < 1000; ++i) {
+      ASSERT_TRUE(shard_->Join(2, hash_).ok());
+      shard_->Leave(2);
+    }
+    ASSERT_TRUE(Push(0, round, 1).ok());
+    ASSERT_TRUE(Push(1, round, 3).ok());
+    ASSERT_TRUE(AwaitVersion(round + 1)) << round;
+  }
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.rounds_closed, 5u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
+  EXPECT_EQ(shard_->membership(2), State::kLeft);
+  EXPECT_EQ(shard_->workers_absent(), 1u);
+  EXPECT_EQ(shard_->WatcherCount(), 0u);
+  EXPECT_EQ(st.workers[2].pushes_accepted, 0u);
+  // Its session is the last one issued: the 5001st join is join 5001 of the same entry.
+  auto again = shard_->Join(2, hash_);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(shard_->Authenticate(again->session).value_or(99), 2u);
+}
+
 TEST_F(ShardMembershipTest, AWorkerWaitingForSlowerOnesIsNotIdle) {
   // Worker 0 pushes at once; the others take 4 s. Its time without a push counts from the
   // round's close, not from its push: 7 s after it, it is still waited for.
