@@ -70,7 +70,11 @@ shards add changes as they are, else a gradient push per step with each tensor's
 planned (Espresso) and error feedback, stepped with the shards' own flags (--lr,
 --momentum, --weight-decay, --lr-schedule), as the C++ trainer's.
 
-Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, shard).
+Refusals come out of step() as ps_server.Refused (reason, tensor, slice, round, shard),
+but one: a push refused as late (its round closed without this worker, which was slow,
+or expired and came back: docs/operations.md) is a RuntimeWarning, counted in
+late_rounds, and the worker goes on from the shards' next version (`round` may then jump
+ahead), as the C++ trainer does. A loop `while opt.round < steps` ends with the others.
 """
 
 import contextlib
@@ -81,7 +85,7 @@ import warnings
 import torch
 
 from . import _arrays
-from ._ps_server import Error
+from ._ps_server import Error, Refused
 from ._torch_broadcast import (_optimizers, broadcast_object, broadcast_optimizer_state,
                                broadcast_parameters)
 from ._torch_env import _context, _need_init, init, local_rank, rank, shards, size  # noqa: F401
@@ -322,6 +326,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
         # Local updates: where this round started, its steps so far, and the periods the
         # synchronized rounds had.
         self.periods = []
+        # Rounds whose push came late (closed without this worker's gradient).
+        self.late_rounds = 0
         self._local_steps, self._loss_sum = 0, 0.0
         self._begin_round()
         _optimizers.append(self)
@@ -490,7 +496,14 @@ class DistributedOptimizer(torch.optim.Optimizer):
             if not self._pushed[i]:
                 self._push(i, p.grad if p.grad is not None else torch.zeros_like(p))
         self._new_round()
-        self.worker.wait_pushes()
+        try:
+            self.worker.wait_pushes()
+        except Refused as e:
+            if e.reason != "late":
+                raise
+            self.late_rounds += 1
+            warnings.warn(f"round {self.round} closed without this worker's gradient ({e}); "
+                          "going on from the shards' next version", RuntimeWarning, stacklevel=2)
         self.round += 1
         if self.optimizer_on == "worker":
             self._step_on_aggregate()

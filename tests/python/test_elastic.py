@@ -102,3 +102,56 @@ def test_a_killed_worker_costs_the_rounds_at_most_its_timeout(server_bin):
     # The round the kill caught waited for the timeout, not for its 10 s deadline.
     gaps = [b - a for a, b in zip(times, times[1:]) if b >= killed_at]
     assert max(gaps) < 3.5, f"a round waited {max(gaps):.2f} s for the dead worker"
+
+
+# A ps_server.torch script for ps-launch: worker 2 sleeps 3 s before its step at round 2,
+# while the others' rounds close at the 1 s deadline with the quorum of 2. Its push is
+# then late: step() warns and the worker goes on from the shards' version.
+TORCH_SCRIPT = r"""
+import time, warnings
+import torch
+import ps_server.torch as pst
+
+pst.init()
+torch.manual_seed(0)
+model = torch.nn.Linear(4, 1)
+opt = pst.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                               named_parameters=model.named_parameters(), model=model)
+pst.broadcast_parameters(model.state_dict(), root_rank=0)
+x, y = torch.ones(8, 4), torch.zeros(8, 1)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    while opt.round < 5:
+        if pst.rank() == 2 and opt.round == 2:
+            time.sleep(3)
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    opt.synchronize()
+late = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+print(f"worker {pst.rank()}: round {opt.round}, late rounds {opt.late_rounds}, "
+      f"warnings {len(late)}: {late[:1]}", flush=True)
+opt.close()
+"""
+
+
+def test_a_late_push_is_a_warning_and_the_torch_worker_goes_on(tmp_path, server_bin):
+    pytest.importorskip("torch")
+    script = tmp_path / "train.py"
+    script.write_text(TORCH_SCRIPT)
+    done = subprocess.run(
+        [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "3",
+         "--byzantine", "1", "--aggregator", "median", "--lr", "0.1", "--momentum", "0",
+         "--server", server_bin, "--log-dir", str(tmp_path / "logs"),
+         "--server-arg=--round-deadline-ms", "--server-arg=1000", str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = (tmp_path / "logs" / "worker-2.log").read_text()
+    line = next(l for l in log.splitlines() if l.startswith("worker 2:"))
+    # Round 2 late, and maybe the next one too (the others finished meanwhile): one warning
+    # each.
+    late = int(line.split("late rounds ")[1].split(",")[0])
+    assert 1 <= late <= 3 and f"warnings {late}:" in line, line
+    assert "round 2 closed without this worker's gradient" in line, line
+    assert int(line.split("round ")[1].split(",")[0]) >= 5, line
+    assert "worker 0: round 5, late rounds 0, warnings 0" in done.stdout, done.stdout
