@@ -204,6 +204,14 @@ class Aggregator {
   std::unique_ptr<internal::Pipeline> pipeline_;
 };
 
+// The cosine between each input and `out` (an aggregate of them), over at most
+// kAlignmentSamples evenly spaced coordinates where the input is present (masks as in
+// AggregationContext); NaN where it has none or either side is zero there. How far an
+// input pointed with or against what a rule made of it (the server's suspicion scores).
+inline constexpr size_t kAlignmentSamples = 1024;
+std::vector<double> Alignment(std::span<const float* const> inputs,
+                              std::span<const uint8_t* const> masks, std::span<const float> out);
+
 // Makes the chain described by `spec`. Refuses an unknown stage (listing the known
 // ones), a malformed spec or argument, a pre-aggregator in last place, f < 0, and n
 // below the chain's bound, with a message naming the bound ("krum needs n >= 2f + 3 = 9,

@@ -1,18 +1,21 @@
 #include "aggregators/influence_internal.h"
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include "aggregators/coordinate_rules_internal.h"
+#include "aggregators/mask_internal.h"
 #include "aggregators/sorted_plan_internal.h"
 
 namespace ps::aggregators::internal {
 
 namespace {
 
-bool Present(std::span<const uint8_t* const> masks, size_t row, size_t c) {
-  if (masks.empty() || masks[row] == nullptr) return true;
-  return (masks[row][c / 8] >> (c % 8)) & 1;
+// Whether `row` is present at c (no masks, or no mask for it: complete).
+bool PresentIn(std::span<const uint8_t* const> masks, size_t row, size_t c) {
+  return masks.empty() || masks[row] == nullptr || Present(masks[row], c);
 }
 
 // Adds to u[order[i]] the weight the coordinate rule gives the i-th smallest of the
@@ -86,7 +89,7 @@ void AddInfluence(const PlanData& data, std::span<const float* const> rows,
     order.clear();
     for (size_t r = 0; r < r_count; ++r) {
       if (m.rows == 0) {
-        if (!Present(masks, r, c)) continue;
+        if (!PresentIn(masks, r, c)) continue;
         values[r] = rows[r][c];
       } else {
         double v = 0.0;
@@ -114,3 +117,29 @@ void AddInfluence(const PlanData& data, std::span<const float* const> rows,
 }
 
 }  // namespace ps::aggregators::internal
+
+namespace ps::aggregators {
+
+std::vector<double> Alignment(std::span<const float* const> inputs,
+                              std::span<const uint8_t* const> masks, std::span<const float> out) {
+  const size_t d = out.size();
+  std::vector<double> cosines(inputs.size(), std::numeric_limits<double>::quiet_NaN());
+  if (d == 0) return cosines;
+  const size_t samples = std::min(d, kAlignmentSamples);
+  const size_t stride = d / samples;
+  for (size_t j = 0; j < inputs.size(); ++j) {
+    double dot = 0, xx = 0, oo = 0;
+    for (size_t t = 0; t < samples; ++t) {
+      const size_t c = t * stride;
+      if (!internal::PresentIn(masks, j, c)) continue;
+      const double x = inputs[j][c], o = out[c];
+      dot += x * o;
+      xx += x * x;
+      oo += o * o;
+    }
+    if (xx > 0 && oo > 0) cosines[j] = dot / std::sqrt(xx * oo);
+  }
+  return cosines;
+}
+
+}  // namespace ps::aggregators

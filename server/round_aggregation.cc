@@ -1,8 +1,6 @@
 #include "server/round_aggregation.h"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -29,29 +27,6 @@ absl::Status BelowQuorum(std::string_view message) {
 
 bool IsBelowQuorum(const absl::Status& status) {
   return status.GetPayload(core::AsAbsl(kBelowQuorumUrl)).has_value();
-}
-
-std::vector<double> Alignment(std::span<const float* const> rows,
-                              std::span<const uint8_t* const> masks, std::span<const float> out) {
-  const size_t d = out.size();
-  std::vector<double> cosines(rows.size(), std::numeric_limits<double>::quiet_NaN());
-  if (d == 0) return cosines;
-  const size_t samples = std::min(d, InputWeights::kAlignmentSamples);
-  const size_t stride = d / samples;
-  for (size_t j = 0; j < rows.size(); ++j) {
-    const uint8_t* mask = masks.empty() ? nullptr : masks[j];
-    double dot = 0, xx = 0, oo = 0;
-    for (size_t t = 0; t < samples; ++t) {
-      const size_t c = t * stride;
-      if (mask != nullptr && ((mask[c / 8] >> (c % 8)) & 1) == 0) continue;
-      const double x = rows[j][c], o = out[c];
-      dot += x * o;
-      xx += x * x;
-      oo += o * o;
-    }
-    if (xx > 0 && oo > 0) cosines[j] = dot / std::sqrt(xx * oo);
-  }
-  return cosines;
 }
 
 RoundAggregation::RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool,
@@ -105,7 +80,7 @@ absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> ou
   const std::vector<const float*> rows = round.Rows(workers);
   PS_RETURN_IF_ERROR(
       rule_->Aggregate(rows, out, ContextOf(round, workers, masks, support, counts, weights)));
-  if (weights != nullptr) weights->alignment = Alignment(rows, masks.ptrs, out);
+  if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
   return absl::OkStatus();
 }
 
@@ -146,7 +121,7 @@ absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedR
   const std::vector<const float*> rows = round.Rows(agreed);
   PS_RETURN_IF_ERROR(
       rule_->Apply(plan, rows, out, ContextOf(round, agreed, masks, support, counts, weights)));
-  if (weights != nullptr) weights->alignment = Alignment(rows, masks.ptrs, out);
+  if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
   return absl::OkStatus();
 }
 

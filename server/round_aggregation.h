@@ -37,19 +37,12 @@ struct AggregationCounts {
 // Each input's weight in a slice round's aggregate (aggregators::AggregationContext::
 // influence) by the worker that pushed it; empty when the round reports none (a vote on
 // packed sign bits).
-// With each input's alignment: the cosine between it and the aggregate (NaN where it
-// has no coordinate present, or either is zero), over at most kAlignmentSamples evenly
-// spaced coordinates.
+// With each input's alignment with the aggregate (aggregators::Alignment).
 struct InputWeights {
-  static constexpr size_t kAlignmentSamples = 1024;
   std::vector<uint32_t> workers;
   std::vector<double> influence;
   std::vector<double> alignment;
 };
-
-// The alignment of each of `rows` (masks as in aggregators::AggregationContext) with `out`.
-std::vector<double> Alignment(std::span<const float* const> rows,
-                              std::span<const uint8_t* const> masks, std::span<const float> out);
 
 // The refusal of a round with fewer inputs than the quorum (RoundAggregation::CheckQuorum):
 // the round is published unchanged and counted as dropped below the quorum, not as an

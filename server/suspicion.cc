@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <utility>
 
 #include "spdlog/spdlog.h"
 
@@ -9,10 +10,7 @@ namespace ps::server {
 
 Suspicion::Suspicion(Config config)
     : config_(config),
-      weighted_(config.num_workers, 0.0),
-      coordinates_(config.num_workers, 0),
-      aligned_(config.num_workers, 0.0),
-      aligned_coordinates_(config.num_workers, 0),
+      open_sums_(config.num_workers),
       workers_(config.num_workers) {}
 
 void Suspicion::Record(uint64_t round, std::span<const uint32_t> workers,
@@ -38,11 +36,12 @@ void Suspicion::Record(uint64_t round, std::span<const uint32_t> workers,
     const uint32_t w = workers[i];
     if (w >= workers_.size()) continue;
     const double share = std::max(0.0, k * influence[i] / total);
-    weighted_[w] += share * static_cast<double>(numel);
-    coordinates_[w] += numel;
+    WindowSums& sums = open_sums_[w];
+    sums.share += share * static_cast<double>(numel);
+    sums.coordinates += numel;
     if (std::isfinite(alignment[i])) {
-      aligned_[w] += std::clamp(alignment[i], -1.0, 1.0) * static_cast<double>(numel);
-      aligned_coordinates_[w] += numel;
+      sums.cosine += std::clamp(alignment[i], -1.0, 1.0) * static_cast<double>(numel);
+      sums.cosine_coordinates += numel;
     }
     ++workers_[w].slice_rounds_weighed;
     workers_[w].share_sum += share;
@@ -56,17 +55,14 @@ void Suspicion::CloseWindow() {
   closed.set_aside = closed.scores;
   closed.alignment = closed.scores;
   for (size_t w = 0; w < workers_.size(); ++w) {
-    if (coordinates_[w] == 0) continue;
-    const double mean = weighted_[w] / static_cast<double>(coordinates_[w]);
+    const WindowSums sums = std::exchange(open_sums_[w], WindowSums{});
+    if (sums.coordinates == 0) continue;
+    const double mean = sums.share / static_cast<double>(sums.coordinates);
     const double set_aside = 1.0 - std::min(1.0, mean);
-    const double cosine = aligned_coordinates_[w] == 0
+    const double cosine = sums.cosine_coordinates == 0
                               ? std::numeric_limits<double>::quiet_NaN()
-                              : aligned_[w] / static_cast<double>(aligned_coordinates_[w]);
+                              : sums.cosine / static_cast<double>(sums.cosine_coordinates);
     const double score = std::isnan(cosine) ? set_aside : std::max(set_aside, -cosine);
-    weighted_[w] = 0.0;
-    coordinates_[w] = 0;
-    aligned_[w] = 0.0;
-    aligned_coordinates_[w] = 0;
     WorkerSuspicion& ws = workers_[w];
     ws.score = score;
     ws.set_aside = set_aside;

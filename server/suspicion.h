@@ -7,8 +7,8 @@
 //    keeps, traced back through NNM's and clipping's mixing. Its share of the slice
 //    round is that weight over the mean weight of the round's inputs, k w_j / sum(w): 1
 //    when every input weighs the same, 0 when the rule set it aside;
-//  - its alignment, the cosine between it and the aggregate (RoundAggregation's
-//    Alignment): an honest gradient points roughly where the aggregate does; a push that
+//  - its alignment, the cosine between it and the aggregate (aggregators::Alignment):
+//    an honest gradient points roughly where the aggregate does; a push that
 //    points against it (inner-product manipulation, a flipped sign) is one the rule
 //    failed to set aside.
 // Over a window of --suspicion-window rounds (rounds [i W, (i + 1) W)) both are averaged
@@ -97,10 +97,14 @@ class Suspicion {
   mutable absl::Mutex mu_;
   uint64_t window_ ABSL_GUARDED_BY(mu_) = 0;   // index of the open window
   bool open_ ABSL_GUARDED_BY(mu_) = false;     // a slice round was recorded in it
-  std::vector<double> weighted_ ABSL_GUARDED_BY(mu_);    // sum of share x numel, this window
-  std::vector<uint64_t> coordinates_ ABSL_GUARDED_BY(mu_);  // sum of numel, this window
-  std::vector<double> aligned_ ABSL_GUARDED_BY(mu_);  // sum of cosine x numel, this window
-  std::vector<uint64_t> aligned_coordinates_ ABSL_GUARDED_BY(mu_);
+  // A worker's sums over the open window, weighted by slice size.
+  struct WindowSums {
+    double share = 0;              // share x numel
+    uint64_t coordinates = 0;      // numel
+    double cosine = 0;             // cosine x numel, where defined
+    uint64_t cosine_coordinates = 0;
+  };
+  std::vector<WindowSums> open_sums_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkerSuspicion> workers_ ABSL_GUARDED_BY(mu_);
   std::deque<Window> history_ ABSL_GUARDED_BY(mu_);
 };

@@ -185,5 +185,22 @@ TEST(InfluenceTest, AWronglySizedInfluenceIsRefused) {
   EXPECT_NE(st.message().find("influence holds 2 entries for 3 inputs"), std::string::npos) << st;
 }
 
+TEST(AlignmentTest, TheCosineWithTheAggregateWhereTheInputIsPresent) {
+  const std::vector<float> out = {1, 1, 0, 0};
+  const std::vector<float> with = {2, 2, 0, 0}, against = {-1, -1, 5, 0}, zero = {0, 0, 0, 0},
+                           half = {1, -1, 0, 0};
+  const std::vector<const float*> rows = {with.data(), against.data(), zero.data(), half.data()};
+  std::vector<double> a = Alignment(rows, {}, out);
+  EXPECT_NEAR(a[0], 1.0, 1e-12);
+  EXPECT_NEAR(a[1], -2.0 / std::sqrt(2.0 * 27.0), 1e-12);
+  EXPECT_TRUE(std::isnan(a[2])) << "a zero push has no direction";
+  EXPECT_NEAR(a[3], 0.0, 1e-12);
+  // Input 3 present at coordinate 0 only: there it points with the aggregate.
+  const uint8_t first_only = 0x01;
+  const std::vector<const uint8_t*> masks = {nullptr, nullptr, nullptr, &first_only};
+  a = Alignment(rows, masks, out);
+  EXPECT_NEAR(a[3], 1.0 / std::sqrt(1.0 * 1.0), 1e-12);
+}
+
 }  // namespace
 }  // namespace ps::aggregators

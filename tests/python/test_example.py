@@ -15,14 +15,21 @@ EXAMPLE = pathlib.Path(__file__).resolve().parents[2] / "examples" / "python" / 
 DATA = "/usr/share/datasets/fashion-mnist"
 
 
-def test_the_example_trains_with_a_byzantine_worker(tmp_path, server_bin):
+def launch_command(tmp_path, server_bin, *launcher_args):
+    """ps-launch of the example on 2 shards and 4 workers, f = 1 under the trimmed mean;
+    fails the test without torch (skipped) or the dataset."""
     pytest.importorskip("torch")
     if not os.path.exists(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")):
         pytest.fail(f"Fashion-MNIST not found in {DATA} (Debian: dataset-fashion-mnist)")
-    cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "4",
-           "--byzantine", "1", "--aggregator", "trimmed_mean", "--lr", "0.05",
-           "--momentum", "0.9", "--server", server_bin, "--log-dir", str(tmp_path),
-           str(EXAMPLE), "--byzantine", "1", "--steps", "60", "--eval-every", "30"]
+    return [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "4",
+            "--byzantine", "1", "--aggregator", "trimmed_mean", "--lr", "0.05",
+            "--momentum", "0.9", "--server", server_bin, "--log-dir", str(tmp_path),
+            *launcher_args, str(EXAMPLE)]
+
+
+def test_the_example_trains_with_a_byzantine_worker(tmp_path, server_bin):
+    cmd = launch_command(tmp_path, server_bin) + ["--byzantine", "1", "--steps", "60",
+                                                  "--eval-every", "30"]
     done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=280)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -56,14 +63,9 @@ def test_a_killed_worker_restarted_by_ps_launch_resumes_where_the_job_is(tmp_pat
     # Worker 2 is killed with SIGKILL after step 40; ps-launch --max-restarts starts it
     # again, it resumes at the shards' version (rounds wait for it: a 60 s deadline) and
     # the job ends as usual.
-    pytest.importorskip("torch")
-    if not os.path.exists(os.path.join(DATA, "t10k-labels-idx1-ubyte.gz")):
-        pytest.fail(f"Fashion-MNIST not found in {DATA} (Debian: dataset-fashion-mnist)")
-    cmd = [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "4",
-           "--byzantine", "1", "--aggregator", "trimmed_mean", "--lr", "0.05",
-           "--momentum", "0.9", "--server", server_bin, "--log-dir", str(tmp_path),
-           "--max-restarts", "1", "--server-arg=--round-deadline-ms", "--server-arg=60000",
-           str(EXAMPLE), "--steps", "160", "--eval-every", "20"]
+    cmd = launch_command(tmp_path, server_bin, "--max-restarts", "1",
+                         "--server-arg=--round-deadline-ms", "--server-arg=60000") + [
+        "--steps", "160", "--eval-every", "20"]
     launcher = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         lines = []

@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "server/round_aggregation.h"
 
 namespace ps::server {
 namespace {
@@ -133,23 +132,6 @@ TEST(SuspicionTest, NonsenseIsIgnoredAndTheHistoryIsBounded) {
   Suspicion off(Config(2, 0));
   off.Record(0, both, std::vector<double>{1, 0}, NoAlignment(2), 4);
   EXPECT_EQ(off.Get()[0].slice_rounds_weighed, 0u);
-}
-
-TEST(AlignmentTest, TheCosineWithTheAggregateWhereTheInputIsPresent) {
-  const std::vector<float> out = {1, 1, 0, 0};
-  const std::vector<float> with = {2, 2, 0, 0}, against = {-1, -1, 5, 0}, zero = {0, 0, 0, 0},
-                           half = {1, -1, 0, 0};
-  const std::vector<const float*> rows = {with.data(), against.data(), zero.data(), half.data()};
-  std::vector<double> a = Alignment(rows, {}, out);
-  EXPECT_NEAR(a[0], 1.0, 1e-12);
-  EXPECT_NEAR(a[1], -2.0 / std::sqrt(2.0 * 27.0), 1e-12);
-  EXPECT_TRUE(std::isnan(a[2])) << "a zero push has no direction";
-  EXPECT_NEAR(a[3], 0.0, 1e-12);
-  // Input 3 present at coordinate 0 only: there it points with the aggregate.
-  const uint8_t first_only = 0x01;
-  const std::vector<const uint8_t*> masks = {nullptr, nullptr, nullptr, &first_only};
-  a = Alignment(rows, masks, out);
-  EXPECT_NEAR(a[3], 1.0 / std::sqrt(1.0 * 1.0), 1e-12);
 }
 
 }  // namespace
