@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
   }
   if (!a->secret_.empty()) {
     std::vector<core::Identity> derived;  // the identities whose keys are made now
-    for (uint32_t w = 0; w < std::min(o.num_workers, kKeysMadeAtStart); ++w) {
+    for (uint32_t w = 0; w < std::min(o.WorkerIds(), kKeysMadeAtStart); ++w) {
       derived.push_back(core::Identity{core::Identity::Kind::kWorker, w});
     }
     for (uint32_t s = 0; s < o.num_shards; ++s) {
@@ -141,7 +141,7 @@ absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(const Serve
     // What local launchers hand out: each worker gets its own file, the operator's tools
     // the admin's. Derived, so every shard of the run directory writes the same bytes.
     std::vector<core::Identity> clients;
-    for (uint32_t w = 0; w < o.num_workers; ++w) {
+    for (uint32_t w = 0; w < o.WorkerIds(); ++w) {
       clients.push_back(core::Identity{core::Identity::Kind::kWorker, w});
     }
     clients.push_back(core::Identity{core::Identity::Kind::kAdmin, 0});

@@ -39,7 +39,7 @@ ControlPlane::ControlPlane(const Parts& parts) : parts_(parts) {
       [shard = parts.shard] { return shard->ready(); });
   const CallGate gate{parts.shard, parts.auth, parts.front, serving_->admitting()};
   worker_service_ = std::make_unique<WorkerServiceImpl>(
-      gate, ObjectStore::Limits{.num_workers = parts.options->num_workers,
+      gate, ObjectStore::Limits{.num_workers = parts.options->WorkerIds(),
                                 .bytes_per_worker = parts.options->max_object_bytes});
   grpc_data_ = std::make_unique<transport::grpc::DataMethods>(gate);
   peer_service_ = std::make_unique<PeerServiceImpl>(PeerIdentityOf(*parts.options), gate);

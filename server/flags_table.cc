@@ -191,11 +191,22 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
       ->delimiter(',')
       ->type_name("HOST:PORT,...");
 
-  add("Rounds", "workers", o.num_workers, "n: workers expected in every round");
+  add("Rounds", "workers", o.num_workers,
+      "n: workers expected in every round from the start (waited for before they join)");
+  add("Rounds", "max-workers", o.max_workers,
+      absl::StrCat("Worker ids accepted, [0, max-workers): ids from n on are spares that "
+                   "rounds wait for once they joined (elastic growth); 0 means n, at most ",
+                   kMaxWorkerIds));
   add("Rounds", "byzantine", o.num_byzantine, "f: Byzantine workers tolerated (< n)");
-  add("Rounds", "quorum", o.quorum,
-      "Inputs every round is aggregated with, over gRPC and UDP, in [1, n]; 0 means n - f, "
-      "raised to what the aggregator needs (bulyan: 4f + 3)");
+  // --min-workers is the same bound under TorchElastic's name: rounds close only with
+  // at least this many workers' inputs.
+  finish(app.add_option("--quorum,--min-workers", o.quorum,
+                        "Inputs every round is aggregated with, over gRPC and UDP, in [1, n]; "
+                        "0 means n - f, raised to what the aggregator needs (bulyan: 4f + 3). "
+                        "Also spelled --min-workers")
+             ->capture_default_str()
+             ->check(DecimalInteger()),
+         "Rounds", "quorum");
   add("Rounds", "round-deadline-ms", raw.round_deadline_ms,
       "A slice's round closes this long after f + 1 workers (at least 2) pushed to it if the "
       "quorum is there");

@@ -134,8 +134,16 @@ std::vector<MetricFamily> Collector::Collect() const {
   out.push_back(Gauge("ps_ready",
                       "1 once a layout is registered and every owned slice has its initial value",
                       shard_->ready() ? 1 : 0));
-  out.push_back(Gauge("ps_workers_expected", "n: workers expected in every round (--workers)",
+  out.push_back(Gauge("ps_workers_expected",
+                      "n: workers expected in every round from the start (--workers)",
                       o.num_workers));
+  out.push_back(Gauge("ps_workers_max",
+                      "Worker ids accepted (--max-workers): expected workers and spares",
+                      o.WorkerIds()));
+  out.push_back(Gauge("ps_workers_waited",
+                      "Workers the rounds wait for now: present, and expected ones not yet "
+                      "joined",
+                      shard_->workers_waited()));
   out.push_back(Gauge("ps_workers_joined", "Workers that joined this shard (have a session)",
                       shard_->workers_joined()));
   out.push_back(Gauge("ps_workers_absent",
@@ -250,7 +258,7 @@ std::vector<MetricFamily> Collector::Collect() const {
     out.push_back(Gauge("ps_refusals_in_tarpit", "Refusal answers the tarpit holds now",
                         static_cast<double>(held.held_now)));
   }
-  internal::AddWorkerFamilies(st, has_udp, &out);
+  internal::AddWorkerFamilies(st, shard_->MembershipStates(), has_udp, &out);
 
   // --- UDP path ---
   if (has_udp) {
@@ -312,7 +320,7 @@ class Metrics::Impl {
     v.pushes_accepted = st.pushes_accepted;
     for (uint64_t n : st.refusals) v.refusals += n;
     v.workers = st.workers;
-    for (uint32_t w = 0; w < st.workers.size(); ++w) v.states.push_back(shard->membership(w));
+    v.states = shard->MembershipStates();
     return StatusPage(v);
   }
 

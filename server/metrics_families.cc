@@ -59,10 +59,11 @@ MetricFamily Gauge(std::string name, std::string help, double value) {
   return f;
 }
 
-// Per worker id (docs/metrics.md, "Per worker"): as many series as --workers; of the
-// refusals, those of late, malformed, duplicate and quarantined pushes always, the other
-// reasons once they occurred.
-void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFamily>* out) {
+// Per worker id (docs/metrics.md, "Per worker"): one series per id of --workers and per
+// spare id (--max-workers) once it joined; of the refusals, those of late, malformed,
+// duplicate and quarantined pushes always, the other reasons once they occurred.
+void AddWorkerFamilies(const ShardStats& st, std::span<const Membership::State> states,
+                       bool has_udp, std::vector<MetricFamily>* out) {
   MetricFamily pushes = Family("ps_worker_pushes_total",
                                "Pushes of a worker taken into a round (gRPC or TCP)",
                                MetricType::Counter);
@@ -107,6 +108,7 @@ void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFam
                                 "Slice rounds the worker's push was aggregated in (and weighed)",
                                 MetricType::Counter);
   for (size_t w = 0; w < st.workers.size(); ++w) {
+    if (w < states.size() && states[w] == Membership::State::kSpare) continue;
     const WorkerCounts& c = st.workers[w];
     const std::string id = absl::StrCat(w);
     AddGauge(&suspicion, c.suspicion.score, {{"worker", id}});

@@ -6,10 +6,12 @@
 #include <prometheus/client_metric.h>
 #include <prometheus/metric_family.h>
 
+#include <span>
 #include <string>
 #include <vector>
 
 #include "net/http_endpoint.h"
+#include "server/membership.h"
 #include "server/metrics.h"
 #include "server/shard_counters.h"
 #include "server/transport/tcp/backend.h"
@@ -29,7 +31,9 @@ MetricFamily Counter(std::string name, std::string help, double value);
 MetricFamily Gauge(std::string name, std::string help, double value);
 
 // Per worker id: pushes, chunks (with UDP), refusals, slice rounds missed, quarantines.
-void AddWorkerFamilies(const ShardStats& st, bool has_udp, std::vector<MetricFamily>* out);
+// `states`: each worker id's membership; spares that never joined have no series.
+void AddWorkerFamilies(const ShardStats& st, std::span<const Membership::State> states,
+                       bool has_udp, std::vector<MetricFamily>* out);
 void AddEndpointFamilies(const net::HttpEndpointStats& s, std::vector<MetricFamily>* out);
 void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFamily>* out);
 void AddProcessFamilies(std::vector<MetricFamily>* out);

@@ -185,6 +185,11 @@ absl::Status ServerOptions::Validate() const {
     return Invalid("num_byzantine", "byzantine", absl::StrCat(num_byzantine),
                    absl::StrCat("must be less than --workers=", num_workers));
   }
+  if (max_workers != 0 && (max_workers < num_workers || max_workers > kMaxWorkerIds)) {
+    return Invalid("max_workers", "max-workers", absl::StrCat(max_workers),
+                   absl::StrCat("must be 0 (--workers) or in [--workers=", num_workers, ", ",
+                                kMaxWorkerIds, "]"));
+  }
   const uint32_t q = EffectiveQuorum();
   if (q < 1 || q > num_workers) {
     return Invalid("quorum", "quorum", absl::StrCat(quorum),
@@ -398,7 +403,7 @@ absl::StatusOr<AggregationScope> ParseAggregationScope(std::string_view text) {
 std::string ServerOptions::ConsistencySummary() const {
   // Field order and spelling are part of the peer check: change them only together
   // with every shard (a mismatch makes shards refuse each other).
-  return absl::StrCat("workers=", num_workers, " f=", num_byzantine, " quorum=", EffectiveQuorum(),
+  return absl::StrCat("workers=", num_workers, " max_workers=", WorkerIds(), " f=", num_byzantine, " quorum=", EffectiveQuorum(),
                       " aggregator=", aggregator, " multi_krum_m=", multi_krum_m,
                       " krum_neighbours=", core::AsAbsl(aggregators::KrumNeighboursName(krum_neighbours)),
                       " even_median=", core::AsAbsl(aggregators::EvenMedianName(even_median)),

@@ -29,6 +29,9 @@ std::string_view AggregationScopeName(AggregationScope s);
 absl::StatusOr<Schedule> ParseSchedule(std::string_view text);
 absl::StatusOr<AggregationScope> ParseAggregationScope(std::string_view text);
 
+// The most worker ids a shard accepts (--workers, --max-workers).
+inline constexpr uint32_t kMaxWorkerIds = 65536;
+
 struct ServerOptions {
   // --- network ---
   // Address to listen on. Without credentials only loopback addresses are allowed
@@ -135,8 +138,12 @@ struct ServerOptions {
   std::vector<std::string> peers;
 
   // --- rounds ---
-  // n: workers expected in every round.
+  // n: workers expected in every round from the start (waited for before they join).
   uint32_t num_workers = 1;
+  // Worker ids the shards accept, [0, max_workers): ids at or above n are spares, not
+  // waited for until they join, then members like the others (docs/operations.md,
+  // "Workers that come and go"). 0 means n. Bounds every per-worker table and label set.
+  uint32_t max_workers = 0;
   // f: Byzantine workers tolerated.
   uint32_t num_byzantine = 0;
   // Inputs every round is aggregated with (gRPC and UDP, slice and model scope): a
@@ -261,6 +268,8 @@ struct ServerOptions {
 
   // Pushes that close a round at its deadline: quorum, or n - f when 0.
   uint32_t EffectiveQuorum() const { return quorum != 0 ? quorum : num_workers - num_byzantine; }
+  // The size of the worker id space: --max-workers, or n.
+  uint32_t WorkerIds() const { return max_workers != 0 ? max_workers : num_workers; }
 
   // Checks ranges and consistency (not the aggregation rule's bound, which
   // MakeAggregator checks); the message names the offending field and value.

@@ -411,11 +411,13 @@ v1::StatusResponse AdminServiceImpl::StatusNow() const {
   for (uint64_t n : st.refusals) refused += n;
   r.set_refusals(refused);
   for (size_t w = 0; w < st.workers.size(); ++w) {
+    const Membership::State state = shard.membership(static_cast<uint32_t>(w));
+    if (state == Membership::State::kSpare) continue;  // a spare id no one took yet
     const WorkerCounts& c = st.workers[w];
     v1::WorkerStatus* ws = r.add_workers();
     ws->set_worker(static_cast<uint32_t>(w));
     ws->set_joined(shard.joined(static_cast<uint32_t>(w)));
-    ws->set_state(std::string(MembershipStateName(shard.membership(static_cast<uint32_t>(w)))));
+    ws->set_state(std::string(MembershipStateName(state)));
     ws->set_pushes_accepted(c.pushes_accepted);
     ws->set_udp_chunks_accepted(c.chunks_accepted);
     ws->set_late(c.refused(Refusal::kLate));

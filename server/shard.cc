@@ -41,7 +41,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       // has one running.
       starters_(std::min(quorum_, std::max<uint32_t>(options.num_byzantine + 1, 2))),
       aggregator_(std::move(aggregator)),
-      udp_rounds_(options.num_workers, starters_),
+      udp_rounds_(options.WorkerIds(), starters_),
       aggregation_(aggregator_.get(), pool,
                    SgdOptions{options.learning_rate, options.momentum, options.weight_decay,
                               LrSchedule::Parse(options.lr_schedule).value_or(LrSchedule())},
@@ -53,22 +53,22 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       decoders_(options.max_cached_decoders),
       // Validated with the options (ServerOptions::Validate).
       codec_policy_(CodecPolicy::Parse(options.allowed_codecs).value_or(CodecPolicy())),
-      decode_budget_(options.num_workers, options.max_decode_ms),
-      counters_(shard_id, options.num_workers),
-      suspicion_(Suspicion::Config{shard_id, options.num_workers, options.suspicion_window,
+      decode_budget_(options.WorkerIds(), options.max_decode_ms),
+      counters_(shard_id, options.WorkerIds()),
+      suspicion_(Suspicion::Config{shard_id, options.WorkerIds(), options.suspicion_window,
                                    options.suspicion_threshold}),
-      sessions_(options.num_workers),
-      quarantine_(options.num_workers, options.quarantine),
-      membership_(options.num_workers,
+      sessions_(options.WorkerIds()),
+      quarantine_(options.WorkerIds(), options.quarantine),
+      membership_(options.num_workers, options.WorkerIds(),
                   std::chrono::duration_cast<core::Duration>(options.worker_timeout)),
-      adoption_(options.num_workers,
+      adoption_(options.WorkerIds(),
                 Adoption::QuorumFor(options.num_workers, options.num_byzantine, quorum_)),
-      table_(SliceTable::Config{shard_id, options.num_shards, options.num_workers,
+      table_(SliceTable::Config{shard_id, options.num_shards, options.WorkerIds(),
                                 options.max_message_bytes, EffectiveMaxShardBytes(options),
                                 aggregator_->StateRows(), !options.checkpoint_dir.empty(),
                                 options.aggregate_only, options.schedule == Schedule::kPriority},
              &rules_),
-      model_(ModelRounds::Config{shard_id, options.num_shards, options.num_workers,
+      model_(ModelRounds::Config{shard_id, options.num_shards, options.WorkerIds(),
                                  aggregator_->StateRows(),
                                  std::chrono::duration_cast<core::Duration>(options.peer_timeout)},
              clock, &deadlines_,
@@ -79,7 +79,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
                  }},
              model_scope_),
       jobs_(pool) {
-  rules_.num_workers = options_.num_workers;
+  rules_.num_workers = options_.WorkerIds();
   rules_.quorum = quorum_;
   rules_.starters = starters_;
   rules_.udp = &udp_rounds_;
@@ -111,10 +111,11 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
-  if (worker_id >= options_.num_workers) {
+  if (worker_id >= options_.WorkerIds()) {
     return Refuse(Refusal::kBadWorkerId,
-                  absl::StrCat("worker id ", worker_id, " is out of range: this server expects ",
-                               options_.num_workers, " workers"));
+                  absl::StrCat("worker id ", worker_id, " is out of range: this server accepts ids "
+                               "below ", options_.WorkerIds(), " (--workers ", options_.num_workers,
+                               ", --max-workers ", options_.WorkerIds(), ")"));
   }
   if (layout_hash == 0) {
     return Refuse(Refusal::kBadLayout, "join without a layout hash");
@@ -272,9 +273,9 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
   const uint32_t worker_id = h.worker_id;
-  if (worker_id >= options_.num_workers) {
+  if (worker_id >= options_.WorkerIds()) {
     return Refuse(Refusal::kBadWorkerId,
-                  absl::StrCat("datagram from worker ", worker_id, " of ", options_.num_workers));
+                  absl::StrCat("datagram from worker ", worker_id, " of ", options_.WorkerIds()));
   }
   PS_RETURN_IF_ERROR(counters_.RefusedPush(worker_id, quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash(), h.slice_id));
@@ -316,6 +317,12 @@ absl::Status Shard::RefusedPush(uint32_t worker_id, absl::Status status) {
   return status;
 }
 
+std::vector<Membership::State> Shard::MembershipStates() const {
+  std::vector<Membership::State> states(membership_.ids());
+  for (uint32_t w = 0; w < states.size(); ++w) states[w] = membership_.state(w);
+  return states;
+}
+
 bool Shard::LoudMembershipLog() {
   return std::has_single_bit(membership_logs_.fetch_add(1) + 1);
 }
@@ -327,14 +334,13 @@ void Shard::WorkerGone() {
       Closed(s, *round, /*at_deadline=*/false);
     }
   });
-  const uint32_t n = options_.num_workers;
-  const uint32_t present = n - std::min(n, membership_.absent_count());
+  const uint32_t present = membership_.waited_count();
   if (present < quorum_) {
     spdlog::log(LoudMembershipLog() ? spdlog::level::err : spdlog::level::debug,
-                "shard {}: only {} of {} workers are present (the others left or expired), "
-                "below the quorum of {}: rounds cannot close until workers come back (the "
-                "quorum and the rule's bound stay those of --workers {} and --byzantine {})",
-                shard_id_, present, n, quorum_, n, options_.num_byzantine);
+                "shard {}: only {} workers are present (the others left or expired), below the "
+                "quorum of {}: rounds cannot close until workers come back or join (the quorum "
+                "and the rule's bound stay those of --workers {}, --quorum and --byzantine {})",
+                shard_id_, present, quorum_, options_.num_workers, options_.num_byzantine);
   }
 }
 
@@ -387,7 +393,7 @@ void Shard::PublishRound(ClosedRound round, std::vector<float>& out, absl::Statu
   // Keep serving: after an error the unchanged parameters (or a zero aggregate) are
   // published so workers move on; the counters say loudly that this round was dropped.
   // Counted before publishing: a watcher woken below may read the stats.
-  counters_.Published(round.round, round.info.id, st, round.inputs.pushed);
+  counters_.Published(round.round, round.info.id, st, round.inputs.pushed, membership_);
   if (membership_.timeout() > core::Duration::zero()) {
     // Those who pushed were waiting for this close: their idle time starts now.
     const core::SteadyTime now = clock_->Now();

@@ -148,7 +148,10 @@ class Shard {
   void Leave(uint32_t worker_id);
   // Whether rounds wait for `worker` (left or expired: not).
   Membership::State membership(uint32_t worker) const { return membership_.state(worker); }
+  // Every worker id's state, by id.
+  std::vector<Membership::State> MembershipStates() const;
   uint32_t workers_absent() const { return membership_.absent_count(); }
+  uint32_t workers_waited() const { return membership_.waited_count(); }
 
   // --- mid-run adoption of one worker's values (server/adoption.h) ---
   // `worker_id`'s vote for adopting worker `root`'s values at `round`, the version every

@@ -18,8 +18,8 @@ absl::StatusOr<Adoption::Tally> Shard::Adopt(uint32_t worker_id, uint64_t layout
                   absl::StrCat(what, ": this shard runs --aggregate-only and holds no parameters "
                                      "to replace"));
   }
-  if (root >= options_.num_workers) {
-    return Refuse(Refusal::kBadWorkerId, absl::StrCat(what, ": there are ", options_.num_workers,
+  if (root >= options_.WorkerIds()) {
+    return Refuse(Refusal::kBadWorkerId, absl::StrCat(what, ": there are ", options_.WorkerIds(),
                                                       " workers"));
   }
   PS_RETURN_IF_ERROR(counters_.Counted(table_.CheckJoin(worker_id, layout_hash)));

@@ -137,14 +137,17 @@ void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_
 }
 
 void ShardCounters::Published(uint64_t round, uint32_t slice_id, const absl::Status& error,
-                              std::span<const uint8_t> pushed) {
+                              std::span<const uint8_t> pushed, const Membership& membership) {
   const bool below_quorum = !error.ok() && IsBelowQuorum(error);
   uint64_t dropped = 0;
   {
     absl::MutexLock lock(&mu_);
     ++stats_.rounds_closed;
     for (size_t w = 0; w < stats_.workers.size(); ++w) {
-      if (w >= pushed.size() || pushed[w] == 0) ++stats_.workers[w].slice_rounds_missed;
+      if ((w >= pushed.size() || pushed[w] == 0) &&
+          membership.state(static_cast<uint32_t>(w)) != Membership::State::kSpare) {
+        ++stats_.workers[w].slice_rounds_missed;
+      }
     }
     if (below_quorum) {
       dropped = ++stats_.rounds_dropped_below_quorum;

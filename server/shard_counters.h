@@ -23,6 +23,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
 #include "core/refusal.h"
+#include "server/membership.h"
 #include "server/round_aggregation.h"
 #include "server/suspicion.h"
 
@@ -129,9 +130,9 @@ class ShardCounters {
   // A slice's round published; `error` when its aggregation failed or it was below the
   // quorum (IsBelowQuorum; it was published unchanged either way), which is logged at the
   // 1st, 2nd, 4th, ... of each kind. `pushed[w]`: worker w sent something to it (the
-  // others missed it).
+  // others missed it, except spares that never joined).
   void Published(uint64_t round, uint32_t slice_id, const absl::Status& error,
-                 std::span<const uint8_t> pushed);
+                 std::span<const uint8_t> pushed, const Membership& membership);
   // A model round aggregated from every shard's share (its plan may still fail).
   void ModelRoundAggregated();
   // A model round published unchanged (its plan failed, or a peer's share did not come

@@ -20,7 +20,7 @@ ShardFront::ShardFront(Shard* shard, RateLimiter* limiter, Tarpit* tarpit)
     : shard_(shard),
       limiter_(limiter),
       tarpit_(tarpit),
-      pull_slots_(shard->options().num_workers, shard->options().max_pulls_per_worker) {}
+      pull_slots_(shard->options().WorkerIds(), shard->options().max_pulls_per_worker) {}
 
 absl::Status ShardFront::RefusePlane(std::string_view who, std::string_view asked) const {
   const std::string_view own = core::DataPlaneName(plane());

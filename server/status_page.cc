@@ -77,6 +77,7 @@ std::string StatusPage(const StatusView& v) {
     const WorkerCounts& w = v.workers[i];
     const Membership::State state =
         i < v.states.size() ? v.states[i] : Membership::State::kNeverJoined;
+    if (state == Membership::State::kSpare) continue;  // a spare id no one took yet
     const std::string mark = WorkerMark(w, state, v.rounds_closed);
     std::string state_text(MembershipStateName(state));
     for (char& c : state_text) c = c == '_' ? ' ' : c;

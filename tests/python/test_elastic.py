@@ -12,6 +12,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import pytest
@@ -106,6 +107,98 @@ def test_a_killed_worker_costs_the_rounds_at_most_its_timeout(server_bin):
     # The round the kill caught waited for the timeout, not for its 10 s deadline.
     gaps = [b - a for a, b in zip(times, times[1:]) if b >= killed_at]
     assert max(gaps) < 3.5, f"a round waited {max(gaps):.2f} s for the dead worker"
+
+
+# A worker that joins a running job: prints "JOINED <start version>", then "TAKEN <round>"
+# for each of its first five rounds whose push was taken ("LATE <round>" for one refused
+# as late), then trains on silently.
+JOINING_WORKER = r"""
+import sys
+import numpy as np
+import ps_server
+wid = int(sys.argv[1])
+w = ps_server.Worker(sys.argv[2].split(","), wid, [("w", 4096), ("b", 16)],
+                     token_file=sys.argv[3], connect_timeout=30)
+g = [np.full(4096, 0.001, np.float32), np.full(16, 0.001, np.float32)]
+outs = [np.empty(4096, np.float32), np.empty(16, np.float32)]
+r = w.start_version
+print("JOINED", r, flush=True)
+reported = 0
+while True:
+    r = w.pull_all(r, outs, timeout=60)
+    for t in range(2):
+        w.push(t, r, g[t])
+    try:
+        w.wait_pushes()
+        word = "TAKEN"
+    except ps_server.Refused as e:
+        if e.reason != "late":
+            raise
+        word = "LATE"
+    if reported < 5:
+        print(word, r, flush=True)
+        reported += word == "TAKEN"
+    r += 1
+"""
+
+
+def test_workers_added_to_a_running_job_train_from_its_version_within_two_rounds(server_bin):
+    # Four workers train on two shards started with --max-workers 8; four more join
+    # mid-training. Each starts from the shards' current version, its push is taken into
+    # the round it joined at or the next one, and every later round waits for it (its
+    # next pushes are taken, never late).
+    with Shards(2, 4, byzantine=1, aggregator="median", lr=0.1, momentum=0.0,
+                server=server_bin,
+                server_args=("--round-deadline-ms", "10000", "--max-workers", "8")) as shards:
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        addresses = ",".join(shards.addresses)
+
+        def start(w, script):
+            return subprocess.Popen([sys.executable, "-c", script, str(w), addresses,
+                                     shards.token_file(w)],
+                                    stdout=subprocess.PIPE if w == 0 or w >= 4
+                                    else subprocess.DEVNULL,
+                                    text=True, env=env)
+
+        procs = [start(0, WORKER)]
+        try:
+            assert procs[0].stdout.readline().strip() == "READY", "worker 0 did not join"
+            procs += [start(w, WORKER) for w in range(1, 4)]
+            # Worker 0's rounds, read on a thread (its pipe must not fill up).
+            versions = []
+            reader = threading.Thread(target=lambda: versions.extend(
+                int(l.split()[1]) for l in procs[0].stdout if l.startswith("ROUND")),
+                daemon=True)
+            reader.start()
+            deadline = time.monotonic() + 60
+            while len(versions) < 30:
+                assert time.monotonic() < deadline, f"only {len(versions)} rounds in 60 s"
+                time.sleep(0.05)
+            version_at_start = versions[-1]
+            added = [start(w, JOINING_WORKER) for w in range(4, 8)]
+            procs += added
+            for w, p in zip(range(4, 8), added):
+                lines = [p.stdout.readline().split() for _ in range(6)]
+                assert lines[0][0] == "JOINED", (w, lines)
+                start_version = int(lines[0][1])
+                assert start_version >= version_at_start, (
+                    f"worker {w} started at version {start_version}, the job was at "
+                    f"{version_at_start}")
+                taken = [int(r) for word, r in lines[1:] if word == "TAKEN"]
+                late = [int(r) for word, r in lines[1:] if word == "LATE"]
+                print(f"worker {w}: joined at version {start_version}, rounds taken {taken}, "
+                      f"late {late}")
+                assert taken[0] <= start_version + 1, (w, start_version, lines)
+                # Once in, every round waits for it: its next rounds are all taken.
+                assert taken == list(range(taken[0], taken[0] + len(taken))), (w, lines)
+                assert len(late) <= 1, (w, lines)
+            rounds_after = len(versions)
+            time.sleep(1.0)
+            assert len(versions) > rounds_after + 10, "the job stalled once eight trained"
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
 
 
 # A ps_server.torch script for ps-launch: worker 2 sleeps 3 s before its step at round 2,

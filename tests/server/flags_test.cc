@@ -67,6 +67,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "num-shards",
                                                   "peers",
                                                   "workers",
+                                                  "max-workers",
                                                   "byzantine",
                                                   "quorum",
                                                   "round-deadline-ms",
@@ -609,6 +610,21 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   EXPECT_THAT(result.message, HasSubstr("mean"));
 }
 
+TEST_F(FlagsTest, MaxWorkersBoundsTheIdsAndMinWorkersIsTheQuorum) {
+  ServerOptions o = ParseOk({"--workers", "4", "--max-workers", "8", "--min-workers", "3"});
+  EXPECT_EQ(o.num_workers, 4u);
+  EXPECT_EQ(o.WorkerIds(), 8u);
+  EXPECT_EQ(o.quorum, 3u) << "--min-workers is --quorum's TorchElastic name";
+  EXPECT_EQ(ParseOk({"--workers", "4"}).WorkerIds(), 4u) << "0: --workers";
+  FlagsResult result = Parse({"--workers", "4", "--max-workers", "3"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("--max-workers=3"));
+  EXPECT_THAT(result.message, HasSubstr("--workers=4"));
+  result = Parse({"--max-workers", "65537"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("65536"));
+}
+
 TEST_F(FlagsTest, ValidationErrorSaysWhereTheValueCameFrom) {
   FlagsResult result = Parse({"--workers=0"});
   EXPECT_THAT(result.message, Not(HasSubstr("[from")));
@@ -1008,7 +1024,7 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
   o.port = 9999;        // nor this
   o.shard_id = 1;       // nor this
   EXPECT_EQ(o.ConsistencySummary(),
-            "workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
+            "workers=6 max_workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
             "krum_neighbours=paper even_median=midpoint aggregation_scope=model "
             "aggregate_only=false lr=0.1 "
             "momentum=0.9 weight_decay=0 num_shards=2 lr_schedule=constant pull_codec=dense");
@@ -1017,6 +1033,9 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
   other.port = 7070;
   EXPECT_EQ(other.ConsistencySummary(), o.ConsistencySummary());
   other.learning_rate = 0.01f;
+  EXPECT_NE(other.ConsistencySummary(), o.ConsistencySummary());
+  other = o;
+  other.max_workers = 8;  // the shards must agree on the worker ids they accept
   EXPECT_NE(other.ConsistencySummary(), o.ConsistencySummary());
   // Shards stepping on different schedules would diverge: the schedule is checked too.
   ServerOptions scheduled = o;

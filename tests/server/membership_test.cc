@@ -20,7 +20,7 @@ using State = Membership::State;
 
 TEST(MembershipTest, LeavingExpiringAndComingBack) {
   core::ManualClock clock;
-  Membership m(3, milliseconds(1000));
+  Membership m(3, 3, milliseconds(1000));
   EXPECT_EQ(m.state(0), State::kNeverJoined);
   EXPECT_FALSE(m.Absent(0)) << "a worker still starting is waited for";
   EXPECT_FALSE(m.Joined(0, clock.Now()));
@@ -50,11 +50,34 @@ TEST(MembershipTest, LeavingExpiringAndComingBack) {
 
 TEST(MembershipTest, NoExpiryWithoutATimeout) {
   core::ManualClock clock;
-  Membership m(2, core::Duration::zero());
+  Membership m(2, 2, core::Duration::zero());
   m.Joined(0, clock.Now());
   clock.Advance(std::chrono::hours(24));
   EXPECT_TRUE(m.Expire(clock.Now()).empty());
   EXPECT_EQ(m.state(0), State::kPresent);
+}
+
+TEST(MembershipTest, SparesAreWaitedForOnlyOnceTheyJoined) {
+  core::ManualClock clock;
+  Membership m(2, 4, milliseconds(1000));  // workers 2 and 3 are spares
+  EXPECT_EQ(m.state(2), State::kSpare);
+  EXPECT_TRUE(m.Absent(2)) << "a spare that never joined is not waited for";
+  EXPECT_TRUE(m.AnyAbsent());
+  EXPECT_EQ(m.absent_count(), 0u) << "nor counted as having left";
+  EXPECT_EQ(m.waited_count(), 2u);
+  EXPECT_FALSE(m.Joined(2, clock.Now())) << "a first join, not a return";
+  EXPECT_EQ(m.state(2), State::kPresent);
+  EXPECT_EQ(m.waited_count(), 3u);
+  EXPECT_FALSE(m.Leave(3)) << "a spare that leaves stays a spare";
+  EXPECT_EQ(m.state(3), State::kSpare);
+  EXPECT_TRUE(m.Leave(2));
+  EXPECT_EQ(m.absent_count(), 1u);
+  EXPECT_EQ(m.waited_count(), 2u);
+  EXPECT_TRUE(m.Joined(2, clock.Now())) << "back";
+  clock.Advance(milliseconds(1500));
+  EXPECT_EQ(m.Expire(clock.Now()), std::vector<uint32_t>{2}) << "spares never expire";
+  EXPECT_EQ(m.state(9), State::kSpare) << "an id out of range";
+  EXPECT_EQ(MembershipStateName(m.state(3)), "spare");
 }
 
 class ShardMembershipTest : public ::testing::Test {
@@ -65,20 +88,25 @@ class ShardMembershipTest : public ::testing::Test {
     ServerOptions o;
     o.num_workers = 3;
     o.num_byzantine = 1;
+    Start(o, 3);
+  }
+
+  // A shard with `o`'s workers and rule bound, of which `joined` joined.
+  void Start(ServerOptions o, uint32_t joined) {
     o.learning_rate = 1.0f;
     o.momentum = 0.0f;
     o.round_deadline = milliseconds(1000);
     o.worker_timeout = milliseconds(5000);
     aggregators::AggregatorOptions a;
-    a.num_workers = 3;
-    a.num_byzantine = 1;
+    a.num_workers = static_cast<int>(o.num_workers);
+    a.num_byzantine = static_cast<int>(o.num_byzantine);
     auto rule = aggregators::MakeAggregator("mean", a);
     ASSERT_TRUE(rule.ok()) << rule.status();
     shard_ = std::make_unique<Shard>(o, 0, *std::move(rule), &clock_, &pool_);
     auto layout = core::ModelLayout::Create({{"w", 2, 0}}, 4, 1);
     ASSERT_TRUE(layout.ok());
     hash_ = layout->hash();
-    for (uint32_t w = 0; w < 3; ++w) ASSERT_TRUE(shard_->Join(w, hash_).ok());
+    for (uint32_t w = 0; w < joined; ++w) ASSERT_TRUE(shard_->Join(w, hash_).ok());
     ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
     std::string init;
     core::AppendFp32(std::vector<float>{0, 0}, &init);
@@ -216,6 +244,40 @@ TEST_F(ShardMembershipTest, AWorkerWaitingForSlowerOnesIsNotIdle) {
   clock_.Advance(milliseconds(2100));
   shard_->Tick(clock_.Now());
   EXPECT_EQ(shard_->membership(0), State::kExpired);
+}
+
+TEST_F(ShardMembershipTest, WorkersBeyondTheStartingOnesJoinAndAreWaitedFor) {
+  // Two workers from the start, ids up to 4 (--max-workers 4), f = 0: the spares are not
+  // waited for until they join; one that joined is, and its push is in the mean.
+  ServerOptions o;
+  o.num_workers = 2;
+  o.max_workers = 4;
+  Start(o, 2);
+  EXPECT_EQ(shard_->quorum(), 2u) << "n - f of the starting workers";
+  ASSERT_TRUE(Push(0, 0, 1).ok());
+  ASSERT_TRUE(Push(1, 0, 1).ok());
+  ASSERT_TRUE(AwaitVersion(1)) << "closed without the spares";
+  ASSERT_TRUE(shard_->Join(2, hash_).ok());
+  EXPECT_EQ(shard_->workers_waited(), 3u);
+  ASSERT_TRUE(Push(0, 1, 1).ok());
+  ASSERT_TRUE(Push(1, 1, 1).ok());
+  EXPECT_EQ(Version(), 1u) << "round 1 waits for worker 2, which joined";
+  ASSERT_TRUE(Push(2, 1, 7).ok());
+  ASSERT_TRUE(AwaitVersion(2));
+  // lr 1: w = -(1 + 1) / 2 - (1 + 1 + 7) / 3.
+  std::vector<float> w(2);
+  ASSERT_TRUE(core::ParseFp32(*shard_->Snapshot(0).values, w, "values").ok());
+  EXPECT_FLOAT_EQ(w[0], -1.0f - 3.0f);
+  absl::StatusOr<JoinResult> beyond = shard_->Join(4, hash_);
+  ASSERT_FALSE(beyond.ok());
+  EXPECT_THAT(std::string(beyond.status().message()), ::testing::HasSubstr("--max-workers 4"));
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
+  EXPECT_EQ(st.workers[2].slice_rounds_missed, 0u) << "round 0 closed before it joined";
+  EXPECT_EQ(st.workers[3].slice_rounds_missed, 0u);
+  EXPECT_EQ(shard_->MembershipStates(),
+            (std::vector<State>{State::kPresent, State::kPresent, State::kPresent,
+                                State::kSpare}));
 }
 
 }  // namespace

@@ -298,7 +298,8 @@ TEST(ShardCountersTest, RefusalsAreCountedByKindAndLoggedLogarithmically) {
 
 TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
   CapturedLog log;
-  ShardCounters c(0, 2);
+  ShardCounters c(0, 3);
+  Membership members(2, 3, core::Duration::zero());  // worker 2 is a spare
   for (int i = 0; i < 4; ++i) {
     (void)c.RefusedPush(1, core::Refused(core::Refusal::kMalformed, "bad payload"));
   }
@@ -310,11 +311,11 @@ TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
   c.ChunkAccepted(1, 5, 8);
   c.Quarantined(1, std::chrono::seconds(1));
   c.Quarantined(7, std::chrono::seconds(1));  // out of range: the shard's count only
-  const uint8_t only_worker_0[] = {1, 0};
-  c.Published(0, 3, absl::OkStatus(), only_worker_0);
-  c.Published(0, 4, absl::OkStatus(), {});  // nobody pushed (a round dropped below quorum)
+  const uint8_t only_worker_0[] = {1, 0, 0};
+  c.Published(0, 3, absl::OkStatus(), only_worker_0, members);
+  c.Published(0, 4, absl::OkStatus(), {}, members);  // nobody pushed (dropped below quorum)
   const ShardStats s = c.Get();
-  ASSERT_EQ(s.workers.size(), 2u);
+  ASSERT_EQ(s.workers.size(), 3u);
   EXPECT_DOUBLE_EQ(s.workers[0].push_latency_seconds, 0.75);
   EXPECT_EQ(s.workers[1].push_latency_seconds, 0.0) << "a chunk has no push latency";
   EXPECT_EQ(s.workers[0].refused(core::Refusal::kMalformed), 0u);
@@ -328,6 +329,7 @@ TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
   EXPECT_EQ(s.quarantines, 2u);
   EXPECT_EQ(s.workers[0].slice_rounds_missed, 1u);
   EXPECT_EQ(s.workers[1].slice_rounds_missed, 2u);
+  EXPECT_EQ(s.workers[2].slice_rounds_missed, 0u) << "a spare that never joined missed nothing";
   EXPECT_EQ(s.refusals[static_cast<size_t>(core::Refusal::kMalformed)], 5u);
   EXPECT_EQ(log.Count("warning", "worker 1 sent"), 3) << "the 1st, 2nd and 4th";
 }
@@ -335,8 +337,9 @@ TEST(ShardCountersTest, PushesAndRefusalsAreCountedPerWorker) {
 TEST(ShardCountersTest, PublicationsAndTheObserver) {
   CapturedLog log;
   ShardCounters c(0, 1);
-  c.Published(3, 1, absl::OkStatus(), {});
-  c.Published(4, 1, absl::InternalError("non-finite aggregate"), {});
+  Membership members(1, 1, core::Duration::zero());
+  c.Published(3, 1, absl::OkStatus(), {}, members);
+  c.Published(4, 1, absl::InternalError("non-finite aggregate"), {}, members);
   c.ClosedAtDeadline();
   SliceRound::DeadlineOutcome out;
   out.due = true;
