@@ -178,8 +178,10 @@ absl::Status ServerOptions::Validate() const {
   }
 
   // --- rounds ---
-  if (num_workers < 1) {
-    return Invalid("num_workers", "workers", absl::StrCat(num_workers), "must be at least 1");
+  if (num_workers < 1 || num_workers > kMaxWorkerIds) {
+    return Invalid("num_workers", "workers", absl::StrCat(num_workers),
+                   num_workers < 1 ? std::string("must be at least 1")
+                                   : absl::StrCat("must be at most ", kMaxWorkerIds));
   }
   if (num_byzantine >= num_workers) {
     return Invalid("num_byzantine", "byzantine", absl::StrCat(num_byzantine),

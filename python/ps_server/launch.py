@@ -92,14 +92,19 @@ class Shards:
     (token_file(worker) names them). `data_plane` ("grpc" or "tcp"; None leaves the
     shards' default, grpc) is every shard's --data-plane; with "tcp" each shard also gets
     a free --data-port (data_ports lists them), kept across restart(); with `tls_dir` the
-    data ports serve the same mutual TLS.
+    data ports serve the same mutual TLS. `max_workers` (None: `workers`) is the shards'
+    --max-workers: worker ids from `workers` on may join the running job later, and the
+    workers' PS_NUM_WORKERS is then max_workers (the id space).
     """
 
     def __init__(self, num_shards, workers, byzantine=0, aggregator="mean", lr=0.1,
                  momentum=0.9, server_args=(), server=None, run_dir=None, log_dir=None,
-                 insecure=False, tls_dir=None, startup_timeout=60.0, data_plane=None):
+                 insecure=False, tls_dir=None, startup_timeout=60.0, data_plane=None,
+                 max_workers=None):
         if num_shards < 1 or workers < 1:
             raise ValueError("need at least one shard and one worker")
+        if max_workers is not None and max_workers < workers:
+            raise ValueError(f"max_workers {max_workers} is below workers {workers}")
         if insecure and tls_dir:
             raise ValueError("insecure and tls_dir exclude each other")
         if data_plane is not None and data_plane not in DATA_PLANES:
@@ -115,6 +120,7 @@ class Shards:
                 raise ValueError(f"{tls_dir} lacks {', '.join(missing)} (make it with "
                                  f"deploy/tls/make-certs.sh DIR {num_shards} {workers})")
         self.num_shards, self.workers = num_shards, workers
+        self.max_workers = max_workers or workers
         self._server = find_server(server)
         self._owned_dirs = []
         self.log_dir = log_dir or self._temp_dir("ps-launch-logs.")
@@ -124,7 +130,8 @@ class Shards:
             (run_dir or self._temp_dir("ps-launch-run."))
         self._args = ["--workers", str(workers), "--byzantine", str(byzantine),
                       "--aggregator", aggregator, "--lr", repr(float(lr)),
-                      "--momentum", repr(float(momentum)), *server_args]
+                      "--momentum", repr(float(momentum)),
+                      *(["--max-workers", str(max_workers)] if max_workers else []), *server_args]
         self._startup_timeout = startup_timeout
         self.processes = []
         self.addresses = []
@@ -251,12 +258,27 @@ class Shards:
         """The environment variables a worker process gets (ps_server.torch.init reads
         them)."""
         env = {ENV_SHARDS: ",".join(self.addresses), ENV_WORKER_ID: str(worker),
-               ENV_NUM_WORKERS: str(self.workers), ENV_LOCAL_RANK: str(worker)}
+               ENV_NUM_WORKERS: str(self.max_workers), ENV_LOCAL_RANK: str(worker)}
         if self.run_dir is not None:
             env[ENV_TOKEN_FILE] = self.token_file(worker)
         names = {"tls_ca": ENV_TLS_CA, "tls_cert": ENV_TLS_CERT, "tls_key": ENV_TLS_KEY}
         env.update({names[k]: v for k, v in self.tls(worker).items()})
         return env
+
+    def write_job_env(self):
+        """Writes LOG_DIR/job.env, the environment every worker of this job shares (one
+        KEY=VALUE a line: PS_SHARDS, PS_NUM_WORKERS, PS_RUN_DIR, TLS paths; no secret, the
+        tokens stay in the run directory), for workers that join later with their own
+        PS_WORKER_ID; returns its path."""
+        shared = {k: v for k, v in self.env(0).items()
+                  if k not in (ENV_WORKER_ID, ENV_LOCAL_RANK, ENV_TOKEN_FILE,
+                               ENV_TLS_CERT, ENV_TLS_KEY)}
+        if self.run_dir is not None:
+            shared[ENV_RUN_DIR] = self.run_dir
+        path = os.path.join(self.log_dir, "job.env")
+        with open(path, "w") as f:
+            f.writelines(f"{k}={v}\n" for k, v in sorted(shared.items()))
+        return path
 
     def alive(self):
         return all(p.poll() is None for p in self.processes)
@@ -293,6 +315,10 @@ def _parse(argv):
         epilog="Options after the script are the script's. docs/python.md, 'ps-launch'.")
     parser.add_argument("--shards", type=int, default=1, help="ps-server processes (default 1)")
     parser.add_argument("--workers", type=int, required=True, help="copies of the script (n)")
+    parser.add_argument("--max-workers", type=int, metavar="M",
+                        help="the shards' --max-workers: ids --workers to M-1 may join the "
+                             "running job later (LOG_DIR/job.env says how); workers' "
+                             "PS_NUM_WORKERS is then M (default: --workers)")
     parser.add_argument("--byzantine", type=int, default=0, help="f, the shards' --byzantine")
     parser.add_argument("--aggregator", default="mean", help="the shards' rule (default mean)")
     parser.add_argument("--lr", type=float, default=0.1, help="the shards' SGD step (default 0.1)")
@@ -326,6 +352,9 @@ def _parse(argv):
         parser.error("--insecure and --tls-dir exclude each other")
     if not os.path.isfile(args.script):
         parser.error(f"no script {args.script!r}")
+    if args.max_workers is not None and args.max_workers < args.workers:
+        parser.error(f"--max-workers {args.max_workers}: must be at least --workers "
+                     f"{args.workers}")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts {args.max_restarts}: must be 0 or more")
     return args
@@ -338,7 +367,7 @@ def main(argv=None):
         shards = Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
                         args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
                         insecure=args.insecure, tls_dir=args.tls_dir,
-                        data_plane=args.data_plane).start()
+                        data_plane=args.data_plane, max_workers=args.max_workers).start()
     except (RuntimeError, FileNotFoundError, ValueError) as e:
         print(f"ps-launch: {e}", file=sys.stderr)
         return 1
@@ -346,6 +375,11 @@ def main(argv=None):
              if shards.data_ports else "")
     print(f"ps-launch: {args.shards} shard(s) at {','.join(shards.addresses)}{plane}; "
           f"{args.workers} worker(s); logs in {shards.log_dir}", file=sys.stderr, flush=True)
+    if shards.max_workers > args.workers:
+        job_env = shards.write_job_env()
+        print(f"ps-launch: worker ids {args.workers} to {shards.max_workers - 1} may join: "
+              f"env $(cat {job_env}) PS_WORKER_ID=ID {sys.executable} {args.script}",
+              file=sys.stderr, flush=True)
     workers = []
     interrupted = []  # signals this launcher received
 

@@ -7,6 +7,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -132,6 +133,82 @@ def test_the_ps_launch_command_is_the_module(tmp_path, server_bin):
     assert done.returncode == 0 and "--workers" in done.stdout
 
 
+# Trains 100 rounds from the shards' version, 30 ms apart; prints how many of its pushes
+# were taken. Its token file: PS_TOKEN_FILE, else the run directory's (a worker that joins
+# through job.env).
+JOINING = textwrap.dedent("""
+    import os, time
+    import numpy as np
+    import ps_server
+
+    env = os.environ
+    me, n = int(env["PS_WORKER_ID"]), int(env["PS_NUM_WORKERS"])
+    token = env.get("PS_TOKEN_FILE") or os.path.join(env["PS_RUN_DIR"], f"token-worker-{me}")
+    w = ps_server.Worker(env["PS_SHARDS"].split(","), me, [("w", 100)],
+                         initial=[np.zeros(100, np.float32)],
+                         token_file=token, connect_timeout=30)
+    out = np.empty(100, np.float32)
+    taken = late = 0
+    t = w.start_version
+    while t < 100:
+        t = w.pull_all(t, [out], timeout=30)
+        if t >= 100:
+            break
+        w.push(0, t, np.full(100, 1.0, np.float32))
+        try:
+            w.wait_pushes()
+            taken += 1
+        except ps_server.Refused as e:
+            if e.reason != "late":
+                raise
+            late += 1
+        t += 1
+        time.sleep(0.03)
+    print(f"worker {me} of {n}: from version {w.start_version}, taken {taken}, late {late}",
+          flush=True)
+    w.close()
+""")
+
+
+def test_max_workers_lets_a_worker_join_the_running_job_through_job_env(tmp_path, server_bin):
+    script = tmp_path / "train.py"
+    script.write_text(JOINING)
+    logs = tmp_path / "logs"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "2",
+         "--max-workers", "3", "--lr", "0.01", "--momentum", "0", "--server", server_bin,
+         "--log-dir", str(logs), str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (logs / "worker-1.log").exists() or not (logs / "job.env").exists():
+            assert launcher.poll() is None, launcher.communicate()
+            assert time.monotonic() < deadline, "no job.env within 60 s"
+            time.sleep(0.05)
+        time.sleep(1.0)  # the job is under way
+        shared = dict(line.split("=", 1) for line in
+                      (logs / "job.env").read_text().splitlines())
+        assert shared["PS_NUM_WORKERS"] == "3" and "PS_RUN_DIR" in shared, shared
+        assert not any("TOKEN" in k for k in shared), "job.env holds no token"
+        joined = subprocess.run([sys.executable, str(script)],
+                                env=dict(os.environ, **shared, PS_WORKER_ID="2"),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                timeout=120)
+        out, err = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert joined.returncode == 0, joined.stderr
+    assert launcher.returncode == 0, err
+    assert "worker ids 2 to 2 may join: env $(cat " in err, err
+    words = joined.stdout.split()
+    start, taken = int(words[6].rstrip(",")), int(words[8].rstrip(","))
+    assert joined.stdout.startswith("worker 2 of 3: from version "), joined.stdout
+    assert start > 0, "it joined the running job at its version, not at 0"
+    assert taken >= 100 - start - 2, joined.stdout  # all but at most its first two rounds
+    assert "worker 0 of 3: from version 0, taken 100, late 0" in out, out
+
+
 def test_bad_arguments(tmp_path, server_bin):
     done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
                            str(tmp_path / "missing.py")], stderr=subprocess.PIPE, text=True)
@@ -150,6 +227,11 @@ def test_bad_arguments(tmp_path, server_bin):
                            "--max-restarts", "-1", str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 2 and "--max-restarts -1: must be 0 or more" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                           "--max-workers", "1", str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 2 and "--max-workers 1: must be at least --workers 2" in \
+        done.stderr, done.stderr
     from ps_server.launch import Shards
     with pytest.raises(ValueError, match="data_plane must be one of grpc, tcp or None"):
         Shards(1, 1, server=server_bin, data_plane="TCP")

@@ -620,6 +620,9 @@ TEST_F(FlagsTest, MaxWorkersBoundsTheIdsAndMinWorkersIsTheQuorum) {
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("--max-workers=3"));
   EXPECT_THAT(result.message, HasSubstr("--workers=4"));
+  result = Parse({"--workers", "65537"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must be at most 65536"));
   result = Parse({"--max-workers", "65537"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("65536"));
