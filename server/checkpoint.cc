@@ -16,9 +16,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
+#include "core/client_text.h"
 #include "core/status.h"
-#include "ps/v1/checkpoint.pb.h"
 #include "net/layout_proto.h"
+#include "ps/v1/checkpoint.pb.h"
+#include "server/options.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server {
@@ -50,6 +52,77 @@ absl::Status ToFloats(const std::string& bytes, size_t numel_multiple, std::vect
       return absl::InvalidArgumentError(
           absl::StrCat("slice ", slice_id, ": ", core::AsAbsl(what), " is not finite"));
     }
+  }
+  return absl::OkStatus();
+}
+
+// A score or one of its parts: in [0, 1] (an alignment in [-1, 1]), or NaN (none yet).
+bool ScoreOk(double v, double low) { return std::isnan(v) || (v >= low && v <= 1.0); }
+
+absl::Status DecodeWorkers(const v1::ShardCheckpoint& msg, ShardCheckpoint* c) {
+  int64_t previous = -1;
+  for (const v1::WorkerCheckpoint& w : msg.workers()) {
+    const std::string where = absl::StrCat("checkpoint worker ", w.worker());
+    if (w.worker() >= kMaxWorkerIds || static_cast<int64_t>(w.worker()) <= previous) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, ": ids must increase and stay below ", kMaxWorkerIds));
+    }
+    previous = w.worker();
+    WorkerCheckpoint out;
+    out.worker = w.worker();
+    if (w.state() == "present") {
+      out.state = Membership::State::kPresent;
+    } else if (w.state() == "left") {
+      out.state = Membership::State::kLeft;
+    } else if (w.state() == "expired") {
+      out.state = Membership::State::kExpired;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": state '",
+                                                     core::ClientText(w.state(), 32),
+                                                     "' is not present, left or expired"));
+    }
+    if (!ScoreOk(w.score(), 0.0) || !ScoreOk(w.set_aside(), 0.0) ||
+        !ScoreOk(w.alignment(), -1.0) || !std::isfinite(w.share_sum()) || w.share_sum() < 0 ||
+        w.windows_suspected() > w.windows()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": suspicion out of range"));
+    }
+    out.suspicion = WorkerSuspicion{.score = w.score(),
+                                    .set_aside = w.set_aside(),
+                                    .alignment = w.alignment(),
+                                    .suspected = w.suspected(),
+                                    .slice_rounds_weighed = w.slice_rounds_weighed(),
+                                    .share_sum = w.share_sum(),
+                                    .windows = w.windows(),
+                                    .windows_suspected = w.windows_suspected()};
+    c->workers.push_back(out);
+  }
+  if (static_cast<size_t>(msg.suspicion_history_size()) > Suspicion::kHistoryWindows) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint holds ",
+                                                   msg.suspicion_history_size(),
+                                                   " suspicion windows; at most ",
+                                                   Suspicion::kHistoryWindows));
+  }
+  for (const v1::SuspicionWindow& w : msg.suspicion_history()) {
+    const int n = w.scores_size();
+    if (n > static_cast<int>(kMaxWorkerIds) || w.set_aside_size() != n ||
+        w.alignment_size() != n) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint suspicion window at round ", w.first_round(), ": sizes differ or exceed ",
+          kMaxWorkerIds, " workers"));
+    }
+    for (int i = 0; i < n; ++i) {
+      if (!ScoreOk(w.scores(i), 0.0) || !ScoreOk(w.set_aside(i), 0.0) ||
+          !ScoreOk(w.alignment(i), -1.0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "checkpoint suspicion window at round ", w.first_round(), ": worker ", i,
+            "'s score out of range"));
+      }
+    }
+    c->suspicion_history.push_back(
+        Suspicion::Window{w.first_round(),
+                          std::vector<double>(w.scores().begin(), w.scores().end()),
+                          std::vector<double>(w.set_aside().begin(), w.set_aside().end()),
+                          std::vector<double>(w.alignment().begin(), w.alignment().end())});
   }
   return absl::OkStatus();
 }
@@ -120,6 +193,27 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
     out->set_second_moment(Floats(s.second_moment));
     out->set_optimizer_steps(s.optimizer_steps);
   }
+  for (const WorkerCheckpoint& w : c.workers) {
+    v1::WorkerCheckpoint* out = msg.add_workers();
+    out->set_worker(w.worker);
+    out->set_state(std::string(MembershipStateName(w.state)));
+    const WorkerSuspicion& s = w.suspicion;
+    out->set_score(s.score);
+    out->set_set_aside(s.set_aside);
+    out->set_alignment(s.alignment);
+    out->set_suspected(s.suspected);
+    out->set_slice_rounds_weighed(s.slice_rounds_weighed);
+    out->set_share_sum(s.share_sum);
+    out->set_windows(s.windows);
+    out->set_windows_suspected(s.windows_suspected);
+  }
+  for (const Suspicion::Window& w : c.suspicion_history) {
+    v1::SuspicionWindow* out = msg.add_suspicion_history();
+    out->set_first_round(w.first_round);
+    out->mutable_scores()->Add(w.scores.begin(), w.scores.end());
+    out->mutable_set_aside()->Add(w.set_aside.begin(), w.set_aside.end());
+    out->mutable_alignment()->Add(w.alignment.begin(), w.alignment.end());
+  }
   return FrameCheckpoint(msg.SerializeAsString());
 }
 
@@ -165,6 +259,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
     return absl::InvalidArgumentError(
         absl::StrCat("checkpoint names shard ", c.shard_id, " of ", c.num_shards));
   }
+  PS_RETURN_IF_ERROR(DecodeWorkers(msg, &c));
   if (!msg.has_layout()) {
     if (msg.slices_size() != 0) return absl::InvalidArgumentError("checkpoint has slices but no layout");
     return c;

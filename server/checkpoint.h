@@ -20,6 +20,8 @@
 
 #include "absl/status/statusor.h"
 #include "core/layout.h"
+#include "server/membership.h"
+#include "server/suspicion.h"
 
 namespace ps::server {
 
@@ -37,6 +39,13 @@ struct SliceCheckpoint {
   std::vector<float> params;
 };
 
+// A worker that joined: its membership (present, left or expired) and suspicion.
+struct WorkerCheckpoint {
+  uint32_t worker = 0;
+  Membership::State state = Membership::State::kPresent;
+  WorkerSuspicion suspicion;
+};
+
 struct ShardCheckpoint {
   uint32_t shard_id = 0;
   uint32_t num_shards = 1;
@@ -44,6 +53,10 @@ struct ShardCheckpoint {
   std::string config_summary;
   int64_t written_unix_s = 0;
   std::vector<SliceCheckpoint> slices;
+  // Ids in increasing order, below kMaxWorkerIds; at most Suspicion::kHistoryWindows
+  // windows of at most kMaxWorkerIds workers each.
+  std::vector<WorkerCheckpoint> workers;
+  std::vector<Suspicion::Window> suspicion_history;
 
   uint64_t MaxVersion() const;
 };

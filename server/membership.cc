@@ -80,6 +80,12 @@ std::vector<uint32_t> Membership::Expire(core::SteadyTime now) {
   return expired;
 }
 
+void Membership::Restore(uint32_t worker, State to, core::SteadyTime now) {
+  if (worker >= ids_ || (to != State::kPresent && !IsAbsent(to))) return;
+  active_[worker].store(Ticks(now), std::memory_order_relaxed);
+  Move(worker, state(worker), to);
+}
+
 Membership::State Membership::state(uint32_t worker) const {
   if (worker >= ids_) return State::kSpare;
   return static_cast<State>(state_[worker].load(std::memory_order_acquire));

@@ -54,6 +54,10 @@ class Membership {
   // reported once per expiry). Empty when expiry is off.
   std::vector<uint32_t> Expire(core::SteadyTime now);
 
+  // From a checkpoint: `worker` was present, left or expired when it was written (other
+  // states and ids out of range change nothing). A present one's idle time starts `now`.
+  void Restore(uint32_t worker, State state, core::SteadyTime now);
+
   State state(uint32_t worker) const;
   // Left, expired or a spare that never joined: no round waits for it.
   bool Absent(uint32_t worker) const;

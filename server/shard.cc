@@ -508,56 +508,6 @@ uint64_t Shard::MaxVersion() const { return table_.MaxVersion(); }
 
 uint64_t Shard::MinVersion() const { return table_.MinVersion(); }
 
-absl::StatusOr<ShardCheckpoint> Shard::Capture() const {
-  ShardCheckpoint c;
-  c.shard_id = shard_id_;
-  c.num_shards = options_.num_shards;
-  c.config_summary = options_.ConsistencySummary();
-  c.written_unix_s = std::chrono::duration_cast<std::chrono::seconds>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
-  if (!table_.ready()) {
-    return absl::FailedPreconditionError(
-        "nothing to checkpoint yet: the layout is not registered or not every slice has its "
-        "initial value");
-  }
-  c.layout = *table_.layout();
-  c.slices = table_.Capture(/*with_velocity=*/!options_.aggregate_only);
-  return c;
-}
-
-absl::Status Shard::Restore(const ShardCheckpoint& c) {
-  if (c.shard_id != shard_id_ || c.num_shards != options_.num_shards) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the checkpoint belongs to shard ", c.shard_id, " of ", c.num_shards, "; this is shard ",
-        shard_id_, " of ", options_.num_shards,
-        ": refusing to restore it (point --checkpoint-dir elsewhere, or move the directory away "
-        "to start from scratch)"));
-  }
-  if (!c.layout.has_value()) return absl::OkStatus();
-  if (c.layout->num_shards() != options_.num_shards) {
-    return absl::FailedPreconditionError(absl::StrCat("the checkpoint's layout is cut for ",
-                                                      c.layout->num_shards(), " shards, not ",
-                                                      options_.num_shards));
-  }
-  PS_ASSIGN_OR_RETURN(const uint64_t newest, table_.Restore(*c.layout, c.slices));
-  const uint32_t moved = FastForward(newest);
-  spdlog::info("shard {}: restored layout {:x} and {} slices at version {}{}", shard_id_,
-               c.layout->hash(), c.slices.size(), newest,
-               moved > 0 ? absl::StrCat(" (", moved, " slices were a version behind and moved up)")
-                         : std::string());
-  return absl::OkStatus();
-}
-
-uint32_t Shard::FastForward(uint64_t version) {
-  uint32_t moved = 0;
-  Wakeups wake;
-  table_.ForEach([&](SliceRound& s) { moved += s.FastForward(version, &wake) ? 1 : 0; });
-  model_.FastForward(version);
-  RunWakeups(wake, true);
-  return moved;
-}
-
 ShardStats Shard::stats() const {
   ShardStats st = counters_.Get();
   const std::vector<WorkerSuspicion> scores = suspicion_.Get();

@@ -274,6 +274,8 @@ class Shard {
   // are further on, so that round numbers agree again (docs/operations.md). Open
   // rounds below `version` are discarded. Returns how many slices moved.
   uint32_t FastForward(uint64_t version);
+  // The membership and suspicion of a restored checkpoint's workers.
+  void RestoreWorkers(const ShardCheckpoint& c);
   // Highest published version over the owned slices (0 before ready).
   uint64_t MaxVersion() const;
 

@@ -48,6 +48,24 @@ void Suspicion::Record(uint64_t round, std::span<const uint32_t> workers,
   }
 }
 
+void Suspicion::Restore(uint32_t worker, const WorkerSuspicion& suspicion) {
+  absl::MutexLock lock(&mu_);
+  if (worker < workers_.size()) workers_[worker] = suspicion;
+}
+
+void Suspicion::RestoreHistory(std::vector<Window> history) {
+  const size_t n = workers_.size();
+  for (Window& w : history) {
+    for (std::vector<double>* v : {&w.scores, &w.set_aside, &w.alignment}) {
+      v->resize(n, std::numeric_limits<double>::quiet_NaN());
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  history_.assign(std::make_move_iterator(history.begin()),
+                  std::make_move_iterator(history.end()));
+  while (history_.size() > kHistoryWindows) history_.pop_front();
+}
+
 void Suspicion::CloseWindow() {
   Window closed;
   closed.first_round = window_ * config_.window_rounds;

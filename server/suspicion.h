@@ -88,6 +88,11 @@ class Suspicion {
     std::vector<double> alignment;
   };
   std::vector<Window> History() const;
+  // From a checkpoint: `worker`'s scores and totals, and the windows of History() (each
+  // padded or cut to this shard's workers; the last kHistoryWindows kept). Ids out of
+  // range change nothing.
+  void Restore(uint32_t worker, const WorkerSuspicion& suspicion);
+  void RestoreHistory(std::vector<Window> history);
   const Config& config() const { return config_; }
 
  private:

@@ -250,6 +250,23 @@ def checkpoint_body(tensors=(("w", 10, 0),), slice_elems=4, slices=None, shard_i
     return msg
 
 
+def pb_double(field, value):
+    return varint(field << 3 | 1) + struct.pack("<d", value)
+
+
+def checkpoint_workers():
+    """ShardCheckpoint fields 8 and 9: two workers (one present, one that left) and one
+    suspicion window over three worker ids."""
+    w0 = pb_uint(1, 0) + pb_bytes(2, b"present") + pb_double(3, 0.1) + pb_uint(7, 40)
+    w2 = (pb_uint(1, 2) + pb_bytes(2, b"left") + pb_double(3, 0.7) + pb_uint(6, 1)
+          + pb_uint(9, 2) + pb_uint(10, 1))
+    window = pb_uint(1, 50) + b"".join(
+        pb_bytes(f, struct.pack("<3d", *vals))
+        for f, vals in ((2, (0.1, float("nan"), 0.7)), (3, (0.1, float("nan"), 0.7)),
+                        (4, (0.6, float("nan"), -0.2))))
+    return pb_bytes(8, w0) + pb_bytes(8, w2) + pb_bytes(9, window)
+
+
 def checkpoint_file(body):
     """server/checkpoint.cc: magic, body length (u64 LE), body, SHA-256 of all before."""
     head = b"PSCKPT\0\1" + struct.pack("<Q", len(body))
@@ -268,6 +285,8 @@ CHECKPOINT = {
     "framed_missing_slice": b"\x01" + checkpoint_body(slices=[4, 4]),
     "framed_nan": b"\x01" + _CK.replace(struct.pack("<f", 0.5), struct.pack("<f", float("nan")), 1),
     "framed_shard_out_of_range": b"\x01" + checkpoint_body(shard_id=2, num_shards=2),
+    "framed_workers": b"\x01" + _CK + checkpoint_workers(),
+    "framed_worker_bad_state": b"\x01" + _CK + pb_bytes(8, pb_uint(1, 3) + pb_bytes(2, b"gone")),
     "file_valid": b"\x00" + checkpoint_file(_CK),
     "file_bit_flip": b"\x00" + flip(checkpoint_file(_CK), 40),
     "file_truncated": b"\x00" + checkpoint_file(_CK)[:-5],

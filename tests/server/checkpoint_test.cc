@@ -52,6 +52,14 @@ ShardCheckpoint Make(uint32_t shard = 0, uint32_t shards = 1, uint64_t version =
     s.optimizer_steps = 7 + id;
     c.slices.push_back(std::move(s));
   }
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  c.workers = {WorkerCheckpoint{0, Membership::State::kPresent,
+                                WorkerSuspicion{0.1, 0.1, 0.6, false, 40, 38.5, 2, 0}},
+               WorkerCheckpoint{2, Membership::State::kLeft,
+                                WorkerSuspicion{0.7, 0.7, nan, true, 12, 3.0, 2, 1}},
+               WorkerCheckpoint{5, Membership::State::kExpired, WorkerSuspicion{}}};
+  c.suspicion_history = {Suspicion::Window{0, {0.2, nan, 0.8}, {0.2, nan, 0.8}, {0.5, nan, -0.3}},
+                         Suspicion::Window{50, {0.1, nan, 0.7}, {0.1, nan, 0.7}, {0.6, nan, nan}}};
   return c;
 }
 
@@ -77,6 +85,28 @@ TEST(CheckpointCodecTest, RoundTripKeepsEverything) {
     EXPECT_EQ(back->slices[i].optimizer_steps, c.slices[i].optimizer_steps);
   }
   EXPECT_EQ(back->MaxVersion(), 9u);
+  ASSERT_EQ(back->workers.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    const WorkerCheckpoint& w = back->workers[i];
+    const WorkerCheckpoint& want = c.workers[i];
+    EXPECT_EQ(w.worker, want.worker);
+    EXPECT_EQ(w.state, want.state);
+    EXPECT_THAT(w.suspicion.score, ::testing::NanSensitiveDoubleEq(want.suspicion.score));
+    EXPECT_THAT(w.suspicion.alignment, ::testing::NanSensitiveDoubleEq(want.suspicion.alignment));
+    EXPECT_EQ(w.suspicion.suspected, want.suspicion.suspected);
+    EXPECT_EQ(w.suspicion.slice_rounds_weighed, want.suspicion.slice_rounds_weighed);
+    EXPECT_EQ(w.suspicion.share_sum, want.suspicion.share_sum);
+    EXPECT_EQ(w.suspicion.windows, want.suspicion.windows);
+    EXPECT_EQ(w.suspicion.windows_suspected, want.suspicion.windows_suspected);
+  }
+  ASSERT_EQ(back->suspicion_history.size(), 2u);
+  EXPECT_EQ(back->suspicion_history[1].first_round, 50u);
+  EXPECT_THAT(back->suspicion_history[1].scores,
+              ::testing::Pointwise(::testing::NanSensitiveDoubleEq(),
+                                   c.suspicion_history[1].scores));
+  EXPECT_THAT(back->suspicion_history[0].alignment,
+              ::testing::Pointwise(::testing::NanSensitiveDoubleEq(),
+                                   c.suspicion_history[0].alignment));
 }
 
 TEST(CheckpointCodecTest, EveryFlippedBitIsDataLoss) {
@@ -136,6 +166,29 @@ TEST(CheckpointCodecTest, ContentChecksRefuseWithReasons) {
       {"shard out of range", [](ShardCheckpoint& c) { c.shard_id = 3; }, "names shard 3 of 1"},
       {"no layout with slices", [](ShardCheckpoint& c) { c.layout.reset(); },
        "slices but no layout"},
+      {"workers out of order", [](ShardCheckpoint& c) { std::swap(c.workers[0], c.workers[1]); },
+       "ids must increase"},
+      {"repeated worker", [](ShardCheckpoint& c) { c.workers[1].worker = 0; }, "ids must increase"},
+      {"worker id too large", [](ShardCheckpoint& c) { c.workers[2].worker = 70000; },
+       "below 65536"},
+      {"unknown state",
+       [](ShardCheckpoint& c) { c.workers[0].state = Membership::State::kSpare; },
+       "is not present, left or expired"},
+      {"score above 1", [](ShardCheckpoint& c) { c.workers[0].suspicion.score = 1.5; },
+       "suspicion out of range"},
+      {"more suspected windows than windows",
+       [](ShardCheckpoint& c) { c.workers[1].suspicion.windows_suspected = 3; },
+       "suspicion out of range"},
+      {"window sizes differ",
+       [](ShardCheckpoint& c) { c.suspicion_history[0].alignment.pop_back(); }, "sizes differ"},
+      {"window score out of range",
+       [](ShardCheckpoint& c) { c.suspicion_history[1].set_aside[0] = -0.5; },
+       "worker 0's score out of range"},
+      {"too many windows",
+       [](ShardCheckpoint& c) {
+         c.suspicion_history.resize(Suspicion::kHistoryWindows + 1, c.suspicion_history[0]);
+       },
+       "at most 64"},
   };
   for (const Case& k : cases) {
     ShardCheckpoint c = Make();
