@@ -327,7 +327,7 @@ bool Shard::LoudMembershipLog() {
   return std::has_single_bit(membership_logs_.fetch_add(1) + 1);
 }
 
-void Shard::WorkerGone() {
+void Shard::WorkerGone(bool left) {
   // Rounds that were waiting only for absent workers close now.
   table_.ForEach([this](SliceRound& s) {
     if (std::optional<uint64_t> round = s.CloseIfOnlyAbsentMissing()) {
@@ -336,7 +336,9 @@ void Shard::WorkerGone() {
   });
   const uint32_t present = membership_.waited_count();
   if (present < quorum_) {
-    spdlog::log(LoudMembershipLog() ? spdlog::level::err : spdlog::level::debug,
+    spdlog::log(!LoudMembershipLog() ? spdlog::level::debug
+                : left               ? spdlog::level::info
+                                     : spdlog::level::err,
                 "shard {}: only {} workers are present (the others left or expired), below the "
                 "quorum of {}: rounds cannot close until workers come back or join (the quorum "
                 "and the rule's bound stay those of --workers {}, --quorum and --byzantine {})",
@@ -356,7 +358,7 @@ void Shard::Leave(uint32_t worker_id) {
   if (!membership_.Leave(worker_id)) return;
   spdlog::log(LoudMembershipLog() ? spdlog::level::info : spdlog::level::debug,
               "shard {}: worker {} left; rounds no longer wait for it", shard_id_, worker_id);
-  WorkerGone();
+  WorkerGone(/*left=*/true);
 }
 
 void Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {

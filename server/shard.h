@@ -318,9 +318,10 @@ class Shard {
   // quarantines the worker.
   absl::Status RefusedPush(uint32_t worker_id, absl::Status status);
   // A worker stopped being waited for (quarantined, left, expired): every round that now
-  // waits only for absent workers closes; says loudly when fewer workers than the quorum
-  // are left to push.
-  void WorkerGone();
+  // waits only for absent workers closes; says when fewer workers than the quorum are
+  // left to push: loudly (an error) unless `left`, a worker's own Leave, as every worker
+  // sends at the end of a job.
+  void WorkerGone(bool left = false);
   // `worker_id` had a push or chunk taken at `now` (or joined): present again.
   void NotePresent(uint32_t worker_id, core::SteadyTime now, std::string_view how);
   // Whether this log line about workers leaving or coming back is one to write at info:

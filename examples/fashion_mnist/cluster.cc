@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -92,6 +94,19 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
         absl::StrCat("f = ", config.byzantine, " must be below n = ", n));
   }
   if (config.num_shards == 0) return absl::InvalidArgumentError("at least one shard");
+  const ClusterConfig::Elastic& elastic = config.elastic;
+  if (elastic.workers > 0 &&
+      (config.byzantine > 0 || elastic.workers >= n ||
+       (elastic.leave != 0 && elastic.leave <= elastic.join) ||
+       elastic.join >= config.trainer.steps)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "elastic: ", elastic.workers, " workers joining at step ", elastic.join,
+        " and leaving at ", elastic.leave, " of ", config.trainer.steps, " steps need f = 0 (is ",
+        config.byzantine, "), fewer elastic workers than n = ", n,
+        ", leave 0 or after join, and join before the last step"));
+  }
+  // Elastic workers: [first_elastic, n); the shards expect the others from the start.
+  const uint32_t first_elastic = n - elastic.workers;
   PS_RETURN_IF_ERROR(ConfigureTorchForWorkers(n));
   // The shards' info lines would drown the caller's progress output.
   PS_RETURN_IF_ERROR(server::ConfigureLogging("warn", "plain", "ps-cluster"));
@@ -100,7 +115,8 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   // run directory that the LocalCluster makes (and removes), and each worker uses its
   // own token.
   server::ServerOptions o;
-  o.num_workers = n;
+  o.num_workers = first_elastic;
+  o.max_workers = n;
   o.num_byzantine = config.byzantine;
   o.aggregator = config.aggregator;
   o.aggregation_scope = config.aggregation_scope;
@@ -125,12 +141,28 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
   SharedGradientBoard board(n - config.byzantine);
   std::vector<absl::Status> statuses(n);
   std::vector<std::unique_ptr<Worker>> workers(n);
+  std::atomic<bool> first_done{false};  // worker 0 finished: elastic ones stop waiting
   {
     std::vector<std::thread> threads;
     for (uint32_t w = 0; w < n; ++w) {
       threads.emplace_back([&, w] {
         TrainerConfig c = config.trainer;
         c.worker_id = w;
+        if (w >= first_elastic) {
+          // Joins once the job reached its step, trains from the shards' version on.
+          const auto version = [&shards] {
+            uint64_t v = 0;  // a shard owning no slice stays at 0: the highest counts
+            for (size_t i = 0; i < shards.num_shards(); ++i) {
+              v = std::max(v, shards.shard(i).shard().MinVersion());
+            }
+            return v;
+          };
+          while (version() < elastic.join && !first_done.load()) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          }
+          if (first_done.load()) return;
+          if (elastic.leave != 0) c.steps = elastic.leave;
+        }
         absl::StatusOr<std::string> token = shards.WorkerToken(w);
         if (!token.ok()) {
           statuses[w] = token.status();
@@ -150,6 +182,7 @@ absl::StatusOr<ClusterResult> RunCluster(const ClusterConfig& config, const Trai
         } catch (const std::exception& e) {
           statuses[w] = absl::InternalError(absl::StrCat("worker ", w, ": torch: ", e.what()));
         }
+        if (w == 0) first_done.store(true);
       });
     }
     for (std::thread& t : threads) t.join();

@@ -43,6 +43,16 @@ struct ClusterConfig {
   std::string attack = "none";
   // The shards' --suspicion-window (rounds).
   uint32_t suspicion_window = 50;
+  // Elastic membership: `workers` of the honest workers (the last ones before the
+  // attackers) join when the job reaches step `join` and leave at step `leave` (0: stay
+  // to the end). The shards start with --workers n - workers and --max-workers n, so
+  // trainer.workers stays the id space. Not with f > 0 (the omniscient attacks expect
+  // every honest gradient of every round).
+  struct Elastic {
+    uint32_t workers = 0;
+    uint64_t join = 0;
+    uint64_t leave = 0;
+  } elastic;
 };
 
 struct ClusterResult {

@@ -99,6 +99,9 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
       {"tau0", Scalar(&c.tau0, "an unsigned integer")},
       {"tau_max", Scalar(&c.tau_max, "an unsigned integer")},
       {"suspicion_window", Scalar(&c.suspicion_window, "an unsigned integer")},
+      {"elastic_workers", Scalar(&c.elastic_workers, "an unsigned integer")},
+      {"elastic_join", Scalar(&c.elastic_join, "an unsigned integer")},
+      {"elastic_leave", Scalar(&c.elastic_leave, "an unsigned integer")},
       {"data_dir", Scalar(&c.data_dir, "")},
   };
   // Applies the entries of `text` (core/config_text.h); `origin` names an entry's line
@@ -159,6 +162,14 @@ absl::StatusOr<ExperimentConfig> ParseExperimentConfig(std::string_view text,
     if (wm < 0 || wm >= 1)
       return absl::InvalidArgumentError(
           absl::StrCat("config: worker_momentum ", wm, " is not in [0, 1)"));
+  }
+  if (c.elastic_workers > 0 &&
+      (c.elastic_workers >= c.workers || c.elastic_join >= c.steps ||
+       (c.elastic_leave != 0 && c.elastic_leave <= c.elastic_join))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config: elastic_workers ", c.elastic_workers, " joining at step ", c.elastic_join,
+        " and leaving at ", c.elastic_leave, " need fewer than workers ", c.workers,
+        ", elastic_join below steps ", c.steps, " and elastic_leave 0 or after elastic_join"));
   }
   if (c.tau0 < 1 || c.tau0 > c.tau_max) {
     return absl::InvalidArgumentError(

@@ -71,6 +71,11 @@ struct ExperimentConfig {
   uint32_t tau_max = 32;
   // The shards' --suspicion-window (rounds; docs/metrics.md, "Suspicion").
   uint32_t suspicion_window = 50;
+  // Elastic membership (ClusterConfig::Elastic): `elastic_workers` of the n workers join
+  // at step elastic_join and leave at step elastic_leave (0: stay); 0 workers: static.
+  uint32_t elastic_workers = 0;
+  uint64_t elastic_join = 0;
+  uint64_t elastic_leave = 0;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
 };
 

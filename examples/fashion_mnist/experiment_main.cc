@@ -267,6 +267,7 @@ absl::Status Run(const Flags& flags) {
     cc.byzantine = cell.byzantine;
     cc.attack = cell.attack;
     cc.suspicion_window = config.suspicion_window;
+    cc.elastic = {config.elastic_workers, config.elastic_join, config.elastic_leave};
     CellProgress progress(i, cells.size(), cell.Label(), config.steps, grid_start);
     CellResult r;
     r.cell = cell;

@@ -310,7 +310,14 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
   absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ",
                   config.steps, " steps, batch ", config.batch_size, ", model ", config.model,
                   config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "",
-                  ", lr ", Num(config.lr), " momentum ", Num(config.momentum));
+                  ", lr ", Num(config.lr), " momentum ", Num(config.momentum),
+                  config.elastic_workers == 0
+                      ? std::string()
+                      : absl::StrCat(", ", config.elastic_workers, " of the workers elastic (from step ",
+                                     config.elastic_join, config.elastic_leave == 0
+                                                              ? std::string(" on")
+                                                              : absl::StrCat(" to ", config.elastic_leave),
+                                     ")"));
   const bool local_updates = std::any_of(results.begin(), results.end(), [&](const CellResult& r) {
     return ParseStrategy(r.cell.codec, config).comm == "adacomm";
   });

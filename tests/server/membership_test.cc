@@ -12,6 +12,7 @@
 #include "core/fp32_bytes.h"
 #include "server/checkpoint.h"
 #include "server/shard.h"
+#include "tests/server/captured_log.h"
 
 namespace ps::server {
 namespace {
@@ -180,8 +181,17 @@ TEST_F(ShardMembershipTest, AWorkerSilentForTheTimeoutExpiresAndTheQuorumStillHo
   EXPECT_EQ(shard_->membership(2), State::kExpired);
   ASSERT_TRUE(AwaitVersion(2));
   EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 1u) << "not at a deadline";
-  // The quorum stays 2: with worker 1 gone too, one push never closes a round.
-  shard_->Leave(1);
+  // The quorum stays 2: with worker 1 gone too, one push never closes a round. Below the
+  // quorum after an expiry is an error; after a worker's own Leave (the end of a job),
+  // news.
+  {
+    CapturedLog log;
+    shard_->Leave(1);
+    EXPECT_EQ(log.Count("error", "only 1 workers are present"), 0);
+    EXPECT_EQ(log.Count("info", "only 1 workers are present") +
+                  log.Count("debug", "only 1 workers are present"),
+              1);
+  }
   ASSERT_TRUE(Push(0, 2, 1).ok());
   clock_.Advance(milliseconds(1000));
   shard_->Tick(clock_.Now());

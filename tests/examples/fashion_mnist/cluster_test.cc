@@ -4,10 +4,12 @@
 // Real data and real gRPC; bounded (tens of steps).
 #include "examples/fashion_mnist/cluster.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -256,6 +258,46 @@ TEST(ClusterTest, AWorkerServesItsMetricsWhileItTrains) {
   EXPECT_EQ(net::testing::MetricValue(last, "ps_trainer_step"), 6);
   EXPECT_EQ(net::testing::MetricValue(last, "ps_trainer_adacomm_period"), 1);
   EXPECT_GT(net::testing::MetricValue(last, "ps_worker_pull_bytes_total"), 0);
+}
+
+TEST(ClusterTest, ElasticWorkersJoinAtTheirStepTrainAndLeave) {
+  // Four workers, of which the last two join at step 40 and leave at step 80 of 120
+  // (shards with --workers 2 --max-workers 4): the shards' suspicion windows of 10
+  // rounds show their pushes exactly from the round they joined at to the one they left
+  // at, every round of the job has its aggregate, and the model still learns.
+  auto data = LoadTrainingData(kDataDir, /*with_test=*/true);
+  ASSERT_TRUE(data.ok()) << data.status();
+  ClusterConfig c = SmallCluster(120);
+  c.trainer.workers = 4;
+  c.suspicion_window = 10;
+  c.elastic = {.workers = 2, .join = 40, .leave = 80};
+  auto result = RunCluster(c, *data);
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_TRUE(result->final_accuracy.has_value());
+  EXPECT_GT(*result->final_accuracy, 0.6);
+  // Windows of shard 0 by first round; 0 to 100 closed (110's is still open).
+  std::map<uint64_t, std::vector<double>> scores;
+  for (const SuspicionWindow& w : result->suspicion) {
+    if (w.shard == 0) scores[w.first_round] = w.scores;
+  }
+  ASSERT_EQ(scores.size(), 11u);
+  for (const auto& [first, s] : scores) {
+    ASSERT_EQ(s.size(), 4u);
+    EXPECT_FALSE(std::isnan(s[0]) || std::isnan(s[1])) << "round " << first;
+    // Started once the job was at round 40, joined a few rounds later on a loaded
+    // machine, left after round 79: nothing of theirs outside [40, 80), something in
+    // the last windows before they left.
+    for (size_t w : {2u, 3u}) {
+      if (first < 40 || first >= 80) {
+        EXPECT_TRUE(std::isnan(s[w])) << w << ", round " << first;
+      }
+      if (first >= 60 && first < 80) {
+        EXPECT_FALSE(std::isnan(s[w])) << w << ", round " << first;
+      }
+    }
+  }
+  c.byzantine = 1;
+  EXPECT_THAT(RunCluster(c, *data).status().message(), ::testing::HasSubstr("need f = 0"));
 }
 
 }  // namespace

@@ -69,6 +69,11 @@ TEST(ExperimentConfigTest, RefusesWithTheLineNumber) {
   EXPECT_EQ(err("latency_ms = 1.5"), "config line 1: latency_ms: '1.5' is not an unsigned integer");
   EXPECT_THAT(err("tau0 = 0"), HasSubstr("tau0 0 is not in [1, tau_max 32]"));
   EXPECT_THAT(err("tau0 = 9\ntau_max = 8"), HasSubstr("tau0 9 is not in [1, tau_max 8]"));
+  EXPECT_THAT(err("workers = 8\nelastic_workers = 8"), HasSubstr("need fewer than workers 8"));
+  EXPECT_THAT(err("elastic_workers = 2\nelastic_join = 500\nelastic_leave = 400"),
+              HasSubstr("elastic_leave 0 or after elastic_join"));
+  EXPECT_THAT(err("steps = 100\nelastic_workers = 2\nelastic_join = 100"),
+              HasSubstr("elastic_join below steps 100"));
 }
 
 TEST(ExperimentConfigTest, SetReplacesTheFilesLineForItsKey) {
@@ -224,8 +229,20 @@ TEST(ExperimentConfigTest, TheCheckedInConfigsParse) {
     if (name == "dirichlet01.toml") {
       EXPECT_EQ(ExpandGrid(*c).size(), 20u);
     }
+    if (name == "elastic.toml") {
+      EXPECT_EQ(ExpandGrid(*c).size(), 6u);  // 2 rules x 3 seeds
+      EXPECT_EQ(c->elastic_workers, 4u);
+      EXPECT_EQ(c->elastic_join, 250u);
+      EXPECT_EQ(c->elastic_leave, 750u);
+      // The static baseline of docs/evaluation.md, "Workers that come and go".
+      const std::vector<std::string> baseline = {"workers = 6", "elastic_workers = 0"};
+      auto s = ParseExperimentConfig(text.str(), baseline);
+      ASSERT_TRUE(s.ok()) << s.status();
+      EXPECT_EQ(s->workers, 6u);
+      EXPECT_EQ(s->elastic_workers, 0u);
+    }
   }
-  EXPECT_GE(configs, 8u);
+  EXPECT_GE(configs, 10u);
 }
 
 TEST(ExperimentGridTest, ExpandsEveryCombinationWithOneBaselinePerF0) {
