@@ -201,6 +201,17 @@ def test_workers_added_to_a_running_job_train_from_its_version_within_two_rounds
                 p.wait()
 
 
+def test_a_worker_id_beyond_max_workers_is_refused_and_a_spare_is_not(server_bin):
+    import numpy as np
+    with Shards(1, 2, insecure=True, server=server_bin, max_workers=3) as shards:
+        spare = ps_server.Worker(shards.addresses, 2, [("w", 4)],
+                                 initial=[np.zeros(4, np.float32)], connect_timeout=30)
+        spare.close()
+        with pytest.raises(ps_server.Error, match="--max-workers 3"):
+            ps_server.Worker(shards.addresses, 3, [("w", 4)], initial=[np.zeros(4, np.float32)],
+                             connect_timeout=30)
+
+
 # A ps_server.torch script for ps-launch: worker 2 sleeps 3 s before its step at round 2,
 # while the others' rounds close at the 1 s deadline with the quorum of 2. Its push is
 # then late: step() warns and the worker goes on from the shards' version.
