@@ -110,6 +110,9 @@ case "${1:-}" in
     PACKAGES+=(chromium)
     # The Python package's tests (tests/python) run under pytest, with torch tensors too.
     PACKAGES+=(python3-pytest python3-torch)
+    # ps-launch -H starts processes over OpenSSH: python_hosts runs an sshd per "host"
+    # (a network namespace) and the client (openssh-client, iproute2 for the namespaces).
+    PACKAGES+=(openssh-server openssh-client iproute2)
     install_missing
     configure_and_build
     (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@")

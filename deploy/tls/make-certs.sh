@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Makes a private CA and certificates for a ps-server cluster (docs/operations.md,
 # "Securing"):
-#   deploy/tls/make-certs.sh OUT_DIR [SHARDS=2] [WORKERS=4] [SERVICE=ps-shard] [NAMESPACE=default]
-# writes into OUT_DIR:
+#   deploy/tls/make-certs.sh [--hosts H1,H2,...] OUT_DIR [SHARDS=2] [WORKERS=4] [SERVICE=ps-shard] [NAMESPACE=default]
+# --hosts adds the names (DNS) and addresses (IP) of the machines shards run on to every
+# shard certificate (ps-launch -H does so for its shard hosts). Writes into OUT_DIR:
 #   ca.pem, ca.key                 the CA (keep ca.key offline)
 #   shard-N.pem, shard-N.key       server and peer certificate of shard N, common name
 #                                  shard-N; names: localhost, 127.0.0.1, ::1,
-#                                  SERVICE-N.SERVICE[.NAMESPACE.svc[.cluster.local]]
+#                                  SERVICE-N.SERVICE[.NAMESPACE.svc[.cluster.local]],
+#                                  and each of --hosts
 #   worker-N.pem, worker-N.key     client certificate of worker N (common name worker-N)
 #   admin.pem, admin.key           client certificate of the operator (common name admin)
 #   tokens                         one "IDENTITY TOKEN" line per identity (--tokens), and
@@ -15,7 +17,24 @@
 # The common name is the identity the shards act on: a worker's id comes from it.
 # Keys are EC P-256; certificates last 365 days.
 set -euo pipefail
-[ $# -ge 1 ] || { echo "usage: $0 OUT_DIR [SHARDS] [WORKERS] [SERVICE] [NAMESPACE]" >&2; exit 2; }
+usage="usage: $0 [--hosts H1,H2,...] OUT_DIR [SHARDS] [WORKERS] [SERVICE] [NAMESPACE]"
+extra_san=""
+if [ "${1:-}" = --hosts ]; then
+  [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+  IFS=, read -r -a hosts <<<"$2"
+  shift 2
+  for h in "${hosts[@]}"; do
+    if [[ $h =~ ^[0-9.]+$ || $h == *:* ]]; then
+      extra_san+=",IP:$h"
+    elif [[ $h =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]]; then
+      extra_san+=",DNS:$h"
+    else
+      echo "$0: --hosts: '$h' is neither a host name nor an IP address" >&2
+      exit 2
+    fi
+  done
+fi
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$1
 shards=${2:-2}
 workers=${3:-4}
@@ -55,7 +74,7 @@ token() {
 
 for ((i = 0; i < shards; i++)); do
   host="$service-$i.$service"
-  cert "shard-$i" "DNS:localhost,IP:127.0.0.1,IP:::1,DNS:$host,DNS:$host.$namespace.svc,DNS:$host.$namespace.svc.cluster.local" \
+  cert "shard-$i" "DNS:localhost,IP:127.0.0.1,IP:::1,DNS:$host,DNS:$host.$namespace.svc,DNS:$host.$namespace.svc.cluster.local$extra_san" \
     "serverAuth,clientAuth"
   token "shard-$i"
 done

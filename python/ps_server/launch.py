@@ -36,6 +36,8 @@ import sys
 import tempfile
 import time
 
+from ._remote import RemoteShards, Ssh, parse_hosts, read_hostfile
+
 __all__ = ["DATA_PLANES", "Shards", "find_server", "main"]
 
 ENV_SHARDS = "PS_SHARDS"
@@ -343,6 +345,20 @@ def _parse(argv):
                              "place, up to N times over the job, instead of stopping the "
                              "others; it rejoins at the shards' current version, "
                              "PS_RESTART_COUNT says how often it was restarted (default 0)")
+    hosts = parser.add_argument_group(
+        "hosts", "shards and workers on other machines, over ssh (docs/python.md, "
+        "'ps-launch across hosts'); the shards then serve mutual TLS with certificates made "
+        "for the job")
+    hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
+                       help="the machines and how many workers each takes (horovodrun's -H)")
+    hosts.add_argument("--hostfile", help="'HOST slots=N' lines instead of -H")
+    hosts.add_argument("--shard-hosts", metavar="HOST,...",
+                       help="where shard i runs (default: the hosts in turn)")
+    hosts.add_argument("--shard-port", type=int, default=7070,
+                       help="shard i listens on this port + i (default 7070)")
+    hosts.add_argument("--ssh-port", type=int, help="ssh's -p")
+    hosts.add_argument("--ssh-identity-file", help="ssh's -i")
+    hosts.add_argument("--ssh-config", help="ssh's -F (an ssh_config file)")
     parser.add_argument("script", help="the training script, run with this Python")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
@@ -355,19 +371,45 @@ def _parse(argv):
     if args.max_workers is not None and args.max_workers < args.workers:
         parser.error(f"--max-workers {args.max_workers}: must be at least --workers "
                      f"{args.workers}")
+    if args.hosts and args.hostfile:
+        parser.error("-H and --hostfile exclude each other")
+    if (args.hosts or args.hostfile) and (args.insecure or args.tls_dir or
+                                          args.data_plane == "tcp"):
+        parser.error("with -H/--hostfile the shards serve mutual TLS with certificates made "
+                     "for the job: --insecure, --tls-dir and --data-plane tcp are not "
+                     "available there yet")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts {args.max_restarts}: must be 0 or more")
     return args
+
+
+def _start_shards(args):
+    """The shards of this launch: on loopback (Shards), or over ssh on -H/--hostfile's
+    hosts (RemoteShards)."""
+    if not (args.hosts or args.hostfile):
+        return Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
+                      args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
+                      insecure=args.insecure, tls_dir=args.tls_dir,
+                      data_plane=args.data_plane, max_workers=args.max_workers).start()
+    hosts = parse_hosts(args.hosts) if args.hosts else read_hostfile(args.hostfile)
+    log_dir = args.log_dir or tempfile.mkdtemp(prefix="ps-launch-logs.")
+    os.makedirs(log_dir, exist_ok=True)
+    server_args = ["--workers", str(args.workers), "--byzantine", str(args.byzantine),
+                   "--aggregator", args.aggregator, "--lr", repr(float(args.lr)),
+                   "--momentum", repr(float(args.momentum)),
+                   *(["--max-workers", str(args.max_workers)] if args.max_workers else []),
+                   *args.server_arg]
+    return RemoteShards(hosts, args.shards, args.workers, server_args, find_server(args.server),
+                        log_dir, Ssh(args.ssh_port, args.ssh_identity_file, args.ssh_config),
+                        shard_hosts=args.shard_hosts.split(",") if args.shard_hosts else None,
+                        shard_port=args.shard_port, max_workers=args.max_workers).start()
 
 
 def main(argv=None):
     args = _parse(sys.argv[1:] if argv is None else argv)
     started = time.monotonic()
     try:
-        shards = Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
-                        args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
-                        insecure=args.insecure, tls_dir=args.tls_dir,
-                        data_plane=args.data_plane, max_workers=args.max_workers).start()
+        shards = _start_shards(args)
     except (RuntimeError, FileNotFoundError, ValueError) as e:
         print(f"ps-launch: {e}", file=sys.stderr)
         return 1
@@ -375,7 +417,7 @@ def main(argv=None):
              if shards.data_ports else "")
     print(f"ps-launch: {args.shards} shard(s) at {','.join(shards.addresses)}{plane}; "
           f"{args.workers} worker(s); logs in {shards.log_dir}", file=sys.stderr, flush=True)
-    if shards.max_workers > args.workers:
+    if shards.max_workers > args.workers and isinstance(shards, Shards):
         job_env = shards.write_job_env()
         print(f"ps-launch: worker ids {args.workers} to {shards.max_workers - 1} may join: "
               f"env $(cat {job_env}) PS_WORKER_ID=ID {sys.executable} {args.script}",
@@ -395,12 +437,17 @@ def main(argv=None):
     restarts = [0] * args.workers  # per worker
 
     def spawn(w):
-        env = dict(os.environ, **shards.env(w))
-        env["PS_RESTART_COUNT"] = str(restarts[w])
         # The workers import the ps_server package this launcher runs from.
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+        if isinstance(shards, RemoteShards):
+            return shards.start_worker(
+                w, [sys.executable, os.path.abspath(args.script), *args.script_args],
+                {"PS_RESTART_COUNT": str(restarts[w]), "PYTHONPATH": pythonpath},
+                f"worker-{w}.log", to_terminal=True)
+        env = dict(os.environ, **shards.env(w))
+        env["PS_RESTART_COUNT"] = str(restarts[w])
+        env["PYTHONPATH"] = pythonpath
         log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
         # Worker 0 on this terminal; a restarted worker's log goes on after its last words.
         out = None if w == 0 else open(log_path, "ab" if restarts[w] else "wb")

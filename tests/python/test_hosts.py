@@ -1,0 +1,179 @@
+"""ps-launch -H across hosts: three "hosts" made of network namespaces with their own
+addresses (a bridge and veth pairs, as root), an OpenSSH sshd in each with keys made for
+the test; ps-launch in the root namespace places 2 shards and 4 workers on them over
+ssh. The job computes what the same job computes on loopback; no key or token appears on
+any process's command line while it runs. Skipped, saying why, where the machine cannot
+(not root, no sshd, no network namespaces)."""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+HOSTS = 3
+SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
+
+# Three rounds of a mean over the workers' gradients (worker k pushes k + 1), lr 1:
+# every worker ends at -3 * mean(1..W).
+SCRIPT = textwrap.dedent("""
+    import os
+    import numpy as np
+    import ps_server
+
+    me, n = int(os.environ["PS_WORKER_ID"]), int(os.environ["PS_NUM_WORKERS"])
+    w = ps_server.Worker(os.environ["PS_SHARDS"].split(","), me, [("w", 100)],
+                         initial=[np.zeros(100, np.float32)],
+                         token_file=os.environ.get("PS_TOKEN_FILE", ""),
+                         tls_ca=os.environ.get("PS_TLS_CA", ""),
+                         tls_cert=os.environ.get("PS_TLS_CERT", ""),
+                         tls_key=os.environ.get("PS_TLS_KEY", ""), connect_timeout=60)
+    out = np.empty(100, np.float32)
+    for t in range(3):
+        w.pull_all(t, [out], timeout=60)
+        w.push(0, t, np.full(100, me + 1, np.float32))
+        w.wait_pushes()
+        time.sleep(0.3)  # long enough for the test to look at every command line
+    w.pull_all(3, [out], timeout=60)
+    print(f"worker {me}/{n}: {out[0]:.4f} local rank {os.environ['LOCAL_RANK']}", flush=True)
+    w.close()
+""").replace("import os\n", "import os, time\n", 1)
+
+
+def _run(*cmd):
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)}: {done.stderr.strip()}")
+    return done.stdout
+
+
+@pytest.fixture
+def hosts(tmp_path):
+    """Three namespaces on a bridge, each with an sshd; yields (addresses, ssh_config)."""
+    if os.geteuid() != 0:
+        pytest.skip("network namespaces need root")
+    if not os.path.exists(SSHD) or not shutil.which("ssh-keygen"):
+        pytest.skip("no OpenSSH server (apt-get install openssh-server)")
+    tag = os.getpid() % 10000
+    subnet = f"10.213.{os.getpid() % 250}"
+    bridge, names = f"psbr{tag}", [f"ps-h{tag}-{i}" for i in range(HOSTS)]
+    addresses = [f"{subnet}.{i + 1}" for i in range(HOSTS)]
+    try:
+        _run("ip", "link", "add", bridge, "type", "bridge")
+    except RuntimeError as e:
+        pytest.skip(f"cannot make a bridge (no network namespaces here?): {e}")
+    sshds = []
+    try:
+        _run("ip", "addr", "add", f"{subnet}.254/24", "dev", bridge)
+        _run("ip", "link", "set", bridge, "up")
+        for i, ns in enumerate(names):
+            _run("ip", "netns", "add", ns)
+            outer, inner = f"psv{tag}{i}", f"psp{tag}{i}"
+            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+            _run("ip", "link", "set", inner, "netns", ns)
+            _run("ip", "link", "set", outer, "master", bridge, "up")
+            _run("ip", "-n", ns, "addr", "add", f"{addresses[i]}/24", "dev", inner)
+            _run("ip", "-n", ns, "link", "set", inner, "up")
+            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        for key in ("host_key", "user_key"):
+            _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / key))
+        shutil.copy(tmp_path / "user_key.pub", tmp_path / "authorized_keys")
+        host_key = (tmp_path / "host_key.pub").read_text().split()[:2]
+        (tmp_path / "known_hosts").write_text(
+            "".join(f"{a} {' '.join(host_key)}\n" for a in addresses))
+        (tmp_path / "ssh_config").write_text(textwrap.dedent(f"""\
+            Host {subnet}.*
+              User root
+              IdentityFile {tmp_path}/user_key
+              IdentitiesOnly yes
+              UserKnownHostsFile {tmp_path}/known_hosts
+              StrictHostKeyChecking yes
+              LogLevel ERROR
+            """))
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+        for i, ns in enumerate(names):
+            config = tmp_path / f"sshd_config_{i}"
+            config.write_text(textwrap.dedent(f"""\
+                ListenAddress {addresses[i]}
+                HostKey {tmp_path}/host_key
+                AuthorizedKeysFile {tmp_path}/authorized_keys
+                PermitRootLogin prohibit-password
+                PasswordAuthentication no
+                KbdInteractiveAuthentication no
+                StrictModes no
+                UsePAM no
+                PidFile none
+                """))
+            sshds.append(subprocess.Popen(["ip", "netns", "exec", ns, SSHD, "-D", "-e", "-f",
+                                           str(config)], stderr=subprocess.DEVNULL))
+        config = str(tmp_path / "ssh_config")
+        deadline = time.monotonic() + 30
+        for a in addresses:
+            while subprocess.run(["ssh", "-F", config, "-o", "BatchMode=yes", a, "true"],
+                                 stderr=subprocess.DEVNULL).returncode != 0:
+                assert time.monotonic() < deadline, f"sshd on {a} did not answer in 30 s"
+                time.sleep(0.1)
+        yield addresses, config
+    finally:
+        for p in sshds:
+            p.kill()
+            p.wait()
+        for ns in names:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "link", "del", bridge], stderr=subprocess.DEVNULL)
+
+
+def launch(tmp_path, server_bin, *args):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    return subprocess.Popen(
+        [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "4",
+         "--lr", "1", "--momentum", "0", "--server", server_bin, *args, str(script)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_two_shards_and_four_workers_on_three_hosts_over_ssh(tmp_path, server_bin, hosts):
+    addresses, ssh_config = hosts
+    a, b, c = addresses
+    job = launch(tmp_path, server_bin, "-H", f"{a}:2,{b}:2", "--shard-hosts", f"{a},{c}",
+                 "--ssh-config", ssh_config, "--log-dir", str(tmp_path / "logs"))
+    # Every command line while the job runs: no key, certificate or token in any.
+    seen = []
+
+    def watch():
+        while job.poll() is None:
+            seen.extend(_run("ps", "-eo", "args").splitlines())
+            time.sleep(0.1)
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    out, err = job.communicate(timeout=180)
+    watcher.join()
+    assert job.returncode == 0, err
+    # Loopback, the same job: the same values.
+    local = launch(tmp_path, server_bin, "--log-dir", str(tmp_path / "local-logs"))
+    local_out, local_err = local.communicate(timeout=180)
+    assert local.returncode == 0, local_err
+    assert "worker 0/4: -7.5000 local rank 0" in local_out
+    for w, (host, rank) in enumerate([(a, 0), (a, 1), (b, 0), (b, 1)]):
+        assert f"[worker {w}@{host}] worker {w}/4: -7.5000 local rank {rank}" in out, out
+    assert f"2 shard(s) at {a}:7070,{c}:7071" in err, err
+    assert any(f"{c}" in line and "ps-remote" in line for line in seen), \
+        "the watch saw the shards' ssh commands"
+    blobs = [line for line in seen
+             if "PRIVATE KEY" in line or re.search(r"[A-Za-z0-9+/]{60,}={0,2}", line)]
+    assert not blobs, blobs[:3]
+    # Every remote process ended with the job (the namespaces share this machine's process
+    # table: the job's processes are those naming its script or its shards' addresses).
+    deadline = time.monotonic() + 15
+    while True:
+        left = [line for line in _run("ps", "-eo", "args").splitlines()
+                if str(tmp_path / "train.py") in line or f"{a}:7070" in line]
+        if not left:
+            break
+        assert time.monotonic() < deadline, f"processes left after the job: {left}"
+        time.sleep(0.2)
