@@ -236,11 +236,26 @@ class RemoteShards:
     addresses, processes, alive(), log_tail(), stop(), plus start_worker()."""
 
     def __init__(self, hosts, num_shards, workers, server_args, server, log_dir, ssh,
-                 shard_hosts=None, shard_port=7070, max_workers=None, startup_timeout=60.0):
-        self.num_shards, self.workers = num_shards, workers
+                 shard_hosts=None, shard_port=7070, max_workers=None, startup_timeout=60.0,
+                 attach=None, run_dir=None, tls_dir=None):
+        """`attach`: the addresses of shards that already run (--shards-at): none is
+        started, and the workers' credentials come from `tls_dir` (ps-make-certs' files)
+        or `run_dir` (the shards' token files)."""
         self.max_workers = max_workers or workers
-        self.worker_hosts, self.shard_hosts = place(hosts, self.max_workers, num_shards,
-                                                    shard_hosts)
+        if attach:
+            if not (tls_dir or run_dir):
+                raise ValueError("--shards-at with -H needs the workers' credentials: "
+                                 "--tls-dir (certificates) or --run-dir (token files)")
+            num_shards = len(attach)
+            self.worker_hosts, _ = place(hosts, self.max_workers, 0, [])
+            self.shard_hosts = [a.rsplit(":", 1)[0].strip("[]") for a in attach]
+            self.addresses = list(attach)
+        else:
+            self.worker_hosts, self.shard_hosts = place(hosts, self.max_workers, num_shards,
+                                                        shard_hosts)
+            self.addresses = [f"{_bracket(h)}:{shard_port + i}"
+                              for i, h in enumerate(self.shard_hosts)]
+        self.num_shards, self.workers = num_shards, workers
         self.log_dir = log_dir
         self.ssh = ssh
         self.data_ports = []
@@ -248,13 +263,18 @@ class RemoteShards:
         self._args = list(server_args)
         self._port = shard_port
         self._startup_timeout = startup_timeout
-        self.addresses = [f"{_bracket(h)}:{shard_port + i}"
-                          for i, h in enumerate(self.shard_hosts)]
         self.processes = []
-        self._certs = tempfile.mkdtemp(prefix="ps-launch-certs.")
+        self._attached = bool(attach)
+        self._run_dir = run_dir
+        # The certificates: made for this job (and removed with it), or the given ones.
+        self._owns_certs = not attach
+        self._certs = tempfile.mkdtemp(prefix="ps-launch-certs.") if not attach else tls_dir
         self._terminal_lock = threading.Lock()
 
     def start(self):
+        if self._attached:
+            self._wait_serving()
+            return self
         hosts = sorted(set(self.shard_hosts) | {"localhost"})
         done = subprocess.run([find_make_certs(), "--hosts", ",".join(hosts), self._certs,
                                str(self.num_shards), str(self.max_workers)],
@@ -291,8 +311,8 @@ class RemoteShards:
         pending = set(range(self.num_shards))
         while pending:
             for i in sorted(pending):
-                p = self.processes[i]
-                if p.poll() is not None:
+                p = self.processes[i] if i < len(self.processes) else None  # none attached
+                if p is not None and p.poll() is not None:
                     self.stop()
                     raise RuntimeError(f"shard {i} on {self.shard_hosts[i]} exited during "
                                        f"start-up with status {p.returncode}:\n"
@@ -312,10 +332,19 @@ class RemoteShards:
     def env(self, worker):
         host = self.worker_hosts[worker]
         local_rank = self.worker_hosts[:worker].count(host)
-        return {"PS_SHARDS": ",".join(self.addresses), "PS_WORKER_ID": str(worker),
-                "PS_NUM_WORKERS": str(self.max_workers), "LOCAL_RANK": str(local_rank),
-                "PS_TLS_CA": "@DIR@/ca.pem", "PS_TLS_CERT": f"@DIR@/worker-{worker}.pem",
-                "PS_TLS_KEY": f"@DIR@/worker-{worker}.key"}
+        env = {"PS_SHARDS": ",".join(self.addresses), "PS_WORKER_ID": str(worker),
+               "PS_NUM_WORKERS": str(self.max_workers), "LOCAL_RANK": str(local_rank)}
+        if self._certs is None:
+            env["PS_TOKEN_FILE"] = f"@DIR@/token-worker-{worker}"
+        else:
+            env.update({"PS_TLS_CA": "@DIR@/ca.pem", "PS_TLS_CERT": f"@DIR@/worker-{worker}.pem",
+                        "PS_TLS_KEY": f"@DIR@/worker-{worker}.key"})
+        return env
+
+    def _worker_files(self, worker):
+        if self._certs is None:
+            return read_files([os.path.join(self._run_dir, f"token-worker-{worker}")])
+        return self._files("ca.pem", f"worker-{worker}.pem", f"worker-{worker}.key")
 
     def start_worker(self, worker, argv, extra_env, log_name, to_terminal):
         """Worker `worker` on its host: `argv` with env(worker) and `extra_env`, its
@@ -324,8 +353,7 @@ class RemoteShards:
         host = self.worker_hosts[worker]
         env = dict(self.env(worker), **extra_env)
         command = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
-        files = self._files("ca.pem", f"worker-{worker}.pem", f"worker-{worker}.key")
-        return RemoteProcess(self.ssh, host, command, files,
+        return RemoteProcess(self.ssh, host, command, self._worker_files(worker),
                              self._sink(log_name, f"[worker {worker}@{host}] "
                                         if to_terminal else None))
 
@@ -352,7 +380,8 @@ class RemoteShards:
             except subprocess.TimeoutExpired:
                 pass
             p.kill()
-        shutil.rmtree(self._certs, ignore_errors=True)
+        if self._owns_certs:
+            shutil.rmtree(self._certs, ignore_errors=True)
 
 
 def _bracket(host):

@@ -311,6 +311,55 @@ class Shards:
         self.stop()
 
 
+class AttachedShards(Shards):
+    """Shards that already run (--shards-at), by shard id: nothing to start or stop;
+    start() waits until each accepts connections. The workers' credentials are the
+    shards' token files in `run_dir`, the certificates in `tls_dir`, or none (insecure)."""
+
+    def __init__(self, addresses, workers, max_workers=None, log_dir=None, run_dir=None,
+                 tls_dir=None, insecure=False, startup_timeout=60.0):
+        if sum(bool(x) for x in (run_dir, tls_dir, insecure)) != 1:
+            raise ValueError("--shards-at needs the workers' credentials: --run-dir (the "
+                             "shards' token files), --tls-dir, or --insecure")
+        self.num_shards, self.workers = len(addresses), workers
+        self.max_workers = max_workers or workers
+        self.addresses = list(addresses)
+        self.data_ports = []
+        self.processes = []
+        self.data_plane = None
+        self._owned_dirs = []
+        self.log_dir = log_dir or self._temp_dir("ps-launch-logs.")
+        os.makedirs(self.log_dir, exist_ok=True)
+        self.insecure = insecure
+        self.run_dir = os.path.abspath(run_dir) if run_dir else None
+        self.tls_dir = os.path.abspath(tls_dir) if tls_dir else None
+        self._startup_timeout = startup_timeout
+
+    def start(self):
+        deadline = time.monotonic() + self._startup_timeout
+        for i, address in enumerate(self.addresses):
+            host, _, port = address.rpartition(":")
+            while True:
+                try:
+                    socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+                    break
+                except (OSError, ValueError) as e:
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"shard {i} at {address} does not accept "
+                                           f"connections: {e}") from e
+                    time.sleep(0.1)
+        return self
+
+    def alive(self):
+        return True
+
+    def log_tail(self, shard, lines=20):
+        return ""
+
+    def stop(self, timeout=10.0):
+        pass
+
+
 def _parse(argv):
     parser = argparse.ArgumentParser(
         prog="ps-launch", description=__doc__.split("\n\n")[0],
@@ -356,6 +405,12 @@ def _parse(argv):
                        help="where shard i runs (default: the hosts in turn)")
     hosts.add_argument("--shard-port", type=int, default=7070,
                        help="shard i listens on this port + i (default 7070)")
+    parser.add_argument("--shards-at", metavar="HOST:PORT,...",
+                        help="run the workers against shards that already run (by shard id) "
+                             "instead of starting any; the workers' credentials come from "
+                             "--run-dir (the shards' token files) or --tls-dir")
+    parser.add_argument("--run-dir", help="with --shards-at: the shards' --run-dir, whose "
+                                          "token-worker-K files the workers use")
     hosts.add_argument("--ssh-port", type=int, help="ssh's -p")
     hosts.add_argument("--ssh-identity-file", help="ssh's -i")
     hosts.add_argument("--ssh-config", help="ssh's -F (an ssh_config file)")
@@ -371,10 +426,15 @@ def _parse(argv):
     if args.max_workers is not None and args.max_workers < args.workers:
         parser.error(f"--max-workers {args.max_workers}: must be at least --workers "
                      f"{args.workers}")
+    if args.shards_at and args.server_arg:
+        parser.error("--shards-at runs workers against shards that already run: their flags "
+                     "are theirs (--server-arg does not apply)")
+    if args.run_dir and not args.shards_at:
+        parser.error("--run-dir is for --shards-at (ps-launch makes its own otherwise)")
     if args.hosts and args.hostfile:
         parser.error("-H and --hostfile exclude each other")
-    if (args.hosts or args.hostfile) and (args.insecure or args.tls_dir or
-                                          args.data_plane == "tcp"):
+    if (args.hosts or args.hostfile) and (args.insecure or (args.tls_dir and not args.shards_at)
+                                          or args.data_plane == "tcp"):
         parser.error("with -H/--hostfile the shards serve mutual TLS with certificates made "
                      "for the job: --insecure, --tls-dir and --data-plane tcp are not "
                      "available there yet")
@@ -386,6 +446,12 @@ def _parse(argv):
 def _start_shards(args):
     """The shards of this launch: on loopback (Shards), or over ssh on -H/--hostfile's
     hosts (RemoteShards)."""
+    attach = [a.strip() for a in args.shards_at.split(",") if a.strip()] \
+        if args.shards_at else None
+    if attach and not (args.hosts or args.hostfile):
+        return AttachedShards(attach, args.workers, args.max_workers, args.log_dir,
+                              run_dir=args.run_dir, tls_dir=args.tls_dir,
+                              insecure=args.insecure).start()
     if not (args.hosts or args.hostfile):
         return Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
                       args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
@@ -402,7 +468,8 @@ def _start_shards(args):
     return RemoteShards(hosts, args.shards, args.workers, server_args, find_server(args.server),
                         log_dir, Ssh(args.ssh_port, args.ssh_identity_file, args.ssh_config),
                         shard_hosts=args.shard_hosts.split(",") if args.shard_hosts else None,
-                        shard_port=args.shard_port, max_workers=args.max_workers).start()
+                        shard_port=args.shard_port, max_workers=args.max_workers,
+                        attach=attach, run_dir=args.run_dir, tls_dir=args.tls_dir).start()
 
 
 def main(argv=None):
@@ -415,7 +482,7 @@ def main(argv=None):
         return 1
     plane = (f" (data plane tcp on ports {','.join(map(str, shards.data_ports))})"
              if shards.data_ports else "")
-    print(f"ps-launch: {args.shards} shard(s) at {','.join(shards.addresses)}{plane}; "
+    print(f"ps-launch: {shards.num_shards} shard(s) at {','.join(shards.addresses)}{plane}; "
           f"{args.workers} worker(s); logs in {shards.log_dir}", file=sys.stderr, flush=True)
     if shards.max_workers > args.workers and isinstance(shards, Shards):
         job_env = shards.write_job_env()

@@ -177,3 +177,43 @@ def test_two_shards_and_four_workers_on_three_hosts_over_ssh(tmp_path, server_bi
             break
         assert time.monotonic() < deadline, f"processes left after the job: {left}"
         time.sleep(0.2)
+
+
+def test_hosts_slots_and_placement_follow_horovodrun(tmp_path):
+    from ps_server._remote import parse_hosts, place, read_hostfile
+    assert parse_hosts("a:2,b:4") == [("a", 2), ("b", 4)]
+    assert parse_hosts("node-a.example, 10.0.0.7:3") == [("node-a.example", 1), ("10.0.0.7", 3)]
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# the job's machines\na slots=2\nb:1\n\nc\n")
+    assert read_hostfile(str(hostfile)) == [("a", 2), ("b", 1), ("c", 1)]
+    workers, shards = place([("a", 2), ("b", 2)], 3, 3)
+    assert workers == ["a", "a", "b"] and shards == ["a", "b", "a"]
+    assert place([("a", 1), ("b", 1)], 2, 1, ["b"]) == (["a", "b"], ["b"])
+    for bad, why in [("a:0", "must be a positive integer"), ("a:x", "must be a positive"),
+                     ("-a:1", "not a host name"), (",", "names no host"),
+                     ("a;rm:1", "not a host name")]:
+        with pytest.raises(ValueError, match=why):
+            parse_hosts(bad)
+    with pytest.raises(ValueError, match="4 workers but only 3 slots"):
+        place([("a", 1), ("b", 2)], 4, 1)
+    with pytest.raises(ValueError, match="names 1 hosts for 2 shards"):
+        place([("a", 4)], 2, 2, ["a"])
+    hostfile.write_text("a slots=2 extra\n")
+    with pytest.raises(ValueError, match="line 1: want 'HOST slots=N'"):
+        read_hostfile(str(hostfile))
+
+
+def test_bad_host_arguments(tmp_path, server_bin):
+    script = tmp_path / "x.py"
+    script.write_text("")
+    for args, why in [(["-H", "a:1", "--hostfile", "f"], "exclude each other"),
+                      (["-H", "a:1", "--insecure"], "mutual TLS"),
+                      (["-H", "a:1", "--data-plane", "tcp"], "not available there yet")]:
+        done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "1",
+                               *args, str(script)], stderr=subprocess.PIPE, text=True,
+                              timeout=60)
+        assert done.returncode == 2 and why in done.stderr, done.stderr
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "3",
+                           "-H", "localhost:2", "--server", server_bin, str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1 and "3 workers but only 2 slots" in done.stderr, done.stderr

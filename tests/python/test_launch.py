@@ -209,6 +209,31 @@ def test_max_workers_lets_a_worker_join_the_running_job_through_job_env(tmp_path
     assert "worker 0 of 3: from version 0, taken 100, late 0" in out, out
 
 
+def test_shards_at_runs_workers_against_shards_that_already_run(tmp_path, server_bin):
+    from ps_server.launch import Shards
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    with Shards(2, 3, lr=1, momentum=0, server=server_bin) as shards:
+        # Here, then through the hosts' wrapper (the token files over its channel): the
+        # second job finds the model at version 3 and trains no further.
+        for hosts, expected in (
+                ([], "worker 0/3: -6.000 over grpc, local rank 0, restart 0, from version 0"),
+                (["-H", "localhost:3"], "[worker 0@localhost] worker 0/3: -6.000 over grpc, "
+                                        "local rank 0, restart 0, from version 3")):
+            done = subprocess.run(
+                [sys.executable, "-m", "ps_server.launch", "--workers", "3", "--shards-at",
+                 ",".join(shards.addresses), "--run-dir", shards.run_dir, *hosts,
+                 "--log-dir", str(tmp_path / f"logs{len(hosts)}"), str(script)],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=240)
+            assert done.returncode == 0, done.stderr
+            assert f"2 shard(s) at {','.join(shards.addresses)}" in done.stderr
+            assert expected in done.stdout, done.stdout
+    done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "1",
+                           "--shards-at", "127.0.0.1:1", str(script)],
+                          stderr=subprocess.PIPE, text=True, timeout=60)
+    assert done.returncode == 1 and "needs the workers' credentials" in done.stderr, done.stderr
+
+
 def test_bad_arguments(tmp_path, server_bin):
     done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
                            str(tmp_path / "missing.py")], stderr=subprocess.PIPE, text=True)
