@@ -129,7 +129,7 @@ def plain(args):
         loss = torch.nn.functional.cross_entropy(model(x_train[batch]), y_train[batch])
         loss.backward()
         optimizer.step()
-        if (step + 1) % args.eval_every == 0 or step + 1 == args.steps:
+        if (args.eval_every > 0 and (step + 1) % args.eval_every == 0) or step + 1 == args.steps:
             print(f"step {step + 1}/{args.steps}  loss {float(loss):.4f}  test accuracy "
                   f"{accuracy(model, x_test, y_test):.4f}  {time.monotonic() - start:.1f} s",
                   flush=True)
@@ -159,7 +159,8 @@ def main():
                         help="adacomm: local SGD steps (lr 0.05, momentum 0.9 here) between "
                              "pushes of the change, shards at --lr 1 --momentum 0; auto: "
                              "adacomm where the shards allow it (docs/python.md)")
-    parser.add_argument("--eval-every", type=int, default=200)
+    parser.add_argument("--eval-every", type=int, default=200,
+                        help="worker 0 evaluates every N steps (0: only after the last)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--model", default="mlp", choices=["mlp", "cnn"])
     parser.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
@@ -171,6 +172,8 @@ def main():
                         help="plain PyTorch in this process on --workers workers' global batch")
     parser.add_argument("--workers", type=int, default=4, help="with --plain")
     args = parser.parse_args()
+    if args.eval_every < 0:
+        parser.error(f"--eval-every {args.eval_every}: must be 0 or more")
     if args.plain:
         plain(args)
         return
@@ -226,7 +229,8 @@ def main():
             if not byzantine:
                 raise
             print(f"worker {rank}: push refused ({e.reason}): {e}", file=sys.stderr)
-        if rank == 0 and ((step + 1) % args.eval_every == 0 or step + 1 == args.steps):
+        if rank == 0 and ((args.eval_every > 0 and (step + 1) % args.eval_every == 0)
+                          or step + 1 == args.steps):
             if optimizer.comm == "sync":  # with local updates: this worker's own model
                 optimizer.synchronize()
             acc = accuracy(model, x_test, y_test)

@@ -5,6 +5,7 @@ ssh. The job computes what the same job computes on loopback; no key or token ap
 any process's command line while it runs. Skipped, saying why, where the machine cannot
 (not root, no sshd, no network namespaces)."""
 
+import json
 import os
 import re
 import shutil
@@ -217,3 +218,34 @@ def test_bad_host_arguments(tmp_path, server_bin):
                            "-H", "localhost:2", "--server", server_bin, str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 1 and "3 workers but only 2 slots" in done.stderr, done.stderr
+
+
+def test_the_example_on_two_hosts_reaches_the_loopback_accuracy(tmp_path, server_bin, hosts):
+    """The issue's target: the Fashion-MNIST example through ps-launch -H on two hosts
+    (a shard and two workers on each) ends within 0.5 points of the same job on loopback
+    (same seed: every round waits for all four workers, so the runs compute the same)."""
+    pytest.importorskip("torch")
+    if not os.path.isdir("/usr/share/datasets/fashion-mnist"):
+        pytest.skip("no Fashion-MNIST (apt-get install dataset-fashion-mnist)")
+    addresses, ssh_config = hosts
+    a, b, _ = addresses
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "python",
+                           "train_fashion_mnist.py")
+    common = ["--shards", "2", "--workers", "4", "--aggregator", "mean", "--lr", "0.05",
+              "--momentum", "0.9", "--server", server_bin]
+    flags = ["--steps", "300", "--eval-every", "0", "--seed", "3"]
+    results = {}
+    for name, where in (("hosts", ["-H", f"{a}:2,{b}:2", "--ssh-config", ssh_config]),
+                        ("loopback", [])):
+        done = subprocess.run([sys.executable, "-m", "ps_server.launch", *common, *where,
+                               "--log-dir", str(tmp_path / name), os.path.abspath(example),
+                               *flags],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+        line = next(l for l in reversed(done.stdout.splitlines()) if "final_test_accuracy" in l)
+        results[name] = json.loads(line[line.index("{"):])["final_test_accuracy"]
+    print(f"final test accuracy: {results['hosts']:.4f} on two hosts, "
+          f"{results['loopback']:.4f} on loopback")
+    assert results["hosts"] > 0.7
+    assert abs(results["hosts"] - results["loopback"]) <= 0.005, results
