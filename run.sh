@@ -113,6 +113,9 @@ case "${1:-}" in
     # ps-launch -H starts processes over OpenSSH: python_hosts runs an sshd per "host"
     # (a network namespace) and the client (openssh-client, iproute2 for the namespaces).
     PACKAGES+=(openssh-server openssh-client iproute2)
+    # ps-launch --slurm under a real Slurm: python_slurm starts munged, slurmctld and
+    # slurmd on this machine and submits examples/slurm/train.sbatch.
+    PACKAGES+=(slurm-wlm munge)
     install_missing
     configure_and_build
     (cd "$BUILD_DIR" && ctest --output-on-failure --timeout 600 -j"$(nproc)" "$@")

@@ -144,6 +144,40 @@ class Ssh:
                 " ".join(shlex.quote(a) for a in wrapped)]
 
 
+class Srun:
+    """Inside a Slurm allocation (ps-launch --slurm): a process on a node of the job is a
+    job step of one task there (`srun --overlap`, so steps share the job's CPUs), its
+    standard input the wrapper's channel as over ssh."""
+
+    def argv(self, host, command):
+        return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
+                "--quiet", "--kill-on-bad-exit=1", "bash", "-c", WRAPPER, "ps-remote", *command]
+
+
+def slurm_hosts(environ=None):
+    """The allocation's nodes and task slots ([(node, slots)]), from SLURM_JOB_NODELIST
+    (expanded by `scontrol show hostnames`) and SLURM_TASKS_PER_NODE ("2(x3),1");
+    ValueError outside an allocation."""
+    env = os.environ if environ is None else environ
+    nodelist, per_node = env.get("SLURM_JOB_NODELIST"), env.get("SLURM_TASKS_PER_NODE")
+    if not env.get("SLURM_JOB_ID") or not nodelist or not per_node:
+        raise ValueError("--slurm: not inside a Slurm allocation (no SLURM_JOB_ID, "
+                         "SLURM_JOB_NODELIST or SLURM_TASKS_PER_NODE): run ps-launch from an "
+                         "sbatch script or an salloc shell")
+    nodes = subprocess.run(["scontrol", "show", "hostnames", nodelist], stdout=subprocess.PIPE,
+                           text=True, check=True).stdout.split()
+    slots = []
+    for item in per_node.split(","):
+        m = re.fullmatch(r"(\d+)(?:\(x(\d+)\))?", item.strip())
+        if not m:
+            raise ValueError(f"--slurm: SLURM_TASKS_PER_NODE {per_node!r} does not parse")
+        slots += [int(m.group(1))] * int(m.group(2) or 1)
+    if len(slots) != len(nodes):
+        raise ValueError(f"--slurm: {len(nodes)} nodes in {nodelist!r} but {len(slots)} "
+                         f"task counts in {per_node!r}")
+    return list(zip(nodes, slots))
+
+
 class RemoteProcess:
     """`command` on `host` over `ssh`, with `files` ({name: bytes}) in its private
     directory (@DIR@ in the command). Its output lines go to `sink(line)` (a thread

@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 
-from ._remote import RemoteShards, Ssh, parse_hosts, read_hostfile
+from ._remote import RemoteShards, Srun, Ssh, parse_hosts, read_hostfile, slurm_hosts
 
 __all__ = ["DATA_PLANES", "Shards", "find_server", "main"]
 
@@ -401,6 +401,10 @@ def _parse(argv):
     hosts.add_argument("-H", "--hosts", metavar="HOST:SLOTS,...",
                        help="the machines and how many workers each takes (horovodrun's -H)")
     hosts.add_argument("--hostfile", help="'HOST slots=N' lines instead of -H")
+    hosts.add_argument("--slurm", action="store_true",
+                       help="inside a Slurm allocation (sbatch, salloc): its nodes and task "
+                            "slots are the hosts, and every process is a job step (srun) "
+                            "instead of an ssh session")
     hosts.add_argument("--shard-hosts", metavar="HOST,...",
                        help="where shard i runs (default: the hosts in turn)")
     hosts.add_argument("--shard-port", type=int, default=7070,
@@ -431,12 +435,13 @@ def _parse(argv):
                      "are theirs (--server-arg does not apply)")
     if args.run_dir and not args.shards_at:
         parser.error("--run-dir is for --shards-at (ps-launch makes its own otherwise)")
-    if args.hosts and args.hostfile:
-        parser.error("-H and --hostfile exclude each other")
-    if (args.hosts or args.hostfile) and (args.insecure or (args.tls_dir and not args.shards_at)
-                                          or args.data_plane == "tcp"):
-        parser.error("with -H/--hostfile the shards serve mutual TLS with certificates made "
-                     "for the job: --insecure, --tls-dir and --data-plane tcp are not "
+    if sum(bool(x) for x in (args.hosts, args.hostfile, args.slurm)) > 1:
+        parser.error("-H, --hostfile and --slurm exclude each other")
+    remote = args.hosts or args.hostfile or args.slurm
+    if remote and (args.insecure or (args.tls_dir and not args.shards_at)
+                   or args.data_plane == "tcp"):
+        parser.error("with -H/--hostfile/--slurm the shards serve mutual TLS with certificates "
+                     "made for the job: --insecure, --tls-dir and --data-plane tcp are not "
                      "available there yet")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts {args.max_restarts}: must be 0 or more")
@@ -448,16 +453,21 @@ def _start_shards(args):
     hosts (RemoteShards)."""
     attach = [a.strip() for a in args.shards_at.split(",") if a.strip()] \
         if args.shards_at else None
-    if attach and not (args.hosts or args.hostfile):
+    remote = args.hosts or args.hostfile or args.slurm
+    if attach and not remote:
         return AttachedShards(attach, args.workers, args.max_workers, args.log_dir,
                               run_dir=args.run_dir, tls_dir=args.tls_dir,
                               insecure=args.insecure).start()
-    if not (args.hosts or args.hostfile):
+    if not remote:
         return Shards(args.shards, args.workers, args.byzantine, args.aggregator, args.lr,
                       args.momentum, args.server_arg, args.server, log_dir=args.log_dir,
                       insecure=args.insecure, tls_dir=args.tls_dir,
                       data_plane=args.data_plane, max_workers=args.max_workers).start()
-    hosts = parse_hosts(args.hosts) if args.hosts else read_hostfile(args.hostfile)
+    if args.slurm:
+        hosts, transport = slurm_hosts(), Srun()
+    else:
+        hosts = parse_hosts(args.hosts) if args.hosts else read_hostfile(args.hostfile)
+        transport = Ssh(args.ssh_port, args.ssh_identity_file, args.ssh_config)
     log_dir = args.log_dir or tempfile.mkdtemp(prefix="ps-launch-logs.")
     os.makedirs(log_dir, exist_ok=True)
     server_args = ["--workers", str(args.workers), "--byzantine", str(args.byzantine),
@@ -466,7 +476,7 @@ def _start_shards(args):
                    *(["--max-workers", str(args.max_workers)] if args.max_workers else []),
                    *args.server_arg]
     return RemoteShards(hosts, args.shards, args.workers, server_args, find_server(args.server),
-                        log_dir, Ssh(args.ssh_port, args.ssh_identity_file, args.ssh_config),
+                        log_dir, transport,
                         shard_hosts=args.shard_hosts.split(",") if args.shard_hosts else None,
                         shard_port=args.shard_port, max_workers=args.max_workers,
                         attach=attach, run_dir=args.run_dir, tls_dir=args.tls_dir).start()

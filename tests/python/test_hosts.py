@@ -249,3 +249,21 @@ def test_the_example_on_two_hosts_reaches_the_loopback_accuracy(tmp_path, server
           f"{results['loopback']:.4f} on loopback")
     assert results["hosts"] > 0.7
     assert abs(results["hosts"] - results["loopback"]) <= 0.005, results
+
+
+def test_slurm_hosts_are_the_allocations_nodes_and_task_slots(tmp_path, monkeypatch):
+    from ps_server._remote import slurm_hosts
+    if not shutil.which("scontrol"):
+        pytest.skip("no scontrol (apt-get install slurm-client)")
+    # scontrol expands host lists without a controller, but wants a configuration.
+    (tmp_path / "slurm.conf").write_text("ClusterName=x\nSlurmctldHost=localhost\n")
+    monkeypatch.setenv("SLURM_CONF", str(tmp_path / "slurm.conf"))
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-3],m",
+           "SLURM_TASKS_PER_NODE": "2(x3),1"}
+    assert slurm_hosts(env) == [("n1", 2), ("n2", 2), ("n3", 2), ("m", 1)]
+    with pytest.raises(ValueError, match="not inside a Slurm allocation"):
+        slurm_hosts({})
+    with pytest.raises(ValueError, match="4 nodes .* but 2 task counts"):
+        slurm_hosts(dict(env, SLURM_TASKS_PER_NODE="2,1"))
+    with pytest.raises(ValueError, match="does not parse"):
+        slurm_hosts(dict(env, SLURM_TASKS_PER_NODE="2(y3)"))
