@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "core/resource_limits.h"
 
 namespace ps::core {
 
@@ -17,7 +18,8 @@ void NameThisThread(std::string_view name) {
 }
 
 ThreadPool::ThreadPool(size_t num_threads, std::string name) {
-  if (num_threads == 0) num_threads = std::max(1u, std::thread::hardware_concurrency());
+  // 0: one per CPU this process may use (its cgroup's quota, not the node's cores).
+  if (num_threads == 0) num_threads = ProcessResourceLimits().cpus;
   threads_.reserve(num_threads);
   for (size_t i = 0; i < num_threads; ++i) {
     threads_.emplace_back([this, thread_name = absl::StrCat(name, "-", i)] {

@@ -23,7 +23,7 @@ void NameThisThread(std::string_view name);
 
 class ThreadPool {
  public:
-  // num_threads == 0 means std::thread::hardware_concurrency(). Thread i is named
+  // num_threads == 0 means one per CPU the process may use (core/resource_limits.h). Thread i is named
   // "<name>-<i>".
   explicit ThreadPool(size_t num_threads, std::string name = "ps-pool");
   ~ThreadPool();

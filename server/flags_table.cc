@@ -258,10 +258,13 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
       "further pushes of the round are refused as decode_budget before decoding (a worker "
       "cannot stall a slice by choosing the slowest decoder). 0: unbounded");
 
-  add("Resources", "threads", o.threads, "Aggregation threads; 0 means one per core");
+  add("Resources", "threads", o.threads,
+      "Aggregation threads; 0 means one per CPU the process may use (its cgroup's quota, "
+      "rounded up, else the machine's cores)");
   add("Resources", "max-shard-bytes", o.max_shard_bytes,
       "Estimated memory the model state of this shard may take (parameters, optimizer state, "
-      "every worker's pushes); a layout needing more is refused. 0: half the physical memory");
+      "every worker's pushes); a layout needing more is refused. 0: half the memory the "
+      "process may use (its cgroup's limit, else the machine's)");
   add("Resources", "max-request-memory-bytes", o.max_request_memory_bytes,
       "Memory gRPC may take for requests and answers in flight, over all clients (a resource "
       "quota; >= 2 x --max-message-bytes)");

@@ -1,6 +1,6 @@
 #include "server/memory_estimate.h"
 
-#include <unistd.h>
+#include "core/resource_limits.h"
 
 namespace ps::server {
 
@@ -31,10 +31,8 @@ uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_work
 
 uint64_t EffectiveMaxShardBytes(const ServerOptions& options) {
   if (options.max_shard_bytes != 0) return options.max_shard_bytes;
-  const long pages = sysconf(_SC_PHYS_PAGES);
-  const long page = sysconf(_SC_PAGESIZE);
-  if (pages <= 0 || page <= 0) return uint64_t{4} << 30;
-  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2;
+  // Half the memory this process may use: its cgroup's limit, else the machine's.
+  return core::ProcessResourceLimits().memory_bytes / 2;
 }
 
 }  // namespace ps::server

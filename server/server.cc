@@ -3,11 +3,13 @@
 // order written there; Release() frees them in the reverse of construction.
 #include "server/server.h"
 
+#include "core/resource_limits.h"
 #include "core/status.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
 #include "server/control_plane.h"
 #include "server/deadline_ticker.h"
+#include "server/memory_estimate.h"
 #include "server/peers.h"
 #include "server/port_file.h"
 #include "server/server_settings.h"
@@ -214,6 +216,13 @@ class ServerImpl final : public Server {
 void ServerImpl::LogServing() const {
   const uint32_t id = static_cast<uint32_t>(options_.shard_id);
   spdlog::info("{}", ServingLine(options_, port(), shard_->quorum(), shard_->model_scope()));
+  const core::ResourceLimits& limits = core::ProcessResourceLimits();
+  spdlog::info("shard {}: {} aggregation threads ({}; CPUs from {}), model state up to {} MiB "
+               "({}; memory from {})",
+               id, pool_->num_threads(), options_.threads == 0 ? "--threads 0" : "--threads",
+               limits.cpus_from, EffectiveMaxShardBytes(options_) >> 20,
+               options_.max_shard_bytes == 0 ? "--max-shard-bytes 0: half" : "--max-shard-bytes",
+               limits.memory_from);
   if (udp_ != nullptr) spdlog::info("shard {}: UDP gradient path on {}", id, HostPort(options_.host, udp_port()));
   if (tcp_ != nullptr) {
     spdlog::info("shard {}: TCP data plane on {} ({} threads)", id, HostPort(options_.host, data_port()),
