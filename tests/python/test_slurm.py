@@ -105,7 +105,8 @@ def slurm(tmp_path, server_bin):
         env.update(PYTHONPATH=os.pathsep.join(p for p in (os.path.dirname(os.path.dirname(
             os.path.abspath(__import__("ps_server").__file__))), os.environ.get("PYTHONPATH"))
             if p), PS_PYTHON=sys.executable, PS_SERVER_BIN=server_bin, PS_EXAMPLE=EXAMPLE,
-                   PS_CHECKPOINT_DIR=str(tmp_path / "checkpoints"))
+                   PS_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
+                   PS_SHARD_PORT=str(free_port()))
         yield env
     finally:
         subprocess.run(["scancel", "--user=root"], env=env, stderr=subprocess.DEVNULL)
