@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -70,17 +71,20 @@ def hosts(tmp_path):
         pytest.skip(f"cannot make a bridge (no network namespaces here?): {e}")
     sshds = []
     try:
-        _run("ip", "addr", "add", f"{subnet}.254/24", "dev", bridge)
-        _run("ip", "link", "set", bridge, "up")
-        for i, ns in enumerate(names):
-            _run("ip", "netns", "add", ns)
-            outer, inner = f"psv{tag}{i}", f"psp{tag}{i}"
-            _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
-            _run("ip", "link", "set", inner, "netns", ns)
-            _run("ip", "link", "set", outer, "master", bridge, "up")
-            _run("ip", "-n", ns, "addr", "add", f"{addresses[i]}/24", "dev", inner)
-            _run("ip", "-n", ns, "link", "set", inner, "up")
-            _run("ip", "-n", ns, "link", "set", "lo", "up")
+        try:
+            _run("ip", "addr", "add", f"{subnet}.254/24", "dev", bridge)
+            _run("ip", "link", "set", bridge, "up")
+            for i, ns in enumerate(names):
+                _run("ip", "netns", "add", ns)
+                outer, inner = f"psv{tag}{i}", f"psp{tag}{i}"
+                _run("ip", "link", "add", outer, "type", "veth", "peer", "name", inner)
+                _run("ip", "link", "set", inner, "netns", ns)
+                _run("ip", "link", "set", outer, "master", bridge, "up")
+                _run("ip", "-n", ns, "addr", "add", f"{addresses[i]}/24", "dev", inner)
+                _run("ip", "-n", ns, "link", "set", inner, "up")
+                _run("ip", "-n", ns, "link", "set", "lo", "up")
+        except RuntimeError as e:
+            pytest.skip(f"cannot make network namespaces with addresses here: {e}")
         for key in ("host_key", "user_key"):
             _run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / key))
         shutil.copy(tmp_path / "user_key.pub", tmp_path / "authorized_keys")
@@ -267,3 +271,47 @@ def test_slurm_hosts_are_the_allocations_nodes_and_task_slots(tmp_path, monkeypa
         slurm_hosts(dict(env, SLURM_TASKS_PER_NODE="2,1"))
     with pytest.raises(ValueError, match="does not parse"):
         slurm_hosts(dict(env, SLURM_TASKS_PER_NODE="2(y3)"))
+
+
+def two_free_ports():
+    """A free port whose successor is free too (shard i listens on --shard-port + i)."""
+    import socket
+    for _ in range(50):
+        with socket.socket() as a, socket.socket() as b:
+            a.bind(("127.0.0.1", 0))
+            port = a.getsockname()[1]
+            try:
+                b.bind(("127.0.0.1", port + 1))
+                return port
+            except OSError:
+                continue
+    raise RuntimeError("no two consecutive free ports")
+
+
+def test_a_signal_to_the_launcher_reaches_every_process_through_its_channel(tmp_path,
+                                                                            server_bin):
+    # -H localhost runs the hosts' wrapper here, without ssh: the same channel. The workers
+    # wait forever; SIGTERM to the launcher ends them and the shards, nothing is left.
+    script = tmp_path / "wait.py"
+    script.write_text("import time\nprint('READY', flush=True)\ntime.sleep(600)\n")
+    job = subprocess.Popen([sys.executable, "-m", "ps_server.launch", "--shards", "2",
+                            "--workers", "2", "-H", "localhost:2",
+                            "--shard-port", str(two_free_ports()),
+                            "--server", server_bin, "--log-dir", str(tmp_path / "logs"),
+                            str(script)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = 0
+        for line in job.stdout:
+            ready += "READY" in line
+            if ready == 2:
+                break
+        job.send_signal(signal.SIGTERM)
+        _, err = job.communicate(timeout=60)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signal.SIGTERM, err
+    deadline = time.monotonic() + 15
+    while [l for l in _run("ps", "-eo", "args").splitlines() if str(script) in l]:
+        assert time.monotonic() < deadline, "a worker outlived the launcher's SIGTERM"
+        time.sleep(0.2)
