@@ -204,8 +204,13 @@ class RemoteProcess:
             pass  # ssh is gone: poll() says so
 
     def _read(self, sink):
-        for raw in self._p.stdout:
-            sink(raw.decode(errors="replace").rstrip("\n"))
+        try:
+            for raw in self._p.stdout:
+                sink(raw.decode(errors="replace").rstrip("\n"))
+        finally:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
 
     @property
     def returncode(self):
@@ -331,14 +336,8 @@ class RemoteShards:
         return read_files([os.path.join(self._certs, n) for n in names])
 
     def _sink(self, log_name, terminal_prefix):
-        log = open(os.path.join(self.log_dir, log_name), "a", buffering=1)
-
-        def sink(line):
-            log.write(line + "\n")
-            if terminal_prefix is not None:
-                with self._terminal_lock:
-                    print(f"{terminal_prefix}{line}", flush=True)
-        return sink
+        return _LineSink(os.path.join(self.log_dir, log_name), terminal_prefix,
+                         self._terminal_lock)
 
     def _wait_serving(self):
         deadline = time.monotonic() + self._startup_timeout
@@ -416,6 +415,25 @@ class RemoteShards:
             p.kill()
         if self._owns_certs:
             shutil.rmtree(self._certs, ignore_errors=True)
+
+
+class _LineSink:
+    """A process's output lines: appended to its log file and, with a prefix, printed
+    on this terminal (one line at a time over all processes); closed at the output's end."""
+
+    def __init__(self, path, terminal_prefix, lock):
+        self._log = open(path, "a", buffering=1)
+        self._prefix = terminal_prefix
+        self._lock = lock
+
+    def __call__(self, line):
+        self._log.write(line + "\n")
+        if self._prefix is not None:
+            with self._lock:
+                print(f"{self._prefix}{line}", flush=True)
+
+    def close(self):
+        self._log.close()
 
 
 def _bracket(host):
