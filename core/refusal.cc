@@ -56,6 +56,8 @@ std::string_view RefusalName(Refusal r) {
       return "catching_up";
     case Refusal::kDataPlane:
       return "data_plane";
+    case Refusal::kWrongRun:
+      return "wrong_run";
     case Refusal::kCount:
       break;
   }
@@ -88,6 +90,7 @@ absl::StatusCode RefusalCode(Refusal r) {
     case Refusal::kFutureRound:
     case Refusal::kQuarantined:
     case Refusal::kDataPlane:
+    case Refusal::kWrongRun:
       return absl::StatusCode::kFailedPrecondition;
     case Refusal::kDuplicate:
       return absl::StatusCode::kAlreadyExists;

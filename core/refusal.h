@@ -38,6 +38,7 @@ enum class Refusal : int {
   kStalled,             // DEADLINE_EXCEEDED (a request body not received in time; call cancelled)
   kCatchingUp,          // UNAVAILABLE (a Join while a restored shard catches up with its peers)
   kDataPlane,           // FAILED_PRECONDITION (worker and shard on different data planes)
+  kWrongRun,            // FAILED_PRECONDITION (a worker of another run: --run-id)
   kCount,
 };
 

@@ -379,9 +379,10 @@ void BindWorker(py::module_& m) {
                        const std::map<std::string, std::string>& tensor_codecs, uint64_t codec_seed,
                        double rpc_timeout, double connect_timeout, int max_attempts, bool plan,
                        const std::vector<std::string>& candidates, const py::object& data_plane,
-                       bool may_register) {
+                       bool may_register, const std::string& run_id) {
              WorkerOptions o;
              o.data_plane = PlaneOption(data_plane);
+             o.run_id = run_id;
              o.shard_addresses = shards;
              o.worker_id = worker_id;
              o.credentials.tls_ca = tls_ca;
@@ -419,7 +420,8 @@ void BindWorker(py::module_& m) {
            py::arg("codec_seed") = 0, py::arg("rpc_timeout") = 30.0,
            py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6, py::arg("plan") = false,
            py::arg("plan_candidates") = std::vector<std::string>{},
-           py::arg("data_plane") = py::none(), py::arg("may_register") = true)
+           py::arg("data_plane") = py::none(), py::arg("may_register") = true,
+           py::arg("run_id") = "")
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"),
            py::arg("lr") = py::none())
       .def("wait_pushes", &PyWorker::WaitPushes)

@@ -177,6 +177,7 @@ std::string EncodeCheckpoint(const ShardCheckpoint& c) {
   msg.set_shard_id(c.shard_id);
   msg.set_num_shards(c.num_shards);
   msg.set_config_summary(c.config_summary);
+  msg.set_run_id(c.run_id);
   msg.set_written_unix_s(c.written_unix_s);
   if (c.layout.has_value()) {
     msg.set_layout_hash(c.layout->hash());
@@ -254,6 +255,7 @@ absl::StatusOr<ShardCheckpoint> DecodeCheckpoint(std::string_view file) {
   c.shard_id = msg.shard_id();
   c.num_shards = msg.num_shards();
   c.config_summary = msg.config_summary();
+  c.run_id = msg.run_id();
   c.written_unix_s = msg.written_unix_s();
   if (c.num_shards == 0 || c.num_shards > core::kMaxShards || c.shard_id >= c.num_shards) {
     return absl::InvalidArgumentError(

@@ -51,6 +51,7 @@ struct ShardCheckpoint {
   uint32_t num_shards = 1;
   std::optional<core::ModelLayout> layout;
   std::string config_summary;
+  std::string run_id;  // the writing shard's --run-id
   int64_t written_unix_s = 0;
   std::vector<SliceCheckpoint> slices;
   // Ids in increasing order, below kMaxWorkerIds; at most Suspicion::kHistoryWindows

@@ -191,6 +191,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
       ->delimiter(',')
       ->type_name("HOST:PORT,...");
 
+  add("Rounds", "run-id", o.run_id,
+      "The training run served (letters, digits, - _ .): workers must join with the same "
+      "run id and a checkpoint of another run is not restored; empty: any")
+      ->type_name("ID");
   add("Rounds", "workers", o.num_workers,
       "n: workers expected in every round from the start (waited for before they join)");
   add("Rounds", "max-workers", o.max_workers,

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -186,6 +187,14 @@ absl::Status ServerOptions::Validate() const {
   if (num_byzantine >= num_workers) {
     return Invalid("num_byzantine", "byzantine", absl::StrCat(num_byzantine),
                    absl::StrCat("must be less than --workers=", num_workers));
+  }
+  if (run_id.size() > 128 ||
+      !std::all_of(run_id.begin(), run_id.end(), [](char ch) {
+        return absl::ascii_isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '_' ||
+               ch == '.';
+      })) {
+    return Invalid("run_id", "run-id", run_id,
+                   "must be at most 128 letters, digits, '-', '_' or '.'");
   }
   if (max_workers != 0 && (max_workers < num_workers || max_workers > kMaxWorkerIds)) {
     return Invalid("max_workers", "max-workers", absl::StrCat(max_workers),
@@ -405,7 +414,8 @@ absl::StatusOr<AggregationScope> ParseAggregationScope(std::string_view text) {
 std::string ServerOptions::ConsistencySummary() const {
   // Field order and spelling are part of the peer check: change them only together
   // with every shard (a mismatch makes shards refuse each other).
-  return absl::StrCat("workers=", num_workers, " max_workers=", WorkerIds(), " f=", num_byzantine, " quorum=", EffectiveQuorum(),
+  return absl::StrCat(run_id.empty() ? "" : absl::StrCat("run_id=", run_id, " "),
+                      "workers=", num_workers, " max_workers=", WorkerIds(), " f=", num_byzantine, " quorum=", EffectiveQuorum(),
                       " aggregator=", aggregator, " multi_krum_m=", multi_krum_m,
                       " krum_neighbours=", core::AsAbsl(aggregators::KrumNeighboursName(krum_neighbours)),
                       " even_median=", core::AsAbsl(aggregators::EvenMedianName(even_median)),

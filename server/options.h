@@ -138,6 +138,10 @@ struct ServerOptions {
   std::vector<std::string> peers;
 
   // --- rounds ---
+  // The training run these shards serve (docs/operations.md, "One model per run"): when
+  // set, a worker joins only with the same run id, and a checkpoint of another run is
+  // not restored. Empty: any worker, any checkpoint (as before).
+  std::string run_id;
   // n: workers expected in every round from the start (waited for before they join).
   uint32_t num_workers = 1;
   // Worker ids the shards accept, [0, max_workers): ids at or above n are spares, not

@@ -149,6 +149,7 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
                         req);
   }
   if (absl::Status plane = CheckPlane(req); !plane.ok()) return gate_.Answer(call, plane, req);
+  if (absl::Status run = CheckRun(req); !run.ok()) return gate_.Answer(call, run, req);
   absl::StatusOr<JoinResult> r = shard_->Join(req.worker_id(), req.layout_hash());
   if (!r.ok()) return gate_.Answer(call, NamedMismatch(*shard_, r.status(), req), req);
   const ServerOptions& o = shard_->options();
@@ -181,6 +182,20 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
     resp.set_data_plane(v1::DATA_PLANE_GRPC);
   }
   gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+absl::Status WorkerServiceImpl::CheckRun(const v1::JoinRequest& req) const {
+  const std::string& own = shard_->options().run_id;
+  if (own.empty() || req.run_id() == own) return absl::OkStatus();
+  return shard_->Refuse(
+      Refusal::kWrongRun,
+      absl::StrCat("worker ", req.worker_id(), " belongs to ",
+                   req.run_id().empty()
+                       ? std::string("no run")
+                       : absl::StrCat("run '", core::ClientText(req.run_id(), 128), "'"),
+                   ", shard ", shard_->shard_id(), " serves run '", own,
+                   "' (--run-id): a new run needs new shards; to continue this one, give the "
+                   "worker its run id (--run-id, PS_RUN_ID)"));
 }
 
 absl::Status WorkerServiceImpl::CheckPlane(const v1::JoinRequest& req) const {

@@ -92,6 +92,8 @@ class WorkerServiceImpl final {
  private:
   // OK when the Join's data plane is ANY or this shard's; else the data_plane refusal.
   absl::Status CheckPlane(const v1::JoinRequest& req) const;
+  // OK when the shard has no --run-id or the Join brings the same; else wrong_run.
+  absl::Status CheckRun(const v1::JoinRequest& req) const;
 
   Shard* const shard_;
   const CallGate gate_;

@@ -17,6 +17,7 @@ absl::StatusOr<ShardCheckpoint> Shard::Capture() const {
   c.shard_id = shard_id_;
   c.num_shards = options_.num_shards;
   c.config_summary = options_.ConsistencySummary();
+  c.run_id = options_.run_id;
   c.written_unix_s = std::chrono::duration_cast<std::chrono::seconds>(
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
@@ -45,6 +46,14 @@ absl::Status Shard::Restore(const ShardCheckpoint& c) {
         shard_id_, " of ", options_.num_shards,
         ": refusing to restore it (point --checkpoint-dir elsewhere, or move the directory away "
         "to start from scratch)"));
+  }
+  if (!options_.run_id.empty() && c.run_id != options_.run_id) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the checkpoint belongs to ",
+        c.run_id.empty() ? std::string("no run") : absl::StrCat("run '", c.run_id, "'"),
+        "; this shard serves run '", options_.run_id,
+        "' (--run-id): refusing to continue another run's model (point --checkpoint-dir "
+        "elsewhere for a new run, or give the checkpoint's run id to continue it)"));
   }
   if (!c.layout.has_value()) return absl::OkStatus();
   if (c.layout->num_shards() != options_.num_shards) {

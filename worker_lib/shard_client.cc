@@ -119,6 +119,7 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
   req.set_data_plane(!options_.data_plane.has_value()            ? v1::DATA_PLANE_ANY
                      : *options_.data_plane == core::DataPlane::kTcp ? v1::DATA_PLANE_TCP
                                                                     : v1::DATA_PLANE_GRPC);
+  req.set_run_id(options_.run_id);
   for (int attempt = 0;; ++attempt) {
     v1::JoinResponse resp;
     const absl::Status st =

@@ -53,6 +53,7 @@ class ShardClient {
     core::RetryPolicy join_policy;
     // WorkerOptions::data_plane: the plane every Join asks for (unset: any).
     std::optional<core::DataPlane> data_plane;
+    std::string run_id;  // WorkerOptions::run_id, in every Join
     // WorkerOptions::may_register.
     bool may_register = true;
   };

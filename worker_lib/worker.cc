@@ -71,6 +71,7 @@ class WorkerImpl final : public Worker {
     client_options.rpc_timeout = options_.rpc_timeout;
     client_options.join_policy = internal::JoinRetryPolicy(options_);
     client_options.data_plane = options_.data_plane;
+    client_options.run_id = options_.run_id;
     client_options.may_register = options_.may_register;
     // Rejoins happen only once Init is done, so the pipeline exists by then.
     client_ = std::make_unique<internal::ShardClient>(

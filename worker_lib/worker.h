@@ -160,6 +160,10 @@ struct WorkerOptions {
   // run (each Join answer says); set, a shard on another plane refuses the Join
   // (FAILED_PRECONDITION, refusal data_plane) naming both planes and the fixes.
   std::optional<core::DataPlane> data_plane;
+  // The training run this worker belongs to (docs/operations.md, "One model per run"):
+  // shards started with --run-id refuse a worker of another run or of none
+  // (FAILED_PRECONDITION, refusal wrong_run). Empty: none.
+  std::string run_id;
   // How every tensor is pushed, and overrides by tensor name (an unknown name is an
   // error at Start()).
   PushOptions push;

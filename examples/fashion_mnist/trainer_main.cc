@@ -239,6 +239,9 @@ int main(int argc, char** argv) {
   app.add_option("--tls-server-name", c.credentials.tls_server_name,
                  "Name to check in the shards' certificates instead of the address's host");
   app.add_option("--token-file", f.token_file, "File holding this worker's token");
+  app.add_option("--run-id", c.run_id,
+                 "The training run to join: shards started with --run-id refuse another")
+      ->envname("PS_RUN_ID");
   app.add_option("--run-dir", f.run_dir,
                  "Run directory of local shards (ps-server --run-dir): use its "
                  "token-worker-<worker-id> file");

@@ -376,6 +376,7 @@ absl::StatusOr<WorkerOptions> MakeWorkerOptions(const TrainerConfig& c, const Se
   options.shard_addresses = c.shards;
   options.worker_id = c.worker_id;
   options.credentials = c.credentials;
+  options.run_id = c.run_id;
   options.push.codec = c.codec == "auto" ? "fp32" : c.codec;
   options.plan.enabled = c.codec == "auto";
   options.plan.candidates = c.codec_candidates;

@@ -47,6 +47,8 @@ struct TrainerConfig {
   uint32_t worker_id = 0;
   // TLS, client certificate and token toward the shards (docs/operations.md).
   core::ClientCredentials credentials;
+  // The training run (WorkerOptions::run_id): shards with --run-id refuse another.
+  std::string run_id;
   uint32_t workers = 1;
   uint64_t steps = 1000;
   uint32_t batch_size = 32;

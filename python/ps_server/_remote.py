@@ -324,7 +324,7 @@ class RemoteShards:
             command = [self._server, "--host", "0.0.0.0" if host not in LOCAL_HOSTS else host,
                        "--port", str(self._port + i), "--shard-id", str(i),
                        "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
-                       *self._args, "--tls-cert", f"@DIR@/shard-{i}.pem",
+                       *self._args, *_run_id_args(), "--tls-cert", f"@DIR@/shard-{i}.pem",
                        "--tls-key", f"@DIR@/shard-{i}.key", "--tls-ca", "@DIR@/ca.pem"]
             files = self._files("ca.pem", f"shard-{i}.pem", f"shard-{i}.key")
             self.processes.append(RemoteProcess(self.ssh, host, command, files,
@@ -367,6 +367,8 @@ class RemoteShards:
         local_rank = self.worker_hosts[:worker].count(host)
         env = {"PS_SHARDS": ",".join(self.addresses), "PS_WORKER_ID": str(worker),
                "PS_NUM_WORKERS": str(self.max_workers), "LOCAL_RANK": str(local_rank)}
+        if os.environ.get("PS_RUN_ID"):
+            env["PS_RUN_ID"] = os.environ["PS_RUN_ID"]  # ssh passes no environment
         if self._certs is None:
             env["PS_TOKEN_FILE"] = f"@DIR@/token-worker-{worker}"
         else:
@@ -415,6 +417,13 @@ class RemoteShards:
             p.kill()
         if self._owns_certs:
             shutil.rmtree(self._certs, ignore_errors=True)
+
+
+def _run_id_args():
+    """The launcher's PS_RUN_ID as the remote shards' --run-id (ssh passes no environment;
+    docs/operations.md, "One model per run")."""
+    run_id = os.environ.get("PS_RUN_ID")
+    return ["--run-id", run_id] if run_id else []
 
 
 class _LineSink:

@@ -18,7 +18,8 @@ def init(shards=None, worker_id=None, num_workers=None, token_file=None):
     PS_NUM_WORKERS and the local rank (a PS_ value and torchrun's that disagree are an
     error), and PS_RUN_DIR (the shards' --run-dir) gives the token file of this rank,
     PS_RUN_DIR/token-worker-RANK, when PS_TOKEN_FILE is not set. PS_SHARDS has no torchrun
-    counterpart: it is always needed."""
+    counterpart: it is always needed. PS_RUN_ID, when set, is the training run the workers
+    join (shards started with --run-id refuse any other)."""
     env = os.environ
 
     def need(value, name, torchrun=None):
@@ -48,7 +49,7 @@ def init(shards=None, worker_id=None, num_workers=None, token_file=None):
     _context.update(shards=list(shard_list), rank=rank_,
                     size=int(need(num_workers, ENV_NUM_WORKERS, "WORLD_SIZE")),
                     local_rank=int(env.get("LOCAL_RANK") or 0),
-                    token_file=token_file,
+                    token_file=token_file, run_id=env.get("PS_RUN_ID", ""),
                     tls={k: env.get(v, "") for k, v in (("tls_ca", ENV_TLS_CA),
                                                          ("tls_cert", ENV_TLS_CERT),
                                                          ("tls_key", ENV_TLS_KEY))})

@@ -237,7 +237,7 @@ class DistributedOptimizer(torch.optim.Optimizer):
                 ctx["shards"], ctx["rank"], layout,
                 initial=[p.detach() for p in self._params],
                 token_file=ctx["token_file"] or "", codec="fp32" if plan else codec,
-                error_feedback=error_feedback, plan=plan,
+                error_feedback=error_feedback, plan=plan, run_id=ctx["run_id"],
                 may_register=ctx["rank"] == root_rank, **options)
 
         if comm == "auto":

@@ -52,7 +52,10 @@ class Worker:
     any other value is a ValueError), may_register (default True: a worker that finds a
     shard without the layout registers it; False: it waits, up to connect_timeout, for
     another worker, the root, to register the layout and its initial values: Horovod's
-    broadcast from root_rank, which DistributedOptimizer's root_rank sets).
+    broadcast from root_rank, which DistributedOptimizer's root_rank sets), run_id (the
+    training run this worker belongs to: shards started with --run-id refuse a worker of
+    another run or of none with ps_server.Refused, reason "wrong_run"; docs/operations.md,
+    "One model per run").
     """
 
     def __init__(self, shards, worker_id, tensors, initial=None, **options):

@@ -64,6 +64,26 @@ def test_training_steps_apply_the_aggregate(server_bin):
             w.close()
 
 
+def test_shards_with_a_run_id_refuse_workers_of_another_run(server_bin):
+    # docs/operations.md, "One model per run": a worker of another run, or of none, is
+    # refused (wrong_run) before it touches the model; the run's own workers train.
+    with Shards(1, 1, insecure=True, server=server_bin,
+                server_args=("--run-id", "exp-1")) as shards:
+        for run_id in ("exp-2", ""):
+            with pytest.raises(ps_server.Refused, match="serves run 'exp-1'") as refused:
+                ps_server.Worker(shards.addresses, 0, [("w", 4)],
+                                 initial=[np.zeros(4, np.float32)], run_id=run_id,
+                                 connect_timeout=30)
+            assert refused.value.reason == "wrong_run"
+        w = ps_server.Worker(shards.addresses, 0, [("w", 4)], initial=[np.zeros(4, np.float32)],
+                             run_id="exp-1", connect_timeout=30)
+        w.push(0, 0, np.ones(4, np.float32))
+        w.wait_pushes()
+        out = np.empty(4, np.float32)
+        assert w.pull_all(1, [out], timeout=30) == 1
+        w.close()
+
+
 def test_a_byzantine_worker_is_held_off_by_a_robust_rule(server_bin):
     # Five workers, one of which pushes 1e6 everywhere: the mean would move the weights by
     # 1e5; the trimmed mean (f = 1) moves them as the honest pushes do, exactly as

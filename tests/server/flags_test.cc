@@ -66,6 +66,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "shard-id",
                                                   "num-shards",
                                                   "peers",
+                                                  "run-id",
                                                   "workers",
                                                   "max-workers",
                                                   "byzantine",
@@ -608,6 +609,18 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--even-median=mean"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("mean"));
+}
+
+TEST_F(FlagsTest, RunIdIsAShortNameAndPartOfTheConsistencyLine) {
+  ServerOptions o = ParseOk({"--run-id", "exp-7.b_2"});
+  EXPECT_EQ(o.run_id, "exp-7.b_2");
+  EXPECT_EQ(o.ConsistencySummary().rfind("run_id=exp-7.b_2 workers=1 ", 0), 0u)
+      << o.ConsistencySummary();
+  for (const std::string& bad : std::vector<std::string>{"a b", "a/b", std::string(129, 'x')}) {
+    FlagsResult result = Parse({"--run-id", bad});
+    EXPECT_EQ(result.exit_code, 2) << bad;
+    EXPECT_THAT(result.message, HasSubstr("at most 128 letters, digits")) << bad;
+  }
 }
 
 TEST_F(FlagsTest, MaxWorkersBoundsTheIdsAndMinWorkersIsTheQuorum) {

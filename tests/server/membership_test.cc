@@ -323,6 +323,12 @@ TEST_F(ShardMembershipTest, ACheckpointKeepsWhoLeftAndTheSuspicionHistory) {
   EXPECT_EQ(file->workers[2].state, State::kLeft);
   ASSERT_EQ(file->suspicion_history.size(), 2u) << "windows 0 and 1 closed";
 
+  // A shard of another run (--run-id) refuses the checkpoint; one of no run takes it.
+  ServerOptions other_run = o;
+  other_run.run_id = "run-b";
+  absl::Status refused = Make(other_run)->Restore(*file);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("belongs to no run"));
   std::unique_ptr<Shard> restored = Make(o);
   ASSERT_TRUE(restored->Restore(*file).ok());
   EXPECT_EQ(restored->MembershipStates(),
