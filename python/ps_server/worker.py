@@ -17,6 +17,7 @@ Every blocking call releases the GIL. See docs/python.md.
 """
 
 import math
+import os
 
 from . import _arrays
 from ._ps_server import Error
@@ -54,11 +55,13 @@ class Worker:
     another worker, the root, to register the layout and its initial values: Horovod's
     broadcast from root_rank, which DistributedOptimizer's root_rank sets), run_id (the
     training run this worker belongs to: shards started with --run-id refuse a worker of
-    another run or of none with ps_server.Refused, reason "wrong_run"; docs/operations.md,
-    "One model per run").
+    another run or of none with ps_server.Refused, reason "wrong_run"; default: the
+    environment's PS_RUN_ID, as the C++ trainer's --run-id; docs/operations.md, "One model
+    per run").
     """
 
     def __init__(self, shards, worker_id, tensors, initial=None, **options):
+        options.setdefault("run_id", os.environ.get("PS_RUN_ID", ""))
         if initial is not None:
             initial = [_arrays.as_float32(x, f"initial[{i}]") for i, x in enumerate(initial)]
         self._w = _Worker(list(shards), worker_id, [tuple(t) for t in tensors], initial=initial,
