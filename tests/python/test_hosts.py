@@ -274,18 +274,20 @@ def test_slurm_hosts_are_the_allocations_nodes_and_task_slots(tmp_path, monkeypa
 
 
 def two_free_ports():
-    """A free port whose successor is free too (shard i listens on --shard-port + i)."""
+    """A free port whose successor is free too (shard i listens on --shard-port + i),
+    below the kernel's ephemeral range, where other tests' port-0 binds come from."""
+    import random
     import socket
-    for _ in range(50):
-        with socket.socket() as a, socket.socket() as b:
-            a.bind(("127.0.0.1", 0))
-            port = a.getsockname()[1]
-            try:
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("127.0.0.1", port))
                 b.bind(("127.0.0.1", port + 1))
-                return port
-            except OSError:
-                continue
-    raise RuntimeError("no two consecutive free ports")
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no two consecutive free ports in 20000-32000")
 
 
 def test_a_signal_to_the_launcher_reaches_every_process_through_its_channel(tmp_path,

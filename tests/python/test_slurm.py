@@ -22,9 +22,20 @@ EXAMPLE = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free port whose successor is free too (shard i listens on the port + i), below
+    the kernel's ephemeral range (32768 up), where the ports other tests running beside
+    this one bind with port 0 come from: a port chosen here is not taken in between."""
+    import random
+    for _ in range(200):
+        port = random.randrange(20000, 32000)
+        try:
+            with socket.socket() as a, socket.socket() as b:
+                a.bind(("0.0.0.0", port))
+                b.bind(("0.0.0.0", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no two consecutive free ports in 20000-32000")
 
 
 @pytest.fixture
