@@ -17,6 +17,7 @@ import threading
 import time
 
 import pytest
+from conftest import free_port_pair
 
 HOSTS = 3
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -273,23 +274,6 @@ def test_slurm_hosts_are_the_allocations_nodes_and_task_slots(tmp_path, monkeypa
         slurm_hosts(dict(env, SLURM_TASKS_PER_NODE="2(y3)"))
 
 
-def two_free_ports():
-    """A free port whose successor is free too (shard i listens on --shard-port + i),
-    below the kernel's ephemeral range, where other tests' port-0 binds come from."""
-    import random
-    import socket
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no two consecutive free ports in 20000-32000")
-
-
 def test_a_signal_to_the_launcher_reaches_every_process_through_its_channel(tmp_path,
                                                                             server_bin):
     # -H localhost runs the hosts' wrapper here, without ssh: the same channel. The workers
@@ -298,7 +282,7 @@ def test_a_signal_to_the_launcher_reaches_every_process_through_its_channel(tmp_
     script.write_text("import time\nprint('READY', flush=True)\ntime.sleep(600)\n")
     job = subprocess.Popen([sys.executable, "-m", "ps_server.launch", "--shards", "2",
                             "--workers", "2", "-H", "localhost:2",
-                            "--shard-port", str(two_free_ports()),
+                            "--shard-port", str(free_port_pair()),
                             "--server", server_bin, "--log-dir", str(tmp_path / "logs"),
                             str(script)],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

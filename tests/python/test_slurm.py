@@ -15,27 +15,11 @@ import textwrap
 import time
 
 import pytest
+from conftest import free_port_pair
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 SBATCH = os.path.join(ROOT, "examples", "slurm", "train.sbatch")
 EXAMPLE = os.path.join(ROOT, "examples", "python", "train_fashion_mnist.py")
-
-
-def free_port():
-    """A free port whose successor is free too (shard i listens on the port + i), below
-    the kernel's ephemeral range (32768 up), where the ports other tests running beside
-    this one bind with port 0 come from: a port chosen here is not taken in between."""
-    import random
-    for _ in range(200):
-        port = random.randrange(20000, 32000)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("0.0.0.0", port))
-                b.bind(("0.0.0.0", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no two consecutive free ports in 20000-32000")
 
 
 @pytest.fixture
@@ -66,8 +50,8 @@ def slurm(tmp_path, server_bin):
         CredType=cred/munge
         SlurmUser=root
         SlurmdUser=root
-        SlurmctldPort={free_port()}
-        SlurmdPort={free_port()}
+        SlurmctldPort={free_port_pair("0.0.0.0")}
+        SlurmdPort={free_port_pair("0.0.0.0")}
         StateSaveLocation={d}/state
         SlurmdSpoolDir={d}/spool
         SlurmctldPidFile={d}/slurmctld.pid
@@ -117,7 +101,7 @@ def slurm(tmp_path, server_bin):
             os.path.abspath(__import__("ps_server").__file__))), os.environ.get("PYTHONPATH"))
             if p), PS_PYTHON=sys.executable, PS_SERVER_BIN=server_bin, PS_EXAMPLE=EXAMPLE,
                    PS_CHECKPOINT_DIR=str(tmp_path / "checkpoints"),
-                   PS_SHARD_PORT=str(free_port()))
+                   PS_SHARD_PORT=str(free_port_pair("0.0.0.0")))
         yield env
     finally:
         subprocess.run(["scancel", "--user=root"], env=env, stderr=subprocess.DEVNULL)
