@@ -80,7 +80,7 @@ echo "validate.sh: rendering and validating deploy/k8s (kubectl $(kubectl versio
 RENDER="$CACHE/rendered"
 rm -rf "$RENDER" && mkdir -p "$RENDER"
 overlays=()
-for dir in "$DEPLOY"/k8s/base "$DEPLOY"/k8s/worker-job "$DEPLOY"/k8s/overlays/*/; do
+for dir in "$DEPLOY"/k8s/base "$DEPLOY"/k8s/worker-job "$DEPLOY"/k8s/run "$DEPLOY"/k8s/overlays/*/; do
   dir=${dir%/}
   name=${dir#"$DEPLOY/k8s/"}; name=${name//\//-}
   kubectl kustomize "$dir" >"$RENDER/$name.yaml" 2>"$RENDER/$name.err" ||
@@ -93,13 +93,31 @@ ok "base and worker-job render and match the Kubernetes OpenAPI models"
 validate_k8s --ps-consistency "${overlays[@]}" >/dev/null
 names=("${overlays[@]##*/overlays-}")
 ok "overlays (${names[*]%.yaml}) render, match the models, and agree on the topology"
+validate_k8s --ps-consistency "$RENDER"/run.yaml >/dev/null
+ok "run (a JobSet owning its shards) renders, matches the Kubernetes and JobSet models, and agrees with itself"
+
+# The run writes each count once (its Job's completions); kustomize copies it. A copy of
+# the run with other counts must render with every copy following, and still validate.
+counts="$RENDER/run-counts"
+rm -rf "$counts" && cp -r "$DEPLOY/k8s/run" "$counts"
+sed -i -e 's/^          completions: 6 /          completions: 9 /' -e 's/^          completions: 2 /          completions: 3 /' \
+  -e 's|^\(                      value: \)\$(JOBSET_NAME)-shard-0-0.*|\1$(JOBSET_NAME)-shard-0-0.$(JOBSET_NAME):7070,$(JOBSET_NAME)-shard-0-1.$(JOBSET_NAME):7070,$(JOBSET_NAME)-shard-0-2.$(JOBSET_NAME):7070|' \
+  "$counts/jobset.yaml"
+kubectl kustomize "$counts" >"$RENDER/run-counts.yaml" || die "kubectl kustomize of the run with 9 workers and 3 shards failed"
+for want in 'parallelism: 9' 'parallelism: 3' 'value: "9"' 'value: "3"'; do
+  [ "$(grep -c -- "$want" "$RENDER/run-counts.yaml")" -ge 1 ] || die "run with 9 workers, 3 shards: no '$want' in the rendered copy"
+done
+[ "$(grep -c 'value: "9"' "$RENDER/run-counts.yaml")" -eq 2 ] || die "run with 9 workers: PS_WORKERS and PS_NUM_WORKERS did not both follow completions"
+validate_k8s --ps-consistency "$RENDER/run-counts.yaml" >/dev/null || die "run with 9 workers and 3 shards does not validate"
+ok "run: the worker and shard counts are written once (completions 9 and 3 reach parallelism, PS_WORKERS, PS_NUM_WORKERS, PS_NUM_SHARDS)"
 
 # --- 3: negative tests ---------------------------------------------------------------
 # Each mutation of a rendered overlay must be refused with a message naming the field.
+# The run's negative tests mutate the rendered run instead (NEGATIVE_OF).
 expect_refused() {
-  local what=$1 sed_expr=$2 expect=$3 file="$RENDER/negative.yaml" out
-  sed -e "$sed_expr" "${overlays[0]}" >"$file"
-  cmp -s "$file" "${overlays[0]}" && die "negative test '$what': the mutation '$sed_expr' changed nothing"
+  local what=$1 sed_expr=$2 expect=$3 file="$RENDER/negative.yaml" out of=${NEGATIVE_OF:-${overlays[0]}}
+  sed -e "$sed_expr" "$of" >"$file"
+  cmp -s "$file" "$of" && die "negative test '$what': the mutation '$sed_expr' changed nothing"
   if out=$(validate_k8s --ps-consistency "$file" 2>&1); then
     die "negative test '$what': the validator accepted it"
   fi
@@ -115,6 +133,17 @@ expect_refused "data port not on the pod" '0,/containerPort: 7072/s/containerPor
 expect_refused "data port not on the Service" '0,/targetPort: data/s/targetPort: data/targetPort: metrics/' 'no port 7072 for the data plane'
 expect_refused "TCP data plane on a free port" 's/^    data-port = 7072/    data-port = 0/' 'needs a fixed data-port'
 expect_refused "replicas != num-shards" 's/^  replicas: \([0-9]*\)/  replicas: 1\1/' '!= num-shards'
+expect_refused "worker Job of another run" '/^kind: Job$/,$s/key: run-id$/key: run-id-2/' "PS_RUN_ID ConfigMap"
+expect_refused "checkpoints shared by every run" 's|/var/lib/ps-server/checkpoints/\$(PS_RUN_ID)|/var/lib/ps-server/checkpoints|' "must contain \$(PS_RUN_ID)"
+NEGATIVE_OF="$RENDER/run.yaml"
+expect_refused "run: misspelled JobSet field" 's/^  successPolicy:/  sucessPolicy:/' 'unknown field "sucessPolicy"'
+expect_refused "run: misspelled field in a pod template" '0,/readinessProbe:/s/readinessProbe:/readinesProbe:/' 'unknown field "readinesProbe"'
+expect_refused "run: a second worker count" '0,/value: "6"/s/value: "6"/value: "5"/' "PS_WORKERS 5 != the worker Job's completions 6"
+expect_refused "run: success when the shards succeed" 's/^    - worker$/    - shard/' 'the run ends with its workers'
+expect_refused "run: a run id that outlives the run" 's/jobset.sigs.k8s.io\/jobset-uid/jobset.sigs.k8s.io\/jobset-name/' "PS_RUN_ID must be the JobSet's UID"
+expect_refused "run: peers short of the shard count" 's/^\(        \)completions: 2$/\1completions: 3/' '(completions 3, one per shard in id order)'
+expect_refused "run: the worker count in ps-server.toml" 's/^    byzantine = 1/    workers = 6\n    byzantine = 1/' 'sets workers, which the JobSet gives every shard'
+unset NEGATIVE_OF
 
 # --- 4: Dockerfile, statically -------------------------------------------------------
 DOCKERFILE="$DEPLOY/docker/Dockerfile"
@@ -165,61 +194,101 @@ done
 [ ${#uncovered[@]} -eq 0 ] || die "Dockerfile: run.sh's packages missing from the images: ${uncovered[*]}"
 ok "Dockerfile: stages build/worker/worker-python/server, non-root, build packages cover run.sh's (OpenBLAS: the training images)"
 
+# --- 4b: certificates for the run ----------------------------------------------------
+# make-certs.sh --jobset NAME must sign, for shard N, the very name the run's workers and
+# peers dial (PS_PEERS of the rendered run, $(JOBSET_NAME) resolved).
+if command -v openssl >/dev/null; then
+  certs=$(mktemp -d)
+  run_name=$(sed -n '/^kind: JobSet$/,$p' "$RENDER/run.yaml" | sed -n 's/^  name: //p' | head -n 1)
+  peers=$(grep -m1 -A1 'name: PS_PEERS' "$RENDER/run.yaml" | sed -n 's/^ *value: //p' | sed "s/\$(JOBSET_NAME)/$run_name/g")
+  "$DEPLOY/tls/make-certs.sh" --jobset "$run_name" "$certs" "$(tr ',' '\n' <<<"$peers" | grep -c .)" 1 >/dev/null 2>&1 ||
+    die "make-certs.sh --jobset $run_name failed"
+  i=0
+  for peer in ${peers//,/ }; do
+    sans=$(openssl x509 -in "$certs/shard-$i.pem" -noout -ext subjectAltName)
+    [[ $sans == *"DNS:${peer%:*},"* || $sans == *"DNS:${peer%:*}" ]] ||
+      die "make-certs.sh --jobset $run_name: shard-$i.pem does not name ${peer%:*} (the run's PS_PEERS): $sans"
+    i=$((i + 1))
+  done
+  rm -rf "$certs"
+  ok "make-certs.sh --jobset $run_name signs the name of every shard of the run ($peers)"
+else
+  echo "  skipped: run certificates (no openssl)"
+fi
+
 # --- 5: the TOML config against a real ps-server -------------------------------------
 if [ -z "$PS_SERVER" ] && [ -x "$ROOT/${PS_BUILD_DIR:-build}/bin/ps-server" ]; then
   PS_SERVER="$ROOT/${PS_BUILD_DIR:-build}/bin/ps-server"
 fi
-TOML="$DEPLOY/k8s/base/ps-server.toml"
 if [ -z "$PS_SERVER" ]; then
   echo "  skipped: ps-server config check (no build/bin/ps-server; pass --ps-server PATH or PS_SERVER_BIN)"
 else
   [ -x "$PS_SERVER" ] || die "ps-server binary '$PS_SERVER' is not executable"
   flags=" $("$PS_SERVER" --help | grep -o -- '--[a-z0-9-]*' | sed 's/^--//' | sort -u | tr '\n' ' ') "
-  unknown=()
-  for key in $(sed -n 's/^[[:space:]]*\([A-Za-z0-9_-]*\)[[:space:]]*=.*/\1/p' "$TOML" | tr '_' '-'); do
-    [[ $flags == *" $key "* ]] || unknown+=("$key")
-  done
-  [ ${#unknown[@]} -eq 0 ] ||
-    die "deploy/k8s/base/ps-server.toml sets keys that $PS_SERVER does not know: ${unknown[*]}"
-  ok "every key of ps-server.toml is a flag of $PS_SERVER"
-
-  # Start it with the file as is, as the StatefulSet does, overriding only what ties it
-  # to the pod: address, shard id, paths. The certificates are test ones from
-  # deploy/tls/make-certs.sh. A parse error or a failed Validate() exits 2 at once; a
-  # good file serves until SIGTERM.
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
-  overrides=(--host=127.0.0.1 --port=0 --port-file="$work/port" --shard-id=0)
   if [[ $flags == *" tls-cert "* ]]; then
     [ -x "$DEPLOY/tls/make-certs.sh" ] || die "deploy/tls/make-certs.sh is missing (needed for the TLS settings)"
     "$DEPLOY/tls/make-certs.sh" "$work/tls" 1 1 >"$work/make-certs.log" 2>&1 ||
       { cat "$work/make-certs.log" >&2; die "deploy/tls/make-certs.sh failed"; }
-    overrides+=(--tls-cert="$work/tls/shard-0.pem" --tls-key="$work/tls/shard-0.key")
-    grep -Eq '^[[:space:]]*tls[-_]ca[[:space:]]*=' "$TOML" && overrides+=(--tls-ca="$work/tls/ca.pem")
   fi
-  [[ $flags == *" checkpoint-dir "* ]] && overrides+=(--checkpoint-dir="$work/checkpoints")
-  [[ $flags == *" metrics-port "* ]] && overrides+=(--metrics-port=0)
-  [[ $flags == *" health-port "* ]] && overrides+=(--health-port=0)
-  env -u PS_CONFIG "$PS_SERVER" --config "$TOML" "${overrides[@]}" >"$work/log" 2>&1 &
-  pid=$!
-  for _ in $(seq 100); do
-    [ -s "$work/port" ] && break
-    kill -0 "$pid" 2>/dev/null || break
-    sleep 0.1
-  done
-  if [ ! -s "$work/port" ]; then
-    kill -TERM "$pid" 2>/dev/null || true
-    wait "$pid" 2>/dev/null || true
-    cat "$work/log" >&2
-    die "ps-server did not start with deploy/k8s/base/ps-server.toml (overrides: ${overrides[*]})"
-  fi
-  kill -TERM "$pid"
-  rc=0
-  for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-  if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; die "ps-server did not exit within 30 s of SIGTERM"; fi
-  wait "$pid" || rc=$?
-  [ "$rc" -eq 0 ] || { cat "$work/log" >&2; die "ps-server exited $rc after SIGTERM (expected 0)"; }
-  ok "ps-server starts with ps-server.toml (on loopback, port $(cat "$work/port")) and exits 0 on SIGTERM"
+
+  # check_toml FILE [VAR=VALUE...]: every key is a flag; ps-server starts with the file
+  # as is (and the environment the pod gives it), overriding only what ties it to the
+  # pod: address, shard id, paths. The certificates are test ones from make-certs.sh. A
+  # parse error or a failed Validate() exits 2 at once; a good file serves until SIGTERM.
+  check_toml() {
+    local toml=$1 rel=${1#"$ROOT/"} unknown=() overrides key pid rc
+    shift
+    for key in $(sed -n 's/^[[:space:]]*\([A-Za-z0-9_-]*\)[[:space:]]*=.*/\1/p' "$toml" | tr '_' '-'); do
+      [[ $flags == *" $key "* ]] || unknown+=("$key")
+    done
+    [ ${#unknown[@]} -eq 0 ] || die "$rel sets keys that $PS_SERVER does not know: ${unknown[*]}"
+    ok "every key of $rel is a flag of $PS_SERVER"
+    rm -f "$work/port"
+    overrides=(--host=127.0.0.1 --port=0 --port-file="$work/port" --shard-id=0)
+    if [[ $flags == *" tls-cert "* ]]; then
+      overrides+=(--tls-cert="$work/tls/shard-0.pem" --tls-key="$work/tls/shard-0.key")
+      grep -Eq '^[[:space:]]*tls[-_]ca[[:space:]]*=' "$toml" && overrides+=(--tls-ca="$work/tls/ca.pem")
+    fi
+    [[ $flags == *" checkpoint-dir "* ]] && overrides+=(--checkpoint-dir="$work/checkpoints")
+    [[ $flags == *" metrics-port "* ]] && overrides+=(--metrics-port=0)
+    [[ $flags == *" health-port "* ]] && overrides+=(--health-port=0)
+    env -u PS_CONFIG "$@" "$PS_SERVER" --config "$toml" "${overrides[@]}" >"$work/log" 2>&1 &
+    pid=$!
+    for _ in $(seq 100); do
+      [ -s "$work/port" ] && break
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [ ! -s "$work/port" ]; then
+      kill -TERM "$pid" 2>/dev/null || true
+      wait "$pid" 2>/dev/null || true
+      cat "$work/log" >&2
+      die "ps-server did not start with $rel (environment: $*; overrides: ${overrides[*]})"
+    fi
+    kill -TERM "$pid"
+    rc=0
+    for _ in $(seq 300); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$pid" 2>/dev/null; then kill -KILL "$pid"; die "ps-server did not exit within 30 s of SIGTERM"; fi
+    wait "$pid" || rc=$?
+    [ "$rc" -eq 0 ] || { cat "$work/log" >&2; die "ps-server exited $rc after SIGTERM (expected 0)"; }
+    # What the environment sets must be what the shard serves with (its serving line).
+    local var want
+    for var in "$@"; do
+      case ${var%%=*} in
+        PS_WORKERS) want="${var#*=} workers," ;;
+        PS_RUN_ID) want=", run ${var#*=}" ;;
+        *) continue ;;
+      esac
+      grep -q "serving on.*$want" "$work/log" || { cat "$work/log" >&2; die "ps-server with $var: no '$want' in its serving line"; }
+    done
+    ok "ps-server starts with $rel${*:+ and $*} (on loopback, port $(cat "$work/port")) and exits 0 on SIGTERM"
+  }
+  check_toml "$DEPLOY/k8s/base/ps-server.toml"
+  # The run's shards take the counts and the run id from the JobSet's environment.
+  check_toml "$DEPLOY/k8s/run/ps-server.toml" PS_WORKERS=6 PS_NUM_SHARDS=1 \
+    PS_RUN_ID=0b6f3d52-3c1e-4a52-9d7e-5f1c2a7b9e10
 fi
 
 echo "deploy/validate.sh: all $passed checks passed"

@@ -109,7 +109,8 @@ std::string ServingLine(const ServerOptions& o, uint16_t port, uint32_t quorum, 
                       model_scope ? "model" : "slice", " scope)",
                       o.aggregate_only ? " (aggregate-only)" : "",
                       o.pull_codec.empty() ? ""
-                                           : absl::StrCat(", pulls send each change as ", o.pull_codec));
+                                           : absl::StrCat(", pulls send each change as ", o.pull_codec),
+                      o.run_id.empty() ? "" : absl::StrCat(", run ", o.run_id));
 }
 
 std::string HostPort(const std::string& host, uint16_t port) {

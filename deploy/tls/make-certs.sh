@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Makes a private CA and certificates for a ps-server cluster (docs/operations.md,
 # "Securing"):
-#   deploy/tls/make-certs.sh [--hosts H1,H2,...] OUT_DIR [SHARDS=2] [WORKERS=4] [SERVICE=ps-shard] [NAMESPACE=default]
+#   deploy/tls/make-certs.sh [--hosts H1,H2,...] [--jobset NAME] OUT_DIR [SHARDS=2] [WORKERS=4] [SERVICE=ps-shard] [NAMESPACE=default]
 # --hosts adds the names (DNS) and addresses (IP) of the machines shards run on to every
-# shard certificate (ps-launch -H does so for its shard hosts). Writes into OUT_DIR:
+# shard certificate (ps-launch -H does so for its shard hosts). --jobset NAME adds, to
+# shard N's, the pod name it has in a run deployed as the JobSet NAME (deploy/k8s/run):
+# NAME-shard-0-N.NAME[.NAMESPACE.svc[.cluster.local]]. Writes into OUT_DIR:
 #   ca.pem, ca.key                 the CA (keep ca.key offline)
 #   shard-N.pem, shard-N.key       server and peer certificate of shard N, common name
 #                                  shard-N; names: localhost, 127.0.0.1, ::1,
 #                                  SERVICE-N.SERVICE[.NAMESPACE.svc[.cluster.local]],
-#                                  and each of --hosts
+#                                  those of --jobset, and each of --hosts
 #   worker-N.pem, worker-N.key     client certificate of worker N (common name worker-N)
 #   admin.pem, admin.key           client certificate of the operator (common name admin)
 #   tokens                         one "IDENTITY TOKEN" line per identity (--tokens), and
@@ -17,23 +19,36 @@
 # The common name is the identity the shards act on: a worker's id comes from it.
 # Keys are EC P-256; certificates last 365 days.
 set -euo pipefail
-usage="usage: $0 [--hosts H1,H2,...] OUT_DIR [SHARDS] [WORKERS] [SERVICE] [NAMESPACE]"
+usage="usage: $0 [--hosts H1,H2,...] [--jobset NAME] OUT_DIR [SHARDS] [WORKERS] [SERVICE] [NAMESPACE]"
 extra_san=""
-if [ "${1:-}" = --hosts ]; then
-  [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
-  IFS=, read -r -a hosts <<<"$2"
-  shift 2
-  for h in "${hosts[@]}"; do
-    if [[ $h =~ ^[0-9.]+$ || $h == *:* ]]; then
-      extra_san+=",IP:$h"
-    elif [[ $h =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]]; then
-      extra_san+=",DNS:$h"
-    else
-      echo "$0: --hosts: '$h' is neither a host name nor an IP address" >&2
-      exit 2
-    fi
-  done
-fi
+jobset=""
+while [ $# -gt 0 ]; do
+  case $1 in
+    --hosts)
+      [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+      IFS=, read -r -a hosts <<<"$2"
+      shift 2
+      for h in "${hosts[@]}"; do
+        if [[ $h =~ ^[0-9.]+$ || $h == *:* ]]; then
+          extra_san+=",IP:$h"
+        elif [[ $h =~ ^[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?$ ]]; then
+          extra_san+=",DNS:$h"
+        else
+          echo "$0: --hosts: '$h' is neither a host name nor an IP address" >&2
+          exit 2
+        fi
+      done
+      ;;
+    --jobset)
+      [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+      jobset=$2
+      shift 2
+      [[ $jobset =~ ^[a-z]([-a-z0-9]*[a-z0-9])?$ && ${#jobset} -le 63 ]] ||
+        { echo "$0: --jobset: '$jobset' is not a JobSet name (a DNS-1035 label)" >&2; exit 2; }
+      ;;
+    *) break ;;
+  esac
+done
 [ $# -ge 1 ] || { echo "$usage" >&2; exit 2; }
 out=$1
 shards=${2:-2}
@@ -73,9 +88,11 @@ token() {
 }
 
 for ((i = 0; i < shards; i++)); do
-  host="$service-$i.$service"
-  cert "shard-$i" "DNS:localhost,IP:127.0.0.1,IP:::1,DNS:$host,DNS:$host.$namespace.svc,DNS:$host.$namespace.svc.cluster.local$extra_san" \
-    "serverAuth,clientAuth"
+  san="DNS:localhost,IP:127.0.0.1,IP:::1"
+  for host in "$service-$i.$service" ${jobset:+"$jobset-shard-0-$i.$jobset"}; do
+    san+=",DNS:$host,DNS:$host.$namespace.svc,DNS:$host.$namespace.svc.cluster.local"
+  done
+  cert "shard-$i" "$san$extra_san" "serverAuth,clientAuth"
   token "shard-$i"
 done
 for ((i = 0; i < workers; i++)); do

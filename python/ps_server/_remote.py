@@ -271,12 +271,13 @@ class RemoteShards:
     (ps-launch -H). The shards serve mutual TLS with certificates this object makes for
     the job (ps-make-certs --hosts: the shard hosts' names), each process receiving only
     its own key over its ssh channel; shard i listens on every address of its host at
-    `shard_port` + i. The interface ps-launch's loop uses is Shards': start(),
-    addresses, processes, alive(), log_tail(), stop(), plus start_worker()."""
+    `shard_port` + i (with data_plane "tcp", its data port at `shard_port` + S + i,
+    under the same certificates). The interface ps-launch's loop uses is Shards': start(),
+    addresses, data_ports, processes, alive(), log_tail(), stop(), plus start_worker()."""
 
     def __init__(self, hosts, num_shards, workers, server_args, server, log_dir, ssh,
                  shard_hosts=None, shard_port=7070, max_workers=None, startup_timeout=60.0,
-                 attach=None, run_dir=None, tls_dir=None):
+                 attach=None, run_dir=None, tls_dir=None, data_plane=None):
         """`attach`: the addresses of shards that already run (--shards-at): none is
         started, and the workers' credentials come from `tls_dir` (ps-make-certs' files)
         or `run_dir` (the shards' token files)."""
@@ -297,7 +298,9 @@ class RemoteShards:
         self.num_shards, self.workers = num_shards, workers
         self.log_dir = log_dir
         self.ssh = ssh
-        self.data_ports = []
+        self.data_plane = data_plane
+        self.data_ports = ([shard_port + num_shards + i for i in range(num_shards)]
+                           if data_plane == "tcp" and not attach else [])
         self._server = server
         self._args = list(server_args)
         self._port = shard_port
@@ -324,6 +327,8 @@ class RemoteShards:
             command = [self._server, "--host", "0.0.0.0" if host not in LOCAL_HOSTS else host,
                        "--port", str(self._port + i), "--shard-id", str(i),
                        "--num-shards", str(self.num_shards), "--peers", ",".join(self.addresses),
+                       *(["--data-plane", self.data_plane] if self.data_plane else []),
+                       *(["--data-port", str(self.data_ports[i])] if self.data_ports else []),
                        *self._args, *_run_id_args(), "--tls-cert", f"@DIR@/shard-{i}.pem",
                        "--tls-key", f"@DIR@/shard-{i}.key", "--tls-ca", "@DIR@/ca.pem"]
             files = self._files("ca.pem", f"shard-{i}.pem", f"shard-{i}.key")

@@ -408,7 +408,8 @@ def _parse(argv):
     hosts.add_argument("--shard-hosts", metavar="HOST,...",
                        help="where shard i runs (default: the hosts in turn)")
     hosts.add_argument("--shard-port", type=int, default=7070,
-                       help="shard i listens on this port + i (default 7070)")
+                       help="shard i listens on this port + i (default 7070); with "
+                            "--data-plane tcp its data port is this port + shards + i")
     parser.add_argument("--shards-at", metavar="HOST:PORT,...",
                         help="run the workers against shards that already run (by shard id) "
                              "instead of starting any; the workers' credentials come from "
@@ -438,11 +439,12 @@ def _parse(argv):
     if sum(bool(x) for x in (args.hosts, args.hostfile, args.slurm)) > 1:
         parser.error("-H, --hostfile and --slurm exclude each other")
     remote = args.hosts or args.hostfile or args.slurm
-    if remote and (args.insecure or (args.tls_dir and not args.shards_at)
-                   or args.data_plane == "tcp"):
+    if remote and (args.insecure or (args.tls_dir and not args.shards_at)):
         parser.error("with -H/--hostfile/--slurm the shards serve mutual TLS with certificates "
-                     "made for the job: --insecure, --tls-dir and --data-plane tcp are not "
-                     "available there yet")
+                     "made for the job: --insecure and --tls-dir are not available there")
+    if args.shards_at and args.data_plane:
+        parser.error("--shards-at runs workers against shards that already run: the data "
+                     "plane is theirs (the workers follow it; --data-plane does not apply)")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts {args.max_restarts}: must be 0 or more")
     return args
@@ -479,7 +481,8 @@ def _start_shards(args):
                         log_dir, transport,
                         shard_hosts=args.shard_hosts.split(",") if args.shard_hosts else None,
                         shard_port=args.shard_port, max_workers=args.max_workers,
-                        attach=attach, run_dir=args.run_dir, tls_dir=args.tls_dir).start()
+                        attach=attach, run_dir=args.run_dir, tls_dir=args.tls_dir,
+                        data_plane=args.data_plane).start()
 
 
 def main(argv=None):

@@ -43,7 +43,8 @@ SCRIPT = textwrap.dedent("""
         w.wait_pushes()
         time.sleep(0.3)  # long enough for the test to look at every command line
     w.pull_all(3, [out], timeout=60)
-    print(f"worker {me}/{n}: {out[0]:.4f} local rank {os.environ['LOCAL_RANK']}", flush=True)
+    print(f"worker {me}/{n}: {out[0]:.4f} local rank {os.environ['LOCAL_RANK']} "
+          f"plane {w.data_plane}", flush=True)
     w.close()
 """).replace("import os\n", "import os, time\n", 1)
 
@@ -129,7 +130,11 @@ def hosts(tmp_path):
         for p in sshds:
             p.kill()
             p.wait()
-        for ns in names:
+        # The veth pairs first: deleting an end removes the pair at once, whereas a
+        # namespace's devices go when the kernel gets to it, after `netns del` returns,
+        # and the next test's fixture (same pid, same names) would find them still there.
+        for i, ns in enumerate(names):
+            subprocess.run(["ip", "link", "del", f"psv{tag}{i}"], stderr=subprocess.DEVNULL)
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
         subprocess.run(["ip", "link", "del", bridge], stderr=subprocess.DEVNULL)
 
@@ -185,6 +190,24 @@ def test_two_shards_and_four_workers_on_three_hosts_over_ssh(tmp_path, server_bi
         time.sleep(0.2)
 
 
+def test_the_tcp_data_plane_across_hosts(tmp_path, server_bin, hosts):
+    """--data-plane tcp with -H: each shard's data port beside its control port, under
+    the job's certificates; the same values as the gRPC plane."""
+    addresses, ssh_config = hosts
+    a, b, _ = addresses
+    job = launch(tmp_path, server_bin, "-H", f"{a}:2,{b}:2", "--data-plane", "tcp",
+                 "--ssh-config", ssh_config, "--log-dir", str(tmp_path / "logs"))
+    out, err = job.communicate(timeout=180)
+    assert job.returncode == 0, err
+    assert f"2 shard(s) at {a}:7070,{b}:7071 (data plane tcp on ports 7072,7073)" in err, err
+    for w, (host, rank) in enumerate([(a, 0), (a, 1), (b, 0), (b, 1)]):
+        assert (f"[worker {w}@{host}] worker {w}/4: -7.5000 local rank {rank} plane tcp"
+                in out), out
+    for i in range(2):
+        log = (tmp_path / "logs" / f"shard-{i}.log").read_text()
+        assert f"TCP data plane on 0.0.0.0:{7072 + i}" in log, log
+
+
 def test_hosts_slots_and_placement_follow_horovodrun(tmp_path):
     from ps_server._remote import parse_hosts, place, read_hostfile
     assert parse_hosts("a:2,b:4") == [("a", 2), ("b", 4)]
@@ -214,7 +237,8 @@ def test_bad_host_arguments(tmp_path, server_bin):
     script.write_text("")
     for args, why in [(["-H", "a:1", "--hostfile", "f"], "exclude each other"),
                       (["-H", "a:1", "--insecure"], "mutual TLS"),
-                      (["-H", "a:1", "--data-plane", "tcp"], "not available there yet")]:
+                      (["-H", "a:1", "--tls-dir", "d"], "mutual TLS"),
+                      (["--shards-at", "a:1", "--data-plane", "tcp"], "the data plane is theirs")]:
         done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "1",
                                *args, str(script)], stderr=subprocess.PIPE, text=True,
                               timeout=60)
