@@ -173,3 +173,49 @@ def test_the_sbatch_example_trains_and_a_cancelled_job_resumes(tmp_path, slurm):
     m = re.search(r"worker 0: resuming at step (\d+)", text)
     assert m and int(m.group(1)) >= saved, text[-3000:]
     assert '"final_test_accuracy"' in text, text[-3000:]
+
+
+# Each task of `srun python TASK_SCRIPT` finds its place with ps_server.torch.init() and
+# trains three rounds of a mean (worker k pushes k + 1, lr 1): every one ends at
+# -3 * mean(1..4) = -7.5.
+TASK_SCRIPT = textwrap.dedent("""
+    import os
+    import numpy as np
+    import ps_server
+    import ps_server.torch as pst
+
+    pst.init()
+    me = pst.rank()
+    w = ps_server.Worker(pst.shards(), me, [("w", 10)], initial=[np.zeros(10, np.float32)],
+                         token_file=os.path.join(os.environ["PS_RUN_DIR"], f"token-worker-{me}"),
+                         connect_timeout=60)
+    out = np.empty(10, np.float32)
+    for t in range(3):
+        w.pull_all(t, [out], timeout=60)
+        w.push(0, t, np.full(10, me + 1, np.float32))
+        w.wait_pushes()
+    w.pull_all(3, [out], timeout=60)
+    print(f"task {os.environ['SLURM_PROCID']}: worker {me}/{pst.size()} local rank "
+          f"{pst.local_rank()}: {out[0]:.4f}", flush=True)
+    w.close()
+""")
+
+
+def test_srun_tasks_are_workers_by_their_slurm_ids(tmp_path, slurm, server_bin):
+    """`srun --ntasks=4 python train.py` against running shards: each task's SLURM_PROCID,
+    SLURM_NTASKS and SLURM_LOCALID are its worker id, the worker count and its local rank
+    (ps_server.torch.init()), as Lightning and Horovod read them."""
+    from ps_server.launch import Shards
+    script = tmp_path / "task.py"
+    script.write_text(TASK_SCRIPT)
+    with Shards(2, 4, lr=1, momentum=0, server=server_bin) as shards:
+        env = dict(slurm, PS_SHARDS=",".join(shards.addresses), PS_RUN_DIR=shards.run_dir)
+        for name in ("PS_WORKER_ID", "PS_NUM_WORKERS", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(name, None)
+        done = subprocess.run(["srun", "--nodes=1", "--ntasks=4", sys.executable, str(script)],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, timeout=180, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    for task in range(4):
+        assert f"task {task}: worker {task}/4 local rank {task}: -7.5000" in done.stdout, \
+            done.stdout + done.stderr[-2000:]

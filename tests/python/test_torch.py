@@ -480,12 +480,14 @@ def test_init_reads_torchruns_environment(monkeypatch, tmp_path):
     disagrees with torchrun's."""
     import ps_server.torch as pst
 
-    for name in ("PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE", "LOCAL_RANK"):
+    for name in ("PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE", "LOCAL_RANK",
+                 "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("PS_SHARDS", "127.0.0.1:1")
     monkeypatch.delenv("RANK", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "4")
-    with pytest.raises(ValueError, match=r"PS_WORKER_ID \(or torchrun's RANK\) is not set"):
+    with pytest.raises(ValueError,
+                       match=r"PS_WORKER_ID \(or torchrun's RANK, or Slurm's SLURM_PROCID\) is not set"):
         pst.init()
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("PS_RUN_DIR", str(tmp_path))
@@ -508,11 +510,47 @@ def test_init_reads_torchruns_environment(monkeypatch, tmp_path):
         pst.init()
 
 
+def test_init_reads_a_slurm_tasks_environment(monkeypatch, tmp_path):
+    """`srun python train.py`: each task's SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID
+    are its rank, the size and its local rank, where no PS_ or torchrun value is set;
+    where one is (ps-launch --slurm's one-task steps all have SLURM_PROCID=0), it wins."""
+    import ps_server.torch as pst
+
+    for name in ("PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE", "LOCAL_RANK", "RANK",
+                 "WORLD_SIZE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("PS_SHARDS", "127.0.0.1:1")
+    monkeypatch.setenv("PS_RUN_DIR", str(tmp_path))
+    monkeypatch.setenv("SLURM_PROCID", "5")
+    monkeypatch.setenv("SLURM_NTASKS", "8")
+    monkeypatch.setenv("SLURM_LOCALID", "1")
+    pst.init()
+    assert (pst.rank(), pst.size(), pst.local_rank()) == (5, 8, 1)
+    assert pst._context["token_file"] == str(tmp_path / "token-worker-5")
+    # A ps-launch --slurm step: one task (PROCID 0 of 1), worker 3 of 4 by PS_ values.
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "1")
+    monkeypatch.setenv("SLURM_LOCALID", "0")
+    monkeypatch.setenv("PS_WORKER_ID", "3")
+    monkeypatch.setenv("PS_NUM_WORKERS", "4")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    pst.init()
+    assert (pst.rank(), pst.size(), pst.local_rank()) == (3, 4, 1)
+    # torchrun's values come before Slurm's (torchrun inside an allocation).
+    for name in ("PS_WORKER_ID", "PS_NUM_WORKERS", "LOCAL_RANK"):
+        monkeypatch.delenv(name)
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    pst.init()
+    assert (pst.rank(), pst.size(), pst.local_rank()) == (2, 4, 0)
+
+
 def test_init_needs_its_environment(monkeypatch):
     import ps_server.torch as pst
 
     for name in ("PS_SHARDS", "PS_WORKER_ID", "PS_NUM_WORKERS", "PS_TOKEN_FILE", "PS_RUN_DIR",
-                 "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+                 "RANK", "WORLD_SIZE", "LOCAL_RANK", "SLURM_PROCID", "SLURM_NTASKS",
+                 "SLURM_LOCALID"):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(ValueError, match="PS_SHARDS is not set"):
         pst.init()
