@@ -277,22 +277,27 @@ class RemoteShards:
 
     def __init__(self, hosts, num_shards, workers, server_args, server, log_dir, ssh,
                  shard_hosts=None, shard_port=7070, max_workers=None, startup_timeout=60.0,
-                 attach=None, run_dir=None, tls_dir=None, data_plane=None):
+                 attach=None, run_dir=None, tls_dir=None, data_plane=None, worker_ids=None):
         """`attach`: the addresses of shards that already run (--shards-at): none is
         started, and the workers' credentials come from `tls_dir` (ps-make-certs' files)
-        or `run_dir` (the shards' token files)."""
+        or `run_dir` (the shards' token files); `worker_ids` are then the ids to place
+        (default 0 to workers - 1)."""
         self.max_workers = max_workers or workers
         if attach:
             if not (tls_dir or run_dir):
                 raise ValueError("--shards-at with -H needs the workers' credentials: "
                                  "--tls-dir (certificates) or --run-dir (token files)")
             num_shards = len(attach)
-            self.worker_hosts, _ = place(hosts, self.max_workers, 0, [])
+            ids = worker_ids if worker_ids is not None else list(range(workers))
+            placed, _ = place(hosts, len(ids), 0, [])
+            self.worker_hosts = dict(zip(ids, placed))
             self.shard_hosts = [a.rsplit(":", 1)[0].strip("[]") for a in attach]
             self.addresses = list(attach)
         else:
-            self.worker_hosts, self.shard_hosts = place(hosts, self.max_workers, num_shards,
-                                                        shard_hosts)
+            # The spares (ids from `workers` to max_workers - 1) join later from a launch
+            # of their own (--shards-at --worker-ids), placed there.
+            placed, self.shard_hosts = place(hosts, workers, num_shards, shard_hosts)
+            self.worker_hosts = dict(enumerate(placed))
             self.addresses = [f"{_bracket(h)}:{shard_port + i}"
                               for i, h in enumerate(self.shard_hosts)]
         self.num_shards, self.workers = num_shards, workers
@@ -367,9 +372,14 @@ class RemoteShards:
                                    f"{self._startup_timeout} s; logs in {self.log_dir}")
             time.sleep(0.05)
 
+    @property
+    def tls_dir(self):
+        """The job's certificates (ps-make-certs' files): made for it, or the given ones."""
+        return self._certs
+
     def env(self, worker):
         host = self.worker_hosts[worker]
-        local_rank = self.worker_hosts[:worker].count(host)
+        local_rank = sum(1 for k, h in self.worker_hosts.items() if k < worker and h == host)
         env = {"PS_SHARDS": ",".join(self.addresses), "PS_WORKER_ID": str(worker),
                "PS_NUM_WORKERS": str(self.max_workers), "LOCAL_RANK": str(local_rank)}
         if os.environ.get("PS_RUN_ID"):

@@ -365,7 +365,8 @@ def _parse(argv):
         prog="ps-launch", description=__doc__.split("\n\n")[0],
         epilog="Options after the script are the script's. docs/python.md, 'ps-launch'.")
     parser.add_argument("--shards", type=int, default=1, help="ps-server processes (default 1)")
-    parser.add_argument("--workers", type=int, required=True, help="copies of the script (n)")
+    parser.add_argument("--workers", type=int,
+                        help="copies of the script (n); with --worker-ids, their count")
     parser.add_argument("--max-workers", type=int, metavar="M",
                         help="the shards' --max-workers: ids --workers to M-1 may join the "
                              "running job later (LOG_DIR/job.env says how); workers' "
@@ -416,12 +417,37 @@ def _parse(argv):
                              "--run-dir (the shards' token files) or --tls-dir")
     parser.add_argument("--run-dir", help="with --shards-at: the shards' --run-dir, whose "
                                           "token-worker-K files the workers use")
+    parser.add_argument("--worker-ids", metavar="K,...",
+                        help="with --shards-at: the worker ids to start (default 0 to "
+                             "--workers - 1), e.g. spares joining a running job; ids from "
+                             "--workers on need --max-workers")
     hosts.add_argument("--ssh-port", type=int, help="ssh's -p")
     hosts.add_argument("--ssh-identity-file", help="ssh's -i")
     hosts.add_argument("--ssh-config", help="ssh's -F (an ssh_config file)")
     parser.add_argument("script", help="the training script, run with this Python")
     parser.add_argument("script_args", nargs=argparse.REMAINDER)
     args = parser.parse_args(argv)
+    if args.worker_ids is not None:
+        if not args.shards_at:
+            parser.error("--worker-ids is for --shards-at (workers joining shards that run)")
+        try:
+            args.worker_ids = [int(k) for k in args.worker_ids.split(",")]
+        except ValueError:
+            parser.error(f"--worker-ids {args.worker_ids!r}: want comma-separated integers")
+        if len(set(args.worker_ids)) != len(args.worker_ids) or min(args.worker_ids) < 0:
+            parser.error("--worker-ids: each id once, none negative")
+        if args.workers is not None and args.workers != len(args.worker_ids):
+            parser.error(f"--workers {args.workers} but --worker-ids names "
+                         f"{len(args.worker_ids)}")
+        args.workers = len(args.worker_ids)
+        space = args.max_workers or args.workers
+        if max(args.worker_ids) >= space:
+            parser.error(f"--worker-ids {max(args.worker_ids)}: ids must be below "
+                         f"--max-workers (the shards' id space; now {space})")
+    elif args.workers is None:
+        parser.error("--workers is required")
+    else:
+        args.worker_ids = list(range(args.workers))
     if args.workers < 1 or args.shards < 1:
         parser.error("--workers and --shards must be at least 1")
     if args.insecure and args.tls_dir:
@@ -457,7 +483,8 @@ def _start_shards(args):
         if args.shards_at else None
     remote = args.hosts or args.hostfile or args.slurm
     if attach and not remote:
-        return AttachedShards(attach, args.workers, args.max_workers, args.log_dir,
+        return AttachedShards(attach, args.workers, args.max_workers or max(args.worker_ids) + 1,
+                              args.log_dir,
                               run_dir=args.run_dir, tls_dir=args.tls_dir,
                               insecure=args.insecure).start()
     if not remote:
@@ -482,7 +509,7 @@ def _start_shards(args):
                         shard_hosts=args.shard_hosts.split(",") if args.shard_hosts else None,
                         shard_port=args.shard_port, max_workers=args.max_workers,
                         attach=attach, run_dir=args.run_dir, tls_dir=args.tls_dir,
-                        data_plane=args.data_plane).start()
+                        data_plane=args.data_plane, worker_ids=args.worker_ids).start()
 
 
 def main(argv=None):
@@ -502,6 +529,14 @@ def main(argv=None):
         print(f"ps-launch: worker ids {args.workers} to {shards.max_workers - 1} may join: "
               f"env $(cat {job_env}) PS_WORKER_ID=ID {sys.executable} {args.script}",
               file=sys.stderr, flush=True)
+    elif shards.max_workers > args.workers and not args.shards_at:
+        # Across hosts a joining worker needs its key on its host: another ps-launch hands
+        # it over its ssh channel, from this job's certificates (kept while it runs).
+        run_id = f"PS_RUN_ID={os.environ['PS_RUN_ID']} " if os.environ.get("PS_RUN_ID") else ""
+        print(f"ps-launch: worker ids {args.workers} to {shards.max_workers - 1} may join: "
+              f"{run_id}ps-launch --shards-at {','.join(shards.addresses)} --tls-dir "
+              f"{shards.tls_dir} --max-workers {shards.max_workers} --worker-ids ID "
+              f"-H HOST:1 {args.script}", file=sys.stderr, flush=True)
     workers = []
     interrupted = []  # signals this launcher received
 
@@ -514,23 +549,25 @@ def main(argv=None):
         interrupted.append(signum)
         terminate(signum)
 
-    restarts = [0] * args.workers  # per worker
+    ids = args.worker_ids  # worker i of this launch has id ids[i]
+    restarts = [0] * len(ids)  # per worker of this launch
 
-    def spawn(w):
+    def spawn(i):
+        w = ids[i]
         # The workers import the ps_server package this launcher runs from.
         package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
         if isinstance(shards, RemoteShards):
             return shards.start_worker(
                 w, [sys.executable, os.path.abspath(args.script), *args.script_args],
-                {"PS_RESTART_COUNT": str(restarts[w]), "PYTHONPATH": pythonpath},
+                {"PS_RESTART_COUNT": str(restarts[i]), "PYTHONPATH": pythonpath},
                 f"worker-{w}.log", to_terminal=True)
         env = dict(os.environ, **shards.env(w))
-        env["PS_RESTART_COUNT"] = str(restarts[w])
+        env["PS_RESTART_COUNT"] = str(restarts[i])
         env["PYTHONPATH"] = pythonpath
         log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
-        # Worker 0 on this terminal; a restarted worker's log goes on after its last words.
-        out = None if w == 0 else open(log_path, "ab" if restarts[w] else "wb")
+        # The first on this terminal; a restarted worker's log goes on after its last words.
+        out = None if i == 0 else open(log_path, "ab" if restarts[i] else "wb")
         try:
             return subprocess.Popen([sys.executable, args.script, *args.script_args], env=env,
                                     stdout=out,
@@ -542,25 +579,25 @@ def main(argv=None):
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        for w in range(args.workers):
-            workers.append(spawn(w))
+        for i in range(len(ids)):
+            workers.append(spawn(i))
         shard_died = None
         worker_failed = False
         while any(p.poll() is None for p in workers):
-            for w, p in enumerate(workers):
+            for i, p in enumerate(workers):
                 if (p.poll() in (None, 0) or worker_failed or interrupted
                         or sum(restarts) >= args.max_restarts or shard_died is not None):
                     continue
-                restarts[w] += 1
-                print(f"ps-launch: worker {w} exited with status {p.returncode}; restarting it "
-                      f"(restart {sum(restarts)} of --max-restarts {args.max_restarts})",
-                      file=sys.stderr, flush=True)
-                workers[w] = spawn(w)
+                restarts[i] += 1
+                print(f"ps-launch: worker {ids[i]} exited with status {p.returncode}; "
+                      f"restarting it (restart {sum(restarts)} of --max-restarts "
+                      f"{args.max_restarts})", file=sys.stderr, flush=True)
+                workers[i] = spawn(i)
             if not worker_failed and any(p.poll() not in (None, 0) for p in workers):
                 # The others would wait for its pushes until their deadlines: stop them.
                 worker_failed = True
-                w = next(i for i, p in enumerate(workers) if p.poll() not in (None, 0))
-                print(f"ps-launch: worker {w} exited with status {workers[w].returncode}; "
+                i = next(i for i, p in enumerate(workers) if p.poll() not in (None, 0))
+                print(f"ps-launch: worker {ids[i]} exited with status {workers[i].returncode}; "
                       "stopping the others", file=sys.stderr)
                 terminate(signal.SIGTERM)
             if shard_died is None and not shards.alive():
@@ -576,13 +613,13 @@ def main(argv=None):
             signal.signal(s, handler)
         shards.stop()
     seconds = time.monotonic() - started
-    failed = [w for w, p in enumerate(workers) if p.returncode != 0]
+    failed = [i for i, p in enumerate(workers) if p.returncode != 0]
     print(f"ps-launch: done in {seconds:.1f} s", file=sys.stderr)
-    for w, p in enumerate(workers):
+    for i, p in enumerate(workers):
         status = "ok" if p.returncode == 0 else f"exit status {p.returncode}"
-        again = f" (restarted {restarts[w]} time{'s' if restarts[w] > 1 else ''})" \
-            if restarts[w] else ""
-        print(f"  worker {w}: {status}{again}", file=sys.stderr)
+        again = f" (restarted {restarts[i]} time{'s' if restarts[i] > 1 else ''})" \
+            if restarts[i] else ""
+        print(f"  worker {ids[i]}: {status}{again}", file=sys.stderr)
     for i, p in enumerate(shards.processes):
         print(f"  shard {i}: exit status {p.returncode}", file=sys.stderr)
     if interrupted:

@@ -208,6 +208,89 @@ def test_the_tcp_data_plane_across_hosts(tmp_path, server_bin, hosts):
         assert f"TCP data plane on 0.0.0.0:{7072 + i}" in log, log
 
 
+# Trains 60 rounds from the shards' version, 50 ms apart, over TLS from ps-launch's
+# environment; prints how many of its pushes the rounds took.
+JOINING = textwrap.dedent("""
+    import os, time
+    import numpy as np
+    import ps_server
+
+    env = os.environ
+    me, n = int(env["PS_WORKER_ID"]), int(env["PS_NUM_WORKERS"])
+    w = ps_server.Worker(env["PS_SHARDS"].split(","), me, [("w", 100)],
+                         initial=[np.zeros(100, np.float32)], tls_ca=env["PS_TLS_CA"],
+                         tls_cert=env["PS_TLS_CERT"], tls_key=env["PS_TLS_KEY"],
+                         connect_timeout=60)
+    out = np.empty(100, np.float32)
+    taken = late = 0
+    t = w.start_version
+    while t < 60:
+        t = w.pull_all(t, [out], timeout=60)
+        if t >= 60:
+            break
+        w.push(0, t, np.full(100, 1.0, np.float32))
+        try:
+            w.wait_pushes()
+            taken += 1
+        except ps_server.Refused as e:
+            if e.reason != "late":
+                raise
+            late += 1
+        t += 1
+        time.sleep(0.05)
+    print(f"worker {me} of {n}: from version {w.start_version}, taken {taken}, late {late}",
+          flush=True)
+    w.close()
+""")
+
+
+def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, hosts):
+    """--max-workers across hosts: the launcher prints the command that adds a spare;
+    run as printed (with host b), the spare gets its key over its ssh channel, joins at
+    the job's version and every round after waits for it."""
+    addresses, ssh_config = hosts
+    a, b, _ = addresses
+    script = tmp_path / "train.py"
+    script.write_text(JOINING)
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "2",
+         "--max-workers", "3", "--lr", "0.01", "--momentum", "0", "--server", server_bin,
+         "-H", f"{a}:2", "--ssh-config", ssh_config, "--log-dir", str(tmp_path / "logs"),
+         str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        hint, said = None, []
+        deadline = time.monotonic() + 60
+        while hint is None:
+            line = launcher.stderr.readline()
+            said.append(line)
+            assert line or launcher.poll() is None, "".join(said)
+            assert time.monotonic() < deadline, "no join hint within 60 s"
+            if "may join:" in line:
+                hint = line.split("may join: ", 1)[1].split()
+        assert hint[0] == "ps-launch" and "--worker-ids" in hint, hint
+        assert "PRIVATE" not in " ".join(hint) and "token" not in " ".join(hint)
+        command = [sys.executable, "-m", "ps_server.launch", *hint[1:]]
+        command[command.index("ID")] = "2"
+        command[command.index("HOST:1")] = f"{b}:1"
+        command[command.index(str(script)):command.index(str(script))] = [
+            "--ssh-config", ssh_config, "--log-dir", str(tmp_path / "join-logs")]
+        joined = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, timeout=120)
+        out, err = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert joined.returncode == 0, joined.stderr
+    assert launcher.returncode == 0, err
+    m = re.search(rf"\[worker 2@{re.escape(b)}\] worker 2 of 3: from version (\d+), "
+                  r"taken (\d+)", joined.stdout)
+    assert m, joined.stdout + joined.stderr
+    start, taken = int(m.group(1)), int(m.group(2))
+    assert start > 0, "it joined the running job at its version, not at 0"
+    assert taken >= 60 - start - 2, joined.stdout  # all but at most its first two rounds
+    assert "worker 0 of 3: from version 0, taken 60, late 0" in out, out
+
+
 def test_hosts_slots_and_placement_follow_horovodrun(tmp_path):
     from ps_server._remote import parse_hosts, place, read_hostfile
     assert parse_hosts("a:2,b:4") == [("a", 2), ("b", 4)]
@@ -238,7 +321,12 @@ def test_bad_host_arguments(tmp_path, server_bin):
     for args, why in [(["-H", "a:1", "--hostfile", "f"], "exclude each other"),
                       (["-H", "a:1", "--insecure"], "mutual TLS"),
                       (["-H", "a:1", "--tls-dir", "d"], "mutual TLS"),
-                      (["--shards-at", "a:1", "--data-plane", "tcp"], "the data plane is theirs")]:
+                      (["--shards-at", "a:1", "--data-plane", "tcp"], "the data plane is theirs"),
+                      (["--worker-ids", "1"], "--worker-ids is for --shards-at"),
+                      (["--shards-at", "a:1", "--worker-ids", "1,2"],
+                       "--workers 1 but --worker-ids names 2"),
+                      (["--shards-at", "a:1", "--worker-ids", "3"], "ids must be below --max-workers"),
+                      (["--shards-at", "a:1", "--worker-ids", "x"], "want comma-separated integers")]:
         done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "1",
                                *args, str(script)], stderr=subprocess.PIPE, text=True,
                               timeout=60)
