@@ -1,6 +1,8 @@
-"""Shared by the Python tests: where the build tree's binaries are (ctest passes them)."""
+"""Shared by the Python tests: where the build tree's binaries are (ctest passes them),
+and a worker script that joins running jobs."""
 
 import os
+import textwrap
 
 import pytest
 
@@ -38,3 +40,44 @@ def free_port_pair(host="127.0.0.1"):
         except OSError:
             continue
     raise RuntimeError("no two consecutive free ports in 20000-32000")
+
+
+def joining_script(rounds, pause):
+    """A worker that trains `rounds` rounds from the shards' version, `pause` seconds
+    apart, and prints how many of its pushes the rounds took. Its credentials are
+    ps-launch's environment: PS_TOKEN_FILE, else the run directory's token (a worker that
+    joins through job.env), else PS_TLS_CA/CERT/KEY."""
+    return textwrap.dedent(f"""
+        import os, time
+        import numpy as np
+        import ps_server
+
+        env = os.environ
+        me, n = int(env["PS_WORKER_ID"]), int(env["PS_NUM_WORKERS"])
+        token = env.get("PS_TOKEN_FILE") or (
+            os.path.join(env["PS_RUN_DIR"], f"token-worker-{{me}}") if "PS_RUN_DIR" in env else "")
+        w = ps_server.Worker(env["PS_SHARDS"].split(","), me, [("w", 100)],
+                             initial=[np.zeros(100, np.float32)], token_file=token,
+                             tls_ca=env.get("PS_TLS_CA", ""), tls_cert=env.get("PS_TLS_CERT", ""),
+                             tls_key=env.get("PS_TLS_KEY", ""), connect_timeout=60)
+        out = np.empty(100, np.float32)
+        taken = late = 0
+        t = w.start_version
+        while t < {rounds}:
+            t = w.pull_all(t, [out], timeout=60)
+            if t >= {rounds}:
+                break
+            w.push(0, t, np.full(100, 1.0, np.float32))
+            try:
+                w.wait_pushes()
+                taken += 1
+            except ps_server.Refused as e:
+                if e.reason != "late":
+                    raise
+                late += 1
+            t += 1
+            time.sleep({pause})
+        print(f"worker {{me}} of {{n}}: from version {{w.start_version}}, taken {{taken}}, "
+              f"late {{late}}", flush=True)
+        w.close()
+    """)

@@ -17,7 +17,7 @@ import threading
 import time
 
 import pytest
-from conftest import free_port_pair
+from conftest import free_port_pair, joining_script
 
 HOSTS = 3
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -208,40 +208,7 @@ def test_the_tcp_data_plane_across_hosts(tmp_path, server_bin, hosts):
         assert f"TCP data plane on 0.0.0.0:{7072 + i}" in log, log
 
 
-# Trains 60 rounds from the shards' version, 50 ms apart, over TLS from ps-launch's
-# environment; prints how many of its pushes the rounds took.
-JOINING = textwrap.dedent("""
-    import os, time
-    import numpy as np
-    import ps_server
-
-    env = os.environ
-    me, n = int(env["PS_WORKER_ID"]), int(env["PS_NUM_WORKERS"])
-    w = ps_server.Worker(env["PS_SHARDS"].split(","), me, [("w", 100)],
-                         initial=[np.zeros(100, np.float32)], tls_ca=env["PS_TLS_CA"],
-                         tls_cert=env["PS_TLS_CERT"], tls_key=env["PS_TLS_KEY"],
-                         connect_timeout=60)
-    out = np.empty(100, np.float32)
-    taken = late = 0
-    t = w.start_version
-    while t < 60:
-        t = w.pull_all(t, [out], timeout=60)
-        if t >= 60:
-            break
-        w.push(0, t, np.full(100, 1.0, np.float32))
-        try:
-            w.wait_pushes()
-            taken += 1
-        except ps_server.Refused as e:
-            if e.reason != "late":
-                raise
-            late += 1
-        t += 1
-        time.sleep(0.05)
-    print(f"worker {me} of {n}: from version {w.start_version}, taken {taken}, late {late}",
-          flush=True)
-    w.close()
-""")
+JOINING = joining_script(rounds=60, pause=0.05)
 
 
 def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, hosts):

@@ -10,6 +10,7 @@ import textwrap
 import time
 
 import pytest
+from conftest import joining_script
 
 SCRIPT = textwrap.dedent("""
     import os, sys
@@ -133,41 +134,7 @@ def test_the_ps_launch_command_is_the_module(tmp_path, server_bin):
     assert done.returncode == 0 and "--workers" in done.stdout
 
 
-# Trains 100 rounds from the shards' version, 30 ms apart; prints how many of its pushes
-# were taken. Its token file: PS_TOKEN_FILE, else the run directory's (a worker that joins
-# through job.env).
-JOINING = textwrap.dedent("""
-    import os, time
-    import numpy as np
-    import ps_server
-
-    env = os.environ
-    me, n = int(env["PS_WORKER_ID"]), int(env["PS_NUM_WORKERS"])
-    token = env.get("PS_TOKEN_FILE") or os.path.join(env["PS_RUN_DIR"], f"token-worker-{me}")
-    w = ps_server.Worker(env["PS_SHARDS"].split(","), me, [("w", 100)],
-                         initial=[np.zeros(100, np.float32)],
-                         token_file=token, connect_timeout=30)
-    out = np.empty(100, np.float32)
-    taken = late = 0
-    t = w.start_version
-    while t < 100:
-        t = w.pull_all(t, [out], timeout=30)
-        if t >= 100:
-            break
-        w.push(0, t, np.full(100, 1.0, np.float32))
-        try:
-            w.wait_pushes()
-            taken += 1
-        except ps_server.Refused as e:
-            if e.reason != "late":
-                raise
-            late += 1
-        t += 1
-        time.sleep(0.03)
-    print(f"worker {me} of {n}: from version {w.start_version}, taken {taken}, late {late}",
-          flush=True)
-    w.close()
-""")
+JOINING = joining_script(rounds=100, pause=0.03)
 
 
 def test_max_workers_lets_a_worker_join_the_running_job_through_job_env(tmp_path, server_bin):
