@@ -96,6 +96,17 @@ ok "overlays (${names[*]%.yaml}) render, match the models, and agree on the topo
 validate_k8s --ps-consistency "$RENDER"/run.yaml >/dev/null
 ok "run (a JobSet owning its shards) renders, matches the Kubernetes and JobSet models, and agrees with itself"
 
+# The overlays write the worker count once (the worker Job's completions): a copy of the
+# tree with another count must render with every copy following, and still validate.
+tree="$RENDER/tree-counts"
+rm -rf "$tree" && mkdir -p "$tree" && cp -r "$DEPLOY/k8s" "$tree/k8s"
+sed -i 's/^  completions: 6$/  completions: 9/' "$tree/k8s/worker-job/job.yaml"
+kubectl kustomize "$tree/k8s/overlays/cpu" >"$RENDER/cpu-counts.yaml" || die "kubectl kustomize of the cpu overlay with 9 workers failed"
+[ "$(grep -c -e 'parallelism: 9' -e 'value: "9"' "$RENDER/cpu-counts.yaml")" -eq 3 ] ||
+  die "cpu overlay with completions 9: parallelism, PS_NUM_WORKERS and the shards' PS_WORKERS did not all follow"
+validate_k8s --ps-consistency "$RENDER/cpu-counts.yaml" >/dev/null || die "the cpu overlay with 9 workers does not validate"
+ok "overlays: the worker count is written once (the Job's completions 9 reaches parallelism, PS_NUM_WORKERS, --workers and the shards' PS_WORKERS)"
+
 # The run writes each count once (its Job's completions); kustomize copies it. A copy of
 # the run with other counts must render with every copy following, and still validate.
 counts="$RENDER/run-counts"
@@ -133,6 +144,8 @@ expect_refused "data port not on the pod" '0,/containerPort: 7072/s/containerPor
 expect_refused "data port not on the Service" '0,/targetPort: data/s/targetPort: data/targetPort: metrics/' 'no port 7072 for the data plane'
 expect_refused "TCP data plane on a free port" 's/^    data-port = 7072/    data-port = 0/' 'needs a fixed data-port'
 expect_refused "replicas != num-shards" 's/^  replicas: \([0-9]*\)/  replicas: 1\1/' '!= num-shards'
+expect_refused "a second worker count" '0,/value: "6"/s/value: "6"/value: "5"/' "completions 6 != the shards' workers 5"
+expect_refused "the worker count in ps-server.toml too" 's/^    byzantine = 1/    workers = 6\n    byzantine = 1/' 'the worker count is both PS_WORKERS and workers'
 expect_refused "worker Job of another run" '/^kind: Job$/,$s/key: run-id$/key: run-id-2/' "PS_RUN_ID ConfigMap"
 expect_refused "checkpoints shared by every run" 's|/var/lib/ps-server/checkpoints/\$(PS_RUN_ID)|/var/lib/ps-server/checkpoints|' "must contain \$(PS_RUN_ID)"
 NEGATIVE_OF="$RENDER/run.yaml"
@@ -285,7 +298,7 @@ else
     done
     ok "ps-server starts with $rel${*:+ and $*} (on loopback, port $(cat "$work/port")) and exits 0 on SIGTERM"
   }
-  check_toml "$DEPLOY/k8s/base/ps-server.toml"
+  check_toml "$DEPLOY/k8s/base/ps-server.toml" PS_WORKERS=6
   # The run's shards take the counts and the run id from the JobSet's environment.
   check_toml "$DEPLOY/k8s/run/ps-server.toml" PS_WORKERS=6 PS_NUM_SHARDS=1 \
     PS_RUN_ID=0b6f3d52-3c1e-4a52-9d7e-5f1c2a7b9e10

@@ -337,6 +337,13 @@ function consistencyCheck(objects, source) {
   if (checkpointDir && !checkpointDir.includes('$(PS_RUN_ID)')) {
     report(where, `checkpoint directory ${checkpointDir} must contain $(PS_RUN_ID): a new run would restore the old run's checkpoint`);
   }
+  // n: the shards' PS_WORKERS (copied from the worker Job's completions by the overlays'
+  // component), else the TOML's workers; never both.
+  const workersEnv = envOf(sc, 'PS_WORKERS')?.value;
+  if (workersEnv !== undefined && toml.has('workers')) {
+    report(where, 'the worker count is both PS_WORKERS and workers in ps-server.toml; keep one (PS_WORKERS, copied from the Job)');
+  }
+  const workers = Number(workersEnv ?? toml.get('workers') ?? 1);
   for (const job of find('Job')) {
     const jw = `${source}: Job ${job.metadata.name}`;
     const wc = job.spec.template.spec.containers[0];
@@ -345,14 +352,19 @@ function consistencyCheck(objects, source) {
     }
     const runArg = argValue(wc.args, '--run-id');
     if (runArg !== undefined && runArg !== '$(PS_RUN_ID)') report(jw, `--run-id ${runArg} is not $(PS_RUN_ID)`);
-    const workers = Number(toml.get('workers') ?? 1);
     if (job.spec.completionMode !== 'Indexed') report(jw, 'completionMode must be Indexed');
-    if (job.spec.completions !== workers) report(jw, `completions ${job.spec.completions} != workers ${workers}`);
+    if (job.spec.completions !== workers) report(jw, `completions ${job.spec.completions} != the shards' workers ${workers}`);
     if (job.spec.parallelism !== job.spec.completions) {
       report(jw, 'parallelism must equal completions (a round needs all workers at once)');
     }
-    const args = job.spec.template.spec.containers[0].args;
-    if (Number(argValue(args, '--workers')) !== workers) report(jw, `--workers != workers ${workers}`);
+    const args = wc.args;
+    const workersArg = argValue(args, '--workers');
+    const resolved = workersArg === '$(PS_NUM_WORKERS)' ? envOf(wc, 'PS_NUM_WORKERS')?.value : workersArg;
+    if (Number(resolved) !== workers) report(jw, `--workers ${workersArg} (${resolved}) != the shards' workers ${workers}`);
+    const numWorkers = envOf(wc, 'PS_NUM_WORKERS')?.value;
+    if (numWorkers !== undefined && Number(numWorkers) !== workers) {
+      report(jw, `PS_NUM_WORKERS ${numWorkers} != the shards' workers ${workers}`);
+    }
     if (argValue(args, '--shards') !== expectedPeers.join(',')) {
       report(jw, `--shards ${argValue(args, '--shards')} != ${expectedPeers.join(',')}`);
     }
