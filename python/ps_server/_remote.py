@@ -22,6 +22,8 @@ import tempfile
 import threading
 import time
 
+from ._shard_set import ShardSet
+
 # bash, on the remote host. Arguments: the command. Standard input: "FILE name base64"
 # lines, "END", then control lines.
 WRAPPER = r"""
@@ -266,14 +268,15 @@ def find_make_certs():
     raise FileNotFoundError("no ps-make-certs (deploy/tls/make-certs.sh) on $PATH")
 
 
-class RemoteShards:
+class RemoteShards(ShardSet):
     """S ps-server processes on named hosts, started over ssh, and the workers' places
     (ps-launch -H). The shards serve mutual TLS with certificates this object makes for
     the job (ps-make-certs --hosts: the shard hosts' names), each process receiving only
     its own key over its ssh channel; shard i listens on every address of its host at
     `shard_port` + i (with data_plane "tcp", its data port at `shard_port` + S + i,
-    under the same certificates). The interface ps-launch's loop uses is Shards': start(),
-    addresses, data_ports, processes, alive(), log_tail(), stop(), plus start_worker()."""
+    under the same certificates). ps-launch's loop uses it as a ShardSet."""
+
+    prefixes_output = True  # [worker K@HOST] on every line
 
     def __init__(self, hosts, num_shards, workers, server_args, server, log_dir, ssh,
                  shard_hosts=None, shard_port=7070, max_workers=None, startup_timeout=60.0,
@@ -345,9 +348,9 @@ class RemoteShards:
     def _files(self, *names):
         return read_files([os.path.join(self._certs, n) for n in names])
 
-    def _sink(self, log_name, terminal_prefix):
+    def _sink(self, log_name, terminal_prefix, append=False):
         return _LineSink(os.path.join(self.log_dir, log_name), terminal_prefix,
-                         self._terminal_lock)
+                         self._terminal_lock, append)
 
     def _wait_serving(self):
         deadline = time.monotonic() + self._startup_timeout
@@ -371,6 +374,16 @@ class RemoteShards:
                 raise RuntimeError(f"shards {sorted(pending)} did not serve within "
                                    f"{self._startup_timeout} s; logs in {self.log_dir}")
             time.sleep(0.05)
+
+    def join_hint(self, script):
+        """Across hosts a joining worker needs its key on its host: another ps-launch
+        hands it over its ssh channel, from this job's certificates (kept while it runs)."""
+        if self._attached or self.max_workers <= self.workers:
+            return None
+        run_id = f"PS_RUN_ID={os.environ['PS_RUN_ID']} " if os.environ.get("PS_RUN_ID") else ""
+        return (f"{run_id}ps-launch --shards-at {','.join(self.addresses)} --tls-dir "
+                f"{self.tls_dir} --max-workers {self.max_workers} --worker-ids ID "
+                f"-H HOST:1 {script}")
 
     @property
     def tls_dir(self):
@@ -396,7 +409,7 @@ class RemoteShards:
             return read_files([os.path.join(self._run_dir, f"token-worker-{worker}")])
         return self._files("ca.pem", f"worker-{worker}.pem", f"worker-{worker}.key")
 
-    def start_worker(self, worker, argv, extra_env, log_name, to_terminal):
+    def start_worker(self, worker, argv, extra_env, log_name, to_terminal, append=False):
         """Worker `worker` on its host: `argv` with env(worker) and `extra_env`, its
         certificate and key over the ssh channel; output to `log_name` in the log
         directory and, with `to_terminal`, to this terminal prefixed [worker K@HOST]."""
@@ -405,7 +418,7 @@ class RemoteShards:
         command = ["env", *(f"{k}={v}" for k, v in sorted(env.items())), *argv]
         return RemoteProcess(self.ssh, host, command, self._worker_files(worker),
                              self._sink(log_name, f"[worker {worker}@{host}] "
-                                        if to_terminal else None))
+                                        if to_terminal else None, append))
 
     def alive(self):
         return all(p.poll() is None for p in self.processes)
@@ -445,8 +458,8 @@ class _LineSink:
     """A process's output lines: appended to its log file and, with a prefix, printed
     on this terminal (one line at a time over all processes); closed at the output's end."""
 
-    def __init__(self, path, terminal_prefix, lock):
-        self._log = open(path, "a", buffering=1)
+    def __init__(self, path, terminal_prefix, lock, append=False):
+        self._log = open(path, "a" if append else "w", buffering=1)
         self._prefix = terminal_prefix
         self._lock = lock
 

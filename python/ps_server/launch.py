@@ -37,6 +37,7 @@ import tempfile
 import time
 
 from ._remote import RemoteShards, Srun, Ssh, parse_hosts, read_hostfile, slurm_hosts
+from ._shard_set import ShardSet
 
 __all__ = ["DATA_PLANES", "Shards", "find_server", "main"]
 
@@ -82,7 +83,7 @@ def free_ports(count):
             s.close()
 
 
-class Shards:
+class Shards(ShardSet):
     """S ps-server processes on loopback for W workers (a context manager).
 
     `server_args` are further ps-server flags ("--pull-codec", "fp16", ...). With
@@ -267,6 +268,12 @@ class Shards:
         env.update({names[k]: v for k, v in self.tls(worker).items()})
         return env
 
+    def join_hint(self, script):
+        """Writes job.env (write_job_env) and names the command that adds worker ID."""
+        if self.max_workers <= self.workers:
+            return None
+        return f"env $(cat {self.write_job_env()}) PS_WORKER_ID=ID {sys.executable} {script}"
+
     def write_job_env(self):
         """Writes LOG_DIR/job.env, the environment every worker of this job shares (one
         KEY=VALUE a line: PS_SHARDS, PS_NUM_WORKERS, PS_RUN_DIR, TLS paths; no secret, the
@@ -281,6 +288,20 @@ class Shards:
         with open(path, "w") as f:
             f.writelines(f"{k}={v}\n" for k, v in sorted(shared.items()))
         return path
+
+    def start_worker(self, worker, argv, extra_env, log_name, to_terminal, append=False):
+        """Worker `worker` on this machine (ShardSet.start_worker): its output on this
+        terminal, else in its log file."""
+        env = dict(os.environ, **self.env(worker), **extra_env)
+        out = None if to_terminal else open(os.path.join(self.log_dir, log_name),
+                                            "ab" if append else "wb")
+        try:
+            return subprocess.Popen(argv, env=env, stdout=out,
+                                    stderr=None if out is None else subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+        finally:
+            if out is not None:
+                out.close()
 
     def alive(self):
         return all(p.poll() is None for p in self.processes)
@@ -524,19 +545,12 @@ def main(argv=None):
              if shards.data_ports else "")
     print(f"ps-launch: {shards.num_shards} shard(s) at {','.join(shards.addresses)}{plane}; "
           f"{args.workers} worker(s); logs in {shards.log_dir}", file=sys.stderr, flush=True)
-    if shards.max_workers > args.workers and isinstance(shards, Shards):
-        job_env = shards.write_job_env()
+    # Ids from --workers on are spares only when this launch started 0 to --workers - 1.
+    ids = args.worker_ids  # worker i of this launch has id ids[i]
+    hint = shards.join_hint(args.script) if ids == list(range(args.workers)) else None
+    if hint is not None:
         print(f"ps-launch: worker ids {args.workers} to {shards.max_workers - 1} may join: "
-              f"env $(cat {job_env}) PS_WORKER_ID=ID {sys.executable} {args.script}",
-              file=sys.stderr, flush=True)
-    elif shards.max_workers > args.workers and not args.shards_at:
-        # Across hosts a joining worker needs its key on its host: another ps-launch hands
-        # it over its ssh channel, from this job's certificates (kept while it runs).
-        run_id = f"PS_RUN_ID={os.environ['PS_RUN_ID']} " if os.environ.get("PS_RUN_ID") else ""
-        print(f"ps-launch: worker ids {args.workers} to {shards.max_workers - 1} may join: "
-              f"{run_id}ps-launch --shards-at {','.join(shards.addresses)} --tls-dir "
-              f"{shards.tls_dir} --max-workers {shards.max_workers} --worker-ids ID "
-              f"-H HOST:1 {args.script}", file=sys.stderr, flush=True)
+              f"{hint}", file=sys.stderr, flush=True)
     workers = []
     interrupted = []  # signals this launcher received
 
@@ -549,33 +563,21 @@ def main(argv=None):
         interrupted.append(signum)
         terminate(signum)
 
-    ids = args.worker_ids  # worker i of this launch has id ids[i]
     restarts = [0] * len(ids)  # per worker of this launch
 
+    # The workers import the ps_server package this launcher runs from.
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
+
     def spawn(i):
+        # The first on this terminal (every one, prefixed, where the shards say so); a
+        # restarted worker's log goes on after its last words.
         w = ids[i]
-        # The workers import the ps_server package this launcher runs from.
-        package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        pythonpath = os.pathsep.join(p for p in (package_root, os.environ.get("PYTHONPATH")) if p)
-        if isinstance(shards, RemoteShards):
-            return shards.start_worker(
-                w, [sys.executable, os.path.abspath(args.script), *args.script_args],
-                {"PS_RESTART_COUNT": str(restarts[i]), "PYTHONPATH": pythonpath},
-                f"worker-{w}.log", to_terminal=True)
-        env = dict(os.environ, **shards.env(w))
-        env["PS_RESTART_COUNT"] = str(restarts[i])
-        env["PYTHONPATH"] = pythonpath
-        log_path = os.path.join(shards.log_dir, f"worker-{w}.log")
-        # The first on this terminal; a restarted worker's log goes on after its last words.
-        out = None if i == 0 else open(log_path, "ab" if restarts[i] else "wb")
-        try:
-            return subprocess.Popen([sys.executable, args.script, *args.script_args], env=env,
-                                    stdout=out,
-                                    stderr=None if out is None else subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
-        finally:
-            if out is not None:
-                out.close()
+        return shards.start_worker(
+            w, [sys.executable, os.path.abspath(args.script), *args.script_args],
+            {"PS_RESTART_COUNT": str(restarts[i]), "PYTHONPATH": pythonpath},
+            f"worker-{w}.log", to_terminal=i == 0 or shards.prefixes_output,
+            append=restarts[i] > 0)
 
     previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
