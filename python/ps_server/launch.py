@@ -390,7 +390,7 @@ def _parse(argv):
                         help="copies of the script (n); with --worker-ids, their count")
     parser.add_argument("--max-workers", type=int, metavar="M",
                         help="the shards' --max-workers: ids --workers to M-1 may join the "
-                             "running job later (LOG_DIR/job.env says how); workers' "
+                             "running job later (the launcher prints how); workers' "
                              "PS_NUM_WORKERS is then M (default: --workers)")
     parser.add_argument("--byzantine", type=int, default=0, help="f, the shards' --byzantine")
     parser.add_argument("--aggregator", default="mean", help="the shards' rule (default mean)")
