@@ -138,7 +138,7 @@ function strictCheck(obj, where) {
 // --- 1b. JobSet ---------------------------------------------------------------------
 
 // The JobSet API's own types (kubernetes-sigs/jobset, api/jobset/v1alpha2/jobset_types.go,
-// v0.10): field -> type, where a type is another entry here, 'string', 'boolean', 'int>=0',
+// v0.12): field -> type, where a type is another entry here, 'string', 'boolean', 'int>=0',
 // 'enum:A,B', '[]T' (a list), or 'k8s:GROUP/VERSION:Kind' (checked with the Kubernetes
 // models). Fields listed under required must be present.
 const kJobSetTypes = {
