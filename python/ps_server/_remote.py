@@ -127,6 +127,9 @@ class Ssh:
     --ssh-port and --ssh-identity-file, and an ssh_config file)."""
 
     def __init__(self, port=None, identity_file=None, config=None, program="ssh"):
+        self._flags = [*(["--ssh-port", str(port)] if port else []),
+                       *(["--ssh-identity-file", identity_file] if identity_file else []),
+                       *(["--ssh-config", config] if config else [])]
         self.options = ["-o", "BatchMode=yes"]
         if config:
             self.options += ["-F", config]
@@ -135,6 +138,10 @@ class Ssh:
         if identity_file:
             self.options += ["-i", identity_file]
         self.program = program
+
+    def launch_flags(self):
+        """The ps-launch flags that reach a host of one's choice the same way."""
+        return ["-H", "HOST:1", *self._flags]
 
     def argv(self, host, command):
         """The wrapper running `command` on `host`: over ssh, or directly for this host
@@ -150,6 +157,10 @@ class Srun:
     """Inside a Slurm allocation (ps-launch --slurm): a process on a node of the job is a
     job step of one task there (`srun --overlap`, so steps share the job's CPUs), its
     standard input the wrapper's channel as over ssh."""
+
+    def launch_flags(self):
+        """The ps-launch flags that place a worker in this allocation."""
+        return ["--slurm"]
 
     def argv(self, host, command):
         return ["srun", "--nodes=1", "--ntasks=1", f"--nodelist={host}", "--overlap",
@@ -381,9 +392,10 @@ class RemoteShards(ShardSet):
         if self._attached or self.max_workers <= self.workers:
             return None
         run_id = f"PS_RUN_ID={os.environ['PS_RUN_ID']} " if os.environ.get("PS_RUN_ID") else ""
+        place = " ".join(shlex.quote(f) for f in self.ssh.launch_flags())
         return (f"{run_id}ps-launch --shards-at {','.join(self.addresses)} --tls-dir "
                 f"{self.tls_dir} --max-workers {self.max_workers} --worker-ids ID "
-                f"-H HOST:1 {script}")
+                f"{place} {script}")
 
     @property
     def tls_dir(self):

@@ -236,11 +236,12 @@ def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, h
                 hint = line.split("may join: ", 1)[1].split()
         assert hint[0] == "ps-launch" and "--worker-ids" in hint, hint
         assert "PRIVATE" not in " ".join(hint) and "token" not in " ".join(hint)
+        assert hint[hint.index("--ssh-config") + 1] == ssh_config, hint  # as the job's
         command = [sys.executable, "-m", "ps_server.launch", *hint[1:]]
         command[command.index("ID")] = "2"
         command[command.index("HOST:1")] = f"{b}:1"
         command[command.index(str(script)):command.index(str(script))] = [
-            "--ssh-config", ssh_config, "--log-dir", str(tmp_path / "join-logs")]
+            "--log-dir", str(tmp_path / "join-logs")]
         joined = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, timeout=120)
         out, err = launcher.communicate(timeout=120)
@@ -256,6 +257,29 @@ def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, h
     assert start > 0, "it joined the running job at its version, not at 0"
     assert taken >= 60 - start - 2, joined.stdout  # all but at most its first two rounds
     assert "worker 0 of 3: from version 0, taken 60, late 0" in out, out
+
+
+def test_the_join_hint_reaches_hosts_as_the_job_does(tmp_path, monkeypatch):
+    """The command that adds a spare names the job's shards, certificates and id space,
+    and reaches its host as the job's processes do: ssh with the job's options, or a job
+    step of the allocation under --slurm."""
+    from ps_server._remote import RemoteShards, Srun, Ssh
+    monkeypatch.delenv("PS_RUN_ID", raising=False)
+    for transport, place in ((Ssh(2222, "/k/id", "/k/cfg"),
+                              "-H HOST:1 --ssh-port 2222 --ssh-identity-file /k/id "
+                              "--ssh-config /k/cfg"),
+                             (Srun(), "--slurm")):
+        shards = RemoteShards([("a", 2), ("b", 1)], 2, 2, [], "/bin/ps-server", str(tmp_path),
+                              transport, max_workers=4)
+        try:
+            assert shards.join_hint("train.py") == (
+                f"ps-launch --shards-at a:7070,b:7071 --tls-dir {shards.tls_dir} "
+                f"--max-workers 4 --worker-ids ID {place} train.py")
+        finally:
+            shards.stop()
+    no_spares = RemoteShards([("a", 2)], 1, 2, [], "/bin/ps-server", str(tmp_path), Srun())
+    assert no_spares.join_hint("train.py") is None
+    no_spares.stop()
 
 
 def test_hosts_slots_and_placement_follow_horovodrun(tmp_path):
