@@ -80,7 +80,8 @@ echo "validate.sh: rendering and validating deploy/k8s (kubectl $(kubectl versio
 RENDER="$CACHE/rendered"
 rm -rf "$RENDER" && mkdir -p "$RENDER"
 overlays=()
-for dir in "$DEPLOY"/k8s/base "$DEPLOY"/k8s/worker-job "$DEPLOY"/k8s/run "$DEPLOY"/k8s/overlays/*/; do
+for dir in "$DEPLOY"/k8s/base "$DEPLOY"/k8s/worker-job "$DEPLOY"/k8s/run "$DEPLOY"/k8s/run-python \
+  "$DEPLOY"/k8s/overlays/*/; do
   dir=${dir%/}
   name=${dir#"$DEPLOY/k8s/"}; name=${name//\//-}
   kubectl kustomize "$dir" >"$RENDER/$name.yaml" 2>"$RENDER/$name.err" ||
@@ -95,6 +96,10 @@ names=("${overlays[@]##*/overlays-}")
 ok "overlays (${names[*]%.yaml}) render, match the models, and agree on the topology"
 validate_k8s --ps-consistency "$RENDER"/run.yaml >/dev/null
 ok "run (a JobSet owning its shards) renders, matches the Kubernetes and JobSet models, and agrees with itself"
+validate_k8s --ps-consistency "$RENDER"/run-python.yaml >/dev/null
+grep -q 'image: ps-server-worker-python:' "$RENDER"/run-python.yaml ||
+  die "run-python: the workers do not run the worker-python image"
+ok "run-python (the run with the Python example as its workers) renders, validates and agrees with itself"
 
 # The overlays write the worker count once (the worker Job's completions): a copy of the
 # tree with another count must render with every copy following, and still validate.
