@@ -153,7 +153,9 @@ expect_refused "a second worker count" '0,/value: "6"/s/value: "6"/value: "5"/' 
 expect_refused "the worker count in ps-server.toml too" 's/^    byzantine = 1/    workers = 6\n    byzantine = 1/' 'the worker count is both PS_WORKERS and workers'
 expect_refused "worker Job of another run" '/^kind: Job$/,$s/key: run-id$/key: run-id-2/' "PS_RUN_ID ConfigMap"
 expect_refused "checkpoints shared by every run" 's|/var/lib/ps-server/checkpoints/\$(PS_RUN_ID)|/var/lib/ps-server/checkpoints|' "must contain \$(PS_RUN_ID)"
+expect_refused "a misspelled variable in a flag" 's/tls\/shard-$(POD_INDEX).pem/tls\/shard-$(POD_IDX).pem/' 'refers to $(POD_IDX), which the container does not define'
 NEGATIVE_OF="$RENDER/run.yaml"
+expect_refused "run: a misspelled variable in the peers" 's/value: $(JOBSET_NAME)-shard-0-0/value: $(JOBSET_NAMES)-shard-0-0/' 'refers to $(JOBSET_NAMES), which the container does not define'
 expect_refused "run: misspelled JobSet field" 's/^  successPolicy:/  sucessPolicy:/' 'unknown field "sucessPolicy"'
 expect_refused "run: misspelled field in a pod template" '0,/readinessProbe:/s/readinessProbe:/readinesProbe:/' 'unknown field "readinesProbe"'
 expect_refused "run: a second worker count" '0,/value: "6"/s/value: "6"/value: "5"/' "PS_WORKERS 5 != the worker Job's completions 6"
@@ -162,6 +164,29 @@ expect_refused "run: a run id that outlives the run" 's/jobset.sigs.k8s.io\/jobs
 expect_refused "run: peers short of the shard count" 's/^\(        \)completions: 2$/\1completions: 3/' '(completions 3, one per shard in id order)'
 expect_refused "run: the worker count in ps-server.toml" 's/^    byzantine = 1/    workers = 6\n    byzantine = 1/' 'sets workers, which the JobSet gives every shard'
 unset NEGATIVE_OF
+# Kubernetes expands in an env value only the variables defined before it.
+cat >"$RENDER/order.yaml" <<'YAML'
+apiVersion: batch/v1
+kind: Job
+metadata:
+  name: order
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: c
+          image: busybox
+          env:
+            - name: PS_SHARDS
+              value: $(SHARD_HOST):7070
+            - name: SHARD_HOST
+              value: shard-0
+YAML
+if out=$(validate_k8s "$RENDER/order.yaml" 2>&1); then die "negative test 'a variable used before it is defined': accepted"; fi
+grep -q 'refers to $(SHARD_HOST), defined only after it' <<<"$out" ||
+  die "negative test 'a variable used before it is defined': no such message in: $out"
+ok "negative test: a variable used before it is defined is refused"
 
 # --- 4: Dockerfile, statically -------------------------------------------------------
 DOCKERFILE="$DEPLOY/docker/Dockerfile"

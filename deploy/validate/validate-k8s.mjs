@@ -264,6 +264,50 @@ async function jobSetCheck(obj, where) {
   jobSetRules(obj, where);
 }
 
+// --- 2b. Variable references --------------------------------------------------------
+
+// Kubernetes expands $(VAR) in a container's env values (VAR defined earlier in env),
+// args and command (VAR anywhere in env), and leaves a reference to anything else as it
+// is: a misspelled name becomes a literal "$(PS_SHARD_IDX)" in a flag, silently. Every
+// reference must name a variable the container defines ($$ escapes one).
+function podSpecsOf(obj) {
+  const specs = [];
+  const add = (spec, at) => { if (spec?.containers) specs.push([spec, at]); };
+  add(obj.spec?.template?.spec, 'spec.template.spec');
+  (obj.spec?.replicatedJobs ?? []).forEach((rj, i) =>
+    add(rj.template?.spec?.template?.spec, `spec.replicatedJobs[${i}].template.spec.template.spec`));
+  add(obj.spec?.jobTemplate?.spec?.template?.spec, 'spec.jobTemplate.spec.template.spec');
+  return specs;
+}
+
+function referenceCheck(obj, where) {
+  for (const [spec, at] of podSpecsOf(obj)) {
+    for (const [kind, list] of [['containers', spec.containers], ['initContainers', spec.initContainers ?? []]]) {
+      list.forEach((c, ci) => {
+        const here = `${where}.${at}.${kind}[${ci}]`;
+        if (c.envFrom?.length) return;  // names from a ConfigMap or Secret: not known here
+        const env = (c.env ?? []).map((e) => e.name);
+        const refs = (text) => [...String(text).replaceAll('$$', '').matchAll(/\$\(([^)]*)\)/g)].map((m) => m[1]);
+        (c.env ?? []).forEach((e, i) => {
+          for (const r of refs(e.value ?? '')) {
+            if (!env.slice(0, i).includes(r)) {
+              report(`${here}.env[${i}]`, `${e.name} refers to $(${r}), ` +
+                (env.includes(r) ? 'defined only after it (Kubernetes expands earlier variables only)' : 'which the container does not define'));
+            }
+          }
+        });
+        for (const field of ['args', 'command']) {
+          (c[field] ?? []).forEach((a, i) => {
+            for (const r of refs(a)) {
+              if (!env.includes(r)) report(`${here}.${field}[${i}]`, `${a} refers to $(${r}), which the container does not define`);
+            }
+          });
+        }
+      });
+    }
+  }
+}
+
 // --- 3. ps-server topology consistency ------------------------------------------------
 
 // The subset of TOML ps-server reads (docs/configuration.md): flat `key = value`, strings,
@@ -548,6 +592,7 @@ for (const file of files) {
     }
     if (obj.apiVersion === 'jobset.x-k8s.io/v1alpha2' && obj.kind === 'JobSet') await jobSetCheck(obj, where);
     else if (await schemaCheck(obj, where)) strictCheck(obj, where);
+    referenceCheck(obj, where);
     objects.push(obj);
   }
   if (consistency) consistencyCheck(objects, file);
