@@ -2,6 +2,7 @@
 and a worker script that joins running jobs."""
 
 import os
+import re
 import textwrap
 
 import pytest
@@ -44,7 +45,8 @@ def free_port_pair(host="127.0.0.1"):
 
 def joining_script(rounds, pause):
     """A worker that trains `rounds` rounds from the shards' version, `pause` seconds
-    apart, and prints how many of its pushes the rounds took. Its credentials are
+    apart, says when it is past round 5 (wait_past_round_5), and prints how many of its
+    pushes the rounds took. Its credentials are
     ps-launch's environment: PS_TOKEN_FILE, else the run directory's token (a worker that
     joins through job.env), else PS_TLS_CA/CERT/KEY."""
     return textwrap.dedent(f"""
@@ -76,8 +78,35 @@ def joining_script(rounds, pause):
                     raise
                 late += 1
             t += 1
+            if t == 5:  # tests wait for this line before a worker joins the running job
+                print(f"worker {{me}}: past round 5", flush=True)
             time.sleep({pause})
         print(f"worker {{me}} of {{n}}: from version {{w.start_version}}, taken {{taken}}, "
               f"late {{late}}", flush=True)
         w.close()
     """)
+
+
+def assert_joined_late(joined_out, job_out, rounds, prefix=""):
+    """What joining_script(rounds) printed for worker 2 of 3 that joined a running job
+    (`joined_out`, its lines after `prefix`) and for worker 0 of the job (`job_out`):
+    the joiner started at the job's version, not at 0, and its pushes were taken in every
+    round after it but at most its first two; worker 0 had all of its own taken."""
+    m = re.search(re.escape(prefix) + r"worker 2 of 3: from version (\d+), taken (\d+)",
+                  joined_out)
+    assert m, joined_out
+    start, taken = int(m.group(1)), int(m.group(2))
+    assert start > 0, "it joined the running job at its version, not at 0"
+    assert taken >= rounds - start - 2, joined_out
+    assert f"worker 0 of 3: from version 0, taken {rounds}, late 0" in job_out, job_out
+
+
+def wait_past_round_5(log, launcher, timeout=60):
+    """Until the log file `log` of a joining_script worker says the job is past round 5
+    (so that a worker joining now joins a running job), failing if `launcher` ends."""
+    import time
+    deadline = time.monotonic() + timeout
+    while not (log.exists() and "past round 5" in log.read_text()):
+        assert launcher.poll() is None, launcher.communicate()
+        assert time.monotonic() < deadline, f"{log}: not past round 5 within {timeout} s"
+        time.sleep(0.05)
