@@ -74,6 +74,7 @@ def test_threads_and_memory_follow_the_cgroup_limits(server_bin):
         finally:
             shard.kill()
             shard.wait()
+        print(line.strip())
         assert "1 aggregation threads (--threads 0; CPUs from cgroup " + version in line, line
         assert "model state up to 256 MiB (--max-shard-bytes 0: half; memory from cgroup " + \
             version in line, line

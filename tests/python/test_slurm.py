@@ -149,6 +149,7 @@ def test_the_sbatch_example_trains_and_a_cancelled_job_resumes(tmp_path, slurm):
     text = out.read_text()
     assert '"final_test_accuracy"' in text and "worker 3: ok" in text, text[-3000:]
     assert re.search(r'"final_test_accuracy": 0\.[6-9]', text), text[-2000:]
+    print("sbatch, 200 steps:", re.search(r'"final_test_accuracy": [0-9.]+', text).group(0))
 
     # A long job, cancelled once the shards checkpointed past round 100 and the job goes
     # on: submitted again, it resumes from the checkpoints.
@@ -172,6 +173,8 @@ def test_the_sbatch_example_trains_and_a_cancelled_job_resumes(tmp_path, slurm):
     text = out.read_text()
     m = re.search(r"worker 0: resuming at step (\d+)", text)
     assert m and int(m.group(1)) >= saved, text[-3000:]
+    print(f"scancel once both shards checkpointed past round {saved}; resubmitted, worker 0 "
+          f"resumed at step {m.group(1)}")
     assert '"final_test_accuracy"' in text, text[-3000:]
 
 
