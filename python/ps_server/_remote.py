@@ -16,13 +16,12 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import tempfile
 import threading
 import time
 
-from ._shard_set import ShardSet
+from ._shard_set import ShardSet, connect_error
 
 # bash, on the remote host. Arguments: the command. Standard input: "FILE name base64"
 # lines, "END", then control lines.
@@ -374,12 +373,8 @@ class RemoteShards(ShardSet):
                     raise RuntimeError(f"shard {i} on {self.shard_hosts[i]} exited during "
                                        f"start-up with status {p.returncode}:\n"
                                        f"{self.log_tail(i)}")
-                host, port = self.addresses[i].rsplit(":", 1)
-                try:
-                    socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+                if connect_error(self.addresses[i]) is None:
                     pending.discard(i)
-                except OSError:
-                    pass
             if pending and time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"shards {sorted(pending)} did not serve within "

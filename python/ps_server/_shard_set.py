@@ -3,6 +3,18 @@ this machine (launch.Shards, AttachedShards) or on named hosts over ssh or srun
 (_remote.RemoteShards)."""
 
 import abc
+import socket
+
+
+def connect_error(address):
+    """None when host:port (an IPv6 host in brackets too) accepts a TCP connection now,
+    else why not (the exception)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
+        return None
+    except (OSError, ValueError) as e:
+        return e
 
 
 class ShardSet(abc.ABC):

@@ -37,7 +37,7 @@ import tempfile
 import time
 
 from ._remote import RemoteShards, Srun, Ssh, parse_hosts, read_hostfile, slurm_hosts
-from ._shard_set import ShardSet
+from ._shard_set import ShardSet, connect_error
 
 __all__ = ["DATA_PLANES", "Shards", "find_server", "main"]
 
@@ -359,16 +359,11 @@ class AttachedShards(Shards):
     def start(self):
         deadline = time.monotonic() + self._startup_timeout
         for i, address in enumerate(self.addresses):
-            host, _, port = address.rpartition(":")
-            while True:
-                try:
-                    socket.create_connection((host.strip("[]"), int(port)), timeout=1).close()
-                    break
-                except (OSError, ValueError) as e:
-                    if time.monotonic() > deadline:
-                        raise RuntimeError(f"shard {i} at {address} does not accept "
-                                           f"connections: {e}") from e
-                    time.sleep(0.1)
+            while (e := connect_error(address)) is not None:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"shard {i} at {address} does not accept "
+                                       f"connections: {e}") from e
+                time.sleep(0.1)
         return self
 
     def alive(self):

@@ -269,3 +269,15 @@ def test_a_port_taken_before_the_shard_binds_is_picked_again(tmp_path, server_bi
             assert "cannot listen on" in open(tmp_path / "c" / "shard-0.log").read()
     finally:
         holder.close()
+
+
+def test_shards_at_an_address_where_nothing_listens_is_an_error_naming_it(tmp_path):
+    from ps_server.launch import AttachedShards
+    with socket.socket() as s:  # a port nobody listens on: bound, never listening
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+        shards = AttachedShards([address], 1, insecure=True, log_dir=str(tmp_path),
+                                startup_timeout=0.3)
+        with pytest.raises(RuntimeError, match=f"shard 0 at {address} does not accept "
+                                                "connections: .*[Rr]efused"):
+            shards.start()
