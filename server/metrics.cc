@@ -67,9 +67,8 @@ void AddHistogram(MetricFamily* f, const prometheus::Histogram& h,
 // Everything a scrape returns about the shard, built at scrape time.
 class Collector final {
  public:
-  Collector(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
+  Collector(const Shard* shard, const Tarpit* tarpit)
       : shard_(shard),
-        udp_(udp),
         tarpit_(tarpit),
         push_seconds_(PushBuckets()),
         pull_seconds_(PullBuckets()) {
@@ -78,7 +77,8 @@ class Collector final {
     }
   }
 
-  std::vector<MetricFamily> Collect() const;
+  // With what `backends` count (detached by the caller before they go).
+  std::vector<MetricFamily> Collect(std::span<const transport::DataBackend* const> backends) const;
 
   void ObservePush(core::Duration elapsed, uint64_t payload_bytes) {
     push_seconds_.Observe(Seconds(elapsed));
@@ -102,7 +102,6 @@ class Collector final {
   static constexpr int64_t kNoCheckpoint = std::numeric_limits<int64_t>::min();
 
   const Shard* const shard_;
-  const transport::udp::Receiver* const udp_;
   const Tarpit* const tarpit_;
   prometheus::Histogram push_seconds_;
   prometheus::Histogram pull_seconds_;
@@ -114,10 +113,12 @@ class Collector final {
   std::atomic<int64_t> checkpoint_ns_{kNoCheckpoint};
 };
 
-std::vector<MetricFamily> Collector::Collect() const {
+std::vector<MetricFamily> Collector::Collect(
+    std::span<const transport::DataBackend* const> backends) const {
   const ShardStats st = shard_->stats();
-  const bool has_udp = udp_ != nullptr;
-  const transport::udp::Stats udp = has_udp ? udp_->stats() : transport::udp::Stats{};
+  const std::vector<Membership::State> states = shard_->MembershipStates();
+  std::vector<transport::BackendScrape> scrapes;
+  for (const transport::DataBackend* b : backends) scrapes.push_back(b->Collect(st, states));
   const ServerOptions& o = shard_->options();
   std::vector<MetricFamily> out;
 
@@ -189,8 +190,10 @@ std::vector<MetricFamily> Collector::Collect() const {
                                  MetricType::Counter);
   AddCounter(&received, static_cast<double>(plane_received_bytes_.load(std::memory_order_relaxed)),
              {{"transport", plane}});
-  if (has_udp) {
-    AddCounter(&received, static_cast<double>(udp.bytes), {{"transport", "udp"}});
+  for (size_t i = 0; i < backends.size(); ++i) {
+    if (!scrapes[i].received_bytes.has_value()) continue;
+    AddCounter(&received, static_cast<double>(*scrapes[i].received_bytes),
+               {{"transport", std::string(backends[i]->name())}});
   }
   out.push_back(std::move(received));
   MetricFamily sent = Family("ps_sent_bytes_total",
@@ -258,25 +261,11 @@ std::vector<MetricFamily> Collector::Collect() const {
     out.push_back(Gauge("ps_refusals_in_tarpit", "Refusal answers the tarpit holds now",
                         static_cast<double>(held.held_now)));
   }
-  internal::AddWorkerFamilies(st, shard_->MembershipStates(), has_udp, &out);
+  internal::AddWorkerFamilies(st, states, &out);
 
-  // --- UDP path ---
-  if (has_udp) {
-    out.push_back(Counter("ps_udp_chunks_accepted_total", "UDP chunks taken by the shard",
-                          static_cast<double>(st.udp_chunks_accepted)));
-    out.push_back(Counter("ps_udp_chunks_lost_total",
-                          "UDP chunks missing when their round closed (masked in the aggregate)",
-                          static_cast<double>(st.udp_chunks_lost)));
-    MetricFamily dropped = Family("ps_udp_datagrams_dropped_total",
-                                  "UDP datagrams dropped, by reason", MetricType::Counter);
-    const std::pair<const char*, uint64_t> reasons[] = {
-        {"malformed", udp.malformed}, {"unknown_session", udp.unknown_session},
-        {"forged", udp.forged},       {"replayed", udp.replayed},
-        {"stale", udp.stale},         {"refused", udp.refused}};
-    for (const auto& [reason, count] : reasons) {
-      AddCounter(&dropped, static_cast<double>(count), {{"reason", reason}});
-    }
-    out.push_back(std::move(dropped));
+  // --- the data backends' own ---
+  for (transport::BackendScrape& scrape : scrapes) {
+    for (transport::BackendFamily& f : scrape.families) out.push_back(internal::FamilyOf(std::move(f)));
   }
 
   // --- durability ---
@@ -298,8 +287,8 @@ std::vector<MetricFamily> Collector::Collect() const {
 
 class Metrics::Impl {
  public:
-  Impl(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
-      : collector(shard, udp, tarpit),
+  Impl(const Shard* shard, const Tarpit* tarpit)
+      : collector(shard, tarpit),
         shard(shard),
         endpoint(std::vector<net::HttpResource>{
             {"/metrics", "text/plain; version=0.0.4; charset=utf-8", [this] { return Render(); }},
@@ -325,11 +314,11 @@ class Metrics::Impl {
   }
 
   std::string Render() const {
-    std::vector<MetricFamily> families = collector.Collect();
+    std::vector<MetricFamily> families;
     {
       absl::ReaderMutexLock lock(&port_mu);
+      families = collector.Collect(backends);
       if (port_source) internal::AddPortFamilies(port_source(), &families);
-      if (data_plane_source) internal::AddDataPlaneFamilies(data_plane_source(), &families);
     }
     internal::AddEndpointFamilies(endpoint.stats(), &families);
     internal::AddProcessFamilies(&families);
@@ -342,13 +331,13 @@ class Metrics::Impl {
   const Shard* const shard;
   mutable absl::Mutex port_mu;
   PortSource port_source ABSL_GUARDED_BY(port_mu);
-  DataPlaneSource data_plane_source ABSL_GUARDED_BY(port_mu);
+  std::vector<const transport::DataBackend*> backends ABSL_GUARDED_BY(port_mu);
   // After the collector: destroyed (its thread joined) before what it renders.
   net::HttpEndpoint endpoint;
 };
 
-Metrics::Metrics(const Shard* shard, const transport::udp::Receiver* udp, const Tarpit* tarpit)
-    : impl_(std::make_unique<Impl>(shard, udp, tarpit)) {}
+Metrics::Metrics(const Shard* shard, const Tarpit* tarpit)
+    : impl_(std::make_unique<Impl>(shard, tarpit)) {}
 
 Metrics::~Metrics() { Stop(); }
 
@@ -375,12 +364,9 @@ void Metrics::SetPortSource(PortSource source) {
   // `source` (the old one) is destroyed here, outside the lock.
 }
 
-void Metrics::SetDataPlaneSource(DataPlaneSource source) {
-  {
-    absl::WriterMutexLock lock(&impl_->port_mu);
-    std::swap(impl_->data_plane_source, source);
-  }
-  // The old source is destroyed here, outside the lock.
+void Metrics::SetBackends(std::vector<const transport::DataBackend*> backends) {
+  absl::WriterMutexLock lock(&impl_->port_mu);
+  impl_->backends = std::move(backends);
 }
 
 std::string Metrics::Render() const { return impl_->Render(); }

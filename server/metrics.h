@@ -4,8 +4,8 @@
 // an embedded HTTP server (net::HttpEndpoint, net/http_endpoint.h: one Asio thread, a
 // deadline per connection, a cap on open connections).
 //
-// What the Shard and the UDP receiver already count (ShardStats, transport::udp::Stats) is read when
-// scraped, never counted a second time; only what the gRPC service alone sees (push
+// What the Shard and the data backends already count (ShardStats, each backend's
+// Collect(), server/transport/backend.h) is read when scraped, never counted a second time; only what the gRPC service alone sees (push
 // and pull latency, bytes in and out) and aggregation times are observed at the event,
 // through the Observe* methods.
 //
@@ -13,11 +13,11 @@
 // the same way, through a source of PortStats that the server sets once its ports are
 // up (SetPortSource); until then, and without one, those metrics are absent.
 //
-// Ownership: borrows the Shard, the UDP receiver and the Tarpit (both may be null); all
-// must outlive the Metrics, or at least every Render() and scrape (Stop() ends the
-// scrapes). What the port source reads must outlive every Render() (scrapes included)
-// until the source is replaced: SetPortSource(nullptr) detaches it, and returns only
-// once no Render() uses it any more (the server does so before its ports go).
+// Ownership: borrows the Shard and the Tarpit (which may be null); both must outlive the
+// Metrics, or at least every Render() and scrape (Stop() ends the scrapes). What the port
+// source reads, and the backends, must outlive every Render() (scrapes included) until
+// replaced: SetPortSource(nullptr) and SetBackends({}) detach them, and return only once
+// no Render() uses them any more (the server does so before its ports go).
 // Thread safety: every method may be called concurrently from any thread.
 #pragma once
 
@@ -33,8 +33,7 @@
 #include "server/port_stats.h"
 #include "server/shard.h"
 #include "server/tarpit.h"
-#include "server/transport/tcp/backend.h"
-#include "server/transport/udp/receiver.h"
+#include "server/transport/backend.h"
 
 namespace ps::server {
 
@@ -52,8 +51,7 @@ class Metrics {
   // Returns every port's stats, called at each Render().
   using PortSource = std::function<std::vector<PortStats>()>;
 
-  explicit Metrics(const Shard* shard, const transport::udp::Receiver* udp = nullptr,
-                   const Tarpit* tarpit = nullptr);
+  explicit Metrics(const Shard* shard, const Tarpit* tarpit = nullptr);
   // Stops serving first.
   ~Metrics();
   Metrics(const Metrics&) = delete;
@@ -72,11 +70,11 @@ class Metrics {
   // thread; once no Render() is using the previous source, it returns.
   void SetPortSource(PortSource source);
 
-  // The TCP data plane's connections (--data-plane tcp), read from `source` at each
-  // Render() from now on (empty: none, and its families are absent). Called from any
-  // thread; once no Render() is using the previous source, it returns.
-  using DataPlaneSource = std::function<transport::tcp::Stats()>;
-  void SetDataPlaneSource(DataPlaneSource source);
+  // The data backends with ports of their own (the UDP path, the TCP plane), each read
+  // through DataBackend::Collect at every Render() from now on (empty: none, and their
+  // families are absent). Called from any thread; once no Render() is using the previous
+  // ones, it returns.
+  void SetBackends(std::vector<const transport::DataBackend*> backends);
 
   // Every metric in the Prometheus text format, as a scrape returns it.
   std::string Render() const;

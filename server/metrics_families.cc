@@ -63,12 +63,10 @@ MetricFamily Gauge(std::string name, std::string help, double value) {
 // spare id (--max-workers) once it joined; of the refusals, those of late, malformed,
 // duplicate and quarantined pushes always, the other reasons once they occurred.
 void AddWorkerFamilies(const ShardStats& st, std::span<const Membership::State> states,
-                       bool has_udp, std::vector<MetricFamily>* out) {
+                       std::vector<MetricFamily>* out) {
   MetricFamily pushes = Family("ps_worker_pushes_total",
                                "Pushes of a worker taken into a round (gRPC or TCP)",
                                MetricType::Counter);
-  MetricFamily chunks = Family("ps_worker_udp_chunks_total",
-                               "UDP chunks of a worker taken into a round", MetricType::Counter);
   MetricFamily refused = Family("ps_worker_push_refusals_total",
                                 "Pushes and UDP chunks of a worker refused, by reason (late, "
                                 "duplicate, malformed, quarantined, ...)",
@@ -123,7 +121,6 @@ void AddWorkerFamilies(const ShardStats& st, std::span<const Membership::State> 
       m.summary.sample_sum = c.push_latency_seconds;
       latency.metric.push_back(std::move(m));
     }
-    AddCounter(&chunks, static_cast<double>(c.chunks_accepted), {{"worker", id}});
     for (size_t r = 0; r < c.refusals.size(); ++r) {
       // The reasons alerts watch start at 0 (so that increase() sees the first one);
       // the others appear with their first refusal.
@@ -139,7 +136,6 @@ void AddWorkerFamilies(const ShardStats& st, std::span<const Membership::State> 
   }
   out->push_back(std::move(pushes));
   out->push_back(std::move(latency));
-  if (has_udp) out->push_back(std::move(chunks));
   out->push_back(std::move(refused));
   out->push_back(std::move(missed));
   out->push_back(std::move(quarantines));
@@ -314,29 +310,20 @@ void AddProcessFamilies(std::vector<MetricFamily>* out) {
 }
 
 // The TCP data plane's connections (docs/metrics.md, "The data plane").
-void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFamily>* out) {
-  out->push_back(Counter("ps_data_connections_accepted_total",
-                         "Connections the TCP data port took (within its bounds)",
-                         static_cast<double>(s.accepted)));
-  out->push_back(Counter("ps_data_connections_refused_total",
-                         "Connections the TCP data port closed at accept (proven ones fill it; "
-                         "over a source's or the port's unproven bound, the oldest unproven "
-                         "connection is closed instead)",
-                         static_cast<double>(s.refused)));
-  out->push_back(Counter("ps_data_connections_admitted_total",
-                         "Data connections whose handshake proved a worker's data session",
-                         static_cast<double>(s.admitted)));
-  out->push_back(Gauge("ps_data_connections_open", "Connections open on the TCP data port",
-                       static_cast<double>(s.open)));
-  MetricFamily closed = Family("ps_data_connections_closed_total",
-                               "Connections the TCP data port closed or refused by its rules, by "
-                               "reason (docs/connections.md)",
-                               MetricType::Counter);
-  for (size_t i = 0; i < s.closed.size(); ++i) {
-    AddCounter(&closed, static_cast<double>(s.closed[i]),
-               {{"reason", std::string(CloseReasonName(static_cast<CloseReason>(i)))}});
+MetricFamily FamilyOf(transport::BackendFamily f) {
+  const bool counter = f.type == transport::BackendFamily::Type::kCounter;
+  MetricFamily out = Family(std::move(f.name), std::move(f.help),
+                            counter ? MetricType::Counter : MetricType::Gauge);
+  for (transport::MetricSeries& s : f.series) {
+    std::vector<ClientMetric::Label> labels;
+    for (auto& [name, value] : s.labels) labels.push_back({std::move(name), std::move(value)});
+    if (counter) {
+      AddCounter(&out, s.value, std::move(labels));
+    } else {
+      AddGauge(&out, s.value, std::move(labels));
+    }
   }
-  out->push_back(std::move(closed));
+  return out;
 }
 
 }  // namespace ps::server::internal

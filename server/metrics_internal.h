@@ -1,5 +1,5 @@
 // The metric families of server/metrics.cc built from what other parts count (the
-// ports, the TCP data plane, the metrics endpoint itself, the process, the per-worker
+// ports, the data backends, the metrics endpoint itself, the process, the per-worker
 // counts), and the helpers that build a family. Internal to the metrics; not installed.
 #pragma once
 
@@ -14,7 +14,7 @@
 #include "server/membership.h"
 #include "server/metrics.h"
 #include "server/shard_counters.h"
-#include "server/transport/tcp/backend.h"
+#include "server/transport/backend.h"
 
 namespace ps::server::internal {
 
@@ -30,13 +30,14 @@ void AddGauge(MetricFamily* f, double value, std::vector<ClientMetric::Label> la
 MetricFamily Counter(std::string name, std::string help, double value);
 MetricFamily Gauge(std::string name, std::string help, double value);
 
-// Per worker id: pushes, chunks (with UDP), refusals, slice rounds missed, quarantines.
+// Per worker id: pushes, refusals, slice rounds missed, quarantines, suspicion.
 // `states`: each worker id's membership; spares that never joined have no series.
 void AddWorkerFamilies(const ShardStats& st, std::span<const Membership::State> states,
-                       bool has_udp, std::vector<MetricFamily>* out);
+                       std::vector<MetricFamily>* out);
 void AddEndpointFamilies(const net::HttpEndpointStats& s, std::vector<MetricFamily>* out);
 void AddPortFamilies(const std::vector<PortStats>& ports, std::vector<MetricFamily>* out);
 void AddProcessFamilies(std::vector<MetricFamily>* out);
-void AddDataPlaneFamilies(const transport::tcp::Stats& s, std::vector<MetricFamily>* out);
+// A data backend's family (transport::BackendFamily) as Prometheus's.
+MetricFamily FamilyOf(transport::BackendFamily f);
 
 }  // namespace ps::server::internal

@@ -15,7 +15,7 @@
 #include "server/server_settings.h"
 #include "server/shard_front.h"
 #include "server/tarpit.h"
-#include "server/transport/tcp/backend.h"
+#include "server/transport/backend.h"
 #include "server/transport/udp/receiver.h"
 #include "spdlog/spdlog.h"
 
@@ -59,32 +59,28 @@ class ServerImpl final : public Server {
   }
 
   absl::Status Listen() {
-    if (options_.udp_port >= 0) {
-      PS_ASSIGN_OR_RETURN(udp_, transport::udp::Receiver::Start(
-                                    options_.host, static_cast<uint16_t>(options_.udp_port),
-                                    options_.udp_receive_buffer, options_.udp_threads,
-                                    shard_front_.get()));
-    }
-    if (options_.metrics_port >= 0) StartMetrics();
+    // The data backends with ports of their own, before the control port, whose Join
+    // answers name their ports.
     const ConnectionLimits limits = ConnectionBounds(options_);
-    if (options_.data_plane == core::DataPlane::kTcp) {
-      // Before the control port, whose Join answers name the data port; TLS as there,
-      // with the same certificate, key and client CA.
-      transport::tcp::Options data = transport::tcp::OptionsFrom(options_, limits);
-      data.tls_cert_pem = auth_->cert_pem();
-      data.tls_key_pem = auth_->key_pem();
-      data.tls_ca_pem = auth_->ca_pem();
-      auto keys = [a = auth_.get()](uint32_t worker, uint64_t session, std::string_view secret) {
-        return a->DataKeyOf(worker, session, secret);
-      };
-      PS_ASSIGN_OR_RETURN(tcp_, transport::tcp::Backend::Start(data, shard_front_.get(), keys, clock_));
-    }
+    transport::BackendContext context{.options = &options_, .limits = limits,
+                                      .front = shard_front_.get(), .clock = clock_,
+                                      .tls_cert_pem = auth_->cert_pem(),
+                                      .tls_key_pem = auth_->key_pem(),
+                                      .tls_ca_pem = auth_->ca_pem(),
+                                      .data_key_of = [a = auth_.get()](uint32_t worker, uint64_t session,
+                                                                       std::string_view secret) {
+                                        return a->DataKeyOf(worker, session, secret);
+                                      }};
+    PS_ASSIGN_OR_RETURN(backends_, transport::StartDataBackends(context));
+    if (options_.metrics_port >= 0) StartMetrics();
     PS_RETURN_IF_ERROR(control_->Start(limits, udp_port(), data_port()));
     if (metrics_ != nullptr) {
       // Every port is up: scrapes read their connections, calls and watches from here
       // (detached in Release(), before the ports go).
       metrics_->SetPortSource([c = control_.get()] { return c->PortStatsNow(); });
-      if (tcp_ != nullptr) metrics_->SetDataPlaneSource([t = tcp_.get()] { return t->stats(); });
+      std::vector<const transport::DataBackend*> backends;
+      for (const auto& b : backends_) backends.push_back(b.get());
+      metrics_->SetBackends(std::move(backends));
       PS_RETURN_IF_ERROR(metrics_->Serve(options_.host, static_cast<uint16_t>(options_.metrics_port)));
     }
     control_->serving().SetPeersAgree(true);
@@ -109,11 +105,12 @@ class ServerImpl final : public Server {
   }
 
   uint16_t port() const override { return control_->port(); }
-  uint16_t udp_port() const override { return udp_ != nullptr ? udp_->port() : 0; }
-  uint16_t data_port() const override { return tcp_ != nullptr ? tcp_->port() : 0; }
+  uint16_t udp_port() const override { return PortOf("udp"); }
+  uint16_t data_port() const override { return PortOf("tcp"); }
   std::optional<transport::udp::Stats> udp_stats() const override {
-    if (udp_ == nullptr) return std::nullopt;
-    return udp_->stats();
+    const auto* udp = dynamic_cast<const transport::udp::Receiver*>(transport::FindBackend(backends_, "udp"));
+    if (udp == nullptr) return std::nullopt;
+    return udp->stats();
   }
   uint16_t metrics_port() const override { return metrics_ != nullptr ? metrics_->port() : 0; }
   uint16_t health_port() const override { return control_->health_port(); }
@@ -133,19 +130,24 @@ class ServerImpl final : public Server {
     control_->StopAccepting();
     // Held refusals go out now: the servers wait for their calls.
     tarpit_->Stop();
-    // After the tarpit, whose held answers would be written to its connections: every
-    // data connection closed (its pulls and buffers freed), its threads joined.
-    if (tcp_ != nullptr) tcp_->Stop();
+    // After the tarpit, whose held answers would be written to their connections: every
+    // data connection closed (its pulls and buffers freed), every backend thread joined.
+    for (const auto& b : backends_) b->Stop();
     control_->Shutdown(until);
     control_->StopFronts();
     if (ticker_ != nullptr) ticker_->Stop();
     if (peers_ != nullptr) peers_->Stop();
-    // Scrapes read the shard, the UDP receiver and the ports: they end before any goes.
+    // Scrapes read the shard, the backends and the ports: they end before any goes.
     if (metrics_ != nullptr) metrics_->Stop();
     LogStopped();
   }
 
  private:
+  uint16_t PortOf(std::string_view backend) const {
+    const transport::DataBackend* b = transport::FindBackend(backends_, backend);
+    return b != nullptr ? b->port() : 0;
+  }
+
   static std::chrono::system_clock::time_point TimeOf(int64_t unix_s) {
     return std::chrono::system_clock::time_point(std::chrono::seconds(unix_s));
   }
@@ -154,13 +156,12 @@ class ServerImpl final : public Server {
   void Release() {
     if (metrics_ != nullptr) {
       metrics_->SetPortSource(nullptr);
-      metrics_->SetDataPlaneSource(nullptr);
+      metrics_->SetBackends({});
     }
     ticker_.reset();
     control_.reset();  // its ports, then its services and health
     checkpointer_.reset();
-    tcp_.reset();  // its connections hold pulls of shard_front_
-    udp_.reset();
+    backends_.clear();  // their connections hold pulls of shard_front_
     shard_front_.reset();
     shard_.reset();  // its last aggregation jobs may still hand peers_ a share, metrics_ a time
     peers_.reset();
@@ -171,7 +172,7 @@ class ServerImpl final : public Server {
   }
 
   void StartMetrics() {
-    metrics_ = std::make_unique<Metrics>(shard_.get(), udp_.get(), tarpit_.get());
+    metrics_ = std::make_unique<Metrics>(shard_.get(), tarpit_.get());
     shard_front_->set_metrics(metrics_.get());
     if (checkpointer_ != nullptr && checkpointer_->info().restored_unix_s != 0) {
       metrics_->SetCheckpointTime(TimeOf(checkpointer_->info().restored_unix_s));
@@ -207,8 +208,7 @@ class ServerImpl final : public Server {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<ControlPlane> control_;
   std::unique_ptr<Metrics> metrics_;
-  std::unique_ptr<transport::udp::Receiver> udp_;
-  std::unique_ptr<transport::tcp::Backend> tcp_;
+  std::vector<std::unique_ptr<transport::DataBackend>> backends_;
   std::unique_ptr<DeadlineTicker> ticker_;
   std::unique_ptr<Peers> peers_;
 };
@@ -223,11 +223,7 @@ void ServerImpl::LogServing() const {
                limits.cpus_from, EffectiveMaxShardBytes(options_) >> 20,
                options_.max_shard_bytes == 0 ? "--max-shard-bytes 0: half" : "--max-shard-bytes",
                limits.memory_from);
-  if (udp_ != nullptr) spdlog::info("shard {}: UDP gradient path on {}", id, HostPort(options_.host, udp_port()));
-  if (tcp_ != nullptr) {
-    spdlog::info("shard {}: TCP data plane on {} ({} threads)", id, HostPort(options_.host, data_port()),
-                 options_.data_threads);
-  }
+  for (const auto& b : backends_) spdlog::info("shard {}: {}", id, b->ServingLine());
   if (metrics_ != nullptr) {
     spdlog::info("shard {}: metrics on http://{}/metrics", id, HostPort(options_.host, metrics_port()));
   }
@@ -235,9 +231,9 @@ void ServerImpl::LogServing() const {
 
 void ServerImpl::LogStopped() const {
   const ShardStats st = shard_->stats();
-  if (udp_ != nullptr) {
-    spdlog::info("shard {}: UDP: {}", options_.shard_id,
-                 transport::udp::TotalsLine(udp_->stats(), st.udp_chunks_lost));
+  for (const auto& b : backends_) {
+    const std::string line = b->TotalsLine(st);
+    if (!line.empty()) spdlog::info("shard {}: {}", options_.shard_id, line);
   }
   spdlog::info("shard {}: stopped after {}", options_.shard_id, TotalsLine(st, shard_->model_scope()));
 }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "codecs/codec.h"
 #include "core/fp32_bytes.h"
+#include "server/transport/udp/receiver.h"
 #include "tests/net/metrics_text.h"
 
 namespace ps::server {
@@ -262,7 +263,8 @@ TEST_F(MetricsTest, UdpDropsByReasonAndDatagramBytes) {
   ShardFront front(shard_.get(), nullptr, nullptr);
   auto udp = transport::udp::Receiver::Start("127.0.0.1", 0, 1 << 20, 1, &front);
   ASSERT_TRUE(udp.ok()) << udp.status();
-  Metrics metrics(shard_.get(), udp->get());
+  Metrics metrics(shard_.get());
+  metrics.SetBackends({udp->get()});
   EXPECT_EQ((*udp)->Handle("not a datagram").code(), absl::StatusCode::kInvalidArgument);
   const auto m = ParseMetrics(metrics.Render());
   EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"udp\"}"), 14);

@@ -20,6 +20,7 @@
 #include "core/thread_pool.h"
 #include "net/address.h"
 #include "net/data_stream_internal.h"
+#include "server/server_settings.h"
 #include "server/transport/tcp/connection.h"
 #include "spdlog/spdlog.h"
 
@@ -300,5 +301,52 @@ absl::StatusOr<std::unique_ptr<Backend>> Backend::Start(const Options& options, 
 uint16_t Backend::port() const { return impl_->port(); }
 Stats Backend::stats() const { return impl_->stats(); }
 void Backend::Stop() { impl_->Stop(); }
+
+std::string Backend::ServingLine() const {
+  const Options& o = impl_->options();
+  return absl::StrCat("TCP data plane on ", server::HostPort(o.host, port()), " (", o.threads,
+                      " threads)");
+}
+
+BackendScrape Backend::Collect(const ShardStats& /*shard*/,
+                               std::span<const Membership::State> /*states*/) const {
+  const Stats s = stats();
+  auto one = [](std::string name, std::string help, BackendFamily::Type type, double value) {
+    return BackendFamily{std::move(name), std::move(help), type, {{{}, value}}};
+  };
+  using Type = BackendFamily::Type;
+  BackendScrape out;
+  out.families.push_back(one("ps_data_connections_accepted_total",
+                             "Connections the TCP data port took (within its bounds)",
+                             Type::kCounter, static_cast<double>(s.accepted)));
+  out.families.push_back(one("ps_data_connections_refused_total",
+                             "Connections the TCP data port closed at accept (proven ones fill it; "
+                             "over a source's or the port's unproven bound, the oldest unproven "
+                             "connection is closed instead)",
+                             Type::kCounter, static_cast<double>(s.refused)));
+  out.families.push_back(one("ps_data_connections_admitted_total",
+                             "Data connections whose handshake proved a worker's data session",
+                             Type::kCounter, static_cast<double>(s.admitted)));
+  out.families.push_back(one("ps_data_connections_open", "Connections open on the TCP data port",
+                             Type::kGauge, static_cast<double>(s.open)));
+  BackendFamily closed{"ps_data_connections_closed_total",
+                       "Connections the TCP data port closed or refused by its rules, by reason "
+                       "(docs/connections.md)",
+                       Type::kCounter, {}};
+  for (size_t i = 0; i < s.closed.size(); ++i) {
+    closed.series.push_back({{{"reason", std::string(CloseReasonName(static_cast<CloseReason>(i)))}},
+                             static_cast<double>(s.closed[i])});
+  }
+  out.families.push_back(std::move(closed));
+  return out;
+}
+
+std::string Backend::TotalsLine(const ShardStats& /*shard*/) const {
+  const Stats s = stats();
+  uint64_t closed = 0;
+  for (uint64_t n : s.closed) closed += n;
+  return absl::StrCat("TCP data plane: ", s.accepted, " connections taken, ", s.admitted,
+                      " admitted, ", s.refused, " refused at accept, ", closed, " closed by its rules");
+}
 
 }  // namespace ps::server::transport::tcp

@@ -8,8 +8,8 @@
 // and pulls through the ShardFront, whose rules and refusals are every plane's. With a
 // certificate, every connection runs TLS first (net/data_stream_internal.h).
 //
-// This header has no Asio type: the server wires the backend up without seeing the
-// transport.
+// A DataBackend (server/transport/backend.h): the server starts it from the backend list
+// and sees it through that interface only. This header has no Asio type.
 //
 // Thread safety: port() and stats() from any thread; Stop() (also the destructor) from
 // the owner, once serving is over. Borrowed: the front (and its shard) and the clock
@@ -30,6 +30,7 @@
 #include "server/connection_table.h"
 #include "server/options.h"
 #include "server/shard_front.h"
+#include "server/transport/backend.h"
 
 namespace ps::server::transport::tcp {
 
@@ -61,10 +62,8 @@ struct Options {
 // Authenticator read it for the control port).
 Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits);
 
-// The key of a connection's proofs for a worker's data session (crypto::DataKey): the
-// server's Authenticator binds it to the worker's token. Null: the session's secret.
-using KeyOf = std::function<std::string(uint32_t worker, uint64_t data_session,
-                                        std::string_view secret)>;
+// The key of a connection's proofs (backend.h).
+using KeyOf = DataKeyOf;
 
 struct Stats {
   uint64_t accepted = 0;  // connections taken by the table
@@ -76,20 +75,27 @@ struct Stats {
   std::array<uint64_t, static_cast<size_t>(CloseReason::kCount)> closed{};
 };
 
-class Backend {
+class Backend final : public DataBackend {
  public:
   // Binds host:port and starts serving. UNAVAILABLE naming the address when it cannot;
   // INVALID_ARGUMENT when OpenSSL refuses the TLS material.
   static absl::StatusOr<std::unique_ptr<Backend>> Start(const Options& options, ShardFront* front,
                                                         KeyOf key_of, core::Clock* clock);
-  ~Backend();
+  ~Backend() override;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;
 
-  uint16_t port() const;
+  std::string_view name() const override { return "tcp"; }
+  uint16_t port() const override;
   Stats stats() const;
+  // "TCP data plane on HOST:PORT (N threads)".
+  std::string ServingLine() const override;
+  // ps_data_connections_* (docs/metrics.md); its bytes are the front's.
+  BackendScrape Collect(const ShardStats& shard,
+                        std::span<const Membership::State> states) const override;
+  std::string TotalsLine(const ShardStats& shard) const override;
   // Stops accepting, closes every connection and joins the threads. Idempotent.
-  void Stop();
+  void Stop() override;
 
  private:
   class Impl;

@@ -20,6 +20,7 @@
 #include "core/status.h"
 #include "net/address.h"
 #include "net/udp_frame.h"
+#include "server/server_settings.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server::transport::udp {
@@ -34,8 +35,10 @@ class Receiver::Impl {
  public:
   explicit Impl(ShardFront* front) : front_(front), shard_(front->shard()), socket_(io_) {}
 
-  ~Impl() {
-    stopping_.store(true);
+  ~Impl() { Stop(); }
+
+  void Stop() {
+    if (stopping_.exchange(true)) return;
     // Wakes every thread blocked in recvmmsg (it returns 0): on Linux this works on an
     // unconnected UDP socket too, although the call reports ENOTCONN.
     if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
@@ -44,6 +47,7 @@ class Receiver::Impl {
 
   absl::Status Open(const std::string& host, uint16_t port, uint32_t receive_buffer,
                     uint32_t threads) {
+    host_ = host;
     PS_ASSIGN_OR_RETURN(const asio::ip::address address,
                         net::ResolveHost(host, "UDP listen address"));
     boost::system::error_code ec;
@@ -64,6 +68,7 @@ class Receiver::Impl {
   }
 
   uint16_t port() const { return port_; }
+  const std::string& host() const { return host_; }
 
   Stats stats() const {
     Stats s;
@@ -177,6 +182,7 @@ class Receiver::Impl {
   Shard* const shard_;
   asio::io_context io_;
   udp::socket socket_;
+  std::string host_;
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
@@ -184,12 +190,13 @@ class Receiver::Impl {
       replayed_{0}, stale_{0}, refused_{0};
 };
 
-std::string TotalsLine(const Stats& u, uint64_t chunks_lost) {
-  return absl::StrCat(u.received, " chunks taken, ", chunks_lost, " lost, ", u.malformed,
-                      " malformed, ", u.unknown_session, " unknown session, ", u.forged,
-                      " forged, ", u.replayed, " replayed, ", u.stale, " stale, ", u.refused,
-                      " refused");
+namespace {
+
+BackendFamily Counter(std::string name, std::string help, double value) {
+  return BackendFamily{std::move(name), std::move(help), BackendFamily::Type::kCounter, {{{}, value}}};
 }
+
+}  // namespace
 
 Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Receiver::~Receiver() = default;
@@ -206,5 +213,50 @@ absl::StatusOr<std::unique_ptr<Receiver>> Receiver::Start(const std::string& hos
 uint16_t Receiver::port() const { return impl_->port(); }
 Stats Receiver::stats() const { return impl_->stats(); }
 absl::Status Receiver::Handle(std::string_view datagram) { return impl_->Handle(datagram); }
+void Receiver::Stop() { impl_->Stop(); }
+
+std::string Receiver::ServingLine() const {
+  return absl::StrCat("UDP gradient path on ", HostPort(impl_->host(), port()));
+}
+
+BackendScrape Receiver::Collect(const ShardStats& shard,
+                                std::span<const Membership::State> states) const {
+  const Stats u = stats();
+  BackendScrape out;
+  out.received_bytes = u.bytes;
+  out.families.push_back(Counter("ps_udp_chunks_accepted_total", "UDP chunks taken by the shard",
+                                 static_cast<double>(shard.udp_chunks_accepted)));
+  out.families.push_back(Counter("ps_udp_chunks_lost_total",
+                                 "UDP chunks missing when their round closed (masked in the aggregate)",
+                                 static_cast<double>(shard.udp_chunks_lost)));
+  BackendFamily dropped{"ps_udp_datagrams_dropped_total", "UDP datagrams dropped, by reason",
+                        BackendFamily::Type::kCounter, {}};
+  const std::pair<const char*, uint64_t> reasons[] = {
+      {"malformed", u.malformed}, {"unknown_session", u.unknown_session},
+      {"forged", u.forged},       {"replayed", u.replayed},
+      {"stale", u.stale},         {"refused", u.refused}};
+  for (const auto& [reason, count] : reasons) {
+    dropped.series.push_back({{{"reason", reason}}, static_cast<double>(count)});
+  }
+  out.families.push_back(std::move(dropped));
+  // Per worker id, as the shard's per-worker families (spares that never joined: none).
+  BackendFamily chunks{"ps_worker_udp_chunks_total", "UDP chunks of a worker taken into a round",
+                       BackendFamily::Type::kCounter, {}};
+  for (size_t w = 0; w < shard.workers.size(); ++w) {
+    if (w < states.size() && states[w] == Membership::State::kSpare) continue;
+    chunks.series.push_back({{{"worker", absl::StrCat(w)}},
+                             static_cast<double>(shard.workers[w].chunks_accepted)});
+  }
+  out.families.push_back(std::move(chunks));
+  return out;
+}
+
+std::string Receiver::TotalsLine(const ShardStats& shard) const {
+  const Stats u = stats();
+  return absl::StrCat("UDP: ", u.received, " chunks taken, ", shard.udp_chunks_lost, " lost, ", u.malformed,
+                      " malformed, ", u.unknown_session, " unknown session, ", u.forged,
+                      " forged, ", u.replayed, " replayed, ", u.stale, " stale, ", u.refused,
+                      " refused");
+}
 
 }  // namespace ps::server::transport::udp

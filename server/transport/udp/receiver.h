@@ -6,6 +6,8 @@
 // retransmitted: a datagram that fails any step is dropped and counted by why (the
 // shard's refusals by their kind).
 //
+// A DataBackend (server/transport/backend.h), started from the backend list.
+//
 // Thread safety: `threads` owned threads share the socket, each taking up to 16
 // datagrams per recvmmsg call and handling them in turn; Handle() and stats() may be
 // called from any thread. The front (and its shard) is borrowed and must outlive the
@@ -19,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "server/shard_front.h"
+#include "server/transport/backend.h"
 
 namespace ps::server::transport::udp {
 
@@ -33,22 +36,30 @@ struct Stats {
   uint64_t refused = 0;          // other refusals (unknown slice, future round, no layout, ...)
 };
 
-// The totals a stopping shard logs; `chunks_lost`: the shard's count of chunks never received.
-std::string TotalsLine(const Stats& u, uint64_t chunks_lost);
-
-class Receiver {
+class Receiver final : public DataBackend {
  public:
   // Binds `host`:`port` (0: a free port) with a receive buffer of `receive_buffer`
   // bytes (the kernel may grant less) and starts `threads` (>= 1) receiving threads.
   static absl::StatusOr<std::unique_ptr<Receiver>> Start(const std::string& host, uint16_t port,
                                                          uint32_t receive_buffer, uint32_t threads,
                                                          ShardFront* front);
-  ~Receiver();
+  ~Receiver() override;
   Receiver(const Receiver&) = delete;
   Receiver& operator=(const Receiver&) = delete;
 
-  uint16_t port() const;
+  std::string_view name() const override { return "udp"; }
+  uint16_t port() const override;
   Stats stats() const;
+  // "UDP gradient path on HOST:PORT".
+  std::string ServingLine() const override;
+  // Its datagram bytes (ps_received_bytes_total{transport="udp"}), ps_udp_* and
+  // ps_worker_udp_chunks_total (docs/metrics.md).
+  BackendScrape Collect(const ShardStats& shard,
+                        std::span<const Membership::State> states) const override;
+  // "UDP: N chunks taken, M lost, ..." (the shard's chunks never received among them).
+  std::string TotalsLine(const ShardStats& shard) const override;
+  // Stops the receiving threads (a datagram being handled is finished). Idempotent.
+  void Stop() override;
   // What the receiving thread does with one datagram (also used by tests and the fuzz
   // target). Returns why it was dropped, or OK when the shard took the chunk.
   absl::Status Handle(std::string_view datagram);
