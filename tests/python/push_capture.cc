@@ -110,7 +110,13 @@ class Relay final : public grpc::ServerGenericBidiReactor {
     upstream_.RemoveHold();
   }
   void OnWriteDone(bool ok) override {
-    if (ok) upstream_.StartRead(&response_);
+    if (ok) {
+      upstream_.StartRead(&response_);
+    } else {
+      // The worker's side is gone: end the upstream call rather than leave its
+      // responses unread (they would hold the shared connection's flow-control window).
+      client_ctx_.TryCancel();
+    }
   }
   void OnCancel() override { client_ctx_.TryCancel(); }
   void OnDone() override { Release(); }
