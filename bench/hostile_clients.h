@@ -149,7 +149,8 @@ class Attacker {
   // The data port with worker 3's data session from the newest join.
   DataPortTarget data_target() const;
 #endif
-  // The UDP path's port, session id and key from the newest join (port 0: none).
+  // The UDP path's port, session id and datagram key (the secret bound to the token)
+  // from the newest join (port 0: none).
   uint16_t udp_port() const;
   uint64_t udp_session() const;
   std::string udp_key() const;

@@ -25,6 +25,7 @@ namespace {
 constexpr std::string_view kChallengeLabel = "ps-server challenge v1";
 constexpr std::string_view kCallLabel = "ps-server call v1";
 constexpr std::string_view kDataKeyLabel = "ps-data key v1";
+constexpr std::string_view kUdpKeyLabel = "ps-udp key v1";
 constexpr std::string_view kDataServerLabel = "ps-data server v1";
 constexpr std::string_view kDataClientLabel = "ps-data client v1";
 
@@ -101,6 +102,11 @@ std::string CallProof(std::string_view token, std::string_view key, std::string_
 std::string DataKey(std::string_view token, std::string_view key, std::string_view server,
                     uint64_t data_session, std::string_view data_secret) {
   return Mac(token, kDataKeyLabel, {key, server, absl::StrCat(data_session), data_secret});
+}
+
+std::string UdpKey(std::string_view token, std::string_view key, std::string_view server,
+                   uint64_t data_session, std::string_view udp_secret) {
+  return Mac(token, kUdpKeyLabel, {key, server, absl::StrCat(data_session), udp_secret});
 }
 
 std::string DataServerProof(std::string_view k, std::string_view server, uint64_t data_session,

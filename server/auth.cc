@@ -293,19 +293,33 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
   return caller;
 }
 
-std::string Authenticator::DataKeyOf(uint32_t worker, uint64_t data_session,
-                                     std::string_view secret) const {
+std::optional<std::pair<std::string, std::string>> Authenticator::WorkerTokenAndKey(
+    uint32_t worker) const {
   const core::Identity id{core::Identity::Kind::kWorker, worker};
   // The derived token is named by the identity itself (crypto::TokenKey).
   if (std::optional<Key> derived = FindKey(id.Name()); derived.has_value()) {
-    return crypto::DataKey(derived->token, id.Name(), self_.Name(), data_session, secret);
+    return std::make_pair(derived->token, id.Name());
   }
   if (tokens_.has_value()) {
     if (std::optional<std::string> token = tokens_->TokenOf(id); token.has_value()) {
-      return crypto::DataKey(*token, crypto::TokenKey(*token), self_.Name(), data_session, secret);
+      return std::make_pair(*token, crypto::TokenKey(*token));
     }
   }
-  return std::string(secret);
+  return std::nullopt;
+}
+
+std::string Authenticator::DataKeyOf(uint32_t worker, uint64_t data_session,
+                                     std::string_view secret) const {
+  const auto token = WorkerTokenAndKey(worker);
+  if (!token.has_value()) return std::string(secret);
+  return crypto::DataKey(token->first, token->second, self_.Name(), data_session, secret);
+}
+
+std::string Authenticator::UdpKeyOf(uint32_t worker, uint64_t data_session,
+                                    std::string_view secret) const {
+  const auto token = WorkerTokenAndKey(worker);
+  if (!token.has_value()) return std::string(secret);
+  return crypto::UdpKey(token->first, token->second, self_.Name(), data_session, secret);
 }
 
 core::ClientCredentials Authenticator::PeerCredentials(uint32_t shard_id) const {

@@ -105,6 +105,9 @@ class Authenticator {
   // --insecure). The worker must key with the same token: with both a secret and a token
   // file, the derived one.
   std::string DataKeyOf(uint32_t worker, uint64_t data_session, std::string_view secret) const;
+  // The key of `worker`'s UDP datagrams (crypto::UdpKey) from the session's UDP secret,
+  // bound to the same token as DataKeyOf's, else the secret itself.
+  std::string UdpKeyOf(uint32_t worker, uint64_t data_session, std::string_view secret) const;
 
   // The listening port's TLS material (PEM text; all empty: plaintext).
   const std::string& cert_pem() const { return cert_pem_; }
@@ -128,6 +131,10 @@ class Authenticator {
   // The token `key` names: from keys_, else (an identity beyond those made at start)
   // derived from the secret now.
   std::optional<Key> FindKey(std::string_view key) const;
+  // The token `worker` proves itself with and the key that names it (the derived one,
+  // named by the identity, else the token file's, named by its digest); none without
+  // tokens. The data sessions' keys are bound to it.
+  std::optional<std::pair<std::string, std::string>> WorkerTokenAndKey(uint32_t worker) const;
   bool takes_tokens() const { return tokens_.has_value() || !secret_.empty(); }
   absl::StatusOr<core::Identity> VerifyProof(std::string_view value, std::string* charge_to) const;
 

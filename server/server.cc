@@ -32,6 +32,9 @@ class ServerImpl final : public Server {
     pool_ = std::make_unique<core::ThreadPool>(options.threads, "ps-agg");
     shard_ = std::make_unique<Shard>(options, static_cast<uint32_t>(options.shard_id),
                                      std::move(rule), clock, pool_.get());
+    shard_->SetUdpKeyOf([a = auth_.get()](uint32_t worker, uint64_t session, std::string_view secret) {
+      return a->UdpKeyOf(worker, session, secret);
+    });
     shard_front_ = std::make_unique<ShardFront>(shard_.get(), limiter_.get(), tarpit_.get());
     if (!options_.checkpoint_dir.empty()) {
       checkpointer_ = std::make_unique<Checkpointer>(

@@ -29,8 +29,17 @@ absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
                  kDataSecretBytes) != 1) {
     return absl::InternalError("no randomness for a session token");
   }
-  PS_ASSIGN_OR_RETURN(net::DatagramKey udp_key, net::DatagramKey::Random());
-  issued.udp_key = std::string(udp_key.bytes());
+  PS_ASSIGN_OR_RETURN(const net::DatagramKey secret, net::DatagramKey::Random());
+  issued.udp_key = std::string(secret.bytes());
+  UdpKeyOf key_of;
+  {
+    absl::MutexLock lock(&mu_);
+    key_of = udp_key_of_;
+  }
+  PS_ASSIGN_OR_RETURN(net::DatagramKey udp_key,
+                      net::DatagramKey::FromBytes(
+                          key_of ? key_of(worker_id, issued.data_session, issued.udp_key)
+                                 : issued.udp_key));
   auto data = std::make_shared<const DataSession>(
       DataSession{worker_id, std::move(udp_key), issued.data_secret});
   absl::MutexLock lock(&mu_);
@@ -45,6 +54,11 @@ absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
   data_sessions_[issued.data_session] = std::move(data);
   issued.joins = ++joins_[worker_id];
   return issued;
+}
+
+void SessionTable::SetUdpKeyOf(UdpKeyOf key_of) {
+  absl::MutexLock lock(&mu_);
+  udp_key_of_ = std::move(key_of);
 }
 
 std::optional<uint32_t> SessionTable::WorkerOf(std::string_view session) const {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,7 +28,7 @@ namespace ps::server {
 // Who may send data under a data session id, and the session's secrets.
 struct DataSession {
   uint32_t worker_id = 0;
-  net::DatagramKey key;  // UDP: the datagrams' MAC key
+  net::DatagramKey key;  // UDP: the datagrams' key (SessionTable::UdpKeyOf the secret)
   std::string secret;    // TCP: the handshake's secret (kDataSecretBytes; crypto::DataKey)
 };
 
@@ -40,10 +41,18 @@ class SessionTable {
   struct Issued {
     std::string session;
     uint64_t data_session = 0;
-    std::string udp_key;      // the MAC key's bytes, handed to the worker over gRPC
+    std::string udp_key;      // the UDP secret, handed to the worker over gRPC (the
+                              // datagrams' key is UdpKeyOf it)
     std::string data_secret;  // the TCP handshake's secret, handed over likewise
     uint64_t joins = 0;       // joins of this worker so far, this one included
   };
+  // The datagrams' key from the UDP secret handed to `worker` (the server binds it to the
+  // worker's token, crypto::UdpKey, as the TCP handshake's key). Unset: the secret itself.
+  using UdpKeyOf = std::function<std::string(uint32_t worker, uint64_t data_session,
+                                             std::string_view secret)>;
+  // Set before the first Issue (the server does, before it serves).
+  void SetUdpKeyOf(UdpKeyOf key_of);
+
   // Fresh sessions for `worker_id` (< num_workers), replacing its earlier ones. INTERNAL
   // when the system has no randomness.
   absl::StatusOr<Issued> Issue(uint32_t worker_id);
@@ -60,6 +69,7 @@ class SessionTable {
 
  private:
   mutable absl::Mutex mu_;
+  UdpKeyOf udp_key_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<const DataSession>> data_sessions_

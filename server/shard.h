@@ -251,6 +251,9 @@ class Shard {
   std::optional<core::SteadyTime> NextDeadline() const;
   // Called (without locks held) whenever a new, earlier deadline may exist.
   void SetDeadlineListener(std::function<void()> listener);
+  // How a join's UDP secret becomes its datagrams' key (SessionTable::SetUdpKeyOf): the
+  // server binds it to the worker's token. Before the first Join.
+  void SetUdpKeyOf(SessionTable::UdpKeyOf key_of) { sessions_.SetUdpKeyOf(std::move(key_of)); }
 
   // Called on the aggregating (pool) thread with the time each aggregation step took
   // (metrics); must be quick and thread-safe. Null turns it off.

@@ -168,6 +168,24 @@ TEST(AuthProofTest, DataKeyAndProofsMatchTheirDefinition) {
             "6931817064ad46c1d2ad07ab62d74dd4b3b22ee1952e5c88a8af34ef085c33f5");
 }
 
+// The UDP datagrams' key, byte for byte. Python: hmac.new(b"token-A", b"ps-udp key
+// v1\0worker-3\0shard-1\01234567890123\0" + bytes(range(32)) + b"\0", sha256).digest().
+// Its own label: never the TCP handshake's key for the same inputs.
+TEST(AuthProofTest, UdpKeyMatchesItsDefinitionAndIsBoundToEveryInput) {
+  const std::string secret = Counting(0, 32);
+  const std::string k = UdpKey("token-A", "worker-3", "shard-1", 1234567890123, secret);
+  EXPECT_EQ(HexOf(k), "ad7917b58f1e6477128d693778fad56a3327af32b659ba3ec08920d9ff15aa00");
+  EXPECT_FALSE(SameProof(k, DataKey("token-A", "worker-3", "shard-1", 1234567890123, secret)));
+  for (const std::string& other :
+       {UdpKey("token-B", "worker-3", "shard-1", 1234567890123, secret),
+        UdpKey("token-A", "worker-2", "shard-1", 1234567890123, secret),
+        UdpKey("token-A", "worker-3", "shard-0", 1234567890123, secret),
+        UdpKey("token-A", "worker-3", "shard-1", 1234567890124, secret),
+        UdpKey("token-A", "worker-3", "shard-1", 1234567890123, Counting(1, 32))}) {
+    EXPECT_FALSE(SameProof(k, other));
+  }
+}
+
 TEST(AuthProofTest, DataProofsAreBoundToEveryInput) {
   const std::string token = DeriveToken(*NewSecret(), kWorker0);
   const std::string key = TokenKey(token);

@@ -36,6 +36,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "codecs/codec.h"
+#include "crypto/auth_proof.h"
 #include "crypto/cluster_secret.h"
 #include "core/refusal.h"
 #include "net/grpc_credentials.h"
@@ -148,7 +149,7 @@ Trained TrainHonestly(ShardProcess& shard, uint32_t rounds) {
 }
 
 // Worker 3 with its own token: joins over gRPC (which hands it its UDP port, session and
-// key) and, as each round opens (it pulls the round's version like a worker), sends one
+// secret, from which its token makes the datagrams' key) and, as each round opens (it pulls the round's version like a worker), sends one
 // valid datagram for every slice: chunk 0 of 512 values of 1e4. Nothing else.
 class UdpAttacker {
  public:
@@ -164,7 +165,10 @@ class UdpAttacker {
     EXPECT_NE(joined.udp_port(), 0u) << "the shard runs --udp-port";
     session_ = joined.session();
     udp_session_ = joined.udp_session();
-    absl::StatusOr<net::DatagramKey> key = net::DatagramKey::FromBytes(joined.udp_key());
+    // The key its datagrams are authenticated with: the UDP secret bound to its token.
+    absl::StatusOr<net::DatagramKey> key = net::DatagramKey::FromBytes(
+        crypto::UdpKey(token_, crypto::TokenKey(token_), absl::StrCat("shard-", joined.shard_id()),
+                       udp_session_, joined.udp_key()));
     EXPECT_TRUE(key.ok()) << key.status();
     if (key.ok()) key_ = std::make_unique<net::DatagramKey>(*key);
     socket_ = ::socket(AF_INET, SOCK_DGRAM, 0);
@@ -310,6 +314,9 @@ TEST_P(HostileRoundsTest, UdpRoundsKeepTheirQuorumWhenOneWorkerSendsADatagramPer
   // the attacked run took about as long as the clean one (every round of both waits for
   // its deadline).
   EXPECT_THAT(shard.Log(), ::testing::Not(::testing::ContainsRegex("round [0-9]+ of slice [0-9]+ dropped")));
+  // The attacker's datagrams were authentic (the key its token binds, as a worker's):
+  // none was dropped as forged, so they reached the rounds the test is about.
+  EXPECT_THAT(shard.Log(), ::testing::Not(::testing::HasSubstr("UDP datagram dropped (forged")));
   EXPECT_LT(attacked.seconds, 3 * clean.seconds + 5)
       << attacked.seconds << " s against " << clean.seconds << " s";
   EXPECT_TRUE(shard.Alive());

@@ -239,6 +239,10 @@ TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
             crypto::DataKey(derived, "worker-1", "shard-1", 77, secret));
   EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(1, 78, secret));
   EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(0, 77, secret));
+  // The datagrams' key: the same binding under its own label.
+  EXPECT_EQ(auth_->UdpKeyOf(1, 77, secret), crypto::UdpKey(derived, "worker-1", "shard-1", 77, secret));
+  EXPECT_NE(auth_->UdpKeyOf(1, 77, secret), auth_->DataKeyOf(1, 77, secret));
+  EXPECT_NE(auth_->UdpKeyOf(1, 77, secret), secret);
 
   ServerOptions listed;
   listed.tokens_file = WriteFile("data-tokens", std::string("worker-0 ") + kTokenB + "\n");
@@ -247,10 +251,14 @@ TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
   EXPECT_EQ((*by_file)->DataKeyOf(0, 5, secret),
             crypto::DataKey(kTokenB, crypto::TokenKey(kTokenB), "shard-0", 5, secret));
   EXPECT_EQ((*by_file)->DataKeyOf(1, 5, secret), secret) << "worker-1 has no token here";
+  EXPECT_EQ((*by_file)->UdpKeyOf(0, 5, secret),
+            crypto::UdpKey(kTokenB, crypto::TokenKey(kTokenB), "shard-0", 5, secret));
+  EXPECT_EQ((*by_file)->UdpKeyOf(1, 5, secret), secret);
 
   auto none = Authenticator::Create(ServerOptions{});
   ASSERT_TRUE(none.ok()) << none.status();
   EXPECT_EQ((*none)->DataKeyOf(0, 5, secret), secret);
+  EXPECT_EQ((*none)->UdpKeyOf(0, 5, secret), secret);
 }
 
 TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "core/clock.h"
 #include "core/thread_pool.h"
@@ -87,6 +88,26 @@ TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
   EXPECT_EQ(t.WorkerOf(b->session), 2u);
   EXPECT_EQ(t.joined(), 2u);
   EXPECT_EQ(t.WorkerOf("not a session"), std::nullopt);
+}
+
+// With a key function (the server's: the worker's token binds the secret), a data
+// session's datagram key is the function of the worker, the session id and the UDP
+// secret handed out, not the secret itself.
+TEST(SessionTableTest, TheDatagramKeyIsTheKeyFunctionOfTheHandedOutSecret) {
+  SessionTable t(3);
+  std::vector<std::string> seen;
+  t.SetUdpKeyOf([&](uint32_t worker, uint64_t session, std::string_view secret) {
+    seen.push_back(absl::StrCat(worker, "/", session, "/", secret.size()));
+    return std::string(32, static_cast<char>('a' + worker));
+  });
+  absl::StatusOr<SessionTable::Issued> a = t.Issue(2);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->udp_key.size(), 32u) << "the secret handed out";
+  ASSERT_NE(t.DataSessionOf(a->data_session), nullptr);
+  EXPECT_EQ(std::string(t.DataSessionOf(a->data_session)->key.bytes()), std::string(32, 'c'));
+  EXPECT_NE(std::string(t.DataSessionOf(a->data_session)->key.bytes()), a->udp_key);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0], absl::StrCat("2/", a->data_session, "/32"));
 }
 
 TEST(DeadlineQueueTest, PopsDueSlicesEarliestFirstAndTellsTheListener) {

@@ -16,6 +16,7 @@
 #include <boost/asio.hpp>
 
 #include "absl/synchronization/notification.h"
+#include "crypto/auth_proof.h"
 
 namespace ps::internal::udp_path {
 namespace {
@@ -32,8 +33,16 @@ class UdpChannelTest : public ::testing::Test {
     options_.chunk_elems = 4;
     auto sender = UdpSender::Start(options_);
     ASSERT_TRUE(sender.ok()) << sender.status();
-    channel_ = std::make_unique<UdpChannel>(*std::move(sender), options_, /*worker_id=*/5,
+    sender_ = *std::move(sender);
+    channel_ = std::make_unique<UdpChannel>(sender_, options_, /*token=*/"", /*worker_id=*/5,
                                             /*shard=*/1, "127.0.0.1:1");
+  }
+
+  // One datagram from the sink.
+  std::string Receive() {
+    char buf[2048];
+    const size_t n = sink_.receive(boost::asio::buffer(buf));
+    return std::string(buf, n);
   }
 
   DataRoute Route() const {
@@ -74,6 +83,7 @@ class UdpChannelTest : public ::testing::Test {
       io_, boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)};
   net::DatagramKey key_ = *net::DatagramKey::Random();
   UdpOptions options_;
+  std::shared_ptr<UdpSender> sender_;
   std::unique_ptr<UdpChannel> channel_;
 };
 
@@ -88,9 +98,7 @@ TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   ASSERT_TRUE(channel_->WaitSent().ok());
   std::map<uint16_t, std::string> payloads;
   for (int i = 0; i < 2; ++i) {
-    char buf[2048];
-    const size_t n = sink_.receive(boost::asio::buffer(buf));
-    const std::string bytes(buf, n);
+    const std::string bytes = Receive();
     auto view = net::ParseDatagram(bytes);
     ASSERT_TRUE(view.ok()) << view.status();
     EXPECT_TRUE(key_.Verify(view->nonce, view->signed_bytes, view->mac));
@@ -111,6 +119,35 @@ TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   EXPECT_EQ(stats.udp_datagrams_sent, 2u);
   EXPECT_EQ(stats.udp_datagrams_dropped, 0u);
   EXPECT_GT(stats.udp_bytes, 24u);
+}
+
+// With a token, the datagrams' key is the route's secret bound to it (crypto::UdpKey, as
+// the shard's Authenticator derives it): a reader of the Join answer, who has the
+// secret but not the token, cannot make a datagram that verifies.
+TEST_F(UdpChannelTest, WithATokenTheKeyIsTheSecretBoundToIt) {
+  const std::string token(64, 'f');
+  UdpChannel bound(sender_, options_, token, /*worker_id=*/5, /*shard=*/1, "127.0.0.1:1");
+  ASSERT_TRUE(bound.SetRoute(Route()).ok());
+  std::vector<const OutgoingPush*> ptrs;
+  const OutgoingPush push = Chunk(0, 1, std::string(16, 'a'));
+  ptrs.push_back(&push);
+  absl::Status answer = absl::UnknownError("not answered");
+  bound.NewPush(ptrs, RpcClock::now())->Start([&](size_t, absl::Status s) { answer = std::move(s); });
+  EXPECT_TRUE(answer.ok()) << answer;
+  ASSERT_TRUE(bound.WaitSent().ok());
+  const std::string bytes = Receive();
+  auto view = net::ParseDatagram(bytes);
+  ASSERT_TRUE(view.ok()) << view.status();
+  auto derived = net::DatagramKey::FromBytes(
+      crypto::UdpKey(token, crypto::TokenKey(token), "shard-1", 77, key_.bytes()));
+  ASSERT_TRUE(derived.ok());
+  EXPECT_TRUE(derived->Verify(view->nonce, view->signed_bytes, view->mac));
+  EXPECT_FALSE(key_.Verify(view->nonce, view->signed_bytes, view->mac))
+      << "the secret of the Join answer alone must not sign";
+  // The secret's size is checked before it is bound: a short one is refused.
+  DataRoute route = Route();
+  route.udp_key = "short";
+  EXPECT_EQ(bound.SetRoute(route).code(), absl::StatusCode::kInternal);
 }
 
 TEST_F(UdpChannelTest, AShardWithoutTheUdpPathOrWithABadKeyIsRefused) {

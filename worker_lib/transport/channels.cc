@@ -127,7 +127,8 @@ absl::StatusOr<std::vector<ShardLink>> ConnectShards(const WorkerOptions& option
         case PushPath::kUdp:
           if (udp_sender != nullptr) {
             channel = std::make_unique<udp_path::UdpChannel>(
-                udp_sender, options.udp, options.worker_id, i, options.shard_addresses[i]);
+                udp_sender, options.udp, options.credentials.token, options.worker_id, i,
+                options.shard_addresses[i]);
           }
           break;
       }

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
+#include "crypto/auth_proof.h"
 
 namespace ps::internal::udp_path {
 
@@ -69,12 +71,22 @@ class UdpChannel::Push final : public DataChannel::PushCall {
 };
 
 UdpChannel::UdpChannel(std::shared_ptr<UdpSender> sender, const UdpOptions& options,
-                       uint32_t worker_id, uint32_t shard, std::string address)
+                       std::string token, uint32_t worker_id, uint32_t shard, std::string address)
     : sender_(std::move(sender)),
       options_(options),
       worker_id_(worker_id),
       shard_(shard),
-      address_(std::move(address)) {}
+      address_(std::move(address)),
+      token_(std::move(token)) {}
+
+absl::StatusOr<net::DatagramKey> UdpChannel::KeyOf(const DataRoute& route) const {
+  // The secret has a key's size whether or not it is bound to a token.
+  PS_ASSIGN_OR_RETURN(net::DatagramKey secret, net::DatagramKey::FromBytes(route.udp_key));
+  if (token_.empty()) return secret;
+  return net::DatagramKey::FromBytes(crypto::UdpKey(token_, crypto::TokenKey(token_),
+                                                    absl::StrCat("shard-", shard_),
+                                                    route.udp_session, route.udp_key));
+}
 
 absl::Status UdpChannel::SetRoute(const DataRoute& route) {
   Route next;
@@ -86,7 +98,7 @@ absl::Status UdpChannel::SetRoute(const DataRoute& route) {
     status = absl::FailedPreconditionError(
         absl::StrCat("tensors are pushed over UDP but ", ShardName(shard_, address_),
                      " runs without the UDP path (start it with --udp-port)"));
-  } else if (auto key = net::DatagramKey::FromBytes(route.udp_key); !key.ok()) {
+  } else if (auto key = KeyOf(route); !key.ok()) {
     status = absl::InternalError(absl::StrCat(ShardName(shard_, address_),
                                               " handed out a bad UDP key: ",
                                               key.status().message()));

@@ -24,8 +24,10 @@ class UdpChannel final : public DataChannel {
   // To shard `shard` at `address` ("host:port", its gRPC address: the datagrams go to
   // the same host), for worker `worker_id`; `sender` is shared with the channels to the
   // other shards.
-  UdpChannel(std::shared_ptr<UdpSender> sender, const UdpOptions& options, uint32_t worker_id,
-             uint32_t shard, std::string address);
+  // `token`: the worker's token (empty without one), to which the shard binds the
+  // datagrams' key (crypto::UdpKey).
+  UdpChannel(std::shared_ptr<UdpSender> sender, const UdpOptions& options, std::string token,
+             uint32_t worker_id, uint32_t shard, std::string address);
 
   // FAILED_PRECONDITION when the shard runs without the UDP path, INTERNAL for a bad
   // key; the endpoint is resolved when the port is new.
@@ -56,6 +58,11 @@ class UdpChannel final : public DataChannel {
   const uint32_t worker_id_;
   const uint32_t shard_;
   const std::string address_;
+  const std::string token_;
+
+  // The datagrams' key of `route`: its UDP secret, bound to token_ when there is one
+  // (crypto::UdpKey, as the shard binds it). INVALID_ARGUMENT for a secret of the wrong size.
+  absl::StatusOr<net::DatagramKey> KeyOf(const DataRoute& route) const;
   mutable absl::Mutex mu_;
   Route route_ ABSL_GUARDED_BY(mu_);
 };
