@@ -35,8 +35,6 @@ constexpr auto kByteCheckEvery = std::chrono::milliseconds(50);
 constexpr auto kProbationCheckEvery = std::chrono::milliseconds(10);
 // Connections accepted in one go before the loop sweeps and polls again.
 constexpr int kAcceptBatch = 256;
-// Unproven connections closed each time accept4() finds no descriptor.
-constexpr size_t kShedOnExhaustion = 16;
 
 // What the connection on `fd` received so far (TCP_INFO); 0 when unknown.
 uint64_t ReceivedBytes(int fd) {
@@ -192,13 +190,11 @@ Listener::Listener(std::vector<int> fds, uint16_t port, const ConnectionLimits& 
                    std::string name, core::Clock* clock)
     : listen_fds_(std::move(fds)), port_(port), name_(std::move(name)), clock_(clock), table_(limits) {
   wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
 }
 
 Listener::~Listener() {
   Stop();
   if (wake_fd_ >= 0) ::close(wake_fd_);
-  if (spare_fd_ >= 0) ::close(spare_fd_);
 }
 
 void Listener::Start(std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor) {
@@ -259,31 +255,22 @@ void Listener::AcceptFrom(int listen_fd) {
       case ECONNABORTED:
       case EPROTO:
         continue;
-      case EMFILE:
-      case ENFILE:
-      case ENOBUFS:
-      case ENOMEM: {
+      default: {
+        const int err = errno;
+        if (!SpareDescriptor::OutOfDescriptors(err)) return;  // EAGAIN: nothing pending
         // No descriptor for it: take the pending connection with the spare one and
         // close it, so the client hears at once and the backlog drains.
         Sweep();  // connections gRPC closed free theirs
         // Unauthenticated connections give theirs up first (gRPC releases them once it
         // sees the shutdown), so the next client finds one.
-        CloseVictims(table_.ShedUnproven(kShedOnExhaustion));
-        if (spare_fd_ >= 0) {
-          ::close(spare_fd_);
-          spare_fd_ = -1;
-        }
-        const int dropped = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (dropped >= 0) Reset(dropped);
-        spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+        CloseVictims(table_.ShedUnproven(SpareDescriptor::kShedUnproven));
+        const bool dropped = spare_.DropPending(listen_fd);
         Count(CloseReason::kDescriptors,
-              absl::StrCat("out of file descriptors (", std::strerror(errno),
+              absl::StrCat("out of file descriptors (", std::strerror(err),
                            "): a new connection was closed at once"));
-        if (dropped < 0) return;  // the backlog is empty or nothing can be taken now
+        if (!dropped) return;  // the backlog is empty or nothing can be taken now
         continue;
       }
-      default:  // EAGAIN: nothing pending
-        return;
     }
   }
 }
@@ -388,7 +375,7 @@ void Listener::Sweep() {
   }
   for (ConnectionTable::Id id : gone) table_.Closed(id);
   CloseVictims(table_.Expired(clock_->Now()));
-  if (spare_fd_ < 0) spare_fd_ = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  spare_.Refill();
 }
 
 void Listener::CheckBytes(const std::vector<ConnectionTable::Id>& ids, uint64_t limit) {

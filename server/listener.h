@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "core/clock.h"
+#include "server/spare_descriptor.h"
 #include "server/connection_table.h"
 #include "server/port_stats.h"
 
@@ -104,7 +105,7 @@ class Listener {
   core::Clock* const clock_;
   ConnectionTable table_;
   int wake_fd_ = -1;   // eventfd: Stop()
-  int spare_fd_ = -1;  // given up to accept (and close) when descriptors run out
+  SpareDescriptor spare_;  // given up to accept (and close) when descriptors run out
   std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> acceptor_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};

@@ -23,6 +23,7 @@
 // waits for the deadline): the honest rate is set by the deadline and the shard's
 // answers, which keeps it steady on a loaded machine, and an attack that delays pulls
 // or pushes by tens of milliseconds, or stops them, shows.
+#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -107,6 +108,8 @@ std::string Cert(const std::string& name) { return CertDir() + "/" + name; }
 struct ShardSetup {
   bool tls = false;         // mTLS: the shard requires a client certificate its CA signed
   uint64_t open_files = 0;  // the shard's RLIMIT_NOFILE (set through prlimit(1)); 0: inherited
+  bool tcp = false;         // --data-plane tcp on a free port (the workers follow)
+  std::vector<std::string> extra;  // more flags
 };
 
 // A ps-server process on loopback: authenticated by its run directory (and with TLS,
@@ -133,6 +136,14 @@ class Shard {
       args.insert(args.end(), {"--tls-cert", Cert("shard-0.pem"), "--tls-key", Cert("shard-0.key"),
                                "--tls-ca", Cert("ca.pem")});
     }
+    if (setup.tcp) {
+      const std::vector<uint16_t> data = testing::PickFreePorts(1);
+      data_port_ = data.empty() ? 0 : data[0];
+      const std::vector<std::string> plane =
+          testing::PlaneFlags(core::DataPlane::kTcp, data_port_);
+      args.insert(args.end(), plane.begin(), plane.end());
+    }
+    args.insert(args.end(), setup.extra.begin(), setup.extra.end());
     process_ = std::make_unique<testing::Process>(args);
     const std::string port = testing::ReadPortFile(port_file, milliseconds(20000));
     std::filesystem::remove(port_file);
@@ -146,6 +157,8 @@ class Shard {
   }
 
   bool tls() const { return setup_.tls; }
+  core::DataPlane plane() const { return setup_.tcp ? core::DataPlane::kTcp : core::DataPlane::kGrpc; }
+  uint16_t data_port() const { return data_port_; }
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   std::string health_address() const { return absl::StrCat("127.0.0.1:", health_port_); }
   h2::Target target() const {
@@ -210,7 +223,7 @@ class Shard {
   ShardSetup setup_;
   std::string run_dir_;
   std::unique_ptr<testing::Process> process_;
-  uint16_t port_ = 0, health_port_ = 0;
+  uint16_t port_ = 0, health_port_ = 0, data_port_ = 0;
 };
 
 core::ModelLayout TrainingLayout() {
@@ -228,6 +241,7 @@ class Training {
       wo.worker_id = w;
       wo.credentials = shard.Credentials(w);
       wo.connect_timeout = milliseconds(20000);
+      wo.data_plane = shard.plane();
       const std::vector<float> a(32768, 0.0f), b(1024, 0.0f);
       const std::span<const float> inits[2] = {a, b};
       auto worker = Worker::Start(wo, TrainingLayout(), inits);
@@ -415,6 +429,7 @@ std::string NewClientJoins(Shard& shard) {
   v1::JoinRequest req;
   req.set_worker_id(kAttacker);
   req.set_layout_hash(TrainingLayout().hash());
+  req.set_data_plane(v1::DATA_PLANE_ANY);  // whichever the shard runs
   v1::JoinResponse resp;
   const grpc::Status s = stub->Join(&ctx, req, &resp);
   return s.ok() ? "" : absl::StrCat("status ", s.error_code(), ": ", s.error_message());
@@ -612,6 +627,49 @@ TEST(HostileH2Test, BareConnectionsToTheOpenFileLimitDoNotLockNewClientsOut) {
   });
   EXPECT_GE(f.report.connections, 1024u) << "the attack did not reach the limit: " << f.Summary();
   ExpectAcceptance(f);
+}
+
+// The TCP data port at the open-file limit. Each port's table has its own bound, so
+// together (or with --max-connections set above what descriptors allow, as here) they can
+// reach the limit: 1200 bare connections to the data port of a shard limited to 512
+// descriptors. The port answers as the gRPC ports do: the pending connection is taken
+// with the spare descriptor and reset, the oldest unproven connections are shed, and it
+// keeps accepting. Honest rounds go on over their data connections, and a worker that
+// connects afterwards trains.
+TEST(HostileH2Test, BareConnectionsToTheOpenFileLimitOfTheDataPortDoNotLockNewClientsOut) {
+  if (::access("/usr/bin/prlimit", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/prlimit";
+  Shard shard({.open_files = 512,
+               .tcp = true,
+               .extra = {"--max-connections", "2048", "--max-connections-per-source", "2048"}});
+  ASSERT_NE(shard.data_port(), 0);
+  const Figures f = Measure(shard, [&](const h2::Control& control) {
+    h2::BareConnectionOptions o;
+    o.target.port = shard.data_port();
+    o.count = 1200;
+    o.batch = 200;
+    o.connect_timeout = milliseconds(300);
+    o.control = control;
+    return h2::BareConnections(o);
+  });
+  EXPECT_GE(f.report.connections, 512u) << "the attack did not reach the limit: " << f.Summary();
+  ExpectAcceptance(f);
+  EXPECT_THAT(shard.Log(), ::testing::HasSubstr("data port out of file descriptors"))
+      << "the port never ran out: " << f.Summary();
+  // A worker that connects now gets a data connection: it pulls the current version.
+  WorkerOptions wo;
+  wo.shard_addresses = {shard.address()};
+  wo.worker_id = 3;
+  wo.credentials = shard.Credentials(3);
+  wo.connect_timeout = milliseconds(20000);
+  wo.data_plane = core::DataPlane::kTcp;
+  const std::vector<float> a(32768, 0.0f), b(1024, 0.0f);
+  const std::span<const float> inits[2] = {a, b};
+  auto worker = Worker::Start(wo, TrainingLayout(), inits);
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  std::vector<float> oa(32768), ob(1024);
+  const std::span<float> outs[2] = {oa, ob};
+  absl::StatusOr<uint64_t> v = (*worker)->PullAll((*worker)->start_version(), outs, milliseconds(10000));
+  EXPECT_TRUE(v.ok()) << v.status();
 }
 
 // Finding: TLS handshakes without a client certificate wrote 17,000 lines (3.2 MB) of

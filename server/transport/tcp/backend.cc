@@ -1,6 +1,7 @@
 #include "server/transport/tcp/backend.h"
 
 #include <algorithm>
+#include <bit>
 #include <atomic>
 #include <optional>
 #include <thread>
@@ -21,6 +22,7 @@
 #include "net/address.h"
 #include "net/data_stream_internal.h"
 #include "server/server_settings.h"
+#include "server/spare_descriptor.h"
 #include "server/transport/tcp/connection.h"
 #include "spdlog/spdlog.h"
 
@@ -179,8 +181,13 @@ class Backend::Impl final : public Hub {
       if (stopping_.load()) return;
       if (ec) {
         if (ec == asio::error::operation_aborted) return;
-        spdlog::warn("shard {}: data plane accept failed: {}", front_->shard()->shard_id(),
-                     ec.message());
+        if (ec.category() == boost::system::system_category() &&
+            SpareDescriptor::OutOfDescriptors(ec.value())) {
+          if (Exhausted(ec)) return Accept();  // one pending connection dropped: next
+        } else {
+          spdlog::warn("shard {}: data plane accept failed: {}", front_->shard()->shard_id(),
+                       ec.message());
+        }
         retry_.expires_after(kAcceptRetry);
         retry_.async_wait([this](const boost::system::error_code& e) {
           if (!e && !stopping_.load()) Accept();
@@ -190,6 +197,23 @@ class Backend::Impl final : public Hub {
       Admit(std::move(socket));
       Accept();
     });
+  }
+
+  // Out of descriptors (the acceptor's handler): unproven connections give theirs up,
+  // oldest first, and the pending connection is taken with the spare and reset, so its
+  // client hears at once and the backlog drains (as on the gRPC ports, listener.cc).
+  // Whether a connection was dropped.
+  bool Exhausted(const boost::system::error_code& ec) {
+    CloseAll(table_.ShedUnproven(SpareDescriptor::kShedUnproven));
+    const bool dropped = spare_.DropPending(acceptor_.native_handle());
+    Count(CloseReason::kDescriptors);
+    const uint64_t n = ++exhausted_;  // the acceptor's handler only
+    // The 1st, 2nd, 4th, 8th, ... at warn: an exhausted process logs a few lines.
+    spdlog::log(std::has_single_bit(n) ? spdlog::level::warn : spdlog::level::debug,
+                "shard {}: data port out of file descriptors ({}): a new connection was "
+                "closed at once ({} so far)",
+                front_->shard()->shard_id(), ec.message(), n);
+    return dropped;
   }
 
   // The table decides whether `socket` stays and whom it evicts.
@@ -245,6 +269,8 @@ class Backend::Impl final : public Hub {
   core::Clock* const clock_;
   std::shared_ptr<net::TlsContext> tls_;  // null: plaintext
   ConnectionTable table_;
+  SpareDescriptor spare_;  // the acceptor's handler only
+  uint64_t exhausted_ = 0;  // accepts that found no descriptor (the acceptor's handler only)
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> accepted_{0}, refused_{0}, admitted_{0};
   std::array<std::atomic<uint64_t>, static_cast<size_t>(CloseReason::kCount)> closed_{};
