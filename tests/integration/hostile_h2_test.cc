@@ -610,21 +610,27 @@ TEST(HostileH2Test, HalfSentPushStreamsDoNotStarveHonestRounds) {
   ExpectAcceptance(f);
 }
 
+// `count` TCP connections to `target` that never send a byte, opened in batches of
+// `batch` and held until the attack ends.
+AttackFn BareFlood(h2::Target target, uint32_t count, uint32_t batch) {
+  return [=](const h2::Control& control) {
+    h2::BareConnectionOptions o;
+    o.target = target;
+    o.count = count;
+    o.batch = batch;
+    o.connect_timeout = milliseconds(300);
+    o.control = control;
+    return h2::BareConnections(o);
+  };
+}
+
 // Finding: about 20,000 bare TCP connections reached the shard's open-file limit; gRPC
 // logged "Failed accept4: Too many open files" and never accepted again on either port.
 // Here the shard's limit is 1024 (prlimit), and the attack opens 1500.
 TEST(HostileH2Test, BareConnectionsToTheOpenFileLimitDoNotLockNewClientsOut) {
   if (::access("/usr/bin/prlimit", X_OK) != 0) GTEST_SKIP() << "needs /usr/bin/prlimit";
   Shard shard({.open_files = 1024});
-  const Figures f = Measure(shard, [&](const h2::Control& control) {
-    h2::BareConnectionOptions o;
-    o.target = shard.target();
-    o.count = 1500;
-    o.batch = 250;
-    o.connect_timeout = milliseconds(300);
-    o.control = control;
-    return h2::BareConnections(o);
-  });
+  const Figures f = Measure(shard, BareFlood(shard.target(), 1500, 250));
   EXPECT_GE(f.report.connections, 1024u) << "the attack did not reach the limit: " << f.Summary();
   ExpectAcceptance(f);
 }
@@ -642,15 +648,9 @@ TEST(HostileH2Test, BareConnectionsToTheOpenFileLimitOfTheDataPortDoNotLockNewCl
                .tcp = true,
                .extra = {"--max-connections", "2048", "--max-connections-per-source", "2048"}});
   ASSERT_NE(shard.data_port(), 0);
-  const Figures f = Measure(shard, [&](const h2::Control& control) {
-    h2::BareConnectionOptions o;
-    o.target.port = shard.data_port();
-    o.count = 1200;
-    o.batch = 200;
-    o.connect_timeout = milliseconds(300);
-    o.control = control;
-    return h2::BareConnections(o);
-  });
+  h2::Target data;
+  data.port = shard.data_port();
+  const Figures f = Measure(shard, BareFlood(data, 1200, 200));
   EXPECT_GE(f.report.connections, 512u) << "the attack did not reach the limit: " << f.Summary();
   ExpectAcceptance(f);
   EXPECT_THAT(shard.Log(), ::testing::HasSubstr("data port out of file descriptors"))
