@@ -1,8 +1,8 @@
 #include "server/transport/tcp/backend.h"
 
 #include <algorithm>
-#include <bit>
 #include <atomic>
+#include <bit>
 #include <optional>
 #include <thread>
 #include <utility>
