@@ -30,8 +30,11 @@
 // unique: re-encoding a parsed datagram with its nonce gives back its bytes (the fuzz
 // target checks this).
 //
-// Version 1 (until 2026-11-26) had no nonce and an HMAC-SHA256 MAC; it is refused as an
-// unknown version. ChaCha20-Poly1305 runs at about 10 GB/s per core where HMAC-SHA256
+// Version 1 (until 2026-11-26) had no nonce and an HMAC-SHA256 MAC; version 2 (until
+// 2026-12-01) had this layout under a key that was the Join answer's secret itself,
+// where version 3's key binds that secret to the worker's token (crypto::UdpKey). Both
+// are refused as unknown versions, so a worker and a shard of different releases see
+// the version named rather than every datagram dropped as forged. ChaCha20-Poly1305 runs at about 10 GB/s per core where HMAC-SHA256
 // ran at 1.7 (docs/transport.md), and its one-time Poly1305 key per nonce means that even
 // a repeated nonce would expose only datagrams under that nonce.
 //
@@ -52,7 +55,7 @@
 
 namespace ps::net {
 
-inline constexpr uint8_t kDatagramVersion = 2;
+inline constexpr uint8_t kDatagramVersion = 3;
 inline constexpr size_t kDatagramHeaderBytes = 56;
 inline constexpr size_t kDatagramNonceBytes = 12;
 inline constexpr size_t kDatagramMacBytes = 16;

@@ -136,7 +136,7 @@ UDP_NONCE = bytes(range(0xA0, 0xAC))
 
 def datagram(chunk_elems=256, chunk_index=0, chunk_count=4, payload=b"", codec=b"fp32",
              key=UDP_KEY, session=0x0123456789ABCDEF, worker=3, slice_=17, round_=42,
-             magic=b"PSU1", version=2, codec_len=None, reserved=0, payload_len=None,
+             magic=b"PSU1", version=3, codec_len=None, reserved=0, payload_len=None,
              nonce=UDP_NONCE):
     """udp_datagram input: one datagram (net/udp_frame.h), its MAC the ChaCha20-Poly1305
     tag of everything before it under `key` and the datagram's nonce."""
@@ -189,8 +189,9 @@ UDP_DATAGRAM = {
     "truncated_mac": _V[:-1],
     "too_short": _V[:72],
     "bad_magic": datagram(magic=b"PSU2"),
-    "bad_version": datagram(version=3, payload=b"\x01"),
+    "bad_version": datagram(version=4, payload=b"\x01"),
     "old_version_1": datagram(version=1, payload=b"\x01"),
+    "old_version_2": datagram(version=2, payload=b"\x01"),
     "nonce_flipped": flip(_V, 50),
     "codec_len_0": datagram(codec_len=0, payload=b"\x01"),
     "codec_len_65": datagram(codec_len=65, payload=b"\x01" * 70),

@@ -101,7 +101,7 @@ std::string Golden() {
 TEST(UdpFrameTest, EncodesTheGoldenDatagramByteForByte) {
   const std::string signed_part =
       Bytes({'P',  'S',  'U',  '1',                           // magic
-             0x02,                                            // version
+             0x03,                                            // version
              0x04,                                            // codec_len
              0x00, 0x00,                                      // reserved
              0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // session_id
@@ -116,8 +116,8 @@ TEST(UdpFrameTest, EncodesTheGoldenDatagramByteForByte) {
   ASSERT_EQ(signed_part.size(), kDatagramHeaderBytes + 4 + 9);
   // Python (cryptography): ChaCha20Poly1305(bytes(range(32))).encrypt(
   //     bytes(range(0xa0, 0xac)), b"", signed_part)
-  const std::string mac = Bytes({0x30, 0x29, 0xad, 0x69, 0x01, 0x55, 0x69, 0x08, 0x71, 0xf7, 0xdc,
-                                 0x5b, 0x1b, 0xe8, 0xc8, 0x8c});
+  const std::string mac = Bytes({0x38, 0xcb, 0x61, 0xea, 0xc7, 0x9e, 0x7d, 0xac, 0x04, 0xca, 0x39,
+                                 0x2d, 0xf9, 0xbb, 0xf7, 0x53});
   EXPECT_EQ(ReferenceMac(KeyBytes(), TestNonce(), signed_part), mac);
 
   const std::string datagram = Golden();
@@ -251,8 +251,9 @@ TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
     const char* message;
   } cases[] = {
       {"magic", 3, {'2'}, 0, "bad magic"},
-      {"version", 4, {1}, 0, "unknown version 1 (this build reads 2)"},
-      {"version 3", 4, {3}, 0, "unknown version 3"},
+      {"version", 4, {1}, 0, "unknown version 1 (this build reads 3)"},
+      {"version 2", 4, {2}, 0, "unknown version 2 (this build reads 3)"},
+      {"version 4", 4, {4}, 0, "unknown version 4"},
       {"version 0", 4, {0}, 0, "unknown version 0"},
       {"codec_len 0", 5, {0}, 0, "codec_len 0 is outside [1, 64]"},
       {"codec_len 65", 5, {65}, 0, "codec_len 65 is outside"},
