@@ -3,7 +3,7 @@
 // and close it at once: the client hears (a reset) and the backlog drains, where an
 // accept that keeps failing would leave it queued and the accept loop waking for it
 // forever. The gRPC ports' Listener and the TCP data port share it
-// (docs/connections.md, "Descriptors").
+// (docs/connections.md, "Why the shard owns its listening socket").
 //
 // Not thread-safe: one owner, the thread that accepts.
 #pragma once

@@ -44,6 +44,11 @@ struct BackendFamily {
   std::string help;
   Type type = Type::kCounter;
   std::vector<MetricSeries> series;
+
+  // A family of one unlabelled series.
+  static BackendFamily One(std::string name, std::string help, Type type, double value) {
+    return BackendFamily{std::move(name), std::move(help), type, {{{}, value}}};
+  }
 };
 
 // What a backend adds to a scrape.

@@ -337,23 +337,20 @@ std::string Backend::ServingLine() const {
 BackendScrape Backend::Collect(const ShardStats& /*shard*/,
                                std::span<const Membership::State> /*states*/) const {
   const Stats s = stats();
-  auto one = [](std::string name, std::string help, BackendFamily::Type type, double value) {
-    return BackendFamily{std::move(name), std::move(help), type, {{{}, value}}};
-  };
   using Type = BackendFamily::Type;
   BackendScrape out;
-  out.families.push_back(one("ps_data_connections_accepted_total",
+  out.families.push_back(BackendFamily::One("ps_data_connections_accepted_total",
                              "Connections the TCP data port took (within its bounds)",
                              Type::kCounter, static_cast<double>(s.accepted)));
-  out.families.push_back(one("ps_data_connections_refused_total",
+  out.families.push_back(BackendFamily::One("ps_data_connections_refused_total",
                              "Connections the TCP data port closed at accept (proven ones fill it; "
                              "over a source's or the port's unproven bound, the oldest unproven "
                              "connection is closed instead)",
                              Type::kCounter, static_cast<double>(s.refused)));
-  out.families.push_back(one("ps_data_connections_admitted_total",
+  out.families.push_back(BackendFamily::One("ps_data_connections_admitted_total",
                              "Data connections whose handshake proved a worker's data session",
                              Type::kCounter, static_cast<double>(s.admitted)));
-  out.families.push_back(one("ps_data_connections_open", "Connections open on the TCP data port",
+  out.families.push_back(BackendFamily::One("ps_data_connections_open", "Connections open on the TCP data port",
                              Type::kGauge, static_cast<double>(s.open)));
   BackendFamily closed{"ps_data_connections_closed_total",
                        "Connections the TCP data port closed or refused by its rules, by reason "

@@ -190,14 +190,6 @@ class Receiver::Impl {
       replayed_{0}, stale_{0}, refused_{0};
 };
 
-namespace {
-
-BackendFamily Counter(std::string name, std::string help, double value) {
-  return BackendFamily{std::move(name), std::move(help), BackendFamily::Type::kCounter, {{{}, value}}};
-}
-
-}  // namespace
-
 Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Receiver::~Receiver() = default;
 
@@ -224,11 +216,14 @@ BackendScrape Receiver::Collect(const ShardStats& shard,
   const Stats u = stats();
   BackendScrape out;
   out.received_bytes = u.bytes;
-  out.families.push_back(Counter("ps_udp_chunks_accepted_total", "UDP chunks taken by the shard",
-                                 static_cast<double>(shard.udp_chunks_accepted)));
-  out.families.push_back(Counter("ps_udp_chunks_lost_total",
-                                 "UDP chunks missing when their round closed (masked in the aggregate)",
-                                 static_cast<double>(shard.udp_chunks_lost)));
+  using Type = BackendFamily::Type;
+  out.families.push_back(BackendFamily::One("ps_udp_chunks_accepted_total",
+                                            "UDP chunks taken by the shard", Type::kCounter,
+                                            static_cast<double>(shard.udp_chunks_accepted)));
+  out.families.push_back(BackendFamily::One(
+      "ps_udp_chunks_lost_total",
+      "UDP chunks missing when their round closed (masked in the aggregate)", Type::kCounter,
+      static_cast<double>(shard.udp_chunks_lost)));
   BackendFamily dropped{"ps_udp_datagrams_dropped_total", "UDP datagrams dropped, by reason",
                         BackendFamily::Type::kCounter, {}};
   const std::pair<const char*, uint64_t> reasons[] = {
