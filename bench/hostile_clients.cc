@@ -178,10 +178,8 @@ grpc::Status Attacker::Join(v1::WorkerService::Stub& stub) {
     udp_session_ = resp.udp_session();
     // The datagrams' key: the UDP secret bound to the token (crypto::UdpKey), or the
     // secret itself without one.
-    udp_key_ = token_.empty() ? resp.udp_key()
-                              : crypto::UdpKey(token_, crypto::TokenKey(token_),
-                                               absl::StrCat("shard-", resp.shard_id()),
-                                               resp.udp_session(), resp.udp_key());
+    udp_key_ = crypto::BoundUdpKey(token_, absl::StrCat("shard-", resp.shard_id()),
+                                   resp.udp_session(), resp.udp_key());
     data_port_ = static_cast<uint16_t>(resp.data_port());
     data_session_ = resp.data_session();
     data_secret_ = resp.data_secret();

@@ -109,6 +109,18 @@ std::string UdpKey(std::string_view token, std::string_view key, std::string_vie
   return Mac(token, kUdpKeyLabel, {key, server, absl::StrCat(data_session), udp_secret});
 }
 
+std::string BoundDataKey(std::string_view token, std::string_view server, uint64_t data_session,
+                         std::string_view data_secret) {
+  if (token.empty()) return std::string(data_secret);
+  return DataKey(token, TokenKey(token), server, data_session, data_secret);
+}
+
+std::string BoundUdpKey(std::string_view token, std::string_view server, uint64_t data_session,
+                        std::string_view udp_secret) {
+  if (token.empty()) return std::string(udp_secret);
+  return UdpKey(token, TokenKey(token), server, data_session, udp_secret);
+}
+
 std::string DataServerProof(std::string_view k, std::string_view server, uint64_t data_session,
                             std::string_view client_nonce, std::string_view server_nonce) {
   return Mac(k, kDataServerLabel, {server, absl::StrCat(data_session), client_nonce, server_nonce});

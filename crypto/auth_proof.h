@@ -84,6 +84,13 @@ std::string DataKey(std::string_view token, std::string_view key, std::string_vi
 // so a reader of a plaintext Join answer cannot forge a worker's datagrams either.
 std::string UdpKey(std::string_view token, std::string_view key, std::string_view server,
                    uint64_t data_session, std::string_view udp_secret);
+// The keys both sides of a data session use: DataKey and UdpKey of the token the worker
+// proved at its join, named as it names it (TokenKey); without a token (client
+// certificates only, --insecure) the session's secret itself.
+std::string BoundDataKey(std::string_view token, std::string_view server, uint64_t data_session,
+                         std::string_view data_secret);
+std::string BoundUdpKey(std::string_view token, std::string_view server, uint64_t data_session,
+                        std::string_view udp_secret);
 std::string DataServerProof(std::string_view k, std::string_view server, uint64_t data_session,
                             std::string_view client_nonce, std::string_view server_nonce);
 std::string DataClientProof(std::string_view k, std::string_view server, uint64_t data_session,

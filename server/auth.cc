@@ -203,7 +203,8 @@ absl::StatusOr<std::string> Authenticator::AnswerChallenge(
 }
 
 absl::StatusOr<core::Identity> Authenticator::VerifyProof(std::string_view value,
-                                                          std::string* charge_to) const {
+                                                          std::string* charge_to,
+                                                          std::string* token_key) const {
   PS_ASSIGN_OR_RETURN(crypto::PresentedProof p, crypto::ParseProofHeader(value));
   std::optional<Key> key = FindKey(p.key);
   if (!key.has_value()) return absl::UnauthenticatedError("unknown token");
@@ -215,12 +216,15 @@ absl::StatusOr<core::Identity> Authenticator::VerifyProof(std::string_view value
     return absl::UnauthenticatedError(
         "wrong proof: it was not made with the token the key names, for this shard");
   }
+  if (token_key != nullptr) *token_key = std::move(p.key);
   return key->identity;
 }
 
 absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented,
-                                                     std::string* charge_to) const {
+                                                     std::string* charge_to,
+                                                     std::string* token_key) const {
   if (charge_to != nullptr) *charge_to = kAnonymousClient;
+  if (token_key != nullptr) token_key->clear();
   std::optional<core::Identity> from_cert;
   if (!ca_pem_.empty() && presented.common_name.has_value()) {
     absl::StatusOr<core::Identity> id = core::ParseIdentity(*presented.common_name);
@@ -252,8 +256,9 @@ absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented,
         from_token = crypto::VerifyDerivedToken(secret_, token);
       }
       if (!from_token.has_value()) return absl::UnauthenticatedError("unknown token");
+      if (token_key != nullptr) *token_key = crypto::TokenKey(token);
     } else {
-      PS_ASSIGN_OR_RETURN(from_token, VerifyProof(value, charge_to));
+      PS_ASSIGN_OR_RETURN(from_token, VerifyProof(value, charge_to, token_key));
     }
   }
   if (from_cert.has_value() && from_token.has_value() && !(*from_cert == *from_token)) {
@@ -287,39 +292,16 @@ absl::StatusOr<Caller> Authenticator::Identify(const grpc::ServerContextBase& ct
   if (auto it = metadata.find("authorization"); it != metadata.end()) {
     presented.authorization = View(it->second);
   }
-  absl::StatusOr<core::Identity> id = Verify(presented);
+  absl::StatusOr<core::Identity> id = Verify(presented, nullptr, &caller.token_key);
   if (!id.ok()) return id.status();
   caller.identity = *id;
   return caller;
 }
 
-std::optional<std::pair<std::string, std::string>> Authenticator::WorkerTokenAndKey(
-    uint32_t worker) const {
-  const core::Identity id{core::Identity::Kind::kWorker, worker};
-  // The derived token is named by the identity itself (crypto::TokenKey).
-  if (std::optional<Key> derived = FindKey(id.Name()); derived.has_value()) {
-    return std::make_pair(derived->token, id.Name());
-  }
-  if (tokens_.has_value()) {
-    if (std::optional<std::string> token = tokens_->TokenOf(id); token.has_value()) {
-      return std::make_pair(*token, crypto::TokenKey(*token));
-    }
-  }
-  return std::nullopt;
-}
-
-std::string Authenticator::DataKeyOf(uint32_t worker, uint64_t data_session,
-                                     std::string_view secret) const {
-  const auto token = WorkerTokenAndKey(worker);
-  if (!token.has_value()) return std::string(secret);
-  return crypto::DataKey(token->first, token->second, self_.Name(), data_session, secret);
-}
-
-std::string Authenticator::UdpKeyOf(uint32_t worker, uint64_t data_session,
-                                    std::string_view secret) const {
-  const auto token = WorkerTokenAndKey(worker);
-  if (!token.has_value()) return std::string(secret);
-  return crypto::UdpKey(token->first, token->second, self_.Name(), data_session, secret);
+std::string Authenticator::TokenNamed(std::string_view key) const {
+  if (key.empty()) return std::string();
+  std::optional<Key> named = FindKey(key);
+  return named.has_value() ? std::move(named->token) : std::string();
 }
 
 core::ClientCredentials Authenticator::PeerCredentials(uint32_t shard_id) const {

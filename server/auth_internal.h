@@ -85,8 +85,11 @@ class Authenticator {
   // stale calls after a restart are not held behind other refusals of strangers. (One
   // client for all stale proofs: a bucket per identity would give one who names ever
   // new identities a fresh budget each time.)
+  // `token_key`, if given, is set to the key of the token proved (crypto::TokenKey; the
+  // bearer token's too), empty when none was (a client certificate alone).
   absl::StatusOr<core::Identity> Verify(const Presented& presented,
-                                        std::string* charge_to = nullptr) const;
+                                        std::string* charge_to = nullptr,
+                                        std::string* token_key = nullptr) const;
   // The answer to a challenge (crypto/auth_proof.h) carrying `authorization`: the text
   // "ps-auth-challenge-v1 shard-N NONCE PROOF" that the port's processor sends back as
   // the call's status message. UNAUTHENTICATED when it is no challenge, or names a token
@@ -98,16 +101,10 @@ class Authenticator {
   // The caller of one call: Verify of what it presents.
   absl::StatusOr<Caller> Identify(const grpc::ServerContextBase& ctx) const;
 
-  // The key of a TCP data connection's proofs for `worker`'s data session (crypto::DataKey;
-  // docs/data-plane.md, "Binding a connection to a session"): bound to the worker's token
-  // when this shard takes tokens (the one the cluster secret derives for it, else the
-  // token file's), else the session's secret itself (client certificates only,
-  // --insecure). The worker must key with the same token: with both a secret and a token
-  // file, the derived one.
-  std::string DataKeyOf(uint32_t worker, uint64_t data_session, std::string_view secret) const;
-  // The key of `worker`'s UDP datagrams (crypto::UdpKey) from the session's UDP secret,
-  // bound to the same token as DataKeyOf's, else the secret itself.
-  std::string UdpKeyOf(uint32_t worker, uint64_t data_session, std::string_view secret) const;
+  // The token named `key` (a Caller's token_key), to which the keys of the data session
+  // its Join opens are bound (docs/data-plane.md, "The key"); empty for an empty or
+  // unknown key.
+  std::string TokenNamed(std::string_view key) const;
 
   // The listening port's TLS material (PEM text; all empty: plaintext).
   const std::string& cert_pem() const { return cert_pem_; }
@@ -131,12 +128,9 @@ class Authenticator {
   // The token `key` names: from keys_, else (an identity beyond those made at start)
   // derived from the secret now.
   std::optional<Key> FindKey(std::string_view key) const;
-  // The token `worker` proves itself with and the key that names it (the derived one,
-  // named by the identity, else the token file's, named by its digest); none without
-  // tokens. The data sessions' keys are bound to it.
-  std::optional<std::pair<std::string, std::string>> WorkerTokenAndKey(uint32_t worker) const;
   bool takes_tokens() const { return tokens_.has_value() || !secret_.empty(); }
-  absl::StatusOr<core::Identity> VerifyProof(std::string_view value, std::string* charge_to) const;
+  absl::StatusOr<core::Identity> VerifyProof(std::string_view value, std::string* charge_to,
+                                             std::string* token_key) const;
 
   bool required_ = false;
   std::string cert_pem_, key_pem_, ca_pem_;

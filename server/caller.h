@@ -19,6 +19,10 @@ inline constexpr char kStaleProofClient[] = "stale proofs";
 struct Caller {
   std::optional<core::Identity> identity;
   std::string address;  // gRPC peer string, e.g. "ipv4:127.0.0.1:5123"
+  // The key of the token the call proved (crypto::TokenKey, which names it without
+  // revealing it); empty when it proved none (a client certificate alone, --insecure, a
+  // data connection's caller).
+  std::string token_key;
 
   // The identity's name, or the address when anonymous (rate-limit key, log text).
   std::string Name() const;

@@ -32,9 +32,6 @@ class ServerImpl final : public Server {
     pool_ = std::make_unique<core::ThreadPool>(options.threads, "ps-agg");
     shard_ = std::make_unique<Shard>(options, static_cast<uint32_t>(options.shard_id),
                                      std::move(rule), clock, pool_.get());
-    shard_->SetUdpKeyOf([a = auth_.get()](uint32_t worker, uint64_t session, std::string_view secret) {
-      return a->UdpKeyOf(worker, session, secret);
-    });
     shard_front_ = std::make_unique<ShardFront>(shard_.get(), limiter_.get(), tarpit_.get());
     if (!options_.checkpoint_dir.empty()) {
       checkpointer_ = std::make_unique<Checkpointer>(
@@ -69,11 +66,7 @@ class ServerImpl final : public Server {
                                       .front = shard_front_.get(), .clock = clock_,
                                       .tls_cert_pem = auth_->cert_pem(),
                                       .tls_key_pem = auth_->key_pem(),
-                                      .tls_ca_pem = auth_->ca_pem(),
-                                      .data_key_of = [a = auth_.get()](uint32_t worker, uint64_t session,
-                                                                       std::string_view secret) {
-                                        return a->DataKeyOf(worker, session, secret);
-                                      }};
+                                      .tls_ca_pem = auth_->ca_pem()};
     PS_ASSIGN_OR_RETURN(backends_, transport::StartDataBackends(context));
     if (options_.metrics_port >= 0) StartMetrics();
     PS_RETURN_IF_ERROR(control_->Start(limits, udp_port(), data_port()));

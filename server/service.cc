@@ -150,7 +150,10 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
   }
   if (absl::Status plane = CheckPlane(req); !plane.ok()) return gate_.Answer(call, plane, req);
   if (absl::Status run = CheckRun(req); !run.ok()) return gate_.Answer(call, run, req);
-  absl::StatusOr<JoinResult> r = shard_->Join(req.worker_id(), req.layout_hash());
+  // The data session's keys are bound to the token this call proved, which the worker
+  // holds (a token file's or one a cluster secret derives).
+  absl::StatusOr<JoinResult> r =
+      shard_->Join(req.worker_id(), req.layout_hash(), gate_.auth->TokenNamed(caller->token_key));
   if (!r.ok()) return gate_.Answer(call, NamedMismatch(*shard_, r.status(), req), req);
   const ServerOptions& o = shard_->options();
   v1::JoinResponse resp;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "core/status.h"
+#include "crypto/auth_proof.h"
 
 namespace ps::server {
 namespace {
@@ -14,11 +15,13 @@ constexpr size_t kSessionBytes = 16;
 
 }  // namespace
 
-SessionTable::SessionTable(uint32_t num_workers)
-    : session_of_worker_(num_workers), data_session_of_worker_(num_workers, 0),
+SessionTable::SessionTable(uint32_t num_workers, std::string server)
+    : server_(std::move(server)),
+      session_of_worker_(num_workers), data_session_of_worker_(num_workers, 0),
       joins_(num_workers, 0) {}
 
-absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
+absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id,
+                                                        std::string_view token) {
   Issued issued;
   issued.session.resize(kSessionBytes);
   issued.data_secret.resize(kDataSecretBytes);
@@ -31,17 +34,12 @@ absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
   }
   PS_ASSIGN_OR_RETURN(const net::DatagramKey secret, net::DatagramKey::Random());
   issued.udp_key = std::string(secret.bytes());
-  UdpKeyOf key_of;
-  {
-    absl::MutexLock lock(&mu_);
-    key_of = udp_key_of_;
-  }
   PS_ASSIGN_OR_RETURN(net::DatagramKey udp_key,
-                      net::DatagramKey::FromBytes(
-                          key_of ? key_of(worker_id, issued.data_session, issued.udp_key)
-                                 : issued.udp_key));
-  auto data = std::make_shared<const DataSession>(
-      DataSession{worker_id, std::move(udp_key), issued.data_secret});
+                      net::DatagramKey::FromBytes(crypto::BoundUdpKey(
+                          token, server_, issued.data_session, issued.udp_key)));
+  auto data = std::make_shared<const DataSession>(DataSession{
+      worker_id, std::move(udp_key),
+      crypto::BoundDataKey(token, server_, issued.data_session, issued.data_secret)});
   absl::MutexLock lock(&mu_);
   std::string& old = session_of_worker_[worker_id];
   if (!old.empty()) sessions_.erase(old);
@@ -54,11 +52,6 @@ absl::StatusOr<SessionTable::Issued> SessionTable::Issue(uint32_t worker_id) {
   data_sessions_[issued.data_session] = std::move(data);
   issued.joins = ++joins_[worker_id];
   return issued;
-}
-
-void SessionTable::SetUdpKeyOf(UdpKeyOf key_of) {
-  absl::MutexLock lock(&mu_);
-  udp_key_of_ = std::move(key_of);
 }
 
 std::optional<uint32_t> SessionTable::WorkerOf(std::string_view session) const {

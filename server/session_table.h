@@ -2,15 +2,17 @@
 // one gRPC session (a random 16-byte token, not a credential: it only names the join)
 // and one data session, which every data plane beside gRPC shares (docs/data-plane.md):
 // a public 64-bit id, carried in every UDP datagram and in a TCP connection's HELLO, with
-// two secrets of its own, the UDP datagrams' MAC key and the TCP handshake's secret (one
-// key per primitive: an AEAD key is never an HMAC key). A re-join replaces both sessions,
-// so requests, datagrams and connections under the old ones are refused.
+// two secrets of its own, the UDP datagrams' secret and the TCP handshake's (one key per
+// primitive: an AEAD key is never an HMAC key). Both are handed to the worker in the Join
+// answer; the keys the shard uses bind them to the token the worker proved on that Join
+// (crypto::BoundUdpKey, crypto::BoundDataKey), so a reader of a plaintext Join answer
+// holds neither. A re-join replaces both sessions, so requests, datagrams and connections
+// under the old ones are refused.
 //
 // Thread-safe: one mutex, taken by nothing else and holding no other lock.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,37 +27,32 @@
 
 namespace ps::server {
 
-// Who may send data under a data session id, and the session's secrets.
+// Who may send data under a data session id, and the session's keys.
 struct DataSession {
   uint32_t worker_id = 0;
-  net::DatagramKey key;  // UDP: the datagrams' key (SessionTable::UdpKeyOf the secret)
-  std::string secret;    // TCP: the handshake's secret (kDataSecretBytes; crypto::DataKey)
+  net::DatagramKey key;  // UDP: the datagrams' key (crypto::BoundUdpKey of the UDP secret)
+  std::string tcp_key;   // TCP: the handshake proofs' key (crypto::BoundDataKey of its secret)
 };
 
 class SessionTable {
  public:
-  explicit SessionTable(uint32_t num_workers);
+  // `server`: the shard's name the keys are bound to ("shard-N").
+  SessionTable(uint32_t num_workers, std::string server);
 
   static constexpr size_t kDataSecretBytes = 32;
 
   struct Issued {
     std::string session;
     uint64_t data_session = 0;
-    std::string udp_key;      // the UDP secret, handed to the worker over gRPC (the
-                              // datagrams' key is UdpKeyOf it)
+    std::string udp_key;      // the UDP secret, handed to the worker over gRPC
     std::string data_secret;  // the TCP handshake's secret, handed over likewise
     uint64_t joins = 0;       // joins of this worker so far, this one included
   };
-  // The datagrams' key from the UDP secret handed to `worker` (the server binds it to the
-  // worker's token, crypto::UdpKey, as the TCP handshake's key). Unset: the secret itself.
-  using UdpKeyOf = std::function<std::string(uint32_t worker, uint64_t data_session,
-                                             std::string_view secret)>;
-  // Set before the first Issue (the server does, before it serves).
-  void SetUdpKeyOf(UdpKeyOf key_of);
-
-  // Fresh sessions for `worker_id` (< num_workers), replacing its earlier ones. INTERNAL
-  // when the system has no randomness.
-  absl::StatusOr<Issued> Issue(uint32_t worker_id);
+  // Fresh sessions for `worker_id` (< num_workers), replacing its earlier ones, their
+  // keys bound to `token`, the token the join proved (empty: none, for a client
+  // certificate or --insecure; the keys are then the secrets). INTERNAL when the system
+  // has no randomness.
+  absl::StatusOr<Issued> Issue(uint32_t worker_id, std::string_view token = {});
   // The worker behind a gRPC session.
   std::optional<uint32_t> WorkerOf(std::string_view session) const;
   // The worker and secrets behind a data session id (null when unknown or replaced). A
@@ -68,8 +65,8 @@ class SessionTable {
   bool Joined(uint32_t worker) const;
 
  private:
+  const std::string server_;
   mutable absl::Mutex mu_;
-  UdpKeyOf udp_key_of_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> sessions_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> session_of_worker_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint64_t, std::shared_ptr<const DataSession>> data_sessions_

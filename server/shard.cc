@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "core/credentials.h"
 #include "core/status.h"
 #include "spdlog/spdlog.h"
 
@@ -57,7 +58,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
       counters_(shard_id, options.WorkerIds()),
       suspicion_(Suspicion::Config{shard_id, options.WorkerIds(), options.suspicion_window,
                                    options.suspicion_threshold}),
-      sessions_(options.WorkerIds()),
+      sessions_(options.WorkerIds(),
+                core::Identity{core::Identity::Kind::kShard, shard_id}.Name()),
       quarantine_(options.WorkerIds(), options.quarantine),
       membership_(options.num_workers, options.WorkerIds(),
                   std::chrono::duration_cast<core::Duration>(options.worker_timeout)),
@@ -107,7 +109,8 @@ void Shard::SetAggregationObserver(std::function<void(AggregationStage, core::Du
   counters_.SetObserver(std::move(observer));
 }
 
-absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash) {
+absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash,
+                                       std::string_view token) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
   }
@@ -124,7 +127,7 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash)
   JoinResult result;
   result.layout_registered = table_.registered();
   result.ready = table_.ready();
-  PS_ASSIGN_OR_RETURN(SessionTable::Issued issued, sessions_.Issue(worker_id));
+  PS_ASSIGN_OR_RETURN(SessionTable::Issued issued, sessions_.Issue(worker_id, token));
   result.session = std::move(issued.session);
   result.data_session = issued.data_session;
   result.udp_key = std::move(issued.udp_key);

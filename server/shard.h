@@ -117,8 +117,10 @@ class Shard {
   const ServerOptions& options() const { return options_; }
 
   // A worker joins with its rank and the hash of its layout; a new session replaces
-  // any earlier one of the same rank.
-  absl::StatusOr<JoinResult> Join(uint32_t worker_id, uint64_t layout_hash);
+  // any earlier one of the same rank. The data session's keys are bound to `token`, the
+  // token the worker proved on this join (SessionTable::Issue; empty: none).
+  absl::StatusOr<JoinResult> Join(uint32_t worker_id, uint64_t layout_hash,
+                                  std::string_view token = {});
   // The worker id behind a session, or UNAUTHENTICATED.
   absl::StatusOr<uint32_t> Authenticate(std::string_view session) const;
 
@@ -251,9 +253,6 @@ class Shard {
   std::optional<core::SteadyTime> NextDeadline() const;
   // Called (without locks held) whenever a new, earlier deadline may exist.
   void SetDeadlineListener(std::function<void()> listener);
-  // How a join's UDP secret becomes its datagrams' key (SessionTable::SetUdpKeyOf): the
-  // server binds it to the worker's token. Before the first Join.
-  void SetUdpKeyOf(SessionTable::UdpKeyOf key_of) { sessions_.SetUdpKeyOf(std::move(key_of)); }
 
   // Called on the aggregating (pool) thread with the time each aggregation step took
   // (metrics); must be quick and thread-safe. Null turns it off.

@@ -13,7 +13,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <optional>
 #include <span>
@@ -85,11 +84,6 @@ class DataBackend {
   DataBackend() = default;
 };
 
-// The key of a connection's proofs for a worker's data session (crypto::DataKey): the
-// server's Authenticator binds it to the worker's token. Null: the session's secret.
-using DataKeyOf = std::function<std::string(uint32_t worker, uint64_t data_session,
-                                            std::string_view secret)>;
-
 // What every backend is started from.
 struct BackendContext {
   const ServerOptions* options = nullptr;
@@ -101,13 +95,12 @@ struct BackendContext {
   // The control port's TLS material (PEM text; empty: plaintext; a CA: client
   // certificates required), which a backend with connections uses too.
   std::string tls_cert_pem, tls_key_pem, tls_ca_pem;
-  DataKeyOf data_key_of;
 };
 
 // Starts each backend `context.options` asks for, in the list's order (udp: --udp-port
 // >= 0; tcp: --data-plane tcp), each before the control port. The first that fails to
 // start fails the whole (those started are stopped), its error naming the address.
-// Borrowed: the front, the clock and what data_key_of uses outlive the backends.
+// Borrowed: the front and the clock outlive the backends.
 absl::StatusOr<std::vector<std::unique_ptr<DataBackend>>> StartDataBackends(
     const BackendContext& context);
 

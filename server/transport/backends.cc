@@ -35,7 +35,7 @@ Started StartTcp(const BackendContext& c) {
   data.tls_key_pem = c.tls_key_pem;
   data.tls_ca_pem = c.tls_ca_pem;
   absl::StatusOr<std::unique_ptr<tcp::Backend>> b =
-      tcp::Backend::Start(data, c.front, c.data_key_of, c.clock);
+      tcp::Backend::Start(data, c.front, c.clock);
   if (!b.ok()) return b.status();
   return std::unique_ptr<DataBackend>(std::move(*b));
 }

@@ -127,7 +127,7 @@ struct Stage {
     tcp::Options t;
     t.max_body_bytes = kMaxBody;
     t.limits.proof_timeout = kBound;
-    auto started = tcp::Backend::Start(t, front.get(), nullptr, ps::core::Clock::Real());
+    auto started = tcp::Backend::Start(t, front.get(), ps::core::Clock::Real());
     if (!started.ok()) std::fprintf(stderr, "%s\n", started.status().ToString().c_str());
     PS_FUZZ_CHECK(started.ok(), "the backend did not start");
     backend = *std::move(started);
@@ -174,7 +174,7 @@ ps::net::AdmitMeta Handshake(Socket& sock, const server::JoinResult& join, uint3
   PS_FUZZ_CHECK(c.ok() && c->shard_index == 0, "a CHALLENGE the worker refuses");
   const std::string client_nonce(hello.client_nonce.begin(), hello.client_nonce.end());
   const std::string server_nonce(c->server_nonce.begin(), c->server_nonce.end());
-  // Without a KeyOf the key is the session's secret (--insecure).
+  // Joined without a token, the key is the session's secret (--insecure).
   PS_FUZZ_CHECK(std::string_view(c->proof.data(), c->proof.size()) ==
                     ps::crypto::DataServerProof(join.data_secret, "shard-0", join.data_session,
                                               client_nonce, server_nonce),

@@ -167,8 +167,8 @@ class UdpAttacker {
     udp_session_ = joined.udp_session();
     // The key its datagrams are authenticated with: the UDP secret bound to its token.
     absl::StatusOr<net::DatagramKey> key = net::DatagramKey::FromBytes(
-        crypto::UdpKey(token_, crypto::TokenKey(token_), absl::StrCat("shard-", joined.shard_id()),
-                       udp_session_, joined.udp_key()));
+        crypto::BoundUdpKey(token_, absl::StrCat("shard-", joined.shard_id()), udp_session_,
+                            joined.udp_key()));
     EXPECT_TRUE(key.ok()) << key.status();
     if (key.ok()) key_ = std::make_unique<net::DatagramKey>(*key);
     socket_ = ::socket(AF_INET, SOCK_DGRAM, 0);

@@ -289,6 +289,67 @@ TEST_P(TlsPlaneTest, ATokenWorkerOverServerTlsCompletesARound) {
   RoundOnThePlane(c, {.token = Token("worker-0")}, {2, 0, -2});
 }
 
+// A shard with both a cluster secret (its run directory) and a token file: each worker
+// keys its data session with the token it proved at its Join, and the shard binds the
+// session to that token. Worker 0 holds its token file's token, worker 1 the token the
+// secret derives; each completes a round on the plane, then one over UDP (a shard keying
+// worker 0 with the derived token fails the TCP handshake and drops its datagrams as
+// forged).
+class TokenPlaneTest : public ::testing::TestWithParam<core::DataPlane> {};
+
+INSTANTIATE_TEST_SUITE_P(Planes, TokenPlaneTest, testing::DataPlanes(),
+                         [](const auto& info) { return testing::PlaneName(info.param); });
+
+TEST_P(TokenPlaneTest, EitherTokenAWorkerProvedKeysItsDataSession) {
+  std::string run_dir = (std::filesystem::temp_directory_path() / "ps-token-plane-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(run_dir.data()), nullptr);
+  server::ServerOptions o;
+  o.num_workers = 2;
+  o.aggregate_only = true;
+  o.aggregator = "mean";
+  o.round_deadline = milliseconds(10000);
+  o.run_dir = run_dir;
+  o.tokens_file = Path("tokens");
+  o.udp_port = 0;
+  o.data_plane = GetParam();
+  testing::Cluster c = testing::StartCluster(1, o);
+  ASSERT_EQ(c.num_shards(), 1u);
+  const std::string tokens[] = {Token("worker-0"), testing::WorkerToken(c, 1)};
+  ASSERT_NE(tokens[1], "");
+  ASSERT_NE(tokens[1], Token("worker-1")) << "worker 1 holds the derived token";
+  const core::ModelLayout layout = *core::ModelLayout::Create({{"w", 6, 0}}, 128, 1);
+  for (const PushPath path : {PushPath::kDataPlane, PushPath::kUdp}) {
+    const uint64_t round = path == PushPath::kUdp ? 1 : 0;
+    SCOPED_TRACE(path == PushPath::kUdp ? "over UDP" : "on the plane");
+    std::vector<std::unique_ptr<Worker>> workers;
+    for (uint32_t w = 0; w < 2; ++w) {
+      WorkerOptions wo;
+      wo.shard_addresses = c.addresses();
+      wo.worker_id = w;
+      wo.credentials.token = tokens[w];
+      wo.connect_timeout = milliseconds(20000);
+      wo.push.path = path;
+      auto worker = Worker::Start(wo, layout);
+      ASSERT_TRUE(worker.ok()) << "worker " << w << ": " << worker.status();
+      EXPECT_EQ((*worker)->shards()[0].data_plane, GetParam());
+      workers.push_back(*std::move(worker));
+    }
+    for (uint32_t w = 0; w < 2; ++w) {
+      ASSERT_TRUE(workers[w]->Push(0, round, std::vector<float>(6, 1.0f + 2.0f * w)).ok());
+      ASSERT_TRUE(workers[w]->WaitPushes().ok()) << "worker " << w;
+    }
+    for (uint32_t w = 0; w < 2; ++w) {
+      std::vector<float> out(6);
+      absl::StatusOr<uint64_t> pulled = workers[w]->Pull(0, round + 1, out, milliseconds(20000));
+      ASSERT_TRUE(pulled.ok()) << "worker " << w << ": " << pulled.status();
+      EXPECT_EQ(out, std::vector<float>(6, 2.0f)) << "worker " << w;
+    }
+  }
+  EXPECT_EQ(Refused(c.shard(0), server::Refusal::kUnauthenticated), 0u);
+  c = testing::Cluster();
+  std::filesystem::remove_all(run_dir);
+}
+
 // Runs ps-admin with `args`; returns its exit status and stdout.
 std::pair<int, std::string> Admin(const std::string& args) {
   const std::string cmd = std::string(PS_ADMIN_BINARY) + " " + args + " 2>&1";

@@ -228,37 +228,51 @@ TEST_F(ChallengeTest, DerivedAndListedTokensProveTheirIdentity) {
   }
 }
 
-// The key of a TCP data connection's proofs (docs/data-plane.md, "Binding a connection to
-// a session"): bound to the worker's derived token when the shard has a secret, to its
-// token file's token otherwise, and the session's secret itself without tokens.
-TEST_F(ChallengeTest, TheDataKeyBindsTheSessionSecretToTheWorkersToken) {
+// The keys of a data session are bound to the token the worker proved on its Join
+// (docs/data-plane.md, "The key"): Verify names it by its key, TokenNamed gives it back.
+// At a shard with both a secret and a token file, a worker proving its token file's token
+// gets that token, not the one the secret derives for it.
+TEST_F(ChallengeTest, TheTokenACallProvedIsNamedByItsKey) {
   using Kind = core::Identity::Kind;
-  const std::string secret(32, 's');
-  const std::string derived = crypto::DeriveToken(secret_, {Kind::kWorker, 1});
-  EXPECT_EQ(auth_->DataKeyOf(1, 77, secret),
-            crypto::DataKey(derived, "worker-1", "shard-1", 77, secret));
-  EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(1, 78, secret));
-  EXPECT_NE(auth_->DataKeyOf(1, 77, secret), auth_->DataKeyOf(0, 77, secret));
-  // The datagrams' key: the same binding under its own label.
-  EXPECT_EQ(auth_->UdpKeyOf(1, 77, secret), crypto::UdpKey(derived, "worker-1", "shard-1", 77, secret));
-  EXPECT_NE(auth_->UdpKeyOf(1, 77, secret), auth_->DataKeyOf(1, 77, secret));
-  EXPECT_NE(auth_->UdpKeyOf(1, 77, secret), secret);
+  ServerOptions both = options_;
+  both.tokens_file = WriteFile("worker-tokens", std::string("worker-0 ") + kTokenB + "\n");
+  auto a = Authenticator::Create(both);
+  ASSERT_TRUE(a.ok()) << a.status();
+  auth_ = *std::move(a);
+  const std::string derived0 = crypto::DeriveToken(secret_, {Kind::kWorker, 0});
+  for (const std::string& token : {derived0, std::string(kTokenB)}) {
+    std::string key = "left over";
+    absl::StatusOr<core::Identity> id = auth_->Verify({std::nullopt, Prove(*auth_, token)}, nullptr, &key);
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(id->Name(), "worker-0");
+    EXPECT_EQ(key, crypto::TokenKey(token));
+    EXPECT_EQ(auth_->TokenNamed(key), token);
+  }
+  EXPECT_EQ(auth_->TokenNamed(crypto::TokenKey(kTokenB)), kTokenB) << "not worker-0's derived token";
+  EXPECT_EQ(auth_->TokenNamed("worker-1"), crypto::DeriveToken(secret_, {Kind::kWorker, 1}));
+  EXPECT_EQ(auth_->TokenNamed(""), "");
+  EXPECT_EQ(auth_->TokenNamed(crypto::TokenKey(kTokenA)), "") << "listed nowhere here";
 
-  ServerOptions listed;
-  listed.tokens_file = WriteFile("data-tokens", std::string("worker-0 ") + kTokenB + "\n");
-  auto by_file = Authenticator::Create(listed);
-  ASSERT_TRUE(by_file.ok()) << by_file.status();
-  EXPECT_EQ((*by_file)->DataKeyOf(0, 5, secret),
-            crypto::DataKey(kTokenB, crypto::TokenKey(kTokenB), "shard-0", 5, secret));
-  EXPECT_EQ((*by_file)->DataKeyOf(1, 5, secret), secret) << "worker-1 has no token here";
-  EXPECT_EQ((*by_file)->UdpKeyOf(0, 5, secret),
-            crypto::UdpKey(kTokenB, crypto::TokenKey(kTokenB), "shard-0", 5, secret));
-  EXPECT_EQ((*by_file)->UdpKeyOf(1, 5, secret), secret);
+  // A refused call proved nothing.
+  std::string key = "left over";
+  EXPECT_FALSE(auth_->Verify({std::nullopt, std::string("PS-Proof-v1 x")}, nullptr, &key).ok());
+  EXPECT_EQ(key, "");
+}
 
-  auto none = Authenticator::Create(ServerOptions{});
-  ASSERT_TRUE(none.ok()) << none.status();
-  EXPECT_EQ((*none)->DataKeyOf(0, 5, secret), secret);
-  EXPECT_EQ((*none)->UdpKeyOf(0, 5, secret), secret);
+TEST_F(AuthenticatorTest, ABearerTokenIsNamedByItsKeyAndACertificateByNone) {
+  ServerOptions o;
+  o.tokens_file = WriteFile("tokens", std::string("worker-0 ") + kTokenA + "\n");
+  o.tls_cert = WriteFile("cert.pem", "certificate");
+  o.tls_key = WriteFile("key.pem", "key");
+  o.tls_ca = WriteFile("ca.pem", "ca");
+  auto a = Authenticator::Create(o);
+  ASSERT_TRUE(a.ok()) << a.status();
+  std::string key;
+  ASSERT_TRUE((*a)->Verify({std::nullopt, std::string("Bearer ") + kTokenA}, nullptr, &key).ok());
+  EXPECT_EQ(key, crypto::TokenKey(kTokenA));
+  EXPECT_EQ((*a)->TokenNamed(key), kTokenA);
+  ASSERT_TRUE((*a)->Verify({std::string_view("worker-0"), std::nullopt}, nullptr, &key).ok());
+  EXPECT_EQ(key, "") << "a certificate alone proves no token";
 }
 
 TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {

@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "core/clock.h"
 #include "core/thread_pool.h"
+#include "crypto/auth_proof.h"
 #include "server/aggregation_jobs.h"
 #include "server/deadline_queue.h"
 #include "server/quarantine.h"
@@ -61,7 +62,7 @@ TEST(SnapshotPoolTest, ABufferComesBackWithItsLastReferenceAndIsTakenAgain) {
 }
 
 TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
-  SessionTable t(3);
+  SessionTable t(3, "shard-0");
   EXPECT_EQ(t.joined(), 0u);
   absl::StatusOr<SessionTable::Issued> a = t.Issue(1);
   ASSERT_TRUE(a.ok()) << a.status();
@@ -74,7 +75,7 @@ TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
   ASSERT_NE(t.DataSessionOf(a->data_session), nullptr);
   EXPECT_EQ(t.DataSessionOf(a->data_session)->worker_id, 1u);
   EXPECT_EQ(std::string(t.DataSessionOf(a->data_session)->key.bytes()), a->udp_key);
-  EXPECT_EQ(t.DataSessionOf(a->data_session)->secret, a->data_secret);
+  EXPECT_EQ(t.DataSessionOf(a->data_session)->tcp_key, a->data_secret) << "no token";
   EXPECT_EQ(a->data_secret.size(), SessionTable::kDataSecretBytes);
   EXPECT_NE(a->data_secret, b->data_secret);
   EXPECT_EQ(t.joined(), 2u);
@@ -90,24 +91,29 @@ TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
   EXPECT_EQ(t.WorkerOf("not a session"), std::nullopt);
 }
 
-// With a key function (the server's: the worker's token binds the secret), a data
-// session's datagram key is the function of the worker, the session id and the UDP
-// secret handed out, not the secret itself.
-TEST(SessionTableTest, TheDatagramKeyIsTheKeyFunctionOfTheHandedOutSecret) {
-  SessionTable t(3);
-  std::vector<std::string> seen;
-  t.SetUdpKeyOf([&](uint32_t worker, uint64_t session, std::string_view secret) {
-    seen.push_back(absl::StrCat(worker, "/", session, "/", secret.size()));
-    return std::string(32, static_cast<char>('a' + worker));
-  });
-  absl::StatusOr<SessionTable::Issued> a = t.Issue(2);
+// A data session's keys bind the secrets handed out to the token the join proved and to
+// the shard's name (crypto::BoundUdpKey, BoundDataKey); without a token they are the
+// secrets themselves.
+TEST(SessionTableTest, TheDataSessionsKeysAreBoundToTheJoinsToken) {
+  SessionTable t(3, "shard-4");
+  const std::string token = "tttttttttttttttttttttttt";
+  absl::StatusOr<SessionTable::Issued> a = t.Issue(2, token);
   ASSERT_TRUE(a.ok()) << a.status();
-  EXPECT_EQ(a->udp_key.size(), 32u) << "the secret handed out";
-  ASSERT_NE(t.DataSessionOf(a->data_session), nullptr);
-  EXPECT_EQ(std::string(t.DataSessionOf(a->data_session)->key.bytes()), std::string(32, 'c'));
-  EXPECT_NE(std::string(t.DataSessionOf(a->data_session)->key.bytes()), a->udp_key);
-  ASSERT_EQ(seen.size(), 1u);
-  EXPECT_EQ(seen[0], absl::StrCat("2/", a->data_session, "/32"));
+  std::shared_ptr<const DataSession> s = t.DataSessionOf(a->data_session);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(std::string(s->key.bytes()),
+            crypto::BoundUdpKey(token, "shard-4", a->data_session, a->udp_key));
+  EXPECT_EQ(s->tcp_key, crypto::BoundDataKey(token, "shard-4", a->data_session, a->data_secret));
+  EXPECT_NE(std::string(s->key.bytes()), a->udp_key);
+  EXPECT_NE(s->tcp_key, a->data_secret);
+  EXPECT_NE(std::string(s->key.bytes()), s->tcp_key);
+
+  absl::StatusOr<SessionTable::Issued> none = t.Issue(1);
+  ASSERT_TRUE(none.ok()) << none.status();
+  s = t.DataSessionOf(none->data_session);
+  ASSERT_NE(s, nullptr);
+  EXPECT_EQ(std::string(s->key.bytes()), none->udp_key);
+  EXPECT_EQ(s->tcp_key, none->data_secret);
 }
 
 TEST(DeadlineQueueTest, PopsDueSlicesEarliestFirstAndTellsTheListener) {

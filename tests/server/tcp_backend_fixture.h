@@ -80,7 +80,7 @@ class TcpBackendTest : public ::testing::Test {
     options_.limits.proof_timeout = std::chrono::milliseconds(300);
     Configure(&options_);
     absl::StatusOr<std::unique_ptr<Backend>> backend =
-        Backend::Start(options_, front_.get(), nullptr, core::Clock::Real());
+        Backend::Start(options_, front_.get(), core::Clock::Real());
     ASSERT_TRUE(backend.ok()) << backend.status();
     backend_ = *std::move(backend);
   }

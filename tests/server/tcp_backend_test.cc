@@ -304,7 +304,7 @@ TEST_F(TcpBackendTest, ReadingStopsWhilePushesWaitForTheirAnswers) {
   Options o = options_;
   o.max_unanswered_pushes = 2;
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      Backend::Start(o, &front, nullptr, core::Clock::Real());  // before front and tarpit go
+      Backend::Start(o, &front, core::Clock::Real());  // before front and tarpit go
   ASSERT_TRUE(backend.ok()) << backend.status();
   ScriptedWorker w((*backend)->port());
   ASSERT_TRUE(w.Handshake(joins_[0].data_session, 0, joins_[0].data_secret).ok());
@@ -338,7 +338,7 @@ TEST_F(TcpBackendTest, AConnectionEndingRefusalOverTheBudgetIsHeldByTheTarpit) {
                 core::Clock::Real());
   ShardFront front(shard_.get(), nullptr, &tarpit);
   absl::StatusOr<std::unique_ptr<Backend>> backend =
-      Backend::Start(options_, &front, nullptr, core::Clock::Real());
+      Backend::Start(options_, &front, core::Clock::Real());
   ASSERT_TRUE(backend.ok()) << backend.status();
   const std::string claim = LargestClaim();
   // Within the budget (the first refusal): at once.

@@ -174,8 +174,7 @@ bool DataPortClient::ReadExactly(size_t n, std::string* out) {
 
 std::string DataConnectionKey(std::string_view token, uint32_t shard, uint64_t session,
                               std::string_view secret) {
-  if (token.empty()) return std::string(secret);
-  return crypto::DataKey(token, crypto::TokenKey(token), absl::StrCat("shard-", shard), session, secret);
+  return crypto::BoundDataKey(token, absl::StrCat("shard-", shard), session, secret);
 }
 
 std::string HelloFrame(uint64_t session, uint32_t worker) {

@@ -58,10 +58,9 @@ Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits) {
 
 class Backend::Impl final : public Hub {
  public:
-  Impl(const Options& options, ShardFront* front, KeyOf key_of, core::Clock* clock)
+  Impl(const Options& options, ShardFront* front, core::Clock* clock)
       : options_(options),
         front_(front),
-        key_of_(std::move(key_of)),
         clock_(clock),
         table_(options.limits),
         contexts_(MakeContexts(options.threads)),
@@ -144,9 +143,6 @@ class Backend::Impl final : public Hub {
   ShardFront* front() override { return front_; }
   const Options& options() const override { return options_; }
   net::TlsContext* tls() override { return tls_.get(); }
-  std::string Key(uint32_t worker, uint64_t data_session, std::string_view secret) override {
-    return key_of_ ? key_of_(worker, data_session, secret) : std::string(secret);
-  }
   void Admitted(ConnectionTable::Id id, const std::string& peer,
                 const std::string& identity) override {
     admitted_.fetch_add(1, std::memory_order_relaxed);
@@ -265,7 +261,6 @@ class Backend::Impl final : public Hub {
 
   const Options options_;
   ShardFront* const front_;
-  const KeyOf key_of_;
   core::Clock* const clock_;
   std::shared_ptr<net::TlsContext> tls_;  // null: plaintext
   ConnectionTable table_;
@@ -318,8 +313,8 @@ Backend::Backend(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Backend::~Backend() { Stop(); }
 
 absl::StatusOr<std::unique_ptr<Backend>> Backend::Start(const Options& options, ShardFront* front,
-                                                        KeyOf key_of, core::Clock* clock) {
-  auto impl = std::make_unique<Impl>(options, front, std::move(key_of), clock);
+                                                        core::Clock* clock) {
+  auto impl = std::make_unique<Impl>(options, front, clock);
   PS_RETURN_IF_ERROR(impl->Open());
   return std::unique_ptr<Backend>(new Backend(std::move(impl)));
 }

@@ -62,9 +62,6 @@ struct Options {
 // Authenticator read it for the control port).
 Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits);
 
-// The key of a connection's proofs (backend.h).
-using KeyOf = DataKeyOf;
-
 struct Stats {
   uint64_t accepted = 0;  // connections taken by the table
   uint64_t refused = 0;   // closed at accept (the table's bounds)
@@ -80,7 +77,7 @@ class Backend final : public DataBackend {
   // Binds host:port and starts serving. UNAVAILABLE naming the address when it cannot;
   // INVALID_ARGUMENT when OpenSSL refuses the TLS material.
   static absl::StatusOr<std::unique_ptr<Backend>> Start(const Options& options, ShardFront* front,
-                                                        KeyOf key_of, core::Clock* clock);
+                                                        core::Clock* clock);
   ~Backend() override;
   Backend(const Backend&) = delete;
   Backend& operator=(const Backend&) = delete;

@@ -67,8 +67,6 @@ class Hub {
   virtual const Options& options() const = 0;
   // The port's TLS context; null: plaintext.
   virtual net::TlsContext* tls() = 0;
-  // The key of the proofs for `worker`'s data session (KeyOf; the secret when none).
-  virtual std::string Key(uint32_t worker, uint64_t data_session, std::string_view secret) = 0;
   // The handshake of connection `id` admitted it as `identity` ("worker-3").
   virtual void Admitted(ConnectionTable::Id id, const std::string& peer,
                         const std::string& identity) = 0;

@@ -38,7 +38,7 @@ void Connection::Hello(std::string_view meta) {
   if (!server_nonce.ok()) return GoAway(server_nonce.status());
   session_ = *std::move(session);
   session_id_ = hello->data_session;
-  const std::string key = hub_->Key(session_->worker_id, session_id_, session_->secret);
+  const std::string& key = session_->tcp_key;
   const std::string server =
       core::Identity{core::Identity::Kind::kShard, front_->shard()->shard_id()}.Name();
   const std::string_view client_nonce(hello->client_nonce.data(), hello->client_nonce.size());

@@ -241,11 +241,8 @@ void Connection::OnChallenge(uint64_t gen) {
   if (!c.ok()) return Lost(c.status());
   const std::string server_nonce(c->server_nonce.begin(), c->server_nonce.end());
   const std::string& secret = admitted_route_.data_secret;
-  const std::string key =
-      options_.credentials.token.empty()
-          ? secret
-          : crypto::DataKey(options_.credentials.token, crypto::TokenKey(options_.credentials.token), server_,
-                          admitted_route_.data_session, secret);
+  const std::string key = crypto::BoundDataKey(options_.credentials.token, server_,
+                                                admitted_route_.data_session, secret);
   const std::string expected = crypto::DataServerProof(
       key, server_, admitted_route_.data_session, client_nonce_, server_nonce);
   if (c->shard_index != options_.shard ||

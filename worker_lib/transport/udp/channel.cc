@@ -83,9 +83,8 @@ absl::StatusOr<net::DatagramKey> UdpChannel::KeyOf(const DataRoute& route) const
   // The secret has a key's size whether or not it is bound to a token.
   PS_ASSIGN_OR_RETURN(net::DatagramKey secret, net::DatagramKey::FromBytes(route.udp_key));
   if (token_.empty()) return secret;
-  return net::DatagramKey::FromBytes(crypto::UdpKey(token_, crypto::TokenKey(token_),
-                                                    absl::StrCat("shard-", shard_),
-                                                    route.udp_session, route.udp_key));
+  return net::DatagramKey::FromBytes(crypto::BoundUdpKey(token_, absl::StrCat("shard-", shard_),
+                                                         route.udp_session, route.udp_key));
 }
 
 absl::Status UdpChannel::SetRoute(const DataRoute& route) {
