@@ -17,8 +17,8 @@
 #
 # After ctest, `test` validates deploy/ offline (deploy/validate.sh, when kubectl is
 # installed; PS_DEPLOY_CHECK=0 skips), then builds the fuzz targets with clang (ASan + UBSan + libFuzzer) in
-# build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 13 targets, so
-# about 135 s plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
+# build-fuzz/ and runs each for PS_FUZZ_SECONDS seconds (default 10; 13 targets, one per
+# core at a time, so about 80 s on two cores plus the first clang build), failing on a crash (tests/fuzz/run_fuzzers.sh,
 # docs/fuzzing.md). PS_FUZZ_SECONDS=0 skips that step.
 # Then it builds the integration tests with ASan + UBSan (clang, in build-fuzz/, whose
 # libraries the fuzz targets share) and with TSan (g++, build-tsan/) and runs them

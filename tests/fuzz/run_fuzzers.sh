@@ -10,7 +10,8 @@
 # build-fuzz/fuzz/artifacts/<target>/. New corpus entries go to
 # build-fuzz/fuzz/corpus/<target>/ (the checked-in seeds are only read).
 # Environment: CC/CXX (default clang/clang++), PS_FUZZ_BUILD_DIR (default
-# <repo>/build-fuzz, as run_sanitizers.sh's asan), PS_FUZZ_JOBS (ninja -j, default 2), PS_FUZZ_ARGS (extra
+# <repo>/build-fuzz, as run_sanitizers.sh's asan), PS_FUZZ_JOBS (ninja -j and the targets
+# run at once, default 2), PS_FUZZ_ARGS (extra
 # libFuzzer flags, e.g. "-jobs=4 -workers=4" or "-max_len=100000"; they come after
 # the defaults, so "-timeout=600" overrides the per-input limit of 60 s: one input
 # running longer counts as a failure, a hang instead of a bounded run).
@@ -34,23 +35,47 @@ configure_clang_asan "$root" "$build"
 ninja -C "$build" -j "${PS_FUZZ_JOBS:-2}" ps_fuzz_targets
 
 list="$build/fuzz/targets.tsv"
+# Targets run PS_FUZZ_JOBS at a time (one per core: each is a single-threaded process),
+# each writing its own log, printed when it ends; the first that fails stops the rest.
+parallel=${PS_FUZZ_JOBS:-2}
+logs="$build/fuzz/logs"
+mkdir -p "$logs"
+declare -A running=() binaries=()  # pid -> target name; name -> its binary
+failed=""
+
+# Waits for one running target; prints its log; records a failure.
+reap() {
+  local pid status=0
+  wait -n -p pid "${!running[@]}" || status=$?
+  local name=${running[$pid]}
+  unset "running[$pid]"
+  cat "$logs/$name.log"
+  if [[ $status -ne 0 ]]; then
+    echo "=== $name: FAILED; reproduce with: ${binaries[$name]} $build/fuzz/artifacts/$name/<crash-file>" >&2
+    ls -l "$build/fuzz/artifacts/$name" >&2 || true
+    failed=$name
+  fi
+}
+
 ran=0
 while IFS=$'\t' read -r name binary seeds; do
   [[ -n $name ]] || continue
   if [[ $# -gt 0 ]] && ! printf '%s\n' "$@" | grep -qx "$name"; then continue; fi
+  while [[ ${#running[@]} -ge $parallel ]]; do reap; done
+  [[ -z $failed ]] || break
   work="$build/fuzz/corpus/$name"
   artifacts="$build/fuzz/artifacts/$name"
   mkdir -p "$work" "$artifacts"
-  echo "=== $name: ${seconds}s (corpus $work, seeds $seeds)"
   # shellcheck disable=SC2086  # PS_FUZZ_ARGS is a list of flags
-  if ! "$binary" -max_total_time="$seconds" -timeout=60 -print_final_stats=1 \
-      -artifact_prefix="$artifacts/" ${PS_FUZZ_ARGS:-} "$work" "$seeds"; then
-    echo "=== $name: FAILED; reproduce with: $binary $artifacts/<crash-file>" >&2
-    ls -l "$artifacts" >&2 || true
-    exit 1
-  fi
+  { echo "=== $name: ${seconds}s (corpus $work, seeds $seeds)"
+    "$binary" -max_total_time="$seconds" -timeout=60 -print_final_stats=1 \
+      -artifact_prefix="$artifacts/" ${PS_FUZZ_ARGS:-} "$work" "$seeds"; } >"$logs/$name.log" 2>&1 &
+  running[$!]=$name
+  binaries[$name]=$binary
   ran=$((ran + 1))
 done <"$list"
+while [[ ${#running[@]} -gt 0 ]]; do reap; done
+[[ -z $failed ]] || exit 1
 
 if [[ $ran -eq 0 ]]; then
   echo "no fuzz target matched: $* (known: $(cut -f1 "$list" | tr '\n' ' '))" >&2
