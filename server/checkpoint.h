@@ -29,7 +29,7 @@ struct SliceCheckpoint {
   uint32_t slice_id = 0;
   uint64_t version = 0;
   std::string values;  // little-endian fp32, numel values
-  std::vector<float> velocity;    // numel values, or empty with --aggregate-only
+  std::vector<float> velocity;    // numel values; empty with --aggregate-only or no momentum
   // Adam's exp_avg_sq (numel values; empty for SGD) and the optimizer steps taken.
   std::vector<float> second_moment;
   uint64_t optimizer_steps = 0;

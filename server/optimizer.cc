@@ -179,7 +179,32 @@ PS_VECTOR_CLONES void SgdBlockCopy(float lr, float mu, float wd, const float* __
   }
 }
 
-// v <- mu v + (g + wd w); w <- w - lr v (and c <- w), vectorized by blocks.
+// Without momentum (no velocity): w <- w - lr (g + wd w), and c <- w.
+inline void SgdPlainValues(float lr, float wd, const float* __restrict g, float* __restrict w,
+                           float* __restrict c, size_t count) {
+  for (size_t i = 0; i < count; ++i) {
+    w[i] -= lr * (g[i] + wd * w[i]);
+    if (c != nullptr) c[i] = w[i];
+  }
+}
+
+// The same over a block, as SgdBlockCopy: two streams read and two written where the
+// step with a velocity reads three and writes three.
+PS_VECTOR_CLONES void SgdPlainBlockCopy(float lr, float wd, const float* __restrict g,
+                                        float* __restrict w, float* __restrict c) {
+  for (size_t i = 0; i < kSgdBlock; ++i) {
+    w[i] -= lr * (g[i] + wd * w[i]);
+    c[i] = w[i];
+  }
+}
+
+PS_VECTOR_CLONES void SgdPlainBlock(float lr, float wd, const float* __restrict g,
+                                    float* __restrict w) {
+  for (size_t i = 0; i < kSgdBlock; ++i) w[i] -= lr * (g[i] + wd * w[i]);
+}
+
+// v <- mu v + (g + wd w); w <- w - lr v (and c <- w), vectorized by blocks; without a
+// velocity (mu 0), w <- w - lr (g + wd w).
 void SgdKernel(float lr, float mu, float wd, std::span<const float> grad,
                std::span<float> velocity, std::span<float> params, std::span<float> copy_to) {
   const float* g = grad.data();
@@ -188,6 +213,17 @@ void SgdKernel(float lr, float mu, float wd, std::span<const float> grad,
   float* c = copy_to.empty() ? nullptr : copy_to.data();
   const size_t n = params.size();
   size_t b = 0;
+  if (velocity.empty()) {
+    for (; b + kSgdBlock <= n; b += kSgdBlock) {
+      if (c != nullptr) {
+        SgdPlainBlockCopy(lr, wd, g + b, w + b, c + b);
+      } else {
+        SgdPlainBlock(lr, wd, g + b, w + b);
+      }
+    }
+    SgdPlainValues(lr, wd, g + b, w + b, c != nullptr ? c + b : nullptr, n - b);
+    return;
+  }
   for (; b + kSgdBlock <= n; b += kSgdBlock) {
     if (c != nullptr) {
       SgdBlockCopy(lr, mu, wd, g + b, v + b, w + b, c + b);

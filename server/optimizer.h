@@ -65,8 +65,10 @@ class Optimizer {
 
   Kind kind() const { return kind_; }
   double lr() const { return lr_; }
-  // A second buffer per value (Adam's exp_avg_sq) besides the first (SGD's momentum
-  // buffer, Adam's exp_avg).
+  // A first buffer per value (SGD's momentum buffer, Adam's exp_avg): SGD without
+  // momentum keeps none, as torch.optim's does not.
+  bool has_first_moment() const { return kind_ != Kind::kSgd || momentum_ != 0; }
+  // A second buffer per value (Adam's exp_avg_sq) besides the first.
   bool has_second_moment() const { return kind_ != Kind::kSgd; }
   // Every argument spelled out.
   const std::string& spec() const { return spec_; }
@@ -86,7 +88,9 @@ class Optimizer {
 };
 
 // Applies the step of round `round` to params in place; velocity has params.size()
-// elements (zero at first). grad has the same size. With `copy_to` (params.size()
+// elements (zero at first), or none when opt.momentum is 0 (the step is then
+// w <- w - lr_t (g + weight_decay w), torch.optim.SGD's without momentum, with the bits
+// a zero velocity would give but for the sign of a zero). grad has the same size. With `copy_to` (params.size()
 // elements, apart from the others) the new parameters are also written there, each block
 // while it is in cache: one pass where a step and a copy after it would make two.
 // `lr`: the round's learning rate when its pushes carried one (else opt's, scheduled).

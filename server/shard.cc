@@ -90,6 +90,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
   rules_.deadlines = &deadlines_;
   rules_.keep_signs = aggregator_->VotesOnSigns();
   rules_.keep_published_model = !options_.checkpoint_dir.empty();
+  rules_.flags_velocity = !options_.aggregate_only && options_.momentum != 0;
   rules_.state_rows = aggregator_->StateRows();
   rules_.quarantine = &quarantine_;
   rules_.membership = &membership_;

@@ -102,7 +102,7 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
       !st.ok()) {
     return Refused(Refusal::kMalformed, st.message());
   }
-  model_.velocity.assign(params.size(), 0.0f);
+  model_.velocity.assign(model_.KeepsVelocity(rules_->flags_velocity) ? params.size() : 0, 0.0f);
   if (model_.optimizer != nullptr && model_.optimizer->has_second_moment()) {
     model_.second_moment.assign(params.size(), 0.0f);
   }

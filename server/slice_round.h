@@ -128,6 +128,9 @@ struct RoundRules {
   bool keep_signs = false;
   // Keep copies of the model with each publication (checkpoints are on).
   bool keep_published_model = false;
+  // The shard's flags' SGD keeps a velocity (--momentum is not 0); a tensor with an
+  // optimizer of its own follows that (Optimizer::has_first_moment).
+  bool flags_velocity = true;
   // Rows of rule state per slice element (aggregators::Aggregator::StateRows).
   size_t state_rows = 0;
   // The shard's UDP rounds (null: no UDP, no round is ever armed).
@@ -149,7 +152,8 @@ struct RoundRules {
 // clipping's centre), numel values each (rule_state: state_rows * numel).
 struct SliceModel {
   std::vector<float> params;
-  // SGD's momentum buffer (the shard's flags' velocity), Adam's exp_avg.
+  // SGD's momentum buffer (the shard's flags' velocity), Adam's exp_avg; empty for SGD
+  // without momentum (KeepsVelocity).
   std::vector<float> velocity;
   // Adam's exp_avg_sq; empty for SGD.
   std::vector<float> second_moment;
@@ -157,6 +161,11 @@ struct SliceModel {
   uint64_t steps = 0;
   // The tensor's optimizer (its layout entry's); null: the shard's flags' SGD.
   std::shared_ptr<const Optimizer> optimizer;
+  // Whether the step keeps a velocity: the optimizer's first moment, else the flags'
+  // (`flags_velocity`, RoundRules).
+  bool KeepsVelocity(bool flags_velocity) const {
+    return optimizer != nullptr ? optimizer->has_first_moment() : flags_velocity;
+  }
   std::vector<float> rule_state;
   // With --pull-codec: what the workers hold, and the encoder of its changes.
   HeldValues held;

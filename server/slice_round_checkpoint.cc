@@ -31,7 +31,13 @@ absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
   std::vector<float> held(info_.numel);
   std::memcpy(held.data(), c.values.data(), c.values.size());
   model_.params = c.params.empty() ? held : c.params;
-  model_.velocity = c.velocity.empty() ? std::vector<float>(info_.numel, 0.0f) : c.velocity;
+  // A velocity this step does not keep (a checkpoint of a run with momentum, restored
+  // without) is dropped; one it keeps starts at zero when the checkpoint has none.
+  if (!model_.KeepsVelocity(rules_->flags_velocity)) {
+    model_.velocity.clear();
+  } else {
+    model_.velocity = c.velocity.empty() ? std::vector<float>(info_.numel, 0.0f) : c.velocity;
+  }
   model_.second_moment.clear();
   if (model_.optimizer != nullptr && model_.optimizer->has_second_moment()) {
     model_.second_moment =

@@ -51,6 +51,37 @@ TEST(SgdStepTest, TheCopyHoldsTheSameBitsAsTheParametersAcrossBlocksAndTheTail) 
   EXPECT_EQ(0, std::memcmp(copy.data(), w.data(), n * sizeof(float)));
 }
 
+// Without momentum a step keeps no velocity: the parameters (and their copy) have the
+// bits of the step with a zero velocity, over whole blocks and the tail, with and without
+// weight decay (values away from zero: only a zero's sign may differ).
+TEST(SgdStepTest, WithoutMomentumNoVelocityGivesTheBitsOfAZeroOne) {
+  const size_t n = 2500;
+  std::vector<float> g(n), w0(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = 0.001f * static_cast<float>(i % 97) - 0.0305f;
+    w0[i] = 1.0f / static_cast<float>(i + 3);
+  }
+  for (const float wd : {0.0f, 0.01f}) {
+    const SgdOptions opt{0.1f, 0.0f, wd};
+    std::vector<float> w_with = w0, v(n, 0.0f), w_without = w0, copy(n, -1.0f);
+    for (uint64_t step = 0; step < 3; ++step) {
+      SgdStep(opt, step, g, v, w_with);
+      SgdStep(opt, step, g, {}, w_without, copy);
+    }
+    EXPECT_EQ(0, std::memcmp(w_with.data(), w_without.data(), n * sizeof(float))) << wd;
+    EXPECT_EQ(0, std::memcmp(copy.data(), w_without.data(), n * sizeof(float))) << wd;
+    EXPECT_NE(w_without, w0);
+  }
+}
+
+TEST(OptimizerTest, OnlySgdWithoutMomentumKeepsNoFirstMoment) {
+  EXPECT_FALSE(Optimizer::Parse("sgd(lr=0.1)")->has_first_moment());
+  EXPECT_FALSE(Optimizer::Parse("sgd(lr=0.1, weight_decay=0.5)")->has_first_moment());
+  EXPECT_TRUE(Optimizer::Parse("sgd(lr=0.1, momentum=0.9)")->has_first_moment());
+  EXPECT_TRUE(Optimizer::Parse("adam(lr=0.1)")->has_first_moment());
+  EXPECT_TRUE(Optimizer::Parse("adamw(lr=0.1)")->has_first_moment());
+}
+
 TEST(LrScheduleTest, FactorsPerRound) {
   const auto factor = [](const char* spec, uint64_t round) {
     absl::StatusOr<LrSchedule> s = LrSchedule::Parse(spec);

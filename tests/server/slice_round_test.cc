@@ -637,6 +637,33 @@ TEST_F(SliceRoundTest, AnAdamSlicesMomentsAndStepsSurviveCaptureAndRestore) {
   EXPECT_EQ(old.Capture(true).second_moment, (std::vector<float>{0.0f, 0.0f}));
 }
 
+// The flags' SGD without momentum keeps no velocity: none is made, none is checkpointed,
+// and one a checkpoint brings (from a run with momentum) is dropped; a tensor whose own
+// optimizer has momentum keeps one.
+TEST_F(SliceRoundTest, WithoutMomentumASliceKeepsNoVelocity) {
+  rules_.keep_published_model = true;
+  rules_.flags_velocity = false;
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  for (uint32_t w = 0; w < 3; ++w) ASSERT_TRUE(Push(s, w, 0, {1, -1}).ok());
+  std::optional<ClosedRound> closed = s.TakeClosed();
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_TRUE(closed->model.velocity.empty());
+  Wakeups wake;
+  s.Publish(*std::move(closed), core::SharedFp32(std::vector<float>{1.0f, 2.0f}), nullptr, &wake);
+  SliceCheckpoint c = s.Capture(/*with_velocity=*/true);
+  EXPECT_TRUE(c.velocity.empty());
+  c.velocity = {0.5f, 0.25f};
+  SliceRound restored(info_, &rules_, /*aggregate_only=*/false);
+  ASSERT_TRUE(restored.Restore(c).ok());
+  EXPECT_TRUE(restored.Capture(true).velocity.empty());
+
+  auto momentum = std::make_shared<const Optimizer>(*Optimizer::Parse("sgd(lr=0.1, momentum=0.9)"));
+  SliceRound own(info_, &rules_, /*aggregate_only=*/false, momentum);
+  ASSERT_TRUE(own.Restore(c).ok());
+  EXPECT_EQ(own.Capture(true).velocity, c.velocity);
+}
+
 TEST_F(SliceRoundTest, CaptureAndRestoreKeepTheModel) {
   rules_.keep_published_model = true;
   rules_.state_rows = 1;
