@@ -435,7 +435,9 @@ int RunE2e(E2eFlags f) {
                (unsigned long long)*params, double(*params) * 4 / 1e6, f.slice_elems,
                f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
                              : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
-               f.aggregate_only ? "aggregate-only shards" : "SGD shards", rules.c_str());
+               f.aggregate_only ? "aggregate-only shards"
+                                : absl::StrCat("SGD shards (momentum ", f.momentum, ")").c_str(),
+               rules.c_str());
   return RunComparison(f, *params, *workers, *shards, codecs, specs, planes);
 }
 
@@ -476,6 +478,10 @@ Command AddE2eCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u));
   sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the aggregate instead of applying SGD");
+  sub->add_option("--momentum", f->momentum,
+                  "The shards' SGD momentum (ServerOptions::momentum; ps-server's default is 0.9)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 0.999));
   sub->add_option("--aggregator,--aggregators", f->aggregators,
                   "Aggregation rule specs (list; docs/aggregators.md), each run on the same "
                   "configuration and compared with mean of the same run (added when absent)")

@@ -101,7 +101,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   so.aggregation_scope =
       server::ParseAggregationScope(f.aggregation_scope).value_or(server::AggregationScope::kModel);
   so.learning_rate = 1e-6f;
-  so.momentum = 0;
+  so.momentum = static_cast<float>(f.momentum);
   so.threads = f.server_threads;
   so.data_threads = f.data_threads;
   so.log_level = "warn";

@@ -33,6 +33,8 @@ struct E2eFlags {
   uint32_t server_threads = 0;
   uint32_t data_threads = server::ServerOptions{}.data_threads;
   bool aggregate_only = false;
+  // The shards' SGD momentum (ServerOptions::momentum); 0 keeps no velocity.
+  double momentum = 0;
   // Aggregation rule specs (docs/aggregators.md; a '+' chain is one spec). `mean` is
   // added first when absent: it is the baseline the others are compared with.
   std::vector<std::string> aggregators = {"mean"};
