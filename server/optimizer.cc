@@ -179,28 +179,25 @@ PS_VECTOR_CLONES void SgdBlockCopy(float lr, float mu, float wd, const float* __
   }
 }
 
-// Without momentum (no velocity): w <- w - lr (g + wd w), and c <- w.
+// Without momentum (no velocity): w <- w - lr (g + wd w). SgdValues, SgdBlock and
+// SgdBlockCopy's counterparts: two streams read and two written where the step with a
+// velocity reads three and writes three.
 inline void SgdPlainValues(float lr, float wd, const float* __restrict g, float* __restrict w,
-                           float* __restrict c, size_t count) {
-  for (size_t i = 0; i < count; ++i) {
-    w[i] -= lr * (g[i] + wd * w[i]);
-    if (c != nullptr) c[i] = w[i];
-  }
+                           size_t count) {
+  for (size_t i = 0; i < count; ++i) w[i] -= lr * (g[i] + wd * w[i]);
 }
 
-// The same over a block, as SgdBlockCopy: two streams read and two written where the
-// step with a velocity reads three and writes three.
+PS_VECTOR_CLONES void SgdPlainBlock(float lr, float wd, const float* __restrict g,
+                                    float* __restrict w) {
+  SgdPlainValues(lr, wd, g, w, kSgdBlock);
+}
+
 PS_VECTOR_CLONES void SgdPlainBlockCopy(float lr, float wd, const float* __restrict g,
                                         float* __restrict w, float* __restrict c) {
   for (size_t i = 0; i < kSgdBlock; ++i) {
     w[i] -= lr * (g[i] + wd * w[i]);
     c[i] = w[i];
   }
-}
-
-PS_VECTOR_CLONES void SgdPlainBlock(float lr, float wd, const float* __restrict g,
-                                    float* __restrict w) {
-  for (size_t i = 0; i < kSgdBlock; ++i) w[i] -= lr * (g[i] + wd * w[i]);
 }
 
 // v <- mu v + (g + wd w); w <- w - lr v (and c <- w), vectorized by blocks; without a
@@ -221,17 +218,17 @@ void SgdKernel(float lr, float mu, float wd, std::span<const float> grad,
         SgdPlainBlock(lr, wd, g + b, w + b);
       }
     }
-    SgdPlainValues(lr, wd, g + b, w + b, c != nullptr ? c + b : nullptr, n - b);
-    return;
-  }
-  for (; b + kSgdBlock <= n; b += kSgdBlock) {
-    if (c != nullptr) {
-      SgdBlockCopy(lr, mu, wd, g + b, v + b, w + b, c + b);
-    } else {
-      SgdBlock(lr, mu, wd, g + b, v + b, w + b);
+    SgdPlainValues(lr, wd, g + b, w + b, n - b);
+  } else {
+    for (; b + kSgdBlock <= n; b += kSgdBlock) {
+      if (c != nullptr) {
+        SgdBlockCopy(lr, mu, wd, g + b, v + b, w + b, c + b);
+      } else {
+        SgdBlock(lr, mu, wd, g + b, v + b, w + b);
+      }
     }
+    SgdValues(lr, mu, wd, g + b, v + b, w + b, n - b);
   }
-  SgdValues(lr, mu, wd, g + b, v + b, w + b, n - b);
   if (c != nullptr && n > b) std::memcpy(c + b, w + b, (n - b) * sizeof(float));
 }
 

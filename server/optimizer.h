@@ -90,8 +90,8 @@ class Optimizer {
 // Applies the step of round `round` to params in place; velocity has params.size()
 // elements (zero at first), or none when opt.momentum is 0 (the step is then
 // w <- w - lr_t (g + weight_decay w), torch.optim.SGD's without momentum, with the bits
-// a zero velocity would give but for the sign of a zero). grad has the same size. With `copy_to` (params.size()
-// elements, apart from the others) the new parameters are also written there, each block
+// a zero velocity would give but for the sign of a zero). grad has the same size. With
+// `copy_to` (params.size() elements, apart from the others) the new parameters are also written there, each block
 // while it is in cache: one pass where a step and a copy after it would make two.
 // `lr`: the round's learning rate when its pushes carried one (else opt's, scheduled).
 void SgdStep(const SgdOptions& opt, uint64_t round, std::span<const float> grad,
