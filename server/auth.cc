@@ -262,6 +262,7 @@ absl::StatusOr<core::Identity> Authenticator::Verify(const Presented& presented,
     }
   }
   if (from_cert.has_value() && from_token.has_value() && !(*from_cert == *from_token)) {
+    if (token_key != nullptr) token_key->clear();  // a refused call proved nothing
     return absl::UnauthenticatedError(absl::StrCat("the client certificate says ",
                                                    from_cert->Name(), " but the token is ",
                                                    from_token->Name(), "'s"));

@@ -273,6 +273,11 @@ TEST_F(AuthenticatorTest, ABearerTokenIsNamedByItsKeyAndACertificateByNone) {
   EXPECT_EQ((*a)->TokenNamed(key), kTokenA);
   ASSERT_TRUE((*a)->Verify({std::string_view("worker-0"), std::nullopt}, nullptr, &key).ok());
   EXPECT_EQ(key, "") << "a certificate alone proves no token";
+  key = "left over";
+  EXPECT_FALSE(
+      (*a)->Verify({std::string_view("worker-1"), std::string("Bearer ") + kTokenA}, nullptr, &key)
+          .ok());
+  EXPECT_EQ(key, "") << "certificate and token disagree: refused, nothing proved";
 }
 
 TEST_F(ChallengeTest, WrongTruncatedAndForeignProofsAreRefused) {
