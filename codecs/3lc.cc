@@ -28,6 +28,7 @@
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
 #include "core/fp32_bytes.h"
+#include "core/simd.h"
 #include "core/status.h"
 
 namespace ps::codecs {
@@ -96,14 +97,70 @@ inline unsigned char* PutZeroRun(size_t pending, unsigned char* w) {
   return w + (pending != 0);
 }
 
+// Sixteen bytes, a shuffle's source and result.
+using Bytes16 = unsigned char __attribute__((vector_size(16)));
+using Words2 = uint64_t __attribute__((vector_size(16)));
+
+// out[k] = in[control[k]] (control bytes below 16). GCC lowers its shuffle by a
+// variable mask to one pshufb where the target has SSSE3, as PS_VECTOR_CLONES' AVX2
+// clone does; Clang, which has no such builtin, copies byte by byte.
+inline Bytes16 Shuffle(Bytes16 in, Bytes16 control) {
+#if defined(__clang__)
+  Bytes16 out;
+  for (int k = 0; k < 16; ++k) out[k] = in[control[k] & 15];
+  return out;
+#else
+  return __builtin_shuffle(in, control);
+#endif
+}
+
+// The tokens of a chunk of eight groups from its first non-zero group on, for each
+// pattern of non-zero groups that starts with one (bit 0 set), as a shuffle of a
+// source holding the chunk's group bytes (from that group on) in bytes 0..7 and the
+// tokens of runs of 1..7 zero groups in bytes 8..14: each non-zero group's byte, after
+// the token of the zero groups between it and the non-zero group before it; at most
+// 8 bytes plus 7 tokens. control[mask] and size[mask], mask odd.
+struct ChunkShuffles {
+  alignas(16) unsigned char control[256][16];
+  uint8_t size[256];
+};
+constexpr ChunkShuffles kChunkShuffles = [] {
+  ChunkShuffles table{};
+  for (unsigned mask = 1; mask < 256; mask += 2) {
+    uint8_t k = 0;
+    unsigned gap = 0;
+    for (unsigned l = 0; l < 8; ++l) {
+      if ((mask >> l & 1) == 0) {
+        ++gap;
+        continue;
+      }
+      if (gap != 0) table.control[mask][k++] = static_cast<unsigned char>(7 + gap);
+      table.control[mask][k++] = static_cast<unsigned char>(l);
+      gap = 0;
+    }
+    table.size[mask] = k;
+  }
+  return table;
+}();
+// Bytes 8..14 of the source: the tokens of runs of 1..7 zero groups.
+constexpr uint64_t kShortRunTokens = [] {
+  uint64_t tokens = 0;
+  for (int r = 1; r <= 7; ++r) tokens |= uint64_t{internal::ZeroRunToken(r)} << (8 * (r - 1));
+  return tokens;
+}();
+
 // Appends the tokens of `groups` groups whose digits are at d (with 8 readable bytes
 // after the last group), eight groups at a time, after `*run` pending zero groups;
 // leaves the zero groups after the last non-zero one in *run (any count: FlushRun
-// writes them). Eight all-zero groups (40 digits 1) only extend the run, eight
-// non-zero groups with no run pending are copied, and a mixed chunk writes each
-// non-zero group after the run before it, found from its bit in NonZeroGroups: the
-// work follows the non-zero groups, not the zero ones.
-unsigned char* PutGroups(const uint8_t* d, size_t groups, size_t* run, unsigned char* w) {
+// writes them). A chunk of eight all-zero groups (40 digits 1) only extends the run.
+// Any other chunk writes the run before its first non-zero group (its 14s first), then
+// the rest of its tokens as one shuffle of its group bytes and the short-run tokens,
+// chosen by the pattern of its non-zero groups (kChunkShuffles), without a branch per
+// group: a branch per group mispredicts on mixes of zero and non-zero groups, which
+// Gaussian data at s = 1 is full of. Stores up to 16 bytes past what it returns (the
+// caller keeps that much slack).
+PS_VECTOR_CLONES unsigned char* PutGroups(const uint8_t* d, size_t groups, size_t* run,
+                                          unsigned char* w) {
   size_t pending = *run;
   size_t g = 0;
   for (; g + 8 <= groups; g += 8, d += 8 * kGroup) {
@@ -118,22 +175,18 @@ unsigned char* PutGroups(const uint8_t* d, size_t groups, size_t* run, unsigned 
     for (size_t l = 0; l < 8; ++l) {
       bytes |= uint64_t{internal::Pack3lcGroup(d + kGroup * l)} << (8 * l);
     }
-    uint32_t nonzero = NonZeroGroups(bytes);
-    if (nonzero == 0xff && pending == 0) {
-      std::memcpy(w, &bytes, sizeof(bytes));
-      w += sizeof(bytes);
-      continue;
-    }
-    uint32_t next = 0;  // the first group of the chunk not yet accounted for
-    while (nonzero != 0) {
-      const auto l = static_cast<uint32_t>(std::countr_zero(nonzero));
-      nonzero &= nonzero - 1;
-      w = PutZeroRun(pending + (l - next), w);
-      *w++ = static_cast<unsigned char>(bytes >> (8 * l));
-      pending = 0;
-      next = l + 1;
-    }
-    pending += 8 - next;
+    const uint32_t nonzero = NonZeroGroups(bytes);
+    const auto first = static_cast<unsigned>(std::countr_zero(nonzero));  // < 8: diff != 0
+    w = PutZeroRun(pending + first, w);
+    const unsigned mask = nonzero >> first;
+    // Built in registers: two 8-byte stores read back as 16 bytes would stall.
+    const auto in = reinterpret_cast<Bytes16>(Words2{bytes >> (8 * first), kShortRunTokens});
+    Bytes16 control;
+    std::memcpy(&control, kChunkShuffles.control[mask], sizeof(control));
+    const Bytes16 out = Shuffle(in, control);
+    std::memcpy(w, &out, sizeof(out));
+    w += kChunkShuffles.size[mask];
+    pending = static_cast<size_t>(std::countl_zero(static_cast<uint8_t>(nonzero)));
   }
   for (; g < groups; ++g, d += kGroup) {
     const uint8_t b = internal::Pack3lcGroup(d);
@@ -253,7 +306,8 @@ class ThreeLcCodec final : public Codec {
     // Tokens go to a scratch buffer kept between calls (its size is only known at the
     // end, and sizing *out to the bound first would zero-fill it every call).
     const size_t groups_total = (n + kGroup - 1) / kGroup;
-    if (scratch_.size() < groups_total + 2) scratch_.resize(groups_total + 2);  // +PutGroup's slack
+    // +PutGroups' slack
+    if (scratch_.size() < groups_total + 16) scratch_.resize(groups_total + 16);
     unsigned char* const begin = scratch_.data();
     unsigned char* w = begin;
 
