@@ -145,19 +145,19 @@ std::span<float> SliceRound::SlotLocked(uint32_t worker, uint32_t first, uint32_
   return std::span<float>(row.get() + first, count);
 }
 
+bool SliceRound::InPlaceLocked(const codecs::Codec& codec, const PushPayload& payload) const {
+  return payload.raw != nullptr && codec.raw_fp32() && payload.raw->numel == info_.numel;
+}
+
 absl::Status SliceRound::DecodeLocked(uint32_t worker, const codecs::Codec& codec,
-                                      const PushPayload& payload) {
-  if (payload.raw == nullptr) {
-    return codec.DecodePieces(payload.pieces, SlotLocked(worker, 0, info_.numel));
-  }
+                                      const PushPayload& payload, std::span<float> slot) {
+  if (payload.raw == nullptr) return codec.DecodePieces(payload.pieces, slot);
   RawRow& raw = *payload.raw;
   const std::string_view pieces[2] = {
       std::string_view(reinterpret_cast<const char*>(&raw.version), 1),
       std::string_view(reinterpret_cast<const char*>(raw.values.get()),
                        size_t{raw.numel} * sizeof(float))};
-  if (!codec.raw_fp32() || raw.numel != info_.numel) {
-    return codec.DecodePieces(pieces, SlotLocked(worker, 0, info_.numel));
-  }
+  if (!InPlaceLocked(codec, payload)) return codec.DecodePieces(pieces, slot);
   // The values are where the pieces say: decoding them in place checks them only.
   absl::Status checked = codec.DecodePieces(pieces, std::span<float>(raw.values.get(), raw.numel));
   if (checked.ok()) std::swap(inputs_.rows[worker], raw.values);
@@ -197,8 +197,11 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
+  const std::span<float> slot = InPlaceLocked(**decoded_by, payload)
+                                    ? std::span<float>()
+                                    : SlotLocked(worker, 0, info_.numel);
   const std::chrono::nanoseconds decode_start = DecodeBudget::ThreadCpuNow();
-  if (absl::Status st = DecodeLocked(worker, **decoded_by, payload); !st.ok()) {
+  if (absl::Status st = DecodeLocked(worker, **decoded_by, payload, slot); !st.ok()) {
     return Refused(
         Refusal::kMalformed,
         absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
@@ -260,9 +263,9 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
+  const std::span<float> slot = SlotLocked(c.worker, c.first, c.count);
   const std::chrono::nanoseconds decode_start = DecodeBudget::ThreadCpuNow();
-  if (absl::Status st = (*decoded_by)->Decode(payload, SlotLocked(c.worker, c.first, c.count));
-      !st.ok()) {
+  if (absl::Status st = (*decoded_by)->Decode(payload, slot); !st.ok()) {
     return Refused(Refusal::kMalformed, absl::StrCat("malformed ", what(), ": codec ",
                                                      core::ClientText(codec), ": ", st.message()));
   }

@@ -426,10 +426,18 @@ class SliceRound {
   absl::Status CheckOpenRoundLocked(uint32_t worker, uint64_t round) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The slot of `worker`'s decoded push (allocating the worker's row at first use).
+  // Taken before the decode budget's clock starts: the row's allocation and the page
+  // faults of zeroing it are the shard's cost, not the worker's decoding.
   std::span<float> SlotLocked(uint32_t worker, uint32_t first, uint32_t count)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `payload` decoded into `worker`'s row (a raw row checked and swapped in).
-  absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec, const PushPayload& payload)
+  // Whether `payload` is raw fp32 values already in a row of their own (RawRow), checked
+  // in place and swapped in by DecodeLocked: such a push needs no slot.
+  bool InPlaceLocked(const codecs::Codec& codec, const PushPayload& payload) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // `payload` decoded into `slot` (SlotLocked's whole row), or checked and swapped in
+  // when InPlaceLocked (`slot` unused).
+  absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec,
+                            const PushPayload& payload, std::span<float> slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push or chunk was taken: closes the round when every push is complete (or
   // the deadline passed with the quorum, or only absent workers are missing), else
