@@ -43,10 +43,13 @@ def free_port_pair(host="127.0.0.1"):
     raise RuntimeError("no two consecutive free ports in 20000-32000")
 
 
-def joining_script(rounds, pause):
+def joining_script(rounds, pause, hold):
     """A worker that trains `rounds` rounds from the shards' version, `pause` seconds
     apart, says when it is past round 5 (wait_past_round_5), and prints how many of its
-    pushes the rounds took. Its credentials are
+    pushes the rounds took. A worker of the job (from version 0) then waits until the
+    file `hold` exists (run_joiner creates it once the joiner is a member; at most
+    120 s), so that the job cannot end before a worker that joins it arrives, however
+    slowly that worker starts. Its credentials are
     ps-launch's environment: PS_TOKEN_FILE, else the run directory's token (a worker that
     joins through job.env), else PS_TLS_CA/CERT/KEY."""
     return textwrap.dedent(f"""
@@ -80,11 +83,41 @@ def joining_script(rounds, pause):
             t += 1
             if t == 5:  # tests wait for this line before a worker joins the running job
                 print(f"worker {{me}}: past round 5", flush=True)
+                held_until = time.monotonic() + 120
+                while (w.start_version == 0 and not os.path.exists({str(hold)!r})
+                       and time.monotonic() < held_until):
+                    time.sleep(0.05)
             time.sleep({pause})
         print(f"worker {{me}} of {{n}}: from version {{w.start_version}}, taken {{taken}}, "
               f"late {{late}}", flush=True)
         w.close()
     """)
+
+
+def run_joiner(args, shard_logs, hold, timeout=120, **popen_args):
+    """Runs the command `args` of a worker that joins a job of joining_script workers as
+    worker 2, and creates `hold` once every log in `shard_logs` says it joined (or it
+    ended, or `timeout` passed), so that the job's workers go on from round 5 only with
+    it as a member. Returns its subprocess.CompletedProcess (text)."""
+    import pathlib
+    import subprocess
+    import time
+    joiner = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              **popen_args)
+    try:
+        deadline = time.monotonic() + timeout
+        while (joiner.poll() is None and time.monotonic() < deadline and
+               not all(log.exists() and "worker 2 joined" in log.read_text()
+                       for log in shard_logs)):
+            time.sleep(0.05)
+    finally:
+        pathlib.Path(hold).touch()
+    try:
+        out, err = joiner.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        joiner.kill()
+        out, err = joiner.communicate()
+    return subprocess.CompletedProcess(args, joiner.returncode, out, err)
 
 
 def assert_joined_late(joined_out, job_out, rounds, prefix=""):

@@ -17,7 +17,8 @@ import threading
 import time
 
 import pytest
-from conftest import assert_joined_late, free_port_pair, joining_script, wait_past_round_5
+from conftest import (assert_joined_late, free_port_pair, joining_script, run_joiner,
+                      wait_past_round_5)
 
 HOSTS = 3
 SSHD = shutil.which("sshd") or "/usr/sbin/sshd"
@@ -208,9 +209,6 @@ def test_the_tcp_data_plane_across_hosts(tmp_path, server_bin, hosts):
         assert f"TCP data plane on 0.0.0.0:{7072 + i}" in log, log
 
 
-JOINING = joining_script(rounds=60, pause=0.05)
-
-
 def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, hosts):
     """--max-workers across hosts: the launcher prints the command that adds a spare;
     run as printed (with host b), the spare gets its key over its ssh channel, joins at
@@ -218,7 +216,7 @@ def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, h
     addresses, ssh_config = hosts
     a, b, _ = addresses
     script = tmp_path / "train.py"
-    script.write_text(JOINING)
+    script.write_text(joining_script(rounds=60, pause=0.05, hold=tmp_path / "joined"))
     launcher = subprocess.Popen(
         [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "2",
          "--max-workers", "3", "--lr", "0.01", "--momentum", "0", "--server", server_bin,
@@ -243,8 +241,8 @@ def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, h
         command[command.index("HOST:1")] = f"{b}:1"
         command[command.index(str(script)):command.index(str(script))] = [
             "--log-dir", str(tmp_path / "join-logs")]
-        joined = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, timeout=120)
+        joined = run_joiner(command, [tmp_path / "logs" / f"shard-{i}.log" for i in range(2)],
+                            tmp_path / "joined")
         out, err = launcher.communicate(timeout=120)
     finally:
         launcher.kill()

@@ -9,7 +9,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import assert_joined_late, joining_script, wait_past_round_5
+from conftest import assert_joined_late, joining_script, run_joiner, wait_past_round_5
 
 SCRIPT = textwrap.dedent("""
     import os, sys
@@ -133,12 +133,9 @@ def test_the_ps_launch_command_is_the_module(tmp_path, server_bin):
     assert done.returncode == 0 and "--workers" in done.stdout
 
 
-JOINING = joining_script(rounds=100, pause=0.03)
-
-
 def test_max_workers_lets_a_worker_join_the_running_job_through_job_env(tmp_path, server_bin):
     script = tmp_path / "train.py"
-    script.write_text(JOINING)
+    script.write_text(joining_script(rounds=100, pause=0.03, hold=tmp_path / "joined"))
     logs = tmp_path / "logs"
     launcher = subprocess.Popen(
         [sys.executable, "-m", "ps_server.launch", "--shards", "2", "--workers", "2",
@@ -152,10 +149,9 @@ def test_max_workers_lets_a_worker_join_the_running_job_through_job_env(tmp_path
                       (logs / "job.env").read_text().splitlines())
         assert shared["PS_NUM_WORKERS"] == "3" and "PS_RUN_DIR" in shared, shared
         assert not any("TOKEN" in k for k in shared), "job.env holds no token"
-        joined = subprocess.run([sys.executable, str(script)],
-                                env=dict(os.environ, **shared, PS_WORKER_ID="2"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                timeout=120)
+        joined = run_joiner([sys.executable, str(script)],
+                            [logs / f"shard-{i}.log" for i in range(2)], tmp_path / "joined",
+                            env=dict(os.environ, **shared, PS_WORKER_ID="2"))
         out, err = launcher.communicate(timeout=120)
     finally:
         launcher.kill()
