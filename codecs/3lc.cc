@@ -145,7 +145,7 @@ constexpr ChunkShuffles kChunkShuffles = [] {
 // Bytes 8..14 of the source: the tokens of runs of 1..7 zero groups.
 constexpr uint64_t kShortRunTokens = [] {
   uint64_t tokens = 0;
-  for (int r = 1; r <= 7; ++r) tokens |= uint64_t{internal::ZeroRunToken(r)} << (8 * (r - 1));
+  for (int r = 1; r <= 7; ++r) tokens |= uint64_t{kRunToken[r]} << (8 * (r - 1));
   return tokens;
 }();
 

@@ -434,8 +434,8 @@ class SliceRound {
   // in place and swapped in by DecodeLocked: such a push needs no slot.
   bool InPlaceLocked(const codecs::Codec& codec, const PushPayload& payload) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // `payload` decoded into `slot` (SlotLocked's whole row), or checked and swapped in
-  // when InPlaceLocked (`slot` unused).
+  // `payload` decoded into `slot` (SlotLocked's whole row), or, when `slot` is empty
+  // (the caller found InPlaceLocked), checked and swapped in.
   absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec,
                             const PushPayload& payload, std::span<float> slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
