@@ -371,6 +371,9 @@ std::unique_ptr<grpc::GenericStub> OwnConnection(const std::string& address) {
 // honest rate of workers 0-3 while 8 attackers loop `attempt`, at least 0.8 of the rate
 // without them. Phases alternate; on a loaded machine one pair may be unlucky, so the best
 // of three pairs counts. Under TSan only the refusals run (their timing says nothing).
+// The CPU bound is 0.1 s under clang's ASan, where receiving and parsing the 7.6 MB cost
+// twice what they cost plain (55-60 ms against 29 ms on a 2-core VM), and 0.25 s under
+// GCC's -O1 sanitizer builds; before the fix a refusal cost 0.28 s plain.
 void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function<int()>& attempt) {
   const auto at_once = [&](int count) {
     std::atomic<int> refused{0};
@@ -388,7 +391,8 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
     EXPECT_TRUE(shard.Alive());
     GTEST_SKIP() << kTimingUnderTsan;
   }
-  EXPECT_LT(per_request, kGccSanitized ? 0.25 : 0.05) << per_request << " s of shard CPU each";
+  const double bound = kGccSanitized ? 0.25 : PS_SANITIZED ? 0.1 : 0.05;
+  EXPECT_LT(per_request, bound) << per_request << " s of shard CPU each";
 
   HonestTraining honest(shard, 4);
   for (int i = 0; i < 1000 && honest.rounds() < 3; ++i) std::this_thread::sleep_for(milliseconds(10));
