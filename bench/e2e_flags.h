@@ -43,7 +43,7 @@ struct E2eFlags {
   std::string aggregation_scope = "model";  // ServerOptions::aggregation_scope
   int repeats = 1;  // cluster runs per rule and cell; the fastest counts
   // The shards' data planes (ServerOptions::data_plane), each measured on every cell.
-  std::vector<std::string> data_planes = {"grpc"};
+  std::vector<std::string> data_planes = {"tcp"};
   bool tls = false;
   std::shared_ptr<const ThrowawayCerts> tls_files;  // made by RunE2e with --tls
   bool no_raw = false;  // skip the baseline (for profiling the cluster alone)

@@ -142,7 +142,12 @@ class Runner {
         "--max-pulls-per-worker", absl::StrCat(kMaxPullsPerWorker),
         "--drain-timeout-ms", "1000", "--quarantine-ms", absl::StrCat(f_.quarantine_ms),
         "--udp-port", "0"};
-    if (attack.tcp_data_plane) args.insert(args.end(), {"--data-plane", "tcp", "--data-port", "0"});
+    // The gRPC attackers speak ps.v1 on the control port, so their shards run gRPC's plane.
+    if (attack.tcp_data_plane) {
+      args.insert(args.end(), {"--data-plane", "tcp", "--data-port", "0"});
+    } else {
+      args.insert(args.end(), {"--data-plane", "grpc"});
+    }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<harness::ServerProcess> server,
                         harness::ServerProcess::Start(f_.server_bin, args, log_file));
     PS_ASSIGN_OR_RETURN(const uint16_t port, server->WaitForPort(port_file, milliseconds(20000)));

@@ -148,6 +148,7 @@ expect_refused "probe on the TLS port" '0,/ port: 7071/s/ port: 7071/ port: 7070
 expect_refused "data port not on the pod" '0,/containerPort: 7072/s/containerPort: 7072/containerPort: 7073/' 'no containerPort 7072'
 expect_refused "data port not on the Service" '0,/targetPort: data/s/targetPort: data/targetPort: metrics/' 'no port 7072 for the data plane'
 expect_refused "TCP data plane on a free port" 's/^    data-port = 7072/    data-port = 0/' 'needs a fixed data-port'
+expect_refused "the default (TCP) data plane without a data port" '/^    data-plane = "tcp"/d; /^    data-port = 7072/d' 'needs a fixed data-port'
 expect_refused "replicas != num-shards" 's/^  replicas: \([0-9]*\)/  replicas: 1\1/' '!= num-shards'
 expect_refused "a second worker count" '0,/value: "6"/s/value: "6"/value: "5"/' "completions 6 != the shards' workers 5"
 expect_refused "the worker count in ps-server.toml too" 's/^    byzantine = 1/    workers = 6\n    byzantine = 1/' 'the worker count is both PS_WORKERS and workers'

@@ -104,9 +104,9 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
   add("Network", "udp-threads", o.udp_threads,
       "Threads receiving datagrams on the UDP socket, in [1, 64]");
   add("Network", "data-plane", raw.data_plane,
-      "What carries pushes and pulls: grpc (on --port) or tcp (the native plane on "
-      "--data-port, under --port's TLS); workers asking for the other are refused "
-      "(docs/data-plane.md)")
+      "What carries pushes and pulls: tcp (the native plane on --data-port, under "
+      "--port's TLS) or grpc (on --port, for links that pass only HTTP/2); workers asking "
+      "for the other are refused (docs/data-plane.md)")
       ->check(CLI::IsMember({"grpc", "tcp"}));
   add("Network", "data-port", o.data_port,
       "TCP port of the data plane on --host with --data-plane tcp; 0 picks a free one (the "
@@ -336,7 +336,7 @@ void ApplyRawFlagValues(const RawFlagValues& raw, ServerOptions& o) {
   o.worker_timeout = std::chrono::milliseconds(raw.worker_timeout_ms);
   // Each flag's IsMember check admitted only these spellings.
   o.schedule = ParseSchedule(raw.schedule).value_or(Schedule::kPriority);
-  o.data_plane = core::ParseDataPlane(raw.data_plane).value_or(core::DataPlane::kGrpc);
+  o.data_plane = core::ParseDataPlane(raw.data_plane).value_or(core::DataPlane::kTcp);
   o.aggregation_scope =
       ParseAggregationScope(raw.aggregation_scope).value_or(AggregationScope::kModel);
   o.device = core::ParseDevice(raw.device).value_or(core::Device::kCpu);

@@ -52,9 +52,10 @@ struct ServerOptions {
   uint32_t udp_receive_buffer = 8u << 20;
   // Threads receiving and handling datagrams on the UDP socket, in [1, 64].
   uint32_t udp_threads = 2;
-  // What carries pushes and pulls (docs/data-plane.md): gRPC on `port`, or the native
-  // TCP plane on data_port. Workers ask for one at Join; another is refused.
-  core::DataPlane data_plane = core::DataPlane::kGrpc;
+  // What carries pushes and pulls (docs/data-plane.md): the native TCP plane on
+  // data_port (the default), or gRPC on `port`. Workers ask for one at Join; another is
+  // refused.
+  core::DataPlane data_plane = core::DataPlane::kTcp;
   // TCP port of the data plane on `host` when it is TCP; 0 picks a free one (the Join
   // answer names it).
   uint16_t data_port = 0;

@@ -25,7 +25,7 @@
 #   PS_LOCAL_CHECKPOINTS=1 --checkpoint-dir STATE_DIR/checkpoints (a rerun restores it)
 #                          every PS_LOCAL_CHECKPOINT_INTERVAL_S [30] seconds
 #   PS_LOCAL_METRICS=1     --metrics-port BASE+100+i
-#   PS_LOCAL_DATA_PLANE=grpc|tcp
+#   PS_LOCAL_DATA_PLANE=tcp|grpc [tcp]
 #                          the shards' --data-plane; with tcp shard i's --data-port is
 #                          BASE+200+i (the workers follow at join); with
 #                          PS_LOCAL_TLS=1 the data ports serve the same mTLS
@@ -43,7 +43,7 @@ OUT=${PS_LOCAL_OUT:-$ROOT/out/local}
 STATE=${PS_LOCAL_STATE_DIR:-$OUT/state}
 TIMEOUT_S=${PS_LOCAL_TIMEOUT_S:-1800}
 KEEP=${PS_LOCAL_KEEP_SHARDS:-0}
-DATA_PLANE=${PS_LOCAL_DATA_PLANE:-}
+DATA_PLANE=${PS_LOCAL_DATA_PLANE:-tcp}
 [ "$WORKERS" -eq 0 ] && KEEP=1
 
 die() { echo "up.sh: $*" >&2; exit 1; }
@@ -52,7 +52,7 @@ for v in SHARDS WORKERS BYZANTINE STEPS BATCH BASE_PORT TIMEOUT_S; do
 done
 [ "$SHARDS" -ge 1 ] || die "PS_LOCAL_SHARDS must be at least 1"
 case $DATA_PLANE in
-  ""|grpc|tcp) ;;
+  grpc|tcp) ;;
   *) die "PS_LOCAL_DATA_PLANE must be grpc or tcp, got '$DATA_PLANE'" ;;
 esac
 top_port=$((BASE_PORT + 100 + SHARDS))
@@ -79,7 +79,7 @@ need_flag() {  # need_flag FEATURE HELP FLAG...
 [ "${PS_LOCAL_CHECKPOINTS:-0}" = 1 ] &&
   need_flag PS_LOCAL_CHECKPOINTS=1 "$server_help" --checkpoint-dir --checkpoint-interval-s
 [ "${PS_LOCAL_METRICS:-0}" = 1 ] && need_flag PS_LOCAL_METRICS=1 "$server_help" --metrics-port
-[ -n "$DATA_PLANE" ] && need_flag "PS_LOCAL_DATA_PLANE=$DATA_PLANE" "$server_help" --data-plane --data-port
+need_flag "PS_LOCAL_DATA_PLANE=$DATA_PLANE" "$server_help" --data-plane --data-port
 
 # Ports: refuse ones already taken rather than fail later with a shard's bind error.
 port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
@@ -147,7 +147,7 @@ for ((i = 0; i < SHARDS; i++)); do
   [ "${PS_LOCAL_CHECKPOINTS:-0}" = 1 ] && args+=(--checkpoint-dir "$STATE/checkpoints"
     --checkpoint-interval-s "${PS_LOCAL_CHECKPOINT_INTERVAL_S:-30}")
   [ "${PS_LOCAL_METRICS:-0}" = 1 ] && args+=(--metrics-port "$((BASE_PORT + 100 + i))")
-  [ -n "$DATA_PLANE" ] && args+=(--data-plane "$DATA_PLANE")
+  args+=(--data-plane "$DATA_PLANE")
   [ "$DATA_PLANE" = tcp ] && args+=(--data-port "${data_ports[$i]}")
   "$SERVER" "${args[@]}" "${server_extra[@]}" >"$RUN/shard-$i.log" 2>&1 &
   echo "shard-$i $!" >>"$PIDS"

@@ -283,7 +283,7 @@ class RemoteShards(ShardSet):
     (ps-launch -H). The shards serve mutual TLS with certificates this object makes for
     the job (ps-make-certs --hosts: the shard hosts' names), each process receiving only
     its own key over its ssh channel; shard i listens on every address of its host at
-    `shard_port` + i (with data_plane "tcp", its data port at `shard_port` + S + i,
+    `shard_port` + i (on the TCP plane, the default, its data port at `shard_port` + S + i,
     under the same certificates). ps-launch's loop uses it as a ShardSet."""
 
     prefixes_output = True  # [worker K@HOST] on every line
@@ -318,7 +318,7 @@ class RemoteShards(ShardSet):
         self.ssh = ssh
         self.data_plane = data_plane
         self.data_ports = ([shard_port + num_shards + i for i in range(num_shards)]
-                           if data_plane == "tcp" and not attach else [])
+                           if data_plane != "grpc" and not attach else [])
         self._server = server
         self._args = list(server_args)
         self._port = shard_port

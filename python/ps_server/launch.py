@@ -6,8 +6,8 @@
 
 It starts S ps-server processes on free loopback ports (authenticated, as by default:
 they share a private run directory holding the cluster secret and one token file per
-worker; with --data-plane tcp each also gets a free --data-port for the native TCP data
-plane, which the workers follow), waits until each serves, then starts W copies of the
+worker; each also gets a free --data-port for the native TCP data plane, the default,
+which the workers follow), waits until each serves, then starts W copies of the
 script with
 `sys.executable`, each with the environment ps_server.torch.init() reads:
 
@@ -52,8 +52,8 @@ ENV_TLS_CA = "PS_TLS_CA"
 ENV_TLS_CERT = "PS_TLS_CERT"
 ENV_TLS_KEY = "PS_TLS_KEY"
 
-# ps-server --data-plane (docs/data-plane.md): gRPC on the control port (the shards'
-# default), or the native TCP plane on a port of its own.
+# ps-server --data-plane (docs/data-plane.md): the native TCP plane on a port of its own
+# (the shards' default), or gRPC on the control port.
 DATA_PLANES = ("grpc", "tcp")
 
 
@@ -93,8 +93,8 @@ class Shards(ShardSet):
     names (tls(worker) gives a worker's options). Otherwise they share `run_dir` (a new
     private temporary directory by default), where each writes the token files
     (token_file(worker) names them). `data_plane` ("grpc" or "tcp"; None leaves the
-    shards' default, grpc) is every shard's --data-plane; with "tcp" each shard also gets
-    a free --data-port (data_ports lists them), kept across restart(); with `tls_dir` the
+    shards' default, tcp) is every shard's --data-plane; on tcp each shard also gets a
+    free --data-port (data_ports lists them), kept across restart(); with `tls_dir` the
     data ports serve the same mutual TLS. `max_workers` (None: `workers`) is the shards'
     --max-workers: worker ids from `workers` on may join the running job later, and the
     workers' PS_NUM_WORKERS is then max_workers (the id space).
@@ -138,7 +138,7 @@ class Shards(ShardSet):
         self._startup_timeout = startup_timeout
         self.processes = []
         self.addresses = []
-        self.data_ports = []  # with data_plane "tcp": shard i's --data-port
+        self.data_ports = []  # on the TCP plane: shard i's --data-port
         self._commands = []
 
     def _temp_dir(self, prefix):
@@ -152,7 +152,7 @@ class Shards(ShardSet):
         shard whose port (or data port) another process took between choosing and binding
         makes all start again on fresh ports (four attempts)."""
         attempts = 4
-        per_shard = 2 if self.data_plane == "tcp" else 1  # control port, data port
+        per_shard = 1 if self.data_plane == "grpc" else 2  # control port, data port
         for attempt in range(attempts):
             ports = free_ports(self.num_shards * per_shard)
             ports, self.data_ports = ports[:self.num_shards], ports[self.num_shards:]
@@ -403,9 +403,10 @@ def _parse(argv):
                                           "directory (deploy/tls/make-certs.sh DIR S W): "
                                           "workers get PS_TLS_CA/CERT/KEY instead of tokens")
     parser.add_argument("--data-plane", choices=DATA_PLANES,
-                        help="every shard's --data-plane: grpc (on the shard's port, the "
-                             "default) or tcp (the native plane, on a free --data-port per "
-                             "shard); workers follow the shards' plane")
+                        help="every shard's --data-plane: tcp (the native plane, on a free "
+                             "--data-port per shard; the default) or grpc (on the shard's "
+                             "port, for links that pass only HTTP/2); workers follow the "
+                             "shards' plane")
     parser.add_argument("--max-restarts", type=int, default=0, metavar="N",
                         help="restart a worker that fails (exits non-zero or is killed) in "
                              "place, up to N times over the job, instead of stopping the "
@@ -425,8 +426,9 @@ def _parse(argv):
     hosts.add_argument("--shard-hosts", metavar="HOST,...",
                        help="where shard i runs (default: the hosts in turn)")
     hosts.add_argument("--shard-port", type=int, default=7070,
-                       help="shard i listens on this port + i (default 7070); with "
-                            "--data-plane tcp its data port is this port + shards + i")
+                       help="shard i listens on this port + i (default 7070); on the "
+                            "TCP data plane (the default) its data port is this port + "
+                            "shards + i")
     parser.add_argument("--shards-at", metavar="HOST:PORT,...",
                         help="run the workers against shards that already run (by shard id) "
                              "instead of starting any; the workers' credentials come from "

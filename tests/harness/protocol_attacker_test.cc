@@ -23,6 +23,7 @@ using ::testing::HasSubstr;
 struct Attacked {
   void Start(milliseconds round_deadline, milliseconds quarantine, bool authenticated = false) {
     server::ServerOptions o;
+    o.data_plane = core::DataPlane::kGrpc;  // the attacker speaks ps.v1 on the control port
     o.insecure = !authenticated;
     o.num_workers = 3;
     o.num_byzantine = 1;

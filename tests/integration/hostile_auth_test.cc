@@ -144,6 +144,7 @@ std::pair<int, std::string> Admin(std::vector<std::string> args) {
 server::ServerOptions ShardOptions(const std::string& run_dir, const std::vector<uint16_t>& ports,
                                    uint32_t id) {
   server::ServerOptions o;
+  o.data_plane = core::DataPlane::kGrpc;  // the clients here are ps.v1 stubs
   o.host = "127.0.0.1";
   o.port = ports[id];
   o.shard_id = static_cast<int>(id);

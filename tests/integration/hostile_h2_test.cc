@@ -108,7 +108,7 @@ std::string Cert(const std::string& name) { return CertDir() + "/" + name; }
 struct ShardSetup {
   bool tls = false;         // mTLS: the shard requires a client certificate its CA signed
   uint64_t open_files = 0;  // the shard's RLIMIT_NOFILE (set through prlimit(1)); 0: inherited
-  bool tcp = false;         // --data-plane tcp on a free port (the workers follow)
+  bool tcp = false;         // --data-plane tcp on a free port, else grpc (the workers follow)
   std::vector<std::string> extra;  // more flags
 };
 
@@ -139,10 +139,9 @@ class Shard {
     if (setup.tcp) {
       const std::vector<uint16_t> data = testing::PickFreePorts(1);
       data_port_ = data.empty() ? 0 : data[0];
-      const std::vector<std::string> plane =
-          testing::PlaneFlags(core::DataPlane::kTcp, data_port_);
-      args.insert(args.end(), plane.begin(), plane.end());
     }
+    const std::vector<std::string> plane = testing::PlaneFlags(this->plane(), data_port_);
+    args.insert(args.end(), plane.begin(), plane.end());
     args.insert(args.end(), setup.extra.begin(), setup.extra.end());
     process_ = std::make_unique<testing::Process>(args);
     const std::string port = testing::ReadPortFile(port_file, milliseconds(20000));

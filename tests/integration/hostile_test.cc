@@ -221,6 +221,7 @@ TEST_P(HostilePlaneTest, AGarbagePushingWorkerIsQuarantinedAndRoundsStopWaitingF
 // the TCP plane, a lost connection's pulls and places: tests/server/tcp_backend_test.cc.
 TEST(HostileTest, AbandonedPullsReleaseTheirWatchersAndStreamsAreBounded) {
   server::ServerOptions o;
+  o.data_plane = core::DataPlane::kGrpc;
   o.num_workers = 2;
   o.max_pulls_per_worker = 4;
   testing::Cluster c = testing::StartCluster(1, o);
@@ -481,6 +482,7 @@ TEST(HostileTest, UnauthenticatedPushBodiesAreUnread) {
 // state after the shard's GOAWAY.
 TEST(HostileTest, IdleConnectionsAreClosed) {
   server::ServerOptions o;
+  o.data_plane = core::DataPlane::kGrpc;
   o.num_workers = 1;
   o.max_connection_idle = milliseconds(1000);
   testing::Cluster c = testing::StartCluster(1, o);

@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -46,7 +47,8 @@ inline constexpr bool kThreadSanitized = false;
 
 // A ps-server process on loopback with --max-shard-bytes kMaxShardBytes, two threads,
 // its run directory's tokens (--insecure instead when not `auth`) and `extra` flags; its
-// output in a log file.
+// output in a log file. Its data plane is gRPC unless `extra` names one (PlaneFlags):
+// the hand-written clients here (workers(), peers()) speak ps.v1 on the control port.
 class ShardProcess {
  public:
   explicit ShardProcess(std::vector<std::string> extra, bool auth = true) {
@@ -61,6 +63,9 @@ class ShardProcess {
       args.insert(args.end(), {"--run-dir", run_dir_});
     } else {
       args.push_back("--insecure");
+    }
+    if (std::find(extra.begin(), extra.end(), "--data-plane") == extra.end()) {
+      args.insert(args.end(), {"--data-plane", "grpc"});
     }
     args.insert(args.end(), extra.begin(), extra.end());
     absl::StatusOr<std::unique_ptr<harness::ServerProcess>> server =

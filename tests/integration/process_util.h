@@ -72,11 +72,11 @@ class Process {
   std::filesystem::path log_;
 };
 
-// The ps-server flags that run data plane `plane` (docs/data-plane.md): none for gRPC,
-// the default; for TCP the plane on `data_port`, 0 for one the kernel picks, which the
-// Join answer names (workers follow it, so a test sets only the server's side).
+// The ps-server flags that run data plane `plane` (docs/data-plane.md), named even for
+// TCP, the default; for TCP the plane on `data_port`, 0 for one the kernel picks, which
+// the Join answer names (workers follow it, so a test sets only the server's side).
 inline std::vector<std::string> PlaneFlags(core::DataPlane plane, uint16_t data_port = 0) {
-  if (plane == core::DataPlane::kGrpc) return {};
+  if (plane == core::DataPlane::kGrpc) return {"--data-plane", "grpc"};
   return {"--data-plane", std::string(core::DataPlaneName(plane)), "--data-port",
           std::to_string(data_port)};
 }

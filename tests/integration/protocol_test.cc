@@ -250,9 +250,11 @@ TEST_P(ProtocolTest, PullOfAnotherShardsOrRepeatedSliceIsRefused) {
   EXPECT_EQ((*pulled)[0].version, 1u);
 }
 
-// One shard for two workers, aggregate-only, without credentials: raw stubs call it.
+// One shard for two workers, aggregate-only, without credentials, on gRPC's data plane:
+// raw stubs call it.
 server::ServerOptions RawStubShard() {
   server::ServerOptions o;
+  o.data_plane = core::DataPlane::kGrpc;
   o.insecure = true;
   o.num_workers = 2;
   o.aggregator = "mean";

@@ -61,6 +61,7 @@ class TokenSecurityTest : public ::testing::Test {
  protected:
   void SetUp() override {
     server::ServerOptions o;
+    o.data_plane = core::DataPlane::kGrpc;  // the impostors push through ps.v1 stubs
     o.num_workers = 3;
     o.num_byzantine = 1;  // quorum 2: the two honest workers close the round
     o.aggregator = "mean";
@@ -178,6 +179,7 @@ TEST_F(TokenSecurityTest, AdministrativeCallsNeedTheAdminIdentity) {
 
 TEST(RateLimitTest, AClientOverItsRateIsRefusedOthersAreNot) {
   server::ServerOptions o;
+  o.data_plane = core::DataPlane::kGrpc;  // its calls are ps.v1 stubs
   o.num_workers = 2;
   o.aggregate_only = true;
   o.rate_limit = 1;

@@ -173,7 +173,8 @@ def test_two_shards_and_four_workers_on_three_hosts_over_ssh(tmp_path, server_bi
     assert "worker 0/4: -7.5000 local rank 0" in local_out
     for w, (host, rank) in enumerate([(a, 0), (a, 1), (b, 0), (b, 1)]):
         assert f"[worker {w}@{host}] worker {w}/4: -7.5000 local rank {rank}" in out, out
-    assert f"2 shard(s) at {a}:7070,{c}:7071" in err, err
+    # The default data plane, TCP: shard i's data port at 7070 + S + i.
+    assert f"2 shard(s) at {a}:7070,{c}:7071 (data plane tcp on ports 7072,7073)" in err, err
     assert any(f"{c}" in line and "ps-remote" in line for line in seen), \
         "the watch saw the shards' ssh commands"
     blobs = [line for line in seen
@@ -191,22 +192,22 @@ def test_two_shards_and_four_workers_on_three_hosts_over_ssh(tmp_path, server_bi
         time.sleep(0.2)
 
 
-def test_the_tcp_data_plane_across_hosts(tmp_path, server_bin, hosts):
-    """--data-plane tcp with -H: each shard's data port beside its control port, under
-    the job's certificates; the same values as the gRPC plane."""
+def test_the_grpc_data_plane_across_hosts(tmp_path, server_bin, hosts):
+    """--data-plane grpc with -H: the tensors on the control ports, under the job's
+    certificates, and no data port; the same values as the TCP plane."""
     addresses, ssh_config = hosts
     a, b, _ = addresses
-    job = launch(tmp_path, server_bin, "-H", f"{a}:2,{b}:2", "--data-plane", "tcp",
+    job = launch(tmp_path, server_bin, "-H", f"{a}:2,{b}:2", "--data-plane", "grpc",
                  "--ssh-config", ssh_config, "--log-dir", str(tmp_path / "logs"))
     out, err = job.communicate(timeout=180)
     assert job.returncode == 0, err
-    assert f"2 shard(s) at {a}:7070,{b}:7071 (data plane tcp on ports 7072,7073)" in err, err
+    assert f"2 shard(s) at {a}:7070,{b}:7071; " in err, err
     for w, (host, rank) in enumerate([(a, 0), (a, 1), (b, 0), (b, 1)]):
-        assert (f"[worker {w}@{host}] worker {w}/4: -7.5000 local rank {rank} plane tcp"
+        assert (f"[worker {w}@{host}] worker {w}/4: -7.5000 local rank {rank} plane grpc"
                 in out), out
     for i in range(2):
         log = (tmp_path / "logs" / f"shard-{i}.log").read_text()
-        assert f"TCP data plane on 0.0.0.0:{7072 + i}" in log, log
+        assert "TCP data plane on" not in log, log
 
 
 def test_a_worker_joins_a_multi_host_job_on_another_host(tmp_path, server_bin, hosts):

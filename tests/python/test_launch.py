@@ -54,29 +54,30 @@ def launch(tmp_path, server_bin, *args, workers=3, launcher_args=()):
 
 
 def test_workers_train_through_the_launcher(tmp_path, server_bin):
+    # On the default data plane, TCP: every shard gets a data port of its own, and the
+    # workers (no data_plane of their own) follow the shards onto it.
     done = launch(tmp_path, server_bin)
     assert done.returncode == 0, done.stderr
     # Worker 0 prints here; mean of 1, 2, 3 is 2, three steps of lr 1: -6.
-    assert "worker 0/3: -6.000 over grpc, local rank 0" in done.stdout
+    assert "worker 0/3: -6.000 over tcp, local rank 0" in done.stdout
     # Every worker is on this host: torchrun's LOCAL_RANK is the worker id.
-    assert "worker 2/3: -6.000 over grpc, local rank 2" in \
+    assert "worker 2/3: -6.000 over tcp, local rank 2" in \
         (tmp_path / "logs" / "worker-2.log").read_text()
-    assert "2 shard(s) at 127.0.0.1:" in done.stderr and "data plane" not in done.stderr
-    for w in range(3):
-        assert f"  worker {w}: ok" in done.stderr
-
-
-def test_data_plane_tcp_starts_every_shard_on_its_own_data_port(tmp_path, server_bin):
-    # The workers (no data_plane of their own) follow the shards onto the TCP plane and
-    # train to the same values as over gRPC.
-    done = launch(tmp_path, server_bin, launcher_args=["--data-plane", "tcp"])
-    assert done.returncode == 0, done.stderr
-    assert "worker 0/3: -6.000 over tcp" in done.stdout
-    assert "worker 2/3: -6.000 over tcp" in (tmp_path / "logs" / "worker-2.log").read_text()
     line = next(l for l in done.stderr.splitlines() if "shard(s) at" in l)
     control = [int(a.rsplit(":", 1)[1]) for a in line.split(" at ")[1].split(" ")[0].split(",")]
     data = [int(p) for p in line.split("data plane tcp on ports ")[1].split(")")[0].split(",")]
     assert len(control) == len(data) == 2 and len(set(control + data)) == 4, line
+    for w in range(3):
+        assert f"  worker {w}: ok" in done.stderr
+
+
+def test_data_plane_grpc_moves_the_tensors_over_the_control_port(tmp_path, server_bin):
+    # The workers follow the shards onto gRPC and train to the same values; no data port.
+    done = launch(tmp_path, server_bin, launcher_args=["--data-plane", "grpc"])
+    assert done.returncode == 0, done.stderr
+    assert "worker 0/3: -6.000 over grpc" in done.stdout
+    assert "worker 2/3: -6.000 over grpc" in (tmp_path / "logs" / "worker-2.log").read_text()
+    assert "2 shard(s) at 127.0.0.1:" in done.stderr and "data plane" not in done.stderr
 
 
 @pytest.mark.parametrize("plane", ["grpc", "tcp"])
@@ -113,9 +114,9 @@ def test_max_restarts_restarts_a_failed_worker_which_resumes_at_the_shards_versi
     assert done.returncode == 0, done.stderr
     assert ("worker 1 exited with status 5; restarting it (restart 1 of --max-restarts 2)"
             in done.stderr), done.stderr
-    assert "worker 0/3: -6.000 over grpc, local rank 0, restart 0" in done.stdout
+    assert "worker 0/3: -6.000 over tcp, local rank 0, restart 0" in done.stdout
     log = (tmp_path / "logs" / "worker-1.log").read_text()
-    assert "worker 1/3: -6.000 over grpc, local rank 1, restart 1, from version 1" in log, log
+    assert "worker 1/3: -6.000 over tcp, local rank 1, restart 1, from version 1" in log, log
     assert "  worker 1: ok (restarted 1 time)" in done.stderr
     # Without restarts left the failure stops the job as before.
     done = launch(tmp_path, server_bin, "fail", launcher_args=["--max-restarts", "1"])
@@ -171,8 +172,8 @@ def test_shards_at_runs_workers_against_shards_that_already_run(tmp_path, server
         # Here, then through the hosts' wrapper (the token files over its channel): the
         # second job finds the model at version 3 and trains no further.
         for hosts, expected in (
-                ([], "worker 0/3: -6.000 over grpc, local rank 0, restart 0, from version 0"),
-                (["-H", "localhost:3"], "[worker 0@localhost] worker 0/3: -6.000 over grpc, "
+                ([], "worker 0/3: -6.000 over tcp, local rank 0, restart 0, from version 0"),
+                (["-H", "localhost:3"], "[worker 0@localhost] worker 0/3: -6.000 over tcp, "
                                         "local rank 0, restart 0, from version 3")):
             done = subprocess.run(
                 [sys.executable, "-m", "ps_server.launch", "--workers", "3", "--shards-at",
@@ -245,7 +246,7 @@ def test_a_port_taken_before_the_shard_binds_is_picked_again(tmp_path, server_bi
         with pytest.raises(RuntimeError, match=f"cannot listen on 127.0.0.1:{taken}"):
             launch_module.Shards(2, 1, server=server_bin, log_dir=str(tmp_path / "b")).start()
 
-        # With the TCP data plane the launcher picks a data port per shard (after the S
+        # On the TCP data plane the launcher picks a data port per shard (after the S
         # control ports); one taken (here shard 0's) is picked again the same way.
         calls.clear()
 

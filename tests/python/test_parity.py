@@ -1,7 +1,8 @@
 """A Python worker's pushes are byte-identical to the C++ worker's.
 
 The same gradients go out twice, each time to a fresh ps-server (authenticated, as by
-default) through a recording gRPC proxy (ps-test-push-capture proxy, tests/python/
+default; on the gRPC data plane, so that the pushes are ps.v1 calls) through a
+recording gRPC proxy (ps-test-push-capture proxy, tests/python/
 push_capture.cc): once from a C++ ps::Worker (ps-test-push-capture push), once from
 ps_server.Worker with numpy arrays and once with torch tensors. The proxy writes every
 Push request as it came, payload included, with only the session token cleared (the
@@ -67,7 +68,8 @@ class Proxy:
 
 def captured(server_bin, capture_bin, push):
     """Runs push(address, token_file) against a fresh shard behind a proxy; the pushes."""
-    with Shards(1, 1, aggregator="mean", lr=0.1, momentum=0.0, server=server_bin) as shards, \
+    with Shards(1, 1, aggregator="mean", lr=0.1, momentum=0.0, server=server_bin,
+                data_plane="grpc") as shards, \
             tempfile.TemporaryDirectory() as out:
         proxy = Proxy(capture_bin, shards.addresses[0], out)
         try:

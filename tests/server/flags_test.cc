@@ -251,7 +251,7 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"udp-port", "0"},
           {"udp-receive-buffer", "65536"},
           {"udp-threads", "3"},
-          {"data-plane", "tcp"},
+          {"data-plane", "grpc"},
           {"data-port", "7171"},
           {"data-threads", "3"},
           {"schedule", "fifo"},
@@ -288,7 +288,7 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.udp_port, 0);
   EXPECT_EQ(o.udp_receive_buffer, 65536u);
   EXPECT_EQ(o.udp_threads, 3u);
-  EXPECT_EQ(o.data_plane, core::DataPlane::kTcp);
+  EXPECT_EQ(o.data_plane, core::DataPlane::kGrpc);
   EXPECT_EQ(o.data_port, 7171);
   EXPECT_EQ(o.data_threads, 3u);
   EXPECT_EQ(o.schedule, Schedule::kFifo);
@@ -585,6 +585,14 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--data-plane=tcp", "--port=7000", "--data-port=7000"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
+  // TCP is the default plane (docs/data-plane.md, migration step 4): the same check
+  // without the flag, and none on gRPC's plane, where no data port is opened.
+  EXPECT_EQ(ParseOk({}).data_plane, core::DataPlane::kTcp);
+  result = Parse({"--port=7000", "--data-port=7000"});
+  EXPECT_EQ(result.exit_code, 2);
+  EXPECT_THAT(result.message, HasSubstr("must differ from --port"));
+  EXPECT_EQ(ParseOk({"--data-plane=grpc", "--port=7000", "--data-port=7000"}).data_plane,
+            core::DataPlane::kGrpc);
   // The TCP plane serves TLS with the control port's certificate (docs/data-plane.md).
   const ServerOptions tls =
       ParseOk({"--data-plane=tcp", "--tls-cert=/c.pem", "--tls-key=/k.pem", "--tls-ca=/ca.pem"});
@@ -1043,7 +1051,13 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
             "workers=6 max_workers=6 f=1 quorum=5 aggregator=trimmed_mean multi_krum_m=0 "
             "krum_neighbours=paper even_median=midpoint aggregation_scope=model "
             "aggregate_only=false lr=0.1 "
-            "momentum=0.9 weight_decay=0 num_shards=2 lr_schedule=constant pull_codec=dense");
+            "momentum=0.9 weight_decay=0 num_shards=2 lr_schedule=constant pull_codec=dense "
+            "data_plane=tcp");
+  // On gRPC's plane the field is left out, so that gRPC shards agree with shards from
+  // before it; the planes differ.
+  ServerOptions on_grpc = o;
+  on_grpc.data_plane = core::DataPlane::kGrpc;
+  EXPECT_THAT(on_grpc.ConsistencySummary(), ::testing::EndsWith(" pull_codec=dense"));
   ServerOptions other = o;
   other.shard_id = 0;
   other.port = 7070;
@@ -1062,7 +1076,7 @@ TEST(ConsistencySummaryTest, ListsWhatShardsMustAgreeOn) {
   ServerOptions compressed = o;
   compressed.pull_codec = "fp16";
   EXPECT_NE(compressed.ConsistencySummary(), o.ConsistencySummary());
-  EXPECT_THAT(compressed.ConsistencySummary(), ::testing::EndsWith(" pull_codec=fp16"));
+  EXPECT_THAT(compressed.ConsistencySummary(), ::testing::HasSubstr(" pull_codec=fp16 "));
 }
 
 }  // namespace

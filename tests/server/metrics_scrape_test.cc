@@ -36,8 +36,11 @@ using std::chrono::milliseconds;
 
 constexpr char kPromtool[] = "/usr/bin/promtool";
 
+// On gRPC's data plane, whose calls these tests count on the main port; the TCP plane's
+// series: MetricsDataPlaneScrapeTest.
 ServerOptions Options() {
   ServerOptions o;
+  o.data_plane = core::DataPlane::kGrpc;
   o.insecure = true;
   o.host = "127.0.0.1";
   o.port = 0;

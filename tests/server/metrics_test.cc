@@ -87,7 +87,8 @@ TEST_F(MetricsTest, ShardStateBeforeAnyPush) {
   EXPECT_EQ(MetricValue(m, "ps_pushes_accepted_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_rounds_closed_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_push_duration_seconds_count"), 0);
-  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"grpc\"}"), 0);
+  // The data plane's series carry its name: tcp, the default.
+  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"tcp\"}"), 0);
   // No UDP receiver: no UDP series; no checkpoint yet: no age.
   EXPECT_THAT(text, Not(HasSubstr("transport=\"udp\"")));
   EXPECT_THAT(text, Not(HasSubstr("ps_udp_")));
@@ -244,11 +245,11 @@ TEST_F(MetricsTest, HistogramsCountObservationsIntoBuckets) {
   EXPECT_EQ(MetricValue(m, "ps_push_duration_seconds_bucket{le=\"0.001\"}"), 2);
   EXPECT_EQ(MetricValue(m, "ps_push_duration_seconds_bucket{le=\"1\"}"), 2);
   EXPECT_EQ(MetricValue(m, "ps_push_duration_seconds_bucket{le=\"+Inf\"}"), 3);
-  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"grpc\"}"), 600);
+  EXPECT_EQ(MetricValue(m, "ps_received_bytes_total{transport=\"tcp\"}"), 600);
   EXPECT_EQ(MetricValue(m, "ps_pull_duration_seconds_count"), 1);
   EXPECT_EQ(MetricValue(m, "ps_pull_duration_seconds_bucket{le=\"0.0025\"}"), 0);
   EXPECT_EQ(MetricValue(m, "ps_pull_duration_seconds_bucket{le=\"0.005\"}"), 1);
-  EXPECT_EQ(MetricValue(m, "ps_sent_bytes_total{transport=\"grpc\"}"), 1024);
+  EXPECT_EQ(MetricValue(m, "ps_sent_bytes_total{transport=\"tcp\"}"), 1024);
 }
 
 TEST_F(MetricsTest, CheckpointAgeAppearsOnceSet) {
