@@ -211,7 +211,8 @@ std::vector<MetricFamily> Collector::Collect(
                         static_cast<double>(st.push_decoded_bytes)));
 
   // --- pushes and rounds ---
-  out.push_back(Counter("ps_pushes_accepted_total", "Gradient slices accepted over gRPC",
+  out.push_back(Counter("ps_pushes_accepted_total",
+                        "Gradient slices accepted on the data plane (grpc or tcp)",
                         static_cast<double>(st.pushes_accepted)));
   out.push_back(Counter("ps_rounds_closed_total", "Slice rounds aggregated and published",
                         static_cast<double>(st.rounds_closed)));
