@@ -445,9 +445,9 @@ function shardPodChecks(podSpec, toml, where, svc) {
   }
   // The TCP data plane listens on data-port, which workers dial on the shard's name: with
   // data-plane = "tcp" (ps-server's default) it must be a fixed port (0 picks one no
-  // manifest can name), and any
-  // data-port set must be a containerPort and a port of the Service. With TLS the data
-  // port serves the same certificates as port 7070 (docs/data-plane.md, "TLS.").
+  // manifest can name), and any data-port set must be a containerPort and a port of the
+  // Service. With TLS the data port serves the same certificates as port 7070
+  // (docs/data-plane.md, "TLS.").
   const plane = toml.get('data-plane') ?? 'tcp';
   const dataPort = Number(toml.get('data-port') ?? 0);
   if (plane === 'tcp' && dataPort === 0) {
