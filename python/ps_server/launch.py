@@ -489,6 +489,10 @@ def _parse(argv):
     if args.shards_at and args.data_plane:
         parser.error("--shards-at runs workers against shards that already run: the data "
                      "plane is theirs (the workers follow it; --data-plane does not apply)")
+    for arg in args.server_arg:
+        if arg.split("=", 1)[0] in ("--data-plane", "--data-port"):
+            parser.error(f"--server-arg={arg}: give the plane as ps-launch --data-plane, which "
+                         "also picks each shard's data port")
     if args.max_restarts < 0:
         parser.error(f"--max-restarts {args.max_restarts}: must be 0 or more")
     return args

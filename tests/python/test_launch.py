@@ -203,6 +203,15 @@ def test_bad_arguments(tmp_path, server_bin):
                            "--data-plane", "udp", str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
     assert done.returncode == 2 and "invalid choice: 'udp'" in done.stderr, done.stderr
+    # The plane as a shard flag would leave the launcher's data ports and start line
+    # wrong: refused, naming ps-launch's own flag.
+    for server_arg in (["--server-arg=--data-plane", "--server-arg=grpc"],
+                       ["--server-arg=--data-port=7072"]):
+        done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
+                               *server_arg, str(script)],
+                              stderr=subprocess.PIPE, text=True, timeout=60)
+        assert done.returncode == 2 and "give the plane as ps-launch --data-plane" in \
+            done.stderr, done.stderr
     done = subprocess.run([sys.executable, "-m", "ps_server.launch", "--workers", "2",
                            "--max-restarts", "-1", str(script)],
                           stderr=subprocess.PIPE, text=True, timeout=60)
