@@ -158,7 +158,8 @@ absl::Status SliceRound::DecodeLocked(uint32_t worker, const codecs::Codec& code
       std::string_view(reinterpret_cast<const char*>(raw.values.get()),
                        size_t{raw.numel} * sizeof(float))};
   if (slot.data() != nullptr) return codec.DecodePieces(pieces, slot);
-  // InPlaceLocked: the values are where the pieces say: decoding them in place checks them only.
+  // No slot (InPlaceLocked): the values are where the pieces say, so decoding them in
+  // place only checks them.
   absl::Status checked = codec.DecodePieces(pieces, std::span<float>(raw.values.get(), raw.numel));
   if (checked.ok()) std::swap(inputs_.rows[worker], raw.values);
   return checked;

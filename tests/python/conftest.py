@@ -2,8 +2,11 @@
 and a worker script that joins running jobs."""
 
 import os
+import pathlib
 import re
+import subprocess
 import textwrap
+import time
 
 import pytest
 
@@ -99,17 +102,10 @@ def run_joiner(args, shard_logs, hold, timeout=120, **popen_args):
     worker 2, and creates `hold` once every log in `shard_logs` says it joined (or it
     ended, or `timeout` passed), so that the job's workers go on from round 5 only with
     it as a member. Returns its subprocess.CompletedProcess (text)."""
-    import pathlib
-    import subprocess
-    import time
     joiner = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               **popen_args)
     try:
-        deadline = time.monotonic() + timeout
-        while (joiner.poll() is None and time.monotonic() < deadline and
-               not all(log.exists() and "worker 2 joined" in log.read_text()
-                       for log in shard_logs)):
-            time.sleep(0.05)
+        logs_say(shard_logs, "worker 2 joined", joiner, timeout)
     finally:
         pathlib.Path(hold).touch()
     try:
@@ -134,12 +130,20 @@ def assert_joined_late(joined_out, job_out, rounds, prefix=""):
     assert f"worker 0 of 3: from version 0, taken {rounds}, late 0" in job_out, job_out
 
 
+def logs_say(logs, text, process, timeout):
+    """Polls until every file in `logs` (paths) contains `text`: True then; False once
+    `process` (a Popen) ended or `timeout` seconds passed first."""
+    deadline = time.monotonic() + timeout
+    while not all(log.exists() and text in log.read_text() for log in logs):
+        if process.poll() is not None or time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
 def wait_past_round_5(log, launcher, timeout=60):
     """Until the log file `log` of a joining_script worker says the job is past round 5
     (so that a worker joining now joins a running job), failing if `launcher` ends."""
-    import time
-    deadline = time.monotonic() + timeout
-    while not (log.exists() and "past round 5" in log.read_text()):
+    if not logs_say([log], "past round 5", launcher, timeout):
         assert launcher.poll() is None, launcher.communicate()
-        assert time.monotonic() < deadline, f"{log}: not past round 5 within {timeout} s"
-        time.sleep(0.05)
+        pytest.fail(f"{log}: not past round 5 within {timeout} s")
