@@ -21,7 +21,7 @@ import tempfile
 import threading
 import time
 
-from ._shard_set import ShardSet, connect_error
+from ._shard_set import ShardSet, connect_error, opens_data_ports
 
 # bash, on the remote host. Arguments: the command. Standard input: "FILE name base64"
 # lines, "END", then control lines.
@@ -318,7 +318,7 @@ class RemoteShards(ShardSet):
         self.ssh = ssh
         self.data_plane = data_plane
         self.data_ports = ([shard_port + num_shards + i for i in range(num_shards)]
-                           if data_plane != "grpc" and not attach else [])
+                           if opens_data_ports(data_plane) and not attach else [])
         self._server = server
         self._args = list(server_args)
         self._port = shard_port

@@ -17,6 +17,12 @@ def connect_error(address):
         return e
 
 
+def opens_data_ports(data_plane):
+    """Whether shards started with `data_plane` ("grpc", "tcp", or None for ps-server's
+    default, tcp) listen on a data port of their own."""
+    return data_plane != "grpc"
+
+
 class ShardSet(abc.ABC):
     """The shards of one launch and the way to start a worker beside them.
 

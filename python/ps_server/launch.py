@@ -37,7 +37,7 @@ import tempfile
 import time
 
 from ._remote import RemoteShards, Srun, Ssh, parse_hosts, read_hostfile, slurm_hosts
-from ._shard_set import ShardSet, connect_error
+from ._shard_set import ShardSet, connect_error, opens_data_ports
 
 __all__ = ["DATA_PLANES", "Shards", "find_server", "main"]
 
@@ -152,7 +152,7 @@ class Shards(ShardSet):
         shard whose port (or data port) another process took between choosing and binding
         makes all start again on fresh ports (four attempts)."""
         attempts = 4
-        per_shard = 1 if self.data_plane == "grpc" else 2  # control port, data port
+        per_shard = 2 if opens_data_ports(self.data_plane) else 1  # control port, data port
         for attempt in range(attempts):
             ports = free_ports(self.num_shards * per_shard)
             ports, self.data_ports = ports[:self.num_shards], ports[self.num_shards:]
