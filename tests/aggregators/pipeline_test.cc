@@ -57,7 +57,7 @@ void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, 
   }
 }
 
-TEST(SpecTest, CanonicalNames) {
+TEST(PipelineSpecTest, CanonicalNames) {
   const AggregatorOptions o = Options(20, 2);
   EXPECT_EQ(Make("krum", o)->name(), "krum");
   EXPECT_EQ(Make(" clip( 2 ) + nnm+trimmed_mean", o)->name(),
@@ -69,7 +69,7 @@ TEST(SpecTest, CanonicalNames) {
   EXPECT_EQ(Make("geometric_median(0.5)", o)->name(), "geometric_median(nu=0.5)");
 }
 
-TEST(SpecTest, MalformedSpecsAreRefusedWithTheReason) {
+TEST(PipelineSpecTest, MalformedSpecsAreRefusedWithTheReason) {
   const AggregatorOptions o = Options(20, 2);
   EXPECT_THAT(Error("", o), HasSubstr("empty stage"));
   EXPECT_THAT(Error("nnm++krum", o), HasSubstr("empty stage"));
@@ -98,7 +98,7 @@ TEST(SpecTest, MalformedSpecsAreRefusedWithTheReason) {
   EXPECT_THAT(Error("geometric_median(iterations=0)", o), HasSubstr("iterations must lie in"));
 }
 
-TEST(SpecTest, BoundsComposeThroughTheChain) {
+TEST(PipelineSpecTest, BoundsComposeThroughTheChain) {
   // krum needs 2f + 3 = 5 rows; bucketing(2) makes ceil(n / 2) rows, so n >= 9.
   std::unique_ptr<Aggregator> rule = Make("bucketing(2)+krum", Options(9, 1));
   EXPECT_EQ(rule->MinInputs(), 9);

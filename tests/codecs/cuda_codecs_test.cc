@@ -415,7 +415,7 @@ TEST(CudaRequestedTest, RefusesWhatTheCpuCodecRefuses) {
 
 // DeviceEncoder is in every build; without a device (or without CUDA in the build) it
 // says why, with gpu::CudaDevice()'s status, and so does the bench's timing.
-TEST(DeviceEncoderTest, SaysWhyWithoutADevice) {
+TEST(DeviceEncoderWithoutDeviceTest, SaysWhyWithoutADevice) {
   if (gpu::CudaDevice().ok()) GTEST_SKIP() << "a CUDA device exists";
   auto encoder = DeviceEncoder::Make("fp16", {}, 10, false);
   EXPECT_EQ(encoder.status(), gpu::CudaDevice().status());

@@ -12,7 +12,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(WireTest, VarintRoundTripsAndHasOneEncoding) {
+TEST(CodecWireTest, VarintRoundTripsAndHasOneEncoding) {
   for (uint64_t v : {uint64_t{0}, uint64_t{1}, uint64_t{127}, uint64_t{128}, uint64_t{300},
                      uint64_t{1} << 35, UINT64_MAX}) {
     std::string out;
@@ -39,7 +39,7 @@ TEST(WireTest, VarintRoundTripsAndHasOneEncoding) {
             "t: payload ends inside count at byte 2 (needs 1, has 0)");
 }
 
-TEST(WireTest, FixedWidthValuesAreLittleEndianAndBoundsChecked) {
+TEST(CodecWireTest, FixedWidthValuesAreLittleEndianAndBoundsChecked) {
   std::string out;
   PutU8(&out, 0xab);
   PutU16(&out, 0x1234);
@@ -67,7 +67,7 @@ TEST(WireTest, FixedWidthValuesAreLittleEndianAndBoundsChecked) {
             "t: payload ends inside the scale at byte 19 (needs 4, has 0)");
 }
 
-TEST(WireTest, FormatAndTrailingBytes) {
+TEST(CodecWireTest, FormatAndTrailingBytes) {
   WireReader empty("int8", "");
   EXPECT_EQ(std::string(empty.Format(PayloadFormat::kInt8).message()), "int8: empty payload");
   const std::string fp16("\x02", 1);
@@ -85,7 +85,7 @@ TEST(WireTest, FormatAndTrailingBytes) {
             "int8: 2 trailing bytes after the levels");
 }
 
-TEST(WireTest, BitsAndEliasGammaRoundTrip) {
+TEST(CodecWireTest, BitsAndEliasGammaRoundTrip) {
   std::mt19937_64 rng(7);
   std::vector<std::pair<uint64_t, int>> fields;
   std::vector<uint64_t> gammas;
@@ -113,7 +113,7 @@ TEST(WireTest, BitsAndEliasGammaRoundTrip) {
   EXPECT_FALSE(r.ok());
 }
 
-TEST(WireTest, EliasGammaRefusesTooLongPrefixAndOverrun) {
+TEST(CodecWireTest, EliasGammaRefusesTooLongPrefixAndOverrun) {
   const std::string twenty(20, '\0');
   BitReader zeros(twenty);
   EXPECT_EQ(zeros.GetEliasGamma(8), 0u);

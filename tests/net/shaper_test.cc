@@ -163,7 +163,7 @@ TEST(LinkShapingTest, DescribeSpellsOutDirectionsTheGrammarCannotTellApart) {
 // ---------------------------------------------------------------------------------------
 // TokenBucket.
 
-TEST(TokenBucketTest, FullBucketPassesBurstAtOnceThenChargesDebt) {
+TEST(ShaperBucketTest, FullBucketPassesBurstAtOnceThenChargesDebt) {
   ManualClock clock;
   TokenBucket bucket(/*bytes_per_second=*/1000, /*burst_bytes=*/1000, &clock);
   const SteadyTime t0 = clock.Now();
@@ -177,13 +177,13 @@ TEST(TokenBucketTest, FullBucketPassesBurstAtOnceThenChargesDebt) {
   EXPECT_EQ(bucket.Reserve(100), clock.Now() + milliseconds(100));
 }
 
-TEST(TokenBucketTest, ChunkLargerThanTheBucketPassesAtTheAverageRate) {
+TEST(ShaperBucketTest, ChunkLargerThanTheBucketPassesAtTheAverageRate) {
   ManualClock clock;
   TokenBucket bucket(1000, 1000, &clock);
   EXPECT_EQ(bucket.Reserve(3000), clock.Now() + std::chrono::seconds(2));
 }
 
-TEST(TokenBucketTest, RefillIsCappedAtTheBurst) {
+TEST(ShaperBucketTest, RefillIsCappedAtTheBurst) {
   ManualClock clock;
   TokenBucket bucket(1000, 500, &clock);
   EXPECT_EQ(bucket.Reserve(500), clock.Now());
@@ -192,7 +192,7 @@ TEST(TokenBucketTest, RefillIsCappedAtTheBurst) {
   EXPECT_EQ(bucket.Reserve(1), clock.Now() + milliseconds(1));
 }
 
-TEST(TokenBucketTest, PartialRefillCountsElapsedTime) {
+TEST(ShaperBucketTest, PartialRefillCountsElapsedTime) {
   ManualClock clock;
   TokenBucket bucket(2000, 1000, &clock);
   EXPECT_EQ(bucket.Reserve(1000), clock.Now());
@@ -201,13 +201,13 @@ TEST(TokenBucketTest, PartialRefillCountsElapsedTime) {
   EXPECT_EQ(bucket.Reserve(1000), clock.Now() + milliseconds(500));
 }
 
-TEST(TokenBucketTest, ZeroRateIsUnlimited) {
+TEST(ShaperBucketTest, ZeroRateIsUnlimited) {
   ManualClock clock;
   TokenBucket bucket(0, 0, &clock);
   EXPECT_EQ(bucket.Reserve(uint64_t{1} << 40), clock.Now());
 }
 
-TEST(TokenBucketTest, ConcurrentReservesAddUp) {
+TEST(ShaperBucketTest, ConcurrentReservesAddUp) {
   ManualClock clock;
   TokenBucket bucket(/*bytes_per_second=*/1000, /*burst_bytes=*/0, &clock);
   const SteadyTime t0 = clock.Now();
