@@ -107,7 +107,7 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
     model_.second_moment.assign(params.size(), 0.0f);
   }
   model_.steps = 0;
-  published_ = core::SharedFp32(params);
+  published_ = PublishFirstLocked(params);
   if (model_.held.codec != nullptr) model_.held.values = params;
   model_.params = std::move(params);
   KeepPublishedModelLocked();
@@ -115,6 +115,14 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
   MarkOpenedLocked();
   TakeDueWatchersLocked(wake);
   return absl::OkStatus();
+}
+
+std::shared_ptr<const std::string> SliceRound::PublishFirstLocked(
+    std::span<const float> params) {
+  // Dense pulls publish every version into the pool's buffers (RoundAggregation::Step);
+  // with a pull codec the published values are the held ones, copied.
+  if (model_.held.codec != nullptr) return core::SharedFp32(params);
+  return SnapshotPool::TakeFilled(model_.snapshots, params);
 }
 
 absl::Status SliceRound::CheckOpenRoundLocked(uint32_t worker, uint64_t round) const {
@@ -482,7 +490,7 @@ absl::Status SliceRound::Adopt(uint64_t round, std::string_view values, Wakeups*
   std::fill(model_.velocity.begin(), model_.velocity.end(), 0.0f);
   std::fill(model_.second_moment.begin(), model_.second_moment.end(), 0.0f);
   model_.steps = 0;
-  published_ = core::SharedFp32(params);
+  published_ = PublishFirstLocked(params);
   if (model_.held.codec != nullptr) model_.held.values = params;
   model_.params = std::move(params);
   delta_.reset();  // no change leads to the adopted values: their pulls are dense

@@ -453,6 +453,10 @@ class SliceRound {
   void SetDeadlineLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Copies of the model for checkpoints, when they are kept.
   void KeepPublishedModelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The snapshot of a first version (Initialize, Adopt): with dense pulls from the
+  // model's snapshot pool, filled then (SnapshotPool::TakeFilled).
+  std::shared_ptr<const std::string> PublishFirstLocked(std::span<const float> params)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void TakeDueWatchersLocked(Wakeups* wake) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const core::SliceInfo info_;

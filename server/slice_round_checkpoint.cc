@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "core/fp32_bytes.h"
 #include "server/slice_round.h"
 
 namespace ps::server {
@@ -57,7 +56,7 @@ absl::Status SliceRound::Restore(const SliceCheckpoint& c) {
     model_.held.values = std::move(held);
   } else {
     // Dense pulls: the workers get x itself.
-    published_ = core::SharedFp32(model_.params);
+    published_ = PublishFirstLocked(model_.params);
   }
   delta_.reset();
   KeepPublishedModelLocked();

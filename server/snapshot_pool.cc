@@ -1,5 +1,6 @@
 #include "server/snapshot_pool.h"
 
+#include <cstring>
 #include <utility>
 
 namespace ps::server {
@@ -8,6 +9,20 @@ std::shared_ptr<std::string> SnapshotPool::Take(std::shared_ptr<SnapshotPool>& p
                                                 size_t bytes) {
   if (pool == nullptr || pool->bytes() != bytes) pool = std::make_shared<SnapshotPool>(bytes);
   return pool->TakeOne();
+}
+
+std::shared_ptr<std::string> SnapshotPool::TakeFilled(std::shared_ptr<SnapshotPool>& pool,
+                                                      std::span<const float> values) {
+  const size_t bytes = values.size_bytes();
+  if (pool == nullptr || pool->bytes() != bytes) pool = std::make_shared<SnapshotPool>(bytes);
+  std::shared_ptr<std::string> buffer = pool->TakeOne();
+  if (bytes > 0) std::memcpy(buffer->data(), values.data(), bytes);
+  absl::MutexLock lock(&pool->mu_);
+  // Zeroed as they are made: their pages are in before any step needs them.
+  while (pool->free_.size() < kMaxFree) {
+    pool->free_.push_back(std::make_unique<std::string>(bytes, '\0'));
+  }
+  return buffer;
 }
 
 size_t SnapshotPool::free_count() const {

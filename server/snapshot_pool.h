@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,14 @@ class SnapshotPool : public std::enable_shared_from_this<SnapshotPool> {
   // made again for another size, as needed. The buffer goes back to the pool when the
   // last reference to it goes.
   static std::shared_ptr<std::string> Take(std::shared_ptr<SnapshotPool>& pool, size_t bytes);
+
+  // A buffer holding `values`' bytes, from `*pool` as Take, leaving kMaxFree buffers of
+  // that size free in the pool: for a slice's first version, so that its first steps
+  // take buffers whose pages are already in instead of faulting in new ones (16 MiB of
+  // new pages cost a 1 x 1 round of 2^22 parameters 85 ms on this project's virtual
+  // machines, docs/bench.md).
+  static std::shared_ptr<std::string> TakeFilled(std::shared_ptr<SnapshotPool>& pool,
+                                                 std::span<const float> values);
 
   explicit SnapshotPool(size_t bytes) : bytes_(bytes) {}
   size_t bytes() const { return bytes_; }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <thread>
@@ -59,6 +60,27 @@ TEST(SnapshotPoolTest, ABufferComesBackWithItsLastReferenceAndIsTakenAgain) {
   const size_t old_free = old->free_count();
   c.reset();
   EXPECT_EQ(old->free_count(), std::min(old_free + 1, SnapshotPool::kMaxFree));
+}
+
+TEST(SnapshotPoolTest, AFirstVersionFillsThePoolForTheStepsAfterIt) {
+  std::shared_ptr<SnapshotPool> pool = std::make_shared<SnapshotPool>(4);  // another size
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f};
+  std::shared_ptr<std::string> first = SnapshotPool::TakeFilled(pool, values);
+  ASSERT_NE(pool, nullptr);
+  EXPECT_EQ(pool->bytes(), 12u) << "made again for the values' size";
+  ASSERT_EQ(first->size(), 12u);
+  EXPECT_EQ(std::memcmp(first->data(), values.data(), 12), 0);
+  EXPECT_EQ(pool->free_count(), SnapshotPool::kMaxFree) << "buffers made for the first steps";
+  std::vector<std::shared_ptr<std::string>> steps;
+  for (size_t i = 0; i < SnapshotPool::kMaxFree; ++i) {
+    steps.push_back(SnapshotPool::Take(pool, 12));
+    EXPECT_EQ(pool->free_count(), SnapshotPool::kMaxFree - i - 1) << "taken from those";
+  }
+  first.reset();
+  EXPECT_EQ(pool->free_count(), 1u) << "the first version's buffer is the pool's too";
+
+  std::shared_ptr<SnapshotPool> empty;
+  EXPECT_EQ(SnapshotPool::TakeFilled(empty, {})->size(), 0u);
 }
 
 TEST(SessionTableTest, ARejoinReplacesBothSessionsOfThatWorkerOnly) {
