@@ -14,8 +14,9 @@ namespace ps::server {
 // Estimated bytes a shard holds for a layout (parameters, velocity, published copies,
 // the open round's pushes of every worker, per-slice bookkeeping, the layout's own
 // tables); compared with --max-shard-bytes. `pull_copies`: fp32-sized copies per
-// element that --pull-codec adds (what the workers hold, and each version's encoded
-// change; 0 without one). `second_moment_elems`: the owned elements (an upper bound) of
+// element of published versions beyond one (the snapshot pool's spare buffers with
+// dense pulls; with --pull-codec what the workers hold and each version's encoded
+// change). `second_moment_elems`: the owned elements (an upper bound) of
 // tensors whose optimizer keeps a second buffer (Adam's exp_avg_sq, optimizer.h), which
 // checkpoints copy too. Saturates instead of overflowing.
 uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,

@@ -7,6 +7,7 @@
 #include "core/refusal.h"
 #include "core/status.h"
 #include "server/memory_estimate.h"
+#include "server/snapshot_pool.h"
 
 namespace ps::server {
 namespace {
@@ -104,9 +105,12 @@ absl::Status SliceTable::CheckFits(const core::LayoutSummary& sum, uint32_t slic
                                 slice_bytes + kMessageOverheadBytes,
                                 " bytes, above --max-message-bytes ", config_.max_message_bytes));
   }
-  // --pull-codec: what the workers hold (one copy), and each version's encoded change
-  // (its largest encoding of a slice, in fp32 copies, rounded up).
-  size_t pull_copies = 0;
+  // Published versions beyond the one the estimate counts: with a step and dense pulls,
+  // the snapshot pool's spare buffers, made with the first version
+  // (SnapshotPool::TakeFilled); with --pull-codec instead what the workers hold (one copy)
+  // and each version's encoded change (its largest encoding of a slice, in fp32 copies,
+  // rounded up).
+  size_t pull_copies = config_.aggregate_only ? 0 : SnapshotPool::kMaxFree;
   if (absl::StatusOr<std::shared_ptr<codecs::Codec>> codec = MakePullCodec(rules_->pull_codec);
       codec.ok() && *codec != nullptr && slice_bytes > 0) {
     pull_copies = 1 + ((*codec)->MaxEncodedBytes(slice_elems) + slice_bytes - 1) / slice_bytes;

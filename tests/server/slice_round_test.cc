@@ -988,28 +988,38 @@ struct TableRig {
   RoundRules rules;
 };
 
-// --pull-codec keeps one more copy of the parameters (what the workers hold) and each
-// version's encoded change: a layout that fits without one may not fit with one.
-TEST(SliceTableTest, APullCodecCountsInTheMemoryEstimate) {
+// The memory estimate counts the published versions a layout's slices keep: the snapshot
+// pool's spare buffers with dense pulls; with --pull-codec one more copy of the
+// parameters (what the workers hold) and each version's encoded change instead.
+TEST(SliceTableTest, PublishedVersionsCountInTheMemoryEstimate) {
   // The summary core::ModelLayout makes of one tensor of 4096 in slices of 1024, one shard
   // (its bound on what a shard owns adds a slice).
   core::LayoutSummary sum;
   sum.num_slices = sum.max_owned_slices = 4;
   sum.total_elems = 4096;
   sum.max_owned_elems = 4096 + 1024;
-  const uint64_t dense = EstimateShardBytes(sum, 2, 0, false);
-  EXPECT_EQ(EstimateShardBytes(sum, 2, 0, false, 2), dense + 2 * 5120 * sizeof(float));
+  EXPECT_EQ(EstimateShardBytes(sum, 2, 0, false, 2),
+            EstimateShardBytes(sum, 2, 0, false) + 2 * 5120 * sizeof(float));
+  // Published versions beyond one: with dense pulls the snapshot pool's spare buffers;
+  // with fp16 pulls what the workers hold and a version's change (2 bytes a value, in
+  // fp32 copies rounded up: one). Each layout fits a bound of its estimate, not one less.
   for (const std::string codec : {"", "fp16"}) {
-    TableRig rig;
-    rig.rules.pull_codec = codec;
-    SliceTable t(TableRig::Config(0, 1, /*max_shard_bytes=*/dense), &rig.rules);
-    absl::StatusOr<std::vector<uint32_t>> owned = t.Register(0, {{"w", 4096, 0}}, 1024, 1);
-    if (codec.empty()) {
-      EXPECT_TRUE(owned.ok()) << owned.status();
-    } else {
-      EXPECT_EQ(core::RefusalOf(owned.status()), core::Refusal::kOverLimit) << owned.status();
+    const uint64_t need =
+        EstimateShardBytes(sum, 2, 0, false, codec.empty() ? SnapshotPool::kMaxFree : 2);
+    for (const uint64_t bound : {need - 1, need}) {
+      TableRig rig;
+      rig.rules.pull_codec = codec;
+      SliceTable t(TableRig::Config(0, 1, /*max_shard_bytes=*/bound), &rig.rules);
+      absl::StatusOr<std::vector<uint32_t>> owned = t.Register(0, {{"w", 4096, 0}}, 1024, 1);
+      if (bound == need) {
+        EXPECT_TRUE(owned.ok()) << "'" << codec << "': " << owned.status();
+      } else {
+        EXPECT_EQ(core::RefusalOf(owned.status()), core::Refusal::kOverLimit)
+            << "'" << codec << "': " << owned.status();
+      }
     }
   }
+  const uint64_t dense = EstimateShardBytes(sum, 2, 0, false, SnapshotPool::kMaxFree);
   // So does Adam's second moment (SGD's buffer is the velocity every slice has).
   for (const std::string optimizer : {"sgd(lr=0.1, momentum=0.9)", "adam(lr=0.1)"}) {
     TableRig rig;
