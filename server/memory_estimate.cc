@@ -5,11 +5,11 @@
 namespace ps::server {
 
 uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_workers,
-                            size_t rule_state_rows, bool checkpoints, size_t pull_copies,
+                            size_t rule_state_rows, bool checkpoints, size_t published_copies,
                             uint64_t second_moment_elems) {
-  // Per element: parameters, velocity, the published bytes, the aggregate being made,
-  // one row per worker for the open round's pushes, and the rule's state; checkpoints
-  // keep a copy of velocity and state. Per owned slice: its state object and, per
+  // Per element: parameters, velocity, a published version (published_copies: more),
+  // the aggregate being made, one row per worker for the open round's pushes, and the
+  // rule's state; checkpoints keep a copy of velocity and state. Per owned slice: its state object and, per
   // worker, the round's bookkeeping. Per slice of the whole layout: its tables here.
   // Counts are at most 2^20 slices, 2^40 elements and 2^32 workers: no overflow in
   // 64 bits except in the element term, which saturates.
@@ -17,7 +17,7 @@ uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_work
   constexpr uint64_t kSliceStateBytes = 1024;
   constexpr uint64_t kPerWorkerSliceBytes = 128;
   const uint64_t copies =
-      4 + uint64_t{num_workers} + 2 * rule_state_rows + (checkpoints ? 2 : 0) + pull_copies;
+      4 + uint64_t{num_workers} + 2 * rule_state_rows + (checkpoints ? 2 : 0) + published_copies;
   const uint64_t elem_bytes = layout.max_owned_elems * sizeof(float);
   const uint64_t element_term =
       elem_bytes > UINT64_MAX / copies ? UINT64_MAX / 2 : elem_bytes * copies;

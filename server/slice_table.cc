@@ -110,16 +110,16 @@ absl::Status SliceTable::CheckFits(const core::LayoutSummary& sum, uint32_t slic
   // (SnapshotPool::TakeFilled); with --pull-codec instead what the workers hold (one copy)
   // and each version's encoded change (its largest encoding of a slice, in fp32 copies,
   // rounded up).
-  size_t pull_copies = config_.aggregate_only ? 0 : SnapshotPool::kMaxFree;
+  size_t published_copies = config_.aggregate_only ? 0 : SnapshotPool::kMaxFree;
   if (absl::StatusOr<std::shared_ptr<codecs::Codec>> codec = MakePullCodec(rules_->pull_codec);
       codec.ok() && *codec != nullptr && slice_bytes > 0) {
-    pull_copies = 1 + ((*codec)->MaxEncodedBytes(slice_elems) + slice_bytes - 1) / slice_bytes;
+    published_copies = 1 + ((*codec)->MaxEncodedBytes(slice_elems) + slice_bytes - 1) / slice_bytes;
   }
   // Adam's second moments: an upper bound of the shard's share of those tensors.
   const uint64_t owned_moments =
       second_moment_elems == 0 ? 0 : second_moment_elems / num_shards + slice_elems;
   const uint64_t need = EstimateShardBytes(sum, config_.num_workers, config_.state_rows,
-                                           config_.keep_published_model, pull_copies,
+                                           config_.keep_published_model, published_copies,
                                            owned_moments);
   if (need > config_.max_shard_bytes) {
     return Refused(

@@ -1,5 +1,6 @@
 #include "server/snapshot_pool.h"
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -14,13 +15,16 @@ std::shared_ptr<std::string> SnapshotPool::Take(std::shared_ptr<SnapshotPool>& p
 std::shared_ptr<std::string> SnapshotPool::TakeFilled(std::shared_ptr<SnapshotPool>& pool,
                                                       std::span<const float> values) {
   const size_t bytes = values.size_bytes();
-  if (pool == nullptr || pool->bytes() != bytes) pool = std::make_shared<SnapshotPool>(bytes);
-  std::shared_ptr<std::string> buffer = pool->TakeOne();
+  std::shared_ptr<std::string> buffer = Take(pool, bytes);
   if (bytes > 0) std::memcpy(buffer->data(), values.data(), bytes);
+  // Zeroed as they are made, outside the lock: their pages are in before any step needs
+  // them.
+  std::vector<std::unique_ptr<std::string>> spare(kMaxFree -
+                                                  std::min(kMaxFree, pool->free_count()));
+  for (std::unique_ptr<std::string>& s : spare) s = std::make_unique<std::string>(bytes, '\0');
   absl::MutexLock lock(&pool->mu_);
-  // Zeroed as they are made: their pages are in before any step needs them.
-  while (pool->free_.size() < kMaxFree) {
-    pool->free_.push_back(std::make_unique<std::string>(bytes, '\0'));
+  for (std::unique_ptr<std::string>& s : spare) {
+    if (pool->free_.size() < kMaxFree) pool->free_.push_back(std::move(s));
   }
   return buffer;
 }
