@@ -9,9 +9,15 @@
 #     build of TARGET, the binary lists its tests (--gtest_list_tests) and the list of
 #     suites is written to a file that ctest reads, as gtest_discover_tests does per test.
 #   cmake -D TEST_EXECUTABLE=... -D CTEST_FILE=... -D TEST_LABEL=... -D TEST_TIMEOUT=...
-#     -D RUNNER=... -D WORKING_DIR=... -P gtest_suites.cmake: that step.
+#     -D RUNNER=... -D WORKING_DIR=... -D SUITES_ROOT=... -P gtest_suites.cmake: that step.
+#
+# A suite's name is its ctest test's name, so two binaries with a suite of one name would
+# register two tests of one name, which ctest runs without a word: the step fails the
+# build instead when another binary's list (a *_suites.cmake under SUITES_ROOT, the build
+# tree) has a suite of this binary's, naming both.
 
 if(CMAKE_SCRIPT_MODE_FILE)
+  cmake_policy(VERSION 3.25)
   execute_process(COMMAND "${TEST_EXECUTABLE}" --gtest_list_tests
     WORKING_DIRECTORY "${WORKING_DIR}" TIMEOUT 60
     OUTPUT_VARIABLE listing ERROR_VARIABLE errors RESULT_VARIABLE rc)
@@ -22,6 +28,7 @@ if(CMAKE_SCRIPT_MODE_FILE)
   string(REPLACE "\n" ";" lines "${listing}")
   set(script "")
   set(count 0)
+  set(names "")
   foreach(line IN LISTS lines)
     # A suite's line: its name and a dot at the start of the line, perhaps a comment after
     # ("Typed/0.  # TypeParam = int"); its tests' lines are indented.
@@ -33,12 +40,31 @@ if(CMAKE_SCRIPT_MODE_FILE)
         "set_tests_properties([==[${name}]==] PROPERTIES WORKING_DIRECTORY \"${WORKING_DIR}\""
         " LABELS \"${TEST_LABEL}\" TIMEOUT ${TEST_TIMEOUT} SKIP_RETURN_CODE 77)\n")
       math(EXPR count "${count} + 1")
+      list(APPEND names "${name}")
     endif()
   endforeach()
   if(count EQUAL 0)
     message(FATAL_ERROR "${TEST_EXECUTABLE} lists no test suite:\n${listing}")
   endif()
-  file(WRITE "${CTEST_FILE}" "${script}")
+  file(GLOB_RECURSE others "${SUITES_ROOT}/*_suites.cmake")
+  foreach(other IN LISTS others)
+    if(other STREQUAL CTEST_FILE)
+      continue()
+    endif()
+    file(STRINGS "${other}" added REGEX "^add_test\\(")
+    foreach(line IN LISTS added)
+      if(line MATCHES "^add_test\\(\\[==\\[([^]]+)\\]==\\] \"[^\"]*\" \"([^\"]*)\"")
+        if(CMAKE_MATCH_1 IN_LIST names)
+          message(FATAL_ERROR "Test suite ${CMAKE_MATCH_1} is in ${TEST_EXECUTABLE} and in "
+            "${CMAKE_MATCH_2} (${other}): ctest would run two tests of one name. Rename one "
+            "of the suites (or delete ${other} if that binary is no longer built).")
+        endif()
+      endif()
+    endforeach()
+  endforeach()
+  # Whole or not at all, for a binary's step reading it while it is written.
+  file(WRITE "${CTEST_FILE}.tmp" "${script}")
+  file(RENAME "${CTEST_FILE}.tmp" "${CTEST_FILE}")
   return()
 endif()
 
@@ -51,6 +77,7 @@ function(ps_add_test_suites target)
     COMMAND "${CMAKE_COMMAND}" -D "TEST_EXECUTABLE=$<TARGET_FILE:${target}>"
       -D "CTEST_FILE=${ctest_file}" -D "TEST_LABEL=${ARG_LABEL}" -D "TEST_TIMEOUT=${ARG_TIMEOUT}"
       -D "RUNNER=${ARG_RUNNER}" -D "WORKING_DIR=${CMAKE_CURRENT_BINARY_DIR}"
+      -D "SUITES_ROOT=${CMAKE_BINARY_DIR}"
       -P "${PROJECT_SOURCE_DIR}/cmake/gtest_suites.cmake"
     VERBATIM)
   file(WRITE "${include_file}"

@@ -25,11 +25,13 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <latch>
 #include <functional>
 #include <optional>
 #include <sstream>
 #include <thread>
+#include <utility>
 
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -369,11 +371,17 @@ std::unique_ptr<grpc::GenericStub> OwnConnection(const std::string& address) {
 // were refused as they should be; thread-safe): the shard's CPU for 8 attempts at once,
 // idle otherwise (the tarpit's held answers cost nothing), under 0.05 s each; and the
 // honest rate of workers 0-3 while 8 attackers loop `attempt`, at least 0.8 of the rate
-// without them. Phases alternate; on a loaded machine one pair may be unlucky, so the best
-// of three pairs counts. Under TSan only the refusals run (their timing says nothing).
-// The CPU bound is 0.1 s under clang's ASan, where receiving and parsing the 7.6 MB cost
-// twice what they cost plain (55-60 ms against 29 ms on a 2-core VM), and 0.25 s under
-// GCC's -O1 sanitizer builds; before the fix a refusal cost 0.28 s plain.
+// without them. The attack runs for a second unmeasured first: its first refusals are the
+// tarpit's burst, answered at once by design (256 header-sized refusals on TCP), and what
+// the bound is for is the attack sustained. Phases then alternate; on a loaded machine one
+// pair may be unlucky, so the best of three pairs counts. Under TSan only the refusals run
+// (their timing says nothing). The CPU bound is 0.1 s under clang's ASan, where receiving
+// and parsing the 7.6 MB cost twice what they cost plain (55-60 ms against 29 ms on a
+// 2-core VM), and 0.25 s under GCC's -O1 sanitizer builds; before the fix a refusal cost
+// 0.28 s plain. The rate's bound is 0.6 under ASan: the attackers' side of each attempt
+// (this process, beside the honest workers) costs twice what it costs plain too, and with
+// another sanitized test beside this one on 2 cores the sustained attack left the honest
+// rounds 0.67-0.98 of their rate (before the fix: 0.03).
 void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function<int()>& attempt) {
   const auto at_once = [&](int count) {
     std::atomic<int> refused{0};
@@ -387,6 +395,7 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
   const double per_request = (harness::CpuSeconds(shard.pid()) - cpu_before) / 8;
   ::testing::Test::RecordProperty("shard_cpu_ms_per_refused_pull",
                                   absl::StrCat(per_request * 1000));
+  std::cout << "shard CPU per refused pull: " << per_request * 1000 << " ms" << std::endl;
   if (kThreadSanitized) {
     EXPECT_TRUE(shard.Alive());
     GTEST_SKIP() << kTimingUnderTsan;
@@ -397,10 +406,9 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
   HonestTraining honest(shard, 4);
   for (int i = 0; i < 1000 && honest.rounds() < 3; ++i) std::this_thread::sleep_for(milliseconds(10));
   ASSERT_GE(honest.rounds(), 3u);
-  double best = 0;
-  std::string ratios;
-  for (int pair = 0; pair < 3 && best < 0.8; ++pair) {
-    const double baseline = honest.RateOver(milliseconds(1500));
+  // 8 attackers loop `attempt` while the honest rate is taken over `period`; returns
+  // {that rate, how many were refused}.
+  const auto attacked_rate = [&](milliseconds period) {
     std::atomic<bool> stop{false};
     std::atomic<int> refused{0};
     std::vector<std::thread> attackers;
@@ -409,17 +417,29 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
         while (!stop.load()) refused.fetch_add(attempt());
       });
     }
-    const double attacked = honest.RateOver(milliseconds(1500));
+    const double rate = honest.RateOver(period);
     stop.store(true);
     for (auto& t : attackers) t.join();
-    EXPECT_GT(refused.load(), 0);
+    return std::pair<double, int>(rate, refused.load());
+  };
+  const auto [warm_rate, warm_refused] = attacked_rate(milliseconds(1000));
+  EXPECT_GT(warm_refused, 0);
+  const double rate_bound = PS_SANITIZED ? 0.6 : 0.8;
+  double best = 0;
+  std::string ratios = absl::StrCat(" (first second of the attack: ", warm_rate, " rounds/s, ",
+                                    warm_refused, " refused)");
+  for (int pair = 0; pair < 3 && best < rate_bound; ++pair) {
+    const double baseline = honest.RateOver(milliseconds(1500));
+    const auto [attacked, refused] = attacked_rate(milliseconds(1500));
+    EXPECT_GT(refused, 0);
     const double ratio = baseline > 0 ? attacked / baseline : 0;
-    absl::StrAppend(&ratios, " ", attacked, "/", baseline, "=", ratio, " (", refused.load(),
+    absl::StrAppend(&ratios, " ", attacked, "/", baseline, "=", ratio, " (", refused,
                     " refused)");
     best = std::max(best, ratio);
   }
   ::testing::Test::RecordProperty("rounds_per_s_attacked_over_baseline", ratios);
-  EXPECT_GE(best, 0.8) << "honest rounds per second attacked/baseline:" << ratios;
+  std::cout << "honest rounds per second attacked/baseline:" << ratios << std::endl;
+  EXPECT_GE(best, rate_bound) << "honest rounds per second attacked/baseline:" << ratios;
   EXPECT_TRUE(shard.Alive());
   EXPECT_LT(shard.Resident(), kRssBoundBytes);
 }
