@@ -159,8 +159,8 @@ std::vector<MetricFamily> Collector::Collect(
 
   // --- latency ---
   MetricFamily push = Family("ps_push_duration_seconds",
-                             "Time the gRPC Push handler took (decode and checks), refused "
-                             "pushes included",
+                             "Time a push of the reliable data plane took in the shard (decode "
+                             "and checks), refused pushes included",
                              MetricType::Histogram);
   AddHistogram(&push, push_seconds_);
   out.push_back(std::move(push));

@@ -144,9 +144,14 @@ while True:
 
 def test_workers_added_to_a_running_job_train_from_its_version_within_two_rounds(server_bin):
     # Four workers train on two shards started with --max-workers 8; four more join
-    # mid-training. Each starts from the shards' current version, its push is taken into
-    # the round it joined at or the next one, and every later round waits for it (its
-    # next pushes are taken, never late).
+    # mid-training. Each starts from the shards' current version, its push is taken within
+    # two rounds of it, and every later round waits for it (its next pushes are taken,
+    # never late). Two rounds, not one: a worker joins the shards one after the other, and
+    # on a loaded machine the job's round after the start version can close on the shard
+    # joined last before the join reaches it (seen once in a whole test run: late 248,
+    # taken from 249 after a start at 247). No later one can: the shard joined first waits
+    # for the worker from that round on, so the job cannot pull the version after it
+    # without the worker.
     with Shards(2, 4, byzantine=1, aggregator="median", lr=0.1, momentum=0.0,
                 server=server_bin,
                 server_args=("--round-deadline-ms", "10000", "--max-workers", "8")) as shards:
@@ -188,7 +193,7 @@ def test_workers_added_to_a_running_job_train_from_its_version_within_two_rounds
                 late = [int(r) for word, r in lines[1:] if word == "LATE"]
                 print(f"worker {w}: joined at version {start_version}, rounds taken {taken}, "
                       f"late {late}")
-                assert taken[0] <= start_version + 1, (w, start_version, lines)
+                assert taken[0] <= start_version + 2, (w, start_version, lines)
                 # Once in, every round waits for it: its next rounds are all taken.
                 assert taken == list(range(taken[0], taken[0] + len(taken))), (w, lines)
                 assert len(late) <= 1, (w, lines)
