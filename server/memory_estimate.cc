@@ -9,8 +9,8 @@ uint64_t EstimateShardBytes(const core::LayoutSummary& layout, uint32_t num_work
                             uint64_t second_moment_elems) {
   // Per element: parameters, velocity, a published version (published_copies: more),
   // the aggregate being made, one row per worker for the open round's pushes, and the
-  // rule's state; checkpoints keep a copy of velocity and state. Per owned slice: its state object and, per
-  // worker, the round's bookkeeping. Per slice of the whole layout: its tables here.
+  // rule's state; checkpoints keep a copy of velocity and state. Per owned slice: its
+  // state object and, per worker, the round's bookkeeping. Per slice of the whole layout: its tables here.
   // Counts are at most 2^20 slices, 2^40 elements and 2^32 workers: no overflow in
   // 64 bits except in the element term, which saturates.
   constexpr uint64_t kLayoutBytesPerSlice = 64;

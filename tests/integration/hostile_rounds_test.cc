@@ -381,7 +381,7 @@ std::unique_ptr<grpc::GenericStub> OwnConnection(const std::string& address) {
 // 0.28 s plain. The rate's bound is 0.6 under ASan: the attackers' side of each attempt
 // (this process, beside the honest workers) costs twice what it costs plain too, and with
 // another sanitized test beside this one on 2 cores the sustained attack left the honest
-// rounds 0.67-0.98 of their rate (before the fix: 0.03).
+// rounds 0.60-1.10 of their rate in 20 runs (before the fix: 0.03).
 void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function<int()>& attempt) {
   const auto at_once = [&](int count) {
     std::atomic<int> refused{0};
@@ -426,8 +426,9 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
   EXPECT_GT(warm_refused, 0);
   const double rate_bound = PS_SANITIZED ? 0.6 : 0.8;
   double best = 0;
-  std::string ratios = absl::StrCat(" (first second of the attack: ", warm_rate, " rounds/s, ",
-                                    warm_refused, " refused)");
+  std::string ratios = absl::StrCat("honest rounds per second attacked/baseline: (first second "
+                                    "of the attack: ", warm_rate, " rounds/s, ", warm_refused,
+                                    " refused)");
   for (int pair = 0; pair < 3 && best < rate_bound; ++pair) {
     const double baseline = honest.RateOver(milliseconds(1500));
     const auto [attacked, refused] = attacked_rate(milliseconds(1500));
@@ -438,8 +439,8 @@ void ExpectRefusalsCheapWhileRoundsGoOn(ShardProcess& shard, const std::function
     best = std::max(best, ratio);
   }
   ::testing::Test::RecordProperty("rounds_per_s_attacked_over_baseline", ratios);
-  std::cout << "honest rounds per second attacked/baseline:" << ratios << std::endl;
-  EXPECT_GE(best, rate_bound) << "honest rounds per second attacked/baseline:" << ratios;
+  std::cout << ratios << std::endl;
+  EXPECT_GE(best, rate_bound) << ratios;
   EXPECT_TRUE(shard.Alive());
   EXPECT_LT(shard.Resident(), kRssBoundBytes);
 }
@@ -497,7 +498,8 @@ TEST(HostileRoundsPullTest, APullNamingMillionsOfSlicesIsRefusedAtThePriceOfWhat
 // and the header. The attacker sends the header, the meta and 64 KiB of the ids (what
 // follows the header the shard reads only to discard); otherwise as above: worker 4
 // quarantined by a garbage push, the shard's CPU per refusal, and the honest rate with 8
-// attackers looping at least 0.8 of the rate without them, best of three pairs.
+// attackers looping at least 0.8 of the rate without them (0.6 under ASan), best of three
+// pairs.
 TEST(HostileRoundsPullTest, OnTcpAPullNamingMillionsOfSlicesIsRefusedFromItsHeader) {
   std::vector<std::string> flags = {"--workers", "5", "--byzantine", "1", "--aggregator",
                                     "trimmed_mean", "--round-deadline-ms", "2000",
