@@ -6,6 +6,8 @@
 #include <sys/socket.h>
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/address.hpp>
@@ -60,6 +62,45 @@ absl::Status TrustOnly(TlsContext& context, std::string_view ca_pem, std::string
 }
 
 }  // namespace
+
+size_t DataStream::TakeStaged(ReadBuffers& into) {
+  size_t took = 0;
+  for (boost::asio::mutable_buffer& b : into) {
+    const size_t n = std::min(b.size(), stage_end_ - stage_begin_);
+    if (n == 0) continue;
+    std::memcpy(b.data(), stage_.get() + stage_begin_, n);
+    stage_begin_ += n;
+    b += n;
+    took += n;
+  }
+  if (stage_begin_ == stage_end_) stage_begin_ = stage_end_ = 0;
+  return took;
+}
+
+void DataStream::PrepareStage() {
+  if (stage_ == nullptr) stage_ = std::make_unique_for_overwrite<char[]>(kStageBytes);
+  if (stage_begin_ == 0) return;
+  std::memmove(stage_.get(), stage_.get() + stage_begin_, stage_end_ - stage_begin_);
+  stage_end_ -= stage_begin_;
+  stage_begin_ = 0;
+}
+
+bool DataStream::ReadNow(boost::asio::mutable_buffer into) {
+  const size_t want = into.size();
+  if (stage_end_ - stage_begin_ < want) {
+    if (!read_ahead_ || want > kStageBytes || tls() || !socket().is_open()) return false;
+    PrepareStage();
+    // MSG_DONTWAIT: what is queued now, whatever the low-water mark (an error, or the
+    // peer's end, is left for the asynchronous read to find).
+    const ssize_t n = ::recv(socket().native_handle(), stage_.get() + stage_end_,
+                             kStageBytes - stage_end_, MSG_DONTWAIT);
+    if (n > 0) stage_end_ += static_cast<size_t>(n);
+    if (stage_end_ - stage_begin_ < want) return false;
+  }
+  ReadBuffers buffers{into, boost::asio::mutable_buffer()};
+  TakeStaged(buffers);
+  return true;
+}
 
 void DataStream::SetReadLowWater(size_t bytes) {
   const int mark =

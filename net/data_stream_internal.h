@@ -17,15 +17,18 @@
 // socket's executor), but get_executor(), which any thread may call.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 #include <variant>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/read.hpp>
 #include <boost/asio/ssl/context.hpp>
 #include <boost/asio/ssl/stream.hpp>
@@ -86,20 +89,61 @@ class DataStream {
   // connection's Close) while its own thread may be starting TLS.
   executor_type get_executor() const { return executor_; }
 
-  // Reads all of `buffers`, then calls `handler(ec, bytes)`: asio::async_read, with two
-  // differences that matter for a frame's body. Each read asks for all that is left (Asio's
-  // own conditions stop at 64 KiB), and on plaintext the kernel wakes the read only once
-  // what is left (at most kMaxReadLowWater) is queued (SO_RCVLOWAT), so that one wake-up
-  // and one read move a 256 KiB slice instead of one for each burst of segments. Below
+  // Reading (docs/data-plane.md, section 3, "Reading"). A read of at most kStageBytes (a
+  // frame's header, its meta, a small body) asks the socket for all it holds up to
+  // kStageBytes and keeps the rest for the reads after it, so that a run of small frames
+  // (a batch of ANSWERs, a compressed slice's header and meta) costs one system call,
+  // not one per field. A longer read takes what is kept first and reads the rest straight
+  // into its buffers.
+  static constexpr size_t kStageBytes = 8 * 1024;
+
+  // From now on reads go through the read-ahead buffer (allocated at the first such read);
+  // until then every read is exact, so that a peer not yet admitted costs no buffer.
+  void ReadAhead() { read_ahead_ = true; }
+
+  // Fills `into` now, without waiting, when that can be done: from what was read ahead,
+  // topped up on plaintext by one non-blocking read when `into` is at most kStageBytes
+  // (after ReadAhead). False, with nothing taken, otherwise (the caller then reads with AsyncReadExactly;
+  // an error or the peer's end is for that read to report).
+  bool ReadNow(boost::asio::mutable_buffer into);
+
+  // Reads all of `into` (one or two buffers), then calls `handler(ec, bytes)` as Asio's
+  // asynchronous operations do (never from within this call). What was read ahead comes
+  // first. Then a rest of at most kStageBytes is read through the read-ahead buffer; a
+  // longer rest straight into `into` as asio::async_read would, with two differences
+  // that matter for a frame's body: each read asks for all that is left (Asio's own
+  // conditions stop at 64 KiB), and on plaintext the kernel wakes the read only once what
+  // is left (at most kMaxReadLowWater) is queued (SO_RCVLOWAT), so that one wake-up and
+  // one read move a 256 KiB slice instead of one for each burst of segments. Below
   // kMinReadLowWater left, the mark is the usual 1 byte. Every read of a plaintext stream
   // goes through here or sets the mark itself (SetReadLowWater(1)): a mark above what the
   // peer sends would never wake the read. Under TLS (whole records) the mark stays 1.
   static constexpr size_t kMinReadLowWater = 16 * 1024;
   static constexpr size_t kMaxReadLowWater = 256 * 1024;
-  template <typename Buffers, typename Handler>
-  void AsyncReadExactly(const Buffers& buffers, Handler&& handler) {
-    boost::asio::async_read(*this, buffers, Remaining{this, boost::asio::buffer_size(buffers)},
-                            std::forward<Handler>(handler));
+  using ReadBuffers = std::array<boost::asio::mutable_buffer, 2>;
+  template <typename Handler>
+  void AsyncReadExactly(boost::asio::mutable_buffer into, Handler&& handler) {
+    AsyncReadExactly(ReadBuffers{into, boost::asio::mutable_buffer()},
+                     std::forward<Handler>(handler));
+  }
+  template <typename Handler>
+  void AsyncReadExactly(ReadBuffers into, Handler&& handler) {
+    const size_t total = boost::asio::buffer_size(into);
+    const size_t took = TakeStaged(into);
+    const size_t left = total - took;
+    if (left == 0) {
+      boost::asio::post(executor_, [h = std::forward<Handler>(handler), total]() mutable {
+        h(boost::system::error_code(), total);
+      });
+    } else if (left <= kStageBytes && read_ahead_) {
+      Fill(StagedRead<std::decay_t<Handler>>{this, into, total, std::forward<Handler>(handler)});
+    } else {
+      boost::asio::async_read(*this, into, Remaining{this, left},
+                              [h = std::forward<Handler>(handler), took](
+                                  const boost::system::error_code& ec, size_t n) mutable {
+                                h(ec, took + n);
+                              });
+    }
   }
   // Writes all of `buffers` (a gather list of any length), then calls `handler(ec, bytes)`:
   // asio::async_write, but each write offers all that is left, where Asio's own conditions
@@ -133,6 +177,33 @@ class DataStream {
   }
 
  private:
+  // AsyncReadExactly's read of a short rest: into the read-ahead buffer, then taken.
+  template <typename Handler>
+  struct StagedRead {
+    DataStream* stream;
+    ReadBuffers into;  // what is left to fill
+    size_t total;
+    Handler handler;
+    void operator()(const boost::system::error_code& ec, size_t n) {
+      stream->stage_end_ += n;
+      stream->TakeStaged(into);
+      const size_t left = boost::asio::buffer_size(into);
+      if (ec || left == 0) return handler(ec, total - left);
+      stream->Fill(std::move(*this));
+    }
+  };
+  template <typename Handler>
+  void Fill(StagedRead<Handler>&& op) {
+    PrepareStage();
+    SetReadLowWater(1);
+    async_read_some(boost::asio::buffer(stage_.get() + stage_end_, kStageBytes - stage_end_),
+                    std::move(op));
+  }
+  // Copies what was read ahead into `into`'s front, advancing it; the bytes taken.
+  size_t TakeStaged(ReadBuffers& into);
+  // The read-ahead buffer allocated, its bytes moved to its front.
+  void PrepareStage();
+
   // AsyncReadExactly's completion condition: the bytes left, with the mark set to them.
   struct Remaining {
     DataStream* stream;
@@ -155,6 +226,12 @@ class DataStream {
   const executor_type executor_;
   std::variant<Socket, TlsStream> stream_;
   int read_low_water_ = 1;  // the socket's SO_RCVLOWAT as last set
+  // What was read ahead: stage_[stage_begin_, stage_end_) (allocated at the first read
+  // through it).
+  bool read_ahead_ = false;
+  std::unique_ptr<char[]> stage_;
+  size_t stage_begin_ = 0;
+  size_t stage_end_ = 0;
 };
 
 }  // namespace ps::net

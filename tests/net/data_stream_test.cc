@@ -1,11 +1,16 @@
 // net::DataStream's exact reads and whole writes over loopback TCP: the receive low-water
 // mark follows what is left of a read, so a body that arrives in parts with pauses between
 // them is read in full, a short read after a long one is not held back by the long one's
-// mark, and a gather list longer than Asio's 64 KiB per call is written whole.
+// mark, and a gather list longer than Asio's 64 KiB per call is written whole. Reads
+// ahead: a run of short records sent at once is read with one system call and taken in
+// order without waiting (ReadNow), a record not all there is not taken in part, and a
+// long read after a short one gets the bytes read ahead first, the rest straight.
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
+#include <cstring>
 #include <future>
 #include <string>
 #include <thread>
@@ -38,6 +43,7 @@ struct Pair {
     tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
     peer.connect(acceptor.local_endpoint());
     stream = std::make_unique<DataStream>(acceptor.accept());
+    stream->ReadAhead();
   }
 
   int LowWater() {
@@ -157,6 +163,142 @@ TEST(DataStreamTest, AGatherListLongerThanOneCallsWorthIsWrittenWhole) {
   std::string expected;
   for (const std::vector<char>& piece : pieces) expected.append(piece.data(), piece.size());
   EXPECT_TRUE(received.get_future().get() == expected);
+}
+
+// Waits until the socket under `p.stream` has `n` bytes queued to read.
+void AwaitQueued(Pair& p, size_t n) {
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (p.stream->socket().available() < n && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_GE(p.stream->socket().available(), n);
+}
+
+TEST(DataStreamTest, ARunOfShortRecordsIsTakenInOrderWithoutWaitingAndOneReadOfTheSocket) {
+  Pair p;
+  constexpr size_t kRecords = 100, kRecord = 24;  // 2,400 bytes, under kStageBytes
+  const std::vector<char> sent = Pattern(kRecords * kRecord);
+  asio::write(p.peer, asio::buffer(sent));
+  AwaitQueued(p, sent.size());
+  std::array<char, kRecord> record{};
+  for (size_t i = 0; i < kRecords; ++i) {
+    ASSERT_TRUE(p.stream->ReadNow(asio::buffer(record))) << "record " << i;
+    ASSERT_TRUE(std::equal(record.begin(), record.end(), sent.begin() + i * kRecord))
+        << "record " << i;
+    // The first ReadNow read them all: nothing is left in the socket.
+    EXPECT_EQ(p.stream->socket().available(), 0u) << "record " << i;
+  }
+  EXPECT_FALSE(p.stream->ReadNow(asio::buffer(record))) << "nothing more was sent";
+}
+
+TEST(DataStreamTest, ARecordNotAllThereIsNotTakenInPartAndTheExactReadCompletesIt) {
+  Pair p;
+  const std::vector<char> sent = Pattern(16);
+  asio::write(p.peer, asio::buffer(sent.data(), 10));
+  AwaitQueued(p, 10);
+  std::array<char, 16> header{};
+  EXPECT_FALSE(p.stream->ReadNow(asio::buffer(header)));
+  EXPECT_FALSE(p.stream->ReadNow(asio::buffer(header))) << "asked again: still 10 of 16";
+  bool done = false;
+  boost::system::error_code result;
+  size_t read = 0;
+  p.stream->AsyncReadExactly(asio::buffer(header),
+                             [&](const boost::system::error_code& ec, size_t n) {
+                               result = ec;
+                               read = n;
+                               done = true;
+                             });
+  asio::write(p.peer, asio::buffer(sent.data() + 10, 6));
+  ASSERT_TRUE(p.RunUntil(done, 5s));
+  ASSERT_FALSE(result) << result.message();
+  EXPECT_EQ(read, 16u);
+  EXPECT_TRUE(std::equal(header.begin(), header.end(), sent.begin()));
+}
+
+TEST(DataStreamTest, ALongReadAfterAShortOneGetsTheBytesReadAheadFirstAcrossTwoBuffers) {
+  Pair p;
+  // A 16-byte header, then an 8-byte version and 600 KiB of values in one write: the
+  // header's ReadNow reads ahead into the version and the values.
+  constexpr size_t kValues = 600 * 1024;
+  const std::vector<char> sent = Pattern(16 + 8 + kValues);
+  std::thread writer([&] { asio::write(p.peer, asio::buffer(sent)); });
+  std::array<char, 16> header{};
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  bool have_header = false;
+  while (!have_header && std::chrono::steady_clock::now() < end) {
+    have_header = p.stream->ReadNow(asio::buffer(header));
+    if (!have_header) std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(have_header);
+  EXPECT_TRUE(std::equal(header.begin(), header.end(), sent.begin()));
+  uint64_t version = 0;
+  std::vector<char> values(kValues);
+  bool done = false;
+  boost::system::error_code result;
+  size_t read = 0;
+  p.stream->AsyncReadExactly(
+      DataStream::ReadBuffers{asio::buffer(&version, sizeof(version)), asio::buffer(values)},
+      [&](const boost::system::error_code& ec, size_t n) {
+        result = ec;
+        read = n;
+        done = true;
+      });
+  const bool finished = p.RunUntil(done, 10s);
+  writer.join();
+  ASSERT_TRUE(finished);
+  ASSERT_FALSE(result) << result.message();
+  EXPECT_EQ(read, 8 + kValues);
+  EXPECT_EQ(std::memcmp(&version, sent.data() + 16, 8), 0);
+  EXPECT_TRUE(std::equal(values.begin(), values.end(), sent.begin() + 24));
+}
+
+TEST(DataStreamTest, AReadWhollyReadAheadCompletesThroughTheExecutorNotWithinTheCall) {
+  Pair p;
+  const std::vector<char> sent = Pattern(64);
+  asio::write(p.peer, asio::buffer(sent));
+  AwaitQueued(p, sent.size());
+  std::array<char, 16> first{}, second{};
+  ASSERT_TRUE(p.stream->ReadNow(asio::buffer(first)));  // reads all 64 ahead
+  bool done = false;
+  p.stream->AsyncReadExactly(asio::buffer(second),
+                             [&](const boost::system::error_code& ec, size_t n) {
+                               EXPECT_FALSE(ec);
+                               EXPECT_EQ(n, 16u);
+                               done = true;
+                             });
+  EXPECT_FALSE(done) << "the handler ran within AsyncReadExactly";
+  ASSERT_TRUE(p.RunUntil(done, 5s));
+  EXPECT_TRUE(std::equal(second.begin(), second.end(), sent.begin() + 16));
+}
+
+TEST(DataStreamTest, BeforeReadAheadEveryReadIsExactAndNothingIsKeptForThePeer) {
+  asio::io_context io;
+  tcp::acceptor acceptor(io, tcp::endpoint(asio::ip::address_v4::loopback(), 0));
+  tcp::socket peer(io);
+  peer.connect(acceptor.local_endpoint());
+  DataStream stream(acceptor.accept());  // no ReadAhead: a peer not yet admitted
+  const std::vector<char> sent = Pattern(64);
+  asio::write(peer, asio::buffer(sent));
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (stream.socket().available() < sent.size() && std::chrono::steady_clock::now() < end) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(stream.socket().available(), sent.size());
+  std::array<char, 16> header{};
+  EXPECT_FALSE(stream.ReadNow(asio::buffer(header)));
+  bool done = false;
+  stream.AsyncReadExactly(asio::buffer(header), [&](const boost::system::error_code& ec, size_t n) {
+    EXPECT_FALSE(ec);
+    EXPECT_EQ(n, 16u);
+    done = true;
+  });
+  while (!done && std::chrono::steady_clock::now() < end) {
+    io.run_for(10ms);
+    io.restart();
+  }
+  ASSERT_TRUE(done);
+  EXPECT_TRUE(std::equal(header.begin(), header.end(), sent.begin()));
+  EXPECT_EQ(stream.socket().available(), sent.size() - 16) << "read past what was asked for";
 }
 
 }  // namespace

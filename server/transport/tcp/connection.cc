@@ -26,6 +26,14 @@ namespace {
 
 // Frames gathered into one write at most (IOV_MAX is 1024; two buffers per frame).
 constexpr size_t kMaxFramesPerWrite = 64;
+// Reads completed at once, without the executor, one after the other at most.
+constexpr uint32_t kMaxInlineReads = 64;
+// ANSWERs held for a write with the next ones at most (OnPushBody). A worker whose
+// window is full sends nothing more, so the next header is not there and the held
+// answers go (ReadHeader): holding never stops a worker, but while the shard reads on,
+// the pushes held count against the worker's window (2 ms of its link, 16 slices of
+// 256 KiB on loopback).
+constexpr uint32_t kMaxHeldAnswers = 8;
 // How long a GOAWAY may take to leave before the connection closes without it.
 constexpr auto kGoawayLinger = std::chrono::seconds(1);
 
@@ -168,12 +176,16 @@ void Connection::ReadHeader() {
   // Owed answers first: a worker past its window waits here, where the tarpit's held
   // answers keep it (Answered resumes reading).
   if (unanswered_ >= hub_->options().max_unanswered_pushes) {
+    WriteMore();  // the answers held: this waits for them to be written
     Arm(Deadline::kNone, {});
     return;
   }
   reading_ = true;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kIdle, hub_->options().idle_timeout);
-  ReadInto(asio::buffer(header_bytes_), &Connection::OnHeader);
+  if (ReadAtOnce(asio::buffer(header_bytes_))) return OnHeader();
+  // The next frame is not here yet: the answers held for it go now.
+  WriteMore();
+  ReadLater(asio::buffer(header_bytes_), &Connection::OnHeader);
 }
 
 void Connection::OnHeader() {
@@ -281,6 +293,21 @@ PushHead Connection::Head() const {
 }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
+  if (ReadAtOnce(into)) return (this->*then)();
+  ReadLater(into, then);
+}
+
+bool Connection::ReadAtOnce(asio::mutable_buffer into) {
+  // Bytes already here (read ahead, or queued in the socket) are handled at once, up to
+  // kMaxInlineReads in a row: then the read goes through the executor, so that the other
+  // connections of this thread are served and the stack stays shallow.
+  if (inline_reads_ >= kMaxInlineReads || !socket_.ReadNow(into)) return false;
+  ++inline_reads_;
+  return true;
+}
+
+void Connection::ReadLater(asio::mutable_buffer into, void (Connection::*then)()) {
+  inline_reads_ = 0;
   read_in_flight_ = true;
   socket_.AsyncReadExactly(
       into, [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
@@ -319,7 +346,12 @@ void Connection::OnPushBody() {
                                : PushPayload(std::span<const std::string_view>(&payload, 1)));
   }
   ++unanswered_;
+  // Its answer waits, with those of the pushes before it, while the worker's next frame
+  // is here already (ReadHeader), up to kMaxHeldAnswers: one write and one wake-up of
+  // the worker for a run of pushes instead of one each.
+  holding_answers_ = true;
   AnswerLater(peer_.client, s, request_bytes, net::FrameType::kAnswer, tag);
+  holding_answers_ = false;
   ReadHeader();
 }
 
@@ -383,6 +415,7 @@ void Connection::WriteMore() {
     if (out_[i].body != nullptr && !out_[i].body->empty()) buffers.emplace_back(asio::buffer(*out_[i].body));
   }
   writing_ = n;
+  held_answers_ = 0;
   socket_.AsyncWriteAll(buffers,
                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
                           self->Written(ec);
@@ -427,7 +460,13 @@ void Connection::Written(const boost::system::error_code& ec) {
 
 void Connection::Answered(uint64_t tag, const absl::Status& status) {
   // Counted off once written (Written).
-  Queue(Outgoing{.head = StatusFrame(net::FrameType::kAnswer, tag, status), .answer = true});
+  Outgoing answer{.head = StatusFrame(net::FrameType::kAnswer, tag, status), .answer = true};
+  if (holding_answers_ && held_answers_ + 1 < kMaxHeldAnswers && !closed_ && !goaway_queued_) {
+    out_.push_back(std::move(answer));  // written by the next WriteMore
+    ++held_answers_;
+    return;
+  }
+  Queue(std::move(answer));
 }
 
 void Connection::QueueSlice(uint64_t tag, std::string head,

@@ -119,8 +119,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // body_; then OnPushBody.
   void ReadPushBody();
   PushHead Head() const;  // the PUSH being read
-  // Reads exactly `into` from the socket, then calls `then`; a failed read closes.
+  // Reads exactly `into` from the socket, then calls `then` (at once when the bytes are
+  // here already: net::DataStream::ReadNow); a failed read closes.
   void ReadInto(boost::asio::mutable_buffer into, void (Connection::*then)());
+  // ReadInto's two halves: `into` filled at once (true), or read asynchronously.
+  bool ReadAtOnce(boost::asio::mutable_buffer into);
+  void ReadLater(boost::asio::mutable_buffer into, void (Connection::*then)());
   // Going away: reads and drops what the peer still sends, until its end of the stream,
   // which closes the connection once the GOAWAY is written (Written closes it at once
   // when the end came first).
@@ -180,6 +184,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool goaway_queued_ = false;
   bool reading_ = false;     // a read is in flight or a frame is being handled
   bool read_in_flight_ = false;  // an async read of the socket is pending
+  uint32_t inline_reads_ = 0;    // reads completed at once since the last asynchronous one
   bool goaway_written_ = false;
   bool peer_ended_ = false;  // the peer's end of the stream was read while going away
   Deadline deadline_ = Deadline::kNone;
@@ -209,6 +214,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   Caller caller_;
 
   uint32_t unanswered_ = 0;
+  bool holding_answers_ = false;  // OnPushBody's answer may wait for the next ones
+  uint32_t held_answers_ = 0;     // ANSWERs queued since the last write started
   absl::flat_hash_map<uint64_t, std::unique_ptr<Pull>> pulls_;
   std::deque<Outgoing> out_;
   size_t writing_ = 0;  // frames of out_'s front in the write in flight

@@ -80,6 +80,7 @@ void Connection::Proof(std::string_view meta) {
   // tokens, to the secret only the worker's Join answer carried).
   caller_ = Caller{.identity = identity, .address = peer_name_};
   state_ = net::ConnectionState::kShardAdmitted;
+  socket_.ReadAhead();  // an admitted worker's frames come in runs
   const Options& o = hub_->options();
   limits_.max_body_bytes = o.max_body_bytes;
   limits_.max_pull_slices = front_->shard()->MaxPullSlices();

@@ -15,6 +15,8 @@ namespace ps::internal::tcp_plane {
 namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
+// Reads completed at once, without io_, one after the other at most.
+constexpr uint32_t kMaxInlineReads = 64;
 constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
 // The largest body this worker reads, whatever the shard's ADMIT says: the gRPC
 // channel's receive limit. A slice with no place of its own is read into a buffer of its
@@ -177,28 +179,37 @@ void Connection::Handshake(uint64_t gen, std::string bytes, std::string_view doi
 }
 
 void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
-  auto self = shared_from_this();
-  socket_->AsyncReadExactly(
-      asio::buffer(header_bytes_),
-      [self, gen, state, stream = socket_](const boost::system::error_code& ec, size_t) {
-        if (gen != self->generation_) return;
-        if (ec) return self->LostOn(ec, "reading");
-        absl::StatusOr<net::FrameHeader> h = net::ParseHeader(self->header_bytes_);
-        absl::Status ok = h.ok() ? net::CheckHeader(*h, state, self->limits_) : h.status();
-        if (!ok.ok()) {
-          return self->Lost(absl::InternalError(
-              absl::StrCat(self->Name(), " sent a frame this worker cannot read: ", ok.message())));
-        }
-        self->header_ = *h;
-        self->meta_.resize(h->meta_bytes);
-        self->socket_->AsyncReadExactly(
-            asio::buffer(self->meta_),
-            [self, gen, state, stream](const boost::system::error_code& ec, size_t) {
-              if (gen != self->generation_) return;
-              if (ec) return self->LostOn(ec, "reading");
-              self->Handle(gen, state);
-            });
-      });
+  ReadInto(gen, asio::buffer(header_bytes_), [this, gen, state] {
+    absl::StatusOr<net::FrameHeader> h = net::ParseHeader(header_bytes_);
+    absl::Status ok = h.ok() ? net::CheckHeader(*h, state, limits_) : h.status();
+    if (!ok.ok()) {
+      return Lost(absl::InternalError(
+          absl::StrCat(Name(), " sent a frame this worker cannot read: ", ok.message())));
+    }
+    header_ = *h;
+    meta_.resize(h->meta_bytes);
+    ReadInto(gen, asio::buffer(meta_), [this, gen, state] { Handle(gen, state); });
+  });
+}
+
+template <typename Then>
+void Connection::ReadInto(uint64_t gen, asio::mutable_buffer into, Then then,
+                          std::string_view doing) {
+  // Bytes already here (read ahead, or queued in the socket) are handled at once, up to
+  // kMaxInlineReads in a row: then the read goes through io_, so that the other shards'
+  // connections on this thread are served and the stack stays shallow.
+  if (inline_reads_ < kMaxInlineReads && socket_->ReadNow(into)) {
+    ++inline_reads_;
+    return then();
+  }
+  inline_reads_ = 0;
+  socket_->AsyncReadExactly(into, [self = shared_from_this(), gen, then = std::move(then),
+                                   doing, stream = socket_](const boost::system::error_code& ec,
+                                                            size_t) {
+    if (gen != self->generation_) return;
+    if (ec) return self->LostOn(ec, doing);
+    then();
+  });
 }
 
 void Connection::Handle(uint64_t gen, net::ConnectionState state) {
@@ -266,6 +277,7 @@ void Connection::OnAdmit(uint64_t gen) {
   if (!a.ok()) return Lost(a.status());
   limits_.max_body_bytes = std::min<uint64_t>(a->max_body_bytes, kMaxBodyBytes);
   state_ = State::kReady;
+  socket_->ReadAhead();  // answers and slices come in runs
   connect_timer_.reset();
   Flush();
   ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
@@ -319,16 +331,14 @@ void Connection::OnSlice(uint64_t gen) {
     body_.resize(bytes);
     place = std::span<char>(body_.data(), bytes);
   }
-  auto self = shared_from_this();
-  socket_->AsyncReadExactly(
-      asio::buffer(place.data(), place.size()),
-      [self, gen, place, stream = socket_](const boost::system::error_code& ec, size_t) {
-        if (gen != self->generation_) return;
-        self->reading_tag_ = 0;
-        if (ec) return self->LostOn(ec, "reading a slice");
-        self->Arrived(place);
-        self->ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
-      });
+  ReadInto(
+      gen, asio::buffer(place.data(), place.size()),
+      [this, gen, place] {
+        reading_tag_ = 0;
+        Arrived(place);
+        ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
+      },
+      "reading a slice");
 }
 
 void Connection::Arrived(std::span<char> bytes) {

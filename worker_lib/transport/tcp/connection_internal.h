@@ -129,6 +129,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   // Reads one frame's header and meta, then Handle.
   void ReadFrame(uint64_t gen, net::ConnectionState state);
+  // Reads exactly `into`, then calls `then()` (at once when the bytes are here already:
+  // net::DataStream::ReadNow); a failed read loses the connection, `doing` saying what
+  // was read. `doing` must outlive the read (a literal).
+  template <typename Then>
+  void ReadInto(uint64_t gen, boost::asio::mutable_buffer into, Then then,
+                std::string_view doing = "reading");
   void Handle(uint64_t gen, net::ConnectionState state);
   void OnChallenge(uint64_t gen);
   void OnAdmit(uint64_t gen);
@@ -180,6 +186,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   net::PullHeader slice_;
   std::string body_;         // a slice with no place of its own
   uint64_t reading_tag_ = 0;  // the pull whose slice is being read into its place
+  uint32_t inline_reads_ = 0;  // reads completed at once since the last asynchronous one
   std::deque<OutFrame> queue_;
   bool writing_ = false;
   absl::flat_hash_map<uint64_t, PendingPush> pushes_;
