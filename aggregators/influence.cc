@@ -18,6 +18,11 @@ bool PresentIn(std::span<const uint8_t* const> masks, size_t row, size_t c) {
   return masks.empty() || masks[row] == nullptr || Present(masks[row], c);
 }
 
+// Whether no row has a mask: every row is present at every coordinate.
+bool NoMasks(std::span<const uint8_t* const> masks) {
+  return std::all_of(masks.begin(), masks.end(), [](const uint8_t* m) { return m == nullptr; });
+}
+
 // Adds to u[order[i]] the weight the coordinate rule gives the i-th smallest of the
 // present values `sorted` (ascending, one per entry of `order`).
 void AddRuleWeights(const CoordinateRule& rule, const std::vector<float>& sorted,
@@ -74,6 +79,21 @@ void AddInfluence(const PlanData& data, std::span<const float* const> rows,
     return;
   }
   const size_t r_count = m.rows == 0 ? data.k : m.rows;
+  if (data.coordinate->kind == CoordinateRule::Kind::kMean && (m.rows != 0 || NoMasks(masks))) {
+    // Every row is present at every coordinate and weighs 1 / r_count there: the sum over
+    // the d coordinates is exact without sampling (the samples read rows at scattered
+    // coordinates, a cache miss each: 4% of a 3lc round at 4 x 2 went there).
+    const double each = static_cast<double>(d) / static_cast<double>(r_count);
+    for (size_t j = 0; j < k; ++j) {
+      double w = 1.0;
+      if (m.rows != 0) {
+        w = 0.0;
+        for (size_t r = 0; r < r_count; ++r) w += m.at(r, j);
+      }
+      influence[j] += each * w;
+    }
+    return;
+  }
   const size_t samples = std::min(d, kInfluenceSamples);
   const size_t stride = d / samples;
   // A different sample each round and slice, the same on every run.

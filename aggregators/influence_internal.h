@@ -10,7 +10,9 @@
 // the mixing (the identity without one). Without a coordinate rule the single mixing row
 // is the weight itself, exact. With one, u is read on at most kInfluenceSamples evenly
 // spaced coordinates (offset by round and slice) and scaled to d, so the cost is
-// O(samples x rows x (k + state rows)) however large d is.
+// O(samples x rows x (k + state rows)) however large d is; but for the mean with every
+// row present everywhere (no masks), where u is 1 / rows at every coordinate, the sum is
+// taken exactly, without samples.
 #pragma once
 
 #include <cstddef>

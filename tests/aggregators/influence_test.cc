@@ -79,6 +79,7 @@ TEST(InfluenceTest, TheMeanWeighsEveryInputEqually) {
     if (spec == "nnm+mean") {
       // Each row averages its n - f nearest: the far input is only in its own row.
       EXPECT_NEAR(w[4], kD / 5.0 / 4.0, 1e-9 * kD);
+      EXPECT_NEAR(Sum(w), kD, 1e-9 * kD);  // the mixing's rows each sum to 1
       continue;
     }
     for (double x : w) EXPECT_NEAR(x, kD / 5.0, 1e-9 * kD);
