@@ -28,11 +28,10 @@ namespace {
 constexpr size_t kMaxFramesPerWrite = 64;
 // Reads completed at once, without the executor, one after the other at most.
 constexpr uint32_t kMaxInlineReads = 64;
-// ANSWERs held for a write with the next ones at most (OnPushBody). A worker whose
-// window is full sends nothing more, so the next header is not there and the held
-// answers go (ReadHeader): holding never stops a worker, but while the shard reads on,
-// the pushes held count against the worker's window (2 ms of its link, 16 slices of
-// 256 KiB on loopback).
+// ANSWERs held for a write with the next ones at most (OnPushBody): only while the
+// frames after them are here already (WaitToRead writes them before any wait), so a run
+// of small pushes read at once is answered in one write, and no answer waits on the
+// network.
 constexpr uint32_t kMaxHeldAnswers = 8;
 // How long a GOAWAY may take to leave before the connection closes without it.
 constexpr auto kGoawayLinger = std::chrono::seconds(1);
@@ -182,10 +181,7 @@ void Connection::ReadHeader() {
   }
   reading_ = true;
   if (state_ == net::ConnectionState::kShardAdmitted) Arm(Deadline::kIdle, hub_->options().idle_timeout);
-  if (ReadAtOnce(asio::buffer(header_bytes_))) return OnHeader();
-  // The next frame is not here yet: the answers held for it go now.
-  WriteMore();
-  ReadLater(asio::buffer(header_bytes_), &Connection::OnHeader);
+  ReadInto(asio::buffer(header_bytes_), &Connection::OnHeader);
 }
 
 void Connection::OnHeader() {
@@ -274,7 +270,7 @@ void Connection::ReadPushBody() {
   }
   const std::array<asio::mutable_buffer, 2> into{
       asio::buffer(&raw_.version, 1), asio::buffer(raw_.values.get(), size_t{numel} * sizeof(float))};
-  read_in_flight_ = true;
+  WaitToRead();
   socket_.AsyncReadExactly(
       into, [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
         self->read_in_flight_ = false;
@@ -293,28 +289,28 @@ PushHead Connection::Head() const {
 }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
-  if (ReadAtOnce(into)) return (this->*then)();
-  ReadLater(into, then);
-}
-
-bool Connection::ReadAtOnce(asio::mutable_buffer into) {
   // Bytes already here (read ahead, or queued in the socket) are handled at once, up to
   // kMaxInlineReads in a row: then the read goes through the executor, so that the other
   // connections of this thread are served and the stack stays shallow.
-  if (inline_reads_ >= kMaxInlineReads || !socket_.ReadNow(into)) return false;
-  ++inline_reads_;
-  return true;
-}
-
-void Connection::ReadLater(asio::mutable_buffer into, void (Connection::*then)()) {
-  inline_reads_ = 0;
-  read_in_flight_ = true;
+  if (inline_reads_ < kMaxInlineReads && socket_.ReadNow(into)) {
+    ++inline_reads_;
+    return (this->*then)();
+  }
+  WaitToRead();
   socket_.AsyncReadExactly(
       into, [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
         self->read_in_flight_ = false;
         if (ec) return self->Shutdown();
         ((*self).*then)();
       });
+}
+
+void Connection::WaitToRead() {
+  inline_reads_ = 0;
+  read_in_flight_ = true;
+  // The answers held go before the wait: they wait only while frames already here are
+  // read, never on the worker, whose window may be full of the pushes they answer.
+  WriteMore();
 }
 
 void Connection::Drain() {
@@ -346,9 +342,9 @@ void Connection::OnPushBody() {
                                : PushPayload(std::span<const std::string_view>(&payload, 1)));
   }
   ++unanswered_;
-  // Its answer waits, with those of the pushes before it, while the worker's next frame
-  // is here already (ReadHeader), up to kMaxHeldAnswers: one write and one wake-up of
-  // the worker for a run of pushes instead of one each.
+  // Its answer waits, with those of the pushes before it, while the frames after it are
+  // here already (up to kMaxHeldAnswers; WaitToRead): one write and one wake-up of the
+  // worker for a run of pushes instead of one each.
   holding_answers_ = true;
   AnswerLater(peer_.client, s, request_bytes, net::FrameType::kAnswer, tag);
   holding_answers_ = false;

@@ -122,9 +122,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // Reads exactly `into` from the socket, then calls `then` (at once when the bytes are
   // here already: net::DataStream::ReadNow); a failed read closes.
   void ReadInto(boost::asio::mutable_buffer into, void (Connection::*then)());
-  // ReadInto's two halves: `into` filled at once (true), or read asynchronously.
-  bool ReadAtOnce(boost::asio::mutable_buffer into);
-  void ReadLater(boost::asio::mutable_buffer into, void (Connection::*then)());
+  // Before an asynchronous read of the socket: the held answers are written.
+  void WaitToRead();
   // Going away: reads and drops what the peer still sends, until its end of the stream,
   // which closes the connection once the GOAWAY is written (Written closes it at once
   // when the end came first).
