@@ -89,7 +89,7 @@ class DataStream {
   // connection's Close) while its own thread may be starting TLS.
   executor_type get_executor() const { return executor_; }
 
-  // Reading (docs/data-plane.md, section 3, "Reading"). A read of at most kStageBytes (a
+  // Reading (docs/data-plane.md, section 3, "Reading ahead"). A read of at most kStageBytes (a
   // frame's header, its meta, a small body) asks the socket for all it holds up to
   // kStageBytes and keeps the rest for the reads after it, so that a run of small frames
   // (a batch of ANSWERs, a compressed slice's header and meta) costs one system call,
@@ -103,8 +103,8 @@ class DataStream {
 
   // Fills `into` now, without waiting, when that can be done: from what was read ahead,
   // topped up on plaintext by one non-blocking read when `into` is at most kStageBytes
-  // (after ReadAhead). False, with nothing taken, otherwise (the caller then reads with AsyncReadExactly;
-  // an error or the peer's end is for that read to report).
+  // (after ReadAhead). False, with nothing taken, otherwise (the caller then reads with
+  // AsyncReadExactly; an error or the peer's end is for that read to report).
   bool ReadNow(boost::asio::mutable_buffer into);
 
   // Reads all of `into` (one or two buffers), then calls `handler(ec, bytes)` as Asio's

@@ -195,6 +195,9 @@ void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
 template <typename Then>
 void Connection::ReadInto(uint64_t gen, asio::mutable_buffer into, Then then,
                           std::string_view doing) {
+  // A frame's handling may have lost the connection (a callback closing the channel):
+  // then nothing more is read for it, least of all from a new connection's socket.
+  if (gen != generation_) return;
   // Bytes already here (read ahead, or queued in the socket) are handled at once, up to
   // kMaxInlineReads in a row: then the read goes through io_, so that the other shards'
   // connections on this thread are served and the stack stays shallow.
