@@ -86,6 +86,7 @@ void DataStream::PrepareStage() {
 }
 
 bool DataStream::ReadNow(boost::asio::mutable_buffer into) {
+  if (reads_now_ >= kMaxReadsNow) return false;
   const size_t want = into.size();
   if (stage_end_ - stage_begin_ < want) {
     if (!read_ahead_ || want > kStageBytes || tls() || !socket().is_open()) return false;
@@ -99,6 +100,7 @@ bool DataStream::ReadNow(boost::asio::mutable_buffer into) {
   }
   ReadBuffers buffers{into, boost::asio::mutable_buffer()};
   TakeStaged(buffers);
+  ++reads_now_;
   return true;
 }
 

@@ -104,7 +104,11 @@ class DataStream {
   // Fills `into` now, without waiting, when that can be done: from what was read ahead,
   // topped up on plaintext by one non-blocking read when `into` is at most kStageBytes
   // (after ReadAhead). False, with nothing taken, otherwise (the caller then reads with
-  // AsyncReadExactly; an error or the peer's end is for that read to report).
+  // AsyncReadExactly; an error or the peer's end is for that read to report), and after
+  // kMaxReadsNow in a row without an AsyncReadExactly between: a caller that handles
+  // what ReadNow gives at once then goes through its executor, so the other connections
+  // of its thread are served and its stack stays shallow.
+  static constexpr uint32_t kMaxReadsNow = 64;
   bool ReadNow(boost::asio::mutable_buffer into);
 
   // Reads all of `into` (one or two buffers), then calls `handler(ec, bytes)` as Asio's
@@ -128,6 +132,7 @@ class DataStream {
   }
   template <typename Handler>
   void AsyncReadExactly(ReadBuffers into, Handler&& handler) {
+    reads_now_ = 0;
     const size_t total = boost::asio::buffer_size(into);
     const size_t took = TakeStaged(into);
     const size_t left = total - took;
@@ -229,6 +234,7 @@ class DataStream {
   // What was read ahead: stage_[stage_begin_, stage_end_) (allocated at the first read
   // through it).
   bool read_ahead_ = false;
+  uint32_t reads_now_ = 0;  // ReadNow's successes since the last AsyncReadExactly
   std::unique_ptr<char[]> stage_;
   size_t stage_begin_ = 0;
   size_t stage_end_ = 0;

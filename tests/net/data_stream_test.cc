@@ -176,7 +176,7 @@ void AwaitQueued(Pair& p, size_t n) {
 
 TEST(DataStreamTest, ARunOfShortRecordsIsTakenInOrderWithoutWaitingAndOneReadOfTheSocket) {
   Pair p;
-  constexpr size_t kRecords = 100, kRecord = 24;  // 2,400 bytes, under kStageBytes
+  constexpr size_t kRecords = DataStream::kMaxReadsNow, kRecord = 24;  // under kStageBytes
   const std::vector<char> sent = Pattern(kRecords * kRecord);
   asio::write(p.peer, asio::buffer(sent));
   AwaitQueued(p, sent.size());
@@ -189,6 +189,30 @@ TEST(DataStreamTest, ARunOfShortRecordsIsTakenInOrderWithoutWaitingAndOneReadOfT
     EXPECT_EQ(p.stream->socket().available(), 0u) << "record " << i;
   }
   EXPECT_FALSE(p.stream->ReadNow(asio::buffer(record))) << "nothing more was sent";
+}
+
+TEST(DataStreamTest, AfterItsBoundInARowReadNowWaitsForAnAsynchronousRead) {
+  Pair p;
+  constexpr size_t kRecord = 16, kRecords = DataStream::kMaxReadsNow + 2;
+  const std::vector<char> sent = Pattern(kRecords * kRecord);
+  asio::write(p.peer, asio::buffer(sent));
+  AwaitQueued(p, sent.size());
+  std::array<char, kRecord> record{};
+  for (size_t i = 0; i < DataStream::kMaxReadsNow; ++i) {
+    ASSERT_TRUE(p.stream->ReadNow(asio::buffer(record))) << "record " << i;
+  }
+  EXPECT_FALSE(p.stream->ReadNow(asio::buffer(record))) << "past the bound, bytes read ahead";
+  bool done = false;
+  p.stream->AsyncReadExactly(asio::buffer(record),
+                             [&](const boost::system::error_code& ec, size_t) {
+                               EXPECT_FALSE(ec);
+                               done = true;
+                             });
+  ASSERT_TRUE(p.RunUntil(done, 5s));
+  EXPECT_TRUE(std::equal(record.begin(), record.end(),
+                         sent.begin() + DataStream::kMaxReadsNow * kRecord));
+  ASSERT_TRUE(p.stream->ReadNow(asio::buffer(record))) << "the bound starts again";
+  EXPECT_TRUE(std::equal(record.begin(), record.end(), sent.end() - kRecord));
 }
 
 TEST(DataStreamTest, ARecordNotAllThereIsNotTakenInPartAndTheExactReadCompletesIt) {

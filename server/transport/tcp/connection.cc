@@ -26,8 +26,6 @@ namespace {
 
 // Frames gathered into one write at most (IOV_MAX is 1024; two buffers per frame).
 constexpr size_t kMaxFramesPerWrite = 64;
-// Reads completed at once, without the executor, one after the other at most.
-constexpr uint32_t kMaxInlineReads = 64;
 // ANSWERs held for a write with the next ones at most (OnPushBody): only while the
 // frames after them are here already (WaitToRead writes them before any wait), so a run
 // of small pushes read at once is answered in one write, and no answer waits on the
@@ -289,13 +287,9 @@ PushHead Connection::Head() const {
 }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
-  // Bytes already here (read ahead, or queued in the socket) are handled at once, up to
-  // kMaxInlineReads in a row: then the read goes through the executor, so that the other
-  // connections of this thread are served and the stack stays shallow.
-  if (inline_reads_ < kMaxInlineReads && socket_.ReadNow(into)) {
-    ++inline_reads_;
-    return (this->*then)();
-  }
+  // Bytes already here (read ahead, or queued in the socket) are handled at once (ReadNow
+  // bounds how many in a row).
+  if (socket_.ReadNow(into)) return (this->*then)();
   WaitToRead();
   socket_.AsyncReadExactly(
       into, [self = shared_from_this(), then](const boost::system::error_code& ec, size_t) {
@@ -306,7 +300,6 @@ void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)())
 }
 
 void Connection::WaitToRead() {
-  inline_reads_ = 0;
   read_in_flight_ = true;
   // The answers held go before the wait: they wait only while frames already here are
   // read, never on the worker, whose window may be full of the pushes they answer.

@@ -183,7 +183,6 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool goaway_queued_ = false;
   bool reading_ = false;     // a read is in flight or a frame is being handled
   bool read_in_flight_ = false;  // an async read of the socket is pending
-  uint32_t inline_reads_ = 0;    // reads completed at once since the last asynchronous one
   bool goaway_written_ = false;
   bool peer_ended_ = false;  // the peer's end of the stream was read while going away
   Deadline deadline_ = Deadline::kNone;

@@ -15,8 +15,6 @@ namespace ps::internal::tcp_plane {
 namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
-// Reads completed at once, without io_, one after the other at most.
-constexpr uint32_t kMaxInlineReads = 64;
 constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
 // The largest body this worker reads, whatever the shard's ADMIT says: the gRPC
 // channel's receive limit. A slice with no place of its own is read into a buffer of its
@@ -198,14 +196,9 @@ void Connection::ReadInto(uint64_t gen, asio::mutable_buffer into, Then then,
   // A frame's handling may have lost the connection (a callback closing the channel):
   // then nothing more is read for it, least of all from a new connection's socket.
   if (gen != generation_) return;
-  // Bytes already here (read ahead, or queued in the socket) are handled at once, up to
-  // kMaxInlineReads in a row: then the read goes through io_, so that the other shards'
-  // connections on this thread are served and the stack stays shallow.
-  if (inline_reads_ < kMaxInlineReads && socket_->ReadNow(into)) {
-    ++inline_reads_;
-    return then();
-  }
-  inline_reads_ = 0;
+  // Bytes already here (read ahead, or queued in the socket) are handled at once (ReadNow
+  // bounds how many in a row).
+  if (socket_->ReadNow(into)) return then();
   socket_->AsyncReadExactly(into, [self = shared_from_this(), gen, then = std::move(then),
                                    doing, stream = socket_](const boost::system::error_code& ec,
                                                             size_t) {

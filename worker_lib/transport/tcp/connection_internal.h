@@ -186,7 +186,6 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   net::PullHeader slice_;
   std::string body_;         // a slice with no place of its own
   uint64_t reading_tag_ = 0;  // the pull whose slice is being read into its place
-  uint32_t inline_reads_ = 0;  // reads completed at once since the last asynchronous one
   std::deque<OutFrame> queue_;
   bool writing_ = false;
   absl::flat_hash_map<uint64_t, PendingPush> pushes_;
