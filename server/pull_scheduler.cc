@@ -1,5 +1,6 @@
 #include "server/pull_scheduler.h"
 
+#include <algorithm>
 #include <set>
 #include <tuple>
 
@@ -20,7 +21,8 @@ struct PullScheduler::State {
   std::set<std::tuple<int32_t, uint64_t, uint32_t>> ready ABSL_GUARDED_BY(mu);
   uint64_t arrivals ABSL_GUARDED_BY(mu) = 0;
   size_t remaining ABSL_GUARDED_BY(mu) = 0;  // slices not yet written
-  bool write_in_flight ABSL_GUARDED_BY(mu) = false;
+  size_t in_flight ABSL_GUARDED_BY(mu) = 0;  // Writes not yet done
+  size_t window ABSL_GUARDED_BY(mu) = 1;     // the sink's writes_in_flight()
   bool registering ABSL_GUARDED_BY(mu) = true;  // Start() is adding watches
   bool finished ABSL_GUARDED_BY(mu) = false;
   bool cancelled ABSL_GUARDED_BY(mu) = false;
@@ -37,18 +39,19 @@ struct PullScheduler::State {
     } else {
       ready.emplace(priority, arrivals++, id);
     }
-    if (!write_in_flight && !registering) NextLocked(/*after_write=*/false);
+    if (!registering) NextLocked(/*after_write=*/false);
   }
 
-  // Starts the next write, or finishes when nothing is left to do. `after_write`: the
-  // previous write just completed, so a slice written now was waiting for the link.
+  // Starts writes while the sink takes more, or finishes when nothing is left to do.
+  // `after_write`: a write just completed, so a slice written now was waiting for the
+  // link (as is one handed to the sink behind a write still in flight).
   void NextLocked(bool after_write) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (finished || sink == nullptr) return;
     if (cancelled) {
-      FinishLocked(absl::CancelledError("pull cancelled"));
+      if (in_flight == 0) FinishLocked(absl::CancelledError("pull cancelled"));
       return;
     }
-    if (!ready.empty()) {
+    while (!ready.empty() && in_flight < window) {
       const uint32_t id = std::get<2>(*ready.begin());
       ready.erase(ready.begin());
       SliceSnapshot snap = shard->Snapshot(id);
@@ -57,7 +60,7 @@ struct PullScheduler::State {
                                .epoch = shard->pull_epoch(),
                                .loss = snap.loss,
                                .first_loss = snap.first_loss,
-                               .queued = after_write},
+                               .queued = after_write || in_flight > 0},
                     .body = std::move(snap.values)};
       if (snap.delta != nullptr && snap.delta->version == snap.version) {
         auto it = held.find(id);
@@ -69,10 +72,10 @@ struct PullScheduler::State {
       }
       --remaining;
       if (metrics != nullptr) metrics->ObservePullBytes(item.body->size());
-      write_in_flight = true;
+      ++in_flight;
       sink->Write(std::move(item));
-      return;
     }
+    if (in_flight > 0 || !ready.empty()) return;
     if (remaining == 0) {
       FinishLocked(absl::OkStatus());
     } else if (shutting_down) {
@@ -118,6 +121,7 @@ void PullScheduler::Start(PullSink* sink) {
   {
     absl::MutexLock lock(&state_->mu);
     state_->sink = sink;
+    state_->window = std::max<size_t>(1, sink->writes_in_flight());
   }
   watches_.reserve(slice_ids_.size());
   for (uint32_t id : slice_ids_) {
@@ -132,12 +136,12 @@ void PullScheduler::Start(PullSink* sink) {
   // out most urgent first, and all but the first as queued behind it.
   absl::MutexLock lock(&state_->mu);
   state_->registering = false;
-  if (!state_->write_in_flight) state_->NextLocked(/*after_write=*/false);
+  state_->NextLocked(/*after_write=*/false);
 }
 
 void PullScheduler::WriteDone(bool ok) {
   absl::MutexLock lock(&state_->mu);
-  state_->write_in_flight = false;
+  --state_->in_flight;
   if (!ok) {
     state_->FinishLocked(absl::CancelledError("pull stream broken"));
     return;
@@ -148,7 +152,7 @@ void PullScheduler::WriteDone(bool ok) {
 void PullScheduler::Cancel() {
   absl::MutexLock lock(&state_->mu);
   state_->cancelled = true;
-  if (!state_->write_in_flight) state_->FinishLocked(absl::CancelledError("pull cancelled"));
+  if (state_->in_flight == 0) state_->FinishLocked(absl::CancelledError("pull cancelled"));
 }
 
 }  // namespace ps::server

@@ -4,18 +4,21 @@
 // A pull asks for some slices at a minimum version. The scheduler watches each slice
 // (Shard::Watch), keeps those that reached the version in a ready set ordered by
 // (priority, arrival, slice) (priority 0 for all under --schedule fifo), and hands the
-// sink the most urgent ready slice each time the sink can take one: a slice's published
-// values, or the change from the version the worker holds (compressed pulls). The
-// slices ready at the start go out most urgent first, since writing starts only once
-// every watch is registered; a slice sent right after the previous write completed is
-// marked `queued` (it waited for the link). The pull ends OK once every slice went out,
-// CANCELLED when cancelled or when a write failed, UNAVAILABLE when the shard shuts
+// sink the most urgent ready slice each time the sink can take one (it takes
+// PullSink::writes_in_flight() before the first WriteDone: 1 for gRPC's one write per
+// stream, 2 for the TCP backend's queue): a slice's published values, or the change from
+// the version the worker holds (compressed pulls). The slices ready at the start go out
+// most urgent first, since writing starts only once every watch is registered; a slice
+// handed over right after a write completed, or behind one in flight, is marked
+// `queued` (it waited for the link). An urgent slice overtakes every ready one not yet
+// handed over. The pull ends OK once every slice went out, CANCELLED when cancelled or
+// when a write failed (after the writes in flight), UNAVAILABLE when the shard shuts
 // down first.
 //
 // Thread safety: watch callbacks run on any thread; every entry point may be called
-// from any thread. The sink is called with the scheduler's lock held, one Write at a
-// time (the next only after WriteDone), and Finish once, last; it must not call back
-// into the scheduler from Write or Finish.
+// from any thread. The sink is called with the scheduler's lock held, at most
+// writes_in_flight() Writes outstanding (one more after each WriteDone), and Finish
+// once, last; it must not call back into the scheduler from Write or Finish.
 #pragma once
 
 #include <chrono>
@@ -49,6 +52,10 @@ class PullSink {
   virtual void Write(PullItem item) = 0;
   // The pull is over with `status`; no Write follows.
   virtual void Finish(const absl::Status& status) = 0;
+  // How many Writes may be outstanding at once (at least 1): a transport that queues
+  // frames of its own takes the next slice while one is being written, so that it goes
+  // out in the same system call or right after, without a round through the scheduler.
+  virtual size_t writes_in_flight() const { return 1; }
 };
 
 class PullScheduler {

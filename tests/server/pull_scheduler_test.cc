@@ -7,6 +7,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -23,6 +24,9 @@ namespace {
 // What a pull wrote: each slice with its `queued` flag, and how it ended.
 class RecordingSink final : public PullSink {
  public:
+  // `window`: the writes it takes before the first WriteDone (writes_in_flight).
+  explicit RecordingSink(size_t window = 1) : window_(window) {}
+
   struct Written {
     uint32_t slice;
     uint64_t version;
@@ -41,6 +45,7 @@ class RecordingSink final : public PullSink {
     ++finishes_;
     status_ = status;
   }
+  size_t writes_in_flight() const override { return window_; }
 
   // Waits (at most 10 s) until `n` slices were written.
   std::vector<Written> AwaitWritten(size_t n) {
@@ -59,6 +64,7 @@ class RecordingSink final : public PullSink {
   }
 
  private:
+  const size_t window_;
   mutable absl::Mutex mu_;
   std::vector<Written> written_ ABSL_GUARDED_BY(mu_);
   int finishes_ ABSL_GUARDED_BY(mu_) = 0;
@@ -134,6 +140,60 @@ TEST_F(PullSchedulerTest, ReadySlicesGoOutMostUrgentFirstAndQueuedBehindTheFirst
   scheduler->WriteDone(true);
   EXPECT_EQ(sink.finishes(), 1);
   EXPECT_TRUE(sink.status().ok()) << sink.status();
+}
+
+TEST_F(PullSchedulerTest, ASinkTakingTwoWritesGetsTheNextSliceBehindTheOneInFlight) {
+  Make(Schedule::kPriority);
+  {
+    RecordingSink sink(/*window=*/2);
+    auto scheduler = Scheduler({0, 1, 2}, 0);
+    scheduler->Start(&sink);
+    // Start hands over the two most urgent at once, the second queued behind the first.
+    std::vector<RecordingSink::Written> w = sink.AwaitWritten(0);
+    ASSERT_EQ(w.size(), 2u);
+    EXPECT_EQ(w[0].slice, 1u);
+    EXPECT_FALSE(w[0].queued);
+    EXPECT_EQ(w[1].slice, 2u);
+    EXPECT_TRUE(w[1].queued);
+    scheduler->WriteDone(true);
+    w = sink.AwaitWritten(0);
+    ASSERT_EQ(w.size(), 3u);
+    EXPECT_EQ(w[2].slice, 0u);
+    EXPECT_TRUE(w[2].queued);
+    scheduler->WriteDone(true);
+    EXPECT_EQ(sink.finishes(), 0);  // slice 0's write is still in flight
+    scheduler->WriteDone(true);
+    EXPECT_EQ(sink.finishes(), 1);
+    EXPECT_TRUE(sink.status().ok()) << sink.status();
+  }
+  // A slice that becomes ready while two are in flight waits for a write to complete;
+  // a cancel then ends the pull once both are done.
+  RecordingSink sink(/*window=*/2);
+  auto scheduler = Scheduler({0, 1, 2}, 1);
+  scheduler->Start(&sink);
+  ASSERT_TRUE(Push(0, 0).ok());
+  ASSERT_TRUE(Push(2, 0).ok());
+  ASSERT_EQ(sink.AwaitWritten(2).size(), 2u);
+  ASSERT_TRUE(Push(1, 0).ok());
+  // Slice 1 is published (its aggregation runs on the pool) but not handed over, now or
+  // later: both writes are in flight.
+  for (int i = 0; i < 1000 && shard_->MinVersion() < 1; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_EQ(shard_->MinVersion(), 1u);
+  EXPECT_EQ(sink.AwaitWritten(0).size(), 2u);
+  scheduler->WriteDone(true);
+  std::vector<RecordingSink::Written> w = sink.AwaitWritten(3);
+  ASSERT_EQ(w.size(), 3u);
+  EXPECT_EQ(w[2].slice, 1u);
+  EXPECT_TRUE(w[2].queued);
+  scheduler->Cancel();
+  EXPECT_EQ(sink.finishes(), 0);
+  scheduler->WriteDone(true);
+  EXPECT_EQ(sink.finishes(), 0);  // the third write is in flight still
+  scheduler->WriteDone(true);
+  EXPECT_EQ(sink.finishes(), 1);
+  EXPECT_EQ(sink.status().code(), absl::StatusCode::kCancelled);
 }
 
 TEST_F(PullSchedulerTest, FifoSendsInTheOrderTheSlicesBecameReady) {

@@ -78,6 +78,9 @@ std::string StatusFrame(net::FrameType type, uint64_t tag, const absl::Status& s
 
 // One open pull: the front's handle and the sink it writes into. The scheduler calls
 // Write and Finish with its lock held, from any thread: both only post to the connection's thread.
+// Slices of one pull queued at once: the next is in the queue when a write completes.
+constexpr size_t kPullWritesInFlight = 2;
+
 class Connection::Pull final : public PullSink {
  public:
   Pull(std::weak_ptr<Connection> connection, uint64_t tag)
@@ -121,6 +124,8 @@ class Connection::Pull final : public PullSink {
                  }
                });
   }
+
+  size_t writes_in_flight() const override { return kPullWritesInFlight; }
 
   void Finish(const absl::Status& status) override {
     if (std::shared_ptr<Connection> c = connection_.lock()) {
