@@ -154,6 +154,14 @@ TEST(OptimizerTest, SpecsParseToTheirCanonicalFormWithTorchsDefaults) {
   // The canonical form parses to itself.
   const std::string c = canonical("adam(lr=3e-4, beta1=0.8, beta2=0.99, eps=1e-6, weight_decay=0.1)");
   EXPECT_EQ(canonical(c.c_str()), c);
+  // Every digit a value needs is kept: six would print this beta2 as 1, which the
+  // parser refuses (found by the aggregator_spec fuzz target).
+  const std::string fine = canonical("adam(lr=0.0012345678, beta2=0.9999999999999999)");
+  EXPECT_EQ(fine, "adam(lr=0.0012345678, beta1=0.9, beta2=0.9999999999999999, eps=1e-08, "
+                  "weight_decay=0)");
+  EXPECT_EQ(canonical(fine.c_str()), fine);
+  EXPECT_EQ(LrSchedule::Parse("step(every=10, gamma=0.123456789)")->spec(),
+            "step(every=10, gamma=0.123456789)");
   EXPECT_TRUE(Optimizer::Parse("adam(lr=0.001)")->has_second_moment());
   EXPECT_FALSE(Optimizer::Parse("sgd(lr=0.1, momentum=0.9)")->has_second_moment());
 }
