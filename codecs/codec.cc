@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include <charconv>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -132,12 +131,6 @@ std::string StageString(std::string_view name,
   }
   out += ')';
   return out;
-}
-
-std::string FormatNumber(double value) {
-  char buf[32];
-  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
-  return ec == std::errc() ? std::string(buf, end) : absl::StrCat(value);
 }
 
 uint64_t StreamSeed(uint64_t seed, const EncodeContext& ctx) {

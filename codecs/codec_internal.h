@@ -62,8 +62,7 @@ inline size_t BucketCount(size_t numel, size_t bucket) { return (numel + bucket 
 // StageString("int8", {{"bucket", "512"}}) == "int8(bucket=512)".
 std::string StageString(std::string_view name,
                         std::initializer_list<std::pair<std::string_view, std::string>> args);
-// Shortest decimal that reads back as the same double (std::to_chars): "0.01", "1e-05".
-std::string FormatNumber(double value);
+using core::FormatNumber;  // core/spec.h: shortest decimal that reads back the same
 
 // The random stream of one encoding: Mix64(Mix64(Mix64(seed ^ worker) ^ round) ^ slice)
 // (Mix64 in hd_internal.h).

@@ -217,6 +217,12 @@ absl::StatusOr<size_t> StageArgs::Choice(std::string_view key,
                                                  "' is not one of ", absl::StrJoin(names, ", ")));
 }
 
+std::string FormatNumber(double value) {
+  char buf[32];
+  const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), value);
+  return ec == std::errc() ? std::string(buf, end) : absl::StrCat(value);
+}
+
 std::string StageArgs::Canonical() const {
   std::vector<std::string> given;
   for (size_t i = 0; i < keys_.size(); ++i) {

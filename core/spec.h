@@ -33,6 +33,11 @@ struct StageSpec {
 // and quotes the spec: "aggregator spec 'clip(2': '(' without ')'".
 absl::StatusOr<std::vector<StageSpec>> ParseSpec(std::string_view spec, std::string_view kind);
 
+// A number as a canonical spec writes it: the shortest decimal that reads back as the
+// same double (std::to_chars): "0.01", "1e-05", "0.9999999999999999" (six digits would
+// print that as 1, which a parser of betas below 1 refuses).
+std::string FormatNumber(double value);
+
 // Reads a stage's arguments: each key at most once, positional arguments in the order
 // of the keys the stage lists, and nothing unknown. Canonical() renders the stage back.
 class StageArgs {

@@ -1,6 +1,5 @@
 #include "server/optimizer.h"
 
-#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <cstring>
@@ -13,19 +12,6 @@
 #include "core/status.h"
 
 namespace ps::server {
-namespace {
-
-// A value of a canonical spec: the shortest text that parses back to the same double
-// (absl::StrCat keeps 6 digits, which turned beta2=0.9999999999999999 into "1", a spec
-// the parser then refuses; found by the aggregator_spec fuzz target).
-std::string Exact(double v) {
-  char buf[32];
-  const std::to_chars_result r = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, r.ptr);
-}
-
-}  // namespace
-
 
 absl::StatusOr<LrSchedule> LrSchedule::Parse(std::string_view spec) {
   PS_ASSIGN_OR_RETURN(std::vector<core::StageSpec> stages, core::ParseSpec(spec, "lr schedule"));
@@ -52,7 +38,7 @@ absl::StatusOr<LrSchedule> LrSchedule::Parse(std::string_view spec) {
     out.kind_ = Kind::kStep;
     out.a_ = static_cast<double>(every);
     out.b_ = gamma;
-    out.spec_ = absl::StrCat("step(every=", every, ", gamma=", Exact(gamma), ")");
+    out.spec_ = absl::StrCat("step(every=", every, ", gamma=", core::FormatNumber(gamma), ")");
     return out;
   }
   if (s.name == "inv_sqrt") {
@@ -72,7 +58,7 @@ absl::StatusOr<LrSchedule> LrSchedule::Parse(std::string_view spec) {
     out.kind_ = Kind::kCosine;
     out.a_ = static_cast<double>(steps);
     out.b_ = min;
-    out.spec_ = absl::StrCat("cosine(steps=", steps, ", min=", Exact(min), ")");
+    out.spec_ = absl::StrCat("cosine(steps=", steps, ", min=", core::FormatNumber(min), ")");
     return out;
   }
   return invalid(absl::StrCat("unknown schedule '", s.name, "'"));
@@ -133,9 +119,9 @@ absl::StatusOr<Optimizer> Optimizer::Parse(std::string_view spec) {
       return invalid("Nesterov momentum requires a momentum and zero dampening");
     }
     out.kind_ = Kind::kSgd;
-    out.spec_ = absl::StrCat("sgd(lr=", Exact(out.lr_), ", momentum=", Exact(out.momentum_),
-                             ", dampening=", Exact(out.dampening_), ", nesterov=", *nesterov,
-                             ", weight_decay=", Exact(out.weight_decay_), ")");
+    out.spec_ = absl::StrCat("sgd(lr=", core::FormatNumber(out.lr_), ", momentum=", core::FormatNumber(out.momentum_),
+                             ", dampening=", core::FormatNumber(out.dampening_), ", nesterov=", *nesterov,
+                             ", weight_decay=", core::FormatNumber(out.weight_decay_), ")");
     return out;
   }
   if (s.name == "adam" || s.name == "adamw") {
@@ -149,9 +135,9 @@ absl::StatusOr<Optimizer> Optimizer::Parse(std::string_view spec) {
     PS_ASSIGN_OR_RETURN(out.weight_decay_, at_least_zero(args, "weight_decay", w ? 0.01 : 0));
     if (out.beta1_ >= 1 || out.beta2_ >= 1) return invalid("betas must be in [0, 1)");
     out.kind_ = w ? Kind::kAdamW : Kind::kAdam;
-    out.spec_ = absl::StrCat(s.name, "(lr=", Exact(out.lr_), ", beta1=", Exact(out.beta1_),
-                             ", beta2=", Exact(out.beta2_), ", eps=", Exact(out.eps_),
-                             ", weight_decay=", Exact(out.weight_decay_), ")");
+    out.spec_ = absl::StrCat(s.name, "(lr=", core::FormatNumber(out.lr_), ", beta1=", core::FormatNumber(out.beta1_),
+                             ", beta2=", core::FormatNumber(out.beta2_), ", eps=", core::FormatNumber(out.eps_),
+                             ", weight_decay=", core::FormatNumber(out.weight_decay_), ")");
     return out;
   }
   return invalid(absl::StrCat("unknown optimizer '", s.name, "'"));
