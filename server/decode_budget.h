@@ -8,7 +8,10 @@
 // charged for the wait). Once the account is spent, the worker's further pushes of that
 // round are refused before decoding (refusal decode_budget, RESOURCE_EXHAUSTED); so its
 // pushes of a round cost at most the budget plus the one push that crossed it.
-// Accounts are per worker: one worker's slow pushes never count against another's.
+// Accounts are per worker: one worker's slow pushes never count against another's. A
+// raw fp32 row that the TCP plane read straight into place is only checked for NaN and
+// Inf, a cost its size fixes and its bytes cannot raise: it is admitted like any push but
+// charged nothing, and not timed (reading a thread's CPU clock is a system call).
 //
 // Concurrent pushes of one worker: Admit reserves, atomically with its check, what the
 // decode is expected to cost (the costliest decode of this worker measured so far on

@@ -299,7 +299,9 @@ class SliceRound {
   struct Progress {
     bool closed = false;  // the round closed: aggregate it (TakeClosed)
     bool at_deadline = false;
-    std::chrono::nanoseconds decode{0};  // the payload's decoding took (thread CPU time)
+    // The payload's decoding took (thread CPU time); 0 for a raw row taken in place,
+    // whose check is not timed (AcceptPush).
+    std::chrono::nanoseconds decode{0};
   };
   using DecoderFn = absl::FunctionRef<absl::StatusOr<std::shared_ptr<const codecs::Codec>>()>;
   // A whole push of `worker` for `round`. The round's state is checked before `decoder`

@@ -264,8 +264,11 @@ TEST_F(SliceRoundTest, ARawRowIsCheckedInPlaceAndTakenAsTheWorkersRowGivingBackT
 
   RawRow raw = Raw({3, 5});
   const float* taken = raw.values.get();
-  ASSERT_TRUE(s.AcceptPush(0, 0, "fp32", Decoder(), PushPayload(&raw)).ok());
+  absl::StatusOr<SliceRound::Progress> in_place = s.AcceptPush(0, 0, "fp32", Decoder(), PushPayload(&raw));
+  ASSERT_TRUE(in_place.ok()) << in_place.status();
   EXPECT_EQ(raw.values, nullptr) << "worker 0 had no row yet: nothing to give back";
+  EXPECT_EQ(in_place->decode, std::chrono::nanoseconds{0})
+      << "a row taken in place is checked, not timed: it charges the decode budget nothing";
 
   // Refusals keep the row with the transport, and say what decoding the bytes says.
   RawRow nan = Raw({1, std::numeric_limits<float>::quiet_NaN()});
