@@ -211,16 +211,17 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   // A row taken in place is only checked for values that are not finite: its size fixes
   // that cost and no payload can raise it, so it is not timed (the thread's CPU clock is
   // a system call) and charges the decode budget nothing.
-  const std::chrono::nanoseconds decode_start =
-      in_place ? std::chrono::nanoseconds{0} : DecodeBudget::ThreadCpuNow();
+  const auto cpu_now = [in_place] {
+    return in_place ? std::chrono::nanoseconds{0} : DecodeBudget::ThreadCpuNow();
+  };
+  const std::chrono::nanoseconds decode_start = cpu_now();
   if (absl::Status st = DecodeLocked(worker, **decoded_by, payload, slot); !st.ok()) {
     return Refused(
         Refusal::kMalformed,
         absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
                      info_.id, " (codec ", core::ClientText(codec), "): ", st.message()));
   }
-  const std::chrono::nanoseconds decode =
-      in_place ? std::chrono::nanoseconds{0} : DecodeBudget::ThreadCpuNow() - decode_start;
+  const std::chrono::nanoseconds decode = cpu_now() - decode_start;
   inputs_.pushed[worker] = 1;
   inputs_.losses[worker] = loss.value_or(std::numeric_limits<float>::quiet_NaN());
   inputs_.lrs[worker] = lr.value_or(std::numeric_limits<float>::quiet_NaN());
