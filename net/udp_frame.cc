@@ -60,6 +60,10 @@ absl::Status CheckCodec(std::string_view codec) {
   return absl::OkStatus();
 }
 
+std::string_view AsView(const DatagramNonce& nonce) {
+  return std::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size());
+}
+
 absl::Status CheckChunkFields(const DatagramHeader& header) {
   if (header.chunk_count == 0) return absl::InvalidArgumentError("udp datagram: chunk_count is 0");
   if (header.chunk_index >= header.chunk_count) {
@@ -134,29 +138,53 @@ DatagramNonce DatagramKey::NextNonce() const {
   return nonce;
 }
 
-bool DatagramKey::ComputeMac(std::string_view nonce, std::string_view data,
+bool DatagramKey::ComputeMac(std::string_view nonce, std::span<const std::string_view> pieces,
                              std::array<uint8_t, kDatagramMacBytes>* out) const {
   if (nonce.size() != kDatagramNonceBytes) return false;
   // One scratch context per thread: copying the keyed context into it skips the key
   // setup, and the shared one is only read, so concurrent MACs need no lock.
   thread_local EvpCipherCtxPtr work(EVP_CIPHER_CTX_new());
   if (work == nullptr) return false;
-  // The additional data goes in pieces below 2^31 bytes (an int length); datagrams are
-  // far smaller, but Mac() takes any size.
   if (EVP_CIPHER_CTX_copy(work.get(), state_->keyed.get()) != 1 ||
       EVP_EncryptInit_ex(work.get(), nullptr, nullptr, nullptr,
                          reinterpret_cast<const unsigned char*>(nonce.data())) != 1) {
     return false;
   }
-  constexpr size_t kPiece = size_t{1} << 30;
-  for (size_t at = 0; at < data.size(); at += kPiece) {
-    const size_t n = std::min(kPiece, data.size() - at);
-    int len = 0;
-    if (EVP_EncryptUpdate(work.get(), nullptr, &len,
-                          reinterpret_cast<const unsigned char*>(data.data() + at),
-                          static_cast<int>(n)) != 1) {
-      return false;
+  // The additional data goes in pieces below 2^31 bytes (an int length): datagrams are
+  // far smaller, but Mac() takes any size.
+  const auto update = [&](const char* data, size_t size) {
+    constexpr size_t kPiece = size_t{1} << 30;
+    for (size_t at = 0; at < size; at += kPiece) {
+      const size_t n = std::min(kPiece, size - at);
+      int len = 0;
+      if (EVP_EncryptUpdate(work.get(), nullptr, &len,
+                            reinterpret_cast<const unsigned char*>(data + at),
+                            static_cast<int>(n)) != 1) {
+        return false;
+      }
     }
+    return true;
+  };
+  // Poly1305 carries a partial block from one update to the next, so the pieces may
+  // go in one by one, but the first update must not be short: OpenSSL's AVX-512 code
+  // sets up its 8-blocks-at-a-time path only in an update of 8 blocks or more, and a
+  // 61-byte header first made the 32 KiB payload after it take 1.8x as long
+  // (docs/transport.md). So the first kFirst bytes are gathered and go in as one.
+  constexpr size_t kFirst = 256;
+  char first[kFirst];
+  size_t gathered = 0;
+  size_t piece = 0;
+  size_t offset = 0;  // into pieces[piece], what the gathering left
+  for (; piece < pieces.size() && gathered < kFirst; ++piece) {
+    offset = std::min(pieces[piece].size(), kFirst - gathered);
+    if (offset > 0) std::memcpy(first + gathered, pieces[piece].data(), offset);
+    gathered += offset;
+    if (offset < pieces[piece].size()) break;
+    offset = 0;
+  }
+  if (!update(first, gathered)) return false;
+  for (; piece < pieces.size(); ++piece, offset = 0) {
+    if (!update(pieces[piece].data() + offset, pieces[piece].size() - offset)) return false;
   }
   unsigned char none[1];
   int len = 0;
@@ -165,35 +193,61 @@ bool DatagramKey::ComputeMac(std::string_view nonce, std::string_view data,
                              out->data()) == 1;
 }
 
-std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(std::string_view nonce,
-                                                        std::string_view data) const {
+std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(
+    std::string_view nonce, std::span<const std::string_view> pieces) const {
   std::array<uint8_t, kDatagramMacBytes> mac;
-  if (!ComputeMac(nonce, data, &mac)) {
+  if (!ComputeMac(nonce, pieces, &mac)) {
     std::fprintf(stderr, "udp datagram: OpenSSL failed to compute the Poly1305 tag\n");
     std::abort();
   }
   return mac;
 }
 
+std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(std::string_view nonce,
+                                                        std::string_view data) const {
+  return Mac(nonce, std::span<const std::string_view>(&data, 1));
+}
+
 bool DatagramKey::Verify(std::string_view nonce, std::string_view data,
                          std::string_view mac) const {
   if (mac.size() != kDatagramMacBytes || nonce.size() != kDatagramNonceBytes) return false;
   std::array<uint8_t, kDatagramMacBytes> expected;
-  if (!ComputeMac(nonce, data, &expected)) return false;
+  if (!ComputeMac(nonce, std::span<const std::string_view>(&data, 1), &expected)) return false;
   return CRYPTO_memcmp(expected.data(), mac.data(), expected.size()) == 0;
 }
 
 absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec,
                             std::string_view payload, const DatagramKey& key, std::string* out) {
   const DatagramNonce nonce = key.NextNonce();
-  return EncodeDatagramWithNonce(
-      header, std::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size()), codec,
-      payload, key, out);
+  return EncodeDatagramWithNonce(header, AsView(nonce), codec, payload, key, out);
 }
 
 absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
                                      std::string_view codec, std::string_view payload,
                                      const DatagramKey& key, std::string* out) {
+  SignedDatagram parts;
+  PS_RETURN_IF_ERROR(SignDatagramWithNonce(header, nonce, codec, payload, key, &parts));
+  // The payload is copied after the head is built: it must not point into *out, which
+  // is resized before it is.
+  out->resize(parts.head.size() + payload.size() + kDatagramMacBytes);
+  char* p = out->data();
+  std::memcpy(p, parts.head.data(), parts.head.size());
+  p += parts.head.size();
+  // An empty payload may have a null data(); memcpy must not see it, even for 0 bytes.
+  if (!payload.empty()) std::memcpy(p, payload.data(), payload.size());
+  std::memcpy(p + payload.size(), parts.mac.data(), parts.mac.size());
+  return absl::OkStatus();
+}
+
+absl::Status SignDatagram(const DatagramHeader& header, std::string_view codec,
+                          std::string_view payload, const DatagramKey& key, SignedDatagram* out) {
+  const DatagramNonce nonce = key.NextNonce();
+  return SignDatagramWithNonce(header, AsView(nonce), codec, payload, key, out);
+}
+
+absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
+                                   std::string_view codec, std::string_view payload,
+                                   const DatagramKey& key, SignedDatagram* out) {
   if (nonce.size() != kDatagramNonceBytes) {
     return absl::InvalidArgumentError(absl::StrCat("udp datagram: a nonce has ",
                                                    kDatagramNonceBytes, " bytes, got ",
@@ -207,9 +261,9 @@ absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_v
         absl::StrCat("udp datagram: ", payload.size(), " payload bytes with ", overhead,
                      " bytes of header, codec and MAC exceed ", kMaxDatagramBytes, " bytes"));
   }
-  const size_t signed_size = kDatagramHeaderBytes + codec.size() + payload.size();
-  out->resize(signed_size + kDatagramMacBytes);
-  char* p = out->data();
+  std::string& head = out->head;
+  head.resize(kDatagramHeaderBytes + codec.size());
+  char* p = head.data();
   std::memcpy(p, kMagic, sizeof(kMagic));
   StoreLe(kDatagramVersion, 1, p + 4);
   StoreLe(codec.size(), 1, p + 5);
@@ -224,13 +278,8 @@ absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_v
   StoreLe(payload.size(), 4, p + 40);
   std::memcpy(p + kNonceOffset, nonce.data(), nonce.size());
   std::memcpy(p + kDatagramHeaderBytes, codec.data(), codec.size());
-  // An empty payload may have a null data(); memcpy must not see it, even for 0 bytes.
-  if (!payload.empty()) {
-    std::memcpy(p + kDatagramHeaderBytes + codec.size(), payload.data(), payload.size());
-  }
-  const std::array<uint8_t, kDatagramMacBytes> mac =
-      key.Mac(nonce, std::string_view(p, signed_size));
-  std::memcpy(p + signed_size, mac.data(), mac.size());
+  const std::string_view signed_pieces[] = {head, payload};
+  out->mac = key.Mac(nonce, signed_pieces);
   return absl::OkStatus();
 }
 

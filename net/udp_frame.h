@@ -47,6 +47,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -117,6 +118,10 @@ class DatagramKey {
   // memory) aborts, as operator new would.
   std::array<uint8_t, kDatagramMacBytes> Mac(std::string_view nonce, std::string_view data) const;
 
+  // The tag of the concatenation of `pieces`, without concatenating them.
+  std::array<uint8_t, kDatagramMacBytes> Mac(std::string_view nonce,
+                                             std::span<const std::string_view> pieces) const;
+
   // Whether `mac` is Mac(nonce, data); compares in constant time, so a forger learns
   // nothing from timing. A `nonce` or `mac` of the wrong size is false.
   bool Verify(std::string_view nonce, std::string_view data, std::string_view mac) const;
@@ -125,7 +130,7 @@ class DatagramKey {
   struct State;
   explicit DatagramKey(std::shared_ptr<const State> state);
   // Like Mac(); false when OpenSSL fails.
-  bool ComputeMac(std::string_view nonce, std::string_view data,
+  bool ComputeMac(std::string_view nonce, std::span<const std::string_view> pieces,
                   std::array<uint8_t, kDatagramMacBytes>* out) const;
 
   std::shared_ptr<const State> state_;  // never null
@@ -145,6 +150,22 @@ absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec
 absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
                                      std::string_view codec, std::string_view payload,
                                      const DatagramKey& key, std::string* out);
+
+// A signed datagram in the pieces a scatter-gather send takes, so the payload is sent
+// from where it lies: the datagram is `head` (header and codec), the payload, `mac`;
+// EncodeDatagram writes the same bytes in one buffer.
+struct SignedDatagram {
+  std::string head;
+  std::array<uint8_t, kDatagramMacBytes> mac{};
+};
+// EncodeDatagram's datagram for `payload`, in pieces: the same checks and errors. `out`
+// holds no view of the payload.
+absl::Status SignDatagram(const DatagramHeader& header, std::string_view codec,
+                          std::string_view payload, const DatagramKey& key, SignedDatagram* out);
+// The same with a given nonce (tests).
+absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
+                                   std::string_view codec, std::string_view payload,
+                                   const DatagramKey& key, SignedDatagram* out);
 
 // Structural parse without the MAC check (the caller looks the key up by session_id).
 // INVALID_ARGUMENT, the message naming the failed check, for: a size below header + 1 +

@@ -139,6 +139,56 @@ TEST(UdpFrameTest, MacMatchesTheOneShotCipherForManySizes) {
   }
 }
 
+// The tag of pieces is the tag of their concatenation, wherever the cuts fall: inside
+// and at the edges of Poly1305's 16-byte blocks and of the 256 bytes gathered for the
+// first update, with empty pieces among them.
+TEST(UdpFrameTest, MacOfPiecesIsTheMacOfTheirConcatenation) {
+  const DatagramKey key = TestKey();
+  std::string data(700, '\0');
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<char>((i * 37 + 5) & 0xff);
+  const std::string whole = ReferenceMac(KeyBytes(), TestNonce(), data);
+  for (size_t a : {0, 1, 15, 16, 17, 70, 255, 256, 257, 400}) {
+    for (size_t b : {0, 3, 16, 33, 130, 186, 187, 300}) {
+      const std::string_view v(data);
+      const size_t cut2 = std::min(v.size(), a + b);
+      const std::string_view pieces[] = {v.substr(0, a), v.substr(a, cut2 - a), std::string_view(),
+                                         v.substr(cut2)};
+      EXPECT_EQ(AsString(key.Mac(TestNonce(), pieces)), whole) << a << " " << b;
+    }
+  }
+}
+
+// The pieces a scatter-gather send takes are EncodeDatagram's bytes, cut; bad input is
+// refused with EncodeDatagram's message.
+TEST(UdpFrameTest, SignedPiecesAreTheEncodedDatagram) {
+  SignedDatagram parts;
+  ASSERT_TRUE(
+      SignDatagramWithNonce(GoldenHeader(), TestNonce(), "fp32", kGoldenPayload, TestKey(), &parts)
+          .ok());
+  EXPECT_EQ(parts.head.size(), kDatagramHeaderBytes + 4);
+  EXPECT_EQ(parts.head + kGoldenPayload + AsString(parts.mac), Golden());
+
+  // A fresh nonce each time, and what it signs verifies after a parse.
+  SignedDatagram again;
+  ASSERT_TRUE(SignDatagram(GoldenHeader(), "fp32", kGoldenPayload, TestKey(), &again).ok());
+  const std::string bytes = again.head + kGoldenPayload + AsString(again.mac);
+  absl::StatusOr<DatagramView> view = ParseDatagram(bytes);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_NE(view->nonce, TestNonce());
+  EXPECT_TRUE(TestKey().Verify(view->nonce, view->signed_bytes, view->mac));
+  EXPECT_EQ(view->payload, kGoldenPayload);
+
+  SignedDatagram refused;
+  DatagramHeader bad = GoldenHeader();
+  bad.chunk_index = bad.chunk_count;
+  const absl::Status st = SignDatagram(bad, "fp32", kGoldenPayload, TestKey(), &refused);
+  std::string unused;
+  const absl::Status encoded = EncodeDatagram(bad, "fp32", kGoldenPayload, TestKey(), &unused);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), encoded.message());
+  EXPECT_THAT(std::string(st.message()), HasSubstr("chunk_index"));
+}
+
 // Every datagram gets its own nonce, from a key and from its copies alike; datagrams
 // from another key object made of the same bytes start elsewhere. All verify.
 TEST(UdpFrameTest, EveryDatagramHasAFreshNonce) {

@@ -6,6 +6,7 @@
 #include <sys/time.h>
 
 #include <set>
+#include <memory>
 #include <string>
 #include <utility>
 
@@ -44,14 +45,25 @@ TEST(UdpSenderTest, RefusesBadOptions) {
   EXPECT_EQ(UdpSender::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
+// A UDP socket on loopback for a sender to send to; a lost datagram fails the test
+// instead of hanging it.
+struct Sink {
   boost::asio::io_context io;
-  boost::asio::ip::udp::socket sink(io, boost::asio::ip::udp::endpoint(
-                                            boost::asio::ip::make_address("127.0.0.1"), 0));
-  // A lost datagram fails the test instead of hanging it.
-  timeval timeout{10, 0};
-  ASSERT_EQ(setsockopt(sink.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)), 0);
-  auto to = ResolveUdp("127.0.0.1:1", sink.local_endpoint().port());
+  boost::asio::ip::udp::socket socket{
+      io, boost::asio::ip::udp::endpoint(boost::asio::ip::make_address("127.0.0.1"), 0)};
+
+  Sink() {
+    timeval timeout{10, 0};
+    EXPECT_EQ(setsockopt(socket.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout)),
+              0);
+  }
+  uint16_t port() const { return socket.local_endpoint().port(); }
+};
+
+TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
+  Sink s;
+  boost::asio::ip::udp::socket& sink = s.socket;
+  auto to = ResolveUdp("127.0.0.1:1", s.port());
   ASSERT_TRUE(to.ok()) << to.status();
   UdpOptions o;
   auto sender = UdpSender::Start(o);
@@ -74,6 +86,40 @@ TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
   }
   EXPECT_EQ(got, (std::set<std::string>{"late layer", "first layer", "first layer, other shard"}));
   EXPECT_EQ(sink.available(), 0u);
+}
+
+// A datagram queued in pieces leaves as one: head, payload (sent from where it lies, and
+// kept alive by the sender after the caller let go), MAC; an empty payload too. The
+// byte count is the datagrams'.
+TEST(UdpSenderTest, SendsAPiecewiseDatagramAsOne) {
+  Sink s;
+  boost::asio::ip::udp::socket& sink = s.socket;
+  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"), s.port());
+  auto sender = UdpSender::Start(UdpOptions{});
+  ASSERT_TRUE(sender.ok());
+
+  auto payload = std::make_shared<const std::string>(3000, 'p');
+  net::SignedDatagram parts;
+  parts.head = "head:";
+  for (size_t i = 0; i < parts.mac.size(); ++i) parts.mac[i] = static_cast<uint8_t>('a' + i);
+  const std::string mac(parts.mac.begin(), parts.mac.end());
+  const std::string_view view(*payload);
+  (*sender)->Enqueue(0, 0, to, parts, std::move(payload), view, false);
+  net::SignedDatagram empty;
+  empty.head = "empty:";
+  empty.mac = parts.mac;
+  (*sender)->Enqueue(1, 0, to, empty, nullptr, std::string_view(), false);
+  ASSERT_TRUE((*sender)->WaitIdle().ok());
+  EXPECT_EQ((*sender)->datagrams_sent(), 2u);
+  EXPECT_EQ((*sender)->bytes_sent(), (5 + 3000 + 16) + (6 + 16u));
+
+  std::set<std::string> got;
+  std::string buf(8192, '\0');
+  for (int i = 0; i < 2; ++i) {
+    const size_t n = sink.receive(boost::asio::buffer(buf));
+    got.insert(buf.substr(0, n));
+  }
+  EXPECT_EQ(got, (std::set<std::string>{"head:" + std::string(3000, 'p') + mac, "empty:" + mac}));
 }
 
 }  // namespace

@@ -49,17 +49,17 @@ class UdpChannel::Push final : public DataChannel::PushCall {
     h.chunk_elems = options.chunk_elems;
     h.chunk_index = p.chunk_index;
     h.chunk_count = p.chunk_count;
-    std::string datagram;
+    net::SignedDatagram datagram;
     const std::string_view payload =
         p.payload != nullptr ? std::string_view(*p.payload) : std::string_view();
-    const absl::Status st = net::EncodeDatagram(h, p.codec, payload, *route_.key, &datagram);
+    const absl::Status st = net::SignDatagram(h, p.codec, payload, *route_.key, &datagram);
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ",
                                                   h.slice_id, ": ", st.message(),
                                                   " (lower udp.chunk_elems)"));
     }
     channel_->sender_->Enqueue(
-        p.priority, p.round, route_.endpoint, std::move(datagram),
+        p.priority, p.round, route_.endpoint, std::move(datagram), p.payload, payload,
         InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id, p.chunk_index));
     return absl::OkStatus();
   }

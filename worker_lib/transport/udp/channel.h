@@ -1,6 +1,6 @@
 // The UDP path's DataChannel to one shard (docs/transport.md, "UDP"): it takes the
 // datagram session, key and port from the shard's Join answer (the route), signs each
-// chunk with the key (net::EncodeDatagram) and queues it on the UdpSender that the
+// chunk with the key (net::SignDatagram) and queues it on the UdpSender that the
 // channels to every shard share. It answers no push and carries no pull: lost
 // datagrams lose their coordinates for that round, and pulls go over the data plane.
 //

@@ -78,12 +78,31 @@ UdpSender::~UdpSender() {
   if (thread_.joinable()) thread_.join();
 }
 
-void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to, std::string datagram,
-                        bool lost) {
+void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to,
+                        net::SignedDatagram signed_parts, std::shared_ptr<const std::string> keep,
+                        std::string_view payload, bool lost) {
+  Item item{.to = to,
+            .head = std::move(signed_parts.head),
+            .keep = std::move(keep),
+            .payload = payload,
+            .tail = signed_parts.mac,
+            .tail_bytes = signed_parts.mac.size(),
+            .lost = lost};
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const uint64_t size = datagram.size();
-    queue_.Push(priority, round, size, Item{to, std::move(datagram), lost});
+    const uint64_t size = item.size();
+    queue_.Push(priority, round, size, std::move(item));
+  }
+  cv_.notify_all();
+}
+
+void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to, std::string datagram,
+                        bool lost) {
+  Item item{.to = to, .head = std::move(datagram), .lost = lost};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const uint64_t size = item.size();
+    queue_.Push(priority, round, size, std::move(item));
   }
   cv_.notify_all();
 }
@@ -121,7 +140,7 @@ void UdpSender::Loop() {
           ++dropped;
           continue;
         }
-        batch_bytes += item.bytes.size();
+        batch_bytes += item.size();
         batch.push_back(std::move(item));
       }
       dropped_ += dropped;
@@ -135,13 +154,22 @@ void UdpSender::Loop() {
       if (!ec) socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
     }
     msgs.assign(batch.size(), mmsghdr{});
-    iov.resize(batch.size());
+    iov.resize(3 * batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
-      iov[i] = {batch[i].bytes.data(), batch[i].bytes.size()};
-      msgs[i].msg_hdr.msg_name = batch[i].to.data();
-      msgs[i].msg_hdr.msg_namelen = static_cast<socklen_t>(batch[i].to.size());
-      msgs[i].msg_hdr.msg_iov = &iov[i];
-      msgs[i].msg_hdr.msg_iovlen = 1;
+      Item& item = batch[i];
+      iovec* v = &iov[3 * i];
+      size_t pieces = 0;
+      // An empty piece is left out (an empty payload may have a null data()).
+      const auto add = [&](const void* data, size_t size) {
+        if (size > 0) v[pieces++] = {const_cast<void*>(data), size};
+      };
+      add(item.head.data(), item.head.size());
+      add(item.payload.data(), item.payload.size());
+      add(item.tail.data(), item.tail_bytes);
+      msgs[i].msg_hdr.msg_name = item.to.data();
+      msgs[i].msg_hdr.msg_namelen = static_cast<socklen_t>(item.to.size());
+      msgs[i].msg_hdr.msg_iov = v;
+      msgs[i].msg_hdr.msg_iovlen = pieces;
     }
     // Sends the batch; a datagram the kernel refuses (a full buffer, an unreachable
     // port) is lost like the network would lose it, and the first error is reported by
@@ -166,7 +194,7 @@ void UdpSender::Loop() {
         if (socket_.is_open()) ec.clear();  // the next datagram may go through
         continue;
       }
-      for (int i = 0; i < n; ++i) sent_bytes += batch[next + i].bytes.size();
+      for (int i = 0; i < n; ++i) sent_bytes += batch[next + i].size();
       sent += n;
       next += n;
     }

@@ -9,11 +9,13 @@
 // is still queued and joins the thread.
 #pragma once
 
+#include <array>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 
 #include <utility>  // before Asio: Boost 1.74 uses std::exchange without it
@@ -22,6 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "net/shaper.h"
+#include "net/udp_frame.h"
 #include "worker_lib/send_queue_internal.h"
 #include "worker_lib/worker.h"
 
@@ -46,8 +49,14 @@ class UdpSender {
   UdpSender(const UdpSender&) = delete;
   UdpSender& operator=(const UdpSender&) = delete;
 
-  // Queues one signed datagram of a slice with `priority` for `to`; `lost` says the
-  // loss injection drops it.
+  // Queues one signed datagram of a slice with `priority` for `to`, sent as
+  // `signed_parts.head`, `payload`, `signed_parts.mac` in one system call (scatter-gather:
+  // the payload is not copied; `keep` keeps it alive until then); `lost` says the loss
+  // injection drops it.
+  void Enqueue(int32_t priority, uint64_t round, boost::asio::ip::udp::endpoint to,
+               net::SignedDatagram signed_parts, std::shared_ptr<const std::string> keep,
+               std::string_view payload, bool lost);
+  // Queues `datagram` as it is (tests).
   void Enqueue(int32_t priority, uint64_t round, boost::asio::ip::udp::endpoint to,
                std::string datagram, bool lost);
   // Waits until everything queued so far has been sent (or dropped); returns the first
@@ -59,10 +68,17 @@ class UdpSender {
   uint64_t bytes_sent() const;
 
  private:
+  // A datagram: head, payload, tail (the MAC; none for a datagram queued whole).
   struct Item {
     boost::asio::ip::udp::endpoint to;
-    std::string bytes;
+    std::string head;
+    std::shared_ptr<const std::string> keep;  // owns `payload`
+    std::string_view payload;
+    std::array<uint8_t, net::kDatagramMacBytes> tail{};
+    size_t tail_bytes = 0;
     bool lost = false;
+
+    size_t size() const { return head.size() + payload.size() + tail_bytes; }
   };
   UdpSender(const UdpOptions& options, bool priority_order);
   void Loop();
