@@ -143,21 +143,38 @@ namespace ps::aggregators {
 std::vector<double> Alignment(std::span<const float* const> inputs,
                               std::span<const uint8_t* const> masks, std::span<const float> out) {
   const size_t d = out.size();
-  std::vector<double> cosines(inputs.size(), std::numeric_limits<double>::quiet_NaN());
+  const size_t n = inputs.size();
+  std::vector<double> cosines(n, std::numeric_limits<double>::quiet_NaN());
   if (d == 0) return cosines;
   const size_t samples = std::min(d, kAlignmentSamples);
   const size_t stride = d / samples;
-  for (size_t j = 0; j < inputs.size(); ++j) {
+  // Sample by sample, every input at it: the n + 1 cache lines of a sample are fetched
+  // together, and those kAhead samples on are asked for, where input by input each
+  // sample waited for its line (model-scope rounds align rows long out of the cache).
+  // Each input's sums still add its samples in order: the same bits.
+  struct Sums {
     double dot = 0, xx = 0, oo = 0;
-    for (size_t t = 0; t < samples; ++t) {
-      const size_t c = t * stride;
-      if (!internal::PresentIn(masks, j, c)) continue;
-      const double x = inputs[j][c], o = out[c];
-      dot += x * o;
-      xx += x * x;
-      oo += o * o;
+  };
+  std::vector<Sums> sums(n);
+  constexpr size_t kAhead = 16;
+  for (size_t t = 0; t < samples; ++t) {
+    const size_t c = t * stride;
+    if (t + kAhead < samples) {
+      const size_t ahead = c + kAhead * stride;
+      __builtin_prefetch(out.data() + ahead);
+      for (size_t j = 0; j < n; ++j) __builtin_prefetch(inputs[j] + ahead);
     }
-    if (xx > 0 && oo > 0) cosines[j] = dot / std::sqrt(xx * oo);
+    const double o = out[c];
+    for (size_t j = 0; j < n; ++j) {
+      if (!internal::PresentIn(masks, j, c)) continue;
+      const double x = inputs[j][c];
+      sums[j].dot += x * o;
+      sums[j].xx += x * x;
+      sums[j].oo += o * o;
+    }
+  }
+  for (size_t j = 0; j < n; ++j) {
+    if (sums[j].xx > 0 && sums[j].oo > 0) cosines[j] = sums[j].dot / std::sqrt(sums[j].xx * sums[j].oo);
   }
   return cosines;
 }

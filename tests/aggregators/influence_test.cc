@@ -203,5 +203,38 @@ TEST(AlignmentTest, TheCosineWithTheAggregateWhereTheInputIsPresent) {
   EXPECT_NEAR(a[3], 1.0 / std::sqrt(1.0 * 1.0), 1e-12);
 }
 
+// Over a long slice (1024 samples 64 apart, with masks): the same bits as the
+// definition computed input by input.
+TEST(AlignmentTest, EqualsTheDefinitionBitForBitOnALongSlice) {
+  constexpr size_t kLong = 65536 + 37;
+  const Vectors v = RandomVectors(5, kLong, 11);
+  const std::vector<float> out = RandomVectors(1, kLong, 12)[0];
+  std::vector<uint8_t> odd_bytes((kLong + 7) / 8, 0xaa), head((kLong + 7) / 8, 0);
+  for (size_t c = 0; c < 3000; ++c) head[c / 8] |= static_cast<uint8_t>(1u << (c % 8));
+  const std::vector<const uint8_t*> masks = {nullptr, odd_bytes.data(), nullptr, head.data(),
+                                             nullptr};
+  const std::vector<double> got = Alignment(Pointers(v), masks, out);
+  const size_t stride = kLong / kAlignmentSamples;
+  ASSERT_EQ(got.size(), v.size());
+  for (size_t j = 0; j < v.size(); ++j) {
+    double dot = 0, xx = 0, oo = 0;
+    for (size_t t = 0; t < kAlignmentSamples; ++t) {
+      const size_t c = t * stride;
+      if (masks[j] != nullptr && ((masks[j][c / 8] >> (c % 8)) & 1u) == 0) continue;
+      const double x = v[j][c], o = out[c];
+      dot += x * o;
+      xx += x * x;
+      oo += o * o;
+    }
+    if (xx > 0 && oo > 0) {
+      EXPECT_EQ(got[j], dot / std::sqrt(xx * oo)) << j;
+    } else {
+      EXPECT_TRUE(std::isnan(got[j])) << j;
+    }
+  }
+  // Row 1 is present at odd coordinates only, and every sample is even: no direction.
+  EXPECT_TRUE(std::isnan(got[1]));
+}
+
 }  // namespace
 }  // namespace ps::aggregators
