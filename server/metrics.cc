@@ -173,7 +173,8 @@ std::vector<MetricFamily> Collector::Collect(
   MetricFamily aggregation =
       Family("ps_aggregation_duration_seconds",
              "Time of one aggregation step: a slice's rule (slice), a model-scope Gram share "
-             "(model_gram), a model-scope plan applied to a slice (model_apply)",
+             "(model_gram), a model-scope plan applied to a slice (model_apply), a slice's "
+             "part of the Gram matrix as it closed (model_slice_gram)",
              MetricType::Histogram);
   for (size_t i = 0; i < aggregation_seconds_.size(); ++i) {
     AddHistogram(&aggregation, *aggregation_seconds_[i],

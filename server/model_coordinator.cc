@@ -22,10 +22,37 @@ void ModelCoordinator::SetSender(std::function<void(std::shared_ptr<const RoundS
   rounds_.SetSender(std::move(sender));
 }
 
-void ModelCoordinator::SliceClosed(uint64_t round) {
-  if (rounds_.SliceClosed(parts_.table->owned_count())) {
-    parts_.jobs->Submit([this, round] { Start(round); });
+void ModelCoordinator::SliceClosed(uint32_t slice_id, uint64_t round) {
+  if (!parts_.aggregation->GramPerSlice()) {
+    if (rounds_.SliceClosed(parts_.table->owned_count())) {
+      parts_.jobs->Submit([this, round] { Start(round); });
+    }
+    return;
   }
+  parts_.jobs->Submit([this, slice_id, round] {
+    if (std::optional<ClosedRound> r = parts_.table->slice(slice_id)->TakeClosed()) {
+      const auto start = std::chrono::steady_clock::now();
+      parts_.aggregation->SliceGram(*r);
+      parts_.counters->Observe(AggregationStage::kModelSliceGram, start);
+      absl::MutexLock lock(&taken_mu_);
+      taken_.insert_or_assign(slice_id, *std::move(r));
+    }
+    // Counted once the part is in taken_: the round's start finds it.
+    if (rounds_.SliceClosed(parts_.table->owned_count())) Start(round);
+  });
+}
+
+std::optional<ClosedRound> ModelCoordinator::TakeClosed(uint32_t id, uint64_t round) {
+  {
+    absl::MutexLock lock(&taken_mu_);
+    if (auto it = taken_.find(id); it != taken_.end()) {
+      std::optional<ClosedRound> r;
+      if (it->second.round == round) r = std::move(it->second);
+      taken_.erase(it);  // an older round's, left by a round that never started: dropped
+      if (r.has_value()) return r;
+    }
+  }
+  return parts_.table->slice(id)->TakeClosed();
 }
 
 void ModelCoordinator::Start(uint64_t round) {
@@ -33,7 +60,7 @@ void ModelCoordinator::Start(uint64_t round) {
   std::vector<ClosedRound> closed;
   uint64_t chunks_lost = 0;
   for (uint32_t id : parts_.table->owned_ids()) {
-    std::optional<ClosedRound> r = parts_.table->slice(id)->TakeClosed();
+    std::optional<ClosedRound> r = TakeClosed(id, round);
     if (!r.has_value()) continue;
     chunks_lost += r->ChunksLost();
     closed.push_back(*std::move(r));

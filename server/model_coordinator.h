@@ -1,8 +1,11 @@
 // ModelCoordinator: a shard's model-scope rounds from end to end (docs/aggregators.md,
 // "Model scope: exact on a sharded model"), between its slices and its peers.
 //
-//   SliceClosed (last owned slice) -> Start: take every owned slice's ClosedRound, compute
-//   this shard's RoundShare (participants, Gram share), hold the closed rounds, send the
+//   SliceClosed -> (rules that measure distances, on the CPU, without state rows: take
+//   the slice's ClosedRound and compute its part of the Gram matrix, RoundAggregation::
+//   SliceGram, on a job) -> the last owned slice starts the round: Start takes every
+//   owned slice's ClosedRound, computes this shard's RoundShare (participants, Gram share
+//   from the slices' parts or from their rows), holds the closed rounds, sends the
 //   share to the peers and store it -> once a share from every shard is stored: Finish,
 //   CombineShares, the rule's plan -> Publish: apply the plan to each held round (or,
 //   when it failed or a peer's share is overdue, publish them unchanged) in publish
@@ -13,8 +16,8 @@
 // them to the slices, the job queue and the counters. Each step runs as an
 // AggregationJobs job, never under a lock of the shard's.
 //
-// Thread-safe: no state but ModelRounds (its own lock). Borrows the parts in `Parts`,
-// which must outlive it.
+// Thread-safe: its state is ModelRounds (its own lock) and the closed rounds taken early
+// (taken_, under taken_mu_). Borrows the parts in `Parts`, which must outlive it.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "aggregators/aggregator.h"
 #include "core/clock.h"
 #include "server/aggregation_jobs.h"
@@ -63,8 +69,11 @@ class ModelCoordinator {
   // Who sends this shard's share to every peer (on a job thread, without locks held).
   void SetSender(std::function<void(std::shared_ptr<const RoundShare>)> sender);
 
-  // An owned slice closed `round`; the last of them starts the round (on a job).
-  void SliceClosed(uint64_t round);
+  // Owned slice `slice_id` closed `round`; the last of them starts the round (on a job).
+  // Where RoundAggregation::GramPerSlice(), a job first takes the slice's closed round
+  // and computes its part of the Gram matrix, so the round's start sums parts instead of
+  // reading every row at the round's tail.
+  void SliceClosed(uint32_t slice_id, uint64_t round);
 
   // A peer's share. Refused (and counted) outside model scope, for another layout, when
   // none is registered, or when ModelRounds refuses it (CheckShare, Store).
@@ -80,6 +89,8 @@ class ModelCoordinator {
  private:
   // Takes the owned slices' closed rounds, computes, sends and stores this shard's share.
   void Start(uint64_t round);
+  // Slice `id`'s closed `round`: the one taken early, else the slice's own.
+  std::optional<ClosedRound> TakeClosed(uint32_t id, uint64_t round);
   // Stores a share; a share that completes its round schedules Finish.
   absl::Status Store(std::shared_ptr<const RoundShare> share);
   // Combines the shares of a complete round, plans and publishes.
@@ -95,6 +106,9 @@ class ModelCoordinator {
   const Parts parts_;
   const bool enabled_;
   ModelRounds rounds_;
+  absl::Mutex taken_mu_;
+  // Closed rounds taken with their Gram part (SliceClosed), by slice, until Start.
+  absl::flat_hash_map<uint32_t, ClosedRound> taken_ ABSL_GUARDED_BY(taken_mu_);
 };
 
 }  // namespace ps::server

@@ -99,12 +99,65 @@ std::vector<uint32_t> RoundAggregation::Participants(std::span<const ClosedRound
   return participants;
 }
 
+bool RoundAggregation::GramPerSlice() const {
+  return rule_->NeedsGram() && rule_->StateRows() == 0 && rule_->device() == "cpu";
+}
+
+void RoundAggregation::SliceGram(ClosedRound& round) const {
+  if (!GramPerSlice()) return;
+  std::vector<uint32_t> workers = round.Workers();
+  if (workers.empty() || !round.MasksOf(workers).ptrs.empty() ||
+      !round.SharedSupport(workers).empty()) {
+    return;
+  }
+  aggregators::AggregationContext ctx;
+  ctx.slice_id = round.info.id;
+  ctx.round = round.round;
+  ctx.pool = pool_;
+  ClosedRound::GramPart part;
+  part.gram.assign(workers.size() * workers.size(), 0.0);
+  if (!rule_->AccumulateGram(round.Rows(workers), round.info.numel, ctx, part.gram).ok()) return;
+  part.workers = std::move(workers);
+  round.gram_part = std::move(part);
+}
+
+namespace {
+
+// Adds the entries of `participants` (increasing) to `gram` (participants^2) when they
+// are all among part.workers; false, `gram` untouched, otherwise.
+bool AddPart(const ClosedRound::GramPart& part, std::span<const uint32_t> participants,
+             std::vector<double>& gram) {
+  const size_t n = participants.size();
+  const size_t width = part.workers.size();
+  if (gram.size() != n * n || part.gram.size() != width * width) return false;
+  std::vector<size_t> at;
+  at.reserve(n);
+  size_t j = 0;
+  for (uint32_t w : participants) {
+    while (j < width && part.workers[j] < w) ++j;
+    if (j == width || part.workers[j] != w) return false;
+    at.push_back(j);
+  }
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = 0; b < n; ++b) gram[a * n + b] += part.gram[at[a] * width + at[b]];
+  }
+  return true;
+}
+
+}  // namespace
+
 absl::Status RoundAggregation::AccumulateGram(std::span<ClosedRound> rounds,
                                               std::span<const uint32_t> participants,
                                               std::vector<double>& gram,
                                               AggregationCounts* counts) {
   absl::Status st;
   for (ClosedRound& r : rounds) {
+    // Participants pushed every slice, so they are among the part's workers; a subset
+    // sharing a random-k support (the part's did not) is measured on it, below.
+    if (r.gram_part.has_value() && r.SharedSupport(participants).empty() &&
+        AddPart(*r.gram_part, participants, gram)) {
+      continue;
+    }
     const InputMasks masks = r.MasksOf(participants);
     const std::vector<uint32_t> support = r.SharedSupport(participants);
     st.Update(rule_->AccumulateGram(r.Rows(participants), r.info.numel,

@@ -72,8 +72,21 @@ class RoundAggregation {
   // Model scope: the workers whose push every one of `rounds` took (increasing).
   std::vector<uint32_t> Participants(std::span<const ClosedRound> rounds,
                                      uint32_t num_workers) const;
+  // Whether a slice's part of the Gram matrix may be computed as the slice closes,
+  // before the round's participants are known (SliceGram): the rule measures distances,
+  // on the CPU, and keeps no state rows. The part is then of every worker that pushed;
+  // an entry of the Gram matrix depends on its two rows alone (the same bits in a Gram
+  // of fewer rows), so the participants' entries are those the round's start computes.
+  bool GramPerSlice() const;
+  // Sets round.gram_part when GramPerSlice() and the slice's pushes are whole and dense
+  // (no masked chunks, no shared random-k support); else leaves it, and AccumulateGram
+  // computes the slice's part as before. A part the rule refuses (too few pushes) is
+  // left to AccumulateGram too, which reports it.
+  void SliceGram(ClosedRound& round) const;
   // Adds the Gram matrix of `participants`' pushes (then the rule's state rows) over
-  // `rounds` to `gram` ((participants + state rows)^2, row-major), slice by slice.
+  // `rounds` to `gram` ((participants + state rows)^2, row-major), slice by slice: a
+  // slice's gram_part where it has one (its participants' entries, when they share no
+  // random-k support), else computed here.
   absl::Status AccumulateGram(std::span<ClosedRound> rounds, std::span<const uint32_t> participants,
                               std::vector<double>& gram, AggregationCounts* counts);
   // Applies an agreed plan to one slice's pushes of `agreed` workers; `weights` as in

@@ -368,7 +368,8 @@ void Shard::Leave(uint32_t worker_id) {
 void Shard::Closed(const SliceRound& slice, uint64_t round, bool at_deadline) {
   if (at_deadline) counters_.ClosedAtDeadline();
   if (model_scope_) {
-    model_.SliceClosed(round);  // the round starts once every owned slice closed it
+    // The round starts once every owned slice closed it.
+    model_.SliceClosed(slice.info().id, round);
     return;
   }
   // Each job aggregates the most urgent closed slice at the time it runs (P3), not

@@ -16,6 +16,8 @@ std::string_view AggregationStageName(AggregationStage stage) {
       return "model_gram";
     case AggregationStage::kModelApply:
       return "model_apply";
+    case AggregationStage::kModelSliceGram:
+      return "model_slice_gram";
     case AggregationStage::kCount:
       break;
   }

@@ -89,6 +89,7 @@ enum class AggregationStage : int {
   kSlice = 0,   // one slice's round aggregated on its own (slice scope)
   kModelGram,   // model scope: this shard's Gram share of a round, over its owned slices
   kModelApply,  // model scope: the agreed plan applied to one slice
+  kModelSliceGram,  // model scope: one slice's part of the Gram matrix, as it closed
   kCount,
 };
 std::string_view AggregationStageName(AggregationStage stage);

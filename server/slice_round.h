@@ -261,6 +261,15 @@ struct ClosedRound {
   std::vector<std::string_view> Signs(std::span<const uint32_t> workers) const;
   // Chunks missing from workers that sent at least one chunk (masked coordinates).
   uint64_t ChunksLost() const;
+
+  // Model scope: the Gram matrix of every worker that pushed this slice (`workers`,
+  // increasing; k x k row-major), computed as the slice closed
+  // (RoundAggregation::SliceGram); none when it could not be computed then.
+  struct GramPart {
+    std::vector<uint32_t> workers;
+    std::vector<double> gram;
+  };
+  std::optional<GramPart> gram_part;
 };
 
 // A published slice: immutable, shared by every pull that sends it.

@@ -138,4 +138,35 @@ TEST(GramTest, KernelsGiveIdenticalBits) {
 }
 
 }  // namespace
+// An entry depends on its two rows alone: the Gram matrix of some of the rows is, bit
+// for bit, the submatrix of theirs in the Gram matrix of all (what lets a shard compute
+// a slice's part over every worker that pushed it before it knows the round's
+// participants: server/round_aggregation.h, GramPerSlice).
+TEST(GramTest, TheGramOfSomeRowsIsTheSubmatrixOfTheGramOfAll) {
+  const size_t d = 2 * kGramChunk + 1001;
+  const size_t k = 13;
+  const test::Vectors inputs = test::RandomVectors(k, d, 29);
+  const std::vector<const float*> all = test::Pointers(inputs);
+  core::ThreadPool pool(2);
+  const SquareMatrix whole = GramMatrix(all, d, &pool);
+  for (const std::vector<size_t>& pick :
+       {std::vector<size_t>{0}, {12}, {1, 2}, {0, 5, 6, 11}, {3, 4, 5, 6, 7, 8, 9, 10, 11, 12},
+        {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12}}) {
+    std::vector<const float*> rows;
+    for (size_t i : pick) rows.push_back(all[i]);
+    for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+      const SquareMatrix some = GramMatrix(rows, d, p);
+      for (size_t a = 0; a < pick.size(); ++a) {
+        for (size_t b = 0; b < pick.size(); ++b) {
+          const double want = whole.at(pick[a], pick[b]);
+          const double got = some.at(a, b);
+          EXPECT_EQ(std::memcmp(&got, &want, sizeof(double)), 0)
+              << "rows " << pick[a] << " and " << pick[b] << " of " << pick.size() << ": " << got
+              << " against " << want;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace ps::aggregators::internal

@@ -5,9 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -95,7 +98,7 @@ class ModelCoordinatorTest : public ::testing::Test {
         ASSERT_TRUE(p.ok()) << p.status();
         ASSERT_EQ(p->closed, w + 1 == kWorkers);
       }
-      coordinator_->SliceClosed(round);
+      coordinator_->SliceClosed(id, round);
     }
   }
 
@@ -209,6 +212,87 @@ TEST_F(ModelCoordinatorTest, ARoundGoesFromTheClosedSlicesThroughTheSharesToPubl
   EXPECT_EQ(published().size(), 2 * owned_.size());
   EXPECT_EQ(counters_.Get().model_rounds, 2u);
   EXPECT_EQ(counters_.Get().shares_refused, 1u);
+}
+
+// Krum (a rule that measures distances, on the CPU, without state rows) takes each
+// slice's part of the Gram matrix as the slice closes: the share then sums the parts.
+TEST_F(ModelCoordinatorTest, EachSliceTakesItsGramPartAsItCloses) {
+  ASSERT_TRUE(aggregation_->GramPerSlice());
+  absl::Mutex seen_mu;
+  std::vector<AggregationStage> seen;
+  counters_.SetObserver([&](AggregationStage stage, core::Duration) {
+    absl::MutexLock lock(&seen_mu);
+    seen.push_back(stage);
+  });
+  Register();
+  PushAll(0, {{1, 1}, {1, 1}, {3, 3}});
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(10000)));
+  {
+    absl::MutexLock lock(&seen_mu);
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), AggregationStage::kModelSliceGram),
+              static_cast<long>(owned_.size()));
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), AggregationStage::kModelGram), 1);
+  }
+  absl::MutexLock lock(&mu_);
+  ASSERT_EQ(sent_.size(), 1u);
+  const double o = static_cast<double>(owned_.size());
+  EXPECT_EQ(sent_[0]->gram,
+            (std::vector<double>{2 * o, 2 * o, 6 * o, 2 * o, 2 * o, 6 * o, 6 * o, 6 * o, 18 * o}));
+}
+
+// A slice's part, over every worker that pushed it, gives the round's start the bits it
+// computes from the participants' rows alone: a worker missing from one slice is left
+// out of every part's sum, and the slices are summed in the same order.
+TEST_F(ModelCoordinatorTest, SlicePartsGiveTheParticipantsGramMatrixBitForBit) {
+  constexpr uint32_t kN = 4;
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = kN;
+  std::unique_ptr<aggregators::Aggregator> krum = aggregators::MakeAggregator("krum", opts).value();
+  RoundAggregation aggregation(krum.get(), &pool_, SgdOptions{1.0f, 0, 0},
+                               /*aggregate_only=*/false, /*quorum=*/3);
+  constexpr uint32_t kNumel = 3 * 4096 + 77;
+  // Slice 1 lacks worker 3's push: the participants are 0, 1 and 2.
+  auto make = [&](uint32_t id, std::vector<uint32_t> pushers) {
+    std::mt19937 rng(11 + id);
+    std::normal_distribution<float> normal;
+    ClosedRound r;
+    r.info.id = id;
+    r.info.numel = kNumel;
+    r.round = 4;
+    r.inputs.rows.resize(kN);
+    r.inputs.supports.resize(kN);
+    r.inputs.chunked.resize(kN);
+    r.inputs.pushed.assign(kN, 0);
+    for (uint32_t w : pushers) {
+      r.inputs.rows[w] = std::make_unique<float[]>(kNumel);
+      for (uint32_t i = 0; i < kNumel; ++i) r.inputs.rows[w][i] = normal(rng);
+      r.inputs.pushed[w] = 1;
+    }
+    return r;
+  };
+  std::vector<ClosedRound> plain, parted;
+  for (uint32_t id = 0; id < 3; ++id) {
+    const std::vector<uint32_t> pushers =
+        id == 1 ? std::vector<uint32_t>{0, 1, 2} : std::vector<uint32_t>{0, 1, 2, 3};
+    plain.push_back(make(id, pushers));
+    parted.push_back(make(id, pushers));
+    aggregation.SliceGram(parted.back());
+    ASSERT_TRUE(parted.back().gram_part.has_value()) << "slice " << id;
+    EXPECT_EQ(parted.back().gram_part->workers, pushers);
+  }
+  const std::vector<uint32_t> participants = aggregation.Participants(plain, kN);
+  ASSERT_EQ(participants, (std::vector<uint32_t>{0, 1, 2}));
+  std::vector<double> want(9, 0.0), got(9, 0.0);
+  AggregationCounts counts;
+  ASSERT_TRUE(aggregation.AccumulateGram(plain, participants, want, &counts).ok());
+  ASSERT_TRUE(aggregation.AccumulateGram(parted, participants, got, &counts).ok());
+  EXPECT_GT(want[0], 0.0);
+  EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(double)), 0)
+      << ::testing::PrintToString(got) << " against " << ::testing::PrintToString(want);
+  // Two workers left: below Krum's 3 inputs, so no part; the round's start reports it.
+  ClosedRound few = make(7, {0, 2});
+  aggregation.SliceGram(few);
+  EXPECT_FALSE(few.gram_part.has_value());
 }
 
 TEST_F(ModelCoordinatorTest, AnOverduePeerShareDropsTheRoundAndPublishesItUnchanged) {
