@@ -34,6 +34,12 @@ class AggregationJobs {
   // Queues `slice` at `rank` (lower first, then in arrival order) and runs one job that
   // calls `aggregate` with the slice first in the queue when it starts.
   void SubmitRanked(int64_t rank, uint32_t slice, std::function<void(uint32_t)> aggregate);
+  // Runs fn(i) for i in [0, num_tasks) on the calling thread and the pool's idle threads,
+  // claimed in increasing order (core::ThreadPool::ParallelFor); returns when all are
+  // done. Called from a job, it stays that one job for WaitIdle.
+  void ParallelFor(size_t num_tasks, const std::function<void(size_t)>& fn) {
+    pool_->ParallelFor(num_tasks, fn);
+  }
 
   // Waits until no job is queued or running, or `timeout` passed; whether none is.
   bool WaitIdle(core::Duration timeout);

@@ -176,27 +176,36 @@ void ModelCoordinator::Publish(uint64_t round, const absl::StatusOr<aggregators:
   std::vector<ClosedRound> held = rounds_.Release(round);
   absl::flat_hash_map<uint32_t, size_t> index_of;
   for (size_t i = 0; i < held.size(); ++i) index_of[held[i].info.id] = i;
+  std::vector<ClosedRound*> order;
+  order.reserve(held.size());
   for (uint32_t id : parts_.table->publish_order()) {
-    const auto it = index_of.find(id);
-    if (it == index_of.end()) continue;
-    ClosedRound& r = held[it->second];
-    std::vector<float> out(r.info.numel);
-    absl::Status st = plan.status();
-    if (plan.ok()) {
-      const auto start = std::chrono::steady_clock::now();
-      AggregationCounts counts;
-      InputWeights weights;
-      st = parts_.aggregation->Apply(*plan, r, agreed, out, &counts, &weights);
-      parts_.counters->Aggregated(counts, 0);
-      if (st.ok()) {
-        parts_.suspicion->Record(r.round, weights.workers, weights.influence, weights.alignment,
-                                 r.info.numel);
-      }
-      parts_.counters->Observe(AggregationStage::kModelApply, start);
-    }
-    parts_.publish(std::move(r), out, st);
+    if (const auto it = index_of.find(id); it != index_of.end()) order.push_back(&held[it->second]);
   }
+  // Each slice is its own task, claimed in publish order by this job and the pool's idle
+  // threads: a slice depends only on the plan, and the first ones go out while later
+  // ones are still being applied.
+  parts_.jobs->ParallelFor(order.size(), [&](size_t i) { PublishSlice(*order[i], plan, agreed); });
   FinishLater(rounds_.Advance(round));
+}
+
+void ModelCoordinator::PublishSlice(ClosedRound& r,
+                                    const absl::StatusOr<aggregators::RoundPlan>& plan,
+                                    const std::vector<uint32_t>& agreed) {
+  std::vector<float> out(r.info.numel);
+  absl::Status st = plan.status();
+  if (plan.ok()) {
+    const auto start = std::chrono::steady_clock::now();
+    AggregationCounts counts;
+    InputWeights weights;
+    st = parts_.aggregation->Apply(*plan, r, agreed, out, &counts, &weights);
+    parts_.counters->Aggregated(counts, 0);
+    if (st.ok()) {
+      parts_.suspicion->Record(r.round, weights.workers, weights.influence, weights.alignment,
+                               r.info.numel);
+    }
+    parts_.counters->Observe(AggregationStage::kModelApply, start);
+  }
+  parts_.publish(std::move(r), out, st);
 }
 
 }  // namespace ps::server

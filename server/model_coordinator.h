@@ -8,8 +8,8 @@
 //   from the slices' parts or from their rows), holds the closed rounds, sends the
 //   share to the peers and store it -> once a share from every shard is stored: Finish,
 //   CombineShares, the rule's plan -> Publish: apply the plan to each held round (or,
-//   when it failed or a peer's share is overdue, publish them unchanged) in publish
-//   order -> ModelRounds::Advance to the next round.
+//   when it failed or a peer's share is overdue, publish them unchanged), the slices claimed in publish
+//   order by this job and the pool's idle threads -> ModelRounds::Advance to the next round.
 //
 // The bookkeeping of the share protocol (which round, whose shares, what is held, when
 // the peers are due) is ModelRounds'; the arithmetic RoundAggregation's; this part joins
@@ -96,9 +96,13 @@ class ModelCoordinator {
   // Combines the shares of a complete round, plans and publishes.
   void Finish(ModelRounds::Complete complete);
   // Applies `plan` to every held slice with the agreed workers' pushes (or, when it is
-  // an error, publishes them unchanged), then advances the round.
+  // an error, publishes them unchanged), the slices spread over the pool in publish
+  // order, then advances the round.
   void Publish(uint64_t round, const absl::StatusOr<aggregators::RoundPlan>& plan,
                const std::vector<uint32_t>& agreed);
+  // One held slice of Publish: applies the plan and publishes it.
+  void PublishSlice(ClosedRound& r, const absl::StatusOr<aggregators::RoundPlan>& plan,
+                    const std::vector<uint32_t>& agreed);
   // Schedules Finish of `complete`, if there is one.
   void FinishLater(std::optional<ModelRounds::Complete> complete);
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "aggregators/aggregator.h"
 #include "codecs/codec.h"
 #include "core/clock.h"
@@ -103,6 +104,7 @@ class ModelCoordinatorTest : public ::testing::Test {
   }
 
   void Publish(ClosedRound round, std::vector<float>& out, absl::Status st) {
+    if (on_publish_) on_publish_(round.info.id);
     {
       absl::MutexLock lock(&mu_);
       published_.push_back({round.info.id, round.round, out, st});
@@ -151,6 +153,8 @@ class ModelCoordinatorTest : public ::testing::Test {
     return absl::StatusOr<std::shared_ptr<const codecs::Codec>>(codec_);
   };
   std::vector<uint32_t> owned_;
+  // Called first as each slice is published (on the thread that publishes it).
+  std::function<void(uint32_t)> on_publish_;
 
   absl::Mutex mu_;
   std::vector<std::shared_ptr<const RoundShare>> sent_ ABSL_GUARDED_BY(mu_);
@@ -189,7 +193,11 @@ TEST_F(ModelCoordinatorTest, ARoundGoesFromTheClosedSlicesThroughTheSharesToPubl
     EXPECT_EQ(p.out, (std::vector<float>{1, 1}));
     order.push_back(p.slice);
   }
-  EXPECT_EQ(order, table_.publish_order());
+  // Claimed in publish order by two threads: each once, finished in either order.
+  std::vector<uint32_t> expected = table_.publish_order();
+  std::sort(order.begin(), order.end());
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(order, expected);
   const ShardStats stats = counters_.Get();
   EXPECT_EQ(stats.model_rounds, 1u);
   EXPECT_EQ(stats.model_rounds_dropped, 0u);
@@ -212,6 +220,40 @@ TEST_F(ModelCoordinatorTest, ARoundGoesFromTheClosedSlicesThroughTheSharesToPubl
   EXPECT_EQ(published().size(), 2 * owned_.size());
   EXPECT_EQ(counters_.Get().model_rounds, 2u);
   EXPECT_EQ(counters_.Get().shares_refused, 1u);
+}
+
+// The plan is applied to the held slices on several threads at once: the first slice's
+// publication waits for another slice's to start, which could not happen one slice
+// after the other. The round advances (and the next one publishes) after all of them.
+TEST_F(ModelCoordinatorTest, TheHeldSlicesArePublishedOnSeveralThreadsAtOnce) {
+  Register();
+  ASSERT_GE(owned_.size(), 2u);
+  absl::Mutex m;
+  int started = 0;
+  bool overlapped = false;
+  on_publish_ = [&](uint32_t) {
+    absl::MutexLock lock(&m);
+    if (++started == 1) {
+      overlapped = m.AwaitWithTimeout(
+          absl::Condition(+[](int* n) { return *n > 1; }, &started), absl::Seconds(10));
+    }
+  };
+  ASSERT_TRUE(coordinator_->AcceptShare(PeerShare(0)).ok());
+  PushAll(0, {{1, 1}, {1, 1}, {3, 3}});
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(20000)));
+  {
+    absl::MutexLock lock(&m);
+    EXPECT_TRUE(overlapped) << "a second slice was published while the first waited";
+  }
+  ASSERT_EQ(published().size(), owned_.size());
+  for (uint32_t id : owned_) EXPECT_EQ(table_.slice(id)->version(), 1u);
+  on_publish_ = nullptr;
+  ASSERT_TRUE(coordinator_->AcceptShare(PeerShare(1)).ok());
+  PushAll(1, {{1, 1}, {1, 1}, {3, 3}});
+  ASSERT_TRUE(jobs_.WaitIdle(milliseconds(20000)));
+  EXPECT_EQ(published().size(), 2 * owned_.size());
+  EXPECT_EQ(counters_.Get().model_rounds, 2u);
+  for (uint32_t id : owned_) EXPECT_EQ(table_.slice(id)->version(), 2u);
 }
 
 // Krum (a rule that measures distances, on the CPU, without state rows) takes each
