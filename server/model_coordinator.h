@@ -8,8 +8,9 @@
 //   from the slices' parts or from their rows), holds the closed rounds, sends the
 //   share to the peers and store it -> once a share from every shard is stored: Finish,
 //   CombineShares, the rule's plan -> Publish: apply the plan to each held round (or,
-//   when it failed or a peer's share is overdue, publish them unchanged), the slices claimed in publish
-//   order by this job and the pool's idle threads -> ModelRounds::Advance to the next round.
+//   when it failed or a peer's share is overdue, publish them unchanged), the slices
+//   claimed in publish order by the planning job and the pool's idle threads ->
+//   ModelRounds::Advance to the next round.
 //
 // The bookkeeping of the share protocol (which round, whose shares, what is held, when
 // the peers are due) is ModelRounds'; the arithmetic RoundAggregation's; this part joins
