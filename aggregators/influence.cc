@@ -64,6 +64,24 @@ void AddRuleWeights(const CoordinateRule& rule, const std::vector<float>& sorted
   }
 }
 
+// Orders `order` by values[order[i]], equal values kept in their order. Up to 32 entries
+// by insertion (stable, no allocation: std::stable_sort takes a temporary buffer from the
+// heap on every call, here once per sample), else std::stable_sort; the same order
+// either way.
+void StableSortByValue(std::vector<size_t>& order, const std::vector<float>& values) {
+  if (order.size() > 32) {
+    std::stable_sort(order.begin(), order.end(),
+                     [&](size_t a, size_t b) { return values[a] < values[b]; });
+    return;
+  }
+  for (size_t i = 1; i < order.size(); ++i) {
+    const size_t moving = order[i];
+    size_t j = i;
+    for (; j > 0 && values[moving] < values[order[j - 1]]; --j) order[j] = order[j - 1];
+    order[j] = moving;
+  }
+}
+
 }  // namespace
 
 void AddInfluence(const PlanData& data, std::span<const float* const> rows,
@@ -100,26 +118,39 @@ void AddInfluence(const PlanData& data, std::span<const float* const> rows,
   const uint64_t mix =
       ((round + 1) * 0x9E3779B97F4A7C15ull) ^ ((slice_id + 1) * 0xBF58476D1CE4E5B9ull);
   const size_t offset = static_cast<size_t>((mix >> 17) % stride);
+  // Every sampled value is read first, in a loop of independent loads: the rows are
+  // usually out of the cache here (the rule runs after this, since `out` may be an
+  // input), and a load per row between two sorts left one miss in flight at a time
+  // (measured: 2% of a trimmed-mean round at 4 x 2, almost all of it waiting on memory).
+  const size_t width = m.rows == 0 ? r_count : m.cols;
+  std::vector<float> gathered(samples * width);
+  for (size_t t = 0; t < samples; ++t) {
+    const size_t c = offset + t * stride;
+    float* at = gathered.data() + t * width;
+    for (size_t j = 0; j < width; ++j) {
+      at[j] = m.rows != 0 || PresentIn(masks, j, c) ? rows[j][c] : 0.0f;
+    }
+  }
   std::vector<double> u(r_count, 0.0);
   std::vector<float> values(r_count);
   std::vector<size_t> order;
   std::vector<float> sorted;
   for (size_t t = 0; t < samples; ++t) {
     const size_t c = offset + t * stride;
+    const float* at = gathered.data() + t * width;
     order.clear();
     for (size_t r = 0; r < r_count; ++r) {
       if (m.rows == 0) {
         if (!PresentIn(masks, r, c)) continue;
-        values[r] = rows[r][c];
+        values[r] = at[r];
       } else {
         double v = 0.0;
-        for (size_t j = 0; j < m.cols; ++j) v += m.at(r, j) * static_cast<double>(rows[j][c]);
+        for (size_t j = 0; j < m.cols; ++j) v += m.at(r, j) * static_cast<double>(at[j]);
         values[r] = static_cast<float>(v);
       }
       order.push_back(r);
     }
-    std::stable_sort(order.begin(), order.end(),
-                     [&](size_t a, size_t b) { return values[a] < values[b]; });
+    StableSortByValue(order, values);
     sorted.resize(order.size());
     for (size_t i = 0; i < order.size(); ++i) sorted[i] = values[order[i]];
     AddRuleWeights(*data.coordinate, sorted, order, u);

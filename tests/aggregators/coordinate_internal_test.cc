@@ -1,6 +1,7 @@
 #include "aggregators/coordinate_internal.h"
 
 #include <algorithm>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -91,6 +92,51 @@ TEST(MeanOfRanksTest, AveragesTheRequestedRanksOnBothPaths) {
     for (size_t c = 0; c < d; ++c) ASSERT_FLOAT_EQ(out[c], 2.0f) << "k " << k << " c " << c;
     MeanOfRanks(test::Pointers(inputs), k - 1, k - 1, out, nullptr);
     for (size_t c = 0; c < d; ++c) ASSERT_FLOAT_EQ(out[c], k - 1.0f) << "k " << k;
+  }
+}
+
+// Every rank window of every input count the register kernels take (2 to 16) and one past
+// them, over a length with groups of 8 and a tail: the bits of the definition (the ranks'
+// values summed in double from 0.0 in ascending order, divided, rounded once), with ties,
+// signed zeros and a pool, and into an output that is one of the inputs.
+TEST(MeanOfRanksTest, EveryRankWindowGivesTheDefinitionsBits) {
+  std::mt19937 rng(11);
+  core::ThreadPool pool(2);
+  const size_t d = 8 * 7 + 5;
+  for (size_t k = 1; k <= 17; ++k) {
+    test::Vectors inputs(k, std::vector<float>(d));
+    for (std::vector<float>& row : inputs) {
+      for (float& x : row) {
+        const uint32_t pick = rng() % 4;
+        x = pick == 0   ? static_cast<float>(static_cast<int>(rng() % 5) - 2) * 0.5f
+            : pick == 1 ? (rng() % 2 == 0 ? 0.0f : -0.0f)
+                        : std::uniform_real_distribution<float>(-3.0f, 3.0f)(rng);
+      }
+    }
+    for (size_t lo = 0; lo < k; ++lo) {
+      for (size_t hi = lo; hi < k; ++hi) {
+        std::vector<float> want(d);
+        for (size_t c = 0; c < d; ++c) {
+          std::vector<float> column(k);
+          for (size_t i = 0; i < k; ++i) column[i] = inputs[i][c];
+          std::sort(column.begin(), column.end());
+          double sum = 0.0;
+          for (size_t r = lo; r <= hi; ++r) sum += static_cast<double>(column[r]);
+          want[c] = static_cast<float>(sum / static_cast<double>(hi - lo + 1));
+        }
+        for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> out(d);
+          MeanOfRanks(test::Pointers(inputs), lo, hi, out, p);
+          ASSERT_EQ(0, std::memcmp(out.data(), want.data(), d * sizeof(float)))
+              << "k " << k << " ranks " << lo << ".." << hi;
+        }
+        test::Vectors aliased = inputs;
+        std::vector<const float*> pointers = test::Pointers(aliased);
+        MeanOfRanks(pointers, lo, hi, std::span<float>(aliased[k / 2]), nullptr);
+        ASSERT_EQ(0, std::memcmp(aliased[k / 2].data(), want.data(), d * sizeof(float)))
+            << "into input " << k / 2 << ", k " << k << " ranks " << lo << ".." << hi;
+      }
+    }
   }
 }
 

@@ -99,6 +99,30 @@ TEST(InfluenceTest, TrimmedMeanAndMedianTraceTheRanksTheyKeep) {
   EXPECT_EQ(median[5] + median[6], 0.0);
 }
 
+// Equal values rank in input order, so on a constant column the trimmed mean weighs the
+// middle inputs and the lower median of an even count the one before the middle, on both
+// sides of the 32 inputs the sample sort does by insertion.
+TEST(InfluenceTest, EqualValuesRankInInputOrder) {
+  for (size_t k : {size_t{8}, size_t{40}}) {
+    const Vectors in(k, std::vector<float>(kD, 0.5f));
+    const size_t trim = k / 4;
+    const std::vector<double> trimmed =
+        InfluenceOf("trimmed_mean", static_cast<int>(k), static_cast<int>(trim), in);
+    const std::vector<double> lower = InfluenceOf("median(even=lower)", static_cast<int>(k), 1, in);
+    ASSERT_EQ(trimmed.size(), k);
+    ASSERT_EQ(lower.size(), k);
+    for (size_t j = 0; j < k; ++j) {
+      const bool kept = j >= trim && j < k - trim;
+      EXPECT_NEAR(trimmed[j],
+                  kept ? static_cast<double>(kD) / static_cast<double>(k - 2 * trim) : 0.0,
+                  1e-9 * kD)
+          << "k " << k << " input " << j;
+      EXPECT_NEAR(lower[j], j == k / 2 - 1 ? static_cast<double>(kD) : 0.0, 1e-9 * kD)
+          << "k " << k << " input " << j;
+    }
+  }
+}
+
 TEST(InfluenceTest, MeamedKeepsTheWindowNearestTheMedian) {
   // One coordinate, values 0..4 and 100: meamed (drop f = 1) keeps 0..4.
   const Vectors in = test::FromColumns({{0, 1, 2, 3, 4, 100}});
