@@ -39,6 +39,10 @@ absl::Status RoundAggregation::CheckQuorum(size_t inputs, std::string_view what)
                                   " inputs the quorum needs (dropped; parameters unchanged)"));
 }
 
+core::ThreadPool* RoundAggregation::OneSlicePool(const ClosedRound& round) const {
+  return round.info.numel >= kPooledSliceElems ? pool_ : nullptr;
+}
+
 aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
                                                             std::span<const uint32_t> workers,
                                                             const InputMasks& masks,
@@ -78,8 +82,9 @@ absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> ou
   if (!masks.ptrs.empty()) ++counts->masked;
   const std::vector<uint32_t> support = round.SharedSupport(workers);
   const std::vector<const float*> rows = round.Rows(workers);
-  PS_RETURN_IF_ERROR(
-      rule_->Aggregate(rows, out, ContextOf(round, workers, masks, support, counts, weights)));
+  aggregators::AggregationContext ctx = ContextOf(round, workers, masks, support, counts, weights);
+  ctx.pool = OneSlicePool(round);
+  PS_RETURN_IF_ERROR(rule_->Aggregate(rows, out, ctx));
   if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
   return absl::OkStatus();
 }
@@ -113,7 +118,7 @@ void RoundAggregation::SliceGram(ClosedRound& round) const {
   aggregators::AggregationContext ctx;
   ctx.slice_id = round.info.id;
   ctx.round = round.round;
-  ctx.pool = pool_;
+  ctx.pool = OneSlicePool(round);
   ClosedRound::GramPart part;
   part.gram.assign(workers.size() * workers.size(), 0.0);
   if (!rule_->AccumulateGram(round.Rows(workers), round.info.numel, ctx, part.gram).ok()) return;
@@ -172,8 +177,9 @@ absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedR
   const InputMasks masks = round.MasksOf(agreed);
   const std::vector<uint32_t> support = round.SharedSupport(agreed);
   const std::vector<const float*> rows = round.Rows(agreed);
-  PS_RETURN_IF_ERROR(
-      rule_->Apply(plan, rows, out, ContextOf(round, agreed, masks, support, counts, weights)));
+  aggregators::AggregationContext ctx = ContextOf(round, agreed, masks, support, counts, weights);
+  ctx.pool = OneSlicePool(round);
+  PS_RETURN_IF_ERROR(rule_->Apply(plan, rows, out, ctx));
   if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
   return absl::OkStatus();
 }

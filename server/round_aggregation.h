@@ -95,6 +95,15 @@ class RoundAggregation {
                      std::span<const uint32_t> agreed, std::span<float> out,
                      AggregationCounts* counts, InputWeights* weights = nullptr);
 
+  // The pool a rule may spread one slice's coordinates over: none below
+  // kPooledSliceElems. The shard already aggregates its slices side by side (each on the
+  // job its last push or the plan started), and a default slice of 2^16 coordinates is
+  // four of the rules' 16384-coordinate blocks: waking another pool thread for one cost
+  // about what the block's work does (1 x 1 fp32 moved 1.05x as much without, docs/bench.md,
+  // "One slice, one thread"). Model scope's Gram at the round's start still spreads each
+  // slice's rows over the pool, the one place a single job walks every slice.
+  core::ThreadPool* OneSlicePool(const ClosedRound& round) const;
+
   // What a round publishes: the values, and with --pull-codec the change from the last
   // version, encoded (null: none).
   struct Publication {
@@ -120,6 +129,10 @@ class RoundAggregation {
                                             const std::vector<uint32_t>& support,
                                             AggregationCounts* counts,
                                             InputWeights* weights = nullptr) const;
+
+  // Slices of at least this many coordinates (64 of the rules' blocks) are spread over
+  // the pool (OneSlicePool).
+  static constexpr uint32_t kPooledSliceElems = uint32_t{1} << 20;
 
   aggregators::Aggregator* const rule_;
   core::ThreadPool* const pool_;

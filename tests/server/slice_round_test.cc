@@ -923,6 +923,26 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   EXPECT_EQ(a.Participants(rounds, 3), (std::vector<uint32_t>{0, 2}));
 }
 
+// A slice below 2^20 coordinates is aggregated on the job that closed it alone; a larger
+// one spreads its coordinates over the pool.
+TEST(RoundAggregationTest, OnlyASliceOfAMillionCoordinatesIsSpreadOverThePool) {
+  core::ThreadPool pool(2);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 1;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/1);
+  ClosedRound r;
+  for (uint32_t numel : {uint32_t{1}, uint32_t{65536}, (uint32_t{1} << 20) - 1}) {
+    r.info.numel = numel;
+    EXPECT_EQ(a.OneSlicePool(r), nullptr) << numel;
+  }
+  for (uint32_t numel : {uint32_t{1} << 20, uint32_t{1} << 22}) {
+    r.info.numel = numel;
+    EXPECT_EQ(a.OneSlicePool(r), &pool) << numel;
+  }
+}
+
 // The learning rate the round's pushes carried: their median, which one liar of three
 // does not move; the tensor's optimizer (Adam here) steps with it and counts its steps.
 TEST(RoundAggregationTest, TheTensorsOptimizerStepsWithTheMedianOfTheRatesPushed) {
