@@ -110,7 +110,7 @@ using RegisterSort = void (*)(float*);
 // order), scaled, rounded to float and stored. MeanOfRanksNetwork copies a tile of every
 // input, sorts it through memory, sums the ranks from the tile and copies the result out;
 // this does the same arithmetic in the same order (so the same bits) with none of those
-// passes, 3x to 5x faster at 4 to 16 inputs (docs/bench.md, "Order statistics in
+// passes, 1.5x to 2.9x faster at 4 to 16 inputs (docs/bench.md, "Order statistics in
 // registers"). All K rows are loaded before the store, so `out` may be an input.
 template <size_t K>
 __attribute__((target("avx2"), no_sanitize("address", "undefined"))) void MeanOfRanksInRegisters(
@@ -156,8 +156,9 @@ __attribute__((target("avx2"), no_sanitize("address", "undefined"))) void MeanOf
 using RegisterRanks = void (*)(const float* const*, size_t, size_t, double, double, float*,
                                size_t, size_t);
 
-// Up to this many inputs MeanOfRanks runs in registers; beyond, 2 K + 4 vector registers
-// no longer fit the 16 AVX2 has and the spills cost more than the tile's copies save.
+// Up to this many inputs MeanOfRanks runs in registers (at 16 the rows, sums and constants
+// already spill past AVX2's 16 vector registers and it still ran at 0.6 of the tile's
+// time); beyond, the tile with its register sort (kMaxRegisterNetworkInputs) serves.
 constexpr size_t kMaxRegisterRankInputs = 16;
 
 template <size_t... I>
