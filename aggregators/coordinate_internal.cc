@@ -170,8 +170,7 @@ constexpr std::array<RegisterRanks, sizeof...(I)> RegisterRankKernels(std::index
 RegisterRanks RegisterRanksFor(size_t k) {
   static constexpr auto kKernels =
       RegisterRankKernels(std::make_index_sequence<kMaxRegisterRankInputs - 1>{});
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2 && k >= 2 && k <= kMaxRegisterRankInputs ? kKernels[k - 2] : nullptr;
+  return core::CpuHasAvx2() && k >= 2 && k <= kMaxRegisterRankInputs ? kKernels[k - 2] : nullptr;
 }
 
 // Entry i sorts i + 2 rows.
@@ -184,8 +183,7 @@ constexpr std::array<RegisterSort, sizeof...(I)> RegisterSorts(std::index_sequen
 RegisterSort RegisterSortFor(size_t k) {
   static constexpr auto kSorts =
       RegisterSorts(std::make_index_sequence<kMaxRegisterNetworkInputs - 1>{});
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  return avx2 && k >= 2 && k <= kMaxRegisterNetworkInputs ? kSorts[k - 2] : nullptr;
+  return core::CpuHasAvx2() && k >= 2 && k <= kMaxRegisterNetworkInputs ? kSorts[k - 2] : nullptr;
 }
 #endif
 

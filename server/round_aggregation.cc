@@ -53,7 +53,7 @@ aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
   aggregators::AggregationContext ctx;
   ctx.slice_id = round.info.id;
   ctx.round = round.round;
-  ctx.pool = pool_;
+  ctx.pool = OneSlicePool(round);
   ctx.masks = masks.ptrs;
   ctx.state = round.model.rule_state;
   ctx.support = support;
@@ -82,8 +82,8 @@ absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> ou
   if (!masks.ptrs.empty()) ++counts->masked;
   const std::vector<uint32_t> support = round.SharedSupport(workers);
   const std::vector<const float*> rows = round.Rows(workers);
-  aggregators::AggregationContext ctx = ContextOf(round, workers, masks, support, counts, weights);
-  ctx.pool = OneSlicePool(round);
+  const aggregators::AggregationContext ctx =
+      ContextOf(round, workers, masks, support, counts, weights);
   PS_RETURN_IF_ERROR(rule_->Aggregate(rows, out, ctx));
   if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
   return absl::OkStatus();
@@ -165,8 +165,10 @@ absl::Status RoundAggregation::AccumulateGram(std::span<ClosedRound> rounds,
     }
     const InputMasks masks = r.MasksOf(participants);
     const std::vector<uint32_t> support = r.SharedSupport(participants);
-    st.Update(rule_->AccumulateGram(r.Rows(participants), r.info.numel,
-                                    ContextOf(r, participants, masks, support, counts), gram));
+    // One job walks every slice here: each slice's rows go over the pool whatever its size.
+    aggregators::AggregationContext ctx = ContextOf(r, participants, masks, support, counts);
+    ctx.pool = pool_;
+    st.Update(rule_->AccumulateGram(r.Rows(participants), r.info.numel, ctx, gram));
   }
   return st;
 }
@@ -177,8 +179,8 @@ absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedR
   const InputMasks masks = round.MasksOf(agreed);
   const std::vector<uint32_t> support = round.SharedSupport(agreed);
   const std::vector<const float*> rows = round.Rows(agreed);
-  aggregators::AggregationContext ctx = ContextOf(round, agreed, masks, support, counts, weights);
-  ctx.pool = OneSlicePool(round);
+  const aggregators::AggregationContext ctx =
+      ContextOf(round, agreed, masks, support, counts, weights);
   PS_RETURN_IF_ERROR(rule_->Apply(plan, rows, out, ctx));
   if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
   return absl::OkStatus();

@@ -122,7 +122,8 @@ class RoundAggregation {
   // tensor's optimizer, else the shard's SGD), at the learning rate the round's pushes
   // carried (their median) or the configured one; the new parameters also into `copy_to`.
   void StepModel(ClosedRound& round, std::span<const float> out, std::span<float> copy_to) const;
-  // The rule's context for `workers` of `round`; `masks` and `support` must outlive it.
+  // The rule's context for `workers` of `round` (its pool OneSlicePool's); `masks` and
+  // `support` must outlive it.
   // `weights`, if given, is sized for `workers` and receives their influence.
   aggregators::AggregationContext ContextOf(ClosedRound& round, std::span<const uint32_t> workers,
                                             const InputMasks& masks,
