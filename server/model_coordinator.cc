@@ -191,7 +191,8 @@ void ModelCoordinator::Publish(uint64_t round, const absl::StatusOr<aggregators:
 void ModelCoordinator::PublishSlice(ClosedRound& r,
                                     const absl::StatusOr<aggregators::RoundPlan>& plan,
                                     const std::vector<uint32_t>& agreed) {
-  std::vector<float> out(r.info.numel);
+  const AggregateBuffer buffer(r.info.numel);
+  const std::span<float> out = buffer.values();
   absl::Status st = plan.status();
   if (plan.ok()) {
     const auto start = std::chrono::steady_clock::now();

@@ -14,6 +14,38 @@ namespace ps::server {
 
 namespace {
 
+// The thread's buffer for AggregateBuffer: as large as the largest slice it aggregated.
+struct ThreadAggregateBuffer {
+  std::unique_ptr<float[]> data;
+  size_t capacity = 0;
+  bool in_use = false;
+};
+thread_local ThreadAggregateBuffer t_aggregate_buffer;
+
+}  // namespace
+
+AggregateBuffer::AggregateBuffer(size_t numel) {
+  ThreadAggregateBuffer& t = t_aggregate_buffer;
+  if (t.in_use) {
+    own_.reset(new float[numel]);  // default-initialised: not zeroed
+    values_ = std::span<float>(own_.get(), numel);
+    return;
+  }
+  if (t.capacity < numel) {
+    t.data.reset(new float[numel]);
+    t.capacity = numel;
+  }
+  t.in_use = true;
+  leased_ = true;
+  values_ = std::span<float>(t.data.get(), numel);
+}
+
+AggregateBuffer::~AggregateBuffer() {
+  if (leased_) t_aggregate_buffer.in_use = false;
+}
+
+namespace {
+
 // The payload that marks a BelowQuorum status.
 constexpr std::string_view kBelowQuorumUrl = "ps.server/below_quorum";
 
@@ -202,7 +234,7 @@ void RoundAggregation::StepModel(ClosedRound& round, std::span<const float> out,
   m.optimizer->Step(step_lr, m.steps, out, m.velocity, m.second_moment, m.params, copy_to);
 }
 
-RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::vector<float>& out,
+RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::span<float> out,
                                                      absl::Status& st) const {
   if (st.ok() && core::FindNonFinite(out) >= 0) {
     st = absl::InternalError("aggregate is not finite (inputs overflowed)");

@@ -50,6 +50,28 @@ struct InputWeights {
 absl::Status BelowQuorum(std::string_view message);
 bool IsBelowQuorum(const absl::Status& status);
 
+// The floats a slice's aggregate is written into: the calling thread's own buffer,
+// reused from slice to slice and not zeroed (every rule writes each coordinate of its
+// output: AggregatorTest.EveryCoordinateOfTheOutputIsWritten), or one of its own when
+// the thread's is in use further up its stack. A zeroed vector made and freed per slice
+// was 1% of a 1 x 1 fp32 round's CPU (docs/bench.md, "The aggregate's buffer kept").
+// Lives on the stack of the thread that made it.
+class AggregateBuffer {
+ public:
+  explicit AggregateBuffer(size_t numel);
+  ~AggregateBuffer();
+  AggregateBuffer(const AggregateBuffer&) = delete;
+  AggregateBuffer& operator=(const AggregateBuffer&) = delete;
+
+  // numel floats, their values unspecified until written.
+  std::span<float> values() const { return values_; }
+
+ private:
+  std::unique_ptr<float[]> own_;  // when the thread's buffer is taken
+  bool leased_ = false;           // values_ is the thread's buffer
+  std::span<float> values_;
+};
+
 class RoundAggregation {
  public:
   // Borrows `rule` and `pool`, which must outlive this. `quorum`: the fewest inputs any
@@ -115,7 +137,7 @@ class RoundAggregation {
   // `st` into an error first; after an error the parameters stay as they were (zeros
   // with --aggregate-only). With --pull-codec the values are what the workers hold once
   // they applied the encoded change (server/pull_delta.h).
-  Publication Step(ClosedRound& round, std::vector<float>& out, absl::Status& st) const;
+  Publication Step(ClosedRound& round, std::span<float> out, absl::Status& st) const;
 
  private:
   // The optimizer's step of `round`'s model with the aggregate `out` (the slice's

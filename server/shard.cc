@@ -76,7 +76,7 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
              clock, &deadlines_,
              ModelCoordinator::Parts{
                  &table_, &aggregation_, aggregator_.get(), &jobs_, &counters_, &suspicion_,
-                 [this](ClosedRound round, std::vector<float>& out, absl::Status st) {
+                 [this](ClosedRound round, std::span<float> out, absl::Status st) {
                    PublishRound(std::move(round), out, std::move(st));
                  }},
              model_scope_),
@@ -382,7 +382,8 @@ void Shard::AggregateSlice(uint32_t slice_id) {
   std::optional<ClosedRound> round = table_.slice(slice_id)->TakeClosed();
   if (!round.has_value()) return;
   const auto start = std::chrono::steady_clock::now();
-  std::vector<float> out(round->info.numel);
+  const AggregateBuffer buffer(round->info.numel);
+  const std::span<float> out = buffer.values();
   AggregationCounts counts;
   InputWeights weights;
   absl::Status st = aggregation_.Aggregate(*round, out, &counts, &weights);
@@ -395,7 +396,7 @@ void Shard::AggregateSlice(uint32_t slice_id) {
   PublishRound(*std::move(round), out, st);
 }
 
-void Shard::PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st) {
+void Shard::PublishRound(ClosedRound round, std::span<float> out, absl::Status st) {
   RoundAggregation::Publication published = aggregation_.Step(round, out, st);
   // Keep serving: after an error the unchanged parameters (or a zero aggregate) are
   // published so workers move on; the counters say loudly that this round was dropped.

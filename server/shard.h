@@ -337,7 +337,7 @@ class Shard {
   void AggregateSlice(uint32_t slice_id);
   // Publishes a closed round from its aggregate `out` (or, when !st.ok(), the unchanged
   // parameters) and wakes its watchers: both scopes publish here.
-  void PublishRound(ClosedRound round, std::vector<float>& out, absl::Status st);
+  void PublishRound(ClosedRound round, std::span<float> out, absl::Status st);
 
   const ServerOptions options_;
   const uint64_t pull_epoch_;

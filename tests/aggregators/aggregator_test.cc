@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 #include <vector>
 
+#include "core/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/aggregators/test_util.h"
@@ -140,6 +143,69 @@ TEST(AggregatorTest, OutputMayBeOneOfTheInputs) {
       EXPECT_EQ(scratch[target], want) << name << " into input " << target;
     }
   }
+}
+
+// Every rule writes every coordinate of its output, whatever the output held before:
+// the shard reuses one buffer per thread for the slices' aggregates without zeroing it
+// (server/aggregate_buffer.h). Checked on complete inputs, on masked inputs (a
+// coordinate range nobody sent, one input missing every third coordinate) and on a
+// shared support, in slice scope and, for the Gram rules, model scope's Apply.
+TEST(AggregatorTest, EveryCoordinateOfTheOutputIsWritten) {
+  const size_t n = 11, d = 3000;
+  const test::Vectors inputs = test::RandomVectors(n, d, 17);
+  const std::vector<const float*> ptrs = test::Pointers(inputs);
+  std::vector<std::vector<uint8_t>> bitmaps(n, std::vector<uint8_t>((d + 7) / 8, 0xff));
+  for (size_t c = 0; c < d; ++c) {
+    const auto clear = [&](size_t i) { bitmaps[i][c / 8] &= uint8_t(~(1u << (c % 8))); };
+    if (c >= 640 && c < 704) {
+      for (size_t i = 0; i < n; ++i) clear(i);  // nobody sent these
+    }
+    if (c % 3 == 0) clear(5);
+  }
+  std::vector<const uint8_t*> masks(n, nullptr);
+  masks[2] = bitmaps[2].data();  // complete, as a bitmap
+  masks[5] = bitmaps[5].data();
+  masks[7] = bitmaps[7].data();
+  std::vector<uint32_t> support;
+  for (uint32_t c = 3; c < d; c += 7) support.push_back(c);
+  struct Case {
+    const char* what;
+    AggregationContext ctx;
+  };
+  std::vector<Case> cases(3);
+  cases[0].what = "complete";
+  cases[1].what = "masked";
+  cases[1].ctx.masks = masks;
+  cases[2].what = "support";
+  cases[2].ctx.support = support;
+  // Each run gets its own rule, so stateful rules start alike.
+  const auto run = [&](const std::string& name, const AggregationContext& ctx, float fill,
+                       std::vector<float>& out) -> absl::Status {
+    absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(int(n), 2));
+    if (!rule.ok()) return rule.status();
+    out.assign(d, fill);
+    if (!(*rule)->NeedsGram()) return (*rule)->Aggregate(ptrs, out, ctx);
+    const size_t rows = n + (*rule)->StateRows();
+    std::vector<double> gram(rows * rows, 0.0);
+    PS_RETURN_IF_ERROR((*rule)->AccumulateGram(ptrs, d, ctx, gram));
+    PS_ASSIGN_OR_RETURN(RoundPlan plan, (*rule)->Plan(n, gram, ctx.round));
+    return (*rule)->Apply(plan, ptrs, out, ctx);
+  };
+  size_t compared = 0;
+  for (const std::string& name : AggregatorNames()) {
+    for (const Case& c : cases) {
+      std::vector<float> zeroed, poisoned;
+      const absl::Status a = run(name, c.ctx, 0.0f, zeroed);
+      const absl::Status b = run(name, c.ctx, std::numeric_limits<float>::quiet_NaN(), poisoned);
+      ASSERT_EQ(a, b) << name << ", " << c.what;
+      if (!a.ok()) continue;
+      ++compared;
+      ASSERT_EQ(std::memcmp(zeroed.data(), poisoned.data(), d * sizeof(float)), 0)
+          << name << ", " << c.what << ": a coordinate of the output was left as it was";
+    }
+  }
+  // Every rule aggregates complete inputs and most take the masks and the support.
+  EXPECT_GE(compared, 2 * AggregatorNames().size());
 }
 
 class ByzantineTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};

@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aggregators/aggregator.h"
@@ -921,6 +922,36 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   rounds.push_back(std::move(r));
   rounds.push_back(std::move(other));
   EXPECT_EQ(a.Participants(rounds, 3), (std::vector<uint32_t>{0, 2}));
+}
+
+// The aggregate's buffer: the thread's own, reused and grown as slices need; a buffer made
+// while the thread's is in use, and one on another thread, are others.
+TEST(AggregateBufferTest, TheThreadsBufferIsReusedAndANestedOneIsItsOwn) {
+  const float* first = nullptr;
+  {
+    const AggregateBuffer a(1000);
+    first = a.values().data();
+    ASSERT_EQ(a.values().size(), 1000u);
+    a.values()[999] = 1.0f;
+    const AggregateBuffer nested(1000);
+    EXPECT_NE(nested.values().data(), first);
+    EXPECT_EQ(nested.values().size(), 1000u);
+    nested.values()[999] = 2.0f;
+    EXPECT_EQ(a.values()[999], 1.0f);
+    std::thread([&] {
+      const AggregateBuffer other(1000);
+      EXPECT_NE(other.values().data(), first);
+      other.values()[0] = 3.0f;
+    }).join();
+  }
+  {
+    const AggregateBuffer again(500);
+    EXPECT_EQ(again.values().data(), first);
+    EXPECT_EQ(again.values().size(), 500u);
+  }
+  const AggregateBuffer larger(1 << 20);
+  ASSERT_EQ(larger.values().size(), size_t{1} << 20);
+  larger.values()[(1 << 20) - 1] = 4.0f;  // writable to the end (ASan would see past it)
 }
 
 // A slice below 2^20 coordinates is aggregated on the job that closed it alone; a larger
