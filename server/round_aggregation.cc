@@ -36,12 +36,11 @@ AggregateBuffer::AggregateBuffer(size_t numel) {
     t.capacity = numel;
   }
   t.in_use = true;
-  leased_ = true;
   values_ = std::span<float>(t.data.get(), numel);
 }
 
 AggregateBuffer::~AggregateBuffer() {
-  if (leased_) t_aggregate_buffer.in_use = false;
+  if (own_ == nullptr) t_aggregate_buffer.in_use = false;
 }
 
 namespace {

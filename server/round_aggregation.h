@@ -67,8 +67,7 @@ class AggregateBuffer {
   std::span<float> values() const { return values_; }
 
  private:
-  std::unique_ptr<float[]> own_;  // when the thread's buffer is taken
-  bool leased_ = false;           // values_ is the thread's buffer
+  std::unique_ptr<float[]> own_;  // when the thread's buffer is taken; else values_ is it
   std::span<float> values_;
 };
 

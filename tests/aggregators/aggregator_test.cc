@@ -147,7 +147,7 @@ TEST(AggregatorTest, OutputMayBeOneOfTheInputs) {
 
 // Every rule writes every coordinate of its output, whatever the output held before:
 // the shard reuses one buffer per thread for the slices' aggregates without zeroing it
-// (server/aggregate_buffer.h). Checked on complete inputs, on masked inputs (a
+// (AggregateBuffer, server/round_aggregation.h). Checked on complete inputs, on masked inputs (a
 // coordinate range nobody sent, one input missing every third coordinate) and on a
 // shared support, in slice scope and, for the Gram rules, model scope's Apply.
 TEST(AggregatorTest, EveryCoordinateOfTheOutputIsWritten) {
