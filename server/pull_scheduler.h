@@ -6,8 +6,8 @@
 // (priority, arrival, slice) (priority 0 for all under --schedule fifo), and hands the
 // sink the most urgent ready slice each time the sink can take one (it takes
 // PullSink::writes_in_flight() before the first WriteDone: 1 for gRPC's one write per
-// stream, 2 for the TCP backend's queue): a slice's published values, or the change from
-// the version the worker holds (compressed pulls). The slices ready at the start go out
+// stream, 2 to 8 for the TCP backend's, by its link's pace): a slice's published values,
+// or the change from the version the worker holds (compressed pulls). The slices ready at the start go out
 // most urgent first, since writing starts only once every watch is registered; a slice
 // handed over right after a write completed, or behind one in flight, is marked
 // `queued` (it waited for the link). An urgent slice overtakes every ready one not yet

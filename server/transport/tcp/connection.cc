@@ -78,13 +78,12 @@ std::string StatusFrame(net::FrameType type, uint64_t tag, const absl::Status& s
 
 // One open pull: the front's handle and the sink it writes into. The scheduler calls
 // Write and Finish with its lock held, from any thread: both only post to the connection's thread.
-// Slices of one pull queued at once: the next is in the queue when a write completes.
-constexpr size_t kPullWritesInFlight = 2;
-
+// Slices of one pull queued at once (at least 2: the next is in the queue when a write
+// completes), as many as the connection's pace allows (PullPace).
 class Connection::Pull final : public PullSink {
  public:
-  Pull(std::weak_ptr<Connection> connection, uint64_t tag)
-      : connection_(std::move(connection)), tag_(tag) {}
+  Pull(std::weak_ptr<Connection> connection, uint64_t tag, size_t writes_in_flight)
+      : connection_(std::move(connection)), tag_(tag), writes_in_flight_(writes_in_flight) {}
   ~Pull() override { handle_.reset(); }  // detaches this sink before it goes
 
   void Open(std::unique_ptr<PullHandle> handle) {
@@ -125,7 +124,7 @@ class Connection::Pull final : public PullSink {
                });
   }
 
-  size_t writes_in_flight() const override { return kPullWritesInFlight; }
+  size_t writes_in_flight() const override { return writes_in_flight_; }
 
   void Finish(const absl::Status& status) override {
     if (std::shared_ptr<Connection> c = connection_.lock()) {
@@ -137,6 +136,7 @@ class Connection::Pull final : public PullSink {
  private:
   const std::weak_ptr<Connection> connection_;
   const uint64_t tag_;
+  const size_t writes_in_flight_;
   std::unique_ptr<PullHandle> handle_;
 };
 
@@ -370,7 +370,7 @@ void Connection::OnPullBody() {
                                         .slice_ids = std::move(body->slice_ids),
                                         .held_versions = std::move(body->held_versions)});
     if (handle.ok()) {
-      auto pull = std::make_unique<Pull>(weak_from_this(), tag);
+      auto pull = std::make_unique<Pull>(weak_from_this(), tag, pull_pace_.WritesInFlight());
       Pull* raw = pull.get();
       pulls_.emplace(tag, std::move(pull));
       raw->Open(*std::move(handle));  // Write and Finish post: nothing runs in here
@@ -409,6 +409,7 @@ void Connection::WriteMore() {
     if (out_[i].body != nullptr && !out_[i].body->empty()) buffers.emplace_back(asio::buffer(*out_[i].body));
   }
   writing_ = n;
+  write_started_ = std::chrono::steady_clock::now();
   held_answers_ = 0;
   socket_.AsyncWriteAll(buffers,
                         [self = shared_from_this()](const boost::system::error_code& ec, size_t) {
@@ -428,6 +429,11 @@ void Connection::Written(const boost::system::error_code& ec) {
     answers += frame.answer ? 1 : 0;
     last = last || frame.last;
     out_.pop_front();  // drops its snapshot reference
+  }
+  if (!slices.empty()) {
+    pull_pace_.Wrote(slices.size(), std::chrono::duration<double>(
+                                        std::chrono::steady_clock::now() - write_started_)
+                                        .count());
   }
   if (last) {
     // The peer reads the GOAWAY and then the end of the stream; the socket closes when

@@ -56,6 +56,7 @@
 #include "server/connection_table.h"
 #include "server/shard_front.h"
 #include "server/transport/tcp/backend.h"
+#include "server/transport/tcp/pull_pace.h"
 
 namespace ps::server::transport::tcp {
 
@@ -217,6 +218,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Pull>> pulls_;
   std::deque<Outgoing> out_;
   size_t writing_ = 0;  // frames of out_'s front in the write in flight
+  std::chrono::steady_clock::time_point write_started_;  // of the write in flight
+  PullPace pull_pace_;  // how many slices a pull hands over at once
 };
 
 }  // namespace ps::server::transport::tcp
