@@ -108,6 +108,77 @@ absl::StatusOr<PushMeta> ParsePushMeta(uint8_t flags, std::string_view meta) {
   return m;
 }
 
+absl::Status AppendPushes(const PushesMeta& meta, std::string* out) {
+  PS_RETURN_IF_ERROR(CheckCodec(FrameType::kPushes, meta.codec));
+  if (meta.count < 2 || meta.count > kMaxPushesPerFrame) {
+    return FrameError(FrameType::kPushes, absl::StrCat("count ", meta.count, " is outside [2, ",
+                                                       kMaxPushesPerFrame, "]"));
+  }
+  const PushesEntry& first = meta.entries[0];
+  uint64_t body_bytes = 0;
+  for (uint32_t i = 0; i < meta.count; ++i) {
+    const PushesEntry& e = meta.entries[i];
+    if (e.tag == 0) return FrameError(FrameType::kPushes, absl::StrCat("push ", i, " has tag 0"));
+    if (e.loss.has_value() != first.loss.has_value() || e.lr.has_value() != first.lr.has_value()) {
+      return FrameError(FrameType::kPushes,
+                        absl::StrCat("push ", i, " differs from the first in carrying a loss or a "
+                                                 "learning rate"));
+    }
+    body_bytes += e.body_bytes;
+  }
+  const uint8_t flags = static_cast<uint8_t>((first.loss.has_value() ? kPushLoss : 0) |
+                                             (first.lr.has_value() ? kPushLr : 0));
+  return AppendFrame(FrameType::kPushes, flags, first.tag, body_bytes, out, [&](MetaWriter& w) {
+    w.Int(meta.layout_hash, 8);
+    w.Int(meta.round, 8);
+    w.Str(meta.codec, 1);
+    w.Int(meta.count, 1);
+    for (uint32_t i = 0; i < meta.count; ++i) {
+      const PushesEntry& e = meta.entries[i];
+      w.Int(e.tag, 8);
+      w.Int(e.slice_id, 4);
+      w.Int(e.body_bytes, 4);
+      if (e.loss.has_value()) w.F32(*e.loss);
+      if (e.lr.has_value()) w.F32(*e.lr);
+    }
+  });
+}
+
+absl::StatusOr<PushesMeta> ParsePushesMeta(const FrameHeader& header, std::string_view meta) {
+  MetaReader r(FrameType::kPushes, meta);
+  PushesMeta m;
+  PS_RETURN_IF_ERROR(r.Int(&m.layout_hash, "layout hash"));
+  PS_RETURN_IF_ERROR(r.Int(&m.round, "round"));
+  PS_RETURN_IF_ERROR(r.Str(1, kMaxFrameCodecBytes, &m.codec, "codec"));
+  uint8_t count = 0;
+  PS_RETURN_IF_ERROR(r.Int(&count, "count"));
+  if (count < 2 || count > kMaxPushesPerFrame) {
+    return r.Error(absl::StrCat("count ", count, " is outside [2, ", kMaxPushesPerFrame, "]"));
+  }
+  m.count = count;
+  uint64_t body_bytes = 0;
+  for (uint32_t i = 0; i < m.count; ++i) {
+    PushesEntry& e = m.entries[i];
+    PS_RETURN_IF_ERROR(r.Int(&e.tag, "tag"));
+    PS_RETURN_IF_ERROR(r.Int(&e.slice_id, "slice id"));
+    PS_RETURN_IF_ERROR(r.Int(&e.body_bytes, "body length"));
+    if ((header.flags & kPushLoss) != 0) PS_RETURN_IF_ERROR(r.F32(&e.loss, "loss"));
+    if ((header.flags & kPushLr) != 0) PS_RETURN_IF_ERROR(r.F32(&e.lr, "learning rate"));
+    if (e.tag == 0) return r.Error(absl::StrCat("push ", i, " has tag 0"));
+    body_bytes += e.body_bytes;
+  }
+  PS_RETURN_IF_ERROR(r.Finish());
+  if (m.entries[0].tag != header.tag) {
+    return r.Error(absl::StrCat("the first push's tag ", m.entries[0].tag,
+                                " is not the header's ", header.tag));
+  }
+  if (body_bytes != header.body_bytes) {
+    return r.Error(absl::StrCat("body lengths add up to ", body_bytes, " bytes, the header says ",
+                                header.body_bytes));
+  }
+  return m;
+}
+
 absl::Status AppendAnswer(uint64_t tag, const StatusMeta& meta, std::string* out) {
   return AppendStatus(FrameType::kAnswer, tag, meta, out);
 }

@@ -30,6 +30,12 @@
 //   PUSH      0x10 worker -> shard: u64 layout hash, u64 round, u32 slice id, [f32 loss,
 //                  flag 0x01], [f32 learning rate, flag 0x02], str8 codec (at most
 //                  kMaxFrameCodecBytes). Body: the codec's payload.
+//   PUSHES    0x12 worker -> shard: several pushes of one round under one codec, their
+//                  bodies back to back: u64 layout hash, u64 round, str8 codec, u8 count
+//                  (2 to kMaxPushesPerFrame), then per push u64 tag (the first is the
+//                  header's; none 0), u32 slice id, u32 body length, [f32 loss, flag
+//                  0x01], [f32 learning rate, flag 0x02]; the body lengths add up to B.
+//                  Each push is answered by an ANSWER of its own tag, as a PUSH is.
 //   ANSWER    0x11 shard -> worker: u8 status code (0-16, absl::StatusCode), str8
 //                  refusal name ([a-z0-9_], at most kMaxRefusalNameBytes; empty: none),
 //                  str16 message (UTF-8, at most kMaxStatusMessageBytes)
@@ -75,7 +81,7 @@
 
 namespace ps::net {
 
-inline constexpr uint32_t kDataPlaneVersion = 1;
+inline constexpr uint32_t kDataPlaneVersion = 2;  // 2: PUSHES
 inline constexpr size_t kFrameHeaderBytes = 16;
 // No meta is longer (a static_assert in data_frame_header.cc holds every type's bound to
 // it), so a receiver can read any meta into a fixed buffer.
@@ -94,6 +100,7 @@ enum class FrameType : uint8_t {
   kAdmit = 0x04,
   kPush = 0x10,
   kAnswer = 0x11,
+  kPushes = 0x12,
   kPull = 0x20,
   kSlice = 0x21,
   kPullEnd = 0x22,
@@ -209,6 +216,37 @@ struct PushMeta {
 // `body_bytes`: the payload's length (at most 2^32 - 1).
 absl::Status AppendPush(uint64_t tag, const PushMeta& meta, size_t body_bytes, std::string* out);
 absl::StatusOr<PushMeta> ParsePushMeta(uint8_t flags, std::string_view meta);
+
+// PUSHES: the pushes one frame carries at most. Its meta is then 18 bytes, the codec and
+// 24 bytes per push: 657 at most, within kMaxMetaBytes.
+inline constexpr size_t kMaxPushesPerFrame = 16;
+struct PushesEntry {
+  uint64_t tag = 0;
+  uint32_t slice_id = 0;
+  uint32_t body_bytes = 0;
+  std::optional<float> loss;
+  std::optional<float> lr;
+  bool operator==(const PushesEntry&) const = default;
+};
+struct PushesMeta {
+  uint64_t layout_hash = 0;
+  uint64_t round = 0;
+  std::string_view codec;
+  uint32_t count = 0;  // entries in use
+  std::array<PushesEntry, kMaxPushesPerFrame> entries{};
+  // Push i as a PUSH would carry it.
+  PushMeta push(size_t i) const {
+    const PushesEntry& e = entries[i];
+    return PushMeta{.layout_hash = layout_hash, .round = round, .slice_id = e.slice_id,
+                    .loss = e.loss, .codec = codec, .lr = e.lr};
+  }
+};
+// A PUSHES's header and meta; its tag is the first push's. INVALID_ARGUMENT for a count
+// outside [2, kMaxPushesPerFrame], a tag of 0, pushes that differ in carrying a loss or a
+// learning rate, or bodies that add up to more than 2^32 - 1 bytes.
+absl::Status AppendPushes(const PushesMeta& meta, std::string* out);
+// Also refuses a first tag other than the header's and body lengths whose sum is not B.
+absl::StatusOr<PushesMeta> ParsePushesMeta(const FrameHeader& header, std::string_view meta);
 
 // ANSWER, PULL_END and GOAWAY: a status as the shard decided it (docs/data-plane.md,
 // "Refusals on the wire"). The receiver rebuilds the refusal from the name

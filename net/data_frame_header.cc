@@ -35,6 +35,8 @@ constexpr size_t kChallengeMetaBytes = 4 + crypto::kNonceBytes + crypto::kProofB
 constexpr size_t kProofMetaBytes = crypto::kProofBytes;
 constexpr size_t kAdmitMetaBytes = 4 * 4;
 constexpr size_t kPushFixedBytes = 8 + 8 + 4 + 1;
+constexpr size_t kPushesFixedBytes = 8 + 8 + 1 + 1;
+constexpr size_t kPushesEntryBytes = 8 + 4 + 4;
 constexpr size_t kStatusFixedBytes = 1 + 1 + 2;
 constexpr size_t kPullMetaBytes = 8 + 8 + 8 + 4;
 constexpr size_t kSliceFixedBytes = 4 + 8 + 8 + 8 + 1;
@@ -47,6 +49,9 @@ static_assert(kMaxFrameCodecBytes <= 0xff && kMaxRefusalNameBytes <= 0xff,
 static_assert(kMaxStatusMessageBytes <= 0xffff, "a message has a two-byte length");
 static_assert(kChallengeMetaBytes <= kMaxMetaBytes &&
               kPushFixedBytes + kLossBytes + kMaxFrameCodecBytes <= kMaxMetaBytes &&
+              kPushesFixedBytes + kMaxFrameCodecBytes +
+                      kMaxPushesPerFrame * (kPushesEntryBytes + 2 * kLossBytes) <=
+                  kMaxMetaBytes &&
               kStatusFixedBytes + kMaxRefusalNameBytes + kMaxStatusMessageBytes <= kMaxMetaBytes &&
               kSliceFixedBytes + 2 * kLossBytes + kMaxFrameCodecBytes <= kMaxMetaBytes,
               "every meta fits in kMaxMetaBytes");
@@ -67,6 +72,7 @@ std::optional<TypeInfo> InfoOf(FrameType type) {
     case FrameType::kGoaway:
       return TypeInfo{.connection = true};
     case FrameType::kPush:
+    case FrameType::kPushes:
       return TypeInfo{.flags = kPushLoss | kPushLr, .body = true};
     case FrameType::kPull:
       return TypeInfo{.flags = kPullHeld, .body = true};
@@ -96,6 +102,12 @@ std::pair<size_t, size_t> MetaBoundsOf(FrameType type, uint8_t flags) {
                            ((flags & kPushLr) != 0 ? kLossBytes : 0);
       return {fixed, fixed + kMaxFrameCodecBytes};
     }
+    case FrameType::kPushes: {
+      const size_t entry = kPushesEntryBytes + ((flags & kPushLoss) != 0 ? kLossBytes : 0) +
+                           ((flags & kPushLr) != 0 ? kLossBytes : 0);
+      return {kPushesFixedBytes + 2 * entry,
+              kPushesFixedBytes + kMaxFrameCodecBytes + kMaxPushesPerFrame * entry};
+    }
     case FrameType::kAnswer:
     case FrameType::kPullEnd:
     case FrameType::kGoaway:
@@ -121,7 +133,7 @@ std::string_view StateText(ConnectionState state) {
     case ConnectionState::kShardAwaitsProof:
       return "the shard awaits PROOF";
     case ConnectionState::kShardAdmitted:
-      return "the shard admitted the connection (PUSH, PULL, CANCEL, GOAWAY)";
+      return "the shard admitted the connection (PUSH, PUSHES, PULL, CANCEL, GOAWAY)";
     case ConnectionState::kWorkerAwaitsChallenge:
       return "the worker awaits CHALLENGE";
     case ConnectionState::kWorkerAwaitsAdmit:
@@ -139,8 +151,8 @@ bool Allowed(ConnectionState state, FrameType type) {
     case ConnectionState::kShardAwaitsProof:
       return type == FrameType::kProof;
     case ConnectionState::kShardAdmitted:
-      return type == FrameType::kPush || type == FrameType::kPull || type == FrameType::kCancel ||
-             type == FrameType::kGoaway;
+      return type == FrameType::kPush || type == FrameType::kPushes || type == FrameType::kPull ||
+             type == FrameType::kCancel || type == FrameType::kGoaway;
     case ConnectionState::kWorkerAwaitsChallenge:
       return type == FrameType::kChallenge || type == FrameType::kGoaway;
     case ConnectionState::kWorkerAwaitsAdmit:
@@ -236,6 +248,8 @@ std::string_view FrameTypeName(FrameType type) {
       return "PUSH";
     case FrameType::kAnswer:
       return "ANSWER";
+    case FrameType::kPushes:
+      return "PUSHES";
     case FrameType::kPull:
       return "PULL";
     case FrameType::kSlice:

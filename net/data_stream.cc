@@ -63,7 +63,7 @@ absl::Status TrustOnly(TlsContext& context, std::string_view ca_pem, std::string
 
 }  // namespace
 
-size_t DataStream::TakeStaged(ReadBuffers& into) {
+size_t DataStream::TakeStaged(std::span<boost::asio::mutable_buffer> into) {
   size_t took = 0;
   for (boost::asio::mutable_buffer& b : into) {
     const size_t n = std::min(b.size(), stage_end_ - stage_begin_);

@@ -20,11 +20,13 @@
 #include <array>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
 #include <variant>
+#include <vector>
 
 #include <boost/asio/buffer.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -132,24 +134,22 @@ class DataStream {
   }
   template <typename Handler>
   void AsyncReadExactly(ReadBuffers into, Handler&& handler) {
-    reads_now_ = 0;
-    const size_t total = boost::asio::buffer_size(into);
-    const size_t took = TakeStaged(into);
-    const size_t left = total - took;
-    if (left == 0) {
-      boost::asio::post(executor_, [h = std::forward<Handler>(handler), total]() mutable {
-        h(boost::system::error_code(), total);
-      });
-    } else if (left <= kStageBytes && read_ahead_) {
-      Fill(StagedRead<std::decay_t<Handler>>{this, into, total, std::forward<Handler>(handler)});
-    } else {
-      boost::asio::async_read(*this, into, Remaining{this, left},
-                              [h = std::forward<Handler>(handler), took](
-                                  const boost::system::error_code& ec, size_t n) mutable {
-                                h(ec, took + n);
-                              });
-    }
+    ReadExactly(std::move(into), std::forward<Handler>(handler));
   }
+  // Any number of buffers (a scatter read of several bodies), as above.
+  using ReadList = std::vector<boost::asio::mutable_buffer>;
+  template <typename Handler>
+  void AsyncReadExactly(ReadList into, Handler&& handler) {
+    ReadExactly(std::move(into), std::forward<Handler>(handler));
+  }
+  // What was read ahead, copied into `into`'s front (advancing it); the bytes taken. For a
+  // caller that reads the rest with async_read_some itself, in parts it handles as each
+  // fills (setting the mark with SetReadLowWater, as AsyncReadExactly does).
+  size_t TakeReadAhead(std::span<boost::asio::mutable_buffer> into) {
+    reads_now_ = 0;
+    return TakeStaged(into);
+  }
+
   // Writes all of `buffers` (a gather list of any length), then calls `handler(ec, bytes)`:
   // asio::async_write, but each write offers all that is left, where Asio's own conditions
   // stop at 64 KiB, so a batch of slices goes in as few system calls as the socket's
@@ -182,11 +182,33 @@ class DataStream {
   }
 
  private:
+  template <typename Buffers, typename Handler>
+  void ReadExactly(Buffers into, Handler&& handler) {
+    reads_now_ = 0;
+    const size_t total = boost::asio::buffer_size(into);
+    const size_t took = TakeStaged(into);
+    const size_t left = total - took;
+    if (left == 0) {
+      boost::asio::post(executor_, [h = std::forward<Handler>(handler), total]() mutable {
+        h(boost::system::error_code(), total);
+      });
+    } else if (left <= kStageBytes && read_ahead_) {
+      Fill(StagedRead<Buffers, std::decay_t<Handler>>{this, std::move(into), total,
+                                                      std::forward<Handler>(handler)});
+    } else {
+      boost::asio::async_read(*this, into, Remaining{this, left},
+                              [h = std::forward<Handler>(handler), took](
+                                  const boost::system::error_code& ec, size_t n) mutable {
+                                h(ec, took + n);
+                              });
+    }
+  }
+
   // AsyncReadExactly's read of a short rest: into the read-ahead buffer, then taken.
-  template <typename Handler>
+  template <typename Buffers, typename Handler>
   struct StagedRead {
     DataStream* stream;
-    ReadBuffers into;  // what is left to fill
+    Buffers into;  // what is left to fill
     size_t total;
     Handler handler;
     void operator()(const boost::system::error_code& ec, size_t n) {
@@ -197,15 +219,15 @@ class DataStream {
       stream->Fill(std::move(*this));
     }
   };
-  template <typename Handler>
-  void Fill(StagedRead<Handler>&& op) {
+  template <typename Buffers, typename Handler>
+  void Fill(StagedRead<Buffers, Handler>&& op) {
     PrepareStage();
     SetReadLowWater(1);
     async_read_some(boost::asio::buffer(stage_.get() + stage_end_, kStageBytes - stage_end_),
                     std::move(op));
   }
   // Copies what was read ahead into `into`'s front, advancing it; the bytes taken.
-  size_t TakeStaged(ReadBuffers& into);
+  size_t TakeStaged(std::span<boost::asio::mutable_buffer> into);
   // The read-ahead buffer allocated, its bytes moved to its front.
   void PrepareStage();
 

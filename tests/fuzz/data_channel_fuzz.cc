@@ -234,8 +234,8 @@ class Answers {
   int failed_ = 0;
 };
 
-// What the channel wrote after its PROOF, read as the shard reads it: PUSH, PULL and
-// CANCEL only, the pushes and the pull as the harness made them.
+// What the channel wrote after its PROOF, read as the shard reads it: PUSH, PUSHES, PULL
+// and CANCEL only, the pushes and the pull as the harness made them.
 void CheckWorkerStream(std::string_view out, const std::vector<const OutgoingPush*>& pushes) {
   const ps::net::FrameLimits limits{.max_body_bytes = kMaxBody, .max_pull_slices = 16};
   while (out.size() >= ps::net::kFrameHeaderBytes) {
@@ -261,6 +261,22 @@ void CheckWorkerStream(std::string_view out, const std::vector<const OutgoingPus
                       "a PUSH that is not the push given");
         break;
       }
+      case FrameType::kPushes: {
+        auto m = ps::net::ParsePushesMeta(*h, meta);
+        PS_FUZZ_CHECK(m.ok(), "a PUSHES the shard refuses");
+        size_t at = 0;
+        for (uint32_t i = 0; i < m->count; ++i) {
+          const ps::net::PushesEntry& e = m->entries[i];
+          PS_FUZZ_CHECK(e.tag == 1 || e.tag == 2, "a push of a PUSHES under another tag");
+          const OutgoingPush& p = *pushes[e.tag - 1];
+          PS_FUZZ_CHECK(e.slice_id == p.slice_id && m->round == p.round &&
+                            m->layout_hash == p.layout_hash && m->codec == p.codec &&
+                            body.substr(at, e.body_bytes) == *p.payload,
+                        "a push of a PUSHES that is not the push given");
+          at += e.body_bytes;
+        }
+        break;
+      }
       case FrameType::kPull: {
         auto m = ps::net::ParsePullMeta(h->flags, meta);
         PS_FUZZ_CHECK(m.ok() && ps::net::CheckPullBody(*h, *m, limits).ok(),
@@ -275,7 +291,7 @@ void CheckWorkerStream(std::string_view out, const std::vector<const OutgoingPus
         PS_FUZZ_CHECK(h->tag == 3, "a CANCEL of something other than the pull");
         break;
       default:
-        PS_FUZZ_CHECK(false, "the channel wrote a frame other than PUSH, PULL or CANCEL");
+        PS_FUZZ_CHECK(false, "the channel wrote a frame other than PUSH, PUSHES, PULL or CANCEL");
     }
     out.remove_prefix(size);
   }

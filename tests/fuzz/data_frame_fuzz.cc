@@ -137,6 +137,22 @@ size_t OneFrame(const FrameHeader& h, std::string_view rest, const ps::net::Fram
       CheckReencoded(ps::net::AppendPush(h.tag, *m, h.body_bytes, &again), again, input);
       break;
     }
+    case FrameType::kPushes: {
+      auto m = ps::net::ParsePushesMeta(h, meta.view());
+      if (!m.ok()) return Refused(m.status());
+      PS_FUZZ_CHECK(m->codec.size() <= ps::net::kMaxFrameCodecBytes, "accepted a long codec");
+      PS_FUZZ_CHECK(m->count >= 2 && m->count <= ps::net::kMaxPushesPerFrame,
+                    "accepted a PUSHES of too few or too many pushes");
+      uint64_t sum = 0;
+      for (uint32_t i = 0; i < m->count; ++i) {
+        PS_FUZZ_CHECK(m->entries[i].tag != 0, "accepted a push of tag 0");
+        sum += m->entries[i].body_bytes;
+      }
+      PS_FUZZ_CHECK(sum == h.body_bytes && m->entries[0].tag == h.tag,
+                    "a PUSHES's pushes disagree with its header");
+      CheckReencoded(ps::net::AppendPushes(*m, &again), again, input);
+      break;
+    }
     case FrameType::kAnswer:
     case FrameType::kPullEnd:
     case FrameType::kGoaway: {
@@ -183,7 +199,7 @@ size_t OneFrame(const FrameHeader& h, std::string_view rest, const ps::net::Fram
       CheckReencoded(ps::net::AppendCancel(h.tag, &again), again, input);
       break;
   }
-  // A PUSH's or SLICE's body is the codec's business: skipped, as the connection would
+  // A PUSH's, PUSHES's or SLICE's body is the codec's business: skipped, as the connection would
   // read it into its target.
   if (rest.size() - head < h.body_bytes) return 0;
   return head + h.body_bytes;

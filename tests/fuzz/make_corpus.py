@@ -490,7 +490,7 @@ AUTH_HEADER.update({
 # data_frame (net/data_frame.h), written here independently of the C++ encoder: the
 # valid seeds parsing and re-encoding to themselves checks that both agree on the format.
 DF_TYPES = {"HELLO": 0x01, "CHALLENGE": 0x02, "PROOF": 0x03, "ADMIT": 0x04, "PUSH": 0x10,
-            "ANSWER": 0x11, "PULL": 0x20, "SLICE": 0x21, "PULL_END": 0x22, "CANCEL": 0x23,
+            "ANSWER": 0x11, "PUSHES": 0x12, "PULL": 0x20, "SLICE": 0x21, "PULL_END": 0x22, "CANCEL": 0x23,
             "GOAWAY": 0x30}
 # Byte 0 of an input: the ConnectionState (bits 0-2) and the most slices a pull may name
 # (bits 3-7).
@@ -506,7 +506,7 @@ def df_frame(type_, meta=b"", body=b"", flags=0, tag=0, meta_len=None, body_len=
 
 
 def df_hello(session=0x0123456789ABCDEF, worker=2, nonce=bytes(range(32)), magic=b"PSD1",
-             version=1, extra=b""):
+             version=2, extra=b""):
     """extra: what a HELLO of a later version might add."""
     return df_frame("HELLO", magic + struct.pack("<IQI", version, session, worker) + nonce + extra)
 
@@ -523,6 +523,20 @@ def df_push(tag, codec=b"fp32", payload=fp32([1.0, -2.0]), loss=None, slice_=7, 
         meta += struct.pack("<f", loss)
     meta += bytes([len(codec)]) + codec
     return df_frame("PUSH", meta, payload, flags=0 if loss is None else 1, tag=tag)
+
+
+def df_pushes(pushes, round_=3, codec=b"fp32", layout=0x1122334455667788, loss=None,
+              count=None, body_len=None):
+    """pushes: (tag, slice, payload) each; loss: one per push, or None."""
+    meta = struct.pack("<QQ", layout, round_) + bytes([len(codec)]) + codec
+    meta += bytes([len(pushes) if count is None else count])
+    for i, (tag, slice_, payload) in enumerate(pushes):
+        meta += struct.pack("<QII", tag, slice_, len(payload))
+        if loss is not None:
+            meta += struct.pack("<f", loss[i])
+    body = b"".join(p for _, _, p in pushes)
+    return df_frame("PUSHES", meta, body, flags=0 if loss is None else 1, tag=pushes[0][0],
+                    body_len=body_len)
 
 
 def df_pull(tag, ids, held=None, layout=0x1122334455667788, min_version=4, epoch=0,
@@ -578,9 +592,20 @@ DATA_FRAME = {
         DF_WORKER_AWAITS_CHALLENGE, 0, df_status("GOAWAY", 0, 16, b"unknown_session", b"x")),
     "push_before_admit": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_push(1)),
     "hello_twice": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(), df_hello()),
-    "hello_version_2": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=2, extra=b"more")),
+    "hello_version_3": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=3, extra=b"more")),
+    "hello_version_1": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=1)),
+    "valid_pushes": data_frame(DF_SHARD_ADMITTED, 16,
+                               df_pushes([(5, 7, b"\x01abcd"), (6, 8, b"\x01ef")]),
+                               df_pushes([(7, 1, b""), (8, 2, b"x"), (9, 3, b"yz")],
+                                         loss=[0.5, 1.5, 2.5])),
+    "pushes_count_1": data_frame(DF_SHARD_ADMITTED, 16, df_pushes([(5, 7, b"\x01abcd")])),
+    "pushes_count_17": data_frame(DF_SHARD_ADMITTED, 16,
+                                  df_pushes([(i + 1, i, b"") for i in range(17)])),
+    "pushes_lengths_disagree": data_frame(DF_SHARD_ADMITTED, 16,
+                                          df_pushes([(5, 7, b"ab"), (6, 8, b"c")], body_len=4)),
+    "pushes_tag_0": data_frame(DF_SHARD_ADMITTED, 16, df_pushes([(5, 7, b"ab"), (0, 8, b"c")])),
     "hello_bad_magic": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(magic=b"PSU1")),
-    "unknown_type": data_frame(DF_SHARD_ADMITTED, 16, df_frame(0x12, tag=1)),
+    "unknown_type": data_frame(DF_SHARD_ADMITTED, 16, df_frame(0x13, tag=1)),
     "unknown_flag": data_frame(DF_SHARD_ADMITTED, 16, df_frame("CANCEL", flags=0x80, tag=1)),
     "meta_over_bound": data_frame(DF_SHARD_ADMITTED, 16,
                                   df_frame("PUSH", b"\0" * 20 + b"\xff" + b"c" * 256, tag=1)),
@@ -611,6 +636,10 @@ def dc_push(tag, slice_=0, round_=0, values=(1.0, 1.0, 1.0, 1.0), **kw):
                    **kw)
 
 
+def dc_pushes(pushes, round_=0, **kw):
+    return df_pushes(pushes, round_=round_, layout=DC_LAYOUT, **kw)
+
+
 def dc_pull(tag, ids=(0, 1), min_version=0, **kw):
     return df_pull(tag, list(ids), layout=DC_LAYOUT, min_version=min_version, **kw)
 
@@ -623,6 +652,14 @@ DC_A = DC_HANDSHAKE  # admitted by the harness's handshake, as worker 0
 DATA_CONNECTION = {
     "admitted_push": dc(DC_A, dc_push(1)),
     "admitted_push_with_loss": dc(DC_A, dc_push(1, loss=0.5)),
+    "admitted_pushes": dc(DC_A | DC_OTHER_PUSHES, dc_pull(1, min_version=1),
+                          dc_pushes([(2, 0, fp32((1.0,) * 4)), (3, 1, fp32((2.0,) * 4))])),
+    "admitted_pushes_refused_and_coded": dc(
+        DC_A, dc_pushes([(1, 0, fp32((1.0,) * 4)), (2, 0, fp32((1.0,) * 4)),
+                         (3, 9, fp32((1.0,) * 4)), (4, 1, fp32((1.0, 2.0))),
+                         (5, 1, fp32((float("nan"),) * 4))], loss=[0.5] * 5)),
+    "admitted_pushes_lengths_disagree": dc(
+        DC_A, dc_pushes([(1, 0, fp32((1.0,) * 4)), (2, 1, fp32((1.0,) * 4))], body_len=40)),
     "admitted_push_duplicate": dc(DC_A, dc_push(1), dc_push(2)),
     "admitted_pushes_close_rounds_and_pull": dc(
         DC_A | DC_OTHER_PUSHES, dc_pull(1, min_version=1), dc_push(2, 0), dc_push(3, 1)),
@@ -657,7 +694,8 @@ DATA_CONNECTION = {
     "raw_hello_patched_worker_1": dc(DC_PATCH_HELLO | DC_WORKER_1, df_hello(worker=1),
                                      _DF_PROOF),
     "raw_hello_patched_then_push": dc(DC_PATCH_HELLO, df_hello(worker=0), dc_push(1)),
-    "raw_hello_version_2": dc(DC_PATCH_HELLO, df_hello(version=2, extra=b"more")),
+    "raw_hello_version_3": dc(DC_PATCH_HELLO, df_hello(version=3, extra=b"more")),
+    "raw_hello_version_1": dc(DC_PATCH_HELLO, df_hello(version=1)),
     "raw_push_before_admit": dc(0, dc_push(1)),
     "raw_largest_body_claim": dc(0, df_frame("HELLO", meta_len=52, body_len=0xFFFFFFFF)),
     "raw_truncated_hello": dc(DC_PATCH_HELLO, df_hello()[:40]),

@@ -65,6 +65,14 @@ void ExpectOverLimit(const absl::Status& s, std::string_view message) {
   ExpectRefused(s, message, absl::StatusCode::kResourceExhausted);
 }
 
+// A PUSHES of two pushes (tags 1 and 2) of 8 and 4 bytes.
+PushesMeta TwoPushes() {
+  PushesMeta m{.layout_hash = 7, .round = 3, .codec = "fp32", .count = 2};
+  m.entries[0] = {.tag = 1, .slice_id = 4, .body_bytes = 8};
+  m.entries[1] = {.tag = 2, .slice_id = 5, .body_bytes = 4};
+  return m;
+}
+
 constexpr FrameLimits kLimits{.max_body_bytes = 1 << 20, .max_pull_slices = 64};
 
 // ---- the format, byte for byte ----
@@ -109,6 +117,97 @@ TEST(DataFrameTest, WritesTheGoldenPushByteForByte) {
   EXPECT_EQ(parsed->codec, "fp16");
 }
 
+TEST(DataFrameTest, WritesTheGoldenPushesByteForByte) {
+  PushesMeta meta{.layout_hash = 0x1122334455667788ull, .round = 1000, .codec = "fp16", .count = 2};
+  meta.entries[0] = {.tag = 0x0102030405060708ull, .slice_id = 42, .body_bytes = 9, .lr = 0.5f};
+  meta.entries[1] = {.tag = 3, .slice_id = 43, .body_bytes = 7, .lr = 0.25f};
+  std::string frame;
+  ASSERT_TRUE(AppendPushes(meta, &frame).ok());
+  const std::string header = Bytes({
+      0x12,                                            // type PUSHES
+      0x02,                                            // flags: learning rate
+      0x3e, 0x00,                                      // M = 62
+      0x10, 0x00, 0x00, 0x00,                          // B = 16, the bodies' sum
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // tag: the first push's
+  });
+  const std::string pushes_meta = Bytes({
+      0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // layout hash
+      0xe8, 0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // round 1000
+      0x04, 'f', 'p', '1', '6',                        // codec
+      0x02,                                            // count
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // push 0: tag
+      0x2a, 0x00, 0x00, 0x00,                          //   slice id 42
+      0x09, 0x00, 0x00, 0x00,                          //   body length 9
+      0x00, 0x00, 0x00, 0x3f,                          //   learning rate 0.5f
+      0x03, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // push 1: tag 3
+      0x2b, 0x00, 0x00, 0x00,                          //   slice id 43
+      0x07, 0x00, 0x00, 0x00,                          //   body length 7
+      0x00, 0x00, 0x80, 0x3e,                          //   learning rate 0.25f
+  });
+  EXPECT_EQ(frame, header + pushes_meta);
+  auto h = ParseHeader(HeaderOf(header));
+  ASSERT_TRUE(h.ok()) << h.status();
+  auto parsed = ParsePushesMeta(*h, pushes_meta);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->layout_hash, meta.layout_hash);
+  EXPECT_EQ(parsed->round, 1000u);
+  EXPECT_EQ(parsed->codec, "fp16");
+  ASSERT_EQ(parsed->count, 2u);
+  EXPECT_EQ(parsed->entries[0], meta.entries[0]);
+  EXPECT_EQ(parsed->entries[1], meta.entries[1]);
+  const PushMeta second = parsed->push(1);
+  EXPECT_EQ(second.slice_id, 43u);
+  EXPECT_EQ(second.lr, 0.25f);
+  EXPECT_EQ(second.codec, "fp16");
+}
+
+TEST(DataFrameTest, AppendPushesRefusesWhatItsParserWould) {
+  std::string out;
+  PushesMeta one = TwoPushes();
+  one.count = 1;
+  ExpectRefused(AppendPushes(one, &out), "count 1 is outside [2, 16]");
+  PushesMeta many = TwoPushes();
+  many.count = 17;
+  ExpectRefused(AppendPushes(many, &out), "count 17 is outside [2, 16]");
+  PushesMeta untagged = TwoPushes();
+  untagged.entries[1].tag = 0;
+  ExpectRefused(AppendPushes(untagged, &out), "push 1 has tag 0");
+  PushesMeta mixed = TwoPushes();
+  mixed.entries[1].loss = 1.0f;
+  ExpectRefused(AppendPushes(mixed, &out), "differs from the first in carrying a loss");
+  EXPECT_TRUE(out.empty());
+}
+
+TEST(DataFrameTest, ParsePushesMetaRefusesCountsTagsAndLengthsThatDisagree) {
+  std::string frame;
+  ASSERT_TRUE(AppendPushes(TwoPushes(), &frame).ok());
+  auto h = ParseHeader(HeaderOf(frame));
+  ASSERT_TRUE(h.ok()) << h.status();
+  const std::string meta = MetaOf(frame);
+  ASSERT_TRUE(ParsePushesMeta(*h, meta).ok());
+  // The count is the byte after the codec (8 + 8 + 1 + 4).
+  constexpr size_t kCount = 21;
+  for (uint8_t count : {0, 1, 17, 255}) {
+    std::string bad = meta;
+    bad[kCount] = static_cast<char>(count);
+    ExpectRefused(ParsePushesMeta(*h, bad).status(), absl::StrCat("count ", count, " is outside"));
+  }
+  std::string three = meta;  // a count of 3 over two pushes' fields
+  three[kCount] = 3;
+  ExpectRefused(ParsePushesMeta(*h, three).status(), "ends inside tag");
+  FrameHeader other_tag = *h;
+  other_tag.tag = 9;
+  ExpectRefused(ParsePushesMeta(other_tag, meta).status(),
+                "the first push's tag 1 is not the header's 9");
+  FrameHeader longer = *h;
+  longer.body_bytes = 13;
+  ExpectRefused(ParsePushesMeta(longer, meta).status(),
+                "body lengths add up to 12 bytes, the header says 13");
+  std::string zero_tag = meta;  // push 1's tag, after push 0's 16 bytes
+  for (size_t i = 0; i < 8; ++i) zero_tag[kCount + 1 + 16 + i] = 0;
+  ExpectRefused(ParsePushesMeta(*h, zero_tag).status(), "push 1 has tag 0");
+}
+
 TEST(DataFrameTest, WritesTheGoldenHelloByteForByte) {
   HelloMeta meta;
   meta.data_session = 0x0807060504030201ull;
@@ -120,7 +219,7 @@ TEST(DataFrameTest, WritesTheGoldenHelloByteForByte) {
       0x01, 0x00, 0x34, 0x00, 0x00, 0x00, 0x00, 0x00,  // HELLO, no flags, M = 52, B = 0
       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 0
       'P', 'S', 'D', '1',                              // magic
-      0x01, 0x00, 0x00, 0x00,                          // version 1
+      0x02, 0x00, 0x00, 0x00,                          // version 2
       0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,  // data session
       0x03, 0x00, 0x00, 0x00,                          // worker id
   });
@@ -394,13 +493,14 @@ std::vector<Sample> Samples() {
   add(FrameType::kGoaway, [](std::string* f) {
     return AppendGoaway({absl::StatusCode::kInvalidArgument, "malformed", ""}, f);
   });
+  add(FrameType::kPushes, [](std::string* f) { return AppendPushes(TwoPushes(), f); });
   return out;
 }
 
 TEST(DataFrameTest, ParseHeaderRefusesUnknownTypes) {
   std::set<int> known;
   for (const Sample& s : Samples()) known.insert(static_cast<int>(s.type));
-  ASSERT_EQ(known.size(), 11u);
+  ASSERT_EQ(known.size(), 12u);
   const std::string cancel = Samples()[9].frame;
   for (int t = 0; t < 256; ++t) {
     if (known.contains(t)) continue;
@@ -414,8 +514,9 @@ TEST(DataFrameTest, ParseHeaderRefusesUnknownTypes) {
 
 TEST(DataFrameTest, ParseHeaderRefusesUnknownFlagBits) {
   for (const Sample& s : Samples()) {
-    // The bits each type defines: PUSH two, PULL one, SLICE three, the others none.
-    const int defined = s.type == FrameType::kPush    ? 0x03
+    // The bits each type defines: PUSH and PUSHES two, PULL one, SLICE three, the others
+    // none.
+    const int defined = s.type == FrameType::kPush || s.type == FrameType::kPushes ? 0x03
                         : s.type == FrameType::kPull  ? 0x01
                         : s.type == FrameType::kSlice ? 0x07
                                                       : 0x00;
@@ -443,6 +544,8 @@ TEST(DataFrameTest, ParseHeaderRefusesMetaLengthsOutsideTheTypesBounds) {
       {FrameType::kPull, 1, 28, 28},      {FrameType::kSlice, 0, 29, 284},
       {FrameType::kSlice, 1, 33, 288},    {FrameType::kSlice, 3, 37, 292},
       {FrameType::kSlice, 4, 29, 284},    {FrameType::kCancel, 0, 0, 0},
+      // 18 fixed bytes, a codec of 0 to 255 bytes, 2 to 16 pushes of 16 bytes and 4 per flag.
+      {FrameType::kPushes, 0, 50, 529},   {FrameType::kPushes, 3, 66, 657},
   };
   for (const auto& b : bounds) {
     const bool connection = b.type == FrameType::kHello || b.type == FrameType::kChallenge ||
@@ -473,8 +576,8 @@ TEST(DataFrameTest, ParseHeaderRefusesMetaLengthsOutsideTheTypesBounds) {
 
 TEST(DataFrameTest, ParseHeaderRefusesBodiesOnFramesWithoutOne) {
   for (const Sample& s : Samples()) {
-    const bool body = s.type == FrameType::kPush || s.type == FrameType::kPull ||
-                      s.type == FrameType::kSlice;
+    const bool body = s.type == FrameType::kPush || s.type == FrameType::kPushes ||
+                      s.type == FrameType::kPull || s.type == FrameType::kSlice;
     auto h = ParseHeader(HeaderOf(Patched(s.frame, 4, {0xff, 0xff, 0xff, 0xff})));
     EXPECT_EQ(h.ok(), body) << FrameTypeName(s.type);
     if (!body) ExpectRefused(h.status(), "body length 4294967295, where this type has no body");
@@ -506,7 +609,7 @@ TEST(DataFrameTest, CheckHeaderAllowsOnlyTheFramesOfTheConnectionsState) {
   } states[] = {
       {ConnectionState::kShardAwaitsHello, {T::kHello}},
       {ConnectionState::kShardAwaitsProof, {T::kProof}},
-      {ConnectionState::kShardAdmitted, {T::kPush, T::kPull, T::kCancel, T::kGoaway}},
+      {ConnectionState::kShardAdmitted, {T::kPush, T::kPushes, T::kPull, T::kCancel, T::kGoaway}},
       {ConnectionState::kWorkerAwaitsChallenge, {T::kChallenge, T::kGoaway}},
       {ConnectionState::kWorkerAwaitsAdmit, {T::kAdmit, T::kGoaway}},
       {ConnectionState::kWorkerAdmitted, {T::kAnswer, T::kSlice, T::kPullEnd, T::kGoaway}},
@@ -642,6 +745,14 @@ std::vector<MetaSample> MetaSamples() {
   SliceMeta slice{1, 2, 3, 4, 0.5f, 0.75f, true, "int8"};
   EXPECT_TRUE(AppendSlice(1, slice, 0, &f).ok());
   add("SLICE", f, [](uint8_t fl, std::string_view m) { return ParseSliceMeta(fl, m).status(); });
+  f.clear();
+  PushesMeta pushes = TwoPushes();
+  pushes.entries[0].loss = 0.5f;
+  pushes.entries[1].loss = 0.25f;
+  EXPECT_TRUE(AppendPushes(pushes, &f).ok());
+  add("PUSHES", f, [](uint8_t fl, std::string_view m) {
+    return ParsePushesMeta(FrameHeader{FrameType::kPushes, fl, 0, 12, 1}, m).status();
+  });
   return out;
 }
 
@@ -667,14 +778,14 @@ TEST(DataFrameTest, HelloRefusesAnotherMagicOrVersionWhateverItsLength) {
   meta[3] = '2';
   ExpectRefused(ParseHelloMeta(meta).status(), "data frame HELLO meta: bad magic (not PSD1)");
   meta[3] = '1';
-  meta[4] = 2;
-  ExpectRefused(ParseHelloMeta(meta).status(), "version 2; this shard speaks version 1");
+  meta[4] = 3;
+  ExpectRefused(ParseHelloMeta(meta).status(), "version 3; this shard speaks version 2");
   // A newer worker's longer HELLO passes the header and hears the version.
   meta.append(100, 'x');
   auto h = ParseHeader(HeaderOf(Patched(frame, 2, {static_cast<uint8_t>(meta.size())})));
   ASSERT_TRUE(h.ok()) << h.status();
-  ExpectRefused(ParseHelloMeta(meta).status(), "version 2; this shard speaks version 1");
-  meta[4] = 1;
+  ExpectRefused(ParseHelloMeta(meta).status(), "version 3; this shard speaks version 2");
+  meta[4] = 2;
   ExpectRefused(ParseHelloMeta(meta).status(), "100 trailing bytes");
   ExpectRefused(ParseHelloMeta(std::string(meta.data(), 8)).status(), "ends inside data session");
 }
@@ -799,7 +910,7 @@ TEST(DataFrameTest, NamesEveryType) {
     EXPECT_NE(FrameTypeName(s.type), "unknown");
     names.insert(FrameTypeName(s.type));
   }
-  EXPECT_EQ(names.size(), 11u);
+  EXPECT_EQ(names.size(), 12u);
   EXPECT_EQ(FrameTypeName(FrameType::kPullEnd), "PULL_END");
   EXPECT_EQ(FrameTypeName(static_cast<FrameType>(0x05)), "unknown");
 }

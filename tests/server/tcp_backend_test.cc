@@ -19,6 +19,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
+#include <tuple>
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -133,6 +135,105 @@ TEST_F(TcpBackendTest, APushIsAnsweredByTagAndItsDuplicateRefusedWithItsKind) {
   EXPECT_EQ(dup->refusal_name, "duplicate");
   EXPECT_EQ(Refusals(*shard_, Refusal::kDuplicate), 1u);
   EXPECT_EQ(shard_->stats().pushes_accepted, 1u);
+}
+
+// A PUSHES of `pushes` (tag, slice, payload) of round 0 in fp32.
+std::string Pushes(uint64_t hash, const std::vector<std::tuple<uint64_t, uint32_t, std::string>>& pushes) {
+  net::PushesMeta meta{.layout_hash = hash, .round = 0, .codec = "fp32",
+                       .count = static_cast<uint32_t>(pushes.size())};
+  std::string bodies;
+  for (size_t i = 0; i < pushes.size(); ++i) {
+    const auto& [tag, slice, payload] = pushes[i];
+    meta.entries[i] = {.tag = tag, .slice_id = slice,
+                       .body_bytes = static_cast<uint32_t>(payload.size())};
+    bodies += payload;
+  }
+  std::string out;
+  EXPECT_TRUE(net::AppendPushes(meta, &out).ok());
+  return out + bodies;
+}
+
+TEST_F(TcpBackendTest, APushesFramesPushesAreEachAnsweredByTheirTagWithTheirKinds) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  // Slices 0 and 1 raw (read into rows), slice 0 again (a duplicate), a slice this
+  // shard does not have, and a payload of the wrong size (decoded, and refused).
+  ASSERT_TRUE(w->Send(Pushes(hash_, {{11, 0, Fp32({1, 1, 1, 1})},
+                                     {12, 1, Fp32({2, 2, 2, 2})},
+                                     {13, 0, Fp32({1, 1, 1, 1})},
+                                     {14, 99, Fp32({1, 1, 1, 1})},
+                                     {15, 1, Fp32({1, 1})}})));
+  std::map<uint64_t, absl::Status> answers;
+  while (answers.size() < 5) {
+    absl::StatusOr<Frame> f = w->Read();
+    ASSERT_TRUE(f.ok()) << f.status();
+    ASSERT_EQ(f->header.type, net::FrameType::kAnswer);
+    answers[f->header.tag] = ScriptedWorker::StatusOf(*f);
+  }
+  EXPECT_TRUE(answers[11].ok()) << answers[11];
+  EXPECT_TRUE(answers[12].ok()) << answers[12];
+  EXPECT_EQ(core::RefusalOf(answers[13]), Refusal::kDuplicate) << answers[13];
+  EXPECT_FALSE(answers[14].ok());
+  EXPECT_FALSE(answers[15].ok());
+  EXPECT_EQ(shard_->stats().pushes_accepted, 2u);
+  // The connection goes on: worker 1's pushes close the round, whose mean has worker
+  // 0's values from the PUSHES.
+  std::unique_ptr<ScriptedWorker> w1 = Admitted(1);
+  ASSERT_TRUE(w1->Send(Pushes(hash_, {{21, 0, Fp32({3, 3, 3, 3})}, {22, 1, Fp32({4, 4, 4, 4})}})));
+  for (int i = 0; i < 2; ++i) {
+    absl::StatusOr<Frame> f = w1->Read();
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE(ScriptedWorker::StatusOf(*f).ok()) << ScriptedWorker::StatusOf(*f);
+  }
+  ASSERT_TRUE(Eventually([&] { return shard_->Snapshot(0).version == 1 && shard_->Snapshot(1).version == 1; }));
+  for (uint32_t slice : {0u, 1u}) {
+    const SliceSnapshot snap = shard_->Snapshot(slice);
+    ASSERT_NE(snap.values, nullptr);
+    std::vector<float> got(4);
+    ASSERT_EQ(snap.values->size(), 16u);
+    std::memcpy(got.data(), snap.values->data(), 16);
+    EXPECT_THAT(got, ::testing::Each(slice == 0 ? 2.0f : 3.0f)) << "slice " << slice;
+  }
+}
+
+TEST_F(TcpBackendTest, APushesPushIsTakenAndAnsweredAsSoonAsItsBodyIsIn) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  const std::string body0 = Fp32({1, 1, 1, 1}), body1 = Fp32({2, 2, 2, 2});
+  const std::string frame = Pushes(hash_, {{11, 0, body0}, {12, 1, body1}});
+  const size_t second = frame.size() - body1.size();  // where body 1 starts
+  // Header, meta, the first body and 3 bytes of the second: the first push is answered
+  // while the rest of the frame has not come.
+  ASSERT_TRUE(w->Send(frame.substr(0, second + 3)));
+  absl::StatusOr<Frame> first = w->Read();
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->header.tag, 11u);
+  EXPECT_TRUE(ScriptedWorker::StatusOf(*first).ok()) << ScriptedWorker::StatusOf(*first);
+  EXPECT_EQ(shard_->stats().pushes_accepted, 1u);
+  // The rest in two pieces.
+  ASSERT_TRUE(w->Send(frame.substr(second + 3, 5)));
+  std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_TRUE(w->Send(frame.substr(second + 8)));
+  absl::StatusOr<Frame> next = w->Read();
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->header.tag, 12u);
+  EXPECT_TRUE(ScriptedWorker::StatusOf(*next).ok()) << ScriptedWorker::StatusOf(*next);
+  EXPECT_EQ(shard_->stats().pushes_accepted, 2u);
+}
+
+TEST_F(TcpBackendTest, APushesWhoseLengthsDisagreeWithItsBodyEndsTheConnection) {
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  std::string frame = Pushes(hash_, {{11, 0, Fp32({1, 1, 1, 1})}, {12, 1, Fp32({2, 2, 2, 2})}});
+  // B one byte longer than the lengths' sum, and that byte sent.
+  frame[4] = static_cast<char>(frame[4] + 1);
+  ASSERT_TRUE(w->Send(frame + "x"));
+  absl::StatusOr<Frame> f = w->Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->header.type, net::FrameType::kGoaway);
+  const absl::Status s = ScriptedWorker::StatusOf(*f);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("malformed"));
+  EXPECT_THAT(s.message(), HasSubstr("body lengths add up to"));
+  EXPECT_TRUE(w->ClosedByShard());
+  EXPECT_EQ(shard_->stats().pushes_accepted, 0u);
 }
 
 TEST_F(TcpBackendTest, APullReceivesThePublishedSliceAndEnds) {

@@ -251,7 +251,7 @@ std::string Answer(uint64_t tag, absl::StatusCode code, std::string_view name,
   return out;
 }
 
-TEST_F(TcpChannelTest, PushesLeaveTogetherAndAreAnsweredByTagWithTheirKinds) {
+TEST_F(TcpChannelTest, PushesLeaveInOneFrameAndAreAnsweredByTagWithTheirKinds) {
   const OutgoingPush a = Push(0, "first payload"), b = Push(1, "second");
   Answers answers;
   std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a, &b}, Deadline());
@@ -259,24 +259,63 @@ TEST_F(TcpChannelTest, PushesLeaveTogetherAndAreAnsweredByTagWithTheirKinds) {
   call->Start(answers.Callback());
   ASSERT_TRUE(shard_.Accept());
   ASSERT_TRUE(shard_.Handshake());
-  std::optional<Frame> fa = shard_.Read(), fb = shard_.Read();
-  ASSERT_TRUE(fa.has_value() && fb.has_value());
-  for (const auto& [f, p] : {std::pair{&*fa, &a}, std::pair{&*fb, &b}}) {
-    EXPECT_EQ(f->header.type, net::FrameType::kPush);
-    absl::StatusOr<net::PushMeta> m = net::ParsePushMeta(f->header.flags, f->meta);
-    ASSERT_TRUE(m.ok()) << m.status();
-    EXPECT_EQ(m->slice_id, p->slice_id);
-    EXPECT_EQ(m->round, 2u);
-    EXPECT_EQ(m->codec, "fp32");
-    EXPECT_EQ(f->body, *p->payload);
-  }
+  // Queued together under one round and codec: one PUSHES, the bodies back to back.
+  std::optional<Frame> f = shard_.Read();
+  ASSERT_TRUE(f.has_value());
+  ASSERT_EQ(f->header.type, net::FrameType::kPushes);
+  absl::StatusOr<net::PushesMeta> m = net::ParsePushesMeta(f->header, f->meta);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->round, 2u);
+  EXPECT_EQ(m->layout_hash, 9u);
+  EXPECT_EQ(m->codec, "fp32");
+  ASSERT_EQ(m->count, 2u);
+  EXPECT_EQ(m->entries[0].slice_id, 0u);
+  EXPECT_EQ(m->entries[1].slice_id, 1u);
+  EXPECT_NE(m->entries[0].tag, m->entries[1].tag);
+  EXPECT_EQ(f->body, *a.payload + *b.payload);
   // Answered the other way round: the second accepted, the first a duplicate.
-  shard_.Send(Answer(fb->header.tag, absl::StatusCode::kOk, "", ""));
-  shard_.Send(Answer(fa->header.tag, absl::StatusCode::kAlreadyExists, "duplicate", "again"));
+  shard_.Send(Answer(m->entries[1].tag, absl::StatusCode::kOk, "", ""));
+  shard_.Send(Answer(m->entries[0].tag, absl::StatusCode::kAlreadyExists, "duplicate", "again"));
   const std::vector<absl::Status> got = answers.Await(2);
   EXPECT_EQ(core::RefusalOf(got[0]), core::Refusal::kDuplicate) << got[0];
   EXPECT_EQ(got[0].code(), absl::StatusCode::kAlreadyExists);
   EXPECT_TRUE(got[1].ok()) << got[1];
+}
+
+TEST_F(TcpChannelTest, PushesOfAnotherRoundOrOverTheBodyLimitLeaveInFramesOfTheirOwn) {
+  OutgoingPush a = Push(0, std::string(300, 'a')), b = Push(1, std::string(300, 'b'));
+  OutgoingPush c = Push(2, "c"), d = Push(3, std::string(300, 'd'));
+  c.round = 3;
+  d.round = 3;
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a, &b, &c, &d}, Deadline());
+  call->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Accept());
+  // A body limit of 500 bytes: a and b (600) cannot share a frame; c and d (301) can.
+  ASSERT_TRUE(shard_.Handshake(/*forge=*/false, /*max_body=*/500));
+  std::vector<net::FrameType> types;
+  std::vector<std::string> bodies;
+  std::vector<uint64_t> tags;
+  while (tags.size() < 4) {
+    std::optional<Frame> f = shard_.Read();
+    ASSERT_TRUE(f.has_value());
+    types.push_back(f->header.type);
+    bodies.push_back(f->body);
+    if (f->header.type == net::FrameType::kPushes) {
+      absl::StatusOr<net::PushesMeta> m = net::ParsePushesMeta(f->header, f->meta);
+      ASSERT_TRUE(m.ok()) << m.status();
+      EXPECT_EQ(m->round, 3u);
+      for (uint32_t i = 0; i < m->count; ++i) tags.push_back(m->entries[i].tag);
+    } else {
+      ASSERT_EQ(f->header.type, net::FrameType::kPush);
+      tags.push_back(f->header.tag);
+    }
+  }
+  EXPECT_EQ(types, (std::vector<net::FrameType>{net::FrameType::kPush, net::FrameType::kPush,
+                                                net::FrameType::kPushes}));
+  EXPECT_EQ(bodies, (std::vector<std::string>{*a.payload, *b.payload, *c.payload + *d.payload}));
+  for (uint64_t tag : tags) shard_.Send(Answer(tag, absl::StatusCode::kOk, "", ""));
+  for (const absl::Status& s : answers.Await(4)) EXPECT_TRUE(s.ok()) << s;
 }
 
 TEST_F(TcpChannelTest, DenseSlicesAreReadStraightIntoTheCallersPlace) {

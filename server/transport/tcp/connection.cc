@@ -26,11 +26,11 @@ namespace {
 
 // Frames gathered into one write at most (IOV_MAX is 1024; two buffers per frame).
 constexpr size_t kMaxFramesPerWrite = 64;
-// ANSWERs held for a write with the next ones at most (OnPushBody): only while the
-// frames after them are here already (WaitToRead writes them before any wait), so a run
-// of small pushes read at once is answered in one write, and no answer waits on the
-// network.
-constexpr uint32_t kMaxHeldAnswers = 8;
+// ANSWERs held for a write with the next ones at most (OnPushBody, OnPushesRead): only
+// while the frames after them are here already (WaitToRead writes them before any wait),
+// so a run of small pushes read at once, or a PUSHES's pushes, are answered in one write,
+// and no answer waits on the network.
+constexpr uint32_t kMaxHeldAnswers = net::kMaxPushesPerFrame;
 // How long a GOAWAY may take to leave before the connection closes without it.
 constexpr auto kGoawayLinger = std::chrono::seconds(1);
 
@@ -72,6 +72,16 @@ std::string StatusFrame(net::FrameType type, uint64_t tag, const absl::Status& s
                                               : net::AppendGoaway(bare, &out));
   }
   return out;
+}
+
+// What the front takes of a push's meta (its codec a view, as the meta's).
+PushHead HeadOf(const net::PushMeta& m) {
+  return PushHead{.layout_hash = m.layout_hash,
+                  .round = m.round,
+                  .slice_id = m.slice_id,
+                  .codec = m.codec,
+                  .loss = m.loss,
+                  .lr = m.lr};
 }
 
 }  // namespace
@@ -230,6 +240,12 @@ void Connection::OnMeta() {
       push_ = *push;  // its codec borrows meta_, which stays until the next frame
       return ReadPushBody();
     }
+    case net::FrameType::kPushes: {
+      absl::StatusOr<net::PushesMeta> pushes = net::ParsePushesMeta(header_, meta);
+      if (!pushes.ok()) return malformed(pushes.status());
+      pushes_ = *pushes;  // as push_
+      return ReadPushesBody();
+    }
     case net::FrameType::kPull: {
       absl::StatusOr<net::PullMeta> pull = net::ParsePullMeta(header_.flags, meta);
       if (!pull.ok()) return malformed(pull.status());
@@ -282,14 +298,101 @@ void Connection::ReadPushBody() {
       });
 }
 
-PushHead Connection::Head() const {
-  return PushHead{.layout_hash = push_.layout_hash,
-                  .round = push_.round,
-                  .slice_id = push_.slice_id,
-                  .codec = push_.codec,
-                  .loss = push_.loss,
-                  .lr = push_.lr};
+void Connection::ReadPushesBody() {
+  const uint32_t n = pushes_.count;
+  raws_.resize(n);  // the rows of pushes past this frame's count go
+  size_t coded = 0;  // bytes of the pushes not read into rows
+  size_t end = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const uint32_t bytes = pushes_.entries[i].body_bytes;
+    const uint32_t numel = front_->RawRowNumel(PushesHead(i), bytes);
+    raw_entry_[i] = numel != 0;
+    end += bytes;
+    pushes_end_[i] = end;
+    if (numel == 0) {
+      pushes_at_[i] = coded;
+      coded += bytes;
+    } else if (raws_[i].values == nullptr || raws_[i].numel != numel) {
+      raws_[i].values = std::make_unique_for_overwrite<float[]>(numel);
+      raws_[i].numel = numel;
+    }
+  }
+  // The header passed CheckHeader: B, and so `coded`, is within the body limit.
+  body_.resize(coded);
+  pushes_into_.clear();
+  for (uint32_t i = 0; i < n; ++i) {
+    if (raw_entry_[i]) {
+      // A raw row's body is its format byte and its values (RawRowNumel: 1 + 4 numel).
+      pushes_into_.push_back(asio::buffer(&raws_[i].version, 1));
+      pushes_into_.push_back(
+          asio::buffer(raws_[i].values.get(), size_t{raws_[i].numel} * sizeof(float)));
+    } else {
+      pushes_into_.push_back(
+          asio::buffer(body_.data() + pushes_at_[i], pushes_.entries[i].body_bytes));
+    }
+  }
+  pushes_into_first_ = 0;
+  pushes_read_ = socket_.TakeReadAhead(pushes_into_);
+  pushes_next_ = 0;
+  pushes_request_bytes_ = net::kFrameHeaderBytes + header_.meta_bytes;
+  OnPushesRead();
 }
+
+void Connection::OnPushesRead() {
+  if (closed_ || going_away_) return Drain();
+  // Every push whose body is in, taken now; their answers wait for the next write.
+  if (pushes_next_ < pushes_.count && pushes_read_ >= pushes_end_[pushes_next_]) {
+    if (pushes_next_ == 0) {
+      absl::Status current = Current();
+      if (!current.ok()) return GoAway(current);
+    }
+    holding_answers_ = true;
+    while (pushes_next_ < pushes_.count && pushes_read_ >= pushes_end_[pushes_next_]) {
+      TakePushOfPushes(pushes_next_++);
+    }
+    holding_answers_ = false;
+  }
+  if (pushes_next_ == pushes_.count) return ReadHeader();
+  // The rest: the read wakes once the next body is whole (up to the mark's bound) and
+  // takes all of the frame that is here.
+  while (pushes_into_[pushes_into_first_].size() == 0) ++pushes_into_first_;
+  WaitToRead();  // the answers held go first
+  socket_.SetReadLowWater(pushes_end_[pushes_next_] - pushes_read_);
+  socket_.async_read_some(
+      std::span<asio::mutable_buffer>(pushes_into_).subspan(pushes_into_first_),
+      [self = shared_from_this()](const boost::system::error_code& ec, size_t n) {
+        self->read_in_flight_ = false;
+        if (ec) return self->Shutdown();
+        self->pushes_read_ += n;
+        for (size_t i = self->pushes_into_first_; n > 0; ++i) {
+          const size_t took = std::min(n, self->pushes_into_[i].size());
+          self->pushes_into_[i] += took;
+          n -= took;
+        }
+        self->OnPushesRead();
+      });
+}
+
+void Connection::TakePushOfPushes(uint32_t i) {
+  const net::PushesEntry& e = pushes_.entries[i];
+  const std::string_view payload =
+      raw_entry_[i] ? std::string_view()
+                    : std::string_view(body_).substr(pushes_at_[i], e.body_bytes);
+  absl::Status s = front_->AdmitCaller(caller_);
+  if (s.ok()) {
+    s = front_->Push(peer_, PushesHead(i),
+                     raw_entry_[i] ? PushPayload(&raws_[i])
+                                   : PushPayload(std::span<const std::string_view>(&payload, 1)));
+  }
+  ++unanswered_;
+  AnswerLater(peer_.client, s, pushes_request_bytes_ + e.body_bytes, net::FrameType::kAnswer,
+              e.tag);
+  pushes_request_bytes_ = 0;
+}
+
+PushHead Connection::PushesHead(size_t i) const { return HeadOf(pushes_.push(i)); }
+
+PushHead Connection::Head() const { return HeadOf(push_); }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {
   // Bytes already here (read ahead, or queued in the socket) are handled at once (ReadNow

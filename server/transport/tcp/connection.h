@@ -17,7 +17,10 @@
 // ShardFront::Push, which decodes it as the gRPC path does; a raw fp32 body of the
 // slice's size (ShardFront::RawRowNumel) is read straight into a row of the connection's,
 // which the round takes as the worker's row after the same checks, giving back the row
-// it held (RawRow: no copy of the values on the shard). Its ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
+// it held (RawRow: no copy of the values on the shard). A PUSHES carries several pushes
+// of one round: each body goes to its own row (or into body_), read by reads that take
+// what is here of the frame and wake once the next body is whole, and each push is taken
+// as soon as its body is in. Each ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
 // PULL opens a ShardFront pull whose sink writes SLICE frames, each its header and meta
 // followed by the published snapshot's bytes by reference (one gather write), and
 // PULL_END at its end. Reading stops while max_unanswered_pushes pushes have no written
@@ -44,6 +47,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -130,6 +134,14 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // when the end came first).
   void Drain();
   void OnPushBody();
+  // PUSHES: each push's body is read into a row of its own (raw fp32 of its slice's size)
+  // or into body_, by reads that take all of the frame that is here (one wake-up and one
+  // system call for several bodies when they came together) and wake once the next body
+  // is whole; each push is taken as OnPushBody takes one as soon as its body is in.
+  void ReadPushesBody();
+  void OnPushesRead();
+  void TakePushOfPushes(uint32_t i);
+  PushHead PushesHead(size_t i) const;  // push i of the PUSHES being read
   void OnPullBody();
   // The handshake.
   void Hello(std::string_view meta);
@@ -203,6 +215,19 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // row the round gave back for the next one (or null).
   RawRow raw_;
   bool raw_push_ = false;
+  // A PUSHES: its meta (the codec borrows meta_), and per push whether its body went into
+  // its row in raws_ (kept for the next frame's pushes, at most as many as this one had)
+  // or into body_, back to back.
+  net::PushesMeta pushes_;
+  std::vector<RawRow> raws_;
+  std::array<bool, net::kMaxPushesPerFrame> raw_entry_{};
+  std::array<size_t, net::kMaxPushesPerFrame> pushes_end_{};  // each body's end in B
+  std::array<size_t, net::kMaxPushesPerFrame> pushes_at_{};   // a coded body's place in body_
+  std::vector<boost::asio::mutable_buffer> pushes_into_;  // the bodies' places, filled in order
+  size_t pushes_into_first_ = 0;  // the first place not yet full
+  size_t pushes_read_ = 0;        // bytes of B read
+  uint32_t pushes_next_ = 0;      // the first push not yet taken
+  size_t pushes_request_bytes_ = 0;  // the header's and meta's, charged to the first push
 
   // The handshake's state, then the admitted peer.
   std::optional<std::string> certificate_name_;  // the client certificate's common name

@@ -48,6 +48,13 @@ class TcpPush final : public DataChannel::PushCall {
                                                  .lr = p.lr},
                                    p.payload_size(), &frames[i].head);
       frames[i].body = p.payload;
+      frames[i].push = OutFrame::Push{.tag = batch_->tags[i],
+                                      .layout_hash = p.layout_hash,
+                                      .round = p.round,
+                                      .slice_id = p.slice_id,
+                                      .loss = p.loss,
+                                      .lr = p.lr,
+                                      .codec = p.codec};
     }
     bool start;
     {

@@ -369,13 +369,28 @@ void Connection::EndPull(uint64_t tag, const absl::Status& status, bool cancel) 
 
 void Connection::Flush() {
   if (writing_ || queue_.empty() || state_ != State::kReady) return;
+  // Each frame of the batch: a queued frame as it is, or a PUSHES (its head made here,
+  // its pushes' bodies after it).
   auto batch = std::make_shared<std::vector<OutFrame>>();
   std::vector<asio::const_buffer> buffers;
-  while (!queue_.empty() && batch->size() < kMaxFramesPerWrite) {
+  size_t frames = 0;
+  while (!queue_.empty() && frames < kMaxFramesPerWrite) {
+    ++frames;
+    std::string head;
+    const size_t first = batch->size();
+    if (TakePushes(*batch, &head) > 0) {
+      auto merged = std::make_shared<const std::string>(std::move(head));
+      buffers.emplace_back(merged->data(), merged->size());
+      for (size_t i = first; i < batch->size(); ++i) {
+        const OutFrame& f = (*batch)[i];
+        if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
+      }
+      batch->push_back(OutFrame{.body = std::move(merged)});  // keeps the head alive
+      continue;
+    }
     batch->push_back(std::move(queue_.front()));
     queue_.pop_front();
-  }
-  for (const OutFrame& f : *batch) {
+    const OutFrame& f = batch->back();
     buffers.emplace_back(f.head.data(), f.head.size());
     if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
   }
@@ -389,6 +404,38 @@ void Connection::Flush() {
         if (ec) return self->LostOn(ec, "writing");
         self->Flush();
       });
+}
+
+size_t Connection::TakePushes(std::vector<OutFrame>& out, std::string* head) {
+  if (!queue_.front().push.has_value()) return 0;
+  const OutFrame::Push& first = *queue_.front().push;
+  const auto joins = [&first](const OutFrame::Push& p) {
+    return p.layout_hash == first.layout_hash && p.round == first.round && p.codec == first.codec &&
+           p.loss.has_value() == first.loss.has_value() && p.lr.has_value() == first.lr.has_value();
+  };
+  net::PushesMeta meta{.layout_hash = first.layout_hash, .round = first.round, .codec = first.codec};
+  uint64_t body_bytes = 0;
+  size_t n = 0;
+  for (; n < queue_.size() && n < net::kMaxPushesPerFrame; ++n) {
+    const OutFrame& f = queue_[n];
+    const uint64_t bytes = f.body != nullptr ? f.body->size() : 0;
+    if (!f.push.has_value() || !joins(*f.push) || body_bytes + bytes > limits_.max_body_bytes) break;
+    body_bytes += bytes;
+    meta.entries[n] = net::PushesEntry{.tag = f.push->tag,
+                                       .slice_id = f.push->slice_id,
+                                       .body_bytes = static_cast<uint32_t>(bytes),
+                                       .loss = f.push->loss,
+                                       .lr = f.push->lr};
+  }
+  if (n < 2) return 0;
+  meta.count = static_cast<uint32_t>(n);
+  // The pushes were each encoded as a PUSH already, so these fields are within bounds.
+  if (!net::AppendPushes(meta, head).ok()) return 0;
+  for (size_t i = 0; i < n; ++i) {
+    out.push_back(std::move(queue_.front()));
+    queue_.pop_front();
+  }
+  return n;
 }
 
 void Connection::LostOn(const boost::system::error_code& ec, std::string_view doing) {
