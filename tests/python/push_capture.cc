@@ -76,9 +76,11 @@ void Record(const std::string& dir, const grpc::ByteBuffer& request) {
 
 // One proxied call: the server side (toward the worker) and the client side (toward the
 // shard) relay messages one at a time in both directions; the call ends with the
-// shard's status. Every worker method sends one request and half-closes, so the
-// upstream call is held open only until the request side is relayed. Deletes itself
-// once both sides are done.
+// shard's status. The upstream call holds one hold per direction, each removed once
+// that direction will start no more operations on it: its OnDone destroys its stream
+// and finishes the server side (after which the Relay may be deleted), so it must not
+// come while the other side could still start a read or write on it. Deletes itself
+// once both sides are done (the server side's OnDone, which follows Finish, is last).
 // Relays alive: the proxy exits only once none is (an upstream call cancelled by the
 // server's shutdown ends later, and its reactor must not outlive the server and channel).
 std::atomic<int> g_live_relays{0};
@@ -95,7 +97,7 @@ class Relay final : public grpc::ServerGenericBidiReactor {
     }
     client_ctx_.set_deadline(ctx->deadline());
     stub->PrepareBidiStreamingCall(&client_ctx_, method_, grpc::StubOptions(), &upstream_);
-    upstream_.AddHold();  // released once the request side is relayed
+    upstream_.AddMultipleHolds(2);  // the request and the response direction
     upstream_.StartRead(&response_);
     upstream_.StartCall();
     StartRead(&request_);
@@ -108,16 +110,17 @@ class Relay final : public grpc::ServerGenericBidiReactor {
       return;
     }
     upstream_.StartWritesDone();
-    upstream_.RemoveHold();
+    upstream_.RemoveHold();  // no more requests
   }
   void OnWriteDone(bool ok) override {
     if (ok) {
       upstream_.StartRead(&response_);
-    } else {
-      // The worker's side is gone: end the upstream call rather than leave its
-      // responses unread (they would hold the shared connection's flow-control window).
-      client_ctx_.TryCancel();
+      return;
     }
+    // The worker's side is gone: end the upstream call rather than leave its
+    // responses unread (they would hold the shared connection's flow-control window).
+    client_ctx_.TryCancel();
+    upstream_.RemoveHold();  // no more responses
   }
   void OnCancel() override { client_ctx_.TryCancel(); }
   void OnDone() override { Release(); }
@@ -127,13 +130,21 @@ class Relay final : public grpc::ServerGenericBidiReactor {
    public:
     explicit Upstream(Relay* relay) : relay_(relay) {}
     void OnWriteDone(bool ok) override {
-      // The next request (none: the worker half-closes after its one message).
-      relay_->StartRead(&relay_->request_);
-      (void)ok;
+      if (ok) {
+        // The next request (none: the worker half-closes after its one message).
+        relay_->StartRead(&relay_->request_);
+        return;
+      }
+      RemoveHold();  // the shard's side is gone: no more requests
     }
     void OnReadDone(bool ok) override {
-      if (ok) relay_->StartWrite(&relay_->response_);
+      if (ok) {
+        relay_->StartWrite(&relay_->response_);
+        return;
+      }
+      RemoveHold();  // the shard's last response came: no more responses
     }
+    // Both directions are over: no operation on either side is outstanding.
     void OnDone(const grpc::Status& s) override {
       relay_->Finish(s);
       relay_->Release();
