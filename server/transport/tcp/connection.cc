@@ -312,6 +312,7 @@ void Connection::ReadPushesBody() {
     if (numel == 0) {
       pushes_at_[i] = coded;
       coded += bytes;
+      raws_[i] = RawRow{};  // the rows kept are this frame's, within its body's bound
     } else if (raws_[i].values == nullptr || raws_[i].numel != numel) {
       raws_[i].values = std::make_unique_for_overwrite<float[]>(numel);
       raws_[i].numel = numel;

@@ -216,8 +216,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   RawRow raw_;
   bool raw_push_ = false;
   // A PUSHES: its meta (the codec borrows meta_), and per push whether its body went into
-  // its row in raws_ (kept for the next frame's pushes, at most as many as this one had)
-  // or into body_, back to back.
+  // its row in raws_ or into body_, back to back. The rows are kept for the next frame's
+  // pushes, but only those of this frame's raw pushes: within one body's bound
+  // (--max-message-bytes), as raw_ is.
   net::PushesMeta pushes_;
   std::vector<RawRow> raws_;
   std::array<bool, net::kMaxPushesPerFrame> raw_entry_{};
