@@ -1,5 +1,5 @@
 // The frames of pushes and pulls (net/data_frame.h), each its encoder and its parser:
-// PUSH and its ANSWER, PULL with its body, SLICE, PULL_END and CANCEL, and GOAWAY, which
+// PUSH, PUSHES and their ANSWER, PULL with its body, SLICE, SLICES, PULL_END and CANCEL, and GOAWAY, which
 // carries a status as ANSWER and PULL_END do. The header and the receiver's checks are in
 // data_frame_header.cc, the handshake's frames in data_frame_handshake.cc.
 #include "net/data_frame.h"
@@ -315,6 +315,84 @@ absl::StatusOr<SliceMeta> ParseSliceMeta(uint8_t flags, std::string_view meta) {
   PS_RETURN_IF_ERROR(r.Str(1, kMaxFrameCodecBytes, &m.codec, "codec"));
   PS_RETURN_IF_ERROR(r.Finish());
   m.queued = (flags & kSliceQueued) != 0;
+  return m;
+}
+
+SliceMeta SliceOf(const SlicesEntry& e, std::string_view codec) {
+  return SliceMeta{.slice_id = e.slice_id,
+                   .version = e.version,
+                   .base_version = e.base_version,
+                   .epoch = e.epoch,
+                   .loss = e.loss,
+                   .first_loss = e.first_loss,
+                   .queued = e.queued,
+                   .codec = codec};
+}
+
+SliceMeta SlicesMeta::slice(size_t i) const { return SliceOf(entries[i], codec); }
+
+absl::Status AppendSlices(uint64_t tag, const SlicesMeta& meta, std::string* out) {
+  PS_RETURN_IF_ERROR(CheckCodec(FrameType::kSlices, meta.codec));
+  if (meta.count < 2 || meta.count > kMaxSlicesPerFrame) {
+    return FrameError(FrameType::kSlices, absl::StrCat("count ", meta.count, " is outside [2, ",
+                                                       kMaxSlicesPerFrame, "]"));
+  }
+  uint64_t body_bytes = 0;
+  for (uint32_t i = 0; i < meta.count; ++i) body_bytes += meta.entries[i].body_bytes;
+  return AppendFrame(FrameType::kSlices, 0, tag, body_bytes, out, [&](MetaWriter& w) {
+    w.Str(meta.codec, 1);
+    w.Int(meta.count, 1);
+    for (uint32_t i = 0; i < meta.count; ++i) {
+      const SlicesEntry& e = meta.entries[i];
+      w.Int(e.slice_id, 4);
+      w.Int(e.version, 8);
+      w.Int(e.base_version, 8);
+      w.Int(e.epoch, 8);
+      w.Int((e.loss.has_value() ? kSliceLoss : 0) | (e.first_loss.has_value() ? kSliceFirstLoss : 0) |
+                (e.queued ? kSliceQueued : 0),
+            1);
+      if (e.loss.has_value()) w.F32(*e.loss);
+      if (e.first_loss.has_value()) w.F32(*e.first_loss);
+      w.Int(e.body_bytes, 4);
+    }
+  });
+}
+
+absl::StatusOr<SlicesMeta> ParseSlicesMeta(const FrameHeader& header, std::string_view meta) {
+  MetaReader r(FrameType::kSlices, meta);
+  SlicesMeta m;
+  PS_RETURN_IF_ERROR(r.Str(1, kMaxFrameCodecBytes, &m.codec, "codec"));
+  uint8_t count = 0;
+  PS_RETURN_IF_ERROR(r.Int(&count, "count"));
+  if (count < 2 || count > kMaxSlicesPerFrame) {
+    return r.Error(absl::StrCat("count ", count, " is outside [2, ", kMaxSlicesPerFrame, "]"));
+  }
+  m.count = count;
+  constexpr uint8_t kKnown = kSliceLoss | kSliceFirstLoss | kSliceQueued;
+  uint64_t body_bytes = 0;
+  for (uint32_t i = 0; i < m.count; ++i) {
+    SlicesEntry& e = m.entries[i];
+    PS_RETURN_IF_ERROR(r.Int(&e.slice_id, "slice id"));
+    PS_RETURN_IF_ERROR(r.Int(&e.version, "version"));
+    PS_RETURN_IF_ERROR(r.Int(&e.base_version, "base version"));
+    PS_RETURN_IF_ERROR(r.Int(&e.epoch, "epoch"));
+    uint8_t flags = 0;
+    PS_RETURN_IF_ERROR(r.Int(&flags, "slice flags"));
+    if ((flags & ~kKnown) != 0) {
+      return r.Error(absl::StrCat("slice ", i, "'s flags ", Hex8(flags),
+                                  " set bits a slice does not define (it has ", Hex8(kKnown), ")"));
+    }
+    if ((flags & kSliceLoss) != 0) PS_RETURN_IF_ERROR(r.F32(&e.loss, "loss"));
+    if ((flags & kSliceFirstLoss) != 0) PS_RETURN_IF_ERROR(r.F32(&e.first_loss, "first loss"));
+    e.queued = (flags & kSliceQueued) != 0;
+    PS_RETURN_IF_ERROR(r.Int(&e.body_bytes, "body length"));
+    body_bytes += e.body_bytes;
+  }
+  PS_RETURN_IF_ERROR(r.Finish());
+  if (body_bytes != header.body_bytes) {
+    return r.Error(absl::StrCat("body lengths add up to ", body_bytes, " bytes, the header says ",
+                                header.body_bytes));
+  }
   return m;
 }
 

@@ -45,6 +45,12 @@
 //   SLICE     0x21 shard -> worker: u32 slice id, u64 version, u64 base version, u64
 //                  epoch, [f32 loss, flag 0x01], [f32 first loss, flag 0x02], str8 codec
 //                  (empty: dense values); flag 0x04: queued. Body: the values.
+//   SLICES    0x24 shard -> worker: several slices of one pull under one codec, their
+//                  bodies back to back: str8 codec, u8 count (2 to kMaxSlicesPerFrame),
+//                  then per slice u32 slice id, u64 version, u64 base version, u64 epoch,
+//                  u8 flags (SLICE's: 0x01 loss, 0x02 first loss, 0x04 queued), [f32
+//                  loss], [f32 first loss], u32 body length; the body lengths add up to B.
+//                  The header's tag is the pull's, as a SLICE's; it defines no flags.
 //   PULL_END  0x22 shard -> worker: as ANSWER
 //   CANCEL    0x23 worker -> shard: nothing                                        (0)
 //   GOAWAY    0x30 either way: as ANSWER; the sender then closes
@@ -81,7 +87,7 @@
 
 namespace ps::net {
 
-inline constexpr uint32_t kDataPlaneVersion = 2;  // 2: PUSHES
+inline constexpr uint32_t kDataPlaneVersion = 3;  // 2: PUSHES; 3: SLICES
 inline constexpr size_t kFrameHeaderBytes = 16;
 // No meta is longer (a static_assert in data_frame_header.cc holds every type's bound to
 // it), so a receiver can read any meta into a fixed buffer.
@@ -105,6 +111,7 @@ enum class FrameType : uint8_t {
   kSlice = 0x21,
   kPullEnd = 0x22,
   kCancel = 0x23,
+  kSlices = 0x24,
   kGoaway = 0x30,
 };
 
@@ -131,7 +138,7 @@ absl::StatusOr<FrameHeader> ParseHeader(std::span<const char, kFrameHeaderBytes>
 // Where a connection is, for the frames it may receive next (docs/data-plane.md,
 // "Binding a connection to a session"): the shard takes one HELLO, one PROOF, then
 // PUSH, PULL, CANCEL and GOAWAY; the worker takes a CHALLENGE, an ADMIT, then ANSWER,
-// SLICE, PULL_END; GOAWAY reaches the worker at any point (unknown_session after a
+// SLICE, SLICES, PULL_END; GOAWAY reaches the worker at any point (unknown_session after a
 // HELLO, unauthenticated after a PROOF).
 enum class ConnectionState : uint8_t {
   kShardAwaitsHello,
@@ -302,6 +309,40 @@ struct SliceMeta {
 absl::Status AppendSlice(uint64_t tag, const SliceMeta& meta, size_t body_bytes,
                          std::string* out);
 absl::StatusOr<SliceMeta> ParseSliceMeta(uint8_t flags, std::string_view meta);
+
+// SLICES: the slices one frame carries at most (the shard's pace hands a pull's slices
+// over 2 to 8 at a time). Its meta is then the codec, 2 bytes and 41 bytes per slice at
+// most: 585, within kMaxMetaBytes.
+inline constexpr size_t kMaxSlicesPerFrame = 8;
+// The shard merges slices into a SLICES within this many body bytes (and the ADMIT's
+// largest body); a worker reads bodies at least this long.
+inline constexpr size_t kMaxSlicesBodyBytes = 16u << 20;
+struct SlicesEntry {
+  uint32_t slice_id = 0;
+  uint64_t version = 0;
+  uint64_t base_version = 0;
+  uint64_t epoch = 0;
+  std::optional<float> loss;
+  std::optional<float> first_loss;
+  bool queued = false;
+  uint32_t body_bytes = 0;
+  bool operator==(const SlicesEntry&) const = default;
+};
+struct SlicesMeta {
+  std::string_view codec;  // empty: dense fp32 values; else the changes' codec
+  uint32_t count = 0;      // entries in use
+  std::array<SlicesEntry, kMaxSlicesPerFrame> entries{};
+  // Slice i as a SLICE would carry it.
+  SliceMeta slice(size_t i) const;
+};
+// Entry `e` under `codec` as a SLICE would carry it.
+SliceMeta SliceOf(const SlicesEntry& e, std::string_view codec);
+// A SLICES's header (tag: the pull's) and meta. INVALID_ARGUMENT for a count outside
+// [2, kMaxSlicesPerFrame], a tag of 0, a codec over its bound, or bodies that add up to
+// more than 2^32 - 1 bytes.
+absl::Status AppendSlices(uint64_t tag, const SlicesMeta& meta, std::string* out);
+// Also refuses body lengths whose sum is not B.
+absl::StatusOr<SlicesMeta> ParseSlicesMeta(const FrameHeader& header, std::string_view meta);
 
 // CANCEL has no meta: the header (its tag names the pull) is the whole frame.
 absl::Status AppendCancel(uint64_t tag, std::string* out);

@@ -40,6 +40,8 @@ constexpr size_t kPushesEntryBytes = 8 + 4 + 4;
 constexpr size_t kStatusFixedBytes = 1 + 1 + 2;
 constexpr size_t kPullMetaBytes = 8 + 8 + 8 + 4;
 constexpr size_t kSliceFixedBytes = 4 + 8 + 8 + 8 + 1;
+constexpr size_t kSlicesFixedBytes = 1 + 1;
+constexpr size_t kSlicesEntryBytes = 4 + 8 + 8 + 8 + 1 + 4;  // without its losses
 constexpr size_t kLossBytes = 4;
 
 static_assert(kFrameHeaderBytes == 1 + 1 + 2 + 4 + 8);
@@ -53,7 +55,10 @@ static_assert(kChallengeMetaBytes <= kMaxMetaBytes &&
                       kMaxPushesPerFrame * (kPushesEntryBytes + 2 * kLossBytes) <=
                   kMaxMetaBytes &&
               kStatusFixedBytes + kMaxRefusalNameBytes + kMaxStatusMessageBytes <= kMaxMetaBytes &&
-              kSliceFixedBytes + 2 * kLossBytes + kMaxFrameCodecBytes <= kMaxMetaBytes,
+              kSliceFixedBytes + 2 * kLossBytes + kMaxFrameCodecBytes <= kMaxMetaBytes &&
+              kSlicesFixedBytes + kMaxFrameCodecBytes +
+                      kMaxSlicesPerFrame * (kSlicesEntryBytes + 2 * kLossBytes) <=
+                  kMaxMetaBytes,
               "every meta fits in kMaxMetaBytes");
 
 // What the header check needs to know of a type.
@@ -78,6 +83,8 @@ std::optional<TypeInfo> InfoOf(FrameType type) {
       return TypeInfo{.flags = kPullHeld, .body = true};
     case FrameType::kSlice:
       return TypeInfo{.flags = kSliceLoss | kSliceFirstLoss | kSliceQueued, .body = true};
+    case FrameType::kSlices:
+      return TypeInfo{.body = true};
     case FrameType::kAnswer:
     case FrameType::kPullEnd:
     case FrameType::kCancel:
@@ -120,6 +127,10 @@ std::pair<size_t, size_t> MetaBoundsOf(FrameType type, uint8_t flags) {
                            ((flags & kSliceFirstLoss) != 0 ? kLossBytes : 0);
       return {fixed, fixed + kMaxFrameCodecBytes};
     }
+    case FrameType::kSlices:
+      return {kSlicesFixedBytes + 2 * kSlicesEntryBytes,
+              kSlicesFixedBytes + kMaxFrameCodecBytes +
+                  kMaxSlicesPerFrame * (kSlicesEntryBytes + 2 * kLossBytes)};
     case FrameType::kCancel:
       return {0, 0};
   }
@@ -139,7 +150,7 @@ std::string_view StateText(ConnectionState state) {
     case ConnectionState::kWorkerAwaitsAdmit:
       return "the worker awaits ADMIT";
     case ConnectionState::kWorkerAdmitted:
-      return "the worker was admitted (ANSWER, SLICE, PULL_END, GOAWAY)";
+      return "the worker was admitted (ANSWER, SLICE, SLICES, PULL_END, GOAWAY)";
   }
   return "an unknown state";
 }
@@ -159,7 +170,7 @@ bool Allowed(ConnectionState state, FrameType type) {
       return type == FrameType::kAdmit || type == FrameType::kGoaway;
     case ConnectionState::kWorkerAdmitted:
       return type == FrameType::kAnswer || type == FrameType::kSlice ||
-             type == FrameType::kPullEnd || type == FrameType::kGoaway;
+             type == FrameType::kSlices || type == FrameType::kPullEnd || type == FrameType::kGoaway;
   }
   return false;
 }
@@ -258,6 +269,8 @@ std::string_view FrameTypeName(FrameType type) {
       return "PULL_END";
     case FrameType::kCancel:
       return "CANCEL";
+    case FrameType::kSlices:
+      return "SLICES";
     case FrameType::kGoaway:
       return "GOAWAY";
   }

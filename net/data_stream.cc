@@ -104,9 +104,10 @@ bool DataStream::ReadNow(boost::asio::mutable_buffer into) {
   return true;
 }
 
-void DataStream::SetReadLowWater(size_t bytes) {
-  const int mark =
-      tls() || bytes < kMinReadLowWater ? 1 : static_cast<int>(std::min(bytes, kMaxReadLowWater));
+void DataStream::SetReadLowWater(size_t bytes, size_t most) {
+  const int mark = tls() || bytes < kMinReadLowWater
+                       ? 1
+                       : static_cast<int>(std::min({bytes, most, kMaxFrameReadLowWater}));
   if (mark == read_low_water_) return;
   Socket& s = socket();
   if (!s.is_open()) return;

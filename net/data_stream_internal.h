@@ -159,9 +159,13 @@ class DataStream {
     boost::asio::async_write(*this, buffers, Unwritten{boost::asio::buffer_size(buffers)},
                              std::forward<Handler>(handler));
   }
-  // SO_RCVLOWAT of `bytes` clamped as above (nothing when it is that already); a failed
-  // setsockopt is ignored, as the reads work either way.
-  void SetReadLowWater(size_t bytes);
+  // SO_RCVLOWAT of `bytes` clamped as above, at most `most` (nothing when it is that
+  // already); a failed setsockopt is ignored, as the reads work either way. A read that
+  // takes several bodies of one frame (a SLICES) may wait for up to kMaxFrameReadLowWater
+  // of it: one wake-up for the frame rather than one per body (the kernel caps the mark
+  // at half its largest receive buffer, and grows the buffer to hold it).
+  static constexpr size_t kMaxFrameReadLowWater = 2 * 1024 * 1024;
+  void SetReadLowWater(size_t bytes, size_t most = kMaxReadLowWater);
 
   // Asio's AsyncReadStream and AsyncWriteStream, for async_read and async_write.
   template <typename Buffers, typename Handler>

@@ -13,7 +13,7 @@
 //             1  after the harness's right CHALLENGE and its check of the channel's
 //                PROOF: the stream brings the ADMIT (its limits the fuzzer's)
 //             2, 3  after the whole handshake (CHALLENGE, PROOF checked, ADMIT with a
-//                largest body of 64 KiB): ANSWER, SLICE, PULL_END, GOAWAY
+//                largest body of 64 KiB): ANSWER, SLICE, SLICES, PULL_END, GOAWAY
 //   bit 2     the pull's sink places dense values in the caller's buffer (slice 5: 16
 //             bytes, slice 6: 8 bytes; another size or slice is refused, which ends the
 //             pull); else it keeps no place and takes the values in Arrived
@@ -49,6 +49,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <span>
@@ -142,15 +143,16 @@ class Sink final : public PullSink {
   absl::StatusOr<std::span<char>> Place(const ps::net::PullHeader& h, size_t bytes) override {
     absl::MutexLock lock(&mu_);
     after_done_ += done_ > 0 ? 1 : 0;
-    placed_ = {};
-    told_ = bytes;
     if (h.slice_id != kSliceA && h.slice_id != kSliceB) {
       return absl::InvalidArgumentError("a slice the pull did not ask for");
     }
-    if (!dense_) return std::span<char>();
+    if (!dense_) {
+      asked_.push_back({h.slice_id, {}, bytes});
+      return std::span<char>();
+    }
     if (bytes != SizeOf(h.slice_id)) return absl::InvalidArgumentError("a slice of another size");
-    placed_ = destination_->place(h.slice_id);
-    return placed_;
+    asked_.push_back({h.slice_id, destination_->place(h.slice_id), bytes});
+    return asked_.back().placed;
   }
 
   absl::Status Arrived(const ps::net::PullHeader& h, ps::net::Pieces bytes) override {
@@ -158,13 +160,20 @@ class Sink final : public PullSink {
     after_done_ += done_ > 0 ? 1 : 0;
     size_t total = 0;
     for (std::string_view piece : bytes) total += piece.size();
+    // Slices arrive in the order they were placed (a SLICES asks for every place first).
+    if (asked_.empty() || asked_.front().slice_id != h.slice_id) {
+      ++misplaced_;
+      return absl::OkStatus();
+    }
+    const Asked asked = asked_.front();
+    asked_.pop_front();
     if (dense_) {
-      misplaced_ += bytes.size() == 1 && bytes[0].data() == placed_.data() &&
-                            bytes[0].size() == placed_.size() && !placed_.empty()
+      misplaced_ += bytes.size() == 1 && bytes[0].data() == asked.placed.data() &&
+                            bytes[0].size() == asked.placed.size() && !asked.placed.empty()
                         ? 0
                         : 1;
     } else {
-      misplaced_ += total == told_ ? 0 : 1;
+      misplaced_ += total == asked.told ? 0 : 1;
       if (total != SizeOf(h.slice_id)) {
         return absl::InvalidArgumentError("a change, not dense values");
       }
@@ -201,8 +210,14 @@ class Sink final : public PullSink {
   int done_ = 0;
   int after_done_ = 0;
   int misplaced_ = 0;
-  std::span<char> placed_;
-  size_t told_ = 0;
+  // The places given and not yet arrived, in order: the slice, its place (dense), the
+  // size Place was told.
+  struct Asked {
+    uint32_t slice_id = 0;
+    std::span<char> placed;
+    size_t told = 0;
+  };
+  std::deque<Asked> asked_;
   absl::Status status_;
   std::string at_done_;
 };

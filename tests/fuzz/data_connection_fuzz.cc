@@ -228,6 +228,9 @@ void CheckShardStream(std::string_view in, ConnectionState state, ps::net::Frame
       case FrameType::kSlice:
         PS_FUZZ_CHECK(ps::net::ParseSliceMeta(h->flags, meta).ok(), "a SLICE the worker refuses");
         break;
+      case FrameType::kSlices:
+        PS_FUZZ_CHECK(ps::net::ParseSlicesMeta(*h, meta).ok(), "a SLICES the worker refuses");
+        break;
       default:
         PS_FUZZ_CHECK(false, "the shard wrote a worker's frame type");
     }

@@ -195,11 +195,23 @@ size_t OneFrame(const FrameHeader& h, std::string_view rest, const ps::net::Fram
       CheckReencoded(ps::net::AppendSlice(h.tag, *m, h.body_bytes, &again), again, input);
       break;
     }
+    case FrameType::kSlices: {
+      auto m = ps::net::ParseSlicesMeta(h, meta.view());
+      if (!m.ok()) return Refused(m.status());
+      PS_FUZZ_CHECK(m->codec.size() <= ps::net::kMaxFrameCodecBytes, "accepted a long codec");
+      PS_FUZZ_CHECK(m->count >= 2 && m->count <= ps::net::kMaxSlicesPerFrame,
+                    "accepted a SLICES of too few or too many slices");
+      uint64_t sum = 0;
+      for (uint32_t i = 0; i < m->count; ++i) sum += m->entries[i].body_bytes;
+      PS_FUZZ_CHECK(sum == h.body_bytes, "a SLICES's slices disagree with its header");
+      CheckReencoded(ps::net::AppendSlices(h.tag, *m, &again), again, input);
+      break;
+    }
     case FrameType::kCancel:
       CheckReencoded(ps::net::AppendCancel(h.tag, &again), again, input);
       break;
   }
-  // A PUSH's, PUSHES's or SLICE's body is the codec's business: skipped, as the connection would
+  // A PUSH's, PUSHES's, SLICE's or SLICES's body is the codec's business: skipped, as the connection would
   // read it into its target.
   if (rest.size() - head < h.body_bytes) return 0;
   return head + h.body_bytes;

@@ -491,7 +491,7 @@ AUTH_HEADER.update({
 # valid seeds parsing and re-encoding to themselves checks that both agree on the format.
 DF_TYPES = {"HELLO": 0x01, "CHALLENGE": 0x02, "PROOF": 0x03, "ADMIT": 0x04, "PUSH": 0x10,
             "ANSWER": 0x11, "PUSHES": 0x12, "PULL": 0x20, "SLICE": 0x21, "PULL_END": 0x22, "CANCEL": 0x23,
-            "GOAWAY": 0x30}
+            "SLICES": 0x24, "GOAWAY": 0x30}
 # Byte 0 of an input: the ConnectionState (bits 0-2) and the most slices a pull may name
 # (bits 3-7).
 DF_SHARD_AWAITS_HELLO, DF_SHARD_ADMITTED = 0, 2
@@ -506,7 +506,7 @@ def df_frame(type_, meta=b"", body=b"", flags=0, tag=0, meta_len=None, body_len=
 
 
 def df_hello(session=0x0123456789ABCDEF, worker=2, nonce=bytes(range(32)), magic=b"PSD1",
-             version=2, extra=b""):
+             version=3, extra=b""):
     """extra: what a HELLO of a later version might add."""
     return df_frame("HELLO", magic + struct.pack("<IQI", version, session, worker) + nonce + extra)
 
@@ -560,6 +560,30 @@ def df_slice(tag, slice_=7, version=5, base=0, epoch=0, codec=b"", values=fp32([
     return df_frame("SLICE", meta + bytes([len(codec)]) + codec, values, flags=flags, tag=tag)
 
 
+def df_slices(tag, slices, codec=b"", count=None, body_len=None):
+    """slices: (slice, version, base, epoch, values, loss, first_loss, queued) each, or
+    (slice, values) for a dense slice at version 5 of epoch 0 with no flag; a slice's
+    flags byte is its own (loss 1, first loss 2, queued 4; an int in place of queued
+    sets the byte as given)."""
+    meta = bytes([len(codec)]) + codec + bytes([len(slices) if count is None else count])
+    body = b""
+    for s in slices:
+        if len(s) == 2:
+            s = (s[0], 5, 0, 0, s[1], None, None, False)
+        slice_, version, base, epoch, values, loss, first_loss, queued = s
+        flags = queued if isinstance(queued, int) and not isinstance(queued, bool) else (
+            4 if queued else 0)
+        flags |= (1 if loss is not None else 0) | (2 if first_loss is not None else 0)
+        meta += struct.pack("<IQQQB", slice_, version, base, epoch, flags)
+        if loss is not None:
+            meta += struct.pack("<f", loss)
+        if first_loss is not None:
+            meta += struct.pack("<f", first_loss)
+        meta += struct.pack("<I", len(values))
+        body += values
+    return df_frame("SLICES", meta, body, tag=tag, body_len=body_len)
+
+
 def data_frame(state, max_pull_slices, *frames):
     return bytes([state | max_pull_slices << 3]) + b"".join(frames)
 
@@ -592,8 +616,28 @@ DATA_FRAME = {
         DF_WORKER_AWAITS_CHALLENGE, 0, df_status("GOAWAY", 0, 16, b"unknown_session", b"x")),
     "push_before_admit": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_push(1)),
     "hello_twice": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(), df_hello()),
-    "hello_version_3": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=3, extra=b"more")),
+    "hello_version_4": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=4, extra=b"more")),
+    "hello_version_2": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=2)),
     "hello_version_1": data_frame(DF_SHARD_AWAITS_HELLO, 16, df_hello(version=1)),
+    "valid_slices": data_frame(
+        DF_WORKER_ADMITTED, 0,
+        df_slices(3, [(7, bytes(range(16))), (8, 6, 5, 0xABCDEF, bytes(8), 0.5, 2.0, True)]),
+        df_slices(4, [(1, 9, 8, 2, b"ab", None, 1.5, False), (2, 9, 7, 2, b"", 0.25, None, True),
+                      (3, 9, 8, 2, b"xyz", None, None, False)], codec=b"topk(0.01)+fp16")),
+    "valid_slices_most": data_frame(
+        DF_WORKER_ADMITTED, 0,
+        df_slices(5, [(i, 1, 0, 1, b"v" * i, 0.5, 0.25, True) for i in range(8)],
+                  codec=b"c" * 255)),
+    "slices_count_1": data_frame(DF_WORKER_ADMITTED, 0, df_slices(3, [(7, bytes(16))])),
+    "slices_count_9": data_frame(DF_WORKER_ADMITTED, 0,
+                                 df_slices(3, [(i, bytes(4)) for i in range(9)])),
+    "slices_lengths_disagree": data_frame(
+        DF_WORKER_ADMITTED, 0, df_slices(3, [(7, bytes(8)), (8, bytes(4))], body_len=16)),
+    "slices_unknown_slice_flag": data_frame(
+        DF_WORKER_ADMITTED, 0,
+        df_slices(3, [(7, 5, 0, 0, bytes(8), None, None, 8), (8, bytes(4))])),
+    "slices_to_the_shard": data_frame(DF_SHARD_ADMITTED, 16,
+                                      df_slices(3, [(7, bytes(8)), (8, bytes(4))])),
     "valid_pushes": data_frame(DF_SHARD_ADMITTED, 16,
                                df_pushes([(5, 7, b"\x01abcd"), (6, 8, b"\x01ef")]),
                                df_pushes([(7, 1, b""), (8, 2, b"x"), (9, 3, b"yz")],
@@ -694,7 +738,8 @@ DATA_CONNECTION = {
     "raw_hello_patched_worker_1": dc(DC_PATCH_HELLO | DC_WORKER_1, df_hello(worker=1),
                                      _DF_PROOF),
     "raw_hello_patched_then_push": dc(DC_PATCH_HELLO, df_hello(worker=0), dc_push(1)),
-    "raw_hello_version_3": dc(DC_PATCH_HELLO, df_hello(version=3, extra=b"more")),
+    "raw_hello_version_4": dc(DC_PATCH_HELLO, df_hello(version=4, extra=b"more")),
+    "raw_hello_version_2": dc(DC_PATCH_HELLO, df_hello(version=2)),
     "raw_hello_version_1": dc(DC_PATCH_HELLO, df_hello(version=1)),
     "raw_push_before_admit": dc(0, dc_push(1)),
     "raw_largest_body_claim": dc(0, df_frame("HELLO", meta_len=52, body_len=0xFFFFFFFF)),
@@ -737,6 +782,33 @@ DATA_CHANNEL = {
     "admitted_slice_cut_in_body": dch(DCH_ADMITTED | DCH_DENSE, dch_slice()[:-4]),
     "admitted_slice_largest_claim": dch(DCH_ADMITTED | DCH_DENSE, df_frame(
         "SLICE", struct.pack("<IQQQ", 5, 5, 0, 0) + b"\x00", body_len=0xFFFFFFFF, tag=3)),
+    "admitted_slices_dense": dch(
+        DCH_ADMITTED | DCH_DENSE, df_status("ANSWER", 1, 0), df_status("ANSWER", 2, 0),
+        df_slices(3, [(5, bytes(range(16))), (6, bytes(range(8)))]), df_status("PULL_END", 3, 0)),
+    "admitted_slices_no_place": dch(
+        DCH_ADMITTED, df_slices(3, [(5, bytes(range(16))), (6, bytes(range(8)))]),
+        df_status("PULL_END", 3, 0)),
+    "admitted_slices_second_wrong_size": dch(
+        DCH_ADMITTED | DCH_DENSE, df_slices(3, [(5, bytes(range(16))), (6, bytes(12))]),
+        df_status("PULL_END", 3, 0)),
+    "admitted_slices_first_unknown": dch(
+        DCH_ADMITTED | DCH_DENSE, df_slices(3, [(9, bytes(16)), (6, bytes(range(8)))])),
+    "admitted_slices_first_twice": dch(
+        DCH_ADMITTED | DCH_DENSE, df_slices(3, [(5, bytes(16)), (5, bytes(range(16))),
+                                                (6, bytes(8))]), df_status("PULL_END", 3, 0)),
+    "admitted_slices_unknown_tag": dch(
+        DCH_ADMITTED | DCH_DENSE, df_slices(8, [(5, bytes(16)), (6, bytes(8))]),
+        dch_slice(), df_status("PULL_END", 3, 0)),
+    "admitted_slices_change": dch(DCH_ADMITTED, df_slices(
+        3, [(5, 6, 4, 2, bytes(range(16)), None, None, False), (6, 6, 4, 2, bytes(3), 0.5, None,
+                                                                 True)], codec=b"int8")),
+    "admitted_slices_cut_in_second_body": dch(
+        DCH_ADMITTED | DCH_DENSE, df_slices(3, [(5, bytes(range(16))), (6, bytes(8))])[:-4]),
+    "admitted_slices_deadline_mid_body": dch(
+        DCH_ADMITTED | DCH_DENSE | DCH_SHORT_DEADLINES | DCH_LINGER,
+        df_slices(3, [(5, bytes(range(16))), (6, bytes(8))])[:-4]),
+    "admitted_slices_lengths_disagree": dch(
+        DCH_ADMITTED | DCH_DENSE, df_slices(3, [(5, bytes(16)), (6, bytes(8))], body_len=30)),
     "admitted_answer_twice": dch(DCH_ADMITTED, df_status("ANSWER", 1, 0), df_status("ANSWER", 1, 0),
                                  df_status("ANSWER", 7, 0)),
     "admitted_answer_unknown_kind": dch(DCH_ADMITTED, df_status("ANSWER", 1, 5, b"a_newer_kind",

@@ -1,5 +1,6 @@
 #include "hand_client.h"
 
+#include <deque>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -201,7 +202,7 @@ class HandClient::GrpcPull final : public PullStream {
   std::unique_ptr<grpc::ClientReader<v1::PullResponse>> reader_;
 };
 
-// TCP: a PULL frame, then the SLICE frames of its tag until its PULL_END.
+// TCP: a PULL frame, then the SLICE and SLICES frames of its tag until its PULL_END.
 class HandClient::TcpPull final : public PullStream {
  public:
   TcpPull(HandClient& client, const HandPull& pull) : client_(client), tag_(++client.tag_) {
@@ -221,9 +222,30 @@ class HandClient::TcpPull final : public PullStream {
 
   absl::StatusOr<std::optional<PulledSlice>> Next() override {
     if (!start_.ok()) return start_;
+    if (!pending_.empty()) {
+      PulledSlice next = std::move(pending_.front());
+      pending_.pop_front();
+      return next;
+    }
     if (ended_) return std::nullopt;
     absl::StatusOr<DataFrame> f = client_.FrameFor(tag_);
     if (!f.ok()) return f.status();
+    if (f->header.type == net::FrameType::kSlices) {
+      // Several slices in one frame: handed out one by one, in the frame's order.
+      absl::StatusOr<net::SlicesMeta> meta = net::ParseSlicesMeta(f->header, f->meta);
+      if (!meta.ok()) return meta.status();
+      size_t at = 0;
+      for (uint32_t i = 0; i < meta->count; ++i) {
+        const net::SlicesEntry& e = meta->entries[i];
+        pending_.push_back(PulledSlice{.slice_id = e.slice_id,
+                                       .version = e.version,
+                                       .queued = e.queued,
+                                       .codec = std::string(meta->codec),
+                                       .values = f->body.substr(at, e.body_bytes)});
+        at += e.body_bytes;
+      }
+      return Next();
+    }
     if (f->header.type != net::FrameType::kSlice) {
       ended_ = true;
       const absl::Status end = DataPortClient::StatusOf(*f);
@@ -244,6 +266,7 @@ class HandClient::TcpPull final : public PullStream {
   uint64_t tag_;
   absl::Status start_;
   bool ended_ = false;
+  std::deque<PulledSlice> pending_;  // the rest of a SLICES
 };
 
 std::unique_ptr<HandClient::PullStream> HandClient::OpenPull(const HandPull& pull) {

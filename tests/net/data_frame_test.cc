@@ -73,6 +73,15 @@ PushesMeta TwoPushes() {
   return m;
 }
 
+// A SLICES of two slices of 8 and 4 bytes, the second with a loss and queued.
+SlicesMeta TwoSlices() {
+  SlicesMeta m{.codec = "", .count = 2};
+  m.entries[0] = {.slice_id = 4, .version = 9, .epoch = 1, .body_bytes = 8};
+  m.entries[1] = {.slice_id = 5, .version = 9, .epoch = 1, .loss = 0.5f, .queued = true,
+                  .body_bytes = 4};
+  return m;
+}
+
 constexpr FrameLimits kLimits{.max_body_bytes = 1 << 20, .max_pull_slices = 64};
 
 // ---- the format, byte for byte ----
@@ -161,6 +170,95 @@ TEST(DataFrameTest, WritesTheGoldenPushesByteForByte) {
   EXPECT_EQ(second.codec, "fp16");
 }
 
+TEST(DataFrameTest, WritesTheGoldenSlicesByteForByte) {
+  SlicesMeta meta{.codec = "3lc", .count = 2};
+  meta.entries[0] = {.slice_id = 42, .version = 7, .base_version = 6, .epoch = 2,
+                     .first_loss = 0.25f, .body_bytes = 9};
+  meta.entries[1] = {.slice_id = 43, .version = 7, .base_version = 5, .epoch = 2, .loss = 0.5f,
+                     .queued = true, .body_bytes = 7};
+  std::string frame;
+  ASSERT_TRUE(AppendSlices(0x0102030405060708ull, meta, &frame).ok());
+  const std::string header = Bytes({
+      0x24,                                            // type SLICES
+      0x00,                                            // flags: none (each slice has its own)
+      0x4f, 0x00,                                      // M = 79
+      0x10, 0x00, 0x00, 0x00,                          // B = 16, the bodies' sum
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // tag: the pull's
+  });
+  const std::string slices_meta = Bytes({
+      0x03, '3', 'l', 'c',                             // codec
+      0x02,                                            // count
+      0x2a, 0x00, 0x00, 0x00,                          // slice 0: id 42
+      0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   version 7
+      0x06, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   base version 6
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   epoch 2
+      0x02,                                            //   flags: first loss
+      0x00, 0x00, 0x80, 0x3e,                          //   first loss 0.25f
+      0x09, 0x00, 0x00, 0x00,                          //   body length 9
+      0x2b, 0x00, 0x00, 0x00,                          // slice 1: id 43
+      0x07, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   version 7
+      0x05, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   base version 5
+      0x02, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  //   epoch 2
+      0x05,                                            //   flags: loss, queued
+      0x00, 0x00, 0x00, 0x3f,                          //   loss 0.5f
+      0x07, 0x00, 0x00, 0x00,                          //   body length 7
+  });
+  EXPECT_EQ(frame, header + slices_meta);
+  auto h = ParseHeader(HeaderOf(header));
+  ASSERT_TRUE(h.ok()) << h.status();
+  ASSERT_TRUE(CheckHeader(*h, ConnectionState::kWorkerAdmitted, kLimits).ok());
+  auto parsed = ParseSlicesMeta(*h, slices_meta);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->codec, "3lc");
+  ASSERT_EQ(parsed->count, 2u);
+  EXPECT_EQ(parsed->entries[0], meta.entries[0]);
+  EXPECT_EQ(parsed->entries[1], meta.entries[1]);
+  const SliceMeta second = parsed->slice(1);
+  EXPECT_EQ(second.slice_id, 43u);
+  EXPECT_EQ(second.base_version, 5u);
+  EXPECT_EQ(second.loss, 0.5f);
+  EXPECT_FALSE(second.first_loss.has_value());
+  EXPECT_TRUE(second.queued);
+  EXPECT_EQ(second.codec, "3lc");
+}
+
+TEST(DataFrameTest, SlicesRefuseCountsFlagsAndLengthsThatDisagree) {
+  std::string out;
+  SlicesMeta one = TwoSlices();
+  one.count = 1;
+  ExpectRefused(AppendSlices(1, one, &out), "count 1 is outside [2, 8]");
+  SlicesMeta many = TwoSlices();
+  many.count = 9;
+  ExpectRefused(AppendSlices(1, many, &out), "count 9 is outside [2, 8]");
+  ExpectRefused(AppendSlices(0, TwoSlices(), &out), "tag 0");
+  EXPECT_TRUE(out.empty());
+
+  std::string frame;
+  ASSERT_TRUE(AppendSlices(1, TwoSlices(), &frame).ok());
+  auto h = ParseHeader(HeaderOf(frame));
+  ASSERT_TRUE(h.ok()) << h.status();
+  const std::string meta = MetaOf(frame);
+  ASSERT_TRUE(ParseSlicesMeta(*h, meta).ok());
+  for (int count : {0, 1, 9, 255}) {
+    std::string bad = meta;
+    bad[1] = static_cast<char>(count);  // after the empty codec's length
+    ExpectRefused(ParseSlicesMeta(*h, bad).status(), absl::StrCat("count ", count, " is outside"));
+  }
+  std::string three = meta;
+  three[1] = 3;
+  ExpectRefused(ParseSlicesMeta(*h, three).status(), "ends inside slice id");
+  FrameHeader longer = *h;
+  longer.body_bytes = 13;
+  ExpectRefused(ParseSlicesMeta(longer, meta).status(),
+                "body lengths add up to 12 bytes, the header says 13");
+  // A slice's flags byte: slice 0's is at 2 + 28.
+  for (uint8_t bit : {0x08, 0x10, 0x80}) {
+    std::string flagged = meta;
+    flagged[2 + 28] = static_cast<char>(bit);
+    ExpectRefused(ParseSlicesMeta(*h, flagged).status(), "slice 0's flags");
+  }
+}
+
 TEST(DataFrameTest, AppendPushesRefusesWhatItsParserWould) {
   std::string out;
   PushesMeta one = TwoPushes();
@@ -219,7 +317,7 @@ TEST(DataFrameTest, WritesTheGoldenHelloByteForByte) {
       0x01, 0x00, 0x34, 0x00, 0x00, 0x00, 0x00, 0x00,  // HELLO, no flags, M = 52, B = 0
       0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // tag 0
       'P', 'S', 'D', '1',                              // magic
-      0x02, 0x00, 0x00, 0x00,                          // version 2
+      0x03, 0x00, 0x00, 0x00,                          // version 3
       0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,  // data session
       0x03, 0x00, 0x00, 0x00,                          // worker id
   });
@@ -494,13 +592,14 @@ std::vector<Sample> Samples() {
     return AppendGoaway({absl::StatusCode::kInvalidArgument, "malformed", ""}, f);
   });
   add(FrameType::kPushes, [](std::string* f) { return AppendPushes(TwoPushes(), f); });
+  add(FrameType::kSlices, [](std::string* f) { return AppendSlices(1, TwoSlices(), f); });
   return out;
 }
 
 TEST(DataFrameTest, ParseHeaderRefusesUnknownTypes) {
   std::set<int> known;
   for (const Sample& s : Samples()) known.insert(static_cast<int>(s.type));
-  ASSERT_EQ(known.size(), 12u);
+  ASSERT_EQ(known.size(), 13u);
   const std::string cancel = Samples()[9].frame;
   for (int t = 0; t < 256; ++t) {
     if (known.contains(t)) continue;
@@ -546,6 +645,8 @@ TEST(DataFrameTest, ParseHeaderRefusesMetaLengthsOutsideTheTypesBounds) {
       {FrameType::kSlice, 4, 29, 284},    {FrameType::kCancel, 0, 0, 0},
       // 18 fixed bytes, a codec of 0 to 255 bytes, 2 to 16 pushes of 16 bytes and 4 per flag.
       {FrameType::kPushes, 0, 50, 529},   {FrameType::kPushes, 3, 66, 657},
+      // 2 fixed bytes, a codec of 0 to 255 bytes, 2 to 8 slices of 33 bytes and 4 per loss.
+      {FrameType::kSlices, 0, 68, 585},
   };
   for (const auto& b : bounds) {
     const bool connection = b.type == FrameType::kHello || b.type == FrameType::kChallenge ||
@@ -577,7 +678,8 @@ TEST(DataFrameTest, ParseHeaderRefusesMetaLengthsOutsideTheTypesBounds) {
 TEST(DataFrameTest, ParseHeaderRefusesBodiesOnFramesWithoutOne) {
   for (const Sample& s : Samples()) {
     const bool body = s.type == FrameType::kPush || s.type == FrameType::kPushes ||
-                      s.type == FrameType::kPull || s.type == FrameType::kSlice;
+                      s.type == FrameType::kPull || s.type == FrameType::kSlice ||
+                      s.type == FrameType::kSlices;
     auto h = ParseHeader(HeaderOf(Patched(s.frame, 4, {0xff, 0xff, 0xff, 0xff})));
     EXPECT_EQ(h.ok(), body) << FrameTypeName(s.type);
     if (!body) ExpectRefused(h.status(), "body length 4294967295, where this type has no body");
@@ -612,7 +714,8 @@ TEST(DataFrameTest, CheckHeaderAllowsOnlyTheFramesOfTheConnectionsState) {
       {ConnectionState::kShardAdmitted, {T::kPush, T::kPushes, T::kPull, T::kCancel, T::kGoaway}},
       {ConnectionState::kWorkerAwaitsChallenge, {T::kChallenge, T::kGoaway}},
       {ConnectionState::kWorkerAwaitsAdmit, {T::kAdmit, T::kGoaway}},
-      {ConnectionState::kWorkerAdmitted, {T::kAnswer, T::kSlice, T::kPullEnd, T::kGoaway}},
+      {ConnectionState::kWorkerAdmitted,
+       {T::kAnswer, T::kSlice, T::kSlices, T::kPullEnd, T::kGoaway}},
   };
   for (const auto& st : states) {
     for (const Sample& s : Samples()) {
@@ -753,6 +856,11 @@ std::vector<MetaSample> MetaSamples() {
   add("PUSHES", f, [](uint8_t fl, std::string_view m) {
     return ParsePushesMeta(FrameHeader{FrameType::kPushes, fl, 0, 12, 1}, m).status();
   });
+  f.clear();
+  EXPECT_TRUE(AppendSlices(1, TwoSlices(), &f).ok());
+  add("SLICES", f, [](uint8_t, std::string_view m) {
+    return ParseSlicesMeta(FrameHeader{FrameType::kSlices, 0, 0, 12, 1}, m).status();
+  });
   return out;
 }
 
@@ -778,14 +886,14 @@ TEST(DataFrameTest, HelloRefusesAnotherMagicOrVersionWhateverItsLength) {
   meta[3] = '2';
   ExpectRefused(ParseHelloMeta(meta).status(), "data frame HELLO meta: bad magic (not PSD1)");
   meta[3] = '1';
-  meta[4] = 3;
-  ExpectRefused(ParseHelloMeta(meta).status(), "version 3; this shard speaks version 2");
+  meta[4] = 4;
+  ExpectRefused(ParseHelloMeta(meta).status(), "version 4; this shard speaks version 3");
   // A newer worker's longer HELLO passes the header and hears the version.
   meta.append(100, 'x');
   auto h = ParseHeader(HeaderOf(Patched(frame, 2, {static_cast<uint8_t>(meta.size())})));
   ASSERT_TRUE(h.ok()) << h.status();
-  ExpectRefused(ParseHelloMeta(meta).status(), "version 3; this shard speaks version 2");
-  meta[4] = 2;
+  ExpectRefused(ParseHelloMeta(meta).status(), "version 4; this shard speaks version 3");
+  meta[4] = 3;
   ExpectRefused(ParseHelloMeta(meta).status(), "100 trailing bytes");
   ExpectRefused(ParseHelloMeta(std::string(meta.data(), 8)).status(), "ends inside data session");
 }
@@ -910,7 +1018,7 @@ TEST(DataFrameTest, NamesEveryType) {
     EXPECT_NE(FrameTypeName(s.type), "unknown");
     names.insert(FrameTypeName(s.type));
   }
-  EXPECT_EQ(names.size(), 12u);
+  EXPECT_EQ(names.size(), 13u);
   EXPECT_EQ(FrameTypeName(FrameType::kPullEnd), "PULL_END");
   EXPECT_EQ(FrameTypeName(static_cast<FrameType>(0x05)), "unknown");
 }

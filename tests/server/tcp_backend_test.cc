@@ -293,6 +293,56 @@ TEST_F(TcpBackendTest, APullReceivesThePublishedSliceAndEnds) {
   EXPECT_EQ(shard_->WatcherCount(), 0u);
 }
 
+TEST_F(TcpBackendTest, APullsSlicesReadyTogetherLeaveAsOneSlicesFrame) {
+  // Both slices published at version 1 before the pull: its scheduler writes both at once
+  // (PullPace's least is 2), and they leave as one SLICES, the bodies the snapshots'.
+  for (uint32_t worker : {0u, 1u}) {
+    for (uint32_t slice : {0u, 1u}) {
+      const std::string payload = Fp32({float(worker + 1), 1, 1, float(slice)});
+      const std::string_view piece = payload;
+      ASSERT_TRUE(front_->Push(DataPeer{.worker = worker, .client = absl::StrCat("worker-", worker)},
+                               PushHead{.layout_hash = hash_, .round = 0, .slice_id = slice,
+                                        .codec = "fp32"},
+                               std::span<const std::string_view>(&piece, 1))
+                      .ok());
+    }
+  }
+  ASSERT_TRUE(Eventually([&] { return shard_->Snapshot(1).version == 1; }));
+  std::unique_ptr<ScriptedWorker> w = Admitted(0);
+  std::string pull;
+  const std::vector<uint32_t> ids = {0, 1};
+  ASSERT_TRUE(net::AppendPull(3, net::PullMeta{.layout_hash = hash_, .min_version = 1, .count = 2},
+                              ids, {}, &pull)
+                  .ok());
+  ASSERT_TRUE(w->Send(pull));
+  absl::StatusOr<Frame> f = w->Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  ASSERT_EQ(f->header.type, net::FrameType::kSlices) << net::FrameTypeName(f->header.type);
+  EXPECT_EQ(f->header.tag, 3u);
+  absl::StatusOr<net::SlicesMeta> m = net::ParseSlicesMeta(f->header, f->meta);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->codec, "");
+  ASSERT_EQ(m->count, 2u);
+  std::string bodies;
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(m->entries[i].slice_id, i);
+    EXPECT_EQ(m->entries[i].version, 1u);
+    EXPECT_EQ(m->entries[i].body_bytes, 16u);
+    const SliceSnapshot snap = shard_->Snapshot(i);
+    ASSERT_NE(snap.values, nullptr);
+    bodies += *snap.values;
+  }
+  EXPECT_EQ(f->body, bodies) << "the published bytes, back to back";
+  std::vector<float> got(8);
+  ASSERT_EQ(f->body.size(), 32u);
+  std::memcpy(got.data(), f->body.data(), 32);
+  EXPECT_EQ(got, (std::vector<float>{1.5f, 1, 1, 0, 1.5f, 1, 1, 1})) << "the means";
+  f = w->Read();
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->header.type, net::FrameType::kPullEnd);
+  EXPECT_TRUE(ScriptedWorker::StatusOf(*f).ok()) << ScriptedWorker::StatusOf(*f);
+}
+
 // The 16 bytes of a PUSH header claiming the largest body a 32-bit length can name.
 std::string LargestClaim() {
   std::string header;

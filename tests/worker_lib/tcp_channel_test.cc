@@ -16,6 +16,8 @@
 #include <array>
 #include <chrono>
 #include <cstring>
+#include <map>
+#include <thread>
 #include <optional>
 #include <string>
 #include <vector>
@@ -345,6 +347,194 @@ TEST_F(TcpChannelTest, DenseSlicesAreReadStraightIntoTheCallersPlace) {
   EXPECT_EQ(sink->values, values);
   EXPECT_TRUE(sink->arrived_in_place) << "read into the place, not through a buffer";
   EXPECT_EQ(sink->version, 7u);
+}
+
+// Places each slice's dense values in its own vector of `numel` (filled with -1 first),
+// or, with `scratch`, keeps no place and takes the values in Arrived; may refuse a slice's
+// place or its arrival. Records what arrived, in order.
+class SlicesSink final : public PullSink {
+ public:
+  SlicesSink(std::vector<uint32_t> ids, size_t numel, bool scratch = false) : scratch_(scratch) {
+    for (uint32_t id : ids) values[id] = std::vector<float>(numel, -1.0f);
+  }
+  absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes) override {
+    if (refuse_place == h.slice_id) return absl::InvalidArgumentError("place refused");
+    if (scratch_) return std::span<char>();
+    std::vector<float>& v = values.at(h.slice_id);
+    if (bytes != v.size() * sizeof(float)) return absl::InvalidArgumentError("size");
+    return std::span<char>(reinterpret_cast<char*>(v.data()), bytes);
+  }
+  absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes) override {
+    absl::MutexLock lock(&mu_);
+    arrived_.push_back(h.slice_id);
+    if (scratch_) {
+      std::string all;
+      for (std::string_view piece : bytes) all.append(piece);
+      std::vector<float>& v = values.at(h.slice_id);
+      if (all.size() != v.size() * sizeof(float)) return absl::InvalidArgumentError("size");
+      std::memcpy(v.data(), all.data(), all.size());
+    } else {
+      in_place_ = in_place_ && bytes.size() == 1 &&
+                  bytes[0].data() == reinterpret_cast<const char*>(values.at(h.slice_id).data());
+    }
+    if (refuse_arrival == h.slice_id) return absl::InvalidArgumentError("arrival refused");
+    return absl::OkStatus();
+  }
+  void Done(absl::Status s) override {
+    absl::MutexLock lock(&mu_);
+    status_ = std::move(s);
+    done_ = true;
+  }
+  // Waits (10 s at most) for `n` arrivals; the slices that arrived.
+  std::vector<uint32_t> AwaitArrived(size_t n) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return arrived_.size() >= n; };
+    mu_.AwaitWithTimeout(absl::Condition(&enough), absl::Seconds(10));
+    return arrived_;
+  }
+  // Waits (10 s at most) for Done; its status (UNKNOWN "no Done" when none came).
+  absl::Status AwaitDone() {
+    absl::MutexLock lock(&mu_);
+    if (!mu_.AwaitWithTimeout(absl::Condition(&done_), absl::Seconds(10))) {
+      return absl::UnknownError("no Done");
+    }
+    return status_;
+  }
+  bool in_place() {
+    absl::MutexLock lock(&mu_);
+    return in_place_;
+  }
+
+  std::map<uint32_t, std::vector<float>> values;
+  std::optional<uint32_t> refuse_place, refuse_arrival;
+
+ private:
+  const bool scratch_;
+  absl::Mutex mu_;
+  std::vector<uint32_t> arrived_ ABSL_GUARDED_BY(mu_);
+  bool in_place_ ABSL_GUARDED_BY(mu_) = true;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+std::string Values(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// A SLICES of `ids` at version 7 under `codec`, each body of `bytes` bytes: its header
+// and meta only.
+std::string SlicesHead(uint64_t tag, const std::vector<uint32_t>& ids, uint32_t bytes,
+                       std::string_view codec = "") {
+  net::SlicesMeta m{.codec = codec, .count = static_cast<uint32_t>(ids.size())};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    m.entries[i] = {.slice_id = ids[i], .version = 7, .epoch = 1, .body_bytes = bytes};
+  }
+  std::string out;
+  EXPECT_TRUE(net::AppendSlices(tag, m, &out).ok());
+  return out;
+}
+
+class TcpChannelSlicesTest : public TcpChannelTest {
+ protected:
+  // Starts a pull of `ids` into `sink`, admits the channel and reads its PULL: its tag.
+  uint64_t OpenPull(const std::vector<uint32_t>& ids, std::shared_ptr<PullSink> sink) {
+    channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = ids}, Deadline(),
+                   std::move(sink));
+    EXPECT_TRUE(shard_.Accept());
+    EXPECT_TRUE(shard_.Handshake());
+    std::optional<Frame> pull = shard_.Read();
+    EXPECT_TRUE(pull.has_value());
+    if (!pull.has_value()) return 0;
+    EXPECT_EQ(pull->header.type, net::FrameType::kPull);
+    return pull->header.tag;
+  }
+  // The connection is still in step: a second pull of slice 9 gets its SLICE and ends.
+  void ExpectInStep() {
+    auto next = std::make_shared<SlicesSink>(std::vector<uint32_t>{9}, 2);
+    channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = {9}}, Deadline(), next);
+    std::optional<Frame> f;
+    do {
+      f = shard_.Read();  // a CANCEL of the first pull may come first
+      ASSERT_TRUE(f.has_value());
+    } while (f->header.type != net::FrameType::kPull);
+    const std::vector<float> v = {5.0f, 6.0f};
+    std::string out;
+    ASSERT_TRUE(net::AppendSlice(f->header.tag, {.slice_id = 9, .version = 7}, 8, &out).ok());
+    out += Values(v);
+    ASSERT_TRUE(net::AppendPullEnd(f->header.tag, {.code = absl::StatusCode::kOk}, &out).ok());
+    shard_.Send(out);
+    EXPECT_TRUE(next->AwaitDone().ok());
+    EXPECT_EQ(next->values.at(9), v);
+  }
+};
+
+TEST_F(TcpChannelSlicesTest, ASlicesFramesSlicesAreReadIntoTheirPlacesEachArrivingOnceItsBodyIsIn) {
+  auto sink = std::make_shared<SlicesSink>(std::vector<uint32_t>{5, 6, 7}, 4);
+  const uint64_t tag = OpenPull({5, 6, 7}, sink);
+  const std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8}, c = {9, 10, 11, 12};
+  // The first body and half of the second: the first slice arrives, not the second.
+  const std::string bodies = Values(a) + Values(b) + Values(c);
+  shard_.Send(SlicesHead(tag, {5, 6, 7}, 16) + bodies.substr(0, 24));
+  EXPECT_EQ(sink->AwaitArrived(1), std::vector<uint32_t>{5});
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(sink->AwaitArrived(1).size(), 1u) << "slice 6 arrived before its body was in";
+  std::string rest = bodies.substr(24);
+  ASSERT_TRUE(net::AppendPullEnd(tag, {.code = absl::StatusCode::kOk}, &rest).ok());
+  shard_.Send(rest);
+  EXPECT_TRUE(sink->AwaitDone().ok());
+  EXPECT_EQ(sink->AwaitArrived(3), (std::vector<uint32_t>{5, 6, 7}));
+  EXPECT_EQ(sink->values.at(5), a);
+  EXPECT_EQ(sink->values.at(6), b);
+  EXPECT_EQ(sink->values.at(7), c);
+  EXPECT_TRUE(sink->in_place()) << "read into the places, not through a buffer";
+}
+
+TEST_F(TcpChannelSlicesTest, ASlicesFramesChangesAreHandedOverFromScratch) {
+  auto sink = std::make_shared<SlicesSink>(std::vector<uint32_t>{5, 6}, 2, /*scratch=*/true);
+  const uint64_t tag = OpenPull({5, 6}, sink);
+  const std::vector<float> a = {1, 2}, b = {3, 4};
+  std::string out = SlicesHead(tag, {5, 6}, 8, "fp32") + Values(a) + Values(b);
+  ASSERT_TRUE(net::AppendPullEnd(tag, {.code = absl::StatusCode::kOk}, &out).ok());
+  shard_.Send(out);
+  EXPECT_TRUE(sink->AwaitDone().ok());
+  EXPECT_EQ(sink->values.at(5), a);
+  EXPECT_EQ(sink->values.at(6), b);
+}
+
+TEST_F(TcpChannelSlicesTest, APullEndingMidFrameLeavesTheCallersLaterPlacesAlone) {
+  // Slice 5's arrival is refused: the pull ends, and slices 6 and 7, whose places were
+  // the caller's, are read into scratch instead. The caller's buffer may be reused at
+  // once after Done.
+  auto sink = std::make_shared<SlicesSink>(std::vector<uint32_t>{5, 6, 7}, 4);
+  sink->refuse_arrival = 5;
+  const uint64_t tag = OpenPull({5, 6, 7}, sink);
+  const std::vector<float> a = {1, 2, 3, 4}, b = {5, 6, 7, 8};
+  shard_.Send(SlicesHead(tag, {5, 6, 7}, 16) + Values(a) + Values(b).substr(0, 4));
+  const absl::Status ended = sink->AwaitDone();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kInvalidArgument) << ended;
+  // The rest of the frame comes after Done.
+  shard_.Send(Values(b).substr(4) + Values(a));
+  ASSERT_NO_FATAL_FAILURE(ExpectInStep());
+  EXPECT_EQ(sink->AwaitArrived(1), std::vector<uint32_t>{5}) << "only the refused slice arrived";
+  // Slice 6's place may hold the 4 bytes read with slice 5's body, nothing after.
+  const std::vector<float>& six = sink->values.at(6);
+  EXPECT_TRUE(six[0] == 5.0f || six[0] == -1.0f) << six[0];
+  EXPECT_EQ(std::vector<float>(six.begin() + 1, six.end()), std::vector<float>(3, -1.0f))
+      << "slice 6's place was written after the pull ended";
+  EXPECT_EQ(sink->values.at(7), std::vector<float>(4, -1.0f)) << "slice 7's place was written";
+}
+
+TEST_F(TcpChannelSlicesTest, APlaceRefusedEndsThePullAndTheFrameIsReadIntoScratch) {
+  auto sink = std::make_shared<SlicesSink>(std::vector<uint32_t>{5, 6}, 4);
+  sink->refuse_place = 6;
+  const uint64_t tag = OpenPull({5, 6}, sink);
+  shard_.Send(SlicesHead(tag, {5, 6}, 16) + Values({1, 2, 3, 4}) + Values({5, 6, 7, 8}));
+  const absl::Status ended = sink->AwaitDone();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kInvalidArgument) << ended;
+  ASSERT_NO_FATAL_FAILURE(ExpectInStep());
+  EXPECT_TRUE(sink->AwaitArrived(0).empty());
+  EXPECT_EQ(sink->values.at(5), std::vector<float>(4, -1.0f))
+      << "slice 5's place, asked for before slice 6's was refused, was written";
 }
 
 TEST_F(TcpChannelTest, APortThatCannotProveTheSessionIsToldNothingMore) {

@@ -15,6 +15,7 @@
 #include "core/client_text.h"
 #include "core/refusal.h"
 #include "core/status.h"
+#include "server/transport/tcp/connection_pull.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server::transport::tcp {
@@ -75,70 +76,6 @@ std::string StatusFrame(net::FrameType type, uint64_t tag, const absl::Status& s
 }
 
 }  // namespace
-
-// One open pull: the front's handle and the sink it writes into. The scheduler calls
-// Write and Finish with its lock held, from any thread: both only post to the connection's thread.
-// Slices of one pull queued at once (at least 2: the next is in the queue when a write
-// completes), as many as the connection's pace allows (PullPace).
-class Connection::Pull final : public PullSink {
- public:
-  Pull(std::weak_ptr<Connection> connection, uint64_t tag, size_t writes_in_flight)
-      : connection_(std::move(connection)), tag_(tag), writes_in_flight_(writes_in_flight) {}
-  ~Pull() override { handle_.reset(); }  // detaches this sink before it goes
-
-  void Open(std::unique_ptr<PullHandle> handle) {
-    handle_ = std::move(handle);
-    handle_->Start(this);
-  }
-  PullHandle& handle() { return *handle_; }
-
-  void Write(PullItem item) override {
-    std::shared_ptr<Connection> c = connection_.lock();
-    if (c == nullptr) return;
-    const net::PullHeader& h = item.header;
-    std::string head;
-    const absl::Status s = net::AppendSlice(tag_,
-                                            net::SliceMeta{.slice_id = h.slice_id,
-                                                           .version = h.version,
-                                                           .base_version = h.base_version,
-                                                           .epoch = h.epoch,
-                                                           .loss = h.loss,
-                                                           .first_loss = h.first_loss,
-                                                           .queued = h.queued,
-                                                           .codec = h.codec},
-                                            item.body->size(), &head);
-    if (!s.ok()) {
-      // A pull codec spec over 255 bytes, or a body over 4 GiB: neither is configurable
-      // past the options' checks. The pull ends as a failed write would end it.
-      spdlog::error("shard {}: cannot frame a slice: {}", c->front_->shard()->shard_id(),
-                    std::string(s.message()));
-    }
-    asio::post(c->socket_.get_executor(),
-               [c, tag = tag_, ok = s.ok(), head = std::move(head),
-                body = std::move(item.body)]() mutable {
-                 if (ok) {
-                   c->QueueSlice(tag, std::move(head), std::move(body));
-                 } else if (auto it = c->pulls_.find(tag); it != c->pulls_.end()) {
-                   it->second->handle().WriteDone(false);
-                 }
-               });
-  }
-
-  size_t writes_in_flight() const override { return writes_in_flight_; }
-
-  void Finish(const absl::Status& status) override {
-    if (std::shared_ptr<Connection> c = connection_.lock()) {
-      asio::post(c->socket_.get_executor(),
-                 [c, tag = tag_, status] { c->PullEnded(tag, status); });
-    }
-  }
-
- private:
-  const std::weak_ptr<Connection> connection_;
-  const uint64_t tag_;
-  const size_t writes_in_flight_;
-  std::unique_ptr<PullHandle> handle_;
-};
 
 Connection::Connection(Hub* hub, tcp::socket socket, ConnectionTable::Id id, std::string peer,
                        core::Duration proof_timeout)
@@ -301,44 +238,6 @@ void Connection::Drain() {
                           });
 }
 
-void Connection::OnPullBody() {
-  if (closed_ || going_away_) return Drain();
-  const uint64_t tag = header_.tag;
-  const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
-  absl::StatusOr<net::PullBody> body = net::ParsePullBody(pull_, body_);
-  if (!body.ok()) return EndFor(Refusal::kMalformed, body.status().message(), request_bytes);
-  if (pulls_.contains(tag)) {
-    return EndFor(Refusal::kMalformed,
-                  absl::StrCat("PULL with tag ", tag, ", which an open pull has"), request_bytes);
-  }
-  absl::Status s = Current();
-  if (!s.ok()) return GoAway(s);
-  s = front_->AdmitCaller(caller_);
-  if (s.ok()) {
-    absl::StatusOr<std::unique_ptr<PullHandle>> handle =
-        front_->OpenPull(peer_, PullAsk{.layout_hash = pull_.layout_hash,
-                                        .min_version = pull_.min_version,
-                                        .held_epoch = pull_.held_epoch,
-                                        .slice_ids = std::move(body->slice_ids),
-                                        .held_versions = std::move(body->held_versions)});
-    if (handle.ok()) {
-      auto pull = std::make_unique<Pull>(weak_from_this(), tag, pull_pace_.WritesInFlight());
-      Pull* raw = pull.get();
-      pulls_.emplace(tag, std::move(pull));
-      raw->Open(*std::move(handle));  // Write and Finish post: nothing runs in here
-      return ReadHeader();
-    }
-    s = handle.status();
-  }
-  AnswerLater(peer_.client, s, request_bytes, net::FrameType::kPullEnd, tag);
-  ReadHeader();
-}
-
-void Connection::Cancel(uint64_t tag) {
-  // A pull that ended already (its PULL_END crossed the CANCEL) is no error.
-  if (auto it = pulls_.find(tag); it != pulls_.end()) it->second->handle().Cancel();
-}
-
 // ---- writing ----
 
 void Connection::Queue(Outgoing frame) {
@@ -356,9 +255,19 @@ void Connection::WriteMore() {
   std::vector<asio::const_buffer> buffers;
   const size_t n = std::min(out_.size(), kMaxFramesPerWrite);
   buffers.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    buffers.emplace_back(asio::buffer(out_[i].head));
-    if (out_[i].body != nullptr && !out_[i].body->empty()) buffers.emplace_back(asio::buffer(*out_[i].body));
+  merged_heads_.clear();
+  for (size_t i = 0; i < n;) {
+    std::string merged;
+    size_t frames = MergeSlices(i, n, &merged);
+    if (frames > 0) {
+      buffers.emplace_back(asio::buffer(merged_heads_.emplace_back(std::move(merged))));
+    } else {
+      frames = 1;
+      buffers.emplace_back(asio::buffer(out_[i].head));
+    }
+    for (const size_t end = i + frames; i < end; ++i) {
+      if (out_[i].body != nullptr && !out_[i].body->empty()) buffers.emplace_back(asio::buffer(*out_[i].body));
+    }
   }
   writing_ = n;
   write_started_ = std::chrono::steady_clock::now();
@@ -419,11 +328,6 @@ void Connection::Answered(uint64_t tag, const absl::Status& status) {
     return;
   }
   Queue(std::move(answer));
-}
-
-void Connection::QueueSlice(uint64_t tag, std::string head,
-                            std::shared_ptr<const std::string> body) {
-  Queue(Outgoing{.head = std::move(head), .body = std::move(body), .slice_of_pull = tag});
 }
 
 void Connection::PullEnded(uint64_t tag, const absl::Status& status) {

@@ -23,7 +23,8 @@
 // as soon as its body is in. Each ANSWER goes through ShardFront::Answer (the tarpit), by tag, in any order. A
 // PULL opens a ShardFront pull whose sink writes SLICE frames, each its header and meta
 // followed by the published snapshot's bytes by reference (one gather write), and
-// PULL_END at its end. Reading stops while max_unanswered_pushes pushes have no written
+// PULL_END at its end; slices of one pull queued one after another leave as one SLICES
+// (the pull part: connection_pull.{h,cc}; the push reading: connection_push.cc). Reading stops while max_unanswered_pushes pushes have no written
 // answer (owed, held by the tarpit, or queued for a peer that does not read).
 //
 // One deadline at a time: accept to ADMIT (the proof timeout, over the TLS handshake
@@ -99,11 +100,18 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
  private:
   class Pull;
-  // One frame to write: header and meta (`head`), then `body` by reference.
+  // One frame to write: header and meta (`head`), then `body` by reference. A SLICE's
+  // also keeps its fields, so that WriteMore can write it with the slices of its pull
+  // queued after it as one SLICES.
   struct Outgoing {
+    struct Slice {
+      net::SlicesEntry entry;
+      std::string codec;
+    };
     std::string head;
     std::shared_ptr<const std::string> body;
     uint64_t slice_of_pull = 0;  // a SLICE: the pull's tag, told WriteDone once written
+    std::optional<Slice> slice;  // a SLICE's fields
     bool answer = false;         // a push's ANSWER: the push is answered once it is written
     bool last = false;           // a GOAWAY: the connection closes once it is written
   };
@@ -157,7 +165,11 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // The write in flight completed (`ec`): its frames are done with.
   void Written(const boost::system::error_code& ec);
   void Answered(uint64_t tag, const absl::Status& status);
-  void QueueSlice(uint64_t tag, std::string head, std::shared_ptr<const std::string> body);
+  // SLICE frames of one pull, in the order its scheduler wrote them.
+  void QueueSlices(std::vector<Outgoing> slices);
+  // From out_[at], a SLICE, the slices of its pull after it (up to out_[end]) that can
+  // share its frame: their SLICES header and meta in *head, and their count (0: none).
+  size_t MergeSlices(size_t at, size_t end, std::string* head) const;
   void PullEnded(uint64_t tag, const absl::Status& status);
   // GOAWAY with `status`, then closed; reading stops now.
   void GoAway(const absl::Status& status);
@@ -244,6 +256,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Pull>> pulls_;
   std::deque<Outgoing> out_;
   size_t writing_ = 0;  // frames of out_'s front in the write in flight
+  std::deque<std::string> merged_heads_;  // the write in flight's SLICES heads
   std::chrono::steady_clock::time_point write_started_;  // of the write in flight
   PullPace pull_pace_;  // how many slices a pull hands over at once
 };

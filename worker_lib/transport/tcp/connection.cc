@@ -20,6 +20,7 @@ constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
 // channel's receive limit. A slice with no place of its own is read into a buffer of its
 // header's size, allocated before its bytes come.
 constexpr uint64_t kMaxBodyBytes = 64u << 20;
+static_assert(kMaxBodyBytes >= net::kMaxSlicesBodyBytes, "a merged SLICES is read");
 
 // A status from the wire: the refusal rebuilt from its name when this worker knows it.
 absl::Status FromWire(const net::StatusMeta& m) {
@@ -234,6 +235,8 @@ void Connection::Handle(uint64_t gen, net::ConnectionState state) {
       return OnAnswer(gen);
     case net::FrameType::kSlice:
       return OnSlice(gen);
+    case net::FrameType::kSlices:
+      return OnSlices(gen);
     case net::FrameType::kPullEnd:
       return OnPullEnd(gen);
     default:
@@ -295,14 +298,7 @@ void Connection::OnAnswer(uint64_t gen) {
 void Connection::OnSlice(uint64_t gen) {
   absl::StatusOr<net::SliceMeta> m = net::ParseSliceMeta(header_.flags, meta_);
   if (!m.ok()) return Lost(m.status());
-  slice_ = net::PullHeader{.slice_id = m->slice_id,
-                           .version = m->version,
-                           .codec = m->codec,  // a view into meta_, kept until Arrived
-                           .base_version = m->base_version,
-                           .epoch = m->epoch,
-                           .loss = m->loss,
-                           .first_loss = m->first_loss,
-                           .queued = m->queued};
+  slice_ = PullHeaderOf(*m);  // its codec a view into meta_, kept until Arrived
   const size_t bytes = header_.body_bytes;
   std::span<char> place;
   auto it = pulls_.find(header_.tag);
@@ -331,18 +327,18 @@ void Connection::OnSlice(uint64_t gen) {
       gen, asio::buffer(place.data(), place.size()),
       [this, gen, place] {
         reading_tag_ = 0;
-        Arrived(place);
+        Arrived(header_.tag, slice_, place);
         ReadFrame(gen, net::ConnectionState::kWorkerAdmitted);
       },
       "reading a slice");
 }
 
-void Connection::Arrived(std::span<char> bytes) {
-  auto it = pulls_.find(header_.tag);
+void Connection::Arrived(uint64_t tag, const net::PullHeader& h, std::span<char> bytes) {
+  auto it = pulls_.find(tag);
   if (it == pulls_.end()) return;
   const std::string_view piece(bytes.data(), bytes.size());
-  absl::Status st = it->second.sink->Arrived(slice_, net::Pieces(&piece, 1));
-  if (!st.ok()) EndPull(header_.tag, st, /*cancel=*/true);
+  absl::Status st = it->second.sink->Arrived(h, net::Pieces(&piece, 1));
+  if (!st.ok()) EndPull(tag, st, /*cancel=*/true);
 }
 
 void Connection::OnPullEnd(uint64_t gen) {

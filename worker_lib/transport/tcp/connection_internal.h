@@ -82,6 +82,18 @@ struct OutFrame {
   std::optional<Push> push;
 };
 
+// A slice's fields as its sink takes them (the codec a view, as the meta's).
+inline net::PullHeader PullHeaderOf(const net::SliceMeta& m) {
+  return net::PullHeader{.slice_id = m.slice_id,
+                         .version = m.version,
+                         .codec = m.codec,
+                         .base_version = m.base_version,
+                         .epoch = m.epoch,
+                         .loss = m.loss,
+                         .first_loss = m.first_loss,
+                         .queued = m.queued};
+}
+
 // The connection to one shard's data port, on the I/O thread only (but the route).
 class Connection final : public std::enable_shared_from_this<Connection> {
  public:
@@ -152,7 +164,18 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void OnAdmit(uint64_t gen);
   void OnAnswer(uint64_t gen);
   void OnSlice(uint64_t gen);
-  void Arrived(std::span<char> bytes);
+  // A SLICES (connection_pull.cc): every slice's place asked for first (the caller's
+  // buffer, or the scratch body), then reads that take all of the frame that is here and
+  // wake once the next body is whole; each slice arrives as soon as its body is in. A pull
+  // that ends mid-frame has the places left pointed at scratch before the next read.
+  void OnSlices(uint64_t gen);
+  void OnSlicesRead(uint64_t gen);
+  // The places left of the SLICES being read that are the caller's, pointed at scratch:
+  // its pull ended, so its buffer is no longer this connection's to write.
+  void DropSlicePlaces();
+  // Slice `h` of pull `tag` arrived in `bytes` (its place, or scratch): told to its sink
+  // when the pull is still open; a refusal ends the pull.
+  void Arrived(uint64_t tag, const net::PullHeader& h, std::span<char> bytes);
   void OnPullEnd(uint64_t gen);
 
   // Ends pull `tag` with `status`, telling the shard when it is still sending.
@@ -202,7 +225,21 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::string meta_;
   net::PullHeader slice_;
   std::string body_;         // a slice with no place of its own
-  uint64_t reading_tag_ = 0;  // the pull whose slice is being read into its place
+  // The pull whose slice, or the SLICES's slices, are being read into its places; the
+  // sweep leaves it open meanwhile.
+  uint64_t reading_tag_ = 0;
+  // The SLICES being read: its meta (the codec borrows meta_), each body's end in B,
+  // whether its place is the caller's, its place, and what is left of each place to fill
+  // (one buffer per slice), filled in order from `slices_into_first_`.
+  net::SlicesMeta slices_;
+  std::array<size_t, net::kMaxSlicesPerFrame> slices_end_{};
+  std::array<bool, net::kMaxSlicesPerFrame> slices_placed_{};
+  std::array<std::span<char>, net::kMaxSlicesPerFrame> slices_place_{};
+  std::vector<asio::mutable_buffer> slices_into_;
+  size_t slices_into_first_ = 0;
+  size_t slices_read_ = 0;    // bytes of B read
+  uint32_t slices_next_ = 0;  // the first slice not yet arrived
+  std::string dropped_;       // where places of a pull that ended are read instead
   std::deque<OutFrame> queue_;
   bool writing_ = false;
   absl::flat_hash_map<uint64_t, PendingPush> pushes_;
