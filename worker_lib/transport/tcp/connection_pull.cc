@@ -88,8 +88,9 @@ void Connection::OnSlicesRead(uint64_t gen) {
   while (slices_into_[slices_into_first_].size() == 0) ++slices_into_first_;
   // The read wakes once the rest of the frame is here (up to the mark's bound): one
   // wake-up for the frame's bodies rather than one each. Measured against waking at the
-  // next body's end (docs/bench.md, "Several slices in one frame"): 4 x 2 1.13x, 16 x 2
-  // 1.04x, 1 x 1 unchanged. The shard's PUSHES reading wakes per body instead, as each
+  // next body's end (docs/bench.md, "Several slices in one frame"): 4 x 2 1.08x at 1 MiB
+  // and 1.05x more at 2 MiB, 16 x 2 1.04x, 1 x 1 within its spread (0.97-1.01). The
+  // shard's PUSHES reading wakes per body instead, as each
   // push's answer is held until its body is in. But a slice the shard did not write
   // right after the one before (not `queued`) may start a run that times the downlink
   // (BurstTimer): its arrival must be its own, so the read wakes at its body's end.
