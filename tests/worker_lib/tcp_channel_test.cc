@@ -2,8 +2,8 @@
 // shard on a real loopback socket, speaking net/data_frame.h byte for byte: the
 // handshake and who proves what, pushes answered by tag with their refusal kinds, dense
 // slices read straight into the caller's place, a shard that cannot prove the session,
-// a GOAWAY, and a lost connection failing what was in flight before the next call
-// connects again.
+// a GOAWAY, a lost connection failing what was in flight before the next call connects
+// again, and a shard stalling mid-frame past a pull's deadline.
 #include "worker_lib/transport/tcp/channel.h"
 
 #include <arpa/inet.h>
@@ -536,6 +536,70 @@ TEST_F(TcpChannelSlicesTest, APlaceRefusedEndsThePullAndTheFrameIsReadIntoScratc
   EXPECT_EQ(sink->values.at(5), std::vector<float>(4, -1.0f))
       << "slice 5's place, asked for before slice 6's was refused, was written";
 }
+
+// A shard that stops mid-way through a body being read into the caller's place: at the
+// pull's deadline the connection closes and the pull fails; nothing lands in the place
+// after Done, what else was in flight fails as a lost connection (retried as it is), and
+// the next call connects again.
+class TcpChannelStallTest : public TcpChannelSlicesTest,
+                            public ::testing::WithParamInterface<bool> {};
+
+TEST_P(TcpChannelStallTest, AShardStallingMidFrameFailsThePullAtItsDeadlineAndClosesTheConnection) {
+  const bool several = GetParam();
+  auto sink = std::make_shared<SlicesSink>(std::vector<uint32_t>{5, 6}, 4);
+  const auto deadline = RpcClock::now() + std::chrono::milliseconds(400);
+  const std::vector<uint32_t> ids = several ? std::vector<uint32_t>{5, 6} : std::vector<uint32_t>{5};
+  channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = ids}, deadline, sink);
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> pull = shard_.Read();
+  ASSERT_TRUE(pull.has_value());
+  const uint64_t tag = pull->header.tag;
+  const OutgoingPush a = Push(0, "waits behind the frame");
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a}, Deadline());
+  call->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Read().has_value());
+  std::string head;
+  if (several) {
+    head = SlicesHead(tag, {5, 6}, 16);
+  } else {
+    ASSERT_TRUE(net::AppendSlice(tag, {.slice_id = 5, .version = 7}, 16, &head).ok());
+  }
+  shard_.Send(head + Values({1, 2}));  // half of slice 5's body, then nothing
+  const absl::Status ended = sink->AwaitDone();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kDeadlineExceeded) << ended;
+  EXPECT_NE(ended.message().find("stalled mid-frame"), std::string::npos) << ended;
+  EXPECT_LT(RpcClock::now() - deadline, std::chrono::seconds(2)) << "failed long after its deadline";
+  const absl::Status lost = answers.Await(1)[0];
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_FALSE(CallsForRejoin(lost)) << lost;
+  EXPECT_FALSE(shard_.Read().has_value()) << "the worker closed the connection";
+  EXPECT_TRUE(sink->AwaitArrived(0).empty());
+  EXPECT_EQ(sink->values.at(5), (std::vector<float>{1, 2, -1, -1}));
+  EXPECT_EQ(sink->values.at(6), std::vector<float>(4, -1.0f));
+  // The next pull connects again and is served.
+  auto next = std::make_shared<SlicesSink>(std::vector<uint32_t>{9}, 2);
+  channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = {9}}, Deadline(), next);
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> again = shard_.Read();
+  ASSERT_TRUE(again.has_value());
+  std::string out;
+  ASSERT_TRUE(net::AppendSlice(again->header.tag, {.slice_id = 9, .version = 7}, 8, &out).ok());
+  out += Values({5, 6});
+  ASSERT_TRUE(net::AppendPullEnd(again->header.tag, {.code = absl::StatusCode::kOk}, &out).ok());
+  shard_.Send(out);
+  EXPECT_TRUE(next->AwaitDone().ok());
+  EXPECT_EQ(next->values.at(9), (std::vector<float>{5, 6}));
+  // Whatever the shard sends now lands nowhere near the first pull's places.
+  EXPECT_EQ(sink->values.at(5), (std::vector<float>{1, 2, -1, -1}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Frames, TcpChannelStallTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "Slices" : "Slice";
+                         });
 
 TEST_F(TcpChannelTest, APortThatCannotProveTheSessionIsToldNothingMore) {
   const OutgoingPush a = Push(0, "secret gradient");

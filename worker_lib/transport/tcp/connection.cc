@@ -316,8 +316,8 @@ void Connection::OnSlice(uint64_t gen) {
   }
   // A slice of a pull that ended (or whose sink keeps no place) is read into the
   // scratch body and, without a pull, dropped. While the body is read into the sink's
-  // place, the pull is not ended from outside (the sweep waits): its buffer is the
-  // caller's until Done.
+  // place, the pull is not ended from outside: its buffer is the caller's until Done
+  // (past its deadline, the sweep closes the connection first).
   reading_tag_ = place.empty() ? 0 : header_.tag;
   if (place.empty()) {
     body_.resize(bytes);
@@ -470,12 +470,37 @@ void Connection::FailAll(const absl::Status& status) {
   for (auto& [tag, p] : pulls) p.sink->Done(status);
 }
 
+bool Connection::ReadingPastItsDeadline(RpcClock::time_point now) {
+  if (reading_tag_ == 0) return false;
+  auto it = pulls_.find(reading_tag_);
+  if (it == pulls_.end() || it->second.deadline > now) return false;
+  // The body being read goes into the caller's buffer, and a read under way cannot be
+  // pointed elsewhere: the connection closes (no byte lands in the buffer after that),
+  // then the pull fails. What else the connection carried fails as a lost connection
+  // does, and is retried; a shard that stops mid-frame so holds a pull no longer than
+  // its deadline.
+  const uint64_t tag = reading_tag_;
+  std::shared_ptr<PullSink> sink = std::move(it->second.sink);
+  pulls_.erase(it);
+  Lost(absl::UnavailableError(
+      absl::StrCat("the data connection to ", Name(),
+                   " was closed: a pull's deadline passed mid-way through its slices")));
+  sink->Done(absl::DeadlineExceededError(absl::StrCat(
+      "deadline passed while ", Name(), " was sending pull ", tag,
+      "'s slices (stalled mid-frame; the data connection was closed)")));
+  return true;
+}
+
 void Connection::ScheduleSweep() {
   sweep_timer_ = std::make_unique<asio::steady_timer>(io_, kSweepPeriod);
   auto self = shared_from_this();
   sweep_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (ec) return;
     const RpcClock::time_point now = RpcClock::now();
+    if (self->ReadingPastItsDeadline(now)) {
+      self->sweeping_ = false;
+      return;
+    }
     std::vector<uint64_t> late_pushes, late_pulls;
     for (const auto& [tag, p] : self->pushes_) {
       if (p.deadline <= now) late_pushes.push_back(tag);

@@ -197,6 +197,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   // Every 100 ms while something waits: what passed its deadline fails.
   void ScheduleSweep();
+  // The pull whose slices are being read into its places passed its deadline: the
+  // connection is closed and the pull fails (DEADLINE_EXCEEDED), what else waited as a
+  // lost connection. Whether it was so.
+  bool ReadingPastItsDeadline(RpcClock::time_point now);
 
   asio::io_context& io_;
   const TcpChannelOptions options_;
@@ -225,8 +229,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::string meta_;
   net::PullHeader slice_;
   std::string body_;         // a slice with no place of its own
-  // The pull whose slice, or the SLICES's slices, are being read into its places; the
-  // sweep leaves it open meanwhile.
+  // The pull whose slice, or the SLICES's slices, are being read into its places: the
+  // sweep does not end it under the read, but closes the connection once it is late.
   uint64_t reading_tag_ = 0;
   // The SLICES being read: its meta (the codec borrows meta_), each body's end in B,
   // whether its place is the caller's, its place, and what is left of each place to fill

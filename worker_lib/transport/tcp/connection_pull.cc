@@ -60,7 +60,8 @@ void Connection::OnSlices(uint64_t gen) {
     }
     slices_into_.push_back(asio::buffer(slices_place_[i].data(), bytes));
   }
-  // While bodies are read into the caller's places, the sweep leaves the pull open.
+  // While bodies are read into the caller's places, the sweep does not end the pull (it
+  // closes the connection once the pull is late).
   reading_tag_ = std::any_of(slices_placed_.begin(), slices_placed_.begin() + n,
                              [](bool placed) { return placed; })
                      ? tag
