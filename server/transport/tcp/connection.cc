@@ -255,12 +255,12 @@ void Connection::WriteMore() {
   std::vector<asio::const_buffer> buffers;
   const size_t n = std::min(out_.size(), kMaxFramesPerWrite);
   buffers.reserve(2 * n);
-  merged_heads_.clear();
+  slice_heads_.clear();
   for (size_t i = 0; i < n;) {
-    std::string merged;
-    size_t frames = MergeSlices(i, n, &merged);
+    std::string head;
+    size_t frames = SlicesHead(i, n, &head);
     if (frames > 0) {
-      buffers.emplace_back(asio::buffer(merged_heads_.emplace_back(std::move(merged))));
+      buffers.emplace_back(asio::buffer(slice_heads_.emplace_back(std::move(head))));
     } else {
       frames = 1;
       buffers.emplace_back(asio::buffer(out_[i].head));
@@ -286,7 +286,7 @@ void Connection::Written(const boost::system::error_code& ec) {
   bool last = false;
   for (size_t i = 0; i < written; ++i) {
     const Outgoing& frame = out_.front();
-    if (frame.slice_of_pull != 0) slices.push_back(frame.slice_of_pull);
+    if (frame.slice.has_value()) slices.push_back(frame.slice->pull);
     answers += frame.answer ? 1 : 0;
     last = last || frame.last;
     out_.pop_front();  // drops its snapshot reference

@@ -100,18 +100,18 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
  private:
   class Pull;
-  // One frame to write: header and meta (`head`), then `body` by reference. A SLICE's
-  // also keeps its fields, so that WriteMore can write it with the slices of its pull
-  // queued after it as one SLICES.
+  // One frame to write: header and meta (`head`), then `body` by reference. A pull's
+  // slice keeps its fields instead of a head: WriteMore frames it, as a SLICE or with the
+  // slices of its pull queued after it as one SLICES.
   struct Outgoing {
     struct Slice {
+      uint64_t pull = 0;  // its tag: the pull is told WriteDone once the slice is written
       net::SlicesEntry entry;
       std::string codec;
     };
     std::string head;
     std::shared_ptr<const std::string> body;
-    uint64_t slice_of_pull = 0;  // a SLICE: the pull's tag, told WriteDone once written
-    std::optional<Slice> slice;  // a SLICE's fields
+    std::optional<Slice> slice;
     bool answer = false;         // a push's ANSWER: the push is answered once it is written
     bool last = false;           // a GOAWAY: the connection closes once it is written
   };
@@ -165,11 +165,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // The write in flight completed (`ec`): its frames are done with.
   void Written(const boost::system::error_code& ec);
   void Answered(uint64_t tag, const absl::Status& status);
-  // SLICE frames of one pull, in the order its scheduler wrote them.
+  // Slices of one pull, in the order its scheduler wrote them.
   void QueueSlices(std::vector<Outgoing> slices);
-  // From out_[at], a SLICE, the slices of its pull after it (up to out_[end]) that can
-  // share its frame: their SLICES header and meta in *head, and their count (0: none).
-  size_t MergeSlices(size_t at, size_t end, std::string* head) const;
+  // From out_[at], a slice, and the slices of its pull after it (up to out_[end]) that
+  // can share its frame: their header and meta in *head (a SLICE for one, else a
+  // SLICES), and their count (0: out_[at] is no slice).
+  size_t SlicesHead(size_t at, size_t end, std::string* head) const;
   void PullEnded(uint64_t tag, const absl::Status& status);
   // GOAWAY with `status`, then closed; reading stops now.
   void GoAway(const absl::Status& status);
@@ -256,7 +257,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   absl::flat_hash_map<uint64_t, std::unique_ptr<Pull>> pulls_;
   std::deque<Outgoing> out_;
   size_t writing_ = 0;  // frames of out_'s front in the write in flight
-  std::deque<std::string> merged_heads_;  // the write in flight's SLICES heads
+  std::deque<std::string> slice_heads_;  // the write in flight's SLICE and SLICES heads
   std::chrono::steady_clock::time_point write_started_;  // of the write in flight
   PullPace pull_pace_;  // how many slices a pull hands over at once
 };

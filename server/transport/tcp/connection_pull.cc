@@ -1,9 +1,11 @@
 // The pull part of a shard's data connection (connection.h, connection_pull.h): a PULL
-// opens a ShardFront pull whose sink frames each slice as a SLICE; the slices of one pull
-// queued one after another leave as one SLICES (MergeSlices, at WriteMore).
+// opens a ShardFront pull whose sink queues each slice with its fields; WriteMore frames
+// them (SlicesHead), the slices of one pull queued one after another as one SLICES.
 #include "server/transport/tcp/connection_pull.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <limits>
 #include <string>
 #include <utility>
 
@@ -20,8 +22,18 @@ void Connection::Pull::Write(PullItem item) {
   std::shared_ptr<Connection> c = connection_.lock();
   if (c == nullptr) return;
   const net::PullHeader& h = item.header;
-  // The body's length as a u32: AppendSlice refuses one over 2^32 - 1 bytes, and the
-  // entry is kept only when it did not.
+  if (h.codec.size() > net::kMaxFrameCodecBytes ||
+      item.body->size() > std::numeric_limits<uint32_t>::max()) {
+    // A pull codec spec over 255 bytes, or a body over 4 GiB: neither is configurable
+    // past the options' checks, and no frame carries it. The pull ends as a failed write
+    // would end it.
+    spdlog::error("shard {}: cannot frame a slice of {} bytes under a codec of {} bytes",
+                  c->front_->shard()->shard_id(), item.body->size(), h.codec.size());
+    asio::post(c->socket_.get_executor(), [c, tag = tag_] {
+      if (auto it = c->pulls_.find(tag); it != c->pulls_.end()) it->second->handle().WriteDone(false);
+    });
+    return;
+  }
   const net::SlicesEntry entry{.slice_id = h.slice_id,
                                .version = h.version,
                                .base_version = h.base_version,
@@ -30,20 +42,8 @@ void Connection::Pull::Write(PullItem item) {
                                .first_loss = h.first_loss,
                                .queued = h.queued,
                                .body_bytes = static_cast<uint32_t>(item.body->size())};
-  Outgoing frame{.body = std::move(item.body), .slice_of_pull = tag_};
-  const absl::Status s =
-      net::AppendSlice(tag_, net::SliceOf(entry, h.codec), frame.body->size(), &frame.head);
-  if (!s.ok()) {
-    // A pull codec spec over 255 bytes, or a body over 4 GiB: neither is configurable
-    // past the options' checks. The pull ends as a failed write would end it.
-    spdlog::error("shard {}: cannot frame a slice: {}", c->front_->shard()->shard_id(),
-                  std::string(s.message()));
-    asio::post(c->socket_.get_executor(), [c, tag = tag_] {
-      if (auto it = c->pulls_.find(tag); it != c->pulls_.end()) it->second->handle().WriteDone(false);
-    });
-    return;
-  }
-  frame.slice = Outgoing::Slice{.entry = entry, .codec = std::string(h.codec)};
+  Outgoing frame{.body = std::move(item.body),
+                 .slice = Outgoing::Slice{.pull = tag_, .entry = entry, .codec = std::string(h.codec)}};
   {
     absl::MutexLock lock(&batch_->mu);
     batch_->frames.push_back(std::move(frame));
@@ -112,10 +112,11 @@ void Connection::QueueSlices(std::vector<Outgoing> slices) {
   WriteMore();
 }
 
-size_t Connection::MergeSlices(size_t at, size_t end, std::string* head) const {
+size_t Connection::SlicesHead(size_t at, size_t end, std::string* head) const {
   const Outgoing& first = out_[at];
   if (!first.slice.has_value()) return 0;
-  net::SlicesMeta meta{.codec = first.slice->codec};
+  const Outgoing::Slice& one = *first.slice;
+  net::SlicesMeta meta{.codec = one.codec};
   // Within what the worker reads (the ADMIT's largest body, which it caps at
   // net::kMaxSlicesBodyBytes or more).
   const uint64_t limit = std::min<uint64_t>(limits_.max_body_bytes, net::kMaxSlicesBodyBytes);
@@ -123,18 +124,25 @@ size_t Connection::MergeSlices(size_t at, size_t end, std::string* head) const {
   size_t n = 0;
   for (; at + n < end && n < net::kMaxSlicesPerFrame; ++n) {
     const Outgoing& f = out_[at + n];
-    if (!f.slice.has_value() || f.slice_of_pull != first.slice_of_pull ||
-        f.slice->codec != first.slice->codec ||
-        body_bytes + f.slice->entry.body_bytes > limit) {
+    if (n > 0 && (!f.slice.has_value() || f.slice->pull != one.pull || f.slice->codec != one.codec ||
+                  body_bytes + f.slice->entry.body_bytes > limit)) {
       break;
     }
     body_bytes += f.slice->entry.body_bytes;
     meta.entries[n] = f.slice->entry;
   }
-  if (n < 2) return 0;
   meta.count = static_cast<uint32_t>(n);
-  // Each slice was framed as a SLICE already, so these fields are within bounds.
-  return net::AppendSlices(first.slice_of_pull, meta, head).ok() ? n : 0;
+  const absl::Status s =
+      n == 1 ? net::AppendSlice(one.pull, net::SliceOf(one.entry, one.codec), one.entry.body_bytes, head)
+             : net::AppendSlices(one.pull, meta, head);
+  if (!s.ok()) {
+    // Write kept the codec and each body within a frame's bounds, and the merged bodies
+    // are within 16 MiB: neither encoder refuses these fields.
+    spdlog::critical("shard {}: cannot frame slices it admitted: {}", front_->shard()->shard_id(),
+                     std::string(s.message()));
+    std::abort();
+  }
+  return n;
 }
 
 }  // namespace ps::server::transport::tcp
