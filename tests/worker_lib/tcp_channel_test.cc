@@ -3,7 +3,7 @@
 // handshake and who proves what, pushes answered by tag with their refusal kinds, dense
 // slices read straight into the caller's place, a shard that cannot prove the session,
 // a GOAWAY, a lost connection failing what was in flight before the next call connects
-// again, and a shard stalling mid-frame past a pull's deadline.
+// again, and a shard stalling mid-frame (past a pull's deadline, or a call's behind it).
 #include "worker_lib/transport/tcp/channel.h"
 
 #include <arpa/inet.h>
@@ -600,6 +600,51 @@ INSTANTIATE_TEST_SUITE_P(Frames, TcpChannelStallTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& p) {
                            return p.param ? "Slices" : "Slice";
                          });
+
+// A frame read into scratch (the sink keeps no place) that stops mid-way: its pull fails
+// at its deadline as any pull does, and once a second call waiting behind the frame is
+// late too, with no byte of the frame for a second, the connection closes. Before, every
+// later call on it waited out its own deadline.
+TEST_F(TcpChannelSlicesTest, AFrameStalledInScratchClosesTheConnectionOnceACallWaitingBehindItIsLate) {
+  auto sink = std::make_shared<SlicesSink>(std::vector<uint32_t>{5}, 4, /*scratch=*/true);
+  const auto start = RpcClock::now();
+  channel_->Pull(PullAsk{.layout_hash = 9, .min_version = 1, .slice_ids = {5}},
+                 start + std::chrono::milliseconds(300), sink);
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> pull = shard_.Read();
+  ASSERT_TRUE(pull.has_value());
+  const OutgoingPush a = Push(0, "waits behind the frame");
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call =
+      channel_->NewPush({&a}, start + std::chrono::milliseconds(1500));
+  call->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Read().has_value());
+  std::string head;
+  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {.slice_id = 5, .version = 7}, 16, &head).ok());
+  shard_.Send(head + Values({1, 2}));  // half of the body, then nothing
+  const absl::Status ended = sink->AwaitDone();
+  EXPECT_EQ(ended.code(), absl::StatusCode::kDeadlineExceeded) << ended;
+  const absl::Status lost = answers.Await(1)[0];
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_NE(lost.message().find("sent part of a SLICE frame and nothing more"), std::string::npos)
+      << lost;
+  // The pull's CANCEL, then the end of the stream.
+  std::optional<Frame> f;
+  while ((f = shard_.Read()).has_value()) EXPECT_EQ(f->header.type, net::FrameType::kCancel);
+  EXPECT_LT(RpcClock::now() - start, std::chrono::seconds(5)) << "the connection stayed open";
+  const OutgoingPush b = Push(0, "resent");
+  Answers again;
+  std::unique_ptr<DataChannel::PushCall> next = channel_->NewPush({&b}, Deadline());
+  next->Start(again.Callback());
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> resent = shard_.Read();
+  ASSERT_TRUE(resent.has_value());
+  EXPECT_EQ(resent->body, "resent");
+  shard_.Send(Answer(resent->header.tag, absl::StatusCode::kOk, "", ""));
+  EXPECT_TRUE(again.Await(1)[0].ok());
+}
 
 TEST_F(TcpChannelTest, APortThatCannotProveTheSessionIsToldNothingMore) {
   const OutgoingPush a = Push(0, "secret gradient");

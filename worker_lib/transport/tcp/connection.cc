@@ -16,6 +16,9 @@ namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
 constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
+// A frame the shard began and then sent no byte of for this long, while a call waiting on
+// the connection passed its deadline, closes the connection (Stalled).
+constexpr auto kFrameStallPeriod = std::chrono::seconds(1);
 // The largest body this worker reads, whatever the shard's ADMIT says: the gRPC
 // channel's receive limit. A slice with no place of its own is read into a buffer of its
 // header's size, allocated before its bytes come.
@@ -178,6 +181,7 @@ void Connection::Handshake(uint64_t gen, std::string bytes, std::string_view doi
 }
 
 void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
+  frame_open_ = false;
   ReadInto(gen, asio::buffer(header_bytes_), [this, gen, state] {
     absl::StatusOr<net::FrameHeader> h = net::ParseHeader(header_bytes_);
     absl::Status ok = h.ok() ? net::CheckHeader(*h, state, limits_) : h.status();
@@ -186,6 +190,7 @@ void Connection::ReadFrame(uint64_t gen, net::ConnectionState state) {
           absl::StrCat(Name(), " sent a frame this worker cannot read: ", ok.message())));
     }
     header_ = *h;
+    frame_open_ = true;
     meta_.resize(h->meta_bytes);
     ReadInto(gen, asio::buffer(meta_), [this, gen, state] { Handle(gen, state); });
   });
@@ -205,6 +210,7 @@ void Connection::ReadInto(uint64_t gen, asio::mutable_buffer into, Then then,
                                                             size_t) {
     if (gen != self->generation_) return;
     if (ec) return self->LostOn(ec, doing);
+    ++self->reads_;
     then();
   });
 }
@@ -445,6 +451,7 @@ void Connection::Lost(const absl::Status& status) {
   // after the Done below.
   ++generation_;  // every handler of the old connection returns at once
   reading_tag_ = 0;
+  frame_open_ = false;
   if (socket_ != nullptr) {
     boost::system::error_code ignored;
     socket_->socket().close(ignored);
@@ -491,13 +498,44 @@ bool Connection::ReadingPastItsDeadline(RpcClock::time_point now) {
   return true;
 }
 
+bool Connection::Stalled(RpcClock::time_point now) {
+  if (!frame_open_ || socket_ == nullptr) {
+    stall_progress_.reset();
+    return false;
+  }
+  // Progress: a read that completed, or bytes the socket holds that no read took yet
+  // (a read may wait for a low-water mark).
+  boost::system::error_code ec;
+  const std::pair<uint64_t, size_t> progress{reads_, socket_->socket().available(ec)};
+  const auto steady = std::chrono::steady_clock::now();
+  if (!stall_progress_.has_value() || *stall_progress_ != progress) {
+    stall_progress_ = progress;
+    stall_since_ = steady;
+    return false;
+  }
+  if (steady - stall_since_ < kFrameStallPeriod) return false;
+  const auto late = [now](const auto& entry) { return entry.second.deadline <= now; };
+  if (std::none_of(pushes_.begin(), pushes_.end(), late) &&
+      std::none_of(pulls_.begin(), pulls_.end(), late)) {
+    return false;
+  }
+  // Whatever waits on the connection waits behind the frame: it would wait there for
+  // ever, and every call after it too.
+  Lost(absl::UnavailableError(absl::StrCat(
+      "the data connection to ", Name(), " was closed: ", Name(), " sent part of a ",
+      core::AsAbsl(net::FrameTypeName(header_.type)), " frame and nothing more for ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(steady - stall_since_).count(),
+      " ms while a call waiting on the connection passed its deadline")));
+  return true;
+}
+
 void Connection::ScheduleSweep() {
   sweep_timer_ = std::make_unique<asio::steady_timer>(io_, kSweepPeriod);
   auto self = shared_from_this();
   sweep_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (ec) return;
     const RpcClock::time_point now = RpcClock::now();
-    if (self->ReadingPastItsDeadline(now)) {
+    if (self->ReadingPastItsDeadline(now) || self->Stalled(now)) {
       self->sweeping_ = false;
       return;
     }

@@ -201,6 +201,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // connection is closed and the pull fails (DEADLINE_EXCEEDED), what else waited as a
   // lost connection. Whether it was so.
   bool ReadingPastItsDeadline(RpcClock::time_point now);
+  // A frame begun and no byte of it for kFrameStallPeriod while a call waiting on the
+  // connection is late: the connection is closed (what waits fails as a lost connection,
+  // and is retried on a new one). Whether it was so.
+  bool Stalled(RpcClock::time_point now);
 
   asio::io_context& io_;
   const TcpChannelOptions options_;
@@ -225,6 +229,11 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::string client_nonce_;
   net::FrameLimits limits_;
   std::array<char, net::kFrameHeaderBytes> header_bytes_{};
+  bool frame_open_ = false;  // a frame's header is read, and not yet all of the frame
+  uint64_t reads_ = 0;       // reads completed (Stalled's measure of progress)
+  // What Stalled last saw (reads, bytes waiting in the socket), and since when.
+  std::optional<std::pair<uint64_t, size_t>> stall_progress_;
+  std::chrono::steady_clock::time_point stall_since_;
   net::FrameHeader header_;
   std::string meta_;
   net::PullHeader slice_;

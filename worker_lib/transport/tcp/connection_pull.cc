@@ -104,6 +104,7 @@ void Connection::OnSlicesRead(uint64_t gen) {
                                                          size_t n) {
         if (gen != self->generation_) return;
         if (ec) return self->LostOn(ec, "reading slices");
+        ++self->reads_;
         self->slices_read_ += n;
         for (size_t i = self->slices_into_first_; n > 0; ++i) {
           const size_t took = std::min(n, self->slices_into_[i].size());
