@@ -238,6 +238,9 @@ class TcpChannelTest : public ::testing::Test {
     return p;
   }
   RpcClock::time_point Deadline() { return RpcClock::now() + std::chrono::seconds(20); }
+  // A push of `payload` now opens a new connection, which the shard accepts, and is
+  // answered on it.
+  void ExpectAPushOnANewConnection(const std::string& payload);
 
   ScriptedShard shard_;
   std::shared_ptr<IoThread> io_ = StartIoThread();
@@ -251,6 +254,20 @@ std::string Answer(uint64_t tag, absl::StatusCode code, std::string_view name,
                                 &out)
                   .ok());
   return out;
+}
+
+void TcpChannelTest::ExpectAPushOnANewConnection(const std::string& payload) {
+  const OutgoingPush p = Push(0, payload);
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&p}, Deadline());
+  call->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> f = shard_.Read();
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->body, payload);
+  shard_.Send(Answer(f->header.tag, absl::StatusCode::kOk, "", ""));
+  EXPECT_TRUE(answers.Await(1)[0].ok());
 }
 
 TEST_F(TcpChannelTest, PushesLeaveInOneFrameAndAreAnsweredByTagWithTheirKinds) {
@@ -633,17 +650,7 @@ TEST_F(TcpChannelSlicesTest, AFrameStalledInScratchClosesTheConnectionOnceACallW
   std::optional<Frame> f;
   while ((f = shard_.Read()).has_value()) EXPECT_EQ(f->header.type, net::FrameType::kCancel);
   EXPECT_LT(RpcClock::now() - start, std::chrono::seconds(5)) << "the connection stayed open";
-  const OutgoingPush b = Push(0, "resent");
-  Answers again;
-  std::unique_ptr<DataChannel::PushCall> next = channel_->NewPush({&b}, Deadline());
-  next->Start(again.Callback());
-  ASSERT_TRUE(shard_.Accept());
-  ASSERT_TRUE(shard_.Handshake());
-  std::optional<Frame> resent = shard_.Read();
-  ASSERT_TRUE(resent.has_value());
-  EXPECT_EQ(resent->body, "resent");
-  shard_.Send(Answer(resent->header.tag, absl::StatusCode::kOk, "", ""));
-  EXPECT_TRUE(again.Await(1)[0].ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectAPushOnANewConnection("resent"));
 }
 
 TEST_F(TcpChannelTest, APortThatCannotProveTheSessionIsToldNothingMore) {
@@ -734,7 +741,7 @@ TEST_F(TcpChannelTest, ASliceOverTheWorkersBodyLimitEndsTheConnectionFromItsHead
 }
 
 TEST_F(TcpChannelTest, ALostConnectionFailsWhatIsInFlightAndTheNextCallConnectsAgain) {
-  const OutgoingPush a = Push(0, "lost"), b = Push(0, "resent");
+  const OutgoingPush a = Push(0, "lost");
   Answers first;
   std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a}, Deadline());
   call->Start(first.Callback());
@@ -745,17 +752,7 @@ TEST_F(TcpChannelTest, ALostConnectionFailsWhatIsInFlightAndTheNextCallConnectsA
   const absl::Status lost = first.Await(1)[0];
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
   EXPECT_FALSE(CallsForRejoin(lost)) << "a lost connection is retried as it is: " << lost;
-
-  Answers second;
-  std::unique_ptr<DataChannel::PushCall> again = channel_->NewPush({&b}, Deadline());
-  again->Start(second.Callback());
-  ASSERT_TRUE(shard_.Accept());
-  ASSERT_TRUE(shard_.Handshake());
-  std::optional<Frame> f = shard_.Read();
-  ASSERT_TRUE(f.has_value());
-  EXPECT_EQ(f->body, "resent");
-  shard_.Send(Answer(f->header.tag, absl::StatusCode::kOk, "", ""));
-  EXPECT_TRUE(second.Await(1)[0].ok());
+  ASSERT_NO_FATAL_FAILURE(ExpectAPushOnANewConnection("resent"));
 }
 
 // A port nothing listens on: bound to 127.0.0.1:0 and closed again.
