@@ -15,10 +15,6 @@ namespace ps::internal::tcp_plane {
 namespace {
 
 constexpr size_t kMaxFramesPerWrite = 64;
-constexpr auto kSweepPeriod = std::chrono::milliseconds(100);
-// A frame the shard began and then sent no byte of for this long, while a call waiting on
-// the connection passed its deadline, closes the connection (Stalled).
-constexpr auto kFrameStallPeriod = std::chrono::seconds(1);
 // The largest body this worker reads, whatever the shard's ADMIT says: the gRPC
 // channel's receive limit. A slice with no place of its own is read into a buffer of its
 // header's size, allocated before its bytes come.
@@ -475,90 +471,6 @@ void Connection::FailAll(const absl::Status& status) {
     p.batch->done(p.index, status);
   }
   for (auto& [tag, p] : pulls) p.sink->Done(status);
-}
-
-bool Connection::ReadingPastItsDeadline(RpcClock::time_point now) {
-  if (reading_tag_ == 0) return false;
-  auto it = pulls_.find(reading_tag_);
-  if (it == pulls_.end() || it->second.deadline > now) return false;
-  // The body being read goes into the caller's buffer, and a read under way cannot be
-  // pointed elsewhere: the connection closes (no byte lands in the buffer after that),
-  // then the pull fails. What else the connection carried fails as a lost connection
-  // does, and is retried; a shard that stops mid-frame so holds a pull no longer than
-  // its deadline.
-  const uint64_t tag = reading_tag_;
-  std::shared_ptr<PullSink> sink = std::move(it->second.sink);
-  pulls_.erase(it);
-  Lost(absl::UnavailableError(
-      absl::StrCat("the data connection to ", Name(),
-                   " was closed: a pull's deadline passed mid-way through its slices")));
-  sink->Done(absl::DeadlineExceededError(absl::StrCat(
-      "deadline passed while ", Name(), " was sending pull ", tag,
-      "'s slices (stalled mid-frame; the data connection was closed)")));
-  return true;
-}
-
-bool Connection::Stalled(RpcClock::time_point now) {
-  if (!frame_open_ || socket_ == nullptr) {
-    stall_progress_.reset();
-    return false;
-  }
-  // Progress: a read that completed, or bytes the socket holds that no read took yet
-  // (a read may wait for a low-water mark).
-  boost::system::error_code ec;
-  const std::pair<uint64_t, size_t> progress{reads_, socket_->socket().available(ec)};
-  const auto steady = std::chrono::steady_clock::now();
-  if (!stall_progress_.has_value() || *stall_progress_ != progress) {
-    stall_progress_ = progress;
-    stall_since_ = steady;
-    return false;
-  }
-  if (steady - stall_since_ < kFrameStallPeriod) return false;
-  const auto late = [now](const auto& entry) { return entry.second.deadline <= now; };
-  if (std::none_of(pushes_.begin(), pushes_.end(), late) &&
-      std::none_of(pulls_.begin(), pulls_.end(), late)) {
-    return false;
-  }
-  // Whatever waits on the connection waits behind the frame: it would wait there for
-  // ever, and every call after it too.
-  Lost(absl::UnavailableError(absl::StrCat(
-      "the data connection to ", Name(), " was closed: ", Name(), " sent part of a ",
-      core::AsAbsl(net::FrameTypeName(header_.type)), " frame and nothing more for ",
-      std::chrono::duration_cast<std::chrono::milliseconds>(steady - stall_since_).count(),
-      " ms while a call waiting on the connection passed its deadline")));
-  return true;
-}
-
-void Connection::ScheduleSweep() {
-  sweep_timer_ = std::make_unique<asio::steady_timer>(io_, kSweepPeriod);
-  auto self = shared_from_this();
-  sweep_timer_->async_wait([self](const boost::system::error_code& ec) {
-    if (ec) return;
-    const RpcClock::time_point now = RpcClock::now();
-    if (self->ReadingPastItsDeadline(now) || self->Stalled(now)) {
-      self->sweeping_ = false;
-      return;
-    }
-    std::vector<uint64_t> late_pushes, late_pulls;
-    for (const auto& [tag, p] : self->pushes_) {
-      if (p.deadline <= now) late_pushes.push_back(tag);
-    }
-    for (const auto& [tag, p] : self->pulls_) {
-      if (p.deadline <= now && tag != self->reading_tag_) late_pulls.push_back(tag);
-    }
-    const absl::Status late = absl::DeadlineExceededError(
-        absl::StrCat("deadline passed waiting for ", self->Name()));
-    for (uint64_t tag : late_pushes) {
-      auto it = self->pushes_.find(tag);
-      PendingPush p = std::move(it->second);
-      self->pushes_.erase(it);
-      p.batch->tags[p.index] = 0;
-      p.batch->done(p.index, late);
-    }
-    for (uint64_t tag : late_pulls) self->EndPull(tag, late, /*cancel=*/true);
-    self->sweeping_ = !self->pushes_.empty() || !self->pulls_.empty();
-    if (self->sweeping_) self->ScheduleSweep();
-  });
 }
 
 }  // namespace ps::internal::tcp_plane

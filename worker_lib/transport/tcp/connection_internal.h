@@ -1,8 +1,9 @@
 // The worker's connection to one shard's TCP data port (docs/data-plane.md, section 3),
 // under the channel of channel.h: its handshake, its frames both ways, its deadlines and
 // its losses. Everything but the route runs on the worker's I/O thread; the channel posts
-// its calls there. Asio's types stay in this internal header and the two files of this
-// folder.
+// its calls there. Asio's types stay in this internal header and the .cc files of this
+// folder (the connection's parts: connection.cc, connection_pull.cc for SLICES,
+// connection_deadline.cc for the sweep).
 #pragma once
 
 #include <array>
