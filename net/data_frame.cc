@@ -81,8 +81,17 @@ absl::Status AppendStatus(FrameType type, uint64_t tag, const StatusMeta& meta,
 
 }  // namespace
 
+absl::Status CheckPayload(FrameType type, std::string_view codec, uint64_t body_bytes) {
+  PS_RETURN_IF_ERROR(CheckCodec(type, codec));
+  if (body_bytes > std::numeric_limits<uint32_t>::max()) {
+    return FrameError(type, absl::StrCat("body of ", body_bytes,
+                                         " bytes does not fit the 4-byte body length"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status AppendPush(uint64_t tag, const PushMeta& meta, size_t body_bytes, std::string* out) {
-  PS_RETURN_IF_ERROR(CheckCodec(FrameType::kPush, meta.codec));
+  PS_RETURN_IF_ERROR(CheckPayload(FrameType::kPush, meta.codec, body_bytes));
   const uint8_t flags = static_cast<uint8_t>((meta.loss.has_value() ? kPushLoss : 0) |
                                              (meta.lr.has_value() ? kPushLr : 0));
   return AppendFrame(FrameType::kPush, flags, tag, body_bytes, out, [&](MetaWriter& w) {
@@ -288,7 +297,7 @@ absl::StatusOr<PullBody> ParsePullBody(const PullMeta& meta, std::string_view bo
 
 absl::Status AppendSlice(uint64_t tag, const SliceMeta& meta, size_t body_bytes,
                          std::string* out) {
-  PS_RETURN_IF_ERROR(CheckCodec(FrameType::kSlice, meta.codec));
+  PS_RETURN_IF_ERROR(CheckPayload(FrameType::kSlice, meta.codec, body_bytes));
   const uint8_t flags = (meta.loss.has_value() ? kSliceLoss : 0) |
                         (meta.first_loss.has_value() ? kSliceFirstLoss : 0) |
                         (meta.queued ? kSliceQueued : 0);

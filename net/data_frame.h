@@ -210,6 +210,11 @@ struct AdmitMeta {
 absl::Status AppendAdmit(const AdmitMeta& meta, std::string* out);
 absl::StatusOr<AdmitMeta> ParseAdmitMeta(std::string_view meta);
 
+// What a PUSH or SLICE (`type`) refuses of a payload's codec and length, checked where
+// the payload is queued when its frame's header is made later (the sender's write
+// merges frames): a codec over kMaxFrameCodecBytes, a body over 2^32 - 1 bytes.
+absl::Status CheckPayload(FrameType type, std::string_view codec, uint64_t body_bytes);
+
 struct PushMeta {
   uint64_t layout_hash = 0;
   uint64_t round = 0;

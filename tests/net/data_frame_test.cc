@@ -9,6 +9,7 @@
 #include <bit>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <set>
 #include <span>
 #include <string>
@@ -274,6 +275,29 @@ TEST(DataFrameTest, AppendPushesRefusesWhatItsParserWould) {
   mixed.entries[1].loss = 1.0f;
   ExpectRefused(AppendPushes(mixed, &out), "differs from the first in carrying a loss");
   EXPECT_TRUE(out.empty());
+}
+
+// What the senders check when they queue a payload whose header is made at the write:
+// exactly what AppendPush and AppendSlice refuse of its codec and length.
+TEST(DataFrameTest, CheckPayloadRefusesWhatThePushAndSliceEncodersWould) {
+  const std::string longest(kMaxFrameCodecBytes, 'c'), over(kMaxFrameCodecBytes + 1, 'c');
+  const uint64_t most = std::numeric_limits<uint32_t>::max();
+  for (const FrameType type : {FrameType::kPush, FrameType::kSlice}) {
+    SCOPED_TRACE(FrameTypeName(type));
+    for (const auto& [codec, bytes] : std::vector<std::pair<std::string, uint64_t>>{
+             {"", 0}, {longest, most}, {over, 16}, {"fp32", most + 1}}) {
+      std::string out;
+      const absl::Status encoded =
+          type == FrameType::kPush
+              ? AppendPush(7, PushMeta{.codec = codec}, bytes, &out)
+              : AppendSlice(7, SliceMeta{.codec = codec}, bytes, &out);
+      const absl::Status checked = CheckPayload(type, codec, bytes);
+      EXPECT_EQ(checked.ok(), encoded.ok()) << codec.size() << " " << bytes << ": " << checked;
+      EXPECT_EQ(checked.ok(), codec.size() <= kMaxFrameCodecBytes && bytes <= most) << checked;
+    }
+    ExpectRefused(CheckPayload(type, over, 16), "codec of 256 bytes is over the limit of 255");
+    ExpectRefused(CheckPayload(type, "fp32", most + 1), "does not fit the 4-byte body length");
+  }
 }
 
 TEST(DataFrameTest, ParsePushesMetaRefusesCountsTagsAndLengthsThatDisagree) {

@@ -258,7 +258,13 @@ void Connection::WriteMore() {
   slice_heads_.clear();
   for (size_t i = 0; i < n;) {
     std::string head;
-    size_t frames = SlicesHead(i, n, &head);
+    absl::StatusOr<size_t> slices = SlicesHead(i, n, &head);
+    if (!slices.ok()) {
+      spdlog::error("shard {}: cannot frame slices it queued: {}", front_->shard()->shard_id(),
+                    std::string(slices.status().message()));
+      return Shutdown();
+    }
+    size_t frames = *slices;
     if (frames > 0) {
       buffers.emplace_back(asio::buffer(slice_heads_.emplace_back(std::move(head))));
     } else {

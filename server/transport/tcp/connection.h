@@ -170,7 +170,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // From out_[at], a slice, and the slices of its pull after it (up to out_[end]) that
   // can share its frame: their header and meta in *head (a SLICE for one, else a
   // SLICES), and their count (0: out_[at] is no slice).
-  size_t SlicesHead(size_t at, size_t end, std::string* head) const;
+  absl::StatusOr<size_t> SlicesHead(size_t at, size_t end, std::string* head) const;
   void PullEnded(uint64_t tag, const absl::Status& status);
   // GOAWAY with `status`, then closed; reading stops now.
   void GoAway(const absl::Status& status);

@@ -4,14 +4,13 @@
 #include "server/transport/tcp/connection_pull.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <limits>
 #include <string>
 #include <utility>
 
 #include <boost/asio/post.hpp>
 
 #include "absl/strings/str_cat.h"
+#include "core/status.h"
 #include "spdlog/spdlog.h"
 
 namespace ps::server::transport::tcp {
@@ -22,13 +21,13 @@ void Connection::Pull::Write(PullItem item) {
   std::shared_ptr<Connection> c = connection_.lock();
   if (c == nullptr) return;
   const net::PullHeader& h = item.header;
-  if (h.codec.size() > net::kMaxFrameCodecBytes ||
-      item.body->size() > std::numeric_limits<uint32_t>::max()) {
+  if (const absl::Status s = net::CheckPayload(net::FrameType::kSlice, h.codec, item.body->size());
+      !s.ok()) {
     // A pull codec spec over 255 bytes, or a body over 4 GiB: neither is configurable
     // past the options' checks, and no frame carries it. The pull ends as a failed write
     // would end it.
-    spdlog::error("shard {}: cannot frame a slice of {} bytes under a codec of {} bytes",
-                  c->front_->shard()->shard_id(), item.body->size(), h.codec.size());
+    spdlog::error("shard {}: cannot frame a slice: {}", c->front_->shard()->shard_id(),
+                  std::string(s.message()));
     asio::post(c->socket_.get_executor(), [c, tag = tag_] {
       if (auto it = c->pulls_.find(tag); it != c->pulls_.end()) it->second->handle().WriteDone(false);
     });
@@ -112,7 +111,7 @@ void Connection::QueueSlices(std::vector<Outgoing> slices) {
   WriteMore();
 }
 
-size_t Connection::SlicesHead(size_t at, size_t end, std::string* head) const {
+absl::StatusOr<size_t> Connection::SlicesHead(size_t at, size_t end, std::string* head) const {
   const Outgoing& first = out_[at];
   if (!first.slice.has_value()) return 0;
   const Outgoing::Slice& one = *first.slice;
@@ -132,16 +131,11 @@ size_t Connection::SlicesHead(size_t at, size_t end, std::string* head) const {
     meta.entries[n] = f.slice->entry;
   }
   meta.count = static_cast<uint32_t>(n);
-  const absl::Status s =
+  // Write checked the codec and each body (net::CheckPayload), and the merged bodies are
+  // within 16 MiB: neither encoder refuses these fields.
+  PS_RETURN_IF_ERROR(
       n == 1 ? net::AppendSlice(one.pull, net::SliceOf(one.entry, one.codec), one.entry.body_bytes, head)
-             : net::AppendSlices(one.pull, meta, head);
-  if (!s.ok()) {
-    // Write kept the codec and each body within a frame's bounds, and the merged bodies
-    // are within 16 MiB: neither encoder refuses these fields.
-    spdlog::critical("shard {}: cannot frame slices it admitted: {}", front_->shard()->shard_id(),
-                     std::string(s.message()));
-    std::abort();
-  }
+             : net::AppendSlices(one.pull, meta, head));
   return n;
 }
 

@@ -39,22 +39,17 @@ class TcpPush final : public DataChannel::PushCall {
     for (size_t i = 0; i < pushes_.size(); ++i) {
       const OutgoingPush& p = *pushes_[i];
       batch_->tags[i] = conn_->NextTag();
-      refused[i] = net::AppendPush(batch_->tags[i],
-                                   net::PushMeta{.layout_hash = p.layout_hash,
-                                                 .round = p.round,
-                                                 .slice_id = p.slice_id,
-                                                 .loss = p.loss,
-                                                 .codec = p.codec,
-                                                 .lr = p.lr},
-                                   p.payload_size(), &frames[i].head);
+      // Framed on the I/O thread (Flush), alone or with the pushes queued after it.
+      refused[i] = net::CheckPayload(net::FrameType::kPush, p.codec, p.payload_size());
       frames[i].body = p.payload;
-      frames[i].push = OutFrame::Push{.tag = batch_->tags[i],
-                                      .layout_hash = p.layout_hash,
+      frames[i].push = OutFrame::Push{.layout_hash = p.layout_hash,
                                       .round = p.round,
-                                      .slice_id = p.slice_id,
-                                      .loss = p.loss,
-                                      .lr = p.lr,
-                                      .codec = p.codec};
+                                      .codec = p.codec,
+                                      .entry = {.tag = batch_->tags[i],
+                                                .slice_id = p.slice_id,
+                                                .body_bytes = static_cast<uint32_t>(p.payload_size()),
+                                                .loss = p.loss,
+                                                .lr = p.lr}};
     }
     bool start;
     {

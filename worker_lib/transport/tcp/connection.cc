@@ -376,7 +376,9 @@ void Connection::Flush() {
     ++frames;
     std::string head;
     const size_t first = batch->size();
-    if (TakePushes(*batch, &head) > 0) {
+    absl::StatusOr<size_t> pushes = TakePushes(*batch, &head);
+    if (!pushes.ok()) return Lost(pushes.status());
+    if (*pushes > 0) {
       auto merged = std::make_shared<const std::string>(std::move(head));
       buffers.emplace_back(merged->data(), merged->size());
       for (size_t i = first; i < batch->size(); ++i) {
@@ -404,31 +406,39 @@ void Connection::Flush() {
       });
 }
 
-size_t Connection::TakePushes(std::vector<OutFrame>& out, std::string* head) {
+absl::StatusOr<size_t> Connection::TakePushes(std::vector<OutFrame>& out, std::string* head) {
   if (!queue_.front().push.has_value()) return 0;
   const OutFrame::Push& first = *queue_.front().push;
   const auto joins = [&first](const OutFrame::Push& p) {
     return p.layout_hash == first.layout_hash && p.round == first.round && p.codec == first.codec &&
-           p.loss.has_value() == first.loss.has_value() && p.lr.has_value() == first.lr.has_value();
+           p.entry.loss.has_value() == first.entry.loss.has_value() &&
+           p.entry.lr.has_value() == first.entry.lr.has_value();
   };
   net::PushesMeta meta{.layout_hash = first.layout_hash, .round = first.round, .codec = first.codec};
   uint64_t body_bytes = 0;
   size_t n = 0;
   for (; n < queue_.size() && n < net::kMaxPushesPerFrame; ++n) {
     const OutFrame& f = queue_[n];
-    const uint64_t bytes = f.body != nullptr ? f.body->size() : 0;
-    if (!f.push.has_value() || !joins(*f.push) || body_bytes + bytes > limits_.max_body_bytes) break;
-    body_bytes += bytes;
-    meta.entries[n] = net::PushesEntry{.tag = f.push->tag,
-                                       .slice_id = f.push->slice_id,
-                                       .body_bytes = static_cast<uint32_t>(bytes),
-                                       .loss = f.push->loss,
-                                       .lr = f.push->lr};
+    if (n > 0 && (!f.push.has_value() || !joins(*f.push) ||
+                  body_bytes + f.push->entry.body_bytes > limits_.max_body_bytes)) {
+      break;
+    }
+    body_bytes += f.push->entry.body_bytes;
+    meta.entries[n] = f.push->entry;
   }
-  if (n < 2) return 0;
   meta.count = static_cast<uint32_t>(n);
-  // The pushes were each encoded as a PUSH already, so these fields are within bounds.
-  if (!net::AppendPushes(meta, head).ok()) return 0;
+  // Start checked each push's codec and body (net::CheckPayload), and the merged bodies
+  // are within the ADMIT's largest: neither encoder refuses these fields.
+  const net::PushesEntry& one = first.entry;
+  PS_RETURN_IF_ERROR(n == 1 ? net::AppendPush(one.tag,
+                                              net::PushMeta{.layout_hash = first.layout_hash,
+                                                            .round = first.round,
+                                                            .slice_id = one.slice_id,
+                                                            .loss = one.loss,
+                                                            .codec = first.codec,
+                                                            .lr = one.lr},
+                                              one.body_bytes, head)
+                            : net::AppendPushes(meta, head));
   for (size_t i = 0; i < n; ++i) {
     out.push_back(std::move(queue_.front()));
     queue_.pop_front();

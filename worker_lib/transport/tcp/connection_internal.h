@@ -65,20 +65,17 @@ struct PushBatch {
   std::vector<uint64_t> tags;  // per push; 0 once answered
 };
 
-// A frame waiting to be written: its header and meta, and its body by reference. A
-// PUSH's also keeps its fields, so that Flush can write it with the pushes queued after
-// it as one PUSHES.
+// A frame waiting to be written: its header and meta, and its body by reference. A push
+// keeps its fields instead of a head: Flush frames it, as a PUSH or with the pushes
+// queued after it as one PUSHES.
 struct OutFrame {
   std::string head;
   std::shared_ptr<const std::string> body;
   struct Push {
-    uint64_t tag = 0;
     uint64_t layout_hash = 0;
     uint64_t round = 0;
-    uint32_t slice_id = 0;
-    std::optional<float> loss;
-    std::optional<float> lr;
     std::string codec;
+    net::PushesEntry entry;  // its tag, slice, body length, loss and learning rate
   };
   std::optional<Push> push;
 };
@@ -186,9 +183,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // queued one after another under the same layout, round, codec and fields go as one
   // PUSHES (TakePushes).
   void Flush();
-  // From queue_'s front, a PUSH, the pushes after it that can share its frame: moved to
-  // `out` (nothing when there is none); their PUSHES header and meta in *head.
-  size_t TakePushes(std::vector<OutFrame>& out, std::string* head);
+  // From queue_'s front, a push and the pushes after it that can share its frame: moved
+  // to `out`, their header and meta in *head (a PUSH for one, else a PUSHES); their count
+  // (0: the front is no push).
+  absl::StatusOr<size_t> TakePushes(std::vector<OutFrame>& out, std::string* head);
   void LostOn(const boost::system::error_code& ec, std::string_view doing);
 
   // Closes the connection and fails everything in flight with `status`; the next call
