@@ -295,13 +295,18 @@ absl::StatusOr<PullBody> ParsePullBody(const PullMeta& meta, std::string_view bo
   return out;
 }
 
-absl::Status AppendSlice(uint64_t tag, const SliceMeta& meta, size_t body_bytes,
+namespace {
+// A SLICE's header flags, and a SLICES entry's flag byte.
+uint8_t SliceFlags(const SliceFields& f) {
+  return (f.loss.has_value() ? kSliceLoss : 0) | (f.first_loss.has_value() ? kSliceFirstLoss : 0) |
+         (f.queued ? kSliceQueued : 0);
+}
+}  // namespace
+
+absl::Status AppendSlice(uint64_t tag, const PullHeader& meta, size_t body_bytes,
                          std::string* out) {
   PS_RETURN_IF_ERROR(CheckPayload(FrameType::kSlice, meta.codec, body_bytes));
-  const uint8_t flags = (meta.loss.has_value() ? kSliceLoss : 0) |
-                        (meta.first_loss.has_value() ? kSliceFirstLoss : 0) |
-                        (meta.queued ? kSliceQueued : 0);
-  return AppendFrame(FrameType::kSlice, flags, tag, body_bytes, out, [&](MetaWriter& w) {
+  return AppendFrame(FrameType::kSlice, SliceFlags(meta), tag, body_bytes, out, [&](MetaWriter& w) {
     w.Int(meta.slice_id, 4);
     w.Int(meta.version, 8);
     w.Int(meta.base_version, 8);
@@ -312,9 +317,9 @@ absl::Status AppendSlice(uint64_t tag, const SliceMeta& meta, size_t body_bytes,
   });
 }
 
-absl::StatusOr<SliceMeta> ParseSliceMeta(uint8_t flags, std::string_view meta) {
+absl::StatusOr<PullHeader> ParseSliceMeta(uint8_t flags, std::string_view meta) {
   MetaReader r(FrameType::kSlice, meta);
-  SliceMeta m;
+  PullHeader m;
   PS_RETURN_IF_ERROR(r.Int(&m.slice_id, "slice id"));
   PS_RETURN_IF_ERROR(r.Int(&m.version, "version"));
   PS_RETURN_IF_ERROR(r.Int(&m.base_version, "base version"));
@@ -326,19 +331,6 @@ absl::StatusOr<SliceMeta> ParseSliceMeta(uint8_t flags, std::string_view meta) {
   m.queued = (flags & kSliceQueued) != 0;
   return m;
 }
-
-SliceMeta SliceOf(const SlicesEntry& e, std::string_view codec) {
-  return SliceMeta{.slice_id = e.slice_id,
-                   .version = e.version,
-                   .base_version = e.base_version,
-                   .epoch = e.epoch,
-                   .loss = e.loss,
-                   .first_loss = e.first_loss,
-                   .queued = e.queued,
-                   .codec = codec};
-}
-
-SliceMeta SlicesMeta::slice(size_t i) const { return SliceOf(entries[i], codec); }
 
 absl::Status AppendSlices(uint64_t tag, const SlicesMeta& meta, std::string* out) {
   PS_RETURN_IF_ERROR(CheckCodec(FrameType::kSlices, meta.codec));
@@ -357,9 +349,7 @@ absl::Status AppendSlices(uint64_t tag, const SlicesMeta& meta, std::string* out
       w.Int(e.version, 8);
       w.Int(e.base_version, 8);
       w.Int(e.epoch, 8);
-      w.Int((e.loss.has_value() ? kSliceLoss : 0) | (e.first_loss.has_value() ? kSliceFirstLoss : 0) |
-                (e.queued ? kSliceQueued : 0),
-            1);
+      w.Int(SliceFlags(e), 1);
       if (e.loss.has_value()) w.F32(*e.loss);
       if (e.first_loss.has_value()) w.F32(*e.first_loss);
       w.Int(e.body_bytes, 4);

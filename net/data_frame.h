@@ -84,6 +84,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "crypto/auth_proof.h"
+#include "net/slice_fields.h"
 
 namespace ps::net {
 
@@ -301,19 +302,10 @@ struct PullBody {
 // the count needs (CheckPullBody refused such a header already).
 absl::StatusOr<PullBody> ParsePullBody(const PullMeta& meta, std::string_view body);
 
-struct SliceMeta {
-  uint32_t slice_id = 0;
-  uint64_t version = 0;
-  uint64_t base_version = 0;
-  uint64_t epoch = 0;
-  std::optional<float> loss;
-  std::optional<float> first_loss;
-  bool queued = false;
-  std::string_view codec;  // empty: dense fp32 values; else the change's codec
-};
-absl::Status AppendSlice(uint64_t tag, const SliceMeta& meta, size_t body_bytes,
+// SLICE: a slice alone; its meta is the header a pull sink takes (net/slice_fields.h).
+absl::Status AppendSlice(uint64_t tag, const PullHeader& meta, size_t body_bytes,
                          std::string* out);
-absl::StatusOr<SliceMeta> ParseSliceMeta(uint8_t flags, std::string_view meta);
+absl::StatusOr<PullHeader> ParseSliceMeta(uint8_t flags, std::string_view meta);
 
 // SLICES: the slices one frame carries at most (the shard's pace hands a pull's slices
 // over 2 to 8 at a time). Its meta is then the codec, 2 bytes and 41 bytes per slice at
@@ -322,14 +314,7 @@ inline constexpr size_t kMaxSlicesPerFrame = 8;
 // The shard merges slices into a SLICES within this many body bytes (and the ADMIT's
 // largest body); a worker reads bodies at least this long.
 inline constexpr size_t kMaxSlicesBodyBytes = 16u << 20;
-struct SlicesEntry {
-  uint32_t slice_id = 0;
-  uint64_t version = 0;
-  uint64_t base_version = 0;
-  uint64_t epoch = 0;
-  std::optional<float> loss;
-  std::optional<float> first_loss;
-  bool queued = false;
+struct SlicesEntry : SliceFields {
   uint32_t body_bytes = 0;
   bool operator==(const SlicesEntry&) const = default;
 };
@@ -338,10 +323,8 @@ struct SlicesMeta {
   uint32_t count = 0;      // entries in use
   std::array<SlicesEntry, kMaxSlicesPerFrame> entries{};
   // Slice i as a SLICE would carry it.
-  SliceMeta slice(size_t i) const;
+  PullHeader slice(size_t i) const { return PullHeader{entries[i], codec}; }
 };
-// Entry `e` under `codec` as a SLICE would carry it.
-SliceMeta SliceOf(const SlicesEntry& e, std::string_view codec);
 // A SLICES's header (tag: the pull's) and meta. INVALID_ARGUMENT for a count outside
 // [2, kMaxSlicesPerFrame], a tag of 0, a codec over its bound, or bodies that add up to
 // more than 2^32 - 1 bytes.

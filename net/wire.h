@@ -27,6 +27,7 @@
 
 #include "absl/container/inlined_vector.h"
 #include "absl/status/statusor.h"
+#include "net/slice_fields.h"
 
 namespace ps::net {
 
@@ -55,30 +56,9 @@ class ByteRange {
 };
 
 // ps.v1.PullResponse.
-struct PullFrame {
-  uint32_t slice_id = 0;
-  uint64_t version = 0;
+struct PullFrame : SliceFields {
   ByteRange values;  // little-endian fp32, or the delta's payload when codec is set
   ByteRange codec;   // empty: dense values
-  uint64_t base_version = 0;
-  uint64_t epoch = 0;  // 0: the shard sends no deltas
-  // AdaComm (docs/adaptive.md): the medians of the workers' reported losses.
-  std::optional<float> loss;
-  std::optional<float> first_loss;
-  // Written right after the previous frame of the stream (ps.v1.PullResponse.queued).
-  bool queued = false;
-};
-
-// What a PullResponse says besides the values.
-struct PullHeader {
-  uint32_t slice_id = 0;
-  uint64_t version = 0;
-  std::string_view codec;  // empty: dense values
-  uint64_t base_version = 0;
-  uint64_t epoch = 0;
-  std::optional<float> loss;
-  std::optional<float> first_loss;
-  bool queued = false;
 };
 
 // ps.v1.PushRequest.

@@ -55,12 +55,12 @@ struct PullScheduler::State {
       const uint32_t id = std::get<2>(*ready.begin());
       ready.erase(ready.begin());
       SliceSnapshot snap = shard->Snapshot(id);
-      PullItem item{.header = {.slice_id = id,
-                               .version = snap.version,
-                               .epoch = shard->pull_epoch(),
-                               .loss = snap.loss,
-                               .first_loss = snap.first_loss,
-                               .queued = after_write || in_flight > 0},
+      PullItem item{.header = {{.slice_id = id,
+                                .version = snap.version,
+                                .epoch = shard->pull_epoch(),
+                                .loss = snap.loss,
+                                .first_loss = snap.first_loss,
+                                .queued = after_write || in_flight > 0}},
                     .body = std::move(snap.values)};
       if (snap.delta != nullptr && snap.delta->version == snap.version) {
         auto it = held.find(id);

@@ -140,17 +140,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                   "PullResponse fields differ from protobuf's");
     ps::v1::PullResponse again;
     PS_FUZZ_CHECK(
-        again.ParseFromString(ps::net::PullResponseHeader({.slice_id = f->slice_id,
-                                                           .version = f->version,
-                                                           .codec = codec,
-                                                           .base_version = f->base_version,
-                                                           .epoch = f->epoch},
+        again.ParseFromString(ps::net::PullResponseHeader(ps::net::PullHeader{*f, codec},
                                                           f->values.size()) +
                               f->values.ToString()),
         "a written PullResponse does not parse");
     PS_FUZZ_CHECK(again.slice_id() == m.slice_id() && again.version() == m.version() &&
                       again.values() == m.values() && again.codec() == m.codec() &&
-                      again.base_version() == m.base_version() && again.epoch() == m.epoch(),
+                      again.base_version() == m.base_version() && again.epoch() == m.epoch() &&
+                      again.has_loss() == m.has_loss() &&
+                      again.has_first_loss() == m.has_first_loss() &&
+                      again.queued() == m.queued(),
                   "a written PullResponse changed its fields");
     return 0;
   }

@@ -252,7 +252,7 @@ class HandClient::TcpPull final : public PullStream {
       if (!end.ok()) return end;
       return std::nullopt;
     }
-    absl::StatusOr<net::SliceMeta> meta = net::ParseSliceMeta(f->header.flags, f->meta);
+    absl::StatusOr<net::PullHeader> meta = net::ParseSliceMeta(f->header.flags, f->meta);
     if (!meta.ok()) return meta.status();
     return PulledSlice{.slice_id = meta->slice_id,
                        .version = meta->version,

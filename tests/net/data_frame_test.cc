@@ -77,9 +77,8 @@ PushesMeta TwoPushes() {
 // A SLICES of two slices of 8 and 4 bytes, the second with a loss and queued.
 SlicesMeta TwoSlices() {
   SlicesMeta m{.codec = "", .count = 2};
-  m.entries[0] = {.slice_id = 4, .version = 9, .epoch = 1, .body_bytes = 8};
-  m.entries[1] = {.slice_id = 5, .version = 9, .epoch = 1, .loss = 0.5f, .queued = true,
-                  .body_bytes = 4};
+  m.entries[0] = {{.slice_id = 4, .version = 9, .epoch = 1}, 8};
+  m.entries[1] = {{.slice_id = 5, .version = 9, .epoch = 1, .loss = 0.5f, .queued = true}, 4};
   return m;
 }
 
@@ -173,10 +172,12 @@ TEST(DataFrameTest, WritesTheGoldenPushesByteForByte) {
 
 TEST(DataFrameTest, WritesTheGoldenSlicesByteForByte) {
   SlicesMeta meta{.codec = "3lc", .count = 2};
-  meta.entries[0] = {.slice_id = 42, .version = 7, .base_version = 6, .epoch = 2,
-                     .first_loss = 0.25f, .body_bytes = 9};
-  meta.entries[1] = {.slice_id = 43, .version = 7, .base_version = 5, .epoch = 2, .loss = 0.5f,
-                     .queued = true, .body_bytes = 7};
+  meta.entries[0] = {{.slice_id = 42, .version = 7, .base_version = 6, .epoch = 2,
+                      .first_loss = 0.25f},
+                     9};
+  meta.entries[1] = {{.slice_id = 43, .version = 7, .base_version = 5, .epoch = 2, .loss = 0.5f,
+                      .queued = true},
+                     7};
   std::string frame;
   ASSERT_TRUE(AppendSlices(0x0102030405060708ull, meta, &frame).ok());
   const std::string header = Bytes({
@@ -214,7 +215,7 @@ TEST(DataFrameTest, WritesTheGoldenSlicesByteForByte) {
   ASSERT_EQ(parsed->count, 2u);
   EXPECT_EQ(parsed->entries[0], meta.entries[0]);
   EXPECT_EQ(parsed->entries[1], meta.entries[1]);
-  const SliceMeta second = parsed->slice(1);
+  const PullHeader second = parsed->slice(1);
   EXPECT_EQ(second.slice_id, 43u);
   EXPECT_EQ(second.base_version, 5u);
   EXPECT_EQ(second.loss, 0.5f);
@@ -290,7 +291,7 @@ TEST(DataFrameTest, CheckPayloadRefusesWhatThePushAndSliceEncodersWould) {
       const absl::Status encoded =
           type == FrameType::kPush
               ? AppendPush(7, PushMeta{.codec = codec}, bytes, &out)
-              : AppendSlice(7, SliceMeta{.codec = codec}, bytes, &out);
+              : AppendSlice(7, PullHeader{.codec = codec}, bytes, &out);
       const absl::Status checked = CheckPayload(type, codec, bytes);
       EXPECT_EQ(checked.ok(), encoded.ok()) << codec.size() << " " << bytes << ": " << checked;
       EXPECT_EQ(checked.ok(), codec.size() <= kMaxFrameCodecBytes && bytes <= most) << checked;
@@ -439,7 +440,7 @@ TEST(DataFrameTest, RoundTripsPushesWithAndWithoutLoss) {
 // loss may be, not the frame.
 TEST(DataFrameTest, CarriesTheExactBitsOfLosses) {
   const float nan = std::bit_cast<float>(0x7fc12345u);
-  SliceMeta meta;
+  PullHeader meta;
   meta.slice_id = 1;
   meta.loss = nan;
   meta.first_loss = -0.0f;
@@ -456,7 +457,7 @@ TEST(DataFrameTest, CarriesTheExactBitsOfLosses) {
 
 TEST(DataFrameTest, RoundTripsSlicesWithEveryFlag) {
   for (int flags = 0; flags < 8; ++flags) {
-    SliceMeta meta;
+    PullHeader meta;
     meta.slice_id = 0x80000001u;
     meta.version = 12;
     meta.base_version = 11;
@@ -869,7 +870,7 @@ std::vector<MetaSample> MetaSamples() {
   f.resize(kFrameHeaderBytes + 28);  // the meta; its body is another test's
   add("PULL", f, [](uint8_t fl, std::string_view m) { return ParsePullMeta(fl, m).status(); });
   f.clear();
-  SliceMeta slice{1, 2, 3, 4, 0.5f, 0.75f, true, "int8"};
+  PullHeader slice{{1, 2, 3, 4, 0.5f, 0.75f, true}, "int8"};
   EXPECT_TRUE(AppendSlice(1, slice, 0, &f).ok());
   add("SLICE", f, [](uint8_t fl, std::string_view m) { return ParseSliceMeta(fl, m).status(); });
   f.clear();

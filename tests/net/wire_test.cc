@@ -54,7 +54,7 @@ TEST(WireTest, HeadersWrittenHereParseWithProtobuf) {
   const std::string values(12, 'v');
   v1::PullResponse pull;
   ASSERT_TRUE(pull.ParseFromString(
-      PullResponseHeader({.slice_id = 0, .version = 0}, values.size()) + values));
+      PullResponseHeader({{.slice_id = 0, .version = 0}}, values.size()) + values));
   EXPECT_EQ(pull.slice_id(), 0u);
   EXPECT_EQ(pull.version(), 0u);
   EXPECT_EQ(pull.values(), values);
@@ -76,11 +76,11 @@ TEST(WireTest, CompressedPullFieldsGoBothWays) {
       "\x01"
       "delta",
       6);
-  const std::string bytes = PullResponseHeader({.slice_id = 2,
-                                                .version = 8,
-                                                .codec = "3lc(s=1.9)",
-                                                .base_version = 7,
-                                                .epoch = 0x8877665544332211ull},
+  const std::string bytes = PullResponseHeader({{.slice_id = 2,
+                                                 .version = 8,
+                                                 .base_version = 7,
+                                                 .epoch = 0x8877665544332211ull},
+                                                "3lc(s=1.9)"},
                                                payload.size()) +
                             payload;
   v1::PullResponse m;
@@ -105,7 +105,7 @@ TEST(WireTest, TheQueuedMarkGoesBothWaysAndIsFalseWhenUnset) {
   const std::string payload("\x03values", 7);
   v1::PullResponse pull;
   ASSERT_TRUE(pull.ParseFromString(
-      PullResponseHeader({.slice_id = 5, .version = 3, .queued = true}, payload.size()) +
+      PullResponseHeader({{.slice_id = 5, .version = 3, .queued = true}}, payload.size()) +
       payload));
   EXPECT_TRUE(pull.queued());
   EXPECT_EQ(pull.values(), payload);
@@ -122,7 +122,7 @@ TEST(WireTest, TheQueuedMarkGoesBothWaysAndIsFalseWhenUnset) {
   ASSERT_TRUE(unset.ok());
   EXPECT_FALSE(unset->queued);
   v1::PullResponse plain;
-  ASSERT_TRUE(plain.ParseFromString(PullResponseHeader({.slice_id = 5, .version = 3}, 0)));
+  ASSERT_TRUE(plain.ParseFromString(PullResponseHeader({{.slice_id = 5, .version = 3}}, 0)));
   EXPECT_FALSE(plain.queued());
 }
 
@@ -130,7 +130,7 @@ TEST(WireTest, LossesGoBothWaysAndStayAbsentWhenUnset) {
   const std::string payload("\x02values", 7);
   v1::PullResponse pull;
   ASSERT_TRUE(pull.ParseFromString(
-      PullResponseHeader({.slice_id = 4, .version = 9, .loss = 0.75f, .first_loss = 2.25f},
+      PullResponseHeader({{.slice_id = 4, .version = 9, .loss = 0.75f, .first_loss = 2.25f}},
                          payload.size()) +
       payload));
   ASSERT_TRUE(pull.has_loss());
@@ -144,7 +144,7 @@ TEST(WireTest, LossesGoBothWaysAndStayAbsentWhenUnset) {
     EXPECT_EQ(f->first_loss, 2.25f);
     EXPECT_EQ(f->values.ToString(), payload);
   }
-  const std::string plain = PullResponseHeader({.slice_id = 4, .version = 9}, 0);
+  const std::string plain = PullResponseHeader({{.slice_id = 4, .version = 9}}, 0);
   absl::StatusOr<PullFrame> without = ParsePullResponse(Cut(plain, {}));
   ASSERT_TRUE(without.ok());
   EXPECT_FALSE(without->loss.has_value());
@@ -204,7 +204,7 @@ TEST(WireTest, PushRequestFromProtobufParsesInAnyPieces) {
 }
 
 TEST(WireTest, UnknownFieldsAreSkippedAndTheLastValueWins) {
-  std::string bytes = PullResponseHeader({.slice_id = 1, .version = 2}, 0);
+  std::string bytes = PullResponseHeader({{.slice_id = 1, .version = 2}}, 0);
   bytes += std::string("\x08\x05", 2);                    // slice_id again: 5
   bytes += std::string("\x28\x96\x01", 3);                // field 5, varint 150
   bytes += std::string("\x31", 1) + std::string(8, 'x');  // field 6, fixed64
@@ -233,7 +233,7 @@ TEST(WireTest, Uint32FieldsKeepTheLow32BitsAsProtobufDoes) {
 }
 
 TEST(WireTest, MalformedMessagesAreRefusedWithTheirCause) {
-  const std::string header = PullResponseHeader({.slice_id = 1, .version = 2}, 10);
+  const std::string header = PullResponseHeader({{.slice_id = 1, .version = 2}}, 10);
   struct Case {
     std::string bytes;
     std::string says;
@@ -277,7 +277,7 @@ TEST(WireTest, EmptyMessagesAndEmptyPiecesParse) {
   absl::StatusOr<PullFrame> none = ParsePullResponse({});
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(none->slice_id, 0u);
-  const std::string bytes = PullResponseHeader({.slice_id = 4, .version = 5}, 2) + "ab";
+  const std::string bytes = PullResponseHeader({{.slice_id = 4, .version = 5}}, 2) + "ab";
   const std::vector<std::string_view> pieces = {"", std::string_view(bytes).substr(0, 4), "",
                                                 "", std::string_view(bytes).substr(4),    ""};
   absl::StatusOr<PullFrame> f = ParsePullResponse(pieces);

@@ -264,7 +264,7 @@ TEST_F(TcpBackendTest, APullReceivesThePublishedSliceAndEnds) {
         break;
       case net::FrameType::kSlice: {
         EXPECT_EQ(f->header.tag, 3u);
-        absl::StatusOr<net::SliceMeta> m = net::ParseSliceMeta(f->header.flags, f->meta);
+        absl::StatusOr<net::PullHeader> m = net::ParseSliceMeta(f->header.flags, f->meta);
         ASSERT_TRUE(m.ok()) << m.status();
         EXPECT_EQ(m->slice_id, 0u);
         EXPECT_EQ(m->version, 1u);

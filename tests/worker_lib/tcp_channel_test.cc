@@ -355,7 +355,7 @@ TEST_F(TcpChannelTest, DenseSlicesAreReadStraightIntoTheCallersPlace) {
 
   const std::vector<float> values = {1.5f, -2.0f, 3.25f, 4.0f};
   std::string out;
-  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {.slice_id = 5, .version = 7}, 16, &out).ok());
+  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {{.slice_id = 5, .version = 7}}, 16, &out).ok());
   out.append(reinterpret_cast<const char*>(values.data()), 16);
   ASSERT_TRUE(net::AppendPullEnd(pull->header.tag, {.code = absl::StatusCode::kOk}, &out).ok());
   shard_.Send(out);
@@ -444,7 +444,7 @@ std::string SlicesHead(uint64_t tag, const std::vector<uint32_t>& ids, uint32_t 
                        std::string_view codec = "") {
   net::SlicesMeta m{.codec = codec, .count = static_cast<uint32_t>(ids.size())};
   for (size_t i = 0; i < ids.size(); ++i) {
-    m.entries[i] = {.slice_id = ids[i], .version = 7, .epoch = 1, .body_bytes = bytes};
+    m.entries[i] = {{.slice_id = ids[i], .version = 7, .epoch = 1}, bytes};
   }
   std::string out;
   EXPECT_TRUE(net::AppendSlices(tag, m, &out).ok());
@@ -476,7 +476,7 @@ class TcpChannelSlicesTest : public TcpChannelTest {
     } while (f->header.type != net::FrameType::kPull);
     const std::vector<float> v = {5.0f, 6.0f};
     std::string out;
-    ASSERT_TRUE(net::AppendSlice(f->header.tag, {.slice_id = 9, .version = 7}, 8, &out).ok());
+    ASSERT_TRUE(net::AppendSlice(f->header.tag, {{.slice_id = 9, .version = 7}}, 8, &out).ok());
     out += Values(v);
     ASSERT_TRUE(net::AppendPullEnd(f->header.tag, {.code = absl::StatusCode::kOk}, &out).ok());
     shard_.Send(out);
@@ -581,7 +581,7 @@ TEST_P(TcpChannelStallTest, AShardStallingMidFrameFailsThePullAtItsDeadlineAndCl
   if (several) {
     head = SlicesHead(tag, {5, 6}, 16);
   } else {
-    ASSERT_TRUE(net::AppendSlice(tag, {.slice_id = 5, .version = 7}, 16, &head).ok());
+    ASSERT_TRUE(net::AppendSlice(tag, {{.slice_id = 5, .version = 7}}, 16, &head).ok());
   }
   shard_.Send(head + Values({1, 2}));  // half of slice 5's body, then nothing
   const absl::Status ended = sink->AwaitDone();
@@ -603,7 +603,7 @@ TEST_P(TcpChannelStallTest, AShardStallingMidFrameFailsThePullAtItsDeadlineAndCl
   std::optional<Frame> again = shard_.Read();
   ASSERT_TRUE(again.has_value());
   std::string out;
-  ASSERT_TRUE(net::AppendSlice(again->header.tag, {.slice_id = 9, .version = 7}, 8, &out).ok());
+  ASSERT_TRUE(net::AppendSlice(again->header.tag, {{.slice_id = 9, .version = 7}}, 8, &out).ok());
   out += Values({5, 6});
   ASSERT_TRUE(net::AppendPullEnd(again->header.tag, {.code = absl::StatusCode::kOk}, &out).ok());
   shard_.Send(out);
@@ -638,7 +638,7 @@ TEST_F(TcpChannelSlicesTest, AFrameStalledInScratchClosesTheConnectionOnceACallW
   call->Start(answers.Callback());
   ASSERT_TRUE(shard_.Read().has_value());
   std::string head;
-  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {.slice_id = 5, .version = 7}, 16, &head).ok());
+  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {{.slice_id = 5, .version = 7}}, 16, &head).ok());
   shard_.Send(head + Values({1, 2}));  // half of the body, then nothing
   const absl::Status ended = sink->AwaitDone();
   EXPECT_EQ(ended.code(), absl::StatusCode::kDeadlineExceeded) << ended;
@@ -729,7 +729,7 @@ TEST_F(TcpChannelTest, ASliceOverTheWorkersBodyLimitEndsTheConnectionFromItsHead
   std::optional<Frame> pull = shard_.Read();
   ASSERT_TRUE(pull.has_value());
   std::string out;
-  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {.slice_id = 5, .version = 7}, (64u << 20) + 1,
+  ASSERT_TRUE(net::AppendSlice(pull->header.tag, {{.slice_id = 5, .version = 7}}, (64u << 20) + 1,
                                &out)
                   .ok());
   shard_.Send(out);  // and not one byte of the body

@@ -13,15 +13,7 @@ namespace ps::internal {
 
 absl::Status DeliverPullFrame(const net::PullFrame& frame, PullSink& sink) {
   std::string codec_scratch;
-  net::PullHeader h;
-  h.slice_id = frame.slice_id;
-  h.version = frame.version;
-  h.codec = frame.codec.Contiguous(&codec_scratch);
-  h.base_version = frame.base_version;
-  h.epoch = frame.epoch;
-  h.loss = frame.loss;
-  h.first_loss = frame.first_loss;
-  h.queued = frame.queued;
+  const net::PullHeader h{frame, frame.codec.Contiguous(&codec_scratch)};
   PS_ASSIGN_OR_RETURN(const std::span<char> place, sink.Place(h, frame.values.size()));
   if (place.empty()) return sink.Arrived(h, frame.values.parts());
   if (place.size() != frame.values.size()) {

@@ -33,14 +33,7 @@ void Connection::Pull::Write(PullItem item) {
     });
     return;
   }
-  const net::SlicesEntry entry{.slice_id = h.slice_id,
-                               .version = h.version,
-                               .base_version = h.base_version,
-                               .epoch = h.epoch,
-                               .loss = h.loss,
-                               .first_loss = h.first_loss,
-                               .queued = h.queued,
-                               .body_bytes = static_cast<uint32_t>(item.body->size())};
+  const net::SlicesEntry entry{h, static_cast<uint32_t>(item.body->size())};
   Outgoing frame{.body = std::move(item.body),
                  .slice = Outgoing::Slice{.pull = tag_, .entry = entry, .codec = std::string(h.codec)}};
   {
@@ -134,7 +127,7 @@ absl::StatusOr<size_t> Connection::SlicesHead(size_t at, size_t end, std::string
   // Write checked the codec and each body (net::CheckPayload), and the merged bodies are
   // within 16 MiB: neither encoder refuses these fields.
   PS_RETURN_IF_ERROR(
-      n == 1 ? net::AppendSlice(one.pull, net::SliceOf(one.entry, one.codec), one.entry.body_bytes, head)
+      n == 1 ? net::AppendSlice(one.pull, net::PullHeader{one.entry, one.codec}, one.entry.body_bytes, head)
              : net::AppendSlices(one.pull, meta, head));
   return n;
 }

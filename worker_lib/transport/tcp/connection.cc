@@ -298,9 +298,9 @@ void Connection::OnAnswer(uint64_t gen) {
 }
 
 void Connection::OnSlice(uint64_t gen) {
-  absl::StatusOr<net::SliceMeta> m = net::ParseSliceMeta(header_.flags, meta_);
+  absl::StatusOr<net::PullHeader> m = net::ParseSliceMeta(header_.flags, meta_);
   if (!m.ok()) return Lost(m.status());
-  slice_ = PullHeaderOf(*m);  // its codec a view into meta_, kept until Arrived
+  slice_ = *m;  // its codec a view into meta_, kept until Arrived
   const size_t bytes = header_.body_bytes;
   std::span<char> place;
   auto it = pulls_.find(header_.tag);

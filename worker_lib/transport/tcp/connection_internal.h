@@ -80,18 +80,6 @@ struct OutFrame {
   std::optional<Push> push;
 };
 
-// A slice's fields as its sink takes them (the codec a view, as the meta's).
-inline net::PullHeader PullHeaderOf(const net::SliceMeta& m) {
-  return net::PullHeader{.slice_id = m.slice_id,
-                         .version = m.version,
-                         .codec = m.codec,
-                         .base_version = m.base_version,
-                         .epoch = m.epoch,
-                         .loss = m.loss,
-                         .first_loss = m.first_loss,
-                         .queued = m.queued};
-}
-
 // The connection to one shard's data port, on the I/O thread only (but the route).
 class Connection final : public std::enable_shared_from_this<Connection> {
  public:

@@ -28,7 +28,7 @@ void Connection::OnSlices(uint64_t gen) {
     auto it = pulls_.find(tag);
     if (it == pulls_.end()) continue;
     absl::StatusOr<std::span<char>> placed =
-        it->second.sink->Place(PullHeaderOf(slices_.slice(i)), bytes);
+        it->second.sink->Place(slices_.slice(i), bytes);
     if (placed.ok() && !placed->empty() && placed->size() != bytes) {
       placed = absl::InternalError(absl::StrCat("a place of ", placed->size(),
                                                 " bytes for a slice of ", bytes));
@@ -78,7 +78,7 @@ void Connection::OnSlicesRead(uint64_t gen) {
     const uint32_t i = slices_next_++;
     // A place pointed at scratch (DropSlicePlaces) belongs to a pull that ended: Arrived
     // finds none and reads nothing.
-    Arrived(tag, PullHeaderOf(slices_.slice(i)), slices_place_[i]);
+    Arrived(tag, slices_.slice(i), slices_place_[i]);
     if (gen != generation_) return;  // the sink's Done lost the connection
     if (reading_tag_ == tag && !pulls_.contains(tag)) DropSlicePlaces();
   }
