@@ -10,6 +10,12 @@
 
 namespace ps::core {
 
+// How long, by default, a slice that becomes urgent waits at most behind data already in
+// flight, in either direction: the worker's push window grows to what its link moves in
+// this time (WorkerOptions::inflight_seconds) and a shard's TCP connection takes as many
+// slices of a pull at once (server/transport/tcp/pull_pace.h).
+inline constexpr double kDefaultInflightSeconds = 0.002;
+
 enum class DataPlane {
   kGrpc,
   kTcp,

@@ -200,7 +200,7 @@ struct WorkerOptions {
   // link two slices are answered sooner than they are sent and the link idles between
   // answers; in time, an urgent slice still waits about this long at most. 0 keeps the
   // window at max_inflight_bytes.
-  double inflight_seconds = 0.002;
+  double inflight_seconds = core::kDefaultInflightSeconds;
   // HTTP/2 receive window of this worker's channels in bytes; 0 leaves gRPC's default,
   // which grows the window with the bandwidth-delay product. What a shard wrote into
   // the window is delivered in the order written, so a large window can hold an urgent

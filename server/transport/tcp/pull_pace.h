@@ -15,6 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "core/data_plane.h"
+
 namespace ps::server::transport::tcp {
 
 class PullPace {
@@ -22,7 +24,7 @@ class PullPace {
   static constexpr size_t kMinSlices = 2;
   static constexpr size_t kMaxSlices = 8;
   // The worker's default push window in time (WorkerOptions::inflight_seconds).
-  static constexpr double kWindowSeconds = 0.002;
+  static constexpr double kWindowSeconds = core::kDefaultInflightSeconds;
 
   // A write that carried `slices` slice frames (at least one) took `seconds`.
   void Wrote(size_t slices, double seconds);
