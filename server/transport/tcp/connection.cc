@@ -198,9 +198,9 @@ void Connection::OnMeta() {
 
 void Connection::ReadBody(void (Connection::*then)()) {
   // The header passed CheckHeader: the body is within the limits this buffer may reach.
-  body_.resize(header_.body_bytes);
-  if (header_.body_bytes == 0) return (this->*then)();
-  ReadInto(asio::buffer(body_), then);
+  const std::span<char> body = body_.Take(header_.body_bytes);
+  if (body.empty()) return (this->*then)();
+  ReadInto(asio::buffer(body.data(), body.size()), then);
 }
 
 void Connection::ReadInto(asio::mutable_buffer into, void (Connection::*then)()) {

@@ -58,6 +58,7 @@
 #include "absl/strings/string_view.h"
 #include "net/data_frame.h"
 #include "net/data_stream_internal.h"
+#include "net/scratch_buffer.h"
 #include "server/connection_table.h"
 #include "server/shard_front.h"
 #include "server/transport/tcp/backend.h"
@@ -223,7 +224,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   std::array<char, net::kMaxMetaBytes> meta_{};
   net::PushMeta push_;
   net::PullMeta pull_;
-  std::string body_;
+  net::ScratchBuffer body_;
   // A raw fp32 push's row, and whether the PUSH being read went there; after a push the
   // row the round gave back for the next one (or null).
   RawRow raw_;

@@ -63,7 +63,7 @@ void Connection::OnPullBody() {
   if (closed_ || going_away_) return Drain();
   const uint64_t tag = header_.tag;
   const size_t request_bytes = net::kFrameHeaderBytes + header_.meta_bytes + header_.body_bytes;
-  absl::StatusOr<net::PullBody> body = net::ParsePullBody(pull_, body_);
+  absl::StatusOr<net::PullBody> body = net::ParsePullBody(pull_, body_.view());
   if (!body.ok()) return EndFor(Refusal::kMalformed, body.status().message(), request_bytes);
   if (pulls_.contains(tag)) {
     return EndFor(Refusal::kMalformed,

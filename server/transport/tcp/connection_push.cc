@@ -73,7 +73,7 @@ void Connection::ReadPushesBody() {
     }
   }
   // The header passed CheckHeader: B, and so `coded`, is within the body limit.
-  body_.resize(coded);
+  const std::span<char> coded_bodies = body_.Take(coded);
   pushes_into_.clear();
   for (uint32_t i = 0; i < n; ++i) {
     if (raw_entry_[i]) {
@@ -83,7 +83,7 @@ void Connection::ReadPushesBody() {
           asio::buffer(raws_[i].values.get(), size_t{raws_[i].numel} * sizeof(float)));
     } else {
       pushes_into_.push_back(
-          asio::buffer(body_.data() + pushes_at_[i], pushes_.entries[i].body_bytes));
+          asio::buffer(coded_bodies.data() + pushes_at_[i], pushes_.entries[i].body_bytes));
     }
   }
   pushes_into_first_ = 0;
@@ -132,7 +132,7 @@ void Connection::TakePushOfPushes(uint32_t i) {
   const net::PushesEntry& e = pushes_.entries[i];
   const std::string_view payload =
       raw_entry_[i] ? std::string_view()
-                    : std::string_view(body_).substr(pushes_at_[i], e.body_bytes);
+                    : body_.view().substr(pushes_at_[i], e.body_bytes);
   absl::Status s = front_->AdmitCaller(caller_);
   if (s.ok()) {
     s = front_->Push(peer_, PushesHead(i),
@@ -157,7 +157,7 @@ void Connection::OnPushBody() {
   if (!s.ok()) return GoAway(s);
   s = front_->AdmitCaller(caller_);
   if (s.ok()) {
-    const std::string_view payload = body_;
+    const std::string_view payload = body_.view();
     s = front_->Push(peer_, Head(),
                      raw_push_ ? PushPayload(&raw_)
                                : PushPayload(std::span<const std::string_view>(&payload, 1)));

@@ -322,8 +322,7 @@ void Connection::OnSlice(uint64_t gen) {
   // (past its deadline, the sweep closes the connection first).
   reading_tag_ = place.empty() ? 0 : header_.tag;
   if (place.empty()) {
-    body_.resize(bytes);
-    place = std::span<char>(body_.data(), bytes);
+    place = body_.Take(bytes);
   }
   ReadInto(
       gen, asio::buffer(place.data(), place.size()),

@@ -29,6 +29,7 @@
 #include "core/thread_pool.h"
 #include "net/data_frame.h"
 #include "net/data_stream_internal.h"
+#include "net/scratch_buffer.h"
 #include "worker_lib/transport/data_channel.h"
 #include "worker_lib/transport/tcp/channel.h"
 
@@ -224,7 +225,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   net::FrameHeader header_;
   std::string meta_;
   net::PullHeader slice_;
-  std::string body_;         // a slice with no place of its own
+  net::ScratchBuffer body_;  // a slice with no place of its own
   // The pull whose slice, or the SLICES's slices, are being read into its places: the
   // sweep does not end it under the read, but closes the connection once it is late.
   uint64_t reading_tag_ = 0;
@@ -239,7 +240,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   size_t slices_into_first_ = 0;
   size_t slices_read_ = 0;    // bytes of B read
   uint32_t slices_next_ = 0;  // the first slice not yet arrived
-  std::string dropped_;       // where places of a pull that ended are read instead
+  net::ScratchBuffer dropped_;  // where places of a pull that ended are read instead
   std::deque<OutFrame> queue_;
   bool writing_ = false;
   absl::flat_hash_map<uint64_t, PendingPush> pushes_;

@@ -47,7 +47,7 @@ void Connection::OnSlices(uint64_t gen) {
     if (!slices_placed_[i]) scratch += slices_.entries[i].body_bytes;
   }
   // B is within the ADMIT's limit (CheckHeader), and so the scratch body.
-  body_.resize(scratch);
+  const std::span<char> scratch_bodies = body_.Take(scratch);
   slices_into_.clear();
   scratch = 0;
   for (uint32_t i = 0; i < n; ++i) {
@@ -55,7 +55,7 @@ void Connection::OnSlices(uint64_t gen) {
     if (slices_placed_[i]) {
       slices_place_[i] = places[i];
     } else {
-      slices_place_[i] = std::span<char>(body_.data() + scratch, bytes);
+      slices_place_[i] = scratch_bodies.subspan(scratch, bytes);
       scratch += bytes;
     }
     slices_into_.push_back(asio::buffer(slices_place_[i].data(), bytes));
@@ -120,12 +120,12 @@ void Connection::DropSlicePlaces() {
   for (uint32_t i = slices_next_; i < slices_.count; ++i) {
     if (slices_placed_[i]) left += slices_into_[i].size();
   }
-  dropped_.resize(left);
+  const std::span<char> dropped = dropped_.Take(left);
   size_t at = 0;
   for (uint32_t i = slices_next_; i < slices_.count; ++i) {
     if (!slices_placed_[i]) continue;
     const size_t size = slices_into_[i].size();
-    slices_into_[i] = asio::buffer(dropped_.data() + at, size);
+    slices_into_[i] = asio::buffer(dropped.data() + at, size);
     slices_placed_[i] = false;
     at += size;
   }
