@@ -221,6 +221,37 @@ size_t RunBytes(size_t groups) {
   return groups / k3lcMaxRun + (groups % k3lcMaxRun != 0 ? 1 : 0);
 }
 
+// Groups a token covers: one for a group token, its run for a run token.
+constexpr std::array<uint8_t, 256> kAdvance = [] {
+  std::array<uint8_t, 256> advance{};
+  for (int b = 0; b < 256; ++b) {
+    advance[b] = static_cast<uint8_t>(b >= k3lcRunBase ? b - k3lcRunBase + k3lcMinRun : 1);
+  }
+  return advance;
+}();
+
+// 1 for a zero group or a run token, else 0; 1 for a zero token that is not a run of
+// 14 (the greedy encoder never writes a zero token after one), else 0.
+inline uint8_t ZeroToken(uint8_t b) {
+  return static_cast<uint8_t>((b >= k3lcRunBase) | (b == k3lcZeroGroup));
+}
+inline uint8_t ShortZeroToken(uint8_t b) {
+  return static_cast<uint8_t>(ZeroToken(b) & (b != internal::ZeroRunToken(k3lcMaxRun)));
+}
+// ScanTokens over kScanBlock tokens at p, each after the byte before it (p[-1] is a
+// token too): a fixed count of byte operations, which GCC vectorizes at -O2.
+constexpr size_t kScanBlock = 64;
+PS_VECTOR_CLONES void ScanTokenBlock(const unsigned char* p, uint8_t* bad_io, uint8_t* nonzero_io) {
+  uint8_t bad = 0;
+  uint8_t nonzero = 0;
+  for (size_t k = 0; k < kScanBlock; ++k) {
+    bad |= ZeroToken(p[k]) & ShortZeroToken(p[k - 1]);
+    nonzero |= ZeroToken(p[k]) ^ 1;
+  }
+  *bad_io |= bad;
+  *nonzero_io |= nonzero;
+}
+
 class ThreeLcCodec final : public Codec {
  public:
   // `cat`: choose s per encoding (level=cat) with this fixed cost in bytes when the
@@ -510,41 +541,55 @@ class ThreeLcCodec final : public Codec {
     if (flags.bad) return;  // the general loop starts over and names the token
     *i_out = i;
     *g_out = g;
-    *short_zero_out = flags.short_zero != 0;
-    *nonzero_out = flags.nonzero != 0;
+    *short_zero_out = flags.short_zero;
+    *nonzero_out = flags.nonzero;
   }
 
-  // FastDecode's token flags, as size_t for branch-free arithmetic.
+  // FastDecode's token flags: whether the last token was a zero group or a run shorter
+  // than 14 (the next may not be a zero token then), whether any token was a group with
+  // a non-zero digit, and whether a zero token followed such a short one.
   struct Flags {
-    size_t short_zero = 0;
-    size_t nonzero = 0;
-    size_t bad = 0;
+    bool short_zero = false;
+    bool nonzero = false;
+    bool bad = false;
   };
   // FastDecode's loop from token *i and group *g, while g <= stop and g < end: each
   // token's row stored at rows + 5 (g - first), `rows` holding the values from group
-  // `first` on.
+  // `first` on, g advanced by the token's groups (kAdvance). The flags of the tokens it
+  // took are found after it, in a pass over their bytes that vectorizes (ScanTokens),
+  // so the loop does no more per token than its load, its store and its advance.
   static void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8],
                          size_t stop, size_t end, float* rows, size_t first, size_t* i_io,
                          size_t* g_io, Flags* flags) {
-    size_t i = *i_io;
+    const size_t from = *i_io;
+    size_t i = from;
     size_t g = *g_io;
-    size_t short_zero = flags->short_zero, nonzero = flags->nonzero, bad = flags->bad;
-    for (; i < size && g <= stop && g < end; ++i) {
+    const size_t g_end = std::min(stop + 1, end);  // g <= stop && g < end
+    for (; i < size && g < g_end; ++i) {
       const size_t b = p[i];
-      const size_t is_run = b >= k3lcRunBase;
-      const size_t is_zero_group = b == k3lcZeroGroup;
-      const size_t run = is_run * (b - k3lcRunBase + k3lcMinRun);
-      bad |= (is_run | is_zero_group) & short_zero;
-      short_zero = is_zero_group | (is_run & (run < static_cast<size_t>(k3lcMaxRun)));
-      nonzero |= (is_run | is_zero_group) ^ 1;
       std::memcpy(rows + kGroup * (g - first), scaled[b], 8 * sizeof(float));
-      g += run + (is_run ^ 1);
+      g += kAdvance[b];
     }
+    ScanTokens(p + from, i - from, flags);
     *i_io = i;
     *g_io = g;
-    *flags = Flags{.short_zero = short_zero, .nonzero = nonzero, .bad = bad};
   }
 
+  // The flags of the `count` tokens at p, after those *flags describes.
+  static void ScanTokens(const unsigned char* p, size_t count, Flags* flags) {
+    if (count == 0) return;
+    uint8_t bad = static_cast<uint8_t>(flags->bad | (ZeroToken(p[0]) & flags->short_zero));
+    uint8_t nonzero = static_cast<uint8_t>(flags->nonzero | (ZeroToken(p[0]) ^ 1));
+    size_t k = 1;
+    for (; k + kScanBlock <= count; k += kScanBlock) ScanTokenBlock(p + k, &bad, &nonzero);
+    for (; k < count; ++k) {
+      bad |= ZeroToken(p[k]) & ShortZeroToken(p[k - 1]);
+      nonzero |= ZeroToken(p[k]) ^ 1;
+    }
+    *flags = Flags{.short_zero = ShortZeroToken(p[count - 1]) != 0,
+                   .nonzero = nonzero != 0,
+                   .bad = bad != 0};
+  }
   static absl::Status NonCanonical(size_t offset, unsigned char b) {
     return absl::InvalidArgumentError(
         absl::StrCat(kName, ": byte ", offset, " (", b,

@@ -355,6 +355,49 @@ TEST(ThreeLcDecodeTest, RefusesNonCanonicalRunsInLongSlices) {
                 "3lc: byte 609 (243) continues a zero run the encoder would have written as one byte");
 }
 
+// The fast path finds the flags of its tokens in blocks of 64 after storing them, and
+// the fused decode-add takes 1024 groups at a time: a zero token after a short one is
+// refused wherever it lies against those bounds, by Decode and by DecodeAddPieces
+// alike, and a zero group after a full run of 14 is decoded wherever it lies.
+TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
+  auto codec = Make("3lc");
+  const size_t n = 10000;  // 2000 groups, a token 122 (values 1, 0, 0, 0, 0) each
+  std::string h = Bytes({8, 0x90, 0x4e});  // numel 10000; with the scale, 7 bytes
+  const float one = 1.0f;
+  h.append(reinterpret_cast<const char*>(&one), 4);
+  const std::string body(2000, static_cast<char>(122));
+  const std::vector<float> base(n, 0.5f);
+  std::vector<float> out(n);
+  std::vector<size_t> positions;
+  for (size_t k = 0; k < 200; ++k) positions.push_back(k);
+  for (size_t k = 1000; k < 1100; ++k) positions.push_back(k);
+  for (size_t k : positions) {
+    std::string bad = body;  // two zero groups: the second should have joined the first
+    bad[k] = static_cast<char>(121);
+    bad[k + 1] = static_cast<char>(121);
+    const std::string expected = absl::StrCat("3lc: byte ", 7 + k + 1,
+                                              " (121) continues a zero run the encoder would "
+                                              "have written as one byte");
+    absl::Status s = codec->Decode(h + bad, out);
+    EXPECT_EQ(s.message(), expected) << "pair at token " << k;
+    const std::string payload = h + bad;
+    const std::string_view pieces[1] = {payload};
+    s = codec->DecodeAddPieces(pieces, base, out);
+    EXPECT_EQ(s.message(), expected) << "decode-add, pair at token " << k;
+
+    // A full run of 14 in place of tokens k..k+13, then a zero group: canonical.
+    std::string good = body;
+    good.replace(k, 14, Bytes({255}));
+    good[k + 1] = static_cast<char>(121);
+    ASSERT_TRUE(codec->Decode(h + good, out).ok()) << "run at token " << k;
+    for (size_t g = 0; g < 2000; ++g) {
+      const float want = g >= k && g < k + 15 ? 0.0f : 1.0f;
+      ASSERT_EQ(out[5 * g], want) << "group " << g << ", run at token " << k;
+      ASSERT_EQ(out[5 * g + 1], 0.0f) << "group " << g << ", run at token " << k;
+    }
+  }
+}
+
 TEST(ThreeLcDecodeTest, RefusesAScaleThatDisagreesWithTheDigits) {
   auto codec = Make("3lc");
   ExpectRefused(*codec, Header(5, 0.0f) + Bytes({122}), 5, "3lc: scale 0 with non-zero digits");
