@@ -1,0 +1,196 @@
+// A closed round's aggregation and step (round_aggregation.h) on its own: the rule's
+// result, the model's step, the thread's aggregate buffer and the pool's share.
+#include "server/round_aggregation.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "aggregators/aggregator.h"
+#include "core/fp32_bytes.h"
+#include "core/thread_pool.h"
+#include "server/slice_round.h"
+
+namespace ps::server {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string Fp32(const std::vector<float>& v) {
+  std::string s;
+  core::AppendFp32(v, &s);
+  return s;
+}
+
+ClosedRound RoundOf(const std::vector<std::vector<float>>& rows) {
+  ClosedRound r;
+  r.info.numel = static_cast<uint32_t>(rows[0].size());
+  const size_t n = rows.size();
+  r.inputs.pushed.assign(n, 1);
+  r.inputs.supports.assign(n, std::nullopt);
+  r.inputs.chunked.assign(n, ChunkedPush{});
+  for (const auto& row : rows) {
+    r.inputs.rows.push_back(std::make_unique<float[]>(row.size()));
+    std::copy(row.begin(), row.end(), r.inputs.rows.back().get());
+  }
+  r.model.params.assign(r.info.numel, 1.0f);
+  r.model.velocity.assign(r.info.numel, 0.0f);
+  return r;
+}
+
+TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 3;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/2);
+  ClosedRound r = RoundOf({{1, 2}, {3, 4}, {5, 9}});
+  r.inputs.pushed[1] = 0;  // worker 1 did not push: its row is not read
+  std::vector<float> out(2);
+  AggregationCounts counts;
+  ASSERT_TRUE(a.Aggregate(r, out, &counts).ok());
+  EXPECT_EQ(out, (std::vector<float>{3, 5.5f}));
+  EXPECT_EQ(counts.on_support + counts.sign_votes + counts.masked, 0u);
+  absl::Status st;
+  std::shared_ptr<const std::string> values = a.Step(r, out, st).values;
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(r.model.params, (std::vector<float>{1 - 1.5f, 1 - 2.75f}));
+  EXPECT_EQ(*values, Fp32(r.model.params));
+
+  // A non-finite aggregate becomes an error, and the parameters stay.
+  std::vector<float> inf = {INFINITY, 0};
+  absl::Status bad;
+  values = a.Step(r, inf, bad).values;
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInternal);
+  EXPECT_EQ(*values, Fp32({1 - 1.5f, 1 - 2.75f}));
+
+  // Below the quorum the rule does not run: the round is refused as BelowQuorum, which
+  // the shard publishes unchanged and counts as dropped, not as an aggregation error.
+  ClosedRound alone = RoundOf({{1, 2}, {3, 4}, {5, 9}});
+  alone.inputs.pushed[1] = alone.inputs.pushed[2] = 0;
+  std::vector<float> untouched = {7, 7};
+  absl::Status below = a.Aggregate(alone, untouched, &counts);
+  EXPECT_TRUE(IsBelowQuorum(below)) << below;
+  EXPECT_THAT(std::string(below.message()), ::testing::HasSubstr("1 of the 2 inputs"));
+  EXPECT_EQ(untouched, (std::vector<float>{7, 7}));
+  EXPECT_FALSE(IsBelowQuorum(absl::FailedPreconditionError("x")));
+  EXPECT_TRUE(a.CheckQuorum(2, "model round 3").ok());
+
+  // Model scope: participants are the workers in every slice's round.
+  ClosedRound other = RoundOf({{1, 1}, {1, 1}, {1, 1}});
+  std::vector<ClosedRound> rounds;
+  rounds.push_back(std::move(r));
+  rounds.push_back(std::move(other));
+  EXPECT_EQ(a.Participants(rounds, 3), (std::vector<uint32_t>{0, 2}));
+}
+
+// The aggregate's buffer: the thread's own, reused and grown as slices need; a buffer made
+// while the thread's is in use, and one on another thread, are others.
+TEST(AggregateBufferTest, TheThreadsBufferIsReusedAndANestedOneIsItsOwn) {
+  const float* first = nullptr;
+  {
+    const AggregateBuffer a(1000);
+    first = a.values().data();
+    ASSERT_EQ(a.values().size(), 1000u);
+    a.values()[999] = 1.0f;
+    const AggregateBuffer nested(1000);
+    EXPECT_NE(nested.values().data(), first);
+    EXPECT_EQ(nested.values().size(), 1000u);
+    nested.values()[999] = 2.0f;
+    EXPECT_EQ(a.values()[999], 1.0f);
+    std::thread([&] {
+      const AggregateBuffer other(1000);
+      EXPECT_NE(other.values().data(), first);
+      other.values()[0] = 3.0f;
+    }).join();
+  }
+  {
+    const AggregateBuffer again(500);
+    EXPECT_EQ(again.values().data(), first);
+    EXPECT_EQ(again.values().size(), 500u);
+  }
+  const AggregateBuffer larger(1 << 20);
+  ASSERT_EQ(larger.values().size(), size_t{1} << 20);
+  larger.values()[(1 << 20) - 1] = 4.0f;  // writable to the end (ASan would see past it)
+}
+
+// A slice below 2^20 coordinates is aggregated on the job that closed it alone; a larger
+// one spreads its coordinates over the pool.
+TEST(RoundAggregationTest, OnlyASliceOfAMillionCoordinatesIsSpreadOverThePool) {
+  core::ThreadPool pool(2);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 1;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/1);
+  ClosedRound r;
+  for (uint32_t numel : {uint32_t{1}, uint32_t{65536}, (uint32_t{1} << 20) - 1}) {
+    r.info.numel = numel;
+    EXPECT_EQ(a.OneSlicePool(r), nullptr) << numel;
+  }
+  for (uint32_t numel : {uint32_t{1} << 20, uint32_t{1} << 22}) {
+    r.info.numel = numel;
+    EXPECT_EQ(a.OneSlicePool(r), &pool) << numel;
+  }
+}
+
+// The learning rate the round's pushes carried: their median, which one liar of three
+// does not move; the tensor's optimizer (Adam here) steps with it and counts its steps.
+TEST(RoundAggregationTest, TheTensorsOptimizerStepsWithTheMedianOfTheRatesPushed) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 3;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  // The shard's own SGD would take lr 100: the tensor's optimizer must be used instead.
+  RoundAggregation a(mean.get(), &pool, SgdOptions{100.0f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/2);
+  ClosedRound r = RoundOf({{1, -2}, {1, -2}, {1, -2}});
+  r.model.optimizer = std::make_shared<const Optimizer>(*Optimizer::Parse("adam(lr=0.5)"));
+  r.model.second_moment.assign(2, 0.0f);
+  r.inputs.lrs = {0.01f, 1e30f, 0.02f};  // worker 1 lies
+  std::vector<float> out(2);
+  AggregationCounts counts;
+  ASSERT_TRUE(a.Aggregate(r, out, &counts).ok());
+  absl::Status st;
+  a.Step(r, out, st);
+  ASSERT_TRUE(st.ok());
+  EXPECT_EQ(r.model.steps, 1u);
+  // Adam's first step moves each value by lr (times sign), here the median 0.02.
+  EXPECT_NEAR(r.model.params[0], 1 - 0.02f, 1e-6);
+  EXPECT_NEAR(r.model.params[1], 1 + 0.02f, 1e-6);
+  // Without rates pushed: the spec's lr, 0.5 (Adam's later steps are near lr too).
+  r.inputs.lrs.assign(3, std::numeric_limits<float>::quiet_NaN());
+  a.Step(r, out, st);
+  EXPECT_EQ(r.model.steps, 2u);
+  EXPECT_NEAR(r.model.params[0], 1 - 0.02f - 0.5f, 1e-5);
+  // The shard's SGD (no optimizer of the tensor's) takes the median too.
+  ClosedRound plain = RoundOf({{1, 1}, {1, 1}, {1, 1}});
+  plain.inputs.lrs = {0.25f, 0.25f, 7.0f};
+  a.Step(plain, out = {1, 1}, st);
+  EXPECT_EQ(plain.model.params, (std::vector<float>{0.75f, 0.75f}));
+}
+
+TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 2;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{}, /*aggregate_only=*/true, /*quorum=*/1);
+  ClosedRound r = RoundOf({{1, 2}, {3, 4}});
+  std::vector<float> out = {2, 3};
+  absl::Status st;
+  EXPECT_EQ(*a.Step(r, out, st).values, Fp32({2, 3}));
+  absl::Status failed = absl::InvalidArgumentError("too few inputs");
+  EXPECT_EQ(*a.Step(r, out, failed).values, Fp32({0, 0}));
+}
+
+// What a SliceTable of two workers needs around it.
+
+}  // namespace
+}  // namespace ps::server
