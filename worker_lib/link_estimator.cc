@@ -51,7 +51,10 @@ LinkCost LinkEstimator::Estimate() const {
     lo = std::min(lo, t.bytes);
     hi = std::max(hi, t.bytes);
   }
-  std::vector<double> values;
+  // The slopes and residuals in a buffer kept between calls: a refit on the push path
+  // (after every busy period) allocates nothing.
+  std::vector<double>& values = scratch_;
+  values.clear();
   if (transfers_.size() >= 2 && hi >= min_spread_ * lo) {
     // Pairs of nearly equal sizes give wild slopes; a pair counts when its sizes differ
     // by at least a tenth of the whole spread.
@@ -74,7 +77,7 @@ LinkCost LinkEstimator::Estimate() const {
     }
   }
   if (!latencies_.empty()) {
-    values = latencies_;
+    values.assign(latencies_.begin(), latencies_.end());
     cost.alpha_seconds = Median(values);
     values.clear();
   }

@@ -18,8 +18,8 @@
 // to the arrival of its last, is one transfer of the run's bytes; the time a shard
 // waited for a version (an unqueued message) is never in a sample.
 //
-// LinkEstimator and BurstTimer are not thread-safe (the owner serializes calls);
-// SharedLinkEstimate and TransferMeter are.
+// LinkEstimator (Estimate too: it reuses a buffer) and BurstTimer are not thread-safe (the
+// owner serializes calls); SharedLinkEstimate and TransferMeter are.
 #pragma once
 
 #include <cstddef>
@@ -88,6 +88,7 @@ class LinkEstimator {
   size_t next_transfer_ = 0;
   std::vector<double> latencies_;  // ring of the last window_
   size_t next_latency_ = 0;
+  mutable std::vector<double> scratch_;  // Estimate's slopes and residuals
 };
 
 // A LinkEstimator behind a lock. Estimate() refits only when a sample came since the
