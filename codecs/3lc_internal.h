@@ -1,6 +1,6 @@
-// Pieces of the 3lc codec (3lc.cc, docs/codecs.md "3lc") that tests reach directly: the
-// byte constants of the format and the digit packing. Its digit kernel is
-// TernaryDigits in kernels_internal.h.
+// Pieces of the 3lc codec (docs/codecs.md "3lc") shared by its encoder (3lc.cc) and
+// decoder (3lc_decode.cc) or reached by tests directly: the group size, the digit
+// packing and the decoder. Its digit kernel is TernaryDigits in kernels_internal.h.
 //
 // Thread safety: everything here is pure.
 #pragma once
@@ -8,13 +8,19 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <span>
+#include <string_view>
 
+#include "absl/status/status.h"
 #include "codecs/hd_internal.h"
 
 namespace ps::codecs::internal {
 
 // The byte constants (k3lcZeroGroup, k3lcRunBase, ...) and the arithmetic of groups and
 // zero runs are in hd_internal.h, shared with the CUDA encoder.
+
+// Values per group: one byte holds five base-3 digits.
+inline constexpr size_t k3lcGroup = 5;
 
 // The byte of five digits (each 0, 1 or 2) at d[0..4]: sum of d[j] * 3^j. Reads 8
 // bytes at d (the last 3 are ignored), so d must have 3 readable bytes of slack.
@@ -23,5 +29,15 @@ inline uint8_t Pack3lcGroup(const uint8_t* d) {
   std::memcpy(&v, d, sizeof(v));  // little-endian host (core/fp32_bytes.h asserts it)
   return Pack3lcDigits(v);
 }
+
+// Decodes a 3lc payload of out.size() values into out, refusing any payload the
+// encoder would not write (InvalidArgument naming the byte).
+absl::Status Decode3lc(std::string_view bytes, std::span<float> out);
+
+// The same payload decoded and added to base (base[k] + t * scale at each k, the
+// product and then the addition a plain decode and AddInto would do) in one pass over
+// out. *finite: whether every sum is finite; out holds the sums either way.
+absl::Status Decode3lcAdd(std::string_view bytes, const float* base, std::span<float> out,
+                          bool* finite);
 
 }  // namespace ps::codecs::internal

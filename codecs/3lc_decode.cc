@@ -1,0 +1,301 @@
+// 3lc's decoder (the format and the encoder: 3lc.cc; docs/codecs.md "3lc"). A long
+// slice goes through FastDecode: one table row stored per token, no branch on the
+// token's kind, the format's rules (canonical runs, a non-zero digit exactly when the
+// scale is not 0) checked afterwards by a vectorized scan of the token bytes; a payload
+// the scan calls non-canonical, the tail of a slice and every short slice go through
+// the general loop, which names the offending byte.
+//
+// Thread safety: pure functions.
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <span>
+#include <string_view>
+
+#include "absl/strings/str_cat.h"
+#include "codecs/3lc_internal.h"
+#include "codecs/codec.h"
+#include "codecs/codec_internal.h"
+#include "codecs/wire_internal.h"
+#include "core/fp32_bytes.h"
+#include "core/simd.h"
+#include "core/status.h"
+
+namespace ps::codecs::internal {
+
+namespace {
+
+constexpr char kName[] = "3lc";
+constexpr size_t kGroup = k3lcGroup;
+constexpr int kPow3[kGroup + 1] = {1, 3, 9, 27, 81, 243};
+
+// t = digit - 1 of every byte 0..242, value j at [j]. 243 x 5 floats (4.9 KB).
+constexpr auto kDigitTable = [] {
+  std::array<std::array<float, kGroup>, 243> table{};
+  for (int b = 0; b < 243; ++b) {
+    for (size_t j = 0; j < kGroup; ++j) table[b][j] = static_cast<float>(b / kPow3[j] % 3 - 1);
+  }
+  return table;
+}();
+
+// Slices at least this long decode through a per-call table of scaled groups.
+constexpr size_t kFastDecodeMin = 4096;
+
+// Groups a token covers: one for a group token, its run for a run token.
+constexpr std::array<uint8_t, 256> kAdvance = [] {
+  std::array<uint8_t, 256> advance{};
+  for (int b = 0; b < 256; ++b) {
+    advance[b] = static_cast<uint8_t>(b >= k3lcRunBase ? b - k3lcRunBase + k3lcMinRun : 1);
+  }
+  return advance;
+}();
+
+// 1 for a zero group or a run token, else 0; 1 for a zero token that is not a run of
+// 14 (the greedy encoder never writes a zero token after one), else 0.
+inline uint8_t ZeroToken(uint8_t b) {
+  return static_cast<uint8_t>((b >= k3lcRunBase) | (b == k3lcZeroGroup));
+}
+inline uint8_t ShortZeroToken(uint8_t b) {
+  return static_cast<uint8_t>(ZeroToken(b) & (b != ZeroRunToken(k3lcMaxRun)));
+}
+// ScanTokens over kScanBlock tokens at p, each after the byte before it (p[-1] is a
+// token too): a fixed count of byte operations, which GCC vectorizes at -O2.
+constexpr size_t kScanBlock = 64;
+PS_VECTOR_CLONES void ScanTokenBlock(const unsigned char* p, uint8_t* bad_io, uint8_t* nonzero_io) {
+  uint8_t bad = 0;
+  uint8_t nonzero = 0;
+  for (size_t k = 0; k < kScanBlock; ++k) {
+    bad |= ZeroToken(p[k]) & ShortZeroToken(p[k - 1]);
+    nonzero |= ZeroToken(p[k]) ^ 1;
+  }
+  *bad_io |= bad;
+  *nonzero_io |= nonzero;
+}
+
+absl::Status NonCanonical(size_t offset, unsigned char b) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(kName, ": byte ", offset, " (", b,
+                   ") continues a zero run the encoder would have written as one byte"));
+}
+
+// The `count` values t[j] * scale of a group token at out[at]; with kAdd, base[at + j]
+// plus each.
+template <bool kAdd>
+void Put(const float* t, float scale, size_t count, const float* base, float* out, size_t at) {
+  for (size_t j = 0; j < count; ++j) {
+    if constexpr (kAdd) {
+      out[at + j] = base[at + j] + t[j] * scale;
+    } else {
+      out[at + j] = t[j] * scale;
+    }
+  }
+}
+
+// FastDecode's token flags: whether the last token was a zero group or a run shorter
+// than 14 (the next may not be a zero token then), whether any token was a group with
+// a non-zero digit, and whether a zero token followed such a short one.
+struct Flags {
+  bool short_zero = false;
+  bool nonzero = false;
+  bool bad = false;
+};
+
+// The flags of the `count` tokens at p, after those *flags describes.
+void ScanTokens(const unsigned char* p, size_t count, Flags* flags) {
+  if (count == 0) return;
+  uint8_t bad = static_cast<uint8_t>(flags->bad | (ZeroToken(p[0]) & flags->short_zero));
+  uint8_t nonzero = static_cast<uint8_t>(flags->nonzero | (ZeroToken(p[0]) ^ 1));
+  size_t k = 1;
+  for (; k + kScanBlock <= count; k += kScanBlock) ScanTokenBlock(p + k, &bad, &nonzero);
+  for (; k < count; ++k) {
+    bad |= ZeroToken(p[k]) & ShortZeroToken(p[k - 1]);
+    nonzero |= ZeroToken(p[k]) ^ 1;
+  }
+  *flags = Flags{.short_zero = ShortZeroToken(p[count - 1]) != 0,
+                 .nonzero = nonzero != 0,
+                 .bad = bad != 0};
+}
+
+// FastDecode's loop from token *i and group *g, while g <= stop and g < end: each
+// token's row stored at rows + 5 (g - first), `rows` holding the values from group
+// `first` on, g advanced by the token's groups (kAdvance). The flags of the tokens it
+// took are found after it, in a pass over their bytes that vectorizes (ScanTokens),
+// so the loop does no more per token than its load, its store and its advance.
+void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], size_t stop,
+                size_t end, float* rows, size_t first, size_t* i_io, size_t* g_io, Flags* flags) {
+  const size_t from = *i_io;
+  size_t i = from;
+  size_t g = *g_io;
+  const size_t g_end = std::min(stop + 1, end);  // g <= stop && g < end
+  for (; i < size && g < g_end; ++i) {
+    const size_t b = p[i];
+    std::memcpy(rows + kGroup * (g - first), scaled[b], 8 * sizeof(float));
+    g += kAdvance[b];
+  }
+  ScanTokens(p + from, i - from, flags);
+  *i_io = i;
+  *g_io = g;
+}
+
+// Decodes the tokens of a long slice without data-dependent branches (group and run
+// tokens alternate unpredictably): out is zeroed first, each group token stores its
+// row of a per-call table of the 243 groups times the scale (the same products as
+// the general loop) as 8 floats, the last 3 zero, and run tokens store a zero row and
+// advance g by the run. It stops 14 groups before the end and leaves *i, *g and the
+// flags for the general loop, which finishes the slice; on a non-canonical token it
+// undoes nothing and leaves *i = 0, so the general loop reports the exact error.
+// With kAdd the rows go to a zeroed buffer of kAddGroups groups in the first-level
+// cache instead, and each buffer is added to base into out (core::AddFinite, which
+// also checks the sums: *finite_out) before the next: base is read and out written
+// once, sequentially, while the scattered row stores stay in the cache.
+constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
+template <bool kAdd>
+void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, const float* base,
+                float* o, size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out,
+                bool* finite_out) {
+  alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
+  for (size_t b = 0; b < 243; ++b) {
+    for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
+  }
+  size_t i = 0;
+  size_t g = 0;
+  Flags flags{.short_zero = *short_zero_out};
+  // A run covers at most 14 groups; 8 floats from group g fit while 5 g + 8 <= n.
+  const size_t stop = n >= kGroup * k3lcMaxRun + 8 ? (n - 8) / kGroup - k3lcMaxRun : 0;
+  if constexpr (kAdd) {
+    // A buffer's last token starts before kAddGroups and may run 13 groups past it.
+    alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
+    bool finite = true;
+    while (i < size && g <= stop) {
+      const size_t first = g;
+      std::memset(rows, 0, sizeof(rows));
+      FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, &flags);
+      const size_t begin = kGroup * first;
+      const size_t count = std::min(kGroup * g, n) - begin;
+      finite &= core::AddFinite(std::span<const float>(base + begin, count),
+                                std::span<const float>(rows, count),
+                                std::span<float>(o + begin, count));
+    }
+    *finite_out = finite;
+  } else {
+    std::memset(o, 0, n * sizeof(float));
+    FastTokens(p, size, scaled, stop, std::numeric_limits<size_t>::max(), o, 0, &i, &g, &flags);
+  }
+  if (flags.bad) return;  // the general loop starts over and names the token
+  *i_out = i;
+  *g_out = g;
+  *short_zero_out = flags.short_zero;
+  *nonzero_out = flags.nonzero;
+}
+
+// Decode, or with kAdd the decoded value plus base at each index: out[k] = base[k] +
+// (t * scale), the same product and then AddInto's addition (zeros too: base + 0 turns
+// a -0 into +0, as the addition after a plain decode does). *finite: whether every sum
+// is, checked by FastDecode as it adds, then by a scan of what the general loop wrote
+// (at most 78 values of a long slice; all of a short one).
+template <bool kAdd>
+absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<float> out,
+                        bool* finite) {
+  const size_t n = out.size();
+  WireReader r(kName, bytes);
+  PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kThreeLc));
+  PS_RETURN_IF_ERROR(r.Numel(n));
+  float scale = 0;
+  PS_RETURN_IF_ERROR(r.F32(&scale, "scale"));
+  if (!std::isfinite(scale)) return r.Error(absl::StrCat("scale ", scale, " is not finite"));
+  if (std::signbit(scale)) return r.Error(absl::StrCat("scale ", scale, " is negative"));
+
+  const size_t groups = (n + kGroup - 1) / kGroup;
+  const size_t full_groups = n / kGroup;
+  const size_t body_start = r.offset();
+  std::string_view body;
+  PS_RETURN_IF_ERROR(r.Bytes(r.remaining(), &body, "groups"));
+  const auto* p = reinterpret_cast<const unsigned char*>(body.data());
+  float* const o = out.data();
+
+  size_t g = 0;
+  // A zero group or a run shorter than 14 was the last token: the greedy encoder
+  // never follows it with another zero token.
+  bool short_zero = false;
+  bool nonzero = false;
+  size_t i = 0;
+  bool fast_finite = true;  // the sums FastDecode wrote (kAdd), the first 5 g values
+  if (n >= kFastDecodeMin) {
+    FastDecode<kAdd>(p, body.size(), scale, n, base, o, &i, &g, &short_zero, &nonzero,
+                     &fast_finite);
+  }
+  const size_t fast_values = std::min(kGroup * g, n);
+  for (; i < body.size(); ++i) {
+    const unsigned char b = p[i];
+    if (g == groups) {
+      return r.Error(absl::StrCat(body.size() - i, " trailing bytes after the last of ",
+                                  groups, " groups (", n, " values)"));
+    }
+    if (b < k3lcRunBase) {
+      const bool zero = b == k3lcZeroGroup;
+      if (zero && short_zero) return NonCanonical(body_start + i, b);
+      short_zero = zero;
+      nonzero |= !zero;
+      const std::array<float, kGroup>& t = kDigitTable[b];
+      if (g < full_groups) {
+        Put<kAdd>(t.data(), scale, kGroup, base, o, kGroup * g);
+      } else {
+        // The last, partial group: its padding digits must be zeros (digit 1).
+        const size_t rem = n - kGroup * g;
+        if (b / kPow3[rem] != (kPow3[kGroup - rem] - 1) / 2) {
+          return r.Error(absl::StrCat("byte ", body_start + i, " (", b,
+                                      ") of the last group has non-zero padding digits (",
+                                      rem, " values in the group)"));
+        }
+        Put<kAdd>(t.data(), scale, rem, base, o, kGroup * g);
+      }
+      ++g;
+    } else {
+      const size_t run = size_t{b} - k3lcRunBase + k3lcMinRun;
+      if (short_zero) return NonCanonical(body_start + i, b);
+      if (run > groups - g) {
+        return r.Error(absl::StrCat("byte ", body_start + i, " is a run of ", run,
+                                    " zero groups from group ", g, ", past the ", groups,
+                                    " groups of ", n, " values"));
+      }
+      const size_t first = kGroup * g;
+      const size_t end = std::min(first + kGroup * run, n);
+      if constexpr (kAdd) {
+        for (size_t k = first; k < end; ++k) o[k] = base[k] + 0.0f;
+      } else {
+        std::fill(o + first, o + end, 0.0f);
+      }
+      g += run;
+      short_zero = run < static_cast<size_t>(k3lcMaxRun);
+    }
+  }
+  if (g != groups) {
+    return r.Error(absl::StrCat("payload ends after ", g, " of ", groups, " groups (", n,
+                                " values)"));
+  }
+  // The encoder writes scale 0 exactly when every digit is zero.
+  if (nonzero && scale == 0) return r.Error("scale 0 with non-zero digits");
+  if (!nonzero && scale != 0) {
+    return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
+  }
+  if constexpr (kAdd) {
+    *finite = fast_finite && core::FindNonFinite(out.subspan(fast_values)) < 0;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status Decode3lc(std::string_view bytes, std::span<float> out) {
+  return DecodeInto<false>(bytes, nullptr, out, nullptr);
+}
+
+absl::Status Decode3lcAdd(std::string_view bytes, const float* base, std::span<float> out,
+                          bool* finite) {
+  return DecodeInto<true>(bytes, base, out, finite);
+}
+
+}  // namespace ps::codecs::internal
