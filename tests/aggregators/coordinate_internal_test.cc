@@ -148,6 +148,35 @@ TEST(AverageInputsTest, SumsInInputOrder) {
   EXPECT_THAT(out, ElementsAre(FloatEq(0.0f)));
 }
 
+TEST(AverageInputsTest, EqualsTheSumInInputOrderForEveryTileWidth) {
+  // Below 16 inputs the mean runs in narrow tiles, from 16 on in wide ones; d covers
+  // whole coordinate blocks, whole tiles of either width and a partial tile, with and
+  // without a pool. Each value must be the float sum in input order divided by k, bit
+  // for bit.
+  std::mt19937 rng(17);
+  std::normal_distribution<float> value(0.0f, 1.0f);
+  const size_t d = 2 * kCoordinateBlock + 3 * 4096 + 1024 + 7;
+  core::ThreadPool pool(2);
+  for (size_t k : {1, 2, 3, 8, 15, 16, 17, 32, 33}) {
+    test::Vectors inputs(k, std::vector<float>(d));
+    for (std::vector<float>& x : inputs) {
+      for (float& v : x) v = value(rng) * 1000.0f;
+    }
+    std::vector<float> want(d);
+    for (size_t c = 0; c < d; ++c) {
+      float sum = inputs[0][c];
+      for (size_t i = 1; i < k; ++i) sum += inputs[i][c];
+      want[c] = sum / static_cast<float>(k);
+    }
+    for (core::ThreadPool* p : {static_cast<core::ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> out(d, -1.0f);
+      AverageInputs(test::Pointers(inputs), out, p);
+      ASSERT_EQ(0, std::memcmp(out.data(), want.data(), d * sizeof(float)))
+          << "k " << k << (p != nullptr ? " with a pool" : "");
+    }
+  }
+}
+
 TEST(ForEachCoordinateBlockTest, CoversEveryCoordinateOnceInFixedBlocks) {
   const size_t d = 3 * kCoordinateBlock + 5;
   core::ThreadPool pool(3);
