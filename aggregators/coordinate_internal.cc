@@ -20,7 +20,7 @@ namespace {
 // stays in L1 while each input's 4 KiB streams past it. From kWideTileInputs inputs on,
 // whose rows are mostly in memory rather than in cache (16 or more rows of a slice),
 // 4096: each visit to an input then reads 16 KiB in a row instead of a single page,
-// which the memory's prefetchers serve 1.4-1.8x as fast at 16-64 inputs out of cache,
+// which the memory's prefetchers serve 1.3-1.8x as fast at 16-64 inputs out of cache,
 // while the accumulator, in L2 now, costs a few per cent where the rows are cached
 // (docs/bench.md, "The mean's tile by input count"). The sums are the same either way.
 constexpr size_t kAverageTile = 1024;

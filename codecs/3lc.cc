@@ -40,7 +40,7 @@ using internal::k3lcMinRun;
 using internal::k3lcRunBase;
 using internal::k3lcZeroGroup;
 
-constexpr char kName[] = "3lc";
+constexpr const char* kName = internal::k3lcName;
 
 // Values per group.
 constexpr size_t kGroup = internal::k3lcGroup;

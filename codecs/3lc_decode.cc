@@ -28,7 +28,7 @@ namespace ps::codecs::internal {
 
 namespace {
 
-constexpr char kName[] = "3lc";
+constexpr const char* kName = k3lcName;
 constexpr size_t kGroup = k3lcGroup;
 constexpr int kPow3[kGroup + 1] = {1, 3, 9, 27, 81, 243};
 

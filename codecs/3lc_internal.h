@@ -19,6 +19,9 @@ namespace ps::codecs::internal {
 // The byte constants (k3lcZeroGroup, k3lcRunBase, ...) and the arithmetic of groups and
 // zero runs are in hd_internal.h, shared with the CUDA encoder.
 
+// The codec's name, in its spec and its errors.
+inline constexpr char k3lcName[] = "3lc";
+
 // Values per group: one byte holds five base-3 digits.
 inline constexpr size_t k3lcGroup = 5;
 
