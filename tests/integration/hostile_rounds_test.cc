@@ -730,8 +730,10 @@ TEST_P(HostileRoundsDecodeTest, PushesSentAtOnceSpendTheDecodeBudgetAsSequential
     const Round& after = rounds[i + 1];
     const double push_ms = std::max(before.granted / std::max(before.one_by_one, 1),
                                     after.granted / std::max(after.one_by_one, 1));
-    // The budget, the push that crossed it, and one more for the drift.
-    EXPECT_LE(rounds[i].granted, kBudgetMs + 2 * push_ms)
+    // The budget, the pushes that crossed it, and one more for the drift. Pushes sent
+    // at once cross it two at a time: each data thread (two by default) may start one
+    // while the budget is not yet spent. (24 pushes let through at once would be 34 ms.)
+    EXPECT_LE(rounds[i].granted, kBudgetMs + 3 * push_ms)
         << "round " << i + 1 << ": " << rounds[i].at_once << " pushes at once and "
         << rounds[i].one_by_one << " after them were granted " << rounds[i].granted
         << " ms; a push costs about " << push_ms << " ms";
