@@ -53,7 +53,6 @@ ENV_TLS_CERT = "PS_TLS_CERT"
 ENV_TLS_KEY = "PS_TLS_KEY"
 
 
-
 def find_server(explicit=None):
     """The ps-server binary: `explicit`, $PS_SERVER_BIN, the build tree this package was
     built in (<build>/bin/ps-server), or ps-server on $PATH."""
