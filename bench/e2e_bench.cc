@@ -430,14 +430,14 @@ int RunE2e(E2eFlags f) {
                          f.repeats > 1 ? absl::StrCat(", each the fastest of ", f.repeats, " interleaved runs")
                                        : "");
   std::fprintf(stderr,
-               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %u, %s, %s with %s; goodput = "
+               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %u, %s, %s with %s%s; goodput = "
                "workers x (4 B pushed + 4 B pulled) x params x rounds / seconds\n",
                (unsigned long long)*params, double(*params) * 4 / 1e6, f.slice_elems,
                f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
                              : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
                f.aggregate_only ? "aggregate-only shards"
                                 : absl::StrCat("SGD shards (momentum ", f.momentum, ")").c_str(),
-               rules.c_str());
+               rules.c_str(), f.borrow ? ", borrowed pushes" : "");
   return RunComparison(f, *params, *workers, *shards, codecs, specs, planes);
 }
 
@@ -478,6 +478,8 @@ Command AddE2eCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u));
   sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the aggregate instead of applying SGD");
+  sub->add_flag("--borrow", f->borrow,
+                "Workers push from the gradient buffer without copying it (PushOptions::borrow)");
   sub->add_option("--momentum", f->momentum,
                   "The shards' SGD momentum (ServerOptions::momentum; ps-server's default is 0.9)")
       ->capture_default_str()

@@ -126,6 +126,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
     wo.shard_addresses = f.shards_at;
   }
   wo.push.codec = codec;
+  wo.push.borrow = f.borrow;
   if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
   wo.inflight_seconds = f.inflight_seconds;
   // Running shards (--shards-at) pick the plane; the workers follow their Join answers.

@@ -33,6 +33,9 @@ struct E2eFlags {
   uint32_t server_threads = 0;
   uint32_t data_threads = server::ServerOptions{}.data_threads;
   bool aggregate_only = false;
+  // The workers push from the gradient buffer (PushOptions::borrow), which stays
+  // unchanged over the run.
+  bool borrow = false;
   // The shards' SGD momentum (ServerOptions::momentum); 0 keeps no velocity.
   double momentum = 0;
   // Aggregation rule specs (docs/aggregators.md; a '+' chain is one spec). `mean` is

@@ -171,6 +171,7 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
     resp.set_momentum(o.momentum);
     resp.set_weight_decay(o.weight_decay);
   }
+  resp.set_no_checkpoints(o.checkpoint_dir.empty());
   if (udp_port_ != 0) {
     resp.set_udp_port(udp_port_);
     resp.set_udp_session(r->data_session);

@@ -77,6 +77,9 @@ std::string PrometheusLabelValue(std::string_view value) {
 std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string> tensors) {
   std::string out;
   Counter(&out, "ps_worker_slices_pushed_total", "Pushed slices a shard accepted", s.slices_pushed);
+  Counter(&out, "ps_worker_slices_borrowed_total",
+          "Accepted pushed slices sent from the caller's buffer (PushOptions::borrow)",
+          s.slices_borrowed);
   Counter(&out, "ps_worker_slices_refused_total",
           "Pushed slices a shard refused (late, duplicate, invalid, over a budget, ...)",
           s.slices_refused);

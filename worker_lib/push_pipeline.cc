@@ -9,6 +9,23 @@
 
 namespace ps::internal {
 
+std::shared_ptr<const void> BorrowCount::Guard(const std::shared_ptr<BorrowCount>& count) {
+  {
+    absl::MutexLock lock(&count->mu_);
+    ++count->live_;
+  }
+  return std::shared_ptr<const void>(count.get(), [count](const void*) {
+    absl::MutexLock lock(&count->mu_);
+    --count->live_;
+  });
+}
+
+void BorrowCount::AwaitNone() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](BorrowCount* c) ABSL_NO_THREAD_SAFETY_ANALYSIS { return c->live_ == 0; }, this));
+}
+
 absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerOptions& options,
                                                                    core::RetryPolicy policy,
                                                                    const core::ModelLayout& layout,
@@ -45,6 +62,7 @@ absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerO
       }
       slot->chunked = slot->chunked || channel->chunk_elems() > 0;
     }
+    slot->borrow = push.borrow && !slot->chunked;
     p->slots_.push_back(std::move(slot));
   }
   return p;
@@ -52,7 +70,12 @@ absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerO
 
 PushPipeline::PushPipeline(const WorkerOptions& options, core::RetryPolicy policy,
                            const core::ModelLayout& layout, ShardClient& client)
-    : options_(options), policy_(std::move(policy)), layout_(layout), client_(client) {
+    : options_(options),
+      policy_(std::move(policy)),
+      layout_(layout),
+      client_(client),
+      restores_(std::make_unique<std::atomic<int>[]>(client.num_shards())) {
+  for (size_t i = 0; i < client.num_shards(); ++i) restores_[i].store(0);
   for (size_t i = 0; i < client.num_shards(); ++i) {
     auto q = std::make_unique<ShardQueue>();
     absl::MutexLock lock(&q->mu);
@@ -186,7 +209,12 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       }
     }
     std::vector<std::string> payloads;
-    absl::Status st = slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
+    // Borrowed: the slices' values go from `grad` as they are, under one guard.
+    std::vector<std::span<const char>> borrowed;
+    const bool borrowing = slot.borrow && slot.encoder->CanBorrow();
+    absl::Status st = borrowing
+                          ? slot.encoder->Borrow(grad, ranges, &payloads, &borrowed)
+                          : slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
     if (!st.ok()) {
       return absl::Status(
           st.code(), absl::StrCat("encoding '", spec.name, "' for round ", round,
@@ -195,8 +223,21 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
                                                : "",
                                   ": ", st.message()));
     }
+    std::shared_ptr<const void> guard;
+    std::shared_ptr<const std::string> head;  // borrowed: the slices' payloads are alike
+    if (borrowing) {
+      guard = BorrowCount::Guard(borrows_);
+      head = std::make_shared<const std::string>(payloads.empty() ? "" : payloads[0]);
+    }
     for (size_t k = 0; k < pieces.size(); ++k) {
-      pieces[k]->message.payload = std::make_shared<const std::string>(std::move(payloads[k]));
+      OutgoingPush& m = pieces[k]->message;
+      if (borrowing) {
+        m.payload = head;
+        m.borrowed = borrowed[k];
+        m.borrowed_guard = guard;
+      } else {
+        m.payload = std::make_shared<const std::string>(std::move(payloads[k]));
+      }
       (pieces[k]->channel->chunk_elems() > 0 ? chunks : calls).push_back(std::move(pieces[k]));
     }
   }
@@ -253,15 +294,23 @@ absl::Status PushPipeline::Wait() {
       if (DataChannel* channel = client_.channel(shard, path)) sent.Update(channel->WaitSent());
     }
   }
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](PushPipeline* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending_ == 0; }, this));
-  absl::Status st = std::move(first_error_);
-  first_error_ = absl::OkStatus();
+  absl::Status st;
+  {
+    absl::MutexLock lock(&mu_);
+    mu_.Await(absl::Condition(
+        +[](PushPipeline* p) ABSL_NO_THREAD_SAFETY_ANALYSIS { return p->pending_ == 0; }, this));
+    st = std::move(first_error_);
+    first_error_ = absl::OkStatus();
+  }
+  // Every push is answered; a transport may still hold a borrowed push's bytes (a push
+  // answered by its deadline while its write goes on), and the caller may change them
+  // once this returns.
+  borrows_->AwaitNone();
   return st.ok() ? sent : st;
 }
 
 void PushPipeline::OnRejoined(uint32_t shard, const v1::JoinResponse& join) {
+  restores_[shard].store(join.no_checkpoints() ? 2 : 1);
   if (join.layout_registered()) {
     Replay(shard, join.version());
     return;
@@ -300,6 +349,34 @@ void PushPipeline::Replay(uint32_t shard, uint64_t version) {
     replays_ += calls.size();
   }
   for (auto& call : calls) Send(std::move(call));
+}
+
+bool PushPipeline::Restores(uint32_t shard) const {
+  const int said = restores_[shard].load();
+  if (said != 0) return said == 1;
+  const std::vector<ShardInfo>& infos = client_.infos();
+  return shard >= infos.size() || infos[shard].restores_from_checkpoints;
+}
+
+void PushPipeline::KeepForReplay(const Call& call) {
+  OutgoingPush message = call.message;
+  if (!message.borrowed.empty()) {
+    // The caller may change the borrowed bytes once WaitPushes returns: the replay
+    // copy, where a restored shard may need it, is taken now (outside the lock).
+    if (!Restores(call.shard)) {
+      absl::MutexLock lock(&replay_mu_);
+      last_accepted_.erase(message.slice_id);
+      return;
+    }
+    message.payload = std::make_shared<const std::string>(message.Bytes());
+    message.borrowed = {};
+    message.borrowed_guard = nullptr;
+  }
+  absl::MutexLock lock(&replay_mu_);
+  Accepted& kept = last_accepted_[message.slice_id];
+  if (kept.message.payload == nullptr || kept.message.round <= message.round) {
+    kept = Accepted{call.channel, std::move(message)};
+  }
 }
 
 uint64_t PushPipeline::Window(uint32_t shard) const {
@@ -369,16 +446,10 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
   meters_[call->shard]->Finished(accepted ? call->message.payload_size() : 0);
   if (accepted) {
     slices_pushed_.fetch_add(1);
+    if (!call->message.borrowed.empty()) slices_borrowed_.fetch_add(1);
     push_bytes_.fetch_add(call->message.payload_size());
-    if (!call->replay) {
-      // Kept for Replay: the newest accepted push of each slice. (Before the push is
-      // finished: once pending_ drops, the pipeline may be destroyed.)
-      absl::MutexLock lock(&replay_mu_);
-      Accepted& kept = last_accepted_[call->message.slice_id];
-      if (kept.message.payload == nullptr || kept.message.round <= call->message.round) {
-        kept = Accepted{call->channel, call->message};
-      }
-    }
+    // Before the push is finished: once pending_ drops, the pipeline may be destroyed.
+    if (!call->replay) KeepForReplay(*call);
     ReleaseCredit(*call);
     absl::MutexLock lock(&mu_);
     FinishLocked(*call, absl::OkStatus());
@@ -455,6 +526,7 @@ void PushPipeline::FillStats(WorkerStats& stats) const {
   stats.push_links.clear();
   for (const auto& meter : meters_) stats.push_links.push_back(meter->Estimate().stats());
   stats.slices_pushed = slices_pushed_.load();
+  stats.slices_borrowed = slices_borrowed_.load();
   stats.slices_refused = slices_refused_.load();
   stats.push_bytes = push_bytes_.load();
   stats.pushes_replayed = pushes_replayed_.load();

@@ -14,6 +14,12 @@
 // session was lost. After a re-join, OnRejoined re-sends the accepted pushes whose
 // rounds the shard still has open (they were lost with the shard's process).
 //
+// Borrowed pushes (PushOptions::borrow, docs/data_path.md): a push encoded without the
+// copy carries the caller's bytes and a guard (OutgoingPush) that every holder keeps
+// while it may read them; Wait returns only once every guard of the pushes it waits for
+// is gone (BorrowCount), and the replay copy of such a push is taken when the shard
+// accepts it, only for shards that restore from checkpoints.
+//
 // Locks, never nested except as noted: TensorSlot::mu (one tensor's encoder),
 // ShardQueue::mu (one shard's send queue), `mu_` (pending counts, first error, calls in
 // flight, shutdown), `replay_mu_` (accepted pushes). ShardClient's locks are taken
@@ -56,6 +62,20 @@ namespace ps::internal {
 // push_failure.cc).
 void MarkPushFailure(absl::Status* status, const PushFailure& failure);
 
+// The borrowed pushes' guards not yet released, shared with the guards (a transport
+// may drop its last one after the pipeline is gone).
+class BorrowCount {
+ public:
+  // A guard for OutgoingPush::borrowed_guard; counted until its last copy is destroyed.
+  static std::shared_ptr<const void> Guard(const std::shared_ptr<BorrowCount>& count);
+  // Waits until no guard is left.
+  void AwaitNone();
+
+ private:
+  absl::Mutex mu_;
+  size_t live_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
 class PushPipeline {
  public:
   // Refuses push options for a tensor the layout lacks and bad codec specs. `client`
@@ -88,6 +108,10 @@ class PushPipeline {
   // Re-sends the accepted pushes it lost, or records that it lost the whole run.
   void OnRejoined(uint32_t shard, const v1::JoinResponse& join);
 
+  // The count of borrowed pushes' guards: ~Worker waits on it once the channels are
+  // gone, since a transport may read the bytes until then.
+  std::shared_ptr<BorrowCount> borrows() const { return borrows_; }
+
   // Worker::device_note.
   std::string device_note(size_t tensor) const;
   // Fills the push counters of `stats` and those its channels keep (retries: see
@@ -101,6 +125,7 @@ class PushPipeline {
     std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
     PushPath path = PushPath::kDataPlane;  // PushOptions::push_path()
     bool chunked = false;                  // its path carries chunks, unanswered
+    bool borrow = false;                   // PushOptions::borrow, on a path that answers
     std::optional<float> lr ABSL_GUARDED_BY(mu);  // SetLearningRate
   };
 
@@ -143,6 +168,11 @@ class PushPipeline {
   // time) / beta, docs/adaptive.md "CAT"; -1 until the link was measured.
   double FixedCostBytes(uint32_t shard, uint64_t numel) const;
   void Replay(uint32_t shard, uint64_t version);
+  // Whether `shard` restores from checkpoints (ShardInfo::restores_from_checkpoints,
+  // its latest Join answer's): only then are borrowed pushes copied for Replay.
+  bool Restores(uint32_t shard) const;
+  // Kept for Replay: the newest accepted push of each slice.
+  void KeepForReplay(const Call& call);
   // The bytes of pushes that may be in flight to `shard` now: max_inflight_bytes, or what
   // its link was measured to move in inflight_seconds where that is more.
   uint64_t Window(uint32_t shard) const;
@@ -176,12 +206,16 @@ class PushPipeline {
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   std::set<DataChannel::PushCall*> in_flight_ ABSL_GUARDED_BY(mu_);
 
+  const std::shared_ptr<BorrowCount> borrows_ = std::make_shared<BorrowCount>();
+  // Per shard, set by OnRejoined: 0 as Connect's answer said, 1 restores, 2 does not.
+  std::unique_ptr<std::atomic<int>[]> restores_;
+
   absl::Mutex replay_mu_;
   // Per slice id, the newest push a shard accepted (Replay).
   absl::flat_hash_map<uint32_t, Accepted> last_accepted_
       ABSL_GUARDED_BY(replay_mu_);
 
-  std::atomic<uint64_t> slices_pushed_{0}, slices_refused_{0}, push_bytes_{0};
+  std::atomic<uint64_t> slices_pushed_{0}, slices_borrowed_{0}, slices_refused_{0}, push_bytes_{0};
   std::atomic<uint64_t> retries_{0}, pushes_replayed_{0};
 };
 

@@ -94,6 +94,7 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
     info.weight_decay = join.weight_decay();
     info.version = join.version();
     info.data_plane = PlaneOf(join);
+    info.restores_from_checkpoints = !join.no_checkpoints();
     infos_.push_back(std::move(info));
     // A shard that owns none of this layout's slices has no version to resume from.
     if (!layout_.SlicesOfShard(s->id).empty()) start = std::min(start, join.version());

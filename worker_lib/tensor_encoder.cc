@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "core/fp32_bytes.h"
 #include "core/status.h"
 
 namespace ps::internal {
@@ -82,6 +83,39 @@ absl::Status TensorEncoder::Encode(std::span<const float> grad, uint64_t round, 
   if (!momentum_.empty()) momentum_.swap(next_momentum_);
   if (!residual_.empty()) residual_.swap(next_residual_);
   first_ = false;
+  return absl::OkStatus();
+}
+
+absl::Status TensorEncoder::Borrow(std::span<const float> grad, std::span<const SliceRange> slices,
+                                   std::vector<std::string>* payloads,
+                                   std::vector<std::span<const char>>* borrowed) {
+  if (!CanBorrow()) {
+    return absl::InternalError(absl::StrCat("codec ", core::AsAbsl(codec_->spec()),
+                                            " with momentum or error feedback cannot borrow"));
+  }
+  // The codec's own encoding of no values: the bytes before the values (the format
+  // byte), the same for every slice.
+  std::string head;
+  PS_RETURN_IF_ERROR(codec_->Encode({}, codecs::EncodeContext{}, &head));
+  for (const SliceRange& s : slices) {
+    const std::span<const float> values = grad.subspan(s.offset, s.numel);
+    if (core::FindNonFinite(values) >= 0) {
+      // The codec's refusal, with its message (a refusal is rare: encoding to find it
+      // costs only then).
+      std::string unused;
+      codecs::EncodeContext ctx;
+      ctx.slice_id = s.id;
+      absl::Status refused = codec_->Encode(values, ctx, &unused);
+      return refused.ok() ? absl::InternalError("a non-finite value the codec took") : refused;
+    }
+  }
+  payloads->assign(slices.size(), head);
+  borrowed->resize(slices.size());
+  for (size_t k = 0; k < slices.size(); ++k) {
+    (*borrowed)[k] = std::span<const char>(
+        reinterpret_cast<const char*>(grad.data() + slices[k].offset),
+        size_t{slices[k].numel} * sizeof(float));
+  }
   return absl::OkStatus();
 }
 

@@ -39,6 +39,15 @@ class TensorEncoder {
   // slice encoded; on error nothing changes.
   absl::Status Encode(std::span<const float> grad, uint64_t round, uint32_t worker_id,
                       std::span<const SliceRange> slices, std::vector<std::string>* payloads);
+  // Whether Borrow may encode this tensor's pushes now: its codec sends the values as
+  // they are (Codec::raw_fp32) and neither momentum nor error feedback changes them.
+  bool CanBorrow() const { return codec_->raw_fp32() && momentum_.empty() && residual_.empty(); }
+  // Encode without the copy, where CanBorrow(): checks that every value of the slices is
+  // finite (the codec's refusal, else) and gives each slice's payload as the bytes that
+  // precede its values, (*borrowed)[i] being slice i's values in `grad` as they are.
+  absl::Status Borrow(std::span<const float> grad, std::span<const SliceRange> slices,
+                      std::vector<std::string>* payloads,
+                      std::vector<std::span<const char>>* borrowed);
 
   std::string_view spec() const { return codec_->spec(); }
   // Where the codec was asked to encode (PushOptions::device, then SetCodec's).

@@ -54,9 +54,19 @@ class WorkerImpl final : public Worker {
   WorkerImpl(WorkerOptions options, core::ModelLayout layout)
       : options_(std::move(options)), layout_(std::move(layout)) {}
 
-  // The members' order makes the pipeline go first (it waits for its calls), then
-  // the pulls, then the client with the channels they used.
-  ~WorkerImpl() override = default;
+  // The pipeline goes first (it waits for its calls), then the pulls, then the client
+  // with the channels they used; the members' order would do the same. A transport may
+  // read a borrowed push's bytes (PushOptions::borrow) until its channel is gone, so
+  // the caller's buffers are free only once the last of their guards went with it.
+  ~WorkerImpl() override {
+    std::shared_ptr<internal::BorrowCount> borrows =
+        pushes_ != nullptr ? pushes_->borrows() : nullptr;
+    planner_.reset();
+    pushes_.reset();
+    pulls_.reset();
+    client_.reset();
+    if (borrows != nullptr) borrows->AwaitNone();
+  }
 
   absl::Status Init(std::span<const std::span<const float>> initial) {
     if (options_.shard_addresses.size() != layout_.num_shards()) {

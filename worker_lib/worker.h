@@ -83,6 +83,14 @@ struct PushOptions {
   // build, the machine or the codec has no GPU encoder; Worker::device_note() then says
   // why.
   core::Device device = core::Device::kCpu;
+  // Borrowed pushes (docs/data_path.md, "Borrowed pushes"): this tensor's pushes send
+  // the caller's buffer as it is, without the copy into a payload, so the buffer given to
+  // Push must stay unchanged until WaitPushes() returns (horovod's *_async contract).
+  // Taken where the push is fp32 (also when an adaptive strategy switches to fp32)
+  // without momentum or error feedback, over the TCP data plane; elsewhere (the gRPC
+  // plane copies as the call starts) the push copies as without it, which changes only
+  // the speed.
+  bool borrow = false;
 
   // The path in effect: kUdp when the deprecated `udp` is set, else `path`.
   PushPath push_path() const { return udp ? PushPath::kUdp : path; }
@@ -232,6 +240,10 @@ struct ShardInfo {
   // The data plane the shard's Join answer named: what this worker's pushes and pulls
   // to it travel over (WorkerOptions::data_plane, docs/data-plane.md).
   core::DataPlane data_plane = core::DataPlane::kGrpc;
+  // Whether a restart of the shard restores it from a checkpoint (its --checkpoint-dir;
+  // true for shards whose Join answer predates the field). Only then does a worker keep
+  // copies of its borrowed pushes for the replay to the restored shard.
+  bool restores_from_checkpoints = true;
 
   bool AddsChangesAsTheyAre() const {
     return !aggregate_only && learning_rate == 1 && momentum == 0 && weight_decay == 0;
@@ -267,6 +279,8 @@ struct PlanStats {
 // Counters since Start(); read with Worker::stats().
 struct WorkerStats {
   uint64_t slices_pushed = 0;    // accepted by a shard
+  // Of slices_pushed: those sent from the caller's buffer (PushOptions::borrow).
+  uint64_t slices_borrowed = 0;
   uint64_t slices_refused = 0;   // refused by a shard (late, duplicate, invalid, ...)
   uint64_t push_bytes = 0;       // encoded payload bytes accepted
   uint64_t slices_pulled = 0;

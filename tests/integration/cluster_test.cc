@@ -92,8 +92,12 @@ std::vector<std::vector<float>> Train(const testing::Cluster& c, const core::Mod
         auto v = (*worker)->PullAll(r, outs, kPullTimeout);
         ASSERT_TRUE(v.ok()) << v.status();
         ASSERT_GE(*v, r);
+        // Kept until WaitPushes returns: a borrowed push (PushOptions::borrow) reads them
+        // until then.
+        std::vector<std::vector<float>> grads;
         for (size_t t = 0; t < layout.tensors().size(); ++t) {
-          ASSERT_TRUE((*worker)->Push(t, r, Grad(w, t, layout.tensors()[t].numel, r)).ok());
+          grads.push_back(Grad(w, t, layout.tensors()[t].numel, r));
+          ASSERT_TRUE((*worker)->Push(t, r, grads.back()).ok());
         }
         ASSERT_TRUE((*worker)->WaitPushes().ok());
       }
@@ -440,6 +444,32 @@ TEST_P(PlaneTest, TensorsPushWithTheirOwnCodecs) {
       ASSERT_NEAR(got[t][i], w[t][i], 1e-5) << codec_of[t] << " element " << i;
     }
   }
+}
+
+// Borrowed pushes (PushOptions::borrow) send the caller's values where they lie: the
+// shards' parameters come out bit for bit as with copied pushes, a tensor whose codec
+// cannot borrow (fp16 here) copying as before.
+TEST_P(PlaneTest, BorrowedPushesTrainToTheBitsCopiedPushesDo) {
+  const uint32_t n = 3;
+  server::ServerOptions o = BaseOptions(n, 0, "mean");
+  o.data_plane = GetParam();
+  const core::ModelLayout layout = Layout(2);
+  std::vector<std::vector<std::vector<float>>> got;
+  for (const bool borrow : {false, true}) {
+    testing::Cluster c = testing::StartCluster(2, o);
+    got.push_back(Train(c, layout, n, 3, [&](WorkerOptions& w) {
+      w.push.borrow = borrow;
+      w.tensor_push["layer1.bias"].codec = "fp16";
+      w.tensor_push["layer1.bias"].borrow = borrow;
+    }));
+  }
+  ASSERT_EQ(got[0].size(), got[1].size());
+  for (size_t t = 0; t < got[0].size(); ++t) {
+    ASSERT_EQ(got[0][t].size(), got[1][t].size());
+    EXPECT_EQ(0, std::memcmp(got[0][t].data(), got[1][t].data(), got[0][t].size() * sizeof(float)))
+        << "tensor " << t;
+  }
+  EXPECT_NE(got[1][0], Initial(layout)[0]);  // the rounds changed something
 }
 
 TEST(ClusterTest, PushOptionsForAnUnknownTensorAreRefused) {

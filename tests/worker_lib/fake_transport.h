@@ -146,6 +146,22 @@ class FakeDataChannel final : public DataChannel {
     absl::MutexLock lock(&mu_);
     pull_handler_ = std::move(handler);
   }
+  // Keeps the guards of borrowed pushes started from now on, as a transport whose write
+  // still reads the bytes after the answer does, until ReleaseGuards.
+  void KeepGuards() {
+    absl::MutexLock lock(&mu_);
+    keep_guards_ = true;
+  }
+  // Drops the guards kept; how many there were.
+  size_t ReleaseGuards() {
+    std::vector<std::shared_ptr<const void>> guards;
+    {
+      absl::MutexLock lock(&mu_);
+      guards.swap(guards_);
+    }
+    return guards.size();
+  }
+
   // What SetRoute returns from now on (the route is taken either way).
   void RefuseRoutes(absl::Status status) {
     absl::MutexLock lock(&mu_);
@@ -264,7 +280,8 @@ class FakeDataChannel final : public DataChannel {
         req.set_slice_id(p->slice_id);
         req.set_codec(p->codec);
         if (p->loss.has_value()) req.set_loss(*p->loss);
-        if (p->payload != nullptr) req.set_payload(*p->payload);
+        req.set_payload(p->Bytes());
+        if (p->borrowed_guard != nullptr) t_->Keep(p->borrowed_guard);
       }
       FakeDataChannel* const t = t_;
       const void* const key = this;
@@ -282,6 +299,11 @@ class FakeDataChannel final : public DataChannel {
 
   DataRoute Route() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return routes_.empty() ? DataRoute{} : routes_.back();
+  }
+
+  void Keep(std::shared_ptr<const void> guard) {
+    absl::MutexLock lock(&mu_);
+    if (keep_guards_) guards_.push_back(std::move(guard));
   }
 
   void StartPush(const void* call, const v1::PushRequest& req,
@@ -317,6 +339,8 @@ class FakeDataChannel final : public DataChannel {
   PushHandler push_handler_ ABSL_GUARDED_BY(mu_);
   PullHandler pull_handler_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PushRequest> pushes_ ABSL_GUARDED_BY(mu_);
+  bool keep_guards_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::shared_ptr<const void>> guards_ ABSL_GUARDED_BY(mu_);
   std::deque<Held> held_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PullRequest> pulls_ ABSL_GUARDED_BY(mu_);
   std::vector<std::thread> threads_ ABSL_GUARDED_BY(mu_);

@@ -177,6 +177,39 @@ TEST_F(GrpcTransportTest, APushGoesOutAsPushRequestBytes) {
   EXPECT_EQ(got.payload(), *message.payload);
 }
 
+// A borrowed push (PushOptions::borrow) goes out with the caller's bytes after the
+// payload, copied as the call starts: gRPC never holds the caller's buffer (nor the
+// push's guard), since it may keep a message queued behind a shard that stopped reading.
+TEST_F(GrpcTransportTest, ABorrowedPushIsCopiedAsItStartsAndGrpcNeverHoldsTheCallersBytes) {
+  std::string values(100000, '\x07');
+  auto guard = std::make_shared<int>(0);
+  OutgoingPush message;
+  message.layout_hash = 1;
+  message.round = 4;
+  message.slice_id = 2;
+  message.codec = "fp32";
+  message.payload = std::make_shared<const std::string>("\x01");
+  message.borrowed = std::span<const char>(values.data(), values.size());
+  message.borrowed_guard = guard;
+  const long own = guard.use_count();
+  auto call = data_->NewPush({&message}, RpcClock::now() + std::chrono::seconds(10));
+  absl::Notification done;
+  absl::Status status;
+  call->Start([&](size_t, absl::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  EXPECT_EQ(guard.use_count(), own);  // nothing of gRPC's took the guard
+  values.assign(values.size(), '\x09');  // what the request carries was copied already
+  done.WaitForNotification();
+  ASSERT_TRUE(status.ok()) << status;
+  absl::MutexLock lock(&shard_.mu);
+  ASSERT_EQ(shard_.requests.size(), 1u);
+  v1::PushRequest got;
+  ASSERT_TRUE(got.ParseFromString(shard_.requests[0].second));
+  EXPECT_EQ(got.payload(), "\x01" + std::string(100000, '\x07'));
+}
+
 TEST_F(GrpcTransportTest, PulledSlicesAreReadInPlaceAndAMalformedOneEndsTheStream) {
   v1::PullResponse good;
   good.set_slice_id(3);

@@ -5,7 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <future>
+#include <limits>
 #include <map>
 #include <vector>
 
@@ -309,6 +312,126 @@ TEST(PushPipelineTest, PushOptionsForAnUnknownTensorAreRefused) {
   FakeCluster c(Layout(), 1, o);
   const auto p = PushPipeline::Create(o, CallRetryPolicy(o), c.layout, *c.client);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Borrowed pushes (PushOptions::borrow): the caller's values go as they are.
+WorkerOptions Borrowing(bool borrow = true) {
+  WorkerOptions o = FastOptions();
+  o.push.borrow = borrow;
+  return o;
+}
+
+std::vector<float> Ramp() {
+  std::vector<float> g(8);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = 0.25f * static_cast<float>(i) - 1.0f;
+  return g;
+}
+
+TEST(PushPipelineTest, ABorrowedPushSendsTheBytesACopiedPushSends) {
+  std::map<bool, std::vector<v1::PushRequest>> sent;
+  for (const bool borrow : {false, true}) {
+    Fixture f(Borrowing(borrow));
+    f.shard().KeepGuards();
+    f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+    const std::vector<float> g = Ramp();
+    ASSERT_TRUE(f.pipeline->Push(0, 3, g).ok());
+    // Borrowed: each of the two slices' pushes holds the push's guard; copied: none.
+    EXPECT_EQ(f.shard().ReleaseGuards(), borrow ? 2u : 0u);
+    ASSERT_TRUE(f.pipeline->Wait().ok());
+    sent[borrow] = f.shard().pushes();
+  }
+  ASSERT_EQ(sent[true].size(), 2u);
+  ASSERT_EQ(sent[false].size(), 2u);
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(sent[true][i].slice_id(), sent[false][i].slice_id());
+    EXPECT_EQ(sent[true][i].codec(), "fp32");
+    EXPECT_EQ(sent[true][i].payload(), sent[false][i].payload()) << "slice " << i;
+    EXPECT_EQ(sent[true][i].payload().size(), 1 + 4 * sizeof(float));
+  }
+}
+
+TEST(PushPipelineTest, WaitReturnsOnlyOnceNoTransportHoldsABorrowedPush) {
+  Fixture f(Borrowing());
+  f.shard().KeepGuards();  // answered, but the write still reads the bytes
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+  const std::vector<float> g = Ramp();
+  ASSERT_TRUE(f.pipeline->Push(0, 0, g).ok());
+  std::future<absl::Status> waited =
+      std::async(std::launch::async, [&f] { return f.pipeline->Wait(); });
+  EXPECT_EQ(waited.wait_for(milliseconds(200)), std::future_status::timeout);
+  EXPECT_EQ(f.shard().ReleaseGuards(), 2u);
+  ASSERT_EQ(waited.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_TRUE(waited.get().ok());
+}
+
+TEST(PushPipelineTest, ABorrowedPushOfANonFiniteValueIsRefusedAndSendsNothing) {
+  Fixture f(Borrowing());
+  f.shard().KeepGuards();
+  std::vector<float> g = Ramp();
+  g[6] = std::numeric_limits<float>::quiet_NaN();  // in the second slice
+  const absl::Status st = f.pipeline->Push(0, 0, g);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), HasSubstr("'conv'"));
+  EXPECT_TRUE(f.shard().pushes().empty());
+  EXPECT_EQ(f.shard().ReleaseGuards(), 0u);
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+}
+
+TEST(PushPipelineTest, ATensorWithMomentumIsCopiedThoughBorrowingWasAsked) {
+  WorkerOptions o = Borrowing();
+  o.push.momentum = 0.5;
+  Fixture f(o);
+  f.shard().KeepGuards();
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+  ASSERT_TRUE(f.pipeline->Push(0, 0, Ramp()).ok());
+  ASSERT_TRUE(f.pipeline->Wait().ok());
+  EXPECT_EQ(f.shard().pushes().size(), 2u);
+  EXPECT_EQ(f.shard().ReleaseGuards(), 0u);
+}
+
+// A restored shard gets the values pushed, not what the caller's buffer holds after
+// WaitPushes returned.
+TEST(PushPipelineTest, TheReplayOfABorrowedPushSendsTheValuesPushed) {
+  Fixture f(Borrowing());
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+  std::vector<float> g = Ramp();
+  ASSERT_TRUE(f.pipeline->Push(0, 6, g).ok());
+  ASSERT_TRUE(f.pipeline->Wait().ok());
+  const std::vector<v1::PushRequest> first = f.shard().pushes();
+  ASSERT_EQ(first.size(), 2u);
+  std::fill(g.begin(), g.end(), 9.0f);  // the caller's buffer is its own again
+
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::AlreadyExistsError("dup"); });
+  v1::JoinResponse join;
+  join.set_layout_registered(true);
+  join.set_version(5);
+  f.pipeline->OnRejoined(0, join);
+  const std::vector<v1::PushRequest> all = f.shard().pushes();
+  ASSERT_EQ(all.size(), 4u);
+  for (size_t i = 2; i < 4; ++i) {
+    const uint32_t slice = all[i].slice_id();
+    ASSERT_LT(slice, 2u);
+    EXPECT_EQ(all[i].payload(), first[slice].payload()) << "slice " << slice;
+  }
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+}
+
+TEST(PushPipelineTest, NoReplayCopyOfABorrowedPushForAShardWithoutCheckpoints) {
+  Fixture f(Borrowing());
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+  v1::JoinResponse join;
+  join.set_layout_registered(true);
+  join.set_no_checkpoints(true);
+  join.set_version(100);  // nothing open to replay yet
+  f.pipeline->OnRejoined(0, join);
+  ASSERT_TRUE(f.pipeline->Push(0, 6, Ramp()).ok());
+  ASSERT_TRUE(f.pipeline->Wait().ok());
+  join.set_version(5);
+  f.pipeline->OnRejoined(0, join);
+  EXPECT_EQ(f.shard().pushes().size(), 2u);  // nothing replayed
+  WorkerStats s;
+  f.pipeline->FillStats(s);
+  EXPECT_EQ(s.pushes_replayed, 0u);
 }
 
 }  // namespace

@@ -11,12 +11,14 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/worker_lib/tcp_channel_fixture.h"
@@ -89,6 +91,101 @@ TEST_F(TcpChannelTest, PushesOfAnotherRoundOrOverTheBodyLimitLeaveInFramesOfThei
   EXPECT_EQ(bodies, (std::vector<std::string>{*a.payload, *b.payload, *c.payload + *d.payload}));
   for (uint64_t tag : tags) shard_.Send(Answer(tag, absl::StatusCode::kOk, "", ""));
   for (const absl::Status& s : answers.Await(4)) EXPECT_TRUE(s.ok()) << s;
+}
+
+// Borrowed pushes (PushOptions::borrow): the caller's bytes follow the payload on the
+// wire, and the channel keeps their guard only while its write may read them.
+OutgoingPush Borrowed(OutgoingPush p, const std::string& bytes, std::shared_ptr<const void> guard) {
+  p.borrowed = std::span<const char>(bytes.data(), bytes.size());
+  p.borrowed_guard = std::move(guard);
+  return p;
+}
+
+// Waits (5 s at most) until only the test's `own` references to `guard` are left.
+bool AwaitReleased(const std::shared_ptr<int>& guard, long own) {
+  for (int i = 0; i < 500 && guard.use_count() > own; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return guard.use_count() == own;
+}
+
+TEST_F(TcpChannelTest, ABorrowedPushsBytesFollowItsPayloadAndTheWriteKeepsThemNoLonger) {
+  const std::string first = "values of slice 0", second = "and of slice 1";
+  auto guard = std::make_shared<int>(0);
+  const OutgoingPush a = Borrowed(Push(0, "\x01"), first, guard);
+  const OutgoingPush b = Borrowed(Push(1, "\x01"), second, guard);
+  const long own = guard.use_count();  // the test's and its pushes'
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a, &b}, Deadline());
+  call->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> f = shard_.Read();
+  ASSERT_TRUE(f.has_value());
+  ASSERT_EQ(f->header.type, net::FrameType::kPushes);
+  absl::StatusOr<net::PushesMeta> m = net::ParsePushesMeta(f->header, f->meta);
+  ASSERT_TRUE(m.ok()) << m.status();
+  ASSERT_EQ(m->count, 2u);
+  EXPECT_EQ(m->entries[0].body_bytes, 1 + first.size());
+  EXPECT_EQ(f->body, "\x01" + first + "\x01" + second);
+  shard_.Send(Answer(m->entries[0].tag, absl::StatusCode::kOk, "", ""));
+  shard_.Send(Answer(m->entries[1].tag, absl::StatusCode::kOk, "", ""));
+  for (const absl::Status& s : answers.Await(2)) EXPECT_TRUE(s.ok()) << s;
+  call.reset();
+  EXPECT_TRUE(AwaitReleased(guard, own)) << guard.use_count() - own << " references left";
+}
+
+// A shard that stops reading mid-push: the push fails at its deadline and the write that
+// still reads its bytes ends with the connection, so the caller gets its buffer back.
+TEST_F(TcpChannelTest, APushLateWhileItsBytesAreStillBeingWrittenClosesTheConnection) {
+  const std::string values(32u << 20, 'v');  // more than the loopback socket buffers hold
+  auto guard = std::make_shared<int>(0);
+  const OutgoingPush p = Borrowed(Push(0, "\x01"), values, guard);
+  const long own = guard.use_count();
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> call =
+      channel_->NewPush({&p}, RpcClock::now() + std::chrono::milliseconds(500));
+  call->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Accept());
+  ASSERT_TRUE(shard_.Handshake(/*forge=*/false, /*max_body=*/64u << 20));
+  // Nothing more is read: the write stops once the socket buffers are full.
+  const absl::Status st = answers.Await(1)[0];
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("was being written"));
+  call.reset();
+  EXPECT_TRUE(AwaitReleased(guard, own)) << "the write still holds the push's bytes";
+  // The frame ends short: the connection was closed mid-way.
+  EXPECT_FALSE(shard_.Read().has_value());
+}
+
+// A push late before the connection could carry it is answered and never sent: its
+// retry goes as a new push, and a borrowed push's guard goes with the answer.
+TEST_F(TcpChannelTest, APushLateWhileQueuedIsNotSentAfterItsAnswer) {
+  const std::string values = "late values";
+  auto guard = std::make_shared<int>(0);
+  const OutgoingPush late = Borrowed(Push(0, "\x01"), values, guard);
+  const long own = guard.use_count();
+  Answers late_answer;
+  std::unique_ptr<DataChannel::PushCall> call =
+      channel_->NewPush({&late}, RpcClock::now() + std::chrono::milliseconds(200));
+  call->Start(late_answer.Callback());
+  ASSERT_TRUE(shard_.Accept());  // but no handshake yet: the push waits in the queue
+  const absl::Status st = late_answer.Await(1)[0];
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  call.reset();
+  EXPECT_TRUE(AwaitReleased(guard, own)) << "the queue still holds the late push";
+
+  const OutgoingPush next = Push(1, "next");
+  Answers answers;
+  std::unique_ptr<DataChannel::PushCall> second = channel_->NewPush({&next}, Deadline());
+  second->Start(answers.Callback());
+  ASSERT_TRUE(shard_.Handshake());
+  std::optional<Frame> f = shard_.Read();
+  ASSERT_TRUE(f.has_value());
+  ASSERT_EQ(f->header.type, net::FrameType::kPush);
+  EXPECT_EQ(f->body, "next");  // the late push was not sent
+  shard_.Send(Answer(f->header.tag, absl::StatusCode::kOk, "", ""));
+  EXPECT_TRUE(answers.Await(1)[0].ok());
 }
 
 TEST_F(TcpChannelTest, DenseSlicesAreReadStraightIntoTheCallersPlace) {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <span>
@@ -80,6 +81,44 @@ TEST(TensorEncoderTest, WithoutOptionsPushesTheGradientThroughTheCodec) {
   ASSERT_EQ(payloads.size(), 3u);
   EXPECT_EQ(DecodeAll("fp32", kSlices, payloads, kNumel), g);
   EXPECT_TRUE((*enc)->residual().empty());
+}
+
+// Borrow gives, per slice, the payload's head and the values where they lie: together
+// the bytes Encode writes.
+TEST(TensorEncoderTest, BorrowGivesTheBytesEncodeWrites) {
+  auto enc = TensorEncoder::Make(PushOptions{}, 0, kNumel);
+  ASSERT_TRUE(enc.ok()) << enc.status();
+  ASSERT_TRUE((*enc)->CanBorrow());
+  const std::vector<float> g = Random(kNumel, 2);
+  std::vector<std::string> encoded, heads;
+  std::vector<std::span<const char>> borrowed;
+  ASSERT_TRUE((*enc)->Encode(g, 0, 0, kSlices, &encoded).ok());
+  ASSERT_TRUE((*enc)->Borrow(g, kSlices, &heads, &borrowed).ok());
+  ASSERT_EQ(heads.size(), kSlices.size());
+  ASSERT_EQ(borrowed.size(), kSlices.size());
+  for (size_t k = 0; k < kSlices.size(); ++k) {
+    EXPECT_EQ(borrowed[k].data(), reinterpret_cast<const char*>(g.data() + kSlices[k].offset));
+    EXPECT_EQ(heads[k] + std::string(borrowed[k].begin(), borrowed[k].end()), encoded[k]);
+  }
+  std::vector<float> bad = g;
+  bad[kSlices[1].offset] = std::numeric_limits<float>::infinity();
+  const absl::Status refused = (*enc)->Borrow(bad, kSlices, &heads, &borrowed);
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused, (*enc)->Encode(bad, 0, 0, kSlices, &encoded));  // the codec's refusal
+}
+
+TEST(TensorEncoderTest, NoBorrowingWhereTheBytesAreNotTheValues) {
+  for (const char* codec : {"fp16", "topk(0.5)"}) {
+    PushOptions o;
+    o.codec = codec;
+    EXPECT_FALSE((*TensorEncoder::Make(o, 0, kNumel))->CanBorrow()) << codec;
+  }
+  PushOptions momentum;
+  momentum.momentum = 0.9;
+  EXPECT_FALSE((*TensorEncoder::Make(momentum, 0, kNumel))->CanBorrow());
+  PushOptions feedback;
+  feedback.error_feedback = true;
+  EXPECT_FALSE((*TensorEncoder::Make(feedback, 0, kNumel))->CanBorrow());
 }
 
 // PushOptions::device reaches the codec: the same payloads and residual as on the CPU,

@@ -11,6 +11,14 @@
 
 namespace ps::internal {
 
+std::string OutgoingPush::Bytes() const {
+  std::string out;
+  out.reserve(payload_size());
+  if (payload != nullptr) out += *payload;
+  out.append(borrowed.data(), borrowed.size());
+  return out;
+}
+
 absl::Status DeliverPullFrame(const net::PullFrame& frame, PullSink& sink) {
   std::string codec_scratch;
   const net::PullHeader h{frame, frame.codec.Contiguous(&codec_scratch)};

@@ -55,7 +55,12 @@ struct DataRoute {
 
 // A push as it goes out: a slice's, or one chunk of it on a channel that carries
 // chunks (chunk_elems() > 0). The payload is shared: resends and replays send the same
-// bytes, handed to the transport as they are.
+// bytes, handed to the transport as they are. A borrowed push (PushOptions::borrow)
+// goes out as `payload` followed by `borrowed`, the caller's bytes: a channel sends both
+// and keeps `borrowed_guard` for as long as anything of it may still read `borrowed`
+// after the push's answer (the pushing pipeline waits for the last guard before
+// WaitPushes returns), or copies them before Start returns. Channels that carry chunks
+// are never given borrowed pushes.
 struct OutgoingPush {
   uint64_t layout_hash = 0;
   uint64_t round = 0;
@@ -67,8 +72,15 @@ struct OutgoingPush {
   uint16_t chunk_index = 0;
   uint16_t chunk_count = 1;
   std::shared_ptr<const std::string> payload;
+  std::span<const char> borrowed;
+  std::shared_ptr<const void> borrowed_guard;
 
-  size_t payload_size() const { return payload != nullptr ? payload->size() : 0; }
+  // The bytes on the wire: the payload's and the borrowed ones.
+  size_t payload_size() const {
+    return (payload != nullptr ? payload->size() : 0) + borrowed.size();
+  }
+  // The same bytes in one string (a copy; for fakes and the replay copy).
+  std::string Bytes() const;
 };
 
 // A pull's question: the slices, the version wanted, and what the worker holds of them

@@ -141,10 +141,14 @@ class GrpcPushCall final : public DataChannel::PushCall {
       const grpc::Status attached = conn_->auth.Attach(&c.ctx, deadline_, /*wait_for_ready=*/true);
       if (!attached.ok()) c.ctx.TryCancel();
       const OutgoingPush& p = *c.push;
-      c.req = net::HeaderAndBody(net::PushRequestHeader(session_, p.layout_hash, p.round,
-                                                        p.slice_id, p.codec, p.payload_size(),
-                                                        p.loss, p.lr),
-                                 p.payload);
+      // A borrowed push's bytes are copied here, and gRPC is never handed the caller's
+      // buffer: it may keep a message's bytes queued behind a shard that stopped reading
+      // for as long as the connection lives (the worker's channels send no keepalive),
+      // which would hold WaitPushes as long (docs/data_path.md, "Borrowed pushes").
+      c.req = net::HeaderAndBody(
+          net::PushRequestHeader(session_, p.layout_hash, p.round, p.slice_id, p.codec,
+                                 p.payload_size(), p.loss, p.lr),
+          p.borrowed.empty() ? p.payload : std::make_shared<const std::string>(p.Bytes()));
       conn_->generic.UnaryCall(&c.ctx, "/ps.v1.WorkerService/Push", grpc::StubOptions(), &c.req,
                                &c.resp,
                                [auth = &conn_->auth, attached, i, shared_done](grpc::Status s) {

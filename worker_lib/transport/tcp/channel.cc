@@ -42,6 +42,8 @@ class TcpPush final : public DataChannel::PushCall {
       // Framed on the I/O thread (Flush), alone or with the pushes queued after it.
       refused[i] = net::CheckPayload(net::FrameType::kPush, p.codec, p.payload_size());
       frames[i].body = p.payload;
+      frames[i].borrowed = p.borrowed;
+      frames[i].borrowed_guard = p.borrowed_guard;
       frames[i].push = OutFrame::Push{.layout_hash = p.layout_hash,
                                       .round = p.round,
                                       .codec = p.codec,

@@ -32,6 +32,11 @@ absl::Status FromWire(const net::StatusMeta& m) {
   return absl::Status(m.code, core::AsAbsl(m.message));
 }
 
+// The bytes that follow a frame's head: its body's, then the borrowed ones.
+void AddBodies(const OutFrame& f, std::vector<asio::const_buffer>& buffers) {
+  if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
+  if (!f.borrowed.empty()) buffers.emplace_back(f.borrowed.data(), f.borrowed.size());
+}
 
 }  // namespace
 
@@ -61,6 +66,11 @@ void Connection::StartPushes(std::shared_ptr<PushBatch> batch, std::vector<OutFr
 }
 
 void Connection::CancelPushes(const std::shared_ptr<PushBatch>& batch) {
+  // What is still queued is not sent (nor kept: a borrowed push's guard goes now).
+  std::erase_if(queue_, [&batch](const OutFrame& f) {
+    return f.push.has_value() && std::find(batch->tags.begin(), batch->tags.end(),
+                                           f.push->entry.tag) != batch->tags.end();
+  });
   for (size_t i = 0; i < batch->tags.size(); ++i) {
     auto it = pushes_.find(batch->tags[i]);
     if (it == pushes_.end()) continue;
@@ -381,8 +391,7 @@ void Connection::Flush() {
       auto merged = std::make_shared<const std::string>(std::move(head));
       buffers.emplace_back(merged->data(), merged->size());
       for (size_t i = first; i < batch->size(); ++i) {
-        const OutFrame& f = (*batch)[i];
-        if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
+        AddBodies((*batch)[i], buffers);
       }
       batch->push_back(OutFrame{.body = std::move(merged)});  // keeps the head alive
       continue;
@@ -391,15 +400,20 @@ void Connection::Flush() {
     queue_.pop_front();
     const OutFrame& f = batch->back();
     buffers.emplace_back(f.head.data(), f.head.size());
-    if (f.body != nullptr && !f.body->empty()) buffers.emplace_back(f.body->data(), f.body->size());
+    AddBodies(f, buffers);
   }
   writing_ = true;
+  writing_tags_.clear();
+  for (const OutFrame& f : *batch) {
+    if (f.push.has_value()) writing_tags_.push_back(f.push->entry.tag);
+  }
   const uint64_t gen = generation_;
   auto self = shared_from_this();
   socket_->AsyncWriteAll(
       buffers, [self, gen, batch, stream = socket_](const boost::system::error_code& ec, size_t) {
         if (gen != self->generation_) return;
         self->writing_ = false;
+        self->writing_tags_.clear();
         if (ec) return self->LostOn(ec, "writing");
         self->Flush();
       });
@@ -464,6 +478,7 @@ void Connection::Lost(const absl::Status& status) {
   connect_timer_.reset();
   state_ = State::kIdle;
   writing_ = false;
+  writing_tags_.clear();
   limits_ = {};
   queue_.clear();
   FailAll(status);

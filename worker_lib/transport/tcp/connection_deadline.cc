@@ -1,7 +1,8 @@
 // The deadlines of the worker's data connection (connection_internal.h): every 100 ms
 // while a call waits, the sweep fails what passed its deadline. A frame being read holds
 // the stream: a pull late while its slices are read into the caller's places, or any
-// call late behind a frame that stopped mid-way, closes the connection instead.
+// call late behind a frame that stopped mid-way, closes the connection instead; so does
+// a push late while the write under way still carries its bytes.
 #include <algorithm>
 #include <chrono>
 #include <utility>
@@ -42,6 +43,24 @@ bool Connection::ReadingPastItsDeadline(RpcClock::time_point now) {
   return true;
 }
 
+bool Connection::WritingPastItsDeadline(RpcClock::time_point now) {
+  for (const uint64_t tag : writing_tags_) {
+    auto it = pushes_.find(tag);
+    if (it == pushes_.end() || it->second.deadline > now) continue;
+    PendingPush p = std::move(it->second);
+    pushes_.erase(it);
+    p.batch->tags[p.index] = 0;
+    Lost(absl::UnavailableError(
+        absl::StrCat("the data connection to ", Name(),
+                     " was closed: a push's deadline passed while its bytes were being written")));
+    p.batch->done(p.index, absl::DeadlineExceededError(absl::StrCat(
+                               "deadline passed while push ", tag, " was being written to ",
+                               Name(), " (the data connection was closed)")));
+    return true;
+  }
+  return false;
+}
+
 bool Connection::Stalled(RpcClock::time_point now) {
   if (!frame_open_ || socket_ == nullptr) {
     stall_progress_.reset();
@@ -79,7 +98,8 @@ void Connection::ScheduleSweep() {
   sweep_timer_->async_wait([self](const boost::system::error_code& ec) {
     if (ec) return;
     const RpcClock::time_point now = RpcClock::now();
-    if (self->ReadingPastItsDeadline(now) || self->Stalled(now)) {
+    if (self->ReadingPastItsDeadline(now) || self->WritingPastItsDeadline(now) ||
+        self->Stalled(now)) {
       self->sweeping_ = false;
       return;
     }
@@ -92,6 +112,14 @@ void Connection::ScheduleSweep() {
     }
     const absl::Status late = absl::DeadlineExceededError(
         absl::StrCat("deadline passed waiting for ", self->Name()));
+    // A late push still queued is not sent any more (its retry goes as a new push), and
+    // what its frame holds (a borrowed push's guard) goes now.
+    if (!late_pushes.empty()) {
+      std::erase_if(self->queue_, [&late_pushes](const OutFrame& f) {
+        return f.push.has_value() && std::find(late_pushes.begin(), late_pushes.end(),
+                                               f.push->entry.tag) != late_pushes.end();
+      });
+    }
     for (uint64_t tag : late_pushes) {
       auto it = self->pushes_.find(tag);
       PendingPush p = std::move(it->second);

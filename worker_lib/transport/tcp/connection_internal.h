@@ -72,6 +72,10 @@ struct PushBatch {
 struct OutFrame {
   std::string head;
   std::shared_ptr<const std::string> body;
+  // A borrowed push's bytes after `body`, and their guard, kept until the write that
+  // carries them completed or failed (OutgoingPush).
+  std::span<const char> borrowed;
+  std::shared_ptr<const void> borrowed_guard;
   struct Push {
     uint64_t layout_hash = 0;
     uint64_t round = 0;
@@ -189,6 +193,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // connection is closed and the pull fails (DEADLINE_EXCEEDED), what else waited as a
   // lost connection. Whether it was so.
   bool ReadingPastItsDeadline(RpcClock::time_point now);
+  // A push passed its deadline while the write under way still carries its bytes: a
+  // frame cannot be taken back mid-write, so the connection is closed (the write ends,
+  // and with it every read of the push's bytes: a borrowed push's caller gets its
+  // buffer back) and the push fails (DEADLINE_EXCEEDED), what else waited as a lost
+  // connection. Whether it was so.
+  bool WritingPastItsDeadline(RpcClock::time_point now);
   // A frame begun and no byte of it for kFrameStallPeriod while a call waiting on the
   // connection is late: the connection is closed (what waits fails as a lost connection,
   // and is retried on a new one). Whether it was so.
@@ -243,6 +253,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   net::ScratchBuffer dropped_;  // where places of a pull that ended are read instead
   std::deque<OutFrame> queue_;
   bool writing_ = false;
+  std::vector<uint64_t> writing_tags_;  // the pushes the write under way carries
   absl::flat_hash_map<uint64_t, PendingPush> pushes_;
   absl::flat_hash_map<uint64_t, PendingPull> pulls_;
 };
