@@ -90,8 +90,9 @@ absl::Status TensorEncoder::Borrow(std::span<const float> grad, std::span<const 
                                    std::vector<std::string>* payloads,
                                    std::vector<std::span<const char>>* borrowed) {
   if (!CanBorrow()) {
-    return absl::InternalError(absl::StrCat("codec ", core::AsAbsl(codec_->spec()),
-                                            " with momentum or error feedback cannot borrow"));
+    return absl::InternalError(absl::StrCat(
+        "cannot borrow: codec ", core::AsAbsl(codec_->spec()),
+        " does not send the values as they are, or momentum or error feedback changes them"));
   }
   // The codec's own encoding of no values: the bytes before the values (the format
   // byte), the same for every slice.

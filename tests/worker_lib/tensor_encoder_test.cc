@@ -111,7 +111,13 @@ TEST(TensorEncoderTest, NoBorrowingWhereTheBytesAreNotTheValues) {
   for (const char* codec : {"fp16", "topk(0.5)"}) {
     PushOptions o;
     o.codec = codec;
-    EXPECT_FALSE((*TensorEncoder::Make(o, 0, kNumel))->CanBorrow()) << codec;
+    auto enc = TensorEncoder::Make(o, 0, kNumel);
+    EXPECT_FALSE((*enc)->CanBorrow()) << codec;
+    std::vector<std::string> heads;
+    std::vector<std::span<const char>> borrowed;
+    const absl::Status st = (*enc)->Borrow(Random(kNumel, 3), kSlices, &heads, &borrowed);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << codec;
+    EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("cannot borrow")) << codec;
   }
   PushOptions momentum;
   momentum.momentum = 0.9;
