@@ -237,11 +237,14 @@ uint64_t CatPushBytes(const std::string& shaping) {
   return bytes;
 }
 
-// CAT closes the loop: the same gradient keeps fewer coordinates over a 20 Mbit/s link
+// CAT closes the loop: the same gradient keeps fewer coordinates over a 5 Mbit/s link
 // than over loopback, because the fixed cost of a push (alpha and the round's idle
-// time) buys fewer bytes where each byte costs more.
+// time) buys fewer bytes where each byte costs more. (The link was 20 Mbit/s until
+// 2026-12-05: beside two busy loops the slow link kept 0.14-0.85 of loopback's bytes, 1
+// run of 6 over the bound below; at 5 Mbit/s 0.06-0.47 in 8 runs, and 0.04-0.13 on a
+// quiet machine at 20.)
 TEST(CatTest, CatKeepsFewerCoordinatesOnASlowerLink) {
-  const uint64_t slow = CatPushBytes("rate=20mbps");
+  const uint64_t slow = CatPushBytes("rate=5mbps");
   const uint64_t fast = CatPushBytes("");
   RecordProperty("slow_link_bytes", std::to_string(slow));
   RecordProperty("loopback_bytes", std::to_string(fast));
@@ -251,7 +254,7 @@ TEST(CatTest, CatKeepsFewerCoordinatesOnASlowerLink) {
   // moves with the load on both links: under TSan with a compile beside it the slow link
   // once kept 2.5x loopback's bytes, and 0.53-0.58 of them without one.
   if (kInstrumented) GTEST_SKIP() << "timing-dependent comparison; asserted in normal builds";
-  EXPECT_LT(2 * slow, fast) << "20 Mbit/s: " << slow << " bytes, loopback: " << fast << " bytes";
+  EXPECT_LT(2 * slow, fast) << "5 Mbit/s: " << slow << " bytes, loopback: " << fast << " bytes";
 }
 
 // Espresso in the worker: after two rounds that measure the 20 Mbit/s link, the plan
