@@ -75,8 +75,8 @@ PushPipeline::PushPipeline(const WorkerOptions& options, core::RetryPolicy polic
       layout_(layout),
       client_(client),
       restores_(std::make_unique<std::atomic<int>[]>(client.num_shards())) {
-  for (size_t i = 0; i < client.num_shards(); ++i) restores_[i].store(0);
   for (size_t i = 0; i < client.num_shards(); ++i) {
+    restores_[i].store(0);
     auto q = std::make_unique<ShardQueue>();
     absl::MutexLock lock(&q->mu);
     q->queue = std::make_unique<SendQueue<std::unique_ptr<Call>>>(options.priority_order,
@@ -209,11 +209,13 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       }
     }
     std::vector<std::string> payloads;
-    // Borrowed: the slices' values go from `grad` as they are, under one guard.
+    // Borrowed: the slices' values go from `grad` as they are, after one shared head and
+    // under one guard.
+    std::string head;
     std::vector<std::span<const char>> borrowed;
     const bool borrowing = slot.borrow && slot.encoder->CanBorrow();
     absl::Status st = borrowing
-                          ? slot.encoder->Borrow(grad, ranges, &payloads, &borrowed)
+                          ? slot.encoder->Borrow(grad, ranges, &head, &borrowed)
                           : slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
     if (!st.ok()) {
       return absl::Status(
@@ -224,15 +226,15 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
                                   ": ", st.message()));
     }
     std::shared_ptr<const void> guard;
-    std::shared_ptr<const std::string> head;  // borrowed: the slices' payloads are alike
+    std::shared_ptr<const std::string> shared_head;
     if (borrowing) {
       guard = BorrowCount::Guard(borrows_);
-      head = std::make_shared<const std::string>(payloads.empty() ? "" : payloads[0]);
+      shared_head = std::make_shared<const std::string>(std::move(head));
     }
     for (size_t k = 0; k < pieces.size(); ++k) {
       OutgoingPush& m = pieces[k]->message;
       if (borrowing) {
-        m.payload = head;
+        m.payload = shared_head;
         m.borrowed = borrowed[k];
         m.borrowed_guard = guard;
       } else {

@@ -87,17 +87,13 @@ absl::Status TensorEncoder::Encode(std::span<const float> grad, uint64_t round, 
 }
 
 absl::Status TensorEncoder::Borrow(std::span<const float> grad, std::span<const SliceRange> slices,
-                                   std::vector<std::string>* payloads,
+                                   std::string* head,
                                    std::vector<std::span<const char>>* borrowed) {
   if (!CanBorrow()) {
     return absl::InternalError(absl::StrCat(
         "cannot borrow: codec ", core::AsAbsl(codec_->spec()),
         " does not send the values as they are, or momentum or error feedback changes them"));
   }
-  // The codec's own encoding of no values: the bytes before the values (the format
-  // byte), the same for every slice.
-  std::string head;
-  PS_RETURN_IF_ERROR(codec_->Encode({}, codecs::EncodeContext{}, &head));
   for (const SliceRange& s : slices) {
     const std::span<const float> values = grad.subspan(s.offset, s.numel);
     if (core::FindNonFinite(values) >= 0) {
@@ -110,7 +106,9 @@ absl::Status TensorEncoder::Borrow(std::span<const float> grad, std::span<const 
       return refused.ok() ? absl::InternalError("a non-finite value the codec took") : refused;
     }
   }
-  payloads->assign(slices.size(), head);
+  // The codec's own encoding of no values: the bytes before the values (the format
+  // byte), the same for every slice.
+  PS_RETURN_IF_ERROR(codec_->Encode({}, codecs::EncodeContext{}, head));
   borrowed->resize(slices.size());
   for (size_t k = 0; k < slices.size(); ++k) {
     (*borrowed)[k] = std::span<const char>(

@@ -43,11 +43,11 @@ class TensorEncoder {
   // they are (Codec::raw_fp32) and neither momentum nor error feedback changes them.
   bool CanBorrow() const { return codec_->raw_fp32() && momentum_.empty() && residual_.empty(); }
   // Encode without the copy, where CanBorrow(): checks that every value of the slices is
-  // finite (the codec's refusal, else) and gives each slice's payload as the bytes that
-  // precede its values, (*borrowed)[i] being slice i's values in `grad` as they are.
+  // finite (the codec's refusal, else) and gives the bytes that precede every slice's
+  // values (*head, alike for all) and (*borrowed)[i], slice i's values in `grad` as
+  // they are.
   absl::Status Borrow(std::span<const float> grad, std::span<const SliceRange> slices,
-                      std::vector<std::string>* payloads,
-                      std::vector<std::span<const char>>* borrowed);
+                      std::string* head, std::vector<std::span<const char>>* borrowed);
 
   std::string_view spec() const { return codec_->spec(); }
   // Where the codec was asked to encode (PushOptions::device, then SetCodec's).

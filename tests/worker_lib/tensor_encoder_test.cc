@@ -90,19 +90,19 @@ TEST(TensorEncoderTest, BorrowGivesTheBytesEncodeWrites) {
   ASSERT_TRUE(enc.ok()) << enc.status();
   ASSERT_TRUE((*enc)->CanBorrow());
   const std::vector<float> g = Random(kNumel, 2);
-  std::vector<std::string> encoded, heads;
+  std::vector<std::string> encoded;
+  std::string head;
   std::vector<std::span<const char>> borrowed;
   ASSERT_TRUE((*enc)->Encode(g, 0, 0, kSlices, &encoded).ok());
-  ASSERT_TRUE((*enc)->Borrow(g, kSlices, &heads, &borrowed).ok());
-  ASSERT_EQ(heads.size(), kSlices.size());
+  ASSERT_TRUE((*enc)->Borrow(g, kSlices, &head, &borrowed).ok());
   ASSERT_EQ(borrowed.size(), kSlices.size());
   for (size_t k = 0; k < kSlices.size(); ++k) {
     EXPECT_EQ(borrowed[k].data(), reinterpret_cast<const char*>(g.data() + kSlices[k].offset));
-    EXPECT_EQ(heads[k] + std::string(borrowed[k].begin(), borrowed[k].end()), encoded[k]);
+    EXPECT_EQ(head + std::string(borrowed[k].begin(), borrowed[k].end()), encoded[k]);
   }
   std::vector<float> bad = g;
   bad[kSlices[1].offset] = std::numeric_limits<float>::infinity();
-  const absl::Status refused = (*enc)->Borrow(bad, kSlices, &heads, &borrowed);
+  const absl::Status refused = (*enc)->Borrow(bad, kSlices, &head, &borrowed);
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(refused, (*enc)->Encode(bad, 0, 0, kSlices, &encoded));  // the codec's refusal
 }
@@ -113,9 +113,9 @@ TEST(TensorEncoderTest, NoBorrowingWhereTheBytesAreNotTheValues) {
     o.codec = codec;
     auto enc = TensorEncoder::Make(o, 0, kNumel);
     EXPECT_FALSE((*enc)->CanBorrow()) << codec;
-    std::vector<std::string> heads;
+    std::string head;
     std::vector<std::span<const char>> borrowed;
-    const absl::Status st = (*enc)->Borrow(Random(kNumel, 3), kSlices, &heads, &borrowed);
+    const absl::Status st = (*enc)->Borrow(Random(kNumel, 3), kSlices, &head, &borrowed);
     EXPECT_EQ(st.code(), absl::StatusCode::kInternal) << codec;
     EXPECT_THAT(std::string(st.message()), ::testing::HasSubstr("cannot borrow")) << codec;
   }

@@ -66,11 +66,7 @@ void Connection::StartPushes(std::shared_ptr<PushBatch> batch, std::vector<OutFr
 }
 
 void Connection::CancelPushes(const std::shared_ptr<PushBatch>& batch) {
-  // What is still queued is not sent (nor kept: a borrowed push's guard goes now).
-  std::erase_if(queue_, [&batch](const OutFrame& f) {
-    return f.push.has_value() && std::find(batch->tags.begin(), batch->tags.end(),
-                                           f.push->entry.tag) != batch->tags.end();
-  });
+  DropQueuedPushes(batch->tags);
   for (size_t i = 0; i < batch->tags.size(); ++i) {
     auto it = pushes_.find(batch->tags[i]);
     if (it == pushes_.end()) continue;
@@ -457,6 +453,14 @@ absl::StatusOr<size_t> Connection::TakePushes(std::vector<OutFrame>& out, std::s
     queue_.pop_front();
   }
   return n;
+}
+
+void Connection::DropQueuedPushes(std::span<const uint64_t> tags) {
+  if (tags.empty()) return;
+  std::erase_if(queue_, [tags](const OutFrame& f) {
+    return f.push.has_value() &&
+           std::find(tags.begin(), tags.end(), f.push->entry.tag) != tags.end();
+  });
 }
 
 void Connection::LostOn(const boost::system::error_code& ec, std::string_view doing) {

@@ -112,14 +112,8 @@ void Connection::ScheduleSweep() {
     }
     const absl::Status late = absl::DeadlineExceededError(
         absl::StrCat("deadline passed waiting for ", self->Name()));
-    // A late push still queued is not sent any more (its retry goes as a new push), and
-    // what its frame holds (a borrowed push's guard) goes now.
-    if (!late_pushes.empty()) {
-      std::erase_if(self->queue_, [&late_pushes](const OutFrame& f) {
-        return f.push.has_value() && std::find(late_pushes.begin(), late_pushes.end(),
-                                               f.push->entry.tag) != late_pushes.end();
-      });
-    }
+    // A late push still queued is not sent any more: its retry goes as a new push.
+    self->DropQueuedPushes(late_pushes);
     for (uint64_t tag : late_pushes) {
       auto it = self->pushes_.find(tag);
       PendingPush p = std::move(it->second);

@@ -181,6 +181,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   // (0: the front is no push).
   absl::StatusOr<size_t> TakePushes(std::vector<OutFrame>& out, std::string* head);
   void LostOn(const boost::system::error_code& ec, std::string_view doing);
+  // Drops the queued frames of the pushes `tags` names (answered late or cancelled: not
+  // sent any more, and what a frame holds, a borrowed push's guard, goes now).
+  void DropQueuedPushes(std::span<const uint64_t> tags);
 
   // Closes the connection and fails everything in flight with `status`; the next call
   // connects again.
