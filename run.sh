@@ -113,6 +113,9 @@ case "${1:-}" in
     # ps-launch -H starts processes over OpenSSH: python_hosts runs an sshd per "host"
     # (a network namespace) and the client (openssh-client, iproute2 for the namespaces).
     PACKAGES+=(openssh-server openssh-client iproute2)
+    # ps-bench udp --kernel-loss drops packets on a private loopback with an nftables
+    # rule (bench_udp_kernel_loss_smoke).
+    PACKAGES+=(nftables)
     # ps-launch --slurm under a real Slurm: python_slurm starts munged, slurmctld and
     # slurmd on this machine and submits examples/slurm/train.sbatch.
     PACKAGES+=(slurm-wlm munge)

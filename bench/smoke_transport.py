@@ -61,6 +61,8 @@ def main(bench, work):
         sys.exit(f"{udp}: unexpected rows {data}")
     for r in data:
         positive(r, "goodput_gbps")
+        if r.get("loss_at") != "sender":
+            sys.exit(f"without --kernel-loss the sender injects the loss: {r}")
         if not 0 < r["delivered_fraction"] <= 1:
             sys.exit(f"delivered_fraction out of (0, 1] in {r}")
     # Without injected loss only a full kernel receive buffer loses datagrams.

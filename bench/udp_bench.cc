@@ -3,15 +3,24 @@
 // worker pushes a whole model per round to one shard; goodput counts only the gradient
 // bytes the shard took (fp32 coordinates, so lost chunks do not count), over the time
 // from the first push until the last datagram was taken (UDP) or the last push answered
-// (the data planes). Loss is injected at the sender by its seeded hash; the kernel may
-// lose more on a full receive buffer, reported apart. Both data planes run over TCP,
-// which cannot be made to lose packets here (no kernel traffic control), so their rows
-// are the lossless baselines of every UDP row.
+// (the data planes).
+//
+// Where the loss happens:
+// - By default the UDP sender drops datagrams by its seeded hash (`--loss`); the kernel
+//   may lose more on a full receive buffer, reported apart. The data planes' rows run
+//   without loss, once, and are the baselines of every UDP row.
+// - With --kernel-loss the kernel drops each packet arriving on loopback with the given
+//   probability, for every transport alike (TCP segments and acknowledgements too), in
+//   a network namespace of this process's own (bench/lossy_loopback.h; root and nft).
+//   Each loss rate gets its own grpc, tcp and udp rows, and the ratios are to the data
+//   planes at the same loss.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -19,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
+#include "bench/lossy_loopback.h"
 #include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
@@ -39,6 +49,7 @@ struct UdpFlags {
   double rate_mbps = 0;
   std::string json;
   bool quick = false;
+  bool kernel_loss = false;  // the kernel drops packets, not the UDP sender
 };
 
 struct Measured {
@@ -127,6 +138,16 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   return m;
 }
 
+// One row of the report: a transport's goodput at one loss rate.
+struct Row {
+  const char* transport = "";
+  double loss = 0;
+  double gbps = 0;
+  double delivered = 1;                // fraction of the coordinates the shard took
+  uint64_t kernel_lost = 0;            // UDP datagrams sent but never taken
+  std::optional<uint64_t> packets_dropped;  // --kernel-loss: the rule's drops in this row
+};
+
 int RunUdp(UdpFlags f) {
   spdlog::set_level(spdlog::level::warn);
   if (f.quick) {
@@ -134,11 +155,35 @@ int RunUdp(UdpFlags f) {
     f.rounds = 2;
     f.losses = {"0", "0.1"};
   }
+  std::vector<double> losses;
+  for (const std::string& text : f.losses) {
+    double loss = 0;
+    if (!absl::SimpleAtod(text, &loss) || !(loss >= 0 && loss < 1)) {
+      std::fprintf(stderr, "ps-bench udp: bad loss '%s' (want [0, 1))\n", text.c_str());
+      return 2;
+    }
+    losses.push_back(loss);
+  }
+  // Before any thread starts: the servers' and workers' threads must be in the lossy
+  // namespace.
+  std::optional<LossyLoopback> loopback;
+  if (f.kernel_loss) {
+    absl::StatusOr<LossyLoopback> entered = LossyLoopback::Enter();
+    if (!entered.ok()) {
+      std::fprintf(stderr, "ps-bench udp --kernel-loss: %s\n",
+                   std::string(entered.status().message()).c_str());
+      return 1;
+    }
+    loopback.emplace(*std::move(entered));
+  }
   std::fprintf(stderr,
                "ps-bench udp: %llu fp32 values per round (%.1f MB), %d timed rounds after 1 "
-               "warm-up (and a warm-up pass of each transport), chunks of %u values, pacing %s\n",
+               "warm-up (and a warm-up pass of each transport), chunks of %u values, pacing %s, "
+               "loss %s\n",
                (unsigned long long)f.numel, double(f.numel) * 4 / 1e6, f.rounds, f.chunk_elems,
-               f.rate_mbps > 0 ? absl::StrCat(f.rate_mbps, " Mbit/s").c_str() : "off");
+               f.rate_mbps > 0 ? absl::StrCat(f.rate_mbps, " Mbit/s").c_str() : "off",
+               f.kernel_loss ? "by the kernel, every transport (private network namespace)"
+                             : "at the UDP sender");
   const double bytes_per_round = double(f.numel) * 4;
   // One untimed pass of each transport first: the first run in the process pays for
   // growing the heap and faulting its pages (the first UDP row came out 10-30% below
@@ -155,59 +200,92 @@ int RunUdp(UdpFlags f) {
       return 1;
     }
   }
-  Table table({"transport", "loss", "goodput Gbit/s", "ratio to grpc", "ratio to tcp",
-               "delivered", "kernel lost"});
-  std::vector<cli::JsonObjectWriter> rows;
-  double plane_gbps[2] = {0, 0};  // grpc, tcp
-  for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<Measured> m = RunTransport(f, kPlanes[i].second, 0);
-    if (!m.ok()) {
-      std::fprintf(stderr, "ps-bench udp: %s: %s\n", kPlanes[i].first,
-                   std::string(m.status().message()).c_str());
-      return 1;
+  // One row: `sender_loss` is the UDP sender's injected loss, `loss` what the row shows.
+  const auto measure = [&](const char* name, Transport t, double loss,
+                           double sender_loss) -> absl::StatusOr<Row> {
+    std::optional<uint64_t> dropped_before;
+    if (loopback) {
+      PS_ASSIGN_OR_RETURN(dropped_before, loopback->Dropped());
     }
-    plane_gbps[i] = bytes_per_round * f.rounds * 8 / 1e9 / m->seconds;
-  }
-  const double grpc_gbps = plane_gbps[0], tcp_gbps = plane_gbps[1];
-  for (int i = 0; i < 2; ++i) {
-    table.AddRow({kPlanes[i].first, "0", FormatG(plane_gbps[i], 4),
-                  FormatG(plane_gbps[i] / grpc_gbps, 3), FormatG(plane_gbps[i] / tcp_gbps, 3), "1",
-                  "0"});
-    rows.push_back(cli::JsonObjectWriter()
-                       .Add("transport", kPlanes[i].first)
-                       .Add("loss", 0.0)
-                       .Add("goodput_gbps", plane_gbps[i])
-                       .Add("ratio_to_grpc", plane_gbps[i] / grpc_gbps)
-                       .Add("ratio_to_tcp", plane_gbps[i] / tcp_gbps)
-                       .Add("delivered_fraction", 1.0));
-  }
+    PS_ASSIGN_OR_RETURN(const Measured m, RunTransport(f, t, sender_loss));
+    Row row{.transport = name, .loss = loss};
+    row.delivered = t.udp ? m.delivered : 1.0;
+    row.gbps = bytes_per_round * row.delivered * f.rounds * 8 / 1e9 / m.seconds;
+    row.kernel_lost = m.kernel_lost;
+    if (loopback) {
+      PS_ASSIGN_OR_RETURN(const uint64_t dropped_after, loopback->Dropped());
+      row.packets_dropped = dropped_after - *dropped_before;
+    }
+    return row;
+  };
+  std::vector<std::string> columns = {"transport", "loss", "goodput Gbit/s", "ratio to grpc",
+                                      "ratio to tcp", "delivered", "kernel lost"};
+  if (loopback) columns.push_back("packets dropped");
+  Table table(columns);
+  std::vector<cli::JsonObjectWriter> json_rows;
   int errors = 0;
-  for (const std::string& text : f.losses) {
-    double loss = 0;
-    if (!absl::SimpleAtod(text, &loss) || !(loss >= 0 && loss < 1)) {
-      std::fprintf(stderr, "ps-bench udp: bad loss '%s' (want [0, 1))\n", text.c_str());
-      return 2;
+  // Adds `rows` (the baselines first) with ratios to the baselines' goodput.
+  const auto report = [&](const std::vector<Row>& rows, double grpc_gbps, double tcp_gbps) {
+    for (const Row& r : rows) {
+      std::vector<std::string> cells = {r.transport,           FormatG(r.loss, 3),
+                                        FormatG(r.gbps, 4),    FormatG(r.gbps / grpc_gbps, 3),
+                                        FormatG(r.gbps / tcp_gbps, 3), FormatG(r.delivered, 4),
+                                        absl::StrCat(r.kernel_lost)};
+      if (loopback) cells.push_back(absl::StrCat(r.packets_dropped.value_or(0)));
+      table.AddRow(cells);
+      cli::JsonObjectWriter json;
+      json.Add("transport", r.transport)
+          .Add("loss", r.loss)
+          .Add("loss_at", f.kernel_loss ? "kernel" : "sender")
+          .Add("goodput_gbps", r.gbps)
+          .Add("ratio_to_grpc", r.gbps / grpc_gbps)
+          .Add("ratio_to_tcp", r.gbps / tcp_gbps)
+          .Add("delivered_fraction", r.delivered);
+      if (std::string_view(r.transport) == "udp") json.Add("kernel_lost", r.kernel_lost);
+      if (r.packets_dropped) json.Add("packets_dropped", *r.packets_dropped);
+      json_rows.push_back(std::move(json));
     }
-    absl::StatusOr<Measured> m = RunTransport(f, kUdp, loss);
-    if (!m.ok()) {
-      std::fprintf(stderr, "ps-bench udp: loss %g: %s\n", loss, std::string(m.status().message()).c_str());
-      ++errors;
-      continue;
+  };
+  // The data planes at `loss` (the kernel's, or none), then the UDP rows they are the
+  // baselines of.
+  const auto run_group = [&](double plane_loss, const std::vector<double>& udp_losses) -> bool {
+    if (loopback) {
+      if (absl::Status st = loopback->SetLoss(plane_loss); !st.ok()) {
+        std::fprintf(stderr, "ps-bench udp: %s\n", std::string(st.message()).c_str());
+        return false;
+      }
     }
-    const double gbps = bytes_per_round * m->delivered * f.rounds * 8 / 1e9 / m->seconds;
-    table.AddRow({"udp", FormatG(loss, 3), FormatG(gbps, 4), FormatG(gbps / grpc_gbps, 3),
-                  FormatG(gbps / tcp_gbps, 3), FormatG(m->delivered, 4),
-                  absl::StrCat(m->kernel_lost)});
-    rows.push_back(cli::JsonObjectWriter()
-                       .Add("transport", "udp")
-                       .Add("loss", loss)
-                       .Add("goodput_gbps", gbps)
-                       .Add("ratio_to_grpc", gbps / grpc_gbps)
-                       .Add("ratio_to_tcp", gbps / tcp_gbps)
-                       .Add("delivered_fraction", m->delivered)
-                       .Add("kernel_lost", m->kernel_lost));
+    std::vector<Row> rows;
+    for (const auto& [name, t] : kPlanes) {
+      absl::StatusOr<Row> row = measure(name, t, plane_loss, 0);
+      if (!row.ok()) {
+        std::fprintf(stderr, "ps-bench udp: %s at loss %g: %s\n", name, plane_loss,
+                     std::string(row.status().message()).c_str());
+        return false;
+      }
+      rows.push_back(*row);
+    }
+    for (const double loss : udp_losses) {
+      absl::StatusOr<Row> row = measure("udp", kUdp, loss, loopback ? 0 : loss);
+      if (!row.ok()) {
+        std::fprintf(stderr, "ps-bench udp: loss %g: %s\n", loss,
+                     std::string(row.status().message()).c_str());
+        ++errors;
+        continue;
+      }
+      rows.push_back(*row);
+    }
+    report(rows, rows[0].gbps, rows[1].gbps);
+    return true;
+  };
+  if (loopback) {
+    for (const double loss : losses) {
+      if (!run_group(loss, {loss})) return 1;
+    }
+  } else if (!run_group(0, losses)) {
+    return 1;
   }
-  return FinishReport("udp", table, "", {}, f.json, rows, errors);
+  return FinishReport("udp", table, "", {}, f.json, json_rows, errors);
 }
 
 }  // namespace
@@ -217,7 +295,7 @@ Command AddUdpCommand(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "udp", "Goodput of the UDP gradient path at several injected loss rates against both "
              "data planes (gRPC, TCP), same run, loopback");
-  sub->add_option("--loss", f->losses, "Injected loss rates in [0, 1) (list)")
+  sub->add_option("--loss", f->losses, "Loss rates in [0, 1) (list): the UDP sender's, or the kernel's with --kernel-loss")
       ->delimiter(',')
       ->capture_default_str();
   sub->add_option("--numel", f->numel, "fp32 values pushed per round")->capture_default_str();
@@ -228,6 +306,9 @@ Command AddUdpCommand(CLI::App& app) {
   sub->add_option("--rate-mbps", f->rate_mbps, "UDP sender pacing in Mbit/s (0: unpaced)")
       ->capture_default_str();
   sub->add_option("--json", f->json, "Also write the rows as a JSON array to FILE")->option_text("FILE");
+  sub->add_flag("--kernel-loss", f->kernel_loss,
+                "Let the kernel drop the --loss fraction of every packet on loopback, for "
+                "every transport (a network namespace of its own: root and nft)");
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
   return Command{.app = sub, .run = [f] { return RunUdp(*f); }};
 }
