@@ -1,7 +1,5 @@
 #include "examples/fashion_mnist/cluster.h"
 
-#include <torch/torch.h>
-
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -10,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
-#include "examples/fashion_mnist/model.h"
+#include "examples/fashion_mnist/torch_cpu.h"
 #include "server/local_cluster.h"
 #include "server/logging.h"
 #include "server/server.h"

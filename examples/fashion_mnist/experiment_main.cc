@@ -2,8 +2,6 @@
 // split x codec x worker momentum x seed) on the in-process cluster and writes
 // results.csv, summary.csv, table.md and, with python3-matplotlib, PNG plots
 // (docs/evaluation.md). Progress is shown while it runs.
-#include <torch/torch.h>
-
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>

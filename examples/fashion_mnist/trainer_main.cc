@@ -7,8 +7,6 @@
 // and go on with t + 1. The server applies the optimizer; this process only computes
 // gradients. A Byzantine worker (--attack SPEC) pushes what its attack makes of them;
 // Byzantine processes collude through --collude-dir (docs/evaluation.md).
-#include <torch/torch.h>
-
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +23,7 @@
 #include "cli/process_tuning.h"
 #include "core/status.h"
 #include "crypto/cluster_secret.h"
-#include "examples/fashion_mnist/model.h"
+#include "examples/fashion_mnist/torch_cpu.h"
 #include "examples/fashion_mnist/training.h"
 #include "worker_lib/metrics.h"
 #include "worker_lib/worker.h"

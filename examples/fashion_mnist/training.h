@@ -15,7 +15,7 @@
 // Thread safety: the functions may run concurrently on different configurations (one
 // thread per worker) sharing one TrainingData, which is only read. Models are built
 // under a process-wide lock, so that torch's seeded generator gives every worker the
-// same initial parameters. Callers call ConfigureTorchForWorkers(threads) (model.h)
+// same initial parameters. Callers call ConfigureTorchForWorkers(threads) (torch_cpu.h)
 // for reproducible runs on a BLAS that threads may share.
 #pragma once
 

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "examples/fashion_mnist/model.h"
+#include "examples/fashion_mnist/torch_cpu.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
