@@ -11,6 +11,7 @@ rounds / seconds; the best of --repeats per client counts (the machine is shared
 
     python3 bench/python_e2e.py                        # 2^22 parameters, 1 shard, 20 rounds
     python3 bench/python_e2e.py --params 2^20 --shards 2 --repeats 5
+    python3 bench/python_e2e.py --borrow               # every client's pushes borrowed
 
 docs/python.md, "Speed". Needs the Python package built (build/python) and ps-bench.
 """
@@ -43,7 +44,7 @@ def run_cpp(args, addresses):
     with tempfile.NamedTemporaryFile(suffix=".json") as out:
         cmd = [args.bench, "e2e", "--shards-at", ",".join(addresses), "--workers", "1",
                "--params", str(args.params), "--rounds", str(args.rounds), "--warmup",
-               str(args.warmup), "--no-raw", "--json", out.name]
+               str(args.warmup), "--no-raw", "--json", out.name] + (["--borrow"] if args.borrow else [])
         done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if done.returncode != 0:
             sys.exit(f"{' '.join(cmd)} failed:\n{done.stdout}{done.stderr}")
@@ -64,7 +65,7 @@ def run_python(args, addresses, kind):
 
         values, grad, params = (torch.from_numpy(a) for a in (values, grad, params))
     w = ps_server.Worker(addresses, 0, [("w", args.params)], initial=[values],
-                         rpc_timeout=120, connect_timeout=60)
+                         rpc_timeout=120, connect_timeout=60, borrow=args.borrow)
 
     def round(r):
         w.pull_all(r, [params], timeout=120)
@@ -91,6 +92,9 @@ def main():
     parser.add_argument("--bench", default=os.path.join(REPO, "build", "bin", "ps-bench"))
     parser.add_argument("--python-path", default=os.path.join(REPO, "build", "python"))
     parser.add_argument("--json", help="also write the figures as JSON to this file")
+    parser.add_argument("--borrow", action="store_true",
+                        help="borrowed pushes in every client (ps-bench e2e --borrow, "
+                             "Worker(borrow=True)): sent from the gradient's array, not a copy")
     args = parser.parse_args()
     sys.path.insert(0, args.python_path)
     from ps_server import launch
@@ -108,12 +112,13 @@ def main():
                 best[client] = max(best[client], gbps)
     cpp = best["C++ (ps-bench e2e)"]
     print(f"{args.params} parameters, {args.shards} shard(s), {args.rounds} rounds after "
-          f"{args.warmup}, best of {args.repeats}")
+          f"{args.warmup}, best of {args.repeats}{', borrowed pushes' if args.borrow else ''}")
     for client, gbps in best.items():
         print(f"  {client:20s} {gbps:7.3f} Gbit/s   {gbps / cpp:5.3f} of C++")
     if args.json:
         with open(args.json, "w") as fh:
             json.dump({"params": args.params, "shards": args.shards, "rounds": args.rounds,
+                       "borrow": args.borrow,
                        "goodput_gbps": best,
                        "ratio_to_cpp": {k: v / cpp for k, v in best.items()}}, fh, indent=1)
 

@@ -8,7 +8,9 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cstddef>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -118,7 +120,10 @@ class PyPullTicket {
 
 class PyWorker {
  public:
-  PyWorker(WorkerOptions options, core::ModelLayout layout, const py::object& initial) {
+  PyWorker(WorkerOptions options, core::ModelLayout layout, const py::object& initial)
+      : borrows_(options.push.borrow ||
+                 std::any_of(options.tensor_push.begin(), options.tensor_push.end(),
+                             [](const auto& entry) { return entry.second.borrow; })) {
     OutArrays in;  // borrowed until Start returned
     std::vector<std::span<const float>> spans;
     if (!initial.is_none()) {
@@ -167,17 +172,28 @@ class PyWorker {
 
   // `lr` (None: unchanged) is the learning rate this and the tensor's later pushes carry.
   void Push(size_t tensor, uint64_t round, const py::buffer& grad, std::optional<double> lr) {
-    const FloatArray g = CheckedFloats(grad, -1, "grad");
-    ThrowIfError(Call([&](Worker& w) {
+    FloatArray g = CheckedFloats(grad, -1, "grad");
+    const absl::Status st = Call([&](Worker& w) {
       if (lr.has_value()) {
         if (absl::Status st = w.SetLearningRate(tensor, *lr); !st.ok()) return st;
       }
       return w.Push(tensor, round, g.values);
-    }));
+    });
+    // A borrowed push may read the array until WaitPushes returns: its buffer view keeps
+    // the array (and a torch tensor under it) alive that long, whatever the caller drops.
+    // Kept after a failed push too; the worker may still hold a slice it sent.
+    if (borrows_) borrowed_.push_back(std::move(g));
+    ThrowIfError(st);
   }
 
   void WaitPushes() {
-    ThrowIfError(Call([](Worker& w) { return w.WaitPushes(); }));
+    // Only what was pushed before this call is released: a push from another thread
+    // meanwhile (the GIL is released while waiting) may still be in flight.
+    const size_t before = borrowed_.size();
+    const absl::Status st = Call([](Worker& w) { return w.WaitPushes(); });
+    borrowed_.erase(borrowed_.begin(), borrowed_.begin() + static_cast<std::ptrdiff_t>(
+                                                               std::min(before, borrowed_.size())));
+    ThrowIfError(st);
   }
 
   uint64_t PutObject(const std::string& key, const py::bytes& value) {
@@ -308,12 +324,22 @@ class PyWorker {
  private:
   // Lets go of the worker (the last holder destroys it) without the GIL.
   void Drop() {
-    std::shared_ptr<Worker> w = std::move(worker_);
-    py::gil_scoped_release release;
-    w.reset();
+    const std::weak_ptr<Worker> gone = worker_;
+    {
+      std::shared_ptr<Worker> w = std::move(worker_);
+      py::gil_scoped_release release;
+      w.reset();
+    }
+    // Once the worker is gone nothing reads the borrowed arrays (released here, with the
+    // GIL held). While another thread's call still holds it, they stay until the next
+    // Drop (the destructor's at the latest, when no call can be in flight).
+    if (gone.expired()) borrowed_.clear();
   }
 
   std::shared_ptr<Worker> worker_;
+  // PushOptions::borrow for any tensor: pushes hold their arrays until WaitPushes.
+  bool borrows_ = false;
+  std::vector<FloatArray> borrowed_;
   std::shared_ptr<std::atomic<int>> live_tickets_ = std::make_shared<std::atomic<int>>(0);
 };
 
@@ -353,11 +379,13 @@ std::optional<core::DataPlane> PlaneOption(const py::object& plane) {
                                      "shards run), got ", py::repr(plane).cast<std::string>()));
 }
 
-PushOptions MakePush(const std::string& codec, bool error_feedback, double momentum) {
+PushOptions MakePush(const std::string& codec, bool error_feedback, double momentum,
+                     bool borrow) {
   PushOptions p;
   p.codec = codec;
   p.error_feedback = error_feedback;
   p.momentum = momentum;
+  p.borrow = borrow;
   return p;
 }
 
@@ -380,7 +408,7 @@ void BindWorker(py::module_& m) {
                        const std::map<std::string, std::string>& tensor_codecs, uint64_t codec_seed,
                        double rpc_timeout, double connect_timeout, int max_attempts, bool plan,
                        const std::vector<std::string>& candidates, const py::object& data_plane,
-                       bool may_register, const std::string& run_id) {
+                       bool may_register, const std::string& run_id, bool borrow) {
              WorkerOptions o;
              o.data_plane = PlaneOption(data_plane);
              o.run_id = run_id;
@@ -397,9 +425,9 @@ void BindWorker(py::module_& m) {
                ThrowIfError(read.status());
                o.credentials.token = *read;
              }
-             o.push = MakePush(codec, error_feedback, momentum);
+             o.push = MakePush(codec, error_feedback, momentum, borrow);
              for (const auto& [name, spec] : tensor_codecs) {
-               o.tensor_push[name] = MakePush(spec, error_feedback, momentum);
+               o.tensor_push[name] = MakePush(spec, error_feedback, momentum, borrow);
              }
              o.codec_seed = codec_seed;
              o.rpc_timeout = Millis(rpc_timeout, "rpc_timeout");
@@ -422,7 +450,7 @@ void BindWorker(py::module_& m) {
            py::arg("connect_timeout") = 60.0, py::arg("max_attempts") = 6, py::arg("plan") = false,
            py::arg("plan_candidates") = std::vector<std::string>{},
            py::arg("data_plane") = py::none(), py::arg("may_register") = true,
-           py::arg("run_id") = "")
+           py::arg("run_id") = "", py::arg("borrow") = false)
       .def("push", &PyWorker::Push, py::arg("tensor"), py::arg("round"), py::arg("grad"),
            py::arg("lr") = py::none())
       .def("wait_pushes", &PyWorker::WaitPushes)

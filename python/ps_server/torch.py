@@ -128,7 +128,8 @@ class DistributedOptimizer(torch.optim.Optimizer):
     clip_grad_norm_, reaches no shard: step() raises if one happens; False: step() pushes
     the gradients as they are then, after clipping), and the ps_server.Worker options (rpc_timeout,
     connect_timeout, max_attempts, codec_seed, tls_ca, data_plane: None follows the
-    shards' data plane). `specs` ({name: optimizer spec}) says what each tensor was
+    shards' data plane; borrow=True sends each gradient from its .grad without a copy,
+    held until step() has waited for the answers). `specs` ({name: optimizer spec}) says what each tensor was
     registered with ("" where the shards' own flags step it)."""
 
     def __init__(self, optimizer, named_parameters=None, codec="fp32", error_feedback=False,

@@ -57,7 +57,10 @@ class Worker:
     training run this worker belongs to: shards started with --run-id refuse a worker of
     another run or of none with ps_server.Refused, reason "wrong_run"; default: the
     environment's PS_RUN_ID, as the C++ trainer's --run-id; docs/operations.md, "One model
-    per run").
+    per run"), borrow (default False; True: fp32 pushes over the TCP data plane leave from
+    the array itself instead of a copy, so an array given to push() must not change until
+    wait_pushes() returns, which holds a reference to it until then: horovod's *_async
+    contract; docs/python.md, "Borrowed pushes").
     """
 
     def __init__(self, shards, worker_id, tensors, initial=None, **options):

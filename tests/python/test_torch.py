@@ -30,7 +30,7 @@ SCRIPT = textwrap.dedent("""
         torch.optim.SGD(model.parameters(), lr=0.05 if local else 0.1),
         named_parameters=model.named_parameters(), model=None if mode == "whole" else model,
         backward_passes_per_step=passes, comm="adacomm" if local else "sync", tau0=3,
-        tau_max=3)
+        tau_max=3, borrow=mode == "borrow")
     pst.broadcast_parameters(model.state_dict(), root_rank=0)
     g = torch.Generator().manual_seed(100 + pst.rank())
     for step in range(8 if local else 3):
@@ -45,7 +45,8 @@ SCRIPT = textwrap.dedent("""
     with open(f"{out}.{pst.rank()}", "w") as fh:
         json.dump({"params": {n: p.detach().tolist() for n, p in model.named_parameters()},
                    "periods": opt.periods, "comm": opt.comm,
-                   "plane": opt.worker.data_plane}, fh)
+                   "plane": opt.worker.data_plane,
+                   "borrowed": opt.worker.stats()["slices_borrowed"]}, fh)
     opt.close()
 """)
 
@@ -114,13 +115,16 @@ def launch(tmp_path, server_bin, mode, workers=2, lr=0.1, plane="grpc", script_t
 
 
 # The per-module waits once more over the TCP data plane (ps-launch --data-plane tcp): the
-# pulls land in the parameters' memory slice by slice there too.
+# pulls land in the parameters' memory slice by slice there too. "borrow" is per_module
+# with borrow=True: the gradients leave from their .grad (slices_borrowed counts them).
 @pytest.mark.parametrize("mode,passes,plane", [("per_module", 1, "grpc"), ("whole", 1, "grpc"),
                                                ("accumulate", 2, "grpc"),
-                                               ("per_module", 1, "tcp")])
+                                               ("per_module", 1, "tcp"), ("borrow", 1, "tcp")])
 def test_training_matches_sgd_on_the_mean_gradient(tmp_path, server_bin, mode, passes, plane):
     got = launch(tmp_path, server_bin, mode, plane=plane)
     assert [g["plane"] for g in got] == [plane, plane]
+    for g in got:
+        assert (g["borrowed"] > 0) == (mode == "borrow"), g["borrowed"]
     want = reference(2, passes)
     for name, value in want.items():
         for w in range(2):

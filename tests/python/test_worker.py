@@ -4,8 +4,10 @@ with exact results, a Byzantine worker held off by a robust rule, refusals as ex
 that say which push, bad input refused before anything is sent, a shard restart, mutual
 TLS, and the same training over the gRPC and the TCP data plane."""
 
+import gc
 import os
 import subprocess
+import sys
 import threading
 import time
 
@@ -348,6 +350,53 @@ def test_the_tcp_data_plane_trains_as_the_grpc_plane_does(server_bin):
                 np.testing.assert_array_equal(tcp_round[w][t], grpc_round[w][t],
                                               err_msg=f"round {round}, worker {w}, tensor {t}")
                 np.testing.assert_allclose(tcp_round[w][t], expected[t], rtol=0, atol=1e-5)
+
+
+def test_borrowed_pushes_hold_their_arrays_until_wait_pushes(server_bin):
+    # borrow=True (PushOptions::borrow): fp32 pushes over the TCP plane are sent from the
+    # caller's array, which the worker holds (a buffer view: one more reference) until
+    # wait_pushes returns, so an array whose only reference was the call's survives. The
+    # parameters are bit for bit the shards' SGD on the mean, as with copied pushes.
+    with Shards(2, 2, aggregator="mean", lr=0.5, momentum=0.0, server=server_bin,
+                data_plane="tcp") as shards:
+        borrowing = ps_server.Worker(shards.addresses, 0, TENSORS, initial=INIT, borrow=True,
+                                     token_file=shards.token_file(0), connect_timeout=30)
+        copying = ps_server.Worker(shards.addresses, 1, TENSORS,
+                                   token_file=shards.token_file(1), connect_timeout=30)
+        expected = [a.copy() for a in INIT]
+        for round in range(3):
+            kept = grads(1.0)
+            before = [sys.getrefcount(g) for g in kept]
+            for t in range(2):
+                copying.push(t, round, kept[t])
+            assert [sys.getrefcount(g) for g in kept] == before  # copied: nothing held
+            copying.wait_pushes()
+            borrowing.push(0, round, np.full(1000, 3.0, dtype=np.float32))
+            borrowing.push(1, round, np.full(10, 3.0, dtype=np.float32))
+            gc.collect()  # the arrays' only references are the worker's
+            borrowing.wait_pushes()
+            expected = [e - np.float32(0.5) * np.float32(2.0) for e in expected]
+            for w in (borrowing, copying):
+                got = pulled(w, round + 1)
+                np.testing.assert_array_equal(got[0], expected[0])
+                np.testing.assert_array_equal(got[1], expected[1])
+        assert borrowing.stats()["slices_borrowed"] >= 3 * 2
+        assert copying.stats()["slices_borrowed"] == 0
+        # Held while unanswered, released by wait_pushes.
+        array = np.full(1000, 1.0, dtype=np.float32)
+        refs = sys.getrefcount(array)
+        borrowing.push(0, 3, array)
+        assert sys.getrefcount(array) == refs + 1
+        borrowing.push(1, 3, np.full(10, 1.0, dtype=np.float32))
+        borrowing.wait_pushes()
+        assert sys.getrefcount(array) == refs
+        copying.push(0, 3, np.full(1000, 1.0, dtype=np.float32))
+        copying.push(1, 3, np.full(10, 1.0, dtype=np.float32))
+        copying.wait_pushes()
+        np.testing.assert_array_equal(pulled(borrowing, 4)[0],
+                                      expected[0] - np.float32(0.5) * np.float32(1.0))
+        for w in (borrowing, copying):
+            w.close()
 
 
 def test_a_worker_asking_for_the_other_data_plane_is_refused(server_bin):
