@@ -386,6 +386,9 @@ absl::StatusOr<WorkerOptions> MakeWorkerOptions(const TrainerConfig& c, const Se
   options.push.momentum = c.worker_momentum;
   options.codec_seed = c.seed;
   options.push.path = c.udp ? PushPath::kUdp : PushPath::kDataPlane;
+  // Every push of this trainer is answered before its buffer is written again (the
+  // adapter's FinishStep, PushFlat's WaitPushes): fp32 pushes leave from it, uncopied.
+  options.push.borrow = true;
   options.udp.loss = c.udp_loss;
   options.udp.loss_seed = c.seed * 1000003 + c.worker_id;
   options.udp.chunk_elems = c.udp_chunk_elems;

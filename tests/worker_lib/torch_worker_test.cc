@@ -146,6 +146,10 @@ TEST_F(TorchWorkerTest, OneStepLeavesInitialMinusGradientInEveryParameter) {
   EXPECT_TRUE(torch::equal(net_->spare->bias, ref->spare->bias));
   // Each parameter's .grad is filled as without the adapter.
   EXPECT_TRUE(torch::equal(net_->fc2->weight.grad(), ref->fc2->weight.grad()));
+  // The adapter's pushes (fp32, the TCP plane) left from its staging buffers.
+  const WorkerStats stats = w.worker().stats();
+  EXPECT_GT(stats.slices_pushed, 0u);
+  EXPECT_EQ(stats.slices_borrowed, stats.slices_pushed);
 }
 
 TEST_F(TorchWorkerTest, GradientsArePushedDuringBackwardLastLayerFirst) {

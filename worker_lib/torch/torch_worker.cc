@@ -312,6 +312,9 @@ absl::StatusOr<std::unique_ptr<TorchWorker>> TorchWorker::Start(WorkerOptions op
   for (const torch::Tensor& p : params) {
     initial.emplace_back(p.data_ptr<float>(), static_cast<size_t>(p.numel()));
   }
+  // The staging buffers are written only after FinishStep's WaitPushes.
+  options.push.borrow = true;
+  for (auto& [name, push] : options.tensor_push) push.borrow = true;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
                       Worker::Start(std::move(options), std::move(layout), initial));
   Worker* raw = worker.get();

@@ -98,7 +98,10 @@ class TorchWorker {
  public:
   // Builds the layout of `model` (MakeLayout, with options.shard_addresses.size()
   // shards), starts a Worker with the parameters' current values as initial values
-  // (used when this worker registers the model) and attaches to it.
+  // (used when this worker registers the model) and attaches to it. Its pushes borrow
+  // (PushOptions::borrow, for every tensor): the adapter pushes from buffers of its own
+  // and waits for the answers (FinishStep) before it writes them again, so the copy
+  // into a payload is never needed.
   static absl::StatusOr<std::unique_ptr<TorchWorker>> Start(WorkerOptions options,
                                                             torch::nn::Module& model,
                                                             const TorchWorkerOptions& torch_options = {});
