@@ -22,8 +22,17 @@ def main(bench, work):
     if os.geteuid() != 0:
         print("skipped: a network namespace of its own needs root")
         sys.exit(SKIP)
-    if not any(os.access(p, os.X_OK) for p in ("/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft")):
+    nft = next((p for p in ("/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft") if os.access(p, os.X_OK)),
+               None)
+    if nft is None:
         print("skipped: no nft program (Debian: apt-get install nftables)")
+        sys.exit(SKIP)
+    # A kernel without nf_tables (or a container without CAP_NET_ADMIN) cannot drop.
+    probe = subprocess.run(["unshare", "--net", nft, "add", "table", "inet", "ps_probe"],
+                           capture_output=True, text=True, timeout=30)
+    if probe.returncode != 0:
+        print(f"skipped: this machine cannot load an nftables rule in a network namespace "
+              f"of its own: {probe.stderr.strip()}")
         sys.exit(SKIP)
     os.makedirs(work, exist_ok=True)
     out = os.path.join(work, "udp_kernel_loss.json")
