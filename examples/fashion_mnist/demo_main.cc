@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
                  "for the next one (docs/data_path.md; default: dense fp32 pulls)");
   app.add_option("--udp-loss", config.udp_loss,
                  "Trainers push over the shards' UDP path with this injected datagram loss in "
-                 "[0, 1) (default: gRPC)");
+                 "[0, 1) (default: the shards' data plane, TCP)");
   app.add_flag("--error-feedback", config.error_feedback,
                "Trainers add what the codec lost to their next push");
   app.add_option("--worker-momentum", config.worker_momentum,
