@@ -19,6 +19,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "bench/bench_util.h"
 #include "core/status.h"
 #include "harness/child_process.h"
 
@@ -27,14 +28,11 @@ namespace {
 
 constexpr char kTable[] = "ps_bench_loss";
 
+// Errno's error, naming the fix where a privilege is missing.
 absl::Status ErrnoError(std::string_view what) {
-  const int e = errno;
-  std::string text = absl::StrCat(std::string(what), ": ", std::strerror(e));
-  if (e == EPERM) {
-    return absl::PermissionDeniedError(
-        absl::StrCat(text, " (a network namespace of its own needs root: run as root)"));
-  }
-  return absl::InternalError(text);
+  if (errno != EPERM) return Errno(what);
+  return absl::PermissionDeniedError(absl::StrCat(
+      Errno(what).message(), " (a network namespace of its own needs root: run as root)"));
 }
 
 // A file under $TMPDIR (or /tmp) removed when this goes away.

@@ -209,7 +209,7 @@ int RunUdp(UdpFlags f) {
     }
     PS_ASSIGN_OR_RETURN(const Measured m, RunTransport(f, t, sender_loss));
     Row row{.transport = name, .loss = loss};
-    row.delivered = t.udp ? m.delivered : 1.0;
+    row.delivered = m.delivered;  // 1 for the data planes
     row.gbps = bytes_per_round * row.delivered * f.rounds * 8 / 1e9 / m.seconds;
     row.kernel_lost = m.kernel_lost;
     if (loopback) {
