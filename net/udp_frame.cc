@@ -64,7 +64,13 @@ std::string_view AsView(const DatagramNonce& nonce) {
   return std::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size());
 }
 
-absl::Status CheckChunkFields(const DatagramHeader& header) {
+// `payload_bytes`: an end carries none.
+absl::Status CheckChunkFields(const DatagramHeader& header, size_t payload_bytes) {
+  if (header.kind == DatagramKind::kEnd && (payload_bytes != 0 || header.chunk_index != 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("udp datagram: an end carries chunk_index 0 and no payload, not chunk_index ",
+                     header.chunk_index, " and ", payload_bytes, " payload bytes"));
+  }
   if (header.chunk_count == 0) return absl::InvalidArgumentError("udp datagram: chunk_count is 0");
   if (header.chunk_index >= header.chunk_count) {
     return absl::InvalidArgumentError(absl::StrCat("udp datagram: chunk_index ", header.chunk_index,
@@ -254,7 +260,7 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
                                                    nonce.size()));
   }
   PS_RETURN_IF_ERROR(CheckCodec(codec));
-  PS_RETURN_IF_ERROR(CheckChunkFields(header));
+  PS_RETURN_IF_ERROR(CheckChunkFields(header, payload.size()));
   const size_t overhead = DatagramOverhead(codec.size());
   if (payload.size() > kMaxDatagramBytes - overhead) {
     return absl::InvalidArgumentError(
@@ -267,7 +273,8 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
   std::memcpy(p, kMagic, sizeof(kMagic));
   StoreLe(kDatagramVersion, 1, p + 4);
   StoreLe(codec.size(), 1, p + 5);
-  StoreLe(0, 2, p + 6);
+  StoreLe(static_cast<uint8_t>(header.kind), 1, p + 6);
+  StoreLe(0, 1, p + 7);
   StoreLe(header.session_id, 8, p + 8);
   StoreLe(header.worker_id, 4, p + 16);
   StoreLe(header.slice_id, 4, p + 20);
@@ -306,7 +313,12 @@ absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "udp datagram: codec_len ", codec_len, " is outside [1, ", kMaxDatagramCodecBytes, "]"));
   }
-  if (const uint64_t reserved = LoadLe(p + 6, 2); reserved != 0) {
+  const uint64_t kind = LoadLe(p + 6, 1);
+  if (kind > static_cast<uint8_t>(DatagramKind::kEnd)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("udp datagram: unknown kind ", kind, " (0: chunk, 1: end)"));
+  }
+  if (const uint64_t reserved = LoadLe(p + 7, 1); reserved != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("udp datagram: reserved is ", reserved, ", must be 0"));
   }
@@ -323,6 +335,7 @@ absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
   view.codec = bytes.substr(kDatagramHeaderBytes, codec_len);
   PS_RETURN_IF_ERROR(CheckCodec(view.codec));
   DatagramHeader& h = view.header;
+  h.kind = static_cast<DatagramKind>(kind);
   h.session_id = LoadLe(p + 8, 8);
   h.worker_id = static_cast<uint32_t>(LoadLe(p + 16, 4));
   h.slice_id = static_cast<uint32_t>(LoadLe(p + 20, 4));
@@ -330,7 +343,7 @@ absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
   h.chunk_elems = static_cast<uint32_t>(LoadLe(p + 32, 4));
   h.chunk_index = static_cast<uint16_t>(LoadLe(p + 36, 2));
   h.chunk_count = static_cast<uint16_t>(LoadLe(p + 38, 2));
-  PS_RETURN_IF_ERROR(CheckChunkFields(h));
+  PS_RETURN_IF_ERROR(CheckChunkFields(h, payload_len));
   const size_t signed_size = bytes.size() - kDatagramMacBytes;
   view.nonce = bytes.substr(kNonceOffset, kDatagramNonceBytes);
   view.payload = bytes.substr(kDatagramHeaderBytes + codec_len, payload_len);

@@ -10,7 +10,8 @@
 //   0   4   magic "PSU1"
 //   4   1   version (kDatagramVersion)
 //   5   1   codec_len, 1..kMaxDatagramCodecBytes
-//   6   2   reserved, 0
+//   6   1   kind         0: a chunk of a push; 1: the end of a push (below)
+//   7   1   reserved, 0
 //   8   8   session_id   public id of the worker's session on the shard; selects the key
 //   16  4   worker_id
 //   20  4   slice_id
@@ -25,6 +26,14 @@
 //   end-16: MAC = the Poly1305 tag of ChaCha20-Poly1305 (RFC 8439) under the session key
 //           and the nonce, with every byte before the MAC as additional data and no
 //           plaintext
+//
+// An end datagram (kind 1) says that the worker has sent every chunk of its push of the
+// slice for the round; it has the push's chunk_elems and chunk_count, chunk_index 0 and
+// an empty payload, and carries the push's codec. The shard closes a round once every
+// worker's push is whole or ended (docs/transport.md, "Closing a round at the workers'
+// ends"), instead of waiting for the deadline when chunks were lost. A shard of an
+// earlier release, which reads this byte as part of a reserved field that must be 0,
+// drops an end datagram as malformed and closes such rounds at their deadline.
 //
 // Every field is fixed by the header struct, nonce, codec and payload, so an encoding is
 // unique: re-encoding a parsed datagram with its nonce gives back its bytes (the fuzz
@@ -67,7 +76,13 @@ inline constexpr size_t kDatagramKeyBytes = 32;
 // Bytes around a payload: header + codec + MAC.
 size_t DatagramOverhead(size_t codec_bytes);
 
+enum class DatagramKind : uint8_t {
+  kChunk = 0,  // one chunk of a push: its values
+  kEnd = 1,    // the end of a push: every chunk of it was sent
+};
+
 struct DatagramHeader {
+  DatagramKind kind = DatagramKind::kChunk;
   uint64_t session_id = 0;
   uint32_t worker_id = 0;
   uint32_t slice_id = 0;
@@ -140,7 +155,8 @@ class DatagramKey {
 // contents. INVALID_ARGUMENT when the
 // codec is empty, longer than kMaxDatagramCodecBytes or has a character outside
 // [A-Za-z0-9_.,=()+ -], when chunk_elems == 0, chunk_count == 0 or chunk_index >=
-// chunk_count, or when the datagram would exceed kMaxDatagramBytes. The payload may be
+// chunk_count, for an end with a payload or a chunk_index other than 0, or when the
+// datagram would exceed kMaxDatagramBytes. The payload may be
 // empty; what it must hold is the codec's business. codec and payload must not point into
 // *out, which is resized before they are copied.
 absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec,
@@ -170,9 +186,9 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
 // Structural parse without the MAC check (the caller looks the key up by session_id).
 // INVALID_ARGUMENT, the message naming the failed check, for: a size below header + 1 +
 // MAC or above kMaxDatagramBytes, bad magic, another version, codec_len 0 or above
-// kMaxDatagramCodecBytes, reserved != 0, payload_len not matching the size exactly, a
-// codec character outside the set above, chunk_count == 0, chunk_index >= chunk_count,
-// chunk_elems == 0.
+// kMaxDatagramCodecBytes, an unknown kind, reserved != 0, payload_len not matching the
+// size exactly, a codec character outside the set above, chunk_count == 0, chunk_index >=
+// chunk_count, chunk_elems == 0, an end with a payload or a chunk_index other than 0.
 absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes);
 
 // Chunk geometry shared by sender and receiver.

@@ -283,13 +283,25 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   }
   PS_RETURN_IF_ERROR(counters_.RefusedPush(worker_id, quarantine_.Check(worker_id, clock_->Now())));
   PS_ASSIGN_OR_RETURN(SliceRound * s, LookupSlice(layout_hash(), h.slice_id));
+  const bool end = h.kind == net::DatagramKind::kEnd;
   if (absl::Status geometry = net::CheckChunkGeometry(h, s->info().numel); !geometry.ok()) {
     return RefusedPush(
         worker_id,
         core::Refused(Refusal::kMalformed,
-                      absl::StrCat("malformed chunk ", h.chunk_index, " of ", h.chunk_count,
+                      absl::StrCat("malformed ",
+                                   end ? "end of a UDP push"
+                                       : absl::StrCat("chunk ", h.chunk_index, " of ",
+                                                      h.chunk_count),
                                    " from worker ", worker_id, " for round ", h.round, " of slice ",
                                    h.slice_id, ": ", geometry.message())));
+  }
+  if (end) {
+    absl::StatusOr<SliceRound::Progress> progress =
+        s->AcceptEnd({worker_id, h.round, h.chunk_count, h.chunk_elems});
+    if (!progress.ok()) return RefusedPush(worker_id, progress.status());
+    NotePresent(worker_id, clock_->Now(), "the end of a UDP push");
+    if (progress->closed) Closed(*s, h.round, progress->at_deadline);
+    return absl::OkStatus();
   }
   const net::ChunkRange range = net::ChunkRangeOf(s->info().numel, h.chunk_elems, h.chunk_index);
   const SliceRound::Chunk chunk{worker_id,     h.round,     h.chunk_index, h.chunk_count,

@@ -121,8 +121,8 @@ class ShardFront {
   uint32_t RawRowNumel(const PushHead& head, size_t payload_bytes) const {
     return shard_->RawRowNumel(head.layout_hash, head.slice_id, head.codec, payload_bytes);
   }
-  // A datagram's chunk of the lossy path, its MAC and sender already checked by the
-  // backend against the session of `header.worker_id` (Shard::PushChunk).
+  // A datagram's chunk of the lossy path, or its push's end, its MAC and sender already
+  // checked by the backend against the session of `header.worker_id` (Shard::PushChunk).
   absl::Status PushChunk(const net::DatagramHeader& header, std::string_view codec,
                          std::string_view payload);
 

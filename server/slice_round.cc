@@ -189,9 +189,11 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
                                 " of slice ", info_.id, ", which closed with its first copy"));
   }
   if (absl::Status st = CheckOpenRoundLocked(worker, round); !st.ok()) return st;
-  if (inputs_.pushed[worker]) {
-    return Refused(Refusal::kDuplicate, absl::StrCat("duplicate push from worker ", worker,
-                                                     " for round ", round, " of slice ", info_.id));
+  if (inputs_.pushed[worker] || inputs_.chunked[worker].ended) {
+    return Refused(Refusal::kDuplicate,
+                   absl::StrCat("duplicate push from worker ", worker, " for round ", round,
+                                " of slice ", info_.id,
+                                inputs_.pushed[worker] ? "" : " (its UDP push of it ended)"));
   }
   if (loss.has_value() && !std::isfinite(*loss)) {
     return Refused(Refusal::kMalformed,
@@ -296,10 +298,39 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
   }
   const std::chrono::nanoseconds decode = DecodeBudget::ThreadCpuNow() - decode_start;
   push.seen[c.index] = 1;
-  if (++push.received == push.chunk_count) ++num_complete_;
+  if (++push.received == push.chunk_count) {
+    ++num_complete_;
+    // A chunk that came after its push's end (reordered on the way).
+    if (push.ended) --num_ended_;
+  }
   absl::StatusOr<Progress> progress = AfterPushLocked();
   if (progress.ok()) progress->decode = decode;
   return progress;
+}
+
+absl::StatusOr<SliceRound::Progress> SliceRound::AcceptEnd(const PushEnd& e) {
+  Locked lock(this);
+  if (absl::Status st = CheckOpenRoundLocked(e.worker, e.round); !st.ok()) return st;
+  ChunkedPush& push = inputs_.chunked[e.worker];
+  if (push.chunk_count == 0 && inputs_.pushed[e.worker]) {
+    return Refused(Refusal::kDuplicate,
+                   absl::StrCat("end of a UDP push from worker ", e.worker, " for round ", e.round,
+                                " of slice ", info_.id, ", which it pushed over gRPC"));
+  }
+  if (push.chunk_count != 0 &&
+      (push.chunk_elems != e.chunk_elems || push.chunk_count != e.count_in_push)) {
+    return Refused(Refusal::kMalformed,
+                   absl::StrCat("malformed end of a UDP push from worker ", e.worker,
+                                " for round ", e.round, " of slice ", info_.id, ": ",
+                                e.count_in_push, " chunks of ", e.chunk_elems, " after chunks of ",
+                                push.chunk_elems, ", ", push.chunk_count, " of them"));
+  }
+  Progress p;
+  if (push.ended) return p;
+  push.ended = true;
+  const bool whole = push.chunk_count != 0 && push.received == push.chunk_count;
+  if (!whole) ++num_ended_;
+  return AfterPushLocked();
 }
 
 bool SliceRound::OnlyAbsentMissingLocked() const {
@@ -313,7 +344,7 @@ bool SliceRound::OnlyAbsentMissingLocked() const {
   for (uint32_t w = 0; w < rules_->num_workers; ++w) {
     const ChunkedPush& c = inputs_.chunked[w];
     const bool whole = inputs_.pushed[w] && (c.chunk_count == 0 || c.received == c.chunk_count);
-    if (whole) continue;
+    if (whole || c.ended) continue;
     if (!(quarantined && q->Contains(w, now)) && !(gone && m->Absent(w))) return false;
   }
   return true;
@@ -329,7 +360,7 @@ std::optional<uint64_t> SliceRound::CloseIfOnlyAbsentMissing() {
 
 SliceRound::Progress SliceRound::AfterPushLocked() {
   Progress p;
-  if (num_complete_ == rules_->num_workers ||
+  if (num_complete_ + num_ended_ == rules_->num_workers ||
       (deadline_passed_ && num_pushed_ >= rules_->quorum) || OnlyAbsentMissingLocked()) {
     p.closed = true;
     p.at_deadline = deadline_passed_;
@@ -426,9 +457,13 @@ void SliceRound::ResetRoundLocked() {
   std::fill(inputs_.losses.begin(), inputs_.losses.end(), std::numeric_limits<float>::quiet_NaN());
   std::fill(inputs_.lrs.begin(), inputs_.lrs.end(), std::numeric_limits<float>::quiet_NaN());
   std::fill(inputs_.supports.begin(), inputs_.supports.end(), std::nullopt);
-  for (ChunkedPush& push : inputs_.chunked) push.chunk_count = push.received = 0;
+  for (ChunkedPush& push : inputs_.chunked) {
+    push.chunk_count = push.received = 0;
+    push.ended = false;
+  }
   num_pushed_ = 0;
   num_complete_ = 0;
+  num_ended_ = 0;
   if (deadline_.has_value()) rules_->deadlines->Remove(info_.id, *deadline_);
   deadline_.reset();
   deadline_passed_ = false;

@@ -174,12 +174,14 @@ struct SliceModel {
 };
 
 // One worker's UDP push of the open round: the chunk size its first chunk fixed, and
-// which chunks came. chunk_count 0: no UDP push.
+// which chunks came. chunk_count 0: no chunk came. `ended`: the push's end came (the
+// worker sent every chunk), so its missing chunks are lost, not on their way.
 struct ChunkedPush {
   uint32_t chunk_elems = 0;
   uint32_t chunk_count = 0;
   uint32_t received = 0;
   std::vector<uint8_t> seen;
+  bool ended = false;
 };
 
 // One worker's decoded push of a slice: numel values, owned.
@@ -349,6 +351,21 @@ class SliceRound {
   };
   absl::StatusOr<Progress> AcceptChunk(const Chunk& chunk, std::string_view codec,
                                        DecoderFn decoder, std::string_view payload);
+  // The end of `worker`'s UDP push for `round` (net::DatagramKind::kEnd): it sent every
+  // chunk, in chunks of `chunk_elems`, `count_in_push` of them. The round waits for no
+  // more of them: it closes once every worker's push is whole or ended (missing chunks
+  // masked; below the quorum too, which its aggregation then drops), without waiting
+  // for its deadline. The round's state is checked as for a chunk; kDuplicate for a slice
+  // the worker pushed over gRPC, kMalformed for a chunk size or count other than its
+  // chunks'. An end of a worker none of whose chunks came makes it settled without an
+  // input. A second end of the same push changes nothing.
+  struct PushEnd {
+    uint32_t worker = 0;
+    uint64_t round = 0;
+    uint32_t count_in_push = 0;
+    uint32_t chunk_elems = 0;
+  };
+  absl::StatusOr<Progress> AcceptEnd(const PushEnd& end);
 
   // What a deadline did (Shard::Tick logs it).
   struct DeadlineOutcome {
@@ -450,9 +467,9 @@ class SliceRound {
   absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec,
                             const PushPayload& payload, std::span<float> slot)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // After a push or chunk was taken: closes the round when every push is complete (or
-  // the deadline passed with the quorum, or only absent workers are missing), else
-  // starts its deadline once `starters` workers pushed.
+  // After a push, chunk or end was taken: closes the round when every push is complete
+  // or ended (or the deadline passed with the quorum, or only absent workers are
+  // missing), else starts its deadline once `starters` workers pushed.
   Progress AfterPushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The round has its quorum and waits only for absent workers (quarantined, left or
   // expired).
@@ -500,6 +517,8 @@ class SliceRound {
   RoundInputs inputs_ ABSL_GUARDED_BY(mu_);
   uint32_t num_pushed_ ABSL_GUARDED_BY(mu_) = 0;
   uint32_t num_complete_ ABSL_GUARDED_BY(mu_) = 0;
+  // Workers whose UDP push ended but is not whole: with num_complete_, the settled ones.
+  uint32_t num_ended_ ABSL_GUARDED_BY(mu_) = 0;
   // Set from Close until Publish: pushes for the round are late.
   bool closing_ ABSL_GUARDED_BY(mu_) = false;
   // The round closed last and which workers' whole pushes it took (empty: none since a

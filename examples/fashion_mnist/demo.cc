@@ -223,7 +223,10 @@ class Scenario {
     };
     // clang-format on
     if (config_.error_feedback) args.emplace_back("--error-feedback");
-    if (config_.udp_loss >= 0) args.insert(args.end(), {"--udp", "--udp-loss", FormatArg(config_.udp_loss)});
+    if (config_.udp_loss >= 0) {
+      args.insert(args.end(), {"--udp", "--udp-loss", FormatArg(config_.udp_loss),
+                               "--udp-end-copies", absl::StrCat(config_.udp_end_copies)});
+    }
     if (worker == 0) {
       args.insert(args.end(), {"--save-parameters", (std::filesystem::path(dir_) / "parameters.f32").string()});
     }

@@ -48,6 +48,7 @@ struct DemoConfig {
   std::string pull_codec;
   // Trainers push over the shards' UDP path with this injected loss (< 0: gRPC).
   double udp_loss = -1;
+  uint32_t udp_end_copies = 2;  // with udp_loss >= 0
   bool error_feedback = false;
   double worker_momentum = 0;
   // Server round deadline (quorum n - f closes a round this long after its first push).

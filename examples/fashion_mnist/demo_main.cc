@@ -116,6 +116,10 @@ int main(int argc, char** argv) {
   app.add_option("--udp-loss", config.udp_loss,
                  "Trainers push over the shards' UDP path with this injected datagram loss in "
                  "[0, 1) (default: the shards' data plane, TCP)");
+  app.add_option("--udp-end-copies", config.udp_end_copies,
+                 "With --udp-loss: copies of the end datagram after each push's chunks (0: "
+                 "none; a round that lost a chunk then waits for its deadline)")
+      ->check(CLI::Range(0, 16));
   app.add_flag("--error-feedback", config.error_feedback,
                "Trainers add what the codec lost to their next push");
   app.add_option("--worker-momentum", config.worker_momentum,

@@ -270,6 +270,11 @@ int main(int argc, char** argv) {
   app.add_flag("--udp", c.udp, "Push gradients as datagrams on the shards' UDP path (docs/transport.md)");
   app.add_option("--udp-loss", c.udp_loss, "Injected datagram loss in [0, 1) (seeded; with --udp)");
   app.add_option("--udp-chunk-elems", c.udp_chunk_elems, "Values per datagram (with --udp)");
+  app.add_option("--udp-end-copies", c.udp_end_copies,
+                 "Copies of the end datagram after each push's chunks, which let its round "
+                 "close without waiting for the deadline when chunks were lost (0: none; "
+                 "with --udp)")
+      ->check(CLI::Range(0, 16));
   app.add_option("--shape", c.shaping,
                  "Shape this worker's link, e.g. rate=100mbps,latency=1ms (docs/transport.md)");
   app.add_flag("--fifo", c.fifo, "Send in push order instead of by priority (P3 off)");

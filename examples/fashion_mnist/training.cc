@@ -392,6 +392,7 @@ absl::StatusOr<WorkerOptions> MakeWorkerOptions(const TrainerConfig& c, const Se
   options.udp.loss = c.udp_loss;
   options.udp.loss_seed = c.seed * 1000003 + c.worker_id;
   options.udp.chunk_elems = c.udp_chunk_elems;
+  options.udp.end_copies = c.udp_end_copies;
   options.priority_order = !c.fifo;
   PS_ASSIGN_OR_RETURN(options.shaping, net::ParseLinkShaping(c.shaping));
   for (size_t i = 0; i < s.params.size(); ++i) {

@@ -72,6 +72,7 @@ struct TrainerConfig {
   bool udp = false;
   double udp_loss = 0;
   uint32_t udp_chunk_elems = 8192;
+  uint32_t udp_end_copies = 2;  // UdpOptions::end_copies
   std::string shaping;
   bool fifo = false;
   bool error_feedback = false;

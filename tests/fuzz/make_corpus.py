@@ -136,12 +136,12 @@ UDP_NONCE = bytes(range(0xA0, 0xAC))
 
 def datagram(chunk_elems=256, chunk_index=0, chunk_count=4, payload=b"", codec=b"fp32",
              key=UDP_KEY, session=0x0123456789ABCDEF, worker=3, slice_=17, round_=42,
-             magic=b"PSU1", version=3, codec_len=None, reserved=0, payload_len=None,
+             magic=b"PSU1", version=3, codec_len=None, kind=0, reserved=0, payload_len=None,
              nonce=UDP_NONCE):
     """udp_datagram input: one datagram (net/udp_frame.h), its MAC the ChaCha20-Poly1305
     tag of everything before it under `key` and the datagram's nonce."""
     head = magic + struct.pack(
-        "<BBHQIIQIHHI", version, len(codec) if codec_len is None else codec_len, reserved,
+        "<BBBBQIIQIHHI", version, len(codec) if codec_len is None else codec_len, kind, reserved,
         session, worker, slice_, round_, chunk_elems, chunk_index, chunk_count,
         len(payload) if payload_len is None else payload_len) + nonce
     signed = head + codec + payload
@@ -195,7 +195,11 @@ UDP_DATAGRAM = {
     "nonce_flipped": flip(_V, 50),
     "codec_len_0": datagram(codec_len=0, payload=b"\x01"),
     "codec_len_65": datagram(codec_len=65, payload=b"\x01" * 70),
-    "reserved_set": datagram(reserved=0x100, payload=b"\x01"),
+    "reserved_set": datagram(reserved=1, payload=b"\x01"),
+    "valid_end": datagram(kind=1),
+    "end_with_payload": datagram(kind=1, payload=b"\x01"),
+    "end_chunk_index_1": datagram(kind=1, chunk_index=1),
+    "kind_2": datagram(kind=2, payload=b"\x01"),
     "payload_len_short": datagram(payload=b"\x01\x02", payload_len=1),
     "payload_len_huge": datagram(payload=b"\x01\x02", payload_len=0xFFFFFFFF),
     "codec_bad_char": datagram(codec=b"fp32;", payload=b"\x01"),

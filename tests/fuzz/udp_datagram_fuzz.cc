@@ -58,6 +58,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
                 "accepted a codec of a bad length");
   PS_FUZZ_CHECK(h.chunk_elems >= 1 && h.chunk_count >= 1 && h.chunk_index < h.chunk_count,
                 "accepted bad chunk fields");
+  PS_FUZZ_CHECK(h.kind == ps::net::DatagramKind::kChunk ||
+                    (h.kind == ps::net::DatagramKind::kEnd && view.payload.empty() &&
+                     h.chunk_index == 0),
+                "accepted an unknown kind, or an end with a payload or a chunk index");
   PS_FUZZ_CHECK(Inside(view.codec, input) && Inside(view.payload, input) &&
                     Inside(view.signed_bytes, input) && Inside(view.mac, input),
                 "a view points outside the input");

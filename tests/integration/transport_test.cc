@@ -349,7 +349,10 @@ TEST_P(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
+// Two workers push over UDP with 10% of their datagrams lost (seeded, so which ones is
+// known) and `end_copies` ends per push; the rounds close with the lost chunks masked:
+// at the workers' ends where one copy of each lossy push's end came, else at the deadline.
+void RunLossyUdpRound(uint32_t end_copies) {
   server::ServerOptions so = Options(2);
   so.udp_port = 0;
   // Long enough for both workers to send on a loaded machine; the lossy round waits for it.
@@ -369,6 +372,7 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
     o.udp.chunk_elems = kChunk;
     o.udp.loss = 0.1;
     o.udp.loss_seed = 2;
+    o.udp.end_copies = end_copies;
     auto worker = Worker::Start(o, *layout, Spans(init));
     ASSERT_TRUE(worker.ok()) << worker.status();
     workers.push_back(*std::move(worker));
@@ -399,6 +403,29 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
     }
   }
   ASSERT_GT(expected_lost, 0u) << "pick a seed that loses something";
+  // A slice closes at the workers' ends when each push lost nothing or kept an end.
+  uint64_t ends_lost = 0, at_deadline = 0;
+  for (uint32_t slice = 0; slice < kNumel / kSlice; ++slice) {
+    bool waits = false;
+    for (uint32_t w = 0; w < 2; ++w) {
+      bool lossy = false, ended = false;
+      for (uint32_t chunk = 0; chunk < kSlice / kChunk; ++chunk) {
+        lossy |= internal::udp_path::InjectedLoss(u, w, 0, slice, chunk);
+      }
+      for (uint32_t copy = 0; copy < end_copies; ++copy) {
+        const bool lost = internal::udp_path::InjectedLoss(u, w, 0, slice, kSlice / kChunk + copy);
+        ends_lost += lost;
+        ended |= !lost;
+      }
+      waits |= lossy && !ended;
+    }
+    at_deadline += waits;
+  }
+  if (end_copies == 0) {
+    EXPECT_GT(at_deadline, 0u);
+  } else {
+    ASSERT_LT(at_deadline, kNumel / kSlice) << "pick a seed that keeps some ends";
+  }
   // Chunks are counted by the receiving thread after the shard took them, possibly
   // after the round was published: wait (bounded) for the counts to settle.
   uint64_t lost = 0, received = 0;
@@ -414,8 +441,21 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtItsDeadlineAndTheMaskIsUsed) {
   EXPECT_EQ(lost, expected_lost);
   EXPECT_EQ(received, 2 * kNumel / kChunk - expected_lost);
   EXPECT_EQ(workers[0]->stats().udp_datagrams_dropped + workers[1]->stats().udp_datagrams_dropped,
-            expected_lost);
+            expected_lost + ends_lost);
+  uint64_t closed_at_deadline = 0;
+  for (size_t s = 0; s < c.num_shards(); ++s) {
+    closed_at_deadline += c.shard(s).shard().stats().rounds_closed_at_deadline;
+  }
+  EXPECT_EQ(closed_at_deadline, at_deadline);
 }
+
+TEST(UdpTest, WithTenPercentLossTheRoundClosesAtTheWorkersEndsAndTheMaskIsUsed) {
+  RunLossyUdpRound(/*end_copies=*/2);
+}
+
+TEST(UdpTest, WithoutEndsALossyRoundClosesAtItsDeadline) { RunLossyUdpRound(/*end_copies=*/0); }
+
+
 
 TEST(UdpTest, AWorkerPushingOverUdpNeedsAShardWithTheUdpPath) {
   testing::Cluster c = testing::StartCluster(1, Options(1));

@@ -103,7 +103,8 @@ TEST(UdpFrameTest, EncodesTheGoldenDatagramByteForByte) {
       Bytes({'P',  'S',  'U',  '1',                           // magic
              0x03,                                            // version
              0x04,                                            // codec_len
-             0x00, 0x00,                                      // reserved
+             0x00,                                            // kind: chunk
+             0x00,                                            // reserved
              0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11,  // session_id
              0x07, 0x00, 0x00, 0x00,                          // worker_id
              0x2a, 0x00, 0x00, 0x00,                          // slice_id 42
@@ -244,6 +245,38 @@ TEST(UdpFrameTest, ParsesEveryFieldBack) {
   EXPECT_TRUE(TestKey().Verify(view->nonce, view->signed_bytes, view->mac));
 }
 
+TEST(UdpFrameTest, EncodesAnEndAsKindOneWithoutPayload) {
+  DatagramHeader h = GoldenHeader();
+  h.kind = DatagramKind::kEnd;
+  h.chunk_index = 0;
+  std::string datagram;
+  ASSERT_TRUE(EncodeDatagramWithNonce(h, TestNonce(), "fp32", "", TestKey(), &datagram).ok());
+  EXPECT_EQ(datagram.size(), DatagramOverhead(4));
+  EXPECT_EQ(datagram[6], 1);  // kind
+  EXPECT_EQ(datagram[7], 0);  // reserved
+  auto view = ParseDatagram(datagram);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->header, h);
+  EXPECT_TRUE(view->payload.empty());
+  EXPECT_TRUE(TestKey().Verify(view->nonce, view->signed_bytes, view->mac));
+  // The kind is signed: a chunk turned into an end (or back) fails its MAC.
+  std::string flipped = datagram;
+  flipped[6] = 0;
+  auto chunk = ParseDatagram(flipped);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  EXPECT_EQ(chunk->header.kind, DatagramKind::kChunk);
+  EXPECT_FALSE(TestKey().Verify(chunk->nonce, chunk->signed_bytes, chunk->mac));
+
+  // An end carries nothing and names chunk 0.
+  std::string out;
+  absl::Status st = EncodeDatagram(h, "fp32", "x", TestKey(), &out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("an end carries chunk_index 0 and no payload"));
+  h.chunk_index = 2;
+  st = EncodeDatagram(h, "fp32", "", TestKey(), &out);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("not chunk_index 2 and 0 payload bytes"));
+}
+
 TEST(UdpFrameTest, RoundTripsAnEmptyPayloadAndTheLargestDatagram) {
   const std::string empty = Encode(GoldenHeader(), "fp32", "");
   auto view = ParseDatagram(empty);
@@ -308,8 +341,14 @@ TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
       {"codec_len 0", 5, {0}, 0, "codec_len 0 is outside [1, 64]"},
       {"codec_len 65", 5, {65}, 0, "codec_len 65 is outside"},
       {"codec_len 255", 5, {255}, 0, "codec_len 255 is outside"},
-      {"reserved low", 6, {1}, 0, "reserved is 1, must be 0"},
-      {"reserved high", 7, {0x80}, 0, "reserved is 32768"},
+      {"kind 2", 6, {2}, 0, "unknown kind 2 (0: chunk, 1: end)"},
+      {"kind 255", 6, {0xff}, 0, "unknown kind 255"},
+      {"an end with a payload",
+       6,
+       {1},
+       0,
+       "an end carries chunk_index 0 and no payload, not chunk_index 1 and 9 payload bytes"},
+      {"reserved", 7, {0x80}, 0, "reserved is 128, must be 0"},
       {"payload_len short",
        40,
        {8},

@@ -89,6 +89,21 @@ class UdpReceiverTest : public ::testing::Test {
     return d;
   }
 
+  // Worker w's end of its push of slice 0 for `round`.
+  std::string End(uint32_t w, uint64_t round = 0, uint32_t chunk_elems = kChunkElems) {
+    net::DatagramHeader h;
+    h.kind = net::DatagramKind::kEnd;
+    h.session_id = sessions_[w];
+    h.worker_id = w;
+    h.slice_id = 0;
+    h.round = round;
+    h.chunk_elems = chunk_elems;
+    h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kNumel, chunk_elems));
+    std::string d;
+    EXPECT_TRUE(net::EncodeDatagram(h, "fp32", "", *keys_[w], &d).ok());
+    return d;
+  }
+
   void SendAll(uint32_t w, float value, uint64_t round = 0) {
     for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(receiver_->Handle(Chunk(w, i, value, round)).ok());
   }
@@ -274,6 +289,92 @@ TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
   EXPECT_EQ(shard_->Snapshot(1).version, 0u);
 }
 
+// The end of worker 2's push says its missing chunk is lost, not on its way: the round
+// closes at once, masked as at a deadline; the end's second copy meets a closed round.
+TEST_F(UdpReceiverTest, AnEndClosesALossyRoundWithoutWaitingForItsDeadline) {
+  Make(3);
+  SendAll(0, 1.0f);
+  SendAll(1, 3.0f);
+  ASSERT_TRUE(receiver_->Handle(Chunk(2, 0, 5.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(Chunk(2, 1, 5.0f)).ok());
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  ASSERT_TRUE(receiver_->Handle(End(2)).ok());
+  EXPECT_THAT(AwaitVersion(1), ElementsAre(-3, -3, -3, -3, -3, -3, -3, -3, -2, -2));
+  const absl::Status copy = receiver_->Handle(End(2));
+  EXPECT_EQ(core::RefusalOf(copy), core::Refusal::kLate) << copy;
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.udp_chunks_lost, 1u);
+  EXPECT_EQ(st.masked_aggregations, 1u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
+  const transport::udp::Stats u = receiver_->stats();
+  EXPECT_EQ(u.ends, 1u);
+  EXPECT_EQ(u.ends_after_close, 1u);
+  EXPECT_EQ(u.stale, 0u) << "an end's later copy is not a stale datagram";
+  EXPECT_EQ(u.received, 8u);
+}
+
+// An end whose chunks were all lost settles its worker without making it an input: the
+// round closes with the others when they are the quorum, and is dropped at once below it.
+TEST_F(UdpReceiverTest, AnEndWithoutChunksSettlesItsWorkerWithoutAnInput) {
+  Make(3, "mean", std::chrono::milliseconds(10000), /*quorum=*/2);
+  SendAll(0, 1.0f);
+  SendAll(1, 3.0f);
+  ASSERT_TRUE(receiver_->Handle(End(2)).ok());
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 0u);
+  EXPECT_EQ(shard_->stats().masked_aggregations, 0u);
+}
+
+TEST_F(UdpReceiverTest, EveryWorkerEndedBelowTheQuorumDropsTheRoundAtOnce) {
+  Make(3);  // quorum 3
+  SendAll(0, 1.0f);
+  ASSERT_TRUE(receiver_->Handle(Chunk(1, 0, 3.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(End(1)).ok());
+  ASSERT_TRUE(receiver_->Handle(End(2)).ok());
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(0.0f));
+  EXPECT_EQ(shard_->stats().rounds_dropped_below_quorum, 1u);
+  EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 0u);
+}
+
+// A chunk reordered behind its push's end is still taken while the round is open; an
+// end that disagrees with its chunks is malformed; a slice pushed over gRPC has no end,
+// and a worker whose UDP push ended cannot push the slice over gRPC.
+TEST_F(UdpReceiverTest, EndsAreCheckedAgainstTheirPush) {
+  Make(3, "mean", std::chrono::milliseconds(10000), /*quorum=*/2);
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 1, 1.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(End(0)).ok());
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 2, 1.0f)).ok()) << "reordered behind its end";
+
+  // Worker 2 pushes over gRPC; an end of it after that is a duplicate.
+  auto codec = codecs::MakeCodec("fp32");
+  std::string payload;
+  ASSERT_TRUE((*codec)->Encode(std::vector<float>(kNumel, 5.0f), &payload).ok());
+  ASSERT_TRUE(shard_->Push(2, layout_hash_, 0, 0, "fp32", payload).ok());
+  const absl::Status after_grpc = receiver_->Handle(End(2));
+  EXPECT_EQ(core::RefusalOf(after_grpc), core::Refusal::kDuplicate) << after_grpc;
+  EXPECT_EQ(shard_->Snapshot(0).version, 0u) << "worker 1 has not settled";
+
+  // Worker 1: chunks of 4, then an end of chunks of 5: malformed, which quarantines it,
+  // and the round closes with workers 0 and 2, the quorum.
+  ASSERT_TRUE(receiver_->Handle(Chunk(1, 0, 3.0f)).ok());
+  const absl::Status other = receiver_->Handle(End(1, 0, 5));
+  EXPECT_EQ(core::RefusalOf(other), core::Refusal::kMalformed) << other;
+  EXPECT_THAT(std::string(other.message()), HasSubstr("2 chunks of 5 after chunks of 4, 3 of them"));
+  EXPECT_THAT(AwaitVersion(1), ::testing::Each(-3.0f));
+}
+
+TEST_F(UdpReceiverTest, AnEndedWorkerCannotPushTheSliceOverGrpc) {
+  Make(2);
+  ASSERT_TRUE(receiver_->Handle(End(0)).ok());  // every chunk of it lost
+  auto codec = codecs::MakeCodec("fp32");
+  std::string payload;
+  ASSERT_TRUE((*codec)->Encode(std::vector<float>(kNumel, 5.0f), &payload).ok());
+  const absl::Status st = shard_->Push(0, layout_hash_, 0, 0, "fp32", payload);
+  EXPECT_EQ(core::RefusalOf(st), core::Refusal::kDuplicate) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("its UDP push of it ended"));
+}
+
 TEST_F(UdpReceiverTest, ASliceWhoseDatagramsWereAllLostIsDroppedAfterOneMoreDeadline) {
   Make(2);
   SendAll(0, 1.0f);
@@ -375,6 +476,35 @@ TEST_F(UdpReceiverTest, ABurstThroughTheSocketIsTakenWholeByTheThreads) {
   EXPECT_EQ(receiver_->stats().received, 3u * kWorkers);
   EXPECT_EQ(receiver_->stats().malformed, 3u);
   EXPECT_EQ(receiver_->stats().replayed, 0u);
+}
+
+// Every worker's last chunk and its end leave back to back, round after round: the
+// receiving threads take them in batches of their own, and an end must never be applied
+// before the chunks queued ahead of it (none is counted lost, every round is exact), nor
+// wait for a deadline (the manual clock never moves).
+TEST_F(UdpReceiverTest, AnEndThroughTheSocketNeverOvertakesItsChunks) {
+  constexpr uint32_t kWorkers = 8;
+  constexpr uint64_t kRounds = 30;
+  Make(kWorkers);
+  boost::asio::io_context io;
+  boost::asio::ip::udp::socket socket(io, boost::asio::ip::udp::v4());
+  const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"),
+                                          receiver_->port());
+  float expected = 0;
+  for (uint64_t round = 0; round < kRounds; ++round) {
+    for (uint32_t w = 0; w < kWorkers; ++w) {
+      for (uint16_t i = 0; i < 3; ++i) {
+        socket.send_to(boost::asio::buffer(Chunk(w, i, static_cast<float>(w), round)), to);
+      }
+      socket.send_to(boost::asio::buffer(End(w, round)), to);
+    }
+    expected -= 3.5f;  // mean(0..7)
+    EXPECT_THAT(AwaitVersion(round + 1), ::testing::Each(expected)) << "round " << round;
+  }
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.udp_chunks_lost, 0u);
+  EXPECT_EQ(st.masked_aggregations, 0u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
 }
 
 }  // namespace

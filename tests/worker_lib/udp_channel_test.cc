@@ -9,6 +9,7 @@
 #include <sys/time.h>
 
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -114,9 +115,30 @@ TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   }
   EXPECT_EQ(payloads[0], *pushes[0].payload);
   EXPECT_EQ(payloads[1], *pushes[1].payload);
+  // After the last chunk, the push's end, twice (UdpOptions::end_copies): kind 1, the
+  // push's geometry, no payload, signed, each under a nonce of its own.
+  std::set<std::string> nonces;
+  for (int i = 0; i < 2; ++i) {
+    const std::string bytes = Receive();
+    auto view = net::ParseDatagram(bytes);
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_TRUE(key_.Verify(view->nonce, view->signed_bytes, view->mac));
+    const net::DatagramHeader& h = view->header;
+    EXPECT_EQ(h.kind, net::DatagramKind::kEnd);
+    EXPECT_EQ(h.session_id, 77u);
+    EXPECT_EQ(h.worker_id, 5u);
+    EXPECT_EQ(h.slice_id, 6u);
+    EXPECT_EQ(h.round, 3u);
+    EXPECT_EQ(h.chunk_elems, 4u);
+    EXPECT_EQ(h.chunk_index, 0u);
+    EXPECT_EQ(h.chunk_count, 2u);
+    EXPECT_TRUE(view->payload.empty());
+    nonces.insert(std::string(view->nonce));
+  }
+  EXPECT_EQ(nonces.size(), 2u);
   WorkerStats stats;
   channel_->FillStats(stats);
-  EXPECT_EQ(stats.udp_datagrams_sent, 2u);
+  EXPECT_EQ(stats.udp_datagrams_sent, 4u);
   EXPECT_EQ(stats.udp_datagrams_dropped, 0u);
   EXPECT_GT(stats.udp_bytes, 24u);
 }

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <climits>
 #include <cstring>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -63,7 +64,8 @@ class Receiver::Impl {
     const timeval timeout{0, 200'000};
     ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     port_ = socket_.local_endpoint().port();
-    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this] { ReceiveLoop(); });
+    busy_.assign(threads, 0);
+    for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this, i] { ReceiveLoop(i); });
     return absl::OkStatus();
   }
 
@@ -80,10 +82,30 @@ class Receiver::Impl {
     s.replayed = replayed_.load();
     s.stale = stale_.load();
     s.refused = refused_.load();
+    s.ends = ends_.load();
+    s.ends_after_close = ends_after_close_.load();
     return s;
   }
 
+  // Handle(): an end is applied at once.
   absl::Status Handle(std::string_view datagram) {
+    absl::StatusOr<net::DatagramView> view = Check(datagram);
+    if (!view.ok()) return view.status();
+    return Apply(view->header, view->codec, view->payload);
+  }
+
+ private:
+  // An end taken from batch `batch`, waiting for the batches before it.
+  struct PendingEnd {
+    uint64_t batch = 0;
+    net::DatagramHeader header;
+    std::string codec;
+  };
+
+  // Steps 1-3 of Handle (docs/transport.md, "Receiving"): the datagram parses, its
+  // session is known, its MAC verifies and it names the session's worker. Counts and
+  // returns why not.
+  absl::StatusOr<net::DatagramView> Check(std::string_view datagram) {
     bytes_.fetch_add(datagram.size(), std::memory_order_relaxed);
     absl::StatusOr<net::DatagramView> view = net::ParseDatagram(datagram);
     if (!view.ok()) return Drop(malformed_, "malformed", view.status());
@@ -102,14 +124,28 @@ class Receiver::Impl {
                       "datagram names worker ", view->header.worker_id,
                       " under the UDP session of worker ", (*peer)->worker_id)));
     }
-    absl::Status st = front_->PushChunk(view->header, view->codec, view->payload);
+    return view;
+  }
+
+  // Step 4: the shard takes the chunk or end, or refuses it (counted by its kind).
+  absl::Status Apply(const net::DatagramHeader& header, std::string_view codec,
+                     std::string_view payload) {
+    const bool end = header.kind == net::DatagramKind::kEnd;
+    absl::Status st = front_->PushChunk(header, codec, payload);
     if (st.ok()) {
-      received_.fetch_add(1, std::memory_order_relaxed);
+      (end ? ends_ : received_).fetch_add(1, std::memory_order_relaxed);
+      return st;
+    }
+    const Refusal kind = core::RefusalOf(st).value_or(Refusal::kCount);
+    // A worker sends each end more than once (UdpOptions::end_copies); the copy after
+    // the one that closed the round is expected, not a sign of trouble.
+    if (end && kind == Refusal::kLate) {
+      ends_after_close_.fetch_add(1, std::memory_order_relaxed);
       return st;
     }
     // By the refusal's kind, not its code: an unknown slice or a codec outside the policy
     // is a refusal like a future round, not a malformed datagram.
-    switch (core::RefusalOf(st).value_or(Refusal::kCount)) {
+    switch (kind) {
       case Refusal::kDuplicate:
         return Drop(replayed_, "replayed", st);
       case Refusal::kLate:
@@ -121,7 +157,6 @@ class Receiver::Impl {
     }
   }
 
- private:
   // SO_RCVBUFFORCE passes net.core.rmem_max where the process may (CAP_NET_ADMIN): a
   // shard is often the only user of its host's UDP buffers. Otherwise SO_RCVBUF, which
   // the kernel caps at rmem_max.
@@ -143,10 +178,48 @@ class Receiver::Impl {
     return why;
   }
 
+  // Whether every batch numbered below `batch` has been handled (gate_mu_ held).
+  bool EarlierBatchesDoneLocked(uint64_t batch) const {
+    return std::all_of(busy_.begin(), busy_.end(),
+                       [batch](uint64_t b) { return b == 0 || b >= batch; });
+  }
+
+  // An end from batch `batch`: applied once no thread still handles an earlier batch,
+  // so that every chunk the worker sent before it (earlier in the socket's queue, so
+  // in an earlier batch or earlier in this one) has been taken first.
+  void EndFromBatch(const net::DatagramView& view, uint64_t batch) {
+    {
+      std::lock_guard<std::mutex> lock(gate_mu_);
+      if (!EarlierBatchesDoneLocked(batch)) {
+        pending_.push_back({batch, view.header, std::string(view.codec)});
+        return;
+      }
+    }
+    Apply(view.header, view.codec, view.payload).IgnoreError();
+  }
+
+  // Thread `thread` handled its batch: applies the ends that waited for it.
+  void FinishBatch(uint32_t thread) {
+    std::vector<PendingEnd> ready;
+    {
+      std::lock_guard<std::mutex> lock(gate_mu_);
+      busy_[thread] = 0;
+      auto waiting = std::partition(pending_.begin(), pending_.end(), [this](const PendingEnd& e) {
+        return !EarlierBatchesDoneLocked(e.batch);
+      });
+      ready.assign(std::make_move_iterator(waiting), std::make_move_iterator(pending_.end()));
+      pending_.erase(waiting, pending_.end());
+    }
+    for (const PendingEnd& e : ready) Apply(e.header, e.codec, {}).IgnoreError();
+  }
+
   // One receiving thread: up to kBatch datagrams per system call (recvmmsg returns as
   // soon as one is there and takes what else is queued), each handled in turn. The
   // threads share the socket, so one busy sender's datagrams spread over all of them.
-  void ReceiveLoop() {
+  // They take turns at the socket (recv_mu_), which numbers each batch as it leaves
+  // it: the order the datagrams were queued in, which an end relies on (EndFromBatch);
+  // the batches are handled in parallel.
+  void ReceiveLoop(uint32_t thread) {
     // One more byte than the largest datagram, so an oversized one shows as too long.
     constexpr size_t kBufferBytes = net::kMaxDatagramBytes + 1;
     std::vector<char> buffers(kBatch * kBufferBytes);
@@ -160,9 +233,23 @@ class Receiver::Impl {
         msgs[i].msg_hdr.msg_iov = &iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
       }
-      const int n = ::recvmmsg(fd, msgs.data(), kBatch, MSG_WAITFORONE, nullptr);
+      int n = 0;
+      uint64_t batch = 0;
+      {
+        std::lock_guard<std::mutex> turn(recv_mu_);
+        if (stopping_.load()) break;
+        n = ::recvmmsg(fd, msgs.data(), kBatch, MSG_WAITFORONE, nullptr);
+        if (n > 0) {
+          batch = ++batches_;
+          std::lock_guard<std::mutex> lock(gate_mu_);
+          busy_[thread] = batch;
+        }
+      }
       // After the shutdown in ~Impl a call returns at once, with an empty "datagram".
-      if (stopping_.load()) break;
+      if (stopping_.load()) {
+        if (n > 0) FinishBatch(thread);
+        break;
+      }
       if (n <= 0) {
         if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
           spdlog::error("shard {}: UDP receive failed: {}", shard_->shard_id(),
@@ -172,9 +259,16 @@ class Receiver::Impl {
         continue;
       }
       for (int i = 0; i < n; ++i) {
-        Handle(std::string_view(buffers.data() + i * kBufferBytes, msgs[i].msg_len))
-            .IgnoreError();
+        absl::StatusOr<net::DatagramView> view =
+            Check(std::string_view(buffers.data() + i * kBufferBytes, msgs[i].msg_len));
+        if (!view.ok()) continue;
+        if (view->header.kind == net::DatagramKind::kEnd) {
+          EndFromBatch(*view, batch);
+        } else {
+          Apply(view->header, view->codec, view->payload).IgnoreError();
+        }
       }
+      FinishBatch(thread);
     }
   }
 
@@ -186,8 +280,15 @@ class Receiver::Impl {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
+  // The socket's turn: one thread at a time receives, and numbers its batch.
+  std::mutex recv_mu_;
+  uint64_t batches_ = 0;  // guarded by recv_mu_
+  // busy_[t]: the batch thread t handles (0: none); ends waiting for earlier batches.
+  std::mutex gate_mu_;
+  std::vector<uint64_t> busy_;
+  std::vector<PendingEnd> pending_;
   std::atomic<uint64_t> received_{0}, bytes_{0}, malformed_{0}, unknown_session_{0}, forged_{0},
-      replayed_{0}, stale_{0}, refused_{0};
+      replayed_{0}, stale_{0}, refused_{0}, ends_{0}, ends_after_close_{0};
 };
 
 Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -234,6 +335,12 @@ BackendScrape Receiver::Collect(const ShardStats& shard,
     dropped.series.push_back({{{"reason", reason}}, static_cast<double>(count)});
   }
   out.families.push_back(std::move(dropped));
+  BackendFamily ends{"ps_udp_push_ends_total",
+                     "Ends of UDP pushes (each sent more than once), by what the shard did",
+                     BackendFamily::Type::kCounter, {}};
+  ends.series.push_back({{{"outcome", "taken"}}, static_cast<double>(u.ends)});
+  ends.series.push_back({{{"outcome", "after_close"}}, static_cast<double>(u.ends_after_close)});
+  out.families.push_back(std::move(ends));
   // Per worker id, as the shard's per-worker families (spares that never joined: none).
   BackendFamily chunks{"ps_worker_udp_chunks_total", "UDP chunks of a worker taken into a round",
                        BackendFamily::Type::kCounter, {}};
@@ -248,7 +355,8 @@ BackendScrape Receiver::Collect(const ShardStats& shard,
 
 std::string Receiver::TotalsLine(const ShardStats& shard) const {
   const Stats u = stats();
-  return absl::StrCat("UDP: ", u.received, " chunks taken, ", shard.udp_chunks_lost, " lost, ", u.malformed,
+  return absl::StrCat("UDP: ", u.received, " chunks taken, ", shard.udp_chunks_lost, " lost, ",
+                      u.ends, " push ends taken, ", u.malformed,
                       " malformed, ", u.unknown_session, " unknown session, ", u.forged,
                       " forged, ", u.replayed, " replayed, ", u.stale, " stale, ", u.refused,
                       " refused");

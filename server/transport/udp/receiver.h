@@ -8,8 +8,9 @@
 //
 // A DataBackend (server/transport/backend.h), started from the backend list.
 //
-// Thread safety: `threads` owned threads share the socket, each taking up to 16
-// datagrams per recvmmsg call and handling them in turn; Handle() and stats() may be
+// Thread safety: `threads` owned threads share the socket, taking turns to take up to 16
+// datagrams per recvmmsg call and handling them in turn, in parallel; an end of a push
+// waits until every batch taken before its own was handled. Handle() and stats() may be
 // called from any thread. The front (and its shard) is borrowed and must outlive the
 // receiver.
 #pragma once
@@ -34,6 +35,8 @@ struct Stats {
   uint64_t replayed = 0;         // a chunk already taken this round (duplicate)
   uint64_t stale = 0;            // for a round already closed (late)
   uint64_t refused = 0;          // other refusals (unknown slice, future round, no layout, ...)
+  uint64_t ends = 0;             // ends of pushes taken by the shard (a repeated one too)
+  uint64_t ends_after_close = 0;  // ends for a round already closed (an end's later copy)
 };
 
 class Receiver final : public DataBackend {
@@ -61,7 +64,8 @@ class Receiver final : public DataBackend {
   // Stops the receiving threads (a datagram being handled is finished). Idempotent.
   void Stop() override;
   // What the receiving thread does with one datagram (also used by tests and the fuzz
-  // target). Returns why it was dropped, or OK when the shard took the chunk.
+  // target); an end is applied at once. Returns why it was dropped, or OK when the shard
+  // took the chunk or end.
   absl::Status Handle(std::string_view datagram);
 
  private:

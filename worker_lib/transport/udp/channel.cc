@@ -61,6 +61,24 @@ class UdpChannel::Push final : public DataChannel::PushCall {
     channel_->sender_->Enqueue(
         p.priority, p.round, route_.endpoint, std::move(datagram), p.payload, payload,
         InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id, p.chunk_index));
+    if (h.chunk_index + 1u == h.chunk_count) return SendEnd(h, p);
+    return absl::OkStatus();
+  }
+
+  // After the slice's last chunk (a push's chunks are handed over in order, in one
+  // call), the end's copies, queued behind them: the same priority and round.
+  absl::Status SendEnd(net::DatagramHeader h, const OutgoingPush& p) const {
+    const UdpOptions& options = channel_->options_;
+    h.kind = net::DatagramKind::kEnd;
+    h.chunk_index = 0;
+    for (uint32_t copy = 0; copy < options.end_copies; ++copy) {
+      std::string datagram;
+      PS_RETURN_IF_ERROR(net::EncodeDatagram(h, p.codec, {}, *route_.key, &datagram));
+      // Each copy is lost on its own: numbered after the chunks for the injection.
+      channel_->sender_->Enqueue(p.priority, p.round, route_.endpoint, std::move(datagram),
+                                 InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id,
+                                              uint32_t{h.chunk_count} + copy));
+    }
     return absl::OkStatus();
   }
 
