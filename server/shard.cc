@@ -298,7 +298,12 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   if (end) {
     absl::StatusOr<SliceRound::Progress> progress =
         s->AcceptEnd({worker_id, h.round, h.chunk_count, h.chunk_elems});
-    if (!progress.ok()) return RefusedPush(worker_id, progress.status());
+    if (!progress.ok()) {
+      // A later copy of the end that closed the round, or a straggler's end: expected,
+      // and counted by the backend (ps_udp_push_ends_total), not as a refused push.
+      if (core::RefusalOf(progress.status()) == Refusal::kLate) return progress.status();
+      return RefusedPush(worker_id, progress.status());
+    }
     NotePresent(worker_id, clock_->Now(), "the end of a UDP push");
     if (progress->closed) Closed(*s, h.round, progress->at_deadline);
     return absl::OkStatus();

@@ -310,6 +310,8 @@ TEST_F(UdpReceiverTest, AnEndClosesALossyRoundWithoutWaitingForItsDeadline) {
   EXPECT_EQ(u.ends, 1u);
   EXPECT_EQ(u.ends_after_close, 1u);
   EXPECT_EQ(u.stale, 0u) << "an end's later copy is not a stale datagram";
+  EXPECT_EQ(st.workers[2].refusals[static_cast<size_t>(Refusal::kLate)], 0u)
+      << "nor a late push of its worker";
   EXPECT_EQ(u.received, 8u);
 }
 
