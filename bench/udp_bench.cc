@@ -44,6 +44,7 @@ struct UdpFlags {
   uint64_t numel = 1u << 22;
   int rounds = 5;
   uint32_t chunk_elems = 8192;
+  uint32_t end_copies = 2;  // UdpOptions::end_copies
   // Sender pacing (0: unpaced). The shard's receiving threads keep up with an unpaced
   // sender on loopback (docs/transport.md); pacing is for links slower than the sender.
   double rate_mbps = 0;
@@ -86,12 +87,15 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   wo.shard_addresses = {absl::StrCat("127.0.0.1:", server->port())};
   wo.push.path = udp ? PushPath::kUdp : PushPath::kDataPlane;
   wo.udp.chunk_elems = f.chunk_elems;
+  wo.udp.end_copies = f.end_copies;
   wo.udp.loss = loss;
   wo.udp.rate_mbps = f.rate_mbps;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Start(wo, layout, init));
   const std::vector<std::span<float>> outs = {params};
   Measured m;
-  uint64_t taken_before = 0;
+  uint64_t taken_before = 0, chunks_before = 0;
+  // The end datagrams each round offers (sent or dropped by the injection).
+  const uint64_t ends_per_round = uint64_t{layout.slices().size()} * wo.udp.end_copies;
   for (int r = 0; r <= f.rounds; ++r) {
     PS_RETURN_IF_ERROR(worker->PullAll(uint64_t(r), outs, std::chrono::seconds(60)).status());
     const uint64_t dropped_before = worker->stats().udp_datagrams_dropped;
@@ -99,14 +103,17 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
     const double t0 = NowSeconds();
     PS_RETURN_IF_ERROR(worker->Push(0, uint64_t(r), grad));
     PS_RETURN_IF_ERROR(worker->WaitPushes());
-    uint64_t taken = 0;
+    uint64_t taken = 0, chunks_taken = 0;
     if (udp) {
-      // Wait until every datagram sent was taken, or nothing more came for 20 ms.
+      // Wait until every datagram sent was taken, or nothing more came for 20 ms. Each
+      // slice's push ends with end_copies end datagrams, counted apart from the chunks.
       const uint64_t sent = worker->stats().udp_datagrams_sent - sent_before;
       double last_change = NowSeconds(), last_seen_at = t0;
       uint64_t last = ~uint64_t{0};
       for (;;) {
-        taken = server->udp_stats()->received - taken_before;
+        const server::transport::udp::Stats u = *server->udp_stats();
+        taken = u.received + u.ends + u.ends_after_close - taken_before;
+        chunks_taken = u.received - chunks_before;
         const double now = NowSeconds();
         if (taken != last) {
           last = taken;
@@ -121,6 +128,7 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
         m.kernel_lost += sent - taken;
       }
       taken_before += taken;
+      chunks_before += chunks_taken;
     } else if (r > 0) {
       m.seconds += NowSeconds() - t0;
     }
@@ -129,7 +137,12 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
       // Offered: what was sent (taken or lost in the kernel) plus what injection dropped.
       const uint64_t offered = (worker->stats().udp_datagrams_sent - sent_before) +
                                (worker->stats().udp_datagrams_dropped - dropped_before);
-      m.delivered += udp ? double(taken) / double(std::max<uint64_t>(1, offered)) : 1.0;
+      // Ends carry no coordinates: the chunks taken among the chunks offered.
+      const uint64_t chunks_offered = offered - std::min(offered, ends_per_round);
+      m.delivered +=
+          udp ? double(chunks_taken) / double(std::max<uint64_t>(1, chunks_offered)) : 1.0;
+      // What the datagrams carried: the chunks' share of them (the ends carry nothing).
+
     }
   }
   m.delivered /= f.rounds;
@@ -303,6 +316,10 @@ Command AddUdpCommand(CLI::App& app) {
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
   sub->add_option("--chunk-elems", f->chunk_elems, "Values per datagram")->capture_default_str();
+  sub->add_option("--end-copies", f->end_copies,
+                  "End datagrams after each slice's chunks (UdpOptions::end_copies)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 16));
   sub->add_option("--rate-mbps", f->rate_mbps, "UDP sender pacing in Mbit/s (0: unpaced)")
       ->capture_default_str();
   sub->add_option("--json", f->json, "Also write the rows as a JSON array to FILE")->option_text("FILE");

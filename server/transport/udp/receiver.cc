@@ -1,5 +1,6 @@
 #include "server/transport/udp/receiver.h"
 
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -40,8 +41,9 @@ class Receiver::Impl {
 
   void Stop() {
     if (stopping_.exchange(true)) return;
-    // Wakes every thread blocked in recvmmsg (it returns 0): on Linux this works on an
-    // unconnected UDP socket too, although the call reports ENOTCONN.
+    // Wakes every thread waiting in poll (the socket reads as readable, and recvmmsg
+    // returns 0): on Linux this works on an unconnected UDP socket too, although the
+    // call reports ENOTCONN.
     if (socket_.is_open()) ::shutdown(socket_.native_handle(), SHUT_RDWR);
     for (std::thread& t : threads_) t.join();
   }
@@ -59,12 +61,10 @@ class Receiver::Impl {
     if (ec) {
       return absl::UnavailableError(absl::StrCat("UDP: cannot bind ", host, ":", port, ": ", ec.message()));
     }
-    // A bounded wait, so that a thread notices the stop flag even if the wake-up above
-    // were lost.
-    const timeval timeout{0, 200'000};
-    ::setsockopt(socket_.native_handle(), SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
     port_ = socket_.local_endpoint().port();
-    busy_.assign(threads, 0);
+    num_threads_ = threads;
+    phase_ = std::make_unique<std::atomic<uint64_t>[]>(threads);
+    for (uint32_t i = 0; i < threads; ++i) phase_[i].store(0);
     for (uint32_t i = 0; i < threads; ++i) threads_.emplace_back([this, i] { ReceiveLoop(i); });
     return absl::OkStatus();
   }
@@ -95,9 +95,9 @@ class Receiver::Impl {
   }
 
  private:
-  // An end taken from batch `batch`, waiting for the batches before it.
+  // An end waiting for other threads' batches: waits[t], thread t's phase then.
   struct PendingEnd {
-    uint64_t batch = 0;
+    std::vector<uint64_t> waits;
     net::DatagramHeader header;
     std::string codec;
   };
@@ -178,47 +178,61 @@ class Receiver::Impl {
     return why;
   }
 
-  // Whether every batch numbered below `batch` has been handled (gate_mu_ held).
-  bool EarlierBatchesDoneLocked(uint64_t batch) const {
-    return std::all_of(busy_.begin(), busy_.end(),
-                       [batch](uint64_t b) { return b == 0 || b >= batch; });
+  // Whether every thread `waits` names has moved past the phase it was in: waits[t] odd
+  // is a phase in which thread t held a batch (or was taking one) when the end came.
+  bool Passed(const std::vector<uint64_t>& waits) const {
+    for (size_t t = 0; t < waits.size(); ++t) {
+      if ((waits[t] & 1) != 0 && phase_[t].load() == waits[t]) return false;
+    }
+    return true;
   }
 
-  // An end from batch `batch`: applied once no thread still handles an earlier batch,
-  // so that every chunk the worker sent before it (earlier in the socket's queue, so
-  // in an earlier batch or earlier in this one) has been taken first.
-  void EndFromBatch(const net::DatagramView& view, uint64_t batch) {
-    {
+  // An end taken by thread `thread`: applied once every other thread that held a batch,
+  // or was taking one, when the end came has handled it. A chunk the worker sent before
+  // the end was ahead of it in the socket's queue, so it was taken before the end was:
+  // by one of those batches, or earlier in this thread's own.
+  void EndFromThread(const net::DatagramView& view, uint32_t thread) {
+    std::vector<uint64_t> waits(num_threads_, 0);
+    bool wait = false;
+    for (size_t t = 0; t < waits.size(); ++t) {
+      if (t == thread) continue;
+      waits[t] = phase_[t].load();
+      wait |= (waits[t] & 1) != 0;
+    }
+    if (wait) {
       std::lock_guard<std::mutex> lock(gate_mu_);
-      if (!EarlierBatchesDoneLocked(batch)) {
-        pending_.push_back({batch, view.header, std::string(view.codec)});
+      // Checked again under the lock, after the end is counted as pending: a thread that
+      // moved on in between either sees the count (Settle) or is seen here.
+      pending_count_.fetch_add(1);
+      if (!Passed(waits)) {
+        pending_.push_back({std::move(waits), view.header, std::string(view.codec)});
         return;
       }
+      pending_count_.fetch_sub(1);
     }
     Apply(view.header, view.codec, view.payload).IgnoreError();
   }
 
-  // Thread `thread` handled its batch: applies the ends that waited for it.
-  void FinishBatch(uint32_t thread) {
+  // A thread moved to an even phase: applies the ends that waited for it.
+  void Settle() {
+    if (pending_count_.load() == 0) return;
     std::vector<PendingEnd> ready;
     {
       std::lock_guard<std::mutex> lock(gate_mu_);
-      busy_[thread] = 0;
-      auto waiting = std::partition(pending_.begin(), pending_.end(), [this](const PendingEnd& e) {
-        return !EarlierBatchesDoneLocked(e.batch);
-      });
+      auto waiting = std::partition(pending_.begin(), pending_.end(),
+                                    [this](const PendingEnd& e) { return !Passed(e.waits); });
       ready.assign(std::make_move_iterator(waiting), std::make_move_iterator(pending_.end()));
       pending_.erase(waiting, pending_.end());
+      pending_count_.fetch_sub(ready.size());
     }
     for (const PendingEnd& e : ready) Apply(e.header, e.codec, {}).IgnoreError();
   }
 
-  // One receiving thread: up to kBatch datagrams per system call (recvmmsg returns as
-  // soon as one is there and takes what else is queued), each handled in turn. The
-  // threads share the socket, so one busy sender's datagrams spread over all of them.
-  // They take turns at the socket (recv_mu_), which numbers each batch as it leaves
-  // it: the order the datagrams were queued in, which an end relies on (EndFromBatch);
-  // the batches are handled in parallel.
+  // One receiving thread: up to kBatch datagrams per system call (recvmmsg takes what is
+  // queued without waiting), each handled in turn; when the socket is empty it waits in
+  // poll, holding nothing. The threads share the socket, so one busy sender's datagrams
+  // spread over all of them. Each thread's phase is odd from just before it takes a batch
+  // until it handled it, even while it waits: what an end waits for (EndFromThread).
   void ReceiveLoop(uint32_t thread) {
     // One more byte than the largest datagram, so an oversized one shows as too long.
     constexpr size_t kBufferBytes = net::kMaxDatagramBytes + 1;
@@ -226,6 +240,7 @@ class Receiver::Impl {
     std::array<iovec, kBatch> iov{};
     std::array<mmsghdr, kBatch> msgs{};
     const int fd = socket_.native_handle();
+    std::atomic<uint64_t>& phase = phase_[thread];
     while (!stopping_.load(std::memory_order_relaxed)) {
       for (unsigned i = 0; i < kBatch; ++i) {
         iov[i] = {buffers.data() + i * kBufferBytes, kBufferBytes};
@@ -233,42 +248,32 @@ class Receiver::Impl {
         msgs[i].msg_hdr.msg_iov = &iov[i];
         msgs[i].msg_hdr.msg_iovlen = 1;
       }
-      int n = 0;
-      uint64_t batch = 0;
-      {
-        std::lock_guard<std::mutex> turn(recv_mu_);
-        if (stopping_.load()) break;
-        n = ::recvmmsg(fd, msgs.data(), kBatch, MSG_WAITFORONE, nullptr);
-        if (n > 0) {
-          batch = ++batches_;
-          std::lock_guard<std::mutex> lock(gate_mu_);
-          busy_[thread] = batch;
-        }
-      }
-      // After the shutdown in ~Impl a call returns at once, with an empty "datagram".
-      if (stopping_.load()) {
-        if (n > 0) FinishBatch(thread);
-        break;
-      }
-      if (n <= 0) {
-        if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-          spdlog::error("shard {}: UDP receive failed: {}", shard_->shard_id(),
-                        std::strerror(errno));
-          std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy loop
-        }
-        continue;
-      }
-      for (int i = 0; i < n; ++i) {
+      phase.fetch_add(1);  // odd: taking a batch
+      const int n = ::recvmmsg(fd, msgs.data(), kBatch, MSG_DONTWAIT, nullptr);
+      const int error = n < 0 ? errno : 0;
+      // After the shutdown in Stop a call returns at once, with an empty "datagram".
+      for (int i = 0; i < n && !stopping_.load(std::memory_order_relaxed); ++i) {
         absl::StatusOr<net::DatagramView> view =
             Check(std::string_view(buffers.data() + i * kBufferBytes, msgs[i].msg_len));
         if (!view.ok()) continue;
         if (view->header.kind == net::DatagramKind::kEnd) {
-          EndFromBatch(*view, batch);
+          EndFromThread(*view, thread);
         } else {
           Apply(view->header, view->codec, view->payload).IgnoreError();
         }
       }
-      FinishBatch(thread);
+      phase.fetch_add(1);  // even: holds nothing
+      Settle();
+      if (stopping_.load()) break;
+      if (n > 0) continue;
+      if (n == 0 || error == EAGAIN || error == EWOULDBLOCK || error == EINTR) {
+        // Bounded, so that a thread notices the stop flag even if the wake-up were lost.
+        pollfd readable{fd, POLLIN, 0};
+        ::poll(&readable, 1, 200);
+        continue;
+      }
+      spdlog::error("shard {}: UDP receive failed: {}", shard_->shard_id(), std::strerror(error));
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // no busy loop
     }
   }
 
@@ -280,13 +285,12 @@ class Receiver::Impl {
   uint16_t port_ = 0;
   std::atomic<bool> stopping_{false};
   std::vector<std::thread> threads_;
-  // The socket's turn: one thread at a time receives, and numbers its batch.
-  std::mutex recv_mu_;
-  uint64_t batches_ = 0;  // guarded by recv_mu_
-  // busy_[t]: the batch thread t handles (0: none); ends waiting for earlier batches.
+  uint32_t num_threads_ = 0;  // set before the threads start
+  // phase_[t]: thread t's phase (ReceiveLoop); ends waiting for other threads' batches.
+  std::unique_ptr<std::atomic<uint64_t>[]> phase_;
   std::mutex gate_mu_;
-  std::vector<uint64_t> busy_;
-  std::vector<PendingEnd> pending_;
+  std::vector<PendingEnd> pending_;  // guarded by gate_mu_
+  std::atomic<size_t> pending_count_{0};
   std::atomic<uint64_t> received_{0}, bytes_{0}, malformed_{0}, unknown_session_{0}, forged_{0},
       replayed_{0}, stale_{0}, refused_{0}, ends_{0}, ends_after_close_{0};
 };

@@ -8,9 +8,9 @@
 //
 // A DataBackend (server/transport/backend.h), started from the backend list.
 //
-// Thread safety: `threads` owned threads share the socket, taking turns to take up to 16
-// datagrams per recvmmsg call and handling them in turn, in parallel; an end of a push
-// waits until every batch taken before its own was handled. Handle() and stats() may be
+// Thread safety: `threads` owned threads share the socket, each taking up to 16
+// datagrams per recvmmsg call and handling them in turn; an end of a push waits until
+// the batches other threads held when it came were handled. Handle() and stats() may be
 // called from any thread. The front (and its shard) is borrowed and must outlive the
 // receiver.
 #pragma once
