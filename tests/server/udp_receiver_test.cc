@@ -108,6 +108,23 @@ class UdpReceiverTest : public ::testing::Test {
     for (uint16_t i = 0; i < 3; ++i) ASSERT_TRUE(receiver_->Handle(Chunk(w, i, value, round)).ok());
   }
 
+  // Workers 0 and 1 push 1 and 3 whole; worker 2 pushes 5 but its last chunk is lost.
+  void SendTwoAndOneWithoutItsLastChunk() {
+    SendAll(0, 1.0f);
+    SendAll(1, 3.0f);
+    ASSERT_TRUE(receiver_->Handle(Chunk(2, 0, 5.0f)).ok());
+    ASSERT_TRUE(receiver_->Handle(Chunk(2, 1, 5.0f)).ok());
+    EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  }
+
+  // Worker w's whole push of slice 0 for round 0 over gRPC, `value` everywhere.
+  absl::Status PushOverGrpc(uint32_t w, float value) {
+    auto codec = codecs::MakeCodec("fp32");
+    std::string payload;
+    EXPECT_TRUE((*codec)->Encode(std::vector<float>(kNumel, value), &payload).ok());
+    return shard_->Push(w, layout_hash_, 0, 0, "fp32", payload);
+  }
+
   std::vector<float> AwaitVersion(uint64_t version, uint32_t slice = 0) {
     auto done = std::make_shared<absl::Notification>();
     shard_->Watch(slice, version, [done](bool) { done->Notify(); });
@@ -270,12 +287,8 @@ TEST_F(UdpReceiverTest, AMalformedChunkQuarantinesItsWorker) {
 
 TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
   Make(3);
-  SendAll(0, 1.0f);
-  SendAll(1, 3.0f);
   // Worker 2's last chunk (coordinates 8 and 9) is lost.
-  ASSERT_TRUE(receiver_->Handle(Chunk(2, 0, 5.0f)).ok());
-  ASSERT_TRUE(receiver_->Handle(Chunk(2, 1, 5.0f)).ok());
-  EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  SendTwoAndOneWithoutItsLastChunk();
   clock_.Advance(std::chrono::milliseconds(150));
   shard_->Tick(clock_.Now());
   // Coordinates 0-7: mean(1, 3, 5) = 3; 8-9: mean(1, 3) = 2, worker 2's stale bytes unused.
@@ -293,11 +306,7 @@ TEST_F(UdpReceiverTest, ALostChunkIsMaskedWhenTheRoundClosesAtItsDeadline) {
 // closes at once, masked as at a deadline; the end's second copy meets a closed round.
 TEST_F(UdpReceiverTest, AnEndClosesALossyRoundWithoutWaitingForItsDeadline) {
   Make(3);
-  SendAll(0, 1.0f);
-  SendAll(1, 3.0f);
-  ASSERT_TRUE(receiver_->Handle(Chunk(2, 0, 5.0f)).ok());
-  ASSERT_TRUE(receiver_->Handle(Chunk(2, 1, 5.0f)).ok());
-  EXPECT_EQ(shard_->Snapshot(0).version, 0u);
+  SendTwoAndOneWithoutItsLastChunk();
   ASSERT_TRUE(receiver_->Handle(End(2)).ok());
   EXPECT_THAT(AwaitVersion(1), ElementsAre(-3, -3, -3, -3, -3, -3, -3, -3, -2, -2));
   const absl::Status copy = receiver_->Handle(End(2));
@@ -349,10 +358,7 @@ TEST_F(UdpReceiverTest, EndsAreCheckedAgainstTheirPush) {
   ASSERT_TRUE(receiver_->Handle(Chunk(0, 2, 1.0f)).ok()) << "reordered behind its end";
 
   // Worker 2 pushes over gRPC; an end of it after that is a duplicate.
-  auto codec = codecs::MakeCodec("fp32");
-  std::string payload;
-  ASSERT_TRUE((*codec)->Encode(std::vector<float>(kNumel, 5.0f), &payload).ok());
-  ASSERT_TRUE(shard_->Push(2, layout_hash_, 0, 0, "fp32", payload).ok());
+  ASSERT_TRUE(PushOverGrpc(2, 5.0f).ok());
   const absl::Status after_grpc = receiver_->Handle(End(2));
   EXPECT_EQ(core::RefusalOf(after_grpc), core::Refusal::kDuplicate) << after_grpc;
   EXPECT_EQ(shard_->Snapshot(0).version, 0u) << "worker 1 has not settled";
@@ -369,10 +375,7 @@ TEST_F(UdpReceiverTest, EndsAreCheckedAgainstTheirPush) {
 TEST_F(UdpReceiverTest, AnEndedWorkerCannotPushTheSliceOverGrpc) {
   Make(2);
   ASSERT_TRUE(receiver_->Handle(End(0)).ok());  // every chunk of it lost
-  auto codec = codecs::MakeCodec("fp32");
-  std::string payload;
-  ASSERT_TRUE((*codec)->Encode(std::vector<float>(kNumel, 5.0f), &payload).ok());
-  const absl::Status st = shard_->Push(0, layout_hash_, 0, 0, "fp32", payload);
+  const absl::Status st = PushOverGrpc(0, 5.0f);
   EXPECT_EQ(core::RefusalOf(st), core::Refusal::kDuplicate) << st;
   EXPECT_THAT(std::string(st.message()), HasSubstr("its UDP push of it ended"));
 }
