@@ -33,8 +33,9 @@ namespace ps::bench {
 namespace {
 
 // Measured by default besides every ExampleSpecs() entry: the most aggressive
-// settings, the ones with a throughput target (docs/codecs.md, "Speed and quality"). A spec that this build's MakeCodec
-// refuses (a codec not there yet, or other argument names) is skipped with a note.
+// settings, the ones with a throughput target (docs/codecs.md, "Speed and quality"). A spec that
+// this build's MakeCodec refuses (a codec not there yet, or other argument names) is skipped with a
+// note.
 constexpr const char* kAggressiveSpecs[] = {
     "3lc(s=1.9)", "topk(0.01)+varint+fp16", "topk(0.001)+varint+fp16", "sign", "terngrad", "int8",
 };
@@ -57,7 +58,7 @@ struct CodecsFlags {
   std::string device = "cpu";
 };
 
-struct GivenOptions {
+struct CodecsGiven {
   CLI::Option* numel = nullptr;
   CLI::Option* slice_elems = nullptr;
   CLI::Option* repeats = nullptr;
@@ -70,7 +71,7 @@ struct DataSet {
   std::vector<float> values;
 };
 
-struct Row {
+struct CodecRow {
   std::string codec;
   std::string data;
   Timing encode;
@@ -224,8 +225,9 @@ class SlicedCodec {
 // codec instance (worker-side state such as a warm start has not built up); the timed
 // encodes then continue with rounds 1, 2, ... on the same instance, and decode is timed
 // on the round-0 payloads.
-absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, size_t slice_elems,
-                                const CodecsFlags& flags, const TimingOptions& timing_options) {
+absl::StatusOr<CodecRow> MeasureCell(const std::string& spec, const DataSet& data,
+                                     size_t slice_elems, const CodecsFlags& flags,
+                                     const TimingOptions& timing_options) {
   absl::StatusOr<std::unique_ptr<codecs::Codec>> made =
       codecs::MakeCodec(spec, codecs::CodecOptions{.seed = flags.seed});
   if (!made.ok()) return made.status();
@@ -252,7 +254,7 @@ absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, si
     norm2 += x * x;
   }
 
-  Row row{.codec = spec, .data = data.name, .numel = data.values.size()};
+  CodecRow row{.codec = spec, .data = data.name, .numel = data.values.size()};
   row.ratio = static_cast<double>(data.values.size() * sizeof(float)) /
               static_cast<double>(std::max<uint64_t>(encoded_bytes, 1));
   row.rel_l2_error = norm2 > 0 ? std::sqrt(err2 / norm2) : std::sqrt(err2);
@@ -284,8 +286,9 @@ absl::StatusOr<Row> MeasureCell(const std::string& spec, const DataSet& data, si
   if (std::memcmp(dst_fused.data(), dst_unfused.data(), dst_fused.size() * sizeof(float)) != 0) {
     return absl::InternalError("DecodeAddPieces and decode-then-add differ");
   }
-  absl::StatusOr<Timing> apply = TimeCalls(
-      [&] { return sliced.ApplyAll(encoded, true, held_fused, dst_fused, change); }, timing_options);
+  absl::StatusOr<Timing> apply =
+      TimeCalls([&] { return sliced.ApplyAll(encoded, true, held_fused, dst_fused, change); },
+                timing_options);
   if (!apply.ok()) return apply.status();
   absl::StatusOr<Timing> unfused = TimeCalls(
       [&] { return sliced.ApplyAll(encoded, false, held_unfused, dst_unfused, change); },
@@ -307,8 +310,12 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
     return 2;
   }
   std::vector<std::string> specs = flags.codecs.empty()
-                                       ? std::vector<std::string>{"fp16", "bf16", "sign", "terngrad",
-                                                                  "3lc(s=1.9)", "topk(0.01)",
+                                       ? std::vector<std::string>{"fp16",
+                                                                  "bf16",
+                                                                  "sign",
+                                                                  "terngrad",
+                                                                  "3lc(s=1.9)",
+                                                                  "topk(0.01)",
                                                                   "topk(0.01)+varint+fp16",
                                                                   "topk(0.001, method=sampled)"}
                                        : SplitSpecs(flags.codecs);
@@ -322,7 +329,8 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
     absl::StatusOr<codecs::EncodeTiming> t = codecs::TimeDeviceEncode(
         spec, codecs::CodecOptions{.seed = flags.seed}, values, std::max(flags.repeats, 1));
     if (!t.ok()) {
-      std::fprintf(stderr, "error %s: %s\n", spec.c_str(), std::string(t.status().message()).c_str());
+      std::fprintf(stderr, "error %s: %s\n", spec.c_str(),
+                   std::string(t.status().message()).c_str());
       ++errors;
       continue;
     }
@@ -334,9 +342,9 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
     // can shorten. floor/enc near 1 means the encoding costs little beyond it.
     const double to_host = static_cast<double>(t->payload_bytes) / t->to_host_seconds / 1e9;
     const double floor_share = t->to_host_seconds / t->encode_seconds;
-    table.AddRow({spec, FormatG(ratio, 4), absl::StrFormat("%.1f", enc), absl::StrFormat("%.1f", copy),
-                  absl::StrFormat("%.3f", enc / copy), absl::StrFormat("%.1f", to_host),
-                  absl::StrFormat("%.3f", floor_share)});
+    table.AddRow({spec, FormatG(ratio, 4), absl::StrFormat("%.1f", enc),
+                  absl::StrFormat("%.1f", copy), absl::StrFormat("%.3f", enc / copy),
+                  absl::StrFormat("%.1f", to_host), absl::StrFormat("%.3f", floor_share)});
     cli::JsonObjectWriter json;
     json.Add("codec", spec)
         .Add("device", *device)
@@ -358,7 +366,7 @@ int RunCodecsOnDevice(const CodecsFlags& flags, uint64_t numel) {
   return FinishReport("codecs", table, "", {}, flags.json, json_rows, errors);
 }
 
-int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
+int RunCodecs(CodecsFlags flags, const CodecsGiven& given) {
   if (flags.list) {
     for (const std::string& spec : DefaultSpecs()) std::printf("%s\n", spec.c_str());
     return 0;
@@ -443,11 +451,11 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
   MemreadBaseline baseline(*memread_bytes);
 
   const TimingOptions timing_options{.repeats = flags.repeats, .min_seconds = flags.min_seconds};
-  std::vector<Row> rows;
+  std::vector<CodecRow> rows;
   int errors = 0;
   for (const DataSet& data : data_sets) {
     for (const std::string& spec : specs) {
-      absl::StatusOr<Row> row = MeasureCell(spec, data, *slice_elems, flags, timing_options);
+      absl::StatusOr<CodecRow> row = MeasureCell(spec, data, *slice_elems, flags, timing_options);
       if (!row.ok()) {
         std::fprintf(stderr, "error %s on %s: %s\n", spec.c_str(), data.name.c_str(),
                      std::string(row.status().message()).c_str());
@@ -474,7 +482,7 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
   }
   Table table(columns);
   std::vector<cli::JsonObjectWriter> json_rows;
-  for (const Row& row : rows) {
+  for (const CodecRow& row : rows) {
     const double bytes = static_cast<double>(row.numel) * 4.0;
     const double enc = bytes / row.encode.best_seconds / 1e9;
     const double dec = bytes / row.decode.best_seconds / 1e9;
@@ -519,14 +527,15 @@ int RunCodecs(CodecsFlags flags, const GivenOptions& given) {
         "FindNonFinite and two copies (the worker's former steps)\n");
   }
   std::printf("\n");
-  return FinishReport("codecs", table, "skipped (default specs this build does not make)", skipped, flags.json, json_rows, errors);
+  return FinishReport("codecs", table, "skipped (default specs this build does not make)", skipped,
+                      flags.json, json_rows, errors);
 }
 
 }  // namespace
 
 Command AddCodecsCommand(CLI::App& app) {
   auto flags = std::make_shared<CodecsFlags>();
-  auto given = std::make_shared<GivenOptions>();
+  auto given = std::make_shared<CodecsGiven>();
   CLI::App* sub = app.add_subcommand(
       "codecs",
       "Per codec spec: single-thread encode and decode GB/s (also as a ratio against memory "

@@ -95,7 +95,7 @@ struct HostileFlags {
 };
 
 // Options whose count() tells whether the user gave them (--quick fills the rest).
-struct GivenOptions {
+struct HostileGiven {
   CLI::Option* seconds = nullptr;
   CLI::Option* alternations = nullptr;
   CLI::Option* inflight = nullptr;
@@ -288,7 +288,7 @@ class Runner {
   const uint64_t max_shard_bytes_;
 };
 
-int RunHostile(HostileFlags f, const GivenOptions& given) {
+int RunHostile(HostileFlags f, const HostileGiven& given) {
   spdlog::set_level(spdlog::level::err);
   const std::vector<Attack> all = AllAttacks();
   if (f.list) {
@@ -387,7 +387,7 @@ int RunHostile(HostileFlags f, const GivenOptions& given) {
 
 Command AddHostileCommand(CLI::App& app) {
   auto f = std::make_shared<HostileFlags>();
-  auto given = std::make_shared<GivenOptions>();
+  auto given = std::make_shared<HostileGiven>();
   CLI::App* sub = app.add_subcommand(
       "hostile",
       "Honest rounds per second of a real ps-server while a hostile client attacks it, against "

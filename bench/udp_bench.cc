@@ -152,7 +152,7 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
 }
 
 // One row of the report: a transport's goodput at one loss rate.
-struct Row {
+struct UdpRow {
   const char* transport = "";
   double loss = 0;
   double gbps = 0;
@@ -215,13 +215,13 @@ int RunUdp(UdpFlags f) {
   }
   // One row: `sender_loss` is the UDP sender's injected loss, `loss` what the row shows.
   const auto measure = [&](const char* name, Transport t, double loss,
-                           double sender_loss) -> absl::StatusOr<Row> {
+                           double sender_loss) -> absl::StatusOr<UdpRow> {
     std::optional<uint64_t> dropped_before;
     if (loopback) {
       PS_ASSIGN_OR_RETURN(dropped_before, loopback->Dropped());
     }
     PS_ASSIGN_OR_RETURN(const Measured m, RunTransport(f, t, sender_loss));
-    Row row{.transport = name, .loss = loss};
+    UdpRow row{.transport = name, .loss = loss};
     row.delivered = m.delivered;  // 1 for the data planes
     row.gbps = bytes_per_round * row.delivered * f.rounds * 8 / 1e9 / m.seconds;
     row.kernel_lost = m.kernel_lost;
@@ -238,8 +238,8 @@ int RunUdp(UdpFlags f) {
   std::vector<cli::JsonObjectWriter> json_rows;
   int errors = 0;
   // Adds `rows` (the baselines first) with ratios to the baselines' goodput.
-  const auto report = [&](const std::vector<Row>& rows, double grpc_gbps, double tcp_gbps) {
-    for (const Row& r : rows) {
+  const auto report = [&](const std::vector<UdpRow>& rows, double grpc_gbps, double tcp_gbps) {
+    for (const UdpRow& r : rows) {
       std::vector<std::string> cells = {r.transport,           FormatG(r.loss, 3),
                                         FormatG(r.gbps, 4),    FormatG(r.gbps / grpc_gbps, 3),
                                         FormatG(r.gbps / tcp_gbps, 3), FormatG(r.delivered, 4),
@@ -268,9 +268,9 @@ int RunUdp(UdpFlags f) {
         return false;
       }
     }
-    std::vector<Row> rows;
+    std::vector<UdpRow> rows;
     for (const auto& [name, t] : kPlanes) {
-      absl::StatusOr<Row> row = measure(name, t, plane_loss, 0);
+      absl::StatusOr<UdpRow> row = measure(name, t, plane_loss, 0);
       if (!row.ok()) {
         std::fprintf(stderr, "ps-bench udp: %s at loss %g: %s\n", name, plane_loss,
                      std::string(row.status().message()).c_str());
@@ -279,7 +279,7 @@ int RunUdp(UdpFlags f) {
       rows.push_back(*row);
     }
     for (const double loss : udp_losses) {
-      absl::StatusOr<Row> row = measure("udp", kUdp, loss, loopback ? 0 : loss);
+      absl::StatusOr<UdpRow> row = measure("udp", kUdp, loss, loopback ? 0 : loss);
       if (!row.ok()) {
         std::fprintf(stderr, "ps-bench udp: loss %g: %s\n", loss,
                      std::string(row.status().message()).c_str());

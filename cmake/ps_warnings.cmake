@@ -10,5 +10,11 @@ function(ps_target_warnings target)
   if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
     target_compile_options(${target} PRIVATE
       $<$<COMPILE_LANGUAGE:CXX>:-Wno-error=restrict -Wno-error=stringop-overflow>)
+    # In a unity batch every source is an included file, and GCC warns about any class
+    # there with a member of a type from the file's anonymous namespace (a pimpl's state,
+    # say), which is only a problem in a header that several files include.
+    if(PS_UNITY_BUILD)
+      target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-Wno-subobject-linkage>)
+    endif()
   endif()
 endfunction()

@@ -39,8 +39,7 @@ using internal::k3lcMaxRun;
 using internal::k3lcMinRun;
 using internal::k3lcRunBase;
 using internal::k3lcZeroGroup;
-
-constexpr const char* kName = internal::k3lcName;
+using internal::k3lcName;
 
 // Values per group.
 constexpr size_t kGroup = internal::k3lcGroup;
@@ -217,10 +216,12 @@ class ThreeLcCodec final : public Codec {
         s_(s),
         cat_(cat),
         overhead_(overhead),
-        spec_(cat ? internal::StageString(kName, {{"s", internal::FormatNumber(s)},
-                                                  {"level", "cat"},
-                                                  {"overhead", internal::FormatNumber(overhead)}})
-                  : internal::StageString(kName, {{"s", internal::FormatNumber(s)}})) {}
+        spec_(cat ? internal::StageString(k3lcName,
+                                          {{"s", internal::FormatNumber(s)},
+                                           {"level", "cat"},
+                                           {"overhead", internal::FormatNumber(overhead)}})
+                  : internal::StageString(k3lcName, {{"s", internal::FormatNumber(s)}})) {
+  }
 
   std::string_view spec() const override { return spec_; }
 
@@ -330,7 +331,8 @@ class ThreeLcCodec final : public Codec {
                                std::span<const float> base, std::span<float> out) const override {
     if (base.size() != out.size()) return Codec::DecodeAddPieces(pieces, base, out);
     bool finite = true;
-    PS_RETURN_IF_ERROR(internal::Decode3lcAdd(internal::Gathered(pieces), base.data(), out, &finite));
+    PS_RETURN_IF_ERROR(
+        internal::Decode3lcAdd(internal::Gathered(pieces), base.data(), out, &finite));
     return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
   }
 
@@ -350,18 +352,20 @@ class ThreeLcCodec final : public Codec {
 }  // namespace
 
 namespace internal {
-absl::StatusOr<std::unique_ptr<Codec>> Make3lcCodec(Stages stages, const CodecOptions& /*options*/) {
+absl::StatusOr<std::unique_ptr<Codec>> Make3lcCodec(Stages stages,
+                                                    const CodecOptions& /*options*/) {
   PS_ASSIGN_OR_RETURN(core::StageArgs args, SingleStage(stages, {"s", "level", "overhead"}));
-  PS_ASSIGN_OR_RETURN(const double s, args.Double("s", 1.0, -std::numeric_limits<double>::infinity()));
+  PS_ASSIGN_OR_RETURN(const double s,
+                      args.Double("s", 1.0, -std::numeric_limits<double>::infinity()));
   if (!(s >= 1.0 && s < 2.0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": s must lie in [1, 2), got ", FormatNumber(s)));
+        absl::StrCat(k3lcName, ": s must lie in [1, 2), got ", FormatNumber(s)));
   }
   PS_ASSIGN_OR_RETURN(const size_t level, args.Choice("level", {"fixed", "cat"}, 0));
   const bool cat = level == 1;
   if (!cat && args.Has("overhead")) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(kName, ": overhead is an argument of level=cat (s is fixed otherwise)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        k3lcName, ": overhead is an argument of level=cat (s is fixed otherwise)"));
   }
   PS_ASSIGN_OR_RETURN(const double overhead, args.Double("overhead", 16384, -1));
   return std::unique_ptr<Codec>(std::make_unique<ThreeLcCodec>(s, cat, overhead));

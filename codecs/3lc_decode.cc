@@ -28,7 +28,6 @@ namespace ps::codecs::internal {
 
 namespace {
 
-constexpr const char* kName = k3lcName;
 constexpr size_t kGroup = k3lcGroup;
 constexpr int kPow3[kGroup + 1] = {1, 3, 9, 27, 81, 243};
 
@@ -77,7 +76,7 @@ PS_VECTOR_CLONES void ScanTokenBlock(const unsigned char* p, uint8_t* bad_io, ui
 
 absl::Status NonCanonical(size_t offset, unsigned char b) {
   return absl::InvalidArgumentError(
-      absl::StrCat(kName, ": byte ", offset, " (", b,
+      absl::StrCat(k3lcName, ": byte ", offset, " (", b,
                    ") continues a zero run the encoder would have written as one byte"));
 }
 
@@ -200,7 +199,7 @@ template <bool kAdd>
 absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<float> out,
                         bool* finite) {
   const size_t n = out.size();
-  WireReader r(kName, bytes);
+  WireReader r(k3lcName, bytes);
   PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kThreeLc));
   PS_RETURN_IF_ERROR(r.Numel(n));
   float scale = 0;

@@ -15,7 +15,7 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kSpec[] = "bf16";
+constexpr char kBf16Spec[] = "bf16";
 
 // The floats of out.size() little-endian bf16 words.
 void Widen(const unsigned char* words, std::span<float> out) {
@@ -26,11 +26,11 @@ class Bf16Codec final : public Codec {
  public:
   Bf16Codec() : Codec(PayloadFormat::kBf16) {}
 
-  std::string_view spec() const override { return kSpec; }
+  std::string_view spec() const override { return kBf16Spec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
+    PS_RETURN_IF_ERROR(internal::CheckEncodable(kBf16Spec, values));
     out->resize(MaxEncodedBytes(values.size()));
     (*out)[0] = static_cast<char>(FormatByte(format()));
     auto* dst = reinterpret_cast<unsigned char*>(out->data() + 1);
@@ -47,7 +47,7 @@ class Bf16Codec final : public Codec {
     const auto* src = reinterpret_cast<const unsigned char*>(bytes.data() + 1);
     Widen(src, out);
     // A bf16 is Inf or NaN exactly when its float is.
-    return internal::CheckDecoded16(kSpec, src, out);
+    return internal::CheckDecoded16(kBf16Spec, src, out);
   }
 
   // One pass over out: each block of the pieces widened in the first-level cache, then

@@ -108,17 +108,17 @@ void HalvesToFloats(const unsigned char* in, std::span<float> out) {
 
 namespace {
 
-constexpr char kSpec[] = "fp16";
+constexpr char kFp16Spec[] = "fp16";
 
 class Fp16Codec final : public Codec {
  public:
   Fp16Codec() : Codec(PayloadFormat::kFp16) {}
 
-  std::string_view spec() const override { return kSpec; }
+  std::string_view spec() const override { return kFp16Spec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
-    PS_RETURN_IF_ERROR(internal::CheckEncodable(kSpec, values));
+    PS_RETURN_IF_ERROR(internal::CheckEncodable(kFp16Spec, values));
     out->resize(MaxEncodedBytes(values.size()));
     (*out)[0] = static_cast<char>(FormatByte(format()));
     internal::FloatsToHalves(values, reinterpret_cast<unsigned char*>(out->data() + 1));
@@ -131,7 +131,7 @@ class Fp16Codec final : public Codec {
     // Convert first, then scan the floats: both passes vectorize, and a half is
     // Inf or NaN exactly when its float is.
     internal::HalvesToFloats(halves, out);
-    return internal::CheckDecoded16(kSpec, halves, out);
+    return internal::CheckDecoded16(kFp16Spec, halves, out);
   }
 
   // One pass over out: each block of the pieces widened in the first-level cache, then

@@ -14,7 +14,7 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kSpec[] = "fp32";
+constexpr char kFp32Spec[] = "fp32";
 
 // Bytes copied at a time before the values they complete are checked: small enough that
 // the check reads them from the first-level cache right after the copy wrote them, so
@@ -26,7 +26,7 @@ class Fp32Codec final : public Codec {
  public:
   Fp32Codec() : Codec(PayloadFormat::kFp32) {}
 
-  std::string_view spec() const override { return kSpec; }
+  std::string_view spec() const override { return kFp32Spec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
@@ -41,7 +41,7 @@ class Fp32Codec final : public Codec {
       const std::span<const float> chunk = values.subspan(at, std::min(kChunk, values.size() - at));
       // The refusal names the first bad value's index in `values` (a refusal is rare:
       // finding it again from the start costs only then).
-      if (core::FindNonFinite(chunk) >= 0) return internal::CheckEncodable(kSpec, values);
+      if (core::FindNonFinite(chunk) >= 0) return internal::CheckEncodable(kFp32Spec, values);
       core::AppendFp32(chunk, &scratch_);
     }
     out->swap(scratch_);
@@ -110,7 +110,7 @@ class Fp32Codec final : public Codec {
       if (const ptrdiff_t i = core::FindNonFinite(done); i >= 0) {
         const size_t at = checked + static_cast<size_t>(i);
         return absl::InvalidArgumentError(
-            absl::StrCat(kSpec, ": value ", at, " is not finite (", out[at], ")"));
+            absl::StrCat(kFp32Spec, ": value ", at, " is not finite (", out[at], ")"));
       }
     }
     return absl::OkStatus();

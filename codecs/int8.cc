@@ -27,7 +27,7 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kName[] = "int8";
+constexpr char kInt8Name[] = "int8";
 // The largest scale whose 127 multiple is finite.
 const float kMaxScale = std::nextafter(FLT_MAX / 127.0f, 0.0f);
 
@@ -35,7 +35,7 @@ class Int8Codec final : public internal::BucketedCodec {
  public:
   Int8Codec(size_t bucket, uint64_t seed)
       : BucketedCodec(PayloadFormat::kInt8,
-                      internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
+                      internal::StageString(kInt8Name, {{"bucket", absl::StrCat(bucket)}}), bucket,
                       seed) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,

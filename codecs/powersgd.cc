@@ -27,7 +27,7 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kName[] = "powersgd";
+constexpr char kPowerSgdName[] = "powersgd";
 constexpr int64_t kMaxRank = 64;
 
 enum Mode : uint8_t { kRaw = 0, kFactors = 1 };
@@ -81,7 +81,7 @@ class PowerSgdCodec final : public Codec {
       : Codec(PayloadFormat::kPowerSgd),
         rank_(rank),
         seed_(seed),
-        spec_(internal::StageString(kName, {{"rank", absl::StrCat(rank)}})) {}
+        spec_(internal::StageString(kPowerSgdName, {{"rank", absl::StrCat(rank)}})) {}
 
   std::string_view spec() const override { return spec_; }
 
@@ -109,7 +109,7 @@ class PowerSgdCodec final : public Codec {
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     const size_t n = out.size();
-    internal::WireReader r(kName, bytes);
+    internal::WireReader r(kPowerSgdName, bytes);
     PS_RETURN_IF_ERROR(r.Format(format()));
     uint8_t mode = 0;
     PS_RETURN_IF_ERROR(r.U8(&mode, "mode"));

@@ -34,7 +34,7 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kName[] = "qsgd";
+constexpr char kQsgdName[] = "qsgd";
 constexpr int64_t kMaxLevels = int64_t{1} << 16;
 
 // Bits of the Elias gamma code of v >= 1.
@@ -210,10 +210,10 @@ class QsgdCodec final : public internal::BucketedCodec {
 
   static std::string SpecOf(uint32_t levels, size_t bucket, const std::optional<QsgdCat>& cat) {
     if (!cat.has_value()) {
-      return internal::StageString(kName,
+      return internal::StageString(kQsgdName,
                                    {{"s", absl::StrCat(levels)}, {"bucket", absl::StrCat(bucket)}});
     }
-    return internal::StageString(kName, {{"s", absl::StrCat(levels)},
+    return internal::StageString(kQsgdName, {{"s", absl::StrCat(levels)},
                                          {"bucket", absl::StrCat(bucket)},
                                          {"level", "cat"},
                                          {"min", absl::StrCat(cat->min_levels)},
@@ -249,14 +249,14 @@ absl::StatusOr<std::unique_ptr<Codec>> MakeQsgdCodec(Stages stages, const CodecO
     PS_ASSIGN_OR_RETURN(const int64_t min_levels, args.Int("min", 1, 1, kMaxLevels));
     if (min_levels > levels) {
       return absl::InvalidArgumentError(absl::StrCat(
-          kName, ": level=cat needs min <= s (the most levels a payload uses), got min=",
+          kQsgdName, ": level=cat needs min <= s (the most levels a payload uses), got min=",
           min_levels, " and s=", levels));
     }
     PS_ASSIGN_OR_RETURN(const double overhead, args.Double("overhead", 16384, -1));
     cat = QsgdCat{.min_levels = static_cast<uint32_t>(min_levels), .overhead = overhead};
   } else if (args.Has("min") || args.Has("overhead")) {
     return absl::InvalidArgumentError(absl::StrCat(
-        kName, ": min and overhead are arguments of level=cat (s is fixed otherwise)"));
+        kQsgdName, ": min and overhead are arguments of level=cat (s is fixed otherwise)"));
   }
   return std::unique_ptr<Codec>(
       std::make_unique<QsgdCodec>(static_cast<uint32_t>(levels), bucket, options.seed, cat));

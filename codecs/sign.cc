@@ -21,7 +21,7 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kSpec[] = "sign";
+constexpr char kSignSpec[] = "sign";
 
 struct SignView {
   float scale = 0;
@@ -30,7 +30,7 @@ struct SignView {
 
 // Parses and validates a sign payload for numel values (everything but the bits' values).
 absl::Status ParseSign(std::string_view bytes, size_t numel, SignView* view) {
-  internal::WireReader r(kSpec, bytes);
+  internal::WireReader r(kSignSpec, bytes);
   PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kSign));
   PS_RETURN_IF_ERROR(r.Numel(numel));
   PS_RETURN_IF_ERROR(r.F32(&view->scale, "the scale"));
@@ -58,7 +58,7 @@ class SignCodec final : public Codec {
  public:
   SignCodec() : Codec(PayloadFormat::kSign) {}
 
-  std::string_view spec() const override { return kSpec; }
+  std::string_view spec() const override { return kSignSpec; }
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
@@ -66,7 +66,7 @@ class SignCodec final : public Codec {
     const double sum = internal::SumAbs(values.data(), n);
     // A sum of finite floats' magnitudes is finite in double: only Inf or NaN makes
     // it otherwise (one pass instead of a separate check).
-    if (!std::isfinite(sum)) return internal::CheckEncodable(kSpec, values);
+    if (!std::isfinite(sum)) return internal::CheckEncodable(kSignSpec, values);
     const float scale = n == 0 ? 0.0f : static_cast<float>(sum / static_cast<double>(n));
     std::string bytes;
     bytes.reserve(MaxEncodedBytes(n));

@@ -25,14 +25,14 @@
 namespace ps::codecs {
 namespace {
 
-constexpr char kName[] = "terngrad";
+constexpr char kTerngradName[] = "terngrad";
 
 class TerngradCodec final : public internal::BucketedCodec {
  public:
   TerngradCodec(size_t bucket, uint64_t seed)
       : BucketedCodec(PayloadFormat::kTernGrad,
-                      internal::StageString(kName, {{"bucket", absl::StrCat(bucket)}}), bucket,
-                      seed) {}
+                      internal::StageString(kTerngradName, {{"bucket", absl::StrCat(bucket)}}),
+                      bucket, seed) {}
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
@@ -54,8 +54,9 @@ class TerngradCodec final : public internal::BucketedCodec {
       }
       SetScale(&bytes, scales_at, b, scale);
     }
-    internal::PackCodes2(codes_.data(), n,
-                         reinterpret_cast<unsigned char*>(bytes.data() + scales_at + 4 * Buckets(n)));
+    internal::PackCodes2(
+        codes_.data(), n,
+        reinterpret_cast<unsigned char*>(bytes.data() + scales_at + 4 * Buckets(n)));
     *out = std::move(bytes);
     return absl::OkStatus();
   }
@@ -70,18 +71,22 @@ class TerngradCodec final : public internal::BucketedCodec {
     PS_RETURN_IF_ERROR(r.Finish("the codes"));
     const auto* packed = reinterpret_cast<const unsigned char*>(codes.data());
     if (const ptrdiff_t i = internal::FindCode3(packed, n); i >= 0) {
-      return r.Error(absl::StrCat("value ", i, " has code 3 (codes are 0, 1 = +scale, 2 = -scale)"));
+      return r.Error(
+          absl::StrCat("value ", i, " has code 3 (codes are 0, 1 = +scale, 2 = -scale)"));
     }
     if (n % 4 != 0 && (packed[n / 4] >> (2 * (n % 4))) != 0) {
       return r.Error("padding codes after the last value are not zero");
     }
     for (size_t b = 0; b < Buckets(n); ++b) {
-      internal::UnpackTernary2(packed, Begin(b), End(b, n), internal::ScaleAt(scales, b), out.data());
+      internal::UnpackTernary2(packed, Begin(b), End(b, n), internal::ScaleAt(scales, b),
+                               out.data());
     }
     return absl::OkStatus();
   }
 
-  size_t MaxEncodedBytes(size_t numel) const override { return HeaderBytes(numel) + (numel + 3) / 4; }
+  size_t MaxEncodedBytes(size_t numel) const override {
+    return HeaderBytes(numel) + (numel + 3) / 4;
+  }
 
  private:
   std::vector<uint8_t> codes_;  // Encode's scratch (one instance encodes from one thread)
@@ -90,7 +95,8 @@ class TerngradCodec final : public internal::BucketedCodec {
 }  // namespace
 
 namespace internal {
-absl::StatusOr<std::unique_ptr<Codec>> MakeTerngradCodec(Stages stages, const CodecOptions& options) {
+absl::StatusOr<std::unique_ptr<Codec>> MakeTerngradCodec(Stages stages,
+                                                         const CodecOptions& options) {
   return MakeBucketOnly<TerngradCodec>(stages, options);
 }
 }  // namespace internal

@@ -18,7 +18,7 @@
 namespace ps::fashion_mnist {
 namespace {
 
-std::string Num(double v) { return absl::StrFormat("%g", v); }
+std::string TableNum(double v) { return absl::StrFormat("%g", v); }
 
 // What a table row holds fixed besides the rule: worker momentum, lr schedule, split,
 // codec, link bandwidth.
@@ -45,7 +45,8 @@ class Accuracies {
       values_[{row, f, r.cell.attack}].emplace_back(r.cell.seed, r.final_accuracy.value_or(0.0));
       seeds_.insert(r.cell.seed);
     }
-    has_mean_ = std::any_of(rows_.begin(), rows_.end(), [](const Row& r) { return r.rule == "mean"; });
+    has_mean_ =
+        std::any_of(rows_.begin(), rows_.end(), [](const Row& r) { return r.rule == "mean"; });
   }
 
   // In the order of the results.
@@ -120,7 +121,8 @@ class Accuracies {
   std::set<uint64_t> seeds_;
   bool has_mean_ = false;
   // (seed, accuracy) in the order of the results.
-  std::map<std::tuple<Row, uint32_t, std::string>, std::vector<std::pair<uint64_t, double>>> values_;
+  std::map<std::tuple<Row, uint32_t, std::string>, std::vector<std::pair<uint64_t, double>>>
+      values_;
 };
 
 std::string Points(std::optional<double> base, std::optional<double> worst) {
@@ -128,7 +130,7 @@ std::string Points(std::optional<double> base, std::optional<double> worst) {
 }
 
 std::string Link(double bandwidth) {
-  return bandwidth > 0 ? absl::StrCat(" (", Num(bandwidth), " Mbit/s)") : "";
+  return bandwidth > 0 ? absl::StrCat(" (", TableNum(bandwidth), " Mbit/s)") : "";
 }
 
 // Per f > 0: one row per rule and setting, one column per attack, worst and drop.
@@ -162,8 +164,8 @@ std::string PerFTables(const ExperimentConfig& config, const Accuracies& acc,
                           (v && acc.DoesNotBite(row, f, attack) ? " †" : ""));
         if (v && (!worst || *v < *worst)) worst = v;
       }
-      absl::StrAppend(&out, "| `", row.rule, "` | ", Num(wm), " | ", schedule, " | ", split, " | ",
-                      codec, Link(bandwidth), " | ", acc.BaselineText(row, f), " | ",
+      absl::StrAppend(&out, "| `", row.rule, "` | ", TableNum(wm), " | ", schedule, " | ", split,
+                      " | ", codec, Link(bandwidth), " | ", acc.BaselineText(row, f), " | ",
                       absl::StrJoin(columns, " | "), " | ",
                       worst ? absl::StrFormat("%.4f", *worst) : "-", " | ",
                       Points(acc.Baseline(row, f), worst), " |\n");
@@ -256,10 +258,11 @@ std::string WorstCaseTable(const Accuracies& acc, const std::vector<std::string>
   for (const Row& row : acc.rows()) {
     const auto& [wm, schedule, split, codec, bandwidth] = row.setting;
     std::string settings;
-    if (wms.size() > 1) absl::StrAppend(&settings, Num(wm), " | ");
+    if (wms.size() > 1) absl::StrAppend(&settings, TableNum(wm), " | ");
     if (schedules.size() > 1) absl::StrAppend(&settings, schedule, " | ");
     if (splits.size() > 1) absl::StrAppend(&settings, split, " | ");
-    if (codecs.size() > 1 || links.size() > 1) absl::StrAppend(&settings, codec, Link(bandwidth), " | ");
+    if (codecs.size() > 1 || links.size() > 1)
+      absl::StrAppend(&settings, codec, Link(bandwidth), " | ");
     for (uint32_t f : acc.fs()) {
       // (worst, its attacks) over every attack, then over those that bite.
       std::optional<double> worst[2];
@@ -307,17 +310,18 @@ std::string MarkdownTable(const ExperimentConfig& config, const std::vector<Cell
   }
   std::string out = PerFTables(config, acc, attacks);
   if (!acc.fs().empty()) out += WorstCaseTable(acc, attacks);
-  absl::StrAppend(&out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ",
-                  config.steps, " steps, batch ", config.batch_size, ", model ", config.model,
-                  config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "",
-                  ", lr ", Num(config.lr), " momentum ", Num(config.momentum),
-                  config.elastic_workers == 0
-                      ? std::string()
-                      : absl::StrCat(", ", config.elastic_workers, " of the workers elastic (from step ",
-                                     config.elastic_join, config.elastic_leave == 0
-                                                              ? std::string(" on")
-                                                              : absl::StrCat(" to ", config.elastic_leave),
-                                     ")"));
+  absl::StrAppend(
+      &out, "Settings: n = ", config.workers, ", ", config.shards, " shards, ", config.steps,
+      " steps, batch ", config.batch_size, ", model ", config.model,
+      config.model == "mlp" ? absl::StrCat(" (hidden ", config.hidden, ")") : "", ", lr ",
+      TableNum(config.lr), " momentum ", TableNum(config.momentum),
+      config.elastic_workers == 0
+          ? std::string()
+          : absl::StrCat(", ", config.elastic_workers, " of the workers elastic (from step ",
+                         config.elastic_join,
+                         config.elastic_leave == 0 ? std::string(" on")
+                                                   : absl::StrCat(" to ", config.elastic_leave),
+                         ")"));
   const bool local_updates = std::any_of(results.begin(), results.end(), [&](const CellResult& r) {
     return ParseStrategy(r.cell.codec, config).comm == "adacomm";
   });

@@ -20,14 +20,10 @@ namespace ps::codecs {
 namespace {
 
 using ::ps::codecs::testing::Hex;
+using ::ps::codecs::testing::ExpectRefused;
+using ::ps::codecs::testing::MakeOk;
 
 using ::testing::HasSubstr;
-
-std::unique_ptr<Codec> Make(std::string_view spec) {
-  auto codec = MakeCodec(spec);
-  EXPECT_TRUE(codec.ok()) << codec.status();
-  return std::move(codec).value();
-}
 
 std::string Encode(Codec& codec, const std::vector<float>& values) {
   std::string bytes;
@@ -76,7 +72,7 @@ absl::Status Decode(const Codec& codec, std::string_view bytes, size_t n) {
 }
 
 TEST(ThreeLcTest, WireFormatOfASmallExample) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   // M = 1, M / 2 = 0.5: t = 1, -1, 0, 0, -1 | 1, 0 (+ three padding zeros).
   // Group 0: 2 + 0*3 + 1*9 + 1*27 + 0*81 = 38; group 1: 2 + 1*3 + 9 + 27 + 81 = 122.
   const std::vector<float> values = {1.0f, -0.5f, 0.25f, 0.0f, -1.0f, 0.6f, 0.0f};
@@ -88,7 +84,7 @@ TEST(ThreeLcTest, WireFormatOfASmallExample) {
 }
 
 TEST(ThreeLcTest, WireFormatWithZeroRuns) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   // 20 groups: (2,1,1,1,1) = 122, 18 zero groups = 255 (14) + 245 (4), (1,1,1,1,0) = 40.
   std::vector<float> values(100, 0.0f);
   values[0] = 2.0f;
@@ -97,7 +93,7 @@ TEST(ThreeLcTest, WireFormatWithZeroRuns) {
 }
 
 TEST(ThreeLcTest, RunsAreGreedyFourteensThenTheRest) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   const std::pair<size_t, std::string> cases[] = {
       {1, "79"},       {2, "f3"},       {13, "fe"},    {14, "ff"},       {15, "ff 79"},
       {16, "ff f3"},   {27, "ff fe"},   {28, "ff ff"}, {29, "ff ff 79"}, {43, "ff ff ff 79"},
@@ -118,7 +114,7 @@ TEST(ThreeLcTest, RunsAreGreedyFourteensThenTheRest) {
 }
 
 TEST(ThreeLcTest, QuantizesToScaledTernaryWithTiesAwayFromZero) {
-  auto codec = Make("3lc(s=1.5)");
+  auto codec = MakeOk("3lc(s=1.5)");
   // M = 1.5, M / 2 = 0.75: 0.75 and -0.75 are ties and go to +-1.
   const std::vector<float> values = {1.0f, 0.74f, 0.75f, -0.75f, -0.7499f, 0.0f};
   std::vector<float> out(values.size());
@@ -127,7 +123,7 @@ TEST(ThreeLcTest, QuantizesToScaledTernaryWithTiesAwayFromZero) {
 }
 
 TEST(ThreeLcTest, LargestValueSurvivesEvenAtTheMostAggressiveS) {
-  auto codec = Make("3lc(s=1.999)");
+  auto codec = MakeOk("3lc(s=1.999)");
   for (float v : {1.0f, -3.0f, 1e-30f, FLT_TRUE_MIN, FLT_MAX, -FLT_MAX}) {
     const std::vector<float> values = {0.0f, v, v / 4};
     std::vector<float> out(values.size());
@@ -148,7 +144,7 @@ TEST(ThreeLcTest, ErrorIsAtMostHalfTheScalePerValue) {
   float max_abs = 0;
   for (float v : values) max_abs = std::max(max_abs, std::fabs(v));
   for (const char* spec : {"3lc", "3lc(s=1.3)", "3lc(s=1.9)"}) {
-    auto codec = Make(spec);
+    auto codec = MakeOk(spec);
     const std::string bytes = Encode(*codec, values);
     float scale;
     std::memcpy(&scale, bytes.data() + 1 + 2, 4);  // numel 10007 is a 2-byte varint
@@ -170,7 +166,7 @@ TEST(ThreeLcTest, ErrorIsAtMostHalfTheScalePerValue) {
 TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   for (bool portable : {false, true}) {
     const bool have_avx2 = internal::SetPortableKernelsForTesting(portable);
     if (!portable && !have_avx2) continue;
@@ -196,7 +192,7 @@ TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
 TEST(ThreeLcTest, LongSlicesDecodeToScaledTernaryValues) {
   std::mt19937 rng(5);
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   for (size_t n : {4096, 4097, 4163, 6000, 20011}) {
     for (float density : {0.0f, 0.01f, 0.05f, 0.3f, 1.0f}) {
       std::vector<float> values(n);
@@ -250,8 +246,8 @@ TEST(ThreeLcTest, CompressesGaussianData) {
   std::vector<float> values(1 << 18);
   for (float& v : values) v = normal(rng);
   // The scale is the maximum (about 4.5 sigma here), so few values reach M / 2.
-  EXPECT_GT(4.0 * values.size() / Encode(*Make("3lc"), values).size(), 80);
-  EXPECT_GT(4.0 * values.size() / Encode(*Make("3lc(s=1.9)"), values).size(), 250);
+  EXPECT_GT(4.0 * values.size() / Encode(*MakeOk("3lc"), values).size(), 80);
+  EXPECT_GT(4.0 * values.size() / Encode(*MakeOk("3lc(s=1.9)"), values).size(), 250);
 }
 
 // ---- decode refusals ----
@@ -263,14 +259,8 @@ std::string Header(int numel, float scale = 1.0f) {
   return h;
 }
 
-void ExpectRefused(const Codec& codec, const std::string& bytes, size_t n, std::string_view msg) {
-  const absl::Status s = Decode(codec, bytes, n);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << Hex(bytes);
-  EXPECT_EQ(std::string(s.message()), msg) << Hex(bytes);
-}
-
 TEST(ThreeLcDecodeTest, RefusesBadHeaders) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   ExpectRefused(*codec, "", 5, "3lc: empty payload");
   ExpectRefused(*codec, Bytes({2}), 5,
                 "3lc: payload in the fp16 format (2), expected the 3lc format (8)");
@@ -285,7 +275,7 @@ TEST(ThreeLcDecodeTest, RefusesBadHeaders) {
 }
 
 TEST(ThreeLcDecodeTest, RefusesGroupsThatDoNotMatchTheSliceSize) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   ExpectRefused(*codec, Header(10) + Bytes({122}), 10, "3lc: payload ends after 1 of 2 groups (10 values)");
   ExpectRefused(*codec, Header(10) + Bytes({122, 122, 122}), 10,
                 "3lc: 1 trailing bytes after the last of 2 groups (10 values)");
@@ -302,7 +292,7 @@ TEST(ThreeLcDecodeTest, RefusesGroupsThatDoNotMatchTheSliceSize) {
 }
 
 TEST(ThreeLcDecodeTest, RefusesNonZeroPaddingDigits) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   // 7 values: the last group holds 2 values, digits 2..4 are padding (must be 1).
   // 122 = (2,1,1,1,1) is fine; 2 + 3 + 9 + 27 + 0 = 41 has digit 4 = 0 (t = -1).
   EXPECT_TRUE(Decode(*codec, Header(7) + Bytes({122, 122}), 7).ok());
@@ -315,7 +305,7 @@ TEST(ThreeLcDecodeTest, RefusesNonZeroPaddingDigits) {
 }
 
 TEST(ThreeLcDecodeTest, RefusesRunsTheGreedyEncoderWouldHaveMerged) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   const std::string h = Header(50);  // 10 groups
   for (const auto& body : {Bytes({122, 121, 121, 243, 243, 243, 243}),
                            Bytes({122, 121, 243, 243, 243, 243, 121}),
@@ -335,7 +325,7 @@ TEST(ThreeLcDecodeTest, RefusesRunsTheGreedyEncoderWouldHaveMerged) {
 
 // The same refusals deep inside a long slice, where the fast path runs first.
 TEST(ThreeLcDecodeTest, RefusesNonCanonicalRunsInLongSlices) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   const size_t n = 10000;  // 2000 groups: 1000 x (122, then a run of 2 = 243) + ...
   std::string h = Bytes({8, 0x90, 0x4e});  // numel 10000
   const float one = 1.0f;
@@ -360,7 +350,7 @@ TEST(ThreeLcDecodeTest, RefusesNonCanonicalRunsInLongSlices) {
 // refused wherever it lies against those bounds, by Decode and by DecodeAddPieces
 // alike, and a zero group after a full run of 14 is decoded wherever it lies.
 TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   const size_t n = 10000;  // 2000 groups, a token 122 (values 1, 0, 0, 0, 0) each
   std::string h = Bytes({8, 0x90, 0x4e});  // numel 10000; with the scale, 7 bytes
   const float one = 1.0f;
@@ -399,7 +389,7 @@ TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
 }
 
 TEST(ThreeLcDecodeTest, RefusesAScaleThatDisagreesWithTheDigits) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   ExpectRefused(*codec, Header(5, 0.0f) + Bytes({122}), 5, "3lc: scale 0 with non-zero digits");
   ExpectRefused(*codec, Header(5, 2.0f) + Bytes({121}), 5,
                 "3lc: scale 2 with every digit zero (the encoder writes 0)");
@@ -407,7 +397,7 @@ TEST(ThreeLcDecodeTest, RefusesAScaleThatDisagreesWithTheDigits) {
 }
 
 TEST(ThreeLcDecodeTest, DecodesHugeScalesFinitely) {
-  auto codec = Make("3lc");
+  auto codec = MakeOk("3lc");
   std::vector<float> out(5);
   ASSERT_TRUE(codec->Decode(Header(5, FLT_MAX) + Bytes({0}), out).ok());
   for (float v : out) EXPECT_EQ(v, -FLT_MAX);
@@ -416,10 +406,10 @@ TEST(ThreeLcDecodeTest, DecodesHugeScalesFinitely) {
 // ---- arguments ----
 
 TEST(ThreeLcArgsTest, CanonicalSpec) {
-  EXPECT_EQ(Make("3lc")->spec(), "3lc(s=1)");
-  EXPECT_EQ(Make("3lc(1.5)")->spec(), "3lc(s=1.5)");
-  EXPECT_EQ(Make("3lc(s=1.9)")->spec(), "3lc(s=1.9)");
-  EXPECT_EQ(Make("3lc(s=1.0)")->spec(), "3lc(s=1)");
+  EXPECT_EQ(MakeOk("3lc")->spec(), "3lc(s=1)");
+  EXPECT_EQ(MakeOk("3lc(1.5)")->spec(), "3lc(s=1.5)");
+  EXPECT_EQ(MakeOk("3lc(s=1.9)")->spec(), "3lc(s=1.9)");
+  EXPECT_EQ(MakeOk("3lc(s=1.0)")->spec(), "3lc(s=1)");
 }
 
 TEST(ThreeLcArgsTest, RefusesSOutsideOneToTwo) {

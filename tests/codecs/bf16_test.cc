@@ -12,24 +12,20 @@
 #include "codecs/codec_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/codec_test_util.h"
 
 namespace ps::codecs {
 namespace {
 
 using internal::Bf16ToFloat;
 using internal::FloatToBf16;
+using ::ps::codecs::testing::MakeOk;
 using ::testing::HasSubstr;
 
 float FromBits(uint32_t b) {
   float f;
   std::memcpy(&f, &b, 4);
   return f;
-}
-
-std::unique_ptr<Codec> Make() {
-  auto c = MakeCodec("bf16");
-  EXPECT_TRUE(c.ok());
-  return *std::move(c);
 }
 
 TEST(Bf16Test, KnownValues) {
@@ -70,7 +66,7 @@ TEST(Bf16Test, EncodeDecodeWithinHalfAnUlp) {
   std::normal_distribution<float> g(0.0f, 1e-2f);
   std::vector<float> in(1000);
   for (float& v : in) v = g(rng);
-  auto codec = Make();
+  auto codec = MakeOk("bf16");
   std::string bytes;
   ASSERT_TRUE(codec->Encode(in, &bytes).ok());
   EXPECT_EQ(bytes.size(), codec->MaxEncodedBytes(in.size()));
@@ -87,7 +83,7 @@ TEST(Bf16Test, EncodeDecodeWithinHalfAnUlp) {
 }
 
 TEST(Bf16Test, RefusesNonFiniteOnEncodeAndDecode) {
-  auto codec = Make();
+  auto codec = MakeOk("bf16");
   std::string bytes;
   const std::vector<float> bad = {1.0f, std::numeric_limits<float>::infinity()};
   EXPECT_THAT(std::string(codec->Encode(bad, &bytes).message()),
@@ -103,7 +99,7 @@ TEST(Bf16Test, RefusesNonFiniteOnEncodeAndDecode) {
 }
 
 TEST(Bf16Test, RefusesBadFraming) {
-  auto codec = Make();
+  auto codec = MakeOk("bf16");
   std::vector<float> out(4);
   EXPECT_THAT(std::string(codec->Decode("", out).message()), HasSubstr("empty payload"));
   std::string fp16_payload(9, '\0');  // same size as bf16's

@@ -13,18 +13,14 @@
 #include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/codecs/codec_test_util.h"
 
 namespace ps::codecs {
 namespace {
 
+using ::ps::codecs::testing::MakeOk;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-std::unique_ptr<Codec> Make(std::string_view spec) {
-  auto codec = MakeCodec(spec);
-  EXPECT_TRUE(codec.ok()) << codec.status();
-  return std::move(codec).value();
-}
 
 // Values every codec represents exactly: multiples of 1/8 in [-16, 16].
 std::vector<float> ExactValues(size_t n) {
@@ -88,7 +84,7 @@ TEST(MakeCodecTest, RefusesArgumentsAndStagesADenseCodecDoesNotTake) {
 // Codec x numel: the numels cover empty, below, at and above the 8-wide vector path.
 class CodecFramingTest : public ::testing::TestWithParam<std::tuple<std::string, size_t>> {
  protected:
-  void SetUp() override { codec_ = Make(spec()); }
+  void SetUp() override { codec_ = MakeOk(spec()); }
   const std::string& spec() const { return std::get<0>(GetParam()); }
   size_t numel() const { return std::get<1>(GetParam()); }
 

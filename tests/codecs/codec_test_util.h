@@ -39,10 +39,13 @@ inline std::vector<float> Gaussian(size_t n, uint32_t seed) {
 }
 
 // The codec `spec` makes (a test failure, and nullptr, if it refuses).
-inline std::unique_ptr<Codec> MakeOk(std::string_view spec, uint64_t seed = 0) {
-  auto codec = MakeCodec(spec, CodecOptions{seed});
-  EXPECT_TRUE(codec.ok()) << codec.status();
+inline std::unique_ptr<Codec> MakeOk(std::string_view spec, const CodecOptions& options) {
+  auto codec = MakeCodec(spec, options);
+  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status();
   return codec.ok() ? *std::move(codec) : nullptr;
+}
+inline std::unique_ptr<Codec> MakeOk(std::string_view spec, uint64_t seed = 0) {
+  return MakeOk(spec, CodecOptions{.seed = seed});
 }
 
 // The encoding of values in round `round` (a test failure if Encode refuses).
@@ -62,6 +65,15 @@ inline std::string DecodeError(const Codec& codec, std::string_view bytes, size_
   const absl::Status s = codec.Decode(bytes, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
   return std::string(s.message());
+}
+
+// Checks that Decode refuses bytes for n values with INVALID_ARGUMENT and message `msg`.
+inline void ExpectRefused(const Codec& codec, std::string_view bytes, size_t n,
+                          std::string_view msg) {
+  std::vector<float> out(n);
+  const absl::Status s = codec.Decode(bytes, out);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << Hex(bytes);
+  EXPECT_EQ(std::string(s.message()), msg) << Hex(bytes);
 }
 
 // A sign payload encoded on the device against the CPU's (docs/gpu.md): the scale comes

@@ -18,13 +18,13 @@ namespace ps::codecs {
 namespace {
 
 using ::ps::codecs::testing::Gaussian;
+using ::ps::codecs::testing::ExpectRefused;
+using ::ps::codecs::testing::MakeOk;
 
 using ::testing::HasSubstr;
 
-std::unique_ptr<Codec> Make(std::string_view spec, uint64_t seed = 7) {
-  auto codec = MakeCodec(spec, CodecOptions{.seed = seed});
-  EXPECT_TRUE(codec.ok()) << codec.status();
-  return std::move(codec).value();
+std::unique_ptr<Codec> MakePowerSgd(std::string_view spec, uint64_t seed = 7) {
+  return MakeOk(spec, seed);
 }
 
 EncodeContext Matrix(uint32_t cols, uint32_t slice = 0, uint64_t round = 0) {
@@ -101,7 +101,7 @@ float F32At(const std::string& bytes, size_t offset) {
 }
 
 TEST(PowerSgdTest, SendsVectorsRaw) {
-  auto codec = Make("powersgd");
+  auto codec = MakePowerSgd("powersgd");
   const std::vector<float> values = {1.0f, -2.5f};
   const std::string bytes = Encode(*codec, values, EncodeContext{});
   EXPECT_EQ(bytes, std::string("\x09\x00\x02\x00\x00\x80\x3f\x00\x00\x20\xc0", 11));
@@ -109,7 +109,7 @@ TEST(PowerSgdTest, SendsVectorsRaw) {
 }
 
 TEST(PowerSgdTest, SendsRawWhenTheShapeDoesNotFitOrFactorsAreNotSmaller) {
-  auto codec = Make("powersgd(rank=4)");
+  auto codec = MakePowerSgd("powersgd(rank=4)");
   const std::vector<float> values = Gaussian(64, 1);
   for (uint32_t cols : {0u, 7u, 64u, 8u}) {
     // 7 does not divide 64; 1 x 64 needs 1 * 65 > 64 values; 8 x 8 at rank 4 needs 64.
@@ -119,11 +119,11 @@ TEST(PowerSgdTest, SendsRawWhenTheShapeDoesNotFitOrFactorsAreNotSmaller) {
   }
   // 16 x 4 at rank 4 would be 80 values; rank 2 (2 * 20 = 40 < 64) is sent as factors.
   EXPECT_EQ(Encode(*codec, values, Matrix(4))[1], 0);
-  EXPECT_EQ(Encode(*Make("powersgd(rank=2)"), values, Matrix(4))[1], 1);
+  EXPECT_EQ(Encode(*MakePowerSgd("powersgd(rank=2)"), values, Matrix(4))[1], 1);
 }
 
 TEST(PowerSgdTest, FactorWireFormatDecodesToPTimesQTransposed) {
-  auto codec = Make("powersgd(rank=2)");
+  auto codec = MakePowerSgd("powersgd(rank=2)");
   const size_t rows = 6, cols = 5;
   const std::vector<float> m = Gaussian(rows * cols, 2);
   const std::string bytes = Encode(*codec, m, Matrix(cols));
@@ -152,10 +152,10 @@ TEST(PowerSgdTest, FactorWireFormatDecodesToPTimesQTransposed) {
 }
 
 TEST(PowerSgdTest, RecoversALowRankMatrixExactly) {
-  for (const auto& [spec, true_rank] :
-       std::vector<std::pair<std::string, size_t>>{{"powersgd(rank=3)", 3}, {"powersgd(rank=4)", 2}}) {
+  for (const auto& [spec, true_rank] : std::vector<std::pair<std::string, size_t>>{
+           {"powersgd(rank=3)", 3}, {"powersgd(rank=4)", 2}}) {
     // rank 4 on a rank-2 matrix: two columns of P are re-drawn (M Q has rank 2).
-    auto codec = Make(spec);
+    auto codec = MakePowerSgd(spec);
     const std::vector<double> sigma = true_rank == 3 ? std::vector<double>{5, 2, 0.5}
                                                      : std::vector<double>{3, 1};
     const std::vector<float> m = SpectralMatrix(40, 30, sigma, 3);
@@ -166,7 +166,7 @@ TEST(PowerSgdTest, RecoversALowRankMatrixExactly) {
 }
 
 TEST(PowerSgdTest, WarmStartConvergesToTheBestRankRApproximation) {
-  auto codec = Make("powersgd(rank=2)");
+  auto codec = MakePowerSgd("powersgd(rank=2)");
   const std::vector<double> sigma = {10, 6, 4, 3.5, 1, 0.5};
   const std::vector<float> m = SpectralMatrix(50, 40, sigma, 4);
   double total = 0, tail = 0;
@@ -182,35 +182,39 @@ TEST(PowerSgdTest, WarmStartConvergesToTheBestRankRApproximation) {
   for (size_t i = 1; i < errors.size(); ++i) EXPECT_LE(errors[i], errors[i - 1] + 1e-6) << i;
   EXPECT_NEAR(errors.back(), best, best * 1e-3);
   // Without the warm start (a fresh codec per round) the error does not fall.
-  EXPECT_GT(RelError(m, Decoded(*codec, Encode(*Make("powersgd(rank=2)"), m, Matrix(40, 0, 29)),
-                                m.size())),
-            best * 1.05);
+  EXPECT_GT(
+      RelError(m, Decoded(*codec, Encode(*MakePowerSgd("powersgd(rank=2)"), m, Matrix(40, 0, 29)),
+                          m.size())),
+      best * 1.05);
 }
 
 TEST(PowerSgdTest, KeepsStatePerSliceAndRestartsOnShapeChange) {
   const std::vector<float> a = Gaussian(12 * 10, 5);
   const std::vector<float> b = Gaussian(8 * 16, 6);
-  auto shared = Make("powersgd(rank=2)");
-  auto only_a = Make("powersgd(rank=2)");
-  auto only_b = Make("powersgd(rank=2)");
+  auto shared = MakePowerSgd("powersgd(rank=2)");
+  auto only_a = MakePowerSgd("powersgd(rank=2)");
+  auto only_b = MakePowerSgd("powersgd(rank=2)");
   for (uint64_t round = 0; round < 3; ++round) {
     EXPECT_EQ(Encode(*shared, a, Matrix(10, 1, round)), Encode(*only_a, a, Matrix(10, 1, round)));
     EXPECT_EQ(Encode(*shared, b, Matrix(16, 2, round)), Encode(*only_b, b, Matrix(16, 2, round)));
   }
   // Slice 1 now arrives as 6 x 20: a fresh start, as in a new codec.
-  EXPECT_EQ(Encode(*shared, a, Matrix(20, 1, 3)), Encode(*Make("powersgd(rank=2)"), a, Matrix(20, 1, 3)));
+  EXPECT_EQ(Encode(*shared, a, Matrix(20, 1, 3)),
+            Encode(*MakePowerSgd("powersgd(rank=2)"), a, Matrix(20, 1, 3)));
   // Slice 2 keeps its state: the same bytes as the codec that only saw slice 2.
   EXPECT_EQ(Encode(*shared, b, Matrix(16, 2, 3)), Encode(*only_b, b, Matrix(16, 2, 3)));
 }
 
 TEST(PowerSgdTest, SeedChoosesTheInitialQ) {
   const std::vector<float> m = Gaussian(20 * 20, 8);
-  EXPECT_EQ(Encode(*Make("powersgd", 1), m, Matrix(20)), Encode(*Make("powersgd", 1), m, Matrix(20)));
-  EXPECT_NE(Encode(*Make("powersgd", 1), m, Matrix(20)), Encode(*Make("powersgd", 2), m, Matrix(20)));
+  EXPECT_EQ(Encode(*MakePowerSgd("powersgd", 1), m, Matrix(20)),
+            Encode(*MakePowerSgd("powersgd", 1), m, Matrix(20)));
+  EXPECT_NE(Encode(*MakePowerSgd("powersgd", 1), m, Matrix(20)),
+            Encode(*MakePowerSgd("powersgd", 2), m, Matrix(20)));
 }
 
 TEST(PowerSgdTest, ZeroMatrixDecodesToZeros) {
-  auto codec = Make("powersgd");
+  auto codec = MakePowerSgd("powersgd");
   const std::vector<float> zeros(30 * 20, 0.0f);
   for (uint64_t round = 0; round < 2; ++round) {
     const std::string bytes = Encode(*codec, zeros, Matrix(20, 0, round));
@@ -220,7 +224,7 @@ TEST(PowerSgdTest, ZeroMatrixDecodesToZeros) {
 }
 
 TEST(PowerSgdTest, FallsBackToRawWhenTheProductWouldOverflow) {
-  auto codec = Make("powersgd(rank=1)");
+  auto codec = MakePowerSgd("powersgd(rank=1)");
   std::vector<float> m(16 * 16, 3e38f);
   m[5] = -FLT_MAX;
   const std::string bytes = Encode(*codec, m, Matrix(16));
@@ -241,20 +245,15 @@ std::string FactorPayload(uint64_t numel, uint64_t rows, uint64_t cols, uint64_t
   return out;
 }
 
-void ExpectRefused(const Codec& codec, const std::string& bytes, size_t n, std::string_view msg) {
-  std::vector<float> out(n);
-  const absl::Status s = codec.Decode(bytes, out);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(std::string(s.message()), msg);
-}
-
 TEST(PowerSgdDecodeTest, RefusesBadHeaders) {
-  auto codec = Make("powersgd");
+  auto codec = MakePowerSgd("powersgd");
   ExpectRefused(*codec, "", 4, "powersgd: empty payload");
   ExpectRefused(*codec, "\x02", 4,
                 "powersgd: payload in the fp16 format (2), expected the powersgd format (9)");
-  ExpectRefused(*codec, std::string("\x09\x02\x04", 3), 4, "powersgd: unknown mode 2 (0: raw, 1: factors)");
-  ExpectRefused(*codec, std::string("\x09\x00\x05", 3), 4, "powersgd: payload is for 5 values, the slice has 4");
+  ExpectRefused(*codec, std::string("\x09\x02\x04", 3), 4,
+                "powersgd: unknown mode 2 (0: raw, 1: factors)");
+  ExpectRefused(*codec, std::string("\x09\x00\x05", 3), 4,
+                "powersgd: payload is for 5 values, the slice has 4");
   ExpectRefused(*codec, FactorPayload(100, 9, 11, 1, 20), 100,
                 "powersgd: a 9 x 11 matrix does not have 100 values");
   ExpectRefused(*codec, FactorPayload(100, 0, 11, 1, 20), 100,
@@ -270,7 +269,7 @@ TEST(PowerSgdDecodeTest, RefusesBadHeaders) {
 }
 
 TEST(PowerSgdDecodeTest, RefusesWrongSizes) {
-  auto codec = Make("powersgd");
+  auto codec = MakePowerSgd("powersgd");
   ExpectRefused(*codec, std::string("\x09\x00\x02\x00\x00\x80\x3f", 7), 2,
                 "powersgd: payload ends inside raw values at byte 3 (needs 8, has 4)");
   ExpectRefused(*codec, std::string("\x09\x00\x01\x00\x00\x80\x3f\x00", 8), 1,
@@ -285,7 +284,7 @@ TEST(PowerSgdDecodeTest, RefusesWrongSizes) {
 }
 
 TEST(PowerSgdDecodeTest, RefusesNonFiniteValuesAndOverflowingProducts) {
-  auto codec = Make("powersgd");
+  auto codec = MakePowerSgd("powersgd");
   ExpectRefused(*codec, std::string("\x09\x00\x01\x00\x00\x80\x7f", 7), 1,
                 "powersgd: raw value 0 is not finite (inf)");
   std::string p_bad = FactorPayload(100, 10, 10, 2, 40);  // 6-byte header, P, Q
@@ -304,9 +303,9 @@ TEST(PowerSgdDecodeTest, RefusesNonFiniteValuesAndOverflowingProducts) {
 // ---- arguments ----
 
 TEST(PowerSgdArgsTest, CanonicalSpecAndRankRange) {
-  EXPECT_EQ(Make("powersgd")->spec(), "powersgd(rank=4)");
-  EXPECT_EQ(Make("powersgd(2)")->spec(), "powersgd(rank=2)");
-  EXPECT_EQ(Make("powersgd(rank=64)")->spec(), "powersgd(rank=64)");
+  EXPECT_EQ(MakePowerSgd("powersgd")->spec(), "powersgd(rank=4)");
+  EXPECT_EQ(MakePowerSgd("powersgd(2)")->spec(), "powersgd(rank=2)");
+  EXPECT_EQ(MakePowerSgd("powersgd(rank=64)")->spec(), "powersgd(rank=64)");
   EXPECT_EQ(MakeCodec("powersgd(rank=0)").status().message(),
             "codec spec 'powersgd(rank=0)': powersgd: rank must lie in [1, 64], got 0");
   EXPECT_EQ(MakeCodec("powersgd(rank=65)").status().message(),

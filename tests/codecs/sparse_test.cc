@@ -29,16 +29,11 @@ namespace {
 
 using ::ps::codecs::testing::Hex;
 using ::ps::codecs::testing::Gaussian;
+using ::ps::codecs::testing::MakeOk;
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using namespace std::string_literals;
-
-std::unique_ptr<Codec> Make(std::string_view spec, const CodecOptions& options = {}) {
-  auto codec = MakeCodec(spec, options);
-  EXPECT_TRUE(codec.ok()) << spec << ": " << codec.status();
-  return std::move(codec).value();
-}
 
 std::string Encode(Codec& codec, std::span<const float> values, const EncodeContext& ctx = {}) {
   std::string bytes;
@@ -103,7 +98,7 @@ std::vector<uint32_t> ReferenceTopk(const std::vector<float>& x, size_t k, bool 
 // ---- wire format ----
 
 TEST(SparseWireTest, TopkRawRawExample) {
-  auto codec = Make("topk(0.5)");
+  auto codec = MakeOk("topk(0.5)");
   EXPECT_EQ(codec->spec(), "topk(ratio=0.5, method=exact)+raw+raw");
   const std::vector<float> x = {1, -3, 0.5, 2};
   const std::string bytes = Encode(*codec, x);
@@ -115,7 +110,7 @@ TEST(SparseWireTest, TopkRawRawExample) {
 }
 
 TEST(SparseWireTest, ThresholdVarintFp16Example) {
-  auto codec = Make("threshold(1)+varint+fp16");
+  auto codec = MakeOk("threshold(1)+varint+fp16");
   EXPECT_EQ(codec->spec(), "threshold(tau=1)+varint+fp16");
   const std::vector<float> x = {0, 2, 0, 0, -1, 0.5};
   const std::string bytes = Encode(*codec, x);
@@ -127,20 +122,20 @@ TEST(SparseWireTest, ThresholdVarintFp16Example) {
 TEST(SparseWireTest, BitmapAndRleExamples) {
   const std::vector<float> x = {1, -3, 0.5, 2, 0, 0, 0, 0, 0, 4};
   // Top 3: indices 1, 3, 9.
-  const std::string bitmap = Encode(*Make("topk(0.3)+bitmap"), x);
+  const std::string bitmap = Encode(*MakeOk("topk(0.3)+bitmap"), x);
   EXPECT_EQ(Hex(bitmap.substr(5, 3)), "02 0a 02");  // length 2, bits 1 and 3, bit 9
-  const std::string rle = Encode(*Make("topk(0.3)+rle"), x);
+  const std::string rle = Encode(*MakeOk("topk(0.3)+rle"), x);
   // Runs: 1 zero, 1 one, 1 zero, 1 one, 5 zeros, 1 one.
   EXPECT_EQ(Hex(rle.substr(5, 7)), "06 01 01 01 01 05 01");
   for (const char* spec : {"topk(0.3)+bitmap", "topk(0.3)+rle"}) {
-    EXPECT_THAT(Decode(*Make(spec), Encode(*Make(spec), x), x.size()),
+    EXPECT_THAT(Decode(*MakeOk(spec), Encode(*MakeOk(spec), x), x.size()),
                 ElementsAre(0, -3, 0, 2, 0, 0, 0, 0, 0, 4))
         << spec;
   }
 }
 
 TEST(SparseWireTest, RandkSendsOnlyItsSeed) {
-  auto codec = Make("randk(0.5, seed=7)");
+  auto codec = MakeOk("randk(0.5, seed=7)");
   EXPECT_EQ(codec->spec(), "randk(ratio=0.5, seed=7, scale=none)+raw");
   const std::vector<float> x = {1, 2, 3, 4};
   const std::string bytes = Encode(*codec, x);
@@ -200,7 +195,7 @@ TEST(TopkTest, KeepCountRoundsAndKeepsAtLeastOne) {
 TEST(ThresholdTest, KeepsExactlyMagnitudesAtOrAboveTau) {
   const std::vector<float> x = {0.5f, -0.5f, 0.49999997f, -2, 0, 0.75f};
   EXPECT_THAT(internal::ThresholdSelect(x, 0.5f), ElementsAre(0, 1, 3, 5));
-  EXPECT_THAT(Decode(*Make("threshold(0.5)"), Encode(*Make("threshold(0.5)"), x), x.size()),
+  EXPECT_THAT(Decode(*MakeOk("threshold(0.5)"), Encode(*MakeOk("threshold(0.5)"), x), x.size()),
               ElementsAre(0.5f, -0.5f, 0, -2, 0, 0.75f));
 }
 
@@ -233,7 +228,7 @@ TEST(RandkTest, SampleSortedIndicesIsUniform) {
 }
 
 TEST(RandkTest, SupportIndicesAreWhatDecodeFills) {
-  auto codec = Make("randk(0.1, seed=9)+fp16");
+  auto codec = MakeOk("randk(0.1, seed=9)+fp16");
   std::vector<float> x(1000);
   for (size_t i = 0; i < x.size(); ++i) x[i] = 1.0f + static_cast<float>(i % 13);
   EncodeContext ctx{.round = 4, .slice_id = 2, .worker_id = 3};
@@ -256,7 +251,7 @@ TEST(RandkTest, GlobalSeedMaskIsSharedByWorkersAndChangesWithRoundAndSlice) {
   const std::vector<float> x = Gaussian(5000, 1);
   auto support = [&](std::string_view spec, uint32_t worker, uint64_t round, uint32_t slice,
                      uint64_t options_seed = 0) {
-    auto codec = Make(spec, CodecOptions{.seed = options_seed});
+    auto codec = MakeOk(spec, CodecOptions{.seed = options_seed});
     return *SeededSupportOf(Encode(*codec, x, {.round = round, .slice_id = slice, .worker_id = worker}));
   };
   const SeededSupport base = support("randk(0.01, seed=5)", 0, 1, 1);
@@ -273,15 +268,15 @@ TEST(RandkTest, GlobalSeedMaskIsSharedByWorkersAndChangesWithRoundAndSlice) {
 }
 
 TEST(RandkTest, SeededSupportOfRefusesOtherPayloads) {
-  EXPECT_FALSE(SeededSupportOf(Encode(*Make("topk(0.1)"), Gaussian(100, 1))).has_value());
+  EXPECT_FALSE(SeededSupportOf(Encode(*MakeOk("topk(0.1)"), Gaussian(100, 1))).has_value());
   EXPECT_FALSE(SeededSupportOf("").has_value());
-  std::string bytes = Encode(*Make("randk(0.1)"), Gaussian(100, 1));
+  std::string bytes = Encode(*MakeOk("randk(0.1)"), Gaussian(100, 1));
   EXPECT_TRUE(SeededSupportOf(bytes).has_value());
   EXPECT_FALSE(SeededSupportOf(bytes.substr(0, 10)).has_value());
 }
 
 TEST(RandkTest, UnbiasedScalingIsUnbiased) {
-  auto codec = Make("randk(0.25, scale=unbiased)");
+  auto codec = MakeOk("randk(0.25, scale=unbiased)");
   const std::vector<float> x = {1, -2, 3, 4, 0.5f, -1, 2, 8};
   std::vector<double> mean(x.size(), 0.0);
   const int rounds = 20000;
@@ -299,7 +294,7 @@ TEST(RandkTest, UnbiasedScalingIsUnbiased) {
 
 TEST(BloomTest, P0SendsEveryPositiveWithItsTrueValue) {
   const std::vector<float> x = Gaussian(100000, 8);
-  auto codec = Make("topk(0.01)+bloom(p0, fpr=0.01)");
+  auto codec = MakeOk("topk(0.01)+bloom(p0, fpr=0.01)");
   const std::string bytes = Encode(*codec, x);
   const auto out = Decode(*codec, bytes, x.size());
   size_t positives = 0;
@@ -325,7 +320,7 @@ TEST(BloomTest, P1AndP2SendKValuesAndP2FindsMoreTruePositives) {
   const std::set<uint32_t> true_set(truth.begin(), truth.end());
   size_t hits[2] = {0, 0};
   for (int p = 1; p <= 2; ++p) {
-    auto codec = Make(absl::StrCat("topk(0.01)+bloom(p", p, ", fpr=0.05)"));
+    auto codec = MakeOk(absl::StrCat("topk(0.01)+bloom(p", p, ", fpr=0.05)"));
     for (uint64_t round = 0; round < 5; ++round) {
       const auto out = Decode(*codec, Encode(*codec, x, {.round = round}), x.size());
       size_t sent = 0;
@@ -354,7 +349,7 @@ std::string BloomSection(uint8_t policy, uint8_t hashes, std::optional<uint64_t>
 }
 
 TEST(BloomTest, DecodeRefusesImplausibleFilters) {
-  auto p0 = Make("topk(0.1)+bloom(p0)+raw");
+  auto p0 = MakeOk("topk(0.1)+bloom(p0)+raw");
   const std::string four_values = U32s({0, 0, 0, 0});
   // An all-ones filter claims every coordinate: more positives than values.
   EXPECT_THAT(DecodeError(*p0, Payload(5, 1, 100, 1, BloomSection(0, 3, {}, 4, '\xff'), U32s({0})), 100),
@@ -371,7 +366,7 @@ TEST(BloomTest, DecodeRefusesImplausibleFilters) {
               HasSubstr("bloom filter of 0 bytes"));
   EXPECT_THAT(DecodeError(*p0, Payload(5, 1, 100, 0, BloomSection(1, 3, 0, 4, '\0'), ""), 100),
               HasSubstr("bloom policy 1, expected p0"));
-  auto p1 = Make("topk(0.1)+bloom(p1)+raw");
+  auto p1 = MakeOk("topk(0.1)+bloom(p1)+raw");
   EXPECT_THAT(DecodeError(*p1, Payload(5, 1, 100, 2, BloomSection(1, 3, 1, 4, '\0'), U32s({0, 0})), 100),
               HasSubstr("bloom positive count 1 is not in [2, 100]"));
   EXPECT_THAT(DecodeError(*p1, Payload(5, 1, 100, 1, BloomSection(1, 3, 5, 4, '\xff'), U32s({0})), 100),
@@ -384,7 +379,7 @@ TEST(BloomTest, DecodeRefusesImplausibleFilters) {
 // ---- value stages ----
 
 TEST(PolyfitTest, FitsSortedValuesClosely) {
-  auto codec = Make("topk(1)+raw+polyfit");
+  auto codec = MakeOk("topk(1)+raw+polyfit");
   EXPECT_EQ(codec->spec(), "topk(ratio=1, method=exact)+raw+polyfit(degree=5)");
   const std::vector<float> x = Gaussian(20000, 4);
   const auto out = Decode(*codec, Encode(*codec, x), x.size());
@@ -418,7 +413,7 @@ std::string PolySection(uint8_t degree, std::vector<uint64_t> lens, std::vector<
 // coefficients evaluate past FLT_MAX, so the decoder refused what the encoder wrote.
 TEST(PolyfitTest, HugeValuesStayDecodable) {
   for (const char* spec : {"topk(0.3)+bloom(p2)+polyfit(degree=3)", "topk(1)+raw+polyfit(degree=7)"}) {
-    auto codec = Make(spec);
+    auto codec = MakeOk(spec);
     std::vector<float> x(64, 0.0f);
     for (size_t i = 0; i <= 18; ++i) {
       const double t = (static_cast<double>(i) - 9.0) / 9.0;
@@ -434,7 +429,7 @@ TEST(PolyfitTest, HugeValuesStayDecodable) {
 }
 
 TEST(PolyfitTest, DecodeRefusesBadSections) {
-  auto codec = Make("topk(1)+raw+polyfit(degree=0)");
+  auto codec = MakeOk("topk(1)+raw+polyfit(degree=0)");
   const std::string idx = U32s({0, 1, 2});
   auto err = [&](const std::string& section) {
     return DecodeError(*codec, Payload(1, 4, 3, 3, idx, section), 3);
@@ -452,7 +447,7 @@ TEST(PolyfitTest, DecodeRefusesBadSections) {
   EXPECT_THAT(err(PolySection(0, {3}, {1}, "\x64")), HasSubstr("padding bits"));
   EXPECT_THAT(err(PolySection(0, {3}, {1}, "\x24\x00"s)), HasSubstr("trailing"));
   EXPECT_THAT(err(PolySection(0, {3}, {1}, "")), HasSubstr("payload ends inside the polyfit ranks"));
-  auto cubic = Make("topk(1)+raw+polyfit(degree=1)");
+  auto cubic = MakeOk("topk(1)+raw+polyfit(degree=1)");
   EXPECT_THAT(DecodeError(*cubic, Payload(1, 4, 3, 3, idx, PolySection(1, {3}, {3e38f, 3e38f}, "\x24")), 3),
               HasSubstr("polyfit value 2 in sorted order is not finite"));
 }
@@ -467,7 +462,7 @@ std::string Deflated(std::string_view raw) {
 }
 
 TEST(DeflateTest, RoundTripsExactlyAndRefusesBombsAndShortStreams) {
-  auto codec = Make("topk(1)+raw+deflate");
+  auto codec = MakeOk("topk(1)+raw+deflate");
   EXPECT_EQ(codec->spec(), "topk(ratio=1, method=exact)+raw+deflate(level=6)");
   const std::vector<float> x = Gaussian(3000, 2);
   EXPECT_EQ(Decode(*codec, Encode(*codec, x), x.size()), x);
@@ -493,7 +488,7 @@ TEST(DeflateTest, RoundTripsExactlyAndRefusesBombsAndShortStreams) {
 // ---- header and index refusals ----
 
 TEST(SparseDecodeTest, RefusesAnotherCompositionAndBadHeaders) {
-  auto codec = Make("topk(0.5)+raw+fp16");
+  auto codec = MakeOk("topk(0.5)+raw+fp16");
   const std::string idx = U32s({1});
   const std::string half = "\x00\x3c"s;
   EXPECT_TRUE(Accepts(*codec, Payload(1, 2, 4, 1, idx, half), 4));
@@ -514,7 +509,7 @@ TEST(SparseDecodeTest, RefusesAnotherCompositionAndBadHeaders) {
               HasSubstr("value 0 is not finite (bits 0x7c00)"));
   EXPECT_THAT(DecodeError(*codec, Payload(1, 2, 4, 1, idx, half + half), 4),
               HasSubstr("fp16 value section is 4 bytes, expected 2"));
-  auto randk = Make("randk(0.5)");
+  auto randk = MakeOk("randk(0.5)");
   EXPECT_THAT(DecodeError(*randk, Payload(0, 1, 4, 1, "1234567", U32s({0})), 4),
               HasSubstr("random-k seed section is 7 bytes, expected 8"));
 }
@@ -522,28 +517,28 @@ TEST(SparseDecodeTest, RefusesAnotherCompositionAndBadHeaders) {
 TEST(SparseDecodeTest, RefusesBadIndexSections) {
   const std::string one = U32s({0x3f800000});  // 1.0f
   const std::string two = U32s({0x3f800000, 0x3f800000});
-  auto raw = Make("topk(0.5)");
+  auto raw = MakeOk("topk(0.5)");
   EXPECT_THAT(DecodeError(*raw, Payload(1, 1, 4, 1, U32s({4}), one), 4),
               HasSubstr("index 0 is 4, not below 4"));
   EXPECT_THAT(DecodeError(*raw, Payload(1, 1, 4, 2, U32s({2, 2}), two), 4),
               HasSubstr("index 1 (2) does not increase"));
   EXPECT_THAT(DecodeError(*raw, Payload(1, 1, 4, 1, U32s({1, 2}), one), 4),
               HasSubstr("raw index section is 8 bytes, expected 4"));
-  auto varint = Make("topk(0.5)+varint");
+  auto varint = MakeOk("topk(0.5)+varint");
   EXPECT_THAT(DecodeError(*varint, Payload(2, 1, 4, 2, "\x02\x01", two), 4),
               HasSubstr("varint index 1 lies beyond 4 values"));
   EXPECT_THAT(DecodeError(*varint, Payload(2, 1, 4, 1, "\x01\x00"s, one), 4),
               HasSubstr("1 trailing bytes after the varint indices"));
   EXPECT_THAT(DecodeError(*varint, Payload(2, 1, 4, 1, "\x81\x00"s, one), 4),
               HasSubstr("not minimally encoded"));
-  auto bitmap = Make("topk(0.5)+bitmap");
+  auto bitmap = MakeOk("topk(0.5)+bitmap");
   EXPECT_THAT(DecodeError(*bitmap, Payload(3, 1, 4, 1, "\x11", one), 4),
               HasSubstr("bitmap padding bits are not zero"));
   EXPECT_THAT(DecodeError(*bitmap, Payload(3, 1, 4, 1, "\x03", one), 4),
               HasSubstr("bitmap has 2 ones, expected 1"));
   EXPECT_THAT(DecodeError(*bitmap, Payload(3, 1, 4, 1, "\x01\x00"s, one), 4),
               HasSubstr("bitmap is 2 bytes, expected 1"));
-  auto rle = Make("topk(0.5)+rle");
+  auto rle = MakeOk("topk(0.5)+rle");
   EXPECT_THAT(DecodeError(*rle, Payload(4, 1, 4, 1, "\x01\x04", one), 4),
               HasSubstr("rle run of 4 at coordinate 1 overruns 4 values"));
   EXPECT_THAT(DecodeError(*rle, Payload(4, 1, 4, 1, "\x01\x00\x03"s, one), 4),
@@ -571,7 +566,7 @@ TEST(SparseSpecTest, CanonicalSpecs) {
       {"randk(scale=unbiased)+deflate(level=1)", "randk(ratio=0.01, scale=unbiased)+deflate(level=1)"},
       {"topk(method=sampled)+rle+polyfit(3)", "topk(ratio=0.01, method=sampled)+rle+polyfit(degree=3)"},
   };
-  for (const auto& [spec, canonical] : cases) EXPECT_EQ(Make(spec)->spec(), canonical) << spec;
+  for (const auto& [spec, canonical] : cases) EXPECT_EQ(MakeOk(spec)->spec(), canonical) << spec;
 }
 
 TEST(SparseSpecTest, RefusesBadArgumentsAndCompositions) {
@@ -603,7 +598,7 @@ TEST(SparseSpecTest, MaxEncodedBytesBoundsWorstCases) {
   for (const char* spec : {"threshold(0.001)+varint+raw", "threshold(0.001)+rle+polyfit",
                            "topk(0.5, method=sampled)+bloom(p0, fpr=0.5)+deflate",
                            "topk(1)+bitmap+fp16", "randk(1)+polyfit"}) {
-    auto codec = Make(spec);
+    auto codec = MakeOk(spec);
     EXPECT_LE(Encode(*codec, x).size(), codec->MaxEncodedBytes(x.size())) << spec;
   }
 }

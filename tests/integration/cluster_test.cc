@@ -67,9 +67,7 @@ std::vector<std::vector<float>> Initial(const core::ModelLayout& l) {
   return init;
 }
 
-std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
-  return {v.begin(), v.end()};
-}
+using testing::Spans;
 
 // Runs `rounds` synchronous rounds with n workers (threads); returns worker 0's final
 // parameters.

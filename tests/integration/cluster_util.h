@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <chrono>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -64,6 +65,11 @@ inline std::vector<float> SineGradient(uint32_t w, uint64_t r, size_t n) {
                     0.7f * static_cast<float>(r));
   }
   return g;
+}
+
+// Views of each worker's values, for the functions that take one span per worker.
+inline std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
+  return {v.begin(), v.end()};
 }
 
 // The data planes a test runs over (docs/data-plane.md), for INSTANTIATE_TEST_SUITE_P;

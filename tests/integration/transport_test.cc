@@ -42,9 +42,7 @@ server::ServerOptions Options(uint32_t n) {
 
 using testing::ClientOptions;
 
-std::vector<std::span<const float>> Spans(const std::vector<std::vector<float>>& v) {
-  return {v.begin(), v.end()};
-}
+using testing::Spans;
 
 // Where the urgent tensor's slice lands in the shard's publish order when one worker
 // pushes 8 slices of a late layer and then the first layer's slice, over a link of

@@ -85,13 +85,13 @@ TEST(LinkShapingTest, BurstSuffixes) {
   EXPECT_EQ(MustParse("rate=10mbps,burst=1000").up.burst_bytes, 1000u);
 }
 
-struct Refusal {
+struct BadSpec {
   const char* spec;
   const char* fragment;
 };
 
 TEST(LinkShapingTest, RefusalsQuoteTheSpecAndNameTheProblem) {
-  const Refusal refusals[] = {
+  const BadSpec refusals[] = {
       {"rate", "'rate' is not key=value"},
       {"speed=1mbps", "unknown key 'speed'"},
       {"rate=1mbps,rate=2mbps", "duplicate key 'rate'"},
@@ -123,7 +123,7 @@ TEST(LinkShapingTest, RefusalsQuoteTheSpecAndNameTheProblem) {
       {"rate=1mbps,", "empty item"},
       {"off,rate=1mbps", "'off' is not key=value"},
   };
-  for (const Refusal& refusal : refusals) {
+  for (const BadSpec& refusal : refusals) {
     const auto shaping = ParseLinkShaping(refusal.spec);
     ASSERT_FALSE(shaping.ok()) << refusal.spec;
     EXPECT_EQ(shaping.status().code(), absl::StatusCode::kInvalidArgument) << refusal.spec;

@@ -11,7 +11,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-CallLimits Small() {
+CallLimits SmallCallLimits() {
   CallLimits l;
   l.max_calls_per_client = 3;
   l.max_reads_per_client = 2;
@@ -22,7 +22,7 @@ CallLimits Small() {
 
 TEST(CallBudgetTest, AClientOverItsOpenCallsIsRefusedOthersAreNot) {
   core::ManualClock clock;
-  CallBudget b(Small(), &clock);
+  CallBudget b(SmallCallLimits(), &clock);
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(b.OpenCall("worker-1").ok());
   absl::Status s = b.OpenCall("worker-1");
   EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
@@ -35,7 +35,7 @@ TEST(CallBudgetTest, AClientOverItsOpenCallsIsRefusedOthersAreNot) {
 
 TEST(CallBudgetTest, ReadsBeyondTheBoundsWaitAndStartInOrderSkippingClientsAtTheirBound) {
   core::ManualClock clock;
-  CallBudget b(Small(), &clock);
+  CallBudget b(SmallCallLimits(), &clock);
   std::vector<std::string> started;
   auto request = [&](const std::string& client, const std::string& label) {
     return b.RequestRead(client, [&started, label](CallBudget::Ticket) { started.push_back(label); });
@@ -60,7 +60,7 @@ TEST(CallBudgetTest, ReadsBeyondTheBoundsWaitAndStartInOrderSkippingClientsAtThe
 
 TEST(CallBudgetTest, ACancelledWaitingReadNeverStarts) {
   core::ManualClock clock;
-  CallBudget b(Small(), &clock);
+  CallBudget b(SmallCallLimits(), &clock);
   int ran = 0;
   const CallBudget::Ticket t1 = b.RequestRead("a", [&](CallBudget::Ticket) { ++ran; });
   b.RequestRead("a", [&](CallBudget::Ticket) { ++ran; });
@@ -73,7 +73,7 @@ TEST(CallBudgetTest, ACancelledWaitingReadNeverStarts) {
 
 TEST(CallBudgetTest, ReadsNotDoneWithinTheTimeoutAreOverdue) {
   core::ManualClock clock;
-  CallBudget b(Small(), &clock);
+  CallBudget b(SmallCallLimits(), &clock);
   const CallBudget::Ticket t1 = b.RequestRead("a", [](CallBudget::Ticket) {});
   clock.Advance(milliseconds(60));
   const CallBudget::Ticket t2 = b.RequestRead("b", [](CallBudget::Ticket) {});
@@ -87,7 +87,7 @@ TEST(CallBudgetTest, ReadsNotDoneWithinTheTimeoutAreOverdue) {
 
 TEST(CallBudgetTest, ConcurrentReadsNeverExceedTheBounds) {
   core::ManualClock clock;
-  CallLimits l = Small();
+  CallLimits l = SmallCallLimits();
   l.max_reads = 4;
   l.max_reads_per_client = 2;
   CallBudget b(l, &clock);

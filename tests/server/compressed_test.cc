@@ -14,34 +14,34 @@
 namespace ps::server {
 namespace {
 
-constexpr uint32_t kNumel = 1000;
-constexpr uint32_t kWorkers = 5;
+constexpr uint32_t kCompressedNumel = 1000;
+constexpr uint32_t kCompressedWorkers = 5;
 
 class CompressedShard {
  public:
   explicit CompressedShard(const std::string& rule) {
     ServerOptions o;
-    o.num_workers = kWorkers;
+    o.num_workers = kCompressedWorkers;
     o.num_byzantine = 1;
     o.aggregate_only = true;
     o.round_deadline = std::chrono::milliseconds(10000);
     aggregators::AggregatorOptions a;
-    a.num_workers = kWorkers;
+    a.num_workers = kCompressedWorkers;
     a.num_byzantine = 1;
     auto agg = aggregators::MakeAggregator(rule, a);
     EXPECT_TRUE(agg.ok()) << agg.status();
     shard_ = std::make_unique<Shard>(o, 0, *std::move(agg), &clock_, &pool_);
-    auto layout = core::ModelLayout::Create({{"w", kNumel, 0}}, kNumel, 1);
+    auto layout = core::ModelLayout::Create({{"w", kCompressedNumel, 0}}, kCompressedNumel, 1);
     EXPECT_TRUE(layout.ok());
     hash_ = layout->hash();
-    for (uint32_t w = 0; w < kWorkers; ++w) EXPECT_TRUE(shard_->Join(w, hash_).ok());
+    for (uint32_t w = 0; w < kCompressedWorkers; ++w) EXPECT_TRUE(shard_->Join(w, hash_).ok());
     EXPECT_TRUE(shard_->RegisterLayout(0, *layout).ok());
   }
 
   // Pushes round 0 from every worker and returns the published aggregate.
   std::vector<float> Round(const std::vector<std::string>& codec,
                            const std::vector<std::string>& payload) {
-    for (uint32_t w = 0; w < kWorkers; ++w) {
+    for (uint32_t w = 0; w < kCompressedWorkers; ++w) {
       const absl::Status st = shard_->Push(w, hash_, 0, 0, codec[w], payload[w]);
       EXPECT_TRUE(st.ok()) << st;
     }
@@ -72,16 +72,16 @@ Pushes Encode(const std::vector<std::string>& specs) {
   std::normal_distribution<float> normal;
   Pushes p;
   auto fp32 = codecs::MakeCodec("fp32");
-  for (uint32_t w = 0; w < kWorkers; ++w) {
-    std::vector<float> g(kNumel);
-    for (float& x : g) x = normal(rng) + (w == kWorkers - 1 ? -20.0f : 0.0f);
+  for (uint32_t w = 0; w < kCompressedWorkers; ++w) {
+    std::vector<float> g(kCompressedNumel);
+    for (float& x : g) x = normal(rng) + (w == kCompressedWorkers - 1 ? -20.0f : 0.0f);
     auto codec = codecs::MakeCodec(specs[w]);
     EXPECT_TRUE(codec.ok()) << codec.status();
     codecs::EncodeContext ctx;
     ctx.worker_id = w;
     std::string bytes;
     EXPECT_TRUE((*codec)->Encode(g, ctx, &bytes).ok());
-    std::vector<float> decoded(kNumel);
+    std::vector<float> decoded(kCompressedNumel);
     EXPECT_TRUE((*codec)->Decode(bytes, decoded).ok());
     std::string dense;
     EXPECT_TRUE((*fp32)->Encode(decoded, &dense).ok());
@@ -96,7 +96,7 @@ Pushes Encode(const std::vector<std::string>& specs) {
 class SupportShardTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SupportShardTest, GlobalSeedRandomKAggregatesOnTheSupportLikeTheDensePath) {
-  const Pushes p = Encode(std::vector<std::string>(kWorkers, "randk(0.1, seed=42)"));
+  const Pushes p = Encode(std::vector<std::string>(kCompressedWorkers, "randk(0.1, seed=42)"));
   CompressedShard compressed(GetParam()), dense(GetParam());
   const std::vector<float> got = compressed.Round(p.codec, p.payload);
   const std::vector<float> want = dense.Round(p.fp32_codec, p.fp32_payload);
@@ -111,7 +111,7 @@ INSTANTIATE_TEST_SUITE_P(Rules, SupportShardTest,
                          ::testing::Values("median", "trimmed_mean", "krum", "nnm+mean"));
 
 TEST(CompressedShardTest, OneWorkerWithAnotherSeedFallsBackToTheDensePath) {
-  std::vector<std::string> specs(kWorkers, "randk(0.1, seed=42)");
+  std::vector<std::string> specs(kCompressedWorkers, "randk(0.1, seed=42)");
   specs[2] = "randk(0.1, seed=43)";
   const Pushes p = Encode(specs);
   CompressedShard compressed("trimmed_mean"), dense("trimmed_mean");
@@ -120,7 +120,7 @@ TEST(CompressedShardTest, OneWorkerWithAnotherSeedFallsBackToTheDensePath) {
 }
 
 TEST(CompressedShardTest, SignPushesAreVotedOnPackedBitsLikeTheDenseRule) {
-  const Pushes p = Encode(std::vector<std::string>(kWorkers, "sign"));
+  const Pushes p = Encode(std::vector<std::string>(kCompressedWorkers, "sign"));
   CompressedShard compressed("sign_majority"), dense("sign_majority");
   const std::vector<float> got = compressed.Round(p.codec, p.payload);
   EXPECT_EQ(got, dense.Round(p.fp32_codec, p.fp32_payload));
@@ -128,7 +128,7 @@ TEST(CompressedShardTest, SignPushesAreVotedOnPackedBitsLikeTheDenseRule) {
   EXPECT_EQ(dense.stats().sign_votes, 0u);
   size_t nonzero = 0;
   for (float v : got) nonzero += v != 0;
-  EXPECT_GT(nonzero, kNumel / 2);
+  EXPECT_GT(nonzero, kCompressedNumel / 2);
 }
 
 }  // namespace

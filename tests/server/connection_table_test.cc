@@ -9,7 +9,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-ConnectionLimits Small() {
+ConnectionLimits SmallConnectionLimits() {
   ConnectionLimits l;
   l.max_connections = 8;
   l.reserved_for_proven = 2;  // unproven may use 6
@@ -24,7 +24,7 @@ ConnectionLimits Small() {
 std::string Peer(int i) { return "ipv4:10.0.0.1:" + std::to_string(1000 + i); }
 
 TEST(ConnectionTableTest, ASourceOverItsUnprovenBoundLosesItsOldestConnection) {
-  ConnectionTable t(Small());
+  ConnectionTable t(SmallConnectionLimits());
   core::ManualClock clock;
   std::vector<ConnectionTable::Id> ids;
   for (int i = 0; i < 3; ++i) {
@@ -44,7 +44,7 @@ TEST(ConnectionTableTest, ASourceOverItsUnprovenBoundLosesItsOldestConnection) {
 }
 
 TEST(ConnectionTableTest, UnprovenConnectionsCannotTakeTheReserveOfProvenOnes) {
-  ConnectionTable t(Small());
+  ConnectionTable t(SmallConnectionLimits());
   core::ManualClock clock;
   // Six unproven connections from six sources fill what unproven ones may use.
   for (int i = 0; i < 6; ++i) {
@@ -69,7 +69,7 @@ TEST(ConnectionTableTest, UnprovenConnectionsCannotTakeTheReserveOfProvenOnes) {
 }
 
 TEST(ConnectionTableTest, ANewConnectionIsRefusedOnlyWhenProvenOnesFillTheTable) {
-  ConnectionLimits l = Small();
+  ConnectionLimits l = SmallConnectionLimits();
   l.max_per_identity = 0;
   ConnectionTable t(l);
   core::ManualClock clock;
@@ -85,7 +85,7 @@ TEST(ConnectionTableTest, ANewConnectionIsRefusedOnlyWhenProvenOnesFillTheTable)
 }
 
 TEST(ConnectionTableTest, UnprovenConnectionsExpireAfterTheProofTimeout) {
-  ConnectionTable t(Small());
+  ConnectionTable t(SmallConnectionLimits());
   core::ManualClock clock;
   const ConnectionTable::Id old = t.Open("10.0.0.1", Peer(0), clock.Now()).id;
   clock.Advance(milliseconds(600));
@@ -107,7 +107,7 @@ TEST(ConnectionTableTest, UnprovenConnectionsExpireAfterTheProofTimeout) {
 }
 
 TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsLeastRecentlyUsedConnection) {
-  ConnectionTable t(Small());
+  ConnectionTable t(SmallConnectionLimits());
   core::ManualClock clock;
   std::vector<ConnectionTable::Id> ids;
   for (int i = 0; i < 3; ++i) {
@@ -137,7 +137,7 @@ TEST(ConnectionTableTest, AnIdentityOverItsBoundLosesItsLeastRecentlyUsedConnect
 }
 
 TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheConnectionThatHeldIt) {
-  ConnectionTable t(Small());
+  ConnectionTable t(SmallConnectionLimits());
   core::ManualClock clock;
   t.Open("10.0.0.1", Peer(0), clock.Now());
   t.Proven(Peer(0), "worker-0", clock.Now());
@@ -148,7 +148,7 @@ TEST(ConnectionTableTest, APeerStringSeenAgainReplacesTheConnectionThatHeldIt) {
 }
 
 TEST(ConnectionTableTest, ShedUnprovenClosesTheOldestFirst) {
-  ConnectionTable t(Small());
+  ConnectionTable t(SmallConnectionLimits());
   core::ManualClock clock;
   const ConnectionTable::Id a = t.Open("10.0.0.1", Peer(0), clock.Now()).id;
   const ConnectionTable::Id b = t.Open("10.0.0.2", "ipv4:10.0.0.2:1", clock.Now()).id;
@@ -162,7 +162,7 @@ TEST(ConnectionTableTest, ShedUnprovenClosesTheOldestFirst) {
 }
 
 TEST(ConnectionTableTest, AnAbusiveConnectionPenalizesItsSourceAndIdentityLongerEachTime) {
-  ConnectionTable t(Small());  // penalty 500 ms, at most 4 s
+  ConnectionTable t(SmallConnectionLimits());  // penalty 500 ms, at most 4 s
   core::ManualClock clock;
   ASSERT_TRUE(t.Open("10.0.0.1", Peer(0), clock.Now()).accepted);
   t.Proven(Peer(0), "worker-3", clock.Now());
@@ -203,7 +203,7 @@ TEST(ConnectionTableTest, AnAbusiveConnectionPenalizesItsSourceAndIdentityLonger
 }
 
 TEST(ConnectionTableTest, APenalizedSourceGetsAFewConnectionsASecondOnProbation) {
-  ConnectionTable t(Small());  // 2 a second on probation, for 200 ms each; penalty 500 ms
+  ConnectionTable t(SmallConnectionLimits());  // 2 a second on probation, for 200 ms each; penalty 500 ms
   core::ManualClock clock;
   ASSERT_TRUE(t.Open("10.0.0.1", Peer(0), clock.Now()).accepted);
   ASSERT_EQ(t.Abusive(Peer(0), CloseReason::kUnprovenBytes, clock.Now()).size(), 1u);

@@ -31,7 +31,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-constexpr uint32_t kWorkers = 3;
+constexpr uint32_t kCoordinatorWorkers = 3;
 
 struct Published {
   uint32_t slice = 0;
@@ -44,19 +44,19 @@ struct Published {
 class ModelCoordinatorTest : public ::testing::Test {
  protected:
   ModelCoordinatorTest() {
-    rules_.num_workers = kWorkers;
-    rules_.quorum = kWorkers;
+    rules_.num_workers = kCoordinatorWorkers;
+    rules_.quorum = kCoordinatorWorkers;
     rules_.round_deadline = milliseconds(100);
     rules_.clock = &clock_;
     rules_.deadlines = &deadlines_;
     aggregators::AggregatorOptions opts;
-    opts.num_workers = kWorkers;
+    opts.num_workers = kCoordinatorWorkers;
     krum_ = aggregators::MakeAggregator("krum", opts).value();
     aggregation_ = std::make_unique<RoundAggregation>(krum_.get(), &pool_, SgdOptions{1.0f, 0, 0},
                                                       /*aggregate_only=*/false,
-                                                      /*quorum=*/kWorkers);
+                                                      /*quorum=*/kCoordinatorWorkers);
     coordinator_ = std::make_unique<ModelCoordinator>(
-        ModelRounds::Config{/*shard_id=*/0, /*num_shards=*/2, kWorkers, /*state_rows=*/0,
+        ModelRounds::Config{/*shard_id=*/0, /*num_shards=*/2, kCoordinatorWorkers, /*state_rows=*/0,
                             milliseconds(50)},
         &clock_, &deadlines_,
         ModelCoordinator::Parts{&table_, aggregation_.get(), krum_.get(), &jobs_, &counters_,
@@ -91,13 +91,13 @@ class ModelCoordinatorTest : public ::testing::Test {
   // closes with the last push and tells the coordinator, as the shard does.
   void PushAll(uint64_t round, const std::vector<std::vector<float>>& rows) {
     for (uint32_t id : owned_) {
-      for (uint32_t w = 0; w < kWorkers; ++w) {
+      for (uint32_t w = 0; w < kCoordinatorWorkers; ++w) {
         std::string payload;
         ASSERT_TRUE(encoder_->Encode(rows[w], &payload).ok());
         absl::StatusOr<SliceRound::Progress> p =
             table_.slice(id)->AcceptPush(w, round, "fp32", decode_, payload);
         ASSERT_TRUE(p.ok()) << p.status();
-        ASSERT_EQ(p->closed, w + 1 == kWorkers);
+        ASSERT_EQ(p->closed, w + 1 == kCoordinatorWorkers);
       }
       coordinator_->SliceClosed(id, round);
     }
@@ -133,7 +133,7 @@ class ModelCoordinatorTest : public ::testing::Test {
   core::ManualClock clock_;
   DeadlineQueue deadlines_;
   RoundRules rules_;
-  SliceTable table_{{/*shard_id=*/0, /*num_shards=*/2, kWorkers, /*max_message_bytes=*/1 << 20,
+  SliceTable table_{{/*shard_id=*/0, /*num_shards=*/2, kCoordinatorWorkers, /*max_message_bytes=*/1 << 20,
                      /*max_shard_bytes=*/1 << 30, /*state_rows=*/0,
                      /*keep_published_model=*/false, /*aggregate_only=*/false,
                      /*priority_order=*/false},
@@ -141,8 +141,8 @@ class ModelCoordinatorTest : public ::testing::Test {
   core::ThreadPool pool_{2};
   std::unique_ptr<aggregators::Aggregator> krum_;
   std::unique_ptr<RoundAggregation> aggregation_;
-  ShardCounters counters_{0, kWorkers};
-  Suspicion suspicion_{Suspicion::Config{0, kWorkers, /*window_rounds=*/1, 0.5}};
+  ShardCounters counters_{0, kCoordinatorWorkers};
+  Suspicion suspicion_{Suspicion::Config{0, kCoordinatorWorkers, /*window_rounds=*/1, 0.5}};
   std::unique_ptr<ModelCoordinator> coordinator_;
   // Last: waits for the jobs that use everything above.
   AggregationJobs jobs_{&pool_};

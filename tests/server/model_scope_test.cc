@@ -21,7 +21,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-constexpr uint32_t kWorkers = 7;
+constexpr uint32_t kScopeWorkers = 7;
 constexpr uint32_t kByzantine = 1;
 
 class ModelScopeShardTest : public ::testing::Test {
@@ -34,11 +34,11 @@ class ModelScopeShardTest : public ::testing::Test {
     ASSERT_TRUE(layout.ok()) << layout.status();
     layout_ = std::make_unique<core::ModelLayout>(*layout);
     aggregators::AggregatorOptions a;
-    a.num_workers = kWorkers;
+    a.num_workers = kScopeWorkers;
     a.num_byzantine = kByzantine;
     for (uint32_t i = 0; i < shards; ++i) {
       ServerOptions o;
-      o.num_workers = kWorkers;
+      o.num_workers = kScopeWorkers;
       o.num_byzantine = kByzantine;
       o.num_shards = shards;
       o.shard_id = static_cast<int>(i);
@@ -60,7 +60,7 @@ class ModelScopeShardTest : public ::testing::Test {
           }
         }
       });
-      for (uint32_t w = 0; w < kWorkers; ++w) ASSERT_TRUE(shards_[i]->Join(w, layout_->hash()).ok());
+      for (uint32_t w = 0; w < kScopeWorkers; ++w) ASSERT_TRUE(shards_[i]->Join(w, layout_->hash()).ok());
       ASSERT_TRUE(shards_[i]->RegisterLayout(0, *layout_).ok());
     }
   }
@@ -101,7 +101,7 @@ class ModelScopeShardTest : public ::testing::Test {
   std::vector<std::vector<float>> Gradients(uint64_t seed) const {
     std::mt19937_64 rng(seed);
     std::normal_distribution<float> noise(0.0f, 0.3f);
-    std::vector<std::vector<float>> g(kWorkers, std::vector<float>(layout_->total_elems()));
+    std::vector<std::vector<float>> g(kScopeWorkers, std::vector<float>(layout_->total_elems()));
     for (auto& v : g) {
       for (size_t c = 0; c < v.size(); ++c) v[c] = 1.0f + 0.01f * static_cast<float>(c) + noise(rng);
     }
@@ -113,7 +113,7 @@ class ModelScopeShardTest : public ::testing::Test {
   static std::vector<float> Reference(const std::string& rule, const std::vector<std::vector<float>>& g,
                                       std::vector<float>* state) {
     aggregators::AggregatorOptions a;
-    a.num_workers = kWorkers;
+    a.num_workers = kScopeWorkers;
     a.num_byzantine = kByzantine;
     auto agg = aggregators::MakeAggregator(rule, a);
     EXPECT_TRUE(agg.ok());
@@ -143,7 +143,7 @@ TEST_F(ModelScopeShardTest, ShardedRoundsEqualTheRuleOnWholeGradients) {
       std::vector<float> state(layout_->total_elems(), 0.0f);
       for (uint64_t round = 0; round < 3; ++round) {
         const auto g = Gradients(round + 10);
-        for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, round, g[w]);
+        for (uint32_t w = 0; w < kScopeWorkers; ++w) PushAll(w, round, g[w]);
         const std::vector<float> got = Await(round + 1);
         const std::vector<float> want = Reference(rule, g, &state);
         for (size_t c = 0; c < got.size(); ++c) {
@@ -168,7 +168,7 @@ TEST_F(ModelScopeShardTest, BulyanAcrossThreeShards) {
   // n = 7 = 4f + 3 with f = 1.
   Make(3, "bulyan");
   const auto g = Gradients(3);
-  for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, 0, g[w]);
+  for (uint32_t w = 0; w < kScopeWorkers; ++w) PushAll(w, 0, g[w]);
   const std::vector<float> got = Await(1);
   std::vector<float> none;
   const std::vector<float> want = Reference("bulyan", g, &none);
@@ -181,7 +181,7 @@ TEST_F(ModelScopeShardTest, SliceScopeLetsAPartialAttackerThrough) {
   Make(2, "krum", AggregationScope::kSlice);
   EXPECT_FALSE(shards_[0]->model_scope());
   const auto g = Gradients(5);
-  for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, 0, g[w]);
+  for (uint32_t w = 0; w < kScopeWorkers; ++w) PushAll(w, 0, g[w]);
   const std::vector<float> slice_scope = Await(1);
   std::vector<float> none;
   const std::vector<float> model = Reference("krum", g, &none);
@@ -191,14 +191,14 @@ TEST_F(ModelScopeShardTest, SliceScopeLetsAPartialAttackerThrough) {
 TEST_F(ModelScopeShardTest, AWorkerMissingFromOneSliceIsLeftOutEverywhere) {
   Make(2, "multi_krum");
   const auto g = Gradients(7);
-  for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, 0, g[w], w == 6 ? 3 : -1);
+  for (uint32_t w = 0; w < kScopeWorkers; ++w) PushAll(w, 0, g[w], w == 6 ? 3 : -1);
   // Slice 3 waits for worker 6 until its deadline, then closes with the quorum of 6.
   clock_.Advance(std::chrono::milliseconds(200));
   for (const auto& s : shards_) s->Tick(clock_.Now());
   const std::vector<float> got = Await(1);
   std::vector<std::vector<float>> six(g.begin(), g.begin() + 6);
   aggregators::AggregatorOptions a;
-  a.num_workers = kWorkers;
+  a.num_workers = kScopeWorkers;
   a.num_byzantine = kByzantine;
   auto agg = aggregators::MakeAggregator("multi_krum", a);
   std::vector<const float*> p;
@@ -212,7 +212,7 @@ TEST_F(ModelScopeShardTest, AMissingPeerShareDropsTheRoundAfterThePeerTimeout) {
   Make(2, "krum");
   deliver_ = false;
   const auto g = Gradients(9);
-  for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, 0, g[w]);
+  for (uint32_t w = 0; w < kScopeWorkers; ++w) PushAll(w, 0, g[w]);
   // Nothing is published while the shares are missing.
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   for (const auto& s : shards_) EXPECT_EQ(s->MinVersion(), 0u);
@@ -224,7 +224,7 @@ TEST_F(ModelScopeShardTest, AMissingPeerShareDropsTheRoundAfterThePeerTimeout) {
   EXPECT_THAT(dropped, ::testing::Each(0.0f));
   for (const auto& s : shards_) EXPECT_EQ(s->stats().model_rounds_dropped, 1u);
   deliver_ = true;
-  for (uint32_t w = 0; w < kWorkers; ++w) PushAll(w, 1, g[w]);
+  for (uint32_t w = 0; w < kScopeWorkers; ++w) PushAll(w, 1, g[w]);
   std::vector<float> none;
   const std::vector<float> want = Reference("krum", g, &none);
   const std::vector<float> got = Await(2);

@@ -9,7 +9,7 @@ namespace {
 
 using std::chrono::milliseconds;
 
-ResetLimits Small() {
+ResetLimits SmallResetLimits() {
   ResetLimits l;
   l.max_early_cancels = 4;
   l.max_held_per_connection = 3;
@@ -18,7 +18,7 @@ ResetLimits Small() {
 
 TEST(ResetWatchTest, AConnectionHoldingMoreCallsThanTheBoundIsNamedOnce) {
   core::ManualClock clock;
-  ResetWatch w(Small(), &clock);
+  ResetWatch w(SmallResetLimits(), &clock);
   for (int i = 0; i < 3; ++i) EXPECT_FALSE(w.Begin("ipv4:127.0.0.1:1000"));
   EXPECT_TRUE(w.Begin("ipv4:127.0.0.1:1000"));  // the 4th held at once
   EXPECT_FALSE(w.Begin("ipv4:127.0.0.1:1000"));  // named already
@@ -29,7 +29,7 @@ TEST(ResetWatchTest, AConnectionHoldingMoreCallsThanTheBoundIsNamedOnce) {
 
 TEST(ResetWatchTest, CallsThatEndAsTheyBeginAreNeverTooMany) {
   core::ManualClock clock;
-  ResetWatch w(Small(), &clock);
+  ResetWatch w(SmallResetLimits(), &clock);
   for (int i = 0; i < 10000; ++i) {
     EXPECT_FALSE(w.Begin("c"));
     EXPECT_FALSE(w.Begin("c"));
@@ -41,7 +41,7 @@ TEST(ResetWatchTest, CallsThatEndAsTheyBeginAreNeverTooMany) {
 
 TEST(ResetWatchTest, AConnectionNamedForHeldCallsIsNamedAgainOnlyAfterItsCallsEnded) {
   core::ManualClock clock;
-  ResetWatch w(Small(), &clock);
+  ResetWatch w(SmallResetLimits(), &clock);
   for (int i = 0; i < 3; ++i) w.Begin("c");
   EXPECT_TRUE(w.Begin("c"));
   for (int i = 0; i < 2; ++i) w.End("c");
@@ -55,7 +55,7 @@ TEST(ResetWatchTest, AConnectionNamedForHeldCallsIsNamedAgainOnlyAfterItsCallsEn
 
 TEST(ResetWatchTest, EarlyCancelsAreCountedPerSecond) {
   core::ManualClock clock;
-  ResetWatch w(Small(), &clock);
+  ResetWatch w(SmallResetLimits(), &clock);
   for (int i = 0; i < 3; ++i) EXPECT_FALSE(w.EarlyCancel("c"));
   clock.Advance(milliseconds(1000));  // a new second: counting starts again
   for (int i = 0; i < 3; ++i) EXPECT_FALSE(w.EarlyCancel("c"));
@@ -67,7 +67,7 @@ TEST(ResetWatchTest, EarlyCancelsAreCountedPerSecond) {
 
 TEST(ResetWatchTest, SweepForgetsOldCounts) {
   core::ManualClock clock;
-  ResetWatch w(Small(), &clock);
+  ResetWatch w(SmallResetLimits(), &clock);
   w.EarlyCancel("c");
   w.EarlyCancel("d");
   clock.Advance(milliseconds(500));
@@ -89,7 +89,7 @@ TEST(ResetWatchTest, TheBoundOnHeldCallsIsFourTimesTheStreamsAtLeast64) {
 
 TEST(ResetWatchTest, EndWithoutBeginIsIgnored) {
   core::ManualClock clock;
-  ResetWatch w(Small(), &clock);
+  ResetWatch w(SmallResetLimits(), &clock);
   w.End("c");
   EXPECT_EQ(w.connections(), 0u);
   EXPECT_FALSE(w.Begin("c"));

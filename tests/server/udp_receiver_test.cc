@@ -23,7 +23,7 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-constexpr uint32_t kNumel = 10;      // one slice of 10 values
+constexpr uint32_t kSliceNumel = 10;      // one slice of 10 values
 constexpr uint32_t kChunkElems = 4;  // chunks of 4, 4 and 2 values
 
 class UdpReceiverTest : public ::testing::Test {
@@ -44,13 +44,13 @@ class UdpReceiverTest : public ::testing::Test {
     ASSERT_TRUE(agg.ok()) << agg.status();
     shard_ = std::make_unique<Shard>(o, 0, *std::move(agg), &clock_, &pool_);
     // Slice 0: "w" (10 values, three chunks); slice 1: "b" (4 values).
-    auto layout = core::ModelLayout::Create({{"w", kNumel, 0}, {"b", 4, 1}}, 16, 1);
+    auto layout = core::ModelLayout::Create({{"w", kSliceNumel, 0}, {"b", 4, 1}}, 16, 1);
     ASSERT_TRUE(layout.ok());
     layout_hash_ = layout->hash();
     for (uint32_t w = 0; w < n; ++w) Join(w);
     ASSERT_TRUE(shard_->RegisterLayout(0, *layout).ok());
     std::string zeros;
-    core::AppendFp32(std::vector<float>(kNumel, 0.0f), &zeros);
+    core::AppendFp32(std::vector<float>(kSliceNumel, 0.0f), &zeros);
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 0, zeros).ok());
     ASSERT_TRUE(shard_->InitSlice(0, layout_hash_, 1, zeros.substr(0, 16)).ok());
     front_ = std::make_unique<ShardFront>(shard_.get(), nullptr, nullptr);
@@ -72,7 +72,7 @@ class UdpReceiverTest : public ::testing::Test {
 
   // Worker w's chunk `index` of round `round`, holding `value` at every coordinate.
   std::string Chunk(uint32_t w, uint16_t index, float value, uint64_t round = 0) {
-    const net::ChunkRange r = net::ChunkRangeOf(kNumel, kChunkElems, index);
+    const net::ChunkRange r = net::ChunkRangeOf(kSliceNumel, kChunkElems, index);
     std::string payload;
     auto codec = codecs::MakeCodec("fp32");
     EXPECT_TRUE((*codec)->Encode(std::vector<float>(r.count, value), &payload).ok());
@@ -83,7 +83,7 @@ class UdpReceiverTest : public ::testing::Test {
     h.round = round;
     h.chunk_elems = kChunkElems;
     h.chunk_index = index;
-    h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kNumel, kChunkElems));
+    h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kSliceNumel, kChunkElems));
     std::string d;
     EXPECT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[w], &d).ok());
     return d;
@@ -98,7 +98,7 @@ class UdpReceiverTest : public ::testing::Test {
     h.slice_id = 0;
     h.round = round;
     h.chunk_elems = chunk_elems;
-    h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kNumel, chunk_elems));
+    h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kSliceNumel, chunk_elems));
     std::string d;
     EXPECT_TRUE(net::EncodeDatagram(h, "fp32", "", *keys_[w], &d).ok());
     return d;
@@ -121,7 +121,7 @@ class UdpReceiverTest : public ::testing::Test {
   absl::Status PushOverGrpc(uint32_t w, float value) {
     auto codec = codecs::MakeCodec("fp32");
     std::string payload;
-    EXPECT_TRUE((*codec)->Encode(std::vector<float>(kNumel, value), &payload).ok());
+    EXPECT_TRUE((*codec)->Encode(std::vector<float>(kSliceNumel, value), &payload).ok());
     return shard_->Push(w, layout_hash_, 0, 0, "fp32", payload);
   }
 
@@ -240,7 +240,7 @@ TEST_F(UdpReceiverTest, ChunkGeometryAndMixingWithGrpcAreRefused) {
   EXPECT_EQ(receiver_->Handle(d).code(), absl::StatusCode::kInvalidArgument);
   // Worker 1 pushed the slice over gRPC: its chunks are duplicates.
   std::string whole;
-  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(kNumel, 3.0f), &whole).ok());
+  ASSERT_TRUE((*codecs::MakeCodec("fp32"))->Encode(std::vector<float>(kSliceNumel, 3.0f), &whole).ok());
   ASSERT_TRUE(shard_->Push(1, layout_hash_, 0, 0, "fp32", whole).ok());
   EXPECT_EQ(receiver_->Handle(Chunk(1, 0, 3.0f)).code(), absl::StatusCode::kAlreadyExists);
   // A chunk size that changes within one push.

@@ -21,7 +21,7 @@ using ::testing::HasSubstr;
 const milliseconds kTimeout(2000);
 
 // "a" (3 slices) and "b" (1 slice) over two shards.
-core::ModelLayout Layout() {
+core::ModelLayout PullLayout() {
   return *core::ModelLayout::Create({{"a", 10, 0}, {"b", 4, 1}}, /*slice_elems=*/4, 2);
 }
 
@@ -46,9 +46,9 @@ FakeDataChannel::PullHandler ServeAll(const core::ModelLayout& layout) {
   };
 }
 
-struct Fixture {
-  Fixture()
-      : c(Layout(), 2, FastOptions()), pulls(CallRetryPolicy(FastOptions()), c.layout, *c.client) {
+struct PullFixture {
+  PullFixture()
+      : c(PullLayout(), 2, FastOptions()), pulls(CallRetryPolicy(FastOptions()), c.layout, *c.client) {
     EXPECT_TRUE(c.client->Connect({}, RpcClock::now() + kTimeout).ok());
   }
   // The tensor as the shards hold it.
@@ -65,7 +65,7 @@ struct Fixture {
 };
 
 TEST(PullStreamsTest, PullAllCopiesEverySliceToItsPlace) {
-  Fixture f;
+  PullFixture f;
   for (auto* shard : f.c.channels) shard->SetPullHandler(ServeAll(f.c.layout));
   std::vector<float> a(10, -1), b(4, -1);
   const std::vector<std::span<float>> outs = {a, b};
@@ -89,7 +89,7 @@ TEST(PullStreamsTest, PullAllCopiesEverySliceToItsPlace) {
 }
 
 TEST(PullStreamsTest, PullOfOneTensorAsksOnlyForItsSlices) {
-  Fixture f;
+  PullFixture f;
   for (auto* shard : f.c.channels) shard->SetPullHandler(ServeAll(f.c.layout));
   std::vector<float> b(4, -1);
   ASSERT_TRUE(f.pulls.Pull(1, 0, b, kTimeout).ok());
@@ -102,7 +102,7 @@ TEST(PullStreamsTest, PullOfOneTensorAsksOnlyForItsSlices) {
 }
 
 TEST(PullStreamsTest, MissingSlicesAreAskedForAgainAfterARetriableFailure) {
-  Fixture f;
+  PullFixture f;
   f.c.channels[1]->SetPullHandler(ServeAll(f.c.layout));
   int calls = 0;
   f.c.channels[0]->SetPullHandler([&](const v1::PullRequest& req) {
@@ -127,7 +127,7 @@ TEST(PullStreamsTest, MissingSlicesAreAskedForAgainAfterARetriableFailure) {
 }
 
 TEST(PullStreamsTest, ALostSessionIsJoinedAgainBeforeTheRetry) {
-  Fixture f;
+  PullFixture f;
   f.c.channels[1]->SetPullHandler(ServeAll(f.c.layout));
   f.c.channels[0]->SetPullHandler([&](const v1::PullRequest& req) {
     if (req.session() == "session-1") {
@@ -143,7 +143,7 @@ TEST(PullStreamsTest, ALostSessionIsJoinedAgainBeforeTheRetry) {
 }
 
 TEST(PullStreamsTest, AFinalFailureIsReportedWithItsContext) {
-  Fixture f;
+  PullFixture f;
   f.c.channels[0]->SetPullHandler(ServeAll(f.c.layout));
   f.c.channels[1]->SetPullHandler([](const v1::PullRequest&) {
     return FakeDataChannel::PullScript{{}, absl::PermissionDeniedError("not yours")};
@@ -159,7 +159,7 @@ TEST(PullStreamsTest, AFinalFailureIsReportedWithItsContext) {
 }
 
 TEST(PullStreamsTest, RetriesEndAfterMaxAttempts) {
-  Fixture f;
+  PullFixture f;
   for (auto* shard : f.c.channels) {
     shard->SetPullHandler([](const v1::PullRequest&) {
       return FakeDataChannel::PullScript{{}, absl::UnavailableError("down")};
@@ -174,7 +174,7 @@ TEST(PullStreamsTest, RetriesEndAfterMaxAttempts) {
 
 TEST(PullStreamsTest, AMalformedOrUnaskedSliceIsAProtocolError) {
   for (int kind = 0; kind < 3; ++kind) {
-    Fixture f;
+    PullFixture f;
     for (auto* shard : f.c.channels) {
       shard->SetPullHandler([&f, kind](const v1::PullRequest& req) {
         v1::PullResponse m = SliceMessage(f.c.layout, req.slice_ids(0));
@@ -193,7 +193,7 @@ TEST(PullStreamsTest, AMalformedOrUnaskedSliceIsAProtocolError) {
 }
 
 TEST(PullStreamsTest, AStreamThatEndsEarlyIsAnError) {
-  Fixture f;
+  PullFixture f;
   for (auto* shard : f.c.channels) {
     shard->SetPullHandler([](const v1::PullRequest&) { return FakeDataChannel::PullScript{}; });
   }
@@ -204,7 +204,7 @@ TEST(PullStreamsTest, AStreamThatEndsEarlyIsAnError) {
 }
 
 TEST(PullStreamsTest, BadBuffersAreRefused) {
-  Fixture f;
+  PullFixture f;
   std::vector<float> a(10), small(3);
   EXPECT_EQ(f.pulls.Pull(2, 0, a, kTimeout).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.pulls.Pull(1, 0, small, kTimeout).status().code(),
@@ -217,7 +217,7 @@ TEST(PullStreamsTest, BadBuffersAreRefused) {
 }
 
 TEST(PullStreamsTest, ATicketReportsEveryTensorAndTheVersion) {
-  Fixture f;
+  PullFixture f;
   for (auto* shard : f.c.channels) shard->SetPullHandler(ServeAll(f.c.layout));
   std::vector<float> a(10), b(4);
   const std::vector<std::span<float>> outs = {a, b};
@@ -235,7 +235,7 @@ TEST(PullStreamsTest, ATicketReportsEveryTensorAndTheVersion) {
 }
 
 TEST(PullStreamsTest, ATicketReportsTheFailureToTheTensorsThatMissedIt) {
-  Fixture f;
+  PullFixture f;
   const uint32_t b_shard = f.c.layout.slices()[f.c.layout.SlicesOfTensor(1)[0]].shard;
   for (uint32_t s = 0; s < 2; ++s) {
     if (s == b_shard) {

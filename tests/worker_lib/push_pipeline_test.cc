@@ -23,14 +23,14 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // One shard; "conv" (most urgent) and "fc", two slices of 4 values each.
-core::ModelLayout Layout() {
+core::ModelLayout PushLayout() {
   return *core::ModelLayout::Create({{"conv", 8, 0}, {"fc", 8, 1}}, /*slice_elems=*/4, 1);
 }
 
 // A fake cluster joined, with a pipeline whose rejoins replay.
-struct Fixture {
-  explicit Fixture(WorkerOptions o = FastOptions())
-      : options(std::move(o)), c(Layout(), 1, options) {
+struct PushFixture {
+  explicit PushFixture(WorkerOptions o = FastOptions())
+      : options(std::move(o)), c(PushLayout(), 1, options) {
     c.on_rejoin = [this](uint32_t shard, const v1::JoinResponse& join) {
       pipeline->OnRejoined(shard, join);
     };
@@ -54,7 +54,7 @@ std::vector<uint32_t> SliceIds(const std::vector<v1::PushRequest>& pushes) {
 }
 
 TEST(PushPipelineTest, ARetriableFailureIsRetriedWithBackoff) {
-  Fixture f;
+  PushFixture f;
   std::map<uint32_t, int> attempts;  // per slice
   absl::Mutex mu;
   f.shard().SetPushHandler([&](const v1::PushRequest& req) {
@@ -75,7 +75,7 @@ TEST(PushPipelineTest, ARetriableFailureIsRetriedWithBackoff) {
 }
 
 TEST(PushPipelineTest, ANonRetriableRefusalIsReportedAtOnce) {
-  Fixture f;
+  PushFixture f;
   f.shard().SetPushHandler(
       [](const v1::PushRequest&) { return core::Refused(core::Refusal::kLate, "late"); });
   ASSERT_TRUE(f.pipeline->Push(1, 7, kGrad).ok());
@@ -102,7 +102,7 @@ TEST(PushPipelineTest, ANonRetriableRefusalIsReportedAtOnce) {
 }
 
 TEST(PushPipelineTest, ARetriableFailureGivesUpAfterMaxAttempts) {
-  Fixture f;
+  PushFixture f;
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::UnavailableError("down"); });
   ASSERT_TRUE(f.pipeline->Push(0, 1, kGrad).ok());
   const absl::Status st = f.pipeline->Wait();
@@ -119,7 +119,7 @@ TEST(PushPipelineTest, ARetriableFailureGivesUpAfterMaxAttempts) {
 }
 
 TEST(PushPipelineTest, ALostSessionIsJoinedAgainOnceAndThePushResent) {
-  Fixture f;
+  PushFixture f;
   // Both slices go out under session-1 before either is answered (answered at once, a
   // retry's 1 ms backoff could end, and re-join, before the second slice was sent).
   ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
@@ -142,7 +142,7 @@ TEST(PushPipelineTest, ALostSessionIsJoinedAgainOnceAndThePushResent) {
 }
 
 TEST(PushPipelineTest, ARetryAnsweredDuplicateWasAccepted) {
-  Fixture f;
+  PushFixture f;
   std::map<uint32_t, int> attempts;
   absl::Mutex mu;
   f.shard().SetPushHandler([&](const v1::PushRequest& req) {
@@ -158,7 +158,7 @@ TEST(PushPipelineTest, ARetryAnsweredDuplicateWasAccepted) {
 }
 
 TEST(PushPipelineTest, AFirstAttemptAnsweredDuplicateIsARefusal) {
-  Fixture f;
+  PushFixture f;
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::AlreadyExistsError("dup"); });
   ASSERT_TRUE(f.pipeline->Push(0, 3, kGrad).ok());
   EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kAlreadyExists);
@@ -177,7 +177,7 @@ TEST(PushPipelineTest, TheWindowGrowsToWhatTheLinkMovesInInflightSeconds) {
     SCOPED_TRACE(seconds);
     WorkerOptions o = OneInFlight(true);
     o.inflight_seconds = seconds;
-    Fixture f(o);
+    PushFixture f(o);
     ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
     ASSERT_TRUE(f.shard().AwaitHeld(1));
     EXPECT_EQ(f.shard().held().size(), 1u);  // nothing measured yet: one push
@@ -201,7 +201,7 @@ TEST(PushPipelineTest, TheWindowGrowsToWhatTheLinkMovesInInflightSeconds) {
 }
 
 TEST(PushPipelineTest, TheCreditWindowLetsOnePushGoAtATime) {
-  Fixture f(OneInFlight(true));
+  PushFixture f(OneInFlight(true));
   ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
   ASSERT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
   ASSERT_TRUE(f.shard().AwaitHeld(1));
@@ -217,7 +217,7 @@ TEST(PushPipelineTest, TheCreditWindowLetsOnePushGoAtATime) {
 }
 
 TEST(PushPipelineTest, AFailedPushReleasesItsCreditToo) {
-  Fixture f(OneInFlight(true));
+  PushFixture f(OneInFlight(true));
   ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
   ASSERT_TRUE(f.shard().AwaitHeld(1));
   ASSERT_TRUE(f.shard().AnswerOldest(absl::InvalidArgumentError("bad")));
@@ -229,7 +229,7 @@ TEST(PushPipelineTest, AFailedPushReleasesItsCreditToo) {
 // Pushes fc (slices 2, 3), then conv (0, 1), as backward produces them (last layer
 // first), with one push in flight at a time; the slice ids in the order sent.
 std::vector<uint32_t> SendOrder(bool priority_order) {
-  Fixture f(OneInFlight(priority_order));
+  PushFixture f(OneInFlight(priority_order));
   EXPECT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
   EXPECT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
   for (int i = 0; i < 4; ++i) {
@@ -250,7 +250,7 @@ TEST(PushPipelineTest, FifoOrderSendsInTheOrderPushed) {
 }
 
 TEST(PushPipelineTest, AcceptedPushesOfOpenRoundsAreReplayedAfterARestart) {
-  Fixture f;
+  PushFixture f;
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
   ASSERT_TRUE(f.pipeline->Push(0, 4, kGrad).ok());
   ASSERT_TRUE(f.pipeline->Push(1, 5, kGrad).ok());
@@ -278,7 +278,7 @@ TEST(PushPipelineTest, AcceptedPushesOfOpenRoundsAreReplayedAfterARestart) {
 }
 
 TEST(PushPipelineTest, AShardThatLostItsLayoutFailsTheRun) {
-  Fixture f;
+  PushFixture f;
   v1::JoinResponse join;
   join.set_layout_registered(false);
   f.pipeline->OnRejoined(0, join);
@@ -288,7 +288,7 @@ TEST(PushPipelineTest, AShardThatLostItsLayoutFailsTheRun) {
 }
 
 TEST(PushPipelineTest, DestroyingCancelsWhatIsInFlightAndQueued) {
-  Fixture f(OneInFlight(true));
+  PushFixture f(OneInFlight(true));
   ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
   ASSERT_TRUE(f.shard().AwaitHeld(1));
   const auto start = std::chrono::steady_clock::now();
@@ -298,7 +298,7 @@ TEST(PushPipelineTest, DestroyingCancelsWhatIsInFlightAndQueued) {
 }
 
 TEST(PushPipelineTest, BadArgumentsAreRefusedAtOnce) {
-  Fixture f;
+  PushFixture f;
   EXPECT_EQ(f.pipeline->Push(2, 0, kGrad).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.pipeline->Push(0, 0, std::vector<float>(7)).code(),
             absl::StatusCode::kInvalidArgument);
@@ -309,7 +309,7 @@ TEST(PushPipelineTest, BadArgumentsAreRefusedAtOnce) {
 TEST(PushPipelineTest, PushOptionsForAnUnknownTensorAreRefused) {
   WorkerOptions o = FastOptions();
   o.tensor_push["nope"] = PushOptions{};
-  FakeCluster c(Layout(), 1, o);
+  FakeCluster c(PushLayout(), 1, o);
   const auto p = PushPipeline::Create(o, CallRetryPolicy(o), c.layout, *c.client);
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -330,7 +330,7 @@ std::vector<float> Ramp() {
 TEST(PushPipelineTest, ABorrowedPushSendsTheBytesACopiedPushSends) {
   std::map<bool, std::vector<v1::PushRequest>> sent;
   for (const bool borrow : {false, true}) {
-    Fixture f(Borrowing(borrow));
+    PushFixture f(Borrowing(borrow));
     f.shard().KeepGuards();
     f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
     const std::vector<float> g = Ramp();
@@ -351,7 +351,7 @@ TEST(PushPipelineTest, ABorrowedPushSendsTheBytesACopiedPushSends) {
 }
 
 TEST(PushPipelineTest, WaitReturnsOnlyOnceNoTransportHoldsABorrowedPush) {
-  Fixture f(Borrowing());
+  PushFixture f(Borrowing());
   f.shard().KeepGuards();  // answered, but the write still reads the bytes
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
   const std::vector<float> g = Ramp();
@@ -365,7 +365,7 @@ TEST(PushPipelineTest, WaitReturnsOnlyOnceNoTransportHoldsABorrowedPush) {
 }
 
 TEST(PushPipelineTest, ABorrowedPushOfANonFiniteValueIsRefusedAndSendsNothing) {
-  Fixture f(Borrowing());
+  PushFixture f(Borrowing());
   f.shard().KeepGuards();
   std::vector<float> g = Ramp();
   g[6] = std::numeric_limits<float>::quiet_NaN();  // in the second slice
@@ -380,7 +380,7 @@ TEST(PushPipelineTest, ABorrowedPushOfANonFiniteValueIsRefusedAndSendsNothing) {
 TEST(PushPipelineTest, ATensorWithMomentumIsCopiedThoughBorrowingWasAsked) {
   WorkerOptions o = Borrowing();
   o.push.momentum = 0.5;
-  Fixture f(o);
+  PushFixture f(o);
   f.shard().KeepGuards();
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
   ASSERT_TRUE(f.pipeline->Push(0, 0, Ramp()).ok());
@@ -392,7 +392,7 @@ TEST(PushPipelineTest, ATensorWithMomentumIsCopiedThoughBorrowingWasAsked) {
 // A restored shard gets the values pushed, not what the caller's buffer holds after
 // WaitPushes returned.
 TEST(PushPipelineTest, TheReplayOfABorrowedPushSendsTheValuesPushed) {
-  Fixture f(Borrowing());
+  PushFixture f(Borrowing());
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
   std::vector<float> g = Ramp();
   ASSERT_TRUE(f.pipeline->Push(0, 6, g).ok());
@@ -417,7 +417,7 @@ TEST(PushPipelineTest, TheReplayOfABorrowedPushSendsTheValuesPushed) {
 }
 
 TEST(PushPipelineTest, NoReplayCopyOfABorrowedPushForAShardWithoutCheckpoints) {
-  Fixture f(Borrowing());
+  PushFixture f(Borrowing());
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
   v1::JoinResponse join;
   join.set_layout_registered(true);

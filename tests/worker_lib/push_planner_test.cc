@@ -16,7 +16,7 @@ using ::testing::ElementsAre;
 
 // Two shards; "w" is a large weight (4 slices of 64 Ki values, two per shard), "b" a
 // small bias nearer the output.
-core::ModelLayout Layout() {
+core::ModelLayout PlannerLayout() {
   return *core::ModelLayout::Create({{"w", 1u << 18, 0}, {"b", 64, 1}}, /*slice_elems=*/1u << 16,
                                     2);
 }
@@ -77,7 +77,7 @@ PlanOptions Options() {
 }
 
 TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
-  const core::ModelLayout layout = Layout();
+  const core::ModelLayout layout = PlannerLayout();
   Clock clock;
   PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                 clock.fn());
@@ -107,7 +107,7 @@ TEST(PushPlannerTest, PlansOnceWarmedUpAndMeasured) {
 }
 
 TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
-  const core::ModelLayout layout = Layout();
+  const core::ModelLayout layout = PlannerLayout();
   Clock clock;
   PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                 clock.fn());
@@ -140,7 +140,7 @@ TEST(PushPlannerTest, AFastLinkKeepsFp32AndDriftReplans) {
 // shard whose downlink is not measured yet keeps its uplink; the downlink's drift
 // alone replans.
 TEST(PushPlannerTest, AMeasuredDownlinkTimesThePulls) {
-  const core::ModelLayout layout = Layout();
+  const core::ModelLayout layout = PlannerLayout();
   Clock clock;
   const std::vector<PlanLink> up(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 1e-8});
   PushPlanner same(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
@@ -165,7 +165,7 @@ TEST(PushPlannerTest, AMeasuredDownlinkTimesThePulls) {
 }
 
 TEST(PushPlannerTest, CompressedPullsEnterThePlan) {
-  const core::ModelLayout layout = Layout();
+  const core::ModelLayout layout = PlannerLayout();
   Clock clock;
   PushPlanner p(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                 clock.fn());
@@ -189,7 +189,7 @@ TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
   o.candidates = {"fp16", "topk(0.01)+varint+fp16"};
   o.profile_budget = std::chrono::milliseconds(1);
   o.device_encode = false;
-  auto made = PushPlanner::MakeCandidates(o, Layout());
+  auto made = PushPlanner::MakeCandidates(o, PlannerLayout());
   ASSERT_TRUE(made.ok()) << made.status();
   ASSERT_EQ(made->size(), 3u);
   EXPECT_EQ((*made)[0].name, "fp32");
@@ -199,7 +199,7 @@ TEST(PushPlannerTest, CandidatesComeProfiledWithTheBaselineFirst) {
   EXPECT_GT((*made)[1].encode_seconds_per_value, 0);
   EXPECT_LT((*made)[2].bytes_per_value, 0.1);
   o.candidates = {"fp16", "nonsense"};
-  EXPECT_FALSE(PushPlanner::MakeCandidates(o, Layout()).ok());
+  EXPECT_FALSE(PushPlanner::MakeCandidates(o, PlannerLayout()).ok());
 }
 
 // With device_encode, a spec is offered again on the CUDA device only where it encodes
@@ -209,7 +209,7 @@ TEST(PushPlannerTest, DeviceOptionsOnlyWhereTheCodecEncodesThere) {
   PlanOptions o = Options();
   o.candidates = {"fp16", "powersgd(rank=2)"};
   o.profile_budget = std::chrono::milliseconds(1);
-  auto made = PushPlanner::MakeCandidates(o, Layout());
+  auto made = PushPlanner::MakeCandidates(o, PlannerLayout());
   ASSERT_TRUE(made.ok()) << made.status();
   std::vector<std::string> on_device;
   for (size_t i = 0; i < made->size(); ++i) {
@@ -230,7 +230,7 @@ TEST(PushPlannerTest, DeviceOptionsOnlyWhereTheCodecEncodesThere) {
 // The plan's choice carries the encode device: a GPU option that encodes faster is taken
 // with its device; without device_encode a tensor keeps the device of its own options.
 TEST(PushPlannerTest, ThePlanSaysWhereEachTensorEncodes) {
-  const core::ModelLayout layout = Layout();
+  const core::ModelLayout layout = PlannerLayout();
   const std::vector<PlanLink> slow(2, PlanLink{.alpha_seconds = 1e-3, .seconds_per_byte = 4e-7});
   std::vector<PlanOption> candidates = Candidates();
   candidates[2].encode_seconds_per_value = 1e-6;  // top-k on the CPU: 0.26 s for "w"
@@ -267,7 +267,7 @@ TEST(PushPlannerTest, ThePlanSaysWhereEachTensorEncodes) {
 // the time objective leaves it on fp32 and the bytes objective compresses it too (the
 // round ends no later for it).
 TEST(PushPlannerTest, TheBytesObjectiveAlsoCompressesWhatTheRoundHides) {
-  const core::ModelLayout layout = Layout();
+  const core::ModelLayout layout = PlannerLayout();
   Clock clock;
   PushPlanner time(Options(), Objective::kTime, layout, Candidates(), {"fp32", "fp32"}, OnCpu(),
                    clock.fn());
