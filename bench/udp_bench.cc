@@ -32,6 +32,7 @@
 #include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
+#include "net/udp_frame.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 #include "worker_lib/worker.h"
@@ -94,25 +95,28 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   const std::vector<std::span<float>> outs = {params};
   Measured m;
   uint64_t taken_before = 0, chunks_before = 0;
-  // The end datagrams each round offers (sent or dropped by the injection).
-  const uint64_t ends_per_round = uint64_t{layout.slices().size()} * wo.udp.end_copies;
+  // The chunks each round offers (sent or dropped by the injection); the end datagrams
+  // besides carry no coordinates.
+  uint64_t chunks_per_round = 0;
+  for (const core::SliceInfo& s : layout.slices()) {
+    chunks_per_round += net::ChunkCount(s.numel, wo.udp.chunk_elems);
+  }
   for (int r = 0; r <= f.rounds; ++r) {
     PS_RETURN_IF_ERROR(worker->PullAll(uint64_t(r), outs, std::chrono::seconds(60)).status());
-    const uint64_t dropped_before = worker->stats().udp_datagrams_dropped;
     const uint64_t sent_before = worker->stats().udp_datagrams_sent;
     const double t0 = NowSeconds();
     PS_RETURN_IF_ERROR(worker->Push(0, uint64_t(r), grad));
     PS_RETURN_IF_ERROR(worker->WaitPushes());
     uint64_t taken = 0, chunks_taken = 0;
     if (udp) {
-      // Wait until every datagram sent was taken, or nothing more came for 20 ms. Each
-      // slice's push ends with end_copies end datagrams, counted apart from the chunks.
+      // Wait until every datagram sent was taken, or nothing more came for 20 ms. The
+      // push ends with end_copies end datagrams, counted apart from the chunks.
       const uint64_t sent = worker->stats().udp_datagrams_sent - sent_before;
       double last_change = NowSeconds(), last_seen_at = t0;
       uint64_t last = ~uint64_t{0};
       for (;;) {
         const server::transport::udp::Stats u = *server->udp_stats();
-        taken = u.received + u.ends + u.ends_after_close - taken_before;
+        taken = u.received + u.end_datagrams - taken_before;
         chunks_taken = u.received - chunks_before;
         const double now = NowSeconds();
         if (taken != last) {
@@ -134,15 +138,8 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
     }
     if (r > 0) {
       // The fraction of chunks taken (chunks are equal but the last of each slice).
-      // Offered: what was sent (taken or lost in the kernel) plus what injection dropped.
-      const uint64_t offered = (worker->stats().udp_datagrams_sent - sent_before) +
-                               (worker->stats().udp_datagrams_dropped - dropped_before);
-      // Ends carry no coordinates: the chunks taken among the chunks offered.
-      const uint64_t chunks_offered = offered - std::min(offered, ends_per_round);
       m.delivered +=
-          udp ? double(chunks_taken) / double(std::max<uint64_t>(1, chunks_offered)) : 1.0;
-      // What the datagrams carried: the chunks' share of them (the ends carry nothing).
-
+          udp ? double(chunks_taken) / double(std::max<uint64_t>(1, chunks_per_round)) : 1.0;
     }
   }
   m.delivered /= f.rounds;
@@ -317,7 +314,7 @@ Command AddUdpCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--chunk-elems", f->chunk_elems, "Values per datagram")->capture_default_str();
   sub->add_option("--end-copies", f->end_copies,
-                  "End datagrams after each slice's chunks (UdpOptions::end_copies)")
+                  "Copies of the end datagram after the push's chunks (UdpOptions::end_copies)")
       ->capture_default_str()
       ->check(CLI::Range(0, 16));
   sub->add_option("--rate-mbps", f->rate_mbps, "UDP sender pacing in Mbit/s (0: unpaced)")

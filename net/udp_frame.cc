@@ -64,12 +64,26 @@ std::string_view AsView(const DatagramNonce& nonce) {
   return std::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size());
 }
 
-// `payload_bytes`: an end carries none.
-absl::Status CheckChunkFields(const DatagramHeader& header, size_t payload_bytes) {
-  if (header.kind == DatagramKind::kEnd && (payload_bytes != 0 || header.chunk_index != 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("udp datagram: an end carries chunk_index 0 and no payload, not chunk_index ",
-                     header.chunk_index, " and ", payload_bytes, " payload bytes"));
+// `payload`: a chunk's values, or an end's further pushes (kEndEntryBytes each).
+absl::Status CheckChunkFields(const DatagramHeader& header, std::string_view payload) {
+  if (header.kind == DatagramKind::kEnd) {
+    if (header.chunk_index != 0 || payload.size() % kEndEntryBytes != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "udp datagram: an end carries chunk_index 0 and ", kEndEntryBytes,
+          " payload bytes per further push, not chunk_index ", header.chunk_index, " and ",
+          payload.size(), " payload bytes"));
+    }
+    for (size_t i = 0; i < payload.size() / kEndEntryBytes; ++i) {
+      const char* e = payload.data() + i * kEndEntryBytes;
+      if (LoadLe(e + 4, 2) == 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("udp datagram: entry ", i, " of an end has chunk_count 0"));
+      }
+      if (const uint64_t reserved = LoadLe(e + 6, 2); reserved != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "udp datagram: entry ", i, " of an end has reserved ", reserved, ", must be 0"));
+      }
+    }
   }
   if (header.chunk_count == 0) return absl::InvalidArgumentError("udp datagram: chunk_count is 0");
   if (header.chunk_index >= header.chunk_count) {
@@ -260,7 +274,7 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
                                                    nonce.size()));
   }
   PS_RETURN_IF_ERROR(CheckCodec(codec));
-  PS_RETURN_IF_ERROR(CheckChunkFields(header, payload.size()));
+  PS_RETURN_IF_ERROR(CheckChunkFields(header, payload));
   const size_t overhead = DatagramOverhead(codec.size());
   if (payload.size() > kMaxDatagramBytes - overhead) {
     return absl::InvalidArgumentError(
@@ -343,13 +357,34 @@ absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
   h.chunk_elems = static_cast<uint32_t>(LoadLe(p + 32, 4));
   h.chunk_index = static_cast<uint16_t>(LoadLe(p + 36, 2));
   h.chunk_count = static_cast<uint16_t>(LoadLe(p + 38, 2));
-  PS_RETURN_IF_ERROR(CheckChunkFields(h, payload_len));
+  view.payload = bytes.substr(kDatagramHeaderBytes + codec_len, payload_len);
+  PS_RETURN_IF_ERROR(CheckChunkFields(h, view.payload));
   const size_t signed_size = bytes.size() - kDatagramMacBytes;
   view.nonce = bytes.substr(kNonceOffset, kDatagramNonceBytes);
-  view.payload = bytes.substr(kDatagramHeaderBytes + codec_len, payload_len);
   view.signed_bytes = bytes.substr(0, signed_size);
   view.mac = bytes.substr(signed_size);
   return view;
+}
+
+void AppendEndEntry(uint32_t slice_id, uint16_t chunk_count, std::string* payload) {
+  char entry[kEndEntryBytes] = {};
+  StoreLe(slice_id, 4, entry);
+  StoreLe(chunk_count, 2, entry + 4);
+  payload->append(entry, kEndEntryBytes);
+}
+
+std::vector<DatagramHeader> EndedPushes(const DatagramHeader& header, std::string_view payload) {
+  std::vector<DatagramHeader> pushes(1 + payload.size() / kEndEntryBytes, header);
+  for (size_t i = 1; i < pushes.size(); ++i) {
+    const char* e = payload.data() + (i - 1) * kEndEntryBytes;
+    pushes[i].slice_id = static_cast<uint32_t>(LoadLe(e, 4));
+    pushes[i].chunk_count = static_cast<uint16_t>(LoadLe(e + 4, 2));
+  }
+  return pushes;
+}
+
+size_t MaxEndedPushes(size_t codec_bytes) {
+  return 1 + (kMaxDatagramBytes - DatagramOverhead(codec_bytes)) / kEndEntryBytes;
 }
 
 uint32_t ChunkCount(uint32_t numel, uint32_t chunk_elems) {

@@ -27,13 +27,22 @@
 //           and the nonce, with every byte before the MAC as additional data and no
 //           plaintext
 //
-// An end datagram (kind 1) says that the worker has sent every chunk of its push of the
-// slice for the round; it has the push's chunk_elems and chunk_count, chunk_index 0 and
-// an empty payload, and carries the push's codec. The shard closes a round once every
-// worker's push is whole or ended (docs/transport.md, "Closing a round at the workers'
-// ends"), instead of waiting for the deadline when chunks were lost. A shard of an
-// earlier release, which reads this byte as part of a reserved field that must be 0,
-// drops an end datagram as malformed and closes such rounds at their deadline.
+// An end datagram (kind 1) says that the worker has sent every chunk of its pushes of
+// one or more slices for the round. Its header names the first push (slice_id and
+// chunk_count, with the pushes' chunk_elems and codec, chunk_index 0); its payload names
+// the others of the same round, chunk_elems and codec, kEndEntryBytes each:
+//
+//   0   4   slice_id
+//   4   2   chunk_count  >= 1
+//   6   2   reserved, 0
+//
+// A worker sends one end (and its copies) per shard and tensor: all of a push's slices
+// to that shard. The shard closes a round once every worker's push is whole or ended
+// (docs/transport.md, "Closing a round at the workers' ends"), instead of waiting for the
+// deadline when chunks were lost. A shard of an earlier release, which reads the kind
+// byte as part of a reserved field that must be 0 (or, until 2026-12-06, reads an end
+// with a payload as malformed), drops such an end and closes those rounds at their
+// deadline.
 //
 // Every field is fixed by the header struct, nonce, codec and payload, so an encoding is
 // unique: re-encoding a parsed datagram with its nonce gives back its bytes (the fuzz
@@ -59,6 +68,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -155,8 +165,9 @@ class DatagramKey {
 // contents. INVALID_ARGUMENT when the
 // codec is empty, longer than kMaxDatagramCodecBytes or has a character outside
 // [A-Za-z0-9_.,=()+ -], when chunk_elems == 0, chunk_count == 0 or chunk_index >=
-// chunk_count, for an end with a payload or a chunk_index other than 0, or when the
-// datagram would exceed kMaxDatagramBytes. The payload may be
+// chunk_count, for an end with a chunk_index other than 0 or a payload that is not whole
+// entries with chunk_count >= 1 and reserved 0, or when the datagram would exceed
+// kMaxDatagramBytes. The payload may be
 // empty; what it must hold is the codec's business. codec and payload must not point into
 // *out, which is resized before they are copied.
 absl::Status EncodeDatagram(const DatagramHeader& header, std::string_view codec,
@@ -188,8 +199,21 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
 // MAC or above kMaxDatagramBytes, bad magic, another version, codec_len 0 or above
 // kMaxDatagramCodecBytes, an unknown kind, reserved != 0, payload_len not matching the
 // size exactly, a codec character outside the set above, chunk_count == 0, chunk_index >=
-// chunk_count, chunk_elems == 0, an end with a payload or a chunk_index other than 0.
+// chunk_count, chunk_elems == 0, an end with a chunk_index other than 0 or a payload that
+// is not whole entries with chunk_count >= 1 and reserved 0.
 absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes);
+
+// Ends of several pushes (above).
+inline constexpr size_t kEndEntryBytes = 8;
+// Appends the entry of the push of slice `slice_id` in `chunk_count` chunks to an end's
+// payload.
+void AppendEndEntry(uint32_t slice_id, uint16_t chunk_count, std::string* payload);
+// The pushes an end ends, each as the header of a one-push end: `header`'s own first,
+// then one per entry of `payload`, with its slice_id and chunk_count. For an end that
+// ParseDatagram accepted (the payload is whole entries).
+std::vector<DatagramHeader> EndedPushes(const DatagramHeader& header, std::string_view payload);
+// How many pushes one end datagram with `codec_bytes` of codec can end.
+size_t MaxEndedPushes(size_t codec_bytes);
 
 // Chunk geometry shared by sender and receiver.
 

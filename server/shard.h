@@ -204,9 +204,10 @@ class Shard {
   // ALREADY_EXISTS for a chunk seen before (replay) or a slice already pushed over
   // gRPC, OUT_OF_RANGE for a closed round (stale), INVALID_ARGUMENT for bad geometry or
   // a payload that does not decode.
-  // An end datagram (net::DatagramKind::kEnd) ends the worker's push instead
-  // (SliceRound::AcceptEnd): its missing chunks count as lost, and the round closes once
-  // every worker's push is whole or ended.
+  // The end of one push (net::DatagramKind::kEnd, the payload ignored: the backend hands
+  // over each push an end datagram names, net::EndedPushes) ends the worker's push
+  // instead (SliceRound::AcceptEnd): its missing chunks count as lost, and the round
+  // closes once every worker's push is whole or ended.
   absl::Status PushChunk(const net::DatagramHeader& header, std::string_view codec,
                          std::string_view payload);
 

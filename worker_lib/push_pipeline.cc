@@ -1,5 +1,6 @@
 #include "worker_lib/push_pipeline_internal.h"
 
+#include <algorithm>
 #include <cmath>
 #include <utility>
 
@@ -270,12 +271,18 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
 }
 
 absl::Status PushPipeline::SendUnanswered(const std::vector<std::unique_ptr<Call>>& chunks) {
-  for (size_t begin = 0; begin < chunks.size();) {
-    DataChannel* channel = chunks[begin]->channel;
+  // One call per channel with all of its chunks, in their order, wherever the slices of
+  // different shards interleave: the UDP channel sends one end per call.
+  std::vector<DataChannel*> channels;
+  for (const auto& c : chunks) {
+    if (std::find(channels.begin(), channels.end(), c->channel) == channels.end()) {
+      channels.push_back(c->channel);
+    }
+  }
+  for (DataChannel* channel : channels) {
     std::vector<const OutgoingPush*> run;
-    size_t end = begin;
-    for (; end < chunks.size() && chunks[end]->channel == channel; ++end) {
-      run.push_back(&chunks[end]->message);
+    for (const auto& c : chunks) {
+      if (c->channel == channel) run.push_back(&c->message);
     }
     const std::unique_ptr<DataChannel::PushCall> call =
         channel->NewPush(std::move(run), RpcClock::now() + options_.rpc_timeout);
@@ -283,7 +290,6 @@ absl::Status PushPipeline::SendUnanswered(const std::vector<std::unique_ptr<Call
     // A channel that carries chunks runs every `done` before Start returns.
     call->Start([&first](size_t, absl::Status s) { first.Update(s); });
     if (!first.ok()) return first;
-    begin = end;
   }
   return absl::OkStatus();
 }

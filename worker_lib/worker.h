@@ -109,10 +109,11 @@ struct UdpOptions {
   // chunk), so a run loses the same datagrams every time.
   double loss = 0;
   uint64_t loss_seed = 1;
-  // After a slice's last chunk, this many copies of an end datagram, which tells the
-  // shard that every chunk was sent: the round closes once every worker's push is whole
-  // or ended, instead of waiting for its deadline when chunks were lost (each copy is
-  // lost on its own; 0: none, every round with a lost chunk waits for its deadline).
+  // After the last chunk of a tensor's push to a shard, this many copies of an end
+  // datagram (one for all of the push's slices there), which tells the shard that every
+  // chunk was sent: the round closes once every worker's push is whole or ended, instead
+  // of waiting for its deadline when chunks were lost (each copy is lost on its own; 0:
+  // none, every round with a lost chunk waits for its deadline).
   uint32_t end_copies = 2;
 };
 

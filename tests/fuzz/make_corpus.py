@@ -198,6 +198,11 @@ UDP_DATAGRAM = {
     "reserved_set": datagram(reserved=1, payload=b"\x01"),
     "valid_end": datagram(kind=1),
     "end_with_payload": datagram(kind=1, payload=b"\x01"),
+    "valid_end_of_three": datagram(kind=1, payload=struct.pack("<IHH", 18, 4, 0)
+                                   + struct.pack("<IHH", 40, 1, 0)),
+    "end_entry_chunk_count_0": datagram(kind=1, payload=struct.pack("<IHH", 18, 0, 0)),
+    "end_entry_reserved": datagram(kind=1, payload=struct.pack("<IHH", 18, 4, 1)),
+    "end_partial_entry": datagram(kind=1, payload=struct.pack("<IHH", 18, 4, 0) + b"\x01"),
     "end_chunk_index_1": datagram(kind=1, chunk_index=1),
     "kind_2": datagram(kind=2, payload=b"\x01"),
     "payload_len_short": datagram(payload=b"\x01\x02", payload_len=1),

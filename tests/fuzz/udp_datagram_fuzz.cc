@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "net/udp_frame.h"
 #include "tests/fuzz/fuzz_check.h"
@@ -59,9 +60,29 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   PS_FUZZ_CHECK(h.chunk_elems >= 1 && h.chunk_count >= 1 && h.chunk_index < h.chunk_count,
                 "accepted bad chunk fields");
   PS_FUZZ_CHECK(h.kind == ps::net::DatagramKind::kChunk ||
-                    (h.kind == ps::net::DatagramKind::kEnd && view.payload.empty() &&
-                     h.chunk_index == 0),
-                "accepted an unknown kind, or an end with a payload or a chunk index");
+                    (h.kind == ps::net::DatagramKind::kEnd &&
+                     view.payload.size() % ps::net::kEndEntryBytes == 0 && h.chunk_index == 0),
+                "accepted an unknown kind, or an end with a partial entry or a chunk index");
+  if (h.kind == ps::net::DatagramKind::kEnd) {
+    // Every push an end names has the header's fields but its own slice and chunk count,
+    // which is at least 1; re-appending the entries gives back the payload.
+    const std::vector<ps::net::DatagramHeader> pushes =
+        ps::net::EndedPushes(h, view.payload);
+    PS_FUZZ_CHECK(pushes.size() == 1 + view.payload.size() / ps::net::kEndEntryBytes &&
+                      pushes.size() <= ps::net::MaxEndedPushes(view.codec.size()) &&
+                      pushes[0] == h,
+                  "an end's pushes do not match its payload");
+    std::string entries;
+    for (size_t i = 1; i < pushes.size(); ++i) {
+      ps::net::DatagramHeader same = pushes[i];
+      same.slice_id = h.slice_id;
+      same.chunk_count = h.chunk_count;
+      PS_FUZZ_CHECK(same == h && pushes[i].chunk_count >= 1,
+                    "an end's push differs from its header beyond slice and chunk count");
+      ps::net::AppendEndEntry(pushes[i].slice_id, pushes[i].chunk_count, &entries);
+    }
+    PS_FUZZ_CHECK(entries == view.payload, "an end's entries do not re-encode to its payload");
+  }
   PS_FUZZ_CHECK(Inside(view.codec, input) && Inside(view.payload, input) &&
                     Inside(view.signed_bytes, input) && Inside(view.mac, input),
                 "a view points outside the input");

@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/synchronization/mutex.h"
 #include "cluster_util.h"
@@ -401,28 +403,41 @@ void RunLossyUdpRound(uint32_t end_copies) {
     }
   }
   ASSERT_GT(expected_lost, 0u) << "pick a seed that loses something";
-  // A slice closes at the workers' ends when each push lost nothing or kept an end.
+  // Each worker sends one end per shard, after the chunks of all its slices there, named
+  // by the first of them for the loss injection. A slice closes at the workers' ends when
+  // each push lost nothing or kept a copy of its shard's end.
+  const uint32_t num_slices = kNumel / kSlice;
   uint64_t ends_lost = 0, at_deadline = 0;
-  for (uint32_t slice = 0; slice < kNumel / kSlice; ++slice) {
+  std::map<std::pair<uint32_t, uint32_t>, bool> ended;  // (worker, shard) -> a copy came
+  for (uint32_t w = 0; w < 2; ++w) {
+    for (uint32_t slice = 0; slice < num_slices; ++slice) {
+      const uint32_t shard = layout->slices()[slice].shard;
+      if (ended.count({w, shard}) != 0) continue;  // not the first of its shard
+      bool kept = false;
+      for (uint32_t copy = 0; copy < end_copies; ++copy) {
+        const bool lost = internal::udp_path::InjectedLoss(
+            u, w, 0, slice, internal::udp_path::kInjectedEndIndex + copy);
+        ends_lost += lost;
+        kept |= !lost;
+      }
+      ended[{w, shard}] = kept;
+    }
+  }
+  for (uint32_t slice = 0; slice < num_slices; ++slice) {
     bool waits = false;
     for (uint32_t w = 0; w < 2; ++w) {
-      bool lossy = false, ended = false;
+      bool lossy = false;
       for (uint32_t chunk = 0; chunk < kSlice / kChunk; ++chunk) {
         lossy |= internal::udp_path::InjectedLoss(u, w, 0, slice, chunk);
       }
-      for (uint32_t copy = 0; copy < end_copies; ++copy) {
-        const bool lost = internal::udp_path::InjectedLoss(u, w, 0, slice, kSlice / kChunk + copy);
-        ends_lost += lost;
-        ended |= !lost;
-      }
-      waits |= lossy && !ended;
+      waits |= lossy && !ended[{w, layout->slices()[slice].shard}];
     }
     at_deadline += waits;
   }
   if (end_copies == 0) {
     EXPECT_GT(at_deadline, 0u);
   } else {
-    ASSERT_LT(at_deadline, kNumel / kSlice) << "pick a seed that keeps some ends";
+    ASSERT_LT(at_deadline, num_slices) << "pick a seed that keeps some ends";
   }
   // Chunks are counted by the receiving thread after the shard took them, possibly
   // after the round was published: wait (bounded) for the counts to settle.

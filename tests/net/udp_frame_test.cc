@@ -267,14 +267,80 @@ TEST(UdpFrameTest, EncodesAnEndAsKindOneWithoutPayload) {
   EXPECT_EQ(chunk->header.kind, DatagramKind::kChunk);
   EXPECT_FALSE(TestKey().Verify(chunk->nonce, chunk->signed_bytes, chunk->mac));
 
-  // An end carries nothing and names chunk 0.
+  // An end's payload is whole entries, and it names chunk 0.
   std::string out;
   absl::Status st = EncodeDatagram(h, "fp32", "x", TestKey(), &out);
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(st.message()), HasSubstr("an end carries chunk_index 0 and no payload"));
+  EXPECT_THAT(std::string(st.message()),
+              HasSubstr("an end carries chunk_index 0 and 8 payload bytes per further push, not "
+                        "chunk_index 0 and 1 payload bytes"));
   h.chunk_index = 2;
   st = EncodeDatagram(h, "fp32", "", TestKey(), &out);
   EXPECT_THAT(std::string(st.message()), HasSubstr("not chunk_index 2 and 0 payload bytes"));
+}
+
+TEST(UdpFrameTest, AnEndNamesFurtherPushesInItsPayload) {
+  DatagramHeader h = GoldenHeader();  // slice 42, 3 chunks of 2 values
+  h.kind = DatagramKind::kEnd;
+  h.chunk_index = 0;
+  std::string entries;
+  AppendEndEntry(9, 5, &entries);
+  AppendEndEntry(0x01020304, 0xfffe, &entries);
+  EXPECT_EQ(entries, Bytes({9, 0, 0, 0, 5, 0, 0, 0, 4, 3, 2, 1, 0xfe, 0xff, 0, 0}));
+  std::string datagram;
+  ASSERT_TRUE(EncodeDatagramWithNonce(h, TestNonce(), "fp32", entries, TestKey(), &datagram).ok());
+  auto view = ParseDatagram(datagram);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(view->header, h);
+  EXPECT_EQ(view->payload, entries);
+  const std::vector<DatagramHeader> pushes = EndedPushes(view->header, view->payload);
+  ASSERT_EQ(pushes.size(), 3u);
+  EXPECT_EQ(pushes[0], h);
+  DatagramHeader second = h;
+  second.slice_id = 9;
+  second.chunk_count = 5;
+  EXPECT_EQ(pushes[1], second);
+  DatagramHeader third = h;
+  third.slice_id = 0x01020304;
+  third.chunk_count = 0xfffe;
+  EXPECT_EQ(pushes[2], third);
+
+  // Every entry is checked, on both sides.
+  const struct {
+    std::string payload;
+    const char* message;
+  } bad[] = {
+      {entries + "x", "not chunk_index 0 and 17 payload bytes"},
+      {entries + Bytes({1, 0, 0, 0, 0, 0, 0, 0}), "entry 2 of an end has chunk_count 0"},
+      {Bytes({1, 0, 0, 0, 1, 0, 1, 0}), "entry 0 of an end has reserved 1, must be 0"},
+  };
+  for (const auto& c : bad) {
+    std::string out;
+    absl::Status st = EncodeDatagram(h, "fp32", c.payload, TestKey(), &out);
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << c.message;
+    EXPECT_THAT(std::string(st.message()), HasSubstr(c.message));
+    // The same bytes through the parser: a chunk's datagram turned into this end.
+    DatagramHeader chunk = GoldenHeader();
+    chunk.chunk_index = 0;
+    ASSERT_TRUE(EncodeDatagram(chunk, "fp32", c.payload, TestKey(), &out).ok());
+    out[6] = 1;
+    auto parsed = ParseDatagram(out);
+    ASSERT_FALSE(parsed.ok()) << c.message;
+    EXPECT_THAT(std::string(parsed.status().message()), HasSubstr(c.message));
+  }
+
+  // As many pushes as fill the largest datagram, and not one more.
+  const size_t most = MaxEndedPushes(4);
+  std::string full;
+  for (size_t i = 1; i < most; ++i) AppendEndEntry(static_cast<uint32_t>(i), 1, &full);
+  ASSERT_TRUE(EncodeDatagram(h, "fp32", full, TestKey(), &datagram).ok());
+  EXPECT_LE(datagram.size(), kMaxDatagramBytes);
+  EXPECT_GT(datagram.size() + kEndEntryBytes, kMaxDatagramBytes);
+  view = ParseDatagram(datagram);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_EQ(EndedPushes(view->header, view->payload).size(), most);
+  AppendEndEntry(0, 1, &full);
+  EXPECT_FALSE(EncodeDatagram(h, "fp32", full, TestKey(), &datagram).ok());
 }
 
 TEST(UdpFrameTest, RoundTripsAnEmptyPayloadAndTheLargestDatagram) {
@@ -343,11 +409,12 @@ TEST(UdpFrameTest, ParseRefusesEachMalformedField) {
       {"codec_len 255", 5, {255}, 0, "codec_len 255 is outside"},
       {"kind 2", 6, {2}, 0, "unknown kind 2 (0: chunk, 1: end)"},
       {"kind 255", 6, {0xff}, 0, "unknown kind 255"},
-      {"an end with a payload",
+      {"an end with a chunk's payload",
        6,
        {1},
        0,
-       "an end carries chunk_index 0 and no payload, not chunk_index 1 and 9 payload bytes"},
+       "an end carries chunk_index 0 and 8 payload bytes per further push, not chunk_index 1 and "
+       "9 payload bytes"},
       {"reserved", 7, {0x80}, 0, "reserved is 128, must be 0"},
       {"payload_len short",
        40,

@@ -89,8 +89,26 @@ class UdpReceiverTest : public ::testing::Test {
     return d;
   }
 
-  // Worker w's end of its push of slice 0 for `round`.
-  std::string End(uint32_t w, uint64_t round = 0, uint32_t chunk_elems = kChunkElems) {
+  // Worker w's one chunk of slice 1 ("b", 4 values) for round 0, `value` everywhere.
+  std::string SliceOneChunk(uint32_t w, float value) {
+    std::string payload;
+    auto codec = codecs::MakeCodec("fp32");
+    EXPECT_TRUE((*codec)->Encode(std::vector<float>(4, value), &payload).ok());
+    net::DatagramHeader h;
+    h.session_id = sessions_[w];
+    h.worker_id = w;
+    h.slice_id = 1;
+    h.chunk_elems = kChunkElems;
+    h.chunk_count = 1;
+    std::string d;
+    EXPECT_TRUE(net::EncodeDatagram(h, "fp32", payload, *keys_[w], &d).ok());
+    return d;
+  }
+
+  // Worker w's end of its push of slice 0 for `round`, and of the pushes `entries` name
+  // (net::AppendEndEntry).
+  std::string End(uint32_t w, uint64_t round = 0, uint32_t chunk_elems = kChunkElems,
+                  const std::string& entries = "") {
     net::DatagramHeader h;
     h.kind = net::DatagramKind::kEnd;
     h.session_id = sessions_[w];
@@ -100,7 +118,7 @@ class UdpReceiverTest : public ::testing::Test {
     h.chunk_elems = chunk_elems;
     h.chunk_count = static_cast<uint16_t>(net::ChunkCount(kSliceNumel, chunk_elems));
     std::string d;
-    EXPECT_TRUE(net::EncodeDatagram(h, "fp32", "", *keys_[w], &d).ok());
+    EXPECT_TRUE(net::EncodeDatagram(h, "fp32", entries, *keys_[w], &d).ok());
     return d;
   }
 
@@ -322,6 +340,39 @@ TEST_F(UdpReceiverTest, AnEndClosesALossyRoundWithoutWaitingForItsDeadline) {
   EXPECT_EQ(st.workers[2].refusals[static_cast<size_t>(Refusal::kLate)], 0u)
       << "nor a late push of its worker";
   EXPECT_EQ(u.received, 8u);
+}
+
+// One end datagram ends worker 2's pushes of both slices: both rounds close at once,
+// each masked by what it lost (quorum 2: slice 1 keeps the two pushes that came).
+TEST_F(UdpReceiverTest, OneEndClosesTheRoundOfEverySliceItNames) {
+  Make(3, "mean", std::chrono::milliseconds(10000), /*quorum=*/2);
+  SendTwoAndOneWithoutItsLastChunk();
+  // Slice 1 (one chunk): workers 0 and 1 push 2 and 4; worker 2's chunk is lost.
+  ASSERT_TRUE(receiver_->Handle(SliceOneChunk(0, 2.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(SliceOneChunk(1, 4.0f)).ok());
+  EXPECT_EQ(shard_->Snapshot(1).version, 0u);
+  std::string entries;
+  net::AppendEndEntry(1, 1, &entries);
+  ASSERT_TRUE(receiver_->Handle(End(2, 0, kChunkElems, entries)).ok());
+  EXPECT_THAT(AwaitVersion(1), ElementsAre(-3, -3, -3, -3, -3, -3, -3, -3, -2, -2));
+  EXPECT_THAT(AwaitVersion(1, 1), ElementsAre(-3, -3, -3, -3));
+  const absl::Status copy = receiver_->Handle(End(2, 0, kChunkElems, entries));
+  EXPECT_EQ(core::RefusalOf(copy), core::Refusal::kLate) << copy;
+  const ShardStats st = shard_->stats();
+  // Slice 0's last chunk of worker 2; a push none of whose chunks came is not counted.
+  EXPECT_EQ(st.udp_chunks_lost, 1u);
+  EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
+  const transport::udp::Stats u = receiver_->stats();
+  EXPECT_EQ(u.ends, 2u);  // a push each
+  EXPECT_EQ(u.ends_after_close, 2u);
+  EXPECT_EQ(u.end_datagrams, 2u);  // the end and its copy
+
+  // An entry naming a slice with another geometry is malformed, as a header's would be.
+  std::string bad;
+  net::AppendEndEntry(1, 2, &bad);
+  const absl::Status malformed = receiver_->Handle(End(0, 1, kChunkElems, bad));
+  EXPECT_EQ(core::RefusalOf(malformed), core::Refusal::kMalformed) << malformed;
+  EXPECT_THAT(std::string(malformed.message()), HasSubstr("slice 1"));
 }
 
 // An end whose chunks were all lost settles its worker without making it an input: the

@@ -8,6 +8,7 @@
 #include <sys/socket.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <memory>
@@ -131,6 +132,51 @@ TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   EXPECT_EQ(stats.udp_datagrams_sent, 4u);
   EXPECT_EQ(stats.udp_datagrams_dropped, 0u);
   EXPECT_GT(stats.udp_bytes, 24u);
+}
+
+TEST_F(UdpChannelTest, OneEndForAllOfACallsPushes) {
+  ASSERT_TRUE(channel_->SetRoute(Route()).ok());
+  // Slice 6 in two chunks, slice 8 in one, slice 9's first chunk of two (its end is not
+  // this call's), priorities 4, 2 and 1.
+  std::vector<OutgoingPush> pushes = {Chunk(0, 2, "a"), Chunk(1, 2, "b"), Chunk(0, 1, "c"),
+                                      Chunk(0, 2, "d")};
+  pushes[0].priority = pushes[1].priority = 4;
+  pushes[2].slice_id = 8;
+  pushes[2].priority = 2;
+  pushes[3].slice_id = 9;
+  pushes[3].priority = 1;
+  uint64_t epoch = 0;
+  for (const absl::Status& s : PushAll(pushes, &epoch)) EXPECT_TRUE(s.ok()) << s;
+  ASSERT_TRUE(channel_->WaitSent().ok());
+  // The chunks, then the end's two copies, queued at the priority that leaves last (4),
+  // so behind every chunk: slice 6 in its header, slice 8 in its one entry.
+  std::vector<net::DatagramHeader> ends;
+  std::vector<uint32_t> chunk_slices;
+  for (int i = 0; i < 6; ++i) {
+    const std::string bytes = Receive();
+    auto view = net::ParseDatagram(bytes);
+    ASSERT_TRUE(view.ok()) << view.status();
+    EXPECT_TRUE(key_.Verify(view->nonce, view->signed_bytes, view->mac));
+    if (view->header.kind == net::DatagramKind::kChunk) {
+      EXPECT_TRUE(ends.empty()) << "a chunk after an end";
+      chunk_slices.push_back(view->header.slice_id);
+      continue;
+    }
+    const std::vector<net::DatagramHeader> ended = net::EndedPushes(view->header, view->payload);
+    ASSERT_EQ(ended.size(), 2u);
+    EXPECT_EQ(ended[0].slice_id, 6u);
+    EXPECT_EQ(ended[0].chunk_count, 2u);
+    EXPECT_EQ(ended[1].slice_id, 8u);
+    EXPECT_EQ(ended[1].chunk_count, 1u);
+    EXPECT_EQ(ended[1].round, 3u);
+    ends.push_back(view->header);
+  }
+  std::sort(chunk_slices.begin(), chunk_slices.end());
+  EXPECT_EQ(chunk_slices, (std::vector<uint32_t>{6, 6, 8, 9}));
+  EXPECT_EQ(ends.size(), 2u);
+  WorkerStats stats;
+  channel_->FillStats(stats);
+  EXPECT_EQ(stats.udp_datagrams_sent, 6u);
 }
 
 // With a token, the datagrams' key is the route's secret bound to it (crypto::UdpKey, as

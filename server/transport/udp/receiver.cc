@@ -84,6 +84,7 @@ class Receiver::Impl {
     s.refused = refused_.load();
     s.ends = ends_.load();
     s.ends_after_close = ends_after_close_.load();
+    s.end_datagrams = end_datagrams_.load();
     return s;
   }
 
@@ -100,6 +101,7 @@ class Receiver::Impl {
     std::vector<uint64_t> waits;
     net::DatagramHeader header;
     std::string codec;
+    std::string pushes;  // the payload: the further pushes it ends
   };
 
   // Steps 1-3 of Handle (docs/transport.md, "Receiving"): the datagram parses, its
@@ -127,9 +129,22 @@ class Receiver::Impl {
     return view;
   }
 
-  // Step 4: the shard takes the chunk or end, or refuses it (counted by its kind).
+  // Step 4: the shard takes the chunk, or the end of each push an end names, or refuses
+  // it (counted by its kind). For an end, the first refusal among its pushes.
   absl::Status Apply(const net::DatagramHeader& header, std::string_view codec,
                      std::string_view payload) {
+    if (header.kind != net::DatagramKind::kEnd) return ApplyOne(header, codec, payload);
+    end_datagrams_.fetch_add(1, std::memory_order_relaxed);
+    absl::Status first;
+    for (const net::DatagramHeader& push : net::EndedPushes(header, payload)) {
+      first.Update(ApplyOne(push, codec, {}));
+    }
+    return first;
+  }
+
+  // A chunk, or the end of one push.
+  absl::Status ApplyOne(const net::DatagramHeader& header, std::string_view codec,
+                        std::string_view payload) {
     const bool end = header.kind == net::DatagramKind::kEnd;
     absl::Status st = front_->PushChunk(header, codec, payload);
     if (st.ok()) {
@@ -205,7 +220,8 @@ class Receiver::Impl {
       // moved on in between either sees the count (Settle) or is seen here.
       pending_count_.fetch_add(1);
       if (!Passed(waits)) {
-        pending_.push_back({std::move(waits), view.header, std::string(view.codec)});
+        pending_.push_back(
+            {std::move(waits), view.header, std::string(view.codec), std::string(view.payload)});
         return;
       }
       pending_count_.fetch_sub(1);
@@ -225,7 +241,7 @@ class Receiver::Impl {
       pending_.erase(waiting, pending_.end());
       pending_count_.fetch_sub(ready.size());
     }
-    for (const PendingEnd& e : ready) Apply(e.header, e.codec, {}).IgnoreError();
+    for (const PendingEnd& e : ready) Apply(e.header, e.codec, e.pushes).IgnoreError();
   }
 
   // One receiving thread: up to kBatch datagrams per system call (recvmmsg takes what is
@@ -292,7 +308,7 @@ class Receiver::Impl {
   std::vector<PendingEnd> pending_;  // guarded by gate_mu_
   std::atomic<size_t> pending_count_{0};
   std::atomic<uint64_t> received_{0}, bytes_{0}, malformed_{0}, unknown_session_{0}, forged_{0},
-      replayed_{0}, stale_{0}, refused_{0}, ends_{0}, ends_after_close_{0};
+      replayed_{0}, stale_{0}, refused_{0}, ends_{0}, ends_after_close_{0}, end_datagrams_{0};
 };
 
 Receiver::Receiver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -37,6 +37,7 @@ struct Stats {
   uint64_t refused = 0;          // other refusals (unknown slice, future round, no layout, ...)
   uint64_t ends = 0;             // ends of pushes taken by the shard (a repeated one too)
   uint64_t ends_after_close = 0;  // ends for a round already closed (an end's later copy)
+  uint64_t end_datagrams = 0;    // end datagrams past the MAC check (each ends one push or more)
 };
 
 class Receiver final : public DataBackend {

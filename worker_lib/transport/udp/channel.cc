@@ -1,5 +1,6 @@
 #include "worker_lib/transport/udp/channel.h"
 
+#include <algorithm>
 #include <atomic>
 #include <utility>
 
@@ -10,7 +11,8 @@
 namespace ps::internal::udp_path {
 
 // Chunks signed and queued as soon as Start sees them: the sender starts with the
-// first while the rest are signed.
+// first while the rest are signed. Then one end (and its copies) for all the pushes
+// whose last chunk went, queued behind them.
 class UdpChannel::Push final : public DataChannel::PushCall {
  public:
   Push(const UdpChannel* channel, Route route, std::vector<const OutgoingPush*> pushes)
@@ -29,26 +31,40 @@ class UdpChannel::Push final : public DataChannel::PushCall {
                                                       " gave no UDP key"))
                                                 : absl::OkStatus();
     const size_t n = pushes_.size();  // the last `done` may destroy this call
+    std::vector<absl::Status> sent(n);
+    std::vector<const OutgoingPush*> ended;  // pushes whose last chunk went
     for (size_t i = 0; i < n; ++i) {
       if (failed.ok()) failed = Send(*pushes_[i]);
-      done(i, failed);
+      sent[i] = failed;
+      if (failed.ok() && pushes_[i]->chunk_index + 1u == pushes_[i]->chunk_count) {
+        ended.push_back(pushes_[i]);
+      }
     }
+    if (const absl::Status st = SendEnds(ended); !st.ok()) {
+      for (absl::Status& s : sent) s.Update(st);
+    }
+    for (size_t i = 0; i < n; ++i) done(i, sent[i]);
   }
 
   // Nothing is ever in flight once Start returned.
   void Cancel() override { cancelled_.store(true); }
 
  private:
-  absl::Status Send(const OutgoingPush& p) const {
-    const UdpOptions& options = channel_->options_;
+  net::DatagramHeader HeaderOf(const OutgoingPush& p) const {
     net::DatagramHeader h;
     h.session_id = route_.session;
     h.worker_id = channel_->worker_id_;
     h.slice_id = p.slice_id;
     h.round = p.round;
-    h.chunk_elems = options.chunk_elems;
+    h.chunk_elems = channel_->options_.chunk_elems;
     h.chunk_index = p.chunk_index;
     h.chunk_count = p.chunk_count;
+    return h;
+  }
+
+  absl::Status Send(const OutgoingPush& p) const {
+    const UdpOptions& options = channel_->options_;
+    const net::DatagramHeader h = HeaderOf(p);
     net::SignedDatagram datagram;
     const std::string_view payload =
         p.payload != nullptr ? std::string_view(*p.payload) : std::string_view();
@@ -61,23 +77,38 @@ class UdpChannel::Push final : public DataChannel::PushCall {
     channel_->sender_->Enqueue(
         p.priority, p.round, route_.endpoint, std::move(datagram), p.payload, payload,
         InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id, p.chunk_index));
-    if (h.chunk_index + 1u == h.chunk_count) return SendEnd(h, p);
     return absl::OkStatus();
   }
 
-  // After the slice's last chunk (a push's chunks are handed over in order, in one
-  // call), the end's copies, queued behind them: the same priority and round.
-  absl::Status SendEnd(net::DatagramHeader h, const OutgoingPush& p) const {
+  // The ends of `ended` (pushes of this call, in order), in as few datagrams as fit: a
+  // new one where the round or codec changes (a call holds one tensor's pushes, so
+  // normally one in all). Each is queued end_copies times behind its pushes' chunks, at
+  // the priority of theirs that leaves last.
+  absl::Status SendEnds(const std::vector<const OutgoingPush*>& ended) const {
     const UdpOptions& options = channel_->options_;
-    h.kind = net::DatagramKind::kEnd;
-    h.chunk_index = 0;
-    for (uint32_t copy = 0; copy < options.end_copies; ++copy) {
-      std::string datagram;
-      PS_RETURN_IF_ERROR(net::EncodeDatagram(h, p.codec, {}, *route_.key, &datagram));
-      // Each copy is lost on its own: numbered after the chunks for the injection.
-      channel_->sender_->Enqueue(p.priority, p.round, route_.endpoint, std::move(datagram),
-                                 InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id,
-                                              uint32_t{h.chunk_count} + copy));
+    if (options.end_copies == 0) return absl::OkStatus();
+    for (size_t first = 0; first < ended.size();) {
+      const OutgoingPush& head = *ended[first];
+      net::DatagramHeader h = HeaderOf(head);
+      h.kind = net::DatagramKind::kEnd;
+      h.chunk_index = 0;
+      int32_t priority = head.priority;
+      std::string entries;
+      const size_t last = std::min(ended.size(), first + net::MaxEndedPushes(head.codec.size()));
+      size_t next = first + 1;
+      for (; next < last && ended[next]->round == head.round && ended[next]->codec == head.codec;
+           ++next) {
+        net::AppendEndEntry(ended[next]->slice_id, ended[next]->chunk_count, &entries);
+        priority = std::max(priority, ended[next]->priority);
+      }
+      for (uint32_t copy = 0; copy < options.end_copies; ++copy) {
+        std::string datagram;
+        PS_RETURN_IF_ERROR(net::EncodeDatagram(h, head.codec, entries, *route_.key, &datagram));
+        channel_->sender_->Enqueue(priority, head.round, route_.endpoint, std::move(datagram),
+                                   InjectedLoss(options, channel_->worker_id_, head.round,
+                                                head.slice_id, kInjectedEndIndex + copy));
+      }
+      first = next;
     }
     return absl::OkStatus();
   }

@@ -35,6 +35,10 @@ namespace ps::internal::udp_path {
 // every run.
 bool InjectedLoss(const UdpOptions& options, uint32_t worker, uint64_t round, uint32_t slice,
                   uint32_t chunk);
+// The `chunk` under which InjectedLoss decides copy c of an end datagram:
+// kInjectedEndIndex + c, with the end's first slice. Past every chunk index (16 bits), so
+// an end is lost on its own.
+inline constexpr uint32_t kInjectedEndIndex = 1u << 16;
 
 // "host:port" or "[v6]:port" -> the UDP endpoint of `host` at `port`, resolved now.
 absl::StatusOr<boost::asio::ip::udp::endpoint> ResolveUdp(const std::string& address, uint16_t port);
