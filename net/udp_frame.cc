@@ -64,6 +64,9 @@ std::string_view AsView(const DatagramNonce& nonce) {
   return std::string_view(reinterpret_cast<const char*>(nonce.data()), nonce.size());
 }
 
+// An end's entry (net/udp_frame.h): where its fields lie.
+constexpr size_t kEntrySliceAt = 0, kEntryCountAt = 4, kEntryReservedAt = 6;
+
 // `payload`: a chunk's values, or an end's further pushes (kEndEntryBytes each).
 absl::Status CheckChunkFields(const DatagramHeader& header, std::string_view payload) {
   if (header.kind == DatagramKind::kEnd) {
@@ -75,11 +78,11 @@ absl::Status CheckChunkFields(const DatagramHeader& header, std::string_view pay
     }
     for (size_t i = 0; i < payload.size() / kEndEntryBytes; ++i) {
       const char* e = payload.data() + i * kEndEntryBytes;
-      if (LoadLe(e + 4, 2) == 0) {
+      if (LoadLe(e + kEntryCountAt, 2) == 0) {
         return absl::InvalidArgumentError(
             absl::StrCat("udp datagram: entry ", i, " of an end has chunk_count 0"));
       }
-      if (const uint64_t reserved = LoadLe(e + 6, 2); reserved != 0) {
+      if (const uint64_t reserved = LoadLe(e + kEntryReservedAt, 2); reserved != 0) {
         return absl::InvalidArgumentError(absl::StrCat(
             "udp datagram: entry ", i, " of an end has reserved ", reserved, ", must be 0"));
       }
@@ -368,8 +371,8 @@ absl::StatusOr<DatagramView> ParseDatagram(std::string_view bytes) {
 
 void AppendEndEntry(uint32_t slice_id, uint16_t chunk_count, std::string* payload) {
   char entry[kEndEntryBytes] = {};
-  StoreLe(slice_id, 4, entry);
-  StoreLe(chunk_count, 2, entry + 4);
+  StoreLe(slice_id, 4, entry + kEntrySliceAt);
+  StoreLe(chunk_count, 2, entry + kEntryCountAt);
   payload->append(entry, kEndEntryBytes);
 }
 
@@ -377,8 +380,8 @@ std::vector<DatagramHeader> EndedPushes(const DatagramHeader& header, std::strin
   std::vector<DatagramHeader> pushes(1 + payload.size() / kEndEntryBytes, header);
   for (size_t i = 1; i < pushes.size(); ++i) {
     const char* e = payload.data() + (i - 1) * kEndEntryBytes;
-    pushes[i].slice_id = static_cast<uint32_t>(LoadLe(e, 4));
-    pushes[i].chunk_count = static_cast<uint16_t>(LoadLe(e + 4, 2));
+    pushes[i].slice_id = static_cast<uint32_t>(LoadLe(e + kEntrySliceAt, 4));
+    pushes[i].chunk_count = static_cast<uint16_t>(LoadLe(e + kEntryCountAt, 2));
   }
   return pushes;
 }
