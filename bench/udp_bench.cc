@@ -52,6 +52,7 @@ struct UdpFlags {
   std::string json;
   bool quick = false;
   bool kernel_loss = false;  // the kernel drops packets, not the UDP sender
+  bool borrow = false;       // PushOptions::borrow on every transport
 };
 
 struct Measured {
@@ -91,6 +92,7 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   wo.udp.end_copies = f.end_copies;
   wo.udp.loss = loss;
   wo.udp.rate_mbps = f.rate_mbps;
+  wo.push.borrow = f.borrow;  // `grad` stays unchanged over the run
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Start(wo, layout, init));
   const std::vector<std::span<float>> outs = {params};
   Measured m;
@@ -250,7 +252,8 @@ int RunUdp(UdpFlags f) {
           .Add("goodput_gbps", r.gbps)
           .Add("ratio_to_grpc", r.gbps / grpc_gbps)
           .Add("ratio_to_tcp", r.gbps / tcp_gbps)
-          .Add("delivered_fraction", r.delivered);
+          .Add("delivered_fraction", r.delivered)
+          .Add("borrow", f.borrow);
       if (std::string_view(r.transport) == "udp") json.Add("kernel_lost", r.kernel_lost);
       if (r.packets_dropped) json.Add("packets_dropped", *r.packets_dropped);
       json_rows.push_back(std::move(json));
@@ -323,6 +326,9 @@ Command AddUdpCommand(CLI::App& app) {
   sub->add_flag("--kernel-loss", f->kernel_loss,
                 "Let the kernel drop the --loss fraction of every packet on loopback, for "
                 "every transport (a network namespace of its own: root and nft)");
+  sub->add_flag("--borrow", f->borrow,
+                "Push from the gradient buffer without copying it (PushOptions::borrow), on "
+                "every transport: the UDP path and the TCP plane borrow, gRPC copies");
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
   return Command{.app = sub, .run = [f] { return RunUdp(*f); }};
 }

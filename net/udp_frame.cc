@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -249,7 +250,9 @@ absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_v
                                      std::string_view codec, std::string_view payload,
                                      const DatagramKey& key, std::string* out) {
   SignedDatagram parts;
-  PS_RETURN_IF_ERROR(SignDatagramWithNonce(header, nonce, codec, payload, key, &parts));
+  PS_RETURN_IF_ERROR(SignDatagramWithNonce(header, nonce, codec,
+                                           std::span<const std::string_view>(&payload, 1), key,
+                                           &parts));
   // The payload is copied after the head is built: it must not point into *out, which
   // is resized before it is.
   out->resize(parts.head.size() + payload.size() + kDatagramMacBytes);
@@ -264,12 +267,18 @@ absl::Status EncodeDatagramWithNonce(const DatagramHeader& header, std::string_v
 
 absl::Status SignDatagram(const DatagramHeader& header, std::string_view codec,
                           std::string_view payload, const DatagramKey& key, SignedDatagram* out) {
+  return SignDatagram(header, codec, std::span<const std::string_view>(&payload, 1), key, out);
+}
+
+absl::Status SignDatagram(const DatagramHeader& header, std::string_view codec,
+                          std::span<const std::string_view> payload, const DatagramKey& key,
+                          SignedDatagram* out) {
   const DatagramNonce nonce = key.NextNonce();
   return SignDatagramWithNonce(header, AsView(nonce), codec, payload, key, out);
 }
 
 absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
-                                   std::string_view codec, std::string_view payload,
+                                   std::string_view codec, std::span<const std::string_view> payload,
                                    const DatagramKey& key, SignedDatagram* out) {
   if (nonce.size() != kDatagramNonceBytes) {
     return absl::InvalidArgumentError(absl::StrCat("udp datagram: a nonce has ",
@@ -277,11 +286,29 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
                                                    nonce.size()));
   }
   PS_RETURN_IF_ERROR(CheckCodec(codec));
-  PS_RETURN_IF_ERROR(CheckChunkFields(header, payload));
+  // The head, then the payload's pieces (a datagram has at most a few).
+  std::string_view signed_pieces[4];
+  if (payload.size() + 1 > std::size(signed_pieces)) {
+    return absl::InvalidArgumentError(absl::StrCat("udp datagram: a payload in ", payload.size(),
+                                                   " pieces; at most ",
+                                                   std::size(signed_pieces) - 1));
+  }
+  size_t payload_bytes = 0;
+  for (std::string_view piece : payload) payload_bytes += piece.size();
+  // An end's entries are checked whole (ends are small and come in one piece; a chunk's
+  // fields do not look at its payload beyond its size).
+  if (header.kind == DatagramKind::kEnd && payload.size() > 1) {
+    std::string whole;
+    for (std::string_view piece : payload) whole.append(piece);
+    PS_RETURN_IF_ERROR(CheckChunkFields(header, whole));
+  } else {
+    PS_RETURN_IF_ERROR(
+        CheckChunkFields(header, payload.empty() ? std::string_view() : payload[0]));
+  }
   const size_t overhead = DatagramOverhead(codec.size());
-  if (payload.size() > kMaxDatagramBytes - overhead) {
+  if (payload_bytes > kMaxDatagramBytes - overhead) {
     return absl::InvalidArgumentError(
-        absl::StrCat("udp datagram: ", payload.size(), " payload bytes with ", overhead,
+        absl::StrCat("udp datagram: ", payload_bytes, " payload bytes with ", overhead,
                      " bytes of header, codec and MAC exceed ", kMaxDatagramBytes, " bytes"));
   }
   std::string& head = out->head;
@@ -299,11 +326,12 @@ absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_vie
   StoreLe(header.chunk_elems, 4, p + 32);
   StoreLe(header.chunk_index, 2, p + 36);
   StoreLe(header.chunk_count, 2, p + 38);
-  StoreLe(payload.size(), 4, p + 40);
+  StoreLe(payload_bytes, 4, p + 40);
   std::memcpy(p + kNonceOffset, nonce.data(), nonce.size());
   std::memcpy(p + kDatagramHeaderBytes, codec.data(), codec.size());
-  const std::string_view signed_pieces[] = {head, payload};
-  out->mac = key.Mac(nonce, signed_pieces);
+  signed_pieces[0] = head;
+  std::copy(payload.begin(), payload.end(), signed_pieces + 1);
+  out->mac = key.Mac(nonce, std::span<const std::string_view>(signed_pieces, payload.size() + 1));
   return absl::OkStatus();
 }
 

@@ -189,9 +189,14 @@ struct SignedDatagram {
 // holds no view of the payload.
 absl::Status SignDatagram(const DatagramHeader& header, std::string_view codec,
                           std::string_view payload, const DatagramKey& key, SignedDatagram* out);
+// The same for the payload that is the concatenation of `payload` (a borrowed push's
+// head and the caller's values), signed without concatenating them.
+absl::Status SignDatagram(const DatagramHeader& header, std::string_view codec,
+                          std::span<const std::string_view> payload, const DatagramKey& key,
+                          SignedDatagram* out);
 // The same with a given nonce (tests).
 absl::Status SignDatagramWithNonce(const DatagramHeader& header, std::string_view nonce,
-                                   std::string_view codec, std::string_view payload,
+                                   std::string_view codec, std::span<const std::string_view> payload,
                                    const DatagramKey& key, SignedDatagram* out);
 
 // Structural parse without the MAC check (the caller looks the key up by session_id).

@@ -63,7 +63,7 @@ absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerO
       }
       slot->chunked = slot->chunked || channel->chunk_elems() > 0;
     }
-    slot->borrow = push.borrow && !slot->chunked;
+    slot->borrow = push.borrow;
     p->slots_.push_back(std::move(slot));
   }
   return p;

@@ -125,7 +125,7 @@ class PushPipeline {
     std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
     PushPath path = PushPath::kDataPlane;  // PushOptions::push_path()
     bool chunked = false;                  // its path carries chunks, unanswered
-    bool borrow = false;                   // PushOptions::borrow, on a path that answers
+    bool borrow = false;                   // PushOptions::borrow
     std::optional<float> lr ABSL_GUARDED_BY(mu);  // SetLearningRate
   };
 

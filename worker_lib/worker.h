@@ -87,9 +87,10 @@ struct PushOptions {
   // the caller's buffer as it is, without the copy into a payload, so the buffer given to
   // Push must stay unchanged until WaitPushes() returns (horovod's *_async contract).
   // Taken where the push is fp32 (also when an adaptive strategy switches to fp32)
-  // without momentum or error feedback, over the TCP data plane; elsewhere (the gRPC
-  // plane copies as the call starts) the push copies as without it, which changes only
-  // the speed.
+  // without momentum or error feedback, over the TCP data plane or the UDP path (each
+  // chunk's datagram is signed and sent from the buffer); elsewhere (the gRPC plane
+  // copies as the call starts) the push copies as without it, which changes only the
+  // speed.
   bool borrow = false;
 
   // The path in effect: kUdp when the deprecated `udp` is set, else `path`.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <random>
 #include <string>
@@ -352,7 +353,9 @@ TEST_P(P3Test, StartPullAllTellsPerTensorWhenItArrived) {
 // Two workers push over UDP with 10% of their datagrams lost (seeded, so which ones is
 // known) and `end_copies` ends per push; the rounds close with the lost chunks masked:
 // at the workers' ends where one copy of each lossy push's end came, else at the deadline.
-void RunLossyUdpRound(uint32_t end_copies) {
+// `borrow`: the chunks go from the pushed buffers (PushOptions::borrow), which the
+// workers fill with NaN once WaitPushes returned; the outcome is the same to the bit.
+void RunLossyUdpRound(uint32_t end_copies, bool borrow = false) {
   server::ServerOptions so = Options(2);
   so.udp_port = 0;
   // Long enough for both workers to send on a loaded machine; the lossy round waits for it.
@@ -373,14 +376,17 @@ void RunLossyUdpRound(uint32_t end_copies) {
     o.udp.loss = 0.1;
     o.udp.loss_seed = 2;
     o.udp.end_copies = end_copies;
+    o.push.borrow = borrow;
     auto worker = Worker::Start(o, *layout, Spans(init));
     ASSERT_TRUE(worker.ok()) << worker.status();
     workers.push_back(*std::move(worker));
   }
   // Worker 0 pushes 1 everywhere, worker 1 pushes 3.
   for (uint32_t w = 0; w < 2; ++w) {
-    ASSERT_TRUE(workers[w]->Push(0, 0, std::vector<float>(kNumel, 1.0f + 2.0f * w)).ok());
+    std::vector<float> grad(kNumel, 1.0f + 2.0f * w);
+    ASSERT_TRUE(workers[w]->Push(0, 0, grad).ok());
     ASSERT_TRUE(workers[w]->WaitPushes().ok());
+    std::fill(grad.begin(), grad.end(), std::numeric_limits<float>::quiet_NaN());
   }
   std::vector<float> out(kNumel);
   const std::vector<std::span<float>> outs = {out};
@@ -467,6 +473,10 @@ TEST(UdpTest, WithTenPercentLossTheRoundClosesAtTheWorkersEndsAndTheMaskIsUsed) 
 }
 
 TEST(UdpTest, WithoutEndsALossyRoundClosesAtItsDeadline) { RunLossyUdpRound(/*end_copies=*/0); }
+
+TEST(UdpTest, BorrowedPushesLoseAndCloseAsCopiedOnes) {
+  RunLossyUdpRound(/*end_copies=*/2, /*borrow=*/true);
+}
 
 
 

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -163,9 +165,9 @@ TEST(UdpFrameTest, MacOfPiecesIsTheMacOfTheirConcatenation) {
 // refused with EncodeDatagram's message.
 TEST(UdpFrameTest, SignedPiecesAreTheEncodedDatagram) {
   SignedDatagram parts;
+  const std::string_view payload[] = {kGoldenPayload};
   ASSERT_TRUE(
-      SignDatagramWithNonce(GoldenHeader(), TestNonce(), "fp32", kGoldenPayload, TestKey(), &parts)
-          .ok());
+      SignDatagramWithNonce(GoldenHeader(), TestNonce(), "fp32", payload, TestKey(), &parts).ok());
   EXPECT_EQ(parts.head.size(), kDatagramHeaderBytes + 4);
   EXPECT_EQ(parts.head + kGoldenPayload + AsString(parts.mac), Golden());
 
@@ -188,6 +190,46 @@ TEST(UdpFrameTest, SignedPiecesAreTheEncodedDatagram) {
   EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(st.message(), encoded.message());
   EXPECT_THAT(std::string(st.message()), HasSubstr("chunk_index"));
+}
+
+// A payload given in pieces (a borrowed push: the codec's head, then the caller's
+// values) signs to the bytes of the same payload given whole, wherever it is cut; an
+// end's entries are checked across its pieces; more than three pieces are refused.
+TEST(UdpFrameTest, APayloadInPiecesSignsAsTheWholePayload) {
+  SignedDatagram whole;
+  const std::string_view one[] = {kGoldenPayload};
+  ASSERT_TRUE(
+      SignDatagramWithNonce(GoldenHeader(), TestNonce(), "fp32", one, TestKey(), &whole).ok());
+  EXPECT_EQ(whole.head + kGoldenPayload + AsString(whole.mac), Golden());
+  const std::string_view v = kGoldenPayload;
+  for (size_t cut = 0; cut <= v.size(); ++cut) {
+    const std::array<std::string_view, 2> pieces = {v.substr(0, cut), v.substr(cut)};
+    SignedDatagram parts;
+    ASSERT_TRUE(
+        SignDatagramWithNonce(GoldenHeader(), TestNonce(), "fp32", pieces, TestKey(), &parts).ok())
+        << cut;
+    EXPECT_EQ(parts.head, whole.head) << cut;
+    EXPECT_EQ(AsString(parts.mac), AsString(whole.mac)) << cut;
+  }
+
+  DatagramHeader end = GoldenHeader();
+  end.kind = DatagramKind::kEnd;
+  end.chunk_index = 0;
+  std::string entries;
+  AppendEndEntry(9, 5, &entries);
+  entries[6] = 1;  // the entry's reserved field, not 0, in the second piece
+  const std::array<std::string_view, 2> split = {std::string_view(entries).substr(0, 3),
+                                                 std::string_view(entries).substr(3)};
+  SignedDatagram refused;
+  const absl::Status bad_end = SignDatagram(end, "fp32", split, TestKey(), &refused);
+  EXPECT_EQ(bad_end.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad_end.message()), HasSubstr("reserved"));
+
+  const std::array<std::string_view, 4> four = {v.substr(0, 1), v.substr(1, 1), v.substr(2, 1),
+                                                v.substr(3)};
+  const absl::Status too_many = SignDatagram(GoldenHeader(), "fp32", four, TestKey(), &refused);
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(too_many.message()), HasSubstr("4 pieces"));
 }
 
 // Every datagram gets its own nonce, from a key and from its copies alike; datagrams

@@ -162,6 +162,18 @@ class FakeDataChannel final : public DataChannel {
     return guards.size();
   }
 
+  // Makes this a channel that carries chunks of `elems` values (as the UDP path's),
+  // whose pushes are unanswered: set a push handler, so that each is answered before
+  // Start returns. Before the pipeline is made, which reads it once.
+  void CarryChunks(uint32_t elems) {
+    absl::MutexLock lock(&mu_);
+    chunk_elems_ = elems;
+  }
+  uint32_t chunk_elems() const override {
+    absl::MutexLock lock(&mu_);
+    return chunk_elems_;
+  }
+
   // What SetRoute returns from now on (the route is taken either way).
   void RefuseRoutes(absl::Status status) {
     absl::MutexLock lock(&mu_);
@@ -340,6 +352,7 @@ class FakeDataChannel final : public DataChannel {
   PullHandler pull_handler_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PushRequest> pushes_ ABSL_GUARDED_BY(mu_);
   bool keep_guards_ ABSL_GUARDED_BY(mu_) = false;
+  uint32_t chunk_elems_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<std::shared_ptr<const void>> guards_ ABSL_GUARDED_BY(mu_);
   std::deque<Held> held_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::PullRequest> pulls_ ABSL_GUARDED_BY(mu_);

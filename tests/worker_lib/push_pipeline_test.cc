@@ -29,11 +29,13 @@ core::ModelLayout PushLayout() {
 
 // A fake cluster joined, with a pipeline whose rejoins replay.
 struct PushFixture {
-  explicit PushFixture(WorkerOptions o = FastOptions())
+  // chunk_elems > 0: the shard's channel carries chunks of that many values.
+  explicit PushFixture(WorkerOptions o = FastOptions(), uint32_t chunk_elems = 0)
       : options(std::move(o)), c(PushLayout(), 1, options) {
     c.on_rejoin = [this](uint32_t shard, const v1::JoinResponse& join) {
       pipeline->OnRejoined(shard, join);
     };
+    if (chunk_elems > 0) c.channels[0]->CarryChunks(chunk_elems);
     EXPECT_TRUE(c.client->Connect({}, RpcClock::now() + milliseconds(1000)).ok());
     pipeline = *PushPipeline::Create(options, CallRetryPolicy(options), c.layout, *c.client);
   }
@@ -327,19 +329,28 @@ std::vector<float> Ramp() {
   return g;
 }
 
-TEST(PushPipelineTest, ABorrowedPushSendsTheBytesACopiedPushSends) {
+// Ramp() pushed in round 3, copied (false) and borrowed (true), over a channel that
+// carries chunks of `chunk_elems` values (0: whole slices): what the shard got each way.
+// Every piece of the borrowed push held its guard (`pieces` of them), no copied one.
+std::map<bool, std::vector<v1::PushRequest>> PushedCopiedAndBorrowed(uint32_t chunk_elems,
+                                                                      size_t pieces) {
   std::map<bool, std::vector<v1::PushRequest>> sent;
   for (const bool borrow : {false, true}) {
-    PushFixture f(Borrowing(borrow));
+    PushFixture f(Borrowing(borrow), chunk_elems);
     f.shard().KeepGuards();
     f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
     const std::vector<float> g = Ramp();
-    ASSERT_TRUE(f.pipeline->Push(0, 3, g).ok());
-    // Borrowed: each of the two slices' pushes holds the push's guard; copied: none.
-    EXPECT_EQ(f.shard().ReleaseGuards(), borrow ? 2u : 0u);
-    ASSERT_TRUE(f.pipeline->Wait().ok());
+    EXPECT_TRUE(f.pipeline->Push(0, 3, g).ok());
+    EXPECT_EQ(f.shard().ReleaseGuards(), borrow ? pieces : 0u) << "borrow " << borrow;
+    EXPECT_TRUE(f.pipeline->Wait().ok());
     sent[borrow] = f.shard().pushes();
   }
+  return sent;
+}
+
+TEST(PushPipelineTest, ABorrowedPushSendsTheBytesACopiedPushSends) {
+  // Each of the two slices' pushes holds the push's guard.
+  std::map<bool, std::vector<v1::PushRequest>> sent = PushedCopiedAndBorrowed(0, 2);
   ASSERT_EQ(sent[true].size(), 2u);
   ASSERT_EQ(sent[false].size(), 2u);
   for (size_t i = 0; i < 2; ++i) {
@@ -347,6 +358,21 @@ TEST(PushPipelineTest, ABorrowedPushSendsTheBytesACopiedPushSends) {
     EXPECT_EQ(sent[true][i].codec(), "fp32");
     EXPECT_EQ(sent[true][i].payload(), sent[false][i].payload()) << "slice " << i;
     EXPECT_EQ(sent[true][i].payload().size(), 1 + 4 * sizeof(float));
+  }
+}
+
+// On a path that carries chunks (the UDP path's shape), a borrowed push sends each chunk
+// from the caller's buffer under the push's guard: the bytes copied chunks carry.
+TEST(PushPipelineTest, ABorrowedPushOnAChunkedPathSendsEveryChunkBorrowed) {
+  // Two slices of 4 values in chunks of 3: 3 + 1 values each, four chunks.
+  std::map<bool, std::vector<v1::PushRequest>> sent =
+      PushedCopiedAndBorrowed(/*chunk_elems=*/3, /*pieces=*/4);
+  ASSERT_EQ(sent[true].size(), 4u);
+  ASSERT_EQ(sent[false].size(), 4u);
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(sent[true][i].slice_id(), sent[false][i].slice_id());
+    EXPECT_EQ(sent[true][i].payload(), sent[false][i].payload()) << "chunk " << i;
+    EXPECT_EQ(sent[true][i].payload().size(), 1 + (i % 2 == 0 ? 3 : 1) * sizeof(float)) << i;
   }
 }
 

@@ -10,8 +10,9 @@
 
 #include <algorithm>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -132,6 +133,34 @@ TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   EXPECT_EQ(stats.udp_datagrams_sent, 4u);
   EXPECT_EQ(stats.udp_datagrams_dropped, 0u);
   EXPECT_GT(stats.udp_bytes, 24u);
+}
+
+// A borrowed push's chunk (PushOptions::borrow) goes as its payload's head followed by
+// the caller's values, signed together, and the sender keeps the push's guard until the
+// datagram has left: the caller's buffer is free once WaitSent returned.
+TEST_F(UdpChannelTest, ABorrowedChunkSendsTheCallersValuesAndLetsGoOnceSent) {
+  ASSERT_TRUE(channel_->SetRoute(Route()).ok());
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 0.0f};
+  const std::string_view value_bytes(reinterpret_cast<const char*>(values.data()),
+                                     values.size() * sizeof(float));
+  auto guard = std::make_shared<int>(0);
+  const std::weak_ptr<int> alive = guard;
+  std::vector<OutgoingPush> pushes;
+  pushes.push_back(Chunk(0, 1, "\x01"));
+  pushes[0].borrowed = std::span<const char>(value_bytes.data(), value_bytes.size());
+  pushes[0].borrowed_guard = std::move(guard);
+  uint64_t epoch = 0;
+  for (const absl::Status& s : PushAll(pushes, &epoch)) EXPECT_TRUE(s.ok()) << s;
+  pushes.clear();  // the pipeline lets go of its pushes once Start returned
+  ASSERT_TRUE(channel_->WaitSent().ok());
+  EXPECT_TRUE(alive.expired()) << "the sender still holds the caller's buffer";
+  const std::string bytes = Receive();
+  auto view = net::ParseDatagram(bytes);
+  ASSERT_TRUE(view.ok()) << view.status();
+  EXPECT_TRUE(key_.Verify(view->nonce, view->signed_bytes, view->mac));
+  EXPECT_EQ(view->header.kind, net::DatagramKind::kChunk);
+  EXPECT_EQ(view->header.chunk_count, 1u);
+  EXPECT_EQ(view->payload, std::string("\x01") + std::string(value_bytes));
 }
 
 TEST_F(UdpChannelTest, OneEndForAllOfACallsPushes) {

@@ -89,8 +89,9 @@ TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
 }
 
 // A datagram queued in pieces leaves as one: head, payload (sent from where it lies, and
-// kept alive by the sender after the caller let go), MAC; an empty payload too. The
-// byte count is the datagrams'.
+// kept alive by the sender after the caller let go), MAC; a payload in two pieces (a
+// borrowed push's head and the caller's values), each kept until sent; an empty payload
+// too. The byte count is the datagrams'.
 TEST(UdpSenderTest, SendsAPiecewiseDatagramAsOne) {
   Sink s;
   boost::asio::ip::udp::socket& sink = s.socket;
@@ -103,23 +104,39 @@ TEST(UdpSenderTest, SendsAPiecewiseDatagramAsOne) {
   parts.head = "head:";
   for (size_t i = 0; i < parts.mac.size(); ++i) parts.mac[i] = static_cast<uint8_t>('a' + i);
   const std::string mac(parts.mac.begin(), parts.mac.end());
-  const std::string_view view(*payload);
-  (*sender)->Enqueue(0, 0, to, parts, std::move(payload), view, false);
+  DatagramPayload whole;
+  whole.pieces[0] = *payload;
+  whole.keep[0] = std::move(payload);
+  (*sender)->Enqueue(0, 0, to, parts, std::move(whole), false);
+  // Two pieces: a head the sender shares, and bytes it borrows under a guard.
+  auto head = std::make_shared<const std::string>("h");
+  const std::string values(2000, 'v');
+  auto guard = std::make_shared<int>(0);
+  const std::weak_ptr<int> guard_alive = guard;
+  net::SignedDatagram two;
+  two.head = "two:";
+  two.mac = parts.mac;
+  DatagramPayload pieces;
+  pieces.pieces = {*head, values};
+  pieces.keep = {std::move(head), std::move(guard)};
+  (*sender)->Enqueue(2, 0, to, two, std::move(pieces), false);
   net::SignedDatagram empty;
   empty.head = "empty:";
   empty.mac = parts.mac;
-  (*sender)->Enqueue(1, 0, to, empty, nullptr, std::string_view(), false);
+  (*sender)->Enqueue(1, 0, to, empty, DatagramPayload{}, false);
   ASSERT_TRUE((*sender)->WaitIdle().ok());
-  EXPECT_EQ((*sender)->datagrams_sent(), 2u);
-  EXPECT_EQ((*sender)->bytes_sent(), (5 + 3000 + 16) + (6 + 16u));
+  EXPECT_TRUE(guard_alive.expired()) << "the sender let go of the borrowed bytes once sent";
+  EXPECT_EQ((*sender)->datagrams_sent(), 3u);
+  EXPECT_EQ((*sender)->bytes_sent(), (5 + 3000 + 16) + (4 + 1 + 2000 + 16) + (6 + 16u));
 
   std::set<std::string> got;
   std::string buf(8192, '\0');
-  for (int i = 0; i < 2; ++i) {
+  for (int i = 0; i < 3; ++i) {
     const size_t n = sink.receive(boost::asio::buffer(buf));
     got.insert(buf.substr(0, n));
   }
-  EXPECT_EQ(got, (std::set<std::string>{"head:" + std::string(3000, 'p') + mac, "empty:" + mac}));
+  EXPECT_EQ(got, (std::set<std::string>{"head:" + std::string(3000, 'p') + mac,
+                                        "two:h" + values + mac, "empty:" + mac}));
 }
 
 }  // namespace

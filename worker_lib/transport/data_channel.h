@@ -59,8 +59,8 @@ struct DataRoute {
 // goes out as `payload` followed by `borrowed`, the caller's bytes: a channel sends both
 // and keeps `borrowed_guard` for as long as anything of it may still read `borrowed`
 // after the push's answer (the pushing pipeline waits for the last guard before
-// WaitPushes returns), or copies them before Start returns. Channels that carry chunks
-// are never given borrowed pushes.
+// WaitPushes returns), or copies them before Start returns. On a channel that carries
+// chunks each chunk is such a push, `borrowed` its values.
 struct OutgoingPush {
   uint64_t layout_hash = 0;
   uint64_t round = 0;

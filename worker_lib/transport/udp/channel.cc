@@ -66,16 +66,25 @@ class UdpChannel::Push final : public DataChannel::PushCall {
     const UdpOptions& options = channel_->options_;
     const net::DatagramHeader h = HeaderOf(p);
     net::SignedDatagram datagram;
-    const std::string_view payload =
-        p.payload != nullptr ? std::string_view(*p.payload) : std::string_view();
-    const absl::Status st = net::SignDatagram(h, p.codec, payload, *route_.key, &datagram);
+    // A borrowed push's values go from the caller's buffer, after the payload's head; the
+    // guard holds the buffer until the datagram has left (WaitPushes waits for it).
+    DatagramPayload payload;
+    if (p.payload != nullptr) {
+      payload.pieces[0] = *p.payload;
+      payload.keep[0] = p.payload;
+    }
+    if (!p.borrowed.empty()) {
+      payload.pieces[1] = std::string_view(p.borrowed.data(), p.borrowed.size());
+      payload.keep[1] = p.borrowed_guard;
+    }
+    const absl::Status st = net::SignDatagram(h, p.codec, payload.pieces, *route_.key, &datagram);
     if (!st.ok()) {
       return absl::Status(st.code(), absl::StrCat("UDP chunk ", h.chunk_index, " of slice ",
                                                   h.slice_id, ": ", st.message(),
                                                   " (lower udp.chunk_elems)"));
     }
     channel_->sender_->Enqueue(
-        p.priority, p.round, route_.endpoint, std::move(datagram), p.payload, payload,
+        p.priority, p.round, route_.endpoint, std::move(datagram), std::move(payload),
         InjectedLoss(options, channel_->worker_id_, p.round, p.slice_id, p.chunk_index));
     return absl::OkStatus();
   }

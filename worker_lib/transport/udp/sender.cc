@@ -79,12 +79,10 @@ UdpSender::~UdpSender() {
 }
 
 void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to,
-                        net::SignedDatagram signed_parts, std::shared_ptr<const std::string> keep,
-                        std::string_view payload, bool lost) {
+                        net::SignedDatagram signed_parts, DatagramPayload payload, bool lost) {
   Item item{.to = to,
             .head = std::move(signed_parts.head),
-            .keep = std::move(keep),
-            .payload = payload,
+            .payload = std::move(payload),
             .tail = signed_parts.mac,
             .tail_bytes = signed_parts.mac.size(),
             .lost = lost};
@@ -154,17 +152,18 @@ void UdpSender::Loop() {
       if (!ec) socket_.set_option(asio::socket_base::send_buffer_size(4 << 20), ec);
     }
     msgs.assign(batch.size(), mmsghdr{});
-    iov.resize(3 * batch.size());
+    constexpr size_t kPieces = 4;  // head, the payload's two pieces, the MAC
+    iov.resize(kPieces * batch.size());
     for (size_t i = 0; i < batch.size(); ++i) {
       Item& item = batch[i];
-      iovec* v = &iov[3 * i];
+      iovec* v = &iov[kPieces * i];
       size_t pieces = 0;
       // An empty piece is left out (an empty payload may have a null data()).
       const auto add = [&](const void* data, size_t size) {
         if (size > 0) v[pieces++] = {const_cast<void*>(data), size};
       };
       add(item.head.data(), item.head.size());
-      add(item.payload.data(), item.payload.size());
+      for (std::string_view piece : item.payload.pieces) add(piece.data(), piece.size());
       add(item.tail.data(), item.tail_bytes);
       msgs[i].msg_hdr.msg_name = item.to.data();
       msgs[i].msg_hdr.msg_namelen = static_cast<socklen_t>(item.to.size());

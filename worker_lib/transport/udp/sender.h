@@ -43,6 +43,17 @@ inline constexpr uint32_t kInjectedEndIndex = 1u << 16;
 // "host:port" or "[v6]:port" -> the UDP endpoint of `host` at `port`, resolved now.
 absl::StatusOr<boost::asio::ip::udp::endpoint> ResolveUdp(const std::string& address, uint16_t port);
 
+// A queued datagram's payload, sent from where it lies: up to two pieces one after the
+// other (a push's encoded bytes; or a borrowed push's head and the caller's values,
+// PushOptions::borrow), each kept alive by its `keep` until the datagram is sent or
+// dropped.
+struct DatagramPayload {
+  std::array<std::string_view, 2> pieces;
+  std::array<std::shared_ptr<const void>, 2> keep;
+
+  size_t size() const { return pieces[0].size() + pieces[1].size(); }
+};
+
 class UdpSender {
  public:
   // priority_order: datagrams leave by (priority, round, arrival), as the gRPC send
@@ -54,12 +65,11 @@ class UdpSender {
   UdpSender& operator=(const UdpSender&) = delete;
 
   // Queues one signed datagram of a slice with `priority` for `to`, sent as
-  // `signed_parts.head`, `payload`, `signed_parts.mac` in one system call (scatter-gather:
-  // the payload is not copied; `keep` keeps it alive until then); `lost` says the loss
-  // injection drops it.
+  // `signed_parts.head`, the payload's pieces, `signed_parts.mac` in one system call
+  // (scatter-gather: the payload is not copied; its `keep`s hold it until then); `lost`
+  // says the loss injection drops it.
   void Enqueue(int32_t priority, uint64_t round, boost::asio::ip::udp::endpoint to,
-               net::SignedDatagram signed_parts, std::shared_ptr<const std::string> keep,
-               std::string_view payload, bool lost);
+               net::SignedDatagram signed_parts, DatagramPayload payload, bool lost);
   // Queues `datagram` as it is (tests).
   void Enqueue(int32_t priority, uint64_t round, boost::asio::ip::udp::endpoint to,
                std::string datagram, bool lost);
@@ -76,8 +86,7 @@ class UdpSender {
   struct Item {
     boost::asio::ip::udp::endpoint to;
     std::string head;
-    std::shared_ptr<const std::string> keep;  // owns `payload`
-    std::string_view payload;
+    DatagramPayload payload;
     std::array<uint8_t, net::kDatagramMacBytes> tail{};
     size_t tail_bytes = 0;
     bool lost = false;
