@@ -297,6 +297,7 @@ class PyWorker {
     d["pushes_replayed"] = s.pushes_replayed;
     d["udp_datagrams_sent"] = s.udp_datagrams_sent;
     d["udp_bytes"] = s.udp_bytes;
+    d["udp_send_errors"] = s.udp_send_errors;
     d["plans"] = s.plan.plans;
     d["plan_codecs"] = s.plan.codecs;
     return d;

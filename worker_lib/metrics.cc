@@ -96,6 +96,9 @@ std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string>
   Counter(&out, "ps_worker_udp_datagrams_sent_total", "Datagrams sent", s.udp_datagrams_sent);
   Counter(&out, "ps_worker_udp_datagrams_dropped_total", "Datagrams dropped by loss injection",
           s.udp_datagrams_dropped);
+  Counter(&out, "ps_worker_udp_send_errors_total",
+          "Datagrams the local kernel refused to send (lost like the network's losses)",
+          s.udp_send_errors);
   Counter(&out, "ps_worker_udp_bytes_total", "Datagram bytes sent", s.udp_bytes);
 
   // Per shard and direction: the push window's busy periods, the pull streams'

@@ -301,6 +301,9 @@ struct WorkerStats {
   uint64_t pushes_replayed = 0;
   uint64_t udp_datagrams_sent = 0;
   uint64_t udp_datagrams_dropped = 0;  // by loss injection
+  // Refused by the local kernel (a firewall's drop on output, no route): lost like the
+  // network's losses; WaitPushes fails only where every datagram to a shard was.
+  uint64_t udp_send_errors = 0;
   uint64_t udp_bytes = 0;              // datagram bytes sent
   std::vector<LinkStats> push_links;   // per shard id (gRPC pushes only)
   std::vector<LinkStats> pull_links;   // per shard id

@@ -1,6 +1,7 @@
 // The worker's UDP sender: seeded loss injection and sending through a real socket.
 #include "worker_lib/transport/udp/sender.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <sys/time.h>
@@ -86,6 +87,47 @@ TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
   }
   EXPECT_EQ(got, (std::set<std::string>{"late layer", "first layer", "first layer, other shard"}));
   EXPECT_EQ(sink.available(), 0u);
+}
+
+// A datagram the local kernel refuses is lost as the network would lose it: counted, and
+// WaitIdle stays OK while other datagrams to the same shard went. Only a destination that
+// every datagram since the last wait failed to reach fails WaitIdle, naming it and the
+// error. Real refusals: a datagram over UDP's 65,507 bytes (EMSGSIZE) and the limited
+// broadcast address without SO_BROADCAST (EACCES, or no route where none leads there).
+TEST(UdpSenderTest, AKernelRefusalIsALossUnlessNothingReachedTheShard) {
+  Sink s;
+  auto to = ResolveUdp("127.0.0.1:1", s.port());
+  ASSERT_TRUE(to.ok()) << to.status();
+  const boost::asio::ip::udp::endpoint nowhere(boost::asio::ip::make_address("255.255.255.255"),
+                                               s.port());
+  auto sender = UdpSender::Start(UdpOptions{});
+  ASSERT_TRUE(sender.ok());
+  (*sender)->Enqueue(0, 0, *to, "a", false);
+  (*sender)->Enqueue(0, 0, *to, std::string(70'000, 'x'), false);
+  (*sender)->Enqueue(0, 0, *to, "b", false);
+  EXPECT_TRUE((*sender)->WaitIdle().ok());
+  EXPECT_EQ((*sender)->datagrams_sent(), 2u);
+  EXPECT_EQ((*sender)->send_errors(), 1u);
+  EXPECT_EQ((*sender)->datagrams_dropped(), 0u) << "the loss injection's count only";
+
+  (*sender)->Enqueue(0, 0, nowhere, "x", false);
+  (*sender)->Enqueue(0, 0, *to, "c", false);
+  (*sender)->Enqueue(0, 0, nowhere, "y", false);
+  const absl::Status cut_off = (*sender)->WaitIdle();
+  EXPECT_EQ(cut_off.code(), absl::StatusCode::kUnavailable) << cut_off;
+  EXPECT_THAT(std::string(cut_off.message()),
+              ::testing::AllOf(::testing::HasSubstr("UDP send to 255.255.255.255:"),
+                               ::testing::HasSubstr("all 2 datagrams to it since the last wait")));
+  EXPECT_EQ((*sender)->send_errors(), 3u);
+  EXPECT_TRUE((*sender)->WaitIdle().ok()) << "each wait looks at what was sent since the last";
+
+  std::set<std::string> got;
+  char buf[64];
+  for (int i = 0; i < 3; ++i) {
+    const size_t n = s.socket.receive(boost::asio::buffer(buf));
+    got.insert(std::string(buf, n));
+  }
+  EXPECT_EQ(got, (std::set<std::string>{"a", "b", "c"}));
 }
 
 // A datagram queued in pieces leaves as one: head, payload (sent from where it lies, and

@@ -200,6 +200,7 @@ uint64_t UdpChannel::Pull(PullAsk, RpcClock::time_point, std::shared_ptr<PullSin
 void UdpChannel::FillStats(WorkerStats& stats) const {
   stats.udp_datagrams_sent = sender_->datagrams_sent();
   stats.udp_datagrams_dropped = sender_->datagrams_dropped();
+  stats.udp_send_errors = sender_->send_errors();
   stats.udp_bytes = sender_->bytes_sent();
 }
 

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <limits>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -108,9 +110,14 @@ void UdpSender::Enqueue(int32_t priority, uint64_t round, udp::endpoint to, std:
 absl::Status UdpSender::WaitIdle() {
   std::unique_lock<std::mutex> lock(mu_);
   cv_.wait(lock, [&] { return (queue_.empty() && !busy_) || stopping_; });
-  std::string error = std::move(error_);
-  error_.clear();
-  if (!error.empty()) return absl::UnavailableError(error);
+  std::map<udp::endpoint, Window> windows;
+  windows.swap(windows_);
+  for (const auto& [to, w] : windows) {
+    if (w.sent == 0 && w.refused > 0) {
+      return absl::UnavailableError(absl::StrCat(w.error, " (all ", w.refused,
+                                                 " datagrams to it since the last wait)"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -170,11 +177,12 @@ void UdpSender::Loop() {
       msgs[i].msg_hdr.msg_iov = v;
       msgs[i].msg_hdr.msg_iovlen = pieces;
     }
-    // Sends the batch; a datagram the kernel refuses (a full buffer, an unreachable
-    // port) is lost like the network would lose it, and the first error is reported by
-    // WaitIdle().
+    // Sends the batch; a datagram the kernel refuses (a firewall's drop on output, one
+    // too large, no route) is lost like the network would lose it, counted per
+    // destination for WaitIdle().
     size_t next = 0, sent = 0, sent_bytes = 0, failed = 0;
-    std::string error;
+    // What each datagram came to: sent, or the error that refused it.
+    std::vector<std::pair<size_t, std::string>> refusals;  // (index in batch, error)
     while (next < batch.size()) {
       int n = -1;
       if (!ec) {
@@ -184,10 +192,7 @@ void UdpSender::Loop() {
         if (n < 0) ec = boost::system::error_code(errno, boost::system::system_category());
       }
       if (n <= 0) {
-        if (error.empty()) {
-          error = absl::StrCat("UDP send to ", batch[next].to.address().to_string(), ":",
-                               batch[next].to.port(), ": ", ec.message());
-        }
+        refusals.emplace_back(next, ec.message());
         ++failed;
         ++next;
         if (socket_.is_open()) ec.clear();  // the next datagram may go through
@@ -198,8 +203,20 @@ void UdpSender::Loop() {
       next += n;
     }
     std::lock_guard<std::mutex> lock(mu_);
-    if (!error.empty() && error_.empty()) error_ = std::move(error);
-    dropped_ += failed;
+    size_t r = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      Window& w = windows_[batch[i].to];
+      if (r < refusals.size() && refusals[r].first == i) {
+        if (w.refused++ == 0) {
+          w.error = absl::StrCat("UDP send to ", batch[i].to.address().to_string(), ":",
+                                 batch[i].to.port(), ": ", refusals[r].second);
+        }
+        ++r;
+      } else {
+        ++w.sent;
+      }
+    }
+    send_errors_ += failed;
     sent_ += sent;
     bytes_ += sent_bytes;
   }
@@ -212,6 +229,10 @@ uint64_t UdpSender::datagrams_sent() const {
 uint64_t UdpSender::datagrams_dropped() const {
   std::lock_guard<std::mutex> lock(mu_);
   return dropped_;
+}
+uint64_t UdpSender::send_errors() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return send_errors_;
 }
 uint64_t UdpSender::bytes_sent() const {
   std::lock_guard<std::mutex> lock(mu_);

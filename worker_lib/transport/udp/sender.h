@@ -12,6 +12,7 @@
 #include <array>
 #include <condition_variable>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -73,12 +74,16 @@ class UdpSender {
   // Queues `datagram` as it is (tests).
   void Enqueue(int32_t priority, uint64_t round, boost::asio::ip::udp::endpoint to,
                std::string datagram, bool lost);
-  // Waits until everything queued so far has been sent (or dropped); returns the first
-  // send error since the previous call.
+  // Waits until everything queued so far has been sent (or dropped). A datagram the
+  // local kernel refuses (a firewall's drop on output: EPERM; too large; no route) is
+  // lost as the network would lose it and counted in send_errors(); UNAVAILABLE, naming
+  // the destination and the error, only where every datagram to one destination since
+  // the previous call was refused (nothing of this worker can reach that shard).
   absl::Status WaitIdle();
 
   uint64_t datagrams_sent() const;
-  uint64_t datagrams_dropped() const;
+  uint64_t datagrams_dropped() const;  // by the loss injection
+  uint64_t send_errors() const;        // refused by the local kernel
   uint64_t bytes_sent() const;
 
  private:
@@ -104,10 +109,16 @@ class UdpSender {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   SendQueue<Item> queue_;  // taken with TakeNext: the token bucket paces, not its window
+  // Since the previous WaitIdle, per destination: datagrams sent, refused, and the first
+  // refusal's message.
+  struct Window {
+    uint64_t sent = 0, refused = 0;
+    std::string error;
+  };
   bool busy_ = false;  // the thread holds an item
   bool stopping_ = false;
-  std::string error_;
-  uint64_t sent_ = 0, dropped_ = 0, bytes_ = 0;
+  std::map<boost::asio::ip::udp::endpoint, Window> windows_;
+  uint64_t sent_ = 0, dropped_ = 0, send_errors_ = 0, bytes_ = 0;
   std::thread thread_;
 };
 
