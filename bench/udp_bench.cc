@@ -53,6 +53,7 @@ struct UdpFlags {
   bool quick = false;
   bool kernel_loss = false;  // the kernel drops packets, not the UDP sender
   bool borrow = false;       // PushOptions::borrow on every transport
+  int tcp_rto_min_ms = 0;    // ServerOptions::tcp_rto_min (the TCP plane's rows)
 };
 
 struct Measured {
@@ -76,6 +77,7 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   so.udp_port = udp ? 0 : -1;
   so.data_plane = transport.plane;
   so.data_port = 0;
+  so.tcp_rto_min = std::chrono::milliseconds(f.tcp_rto_min_ms);
   so.num_workers = 1;
   so.learning_rate = 1e-6f;
   so.round_deadline = std::chrono::milliseconds(100);
@@ -253,7 +255,8 @@ int RunUdp(UdpFlags f) {
           .Add("ratio_to_grpc", r.gbps / grpc_gbps)
           .Add("ratio_to_tcp", r.gbps / tcp_gbps)
           .Add("delivered_fraction", r.delivered)
-          .Add("borrow", f.borrow);
+          .Add("borrow", f.borrow)
+          .Add("tcp_rto_min_ms", f.tcp_rto_min_ms);
       if (std::string_view(r.transport) == "udp") json.Add("kernel_lost", r.kernel_lost);
       if (r.packets_dropped) json.Add("packets_dropped", *r.packets_dropped);
       json_rows.push_back(std::move(json));
@@ -329,6 +332,11 @@ Command AddUdpCommand(CLI::App& app) {
   sub->add_flag("--borrow", f->borrow,
                 "Push from the gradient buffer without copying it (PushOptions::borrow), on "
                 "every transport: the UDP path and the TCP plane borrow, gRPC copies");
+  sub->add_option("--tcp-rto-min-ms", f->tcp_rto_min_ms,
+                  "The shard's --tcp-rto-min-ms (the TCP plane's least retransmission "
+                  "timeout, both ends; 0: the kernel's)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 200));
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
   return Command{.app = sub, .run = [f] { return RunUdp(*f); }};
 }

@@ -16,6 +16,7 @@ namespace ps::server {
 // Fields that are stored with another type than the flag parses into.
 struct RawFlagValues {
   int64_t round_deadline_ms = 0;
+  int64_t tcp_rto_min_ms = 0;
   int64_t drain_timeout_ms = 0;
   int64_t peer_timeout_ms = 0;
   int64_t checkpoint_interval_s = 0;

@@ -67,6 +67,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
   };
 
   raw.round_deadline_ms = o.round_deadline.count();
+  raw.tcp_rto_min_ms = o.tcp_rto_min.count();
   raw.drain_timeout_ms = o.drain_timeout.count();
   raw.peer_timeout_ms = o.peer_timeout.count();
   raw.checkpoint_interval_s = o.checkpoint_interval.count();
@@ -114,6 +115,11 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
       ->check(CLI::Range(0, 65535).description(""));
   add("Network", "data-threads", o.data_threads,
       "Threads running the TCP data plane's connections, in [1, 64]");
+  add("Network", "tcp-rto-min-ms", raw.tcp_rto_min_ms,
+      "Least retransmission timeout of the TCP data plane's connections, at both ends (the "
+      "Join answer tells the workers), in [0, 200] ms: a loss then costs this instead of the "
+      "kernel's 200 ms on a link whose round trip is shorter; 0 keeps the kernel's. Needs "
+      "Linux 6.15 or later (docs/data-plane.md, \"Loss\")");
   add("Network", "schedule", raw.schedule,
       "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
       "fifo (in the order slices become ready)")
@@ -325,6 +331,7 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
 
 void ApplyRawFlagValues(const RawFlagValues& raw, ServerOptions& o) {
   o.round_deadline = std::chrono::milliseconds(raw.round_deadline_ms);
+  o.tcp_rto_min = std::chrono::milliseconds(raw.tcp_rto_min_ms);
   o.drain_timeout = std::chrono::milliseconds(raw.drain_timeout_ms);
   o.peer_timeout = std::chrono::milliseconds(raw.peer_timeout_ms);
   o.checkpoint_interval = std::chrono::seconds(raw.checkpoint_interval_s);

@@ -61,6 +61,10 @@ struct ServerOptions {
   uint16_t data_port = 0;
   // Threads running the TCP data plane's connections, in [1, 64].
   uint32_t data_threads = 2;
+  // The least retransmission timeout of the TCP data plane's connections, both ends (the
+  // Join answer tells the workers), in [0, 200] ms; 0 leaves the kernels' (200 ms). Needs
+  // Linux 6.15 or later where it is set (net/tcp_options.h; docs/data-plane.md, "Loss").
+  std::chrono::milliseconds tcp_rto_min{0};
   // Order in which closed slices are aggregated and ready slices are streamed to
   // pulls (P3 by default).
   Schedule schedule = Schedule::kPriority;

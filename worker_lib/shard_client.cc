@@ -135,6 +135,7 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
       route.data_port = resp.data_port();
       route.data_session = resp.data_session();
       route.data_secret = resp.data_secret();
+      route.tcp_rto_min = std::chrono::microseconds(resp.data_tcp_rto_min_us());
       {
         absl::MutexLock lock(&s.mu);
         s.session = resp.session();

@@ -4,7 +4,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <random>
@@ -12,8 +18,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "cluster_util.h"
+#include "net/tcp_options.h"
 #include "net/udp_frame.h"
 #include "tests/support/sanitized.h"
 #include "worker_lib/transport/udp/sender.h"
@@ -479,6 +487,68 @@ TEST(UdpTest, BorrowedPushesLoseAndCloseAsCopiedOnes) {
 }
 
 
+
+// The retransmission timeout (`rto:`, ms) that `ss -tin` reports of each established TCP
+// connection with `port` at either end, both ends listed.
+std::vector<double> RtoOfConnections(uint16_t port) {
+  const std::string command =
+      absl::StrCat("ss -tinH state established '( sport = :", port, " or dport = :", port, " )'");
+  std::vector<double> rtos;
+  FILE* out = ::popen(command.c_str(), "r");
+  if (out == nullptr) return rtos;
+  char line[4096];
+  while (std::fgets(line, sizeof(line), out) != nullptr) {
+    const char* at = std::strstr(line, " rto:");
+    if (at != nullptr) rtos.push_back(std::atof(at + 5));
+  }
+  ::pclose(out);
+  return rtos;
+}
+
+// --tcp-rto-min-ms: the shard sets it on the data connections it accepts, and its Join
+// answer has the worker set it on its end, so a segment lost either way (a pull's, a
+// push's) is sent again after about 10 ms instead of the kernel's 200. Read from the
+// live sockets with `ss` (iproute2), against a shard without the flag. Skipped where
+// the kernel predates the option (Linux 6.15).
+TEST(TcpPlaneTest, TheShardsLeastRetransmissionTimeoutHoldsAtBothEndsOfADataConnection) {
+  {
+    const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    const absl::StatusOr<std::chrono::microseconds> rto = net::TcpRtoMin(probe);
+    ::close(probe);
+    if (!rto.ok()) GTEST_SKIP() << rto.status();
+  }
+  if (std::system("ss -V > /dev/null 2>&1") != 0) GTEST_SKIP() << "no ss (Debian: iproute2)";
+  std::map<int, std::vector<double>> rtos;  // by --tcp-rto-min-ms
+  for (const int rto_min_ms : {0, 10}) {
+    server::ServerOptions so = Options(1);
+    so.tcp_rto_min = milliseconds(rto_min_ms);
+    testing::Cluster c = testing::StartCluster(1, so);
+    ASSERT_EQ(c.num_shards(), 1u);
+    auto layout = core::ModelLayout::Create({{"w", 4096, 0}}, 1024, 1);
+    ASSERT_TRUE(layout.ok());
+    const std::vector<std::vector<float>> init = {std::vector<float>(4096, 0.0f)};
+    auto worker = Worker::Start(ClientOptions(c, 0), *layout, Spans(init));
+    ASSERT_TRUE(worker.ok()) << worker.status();
+    ASSERT_TRUE((*worker)->Push(0, 0, std::vector<float>(4096, 1.0f)).ok());
+    ASSERT_TRUE((*worker)->WaitPushes().ok());
+    std::vector<float> out(4096);
+    const std::vector<std::span<float>> outs = {out};
+    ASSERT_TRUE((*worker)->PullAll(1, outs, milliseconds(20000)).ok());
+    EXPECT_EQ(out[0], -1.0f);
+    rtos[rto_min_ms] = RtoOfConnections(c.shard(0).data_port());
+  }
+  for (const auto& [rto_min_ms, seen] : rtos) {
+    ASSERT_GE(seen.size(), 2u) << "both ends of the worker's data connection";
+    for (const double rto : seen) {
+      if (rto_min_ms == 0) {
+        EXPECT_GE(rto, 200) << "the kernel's least timeout";
+      } else {
+        EXPECT_GE(rto, rto_min_ms);
+        EXPECT_LT(rto, 50) << "--tcp-rto-min-ms " << rto_min_ms;
+      }
+    }
+  }
+}
 
 TEST(UdpTest, AWorkerPushingOverUdpNeedsAShardWithTheUdpPath) {
   testing::Cluster c = testing::StartCluster(1, Options(1));

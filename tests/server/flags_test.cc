@@ -42,6 +42,7 @@ const std::vector<std::string>& AllFlagNames() {
                                                   "data-plane",
                                                   "data-port",
                                                   "data-threads",
+                                                  "tcp-rto-min-ms",
                                                   "schedule",
                                                   "tls-cert",
                                                   "tls-key",
@@ -254,6 +255,7 @@ std::vector<std::pair<std::string, std::string>> NonDefaultValues() {
           {"data-plane", "grpc"},
           {"data-port", "7171"},
           {"data-threads", "3"},
+          {"tcp-rto-min-ms", "10"},
           {"schedule", "fifo"},
           {"shard-id", "1"},
           {"num-shards", "2"},
@@ -291,6 +293,7 @@ void ExpectNonDefaultValues(const ServerOptions& o) {
   EXPECT_EQ(o.data_plane, core::DataPlane::kGrpc);
   EXPECT_EQ(o.data_port, 7171);
   EXPECT_EQ(o.data_threads, 3u);
+  EXPECT_EQ(o.tcp_rto_min, std::chrono::milliseconds(10));
   EXPECT_EQ(o.schedule, Schedule::kFifo);
   EXPECT_EQ(o.shard_id, 1);
   EXPECT_EQ(o.num_shards, 2u);
@@ -601,6 +604,11 @@ TEST_F(FlagsTest, OutOfRangeValueIsRefusedByValidation) {
   result = Parse({"--data-threads=0"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("must lie in [1, 64]"));
+  for (const char* bad : {"--tcp-rto-min-ms=-1", "--tcp-rto-min-ms=201"}) {
+    result = Parse({bad});
+    EXPECT_EQ(result.exit_code, 2) << bad;
+    EXPECT_THAT(result.message, HasSubstr("must lie in [0, 200]")) << bad;
+  }
   result = Parse({"--schedule=lifo"});
   EXPECT_EQ(result.exit_code, 2);
   EXPECT_THAT(result.message, HasSubstr("lifo"));

@@ -16,6 +16,7 @@
 // ShardClient, is destroyed after the parts that call it).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,6 +52,9 @@ struct DataRoute {
   uint32_t data_port = 0;
   uint64_t data_session = 0;
   std::string data_secret;
+  // The least retransmission timeout the shard set on its data connections, for this
+  // end too (0: the kernel's; --tcp-rto-min-ms).
+  std::chrono::microseconds tcp_rto_min{0};
 };
 
 // A push as it goes out: a slice's, or one chunk of it on a channel that carries

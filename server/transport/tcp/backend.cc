@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "core/status.h"
 #include "core/thread_pool.h"
+#include "net/tcp_options.h"
 #include "net/address.h"
 #include "net/data_stream_internal.h"
 #include "server/server_settings.h"
@@ -49,6 +50,7 @@ Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits) {
   t.host = o.host;
   t.port = o.data_port;
   t.threads = o.data_threads;
+  t.tcp_rto_min = o.tcp_rto_min;
   t.max_body_bytes = o.max_message_bytes;
   t.idle_timeout = std::chrono::duration_cast<core::Duration>(o.max_connection_idle);
   t.read_timeout = std::chrono::duration_cast<core::Duration>(o.request_read_timeout);
@@ -86,6 +88,14 @@ class Backend::Impl final : public Hub {
       return absl::UnavailableError(absl::StrCat("data plane: cannot listen on ",
                                                  HostPort(address, options_.port), ": ",
                                                  ec.message()));
+    }
+    // Where the kernel cannot set the timeout, the shard does not start: the operator
+    // asked for it.
+    if (const absl::Status st = net::SetTcpRtoMin(acceptor_.native_handle(), options_.tcp_rto_min);
+        !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("data plane: --tcp-rto-min-ms ",
+                                                  options_.tcp_rto_min.count() / 1000, ": ",
+                                                  st.message()));
     }
     port_ = acceptor_.local_endpoint().port();
     Accept();
@@ -228,6 +238,8 @@ class Backend::Impl final : public Hub {
       return;
     }
     accepted_.fetch_add(1, std::memory_order_relaxed);
+    // Open() showed that the kernel takes it.
+    net::SetTcpRtoMin(socket.native_handle(), options_.tcp_rto_min).IgnoreError();
     const core::Duration proof_timeout =
         admission.probation ? options_.limits.probation_timeout : options_.limits.proof_timeout;
     auto connection = std::make_shared<Connection>(this, std::move(socket), admission.id,

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <array>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -51,6 +52,9 @@ struct Options {
   // The table's bounds; its proof_timeout is the time from accept to ADMIT (the TLS
   // handshake included).
   ConnectionLimits limits;
+  // The least retransmission timeout set on every accepted connection (0: the kernel's;
+  // --tcp-rto-min-ms). Open() fails where the kernel cannot set it.
+  std::chrono::microseconds tcp_rto_min{0};
   // TLS (docs/data-plane.md, "TLS."): the control port's certificate chain and key (PEM
   // text; empty: plaintext) and, when not empty, the CA whose client certificates are
   // required (mTLS; a certificate's common name must then be the session's worker-N).

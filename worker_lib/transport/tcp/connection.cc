@@ -10,6 +10,7 @@
 #include "core/status.h"
 #include "crypto/auth_proof.h"
 #include "net/address.h"
+#include "net/tcp_options.h"
 
 namespace ps::internal::tcp_plane {
 namespace {
@@ -119,6 +120,15 @@ void Connection::Connect() {
         "no admission from ", self->Name(), "'s data port within ",
         self->options_.connect_timeout.count(), " ms")));
   });
+  // The shard's least retransmission timeout for this end's segments (pushes) too, set
+  // before the handshake, whose round trip starts the estimate. A kernel without the
+  // option keeps its own: the pushes still arrive, only slower under loss. (A socket
+  // that fails to open fails the connect below with the same error.)
+  boost::system::error_code opened;
+  socket_->socket().open(r.endpoint->protocol(), opened);
+  if (!opened) {
+    net::SetTcpRtoMin(socket_->socket().native_handle(), r.data.tcp_rto_min).IgnoreError();
+  }
   socket_->socket().async_connect(*r.endpoint, [self, gen, name = r.server_name, stream = socket_](
                                                     const boost::system::error_code& ec) {
     if (gen != self->generation_) return;
