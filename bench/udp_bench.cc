@@ -53,7 +53,7 @@ struct UdpFlags {
   bool quick = false;
   bool kernel_loss = false;  // the kernel drops packets, not the UDP sender
   bool borrow = false;       // PushOptions::borrow on every transport
-  int tcp_rto_min_ms = 0;    // ServerOptions::tcp_rto_min (the TCP plane's rows)
+  int tcp_rto_min_ms = -1;   // ServerOptions::tcp_rto_min (the TCP plane's rows; -1 auto)
 };
 
 struct Measured {
@@ -334,9 +334,10 @@ Command AddUdpCommand(CLI::App& app) {
                 "every transport: the UDP path and the TCP plane borrow, gRPC copies");
   sub->add_option("--tcp-rto-min-ms", f->tcp_rto_min_ms,
                   "The shard's --tcp-rto-min-ms (the TCP plane's least retransmission "
-                  "timeout, both ends; 0: the kernel's)")
+                  "timeout, both ends; -1: auto, 10 where the kernel can set it; 0: the "
+                  "kernel's)")
       ->capture_default_str()
-      ->check(CLI::Range(0, 200));
+      ->check(CLI::Range(-1, 200));
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
   return Command{.app = sub, .run = [f] { return RunUdp(*f); }};
 }

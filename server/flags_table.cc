@@ -117,9 +117,10 @@ std::vector<std::string> DefineFlags(CLI::App& app, ServerOptions& o, RawFlagVal
       "Threads running the TCP data plane's connections, in [1, 64]");
   add("Network", "tcp-rto-min-ms", raw.tcp_rto_min_ms,
       "Least retransmission timeout of the TCP data plane's connections, at both ends (the "
-      "Join answer tells the workers), in [0, 200] ms: a loss then costs this instead of the "
-      "kernel's 200 ms on a link whose round trip is shorter; 0 keeps the kernel's. Needs "
-      "Linux 6.15 or later (docs/data-plane.md, \"Loss\")");
+      "Join answer tells the workers), in [-1, 200] ms: a loss then costs this instead of "
+      "the kernel's 200 ms on a link whose round trip is shorter. -1 (auto): 10 where the "
+      "kernel can set it (Linux 6.15 and later), else the kernel's; 0 keeps the kernel's; "
+      "N > 0 needs such a kernel (docs/data-plane.md, \"Loss\")");
   add("Network", "schedule", raw.schedule,
       "Order of aggregation and pull streaming: priority (most urgent slice first, P3) or "
       "fifo (in the order slices become ready)")

@@ -237,9 +237,9 @@ absl::Status ServerOptions::Validate() const {
   if (data_threads < 1 || data_threads > 64) {
     return Invalid("data_threads", "data-threads", absl::StrCat(data_threads), "must lie in [1, 64]");
   }
-  if (tcp_rto_min.count() < 0 || tcp_rto_min > std::chrono::milliseconds(200)) {
+  if (tcp_rto_min.count() < -1 || tcp_rto_min > std::chrono::milliseconds(200)) {
     return Invalid("tcp_rto_min", "tcp-rto-min-ms", absl::StrCat(tcp_rto_min.count()),
-                   "must lie in [0, 200] (0 keeps the kernel's)");
+                   "must lie in [-1, 200] (-1: auto; 0 keeps the kernel's)");
   }
   if (peer_timeout.count() <= 0) {
     return Invalid("peer_timeout", "peer-timeout-ms", absl::StrCat(peer_timeout.count()),

@@ -32,6 +32,9 @@ absl::StatusOr<AggregationScope> ParseAggregationScope(std::string_view text);
 // The most worker ids a shard accepts (--workers, --max-workers).
 inline constexpr uint32_t kMaxWorkerIds = 65536;
 
+// What --tcp-rto-min-ms -1 (auto) sets where the kernel can.
+inline constexpr std::chrono::milliseconds kAutoTcpRtoMin{10};
+
 struct ServerOptions {
   // --- network ---
   // Address to listen on. Without credentials only loopback addresses are allowed
@@ -62,9 +65,11 @@ struct ServerOptions {
   // Threads running the TCP data plane's connections, in [1, 64].
   uint32_t data_threads = 2;
   // The least retransmission timeout of the TCP data plane's connections, both ends (the
-  // Join answer tells the workers), in [0, 200] ms; 0 leaves the kernels' (200 ms). Needs
-  // Linux 6.15 or later where it is set (net/tcp_options.h; docs/data-plane.md, "Loss").
-  std::chrono::milliseconds tcp_rto_min{0};
+  // Join answer tells the workers), in [-1, 200] ms: -1 (auto) kAutoTcpRtoMin where the
+  // kernel can set it (Linux 6.15 and later), else the kernel's, resolved as the server
+  // starts (ResolveTcpRtoMin); 0 leaves the kernels' (200 ms); N > 0 needs such a kernel
+  // or the shard does not start (net/tcp_options.h; docs/data-plane.md, "Loss").
+  std::chrono::milliseconds tcp_rto_min{-1};
   // Order in which closed slices are aggregated and ready slices are streamed to
   // pulls (P3 by default).
   Schedule schedule = Schedule::kPriority;

@@ -3,8 +3,14 @@
 // order written there; Release() frees them in the reverse of construction.
 #include "server/server.h"
 
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+
 #include "core/resource_limits.h"
 #include "core/status.h"
+#include "net/tcp_options.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
 #include "server/control_plane.h"
@@ -21,6 +27,30 @@
 
 namespace ps::server {
 namespace {
+
+// --tcp-rto-min-ms -1 (auto) made concrete, once, before anything reads it (the data
+// backend sets it, the Join answer names it): kAutoTcpRtoMin where this kernel can set it
+// on a TCP socket, else 0 (the kernel's), said in the log either way.
+ServerOptions WithTcpRtoMinResolved(ServerOptions o) {
+  if (o.tcp_rto_min.count() >= 0) return o;
+  o.tcp_rto_min = std::chrono::milliseconds(0);
+  if (o.data_plane != core::DataPlane::kTcp) return o;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const absl::Status st = fd < 0 ? absl::InternalError("no TCP socket to try it on")
+                                 : net::SetTcpRtoMin(fd, kAutoTcpRtoMin);
+  if (fd >= 0) ::close(fd);
+  if (st.ok()) {
+    o.tcp_rto_min = kAutoTcpRtoMin;
+    spdlog::info("data plane: least TCP retransmission timeout {} ms (--tcp-rto-min-ms -1, "
+                 "auto; 0 keeps the kernel's)",
+                 kAutoTcpRtoMin.count());
+  } else {
+    spdlog::info("data plane: the kernel's least TCP retransmission timeout (--tcp-rto-min-ms "
+                 "-1, auto): {}",
+                 std::string(st.message()));
+  }
+  return o;
+}
 
 class ServerImpl final : public Server {
  public:
@@ -236,9 +266,10 @@ void ServerImpl::LogStopped() const {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& options,
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(const ServerOptions& given,
                                                       core::Clock* clock) {
-  PS_RETURN_IF_ERROR(options.Validate());
+  PS_RETURN_IF_ERROR(given.Validate());
+  const ServerOptions options = WithTcpRtoMinResolved(given);
   PS_ASSIGN_OR_RETURN(std::unique_ptr<aggregators::Aggregator> rule, MakeRule(options));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Authenticator> auth, Authenticator::Create(options));
   auto server = std::make_unique<ServerImpl>(options, clock != nullptr ? clock : core::Clock::Real(),

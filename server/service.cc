@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <bit>
 #include <chrono>
 #include <memory>
@@ -182,8 +183,9 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
     resp.set_data_port(data_port_);
     resp.set_data_session(r->data_session);
     resp.set_data_secret(r->data_secret);
-    resp.set_data_tcp_rto_min_us(static_cast<uint32_t>(
-        std::chrono::duration_cast<std::chrono::microseconds>(o.tcp_rto_min).count()));
+    // Resolved by Server::Start (-1, auto, is never left).
+    resp.set_data_tcp_rto_min_us(static_cast<uint32_t>(std::max<int64_t>(
+        0, std::chrono::duration_cast<std::chrono::microseconds>(o.tcp_rto_min).count())));
   } else {
     resp.set_data_plane(v1::DATA_PLANE_GRPC);
   }

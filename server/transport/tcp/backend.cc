@@ -50,7 +50,8 @@ Options OptionsFrom(const ServerOptions& o, const ConnectionLimits& limits) {
   t.host = o.host;
   t.port = o.data_port;
   t.threads = o.data_threads;
-  t.tcp_rto_min = o.tcp_rto_min;
+  // Server::Start resolved -1 (auto); a backend started otherwise keeps the kernel's.
+  t.tcp_rto_min = std::max(o.tcp_rto_min, std::chrono::milliseconds(0));
   t.max_body_bytes = o.max_message_bytes;
   t.idle_timeout = std::chrono::duration_cast<core::Duration>(o.max_connection_idle);
   t.read_timeout = std::chrono::duration_cast<core::Duration>(o.request_read_timeout);
