@@ -4,6 +4,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -54,6 +55,17 @@ absl::Status SetTcpRtoMin(int fd, std::chrono::microseconds rto_min) {
   }
   return absl::InternalError(
       absl::StrCat("setting TCP_RTO_MIN_US on a socket: ", std::strerror(err)));
+}
+
+absl::Status TryTcpRtoMin(std::chrono::microseconds rto_min) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat("no TCP socket to try TCP_RTO_MIN_US on: ",
+                                            std::strerror(errno)));
+  }
+  const absl::Status st = SetTcpRtoMin(fd, rto_min);
+  ::close(fd);
+  return st;
 }
 
 absl::StatusOr<std::chrono::microseconds> TcpRtoMin(int fd) {

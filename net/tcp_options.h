@@ -19,5 +19,8 @@ namespace ps::net {
 absl::Status SetTcpRtoMin(int fd, std::chrono::microseconds rto_min);
 // The socket's value (the kernel rounds a value set up to its clock ticks).
 absl::StatusOr<std::chrono::microseconds> TcpRtoMin(int fd);
+// Whether this kernel sets `rto_min` on a TCP socket: SetTcpRtoMin's answer on a fresh
+// one, closed again.
+absl::Status TryTcpRtoMin(std::chrono::microseconds rto_min);
 
 }  // namespace ps::net

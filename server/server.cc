@@ -3,9 +3,6 @@
 // order written there; Release() frees them in the reverse of construction.
 #include "server/server.h"
 
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 
 #include "core/resource_limits.h"
@@ -35,10 +32,7 @@ ServerOptions WithTcpRtoMinResolved(ServerOptions o) {
   if (o.tcp_rto_min.count() >= 0) return o;
   o.tcp_rto_min = std::chrono::milliseconds(0);
   if (o.data_plane != core::DataPlane::kTcp) return o;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  const absl::Status st = fd < 0 ? absl::InternalError("no TCP socket to try it on")
-                                 : net::SetTcpRtoMin(fd, kAutoTcpRtoMin);
-  if (fd >= 0) ::close(fd);
+  const absl::Status st = net::TryTcpRtoMin(kAutoTcpRtoMin);
   if (st.ok()) {
     o.tcp_rto_min = kAutoTcpRtoMin;
     spdlog::info("data plane: least TCP retransmission timeout {} ms (--tcp-rto-min-ms -1, "

@@ -204,8 +204,10 @@ void UdpSender::Loop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     size_t r = 0;
+    Window* w_at = nullptr;  // the window of batch[i - 1].to: one lookup per run of one shard's
     for (size_t i = 0; i < batch.size(); ++i) {
-      Window& w = windows_[batch[i].to];
+      if (w_at == nullptr || !(batch[i].to == batch[i - 1].to)) w_at = &windows_[batch[i].to];
+      Window& w = *w_at;
       if (r < refusals.size() && refusals[r].first == i) {
         if (w.refused++ == 0) {
           w.error = absl::StrCat("UDP send to ", batch[i].to.address().to_string(), ":",
