@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/commands.h"
 #include "core/status.h"
 
 namespace ps::bench {
@@ -378,6 +379,15 @@ std::string FormatG(double value, int digits) { return absl::StrFormat("%.*g", d
 
 absl::Status Errno(std::string_view what) {
   return absl::InternalError(absl::StrCat(core::AsAbsl(what), ": ", std::strerror(errno)));
+}
+
+void AddTcpRtoMinOption(CLI::App* sub, int* ms) {
+  sub->add_option("--tcp-rto-min-ms", *ms,
+                  "The shards' --tcp-rto-min-ms (the TCP plane's least retransmission "
+                  "timeout, both ends; -1: auto, 10 where the kernel can set it; 0: the "
+                  "kernel's)")
+      ->capture_default_str()
+      ->check(CLI::Range(-1, 200));
 }
 
 }  // namespace ps::bench

@@ -13,6 +13,10 @@ struct Command {
   std::function<int()> run;  // the exit status
 };
 
+// The shards' --tcp-rto-min-ms on subcommand `sub` (`ps-bench e2e`, `udp`), into *ms
+// (-1: auto, the default; 0: the kernel's; up to 200).
+void AddTcpRtoMinOption(CLI::App* sub, int* ms);
+
 // `ps-bench aggregators` (aggregators_bench.cc).
 Command AddAggregatorsCommand(CLI::App& app);
 // `ps-bench codecs` (codecs_bench.cc).

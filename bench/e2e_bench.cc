@@ -477,6 +477,7 @@ Command AddE2eCommand(CLI::App& app) {
                   "ServerOptions::data_threads: threads of each shard's TCP data plane")
       ->capture_default_str()
       ->check(CLI::Range(1u, 64u));
+  AddTcpRtoMinOption(sub, &f->tcp_rto_min_ms);
   sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the aggregate instead of applying SGD");
   sub->add_flag("--borrow", f->borrow,
                 "Workers push from the gradient buffer without copying it (PushOptions::borrow)");

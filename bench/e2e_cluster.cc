@@ -104,6 +104,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   so.momentum = static_cast<float>(f.momentum);
   so.threads = f.server_threads;
   so.data_threads = f.data_threads;
+  so.tcp_rto_min = std::chrono::milliseconds(f.tcp_rto_min_ms);
   so.log_level = "warn";
   // A round only closes early when every worker pushed; the deadline is a backstop
   // against a stalled worker, not part of the measurement.

@@ -32,6 +32,7 @@ struct E2eFlags {
   double inflight_seconds = WorkerOptions{}.inflight_seconds;
   uint32_t server_threads = 0;
   uint32_t data_threads = server::ServerOptions{}.data_threads;
+  int tcp_rto_min_ms = -1;  // ServerOptions::tcp_rto_min (-1: auto)
   bool aggregate_only = false;
   // The workers push from the gradient buffer (PushOptions::borrow), which stays
   // unchanged over the run.

@@ -63,6 +63,7 @@ void AddComparisonRow(const E2eFlags& f, const ComparisonRow& r, Table& table,
       .Add("vs_one_copy", goodput / one_copy_gbps)
       .Add("data_plane", plane)
       .Add("tls", f.tls)
+      .Add("tcp_rto_min_ms", f.tcp_rto_min_ms)
       .Add("rounds", e2e.rounds)
       .Add("warmup_rounds", f.warmup)
       .Add("seconds", e2e.seconds)

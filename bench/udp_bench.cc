@@ -332,12 +332,7 @@ Command AddUdpCommand(CLI::App& app) {
   sub->add_flag("--borrow", f->borrow,
                 "Push from the gradient buffer without copying it (PushOptions::borrow), on "
                 "every transport: the UDP path and the TCP plane borrow, gRPC copies");
-  sub->add_option("--tcp-rto-min-ms", f->tcp_rto_min_ms,
-                  "The shard's --tcp-rto-min-ms (the TCP plane's least retransmission "
-                  "timeout, both ends; -1: auto, 10 where the kernel can set it; 0: the "
-                  "kernel's)")
-      ->capture_default_str()
-      ->check(CLI::Range(-1, 200));
+  AddTcpRtoMinOption(sub, &f->tcp_rto_min_ms);
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
   return Command{.app = sub, .run = [f] { return RunUdp(*f); }};
 }

@@ -298,6 +298,7 @@ class PyWorker {
     d["udp_datagrams_sent"] = s.udp_datagrams_sent;
     d["udp_bytes"] = s.udp_bytes;
     d["udp_send_errors"] = s.udp_send_errors;
+    d["tcp_rto_min_unset"] = s.tcp_rto_min_unset;
     d["plans"] = s.plan.plans;
     d["plan_codecs"] = s.plan.codecs;
     return d;

@@ -100,6 +100,10 @@ std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string>
           "Datagrams the local kernel refused to send (lost like the network's losses)",
           s.udp_send_errors);
   Counter(&out, "ps_worker_udp_bytes_total", "Datagram bytes sent", s.udp_bytes);
+  Counter(&out, "ps_worker_tcp_rto_min_unset_total",
+          "TCP data connections opened without the shard's least retransmission timeout "
+          "(this kernel cannot set it)",
+          s.tcp_rto_min_unset);
 
   // Per shard and direction: the push window's busy periods, the pull streams'
   // back-to-back runs.

@@ -305,6 +305,10 @@ struct WorkerStats {
   // network's losses; WaitPushes fails only where every datagram to a shard was.
   uint64_t udp_send_errors = 0;
   uint64_t udp_bytes = 0;              // datagram bytes sent
+  // TCP data connections opened where the shard named a least retransmission timeout
+  // (--tcp-rto-min-ms) that this worker's kernel could not set (before Linux 6.15): a
+  // push's segment lost there waits the kernel's own timeout, 200 ms by default.
+  uint64_t tcp_rto_min_unset = 0;
   std::vector<LinkStats> push_links;   // per shard id (gRPC pushes only)
   std::vector<LinkStats> pull_links;   // per shard id
   PlanStats plan;

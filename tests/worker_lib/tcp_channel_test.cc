@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "net/tcp_options.h"
 #include "tests/worker_lib/tcp_channel_fixture.h"
 
 namespace ps::internal::tcp_plane {
@@ -351,6 +352,51 @@ TEST_F(TcpChannelTest, ADataPortThatRefusesTheConnectionCallsForAJoin) {
   EXPECT_TRUE(CallsForRejoin(absl::UnauthenticatedError("unknown session")));
   EXPECT_FALSE(CallsForRejoin(absl::UnavailableError("cannot connect to")))
       << "only the channel's mark calls for a Join, not the words";
+}
+
+// The shard's least retransmission timeout (its Join answer's data_tcp_rto_min_us) is
+// set on the worker's socket before it connects; a connection opened where this kernel
+// could not set it is counted (WorkerStats::tcp_rto_min_unset), and the push still goes.
+TEST_F(TcpChannelTest, AConnectionWithoutTheShardsLeastRetransmissionTimeoutIsCounted) {
+  const auto unset = [this] {
+    WorkerStats s;
+    channel_->FillStats(s);
+    return s.tcp_rto_min_unset;
+  };
+  const auto route = [this](std::chrono::microseconds rto_min) {
+    ASSERT_TRUE(channel_
+                    ->SetRoute(DataRoute{.epoch = 4,
+                                         .data_port = shard_.port(),
+                                         .data_session = kSession,
+                                         .data_secret = kSecret,
+                                         .tcp_rto_min = rto_min})
+                    .ok());
+  };
+  // The next call connects again: the one in flight is lost with the connection.
+  const auto lose_the_connection = [this] {
+    const OutgoingPush a = Push(0, "lost");
+    Answers lost;
+    std::unique_ptr<DataChannel::PushCall> call = channel_->NewPush({&a}, Deadline());
+    call->Start(lost.Callback());
+    ASSERT_TRUE(shard_.Read().has_value());
+    shard_.Hangup();
+    EXPECT_EQ(lost.Await(1)[0].code(), absl::StatusCode::kUnavailable);
+  };
+  // The fixture's route names none (0: the kernel's own), which asks nothing of it.
+  ASSERT_NO_FATAL_FAILURE(ExpectAPushOnANewConnection("the kernel's"));
+  EXPECT_EQ(unset(), 0u);
+  // 1 us is below the two clock ticks every kernel takes, and a kernel before 6.15 has
+  // no such option: no kernel sets it.
+  route(std::chrono::microseconds(1));
+  ASSERT_NO_FATAL_FAILURE(lose_the_connection());
+  ASSERT_NO_FATAL_FAILURE(ExpectAPushOnANewConnection("not set"));
+  EXPECT_EQ(unset(), 1u);
+  // 10 ms, what a shard's auto names: set where the kernel can.
+  const bool settable = net::TryTcpRtoMin(std::chrono::milliseconds(10)).ok();
+  route(std::chrono::milliseconds(10));
+  ASSERT_NO_FATAL_FAILURE(lose_the_connection());
+  ASSERT_NO_FATAL_FAILURE(ExpectAPushOnANewConnection("set where it can be"));
+  EXPECT_EQ(unset(), settable ? 1u : 2u);
 }
 
 TEST_F(TcpChannelTest, AShardWithoutADataPortIsNamedAtSetRouteAndOnEveryPush) {

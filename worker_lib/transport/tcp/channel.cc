@@ -139,6 +139,10 @@ class TcpChannel final : public DataChannel {
     return std::make_unique<TcpPush>(conn_, io_->io(), std::move(pushes), deadline);
   }
 
+  void FillStats(WorkerStats& stats) const override {
+    stats.tcp_rto_min_unset += conn_->rto_min_unset();
+  }
+
   uint64_t Pull(PullAsk ask, RpcClock::time_point deadline,
                 std::shared_ptr<PullSink> sink) override {
     const uint64_t epoch = conn_->epoch();

@@ -122,12 +122,14 @@ void Connection::Connect() {
   });
   // The shard's least retransmission timeout for this end's segments (pushes) too, set
   // before the handshake, whose round trip starts the estimate. A kernel without the
-  // option keeps its own: the pushes still arrive, only slower under loss. (A socket
-  // that fails to open fails the connect below with the same error.)
+  // option keeps its own: the pushes still arrive, only slower under loss, and the
+  // worker's stats count the connection. (A socket that fails to open fails the connect
+  // below with the same error.)
   boost::system::error_code opened;
   socket_->socket().open(r.endpoint->protocol(), opened);
-  if (!opened) {
-    net::SetTcpRtoMin(socket_->socket().native_handle(), r.data.tcp_rto_min).IgnoreError();
+  if (!opened &&
+      !net::SetTcpRtoMin(socket_->socket().native_handle(), r.data.tcp_rto_min).ok()) {
+    rto_min_unset_.fetch_add(1, std::memory_order_relaxed);
   }
   socket_->socket().async_connect(*r.endpoint, [self, gen, name = r.server_name, stream = socket_](
                                                     const boost::system::error_code& ec) {

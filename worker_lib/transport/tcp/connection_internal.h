@@ -105,6 +105,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void SetRoute(Route route);
   uint64_t epoch() const;
   std::string Name() const { return ShardName(options_.shard, options_.address); }
+  // Connections opened where the shard named a least retransmission timeout that this
+  // worker's kernel could not set (WorkerStats::tcp_rto_min_unset).
+  uint64_t rto_min_unset() const { return rto_min_unset_.load(std::memory_order_relaxed); }
 
   // ---- the I/O thread ----
   void StartPushes(std::shared_ptr<PushBatch> batch, std::vector<OutFrame> frames,
@@ -212,6 +215,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   const std::shared_ptr<net::TlsContext> tls_;  // null: plaintext
   const std::string server_;  // "shard-N", as the proofs name it
   std::atomic<uint64_t> next_tag_{0};
+  std::atomic<uint64_t> rto_min_unset_{0};
 
   mutable absl::Mutex mu_;
   Route route_ ABSL_GUARDED_BY(mu_);
