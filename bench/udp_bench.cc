@@ -11,7 +11,7 @@
 //   without loss, once, and are the baselines of every UDP row.
 // - With --kernel-loss the kernel drops each packet arriving on loopback with the given
 //   probability, for every transport alike (TCP segments and acknowledgements too), in
-//   a network namespace of this process's own (bench/lossy_loopback.h; root and nft).
+//   a network namespace of this process's own (harness/lossy_loopback.h; root and nft).
 //   Each loss rate gets its own grpc, tcp and udp rows, and the ratios are to the data
 //   planes at the same loss.
 #include <algorithm>
@@ -28,10 +28,10 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
-#include "bench/lossy_loopback.h"
 #include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
+#include "harness/lossy_loopback.h"
 #include "net/udp_frame.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -180,9 +180,9 @@ int RunUdp(UdpFlags f) {
   }
   // Before any thread starts: the servers' and workers' threads must be in the lossy
   // namespace.
-  std::optional<LossyLoopback> loopback;
+  std::optional<harness::LossyLoopback> loopback;
   if (f.kernel_loss) {
-    absl::StatusOr<LossyLoopback> entered = LossyLoopback::Enter();
+    absl::StatusOr<harness::LossyLoopback> entered = harness::LossyLoopback::Enter();
     if (!entered.ok()) {
       std::fprintf(stderr, "ps-bench udp --kernel-loss: %s\n",
                    std::string(entered.status().message()).c_str());

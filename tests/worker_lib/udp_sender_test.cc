@@ -9,9 +9,13 @@
 #include <set>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include <boost/asio.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "harness/lossy_loopback.h"
 
 namespace ps::internal::udp_path {
 namespace {
@@ -128,6 +132,69 @@ TEST(UdpSenderTest, AKernelRefusalIsALossUnlessNothingReachedTheShard) {
     got.insert(std::string(buf, n));
   }
   EXPECT_EQ(got, (std::set<std::string>{"a", "b", "c"}));
+}
+
+// The same through a real firewall: in a network namespace of the test's own, an
+// nftables rule on output drops the datagrams of one length to the sink, then all of
+// them, and the kernel fails each such send with EPERM (the refusal that once stopped the
+// Fashion-MNIST trainer). Those are losses: counted once each (sendmmsg reports only the
+// first failure of a batch; the sender sends the rest again, and the rule refuses the
+// same datagrams again), the rest delivered, WaitIdle OK; when every datagram is refused,
+// WaitIdle fails with the kernel's words. Needs root and nft.
+TEST(UdpSenderTest, AFirewallsDropOnOutputIsALossUnlessItDropsEverything) {
+  std::string skip;
+  // The namespace is the thread's: the test's main thread, and the tests after it, stay
+  // where they were.
+  std::thread in_namespace([&skip] {
+    absl::StatusOr<harness::LossyLoopback> ns = harness::LossyLoopback::Enter();
+    if (!ns.ok()) {
+      skip = ns.status().ToString();
+      return;
+    }
+    Sink s;  // bound on the namespace's loopback
+    auto to = ResolveUdp("127.0.0.1:1", s.port());
+    ASSERT_TRUE(to.ok()) << to.status();
+    const auto rule = [&](const char* match) {
+      return absl::StrCat("table inet ps_test\ndelete table inet ps_test\n",
+                          "table inet ps_test {\n  chain out {\n",
+                          "    type filter hook output priority 0; policy accept;\n",
+                          "    udp dport ", s.port(), " ", match, " drop\n  }\n}\n");
+    };
+    // 13 bytes of UDP: its 8-byte header and a 5-byte datagram.
+    absl::StatusOr<std::string> five = ns->Nft(rule("udp length 13"));
+    ASSERT_TRUE(five.ok()) << five.status();
+    auto sender = UdpSender::Start(UdpOptions{});
+    ASSERT_TRUE(sender.ok());
+    for (int i = 0; i < 3; ++i) {
+      (*sender)->Enqueue(0, 0, *to, absl::StrCat("lost", i), false);
+      (*sender)->Enqueue(0, 0, *to, absl::StrCat("kept0", i), false);
+    }
+    EXPECT_TRUE((*sender)->WaitIdle().ok());
+    EXPECT_EQ((*sender)->send_errors(), 3u);
+    EXPECT_EQ((*sender)->datagrams_sent(), 3u);
+    std::set<std::string> got;
+    char buf[64];
+    for (int i = 0; i < 3; ++i) {
+      const size_t n = s.socket.receive(boost::asio::buffer(buf));
+      got.insert(std::string(buf, n));
+    }
+    EXPECT_EQ(got, (std::set<std::string>{"kept00", "kept01", "kept02"}));
+    EXPECT_EQ(s.socket.available(), 0u);
+
+    absl::StatusOr<std::string> all = ns->Nft(rule(""));
+    ASSERT_TRUE(all.ok()) << all.status();
+    (*sender)->Enqueue(0, 0, *to, "x", false);
+    (*sender)->Enqueue(0, 0, *to, "y", false);
+    const absl::Status cut_off = (*sender)->WaitIdle();
+    EXPECT_EQ(cut_off.code(), absl::StatusCode::kUnavailable) << cut_off;
+    EXPECT_THAT(std::string(cut_off.message()),
+                ::testing::AllOf(::testing::HasSubstr(absl::StrCat("127.0.0.1:", s.port())),
+                                 ::testing::HasSubstr("Operation not permitted"),
+                                 ::testing::HasSubstr("all 2 datagrams to it since the last wait")));
+    EXPECT_EQ((*sender)->send_errors(), 5u);
+  });
+  in_namespace.join();
+  if (!skip.empty()) GTEST_SKIP() << "no network namespace with nftables here: " << skip;
 }
 
 // A datagram queued in pieces leaves as one: head, payload (sent from where it lies, and

@@ -1,4 +1,4 @@
-#include "bench/lossy_loopback.h"
+#include "harness/lossy_loopback.h"
 
 #include <net/if.h>
 #include <sched.h>
@@ -19,20 +19,21 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "bench/bench_util.h"
 #include "core/status.h"
 #include "harness/child_process.h"
 
-namespace ps::bench {
+namespace ps::harness {
 namespace {
 
 constexpr char kTable[] = "ps_bench_loss";
 
 // Errno's error, naming the fix where a privilege is missing.
 absl::Status ErrnoError(std::string_view what) {
-  if (errno != EPERM) return Errno(what);
-  return absl::PermissionDeniedError(absl::StrCat(
-      Errno(what).message(), " (a network namespace of its own needs root: run as root)"));
+  const int err = errno;
+  const std::string message = absl::StrCat(std::string(what), ": ", std::strerror(err));
+  if (err != EPERM) return absl::InternalError(message);
+  return absl::PermissionDeniedError(
+      absl::StrCat(message, " (a network namespace of its own needs root: run as root)"));
 }
 
 // A file under $TMPDIR (or /tmp) removed when this goes away.
@@ -41,7 +42,7 @@ class TempFile {
   static absl::StatusOr<TempFile> Create() {
     const char* dir = std::getenv("TMPDIR");
     std::string path = absl::StrCat(dir != nullptr && *dir != '\0' ? dir : "/tmp",
-                                    "/ps-bench-nft-XXXXXX");
+                                    "/ps-nft-XXXXXX");
     const int fd = ::mkstemp(path.data());
     if (fd < 0) return ErrnoError(absl::StrCat("cannot create ", path));
     ::close(fd);
@@ -162,4 +163,4 @@ absl::StatusOr<uint64_t> LossyLoopback::Dropped() const {
   return packets;
 }
 
-}  // namespace ps::bench
+}  // namespace ps::harness

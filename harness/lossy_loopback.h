@@ -1,5 +1,7 @@
 // Loss applied by the kernel to every packet on loopback, for benchmarks that compare
-// transports under loss (`ps-bench udp --kernel-loss`, docs/bench.md).
+// transports under loss (`ps-bench udp --kernel-loss`, docs/bench.md), and other nftables
+// rules on a loopback of its own, for tests of what the kernel does to a sender (a drop
+// on output).
 //
 // Enter() moves the calling thread into a network namespace of its own (unshare) with
 // its loopback up, so threads, sockets and child processes it starts afterwards see
@@ -20,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace ps::bench {
+namespace ps::harness {
 
 class LossyLoopback {
  public:
@@ -32,12 +34,15 @@ class LossyLoopback {
   // Packets the rule has dropped since the last SetLoss() (0 without a rule).
   absl::StatusOr<uint64_t> Dropped() const;
 
+  // Runs `nft -f` on `script` in the namespace (a table of the caller's own, beside the
+  // loss rule's): what nft printed, or its error with the script.
+  absl::StatusOr<std::string> Nft(const std::string& script) const;
+
  private:
   explicit LossyLoopback(std::string nft) : nft_(std::move(nft)) {}
-  absl::StatusOr<std::string> Nft(const std::string& script) const;
 
   std::string nft_;     // the nft program's path
   bool rule_ = false;   // a dropping rule is installed
 };
 
-}  // namespace ps::bench
+}  // namespace ps::harness
