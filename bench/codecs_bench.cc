@@ -76,7 +76,7 @@ struct CodecRow {
   std::string data;
   Timing encode;
   Timing decode;
-  Timing apply;          // --apply: DecodeAddPieces, then the copy into what is held
+  Timing apply;          // --apply: DecodeAddPieces into what is held and the caller's buffer
   Timing apply_unfused;  // --apply: the same result in the worker's former five steps
   double ratio = 0;
   double rel_l2_error = 0;
@@ -170,7 +170,7 @@ class SlicedCodec {
 
   // --apply: what a worker does with a pulled change of each slice (HeldModel::Arrived):
   // the change in `in` added to `held`, the sum written to `dst` and kept in `held`. Fused:
-  // DecodeAddPieces into dst, then one copy into held. Unfused, as the worker did before:
+  // DecodeAddPieces, which writes both in one pass. Unfused, as the worker did before:
   // DecodePieces into a scratch buffer, AddInto, FindNonFinite, copy into held, copy
   // into dst. Both give the same bits (MeasureCell checks it).
   absl::Status ApplyAll(const std::vector<std::string>& in, bool fused, std::span<float> held,
@@ -182,7 +182,6 @@ class SlicedCodec {
       const std::span<const std::string_view> pieces(&piece, 1);
       if (fused) {
         if (absl::Status st = codec_->DecodeAddPieces(pieces, h, d); !st.ok()) return st;
-        std::memcpy(h.data(), d.data(), h.size_bytes());
         continue;
       }
       const std::span<float> change = scratch.first(h.size());
@@ -522,8 +521,8 @@ int RunCodecs(CodecsFlags flags, const CodecsGiven& given) {
       std::max(flags.repeats, 1));
   if (flags.apply) {
     std::printf(
-        "apply: a pulled change applied to what a worker holds, DecodeAddPieces into the "
-        "caller's buffer and one copy into what is held; unfused: DecodePieces, AddInto, "
+        "apply: a pulled change applied to what a worker holds, DecodeAddPieces into what is "
+        "held and the caller's buffer in one pass; unfused: DecodePieces, AddInto, "
         "FindNonFinite and two copies (the worker's former steps)\n");
   }
   std::printf("\n");
@@ -583,8 +582,9 @@ Command AddCodecsCommand(CLI::App& app) {
   sub->add_flag("--list", flags->list, "Print the default codec specs and exit");
   sub->add_flag("--apply", flags->apply,
                 "Also time applying each payload as a pulled change to held values: "
-                "DecodeAddPieces plus one copy against the unfused decode, add, check and two "
-                "copies (columns apply, unfused; JSON apply_gbps, apply_unfused_gbps)");
+                "DecodeAddPieces (held and the caller's buffer in one pass) against the unfused "
+                "decode, add, check and two copies (columns apply, unfused; JSON apply_gbps, "
+                "apply_unfused_gbps)");
   sub->add_option("--device", flags->device,
                   "cpu, or cuda: encode throughput of the GPU encoders on device-resident "
                   "values against a device-to-device copy (exits non-zero without a device)")

@@ -325,14 +325,15 @@ class ThreeLcCodec final : public Codec {
     return internal::Decode3lc(bytes, out);
   }
 
-  // The change decoded and added to base in one pass over out (Decode3lcAdd); the
-  // payload is small (a byte per five values at most), so pieces are gathered first.
+  // The change decoded, added to what is held and copied to out in one pass
+  // (Decode3lcAdd); the payload is small (a byte per five values at most), so pieces are
+  // gathered first.
   absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
-                               std::span<const float> base, std::span<float> out) const override {
-    if (base.size() != out.size()) return Codec::DecodeAddPieces(pieces, base, out);
+                               std::span<float> held, std::span<float> out) const override {
+    if (held.size() != out.size()) return Codec::DecodeAddPieces(pieces, held, out);
     bool finite = true;
     PS_RETURN_IF_ERROR(
-        internal::Decode3lcAdd(internal::Gathered(pieces), base.data(), out, &finite));
+        internal::Decode3lcAdd(internal::Gathered(pieces), held.data(), out, &finite));
     return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
   }
 

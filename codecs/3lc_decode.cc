@@ -147,12 +147,13 @@ void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], s
 // flags for the general loop, which finishes the slice; on a non-canonical token it
 // undoes nothing and leaves *i = 0, so the general loop reports the exact error.
 // With kAdd the rows go to a zeroed buffer of kAddGroups groups in the first-level
-// cache instead, and each buffer is added to base into out (core::AddFinite, which
-// also checks the sums: *finite_out) before the next: base is read and out written
-// once, sequentially, while the scattered row stores stay in the cache.
+// cache instead, and each buffer is added to what is held (base) and copied to out
+// (core::AddFiniteKeep, which also checks the sums: *finite_out) before the next: held
+// is read and written and out written once, sequentially, while the scattered row stores
+// stay in the cache.
 constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
 template <bool kAdd>
-void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, const float* base,
+void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* base,
                 float* o, size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out,
                 bool* finite_out) {
   alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
@@ -167,6 +168,7 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, cons
   if constexpr (kAdd) {
     // A buffer's last token starts before kAddGroups and may run 13 groups past it.
     alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
+    const core::CopyStores stores = core::StoresForCopyOf(n);
     bool finite = true;
     while (i < size && g <= stop) {
       const size_t first = g;
@@ -174,9 +176,9 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, cons
       FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, &flags);
       const size_t begin = kGroup * first;
       const size_t count = std::min(kGroup * g, n) - begin;
-      finite &= core::AddFinite(std::span<const float>(base + begin, count),
-                                std::span<const float>(rows, count),
-                                std::span<float>(o + begin, count));
+      finite &= core::AddFiniteKeep(std::span<float>(base + begin, count),
+                                    std::span<const float>(rows, count),
+                                    std::span<float>(o + begin, count), stores);
     }
     *finite_out = finite;
   } else {
@@ -190,13 +192,14 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, cons
   *nonzero_out = flags.nonzero;
 }
 
-// Decode, or with kAdd the decoded value plus base at each index: out[k] = base[k] +
-// (t * scale), the same product and then AddInto's addition (zeros too: base + 0 turns
-// a -0 into +0, as the addition after a plain decode does). *finite: whether every sum
-// is, checked by FastDecode as it adds, then by a scan of what the general loop wrote
-// (at most 78 values of a long slice; all of a short one).
+// Decode, or with kAdd the decoded value plus what is held at each index, kept there
+// and written to out: base[k] = out[k] = base[k] + (t * scale), the same product and then
+// AddInto's addition (zeros too: base + 0 turns a -0 into +0, as the addition after a
+// plain decode does). *finite: whether every sum is, checked by FastDecode as it adds,
+// then by a scan of what the general loop wrote (at most 78 values of a long slice; all
+// of a short one), which is then copied to base.
 template <bool kAdd>
-absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<float> out,
+absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> out,
                         bool* finite) {
   const size_t n = out.size();
   WireReader r(k3lcName, bytes);
@@ -281,7 +284,9 @@ absl::Status DecodeInto(std::string_view bytes, const float* base, std::span<flo
     return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
   }
   if constexpr (kAdd) {
-    *finite = fast_finite && core::FindNonFinite(out.subspan(fast_values)) < 0;
+    const std::span<const float> rest = out.subspan(fast_values);
+    *finite = fast_finite && core::FindNonFinite(rest) < 0;
+    if (!rest.empty()) std::memcpy(base + fast_values, rest.data(), rest.size_bytes());
   }
   return absl::OkStatus();
 }
@@ -292,9 +297,9 @@ absl::Status Decode3lc(std::string_view bytes, std::span<float> out) {
   return DecodeInto<false>(bytes, nullptr, out, nullptr);
 }
 
-absl::Status Decode3lcAdd(std::string_view bytes, const float* base, std::span<float> out,
+absl::Status Decode3lcAdd(std::string_view bytes, float* held, std::span<float> out,
                           bool* finite) {
-  return DecodeInto<true>(bytes, base, out, finite);
+  return DecodeInto<true>(bytes, held, out, finite);
 }
 
 }  // namespace ps::codecs::internal

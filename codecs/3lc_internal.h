@@ -37,10 +37,11 @@ inline uint8_t Pack3lcGroup(const uint8_t* d) {
 // encoder would not write (InvalidArgument naming the byte).
 absl::Status Decode3lc(std::string_view bytes, std::span<float> out);
 
-// The same payload decoded and added to base (base[k] + t * scale at each k, the
-// product and then the addition a plain decode and AddInto would do) in one pass over
-// out. *finite: whether every sum is finite; out holds the sums either way.
-absl::Status Decode3lcAdd(std::string_view bytes, const float* base, std::span<float> out,
+// The same payload decoded and added to what is held (held[k] + t * scale at each k, the
+// product and then the addition a plain decode and AddInto would do), the sums kept in
+// held and written to out, in one pass. *finite: whether every sum is finite; out holds
+// the sums either way. After a refusal held and out are unspecified.
+absl::Status Decode3lcAdd(std::string_view bytes, float* held, std::span<float> out,
                           bool* finite);
 
 }  // namespace ps::codecs::internal

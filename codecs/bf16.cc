@@ -50,11 +50,11 @@ class Bf16Codec final : public Codec {
     return internal::CheckDecoded16(kBf16Spec, src, out);
   }
 
-  // One pass over out: each block of the pieces widened in the first-level cache, then
-  // added to base and checked.
+  // One pass: each block of the pieces widened in the first-level cache, then added to
+  // what is held, copied to out and checked.
   absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
-                               std::span<const float> base, std::span<float> out) const override {
-    return internal::DecodeAddWidened16(*this, &Widen, pieces, base, out);
+                               std::span<float> held, std::span<float> out) const override {
+    return internal::DecodeAddWidened16(*this, &Widen, pieces, held, out);
   }
 
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + 2 * numel; }

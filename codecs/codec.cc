@@ -79,14 +79,15 @@ absl::Status Codec::DecodePieces(std::span<const std::string_view> pieces,
 }
 
 absl::Status Codec::DecodeAddPieces(std::span<const std::string_view> pieces,
-                                    std::span<const float> base, std::span<float> out) const {
-  if (base.size() != out.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(internal::AbslView(spec()), ": ", base.size(),
+                                    std::span<float> held, std::span<float> out) const {
+  if (held.size() != out.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(internal::AbslView(spec()), ": ", held.size(),
                                                    " values to add a change of ", out.size(), " to"));
   }
   PS_RETURN_IF_ERROR(DecodePieces(pieces, out));
-  if (core::AddFinite(base, out)) return absl::OkStatus();
-  return internal::NonFiniteSum(out);
+  if (!core::AddFinite(held, out)) return internal::NonFiniteSum(out);
+  if (!out.empty()) std::memcpy(held.data(), out.data(), out.size_bytes());
+  return absl::OkStatus();
 }
 
 std::vector<std::string> CodecNames() {
@@ -170,16 +171,23 @@ bool IsDensePayload(PayloadFormat format, std::span<const std::string_view> piec
 }
 
 absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
-                                std::span<const std::string_view> pieces,
-                                std::span<const float> base, std::span<float> out) {
-  return DecodeAddDense(codec, 2, pieces, base, out,
-                        [widen](const unsigned char* words, std::span<const float> base_part,
-                                std::span<float> out_part) {
+                                std::span<const std::string_view> pieces, std::span<float> held,
+                                std::span<float> out) {
+  const core::CopyStores stores = core::StoresForCopyOf(out.size());
+  return DecodeAddDense(codec, 2, pieces, held, out,
+                        [widen, stores](const unsigned char* words, std::span<float> held_part,
+                                        std::span<float> out_part) {
                           alignas(64) float widened[kMaxBlockBytes / 2];
                           const std::span<float> values(widened, out_part.size());
                           widen(words, values);
-                          return core::AddFinite(base_part, values, out_part);
+                          return core::AddFiniteKeep(held_part, values, out_part, stores);
                         });
+}
+
+absl::Status RefusedSum(const Codec& codec, std::span<const std::string_view> pieces,
+                        std::span<const float> held, std::span<float> out) {
+  PS_RETURN_IF_ERROR(codec.DecodePieces(pieces, out));
+  return NonFiniteSum(held);
 }
 
 absl::Status NonFiniteSum(std::span<const float> out) {

@@ -119,18 +119,20 @@ class Codec {
   virtual absl::Status DecodePieces(std::span<const std::string_view> pieces,
                                     std::span<float> out) const;
 
-  // A change in pieces (as DecodePieces reads them) applied to `base`: out[i] = base[i] +
-  // change[i], each that one fp32 addition (core::AddInto's, the one a shard with a pull
-  // codec makes: docs/data_path.md, "Compressed pulls"), so the bits are those of
-  // DecodePieces then the addition. Refuses what DecodePieces refuses, with its message,
-  // and then a sum that is not finite: "value I is not finite once the change is
-  // applied", I the first. base and out have the slice's size and overlap neither each
-  // other nor the pieces; base is only read, and out is unspecified after a refusal.
-  // This default decodes into out and adds base in one more pass that also checks; the
-  // codecs a shard uses for pulls (3lc, fp32, fp16, bf16, int8) decode, add and check in
-  // one pass over out.
+  // A change in pieces (as DecodePieces reads them) applied to what a worker holds:
+  // held[i] = held[i] + change[i], each that one fp32 addition (core::AddInto's, the one a
+  // shard with a pull codec makes: docs/data_path.md, "Compressed pulls"), so the bits are
+  // those of DecodePieces then the addition, and each sum also written to out (the
+  // caller's buffer; core::AddFiniteKeep's streaming stores for a long slice). Refuses
+  // what DecodePieces refuses, with its message, and then a sum that is not finite:
+  // "value I is not finite once the change is applied", I the first. held and out have
+  // the slice's size and overlap neither each other nor the pieces; both are unspecified
+  // after a refusal (what was held is lost: the worker drops it). This default decodes
+  // into out and adds held in one more pass that also checks, then copies the sums; the
+  // codecs a shard uses for pulls (3lc, fp32, fp16, bf16, int8) decode, add, check and
+  // write both in one pass.
   virtual absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
-                                       std::span<const float> base, std::span<float> out) const;
+                                       std::span<float> held, std::span<float> out) const;
 
   // Largest encoding of numel values, for message-size limits.
   virtual size_t MaxEncodedBytes(size_t numel) const = 0;

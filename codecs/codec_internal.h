@@ -141,37 +141,43 @@ void ForEachBlock(std::span<const std::string_view> pieces, size_t skip, size_t 
 bool IsDensePayload(PayloadFormat format, std::span<const std::string_view> pieces,
                     size_t value_bytes, size_t numel);
 
+// DecodeAddPieces' refusal once a fused pass added every value of the change to `held`
+// (the sums there, some not finite): DecodePieces' own refusal of the change when it has
+// one (written over out), else the first sum that is not finite (NonFiniteSum(held)).
+absl::Status RefusedSum(const Codec& codec, std::span<const std::string_view> pieces,
+                        std::span<const float> held, std::span<float> out);
+
 // DecodeAddPieces of a dense codec (version, then value_bytes bytes a value): when the
-// pieces frame such a payload, add_block(block, base part, out part) for each block of
-// whole values of the payload, in order (ForEachBlock), which writes base + change to the
-// out part and returns whether those sums are finite. When the framing is off or a sum
-// is not finite (a non-finite change value too), the default's path, for its exact
-// refusal.
+// pieces frame such a payload, add_block(block, held part, out part) for each block of
+// whole values of the payload, in order (ForEachBlock), which adds the change to the held
+// part, writes the sums to the out part too and returns whether they are finite. When
+// the framing is off, the default's path (nothing added yet); when a sum is not finite
+// (a non-finite change value too), RefusedSum's exact refusal.
 template <typename AddBlock>
 absl::Status DecodeAddDense(const Codec& codec, size_t value_bytes,
-                            std::span<const std::string_view> pieces, std::span<const float> base,
+                            std::span<const std::string_view> pieces, std::span<float> held,
                             std::span<float> out, AddBlock&& add_block) {
-  if (base.size() != out.size() ||
+  if (held.size() != out.size() ||
       !IsDensePayload(codec.format(), pieces, value_bytes, out.size())) {
-    return codec.Codec::DecodeAddPieces(pieces, base, out);
+    return codec.Codec::DecodeAddPieces(pieces, held, out);
   }
   bool finite = true;
   const size_t block_bytes = kMaxBlockBytes / value_bytes * value_bytes;
   ForEachBlock(pieces, 1, block_bytes, [&](const unsigned char* block, size_t offset, size_t size) {
     const size_t at = offset / value_bytes;
     const size_t count = size / value_bytes;
-    finite &= add_block(block, base.subspan(at, count), out.subspan(at, count));
+    finite &= add_block(block, held.subspan(at, count), out.subspan(at, count));
   });
-  return finite ? absl::OkStatus() : codec.Codec::DecodeAddPieces(pieces, base, out);
+  return finite ? absl::OkStatus() : RefusedSum(codec, pieces, held, out);
 }
 
 // DecodeAddDense of a codec of little-endian 16-bit words (fp16, bf16): each block's
 // words widened to floats by `widen` into a buffer in the first-level cache, then added
-// to base into out and checked (core::AddFinite).
+// to what is held, copied to out and checked (core::AddFiniteKeep).
 using Widen16 = void (*)(const unsigned char* words, std::span<float> out);
 absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
-                                std::span<const std::string_view> pieces,
-                                std::span<const float> base, std::span<float> out);
+                                std::span<const std::string_view> pieces, std::span<float> held,
+                                std::span<float> out);
 
 // A payload's first byte against the format its decoder reads: INVALID_ARGUMENT naming
 // both ("SPEC: payload in the fp16 format (2), expected the bf16 format (3)") when they differ.

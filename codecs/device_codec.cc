@@ -27,8 +27,8 @@ class CudaRequestedCodec final : public Codec {
     return cpu_->Decode(bytes, out);
   }
   absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
-                               std::span<const float> base, std::span<float> out) const override {
-    return cpu_->DecodeAddPieces(pieces, base, out);
+                               std::span<float> held, std::span<float> out) const override {
+    return cpu_->DecodeAddPieces(pieces, held, out);
   }
   size_t MaxEncodedBytes(size_t numel) const override { return cpu_->MaxEncodedBytes(numel); }
   SharedStructure shared_structure() const override { return cpu_->shared_structure(); }

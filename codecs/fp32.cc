@@ -74,15 +74,18 @@ class Fp32Codec final : public Codec {
     return absl::OkStatus();
   }
 
-  // The change read where it lies in the pieces, added to base into out and checked in
-  // one pass (core::AddFiniteBytes; a value cut between two pieces is gathered with its
-  // block).
+  // The change read where it lies in the pieces, added to what is held, copied to out
+  // and checked in one pass (core::AddFiniteKeepBytes; a value cut between two pieces is
+  // gathered with its block).
   absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
-                               std::span<const float> base, std::span<float> out) const override {
+                               std::span<float> held, std::span<float> out) const override {
+    const core::CopyStores stores = core::StoresForCopyOf(out.size());
     return internal::DecodeAddDense(
-        *this, sizeof(float), pieces, base, out,
-        [](const unsigned char* change, std::span<const float> base_part,
-           std::span<float> out_part) { return core::AddFiniteBytes(base_part, change, out_part); });
+        *this, sizeof(float), pieces, held, out,
+        [stores](const unsigned char* change, std::span<float> held_part,
+                 std::span<float> out_part) {
+          return core::AddFiniteKeepBytes(held_part, change, out_part, stores);
+        });
   }
 
   size_t MaxEncodedBytes(size_t numel) const override { return 1 + sizeof(float) * numel; }

@@ -75,19 +75,20 @@ class Int8Codec final : public internal::BucketedCodec {
     return absl::OkStatus();
   }
 
-  // One pass over out: the values dequantized a block at a time into a buffer in the
-  // first-level cache, then added to base and checked (core::AddFinite). The payload
-  // (a byte a value) is gathered from its pieces first.
+  // One pass: the values dequantized a block at a time into a buffer in the first-level
+  // cache, then added to what is held, copied to out and checked (core::AddFiniteKeep).
+  // The payload (a byte a value) is gathered from its pieces first.
   absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
-                               std::span<const float> base, std::span<float> out) const override {
-    if (base.size() != out.size()) return Codec::DecodeAddPieces(pieces, base, out);
+                               std::span<float> held, std::span<float> out) const override {
+    if (held.size() != out.size()) return Codec::DecodeAddPieces(pieces, held, out);
     const size_t n = out.size();
     std::string_view scales;
     const int8_t* q = nullptr;
     PS_RETURN_IF_ERROR(Parse(internal::Gathered(pieces), n, &scales, &q));
-    // Whole blocks whatever the bucket size (AddFinite vectorizes blocks of 1024).
+    // Whole blocks whatever the bucket size (AddFiniteKeep vectorizes blocks of 1024).
     constexpr size_t kBlock = 1024;
     alignas(64) float values[kBlock];
+    const core::CopyStores stores = core::StoresForCopyOf(n);
     bool finite = true;
     for (size_t at = 0; at < n; at += kBlock) {
       const size_t end = std::min(at + kBlock, n);
@@ -97,10 +98,11 @@ class Int8Codec final : public internal::BucketedCodec {
         internal::DequantizeInt8(q + i, stop - i, internal::ScaleAt(scales, b), values + (i - at));
         i = stop;
       }
-      finite &= core::AddFinite(base.subspan(at, end - at),
-                                std::span<const float>(values, end - at), out.subspan(at, end - at));
+      finite &= core::AddFiniteKeep(held.subspan(at, end - at),
+                                    std::span<const float>(values, end - at),
+                                    out.subspan(at, end - at), stores);
     }
-    return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
+    return finite ? absl::OkStatus() : internal::NonFiniteSum(held);
   }
 
   size_t MaxEncodedBytes(size_t numel) const override { return HeaderBytes(numel) + numel; }

@@ -1,11 +1,17 @@
 #include "core/fp32_bytes.h"
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/simd.h"
+
+#ifdef PS_HAVE_X86_SIMD
+#include <immintrin.h>
+#endif
 
 namespace ps::core {
 
@@ -43,22 +49,10 @@ PS_VECTOR_CLONES bool BlockHasNonFinite(const float* x) {
   return bad != 0;
 }
 
-// out[i] = base[i] + change[i] over kFiniteBlock values and whether every sum is finite,
-// the check a branch-free OR as in BlockHasNonFinite; `change` is little-endian fp32 at
-// any alignment (a payload's bytes). The fixed count and the restrict pointers (no
-// overlap to test at run time) are what GCC's cheap cost model at -O2 asks before it
-// vectorizes. AddBlockFiniteInPlace: the same with out = change, floats.
-PS_VECTOR_CLONES bool AddBlockFinite(const unsigned char* __restrict change,
-                                     const float* __restrict base, float* __restrict out) {
-  uint32_t bad = 0;
-  for (size_t i = 0; i < kFiniteBlock; ++i) {
-    float c;
-    std::memcpy(&c, change + sizeof(float) * i, sizeof(float));
-    out[i] = base[i] + c;
-    bad |= IsNonFinite(out[i]);
-  }
-  return bad == 0;
-}
+// change[i] = base[i] + change[i] over kFiniteBlock values and whether every sum is
+// finite, the check a branch-free OR as in BlockHasNonFinite. The fixed count and the
+// restrict pointers (no overlap to test at run time) are what GCC's cheap cost model at
+// -O2 asks before it vectorizes.
 PS_VECTOR_CLONES bool AddBlockFiniteInPlace(const float* __restrict base, float* __restrict change) {
   uint32_t bad = 0;
   for (size_t i = 0; i < kFiniteBlock; ++i) {
@@ -66,6 +60,65 @@ PS_VECTOR_CLONES bool AddBlockFiniteInPlace(const float* __restrict base, float*
     bad |= IsNonFinite(change[i]);
   }
   return bad == 0;
+}
+
+// held[i] = held[i] + change[i] over kFiniteBlock values and whether every sum is
+// finite; `change` is little-endian fp32 at any alignment (a payload's bytes, or
+// floats). The same addition as AddInto's (fp32 addition commutes exactly).
+// AccumulateFinite: n <= kFiniteBlock values, the whole block's loop where it can.
+PS_VECTOR_CLONES bool AccumulateBlockFinite(float* __restrict held,
+                                            const unsigned char* __restrict change) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < kFiniteBlock; ++i) {
+    float c;
+    std::memcpy(&c, change + sizeof(float) * i, sizeof(float));
+    held[i] = held[i] + c;
+    bad |= IsNonFinite(held[i]);
+  }
+  return bad == 0;
+}
+bool AccumulateFinite(float* held, const unsigned char* change, size_t n) {
+  if (n == kFiniteBlock) return AccumulateBlockFinite(held, change);
+  uint32_t bad = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float c;
+    std::memcpy(&c, change + sizeof(float) * i, sizeof(float));
+    held[i] = held[i] + c;
+    bad |= IsNonFinite(held[i]);
+  }
+  return bad == 0;
+}
+
+// dst[0, n) = src[0, n) with non-temporal stores where the CPU has them (SSE2: every
+// x86-64), four floats at a time once dst is 16-byte aligned; the stores are ordered
+// before the caller's later ones by AccumulateKept's fence.
+void CopyStreamed(float* __restrict dst, const float* __restrict src, size_t n) {
+  size_t i = 0;
+#ifdef PS_HAVE_X86_SIMD
+  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
+  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+#endif
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+// AddFiniteKeep over n values: a block is added in place, then copied from the
+// first-level cache while it is there.
+bool AccumulateKept(float* held, const unsigned char* change, float* copy, size_t n,
+                    CopyStores stores) {
+  bool finite = true;
+  for (size_t b = 0; b < n; b += kFiniteBlock) {
+    const size_t count = std::min(kFiniteBlock, n - b);
+    finite &= AccumulateFinite(held + b, change + sizeof(float) * b, count);
+    if (stores == CopyStores::kStreaming) {
+      CopyStreamed(copy + b, held + b, count);
+    } else {
+      std::memcpy(copy + b, held + b, count * sizeof(float));
+    }
+  }
+#ifdef PS_HAVE_X86_SIMD
+  if (stores == CopyStores::kStreaming) _mm_sfence();
+#endif
+  return finite;
 }
 
 // acc[i] += change[i] and out[i] = a[i] - b[i] over kFiniteBlock values: a fixed count and
@@ -79,26 +132,17 @@ PS_VECTOR_CLONES void SubtractBlock(const float* __restrict a, const float* __re
   for (size_t i = 0; i < kFiniteBlock; ++i) out[i] = a[i] - b[i];
 }
 
-// AddFinite of n values, a block at a time: out = change (floats) in place, else change
-// is little-endian fp32 bytes.
-template <bool kInPlace>
-bool AddAllFinite(const void* change, const float* base, float* out, size_t n) {
-  const auto* bytes = static_cast<const unsigned char*>(change);
+// AddFinite of n values, a block at a time: change = base + change.
+bool AddAllFinite(const float* base, float* change, size_t n) {
   bool finite = true;
   size_t b = 0;
   for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
-    if constexpr (kInPlace) {
-      finite &= AddBlockFiniteInPlace(base + b, out + b);
-    } else {
-      finite &= AddBlockFinite(bytes + sizeof(float) * b, base + b, out + b);
-    }
+    finite &= AddBlockFiniteInPlace(base + b, change + b);
   }
   uint32_t bad = 0;
   for (; b < n; ++b) {
-    float c;
-    std::memcpy(&c, bytes + sizeof(float) * b, sizeof(float));
-    out[b] = base[b] + c;
-    bad |= IsNonFinite(out[b]);
+    change[b] = base[b] + change[b];
+    bad |= IsNonFinite(change[b]);
   }
   return finite && bad == 0;
 }
@@ -137,16 +181,20 @@ void Subtract(std::span<const float> a, std::span<const float> b, std::span<floa
   for (; at < n; ++at) out[at] = a[at] - b[at];
 }
 
-bool AddFinite(std::span<const float> base, std::span<const float> change, std::span<float> out) {
-  return AddAllFinite<false>(change.data(), base.data(), out.data(), out.size());
-}
-
 bool AddFinite(std::span<const float> base, std::span<float> change) {
-  return AddAllFinite<true>(change.data(), base.data(), change.data(), change.size());
+  return AddAllFinite(base.data(), change.data(), change.size());
 }
 
-bool AddFiniteBytes(std::span<const float> base, const void* change, std::span<float> out) {
-  return AddAllFinite<false>(change, base.data(), out.data(), out.size());
+bool AddFiniteKeep(std::span<float> held, std::span<const float> change, std::span<float> copy,
+                   CopyStores stores) {
+  return AccumulateKept(held.data(), reinterpret_cast<const unsigned char*>(change.data()),
+                        copy.data(), held.size(), stores);
+}
+
+bool AddFiniteKeepBytes(std::span<float> held, const void* change, std::span<float> copy,
+                        CopyStores stores) {
+  return AccumulateKept(held.data(), static_cast<const unsigned char*>(change), copy.data(),
+                        held.size(), stores);
 }
 
 absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what) {

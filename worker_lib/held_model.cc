@@ -80,13 +80,14 @@ absl::Status HeldModel::Arrived(const net::PullHeader& h, net::Pieces bytes, flo
     if (!decoder.ok())
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", decoder.status().message()));
     // One pass decodes the change, adds it to what is held (each sum the shard's fp32
-    // addition) and checks the sums, straight into the caller's buffer; what is held
-    // takes the result only once it was accepted.
+    // addition), checks the sums and writes them to the caller's buffer too. A refused
+    // change leaves what was held unspecified: it is dropped, and the next pull asks for
+    // the slice's values whole.
     const std::span<float> out(dst, numel);
     if (absl::Status st = (*decoder)->DecodeAddPieces(bytes, held.values, out); !st.ok()) {
+      held_.erase(it);
       return absl::InvalidArgumentError(absl::StrCat(what, ": ", st.message()));
     }
-    std::memcpy(held.values.data(), dst, numel * sizeof(float));
     held.version = h.version;
     return absl::OkStatus();
   }

@@ -3,8 +3,9 @@
 // send a version as the encoded change from the version before; the worker keeps, per
 // such slice, the values it holds with their version and epoch, and applies each change
 // to them with Codec::DecodeAddPieces (the shard's own fp32 addition, so both hold the
-// same bits) straight into the caller's buffer, from which one copy updates what is held. Slices from shards without a pull codec (epoch 0)
-// keep nothing here: their values go straight to the caller's buffer.
+// same bits), which writes the sums to what is held and to the caller's buffer in one
+// pass. Slices from shards without a pull codec (epoch 0) keep nothing here: their
+// values go straight to the caller's buffer.
 //
 // Owns the held values (one fp32 copy of every slice pulled compressed) and a decoder
 // per pull codec spec. Thread safety: every method may be called from any thread; one
@@ -43,8 +44,10 @@ class HeldModel {
   // Arrived: keeps dense values that come with an epoch, or applies the change to what
   // is held and writes the result to `dst`. INVALID_ARGUMENT naming slice, versions and
   // codec when the values have the wrong size, the change does not decode, makes a value
-  // non-finite or applies to values this worker does not hold; what is held is then as
-  // before (`dst` unspecified).
+  // non-finite or applies to values this worker does not hold (`dst` unspecified). What
+  // is held is then as before, except after a change that was decoded and refused (it
+  // does not decode, or a sum is not finite): the slice is then no longer held, so the
+  // next pull (Describe) asks for its values whole.
   absl::StatusOr<std::span<char>> Place(const net::PullHeader& h, size_t bytes, float* dst) const;
   absl::Status Arrived(const net::PullHeader& h, net::Pieces bytes, float* dst);
 

@@ -356,7 +356,7 @@ TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
   const float one = 1.0f;
   h.append(reinterpret_cast<const char*>(&one), 4);
   const std::string body(2000, static_cast<char>(122));
-  const std::vector<float> base(n, 0.5f);
+  std::vector<float> held(n, 0.5f);
   std::vector<float> out(n);
   std::vector<size_t> positions;
   for (size_t k = 0; k < 200; ++k) positions.push_back(k);
@@ -372,7 +372,7 @@ TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
     EXPECT_EQ(s.message(), expected) << "pair at token " << k;
     const std::string payload = h + bad;
     const std::string_view pieces[1] = {payload};
-    s = codec->DecodeAddPieces(pieces, base, out);
+    s = codec->DecodeAddPieces(pieces, held, out);
     EXPECT_EQ(s.message(), expected) << "decode-add, pair at token " << k;
 
     // A full run of 14 in place of tokens k..k+13, then a zero group: canonical.

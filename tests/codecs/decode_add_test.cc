@@ -1,6 +1,7 @@
 // Codec::DecodeAddPieces (codec.h) against its definition: DecodePieces, then the
 // shard's addition (core::AddInto onto a copy of base) and a scan for non-finite sums.
-// The same status (code and message) and, when it accepts, the same bits, for every
+// The same status (code and message) and, when it accepts, the same bits in what is
+// held and in out, for every
 // codec (the default and the fused overrides of 3lc, fp32, fp16, bf16 and int8), on
 // random changes and bases (zeros and -0 among them), slice sizes on both sides of the
 // fast paths' thresholds, pieces cut at odd places, corrupted payloads, and sums that
@@ -87,23 +88,24 @@ std::vector<float> HeldValues(size_t n, uint32_t seed) {
   return base;
 }
 
-// DecodeAddPieces of every cut of `bytes` gives Reference's status and bits, and
-// leaves base as it was.
+// DecodeAddPieces of every cut of `bytes` onto a copy of base gives Reference's status
+// and, when it accepts, its bits both in what is held and in out.
 void ExpectSameAsReference(const Codec& codec, std::string_view bytes,
                            const std::vector<float>& base, std::mt19937& rng) {
-  const std::vector<float> base_before = base;
   for (const std::vector<std::string_view>& pieces : Cuts(bytes, rng)) {
     std::vector<float> want;
     const absl::Status want_st = Reference(codec, pieces, base, &want);
+    std::vector<float> held = base;
     std::vector<float> got(base.size(), std::numeric_limits<float>::quiet_NaN());
-    const absl::Status got_st = codec.DecodeAddPieces(pieces, base, got);
+    const absl::Status got_st = codec.DecodeAddPieces(pieces, held, got);
     ASSERT_EQ(got_st, want_st) << codec.spec() << ", " << pieces.size() << " pieces, "
                                << bytes.size() << " bytes";
     if (want_st.ok()) {
       ASSERT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0)
           << codec.spec() << ": sums differ, " << pieces.size() << " pieces";
+      ASSERT_EQ(std::memcmp(held.data(), want.data(), held.size() * sizeof(float)), 0)
+          << codec.spec() << ": what is held is not the sums, " << pieces.size() << " pieces";
     }
-    ASSERT_EQ(std::memcmp(base.data(), base_before.data(), base.size() * sizeof(float)), 0);
   }
 }
 
@@ -183,7 +185,7 @@ TEST(DecodeAddFusedTest, LongSlicesMatchDecodeThenAdd) {
 
 // Sums that are not finite: from an Inf or NaN held value, and from a finite held value
 // near FLT_MAX whose change pushes it over. Refused with the first such index, as the
-// reference says, on short and long slices; base untouched (ExpectSameAsReference).
+// reference says, on short and long slices (ExpectSameAsReference).
 TEST(DecodeAddFusedTest, NonFiniteSumsAreRefusedNamingTheFirst) {
   for (const char* spec : {"3lc", "3lc(s=1.9)", "fp32", "fp16", "bf16", "int8", "sign", "topk(0.3)"}) {
     auto codec = MakeOk(spec);
@@ -213,9 +215,9 @@ TEST(DecodeAddFusedTest, NonFiniteSumsAreRefusedNamingTheFirst) {
         }
       }
       if (overflows == 0) continue;  // fp16 saturates at 65504: no sum can overflow
-      std::vector<float> got(n);
+      std::vector<float> held = base, got(n);
       const absl::Status st =
-          codec->DecodeAddPieces(std::vector<std::string_view>{bytes}, base, got);
+          codec->DecodeAddPieces(std::vector<std::string_view>{bytes}, held, got);
       EXPECT_THAT(st.message(), ::testing::HasSubstr("is not finite once the change is applied"));
       ExpectSameAsReference(*codec, bytes, base, rng);
     }
@@ -234,9 +236,10 @@ TEST(DecodeAddFusedTest, ThreeLcNearFltMaxButFiniteIsAccepted) {
     const std::string bytes = testing::EncodeOk(*codec, x);
     std::vector<float> base = HeldValues(n, 8);
     base[n / 2] = FLT_MAX;
-    std::vector<float> got(n);
-    ASSERT_TRUE(codec->DecodeAddPieces(std::vector<std::string_view>{bytes}, base, got).ok());
+    std::vector<float> held = base, got(n);
+    ASSERT_TRUE(codec->DecodeAddPieces(std::vector<std::string_view>{bytes}, held, got).ok());
     EXPECT_EQ(got[n / 2], FLT_MAX - 1e36f);
+    EXPECT_EQ(held[n / 2], FLT_MAX - 1e36f);
     ExpectSameAsReference(*codec, bytes, base, rng);
   }
 }
@@ -246,9 +249,9 @@ TEST(DecodeAddFusedTest, BaseOfAnotherSizeIsRefused) {
     auto codec = MakeOk(spec);
     ASSERT_NE(codec, nullptr);
     const std::string bytes = testing::EncodeOk(*codec, Gaussian(10, 1));
-    const std::vector<float> base(9, 1.0f);
+    std::vector<float> held(9, 1.0f);
     std::vector<float> out(10);
-    const absl::Status st = codec->DecodeAddPieces(std::vector<std::string_view>{bytes}, base, out);
+    const absl::Status st = codec->DecodeAddPieces(std::vector<std::string_view>{bytes}, held, out);
     EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << spec;
   }
 }

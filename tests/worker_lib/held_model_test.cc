@@ -80,8 +80,17 @@ TEST_F(HeldModelTest, AChangeIsAddedToWhatIsHeldOnce) {
   EXPECT_EQ(std::memcmp(dst, again, sizeof(dst)), 0);
 }
 
+// Refusals before the change is decoded (another version or epoch, a codec spec that
+// names none) keep what is held; a change decoded and refused (malformed, or a sum that
+// is not finite) drops it, so the next pull asks for the slice's values whole.
 TEST_F(HeldModelTest, ChangesThatCannotApplyAreRefusedWithTheirReason) {
   float dst[3] = {7, 7, 7};
+  const auto held_version = [this] {
+    PullAsk ask;
+    ask.slice_ids.push_back(0);
+    held_.Describe(ask);
+    return ask.held_versions.empty() ? uint64_t{0} : ask.held_versions[0];
+  };
   const std::string change = Fp32Change({1, 1, 1});
   absl::Status s = held_.Apply(Frame(0, 5, change, "fp32", 4), dst);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
@@ -91,16 +100,25 @@ TEST_F(HeldModelTest, ChangesThatCannotApplyAreRefusedWithTheirReason) {
   EXPECT_THAT(s.message(), HasSubstr("applies to version 6; held: 4"));
   s = held_.Apply(Frame(0, 5, change, "fp32", 4, kEpoch + 1), dst);
   EXPECT_THAT(s.message(), HasSubstr("another epoch"));
+  s = held_.Apply(Frame(0, 5, change, "nonsense(", 4), dst);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(held_version(), 4u) << "nothing was decoded: what is held stays";
+
   s = held_.Apply(Frame(0, 5, "\x01\x02", "fp32", 4), dst);
   EXPECT_THAT(s.message(), HasSubstr("compressed slice 0 (version 5 from 4, codec fp32)"));
   EXPECT_THAT(s.message(), HasSubstr("fp32: payload is 2 bytes"));
-  s = held_.Apply(Frame(0, 5, change, "nonsense(", 4), dst);
-  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(held_version(), 0u) << "a refused change drops what is held";
+  s = held_.Apply(Frame(0, 5, change, "fp32", 4), dst);
+  EXPECT_THAT(s.message(), HasSubstr("does not hold"));
+
+  ASSERT_TRUE(held_.Apply(Frame(0, 4, Dense({1, 2, 3})), dst).ok());
   const std::string huge = Fp32Change({3e38f, 3e38f, 3e38f});
   ASSERT_TRUE(held_.Apply(Frame(0, 5, huge, "fp32", 4), dst).ok());
   s = held_.Apply(Frame(0, 6, huge, "fp32", 5), dst);
   EXPECT_THAT(s.message(), HasSubstr("not finite once the change is applied"));
-  // Nothing refused changed what is held: version 5 still applies on top.
+  EXPECT_EQ(held_version(), 0u);
+  // The values whole again, then changes on top of them.
+  ASSERT_TRUE(held_.Apply(Frame(0, 5, Dense({1, 2 + 3e38f, 3})), dst).ok());
   ASSERT_TRUE(held_.Apply(Frame(0, 6, Fp32Change({-3e38f, -3e38f, -3e38f}), "fp32", 5), dst).ok());
   volatile float expected = 2.0f;  // the held value's path, in fp32
   expected = expected + 3e38f;
@@ -111,10 +129,11 @@ TEST_F(HeldModelTest, ChangesThatCannotApplyAreRefusedWithTheirReason) {
 }
 
 // 3lc changes on a slice long enough for the codec's fused branch-free path: each
-// applied change gives, bit for bit, what the shard holds (decode, then AddInto), and a
-// change that overflows is refused with the first such value's index while what is held
-// stays as it was (the next change still applies on top of it).
-TEST(HeldModel3lcTest, ChangesApplyAsOnTheShardAndARefusalKeepsWhatIsHeld) {
+// applied change gives, bit for bit, what the shard holds (decode, then AddInto), in the
+// caller's buffer and in what is held (the next change applies on top of it); a change
+// that overflows is refused with the first such value's index and drops what is held,
+// and the values whole take up again from there.
+TEST(HeldModel3lcTest, ChangesApplyAsOnTheShardAndARefusalDropsWhatIsHeld) {
   constexpr size_t kN = 5003;
   const core::ModelLayout layout = *core::ModelLayout::Create({{"w", kN, 0}}, 8192, 1);
   HeldModel held(layout);
@@ -175,13 +194,20 @@ TEST(HeldModel3lcTest, ChangesApplyAsOnTheShardAndARefusalKeepsWhatIsHeld) {
   PullAsk ask;
   ask.slice_ids.push_back(0);
   held.Describe(ask);
-  ASSERT_EQ(ask.held_versions.size(), 1u);
-  EXPECT_EQ(ask.held_versions[0], 4u);
+  EXPECT_TRUE(ask.held_versions.empty()) << "nothing is held any more";
 
-  // Version 5 from what the shard holds (unchanged by the refusal) applies on top.
+  // Version 5 from what the shard holds (unchanged by the refusal) is refused; the
+  // shard's values whole are held again, and the next change applies on top of them.
   auto [payload, change] = next_change(-2.0f);
   core::AddInto(shard, change);
-  ASSERT_TRUE(held.Apply(frame(5, payload, "3lc", 4), dst.data()).ok());
+  EXPECT_THAT(held.Apply(frame(5, payload, "3lc", 4), dst.data()).message(),
+              HasSubstr("does not hold"));
+  bytes.clear();
+  core::AppendFp32(shard, &bytes);
+  ASSERT_TRUE(held.Apply(frame(5, bytes, "", 0), dst.data()).ok());
+  auto [payload6, change6] = next_change(3.0f);
+  core::AddInto(shard, change6);
+  ASSERT_TRUE(held.Apply(frame(6, payload6, "3lc", 5), dst.data()).ok());
   EXPECT_EQ(std::memcmp(dst.data(), shard.data(), kN * sizeof(float)), 0);
 }
 
