@@ -168,7 +168,6 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
   if constexpr (kAdd) {
     // A buffer's last token starts before kAddGroups and may run 13 groups past it.
     alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
-    const core::CopyStores stores = core::StoresForCopyOf(n);
     bool finite = true;
     while (i < size && g <= stop) {
       const size_t first = g;
@@ -178,7 +177,7 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
       const size_t count = std::min(kGroup * g, n) - begin;
       finite &= core::AddFiniteKeep(std::span<float>(base + begin, count),
                                     std::span<const float>(rows, count),
-                                    std::span<float>(o + begin, count), stores);
+                                    std::span<float>(o + begin, count));
     }
     *finite_out = finite;
   } else {

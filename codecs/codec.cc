@@ -173,14 +173,13 @@ bool IsDensePayload(PayloadFormat format, std::span<const std::string_view> piec
 absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
                                 std::span<const std::string_view> pieces, std::span<float> held,
                                 std::span<float> out) {
-  const core::CopyStores stores = core::StoresForCopyOf(out.size());
   return DecodeAddDense(codec, 2, pieces, held, out,
-                        [widen, stores](const unsigned char* words, std::span<float> held_part,
+                        [widen](const unsigned char* words, std::span<float> held_part,
                                         std::span<float> out_part) {
                           alignas(64) float widened[kMaxBlockBytes / 2];
                           const std::span<float> values(widened, out_part.size());
                           widen(words, values);
-                          return core::AddFiniteKeep(held_part, values, out_part, stores);
+                          return core::AddFiniteKeep(held_part, values, out_part);
                         });
 }
 

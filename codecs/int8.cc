@@ -88,7 +88,6 @@ class Int8Codec final : public internal::BucketedCodec {
     // Whole blocks whatever the bucket size (AddFiniteKeep vectorizes blocks of 1024).
     constexpr size_t kBlock = 1024;
     alignas(64) float values[kBlock];
-    const core::CopyStores stores = core::StoresForCopyOf(n);
     bool finite = true;
     for (size_t at = 0; at < n; at += kBlock) {
       const size_t end = std::min(at + kBlock, n);
@@ -100,7 +99,7 @@ class Int8Codec final : public internal::BucketedCodec {
       }
       finite &= core::AddFiniteKeep(held.subspan(at, end - at),
                                     std::span<const float>(values, end - at),
-                                    out.subspan(at, end - at), stores);
+                                    out.subspan(at, end - at));
     }
     return finite ? absl::OkStatus() : internal::NonFiniteSum(held);
   }

@@ -3,15 +3,10 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdint>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "core/simd.h"
-
-#ifdef PS_HAVE_X86_SIMD
-#include <immintrin.h>
-#endif
 
 namespace ps::core {
 
@@ -89,35 +84,15 @@ bool AccumulateFinite(float* held, const unsigned char* change, size_t n) {
   return bad == 0;
 }
 
-// dst[0, n) = src[0, n) with non-temporal stores where the CPU has them (SSE2: every
-// x86-64), four floats at a time once dst is 16-byte aligned; the stores are ordered
-// before the caller's later ones by AccumulateKept's fence.
-void CopyStreamed(float* __restrict dst, const float* __restrict src, size_t n) {
-  size_t i = 0;
-#ifdef PS_HAVE_X86_SIMD
-  for (; i < n && (reinterpret_cast<uintptr_t>(dst + i) & 15) != 0; ++i) dst[i] = src[i];
-  for (; i + 4 <= n; i += 4) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-#endif
-  for (; i < n; ++i) dst[i] = src[i];
-}
-
 // AddFiniteKeep over n values: a block is added in place, then copied from the
 // first-level cache while it is there.
-bool AccumulateKept(float* held, const unsigned char* change, float* copy, size_t n,
-                    CopyStores stores) {
+bool AccumulateKept(float* held, const unsigned char* change, float* copy, size_t n) {
   bool finite = true;
   for (size_t b = 0; b < n; b += kFiniteBlock) {
     const size_t count = std::min(kFiniteBlock, n - b);
     finite &= AccumulateFinite(held + b, change + sizeof(float) * b, count);
-    if (stores == CopyStores::kStreaming) {
-      CopyStreamed(copy + b, held + b, count);
-    } else {
-      std::memcpy(copy + b, held + b, count * sizeof(float));
-    }
+    std::memcpy(copy + b, held + b, count * sizeof(float));
   }
-#ifdef PS_HAVE_X86_SIMD
-  if (stores == CopyStores::kStreaming) _mm_sfence();
-#endif
   return finite;
 }
 
@@ -185,16 +160,14 @@ bool AddFinite(std::span<const float> base, std::span<float> change) {
   return AddAllFinite(base.data(), change.data(), change.size());
 }
 
-bool AddFiniteKeep(std::span<float> held, std::span<const float> change, std::span<float> copy,
-                   CopyStores stores) {
+bool AddFiniteKeep(std::span<float> held, std::span<const float> change, std::span<float> copy) {
   return AccumulateKept(held.data(), reinterpret_cast<const unsigned char*>(change.data()),
-                        copy.data(), held.size(), stores);
+                        copy.data(), held.size());
 }
 
-bool AddFiniteKeepBytes(std::span<float> held, const void* change, std::span<float> copy,
-                        CopyStores stores) {
+bool AddFiniteKeepBytes(std::span<float> held, const void* change, std::span<float> copy) {
   return AccumulateKept(held.data(), static_cast<const unsigned char*>(change), copy.data(),
-                        held.size(), stores);
+                        held.size());
 }
 
 absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what) {

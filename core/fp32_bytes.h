@@ -36,26 +36,14 @@ void Subtract(std::span<const float> a, std::span<const float> b, std::span<floa
 // check: whether every sum is finite. The two must not overlap; sizes must match.
 bool AddFinite(std::span<const float> base, std::span<float> change);
 
-// How AddFiniteKeep writes its copy: through the caches, or with non-temporal stores
-// (x86: each line written whole without being read first, and not kept in the caches,
-// for a copy that is not read back soon: a pulled slice's values in a caller's buffer).
-enum class CopyStores { kCached, kStreaming };
-// Streaming for a copy of at least 16,384 values (64 KiB), where writing through the
-// caches would first read each line of it from memory; cached below, where the caller's
-// next reads may still find the copy in them.
-inline CopyStores StoresForCopyOf(size_t values) {
-  return values >= 16384 ? CopyStores::kStreaming : CopyStores::kCached;
-}
-
 // held[i] = held[i] + change[i], AddInto's addition, each sum also written to copy[i],
-// in one pass with the finiteness check: whether every sum is finite (every sum is
+// in one pass with the finiteness check (a block of values added in place, then copied
+// while it is in the first-level cache): whether every sum is finite (every sum is
 // written either way). The three must not overlap; sizes must match. A worker applies a
 // pulled change to what it holds and writes the result to the caller's buffer so.
-bool AddFiniteKeep(std::span<float> held, std::span<const float> change, std::span<float> copy,
-                   CopyStores stores);
+bool AddFiniteKeep(std::span<float> held, std::span<const float> change, std::span<float> copy);
 // The same with the change as held.size() little-endian fp32 at `change`, at any
 // alignment (a payload's bytes, read where they lie).
-bool AddFiniteKeepBytes(std::span<float> held, const void* change, std::span<float> copy,
-                        CopyStores stores);
+bool AddFiniteKeepBytes(std::span<float> held, const void* change, std::span<float> copy);
 
 }  // namespace ps::core
