@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -33,17 +34,10 @@ uint64_t OpenFds(pid_t pid) {
 }
 
 double CpuSeconds(pid_t pid) {
-  std::ifstream in(absl::StrCat("/proc/", pid, "/stat"));
-  const std::string stat((std::istreambuf_iterator<char>(in)), {});
-  const size_t name_end = stat.rfind(')');  // the command name may hold spaces
-  if (name_end == std::string::npos) return 0;
-  std::istringstream fields(stat.substr(name_end + 1));
-  std::string skip;
-  for (int field = 3; field < 14 && fields >> skip; ++field) {
-  }
-  double utime = 0, stime = 0;
-  fields >> utime >> stime;
-  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+  clockid_t clock;
+  timespec t{};
+  if (::clock_getcpuclockid(pid, &clock) != 0 || ::clock_gettime(clock, &t) != 0) return 0;
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
 }
 
 bool Running(pid_t pid) {

@@ -18,7 +18,9 @@ namespace ps::harness {
 uint64_t StatusBytes(pid_t pid, const std::string& field);
 inline uint64_t ResidentBytes(pid_t pid) { return StatusBytes(pid, "VmRSS:"); }
 uint64_t OpenFds(pid_t pid);
-// User and system CPU seconds so far (/proc/PID/stat fields 14 and 15).
+// User and system CPU seconds so far, to the nanosecond (the process's CPU-time clock,
+// clock_getcpuclockid); 0 for a process that is gone. (/proc/PID/stat counts whole
+// clock ticks of 10 ms: a shard that served a short test showed none.)
 double CpuSeconds(pid_t pid);
 // Whether the process runs: exists and is neither a zombie nor dead (/proc/PID/stat
 // field 3); an orphan's zombie waits for init, which may never reap it.
