@@ -34,6 +34,11 @@ uint64_t OpenFds(pid_t pid) {
 }
 
 double CpuSeconds(pid_t pid) {
+  // The clock's id packs the pid into fewer bits than a pid_t has: a pid beyond them
+  // names another clock (0x3fffffff gave this process's, as 0 does), so whether the
+  // process exists is asked first.
+  std::error_code ec;
+  if (pid <= 0 || !std::filesystem::exists(absl::StrCat("/proc/", pid), ec)) return 0;
   clockid_t clock;
   timespec t{};
   if (::clock_getcpuclockid(pid, &clock) != 0 || ::clock_gettime(clock, &t) != 0) return 0;
