@@ -175,7 +175,7 @@ absl::Status DecodeAddWidened16(const Codec& codec, Widen16 widen,
                                 std::span<float> out) {
   return DecodeAddDense(codec, 2, pieces, held, out,
                         [widen](const unsigned char* words, std::span<float> held_part,
-                                        std::span<float> out_part) {
+                                std::span<float> out_part) {
                           alignas(64) float widened[kMaxBlockBytes / 2];
                           const std::span<float> values(widened, out_part.size());
                           widen(words, values);

@@ -123,9 +123,9 @@ class Codec {
   // held[i] = held[i] + change[i], each that one fp32 addition (core::AddInto's, the one a
   // shard with a pull codec makes: docs/data_path.md, "Compressed pulls"), so the bits are
   // those of DecodePieces then the addition, and each sum also written to out (the
-  // caller's buffer; core::AddFiniteKeep). Refuses
-  // what DecodePieces refuses, with its message, and then a sum that is not finite:
-  // "value I is not finite once the change is applied", I the first. held and out have
+  // caller's buffer; core::AddFiniteKeep). Refuses what DecodePieces refuses, with its
+  // message, and then a sum that is not finite: "value I is not finite once the change
+  // is applied", I the first. held and out have
   // the slice's size and overlap neither each other nor the pieces; both are unspecified
   // after a refusal (what was held is lost: the worker drops it). This default decodes
   // into out and adds held in one more pass that also checks, then copies the sums; the

@@ -79,10 +79,9 @@ class Fp32Codec final : public Codec {
   // gathered with its block).
   absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
                                std::span<float> held, std::span<float> out) const override {
-      return internal::DecodeAddDense(
+    return internal::DecodeAddDense(
         *this, sizeof(float), pieces, held, out,
-        [](const unsigned char* change, std::span<float> held_part,
-                 std::span<float> out_part) {
+        [](const unsigned char* change, std::span<float> held_part, std::span<float> out_part) {
           return core::AddFiniteKeepBytes(held_part, change, out_part);
         });
   }

@@ -63,11 +63,20 @@ struct Sink {
               0);
   }
   uint16_t port() const { return socket.local_endpoint().port(); }
+  // The next n datagrams, in whatever order they came.
+  std::set<std::string> Receive(int n) {
+    std::set<std::string> got;
+    std::string buf(65536, '\0');
+    for (int i = 0; i < n; ++i) {
+      const size_t size = socket.receive(boost::asio::buffer(buf));
+      got.insert(buf.substr(0, size));
+    }
+    return got;
+  }
 };
 
 TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
   Sink s;
-  boost::asio::ip::udp::socket& sink = s.socket;
   auto to = ResolveUdp("127.0.0.1:1", s.port());
   ASSERT_TRUE(to.ok()) << to.status();
   UdpOptions o;
@@ -83,14 +92,9 @@ TEST(UdpSenderTest, SendsMostUrgentFirstAndDropsInjectedLosses) {
   ASSERT_TRUE((*sender)->WaitIdle().ok());
   EXPECT_EQ((*sender)->datagrams_sent(), 3u);
   EXPECT_EQ((*sender)->datagrams_dropped(), 1u);
-  std::set<std::string> got;
-  char buf[64];
-  for (int i = 0; i < 3; ++i) {
-    const size_t n = sink.receive(boost::asio::buffer(buf));
-    got.insert(std::string(buf, n));
-  }
+  const std::set<std::string> got = s.Receive(3);
   EXPECT_EQ(got, (std::set<std::string>{"late layer", "first layer", "first layer, other shard"}));
-  EXPECT_EQ(sink.available(), 0u);
+  EXPECT_EQ(s.socket.available(), 0u);
 }
 
 // A datagram the local kernel refuses is lost as the network would lose it: counted, and
@@ -125,12 +129,7 @@ TEST(UdpSenderTest, AKernelRefusalIsALossUnlessNothingReachedTheShard) {
   EXPECT_EQ((*sender)->send_errors(), 3u);
   EXPECT_TRUE((*sender)->WaitIdle().ok()) << "each wait looks at what was sent since the last";
 
-  std::set<std::string> got;
-  char buf[64];
-  for (int i = 0; i < 3; ++i) {
-    const size_t n = s.socket.receive(boost::asio::buffer(buf));
-    got.insert(std::string(buf, n));
-  }
+  const std::set<std::string> got = s.Receive(3);
   EXPECT_EQ(got, (std::set<std::string>{"a", "b", "c"}));
 }
 
@@ -172,12 +171,7 @@ TEST(UdpSenderTest, AFirewallsDropOnOutputIsALossUnlessItDropsEverything) {
     EXPECT_TRUE((*sender)->WaitIdle().ok());
     EXPECT_EQ((*sender)->send_errors(), 3u);
     EXPECT_EQ((*sender)->datagrams_sent(), 3u);
-    std::set<std::string> got;
-    char buf[64];
-    for (int i = 0; i < 3; ++i) {
-      const size_t n = s.socket.receive(boost::asio::buffer(buf));
-      got.insert(std::string(buf, n));
-    }
+    const std::set<std::string> got = s.Receive(3);
     EXPECT_EQ(got, (std::set<std::string>{"kept00", "kept01", "kept02"}));
     EXPECT_EQ(s.socket.available(), 0u);
 
@@ -203,7 +197,6 @@ TEST(UdpSenderTest, AFirewallsDropOnOutputIsALossUnlessItDropsEverything) {
 // too. The byte count is the datagrams'.
 TEST(UdpSenderTest, SendsAPiecewiseDatagramAsOne) {
   Sink s;
-  boost::asio::ip::udp::socket& sink = s.socket;
   const boost::asio::ip::udp::endpoint to(boost::asio::ip::make_address("127.0.0.1"), s.port());
   auto sender = UdpSender::Start(UdpOptions{});
   ASSERT_TRUE(sender.ok());
@@ -238,12 +231,7 @@ TEST(UdpSenderTest, SendsAPiecewiseDatagramAsOne) {
   EXPECT_EQ((*sender)->datagrams_sent(), 3u);
   EXPECT_EQ((*sender)->bytes_sent(), (5 + 3000 + 16) + (4 + 1 + 2000 + 16) + (6 + 16u));
 
-  std::set<std::string> got;
-  std::string buf(8192, '\0');
-  for (int i = 0; i < 3; ++i) {
-    const size_t n = sink.receive(boost::asio::buffer(buf));
-    got.insert(buf.substr(0, n));
-  }
+  const std::set<std::string> got = s.Receive(3);
   EXPECT_EQ(got, (std::set<std::string>{"head:" + std::string(3000, 'p') + mac,
                                         "two:h" + values + mac, "empty:" + mac}));
 }
