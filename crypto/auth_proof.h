@@ -78,7 +78,7 @@ std::string CallProof(std::string_view token, std::string_view key, std::string_
 // nothing the control plane answers opens a data connection.
 std::string DataKey(std::string_view token, std::string_view key, std::string_view server,
                     uint64_t data_session, std::string_view data_secret);
-// The UDP path's datagram key (net::DatagramKey, ChaCha20-Poly1305) for the same session,
+// The UDP path's datagram key (net::DatagramKey, AES-256-GMAC) for the same session,
 // bound to the token the same way from the session's UDP secret, under its own label:
 //   HMAC-SHA256(token, "ps-udp key v1" | KEY | SERVER | session | udp_secret)
 // so a reader of a plaintext Join answer cannot forge a worker's datagrams either.

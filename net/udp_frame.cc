@@ -1,7 +1,6 @@
 #include "net/udp_frame.h"
 
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
 #include <openssl/rand.h>
 
 #include <algorithm>
@@ -14,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "core/status.h"
+#include "crypto/gmac.h"
 #include "net/little_endian_internal.h"
 
 namespace ps::net {
@@ -26,17 +26,12 @@ constexpr char kMagic[4] = {'P', 'S', 'U', '1'};
 constexpr size_t kNonceOffset = 44;
 constexpr uint32_t kMaxChunkCount = 0xffff;
 
-static_assert(kDatagramKeyBytes == 32, "ChaCha20 takes a 256-bit key");
-static_assert(kDatagramNonceBytes == 12 && kDatagramMacBytes == 16,
-              "ChaCha20-Poly1305 takes a 96-bit nonce and gives a 128-bit tag");
+static_assert(kDatagramKeyBytes == crypto::kGmacKeyBytes && kDatagramNonceBytes == crypto::kGmacNonceBytes &&
+                  kDatagramMacBytes == crypto::kGmacTagBytes,
+              "the MAC is AES-256-GMAC: a 256-bit key, a 96-bit nonce, a 128-bit tag");
 static_assert(kNonceOffset + kDatagramNonceBytes == kDatagramHeaderBytes);
 static_assert(kMaxDatagramCodecBytes <= 0xff, "codec_len is one byte");
 static_assert(kMaxDatagramBytes <= 0xffffffffu, "payload_len is four bytes");
-
-struct EvpCipherCtxDeleter {
-  void operator()(EVP_CIPHER_CTX* ctx) const { EVP_CIPHER_CTX_free(ctx); }
-};
-using EvpCipherCtxPtr = std::unique_ptr<EVP_CIPHER_CTX, EvpCipherCtxDeleter>;
 
 bool IsCodecChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
@@ -106,12 +101,13 @@ size_t DatagramOverhead(size_t codec_bytes) {
 }
 
 struct DatagramKey::State {
+  explicit State(crypto::Gmac g) : gmac(std::move(g)) {}
+  ~State() { OPENSSL_cleanse(key.data(), key.size()); }
+
   std::array<uint8_t, kDatagramKeyBytes> key{};
-  EvpCipherCtxPtr keyed;  // ChaCha20-Poly1305 with the key set and no nonce yet
+  crypto::Gmac gmac;  // keyed with `key`
   uint32_t nonce_prefix = 0;
   mutable std::atomic<uint64_t> nonce_counter{0};
-
-  ~State() { OPENSSL_cleanse(key.data(), key.size()); }
 };
 
 DatagramKey::DatagramKey(std::shared_ptr<const State> state) : state_(std::move(state)) {}
@@ -121,20 +117,15 @@ absl::StatusOr<DatagramKey> DatagramKey::FromBytes(std::string_view key) {
     return absl::InvalidArgumentError(
         absl::StrCat("udp datagram key must have ", kDatagramKeyBytes, " bytes, got ", key.size()));
   }
-  auto state = std::make_shared<State>();
+  absl::StatusOr<crypto::Gmac> gmac = crypto::Gmac::FromKey(key);
+  if (!gmac.ok()) return gmac.status();
+  auto state = std::make_shared<State>(*std::move(gmac));
   std::memcpy(state->key.data(), key.data(), key.size());
   uint64_t counter = 0;
-  state->keyed.reset(EVP_CIPHER_CTX_new());
-  const bool ok =
-      state->keyed != nullptr &&
-      EVP_EncryptInit_ex(state->keyed.get(), EVP_chacha20_poly1305(), nullptr,
-                         state->key.data(), nullptr) == 1 &&
-      RAND_bytes(reinterpret_cast<unsigned char*>(&state->nonce_prefix),
-                 sizeof(state->nonce_prefix)) == 1 &&
-      RAND_bytes(reinterpret_cast<unsigned char*>(&counter), sizeof(counter)) == 1;
-  if (!ok) {
-    return absl::InternalError("udp datagram key: OpenSSL could not set up ChaCha20-Poly1305");
-  }
+  const bool ok = RAND_bytes(reinterpret_cast<unsigned char*>(&state->nonce_prefix),
+                             sizeof(state->nonce_prefix)) == 1 &&
+                  RAND_bytes(reinterpret_cast<unsigned char*>(&counter), sizeof(counter)) == 1;
+  if (!ok) return absl::InternalError("udp datagram key: RAND_bytes failed");
   state->nonce_counter.store(counter);
   return DatagramKey(std::move(state));
 }
@@ -165,63 +156,17 @@ DatagramNonce DatagramKey::NextNonce() const {
 bool DatagramKey::ComputeMac(std::string_view nonce, std::span<const std::string_view> pieces,
                              std::array<uint8_t, kDatagramMacBytes>* out) const {
   if (nonce.size() != kDatagramNonceBytes) return false;
-  // One scratch context per thread: copying the keyed context into it skips the key
-  // setup, and the shared one is only read, so concurrent MACs need no lock.
-  thread_local EvpCipherCtxPtr work(EVP_CIPHER_CTX_new());
-  if (work == nullptr) return false;
-  if (EVP_CIPHER_CTX_copy(work.get(), state_->keyed.get()) != 1 ||
-      EVP_EncryptInit_ex(work.get(), nullptr, nullptr, nullptr,
-                         reinterpret_cast<const unsigned char*>(nonce.data())) != 1) {
-    return false;
-  }
-  // The additional data goes in pieces below 2^31 bytes (an int length): datagrams are
-  // far smaller, but Mac() takes any size.
-  const auto update = [&](const char* data, size_t size) {
-    constexpr size_t kPiece = size_t{1} << 30;
-    for (size_t at = 0; at < size; at += kPiece) {
-      const size_t n = std::min(kPiece, size - at);
-      int len = 0;
-      if (EVP_EncryptUpdate(work.get(), nullptr, &len,
-                            reinterpret_cast<const unsigned char*>(data + at),
-                            static_cast<int>(n)) != 1) {
-        return false;
-      }
-    }
-    return true;
-  };
-  // Poly1305 carries a partial block from one update to the next, so the pieces may
-  // go in one by one, but the first update must not be short: OpenSSL's AVX-512 code
-  // sets up its 8-blocks-at-a-time path only in an update of 8 blocks or more, and a
-  // 61-byte header first made the 32 KiB payload after it take 1.8x as long
-  // (docs/transport.md). So the first kFirst bytes are gathered and go in as one.
-  constexpr size_t kFirst = 256;
-  char first[kFirst];
-  size_t gathered = 0;
-  size_t piece = 0;
-  size_t offset = 0;  // into pieces[piece], what the gathering left
-  for (; piece < pieces.size() && gathered < kFirst; ++piece) {
-    offset = std::min(pieces[piece].size(), kFirst - gathered);
-    if (offset > 0) std::memcpy(first + gathered, pieces[piece].data(), offset);
-    gathered += offset;
-    if (offset < pieces[piece].size()) break;
-    offset = 0;
-  }
-  if (!update(first, gathered)) return false;
-  for (; piece < pieces.size(); ++piece, offset = 0) {
-    if (!update(pieces[piece].data() + offset, pieces[piece].size() - offset)) return false;
-  }
-  unsigned char none[1];
-  int len = 0;
-  return EVP_EncryptFinal_ex(work.get(), none, &len) == 1 && len == 0 &&
-         EVP_CIPHER_CTX_ctrl(work.get(), EVP_CTRL_AEAD_GET_TAG, kDatagramMacBytes,
-                             out->data()) == 1;
+  return state_->gmac.Tag(
+      std::span<const uint8_t, kDatagramNonceBytes>(
+          reinterpret_cast<const uint8_t*>(nonce.data()), kDatagramNonceBytes),
+      pieces, out);
 }
 
 std::array<uint8_t, kDatagramMacBytes> DatagramKey::Mac(
     std::string_view nonce, std::span<const std::string_view> pieces) const {
   std::array<uint8_t, kDatagramMacBytes> mac;
   if (!ComputeMac(nonce, pieces, &mac)) {
-    std::fprintf(stderr, "udp datagram: OpenSSL failed to compute the Poly1305 tag\n");
+    std::fprintf(stderr, "udp datagram: OpenSSL failed to compute the GMAC tag\n");
     std::abort();
   }
   return mac;
