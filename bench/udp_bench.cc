@@ -35,6 +35,8 @@
 #include "net/udp_frame.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
+#include "worker_lib/transport/udp/channel.h"
+#include "worker_lib/transport/udp/sender.h"
 #include "worker_lib/worker.h"
 
 namespace ps::bench {
@@ -44,7 +46,7 @@ struct UdpFlags {
   std::vector<std::string> losses = {"0", "0.01", "0.05", "0.1"};
   uint64_t numel = 1u << 22;
   int rounds = 5;
-  uint32_t chunk_elems = 8192;
+  uint32_t chunk_elems = 0;  // UdpOptions' default: one packet of loopback's MTU
   uint32_t end_copies = 2;  // UdpOptions::end_copies
   // Sender pacing (0: unpaced). The shard's receiving threads keep up with an unpaced
   // sender on loopback (docs/transport.md); pacing is for links slower than the sender.
@@ -55,6 +57,17 @@ struct UdpFlags {
   bool borrow = false;       // PushOptions::borrow on every transport
   int tcp_rto_min_ms = -1;   // ServerOptions::tcp_rto_min (the TCP plane's rows; -1 auto)
 };
+
+// The values per datagram of the worker's UDP channel to a shard on loopback with the
+// fp32 codec (UdpChannel::chunk_elems): the option where set, else one packet of the
+// loopback route's MTU.
+uint32_t ChunkElemsOf(const UdpOptions& o) {
+  if (o.chunk_elems != 0) return o.chunk_elems;
+  const boost::asio::ip::udp::endpoint shard(boost::asio::ip::make_address("127.0.0.1"), 9);
+  const absl::StatusOr<size_t> mtu = internal::udp_path::RouteMtu(shard);
+  return mtu.ok() ? net::ChunkElemsForMtu(*mtu, /*ipv6=*/false, /*codec_bytes=*/4)
+                  : internal::udp_path::UdpChannel::kUnknownMtuChunkElems;
+}
 
 struct Measured {
   double seconds = 0;
@@ -102,8 +115,9 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   // The chunks each round offers (sent or dropped by the injection); the end datagrams
   // besides carry no coordinates.
   uint64_t chunks_per_round = 0;
+  const uint32_t chunk_elems = ChunkElemsOf(wo.udp);
   for (const core::SliceInfo& s : layout.slices()) {
-    chunks_per_round += net::ChunkCount(s.numel, wo.udp.chunk_elems);
+    chunks_per_round += net::ChunkCount(s.numel, chunk_elems);
   }
   for (int r = 0; r <= f.rounds; ++r) {
     PS_RETURN_IF_ERROR(worker->PullAll(uint64_t(r), outs, std::chrono::seconds(60)).status());
@@ -194,7 +208,8 @@ int RunUdp(UdpFlags f) {
                "ps-bench udp: %llu fp32 values per round (%.1f MB), %d timed rounds after 1 "
                "warm-up (and a warm-up pass of each transport), chunks of %u values, pacing %s, "
                "loss %s\n",
-               (unsigned long long)f.numel, double(f.numel) * 4 / 1e6, f.rounds, f.chunk_elems,
+               (unsigned long long)f.numel, double(f.numel) * 4 / 1e6, f.rounds,
+               ChunkElemsOf(UdpOptions{.chunk_elems = f.chunk_elems}),
                f.rate_mbps > 0 ? absl::StrCat(f.rate_mbps, " Mbit/s").c_str() : "off",
                f.kernel_loss ? "by the kernel, every transport (private network namespace)"
                              : "at the UDP sender");
@@ -318,7 +333,10 @@ Command AddUdpCommand(CLI::App& app) {
   sub->add_option("--rounds", f->rounds, "Timed rounds (after one warm-up)")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
-  sub->add_option("--chunk-elems", f->chunk_elems, "Values per datagram")->capture_default_str();
+  sub->add_option("--chunk-elems", f->chunk_elems,
+                  "Values per datagram (0: UdpOptions' default, as many fp32 values as fill one "
+                  "packet of loopback's MTU)")
+      ->capture_default_str();
   sub->add_option("--end-copies", f->end_copies,
                   "Copies of the end datagram after the push's chunks (UdpOptions::end_copies)")
       ->capture_default_str()

@@ -368,6 +368,14 @@ uint32_t ChunkCount(uint32_t numel, uint32_t chunk_elems) {
   return numel / chunk_elems + (numel % chunk_elems != 0 ? 1 : 0);
 }
 
+uint32_t ChunkElemsForMtu(size_t mtu, bool ipv6, size_t codec_bytes) {
+  const size_t headers = (ipv6 ? 40 : 20) + 8;
+  const size_t datagram = std::min(kMaxDatagramBytes, mtu > headers ? mtu - headers : 0);
+  const size_t around = DatagramOverhead(codec_bytes) + kChunkCodecHeadBytes;
+  return static_cast<uint32_t>(
+      std::max<size_t>(1, datagram > around ? (datagram - around) / sizeof(float) : 0));
+}
+
 absl::Status CheckChunkGeometry(const DatagramHeader& header, uint32_t numel) {
   if (header.chunk_elems == 0) return absl::InvalidArgumentError("udp datagram: chunk_elems is 0");
   const uint32_t count = ChunkCount(numel, header.chunk_elems);

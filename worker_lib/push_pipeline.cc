@@ -61,7 +61,7 @@ absl::StatusOr<std::unique_ptr<PushPipeline>> PushPipeline::Create(const WorkerO
                                                 PushPathName(slot->path), " but ",
                                                 client.name(shard), " has no channel for it"));
       }
-      slot->chunked = slot->chunked || channel->chunk_elems() > 0;
+      slot->chunked = slot->chunked || channel->chunked();
     }
     slot->borrow = push.borrow;
     p->slots_.push_back(std::move(slot));
@@ -191,12 +191,12 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
     for (uint32_t id : layout_.SlicesOfTensor(tensor)) {
       const core::SliceInfo& s = layout_.slices()[id];
       DataChannel* channel = client_.channel(s.shard, slot.path);
-      const uint32_t chunk_elems = channel->chunk_elems();
-      if (chunk_elems == 0) {
+      if (!channel->chunked()) {
         ranges.push_back({id, s.offset, s.numel, FixedCostBytes(s.shard, s.numel)});
         piece(s, channel, 0, 1);
         continue;
       }
+      const uint32_t chunk_elems = channel->chunk_elems(codec.size());
       const uint32_t count = net::ChunkCount(s.numel, chunk_elems);
       if (count > UINT16_MAX) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -207,6 +207,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         const net::ChunkRange r = net::ChunkRangeOf(s.numel, chunk_elems, i);
         ranges.push_back({id, s.offset + r.first, r.count});
         piece(s, channel, i, count);
+        pieces.back()->message.chunk_elems = chunk_elems;
       }
     }
     std::vector<std::string> payloads;
@@ -241,7 +242,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
       } else {
         m.payload = std::make_shared<const std::string>(std::move(payloads[k]));
       }
-      (pieces[k]->channel->chunk_elems() > 0 ? chunks : calls).push_back(std::move(pieces[k]));
+      (pieces[k]->channel->chunked() ? chunks : calls).push_back(std::move(pieces[k]));
     }
   }
   if (!chunks.empty()) {

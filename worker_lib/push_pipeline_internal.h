@@ -5,7 +5,7 @@
 // shard restart); and the accounting WaitPushes() reports from.
 //
 // Flow: Push encodes a tensor's slices into OutgoingPushes. Where the slice's shard's
-// channel for that path carries chunks (DataChannel::chunk_elems(), the UDP path), each
+// channel for that path carries chunks (DataChannel::chunked(), the UDP path), each
 // slice is encoded in chunks and handed to the channel at once, unanswered. Otherwise
 // the pushes are queued at their shards; Dispatch sends what the window lets go through
 // DataChannel::NewPush; the answer returns the call's credit (letting queued pushes go)

@@ -269,7 +269,9 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--udp", c.udp, "Push gradients as datagrams on the shards' UDP path (docs/transport.md)");
   app.add_option("--udp-loss", c.udp_loss, "Injected datagram loss in [0, 1) (seeded; with --udp)");
-  app.add_option("--udp-chunk-elems", c.udp_chunk_elems, "Values per datagram (with --udp)");
+  app.add_option("--udp-chunk-elems", c.udp_chunk_elems,
+                 "Values per datagram (with --udp; 0: as many fp32 values as fill one packet of "
+                 "the route's MTU)");
   app.add_option("--udp-end-copies", c.udp_end_copies,
                  "Copies of the end datagram after each push's chunks, which let its round "
                  "close without waiting for the deadline when chunks were lost (0: none; "

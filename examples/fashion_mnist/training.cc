@@ -239,7 +239,6 @@ absl::Status ValidateConfig(const TrainerConfig& c, bool local) {
     return absl::InvalidArgumentError(absl::StrCat("UDP loss ", c.udp_loss, " is not in [0, 1)"));
   }
   if (c.udp_loss > 0 && !c.udp) return absl::InvalidArgumentError("a UDP loss needs --udp");
-  if (c.udp_chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk size must be positive");
   if (c.comm != "sync" && c.comm != "adacomm" && c.comm != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("communication '", c.comm, "' is not one of: sync, adacomm, auto"));

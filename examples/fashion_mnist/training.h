@@ -71,7 +71,7 @@ struct TrainerConfig {
   // (net::ParseLinkShaping, "" = none); FIFO instead of priority send order.
   bool udp = false;
   double udp_loss = 0;
-  uint32_t udp_chunk_elems = 8192;
+  uint32_t udp_chunk_elems = 0;  // 0: UdpOptions' default, one packet of the route's MTU
   uint32_t udp_end_copies = 2;  // UdpOptions::end_copies
   std::string shaping;
   bool fifo = false;

@@ -681,6 +681,32 @@ TEST(UdpFrameTest, ChunkRangesTileTheSliceWithAPartialLastChunk) {
   }
 }
 
+// A chunk of ChunkElemsForMtu fp32 values, with its codec spec and a head of
+// kChunkCodecHeadBytes, fits in one packet of that MTU, and one value more would not
+// (unless capped by the largest datagram or raised to 1).
+TEST(UdpFrameTest, ChunkElemsForMtuFillsOnePacket) {
+  struct Case {
+    size_t mtu;
+    bool ipv6;
+    size_t codec_bytes;
+  };
+  for (const Case& c : {Case{1500, false, 4}, Case{1500, false, 64}, Case{9000, false, 4},
+                        Case{1280, true, 4}, Case{576, false, 20}, Case{65536, true, 4}}) {
+    const uint32_t n = ChunkElemsForMtu(c.mtu, c.ipv6, c.codec_bytes);
+    const size_t packet = c.mtu - (c.ipv6 ? 40 : 20) - 8;
+    const size_t datagram = DatagramOverhead(c.codec_bytes) + kChunkCodecHeadBytes + 4 * n;
+    EXPECT_LE(datagram, packet) << c.mtu;
+    EXPECT_GT(datagram + 4, packet) << c.mtu;
+  }
+  EXPECT_EQ(ChunkElemsForMtu(1500, false, 4), 345u);
+  // Loopback's 65,536 is capped by the largest IPv4 datagram.
+  const uint32_t lo = ChunkElemsForMtu(65536, false, 4);
+  EXPECT_EQ(lo, 16353u);
+  EXPECT_LE(DatagramOverhead(4) + kChunkCodecHeadBytes + 4 * size_t{lo}, kMaxDatagramBytes);
+  EXPECT_EQ(ChunkElemsForMtu(100, false, 64), 1u);
+  EXPECT_EQ(ChunkElemsForMtu(0, true, 4), 1u);
+}
+
 TEST(UdpFrameTest, CheckChunkGeometryAcceptsEveryChunkOfTheSlice) {
   DatagramHeader h;
   h.chunk_elems = 256;

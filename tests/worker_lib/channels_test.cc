@@ -31,7 +31,7 @@ TEST(ChannelsTest, EveryShardGetsItsControlAndADataPlaneChannel) {
   for (const ShardLink& link : *links) {
     EXPECT_NE(link.control, nullptr);
     ASSERT_NE(ChannelOf(link, PushPath::kDataPlane), nullptr);
-    EXPECT_EQ(ChannelOf(link, PushPath::kDataPlane)->chunk_elems(), 0u) << "whole slices";
+    EXPECT_FALSE(ChannelOf(link, PushPath::kDataPlane)->chunked()) << "whole slices";
     EXPECT_EQ(ChannelOf(link, PushPath::kUdp), nullptr) << "no tensor takes the UDP path";
   }
 }
@@ -53,8 +53,9 @@ TEST(ChannelsTest, ATensorOverUdpGivesEveryShardAUdpChannel) {
     ASSERT_TRUE(links.ok()) << links.status();
     for (const ShardLink& link : *links) {
       ASSERT_NE(ChannelOf(link, PushPath::kUdp), nullptr) << deprecated_alias;
-      EXPECT_EQ(ChannelOf(link, PushPath::kUdp)->chunk_elems(), 512u);
-      EXPECT_EQ(ChannelOf(link, PushPath::kDataPlane)->chunk_elems(), 0u);
+      EXPECT_TRUE(ChannelOf(link, PushPath::kUdp)->chunked());
+      EXPECT_EQ(ChannelOf(link, PushPath::kUdp)->chunk_elems(4), 512u);
+      EXPECT_FALSE(ChannelOf(link, PushPath::kDataPlane)->chunked());
     }
   }
 }

@@ -169,7 +169,11 @@ class FakeDataChannel final : public DataChannel {
     absl::MutexLock lock(&mu_);
     chunk_elems_ = elems;
   }
-  uint32_t chunk_elems() const override {
+  bool chunked() const override {
+    absl::MutexLock lock(&mu_);
+    return chunk_elems_ > 0;
+  }
+  uint32_t chunk_elems(size_t /*codec_bytes*/) const override {
     absl::MutexLock lock(&mu_);
     return chunk_elems_;
   }

@@ -9,7 +9,10 @@
 #include <sys/time.h>
 
 #include <algorithm>
+#include <cstdlib>
+#include <fstream>
 #include <map>
+#include <thread>
 #include <memory>
 #include <set>
 #include <span>
@@ -18,8 +21,10 @@
 
 #include <boost/asio.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "crypto/auth_proof.h"
+#include "harness/lossy_loopback.h"
 
 namespace ps::internal::udp_path {
 namespace {
@@ -77,6 +82,7 @@ class UdpChannelTest : public ::testing::Test {
     p.codec = "fp32";
     p.chunk_index = index;
     p.chunk_count = count;
+    p.chunk_elems = 4;  // the options' (the push pipeline asks chunk_elems())
     p.payload = std::make_shared<const std::string>(std::move(payload));
     return p;
   }
@@ -92,7 +98,8 @@ class UdpChannelTest : public ::testing::Test {
 
 TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   ASSERT_TRUE(channel_->SetRoute(Route()).ok());
-  EXPECT_EQ(channel_->chunk_elems(), 4u);
+  EXPECT_TRUE(channel_->chunked());
+  EXPECT_EQ(channel_->chunk_elems(4), 4u);
   uint64_t epoch = 0;
   const std::vector<OutgoingPush> pushes = {Chunk(0, 2, std::string(16, 'a')),
                                             Chunk(1, 2, std::string(8, 'b'))};
@@ -291,6 +298,60 @@ TEST_F(UdpChannelTest, PullsGoOverTheDataPlane) {
   auto sink = std::make_shared<Sink>();
   EXPECT_EQ(channel_->Pull(PullAsk{}, RpcClock::now(), sink), 2u);
   EXPECT_EQ(sink->status.code(), absl::StatusCode::kUnimplemented);
+}
+
+// Without a set chunk size, a chunk fills one packet of the route to its shard: on
+// loopback, of loopback's MTU; in a network namespace of the test's own, of a veth
+// device's 1400-byte MTU (and, with no route at all, the fallback of 8192 values). A set
+// chunk size wins everywhere. The namespace needs root, nft and ip.
+TEST(UdpChannelChunkTest, WithoutASetSizeAChunkFillsOnePacketOfTheRoutesMtu) {
+  const auto channel_to = [](const std::string& address, uint32_t port, uint32_t chunk_elems) {
+    UdpOptions options;
+    options.chunk_elems = chunk_elems;
+    auto sender = UdpSender::Start(options);
+    EXPECT_TRUE(sender.ok()) << sender.status();
+    auto channel = std::make_unique<UdpChannel>(*std::move(sender), options, /*token=*/"",
+                                                /*worker_id=*/5, /*shard=*/1, address);
+    DataRoute r;
+    r.epoch = 1;
+    r.udp_port = port;
+    r.udp_session = 7;
+    r.udp_key = std::string(net::kDatagramKeyBytes, 'k');
+    const absl::Status routed = channel->SetRoute(r);
+    EXPECT_TRUE(routed.ok()) << routed;
+    return channel;
+  };
+  size_t lo_mtu = 0;
+  std::ifstream("/sys/class/net/lo/mtu") >> lo_mtu;
+  ASSERT_GT(lo_mtu, 0u);
+  const auto loopback = channel_to("127.0.0.1:1", 9, 0);
+  EXPECT_TRUE(loopback->chunked());
+  EXPECT_EQ(loopback->chunk_elems(4), net::ChunkElemsForMtu(lo_mtu, false, 4));
+  EXPECT_EQ(loopback->chunk_elems(40), net::ChunkElemsForMtu(lo_mtu, false, 40));
+  EXPECT_EQ(channel_to("127.0.0.1:1", 9, 512)->chunk_elems(4), 512u);
+
+  std::string skip;
+  // The namespace is the thread's (harness::LossyLoopback): the test's main thread, and
+  // the tests after it, stay where they were; `ip` runs as a child of this thread.
+  std::thread in_namespace([&] {
+    absl::StatusOr<harness::LossyLoopback> ns = harness::LossyLoopback::Enter();
+    if (!ns.ok()) {
+      skip = ns.status().ToString();
+      return;
+    }
+    if (std::system("ip link add ps0 type veth peer name ps1 && ip link set ps0 mtu 1400 up && "
+                    "ip link set ps1 up && ip addr add 10.77.0.1/24 dev ps0") != 0) {
+      skip = "ip could not make a veth pair";
+      return;
+    }
+    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 0)->chunk_elems(4), net::ChunkElemsForMtu(1400, false, 4));
+    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 0)->chunk_elems(4), 320u);  // (1400 - 28 - 92) / 4
+    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 100)->chunk_elems(4), 100u);
+    // No route to 192.0.2.1 in this namespace: the MTU is unknown.
+    EXPECT_EQ(channel_to("192.0.2.1:1", 9, 0)->chunk_elems(4), UdpChannel::kUnknownMtuChunkElems);
+  });
+  in_namespace.join();
+  if (!skip.empty()) GTEST_SKIP() << "no network namespace with a veth pair here: " << skip;
 }
 
 }  // namespace

@@ -45,9 +45,15 @@ TEST(UdpSenderTest, RefusesBadOptions) {
   UdpOptions o;
   o.loss = 1.0;
   EXPECT_EQ(UdpSender::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
-  o.loss = 0;
-  o.chunk_elems = 0;
+  o.loss = -0.1;
   EXPECT_EQ(UdpSender::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+  o.loss = 0;
+  o.rate_mbps = -1;
+  EXPECT_EQ(UdpSender::Start(o).status().code(), absl::StatusCode::kInvalidArgument);
+  // chunk_elems 0 is the default: chunks of one packet of each route's MTU.
+  o.rate_mbps = 0;
+  o.chunk_elems = 0;
+  EXPECT_TRUE(UdpSender::Start(o).ok());
 }
 
 // A UDP socket on loopback for a sender to send to; a lost datagram fails the test

@@ -58,7 +58,7 @@ struct DataRoute {
 };
 
 // A push as it goes out: a slice's, or one chunk of it on a channel that carries
-// chunks (chunk_elems() > 0). The payload is shared: resends and replays send the same
+// chunks (chunked()), `chunk_elems` values each. The payload is shared: resends and replays send the same
 // bytes, handed to the transport as they are. A borrowed push (PushOptions::borrow)
 // goes out as `payload` followed by `borrowed`, the caller's bytes: a channel sends both
 // and keeps `borrowed_guard` for as long as anything of it may still read `borrowed`
@@ -75,6 +75,7 @@ struct OutgoingPush {
   std::optional<float> lr;    // SetLearningRate; channels without the field drop it
   uint16_t chunk_index = 0;
   uint16_t chunk_count = 1;
+  uint32_t chunk_elems = 0;  // a chunk's values (chunk i covers [i, i + 1) of them); 0: whole
   std::shared_ptr<const std::string> payload;
   std::span<const char> borrowed;
   std::shared_ptr<const void> borrowed_guard;
@@ -164,9 +165,12 @@ class DataChannel {
   virtual uint64_t Pull(PullAsk ask, RpcClock::time_point deadline,
                         std::shared_ptr<PullSink> sink) = 0;
 
-  // Coordinates per chunk for a channel that carries slices in chunks and answers no
-  // push (UDP datagrams); 0 for whole slices, each answered.
-  virtual uint32_t chunk_elems() const { return 0; }
+  // Whether the channel carries slices in chunks and answers no push (UDP datagrams);
+  // false for whole slices, each answered.
+  virtual bool chunked() const { return false; }
+  // A chunked channel's coordinates per chunk for pushes under a codec spec of
+  // `codec_bytes` bytes, as its route stands now (at least 1); 0 where not chunked.
+  virtual uint32_t chunk_elems(size_t codec_bytes) const { return 0; }
   // Waits until what the channel queued unanswered has left; the first send error
   // since the previous call (of any channel sharing the sender).
   virtual absl::Status WaitSent() { return absl::OkStatus(); }

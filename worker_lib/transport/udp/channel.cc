@@ -56,7 +56,7 @@ class UdpChannel::Push final : public DataChannel::PushCall {
     h.worker_id = channel_->worker_id_;
     h.slice_id = p.slice_id;
     h.round = p.round;
-    h.chunk_elems = channel_->options_.chunk_elems;
+    h.chunk_elems = p.chunk_elems;
     h.chunk_index = p.chunk_index;
     h.chunk_count = p.chunk_count;
     return h;
@@ -164,10 +164,14 @@ absl::Status UdpChannel::SetRoute(const DataRoute& route) {
     const Route last = this->route();
     if (last.port == route.udp_port) {
       next.endpoint = last.endpoint;
+      next.mtu = last.mtu;
     } else {
       auto endpoint = ResolveUdp(address_, static_cast<uint16_t>(route.udp_port));
       if (endpoint.ok()) {
         next.endpoint = *endpoint;
+        // The library logs nothing: where the MTU is unknown, chunk_elems() says so by
+        // its fallback (docs/transport.md).
+        if (options_.chunk_elems == 0) next.mtu = RouteMtu(next.endpoint).value_or(0);
       } else {
         next.key = nullptr;
         next.port = 0;
@@ -178,6 +182,13 @@ absl::Status UdpChannel::SetRoute(const DataRoute& route) {
   absl::MutexLock lock(&mu_);
   route_ = std::move(next);
   return status;
+}
+
+uint32_t UdpChannel::chunk_elems(size_t codec_bytes) const {
+  if (options_.chunk_elems != 0) return options_.chunk_elems;
+  const Route r = route();
+  if (r.mtu == 0) return kUnknownMtuChunkElems;
+  return net::ChunkElemsForMtu(r.mtu, r.endpoint.address().is_v6(), codec_bytes);
 }
 
 UdpChannel::Route UdpChannel::route() const {

@@ -21,6 +21,10 @@ namespace ps::internal::udp_path {
 
 class UdpChannel final : public DataChannel {
  public:
+  // Values per chunk where UdpOptions::chunk_elems is 0 and the route's MTU is unknown
+  // (32 KiB fp32 datagrams, the fixed default until 2026-12-06).
+  static constexpr uint32_t kUnknownMtuChunkElems = 8192;
+
   // To shard `shard` at `address` ("host:port", its gRPC address: the datagrams go to
   // the same host), for worker `worker_id`; `sender` is shared with the channels to the
   // other shards.
@@ -37,7 +41,11 @@ class UdpChannel final : public DataChannel {
   // Ends at once with UNIMPLEMENTED: pulls go over the data plane.
   uint64_t Pull(PullAsk ask, RpcClock::time_point deadline,
                 std::shared_ptr<PullSink> sink) override;
-  uint32_t chunk_elems() const override { return options_.chunk_elems; }
+  bool chunked() const override { return true; }
+  // UdpOptions::chunk_elems where set; else as many fp32 values as fill one packet of
+  // the route's MTU (net::ChunkElemsForMtu), or kUnknownMtuChunkElems where the MTU could
+  // not be read.
+  uint32_t chunk_elems(size_t codec_bytes) const override;
   absl::Status WaitSent() override { return sender_->WaitIdle(); }
   void FillStats(WorkerStats& stats) const override;
 
@@ -49,6 +57,7 @@ class UdpChannel final : public DataChannel {
     std::shared_ptr<const net::DatagramKey> key;  // null: the route is unusable
     uint32_t port = 0;                           // the endpoint's (0: none resolved)
     boost::asio::ip::udp::endpoint endpoint;
+    size_t mtu = 0;  // of this host's route to the endpoint (0: unknown)
   };
   class Push;
   Route route() const;

@@ -1,9 +1,12 @@
 #include "worker_lib/transport/udp/sender.h"
 
+#include <netinet/in.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -48,6 +51,33 @@ absl::StatusOr<udp::endpoint> ResolveUdp(const std::string& address, uint16_t po
   return udp::endpoint(host, port);
 }
 
+absl::StatusOr<size_t> RouteMtu(const udp::endpoint& endpoint) {
+#ifdef __linux__
+  const bool v6 = endpoint.address().is_v6();
+  const int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    return absl::UnavailableError(absl::StrCat("no UDP socket to ask the route's MTU: ",
+                                               std::strerror(errno)));
+  }
+  int mtu = 0;
+  socklen_t len = sizeof(mtu);
+  // Connecting a UDP socket sends nothing: it only picks the route.
+  const bool ok =
+      ::connect(fd, endpoint.data(), static_cast<socklen_t>(endpoint.size())) == 0 &&
+      ::getsockopt(fd, v6 ? IPPROTO_IPV6 : IPPROTO_IP, v6 ? IPV6_MTU : IP_MTU, &mtu, &len) == 0;
+  const int error = errno;
+  ::close(fd);
+  if (!ok || mtu <= 0) {
+    return absl::UnavailableError(absl::StrCat("the MTU of the route to ",
+                                               endpoint.address().to_string(), " is unknown: ",
+                                               ok ? "the kernel gave none" : std::strerror(error)));
+  }
+  return static_cast<size_t>(mtu);
+#else
+  return absl::UnavailableError("the route's MTU is read only on Linux");
+#endif
+}
+
 UdpSender::UdpSender(const UdpOptions& options, bool priority_order)
     : options_(options),
       socket_(io_),
@@ -61,7 +91,6 @@ absl::StatusOr<std::unique_ptr<UdpSender>> UdpSender::Start(const UdpOptions& op
   if (!(options.rate_mbps >= 0)) {
     return absl::InvalidArgumentError(absl::StrCat("UDP rate must be >= 0 Mbit/s, got ", options.rate_mbps));
   }
-  if (options.chunk_elems == 0) return absl::InvalidArgumentError("UDP chunk_elems must be positive");
   std::unique_ptr<UdpSender> s(new UdpSender(options, priority_order));
   if (options.rate_mbps > 0) {
     s->pacer_ = std::make_unique<net::TokenBucket>(options.rate_mbps * 1e6 / 8, 64 * 1024);

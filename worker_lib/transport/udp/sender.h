@@ -44,6 +44,11 @@ inline constexpr uint32_t kInjectedEndIndex = 1u << 16;
 // "host:port" or "[v6]:port" -> the UDP endpoint of `host` at `port`, resolved now.
 absl::StatusOr<boost::asio::ip::udp::endpoint> ResolveUdp(const std::string& address, uint16_t port);
 
+// The MTU of this host's route to `endpoint` (the kernel's IP_MTU or IPV6_MTU of a UDP
+// socket connected there: the outgoing device's, or a smaller path MTU it learnt);
+// UNAVAILABLE, saying why, where it cannot be read (no route, or not Linux).
+absl::StatusOr<size_t> RouteMtu(const boost::asio::ip::udp::endpoint& endpoint);
+
 // A queued datagram's payload, sent from where it lies: up to two pieces one after the
 // other (a push's encoded bytes; or a borrowed push's head and the caller's values,
 // PushOptions::borrow), each kept alive by its `keep` until the datagram is sent or
