@@ -206,6 +206,7 @@ PS_GMAC_AVX512 void FastTag(const __m128i* round_keys, const __m128i* descending
   size_t held = 0;  // bytes in `partial`: a block that pieces share
   uint64_t total = 0;
   for (std::string_view piece : pieces) {
+    if (piece.empty()) continue;  // its data() may be null, which memcpy must not get
     const auto* p = reinterpret_cast<const uint8_t*>(piece.data());
     size_t n = piece.size();
     total += n;
