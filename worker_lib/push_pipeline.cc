@@ -196,7 +196,8 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         piece(s, channel, 0, 1);
         continue;
       }
-      const uint32_t chunk_elems = channel->chunk_elems(codec.size());
+      const uint32_t chunk_elems = channel->chunk_elems(
+          codec.size(), [&slot](size_t n) { return slot.encoder->MaxEncodedBytes(n); });
       const uint32_t count = net::ChunkCount(s.numel, chunk_elems);
       if (count > UINT16_MAX) {
         return absl::InvalidArgumentError(absl::StrCat(

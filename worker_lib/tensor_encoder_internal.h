@@ -50,6 +50,8 @@ class TensorEncoder {
                       std::string* head, std::vector<std::span<const char>>* borrowed);
 
   std::string_view spec() const { return codec_->spec(); }
+  // The codec's largest encoding of `numel` values (Codec::MaxEncodedBytes).
+  size_t MaxEncodedBytes(size_t numel) const { return codec_->MaxEncodedBytes(numel); }
   // Where the codec was asked to encode (PushOptions::device, then SetCodec's).
   core::Device device() const { return device_; }
   // Encodes from now on with `spec` on `device` (made as Make makes the first), keeping

@@ -105,7 +105,9 @@ struct UdpOptions {
   // 0 (the default): per shard, as many fp32 values as fill one IP packet of this host's
   // route to it, so that no datagram is sent as IP fragments (one lost fragment loses
   // the whole datagram): 16,353 values on loopback (MTU 65,536), 345 on Ethernet (1,500),
-  // 2,220 with jumbo frames (9,000); 8192 where the MTU cannot be read.
+  // 2,220 with jumbo frames (9,000); 8192 where the MTU cannot be read. Fewer where the
+  // tensor's codec may encode a value in more than 4 bytes, so that its largest encoding
+  // of a chunk still fits in one datagram.
   uint32_t chunk_elems = 0;
   // Pacing: the sender's rate in megabits per second (token bucket); 0 = unpaced.
   double rate_mbps = 0;

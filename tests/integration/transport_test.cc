@@ -544,6 +544,35 @@ TEST(TcpPlaneTest, TheShardsLeastRetransmissionTimeoutHoldsAtBothEndsOfADataConn
   }
 }
 
+// With the default chunk size (one packet of loopback's MTU, 16,353 fp32 values), a
+// codec whose encoding takes 8 bytes a value (every value kept, each with a raw index)
+// gets chunks that fit one datagram, and the push arrives whole.
+TEST(UdpTest, ACodecWiderThanFp32GetsChunksThatFitADatagram) {
+  server::ServerOptions so = Options(1);
+  so.udp_port = 0;
+  testing::Cluster c = testing::StartCluster(1, so);
+  ASSERT_EQ(c.num_shards(), 1u);
+  constexpr uint32_t kNumel = 40000;
+  auto layout = core::ModelLayout::Create({{"w", kNumel, 0}}, kNumel, 1);
+  ASSERT_TRUE(layout.ok());
+  WorkerOptions o = ClientOptions(c, 0);
+  o.push.path = PushPath::kUdp;
+  o.push.codec = "threshold(0.5)+raw+raw";
+  ASSERT_EQ(o.udp.chunk_elems, 0u) << "the default";
+  auto worker = Worker::Start(o, *layout, Spans({std::vector<float>(kNumel, 0.0f)}));
+  ASSERT_TRUE(worker.ok()) << worker.status();
+  const std::vector<float> grad(kNumel, 1.0f);
+  ASSERT_TRUE((*worker)->Push(0, 0, grad).ok());
+  ASSERT_TRUE((*worker)->WaitPushes().ok());
+  std::vector<float> out(kNumel);
+  const std::vector<std::span<float>> outs = {out};
+  auto version = (*worker)->PullAll(1, outs, milliseconds(20000));
+  ASSERT_TRUE(version.ok()) << version.status();
+  for (uint32_t i = 0; i < kNumel; ++i) ASSERT_EQ(out[i], -1.0f) << i;
+  // More datagrams than 40,000 values in chunks of 16,353 would take (3), and an end.
+  EXPECT_GT((*worker)->stats().udp_datagrams_sent, 4u);
+}
+
 TEST(UdpTest, AWorkerPushingOverUdpNeedsAShardWithTheUdpPath) {
   testing::Cluster c = testing::StartCluster(1, Options(1));
   ASSERT_EQ(c.num_shards(), 1u);

@@ -10,6 +10,9 @@
 namespace ps::internal {
 namespace {
 
+// The fp32 codec's largest encoding of n values (Codec::MaxEncodedBytes).
+size_t Fp32Bytes(size_t n) { return 1 + 4 * n; }
+
 WorkerOptions TwoShards() {
   WorkerOptions o;
   // Channels connect lazily: nothing needs to listen here.
@@ -54,7 +57,7 @@ TEST(ChannelsTest, ATensorOverUdpGivesEveryShardAUdpChannel) {
     for (const ShardLink& link : *links) {
       ASSERT_NE(ChannelOf(link, PushPath::kUdp), nullptr) << deprecated_alias;
       EXPECT_TRUE(ChannelOf(link, PushPath::kUdp)->chunked());
-      EXPECT_EQ(ChannelOf(link, PushPath::kUdp)->chunk_elems(4), 512u);
+      EXPECT_EQ(ChannelOf(link, PushPath::kUdp)->chunk_elems(4, Fp32Bytes), 512u);
       EXPECT_FALSE(ChannelOf(link, PushPath::kDataPlane)->chunked());
     }
   }

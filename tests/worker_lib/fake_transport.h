@@ -173,7 +173,8 @@ class FakeDataChannel final : public DataChannel {
     absl::MutexLock lock(&mu_);
     return chunk_elems_ > 0;
   }
-  uint32_t chunk_elems(size_t /*codec_bytes*/) const override {
+  uint32_t chunk_elems(size_t /*codec_bytes*/,
+                       absl::FunctionRef<size_t(size_t)> /*max_encoded_bytes*/) const override {
     absl::MutexLock lock(&mu_);
     return chunk_elems_;
   }

@@ -31,6 +31,9 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// The fp32 codec's largest encoding of n values (Codec::MaxEncodedBytes).
+size_t Fp32Bytes(size_t n) { return 1 + 4 * n; }
+
 class UdpChannelTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -99,7 +102,7 @@ class UdpChannelTest : public ::testing::Test {
 TEST_F(UdpChannelTest, ChunksGoOutSignedUnderTheRoutesSession) {
   ASSERT_TRUE(channel_->SetRoute(Route()).ok());
   EXPECT_TRUE(channel_->chunked());
-  EXPECT_EQ(channel_->chunk_elems(4), 4u);
+  EXPECT_EQ(channel_->chunk_elems(4, Fp32Bytes), 4u);
   uint64_t epoch = 0;
   const std::vector<OutgoingPush> pushes = {Chunk(0, 2, std::string(16, 'a')),
                                             Chunk(1, 2, std::string(8, 'b'))};
@@ -326,9 +329,26 @@ TEST(UdpChannelChunkTest, WithoutASetSizeAChunkFillsOnePacketOfTheRoutesMtu) {
   ASSERT_GT(lo_mtu, 0u);
   const auto loopback = channel_to("127.0.0.1:1", 9, 0);
   EXPECT_TRUE(loopback->chunked());
-  EXPECT_EQ(loopback->chunk_elems(4), net::ChunkElemsForMtu(lo_mtu, false, 4));
-  EXPECT_EQ(loopback->chunk_elems(40), net::ChunkElemsForMtu(lo_mtu, false, 40));
-  EXPECT_EQ(channel_to("127.0.0.1:1", 9, 512)->chunk_elems(4), 512u);
+  EXPECT_EQ(loopback->chunk_elems(4, Fp32Bytes), net::ChunkElemsForMtu(lo_mtu, false, 4));
+  EXPECT_EQ(loopback->chunk_elems(40, Fp32Bytes), net::ChunkElemsForMtu(lo_mtu, false, 40));
+  EXPECT_EQ(channel_to("127.0.0.1:1", 9, 512)->chunk_elems(4, Fp32Bytes), 512u);
+  // A codec whose largest encoding takes 8 bytes a value gets chunks that keep it within
+  // one datagram; a set size is the caller's to choose (Push refuses one that fails).
+  const auto eight = [](size_t n) { return 8 + 8 * n; };
+  const uint32_t wide = loopback->chunk_elems(4, eight);
+  EXPECT_LE(eight(wide), net::kMaxDatagramBytes - net::DatagramOverhead(4));
+  EXPECT_GT(eight(wide + 1), net::kMaxDatagramBytes - net::DatagramOverhead(4));
+  EXPECT_EQ(channel_to("127.0.0.1:1", 9, 9000)->chunk_elems(4, eight), 9000u);
+  // IPv6's header is 40 bytes: 4 values fewer on loopback (where ::1 is up).
+  bool have_v6_loopback = false;
+  std::ifstream inet6("/proc/net/if_inet6");
+  for (std::string line; std::getline(inet6, line);) {
+    have_v6_loopback = have_v6_loopback || line.starts_with("00000000000000000000000000000001");
+  }
+  if (have_v6_loopback) {
+    EXPECT_EQ(channel_to("[::1]:1", 9, 0)->chunk_elems(4, Fp32Bytes), net::ChunkElemsForMtu(lo_mtu, true, 4));
+    EXPECT_EQ(net::ChunkElemsForMtu(65536, true, 4), 16349u);
+  }
 
   std::string skip;
   // The namespace is the thread's (harness::LossyLoopback): the test's main thread, and
@@ -344,11 +364,11 @@ TEST(UdpChannelChunkTest, WithoutASetSizeAChunkFillsOnePacketOfTheRoutesMtu) {
       skip = "ip could not make a veth pair";
       return;
     }
-    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 0)->chunk_elems(4), net::ChunkElemsForMtu(1400, false, 4));
-    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 0)->chunk_elems(4), 320u);  // (1400 - 28 - 92) / 4
-    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 100)->chunk_elems(4), 100u);
+    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 0)->chunk_elems(4, Fp32Bytes), net::ChunkElemsForMtu(1400, false, 4));
+    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 0)->chunk_elems(4, Fp32Bytes), 320u);  // (1400 - 28 - 92) / 4
+    EXPECT_EQ(channel_to("10.77.0.2:1", 9, 100)->chunk_elems(4, Fp32Bytes), 100u);
     // No route to 192.0.2.1 in this namespace: the MTU is unknown.
-    EXPECT_EQ(channel_to("192.0.2.1:1", 9, 0)->chunk_elems(4), UdpChannel::kUnknownMtuChunkElems);
+    EXPECT_EQ(channel_to("192.0.2.1:1", 9, 0)->chunk_elems(4, Fp32Bytes), UdpChannel::kUnknownMtuChunkElems);
   });
   in_namespace.join();
   if (!skip.empty()) GTEST_SKIP() << "no network namespace with a veth pair here: " << skip;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "core/data_plane.h"
@@ -169,8 +170,12 @@ class DataChannel {
   // false for whole slices, each answered.
   virtual bool chunked() const { return false; }
   // A chunked channel's coordinates per chunk for pushes under a codec spec of
-  // `codec_bytes` bytes, as its route stands now (at least 1); 0 where not chunked.
-  virtual uint32_t chunk_elems(size_t codec_bytes) const { return 0; }
+  // `codec_bytes` bytes whose largest encoding of n values is `max_encoded_bytes(n)`,
+  // as its route stands now (at least 1); 0 where not chunked.
+  virtual uint32_t chunk_elems(size_t codec_bytes,
+                               absl::FunctionRef<size_t(size_t)> max_encoded_bytes) const {
+    return 0;
+  }
   // Waits until what the channel queued unanswered has left; the first send error
   // since the previous call (of any channel sharing the sender).
   virtual absl::Status WaitSent() { return absl::OkStatus(); }

@@ -44,8 +44,10 @@ class UdpChannel final : public DataChannel {
   bool chunked() const override { return true; }
   // UdpOptions::chunk_elems where set; else as many fp32 values as fill one packet of
   // the route's MTU (net::ChunkElemsForMtu), or kUnknownMtuChunkElems where the MTU could
-  // not be read.
-  uint32_t chunk_elems(size_t codec_bytes) const override;
+  // not be read, and never more than keep the codec's largest encoding within one
+  // datagram (net::kMaxDatagramBytes).
+  uint32_t chunk_elems(size_t codec_bytes,
+                       absl::FunctionRef<size_t(size_t)> max_encoded_bytes) const override;
   absl::Status WaitSent() override { return sender_->WaitIdle(); }
   void FillStats(WorkerStats& stats) const override;
 
