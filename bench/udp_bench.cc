@@ -59,14 +59,12 @@ struct UdpFlags {
 };
 
 // The values per datagram of the worker's UDP channel to a shard on loopback with the
-// fp32 codec (UdpChannel::chunk_elems): the option where set, else one packet of the
-// loopback route's MTU.
+// fp32 codec (UdpChannel::chunk_elems).
 uint32_t ChunkElemsOf(const UdpOptions& o) {
-  if (o.chunk_elems != 0) return o.chunk_elems;
   const boost::asio::ip::udp::endpoint shard(boost::asio::ip::make_address("127.0.0.1"), 9);
-  const absl::StatusOr<size_t> mtu = internal::udp_path::RouteMtu(shard);
-  return mtu.ok() ? net::ChunkElemsForMtu(*mtu, /*ipv6=*/false, /*codec_bytes=*/4)
-                  : internal::udp_path::UdpChannel::kUnknownMtuChunkElems;
+  return internal::udp_path::ChunkElemsFor(
+      o, internal::udp_path::RouteMtu(shard).value_or(0), /*ipv6=*/false, /*codec_bytes=*/4,
+      [](size_t n) { return 1 + 4 * n; });  // fp32's largest encoding
 }
 
 struct Measured {

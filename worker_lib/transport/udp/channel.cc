@@ -184,21 +184,27 @@ absl::Status UdpChannel::SetRoute(const DataRoute& route) {
   return status;
 }
 
-uint32_t UdpChannel::chunk_elems(size_t codec_bytes,
-                                 absl::FunctionRef<size_t(size_t)> max_encoded_bytes) const {
-  if (options_.chunk_elems != 0) return options_.chunk_elems;
-  const Route r = route();
-  uint32_t n = r.mtu == 0 ? kUnknownMtuChunkElems
-                          : net::ChunkElemsForMtu(r.mtu, r.endpoint.address().is_v6(), codec_bytes);
+uint32_t ChunkElemsFor(const UdpOptions& options, size_t mtu, bool ipv6, size_t codec_bytes,
+                       absl::FunctionRef<size_t(size_t)> max_encoded_bytes) {
+  if (options.chunk_elems != 0) return options.chunk_elems;
+  uint32_t n = mtu == 0 ? UdpChannel::kUnknownMtuChunkElems
+                        : net::ChunkElemsForMtu(mtu, ipv6, codec_bytes);
   // A codec whose encoding may pass 4 bytes a value (a dense sparse code, say) gets
   // chunks its largest encoding fits in one datagram: fewer values, in proportion,
   // then one at a time (encodings grow with n).
   const size_t room = net::kMaxDatagramBytes - net::DatagramOverhead(codec_bytes);
-  while (n > 1 && max_encoded_bytes(n) > room) {
-    const size_t scaled = static_cast<size_t>(n) * room / max_encoded_bytes(n);
+  for (size_t need = max_encoded_bytes(n); n > 1 && need > room; need = max_encoded_bytes(n)) {
+    const size_t scaled = static_cast<size_t>(n) * room / need;
     n = static_cast<uint32_t>(std::max<size_t>(1, std::min<size_t>(scaled, n - 1)));
   }
   return n;
+}
+
+uint32_t UdpChannel::chunk_elems(size_t codec_bytes,
+                                 absl::FunctionRef<size_t(size_t)> max_encoded_bytes) const {
+  const Route r = route();
+  return ChunkElemsFor(options_, r.mtu, r.endpoint.address().is_v6(), codec_bytes,
+                       max_encoded_bytes);
 }
 
 UdpChannel::Route UdpChannel::route() const {

@@ -78,4 +78,9 @@ class UdpChannel final : public DataChannel {
   Route route_ ABSL_GUARDED_BY(mu_);
 };
 
+// What UdpChannel::chunk_elems gives on a route of `mtu` bytes (0: unknown), for callers
+// that know the route without a channel (ps-bench udp).
+uint32_t ChunkElemsFor(const UdpOptions& options, size_t mtu, bool ipv6, size_t codec_bytes,
+                       absl::FunctionRef<size_t(size_t)> max_encoded_bytes);
+
 }  // namespace ps::internal::udp_path
