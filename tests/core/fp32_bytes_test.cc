@@ -74,5 +74,41 @@ TEST(Fp32BytesTest, AddIntoAndSubtractAreElementwiseOverBlocksAndTails) {
   }
 }
 
+// AddFiniteKeep and AddFiniteKeepBytes write every sum to what is held and to the copy,
+// over whole blocks and the tail, and say false when any sum (in a block or in the tail)
+// is not finite; the byte form reads the change at any alignment.
+TEST(Fp32BytesTest, AddFiniteKeepWritesEverySumTwiceAndChecksThem) {
+  for (size_t n : {0u, 1u, 1023u, 1024u, 1025u, 3000u}) {
+    std::vector<float> base(n), change(n);
+    for (size_t i = 0; i < n; ++i) {
+      base[i] = std::sin(0.1f * static_cast<float>(i)) * 1e3f;
+      change[i] = i % 7 == 0 ? -0.0f : std::cos(0.3f * static_cast<float>(i));
+    }
+    // Overflow at `bad` (none, in the first block, in the tail).
+    for (size_t bad : {n, size_t{5}, n - 1}) {
+      if (bad > n || (bad == 5 && n <= 5)) continue;
+      std::vector<float> held = base, c = change;
+      if (bad < n) {
+        held[bad] = std::numeric_limits<float>::max();
+        c[bad] = std::numeric_limits<float>::max();
+      }
+      const std::vector<float> before = held;
+      for (int as_bytes = 0; as_bytes < 2; ++as_bytes) {
+        std::vector<float> h = before, copy(n, 42.0f);
+        std::vector<unsigned char> bytes(n * sizeof(float) + 1);
+        if (n > 0) std::memcpy(bytes.data() + 1, c.data(), n * sizeof(float));
+        const bool finite = as_bytes ? AddFiniteKeepBytes(h, bytes.data() + 1, copy)
+                                     : AddFiniteKeep(h, c, copy);
+        EXPECT_EQ(finite, bad == n) << n << " " << bad << " " << as_bytes;
+        for (size_t i = 0; i < n; ++i) {
+          const float want = before[i] + c[i];
+          EXPECT_EQ(std::memcmp(&h[i], &want, sizeof(float)), 0) << n << " " << i;
+          EXPECT_EQ(std::memcmp(&copy[i], &want, sizeof(float)), 0) << n << " " << i;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ps::core
