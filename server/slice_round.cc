@@ -376,7 +376,7 @@ void SliceRound::ResetRoundLocked() {
   std::fill(inputs_.lrs.begin(), inputs_.lrs.end(), std::numeric_limits<float>::quiet_NaN());
   std::fill(inputs_.supports.begin(), inputs_.supports.end(), std::nullopt);
   for (ChunkedPush& push : inputs_.chunked) {
-    push.chunk_count = push.received = 0;
+    push.chunk_count = push.received = push.end_count = 0;
     push.ended = false;
   }
   num_pushed_ = 0;

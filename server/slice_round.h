@@ -182,6 +182,9 @@ struct ChunkedPush {
   uint32_t received = 0;
   std::vector<uint8_t> seen;
   bool ended = false;
+  // The chunk count its end named (its geometry checked against the slice), kept for a
+  // push none of whose chunks came: ClosedRound::ChunksLost counts them all.
+  uint32_t end_count = 0;
 };
 
 // One worker's decoded push of a slice: numel values, owned.

@@ -91,6 +91,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptEnd(const PushEnd& e) {
   Progress p;
   if (push.ended) return p;
   push.ended = true;
+  push.end_count = e.count_in_push;
   const bool whole = push.chunk_count != 0 && push.received == push.chunk_count;
   if (!whole) ++num_ended_;
   return AfterPushLocked();

@@ -81,7 +81,12 @@ std::vector<std::string_view> ClosedRound::Signs(std::span<const uint32_t> worke
 
 uint64_t ClosedRound::ChunksLost() const {
   uint64_t lost = 0;
-  for (const ChunkedPush& push : inputs.chunked) lost += push.chunk_count - push.received;
+  for (const ChunkedPush& push : inputs.chunked) {
+    // A push none of whose chunks came lost all its end named; one without an end is
+    // not known to have been sent.
+    lost += push.chunk_count != 0 ? push.chunk_count - push.received
+                                  : (push.ended ? push.end_count : 0);
+  }
   return lost;
 }
 

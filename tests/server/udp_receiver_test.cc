@@ -359,8 +359,8 @@ TEST_F(UdpReceiverTest, OneEndClosesTheRoundOfEverySliceItNames) {
   const absl::Status copy = receiver_->Handle(End(2, 0, kChunkElems, entries));
   EXPECT_EQ(core::RefusalOf(copy), core::Refusal::kLate) << copy;
   const ShardStats st = shard_->stats();
-  // Slice 0's last chunk of worker 2; a push none of whose chunks came is not counted.
-  EXPECT_EQ(st.udp_chunks_lost, 1u);
+  // Slice 0's last chunk of worker 2, and slice 1's one chunk of it, which the end named.
+  EXPECT_EQ(st.udp_chunks_lost, 2u);
   EXPECT_EQ(st.rounds_closed_at_deadline, 0u);
   const transport::udp::Stats u = receiver_->stats();
   EXPECT_EQ(u.ends, 2u);  // a push each
@@ -385,6 +385,7 @@ TEST_F(UdpReceiverTest, AnEndWithoutChunksSettlesItsWorkerWithoutAnInput) {
   EXPECT_THAT(AwaitVersion(1), ::testing::Each(-2.0f));
   EXPECT_EQ(shard_->stats().rounds_closed_at_deadline, 0u);
   EXPECT_EQ(shard_->stats().masked_aggregations, 0u);
+  EXPECT_EQ(shard_->stats().udp_chunks_lost, 3u) << "the three chunks its end named";
 }
 
 TEST_F(UdpReceiverTest, EveryWorkerEndedBelowTheQuorumDropsTheRoundAtOnce) {
