@@ -80,13 +80,13 @@ absl::Status NonCanonical(size_t offset, unsigned char b) {
                    ") continues a zero run the encoder would have written as one byte"));
 }
 
-// The `count` values t[j] * scale of a group token at out[at]; with kAdd, base[at + j]
+// The `count` values t[j] * scale of a group token at out[at]; with kAdd, held[at + j]
 // plus each.
 template <bool kAdd>
-void Put(const float* t, float scale, size_t count, const float* base, float* out, size_t at) {
+void Put(const float* t, float scale, size_t count, const float* held, float* out, size_t at) {
   for (size_t j = 0; j < count; ++j) {
     if constexpr (kAdd) {
-      out[at + j] = base[at + j] + t[j] * scale;
+      out[at + j] = held[at + j] + t[j] * scale;
     } else {
       out[at + j] = t[j] * scale;
     }
@@ -147,13 +147,13 @@ void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], s
 // flags for the general loop, which finishes the slice; on a non-canonical token it
 // undoes nothing and leaves *i = 0, so the general loop reports the exact error.
 // With kAdd the rows go to a zeroed buffer of kAddGroups groups in the first-level
-// cache instead, and each buffer is added to what is held (base) and copied to out
+// cache instead, and each buffer is added to what is held and copied to out
 // (core::AddFiniteKeep, which also checks the sums: *finite_out) before the next: held
 // is read and written and out written once, sequentially, while the scattered row stores
 // stay in the cache.
 constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
 template <bool kAdd>
-void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* base,
+void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* held,
                 float* o, size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out,
                 bool* finite_out) {
   alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
@@ -175,7 +175,7 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
       FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, &flags);
       const size_t begin = kGroup * first;
       const size_t count = std::min(kGroup * g, n) - begin;
-      finite &= core::AddFiniteKeep(std::span<float>(base + begin, count),
+      finite &= core::AddFiniteKeep(std::span<float>(held + begin, count),
                                     std::span<const float>(rows, count),
                                     std::span<float>(o + begin, count));
     }
@@ -192,13 +192,13 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
 }
 
 // Decode, or with kAdd the decoded value plus what is held at each index, kept there
-// and written to out: base[k] = out[k] = base[k] + (t * scale), the same product and then
-// AddInto's addition (zeros too: base + 0 turns a -0 into +0, as the addition after a
+// and written to out: held[k] = out[k] = held[k] + (t * scale), the same product and then
+// AddInto's addition (zeros too: held + 0 turns a -0 into +0, as the addition after a
 // plain decode does). *finite: whether every sum is, checked by FastDecode as it adds,
 // then by a scan of what the general loop wrote (at most 78 values of a long slice; all
-// of a short one), which is then copied to base.
+// of a short one), which is then copied to held.
 template <bool kAdd>
-absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> out,
+absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> out,
                         bool* finite) {
   const size_t n = out.size();
   WireReader r(k3lcName, bytes);
@@ -225,7 +225,7 @@ absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> ou
   size_t i = 0;
   bool fast_finite = true;  // the sums FastDecode wrote (kAdd), the first 5 g values
   if (n >= kFastDecodeMin) {
-    FastDecode<kAdd>(p, body.size(), scale, n, base, o, &i, &g, &short_zero, &nonzero,
+    FastDecode<kAdd>(p, body.size(), scale, n, held, o, &i, &g, &short_zero, &nonzero,
                      &fast_finite);
   }
   const size_t fast_values = std::min(kGroup * g, n);
@@ -242,7 +242,7 @@ absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> ou
       nonzero |= !zero;
       const std::array<float, kGroup>& t = kDigitTable[b];
       if (g < full_groups) {
-        Put<kAdd>(t.data(), scale, kGroup, base, o, kGroup * g);
+        Put<kAdd>(t.data(), scale, kGroup, held, o, kGroup * g);
       } else {
         // The last, partial group: its padding digits must be zeros (digit 1).
         const size_t rem = n - kGroup * g;
@@ -251,7 +251,7 @@ absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> ou
                                       ") of the last group has non-zero padding digits (",
                                       rem, " values in the group)"));
         }
-        Put<kAdd>(t.data(), scale, rem, base, o, kGroup * g);
+        Put<kAdd>(t.data(), scale, rem, held, o, kGroup * g);
       }
       ++g;
     } else {
@@ -265,7 +265,7 @@ absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> ou
       const size_t first = kGroup * g;
       const size_t end = std::min(first + kGroup * run, n);
       if constexpr (kAdd) {
-        for (size_t k = first; k < end; ++k) o[k] = base[k] + 0.0f;
+        for (size_t k = first; k < end; ++k) o[k] = held[k] + 0.0f;
       } else {
         std::fill(o + first, o + end, 0.0f);
       }
@@ -285,7 +285,7 @@ absl::Status DecodeInto(std::string_view bytes, float* base, std::span<float> ou
   if constexpr (kAdd) {
     const std::span<const float> rest = out.subspan(fast_values);
     *finite = fast_finite && core::FindNonFinite(rest) < 0;
-    if (!rest.empty()) std::memcpy(base + fast_values, rest.data(), rest.size_bytes());
+    if (!rest.empty()) std::memcpy(held + fast_values, rest.data(), rest.size_bytes());
   }
   return absl::OkStatus();
 }
