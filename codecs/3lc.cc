@@ -337,6 +337,13 @@ class ThreeLcCodec final : public Codec {
     return finite ? absl::OkStatus() : internal::NonFiniteSum(out);
   }
 
+  // The tokens walked, not decoded (Check3lc): a shard keeps 3lc pushes encoded until
+  // their round closes.
+  absl::Status Check(std::string_view payload, size_t numel) const override {
+    return internal::Check3lc(payload, numel);
+  }
+  bool checks_without_decoding() const override { return true; }
+
   // Header plus one byte per group (no runs).
   size_t MaxEncodedBytes(size_t numel) const override {
     return 1 + internal::VarintSize(numel) + sizeof(float) + (numel + kGroup - 1) / kGroup;

@@ -80,12 +80,17 @@ absl::Status NonCanonical(size_t offset, unsigned char b) {
                    ") continues a zero run the encoder would have written as one byte"));
 }
 
+// What a decoding does with the values: writes them (Decode3lc), adds them to what is
+// held (Decode3lcAdd), or nothing, only checking the payload (Check3lc).
+enum class Sink { kWrite, kAdd, kCheck };
+
 // The `count` values t[j] * scale of a group token at out[at]; with kAdd, held[at + j]
-// plus each.
-template <bool kAdd>
+// plus each; nothing with kCheck.
+template <Sink kSink>
 void Put(const float* t, float scale, size_t count, const float* held, float* out, size_t at) {
+  if constexpr (kSink == Sink::kCheck) return;
   for (size_t j = 0; j < count; ++j) {
-    if constexpr (kAdd) {
+    if constexpr (kSink == Sink::kAdd) {
       out[at + j] = held[at + j] + t[j] * scale;
     } else {
       out[at + j] = t[j] * scale;
@@ -139,6 +144,54 @@ void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], s
   *g_io = g;
 }
 
+// FastTokens without the stores, for a check: each token only advances g.
+void WalkTokens(const unsigned char* p, size_t size, size_t stop, size_t* i_io, size_t* g_io,
+                Flags* flags) {
+  const size_t from = *i_io;
+  size_t i = from;
+  size_t g = *g_io;
+  for (; i < size && g <= stop; ++i) g += kAdvance[p[i]];
+  ScanTokens(p + from, i - from, flags);
+  *i_io = i;
+  *g_io = g;
+}
+
+constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
+
+// FastDecode's stores (kWrite, kAdd): the table of scaled groups, then the tokens.
+template <Sink kSink>
+void FillTokens(const unsigned char* p, size_t size, float scale, size_t n, size_t stop,
+                float* held, float* o, size_t* i_io, size_t* g_io, Flags* flags,
+                bool* finite_out) {
+  alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
+  for (size_t b = 0; b < 243; ++b) {
+    for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
+  }
+  size_t i = *i_io;
+  size_t g = *g_io;
+  if constexpr (kSink == Sink::kAdd) {
+    // A buffer's last token starts before kAddGroups and may run 13 groups past it.
+    alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
+    bool finite = true;
+    while (i < size && g <= stop) {
+      const size_t first = g;
+      std::memset(rows, 0, sizeof(rows));
+      FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, flags);
+      const size_t begin = kGroup * first;
+      const size_t count = std::min(kGroup * g, n) - begin;
+      finite &= core::AddFiniteKeep(std::span<float>(held + begin, count),
+                                    std::span<const float>(rows, count),
+                                    std::span<float>(o + begin, count));
+    }
+    *finite_out = finite;
+  } else {
+    std::memset(o, 0, n * sizeof(float));
+    FastTokens(p, size, scaled, stop, std::numeric_limits<size_t>::max(), o, 0, &i, &g, flags);
+  }
+  *i_io = i;
+  *g_io = g;
+}
+
 // Decodes the tokens of a long slice without data-dependent branches (group and run
 // tokens alternate unpredictably): out is zeroed first, each group token stores its
 // row of a per-call table of the 243 groups times the scale (the same products as
@@ -150,39 +203,20 @@ void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], s
 // cache instead, and each buffer is added to what is held and copied to out
 // (core::AddFiniteKeep, which also checks the sums: *finite_out) before the next: held
 // is read and written and out written once, sequentially, while the scattered row stores
-// stay in the cache.
-constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
-template <bool kAdd>
+// stay in the cache. With kCheck the tokens are only walked (WalkTokens).
+template <Sink kSink>
 void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* held,
                 float* o, size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out,
                 bool* finite_out) {
-  alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
-  for (size_t b = 0; b < 243; ++b) {
-    for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
-  }
   size_t i = 0;
   size_t g = 0;
   Flags flags{.short_zero = *short_zero_out};
   // A run covers at most 14 groups; 8 floats from group g fit while 5 g + 8 <= n.
   const size_t stop = n >= kGroup * k3lcMaxRun + 8 ? (n - 8) / kGroup - k3lcMaxRun : 0;
-  if constexpr (kAdd) {
-    // A buffer's last token starts before kAddGroups and may run 13 groups past it.
-    alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
-    bool finite = true;
-    while (i < size && g <= stop) {
-      const size_t first = g;
-      std::memset(rows, 0, sizeof(rows));
-      FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, &flags);
-      const size_t begin = kGroup * first;
-      const size_t count = std::min(kGroup * g, n) - begin;
-      finite &= core::AddFiniteKeep(std::span<float>(held + begin, count),
-                                    std::span<const float>(rows, count),
-                                    std::span<float>(o + begin, count));
-    }
-    *finite_out = finite;
+  if constexpr (kSink == Sink::kCheck) {
+    WalkTokens(p, size, stop, &i, &g, &flags);
   } else {
-    std::memset(o, 0, n * sizeof(float));
-    FastTokens(p, size, scaled, stop, std::numeric_limits<size_t>::max(), o, 0, &i, &g, &flags);
+    FillTokens<kSink>(p, size, scale, n, stop, held, o, &i, &g, &flags, finite_out);
   }
   if (flags.bad) return;  // the general loop starts over and names the token
   *i_out = i;
@@ -197,10 +231,10 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
 // plain decode does). *finite: whether every sum is, checked by FastDecode as it adds,
 // then by a scan of what the general loop wrote (at most 78 values of a long slice; all
 // of a short one), which is then copied to held.
-template <bool kAdd>
-absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> out,
-                        bool* finite) {
-  const size_t n = out.size();
+// With kCheck nothing is written (o and held unused): the same refusals, for a payload
+// a shard keeps encoded until its round closes.
+template <Sink kSink>
+absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o, bool* finite) {
   WireReader r(k3lcName, bytes);
   PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kThreeLc));
   PS_RETURN_IF_ERROR(r.Numel(n));
@@ -215,7 +249,6 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
   std::string_view body;
   PS_RETURN_IF_ERROR(r.Bytes(r.remaining(), &body, "groups"));
   const auto* p = reinterpret_cast<const unsigned char*>(body.data());
-  float* const o = out.data();
 
   size_t g = 0;
   // A zero group or a run shorter than 14 was the last token: the greedy encoder
@@ -223,9 +256,9 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
   bool short_zero = false;
   bool nonzero = false;
   size_t i = 0;
-  bool fast_finite = true;  // the sums FastDecode wrote (kAdd), the first 5 g values
+  bool fast_finite = true;  // the sums FastDecode wrote (Sink::kAdd), the first 5 g values
   if (n >= kFastDecodeMin) {
-    FastDecode<kAdd>(p, body.size(), scale, n, held, o, &i, &g, &short_zero, &nonzero,
+    FastDecode<kSink>(p, body.size(), scale, n, held, o, &i, &g, &short_zero, &nonzero,
                      &fast_finite);
   }
   const size_t fast_values = std::min(kGroup * g, n);
@@ -242,7 +275,7 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
       nonzero |= !zero;
       const std::array<float, kGroup>& t = kDigitTable[b];
       if (g < full_groups) {
-        Put<kAdd>(t.data(), scale, kGroup, held, o, kGroup * g);
+        Put<kSink>(t.data(), scale, kGroup, held, o, kGroup * g);
       } else {
         // The last, partial group: its padding digits must be zeros (digit 1).
         const size_t rem = n - kGroup * g;
@@ -251,7 +284,7 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
                                       ") of the last group has non-zero padding digits (",
                                       rem, " values in the group)"));
         }
-        Put<kAdd>(t.data(), scale, rem, held, o, kGroup * g);
+        Put<kSink>(t.data(), scale, rem, held, o, kGroup * g);
       }
       ++g;
     } else {
@@ -264,9 +297,9 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
       }
       const size_t first = kGroup * g;
       const size_t end = std::min(first + kGroup * run, n);
-      if constexpr (kAdd) {
+      if constexpr (kSink == Sink::kAdd) {
         for (size_t k = first; k < end; ++k) o[k] = held[k] + 0.0f;
-      } else {
+      } else if constexpr (kSink == Sink::kWrite) {
         std::fill(o + first, o + end, 0.0f);
       }
       g += run;
@@ -282,8 +315,8 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
   if (!nonzero && scale != 0) {
     return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
   }
-  if constexpr (kAdd) {
-    const std::span<const float> rest = out.subspan(fast_values);
+  if constexpr (kSink == Sink::kAdd) {
+    const std::span<const float> rest(o + fast_values, n - fast_values);
     *finite = fast_finite && core::FindNonFinite(rest) < 0;
     if (!rest.empty()) std::memcpy(held + fast_values, rest.data(), rest.size_bytes());
   }
@@ -293,12 +326,16 @@ absl::Status DecodeInto(std::string_view bytes, float* held, std::span<float> ou
 }  // namespace
 
 absl::Status Decode3lc(std::string_view bytes, std::span<float> out) {
-  return DecodeInto<false>(bytes, nullptr, out, nullptr);
+  return DecodeInto<Sink::kWrite>(bytes, out.size(), nullptr, out.data(), nullptr);
 }
 
 absl::Status Decode3lcAdd(std::string_view bytes, float* held, std::span<float> out,
                           bool* finite) {
-  return DecodeInto<true>(bytes, held, out, finite);
+  return DecodeInto<Sink::kAdd>(bytes, out.size(), held, out.data(), finite);
+}
+
+absl::Status Check3lc(std::string_view bytes, size_t n) {
+  return DecodeInto<Sink::kCheck>(bytes, n, nullptr, nullptr, nullptr);
 }
 
 }  // namespace ps::codecs::internal

@@ -44,4 +44,8 @@ absl::Status Decode3lc(std::string_view bytes, std::span<float> out);
 absl::Status Decode3lcAdd(std::string_view bytes, float* held, std::span<float> out,
                           bool* finite);
 
+// Refuses exactly what Decode3lc would refuse for n values, with its message, writing
+// nothing: the walk over the tokens without their values.
+absl::Status Check3lc(std::string_view bytes, size_t n);
+
 }  // namespace ps::codecs::internal

@@ -78,6 +78,11 @@ absl::Status Codec::DecodePieces(std::span<const std::string_view> pieces,
   return Decode(internal::Gathered(pieces), out);
 }
 
+absl::Status Codec::Check(std::string_view payload, size_t numel) const {
+  struct CheckTag;
+  return Decode(payload, core::ThreadScratch<float, CheckTag>(numel));
+}
+
 absl::Status Codec::DecodeAddPieces(std::span<const std::string_view> pieces,
                                     std::span<float> held, std::span<float> out) const {
   if (held.size() != out.size()) {

@@ -134,6 +134,17 @@ class Codec {
   virtual absl::Status DecodeAddPieces(std::span<const std::string_view> pieces,
                                        std::span<float> held, std::span<float> out) const;
 
+  // Refuses what Decode of `payload` into numel values would refuse, with its message,
+  // and writes nothing. This default decodes into a per-thread scratch buffer; a codec
+  // that checks without decoding says so (checks_without_decoding).
+  virtual absl::Status Check(std::string_view payload, size_t numel) const;
+
+  // Whether Check costs a small part of a decode (it walks the payload without making
+  // values): a shard then keeps such a push encoded until its round closes and decodes
+  // it there, into rows its aggregation reads while they are in cache (3lc;
+  // docs/data_path.md, "Pushes kept encoded").
+  virtual bool checks_without_decoding() const { return false; }
+
   // Largest encoding of numel values, for message-size limits.
   virtual size_t MaxEncodedBytes(size_t numel) const = 0;
 

@@ -370,6 +370,7 @@ TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
                                               "have written as one byte");
     absl::Status s = codec->Decode(h + bad, out);
     EXPECT_EQ(s.message(), expected) << "pair at token " << k;
+    EXPECT_EQ(codec->Check(h + bad, n).message(), expected) << "Check, pair at token " << k;
     const std::string payload = h + bad;
     const std::string_view pieces[1] = {payload};
     s = codec->DecodeAddPieces(pieces, held, out);
@@ -380,6 +381,7 @@ TEST(ThreeLcDecodeTest, NonCanonicalPairsAreRefusedAcrossTheFastPathsBlocks) {
     good.replace(k, 14, Bytes({255}));
     good[k + 1] = static_cast<char>(121);
     ASSERT_TRUE(codec->Decode(h + good, out).ok()) << "run at token " << k;
+    ASSERT_TRUE(codec->Check(h + good, n).ok()) << "Check, run at token " << k;
     for (size_t g = 0; g < 2000; ++g) {
       const float want = g >= k && g < k + 15 ? 0.0f : 1.0f;
       ASSERT_EQ(out[5 * g], want) << "group " << g << ", run at token " << k;

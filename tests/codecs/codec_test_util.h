@@ -74,6 +74,11 @@ inline void ExpectRefused(const Codec& codec, std::string_view bytes, size_t n,
   const absl::Status s = codec.Decode(bytes, out);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << Hex(bytes);
   EXPECT_EQ(std::string(s.message()), msg) << Hex(bytes);
+  // Check refuses the same, with the same message (a shard that keeps pushes encoded
+  // refuses them at arrival by it).
+  const absl::Status checked = codec.Check(bytes, n);
+  EXPECT_EQ(checked.code(), absl::StatusCode::kInvalidArgument) << Hex(bytes);
+  EXPECT_EQ(std::string(checked.message()), msg) << "Check, " << Hex(bytes);
 }
 
 // A sign payload encoded on the device against the CPU's (docs/gpu.md): the scale comes

@@ -62,6 +62,7 @@ class EveryCodecTest : public ::testing::TestWithParam<std::tuple<ExampleSpec, s
       EXPECT_FALSE(s.message().empty());
     }
     ExpectPiecesAgree(bytes, s, out);
+    EXPECT_EQ(codec_->Check(bytes, n), s) << "Check and Decode disagree";
   }
 
   // DecodePieces of `bytes` cut into pieces (the version byte alone; thirds; with empty

@@ -4,11 +4,12 @@
 // generic codec tests use, modulo its size, so every codec and composition there is
 // fuzzed), bytes 1-2 the declared element count (little-endian, so at most 65535), the
 // rest is the payload handed to Decode(). Decode must not crash and must refuse with
-// INVALID_ARGUMENT and a message; when it accepts, every value must be written and
-// finite, the payload must fit MaxEncodedBytes, re-encoding the values (with a fresh
-// encoder, so worker-side state never carries between inputs) must succeed, fit
-// MaxEncodedBytes and decode again, and for fp32 and fp16, which have exactly one
-// encoding per value, give the payload back. Seeds: codec_seeds.cc.
+// INVALID_ARGUMENT and a message, and Codec::Check must say what Decode says; when it
+// accepts, every value must be written and finite, the payload must fit
+// MaxEncodedBytes, re-encoding the values (with a fresh encoder, so worker-side state
+// never carries between inputs) must succeed, fit MaxEncodedBytes and decode again,
+// and for fp32 and fp16, which have exactly one encoding per value, give the payload
+// back. Seeds: codec_seeds.cc.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -56,6 +57,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Poisoned with NaN: a decoder that accepts without writing every value fails below.
   std::vector<float> out(numel, std::numeric_limits<float>::quiet_NaN());
   const absl::Status status = decoder.Decode(payload, out);
+  // Check (what a shard that keeps pushes encoded refuses them by) agrees with Decode,
+  // message and all.
+  PS_FUZZ_CHECK(decoder.Check(payload, numel) == status, "Check and Decode disagree");
   if (!status.ok()) {
     PS_FUZZ_CHECK(status.code() == absl::StatusCode::kInvalidArgument,
                   "Decode failed with a code other than INVALID_ARGUMENT");
