@@ -112,7 +112,9 @@ absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> ou
   const InputMasks masks = round.MasksOf(workers);
   if (!masks.ptrs.empty()) ++counts->masked;
   const std::vector<uint32_t> support = round.SharedSupport(workers);
-  const std::vector<const float*> rows = round.Rows(workers);
+  // Kept pushes decoded into this thread's rows, which the rule then reads in cache.
+  RowScratch scratch;
+  PS_ASSIGN_OR_RETURN(const std::vector<const float*> rows, round.Rows(workers, &scratch));
   const aggregators::AggregationContext ctx =
       ContextOf(round, workers, masks, support, counts, weights);
   PS_RETURN_IF_ERROR(rule_->Aggregate(rows, out, ctx));
@@ -150,9 +152,12 @@ void RoundAggregation::SliceGram(ClosedRound& round) const {
   ctx.slice_id = round.info.id;
   ctx.round = round.round;
   ctx.pool = OneSlicePool(round);
+  // Model scope reads the rows again in Apply: kept pushes are decoded into their own.
+  absl::StatusOr<std::vector<const float*>> rows = round.Rows(workers);
+  if (!rows.ok()) return;
   ClosedRound::GramPart part;
   part.gram.assign(workers.size() * workers.size(), 0.0);
-  if (!rule_->AccumulateGram(round.Rows(workers), round.info.numel, ctx, part.gram).ok()) return;
+  if (!rule_->AccumulateGram(*rows, round.info.numel, ctx, part.gram).ok()) return;
   part.workers = std::move(workers);
   round.gram_part = std::move(part);
 }
@@ -199,7 +204,12 @@ absl::Status RoundAggregation::AccumulateGram(std::span<ClosedRound> rounds,
     // One job walks every slice here: each slice's rows go over the pool whatever its size.
     aggregators::AggregationContext ctx = ContextOf(r, participants, masks, support, counts);
     ctx.pool = pool_;
-    st.Update(rule_->AccumulateGram(r.Rows(participants), r.info.numel, ctx, gram));
+    absl::StatusOr<std::vector<const float*>> rows = r.Rows(participants);
+    if (!rows.ok()) {
+      st.Update(rows.status());
+      continue;
+    }
+    st.Update(rule_->AccumulateGram(*rows, r.info.numel, ctx, gram));
   }
   return st;
 }
@@ -209,7 +219,7 @@ absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedR
                                      AggregationCounts* counts, InputWeights* weights) {
   const InputMasks masks = round.MasksOf(agreed);
   const std::vector<uint32_t> support = round.SharedSupport(agreed);
-  const std::vector<const float*> rows = round.Rows(agreed);
+  PS_ASSIGN_OR_RETURN(const std::vector<const float*> rows, round.Rows(agreed));
   const aggregators::AggregationContext ctx =
       ContextOf(round, agreed, masks, support, counts, weights);
   PS_RETURN_IF_ERROR(rule_->Apply(plan, rows, out, ctx));

@@ -75,6 +75,7 @@ SliceRound::SliceRound(const core::SliceInfo& info, RoundRules* rules, bool aggr
   model_.optimizer = std::move(optimizer);
   inputs_.chunked.assign(n, ChunkedPush{});
   inputs_.rows.resize(n);
+  inputs_.kept.resize(n);
   inputs_.supports.assign(n, std::nullopt);
   if (rules_->keep_signs) inputs_.sign_payloads.assign(n, std::string());
   model_.rule_state.assign(rules_->state_rows * info_.numel, 0.0f);
@@ -173,6 +174,20 @@ absl::Status SliceRound::DecodeLocked(uint32_t worker, const codecs::Codec& code
   return checked;
 }
 
+absl::Status SliceRound::KeepLocked(uint32_t worker, std::shared_ptr<const codecs::Codec> codec,
+                                    std::span<const std::string_view> pieces) {
+  KeptPush& kept = inputs_.kept[worker];
+  kept.payload.clear();
+  for (std::string_view piece : pieces) kept.payload.append(piece);
+  absl::Status checked = codec->Check(kept.payload, info_.numel);
+  if (checked.ok()) {
+    kept.codec = std::move(codec);
+  } else {
+    kept.payload.clear();
+  }
+  return checked;
+}
+
 absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uint64_t round,
                                                             std::string_view codec,
                                                             DecoderFn decoder,
@@ -208,8 +223,14 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
+  const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
+  // Kept encoded until the round closes: checked now, decoded by the aggregation into
+  // rows in its caches (docs/data_path.md, "Pushes kept encoded").
+  const bool keep = payload.raw == nullptr && (*decoded_by)->checks_without_decoding() &&
+                    shared == codecs::SharedStructure::kNone;
   const bool in_place = InPlaceLocked(**decoded_by, payload);
-  const std::span<float> slot = in_place ? std::span<float>() : SlotLocked(worker, 0, info_.numel);
+  const std::span<float> slot =
+      in_place || keep ? std::span<float>() : SlotLocked(worker, 0, info_.numel);
   // A row taken in place is only checked for values that are not finite: its size fixes
   // that cost and no payload can raise it, so it is not timed (the thread's CPU clock is
   // a system call) and charges the decode budget nothing.
@@ -217,7 +238,9 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
     return in_place ? std::chrono::nanoseconds{0} : DecodeBudget::ThreadCpuNow();
   };
   const std::chrono::nanoseconds decode_start = cpu_now();
-  if (absl::Status st = DecodeLocked(worker, **decoded_by, payload, slot); !st.ok()) {
+  absl::Status decoded = keep ? KeepLocked(worker, *decoded_by, payload.pieces)
+                              : DecodeLocked(worker, **decoded_by, payload, slot);
+  if (absl::Status st = std::move(decoded); !st.ok()) {
     return Refused(
         Refusal::kMalformed,
         absl::StrCat("malformed push from worker ", worker, " for round ", round, " of slice ",
@@ -229,7 +252,6 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   inputs_.lrs[worker] = lr.value_or(std::numeric_limits<float>::quiet_NaN());
   ++num_pushed_;
   ++num_complete_;
-  const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
   // The compressed-domain paths read the payload whole (they are small: a seed, or
   // sign bits): gathered only for those codecs.
   std::string whole;
@@ -379,6 +401,7 @@ void SliceRound::ResetRoundLocked() {
     push.chunk_count = push.received = push.end_count = 0;
     push.ended = false;
   }
+  for (KeptPush& kept : inputs_.kept) kept.payload.clear();  // capacity kept for the next
   num_pushed_ = 0;
   num_complete_ = 0;
   num_ended_ = 0;

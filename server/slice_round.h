@@ -190,6 +190,39 @@ struct ChunkedPush {
 // One worker's decoded push of a slice: numel values, owned.
 using Row = std::unique_ptr<float[]>;
 
+// A push kept encoded until its round closes (codecs::Codec::checks_without_decoding):
+// its payload, checked as it arrived, and the codec that decodes it. An empty payload:
+// none kept.
+struct KeptPush {
+  std::string payload;
+  std::shared_ptr<const codecs::Codec> codec;
+};
+
+// The rows a closed round's kept pushes are decoded into for one aggregation: the
+// calling thread's own, reused from slice to slice so that they are in its caches when
+// the rule reads them, or rows of its own when the thread's are in use further up its
+// stack. The thread's rows stay allocated, as many as the most inputs it aggregated, each
+// the largest slice's size. Lives on the stack of the thread that made it.
+class RowScratch {
+ public:
+  RowScratch();
+  ~RowScratch();
+  RowScratch(const RowScratch&) = delete;
+  RowScratch& operator=(const RowScratch&) = delete;
+  // Row i, numel floats (contents unspecified), valid while this lives.
+  std::span<float> Take(size_t i, size_t numel);
+
+  struct Buffers {
+    std::vector<std::unique_ptr<float[]>> rows;
+    std::vector<size_t> capacity;
+    bool in_use = false;
+  };
+
+ private:
+  Buffers own_;
+  Buffers* buffers_;
+};
+
 // A raw fp32 payload (codecs::Codec::raw_fp32) that a transport read straight into a row
 // of its own: the format version byte, then `numel` values in `values`. Accepted, the row
 // becomes the worker's in the round and `values` holds what the round held for that
@@ -213,8 +246,12 @@ struct PushPayload {
 
 // The pushes of one round, per worker.
 struct RoundInputs {
-  // Decoded pushes, one row per worker (null until the worker's first push or chunk).
+  // Decoded pushes, one row per worker (null until the worker's first push or chunk that
+  // is decoded as it arrives).
   std::vector<Row> rows;
+  // Pushes kept encoded, one per worker: where one is kept, it is the worker's input, not
+  // its row (ClosedRound::Rows decodes it).
+  std::vector<KeptPush> kept;
   // Compressed-domain aggregation (docs/codecs.md): the seeded support of a random-k push,
   // and the bytes of a sign push when the rule votes on signs.
   std::vector<std::optional<codecs::SeededSupport>> supports;
@@ -256,8 +293,11 @@ struct ClosedRound {
 
   // Workers that pushed, increasing.
   std::vector<uint32_t> Workers() const;
-  // Their decoded rows.
-  std::vector<const float*> Rows(std::span<const uint32_t> workers) const;
+  // Their decoded rows. A kept push is decoded into `scratch`'s rows (valid while it
+  // lives), or without one into the worker's own row, where it stays decoded for later
+  // calls. An error only if a kept push fails to decode although its check passed.
+  absl::StatusOr<std::vector<const float*>> Rows(std::span<const uint32_t> workers,
+                                                 RowScratch* scratch = nullptr);
   InputMasks MasksOf(std::span<const uint32_t> workers) const;
   // The sorted kept coordinates when every one of `workers` pushed random-k with the same
   // seeded support, else empty.
@@ -469,6 +509,11 @@ class SliceRound {
   // (the caller found InPlaceLocked), checked and swapped in.
   absl::Status DecodeLocked(uint32_t worker, const codecs::Codec& codec,
                             const PushPayload& payload, std::span<float> slot)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The payload in `pieces` gathered into `worker`'s KeptPush and checked (Codec::Check);
+  // on a refusal nothing is kept.
+  absl::Status KeepLocked(uint32_t worker, std::shared_ptr<const codecs::Codec> codec,
+                          std::span<const std::string_view> pieces)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // After a push, chunk or end was taken: closes the round when every push is complete
   // or ended (or the deadline passed with the quorum, or only absent workers are

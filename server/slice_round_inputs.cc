@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "net/udp_frame.h"
 #include "server/slice_round.h"
 
@@ -31,10 +32,55 @@ std::vector<uint32_t> ClosedRound::Workers() const {
   return workers;
 }
 
-std::vector<const float*> ClosedRound::Rows(std::span<const uint32_t> workers) const {
+namespace {
+thread_local RowScratch::Buffers t_row_scratch;
+}  // namespace
+
+RowScratch::RowScratch() : buffers_(t_row_scratch.in_use ? &own_ : &t_row_scratch) {
+  buffers_->in_use = true;
+}
+
+RowScratch::~RowScratch() { buffers_->in_use = false; }
+
+std::span<float> RowScratch::Take(size_t i, size_t numel) {
+  Buffers& b = *buffers_;
+  if (b.rows.size() <= i) {
+    b.rows.resize(i + 1);
+    b.capacity.resize(i + 1, 0);
+  }
+  if (b.capacity[i] < numel) {
+    b.rows[i].reset(new float[numel]);  // default-initialised: not zeroed
+    b.capacity[i] = numel;
+  }
+  return {b.rows[i].get(), numel};
+}
+
+absl::StatusOr<std::vector<const float*>> ClosedRound::Rows(std::span<const uint32_t> workers,
+                                                            RowScratch* scratch) {
   std::vector<const float*> rows;
   rows.reserve(workers.size());
-  for (uint32_t w : workers) rows.push_back(inputs.rows[w].get());
+  size_t scratch_rows = 0;
+  for (uint32_t w : workers) {
+    KeptPush* kept = w < inputs.kept.size() ? &inputs.kept[w] : nullptr;
+    if (kept == nullptr || kept->payload.empty()) {
+      rows.push_back(inputs.rows[w].get());
+      continue;
+    }
+    std::span<float> into;
+    if (scratch != nullptr) {
+      into = scratch->Take(scratch_rows++, info.numel);
+    } else {
+      if (inputs.rows[w] == nullptr) inputs.rows[w] = std::make_unique<float[]>(info.numel);
+      into = std::span<float>(inputs.rows[w].get(), info.numel);
+    }
+    if (absl::Status st = kept->codec->Decode(kept->payload, into); !st.ok()) {
+      return absl::InternalError(absl::StrCat("slice ", info.id, ": worker ", w,
+                                              "'s push passed its check and then failed to decode: ",
+                                              st.message()));
+    }
+    if (scratch == nullptr) kept->payload.clear();  // decoded into its row for good
+    rows.push_back(into.data());
+  }
   return rows;
 }
 

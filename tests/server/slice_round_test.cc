@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -115,7 +116,7 @@ TEST_F(SliceRoundTest, ClosingMovesTheBuffersIntoTheClosedRoundAndPublishBringsT
   EXPECT_EQ(r->round, 0u);
   EXPECT_EQ(r->Workers(), (std::vector<uint32_t>{0, 1, 2}));
   const std::vector<uint32_t> two = {0, 2};
-  std::vector<const float*> rows = r->Rows(two);
+  std::vector<const float*> rows = r->Rows(two).value();
   EXPECT_EQ(rows[1][0], 3.0f);
   EXPECT_EQ(rows[1][1], 5.0f);
   EXPECT_EQ(r->model.params, (std::vector<float>{1.0f, 2.0f}));
@@ -290,8 +291,8 @@ TEST_F(SliceRoundTest, ARawRowIsCheckedInPlaceAndTakenAsTheWorkersRowGivingBackT
   ASSERT_TRUE(r.has_value());
   EXPECT_EQ(r->inputs.rows[0].get(), taken) << "the row the values were read into, not a copy";
   const std::vector<uint32_t> first = {0};
-  EXPECT_EQ(r->Rows(first)[0][0], 3.0f);
-  EXPECT_EQ(r->Rows(first)[0][1], 5.0f);
+  EXPECT_EQ(r->Rows(first).value()[0][0], 3.0f);
+  EXPECT_EQ(r->Rows(first).value()[0][1], 5.0f);
   Wakeups wake;
   s.Publish(*std::move(r), core::SharedFp32(std::vector<float>{7.0f, 8.0f}), nullptr, &wake);
 
@@ -488,6 +489,75 @@ TEST_F(SliceRoundTest, AnArmedUdpRoundWaitsOneMoreDeadlineThenClosesToBeDropped)
   EXPECT_TRUE(out.below_quorum);
 }
 
+// A 3lc push (a codec that checks without decoding) is checked as it arrives and kept
+// encoded: no row is written then. The closed round decodes it into a scratch row, or
+// without one into the worker's own row for good; either way the values are the
+// codec's decode, bit for bit. A malformed one is refused at arrival with the codec's
+// message and nothing kept; the next round's fp32 push is the worker's row again.
+TEST_F(SliceRoundTest, ThreeLcPushesAreKeptEncodedAndDecodedWhenTheRoundCloses) {
+  for (const size_t numel : {size_t{5003}, size_t{7}}) {  // the fast decode and the short one
+    SCOPED_TRACE(numel);
+    info_.numel = static_cast<uint32_t>(numel);
+    SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+    Wakeups wake;
+    ASSERT_TRUE(s.Initialize(Fp32(std::vector<float>(numel, 0.0f)), &wake).ok());
+    std::shared_ptr<const codecs::Codec> three_lc(codecs::MakeCodec("3lc").value());
+    std::unique_ptr<codecs::Codec> encoder = codecs::MakeCodec("3lc").value();
+    const auto decoder = [&] {
+      return absl::StatusOr<std::shared_ptr<const codecs::Codec>>(three_lc);
+    };
+    std::vector<std::string> payloads(3);
+    std::vector<std::vector<float>> want(3, std::vector<float>(numel));
+    for (uint32_t w = 0; w < 3; ++w) {
+      std::vector<float> g(numel);
+      for (size_t i = 0; i < numel; ++i) g[i] = std::sin(0.37f * static_cast<float>(i * (w + 1)));
+      ASSERT_TRUE(encoder->Encode(g, &payloads[w]).ok());
+      ASSERT_TRUE(three_lc->Decode(payloads[w], want[w]).ok());
+    }
+    std::string truncated = payloads[1].substr(0, payloads[1].size() - 1);
+    const absl::Status refused = s.AcceptPush(1, 0, "3lc", decoder, truncated).status();
+    EXPECT_EQ(core::RefusalOf(refused), core::Refusal::kMalformed) << refused;
+    EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("3lc: payload ends after"));
+    for (uint32_t w = 0; w < 3; ++w) {
+      ASSERT_TRUE(s.AcceptPush(w, 0, "3lc", decoder, payloads[w]).ok());
+    }
+    std::optional<ClosedRound> r = s.TakeClosed();
+    ASSERT_TRUE(r.has_value());
+    for (uint32_t w = 0; w < 3; ++w) {
+      EXPECT_EQ(r->inputs.kept[w].payload, payloads[w]) << "worker " << w;
+      EXPECT_EQ(r->inputs.rows[w], nullptr) << "no row written at arrival, worker " << w;
+    }
+    const std::vector<uint32_t> workers = r->Workers();
+    {
+      RowScratch scratch;
+      const std::vector<const float*> rows = r->Rows(workers, &scratch).value();
+      for (uint32_t w = 0; w < 3; ++w) {
+        EXPECT_EQ(std::memcmp(rows[w], want[w].data(), numel * sizeof(float)), 0) << w;
+        EXPECT_EQ(r->inputs.rows[w], nullptr) << "scratch rows leave the round's alone";
+      }
+    }
+    const std::vector<const float*> own = r->Rows(workers).value();
+    for (uint32_t w = 0; w < 3; ++w) {
+      ASSERT_NE(r->inputs.rows[w], nullptr);
+      EXPECT_EQ(own[w], r->inputs.rows[w].get());
+      EXPECT_EQ(std::memcmp(own[w], want[w].data(), numel * sizeof(float)), 0) << w;
+      EXPECT_TRUE(r->inputs.kept[w].payload.empty()) << "decoded into its row for good";
+    }
+    // Kept again (worker 0 in 3lc), then the next round: worker 0's fp32 push is its row.
+    r->inputs.kept[0].payload = payloads[0];
+    s.Publish(*std::move(r), core::SharedFp32(std::vector<float>(numel, 0.0f)), nullptr, &wake);
+    ASSERT_TRUE(s.AcceptPush(0, 1, "fp32", Decoder(), Encoded(std::vector<float>(numel, 2.5f))).ok());
+    ASSERT_TRUE(s.AcceptPush(1, 1, "3lc", decoder, payloads[1]).ok());
+    ASSERT_TRUE(s.AcceptPush(2, 1, "3lc", decoder, payloads[2]).ok());
+    std::optional<ClosedRound> next = s.TakeClosed();
+    ASSERT_TRUE(next.has_value());
+    RowScratch scratch;
+    const std::vector<const float*> rows = next->Rows(next->Workers(), &scratch).value();
+    EXPECT_EQ(rows[0][numel - 1], 2.5f);
+    EXPECT_EQ(std::memcmp(rows[2], want[2].data(), numel * sizeof(float)), 0);
+  }
+}
+
 TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
   SliceRound s(info_, &rules_, /*aggregate_only=*/false);
   Init(s);
@@ -521,7 +591,7 @@ TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
   ASSERT_NE(masks.ptrs[0], nullptr);
   EXPECT_EQ(masks.ptrs[0][0], 0b01) << "only coordinate 0 of worker 0 came";
   EXPECT_EQ(masks.ptrs[1], nullptr) << "worker 1's push is whole";
-  EXPECT_EQ(r->Rows(workers)[0][0], 6.0f);
+  EXPECT_EQ(r->Rows(workers).value()[0][0], 6.0f);
 }
 
 TEST_F(SliceRoundTest, WatchersWakeAtTheirVersionAndFastForwardIsTheResetPath) {
