@@ -201,16 +201,22 @@ struct KeptPush {
 // The rows a closed round's kept pushes are decoded into for one aggregation: the
 // calling thread's own, reused from slice to slice so that they are in its caches when
 // the rule reads them, or rows of its own when the thread's are in use further up its
-// stack. The thread's rows stay allocated, as many as the most inputs it aggregated, each
-// the largest slice's size. Lives on the stack of the thread that made it.
+// stack. The thread keeps its rows between aggregations up to kKeptBytes in all (as many
+// as the most inputs it aggregated, each the largest slice's size); rows beyond that are
+// freed when the aggregation that needed them ends. Lives on the stack of the thread
+// that made it.
 class RowScratch {
  public:
+  static constexpr size_t kKeptBytes = size_t{64} << 20;
+
   RowScratch();
   ~RowScratch();
   RowScratch(const RowScratch&) = delete;
   RowScratch& operator=(const RowScratch&) = delete;
   // Row i, numel floats (contents unspecified), valid while this lives.
   std::span<float> Take(size_t i, size_t numel);
+  // The bytes of the rows the calling thread keeps between aggregations.
+  static size_t ThreadKeptBytes();
 
   struct Buffers {
     std::vector<std::unique_ptr<float[]>> rows;

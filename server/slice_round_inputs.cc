@@ -40,7 +40,25 @@ RowScratch::RowScratch() : buffers_(t_row_scratch.in_use ? &own_ : &t_row_scratc
   buffers_->in_use = true;
 }
 
-RowScratch::~RowScratch() { buffers_->in_use = false; }
+RowScratch::~RowScratch() {
+  Buffers& b = *buffers_;
+  b.in_use = false;
+  if (buffers_ == &own_) return;
+  size_t bytes = 0;
+  size_t keep = 0;
+  while (keep < b.rows.size() && bytes + b.capacity[keep] * sizeof(float) <= kKeptBytes) {
+    bytes += b.capacity[keep] * sizeof(float);
+    ++keep;
+  }
+  b.rows.resize(keep);
+  b.capacity.resize(keep);
+}
+
+size_t RowScratch::ThreadKeptBytes() {
+  size_t bytes = 0;
+  for (size_t c : t_row_scratch.capacity) bytes += c * sizeof(float);
+  return bytes;
+}
 
 std::span<float> RowScratch::Take(size_t i, size_t numel) {
   Buffers& b = *buffers_;

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "aggregators/aggregator.h"
@@ -556,6 +557,36 @@ TEST_F(SliceRoundTest, ThreeLcPushesAreKeptEncodedAndDecodedWhenTheRoundCloses) 
     EXPECT_EQ(rows[0][numel - 1], 2.5f);
     EXPECT_EQ(std::memcmp(rows[2], want[2].data(), numel * sizeof(float)), 0);
   }
+}
+
+// A thread's scratch rows are kept from one aggregation to the next (the same memory,
+// in its caches), a nested aggregation gets rows of its own, and rows beyond
+// kKeptBytes are freed when the aggregation that needed them ends.
+TEST(RowScratchTest, TheThreadKeepsItsRowsUpToItsBudget) {
+  std::thread([] {
+    float* first = nullptr;
+    {
+      RowScratch scratch;
+      first = scratch.Take(0, 1000).data();
+      RowScratch nested;
+      EXPECT_NE(nested.Take(0, 1000).data(), first) << "in use further up: rows of its own";
+    }
+    EXPECT_EQ(RowScratch::ThreadKeptBytes(), 1000 * sizeof(float));
+    {
+      RowScratch scratch;
+      EXPECT_EQ(scratch.Take(0, 500).data(), first) << "kept, and large enough";
+    }
+    const size_t half = RowScratch::kKeptBytes / sizeof(float) / 2;
+    {
+      RowScratch scratch;
+      scratch.Take(0, half);
+      scratch.Take(1, half);
+      scratch.Take(2, 1000);
+      EXPECT_EQ(RowScratch::ThreadKeptBytes(), 2 * half * sizeof(float) + 1000 * sizeof(float));
+    }
+    EXPECT_EQ(RowScratch::ThreadKeptBytes(), 2 * half * sizeof(float))
+        << "the row past the budget is freed";
+  }).join();
 }
 
 TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
