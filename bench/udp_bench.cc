@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "bench/commands.h"
+#include "codecs/codec.h"
 #include "core/data_plane.h"
 #include "core/layout.h"
 #include "core/status.h"
@@ -62,9 +63,10 @@ struct UdpFlags {
 // fp32 codec (UdpChannel::chunk_elems).
 uint32_t ChunkElemsOf(const UdpOptions& o) {
   const boost::asio::ip::udp::endpoint shard(boost::asio::ip::make_address("127.0.0.1"), 9);
+  const std::unique_ptr<codecs::Codec> fp32 = codecs::MakeCodec("fp32").value();
   return internal::udp_path::ChunkElemsFor(
-      o, internal::udp_path::RouteMtu(shard).value_or(0), /*ipv6=*/false, /*codec_bytes=*/4,
-      [](size_t n) { return 1 + 4 * n; });  // fp32's largest encoding
+      o, internal::udp_path::RouteMtu(shard).value_or(0), /*ipv6=*/false,
+      fp32->spec().size(), [&fp32](size_t n) { return fp32->MaxEncodedBytes(n); });
 }
 
 struct Measured {

@@ -12,36 +12,7 @@
 
 namespace ps::server {
 
-namespace {
-
-// The thread's buffer for AggregateBuffer: as large as the largest slice it aggregated.
-struct ThreadAggregateBuffer {
-  std::unique_ptr<float[]> data;
-  size_t capacity = 0;
-  bool in_use = false;
-};
-thread_local ThreadAggregateBuffer t_aggregate_buffer;
-
-}  // namespace
-
-AggregateBuffer::AggregateBuffer(size_t numel) {
-  ThreadAggregateBuffer& t = t_aggregate_buffer;
-  if (t.in_use) {
-    own_.reset(new float[numel]);  // default-initialised: not zeroed
-    values_ = std::span<float>(own_.get(), numel);
-    return;
-  }
-  if (t.capacity < numel) {
-    t.data.reset(new float[numel]);
-    t.capacity = numel;
-  }
-  t.in_use = true;
-  values_ = std::span<float>(t.data.get(), numel);
-}
-
-AggregateBuffer::~AggregateBuffer() {
-  if (own_ == nullptr) t_aggregate_buffer.in_use = false;
-}
+AggregateBuffer::AggregateBuffer(size_t numel) : values_(rows_.Take(0, numel)) {}
 
 namespace {
 

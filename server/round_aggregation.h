@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "aggregators/aggregator.h"
+#include "core/scratch.h"
 #include "core/thread_pool.h"
 #include "server/optimizer.h"
 #include "server/slice_round.h"
@@ -59,15 +60,13 @@ bool IsBelowQuorum(const absl::Status& status);
 class AggregateBuffer {
  public:
   explicit AggregateBuffer(size_t numel);
-  ~AggregateBuffer();
-  AggregateBuffer(const AggregateBuffer&) = delete;
-  AggregateBuffer& operator=(const AggregateBuffer&) = delete;
 
   // numel floats, their values unspecified until written.
   std::span<float> values() const { return values_; }
 
  private:
-  std::unique_ptr<float[]> own_;  // when the thread's buffer is taken; else values_ is it
+  struct Tag;
+  core::ThreadRows<Tag> rows_;  // kept whatever their size, as before
   std::span<float> values_;
 };
 

@@ -49,6 +49,7 @@
 #include "codecs/compressed.h"
 #include "core/clock.h"
 #include "core/layout.h"
+#include "core/scratch.h"
 #include "server/checkpoint.h"
 #include "server/deadline_queue.h"
 #include "server/optimizer.h"
@@ -200,34 +201,11 @@ struct KeptPush {
 
 // The rows a closed round's kept pushes are decoded into for one aggregation: the
 // calling thread's own, reused from slice to slice so that they are in its caches when
-// the rule reads them, or rows of its own when the thread's are in use further up its
-// stack. The thread keeps its rows between aggregations up to kKeptBytes in all (as many
-// as the most inputs it aggregated, each the largest slice's size); rows beyond that are
-// freed when the aggregation that needed them ends. Lives on the stack of the thread
-// that made it.
-class RowScratch {
- public:
-  static constexpr size_t kKeptBytes = size_t{64} << 20;
-
-  RowScratch();
-  ~RowScratch();
-  RowScratch(const RowScratch&) = delete;
-  RowScratch& operator=(const RowScratch&) = delete;
-  // Row i, numel floats (contents unspecified), valid while this lives.
-  std::span<float> Take(size_t i, size_t numel);
-  // The bytes of the rows the calling thread keeps between aggregations.
-  static size_t ThreadKeptBytes();
-
-  struct Buffers {
-    std::vector<std::unique_ptr<float[]>> rows;
-    std::vector<size_t> capacity;
-    bool in_use = false;
-  };
-
- private:
-  Buffers own_;
-  Buffers* buffers_;
-};
+// the rule reads them (rows of its own for a nested aggregation). Between aggregations
+// the thread keeps up to 64 MiB of them (as many as the most inputs it aggregated, each
+// the largest slice's size).
+struct KeptRowsTag;
+using RowScratch = core::ThreadRows<KeptRowsTag, size_t{64} << 20>;
 
 // A raw fp32 payload (codecs::Codec::raw_fp32) that a transport read straight into a row
 // of its own: the format version byte, then `numel` values in `values`. Accepted, the row

@@ -32,47 +32,6 @@ std::vector<uint32_t> ClosedRound::Workers() const {
   return workers;
 }
 
-namespace {
-thread_local RowScratch::Buffers t_row_scratch;
-}  // namespace
-
-RowScratch::RowScratch() : buffers_(t_row_scratch.in_use ? &own_ : &t_row_scratch) {
-  buffers_->in_use = true;
-}
-
-RowScratch::~RowScratch() {
-  Buffers& b = *buffers_;
-  b.in_use = false;
-  if (buffers_ == &own_) return;
-  size_t bytes = 0;
-  size_t keep = 0;
-  while (keep < b.rows.size() && bytes + b.capacity[keep] * sizeof(float) <= kKeptBytes) {
-    bytes += b.capacity[keep] * sizeof(float);
-    ++keep;
-  }
-  b.rows.resize(keep);
-  b.capacity.resize(keep);
-}
-
-size_t RowScratch::ThreadKeptBytes() {
-  size_t bytes = 0;
-  for (size_t c : t_row_scratch.capacity) bytes += c * sizeof(float);
-  return bytes;
-}
-
-std::span<float> RowScratch::Take(size_t i, size_t numel) {
-  Buffers& b = *buffers_;
-  if (b.rows.size() <= i) {
-    b.rows.resize(i + 1);
-    b.capacity.resize(i + 1, 0);
-  }
-  if (b.capacity[i] < numel) {
-    b.rows[i].reset(new float[numel]);  // default-initialised: not zeroed
-    b.capacity[i] = numel;
-  }
-  return {b.rows[i].get(), numel};
-}
-
 absl::StatusOr<std::vector<const float*>> ClosedRound::Rows(std::span<const uint32_t> workers,
                                                             RowScratch* scratch) {
   std::vector<const float*> rows;
