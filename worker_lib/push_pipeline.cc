@@ -172,11 +172,15 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
     std::vector<SliceRange> ranges;
     std::vector<std::unique_ptr<Call>> pieces;
     const std::string codec(slot.encoder->spec());
+    const bool start_round = round == client_.start_version();
+    const bool may_be_held = start_round && !slot.pushed_start_round;
+    slot.pushed_start_round |= start_round;
     auto piece = [&](const core::SliceInfo& s, DataChannel* channel, uint32_t index,
                      uint32_t count) {
       auto call = std::make_unique<Call>();
       call->shard = s.shard;
       call->channel = channel;
+      call->may_be_held = may_be_held;
       OutgoingPush& m = call->message;
       m.layout_hash = layout_.hash();
       m.round = round;
@@ -450,9 +454,14 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
   // gRPC's callback threads with it) would be torn down from one of those threads while
   // the process may already be exiting (a rare abort at exit in the torch tests).
   call->rpc.reset();
-  // A retry answered "duplicate" means an earlier attempt got through.
-  const bool accepted = s.ok() || (call->attempt > 0 && absl::IsAlreadyExists(s) &&
-                                   call->last_code != absl::StatusCode::kUnauthenticated);
+  // "Duplicate" means an earlier copy of this push got through: for a retry, an earlier
+  // attempt; for this process's first push of the round it started at, the process of
+  // this worker id it replaces (restarted mid-round: ps-launch --max-restarts), whose copy
+  // counts. Any other duplicate is the caller's error.
+  const bool earlier_copy = absl::IsAlreadyExists(s) &&
+                            call->last_code != absl::StatusCode::kUnauthenticated &&
+                            (call->attempt > 0 || call->may_be_held);
+  const bool accepted = s.ok() || earlier_copy;
   meters_[call->shard]->Finished(accepted ? call->message.payload_size() : 0);
   if (accepted) {
     slices_pushed_.fetch_add(1);

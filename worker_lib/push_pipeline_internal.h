@@ -127,6 +127,8 @@ class PushPipeline {
     bool chunked = false;                  // its path carries chunks, unanswered
     bool borrow = false;                   // PushOptions::borrow
     std::optional<float> lr ABSL_GUARDED_BY(mu);  // SetLearningRate
+    // Pushed for the round this worker started at (ShardClient::start_version).
+    bool pushed_start_round ABSL_GUARDED_BY(mu) = false;
   };
 
   // One slice push in flight; owned by whoever currently drives it (the send queue,
@@ -143,6 +145,10 @@ class PushPipeline {
     // A resend after the shard restarted (OnRejoined): not counted in pending_, and its
     // refusal (late, duplicate) is no error of the caller's.
     bool replay = false;
+    // This process's first push of its tensor for the round it started at: the process
+    // of this worker id it replaces (restarted mid-round) may have pushed it already, and
+    // then that copy counts (OnDone).
+    bool may_be_held = false;
     OutgoingPush message;
     std::unique_ptr<DataChannel::PushCall> rpc;
   };

@@ -426,5 +426,61 @@ TEST_P(DurabilityTest, ADeadWorkersRoundsCloseAtTheDeadlineWithTheQuorum) {
   EXPECT_GE(c.shard(0).shard().stats().rounds_closed_at_deadline, 3u);
 }
 
+TEST_P(DurabilityTest, AWorkerRestartedMidRoundResumesItAndItsEarlierCopiesCount) {
+  // Worker 1 pushes two of round 0's three slices and dies (no Leave); worker 0 closes
+  // slice "a". Worker 1's new process joins at version 0 and pushes the whole round: "a"
+  // closed with its first copy, "c" is still open with it, "b" takes the new push. Each
+  // duplicate is that first copy, not an error; the round closes; a second push of the
+  // next round is refused as before.
+  server::ServerOptions o;
+  o.insecure = true;
+  o.data_plane = GetParam();
+  o.num_workers = 2;
+  o.aggregator = "mean";
+  o.aggregate_only = true;
+  testing::Cluster c = testing::StartCluster(1, o);
+  const core::ModelLayout layout =
+      *core::ModelLayout::Create({{"a", 2, 0}, {"b", 2, 0}, {"c", 2, 0}}, 128, 1);
+  auto start = [&](uint32_t id) {
+    WorkerOptions wo;
+    wo.shard_addresses = c.addresses();
+    wo.worker_id = id;
+    return Worker::Start(wo, layout);
+  };
+  auto w0 = start(0);
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  {
+    auto dying = start(1);
+    ASSERT_TRUE(dying.ok()) << dying.status();
+    ASSERT_TRUE((*dying)->Push(0, 0, std::vector<float>(2, 1.0f)).ok());
+    ASSERT_TRUE((*dying)->Push(2, 0, std::vector<float>(2, 1.0f)).ok());
+    ASSERT_TRUE((*dying)->WaitPushes().ok());
+  }
+  ASSERT_TRUE((*w0)->Push(0, 0, std::vector<float>(2, 0.0f)).ok());
+  ASSERT_TRUE((*w0)->WaitPushes().ok());
+  std::vector<float> out(2);
+  ASSERT_TRUE((*w0)->Pull(0, 1, out, milliseconds(20000)).ok());
+  EXPECT_EQ(out, std::vector<float>(2, 0.5f));
+  auto back = start(1);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ((*back)->start_version(), 0u);
+  for (size_t t = 0; t < 3; ++t) {
+    ASSERT_TRUE((*back)->Push(t, 0, std::vector<float>(2, 7.0f)).ok());
+  }
+  ASSERT_TRUE((*back)->WaitPushes().ok());
+  for (size_t t = 1; t < 3; ++t) ASSERT_TRUE((*w0)->Push(t, 0, std::vector<float>(2, 0.0f)).ok());
+  ASSERT_TRUE((*w0)->WaitPushes().ok());
+  const std::vector<float> expected[] = {std::vector<float>(2, 0.5f),
+                                         std::vector<float>(2, 3.5f),
+                                         std::vector<float>(2, 0.5f)};
+  for (size_t t = 0; t < 3; ++t) {
+    ASSERT_TRUE((*back)->Pull(t, 1, out, milliseconds(20000)).ok());
+    EXPECT_EQ(out, expected[t]) << "tensor " << t;
+  }
+  ASSERT_TRUE((*back)->Push(1, 1, std::vector<float>(2, 7.0f)).ok());
+  ASSERT_TRUE((*back)->Push(1, 1, std::vector<float>(2, 7.0f)).ok());
+  EXPECT_EQ((*back)->WaitPushes().code(), absl::StatusCode::kAlreadyExists);
+}
+
 }  // namespace
 }  // namespace ps

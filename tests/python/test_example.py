@@ -81,9 +81,10 @@ def test_a_killed_worker_restarted_by_ps_launch_resumes_where_the_job_is(tmp_pat
         if launcher.poll() is None:
             launcher.kill()
     out = "".join(lines) + out
-    assert launcher.returncode == 0, out + err
+    log_file = tmp_path / "worker-2.log"
+    log = log_file.read_text() if log_file.exists() else "(no worker-2.log)"
+    assert launcher.returncode == 0, out + err + "\nworker-2.log:\n" + log
     assert "worker 2 exited with status -9; restarting it (restart 1 of --max-restarts 1)" in err
-    log = (tmp_path / "worker-2.log").read_text()
     resumed = [l for l in log.splitlines() if l.startswith("worker 2: resuming at step")]
     assert len(resumed) == 1, log
     assert int(resumed[0].split()[5]) >= 40, resumed

@@ -166,6 +166,22 @@ TEST(PushPipelineTest, AFirstAttemptAnsweredDuplicateIsARefusal) {
   EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kAlreadyExists);
 }
 
+TEST(PushPipelineTest, ADuplicateOfThisProcesssFirstPushOfItsStartRoundIsTheReplacedProcesssCopy) {
+  // Joined at version 0 (the fake's start_version): a process of this worker id that this
+  // one replaces may have pushed round 0 already; its copy counts. Only this process's
+  // first push of each tensor for that round is taken so.
+  PushFixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::AlreadyExistsError("dup"); });
+  ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+  ASSERT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
+  EXPECT_TRUE(f.pipeline->Wait().ok());
+  ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());  // this process's own copy again
+  EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kAlreadyExists);
+  ASSERT_TRUE(f.pipeline->Push(0, 1, kGrad).ok());  // a later round
+  EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kAlreadyExists);
+}
+
 WorkerOptions OneInFlight(bool priority_order) {
   WorkerOptions o = FastOptions();
   o.max_inflight_bytes = 1;  // one push at a time
