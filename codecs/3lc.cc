@@ -28,6 +28,7 @@
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
 #include "core/fp32_bytes.h"
+#include "core/scratch.h"
 #include "core/simd.h"
 #include "core/status.h"
 
@@ -207,6 +208,16 @@ size_t RunBytes(size_t groups) {
   return groups / k3lcMaxRun + (groups % k3lcMaxRun != 0 ? 1 : 0);
 }
 
+// held[i] = held[i] + (digit_i - 1) x M for n digits: the value Decode3lc makes of each
+// (t x M, t in {-1, 0, 1} as a float) and AddInto's addition, so the bits are those of a
+// decode then an addition.
+PS_VECTOR_CLONES void AddDigits(const uint8_t* __restrict digits, size_t n, float scale,
+                                float* __restrict held) {
+  for (size_t i = 0; i < n; ++i) {
+    held[i] = held[i] + static_cast<float>(int{digits[i]} - 1) * scale;
+  }
+}
+
 class ThreeLcCodec final : public Codec {
  public:
   // `cat`: choose s per encoding (level=cat) with this fixed cost in bytes when the
@@ -280,45 +291,19 @@ class ThreeLcCodec final : public Codec {
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& ctx,
                       std::string* out) override {
-    const size_t n = values.size();
-    const uint32_t max_bits = internal::MaxAbsBits(values.data(), n);
-    if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec_, values);
-    const double max_abs = std::bit_cast<float>(max_bits);
-    const double s =
-        cat_ ? ChooseMultiplier(values, max_abs,
-                                ctx.fixed_cost_bytes >= 0 ? ctx.fixed_cost_bytes : overhead_)
-             : s_;
-    const float scale = ScaleOf(max_abs, s);
-    const float half = HalfOf(scale);
+    return EncodeAdding(values, ctx, out, nullptr);
+  }
 
-    // Tokens go to a scratch buffer kept between calls (its size is only known at the
-    // end, and sizing *out to the bound first would zero-fill it every call).
-    const size_t groups_total = (n + kGroup - 1) / kGroup;
-    // +PutGroups' slack
-    if (scratch_.size() < groups_total + 16) scratch_.resize(groups_total + 16);
-    unsigned char* const begin = scratch_.data();
-    unsigned char* w = begin;
-
-    // Digits of one block plus the slack Pack3lcGroup reads past the last group.
-    alignas(32) uint8_t digits[kBlockGroups * kGroup + 8];
-    size_t run = 0;
-    for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
-      const size_t len = std::min(kBlockGroups * kGroup, n - start);
-      internal::TernaryDigits(values.data() + start, len, half, digits);
-      const size_t groups = (len + kGroup - 1) / kGroup;
-      // Padding digits of the last group are zeros (digit 1).
-      std::memset(digits + len, 1, groups * kGroup + 8 - len);
-      w = PutGroups(digits, groups, &run, w);
-    }
-    w = FlushRun(w, run);
-
-    out->clear();
-    out->reserve(MaxEncodedBytes(n));
-    out->push_back(static_cast<char>(FormatByte(format())));
-    internal::PutVarint(out, n);
-    internal::PutF32(out, scale);
-    out->append(reinterpret_cast<const char*>(begin), static_cast<size_t>(w - begin));
-    return absl::OkStatus();
+  // The change into a per-thread scratch, then one pass over it that makes each block's
+  // digits and tokens and adds the block's decoded values to held while the digits are in
+  // the first-level cache: the values Decode3lc makes (t x M) and AddInto's addition.
+  absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
+                            const EncodeContext& ctx, std::string* out) override {
+    if (held.size() != x.size()) return Codec::EncodeChange(x, held, ctx, out);
+    struct ChangeTag;
+    const std::span<float> change = core::ThreadScratch<float, ChangeTag>(x.size());
+    core::Subtract(x, held, change);
+    return EncodeAdding(change, ctx, out, held.data());
   }
 
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
@@ -350,6 +335,52 @@ class ThreeLcCodec final : public Codec {
   }
 
  private:
+  // Encode; with `held`, also held[i] = held[i] + t_i x M for each value, block by block
+  // (EncodeChange). Nothing is written on a refusal.
+  absl::Status EncodeAdding(std::span<const float> values, const EncodeContext& ctx,
+                            std::string* out, float* held) {
+    const size_t n = values.size();
+    const uint32_t max_bits = internal::MaxAbsBits(values.data(), n);
+    if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec_, values);
+    const double max_abs = std::bit_cast<float>(max_bits);
+    const double s =
+        cat_ ? ChooseMultiplier(values, max_abs,
+                                ctx.fixed_cost_bytes >= 0 ? ctx.fixed_cost_bytes : overhead_)
+             : s_;
+    const float scale = ScaleOf(max_abs, s);
+    const float half = HalfOf(scale);
+
+    // Tokens go to a scratch buffer kept between calls (its size is only known at the
+    // end, and sizing *out to the bound first would zero-fill it every call).
+    const size_t groups_total = (n + kGroup - 1) / kGroup;
+    // +PutGroups' slack
+    if (scratch_.size() < groups_total + 16) scratch_.resize(groups_total + 16);
+    unsigned char* const begin = scratch_.data();
+    unsigned char* w = begin;
+
+    // Digits of one block plus the slack Pack3lcGroup reads past the last group.
+    alignas(32) uint8_t digits[kBlockGroups * kGroup + 8];
+    size_t run = 0;
+    for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
+      const size_t len = std::min(kBlockGroups * kGroup, n - start);
+      internal::TernaryDigits(values.data() + start, len, half, digits);
+      if (held != nullptr) AddDigits(digits, len, scale, held + start);
+      const size_t groups = (len + kGroup - 1) / kGroup;
+      // Padding digits of the last group are zeros (digit 1).
+      std::memset(digits + len, 1, groups * kGroup + 8 - len);
+      w = PutGroups(digits, groups, &run, w);
+    }
+    w = FlushRun(w, run);
+
+    out->clear();
+    out->reserve(MaxEncodedBytes(n));
+    out->push_back(static_cast<char>(FormatByte(format())));
+    internal::PutVarint(out, n);
+    internal::PutF32(out, scale);
+    out->append(reinterpret_cast<const char*>(begin), static_cast<size_t>(w - begin));
+    return absl::OkStatus();
+  }
+
   double s_;
   bool cat_ = false;
   double overhead_ = 0;

@@ -83,6 +83,23 @@ absl::Status Codec::Check(std::string_view payload, size_t numel) const {
   return Decode(payload, core::ThreadScratch<float, CheckTag>(numel));
 }
 
+absl::Status Codec::EncodeChange(std::span<const float> x, std::span<float> held,
+                                 const EncodeContext& ctx, std::string* out) {
+  if (held.size() != x.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(internal::AbslView(spec()), ": ", held.size(),
+                                                   " held values for a change of ", x.size()));
+  }
+  struct ChangeTag;
+  const std::span<float> change = core::ThreadScratch<float, ChangeTag>(x.size());
+  core::Subtract(x, held, change);
+  std::string payload;
+  PS_RETURN_IF_ERROR(Encode(change, ctx, &payload));
+  PS_RETURN_IF_ERROR(Decode(payload, change));
+  core::AddInto(held, change);
+  *out = std::move(payload);
+  return absl::OkStatus();
+}
+
 absl::Status Codec::DecodeAddPieces(std::span<const std::string_view> pieces,
                                     std::span<float> held, std::span<float> out) const {
   if (held.size() != out.size()) {

@@ -111,6 +111,15 @@ class Codec {
   // Refuses another format, a size that does not match out, and non-finite values.
   virtual absl::Status Decode(std::string_view bytes, std::span<float> out) const = 0;
 
+  // A shard's compressed pull (docs/data_path.md, "Compressed pulls"): replaces *out with
+  // the encoding of the change x - held and adds to each held value what a worker's
+  // DecodeAddPieces of *out adds to its copy, bit for bit (held[i] = held[i] + the decoded
+  // change, one fp32 addition). held has x's size. On error held and *out are unchanged.
+  // This default subtracts into a per-thread scratch, encodes, decodes and adds; 3lc adds
+  // each block's quantized change as it makes the block's digits.
+  virtual absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
+                                    const EncodeContext& ctx, std::string* out);
+
   // Decode of bytes that arrived in pieces, in order (a received message's buffers):
   // the same result and errors as Decode of their concatenation. This default gathers
   // the pieces into a per-thread scratch buffer first (none when there is one piece);

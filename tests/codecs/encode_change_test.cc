@@ -1,0 +1,153 @@
+// Codec::EncodeChange (codec.h) against its definition: the change x - held encoded as
+// Encode encodes it, and held advanced by what a worker's decode then addition gives
+// (Decode, then core::AddInto). The same payload bytes and the same bits held, for every
+// codec (the default and 3lc's fused override), on slice sizes on both sides of 3lc's
+// blocks, dense and sparse changes, held values with zeros and -0; and a change that is
+// not finite refused with held and the output unchanged.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "codecs/codec.h"
+#include "core/fp32_bytes.h"
+#include "gtest/gtest.h"
+#include "tests/codecs/codec_test_util.h"
+#include "tests/codecs/example_specs.h"
+
+namespace ps::codecs {
+namespace {
+
+using ::ps::codecs::testing::Gaussian;
+using ::ps::codecs::testing::MakeOk;
+
+// Held values: N(0, 100) with exact zeros and -0 (held + 0 turns -0 into +0).
+std::vector<float> Held(size_t n, uint32_t seed) {
+  std::vector<float> held = Gaussian(n, seed);
+  for (size_t i = 0; i < n; ++i) {
+    held[i] *= 10.0f;
+    if (i % 7 == 3) held[i] = -0.0f;
+    if (i % 11 == 5) held[i] = 0.0f;
+  }
+  return held;
+}
+
+// x = held + change, in fp32.
+std::vector<float> Plus(const std::vector<float>& held, const std::vector<float>& change) {
+  std::vector<float> x(held.size());
+  for (size_t i = 0; i < held.size(); ++i) x[i] = held[i] + change[i];
+  return x;
+}
+
+// EncodeChange of x onto a copy of held, by `fused`, against Encode, Decode and AddInto
+// by `reference` (a second codec of the same spec and seed, so stateful codecs see the
+// same calls).
+void ExpectSameAsDefinition(Codec& fused, Codec& reference, const std::vector<float>& x,
+                            std::vector<float>* held, uint64_t round) {
+  EncodeContext ctx;
+  ctx.round = round;
+  ctx.slice_id = 3;
+  ctx.worker_id = UINT32_MAX;
+  std::vector<float> change(x.size());
+  core::Subtract(x, *held, change);
+  std::string want;
+  ASSERT_TRUE(reference.Encode(change, ctx, &want).ok());
+  ASSERT_TRUE(reference.Decode(want, change).ok());
+  std::vector<float> want_held = *held;
+  core::AddInto(want_held, change);
+
+  std::string got = "stale";
+  const absl::Status st = fused.EncodeChange(x, *held, ctx, &got);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(got, want) << "payloads differ";
+  ASSERT_EQ(std::memcmp(held->data(), want_held.data(), held->size() * sizeof(float)), 0)
+      << "what is held is not decode then add";
+}
+
+class EncodeChangeTest
+    : public ::testing::TestWithParam<std::tuple<testing::ExampleSpec, size_t>> {};
+
+TEST_P(EncodeChangeTest, MatchesEncodeDecodeThenAdd) {
+  const std::string& spec = std::get<0>(GetParam()).spec;
+  const size_t n = std::get<1>(GetParam());
+  auto fused = MakeOk(spec, /*seed=*/5);
+  auto reference = MakeOk(spec, /*seed=*/5);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(reference, nullptr);
+  std::vector<float> held = Held(n, static_cast<uint32_t>(n) + 1);
+  for (uint64_t round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::vector<float> change = Gaussian(n, static_cast<uint32_t>(n + 100 * round));
+    ExpectSameAsDefinition(*fused, *reference, Plus(held, change), &held, round);
+  }
+  // A sparse change (3lc's zero runs), then none at all.
+  std::vector<float> sparse(n, 0.0f);
+  const std::vector<float> g = Gaussian(n, 77);
+  for (size_t i = 0; i < n; i += 97) sparse[i] = g[i];
+  ExpectSameAsDefinition(*fused, *reference, Plus(held, sparse), &held, 3);
+  ExpectSameAsDefinition(*fused, *reference, held, &held, 4);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Examples, EncodeChangeTest,
+    ::testing::Combine(::testing::ValuesIn(testing::ExampleSpecs()),
+                       ::testing::Values<size_t>(0, 1, 7, 4099, 12801)),
+    [](const auto& info) {
+      std::string name;
+      for (char c : std::get<0>(info.param).spec) {
+        name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      }
+      return absl::StrCat(name, "_n", std::get<1>(info.param));
+    });
+
+// 3lc's fused path on a default slice and a bit, with CAT's choice of s too.
+TEST(EncodeChangeFusedTest, ThreeLcOnLongSlicesMatchesItsDefinition) {
+  for (const char* spec : {"3lc", "3lc(s=1.9)", "3lc(s=1.5, level=cat)"}) {
+    auto fused = MakeOk(spec);
+    auto reference = MakeOk(spec);
+    ASSERT_NE(fused, nullptr);
+    ASSERT_NE(reference, nullptr);
+    for (size_t n : {65536, 65539}) {
+      SCOPED_TRACE(absl::StrCat(spec, " n=", n));
+      std::vector<float> held = Held(n, 4);
+      ExpectSameAsDefinition(*fused, *reference, Plus(held, Gaussian(n, 5)), &held, 0);
+      ExpectSameAsDefinition(*fused, *reference, Plus(held, Gaussian(n, 6)), &held, 1);
+    }
+  }
+}
+
+// A change that is not finite (x - held overflows, or x holds NaN) is refused as Encode
+// refuses it, and neither what is held nor the output changes.
+TEST(EncodeChangeFusedTest, AChangeThatIsNotFiniteChangesNothing) {
+  for (const char* spec : {"3lc", "fp32", "fp16", "int8", "topk(0.3)"}) {
+    auto codec = MakeOk(spec);
+    ASSERT_NE(codec, nullptr);
+    for (size_t n : {64, 20000}) {
+      SCOPED_TRACE(absl::StrCat(spec, " n=", n));
+      const std::vector<float> held = Held(n, 8);
+      for (float bad : {std::numeric_limits<float>::quiet_NaN(), 3e38f}) {
+        std::vector<float> x = Plus(held, Gaussian(n, 9));
+        x[n / 2] = bad;
+        std::vector<float> kept = held;
+        if (bad > 0) kept[n / 2] = -3e38f;  // 3e38 - (-3e38) overflows to Inf
+        const std::vector<float> before = kept;
+        std::string out = "untouched";
+        const absl::Status st = codec->EncodeChange(x, kept, EncodeContext{}, &out);
+        EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
+        EXPECT_EQ(out, "untouched");
+        EXPECT_EQ(std::memcmp(kept.data(), before.data(), n * sizeof(float)), 0);
+      }
+    }
+  }
+  auto codec = MakeOk("3lc");
+  std::vector<float> held(3);
+  std::string out;
+  EXPECT_EQ(codec->EncodeChange(std::vector<float>(4), held, EncodeContext{}, &out).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace ps::codecs
