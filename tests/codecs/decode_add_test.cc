@@ -154,13 +154,7 @@ INSTANTIATE_TEST_SUITE_P(
     Examples, DecodeAddTest,
     ::testing::Combine(::testing::ValuesIn(testing::ExampleSpecs()),
                        ::testing::Values<size_t>(0, 1, 7, 1000, 4099)),
-    [](const auto& info) {
-      std::string name;
-      for (char c : std::get<0>(info.param).spec) {
-        name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      }
-      return absl::StrCat(name, "_n", std::get<1>(info.param));
-    });
+    [](const auto& info) { return testing::ExampleName(info); });
 
 // The fused codecs on longer slices: 3lc's branch-free path from 4096 values on, the
 // dense codecs' blocks of 4096 bytes, a default slice and a bit.

@@ -95,13 +95,7 @@ INSTANTIATE_TEST_SUITE_P(
     Examples, EncodeChangeTest,
     ::testing::Combine(::testing::ValuesIn(testing::ExampleSpecs()),
                        ::testing::Values<size_t>(0, 1, 7, 4099, 12801)),
-    [](const auto& info) {
-      std::string name;
-      for (char c : std::get<0>(info.param).spec) {
-        name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      }
-      return absl::StrCat(name, "_n", std::get<1>(info.param));
-    });
+    [](const auto& info) { return testing::ExampleName(info); });
 
 // 3lc's fused path on a default slice and a bit, with CAT's choice of s too.
 TEST(EncodeChangeFusedTest, ThreeLcOnLongSlicesMatchesItsDefinition) {

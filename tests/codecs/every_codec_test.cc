@@ -202,22 +202,14 @@ TEST_P(EveryCodecTest, DecodeSurvivesBitFlipsAndRandomBytes) {
   }
 }
 
-std::string ExampleName(const ::testing::TestParamInfo<std::tuple<ExampleSpec, size_t>>& info) {
-  std::string name;
-  for (char c : std::get<0>(info.param).spec) {
-    name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-  }
-  return absl::StrCat(name, "_n", std::get<1>(info.param));
-}
-
 INSTANTIATE_TEST_SUITE_P(Examples, EveryCodecTest,
                          ::testing::Combine(::testing::ValuesIn(ExampleSpecs()),
                                             ::testing::Values<size_t>(0, 1, 7, 64, 1000, 4099)),
-                         ExampleName);
+                         [](const auto& info) { return testing::ExampleName(info); });
 INSTANTIATE_TEST_SUITE_P(NonEmpty, NonEmptyCodecTest,
                          ::testing::Combine(::testing::ValuesIn(ExampleSpecs()),
                                             ::testing::Values<size_t>(1, 7, 64, 1000, 4099)),
-                         ExampleName);
+                         [](const auto& info) { return testing::ExampleName(info); });
 
 }  // namespace
 }  // namespace ps::codecs

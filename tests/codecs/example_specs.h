@@ -3,8 +3,11 @@
 // per distinct composition; the fuzz corpus and ps-bench's default list use it too.
 #pragma once
 
+#include <cctype>
 #include <ostream>
 #include <string>
+#include <string_view>
+#include <tuple>
 #include <vector>
 
 namespace ps::codecs::testing {
@@ -15,6 +18,19 @@ struct ExampleSpec {
 };
 
 inline void PrintTo(const ExampleSpec& e, std::ostream* os) { *os << e.spec; }
+
+// A test name for a spec: its letters and digits, '_' for the rest.
+inline std::string SpecName(std::string_view spec) {
+  std::string name;
+  for (char c : spec) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+}
+
+// The name of a (spec, slice size) parameter: SpecName, then "_n" and the size.
+template <typename Info>
+std::string ExampleName(const Info& info) {
+  return SpecName(std::get<0>(info.param).spec) + "_n" + std::to_string(std::get<1>(info.param));
+}
 
 inline const std::vector<ExampleSpec>& ExampleSpecs() {
   static const std::vector<ExampleSpec> specs = {

@@ -9,6 +9,7 @@
 #include "codecs/codec.h"
 #include "gtest/gtest.h"
 #include "tests/codecs/codec_test_util.h"
+#include "tests/codecs/example_specs.h"
 
 namespace ps::codecs {
 namespace {
@@ -48,13 +49,7 @@ TEST_P(UnbiasedCodecTest, MeanOverRoundsApproachesTheInput) {
 INSTANTIATE_TEST_SUITE_P(Codecs, UnbiasedCodecTest,
                          ::testing::Values("int8", "int8(bucket=7)", "terngrad", "terngrad(bucket=9)",
                                            "qsgd", "qsgd(s=1, bucket=64)", "qsgd(s=3, bucket=10)"),
-                         [](const auto& info) {
-                           std::string name;
-                           for (const char* c = info.param; *c; ++c) {
-                             name += std::isalnum(static_cast<unsigned char>(*c)) ? *c : '_';
-                           }
-                           return name;
-                         });
+                         [](const auto& info) { return testing::SpecName(info.param); });
 
 // Deterministic codecs are biased; the test above would catch a codec that rounds to
 // nearest (here 3lc's ternary rounding on values between the levels).
