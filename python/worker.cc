@@ -288,6 +288,7 @@ class PyWorker {
     py::dict d;
     d["slices_pushed"] = s.slices_pushed;
     d["slices_borrowed"] = s.slices_borrowed;
+    d["slices_held_from_before"] = s.slices_held_from_before;
     d["slices_refused"] = s.slices_refused;
     d["push_bytes"] = s.push_bytes;
     d["slices_pulled"] = s.slices_pulled;

@@ -80,6 +80,10 @@ std::string WorkerMetricsText(const WorkerStats& s, std::span<const std::string>
   Counter(&out, "ps_worker_slices_borrowed_total",
           "Accepted pushed slices sent from the caller's buffer (PushOptions::borrow)",
           s.slices_borrowed);
+  Counter(&out, "ps_worker_slices_held_from_before_total",
+          "Accepted pushed slices of the round this process started at that the shard held "
+          "already from the process of this worker id it replaced (restarted mid-round)",
+          s.slices_held_from_before);
   Counter(&out, "ps_worker_slices_refused_total",
           "Pushed slices a shard refused (late, duplicate, invalid, over a budget, ...)",
           s.slices_refused);

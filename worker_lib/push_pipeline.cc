@@ -466,6 +466,7 @@ void PushPipeline::OnDone(std::unique_ptr<Call> call, const absl::Status& s) {
   if (accepted) {
     slices_pushed_.fetch_add(1);
     if (!call->message.borrowed.empty()) slices_borrowed_.fetch_add(1);
+    if (earlier_copy && call->attempt == 0) slices_held_from_before_.fetch_add(1);
     push_bytes_.fetch_add(call->message.payload_size());
     // Before the push is finished: once pending_ drops, the pipeline may be destroyed.
     if (!call->replay) KeepForReplay(*call);
@@ -546,6 +547,7 @@ void PushPipeline::FillStats(WorkerStats& stats) const {
   for (const auto& meter : meters_) stats.push_links.push_back(meter->Estimate().stats());
   stats.slices_pushed = slices_pushed_.load();
   stats.slices_borrowed = slices_borrowed_.load();
+  stats.slices_held_from_before = slices_held_from_before_.load();
   stats.slices_refused = slices_refused_.load();
   stats.push_bytes = push_bytes_.load();
   stats.pushes_replayed = pushes_replayed_.load();

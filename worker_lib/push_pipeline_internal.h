@@ -222,6 +222,7 @@ class PushPipeline {
       ABSL_GUARDED_BY(replay_mu_);
 
   std::atomic<uint64_t> slices_pushed_{0}, slices_borrowed_{0}, slices_refused_{0}, push_bytes_{0};
+  std::atomic<uint64_t> slices_held_from_before_{0};  // WorkerStats::slices_held_from_before
   std::atomic<uint64_t> retries_{0}, pushes_replayed_{0};
 };
 

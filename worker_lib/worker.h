@@ -294,6 +294,10 @@ struct WorkerStats {
   uint64_t slices_pushed = 0;    // accepted by a shard
   // Of slices_pushed: those sent from the caller's buffer (PushOptions::borrow).
   uint64_t slices_borrowed = 0;
+  // Of slices_pushed: pushes of the round this process started at that the shard already
+  // held from the process of this worker id it replaced (restarted mid-round), answered
+  // "duplicate": that copy counted.
+  uint64_t slices_held_from_before = 0;
   uint64_t slices_refused = 0;   // refused by a shard (late, duplicate, invalid, ...)
   uint64_t push_bytes = 0;       // encoded payload bytes accepted
   uint64_t slices_pulled = 0;

@@ -468,6 +468,8 @@ TEST_P(DurabilityTest, AWorkerRestartedMidRoundResumesItAndItsEarlierCopiesCount
     ASSERT_TRUE((*back)->Push(t, 0, std::vector<float>(2, 7.0f)).ok());
   }
   ASSERT_TRUE((*back)->WaitPushes().ok());
+  EXPECT_EQ((*back)->stats().slices_held_from_before, 2u);  // "a" and "c"
+  EXPECT_EQ((*back)->stats().slices_pushed, 3u);
   for (size_t t = 1; t < 3; ++t) ASSERT_TRUE((*w0)->Push(t, 0, std::vector<float>(2, 0.0f)).ok());
   ASSERT_TRUE((*w0)->WaitPushes().ok());
   const std::vector<float> expected[] = {std::vector<float>(2, 0.5f),

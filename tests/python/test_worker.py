@@ -500,5 +500,7 @@ def test_rounds_stop_waiting_for_a_worker_that_died_or_left(server_bin):
         assert back.start_version == 5
         push_round(back, 5, grads(1.0))
         pulled(back, 6)
+        # Its predecessor left before round 5: nothing of that round was held for it.
+        assert back.stats()["slices_held_from_before"] == 0
         for w in (workers[0], back):
             w.close()

@@ -176,6 +176,10 @@ TEST(PushPipelineTest, ADuplicateOfThisProcesssFirstPushOfItsStartRoundIsTheRepl
   EXPECT_TRUE(f.pipeline->Wait().ok());
   ASSERT_TRUE(f.pipeline->Push(1, 0, kGrad).ok());
   EXPECT_TRUE(f.pipeline->Wait().ok());
+  WorkerStats s;
+  f.pipeline->FillStats(s);
+  EXPECT_EQ(s.slices_held_from_before, 4u);  // two slices of each tensor
+  EXPECT_EQ(s.slices_pushed, 4u);
   ASSERT_TRUE(f.pipeline->Push(0, 0, kGrad).ok());  // this process's own copy again
   EXPECT_EQ(f.pipeline->Wait().code(), absl::StatusCode::kAlreadyExists);
   ASSERT_TRUE(f.pipeline->Push(0, 1, kGrad).ok());  // a later round
