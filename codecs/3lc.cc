@@ -28,7 +28,6 @@
 #include "codecs/kernels_internal.h"
 #include "codecs/wire_internal.h"
 #include "core/fp32_bytes.h"
-#include "core/scratch.h"
 #include "core/simd.h"
 #include "core/status.h"
 
@@ -307,10 +306,7 @@ class ThreeLcCodec final : public Codec {
   // the first-level cache: the values Decode3lc makes (t x M) and AddInto's addition.
   absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
                             const EncodeContext& ctx, std::string* out) override {
-    if (held.size() != x.size()) return Codec::EncodeChange(x, held, ctx, out);
-    struct ChangeTag;
-    const std::span<float> change = core::ThreadScratch<float, ChangeTag>(x.size());
-    core::Subtract(x, held, change);
+    PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
     return EncodeAdding(change, ctx, out, held.data());
   }
 

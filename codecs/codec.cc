@@ -83,8 +83,8 @@ absl::Status Codec::Check(std::string_view payload, size_t numel) const {
   return Decode(payload, core::ThreadScratch<float, CheckTag>(numel));
 }
 
-absl::Status Codec::EncodeChange(std::span<const float> x, std::span<float> held,
-                                 const EncodeContext& ctx, std::string* out) {
+absl::StatusOr<std::span<float>> Codec::ChangeScratch(std::span<const float> x,
+                                                     std::span<const float> held) const {
   if (held.size() != x.size()) {
     return absl::InvalidArgumentError(absl::StrCat(internal::AbslView(spec()), ": ", held.size(),
                                                    " held values for a change of ", x.size()));
@@ -92,6 +92,12 @@ absl::Status Codec::EncodeChange(std::span<const float> x, std::span<float> held
   struct ChangeTag;
   const std::span<float> change = core::ThreadScratch<float, ChangeTag>(x.size());
   core::Subtract(x, held, change);
+  return change;
+}
+
+absl::Status Codec::EncodeChange(std::span<const float> x, std::span<float> held,
+                                 const EncodeContext& ctx, std::string* out) {
+  PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
   std::string payload;
   PS_RETURN_IF_ERROR(Encode(change, ctx, &payload));
   PS_RETURN_IF_ERROR(Decode(payload, change));

@@ -173,6 +173,11 @@ class Codec {
  protected:
   explicit Codec(PayloadFormat format) : format_(format) {}
 
+  // EncodeChange's first step: x - held in the calling thread's scratch (valid until the
+  // thread's next call), or INVALID_ARGUMENT when the sizes differ.
+  absl::StatusOr<std::span<float>> ChangeScratch(std::span<const float> x,
+                                                 std::span<const float> held) const;
+
  private:
   const PayloadFormat format_;
 };

@@ -39,8 +39,9 @@ struct HeldValues {
 absl::StatusOr<std::shared_ptr<codecs::Codec>> MakePullCodec(const std::string& spec);
 
 // Encodes x - held.values for the version `version`, adds the decoded change to
-// held.values (Codec::EncodeChange), and returns the payload. On an error (the codec refusing its input)
-// held.values becomes x and the error is returned: the next pulls are dense.
+// held.values (Codec::EncodeChange), and returns the payload. On an error (the codec
+// refusing its input) held.values becomes x and the error is returned: the next pulls
+// are dense.
 absl::StatusOr<std::shared_ptr<const std::string>> EncodeChange(std::span<const float> x,
                                                                 uint32_t slice_id, uint64_t version,
                                                                 HeldValues& held);

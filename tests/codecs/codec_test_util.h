@@ -38,6 +38,19 @@ inline std::vector<float> Gaussian(size_t n, uint32_t seed) {
   return v;
 }
 
+// Values a worker or shard holds for a slice: N(0, 100) draws with exact zeros and -0
+// mixed in (held + 0 turns -0 into +0: a fused addition must add even where the change is
+// zero).
+inline std::vector<float> HeldValues(size_t n, uint32_t seed) {
+  std::vector<float> held = Gaussian(n, seed);
+  for (size_t i = 0; i < n; ++i) {
+    held[i] *= 10.0f;
+    if (i % 7 == 3) held[i] = -0.0f;
+    if (i % 11 == 5) held[i] = 0.0f;
+  }
+  return held;
+}
+
 // The codec `spec` makes (a test failure, and nullptr, if it refuses).
 inline std::unique_ptr<Codec> MakeOk(std::string_view spec, const CodecOptions& options) {
   auto codec = MakeCodec(spec, options);

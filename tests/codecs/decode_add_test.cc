@@ -30,6 +30,7 @@ namespace ps::codecs {
 namespace {
 
 using ::ps::codecs::testing::Gaussian;
+using ::ps::codecs::testing::HeldValues;
 using ::ps::codecs::testing::MakeOk;
 
 // The codecs with a fused DecodeAddPieces (the rest take the default).
@@ -74,18 +75,6 @@ std::vector<std::vector<std::string_view>> Cuts(std::string_view bytes, std::mt1
     cuts.push_back(pieces);
   }
   return cuts;
-}
-
-// Base values of a held slice: N(0, 100) with exact zeros and -0 mixed in (base + 0
-// turns -0 into +0: the fused paths must add even where the change is zero).
-std::vector<float> HeldValues(size_t n, uint32_t seed) {
-  std::vector<float> base = Gaussian(n, seed);
-  for (size_t i = 0; i < n; ++i) {
-    base[i] *= 10.0f;
-    if (i % 7 == 3) base[i] = -0.0f;
-    if (i % 11 == 5) base[i] = 0.0f;
-  }
-  return base;
 }
 
 // DecodeAddPieces of every cut of `bytes` onto a copy of base gives Reference's status

@@ -22,18 +22,8 @@ namespace ps::codecs {
 namespace {
 
 using ::ps::codecs::testing::Gaussian;
+using ::ps::codecs::testing::HeldValues;
 using ::ps::codecs::testing::MakeOk;
-
-// Held values: N(0, 100) with exact zeros and -0 (held + 0 turns -0 into +0).
-std::vector<float> Held(size_t n, uint32_t seed) {
-  std::vector<float> held = Gaussian(n, seed);
-  for (size_t i = 0; i < n; ++i) {
-    held[i] *= 10.0f;
-    if (i % 7 == 3) held[i] = -0.0f;
-    if (i % 11 == 5) held[i] = 0.0f;
-  }
-  return held;
-}
 
 // x = held + change, in fp32.
 std::vector<float> Plus(const std::vector<float>& held, const std::vector<float>& change) {
@@ -77,7 +67,7 @@ TEST_P(EncodeChangeTest, MatchesEncodeDecodeThenAdd) {
   auto reference = MakeOk(spec, /*seed=*/5);
   ASSERT_NE(fused, nullptr);
   ASSERT_NE(reference, nullptr);
-  std::vector<float> held = Held(n, static_cast<uint32_t>(n) + 1);
+  std::vector<float> held = HeldValues(n, static_cast<uint32_t>(n) + 1);
   for (uint64_t round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
     const std::vector<float> change = Gaussian(n, static_cast<uint32_t>(n + 100 * round));
@@ -106,7 +96,7 @@ TEST(EncodeChangeFusedTest, ThreeLcOnLongSlicesMatchesItsDefinition) {
     ASSERT_NE(reference, nullptr);
     for (size_t n : {65536, 65539}) {
       SCOPED_TRACE(absl::StrCat(spec, " n=", n));
-      std::vector<float> held = Held(n, 4);
+      std::vector<float> held = HeldValues(n, 4);
       ExpectSameAsDefinition(*fused, *reference, Plus(held, Gaussian(n, 5)), &held, 0);
       ExpectSameAsDefinition(*fused, *reference, Plus(held, Gaussian(n, 6)), &held, 1);
     }
@@ -121,7 +111,7 @@ TEST(EncodeChangeFusedTest, AChangeThatIsNotFiniteChangesNothing) {
     ASSERT_NE(codec, nullptr);
     for (size_t n : {64, 20000}) {
       SCOPED_TRACE(absl::StrCat(spec, " n=", n));
-      const std::vector<float> held = Held(n, 8);
+      const std::vector<float> held = HeldValues(n, 8);
       for (float bad : {std::numeric_limits<float>::quiet_NaN(), 3e38f}) {
         std::vector<float> x = Plus(held, Gaussian(n, 9));
         x[n / 2] = bad;
