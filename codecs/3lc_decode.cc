@@ -1,6 +1,6 @@
 // 3lc's decoder (the format and the encoder: 3lc.cc; docs/codecs.md "3lc"). A long
-// slice goes through FastDecode: one table row stored per token, no branch on the
-// token's kind, the format's rules (canonical runs, a non-zero digit exactly when the
+// slice goes through FastDecode: one 8-byte row of digits stored per token, no branch
+// on the token's kind, the format's rules (canonical runs, a non-zero digit exactly when the
 // scale is not 0) checked afterwards by a vectorized scan of the token bytes; a payload
 // the scan calls non-canonical, the tail of a slice and every short slice go through
 // the general loop, which names the offending byte.
@@ -9,9 +9,10 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstdint>
 #include <cstring>
-#include <limits>
 #include <span>
 #include <string_view>
 
@@ -40,7 +41,7 @@ constexpr auto kDigitTable = [] {
   return table;
 }();
 
-// Slices at least this long decode through a per-call table of scaled groups.
+// Slices at least this long decode through FastDecode.
 constexpr size_t kFastDecodeMin = 4096;
 
 // Groups a token covers: one for a group token, its run for a run token.
@@ -123,20 +124,37 @@ void ScanTokens(const unsigned char* p, size_t count, Flags* flags) {
                  .bad = bad != 0};
 }
 
+// The digits (t + 1: 0, 1 or 2) of each token byte as 8 bytes, little-endian: a group
+// token's five digits and then three 1s (t = 0); a run token's eight 1s.
+constexpr auto kDigitBytes = [] {
+  std::array<uint64_t, 256> bytes{};
+  for (int b = 0; b < 256; ++b) {
+    uint64_t v = 0;
+    for (size_t j = 0; j < 8; ++j) {
+      const uint64_t digit = b < k3lcRunBase && j < kGroup ? uint64_t(b / kPow3[j] % 3) : 1;
+      v |= digit << (8 * j);
+    }
+    bytes[b] = v;
+  }
+  return bytes;
+}();
+
 // FastDecode's loop from token *i and group *g, while g <= stop and g < end: each
-// token's row stored at rows + 5 (g - first), `rows` holding the values from group
-// `first` on, g advanced by the token's groups (kAdvance). The flags of the tokens it
-// took are found after it, in a pass over their bytes that vectorizes (ScanTokens),
-// so the loop does no more per token than its load, its store and its advance.
-void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], size_t stop,
-                size_t end, float* rows, size_t first, size_t* i_io, size_t* g_io, Flags* flags) {
+// token's 8 digit bytes (kDigitBytes) stored at digits + 5 (g - first), `digits`
+// holding the digits from group `first` on and filled with 1s (zeros) beforehand, so a
+// run's groups after its first keep theirs; g advanced by the token's groups
+// (kAdvance). The flags of the tokens it took are found after it, in a pass over their
+// bytes that vectorizes (ScanTokens), so the loop does no more per token than its load,
+// its store and its advance.
+void DigitTokens(const unsigned char* p, size_t size, size_t stop, size_t end, uint8_t* digits,
+                 size_t first, size_t* i_io, size_t* g_io, Flags* flags) {
   const size_t from = *i_io;
   size_t i = from;
   size_t g = *g_io;
   const size_t g_end = std::min(stop + 1, end);  // g <= stop && g < end
   for (; i < size && g < g_end; ++i) {
     const size_t b = p[i];
-    std::memcpy(rows + kGroup * (g - first), scaled[b], 8 * sizeof(float));
+    std::memcpy(digits + kGroup * (g - first), &kDigitBytes[b], sizeof(uint64_t));
     g += kAdvance[b];
   }
   ScanTokens(p + from, i - from, flags);
@@ -144,7 +162,7 @@ void FastTokens(const unsigned char* p, size_t size, const float (*scaled)[8], s
   *g_io = g;
 }
 
-// FastTokens without the stores, for a check: each token only advances g.
+// DigitTokens without the stores, for a check: each token only advances g.
 void WalkTokens(const unsigned char* p, size_t size, size_t stop, size_t* i_io, size_t* g_io,
                 Flags* flags) {
   const size_t from = *i_io;
@@ -156,54 +174,101 @@ void WalkTokens(const unsigned char* p, size_t size, size_t stop, size_t* i_io, 
   *g_io = g;
 }
 
-constexpr size_t kAddGroups = 1024;  // 5120 values: five whole AddFinite blocks
+inline uint32_t IsNonFinite(float x) {
+  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
+}
 
-// FastDecode's stores (kWrite, kAdd): the table of scaled groups, then the tokens.
+// Blocks of values the digit loops take at a fixed count, which GCC vectorizes at -O2.
+constexpr size_t kDigitBlock = 256;
+
+// out[k] = (digit_k - 1) x scale: the product the general loop makes (Put).
+PS_VECTOR_CLONES void WriteDigitBlock(const uint8_t* __restrict digits, float scale,
+                                      float* __restrict out) {
+  for (size_t k = 0; k < kDigitBlock; ++k) {
+    out[k] = static_cast<float>(int{digits[k]} - 1) * scale;
+  }
+}
+// held[k] = out[k] = held[k] + (digit_k - 1) x scale (Put's product, then its
+// addition); whether every sum is finite.
+PS_VECTOR_CLONES bool AddDigitBlock(const uint8_t* __restrict digits, float scale,
+                                    float* __restrict held, float* __restrict out) {
+  uint32_t bad = 0;
+  for (size_t k = 0; k < kDigitBlock; ++k) {
+    const float sum = held[k] + static_cast<float>(int{digits[k]} - 1) * scale;
+    held[k] = sum;
+    out[k] = sum;
+    bad |= IsNonFinite(sum);
+  }
+  return bad == 0;
+}
+
+// The values of `count` digits with kWrite (to out) or kAdd (to held and out): whole
+// blocks, then the rest one by one with the same arithmetic. kAdd: whether every sum
+// is finite.
+template <Sink kSink>
+bool PutDigits(const uint8_t* digits, size_t count, float scale, float* held, float* out) {
+  uint32_t bad = 0;
+  size_t k = 0;
+  for (; k + kDigitBlock <= count; k += kDigitBlock) {
+    if constexpr (kSink == Sink::kAdd) {
+      bad |= AddDigitBlock(digits + k, scale, held + k, out + k) ? 0 : 1;
+    } else {
+      WriteDigitBlock(digits + k, scale, out + k);
+    }
+  }
+  for (; k < count; ++k) {
+    const float value = static_cast<float>(int{digits[k]} - 1) * scale;
+    if constexpr (kSink == Sink::kAdd) {
+      held[k] = held[k] + value;
+      out[k] = held[k];
+      bad |= IsNonFinite(held[k]);
+    } else {
+      out[k] = value;
+    }
+  }
+  return bad == 0;
+}
+
+constexpr size_t kDigitGroups = 1024;  // 5120 values: twenty whole digit blocks
+
+// FastDecode's stores (kWrite, kAdd): the tokens' digits into a buffer of kDigitGroups
+// groups in the first-level cache, then its values (PutDigits) before the next.
 template <Sink kSink>
 void FillTokens(const unsigned char* p, size_t size, float scale, size_t n, size_t stop,
                 float* held, float* o, size_t* i_io, size_t* g_io, Flags* flags,
                 bool* finite_out) {
-  alignas(32) float scaled[256][8] = {};  // rows 243..255 (run tokens) stay zero
-  for (size_t b = 0; b < 243; ++b) {
-    for (size_t j = 0; j < kGroup; ++j) scaled[b][j] = kDigitTable[b][j] * scale;
-  }
+  // A buffer's last token starts before kDigitGroups and may run 13 groups past it; its
+  // store writes 8 digits.
+  alignas(64) uint8_t digits[kGroup * (kDigitGroups + k3lcMaxRun) + 8];
   size_t i = *i_io;
   size_t g = *g_io;
-  if constexpr (kSink == Sink::kAdd) {
-    // A buffer's last token starts before kAddGroups and may run 13 groups past it.
-    alignas(64) float rows[kGroup * (kAddGroups + k3lcMaxRun) + 8];
-    bool finite = true;
-    while (i < size && g <= stop) {
-      const size_t first = g;
-      std::memset(rows, 0, sizeof(rows));
-      FastTokens(p, size, scaled, stop, first + kAddGroups, rows, first, &i, &g, flags);
-      const size_t begin = kGroup * first;
-      const size_t count = std::min(kGroup * g, n) - begin;
-      finite &= core::AddFiniteKeep(std::span<float>(held + begin, count),
-                                    std::span<const float>(rows, count),
-                                    std::span<float>(o + begin, count));
-    }
-    *finite_out = finite;
-  } else {
-    std::memset(o, 0, n * sizeof(float));
-    FastTokens(p, size, scaled, stop, std::numeric_limits<size_t>::max(), o, 0, &i, &g, flags);
+  bool finite = true;
+  while (i < size && g <= stop) {
+    const size_t first = g;
+    std::memset(digits, 1, sizeof(digits));
+    DigitTokens(p, size, stop, first + kDigitGroups, digits, first, &i, &g, flags);
+    const size_t begin = kGroup * first;
+    const size_t count = std::min(kGroup * g, n) - begin;
+    finite &= PutDigits<kSink>(digits, count, scale, held + begin, o + begin);
   }
+  if constexpr (kSink == Sink::kAdd) *finite_out = finite;
   *i_io = i;
   *g_io = g;
 }
 
 // Decodes the tokens of a long slice without data-dependent branches (group and run
-// tokens alternate unpredictably): out is zeroed first, each group token stores its
-// row of a per-call table of the 243 groups times the scale (the same products as
-// the general loop) as 8 floats, the last 3 zero, and run tokens store a zero row and
-// advance g by the run. It stops 14 groups before the end and leaves *i, *g and the
-// flags for the general loop, which finishes the slice; on a non-canonical token it
-// undoes nothing and leaves *i = 0, so the general loop reports the exact error.
-// With kAdd the rows go to a zeroed buffer of kAddGroups groups in the first-level
-// cache instead, and each buffer is added to what is held and copied to out
-// (core::AddFiniteKeep, which also checks the sums: *finite_out) before the next: held
-// is read and written and out written once, sequentially, while the scattered row stores
-// stay in the cache. With kCheck the tokens are only walked (WalkTokens).
+// tokens alternate unpredictably), a buffer of kDigitGroups groups at a time in the
+// first-level cache: the buffer is filled with the digit of a zero (1), each token
+// stores its digits as 8 bytes (kDigitBytes: a group's five and three of zeros; a run's
+// first eight of zeros, the rest of its run's already there) and advances g by its groups, and then the
+// buffer's values are written (kWrite: (digit - 1) x scale, the general loop's product)
+// or added to what is held and written to out (kAdd, with the finite check:
+// *finite_out) in one vectorized pass before the next buffer. out is written once,
+// sequentially, and held read and written once; the scattered stores stay in the cache
+// and move a byte per value, not a float. It stops 14 groups before the end and leaves
+// *i, *g and the flags for the general loop, which finishes the slice; on a
+// non-canonical token it undoes nothing and leaves *i = 0, so the general loop reports
+// the exact error. With kCheck the tokens are only walked (WalkTokens).
 template <Sink kSink>
 void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* held,
                 float* o, size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out,
