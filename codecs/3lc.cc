@@ -47,153 +47,6 @@ constexpr size_t kGroup = internal::k3lcGroup;
 // Groups packed per block: the digits of one block stay in L1.
 constexpr size_t kBlockGroups = 512;
 
-// The byte that ends a run of 1..13 zero groups (ZeroRunToken): 121 for one, 243 + r - 2
-// above.
-constexpr auto kRunToken = [] {
-  std::array<uint8_t, k3lcMaxRun> token{};  // token[0] = 0: no run
-  for (int r = 1; r < k3lcMaxRun; ++r) token[r] = internal::ZeroRunToken(r);
-  return token;
-}();
-
-inline uint64_t Load64(const uint8_t* p) {
-  uint64_t v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-constexpr uint64_t kOnes = 0x0101'0101'0101'0101ull;
-
-// Bit l set when byte l of the eight group bytes in `bytes` is not a zero group (121):
-// SWAR, the high bit of each byte of x = bytes ^ 121...121 that is not zero, gathered
-// by one multiply.
-inline uint32_t NonZeroGroups(uint64_t bytes) {
-  const uint64_t x = bytes ^ (kOnes * k3lcZeroGroup);
-  const uint64_t high = (((x & (kOnes * 0x7f)) + kOnes * 0x7f) | x) & (kOnes << 7);
-  return static_cast<uint32_t>((high * 0x0002'0408'1020'4081ull) >> 56);
-}
-
-// Writes the greedy tokens of `pending` zero groups that end before a non-zero group:
-// a 255 for each 14, then 121 for one more or 243 + r - 2 for r = 2..13. Stores one
-// byte more than it advances when the remainder is 0 (the caller keeps a byte of slack).
-inline unsigned char* PutZeroRun(size_t pending, unsigned char* w) {
-  if (pending >= static_cast<size_t>(k3lcMaxRun)) {
-    const size_t full = pending / k3lcMaxRun;
-    std::memset(w, internal::ZeroRunToken(k3lcMaxRun), full);
-    w += full;
-    pending -= full * k3lcMaxRun;
-  }
-  *w = kRunToken[pending];
-  return w + (pending != 0);
-}
-
-// Sixteen bytes, a shuffle's source and result.
-using Bytes16 = unsigned char __attribute__((vector_size(16)));
-using Words2 = uint64_t __attribute__((vector_size(16)));
-
-// out[k] = in[control[k]] (control bytes below 16). GCC lowers its shuffle by a
-// variable mask to one pshufb where the target has SSSE3, as PS_VECTOR_CLONES' AVX2
-// clone does; Clang, which has no such builtin, copies byte by byte.
-inline Bytes16 Shuffle(Bytes16 in, Bytes16 control) {
-#if defined(__clang__)
-  Bytes16 out;
-  for (int k = 0; k < 16; ++k) out[k] = in[control[k] & 15];
-  return out;
-#else
-  return __builtin_shuffle(in, control);
-#endif
-}
-
-// The tokens of a chunk of eight groups from its first non-zero group on, for each
-// pattern of non-zero groups that starts with one (bit 0 set), as a shuffle of a
-// source holding the chunk's group bytes (from that group on) in bytes 0..7 and the
-// tokens of runs of 1..7 zero groups in bytes 8..14: each non-zero group's byte, after
-// the token of the zero groups between it and the non-zero group before it; at most
-// 8 bytes plus 7 tokens. control[mask] and size[mask], mask odd.
-struct ChunkShuffles {
-  alignas(16) unsigned char control[256][16];
-  uint8_t size[256];
-};
-constexpr ChunkShuffles kChunkShuffles = [] {
-  ChunkShuffles table{};
-  for (unsigned mask = 1; mask < 256; mask += 2) {
-    uint8_t k = 0;
-    unsigned gap = 0;
-    for (unsigned l = 0; l < 8; ++l) {
-      if ((mask >> l & 1) == 0) {
-        ++gap;
-        continue;
-      }
-      if (gap != 0) table.control[mask][k++] = static_cast<unsigned char>(7 + gap);
-      table.control[mask][k++] = static_cast<unsigned char>(l);
-      gap = 0;
-    }
-    table.size[mask] = k;
-  }
-  return table;
-}();
-// Bytes 8..14 of the source: the tokens of runs of 1..7 zero groups.
-constexpr uint64_t kShortRunTokens = [] {
-  uint64_t tokens = 0;
-  for (int r = 1; r <= 7; ++r) tokens |= uint64_t{kRunToken[r]} << (8 * (r - 1));
-  return tokens;
-}();
-
-// Appends the tokens of `groups` groups whose digits are at d (with 8 readable bytes
-// after the last group), eight groups at a time, after `*run` pending zero groups;
-// leaves the zero groups after the last non-zero one in *run (any count: FlushRun
-// writes them). A chunk of eight all-zero groups (40 digits 1) only extends the run.
-// Any other chunk writes the run before its first non-zero group (its 14s first), then
-// the rest of its tokens as one shuffle of its group bytes and the short-run tokens,
-// chosen by the pattern of its non-zero groups (kChunkShuffles), without a branch per
-// group: a branch per group mispredicts on mixes of zero and non-zero groups, which
-// Gaussian data at s = 1 is full of. Stores up to 16 bytes past what it returns (the
-// caller keeps that much slack).
-PS_VECTOR_CLONES unsigned char* PutGroups(const uint8_t* d, size_t groups, size_t* run,
-                                          unsigned char* w) {
-  size_t pending = *run;
-  size_t g = 0;
-  for (; g + 8 <= groups; g += 8, d += 8 * kGroup) {
-    const uint64_t diff = (Load64(d) ^ kOnes) | (Load64(d + 8) ^ kOnes) |
-                          (Load64(d + 16) ^ kOnes) | (Load64(d + 24) ^ kOnes) |
-                          (Load64(d + 32) ^ kOnes);
-    if (diff == 0) {
-      pending += 8;
-      continue;
-    }
-    uint64_t bytes = 0;
-    for (size_t l = 0; l < 8; ++l) {
-      bytes |= uint64_t{internal::Pack3lcGroup(d + kGroup * l)} << (8 * l);
-    }
-    const uint32_t nonzero = NonZeroGroups(bytes);
-    const auto first = static_cast<unsigned>(std::countr_zero(nonzero));  // < 8: diff != 0
-    w = PutZeroRun(pending + first, w);
-    const unsigned mask = nonzero >> first;
-    // Built in registers: two 8-byte stores read back as 16 bytes would stall.
-    const auto in = reinterpret_cast<Bytes16>(Words2{bytes >> (8 * first), kShortRunTokens});
-    Bytes16 control;
-    std::memcpy(&control, kChunkShuffles.control[mask], sizeof(control));
-    const Bytes16 out = Shuffle(in, control);
-    std::memcpy(w, &out, sizeof(out));
-    w += kChunkShuffles.size[mask];
-    pending = static_cast<size_t>(std::countl_zero(static_cast<uint8_t>(nonzero)));
-  }
-  for (; g < groups; ++g, d += kGroup) {
-    const uint8_t b = internal::Pack3lcGroup(d);
-    if (b == k3lcZeroGroup) {
-      ++pending;
-      continue;
-    }
-    w = PutZeroRun(pending, w);
-    *w++ = b;
-    pending = 0;
-  }
-  *run = pending;
-  return w;
-}
-
-// Ends the encoding: the tokens of the zero groups still pending.
-unsigned char* FlushRun(unsigned char* w, size_t run) { return PutZeroRun(run, w); }
-
 // M = max|x| * s, rounded once to fp32; s < 2 keeps M / 2 <= max|x|, so the largest
 // value always becomes +-1. Clamped so a value near FLT_MAX keeps M finite.
 float ScaleOf(double max_abs, double s) {
@@ -362,7 +215,7 @@ class ThreeLcCodec final : public Codec {
     unsigned char* const begin = scratch_.data();
     unsigned char* w = begin;
 
-    // Digits of one block plus the slack Pack3lcGroup reads past the last group.
+    // Digits of one block plus the slack Put3lcTokens reads past the last group.
     alignas(32) uint8_t digits[kBlockGroups * kGroup + 8];
     size_t run = 0;
     for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
@@ -372,9 +225,9 @@ class ThreeLcCodec final : public Codec {
       const size_t groups = (len + kGroup - 1) / kGroup;
       // Padding digits of the last group are zeros (digit 1).
       std::memset(digits + len, 1, groups * kGroup + 8 - len);
-      w = PutGroups(digits, groups, &run, w);
+      w = internal::Put3lcTokens(digits, groups, &run, w);
     }
-    w = FlushRun(w, run);
+    w = internal::Put3lcZeroRun(run, w);
 
     out->clear();
     out->reserve(MaxEncodedBytes(n));

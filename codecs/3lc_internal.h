@@ -1,13 +1,12 @@
 // Pieces of the 3lc codec (docs/codecs.md "3lc") shared by its encoder (3lc.cc) and
-// decoder (3lc_decode.cc) or reached by tests directly: the group size, the digit
-// packing and the decoder. Its digit kernel is TernaryDigits in kernels_internal.h.
+// decoder (3lc_decode.cc) or reached by tests directly: the group size, the token writer
+// (3lc_tokens.cc) and the decoder. Its digit kernel is TernaryDigits in kernels_internal.h.
 //
 // Thread safety: everything here is pure.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <string_view>
 
@@ -22,16 +21,18 @@ namespace ps::codecs::internal {
 // The codec's name, in its spec and its errors.
 inline constexpr char k3lcName[] = "3lc";
 
-// Values per group: one byte holds five base-3 digits.
+// Values per group: one byte holds five base-3 digits (Pack3lcDigits in hd_internal.h).
 inline constexpr size_t k3lcGroup = 5;
 
-// The byte of five digits (each 0, 1 or 2) at d[0..4]: sum of d[j] * 3^j. Reads 8
-// bytes at d (the last 3 are ignored), so d must have 3 readable bytes of slack.
-inline uint8_t Pack3lcGroup(const uint8_t* d) {
-  uint64_t v;
-  std::memcpy(&v, d, sizeof(v));  // little-endian host (core/fp32_bytes.h asserts it)
-  return Pack3lcDigits(v);
-}
+// Appends to w the tokens of `groups` groups whose digits (t + 1: 0, 1 or 2; five a
+// group) are at `digits`, after `*run` zero groups pending from before; leaves the zero
+// groups after the last non-zero one in *run, for the next call or Put3lcZeroRun. Reads
+// up to 8 bytes past the last group's digits and stores up to 16 bytes past what it
+// returns (the caller keeps that slack).
+unsigned char* Put3lcTokens(const uint8_t* digits, size_t groups, size_t* run, unsigned char* w);
+// Appends the tokens of `run` zero groups: a 255 for each 14, then 121 for one more or
+// 243 + r - 2 for r = 2..13; stores one byte more than it returns when run % 14 is 0.
+unsigned char* Put3lcZeroRun(size_t run, unsigned char* w);
 
 // Decodes a 3lc payload of out.size() values into out, refusing any payload the
 // encoder would not write (InvalidArgument naming the byte).

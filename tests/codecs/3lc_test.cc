@@ -187,6 +187,35 @@ TEST(ThreeLcTest, MatchesTheReferenceEncoderOnBothKernelPaths) {
   internal::SetPortableKernelsForTesting(false);
 }
 
+// Every group byte at every place of a chunk of eight groups (the token writer's step),
+// between zero runs of every length up to a chunk and a half, on both kernel paths,
+// against the reference encoder.
+TEST(ThreeLcTest, EveryGroupByteInEveryChunkPlaceOnBothKernelPaths) {
+  std::vector<float> values;
+  for (int b = 0; b < 243; ++b) {
+    for (size_t place = 0; place < 8; ++place) {
+      // `place` zero groups, then the group of byte b, then a run of (b % 13) zeros.
+      values.insert(values.end(), 5 * place, 0.0f);
+      for (int j = 0, w = 1; j < 5; ++j, w *= 3) {
+        values.push_back(static_cast<float>(b / w % 3 - 1));  // t, with M = 1
+      }
+      values.insert(values.end(), 5 * static_cast<size_t>(b % 13), 0.0f);
+    }
+  }
+  values.push_back(1.0f);  // M = 1 whatever came before
+  auto codec = MakeOk("3lc");
+  for (bool portable : {false, true}) {
+    const bool have_avx2 = internal::SetPortableKernelsForTesting(portable);
+    if (!portable && !have_avx2) continue;
+    const std::string bytes = Encode(*codec, values);
+    const size_t header = 1 + 3 + 4;  // version, numel (3 varint bytes), scale
+    ASSERT_GE(values.size(), size_t{16384});
+    EXPECT_EQ(Hex(bytes.substr(header)), Hex(ReferenceBody(values, 0.5f)))
+        << "portable=" << portable;
+  }
+  internal::SetPortableKernelsForTesting(false);
+}
+
 // Long slices decode through the branch-free fast path; every value must be t * M
 // with t from the encoder's rule, on every mix of groups and runs.
 TEST(ThreeLcTest, LongSlicesDecodeToScaledTernaryValues) {
@@ -236,7 +265,9 @@ TEST(ThreeLcTest, PackingMatchesBaseThree) {
     uint8_t d[8] = {};
     for (int j = 0, w = 1; j < 5; ++j, w *= 3) d[j] = static_cast<uint8_t>(b / w % 3);
     d[5] = d[6] = d[7] = 0xff;  // ignored
-    EXPECT_EQ(internal::Pack3lcGroup(d), b);
+    uint64_t v;
+    std::memcpy(&v, d, sizeof(v));
+    EXPECT_EQ(internal::Pack3lcDigits(v), b);
   }
 }
 
