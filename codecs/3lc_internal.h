@@ -5,6 +5,7 @@
 // Thread safety: everything here is pure.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -33,6 +34,19 @@ unsigned char* Put3lcTokens(const uint8_t* digits, size_t groups, size_t* run, u
 // Appends the tokens of `run` zero groups: a 255 for each 14, then 121 for one more or
 // 243 + r - 2 for r = 2..13; stores one byte more than it returns when run % 14 is 0.
 unsigned char* Put3lcZeroRun(size_t run, unsigned char* w);
+
+// 3lc(s, level=cat)'s candidates for a push x with max|x| = max_abs: multipliers
+// 1 + (s - 1) j / 4, j = 0..4, each with the energy its payload keeps, |x|^2 -
+// |x - Q(x)|^2 (CAT's a(.) up to the constant |x|^2), and its payload's exact size in
+// bytes. x must be finite.
+inline constexpr size_t kThreeLcCatLevels = 5;
+struct ThreeLcCandidate {
+  double multiplier = 0;
+  double kept = 0;
+  double bytes = 0;
+};
+std::array<ThreeLcCandidate, kThreeLcCatLevels> ThreeLcCatCandidates(std::span<const float> x,
+                                                                     double max_abs, double s);
 
 // Decodes a 3lc payload of out.size() values into out, refusing any payload the
 // encoder would not write (InvalidArgument naming the byte).

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "codecs/3lc_internal.h"
 #include "codecs/codec.h"
 #include "codecs/sparse_internal.h"
 #include "gmock/gmock.h"
@@ -237,6 +238,46 @@ TEST(ThreeLcCatTest, ChoosesTheBestMultiplierByKeptEnergyPerByte) {
   EXPECT_EQ(sparse, sparse_want);
   EXPECT_EQ(dense, dense_want);
   EXPECT_LT(10 * sparse.size(), dense.size());
+}
+
+// Each candidate's kept energy and payload size (internal::ThreeLcCatCandidates, what
+// the choice compares) against the payload the fixed-s codec writes and what its decode
+// keeps: on Gaussian and heavy-tailed values, on non-zero groups side by side and runs of
+// every length around 14, and on all zeros.
+TEST(ThreeLcCatTest, CandidatesCountTheKeptEnergyAndTheExactPayloadSize) {
+  std::vector<float> runs(5 * 600, 0.001f);
+  runs[0] = 1.0f;
+  size_t g = 0;
+  for (size_t gap : {0, 0, 1, 2, 13, 14, 15, 27, 28, 29, 0, 3, 42, 0}) {
+    g += gap + 1;
+    runs[5 * g + gap % 5] = gap % 2 == 0 ? 0.9f : -0.6f;
+  }
+  const std::vector<std::vector<float>> cases = {Gaussian(20003, 4), HeavyTailed(20000, 5), runs,
+                                                 std::vector<float>(4099, 0.0f)};
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const std::vector<float>& x = cases[c];
+    float max_abs = 0;
+    double energy = 0;
+    for (float v : x) {
+      max_abs = std::max(max_abs, std::abs(v));
+      energy += double{v} * v;
+    }
+    const auto candidates = internal::ThreeLcCatCandidates(x, max_abs, 1.8);
+    for (size_t j = 0; j < candidates.size(); ++j) {
+      SCOPED_TRACE(::testing::Message() << "case " << c << ", candidate " << j);
+      EXPECT_NEAR(candidates[j].multiplier, 1.0 + 0.2 * static_cast<double>(j), 1e-12);
+      auto fixed_s = MakeCodec("3lc(s=" + std::to_string(candidates[j].multiplier) + ")");
+      ASSERT_TRUE(fixed_s.ok()) << fixed_s.status();
+      std::string payload;
+      ASSERT_TRUE((*fixed_s)->Encode(x, {}, &payload).ok());
+      EXPECT_EQ(candidates[j].bytes, static_cast<double>(payload.size()));
+      std::vector<float> d(x.size());
+      ASSERT_TRUE((*fixed_s)->Decode(payload, d).ok());
+      double err = 0;
+      for (size_t i = 0; i < x.size(); ++i) err += (double{x[i]} - d[i]) * (double{x[i]} - d[i]);
+      EXPECT_NEAR(candidates[j].kept, energy - err, 1e-9 * std::max(energy, 1.0));
+    }
+  }
 }
 
 TEST(ThreeLcCatTest, SpecsAndRefusals) {
