@@ -437,7 +437,10 @@ int RunE2e(E2eFlags f) {
                              : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
                f.aggregate_only ? "aggregate-only shards"
                                 : absl::StrCat("SGD shards (momentum ", f.momentum, ")").c_str(),
-               rules.c_str(), f.borrow ? ", borrowed pushes" : "");
+               rules.c_str(),
+               absl::StrCat(f.borrow ? ", borrowed pushes" : "",
+                            f.error_feedback ? ", error feedback" : "")
+                   .c_str());
   return RunComparison(f, *params, *workers, *shards, codecs, specs, planes);
 }
 
@@ -481,6 +484,8 @@ Command AddE2eCommand(CLI::App& app) {
   sub->add_flag("--aggregate-only", f->aggregate_only, "Shards publish the aggregate instead of applying SGD");
   sub->add_flag("--borrow", f->borrow,
                 "Workers push from the gradient buffer without copying it (PushOptions::borrow)");
+  sub->add_flag("--error-feedback", f->error_feedback,
+                "Workers add what each encoding lost to their next push (PushOptions::error_feedback)");
   sub->add_option("--momentum", f->momentum,
                   "The shards' SGD momentum (ServerOptions::momentum; ps-server's default is 0.9)")
       ->capture_default_str()

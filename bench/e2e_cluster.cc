@@ -128,6 +128,7 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
   }
   wo.push.codec = codec;
   wo.push.borrow = f.borrow;
+  wo.push.error_feedback = f.error_feedback;
   if (f.inflight > 0) wo.max_inflight_bytes = f.inflight;
   wo.inflight_seconds = f.inflight_seconds;
   // Running shards (--shards-at) pick the plane; the workers follow their Join answers.

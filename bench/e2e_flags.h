@@ -37,6 +37,9 @@ struct E2eFlags {
   // The workers push from the gradient buffer (PushOptions::borrow), which stays
   // unchanged over the run.
   bool borrow = false;
+  // The workers keep what their encodings lose and add it to the next push
+  // (PushOptions::error_feedback).
+  bool error_feedback = false;
   // The shards' SGD momentum (ServerOptions::momentum); 0 keeps no velocity.
   double momentum = 0;
   // Aggregation rule specs (docs/aggregators.md; a '+' chain is one spec). `mean` is

@@ -75,6 +75,7 @@ void AddComparisonRow(const E2eFlags& f, const ComparisonRow& r, Table& table,
       .Add("raw_tcp_cpu_seconds", r.raw.cpu_seconds)
       .Add("aggregate_only", f.aggregate_only)
       .Add("borrow", f.borrow)
+      .Add("error_feedback", f.error_feedback)
       .Add("momentum", f.momentum)
       .Add("pull_codec", f.pull_codec)
       .Add("round_seconds_p50", e2e.round_p50)

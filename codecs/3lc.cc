@@ -135,6 +135,14 @@ class ThreeLcCodec final : public Codec {
     return EncodeAdding(change, ctx, out, held.data());
   }
 
+  // Each block's quantized values subtracted from v while its digits are in the
+  // first-level cache: v[i] + (t_i x -M) is v[i] - t_i x M, bit for bit (negation is
+  // exact, and x - y is x + (-y)).
+  absl::Status EncodeResidual(std::span<float> v, const EncodeContext& ctx,
+                              std::string* out) override {
+    return EncodeAdding(v, ctx, out, v.data(), -1.0f);
+  }
+
   absl::Status Decode(std::string_view bytes, std::span<float> out) const override {
     return internal::Decode3lc(bytes, out);
   }
@@ -164,10 +172,11 @@ class ThreeLcCodec final : public Codec {
   }
 
  private:
-  // Encode; with `held`, also held[i] = held[i] + t_i x M for each value, block by block
-  // (EncodeChange). Nothing is written on a refusal.
+  // Encode; with `held`, also held[i] = held[i] + t_i x (sign x M) for each value, block
+  // by block, after the block's digits are made (EncodeChange: sign 1; EncodeResidual:
+  // held is the values, sign -1). Nothing is written on a refusal.
   absl::Status EncodeAdding(std::span<const float> values, const EncodeContext& ctx,
-                            std::string* out, float* held) {
+                            std::string* out, float* held, float sign = 1.0f) {
     const size_t n = values.size();
     const uint32_t max_bits = internal::MaxAbsBits(values.data(), n);
     if (max_bits >= 0x7f800000u) return internal::CheckEncodable(spec_, values);
@@ -193,7 +202,7 @@ class ThreeLcCodec final : public Codec {
     for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
       const size_t len = std::min(kBlockGroups * kGroup, n - start);
       internal::TernaryDigits(values.data() + start, len, half, digits);
-      if (held != nullptr) AddDigits(digits, len, scale, held + start);
+      if (held != nullptr) AddDigits(digits, len, sign * scale, held + start);
       const size_t groups = (len + kGroup - 1) / kGroup;
       // Padding digits of the last group are zeros (digit 1).
       std::memset(digits + len, 1, groups * kGroup + 8 - len);

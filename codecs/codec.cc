@@ -106,6 +106,18 @@ absl::Status Codec::EncodeChange(std::span<const float> x, std::span<float> held
   return absl::OkStatus();
 }
 
+absl::Status Codec::EncodeResidual(std::span<float> v, const EncodeContext& ctx,
+                                   std::string* out) {
+  std::string payload;
+  PS_RETURN_IF_ERROR(Encode(v, ctx, &payload));
+  struct ResidualTag;
+  const std::span<float> decoded = core::ThreadScratch<float, ResidualTag>(v.size());
+  PS_RETURN_IF_ERROR(Decode(payload, decoded));
+  for (size_t i = 0; i < v.size(); ++i) v[i] -= decoded[i];
+  *out = std::move(payload);
+  return absl::OkStatus();
+}
+
 absl::Status Codec::DecodeAddPieces(std::span<const std::string_view> pieces,
                                     std::span<float> held, std::span<float> out) const {
   if (held.size() != out.size()) {

@@ -120,6 +120,14 @@ class Codec {
   virtual absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
                                     const EncodeContext& ctx, std::string* out);
 
+  // A worker's error feedback (PushOptions::error_feedback): replaces *out with the
+  // encoding of v and leaves in v what the encoding lost, v[i] - decoded[i] (one fp32
+  // subtraction of what Decode of *out gives), bit for bit. On error v and *out are
+  // unchanged. This default encodes, decodes into a per-thread scratch and subtracts;
+  // 3lc subtracts each block's quantized values as it makes the block's digits.
+  virtual absl::Status EncodeResidual(std::span<float> v, const EncodeContext& ctx,
+                                      std::string* out);
+
   // Decode of bytes that arrived in pieces, in order (a received message's buffers):
   // the same result and errors as Decode of their concatenation. This default gathers
   // the pieces into a per-thread scratch buffer first (none when there is one piece);

@@ -71,13 +71,12 @@ absl::Status TensorEncoder::Encode(std::span<const float> grad, uint64_t round, 
     ctx.fixed_cost_bytes = s.fixed_cost_bytes;
     const uint32_t cols = options_.matrix_cols;
     if (cols > 0 && s.offset % cols == 0 && s.numel % cols == 0) ctx.matrix_cols = cols;
-    const std::span<const float> values = v.subspan(s.offset, s.numel);
-    PS_RETURN_IF_ERROR(codec_->Encode(values, ctx, &(*payloads)[k]));
-    if (!residual_.empty()) {
-      decoded_.resize(s.numel);
-      PS_RETURN_IF_ERROR(codec_->Decode((*payloads)[k], decoded_));
-      float* e = next_residual_.data() + s.offset;
-      for (size_t i = 0; i < s.numel; ++i) e[i] -= decoded_[i];
+    if (residual_.empty()) {
+      PS_RETURN_IF_ERROR(codec_->Encode(v.subspan(s.offset, s.numel), ctx, &(*payloads)[k]));
+    } else {
+      // e_t = v - decode(payload), left in next_residual_.
+      const std::span<float> e = std::span<float>(next_residual_).subspan(s.offset, s.numel);
+      PS_RETURN_IF_ERROR(codec_->EncodeResidual(e, ctx, &(*payloads)[k]));
     }
   }
   if (!momentum_.empty()) momentum_.swap(next_momentum_);

@@ -75,7 +75,7 @@ class TensorEncoder {
   std::vector<float> momentum_;  // u_{t-1}; empty without momentum
   std::vector<float> residual_;  // e_{t-1}; empty without error feedback
   bool first_ = true;            // no u_{t-1} yet
-  std::vector<float> next_momentum_, next_residual_, decoded_;  // scratch
+  std::vector<float> next_momentum_, next_residual_;  // scratch
 };
 
 }  // namespace ps::internal

@@ -1,12 +1,14 @@
-// Codec::EncodeChange (codec.h) against its definition: the change x - held encoded as
-// Encode encodes it, and held advanced by what a worker's decode then addition gives
-// (Decode, then core::AddInto). The same payload bytes and the same bits held, for every
-// codec (the default and 3lc's fused override), on slice sizes on both sides of 3lc's
-// blocks, dense and sparse changes, held values with zeros and -0; and a change that is
-// not finite refused with held and the output unchanged.
+// Codec::EncodeChange and Codec::EncodeResidual (codec.h) against their definitions:
+// - EncodeChange: the change x - held encoded as Encode encodes it, and held advanced by
+//   what a worker's decode then addition gives (Decode, then core::AddInto);
+// - EncodeResidual: v encoded as Encode encodes it, and v left as v - Decode(payload).
+// The same payload bytes and the same bits, for every codec (the default and 3lc's fused
+// overrides), on slice sizes on both sides of 3lc's blocks, dense and sparse values with
+// zeros and -0; and values that are not finite refused with nothing changed.
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -57,28 +59,78 @@ void ExpectSameAsDefinition(Codec& fused, Codec& reference, const std::vector<fl
       << "what is held is not decode then add";
 }
 
+// EncodeResidual of v by `fused` against Encode, Decode and the subtraction by
+// `reference` (a second codec of the same spec and seed, so stateful codecs see the same
+// calls).
+void ExpectResidualAsDefinition(Codec& fused, Codec& reference, const std::vector<float>& v,
+                            uint64_t round) {
+  EncodeContext ctx;
+  ctx.round = round;
+  ctx.slice_id = 3;
+  ctx.worker_id = 1;
+  std::string want;
+  ASSERT_TRUE(reference.Encode(v, ctx, &want).ok());
+  std::vector<float> decoded(v.size());
+  ASSERT_TRUE(reference.Decode(want, decoded).ok());
+  std::vector<float> want_v = v;
+  for (size_t i = 0; i < v.size(); ++i) want_v[i] = v[i] - decoded[i];
+
+  std::vector<float> got_v = v;
+  std::string got = "stale";
+  const absl::Status st = fused.EncodeResidual(got_v, ctx, &got);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_EQ(got, want) << "payloads differ";
+  ASSERT_EQ(std::memcmp(got_v.data(), want_v.data(), v.size() * sizeof(float)), 0)
+      << "the residual is not v - decode(payload)";
+}
+
+// Values with zeros and -0 among them.
+std::vector<float> WithZeros(std::vector<float> v) {
+  for (size_t i = 0; i < v.size(); i += 13) v[i] = (i / 13) % 2 == 0 ? 0.0f : -0.0f;
+  return v;
+}
+
+// Two codecs of the example spec with the same seed (so stateful codecs see the same
+// calls), the slice size, and sparse values of it (3lc's zero runs).
 class EncodeChangeTest
-    : public ::testing::TestWithParam<std::tuple<testing::ExampleSpec, size_t>> {};
+    : public ::testing::TestWithParam<std::tuple<testing::ExampleSpec, size_t>> {
+ protected:
+  void SetUp() override {
+    fused_ = MakeOk(std::get<0>(GetParam()).spec, /*seed=*/5);
+    reference_ = MakeOk(std::get<0>(GetParam()).spec, /*seed=*/5);
+    ASSERT_NE(fused_, nullptr);
+    ASSERT_NE(reference_, nullptr);
+    sparse_.assign(n_, 0.0f);
+    const std::vector<float> g = Gaussian(n_, 77);
+    for (size_t i = 0; i < n_; i += 97) sparse_[i] = g[i];
+  }
+
+  const size_t n_ = std::get<1>(GetParam());
+  std::unique_ptr<Codec> fused_, reference_;
+  std::vector<float> sparse_;
+};
 
 TEST_P(EncodeChangeTest, MatchesEncodeDecodeThenAdd) {
-  const std::string& spec = std::get<0>(GetParam()).spec;
-  const size_t n = std::get<1>(GetParam());
-  auto fused = MakeOk(spec, /*seed=*/5);
-  auto reference = MakeOk(spec, /*seed=*/5);
-  ASSERT_NE(fused, nullptr);
-  ASSERT_NE(reference, nullptr);
-  std::vector<float> held = HeldValues(n, static_cast<uint32_t>(n) + 1);
+  std::vector<float> held = HeldValues(n_, static_cast<uint32_t>(n_) + 1);
   for (uint64_t round = 0; round < 3; ++round) {
     SCOPED_TRACE(absl::StrCat("round ", round));
-    const std::vector<float> change = Gaussian(n, static_cast<uint32_t>(n + 100 * round));
-    ExpectSameAsDefinition(*fused, *reference, Plus(held, change), &held, round);
+    const std::vector<float> change = Gaussian(n_, static_cast<uint32_t>(n_ + 100 * round));
+    ExpectSameAsDefinition(*fused_, *reference_, Plus(held, change), &held, round);
   }
-  // A sparse change (3lc's zero runs), then none at all.
-  std::vector<float> sparse(n, 0.0f);
-  const std::vector<float> g = Gaussian(n, 77);
-  for (size_t i = 0; i < n; i += 97) sparse[i] = g[i];
-  ExpectSameAsDefinition(*fused, *reference, Plus(held, sparse), &held, 3);
-  ExpectSameAsDefinition(*fused, *reference, held, &held, 4);
+  // A sparse change, then none at all.
+  ExpectSameAsDefinition(*fused_, *reference_, Plus(held, sparse_), &held, 3);
+  ExpectSameAsDefinition(*fused_, *reference_, held, &held, 4);
+}
+
+TEST_P(EncodeChangeTest, ResidualMatchesEncodeDecodeThenSubtract) {
+  for (uint64_t round = 0; round < 3; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    const std::vector<float> v = WithZeros(Gaussian(n_, static_cast<uint32_t>(n_ + 100 * round)));
+    ExpectResidualAsDefinition(*fused_, *reference_, v, round);
+  }
+  // Sparse values, then none at all.
+  ExpectResidualAsDefinition(*fused_, *reference_, sparse_, 3);
+  ExpectResidualAsDefinition(*fused_, *reference_, std::vector<float>(n_, -0.0f), 4);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -87,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(
                        ::testing::Values<size_t>(0, 1, 7, 4099, 12801)),
     [](const auto& info) { return testing::ExampleName(info); });
 
-// 3lc's fused path on a default slice and a bit, with CAT's choice of s too.
+// 3lc's fused paths on a default slice and a bit, with CAT's choice of s too.
 TEST(EncodeChangeFusedTest, ThreeLcOnLongSlicesMatchesItsDefinition) {
   for (const char* spec : {"3lc", "3lc(s=1.9)", "3lc(s=1.5, level=cat)"}) {
     auto fused = MakeOk(spec);
@@ -99,12 +151,15 @@ TEST(EncodeChangeFusedTest, ThreeLcOnLongSlicesMatchesItsDefinition) {
       std::vector<float> held = HeldValues(n, 4);
       ExpectSameAsDefinition(*fused, *reference, Plus(held, Gaussian(n, 5)), &held, 0);
       ExpectSameAsDefinition(*fused, *reference, Plus(held, Gaussian(n, 6)), &held, 1);
+      ExpectResidualAsDefinition(*fused, *reference, WithZeros(Gaussian(n, 5)), 2);
+      ExpectResidualAsDefinition(*fused, *reference, Gaussian(n, 6), 3);
     }
   }
 }
 
 // A change that is not finite (x - held overflows, or x holds NaN) is refused as Encode
-// refuses it, and neither what is held nor the output changes.
+// refuses it, and neither what is held nor the output changes; so are values with a NaN
+// or an Inf given to EncodeResidual, and neither they nor the output change.
 TEST(EncodeChangeFusedTest, AChangeThatIsNotFiniteChangesNothing) {
   for (const char* spec : {"3lc", "fp32", "fp16", "int8", "topk(0.3)"}) {
     auto codec = MakeOk(spec);
@@ -123,6 +178,13 @@ TEST(EncodeChangeFusedTest, AChangeThatIsNotFiniteChangesNothing) {
         EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument) << st;
         EXPECT_EQ(out, "untouched");
         EXPECT_EQ(std::memcmp(kept.data(), before.data(), n * sizeof(float)), 0);
+        // A push with error feedback of NaN, or of Inf where the change overflowed.
+        if (bad > 0) x[n / 2] = std::numeric_limits<float>::infinity();
+        const std::vector<float> v = x;
+        const absl::Status residual = codec->EncodeResidual(x, EncodeContext{}, &out);
+        EXPECT_EQ(residual.code(), absl::StatusCode::kInvalidArgument) << residual;
+        EXPECT_EQ(out, "untouched");
+        EXPECT_EQ(std::memcmp(x.data(), v.data(), n * sizeof(float)), 0);
       }
     }
   }
