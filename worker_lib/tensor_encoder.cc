@@ -44,26 +44,34 @@ TensorEncoder::TensorEncoder(const PushOptions& options, std::unique_ptr<codecs:
 absl::Status TensorEncoder::Encode(std::span<const float> grad, uint64_t round, uint32_t worker_id,
                                    std::span<const SliceRange> slices,
                                    std::vector<std::string>* payloads) {
-  // v = u + e, where u is the gradient or its moving average.
-  std::span<const float> v = grad;
-  if (!momentum_.empty()) {
-    const float beta = static_cast<float>(options_.momentum);
-    next_momentum_.resize(grad.size());
-    for (size_t i = 0; i < grad.size(); ++i) {
-      // The first round has no history: u_0 = g_0 rather than (1 - beta) g_0, so the
-      // pushed magnitude does not start too small.
-      next_momentum_[i] = first_ ? grad[i] : beta * momentum_[i] + (1 - beta) * grad[i];
-    }
-    v = next_momentum_;
+  size_t covered = 0;
+  for (const SliceRange& s : slices) covered += s.numel;
+  if (covered != grad.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("slices of ", covered, " values for a tensor of ",
+                                                   grad.size()));
   }
-  if (!residual_.empty()) {
-    next_residual_.resize(grad.size());
-    for (size_t i = 0; i < grad.size(); ++i) next_residual_[i] = v[i] + residual_[i];
-    v = next_residual_;  // becomes e_t below, slice by slice
-  }
+  const float beta = static_cast<float>(options_.momentum);
+  if (!momentum_.empty()) next_momentum_.resize(grad.size());
+  if (!residual_.empty()) next_residual_.resize(grad.size());
   payloads->resize(slices.size());
+  // Slice by slice, so each slice's momentum and v = u + e are still in the caches when
+  // it is encoded.
   for (size_t k = 0; k < slices.size(); ++k) {
     const SliceRange& s = slices[k];
+    const size_t end = size_t{s.offset} + s.numel;
+    // v = u + e, where u is the gradient or its moving average.
+    std::span<const float> v = grad;
+    if (!momentum_.empty()) {
+      for (size_t i = s.offset; i < end; ++i) {
+        // The first round has no history: u_0 = g_0 rather than (1 - beta) g_0, so the
+        // pushed magnitude does not start too small.
+        next_momentum_[i] = first_ ? grad[i] : beta * momentum_[i] + (1 - beta) * grad[i];
+      }
+      v = next_momentum_;
+    }
+    if (!residual_.empty()) {
+      for (size_t i = s.offset; i < end; ++i) next_residual_[i] = v[i] + residual_[i];
+    }
     codecs::EncodeContext ctx;
     ctx.round = round;
     ctx.slice_id = s.id;

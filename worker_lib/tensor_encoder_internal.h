@@ -35,8 +35,9 @@ class TensorEncoder {
                                                              uint64_t codec_seed, size_t numel);
 
   // Encodes this round's gradient `grad` (the whole tensor) slice by slice into
-  // payloads[i] for slices[i]. Momentum and the residual are updated only when every
-  // slice encoded; on error nothing changes.
+  // payloads[i] for slices[i], which cover the tensor, each value once (INVALID_ARGUMENT
+  // when their sizes do not add up to it). Momentum and the residual are updated only
+  // when every slice encoded; on error nothing changes.
   absl::Status Encode(std::span<const float> grad, uint64_t round, uint32_t worker_id,
                       std::span<const SliceRange> slices, std::vector<std::string>* payloads);
   // Whether Borrow may encode this tensor's pushes now: its codec sends the values as

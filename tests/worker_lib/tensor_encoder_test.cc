@@ -267,6 +267,22 @@ TEST(TensorEncoderTest, AFailedEncodeChangesNoState) {
   EXPECT_EQ(std::vector<float>((*enc)->residual().begin(), (*enc)->residual().end()), residual);
 }
 
+// Momentum and the residual are kept for the whole tensor, so a push encodes all of it:
+// slices that leave values out (or count some twice) are refused, with nothing changed.
+TEST(TensorEncoderTest, SlicesThatDoNotCoverTheTensorAreRefused) {
+  PushOptions options;
+  options.error_feedback = true;
+  auto enc = TensorEncoder::Make(options, 0, kNumel);
+  ASSERT_TRUE(enc.ok());
+  std::vector<std::string> payloads;
+  const std::vector<SliceRange> short_by_one = {{0, 0, 40}, {1, 40, 40}, {2, 80, 19}};
+  const absl::Status s = (*enc)->Encode(Random(kNumel, 5), 0, 0, short_by_one, &payloads);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr("slices of 99 values for a tensor of 100"));
+  EXPECT_EQ(std::vector<float>((*enc)->residual().begin(), (*enc)->residual().end()),
+            std::vector<float>(kNumel, 0.0f));
+}
+
 TEST(TensorEncoderTest, RefusesBadOptions) {
   PushOptions options;
   options.momentum = 1.0;
