@@ -55,15 +55,6 @@ float ScaleOf(double max_abs, double s) {
 // M / 2 is exact for normal M; the floor keeps zeros at 0 when M / 2 underflows.
 float HalfOf(float scale) { return std::max(0.5f * scale, FLT_TRUE_MIN); }
 
-// Whether any of the kAtLeastBlock values at x has |x| >= h: a branch-free OR over a
-// fixed count, which GCC vectorizes at -O2 (ChooseMultiplier's pass).
-constexpr size_t kAtLeastBlock = 256;
-PS_VECTOR_CLONES bool BlockHasAtLeast(const float* __restrict x, float h) {
-  uint32_t any = 0;
-  for (size_t i = 0; i < kAtLeastBlock; ++i) any |= static_cast<uint32_t>(std::abs(x[i]) >= h);
-  return any != 0;
-}
-
 // Bytes of the tokens of a run of `groups` zero groups (Put3lcZeroRun).
 size_t RunBytes(size_t groups) {
   return groups / k3lcMaxRun + (groups % k3lcMaxRun != 0 ? 1 : 0);
@@ -232,9 +223,10 @@ namespace internal {
 
 // Only a value with |x| >= M_j / 2 is kept by candidate j (it keeps |x|^2 - (|x| - M_j)^2;
 // every other value is zeroed and keeps nothing) and makes its group a byte of its own
-// (the others are zero groups, in runs). M_0 / 2 is the least of the halves, so one
-// vectorized pass finds the values at or above it (on Gaussian data a few per hundred)
-// and only those are counted, per candidate, in index order.
+// (the others are zero groups, in runs). M_0 / 2 is the least of the halves, so the
+// digits at M_0 / 2 (TernaryDigits, vectorized) find the values at or above it (on
+// Gaussian data a few per hundred); each is counted once, by how many candidates keep it,
+// and each group once, by the most candidates that keep one of its values.
 std::array<ThreeLcCandidate, kThreeLcCatLevels> ThreeLcCatCandidates(std::span<const float> x,
                                                                      double max_abs, double s) {
   std::array<ThreeLcCandidate, kThreeLcCatLevels> out{};
@@ -246,29 +238,62 @@ std::array<ThreeLcCandidate, kThreeLcCatLevels> ThreeLcCatCandidates(std::span<c
     scale[j] = ScaleOf(max_abs, out[j].multiplier);
     half[j] = HalfOf(scale[j]);
   }
-  auto count = [&](size_t i) {
-    const float a = std::abs(x[i]);
-    const size_t g = i / kGroup;
-    for (size_t j = 0; j < kThreeLcCatLevels; ++j) {
-      if (a < half[j]) continue;
-      const double d = double{a} - scale[j];
-      out[j].kept += double{a} * a - d * d;
-      if (g >= next[j]) {
-        out[j].bytes += static_cast<double>(1 + RunBytes(g - next[j]));
-        next[j] = g + 1;
-      }
+  // Per value kept by some candidate, the number of candidates that keep it (the halves
+  // grow with j, so candidates 0..c-1 do): its |x| and a count summed by c.
+  std::array<double, kThreeLcCatLevels + 1> sum_by_c{};
+  std::array<double, kThreeLcCatLevels + 1> count_by_c{};
+  // The group being read and the most candidates that keep one of its values; a group
+  // is a byte of its own for those candidates, and a zero group for the others.
+  size_t group = 0;
+  size_t group_c = 0;
+  auto end_group = [&] {
+    for (size_t j = 0; j < group_c; ++j) {
+      out[j].bytes += static_cast<double>(1 + RunBytes(group - next[j]));
+      next[j] = group + 1;
     }
   };
+  auto take = [&](size_t i) {
+    const float a = std::abs(x[i]);
+    size_t c = 0;
+    for (size_t j = 0; j < kThreeLcCatLevels; ++j) c += a >= half[j] ? 1 : 0;
+    sum_by_c[c] += a;
+    count_by_c[c] += 1;
+    const size_t g = i / kGroup;
+    if (g != group) {
+      end_group();
+      group = g;
+      group_c = 0;
+    }
+    group_c = std::max(group_c, c);
+  };
+  // The values at or above half[0], found by TernaryDigits (digit 1: below it) a block at
+  // a time and a word of eight digits at a time.
   const size_t n = x.size();
-  size_t i = 0;
-  for (; i + kAtLeastBlock <= n; i += kAtLeastBlock) {
-    if (!BlockHasAtLeast(x.data() + i, half[0])) continue;
-    for (size_t k = i; k < i + kAtLeastBlock; ++k) {
-      if (std::abs(x[k]) >= half[0]) count(k);
+  alignas(32) uint8_t digits[kBlockGroups * kGroup + 8];
+  for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
+    const size_t len = std::min(kBlockGroups * kGroup, n - start);
+    internal::TernaryDigits(x.data() + start, len, half[0], digits);
+    std::memset(digits + len, 1, 8);
+    for (size_t k = 0; k < len; k += 8) {
+      uint64_t word;
+      std::memcpy(&word, digits + k, sizeof(word));
+      word ^= 0x0101'0101'0101'0101ull;  // a byte not 0: a digit 0 or 2
+      while (word != 0) {
+        take(start + k + static_cast<size_t>(std::countr_zero(word)) / 8);
+        word &= ~(uint64_t{0xff} << (std::countr_zero(word) / 8 * 8));
+      }
     }
   }
-  for (; i < n; ++i) {
-    if (std::abs(x[i]) >= half[0]) count(i);
+  end_group();
+  // Candidate j keeps |x|^2 - (|x| - M_j)^2 = 2 |x| M_j - M_j^2 of each value kept by
+  // more than j candidates.
+  double sum = 0;
+  double count = 0;
+  for (size_t c = kThreeLcCatLevels; c >= 1; --c) {
+    sum += sum_by_c[c];
+    count += count_by_c[c];
+    const double m = scale[c - 1];
+    out[c - 1].kept = 2 * m * sum - m * m * count;
   }
   const size_t groups = (n + kGroup - 1) / kGroup;
   const double header = static_cast<double>(1 + VarintSize(n) + sizeof(float));
