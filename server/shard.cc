@@ -310,7 +310,7 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   }
   const net::ChunkRange range = net::ChunkRangeOf(s->info().numel, h.chunk_elems, h.chunk_index);
   const SliceRound::Chunk chunk{worker_id,     h.round,     h.chunk_index, h.chunk_count,
-                                h.chunk_elems, range.first, range.count};
+                                h.chunk_elems, range.first, range.count, h.session_id};
   DecodeBudget::Reservation budget;
   absl::StatusOr<SliceRound::Progress> progress = s->AcceptChunk(
       chunk, codec,
@@ -322,6 +322,10 @@ absl::Status Shard::PushChunk(const net::DatagramHeader& h, std::string_view cod
   if (!progress.ok()) return RefusedPush(worker_id, progress.status());
   budget.Spent(progress->decode);
   NotePresent(worker_id, clock_->Now(), "a UDP chunk");
+  if (progress->held_from_before) {
+    counters_.ChunkHeldFromBefore();
+    return absl::OkStatus();
+  }
   counters_.ChunkAccepted(worker_id, payload.size(), uint64_t{range.count} * sizeof(float));
   if (progress->closed) Closed(*s, h.round, progress->at_deadline);
   NoteRound(worker_id, h.round, /*chunk=*/true);

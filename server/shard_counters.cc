@@ -89,6 +89,11 @@ void ShardCounters::ChunkAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t
   stats_.push_decoded_bytes += decoded_bytes;
 }
 
+void ShardCounters::ChunkHeldFromBefore() {
+  absl::MutexLock lock(&mu_);
+  ++stats_.udp_chunks_held_from_before;
+}
+
 void ShardCounters::Quarantined(uint32_t worker, core::Duration duration) {
   {
     absl::MutexLock lock(&mu_);

@@ -76,6 +76,9 @@ struct ShardStats {
   // the aggregation as masked coordinates.
   uint64_t udp_chunks_accepted = 0;
   uint64_t udp_chunks_lost = 0;
+  // Chunks a restarted worker resent under its new session that the round already held
+  // from its predecessor (SliceRound::Progress::held_from_before): that copy counts.
+  uint64_t udp_chunks_held_from_before = 0;
   uint64_t masked_aggregations = 0;
   // Workers quarantined after a malformed push (server/quarantine.h), each time.
   uint64_t quarantines = 0;
@@ -117,6 +120,7 @@ class ShardCounters {
   void PushAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes,
                     core::Duration latency);
   void ChunkAccepted(uint32_t worker, uint64_t wire_bytes, uint64_t decoded_bytes);
+  void ChunkHeldFromBefore();
   // `worker` was quarantined for `duration` (logged: once per quarantine and worker).
   void Quarantined(uint32_t worker, core::Duration duration);
   // A round closed once its deadline had passed, by the push that reached the quorum.

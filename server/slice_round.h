@@ -186,6 +186,10 @@ struct ChunkedPush {
   // The chunk count its end named (its geometry checked against the slice), kept for a
   // push none of whose chunks came: ClosedRound::ChunksLost counts them all.
   uint32_t end_count = 0;
+  // The UDP session its first chunk came under, and the latest other one (a restarted
+  // worker's): seen[i] is 1 for a chunk that came under the first, 2 under the other.
+  uint64_t session = 0;
+  uint64_t later_session = 0;
 };
 
 // One worker's decoded push of a slice: numel values, owned.
@@ -340,6 +344,9 @@ class SliceRound {
     // The payload's decoding took (thread CPU time); 0 for a raw row taken in place,
     // whose check is not timed (AcceptPush).
     std::chrono::nanoseconds decode{0};
+    // A chunk the round already held from the same worker under an earlier session
+    // (AcceptChunk): taken as that copy, which counts, and nothing changed.
+    bool held_from_before = false;
   };
   using DecoderFn = absl::FunctionRef<absl::StatusOr<std::shared_ptr<const codecs::Codec>>()>;
   // A whole push of `worker` for `round`. The round's state is checked before `decoder`
@@ -364,9 +371,12 @@ class SliceRound {
                       PushPayload(std::span<const std::string_view>(&payload, 1)), loss, lr);
   }
   // One chunk of a UDP push: coordinates [first, first + count) of the slice, chunk
-  // `index` of `count_in_push` chunks of `chunk_elems`. Also kDuplicate for a replayed
-  // chunk or a slice already pushed over gRPC, kMalformed for a chunk size changing
-  // within a push. The first chunk of a worker counts it in the round.
+  // `index` of `count_in_push` chunks of `chunk_elems`, under UDP session `session`.
+  // Also kDuplicate for a replayed chunk (one the round holds from the same session) or
+  // a slice already pushed over gRPC, kMalformed for a chunk size changing within a
+  // push. A chunk the round holds from an earlier session of the worker is a restarted
+  // worker's resend of what its predecessor sent: taken as that copy
+  // (Progress::held_from_before). The first chunk of a worker counts it in the round.
   struct Chunk {
     uint32_t worker = 0;
     uint64_t round = 0;
@@ -375,6 +385,7 @@ class SliceRound {
     uint32_t chunk_elems = 0;
     uint32_t first = 0;
     uint32_t count = 0;
+    uint64_t session = 0;
   };
   absl::StatusOr<Progress> AcceptChunk(const Chunk& chunk, std::string_view codec,
                                        DecoderFn decoder, std::string_view payload);

@@ -35,7 +35,9 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
                    absl::StrCat("malformed ", what(), ": chunk size ", c.chunk_elems,
                                 " after chunks of ", push.chunk_elems, " in the same push"));
   }
-  if (push.chunk_count != 0 && push.seen[c.index]) {
+  if (push.chunk_count != 0 && push.seen[c.index] != 0) {
+    const uint64_t sent_under = push.seen[c.index] == 1 ? push.session : push.later_session;
+    if (c.session != sent_under) return Progress{.held_from_before = true};
     return Refused(Refusal::kDuplicate,
                    absl::StrCat("replayed chunk ", c.index, " from worker ", c.worker,
                                 " for round ", c.round, " of slice ", info_.id));
@@ -53,6 +55,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
     push.chunk_count = c.count_in_push;
     push.received = 0;
     push.seen.assign(c.count_in_push, 0);
+    push.session = c.session;
     inputs_.pushed[c.worker] = 1;
     ++num_pushed_;
     // Chunks never share a support or carry a whole sign payload: aggregate decoded.
@@ -60,7 +63,12 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
     if (rules_->keep_signs) inputs_.sign_payloads[c.worker].clear();
   }
   const std::chrono::nanoseconds decode = DecodeBudget::ThreadCpuNow() - decode_start;
-  push.seen[c.index] = 1;
+  if (c.session == push.session) {
+    push.seen[c.index] = 1;
+  } else {
+    push.later_session = c.session;
+    push.seen[c.index] = 2;
+  }
   if (++push.received == push.chunk_count) {
     ++num_complete_;
     // A chunk that came after its push's end (reordered on the way).

@@ -117,12 +117,13 @@ TEST_F(DataBackendsTest, EachBackendReportsItsOwnFamiliesAndBytes) {
   ASSERT_TRUE(udp.received_bytes.has_value()) << "UDP counts its datagrams' bytes itself";
   EXPECT_EQ(*udp.received_bytes, 0u);
   EXPECT_THAT(FamilyNames(udp), ElementsAre("ps_udp_chunks_accepted_total", "ps_udp_chunks_lost_total",
+                                            "ps_udp_chunks_held_from_before_total",
                                             "ps_udp_datagrams_dropped_total",
                                             "ps_udp_push_ends_total",
                                             "ps_worker_udp_chunks_total"));
-  EXPECT_EQ(udp.families[2].series.size(), 6u) << "one series per drop reason";
-  EXPECT_EQ(udp.families[3].series.size(), 2u) << "taken and after_close";
-  EXPECT_EQ(udp.families[4].series.size(), 2u) << "one series per worker of --workers";
+  EXPECT_EQ(udp.families[3].series.size(), 6u) << "one series per drop reason";
+  EXPECT_EQ(udp.families[4].series.size(), 2u) << "taken and after_close";
+  EXPECT_EQ(udp.families[5].series.size(), 2u) << "one series per worker of --workers";
 
   // A connection accepted by the TCP port shows in its families; its bytes are the front's.
   const DataBackend* tcp = FindBackend(*list, "tcp");

@@ -278,6 +278,7 @@ TEST_F(MetricsTest, UdpDropsByReasonAndDatagramBytes) {
   }
   EXPECT_EQ(MetricValue(m, "ps_udp_chunks_accepted_total"), 0);
   EXPECT_EQ(MetricValue(m, "ps_udp_chunks_lost_total"), 0);
+  EXPECT_EQ(MetricValue(m, "ps_udp_chunks_held_from_before_total"), 0);
 }
 
 // Fake port stats: every series reads its field, one per port, nothing counted twice.

@@ -589,6 +589,48 @@ TEST(RowScratchTest, TheThreadKeepsItsRowsUpToItsBudget) {
   }).join();
 }
 
+// A worker restarted mid-round sends again, under its new UDP session, the chunks its
+// predecessor sent: a chunk the round holds is taken as the earlier copy (which counts
+// and is not replaced), one it lacks fills its range, and a second copy under the new
+// session is a replay.
+TEST_F(SliceRoundTest, AChunkHeldFromAnEarlierSessionIsTakenAsThatCopy) {
+  SliceRound s(info_, &rules_, /*aggregate_only=*/false);
+  Init(s);
+  const SliceRound::Chunk first{/*worker=*/0,      /*round=*/0, /*index=*/0,
+                                /*count_in_push=*/2,
+                                /*chunk_elems=*/1, /*first=*/0, /*count=*/1, /*session=*/7};
+  ASSERT_TRUE(s.AcceptChunk(first, "fp32", Decoder(), Encoded({6})).ok());
+  SliceRound::Chunk resent = first;
+  resent.session = 8;
+  absl::StatusOr<SliceRound::Progress> again =
+      s.AcceptChunk(resent, "fp32", Decoder(), Encoded({9}));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(again->held_from_before);
+  EXPECT_FALSE(again->closed);
+  SliceRound::Chunk second = resent;
+  second.index = 1;
+  second.first = 1;
+  absl::StatusOr<SliceRound::Progress> filled =
+      s.AcceptChunk(second, "fp32", Decoder(), Encoded({5}));
+  ASSERT_TRUE(filled.ok()) << filled.status();
+  EXPECT_FALSE(filled->held_from_before);
+  EXPECT_EQ(core::RefusalOf(s.AcceptChunk(second, "fp32", Decoder(), Encoded({5})).status()),
+            core::Refusal::kDuplicate)
+      << "a chunk replayed under the session that sent it";
+  EXPECT_EQ(core::RefusalOf(s.AcceptChunk(first, "fp32", Decoder(), Encoded({6})).status()),
+            core::Refusal::kDuplicate)
+      << "the first copy replayed under its own session";
+  ASSERT_TRUE(Push(s, 1, 0, {1, 1}).ok());
+  absl::StatusOr<SliceRound::Progress> last = Push(s, 2, 0, {1, 1});
+  ASSERT_TRUE(last.ok() && last->closed) << "every push whole: the round closes";
+  std::optional<ClosedRound> closed = s.TakeClosed();
+  ASSERT_TRUE(closed.has_value());
+  const std::vector<uint32_t> worker0 = {0};
+  const std::vector<const float*> rows = closed->Rows(worker0).value();
+  EXPECT_EQ(rows[0][0], 6.0f) << "the earlier session's copy counts";
+  EXPECT_EQ(rows[0][1], 5.0f);
+}
+
 TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
   SliceRound s(info_, &rules_, /*aggregate_only=*/false);
   Init(s);

@@ -176,6 +176,27 @@ TEST_F(UdpReceiverTest, WholeChunkedPushesCloseTheRound) {
   EXPECT_EQ(shard_->stats().masked_aggregations, 0u);
 }
 
+// Worker 0 dies after two of its three chunks; its restarted process joins again (a new
+// UDP session) and sends the whole push of the same round. The two chunks the round
+// holds are taken as the predecessor's copies (counted apart, not dropped as replays),
+// the third fills its range, and the round closes with the first copies' values.
+TEST_F(UdpReceiverTest, ARestartedWorkersResendOfHeldChunksCountsTheEarlierCopies) {
+  Make(2);
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 0, 1.0f)).ok());
+  ASSERT_TRUE(receiver_->Handle(Chunk(0, 1, 1.0f)).ok());
+  Join(0);  // the restarted process
+  SendAll(0, 7.0f);
+  SendAll(1, 3.0f);
+  // params 0 - lr * mean: chunks 0 and 1 of worker 0 are its first copies (1), chunk 2
+  // (coordinates 8 and 9) its successor's (7).
+  const std::vector<float> v = AwaitVersion(1);
+  for (size_t i = 0; i < v.size(); ++i) EXPECT_EQ(v[i], i < 8 ? -2.0f : -5.0f) << i;
+  const ShardStats st = shard_->stats();
+  EXPECT_EQ(st.udp_chunks_held_from_before, 2u);
+  EXPECT_EQ(st.udp_chunks_accepted, 6u);
+  EXPECT_EQ(receiver_->stats().replayed, 0u);
+}
+
 TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundCompletes) {
   Make(2);
   const std::string good = Chunk(0, 0, 1.0f);

@@ -345,6 +345,11 @@ BackendScrape Receiver::Collect(const ShardStats& shard,
       "ps_udp_chunks_lost_total",
       "UDP chunks missing when their round closed (masked in the aggregate)", Type::kCounter,
       static_cast<double>(shard.udp_chunks_lost)));
+  out.families.push_back(BackendFamily::One(
+      "ps_udp_chunks_held_from_before_total",
+      "UDP chunks a restarted worker resent under its new session that the shard already "
+      "held from its predecessor (that copy counts)",
+      Type::kCounter, static_cast<double>(shard.udp_chunks_held_from_before)));
   BackendFamily dropped{"ps_udp_datagrams_dropped_total", "UDP datagrams dropped, by reason",
                         BackendFamily::Type::kCounter, {}};
   const std::pair<const char*, uint64_t> reasons[] = {
