@@ -60,24 +60,6 @@ size_t RunBytes(size_t groups) {
   return groups / k3lcMaxRun + (groups % k3lcMaxRun != 0 ? 1 : 0);
 }
 
-// held[i] = held[i] + (digit_i - 1) x M for n digits: the value Decode3lc makes of each
-// (t x M, t in {-1, 0, 1} as a float) and AddInto's addition, so the bits are those of a
-// decode then an addition. Blocks of a fixed count, which GCC vectorizes at -O2.
-constexpr size_t kAddDigitsBlock = 256;  // divides kBlockGroups * kGroup
-PS_VECTOR_CLONES void AddDigitsBlock(const uint8_t* __restrict digits, float scale,
-                                     float* __restrict held) {
-  for (size_t i = 0; i < kAddDigitsBlock; ++i) {
-    held[i] = held[i] + static_cast<float>(int{digits[i]} - 1) * scale;
-  }
-}
-void AddDigits(const uint8_t* digits, size_t n, float scale, float* held) {
-  size_t i = 0;
-  for (; i + kAddDigitsBlock <= n; i += kAddDigitsBlock) {
-    AddDigitsBlock(digits + i, scale, held + i);
-  }
-  for (; i < n; ++i) held[i] = held[i] + static_cast<float>(int{digits[i]} - 1) * scale;
-}
-
 class ThreeLcCodec final : public Codec {
  public:
   // `cat`: choose s per encoding (level=cat) with this fixed cost in bytes when the
@@ -193,7 +175,7 @@ class ThreeLcCodec final : public Codec {
     for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
       const size_t len = std::min(kBlockGroups * kGroup, n - start);
       internal::TernaryDigits(values.data() + start, len, half, digits);
-      if (held != nullptr) AddDigits(digits, len, sign * scale, held + start);
+      if (held != nullptr) internal::Add3lcDigits(digits, len, sign * scale, held + start);
       const size_t groups = (len + kGroup - 1) / kGroup;
       // Padding digits of the last group are zeros (digit 1).
       std::memset(digits + len, 1, groups * kGroup + 8 - len);

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <array>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -31,15 +30,6 @@ namespace {
 
 constexpr size_t kGroup = k3lcGroup;
 constexpr int kPow3[kGroup + 1] = {1, 3, 9, 27, 81, 243};
-
-// t = digit - 1 of every byte 0..242, value j at [j]. 243 x 5 floats (4.9 KB).
-constexpr auto kDigitTable = [] {
-  std::array<std::array<float, kGroup>, 243> table{};
-  for (int b = 0; b < 243; ++b) {
-    for (size_t j = 0; j < kGroup; ++j) table[b][j] = static_cast<float>(b / kPow3[j] % 3 - 1);
-  }
-  return table;
-}();
 
 // Slices at least this long decode through FastDecode.
 constexpr size_t kFastDecodeMin = 4096;
@@ -81,20 +71,36 @@ absl::Status NonCanonical(size_t offset, unsigned char b) {
                    ") continues a zero run the encoder would have written as one byte"));
 }
 
+// The digits (t + 1: 0, 1 or 2) of each token byte as 8 bytes, little-endian: a group
+// token's five digits and then three 1s (t = 0); a run token's eight 1s.
+constexpr auto kDigitBytes = [] {
+  std::array<uint64_t, 256> bytes{};
+  for (int b = 0; b < 256; ++b) {
+    uint64_t v = 0;
+    for (size_t j = 0; j < 8; ++j) {
+      const uint64_t digit = b < k3lcRunBase && j < kGroup ? uint64_t(b / kPow3[j] % 3) : 1;
+      v |= digit << (8 * j);
+    }
+    bytes[b] = v;
+  }
+  return bytes;
+}();
+
 // What a decoding does with the values: writes them (Decode3lc), adds them to what is
 // held (Decode3lcAdd), or nothing, only checking the payload (Check3lc).
 enum class Sink { kWrite, kAdd, kCheck };
 
-// The `count` values t[j] * scale of a group token at out[at]; with kAdd, held[at + j]
-// plus each; nothing with kCheck.
+// The values of the first `count` of a group token's digits (kDigitBytes: digit j in
+// byte j) at out[at]; with kAdd, held[at + j] plus each; nothing with kCheck.
 template <Sink kSink>
-void Put(const float* t, float scale, size_t count, const float* held, float* out, size_t at) {
+void Put(uint64_t digits, float scale, size_t count, const float* held, float* out, size_t at) {
   if constexpr (kSink == Sink::kCheck) return;
   for (size_t j = 0; j < count; ++j) {
+    const float value = Value3lcDigit(static_cast<uint8_t>(digits >> (8 * j)), scale);
     if constexpr (kSink == Sink::kAdd) {
-      out[at + j] = held[at + j] + t[j] * scale;
+      out[at + j] = held[at + j] + value;
     } else {
-      out[at + j] = t[j] * scale;
+      out[at + j] = value;
     }
   }
 }
@@ -123,21 +129,6 @@ void ScanTokens(const unsigned char* p, size_t count, Flags* flags) {
                  .nonzero = nonzero != 0,
                  .bad = bad != 0};
 }
-
-// The digits (t + 1: 0, 1 or 2) of each token byte as 8 bytes, little-endian: a group
-// token's five digits and then three 1s (t = 0); a run token's eight 1s.
-constexpr auto kDigitBytes = [] {
-  std::array<uint64_t, 256> bytes{};
-  for (int b = 0; b < 256; ++b) {
-    uint64_t v = 0;
-    for (size_t j = 0; j < 8; ++j) {
-      const uint64_t digit = b < k3lcRunBase && j < kGroup ? uint64_t(b / kPow3[j] % 3) : 1;
-      v |= digit << (8 * j);
-    }
-    bytes[b] = v;
-  }
-  return bytes;
-}();
 
 // FastDecode's loop from token *i and group *g, while g <= stop and g < end: each
 // token's 8 digit bytes (kDigitBytes) stored at digits + 5 (g - first), `digits`
@@ -174,19 +165,18 @@ void WalkTokens(const unsigned char* p, size_t size, size_t stop, size_t* i_io, 
   *g_io = g;
 }
 
-inline uint32_t IsNonFinite(float x) {
-  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
-}
-
 // Blocks of values the digit loops take at a fixed count, which GCC vectorizes at -O2.
 constexpr size_t kDigitBlock = 256;
 
 // out[k] = (digit_k - 1) x scale: the product the general loop makes (Put).
 PS_VECTOR_CLONES void WriteDigitBlock(const uint8_t* __restrict digits, float scale,
                                       float* __restrict out) {
-  for (size_t k = 0; k < kDigitBlock; ++k) {
-    out[k] = static_cast<float>(int{digits[k]} - 1) * scale;
-  }
+  for (size_t k = 0; k < kDigitBlock; ++k) out[k] = Value3lcDigit(digits[k], scale);
+}
+// held[k] = held[k] + (digit_k - 1) x scale (Add3lcDigits).
+PS_VECTOR_CLONES void AddDigitBlockInPlace(const uint8_t* __restrict digits, float scale,
+                                           float* __restrict held) {
+  for (size_t k = 0; k < kDigitBlock; ++k) held[k] = held[k] + Value3lcDigit(digits[k], scale);
 }
 // held[k] = out[k] = held[k] + (digit_k - 1) x scale (Put's product, then its
 // addition); whether every sum is finite.
@@ -194,10 +184,10 @@ PS_VECTOR_CLONES bool AddDigitBlock(const uint8_t* __restrict digits, float scal
                                     float* __restrict held, float* __restrict out) {
   uint32_t bad = 0;
   for (size_t k = 0; k < kDigitBlock; ++k) {
-    const float sum = held[k] + static_cast<float>(int{digits[k]} - 1) * scale;
+    const float sum = held[k] + Value3lcDigit(digits[k], scale);
     held[k] = sum;
     out[k] = sum;
-    bad |= IsNonFinite(sum);
+    bad |= core::NonFiniteBit(sum);
   }
   return bad == 0;
 }
@@ -217,11 +207,11 @@ bool PutDigits(const uint8_t* digits, size_t count, float scale, float* held, fl
     }
   }
   for (; k < count; ++k) {
-    const float value = static_cast<float>(int{digits[k]} - 1) * scale;
+    const float value = Value3lcDigit(digits[k], scale);
     if constexpr (kSink == Sink::kAdd) {
       held[k] = held[k] + value;
       out[k] = held[k];
-      bad |= IsNonFinite(held[k]);
+      bad |= core::NonFiniteBit(held[k]);
     } else {
       out[k] = value;
     }
@@ -338,9 +328,8 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
       if (zero && short_zero) return NonCanonical(body_start + i, b);
       short_zero = zero;
       nonzero |= !zero;
-      const std::array<float, kGroup>& t = kDigitTable[b];
       if (g < full_groups) {
-        Put<kSink>(t.data(), scale, kGroup, held, o, kGroup * g);
+        Put<kSink>(kDigitBytes[b], scale, kGroup, held, o, kGroup * g);
       } else {
         // The last, partial group: its padding digits must be zeros (digit 1).
         const size_t rem = n - kGroup * g;
@@ -349,7 +338,7 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
                                       ") of the last group has non-zero padding digits (",
                                       rem, " values in the group)"));
         }
-        Put<kSink>(t.data(), scale, rem, held, o, kGroup * g);
+        Put<kSink>(kDigitBytes[b], scale, rem, held, o, kGroup * g);
       }
       ++g;
     } else {
@@ -389,6 +378,12 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
 }
 
 }  // namespace
+
+void Add3lcDigits(const uint8_t* digits, size_t n, float scale, float* held) {
+  size_t k = 0;
+  for (; k + kDigitBlock <= n; k += kDigitBlock) AddDigitBlockInPlace(digits + k, scale, held + k);
+  for (; k < n; ++k) held[k] = held[k] + Value3lcDigit(digits[k], scale);
+}
 
 absl::Status Decode3lc(std::string_view bytes, std::span<float> out) {
   return DecodeInto<Sink::kWrite>(bytes, out.size(), nullptr, out.data(), nullptr);

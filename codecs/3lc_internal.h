@@ -35,6 +35,15 @@ unsigned char* Put3lcTokens(const uint8_t* digits, size_t groups, size_t* run, u
 // 243 + r - 2 for r = 2..13; stores one byte more than it returns when run % 14 is 0.
 unsigned char* Put3lcZeroRun(size_t run, unsigned char* w);
 
+// The value of a digit (t + 1: 0, 1 or 2) at scale M: t x M as a float, the product
+// every decoding makes.
+inline float Value3lcDigit(uint8_t digit, float scale) {
+  return static_cast<float>(int{digit} - 1) * scale;
+}
+// held[i] = held[i] + Value3lcDigit(digits[i], scale) for n digits (the bits of a decode
+// and then AddInto's addition): the encoder's own change to what it holds.
+void Add3lcDigits(const uint8_t* digits, size_t n, float scale, float* held);
+
 // 3lc(s, level=cat)'s candidates for a push x with max|x| = max_abs: multipliers
 // 1 + (s - 1) j / 4, j = 0..4, each with the energy its payload keeps, |x|^2 -
 // |x - Q(x)|^2 (CAT's a(.) up to the constant |x|^2), and its payload's exact size in

@@ -180,10 +180,8 @@ PS_VECTOR_CLONES unsigned char* PutTokensPortable(const uint8_t* d, size_t group
 
 #ifdef PS_HAVE_X86_SIMD
 
-#define PS_AVX2 __attribute__((target("avx2")))
-
 // 16 bytes at lo and 16 at hi as one register.
-PS_AVX2 inline __m256i Load2x128(const uint8_t* lo, const uint8_t* hi) {
+PS_TARGET_AVX2 inline __m256i Load2x128(const uint8_t* lo, const uint8_t* hi) {
   return _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(lo))),
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(hi)), 1);
@@ -195,7 +193,7 @@ PS_AVX2 inline __m256i Load2x128(const uint8_t* lo, const uint8_t* hi) {
 // digits times 1, 3, 9, 27, 81 are summed (maddubs, madd, then the word's two halves)
 // and the eight sums (at most 242, each word's low byte) gathered into eight bytes.
 // Reads 6 bytes past the chunk's digits.
-PS_AVX2 unsigned char* PutTokensAvx2(const uint8_t* d, size_t groups, size_t* run,
+PS_TARGET_AVX2 unsigned char* PutTokensAvx2(const uint8_t* d, size_t groups, size_t* run,
                                      unsigned char* w) {
   const __m256i spread = _mm256_setr_epi8(0, 1, 2, 3, 4, -1, -1, -1, 5, 6, 7, 8, 9, -1, -1, -1,
                                           0, 1, 2, 3, 4, -1, -1, -1, 5, 6, 7, 8, 9, -1, -1, -1);

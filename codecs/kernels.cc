@@ -78,9 +78,7 @@ constexpr UnitTernaryTable kUnitTernary;
 
 // ---- AVX2 kernels ----
 
-#define PS_AVX2 __attribute__((target("avx2")))
-
-PS_AVX2 uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
+PS_TARGET_AVX2 uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
   const __m256i mask = _mm256_set1_epi32(0x7fffffff);
   __m256i m0 = _mm256_setzero_si256();
   __m256i m1 = _mm256_setzero_si256();
@@ -99,7 +97,7 @@ PS_AVX2 uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
 }
 
 // Lanes 0-3 and 4-7 of the eight partial sums live in two registers.
-PS_AVX2 double SumAbsAvx2(const float* x, size_t n) {
+PS_TARGET_AVX2 double SumAbsAvx2(const float* x, size_t n) {
   const __m256d sign = _mm256_set1_pd(-0.0);
   __m256d lo = _mm256_setzero_pd();
   __m256d hi = _mm256_setzero_pd();
@@ -114,7 +112,7 @@ PS_AVX2 double SumAbsAvx2(const float* x, size_t n) {
   return SumAbsTail(x, i, n, acc);
 }
 
-PS_AVX2 void PackSignBitsAvx2(const float* x, size_t n, unsigned char* bits) {
+PS_TARGET_AVX2 void PackSignBitsAvx2(const float* x, size_t n, unsigned char* bits) {
   const __m256 zero = _mm256_setzero_ps();
   size_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -128,7 +126,7 @@ PS_AVX2 void PackSignBitsAvx2(const float* x, size_t n, unsigned char* bits) {
   PackSignBitsTail(x, i, n, bits);
 }
 
-PS_AVX2 void UnpackSignBitsAvx2(const unsigned char* bits, size_t n, float pos, float neg,
+PS_TARGET_AVX2 void UnpackSignBitsAvx2(const unsigned char* bits, size_t n, float pos, float neg,
                                 float* out) {
   const __m256i select = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 vpos = _mm256_set1_ps(pos);
@@ -144,7 +142,7 @@ PS_AVX2 void UnpackSignBitsAvx2(const unsigned char* bits, size_t n, float pos, 
 
 // Eight RoundingUniform() values for indices first .. first + 7: the first multiply
 // of the hash is folded into a scalar start plus constant lane offsets (mod 2^32).
-PS_AVX2 inline __m256 UniformAvx2(__m256i seed, uint32_t first) {
+PS_TARGET_AVX2 inline __m256 UniformAvx2(__m256i seed, uint32_t first) {
   constexpr uint32_t kGolden = 0x9e3779b9u;
   const __m256i lanes = _mm256_setr_epi32(0, static_cast<int>(kGolden), static_cast<int>(2 * kGolden),
                                           static_cast<int>(3 * kGolden), static_cast<int>(4 * kGolden),
@@ -162,7 +160,7 @@ PS_AVX2 inline __m256 UniformAvx2(__m256i seed, uint32_t first) {
 
 // Four vectors of eight int32 (in [-128, 127], or [0, 255] unsigned) to 32 bytes in
 // order: packing interleaves 128-bit lanes, which the final permute undoes.
-PS_AVX2 inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d, bool is_signed) {
+PS_TARGET_AVX2 inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d, bool is_signed) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i ab = _mm256_packs_epi32(a, b);
   const __m256i cd = _mm256_packs_epi32(c, d);
@@ -171,7 +169,7 @@ PS_AVX2 inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d, boo
 }
 
 // 32 values per step: two compares give masks of -1, their negated sum is the digit.
-PS_AVX2 void TernaryDigitsAvx2(const float* x, size_t n, float half, uint8_t* digits) {
+PS_TARGET_AVX2 void TernaryDigitsAvx2(const float* x, size_t n, float half, uint8_t* digits) {
   const __m256 hi = _mm256_set1_ps(half);
   const __m256 lo = _mm256_set1_ps(-half);
   const __m256i zero = _mm256_setzero_si256();
@@ -189,7 +187,7 @@ PS_AVX2 void TernaryDigitsAvx2(const float* x, size_t n, float half, uint8_t* di
   TernaryDigitsPortable(x + i, n - i, half, digits + i);
 }
 
-PS_AVX2 void QuantizeInt8Avx2(const float* x, size_t n, float inv, uint32_t seed, uint32_t first,
+PS_TARGET_AVX2 void QuantizeInt8Avx2(const float* x, size_t n, float inv, uint32_t seed, uint32_t first,
                               int8_t* q) {
   const __m256i vseed = _mm256_set1_epi32(static_cast<int>(seed));
   const __m256 vinv = _mm256_set1_ps(inv);
@@ -209,7 +207,7 @@ PS_AVX2 void QuantizeInt8Avx2(const float* x, size_t n, float inv, uint32_t seed
   for (; i < n; ++i) q[i] = QuantizeOne(x[i], inv, seed, first + static_cast<uint32_t>(i));
 }
 
-PS_AVX2 void DequantizeInt8Avx2(const int8_t* q, size_t n, float scale, float* out) {
+PS_TARGET_AVX2 void DequantizeInt8Avx2(const int8_t* q, size_t n, float scale, float* out) {
   const __m256 vscale = _mm256_set1_ps(scale);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -221,7 +219,7 @@ PS_AVX2 void DequantizeInt8Avx2(const int8_t* q, size_t n, float scale, float* o
   for (; i < n; ++i) out[i] = static_cast<float>(q[i]) * scale;
 }
 
-PS_AVX2 bool HasInt8MinimumAvx2(const int8_t* q, size_t n) {
+PS_TARGET_AVX2 bool HasInt8MinimumAvx2(const int8_t* q, size_t n) {
   const __m256i minimum = _mm256_set1_epi8(-128);
   __m256i any = _mm256_setzero_si256();
   size_t i = 0;
@@ -236,7 +234,7 @@ PS_AVX2 bool HasInt8MinimumAvx2(const int8_t* q, size_t n) {
   return false;
 }
 
-PS_AVX2 void TernarizeStochasticAvx2(const float* x, size_t n, float inv, uint32_t seed,
+PS_TARGET_AVX2 void TernarizeStochasticAvx2(const float* x, size_t n, float inv, uint32_t seed,
                                      uint32_t first, uint8_t* code) {
   const __m256i vseed = _mm256_set1_epi32(static_cast<int>(seed));
   const __m256i one = _mm256_set1_epi32(1);
@@ -259,7 +257,7 @@ PS_AVX2 void TernarizeStochasticAvx2(const float* x, size_t n, float inv, uint32
   for (; i < n; ++i) code[i] = TernaryCode(x[i], inv, seed, first + static_cast<uint32_t>(i));
 }
 
-PS_AVX2 void UnpackTernary2Avx2(const unsigned char* packed, size_t begin, size_t end, float scale,
+PS_TARGET_AVX2 void UnpackTernary2Avx2(const unsigned char* packed, size_t begin, size_t end, float scale,
                                 float* out) {
   const __m256 vscale = _mm256_set1_ps(scale);
   size_t i = begin;
@@ -270,8 +268,6 @@ PS_AVX2 void UnpackTernary2Avx2(const unsigned char* packed, size_t begin, size_
   }
   for (; i < end; ++i) out[i] = kUnitTernary.v[packed[i / 4]][i % 4] * scale;
 }
-
-#undef PS_AVX2
 
 #endif  // PS_HAVE_X86_SIMD
 

@@ -1,7 +1,6 @@
 #include "core/fp32_bytes.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -30,16 +29,12 @@ namespace {
 
 constexpr size_t kFiniteBlock = 1024;
 
-inline uint32_t IsNonFinite(float x) {
-  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
-}
-
 // Whether any of the kFiniteBlock values at x is Inf or NaN: a branch-free OR over a
 // fixed count, which GCC vectorizes even at -O2 (no epilogue), in an AVX2 clone too.
 PS_VECTOR_CLONES bool BlockHasNonFinite(const float* x) {
   uint32_t bad = 0;
   for (size_t i = 0; i < kFiniteBlock; ++i) {
-    bad |= IsNonFinite(x[i]);
+    bad |= NonFiniteBit(x[i]);
   }
   return bad != 0;
 }
@@ -52,7 +47,7 @@ PS_VECTOR_CLONES bool AddBlockFiniteInPlace(const float* __restrict base, float*
   uint32_t bad = 0;
   for (size_t i = 0; i < kFiniteBlock; ++i) {
     change[i] = base[i] + change[i];
-    bad |= IsNonFinite(change[i]);
+    bad |= NonFiniteBit(change[i]);
   }
   return bad == 0;
 }
@@ -68,7 +63,7 @@ PS_VECTOR_CLONES bool AccumulateBlockFinite(float* __restrict held,
     float c;
     std::memcpy(&c, change + sizeof(float) * i, sizeof(float));
     held[i] = held[i] + c;
-    bad |= IsNonFinite(held[i]);
+    bad |= NonFiniteBit(held[i]);
   }
   return bad == 0;
 }
@@ -79,7 +74,7 @@ bool AccumulateFinite(float* held, const unsigned char* change, size_t n) {
     float c;
     std::memcpy(&c, change + sizeof(float) * i, sizeof(float));
     held[i] = held[i] + c;
-    bad |= IsNonFinite(held[i]);
+    bad |= NonFiniteBit(held[i]);
   }
   return bad == 0;
 }
@@ -117,7 +112,7 @@ bool AddAllFinite(const float* base, float* change, size_t n) {
   uint32_t bad = 0;
   for (; b < n; ++b) {
     change[b] = base[b] + change[b];
-    bad |= IsNonFinite(change[b]);
+    bad |= NonFiniteBit(change[b]);
   }
   return finite && bad == 0;
 }

@@ -2,6 +2,8 @@
 // pulls, the fp32 codec). Decoding checks the size and that every value is finite.
 #pragma once
 
+#include <bit>
+#include <cstdint>
 #include <memory>
 #include <span>
 #include <string>
@@ -19,6 +21,12 @@ std::shared_ptr<const std::string> SharedFp32(std::span<const float> values);
 // Copies bytes into out; refuses a size other than 4 * out.size() and any NaN or Inf
 // (out is then unspecified). `what` names the payload in the error message.
 absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string_view what);
+
+// 1 when x is Inf or NaN (every exponent bit set), else 0: a branch-free test that
+// vectorizes, for kernels that OR it over a block and check once.
+inline uint32_t NonFiniteBit(float x) {
+  return static_cast<uint32_t>((std::bit_cast<uint32_t>(x) & 0x7f800000u) == 0x7f800000u);
+}
 
 // Index of the first NaN or Inf, or -1.
 ptrdiff_t FindNonFinite(std::span<const float> values);

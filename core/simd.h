@@ -31,6 +31,8 @@
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
 #define PS_HAVE_X86_SIMD 1
+// Marks a kernel written with AVX2 intrinsics (called only where CpuHasAvx2()).
+#define PS_TARGET_AVX2 __attribute__((target("avx2")))
 #endif
 
 namespace ps::core {
