@@ -195,6 +195,10 @@ TEST_F(UdpReceiverTest, ARestartedWorkersResendOfHeldChunksCountsTheEarlierCopie
   EXPECT_EQ(st.udp_chunks_held_from_before, 2u);
   EXPECT_EQ(st.udp_chunks_accepted, 6u);
   EXPECT_EQ(receiver_->stats().replayed, 0u);
+  // The totals line says which of the chunks taken were copies already held.
+  EXPECT_THAT(receiver_->TotalsLine(st),
+              HasSubstr("8 chunks taken (2 of them already held from a restarted worker's "
+                        "predecessor)"));
 }
 
 TEST_F(UdpReceiverTest, HostileDatagramsAreDroppedAndCountedWhileTheHonestRoundCompletes) {

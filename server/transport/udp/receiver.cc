@@ -380,7 +380,14 @@ BackendScrape Receiver::Collect(const ShardStats& shard,
 
 std::string Receiver::TotalsLine(const ShardStats& shard) const {
   const Stats u = stats();
-  return absl::StrCat("UDP: ", u.received, " chunks taken, ", shard.udp_chunks_lost, " lost, ",
+  // A restarted worker's resend of a chunk its predecessor sent is taken as that copy
+  // (it counts once, in the round): said apart, so the totals do not count it twice.
+  const std::string held =
+      shard.udp_chunks_held_from_before == 0
+          ? std::string()
+          : absl::StrCat(" (", shard.udp_chunks_held_from_before,
+                         " of them already held from a restarted worker's predecessor)");
+  return absl::StrCat("UDP: ", u.received, " chunks taken", held, ", ", shard.udp_chunks_lost, " lost, ",
                       u.ends, " push ends taken, ", u.malformed,
                       " malformed, ", u.unknown_session, " unknown session, ", u.forged,
                       " forged, ", u.replayed, " replayed, ", u.stale, " stale, ", u.refused,
