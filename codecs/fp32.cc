@@ -98,18 +98,27 @@ class Fp32Codec final : public Codec {
   // NaN or Inf is refused naming its index, as a check of the whole would (the rest of
   // `out` is then unspecified). The caller checked that the bytes fit. Bytes that lie
   // where they would be copied to (a transport read them into `out`) are checked only.
+  // Whole values at a value's boundary (a datagram's, a piece that splits none) are
+  // copied and checked in one pass (core::CopyFindNonFinite).
   static absl::Status CopyChecked(std::string_view bytes, std::span<float> out, size_t& written) {
     auto* base = reinterpret_cast<char*>(out.data());
     while (!bytes.empty()) {
       const size_t n = std::min(bytes.size(), kChunkBytes);
       const size_t checked = written / sizeof(float);
-      if (base + written != bytes.data()) std::memcpy(base + written, bytes.data(), n);
-      written += n;
+      ptrdiff_t bad = -1;
+      if (base + written != bytes.data() && written % sizeof(float) == 0 &&
+          n % sizeof(float) == 0) {
+        bad = core::CopyFindNonFinite(bytes.data(), out.subspan(checked, n / sizeof(float)));
+        written += n;
+      } else {
+        if (base + written != bytes.data()) std::memcpy(base + written, bytes.data(), n);
+        written += n;
+        bad = core::FindNonFinite(std::span<const float>(out).subspan(
+            checked, written / sizeof(float) - checked));
+      }
       bytes.remove_prefix(n);
-      const std::span<const float> done = std::span<const float>(out).subspan(
-          checked, written / sizeof(float) - checked);
-      if (const ptrdiff_t i = core::FindNonFinite(done); i >= 0) {
-        const size_t at = checked + static_cast<size_t>(i);
+      if (bad >= 0) {
+        const size_t at = checked + static_cast<size_t>(bad);
         return absl::InvalidArgumentError(
             absl::StrCat(kFp32Spec, ": value ", at, " is not finite (", out[at], ")"));
       }

@@ -91,6 +91,20 @@ bool AccumulateKept(float* held, const unsigned char* change, float* copy, size_
   return finite;
 }
 
+// out[i] = the fp32 at bytes + 4 i over kFiniteBlock values; whether every one is finite,
+// the check a branch-free OR as in BlockHasNonFinite.
+PS_VECTOR_CLONES bool CopyBlockFinite(const unsigned char* __restrict bytes,
+                                      float* __restrict out) {
+  uint32_t bad = 0;
+  for (size_t i = 0; i < kFiniteBlock; ++i) {
+    float v;
+    std::memcpy(&v, bytes + sizeof(float) * i, sizeof(float));
+    out[i] = v;
+    bad |= NonFiniteBit(v);
+  }
+  return bad == 0;
+}
+
 // acc[i] += change[i] and out[i] = a[i] - b[i] over kFiniteBlock values: a fixed count and
 // restrict pointers, which GCC vectorizes at -O2 where the plain loops over spans stayed
 // scalar (a run-time overlap check is beyond its cheap cost model).
@@ -135,6 +149,25 @@ ptrdiff_t FindNonFinite(std::span<const float> values) {
   return FirstNonFinite(values, b, n);
 }
 
+ptrdiff_t CopyFindNonFinite(const void* bytes, std::span<float> out) {
+  const auto* src = static_cast<const unsigned char*>(bytes);
+  const size_t n = out.size();
+  size_t b = 0;
+  for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
+    if (!CopyBlockFinite(src + sizeof(float) * b, out.data() + b)) {
+      // Every value is copied even so; the index is found in the block's copy.
+      const ptrdiff_t at = FirstNonFinite(out, b, b + kFiniteBlock);
+      if (n > b + kFiniteBlock) {
+        std::memcpy(out.data() + b + kFiniteBlock, src + sizeof(float) * (b + kFiniteBlock),
+                    sizeof(float) * (n - b - kFiniteBlock));
+      }
+      return at;
+    }
+  }
+  if (b < n) std::memcpy(out.data() + b, src + sizeof(float) * b, sizeof(float) * (n - b));
+  return FirstNonFinite(out, b, n);
+}
+
 void AddInto(std::span<float> acc, std::span<const float> change) {
   const size_t n = acc.size();
   size_t b = 0;
@@ -171,8 +204,7 @@ absl::Status ParseFp32(std::string_view bytes, std::span<float> out, std::string
                                                    " bytes (", out.size(), " fp32), got ",
                                                    bytes.size()));
   }
-  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
-  if (ptrdiff_t i = FindNonFinite(out); i >= 0) {
+  if (ptrdiff_t i = CopyFindNonFinite(bytes.data(), out); i >= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat(std::string(what), ": value ", i, " is not finite (", out[i], ")"));
   }

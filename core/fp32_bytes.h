@@ -31,6 +31,12 @@ inline uint32_t NonFiniteBit(float x) {
 // Index of the first NaN or Inf, or -1.
 ptrdiff_t FindNonFinite(std::span<const float> values);
 
+// Copies out.size() little-endian fp32 from `bytes` (any alignment) into out and finds the
+// first NaN or Inf among them in the same pass: its index, or -1 (every value is copied
+// either way). The two must not overlap. One read of the bytes where a copy and then a
+// check of the copy would read them twice.
+ptrdiff_t CopyFindNonFinite(const void* bytes, std::span<float> out);
+
 // acc[i] = acc[i] + change[i], each a plain fp32 addition: the one way a shard and its
 // workers apply a compressed pull's change, so both hold the same bits
 // (docs/data_path.md). Sizes must match; acc and change must not overlap.

@@ -52,6 +52,35 @@ TEST(Fp32BytesTest, FindNonFiniteFindsTheFirst) {
   EXPECT_EQ(FindNonFinite(v), 1025);
 }
 
+// CopyFindNonFinite copies every value bit for bit from bytes at any alignment, over
+// whole blocks and the tail, and finds the first NaN or Inf in a block or in the tail
+// (the values after it copied too).
+TEST(Fp32BytesTest, CopyFindNonFiniteCopiesEveryValueAndFindsTheFirst) {
+  for (size_t n : {0u, 1u, 1023u, 1024u, 1025u, 3000u}) {
+    std::vector<float> in(n);
+    for (size_t i = 0; i < n; ++i) {
+      in[i] = i % 5 == 0 ? -0.0f : (i % 13 == 0 ? 1e-41f : std::sin(0.7f * static_cast<float>(i)));
+    }
+    for (size_t offset : {0u, 1u, 3u}) {
+      std::vector<unsigned char> bytes(offset + sizeof(float) * n + 1);
+      if (n > 0) std::memcpy(bytes.data() + offset, in.data(), sizeof(float) * n);
+      std::vector<float> out(n, 42.0f);
+      EXPECT_EQ(CopyFindNonFinite(bytes.data() + offset, out), -1) << n << " " << offset;
+      EXPECT_EQ(n == 0 || std::memcmp(out.data(), in.data(), sizeof(float) * n) == 0, true)
+          << n << " " << offset;
+    }
+  }
+  for (size_t bad_at : {0u, 1023u, 1500u, 2999u}) {
+    std::vector<float> in(3000, 1.0f);
+    in[bad_at] = std::numeric_limits<float>::infinity();
+    if (bad_at + 1 < in.size()) in.back() = std::numeric_limits<float>::quiet_NaN();
+    std::vector<float> out(in.size(), 0.0f);
+    EXPECT_EQ(CopyFindNonFinite(in.data(), out), static_cast<ptrdiff_t>(bad_at));
+    EXPECT_EQ(out[2998], 1.0f) << bad_at;  // copied past the first bad value
+    EXPECT_TRUE(std::isinf(out[bad_at]));
+  }
+}
+
 // AddInto and Subtract: blocks of 1024 and a tail, each value the plain fp32 operation
 // (the same bits as the scalar loop, signed zeros and subnormals included).
 TEST(Fp32BytesTest, AddIntoAndSubtractAreElementwiseOverBlocksAndTails) {
