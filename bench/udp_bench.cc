@@ -14,6 +14,8 @@
 //   a network namespace of this process's own (harness/lossy_loopback.h; root and nft).
 //   Each loss rate gets its own grpc, tcp and udp rows, and the ratios are to the data
 //   planes at the same loss.
+// Every row's shard runs the default data plane (TCP) but for the gRPC row: the pushes'
+// plane in the data planes' rows, the pulls' in all of them.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -78,7 +80,8 @@ struct Measured {
 // The pushes over UDP, or over the shard's data plane.
 struct Transport {
   bool udp = false;
-  core::DataPlane plane = core::DataPlane::kGrpc;  // the shard's (UDP: gRPC's)
+  // The shard's data plane: the pushes' (not UDP) and the pulls' (every row).
+  core::DataPlane plane = core::DataPlane::kTcp;
 };
 
 // One transport. Returns the totals over the timed rounds.
