@@ -1,7 +1,6 @@
 #include "server/round_aggregation.h"
 
 #include <algorithm>
-#include <cstring>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -235,23 +234,16 @@ RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::sp
     return {std::move(next), nullptr};
   }
   if (st.ok()) StepModel(round, out, {});
-  // The published values (what the workers hold once they applied the change) in a
-  // buffer an older version gave back, as the dense path's.
-  const auto values = [&round](std::span<const float> v) {
-    std::shared_ptr<std::string> next = SnapshotPool::Take(round.model.snapshots, v.size_bytes());
-    if (!v.empty()) std::memcpy(next->data(), v.data(), v.size_bytes());
-    return next;
-  };
-  if (held.codec == nullptr) return {values(round.model.params), nullptr};
+  if (held.codec == nullptr) return {core::SharedFp32(round.model.params), nullptr};
   absl::StatusOr<std::shared_ptr<const std::string>> delta =
       EncodeChange(round.model.params, round.info.id, round.round + 1, held);
   if (!delta.ok()) {
     // The workers get this version densely; the round itself stands.
     spdlog::warn("slice {}: the pull codec refused version {}'s change ({}); sending it dense",
                  round.info.id, round.round + 1, std::string(delta.status().message()));
-    return {values(held.values), nullptr};
+    return {core::SharedFp32(held.values), nullptr};
   }
-  return {values(held.values), *std::move(delta)};
+  return {core::SharedFp32(held.values), *std::move(delta)};
 }
 
 }  // namespace ps::server

@@ -120,8 +120,9 @@ absl::Status SliceRound::Initialize(std::string_view values, Wakeups* wake) {
 
 std::shared_ptr<const std::string> SliceRound::PublishFirstLocked(
     std::span<const float> params) {
-  // Every version is published into the pool's buffers (RoundAggregation::Step: dense
-  // pulls' values written by the step, a pull codec's held values copied).
+  // Dense pulls publish every version into the pool's buffers (RoundAggregation::Step);
+  // with a pull codec the published values are the held ones, copied.
+  if (model_.held.codec != nullptr) return core::SharedFp32(params);
   return SnapshotPool::TakeFilled(model_.snapshots, params);
 }
 
