@@ -194,7 +194,7 @@ PS_TARGET_AVX2 inline __m256i Load2x128(const uint8_t* lo, const uint8_t* hi) {
 // and the eight sums (at most 242, each word's low byte) gathered into eight bytes.
 // Reads 6 bytes past the chunk's digits.
 PS_TARGET_AVX2 unsigned char* PutTokensAvx2(const uint8_t* d, size_t groups, size_t* run,
-                                     unsigned char* w) {
+                                            unsigned char* w) {
   const __m256i spread = _mm256_setr_epi8(0, 1, 2, 3, 4, -1, -1, -1, 5, 6, 7, 8, 9, -1, -1, -1,
                                           0, 1, 2, 3, 4, -1, -1, -1, 5, 6, 7, 8, 9, -1, -1, -1);
   const __m256i zero_group = _mm256_setr_epi8(1, 1, 1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0, 0,

@@ -127,7 +127,7 @@ PS_TARGET_AVX2 void PackSignBitsAvx2(const float* x, size_t n, unsigned char* bi
 }
 
 PS_TARGET_AVX2 void UnpackSignBitsAvx2(const unsigned char* bits, size_t n, float pos, float neg,
-                                float* out) {
+                                       float* out) {
   const __m256i select = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
   const __m256 vpos = _mm256_set1_ps(pos);
   const __m256 vneg = _mm256_set1_ps(neg);
@@ -160,7 +160,8 @@ PS_TARGET_AVX2 inline __m256 UniformAvx2(__m256i seed, uint32_t first) {
 
 // Four vectors of eight int32 (in [-128, 127], or [0, 255] unsigned) to 32 bytes in
 // order: packing interleaves 128-bit lanes, which the final permute undoes.
-PS_TARGET_AVX2 inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d, bool is_signed) {
+PS_TARGET_AVX2 inline __m256i PackBytes(__m256i a, __m256i b, __m256i c, __m256i d,
+                                        bool is_signed) {
   const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   const __m256i ab = _mm256_packs_epi32(a, b);
   const __m256i cd = _mm256_packs_epi32(c, d);
@@ -187,8 +188,8 @@ PS_TARGET_AVX2 void TernaryDigitsAvx2(const float* x, size_t n, float half, uint
   TernaryDigitsPortable(x + i, n - i, half, digits + i);
 }
 
-PS_TARGET_AVX2 void QuantizeInt8Avx2(const float* x, size_t n, float inv, uint32_t seed, uint32_t first,
-                              int8_t* q) {
+PS_TARGET_AVX2 void QuantizeInt8Avx2(const float* x, size_t n, float inv, uint32_t seed,
+                                     uint32_t first, int8_t* q) {
   const __m256i vseed = _mm256_set1_epi32(static_cast<int>(seed));
   const __m256 vinv = _mm256_set1_ps(inv);
   const __m256 lo = _mm256_set1_ps(-127.0f);
@@ -235,7 +236,7 @@ PS_TARGET_AVX2 bool HasInt8MinimumAvx2(const int8_t* q, size_t n) {
 }
 
 PS_TARGET_AVX2 void TernarizeStochasticAvx2(const float* x, size_t n, float inv, uint32_t seed,
-                                     uint32_t first, uint8_t* code) {
+                                            uint32_t first, uint8_t* code) {
   const __m256i vseed = _mm256_set1_epi32(static_cast<int>(seed));
   const __m256i one = _mm256_set1_epi32(1);
   const __m256 vinv = _mm256_set1_ps(inv);
@@ -257,8 +258,8 @@ PS_TARGET_AVX2 void TernarizeStochasticAvx2(const float* x, size_t n, float inv,
   for (; i < n; ++i) code[i] = TernaryCode(x[i], inv, seed, first + static_cast<uint32_t>(i));
 }
 
-PS_TARGET_AVX2 void UnpackTernary2Avx2(const unsigned char* packed, size_t begin, size_t end, float scale,
-                                float* out) {
+PS_TARGET_AVX2 void UnpackTernary2Avx2(const unsigned char* packed, size_t begin, size_t end,
+                                       float scale, float* out) {
   const __m256 vscale = _mm256_set1_ps(scale);
   size_t i = begin;
   for (; i < end && i % 4 != 0; ++i) out[i] = kUnitTernary.v[packed[i / 4]][i % 4] * scale;

@@ -387,8 +387,8 @@ std::string Receiver::TotalsLine(const ShardStats& shard) const {
           ? std::string()
           : absl::StrCat(" (", shard.udp_chunks_held_from_before,
                          " of them already held from a restarted worker's predecessor)");
-  return absl::StrCat("UDP: ", u.received, " chunks taken", held, ", ", shard.udp_chunks_lost, " lost, ",
-                      u.ends, " push ends taken, ", u.malformed,
+  return absl::StrCat("UDP: ", u.received, " chunks taken", held, ", ", shard.udp_chunks_lost,
+                      " lost, ", u.ends, " push ends taken, ", u.malformed,
                       " malformed, ", u.unknown_session, " unknown session, ", u.forged,
                       " forged, ", u.replayed, " replayed, ", u.stale, " stale, ", u.refused,
                       " refused");
