@@ -30,11 +30,25 @@ class Fp32Codec final : public Codec {
 
   absl::Status Encode(std::span<const float> values, const EncodeContext& /*ctx*/,
                       std::string* out) override {
-    // Built in scratch_ and swapped in, so that a refusal leaves *out as it was. Each
-    // chunk is checked, then appended while it is in cache (AppendFp32 never sees an
-    // empty span, whose data() may be null).
+    // Built in scratch_ and swapped in, so that a refusal leaves *out as it was. scratch_
+    // holds what *out held before the last swap: a caller that hands the same strings
+    // back round after round (the worker's PayloadPool) finds it already as long as the
+    // payload, and the values are copied and checked in one pass
+    // (core::StoreFindNonFinite). A shorter one is built from a reserve, each chunk
+    // checked, then appended while it is in cache: growing a string to write into it
+    // would zero-fill it first, one more pass.
+    const size_t bytes = MaxEncodedBytes(values.size());
+    if (scratch_.size() >= bytes) {
+      scratch_.resize(bytes);
+      scratch_[0] = static_cast<char>(FormatByte(format()));
+      if (core::StoreFindNonFinite(values, scratch_.data() + 1) >= 0) {
+        return internal::CheckEncodable(kFp32Spec, values);
+      }
+      out->swap(scratch_);
+      return absl::OkStatus();
+    }
     scratch_.clear();
-    scratch_.reserve(MaxEncodedBytes(values.size()));
+    scratch_.reserve(bytes);
     scratch_.push_back(static_cast<char>(FormatByte(format())));
     constexpr size_t kChunk = kChunkBytes / sizeof(float);
     for (size_t at = 0; at < values.size(); at += kChunk) {

@@ -91,18 +91,45 @@ bool AccumulateKept(float* held, const unsigned char* change, float* copy, size_
   return finite;
 }
 
-// out[i] = the fp32 at bytes + 4 i over kFiniteBlock values; whether every one is finite,
-// the check a branch-free OR as in BlockHasNonFinite.
-PS_VECTOR_CLONES bool CopyBlockFinite(const unsigned char* __restrict bytes,
-                                      float* __restrict out) {
+// The kFiniteBlock little-endian fp32 at `in` copied to `out` (either at any alignment,
+// not overlapping); whether every one is finite, the check a branch-free OR as in
+// BlockHasNonFinite.
+PS_VECTOR_CLONES bool CopyBlockFinite(const unsigned char* __restrict in,
+                                      unsigned char* __restrict out) {
   uint32_t bad = 0;
   for (size_t i = 0; i < kFiniteBlock; ++i) {
     float v;
-    std::memcpy(&v, bytes + sizeof(float) * i, sizeof(float));
-    out[i] = v;
+    std::memcpy(&v, in + sizeof(float) * i, sizeof(float));
+    std::memcpy(out + sizeof(float) * i, &v, sizeof(float));
     bad |= NonFiniteBit(v);
   }
   return bad == 0;
+}
+
+// Index of the first NaN or Inf among the little-endian fp32 [begin, end) at `bytes`, or -1.
+ptrdiff_t FirstNonFiniteBytes(const unsigned char* bytes, size_t begin, size_t end) {
+  for (size_t i = begin; i < end; ++i) {
+    float v;
+    std::memcpy(&v, bytes + sizeof(float) * i, sizeof(float));
+    if (!std::isfinite(v)) return static_cast<ptrdiff_t>(i);
+  }
+  return -1;
+}
+
+// n little-endian fp32 copied from `in` to `out` and checked in the same pass, a block at
+// a time: the first NaN or Inf's index, or -1 (every value is copied either way).
+ptrdiff_t CopyFindNonFiniteBytes(const unsigned char* in, unsigned char* out, size_t n) {
+  size_t b = 0;
+  for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
+    if (!CopyBlockFinite(in + sizeof(float) * b, out + sizeof(float) * b)) {
+      // The index is found in the block's copy.
+      const size_t next = b + kFiniteBlock;
+      std::memcpy(out + sizeof(float) * next, in + sizeof(float) * next, sizeof(float) * (n - next));
+      return FirstNonFiniteBytes(out, b, next);
+    }
+  }
+  std::memcpy(out + sizeof(float) * b, in + sizeof(float) * b, sizeof(float) * (n - b));
+  return FirstNonFiniteBytes(out, b, n);
 }
 
 // acc[i] += change[i] and out[i] = a[i] - b[i] over kFiniteBlock values: a fixed count and
@@ -150,22 +177,15 @@ ptrdiff_t FindNonFinite(std::span<const float> values) {
 }
 
 ptrdiff_t CopyFindNonFinite(const void* bytes, std::span<float> out) {
-  const auto* src = static_cast<const unsigned char*>(bytes);
-  const size_t n = out.size();
-  size_t b = 0;
-  for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
-    if (!CopyBlockFinite(src + sizeof(float) * b, out.data() + b)) {
-      // Every value is copied even so; the index is found in the block's copy.
-      const ptrdiff_t at = FirstNonFinite(out, b, b + kFiniteBlock);
-      if (n > b + kFiniteBlock) {
-        std::memcpy(out.data() + b + kFiniteBlock, src + sizeof(float) * (b + kFiniteBlock),
-                    sizeof(float) * (n - b - kFiniteBlock));
-      }
-      return at;
-    }
-  }
-  if (b < n) std::memcpy(out.data() + b, src + sizeof(float) * b, sizeof(float) * (n - b));
-  return FirstNonFinite(out, b, n);
+  if (out.empty()) return -1;  // memcpy with a null pointer is undefined even for 0 bytes
+  return CopyFindNonFiniteBytes(static_cast<const unsigned char*>(bytes),
+                                reinterpret_cast<unsigned char*>(out.data()), out.size());
+}
+
+ptrdiff_t StoreFindNonFinite(std::span<const float> values, void* bytes) {
+  if (values.empty()) return -1;
+  return CopyFindNonFiniteBytes(reinterpret_cast<const unsigned char*>(values.data()),
+                                static_cast<unsigned char*>(bytes), values.size());
 }
 
 void AddInto(std::span<float> acc, std::span<const float> change) {

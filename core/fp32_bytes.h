@@ -36,6 +36,10 @@ ptrdiff_t FindNonFinite(std::span<const float> values);
 // either way). The two must not overlap. One read of the bytes where a copy and then a
 // check of the copy would read them twice.
 ptrdiff_t CopyFindNonFinite(const void* bytes, std::span<float> out);
+// The other way: stores `values` as little-endian fp32 at `bytes` (any alignment; a
+// payload after its format byte) and finds the first NaN or Inf in the same pass, as
+// CopyFindNonFinite.
+ptrdiff_t StoreFindNonFinite(std::span<const float> values, void* bytes);
 
 // acc[i] = acc[i] + change[i], each a plain fp32 addition: the one way a shard and its
 // workers apply a compressed pull's change, so both hold the same bits

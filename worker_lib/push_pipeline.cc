@@ -215,12 +215,14 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         pieces.back()->message.chunk_elems = chunk_elems;
       }
     }
+    // Last rounds' strings, already as long as their payloads (PayloadPool).
     std::vector<std::string> payloads;
     // Borrowed: the slices' values go from `grad` as they are, after one shared head and
     // under one guard.
     std::string head;
     std::vector<std::span<const char>> borrowed;
     const bool borrowing = slot.borrow && slot.encoder->CanBorrow();
+    if (!borrowing) slot.payloads->Take(ranges.size(), &payloads);
     absl::Status st = borrowing
                           ? slot.encoder->Borrow(grad, ranges, &head, &borrowed)
                           : slot.encoder->Encode(grad, round, options_.worker_id, ranges, &payloads);
@@ -245,7 +247,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         m.borrowed = borrowed[k];
         m.borrowed_guard = guard;
       } else {
-        m.payload = std::make_shared<const std::string>(std::move(payloads[k]));
+        m.payload = slot.payloads->Share(std::move(payloads[k]));
       }
       (pieces[k]->channel->chunked() ? chunks : calls).push_back(std::move(pieces[k]));
     }

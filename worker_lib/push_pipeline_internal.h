@@ -52,6 +52,7 @@
 #include "worker_lib/link_estimator_internal.h"
 #include "worker_lib/send_queue_internal.h"
 #include "worker_lib/shard_client_internal.h"
+#include "worker_lib/payload_pool_internal.h"
 #include "worker_lib/tensor_encoder_internal.h"
 #include "worker_lib/transport/data_channel.h"
 #include "worker_lib/worker.h"
@@ -123,6 +124,8 @@ class PushPipeline {
   struct TensorSlot {
     absl::Mutex mu;
     std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
+    // The strings its payloads are encoded into, back from the rounds sent before.
+    const std::shared_ptr<PayloadPool> payloads = std::make_shared<PayloadPool>();
     PushPath path = PushPath::kDataPlane;  // PushOptions::push_path()
     bool chunked = false;                  // its path carries chunks, unanswered
     bool borrow = false;                   // PushOptions::borrow

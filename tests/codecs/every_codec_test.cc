@@ -154,6 +154,46 @@ TEST_P(NonEmptyCodecTest, EncodeRefusesNonFiniteAndKeepsOutput) {
   }
 }
 
+// The same after the codec encoded into a longer used output, which it keeps (fp32 then
+// copies and checks in one pass into what it keeps).
+TEST_P(NonEmptyCodecTest, EncodeRefusesNonFiniteAfterAUsedOutputAndKeepsOutput) {
+  std::string used(bytes_.size() + 64, 'x');
+  ASSERT_TRUE(codec_->Encode(values_, ctx_, &used).ok());
+  for (size_t at : {size_t{0}, numel() / 2, numel() - 1}) {
+    std::vector<float> values = values_;
+    values[at] = std::nanf("");
+    std::string bytes = "unchanged";
+    const absl::Status s = codec_->Encode(values, ctx_, &bytes);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("not finite"));
+    EXPECT_EQ(bytes, "unchanged");
+  }
+  std::string again;
+  ASSERT_TRUE(codec_->Encode(values_, ctx_, &again).ok());
+}
+
+// A used output, of any length (a worker hands the strings of a round's sent payloads
+// back for the next round's encode), ends with the bytes an empty one gets, call after
+// call (two codecs made alike, so a codec that keeps state between calls is compared
+// with itself).
+TEST_P(EveryCodecTest, EncodeIntoUsedOutputsGivesTheSameBytes) {
+  auto fresh = MakeCodec(example().spec);
+  auto reused = MakeCodec(example().spec);
+  ASSERT_TRUE(fresh.ok() && reused.ok());
+  const std::vector<float> other = Gaussian(numel(), static_cast<uint32_t>(numel()) + 29);
+  const std::vector<const std::vector<float>*> inputs = {&values_, &other, &values_, &other,
+                                                         &values_};
+  std::vector<std::string> used = {std::string(bytes_.size() + 100, 'x'),
+                                   std::string(bytes_.size(), 'y'), "z", std::string(3, 'w'),
+                                   std::string(bytes_.size() + 1, 'v')};
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    std::string want;
+    ASSERT_TRUE((*fresh)->Encode(*inputs[k], ctx_, &want).ok());
+    ASSERT_TRUE((*reused)->Encode(*inputs[k], ctx_, &used[k]).ok());
+    EXPECT_EQ(used[k], want) << "call " << k;
+  }
+}
+
 TEST_P(EveryCodecTest, DecodePiecesGivesDecodesValues) {
   std::vector<float> whole(numel());
   ASSERT_TRUE(codec_->Decode(bytes_, whole).ok());

@@ -53,6 +53,31 @@ TEST_F(Fp32CodecTest, RoundTripIsBitExactForEveryFiniteValue) {
   }
 }
 
+// Into a used output as long as the payload (the worker's recycled strings), values are
+// copied and checked in one pass: every value arrives, and the first non-finite one is
+// refused by index wherever it lies (first block, a later one, the tail; 5,000 values
+// are four blocks of 1,024 and a tail), with the output kept.
+TEST_F(Fp32CodecTest, EncodeIntoAUsedOutputNamesTheFirstNonFiniteValue) {
+  std::vector<float> values(5000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i) * 0.5f - 7.0f;
+  std::string used(1 + 4 * values.size(), 'x');
+  ASSERT_TRUE(codec_->Encode(values, &used).ok());
+  std::string want;
+  ASSERT_TRUE(MakeCodec("fp32").value()->Encode(values, &want).ok());
+  ASSERT_EQ(used, want);
+  for (size_t at : {size_t{0}, size_t{1023}, size_t{1024}, size_t{3000}, size_t{4095},
+                    size_t{4096}, size_t{4999}}) {
+    std::vector<float> bad = values;
+    bad[at] = INFINITY;
+    if (at + 7 < bad.size()) bad[at + 7] = std::nanf("");  // only the first is named
+    std::string out = want;
+    const absl::Status s = codec_->Encode(bad, &out);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(s.message(), "fp32: cannot encode value " + std::to_string(at) + ": not finite (inf)");
+    EXPECT_EQ(out, want);
+  }
+}
+
 TEST_F(Fp32CodecTest, DecodeRefusesNonFiniteValuesNamingTheFirst) {
   struct Case {
     uint32_t bits;

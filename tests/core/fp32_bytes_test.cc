@@ -52,10 +52,10 @@ TEST(Fp32BytesTest, FindNonFiniteFindsTheFirst) {
   EXPECT_EQ(FindNonFinite(v), 1025);
 }
 
-// CopyFindNonFinite copies every value bit for bit from bytes at any alignment, over
-// whole blocks and the tail, and finds the first NaN or Inf in a block or in the tail
-// (the values after it copied too).
-TEST(Fp32BytesTest, CopyFindNonFiniteCopiesEveryValueAndFindsTheFirst) {
+// CopyFindNonFinite copies every value bit for bit from bytes at any alignment, and
+// StoreFindNonFinite to bytes at any alignment, over whole blocks and the tail; each
+// finds the first NaN or Inf in a block or in the tail (the values after it copied too).
+TEST(Fp32BytesTest, CopyAndStoreFindNonFiniteCopyEveryValueAndFindTheFirst) {
   for (size_t n : {0u, 1u, 1023u, 1024u, 1025u, 3000u}) {
     std::vector<float> in(n);
     for (size_t i = 0; i < n; ++i) {
@@ -68,6 +68,16 @@ TEST(Fp32BytesTest, CopyFindNonFiniteCopiesEveryValueAndFindsTheFirst) {
       EXPECT_EQ(CopyFindNonFinite(bytes.data() + offset, out), -1) << n << " " << offset;
       EXPECT_EQ(n == 0 || std::memcmp(out.data(), in.data(), sizeof(float) * n) == 0, true)
           << n << " " << offset;
+      // The other way: floats stored at a byte offset, nothing written past them.
+      std::vector<unsigned char> stored(offset + sizeof(float) * n + 1, 0xab);
+      EXPECT_EQ(StoreFindNonFinite(in, stored.data() + offset), -1) << n << " " << offset;
+      EXPECT_EQ(n == 0 || std::memcmp(stored.data() + offset, in.data(), sizeof(float) * n) == 0,
+                true)
+          << n << " " << offset;
+      EXPECT_EQ(stored.back(), 0xab);
+      if (offset > 0) {
+        EXPECT_EQ(stored[offset - 1], 0xab);
+      }
     }
   }
   for (size_t bad_at : {0u, 1023u, 1500u, 2999u}) {
@@ -78,6 +88,9 @@ TEST(Fp32BytesTest, CopyFindNonFiniteCopiesEveryValueAndFindsTheFirst) {
     EXPECT_EQ(CopyFindNonFinite(in.data(), out), static_cast<ptrdiff_t>(bad_at));
     EXPECT_EQ(out[2998], 1.0f) << bad_at;  // copied past the first bad value
     EXPECT_TRUE(std::isinf(out[bad_at]));
+    std::vector<unsigned char> stored(1 + sizeof(float) * in.size());
+    EXPECT_EQ(StoreFindNonFinite(in, stored.data() + 1), static_cast<ptrdiff_t>(bad_at));
+    EXPECT_EQ(std::memcmp(stored.data() + 1, in.data(), sizeof(float) * in.size()), 0) << bad_at;
   }
 }
 

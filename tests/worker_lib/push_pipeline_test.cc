@@ -10,8 +10,11 @@
 #include <future>
 #include <limits>
 #include <map>
+#include <span>
+#include <string>
 #include <vector>
 
+#include "codecs/codec.h"
 #include "core/refusal.h"
 #include "tests/worker_lib/fake_transport.h"
 
@@ -347,6 +350,34 @@ std::vector<float> Ramp() {
   std::vector<float> g(8);
   for (size_t i = 0; i < g.size(); ++i) g[i] = 0.25f * static_cast<float>(i) - 1.0f;
   return g;
+}
+
+// A round's payloads are encoded into the strings of the rounds sent before
+// (PayloadPool): each round's pushes carry that round's values, never an earlier one's.
+TEST(PushPipelineTest, EachRoundSendsItsOwnValuesThoughItReusesEarlierRoundsStrings) {
+  PushFixture f;
+  f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
+  std::vector<std::string> want;
+  for (uint64_t round = 3; round < 7; ++round) {
+    std::vector<float> g = Ramp();
+    for (float& v : g) v *= static_cast<float>(round);
+    ASSERT_TRUE(f.pipeline->Push(0, round, g).ok());
+    ASSERT_TRUE(f.pipeline->Wait().ok());
+    for (size_t slice = 0; slice < 2; ++slice) {
+      std::string bytes;
+      ASSERT_TRUE(codecs::MakeCodec("fp32")
+                      .value()
+                      ->Encode(std::span<const float>(g).subspan(4 * slice, 4), &bytes)
+                      .ok());
+      want.push_back(bytes);
+    }
+  }
+  const std::vector<v1::PushRequest> pushes = f.shard().pushes();
+  ASSERT_EQ(pushes.size(), want.size());
+  for (size_t i = 0; i < pushes.size(); ++i) {
+    EXPECT_EQ(pushes[i].round(), 3 + i / 2);
+    EXPECT_EQ(pushes[i].payload(), want[i]) << "push " << i;
+  }
 }
 
 // Ramp() pushed in round 3, copied (false) and borrowed (true), over a channel that
