@@ -186,10 +186,12 @@ struct ChunkedPush {
   // The chunk count its end named (its geometry checked against the slice), kept for a
   // push none of whose chunks came: ClosedRound::ChunksLost counts them all.
   uint32_t end_count = 0;
-  // The UDP session its first chunk came under, and the latest other one (a restarted
-  // worker's): seen[i] is 1 for a chunk that came under the first, 2 under the other.
-  uint64_t session = 0;
-  uint64_t later_session = 0;
+  // The UDP sessions its chunks came under, in the order each first sent one (more than
+  // one when the worker restarted mid-round: each successor resends the push): seen[i]
+  // is 1 + the index here of the session chunk i came under, 0 for a chunk not yet come.
+  // A session past kMaxSessions is refused (a worker restarted that often in one round).
+  static constexpr size_t kMaxSessions = 255;
+  std::vector<uint64_t> sessions;
 };
 
 // One worker's decoded push of a slice: numel values, owned.

@@ -36,11 +36,25 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
                                 " after chunks of ", push.chunk_elems, " in the same push"));
   }
   if (push.chunk_count != 0 && push.seen[c.index] != 0) {
-    const uint64_t sent_under = push.seen[c.index] == 1 ? push.session : push.later_session;
-    if (c.session != sent_under) return Progress{.held_from_before = true};
+    if (c.session != push.sessions[push.seen[c.index] - 1]) {
+      return Progress{.held_from_before = true};
+    }
     return Refused(Refusal::kDuplicate,
                    absl::StrCat("replayed chunk ", c.index, " from worker ", c.worker,
                                 " for round ", c.round, " of slice ", info_.id));
+  }
+  // The session's place in push.sessions (a new one is added once the chunk is taken).
+  size_t session_at = 0;
+  if (push.chunk_count != 0) {
+    while (session_at < push.sessions.size() && push.sessions[session_at] != c.session) {
+      ++session_at;
+    }
+    if (session_at == ChunkedPush::kMaxSessions) {
+      return Refused(Refusal::kMalformed,
+                     absl::StrCat(what(), " under its ", ChunkedPush::kMaxSessions + 1,
+                                  "th UDP session in one round: at most ",
+                                  ChunkedPush::kMaxSessions));
+    }
   }
   absl::StatusOr<std::shared_ptr<const codecs::Codec>> decoded_by = decoder();
   if (!decoded_by.ok()) return decoded_by.status();
@@ -55,7 +69,7 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
     push.chunk_count = c.count_in_push;
     push.received = 0;
     push.seen.assign(c.count_in_push, 0);
-    push.session = c.session;
+    push.sessions.clear();
     inputs_.pushed[c.worker] = 1;
     ++num_pushed_;
     // Chunks never share a support or carry a whole sign payload: aggregate decoded.
@@ -63,12 +77,8 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptChunk(const Chunk& c, std
     if (rules_->keep_signs) inputs_.sign_payloads[c.worker].clear();
   }
   const std::chrono::nanoseconds decode = DecodeBudget::ThreadCpuNow() - decode_start;
-  if (c.session == push.session) {
-    push.seen[c.index] = 1;
-  } else {
-    push.later_session = c.session;
-    push.seen[c.index] = 2;
-  }
+  if (session_at == push.sessions.size()) push.sessions.push_back(c.session);
+  push.seen[c.index] = static_cast<uint8_t>(session_at + 1);
   if (++push.received == push.chunk_count) {
     ++num_complete_;
     // A chunk that came after its push's end (reordered on the way).

@@ -631,6 +631,76 @@ TEST_F(SliceRoundTest, AChunkHeldFromAnEarlierSessionIsTakenAsThatCopy) {
   EXPECT_EQ(rows[0][1], 5.0f);
 }
 
+// A worker restarted twice in one round: each chunk is told apart by the session that
+// sent it, so the third session's resend of a chunk the second one sent is the held
+// copy even after the third sent a chunk of its own (with one "later" session
+// remembered, it was refused as a replay), and each session's own resend is a replay.
+TEST_F(SliceRoundTest, AThirdSessionsResendsAreTakenAsTheCopiesHeld) {
+  core::SliceInfo info = info_;
+  info.numel = 3;
+  SliceRound s(info, &rules_, /*aggregate_only=*/false);
+  Wakeups wake;
+  ASSERT_TRUE(s.Initialize(Fp32({1.0f, 2.0f, 3.0f}), &wake).ok());
+  const auto chunk = [](uint32_t index, uint64_t session) {
+    return SliceRound::Chunk{/*worker=*/0,      /*round=*/0,     /*index=*/index,
+                             /*count_in_push=*/3, /*chunk_elems=*/1, /*first=*/index,
+                             /*count=*/1,         /*session=*/session};
+  };
+  const auto take = [&](uint32_t index, uint64_t session, float value) {
+    return s.AcceptChunk(chunk(index, session), "fp32", Decoder(), Encoded({value}));
+  };
+  ASSERT_TRUE(take(0, 7, 10).ok());
+  ASSERT_TRUE(take(1, 8, 11).ok());  // the first successor's own chunk
+  absl::StatusOr<SliceRound::Progress> own = take(2, 9, 12);  // the second successor's
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_FALSE(own->held_from_before);
+  for (uint32_t index : {1u, 0u}) {
+    absl::StatusOr<SliceRound::Progress> resent = take(index, 9, 99);
+    ASSERT_TRUE(resent.ok()) << index << ": " << resent.status();
+    EXPECT_TRUE(resent->held_from_before) << index;
+  }
+  for (const auto& [index, session] : {std::pair{0u, 7u}, std::pair{1u, 8u}, std::pair{2u, 9u}}) {
+    EXPECT_EQ(core::RefusalOf(take(index, session, 99).status()), core::Refusal::kDuplicate)
+        << "chunk " << index << " replayed under session " << session;
+  }
+  ASSERT_TRUE(Push(s, 1, 0, {1, 1, 1}).ok());
+  absl::StatusOr<SliceRound::Progress> last = Push(s, 2, 0, {1, 1, 1});
+  ASSERT_TRUE(last.ok() && last->closed);
+  std::optional<ClosedRound> closed = s.TakeClosed();
+  ASSERT_TRUE(closed.has_value());
+  const std::vector<uint32_t> worker0 = {0};
+  const std::vector<const float*> rows = closed->Rows(worker0).value();
+  EXPECT_EQ(rows[0][0], 10.0f);
+  EXPECT_EQ(rows[0][1], 11.0f);
+  EXPECT_EQ(rows[0][2], 12.0f);
+}
+
+// A chunk under a session past ChunkedPush::kMaxSessions in one round is refused before
+// its decode; the sessions already listed still send.
+TEST_F(SliceRoundTest, AChunkUnderTooManySessionsInOneRoundIsRefused) {
+  constexpr uint32_t kChunks = 300;
+  core::SliceInfo info = info_;
+  info.numel = kChunks;
+  SliceRound s(info, &rules_, /*aggregate_only=*/false);
+  Wakeups wake;
+  ASSERT_TRUE(s.Initialize(Fp32(std::vector<float>(kChunks, 1.0f)), &wake).ok());
+  const auto take = [&](uint32_t index, uint64_t session) {
+    const SliceRound::Chunk c{/*worker=*/0, /*round=*/0,       /*index=*/index,
+                              kChunks,      /*chunk_elems=*/1, /*first=*/index,
+                              /*count=*/1,  /*session=*/session};
+    return s.AcceptChunk(c, "fp32", Decoder(), Encoded({2.0f}));
+  };
+  for (uint32_t i = 0; i < ChunkedPush::kMaxSessions; ++i) {
+    ASSERT_TRUE(take(i, 100 + i).ok()) << i;  // each chunk under a session of its own
+  }
+  const int decodes = decoder_calls_;
+  const absl::Status refused = take(ChunkedPush::kMaxSessions, 1).status();
+  EXPECT_EQ(core::RefusalOf(refused), core::Refusal::kMalformed) << refused;
+  EXPECT_THAT(std::string(refused.message()), ::testing::HasSubstr("at most 255"));
+  EXPECT_EQ(decoder_calls_, decodes) << "refused before its decode";
+  EXPECT_TRUE(take(ChunkedPush::kMaxSessions, 100).ok()) << "a session already listed";
+}
+
 TEST_F(SliceRoundTest, ChunksFillTheirRangesAndMissingOnesAreMasked) {
   SliceRound s(info_, &rules_, /*aggregate_only=*/false);
   Init(s);
