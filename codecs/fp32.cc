@@ -119,17 +119,19 @@ class Fp32Codec final : public Codec {
     while (!bytes.empty()) {
       const size_t n = std::min(bytes.size(), kChunkBytes);
       const size_t checked = written / sizeof(float);
+      // The values this chunk completes: with a value cut between two pieces, the one
+      // it starts is completed by the next.
+      const std::span<float> done = out.subspan(checked, (written + n) / sizeof(float) - checked);
       ptrdiff_t bad = -1;
-      if (base + written != bytes.data() && written % sizeof(float) == 0 &&
-          n % sizeof(float) == 0) {
-        bad = core::CopyFindNonFinite(bytes.data(), out.subspan(checked, n / sizeof(float)));
-        written += n;
+      if (base + written == bytes.data()) {
+        bad = core::FindNonFinite(done);  // in place: checked only
+      } else if (written % sizeof(float) == 0 && n % sizeof(float) == 0) {
+        bad = core::CopyFindNonFinite(bytes.data(), done);
       } else {
-        if (base + written != bytes.data()) std::memcpy(base + written, bytes.data(), n);
-        written += n;
-        bad = core::FindNonFinite(std::span<const float>(out).subspan(
-            checked, written / sizeof(float) - checked));
+        std::memcpy(base + written, bytes.data(), n);
+        bad = core::FindNonFinite(done);
       }
+      written += n;
       bytes.remove_prefix(n);
       if (bad >= 0) {
         const size_t at = checked + static_cast<size_t>(bad);
