@@ -106,7 +106,8 @@ PS_VECTOR_CLONES bool CopyBlockFinite(const unsigned char* __restrict in,
   return bad == 0;
 }
 
-// Index of the first NaN or Inf among the little-endian fp32 [begin, end) at `bytes`, or -1.
+// Index of the first NaN or Inf among the little-endian fp32 [begin, end) at `bytes`, or -1
+// (floats read as their bytes, so one search serves floats and payloads alike).
 ptrdiff_t FirstNonFiniteBytes(const unsigned char* bytes, size_t begin, size_t end) {
   for (size_t i = begin; i < end; ++i) {
     float v;
@@ -158,22 +159,18 @@ bool AddAllFinite(const float* base, float* change, size_t n) {
   return finite && bad == 0;
 }
 
-ptrdiff_t FirstNonFinite(std::span<const float> values, size_t begin, size_t end) {
-  for (size_t i = begin; i < end; ++i) {
-    if (!std::isfinite(values[i])) return static_cast<ptrdiff_t>(i);
-  }
-  return -1;
-}
-
 }  // namespace
 
 ptrdiff_t FindNonFinite(std::span<const float> values) {
+  const auto* bytes = reinterpret_cast<const unsigned char*>(values.data());
   const size_t n = values.size();
   size_t b = 0;
   for (; b + kFiniteBlock <= n; b += kFiniteBlock) {
-    if (BlockHasNonFinite(values.data() + b)) return FirstNonFinite(values, b, b + kFiniteBlock);
+    if (BlockHasNonFinite(values.data() + b)) {
+      return FirstNonFiniteBytes(bytes, b, b + kFiniteBlock);
+    }
   }
-  return FirstNonFinite(values, b, n);
+  return FirstNonFiniteBytes(bytes, b, n);
 }
 
 ptrdiff_t CopyFindNonFinite(const void* bytes, std::span<float> out) {
