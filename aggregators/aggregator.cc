@@ -334,6 +334,24 @@ void AddInfluenceOf(const internal::Pipeline& p, const RoundPlan& plan,
                          ctx.influence);
 }
 
+// The input a plan's output is as it stands: the plan's one row (mixed, or the inputs
+// as they are when k = 1) is a single input with weight 1, and no rule follows it or the
+// rule's value of one value is that value (every coordinate rule but the sign vote, -0
+// aside: the rank rules' sums start at +0.0).
+std::optional<size_t> PickedInput(const PlanData& data) {
+  if (data.coordinate.has_value() &&
+      data.coordinate->kind == internal::CoordinateRule::Kind::kSignVote) {
+    return std::nullopt;
+  }
+  if (data.mixing.rows == 0) {
+    if (data.k == 1 && data.coordinate.has_value()) return 0;
+    return std::nullopt;
+  }
+  size_t unit = 0;
+  if (data.mixing.rows == 1 && IsUnitRow(data.mixing, 0, &unit) && unit < data.k) return unit;
+  return std::nullopt;
+}
+
 bool UseSupport(const internal::Pipeline& p, const AggregationContext& ctx) {
   return !ctx.support.empty() && ctx.masks.empty() && p.rule->ZeroPreserving();
 }
@@ -342,13 +360,25 @@ bool UseSupport(const internal::Pipeline& p, const AggregationContext& ctx) {
 
 absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::span<float> out,
                                    const AggregationContext& ctx) const {
+  return AggregateTo(inputs, out, ctx, /*pick=*/false).status();
+}
+
+absl::StatusOr<std::span<const float>> Aggregator::AggregateOrPick(
+    std::span<const float* const> inputs, std::span<float> out,
+    const AggregationContext& ctx) const {
+  return AggregateTo(inputs, out, ctx, /*pick=*/true);
+}
+
+absl::StatusOr<std::span<const float>> Aggregator::AggregateTo(
+    std::span<const float* const> inputs, std::span<float> out, const AggregationContext& ctx,
+    bool pick) const {
   PS_RETURN_IF_ERROR(CheckCall(*pipeline_, inputs, out.size(), ctx));
   if (UseSupport(*pipeline_, ctx)) {
     PS_ASSIGN_OR_RETURN(OnSupport g, OnSupport::Gather(name(), inputs, out.size(), ctx));
     std::vector<float> kept(ctx.support.size());
     PS_RETURN_IF_ERROR(Aggregate(g.rows(), kept, g.inner()));
     OnSupport::Scatter(ctx.support, kept, out);
-    return absl::OkStatus();
+    return out;
   }
   if (OnDevice(*pipeline_)) {
     // One upload for the Gram matrix and the pass over the coordinates.
@@ -364,11 +394,11 @@ absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::sp
           return plan;
         }));
     if (used.has_value()) AddInfluenceOf(*pipeline_, *used, inputs, out.size(), ctx);
-    return absl::OkStatus();
+    return out;
   }
   if (!NeedsGram()) {
     PS_ASSIGN_OR_RETURN(RoundPlan plan, Plan(inputs.size(), {}, ctx.round));
-    return Apply(plan, inputs, out, ctx);
+    return ApplyTo(plan, inputs, out, ctx, pick);
   }
   // Missing coordinates are filled once here, not again in each step.
   const FilledInputs filled(inputs, ctx.masks, out.size(), EvenMedian::kMidpoint, ctx.pool);
@@ -379,7 +409,8 @@ absl::Status Aggregator::Aggregate(std::span<const float* const> inputs, std::sp
   std::vector<double> gram(rows * rows, 0.0);
   PS_RETURN_IF_ERROR(AccumulateGram(filled.rows(), out.size(), complete, gram));
   PS_ASSIGN_OR_RETURN(RoundPlan plan, Plan(k, gram, ctx.round));
-  return Apply(plan, filled.rows(), out, complete);
+  // A pick would point into `filled`'s rows where inputs had missing coordinates.
+  return ApplyTo(plan, filled.rows(), out, complete, pick && ctx.masks.empty());
 }
 
 absl::Status Aggregator::AccumulateGram(std::span<const float* const> inputs, size_t d,
@@ -474,6 +505,20 @@ absl::StatusOr<RoundPlan> Aggregator::Plan(size_t k, std::span<const double> gra
 
 absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* const> inputs,
                                std::span<float> out, const AggregationContext& ctx) const {
+  return ApplyTo(plan, inputs, out, ctx, /*pick=*/false).status();
+}
+
+absl::StatusOr<std::span<const float>> Aggregator::ApplyOrPick(
+    const RoundPlan& plan, std::span<const float* const> inputs, std::span<float> out,
+    const AggregationContext& ctx) const {
+  return ApplyTo(plan, inputs, out, ctx, /*pick=*/true);
+}
+
+absl::StatusOr<std::span<const float>> Aggregator::ApplyTo(const RoundPlan& plan,
+                                                           std::span<const float* const> inputs,
+                                                           std::span<float> out,
+                                                           const AggregationContext& ctx,
+                                                           bool pick) const {
   const internal::Pipeline& p = *pipeline_;
   const PlanData& data = internal::Pipeline::Data(plan);
   PS_RETURN_IF_ERROR(CheckCall(p, inputs, out.size(), ctx));
@@ -482,7 +527,7 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
     std::vector<float> kept(ctx.support.size());
     PS_RETURN_IF_ERROR(Apply(plan, g.rows(), kept, g.inner()));
     OnSupport::Scatter(ctx.support, kept, out);
-    return absl::OkStatus();
+    return out;
   }
   if (data.k != inputs.size() || data.state_rows != StateRows()) {
     return absl::InvalidArgumentError(absl::StrCat(p.spec, ": plan made for ", data.k,
@@ -494,8 +539,9 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
     AddInfluenceOf(p, plan, inputs, d, ctx);
     std::vector<float> zeros;
     const std::vector<const float*> rows = WithStateRows(inputs, s, d, ctx, &zeros);
-    return p.device->Apply(data, rows, out, MemoryOf(ctx), ctx.masks,
-                           s > 0 && !ctx.state.empty() ? ctx.state.data() : nullptr);
+    PS_RETURN_IF_ERROR(p.device->Apply(data, rows, out, MemoryOf(ctx), ctx.masks,
+                                       s > 0 && !ctx.state.empty() ? ctx.state.data() : nullptr));
+    return out;
   }
   // Native masks only where the coordinate rule reads the inputs as they are.
   const bool native_masks = data.mixing.rows == 0 && data.coordinate.has_value();
@@ -508,6 +554,12 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
     internal::AddInfluence(data, native_masks ? filled.rows() : std::span<const float* const>(raw),
                            native_masks ? ctx.masks : no_masks, d, ctx.round, ctx.slice_id,
                            ctx.influence);
+  }
+  // `raw` is `inputs` itself here: no masks, no state rows.
+  if (pick && ctx.masks.empty() && s == 0) {
+    if (const std::optional<size_t> picked = PickedInput(data)) {
+      return std::span<const float>(inputs[*picked], d);
+    }
   }
 
   if (data.mixing.rows == 0) {
@@ -563,7 +615,7 @@ absl::Status Aggregator::Apply(const RoundPlan& plan, std::span<const float* con
     });
   }
   if (s > 0 && !ctx.state.empty()) std::memcpy(ctx.state.data(), out.data(), d * sizeof(float));
-  return absl::OkStatus();
+  return out;
 }
 
 }  // namespace ps::aggregators

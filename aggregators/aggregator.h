@@ -198,9 +198,35 @@ class Aggregator {
   absl::Status Apply(const RoundPlan& plan, std::span<const float* const> inputs,
                      std::span<float> out, const AggregationContext& ctx) const;
 
+  // Aggregate and Apply without the copy where the aggregate is one of the inputs (the
+  // one input a plan's single row weighs 1 with no rule after it: Krum's pick; or the
+  // only input of a coordinate rule other than sign_majority, such as the mean of one):
+  // `out` is then left unwritten and the result is that input's d floats. Otherwise the
+  // result is `out`, written as Aggregate and Apply write it. The values are theirs
+  // bit for bit but for one case: a single input's -0 stays -0 here, where the median's
+  // and the trimmed mean's sums start at +0.0 and write +0 (docs/aggregators.md,
+  // "Picked inputs"). Influence is added as Apply adds it. Never with masks, a shared
+  // support in use, state rows, device memory or a device rule: `out` is written then.
+  absl::StatusOr<std::span<const float>> AggregateOrPick(std::span<const float* const> inputs,
+                                                         std::span<float> out,
+                                                         const AggregationContext& ctx) const;
+  absl::StatusOr<std::span<const float>> ApplyOrPick(const RoundPlan& plan,
+                                                     std::span<const float* const> inputs,
+                                                     std::span<float> out,
+                                                     const AggregationContext& ctx) const;
+
  private:
   friend struct internal::Pipeline;
   explicit Aggregator(std::unique_ptr<internal::Pipeline> pipeline);
+  // Aggregate and Apply; with `pick` AggregateOrPick and ApplyOrPick.
+  absl::StatusOr<std::span<const float>> AggregateTo(std::span<const float* const> inputs,
+                                                     std::span<float> out,
+                                                     const AggregationContext& ctx,
+                                                     bool pick) const;
+  absl::StatusOr<std::span<const float>> ApplyTo(const RoundPlan& plan,
+                                                 std::span<const float* const> inputs,
+                                                 std::span<float> out,
+                                                 const AggregationContext& ctx, bool pick) const;
   std::unique_ptr<internal::Pipeline> pipeline_;
 };
 

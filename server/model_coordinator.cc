@@ -192,21 +192,25 @@ void ModelCoordinator::PublishSlice(ClosedRound& r,
                                     const absl::StatusOr<aggregators::RoundPlan>& plan,
                                     const std::vector<uint32_t>& agreed) {
   const AggregateBuffer buffer(r.info.numel);
-  const std::span<float> out = buffer.values();
+  // The aggregate: the buffer, or the row of the input the plan picked.
+  std::span<const float> aggregate = buffer.values();
   absl::Status st = plan.status();
   if (plan.ok()) {
     const auto start = std::chrono::steady_clock::now();
     AggregationCounts counts;
     InputWeights weights;
-    st = parts_.aggregation->Apply(*plan, r, agreed, out, &counts, &weights);
+    absl::StatusOr<std::span<const float>> applied =
+        parts_.aggregation->Apply(*plan, r, agreed, buffer.values(), &counts, &weights);
     parts_.counters->Aggregated(counts, 0);
-    if (st.ok()) {
+    if (applied.ok()) {
+      aggregate = *applied;
       parts_.suspicion->Record(r.round, weights.workers, weights.influence, weights.alignment,
                                r.info.numel);
     }
+    st = applied.status();
     parts_.counters->Observe(AggregationStage::kModelApply, start);
   }
-  parts_.publish(std::move(r), out, st);
+  parts_.publish(std::move(r), aggregate, st);
 }
 
 }  // namespace ps::server

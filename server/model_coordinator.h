@@ -51,7 +51,7 @@ class ModelCoordinator {
   // Publishes a closed round from its aggregate `out` (or, when !st.ok(), the unchanged
   // parameters) and wakes its watchers: the shard's one publishing path.
   using PublishFn =
-      std::function<void(ClosedRound round, std::span<float> out, absl::Status st)>;
+      std::function<void(ClosedRound round, std::span<const float> aggregate, absl::Status st)>;
   struct Parts {
     SliceTable* table = nullptr;
     RoundAggregation* aggregation = nullptr;

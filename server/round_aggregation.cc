@@ -31,6 +31,21 @@ bool IsBelowQuorum(const absl::Status& status) {
   return status.GetPayload(core::AsAbsl(kBelowQuorumUrl)).has_value();
 }
 
+namespace {
+
+// An aggregate a rule computed into `out`, refused where it is not finite; a picked
+// input (not `out`) is one of the pushes, each checked finite as it arrived, and is not
+// read again.
+absl::StatusOr<std::span<const float>> Finite(std::span<const float> aggregate,
+                                              std::span<const float> out) {
+  if (aggregate.data() == out.data() && core::FindNonFinite(aggregate) >= 0) {
+    return absl::InternalError("aggregate is not finite (inputs overflowed)");
+  }
+  return aggregate;
+}
+
+}  // namespace
+
 RoundAggregation::RoundAggregation(aggregators::Aggregator* rule, core::ThreadPool* pool,
                                    SgdOptions sgd, bool aggregate_only, uint32_t quorum)
     : rule_(rule), pool_(pool), sgd_(sgd), aggregate_only_(aggregate_only), quorum_(quorum) {}
@@ -67,8 +82,11 @@ aggregators::AggregationContext RoundAggregation::ContextOf(ClosedRound& round,
   return ctx;
 }
 
-absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> out,
-                                         AggregationCounts* counts, InputWeights* weights) {
+absl::StatusOr<std::span<const float>> RoundAggregation::Aggregate(ClosedRound& round,
+                                                                   std::span<float> out,
+                                                                   AggregationCounts* counts,
+                                                                   InputWeights* weights,
+                                                                   RowScratch* scratch) {
   const std::vector<uint32_t> workers = round.Workers();
   PS_RETURN_IF_ERROR(CheckQuorum(workers.size(), absl::StrCat("round ", round.round, " of slice ",
                                                               round.info.id)));
@@ -77,20 +95,21 @@ absl::Status RoundAggregation::Aggregate(ClosedRound& round, std::span<float> ou
     if (!signs.empty()) {
       // Every push is sign-compressed: vote on the packed bits (same result as the rule).
       ++counts->sign_votes;
-      return codecs::SignMajorityVote(signs, out);
+      PS_RETURN_IF_ERROR(codecs::SignMajorityVote(signs, out));
+      return Finite(out, out);
     }
   }
   const InputMasks masks = round.MasksOf(workers);
   if (!masks.ptrs.empty()) ++counts->masked;
   const std::vector<uint32_t> support = round.SharedSupport(workers);
-  // Kept pushes decoded into this thread's rows, which the rule then reads in cache.
-  RowScratch scratch;
-  PS_ASSIGN_OR_RETURN(const std::vector<const float*> rows, round.Rows(workers, &scratch));
+  // Kept pushes decoded into the caller's thread's rows, which the rule then reads in cache.
+  PS_ASSIGN_OR_RETURN(const std::vector<const float*> rows, round.Rows(workers, scratch));
   const aggregators::AggregationContext ctx =
       ContextOf(round, workers, masks, support, counts, weights);
-  PS_RETURN_IF_ERROR(rule_->Aggregate(rows, out, ctx));
-  if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
-  return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(const std::span<const float> aggregate,
+                      rule_->AggregateOrPick(rows, out, ctx));
+  if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, aggregate);
+  return Finite(aggregate, out);
 }
 
 std::vector<uint32_t> RoundAggregation::Participants(std::span<const ClosedRound> rounds,
@@ -185,17 +204,18 @@ absl::Status RoundAggregation::AccumulateGram(std::span<ClosedRound> rounds,
   return st;
 }
 
-absl::Status RoundAggregation::Apply(const aggregators::RoundPlan& plan, ClosedRound& round,
-                                     std::span<const uint32_t> agreed, std::span<float> out,
-                                     AggregationCounts* counts, InputWeights* weights) {
+absl::StatusOr<std::span<const float>> RoundAggregation::Apply(
+    const aggregators::RoundPlan& plan, ClosedRound& round, std::span<const uint32_t> agreed,
+    std::span<float> out, AggregationCounts* counts, InputWeights* weights) {
   const InputMasks masks = round.MasksOf(agreed);
   const std::vector<uint32_t> support = round.SharedSupport(agreed);
   PS_ASSIGN_OR_RETURN(const std::vector<const float*> rows, round.Rows(agreed));
   const aggregators::AggregationContext ctx =
       ContextOf(round, agreed, masks, support, counts, weights);
-  PS_RETURN_IF_ERROR(rule_->Apply(plan, rows, out, ctx));
-  if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, out);
-  return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(const std::span<const float> aggregate,
+                      rule_->ApplyOrPick(plan, rows, out, ctx));
+  if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, aggregate);
+  return Finite(aggregate, out);
 }
 
 void RoundAggregation::StepModel(ClosedRound& round, std::span<const float> out,
@@ -214,13 +234,11 @@ void RoundAggregation::StepModel(ClosedRound& round, std::span<const float> out,
   m.optimizer->Step(step_lr, m.steps, out, m.velocity, m.second_moment, m.params, copy_to);
 }
 
-RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round, std::span<float> out,
+RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round,
+                                                     std::span<const float> out,
                                                      absl::Status& st) const {
-  if (st.ok() && core::FindNonFinite(out) >= 0) {
-    st = absl::InternalError("aggregate is not finite (inputs overflowed)");
-  }
   if (aggregate_only_) {
-    if (!st.ok()) std::fill(out.begin(), out.end(), 0.0f);
+    if (!st.ok()) return {core::SharedFp32(std::vector<float>(round.info.numel, 0.0f)), nullptr};
     return {core::SharedFp32(out), nullptr};
   }
   HeldValues& held = round.model.held;

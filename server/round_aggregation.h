@@ -83,11 +83,17 @@ class RoundAggregation {
   absl::Status CheckQuorum(size_t inputs, std::string_view what) const;
 
   // Slice scope: the rule over every push of `round` (a sign vote when each push is
-  // packed signs and the rule votes on signs) into `out` (numel values). BelowQuorum,
-  // the rule not run, when fewer than the quorum pushed.
+  // packed signs and the rule votes on signs). The aggregate: `out` (numel values),
+  // written, or one of the round's rows where the aggregate is that row (the mean of one
+  // push, Aggregator::AggregateOrPick), valid while `round` and `scratch` live. Kept
+  // pushes are decoded into `scratch`'s rows, or without one into the workers' own.
+  // BelowQuorum, the rule not run, when fewer than the quorum pushed; INTERNAL when the
+  // aggregate written into `out` is not finite (inputs overflowed).
   // `weights`, if given, receives each input's weight in the aggregate.
-  absl::Status Aggregate(ClosedRound& round, std::span<float> out, AggregationCounts* counts,
-                         InputWeights* weights = nullptr);
+  absl::StatusOr<std::span<const float>> Aggregate(ClosedRound& round, std::span<float> out,
+                                                   AggregationCounts* counts,
+                                                   InputWeights* weights = nullptr,
+                                                   RowScratch* scratch = nullptr);
 
   // Model scope: the workers whose push every one of `rounds` took (increasing).
   std::vector<uint32_t> Participants(std::span<const ClosedRound> rounds,
@@ -109,11 +115,14 @@ class RoundAggregation {
   // random-k support), else computed here.
   absl::Status AccumulateGram(std::span<ClosedRound> rounds, std::span<const uint32_t> participants,
                               std::vector<double>& gram, AggregationCounts* counts);
-  // Applies an agreed plan to one slice's pushes of `agreed` workers; `weights` as in
+  // Applies an agreed plan to one slice's pushes of `agreed` workers; the aggregate
+  // (`out`, or the row of Krum's pick, valid while `round` lives) and `weights` as in
   // Aggregate.
-  absl::Status Apply(const aggregators::RoundPlan& plan, ClosedRound& round,
-                     std::span<const uint32_t> agreed, std::span<float> out,
-                     AggregationCounts* counts, InputWeights* weights = nullptr);
+  absl::StatusOr<std::span<const float>> Apply(const aggregators::RoundPlan& plan,
+                                               ClosedRound& round,
+                                               std::span<const uint32_t> agreed,
+                                               std::span<float> out, AggregationCounts* counts,
+                                               InputWeights* weights = nullptr);
 
   // The pool a rule may spread one slice's coordinates over: none below
   // kPooledSliceElems. The shard already aggregates its slices side by side (each on the
@@ -130,12 +139,12 @@ class RoundAggregation {
     std::shared_ptr<const std::string> values;
     std::shared_ptr<const std::string> delta_payload;
   };
-  // The values to publish for `round` from its aggregate `out`: the parameters after an
-  // SGD step, or the aggregate itself with --aggregate-only. A non-finite aggregate turns
-  // `st` into an error first; after an error the parameters stay as they were (zeros
-  // with --aggregate-only). With --pull-codec the values are what the workers hold once
-  // they applied the encoded change (server/pull_delta.h).
-  Publication Step(ClosedRound& round, std::span<float> out, absl::Status& st) const;
+  // The values to publish for `round` from its aggregate (finite: Aggregate and Apply
+  // refuse one that is not): the parameters after an SGD step, or the aggregate itself
+  // with --aggregate-only. After an error (`st`) the parameters stay as they were (zeros
+  // with --aggregate-only), and `aggregate` is not read. With --pull-codec the values
+  // are what the workers hold once they applied the encoded change (server/pull_delta.h).
+  Publication Step(ClosedRound& round, std::span<const float> aggregate, absl::Status& st) const;
 
  private:
   // The optimizer's step of `round`'s model with the aggregate `out` (the slice's

@@ -76,8 +76,8 @@ Shard::Shard(const ServerOptions& options, uint32_t shard_id,
              clock, &deadlines_,
              ModelCoordinator::Parts{
                  &table_, &aggregation_, aggregator_.get(), &jobs_, &counters_, &suspicion_,
-                 [this](ClosedRound round, std::span<float> out, absl::Status st) {
-                   PublishRound(std::move(round), out, std::move(st));
+                 [this](ClosedRound round, std::span<const float> aggregate, absl::Status st) {
+                   PublishRound(std::move(round), aggregate, std::move(st));
                  }},
              model_scope_),
       jobs_(pool) {
@@ -404,21 +404,23 @@ void Shard::AggregateSlice(uint32_t slice_id) {
   if (!round.has_value()) return;
   const auto start = std::chrono::steady_clock::now();
   const AggregateBuffer buffer(round->info.numel);
-  const std::span<float> out = buffer.values();
+  // Kept pushes are decoded into this thread's rows, where the aggregate may stay.
+  RowScratch scratch;
   AggregationCounts counts;
   InputWeights weights;
-  absl::Status st = aggregation_.Aggregate(*round, out, &counts, &weights);
+  absl::StatusOr<std::span<const float>> aggregate =
+      aggregation_.Aggregate(*round, buffer.values(), &counts, &weights, &scratch);
   counters_.Aggregated(counts, round->ChunksLost());
-  if (st.ok()) {
+  if (aggregate.ok()) {
     suspicion_.Record(round->round, weights.workers, weights.influence, weights.alignment,
                       round->info.numel);
   }
   counters_.Observe(AggregationStage::kSlice, start);
-  PublishRound(*std::move(round), out, st);
+  PublishRound(*std::move(round), aggregate.value_or(buffer.values()), aggregate.status());
 }
 
-void Shard::PublishRound(ClosedRound round, std::span<float> out, absl::Status st) {
-  RoundAggregation::Publication published = aggregation_.Step(round, out, st);
+void Shard::PublishRound(ClosedRound round, std::span<const float> aggregate, absl::Status st) {
+  RoundAggregation::Publication published = aggregation_.Step(round, aggregate, st);
   // Keep serving: after an error the unchanged parameters (or a zero aggregate) are
   // published so workers move on; the counters say loudly that this round was dropped.
   // Counted before publishing: a watcher woken below may read the stats.

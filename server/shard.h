@@ -339,9 +339,10 @@ class Shard {
   void Closed(const SliceRound& slice, uint64_t round, bool at_deadline);
   // Slice scope: aggregates the closed round of slice `slice_id` and publishes it.
   void AggregateSlice(uint32_t slice_id);
-  // Publishes a closed round from its aggregate `out` (or, when !st.ok(), the unchanged
-  // parameters) and wakes its watchers: both scopes publish here.
-  void PublishRound(ClosedRound round, std::span<float> out, absl::Status st);
+  // Publishes a closed round from its aggregate (or, when !st.ok(), the unchanged
+  // parameters) and wakes its watchers: both scopes publish here. `aggregate` may be one
+  // of `round`'s rows (RoundAggregation::Aggregate).
+  void PublishRound(ClosedRound round, std::span<const float> aggregate, absl::Status st);
 
   const ServerOptions options_;
   const uint64_t pull_epoch_;

@@ -6,9 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -206,6 +208,123 @@ TEST(AggregatorTest, EveryCoordinateOfTheOutputIsWritten) {
   }
   // Every rule aggregates complete inputs and most take the masks and the support.
   EXPECT_GE(compared, 2 * AggregatorNames().size());
+}
+
+// AggregateOrPick on a single input: where it returns that input (every rule without
+// state whose value of one value is that value), the bits are Aggregate's and `out` is
+// left as it was; otherwise it writes `out` as Aggregate does and returns it.
+TEST(AggregatorTest, TheAggregateOfOneInputIsThatInputUnlessTheRuleChangesIt) {
+  const size_t d = 3000;
+  const test::Vectors one = test::RandomVectors(1, d, 3);
+  const std::vector<const float*> ptrs = test::Pointers(one);
+  std::vector<std::string> picked;
+  for (const std::string& name : AggregatorNames()) {
+    absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(1, 0));
+    if (!rule.ok()) continue;  // needs more inputs
+    std::vector<float> want(d);
+    ASSERT_TRUE((*rule)->Aggregate(ptrs, want, {}).ok()) << name;
+    absl::StatusOr<std::unique_ptr<Aggregator>> again = MakeAggregator(name, Options(1, 0));
+    ASSERT_TRUE(again.ok());
+    std::vector<float> out(d, std::numeric_limits<float>::quiet_NaN());
+    absl::StatusOr<std::span<const float>> got = (*again)->AggregateOrPick(ptrs, out, {});
+    ASSERT_TRUE(got.ok()) << name << ": " << got.status();
+    ASSERT_EQ(got->size(), d) << name;
+    EXPECT_EQ(std::memcmp(got->data(), want.data(), d * sizeof(float)), 0) << name;
+    if (got->data() == ptrs[0]) {
+      picked.push_back(name);
+      EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](float v) { return std::isnan(v); }))
+          << name << ": returned its input, yet wrote its output";
+    } else {
+      EXPECT_EQ(got->data(), out.data()) << name;
+    }
+  }
+  EXPECT_THAT(picked, ::testing::IsSupersetOf({"mean", "median", "trimmed_mean"}));
+  // The vote's value of one value is its sign times a scale, and centered clipping keeps
+  // a centre it updates from the output.
+  EXPECT_THAT(picked, ::testing::Not(::testing::Contains("sign_majority")));
+  EXPECT_THAT(picked, ::testing::Not(::testing::Contains("centered_clipping")));
+}
+
+// The one difference in bits: the sums of ranks start at +0.0, so the median (and the
+// trimmed mean) of a single -0 is +0, while the input itself, returned as the aggregate,
+// keeps its -0. The mean sums in input order from the first value, which keeps it.
+TEST(AggregatorTest, APickedInputKeepsItsNegativeZeros) {
+  const std::vector<float> input = {-0.0f, 1.5f, -0.0f, -2.0f};
+  const std::vector<const float*> ptrs = {input.data()};
+  for (const char* name : {"mean", "median", "trimmed_mean"}) {
+    absl::StatusOr<std::unique_ptr<Aggregator>> rule = MakeAggregator(name, Options(1, 0));
+    ASSERT_TRUE(rule.ok());
+    std::vector<float> written(input.size());
+    ASSERT_TRUE((*rule)->Aggregate(ptrs, written, {}).ok());
+    EXPECT_EQ(std::signbit(written[0]), std::string_view(name) == "mean") << name;
+    std::vector<float> out(input.size(), 7.0f);
+    absl::StatusOr<std::span<const float>> got = (*rule)->AggregateOrPick(ptrs, out, {});
+    ASSERT_TRUE(got.ok()) << got.status();
+    ASSERT_EQ(got->data(), input.data()) << name;
+    EXPECT_TRUE(std::signbit((*got)[0])) << name;
+    EXPECT_EQ(std::vector<float>(got->begin(), got->end()), written) << name;  // as values
+  }
+}
+
+// Krum in model scope: ApplyOrPick returns the input the plan picked, the bits Apply
+// writes, adds the same influence, and leaves `out` unwritten; with masks (filled rows)
+// and with a shared support it writes `out` as Apply does.
+TEST(AggregatorTest, KrumsPickIsReadInPlaceWithTheInfluenceApplyGives) {
+  const size_t n = 11, d = 2000;
+  const test::Vectors inputs = test::RandomVectors(n, d, 29);
+  const std::vector<const float*> ptrs = test::Pointers(inputs);
+  absl::StatusOr<std::unique_ptr<Aggregator>> krum = MakeAggregator("krum", Options(int(n), 2));
+  ASSERT_TRUE(krum.ok());
+  std::vector<double> gram(n * n, 0.0);
+  ASSERT_TRUE((*krum)->AccumulateGram(ptrs, d, {}, gram).ok());
+  absl::StatusOr<RoundPlan> plan = (*krum)->Plan(n, gram, 0);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+
+  std::vector<double> want_influence(n, 0.0), got_influence(n, 0.0);
+  AggregationContext want_ctx, got_ctx;
+  want_ctx.influence = want_influence;
+  got_ctx.influence = got_influence;
+  std::vector<float> want(d);
+  ASSERT_TRUE((*krum)->Apply(*plan, ptrs, want, want_ctx).ok());
+  std::vector<float> out(d, std::numeric_limits<float>::quiet_NaN());
+  absl::StatusOr<std::span<const float>> got = (*krum)->ApplyOrPick(*plan, ptrs, out, got_ctx);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const auto at = std::find(ptrs.begin(), ptrs.end(), got->data());
+  ASSERT_NE(at, ptrs.end()) << "Krum's aggregate was not read in place";
+  EXPECT_THAT(plan->Describe(), HasSubstr(absl::StrCat("input ", at - ptrs.begin())));
+  EXPECT_EQ(std::memcmp(got->data(), want.data(), d * sizeof(float)), 0);
+  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[d - 1]));
+  EXPECT_EQ(got_influence, want_influence);
+  EXPECT_EQ(got_influence[size_t(at - ptrs.begin())], double(d));
+
+  // Masks: the picked row would be a filled copy that the call frees.
+  std::vector<uint8_t> bits((d + 7) / 8, 0xff);
+  bits[3] = 0;
+  std::vector<const uint8_t*> masks(n, nullptr);
+  masks[size_t(at - ptrs.begin())] = bits.data();
+  AggregationContext masked;
+  masked.masks = masks;
+  got = (*krum)->ApplyOrPick(*plan, ptrs, out, masked);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->data(), out.data());
+  std::vector<float> masked_want(d);
+  ASSERT_TRUE((*krum)->Apply(*plan, ptrs, masked_want, masked).ok());
+  EXPECT_EQ(std::memcmp(out.data(), masked_want.data(), d * sizeof(float)), 0);
+
+  // A shared support: the aggregate is gathered, aggregated and scattered into `out`.
+  test::Vectors sparse(n, std::vector<float>(d, 0.0f));
+  std::vector<uint32_t> support;
+  for (uint32_t c = 1; c < d; c += 5) support.push_back(c);
+  for (size_t i = 0; i < n; ++i) {
+    for (uint32_t c : support) sparse[i][c] = inputs[i][c];
+  }
+  AggregationContext on_support;
+  on_support.support = support;
+  std::fill(out.begin(), out.end(), std::numeric_limits<float>::quiet_NaN());
+  got = (*krum)->ApplyOrPick(*plan, test::Pointers(sparse), out, on_support);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->data(), out.data());
+  EXPECT_FALSE(std::isnan(out[0]));
 }
 
 class ByzantineTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};

@@ -60,7 +60,7 @@ class ModelCoordinatorTest : public ::testing::Test {
                             milliseconds(50)},
         &clock_, &deadlines_,
         ModelCoordinator::Parts{&table_, aggregation_.get(), krum_.get(), &jobs_, &counters_,
-                                &suspicion_, [this](ClosedRound round, std::span<float> out,
+                                &suspicion_, [this](ClosedRound round, std::span<const float> out,
                                        absl::Status st) { Publish(std::move(round), out, st); }},
         /*enabled=*/true);
     coordinator_->SetSender([this](std::shared_ptr<const RoundShare> share) {
@@ -103,7 +103,7 @@ class ModelCoordinatorTest : public ::testing::Test {
     }
   }
 
-  void Publish(ClosedRound round, std::span<float> out, absl::Status st) {
+  void Publish(ClosedRound round, std::span<const float> out, absl::Status st) {
     if (on_publish_) on_publish_(round.info.id);
     {
       absl::MutexLock lock(&mu_);

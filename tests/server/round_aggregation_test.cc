@@ -5,8 +5,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 #include <memory>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,11 +65,16 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   EXPECT_EQ(r.model.params, (std::vector<float>{1 - 1.5f, 1 - 2.75f}));
   EXPECT_EQ(*values, Fp32(r.model.params));
 
-  // A non-finite aggregate becomes an error, and the parameters stay.
-  std::vector<float> inf = {INFINITY, 0};
-  absl::Status bad;
-  values = a.Step(r, inf, bad).values;
-  EXPECT_EQ(bad.code(), absl::StatusCode::kInternal);
+  // Finite inputs whose mean overflows: the aggregate is refused, and after the error
+  // the parameters stay.
+  const float big = std::numeric_limits<float>::max();
+  ClosedRound overflowing = RoundOf({{big, 1}, {big, 2}, {big, 3}});
+  overflowing.model.params = r.model.params;
+  absl::StatusOr<std::span<const float>> bad = a.Aggregate(overflowing, out, &counts);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInternal) << bad.status();
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("not finite"));
+  absl::Status failed = bad.status();
+  values = a.Step(overflowing, out, failed).values;
   EXPECT_EQ(*values, Fp32({1 - 1.5f, 1 - 2.75f}));
 
   // Below the quorum the rule does not run: the round is refused as BelowQuorum, which
@@ -75,7 +82,7 @@ TEST(RoundAggregationTest, AggregatesTheRoundAndStepsTheModel) {
   ClosedRound alone = RoundOf({{1, 2}, {3, 4}, {5, 9}});
   alone.inputs.pushed[1] = alone.inputs.pushed[2] = 0;
   std::vector<float> untouched = {7, 7};
-  absl::Status below = a.Aggregate(alone, untouched, &counts);
+  absl::Status below = a.Aggregate(alone, untouched, &counts).status();
   EXPECT_TRUE(IsBelowQuorum(below)) << below;
   EXPECT_THAT(std::string(below.message()), ::testing::HasSubstr("1 of the 2 inputs"));
   EXPECT_EQ(untouched, (std::vector<float>{7, 7}));
@@ -188,6 +195,33 @@ TEST(RoundAggregationTest, AggregateOnlyPublishesTheAggregateOrZeros) {
   EXPECT_EQ(*a.Step(r, out, st).values, Fp32({2, 3}));
   absl::Status failed = absl::InvalidArgumentError("too few inputs");
   EXPECT_EQ(*a.Step(r, out, failed).values, Fp32({0, 0}));
+}
+
+// The mean of one push is that push's row: the round's step reads it in place, `out`
+// stays unwritten, and the parameters step as from a written mean.
+TEST(RoundAggregationTest, TheMeanOfOnePushIsItsRowReadInPlace) {
+  core::ThreadPool pool(1);
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = 2;
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{0.5f, 0.0f, 0.0f}, /*aggregate_only=*/false,
+                     /*quorum=*/1);
+  ClosedRound r = RoundOf({{1, 2}, {4, 6}});
+  r.inputs.pushed[0] = 0;
+  std::vector<float> out(2, std::numeric_limits<float>::quiet_NaN());
+  AggregationCounts counts;
+  InputWeights weights;
+  absl::StatusOr<std::span<const float>> aggregate = a.Aggregate(r, out, &counts, &weights);
+  ASSERT_TRUE(aggregate.ok()) << aggregate.status();
+  EXPECT_EQ(aggregate->data(), r.inputs.rows[1].get());
+  EXPECT_TRUE(std::isnan(out[0]) && std::isnan(out[1]));
+  EXPECT_EQ(weights.workers, (std::vector<uint32_t>{1}));
+  EXPECT_EQ(weights.influence, (std::vector<double>{2.0}));
+  EXPECT_EQ(weights.alignment, (std::vector<double>{1.0}));
+  absl::Status st;
+  std::shared_ptr<const std::string> values = a.Step(r, *aggregate, st).values;
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(*values, Fp32({1 - 2.0f, 1 - 3.0f}));
 }
 
 // What a SliceTable of two workers needs around it.

@@ -941,8 +941,10 @@ TEST_F(SliceRoundTest, PublicationsCarryTheChangeThatLeadsToThem) {
     std::optional<ClosedRound> closed = s.TakeClosed();
     ASSERT_TRUE(closed.has_value());
     std::vector<float> out(info_.numel);
-    absl::Status st = a.Aggregate(*closed, out, nullptr);
-    RoundAggregation::Publication p = a.Step(*closed, out, st);
+    // The mean of one push: the aggregate is that push's row.
+    absl::StatusOr<std::span<const float>> aggregate = a.Aggregate(*closed, out, nullptr);
+    absl::Status st = aggregate.status();
+    RoundAggregation::Publication p = a.Step(*closed, aggregate.value_or(out), st);
     ASSERT_TRUE(st.ok());
     ASSERT_NE(p.delta_payload, nullptr);
     for (size_t i = 0; i < g.size(); ++i) truth[i] -= 0.1f * g[i];
