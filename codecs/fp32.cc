@@ -32,8 +32,8 @@ class Fp32Codec final : public Codec {
                       std::string* out) override {
     // Built in scratch_ and swapped in, so that a refusal leaves *out as it was. scratch_
     // holds what *out held before the last swap: a caller that hands the same strings
-    // back round after round (the worker's PayloadPool) finds it already as long as the
-    // payload, and the values are copied and checked in one pass
+    // back round after round (the worker's payloads, a core::StringPool) finds it already
+    // as long as the payload, and the values are copied and checked in one pass
     // (core::StoreFindNonFinite). A shorter one is built from a reserve, each chunk
     // checked, then appended while it is in cache: growing a string to write into it
     // would zero-fill it first, one more pass.

@@ -1,8 +1,8 @@
 #include "server/snapshot_pool.h"
 
-#include <algorithm>
 #include <cstring>
 #include <utility>
+#include <vector>
 
 namespace ps::server {
 
@@ -17,42 +17,19 @@ std::shared_ptr<std::string> SnapshotPool::TakeFilled(std::shared_ptr<SnapshotPo
   const size_t bytes = values.size_bytes();
   std::shared_ptr<std::string> buffer = Take(pool, bytes);
   if (bytes > 0) std::memcpy(buffer->data(), values.data(), bytes);
-  // Zeroed as they are made, outside the lock: their pages are in before any step needs
-  // them.
-  std::vector<std::unique_ptr<std::string>> spare(kMaxFree -
-                                                  std::min(kMaxFree, pool->free_count()));
-  for (std::unique_ptr<std::string>& s : spare) s = std::make_unique<std::string>(bytes, '\0');
-  absl::MutexLock lock(&pool->mu_);
-  for (std::unique_ptr<std::string>& s : spare) {
-    if (pool->free_.size() < kMaxFree) pool->free_.push_back(std::move(s));
+  // Zeroed as they are made: their pages are in before any step needs them.
+  for (size_t i = pool->free_count(); i < kMaxFree; ++i) {
+    pool->buffers_->Keep(std::string(bytes, '\0'));
   }
   return buffer;
 }
 
-size_t SnapshotPool::free_count() const {
-  absl::MutexLock lock(&mu_);
-  return free_.size();
-}
-
 std::shared_ptr<std::string> SnapshotPool::TakeOne() {
-  std::unique_ptr<std::string> buffer;
-  {
-    absl::MutexLock lock(&mu_);
-    if (!free_.empty()) {
-      buffer = std::move(free_.back());
-      free_.pop_back();
-    }
-  }
+  std::vector<std::string> one;
+  buffers_->Take(1, &one);
   // A new one is zeroed once; a reused one keeps an older version until overwritten.
-  if (buffer == nullptr) buffer = std::make_unique<std::string>(bytes_, '\0');
-  return std::shared_ptr<std::string>(
-      buffer.release(), [pool = shared_from_this()](std::string* s) { pool->Give(s); });
-}
-
-void SnapshotPool::Give(std::string* buffer) {
-  std::unique_ptr<std::string> owned(buffer);  // freed here, after the lock, when not kept
-  absl::MutexLock lock(&mu_);
-  if (free_.size() < kMaxFree) free_.push_back(std::move(owned));
+  if (one[0].size() != bytes_) one[0].assign(bytes_, '\0');
+  return buffers_->Lend(std::move(one[0]));
 }
 
 }  // namespace ps::server

@@ -1,11 +1,9 @@
 // SnapshotPool: the buffers a slice publishes its versions in, reused. A published
 // snapshot is shared by every pull that sends it; when its last reference goes, its
 // buffer comes back here and a later version is written into it, so that publishing a
-// version allocates nothing and faults in no new pages (docs/data_path.md).
-//
-// Thread-safe: the last reference to a snapshot may go on any thread (a connection's, a
-// gRPC one's); that thread gives the buffer back under the pool's lock, which orders its
-// reads of the old version before the next version's writes.
+// version allocates nothing and faults in no new pages (docs/data_path.md). The giving
+// back is core::StringPool's (thread-safe, on whichever thread drops the last reference);
+// this adds the buffers' one size and the first version's warm spares.
 #pragma once
 
 #include <cstddef>
@@ -14,12 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/synchronization/mutex.h"
+#include "core/string_pool.h"
 
 namespace ps::server {
 
-class SnapshotPool : public std::enable_shared_from_this<SnapshotPool> {
+class SnapshotPool {
  public:
   // Buffers kept for reuse at most; more given back at once are freed.
   static constexpr size_t kMaxFree = 2;
@@ -37,17 +34,16 @@ class SnapshotPool : public std::enable_shared_from_this<SnapshotPool> {
   static std::shared_ptr<std::string> TakeFilled(std::shared_ptr<SnapshotPool>& pool,
                                                  std::span<const float> values);
 
-  explicit SnapshotPool(size_t bytes) : bytes_(bytes) {}
+  explicit SnapshotPool(size_t bytes)
+      : bytes_(bytes), buffers_(std::make_shared<core::StringPool>(kMaxFree)) {}
   size_t bytes() const { return bytes_; }
-  size_t free_count() const;
+  size_t free_count() const { return buffers_->free_count(); }
 
  private:
   std::shared_ptr<std::string> TakeOne();
-  void Give(std::string* buffer);
 
   const size_t bytes_;
-  mutable absl::Mutex mu_;
-  std::vector<std::unique_ptr<std::string>> free_ ABSL_GUARDED_BY(mu_);
+  const std::shared_ptr<core::StringPool> buffers_;
 };
 
 }  // namespace ps::server

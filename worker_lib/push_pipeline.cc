@@ -215,7 +215,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         pieces.back()->message.chunk_elems = chunk_elems;
       }
     }
-    // Last rounds' strings, already as long as their payloads (PayloadPool).
+    // Last rounds' strings, already as long as their payloads (Slot::payloads).
     std::vector<std::string> payloads;
     // Borrowed: the slices' values go from `grad` as they are, after one shared head and
     // under one guard.
@@ -247,7 +247,7 @@ absl::Status PushPipeline::Push(size_t tensor, uint64_t round, std::span<const f
         m.borrowed = borrowed[k];
         m.borrowed_guard = guard;
       } else {
-        m.payload = slot.payloads->Share(std::move(payloads[k]));
+        m.payload = slot.payloads->Lend(std::move(payloads[k]));
       }
       (pieces[k]->channel->chunked() ? chunks : calls).push_back(std::move(pieces[k]));
     }

@@ -48,11 +48,11 @@
 #include "absl/synchronization/mutex.h"
 #include "core/layout.h"
 #include "core/retry.h"
+#include "core/string_pool.h"
 #include "worker_lib/delay_queue_internal.h"
 #include "worker_lib/link_estimator_internal.h"
 #include "worker_lib/send_queue_internal.h"
 #include "worker_lib/shard_client_internal.h"
-#include "worker_lib/payload_pool_internal.h"
 #include "worker_lib/tensor_encoder_internal.h"
 #include "worker_lib/transport/data_channel.h"
 #include "worker_lib/worker.h"
@@ -124,8 +124,11 @@ class PushPipeline {
   struct TensorSlot {
     absl::Mutex mu;
     std::unique_ptr<TensorEncoder> encoder ABSL_GUARDED_BY(mu);
-    // The strings its payloads are encoded into, back from the rounds sent before.
-    const std::shared_ptr<PayloadPool> payloads = std::make_shared<PayloadPool>();
+    // The strings its payloads are encoded into, back from the rounds sent before when
+    // the last reference to each goes (the send queue's, a retry's, a replay's): still as
+    // long as they were, so that fp32 copies and checks the values into memory already the
+    // payload's length (codecs/fp32.cc), and the pool keeps one round's worth.
+    const std::shared_ptr<core::StringPool> payloads = std::make_shared<core::StringPool>();
     PushPath path = PushPath::kDataPlane;  // PushOptions::push_path()
     bool chunked = false;                  // its path carries chunks, unanswered
     bool borrow = false;                   // PushOptions::borrow

@@ -353,7 +353,8 @@ std::vector<float> Ramp() {
 }
 
 // A round's payloads are encoded into the strings of the rounds sent before
-// (PayloadPool): each round's pushes carry that round's values, never an earlier one's.
+// (Slot::payloads, a core::StringPool): each round's pushes carry that round's values,
+// never an earlier one's.
 TEST(PushPipelineTest, EachRoundSendsItsOwnValuesThoughItReusesEarlierRoundsStrings) {
   PushFixture f;
   f.shard().SetPushHandler([](const v1::PushRequest&) { return absl::OkStatus(); });
