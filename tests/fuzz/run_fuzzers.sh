@@ -42,6 +42,7 @@ logs="$build/fuzz/logs"
 mkdir -p "$logs"
 declare -A running=() binaries=()  # pid -> target name; name -> its binary
 failed=""
+failed_status=0
 
 # Waits for one running target; prints its log; records a failure.
 reap() {
@@ -51,10 +52,24 @@ reap() {
   unset "running[$pid]"
   cat "$logs/$name.log"
   if [[ $status -ne 0 ]]; then
-    echo "=== $name: FAILED; reproduce with: ${binaries[$name]} $build/fuzz/artifacts/$name/<crash-file>" >&2
-    ls -l "$build/fuzz/artifacts/$name" >&2 || true
-    failed=$name
+    if [[ -z $failed ]]; then  # the first to fail is the one reported
+      failed=$name
+      failed_status=$status
+    fi
   fi
+}
+
+# Says which target failed and why, last, so that a caller showing only the log's tail
+# (run.sh, CI) shows this and not the log of a target that ran beside it: the sanitizer's
+# or libFuzzer's report (from its first "==<pid>==" line on, at most 31 lines), the
+# inputs left in artifacts/, and the command that replays them.
+report_failure() {
+  local name=$1 log="$logs/$1.log"
+  echo "=== $name: FAILED with exit status $failed_status (over 128: 128 + the signal that" \
+    "killed it); its full log: $log" >&2
+  grep -a -m1 -A30 -E '^==[0-9]+==|^ERROR: libFuzzer|^SUMMARY: ' "$log" >&2 || tail -n 30 "$log" >&2
+  ls -l "$build/fuzz/artifacts/$name" >&2 || true
+  echo "=== $name: reproduce with: ${binaries[$name]} $build/fuzz/artifacts/$name/<crash-file>" >&2
 }
 
 ran=0
@@ -75,7 +90,10 @@ while IFS=$'\t' read -r name binary seeds; do
   ran=$((ran + 1))
 done <"$list"
 while [[ ${#running[@]} -gt 0 ]]; do reap; done
-[[ -z $failed ]] || exit 1
+if [[ -n $failed ]]; then
+  report_failure "$failed"
+  exit 1
+fi
 
 if [[ $ran -eq 0 ]]; then
   echo "no fuzz target matched: $* (known: $(cut -f1 "$list" | tr '\n' ' '))" >&2
