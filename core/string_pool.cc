@@ -17,6 +17,14 @@ void StringPool::Take(size_t n, std::vector<std::string>* out) {
   out->resize(n);
 }
 
+std::string StringPool::TakeOne() {
+  absl::MutexLock lock(&mu_);
+  if (free_.empty()) return std::string();
+  std::string s = std::move(free_.back());
+  free_.pop_back();
+  return s;
+}
+
 std::shared_ptr<std::string> StringPool::Lend(std::string s) {
   return std::shared_ptr<std::string>(new std::string(std::move(s)),
                                       [pool = shared_from_this()](std::string* p) {

@@ -30,6 +30,10 @@ class StringPool : public std::enable_shared_from_this<StringPool> {
   // takes at once.
   void Take(size_t n, std::vector<std::string>* out);
 
+  // One string, as Take(1, ...) gives it, without the vector: the last given back, or an
+  // empty one. Does not raise the bound.
+  std::string TakeOne();
+
   // `s`, shared: it comes back to the pool when the last reference goes, and is freed
   // there when the pool already keeps its bound.
   std::shared_ptr<std::string> Lend(std::string s);

@@ -2,7 +2,6 @@
 
 #include <cstring>
 #include <utility>
-#include <vector>
 
 namespace ps::server {
 
@@ -25,11 +24,10 @@ std::shared_ptr<std::string> SnapshotPool::TakeFilled(std::shared_ptr<SnapshotPo
 }
 
 std::shared_ptr<std::string> SnapshotPool::TakeOne() {
-  std::vector<std::string> one;
-  buffers_->Take(1, &one);
+  std::string buffer = buffers_->TakeOne();
   // A new one is zeroed once; a reused one keeps an older version until overwritten.
-  if (one[0].size() != bytes_) one[0].assign(bytes_, '\0');
-  return buffers_->Lend(std::move(one[0]));
+  if (buffer.size() != bytes_) buffer.assign(bytes_, '\0');
+  return buffers_->Lend(std::move(buffer));
 }
 
 }  // namespace ps::server

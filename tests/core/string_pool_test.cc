@@ -1,5 +1,6 @@
 // StringPool: a lent string comes back when its last reference goes, as long as it was,
-// and the pool keeps no more than the most one Take asked for (or its bound).
+// and the pool keeps no more than the most one Take asked for (or its bound); TakeOne
+// takes one without raising the bound.
 #include "core/string_pool.h"
 
 #include <gtest/gtest.h>
@@ -86,6 +87,24 @@ TEST(StringPoolTest, ABoundGivenAtTheStartHoldsForKeepAndLend) {
   pool->Keep(std::move(taken[0]));
   pool->Keep(std::string(5, 'c'));
   EXPECT_EQ(pool->free_count(), 2u);
+}
+
+TEST(StringPoolTest, TakeOneGivesTheLastGivenBackThenAnEmptyOneAndKeepsTheBound) {
+  auto pool = std::make_shared<StringPool>(1);
+  const std::string first = pool->TakeOne();
+  EXPECT_TRUE(first.empty());  // nothing to reuse yet
+  std::shared_ptr<std::string> a = pool->Lend(std::string(40, 'a'));
+  const char* bytes = a->data();
+  a.reset();
+  EXPECT_EQ(pool->free_count(), 1u);
+  std::string again = pool->TakeOne();
+  EXPECT_EQ(again, std::string(40, 'a'));  // its bytes left in it
+  EXPECT_EQ(again.data(), bytes);          // the same buffer, not a copy
+  EXPECT_EQ(pool->free_count(), 0u);
+  EXPECT_TRUE(pool->TakeOne().empty());
+  pool->Keep(std::move(again));
+  pool->Keep(std::string(8, 'b'));  // TakeOne did not raise the bound of 1
+  EXPECT_EQ(pool->free_count(), 1u);
 }
 
 }  // namespace

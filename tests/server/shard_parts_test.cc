@@ -34,16 +34,17 @@ TEST(SnapshotPoolTest, ABufferComesBackWithItsLastReferenceAndIsTakenAgain) {
   EXPECT_EQ(a->size(), 64u);
   EXPECT_EQ(*a, std::string(64, '\0')) << "a new buffer is zeroed";
   a->assign(64, 'x');
-  const std::string* first = a.get();
+  // The buffer's bytes are what is reused (the string object holding them is new).
+  const char* first = a->data();
   std::shared_ptr<const std::string> reader = a;  // a pull still sending it
   a.reset();
   EXPECT_EQ(pool->free_count(), 0u) << "not back while a reader holds it";
   std::shared_ptr<std::string> b = SnapshotPool::Take(pool, 64);
-  EXPECT_NE(b.get(), first);
+  EXPECT_NE(b->data(), first);
   reader.reset();
   EXPECT_EQ(pool->free_count(), 1u);
   std::shared_ptr<std::string> c = SnapshotPool::Take(pool, 64);
-  EXPECT_EQ(c.get(), first) << "the returned buffer is reused";
+  EXPECT_EQ(c->data(), first) << "the returned buffer is reused";
   EXPECT_EQ(*c, std::string(64, 'x')) << "with its old contents, to be overwritten";
 
   // At most kMaxFree are kept.
