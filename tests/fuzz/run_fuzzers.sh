@@ -51,11 +51,9 @@ reap() {
   local name=${running[$pid]}
   unset "running[$pid]"
   cat "$logs/$name.log"
-  if [[ $status -ne 0 ]]; then
-    if [[ -z $failed ]]; then  # the first to fail is the one reported
-      failed=$name
-      failed_status=$status
-    fi
+  if [[ $status -ne 0 && -z $failed ]]; then  # the first to fail is the one reported
+    failed=$name
+    failed_status=$status
   fi
 }
 
