@@ -159,8 +159,15 @@ int RunComparison(const E2eFlags& f, uint64_t params, const std::vector<int>& wo
             uint64_t rss_kib = 0;
             absl::StatusOr<E2eResult> e2e = [&]() -> absl::StatusOr<E2eResult> {
               PS_ASSIGN_OR_RETURN(Cluster c, StartCluster(f, workers, uint32_t(shards), codec, rule,
-                                                          plane_of(i), *layout, init));
-              absl::StatusOr<E2eResult> r = RunRounds(c, *layout, f.warmup, f.rounds, f.seconds, grad, {});
+                                                          plane_of(i), params, init));
+              if (f.slice_elems == kJobSliceElems && rep == 0) {
+                std::fprintf(stderr, "ps-bench e2e: %s, %s over %s: slices of %u (the job's)\n",
+                             cell.c_str(), RuleLabel(rule).c_str(),
+                             std::string(core::DataPlaneName(plane_of(i))).c_str(),
+                             c.layout().slice_elems());
+              }
+              absl::StatusOr<E2eResult> r =
+                  RunRounds(c, c.layout(), f.warmup, f.rounds, f.seconds, grad, {});
               rss_kib = ReadMemory().rss_kib;
               c.Shutdown();
               return r;
@@ -280,13 +287,8 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
   const std::vector<float> grad = MakeGradient(params);
   const std::vector<float> init_values(params, 0.01f);
   const std::vector<std::span<const float>> init = {init_values};
-  absl::StatusOr<core::ModelLayout> layout = MakeLayout(params, f.slice_elems, uint32_t(shards));
-  if (!layout.ok()) {
-    std::fprintf(stderr, "ps-bench e2e: layout: %s\n", std::string(layout.status().message()).c_str());
-    return 2;
-  }
   absl::StatusOr<Cluster> c =
-      StartCluster(f, workers, uint32_t(shards), codec, rule, plane, *layout, init);
+      StartCluster(f, workers, uint32_t(shards), codec, rule, plane, params, init);
   if (!c.ok()) {
     std::fprintf(stderr, "ps-bench e2e --soak: %s\n", std::string(c.status().message()).c_str());
     return 1;
@@ -294,7 +296,7 @@ int RunSoak(const E2eFlags& f, uint64_t params, int workers, int shards, const s
   sample("ready", 0);
   double next = NowSeconds() + f.soak_interval;
   int done = 0;
-  absl::StatusOr<E2eResult> r = RunRounds(*c, *layout, f.warmup, f.rounds, f.seconds, grad, [&](int rounds) {
+  absl::StatusOr<E2eResult> r = RunRounds(*c, c->layout(), f.warmup, f.rounds, f.seconds, grad, [&](int rounds) {
     done = rounds;
     if (NowSeconds() >= next) {
       next += f.soak_interval;
@@ -430,9 +432,11 @@ int RunE2e(E2eFlags f) {
                          f.repeats > 1 ? absl::StrCat(", each the fastest of ", f.repeats, " interleaved runs")
                                        : "");
   std::fprintf(stderr,
-               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %u, %s, %s with %s%s; goodput = "
+               "ps-bench e2e: %llu parameters (%.1f MB fp32), slices of %s, %s, %s with %s%s; goodput = "
                "workers x (4 B pushed + 4 B pulled) x params x rounds / seconds\n",
-               (unsigned long long)*params, double(*params) * 4 / 1e6, f.slice_elems,
+               (unsigned long long)*params, double(*params) * 4 / 1e6,
+               f.slice_elems == kJobSliceElems ? "the job's size (each cell's line below)"
+                                               : absl::StrCat(f.slice_elems).c_str(),
                f.seconds > 0 ? absl::StrCat("timed rounds for ", f.seconds, " s").c_str()
                              : absl::StrCat(f.rounds, " timed rounds after ", f.warmup, " warm-up").c_str(),
                f.aggregate_only ? "aggregate-only shards"
@@ -467,7 +471,9 @@ Command AddE2eCommand(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--seconds", f->seconds,
                   "Run timed rounds for this long instead of --rounds (--soak: default 300)");
-  sub->add_option("--slice-elems", f->slice_elems, "Layout slice size")->capture_default_str();
+  sub->add_option("--slice-elems", f->slice_elems,
+                  "Layout slice size (0: the job's, chosen from the measured link)")
+      ->capture_default_str();
   sub->add_option("--inflight-seconds", f->inflight_seconds,
                   "WorkerOptions::inflight_seconds (0: the window stays at --inflight)")
       ->capture_default_str()

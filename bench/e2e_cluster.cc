@@ -88,7 +88,7 @@ std::string RuleLabel(const Rule& rule) { return rule.spec.empty() ? "(theirs)" 
 
 absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
                                      const std::string& codec, const Rule& rule,
-                                     core::DataPlane plane, const core::ModelLayout& layout,
+                                     core::DataPlane plane, uint64_t params,
                                      std::span<const std::span<const float>> init) {
   Cluster c;
   server::ServerOptions so;
@@ -141,7 +141,8 @@ absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t sh
       wo.credentials.tls_key = f.tls_files->Path(absl::StrCat("worker-", w, ".key"));
     }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
-                        Worker::Start(wo, layout, f.aggregate_only ? decltype(init){} : init));
+                        Worker::Start(wo, MakeTensors(params), f.slice_elems,
+                                      f.aggregate_only ? decltype(init){} : init));
     c.workers.push_back(std::move(worker));
   }
   return c;
@@ -263,8 +264,11 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
   return r;
 }
 
+std::vector<core::TensorSpec> MakeTensors(uint64_t params) { return {{"w", params, 0}}; }
+
 absl::StatusOr<core::ModelLayout> MakeLayout(uint64_t params, uint32_t slice_elems, uint32_t shards) {
-  return core::ModelLayout::Create({{"w", params, 0}}, slice_elems, shards);
+  return core::ModelLayout::Create(MakeTensors(params),
+                                   slice_elems == 0 ? core::kDefaultSliceElems : slice_elems, shards);
 }
 
 std::vector<float> MakeGradient(uint64_t params) {

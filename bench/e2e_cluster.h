@@ -62,6 +62,8 @@ struct Cluster {
   std::optional<server::LocalCluster> shards;
   std::vector<std::unique_ptr<Worker>> workers;  // destroyed before the shards
 
+  const core::ModelLayout& layout() const { return workers.front()->layout(); }
+
   void Shutdown() {
     workers.clear();
     if (shards.has_value()) shards->Shutdown();
@@ -69,11 +71,13 @@ struct Cluster {
 };
 
 // Starts `shards` shards with `rule` on data plane `plane` (unless the flags give running
-// ones), as f says (TLS with f.tls_files), and `workers` workers that register `layout`
-// with `init` (none with --aggregate-only). The first error.
+// ones), as f says (TLS with f.tls_files), and `workers` workers that register one
+// tensor of `params` values in slices of f.slice_elems (0: the job's, which the first
+// worker chooses and the others adopt: Worker::Start) with `init` (none with
+// --aggregate-only). The first error. Cluster::layout() is the layout they use.
 absl::StatusOr<Cluster> StartCluster(const E2eFlags& f, int workers, uint32_t shards,
                                      const std::string& codec, const Rule& rule,
-                                     core::DataPlane plane, const core::ModelLayout& layout,
+                                     core::DataPlane plane, uint64_t params,
                                      std::span<const std::span<const float>> init);
 
 struct E2eResult {
@@ -93,8 +97,11 @@ absl::StatusOr<E2eResult> RunRounds(Cluster& c, const core::ModelLayout& layout,
                                     int rounds, double seconds, const std::vector<float>& grad,
                                     const std::function<void(int)>& on_round);
 
-// One tensor of `params` values in slices of `slice_elems` over `shards` shards.
+// One tensor of `params` values in slices of `slice_elems` over `shards` shards (0:
+// core::kDefaultSliceElems): the baselines' loads per shard.
 absl::StatusOr<core::ModelLayout> MakeLayout(uint64_t params, uint32_t slice_elems, uint32_t shards);
+// The tensor list MakeLayout cuts.
+std::vector<core::TensorSpec> MakeTensors(uint64_t params);
 // The gradient every worker pushes: the seeded inputs of bench_util.h (GaussianAt).
 std::vector<float> MakeGradient(uint64_t params);
 

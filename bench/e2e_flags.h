@@ -27,7 +27,7 @@ struct E2eFlags {
   // jobs), about four times a steady round.
   int warmup = 2;
   double seconds = 0;  // > 0: run rounds until this long instead of --rounds
-  uint32_t slice_elems = core::kDefaultSliceElems;
+  uint32_t slice_elems = kJobSliceElems;  // Worker::Start's: the job's
   uint64_t inflight = 0;  // 0: WorkerOptions' default
   double inflight_seconds = WorkerOptions{}.inflight_seconds;
   uint32_t server_threads = 0;

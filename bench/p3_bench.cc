@@ -42,7 +42,7 @@ struct P3Flags {
   double compute_ms = 360;
   uint64_t inflight = 512 * 1024;
   uint32_t window = 0;
-  uint32_t slice_elems = core::kDefaultSliceElems;
+  uint32_t slice_elems = kJobSliceElems;
   std::string json;
   bool quick = false;
 };
@@ -90,7 +90,12 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
     tensors.push_back({layers[l].name + ".weight", scaled(layers[l].weights), int32_t(l)});
     tensors.push_back({layers[l].name + ".bias", scaled(layers[l].biases), int32_t(l)});
   }
-  PS_ASSIGN_OR_RETURN(core::ModelLayout layout, core::ModelLayout::Create(tensors, f.slice_elems, 1));
+  // Checked before the server starts; the workers cut the tensors themselves, into
+  // slices of f.slice_elems or (0) of the job's size, which the first one chooses from
+  // the shaped link.
+  PS_RETURN_IF_ERROR(
+      core::ModelLayout::Check(tensors, f.slice_elems == 0 ? core::kDefaultSliceElems : f.slice_elems, 1)
+          .status());
   server::ServerOptions so;
   so.insecure = true;  // the data path alone; docs/bench.md
   so.port = 0;
@@ -105,7 +110,7 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
   for (const Layer& l : layers) fwd_ms.push_back(f.compute_ms / 3 * l.flops / flops);
 
   std::vector<std::vector<float>> init;
-  for (const core::TensorSpec& t : layout.tensors()) init.emplace_back(t.numel, 0.01f);
+  for (const core::TensorSpec& t : tensors) init.emplace_back(t.numel, 0.01f);
   std::vector<std::span<const float>> init_spans(init.begin(), init.end());
   WorkerOptions wo;
   wo.shard_addresses = {absl::StrCat("127.0.0.1:", server->port())};
@@ -118,7 +123,8 @@ absl::StatusOr<Result> RunMode(const P3Flags& f, bool p3, double mbps,
   std::vector<std::unique_ptr<Worker>> workers;
   for (int w = 0; w < f.workers; ++w) {
     wo.worker_id = uint32_t(w);
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Start(wo, layout, init_spans));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
+                        Worker::Start(wo, tensors, f.slice_elems, init_spans));
     workers.push_back(std::move(worker));
   }
   std::vector<Result> results(workers.size());
@@ -266,7 +272,9 @@ Command AddP3Command(CLI::App& app) {
   sub->add_option("--inflight", f->inflight, "WorkerOptions::max_inflight_bytes")->capture_default_str();
   sub->add_option("--window", f->window, "WorkerOptions::receive_window_bytes (0: gRPC's default)")
       ->capture_default_str();
-  sub->add_option("--slice-elems", f->slice_elems, "Layout slice size")->capture_default_str();
+  sub->add_option("--slice-elems", f->slice_elems,
+                  "Layout slice size (0: the job's, chosen from the measured link)")
+      ->capture_default_str();
   sub->add_option("--json", f->json, "Also write the rows as a JSON array to FILE")->option_text("FILE");
   sub->add_flag("--quick", f->quick, "Tiny run for smoke tests");
   return Command{.app = sub, .run = [f] { return RunP3(*f); }};

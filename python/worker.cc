@@ -120,7 +120,10 @@ class PyPullTicket {
 
 class PyWorker {
  public:
-  PyWorker(WorkerOptions options, core::ModelLayout layout, const py::object& initial)
+  // `layout`: the tensors cut into slices of `slice_elems`, or of the default size when
+  // that is Worker::Start's "the job's" (the sizes it checks do not depend on it).
+  PyWorker(WorkerOptions options, core::ModelLayout layout, uint32_t slice_elems,
+           const py::object& initial)
       : borrows_(options.push.borrow ||
                  std::any_of(options.tensor_push.begin(), options.tensor_push.end(),
                              [](const auto& entry) { return entry.second.borrow; })) {
@@ -133,7 +136,7 @@ class PyWorker {
     absl::StatusOr<std::unique_ptr<Worker>> started;
     {
       py::gil_scoped_release release;
-      started = Worker::Start(std::move(options), std::move(layout), spans);
+      started = Worker::Start(std::move(options), layout.tensors(), slice_elems, spans);
     }
     ThrowIfError(started.status());
     worker_ = std::shared_ptr<Worker>(*std::move(started));
@@ -364,8 +367,9 @@ core::ModelLayout MakeLayout(const py::sequence& tensors, uint32_t slice_elems,
     s.optimizer = t.size() > 4 ? t[4].cast<std::string>() : std::string();
     specs.push_back(std::move(s));
   }
-  absl::StatusOr<core::ModelLayout> layout =
-      core::ModelLayout::Create(std::move(specs), slice_elems, num_shards);
+  absl::StatusOr<core::ModelLayout> layout = core::ModelLayout::Create(
+      std::move(specs), slice_elems == kJobSliceElems ? core::kDefaultSliceElems : slice_elems,
+      num_shards);
   ThrowIfError(layout.status());
   return *std::move(layout);
 }
@@ -441,10 +445,11 @@ void BindWorker(py::module_& m) {
              if (!candidates.empty()) o.plan.candidates = candidates;
              core::ModelLayout layout =
                  MakeLayout(tensors, slice_elems, static_cast<uint32_t>(shards.size()));
-             return std::make_unique<PyWorker>(std::move(o), std::move(layout), initial);
+             return std::make_unique<PyWorker>(std::move(o), std::move(layout), slice_elems,
+                                               initial);
            }),
            py::arg("shards"), py::arg("worker_id"), py::arg("tensors"), py::kw_only(),
-           py::arg("slice_elems") = core::kDefaultSliceElems, py::arg("initial") = py::none(),
+           py::arg("slice_elems") = kJobSliceElems, py::arg("initial") = py::none(),
            py::arg("token") = "", py::arg("token_file") = "", py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "", py::arg("tls_server_name") = "",
            py::arg("codec") = "fp32", py::arg("error_feedback") = false, py::arg("momentum") = 0.0,
@@ -481,6 +486,8 @@ void BindWorker(py::module_& m) {
       .def_property_readonly("shards", &PyWorker::Shards)
       .def_property_readonly("start_version",
                              [](PyWorker& w) { return w.worker().start_version(); })
+      .def_property_readonly("slice_elems",
+                             [](PyWorker& w) { return w.worker().layout().slice_elems(); })
       .def_property_readonly("tensor_names",
                              [](PyWorker& w) {
                                std::vector<std::string> names;

@@ -2,6 +2,7 @@
 #include <bit>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -124,6 +125,9 @@ void WorkerServiceImpl::AddTo(GrpcFront* front) {
   front->Add(path("Adopt"), Unary<v1::AdoptRequest>(gate_, [this](FrontCall* c, const v1::AdoptRequest& r) {
                Adopt(c, r);
              }));
+  front->Add(path("Probe"), Unary<v1::ProbeRequest>(gate_, [this](FrontCall* c, const v1::ProbeRequest& r) {
+               Probe(c, r);
+             }));
   front->Add(path("AdoptSlice"),
              Unary<v1::AdoptSliceRequest>(
                  gate_, [this](FrontCall* c, const v1::AdoptSliceRequest& r) { AdoptSlice(c, r); }));
@@ -153,8 +157,17 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
   if (absl::Status run = CheckRun(req); !run.ok()) return gate_.Answer(call, run, req);
   // The data session's keys are bound to the token this call proved, which the worker
   // holds (a token file's or one a cluster secret derives).
+  if (req.job_slice_elems() && req.layout_hash() != 0) {
+    return gate_.Answer(call,
+                        shard_->Refuse(Refusal::kBadLayout,
+                                       "a join for the job's slice size names a layout hash; "
+                                       "send one or the other"),
+                        req);
+  }
+  const std::optional<uint64_t> hash =
+      req.job_slice_elems() ? std::nullopt : std::optional<uint64_t>(req.layout_hash());
   absl::StatusOr<JoinResult> r =
-      shard_->Join(req.worker_id(), req.layout_hash(), gate_.auth->TokenNamed(caller->token_key));
+      shard_->Join(req.worker_id(), hash, gate_.auth->TokenNamed(caller->token_key));
   if (!r.ok()) return gate_.Answer(call, NamedMismatch(*shard_, r.status(), req), req);
   const ServerOptions& o = shard_->options();
   v1::JoinResponse resp;
@@ -163,6 +176,7 @@ void WorkerServiceImpl::Join(FrontCall* call, const v1::JoinRequest& req) {
   resp.set_num_shards(o.num_shards);
   resp.set_num_workers(o.num_workers);
   resp.set_layout_registered(r->layout_registered);
+  resp.set_slice_elems(r->slice_elems);
   resp.set_ready(r->ready);
   resp.set_version(r->version);
   resp.set_aggregator(o.aggregator);
@@ -265,6 +279,21 @@ void WorkerServiceImpl::Leave(FrontCall* call, const v1::LeaveRequest& req) {
   if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
   shard_->Leave(peer->worker);
   v1::LeaveResponse resp;
+  gate_.Answer(call, absl::OkStatus(), req, &resp);
+}
+
+void WorkerServiceImpl::Probe(FrontCall* call, const v1::ProbeRequest& req) {
+  absl::StatusOr<DataPeer> peer = gate_.AdmitWorker(*call, req.session());
+  if (!peer.ok()) return gate_.Answer(call, peer.status(), req);
+  if (req.payload().size() > kMaxProbeBytes) {
+    return gate_.Answer(call,
+                        shard_->Refuse(Refusal::kOverLimit,
+                                       absl::StrCat("a probe of ", req.payload().size(),
+                                                    " bytes; at most ", kMaxProbeBytes)),
+                        req);
+  }
+  v1::ProbeResponse resp;
+  resp.set_received_bytes(req.payload().size());
   gate_.Answer(call, absl::OkStatus(), req, &resp);
 }
 

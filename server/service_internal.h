@@ -76,8 +76,11 @@ class WorkerServiceImpl final {
   void set_udp_port(uint16_t port) { udp_port_ = port; }
   // The TCP data plane's port Join tells workers about (--data-plane tcp); before serving.
   void set_data_port(uint16_t port) { data_port_ = port; }
-  // Adds Join, RegisterLayout, InitSlice, PutObject, GetObject, Leave, Adopt and
-  // AdoptSlice to `front` (borrowing this service).
+  // The largest ProbeRequest payload a shard takes (1 MiB).
+  static constexpr size_t kMaxProbeBytes = size_t{1} << 20;
+
+  // Adds Join, RegisterLayout, InitSlice, PutObject, GetObject, Leave, Adopt,
+  // AdoptSlice and Probe to `front` (borrowing this service).
   void AddTo(GrpcFront* front);
 
   void Join(FrontCall* call, const v1::JoinRequest& req);
@@ -88,6 +91,8 @@ class WorkerServiceImpl final {
   void Leave(FrontCall* call, const v1::LeaveRequest& req);
   void Adopt(FrontCall* call, const v1::AdoptRequest& req);
   void AdoptSlice(FrontCall* call, const v1::AdoptSliceRequest& req);
+  // Answers a worker's link measure (v1::ProbeRequest) with the payload's size.
+  void Probe(FrontCall* call, const v1::ProbeRequest& req);
 
  private:
   // OK when the Join's data plane is ANY or this shard's; else the data_plane refusal.

@@ -110,7 +110,7 @@ void Shard::SetAggregationObserver(std::function<void(AggregationStage, core::Du
   counters_.SetObserver(std::move(observer));
 }
 
-absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash,
+absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, std::optional<uint64_t> layout_hash,
                                        std::string_view token) {
   if (draining_.load()) {
     return Refuse(Refusal::kShuttingDown, "shard is shutting down");
@@ -124,9 +124,14 @@ absl::StatusOr<JoinResult> Shard::Join(uint32_t worker_id, uint64_t layout_hash,
   if (layout_hash == 0) {
     return Refuse(Refusal::kBadLayout, "join without a layout hash");
   }
-  PS_RETURN_IF_ERROR(counters_.Counted(table_.CheckJoin(worker_id, layout_hash)));
+  if (layout_hash.has_value()) {
+    PS_RETURN_IF_ERROR(counters_.Counted(table_.CheckJoin(worker_id, *layout_hash)));
+  }
   JoinResult result;
   result.layout_registered = table_.registered();
+  if (const core::ModelLayout* layout = table_.layout(); layout != nullptr) {
+    result.slice_elems = layout->slice_elems();
+  }
   result.ready = table_.ready();
   PS_ASSIGN_OR_RETURN(SessionTable::Issued issued, sessions_.Issue(worker_id, token));
   result.session = std::move(issued.session);

@@ -87,6 +87,7 @@ using core::RefusalName;
 struct JoinResult {
   std::string session;
   bool layout_registered = false;
+  uint32_t slice_elems = 0;  // the registered layout's; 0 while none is
   bool ready = false;
   uint64_t version = 0;
   // The join's data session (server/session_table.h): a public id carried in every
@@ -118,8 +119,11 @@ class Shard {
 
   // A worker joins with its rank and the hash of its layout; a new session replaces
   // any earlier one of the same rank. The data session's keys are bound to `token`, the
-  // token the worker proved on this join (SessionTable::Issue; empty: none).
-  absl::StatusOr<JoinResult> Join(uint32_t worker_id, uint64_t layout_hash,
+  // token the worker proved on this join (SessionTable::Issue; empty: none). No hash
+  // (nullopt): the worker's slice size is the job's and not yet chosen; nothing is
+  // checked, and the worker joins again with its layout's hash before it sends any
+  // (every call that names a layout checks its hash).
+  absl::StatusOr<JoinResult> Join(uint32_t worker_id, std::optional<uint64_t> layout_hash,
                                   std::string_view token = {});
   // The worker id behind a session, or UNAUTHENTICATED.
   absl::StatusOr<uint32_t> Authenticate(std::string_view session) const;

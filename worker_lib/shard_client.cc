@@ -103,6 +103,12 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
   return absl::OkStatus();
 }
 
+v1::DataPlane PlaneAsked(const std::optional<core::DataPlane>& plane) {
+  return !plane.has_value()                  ? v1::DATA_PLANE_ANY
+         : *plane == core::DataPlane::kTcp ? v1::DATA_PLANE_TCP
+                                           : v1::DATA_PLANE_GRPC;
+}
+
 absl::StatusOr<v1::JoinResponse> ShardClient::Join(uint32_t shard, RpcClock::time_point deadline) {
   Shard& s = *shards_[shard];
   absl::MutexLock join_lock(&s.join_mu);
@@ -117,9 +123,7 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
   v1::JoinRequest req;
   req.set_worker_id(options_.worker_id);
   req.set_layout_hash(layout_.hash());
-  req.set_data_plane(!options_.data_plane.has_value()            ? v1::DATA_PLANE_ANY
-                     : *options_.data_plane == core::DataPlane::kTcp ? v1::DATA_PLANE_TCP
-                                                                    : v1::DATA_PLANE_GRPC);
+  req.set_data_plane(PlaneAsked(options_.data_plane));
   req.set_run_id(options_.run_id);
   for (int attempt = 0;; ++attempt) {
     v1::JoinResponse resp;

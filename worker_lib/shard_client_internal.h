@@ -43,6 +43,8 @@ namespace ps::internal {
 // max_attempts attempts in all.
 core::RetryPolicy JoinRetryPolicy(const WorkerOptions& options);
 core::RetryPolicy CallRetryPolicy(const WorkerOptions& options);
+// The data plane a Join asks for: WorkerOptions::data_plane's, or any when unset.
+v1::DataPlane PlaneAsked(const std::optional<core::DataPlane>& plane);
 
 class ShardClient {
  public:

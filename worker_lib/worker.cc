@@ -23,6 +23,7 @@
 #include "worker_lib/push_pipeline_internal.h"
 #include "worker_lib/push_planner_internal.h"
 #include "worker_lib/shard_client_internal.h"
+#include "worker_lib/slice_size_internal.h"
 #include "worker_lib/transport/channels.h"
 
 namespace ps {
@@ -49,6 +50,24 @@ class TimedTicket final : public PullTicket {
   std::atomic<bool> reported_{false};
 };
 
+// INVALID_ARGUMENT unless `values` holds one span per tensor of `layout`'s sizes.
+absl::Status CheckSizesOf(const core::ModelLayout& layout,
+                          std::span<const std::span<const float>> values, const char* what) {
+  if (values.size() != layout.tensors().size()) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " for ", values.size(),
+                                                   " tensors; the layout has ",
+                                                   layout.tensors().size()));
+  }
+  for (size_t t = 0; t < values.size(); ++t) {
+    if (values[t].size() != layout.tensors()[t].numel) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": tensor '", layout.tensors()[t].name, "' has ", values[t].size(),
+                       " elements; the layout says ", layout.tensors()[t].numel));
+    }
+  }
+  return absl::OkStatus();
+}
+
 class WorkerImpl final : public Worker {
  public:
   WorkerImpl(WorkerOptions options, core::ModelLayout layout)
@@ -68,14 +87,9 @@ class WorkerImpl final : public Worker {
     if (borrows != nullptr) borrows->AwaitNone();
   }
 
-  absl::Status Init(std::span<const std::span<const float>> initial) {
-    if (options_.shard_addresses.size() != layout_.num_shards()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the layout is cut for ", layout_.num_shards(), " shards but ",
-                       options_.shard_addresses.size(), " shard addresses were given"));
-    }
-    if (!initial.empty()) PS_RETURN_IF_ERROR(CheckSizes(initial, "initial values"));
-    PS_ASSIGN_OR_RETURN(std::vector<internal::ShardLink> links, internal::ConnectShards(options_));
+  // `links`: ConnectShards(options_)'s.
+  absl::Status Init(std::span<const std::span<const float>> initial,
+                    std::vector<internal::ShardLink> links) {
     internal::ShardClient::Options client_options;
     client_options.worker_id = options_.worker_id;
     client_options.rpc_timeout = options_.rpc_timeout;
@@ -109,22 +123,9 @@ class WorkerImpl final : public Worker {
     return client_->Connect(initial, internal::RpcClock::now() + options_.connect_timeout);
   }
 
-  // INVALID_ARGUMENT unless `values` holds one span per tensor of the layout's sizes.
   absl::Status CheckSizes(std::span<const std::span<const float>> values,
                           const char* what) const {
-    if (values.size() != layout_.tensors().size()) {
-      return absl::InvalidArgumentError(absl::StrCat(what, " for ", values.size(),
-                                                     " tensors; the layout has ",
-                                                     layout_.tensors().size()));
-    }
-    for (size_t t = 0; t < values.size(); ++t) {
-      if (values[t].size() != layout_.tensors()[t].numel) {
-        return absl::InvalidArgumentError(
-            absl::StrCat(what, ": tensor '", layout_.tensors()[t].name, "' has ", values[t].size(),
-                         " elements; the layout says ", layout_.tensors()[t].numel));
-      }
-    }
-    return absl::OkStatus();
+    return CheckSizesOf(layout_, values, what);
   }
 
   const core::ModelLayout& layout() const override { return layout_; }
@@ -283,12 +284,68 @@ class WorkerImpl final : public Worker {
 
 }  // namespace
 
+namespace {
+
+// Start's checks of the arguments, before anything connects.
+absl::Status CheckStart(const WorkerOptions& options, const core::ModelLayout& layout,
+                        std::span<const std::span<const float>> initial) {
+  if (options.shard_addresses.size() != layout.num_shards()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the layout is cut for ", layout.num_shards(), " shards but ",
+                     options.shard_addresses.size(), " shard addresses were given"));
+  }
+  return initial.empty() ? absl::OkStatus() : CheckSizesOf(layout, initial, "initial values");
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> StartWith(WorkerOptions options,
+                                                  core::ModelLayout layout,
+                                                  std::span<const std::span<const float>> initial,
+                                                  std::vector<internal::ShardLink> links) {
+  auto w = std::make_unique<WorkerImpl>(std::move(options), std::move(layout));
+  PS_RETURN_IF_ERROR(w->Init(initial, std::move(links)));
+  return w;
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(
     WorkerOptions options, core::ModelLayout layout,
     std::span<const std::span<const float>> initial) {
-  auto w = std::make_unique<WorkerImpl>(std::move(options), std::move(layout));
-  PS_RETURN_IF_ERROR(w->Init(initial));
-  return w;
+  PS_RETURN_IF_ERROR(CheckStart(options, layout, initial));
+  PS_ASSIGN_OR_RETURN(std::vector<internal::ShardLink> links, internal::ConnectShards(options));
+  return StartWith(std::move(options), std::move(layout), initial, std::move(links));
+}
+
+absl::StatusOr<std::unique_ptr<Worker>> Worker::Start(
+    WorkerOptions options, std::vector<core::TensorSpec> tensors, uint32_t slice_elems,
+    std::span<const std::span<const float>> initial) {
+  const auto shards = static_cast<uint32_t>(options.shard_addresses.size());
+  if (slice_elems != kJobSliceElems) {
+    PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
+                        core::ModelLayout::Create(std::move(tensors), slice_elems, shards));
+    return Start(std::move(options), std::move(layout), initial);
+  }
+  // The tensors are checked before anything connects (with the default size: whether
+  // they pass does not depend on it beyond the slice count).
+  PS_ASSIGN_OR_RETURN(core::LayoutSummary summary,
+                      core::ModelLayout::Check(tensors, core::kDefaultSliceElems, shards));
+  for (int attempt = 0;; ++attempt) {
+    PS_ASSIGN_OR_RETURN(std::vector<internal::ShardLink> links, internal::ConnectShards(options));
+    PS_ASSIGN_OR_RETURN(
+        internal::JobSliceElems job,
+        internal::ResolveJobSliceElems(*links[0].control, options, summary.total_elems,
+                                       internal::RpcClock::now() + options.connect_timeout));
+    PS_ASSIGN_OR_RETURN(core::ModelLayout layout,
+                        core::ModelLayout::Create(tensors, job.slice_elems, shards));
+    PS_RETURN_IF_ERROR(CheckStart(options, layout, initial));
+    absl::StatusOr<std::unique_ptr<Worker>> w =
+        StartWith(options, std::move(layout), initial, std::move(links));
+    // Another worker registered another size between this one's look and its join.
+    if (w.ok() || job.adopted || attempt > 0 ||
+        core::RefusalOf(w.status()) != core::Refusal::kLayoutMismatch) {
+      return w;
+    }
+  }
 }
 
 }  // namespace ps

@@ -367,6 +367,9 @@ class PullTicket {
   virtual absl::StatusOr<uint64_t> Wait() = 0;
 };
 
+// Worker::Start's slice size that means "the job's".
+inline constexpr uint32_t kJobSliceElems = 0;
+
 class Worker {
  public:
   // Connects to every shard and joins with `layout` (whose num_shards must equal the
@@ -376,6 +379,16 @@ class Worker {
   // options.connect_timeout.
   static absl::StatusOr<std::unique_ptr<Worker>> Start(
       WorkerOptions options, core::ModelLayout layout,
+      std::span<const std::span<const float>> initial = {});
+  // The same with the layout cut from `tensors` for the shards of `options`, into
+  // slices of `slice_elems` values, or, with kJobSliceElems, of the job's size: the one
+  // registered on shard 0 when a worker registered a layout there, else chosen from the
+  // link to shard 0 as measured at Start (slices of 262,144 values where it moves at
+  // least 1 Gbit/s, core::kDefaultSliceElems below; docs/data-plane.md, "The job's slice
+  // size"). layout() tells the size used. A worker that lost a race to register another
+  // size joins with the registered one (once).
+  static absl::StatusOr<std::unique_ptr<Worker>> Start(
+      WorkerOptions options, std::vector<core::TensorSpec> tensors, uint32_t slice_elems,
       std::span<const std::span<const float>> initial = {});
 
   virtual ~Worker() = default;

@@ -41,7 +41,10 @@ class Worker:
     worker must register the same, or the join is refused naming the tensor that
     differs.
     The first worker to join registers the layout and uploads `initial` (one array per
-    tensor). Keyword options: slice_elems, token or token_file (the shards' token for this
+    tensor). Keyword options: slice_elems (values per slice; 0, the default, takes the
+    job's: the size registered on shard 0, or, for the first worker, one chosen from the
+    link to shard 0 as measured at the start, 262,144 on links of 1 Gbit/s and more, else
+    65,536; the `slice_elems` property tells it, docs/data-plane.md), token or token_file (the shards' token for this
     worker, written in their --run-dir), tls_ca (the shards' CA: TLS), tls_cert and tls_key
     (this worker's certificate, for shards that require mTLS), tls_server_name, codec ("fp32", "fp16",
     "topk(0.01)+varint+fp16", ...), error_feedback, momentum (the worker's), tensor_codecs

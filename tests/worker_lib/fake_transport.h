@@ -60,9 +60,11 @@ class FakeControl final : public ShardControl {
     return inits_;
   }
 
-  absl::Status Join(const v1::JoinRequest&, RpcClock::time_point, v1::JoinResponse* resp) override {
+  absl::Status Join(const v1::JoinRequest& req, RpcClock::time_point,
+                    v1::JoinResponse* resp) override {
     absl::MutexLock lock(&mu_);
     ++joins_;
+    join_requests_.push_back(req);
     if (!join_failures_.empty()) {
       absl::Status s = std::move(join_failures_.front());
       join_failures_.pop_front();
@@ -107,6 +109,38 @@ class FakeControl final : public ShardControl {
                           v1::AdoptSliceResponse*) override {
     return absl::UnimplementedError("the fake shard adopts no values");
   }
+  // Probes take payload / `bytes_per_second` (0: no time) and end with `status`.
+  void SetProbe(double bytes_per_second, absl::Status status = absl::OkStatus()) {
+    absl::MutexLock lock(&mu_);
+    probe_rate_ = bytes_per_second;
+    probe_status_ = std::move(status);
+  }
+  int probes() const {
+    absl::MutexLock lock(&mu_);
+    return probes_;
+  }
+  std::vector<v1::JoinRequest> join_requests() const {
+    absl::MutexLock lock(&mu_);
+    return join_requests_;
+  }
+
+  absl::Status Probe(const v1::ProbeRequest& req, RpcClock::time_point,
+                     v1::ProbeResponse* resp) override {
+    double rate = 0;
+    absl::Status status;
+    {
+      absl::MutexLock lock(&mu_);
+      ++probes_;
+      rate = probe_rate_;
+      status = probe_status_;
+    }
+    if (rate > 0) {
+      std::this_thread::sleep_for(std::chrono::duration<double>(
+          static_cast<double>(req.payload().size()) / rate));
+    }
+    resp->set_received_bytes(req.payload().size());
+    return status;
+  }
 
  private:
   mutable absl::Mutex mu_;
@@ -117,6 +151,10 @@ class FakeControl final : public ShardControl {
   std::vector<uint32_t> owned_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::RegisterLayoutRequest> registered_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::InitSliceRequest> inits_ ABSL_GUARDED_BY(mu_);
+  std::vector<v1::JoinRequest> join_requests_ ABSL_GUARDED_BY(mu_);
+  double probe_rate_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status probe_status_ ABSL_GUARDED_BY(mu_);
+  int probes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 class FakeDataChannel final : public DataChannel {

@@ -297,7 +297,10 @@ absl::StatusOr<core::ModelLayout> MakeLayout(const torch::nn::Module& model, uin
     }
     it->priority = priority;
   }
-  return core::ModelLayout::Create(std::move(specs), options.slice_elems, num_shards);
+  return core::ModelLayout::Create(
+      std::move(specs),
+      options.slice_elems == kJobSliceElems ? core::kDefaultSliceElems : options.slice_elems,
+      num_shards);
 }
 
 absl::StatusOr<std::unique_ptr<TorchWorker>> TorchWorker::Start(WorkerOptions options,
@@ -316,7 +319,8 @@ absl::StatusOr<std::unique_ptr<TorchWorker>> TorchWorker::Start(WorkerOptions op
   options.push.borrow = true;
   for (auto& [name, push] : options.tensor_push) push.borrow = true;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
-                      Worker::Start(std::move(options), std::move(layout), initial));
+                      Worker::Start(std::move(options), layout.tensors(),
+                                    torch_options.slice_elems, initial));
   Worker* raw = worker.get();
   return Make(raw, std::move(worker), std::move(params), std::move(names));
 }

@@ -76,8 +76,10 @@
 namespace ps::worker_torch {
 
 struct TorchWorkerOptions {
-  // Elements per slice of the layout (core::ModelLayout::Create).
-  uint32_t slice_elems = core::kDefaultSliceElems;
+  // Elements per slice of the layout (core::ModelLayout::Create); kJobSliceElems (the
+  // default): the job's, as Worker::Start resolves it (MakeLayout then cuts slices of
+  // core::kDefaultSliceElems; worker().layout() tells the size used).
+  uint32_t slice_elems = kJobSliceElems;
   // Send priority by parameter name, lower = more urgent (P3). A parameter not named
   // here gets its index in named_parameters(): a module's own parameters, then each
   // child's in registration order, recursively; that is forward order for a model

@@ -1,8 +1,10 @@
 // ShardControl: the worker's control calls to one shard's WorkerService (Join,
-// RegisterLayout, InitSlice, PutObject, GetObject, Leave, Adopt, AdoptSlice), blocking, in the ps::v1 messages; always over gRPC (one
+// RegisterLayout, InitSlice, PutObject, GetObject, Leave, Adopt, AdoptSlice, Probe),
+// blocking, in the ps::v1 messages; always over gRPC (one
 // implementation, transport/grpc/channel.h), whatever carries the data
-// (DataChannel, data_channel.h). ShardClient is its one caller, tested against a fake
-// (tests/worker_lib/fake_transport.h) without a server.
+// (DataChannel, data_channel.h). ShardClient is its caller, tested against a fake
+// (tests/worker_lib/fake_transport.h) without a server, and the job's slice size is
+// resolved through shard 0's before (worker_lib/slice_size_internal.h).
 //
 // Owns: whatever the connection needs; nothing about sessions or retries, which the
 // caller decides. A failed call's status keeps the shard's code and message as they
@@ -44,6 +46,10 @@ class ShardControl {
                              v1::AdoptResponse* resp) = 0;
   virtual absl::Status AdoptSlice(const v1::AdoptSliceRequest& req, RpcClock::time_point deadline,
                                   v1::AdoptSliceResponse* resp) = 0;
+  // A measure of the link (the job's slice size, worker_lib/slice_size.h); fails at
+  // once when unreachable.
+  virtual absl::Status Probe(const v1::ProbeRequest& req, RpcClock::time_point deadline,
+                             v1::ProbeResponse* resp) = 0;
 };
 
 }  // namespace ps::internal

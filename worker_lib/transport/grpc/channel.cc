@@ -106,6 +106,14 @@ class GrpcControl final : public ShardControl {
                                            }));
   }
 
+  absl::Status Probe(const v1::ProbeRequest& req, RpcClock::time_point deadline,
+                     v1::ProbeResponse* resp) override {
+    return net::FromGrpc(conn_->auth.Unary(deadline, /*wait_for_ready=*/false,
+                                           [&](grpc::ClientContext* ctx) {
+                                             return conn_->stub->Probe(ctx, req, resp);
+                                           }));
+  }
+
  private:
   const std::shared_ptr<Connection> conn_;
 };
