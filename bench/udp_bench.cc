@@ -48,6 +48,7 @@ namespace {
 struct UdpFlags {
   std::vector<std::string> losses = {"0", "0.01", "0.05", "0.1"};
   uint64_t numel = 1u << 22;
+  uint32_t slice_elems = kJobSliceElems;  // Worker::Start's: the job's
   int rounds = 5;
   uint32_t chunk_elems = 0;  // UdpOptions' default: one packet of loopback's MTU
   uint32_t end_copies = 2;  // UdpOptions::end_copies
@@ -99,7 +100,6 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   so.round_deadline = std::chrono::milliseconds(100);
   so.log_level = "warn";
   PS_ASSIGN_OR_RETURN(std::unique_ptr<server::Server> server, server::Server::Start(so));
-  PS_ASSIGN_OR_RETURN(core::ModelLayout layout, core::ModelLayout::Create({{"w", f.numel, 0}}));
   std::vector<float> params(f.numel, 0.0f), grad(f.numel);
   for (size_t i = 0; i < grad.size(); ++i) grad[i] = GaussianAt(1, 0, i);
   const std::vector<std::span<const float>> init = {params};
@@ -111,7 +111,9 @@ absl::StatusOr<Measured> RunTransport(const UdpFlags& f, Transport transport, do
   wo.udp.loss = loss;
   wo.udp.rate_mbps = f.rate_mbps;
   wo.push.borrow = f.borrow;  // `grad` stays unchanged over the run
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker, Worker::Start(wo, layout, init));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Worker> worker,
+                      Worker::Start(wo, {{"w", f.numel, 0}}, f.slice_elems, init));
+  const core::ModelLayout& layout = worker->layout();
   const std::vector<std::span<float>> outs = {params};
   Measured m;
   uint64_t taken_before = 0, chunks_before = 0;
@@ -333,6 +335,9 @@ Command AddUdpCommand(CLI::App& app) {
       ->delimiter(',')
       ->capture_default_str();
   sub->add_option("--numel", f->numel, "fp32 values pushed per round")->capture_default_str();
+  sub->add_option("--slice-elems", f->slice_elems,
+                  "Layout slice size (0: the job's, chosen from the measured link)")
+      ->capture_default_str();
   sub->add_option("--rounds", f->rounds, "Timed rounds (after one warm-up)")
       ->check(CLI::Range(1, 10000))
       ->capture_default_str();
