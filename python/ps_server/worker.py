@@ -88,6 +88,11 @@ class Worker:
         return self._w.start_version
 
     @property
+    def slice_elems(self):
+        """Values per slice of this worker's layout: the size given, or the job's."""
+        return self._w.slice_elems
+
+    @property
     def shards(self):
         """What each shard said at join (id, workers, rule, optimizer, version, data
         plane)."""

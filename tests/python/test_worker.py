@@ -504,3 +504,33 @@ def test_rounds_stop_waiting_for_a_worker_that_died_or_left(server_bin):
         assert back.stats()["slices_held_from_before"] == 0
         for w in (workers[0], back):
             w.close()
+
+
+def test_workers_take_the_jobs_slice_size(server_bin):
+    # docs/data-plane.md, "The job's slice size": by default the first worker chooses
+    # (with a model that gives the shard four slices of 262,144, on loopback large ones
+    # unless the machine is loaded) and registers its size, a worker naming another size
+    # is refused naming both, and the next one of the job's size adopts the registered
+    # one. A model too small for large slices keeps 65,536.
+    big = [("w", 1200000)]
+    with Shards(1, 2, aggregator="mean", server=server_bin) as shards:
+        first = ps_server.Worker(shards.addresses, 0, big, initial=[np.zeros(1200000, np.float32)],
+                                 token_file=shards.token_file(0), connect_timeout=30)
+        chosen = first.slice_elems
+        assert chosen in (262144, 65536)
+        other = 65536 if chosen == 262144 else 262144
+        with pytest.raises(ps_server.Refused,
+                           match=f"slices of {other} elements by the worker, of {chosen} by "
+                                 "the shard") as refused:
+            ps_server.Worker(shards.addresses, 1, big, slice_elems=other,
+                             token_file=shards.token_file(1), connect_timeout=30)
+        assert refused.value.reason == "layout_mismatch"
+        second = ps_server.Worker(shards.addresses, 1, big, token_file=shards.token_file(1),
+                                  connect_timeout=30)
+        assert second.slice_elems == chosen
+        second.close()
+        first.close()
+    with Shards(1, 1, aggregator="mean", server=server_bin) as shards:
+        small = start_workers(shards, 1)[0]
+        assert small.slice_elems == 65536
+        small.close()
