@@ -103,6 +103,15 @@ absl::Status ShardClient::Connect(std::span<const std::span<const float>> initia
   return absl::OkStatus();
 }
 
+absl::Status NoRootYet(std::string_view shard, uint32_t worker_id, RpcClock::duration waited) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      core::AsAbsl(shard), " has no parameters yet, and worker ", worker_id,
+      " does not register them (it starts from the root worker's): waited ",
+      std::chrono::duration_cast<std::chrono::milliseconds>(waited).count(),
+      " ms for the root to join and register them; start it, or give a longer connect "
+      "timeout"));
+}
+
 v1::DataPlane PlaneAsked(const std::optional<core::DataPlane>& plane) {
   return !plane.has_value()                  ? v1::DATA_PLANE_ANY
          : *plane == core::DataPlane::kTcp ? v1::DATA_PLANE_TCP
@@ -325,12 +334,7 @@ absl::StatusOr<v1::JoinResponse> ShardClient::AwaitRegistration(uint32_t shard,
   for (int attempt = 0; !join.layout_registered(); ++attempt) {
     const auto backoff = options_.join_policy.Backoff(attempt);
     if (RpcClock::now() + backoff >= deadline) {
-      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(RpcClock::now() - start);
-      return absl::DeadlineExceededError(absl::StrCat(
-          name(shard), " has no parameters yet, and worker ", options_.worker_id,
-          " does not register them (it starts from the root worker's): waited ", waited.count(),
-          " ms for the root to join and register them; start it, or give a longer connect "
-          "timeout"));
+      return NoRootYet(name(shard), options_.worker_id, RpcClock::now() - start);
     }
     std::this_thread::sleep_for(backoff);
     PS_ASSIGN_OR_RETURN(join, Join(shard, deadline));

@@ -43,6 +43,9 @@ namespace ps::internal {
 // max_attempts attempts in all.
 core::RetryPolicy JoinRetryPolicy(const WorkerOptions& options);
 core::RetryPolicy CallRetryPolicy(const WorkerOptions& options);
+// DEADLINE_EXCEEDED for a worker that does not register (WorkerOptions::may_register
+// false) and waited `waited` for the root to register the layout on `shard` (its name).
+absl::Status NoRootYet(std::string_view shard, uint32_t worker_id, RpcClock::duration waited);
 // The data plane a Join asks for: WorkerOptions::data_plane's, or any when unset.
 v1::DataPlane PlaneAsked(const std::optional<core::DataPlane>& plane);
 

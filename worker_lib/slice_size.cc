@@ -37,6 +37,25 @@ absl::StatusOr<v1::JoinResponse> OpenJoin(ShardControl& control, const WorkerOpt
   }
 }
 
+// Joins shard 0 again, with the join policy's backoff, until a layout is registered
+// there or `deadline`.
+absl::StatusOr<v1::JoinResponse> AwaitJobSize(ShardControl& control, const WorkerOptions& options,
+                                              v1::JoinResponse join,
+                                              RpcClock::time_point deadline) {
+  const core::RetryPolicy policy = JoinRetryPolicy(options);
+  const RpcClock::time_point start = RpcClock::now();
+  for (int attempt = 0; join.slice_elems() == 0; ++attempt) {
+    const auto backoff = policy.Backoff(attempt);
+    if (RpcClock::now() + backoff >= deadline) {
+      return NoRootYet(ShardName(0, options.shard_addresses[0]), options.worker_id,
+                       RpcClock::now() - start);
+    }
+    std::this_thread::sleep_for(backoff);
+    PS_ASSIGN_OR_RETURN(join, OpenJoin(control, options, deadline));
+  }
+  return join;
+}
+
 // Seconds one probe took, or its failure.
 absl::StatusOr<double> TimeProbe(ShardControl& control, const v1::ProbeRequest& req,
                                  std::chrono::milliseconds timeout) {
@@ -96,6 +115,10 @@ absl::StatusOr<JobSliceElems> ResolveJobSliceElems(ShardControl& control,
                                                    uint64_t total_elems,
                                                    RpcClock::time_point deadline) {
   PS_ASSIGN_OR_RETURN(v1::JoinResponse join, OpenJoin(control, options, deadline));
+  if (!options.may_register) {
+    // It starts from the root worker's layout: the root's size, never its own choice.
+    PS_ASSIGN_OR_RETURN(join, AwaitJobSize(control, options, std::move(join), deadline));
+  }
   JobSliceElems out;
   if (join.slice_elems() != 0) {
     out.slice_elems = join.slice_elems();

@@ -53,8 +53,11 @@ bool LargeSlicesFit(uint64_t total_elems, uint32_t num_shards);
 
 // Joins shard 0 through `control` for the job's slice size (JoinRequest.job_slice_elems),
 // retrying an unreachable shard with `options`' join policy until `deadline`; when none
-// is registered, measures the link if LargeSlicesFit(total_elems, shard count). Errors:
-// the join's refusal (wrong run, data plane, credentials, ...), with context.
+// is registered, measures the link if LargeSlicesFit(total_elems, shard count). A worker
+// that does not register (WorkerOptions::may_register false: it starts from the root's
+// values) waits for the root's layout instead, until `deadline` (DEADLINE_EXCEEDED, which
+// says so). Errors: the join's refusal (wrong run, data plane, credentials, ...), with
+// context.
 absl::StatusOr<JobSliceElems> ResolveJobSliceElems(ShardControl& control,
                                                    const WorkerOptions& options,
                                                    uint64_t total_elems,

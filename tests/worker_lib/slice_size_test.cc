@@ -3,6 +3,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/layout.h"
 #include "core/refusal.h"
 #include "fake_transport.h"
@@ -86,6 +89,40 @@ TEST(ResolveJobSliceElemsTest, ASmallModelKeepsTheDefaultWithoutProbing) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->slice_elems, core::kDefaultSliceElems);
   EXPECT_EQ(fast.probes(), 0);
+}
+
+// A worker that starts from the root's values (may_register false) never chooses: it
+// joins again until the root registered, and adopts that size; without a root it says
+// what it waited for.
+TEST(ResolveJobSliceElemsTest, AWorkerThatDoesNotRegisterWaitsForTheRootsSize) {
+  WorkerOptions o = Options();
+  o.may_register = false;
+  o.initial_backoff = std::chrono::milliseconds(5);
+  o.max_backoff = std::chrono::milliseconds(20);
+  FakeControl control{v1::JoinResponse()};
+  std::thread root([&control] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(60));
+    v1::JoinResponse registered;
+    registered.set_layout_registered(true);
+    registered.set_slice_elems(131072);
+    control.SetJoinResponse(registered);
+  });
+  absl::StatusOr<JobSliceElems> got = ResolveJobSliceElems(control, o, kBig, Soon());
+  root.join();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->slice_elems, 131072u);
+  EXPECT_TRUE(got->adopted);
+  EXPECT_GT(control.joins(), 1);
+  EXPECT_EQ(control.probes(), 0);
+
+  FakeControl alone{v1::JoinResponse()};
+  got = ResolveJobSliceElems(alone, o, kBig, RpcClock::now() + std::chrono::milliseconds(100));
+  ASSERT_FALSE(got.ok());
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(std::string(got.status().message()),
+              HasSubstr("shard 0 (127.0.0.1:1) has no parameters yet, and worker 3 does not "
+                        "register them (it starts from the root worker's)"));
+  EXPECT_EQ(alone.probes(), 0);
 }
 
 // A probe the shard refuses (a --max-message-bytes below it would refuse large slices
