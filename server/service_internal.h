@@ -2,8 +2,10 @@
 // RegisterLayout, InitSlice, and PutObject and GetObject over the service's ObjectStore),
 // PeerService and AdminService, served through the front (server/grpc_front.h), which
 // hands each call's request bytes over once it may be read. They translate messages to
-// Shard calls and absl::Status to grpc::Status; all other state lives in Shard. WorkerService's data methods, Push and Pull, are the gRPC data plane's
-// (server/transport/grpc/data_methods.h), over the same CallGate.
+// Shard calls and absl::Status to grpc::Status; all other state lives in Shard.
+// WorkerService's data methods, Push and Pull, are the gRPC data plane's
+// (server/transport/grpc/data_methods.h), over the same CallGate. The worker and admin
+// services are in service.cc, the peer service and its client side in peer_service.cc.
 //
 // Ownership: the services borrow the Shard, which must outlive the grpc::Server.
 #pragma once
@@ -18,6 +20,7 @@
 
 #include "absl/functional/any_invocable.h"
 
+#include "net/grpc_bytes.h"
 #include "ps/v1/ps.grpc.pb.h"
 #include "server/auth_internal.h"
 #include "server/checkpointer.h"
@@ -65,6 +68,22 @@ struct CallGate {
   // (ShardFront::AdmitSession).
   absl::StatusOr<DataPeer> AdmitWorker(const FrontCall& call, std::string_view session) const;
 };
+
+// A unary method of `Req` on the front: the request parsed (a body that does not parse
+// is refused as malformed, through the tarpit), then `handle`.
+template <typename Req>
+FrontMethod Unary(const CallGate& gate, std::function<void(FrontCall*, const Req&)> handle) {
+  FrontMethod m;
+  m.unary = [gate, handle = std::move(handle)](FrontCall* call, const grpc::ByteBuffer& raw) {
+    Req req;
+    if (absl::Status parsed = net::ParseMessage(raw, &req); !parsed.ok()) {
+      gate.Answer(call, gate.shard->Refuse(Refusal::kMalformed, parsed.message()), raw.Length());
+      return;
+    }
+    handle(call, req);
+  };
+  return m;
+}
 
 // ps.v1.WorkerService's control methods.
 class WorkerServiceImpl final {
