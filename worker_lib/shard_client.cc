@@ -118,6 +118,24 @@ v1::DataPlane PlaneAsked(const std::optional<core::DataPlane>& plane) {
                                            : v1::DATA_PLANE_GRPC;
 }
 
+absl::StatusOr<v1::JoinResponse> JoinRetrying(ShardControl& control, v1::JoinRequest req,
+                                              const JoinRetries& how,
+                                              RpcClock::time_point deadline) {
+  for (int attempt = 0;; ++attempt) {
+    v1::JoinResponse resp;
+    const absl::Status st =
+        control.Join(req, std::min(deadline, RpcClock::now() + how.rpc_timeout), &resp);
+    if (st.ok()) return resp;
+    if (how.amend && how.amend(st, &req)) continue;
+    const auto backoff = how.policy->Backoff(attempt);
+    if (!how.policy->ShouldRetry(st, attempt) || RpcClock::now() + backoff >= deadline) {
+      return WithContext(st, how.doing());
+    }
+    if (how.retries != nullptr) how.retries->fetch_add(1);
+    std::this_thread::sleep_for(backoff);
+  }
+}
+
 absl::StatusOr<v1::JoinResponse> ShardClient::Join(uint32_t shard, RpcClock::time_point deadline) {
   Shard& s = *shards_[shard];
   absl::MutexLock join_lock(&s.join_mu);
@@ -134,48 +152,49 @@ absl::StatusOr<v1::JoinResponse> ShardClient::JoinLocked(Shard& s, RpcClock::tim
   req.set_layout_hash(layout_.hash());
   req.set_data_plane(PlaneAsked(options_.data_plane));
   req.set_run_id(options_.run_id);
-  for (int attempt = 0;; ++attempt) {
-    v1::JoinResponse resp;
-    const absl::Status st =
-        s.link.control->Join(req, std::min(deadline, RpcClock::now() + options_.rpc_timeout), &resp);
-    if (st.ok()) {
-      DataRoute route;
-      route.session = resp.session();
-      route.udp_port = resp.udp_port();
-      route.udp_session = resp.udp_session();
-      route.udp_key = resp.udp_key();
-      route.plane = PlaneOf(resp);
-      route.data_port = resp.data_port();
-      route.data_session = resp.data_session();
-      route.data_secret = resp.data_secret();
-      route.tcp_rto_min = std::chrono::microseconds(resp.data_tcp_rto_min_us());
-      {
-        absl::MutexLock lock(&s.mu);
-        s.session = resp.session();
-        route.epoch = ++s.epoch;
-      }
-      // After the epoch: a channel's route is never newer than the session callers
-      // read, so a call refused under it rejoins (Rejoin compares epochs).
-      *routed = absl::OkStatus();
-      for (const auto& channel : s.link.channels) {
-        if (channel != nullptr) routed->Update(channel->SetRoute(route));
-      }
-      return resp;
-    }
-    if (core::RefusalOf(st) == core::Refusal::kLayoutMismatch && !req.has_layout()) {
-      // Once more with the whole layout, so the refusal names the tensor that differs.
-      net::LayoutToProto(layout_, req.mutable_layout());
-      continue;
-    }
-    const auto backoff = options_.join_policy.Backoff(attempt);
-    if (!options_.join_policy.ShouldRetry(st, attempt) ||
-        RpcClock::now() + backoff >= deadline) {
-      return WithContext(st,
-                         absl::StrCat("joining ", name(s.id), " as worker ", options_.worker_id));
-    }
-    retries_.fetch_add(1);
-    std::this_thread::sleep_for(backoff);
+  JoinRetries how{.policy = &options_.join_policy,
+                  .rpc_timeout = options_.rpc_timeout,
+                  .amend =
+                      [this](const absl::Status& st, v1::JoinRequest* r) {
+                        if (core::RefusalOf(st) != core::Refusal::kLayoutMismatch ||
+                            r->has_layout()) {
+                          return false;
+                        }
+                        // Once more with the whole layout, so the refusal names the tensor
+                        // that differs.
+                        net::LayoutToProto(layout_, r->mutable_layout());
+                        return true;
+                      },
+                  .doing =
+                      [&] {
+                        return absl::StrCat("joining ", name(s.id), " as worker ",
+                                            options_.worker_id);
+                      },
+                  .retries = &retries_};
+  PS_ASSIGN_OR_RETURN(v1::JoinResponse resp,
+                      JoinRetrying(*s.link.control, std::move(req), how, deadline));
+  DataRoute route;
+  route.session = resp.session();
+  route.udp_port = resp.udp_port();
+  route.udp_session = resp.udp_session();
+  route.udp_key = resp.udp_key();
+  route.plane = PlaneOf(resp);
+  route.data_port = resp.data_port();
+  route.data_session = resp.data_session();
+  route.data_secret = resp.data_secret();
+  route.tcp_rto_min = std::chrono::microseconds(resp.data_tcp_rto_min_us());
+  {
+    absl::MutexLock lock(&s.mu);
+    s.session = resp.session();
+    route.epoch = ++s.epoch;
   }
+  // After the epoch: a channel's route is never newer than the session callers read, so
+  // a call refused under it rejoins (Rejoin compares epochs).
+  *routed = absl::OkStatus();
+  for (const auto& channel : s.link.channels) {
+    if (channel != nullptr) routed->Update(channel->SetRoute(route));
+  }
+  return resp;
 }
 
 void ShardClient::Rejoin(uint32_t shard, uint64_t failed_epoch) {

@@ -49,6 +49,22 @@ absl::Status NoRootYet(std::string_view shard, uint32_t worker_id, RpcClock::dur
 // The data plane a Join asks for: WorkerOptions::data_plane's, or any when unset.
 v1::DataPlane PlaneAsked(const std::optional<core::DataPlane>& plane);
 
+// How JoinRetrying goes on after a refused join.
+struct JoinRetries {
+  const core::RetryPolicy* policy = nullptr;  // what is retried, and the backoff
+  std::chrono::milliseconds rpc_timeout{30000};  // each call's bound
+  // Given a refusal, may change the request and return true to send it again at once.
+  std::function<bool(const absl::Status&, v1::JoinRequest*)> amend;
+  // What the error says was being done ("joining shard 0 (...) as worker 3").
+  std::function<std::string()> doing;
+  std::atomic<uint64_t>* retries = nullptr;  // counts the backoffs; may be null
+};
+// Joins with `req` until answered: an unreachable shard again after the policy's
+// backoff while `deadline` allows; any other refusal, or the last, with `doing()` before it.
+absl::StatusOr<v1::JoinResponse> JoinRetrying(ShardControl& control, v1::JoinRequest req,
+                                              const JoinRetries& how,
+                                              RpcClock::time_point deadline);
+
 class ShardClient {
  public:
   struct Options {

@@ -22,19 +22,14 @@ absl::StatusOr<v1::JoinResponse> OpenJoin(ShardControl& control, const WorkerOpt
   req.set_data_plane(PlaneAsked(options.data_plane));
   req.set_run_id(options.run_id);
   const core::RetryPolicy policy = JoinRetryPolicy(options);
-  for (int attempt = 0;; ++attempt) {
-    v1::JoinResponse resp;
-    const absl::Status st =
-        control.Join(req, std::min(deadline, RpcClock::now() + options.rpc_timeout), &resp);
-    if (st.ok()) return resp;
-    const auto backoff = policy.Backoff(attempt);
-    if (!policy.ShouldRetry(st, attempt) || RpcClock::now() + backoff >= deadline) {
-      return WithContext(st, absl::StrCat("joining ", ShardName(0, options.shard_addresses[0]),
-                                          " for the job's slice size as worker ",
-                                          options.worker_id));
-    }
-    std::this_thread::sleep_for(backoff);
-  }
+  const JoinRetries how{.policy = &policy,
+                        .rpc_timeout = options.rpc_timeout,
+                        .doing = [&] {
+                          return absl::StrCat("joining ", ShardName(0, options.shard_addresses[0]),
+                                              " for the job's slice size as worker ",
+                                              options.worker_id);
+                        }};
+  return JoinRetrying(control, std::move(req), how, deadline);
 }
 
 // Joins shard 0 again, with the join policy's backoff, until a layout is registered
