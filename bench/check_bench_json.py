@@ -7,8 +7,8 @@
 Aggregators: a non-empty array of rows with the documented keys and sane values, and
 every rule of the build timed at least once.
 Codecs: a non-empty array of rows with exactly the keys codec, data, encode_gbps,
-decode_gbps, ratio, rel_l2_error, memread_gbps (then apply_gbps, apply_unfused_gbps in
-every row or in none: --apply); positive throughputs and ratio, a finite
+decode_gbps, ratio, rel_l2_error, memread_gbps (then apply_gbps, apply_unfused_gbps,
+change_gbps in every row or in none: --apply); positive throughputs and ratio, a finite
 non-negative error, one memread_gbps for the whole file, no (codec, data) twice, every
 expected spec measured on every expected data set, and fp32 (when present) lossless with
 a ratio just under 1 (the version byte of each slice).
@@ -23,7 +23,7 @@ RULES = {"mean", "median", "trimmed_mean", "meamed", "phocas", "krum", "multi_kr
          "bulyan", "geometric_median", "centered_clipping", "mda"}
 CODEC_KEYS = ["codec", "data", "encode_gbps", "decode_gbps", "ratio", "rel_l2_error",
               "memread_gbps"]
-APPLY_KEYS = ["apply_gbps", "apply_unfused_gbps"]
+APPLY_KEYS = ["apply_gbps", "apply_unfused_gbps", "change_gbps"]
 
 
 def is_number(value):

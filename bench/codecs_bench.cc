@@ -78,6 +78,7 @@ struct CodecRow {
   Timing decode;
   Timing apply;          // --apply: DecodeAddPieces into what is held and the caller's buffer
   Timing apply_unfused;  // --apply: the same result in the worker's former five steps
+  Timing change;         // --apply: EncodeChange, a shard's side of a compressed pull
   double ratio = 0;
   double rel_l2_error = 0;
   uint64_t numel = 0;
@@ -193,6 +194,20 @@ class SlicedCodec {
     }
     return absl::OkStatus();
   }
+  // --apply: what a shard does for a compressed pull of each slice (pull_delta.h): the
+  // change from `held` to the values encoded, and held advanced by its decoded values.
+  absl::Status ChangeAll(std::span<float> held, std::vector<std::string>& out) {
+    for (size_t s = 0; s < out.size(); ++s) {
+      const size_t begin = s * slice_elems_;
+      const std::span<float> h = Slice(held, s);
+      if (absl::Status st =
+              codec_->EncodeChange(values_.subspan(begin, h.size()), h, {}, &out[s]);
+          !st.ok()) {
+        return absl::Status(st.code(), absl::StrCat("change of slice ", s, ": ", st.message()));
+      }
+    }
+    return absl::OkStatus();
+  }
   std::span<float> Slice(std::span<float> all, size_t s) const {
     const size_t begin = s * slice_elems_;
     return all.subspan(begin, std::min(slice_elems_, all.size() - begin));
@@ -295,6 +310,14 @@ absl::StatusOr<CodecRow> MeasureCell(const std::string& spec, const DataSet& dat
   if (!unfused.ok()) return unfused.status();
   row.apply = *apply;
   row.apply_unfused = *unfused;
+  // What the shard holds starts at half the data, so the first changes are its other
+  // half; each pass then encodes what is left (the codec's residual, as rounds would).
+  std::vector<float> shard_held = data.values;
+  for (float& v : shard_held) v *= 0.5f;
+  absl::StatusOr<Timing> encode_change =
+      TimeCalls([&] { return sliced.ChangeAll(shard_held, scratch); }, timing_options);
+  if (!encode_change.ok()) return encode_change.status();
+  row.change = *encode_change;
   return row;
 }
 
@@ -477,7 +500,8 @@ int RunCodecs(CodecsFlags flags, const CodecsGiven& given) {
                                       "decode GB/s",  "dec/memread", "enc median",
                                       "dec median"};
   if (flags.apply) {
-    columns.insert(columns.end(), {"apply GB/s", "unfused GB/s", "apply/unfused"});
+    columns.insert(columns.end(),
+                   {"apply GB/s", "unfused GB/s", "apply/unfused", "change GB/s", "change/enc"});
   }
   Table table(columns);
   std::vector<cli::JsonObjectWriter> json_rows;
@@ -493,9 +517,12 @@ int RunCodecs(CodecsFlags flags, const CodecsGiven& given) {
         absl::StrFormat("%.2f", bytes / row.decode.median_seconds / 1e9)};
     const double apply = flags.apply ? bytes / row.apply.best_seconds / 1e9 : 0;
     const double unfused = flags.apply ? bytes / row.apply_unfused.best_seconds / 1e9 : 0;
+    const double change = flags.apply ? bytes / row.change.best_seconds / 1e9 : 0;
     if (flags.apply) {
       cells.insert(cells.end(), {absl::StrFormat("%.2f", apply), absl::StrFormat("%.2f", unfused),
-                                 absl::StrFormat("%.2f", apply / unfused)});
+                                 absl::StrFormat("%.2f", apply / unfused),
+                                 absl::StrFormat("%.2f", change),
+                                 absl::StrFormat("%.2f", change / enc)});
     }
     table.AddRow(cells);
     cli::JsonObjectWriter json;
@@ -506,7 +533,11 @@ int RunCodecs(CodecsFlags flags, const CodecsGiven& given) {
         .Add("ratio", row.ratio)
         .Add("rel_l2_error", row.rel_l2_error)
         .Add("memread_gbps", memread);
-    if (flags.apply) json.Add("apply_gbps", apply).Add("apply_unfused_gbps", unfused);
+    if (flags.apply) {
+      json.Add("apply_gbps", apply)
+          .Add("apply_unfused_gbps", unfused)
+          .Add("change_gbps", change);
+    }
     json_rows.push_back(std::move(json));
   }
 
@@ -523,7 +554,9 @@ int RunCodecs(CodecsFlags flags, const CodecsGiven& given) {
     std::printf(
         "apply: a pulled change applied to what a worker holds, DecodeAddPieces into what is "
         "held and the caller's buffer in one pass; unfused: DecodePieces, AddInto, "
-        "FindNonFinite and two copies (the worker's former steps)\n");
+        "FindNonFinite and two copies (the worker's former steps); change: EncodeChange, a "
+        "shard's encoding of a pull's change from what it holds for its workers (change/enc: "
+        "against encode of the same values)\n");
   }
   std::printf("\n");
   return FinishReport("codecs", table, "skipped (default specs this build does not make)", skipped,
@@ -584,7 +617,8 @@ Command AddCodecsCommand(CLI::App& app) {
                 "Also time applying each payload as a pulled change to held values: "
                 "DecodeAddPieces (held and the caller's buffer in one pass) against the unfused "
                 "decode, add, check and two copies (columns apply, unfused; JSON apply_gbps, "
-                "apply_unfused_gbps)");
+                "apply_unfused_gbps), and a shard's EncodeChange of them (column change; JSON "
+                "change_gbps)");
   sub->add_option("--device", flags->device,
                   "cpu, or cuda: encode throughput of the GPU encoders on device-resident "
                   "values against a device-to-device copy (exits non-zero without a device)")

@@ -46,6 +46,7 @@ constexpr size_t kGroup = internal::k3lcGroup;
 
 // Groups packed per block: the digits of one block stay in L1.
 constexpr size_t kBlockGroups = 512;
+constexpr size_t kBlockValues = kBlockGroups * kGroup;
 
 // M = max|x| * s, rounded once to fp32; s < 2 keeps M / 2 <= max|x|, so the largest
 // value always becomes +-1. Clamped so a value near FLT_MAX keeps M finite.
@@ -54,6 +55,29 @@ float ScaleOf(double max_abs, double s) {
 }
 // M / 2 is exact for normal M; the floor keeps zeros at 0 when M / 2 underflows.
 float HalfOf(float scale) { return std::max(0.5f * scale, FLT_TRUE_MIN); }
+
+// EncodeChange's block of n <= kBlockValues values: the change c = x[i] - held[i]
+// (core::Subtract's fp32 subtraction), its digit (TernaryDigit at `half`) into
+// digits[i], and held[i] + Value3lcDigit(digit, scale) into held[i] (Add3lcDigits), in
+// one pass that never stores the change; a whole block at a fixed count, which GCC
+// vectorizes at -O2.
+PS_VECTOR_CLONES void WholeChangeDigits(const float* __restrict x, float* __restrict held,
+                                        float half, float scale, uint8_t* __restrict digits) {
+  for (size_t i = 0; i < kBlockValues; ++i) {
+    const uint8_t d = internal::TernaryDigit(x[i] - held[i], half);
+    digits[i] = d;
+    held[i] = held[i] + internal::Value3lcDigit(d, scale);
+  }
+}
+void ChangeDigits(const float* x, float* held, size_t n, float half, float scale,
+                  uint8_t* digits) {
+  if (n == kBlockValues) return WholeChangeDigits(x, held, half, scale, digits);
+  for (size_t i = 0; i < n; ++i) {
+    const uint8_t d = internal::TernaryDigit(x[i] - held[i], half);
+    digits[i] = d;
+    held[i] = held[i] + internal::Value3lcDigit(d, scale);
+  }
+}
 
 // Bytes of the tokens of a run of `groups` zero groups (Put3lcZeroRun).
 size_t RunBytes(size_t groups) {
@@ -99,13 +123,29 @@ class ThreeLcCodec final : public Codec {
     return EncodeAdding(values, ctx, out, nullptr);
   }
 
-  // The change into a per-thread scratch, then one pass over it that makes each block's
-  // digits and tokens and adds the block's decoded values to held while the digits are in
-  // the first-level cache: the values Decode3lc makes (t x M) and AddInto's addition.
+  // Two passes and no stored change: the scale from the largest |x - held| (each
+  // difference the fp32 subtraction, not kept), then per block one pass that makes each
+  // value's change again, its digit, and adds its decoded value (t x M, what Decode3lc
+  // makes) to held (AddInto's addition) (ChangeDigits), and then the block's tokens.
+  // level=cat reads the whole change to choose s, so it is stored first, in a per-thread
+  // scratch; so is a change that is not finite, for CheckEncodable's message.
   absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
                             const EncodeContext& ctx, std::string* out) override {
-    PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
-    return EncodeAdding(change, ctx, out, held.data());
+    if (cat_ || x.size() != held.size()) {
+      PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
+      return EncodeAdding(change, ctx, out, held.data());
+    }
+    const uint32_t max_bits = internal::MaxAbsDiffBits(x.data(), held.data(), x.size());
+    if (max_bits >= 0x7f800000u) {
+      PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
+      return internal::CheckEncodable(spec_, change);
+    }
+    const float scale = ScaleOf(std::bit_cast<float>(max_bits), s_);
+    const float half = HalfOf(scale);
+    EncodeBlocks(x.size(), scale, [&](size_t start, size_t len, uint8_t* digits) {
+      ChangeDigits(x.data() + start, held.data() + start, len, half, scale, digits);
+    }, out);
+    return absl::OkStatus();
   }
 
   // Each block's quantized values subtracted from v while its digits are in the
@@ -160,7 +200,18 @@ class ThreeLcCodec final : public Codec {
              : s_;
     const float scale = ScaleOf(max_abs, s);
     const float half = HalfOf(scale);
+    EncodeBlocks(n, scale, [&](size_t start, size_t len, uint8_t* digits) {
+      internal::TernaryDigits(values.data() + start, len, half, digits);
+      if (held != nullptr) internal::Add3lcDigits(digits, len, sign * scale, held + start);
+    }, out);
+    return absl::OkStatus();
+  }
 
+  // The payload of n values at `scale`, a block of at most kBlockValues at a time:
+  // digits_of(start, len, digits) makes the block's digits (and what it adds to what
+  // is held), then they become tokens.
+  template <typename DigitsOf>
+  void EncodeBlocks(size_t n, float scale, const DigitsOf& digits_of, std::string* out) {
     // Tokens go to a scratch buffer kept between calls (its size is only known at the
     // end, and sizing *out to the bound first would zero-fill it every call).
     const size_t groups_total = (n + kGroup - 1) / kGroup;
@@ -170,12 +221,11 @@ class ThreeLcCodec final : public Codec {
     unsigned char* w = begin;
 
     // Digits of one block plus the slack Put3lcTokens reads past the last group.
-    alignas(32) uint8_t digits[kBlockGroups * kGroup + 8];
+    alignas(32) uint8_t digits[kBlockValues + 8];
     size_t run = 0;
-    for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
-      const size_t len = std::min(kBlockGroups * kGroup, n - start);
-      internal::TernaryDigits(values.data() + start, len, half, digits);
-      if (held != nullptr) internal::Add3lcDigits(digits, len, sign * scale, held + start);
+    for (size_t start = 0; start < n; start += kBlockValues) {
+      const size_t len = std::min(kBlockValues, n - start);
+      digits_of(start, len, digits);
       const size_t groups = (len + kGroup - 1) / kGroup;
       // Padding digits of the last group are zeros (digit 1).
       std::memset(digits + len, 1, groups * kGroup + 8 - len);
@@ -189,7 +239,6 @@ class ThreeLcCodec final : public Codec {
     internal::PutVarint(out, n);
     internal::PutF32(out, scale);
     out->append(reinterpret_cast<const char*>(begin), static_cast<size_t>(w - begin));
-    return absl::OkStatus();
   }
 
   double s_;
@@ -251,9 +300,9 @@ std::array<ThreeLcCandidate, kThreeLcCatLevels> ThreeLcCatCandidates(std::span<c
   // The values at or above half[0], found by TernaryDigits (digit 1: below it) a block at
   // a time and a word of eight digits at a time.
   const size_t n = x.size();
-  alignas(32) uint8_t digits[kBlockGroups * kGroup + 8];
-  for (size_t start = 0; start < n; start += kBlockGroups * kGroup) {
-    const size_t len = std::min(kBlockGroups * kGroup, n - start);
+  alignas(32) uint8_t digits[kBlockValues + 8];
+  for (size_t start = 0; start < n; start += kBlockValues) {
+    const size_t len = std::min(kBlockValues, n - start);
     internal::TernaryDigits(x.data() + start, len, half[0], digits);
     std::memset(digits + len, 1, 8);
     for (size_t k = 0; k < len; k += 8) {

@@ -29,6 +29,12 @@ uint32_t MaxAbsBitsPortable(const float* x, size_t n) {
   return m;
 }
 
+uint32_t MaxAbsDiffBitsPortable(const float* x, const float* y, size_t n) {
+  uint32_t m = 0;
+  for (size_t i = 0; i < n; ++i) m = std::max(m, std::bit_cast<uint32_t>(x[i] - y[i]) & 0x7fffffffu);
+  return m;
+}
+
 double SumAbsTail(const float* x, size_t begin, size_t n, double acc[8]) {
   for (size_t i = begin; i < n; ++i) acc[i % 8] += std::fabs(double{x[i]});
   return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
@@ -92,6 +98,24 @@ PS_TARGET_AVX2 uint32_t MaxAbsBitsAvx2(const float* x, size_t n) {
   alignas(32) uint32_t lanes[8];
   _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(m0, m1));
   uint32_t m = MaxAbsBitsPortable(x + i, n - i);
+  for (uint32_t lane : lanes) m = std::max(m, lane);
+  return m;
+}
+
+PS_TARGET_AVX2 uint32_t MaxAbsDiffBitsAvx2(const float* x, const float* y, size_t n) {
+  const __m256i mask = _mm256_set1_epi32(0x7fffffff);
+  __m256i m0 = _mm256_setzero_si256();
+  __m256i m1 = _mm256_setzero_si256();
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 d0 = _mm256_sub_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+    const __m256 d1 = _mm256_sub_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+    m0 = _mm256_max_epu32(m0, _mm256_and_si256(mask, _mm256_castps_si256(d0)));
+    m1 = _mm256_max_epu32(m1, _mm256_and_si256(mask, _mm256_castps_si256(d1)));
+  }
+  alignas(32) uint32_t lanes[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), _mm256_max_epu32(m0, m1));
+  uint32_t m = MaxAbsDiffBitsPortable(x + i, y + i, n - i);
   for (uint32_t lane : lanes) m = std::max(m, lane);
   return m;
 }
@@ -293,6 +317,11 @@ bool UseAvx2Kernels() {
 uint32_t MaxAbsBits(const float* x, size_t n) {
   PS_DISPATCH_AVX2(MaxAbsBitsAvx2(x, n));
   return MaxAbsBitsPortable(x, n);
+}
+
+uint32_t MaxAbsDiffBits(const float* x, const float* y, size_t n) {
+  PS_DISPATCH_AVX2(MaxAbsDiffBitsAvx2(x, y, n));
+  return MaxAbsDiffBitsPortable(x, y, n);
 }
 
 void TernaryDigits(const float* x, size_t n, float half, uint8_t* digits) {

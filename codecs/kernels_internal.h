@@ -28,6 +28,9 @@ bool UseAvx2Kernels();
 // Bits of the largest |x| (for finite values the integer order of the bits is the
 // order of the values; a result >= 0x7f800000 means some value is Inf or NaN).
 uint32_t MaxAbsBits(const float* x, size_t n);
+// MaxAbsBits of the n differences x[i] - y[i] (each the fp32 subtraction), without
+// storing them.
+uint32_t MaxAbsDiffBits(const float* x, const float* y, size_t n);
 
 // ---- 3lc ----
 

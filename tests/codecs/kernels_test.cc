@@ -50,6 +50,14 @@ TEST(CodecKernelsTest, BothPathsAgreeOnEveryKernel) {
       EXPECT_EQ(a, b);
     }
     {
+      const std::vector<float> y = Data(n, static_cast<uint32_t>(n) + 7);
+      auto [a, b] = BothPaths([&] { return MaxAbsDiffBits(x.data(), y.data(), n); });
+      EXPECT_EQ(a, b);
+      std::vector<float> d(n);
+      for (size_t i = 0; i < n; ++i) d[i] = x[i] - y[i];
+      EXPECT_EQ(a, MaxAbsBits(d.data(), n));  // the differences' own maximum
+    }
+    {
       auto [a, b] = BothPaths([&] { return SumAbs(x.data(), n); });
       EXPECT_EQ(a, b);  // bit-identical: the same partial sums in the same order
     }
