@@ -161,6 +161,12 @@ int Aggregator::MinInputs() const { return static_cast<int>(pipeline_->min_input
 std::string_view Aggregator::Bound() const { return pipeline_->bound; }
 bool Aggregator::NeedsGram() const { return pipeline_->needs_gram; }
 bool Aggregator::VotesOnSigns() const { return pipeline_->votes_on_signs; }
+bool Aggregator::AveragesInputs() const {
+  return pipeline_->averages_inputs && pipeline_->device == nullptr;
+}
+void Aggregator::AddMeanInfluence(size_t d, std::span<double> influence) {
+  internal::AddMeanInfluence(d, influence);
+}
 std::string_view Aggregator::device() const {
   return pipeline_->device != nullptr ? std::string_view(pipeline_->device->description()) : "cpu";
 }

@@ -172,6 +172,14 @@ class Aggregator {
   // (sign_majority, alone): pushes compressed to signs may then be kept packed and
   // voted on bit by bit (codecs::SignMajorityVote), with the rule's result.
   bool VotesOnSigns() const;
+  // True when the chain is the plain mean alone on the CPU (no pre-aggregator, no state):
+  // its aggregate of k inputs is ((x_0 + x_1) + ... + x_{k-1}) / k, which a caller holding
+  // the inputs in another form may compute itself (codecs::Mean3lc on 3lc pushes), with
+  // the rule's bits; AddMeanInfluence then adds the influence Aggregate would.
+  bool AveragesInputs() const;
+  // What Aggregate of k unmasked inputs over d coordinates adds to ctx.influence for the
+  // plain mean: d / k to each of the k entries.
+  static void AddMeanInfluence(size_t d, std::span<double> influence);
   // Rows of state kept per coordinate range between rounds (centered clipping: 1).
   size_t StateRows() const;
   // Where the rule computes: "cpu", or the CUDA device ("cuda:0 NVIDIA H100 80GB HBM3
@@ -237,6 +245,14 @@ class Aggregator {
 inline constexpr size_t kAlignmentSamples = 1024;
 std::vector<double> Alignment(std::span<const float* const> inputs,
                               std::span<const uint8_t* const> masks, std::span<const float> out);
+// The coordinates Alignment reads for d: t * stride for t < count. Alignment of the
+// inputs' and out's values at just those coordinates, each a row of `count`, gives the
+// same bits.
+struct AlignmentSampling {
+  size_t count = 0;
+  size_t stride = 0;
+};
+AlignmentSampling AlignmentSamplingOf(size_t d);
 
 // Makes the chain described by `spec`. Refuses an unknown stage (listing the known
 // ones), a malformed spec or argument, a pre-aggregator in last place, f < 0, and n

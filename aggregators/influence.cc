@@ -84,6 +84,11 @@ void StableSortByValue(std::vector<size_t>& order, const std::vector<float>& val
 
 }  // namespace
 
+void AddMeanInfluence(size_t d, std::span<double> influence) {
+  const double each = static_cast<double>(d) / static_cast<double>(influence.size());
+  for (double& w : influence) w += each;
+}
+
 void AddInfluence(const PlanData& data, std::span<const float* const> rows,
                   std::span<const uint8_t* const> masks, size_t d, uint64_t round,
                   uint32_t slice_id, std::span<double> influence) {
@@ -101,6 +106,7 @@ void AddInfluence(const PlanData& data, std::span<const float* const> rows,
     // Every row is present at every coordinate and weighs 1 / r_count there: the sum over
     // the d coordinates is exact without sampling (the samples read rows at scattered
     // coordinates, a cache miss each: 4% of a 3lc round at 4 x 2 went there).
+    if (m.rows == 0 && k == r_count) return AddMeanInfluence(d, influence.first(k));
     const double each = static_cast<double>(d) / static_cast<double>(r_count);
     for (size_t j = 0; j < k; ++j) {
       double w = 1.0;
@@ -171,14 +177,18 @@ void AddInfluence(const PlanData& data, std::span<const float* const> rows,
 
 namespace ps::aggregators {
 
+AlignmentSampling AlignmentSamplingOf(size_t d) {
+  const size_t count = std::min(d, kAlignmentSamples);
+  return {.count = count, .stride = count == 0 ? 0 : d / count};
+}
+
 std::vector<double> Alignment(std::span<const float* const> inputs,
                               std::span<const uint8_t* const> masks, std::span<const float> out) {
   const size_t d = out.size();
   const size_t n = inputs.size();
   std::vector<double> cosines(n, std::numeric_limits<double>::quiet_NaN());
   if (d == 0) return cosines;
-  const size_t samples = std::min(d, kAlignmentSamples);
-  const size_t stride = d / samples;
+  const auto [samples, stride] = AlignmentSamplingOf(d);
   // Sample by sample, every input at it: the n + 1 cache lines of a sample are fetched
   // together, and those kAhead samples on are asked for, where input by input each
   // sample waited for its line (model-scope rounds align rows long out of the cache).

@@ -32,5 +32,8 @@ inline constexpr size_t kInfluenceSamples = 128;
 void AddInfluence(const PlanData& data, std::span<const float* const> rows,
                   std::span<const uint8_t* const> masks, size_t d, uint64_t round,
                   uint32_t slice_id, std::span<double> influence);
+// The plain mean's part of it, unmasked: each of the influence.size() inputs is present
+// at every coordinate and weighs 1 / k there, so d / k is added to each, exactly.
+void AddMeanInfluence(size_t d, std::span<double> influence);
 
 }  // namespace ps::aggregators::internal

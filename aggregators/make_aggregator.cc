@@ -86,6 +86,7 @@ absl::StatusOr<std::unique_ptr<Aggregator>> MakeAggregator(std::string_view spec
   for (const auto& pre : p->pre) p->needs_gram |= pre->NeedsGram();
   // Refused above after pre-aggregators, so the vote is on the pushes themselves.
   p->votes_on_signs = last == "sign_majority";
+  p->averages_inputs = p->pre.empty() && p->rule->spec() == "mean" && p->rule->StateRows() == 0;
 
   // The least n, walking back from the rule; the bound text follows the binding stage.
   size_t need = p->rule->MinInputs();

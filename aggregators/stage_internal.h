@@ -102,6 +102,7 @@ struct Pipeline {
   std::string bound;
   bool needs_gram = false;
   bool votes_on_signs = false;  // Aggregator::VotesOnSigns()
+  bool averages_inputs = false;  // Aggregator::AveragesInputs(), but for the device
   // The device the rule runs on (aggregators/device_internal.h); null: the CPU.
   std::shared_ptr<const DeviceBackend> device;
   std::string device_note;  // Aggregator::device_note()

@@ -14,13 +14,16 @@
 #include <cstring>
 #include <span>
 #include <string_view>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "codecs/3lc_internal.h"
 #include "codecs/codec.h"
 #include "codecs/codec_internal.h"
+#include "codecs/compressed.h"
 #include "codecs/wire_internal.h"
 #include "core/fp32_bytes.h"
+#include "core/scratch.h"
 #include "core/simd.h"
 #include "core/status.h"
 
@@ -87,14 +90,15 @@ constexpr auto kDigitBytes = [] {
 }();
 
 // What a decoding does with the values: writes them (Decode3lc), adds them to what is
-// held (Decode3lcAdd), or nothing, only checking the payload (Check3lc).
-enum class Sink { kWrite, kAdd, kCheck };
+// held (Decode3lcAdd), nothing, only checking the payload (Check3lc), or writes their
+// digits, a byte each (Mean3lc).
+enum class Sink { kWrite, kAdd, kCheck, kDigits };
 
 // The values of the first `count` of a group token's digits (kDigitBytes: digit j in
 // byte j) at out[at]; with kAdd, held[at + j] plus each; nothing with kCheck.
 template <Sink kSink>
 void Put(uint64_t digits, float scale, size_t count, const float* held, float* out, size_t at) {
-  if constexpr (kSink == Sink::kCheck) return;
+  if constexpr (kSink == Sink::kCheck || kSink == Sink::kDigits) return;
   for (size_t j = 0; j < count; ++j) {
     const float value = Value3lcDigit(static_cast<uint8_t>(digits >> (8 * j)), scale);
     if constexpr (kSink == Sink::kAdd) {
@@ -261,8 +265,8 @@ void FillTokens(const unsigned char* p, size_t size, float scale, size_t n, size
 // the exact error. With kCheck the tokens are only walked (WalkTokens).
 template <Sink kSink>
 void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, float* held,
-                float* o, size_t* i_out, size_t* g_out, bool* short_zero_out, bool* nonzero_out,
-                bool* finite_out) {
+                float* o, uint8_t* digits_out, size_t* i_out, size_t* g_out,
+                bool* short_zero_out, bool* nonzero_out, bool* finite_out) {
   size_t i = 0;
   size_t g = 0;
   Flags flags{.short_zero = *short_zero_out};
@@ -270,6 +274,11 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
   const size_t stop = n >= kGroup * k3lcMaxRun + 8 ? (n - 8) / kGroup - k3lcMaxRun : 0;
   if constexpr (kSink == Sink::kCheck) {
     WalkTokens(p, size, stop, &i, &g, &flags);
+  } else if constexpr (kSink == Sink::kDigits) {
+    // Straight into the caller's row: filled with zeros' digit, then a token's 8 bytes
+    // each, which end within the row up to `stop`.
+    std::memset(digits_out, 1, n);
+    DigitTokens(p, size, stop, stop + 1, digits_out, 0, &i, &g, &flags);
   } else {
     FillTokens<kSink>(p, size, scale, n, stop, held, o, &i, &g, &flags, finite_out);
   }
@@ -289,7 +298,8 @@ void FastDecode(const unsigned char* p, size_t size, float scale, size_t n, floa
 // With kCheck nothing is written (o and held unused): the same refusals, for a payload
 // a shard keeps encoded until its round closes.
 template <Sink kSink>
-absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o, bool* finite) {
+absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o, bool* finite,
+                        uint8_t* digits_out = nullptr, float* scale_out = nullptr) {
   WireReader r(k3lcName, bytes);
   PS_RETURN_IF_ERROR(r.Format(PayloadFormat::kThreeLc));
   PS_RETURN_IF_ERROR(r.Numel(n));
@@ -313,8 +323,8 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
   size_t i = 0;
   bool fast_finite = true;  // the sums FastDecode wrote (Sink::kAdd), the first 5 g values
   if (n >= kFastDecodeMin) {
-    FastDecode<kSink>(p, body.size(), scale, n, held, o, &i, &g, &short_zero, &nonzero,
-                     &fast_finite);
+    FastDecode<kSink>(p, body.size(), scale, n, held, o, digits_out, &i, &g, &short_zero,
+                      &nonzero, &fast_finite);
   }
   const size_t fast_values = std::min(kGroup * g, n);
   for (; i < body.size(); ++i) {
@@ -328,6 +338,12 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
       if (zero && short_zero) return NonCanonical(body_start + i, b);
       short_zero = zero;
       nonzero |= !zero;
+      const size_t count = std::min(kGroup, n - kGroup * g);
+      if constexpr (kSink == Sink::kDigits) {
+        for (size_t j = 0; j < count; ++j) {
+          digits_out[kGroup * g + j] = static_cast<uint8_t>(kDigitBytes[b] >> (8 * j));
+        }
+      }
       if (g < full_groups) {
         Put<kSink>(kDigitBytes[b], scale, kGroup, held, o, kGroup * g);
       } else {
@@ -338,7 +354,7 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
                                       ") of the last group has non-zero padding digits (",
                                       rem, " values in the group)"));
         }
-        Put<kSink>(kDigitBytes[b], scale, rem, held, o, kGroup * g);
+        Put<kSink>(kDigitBytes[b], scale, count, held, o, kGroup * g);
       }
       ++g;
     } else {
@@ -355,6 +371,8 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
         for (size_t k = first; k < end; ++k) o[k] = held[k] + 0.0f;
       } else if constexpr (kSink == Sink::kWrite) {
         std::fill(o + first, o + end, 0.0f);
+      } else if constexpr (kSink == Sink::kDigits) {
+        std::fill(digits_out + first, digits_out + end, uint8_t{1});
       }
       g += run;
       short_zero = run < static_cast<size_t>(k3lcMaxRun);
@@ -369,6 +387,7 @@ absl::Status DecodeInto(std::string_view bytes, size_t n, float* held, float* o,
   if (!nonzero && scale != 0) {
     return r.Error(absl::StrCat("scale ", scale, " with every digit zero (the encoder writes 0)"));
   }
+  if constexpr (kSink == Sink::kDigits) *scale_out = scale;
   if constexpr (kSink == Sink::kAdd) {
     const std::span<const float> rest(o + fast_values, n - fast_values);
     *finite = fast_finite && core::FindNonFinite(rest) < 0;
@@ -398,4 +417,93 @@ absl::Status Check3lc(std::string_view bytes, size_t n) {
   return DecodeInto<Sink::kCheck>(bytes, n, nullptr, nullptr, nullptr);
 }
 
+absl::Status Decode3lcDigits(std::string_view bytes, std::span<uint8_t> digits, float* scale) {
+  return DecodeInto<Sink::kDigits>(bytes, digits.size(), nullptr, nullptr, nullptr,
+                                   digits.data(), scale);
+}
+
+namespace {
+
+// out[c] = (v_0 + v_1 + ... + v_{k-1}) / k for kDigitBlock coordinates, v_j =
+// Value3lcDigit(rows[j][c], scales[j]): AverageTile's sums in its order (x_0 + x_1 first;
+// one input alone is its value), then its product by 1 / k where k is a power of two
+// and its division otherwise.
+PS_VECTOR_CLONES void MeanDigitBlock(const uint8_t* const* rows, const float* scales, size_t k,
+                                     size_t at, float* __restrict out) {
+  alignas(32) float acc[kDigitBlock];
+  const uint8_t* __restrict r0 = rows[0] + at;
+  const float s0 = scales[0];
+  if (k == 1) {
+    for (size_t c = 0; c < kDigitBlock; ++c) acc[c] = Value3lcDigit(r0[c], s0);
+  } else {
+    const uint8_t* __restrict r1 = rows[1] + at;
+    const float s1 = scales[1];
+    for (size_t c = 0; c < kDigitBlock; ++c) {
+      acc[c] = Value3lcDigit(r0[c], s0) + Value3lcDigit(r1[c], s1);
+    }
+  }
+  for (size_t j = 2; j < k; ++j) {
+    const uint8_t* __restrict r = rows[j] + at;
+    const float s = scales[j];
+    for (size_t c = 0; c < kDigitBlock; ++c) acc[c] += Value3lcDigit(r[c], s);
+  }
+  const float divisor = static_cast<float>(k);
+  if ((k & (k - 1)) == 0) {
+    const float reciprocal = 1.0f / divisor;
+    for (size_t c = 0; c < kDigitBlock; ++c) out[at + c] = acc[c] * reciprocal;
+  } else {
+    for (size_t c = 0; c < kDigitBlock; ++c) out[at + c] = acc[c] / divisor;
+  }
+}
+
+}  // namespace
+
 }  // namespace ps::codecs::internal
+
+namespace ps::codecs {
+
+absl::Status Mean3lc(std::span<const std::string_view> payloads, std::span<float> out,
+                     const ValueSamples& samples) {
+  const size_t n = out.size();
+  const size_t k = payloads.size();
+  if (k == 0) return absl::InvalidArgumentError("3lc mean of no payloads");
+  if (samples.count != 0 &&
+      (samples.rows.size() != k || (samples.count - 1) * samples.stride >= n)) {
+    return absl::InvalidArgumentError(absl::StrCat("3lc mean: ", samples.rows.size(),
+                                                   " sample rows of ", samples.count,
+                                                   " values every ", samples.stride, " for ",
+                                                   k, " payloads of ", n));
+  }
+  struct DigitRowsTag;
+  const std::span<uint8_t> digits = core::ThreadScratch<uint8_t, DigitRowsTag>(k * n);
+  std::vector<const uint8_t*> rows(k);
+  std::vector<float> scales(k);
+  for (size_t j = 0; j < k; ++j) {
+    rows[j] = digits.data() + j * n;
+    if (absl::Status st =
+            internal::Decode3lcDigits(payloads[j], digits.subspan(j * n, n), &scales[j]);
+        !st.ok()) {
+      return absl::Status(st.code(), absl::StrCat("payload ", j, ": ", st.message()));
+    }
+  }
+  size_t c = 0;
+  for (; c + internal::kDigitBlock <= n; c += internal::kDigitBlock) {
+    internal::MeanDigitBlock(rows.data(), scales.data(), k, c, out.data());
+  }
+  // The rest one by one, with the same arithmetic.
+  for (; c < n; ++c) {
+    float acc = internal::Value3lcDigit(rows[0][c], scales[0]);
+    if (k >= 2) acc = acc + internal::Value3lcDigit(rows[1][c], scales[1]);
+    for (size_t j = 2; j < k; ++j) acc += internal::Value3lcDigit(rows[j][c], scales[j]);
+    out[c] = (k & (k - 1)) == 0 ? acc * (1.0f / static_cast<float>(k))
+                                : acc / static_cast<float>(k);
+  }
+  for (size_t j = 0; j < k; ++j) {
+    for (size_t t = 0; t < samples.count; ++t) {
+      samples.rows[j][t] = internal::Value3lcDigit(rows[j][t * samples.stride], scales[j]);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps::codecs

@@ -72,4 +72,8 @@ absl::Status Decode3lcAdd(std::string_view bytes, float* held, std::span<float> 
 // nothing: the walk over the tokens without their values.
 absl::Status Check3lc(std::string_view bytes, size_t n);
 
+// Decodes a payload of digits.size() values into its digits (t + 1: 0, 1 or 2), a
+// byte per value, and its scale M, refusing what Decode3lc refuses.
+absl::Status Decode3lcDigits(std::string_view bytes, std::span<uint8_t> digits, float* scale);
+
 }  // namespace ps::codecs::internal

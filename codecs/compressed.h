@@ -5,8 +5,10 @@
 // - Random-k with a global seed: every worker keeps the same coordinates, so the rule
 //   runs on the k kept coordinates only (the rest are zero in every input).
 // - Sign: a majority vote runs on the packed sign bits directly.
+// - 3lc: the plain mean is made from each payload's digits, a byte per value, instead of
+//   a decoded row of floats each.
 //
-// Both must give exactly what the dense path gives on the decoded values.
+// Each must give exactly what the dense path gives on the decoded values.
 #pragma once
 
 #include <cstddef>
@@ -47,5 +49,23 @@ std::vector<uint32_t> SupportIndices(const SeededSupport& support, size_t numel)
 // A payload with scale 0 decodes to zeros and so votes for neither sign.
 absl::Status SignMajorityVote(std::span<const std::string_view> sign_payloads,
                               std::span<float> out);
+
+// Values Mean3lc also hands back: payload j's decoded values at coordinates t * stride,
+// t < count, into rows[j][t] (one row per payload; count 0: none).
+struct ValueSamples {
+  size_t count = 0;
+  size_t stride = 0;
+  std::span<float* const> rows;
+};
+
+// The mean of k >= 1 3lc payloads (each for `out.size()` values and already accepted by
+// the 3lc decoder) into out, as the rule `mean` computes it on the decoded rows
+// (aggregators' AverageInputs), bit for bit: ((x_0 + x_1) + ... + x_{k-1}) / k, each x_j
+// the decoded value t x M_j, the division a product by 1 / k where k is a power of two.
+// Each payload is decoded into its digits, a byte per value in the calling thread's
+// scratch, and one pass over them makes the mean; no row of floats is written. A
+// payload the decoder refuses is refused with its message (out is then unspecified).
+absl::Status Mean3lc(std::span<const std::string_view> payloads, std::span<float> out,
+                     const ValueSamples& samples = {});
 
 }  // namespace ps::codecs

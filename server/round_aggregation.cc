@@ -102,6 +102,13 @@ absl::StatusOr<std::span<const float>> RoundAggregation::Aggregate(ClosedRound& 
   const InputMasks masks = round.MasksOf(workers);
   if (!masks.ptrs.empty()) ++counts->masked;
   const std::vector<uint32_t> support = round.SharedSupport(workers);
+  if (masks.ptrs.empty() && support.empty() && rule_->AveragesInputs()) {
+    if (const std::vector<std::string_view> payloads = round.Kept3lc(workers);
+        !payloads.empty()) {
+      ++counts->means_of_digits;
+      return MeanOfDigits(round, workers, payloads, out, weights);
+    }
+  }
   // Kept pushes decoded into the caller's thread's rows, which the rule then reads in cache.
   PS_ASSIGN_OR_RETURN(const std::vector<const float*> rows, round.Rows(workers, scratch));
   const aggregators::AggregationContext ctx =
@@ -110,6 +117,37 @@ absl::StatusOr<std::span<const float>> RoundAggregation::Aggregate(ClosedRound& 
                       rule_->AggregateOrPick(rows, out, ctx));
   if (weights != nullptr) weights->alignment = aggregators::Alignment(rows, masks.ptrs, aggregate);
   return Finite(aggregate, out);
+}
+
+absl::StatusOr<std::span<const float>> RoundAggregation::MeanOfDigits(
+    const ClosedRound& round, std::span<const uint32_t> workers,
+    std::span<const std::string_view> payloads, std::span<float> out,
+    InputWeights* weights) const {
+  // The samples Alignment reads, taken as the digits are read: the rows are never made.
+  const aggregators::AlignmentSampling at = aggregators::AlignmentSamplingOf(out.size());
+  std::vector<float> sampled(weights != nullptr ? (workers.size() + 1) * at.count : 0);
+  std::vector<float*> rows;
+  for (size_t j = 0; weights != nullptr && j < workers.size(); ++j) {
+    rows.push_back(sampled.data() + j * at.count);
+  }
+  const codecs::ValueSamples samples{
+      .count = weights != nullptr ? at.count : 0, .stride = at.stride, .rows = rows};
+  if (absl::Status st = codecs::Mean3lc(payloads, out, samples); !st.ok()) {
+    return absl::InternalError(absl::StrCat("slice ", round.info.id,
+                                            ": a push passed its check and then failed to "
+                                            "decode: ",
+                                            st.message()));
+  }
+  if (weights != nullptr) {
+    weights->workers.assign(workers.begin(), workers.end());
+    weights->influence.assign(workers.size(), 0.0);
+    aggregators::Aggregator::AddMeanInfluence(out.size(), weights->influence);
+    const std::span<float> mean(sampled.data() + workers.size() * at.count, at.count);
+    for (size_t t = 0; t < at.count; ++t) mean[t] = out[t * at.stride];
+    const std::vector<const float*> inputs(rows.begin(), rows.end());
+    weights->alignment = aggregators::Alignment(inputs, {}, mean);
+  }
+  return Finite(out, out);
 }
 
 std::vector<uint32_t> RoundAggregation::Participants(std::span<const ClosedRound> rounds,

@@ -33,6 +33,7 @@ struct AggregationCounts {
   uint64_t on_support = 0;  // on a shared random-k support
   uint64_t sign_votes = 0;  // a vote on packed sign bits
   uint64_t masked = 0;      // slice scope, with lost UDP chunks masked
+  uint64_t means_of_digits = 0;  // the mean of 3lc pushes made from their digits
 };
 
 // Each input's weight in a slice round's aggregate (aggregators::AggregationContext::
@@ -83,7 +84,8 @@ class RoundAggregation {
   absl::Status CheckQuorum(size_t inputs, std::string_view what) const;
 
   // Slice scope: the rule over every push of `round` (a sign vote when each push is
-  // packed signs and the rule votes on signs). The aggregate: `out` (numel values),
+  // packed signs and the rule votes on signs; the plain mean of pushes all kept as 3lc
+  // from their digits, MeanOfDigits). The aggregate: `out` (numel values),
   // written, or one of the round's rows where the aggregate is that row (the mean of one
   // push, Aggregator::AggregateOrPick), valid while `round` and `scratch` live. Kept
   // pushes are decoded into `scratch`'s rows, or without one into the workers' own.
@@ -147,6 +149,15 @@ class RoundAggregation {
   Publication Step(ClosedRound& round, std::span<const float> aggregate, absl::Status& st) const;
 
  private:
+  // The plain mean of `workers`' pushes, each kept as a 3lc payload (`payloads`, in the
+  // same order), into `out` from their digits (codecs::Mean3lc): the rule's bits without
+  // decoding a row, and `weights` as the rule would give them (the mean's influence, and
+  // the alignment from the values it samples, read from the digits).
+  absl::StatusOr<std::span<const float>> MeanOfDigits(const ClosedRound& round,
+                                                      std::span<const uint32_t> workers,
+                                                      std::span<const std::string_view> payloads,
+                                                      std::span<float> out,
+                                                      InputWeights* weights) const;
   // The optimizer's step of `round`'s model with the aggregate `out` (the slice's
   // tensor's optimizer, else the shard's SGD), at the learning rate the round's pushes
   // carried (their median) or the configured one; the new parameters also into `copy_to`.

@@ -139,6 +139,7 @@ void ShardCounters::Aggregated(const AggregationCounts& counts, uint64_t chunks_
   absl::MutexLock lock(&mu_);
   stats_.aggregations_on_support += counts.on_support;
   stats_.sign_votes += counts.sign_votes;
+  stats_.means_of_digits += counts.means_of_digits;
   stats_.masked_aggregations += counts.masked;
   stats_.udp_chunks_lost += chunks_lost;
 }

@@ -68,9 +68,11 @@ struct ShardStats {
   uint64_t model_rounds_dropped = 0;
   uint64_t shares_refused = 0;
   // Compressed-domain aggregation (docs/codecs.md): slice aggregations (or Gram and
-  // apply steps) run on a shared random-k support, and sign votes on packed bits.
+  // apply steps) run on a shared random-k support, sign votes on packed bits, and means
+  // of 3lc pushes made from their digits.
   uint64_t aggregations_on_support = 0;
   uint64_t sign_votes = 0;
+  uint64_t means_of_digits = 0;
   // UDP path (docs/transport.md): chunks accepted, and chunks missing when their round
   // closed (from workers that sent at least one chunk of that slice), which went into
   // the aggregation as masked coordinates.

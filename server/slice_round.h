@@ -288,6 +288,9 @@ struct ClosedRound {
   // calls. An error only if a kept push fails to decode although its check passed.
   absl::StatusOr<std::vector<const float*>> Rows(std::span<const uint32_t> workers,
                                                  RowScratch* scratch = nullptr);
+  // The kept 3lc payloads of `workers`, in order, when every one's push is kept as 3lc
+  // (not yet decoded into its row); else empty.
+  std::vector<std::string_view> Kept3lc(std::span<const uint32_t> workers) const;
   InputMasks MasksOf(std::span<const uint32_t> workers) const;
   // The sorted kept coordinates when every one of `workers` pushed random-k with the same
   // seeded support, else empty.

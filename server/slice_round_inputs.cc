@@ -61,6 +61,20 @@ absl::StatusOr<std::vector<const float*>> ClosedRound::Rows(std::span<const uint
   return rows;
 }
 
+std::vector<std::string_view> ClosedRound::Kept3lc(std::span<const uint32_t> workers) const {
+  std::vector<std::string_view> payloads;
+  payloads.reserve(workers.size());
+  for (uint32_t w : workers) {
+    const KeptPush* kept = w < inputs.kept.size() ? &inputs.kept[w] : nullptr;
+    if (kept == nullptr || kept->payload.empty() ||
+        kept->codec->format() != codecs::PayloadFormat::kThreeLc) {
+      return {};
+    }
+    payloads.push_back(kept->payload);
+  }
+  return payloads;
+}
+
 InputMasks ClosedRound::MasksOf(std::span<const uint32_t> workers) const {
   InputMasks m;
   const uint32_t numel = info.numel;

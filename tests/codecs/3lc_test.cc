@@ -9,7 +9,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "aggregators/aggregator.h"
 #include "codecs/3lc_internal.h"
+#include "codecs/compressed.h"
 #include "codecs/kernels_internal.h"
 #include "codecs/codec.h"
 #include "gmock/gmock.h"
@@ -459,6 +461,76 @@ TEST(ThreeLcArgsTest, RefusesSOutsideOneToTwo) {
   EXPECT_FALSE(MakeCodec("3lc(k=1)").ok());
   EXPECT_THAT(std::string(MakeCodec("3lc+raw").status().message()),
               HasSubstr("3lc is a whole codec; '+raw' cannot follow it"));
+}
+
+// Mean3lc equals the rule `mean` on the decoded pushes bit for bit, for every count of
+// pushes (a power of two or not), slices short (the general loop) and long (the fast
+// decode, with a partial last group and block), pushes with scale 0 and a larger s; its
+// samples are the decoded values at their coordinates.
+TEST(Mean3lcTest, EqualsTheMeanOfTheDecodedPushes) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal;
+  for (size_t k : {1, 2, 3, 4, 5, 8}) {
+    for (size_t n : {1, 7, 255, 256, 1001, 4099, 65539}) {
+      SCOPED_TRACE(absl::StrCat("k ", k, " n ", n));
+      std::vector<std::string> payloads(k);
+      std::vector<std::vector<float>> rows(k, std::vector<float>(n));
+      for (size_t j = 0; j < k; ++j) {
+        auto codec = MakeOk(j % 2 == 0 ? "3lc" : "3lc(s=1.9)");
+        std::vector<float> g(n, 0.0f);
+        if (j % 4 != 3) {  // every fourth push all zeros: scale 0
+          for (float& v : g) v = normal(rng) * static_cast<float>(j + 1);
+        }
+        payloads[j] = Encode(*codec, g);
+        ASSERT_TRUE(codec->Decode(payloads[j], rows[j]).ok());
+      }
+      aggregators::AggregatorOptions o;
+      o.num_workers = static_cast<int>(k);
+      auto rule = aggregators::MakeAggregator("mean", o);
+      ASSERT_TRUE(rule.ok()) << rule.status();
+      std::vector<const float*> ptrs;
+      for (const auto& r : rows) ptrs.push_back(r.data());
+      std::vector<float> dense(n), fused(n, 9.0f);
+      ASSERT_TRUE((*rule)->Aggregate(ptrs, dense, {}).ok());
+      const size_t count = std::min<size_t>(n, 16);
+      const size_t stride = n / count;
+      std::vector<std::vector<float>> sampled(k, std::vector<float>(count, 9.0f));
+      std::vector<float*> sample_rows;
+      for (auto& s : sampled) sample_rows.push_back(s.data());
+      const std::vector<std::string_view> views(payloads.begin(), payloads.end());
+      ASSERT_TRUE(
+          Mean3lc(views, fused, ValueSamples{.count = count, .stride = stride, .rows = sample_rows})
+              .ok());
+      ASSERT_EQ(std::memcmp(fused.data(), dense.data(), n * sizeof(float)), 0);
+      for (size_t j = 0; j < k; ++j) {
+        for (size_t t = 0; t < count; ++t) {
+          ASSERT_EQ(std::bit_cast<uint32_t>(sampled[j][t]),
+                    std::bit_cast<uint32_t>(rows[j][t * stride]));
+        }
+      }
+    }
+  }
+}
+
+TEST(Mean3lcTest, RefusesAPayloadOfAnotherSizeNamingIt) {
+  auto codec = MakeOk("3lc");
+  const std::string a = Encode(*codec, std::vector<float>(10, 1.0f));
+  const std::string b = Encode(*codec, std::vector<float>(11, 1.0f));
+  const std::vector<std::string_view> views = {a, b};
+  std::vector<float> out(10);
+  const absl::Status st = Mean3lc(views, out);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(st.message()), HasSubstr("payload 1: 3lc"));
+  EXPECT_EQ(Mean3lc({}, out).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<float> row(4);
+  float* rows[] = {row.data()};
+  // Samples past the end, or not one row per payload.
+  EXPECT_EQ(Mean3lc(std::span(views).first(1), out,
+                    ValueSamples{.count = 4, .stride = 4, .rows = rows})
+                .code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Mean3lc(views, out, ValueSamples{.count = 1, .stride = 1, .rows = rows}).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -456,7 +456,7 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
   EXPECT_EQ(log.Count("info", "round 9 of slice 5 closed at its deadline with 3 of 4"), 2);
   c.PushAccepted(0, 10, 40, core::Duration::zero());
   c.ChunkAccepted(0, 5, 8);
-  c.Aggregated({1, 2, 3}, 4);
+  c.Aggregated({.on_support = 1, .sign_votes = 2, .masked = 3, .means_of_digits = 5}, 4);
   const ShardStats s = c.Get();
   EXPECT_EQ(s.rounds_closed, 2u);
   EXPECT_EQ(s.aggregation_errors, 1u);
@@ -469,6 +469,7 @@ TEST(ShardCountersTest, PublicationsAndTheObserver) {
   EXPECT_EQ(s.aggregations_on_support, 1u);
   EXPECT_EQ(s.sign_votes, 2u);
   EXPECT_EQ(s.masked_aggregations, 3u);
+  EXPECT_EQ(s.means_of_digits, 5u);
   EXPECT_EQ(s.udp_chunks_lost, 4u);
   EXPECT_EQ(log.Count("error", "round 4 of slice 1 dropped"), 1);
 

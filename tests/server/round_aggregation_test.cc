@@ -5,7 +5,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <bit>
 #include <cmath>
+#include <random>
 #include <limits>
 #include <memory>
 #include <span>
@@ -14,6 +16,7 @@
 #include <vector>
 
 #include "aggregators/aggregator.h"
+#include "codecs/codec.h"
 #include "core/fp32_bytes.h"
 #include "core/thread_pool.h"
 #include "server/slice_round.h"
@@ -225,6 +228,75 @@ TEST(RoundAggregationTest, TheMeanOfOnePushIsItsRowReadInPlace) {
 }
 
 // What a SliceTable of two workers needs around it.
+
+// Pushes kept as 3lc under the plain mean: the aggregate is made from their digits
+// (counted), with the bits, influence and alignment the rule gives on their decoded rows;
+// under any other chain, or with one push decoded already, the rows are decoded as before.
+TEST(RoundAggregationTest, TheMeanOfThreeLcPushesIsMadeFromTheirDigitsWithTheRulesResult) {
+  core::ThreadPool pool(1);
+  constexpr size_t kWorkers = 3;
+  constexpr size_t kNumel = 5000;  // past the fast decode's minimum, a partial last block
+  aggregators::AggregatorOptions opts;
+  opts.num_workers = kWorkers;
+  std::mt19937 rng(3);
+  std::normal_distribution<float> normal;
+  std::shared_ptr<const codecs::Codec> codec = codecs::MakeCodec("3lc").value();
+  std::vector<std::string> payloads(kWorkers);
+  std::vector<std::vector<float>> decoded(kWorkers, std::vector<float>(kNumel));
+  for (size_t w = 0; w < kWorkers; ++w) {
+    std::vector<float> g(kNumel);
+    for (float& v : g) v = normal(rng) * static_cast<float>(w + 1) + (w == 2 ? 0.3f : 0.0f);
+    std::string bytes;
+    ASSERT_TRUE(const_cast<codecs::Codec&>(*codec).Encode(g, &bytes).ok());
+    ASSERT_TRUE(codec->Decode(bytes, decoded[w]).ok());
+    payloads[w] = bytes;
+  }
+  auto kept_round = [&] {
+    ClosedRound r = RoundOf(std::vector<std::vector<float>>(kWorkers, std::vector<float>(kNumel)));
+    r.inputs.kept.resize(kWorkers);
+    for (size_t w = 0; w < kWorkers; ++w) r.inputs.kept[w] = KeptPush{payloads[w], codec};
+    return r;
+  };
+  for (const char* spec : {"mean", "nnm+mean"}) {
+    SCOPED_TRACE(spec);
+    std::unique_ptr<aggregators::Aggregator> rule =
+        aggregators::MakeAggregator(spec, opts).value();
+    RoundAggregation a(rule.get(), &pool, SgdOptions{}, /*aggregate_only=*/true, /*quorum=*/1);
+    ClosedRound dense = RoundOf(decoded);
+    ClosedRound kept = kept_round();
+    std::vector<float> want(kNumel), got(kNumel);
+    AggregationCounts dense_counts, kept_counts;
+    InputWeights dense_weights, kept_weights;
+    absl::StatusOr<std::span<const float>> w = a.Aggregate(dense, want, &dense_counts, &dense_weights);
+    ASSERT_TRUE(w.ok()) << w.status();
+    RowScratch scratch;
+    absl::StatusOr<std::span<const float>> g =
+        a.Aggregate(kept, got, &kept_counts, &kept_weights, &scratch);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_EQ(std::memcmp(w->data(), g->data(), kNumel * sizeof(float)), 0);
+    EXPECT_EQ(kept_counts.means_of_digits, std::string(spec) == "mean" ? 1u : 0u);
+    EXPECT_EQ(dense_counts.means_of_digits, 0u);
+    EXPECT_EQ(kept_weights.workers, dense_weights.workers);
+    ASSERT_EQ(kept_weights.influence.size(), kWorkers);
+    ASSERT_EQ(kept_weights.alignment.size(), kWorkers);
+    for (size_t j = 0; j < kWorkers; ++j) {
+      EXPECT_EQ(kept_weights.influence[j], dense_weights.influence[j]) << j;
+      EXPECT_EQ(std::bit_cast<uint64_t>(kept_weights.alignment[j]),
+                std::bit_cast<uint64_t>(dense_weights.alignment[j]))
+          << j;
+    }
+  }
+  // One push already decoded into its row (an earlier Rows() without scratch): the rows.
+  std::unique_ptr<aggregators::Aggregator> mean = aggregators::MakeAggregator("mean", opts).value();
+  RoundAggregation a(mean.get(), &pool, SgdOptions{}, /*aggregate_only=*/true, /*quorum=*/1);
+  ClosedRound kept = kept_round();
+  const uint32_t first[] = {0};
+  ASSERT_TRUE(kept.Rows(first).ok());
+  std::vector<float> out(kNumel);
+  AggregationCounts counts;
+  ASSERT_TRUE(a.Aggregate(kept, out, &counts).ok());
+  EXPECT_EQ(counts.means_of_digits, 0u);
+}
 
 }  // namespace
 }  // namespace ps::server
