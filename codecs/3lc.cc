@@ -58,25 +58,38 @@ float HalfOf(float scale) { return std::max(0.5f * scale, FLT_TRUE_MIN); }
 
 // EncodeChange's block of n <= kBlockValues values: the change c = x[i] - held[i]
 // (core::Subtract's fp32 subtraction), its digit (TernaryDigit at `half`) into
-// digits[i], and held[i] + Value3lcDigit(digit, scale) into held[i] (Add3lcDigits), in
-// one pass that never stores the change; a whole block at a fixed count, which GCC
-// vectorizes at -O2.
-PS_VECTOR_CLONES void WholeChangeDigits(const float* __restrict x, float* __restrict held,
-                                        float half, float scale, uint8_t* __restrict digits) {
-  for (size_t i = 0; i < kBlockValues; ++i) {
-    const uint8_t d = internal::TernaryDigit(x[i] - held[i], half);
-    digits[i] = d;
-    held[i] = held[i] + internal::Value3lcDigit(d, scale);
-  }
-}
-void ChangeDigits(const float* x, float* held, size_t n, float half, float scale,
-                  uint8_t* digits) {
-  if (n == kBlockValues) return WholeChangeDigits(x, held, half, scale, digits);
+// digits[i], and held[i] + Value3lcDigit(digit, scale) into held[i] (Add3lcDigits) and,
+// kCopy, into copy[i], in one pass that never stores the change; a whole block at a
+// fixed count, which GCC vectorizes at -O2.
+template <bool kCopy>
+[[gnu::always_inline]] inline void ChangeDigitsOf(const float* __restrict x,
+                                                  float* __restrict held, size_t n, float half,
+                                                  float scale, uint8_t* __restrict digits,
+                                                  float* __restrict copy) {
   for (size_t i = 0; i < n; ++i) {
     const uint8_t d = internal::TernaryDigit(x[i] - held[i], half);
     digits[i] = d;
-    held[i] = held[i] + internal::Value3lcDigit(d, scale);
+    const float sum = held[i] + internal::Value3lcDigit(d, scale);
+    held[i] = sum;
+    if constexpr (kCopy) copy[i] = sum;
   }
+}
+PS_VECTOR_CLONES void WholeChangeDigits(const float* x, float* held, float half, float scale,
+                                        uint8_t* digits) {
+  ChangeDigitsOf<false>(x, held, kBlockValues, half, scale, digits, nullptr);
+}
+PS_VECTOR_CLONES void WholeChangeDigitsCopy(const float* x, float* held, float half, float scale,
+                                            uint8_t* digits, float* copy) {
+  ChangeDigitsOf<true>(x, held, kBlockValues, half, scale, digits, copy);
+}
+void ChangeDigits(const float* x, float* held, size_t n, float half, float scale,
+                  uint8_t* digits, float* copy) {
+  if (n == kBlockValues) {
+    if (copy == nullptr) return WholeChangeDigits(x, held, half, scale, digits);
+    return WholeChangeDigitsCopy(x, held, half, scale, digits, copy);
+  }
+  if (copy == nullptr) return ChangeDigitsOf<false>(x, held, n, half, scale, digits, nullptr);
+  ChangeDigitsOf<true>(x, held, n, half, scale, digits, copy);
 }
 
 // Bytes of the tokens of a run of `groups` zero groups (Put3lcZeroRun).
@@ -126,14 +139,19 @@ class ThreeLcCodec final : public Codec {
   // Two passes and no stored change: the scale from the largest |x - held| (each
   // difference the fp32 subtraction, not kept), then per block one pass that makes each
   // value's change again, its digit, and adds its decoded value (t x M, what Decode3lc
-  // makes) to held (AddInto's addition) (ChangeDigits), and then the block's tokens.
+  // makes) to held (AddInto's addition) and writes it to copy_to too (ChangeDigits), and
+  // then the block's tokens.
   // level=cat reads the whole change to choose s, so it is stored first, in a per-thread
   // scratch; so is a change that is not finite, for CheckEncodable's message.
   absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
-                            const EncodeContext& ctx, std::string* out) override {
+                            const EncodeContext& ctx, std::string* out,
+                            std::span<float> copy_to) override {
+    PS_RETURN_IF_ERROR(CheckCopyTo(held, copy_to));
     if (cat_ || x.size() != held.size()) {
       PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
-      return EncodeAdding(change, ctx, out, held.data());
+      PS_RETURN_IF_ERROR(EncodeAdding(change, ctx, out, held.data()));
+      if (!copy_to.empty()) std::memcpy(copy_to.data(), held.data(), held.size_bytes());
+      return absl::OkStatus();
     }
     const uint32_t max_bits = internal::MaxAbsDiffBits(x.data(), held.data(), x.size());
     if (max_bits >= 0x7f800000u) {
@@ -143,7 +161,8 @@ class ThreeLcCodec final : public Codec {
     const float scale = ScaleOf(std::bit_cast<float>(max_bits), s_);
     const float half = HalfOf(scale);
     EncodeBlocks(x.size(), scale, [&](size_t start, size_t len, uint8_t* digits) {
-      ChangeDigits(x.data() + start, held.data() + start, len, half, scale, digits);
+      ChangeDigits(x.data() + start, held.data() + start, len, half, scale, digits,
+                   copy_to.empty() ? nullptr : copy_to.data() + start);
     }, out);
     return absl::OkStatus();
   }

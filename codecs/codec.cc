@@ -96,14 +96,24 @@ absl::StatusOr<std::span<float>> Codec::ChangeScratch(std::span<const float> x,
 }
 
 absl::Status Codec::EncodeChange(std::span<const float> x, std::span<float> held,
-                                 const EncodeContext& ctx, std::string* out) {
+                                 const EncodeContext& ctx, std::string* out,
+                                 std::span<float> copy_to) {
+  PS_RETURN_IF_ERROR(CheckCopyTo(held, copy_to));
   PS_ASSIGN_OR_RETURN(const std::span<float> change, ChangeScratch(x, held));
   std::string payload;
   PS_RETURN_IF_ERROR(Encode(change, ctx, &payload));
   PS_RETURN_IF_ERROR(Decode(payload, change));
   core::AddInto(held, change);
+  if (!copy_to.empty()) std::memcpy(copy_to.data(), held.data(), held.size_bytes());
   *out = std::move(payload);
   return absl::OkStatus();
+}
+
+absl::Status Codec::CheckCopyTo(std::span<const float> held, std::span<const float> copy_to) const {
+  if (copy_to.empty() || copy_to.size() == held.size()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(internal::AbslView(spec()), ": a copy of ",
+                                                 copy_to.size(), " values for ", held.size(),
+                                                 " held"));
 }
 
 absl::Status Codec::EncodeResidual(std::span<float> v, const EncodeContext& ctx,

@@ -116,9 +116,16 @@ class Codec {
   // DecodeAddPieces of *out adds to its copy, bit for bit (held[i] = held[i] + the decoded
   // change, one fp32 addition). held has x's size. On error held and *out are unchanged.
   // This default subtracts into a per-thread scratch, encodes, decodes and adds; 3lc adds
-  // each block's quantized change as it makes the block's digits.
+  // each block's quantized change as it makes the block's digits. With `copy_to` (held's
+  // size, or empty) the new held values are also written there (a shard's published
+  // snapshot), in the same pass where the codec can; on error it is unspecified.
   virtual absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
-                                    const EncodeContext& ctx, std::string* out);
+                                    const EncodeContext& ctx, std::string* out,
+                                    std::span<float> copy_to);
+  absl::Status EncodeChange(std::span<const float> x, std::span<float> held,
+                            const EncodeContext& ctx, std::string* out) {
+    return EncodeChange(x, held, ctx, out, {});
+  }
 
   // A worker's error feedback (PushOptions::error_feedback): replaces *out with the
   // encoding of v and leaves in v what the encoding lost, v[i] - decoded[i] (one fp32
@@ -185,6 +192,8 @@ class Codec {
   // thread's next call), or INVALID_ARGUMENT when the sizes differ.
   absl::StatusOr<std::span<float>> ChangeScratch(std::span<const float> x,
                                                  std::span<const float> held) const;
+  // EncodeChange's check of copy_to: empty or held's size, else INVALID_ARGUMENT.
+  absl::Status CheckCopyTo(std::span<const float> held, std::span<const float> copy_to) const;
 
  private:
   const PayloadFormat format_;

@@ -13,14 +13,16 @@ absl::StatusOr<std::shared_ptr<codecs::Codec>> MakePullCodec(const std::string& 
 
 absl::StatusOr<std::shared_ptr<const std::string>> EncodeChange(std::span<const float> x,
                                                                 uint32_t slice_id, uint64_t version,
-                                                                HeldValues& held) {
+                                                                HeldValues& held,
+                                                                std::span<float> copy_to) {
   codecs::EncodeContext ctx;
   ctx.round = version;
   ctx.slice_id = slice_id;
   ctx.worker_id = UINT32_MAX;  // the shard's own stream of any random choices
   auto payload = std::make_shared<std::string>();
   // What a worker will do with the payload, exactly: decode, then add.
-  if (absl::Status st = held.codec->EncodeChange(x, held.values, ctx, payload.get()); !st.ok()) {
+  if (absl::Status st = held.codec->EncodeChange(x, held.values, ctx, payload.get(), copy_to);
+      !st.ok()) {
     held.values.assign(x.begin(), x.end());
     return st;
   }

@@ -39,11 +39,13 @@ struct HeldValues {
 absl::StatusOr<std::shared_ptr<codecs::Codec>> MakePullCodec(const std::string& spec);
 
 // Encodes x - held.values for the version `version`, adds the decoded change to
-// held.values (Codec::EncodeChange), and returns the payload. On an error (the codec
-// refusing its input) held.values becomes x and the error is returned: the next pulls
-// are dense.
+// held.values (Codec::EncodeChange), writing the new values to `copy_to` too (held's
+// size, or empty), and returns the payload. On an error (the codec refusing its input)
+// held.values becomes x, copy_to is unspecified, and the error is returned: the next
+// pulls are dense.
 absl::StatusOr<std::shared_ptr<const std::string>> EncodeChange(std::span<const float> x,
                                                                 uint32_t slice_id, uint64_t version,
-                                                                HeldValues& held);
+                                                                HeldValues& held,
+                                                                std::span<float> copy_to = {});
 
 }  // namespace ps::server

@@ -291,15 +291,20 @@ RoundAggregation::Publication RoundAggregation::Step(ClosedRound& round,
   }
   if (st.ok()) StepModel(round, out, {});
   if (held.codec == nullptr) return {core::SharedFp32(round.model.params), nullptr};
+  // The published values are what the workers will hold: the encoding writes them as it
+  // goes, into a buffer an older version gave back.
+  std::shared_ptr<std::string> next =
+      SnapshotPool::Take(round.model.snapshots, held.values.size() * sizeof(float));
   absl::StatusOr<std::shared_ptr<const std::string>> delta =
-      EncodeChange(round.model.params, round.info.id, round.round + 1, held);
+      EncodeChange(round.model.params, round.info.id, round.round + 1, held,
+                   std::span<float>(reinterpret_cast<float*>(next->data()), held.values.size()));
   if (!delta.ok()) {
     // The workers get this version densely; the round itself stands.
     spdlog::warn("slice {}: the pull codec refused version {}'s change ({}); sending it dense",
                  round.info.id, round.round + 1, std::string(delta.status().message()));
     return {core::SharedFp32(held.values), nullptr};
   }
-  return {core::SharedFp32(held.values), *std::move(delta)};
+  return {std::move(next), *std::move(delta)};
 }
 
 }  // namespace ps::server

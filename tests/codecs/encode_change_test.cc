@@ -51,12 +51,20 @@ void ExpectSameAsDefinition(Codec& fused, Codec& reference, const std::vector<fl
   std::vector<float> want_held = *held;
   core::AddInto(want_held, change);
 
+  // Odd rounds also write the new held values to a copy (a shard's snapshot).
+  std::vector<float> copy(x.size(), 7.0f);
+  const bool with_copy = round % 2 == 1;
   std::string got = "stale";
-  const absl::Status st = fused.EncodeChange(x, *held, ctx, &got);
+  const absl::Status st =
+      fused.EncodeChange(x, *held, ctx, &got, with_copy ? std::span<float>(copy) : std::span<float>());
   ASSERT_TRUE(st.ok()) << st;
   ASSERT_EQ(got, want) << "payloads differ";
   ASSERT_EQ(std::memcmp(held->data(), want_held.data(), held->size() * sizeof(float)), 0)
       << "what is held is not decode then add";
+  if (with_copy) {
+    ASSERT_EQ(std::memcmp(copy.data(), want_held.data(), copy.size() * sizeof(float)), 0)
+        << "the copy is not what is held";
+  }
 }
 
 // EncodeResidual of v by `fused` against Encode, Decode and the subtraction by
@@ -193,6 +201,14 @@ TEST(EncodeChangeFusedTest, AChangeThatIsNotFiniteChangesNothing) {
   std::string out;
   EXPECT_EQ(codec->EncodeChange(std::vector<float>(4), held, EncodeContext{}, &out).code(),
             absl::StatusCode::kInvalidArgument);
+  // A copy of another size than what is held.
+  for (const char* spec : {"3lc", "fp16"}) {
+    auto c = MakeOk(spec);
+    std::vector<float> copy(2);
+    EXPECT_EQ(c->EncodeChange(std::vector<float>(3), held, EncodeContext{}, &out, copy).code(),
+              absl::StatusCode::kInvalidArgument)
+        << spec;
+  }
 }
 
 }  // namespace
