@@ -197,6 +197,7 @@ class ThreeLcCodec final : public Codec {
     return internal::Check3lc(payload, numel);
   }
   bool checks_without_decoding() const override { return true; }
+  SharedStructure shared_structure() const override { return SharedStructure::kTernaryDigits; }
 
   // Header plus one byte per group (no runs).
   size_t MaxEncodedBytes(size_t numel) const override {

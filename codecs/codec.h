@@ -86,6 +86,7 @@ enum class SharedStructure {
   kNone,
   kSeededSupport,  // random-k: the kept coordinates are a function of a seed (SeededSupportOf)
   kSignBits,       // sign: packed sign bits and one scale (SignMajorityVote)
+  kTernaryDigits,  // 3lc: a digit in {-1, 0, 1} per value and one scale (Mean3lc)
 };
 
 class Codec {

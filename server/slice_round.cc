@@ -225,9 +225,11 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   if (!decoded_by.ok()) return decoded_by.status();
   const codecs::SharedStructure shared = (*decoded_by)->shared_structure();
   // Kept encoded until the round closes: checked now, decoded by the aggregation into
-  // rows in its caches (docs/data_path.md, "Pushes kept encoded").
+  // rows in its caches (docs/data_path.md, "Pushes kept encoded"), or for 3lc's digits
+  // read from the kept payload (the mean of them, codecs::Mean3lc).
   const bool keep = payload.raw == nullptr && (*decoded_by)->checks_without_decoding() &&
-                    shared == codecs::SharedStructure::kNone;
+                    (shared == codecs::SharedStructure::kNone ||
+                     shared == codecs::SharedStructure::kTernaryDigits);
   const bool in_place = InPlaceLocked(**decoded_by, payload);
   const std::span<float> slot =
       in_place || keep ? std::span<float>() : SlotLocked(worker, 0, info_.numel);
@@ -252,10 +254,11 @@ absl::StatusOr<SliceRound::Progress> SliceRound::AcceptPush(uint32_t worker, uin
   inputs_.lrs[worker] = lr.value_or(std::numeric_limits<float>::quiet_NaN());
   ++num_pushed_;
   ++num_complete_;
-  // The compressed-domain paths read the payload whole (they are small: a seed, or
-  // sign bits): gathered only for those codecs.
+  // The support and the sign vote read the payload whole (it is small: a seed, or sign
+  // bits): gathered only for those codecs.
   std::string whole;
-  if (shared != codecs::SharedStructure::kNone) {
+  if (shared == codecs::SharedStructure::kSeededSupport ||
+      shared == codecs::SharedStructure::kSignBits) {
     for (std::string_view piece : payload.pieces) whole.append(piece);
   }
   inputs_.supports[worker] = shared == codecs::SharedStructure::kSeededSupport

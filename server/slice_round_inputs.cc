@@ -67,7 +67,7 @@ std::vector<std::string_view> ClosedRound::Kept3lc(std::span<const uint32_t> wor
   for (uint32_t w : workers) {
     const KeptPush* kept = w < inputs.kept.size() ? &inputs.kept[w] : nullptr;
     if (kept == nullptr || kept->payload.empty() ||
-        kept->codec->format() != codecs::PayloadFormat::kThreeLc) {
+        kept->codec->shared_structure() != codecs::SharedStructure::kTernaryDigits) {
       return {};
     }
     payloads.push_back(kept->payload);

@@ -231,11 +231,14 @@ INSTANTIATE_TEST_SUITE_P(CastCodecs, CodecFramingTest,
 namespace ps::codecs {
 namespace {
 
-TEST(SharedStructureTest, OnlyRandomKAndSignOfferOne) {
+TEST(SharedStructureTest, OnlyRandomKSignAnd3lcOfferOne) {
   EXPECT_EQ((*MakeCodec("randk(0.1, seed=3)"))->shared_structure(), SharedStructure::kSeededSupport);
   EXPECT_EQ((*MakeCodec("randk(0.1)+fp16"))->shared_structure(), SharedStructure::kSeededSupport);
   EXPECT_EQ((*MakeCodec("sign"))->shared_structure(), SharedStructure::kSignBits);
-  for (const char* spec : {"fp32", "topk(0.1)", "threshold(1)", "3lc", "int8", "terngrad", "qsgd", "powersgd"}) {
+  EXPECT_EQ((*MakeCodec("3lc"))->shared_structure(), SharedStructure::kTernaryDigits);
+  EXPECT_EQ((*MakeCodec("3lc(s=1.5, level=cat)"))->shared_structure(),
+            SharedStructure::kTernaryDigits);
+  for (const char* spec : {"fp32", "topk(0.1)", "threshold(1)", "int8", "terngrad", "qsgd", "powersgd"}) {
     EXPECT_EQ((*MakeCodec(spec))->shared_structure(), SharedStructure::kNone) << spec;
   }
 }
