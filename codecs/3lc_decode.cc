@@ -60,8 +60,9 @@ constexpr size_t kScanBlock = 64;
 PS_VECTOR_CLONES void ScanTokenBlock(const unsigned char* p, uint8_t* bad_io, uint8_t* nonzero_io) {
   uint8_t bad = 0;
   uint8_t nonzero = 0;
+  const unsigned char* const before = p - 1;  // before[k] = p[k - 1], without k - 1 wrapping
   for (size_t k = 0; k < kScanBlock; ++k) {
-    bad |= ZeroToken(p[k]) & ShortZeroToken(p[k - 1]);
+    bad |= ZeroToken(p[k]) & ShortZeroToken(before[k]);
     nonzero |= ZeroToken(p[k]) ^ 1;
   }
   *bad_io |= bad;
@@ -243,7 +244,9 @@ void FillTokens(const unsigned char* p, size_t size, float scale, size_t n, size
     DigitTokens(p, size, stop, first + kDigitGroups, digits, first, &i, &g, flags);
     const size_t begin = kGroup * first;
     const size_t count = std::min(kGroup * g, n) - begin;
-    finite &= PutDigits<kSink>(digits, count, scale, held + begin, o + begin);
+    // held is null but for kAdd: no offset is applied to it then.
+    float* const held_at = kSink == Sink::kAdd ? held + begin : nullptr;
+    finite &= PutDigits<kSink>(digits, count, scale, held_at, o + begin);
   }
   if constexpr (kSink == Sink::kAdd) *finite_out = finite;
   *i_io = i;

@@ -116,7 +116,7 @@ void ForEachBlock(std::span<const std::string_view> pieces, size_t skip, size_t 
     size_t left = piece.size();
     if (have > 0) {
       const size_t take = std::min(block_bytes - have, left);
-      std::memcpy(gather + have, p, take);
+      if (take > 0) std::memcpy(gather + have, p, take);  // an empty piece may have no data
       have += take;
       p += take;
       left -= take;
